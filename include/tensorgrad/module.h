@@ -1,0 +1,121 @@
+// Modules and parameters. A model is a tree of Modules; each Param is declared once as a
+// member, with its name, shape, init and weight-decay flag, and gets a hierarchical name
+// from where it sits (`blocks.3.attn.wq`). During tracing a Param converts to a Tensor.
+//
+//   struct Net : tg::Module {
+//     tg::nn::Linear fc{*this, "fc", 4, 2};
+//     tg::Param scale{*this, "scale", {2}, tg::init::ones()};
+//     tg::Tensor operator()(tg::Tensor x) const { return fc(x) * scale; }
+//   };
+//
+// Parameter values live in storage owned by the root module, one copy per device, shared
+// by every program compiled from that model on that device.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/tensor.h"
+
+namespace tg {
+
+namespace detail {
+struct ModelStorage;
+}
+
+/// How a parameter is filled by `init_params(seed)`. Fan-in/fan-out follow PyTorch: for a
+/// shape [out, in, k…], fan_in = in·k…, fan_out = out·k…; a rank-1 shape has fan_in = n.
+struct Init {
+  enum class Kind { kNormal, kUniform, kConstant, kKaimingUniform, kKaimingNormal, kXavierUniform, kXavierNormal, kCallable };
+  Kind kind = Kind::kNormal;
+  double a = 0, b = 1;  // normal: mean, std · uniform: low, high · constant: value · kaiming/xavier: gain
+  /// kCallable: fills `values` (row-major, shape `shape`) from a generator seeded for this parameter.
+  std::function<void(std::span<float> values, const Shape& shape, uint64_t seed)> fn;
+};
+
+namespace init {
+Init normal(double std = 1.0, double mean = 0.0);
+Init uniform(double low, double high);
+Init zeros();
+Init ones();
+Init constant(double value);
+/// He init: std = gain/√fan_in (normal) or bound = gain·√(3/fan_in) (uniform). gain √2 suits ReLU.
+Init kaiming_normal(double gain = 1.4142135623730951);
+Init kaiming_uniform(double gain = 1.4142135623730951);
+/// Glorot init: std = gain·√(2/(fan_in+fan_out)) or bound = gain·√(6/(fan_in+fan_out)).
+Init xavier_normal(double gain = 1.0);
+Init xavier_uniform(double gain = 1.0);
+Init callable(std::function<void(std::span<float> values, const Shape& shape, uint64_t seed)> fn);
+}  // namespace init
+
+class Param;
+
+class Module {
+ public:
+  /// A root module (a whole model).
+  Module();
+  /// A child module named `name` inside `parent` (names may contain dots: "layers.0").
+  Module(Module& parent, std::string name);
+  virtual ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// Dotted path from the root ("" for the root).
+  std::string path() const;
+  /// Every parameter in this module and below, in declaration order.
+  std::vector<const Param*> parameters() const;
+  const Module& root() const;
+
+  /// Internal: the root's per-device parameter storage.
+  std::shared_ptr<detail::ModelStorage> storage() const;
+
+ private:
+  friend class Param;
+  void collect(std::vector<const Param*>& out) const;
+  Module* parent_ = nullptr;
+  std::string name_;
+  // Children and parameters in declaration order (members construct in that order).
+  // Each entry is a Module or a Param: they interleave, and the order is the naming order.
+  struct Entry {
+    Module* module = nullptr;
+    const Param* param = nullptr;
+  };
+  std::vector<Entry> entries_;
+  std::shared_ptr<detail::ModelStorage> storage_;  // root only
+};
+
+struct ParamOptions {
+  /// Whether AdamW/SGD weight decay applies. Default: yes for rank ≥ 2 parameters that are
+  /// not initialised to a constant; no for biases, norms' gains and other vectors.
+  std::optional<bool> decay;
+};
+
+class Param {
+ public:
+  Param(Module& owner, std::string name, Shape shape, Init init = init::normal(0.02), ParamOptions options = {});
+  ~Param();
+  Param(const Param&) = delete;
+  Param& operator=(const Param&) = delete;
+
+  /// The parameter as a tensor of the program being traced.
+  operator Tensor() const;  // NOLINT: implicit by design, so params read like tensors
+  Tensor tensor(Loc loc = Loc::current()) const;
+
+  std::string path() const;  // "l1.weight"
+  const Shape& shape() const { return shape_; }
+  const Init& init() const { return init_; }
+  bool decay() const { return decay_; }
+
+ private:
+  Module* owner_;
+  std::string name_;
+  Shape shape_;
+  Init init_;
+  bool decay_;
+};
+
+}  // namespace tg

@@ -1,0 +1,205 @@
+// Compiling a model into programs and running them.
+//
+//   auto train = tg::compile_train(model, [&](tg::Tensor x, tg::Tensor y) { … return loss; },
+//                                  {.inputs = {{"x", {256, 1}}, {"y", {256, 1}}},
+//                                   .optimizer = tg::Adam{.lr = 5e-3}});
+//   float loss = train.step({{"x", xs}, {"y", ys}});
+//   auto predict = tg::compile_forward(model, [&](tg::Tensor x) { return model(x); },
+//                                      {.inputs = {{"x", {1, 1}}}});
+//   tg::HostTensor y = predict.run({{"x", x1}});
+//
+// Programs compiled from one model on one device share its parameter storage: a training
+// step is immediately visible to the others. Calls on programs that share storage are
+// serialized (never interleaved), so programs may be used from several threads.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensorgrad/errors.h"
+#include "tensorgrad/module.h"
+#include "tensorgrad/optim.h"
+
+namespace tg {
+
+struct Device {
+  enum class Kind { kCpu, kRef, kCuda };
+  Kind kind = Kind::kCpu;
+  int index = 0;
+  static Device cpu() { return {Kind::kCpu, 0}; }
+  /// The double-precision reference interpreter (slow; the oracle in tests).
+  static Device ref() { return {Kind::kRef, 0}; }
+  static Device cuda(int index = 0) { return {Kind::kCuda, index}; }
+  /// The fastest usable device: cuda:0 when a GPU backend is available, else cpu.
+  static Device best();
+  std::string str() const;
+  bool operator==(const Device&) const = default;
+};
+
+/// A tensor's values on the host, row-major.
+class HostTensor {
+ public:
+  HostTensor() = default;
+  HostTensor(DType dtype, Shape shape);  // zero-filled
+  static HostTensor f32(std::vector<float> values, Shape shape);
+  static HostTensor i32(std::vector<int32_t> values, Shape shape);
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return tg::numel(shape_); }
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  /// Typed views; throw InputError if the dtype differs.
+  std::span<float> f32();
+  std::span<const float> f32() const;
+  std::span<int32_t> i32();
+  std::span<const int32_t> i32() const;
+  /// First element as a double (for scalars).
+  double item() const;
+
+ private:
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  std::vector<uint8_t> bytes_;
+};
+
+/// Borrowed input data: f32 from float, i32 from int32_t, bool from uint8_t (0/1).
+struct InputView {
+  InputView(std::span<const float> v) : dtype(DType::kF32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
+  InputView(const std::vector<float>& v) : InputView(std::span<const float>(v)) {}  // NOLINT
+  InputView(std::span<const int32_t> v) : dtype(DType::kI32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
+  InputView(const std::vector<int32_t>& v) : InputView(std::span<const int32_t>(v)) {}  // NOLINT
+  InputView(std::span<const uint8_t> v) : dtype(DType::kBool), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
+  InputView(const std::vector<uint8_t>& v) : InputView(std::span<const uint8_t>(v)) {}  // NOLINT
+  InputView(const HostTensor& t) : dtype(t.dtype()), data(t.data()), numel(t.numel()) {}  // NOLINT
+  DType dtype;
+  const void* data;
+  int64_t numel;
+};
+
+struct Feed {
+  std::string name;
+  InputView value;
+};
+using Feeds = std::vector<Feed>;
+
+struct InputSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kF32;
+};
+
+struct TrainOptions {
+  std::vector<InputSpec> inputs;
+  Optimizer optimizer = Adam{};
+  /// Factor on the optimizer's lr per step; empty = constant.
+  Schedule schedule;
+  /// Clip the global L2 norm of all gradients to this value (torch.nn.utils.clip_grad_norm_).
+  std::optional<double> clip_grad_norm;
+  Device device = Device::best();
+};
+
+struct ForwardOptions {
+  std::vector<InputSpec> inputs;
+  Device device = Device::best();
+};
+
+struct StepOptions {
+  /// Read the loss back to the host. Off: step() returns NaN and does not wait for it.
+  bool read_loss = true;
+};
+
+struct UploadOptions {
+  /// Allow uploading a subset of the parameters (unknown names are still errors).
+  bool partial = false;
+};
+
+namespace detail {
+using TracedFn = std::function<Tensor(std::span<const Tensor>)>;
+struct ProgramState;
+}  // namespace detail
+
+class Program {
+ public:
+  /// Runs forward, backward and the optimizer update; returns the loss (train programs).
+  float step(const Feeds& feeds, StepOptions options = {});
+  /// Runs the program's forward function and returns its output (forward programs).
+  HostTensor run(const Feeds& feeds);
+
+  /// (Re)initialises every parameter of the model from its Init, seeded: the same seed gives
+  /// the same values on every device. Programs start initialised with seed 0.
+  void init_params(uint64_t seed);
+  /// Sets parameters by name. Unknown names are errors; missing names are errors unless
+  /// `options.partial`. Shapes and dtypes must match.
+  void upload_params(const std::map<std::string, HostTensor>& params, UploadOptions options = {});
+  std::map<std::string, HostTensor> download_params() const;
+  std::vector<std::string> param_names() const;
+
+  /// Zeroes the optimizer's moments and its step count.
+  void reset_optimizer();
+  /// Sets the optimizer's base lr (the schedule's factor still applies).
+  void set_lr(double lr);
+  double lr() const;
+  /// Optimizer steps taken so far.
+  int64_t steps() const;
+
+  /// The compiled graph, one node per line (for debugging).
+  std::string ir() const;
+  const Device& device() const;
+
+  explicit Program(std::shared_ptr<detail::ProgramState> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<detail::ProgramState> state_;
+};
+
+namespace detail {
+Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOptions options);
+Program compile_forward(Module& model, const TracedFn& fn, size_t arity, ForwardOptions options);
+
+/// How many Tensor arguments `F` takes (0…8), found by trying each.
+template <class F, size_t N = 0>
+constexpr size_t tensor_arity() {
+  if constexpr (N > 8) {
+    static_assert(N <= 8, "the traced function must take 0 to 8 tg::Tensor arguments");
+    return 0;
+  } else {
+    return []<size_t... I>(std::index_sequence<I...>) {
+      if constexpr (std::is_invocable_r_v<Tensor, F&, decltype((void)I, Tensor())...>) return N;
+      else return tensor_arity<F, N + 1>();
+    }(std::make_index_sequence<N>());
+  }
+}
+
+template <class F>
+TracedFn erase(F&& fn) {
+  constexpr size_t arity = tensor_arity<std::remove_reference_t<F>>();
+  return [f = std::forward<F>(fn)](std::span<const Tensor> xs) mutable -> Tensor {
+    return [&]<size_t... I>(std::index_sequence<I...>) { return Tensor(f(xs[I]...)); }(std::make_index_sequence<arity>());
+  };
+}
+}  // namespace detail
+
+/// Traces `loss_fn` (one Tensor argument per entry of options.inputs, in order; returns the
+/// scalar loss), appends autograd and the optimizer, and compiles the training step.
+template <class F>
+Program compile_train(Module& model, F&& loss_fn, TrainOptions options) {
+  constexpr size_t arity = detail::tensor_arity<std::remove_reference_t<F>>();
+  return detail::compile_train(model, detail::erase(std::forward<F>(loss_fn)), arity, std::move(options));
+}
+
+/// Traces `fn` and compiles it as an inference program; parameters are shared with every
+/// other program of `model` on the same device.
+template <class F>
+Program compile_forward(Module& model, F&& fn, ForwardOptions options) {
+  constexpr size_t arity = detail::tensor_arity<std::remove_reference_t<F>>();
+  return detail::compile_forward(model, detail::erase(std::forward<F>(fn)), arity, std::move(options));
+}
+
+}  // namespace tg

@@ -1,0 +1,10 @@
+// tensorgrad: define, train and run neural networks natively in C++.
+// Include this one header; see README.md for a ten-minute tour.
+#pragma once
+#include "tensorgrad/dtype.h"
+#include "tensorgrad/errors.h"
+#include "tensorgrad/module.h"
+#include "tensorgrad/nn.h"
+#include "tensorgrad/optim.h"
+#include "tensorgrad/program.h"
+#include "tensorgrad/tensor.h"

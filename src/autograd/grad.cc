@@ -1,0 +1,55 @@
+// Reverse-mode accumulation over the graph: which nodes need a gradient, the reverse
+// topological sweep, and summing contributions from several consumers.
+#include "autograd/grad.h"
+
+#include "ir/api_util.h"
+
+namespace tg::autograd {
+
+std::vector<int32_t> append_gradients(ir::Graph& g, int32_t loss, std::span<const int32_t> wrt) {
+  const ir::Node loss_node = g.node(loss);  // a copy: appending nodes moves the vector
+  if (loss_node.numel() != 1 || loss_node.dtype != DType::kF32)
+    throw ShapeError("[grad] the loss must be a single f32 value, got " +
+                     std::string(dtype_name(loss_node.dtype)) + shape_str(loss_node.shape) + " (at " +
+                     ir::loc_str(loss_node.loc) + ")");
+  // Forward sweep: a node needs a gradient if it is a requested leaf or reads one, and
+  // carries real numbers through a differentiable op.
+  const int32_t count = loss + 1;
+  std::vector<bool> needs(static_cast<size_t>(count), false);
+  for (int32_t w : wrt)
+    if (w < count) needs[static_cast<size_t>(w)] = true;
+  for (int32_t id = 0; id < count; ++id) {
+    const ir::Node& n = g.node(id);
+    if (n.dtype != DType::kF32 || n.op == ir::Op::kStopGradient) continue;
+    for (int32_t in : n.inputs) needs[static_cast<size_t>(id)] = needs[static_cast<size_t>(id)] || needs[static_cast<size_t>(in)];
+  }
+
+  std::vector<Tensor> grads(static_cast<size_t>(count));
+  if (needs[static_cast<size_t>(loss)])
+    grads[static_cast<size_t>(loss)] =
+        ir::broadcast_if_needed(ir::scalar_constant(g, 1.0, DType::kF32, loss_node.loc), loss_node.shape, loss_node.loc);
+
+  // Reverse sweep. Node ids are topological, so when we reach a node every consumer
+  // (which has a larger id) has already added its contribution.
+  for (int32_t id = count - 1; id >= 0; --id) {
+    const Tensor dout = grads[static_cast<size_t>(id)];
+    if (!dout.valid() || g.node(id).inputs.empty()) continue;
+    std::vector<Tensor> dins = vjp(g, id, dout);
+    const ir::Node& n = g.node(id);  // re-fetch: vjp appended nodes
+    for (size_t i = 0; i < dins.size(); ++i) {
+      const int32_t in = n.inputs[i];
+      if (!dins[i].valid() || !needs[static_cast<size_t>(in)]) continue;
+      Tensor& acc = grads[static_cast<size_t>(in)];
+      acc = acc.valid() ? add(acc, dins[i], n.loc) : dins[i];
+    }
+  }
+
+  std::vector<int32_t> out;
+  for (int32_t w : wrt) {
+    const bool has = w < count && grads[static_cast<size_t>(w)].valid();
+    out.push_back(has ? grads[static_cast<size_t>(w)].id() : -1);
+  }
+  return out;
+}
+
+}  // namespace tg::autograd

@@ -1,0 +1,147 @@
+// One VJP per primitive (compiled with -Werror=switch: a new op does not build without its
+// rule). Each rule is written with other ops, never with kernels, so every backend gets the
+// backward pass for free. Notation: y = op(x…), g = dL/dy; each case returns dL/dx….
+#include <cmath>
+#include <numbers>
+
+#include "autograd/grad.h"
+#include "ir/api_util.h"
+
+namespace tg::autograd {
+namespace {
+
+using ir::Op;
+
+/// Sums `g` down to `shape` over the axes a broadcast added or stretched.
+Tensor sum_to(const Tensor& g, const Shape& shape, const Loc& loc) {
+  if (g.shape() == shape) return g;
+  const size_t lead = g.shape().size() - shape.size();
+  Axes axes;
+  for (size_t i = 0; i < g.shape().size(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1)) axes.push_back(static_cast<int64_t>(i));
+  Tensor s = axes.empty() ? g : sum(g, axes, /*keepdim=*/true, loc);
+  return reshape(s, shape, loc);
+}
+
+/// Re-inserts the reduced axes of a keepdim=false reduction so `t` broadcasts against x.
+Tensor keepdim_shape(const Tensor& t, const ir::Node& n, const Shape& x_shape, const Loc& loc) {
+  Shape kept = x_shape;
+  for (int64_t a : n.attrs.axes) kept[static_cast<size_t>(a)] = 1;
+  return reshape(t, kept, loc);
+}
+
+}  // namespace
+
+std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
+  const ir::Node n = graph.node(id);  // a copy: the rules below append nodes
+  const Loc& loc = n.loc;
+  auto x = [&](size_t i) { return Tensor(&graph, n.inputs[i]); };
+  const Tensor y(&graph, id);
+  auto constant = [&](double v) { return ir::scalar_constant(graph, v, DType::kF32, loc); };
+
+  switch (n.op) {
+    case Op::kParam: case Op::kInput: case Op::kState: case Op::kConstant: case Op::kArange:
+      return {};
+    // Piecewise-constant or non-real outputs: no gradient.
+    case Op::kSign: case Op::kLogicalNot: case Op::kStopGradient:
+    case Op::kLogicalAnd: case Op::kLogicalOr:
+    case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
+    case Op::kArgmax:
+      return std::vector<Tensor>(n.inputs.size());
+
+    case Op::kNeg: return {-g};
+    case Op::kAbs: return {g * sign(x(0), loc)};                      // d|x| = sign(x)
+    case Op::kExp: return {g * y};                                    // d e^x = e^x
+    case Op::kLog: return {g / x(0)};                                 // d ln x = 1/x
+    case Op::kSqrt: return {g * 0.5 / y};                             // d √x = 1/(2√x)
+    case Op::kRsqrt: return {g * -0.5 * y / x(0)};                    // d x^-½ = -½ x^-3/2
+    case Op::kSin: return {g * cos(x(0), loc)};
+    case Op::kCos: return {-(g * sin(x(0), loc))};
+    case Op::kTanh: return {g * (1.0 - y * y)};                       // 1 - tanh²
+    case Op::kSigmoid: return {g * y * (1.0 - y)};                    // σ(1-σ)
+    case Op::kRelu: return {where(x(0) > 0.0, g, 0.0, loc)};          // 0 at the kink, as PyTorch
+    case Op::kErf:                                                    // 2/√π e^{-x²}
+      return {g * (2.0 / std::sqrt(std::numbers::pi)) * exp(-(x(0) * x(0)), loc)};
+    case Op::kLog1p: return {g / (x(0) + 1.0)};
+    case Op::kReciprocal: return {-(g * y * y)};                      // d 1/x = -1/x²
+    case Op::kCast:
+      // Only a float→float cast carries a gradient; there is one float dtype today.
+      return {graph.node(n.inputs[0]).dtype == DType::kF32 ? g : Tensor()};
+
+    case Op::kAdd: return {g, g};
+    case Op::kSub: return {g, -g};
+    case Op::kMul: return {g * x(1), g * x(0)};
+    case Op::kDiv: return {g / x(1), -(g * y / x(1))};                // d(a/b)/db = -a/b² = -y/b
+    case Op::kPow:                                                    // b a^(b-1), ln(a) a^b
+      return {g * x(1) * pow(x(0), x(1) - 1.0, loc), g * log(x(0), loc) * y};
+    case Op::kMaximum:
+    case Op::kMinimum: {
+      // The winner takes the gradient; a tie splits it evenly (PyTorch's convention).
+      Tensor a_wins = n.op == Op::kMaximum ? x(0) > x(1) : x(0) < x(1);
+      Tensor tie = eq(x(0), x(1), loc);
+      Tensor half = g * 0.5;
+      Tensor zero = constant(0.0);
+      return {where(a_wins, g, where(tie, half, zero, loc), loc),
+              where(a_wins, zero, where(tie, half, g, loc), loc)};
+    }
+    case Op::kWhere:
+      return {Tensor(), where(x(0), g, 0.0, loc), where(x(0), 0.0, g, loc)};
+
+    case Op::kSum:
+      return {broadcast_to(n.attrs.keepdim ? g : keepdim_shape(g, n, graph.node(n.inputs[0]).shape, loc),
+                           graph.node(n.inputs[0]).shape, loc)};
+    case Op::kMax:
+    case Op::kMin: {
+      // Gradient goes to the elements equal to the extremum, split evenly among ties.
+      const Shape& xs = graph.node(n.inputs[0]).shape;
+      Tensor yk = n.attrs.keepdim ? y : keepdim_shape(y, n, xs, loc);
+      Tensor gk = n.attrs.keepdim ? g : keepdim_shape(g, n, xs, loc);
+      Tensor mask = cast(eq(x(0), yk, loc), DType::kF32, loc);
+      Tensor count = sum(mask, n.attrs.axes, /*keepdim=*/true, loc);
+      return {mask * (gk / count)};
+    }
+
+    case Op::kReshape:
+      return {reshape(g, graph.node(n.inputs[0]).shape, loc)};
+    case Op::kPermute: {
+      Axes inverse(n.attrs.axes.size());
+      for (size_t i = 0; i < inverse.size(); ++i) inverse[static_cast<size_t>(n.attrs.axes[i])] = static_cast<int64_t>(i);
+      return {permute(g, inverse, loc)};
+    }
+    case Op::kBroadcastTo:
+      return {sum_to(g, graph.node(n.inputs[0]).shape, loc)};
+    case Op::kSlice: {
+      // The adjoint of selecting elements is scattering them back into zeros.
+      ir::Node un = ir::make_node(Op::kUnslice, {g.id()}, loc);
+      un.shape = graph.node(n.inputs[0]).shape;
+      un.attrs = n.attrs;
+      return {ir::emit(graph, std::move(un))};
+    }
+    case Op::kUnslice: {
+      ir::Node sl = ir::make_node(Op::kSlice, {g.id()}, loc);
+      sl.shape = graph.node(n.inputs[0]).shape;
+      sl.attrs = n.attrs;
+      return {ir::emit(graph, std::move(sl))};
+    }
+    case Op::kConcat: {
+      std::vector<Tensor> out;
+      const int64_t axis = n.attrs.axes[0];
+      int64_t start = 0;
+      for (int32_t in : n.inputs) {
+        const int64_t len = graph.node(in).shape[static_cast<size_t>(axis)];
+        out.push_back(slice(g, axis, start, start + len, 1, loc));
+        start += len;
+      }
+      return out;
+    }
+    case Op::kMatmul: {
+      // Y = A B:  dA = G Bᵀ,  dB = Aᵀ G, each summed over the batch axes it was broadcast on.
+      const Shape as = graph.node(n.inputs[0]).shape, bs = graph.node(n.inputs[1]).shape;
+      return {sum_to(matmul(g, transpose(x(1), -2, -1, loc), loc), as, loc),
+              sum_to(matmul(transpose(x(0), -2, -1, loc), g, loc), bs, loc)};
+    }
+  }
+  return std::vector<Tensor>(n.inputs.size());
+}
+
+}  // namespace tg::autograd

@@ -1,0 +1,65 @@
+// The one interface every backend implements. Nothing above this folder knows which
+// backend runs a program: the runtime allocates persistent buffers (parameters, optimizer
+// state) through it and hands it a finished graph to prepare; the Executable it returns
+// runs that graph once per step.
+//
+// Host data format, everywhere: f32 → float, i32 → int32_t, bool → uint8_t (0 or 1),
+// row-major, exactly numel elements.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "ir/graph.h"
+
+namespace tg::backend {
+
+/// A persistent buffer living on the backend's device. Its contents survive across
+/// executions and are shared by every Executable it is bound to.
+class Buffer {
+ public:
+  Buffer(DType dtype, int64_t numel) : dtype_(dtype), numel_(numel) {}
+  virtual ~Buffer() = default;
+  DType dtype() const { return dtype_; }
+  int64_t numel() const { return numel_; }
+
+ private:
+  DType dtype_;
+  int64_t numel_;
+};
+
+/// Leaf node id (kParam / kState) → the persistent buffer it reads and its update writes.
+using Bindings = std::unordered_map<int32_t, Buffer*>;
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  /// Copies host data (see the header comment) into an kInput node's storage.
+  virtual void set_input(int32_t node, const void* host) = 0;
+  /// Runs every node in order, then applies graph.updates: each update's value is written
+  /// into its target's bound buffer only after every node has run (so all reads see the
+  /// values from before the step).
+  virtual void execute() = 0;
+  /// Copies a node listed in graph.outputs to host memory (valid after execute()).
+  virtual void read_output(int32_t node, void* host) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  /// Whether this backend has a kernel for `op`; the reference backend supports all.
+  virtual bool supports(ir::Op op) const = 0;
+  /// A zero-filled persistent buffer.
+  virtual std::unique_ptr<Buffer> allocate(DType dtype, int64_t numel) = 0;
+  virtual void upload(Buffer& buffer, const void* host) = 0;
+  virtual void download(const Buffer& buffer, void* host) = 0;
+  /// Lowers `graph` (already through the passes). Every kParam/kState leaf must be bound.
+  /// The executable keeps its own copy of whatever it needs from `graph`.
+  virtual std::unique_ptr<Executable> prepare(const ir::Graph& graph, const Bindings& bindings) = 0;
+};
+
+std::unique_ptr<Backend> make_ref_backend();
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace tg::backend

@@ -1,0 +1,127 @@
+// Public elementwise ops: dtype promotion and NumPy broadcasting happen here, so the IR's
+// elementwise nodes always see identical shapes and dtypes.
+#include "ir/api_util.h"
+
+namespace tg {
+using namespace ir;
+
+namespace {
+
+Tensor unary(Op op, const Tensor& x, const Loc& loc) {
+  Arg ax(x, loc);
+  Graph& g = graph_for(op_name(op), {&ax}, loc);
+  Tensor in = x;
+  DTypes allowed = op_info(op).dtypes;
+  // Math functions on integers compute in f32 (as PyTorch does); logical ops see `x != 0`.
+  if (allowed == DTypes::kFloat && x.dtype() != DType::kF32) in = cast(x, DType::kF32, loc);
+  if (allowed == DTypes::kLogical && x.dtype() != DType::kBool) in = cast(x, DType::kBool, loc);
+  if (allowed == DTypes::kNumeric && x.dtype() == DType::kBool) in = cast(x, DType::kI32, loc);
+  return emit(g, make_node(op, {in.id()}, loc));
+}
+
+Tensor binary(Op op, const Arg& a, const Arg& b, const Loc& loc) {
+  const char* name = op_name(op);
+  if (!a.is_tensor() && !b.is_tensor()) api_fail(name, "needs at least one tensor operand", loc);
+  Graph& g = graph_for(name, {&a, &b}, loc);
+  DType t = common_dtype(a, b);
+  switch (op_info(op).dtypes) {
+    case DTypes::kFloat: t = DType::kF32; break;
+    case DTypes::kLogical: t = DType::kBool; break;
+    case DTypes::kNumeric: if (t == DType::kBool) t = DType::kI32; break;
+    case DTypes::kAll: break;
+  }
+  Tensor ta = as_tensor(g, a, t, loc);
+  Tensor tb = as_tensor(g, b, t, loc);
+  Shape out = broadcast_shapes(name, ta.shape(), tb.shape(), loc);
+  ta = broadcast_if_needed(ta, out, loc);
+  tb = broadcast_if_needed(tb, out, loc);
+  return emit(g, make_node(op, {ta.id(), tb.id()}, loc));
+}
+
+}  // namespace
+
+
+Tensor neg(const Tensor& x, Loc loc) { return unary(Op::kNeg, x, loc); }
+Tensor abs(const Tensor& x, Loc loc) { return unary(Op::kAbs, x, loc); }
+Tensor sign(const Tensor& x, Loc loc) { return unary(Op::kSign, x, loc); }
+Tensor exp(const Tensor& x, Loc loc) { return unary(Op::kExp, x, loc); }
+Tensor log(const Tensor& x, Loc loc) { return unary(Op::kLog, x, loc); }
+Tensor sqrt(const Tensor& x, Loc loc) { return unary(Op::kSqrt, x, loc); }
+Tensor rsqrt(const Tensor& x, Loc loc) { return unary(Op::kRsqrt, x, loc); }
+Tensor sin(const Tensor& x, Loc loc) { return unary(Op::kSin, x, loc); }
+Tensor cos(const Tensor& x, Loc loc) { return unary(Op::kCos, x, loc); }
+Tensor tanh(const Tensor& x, Loc loc) { return unary(Op::kTanh, x, loc); }
+Tensor sigmoid(const Tensor& x, Loc loc) { return unary(Op::kSigmoid, x, loc); }
+Tensor relu(const Tensor& x, Loc loc) { return unary(Op::kRelu, x, loc); }
+Tensor erf(const Tensor& x, Loc loc) { return unary(Op::kErf, x, loc); }
+Tensor log1p(const Tensor& x, Loc loc) { return unary(Op::kLog1p, x, loc); }
+Tensor reciprocal(const Tensor& x, Loc loc) { return unary(Op::kReciprocal, x, loc); }
+Tensor logical_not(const Tensor& x, Loc loc) { return unary(Op::kLogicalNot, x, loc); }
+Tensor stop_gradient(const Tensor& x, Loc loc) { return unary(Op::kStopGradient, x, loc); }
+
+Tensor cast(const Tensor& x, DType to, Loc loc) {
+  Arg ax(x, loc);
+  Graph& g = graph_for("cast", {&ax}, loc);
+  if (x.dtype() == to) return x;
+  Node n = make_node(Op::kCast, {x.id()}, loc);
+  n.attrs.dtype = to;
+  return emit(g, std::move(n));
+}
+
+Tensor add(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kAdd, a, b, loc); }
+Tensor sub(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kSub, a, b, loc); }
+Tensor mul(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kMul, a, b, loc); }
+Tensor div(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kDiv, a, b, loc); }
+Tensor pow(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kPow, a, b, loc); }
+Tensor maximum(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kMaximum, a, b, loc); }
+Tensor minimum(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kMinimum, a, b, loc); }
+Tensor eq(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kEq, a, b, loc); }
+Tensor ne(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kNe, a, b, loc); }
+Tensor lt(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kLt, a, b, loc); }
+Tensor le(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kLe, a, b, loc); }
+Tensor gt(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kGt, a, b, loc); }
+Tensor ge(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kGe, a, b, loc); }
+Tensor logical_and(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kLogicalAnd, a, b, loc); }
+Tensor logical_or(const Arg& a, const Arg& b, Loc loc) { return binary(Op::kLogicalOr, a, b, loc); }
+
+Tensor where(const Tensor& cond, const Arg& a, const Arg& b, Loc loc) {
+  Arg ac(cond, loc);
+  Graph& g = graph_for("where", {&ac, &a, &b}, loc);
+  if (!a.is_tensor() && !b.is_tensor()) {
+    // Both branches are numbers: compute in f32 unless both are integral.
+    Arg fa = a, fb = b;
+    DType t = a.scalar_is_integral() && b.scalar_is_integral() ? DType::kI32 : DType::kF32;
+    Tensor ta = scalar_constant(g, fa.scalar(), t, loc);
+    return where(cond, ta, fb, loc);
+  }
+  DType t = common_dtype(a, b);
+  Tensor tc = cond.dtype() == DType::kBool ? cond : cast(cond, DType::kBool, loc);
+  Tensor ta = as_tensor(g, a, t, loc);
+  Tensor tb = as_tensor(g, b, t, loc);
+  Shape out = broadcast_shapes("where", broadcast_shapes("where", tc.shape(), ta.shape(), loc), tb.shape(), loc);
+  tc = broadcast_if_needed(tc, out, loc);
+  ta = broadcast_if_needed(ta, out, loc);
+  tb = broadcast_if_needed(tb, out, loc);
+  return emit(g, make_node(Op::kWhere, {tc.id(), ta.id(), tb.id()}, loc));
+}
+
+Tensor operator-(const Arg& x) {
+  if (!x.is_tensor()) ir::api_fail("neg", "needs a tensor operand", x.loc());
+  return neg(x.tensor(), x.loc());
+}
+Tensor operator+(const Arg& a, const Arg& b) { return add(a, b, a.loc()); }
+Tensor operator-(const Arg& a, const Arg& b) { return sub(a, b, a.loc()); }
+Tensor operator*(const Arg& a, const Arg& b) { return mul(a, b, a.loc()); }
+Tensor operator/(const Arg& a, const Arg& b) { return div(a, b, a.loc()); }
+Tensor operator<(const Arg& a, const Arg& b) { return lt(a, b, a.loc()); }
+Tensor operator<=(const Arg& a, const Arg& b) { return le(a, b, a.loc()); }
+Tensor operator>(const Arg& a, const Arg& b) { return gt(a, b, a.loc()); }
+Tensor operator>=(const Arg& a, const Arg& b) { return ge(a, b, a.loc()); }
+Tensor operator&&(const Arg& a, const Arg& b) { return logical_and(a, b, a.loc()); }
+Tensor operator||(const Arg& a, const Arg& b) { return logical_or(a, b, a.loc()); }
+Tensor operator!(const Arg& x) {
+  if (!x.is_tensor()) ir::api_fail("logical_not", "needs a tensor operand", x.loc());
+  return logical_not(x.tensor(), x.loc());
+}
+
+}  // namespace tg

@@ -1,0 +1,35 @@
+// Helpers shared by the public op functions (api_*.cc): finding the graph, turning numbers
+// into constants, dtype promotion, NumPy broadcasting, axis normalisation.
+#pragma once
+#include <string>
+
+#include "ir/trace.h"
+#include "tensorgrad/errors.h"
+#include "tensorgrad/tensor.h"
+
+namespace tg::ir {
+
+[[noreturn]] void api_fail(const char* op, const std::string& what, const Loc& loc);
+
+/// The graph the operands live on (all must share one), else the current trace's.
+Graph& graph_for(const char* op, std::initializer_list<const Arg*> args, const Loc& loc);
+Graph& current_graph_for(const char* op, const Loc& loc);
+
+Node make_node(Op op, std::vector<int32_t> inputs, const Loc& loc);
+Tensor scalar_constant(Graph& g, double value, DType dtype, const Loc& loc);
+/// Converts an operand to a tensor of `dtype` (casting a tensor, materialising a number).
+Tensor as_tensor(Graph& g, const Arg& a, DType dtype, const Loc& loc);
+
+DType promote(DType a, DType b);
+/// The dtype a binary op computes in, from its operands (numbers adapt to tensors).
+DType common_dtype(const Arg& a, const Arg& b);
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b, const Loc& loc);
+/// Inserts a broadcast_to unless `t` already has `shape`.
+Tensor broadcast_if_needed(const Tensor& t, const Shape& shape, const Loc& loc);
+
+/// Normalises axes (negative → positive), sorts and checks them; empty → all axes.
+Axes normalize_axes(const char* op, const Axes& axes, int64_t rank, const Loc& loc);
+int64_t normalize_axis(const char* op, int64_t axis, int64_t rank, const Loc& loc);
+
+}  // namespace tg::ir

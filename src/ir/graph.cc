@@ -1,0 +1,81 @@
+// Op metadata generated from ops.def, node appending, and the IR printer.
+#include "ir/graph.h"
+
+#include <sstream>
+
+#include "tensorgrad/errors.h"
+
+namespace tg {
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+}  // namespace tg
+
+namespace tg::ir {
+namespace {
+constexpr OpInfo kOpInfo[] = {
+#define TG_LEAF(Name, str) {Op::k##Name, str, OpKind::kLeaf, 0, DTypes::kAll},
+#define TG_UNARY(Name, str, dt, expr) {Op::k##Name, str, OpKind::kUnary, 1, DTypes::dt},
+#define TG_BINARY(Name, str, dt, expr) {Op::k##Name, str, OpKind::kBinary, 2, DTypes::dt},
+#define TG_COMPARE(Name, str, dt, expr) {Op::k##Name, str, OpKind::kCompare, 2, DTypes::dt},
+#define TG_OTHER(Name, str, arity) {Op::k##Name, str, OpKind::kOther, arity, DTypes::kAll},
+#include "ir/ops.def"
+};
+}  // namespace
+
+const OpInfo& op_info(Op op) { return kOpInfo[static_cast<size_t>(op)]; }
+
+bool dtype_allowed(DTypes allowed, DType t) {
+  switch (allowed) {
+    case DTypes::kFloat: return t == DType::kF32;
+    case DTypes::kNumeric: return t == DType::kF32 || t == DType::kI32;
+    case DTypes::kLogical: return t == DType::kBool;
+    case DTypes::kAll: return true;
+  }
+  return false;
+}
+
+std::string loc_str(const std::source_location& loc) {
+  std::string file = loc.file_name();
+  if (file.empty()) return "<unknown>";
+  return file + ":" + std::to_string(loc.line());
+}
+
+int32_t Graph::add(Node node) {
+  const OpInfo& info = op_info(node.op);
+  if (info.arity >= 0 && static_cast<int>(node.inputs.size()) != info.arity)
+    throw ShapeError("[" + std::string(info.name) + "] expects " + std::to_string(info.arity) +
+                     " inputs, got " + std::to_string(node.inputs.size()) + " (at " +
+                     loc_str(node.loc) + ")");
+  for (int32_t in : node.inputs)
+    if (in < 0 || in >= size())
+      throw ShapeError("[" + std::string(info.name) + "] input refers to an unknown node (at " +
+                       loc_str(node.loc) + ")");
+  infer(*this, node);
+  return add_checked(std::move(node));
+}
+
+int32_t Graph::add_checked(Node node) {
+  nodes_.push_back(std::move(node));
+  return size() - 1;
+}
+
+std::string Graph::to_string() const {
+  std::ostringstream os;
+  for (int32_t id = 0; id < size(); ++id) {
+    const Node& n = node(id);
+    os << "%" << id << " = " << op_name(n.op) << "(";
+    for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << "%" << n.inputs[i];
+    if (!n.name.empty()) os << (n.inputs.empty() ? "" : ", ") << '"' << n.name << '"';
+    os << ") " << dtype_name(n.dtype) << shape_str(n.shape);
+    if (!n.attrs.axes.empty()) os << " axes=" << shape_str(n.attrs.axes);
+    os << "\n";
+  }
+  for (int32_t out : outputs) os << "output %" << out << "\n";
+  for (const Update& u : updates) os << "update %" << u.target << " <- %" << u.value << "\n";
+  return os.str();
+}
+
+}  // namespace tg::ir

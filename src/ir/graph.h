@@ -1,0 +1,95 @@
+// The IR: a graph of nodes in topological order (every input id is smaller than the node's
+// own id, by construction: nodes are only ever appended). Tracing, autograd and the
+// optimizer all append to one Graph; passes and backends read it.
+#pragma once
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensorgrad/dtype.h"
+
+namespace tg::ir {
+
+enum class Op : uint8_t {
+#define TG_LEAF(Name, str) k##Name,
+#define TG_UNARY(Name, str, dtypes, expr) k##Name,
+#define TG_BINARY(Name, str, dtypes, expr) k##Name,
+#define TG_COMPARE(Name, str, dtypes, expr) k##Name,
+#define TG_OTHER(Name, str, arity) k##Name,
+#include "ir/ops.def"
+};
+
+enum class OpKind : uint8_t { kLeaf, kUnary, kBinary, kCompare, kOther };
+/// Which element types an elementwise op accepts (see ops.def).
+enum class DTypes : uint8_t { kFloat, kNumeric, kLogical, kAll };
+
+struct OpInfo {
+  Op op;
+  const char* name;
+  OpKind kind;
+  int arity;  // -1: variadic
+  DTypes dtypes;
+};
+const OpInfo& op_info(Op op);
+inline const char* op_name(Op op) { return op_info(op).name; }
+bool dtype_allowed(DTypes allowed, DType t);
+
+/// Op-specific parameters. Named fields rather than an untyped array; each op's row in
+/// ops.def says which fields it uses.
+struct Attrs {
+  std::vector<int64_t> axes;   // reduce axes, permute order, {axis} for slice/concat/argmax
+  bool keepdim = false;
+  std::vector<double> values;  // constant data, arange {start, step}, slice {start, step}
+  DType dtype = DType::kF32;   // cast target
+};
+
+struct Node {
+  Op op;
+  DType dtype;
+  Shape shape;
+  std::vector<int32_t> inputs;
+  Attrs attrs;
+  std::string name;  // params, inputs, state: the binding name
+  std::source_location loc;
+
+  int64_t numel() const { return tg::numel(shape); }
+};
+
+/// "file.cc:12" of a node's origin, for error messages.
+std::string loc_str(const std::source_location& loc);
+
+class Graph {
+ public:
+  /// Appends a node after checking arity and inferring its shape and dtype
+  /// (ir/shape.cc); throws ShapeError naming the op, the shapes and node.loc.
+  int32_t add(Node node);
+  /// Appends without inference: for passes that copy already-checked nodes.
+  int32_t add_checked(Node node);
+
+  const Node& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
+  Node& node(int32_t id) { return nodes_[static_cast<size_t>(id)]; }
+  int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+
+  /// What a program produces and keeps. `outputs` are read back (loss, run results);
+  /// `updates` write a value into a param/state leaf's storage after everything else ran.
+  std::vector<int32_t> outputs;
+  struct Update {
+    int32_t target;  // a kParam or kState leaf
+    int32_t value;
+  };
+  std::vector<Update> updates;
+
+  /// Human-readable listing, one node per line: `%7 = add(%3, %6) f32[256, 64]`.
+  std::string to_string() const;
+
+ private:
+  std::vector<Node> nodes_;
+};
+
+/// Infers node.shape/node.dtype from its inputs and attrs (ir/shape.cc).
+void infer(const Graph& graph, Node& node);
+
+}  // namespace tg::ir

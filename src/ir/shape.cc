@@ -1,0 +1,207 @@
+// Shape and dtype inference: one case per op (compiled with -Werror=switch, so a new row in
+// ops.def does not build until it has its rule here). Runs at trace time for every node;
+// errors name the op, the input shapes and the user's file:line.
+#include <algorithm>
+#include <string>
+
+#include "ir/graph.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::ir {
+namespace {
+
+[[noreturn]] void fail(const Graph& g, const Node& n, const std::string& what) {
+  std::string msg = "[";
+  msg.append(op_name(n.op)).append("] ").append(what);
+  if (!n.inputs.empty()) {
+    msg += "; input shapes:";
+    for (int32_t in : n.inputs)
+      msg.append(" ").append(dtype_name(g.node(in).dtype)).append(shape_str(g.node(in).shape));
+  }
+  throw ShapeError(msg + " (at " + loc_str(n.loc) + ")");
+}
+
+void check_axes_valid(const Graph& g, const Node& n, const Shape& in, bool unique_sorted) {
+  const auto rank = static_cast<int64_t>(in.size());
+  for (size_t i = 0; i < n.attrs.axes.size(); ++i) {
+    int64_t a = n.attrs.axes[i];
+    if (a < 0 || a >= rank) fail(g, n, "axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
+    if (unique_sorted && i > 0 && a <= n.attrs.axes[i - 1]) fail(g, n, "axes must be sorted and unique");
+  }
+}
+
+void infer_reduce(const Graph& g, Node& n, const Node& x) {
+  if (n.attrs.axes.empty()) fail(g, n, "needs at least one axis");
+  check_axes_valid(g, n, x.shape, true);
+  n.shape.clear();
+  for (int64_t i = 0; i < static_cast<int64_t>(x.shape.size()); ++i) {
+    bool reduced = std::find(n.attrs.axes.begin(), n.attrs.axes.end(), i) != n.attrs.axes.end();
+    if (!reduced) n.shape.push_back(x.shape[static_cast<size_t>(i)]);
+    else if (n.attrs.keepdim) n.shape.push_back(1);
+    if (reduced && x.shape[static_cast<size_t>(i)] == 0) fail(g, n, "cannot reduce an empty axis");
+  }
+}
+
+}  // namespace
+
+void infer(const Graph& g, Node& n) {
+  auto in = [&](size_t i) -> const Node& { return g.node(n.inputs[i]); };
+  const OpInfo& info = op_info(n.op);
+  if (info.kind == OpKind::kUnary || info.kind == OpKind::kBinary || info.kind == OpKind::kCompare) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!dtype_allowed(info.dtypes, in(i).dtype))
+        fail(g, n, std::string("does not accept dtype ") + dtype_name(in(i).dtype));
+      if (in(i).shape != in(0).shape || in(i).dtype != in(0).dtype)
+        fail(g, n, "inputs must have identical shapes and dtypes (the API broadcasts them)");
+    }
+  }
+  for (int64_t d : n.shape)
+    if (d < 0) fail(g, n, "negative extent in shape " + shape_str(n.shape));
+
+  switch (n.op) {
+    // Leaves carry their shape and dtype from the tracer.
+    case Op::kParam:
+    case Op::kInput:
+    case Op::kState:
+      return;
+    case Op::kConstant:
+      if (n.attrs.values.size() != 1 && static_cast<int64_t>(n.attrs.values.size()) != n.numel())
+        fail(g, n, "has " + std::to_string(n.attrs.values.size()) + " values for shape " + shape_str(n.shape));
+      return;
+    case Op::kArange:
+      if (n.shape.size() != 1 || n.attrs.values.size() != 2) fail(g, n, "must be 1-D with {start, step}");
+      return;
+
+    case Op::kNeg: case Op::kAbs: case Op::kSign: case Op::kExp: case Op::kLog: case Op::kSqrt:
+    case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
+    case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot:
+    case Op::kStopGradient:
+    case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
+    case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr:
+      n.shape = in(0).shape;
+      n.dtype = in(0).dtype;
+      return;
+    case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
+      n.shape = in(0).shape;
+      n.dtype = DType::kBool;
+      return;
+
+    case Op::kCast:
+      n.shape = in(0).shape;
+      n.dtype = n.attrs.dtype;
+      return;
+    case Op::kWhere:
+      if (in(0).dtype != DType::kBool) fail(g, n, "condition must be bool");
+      if (in(1).dtype != in(2).dtype) fail(g, n, "both branches must have the same dtype");
+      if (in(0).shape != in(1).shape || in(1).shape != in(2).shape)
+        fail(g, n, "inputs must have identical shapes (the API broadcasts them)");
+      n.shape = in(1).shape;
+      n.dtype = in(1).dtype;
+      return;
+
+    case Op::kSum:
+    case Op::kMax:
+    case Op::kMin:
+      if (in(0).dtype == DType::kBool) fail(g, n, "does not accept bool (cast first)");
+      infer_reduce(g, n, in(0));
+      n.dtype = in(0).dtype;
+      return;
+    case Op::kArgmax:
+      if (n.attrs.axes.size() != 1) fail(g, n, "takes exactly one axis");
+      if (in(0).dtype == DType::kBool) fail(g, n, "does not accept bool (cast first)");
+      infer_reduce(g, n, in(0));
+      n.dtype = DType::kI32;
+      return;
+
+    case Op::kReshape:
+      if (n.numel() != in(0).numel())
+        fail(g, n, "cannot reshape " + std::to_string(in(0).numel()) + " elements to " + shape_str(n.shape));
+      n.dtype = in(0).dtype;
+      return;
+    case Op::kPermute: {
+      const Shape& xs = in(0).shape;
+      if (n.attrs.axes.size() != xs.size()) fail(g, n, "order " + shape_str(n.attrs.axes) + " does not match the rank");
+      check_axes_valid(g, n, xs, false);
+      std::vector<bool> seen(xs.size(), false);
+      n.shape.clear();
+      for (int64_t a : n.attrs.axes) {
+        if (seen[static_cast<size_t>(a)]) fail(g, n, "order " + shape_str(n.attrs.axes) + " repeats an axis");
+        seen[static_cast<size_t>(a)] = true;
+        n.shape.push_back(xs[static_cast<size_t>(a)]);
+      }
+      n.dtype = in(0).dtype;
+      return;
+    }
+    case Op::kBroadcastTo: {
+      const Shape& xs = in(0).shape;
+      if (xs.size() > n.shape.size()) fail(g, n, "cannot broadcast to the lower rank " + shape_str(n.shape));
+      size_t lead = n.shape.size() - xs.size();
+      for (size_t i = 0; i < xs.size(); ++i)
+        if (xs[i] != 1 && xs[i] != n.shape[lead + i])
+          fail(g, n, "cannot broadcast to " + shape_str(n.shape));
+      n.dtype = in(0).dtype;
+      return;
+    }
+    case Op::kSlice:
+    case Op::kUnslice: {
+      if (n.attrs.axes.size() != 1 || n.attrs.values.size() != 2) fail(g, n, "needs {axis} and {start, step}");
+      const Shape& xs = in(0).shape;
+      check_axes_valid(g, n, xs, false);
+      const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+      const auto start = static_cast<int64_t>(n.attrs.values[0]);
+      const auto step = static_cast<int64_t>(n.attrs.values[1]);
+      if (step <= 0) fail(g, n, "step must be positive");
+      // The big side (slice input, unslice output) must contain every selected element.
+      const Shape& big = n.op == Op::kSlice ? xs : n.shape;
+      const Shape& small = n.op == Op::kSlice ? n.shape : xs;
+      if (big.size() != small.size()) fail(g, n, "rank mismatch");
+      for (size_t i = 0; i < big.size(); ++i)
+        if (i != axis && big[i] != small[i]) fail(g, n, "extents differ off the sliced axis");
+      if (start < 0 || (small[axis] > 0 && start + (small[axis] - 1) * step >= big[axis]))
+        fail(g, n, "selection out of range");
+      n.dtype = in(0).dtype;
+      return;
+    }
+    case Op::kConcat: {
+      if (n.inputs.empty()) fail(g, n, "needs at least one input");
+      if (n.attrs.axes.size() != 1) fail(g, n, "needs {axis}");
+      const Shape& first = in(0).shape;
+      check_axes_valid(g, n, first, false);
+      const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+      n.shape = first;
+      n.shape[axis] = 0;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const Shape& s = in(i).shape;
+        if (in(i).dtype != in(0).dtype) fail(g, n, "inputs must share one dtype");
+        if (s.size() != first.size()) fail(g, n, "inputs must share one rank");
+        for (size_t d = 0; d < s.size(); ++d)
+          if (d != axis && s[d] != first[d]) fail(g, n, "extents must match off the concat axis");
+        n.shape[axis] += s[axis];
+      }
+      n.dtype = in(0).dtype;
+      return;
+    }
+    case Op::kMatmul: {
+      const Shape& a = in(0).shape;
+      const Shape& b = in(1).shape;
+      if (a.size() < 2 || b.size() < 2) fail(g, n, "operands must have rank >= 2");
+      if (in(0).dtype != DType::kF32 || in(1).dtype != DType::kF32) fail(g, n, "operands must be f32");
+      if (a[a.size() - 1] != b[b.size() - 2])
+        fail(g, n, "inner extents differ: " + std::to_string(a.back()) + " vs " + std::to_string(b[b.size() - 2]));
+      size_t batch_rank = std::max(a.size(), b.size()) - 2;
+      n.shape.assign(batch_rank + 2, 1);
+      for (size_t i = 0; i < batch_rank; ++i) {
+        int64_t da = i + a.size() >= batch_rank + 2 ? a[i + a.size() - batch_rank - 2] : 1;
+        int64_t db = i + b.size() >= batch_rank + 2 ? b[i + b.size() - batch_rank - 2] : 1;
+        if (da != db && da != 1 && db != 1) fail(g, n, "batch extents cannot broadcast");
+        n.shape[i] = da == 1 ? db : da;
+      }
+      n.shape[batch_rank] = a[a.size() - 2];
+      n.shape[batch_rank + 1] = b.back();
+      n.dtype = DType::kF32;
+      return;
+    }
+  }
+}
+
+}  // namespace tg::ir

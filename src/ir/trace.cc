@@ -1,0 +1,41 @@
+// Thread-local tracing context and the Tensor accessors that read the graph.
+#include "ir/trace.h"
+
+#include "tensorgrad/errors.h"
+
+namespace tg::ir {
+namespace {
+thread_local Trace* g_current = nullptr;
+}
+
+Trace* current_trace() { return g_current; }
+
+TraceScope::TraceScope(Trace& trace) {
+  if (g_current != nullptr)
+    throw Error("[compile] cannot compile a program while tracing another one on the same thread");
+  g_current = &trace;
+}
+TraceScope::~TraceScope() { g_current = nullptr; }
+
+Tensor emit(Graph& graph, Node node) { return Tensor(&graph, graph.add(std::move(node))); }
+
+}  // namespace tg::ir
+
+namespace tg {
+namespace {
+const ir::Node& node_of(const Tensor& t) {
+  if (!t.valid()) throw Error("[Tensor] used an empty (default-constructed) tensor");
+  return t.graph()->node(t.id());
+}
+}  // namespace
+
+const Shape& Tensor::shape() const { return node_of(*this).shape; }
+DType Tensor::dtype() const { return node_of(*this).dtype; }
+int64_t Tensor::size(int64_t axis) const {
+  const Shape& s = shape();
+  int64_t r = static_cast<int64_t>(s.size());
+  if (axis < -r || axis >= r)
+    throw ShapeError("[size] axis " + std::to_string(axis) + " out of range for shape " + shape_str(s));
+  return s[static_cast<size_t>(axis < 0 ? axis + r : axis)];
+}
+}  // namespace tg

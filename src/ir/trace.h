@@ -1,0 +1,40 @@
+// The tracing context: while compile_train / compile_forward runs the user's function, a
+// Trace is current on this thread. Ops with no tensor operands (full, arange) and module
+// parameters (which become `param` leaves the first time they are used) find the graph here.
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+#include "tensorgrad/tensor.h"
+
+namespace tg {
+class Param;
+}
+
+namespace tg::ir {
+
+struct Trace {
+  Graph graph;
+  /// Parameters in first-use order and their leaf nodes.
+  std::vector<const Param*> params;
+  std::unordered_map<const Param*, int32_t> param_nodes;
+};
+
+/// The trace being recorded on this thread, or nullptr.
+Trace* current_trace();
+
+/// Makes `trace` current for its lifetime (restores the previous one after; nesting is an error).
+class TraceScope {
+ public:
+  explicit TraceScope(Trace& trace);
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+};
+
+/// Appends `node` to `graph` (with inference) and returns its handle.
+Tensor emit(Graph& graph, Node node);
+
+}  // namespace tg::ir

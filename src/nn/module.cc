@@ -1,0 +1,90 @@
+// Module tree bookkeeping and Param → Tensor conversion during tracing.
+#include <algorithm>
+
+#include "ir/api_util.h"
+#include "ir/trace.h"
+#include "runtime/storage.h"
+#include "tensorgrad/module.h"
+
+namespace tg {
+
+Module::Module() : storage_(std::make_shared<detail::ModelStorage>()) {}
+
+Module::Module(Module& parent, std::string name) : parent_(&parent), name_(std::move(name)) {
+  if (name_.empty()) throw Error("[Module] a child module needs a name");
+  parent.entries_.push_back({this, nullptr});
+}
+
+Module::~Module() {
+  if (parent_ == nullptr) return;
+  auto& e = parent_->entries_;
+  e.erase(std::remove_if(e.begin(), e.end(), [&](const Entry& x) { return x.module == this; }), e.end());
+}
+
+std::string Module::path() const {
+  if (parent_ == nullptr) return "";
+  std::string p = parent_->path();
+  return p.empty() ? name_ : p + "." + name_;
+}
+
+const Module& Module::root() const { return parent_ == nullptr ? *this : parent_->root(); }
+
+std::shared_ptr<detail::ModelStorage> Module::storage() const { return root().storage_; }
+
+void Module::collect(std::vector<const Param*>& out) const {
+  for (const Entry& e : entries_) {
+    if (e.param != nullptr) out.push_back(e.param);
+    else e.module->collect(out);
+  }
+}
+
+std::vector<const Param*> Module::parameters() const {
+  std::vector<const Param*> out;
+  collect(out);
+  return out;
+}
+
+namespace {
+bool default_decay(const Shape& shape, const Init& init) {
+  return shape.size() >= 2 && init.kind != Init::Kind::kConstant;
+}
+}  // namespace
+
+Param::Param(Module& owner, std::string name, Shape shape, Init init, ParamOptions options)
+    : owner_(&owner), name_(std::move(name)), shape_(std::move(shape)), init_(std::move(init)),
+      decay_(options.decay.value_or(default_decay(shape_, init_))) {
+  if (name_.empty()) throw Error("[Param] a parameter needs a name");
+  for (int64_t d : shape_)
+    if (d <= 0) throw ShapeError("[Param] '" + name_ + "' has a non-positive extent in " + shape_str(shape_));
+  owner.entries_.push_back({nullptr, this});
+}
+
+Param::~Param() {
+  auto& e = owner_->entries_;
+  e.erase(std::remove_if(e.begin(), e.end(), [&](const Module::Entry& x) { return x.param == this; }), e.end());
+}
+
+std::string Param::path() const {
+  std::string p = owner_->path();
+  return p.empty() ? name_ : p + "." + name_;
+}
+
+Param::operator Tensor() const { return tensor(); }
+
+Tensor Param::tensor(Loc loc) const {
+  ir::Trace* trace = ir::current_trace();
+  if (trace == nullptr)
+    throw Error("[Param] '" + path() + "' used outside of compile_train/compile_forward (at " + ir::loc_str(loc) + ")");
+  auto it = trace->param_nodes.find(this);
+  if (it != trace->param_nodes.end()) return Tensor(&trace->graph, it->second);
+  ir::Node n = ir::make_node(ir::Op::kParam, {}, loc);
+  n.dtype = DType::kF32;
+  n.shape = shape_;
+  n.name = path();
+  Tensor t = ir::emit(trace->graph, std::move(n));
+  trace->param_nodes[this] = t.id();
+  trace->params.push_back(this);
+  return t;
+}
+
+}  // namespace tg

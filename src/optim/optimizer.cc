@@ -1,0 +1,136 @@
+// SGD, Adam and AdamW as graph nodes, plus global-norm gradient clipping. The formulas
+// and the order of operations follow torch.optim (single-tensor implementations) so the
+// trajectories agree to float rounding.
+#include "optim/optimizer.h"
+
+#include <cmath>
+
+#include "ir/api_util.h"
+
+namespace tg::optim {
+namespace {
+
+using ir::Graph;
+
+Tensor scalar_input(Graph& g, UpdatePlan& plan, const std::string& name) {
+  ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
+  n.dtype = DType::kF32;
+  n.name = "__" + name;
+  plan.hyper_names.push_back(n.name);
+  Tensor t = ir::emit(g, std::move(n));
+  plan.hyper_nodes.push_back(t.id());
+  return t;
+}
+
+Tensor state(Graph& g, const std::string& name, const Shape& shape) {
+  ir::Node n = ir::make_node(ir::Op::kState, {}, Loc::current());
+  n.dtype = DType::kF32;
+  n.shape = shape;
+  n.name = name;
+  return ir::emit(g, std::move(n));
+}
+
+void write(Graph& g, const Tensor& target, const Tensor& value) { g.updates.push_back({target.id(), value.id()}); }
+
+/// torch.nn.utils.clip_grad_norm_: total = ‖(‖g₁‖, …, ‖gₙ‖)‖₂; every g *= min(max/(total+1e-6), 1).
+std::vector<Tensor> clip(Graph& g, const std::vector<Tensor>& grads, double max_norm) {
+  Tensor sumsq;
+  for (const Tensor& d : grads) {
+    Tensor s = sum(d * d);
+    sumsq = sumsq.valid() ? sumsq + s : s;
+  }
+  Tensor coef = minimum(max_norm / (sqrt(sumsq) + 1e-6), 1.0);
+  std::vector<Tensor> out;
+  for (const Tensor& d : grads) out.push_back(d * coef);
+  (void)g;
+  return out;
+}
+
+}  // namespace
+
+UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Optimizer& optimizer,
+                         std::optional<double> clip_grad_norm) {
+  UpdatePlan plan;
+  std::vector<Tensor> grads;
+  for (const ParamGrad& p : params) grads.emplace_back(&g, p.grad);
+  if (clip_grad_norm) {
+    if (*clip_grad_norm <= 0) throw Error("[compile_train] clip_grad_norm must be positive");
+    grads = clip(g, grads, *clip_grad_norm);
+  }
+
+  if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
+    if (sgd->nesterov && (sgd->momentum <= 0 || sgd->dampening != 0))
+      throw Error("[SGD] nesterov needs momentum > 0 and dampening = 0 (as in PyTorch)");
+    Tensor lr = scalar_input(g, plan, "lr");
+    // First step: buf = g. Later: buf = momentum·buf + (1-dampening)·g. Both are
+    // buf = keep·buf + gain·g with (keep, gain) fed per step.
+    Tensor keep = sgd->momentum != 0 ? scalar_input(g, plan, "momentum_keep") : Tensor();
+    Tensor gain = sgd->momentum != 0 ? scalar_input(g, plan, "momentum_gain") : Tensor();
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor p(&g, params[i].param);
+      Tensor d = grads[i];
+      if (sgd->weight_decay != 0 && params[i].decay) d = d + p * sgd->weight_decay;
+      if (sgd->momentum != 0) {
+        Tensor buf = state(g, "sgd.momentum." + params[i].name, p.shape());
+        Tensor new_buf = buf * keep + d * gain;
+        write(g, buf, new_buf);
+        d = sgd->nesterov ? d + new_buf * sgd->momentum : new_buf;
+      }
+      write(g, p, p - lr * d);
+    }
+    return plan;
+  }
+
+  // Adam and AdamW share the moments and the bias-corrected step:
+  //   m = β1 m + (1-β1) g;  v = β2 v + (1-β2) g²
+  //   p -= (lr/(1-β1ᵗ)) · m / (√v / √(1-β2ᵗ) + eps)
+  const bool decoupled = std::holds_alternative<AdamW>(optimizer);
+  const Adam a = decoupled ? Adam{std::get<AdamW>(optimizer).lr, std::get<AdamW>(optimizer).beta1,
+                                  std::get<AdamW>(optimizer).beta2, std::get<AdamW>(optimizer).eps,
+                                  std::get<AdamW>(optimizer).weight_decay}
+                           : std::get<Adam>(optimizer);
+  const auto* filter = decoupled ? &std::get<AdamW>(optimizer).decay_filter : nullptr;
+  Tensor step_size = scalar_input(g, plan, "step_size");     // lr / (1-β1ᵗ)
+  Tensor bc2_sqrt = scalar_input(g, plan, "bias_correction2_sqrt");  // √(1-β2ᵗ)
+  Tensor shrink = decoupled ? scalar_input(g, plan, "decay_shrink") : Tensor();  // 1 - lr·wd
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor p(&g, params[i].param);
+    Tensor d = grads[i];
+    const bool decays = a.weight_decay != 0 && (filter != nullptr && *filter ? (*filter)(params[i].name) : params[i].decay);
+    if (!decoupled && decays) d = d + p * a.weight_decay;
+    Tensor m = state(g, "adam.m." + params[i].name, p.shape());
+    Tensor v = state(g, "adam.v." + params[i].name, p.shape());
+    Tensor new_m = m * a.beta1 + d * (1.0 - a.beta1);
+    Tensor new_v = v * a.beta2 + d * d * (1.0 - a.beta2);
+    write(g, m, new_m);
+    write(g, v, new_v);
+    Tensor base = decoupled && decays ? p * shrink : p;
+    write(g, p, base - step_size * new_m / (sqrt(new_v) / bc2_sqrt + a.eps));
+  }
+  return plan;
+}
+
+std::vector<float> hyper_values(const Optimizer& optimizer, int64_t t, double lr) {
+  if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
+    std::vector<float> v{static_cast<float>(lr)};
+    if (sgd->momentum != 0) {
+      v.push_back(t == 1 ? 0.0f : static_cast<float>(sgd->momentum));
+      v.push_back(t == 1 ? 1.0f : static_cast<float>(1.0 - sgd->dampening));
+    }
+    return v;
+  }
+  const bool decoupled = std::holds_alternative<AdamW>(optimizer);
+  const double beta1 = decoupled ? std::get<AdamW>(optimizer).beta1 : std::get<Adam>(optimizer).beta1;
+  const double beta2 = decoupled ? std::get<AdamW>(optimizer).beta2 : std::get<Adam>(optimizer).beta2;
+  const double td = static_cast<double>(t);
+  std::vector<float> v{static_cast<float>(lr / (1.0 - std::pow(beta1, td))),
+                       static_cast<float>(std::sqrt(1.0 - std::pow(beta2, td)))};
+  if (decoupled) v.push_back(static_cast<float>(1.0 - lr * std::get<AdamW>(optimizer).weight_decay));
+  return v;
+}
+
+double base_lr(const Optimizer& optimizer) {
+  return std::visit([](const auto& o) { return o.lr; }, optimizer);
+}
+
+}  // namespace tg::optim

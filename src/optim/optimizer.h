@@ -1,0 +1,38 @@
+// Appends an optimizer update to a graph that already holds the gradients. The update is
+// ordinary graph nodes writing into each parameter (Graph::updates); moments are `state`
+// leaves; every per-step hyperparameter (lr, bias corrections, first-step momentum flags)
+// is a scalar `input` leaf whose value `hyper_values` computes on the host each step.
+#pragma once
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "tensorgrad/optim.h"
+
+namespace tg::optim {
+
+struct ParamGrad {
+  std::string name;
+  int32_t param;  // kParam leaf
+  int32_t grad;   // dL/dparam
+  bool decay;     // the parameter's own weight-decay flag
+};
+
+/// The scalar inputs the update reads, in the order hyper_values() returns them.
+struct UpdatePlan {
+  std::vector<std::string> hyper_names;
+  std::vector<int32_t> hyper_nodes;
+};
+
+UpdatePlan append_update(ir::Graph& graph, std::span<const ParamGrad> params, const Optimizer& optimizer,
+                         std::optional<double> clip_grad_norm);
+
+/// Values of the plan's scalar inputs for optimizer step `t` (1 for the first step) at
+/// learning rate `lr` (already scheduled).
+std::vector<float> hyper_values(const Optimizer& optimizer, int64_t t, double lr);
+
+double base_lr(const Optimizer& optimizer);
+
+}  // namespace tg::optim

@@ -1,0 +1,61 @@
+// HostTensor: a typed, shaped byte vector on the host.
+#include <cstring>
+
+#include "tensorgrad/program.h"
+
+namespace tg {
+
+HostTensor::HostTensor(DType dtype, Shape shape)
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(static_cast<size_t>(tg::numel(shape_) * dtype_size(dtype)), 0) {}
+
+HostTensor HostTensor::f32(std::vector<float> values, Shape shape) {
+  if (static_cast<int64_t>(values.size()) != tg::numel(shape))
+    throw InputError("[HostTensor] " + std::to_string(values.size()) + " values do not fill shape " + shape_str(shape));
+  HostTensor t(DType::kF32, std::move(shape));
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+HostTensor HostTensor::i32(std::vector<int32_t> values, Shape shape) {
+  if (static_cast<int64_t>(values.size()) != tg::numel(shape))
+    throw InputError("[HostTensor] " + std::to_string(values.size()) + " values do not fill shape " + shape_str(shape));
+  HostTensor t(DType::kI32, std::move(shape));
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(int32_t));
+  return t;
+}
+
+namespace {
+void expect(DType have, DType want) {
+  if (have != want)
+    throw InputError(std::string("[HostTensor] holds ") + dtype_name(have) + ", asked for " + dtype_name(want));
+}
+}  // namespace
+
+std::span<float> HostTensor::f32() {
+  expect(dtype_, DType::kF32);
+  return {reinterpret_cast<float*>(bytes_.data()), static_cast<size_t>(numel())};
+}
+std::span<const float> HostTensor::f32() const {
+  expect(dtype_, DType::kF32);
+  return {reinterpret_cast<const float*>(bytes_.data()), static_cast<size_t>(numel())};
+}
+std::span<int32_t> HostTensor::i32() {
+  expect(dtype_, DType::kI32);
+  return {reinterpret_cast<int32_t*>(bytes_.data()), static_cast<size_t>(numel())};
+}
+std::span<const int32_t> HostTensor::i32() const {
+  expect(dtype_, DType::kI32);
+  return {reinterpret_cast<const int32_t*>(bytes_.data()), static_cast<size_t>(numel())};
+}
+
+double HostTensor::item() const {
+  if (numel() == 0) throw InputError("[HostTensor] item() of an empty tensor");
+  switch (dtype_) {
+    case DType::kF32: return f32()[0];
+    case DType::kI32: return i32()[0];
+    case DType::kBool: return bytes_[0] != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+}  // namespace tg

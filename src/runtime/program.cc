@@ -1,0 +1,272 @@
+// compile_train / compile_forward and the Program methods: the pipeline driver
+// (trace → autograd → optimizer → passes → backend) and the run-time checks that keep bad
+// inputs from ever reaching a backend.
+#include <cmath>
+#include <unordered_set>
+
+#include "autograd/grad.h"
+#include "ir/api_util.h"
+#include "ir/trace.h"
+#include "optim/optimizer.h"
+#include "passes/dce.h"
+#include "runtime/storage.h"
+
+namespace tg {
+namespace detail {
+
+struct ProgramState {
+  bool train = false;
+  std::shared_ptr<DeviceStore> store;
+  ir::Graph graph;
+  std::unique_ptr<backend::Executable> exec;
+  std::vector<InputSpec> inputs;
+  std::vector<int32_t> input_nodes;  // parallel to inputs
+  int32_t output = -1;
+  // Training only.
+  Optimizer optimizer;
+  Schedule schedule;
+  double base_lr = 0;
+  int64_t steps = 0;
+  optim::UpdatePlan plan;
+  std::map<std::string, std::unique_ptr<backend::Buffer>> state_buffers;
+};
+
+namespace {
+
+std::string names_list(const std::vector<InputSpec>& specs) {
+  std::string s;
+  for (const InputSpec& i : specs) s += (s.empty() ? "" : ", ") + i.name;
+  return s.empty() ? "(none)" : s;
+}
+
+struct Traced {
+  ir::Graph graph;
+  std::vector<int32_t> input_nodes;
+  int32_t result;
+  std::vector<std::pair<std::string, int32_t>> params;  // path → kParam node
+};
+
+Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::vector<InputSpec>& inputs,
+             const char* api) {
+  if (arity != inputs.size())
+    throw InputError(std::string("[") + api + "] the function takes " + std::to_string(arity) +
+                     " tensors but options.inputs names " + std::to_string(inputs.size()) + ": " + names_list(inputs));
+  std::unordered_set<std::string> seen;
+  for (const InputSpec& spec : inputs) {
+    if (spec.name.empty() || spec.name.rfind("__", 0) == 0)
+      throw InputError(std::string("[") + api + "] input names must be non-empty and not start with '__'");
+    if (!seen.insert(spec.name).second) throw InputError(std::string("[") + api + "] input '" + spec.name + "' is declared twice");
+  }
+  ir::Trace t;
+  std::vector<Tensor> args;
+  Tensor result;
+  {
+    ir::TraceScope scope(t);
+    for (const InputSpec& spec : inputs) {
+      ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
+      n.dtype = spec.dtype;
+      n.shape = spec.shape;
+      n.name = spec.name;
+      args.push_back(ir::emit(t.graph, std::move(n)));
+    }
+    result = fn(args);
+  }
+  if (!result.valid() || result.graph() != &t.graph)
+    throw Error(std::string("[") + api + "] the function must return a tensor computed from its inputs or parameters");
+  Traced out{std::move(t.graph), {}, result.id(), {}};
+  for (const Tensor& a : args) out.input_nodes.push_back(a.id());
+  std::vector<const Param*> own = model.root().parameters();
+  for (const Param* p : t.params) {
+    if (std::find(own.begin(), own.end(), p) == own.end())
+      throw Error(std::string("[") + api + "] parameter '" + p->path() + "' does not belong to the compiled model");
+    out.params.emplace_back(p->path(), t.param_nodes.at(p));
+  }
+  return out;
+}
+
+/// DCE, buffer binding and backend preparation, shared by both compile paths.
+void finish(ProgramState& s, ir::Graph graph) {
+  std::vector<int32_t> remap;
+  s.graph = passes::eliminate_dead_code(graph, remap);
+  for (int32_t& n : s.input_nodes) n = remap[static_cast<size_t>(n)];
+  s.output = remap[static_cast<size_t>(s.output)];
+  for (int32_t& n : s.plan.hyper_nodes) n = remap[static_cast<size_t>(n)];
+  backend::Bindings bindings;
+  for (int32_t id = 0; id < s.graph.size(); ++id) {
+    const ir::Node& n = s.graph.node(id);
+    if (n.op == ir::Op::kParam) {
+      bindings[id] = s.store->buffers.at(n.name).get();
+    } else if (n.op == ir::Op::kState) {
+      auto& buf = s.state_buffers[n.name];
+      buf = s.store->backend->allocate(n.dtype, n.numel());
+      bindings[id] = buf.get();
+    }
+  }
+  s.exec = s.store->backend->prepare(s.graph, bindings);
+}
+
+void set_inputs(ProgramState& s, const Feeds& feeds, const char* api) {
+  std::vector<const Feed*> by_input(s.inputs.size(), nullptr);
+  for (const Feed& f : feeds) {
+    size_t i = 0;
+    while (i < s.inputs.size() && s.inputs[i].name != f.name) ++i;
+    if (i == s.inputs.size())
+      throw InputError(std::string("[") + api + "] unknown input '" + f.name + "'; this program's inputs are: " +
+                       names_list(s.inputs));
+    if (by_input[i] != nullptr) throw InputError(std::string("[") + api + "] input '" + f.name + "' is given twice");
+    const InputSpec& spec = s.inputs[i];
+    if (f.value.dtype != spec.dtype || f.value.numel != numel(spec.shape))
+      throw InputError(std::string("[") + api + "] input '" + f.name + "' expects " + dtype_name(spec.dtype) + " with " +
+                       std::to_string(numel(spec.shape)) + " elements (shape " + shape_str(spec.shape) + "), got " +
+                       dtype_name(f.value.dtype) + " with " + std::to_string(f.value.numel) + " elements");
+    if (f.value.data == nullptr && f.value.numel > 0)
+      throw InputError(std::string("[") + api + "] input '" + f.name + "' has no data");
+    by_input[i] = &f;
+  }
+  for (size_t i = 0; i < s.inputs.size(); ++i)
+    if (by_input[i] == nullptr) throw InputError(std::string("[") + api + "] missing input '" + s.inputs[i].name + "'");
+  for (size_t i = 0; i < s.inputs.size(); ++i) s.exec->set_input(s.input_nodes[i], by_input[i]->value.data);
+}
+
+}  // namespace
+
+Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOptions options) {
+  auto s = std::make_shared<ProgramState>();
+  s->train = true;
+  s->store = device_store(model, options.device);
+  Traced t = trace(model, fn, arity, options.inputs, "compile_train");
+  const ir::Node& loss = t.graph.node(t.result);
+  if (loss.numel() != 1 || loss.dtype != DType::kF32)
+    throw ShapeError("[compile_train] the loss must be a single f32 value, got " + std::string(dtype_name(loss.dtype)) +
+                     shape_str(loss.shape) + " (computed at " + ir::loc_str(loss.loc) + "); reduce it with tg::mean or tg::sum");
+
+  std::vector<int32_t> leaves;
+  for (const auto& [path, node] : t.params) leaves.push_back(node);
+  std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.result, leaves);
+  std::vector<optim::ParamGrad> pg;
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
+    pg.push_back({t.params[i].first, t.params[i].second, grads[i], s->store->infos.at(t.params[i].first).decay});
+  }
+  s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
+  t.graph.outputs = {t.result};
+  s->inputs = options.inputs;
+  s->input_nodes = t.input_nodes;
+  s->output = t.result;
+  s->optimizer = options.optimizer;
+  s->schedule = options.schedule ? options.schedule : lr::constant();
+  s->base_lr = optim::base_lr(options.optimizer);
+  finish(*s, std::move(t.graph));
+  return Program(s);
+}
+
+Program compile_forward(Module& model, const TracedFn& fn, size_t arity, ForwardOptions options) {
+  auto s = std::make_shared<ProgramState>();
+  s->store = device_store(model, options.device);
+  Traced t = trace(model, fn, arity, options.inputs, "compile_forward");
+  t.graph.outputs = {t.result};
+  s->inputs = options.inputs;
+  s->input_nodes = t.input_nodes;
+  s->output = t.result;
+  finish(*s, std::move(t.graph));
+  return Program(s);
+}
+
+}  // namespace detail
+
+float Program::step(const Feeds& feeds, StepOptions options) {
+  detail::ProgramState& s = *state_;
+  if (!s.train) throw Error("[step] this program was compiled with compile_forward; use run()");
+  std::lock_guard lock(s.store->mutex);
+  detail::set_inputs(s, feeds, "step");
+  const double lr = s.base_lr * s.schedule(s.steps);
+  const std::vector<float> hyper = optim::hyper_values(s.optimizer, s.steps + 1, lr);
+  for (size_t i = 0; i < hyper.size(); ++i)
+    if (s.plan.hyper_nodes[i] >= 0) s.exec->set_input(s.plan.hyper_nodes[i], &hyper[i]);
+  s.exec->execute();
+  ++s.steps;
+  if (!options.read_loss) return std::nanf("");
+  float loss = 0;
+  s.exec->read_output(s.output, &loss);
+  return loss;
+}
+
+HostTensor Program::run(const Feeds& feeds) {
+  detail::ProgramState& s = *state_;
+  if (s.train) throw Error("[run] this program was compiled with compile_train; use step(), or compile_forward for inference");
+  std::lock_guard lock(s.store->mutex);
+  detail::set_inputs(s, feeds, "run");
+  s.exec->execute();
+  const ir::Node& out = s.graph.node(s.output);
+  HostTensor result(out.dtype, out.shape);
+  s.exec->read_output(s.output, result.data());
+  return result;
+}
+
+void Program::init_params(uint64_t seed) {
+  std::lock_guard lock(state_->store->mutex);
+  state_->store->init_params(seed);
+}
+
+void Program::upload_params(const std::map<std::string, HostTensor>& params, UploadOptions options) {
+  detail::DeviceStore& store = *state_->store;
+  std::lock_guard lock(store.mutex);
+  for (const auto& [name, value] : params) {
+    auto it = store.infos.find(name);
+    if (it == store.infos.end()) {
+      std::string known;
+      for (const auto& kv : store.infos) known += (known.empty() ? "" : ", ") + kv.first;
+      throw InputError("[upload_params] unknown parameter '" + name + "'; the model's parameters are: " + known);
+    }
+    if (value.dtype() != DType::kF32 || value.shape() != it->second.shape)
+      throw InputError("[upload_params] parameter '" + name + "' expects f32" + shape_str(it->second.shape) + ", got " +
+                       dtype_name(value.dtype()) + shape_str(value.shape()));
+  }
+  if (!options.partial)
+    for (const auto& [name, info] : store.infos)
+      if (params.count(name) == 0)
+        throw InputError("[upload_params] missing parameter '" + name + "' (pass {.partial = true} to upload a subset)");
+  for (const auto& [name, value] : params) store.backend->upload(*store.buffers.at(name), value.data());
+}
+
+std::map<std::string, HostTensor> Program::download_params() const {
+  detail::DeviceStore& store = *state_->store;
+  std::lock_guard lock(store.mutex);
+  std::map<std::string, HostTensor> out;
+  for (const auto& [name, info] : store.infos) {
+    HostTensor t(DType::kF32, info.shape);
+    store.backend->download(*store.buffers.at(name), t.data());
+    out.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::string> Program::param_names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : state_->store->infos) out.push_back(kv.first);
+  return out;
+}
+
+void Program::reset_optimizer() {
+  detail::ProgramState& s = *state_;
+  std::lock_guard lock(s.store->mutex);
+  for (auto& [name, buf] : s.state_buffers) {
+    std::vector<uint8_t> zeros(static_cast<size_t>(buf->numel() * dtype_size(buf->dtype())), 0);
+    s.store->backend->upload(*buf, zeros.data());
+  }
+  s.steps = 0;
+}
+
+void Program::set_lr(double lr) {
+  if (!state_->train) throw Error("[set_lr] this program has no optimizer");
+  if (!(lr >= 0) || !std::isfinite(lr)) throw Error("[set_lr] lr must be finite and >= 0, got " + std::to_string(lr));
+  std::lock_guard lock(state_->store->mutex);
+  state_->base_lr = lr;
+}
+
+double Program::lr() const { return state_->base_lr; }
+int64_t Program::steps() const { return state_->steps; }
+std::string Program::ir() const { return state_->graph.to_string(); }
+const Device& Program::device() const { return state_->store->device; }
+
+}  // namespace tg

@@ -1,0 +1,51 @@
+// Parameter storage shared by every program compiled from one model on one device.
+// The root Module owns a ModelStorage; each device gets one DeviceStore holding the
+// backend and one persistent buffer per parameter. Its mutex serializes every call on
+// every program that shares it, so a step never interleaves with a run reading the same
+// parameters.
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+#include "tensorgrad/module.h"
+#include "tensorgrad/program.h"
+
+namespace tg::detail {
+
+/// What the store remembers of a Param (the Module may be destroyed before its programs).
+struct ParamInfo {
+  std::string path;
+  Shape shape;
+  Init init;
+  bool decay;
+};
+
+struct DeviceStore {
+  Device device;
+  std::unique_ptr<backend::Backend> backend;
+  std::map<std::string, ParamInfo> infos;
+  std::map<std::string, std::unique_ptr<backend::Buffer>> buffers;
+  std::mutex mutex;
+
+  /// Fills every parameter from its Init with `seed` (see nn/init.cc).
+  void init_params(uint64_t seed);
+};
+
+struct ModelStorage {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<DeviceStore>> devices;  // by Device::str()
+};
+
+/// The store of `model` on `device`, created (with every parameter of the model allocated
+/// and initialised with seed 0) on first use.
+std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& device);
+
+/// Fills `values` (shape `shape`) from `init`, seeded per parameter by (seed, path).
+void fill_init(const Init& init, std::span<float> values, const Shape& shape, uint64_t seed, const std::string& path);
+
+std::unique_ptr<backend::Backend> make_backend(const Device& device);
+
+}  // namespace tg::detail
