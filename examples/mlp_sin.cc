@@ -4,6 +4,8 @@
 //   ./mlp_sin [steps=2000] [device=cpu|ref]
 #include <tensorgrad/tensorgrad.h>
 
+#include "sin_mlp.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,10 +13,6 @@
 #include <random>
 #include <string>
 
-struct SinMlp : tg::Module {
-  tg::nn::Linear l1{*this, "l1", 1, 64}, l2{*this, "l2", 64, 64}, l3{*this, "l3", 64, 1};
-  tg::Tensor operator()(const tg::Tensor& x) const { return l3(tg::relu(l2(tg::relu(l1(x))))); }
-};
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 2000;

@@ -34,7 +34,7 @@ struct Init {
   Kind kind = Kind::kNormal;
   double a = 0, b = 1;  // normal: mean, std · uniform: low, high · constant: value · kaiming/xavier: gain
   /// kCallable: fills `values` (row-major, shape `shape`) from a generator seeded for this parameter.
-  std::function<void(std::span<float> values, const Shape& shape, uint64_t seed)> fn;
+  std::function<void(std::span<float> values, const Shape& shape, uint64_t seed)> fn = {};
 };
 
 namespace init {
@@ -91,7 +91,7 @@ class Module {
 struct ParamOptions {
   /// Whether AdamW/SGD weight decay applies. Default: yes for rank ≥ 2 parameters that are
   /// not initialised to a constant; no for biases, norms' gains and other vectors.
-  std::optional<bool> decay;
+  std::optional<bool> decay = {};
 };
 
 class Param {

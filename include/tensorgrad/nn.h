@@ -10,8 +10,8 @@ namespace tg::nn {
 struct LinearOptions {
   bool bias = true;
   /// Default: PyTorch's, U(-1/√in, 1/√in) for weight and bias.
-  std::optional<Init> weight_init;
-  std::optional<Init> bias_init;
+  std::optional<Init> weight_init = {};
+  std::optional<Init> bias_init = {};
 };
 
 /// y = x Wᵀ + b, with W of shape [out, in] (PyTorch's layout) and x of shape [..., in].

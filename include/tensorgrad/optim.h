@@ -41,7 +41,7 @@ struct AdamW {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
-  std::function<bool(std::string_view name)> decay_filter;
+  std::function<bool(std::string_view name)> decay_filter = {};
 };
 
 using Optimizer = std::variant<SGD, Adam, AdamW>;

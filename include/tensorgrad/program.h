@@ -90,23 +90,23 @@ struct Feed {
 using Feeds = std::vector<Feed>;
 
 struct InputSpec {
-  std::string name;
-  Shape shape;
+  std::string name = {};
+  Shape shape = {};
   DType dtype = DType::kF32;
 };
 
 struct TrainOptions {
-  std::vector<InputSpec> inputs;
+  std::vector<InputSpec> inputs = {};
   Optimizer optimizer = Adam{};
   /// Factor on the optimizer's lr per step; empty = constant.
-  Schedule schedule;
+  Schedule schedule = {};
   /// Clip the global L2 norm of all gradients to this value (torch.nn.utils.clip_grad_norm_).
-  std::optional<double> clip_grad_norm;
+  std::optional<double> clip_grad_norm = {};
   Device device = Device::best();
 };
 
 struct ForwardOptions {
-  std::vector<InputSpec> inputs;
+  std::vector<InputSpec> inputs = {};
   Device device = Device::best();
 };
 

@@ -12,8 +12,9 @@ namespace {
 
 using ir::Op;
 
-/// Sums `g` down to `shape` over the axes a broadcast added or stretched.
-Tensor sum_to(const Tensor& g, const Shape& shape, const Loc& loc) {
+/// Sums `g` down to `shape` over the axes a broadcast added or stretched. `shape` is taken by
+/// value: callers pass shapes owned by graph nodes, which appending the sum may reallocate.
+Tensor sum_to(const Tensor& g, Shape shape, const Loc& loc) {
   if (g.shape() == shape) return g;
   const size_t lead = g.shape().size() - shape.size();
   Axes axes;
@@ -93,7 +94,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     case Op::kMax:
     case Op::kMin: {
       // Gradient goes to the elements equal to the extremum, split evenly among ties.
-      const Shape& xs = graph.node(n.inputs[0]).shape;
+      const Shape xs = graph.node(n.inputs[0]).shape;  // a copy: the reshapes below append nodes
       Tensor yk = n.attrs.keepdim ? y : keepdim_shape(y, n, xs, loc);
       Tensor gk = n.attrs.keepdim ? g : keepdim_shape(g, n, xs, loc);
       Tensor mask = cast(eq(x(0), yk, loc), DType::kF32, loc);

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what tensorgrad needs to build on Debian 12 (as root, or via sudo):
+# a C++20 compiler, CMake, Ninja, OpenBLAS and GoogleTest. Skips packages already present.
+set -euo pipefail
+packages=(g++ cmake ninja-build libopenblas-dev libgtest-dev pkg-config)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
