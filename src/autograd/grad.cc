@@ -35,12 +35,13 @@ std::vector<int32_t> append_gradients(ir::Graph& g, int32_t loss, std::span<cons
     const Tensor dout = grads[static_cast<size_t>(id)];
     if (!dout.valid() || g.node(id).inputs.empty()) continue;
     std::vector<Tensor> dins = vjp(g, id, dout);
-    const ir::Node& n = g.node(id);  // re-fetch: vjp appended nodes
+    const std::vector<int32_t> inputs = g.node(id).inputs;  // a copy: add() below appends nodes
+    const Loc loc = g.node(id).loc;
     for (size_t i = 0; i < dins.size(); ++i) {
-      const int32_t in = n.inputs[i];
+      const int32_t in = inputs[i];
       if (!dins[i].valid() || !needs[static_cast<size_t>(in)]) continue;
       Tensor& acc = grads[static_cast<size_t>(in)];
-      acc = acc.valid() ? add(acc, dins[i], n.loc) : dins[i];
+      acc = acc.valid() ? add(acc, dins[i], loc) : dins[i];
     }
   }
 

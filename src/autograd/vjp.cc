@@ -36,6 +36,9 @@ Tensor keepdim_shape(const Tensor& t, const ir::Node& n, const Shape& x_shape, c
 std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
   const ir::Node n = graph.node(id);  // a copy: the rules below append nodes
   const Loc& loc = n.loc;
+  // Input shapes by value: every op below appends nodes, which may move graph storage.
+  std::vector<Shape> in_shape;
+  for (int32_t in : n.inputs) in_shape.push_back(graph.node(in).shape);
   auto x = [&](size_t i) { return Tensor(&graph, n.inputs[i]); };
   const Tensor y(&graph, id);
   auto constant = [&](double v) { return ir::scalar_constant(graph, v, DType::kF32, loc); };
@@ -89,12 +92,12 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       return {Tensor(), where(x(0), g, 0.0, loc), where(x(0), 0.0, g, loc)};
 
     case Op::kSum:
-      return {broadcast_to(n.attrs.keepdim ? g : keepdim_shape(g, n, graph.node(n.inputs[0]).shape, loc),
-                           graph.node(n.inputs[0]).shape, loc)};
+      return {broadcast_to(n.attrs.keepdim ? g : keepdim_shape(g, n, in_shape[0], loc),
+                           in_shape[0], loc)};
     case Op::kMax:
     case Op::kMin: {
       // Gradient goes to the elements equal to the extremum, split evenly among ties.
-      const Shape xs = graph.node(n.inputs[0]).shape;  // a copy: the reshapes below append nodes
+      const Shape xs = in_shape[0];  // a copy: the reshapes below append nodes
       Tensor yk = n.attrs.keepdim ? y : keepdim_shape(y, n, xs, loc);
       Tensor gk = n.attrs.keepdim ? g : keepdim_shape(g, n, xs, loc);
       Tensor mask = cast(eq(x(0), yk, loc), DType::kF32, loc);
@@ -103,24 +106,24 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     }
 
     case Op::kReshape:
-      return {reshape(g, graph.node(n.inputs[0]).shape, loc)};
+      return {reshape(g, in_shape[0], loc)};
     case Op::kPermute: {
       Axes inverse(n.attrs.axes.size());
       for (size_t i = 0; i < inverse.size(); ++i) inverse[static_cast<size_t>(n.attrs.axes[i])] = static_cast<int64_t>(i);
       return {permute(g, inverse, loc)};
     }
     case Op::kBroadcastTo:
-      return {sum_to(g, graph.node(n.inputs[0]).shape, loc)};
+      return {sum_to(g, in_shape[0], loc)};
     case Op::kSlice: {
       // The adjoint of selecting elements is scattering them back into zeros.
       ir::Node un = ir::make_node(Op::kUnslice, {g.id()}, loc);
-      un.shape = graph.node(n.inputs[0]).shape;
+      un.shape = in_shape[0];
       un.attrs = n.attrs;
       return {ir::emit(graph, std::move(un))};
     }
     case Op::kUnslice: {
       ir::Node sl = ir::make_node(Op::kSlice, {g.id()}, loc);
-      sl.shape = graph.node(n.inputs[0]).shape;
+      sl.shape = in_shape[0];
       sl.attrs = n.attrs;
       return {ir::emit(graph, std::move(sl))};
     }
@@ -128,8 +131,8 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       std::vector<Tensor> out;
       const int64_t axis = n.attrs.axes[0];
       int64_t start = 0;
-      for (int32_t in : n.inputs) {
-        const int64_t len = graph.node(in).shape[static_cast<size_t>(axis)];
+      for (const Shape& shape : in_shape) {
+        const int64_t len = shape[static_cast<size_t>(axis)];
         out.push_back(slice(g, axis, start, start + len, 1, loc));
         start += len;
       }
@@ -137,9 +140,8 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     }
     case Op::kMatmul: {
       // Y = A B:  dA = G Bᵀ,  dB = Aᵀ G, each summed over the batch axes it was broadcast on.
-      const Shape as = graph.node(n.inputs[0]).shape, bs = graph.node(n.inputs[1]).shape;
-      return {sum_to(matmul(g, transpose(x(1), -2, -1, loc), loc), as, loc),
-              sum_to(matmul(transpose(x(0), -2, -1, loc), g, loc), bs, loc)};
+      return {sum_to(matmul(g, transpose(x(1), -2, -1, loc), loc), in_shape[0], loc),
+              sum_to(matmul(transpose(x(0), -2, -1, loc), g, loc), in_shape[1], loc)};
     }
   }
   return std::vector<Tensor>(n.inputs.size());

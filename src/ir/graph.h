@@ -3,6 +3,7 @@
 // optimizer all append to one Graph; passes and backends read it.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -71,7 +72,7 @@ class Graph {
   const Node& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
   Node& node(int32_t id) { return nodes_[static_cast<size_t>(id)]; }
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
-  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::deque<Node>& nodes() const { return nodes_; }
 
   /// What a program produces and keeps. `outputs` are read back (loss, run results);
   /// `updates` write a value into a param/state leaf's storage after everything else ran.
@@ -86,7 +87,9 @@ class Graph {
   std::string to_string() const;
 
  private:
-  std::vector<Node> nodes_;
+  // A deque, not a vector: appending never moves existing nodes, so references to a node
+  // (and Tensor::shape() results) stay valid while tracing and autograd append more.
+  std::deque<Node> nodes_;
 };
 
 /// Infers node.shape/node.dtype from its inputs and attrs (ir/shape.cc).

@@ -1,0 +1,172 @@
+// Shared machinery of the CPU backend: host memory, strided views and the parallel
+// strided loop every elementwise and copy kernel runs on, plus the kernel builders each
+// kernel file exports to the planner (cpu_backend.cc). A kernel is built once at prepare
+// time — shapes, strides, dtype dispatch and the thread split are all fixed then — and
+// returned as a closure that execute() calls once per step with no further decisions
+// beyond the tight inner loops.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace tg::backend::cpu {
+
+using Kernel = std::function<void()>;
+
+/// Elements below which a cheap loop stays on one thread: forking the OpenMP team costs
+/// a few microseconds, which is the time to stream about this many floats.
+constexpr int64_t kGrainCheap = int64_t{1} << 15;
+/// Same, for elementwise ops whose per-element cost is a libm call (exp, tanh, …).
+constexpr int64_t kGrainHeavy = int64_t{1} << 12;
+
+/// Zero-filled, 64-byte aligned host memory (never null, even for zero bytes, so that
+/// memcpy/memset on empty tensors stay well-defined).
+class HostMem {
+ public:
+  HostMem() = default;
+  explicit HostMem(int64_t bytes);
+  std::byte* data() const { return ptr_.get(); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> ptr_;
+  int64_t bytes_ = 0;
+};
+
+/// Where a node's elements live: element (i0, i1, …) is at data + Σ ik·strides[k]
+/// elements. Strides may be 0 (broadcast) or arbitrary (permute, slice).
+struct View {
+  std::byte* data = nullptr;
+  std::vector<int64_t> strides;  // one per axis of the node's shape, in elements
+};
+
+std::vector<int64_t> contiguous_strides(const Shape& shape);
+/// Row-major dense, ignoring the strides of extent-1 axes (which are never stepped).
+bool is_contiguous(const View& view, const Shape& shape);
+inline View contiguous_view(std::byte* data, const Shape& shape) { return {data, contiguous_strides(shape)}; }
+
+// ---- the strided loop nest -------------------------------------------------------------
+
+constexpr int kMaxOperands = 4;
+
+/// A loop over `shape` stepping up to kMaxOperands strided operands together, with axes of
+/// extent 1 dropped and adjacent axes merged wherever every operand allows it, so that a
+/// dense or scalar-broadcast operation collapses to a single flat loop.
+struct Nest {
+  std::vector<int64_t> extents;                             // innermost last; never empty
+  std::vector<std::array<int64_t, kMaxOperands>> strides;   // [axis][operand]
+  int64_t numel = 0;
+  int64_t grain = kGrainCheap;  // elements per parallel chunk
+  const std::array<int64_t, kMaxOperands>& inner() const { return strides.back(); }
+};
+
+Nest make_nest(const Shape& shape, const std::vector<std::vector<int64_t>>& operand_strides, int64_t grain);
+
+/// Calls segment(offsets, count) for consecutive runs of the innermost axis covering flat
+/// positions [begin, end); offsets[k] is operand k's element offset at the run's start.
+template <int N, class F>
+void walk_range(const Nest& nest, int64_t begin, int64_t end, const F& segment) {
+  const size_t rank = nest.extents.size();
+  int64_t idx_small[16];
+  std::vector<int64_t> idx_big;
+  int64_t* idx = idx_small;
+  if (rank > 16) {
+    idx_big.resize(rank);
+    idx = idx_big.data();
+  }
+  std::array<int64_t, N> off{};
+  int64_t rest = begin;
+  for (size_t d = rank; d-- > 0;) {
+    idx[d] = rest % nest.extents[d];
+    rest /= nest.extents[d];
+    for (int k = 0; k < N; ++k) off[k] += idx[d] * nest.strides[d][k];
+  }
+  const size_t last = rank - 1;
+  while (begin < end) {
+    const int64_t count = std::min(nest.extents[last] - idx[last], end - begin);
+    segment(off, count);
+    begin += count;
+    if (begin >= end) break;
+    // Carry into the outer axes like an odometer: each wrap rewinds that axis's offset.
+    for (int k = 0; k < N; ++k) off[k] += count * nest.strides[last][k];
+    idx[last] += count;
+    for (size_t d = last; d > 0 && idx[d] == nest.extents[d]; --d) {
+      for (int k = 0; k < N; ++k) off[k] += nest.strides[d - 1][k] - nest.extents[d] * nest.strides[d][k];
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+/// Runs the nest in fixed chunks of nest.grain elements; a nest of one chunk runs on the
+/// calling thread. Chunks depend only on the shape, so results never depend on the
+/// thread count.
+template <int N, class F>
+void run_nest(const Nest& nest, const F& segment) {
+  const int64_t chunks = (nest.numel + nest.grain - 1) / nest.grain;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c)
+    walk_range<N>(nest, c * nest.grain, std::min(nest.numel, (c + 1) * nest.grain), segment);
+}
+
+// ---- value conversions shared by cast, constant and arange -----------------------------
+
+/// Truncation toward zero that saturates instead of being UB: NaN → 0, ±big → INT32 limits.
+inline int32_t saturate_i32(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 2147483647.0) return std::numeric_limits<int32_t>::max();
+  if (v <= -2147483648.0) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(v);
+}
+/// double → float without UB for finite values beyond float's range (they become ±inf).
+inline float narrow_f32(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (v > kMax) return std::numeric_limits<float>::infinity();
+  if (v < -kMax) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
+/// Writes `v` converted to `dtype` (f32 round, i32 truncate+saturate, bool ≠ 0) at dst[i].
+void store_double(DType dtype, std::byte* dst, int64_t i, double v);
+
+// ---- kernel builders (one file each; `out` is always the node's own dense storage) -----
+
+/// Unary / binary / compare rows of ops.def; `in` are views shaped like the node.
+Kernel make_elementwise(const ir::Node& node, DType in_dtype, const std::vector<View>& in, std::byte* out);
+Kernel make_cast(const Shape& shape, DType from, DType to, const View& in, std::byte* out);
+/// (cond bool, a, b) → out, all shaped `shape`.
+Kernel make_where(const Shape& shape, DType dtype, const std::vector<View>& in, std::byte* out);
+
+/// Strided copy of `shape` elements from `src` to `dst` (both views may be arbitrary).
+Kernel make_copy(DType dtype, const Shape& shape, const View& dst, const View& src);
+void copy_now(DType dtype, const Shape& shape, const View& dst, const View& src);
+
+/// Sum / Max / Min over node.attrs.axes of a dense input of shape in_shape.
+Kernel make_reduce(const ir::Node& node, const Shape& in_shape, const std::byte* in, std::byte* out);
+Kernel make_argmax(const ir::Node& node, const Shape& in_shape, DType in_dtype, const std::byte* in,
+                   std::byte* out);
+
+/// How a matrix view maps onto a BLAS operand: row-major `ld`, transposed or not.
+struct BlasOperand {
+  bool trans = false;
+  int64_t ld = 1;
+};
+/// Whether the last two axes of `view` (extents rows × cols) are BLAS-addressable.
+std::optional<BlasOperand> blas_operand(const View& view, const Shape& shape);
+/// [..., m, k] @ [..., k, n] → dense out of node.shape; both views must pass blas_operand.
+Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, const Shape& b_shape,
+                   const View& b, float* out);
+
+}  // namespace tg::backend::cpu
