@@ -1,0 +1,356 @@
+// Machinery behind the op table test (op_table_test.cc): describing a case's inputs,
+// generating deterministic values for them, tracing a case into an ir::Graph exactly the
+// way the runtime does, running a graph on a backend, and comparing results.
+//
+// The reference backend computes in double precision and is the oracle; the CPU backend
+// is compared against it. Gradients are checked on the reference backend against central
+// finite differences evaluated in double, so neither side of that comparison involves
+// f32 rounding.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/grad.h"
+#include "backend/backend.h"
+#include "backend/ref/ref_backend.h"
+#include "ir/api_util.h"
+#include "ir/trace.h"
+#include "passes/dce.h"
+#include "tensorgrad/tensor.h"
+
+namespace tg::op_test {
+
+using Ts = std::vector<Tensor>;
+using BuildFn = std::function<Tensor(const Ts&)>;
+
+// ---- describing inputs -------------------------------------------------------------------
+
+/// How an input's values are drawn. Ranges are chosen per op so that nothing sits on a
+/// kink or singularity, where a finite difference would not measure the derivative.
+enum class Dist {
+  kUniform,   // uniform in [lo, hi]
+  kAwayZero,  // magnitude uniform in [lo, hi] (lo > 0), random sign: abs/relu/sign/1/x
+  kDistinct,  // all kDistinct inputs of a case together take distinct values from a jittered
+              // grid over [lo, hi], so max/min/maximum/argmax have no ties (gaps ≫ FD eps)
+  kInt,       // integers in [lo, hi] (also for f32 inputs that should hold whole numbers)
+  kBool,      // 0 or 1
+};
+
+struct InputSpec {
+  Shape shape;
+  DType dtype = DType::kF32;
+  Dist dist = Dist::kUniform;
+  double lo = -1;
+  double hi = 1;
+};
+
+inline InputSpec uni(Shape s, double lo = -1, double hi = 1) { return {std::move(s), DType::kF32, Dist::kUniform, lo, hi}; }
+inline InputSpec away0(Shape s, double lo = 0.2, double hi = 2) { return {std::move(s), DType::kF32, Dist::kAwayZero, lo, hi}; }
+inline InputSpec distinct(Shape s, double lo = -2, double hi = 2) { return {std::move(s), DType::kF32, Dist::kDistinct, lo, hi}; }
+inline InputSpec ints(Shape s, double lo = -5, double hi = 5, DType t = DType::kI32) { return {std::move(s), t, Dist::kInt, lo, hi}; }
+inline InputSpec bools(Shape s) { return {std::move(s), DType::kBool, Dist::kBool, 0, 1}; }
+
+/// Element-wise acceptance |got - want| <= abs + rel * |want|. {0, 0} means bit-exact.
+struct Tol {
+  double rel = 0;
+  double abs = 0;
+};
+constexpr Tol kExact{0, 0};                // integer, bool, shape-only and selection ops
+constexpr Tol kArith{1e-6, 1e-7};          // one or two correctly rounded f32 operations
+constexpr Tol kReduce{1e-6, 1e-6};         // f32 sums of a few dozen O(1) terms
+constexpr Tol kTranscendental{1e-5, 1e-6}; // libm / vectorised approximations of exp, sin, …
+constexpr Tol kMatmul{1e-5, 1e-6};         // BLAS sgemm, any summation order
+constexpr Tol kLargeSum{1e-5, 1e-4};       // f32 sums of hundreds of O(1) terms, any order
+
+enum class Grad {
+  kNo,
+  kYes,      // autograd vs finite differences on ref, then the backward graph cpu vs ref
+  kCpuOnly,  // backward graph cpu vs ref only: the row is too big for finite differences
+};
+
+/// One row of the op table.
+struct OpCase {
+  std::string name;  // [A-Za-z0-9_], used as the GoogleTest parameter name
+  std::vector<InputSpec> inputs;
+  BuildFn build;
+  Shape shape;  // expected output shape …
+  DType dtype;  // … and dtype (checked at trace time)
+  Tol tol;      // cpu vs ref, forward
+  Grad grad;    // check d(sum(f(x) * w))/dx against finite differences
+};
+
+/// GoogleTest prints a failing parameter with this instead of its bytes.
+inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
+// ---- deterministic values ------------------------------------------------------------------
+
+/// splitmix64: tiny, and its sequence does not depend on the standard library in use.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+
+ private:
+  uint64_t state_;
+};
+
+/// FNV-1a, so each row has its own fixed seed independent of its position in the table.
+inline uint64_t seed_of(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+
+/// Host values of one tensor, held as doubles that are exactly representable in `dtype`.
+struct HostTensor {
+  DType dtype = DType::kF32;
+  std::vector<double> values;
+};
+
+inline double round_to(DType t, double v) {
+  switch (t) {
+    case DType::kF32: return static_cast<double>(static_cast<float>(v));
+    case DType::kI32: return static_cast<double>(static_cast<int32_t>(v));
+    case DType::kBool: return v != 0 ? 1.0 : 0.0;
+  }
+  return v;
+}
+
+inline std::vector<HostTensor> make_inputs(const std::vector<InputSpec>& specs, uint64_t seed) {
+  Rng rng(seed);
+  // The shared grid of every kDistinct input, shuffled, then dealt out in order.
+  std::vector<double> pool;
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const InputSpec& s : specs) {
+    if (s.dist != Dist::kDistinct) continue;
+    lo = any ? std::min(lo, s.lo) : s.lo;
+    hi = any ? std::max(hi, s.hi) : s.hi;
+    any = true;
+    pool.resize(pool.size() + static_cast<size_t>(numel(s.shape)));
+  }
+  const double step = pool.empty() ? 0 : (hi - lo) / static_cast<double>(pool.size());
+  for (size_t k = 0; k < pool.size(); ++k) pool[k] = lo + (static_cast<double>(k) + 0.5 + rng.uniform(-0.2, 0.2)) * step;
+  for (size_t k = pool.size(); k > 1; --k) std::swap(pool[k - 1], pool[static_cast<size_t>(rng.below(static_cast<int64_t>(k)))]);
+  size_t next_pooled = 0;
+
+  std::vector<HostTensor> out;
+  for (const InputSpec& s : specs) {
+    HostTensor h{s.dtype, std::vector<double>(static_cast<size_t>(numel(s.shape)))};
+    for (double& v : h.values) {
+      switch (s.dist) {
+        case Dist::kUniform: v = rng.uniform(s.lo, s.hi); break;
+        case Dist::kAwayZero: v = rng.uniform(s.lo, s.hi) * (rng.below(2) == 0 ? -1.0 : 1.0); break;
+        case Dist::kDistinct: v = pool[next_pooled++]; break;
+        case Dist::kInt: v = s.lo + static_cast<double>(rng.below(static_cast<int64_t>(s.hi - s.lo) + 1)); break;
+        case Dist::kBool: v = static_cast<double>(rng.below(2)); break;
+      }
+      v = round_to(s.dtype, v);
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+// ---- tracing and running ---------------------------------------------------------------------
+
+/// A traced program: its graph, its kInput leaves in declaration order, and its result.
+struct Traced {
+  ir::Graph graph;
+  std::vector<int32_t> inputs;
+  int32_t out = -1;
+};
+
+/// Traces `fn` over fresh kInput leaves the way compile_forward does (a Trace made current
+/// only while the function runs); graph.outputs = {result}.
+inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn) {
+  ir::Trace trace;
+  Traced t;
+  Tensor result;
+  {
+    ir::TraceScope scope(trace);
+    Ts xs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
+      // snprintf, not "x" + std::to_string(i): GCC 12 warns falsely (-Wrestrict) on that.
+      char name[24];
+      std::snprintf(name, sizeof name, "x%zu", i);
+      n.name = name;
+      n.shape = specs[i].shape;
+      n.dtype = specs[i].dtype;
+      xs.push_back(ir::emit(trace.graph, std::move(n)));
+      t.inputs.push_back(xs.back().id());
+    }
+    result = fn(xs);
+  }
+  if (!result.valid() || result.graph() != &trace.graph) throw std::logic_error("case did not return a traced tensor");
+  t.graph = trace.graph;
+  t.out = result.id();
+  t.graph.outputs = {t.out};
+  return t;
+}
+
+/// Host bytes in the backend format (f32 → float, i32 → int32_t, bool → uint8_t).
+inline std::vector<std::byte> to_host(const HostTensor& h) {
+  std::vector<std::byte> bytes(h.values.size() * static_cast<size_t>(dtype_size(h.dtype)));
+  for (size_t i = 0; i < h.values.size(); ++i) {
+    const double v = h.values[i];
+    if (h.dtype == DType::kF32) {
+      const auto f = static_cast<float>(v);
+      std::memcpy(bytes.data() + 4 * i, &f, 4);
+    } else if (h.dtype == DType::kI32) {
+      const auto n = static_cast<int32_t>(v);
+      std::memcpy(bytes.data() + 4 * i, &n, 4);
+    } else {
+      bytes[i] = static_cast<std::byte>(v != 0 ? 1 : 0);
+    }
+  }
+  return bytes;
+}
+
+inline std::vector<double> from_host(DType t, const std::vector<std::byte>& bytes, int64_t n) {
+  std::vector<double> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t == DType::kF32) {
+      float f;
+      std::memcpy(&f, bytes.data() + 4 * i, 4);
+      out[i] = f;
+    } else if (t == DType::kI32) {
+      int32_t v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      out[i] = v;
+    } else {
+      out[i] = static_cast<double>(std::to_integer<uint8_t>(bytes[i]));
+    }
+  }
+  return out;
+}
+
+/// Runs `graph` on `be` and returns every graph.outputs entry at host precision. The graph
+/// goes through dead-code elimination first, as the runtime does before prepare().
+inline std::vector<std::vector<double>> run_graph(backend::Backend& be, const ir::Graph& graph,
+                                                  const std::vector<int32_t>& inputs,
+                                                  const std::vector<HostTensor>& feeds) {
+  std::vector<int32_t> remap;
+  const ir::Graph g = passes::eliminate_dead_code(graph, remap);
+  for (const ir::Node& n : g.nodes())
+    if (!be.supports(n.op))
+      throw std::runtime_error(std::string(be.name()) + " backend does not support op " + ir::op_name(n.op));
+  std::unique_ptr<backend::Executable> exe = be.prepare(g, {});
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<std::byte> bytes = to_host(feeds[i]);
+    exe->set_input(remap[static_cast<size_t>(inputs[i])], bytes.data());
+  }
+  exe->execute();
+  std::vector<std::vector<double>> outs;
+  for (int32_t o : g.outputs) {
+    const ir::Node& n = g.node(o);
+    std::vector<std::byte> bytes(static_cast<size_t>(n.numel() * dtype_size(n.dtype)) + 1);
+    exe->read_output(o, bytes.data());
+    outs.push_back(from_host(n.dtype, bytes, n.numel()));
+  }
+  return outs;
+}
+
+/// The oracle first, then the backend under test.
+inline std::vector<std::unique_ptr<backend::Backend>> both_backends() {
+  std::vector<std::unique_ptr<backend::Backend>> out;
+  out.push_back(backend::make_ref_backend());
+  out.push_back(backend::make_cpu_backend());
+  return out;
+}
+
+/// A ref executable fed in double precision, for analytic gradients and finite differences.
+struct RefRun {
+  std::unique_ptr<backend::Executable> owner;
+  backend::RefExecutable* exe = nullptr;
+
+  RefRun(backend::Backend& ref, const ir::Graph& graph, const std::vector<int32_t>& inputs,
+         const std::vector<HostTensor>& feeds)
+      : owner(ref.prepare(graph, {})), exe(dynamic_cast<backend::RefExecutable*>(owner.get())) {
+    if (exe == nullptr) throw std::logic_error("the ref backend did not return a RefExecutable");
+    for (size_t i = 0; i < inputs.size(); ++i) exe->set_input_f64(inputs[i], feeds[i].values);
+    exe->execute();
+  }
+};
+
+/// Central finite differences of the scalar output `loss` of `forward` with respect to every
+/// element of input `which`, evaluated on the ref backend in double (no f32 rounding).
+inline std::vector<double> finite_differences(backend::Backend& ref, const ir::Graph& forward, int32_t loss,
+                                              const std::vector<int32_t>& inputs,
+                                              const std::vector<HostTensor>& feeds, size_t which, double eps = 1e-6) {
+  RefRun run(ref, forward, inputs, feeds);
+  std::vector<double> x = feeds[which].values;
+  std::vector<double> out(x.size());
+  auto loss_at = [&](size_t k, double v) {
+    x[k] = v;
+    run.exe->set_input_f64(inputs[which], x);
+    run.exe->execute();
+    return run.exe->value_f64(loss).at(0);
+  };
+  for (size_t k = 0; k < x.size(); ++k) {
+    const double x0 = x[k];
+    out[k] = (loss_at(k, x0 + eps) - loss_at(k, x0 - eps)) / (2 * eps);
+    x[k] = x0;
+  }
+  return out;
+}
+
+/// Autograd vs finite differences: relative error < 1e-5 with an absolute floor of 1e-7.
+inline ::testing::AssertionResult matches_fd(const std::vector<double>& exact, const std::vector<double>& numeric) {
+  if (exact.size() != numeric.size()) return ::testing::AssertionFailure() << "size mismatch";
+  std::ostringstream bad;
+  bad.precision(12);
+  int failures = 0;
+  for (size_t k = 0; k < exact.size(); ++k) {
+    const double scale = std::max(std::abs(exact[k]), std::abs(numeric[k]));
+    if (std::abs(exact[k] - numeric[k]) <= 1e-5 * scale + 1e-7) continue;
+    if (++failures <= 6) bad << "\n  [" << k << "] autograd " << exact[k] << ", finite difference " << numeric[k];
+  }
+  if (failures == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << failures << " of " << exact.size() << " gradient elements disagree:" << bad.str();
+}
+
+// ---- comparing ---------------------------------------------------------------------------------
+
+inline std::string shape_and_dtype(const Shape& s, DType t) { return std::string(dtype_name(t)) + shape_str(s); }
+
+/// Element-wise |got - want| <= tol.abs + tol.rel * |want|, naming the first few offenders.
+inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want, Tol tol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs expected " << want.size();
+  std::ostringstream bad;
+  bad.precision(9);
+  int failures = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    const bool same_nan = std::isnan(g) && std::isnan(w);
+    if (same_nan || std::abs(g - w) <= tol.abs + tol.rel * std::abs(w)) continue;
+    if (++failures <= 6) bad << "\n  [" << i << "] got " << g << ", expected " << w << " (diff " << g - w << ")";
+  }
+  if (failures == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << failures << " of " << got.size() << " elements differ beyond rel "
+                                       << tol.rel << " / abs " << tol.abs << ":" << bad.str();
+}
+
+}  // namespace tg::op_test

@@ -1,0 +1,665 @@
+// The op correctness table. One row per case; together the rows reach every op in
+// src/ir/ops.def through the public API (tensorgrad/tensor.h), with broadcasting, size-1
+// axes, negative axes and the scalar operator forms. For every row:
+//   * OpForward: the traced output shape/dtype is the one the row states, and the CPU
+//     backend agrees with the double-precision reference backend within the row's tolerance;
+//   * OpGradient (rows marked kGrad): d/dx sum(f(x) * w) from autograd, run on the reference
+//     backend in double, matches central finite differences of the same forward graph, and
+//     the CPU backend runs that gradient graph to the same numbers as the reference (rows
+//     marked kCpuOnly, too big for finite differences, get only the second check).
+// Graphs go through dead-code elimination before prepare(), as in the runtime.
+// Below the table, hand-computed expectations pin the reference backend itself (so a bug
+// shared by the oracle and the VJPs cannot hide), and explicit tests cover gradient
+// accumulation over several consumers and stop_gradient.
+//
+// Adding an op to ops.def means adding its rows here (see step 5 in ops.def).
+#include <array>
+#include <set>
+
+#include "ops/op_harness.h"
+
+namespace tg::op_test {
+namespace {
+
+using enum DType;
+constexpr Grad kGrad = Grad::kYes;
+constexpr Grad kNoGrad = Grad::kNo;
+constexpr Grad kCpuOnly = Grad::kCpuOnly;
+
+/// The body of a row: an expression in the row's input tensors x[0], x[1], ….
+#define FN(...) [](const Ts& x) -> Tensor { (void)x; return __VA_ARGS__; }
+
+constexpr std::array<float, 6> kConstF32 = {0.5f, -1.25f, 2.0f, 0.0f, 3.5f, -0.75f};
+constexpr std::array<int32_t, 4> kConstI32 = {3, -1, 0, 7};
+
+// Composite rows: common layers whose gradients exercise accumulation across consumers
+// and reductions feeding broadcasts.
+Tensor softmax_last(const Ts& x) {
+  Tensor e = exp(x[0] - max(x[0], {-1}, true));
+  return e / sum(e, {-1}, true);
+}
+Tensor log_softmax_last(const Ts& x) {
+  Tensor shifted = x[0] - max(x[0], {-1}, true);
+  return shifted - log(sum(exp(shifted), {-1}, true));
+}
+Tensor layer_norm_last(const Ts& x) {
+  Tensor centered = x[0] - mean(x[0], {-1}, true);
+  return centered * rsqrt(mean(centered * centered, {-1}, true) + 1e-5) * x[1] + x[2];
+}
+Tensor linear_tanh(const Ts& x) { return tanh(matmul(x[0], x[1]) + x[2]); }
+
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = {
+      // ---- elementwise unary ---------------------------------------------------------------
+      {"neg", {uni({2, 3}, -2, 2)}, FN(neg(x[0])), {2, 3}, kF32, kExact, kGrad},
+      {"neg_operator", {uni({3, 1, 4})}, FN(-x[0]), {3, 1, 4}, kF32, kExact, kGrad},
+      {"neg_i32", {ints({2, 3})}, FN(neg(x[0])), {2, 3}, kI32, kExact, kNoGrad},
+      {"abs", {away0({3, 1, 4}, 0.1, 2)}, FN(abs(x[0])), {3, 1, 4}, kF32, kExact, kGrad},
+      {"abs_i32", {ints({2, 3})}, FN(abs(x[0])), {2, 3}, kI32, kExact, kNoGrad},
+      // sign is piecewise constant: autograd passes no gradient and the FD is exactly 0.
+      {"sign", {away0({2, 3})}, FN(sign(x[0])), {2, 3}, kF32, kExact, kGrad},
+      {"sign_i32_with_zeros", {ints({2, 4}, -2, 2)}, FN(sign(x[0])), {2, 4}, kI32, kExact, kNoGrad},
+      {"sign_bool", {bools({5})}, FN(sign(x[0])), {5}, kI32, kExact, kNoGrad},
+      {"exp", {uni({2, 3}, -2, 2)}, FN(exp(x[0])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"exp_of_i32_promotes", {ints({4}, -3, 3)}, FN(exp(x[0])), {4}, kF32, kTranscendental, kNoGrad},
+      {"log", {uni({3, 1, 4}, 0.5, 2)}, FN(log(x[0])), {3, 1, 4}, kF32, kTranscendental, kGrad},
+      {"sqrt", {uni({2, 3}, 0.5, 2)}, FN(sqrt(x[0])), {2, 3}, kF32, kArith, kGrad},
+      {"rsqrt", {uni({2, 3}, 0.5, 2)}, FN(rsqrt(x[0])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"sin", {uni({2, 3}, -3, 3)}, FN(sin(x[0])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"cos", {uni({2, 3}, -3, 3)}, FN(cos(x[0])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"tanh", {uni({4, 1}, -2, 2)}, FN(tanh(x[0])), {4, 1}, kF32, kTranscendental, kGrad},
+      {"sigmoid", {uni({2, 3}, -3, 3)}, FN(sigmoid(x[0])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"relu", {away0({3, 1, 4}, 0.1, 2)}, FN(relu(x[0])), {3, 1, 4}, kF32, kExact, kGrad},
+      {"relu_i32", {ints({2, 3})}, FN(relu(x[0])), {2, 3}, kI32, kExact, kNoGrad},
+      {"erf", {uni({2, 3}, -2, 2)}, FN(erf(x[0])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"log1p", {uni({2, 3}, -0.5, 2)}, FN(log1p(x[0])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"reciprocal", {away0({2, 3}, 0.5, 2)}, FN(reciprocal(x[0])), {2, 3}, kF32, kArith, kGrad},
+      {"logical_not", {bools({2, 3})}, FN(logical_not(x[0])), {2, 3}, kBool, kExact, kNoGrad},
+      {"logical_not_operator", {bools({4, 1})}, FN(!x[0]), {4, 1}, kBool, kExact, kNoGrad},
+      {"logical_not_of_i32", {ints({2, 3}, -1, 1)}, FN(logical_not(x[0])), {2, 3}, kBool, kExact, kNoGrad},
+      {"logical_not_of_f32", {ints({2, 3}, -1, 1, kF32)}, FN(logical_not(x[0])), {2, 3}, kBool, kExact, kNoGrad},
+      // Forward only here: the FD of an identity is 1 while its defined gradient is 0;
+      // the StopGradient tests below check that no gradient flows.
+      {"stop_gradient", {uni({2, 3})}, FN(stop_gradient(x[0])), {2, 3}, kF32, kExact, kNoGrad},
+      {"stop_gradient_i32", {ints({3})}, FN(stop_gradient(x[0])), {3}, kI32, kExact, kNoGrad},
+      {"cast_f32_to_i32_truncates", {uni({2, 3}, -3, 3)}, FN(cast(x[0], kI32)), {2, 3}, kI32, kExact, kNoGrad},
+      {"cast_f32_to_bool", {ints({2, 3}, -1, 1, kF32)}, FN(cast(x[0], kBool)), {2, 3}, kBool, kExact, kNoGrad},
+      {"cast_i32_to_f32", {ints({3, 1}, -100, 100)}, FN(cast(x[0], kF32)), {3, 1}, kF32, kExact, kNoGrad},
+      {"cast_i32_to_bool", {ints({2, 3}, -2, 2)}, FN(cast(x[0], kBool)), {2, 3}, kBool, kExact, kNoGrad},
+      {"cast_bool_to_f32", {bools({2, 3})}, FN(cast(x[0], kF32)), {2, 3}, kF32, kExact, kNoGrad},
+      {"cast_bool_to_i32", {bools({4})}, FN(cast(x[0], kI32)), {4}, kI32, kExact, kNoGrad},
+
+      // ---- elementwise binary (NumPy broadcasting) ------------------------------------------
+      {"add_broadcast_row", {uni({2, 3}), uni({3})}, FN(add(x[0], x[1])), {2, 3}, kF32, kArith, kGrad},
+      {"add_broadcast_both", {uni({2, 1, 4}), uni({3, 1})}, FN(x[0] + x[1]), {2, 3, 4}, kF32, kArith, kGrad},
+      {"add_i32", {ints({2, 3}), ints({2, 1})}, FN(x[0] + x[1]), {2, 3}, kI32, kExact, kNoGrad},
+      {"add_i32_f32_promotes", {ints({2, 3}), uni({3})}, FN(x[0] + x[1]), {2, 3}, kF32, kArith, kGrad},
+      {"add_bool_bool_is_i32", {bools({2, 3}), bools({2, 3})}, FN(add(x[0], x[1])), {2, 3}, kI32, kExact, kNoGrad},
+      {"sub_outer", {uni({4, 1}), uni({1, 4})}, FN(sub(x[0], x[1])), {4, 4}, kF32, kArith, kGrad},
+      {"sub_i32", {ints({3}), ints({2, 3})}, FN(x[0] - x[1]), {2, 3}, kI32, kExact, kNoGrad},
+      {"mul_by_rank0", {uni({2, 3}), uni({})}, FN(mul(x[0], x[1])), {2, 3}, kF32, kArith, kGrad},
+      {"mul_broadcast_size1", {uni({3, 1, 2}), uni({1, 4, 1})}, FN(x[0] * x[1]), {3, 4, 2}, kF32, kArith, kGrad},
+      {"mul_i32", {ints({2, 3}), ints({3})}, FN(x[0] * x[1]), {2, 3}, kI32, kExact, kNoGrad},
+      {"mul_same_operand", {uni({2, 3}, -2, 2)}, FN(x[0] * x[0]), {2, 3}, kF32, kArith, kGrad},
+      {"div_broadcast", {uni({2, 3}), away0({2, 1}, 0.5, 2)}, FN(div(x[0], x[1])), {2, 3}, kF32, kArith, kGrad},
+      {"div_i32_promotes", {ints({2, 3}), ints({3}, 1, 4)}, FN(x[0] / x[1]), {2, 3}, kF32, kArith, kNoGrad},
+      {"pow_broadcast", {uni({2, 3}, 0.5, 2), uni({3}, -2, 2)}, FN(pow(x[0], x[1])), {2, 3}, kF32, kTranscendental, kGrad},
+      {"pow_scalar_exponent", {uni({3, 1}, 0.5, 2)}, FN(pow(x[0], 3)), {3, 1}, kF32, kTranscendental, kGrad},
+      {"pow_scalar_base", {uni({2, 2}, -1, 1.5)}, FN(pow(2.0, x[0])), {2, 2}, kF32, kTranscendental, kGrad},
+      {"maximum_broadcast", {distinct({2, 3}), distinct({3})}, FN(maximum(x[0], x[1])), {2, 3}, kF32, kExact, kGrad},
+      {"maximum_scalar", {distinct({2, 4})}, FN(maximum(x[0], 0.25)), {2, 4}, kF32, kExact, kGrad},
+      {"maximum_i32_ties", {ints({2, 3}, 0, 2), ints({2, 3}, 0, 2)}, FN(maximum(x[0], x[1])), {2, 3}, kI32, kExact, kNoGrad},
+      {"minimum_broadcast", {distinct({3, 1}), distinct({1, 4})}, FN(minimum(x[0], x[1])), {3, 4}, kF32, kExact, kGrad},
+      {"minimum_scalar_left", {distinct({5})}, FN(minimum(0.5, x[0])), {5}, kF32, kExact, kGrad},
+      {"minimum_i32_ties", {ints({4}, 0, 2), ints({2, 4}, 0, 2)}, FN(minimum(x[0], x[1])), {2, 4}, kI32, kExact, kNoGrad},
+
+      // ---- comparisons and logic -----------------------------------------------------------
+      {"eq_f32_ties", {ints({2, 3}, 0, 2, kF32), ints({3}, 0, 2, kF32)}, FN(eq(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
+      {"eq_i32_scalar", {ints({2, 3}, 0, 2)}, FN(eq(x[0], 1)), {2, 3}, kBool, kExact, kNoGrad},
+      {"eq_bool", {bools({2, 3}), bools({2, 1})}, FN(eq(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
+      {"ne_i32", {ints({3, 1}, 0, 2), ints({1, 3}, 0, 2)}, FN(ne(x[0], x[1])), {3, 3}, kBool, kExact, kNoGrad},
+      {"ne_bool", {bools({4}), bools({4})}, FN(ne(x[0], x[1])), {4}, kBool, kExact, kNoGrad},
+      {"lt", {distinct({2, 3}), distinct({3})}, FN(lt(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
+      {"lt_operator_scalar", {uni({2, 3})}, FN(x[0] < 0.25), {2, 3}, kBool, kExact, kNoGrad},
+      {"le_i32_ties", {ints({2, 3}, 0, 2), ints({2, 1}, 0, 2)}, FN(le(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
+      {"le_operator", {ints({4}, 0, 2, kF32), ints({4}, 0, 2, kF32)}, FN(x[0] <= x[1]), {4}, kBool, kExact, kNoGrad},
+      {"gt", {distinct({3, 1}), distinct({1, 2})}, FN(gt(x[0], x[1])), {3, 2}, kBool, kExact, kNoGrad},
+      {"gt_operator_scalar_left", {uni({5})}, FN(0 > x[0]), {5}, kBool, kExact, kNoGrad},
+      {"ge_i32_ties", {ints({2, 3}, 0, 2), ints({3}, 0, 2)}, FN(ge(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
+      {"ge_operator_i32_vs_float", {ints({4}, -2, 2)}, FN(x[0] >= 0.5), {4}, kBool, kExact, kNoGrad},
+      {"logical_and", {bools({2, 3}), bools({3})}, FN(logical_and(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
+      {"logical_and_operator", {bools({2, 1}), bools({1, 3})}, FN(x[0] && x[1]), {2, 3}, kBool, kExact, kNoGrad},
+      {"logical_and_of_i32", {ints({2, 3}, -1, 1), bools({2, 3})}, FN(logical_and(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
+      {"logical_or", {bools({3, 1}), bools({3, 4})}, FN(logical_or(x[0], x[1])), {3, 4}, kBool, kExact, kNoGrad},
+      {"logical_or_operator", {bools({4}), bools({4})}, FN(x[0] || x[1]), {4}, kBool, kExact, kNoGrad},
+      {"where_broadcast", {bools({2, 1}), uni({1, 3}), uni({})}, FN(where(x[0], x[1], x[2])), {2, 3}, kF32, kExact, kGrad},
+      {"where_scalar_branch", {bools({2, 3}), uni({2, 3})}, FN(where(x[0], x[1], 0.0)), {2, 3}, kF32, kExact, kGrad},
+      {"where_both_scalars_i32", {bools({4})}, FN(where(x[0], 1, -1)), {4}, kI32, kExact, kNoGrad},
+      {"where_both_scalars_f32", {bools({4})}, FN(where(x[0], 0.5, 2)), {4}, kF32, kExact, kNoGrad},
+      {"where_i32", {bools({3, 1}), ints({3, 4}), ints({4})}, FN(where(x[0], x[1], x[2])), {3, 4}, kI32, kExact, kNoGrad},
+      {"where_i32_cond_is_cast", {ints({2, 3}, 0, 2), uni({2, 3}), uni({3})}, FN(where(x[0], x[1], x[2])), {2, 3}, kF32, kExact, kGrad},
+      {"where_leaky_relu", {away0({2, 3}, 0.1, 2)}, FN(where(x[0] > 0, x[0], x[0] * 0.1)), {2, 3}, kF32, kArith, kGrad},
+
+      // ---- operators with numbers ----------------------------------------------------------
+      {"scalar_two_x_plus_one", {uni({2, 3})}, FN(2.0f * x[0] + 1), {2, 3}, kF32, kArith, kGrad},
+      {"scalar_one_minus_x", {uni({3, 1})}, FN(1 - x[0]), {3, 1}, kF32, kArith, kGrad},
+      {"scalar_x_div_three", {uni({2, 3})}, FN(x[0] / 3), {2, 3}, kF32, kArith, kGrad},
+      {"scalar_three_div_x", {away0({4}, 0.5, 2)}, FN(3.0 / x[0]), {4}, kF32, kArith, kGrad},
+      {"scalar_chain", {uni({2, 3})}, FN((x[0] - 0.5) * x[0] * 0.25 + x[0] / 2.0), {2, 3}, kF32, kArith, kGrad},
+      {"scalar_i32_two_x_plus_one", {ints({2, 3})}, FN(2 * x[0] + 1), {2, 3}, kI32, kExact, kNoGrad},
+      {"scalar_i32_plus_float_promotes", {ints({2, 3})}, FN(x[0] + 0.5), {2, 3}, kF32, kExact, kNoGrad},
+      {"scalar_i32_div_int_promotes", {ints({2, 3})}, FN(x[0] / 2), {2, 3}, kF32, kExact, kNoGrad},
+
+      // ---- reductions -----------------------------------------------------------------------
+      {"sum_all", {uni({2, 3, 4})}, FN(sum(x[0])), {}, kF32, kReduce, kGrad},
+      {"sum_axis1", {uni({2, 3, 4})}, FN(sum(x[0], {1})), {2, 4}, kF32, kReduce, kGrad},
+      {"sum_neg_axis_keepdim", {uni({2, 3, 4})}, FN(sum(x[0], {-1}, true)), {2, 3, 1}, kF32, kReduce, kGrad},
+      {"sum_axes_0_2", {uni({2, 3, 4})}, FN(sum(x[0], {0, 2})), {3}, kF32, kReduce, kGrad},
+      {"sum_axes_unsorted_neg_keepdim", {uni({2, 3, 4})}, FN(sum(x[0], {-1, 0}, true)), {1, 3, 1}, kF32, kReduce, kGrad},
+      {"sum_size1_axis", {uni({3, 1, 4})}, FN(sum(x[0], {1})), {3, 4}, kF32, kReduce, kGrad},
+      {"sum_i32", {ints({2, 3, 4})}, FN(sum(x[0], {0})), {3, 4}, kI32, kExact, kNoGrad},
+      {"sum_bool_counts", {bools({2, 5})}, FN(sum(x[0], {1})), {2}, kI32, kExact, kNoGrad},
+      {"mean_all", {uni({2, 3, 4})}, FN(mean(x[0])), {}, kF32, kReduce, kGrad},
+      {"mean_neg_axis", {uni({2, 3, 4})}, FN(mean(x[0], {-2})), {2, 4}, kF32, kReduce, kGrad},
+      {"mean_axes_keepdim", {uni({2, 3, 4})}, FN(mean(x[0], {0, 2}, true)), {1, 3, 1}, kF32, kReduce, kGrad},
+      {"mean_i32_is_f32", {ints({3, 4})}, FN(mean(x[0], {1})), {3}, kF32, kReduce, kNoGrad},
+      {"max_all", {distinct({2, 3, 4})}, FN(max(x[0])), {}, kF32, kExact, kGrad},
+      {"max_axis1", {distinct({2, 3, 4})}, FN(max(x[0], {1})), {2, 4}, kF32, kExact, kGrad},
+      {"max_axes_keepdim", {distinct({2, 3, 4})}, FN(max(x[0], {0, -1}, true)), {1, 3, 1}, kF32, kExact, kGrad},
+      {"max_size1_axis", {distinct({3, 1, 4})}, FN(max(x[0], {1})), {3, 4}, kF32, kExact, kGrad},
+      {"max_i32_ties", {ints({2, 3, 4}, 0, 3)}, FN(max(x[0], {2})), {2, 3}, kI32, kExact, kNoGrad},
+      {"min_all", {distinct({3, 4})}, FN(min(x[0])), {}, kF32, kExact, kGrad},
+      {"min_neg_axis", {distinct({2, 3, 4})}, FN(min(x[0], {-3})), {3, 4}, kF32, kExact, kGrad},
+      {"min_axes_keepdim", {distinct({2, 3, 4})}, FN(min(x[0], {1, 2}, true)), {2, 1, 1}, kF32, kExact, kGrad},
+      {"min_i32_ties", {ints({4, 3}, 0, 2)}, FN(min(x[0], {0})), {3}, kI32, kExact, kNoGrad},
+      {"argmax_axis1", {distinct({2, 3, 4})}, FN(argmax(x[0], 1)), {2, 4}, kI32, kExact, kNoGrad},
+      {"argmax_neg_axis_keepdim", {distinct({2, 3, 4})}, FN(argmax(x[0], -1, true)), {2, 3, 1}, kI32, kExact, kNoGrad},
+      {"argmax_flat", {distinct({2, 3, 4})}, FN(argmax(x[0])), {}, kI32, kExact, kNoGrad},
+      {"argmax_flat_keepdim", {distinct({2, 3})}, FN(argmax(x[0], std::nullopt, true)), {1, 1}, kI32, kExact, kNoGrad},
+      {"argmax_i32_ties_first", {ints({4, 5}, 0, 2)}, FN(argmax(x[0], 1)), {4}, kI32, kExact, kNoGrad},
+      {"argmax_bool", {bools({3, 4})}, FN(argmax(x[0], 0)), {4}, kI32, kExact, kNoGrad},
+
+      // ---- shape ------------------------------------------------------------------------------
+      {"reshape", {uni({2, 3, 4})}, FN(reshape(x[0], {4, 6})), {4, 6}, kF32, kExact, kGrad},
+      {"reshape_infer", {uni({2, 3, 4})}, FN(reshape(x[0], {-1, 4})), {6, 4}, kF32, kExact, kGrad},
+      {"reshape_flatten", {uni({2, 3, 4})}, FN(reshape(x[0], {-1})), {24}, kF32, kExact, kGrad},
+      {"reshape_size1_axes", {uni({2, 6})}, FN(reshape(x[0], {2, 1, 6, 1})), {2, 1, 6, 1}, kF32, kExact, kGrad},
+      {"reshape_i32", {ints({2, 3})}, FN(reshape(x[0], {3, -1})), {3, 2}, kI32, kExact, kNoGrad},
+      {"permute", {uni({2, 3, 4})}, FN(permute(x[0], {2, 0, 1})), {4, 2, 3}, kF32, kExact, kGrad},
+      {"permute_neg_axes", {uni({2, 3, 4})}, FN(permute(x[0], {1, -1, 0})), {3, 4, 2}, kF32, kExact, kGrad},
+      {"permute_size1", {uni({3, 1, 4})}, FN(permute(x[0], {1, 2, 0})), {1, 4, 3}, kF32, kExact, kGrad},
+      {"permute_4d", {uni({2, 3, 1, 2})}, FN(permute(x[0], {3, 1, 0, 2})), {2, 3, 2, 1}, kF32, kExact, kGrad},
+      {"transpose_default", {uni({2, 3, 4})}, FN(transpose(x[0])), {2, 4, 3}, kF32, kExact, kGrad},
+      {"transpose_0_2", {uni({2, 3, 4})}, FN(transpose(x[0], 0, 2)), {4, 3, 2}, kF32, kExact, kGrad},
+      {"transpose_bool", {bools({2, 3})}, FN(transpose(x[0])), {3, 2}, kBool, kExact, kNoGrad},
+      {"broadcast_to_size1", {uni({3, 1})}, FN(broadcast_to(x[0], {2, 3, 4})), {2, 3, 4}, kF32, kExact, kGrad},
+      {"broadcast_to_rank_up", {uni({4})}, FN(broadcast_to(x[0], {3, 4})), {3, 4}, kF32, kExact, kGrad},
+      {"broadcast_to_from_rank0", {uni({})}, FN(broadcast_to(x[0], {2, 2})), {2, 2}, kF32, kExact, kGrad},
+      {"broadcast_to_middle", {uni({2, 1, 3})}, FN(broadcast_to(x[0], {2, 4, 3})), {2, 4, 3}, kF32, kExact, kGrad},
+      {"broadcast_to_i32", {ints({1, 3})}, FN(broadcast_to(x[0], {2, 3})), {2, 3}, kI32, kExact, kNoGrad},
+      {"slice_axis0", {uni({5, 3})}, FN(slice(x[0], 0, 1, 4)), {3, 3}, kF32, kExact, kGrad},
+      {"slice_step2", {uni({3, 7})}, FN(slice(x[0], 1, 0, 7, 2)), {3, 4}, kF32, kExact, kGrad},
+      {"slice_negative_start", {uni({6, 2})}, FN(slice(x[0], 0, -4, 6)), {4, 2}, kF32, kExact, kGrad},
+      {"slice_neg_axis_step3_stop_clamped", {uni({2, 3, 8})}, FN(slice(x[0], -1, 1, 100, 3)), {2, 3, 3}, kF32, kExact, kGrad},
+      {"slice_negative_start_stop_step2", {uni({2, 9})}, FN(slice(x[0], 1, -7, -1, 2)), {2, 3}, kF32, kExact, kGrad},
+      {"slice_middle_axis", {uni({2, 5, 3})}, FN(slice(x[0], 1, 2, 4)), {2, 2, 3}, kF32, kExact, kGrad},
+      {"slice_i32", {ints({4, 3})}, FN(slice(x[0], 0, 1, 4, 2)), {2, 3}, kI32, kExact, kNoGrad},
+      {"concat_axis0", {uni({2, 3}), uni({1, 3})}, FN(concat({x[0], x[1]}, 0)), {3, 3}, kF32, kExact, kGrad},
+      {"concat_neg_axis_three", {uni({2, 1}), uni({2, 3}), uni({2, 2})}, FN(concat({x[0], x[1], x[2]}, -1)), {2, 6}, kF32, kExact, kGrad},
+      {"concat_middle_axis", {uni({2, 1, 3}), uni({2, 2, 3})}, FN(concat({x[0], x[1]}, 1)), {2, 3, 3}, kF32, kExact, kGrad},
+      {"concat_span", {uni({1, 2}), uni({3, 2})}, FN(concat(std::span<const Tensor>(x), 0)), {4, 2}, kF32, kExact, kGrad},
+      {"concat_i32_f32_promotes", {ints({2, 2}), uni({2, 1})}, FN(concat({x[0], x[1]}, 1)), {2, 3}, kF32, kExact, kGrad},
+      {"concat_bool", {bools({2}), bools({3})}, FN(concat({x[0], x[1]}, 0)), {5}, kBool, kExact, kNoGrad},
+      {"unsqueeze_front", {uni({2, 3})}, FN(unsqueeze(x[0], 0)), {1, 2, 3}, kF32, kExact, kGrad},
+      {"unsqueeze_neg", {uni({2, 3})}, FN(unsqueeze(x[0], -1)), {2, 3, 1}, kF32, kExact, kGrad},
+      {"squeeze_middle", {uni({2, 1, 3})}, FN(squeeze(x[0], 1)), {2, 3}, kF32, kExact, kGrad},
+      {"squeeze_neg", {uni({2, 3, 1})}, FN(squeeze(x[0], -1)), {2, 3}, kF32, kExact, kGrad},
+
+      // ---- matmul -----------------------------------------------------------------------------
+      {"matmul_2d", {uni({2, 3}), uni({3, 4})}, FN(matmul(x[0], x[1])), {2, 4}, kF32, kMatmul, kGrad},
+      {"matmul_batch_broadcast", {uni({2, 1, 3, 4}), uni({5, 4, 2})}, FN(matmul(x[0], x[1])), {2, 5, 3, 2}, kF32, kMatmul, kGrad},
+      {"matmul_batched_both", {uni({3, 2, 4}), uni({3, 4, 2})}, FN(matmul(x[0], x[1])), {3, 2, 2}, kF32, kMatmul, kGrad},
+      {"matmul_batched_lhs_only", {uni({2, 3, 4}), uni({4, 5})}, FN(matmul(x[0], x[1])), {2, 3, 5}, kF32, kMatmul, kGrad},
+      {"matmul_vec_left", {uni({3}), uni({3, 4})}, FN(matmul(x[0], x[1])), {4}, kF32, kMatmul, kGrad},
+      {"matmul_vec_right", {uni({2, 3}), uni({3})}, FN(matmul(x[0], x[1])), {2}, kF32, kMatmul, kGrad},
+      {"matmul_vec_vec", {uni({5}), uni({5})}, FN(matmul(x[0], x[1])), {}, kF32, kMatmul, kGrad},
+      {"matmul_vec_batched", {uni({4}), uni({2, 4, 3})}, FN(matmul(x[0], x[1])), {2, 3}, kF32, kMatmul, kGrad},
+      {"matmul_transposed_rhs", {uni({2, 3}), uni({4, 3})}, FN(matmul(x[0], transpose(x[1]))), {2, 4}, kF32, kMatmul, kGrad},
+      {"matmul_transposed_lhs", {uni({3, 2}), uni({3, 4})}, FN(matmul(transpose(x[0]), x[1])), {2, 4}, kF32, kMatmul, kGrad},
+      {"matmul_batched_transposed", {uni({2, 4, 3}), uni({2, 4, 5})}, FN(matmul(transpose(x[0], 1, 2), x[1])), {2, 3, 5}, kF32, kMatmul, kGrad},
+      {"matmul_i32_operands", {ints({2, 3}), ints({3, 2})}, FN(matmul(x[0], x[1])), {2, 2}, kF32, kExact, kNoGrad},
+
+      // ---- leaves ----------------------------------------------------------------------------
+      {"full_f32", {}, FN(full({2, 3}, 1.5)), {2, 3}, kF32, kExact, kNoGrad},
+      {"full_i32", {}, FN(full({4}, -7, kI32)), {4}, kI32, kExact, kNoGrad},
+      {"full_bool", {}, FN(full({2, 2}, 1, kBool)), {2, 2}, kBool, kExact, kNoGrad},
+      {"zeros", {}, FN(zeros({3, 1})), {3, 1}, kF32, kExact, kNoGrad},
+      {"ones_i32", {}, FN(ones({2}, kI32)), {2}, kI32, kExact, kNoGrad},
+      {"constant_f32", {}, FN(constant(kConstF32, {2, 3})), {2, 3}, kF32, kExact, kNoGrad},
+      {"constant_i32", {}, FN(constant(kConstI32, {2, 2})), {2, 2}, kI32, kExact, kNoGrad},
+      {"arange_i32", {}, FN(arange(0, 5)), {5}, kI32, kExact, kNoGrad},
+      {"arange_f32_fractional_step", {}, FN(arange(1, 2, 0.25, kF32)), {4}, kF32, kExact, kNoGrad},
+      {"arange_negative_step", {}, FN(arange(5, 0, -2)), {3}, kI32, kExact, kNoGrad},
+      {"leaves_with_input", {uni({2, 3})}, FN(x[0] * constant(kConstF32, {2, 3}) + full({3}, 0.5) - ones({2, 1})), {2, 3}, kF32, kArith, kGrad},
+      {"arange_times_input", {uni({4})}, FN(x[0] * arange(0, 4)), {4}, kF32, kArith, kGrad},
+
+      // ---- composites ------------------------------------------------------------------------
+      {"softmax", {uni({2, 3, 4}, -3, 3)}, softmax_last, {2, 3, 4}, kF32, kTranscendental, kGrad},
+      {"log_softmax", {uni({3, 5}, -3, 3)}, log_softmax_last, {3, 5}, kF32, kTranscendental, kGrad},
+      {"layer_norm", {uni({3, 4}, -2, 2), uni({4}, 0.5, 1.5), uni({4})}, layer_norm_last, {3, 4}, kF32, kTranscendental, kGrad},
+      {"linear_tanh", {uni({3, 4}), uni({4, 2}), uni({2})}, linear_tanh, {3, 2}, kF32, kTranscendental, kGrad},
+      {"mse", {uni({2, 3}), uni({2, 3})}, FN(mean((x[0] - x[1]) * (x[0] - x[1]))), {}, kF32, kReduce, kGrad},
+
+      // ---- large: past the CPU backend's parallel grain (2^12 elements for libm ops, 2^15
+      // otherwise), so chunk boundaries fall inside broadcast, strided and reduced loops ----
+      {"large_exp_broadcast", {uni({70, 130}, -2, 2), uni({130})}, FN(exp(x[0]) * x[1]), {70, 130}, kF32, kTranscendental, kNoGrad},
+      {"large_add_broadcast_size1", {uni({20, 1, 60}), uni({1, 30, 60})}, FN(x[0] + x[1]), {20, 30, 60}, kF32, kArith, kCpuOnly},
+      {"large_permute", {uni({20, 30, 60})}, FN(permute(x[0], {2, 0, 1})), {60, 20, 30}, kF32, kExact, kNoGrad},
+      {"large_slice_step3", {uni({200, 200})}, FN(slice(x[0], 1, 1, 200, 3)), {200, 67}, kF32, kExact, kCpuOnly},
+      {"large_concat", {uni({100, 170}), uni({100, 190})}, FN(concat({x[0], x[1]}, 1)), {100, 360}, kF32, kExact, kNoGrad},
+      {"large_where", {bools({300, 1}), uni({300, 120}), uni({120})}, FN(where(x[0], x[1], x[2])), {300, 120}, kF32, kExact, kNoGrad},
+      {"large_cast_to_i32", {uni({200, 200}, -100, 100)}, FN(cast(x[0], kI32)), {200, 200}, kI32, kExact, kNoGrad},
+      {"large_sum_axis0", {uni({600, 64})}, FN(sum(x[0], {0})), {64}, kF32, kLargeSum, kCpuOnly},
+      {"large_sum_axis1_keepdim", {uni({64, 600})}, FN(sum(x[0], {1}, true)), {64, 1}, kF32, kLargeSum, kNoGrad},
+      {"large_mean_all", {uni({240, 160})}, FN(mean(x[0])), {}, kF32, kReduce, kNoGrad},
+      {"large_max_axis1", {distinct({200, 180})}, FN(max(x[0], {1})), {200}, kF32, kExact, kCpuOnly},
+      {"large_argmax_axis0", {distinct({180, 200})}, FN(argmax(x[0], 0)), {200}, kI32, kExact, kNoGrad},
+      {"large_matmul_batched", {uni({2, 65, 33}), uni({33, 47})}, FN(matmul(x[0], x[1])), {2, 65, 47}, kF32, kMatmul, kCpuOnly},
+  };
+  return cases;
+}
+
+std::vector<OpCase> grad_cases() {
+  std::vector<OpCase> out;
+  for (const OpCase& c : op_cases())
+    if (c.grad != kNoGrad) out.push_back(c);
+  return out;
+}
+
+std::string case_name(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
+
+class OpForward : public ::testing::TestWithParam<OpCase> {};
+class OpGradient : public ::testing::TestWithParam<OpCase> {};
+
+TEST(OpTable, NamesAreUnique) {
+  std::set<std::string> seen;
+  for (const OpCase& c : op_cases()) EXPECT_TRUE(seen.insert(c.name).second) << c.name;
+}
+
+// ---- forward: cpu vs ref -----------------------------------------------------------------------
+
+TEST_P(OpForward, CpuMatchesRef) {
+  const OpCase& row = GetParam();
+  const Traced t = trace_fn(row.inputs, row.build);
+  const ir::Node& out = t.graph.node(t.out);
+  ASSERT_EQ(shape_and_dtype(out.shape, out.dtype), shape_and_dtype(row.shape, row.dtype)) << t.graph.to_string();
+  ASSERT_NE(out.op, ir::Op::kInput) << "the case must compute something, not return its input";
+
+  const std::vector<HostTensor> feeds = make_inputs(row.inputs, seed_of(row.name));
+  auto ref = backend::make_ref_backend();
+  auto cpu = backend::make_cpu_backend();
+  const std::vector<double> want = run_graph(*ref, t.graph, t.inputs, feeds).at(0);
+  const std::vector<double> got = run_graph(*cpu, t.graph, t.inputs, feeds).at(0);
+  for (double v : want) ASSERT_TRUE(std::isfinite(v)) << "input range reaches a singularity";
+  EXPECT_TRUE(all_close(got, want, row.tol)) << "graph:\n" << t.graph.to_string();
+}
+
+// ---- gradients: autograd vs finite differences (ref, double), then cpu vs ref ------------------
+
+TEST_P(OpGradient, MatchesFiniteDifferencesAndCpu) {
+  const OpCase& row = GetParam();
+  const std::vector<HostTensor> feeds = make_inputs(row.inputs, seed_of(row.name));
+  Rng weight_rng(seed_of(row.name) ^ 0x5eedull);
+  // L = sum(f(x) * w) with a fixed random w: every output element gets its own weight, so
+  // a gradient routed to the wrong element cannot cancel out.
+  Traced t = trace_fn(row.inputs, [&](const Ts& x) {
+    Tensor y = row.build(x);
+    if (y.dtype() != kF32) throw std::logic_error("gradient rows need an f32 output");
+    std::vector<float> w(static_cast<size_t>(y.numel()));
+    for (float& v : w) v = static_cast<float>(weight_rng.uniform(-1.5, 1.5));
+    return sum(y * constant(std::span<const float>(w), y.shape()));
+  });
+  const ir::Graph forward = t.graph;  // outputs = {L}
+
+  std::vector<size_t> wrt_index;  // which row inputs are differentiated (the f32 ones)
+  std::vector<int32_t> wrt;
+  for (size_t i = 0; i < row.inputs.size(); ++i)
+    if (row.inputs[i].dtype == kF32) {
+      wrt_index.push_back(i);
+      wrt.push_back(t.inputs[i]);
+    }
+  ASSERT_FALSE(wrt.empty());
+  // Outside any trace, as compile_train does it.
+  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, wrt);
+  ASSERT_EQ(grads.size(), wrt.size());
+  t.graph.outputs = {t.out};
+  for (int32_t g : grads)
+    if (g >= 0) t.graph.outputs.push_back(g);
+
+  auto ref = backend::make_ref_backend();
+  RefRun analytic(*ref, t.graph, t.inputs, feeds);
+  for (size_t j = 0; j < wrt.size() && row.grad == kGrad; ++j) {
+    const size_t input = wrt_index[j];
+    const std::vector<double> numeric = finite_differences(*ref, forward, t.out, t.inputs, feeds, input);
+    // A leaf the loss does not depend on (-1) has gradient zero.
+    const std::vector<double> exact =
+        grads[j] >= 0 ? analytic.exe->value_f64(grads[j]) : std::vector<double>(numeric.size(), 0.0);
+    EXPECT_TRUE(matches_fd(exact, numeric)) << "d/dx" << input << "\ngraph:\n" << t.graph.to_string();
+  }
+
+  // The backward graph is just more ops: the cpu backend must run it like the ref does.
+  const auto want = run_graph(*ref, t.graph, t.inputs, feeds);
+  auto cpu = backend::make_cpu_backend();
+  const auto got = run_graph(*cpu, t.graph, t.inputs, feeds);
+  const Tol grad_tol{std::max(row.tol.rel, 1e-5), std::max(row.tol.abs, 2e-6)};
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(all_close(got[i], want[i], grad_tol)) << "output %" << t.graph.outputs[i] << " (0 is the loss)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, OpForward, ::testing::ValuesIn(op_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Table, OpGradient, ::testing::ValuesIn(grad_cases()), case_name);
+
+// ---- every op is reached ----------------------------------------------------------------------
+
+// Guards the claim in the header: the forward graphs of the rows plus the backward graphs
+// of the gradient rows contain every op of ops.def except the leaves only the runtime
+// creates (param, state). Unslice, for instance, only appears as slice's VJP.
+TEST(OpTable, CoversEveryOp) {
+  std::set<ir::Op> seen;
+  for (const OpCase& row : op_cases()) {
+    Traced t = trace_fn(row.inputs, [&](const Ts& x) {
+      Tensor y = row.build(x);
+      return row.grad != kNoGrad ? sum(y) : y;
+    });
+    if (row.grad != kNoGrad) {
+      std::vector<int32_t> wrt;
+      for (size_t i = 0; i < row.inputs.size(); ++i)
+        if (row.inputs[i].dtype == kF32) wrt.push_back(t.inputs[i]);
+      autograd::append_gradients(t.graph, t.out, wrt);
+    }
+    for (const ir::Node& n : t.graph.nodes()) seen.insert(n.op);
+  }
+  std::vector<ir::Op> all = {
+#define TG_LEAF(Name, str) ir::Op::k##Name,
+#define TG_UNARY(Name, str, dtypes, expr) ir::Op::k##Name,
+#define TG_BINARY(Name, str, dtypes, expr) ir::Op::k##Name,
+#define TG_COMPARE(Name, str, dtypes, expr) ir::Op::k##Name,
+#define TG_OTHER(Name, str, arity) ir::Op::k##Name,
+#include "ir/ops.def"
+  };
+  for (ir::Op op : all) {
+    if (op == ir::Op::kParam || op == ir::Op::kState) continue;
+    EXPECT_TRUE(seen.count(op)) << "no row reaches op " << ir::op_name(op);
+  }
+}
+
+// ---- hand-computed expectations (pin the oracle itself) ----------------------------------------
+
+Tensor cf(std::vector<float> v, Shape s) { return constant(std::span<const float>(v), std::move(s)); }
+Tensor ci(std::vector<int32_t> v, Shape s) { return constant(std::span<const int32_t>(v), std::move(s)); }
+
+/// Traces `fn` (built from constants), runs it on ref and cpu, and expects exactly `want`
+/// (up to `abs_tol` for results that are not exactly representable or go through libm).
+void expect_known(const std::function<Tensor()>& fn, const Shape& shape, DType dtype, const std::vector<double>& want,
+                  double abs_tol = 0, Loc loc = Loc::current()) {
+  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_known");
+  const Traced t = trace_fn({}, [&](const Ts&) { return fn(); });
+  const ir::Node& out = t.graph.node(t.out);
+  ASSERT_EQ(shape_and_dtype(out.shape, out.dtype), shape_and_dtype(shape, dtype));
+  for (const auto& be : both_backends())
+    EXPECT_TRUE(all_close(run_graph(*be, t.graph, {}, {}).at(0), want, {0, abs_tol})) << "backend " << be->name();
+}
+
+TEST(KnownValues, Reductions) {
+  auto m = [] { return cf({1, 2, 3, 4, 5, 6}, {2, 3}); };
+  expect_known([&] { return sum(m(), {1}); }, {2}, kF32, {6, 15});
+  expect_known([&] { return sum(m(), {0}); }, {3}, kF32, {5, 7, 9});
+  expect_known([&] { return sum(m(), {-1}, true); }, {2, 1}, kF32, {6, 15});
+  expect_known([&] { return sum(m()); }, {}, kF32, {21});
+  expect_known([&] { return mean(m(), {0}); }, {3}, kF32, {2.5, 3.5, 4.5});
+  auto n = [] { return cf({1, 5, 3, -4, -2, -6}, {2, 3}); };
+  expect_known([&] { return max(n(), {1}); }, {2}, kF32, {5, -2});
+  expect_known([&] { return min(n(), {1}); }, {2}, kF32, {1, -6});
+  expect_known([&] { return max(n(), {0}, true); }, {1, 3}, kF32, {1, 5, 3});
+  expect_known([&] { return sum(ci({1, 2, 3, 4}, {2, 2}), {0}); }, {2}, kI32, {4, 6});
+}
+
+TEST(KnownValues, ArgmaxTiesReturnFirstIndex) {
+  expect_known([] { return argmax(cf({1, 3, 3, 2, 2, 1, 0, 0, 0}, {3, 3}), 1); }, {3}, kI32, {1, 0, 0});
+  expect_known([] { return argmax(cf({1, 3, 1, 3}, {2, 2}), 0); }, {2}, kI32, {0, 0});
+  expect_known([] { return argmax(cf({0, 5, 5, 1}, {2, 2})); }, {}, kI32, {1});
+  expect_known([] { return argmax(ci({-1, 4, 4, -7}, {4}), 0, true); }, {1}, kI32, {1});
+}
+
+TEST(KnownValues, Matmul) {
+  expect_known([] { return matmul(cf({1, 2, 3, 4}, {2, 2}), cf({5, 6, 7, 8}, {2, 2})); }, {2, 2}, kF32, {19, 22, 43, 50});
+  expect_known([] { return matmul(cf({1, 2, 3}, {3}), cf({4, 5, 6}, {3})); }, {}, kF32, {32});
+  // [1, 2] @ batch {[1; 1], [2; -1]} → {[3], [0]}.
+  expect_known([] { return matmul(cf({1, 2}, {1, 2}), cf({1, 1, 2, -1}, {2, 2, 1})); }, {2, 1, 1}, kF32, {3, 0});
+  // Aᵀ B with A = [[1, 2], [3, 4]]: [[1, 3], [2, 4]] @ [[1, 0], [0, 1]].
+  expect_known([] { return matmul(transpose(cf({1, 2, 3, 4}, {2, 2})), cf({1, 0, 0, 1}, {2, 2})); }, {2, 2}, kF32,
+               {1, 3, 2, 4});
+}
+
+TEST(KnownValues, SliceConcatShape) {
+  expect_known([] { return slice(arange(0, 10), 0, 1, 8, 2); }, {4}, kI32, {1, 3, 5, 7});
+  expect_known([] { return slice(arange(0, 10), 0, -3, 10); }, {3}, kI32, {7, 8, 9});
+  expect_known([] { return slice(reshape(arange(0, 10), {2, 5}), 1, 0, 5, 2); }, {2, 3}, kI32, {0, 2, 4, 5, 7, 9});
+  expect_known([] { return concat({cf({1, 2}, {1, 2}), cf({3, 4, 5, 6}, {2, 2})}, 0); }, {3, 2}, kF32,
+               {1, 2, 3, 4, 5, 6});
+  expect_known([] { return concat({cf({1, 2}, {2, 1}), cf({3, 4, 5, 6}, {2, 2})}, -1); }, {2, 3}, kF32,
+               {1, 3, 4, 2, 5, 6});
+  expect_known([] { return transpose(cf({1, 2, 3, 4, 5, 6}, {2, 3})); }, {3, 2}, kF32, {1, 4, 2, 5, 3, 6});
+  expect_known([] { return permute(reshape(arange(0, 6), {1, 2, 3}), {2, 0, 1}); }, {3, 1, 2}, kI32, {0, 3, 1, 4, 2, 5});
+  expect_known([] { return broadcast_to(cf({1, 2}, {2, 1}), {2, 3}); }, {2, 3}, kF32, {1, 1, 1, 2, 2, 2});
+  expect_known([] { return reshape(arange(0, 6), {-1, 3}); }, {2, 3}, kI32, {0, 1, 2, 3, 4, 5});
+  expect_known([] { return squeeze(unsqueeze(arange(0, 3), 0), 0) * 2; }, {3}, kI32, {0, 2, 4});
+}
+
+TEST(KnownValues, WhereCastCompare) {
+  expect_known([] { return where(cast(ci({1, 0, 1}, {3}), kBool), cf({1, 2, 3}, {3}), 10); }, {3}, kF32, {1, 10, 3});
+  // f32 → i32 truncates toward zero.
+  expect_known([] { return cast(cf({-1.7f, -0.5f, 0.5f, 1.7f, 2.0f, -2.9f}, {6}), kI32); }, {6}, kI32,
+               {-1, 0, 0, 1, 2, -2});
+  expect_known([] { return cast(cf({0, -0.5f, 2}, {3}), kBool); }, {3}, kBool, {0, 1, 1});
+  expect_known([] { return cast(ci({-3, 0, 7}, {3}), kF32); }, {3}, kF32, {-3, 0, 7});
+  auto a = [] { return cf({1, 2, 3}, {3}); };
+  auto b = [] { return cf({2, 2, 2}, {3}); };
+  expect_known([&] { return a() < b(); }, {3}, kBool, {1, 0, 0});
+  expect_known([&] { return a() <= b(); }, {3}, kBool, {1, 1, 0});
+  expect_known([&] { return a() > b(); }, {3}, kBool, {0, 0, 1});
+  expect_known([&] { return a() >= b(); }, {3}, kBool, {0, 1, 1});
+  expect_known([&] { return eq(a(), b()); }, {3}, kBool, {0, 1, 0});
+  expect_known([&] { return ne(a(), b()); }, {3}, kBool, {1, 0, 1});
+  auto p = [] { return cast(ci({1, 1, 0, 0}, {4}), kBool); };
+  auto q = [] { return cast(ci({1, 0, 1, 0}, {4}), kBool); };
+  expect_known([&] { return p() && q(); }, {4}, kBool, {1, 0, 0, 0});
+  expect_known([&] { return p() || q(); }, {4}, kBool, {1, 1, 1, 0});
+  expect_known([&] { return !p(); }, {4}, kBool, {0, 0, 1, 1});
+}
+
+TEST(KnownValues, ElementwiseMath) {
+  auto x = [] { return cf({1, 2, 3}, {3}); };
+  expect_known([&] { return 2.0f * x() + 1; }, {3}, kF32, {3, 5, 7});
+  expect_known([&] { return 1 - x(); }, {3}, kF32, {0, -1, -2});
+  expect_known([&] { return x() / 3; }, {3}, kF32, {1.0 / 3, 2.0 / 3, 1}, 1e-7);
+  expect_known([&] { return -x(); }, {3}, kF32, {-1, -2, -3});
+  expect_known([] { return ci({1, 2, 3}, {3}) / 2; }, {3}, kF32, {0.5, 1, 1.5});
+  expect_known([] { return cf({1, 2}, {2, 1}) + cf({10, 20, 30}, {3}); }, {2, 3}, kF32, {11, 21, 31, 12, 22, 32});
+  expect_known([] { return abs(cf({-2, 0, 3}, {3})); }, {3}, kF32, {2, 0, 3});
+  expect_known([] { return sign(cf({-3, 0, 2}, {3})); }, {3}, kF32, {-1, 0, 1});
+  expect_known([] { return relu(cf({-1, 0, 2}, {3})); }, {3}, kF32, {0, 0, 2});
+  expect_known([] { return maximum(cf({1, 5}, {2}), cf({3, 2}, {2})); }, {2}, kF32, {3, 5});
+  expect_known([] { return minimum(cf({1, 5}, {2}), cf({3, 2}, {2})); }, {2}, kF32, {1, 2});
+  expect_known([] { return pow(cf({2, 9}, {2}), cf({3, 0.5f}, {2})); }, {2}, kF32, {8, 3}, 1e-6);
+  expect_known([] { return sqrt(cf({4, 0.25f}, {2})); }, {2}, kF32, {2, 0.5});
+  expect_known([] { return rsqrt(cf({4, 0.25f}, {2})); }, {2}, kF32, {0.5, 2}, 1e-6);
+  expect_known([] { return reciprocal(cf({4, -0.5f}, {2})); }, {2}, kF32, {0.25, -2});
+  expect_known([] { return exp(cf({0, 1}, {2})); }, {2}, kF32, {1, 2.718281828459045}, 1e-6);
+  expect_known([] { return log(cf({1, 2.718281828f}, {2})); }, {2}, kF32, {0, 1}, 1e-6);
+  expect_known([] { return log1p(cf({0, 1}, {2})); }, {2}, kF32, {0, 0.6931471805599453}, 1e-6);
+  expect_known([] { return sigmoid(cf({0, 2}, {2})); }, {2}, kF32, {0.5, 0.8807970779778823}, 1e-6);
+  expect_known([] { return tanh(cf({0, 1}, {2})); }, {2}, kF32, {0, 0.7615941559557649}, 1e-6);
+  expect_known([] { return erf(cf({0, 1}, {2})); }, {2}, kF32, {0, 0.8427007929497149}, 1e-6);
+  expect_known([] { return sin(cf({0, 1.5707963267948966f}, {2})); }, {2}, kF32, {0, 1}, 1e-6);
+  expect_known([] { return cos(cf({0, 3.141592653589793f}, {2})); }, {2}, kF32, {1, -1}, 1e-6);
+}
+
+TEST(KnownValues, Leaves) {
+  expect_known([] { return arange(0, 5); }, {5}, kI32, {0, 1, 2, 3, 4});
+  expect_known([] { return arange(1, 2, 0.25, kF32); }, {4}, kF32, {1, 1.25, 1.5, 1.75});
+  expect_known([] { return arange(5, 0, -2); }, {3}, kI32, {5, 3, 1});
+  expect_known([] { return full({2, 2}, 1.5); }, {2, 2}, kF32, {1.5, 1.5, 1.5, 1.5});
+  expect_known([] { return zeros({2}, kI32) + ones({2}, kI32); }, {2}, kI32, {1, 1});
+}
+
+// ---- gradients with hand-computed values ---------------------------------------------------------
+
+/// d loss / d x_i for f32 inputs of the given values, on `be`; a leaf the loss does not
+/// depend on yields an empty vector.
+std::vector<std::vector<double>> grads_on(backend::Backend& be, const std::vector<Shape>& shapes,
+                                          const std::vector<std::vector<double>>& values, const BuildFn& loss) {
+  std::vector<InputSpec> specs;
+  std::vector<HostTensor> feeds;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    specs.push_back(uni(shapes[i]));
+    feeds.push_back({kF32, values[i]});
+  }
+  Traced t = trace_fn(specs, loss);
+  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
+  t.graph.outputs.clear();
+  for (int32_t g : grads)
+    if (g >= 0) t.graph.outputs.push_back(g);
+  const auto outs = run_graph(be, t.graph, t.inputs, feeds);
+  std::vector<std::vector<double>> result;
+  size_t next = 0;
+  for (int32_t g : grads) result.push_back(g >= 0 ? outs[next++] : std::vector<double>{});
+  return result;
+}
+
+/// Runs grads_on on ref and cpu and expects `want` (an empty entry: no gradient at all).
+void expect_grads(const std::vector<Shape>& shapes, const std::vector<std::vector<double>>& values,
+                  const BuildFn& loss, const std::vector<std::vector<double>>& want, double abs_tol = 1e-6,
+                  Loc loc = Loc::current()) {
+  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_grads");
+  for (const auto& be : both_backends()) {
+    const auto got = grads_on(*be, shapes, values, loss);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(all_close(got[i], want[i], {0, abs_tol})) << "d/dx" << i << " on " << be->name();
+  }
+}
+
+TEST(KnownGradients, Conventions) {
+  // sum(x * x) → 2x.
+  expect_grads({{3}}, {{1, -2, 0.5}}, FN(sum(x[0] * x[0])), {{2, -4, 1}});
+  // max over an axis with a tie splits the gradient evenly among the tied elements.
+  expect_grads({{2, 3}}, {{1, 3, 3, 2, 0, 1}}, FN(sum(max(x[0], {1}))), {{0, 0.5, 0.5, 1, 0, 0}});
+  // maximum/minimum with a tie: half to each side.
+  expect_grads({{2}, {2}}, {{1, 2}, {1, 3}}, FN(sum(maximum(x[0], x[1]))), {{0.5, 0}, {0.5, 1}});
+  expect_grads({{2}, {2}}, {{1, 2}, {1, 3}}, FN(sum(minimum(x[0], x[1]))), {{0.5, 1}, {0.5, 0}});
+  // relu and abs have gradient 0 at 0 (PyTorch's choice).
+  expect_grads({{3}}, {{0, 2, -1}}, FN(sum(relu(x[0]))), {{0, 1, 0}});
+  expect_grads({{3}}, {{0, 2, -1}}, FN(sum(abs(x[0]))), {{0, 1, -1}});
+  // sum(A @ B): dA = 1 Bᵀ, dB = Aᵀ 1.
+  expect_grads({{2, 2}, {2, 2}}, {{1, 2, 3, 4}, {5, 6, 7, 8}}, FN(sum(matmul(x[0], x[1]))),
+               {{11, 15, 11, 15}, {4, 4, 6, 6}});
+  // A slice's gradient is scattered back into zeros.
+  expect_grads({{6}}, {{9, 9, 9, 9, 9, 9}}, FN(sum(slice(x[0], 0, 1, 6, 2) * cf({1, 2, 3}, {3}))),
+               {{0, 1, 0, 2, 0, 3}});
+  // A broadcast's gradient is summed over the broadcast axes.
+  expect_grads({{3, 1}}, {{1, 2, 3}}, FN(sum(broadcast_to(x[0], {3, 4}))), {{4, 4, 4}});
+  // d/db (a / b) = -a / b².
+  expect_grads({{1}, {1}}, {{3}, {2}}, FN(sum(x[0] / x[1])), {{0.5}, {-0.75}});
+}
+
+// ---- accumulation over several consumers ---------------------------------------------------------
+
+/// Checks autograd of `loss` on ref against finite differences for every input and the cpu
+/// backend against ref; returns the ref gradients (double) for further hand checks.
+std::vector<std::vector<double>> check_loss_gradients(const std::vector<InputSpec>& specs, const BuildFn& loss,
+                                                      uint64_t seed) {
+  const std::vector<HostTensor> feeds = make_inputs(specs, seed);
+  Traced t = trace_fn(specs, loss);
+  const ir::Graph forward = t.graph;
+  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
+  t.graph.outputs.clear();
+  for (int32_t g : grads) {
+    EXPECT_GE(g, 0);
+    if (g < 0) return {};
+    t.graph.outputs.push_back(g);
+  }
+  auto ref = backend::make_ref_backend();
+  RefRun analytic(*ref, t.graph, t.inputs, feeds);
+  std::vector<std::vector<double>> out;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    out.push_back(analytic.exe->value_f64(grads[i]));
+    EXPECT_TRUE(matches_fd(out.back(), finite_differences(*ref, forward, t.out, t.inputs, feeds, i))) << "d/dx" << i;
+  }
+  auto cpu = backend::make_cpu_backend();
+  const auto want = run_graph(*ref, t.graph, t.inputs, feeds);
+  const auto got = run_graph(*cpu, t.graph, t.inputs, feeds);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(all_close(got[i], want[i], {1e-5, 2e-6})) << "d/dx" << i;
+  return out;
+}
+
+TEST(GradAccumulation, SameInputUsedThreeTimes) {
+  const std::vector<InputSpec> specs = {uni({2, 3}, -2, 2)};
+  const std::vector<HostTensor> feeds = make_inputs(specs, 11);
+  static const std::vector<float> w = {0.5f, -1.0f, 1.5f, 2.0f, -0.25f, 1.0f};
+  // x feeds mul (twice), sin and the scalar product: d/dx = w (2x + cos x + 2).
+  const auto grads = check_loss_gradients(
+      specs, FN(sum((x[0] * x[0] + sin(x[0]) + 2.0 * x[0]) * cf(w, {2, 3}))), 11);
+  ASSERT_EQ(grads.size(), 1u);
+  std::vector<double> want;
+  for (size_t k = 0; k < w.size(); ++k) {
+    const double v = feeds[0].values[k];
+    want.push_back(w[k] * (2 * v + std::cos(v) + 2));
+  }
+  EXPECT_TRUE(all_close(grads[0], want, {1e-12, 1e-12}));
+}
+
+TEST(GradAccumulation, ConsumersThroughBroadcastMatmulAndReduce) {
+  // x [3] reaches the loss through a broadcast add, a matrix-vector product, a reduction
+  // and a gather-like slice; y [2, 3] through the add and the product.
+  check_loss_gradients({uni({3}), uni({2, 3})}, [](const Ts& x) {
+    Tensor a = sum((x[0] + x[1]) * cf({1, -2, 3, 0.5f, 1.5f, -1}, {2, 3}));
+    Tensor b = sum(matmul(x[1], x[0]) * cf({2, -1}, {2}));
+    Tensor c = sum(x[0]) * 3 + sum(slice(x[0], 0, 0, 3, 2) * x[0].size(0));
+    return a + b + c;
+  }, 12);
+}
+
+// ---- stop_gradient and other gradient barriers ---------------------------------------------------
+
+TEST(StopGradient, BlocksOnlyItsOwnPath) {
+  // L = sum(stop_gradient(x) * x): the blocked factor counts as a constant, so dL/dx = x
+  // (finite differences would give 2x).
+  const std::vector<double> xv = {0.5, -1.25, 2};
+  expect_grads({{3}}, {xv}, FN(sum(stop_gradient(x[0]) * x[0])), {xv});
+  // L = sum(exp(stop_gradient(x)) * x): dL/dx = exp(x).
+  expect_grads({{3}}, {xv}, FN(sum(exp(stop_gradient(x[0])) * x[0])),
+               {{std::exp(0.5), std::exp(-1.25), std::exp(2.0)}}, 2e-6);
+}
+
+TEST(StopGradient, NoGradientReachesABlockedLeaf) {
+  for (const BuildFn& loss : std::vector<BuildFn>{
+           FN(sum(stop_gradient(x[0] * x[0]) * cf({1, 2, 3}, {3}))),
+           FN(sum(stop_gradient(exp(x[0])))),
+           // comparisons, casts to integers and argmax are barriers too
+           FN(sum(cast(x[0] > 0, kF32) * 2)),
+           FN(sum(cast(cast(x[0] * 10, kI32), kF32))),
+           FN(sum(cast(argmax(x[0]), kF32))),
+       }) {
+    Traced t = trace_fn({uni({3})}, loss);
+    const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
+    ASSERT_EQ(grads.size(), 1u);
+    EXPECT_EQ(grads[0], -1) << t.graph.to_string();
+  }
+  // An i32 input never receives a gradient either.
+  Traced t = trace_fn({ints({3})}, FN(sum(cast(x[0], kF32) * 2.5)));
+  EXPECT_EQ(autograd::append_gradients(t.graph, t.out, t.inputs).at(0), -1);
+}
+
+}  // namespace
+}  // namespace tg::op_test
