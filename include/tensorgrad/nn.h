@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 
+#include "tensorgrad/functional.h"
 #include "tensorgrad/module.h"
 
 namespace tg::nn {
@@ -40,6 +41,112 @@ class Mlp : public Module {
  private:
   std::vector<std::unique_ptr<Linear>> layers_;
   Activation activation_;
+};
+
+/// Rows of a [num, dim] table looked up by i32 ids (a gather; PyTorch's nn.Embedding).
+class Embedding : public Module {
+ public:
+  Embedding(Module& parent, std::string name, int64_t num, int64_t dim, Init init = init::normal(1.0));
+  Tensor operator()(const Tensor& ids, Loc loc = Loc::current()) const;
+  Param weight;
+};
+
+/// Layer norm over the last axis with a learned gain (ones) and bias (zeros).
+class LayerNorm : public Module {
+ public:
+  LayerNorm(Module& parent, std::string name, int64_t dim, double eps = 1e-5, bool bias = true);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const double eps;
+  Param weight;
+  std::optional<Param> bias;
+};
+
+/// RMS norm over the last axis with a learned gain (ones).
+class RMSNorm : public Module {
+ public:
+  RMSNorm(Module& parent, std::string name, int64_t dim, double eps = 1e-6);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const double eps;
+  Param weight;
+};
+
+/// Inverted dropout, active in training programs only (see tg::dropout).
+struct Dropout {
+  double p = 0.0;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return dropout(x, p, loc); }
+};
+
+struct AttentionConfig {
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  /// Key/value heads; 0 means `heads` (multi-head), fewer means grouped-query attention.
+  int64_t kv_heads = 0;
+  bool rotary = false;
+  double rope_base = 10000.0;
+  double dropout = 0.0;
+  bool bias = true;
+};
+
+/// Causal multi-head self-attention on x [B, T, d_model]: one fused `qkv` projection, the
+/// attention primitive, an output projection `proj`. The attention probabilities of each call
+/// are offered as capture "<path>.probs" [B, heads, T, T] (computed only when captured).
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(Module& parent, std::string name, AttentionConfig config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const AttentionConfig config;
+  const int64_t head_dim;
+  Linear qkv, proj;
+};
+
+struct GptConfig {
+  int64_t vocab = 0;
+  /// Longest sequence (the learned position table's size).
+  int64_t seq_len = 0;
+  int64_t layers = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;       // 0: = heads
+  int64_t mlp_hidden = 0;     // 0: 4·d_model
+  bool tied_head = true;      // logits = x·wteᵀ (no separate head matrix)
+  bool rotary = false;        // RoPE in attention instead of learned positions
+  double dropout = 0.0;
+  double ln_eps = 1e-5;
+  bool bias = true;
+};
+
+/// Pre-norm transformer block: x + attn(ln1(x)), then x + fc2(gelu_tanh(fc(ln2(x)))).
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(Module& parent, std::string name, const GptConfig& config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  LayerNorm ln1;
+  CausalSelfAttention attn;
+  LayerNorm ln2;
+  Linear fc, fc2;
+  Dropout drop;
+};
+
+/// A GPT: token embedding `wte` (+ learned positions `wpe`), `blocks.<i>`, final norm
+/// `lnf`, and a head tied to wte or separate (`head`). GPT-2 initialisation (normal(0.02),
+/// output projections scaled by 1/√(2·layers)). Usable as a whole model or as a child.
+class Gpt : public Module {
+ public:
+  explicit Gpt(GptConfig config);
+  Gpt(Module& parent, std::string name, GptConfig config);
+  /// ids [B, T] (i32, T ≤ seq_len) → logits [B, T, vocab].
+  Tensor logits(const Tensor& ids, Loc loc = Loc::current()) const;
+  /// Mean cross-entropy of the logits of ids against targets [B, T] (targets equal to
+  /// ignore_index are skipped).
+  Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100, Loc loc = Loc::current()) const;
+  const GptConfig config;
+
+ private:
+  void build();
+  std::unique_ptr<Embedding> wte_, wpe_;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::unique_ptr<LayerNorm> lnf_;
+  std::unique_ptr<Linear> head_;
 };
 
 }  // namespace tg::nn

@@ -97,6 +97,8 @@ struct InputSpec {
 
 struct TrainOptions {
   std::vector<InputSpec> inputs = {};
+  /// Seeds the program's random streams (dropout, random_uniform).
+  uint64_t seed = 0;
   Optimizer optimizer = Adam{};
   /// Factor on the optimizer's lr per step; empty = constant.
   Schedule schedule = {};
@@ -107,12 +109,27 @@ struct TrainOptions {
 
 struct ForwardOptions {
   std::vector<InputSpec> inputs = {};
+  /// Trace in training mode (dropout active). Inference programs default to eval mode.
+  bool training = false;
+  uint64_t seed = 0;
   Device device = Device::best();
 };
+
+/// Tensors read back by name: captures (tg::capture) and, for training programs, each
+/// parameter's gradient of that step as "grad/<param path>" (before clipping).
+using Captures = std::map<std::string, HostTensor>;
 
 struct StepOptions {
   /// Read the loss back to the host. Off: step() returns NaN and does not wait for it.
   bool read_loss = true;
+  /// If set, filled with every capture and gradient. The first such call prepares a variant
+  /// of the program that keeps them; calls without it never pay for captures.
+  Captures* captures = nullptr;
+};
+
+struct RunOptions {
+  /// If set, filled with every capture (see StepOptions::captures).
+  Captures* captures = nullptr;
 };
 
 struct UploadOptions {
@@ -130,7 +147,9 @@ class Program {
   /// Runs forward, backward and the optimizer update; returns the loss (train programs).
   float step(const Feeds& feeds, StepOptions options = {});
   /// Runs the program's forward function and returns its output (forward programs).
-  HostTensor run(const Feeds& feeds);
+  HostTensor run(const Feeds& feeds, RunOptions options = {});
+  /// Names that captures can return (captures, and "grad/<param>" for training programs).
+  std::vector<std::string> capture_names() const;
 
   /// (Re)initialises every parameter of the model from its Init, seeded: the same seed gives
   /// the same values on every device. Programs start initialised with seed 0.

@@ -1,8 +1,10 @@
 // tensorgrad: define, train and run neural networks natively in C++.
 // Include this one header; see README.md for a ten-minute tour.
 #pragma once
+#include "tensorgrad/checkpoint.h"
 #include "tensorgrad/dtype.h"
 #include "tensorgrad/errors.h"
+#include "tensorgrad/functional.h"
 #include "tensorgrad/module.h"
 #include "tensorgrad/nn.h"
 #include "tensorgrad/optim.h"

@@ -143,6 +143,63 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       return {sum_to(matmul(g, transpose(x(1), -2, -1, loc), loc), in_shape[0], loc),
               sum_to(matmul(transpose(x(0), -2, -1, loc), g, loc), in_shape[1], loc)};
     }
+
+    case Op::kGather: {
+      // Each output element read one input element: send its gradient back there, adding
+      // where several outputs read the same element (an embedding row used twice).
+      ir::Node sc = ir::make_node(Op::kScatterAdd, {g.id(), n.inputs[1]}, loc);
+      sc.shape = in_shape[0];
+      sc.attrs = n.attrs;
+      return {ir::emit(graph, std::move(sc)), Tensor()};
+    }
+    case Op::kScatterAdd: {
+      ir::Node ga = ir::make_node(Op::kGather, {g.id(), n.inputs[1]}, loc);
+      ga.attrs = n.attrs;
+      return {ir::emit(graph, std::move(ga)), Tensor()};
+    }
+    case Op::kSoftmax: {
+      // dx = y ⊙ (g − Σ_axis g⊙y); masked entries have y = 0 and get 0.
+      const Axes axis = n.attrs.axes;
+      return {y * (g - sum(g * y, axis, /*keepdim=*/true, loc))};
+    }
+    case Op::kLogSoftmax: {
+      // dx = g − softmax(x) Σ_axis g, with softmax = exp(y); masked entries (y = −∞) get 0.
+      Tensor dx = g - exp(y, loc) * sum(g, n.attrs.axes, /*keepdim=*/true, loc);
+      if (n.attrs.causal) dx = where(y > -INFINITY, dx, 0.0, loc);
+      return {dx};
+    }
+    case Op::kCrossEntropy: {
+      // d loss_n / d logits[n, c] = softmax(logits)[n, c] − [c = t_n], zero for ignored rows.
+      ir::Node gr = ir::make_node(Op::kCrossEntropyGrad, {n.inputs[0], n.inputs[1], g.id()}, loc);
+      gr.attrs = n.attrs;
+      return {ir::emit(graph, std::move(gr)), Tensor()};
+    }
+    case Op::kLayerNorm:
+    case Op::kRmsNorm: {
+      ir::Node gr = ir::make_node(n.op == Op::kLayerNorm ? Op::kLayerNormGrad : Op::kRmsNormGrad,
+                                  {n.inputs[0], g.id()}, loc);
+      gr.attrs = n.attrs;
+      return {ir::emit(graph, std::move(gr))};
+    }
+    case Op::kDropout: {
+      // The same (seed, key) stream regenerates the mask: dx = g·[u ≥ p]/(1-p).
+      ir::Node dr = ir::make_node(Op::kDropout, {g.id(), n.inputs[1]}, loc);
+      dr.attrs = n.attrs;
+      return {ir::emit(graph, std::move(dr)), Tensor()};
+    }
+    case Op::kAttention: {
+      ir::Node gr = ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id()}, loc);
+      gr.attrs = n.attrs;
+      Tensor flat = ir::emit(graph, std::move(gr));
+      const int64_t nq = numel(in_shape[0]), nk = numel(in_shape[1]);
+      return {reshape(slice(flat, 0, 0, nq, 1, loc), in_shape[0], loc),
+              reshape(slice(flat, 0, nq, nq + nk, 1, loc), in_shape[1], loc),
+              reshape(slice(flat, 0, nq + nk, nq + 2 * nk, 1, loc), in_shape[2], loc)};
+    }
+    // Backward-only primitives and randomness: no gradient (no second derivatives yet).
+    case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:
+    case Op::kAttentionGrad:
+      return std::vector<Tensor>(n.inputs.size());
   }
   return std::vector<Tensor>(n.inputs.size());
 }

@@ -44,6 +44,14 @@ Tensor scalar_constant(Graph& g, double value, DType dtype, const Loc& loc) {
   return emit(g, std::move(n));
 }
 
+Tensor constant_on(Graph& g, std::vector<double> values, Shape shape, DType dtype, const Loc& loc) {
+  Node n = make_node(Op::kConstant, {}, loc);
+  n.dtype = dtype;
+  n.shape = std::move(shape);
+  n.attrs.values = std::move(values);
+  return emit(g, std::move(n));
+}
+
 Tensor as_tensor(Graph& g, const Arg& a, DType dtype, const Loc& loc) {
   if (!a.is_tensor()) return scalar_constant(g, a.scalar(), dtype, loc);
   if (a.tensor().dtype() == dtype) return a.tensor();

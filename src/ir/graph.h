@@ -44,6 +44,7 @@ struct Attrs {
   bool keepdim = false;
   std::vector<double> values;  // constant data, arange {start, step}, slice {start, step}
   DType dtype = DType::kF32;   // cast target
+  bool causal = false;         // softmax, log_softmax, attention
 };
 
 struct Node {

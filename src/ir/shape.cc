@@ -181,6 +181,95 @@ void infer(const Graph& g, Node& n) {
       n.dtype = in(0).dtype;
       return;
     }
+    case Op::kGather:
+    case Op::kScatterAdd: {
+      const Node& x = in(0);
+      const Node& idx = in(1);
+      if (idx.dtype != DType::kI32) fail(g, n, "indices must be i32");
+      if (n.attrs.axes.size() != 1) fail(g, n, "needs {axis}");
+      // Gather: out = idx shape, x is the big side. ScatterAdd: src = idx shape, out is big.
+      const Shape& big = n.op == Op::kGather ? x.shape : n.shape;
+      const Shape& small = n.op == Op::kGather ? idx.shape : x.shape;
+      if (n.op == Op::kScatterAdd && x.shape != idx.shape) fail(g, n, "source and indices must have one shape");
+      if (big.size() != small.size()) fail(g, n, "indices must have the data's rank");
+      check_axes_valid(g, n, big, false);
+      for (size_t i = 0; i < big.size(); ++i)
+        if (static_cast<int64_t>(i) != n.attrs.axes[0] && big[i] != small[i]) fail(g, n, "extents differ off the indexed axis");
+      if (x.dtype != DType::kF32 && n.op == Op::kScatterAdd) fail(g, n, "source must be f32");
+      if (n.op == Op::kGather) n.shape = idx.shape;
+      n.dtype = x.dtype;
+      return;
+    }
+    case Op::kSoftmax:
+    case Op::kLogSoftmax:
+      if (in(0).dtype != DType::kF32) fail(g, n, "input must be f32");
+      if (n.attrs.axes.size() != 1) fail(g, n, "needs {axis}");
+      check_axes_valid(g, n, in(0).shape, false);
+      if (n.attrs.causal && (in(0).shape.size() < 2 || n.attrs.axes[0] + 1 != static_cast<int64_t>(in(0).shape.size())))
+        fail(g, n, "a causal mask needs rank >= 2 and the last axis");
+      if (n.attrs.causal && in(0).shape[in(0).shape.size() - 2] > in(0).shape.back())
+        fail(g, n, "a causal mask needs at least as many keys as queries");
+      n.shape = in(0).shape;
+      n.dtype = DType::kF32;
+      return;
+    case Op::kCrossEntropy:
+    case Op::kCrossEntropyGrad: {
+      const Shape& ls = in(0).shape;
+      if (ls.size() != 2 || in(0).dtype != DType::kF32) fail(g, n, "logits must be f32 [N, C]");
+      if (in(1).dtype != DType::kI32 || in(1).shape != Shape{ls[0]}) fail(g, n, "targets must be i32 [N]");
+      if (n.attrs.values.size() != 1) fail(g, n, "needs {ignore_index}");
+      if (n.op == Op::kCrossEntropyGrad && (in(2).dtype != DType::kF32 || in(2).shape != Shape{ls[0]}))
+        fail(g, n, "the loss gradient must be f32 [N]");
+      n.shape = n.op == Op::kCrossEntropy ? Shape{ls[0]} : ls;
+      n.dtype = DType::kF32;
+      return;
+    }
+    case Op::kLayerNorm:
+    case Op::kRmsNorm:
+    case Op::kLayerNormGrad:
+    case Op::kRmsNormGrad:
+      if (in(0).shape.empty() || in(0).dtype != DType::kF32) fail(g, n, "input must be f32 with rank >= 1");
+      if (n.inputs.size() == 2 && (in(1).shape != in(0).shape || in(1).dtype != DType::kF32))
+        fail(g, n, "the gradient must match the input");
+      if (n.attrs.values.size() != 1 || !(n.attrs.values[0] >= 0)) fail(g, n, "needs {eps >= 0}");
+      n.shape = in(0).shape;
+      n.dtype = DType::kF32;
+      return;
+    case Op::kRandom:
+    case Op::kDropout: {
+      const Node& key = in(n.op == Op::kRandom ? 0 : 1);
+      if (key.dtype != DType::kI32 || key.numel() != 1) fail(g, n, "key must be an i32 scalar");
+      if (n.op == Op::kDropout) {
+        if (in(0).dtype != DType::kF32) fail(g, n, "input must be f32");
+        if (n.attrs.values.size() != 2 || !(n.attrs.values[0] >= 0 && n.attrs.values[0] < 1))
+          fail(g, n, "needs {p in [0, 1), seed}");
+        n.shape = in(0).shape;
+      } else if (n.attrs.values.size() != 1) {
+        fail(g, n, "needs {seed}");
+      }
+      n.dtype = DType::kF32;
+      return;
+    }
+    case Op::kAttention:
+    case Op::kAttentionGrad: {
+      const Shape& q = in(0).shape;
+      const Shape& k = in(1).shape;
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4) fail(g, n, "operands must be f32 [B, H, T, D]");
+      if (k != in(2).shape) fail(g, n, "k and v must have one shape");
+      if (q[0] != k[0] || q[3] != k[3]) fail(g, n, "batch and head size of q and k must match");
+      if (k[1] == 0 || q[1] % k[1] != 0) fail(g, n, "q heads must be a multiple of kv heads");
+      if (n.attrs.causal && q[2] > k[2]) fail(g, n, "a causal mask needs at least as many keys as queries");
+      if (n.attrs.values.size() != 1) fail(g, n, "needs {scale}");
+      if (n.op == Op::kAttentionGrad) {
+        if (in(3).shape != q) fail(g, n, "dout must have q's shape");
+        n.shape = {numel(q) + 2 * numel(k)};
+      } else {
+        n.shape = q;
+      }
+      n.dtype = DType::kF32;
+      return;
+    }
     case Op::kMatmul: {
       const Shape& a = in(0).shape;
       const Shape& b = in(1).shape;

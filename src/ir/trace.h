@@ -17,6 +17,14 @@ namespace tg::ir {
 
 struct Trace {
   Graph graph;
+  /// compile_train traces in training mode (dropout active); compile_forward does not.
+  bool training = false;
+  /// capture name → node, in capture order.
+  std::vector<std::pair<std::string, int32_t>> captures;
+  /// The i32 scalar input the runtime advances every call, created on first use by a
+  /// random op; and the next per-site seed, so two dropout sites draw different streams.
+  int32_t rng_key = -1;
+  uint64_t next_seed = 0;
   /// Parameters in first-use order and their leaf nodes.
   std::vector<const Param*> params;
   std::unordered_map<const Param*, int32_t> param_nodes;
@@ -33,6 +41,9 @@ class TraceScope {
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
 };
+
+/// Name of the runtime-fed key input of random ops.
+inline constexpr const char* kRngKeyInput = "__rng_key";
 
 /// Appends `node` to `graph` (with inference) and returns its handle.
 Tensor emit(Graph& graph, Node node);

@@ -14,14 +14,27 @@
 namespace tg {
 namespace detail {
 
+/// One lowering of the program's graph: the plain one, or the variant that also keeps the
+/// captures. Node ids of the full (pre-DCE) graph map to this variant's ids through `remap`.
+struct Variant {
+  ir::Graph graph;
+  std::vector<int32_t> remap;
+  std::unique_ptr<backend::Executable> exec;
+  int32_t id(int32_t full_id) const { return remap[static_cast<size_t>(full_id)]; }
+};
+
 struct ProgramState {
   bool train = false;
   std::shared_ptr<DeviceStore> store;
-  ir::Graph graph;
-  std::unique_ptr<backend::Executable> exec;
+  ir::Graph full;  // after autograd and the optimizer, before any pass
+  Variant plain;
+  std::unique_ptr<Variant> with_captures;  // prepared on first request
   std::vector<InputSpec> inputs;
-  std::vector<int32_t> input_nodes;  // parallel to inputs
-  int32_t output = -1;
+  std::vector<int32_t> input_nodes;  // full-graph ids, parallel to inputs
+  int32_t output = -1;               // full-graph id
+  std::vector<std::pair<std::string, int32_t>> captures;  // name → full-graph id
+  int32_t rng_key = -1;              // full-graph id of the random ops' key input, or -1
+  uint32_t calls = 0;                // advances the random streams every step/run
   // Training only.
   Optimizer optimizer;
   Schedule schedule;
@@ -44,10 +57,12 @@ struct Traced {
   std::vector<int32_t> input_nodes;
   int32_t result;
   std::vector<std::pair<std::string, int32_t>> params;  // path → kParam node
+  std::vector<std::pair<std::string, int32_t>> captures;
+  int32_t rng_key;
 };
 
 Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::vector<InputSpec>& inputs,
-             const char* api) {
+             bool training, uint64_t seed, const char* api) {
   if (arity != inputs.size())
     throw InputError(std::string("[") + api + "] the function takes " + std::to_string(arity) +
                      " tensors but options.inputs names " + std::to_string(inputs.size()) + ": " + names_list(inputs));
@@ -58,6 +73,8 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
     if (!seen.insert(spec.name).second) throw InputError(std::string("[") + api + "] input '" + spec.name + "' is declared twice");
   }
   ir::Trace t;
+  t.training = training;
+  t.next_seed = seed << 20;  // per-site seeds: the program seed in the high bits
   std::vector<Tensor> args;
   Tensor result;
   {
@@ -73,7 +90,7 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
   }
   if (!result.valid() || result.graph() != &t.graph)
     throw Error(std::string("[") + api + "] the function must return a tensor computed from its inputs or parameters");
-  Traced out{std::move(t.graph), {}, result.id(), {}};
+  Traced out{std::move(t.graph), {}, result.id(), {}, std::move(t.captures), t.rng_key};
   for (const Tensor& a : args) out.input_nodes.push_back(a.id());
   std::vector<const Param*> own = model.root().parameters();
   for (const Param* p : t.params) {
@@ -84,28 +101,59 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
   return out;
 }
 
-/// DCE, buffer binding and backend preparation, shared by both compile paths.
-void finish(ProgramState& s, ir::Graph graph) {
-  std::vector<int32_t> remap;
-  s.graph = passes::eliminate_dead_code(graph, remap);
-  for (int32_t& n : s.input_nodes) n = remap[static_cast<size_t>(n)];
-  s.output = remap[static_cast<size_t>(s.output)];
-  for (int32_t& n : s.plan.hyper_nodes) n = remap[static_cast<size_t>(n)];
+/// DCE, buffer binding and backend preparation of one variant: `keep` extra full-graph
+/// nodes become outputs (captures).
+Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
+  ir::Graph g = s.full;
+  for (int32_t id : keep) g.outputs.push_back(id);
+  Variant v;
+  v.graph = passes::eliminate_dead_code(g, v.remap);
   backend::Bindings bindings;
-  for (int32_t id = 0; id < s.graph.size(); ++id) {
-    const ir::Node& n = s.graph.node(id);
+  for (int32_t id = 0; id < v.graph.size(); ++id) {
+    const ir::Node& n = v.graph.node(id);
     if (n.op == ir::Op::kParam) {
       bindings[id] = s.store->buffers.at(n.name).get();
     } else if (n.op == ir::Op::kState) {
-      auto& buf = s.state_buffers[n.name];
-      buf = s.store->backend->allocate(n.dtype, n.numel());
+      auto& buf = s.state_buffers[n.name];  // shared by both variants
+      if (!buf) buf = s.store->backend->allocate(n.dtype, n.numel());
       bindings[id] = buf.get();
     }
   }
-  s.exec = s.store->backend->prepare(s.graph, bindings);
+  v.exec = s.store->backend->prepare(v.graph, bindings);
+  return v;
 }
 
-void set_inputs(ProgramState& s, const Feeds& feeds, const char* api) {
+void finish(ProgramState& s, Traced t) {
+  t.graph.outputs = {t.result};
+  s.full = std::move(t.graph);
+  s.input_nodes = t.input_nodes;
+  s.output = t.result;
+  s.captures = std::move(t.captures);
+  s.rng_key = t.rng_key;
+  s.plain = lower(s, {});
+}
+
+Variant& variant_for(ProgramState& s, bool captures) {
+  if (!captures) return s.plain;
+  if (!s.with_captures) {
+    std::vector<int32_t> keep;
+    for (const auto& [name, id] : s.captures) keep.push_back(id);
+    s.with_captures = std::make_unique<Variant>(lower(s, keep));
+  }
+  return *s.with_captures;
+}
+
+void read_captures(ProgramState& s, Variant& v, Captures& out) {
+  out.clear();
+  for (const auto& [name, id] : s.captures) {
+    const ir::Node& n = v.graph.node(v.id(id));
+    HostTensor t(n.dtype, n.shape);
+    v.exec->read_output(v.id(id), t.data());
+    out.emplace(name, std::move(t));
+  }
+}
+
+void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api) {
   std::vector<const Feed*> by_input(s.inputs.size(), nullptr);
   for (const Feed& f : feeds) {
     size_t i = 0;
@@ -125,7 +173,11 @@ void set_inputs(ProgramState& s, const Feeds& feeds, const char* api) {
   }
   for (size_t i = 0; i < s.inputs.size(); ++i)
     if (by_input[i] == nullptr) throw InputError(std::string("[") + api + "] missing input '" + s.inputs[i].name + "'");
-  for (size_t i = 0; i < s.inputs.size(); ++i) s.exec->set_input(s.input_nodes[i], by_input[i]->value.data);
+  for (size_t i = 0; i < s.inputs.size(); ++i) v.exec->set_input(v.id(s.input_nodes[i]), by_input[i]->value.data);
+  if (s.rng_key >= 0) {
+    const auto key = static_cast<int32_t>(s.calls++);
+    v.exec->set_input(v.id(s.rng_key), &key);
+  }
 }
 
 }  // namespace
@@ -134,7 +186,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   auto s = std::make_shared<ProgramState>();
   s->train = true;
   s->store = device_store(model, options.device);
-  Traced t = trace(model, fn, arity, options.inputs, "compile_train");
+  Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, "compile_train");
   const ir::Node& loss = t.graph.node(t.result);
   if (loss.numel() != 1 || loss.dtype != DType::kF32)
     throw ShapeError("[compile_train] the loss must be a single f32 value, got " + std::string(dtype_name(loss.dtype)) +
@@ -147,28 +199,23 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   for (size_t i = 0; i < t.params.size(); ++i) {
     if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
     pg.push_back({t.params[i].first, t.params[i].second, grads[i], s->store->infos.at(t.params[i].first).decay});
+    t.captures.emplace_back("grad/" + t.params[i].first, grads[i]);
   }
   s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
-  t.graph.outputs = {t.result};
   s->inputs = options.inputs;
-  s->input_nodes = t.input_nodes;
-  s->output = t.result;
   s->optimizer = options.optimizer;
   s->schedule = options.schedule ? options.schedule : lr::constant();
   s->base_lr = optim::base_lr(options.optimizer);
-  finish(*s, std::move(t.graph));
+  finish(*s, std::move(t));
   return Program(s);
 }
 
 Program compile_forward(Module& model, const TracedFn& fn, size_t arity, ForwardOptions options) {
   auto s = std::make_shared<ProgramState>();
   s->store = device_store(model, options.device);
-  Traced t = trace(model, fn, arity, options.inputs, "compile_forward");
-  t.graph.outputs = {t.result};
+  Traced t = trace(model, fn, arity, options.inputs, options.training, options.seed, "compile_forward");
   s->inputs = options.inputs;
-  s->input_nodes = t.input_nodes;
-  s->output = t.result;
-  finish(*s, std::move(t.graph));
+  finish(*s, std::move(t));
   return Program(s);
 }
 
@@ -178,28 +225,31 @@ float Program::step(const Feeds& feeds, StepOptions options) {
   detail::ProgramState& s = *state_;
   if (!s.train) throw Error("[step] this program was compiled with compile_forward; use run()");
   std::lock_guard lock(s.store->mutex);
-  detail::set_inputs(s, feeds, "step");
+  detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
+  detail::set_inputs(s, v, feeds, "step");
   const double lr = s.base_lr * s.schedule(s.steps);
   const std::vector<float> hyper = optim::hyper_values(s.optimizer, s.steps + 1, lr);
-  for (size_t i = 0; i < hyper.size(); ++i)
-    if (s.plan.hyper_nodes[i] >= 0) s.exec->set_input(s.plan.hyper_nodes[i], &hyper[i]);
-  s.exec->execute();
+  for (size_t i = 0; i < hyper.size(); ++i) v.exec->set_input(v.id(s.plan.hyper_nodes[i]), &hyper[i]);
+  v.exec->execute();
   ++s.steps;
+  if (options.captures != nullptr) detail::read_captures(s, v, *options.captures);
   if (!options.read_loss) return std::nanf("");
   float loss = 0;
-  s.exec->read_output(s.output, &loss);
+  v.exec->read_output(v.id(s.output), &loss);
   return loss;
 }
 
-HostTensor Program::run(const Feeds& feeds) {
+HostTensor Program::run(const Feeds& feeds, RunOptions options) {
   detail::ProgramState& s = *state_;
   if (s.train) throw Error("[run] this program was compiled with compile_train; use step(), or compile_forward for inference");
   std::lock_guard lock(s.store->mutex);
-  detail::set_inputs(s, feeds, "run");
-  s.exec->execute();
-  const ir::Node& out = s.graph.node(s.output);
+  detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
+  detail::set_inputs(s, v, feeds, "run");
+  v.exec->execute();
+  const ir::Node& out = v.graph.node(v.id(s.output));
   HostTensor result(out.dtype, out.shape);
-  s.exec->read_output(s.output, result.data());
+  v.exec->read_output(v.id(s.output), result.data());
+  if (options.captures != nullptr) detail::read_captures(s, v, *options.captures);
   return result;
 }
 
@@ -266,7 +316,13 @@ void Program::set_lr(double lr) {
 
 double Program::lr() const { return state_->base_lr; }
 int64_t Program::steps() const { return state_->steps; }
-std::string Program::ir() const { return state_->graph.to_string(); }
+std::string Program::ir() const { return state_->plain.graph.to_string(); }
+
+std::vector<std::string> Program::capture_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, id] : state_->captures) out.push_back(name);
+  return out;
+}
 const Device& Program::device() const { return state_->store->device; }
 
 }  // namespace tg

@@ -2,6 +2,8 @@
 // elements that maps each output index to the input index it reads. Speed does not matter.
 #include "backend/ref/ref_backend.h"
 
+#include "backend/ref/ref_nn.h"
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -287,6 +289,18 @@ class RefExecutableImpl final : public RefExecutable {
       }
       case Op::kMatmul:
         return matmul(n, in_node(0), in_node(1), in(0), in(1));
+      case Op::kGather: case Op::kScatterAdd: case Op::kSoftmax: case Op::kLogSoftmax:
+      case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
+      case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
+      case Op::kAttention: case Op::kAttentionGrad: {
+        std::vector<const Node*> nodes;
+        std::vector<const Values*> vals;
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+          nodes.push_back(&in_node(i));
+          vals.push_back(&in(i));
+        }
+        return ref::compute_nn(n, nodes, vals);
+      }
     }
     throw Error("[ref] unhandled op");
   }

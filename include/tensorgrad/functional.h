@@ -1,0 +1,91 @@
+// Neural-network ops: indexing, softmax family, losses, normalisation, randomness,
+// attention, activations. The fused ones are primitives with their own kernels and
+// backward; the rest are compositions of primitives (see ops.def for which is which).
+#pragma once
+#include <string>
+
+#include "tensorgrad/tensor.h"
+
+namespace tg {
+
+// ---- indexing ------------------------------------------------------------------------
+/// PyTorch's gather / NumPy's take_along_axis: out[…, i, …] = x[…, idx[…, i, …], …] along
+/// `axis`; idx is i32 with x's rank (it broadcasts against x off the axis).
+Tensor take_along_axis(const Tensor& x, const Tensor& idx, int64_t axis, Loc loc = Loc::current());
+/// Rows of `table` [V, …] selected by i32 ids of any shape → ids.shape + table.shape[1:].
+/// A gather, never a one-hot matmul; its gradient is a scatter-add into the table.
+Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current());
+/// One-hot f32 encoding of i32 ids: ids.shape + [classes].
+Tensor one_hot(const Tensor& ids, int64_t classes, Loc loc = Loc::current());
+
+// ---- softmax family and losses -------------------------------------------------------
+/// Softmax along `axis`. `causal` (last axis only) masks key j > query i + (S − T) of the
+/// last two axes [T, S], as in autoregressive attention.
+Tensor softmax(const Tensor& x, int64_t axis = -1, bool causal = false, Loc loc = Loc::current());
+Tensor log_softmax(const Tensor& x, int64_t axis = -1, bool causal = false, Loc loc = Loc::current());
+
+enum class Reduction { kMean, kSum, kNone };
+struct CrossEntropyOptions {
+  /// Targets equal to this contribute no loss and no gradient (PyTorch's default -100).
+  int32_t ignore_index = -100;
+  /// kMean averages over the targets that are not ignored (PyTorch's semantics; NaN if all are).
+  Reduction reduction = Reduction::kMean;
+};
+/// Cross-entropy of logits [..., C] against i32 targets [...] (PyTorch's F.cross_entropy
+/// with class indices). A target outside [0, C) that is not ignore_index is an error at run
+/// time on the cpu and ref backends (tg::InputError naming the op, the row and the value).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {},
+                     Loc loc = Loc::current());
+/// Mean squared error, mean over all elements.
+Tensor mse_loss(const Tensor& prediction, const Tensor& target, Loc loc = Loc::current());
+
+// ---- normalisation -------------------------------------------------------------------
+/// Layer norm over the last axis: (x − mean)/√(var + eps) · weight + bias (weight/bias may be
+/// empty Tensors to skip them).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
+                  Loc loc = Loc::current());
+/// RMS norm over the last axis: x/√(mean(x²) + eps) · weight (weight may be empty).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6, Loc loc = Loc::current());
+
+// ---- randomness ----------------------------------------------------------------------
+/// Uniform [0, 1) values of `shape`, fresh on every step/run and identical on every backend
+/// for the same program seed and call count (counter-based Philox4x32-10).
+Tensor random_uniform(Shape shape, Loc loc = Loc::current());
+/// Inverted dropout: in training programs zeroes each element with probability p and scales
+/// the rest by 1/(1−p); in inference programs (and for p = 0) returns x unchanged.
+Tensor dropout(const Tensor& x, double p, Loc loc = Loc::current());
+/// Whether the program being traced is a training program (compile_train) or not.
+bool is_training();
+
+// ---- attention -----------------------------------------------------------------------
+struct AttentionOptions {
+  bool causal = true;
+  /// Default 1/√D.
+  std::optional<double> scale = {};
+};
+/// Scaled dot-product attention, q [B, Hq, T, D], k/v [B, Hkv, S, D] (grouped-query when
+/// Hkv < Hq). One fused primitive: no T×S score matrix is stored, forward or backward.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options = {},
+                 Loc loc = Loc::current());
+
+// ---- activations and small composites --------------------------------------------------
+enum class GeluApprox { kErf, kTanh };
+Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::kErf, Loc loc = Loc::current());
+Tensor silu(const Tensor& x, Loc loc = Loc::current());
+/// log(1 + eˣ) without overflow: max(x, 0) + log1p(e^−|x|).
+Tensor softplus(const Tensor& x, Loc loc = Loc::current());
+/// silu(gate) ⊙ up.
+Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc = Loc::current());
+/// Rotary position embedding (rotate-half form) of x [..., T, D] (D even) at positions
+/// offset…offset+T−1: x·cos θ + rotate_half(x)·sin θ with θ_{t,i} = t·base^(−2i/D).
+Tensor rope(const Tensor& x, double base = 10000.0, int64_t offset = 0, Loc loc = Loc::current());
+/// Zero (or `value`) padding of `axis` by `before` and `after` elements.
+Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value = 0.0, Loc loc = Loc::current());
+
+// ---- captures ------------------------------------------------------------------------
+/// Marks `t` to be read back as `name` when a step/run asks for captures; returns t. Free
+/// when not asked for: a capture that nothing else reads is not even computed then.
+/// Names must be unique within a program.
+Tensor capture(const std::string& name, const Tensor& t, Loc loc = Loc::current());
+
+}  // namespace tg

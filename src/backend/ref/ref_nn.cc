@@ -1,0 +1,238 @@
+// Reference kernels of the fused NN primitives; see ref_nn.h.
+#include "backend/ref/ref_nn.h"
+
+#include <cmath>
+#include <string>
+
+#include "backend/philox.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::ref {
+namespace {
+
+using ir::Node;
+using ir::Op;
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+/// Calls fn(base) for the flat offset of every element whose coordinate on `axis` is 0.
+template <class F>
+void for_each_lane(const Shape& shape, size_t axis, F&& fn) {
+  const int64_t total = numel(shape);
+  const std::vector<int64_t> st = strides_of(shape);
+  for (int64_t flat = 0; flat < total; ++flat)
+    if ((flat / st[axis]) % shape[axis] == 0) fn(flat);
+}
+
+Values gather_scatter(const Node& n, const Node& x_node, const Values& x, const Values& idx) {
+  const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+  const bool gather = n.op == Op::kGather;
+  const Shape& big = gather ? x_node.shape : n.shape;
+  const Shape& small = gather ? n.shape : x_node.shape;
+  const std::vector<int64_t> big_st = strides_of(big), small_st = strides_of(small);
+  Values out(static_cast<size_t>(numel(n.shape)), 0.0);
+  for (int64_t flat = 0; flat < numel(small); ++flat) {
+    const double where = idx[static_cast<size_t>(flat)];
+    if (where < 0 || where >= static_cast<double>(big[axis]))
+      throw InputError(std::string("[") + ir::op_name(n.op) + "] index " + std::to_string(static_cast<int64_t>(where)) +
+                       " out of range [0, " + std::to_string(big[axis]) + ")");
+    int64_t b = 0, rest = flat;
+    for (size_t d = 0; d < small.size(); ++d) {
+      const int64_t coord = rest / small_st[d];
+      rest %= small_st[d];
+      b += (d == axis ? static_cast<int64_t>(where) : coord) * big_st[d];
+    }
+    if (gather) out[static_cast<size_t>(flat)] = x[static_cast<size_t>(b)];
+    else out[static_cast<size_t>(b)] += x[static_cast<size_t>(flat)];
+  }
+  return out;
+}
+
+Values softmax(const Node& n, const Values& x) {
+  const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+  const Shape& s = n.shape;
+  const int64_t len = s[axis], stride = strides_of(s)[axis];
+  const bool log = n.op == Op::kLogSoftmax;
+  Values out(x.size());
+  for_each_lane(s, axis, [&](int64_t base) {
+    // Causal: the row index i is the coordinate on axis rank-2; key j may see i + (S - T).
+    int64_t visible = len;
+    if (n.attrs.causal) {
+      const int64_t rows = s[s.size() - 2], i = (base / len) % rows;
+      visible = i + (len - rows) + 1;
+    }
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, x[static_cast<size_t>(base + j * stride)]);
+    double total = 0;
+    for (int64_t j = 0; j < visible; ++j) total += std::exp(x[static_cast<size_t>(base + j * stride)] - mx);
+    for (int64_t j = 0; j < len; ++j) {
+      const double v = x[static_cast<size_t>(base + j * stride)] - mx;
+      double& o = out[static_cast<size_t>(base + j * stride)];
+      if (j >= visible) o = log ? -INFINITY : 0.0;
+      else o = log ? v - std::log(total) : std::exp(v) / total;
+    }
+  });
+  return out;
+}
+
+Values cross_entropy(const Node& n, const Shape& logits_shape, const std::vector<const Values*>& in) {
+  const Values& x = *in[0];
+  const Values& t = *in[1];
+  const int64_t rows = logits_shape[0], classes = logits_shape[1];
+  const double ignore = n.attrs.values[0];
+  Values out(static_cast<size_t>(numel(n.shape)), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double target = t[static_cast<size_t>(r)];
+    if (target == ignore) continue;
+    if (target < 0 || target >= static_cast<double>(classes))
+      throw InputError("[cross_entropy] target " + std::to_string(static_cast<int64_t>(target)) + " in row " +
+                       std::to_string(r) + " is out of range [0, " + std::to_string(classes) + ")");
+    const double* row = &x[static_cast<size_t>(r * classes)];
+    double mx = -INFINITY, total = 0;
+    for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, row[c]);
+    for (int64_t c = 0; c < classes; ++c) total += std::exp(row[c] - mx);
+    const double lse = mx + std::log(total);
+    if (n.op == Op::kCrossEntropy) {
+      out[static_cast<size_t>(r)] = lse - row[static_cast<int64_t>(target)];
+    } else {  // d/dlogit_c = (softmax_c − [c = t]) · dloss_r
+      const double g = (*in[2])[static_cast<size_t>(r)];
+      for (int64_t c = 0; c < classes; ++c)
+        out[static_cast<size_t>(r * classes + c)] = (std::exp(row[c] - lse) - (c == static_cast<int64_t>(target))) * g;
+    }
+  }
+  return out;
+}
+
+Values norm(const Node& n, const std::vector<const Values*>& in) {
+  const Values& x = *in[0];
+  const int64_t d = n.shape.back(), rows = numel(n.shape) / d;
+  const double eps = n.attrs.values[0];
+  const bool layer = n.op == Op::kLayerNorm || n.op == Op::kLayerNormGrad;
+  const bool grad = n.op == Op::kLayerNormGrad || n.op == Op::kRmsNormGrad;
+  Values out(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = &x[static_cast<size_t>(r * d)];
+    double mean = 0, sq = 0;
+    for (int64_t i = 0; i < d; ++i) mean += xr[i] / static_cast<double>(d);
+    if (!layer) mean = 0;  // RMS norm does not centre
+    for (int64_t i = 0; i < d; ++i) sq += (xr[i] - mean) * (xr[i] - mean) / static_cast<double>(d);
+    const double rstd = 1.0 / std::sqrt(sq + eps);
+    double* o = &out[static_cast<size_t>(r * d)];
+    if (!grad) {
+      for (int64_t i = 0; i < d; ++i) o[i] = (xr[i] - mean) * rstd;
+      continue;
+    }
+    const double* dy = &(*in[1])[static_cast<size_t>(r * d)];
+    double mean_dy = 0, mean_dy_xhat = 0;
+    for (int64_t i = 0; i < d; ++i) {
+      mean_dy += dy[i] / static_cast<double>(d);
+      mean_dy_xhat += dy[i] * (xr[i] - mean) * rstd / static_cast<double>(d);
+    }
+    for (int64_t i = 0; i < d; ++i) {
+      const double xhat = (xr[i] - mean) * rstd;
+      // layer: dx = rstd (dy − mean(dy) − x̂ mean(dy x̂));  rms: dx = rstd (dy − x̂ mean(dy x̂))
+      o[i] = rstd * (dy[i] - (layer ? mean_dy : 0.0) - xhat * mean_dy_xhat);
+    }
+  }
+  return out;
+}
+
+Values attention(const Node& n, const std::vector<const Node*>& nodes, const std::vector<const Values*>& in) {
+  const Shape& qs = nodes[0]->shape;
+  const Shape& ks = nodes[1]->shape;
+  const int64_t B = qs[0], Hq = qs[1], T = qs[2], D = qs[3], Hkv = ks[1], S = ks[2];
+  const double scale = n.attrs.values[0];
+  const Values &q = *in[0], &k = *in[1], &v = *in[2];
+  const bool grad = n.op == Op::kAttentionGrad;
+  const int64_t nq = numel(qs), nk = numel(ks);
+  Values out(static_cast<size_t>(grad ? nq + 2 * nk : nq), 0.0);
+  auto qi = [&](int64_t b, int64_t h, int64_t t, int64_t d) { return static_cast<size_t>(((b * Hq + h) * T + t) * D + d); };
+  auto ki = [&](int64_t b, int64_t h, int64_t s, int64_t d) { return static_cast<size_t>(((b * Hkv + h) * S + s) * D + d); };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t kvh = h / (Hq / Hkv);
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t visible = n.attrs.causal ? t + (S - T) + 1 : S;
+        std::vector<double> p(static_cast<size_t>(visible));
+        double mx = -INFINITY, total = 0;
+        for (int64_t s = 0; s < visible; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[qi(b, h, t, d)] * k[ki(b, kvh, s, d)];
+          p[static_cast<size_t>(s)] = dot * scale;
+          mx = std::max(mx, dot * scale);
+        }
+        for (double& x : p) total += (x = std::exp(x - mx));
+        for (double& x : p) x /= total;
+        if (!grad) {
+          for (int64_t s = 0; s < visible; ++s)
+            for (int64_t d = 0; d < D; ++d) out[qi(b, h, t, d)] += p[static_cast<size_t>(s)] * v[ki(b, kvh, s, d)];
+          continue;
+        }
+        // dP_s = dO·v_s; dS_s = P_s (dP_s − Σ_s' P_s' dP_s'); dq = scale Σ dS_s k_s;
+        // dk_s += scale dS_s q; dv_s += P_s dO.
+        const Values& dout = *in[3];
+        std::vector<double> dp(static_cast<size_t>(visible));
+        double weighted = 0;
+        for (int64_t s = 0; s < visible; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += dout[qi(b, h, t, d)] * v[ki(b, kvh, s, d)];
+          dp[static_cast<size_t>(s)] = dot;
+          weighted += p[static_cast<size_t>(s)] * dot;
+        }
+        for (int64_t s = 0; s < visible; ++s) {
+          const double ds = p[static_cast<size_t>(s)] * (dp[static_cast<size_t>(s)] - weighted);
+          for (int64_t d = 0; d < D; ++d) {
+            out[qi(b, h, t, d)] += scale * ds * k[ki(b, kvh, s, d)];
+            out[static_cast<size_t>(nq) + ki(b, kvh, s, d)] += scale * ds * q[qi(b, h, t, d)];
+            out[static_cast<size_t>(nq + nk) + ki(b, kvh, s, d)] += p[static_cast<size_t>(s)] * dout[qi(b, h, t, d)];
+          }
+        }
+      }
+    }
+  return out;
+}
+
+}  // namespace
+
+Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const std::vector<const Values*>& in) {
+  switch (n.op) {
+    case Op::kGather:
+    case Op::kScatterAdd:
+      return gather_scatter(n, *in_nodes[0], *in[0], *in[1]);
+    case Op::kSoftmax:
+    case Op::kLogSoftmax:
+      return softmax(n, *in[0]);
+    case Op::kCrossEntropy:
+    case Op::kCrossEntropyGrad:
+      return cross_entropy(n, in_nodes[0]->shape, in);
+    case Op::kLayerNorm:
+    case Op::kLayerNormGrad:
+    case Op::kRmsNorm:
+    case Op::kRmsNormGrad:
+      return norm(n, in);
+    case Op::kRandom:
+    case Op::kDropout: {
+      const bool drop = n.op == Op::kDropout;
+      const auto key = static_cast<uint32_t>(static_cast<int32_t>((*in[drop ? 1 : 0])[0]));
+      const auto seed = static_cast<uint64_t>(n.attrs.values[drop ? 1 : 0]);
+      const double p = drop ? n.attrs.values[0] : 0.0;
+      Values out(static_cast<size_t>(n.numel()));
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double u = philox_uniform(seed, key, i);
+        out[i] = drop ? (u >= p ? (*in[0])[i] / (1.0 - p) : 0.0) : u;
+      }
+      return out;
+    }
+    case Op::kAttention:
+    case Op::kAttentionGrad:
+      return attention(n, in_nodes, in);
+    default:
+      throw Error(std::string("[ref] ") + ir::op_name(n.op) + " is not an NN primitive");
+  }
+}
+
+}  // namespace tg::backend::ref

@@ -1,0 +1,247 @@
+// Public NN ops (functional.h): the fused primitives' front doors, which canonicalise their
+// arguments, and the composites written with primitives.
+#include <cmath>
+#include <numbers>
+
+#include "ir/api_util.h"
+#include "tensorgrad/functional.h"
+
+namespace tg {
+using namespace ir;
+
+namespace {
+
+Trace& trace_for(const char* op, const Loc& loc) {
+  Trace* t = current_trace();
+  if (t == nullptr)
+    throw Error(std::string("[") + op + "] called outside of compile_train/compile_forward (at " + loc_str(loc) + ")");
+  return *t;
+}
+
+Graph& graph_of(const char* op, const Tensor& x, const Loc& loc) {
+  Arg a(x, loc);
+  return graph_for(op, {&a}, loc);
+}
+
+/// The runtime-advanced key all random ops of a program read.
+Tensor rng_key(Trace& t, const Loc& loc) {
+  if (t.rng_key < 0) {
+    Node n = make_node(Op::kInput, {}, loc);
+    n.dtype = DType::kI32;
+    n.name = kRngKeyInput;
+    t.rng_key = emit(t.graph, std::move(n)).id();
+  }
+  return Tensor(&t.graph, t.rng_key);
+}
+
+}  // namespace
+
+Tensor take_along_axis(const Tensor& x, const Tensor& idx, int64_t axis, Loc loc) {
+  Arg ax(x, loc), ai(idx, loc);
+  Graph& g = graph_for("take_along_axis", {&ax, &ai}, loc);
+  if (idx.rank() != x.rank())
+    api_fail("take_along_axis", "indices " + shape_str(idx.shape()) + " must have the rank of " + shape_str(x.shape()), loc);
+  const int64_t a = normalize_axis("take_along_axis", axis, x.rank(), loc);
+  Shape target = x.shape();
+  target[static_cast<size_t>(a)] = idx.shape()[static_cast<size_t>(a)];
+  Tensor i = broadcast_if_needed(cast(idx, DType::kI32, loc), target, loc);
+  Node n = make_node(Op::kGather, {x.id(), i.id()}, loc);
+  n.attrs.axes = {a};
+  return emit(g, std::move(n));
+}
+
+Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc) {
+  if (table.rank() < 1) api_fail("embedding", "the table needs rank >= 1", loc);
+  if (ids.dtype() != DType::kI32) api_fail("embedding", "ids must be i32", loc);
+  Shape rest(table.shape().begin() + 1, table.shape().end());
+  const int64_t row = numel(rest);
+  Tensor flat_table = reshape(table, {table.shape()[0], row}, loc);
+  Tensor flat_ids = broadcast_to(reshape(ids, {ids.numel(), 1}, loc), {ids.numel(), row}, loc);
+  Tensor rows = take_along_axis(flat_table, flat_ids, 0, loc);  // [N, row]
+  Shape out = ids.shape();
+  out.insert(out.end(), rest.begin(), rest.end());
+  return reshape(rows, out, loc);
+}
+
+Tensor one_hot(const Tensor& ids, int64_t classes, Loc loc) {
+  Graph& g = graph_of("one_hot", ids, loc);
+  if (ids.dtype() != DType::kI32) api_fail("one_hot", "ids must be i32", loc);
+  std::vector<double> range(static_cast<size_t>(classes));
+  for (int64_t c = 0; c < classes; ++c) range[static_cast<size_t>(c)] = static_cast<double>(c);
+  Tensor cls = constant_on(g, std::move(range), {classes}, DType::kI32, loc);
+  return cast(eq(unsqueeze(ids, -1, loc), cls, loc), DType::kF32, loc);
+}
+
+namespace {
+Tensor softmax_like(Op op, const Tensor& x, int64_t axis, bool causal, const Loc& loc) {
+  Graph& g = graph_of(op_name(op), x, loc);
+  if (x.rank() == 0) api_fail(op_name(op), "needs rank >= 1", loc);
+  Node n = make_node(op, {cast(x, DType::kF32, loc).id()}, loc);
+  n.attrs.axes = {normalize_axis(op_name(op), axis, x.rank(), loc)};
+  n.attrs.causal = causal;
+  return emit(g, std::move(n));
+}
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t axis, bool causal, Loc loc) { return softmax_like(Op::kSoftmax, x, axis, causal, loc); }
+Tensor log_softmax(const Tensor& x, int64_t axis, bool causal, Loc loc) {
+  return softmax_like(Op::kLogSoftmax, x, axis, causal, loc);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
+  Graph& g = graph_of("cross_entropy", logits, loc);
+  if (logits.rank() < 1) api_fail("cross_entropy", "logits need rank >= 1", loc);
+  if (targets.dtype() != DType::kI32) api_fail("cross_entropy", "targets must be i32 class indices", loc);
+  Shape batch(logits.shape().begin(), logits.shape().end() - 1);
+  if (targets.shape() != batch)
+    api_fail("cross_entropy", "targets " + shape_str(targets.shape()) + " must have the logits' shape without the class axis, " +
+             shape_str(batch), loc);
+  const int64_t rows = numel(batch);
+  Tensor flat_logits = reshape(cast(logits, DType::kF32, loc), {rows, logits.shape().back()}, loc);
+  Tensor flat_targets = reshape(targets, {rows}, loc);
+  Node n = make_node(Op::kCrossEntropy, {flat_logits.id(), flat_targets.id()}, loc);
+  n.attrs.values = {static_cast<double>(options.ignore_index)};
+  Tensor per_row = emit(g, std::move(n));
+  switch (options.reduction) {
+    case Reduction::kNone: return reshape(per_row, batch, loc);
+    case Reduction::kSum: return sum(per_row, {}, false, loc);
+    case Reduction::kMean: {
+      Tensor counted = cast(ne(flat_targets, options.ignore_index, loc), DType::kF32, loc);
+      return div(sum(per_row, {}, false, loc), sum(counted, {}, false, loc), loc);
+    }
+  }
+  return per_row;
+}
+
+Tensor mse_loss(const Tensor& prediction, const Tensor& target, Loc loc) {
+  Tensor d = sub(prediction, target, loc);
+  return mean(mul(d, d, loc), {}, false, loc);
+}
+
+namespace {
+Tensor norm(Op op, const Tensor& x, double eps, const Loc& loc) {
+  Graph& g = graph_of(op_name(op), x, loc);
+  if (x.rank() == 0) api_fail(op_name(op), "needs rank >= 1", loc);
+  Node n = make_node(op, {cast(x, DType::kF32, loc).id()}, loc);
+  n.attrs.values = {eps};
+  return emit(g, std::move(n));
+}
+void check_affine(const char* op, const Tensor& x, const Tensor& p, const Loc& loc) {
+  if (p.valid() && p.shape() != Shape{x.shape().back()})
+    api_fail(op, "weight/bias " + shape_str(p.shape()) + " must be [" + std::to_string(x.shape().back()) + "] for input " +
+             shape_str(x.shape()), loc);
+}
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Loc loc) {
+  Tensor y = norm(Op::kLayerNorm, x, eps, loc);
+  check_affine("layer_norm", x, weight, loc);
+  check_affine("layer_norm", x, bias, loc);
+  if (weight.valid()) y = mul(y, weight, loc);
+  if (bias.valid()) y = add(y, bias, loc);
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, Loc loc) {
+  Tensor y = norm(Op::kRmsNorm, x, eps, loc);
+  check_affine("rms_norm", x, weight, loc);
+  return weight.valid() ? mul(y, weight, loc) : y;
+}
+
+Tensor random_uniform(Shape shape, Loc loc) {
+  Trace& t = trace_for("random_uniform", loc);
+  Tensor key = rng_key(t, loc);
+  Node n = make_node(Op::kRandom, {key.id()}, loc);
+  n.shape = std::move(shape);
+  n.attrs.values = {static_cast<double>(t.next_seed++)};
+  return emit(t.graph, std::move(n));
+}
+
+Tensor dropout(const Tensor& x, double p, Loc loc) {
+  Trace& t = trace_for("dropout", loc);
+  if (!(p >= 0 && p < 1)) api_fail("dropout", "p must be in [0, 1), got " + std::to_string(p), loc);
+  if (!t.training || p == 0) return x;
+  Tensor key = rng_key(t, loc);
+  Node n = make_node(Op::kDropout, {cast(x, DType::kF32, loc).id(), key.id()}, loc);
+  n.attrs.values = {p, static_cast<double>(t.next_seed++)};
+  return emit(t.graph, std::move(n));
+}
+
+bool is_training() {
+  const Trace* t = current_trace();
+  return t != nullptr && t->training;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options, Loc loc) {
+  Arg aq(q, loc), ak(k, loc), av(v, loc);
+  Graph& g = graph_for("attention", {&aq, &ak, &av}, loc);
+  if (q.rank() != 4) api_fail("attention", "q must be [B, H, T, D], got " + shape_str(q.shape()), loc);
+  Node n = make_node(Op::kAttention, {q.id(), k.id(), v.id()}, loc);
+  n.attrs.causal = options.causal;
+  n.attrs.values = {options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())))};
+  return emit(g, std::move(n));
+}
+
+Tensor gelu(const Tensor& x, GeluApprox approx, Loc loc) {
+  if (approx == GeluApprox::kErf)  // x·Φ(x) = ½x(1 + erf(x/√2))
+    return mul(mul(x, 0.5, loc), add(erf(mul(x, std::numbers::sqrt2 / 2, loc), loc), 1.0, loc), loc);
+  // ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  Tensor inner = mul(add(x, mul(mul(mul(x, x, loc), x, loc), 0.044715, loc), loc), k, loc);
+  return mul(mul(x, 0.5, loc), add(tanh(inner, loc), 1.0, loc), loc);
+}
+
+Tensor silu(const Tensor& x, Loc loc) { return mul(x, sigmoid(x, loc), loc); }
+
+Tensor softplus(const Tensor& x, Loc loc) {
+  return add(maximum(x, 0.0, loc), log1p(exp(neg(abs(x, loc), loc), loc), loc), loc);
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc) { return mul(silu(gate, loc), up, loc); }
+
+Tensor rope(const Tensor& x, double base, int64_t offset, Loc loc) {
+  Graph& g = graph_of("rope", x, loc);
+  if (x.rank() < 2 || x.shape().back() % 2 != 0)
+    api_fail("rope", "needs [..., T, D] with D even, got " + shape_str(x.shape()), loc);
+  const int64_t t_len = x.shape()[x.shape().size() - 2], d = x.shape().back(), half = d / 2;
+  std::vector<double> cos_table(static_cast<size_t>(t_len * d)), sin_table(cos_table.size());
+  for (int64_t t = 0; t < t_len; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      const double theta = static_cast<double>(offset + t) * std::pow(base, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
+      cos_table[static_cast<size_t>(t * d + i)] = std::cos(theta);
+      sin_table[static_cast<size_t>(t * d + i)] = std::sin(theta);
+    }
+  Tensor c = constant_on(g, std::move(cos_table), {t_len, d}, DType::kF32, loc);
+  Tensor s = constant_on(g, std::move(sin_table), {t_len, d}, DType::kF32, loc);
+  Tensor x1 = slice(x, -1, 0, half, 1, loc), x2 = slice(x, -1, half, d, 1, loc);
+  Tensor rotated = concat({neg(x2, loc), x1}, -1, loc);
+  return add(mul(x, c, loc), mul(rotated, s, loc), loc);
+}
+
+Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value, Loc loc) {
+  Graph& g = graph_of("pad", x, loc);
+  if (x.rank() == 0) api_fail("pad", "cannot pad a scalar", loc);
+  if (before < 0 || after < 0) api_fail("pad", "padding must be >= 0", loc);
+  const int64_t a = normalize_axis("pad", axis, x.rank(), loc);
+  std::vector<Tensor> parts;
+  auto block = [&](int64_t len) {
+    Shape s = x.shape();
+    s[static_cast<size_t>(a)] = len;
+    return constant_on(g, {value}, s, x.dtype(), loc);
+  };
+  if (before > 0) parts.push_back(block(before));
+  parts.push_back(x);
+  if (after > 0) parts.push_back(block(after));
+  return concat(std::span<const Tensor>(parts), a, loc);
+}
+
+Tensor capture(const std::string& name, const Tensor& t, Loc loc) {
+  Trace& tr = trace_for("capture", loc);
+  if (t.graph() != &tr.graph) api_fail("capture", "'" + name + "' is not a tensor of the program being traced", loc);
+  for (const auto& [existing, id] : tr.captures)
+    if (existing == name) api_fail("capture", "the name '" + name + "' is used twice in one program", loc);
+  tr.captures.emplace_back(name, t.id());
+  return t;
+}
+
+}  // namespace tg

@@ -1,0 +1,116 @@
+// Causal self-attention, the pre-norm transformer block and the GPT model.
+#include <cmath>
+
+#include "tensorgrad/errors.h"
+#include "tensorgrad/nn.h"
+
+namespace tg::nn {
+namespace {
+
+int64_t kv_heads_of(const AttentionConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
+
+AttentionConfig checked(AttentionConfig c, const std::string& where) {
+  if (c.heads <= 0 || c.d_model <= 0 || c.d_model % c.heads != 0)
+    throw Error("[CausalSelfAttention] '" + where + "': d_model " + std::to_string(c.d_model) +
+                " must be a positive multiple of heads " + std::to_string(c.heads));
+  const int64_t kv = kv_heads_of(c);
+  if (kv <= 0 || c.heads % kv != 0)
+    throw Error("[CausalSelfAttention] '" + where + "': heads " + std::to_string(c.heads) +
+                " must be a multiple of kv_heads " + std::to_string(kv));
+  if (c.rotary && (c.d_model / c.heads) % 2 != 0)
+    throw Error("[CausalSelfAttention] '" + where + "': rotary positions need an even head size");
+  return c;
+}
+
+LinearOptions gpt_linear(bool bias, double std) {
+  return {.bias = bias, .weight_init = init::normal(std), .bias_init = init::zeros()};
+}
+
+/// [B, T, H·D] → [B, H, T, D]
+Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
+  const Shape& s = x.shape();
+  return permute(reshape(x, {s[0], s[1], heads, s[2] / heads}, loc), {0, 2, 1, 3}, loc);
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(Module& parent, std::string name, AttentionConfig c)
+    : Module(parent, std::move(name)), config(checked(c, path())), head_dim(c.d_model / c.heads),
+      qkv(*this, "qkv", c.d_model, (c.heads + 2 * kv_heads_of(c)) * (c.d_model / c.heads), gpt_linear(c.bias, 0.02)),
+      proj(*this, "proj", c.d_model, c.d_model, gpt_linear(c.bias, 0.02)) {}
+
+Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
+  if (x.rank() != 3 || x.shape()[2] != config.d_model)
+    throw ShapeError("[CausalSelfAttention] '" + path() + "' expects [B, T, " + std::to_string(config.d_model) +
+                     "], got " + shape_str(x.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  const int64_t hq = config.heads, hkv = kv_heads_of(config), d = head_dim;
+  Tensor packed = qkv(x, loc);  // [B, T, (hq + 2 hkv)·d]: q heads, then k heads, then v heads
+  Tensor q = split_heads(slice(packed, -1, 0, hq * d, 1, loc), hq, loc);
+  Tensor k = split_heads(slice(packed, -1, hq * d, (hq + hkv) * d, 1, loc), hkv, loc);
+  Tensor v = split_heads(slice(packed, -1, (hq + hkv) * d, (hq + 2 * hkv) * d, 1, loc), hkv, loc);
+  if (config.rotary) {
+    q = rope(q, config.rope_base, 0, loc);
+    k = rope(k, config.rope_base, 0, loc);
+  }
+  // Offered for inspection only: the probabilities, materialised just when captured.
+  {
+    const Shape& ks = k.shape();
+    Tensor k_all = reshape(broadcast_to(unsqueeze(k, 2, loc), {ks[0], hkv, hq / hkv, ks[2], d}, loc), {ks[0], hq, ks[2], d}, loc);
+    Tensor scores = mul(matmul(q, transpose(k_all, -2, -1, loc), loc), 1.0 / std::sqrt(static_cast<double>(d)), loc);
+    capture(path() + ".probs", softmax(scores, -1, /*causal=*/true, loc), loc);
+  }
+  Tensor y = attention(q, k, v, {.causal = true}, loc);  // [B, hq, T, d]
+  const Shape& ys = y.shape();
+  y = reshape(permute(y, {0, 2, 1, 3}, loc), {ys[0], ys[2], hq * d}, loc);
+  return dropout(proj(y, loc), config.dropout, loc);
+}
+
+TransformerBlock::TransformerBlock(Module& parent, std::string name, const GptConfig& c)
+    : Module(parent, std::move(name)),
+      ln1(*this, "ln1", c.d_model, c.ln_eps, c.bias),
+      attn(*this, "attn", {.d_model = c.d_model, .heads = c.heads, .kv_heads = c.kv_heads, .rotary = c.rotary,
+                           .dropout = c.dropout, .bias = c.bias}),
+      ln2(*this, "ln2", c.d_model, c.ln_eps, c.bias),
+      fc(*this, "fc", c.d_model, c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, gpt_linear(c.bias, 0.02)),
+      fc2(*this, "fc2", c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, c.d_model,
+          gpt_linear(c.bias, 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers)))),
+      drop{c.dropout} {}
+
+Tensor TransformerBlock::operator()(const Tensor& x, Loc loc) const {
+  Tensor h = add(x, attn(ln1(x, loc), loc), loc);
+  return add(h, drop(fc2(gelu(fc(ln2(h, loc), loc), GeluApprox::kTanh, loc), loc), loc), loc);
+}
+
+Gpt::Gpt(GptConfig c) : config(c) { build(); }
+Gpt::Gpt(Module& parent, std::string name, GptConfig c) : Module(parent, std::move(name)), config(c) { build(); }
+
+void Gpt::build() {
+  const GptConfig& c = config;
+  if (c.vocab <= 0 || c.seq_len <= 0 || c.layers <= 0)
+    throw Error("[Gpt] vocab, seq_len and layers must be positive");
+  wte_ = std::make_unique<Embedding>(*this, "wte", c.vocab, c.d_model, init::normal(0.02));
+  if (!c.rotary) wpe_ = std::make_unique<Embedding>(*this, "wpe", c.seq_len, c.d_model, init::normal(0.02));
+  for (int64_t i = 0; i < c.layers; ++i)
+    blocks_.push_back(std::make_unique<TransformerBlock>(*this, "blocks." + std::to_string(i), c));
+  lnf_ = std::make_unique<LayerNorm>(*this, "lnf", c.d_model, c.ln_eps, c.bias);
+  if (!c.tied_head) head_ = std::make_unique<Linear>(*this, "head", c.d_model, c.vocab, gpt_linear(false, 0.02));
+}
+
+Tensor Gpt::logits(const Tensor& ids, Loc loc) const {
+  if (ids.rank() != 2 || ids.dtype() != DType::kI32 || ids.shape()[1] > config.seq_len)
+    throw ShapeError("[Gpt] '" + path() + "' expects i32 ids [B, T] with T <= " + std::to_string(config.seq_len) + ", got " +
+                     dtype_name(ids.dtype()) + shape_str(ids.shape()) + " (at " + loc.file_name() + ":" +
+                     std::to_string(loc.line()) + ")");
+  Tensor x = (*wte_)(ids, loc);  // [B, T, C]
+  if (wpe_) x = add(x, slice(wpe_->weight.tensor(loc), 0, 0, ids.shape()[1], 1, loc), loc);
+  x = dropout(x, config.dropout, loc);
+  for (const auto& block : blocks_) x = (*block)(x, loc);
+  x = (*lnf_)(x, loc);
+  return head_ ? (*head_)(x, loc) : matmul(x, transpose(wte_->weight.tensor(loc), -2, -1, loc), loc);
+}
+
+Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index, Loc loc) const {
+  return cross_entropy(logits(ids, loc), targets, {.ignore_index = ignore_index}, loc);
+}
+
+}  // namespace tg::nn
