@@ -1,0 +1,461 @@
+// Safetensors checkpoints (include/tensorgrad/checkpoint.h). A file is an 8-byte
+// little-endian header length N, N bytes of JSON ({"name": {"dtype", "shape",
+// "data_offsets": [begin, end]}, "__metadata__": {string: string}}) padded with spaces, then
+// the raw little-endian tensor data, offsets relative to its start. Files are untrusted
+// input: every length and offset is checked against the real file size before anything is
+// allocated or read, the layout must be exactly what the official library accepts (offsets
+// contiguous, no overlaps, gaps or trailing bytes), and each problem becomes a
+// CheckpointError naming the file and the tensor. Writes go through a temporary file that
+// is fsynced and renamed over the target, so the target is never seen half-written.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "io/json.h"
+#include "tensorgrad/checkpoint.h"
+
+namespace tg {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian and is copied as raw bytes; big-endian hosts need byte swapping");
+
+// The official reader's limit: a larger header is corruption, and we must not allocate it.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr const char* kMetadataKey = "__metadata__";
+
+/// The API being called and the file, for error messages.
+struct Where {
+  const char* api;
+  const std::string& path;
+};
+
+[[noreturn]] void fail(const Where& w, const std::string& what) {
+  throw CheckpointError(std::string("[") + w.api + "] " + w.path + ": " + what);
+}
+
+std::string errno_text(int err) { return std::system_category().message(err); }
+std::string in_quotes(const std::string& name) { return "'" + name + "'"; }
+std::string tensor_label(const std::string& name) { return "tensor " + in_quotes(name); }
+
+const char* file_dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kI32: return "I32";
+    case DType::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+std::optional<DType> dtype_from_file_name(const std::string& s) {
+  if (s == "F32") return DType::kF32;
+  if (s == "I32") return DType::kI32;
+  if (s == "BOOL") return DType::kBool;
+  return std::nullopt;
+}
+
+/// Names the safetensors format defines (so that "unsupported" and "garbage" read differently).
+bool is_format_dtype(const std::string& s) {
+  static const std::set<std::string> kKnown = {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3",
+                                               "F6_E3M2", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64",
+                                               "I64", "U64", "C64"};
+  return kKnown.count(s) != 0;
+}
+
+/// Position in the official library's Dtype enum, whose writer puts larger-alignment dtypes
+/// first so every tensor's data stays aligned for zero-copy mmap readers.
+int layout_rank(DType t) { return t == DType::kF32 ? 2 : t == DType::kI32 ? 1 : 0; }
+
+std::string join_names(const std::vector<std::string>& names, size_t limit = 12) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + in_quotes(names[i]);
+  if (names.size() > limit) s += ", … (" + std::to_string(names.size() - limit) + " more)";
+  return s.empty() ? "(none)" : s;
+}
+
+class File {
+ public:
+  explicit File(std::FILE* f) : f_(f) {}
+  File(File&& other) noexcept : f_(std::exchange(other.f_, nullptr)) {}
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File() {
+    if (f_) std::fclose(f_);
+  }
+  std::FILE* get() const { return f_; }
+
+ private:
+  std::FILE* f_;
+};
+
+// ---- reading ----
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // sorted by data offset
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;  // 8 + header length
+};
+
+File open_for_read(const Where& w, uint64_t* size) {
+  std::FILE* f = std::fopen(w.path.c_str(), "rb");
+  if (!f) fail(w, "cannot open: " + errno_text(errno));
+  File file(f);
+  struct stat st {};
+  if (::fstat(::fileno(f), &st) != 0) fail(w, "cannot stat: " + errno_text(errno));
+  // fopen succeeds on directories; reading one fails later with a less helpful message.
+  if (!S_ISREG(st.st_mode)) fail(w, "not a regular file");
+  *size = static_cast<uint64_t>(st.st_size);
+  return file;
+}
+
+void read_exact(const Where& w, std::FILE* f, uint64_t offset, void* dst, uint64_t n, const std::string& what) {
+  if (n == 0) return;
+  if (::fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0) fail(w, "cannot seek to " + what + ": " + errno_text(errno));
+  if (std::fread(dst, 1, n, f) != n) {
+    if (std::ferror(f)) fail(w, "cannot read " + what + ": " + errno_text(errno));
+    fail(w, "unexpected end of file while reading " + what + " (was the file changed while being read?)");
+  }
+}
+
+uint64_t non_negative_integer(const Where& w, const io::JsonValue& v, const std::string& context) {
+  if (v.kind != io::JsonValue::Kind::kNumber || !v.is_integer || v.integer < 0)
+    fail(w, context + " must hold non-negative integers");
+  return static_cast<uint64_t>(v.integer);
+}
+
+std::string offsets_str(const Entry& e) {
+  return "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+}
+
+Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& v) {
+  const std::string t = tensor_label(name) + ": ";
+  if (!v.is_object()) fail(w, t + "header entry is not a JSON object");
+  const io::JsonValue* dtype = v.find("dtype");
+  const io::JsonValue* shape = v.find("shape");
+  const io::JsonValue* offsets = v.find("data_offsets");
+  if (!dtype) fail(w, t + "header entry has no \"dtype\"");
+  if (!shape) fail(w, t + "header entry has no \"shape\"");
+  if (!offsets) fail(w, t + "header entry has no \"data_offsets\"");
+
+  if (!dtype->is_string()) fail(w, t + "\"dtype\" is not a string");
+  const std::optional<DType> dt = dtype_from_file_name(dtype->string);
+  if (!dt && is_format_dtype(dtype->string))
+    fail(w, t + "dtype " + dtype->string +
+                " is not supported (tensorgrad reads F32, I32 and BOOL; convert when writing, e.g. tensor.float())");
+  if (!dt) fail(w, t + "unknown dtype " + in_quotes(dtype->string));
+  Entry e{name, *dt, {}, 0, 0};
+
+  if (!shape->is_array()) fail(w, t + "\"shape\" is not an array");
+  int64_t numel = 1;
+  for (const io::JsonValue& d : shape->array) {
+    const auto extent = static_cast<int64_t>(non_negative_integer(w, d, t + "\"shape\""));
+    if (__builtin_mul_overflow(numel, extent, &numel)) fail(w, t + "shape is too large");
+    e.shape.push_back(extent);
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel, dtype_size(*dt), &bytes)) fail(w, t + "shape is too large");
+
+  if (!offsets->is_array() || offsets->array.size() != 2) fail(w, t + "\"data_offsets\" is not an array of two integers");
+  e.begin = non_negative_integer(w, offsets->array[0], t + "\"data_offsets\"");
+  e.end = non_negative_integer(w, offsets->array[1], t + "\"data_offsets\"");
+  if (e.begin > e.end) fail(w, t + offsets_str(e) + " are out of order (begin > end)");
+  if (e.end - e.begin != static_cast<uint64_t>(bytes))
+    fail(w, t + offsets_str(e) + " cover " + std::to_string(e.end - e.begin) + " bytes, but " + dtype->string +
+                shape_str(e.shape) + " needs " + std::to_string(bytes));
+  return e;
+}
+
+void parse_metadata(const Where& w, const io::JsonValue& v, std::map<std::string, std::string>& out) {
+  if (!v.is_object()) fail(w, "\"__metadata__\" is not a JSON object");
+  for (const auto& [key, value] : v.object) {
+    if (!value.is_string()) fail(w, "\"__metadata__\" entry " + in_quotes(key) + " is not a string");
+    if (!out.emplace(key, value.string).second) fail(w, "\"__metadata__\" has the key " + in_quotes(key) + " twice");
+  }
+}
+
+/// Sorts the entries by offset and requires them to tile the data section exactly, as the
+/// official reader does: anything else is a corrupt or truncated file.
+void check_layout(const Where& w, std::vector<Entry>& entries, uint64_t data_size) {
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name); });
+  // Out-of-range offsets first: in a truncated file that is the problem, not a gap.
+  for (const Entry& e : entries)
+    if (e.end > data_size)
+      fail(w, tensor_label(e.name) + ": " + offsets_str(e) + " lie outside the data section (" +
+                  std::to_string(data_size) + " bytes; truncated file?)");
+  uint64_t cursor = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    const std::string t = tensor_label(e.name) + ": " + offsets_str(e);
+    if (e.begin < cursor) fail(w, t + " overlap " + tensor_label(prev->name) + "'s " + offsets_str(*prev));
+    if (e.begin > cursor)
+      fail(w, t + " leave a gap of " + std::to_string(e.begin - cursor) + " bytes after " +
+                  (prev ? tensor_label(prev->name) : std::string("the start of the data section")));
+    cursor = e.end;
+    prev = &e;
+  }
+  if (cursor != data_size)
+    fail(w, std::to_string(data_size - cursor) + " bytes follow the last tensor's data" +
+                (prev ? " (" + tensor_label(prev->name) + ")" : std::string()) + "; the data section must be exactly covered");
+}
+
+Header read_header(const Where& w, std::FILE* f, uint64_t file_size) {
+  if (file_size < 8)
+    fail(w, "file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length (truncated?)");
+  unsigned char prefix[8];
+  read_exact(w, f, 0, prefix, 8, "the header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(prefix[i]) << (8 * i);
+  if (n > kMaxHeaderBytes)
+    fail(w, "header length " + std::to_string(n) + " exceeds the 100 MB limit (corrupt or not a safetensors file)");
+  if (n > file_size - 8)
+    fail(w, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file_size) +
+                " bytes; truncated?)");
+  std::string text(n, '\0');
+  read_exact(w, f, 8, text.data(), n, "the header");
+
+  io::JsonValue root;
+  try {
+    root = io::parse_json(text);
+  } catch (const io::JsonError& e) {
+    fail(w, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!root.is_object()) fail(w, "header is not a JSON object");
+
+  Header h;
+  h.data_start = 8 + n;
+  std::set<std::string> seen;
+  for (const auto& [name, value] : root.object) {
+    if (!seen.insert(name).second)
+      fail(w, name == kMetadataKey ? std::string("\"__metadata__\" appears twice")
+                                   : tensor_label(name) + " appears twice in the header");
+    if (name == kMetadataKey) parse_metadata(w, value, h.metadata);
+    else h.entries.push_back(parse_entry(w, name, value));
+  }
+  check_layout(w, h.entries, file_size - h.data_start);
+  return h;
+}
+
+std::map<std::string, HostTensor> read_tensors(const Where& w, std::FILE* f, const Header& h) {
+  std::map<std::string, HostTensor> out;
+  for (const Entry& e : h.entries) {
+    HostTensor t(e.dtype, e.shape);
+    read_exact(w, f, h.data_start + e.begin, t.data(), e.end - e.begin, tensor_label(e.name));
+    if (e.dtype == DType::kBool) {
+      // Our bools are 0/1 bytes; anything else would make logical ops disagree by backend.
+      const auto* b = static_cast<const uint8_t*>(t.data());
+      for (int64_t i = 0; i < t.numel(); ++i)
+        if (b[i] > 1) fail(w, tensor_label(e.name) + ": BOOL element " + std::to_string(i) + " is " + std::to_string(b[i]) + ", not 0 or 1");
+    }
+    out.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+/// Runs `body`, turning any non-checkpoint exception (a failed upload, bad_alloc, …) into a
+/// CheckpointError that names the file.
+template <class F>
+auto rethrow_as_checkpoint_error(const Where& w, F&& body) {
+  try {
+    return body();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(w, e.what());
+  }
+}
+
+// ---- writing ----
+
+/// The temporary file of an atomic write: removed on destruction unless committed.
+class TempFile {
+ public:
+  TempFile(const Where& w, std::string tmp_path) : w_(w), path_(std::move(tmp_path)) {
+    f_ = std::fopen(path_.c_str(), "wb");
+    if (!f_) fail(w_, "cannot create temporary file " + in_quotes(path_) + ": " + errno_text(errno));
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() {
+    if (f_) std::fclose(f_);
+    if (!committed_) std::remove(path_.c_str());
+  }
+
+  void write(const void* data, size_t n) {
+    if (n != 0 && std::fwrite(data, 1, n, f_) != n) fail_errno("cannot write " + in_quotes(path_));
+  }
+
+  /// Flushes to disk, closes and renames over `target`.
+  void commit(const std::string& target) {
+    if (std::fflush(f_) != 0) fail_errno("cannot write " + in_quotes(path_));
+    if (::fsync(::fileno(f_)) != 0) fail_errno("cannot sync " + in_quotes(path_));
+    const int rc = std::fclose(f_);
+    f_ = nullptr;
+    if (rc != 0) fail_errno("cannot close " + in_quotes(path_));
+    if (std::rename(path_.c_str(), target.c_str()) != 0)
+      fail_errno("cannot rename " + in_quotes(path_) + " to " + in_quotes(target));
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail_errno(const std::string& what) {
+    const int err = errno;  // before anything else can change it
+    fail(w_, what + ": " + errno_text(err));
+  }
+
+  const Where& w_;
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  bool committed_ = false;
+};
+
+/// Makes the rename itself durable. Best effort: some filesystems refuse fsync on a
+/// directory, and the checkpoint is complete either way.
+void sync_parent_directory(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  for (const auto& [key, value] : metadata)
+    if (!io::is_valid_utf8(key) || !io::is_valid_utf8(value))
+      fail(w, "metadata entry " + in_quotes(key) + " is not valid UTF-8 (safetensors headers are UTF-8 JSON)");
+
+  using Item = std::pair<const std::string*, const HostTensor*>;
+  std::vector<Item> order;
+  for (const auto& [name, t] : tensors) {
+    if (name == kMetadataKey) fail(w, "a tensor cannot be named \"__metadata__\" (the key is reserved)");
+    if (!io::is_valid_utf8(name)) fail(w, tensor_label(name) + ": the name is not valid UTF-8");
+    order.emplace_back(&name, &t);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const Item& a, const Item& b) {
+    return layout_rank(a.second->dtype()) > layout_rank(b.second->dtype());  // names stay sorted within a dtype
+  });
+
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += io::json_quote(kMetadataKey) + ":{";
+    bool first = true;
+    for (const auto& [key, value] : metadata) {
+      header += (first ? "" : ",") + io::json_quote(key) + ":" + io::json_quote(value);
+      first = false;
+    }
+    header += "}";
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, t] : order) {
+    const auto bytes = static_cast<uint64_t>(t->numel() * dtype_size(t->dtype()));
+    std::string shape;
+    for (int64_t d : t->shape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + io::json_quote(*name) + ":{\"dtype\":\"" + file_dtype_name(t->dtype()) +
+              "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  // Pad so the data starts 8-byte aligned, as the official writer does (the format allows
+  // trailing spaces in the header).
+  header.append((8 - header.size() % 8) % 8, ' ');
+
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+
+  TempFile tmp(w, w.path + ".tmp." + std::to_string(::getpid()));
+  tmp.write(prefix, sizeof prefix);
+  tmp.write(header.data(), header.size());
+  for (const auto& [name, t] : order) tmp.write(t->data(), static_cast<size_t>(t->numel() * dtype_size(t->dtype())));
+  tmp.commit(w.path);
+  sync_parent_directory(w.path);
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const Where w{"save_safetensors", path};
+  rethrow_as_checkpoint_error(w, [&] { write_safetensors(w, tensors, metadata); });
+}
+
+void save_safetensors(const std::string& path, const Program& program,
+                      const std::map<std::string, std::string>& metadata) {
+  const Where w{"save_safetensors", path};
+  rethrow_as_checkpoint_error(w, [&] { write_safetensors(w, program.download_params(), metadata); });
+}
+
+std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
+  const Where w{"read_safetensors", path};
+  return rethrow_as_checkpoint_error(w, [&] {
+    uint64_t size = 0;
+    File file = open_for_read(w, &size);
+    return read_tensors(w, file.get(), read_header(w, file.get(), size));
+  });
+}
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  const Where w{"read_safetensors_metadata", path};
+  return rethrow_as_checkpoint_error(w, [&] {
+    uint64_t size = 0;
+    File file = open_for_read(w, &size);
+    return read_header(w, file.get(), size).metadata;
+  });
+}
+
+void load_safetensors(const std::string& path, Program& program, LoadOptions options) {
+  const Where w{"load_safetensors", path};
+  rethrow_as_checkpoint_error(w, [&] {
+    uint64_t size = 0;
+    File file = open_for_read(w, &size);
+    const Header h = read_header(w, file.get(), size);
+
+    // Everything is checked against the model before any data is read or uploaded.
+    // (Program exposes parameter shapes only through download_params.)
+    const std::map<std::string, HostTensor> current = program.download_params();
+    std::set<std::string> in_file;
+    for (const Entry& e : h.entries) {
+      in_file.insert(e.name);
+      auto it = current.find(e.name);
+      if (it == current.end())
+        fail(w, tensor_label(e.name) + " is not a parameter of the model (its parameters: " +
+                    join_names(program.param_names()) + ")");
+      if (e.dtype != DType::kF32)
+        fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) + ", but model parameters are F32");
+      if (e.shape != it->second.shape())
+        fail(w, tensor_label(e.name) + " has shape " + shape_str(e.shape) + ", but the model's parameter has shape " +
+                    shape_str(it->second.shape()));
+    }
+    if (!options.partial) {
+      std::vector<std::string> missing;
+      for (const auto& [name, t] : current)
+        if (in_file.count(name) == 0) missing.push_back(name);
+      if (!missing.empty())
+        fail(w, "missing parameter" + std::string(missing.size() > 1 ? "s " : " ") + join_names(missing) +
+                    " (pass {.partial = true} to load a subset)");
+    }
+    program.upload_params(read_tensors(w, file.get(), h), {.partial = options.partial});
+  });
+}
+
+}  // namespace tg
