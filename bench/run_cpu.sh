@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 peer=${1:-../shared/bench/torch_peer.py}
 python=${PYTHON:-/usr/bin/python3}
-cmake --build build --target mlp_sin_bench >/dev/null 2>&1 || cmake --build build >/dev/null
+cmake --build build --target mlp_sin_bench gpt_bench >/dev/null
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# tensorgrad"
 ./build/bench/mlp_sin_bench
+./build/bench/gpt_bench addition_3L,char_6L384
 echo "# PyTorch $($python -c 'import torch; print(torch.__version__, "threads", torch.get_num_threads())')"
-$python "$peer" --device cpu --only mlp_sin
+$python "$peer" --device cpu --only mlp_sin,addition_3L,char_6L384
