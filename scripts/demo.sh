@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_BUILD_TESTS=OFF >/dev/null
-cmake --build build --target mlp_sin
-./build/examples/mlp_sin "$@"
+cmake --build build --target addition
+./build/examples/addition "$@"
