@@ -55,11 +55,14 @@ class HostTensor {
   int64_t numel() const { return tg::numel(shape_); }
   void* data() { return bytes_.data(); }
   const void* data() const { return bytes_.data(); }
-  /// Typed views; throw InputError if the dtype differs.
-  std::span<float> f32();
-  std::span<const float> f32() const;
-  std::span<int32_t> i32();
-  std::span<const int32_t> i32() const;
+  /// Typed views; throw InputError if the dtype differs. On a temporary (`run(…).f32()`)
+  /// they return an owning copy instead of a view, so `for (float v : p.run(…).f32())` is safe.
+  std::span<float> f32() &;
+  std::span<const float> f32() const&;
+  std::span<int32_t> i32() &;
+  std::span<const int32_t> i32() const&;
+  std::vector<float> f32() &&;
+  std::vector<int32_t> i32() &&;
   /// First element as a double (for scalars).
   double item() const;
 

@@ -31,21 +31,30 @@ void expect(DType have, DType want) {
 }
 }  // namespace
 
-std::span<float> HostTensor::f32() {
+std::span<float> HostTensor::f32() & {
   expect(dtype_, DType::kF32);
   return {reinterpret_cast<float*>(bytes_.data()), static_cast<size_t>(numel())};
 }
-std::span<const float> HostTensor::f32() const {
+std::span<const float> HostTensor::f32() const& {
   expect(dtype_, DType::kF32);
   return {reinterpret_cast<const float*>(bytes_.data()), static_cast<size_t>(numel())};
 }
-std::span<int32_t> HostTensor::i32() {
+std::span<int32_t> HostTensor::i32() & {
   expect(dtype_, DType::kI32);
   return {reinterpret_cast<int32_t*>(bytes_.data()), static_cast<size_t>(numel())};
 }
-std::span<const int32_t> HostTensor::i32() const {
+std::span<const int32_t> HostTensor::i32() const& {
   expect(dtype_, DType::kI32);
   return {reinterpret_cast<const int32_t*>(bytes_.data()), static_cast<size_t>(numel())};
+}
+
+std::vector<float> HostTensor::f32() && {
+  const auto view = static_cast<const HostTensor&>(*this).f32();
+  return {view.begin(), view.end()};
+}
+std::vector<int32_t> HostTensor::i32() && {
+  const auto view = static_cast<const HostTensor&>(*this).i32();
+  return {view.begin(), view.end()};
 }
 
 double HostTensor::item() const {

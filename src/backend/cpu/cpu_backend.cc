@@ -3,7 +3,8 @@
 // nodes are live (reachable from outputs and updates), where each node's elements live and
 // with which strides. Reshape of dense data, and BroadcastTo / Permute / Slice / one-value
 // Constants whose every consumer can read strided data (elementwise ops read 0-strides,
-// Matmul reads a swapped-last-two-axes permute as a BLAS transpose flag), become views with
+// Matmul reads a swapped-last-two-axes permute as a BLAS transpose flag, Gather/ScatterAdd
+// read broadcast indices, Attention reads permuted [B, T, H, D] heads), become views with
 // no copy; everything else gets its own buffer. execute() then only runs kernels, and applies
 // the updates after every node has run, staging any value that aliases an updated buffer.
 #include <cstring>
@@ -25,6 +26,8 @@ class CpuBuffer final : public Buffer {
   CpuBuffer(DType dtype, int64_t numel) : Buffer(dtype, numel), mem(numel * dtype_size(dtype)) {}
   HostMem mem;
 };
+
+float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
 
 std::string node_ref(const ir::Graph& g, int32_t id) {
   const ir::Node& n = g.node(id);
@@ -48,6 +51,15 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
       return is_contiguous(view, shape);
     case Op::kMatmul:
       return blas_operand(view, shape).has_value();
+    case Op::kGather: case Op::kScatterAdd: case Op::kRandom: case Op::kDropout:
+      return true;  // strided readers: embedding ids arrive broadcast along the feature axis
+    case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
+      return shape.size() == 1 || is_contiguous(view, shape);  // 1-D targets/dloss strided; logits dense
+    case Op::kSoftmax: case Op::kLogSoftmax:
+    case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
+      return is_contiguous(view, shape);
+    case Op::kAttention: case Op::kAttentionGrad:
+      return attention_operand(view, shape);  // any batch/head strides, unit stride along D
     case Op::kParam: case Op::kInput: case Op::kState: case Op::kConstant: case Op::kArange:
       return false;  // leaves consume nothing
   }
@@ -351,6 +363,48 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
       auto blas_ok = [](const View& v, const Shape& shape) { return blas_operand(v, shape).has_value(); };
       const View a = readable(in(0), blas_ok), b = readable(in(1), blas_ok);
       steps_.push_back(make_matmul(n.shape, in(0).shape, a, in(1).shape, b, reinterpret_cast<float*>(own_node(s))));
+      return;
+    }
+
+    case Op::kGather:
+      steps_.push_back(make_gather(n, in(0).shape, in(0).view, in(1).view, own_node(s)));
+      return;
+    case Op::kScatterAdd:
+      steps_.push_back(make_scatter_add(n, in(0).shape, in(0).view, in(1).view, f32(own_node(s))));
+      return;
+    case Op::kSoftmax:
+    case Op::kLogSoftmax: {
+      const View x = readable(in(0), is_contiguous);
+      steps_.push_back(make_softmax(n, f32(x.data), f32(own_node(s))));
+      return;
+    }
+    case Op::kCrossEntropy:
+    case Op::kCrossEntropyGrad: {
+      const View logits = readable(in(0), is_contiguous);
+      const View dloss = n.op == Op::kCrossEntropyGrad ? in(2).view : View{};
+      steps_.push_back(make_cross_entropy(n, in(0).shape, f32(logits.data), in(1).view, dloss, f32(own_node(s))));
+      return;
+    }
+    case Op::kLayerNorm:
+    case Op::kLayerNormGrad:
+    case Op::kRmsNorm:
+    case Op::kRmsNormGrad: {
+      const View x = readable(in(0), is_contiguous);
+      const float* dy = n.inputs.size() > 1 ? f32(readable(in(1), is_contiguous).data) : nullptr;
+      steps_.push_back(make_norm(n, f32(x.data), dy, f32(own_node(s))));
+      return;
+    }
+    case Op::kRandom:
+      steps_.push_back(make_random(n, View{}, in(0).view, f32(own_node(s))));
+      return;
+    case Op::kDropout:
+      steps_.push_back(make_random(n, in(0).view, in(1).view, f32(own_node(s))));
+      return;
+    case Op::kAttention:
+    case Op::kAttentionGrad: {
+      std::vector<View> views;
+      for (size_t i = 0; i < n.inputs.size(); ++i) views.push_back(readable(in(i), attention_operand));
+      steps_.push_back(make_attention(n, in(0).shape, in(1).shape, views, f32(own_node(s))));
       return;
     }
   }

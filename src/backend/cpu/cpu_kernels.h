@@ -169,4 +169,33 @@ std::optional<BlasOperand> blas_operand(const View& view, const Shape& shape);
 Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, const Shape& b_shape,
                    const View& b, float* out);
 
+// ---- NN primitives (indexing.cc, nn_kernels.cc, random.cc, attention.cc) ----------------
+// Errors found in the data (an index or target out of range) are recorded inside the
+// parallel loops and thrown as tg::InputError after them, never from inside a region.
+
+/// Gather along node.attrs.axes[0]: x (x_shape, any view, any dtype) read at i32 idx (node.shape,
+/// any view — embedding ids arrive broadcast) → dense out of node.shape.
+Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx, std::byte* out);
+/// ScatterAdd: zeros of node.shape, then out[.., idx[i], ..] += src[i] for src and idx of
+/// src_shape (any views); each output element accumulates in index order on one thread.
+Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx, float* out);
+
+/// Softmax / LogSoftmax over node.attrs.axes[0] (with node.attrs.causal) of a dense input.
+Kernel make_softmax(const ir::Node& node, const float* x, float* out);
+/// CrossEntropy (dloss unused) / CrossEntropyGrad over dense logits [N, C]; the 1-D targets
+/// (i32) and dloss (f32) may be any views.
+Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const float* logits, const View& targets,
+                          const View& dloss, float* out);
+/// LayerNorm / RmsNorm (dy null) and their grads over the last axis of dense inputs.
+Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* out);
+/// Random (x unused) / Dropout of a view x, under the i32 scalar key read at execute time.
+Kernel make_random(const ir::Node& node, const View& x, const View& key, float* out);
+
+/// Whether attention can read a [B, H, T, D] operand in place: any batch and head strides,
+/// rows addressable by BLAS without a transpose (unit stride along D).
+bool attention_operand(const View& view, const Shape& shape);
+/// Attention (q, k, v) / AttentionGrad (q, k, v, dout); every view passes attention_operand.
+Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape, const std::vector<View>& in,
+                      float* out);
+
 }  // namespace tg::backend::cpu

@@ -109,7 +109,7 @@ Values cross_entropy(const Node& n, const Shape& logits_shape, const std::vector
 
 Values norm(const Node& n, const std::vector<const Values*>& in) {
   const Values& x = *in[0];
-  const int64_t d = n.shape.back(), rows = numel(n.shape) / d;
+  const int64_t d = n.shape.back(), rows = d == 0 ? 0 : numel(n.shape) / d;
   const double eps = n.attrs.values[0];
   const bool layer = n.op == Op::kLayerNorm || n.op == Op::kLayerNormGrad;
   const bool grad = n.op == Op::kLayerNormGrad || n.op == Op::kRmsNormGrad;

@@ -1,0 +1,239 @@
+// Row-wise NN kernels of the CPU backend: Softmax / LogSoftmax (any axis, optional causal
+// mask), CrossEntropy and its gradient, LayerNorm / RmsNorm and their gradients. Inputs are
+// dense (the planner copies views first), except the 1-D targets and loss gradient of the
+// cross-entropy pair, which are read through their strides. Rows are independent, so every
+// kernel is one parallel loop over rows (or over [outer, inner block] tiles when softmax runs
+// along an axis that is not the last); statistics — softmax sums, means, variances — are
+// accumulated in double, values stay f32. Results never depend on the thread count.
+//
+// Math of the backward kernels, per row of length D (all means over the row):
+//   cross-entropy, loss_n = lse(x_n) − x_n[t_n]:
+//     dlogits[n, c] = (softmax(x_n)[c] − [c = t_n]) · dloss[n]     (0 for ignored rows)
+//   layer norm, y = x̂ = (x − μ)/σ with σ = √(var + eps), var biased:
+//     ∂y_j/∂x_k = (δ_jk − 1/D − x̂_j x̂_k / D)/σ, so
+//     dx = (dy − mean(dy) − x̂ · mean(dy ⊙ x̂)) / σ
+//   rms norm, y = x·r with r = (mean(x²) + eps)^(−1/2), ∂r/∂x_k = −r³ x_k / D:
+//     dx = r·dy − x · r³ · mean(dy ⊙ x)
+#include <string>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kTile = 256;  // inner columns a strided-softmax unit handles at once
+
+/// Softmax of the first `valid` entries of a dense row; entries [valid, n) are masked
+/// (0, or −∞ for log-softmax). NaNs propagate to the whole row.
+void softmax_row(const float* __restrict x, float* __restrict y, int64_t n, int64_t valid, bool log) {
+  float m = kNegInf;
+  for (int64_t j = 0; j < valid; ++j) m = x[j] > m ? x[j] : m;
+  double sum = 0;
+  if (log) {
+    for (int64_t j = 0; j < valid; ++j) sum += static_cast<double>(std::exp(x[j] - m));
+    const double lse = static_cast<double>(m) + std::log(sum);
+    for (int64_t j = 0; j < valid; ++j) y[j] = static_cast<float>(static_cast<double>(x[j]) - lse);
+  } else {
+    for (int64_t j = 0; j < valid; ++j) {
+      const float e = std::exp(x[j] - m);
+      y[j] = e;
+      sum += static_cast<double>(e);
+    }
+    const double inv = 1.0 / sum;
+    for (int64_t j = 0; j < valid; ++j) y[j] = static_cast<float>(static_cast<double>(y[j]) * inv);
+  }
+  for (int64_t j = valid; j < n; ++j) y[j] = log ? kNegInf : 0.0f;
+}
+
+/// Softmax along the middle axis of a dense [outer, n, inner] tensor, for inner columns
+/// [i0, i0 + w) of outer slice `o` (w ≤ kTile).
+void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, int64_t i0, int64_t w, bool log) {
+  float m[kTile];
+  double sum[kTile];
+  for (int64_t i = 0; i < w; ++i) {
+    m[i] = kNegInf;
+    sum[i] = 0;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const float* row = x + k * inner + i0;
+    for (int64_t i = 0; i < w; ++i) m[i] = row[i] > m[i] ? row[i] : m[i];
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const float* row = x + k * inner + i0;
+    float* out = y + k * inner + i0;
+    for (int64_t i = 0; i < w; ++i) {
+      const float e = std::exp(row[i] - m[i]);
+      if (!log) out[i] = e;
+      sum[i] += static_cast<double>(e);
+    }
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const float* row = x + k * inner + i0;
+    float* out = y + k * inner + i0;
+    for (int64_t i = 0; i < w; ++i)
+      out[i] = log ? static_cast<float>(static_cast<double>(row[i]) - (static_cast<double>(m[i]) + std::log(sum[i])))
+                   : static_cast<float>(static_cast<double>(out[i]) / sum[i]);
+  }
+}
+
+/// Max and Σ exp(x − max) (in double) of a dense row.
+struct RowStats {
+  float max;
+  double sum;
+};
+RowStats row_stats(const float* x, int64_t n) {
+  float m = kNegInf;
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(std::exp(x[j] - m));
+  return {m, sum};
+}
+
+}  // namespace
+
+Kernel make_softmax(const ir::Node& node, const float* x, float* y) {
+  const bool log = node.op == ir::Op::kLogSoftmax, causal = node.attrs.causal;
+  const Shape& shape = node.shape;
+  const auto axis = static_cast<size_t>(node.attrs.axes[0]);
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t n = shape[axis];
+  const int64_t total = numel(shape);
+  const bool parallel = total > kGrainHeavy;
+  if (inner == 1) {
+    // Causal (shape inference guarantees the last axis, rank >= 2 and S >= T): row r is
+    // query i = r mod T of [T, S] and sees keys j <= i + (S - T).
+    const int64_t t_len = causal ? shape[shape.size() - 2] : 1, shift = causal ? n - t_len : 0;
+    return [=] {
+      if (total == 0) return;
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int64_t r = 0; r < outer; ++r) {
+        const int64_t valid = causal ? std::min(n, r % t_len + shift + 1) : n;
+        softmax_row(x + r * n, y + r * n, n, valid, log);
+      }
+    };
+  }
+  const int64_t tiles = (inner + kTile - 1) / kTile;
+  return [=] {
+    if (total == 0) return;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t u = 0; u < outer * tiles; ++u) {
+      const int64_t o = u / tiles, i0 = (u % tiles) * kTile;
+      softmax_columns(x + o * n * inner, y + o * n * inner, n, inner, i0, std::min(kTile, inner - i0), log);
+    }
+  };
+}
+
+Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const float* logits, const View& targets,
+                          const View& dloss, float* out) {
+  const bool grad = node.op == ir::Op::kCrossEntropyGrad;
+  const int64_t rows = logits_shape[0], classes = logits_shape[1];
+  const double ignore = node.attrs.values[0];
+  const auto* tgt = reinterpret_cast<const int32_t*>(targets.data);
+  const int64_t ts = targets.strides.empty() ? 0 : targets.strides[0];
+  const auto* dl = grad ? reinterpret_cast<const float*>(dloss.data) : nullptr;
+  const int64_t ds = grad && !dloss.strides.empty() ? dloss.strides[0] : 0;
+  const bool parallel = rows * classes > kGrainHeavy;
+  return [=] {
+    if (rows == 0) return;
+    int64_t bad = std::numeric_limits<int64_t>::max();
+#pragma omp parallel for schedule(static) reduction(min : bad) if (parallel)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t t = tgt[r * ts];
+      const float* x = logits + r * classes;
+      const bool ignored = static_cast<double>(t) == ignore;
+      const bool valid = !ignored && t >= 0 && t < classes;
+      if (!ignored && !valid) bad = std::min(bad, r);
+      if (!grad) {
+        if (!valid) {
+          out[r] = 0.0f;
+          continue;
+        }
+        const RowStats st = row_stats(x, classes);
+        out[r] = static_cast<float>(static_cast<double>(st.max) + std::log(st.sum) - static_cast<double>(x[t]));
+        continue;
+      }
+      float* dx = out + r * classes;
+      if (!valid) {
+        for (int64_t c = 0; c < classes; ++c) dx[c] = 0.0f;
+        continue;
+      }
+      // One exp pass: the shifted exponentials go straight into dx, then get scaled.
+      float m = kNegInf;
+      for (int64_t c = 0; c < classes; ++c) m = x[c] > m ? x[c] : m;
+      double sum = 0;
+      for (int64_t c = 0; c < classes; ++c) {
+        dx[c] = std::exp(x[c] - m);
+        sum += static_cast<double>(dx[c]);
+      }
+      const double g = static_cast<double>(dl[r * ds]), e_t = static_cast<double>(dx[t]);
+      const auto scale = static_cast<float>(g / sum);
+      for (int64_t c = 0; c < classes; ++c) dx[c] *= scale;
+      // The one-hot term separately, in double: p_t − 1 cancels badly in f32 when p_t ≈ 1.
+      dx[t] = static_cast<float>((e_t / sum - 1.0) * g);
+    }
+    if (bad != std::numeric_limits<int64_t>::max())
+      throw InputError("[cross_entropy] row " + std::to_string(bad) + " has target " + std::to_string(tgt[bad * ts]) +
+                       ", outside [0, " + std::to_string(classes) + ") and not the ignore_index " +
+                       std::to_string(static_cast<int64_t>(ignore)));
+  };
+}
+
+Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* out) {
+  const ir::Op op = node.op;
+  const int64_t d = node.shape.back(), rows = d == 0 ? 0 : numel(node.shape) / d;
+  const double eps = node.attrs.values[0], inv_d = d == 0 ? 0.0 : 1.0 / static_cast<double>(d);
+  const bool parallel = rows * d > kGrainCheap;
+  return [=] {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * d;
+      const float* gr = dy ? dy + r * d : nullptr;
+      float* o = out + r * d;
+      if (op == ir::Op::kLayerNorm || op == ir::Op::kLayerNormGrad) {
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < d; ++j) mean += static_cast<double>(xr[j]);
+        mean *= inv_d;
+        for (int64_t j = 0; j < d; ++j) {
+          const double c = static_cast<double>(xr[j]) - mean;
+          var += c * c;
+        }
+        const double rstd = 1.0 / std::sqrt(var * inv_d + eps);
+        if (op == ir::Op::kLayerNorm) {
+          for (int64_t j = 0; j < d; ++j) o[j] = static_cast<float>((static_cast<double>(xr[j]) - mean) * rstd);
+          continue;
+        }
+        double mean_dy = 0, mean_dy_xhat = 0;
+        for (int64_t j = 0; j < d; ++j) {
+          const double g = static_cast<double>(gr[j]);
+          mean_dy += g;
+          mean_dy_xhat += g * (static_cast<double>(xr[j]) - mean) * rstd;
+        }
+        mean_dy *= inv_d;
+        mean_dy_xhat *= inv_d;
+        for (int64_t j = 0; j < d; ++j) {
+          const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
+          o[j] = static_cast<float>(rstd * (static_cast<double>(gr[j]) - mean_dy - xhat * mean_dy_xhat));
+        }
+        continue;
+      }
+      double ms = 0;
+      for (int64_t j = 0; j < d; ++j) ms += static_cast<double>(xr[j]) * static_cast<double>(xr[j]);
+      const double rr = 1.0 / std::sqrt(ms * inv_d + eps);
+      if (op == ir::Op::kRmsNorm) {
+        for (int64_t j = 0; j < d; ++j) o[j] = static_cast<float>(static_cast<double>(xr[j]) * rr);
+        continue;
+      }
+      double mean_dy_x = 0;
+      for (int64_t j = 0; j < d; ++j) mean_dy_x += static_cast<double>(gr[j]) * static_cast<double>(xr[j]);
+      const double k = rr * rr * rr * mean_dy_x * inv_d;
+      for (int64_t j = 0; j < d; ++j)
+        o[j] = static_cast<float>(rr * static_cast<double>(gr[j]) - static_cast<double>(xr[j]) * k);
+    }
+  };
+}
+
+}  // namespace tg::backend::cpu
