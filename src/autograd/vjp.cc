@@ -140,8 +140,17 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     }
     case Op::kMatmul: {
       // Y = A B:  dA = G Bᵀ,  dB = Aᵀ G, each summed over the batch axes it was broadcast on.
-      return {sum_to(matmul(g, transpose(x(1), -2, -1, loc), loc), in_shape[0], loc),
-              sum_to(matmul(transpose(x(0), -2, -1, loc), g, loc), in_shape[1], loc)};
+      // A matrix shared by every batch (a weight: B of rank 2 against a batched A) gets its
+      // gradient from one product with the batch folded into the contraction,
+      // dB = A₂ᵀ G₂ with A₂ = A as [Σbatch·m, k], G₂ = G as [Σbatch·m, n], instead of a
+      // batch of products summed afterwards (which would materialise [batch, k, n]).
+      Tensor da = sum_to(matmul(g, transpose(x(1), -2, -1, loc), loc), in_shape[0], loc);
+      if (in_shape[1].size() == 2 && in_shape[0].size() > 2) {
+        const int64_t k = in_shape[0].back(), n_out = in_shape[1].back();
+        Tensor a2 = reshape(x(0), {-1, k}, loc), g2 = reshape(g, {-1, n_out}, loc);
+        return {da, matmul(transpose(a2, -2, -1, loc), g2, loc)};
+      }
+      return {da, sum_to(matmul(transpose(x(0), -2, -1, loc), g, loc), in_shape[1], loc)};
     }
 
     case Op::kGather: {
