@@ -173,9 +173,12 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     }
     case Op::kLogSoftmax: {
       // dx = g − softmax(x) Σ_axis g, with softmax = exp(y); masked entries (y = −∞) get 0.
-      Tensor dx = g - exp(y, loc) * sum(g, n.attrs.axes, /*keepdim=*/true, loc);
-      if (n.attrs.causal) dx = where(y > -INFINITY, dx, 0.0, loc);
-      return {dx};
+      // Masked entries carry no probability: their incoming gradient is dropped before the
+      // sum, so it cannot leak into the visible entries.
+      if (!n.attrs.causal) return {g - exp(y, loc) * sum(g, n.attrs.axes, /*keepdim=*/true, loc)};
+      Tensor visible = y > -INFINITY;
+      Tensor gv = where(visible, g, 0.0, loc);
+      return {where(visible, gv - exp(y, loc) * sum(gv, n.attrs.axes, /*keepdim=*/true, loc), 0.0, loc)};
     }
     case Op::kCrossEntropy: {
       // d loss_n / d logits[n, c] = softmax(logits)[n, c] − [c = t_n], zero for ignored rows.

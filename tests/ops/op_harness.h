@@ -62,6 +62,8 @@ inline InputSpec away0(Shape s, double lo = 0.2, double hi = 2) { return {std::m
 inline InputSpec distinct(Shape s, double lo = -2, double hi = 2) { return {std::move(s), DType::kF32, Dist::kDistinct, lo, hi}; }
 inline InputSpec ints(Shape s, double lo = -5, double hi = 5, DType t = DType::kI32) { return {std::move(s), t, Dist::kInt, lo, hi}; }
 inline InputSpec bools(Shape s) { return {std::move(s), DType::kBool, Dist::kBool, 0, 1}; }
+/// i32 indices in [0, n): gather/embedding indices, class targets.
+inline InputSpec indices(Shape s, int64_t n) { return ints(std::move(s), 0, static_cast<double>(n - 1)); }
 
 /// Element-wise acceptance |got - want| <= abs + rel * |want|. {0, 0} means bit-exact.
 struct Tol {
@@ -90,6 +92,7 @@ struct OpCase {
   DType dtype;  // … and dtype (checked at trace time)
   Tol tol;      // cpu vs ref, forward
   Grad grad;    // check d(sum(f(x) * w))/dx against finite differences
+  bool training = false;  // traced as compile_train does (dropout active), else as compile_forward
 };
 
 /// GoogleTest prints a failing parameter with this instead of its bytes.
@@ -175,16 +178,24 @@ inline std::vector<HostTensor> make_inputs(const std::vector<InputSpec>& specs, 
 // ---- tracing and running ---------------------------------------------------------------------
 
 /// A traced program: its graph, its kInput leaves in declaration order, and its result.
+/// When the program draws random numbers, the runtime key input (ir::kRngKeyInput, created
+/// by the first random op) comes last in `inputs` and is also named by `rng_key`; make_feeds
+/// supplies its value.
 struct Traced {
   ir::Graph graph;
   std::vector<int32_t> inputs;
   int32_t out = -1;
+  int32_t rng_key = -1;
 };
 
+/// The runtime key a row's program is fed with (any fixed value will do).
+constexpr int32_t kRowKey = 20240607;
+
 /// Traces `fn` over fresh kInput leaves the way compile_forward does (a Trace made current
-/// only while the function runs); graph.outputs = {result}.
-inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn) {
+/// only while the function runs), or compile_train with `training`; graph.outputs = {result}.
+inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn, bool training = false) {
   ir::Trace trace;
+  trace.training = training;
   Traced t;
   Tensor result;
   {
@@ -207,7 +218,24 @@ inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn) {
   t.graph = trace.graph;
   t.out = result.id();
   t.graph.outputs = {t.out};
+  if (trace.rng_key >= 0) {
+    const ir::Node& key = t.graph.node(trace.rng_key);
+    if (key.op != ir::Op::kInput || key.dtype != DType::kI32 || key.numel() != 1 || key.name != ir::kRngKeyInput)
+      throw std::logic_error("the random key is not an i32 scalar input named " + std::string(ir::kRngKeyInput));
+    t.rng_key = trace.rng_key;
+    t.inputs.push_back(t.rng_key);
+  }
   return t;
+}
+
+/// The values of a traced row's inputs: make_inputs(specs, seed), then the runtime key
+/// `key` when the program has one.
+inline std::vector<HostTensor> make_feeds(const std::vector<InputSpec>& specs, const Traced& t, uint64_t seed,
+                                          int32_t key = kRowKey) {
+  std::vector<HostTensor> feeds = make_inputs(specs, seed);
+  if (t.rng_key >= 0) feeds.push_back({DType::kI32, {static_cast<double>(key)}});
+  if (feeds.size() != t.inputs.size()) throw std::logic_error("make_feeds: the specs do not match the traced inputs");
+  return feeds;
 }
 
 /// Host bytes in the backend format (f32 → float, i32 → int32_t, bool → uint8_t).
@@ -251,6 +279,7 @@ inline std::vector<double> from_host(DType t, const std::vector<std::byte>& byte
 inline std::vector<std::vector<double>> run_graph(backend::Backend& be, const ir::Graph& graph,
                                                   const std::vector<int32_t>& inputs,
                                                   const std::vector<HostTensor>& feeds) {
+  if (feeds.size() != inputs.size()) throw std::logic_error("run_graph: one feed per input needed (the random key too)");
   std::vector<int32_t> remap;
   const ir::Graph g = passes::eliminate_dead_code(graph, remap);
   for (const ir::Node& n : g.nodes())
@@ -289,6 +318,7 @@ struct RefRun {
          const std::vector<HostTensor>& feeds)
       : owner(ref.prepare(graph, {})), exe(dynamic_cast<backend::RefExecutable*>(owner.get())) {
     if (exe == nullptr) throw std::logic_error("the ref backend did not return a RefExecutable");
+    if (feeds.size() != inputs.size()) throw std::logic_error("RefRun: one feed per input needed (the random key too)");
     for (size_t i = 0; i < inputs.size(); ++i) exe->set_input_f64(inputs[i], feeds[i].values);
     exe->execute();
   }
@@ -335,7 +365,8 @@ inline ::testing::AssertionResult matches_fd(const std::vector<double>& exact, c
 
 inline std::string shape_and_dtype(const Shape& s, DType t) { return std::string(dtype_name(t)) + shape_str(s); }
 
-/// Element-wise |got - want| <= tol.abs + tol.rel * |want|, naming the first few offenders.
+/// Element-wise |got - want| <= tol.abs + tol.rel * |want| (NaN matches NaN, an infinity
+/// itself), naming the first few offenders.
 inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want, Tol tol) {
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << "size " << got.size() << " vs expected " << want.size();
@@ -345,12 +376,64 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got, cons
   for (size_t i = 0; i < got.size(); ++i) {
     const double g = got[i], w = want[i];
     const bool same_nan = std::isnan(g) && std::isnan(w);
-    if (same_nan || std::abs(g - w) <= tol.abs + tol.rel * std::abs(w)) continue;
+    if (same_nan || g == w || std::abs(g - w) <= tol.abs + tol.rel * std::abs(w)) continue;
     if (++failures <= 6) bad << "\n  [" << i << "] got " << g << ", expected " << w << " (diff " << g - w << ")";
   }
   if (failures == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << failures << " of " << got.size() << " elements differ beyond rel "
                                        << tol.rel << " / abs " << tol.abs << ":" << bad.str();
+}
+
+// ---- hand-computed expectations (pin the oracle itself) -----------------------------------------
+
+inline Tensor cf(std::vector<float> v, Shape s) { return constant(std::span<const float>(v), std::move(s)); }
+inline Tensor ci(std::vector<int32_t> v, Shape s) { return constant(std::span<const int32_t>(v), std::move(s)); }
+
+/// Traces `fn` (built from constants), runs it on ref and cpu, and expects exactly `want`
+/// (up to `abs_tol` for results that are not exactly representable or go through libm).
+inline void expect_known(const std::function<Tensor()>& fn, const Shape& shape, DType dtype,
+                         const std::vector<double>& want, double abs_tol = 0, Loc loc = Loc::current()) {
+  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_known");
+  const Traced t = trace_fn({}, [&](const Ts&) { return fn(); });
+  const ir::Node& out = t.graph.node(t.out);
+  ASSERT_EQ(shape_and_dtype(out.shape, out.dtype), shape_and_dtype(shape, dtype));
+  for (const auto& be : both_backends())
+    EXPECT_TRUE(all_close(run_graph(*be, t.graph, {}, {}).at(0), want, {0, abs_tol})) << "backend " << be->name();
+}
+
+/// d loss / d x_i for f32 inputs of the given values, on `be`; a leaf the loss does not
+/// depend on yields an empty vector.
+inline std::vector<std::vector<double>> grads_on(backend::Backend& be, const std::vector<Shape>& shapes,
+                                                 const std::vector<std::vector<double>>& values, const BuildFn& loss) {
+  std::vector<InputSpec> specs;
+  std::vector<HostTensor> feeds;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    specs.push_back(uni(shapes[i]));
+    feeds.push_back({DType::kF32, values[i]});
+  }
+  Traced t = trace_fn(specs, loss);
+  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
+  t.graph.outputs.clear();
+  for (int32_t g : grads)
+    if (g >= 0) t.graph.outputs.push_back(g);
+  const auto outs = run_graph(be, t.graph, t.inputs, feeds);
+  std::vector<std::vector<double>> result;
+  size_t next = 0;
+  for (int32_t g : grads) result.push_back(g >= 0 ? outs[next++] : std::vector<double>{});
+  return result;
+}
+
+/// Runs grads_on on ref and cpu and expects `want` (an empty entry: no gradient at all).
+inline void expect_grads(const std::vector<Shape>& shapes, const std::vector<std::vector<double>>& values,
+                         const BuildFn& loss, const std::vector<std::vector<double>>& want, double abs_tol = 1e-6,
+                         Loc loc = Loc::current()) {
+  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_grads");
+  for (const auto& be : both_backends()) {
+    const auto got = grads_on(*be, shapes, values, loss);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(all_close(got[i], want[i], {0, abs_tol})) << "d/dx" << i << " on " << be->name();
+  }
 }
 
 }  // namespace tg::op_test

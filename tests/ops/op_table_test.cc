@@ -8,6 +8,10 @@
 //     the CPU backend runs that gradient graph to the same numbers as the reference (rows
 //     marked kCpuOnly, too big for finite differences, get only the second check).
 // Graphs go through dead-code elimination before prepare(), as in the runtime.
+// The NN rows (functional.h) feed i32 indices and targets through `indices(shape, n)`; rows
+// that draw random numbers get the runtime key input fed by the harness (make_feeds), and
+// dropout rows are traced in training mode (OpCase::training). Randomness statistics, run-time
+// and trace-time errors and hand-computed NN values are in nn_op_table_test.cc.
 // Below the table, hand-computed expectations pin the reference backend itself (so a bug
 // shared by the oracle and the VJPs cannot hide), and explicit tests cover gradient
 // accumulation over several consumers and stop_gradient.
@@ -17,6 +21,7 @@
 #include <set>
 
 #include "ops/op_harness.h"
+#include "tensorgrad/functional.h"
 
 namespace tg::op_test {
 namespace {
@@ -47,6 +52,21 @@ Tensor layer_norm_last(const Ts& x) {
   return centered * rsqrt(mean(centered * centered, {-1}, true) + 1e-5) * x[1] + x[2];
 }
 Tensor linear_tanh(const Ts& x) { return tanh(matmul(x[0], x[1]) + x[2]); }
+
+// NN rows (functional.h).
+/// `targets` with every third element, from the second on, replaced by `ignore`, so every
+/// cross-entropy row below has ignored rows whatever its random targets are.
+Tensor with_ignored(const Tensor& targets, int32_t ignore) {
+  std::vector<int32_t> mask(static_cast<size_t>(targets.numel()));
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 3 == 1 ? 1 : 0;
+  return where(cast(constant(std::span<const int32_t>(mask), targets.shape()), kBool), ignore, targets);
+}
+/// A causal log_softmax is −∞ at masked entries; rows compare (and weight) its finite part.
+Tensor finite_part(const Tensor& y) { return where(y > -1e30, y, 0.0); }
+/// attention over [B, T, H, D] operands, permuted to [B, H, T, D] (views on the CPU backend).
+Tensor attention_bthd(const Ts& x) {
+  return attention(permute(x[0], {0, 2, 1, 3}), permute(x[1], {0, 2, 1, 3}), permute(x[2], {0, 2, 1, 3}));
+}
 
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> cases = {
@@ -265,6 +285,131 @@ const std::vector<OpCase>& op_cases() {
       {"large_max_axis1", {distinct({200, 180})}, FN(max(x[0], {1})), {200}, kF32, kExact, kCpuOnly},
       {"large_argmax_axis0", {distinct({180, 200})}, FN(argmax(x[0], 0)), {200}, kI32, kExact, kNoGrad},
       {"large_matmul_batched", {uni({2, 65, 33}), uni({33, 47})}, FN(matmul(x[0], x[1])), {2, 65, 47}, kF32, kMatmul, kCpuOnly},
+
+      // ---- NN: indexing (gather; scatter_add is its VJP) ---------------------------------------
+      // Indices with more entries than the indexed extent repeat, so the gradient's scatter-add
+      // accumulates several contributions into one element.
+      {"take_along_axis_axis1", {uni({3, 5}), indices({3, 7}, 5)}, FN(take_along_axis(x[0], x[1], 1)), {3, 7}, kF32, kExact, kGrad},
+      {"take_along_axis_axis0", {uni({4, 3}), indices({6, 3}, 4)}, FN(take_along_axis(x[0], x[1], 0)), {6, 3}, kF32, kExact, kGrad},
+      {"take_along_axis_neg_axis_3d", {uni({2, 3, 5}), indices({2, 3, 7}, 5)}, FN(take_along_axis(x[0], x[1], -1)), {2, 3, 7}, kF32, kExact, kGrad},
+      {"take_along_axis_middle_axis", {uni({2, 4, 3}), indices({2, 6, 3}, 4)}, FN(take_along_axis(x[0], x[1], 1)), {2, 6, 3}, kF32, kExact, kGrad},
+      {"take_along_axis_fewer_indices", {uni({4, 6}), indices({4, 2}, 6)}, FN(take_along_axis(x[0], x[1], 1)), {4, 2}, kF32, kExact, kGrad},
+      {"take_along_axis_broadcast_indices", {uni({3, 5}), indices({1, 7}, 5)}, FN(take_along_axis(x[0], x[1], 1)), {3, 7}, kF32, kExact, kGrad},
+      {"take_along_axis_broadcast_indices_3d", {uni({2, 3, 4}), indices({1, 5, 1}, 3)}, FN(take_along_axis(x[0], x[1], 1)), {2, 5, 4}, kF32, kExact, kGrad},
+      {"take_along_axis_i32_data", {ints({3, 4}), indices({3, 5}, 4)}, FN(take_along_axis(x[0], x[1], 1)), {3, 5}, kI32, kExact, kNoGrad},
+      {"embedding", {uni({5, 4}), indices({2, 3}, 5)}, FN(embedding(x[0], x[1])), {2, 3, 4}, kF32, kExact, kGrad},
+      {"embedding_repeated_ids", {uni({3, 4}), indices({4, 5}, 3)}, FN(embedding(x[0], x[1])), {4, 5, 4}, kF32, kExact, kGrad},
+      {"embedding_3d_table", {uni({6, 2, 3}), indices({4}, 6)}, FN(embedding(x[0], x[1])), {4, 2, 3}, kF32, kExact, kGrad},
+      {"embedding_scalar_id", {uni({5, 4}), indices({}, 5)}, FN(embedding(x[0], x[1])), {4}, kF32, kExact, kGrad},
+      {"one_hot", {indices({2, 3}, 5)}, FN(one_hot(x[0], 5)), {2, 3, 5}, kF32, kExact, kNoGrad},
+      {"one_hot_times_input", {indices({4}, 3), uni({4, 3})}, FN(one_hot(x[0], 3) * x[1]), {4, 3}, kF32, kExact, kGrad},
+
+      // ---- NN: softmax family --------------------------------------------------------------------
+      {"softmax_axis0", {uni({3, 4, 5}, -3, 3)}, FN(softmax(x[0], 0)), {3, 4, 5}, kF32, kTranscendental, kGrad},
+      {"softmax_axis1", {uni({3, 4, 5}, -3, 3)}, FN(softmax(x[0], 1)), {3, 4, 5}, kF32, kTranscendental, kGrad},
+      {"softmax_axis_last", {uni({3, 4, 5}, -3, 3)}, FN(softmax(x[0], -1)), {3, 4, 5}, kF32, kTranscendental, kGrad},
+      {"softmax_rank1_default_axis", {uni({7}, -3, 3)}, FN(softmax(x[0])), {7}, kF32, kTranscendental, kGrad},
+      {"softmax_wide_logits", {uni({3, 6}, -60, 60)}, FN(softmax(x[0])), {3, 6}, kF32, kTranscendental, kGrad},
+      {"softmax_of_i32_promotes", {ints({2, 5}, -3, 3)}, FN(softmax(x[0])), {2, 5}, kF32, kTranscendental, kNoGrad},
+      {"log_softmax_axis0", {uni({3, 4, 5}, -3, 3)}, FN(log_softmax(x[0], 0)), {3, 4, 5}, kF32, kTranscendental, kGrad},
+      {"log_softmax_axis1", {uni({3, 4, 5}, -3, 3)}, FN(log_softmax(x[0], 1)), {3, 4, 5}, kF32, kTranscendental, kGrad},
+      {"log_softmax_axis_last", {uni({3, 4, 5}, -3, 3)}, FN(log_softmax(x[0], -1)), {3, 4, 5}, kF32, kTranscendental, kGrad},
+      {"log_softmax_wide_logits", {uni({3, 6}, -60, 60)}, FN(log_softmax(x[0])), {3, 6}, kF32, kTranscendental, kGrad},
+      // causal: [.., T, S], key j of query i is masked when j > i + (S − T)
+      {"softmax_causal_T_lt_S", {uni({2, 4, 6}, -3, 3)}, FN(softmax(x[0], -1, true)), {2, 4, 6}, kF32, kTranscendental, kGrad},
+      {"softmax_causal_T_eq_S", {uni({2, 5, 5}, -3, 3)}, FN(softmax(x[0], 2, true)), {2, 5, 5}, kF32, kTranscendental, kGrad},
+      {"softmax_causal_4d", {uni({2, 2, 3, 4}, -3, 3)}, FN(softmax(x[0], -1, true)), {2, 2, 3, 4}, kF32, kTranscendental, kGrad},
+      {"log_softmax_causal_T_lt_S", {uni({2, 4, 6}, -3, 3)}, FN(finite_part(log_softmax(x[0], -1, true))), {2, 4, 6}, kF32, kTranscendental, kGrad},
+      {"log_softmax_causal_T_eq_S", {uni({3, 5, 5}, -3, 3)}, FN(finite_part(log_softmax(x[0], -1, true))), {3, 5, 5}, kF32, kTranscendental, kGrad},
+
+      // ---- NN: losses --------------------------------------------------------------------------
+      {"cross_entropy_mean", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], x[1])), {}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_mean_ignore", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100))), {}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_sum_ignore", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100), {.reduction = Reduction::kSum})), {}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_none_ignore", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100), {.reduction = Reduction::kNone})), {6}, kF32, kTranscendental, kGrad},
+      // ignore_index inside [0, C): rows whose target is that class are ignored as well
+      {"cross_entropy_ignore_index_in_range", {uni({8, 4}, -3, 3), indices({8}, 4)}, FN(cross_entropy(x[0], with_ignored(x[1], 2), {.ignore_index = 2})), {}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_3d_mean_ignore", {uni({2, 3, 5}, -3, 3), indices({2, 3}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -1), {.ignore_index = -1})), {}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_3d_sum", {uni({2, 3, 5}, -3, 3), indices({2, 3}, 5)}, FN(cross_entropy(x[0], x[1], {.reduction = Reduction::kSum})), {}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_3d_none_ignore", {uni({2, 3, 5}, -3, 3), indices({2, 3}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100), {.reduction = Reduction::kNone})), {2, 3}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_wide_logits", {uni({4, 6}, -40, 40), indices({4}, 6)}, FN(cross_entropy(x[0], x[1], {.reduction = Reduction::kNone})), {4}, kF32, kTranscendental, kGrad},
+      {"cross_entropy_rank1_logits", {uni({5}, -3, 3), indices({}, 5)}, FN(cross_entropy(x[0], x[1])), {}, kF32, kTranscendental, kGrad},
+      {"mse_loss", {uni({2, 3}), uni({2, 3})}, FN(mse_loss(x[0], x[1])), {}, kF32, kReduce, kGrad},
+      {"mse_loss_broadcast_target", {uni({3, 4}), uni({4})}, FN(mse_loss(x[0], x[1])), {}, kF32, kReduce, kGrad},
+
+      // ---- NN: normalisation -------------------------------------------------------------------
+      {"layer_norm_plain", {uni({3, 8}, -2, 2)}, FN(layer_norm(x[0], Tensor(), Tensor())), {3, 8}, kF32, kTranscendental, kGrad},
+      {"layer_norm_weight", {uni({3, 8}, -2, 2), uni({8}, 0.5, 1.5)}, FN(layer_norm(x[0], x[1], Tensor())), {3, 8}, kF32, kTranscendental, kGrad},
+      {"layer_norm_bias", {uni({3, 8}, -2, 2), uni({8})}, FN(layer_norm(x[0], Tensor(), x[1])), {3, 8}, kF32, kTranscendental, kGrad},
+      {"layer_norm_weight_bias_3d", {uni({2, 3, 8}, -2, 2), uni({8}, 0.5, 1.5), uni({8})}, FN(layer_norm(x[0], x[1], x[2])), {2, 3, 8}, kF32, kTranscendental, kGrad},
+      // a variance comparable to eps, so eps matters
+      {"layer_norm_eps", {uni({4, 5}, -0.1, 0.1)}, FN(layer_norm(x[0], Tensor(), Tensor(), 0.01)), {4, 5}, kF32, kTranscendental, kGrad},
+      {"rms_norm_plain", {uni({3, 8}, -2, 2)}, FN(rms_norm(x[0], Tensor())), {3, 8}, kF32, kTranscendental, kGrad},
+      {"rms_norm_weight", {uni({3, 8}, -2, 2), uni({8}, 0.5, 1.5)}, FN(rms_norm(x[0], x[1])), {3, 8}, kF32, kTranscendental, kGrad},
+      {"rms_norm_weight_3d_eps", {uni({2, 3, 6}, -0.1, 0.1), uni({6})}, FN(rms_norm(x[0], x[1], 0.01)), {2, 3, 6}, kF32, kTranscendental, kGrad},
+      {"rms_norm_rank1", {uni({7}, -2, 2)}, FN(rms_norm(x[0], Tensor())), {7}, kF32, kTranscendental, kGrad},
+
+      // ---- NN: randomness (the runtime key is fed by the harness) --------------------------------
+      // random_uniform's bits are a pure function of (seed, key, index): cpu equals ref exactly.
+      {"random_uniform", {}, FN(random_uniform({4, 5})), {4, 5}, kF32, kExact, kNoGrad},
+      {"random_uniform_two_sites", {uni({3, 4})}, FN(x[0] * random_uniform({3, 4}) + random_uniform({4})), {3, 4}, kF32, kArith, kGrad},
+      {"dropout", {uni({4, 12})}, FN(dropout(x[0], 0.3)), {4, 12}, kF32, kArith, kGrad, true},
+      {"dropout_of_transposed_view", {uni({6, 8})}, FN(dropout(transpose(x[0]), 0.5)), {8, 6}, kF32, kArith, kGrad, true},
+      {"dropout_two_sites", {uni({3, 5})}, FN(dropout(x[0], 0.2) + dropout(x[0] * 2, 0.6)), {3, 5}, kF32, kArith, kGrad, true},
+
+      // ---- NN: attention (q [B, Hq, T, D], k/v [B, Hkv, S, D]) -----------------------------------
+      {"attention_gqa_causal", {uni({2, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 5, 8}, kF32, kMatmul, kGrad},
+      {"attention_gqa_causal_T_lt_S", {uni({2, 4, 3, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8})}, FN(attention(x[0], x[1], x[2], {.causal = true})), {2, 4, 3, 8}, kF32, kMatmul, kGrad},
+      {"attention_gqa_noncausal_T_lt_S", {uni({2, 4, 4, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 4, 8}, kF32, kMatmul, kGrad},
+      {"attention_mqa_causal", {uni({2, 4, 4, 8}), uni({2, 1, 4, 8}), uni({2, 1, 4, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 4, 8}, kF32, kMatmul, kGrad},
+      {"attention_mqa_noncausal_T_lt_S", {uni({2, 4, 3, 8}), uni({2, 1, 5, 8}), uni({2, 1, 5, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 3, 8}, kF32, kMatmul, kGrad},
+      {"attention_mha_causal_T_lt_S", {uni({2, 4, 3, 8}), uni({2, 4, 5, 8}), uni({2, 4, 5, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 3, 8}, kF32, kMatmul, kGrad},
+      {"attention_mha_noncausal", {uni({2, 4, 4, 8}), uni({2, 4, 4, 8}), uni({2, 4, 4, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 4, 8}, kF32, kMatmul, kGrad},
+      {"attention_noncausal_T_gt_S", {uni({2, 4, 6, 8}), uni({2, 2, 3, 8}), uni({2, 2, 3, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 6, 8}, kF32, kMatmul, kGrad},
+      {"attention_custom_scale", {uni({1, 2, 4, 8}, -2, 2), uni({1, 1, 4, 8}, -2, 2), uni({1, 1, 4, 8})}, FN(attention(x[0], x[1], x[2], {.causal = true, .scale = 0.7})), {1, 2, 4, 8}, kF32, kMatmul, kGrad},
+      {"attention_single_key", {uni({1, 2, 3, 8}), uni({1, 2, 1, 8}), uni({1, 2, 1, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {1, 2, 3, 8}, kF32, kMatmul, kGrad},
+      {"attention_odd_head_dim", {uni({1, 2, 3, 5}), uni({1, 2, 4, 5}), uni({1, 2, 4, 5})}, FN(attention(x[0], x[1], x[2])), {1, 2, 3, 5}, kF32, kMatmul, kGrad},
+      {"attention_permuted_heads", {uni({1, 5, 4, 8}), uni({1, 5, 2, 8}), uni({1, 5, 2, 8})}, attention_bthd, {1, 4, 5, 8}, kF32, kMatmul, kGrad},
+
+      // ---- NN: activations and small composites ------------------------------------------------
+      {"gelu_erf", {uni({3, 5}, -3, 3)}, FN(gelu(x[0])), {3, 5}, kF32, kTranscendental, kGrad},
+      {"gelu_tanh", {uni({3, 5}, -3, 3)}, FN(gelu(x[0], GeluApprox::kTanh)), {3, 5}, kF32, kTranscendental, kGrad},
+      {"silu", {uni({3, 5}, -4, 4)}, FN(silu(x[0])), {3, 5}, kF32, kTranscendental, kGrad},
+      {"softplus", {uni({4, 5}, -20, 20)}, FN(softplus(x[0])), {4, 5}, kF32, kTranscendental, kGrad},
+      {"softplus_large_magnitude", {away0({2, 10}, 30, 100)}, FN(softplus(x[0])), {2, 10}, kF32, kTranscendental, kGrad},
+      {"swiglu", {uni({3, 6}, -3, 3), uni({3, 6})}, FN(swiglu(x[0], x[1])), {3, 6}, kF32, kTranscendental, kGrad},
+      {"rope", {uni({2, 3, 5, 8})}, FN(rope(x[0])), {2, 3, 5, 8}, kF32, kTranscendental, kGrad},
+      {"rope_offset_base", {uni({4, 6})}, FN(rope(x[0], 100.0, 7)), {4, 6}, kF32, kTranscendental, kGrad},
+      {"rope_large_offset", {uni({1, 2, 6, 4})}, FN(rope(x[0], 10000.0, 1000)), {1, 2, 6, 4}, kF32, kTranscendental, kGrad},
+      {"pad_axis1", {uni({2, 3})}, FN(pad(x[0], 1, 2, 1)), {2, 6}, kF32, kExact, kGrad},
+      {"pad_axis0_before_value", {uni({2, 3})}, FN(pad(x[0], 0, 3, 0, 0.5)), {5, 3}, kF32, kExact, kGrad},
+      {"pad_neg_axis_after_value", {uni({2, 3, 4})}, FN(pad(x[0], -1, 0, 2, -1.0)), {2, 3, 6}, kF32, kExact, kGrad},
+      {"pad_i32", {ints({2, 3})}, FN(pad(x[0], 1, 1, 1, 7)), {2, 5}, kI32, kExact, kNoGrad},
+
+      // ---- NN, large: past the CPU kernels' blocking (attention row blocks of 64 queries,
+      // random chunks of 4096 elements, scatter-add blocks of 256 inner positions) ----------------
+      {"large_softmax_rows", {uni({70, 300}, -4, 4)}, FN(softmax(x[0])), {70, 300}, kF32, kTranscendental, kCpuOnly},
+      {"large_log_softmax_axis0", {uni({300, 70}, -4, 4)}, FN(log_softmax(x[0], 0)), {300, 70}, kF32, kTranscendental, kCpuOnly},
+      {"large_softmax_causal", {uni({2, 70, 90}, -4, 4)}, FN(softmax(x[0], -1, true)), {2, 70, 90}, kF32, kTranscendental, kCpuOnly},
+      {"large_log_softmax_causal", {uni({2, 70, 70}, -4, 4)}, FN(finite_part(log_softmax(x[0], -1, true))), {2, 70, 70}, kF32, kTranscendental, kCpuOnly},
+      {"large_cross_entropy", {uni({300, 50}, -4, 4), indices({300}, 50)}, FN(cross_entropy(x[0], with_ignored(x[1], -100))), {}, kF32, kTranscendental, kCpuOnly},
+      {"large_layer_norm", {uni({70, 300}, -2, 2), uni({300}, 0.5, 1.5), uni({300})}, FN(layer_norm(x[0], x[1], x[2])), {70, 300}, kF32, kTranscendental, kCpuOnly},
+      {"large_rms_norm", {uni({130, 200}, -2, 2), uni({200}, 0.5, 1.5)}, FN(rms_norm(x[0], x[1])), {130, 200}, kF32, kTranscendental, kCpuOnly},
+      {"large_embedding", {uni({64, 300}), indices({4, 100}, 64)}, FN(embedding(x[0], x[1])), {4, 100, 300}, kF32, kExact, kCpuOnly},
+      {"large_take_along_axis0", {uni({50, 300}), indices({400, 300}, 50)}, FN(take_along_axis(x[0], x[1], 0)), {400, 300}, kF32, kExact, kCpuOnly},
+      {"large_take_along_axis1", {uni({300, 100}), indices({300, 150}, 100)}, FN(take_along_axis(x[0], x[1], 1)), {300, 150}, kF32, kExact, kCpuOnly},
+      {"large_random_uniform", {}, FN(random_uniform({3, 3001})), {3, 3001}, kF32, kExact, kNoGrad},
+      {"large_dropout", {uni({70, 131})}, FN(dropout(x[0], 0.1)), {70, 131}, kF32, kArith, kCpuOnly, true},
+      {"large_dropout_of_transposed_view", {uni({70, 131})}, FN(dropout(transpose(x[0]), 0.4)), {131, 70}, kF32, kArith, kCpuOnly, true},
+      {"large_attention_gqa_causal_T70", {uni({2, 4, 70, 8}), uni({2, 2, 70, 8}), uni({2, 2, 70, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 70, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_gqa_causal_T66_S72", {uni({2, 4, 66, 8}), uni({2, 2, 72, 8}), uni({2, 2, 72, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 66, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_gqa_noncausal_T70", {uni({2, 4, 70, 8}), uni({2, 2, 70, 8}), uni({2, 2, 70, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 70, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_mqa_causal_T70", {uni({2, 4, 70, 8}), uni({2, 1, 70, 8}), uni({2, 1, 70, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 70, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_mqa_noncausal_T67_S70", {uni({2, 4, 67, 8}), uni({2, 1, 70, 8}), uni({2, 1, 70, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 67, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_mha_causal_T65_S70", {uni({2, 4, 65, 8}), uni({2, 4, 70, 8}), uni({2, 4, 70, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 65, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_mha_noncausal_T70", {uni({2, 4, 70, 8}), uni({2, 4, 70, 8}), uni({2, 4, 70, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 70, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_mqa_causal_T130_S140", {uni({1, 2, 130, 8}), uni({1, 1, 140, 8}), uni({1, 1, 140, 8})}, FN(attention(x[0], x[1], x[2])), {1, 2, 130, 8}, kF32, kMatmul, kCpuOnly},
+      {"large_attention_permuted_heads_T70", {uni({2, 70, 4, 8}), uni({2, 70, 2, 8}), uni({2, 70, 2, 8})}, attention_bthd, {2, 4, 70, 8}, kF32, kMatmul, kCpuOnly},
   };
   return cases;
 }
@@ -290,12 +435,12 @@ TEST(OpTable, NamesAreUnique) {
 
 TEST_P(OpForward, CpuMatchesRef) {
   const OpCase& row = GetParam();
-  const Traced t = trace_fn(row.inputs, row.build);
+  const Traced t = trace_fn(row.inputs, row.build, row.training);
   const ir::Node& out = t.graph.node(t.out);
   ASSERT_EQ(shape_and_dtype(out.shape, out.dtype), shape_and_dtype(row.shape, row.dtype)) << t.graph.to_string();
   ASSERT_NE(out.op, ir::Op::kInput) << "the case must compute something, not return its input";
 
-  const std::vector<HostTensor> feeds = make_inputs(row.inputs, seed_of(row.name));
+  const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
   auto ref = backend::make_ref_backend();
   auto cpu = backend::make_cpu_backend();
   const std::vector<double> want = run_graph(*ref, t.graph, t.inputs, feeds).at(0);
@@ -308,7 +453,6 @@ TEST_P(OpForward, CpuMatchesRef) {
 
 TEST_P(OpGradient, MatchesFiniteDifferencesAndCpu) {
   const OpCase& row = GetParam();
-  const std::vector<HostTensor> feeds = make_inputs(row.inputs, seed_of(row.name));
   Rng weight_rng(seed_of(row.name) ^ 0x5eedull);
   // L = sum(f(x) * w) with a fixed random w: every output element gets its own weight, so
   // a gradient routed to the wrong element cannot cancel out.
@@ -318,7 +462,8 @@ TEST_P(OpGradient, MatchesFiniteDifferencesAndCpu) {
     std::vector<float> w(static_cast<size_t>(y.numel()));
     for (float& v : w) v = static_cast<float>(weight_rng.uniform(-1.5, 1.5));
     return sum(y * constant(std::span<const float>(w), y.shape()));
-  });
+  }, row.training);
+  const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
   const ir::Graph forward = t.graph;  // outputs = {L}
 
   std::vector<size_t> wrt_index;  // which row inputs are differentiated (the f32 ones)
@@ -370,7 +515,7 @@ TEST(OpTable, CoversEveryOp) {
     Traced t = trace_fn(row.inputs, [&](const Ts& x) {
       Tensor y = row.build(x);
       return row.grad != kNoGrad ? sum(y) : y;
-    });
+    }, row.training);
     if (row.grad != kNoGrad) {
       std::vector<int32_t> wrt;
       for (size_t i = 0; i < row.inputs.size(); ++i)
@@ -395,20 +540,7 @@ TEST(OpTable, CoversEveryOp) {
 
 // ---- hand-computed expectations (pin the oracle itself) ----------------------------------------
 
-Tensor cf(std::vector<float> v, Shape s) { return constant(std::span<const float>(v), std::move(s)); }
-Tensor ci(std::vector<int32_t> v, Shape s) { return constant(std::span<const int32_t>(v), std::move(s)); }
-
-/// Traces `fn` (built from constants), runs it on ref and cpu, and expects exactly `want`
-/// (up to `abs_tol` for results that are not exactly representable or go through libm).
-void expect_known(const std::function<Tensor()>& fn, const Shape& shape, DType dtype, const std::vector<double>& want,
-                  double abs_tol = 0, Loc loc = Loc::current()) {
-  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_known");
-  const Traced t = trace_fn({}, [&](const Ts&) { return fn(); });
-  const ir::Node& out = t.graph.node(t.out);
-  ASSERT_EQ(shape_and_dtype(out.shape, out.dtype), shape_and_dtype(shape, dtype));
-  for (const auto& be : both_backends())
-    EXPECT_TRUE(all_close(run_graph(*be, t.graph, {}, {}).at(0), want, {0, abs_tol})) << "backend " << be->name();
-}
+// cf, ci and expect_known live in op_harness.h (shared with nn_op_table_test.cc).
 
 TEST(KnownValues, Reductions) {
   auto m = [] { return cf({1, 2, 3, 4, 5, 6}, {2, 3}); };
@@ -515,40 +647,7 @@ TEST(KnownValues, Leaves) {
 
 // ---- gradients with hand-computed values ---------------------------------------------------------
 
-/// d loss / d x_i for f32 inputs of the given values, on `be`; a leaf the loss does not
-/// depend on yields an empty vector.
-std::vector<std::vector<double>> grads_on(backend::Backend& be, const std::vector<Shape>& shapes,
-                                          const std::vector<std::vector<double>>& values, const BuildFn& loss) {
-  std::vector<InputSpec> specs;
-  std::vector<HostTensor> feeds;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    specs.push_back(uni(shapes[i]));
-    feeds.push_back({kF32, values[i]});
-  }
-  Traced t = trace_fn(specs, loss);
-  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
-  t.graph.outputs.clear();
-  for (int32_t g : grads)
-    if (g >= 0) t.graph.outputs.push_back(g);
-  const auto outs = run_graph(be, t.graph, t.inputs, feeds);
-  std::vector<std::vector<double>> result;
-  size_t next = 0;
-  for (int32_t g : grads) result.push_back(g >= 0 ? outs[next++] : std::vector<double>{});
-  return result;
-}
-
-/// Runs grads_on on ref and cpu and expects `want` (an empty entry: no gradient at all).
-void expect_grads(const std::vector<Shape>& shapes, const std::vector<std::vector<double>>& values,
-                  const BuildFn& loss, const std::vector<std::vector<double>>& want, double abs_tol = 1e-6,
-                  Loc loc = Loc::current()) {
-  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_grads");
-  for (const auto& be : both_backends()) {
-    const auto got = grads_on(*be, shapes, values, loss);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_TRUE(all_close(got[i], want[i], {0, abs_tol})) << "d/dx" << i << " on " << be->name();
-  }
-}
+// grads_on and expect_grads live in op_harness.h.
 
 TEST(KnownGradients, Conventions) {
   // sum(x * x) → 2x.

@@ -1,0 +1,413 @@
+// The NN ops of functional.h beyond the op table's rows (op_table_test.cc holds their
+// forward and gradient rows): randomness and dropout, which need the runtime key and
+// statistics rather than a cpu-vs-ref comparison alone; errors raised at run time (bad
+// indices and targets) and at trace time (shapes); and hand-computed values that pin the
+// reference backend itself.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/philox.h"
+#include "ops/op_harness.h"
+#include "tensorgrad/errors.h"
+#include "tensorgrad/functional.h"
+
+namespace tg::op_test {
+namespace {
+
+using enum DType;
+
+#define FN(...) [](const Ts& x) -> Tensor { (void)x; return __VA_ARGS__; }
+
+/// Runs the traced program on `be` with the runtime key `key` (feeds made from `specs`).
+std::vector<double> run_with_key(backend::Backend& be, const Traced& t, const std::vector<InputSpec>& specs,
+                                 int32_t key, uint64_t seed = 1) {
+  return run_graph(be, t.graph, t.inputs, make_feeds(specs, t, seed, key)).at(0);
+}
+
+// ---- random_uniform -------------------------------------------------------------------------------
+
+TEST(RandomUniform, CpuBitsEqualRefAndThePhiloxStream) {
+  const Traced t = trace_fn({}, FN(random_uniform({1000})));
+  ASSERT_GE(t.rng_key, 0) << "random_uniform must create the runtime key input";
+  EXPECT_EQ(t.graph.node(t.rng_key).name, ir::kRngKeyInput);
+  EXPECT_EQ(t.graph.node(t.out).attrs.values.at(0), 0.0) << "the first random site of a program has seed 0";
+  auto ref = backend::make_ref_backend();
+  auto cpu = backend::make_cpu_backend();
+  for (int32_t key : {1, 2, -7}) {
+    const std::vector<double> want = run_with_key(*ref, t, {}, key);
+    const std::vector<double> got = run_with_key(*cpu, t, {}, key);
+    ASSERT_EQ(want.size(), 1000u);
+    EXPECT_TRUE(all_close(got, want, kExact)) << "key " << key;  // bit-identical f32 values
+    double total = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      // element i is philox_uniform(seed, key reinterpreted as uint32, i) on every backend
+      ASSERT_EQ(want[i], backend::philox_uniform(0, static_cast<uint32_t>(key), i)) << "element " << i;
+      ASSERT_TRUE(want[i] >= 0 && want[i] < 1) << want[i];
+      total += want[i];
+    }
+    EXPECT_NEAR(total / 1000, 0.5, 0.05) << "key " << key;
+  }
+}
+
+TEST(RandomUniform, DifferentKeysAndSitesGiveDifferentValues) {
+  // Two sites in one program: different per-site seeds, so different streams.
+  const Traced t = trace_fn({}, FN(concat({random_uniform({1000}), random_uniform({1000})}, 0)));
+  for (const auto& be : both_backends()) {
+    const std::vector<double> k1 = run_with_key(*be, t, {}, 1);
+    const std::vector<double> k2 = run_with_key(*be, t, {}, 2);
+    const std::vector<double> k1_again = run_with_key(*be, t, {}, 1);
+    EXPECT_EQ(k1, k1_again) << "the same key must give the same values on " << be->name();
+    int same_key = 0, same_site = 0;
+    for (size_t i = 0; i < 1000; ++i) {
+      same_key += k1[i] == k2[i] ? 1 : 0;
+      same_site += k1[i] == k1[1000 + i] ? 1 : 0;
+    }
+    // Equal values by chance have probability 2^-24 per element.
+    EXPECT_LE(same_key, 2) << "keys 1 and 2 give the same values on " << be->name();
+    EXPECT_LE(same_site, 2) << "two random sites share a stream on " << be->name();
+  }
+}
+
+// ---- dropout --------------------------------------------------------------------------------------
+
+TEST(Dropout, OutputIsScaledInputOrZeroAndKeepsAboutOneMinusP) {
+  constexpr double p = 0.3;
+  const std::vector<InputSpec> specs = {away0({100000}, 0.5, 2)};  // nonzero: 0 means dropped
+  const Traced t = trace_fn(specs, FN(dropout(x[0], 0.3)), /*training=*/true);
+  ASSERT_EQ(t.graph.node(t.out).op, ir::Op::kDropout);
+  const std::vector<double> x = make_inputs(specs, 1)[0].values;
+  std::vector<std::vector<double>> outs;
+  for (const auto& be : both_backends()) {
+    outs.push_back(run_with_key(*be, t, specs, 12345));
+    const std::vector<double>& y = outs.back();
+    int64_t kept = 0, wrong = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (y[i] == 0) continue;
+      ++kept;
+      const double want = static_cast<float>(x[i] / (1 - p));
+      if (std::abs(y[i] - want) > 2e-7 * std::abs(want) && ++wrong <= 5)
+        ADD_FAILURE() << be->name() << " [" << i << "] " << y[i] << " is neither 0 nor x/(1-p) = " << want;
+    }
+    EXPECT_EQ(wrong, 0) << be->name();
+    EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(y.size()), 1 - p, 0.01) << be->name();
+  }
+  // The same mask on both backends.
+  ASSERT_EQ(outs.size(), 2u);
+  int64_t mask_differs = 0;
+  for (size_t i = 0; i < outs[0].size(); ++i) mask_differs += (outs[0][i] == 0) != (outs[1][i] == 0) ? 1 : 0;
+  EXPECT_EQ(mask_differs, 0);
+}
+
+TEST(Dropout, GradientUsesTheForwardMask) {
+  constexpr double p = 0.4;
+  const std::vector<InputSpec> specs = {away0({100, 50}, 0.5, 2)};  // 5000 elements: > one CPU chunk
+  std::vector<float> w(5000);
+  Rng rng(7);
+  for (float& v : w) v = static_cast<float>(rng.uniform(0.5, 1.5));  // nonzero weights
+  int32_t y_id = -1;
+  Traced t = trace_fn(specs, [&](const Ts& x) {
+    Tensor y = dropout(x[0], p);
+    y_id = y.id();
+    return sum(y * constant(std::span<const float>(w), {100, 50}));
+  }, /*training=*/true);
+  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, std::vector<int32_t>{t.inputs[0]});
+  ASSERT_GE(grads.at(0), 0);
+  t.graph.outputs = {y_id, grads[0]};
+  for (int32_t key : {3, 4}) {
+    for (const auto& be : both_backends()) {
+      const auto outs = run_graph(*be, t.graph, t.inputs, make_feeds(specs, t, 2, key));
+      const std::vector<double>& y = outs[0];
+      const std::vector<double>& dx = outs[1];
+      int64_t wrong = 0, kept = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double want = y[i] != 0 ? static_cast<float>(w[i] / (1 - p)) : 0.0;
+        kept += y[i] != 0 ? 1 : 0;
+        if (std::abs(dx[i] - want) > 2e-7 * std::abs(want) && ++wrong <= 5)
+          ADD_FAILURE() << be->name() << " key " << key << " [" << i << "] forward " << y[i] << ", gradient " << dx[i]
+                        << ", expected " << want;
+      }
+      EXPECT_EQ(wrong, 0) << be->name() << " key " << key;
+      EXPECT_NEAR(static_cast<double>(kept) / 5000.0, 1 - p, 0.03) << be->name() << " key " << key;
+    }
+  }
+}
+
+TEST(Dropout, IsTheIdentityOutsideTrainingAndForPZero) {
+  for (bool training : {false, true}) {
+    const Traced t = trace_fn({uni({3, 4})}, [&](const Ts& x) {
+      EXPECT_EQ(is_training(), training);
+      Tensor eval = dropout(x[0], training ? 0.0 : 0.3);  // eval mode, or p = 0 in training
+      EXPECT_EQ(eval.id(), x[0].id()) << "training " << training;
+      EXPECT_EQ(eval.graph(), x[0].graph());
+      return eval * 2.0;
+    }, training);
+    EXPECT_EQ(t.rng_key, -1) << "no random op, so no key input";
+    for (const ir::Node& n : t.graph.nodes()) EXPECT_NE(n.op, ir::Op::kDropout);
+  }
+  EXPECT_FALSE(is_training()) << "outside any trace";
+}
+
+// ---- run-time errors: bad targets and indices ---------------------------------------------------
+
+/// Runs `fn` over `specs` (input `which` replaced by `values`) on both backends and expects a
+/// tg::InputError whose message contains every one of `parts`.
+void expect_input_error(const std::vector<InputSpec>& specs, const BuildFn& fn, size_t which,
+                        const std::vector<double>& values, const std::vector<std::string>& parts,
+                        bool with_gradient = false, Loc loc = Loc::current()) {
+  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_input_error");
+  Traced t = trace_fn(specs, fn);
+  if (with_gradient) {  // the backward graph alone: its gradient kernels check too
+    const std::vector<int32_t> g = autograd::append_gradients(t.graph, t.out, std::vector<int32_t>{t.inputs[0]});
+    ASSERT_GE(g.at(0), 0);
+    t.graph.outputs = {g[0]};
+  }
+  std::vector<HostTensor> feeds = make_feeds(specs, t, 5);
+  feeds.at(which).values = values;
+  for (const auto& be : both_backends()) {
+    try {
+      run_graph(*be, t.graph, t.inputs, feeds);
+      ADD_FAILURE() << "no tg::InputError on " << be->name();
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      for (const std::string& part : parts)
+        EXPECT_NE(msg.find(part), std::string::npos) << be->name() << ": \"" << part << "\" missing in: " << msg;
+    }
+  }
+}
+
+TEST(NnInputErrors, CrossEntropyTargetOutOfRange) {
+  const std::vector<InputSpec> specs = {uni({4, 5}), indices({4}, 5)};
+  const BuildFn loss = FN(cross_entropy(x[0], x[1]));
+  expect_input_error(specs, loss, 1, {1, 0, 7, 2}, {"[cross_entropy]", "row 2", "7"});
+  expect_input_error(specs, loss, 1, {1, 5, 0, 2}, {"[cross_entropy]", "row 1", "5"});
+  // negative and not the ignore_index
+  expect_input_error(specs, loss, 1, {-100, 0, 1, -3}, {"[cross_entropy]", "row 3", "-3"});
+  expect_input_error(specs, FN(cross_entropy(x[0], x[1], {.reduction = Reduction::kNone})), 1, {0, 1, 2, 9},
+                     {"[cross_entropy]", "row 3"});
+  // the gradient kernel validates its targets as well
+  expect_input_error(specs, loss, 1, {1, 0, 7, 2}, {"[cross_entropy]", "row 2"}, /*with_gradient=*/true);
+}
+
+TEST(NnInputErrors, IgnoredTargetsAreNotOutOfRange) {
+  const Traced t = trace_fn({uni({4, 5}), indices({4}, 5)}, FN(cross_entropy(x[0], x[1], {.ignore_index = -1})));
+  std::vector<HostTensor> feeds = make_feeds({uni({4, 5}), indices({4}, 5)}, t, 5);
+  feeds[1].values = {-1, 4, -1, 0};
+  for (const auto& be : both_backends()) EXPECT_NO_THROW(run_graph(*be, t.graph, t.inputs, feeds)) << be->name();
+}
+
+TEST(NnInputErrors, GatherIndexOutOfRange) {
+  const std::vector<InputSpec> specs = {uni({3, 5}), indices({3, 2}, 5)};
+  const BuildFn take = FN(take_along_axis(x[0], x[1], 1));
+  expect_input_error(specs, take, 1, {0, 1, 2, 5, 4, 3}, {"[gather]", "index 5"});
+  expect_input_error(specs, take, 1, {0, 1, -1, 0, 4, 3}, {"[gather]", "index -1"});
+  // an embedding id past the table
+  expect_input_error({uni({5, 4}), indices({2, 3}, 5)}, FN(embedding(x[0], x[1])), 1, {0, 1, 2, 3, 4, 5},
+                     {"[gather]", "index 5"});
+}
+
+// ---- trace-time shape errors ------------------------------------------------------------------------
+
+/// Tracing `fn` over `specs` throws a tg::ShapeError whose message names `op` (as "[op]"),
+/// contains `detail` and points at this file.
+void expect_shape_error(const std::vector<InputSpec>& specs, const BuildFn& fn, const std::string& op,
+                        const std::string& detail = "", Loc loc = Loc::current()) {
+  const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_shape_error");
+  try {
+    trace_fn(specs, fn);
+    ADD_FAILURE() << "no tg::ShapeError";
+  } catch (const ShapeError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[" + op + "]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(detail), std::string::npos) << msg;
+    EXPECT_NE(msg.find("nn_op_table_test.cc"), std::string::npos) << "no caller file:line in: " << msg;
+  }
+}
+
+TEST(NnShapeErrors, Attention) {
+  const BuildFn attn = FN(attention(x[0], x[1], x[2]));
+  const BuildFn attn_full = FN(attention(x[0], x[1], x[2], {.causal = false}));
+  expect_shape_error({uni({2, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 6, 8})}, attn, "attention", "k and v");
+  expect_shape_error({uni({2, 3, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})}, attn, "attention", "multiple");
+  expect_shape_error({uni({2, 4, 6, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})}, attn, "attention", "keys");  // causal T > S
+  expect_shape_error({uni({2, 4, 5, 8}), uni({2, 2, 5, 4}), uni({2, 2, 5, 4})}, attn_full, "attention");   // D differs
+  expect_shape_error({uni({3, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})}, attn_full, "attention");   // B differs
+  expect_shape_error({uni({4, 5, 8}), uni({2, 5, 8}), uni({2, 5, 8})}, attn_full, "attention");           // rank 3
+}
+
+TEST(NnShapeErrors, CrossEntropy) {
+  expect_shape_error({uni({4, 5}), indices({5}, 5)}, FN(cross_entropy(x[0], x[1])), "cross_entropy", "targets");
+  expect_shape_error({uni({2, 3, 5}), indices({3, 2}, 5)}, FN(cross_entropy(x[0], x[1])), "cross_entropy");
+  expect_shape_error({uni({4, 5}), uni({4})}, FN(cross_entropy(x[0], x[1])), "cross_entropy", "i32");
+}
+
+TEST(NnShapeErrors, SoftmaxCausal) {
+  expect_shape_error({uni({4, 4})}, FN(softmax(x[0], 0, true)), "softmax", "last axis");
+  expect_shape_error({uni({3, 4, 4})}, FN(log_softmax(x[0], 1, true)), "log_softmax", "last axis");
+  expect_shape_error({uni({4})}, FN(softmax(x[0], -1, true)), "softmax");      // rank 1
+  expect_shape_error({uni({5, 3})}, FN(softmax(x[0], -1, true)), "softmax");   // T > S
+  expect_shape_error({uni({3, 4})}, FN(softmax(x[0], 2)), "softmax");          // axis out of range
+}
+
+TEST(NnShapeErrors, OtherNnOps) {
+  expect_shape_error({uni({3, 8}), uni({4})}, FN(layer_norm(x[0], x[1], Tensor())), "layer_norm", "weight");
+  expect_shape_error({uni({3, 8}), uni({8, 1})}, FN(layer_norm(x[0], Tensor(), x[1])), "layer_norm");
+  expect_shape_error({uni({3, 8}), uni({4})}, FN(rms_norm(x[0], x[1])), "rms_norm");
+  expect_shape_error({uni({3, 5}), indices({3, 2, 1}, 5)}, FN(take_along_axis(x[0], x[1], 1)), "take_along_axis", "rank");
+  expect_shape_error({uni({5, 4}), uni({2, 3})}, FN(embedding(x[0], x[1])), "embedding", "i32");
+  expect_shape_error({uni({2, 3})}, FN(one_hot(x[0], 4)), "one_hot", "i32");
+  expect_shape_error({uni({2, 5, 7})}, FN(rope(x[0])), "rope", "even");
+  expect_shape_error({uni({2, 3})}, FN(pad(x[0], 1, -1, 2)), "pad");
+  expect_shape_error({uni({2, 3})}, FN(dropout(x[0], 1.0)), "dropout");
+  expect_shape_error({}, FN(random_uniform({2, -1})), "random", "negative");
+}
+
+// ---- hand-computed values (pin the reference backend) --------------------------------------------
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kLn2 = std::log(2.0), kLn4 = std::log(4.0);
+
+TEST(NnKnownValues, Softmax) {
+  // ln 3 = 1.0986…: softmax([0, ln 3]) = [1/4, 3/4]; along axis 0 of a column.
+  expect_known([] { return softmax(cf({0, 1.0986122886681098f}, {2, 1}), 0); }, {2, 1}, kF32, {0.25, 0.75}, 1e-7);
+  // causal, T = 2 < S = 3: query 0 sees keys 0..1, query 1 sees all three.
+  expect_known([] { return softmax(zeros({2, 3}), -1, true); }, {2, 3}, kF32,
+               {0.5, 0.5, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-7);
+  // masked entries of a causal log_softmax are −∞, on both backends
+  expect_known([] { return log_softmax(zeros({2, 2}), -1, true); }, {2, 2}, kF32, {0, -kInf, -kLn2, -kLn2}, 1e-7);
+  expect_known([] { return log_softmax(cf({1, 2, 3}, {3})); }, {3}, kF32,
+               {-2.40760596444438, -1.40760596444438, -0.40760596444438}, 1e-6);
+}
+
+TEST(NnKnownValues, CrossEntropy) {
+  // logits 0: every row's loss is ln C; ignored rows contribute 0 and are not counted.
+  auto targets = [] { return ci({1, -100, 3}, {3}); };
+  expect_known([&] { return cross_entropy(zeros({3, 4}), targets(), {.reduction = Reduction::kNone}); }, {3}, kF32,
+               {kLn4, 0, kLn4}, 1e-6);
+  expect_known([&] { return cross_entropy(zeros({3, 4}), targets()); }, {}, kF32, {kLn4}, 1e-6);
+  expect_known([&] { return cross_entropy(zeros({3, 4}), targets(), {.reduction = Reduction::kSum}); }, {}, kF32,
+               {2 * kLn4}, 1e-6);
+  // log(e + e² + e³) − 3
+  expect_known([] { return cross_entropy(cf({1, 2, 3}, {1, 3}), ci({2}, {1})); }, {}, kF32, {0.40760596444438013}, 1e-6);
+  // PyTorch: mean over no counted row is 0/0
+  expect_known([] { return cross_entropy(zeros({2, 3}), ci({-100, -100}, {2})); }, {}, kF32,
+               {std::numeric_limits<double>::quiet_NaN()});
+}
+
+TEST(NnKnownValues, Normalisation) {
+  expect_known([] { return layer_norm(cf({1, 2, 3, 4}, {1, 4}), Tensor(), Tensor(), 0.0); }, {1, 4}, kF32,
+               {-1.3416407864998738, -0.4472135954999579, 0.4472135954999579, 1.3416407864998738}, 1e-6);
+  expect_known([] { return layer_norm(cf({1, 2, 3, 4}, {1, 4}), cf({1, 2, 1, -1}, {4}), cf({0, 0, 1, 0}, {4}), 0.0); },
+               {1, 4}, kF32, {-1.3416407864998738, -0.8944271909999158, 1.4472135954999579, -1.3416407864998738}, 1e-6);
+  // eps enters under the root: var 1.25 + eps 0.75 = 2
+  expect_known([] { return layer_norm(cf({1, 2, 3, 4}, {4}), Tensor(), Tensor(), 0.75); }, {4}, kF32,
+               {-1.5 / std::sqrt(2.0), -0.5 / std::sqrt(2.0), 0.5 / std::sqrt(2.0), 1.5 / std::sqrt(2.0)}, 1e-6);
+  expect_known([] { return rms_norm(cf({3, 4}, {1, 2}), Tensor(), 0.0); }, {1, 2}, kF32,
+               {0.848528137423857, 1.131370849898476}, 1e-6);
+  expect_known([] { return rms_norm(cf({3, 4}, {2}), cf({2, -1}, {2}), 0.0); }, {2}, kF32,
+               {2 * 0.848528137423857, -1.131370849898476}, 1e-6);
+}
+
+TEST(NnKnownValues, Indexing) {
+  expect_known([] { return take_along_axis(cf({10, 11, 12, 20, 21, 22}, {2, 3}), ci({2, 0, 1, 1}, {2, 2}), 1); }, {2, 2},
+               kF32, {12, 10, 21, 21});
+  expect_known([] { return take_along_axis(cf({10, 11, 12, 20, 21, 22}, {2, 3}), ci({1, 0, 1}, {1, 3}), 0); }, {1, 3},
+               kF32, {20, 11, 22});
+  // broadcast indices: one index row used for both rows of x
+  expect_known([] { return take_along_axis(cf({10, 11, 12, 20, 21, 22}, {2, 3}), ci({2, 2, 0}, {1, 3}), 1); }, {2, 3},
+               kF32, {12, 12, 10, 22, 22, 20});
+  expect_known([] { return embedding(cf({0, 1, 10, 11, 20, 21}, {3, 2}), ci({2, 0, 2, 1}, {2, 2})); }, {2, 2, 2}, kF32,
+               {20, 21, 0, 1, 20, 21, 10, 11});
+  expect_known([] { return one_hot(ci({2, 0, 1}, {3}), 3); }, {3, 3}, kF32, {0, 0, 1, 1, 0, 0, 0, 1, 0});
+}
+
+TEST(NnKnownValues, Activations) {
+  auto one = [] { return cf({1}, {1}); };
+  expect_known([&] { return gelu(one()); }, {1}, kF32, {0.8413447460685429}, 1e-6);
+  expect_known([&] { return gelu(one(), GeluApprox::kTanh); }, {1}, kF32, {0.8411919906082768}, 1e-6);
+  expect_known([&] { return silu(one()); }, {1}, kF32, {0.7310585786300049}, 1e-6);
+  expect_known([&] { return swiglu(one(), cf({2}, {1})); }, {1}, kF32, {1.4621171572600098}, 1e-6);
+  expect_known([] { return pad(cf({1, 2}, {2}), 0, 1, 2, 9); }, {5}, kF32, {9, 1, 2, 9, 9});
+  expect_known([] { return pad(cf({1, 2}, {2, 1}), 1, 1, 0); }, {2, 2}, kF32, {0, 1, 0, 2});
+}
+
+TEST(NnKnownValues, SoftplusStaysFiniteAndExactAtLargeMagnitude) {
+  // softplus(100) = 100 exactly in f32; softplus(−100) = e^−100 ≈ 3.72e-44, an f32 subnormal
+  // (3.64e-44 or 3.78e-44 after rounding), neither 0 nor inf.
+  const Traced t = trace_fn({}, FN(softplus(cf({100, -100, 0, 20, -20}, {5}))));
+  for (const auto& be : both_backends()) {
+    const std::vector<double> y = run_graph(*be, t.graph, {}, {}).at(0);
+    EXPECT_EQ(y[0], 100.0) << be->name();
+    EXPECT_GT(y[1], 3.5e-44) << be->name();
+    EXPECT_LT(y[1], 3.9e-44) << be->name();
+    EXPECT_NEAR(y[2], kLn2, 1e-7) << be->name();
+    EXPECT_NEAR(y[3], 20.000000002061153, 2e-6) << be->name();
+    EXPECT_NEAR(y[4], 2.0611536900435727e-09, 1e-15) << be->name();
+  }
+  // d softplus = sigmoid: 1 and ~0 at ±100, finite.
+  expect_grads({{2}}, {{100, -100}}, FN(sum(softplus(x[0]))), {{1, 0}}, 1e-30);
+}
+
+TEST(NnKnownValues, Rope) {
+  // D = 4, base 10⁴: θ = t·{1, 1/100}; at position t = offset = 1:
+  // [x0 cos θ0 − x2 sin θ0, x1 cos θ1 − x3 sin θ1, x2 cos θ0 + x0 sin θ0, x3 cos θ1 + x1 sin θ1]
+  expect_known([] { return rope(cf({1, 2, 3, 4}, {1, 4}), 10000.0, 1); }, {1, 4}, kF32,
+               {-1.9841106485555495, 1.959900667496664, 2.4623779024123156, 4.019799668334994}, 2e-6);
+  // position 0 is the identity
+  expect_known([] { return rope(cf({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}), 10000.0, 0); }, {2, 4}, kF32,
+               {1, 2, 3, 4, 5 * std::cos(1.0) - 7 * std::sin(1.0), 6 * std::cos(0.01) - 8 * std::sin(0.01),
+                7 * std::cos(1.0) + 5 * std::sin(1.0), 8 * std::cos(0.01) + 6 * std::sin(0.01)},
+               2e-6);
+}
+
+TEST(NnKnownValues, Attention) {
+  // q = 0: every visible key gets the same weight. Hq = 2 heads share one kv head (MQA),
+  // causal T = S = 2: row 0 sees key 0, row 1 averages keys 0 and 1.
+  auto v = [] { return cf({1, 2, 3, 4}, {1, 1, 2, 2}); };
+  expect_known([&] { return attention(zeros({1, 2, 2, 2}), cf({5, -1, 2, 7}, {1, 1, 2, 2}), v()); }, {1, 2, 2, 2}, kF32,
+               {1, 2, 2, 3, 1, 2, 2, 3}, 1e-6);
+  expect_known([&] { return attention(zeros({1, 2, 2, 2}), cf({5, -1, 2, 7}, {1, 1, 2, 2}), v(), {.causal = false}); },
+               {1, 2, 2, 2}, kF32, {2, 3, 2, 3, 2, 3, 2, 3}, 1e-6);
+  // T = 1 < S = 2 causal: the one query is the last position and sees both keys. With
+  // q·k = [0, ln 3] (scale 1): weights [1/4, 3/4].
+  expect_known([&] {
+    return attention(cf({1, 0}, {1, 1, 1, 2}), cf({0, 0, 1.0986122886681098f, 0}, {1, 1, 2, 2}), v(),
+                     {.causal = true, .scale = 1.0});
+  }, {1, 1, 1, 2}, kF32, {0.25 * 1 + 0.75 * 3, 0.25 * 2 + 0.75 * 4}, 1e-6);
+}
+
+// ---- hand-computed gradients ---------------------------------------------------------------------
+
+TEST(NnKnownGradients, CrossEntropyIgnoredRowsGetNoGradient) {
+  // mean over the 1 counted row: d/dlogits = softmax − onehot = [1/3 − 1, 1/3, 1/3]; row 1 ignored.
+  expect_grads({{2, 3}}, {{0, 0, 0, 5, -2, 1}}, FN(cross_entropy(x[0], ci({0, -100}, {2}))),
+               {{-2.0 / 3, 1.0 / 3, 1.0 / 3, 0, 0, 0}});
+  // kNone weighted by [2, 3]: each row scaled by its own weight; an ignored row stays exactly 0.
+  expect_grads({{3, 2}}, {{0, 0, 1, -1, 3, 3}},
+               FN(sum(cross_entropy(x[0], ci({1, -100, 0}, {3}), {.reduction = Reduction::kNone}) * cf({2, 7, 3}, {3}))),
+               {{1, -1, 0, 0, -1.5, 1.5}}, 1e-7);
+}
+
+TEST(NnKnownGradients, EmbeddingRepeatedIdsAccumulate) {
+  // ids {0, 2, 0}: table row 0 collects the weights of outputs 0 and 2, row 1 nothing.
+  expect_grads({{3, 2}}, {{1, 2, 3, 4, 5, 6}},
+               FN(sum(embedding(x[0], ci({0, 2, 0}, {3})) * cf({1, 2, 10, 20, 100, 200}, {3, 2}))),
+               {{101, 202, 0, 0, 10, 20}}, 0);
+  // take_along_axis along axis 0 with repeated indices: the same accumulation
+  expect_grads({{2, 2}}, {{1, 2, 3, 4}}, FN(sum(take_along_axis(x[0], ci({1, 1, 1, 0}, {2, 2}), 0))), {{0, 1, 2, 1}}, 0);
+}
+
+TEST(NnKnownGradients, SoftmaxAndNorms) {
+  // sum(softmax(x)) is 1 whatever x: zero gradient, also through a causal mask.
+  expect_grads({{2, 3}}, {{0.5, -1, 2, 0, 1, 3}}, FN(sum(softmax(x[0], -1, true))), {{0, 0, 0, 0, 0, 0}}, 1e-7);
+  // d/dx sum(log_softmax(x)) over C = 3 = 1 − 3 softmax(x); at x = 0: 0.
+  expect_grads({{3}}, {{0, 0, 0}}, FN(sum(log_softmax(x[0]))), {{0, 0, 0}}, 1e-7);
+  // layer_norm output sums to 0 per row whatever x: zero gradient; weight gets x̂, bias 1.
+  expect_grads({{1, 4}, {4}, {4}}, {{1, 2, 3, 4}, {1, 1, 1, 1}, {0, 0, 0, 0}}, FN(sum(layer_norm(x[0], x[1], x[2], 0.0))),
+               {{0, 0, 0, 0}, {-1.3416407864998738, -0.4472135954999579, 0.4472135954999579, 1.3416407864998738}, {1, 1, 1, 1}},
+               1e-6);
+}
+
+}  // namespace
+}  // namespace tg::op_test
