@@ -9,7 +9,7 @@
 // sample predictions, an attention map read back through captures, and a checkpoint saved
 // and reloaded into a fresh model with identical accuracy.
 //
-//   ./addition [steps=1500] [max_final_loss]   (with a bound: exit 1 if the loss ends above it)
+//   ./addition [steps=700] [max_final_loss]   (with a bound: exit 1 if the loss ends above it)
 #include <tensorgrad/tensorgrad.h>
 
 #include <algorithm>
@@ -83,7 +83,7 @@ tg::Program compile_predict(Model& m, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 1500;
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 700;
   const double max_final_loss = argc > 2 ? std::atof(argv[2]) : -1;
   constexpr int64_t kBatch = 256;
   const auto t0 = std::chrono::steady_clock::now();
