@@ -6,6 +6,8 @@
 //   ./gpt_bench [addition_3L,char_6L384]
 #include <tensorgrad/tensorgrad.h>
 
+#include "timing.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,15 +43,7 @@ void run(const Workload& w) {
     targets[i] = tok(rng);
   }
   auto step = [&] { train.step({{"ids", ids}, {"targets", targets}}); };
-  for (int i = 0; i < 3; ++i) step();
-  std::vector<double> runs;
-  for (int r = 0; r < 3; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 5; ++i) step();
-    runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5);
-  }
-  std::sort(runs.begin(), runs.end());
-  const double sec = runs[1];
+  const double sec = median_seconds_per_step(step, 3, 5);
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, "fp32", sec * 1e3, static_cast<double>(B * T) / sec);
   std::fflush(stdout);
 }

@@ -5,6 +5,7 @@
 #include <tensorgrad/tensorgrad.h>
 
 #include "sin_mlp.h"
+#include "timing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -29,15 +30,7 @@ int main() {
   // Like the peer, each step returns the loss (the peer's step returns the loss tensor
   // without synchronising; on the CPU that read-back is free for both).
   auto step = [&] { return train.step({{"x", xs}, {"y", ys}}); };
-  for (int i = 0; i < 20; ++i) step();
-  std::vector<double> runs;
-  for (int r = 0; r < 3; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 200; ++i) step();
-    runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 200);
-  }
-  std::sort(runs.begin(), runs.end());
-  const double sec = runs[1];
+  const double sec = median_seconds_per_step(step, 20, 200);
   std::printf("%-22s %-26s %10.3f ms/step %14.1f samples/s\n", "mlp_sin", "fp32", sec * 1e3, kBatch / sec);
   return 0;
 }

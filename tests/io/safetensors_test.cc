@@ -5,6 +5,8 @@
 // no temporary file and never a partial checkpoint). Set TG_WRITE_SAFETENSORS=<path> to
 // leave files for the script's --check mode (see the script's docstring).
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <signal.h>
 #include <sys/resource.h>
 #include <tensorgrad/tensorgrad.h>
@@ -36,16 +38,7 @@ tg::Program make_forward(Net& m) {
 
 const std::vector<float> kX{0.5f, -1.0f, 2.0f, -0.25f, 0.75f, 1.5f};  // [2, 3]
 
-template <class E, class F>
-std::string message_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using tg::testing::message_of;
 
 bool same_bits(const tg::HostTensor& a, const tg::HostTensor& b) {
   const auto bytes = static_cast<size_t>(a.numel() * tg::dtype_size(a.dtype()));

@@ -2,6 +2,8 @@
 // and where: shape mismatches at trace time (op, shapes, the caller's file:line), bad
 // inputs at step/run, bad parameter uploads, and a loss that is not a scalar.
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <tensorgrad/tensorgrad.h>
 
 #include <string>
@@ -12,17 +14,7 @@ struct Tiny : tg::Module {
   tg::nn::Linear fc{*this, "fc", 3, 2};
 };
 
-/// Runs `fn` and returns the message of the exception of type E it must throw.
-template <class E, class F>
-std::string message_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using tg::testing::message_of;
 
 std::string here(int line) { return std::string("errors_test.cc:") + std::to_string(line); }
 
