@@ -34,7 +34,7 @@ class Mlp : public Module {
  public:
   Mlp(Module& parent, std::string name, std::vector<int64_t> widths,
       Activation activation = [](const Tensor& x) { return relu(x); });
-  Tensor operator()(const Tensor& x) const;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   size_t num_layers() const { return layers_.size(); }
   const Linear& layer(size_t i) const { return *layers_.at(i); }
 
@@ -85,11 +85,14 @@ struct AttentionConfig {
   double rope_base = 10000.0;
   double dropout = 0.0;
   bool bias = true;
+  /// Init std of the output projection (GPT-2 scales it by 1/√(2·layers) inside a GPT).
+  double proj_init_std = 0.02;
 };
 
 /// Causal multi-head self-attention on x [B, T, d_model]: one fused `qkv` projection, the
-/// attention primitive, an output projection `proj`. The attention probabilities of each call
-/// are offered as capture "<path>.probs" [B, heads, T, T] (computed only when captured).
+/// attention primitive, an output projection `proj`. The attention probabilities are offered
+/// as capture "<path>.probs" [B, heads, T, T] ("<path>.probs#2", … for further calls in one
+/// program); they are computed only when captures are requested.
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(Module& parent, std::string name, AttentionConfig config);

@@ -2,7 +2,11 @@
 // compiled program (its update is graph nodes, its moments are persistent state); the
 // learning rate and bias corrections are scalar inputs fed on each step, so changing the lr
 // or following a schedule never rebuilds anything. Defaults and update rules are exactly
-// those of PyTorch's torch.optim classes of the same name.
+// those of PyTorch's torch.optim classes of the same name, with one deliberate difference:
+// weight decay (SGD's and Adam's L2 term as well as AdamW's decoupled decay) applies only to
+// parameters whose decay flag is set — by default matrices, not biases, norm gains or
+// constant-initialised parameters. Give every Param `{.decay = true}` for PyTorch's
+// decay-everything behaviour.
 #pragma once
 #include <cstdint>
 #include <functional>

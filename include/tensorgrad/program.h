@@ -68,7 +68,7 @@ class HostTensor {
 
  private:
   DType dtype_ = DType::kF32;
-  Shape shape_;
+  Shape shape_{0};  // a default HostTensor is empty (0 elements), not a scalar
   std::vector<uint8_t> bytes_;
 };
 
@@ -175,9 +175,12 @@ class Program {
   std::string ir() const;
   const Device& device() const;
 
+  /// An empty program (to be assigned later); every call on it throws tg::Error.
+  Program() = default;
   explicit Program(std::shared_ptr<detail::ProgramState> state) : state_(std::move(state)) {}
 
  private:
+  detail::ProgramState& state() const;
   std::shared_ptr<detail::ProgramState> state_;
 };
 

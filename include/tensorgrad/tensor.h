@@ -26,7 +26,7 @@ class Graph;
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(ir::Graph* graph, int32_t id) : graph_(graph), id_(id) {}
+  Tensor(ir::Graph* graph, int32_t id);
 
   const Shape& shape() const;
   DType dtype() const;
@@ -38,10 +38,14 @@ class Tensor {
 
   ir::Graph* graph() const { return graph_; }
   int32_t id() const { return id_; }
+  /// The serial number of the graph this tensor was made in (graphs are numbered when
+  /// created, so a tensor kept from a finished trace is recognised without touching it).
+  uint64_t graph_serial() const { return serial_; }
 
  private:
   ir::Graph* graph_ = nullptr;
   int32_t id_ = -1;
+  uint64_t serial_ = 0;
 };
 
 using Loc = std::source_location;
@@ -133,6 +137,8 @@ Tensor mean(const Tensor& x, Axes axes = {}, bool keepdim = false, Loc loc = Loc
 Tensor max(const Tensor& x, Axes axes = {}, bool keepdim = false, Loc loc = Loc::current());
 Tensor min(const Tensor& x, Axes axes = {}, bool keepdim = false, Loc loc = Loc::current());
 /// Index (i32) of the first maximum along `axis`; without an axis, over the flattened tensor.
+/// NaN handling (max, min, argmax): NaNs are skipped unless every element is NaN — unlike
+/// PyTorch, which propagates them; check losses with std::isfinite.
 Tensor argmax(const Tensor& x, std::optional<int64_t> axis = std::nullopt, bool keepdim = false,
               Loc loc = Loc::current());
 
@@ -164,8 +170,9 @@ Tensor ones(Shape shape, DType dtype = DType::kF32, Loc loc = Loc::current());
 /// A constant with the given values (row-major).
 Tensor constant(std::span<const float> values, Shape shape, Loc loc = Loc::current());
 Tensor constant(std::span<const int32_t> values, Shape shape, Loc loc = Loc::current());
-/// start, start+step, … < stop (PyTorch's arange).
-Tensor arange(double start, double stop, double step = 1, DType dtype = DType::kI32,
+/// start, start+step, … < stop (PyTorch's arange). Without a dtype: i32 when all three are
+/// whole numbers, else f32.
+Tensor arange(double start, double stop, double step = 1, std::optional<DType> dtype = std::nullopt,
               Loc loc = Loc::current());
 
 }  // namespace tg

@@ -76,8 +76,12 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     case Op::kSub: return {g, -g};
     case Op::kMul: return {g * x(1), g * x(0)};
     case Op::kDiv: return {g / x(1), -(g * y / x(1))};                // d(a/b)/db = -a/b² = -y/b
-    case Op::kPow:                                                    // b a^(b-1), ln(a) a^b
-      return {g * x(1) * pow(x(0), x(1) - 1.0, loc), g * log(x(0), loc) * y};
+    case Op::kPow: {  // b a^(b-1) and ln(a) a^b, with PyTorch's zeros where those are 0·∞:
+      // d/da is 0 for b = 0, d/db is 0 for a = 0 with b ≥ 0.
+      Tensor da = where(eq(x(1), 0.0, loc), 0.0, g * x(1) * pow(x(0), x(1) - 1.0, loc), loc);
+      Tensor db = where(logical_and(eq(x(0), 0.0, loc), x(1) >= 0.0, loc), 0.0, g * log(x(0), loc) * y, loc);
+      return {da, db};
+    }
     case Op::kMaximum:
     case Op::kMinimum: {
       // The winner takes the gradient; a tie splits it evenly (PyTorch's convention).

@@ -7,6 +7,7 @@
 // contiguous, no overlaps, gaps or trailing bytes), and each problem becomes a
 // CheckpointError naming the file and the tensor. Writes go through a temporary file that
 // is fsynced and renamed over the target, so the target is never seen half-written.
+#include <atomic>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -383,7 +384,9 @@ void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& 
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
 
-  TempFile tmp(w, w.path + ".tmp." + std::to_string(::getpid()));
+  // pid + a per-process counter: concurrent saves to one path never share a temp file.
+  static std::atomic<uint64_t> counter{0};
+  TempFile tmp(w, w.path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
   tmp.write(prefix, sizeof prefix);
   tmp.write(header.data(), header.size());
   for (const auto& [name, t] : order) tmp.write(t->data(), static_cast<size_t>(t->numel() * dtype_size(t->dtype())));

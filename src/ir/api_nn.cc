@@ -66,6 +66,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc) {
 Tensor one_hot(const Tensor& ids, int64_t classes, Loc loc) {
   Graph& g = graph_of("one_hot", ids, loc);
   if (ids.dtype() != DType::kI32) api_fail("one_hot", "ids must be i32", loc);
+  if (classes <= 0) api_fail("one_hot", "classes must be positive, got " + std::to_string(classes), loc);
   std::vector<double> range(static_cast<size_t>(classes));
   for (int64_t c = 0; c < classes; ++c) range[static_cast<size_t>(c)] = static_cast<double>(c);
   Tensor cls = constant_on(g, std::move(range), {classes}, DType::kI32, loc);
@@ -89,7 +90,8 @@ Tensor log_softmax(const Tensor& x, int64_t axis, bool causal, Loc loc) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
-  Graph& g = graph_of("cross_entropy", logits, loc);
+  Arg al(logits, loc), at(targets, loc);
+  Graph& g = graph_for("cross_entropy", {&al, &at}, loc);
   if (logits.rank() < 1) api_fail("cross_entropy", "logits need rank >= 1", loc);
   if (targets.dtype() != DType::kI32) api_fail("cross_entropy", "targets must be i32 class indices", loc);
   Shape batch(logits.shape().begin(), logits.shape().end() - 1);
@@ -153,17 +155,19 @@ Tensor random_uniform(Shape shape, Loc loc) {
   Tensor key = rng_key(t, loc);
   Node n = make_node(Op::kRandom, {key.id()}, loc);
   n.shape = std::move(shape);
-  n.attrs.values = {static_cast<double>(t.next_seed++)};
+  n.attrs.seed = t.next_seed++;
   return emit(t.graph, std::move(n));
 }
 
 Tensor dropout(const Tensor& x, double p, Loc loc) {
   Trace& t = trace_for("dropout", loc);
   if (!(p >= 0 && p < 1)) api_fail("dropout", "p must be in [0, 1), got " + std::to_string(p), loc);
+  (void)graph_of("dropout", x, loc);
   if (!t.training || p == 0) return x;
   Tensor key = rng_key(t, loc);
   Node n = make_node(Op::kDropout, {cast(x, DType::kF32, loc).id(), key.id()}, loc);
-  n.attrs.values = {p, static_cast<double>(t.next_seed++)};
+  n.attrs.values = {p};
+  n.attrs.seed = t.next_seed++;
   return emit(t.graph, std::move(n));
 }
 
@@ -238,6 +242,8 @@ Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double 
 Tensor capture(const std::string& name, const Tensor& t, Loc loc) {
   Trace& tr = trace_for("capture", loc);
   if (t.graph() != &tr.graph) api_fail("capture", "'" + name + "' is not a tensor of the program being traced", loc);
+  if (name.empty() || name.rfind("grad/", 0) == 0)
+    api_fail("capture", "'" + name + "': names must be non-empty and not start with \"grad/\" (reserved for gradients)", loc);
   for (const auto& [existing, id] : tr.captures)
     if (existing == name) api_fail("capture", "the name '" + name + "' is used twice in one program", loc);
   tr.captures.emplace_back(name, t.id());

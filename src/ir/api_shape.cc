@@ -124,7 +124,7 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t
   auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + len : i, int64_t{0}, len); };
   start = clamp(start);
   stop = std::max(clamp(stop), start);
-  const int64_t count = (stop - start + step - 1) / step;
+  const int64_t count = stop > start ? (stop - start - 1) / step + 1 : 0;
   if (count == len) return x;
   Node n = make_node(Op::kSlice, {x.id()}, loc);
   n.shape = x.shape();
@@ -218,12 +218,17 @@ Tensor constant(std::span<const int32_t> values, Shape shape, Loc loc) {
   return constant_of(values, std::move(shape), DType::kI32, loc);
 }
 
-Tensor arange(double start, double stop, double step, DType dtype, Loc loc) {
+Tensor arange(double start, double stop, double step, std::optional<DType> dtype, Loc loc) {
   Graph& g = current_graph_for("arange", loc);
-  if (step == 0) api_fail("arange", "step must not be zero", loc);
-  const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((stop - start) / step)));
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    api_fail("arange", "start, stop and step must be finite and step non-zero", loc);
+  const double span = std::ceil((stop - start) / step);
+  if (span > 1e15) api_fail("arange", "would have more than 1e15 elements", loc);
+  const auto count = static_cast<int64_t>(std::max(0.0, span));
+  // Like PyTorch: integers in, i32 out; any fractional argument makes it f32.
+  const bool integral = start == std::trunc(start) && stop == std::trunc(stop) && step == std::trunc(step);
   Node n = make_node(Op::kArange, {}, loc);
-  n.dtype = dtype;
+  n.dtype = dtype.value_or(integral ? DType::kI32 : DType::kF32);
   n.shape = {count};
   n.attrs.values = {start, step};
   return emit(g, std::move(n));

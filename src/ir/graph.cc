@@ -1,6 +1,7 @@
 // Op metadata generated from ops.def, node appending, and the IR printer.
 #include "ir/graph.h"
 
+#include <atomic>
 #include <sstream>
 
 #include "tensorgrad/errors.h"
@@ -43,6 +44,11 @@ std::string loc_str(const std::source_location& loc) {
   return file + ":" + std::to_string(loc.line());
 }
 
+uint64_t Graph::next_serial() {
+  static std::atomic<uint64_t> counter{1};
+  return counter++;
+}
+
 int32_t Graph::add(Node node) {
   const OpInfo& info = op_info(node.op);
   if (info.arity >= 0 && static_cast<int>(node.inputs.size()) != info.arity)
@@ -54,6 +60,13 @@ int32_t Graph::add(Node node) {
       throw ShapeError("[" + std::string(info.name) + "] input refers to an unknown node (at " +
                        loc_str(node.loc) + ")");
   infer(*this, node);
+  int64_t count = 1;
+  for (int64_t d : node.shape) {
+    if (d < 0 || (d != 0 && count > (int64_t{1} << 56) / d))
+      throw ShapeError("[" + std::string(info.name) + "] result shape " + shape_str(node.shape) +
+                       " is negative or too large (at " + loc_str(node.loc) + ")");
+    count *= d;
+  }
   return add_checked(std::move(node));
 }
 

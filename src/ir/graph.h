@@ -45,6 +45,7 @@ struct Attrs {
   std::vector<double> values;  // constant data, arange {start, step}, slice {start, step}
   DType dtype = DType::kF32;   // cast target
   bool causal = false;         // softmax, log_softmax, attention
+  uint64_t seed = 0;           // random, dropout: the site's stream (an integer, never rounded)
 };
 
 struct Node {
@@ -87,7 +88,12 @@ class Graph {
   /// Human-readable listing, one node per line: `%7 = add(%3, %6) f32[256, 64]`.
   std::string to_string() const;
 
+  /// A process-unique number given at construction (see Tensor::graph_serial).
+  uint64_t serial() const { return serial_; }
+
  private:
+  uint64_t serial_ = next_serial();
+  static uint64_t next_serial();
   // A deque, not a vector: appending never moves existing nodes, so references to a node
   // (and Tensor::shape() results) stay valid while tracing and autograd append more.
   std::deque<Node> nodes_;

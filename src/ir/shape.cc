@@ -21,6 +21,16 @@ namespace {
   throw ShapeError(msg + " (at " + loc_str(n.loc) + ")");
 }
 
+/// Element counts must fit comfortably in int64 (byte offsets are numel · 4).
+void check_size(const Graph& g, const Node& n, const Shape& s) {
+  constexpr int64_t kMaxElements = int64_t{1} << 56;
+  int64_t count = 1;
+  for (int64_t d : s) {
+    if (d != 0 && count > kMaxElements / d) fail(g, n, "shape " + shape_str(s) + " is too large");
+    count *= d;
+  }
+}
+
 void check_axes_valid(const Graph& g, const Node& n, const Shape& in, bool unique_sorted) {
   const auto rank = static_cast<int64_t>(in.size());
   for (size_t i = 0; i < n.attrs.axes.size(); ++i) {
@@ -57,6 +67,7 @@ void infer(const Graph& g, Node& n) {
   }
   for (int64_t d : n.shape)
     if (d < 0) fail(g, n, "negative extent in shape " + shape_str(n.shape));
+  check_size(g, n, n.shape);
 
   switch (n.op) {
     // Leaves carry their shape and dtype from the tracer.
@@ -241,11 +252,9 @@ void infer(const Graph& g, Node& n) {
       if (key.dtype != DType::kI32 || key.numel() != 1) fail(g, n, "key must be an i32 scalar");
       if (n.op == Op::kDropout) {
         if (in(0).dtype != DType::kF32) fail(g, n, "input must be f32");
-        if (n.attrs.values.size() != 2 || !(n.attrs.values[0] >= 0 && n.attrs.values[0] < 1))
-          fail(g, n, "needs {p in [0, 1), seed}");
+        if (n.attrs.values.size() != 1 || !(n.attrs.values[0] >= 0 && n.attrs.values[0] < 1))
+          fail(g, n, "needs {p in [0, 1)}");
         n.shape = in(0).shape;
-      } else if (n.attrs.values.size() != 1) {
-        fail(g, n, "needs {seed}");
       }
       n.dtype = DType::kF32;
       return;

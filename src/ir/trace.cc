@@ -17,11 +17,24 @@ TraceScope::TraceScope(Trace& trace) {
 }
 TraceScope::~TraceScope() { g_current = nullptr; }
 
+std::string unused_capture_name(const Trace& trace, const std::string& base) {
+  auto taken = [&](const std::string& name) {
+    for (const auto& [existing, id] : trace.captures)
+      if (existing == name) return true;
+    return false;
+  };
+  std::string name = base;
+  for (int call = 2; taken(name); ++call) name = base + "#" + std::to_string(call);
+  return name;
+}
+
 Tensor emit(Graph& graph, Node node) { return Tensor(&graph, graph.add(std::move(node))); }
 
 }  // namespace tg::ir
 
 namespace tg {
+Tensor::Tensor(ir::Graph* graph, int32_t id) : graph_(graph), id_(id), serial_(graph ? graph->serial() : 0) {}
+
 namespace {
 const ir::Node& node_of(const Tensor& t) {
   if (!t.valid()) throw Error("[Tensor] used an empty (default-constructed) tensor");

@@ -42,6 +42,10 @@ class TraceScope {
   TraceScope& operator=(const TraceScope&) = delete;
 };
 
+/// `base`, or `base#2`, `base#3`, … : the first name not yet captured in `trace` (for
+/// layers that offer a capture on every call).
+std::string unused_capture_name(const Trace& trace, const std::string& base);
+
 /// Name of the runtime-fed key input of random ops.
 inline constexpr const char* kRngKeyInput = "__rng_key";
 

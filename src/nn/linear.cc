@@ -35,10 +35,10 @@ Mlp::Mlp(Module& parent, std::string name, std::vector<int64_t> widths, Activati
     layers_.push_back(std::make_unique<Linear>(*this, "layers." + std::to_string(i), widths[i], widths[i + 1]));
 }
 
-Tensor Mlp::operator()(const Tensor& x) const {
+Tensor Mlp::operator()(const Tensor& x, Loc loc) const {
   Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = (*layers_[i])(h);
+    h = (*layers_[i])(h, loc);
     if (i + 1 < layers_.size()) h = activation_(h);
   }
   return h;

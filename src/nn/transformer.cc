@@ -1,6 +1,7 @@
 // Causal self-attention, the pre-norm transformer block and the GPT model.
 #include <cmath>
 
+#include "ir/trace.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/nn.h"
 
@@ -37,7 +38,7 @@ Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
 CausalSelfAttention::CausalSelfAttention(Module& parent, std::string name, AttentionConfig c)
     : Module(parent, std::move(name)), config(checked(c, path())), head_dim(c.d_model / c.heads),
       qkv(*this, "qkv", c.d_model, (c.heads + 2 * kv_heads_of(c)) * (c.d_model / c.heads), gpt_linear(c.bias, 0.02)),
-      proj(*this, "proj", c.d_model, c.d_model, gpt_linear(c.bias, 0.02)) {}
+      proj(*this, "proj", c.d_model, c.d_model, gpt_linear(c.bias, c.proj_init_std)) {}
 
 Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() != 3 || x.shape()[2] != config.d_model)
@@ -57,7 +58,9 @@ Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
     const Shape& ks = k.shape();
     Tensor k_all = reshape(broadcast_to(unsqueeze(k, 2, loc), {ks[0], hkv, hq / hkv, ks[2], d}, loc), {ks[0], hq, ks[2], d}, loc);
     Tensor scores = mul(matmul(q, transpose(k_all, -2, -1, loc), loc), 1.0 / std::sqrt(static_cast<double>(d)), loc);
-    capture(path() + ".probs", softmax(scores, -1, /*causal=*/true, loc), loc);
+    const ir::Trace* trace = ir::current_trace();
+    const std::string name = trace ? ir::unused_capture_name(*trace, path() + ".probs") : path() + ".probs";
+    capture(name, softmax(scores, -1, /*causal=*/true, loc), loc);
   }
   Tensor y = attention(q, k, v, {.causal = true}, loc);  // [B, hq, T, d]
   const Shape& ys = y.shape();
@@ -69,7 +72,8 @@ TransformerBlock::TransformerBlock(Module& parent, std::string name, const GptCo
     : Module(parent, std::move(name)),
       ln1(*this, "ln1", c.d_model, c.ln_eps, c.bias),
       attn(*this, "attn", {.d_model = c.d_model, .heads = c.heads, .kv_heads = c.kv_heads, .rotary = c.rotary,
-                           .dropout = c.dropout, .bias = c.bias}),
+                           .dropout = c.dropout, .bias = c.bias,
+                           .proj_init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers))}),
       ln2(*this, "ln2", c.d_model, c.ln_eps, c.bias),
       fc(*this, "fc", c.d_model, c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, gpt_linear(c.bias, 0.02)),
       fc2(*this, "fc2", c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, c.d_model,

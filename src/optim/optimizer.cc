@@ -55,7 +55,7 @@ UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Opti
   for (const ParamGrad& p : params) grads.emplace_back(&g, p.grad);
   if (clip_grad_norm) {
     if (*clip_grad_norm <= 0) throw Error("[compile_train] clip_grad_norm must be positive");
-    grads = clip(g, grads, *clip_grad_norm);
+    if (!grads.empty()) grads = clip(g, grads, *clip_grad_norm);
   }
 
   if (const auto* sgd = std::get_if<SGD>(&optimizer)) {

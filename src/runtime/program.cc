@@ -71,10 +71,16 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
     if (spec.name.empty() || spec.name.rfind("__", 0) == 0)
       throw InputError(std::string("[") + api + "] input names must be non-empty and not start with '__'");
     if (!seen.insert(spec.name).second) throw InputError(std::string("[") + api + "] input '" + spec.name + "' is declared twice");
+    for (int64_t d : spec.shape)
+      if (d < 0)
+        throw InputError(std::string("[") + api + "] input '" + spec.name + "' has shape " + shape_str(spec.shape) +
+                         ": shapes are static, every extent must be >= 0 (compile one program per batch size)");
   }
   ir::Trace t;
   t.training = training;
-  t.next_seed = seed << 20;  // per-site seeds: the program seed in the high bits
+  // Per-site seeds: consecutive integers starting from a 64-bit mix of the program seed, so
+  // programs with different seeds draw unrelated streams.
+  t.next_seed = (seed + 1) * 0x9E3779B97F4A7C15ull;
   std::vector<Tensor> args;
   Tensor result;
   {
@@ -221,8 +227,13 @@ Program compile_forward(Module& model, const TracedFn& fn, size_t arity, Forward
 
 }  // namespace detail
 
+detail::ProgramState& Program::state() const {
+  if (!state_) throw Error("[Program] this program is empty: assign the result of compile_train/compile_forward first");
+  return *state_;
+}
+
 float Program::step(const Feeds& feeds, StepOptions options) {
-  detail::ProgramState& s = *state_;
+  detail::ProgramState& s = state();
   if (!s.train) throw Error("[step] this program was compiled with compile_forward; use run()");
   std::lock_guard lock(s.store->mutex);
   detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
@@ -240,7 +251,7 @@ float Program::step(const Feeds& feeds, StepOptions options) {
 }
 
 HostTensor Program::run(const Feeds& feeds, RunOptions options) {
-  detail::ProgramState& s = *state_;
+  detail::ProgramState& s = state();
   if (s.train) throw Error("[run] this program was compiled with compile_train; use step(), or compile_forward for inference");
   std::lock_guard lock(s.store->mutex);
   detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
@@ -254,12 +265,12 @@ HostTensor Program::run(const Feeds& feeds, RunOptions options) {
 }
 
 void Program::init_params(uint64_t seed) {
-  std::lock_guard lock(state_->store->mutex);
-  state_->store->init_params(seed);
+  std::lock_guard lock(state().store->mutex);
+  state().store->init_params(seed);
 }
 
 void Program::upload_params(const std::map<std::string, HostTensor>& params, UploadOptions options) {
-  detail::DeviceStore& store = *state_->store;
+  detail::DeviceStore& store = *state().store;
   std::lock_guard lock(store.mutex);
   for (const auto& [name, value] : params) {
     auto it = store.infos.find(name);
@@ -280,7 +291,7 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
 }
 
 std::map<std::string, HostTensor> Program::download_params() const {
-  detail::DeviceStore& store = *state_->store;
+  detail::DeviceStore& store = *state().store;
   std::lock_guard lock(store.mutex);
   std::map<std::string, HostTensor> out;
   for (const auto& [name, info] : store.infos) {
@@ -293,12 +304,12 @@ std::map<std::string, HostTensor> Program::download_params() const {
 
 std::vector<std::string> Program::param_names() const {
   std::vector<std::string> out;
-  for (const auto& kv : state_->store->infos) out.push_back(kv.first);
+  for (const auto& kv : state().store->infos) out.push_back(kv.first);
   return out;
 }
 
 void Program::reset_optimizer() {
-  detail::ProgramState& s = *state_;
+  detail::ProgramState& s = state();
   std::lock_guard lock(s.store->mutex);
   for (auto& [name, buf] : s.state_buffers) {
     std::vector<uint8_t> zeros(static_cast<size_t>(buf->numel() * dtype_size(buf->dtype())), 0);
@@ -308,21 +319,27 @@ void Program::reset_optimizer() {
 }
 
 void Program::set_lr(double lr) {
-  if (!state_->train) throw Error("[set_lr] this program has no optimizer");
+  if (!state().train) throw Error("[set_lr] this program has no optimizer");
   if (!(lr >= 0) || !std::isfinite(lr)) throw Error("[set_lr] lr must be finite and >= 0, got " + std::to_string(lr));
-  std::lock_guard lock(state_->store->mutex);
-  state_->base_lr = lr;
+  std::lock_guard lock(state().store->mutex);
+  state().base_lr = lr;
 }
 
-double Program::lr() const { return state_->base_lr; }
-int64_t Program::steps() const { return state_->steps; }
-std::string Program::ir() const { return state_->plain.graph.to_string(); }
+double Program::lr() const {
+  std::lock_guard lock(state().store->mutex);
+  return state().base_lr;
+}
+int64_t Program::steps() const {
+  std::lock_guard lock(state().store->mutex);
+  return state().steps;
+}
+std::string Program::ir() const { return state().plain.graph.to_string(); }
 
 std::vector<std::string> Program::capture_names() const {
   std::vector<std::string> out;
-  for (const auto& [name, id] : state_->captures) out.push_back(name);
+  for (const auto& [name, id] : state().captures) out.push_back(name);
   return out;
 }
-const Device& Program::device() const { return state_->store->device; }
+const Device& Program::device() const { return state().store->device; }
 
 }  // namespace tg

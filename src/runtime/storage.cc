@@ -41,7 +41,20 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
   std::shared_ptr<ModelStorage> storage = model.storage();
   std::lock_guard lock(storage->mutex);
   std::shared_ptr<DeviceStore>& store = storage->devices[device.str()];
-  if (store) return store;
+  if (store) {
+    // Parameters declared after the first compile (a new head, say) join the store here.
+    std::lock_guard store_lock(store->mutex);
+    for (const Param* p : model.root().parameters()) {
+      const std::string path = p->path();
+      if (store->infos.count(path) != 0) continue;
+      store->infos[path] = {path, p->shape(), p->init(), p->decay()};
+      store->buffers[path] = store->backend->allocate(DType::kF32, numel(p->shape()));
+      std::vector<float> host(static_cast<size_t>(numel(p->shape())));
+      fill_init(p->init(), host, p->shape(), 0, path);
+      store->backend->upload(*store->buffers[path], host.data());
+    }
+    return store;
+  }
   auto fresh = std::make_shared<DeviceStore>();
   fresh->device = device;
   fresh->backend = make_backend(device);

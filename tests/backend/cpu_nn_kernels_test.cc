@@ -474,7 +474,7 @@ TEST(CpuNorm, ForwardAndGradientsMatchRef) {
 
 int32_t random_node_seed(const Prog& p) {
   for (const ir::Node& n : p.graph.nodes())
-    if (n.op == ir::Op::kRandom) return static_cast<int32_t>(n.attrs.values[0]);
+    if (n.op == ir::Op::kRandom) return static_cast<int32_t>(n.attrs.seed);
   return -1;
 }
 
@@ -504,7 +504,7 @@ TEST(CpuDropout, KeepsAboutOneMinusPAndScales) {
   const std::vector<Host> got = run("cpu", p, {x}, 99);
   uint64_t seed = 0;
   for (const ir::Node& nd : p.graph.nodes())
-    if (nd.op == ir::Op::kDropout) seed = static_cast<uint64_t>(nd.attrs.values[1]);
+    if (nd.op == ir::Op::kDropout) seed = nd.attrs.seed;
   int64_t kept = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const bool keep = backend::philox_uniform(seed, 99, i) >= p_drop;

@@ -21,11 +21,6 @@ namespace {
 constexpr int64_t kChunk = 4096;  // elements per work unit; a multiple of 4
 static_assert(kChunk % 4 == 0);
 
-/// Seeds are whole numbers stored as doubles; negative ones wrap like int64 → uint64.
-uint64_t seed_of(double v) {
-  return v < 0 ? static_cast<uint64_t>(static_cast<int64_t>(v)) : static_cast<uint64_t>(v);
-}
-
 /// u[e] = philox_uniform(seed, key, begin + e) for e in [0, end − begin); begin % 4 == 0.
 void uniforms(uint64_t seed, uint32_t key, int64_t begin, int64_t end, float* u) {
   for (int64_t i = begin; i < end; i += 4) {
@@ -42,7 +37,7 @@ void uniforms(uint64_t seed, uint32_t key, int64_t begin, int64_t end, float* u)
 
 Kernel make_random(const ir::Node& node, const View& x, const View& key, float* out) {
   const bool dropout = node.op == ir::Op::kDropout;
-  const uint64_t seed = seed_of(node.attrs.values[dropout ? 1 : 0]);
+  const uint64_t seed = node.attrs.seed;
   const double p = dropout ? node.attrs.values[0] : 0.0;
   const double scale = 1.0 / (1.0 - p);
   const auto* key_ptr = reinterpret_cast<const int32_t*>(key.data);

@@ -218,7 +218,7 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const
     case Op::kDropout: {
       const bool drop = n.op == Op::kDropout;
       const auto key = static_cast<uint32_t>(static_cast<int32_t>((*in[drop ? 1 : 0])[0]));
-      const auto seed = static_cast<uint64_t>(n.attrs.values[drop ? 1 : 0]);
+      const uint64_t seed = n.attrs.seed;
       const double p = drop ? n.attrs.values[0] : 0.0;
       Values out(static_cast<size_t>(n.numel()));
       for (size_t i = 0; i < out.size(); ++i) {
