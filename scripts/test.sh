@@ -12,6 +12,8 @@ cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build + tests =="
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTG_SANITIZE=ON -DTG_BUILD_BENCH=OFF >/dev/null
+# -O1 -g1 (line tables only): sanitizer builds compile several times faster than at -O2 -g.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" -DTG_SANITIZE=ON \
+  -DTG_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j "$jobs"
