@@ -9,6 +9,7 @@
 #include "ir/trace.h"
 #include "optim/optimizer.h"
 #include "passes/dce.h"
+#include "passes/rewrite.h"
 #include "runtime/storage.h"
 
 namespace tg {
@@ -113,7 +114,11 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   ir::Graph g = s.full;
   for (int32_t id : keep) g.outputs.push_back(id);
   Variant v;
-  v.graph = passes::eliminate_dead_code(g, v.remap);
+  std::vector<int32_t> simplified, merged, live;
+  ir::Graph a = passes::simplify(g, simplified);
+  ir::Graph b = passes::eliminate_common_subexpressions(a, merged);
+  v.graph = passes::eliminate_dead_code(b, live);
+  v.remap = passes::compose(passes::compose(simplified, merged), live);
   backend::Bindings bindings;
   for (int32_t id = 0; id < v.graph.size(); ++id) {
     const ir::Node& n = v.graph.node(id);
