@@ -108,6 +108,9 @@ struct TrainOptions {
   /// Clip the global L2 norm of all gradients to this value (torch.nn.utils.clip_grad_norm_).
   std::optional<double> clip_grad_norm = {};
   Device device = Device::best();
+  /// Debugging aid: false skips the rewriting passes (simplification, CSE), leaving only
+  /// dead-code elimination, so results with and without them can be compared.
+  bool optimize = true;
 };
 
 struct ForwardOptions {
@@ -116,6 +119,8 @@ struct ForwardOptions {
   bool training = false;
   uint64_t seed = 0;
   Device device = Device::best();
+  /// See TrainOptions::optimize.
+  bool optimize = true;
 };
 
 /// Tensors read back by name: captures (tg::capture) and, for training programs, each

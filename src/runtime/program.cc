@@ -26,6 +26,7 @@ struct Variant {
 
 struct ProgramState {
   bool train = false;
+  bool optimize = true;  // run the rewriting passes before DCE
   std::shared_ptr<DeviceStore> store;
   ir::Graph full;  // after autograd and the optimizer, before any pass
   Variant plain;
@@ -114,11 +115,15 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   ir::Graph g = s.full;
   for (int32_t id : keep) g.outputs.push_back(id);
   Variant v;
-  std::vector<int32_t> simplified, merged, live;
-  ir::Graph a = passes::simplify(g, simplified);
-  ir::Graph b = passes::eliminate_common_subexpressions(a, merged);
-  v.graph = passes::eliminate_dead_code(b, live);
-  v.remap = passes::compose(passes::compose(simplified, merged), live);
+  if (s.optimize) {
+    std::vector<int32_t> simplified, merged, live;
+    ir::Graph a = passes::simplify(g, simplified);
+    ir::Graph b = passes::eliminate_common_subexpressions(a, merged);
+    v.graph = passes::eliminate_dead_code(b, live);
+    v.remap = passes::compose(passes::compose(simplified, merged), live);
+  } else {
+    v.graph = passes::eliminate_dead_code(g, v.remap);
+  }
   backend::Bindings bindings;
   for (int32_t id = 0; id < v.graph.size(); ++id) {
     const ir::Node& n = v.graph.node(id);
@@ -196,6 +201,7 @@ void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api
 Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOptions options) {
   auto s = std::make_shared<ProgramState>();
   s->train = true;
+  s->optimize = options.optimize;
   s->store = device_store(model, options.device);
   Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, "compile_train");
   const ir::Node& loss = t.graph.node(t.result);
@@ -223,6 +229,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
 
 Program compile_forward(Module& model, const TracedFn& fn, size_t arity, ForwardOptions options) {
   auto s = std::make_shared<ProgramState>();
+  s->optimize = options.optimize;
   s->store = device_store(model, options.device);
   Traced t = trace(model, fn, arity, options.inputs, options.training, options.seed, "compile_forward");
   s->inputs = options.inputs;
