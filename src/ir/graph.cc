@@ -59,14 +59,21 @@ int32_t Graph::add(Node node) {
     if (in < 0 || in >= size())
       throw ShapeError("[" + std::string(info.name) + "] input refers to an unknown node (at " +
                        loc_str(node.loc) + ")");
+  // Element counts must fit comfortably in int64 (byte offsets are numel · 4): checked on
+  // the shape the caller set (leaves, reshape targets) before inference uses it, and on
+  // the inferred shape after.
+  auto check_count = [&] {
+    int64_t count = 1;
+    for (int64_t d : node.shape) {
+      if (d < 0 || (d != 0 && count > (int64_t{1} << 56) / d))
+        throw ShapeError("[" + std::string(info.name) + "] shape " + shape_str(node.shape) +
+                         " is negative or too large (at " + loc_str(node.loc) + ")");
+      count *= d;
+    }
+  };
+  check_count();
   infer(*this, node);
-  int64_t count = 1;
-  for (int64_t d : node.shape) {
-    if (d < 0 || (d != 0 && count > (int64_t{1} << 56) / d))
-      throw ShapeError("[" + std::string(info.name) + "] result shape " + shape_str(node.shape) +
-                       " is negative or too large (at " + loc_str(node.loc) + ")");
-    count *= d;
-  }
+  check_count();
   return add_checked(std::move(node));
 }
 

@@ -21,16 +21,6 @@ namespace {
   throw ShapeError(msg + " (at " + loc_str(n.loc) + ")");
 }
 
-/// Element counts must fit comfortably in int64 (byte offsets are numel · 4).
-void check_size(const Graph& g, const Node& n, const Shape& s) {
-  constexpr int64_t kMaxElements = int64_t{1} << 56;
-  int64_t count = 1;
-  for (int64_t d : s) {
-    if (d != 0 && count > kMaxElements / d) fail(g, n, "shape " + shape_str(s) + " is too large");
-    count *= d;
-  }
-}
-
 void check_axes_valid(const Graph& g, const Node& n, const Shape& in, bool unique_sorted) {
   const auto rank = static_cast<int64_t>(in.size());
   for (size_t i = 0; i < n.attrs.axes.size(); ++i) {
@@ -67,7 +57,6 @@ void infer(const Graph& g, Node& n) {
   }
   for (int64_t d : n.shape)
     if (d < 0) fail(g, n, "negative extent in shape " + shape_str(n.shape));
-  check_size(g, n, n.shape);
 
   switch (n.op) {
     // Leaves carry their shape and dtype from the tracer.
