@@ -145,9 +145,12 @@ struct UploadOptions {
   bool partial = false;
 };
 
+class Program;
 namespace detail {
 using TracedFn = std::function<Tensor(std::span<const Tensor>)>;
 struct ProgramState;
+/// Internal (for tests and tools): the graph a program runs, after the passes.
+const ir::Graph& compiled_graph(const Program& program);
 }  // namespace detail
 
 class Program {
@@ -186,6 +189,7 @@ class Program {
 
  private:
   detail::ProgramState& state() const;
+  friend const ir::Graph& detail::compiled_graph(const Program& program);
   std::shared_ptr<detail::ProgramState> state_;
 };
 

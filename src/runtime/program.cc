@@ -239,6 +239,8 @@ Program compile_forward(Module& model, const TracedFn& fn, size_t arity, Forward
 
 }  // namespace detail
 
+const ir::Graph& detail::compiled_graph(const Program& program) { return program.state().plain.graph; }
+
 detail::ProgramState& Program::state() const {
   if (!state_) throw Error("[Program] this program is empty: assign the result of compile_train/compile_forward first");
   return *state_;
