@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/fastmath.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cpu {
@@ -115,8 +116,10 @@ Kernel map2(Nest nest, std::byte* out, const std::byte* in0, const std::byte* in
 template <class T>
 Kernel unary_for(ir::Op op, Nest nest, std::byte* out, const std::byte* in0) {
   using S = typename StorageOf<T>::type;
-  using std::cos; using std::erf; using std::exp; using std::log; using std::log1p;
-  using std::sin; using std::sqrt; using std::tanh;
+  // exp and tanh (and through exp, sigmoid) resolve to the vectorisable float versions of
+  // fastmath.h; only float reaches these rows.
+  using std::cos; using std::erf; using fastmath::exp; using std::log; using std::log1p;
+  using std::sin; using std::sqrt; using fastmath::tanh;
   switch (op) {
 #define TG_UNARY(Name, str, dtypes, expr)                                                        \
   case ir::Op::k##Name:                                                                          \
