@@ -26,10 +26,7 @@ Graph& graph_of(const char* op, const Tensor& x, const Loc& loc) {
 /// The runtime-advanced key all random ops of a program read.
 Tensor rng_key(Trace& t, const Loc& loc) {
   if (t.rng_key < 0) {
-    Node n = make_node(Op::kInput, {}, loc);
-    n.dtype = DType::kI32;
-    n.name = kRngKeyInput;
-    t.rng_key = emit(t.graph, std::move(n)).id();
+    t.rng_key = named_leaf(t.graph, Op::kInput, kRngKeyInput, {}, DType::kI32, loc).id();
   }
   return Tensor(&t.graph, t.rng_key);
 }

@@ -50,6 +50,14 @@ Tensor scalar_constant(Graph& g, double value, DType dtype, const Loc& loc) {
   return emit(g, std::move(n));
 }
 
+Tensor named_leaf(Graph& g, Op op, std::string name, Shape shape, DType dtype, const Loc& loc) {
+  Node n = make_node(op, {}, loc);
+  n.name = std::move(name);
+  n.shape = std::move(shape);
+  n.dtype = dtype;
+  return emit(g, std::move(n));
+}
+
 Tensor constant_on(Graph& g, std::vector<double> values, Shape shape, DType dtype, const Loc& loc) {
   Node n = make_node(Op::kConstant, {}, loc);
   n.dtype = dtype;

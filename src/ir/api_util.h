@@ -17,6 +17,8 @@ Graph& current_graph_for(const char* op, const Loc& loc);
 
 Node make_node(Op op, std::vector<int32_t> inputs, const Loc& loc);
 Tensor scalar_constant(Graph& g, double value, DType dtype, const Loc& loc);
+/// A named binding leaf (kInput, kParam or kState) on `g`.
+Tensor named_leaf(Graph& g, Op op, std::string name, Shape shape, DType dtype, const Loc& loc);
 /// A constant tensor on `g` (one value = a fill).
 Tensor constant_on(Graph& g, std::vector<double> values, Shape shape, DType dtype, const Loc& loc);
 /// Converts an operand to a tensor of `dtype` (casting a tensor, materialising a number).

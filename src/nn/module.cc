@@ -77,11 +77,7 @@ Tensor Param::tensor(Loc loc) const {
     throw Error("[Param] '" + path() + "' used outside of compile_train/compile_forward (at " + ir::loc_str(loc) + ")");
   auto it = trace->param_nodes.find(this);
   if (it != trace->param_nodes.end()) return Tensor(&trace->graph, it->second);
-  ir::Node n = ir::make_node(ir::Op::kParam, {}, loc);
-  n.dtype = DType::kF32;
-  n.shape = shape_;
-  n.name = path();
-  Tensor t = ir::emit(trace->graph, std::move(n));
+  Tensor t = ir::named_leaf(trace->graph, ir::Op::kParam, path(), shape_, DType::kF32, loc);
   trace->param_nodes[this] = t.id();
   trace->params.push_back(this);
   return t;

@@ -13,21 +13,14 @@ namespace {
 using ir::Graph;
 
 Tensor scalar_input(Graph& g, UpdatePlan& plan, const std::string& name) {
-  ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
-  n.dtype = DType::kF32;
-  n.name = "__" + name;
-  plan.hyper_names.push_back(n.name);
-  Tensor t = ir::emit(g, std::move(n));
+  plan.hyper_names.push_back("__" + name);
+  Tensor t = ir::named_leaf(g, ir::Op::kInput, plan.hyper_names.back(), {}, DType::kF32, Loc::current());
   plan.hyper_nodes.push_back(t.id());
   return t;
 }
 
 Tensor state(Graph& g, const std::string& name, const Shape& shape) {
-  ir::Node n = ir::make_node(ir::Op::kState, {}, Loc::current());
-  n.dtype = DType::kF32;
-  n.shape = shape;
-  n.name = name;
-  return ir::emit(g, std::move(n));
+  return ir::named_leaf(g, ir::Op::kState, name, shape, DType::kF32, Loc::current());
 }
 
 void write(Graph& g, const Tensor& target, const Tensor& value) { g.updates.push_back({target.id(), value.id()}); }

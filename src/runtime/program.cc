@@ -88,11 +88,7 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
   {
     ir::TraceScope scope(t);
     for (const InputSpec& spec : inputs) {
-      ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
-      n.dtype = spec.dtype;
-      n.shape = spec.shape;
-      n.name = spec.name;
-      args.push_back(ir::emit(t.graph, std::move(n)));
+      args.push_back(ir::named_leaf(t.graph, ir::Op::kInput, spec.name, spec.shape, spec.dtype, Loc::current()));
     }
     result = fn(args);
   }

@@ -57,13 +57,9 @@ Prog trace(const std::vector<Spec>& specs, const Fn& fn, bool training = false) 
     ir::TraceScope scope(tr);
     Ts xs;
     for (size_t i = 0; i < specs.size(); ++i) {
-      ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
       char name[24];
       std::snprintf(name, sizeof name, "x%zu", i);
-      n.name = name;
-      n.shape = specs[i].shape;
-      n.dtype = specs[i].dtype;
-      xs.push_back(ir::emit(tr.graph, std::move(n)));
+      xs.push_back(ir::named_leaf(tr.graph, ir::Op::kInput, name, specs[i].shape, specs[i].dtype, Loc::current()));
       p.inputs.push_back(xs.back().id());
     }
     outs = fn(xs);

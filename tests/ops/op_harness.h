@@ -202,14 +202,10 @@ inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn, b
     ir::TraceScope scope(trace);
     Ts xs;
     for (size_t i = 0; i < specs.size(); ++i) {
-      ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
       // snprintf, not "x" + std::to_string(i): GCC 12 warns falsely (-Wrestrict) on that.
       char name[24];
       std::snprintf(name, sizeof name, "x%zu", i);
-      n.name = name;
-      n.shape = specs[i].shape;
-      n.dtype = specs[i].dtype;
-      xs.push_back(ir::emit(trace.graph, std::move(n)));
+      xs.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, name, specs[i].shape, specs[i].dtype, Loc::current()));
       t.inputs.push_back(xs.back().id());
     }
     result = fn(xs);

@@ -15,10 +15,7 @@ TEST(Dce, RemovesUnreadNodesAndKeepsResults) {
   ir::TraceScope scope(trace);
   ir::Graph& g = trace.graph;
   auto input = [&](const char* name) {
-    ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
-    n.shape = {3};
-    n.name = name;
-    return ir::emit(g, std::move(n));
+    return ir::named_leaf(g, ir::Op::kInput, name, {3}, DType::kF32, Loc::current());
   };
   Tensor a = input("a"), unused = input("unused");
   Tensor dead = exp(a) * 3.0;  // never read

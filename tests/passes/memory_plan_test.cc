@@ -70,10 +70,9 @@ TEST(MemoryPlan, RandomGraphsNeverOverlap) {
       ir::TraceScope scope(trace);
       std::vector<Tensor> pool;
       for (int i = 0; i < 3; ++i) {
-        ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
-        n.shape = {4, 4};  // one shape, so any two values combine
-        n.name = "x" + std::to_string(i);
-        pool.push_back(ir::emit(trace.graph, std::move(n)));
+        // One shape, so any two values combine.
+        pool.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), {4, 4}, DType::kF32,
+                                      Loc::current()));
       }
       for (int step = 0; step < 25; ++step) {
         const Tensor& a = pool[rng() % pool.size()];

@@ -28,10 +28,8 @@ Built build(const std::vector<Shape>& shapes, F&& fn) {
     ir::TraceScope scope(trace);
     std::vector<Tensor> xs;
     for (size_t i = 0; i < shapes.size(); ++i) {
-      ir::Node n = ir::make_node(ir::Op::kInput, {}, Loc::current());
-      n.shape = shapes[i];
-      n.name = "x" + std::to_string(i);
-      xs.push_back(ir::emit(trace.graph, std::move(n)));
+      xs.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), shapes[i], DType::kF32,
+                                  Loc::current()));
       b.inputs.push_back(xs.back().id());
     }
     trace.graph.outputs = {fn(xs).id()};
