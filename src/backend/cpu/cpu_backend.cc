@@ -7,7 +7,10 @@
 // read broadcast indices, Attention reads permuted [B, T, H, D] heads), become views with
 // no copy; everything else gets its own buffer. execute() then only runs kernels, and applies
 // the updates after every node has run, staging any value that aliases an updated buffer.
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -104,7 +107,7 @@ class CpuExecutable final : public Executable {
   View readable(const Slot& in, Ok ok) {
     if (ok(in.view, in.shape)) return in.view;
     View dense = contiguous_view(own(numel(in.shape) * dtype_size(in.dtype)), in.shape);
-    steps_.push_back(make_copy(in.dtype, in.shape, dense, in.view));
+    add_step(make_copy(in.dtype, in.shape, dense, in.view));
     return dense;
   }
 
@@ -114,6 +117,20 @@ class CpuExecutable final : public Executable {
   std::vector<std::string> input_names_;
   std::vector<HostMem> mems_;
   std::vector<Kernel> steps_;
+  std::vector<int32_t> step_node_;  // node each step belongs to (profiling)
+  int32_t current_ = -1;
+  void add_step(Kernel k) {
+    steps_.push_back(std::move(k));
+    step_node_.push_back(current_);
+  }
+  // TG_PROFILE=1: wall time per step, summed by op and shape, printed when destroyed.
+  bool profile_ = std::getenv("TG_PROFILE") != nullptr;
+  std::vector<double> step_seconds_;
+  std::vector<std::string> step_label_;
+  int64_t executions_ = 0;
+ public:
+  ~CpuExecutable() override;
+ private:
   std::unordered_map<int32_t, Output> outputs_;
   std::vector<UpdatePlan> updates_;
 };
@@ -135,7 +152,17 @@ CpuExecutable::CpuExecutable(const ir::Graph& g, const Bindings& bindings) {
   check_updates(g);
   const std::vector<std::vector<int32_t>> consumers = mark_live(g);
   for (int32_t id = 0; id < g.size(); ++id)
-    if (live_[static_cast<size_t>(id)] || g.node(id).op == Op::kInput) plan(g, id, consumers[static_cast<size_t>(id)]);
+    if (live_[static_cast<size_t>(id)] || g.node(id).op == Op::kInput) {
+      current_ = id;
+      plan(g, id, consumers[static_cast<size_t>(id)]);
+    }
+  step_seconds_.assign(steps_.size(), 0.0);
+  for (int32_t node : step_node_) {
+    const ir::Node& n = g.node(node);
+    std::string label = std::string(ir::op_name(n.op)) + " " + shape_str(n.shape);
+    for (int32_t i : n.inputs) label += " " + shape_str(g.node(i).shape);
+    step_label_.push_back(label);
+  }
 
   std::vector<const Buffer*> targets;
   for (const ir::Graph::Update& u : g.updates) targets.push_back(slots_[static_cast<size_t>(u.target)].root);
@@ -233,7 +260,7 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
       return;
     }
     own_node(s);
-    steps_.push_back(make_copy(n.dtype, n.shape, s.view, v));
+    add_step(make_copy(n.dtype, n.shape, s.view, v));
   };
 
   switch (n.op) {
@@ -272,26 +299,26 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
     {
       std::vector<View> views;
       for (size_t i = 0; i < n.inputs.size(); ++i) views.push_back(in(i).view);
-      steps_.push_back(make_elementwise(n, in(0).dtype, views, own_node(s)));
+      add_step(make_elementwise(n, in(0).dtype, views, own_node(s)));
       return;
     }
     case Op::kCast:
-      steps_.push_back(make_cast(n.shape, in(0).dtype, n.dtype, in(0).view, own_node(s)));
+      add_step(make_cast(n.shape, in(0).dtype, n.dtype, in(0).view, own_node(s)));
       return;
     case Op::kWhere:
-      steps_.push_back(make_where(n.shape, n.dtype, {in(0).view, in(1).view, in(2).view}, own_node(s)));
+      add_step(make_where(n.shape, n.dtype, {in(0).view, in(1).view, in(2).view}, own_node(s)));
       return;
 
     case Op::kSum:
     case Op::kMax:
     case Op::kMin: {
       const View x = readable(in(0), is_contiguous);
-      steps_.push_back(make_reduce(n, in(0).shape, x.data, own_node(s)));
+      add_step(make_reduce(n, in(0).shape, x.data, own_node(s)));
       return;
     }
     case Op::kArgmax: {
       const View x = readable(in(0), is_contiguous);
-      steps_.push_back(make_argmax(n, in(0).shape, in(0).dtype, x.data, own_node(s)));
+      add_step(make_argmax(n, in(0).shape, in(0).dtype, x.data, own_node(s)));
       return;
     }
 
@@ -301,7 +328,7 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
         s.root = in(0).root;
         return;
       }
-      steps_.push_back(make_copy(n.dtype, in(0).shape, contiguous_view(own_node(s), in(0).shape), in(0).view));
+      add_step(make_copy(n.dtype, in(0).shape, contiguous_view(own_node(s), in(0).shape), in(0).view));
       return;
     case Op::kPermute: {
       View v{in(0).view.data, {}};
@@ -335,7 +362,7 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
       dst.strides[axis] *= step;
       Kernel scatter = make_copy(n.dtype, in(0).shape, dst, in(0).view);
       const auto bytes = static_cast<size_t>(n.numel() * esize);
-      steps_.push_back([out, bytes, scatter = std::move(scatter)] {
+      add_step([out, bytes, scatter = std::move(scatter)] {
         std::memset(out, 0, bytes);
         scatter();
       });
@@ -354,7 +381,7 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
         }
         base += in(i).shape[axis];
       }
-      steps_.push_back([pieces = std::move(pieces)] {
+      add_step([pieces = std::move(pieces)] {
         for (const Kernel& k : pieces) k();
       });
       return;
@@ -362,27 +389,27 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
     case Op::kMatmul: {
       auto blas_ok = [](const View& v, const Shape& shape) { return blas_operand(v, shape).has_value(); };
       const View a = readable(in(0), blas_ok), b = readable(in(1), blas_ok);
-      steps_.push_back(make_matmul(n.shape, in(0).shape, a, in(1).shape, b, reinterpret_cast<float*>(own_node(s))));
+      add_step(make_matmul(n.shape, in(0).shape, a, in(1).shape, b, reinterpret_cast<float*>(own_node(s))));
       return;
     }
 
     case Op::kGather:
-      steps_.push_back(make_gather(n, in(0).shape, in(0).view, in(1).view, own_node(s)));
+      add_step(make_gather(n, in(0).shape, in(0).view, in(1).view, own_node(s)));
       return;
     case Op::kScatterAdd:
-      steps_.push_back(make_scatter_add(n, in(0).shape, in(0).view, in(1).view, f32(own_node(s))));
+      add_step(make_scatter_add(n, in(0).shape, in(0).view, in(1).view, f32(own_node(s))));
       return;
     case Op::kSoftmax:
     case Op::kLogSoftmax: {
       const View x = readable(in(0), is_contiguous);
-      steps_.push_back(make_softmax(n, f32(x.data), f32(own_node(s))));
+      add_step(make_softmax(n, f32(x.data), f32(own_node(s))));
       return;
     }
     case Op::kCrossEntropy:
     case Op::kCrossEntropyGrad: {
       const View logits = readable(in(0), is_contiguous);
       const View dloss = n.op == Op::kCrossEntropyGrad ? in(2).view : View{};
-      steps_.push_back(make_cross_entropy(n, in(0).shape, f32(logits.data), in(1).view, dloss, f32(own_node(s))));
+      add_step(make_cross_entropy(n, in(0).shape, f32(logits.data), in(1).view, dloss, f32(own_node(s))));
       return;
     }
     case Op::kLayerNorm:
@@ -391,20 +418,20 @@ void CpuExecutable::plan(const ir::Graph& g, int32_t id, const std::vector<int32
     case Op::kRmsNormGrad: {
       const View x = readable(in(0), is_contiguous);
       const float* dy = n.inputs.size() > 1 ? f32(readable(in(1), is_contiguous).data) : nullptr;
-      steps_.push_back(make_norm(n, f32(x.data), dy, f32(own_node(s))));
+      add_step(make_norm(n, f32(x.data), dy, f32(own_node(s))));
       return;
     }
     case Op::kRandom:
-      steps_.push_back(make_random(n, View{}, in(0).view, f32(own_node(s))));
+      add_step(make_random(n, View{}, in(0).view, f32(own_node(s))));
       return;
     case Op::kDropout:
-      steps_.push_back(make_random(n, in(0).view, in(1).view, f32(own_node(s))));
+      add_step(make_random(n, in(0).view, in(1).view, f32(own_node(s))));
       return;
     case Op::kAttention:
     case Op::kAttentionGrad: {
       std::vector<View> views;
       for (size_t i = 0; i < n.inputs.size(); ++i) views.push_back(readable(in(i), attention_operand));
-      steps_.push_back(make_attention(n, in(0).shape, in(1).shape, views, f32(own_node(s))));
+      add_step(make_attention(n, in(0).shape, in(1).shape, views, f32(own_node(s))));
       return;
     }
   }
@@ -430,13 +457,41 @@ void CpuExecutable::execute() {
   for (size_t id = 0; id < ops_.size(); ++id)
     if (ops_[id] == Op::kInput && !input_set_[id])
       throw Error("[cpu] input '" + input_names_[id] + "' (%" + std::to_string(id) + ") was not set");
-  for (const Kernel& k : steps_) k();
+  if (profile_) {
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      steps_[i]();
+      step_seconds_[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ++executions_;
+  } else {
+    for (const Kernel& k : steps_) k();
+  }
   for (auto& [id, out] : outputs_)
     if (out.take) out.take();
   // Stage every aliased value before the first write, so all updates see pre-step values.
   for (const UpdatePlan& u : updates_)
     if (u.stage) u.stage();
   for (const UpdatePlan& u : updates_) u.apply();
+}
+
+CpuExecutable::~CpuExecutable() {
+  if (!profile_ || executions_ == 0) return;
+  std::map<std::string, std::pair<double, int>> by_label;
+  double total = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    auto& e = by_label[step_label_[i]];
+    e.first += step_seconds_[i];
+    e.second += 1;
+    total += step_seconds_[i];
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (auto& [label, e] : by_label) rows.push_back({e.first, label + " x" + std::to_string(e.second)});
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr, "[cpu profile] %zu steps, %.3f ms per execution\n", steps_.size(), total * 1e3 / double(executions_));
+  for (size_t i = 0; i < rows.size() && i < 40; ++i)
+    std::fprintf(stderr, "  %8.3f ms %5.1f%%  %s\n", rows[i].first * 1e3 / double(executions_), 100 * rows[i].first / total,
+                 rows[i].second.c_str());
 }
 
 void CpuExecutable::read_output(int32_t node, void* host) {
