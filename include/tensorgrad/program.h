@@ -108,8 +108,9 @@ struct TrainOptions {
   /// Clip the global L2 norm of all gradients to this value (torch.nn.utils.clip_grad_norm_).
   std::optional<double> clip_grad_norm = {};
   Device device = Device::best();
-  /// Debugging aid: false skips the rewriting passes (simplification, CSE), leaving only
-  /// dead-code elimination, so results with and without them can be compared.
+  /// Debugging aid: false skips the rewriting passes (simplification, CSE), fusion and
+  /// memory reuse — one kernel per node, one buffer per value, only dead-code elimination —
+  /// so results with and without them can be compared.
   bool optimize = true;
 };
 
@@ -121,6 +122,24 @@ struct ForwardOptions {
   Device device = Device::best();
   /// See TrainOptions::optimize.
   bool optimize = true;
+};
+
+/// Planned memory of a program, in bytes (Program::memory_report()). The step's values share
+/// one arena; the per-kind figures are those live at the step where the arena is fullest.
+struct MemoryReport {
+  int64_t params = 0;              // the model's parameters (shared with its other programs)
+  int64_t optimizer_state = 0;     // moments, step counters
+  int64_t inputs = 0;              // input staging and constants
+  int64_t activations = 0;         // forward values live at the peak
+  int64_t gradients = 0;           // backward values live at the peak
+  int64_t optimizer_temps = 0;     // optimizer intermediates live at the peak
+  int64_t scratch = 0;             // backend temporaries live at the peak (dense copies)
+  int64_t arena = 0;               // the arena's planned size
+  int64_t arena_without_reuse = 0; // what it would be with one buffer per value
+  int64_t all_tensors = 0;         // every tensor of the compiled graph at full size, no sharing
+  int64_t planned_peak() const { return params + optimizer_state + inputs + arena; }
+  /// A small table, one line per kind, in MiB.
+  std::string to_string() const;
 };
 
 /// Tensors read back by name: captures (tg::capture) and, for training programs, each
@@ -181,6 +200,11 @@ class Program {
 
   /// The compiled graph, one node per line (for debugging).
   std::string ir() const;
+  /// What runs per step: one line per kernel (a fused group lists its ops), with shapes.
+  std::string describe() const;
+  /// Kernels launched per step (what describe() lists).
+  int64_t kernel_count() const;
+  MemoryReport memory_report() const;
   const Device& device() const;
 
   /// An empty program (to be assigned later); every call on it throws tg::Error.

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "ir/graph.h"
@@ -31,9 +32,29 @@ class Buffer {
 /// Leaf node id (kParam / kState) → the persistent buffer it reads and its update writes.
 using Bindings = std::unordered_map<int32_t, Buffer*>;
 
+/// How a backend lowers a graph. Turning both off gives the one-kernel-per-node,
+/// one-buffer-per-value configuration the tests compare the optimised one against.
+struct PrepareOptions {
+  bool fuse = true;          // elementwise kernel groups (passes/fusion.h)
+  bool reuse_memory = true;  // buffers share arena space when their lifetimes do not overlap
+};
+
+/// Planned bytes, by what they hold. The arena figures are those live at the step where the
+/// most arena bytes are live; `arena` is the planned arena size (≥ their sum: fragmentation).
+struct MemoryStats {
+  int64_t params = 0, optimizer_state = 0, inputs = 0, constants = 0;
+  int64_t activations = 0, gradients = 0, optimizer_temps = 0, scratch = 0;
+  int64_t arena = 0;
+  int64_t no_reuse = 0;  // every arena buffer of its own: what the arena replaces
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
+  /// The kernels one execution runs, one line each (op/group, shapes, bytes, flops).
+  virtual std::string describe() const = 0;
+  virtual int64_t kernel_count() const = 0;
+  virtual MemoryStats memory() const = 0;
   /// Copies host data (see the header comment) into an kInput node's storage.
   virtual void set_input(int32_t node, const void* host) = 0;
   /// Runs every node in order, then applies graph.updates: each update's value is written
@@ -56,7 +77,8 @@ class Backend {
   virtual void download(const Buffer& buffer, void* host) = 0;
   /// Lowers `graph` (already through the passes). Every kParam/kState leaf must be bound.
   /// The executable keeps its own copy of whatever it needs from `graph`.
-  virtual std::unique_ptr<Executable> prepare(const ir::Graph& graph, const Bindings& bindings) = 0;
+  virtual std::unique_ptr<Executable> prepare(const ir::Graph& graph, const Bindings& bindings,
+                                              const PrepareOptions& options = {}) = 0;
 };
 
 std::unique_ptr<Backend> make_ref_backend();

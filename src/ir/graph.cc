@@ -74,6 +74,7 @@ int32_t Graph::add(Node node) {
   check_count();
   infer(*this, node);
   check_count();
+  node.stage = stage;
   return add_checked(std::move(node));
 }
 

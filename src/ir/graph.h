@@ -48,6 +48,10 @@ struct Attrs {
   uint64_t seed = 0;           // random, dropout: the site's stream (an integer, never rounded)
 };
 
+/// Which part of a training step appended a node (tracing, autograd or the optimizer):
+/// memory reports group planned bytes by it.
+enum class Stage : uint8_t { kForward, kBackward, kOptimizer };
+
 struct Node {
   Op op;
   DType dtype;
@@ -56,6 +60,7 @@ struct Node {
   Attrs attrs;
   std::string name;  // params, inputs, state: the binding name
   std::source_location loc;
+  Stage stage = Stage::kForward;  // stamped by Graph::add from Graph::stage
 
   int64_t numel() const { return tg::numel(shape); }
 };
@@ -84,6 +89,9 @@ class Graph {
     int32_t value;
   };
   std::vector<Update> updates;
+
+  /// Stamped on every node add() appends (autograd and the optimizer set it while they run).
+  Stage stage = Stage::kForward;
 
   /// Human-readable listing, one node per line: `%7 = add(%3, %6) f32[256, 64]`.
   std::string to_string() const;

@@ -62,6 +62,32 @@ class FreeList {
 
 }  // namespace
 
+IntervalPlan plan_intervals(const std::vector<Interval>& intervals) {
+  IntervalPlan plan;
+  plan.offset.assign(intervals.size(), -1);
+  std::vector<size_t> by_first(intervals.size());
+  for (size_t i = 0; i < by_first.size(); ++i) by_first[i] = i;
+  std::stable_sort(by_first.begin(), by_first.end(),
+                   [&](size_t a, size_t b) { return intervals[a].first < intervals[b].first; });
+  // Live buffers ordered by last step, to free them as the sweep passes it.
+  std::multimap<int32_t, size_t> live;
+  FreeList free_list;
+  for (size_t i : by_first) {
+    const Interval& iv = intervals[i];
+    while (!live.empty() && live.begin()->first < iv.first) {
+      const size_t dead = live.begin()->second;
+      free_list.give(plan.offset[dead], aligned(intervals[dead].bytes));
+      live.erase(live.begin());
+    }
+    const int64_t size = aligned(iv.bytes);
+    plan.total_bytes += size;
+    if (size == 0) continue;
+    plan.offset[i] = free_list.take(size, plan.arena_bytes);
+    live.emplace(iv.last, i);
+  }
+  return plan;
+}
+
 MemoryPlan plan_memory(const ir::Graph& graph) {
   const int32_t n = graph.size();
   MemoryPlan plan;

@@ -22,6 +22,21 @@ struct MemoryPlan {
   int64_t total_bytes = 0;        // what one buffer per node would take (the no-reuse baseline)
 };
 
+/// A buffer's size and the steps it is live in, inclusive.
+struct Interval {
+  int64_t bytes = 0;
+  int32_t first = 0, last = 0;
+};
+struct IntervalPlan {
+  std::vector<int64_t> offset;  // per interval (aligned bytes), -1 for empty buffers
+  int64_t arena_bytes = 0;
+  int64_t total_bytes = 0;      // sum of the aligned sizes
+};
+/// Offsets for buffers given their live steps: at each step, buffers whose last step has
+/// passed are freed first, then the buffers starting there take best-fit space. Buffers live
+/// at a common step never overlap (tests/passes/memory_plan_test.cc checks it).
+IntervalPlan plan_intervals(const std::vector<Interval>& intervals);
+
 /// Plans `graph` (topologically ordered, as every Graph is). Live range of a node: from its
 /// own id to its last reader; pinned values to the end. Best-fit over a coalescing free list.
 MemoryPlan plan_memory(const ir::Graph& graph);

@@ -2,6 +2,7 @@
 // (trace → autograd → optimizer → passes → backend) and the run-time checks that keep bad
 // inputs from ever reaching a backend.
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 #include "autograd/grad.h"
@@ -131,7 +132,9 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
       bindings[id] = buf.get();
     }
   }
-  v.exec = s.store->backend->prepare(v.graph, bindings);
+  backend::PrepareOptions prepare;
+  prepare.fuse = prepare.reuse_memory = s.optimize;
+  v.exec = s.store->backend->prepare(v.graph, bindings, prepare);
   return v;
 }
 
@@ -207,6 +210,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
 
   std::vector<int32_t> leaves;
   for (const auto& [path, node] : t.params) leaves.push_back(node);
+  t.graph.stage = ir::Stage::kBackward;
   std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.result, leaves);
   std::vector<optim::ParamGrad> pg;
   for (size_t i = 0; i < t.params.size(); ++i) {
@@ -214,7 +218,9 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     pg.push_back({t.params[i].first, t.params[i].second, grads[i], s->store->infos.at(t.params[i].first).decay});
     t.captures.emplace_back("grad/" + t.params[i].first, grads[i]);
   }
+  t.graph.stage = ir::Stage::kOptimizer;
   s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
+  t.graph.stage = ir::Stage::kForward;
   s->inputs = options.inputs;
   s->optimizer = options.optimizer;
   s->schedule = options.schedule ? options.schedule : lr::constant();
@@ -344,6 +350,42 @@ int64_t Program::steps() const {
   return state().steps;
 }
 std::string Program::ir() const { return state().plain.graph.to_string(); }
+std::string Program::describe() const { return state().plain.exec->describe(); }
+int64_t Program::kernel_count() const { return state().plain.exec->kernel_count(); }
+
+MemoryReport Program::memory_report() const {
+  const detail::Variant& v = state().plain;
+  const backend::MemoryStats m = v.exec->memory();
+  MemoryReport r;
+  r.params = m.params;
+  r.optimizer_state = m.optimizer_state;
+  r.inputs = m.inputs + m.constants;
+  r.activations = m.activations;
+  r.gradients = m.gradients;
+  r.optimizer_temps = m.optimizer_temps;
+  r.scratch = m.scratch;
+  r.arena = m.arena;
+  r.arena_without_reuse = m.no_reuse;
+  for (const ir::Node& n : v.graph.nodes()) r.all_tensors += n.numel() * dtype_size(n.dtype);
+  return r;
+}
+
+std::string MemoryReport::to_string() const {
+  auto mib = [](int64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%10.2f MiB", static_cast<double>(b) / (1 << 20));
+    return std::string(buf);
+  };
+  std::string s;
+  s += "params           " + mib(params) + "\n";
+  s += "optimizer state  " + mib(optimizer_state) + "\n";
+  s += "inputs/constants " + mib(inputs) + "\n";
+  s += "arena            " + mib(arena) + "  (" + mib(arena_without_reuse) + " without reuse)\n";
+  s += "  at its peak: activations " + mib(activations) + ", gradients " + mib(gradients) + ", optimizer " +
+       mib(optimizer_temps) + ", scratch " + mib(scratch) + "\n";
+  s += "planned peak     " + mib(planned_peak()) + "  (all tensors of the graph: " + mib(all_tensors) + ")\n";
+  return s;
+}
 
 std::vector<std::string> Program::capture_names() const {
   std::vector<std::string> out;

@@ -143,11 +143,39 @@ void store_double(DType dtype, std::byte* dst, int64_t i, double v);
 
 // ---- kernel builders (one file each; `out` is always the node's own dense storage) -----
 
-/// Unary / binary / compare rows of ops.def; `in` are views shaped like the node.
-Kernel make_elementwise(const ir::Node& node, DType in_dtype, const std::vector<View>& in, std::byte* out);
-Kernel make_cast(const Shape& shape, DType from, DType to, const View& in, std::byte* out);
-/// (cond bool, a, b) → out, all shaped `shape`.
-Kernel make_where(const Shape& shape, DType dtype, const std::vector<View>& in, std::byte* out);
+/// n dense elements of the operands → n dense results; unused operands are null.
+using BlockFn = void (*)(std::byte* out, const std::byte* a, const std::byte* b, const std::byte* c, int64_t n);
+/// The block function of an elementwise row of ops.def, cast or where. in_dtype is the
+/// operands' type (for where: the branches'), out_dtype the result's.
+BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype);
+/// Relative per-element cost of an elementwise op (1 = an add).
+int op_cost(ir::Op op);
+
+/// One elementwise kernel group (passes/fusion.h), lowered by fused.cc: a register program
+/// over cache-resident blocks. Slots 0..inputs-1 are the external inputs (views shaped like
+/// the group), slot inputs+i is instruction i's result. Results listed in `outputs` are
+/// written straight to their dense storage; the rest live only in per-thread scratch.
+struct FusedSpec {
+  Shape shape;
+  struct Input {
+    View view;
+    DType dtype = DType::kF32;
+    bool stage = false;  // read through scratch: its memory is also written by this group
+  };
+  struct Instr {
+    BlockFn fn = nullptr;
+    DType dtype = DType::kF32;  // result type
+    std::array<int32_t, 3> args{-1, -1, -1};
+    int32_t output = -1;  // index into outputs, or -1
+    int cost = 1;
+  };
+  std::vector<Input> inputs;
+  std::vector<Instr> instrs;
+  std::vector<std::byte*> outputs;  // dense, row-major over `shape`
+};
+/// Several independent groups (e.g. every parameter's optimizer update) run as one
+/// parallel region over all their chunks: the multi-tensor form.
+Kernel make_fused(std::vector<FusedSpec> groups);
 
 /// Strided copy of `shape` elements from `src` to `dst` (both views may be arbitrary).
 Kernel make_copy(DType dtype, const Shape& shape, const View& dst, const View& src);

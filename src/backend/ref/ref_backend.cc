@@ -163,6 +163,23 @@ class RefExecutableImpl final : public RefExecutable {
     values_[static_cast<size_t>(node)].assign(values.begin(), values.end());
   }
 
+  std::string describe() const override {
+    return "ref: interprets " + std::to_string(graph_.size()) + " nodes one by one in double precision\n";
+  }
+  int64_t kernel_count() const override { return graph_.size(); }
+  MemoryStats memory() const override {
+    MemoryStats m;  // one double buffer per node, nothing shared
+    for (const Node& n : graph_.nodes()) {
+      const int64_t bytes = n.numel() * 8;
+      if (n.op == Op::kParam) m.params += bytes;
+      else if (n.op == Op::kState) m.optimizer_state += bytes;
+      else if (n.op == Op::kInput) m.inputs += bytes;
+      else m.arena += bytes;
+    }
+    m.no_reuse = m.arena;
+    return m;
+  }
+
   void execute() override {
     for (int32_t id = 0; id < graph_.size(); ++id) {
       if (graph_.node(id).op == Op::kInput) {
@@ -337,7 +354,7 @@ class RefBackend final : public Backend {
       }
     }
   }
-  std::unique_ptr<Executable> prepare(const Graph& graph, const Bindings& bindings) override {
+  std::unique_ptr<Executable> prepare(const Graph& graph, const Bindings& bindings, const PrepareOptions&) override {
     return std::make_unique<RefExecutableImpl>(graph, bindings);
   }
 };

@@ -1,0 +1,191 @@
+// The CPU executor of elementwise kernel groups (passes/fusion.h). A group is a small
+// register program: each instruction is a block function of elementwise.cc applied to
+// kBlock-element blocks held in per-thread scratch, so a chain like GELU's eight ops or an
+// AdamW update reads its inputs from memory once and writes only the values other kernels
+// need. Inputs that are dense along the innermost axis are read in place; broadcast and
+// strided ones are staged into scratch per block (a scalar broadcast once per chunk).
+//
+// Work is split into fixed chunks of the flat index range (sized from the group's total
+// per-element cost, so cheap groups stay on one thread); chunks of several independent
+// groups share one parallel region (make_fused with many specs: the multi-tensor form used
+// for the optimizer updates). Results never depend on the thread count: every element is
+// computed by the same instruction sequence wherever its chunk runs.
+#include <omp.h>
+
+#include <cstring>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace tg::backend::cpu {
+namespace {
+
+constexpr int64_t kBlock = 512;            // elements per block: a slot is 2 KiB of f32
+constexpr int64_t kWorkPerChunk = 1 << 16;  // element-ops (op_cost units) per parallel chunk
+
+class Group {
+ public:
+  explicit Group(FusedSpec spec) : spec_(std::move(spec)) {
+    numel_ = numel(spec_.shape);
+    merge_axes();
+    int64_t cost = 0;
+    for (const FusedSpec::Instr& i : spec_.instrs) cost += i.cost;
+    chunk_ = std::max<int64_t>(kBlock, (kWorkPerChunk / std::max<int64_t>(1, cost) + kBlock - 1) / kBlock * kBlock);
+    chunks_ = numel_ == 0 ? 0 : (numel_ + chunk_ - 1) / chunk_;
+    slots_ = spec_.inputs.size() + spec_.instrs.size();
+  }
+  int64_t chunks() const { return chunks_; }
+
+  void run_chunk(int64_t c) const {
+    thread_local std::vector<uint32_t> scratch;  // grows once per thread, then reused
+    thread_local std::vector<const std::byte*> ptr;
+    thread_local std::vector<int64_t> idx, off;
+    const size_t ni = spec_.inputs.size(), rank = extents_.size();
+    if (scratch.size() < slots_ * kBlock) scratch.resize(slots_ * kBlock);
+    if (ptr.size() < slots_) ptr.resize(slots_);
+    idx.assign(rank, 0);
+    off.assign(ni, 0);
+    auto slot = [&](size_t s) { return reinterpret_cast<std::byte*>(scratch.data() + s * kBlock); };
+    // Scalars broadcast over the whole group: one block of copies, made once per chunk.
+    for (size_t i = 0; i < ni; ++i)
+      if (scalar_[i]) fill(slot(i), spec_.inputs[i], spec_.inputs[i].view.data, kBlock);
+
+    int64_t pos = c * chunk_;
+    const int64_t end = std::min(numel_, pos + chunk_);
+    int64_t rest = pos;
+    for (size_t d = rank; d-- > 0;) {
+      idx[d] = rest % extents_[d];
+      rest /= extents_[d];
+      for (size_t i = 0; i < ni; ++i) off[i] += idx[d] * strides_[d][i];
+    }
+    const size_t last = rank - 1;
+    while (pos < end) {
+      const int64_t count = std::min(extents_[last] - idx[last], end - pos);
+      for (int64_t s0 = 0; s0 < count; s0 += kBlock) {
+        const int64_t n = std::min(kBlock, count - s0);
+        for (size_t i = 0; i < ni; ++i) {
+          if (scalar_[i]) {
+            ptr[i] = slot(i);
+            continue;
+          }
+          const FusedSpec::Input& in = spec_.inputs[i];
+          const int64_t st = strides_[last][i], es = dtype_size(in.dtype);
+          const std::byte* base = in.view.data + (off[i] + s0 * st) * es;
+          if (st == 1 && !in.stage) {
+            ptr[i] = base;
+          } else {
+            gather(slot(i), in, base, st, n);
+            ptr[i] = slot(i);
+          }
+        }
+        for (size_t k = 0; k < spec_.instrs.size(); ++k) {
+          const FusedSpec::Instr& ins = spec_.instrs[k];
+          std::byte* dst = ins.output >= 0
+                               ? spec_.outputs[static_cast<size_t>(ins.output)] + (pos + s0) * dtype_size(ins.dtype)
+                               : slot(ni + k);
+          auto arg = [&](int a) { return a < 0 ? nullptr : ptr[static_cast<size_t>(a)]; };
+          ins.fn(dst, arg(ins.args[0]), arg(ins.args[1]), arg(ins.args[2]), n);
+          ptr[ni + k] = dst;
+        }
+      }
+      pos += count;
+      if (pos >= end) break;
+      for (size_t i = 0; i < ni; ++i) off[i] += count * strides_[last][i];
+      idx[last] += count;
+      for (size_t d = last; d > 0 && idx[d] == extents_[d]; --d) {
+        for (size_t i = 0; i < ni; ++i) off[i] += strides_[d - 1][i] - extents_[d] * strides_[d][i];
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  }
+
+ private:
+  /// Axes of extent 1 dropped; adjacent axes merged where every input (and the dense
+  /// output) steps the outer one exactly as a full sweep of the inner one.
+  void merge_axes() {
+    const size_t ni = spec_.inputs.size();
+    const std::vector<int64_t> dense = contiguous_strides(spec_.shape);
+    std::vector<std::vector<int64_t>> out_strides;
+    for (size_t d = 0; d < spec_.shape.size(); ++d) {
+      const int64_t e = spec_.shape[d];
+      if (e == 1) continue;
+      std::vector<int64_t> st(ni + 1);
+      for (size_t i = 0; i < ni; ++i) st[i] = spec_.inputs[i].view.strides[d];
+      st[ni] = dense[d];
+      if (!extents_.empty()) {
+        bool merge = true;
+        for (size_t i = 0; i <= ni; ++i) merge = merge && out_strides.back()[i] == st[i] * e;
+        if (merge) {
+          extents_.back() *= e;
+          out_strides.back() = st;
+          continue;
+        }
+      }
+      extents_.push_back(e);
+      out_strides.push_back(st);
+    }
+    if (extents_.empty()) {
+      extents_.push_back(1);
+      out_strides.push_back(std::vector<int64_t>(ni + 1, 0));
+    }
+    for (auto& st : out_strides) {
+      st.pop_back();  // the output is dense: its offset is the flat position
+      strides_.push_back(st);
+    }
+    scalar_.assign(ni, 1);
+    for (size_t i = 0; i < ni; ++i)
+      for (size_t d = 0; d < extents_.size(); ++d)
+        if (strides_[d][i] != 0) scalar_[i] = 0;
+  }
+
+  static void fill(std::byte* dst, const FusedSpec::Input& in, const std::byte* src, int64_t n) {
+    if (dtype_size(in.dtype) == 4) {
+      uint32_t v;
+      std::memcpy(&v, src, 4);
+      auto* d = reinterpret_cast<uint32_t*>(dst);
+      for (int64_t j = 0; j < n; ++j) d[j] = v;
+    } else {
+      std::memset(dst, static_cast<int>(*src), static_cast<size_t>(n));
+    }
+  }
+  static void gather(std::byte* dst, const FusedSpec::Input& in, const std::byte* src, int64_t st, int64_t n) {
+    if (st == 0) return fill(dst, in, src, n);
+    if (dtype_size(in.dtype) == 4) {
+      auto* d = reinterpret_cast<uint32_t*>(dst);
+      const auto* s = reinterpret_cast<const uint32_t*>(src);
+      for (int64_t j = 0; j < n; ++j) d[j] = s[j * st];
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = src[j * st];
+    }
+  }
+
+  FusedSpec spec_;
+  int64_t numel_ = 0, chunk_ = kBlock, chunks_ = 0;
+  size_t slots_ = 0;
+  std::vector<int64_t> extents_;
+  std::vector<std::vector<int64_t>> strides_;  // [axis][input], in elements
+  std::vector<char> scalar_;                  // input is one value broadcast everywhere
+};
+
+}  // namespace
+
+Kernel make_fused(std::vector<FusedSpec> specs) {
+  auto groups = std::make_shared<std::vector<Group>>();
+  std::vector<int64_t> first_chunk;  // prefix sums: group g owns chunks [first[g], first[g+1])
+  int64_t total = 0;
+  for (FusedSpec& s : specs) {
+    groups->emplace_back(std::move(s));
+    first_chunk.push_back(total);
+    total += groups->back().chunks();
+  }
+  first_chunk.push_back(total);
+  return [groups, first_chunk, total] {
+#pragma omp parallel for schedule(static) if (total > 1)
+    for (int64_t c = 0; c < total; ++c) {
+      const auto g = static_cast<size_t>(std::upper_bound(first_chunk.begin(), first_chunk.end(), c) - first_chunk.begin() - 1);
+      (*groups)[g].run_chunk(c - first_chunk[g]);
+    }
+  };
+}
+
+}  // namespace tg::backend::cpu
