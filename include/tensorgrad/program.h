@@ -170,6 +170,8 @@ using TracedFn = std::function<Tensor(std::span<const Tensor>)>;
 struct ProgramState;
 /// Internal (for tests and tools): the graph a program runs, after the passes.
 const ir::Graph& compiled_graph(const Program& program);
+/// Internal (for tests): the backend executable the program runs.
+const backend::Executable& compiled_executable(const Program& program);
 }  // namespace detail
 
 class Program {
@@ -214,6 +216,7 @@ class Program {
  private:
   detail::ProgramState& state() const;
   friend const ir::Graph& detail::compiled_graph(const Program& program);
+  friend const backend::Executable& detail::compiled_executable(const Program& program);
   std::shared_ptr<detail::ProgramState> state_;
 };
 

@@ -22,6 +22,9 @@ namespace tg {
 namespace ir {
 class Graph;
 }
+namespace backend {
+class Executable;
+}
 
 class Tensor {
  public:

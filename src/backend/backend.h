@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -48,6 +49,18 @@ struct MemoryStats {
   int64_t no_reuse = 0;  // every arena buffer of its own: what the arena replaces
 };
 
+/// The arena as planned, for the simulator test: each buffer's place and the execution
+/// indices (kernels) it is live for, and the buffers each kernel actually touches.
+struct ArenaLayout {
+  struct Entry {
+    int64_t offset = 0, bytes = 0;
+    int32_t first = 0, last = 0;
+  };
+  std::vector<Entry> buffers;
+  std::vector<std::vector<int32_t>> kernel_buffers;
+  int64_t arena_bytes = 0;
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -55,6 +68,8 @@ class Executable {
   virtual std::string describe() const = 0;
   virtual int64_t kernel_count() const = 0;
   virtual MemoryStats memory() const = 0;
+  /// Backends without an arena return an empty layout.
+  virtual ArenaLayout arena_layout() const { return {}; }
   /// Copies host data (see the header comment) into an kInput node's storage.
   virtual void set_input(int32_t node, const void* host) = 0;
   /// Runs every node in order, then applies graph.updates: each update's value is written

@@ -242,6 +242,7 @@ Program compile_forward(Module& model, const TracedFn& fn, size_t arity, Forward
 }  // namespace detail
 
 const ir::Graph& detail::compiled_graph(const Program& program) { return program.state().plain.graph; }
+const backend::Executable& detail::compiled_executable(const Program& program) { return *program.state().plain.exec; }
 
 detail::ProgramState& Program::state() const {
   if (!state_) throw Error("[Program] this program is empty: assign the result of compile_train/compile_forward first");

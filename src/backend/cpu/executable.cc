@@ -182,6 +182,16 @@ void CpuExecutable::build_kernels() {
   }
 }
 
+ArenaLayout CpuExecutable::arena_layout() const {
+  ArenaLayout layout;
+  layout.arena_bytes = memory_.arena;
+  for (const ArenaBuffer& b : bufs_) layout.buffers.push_back({b.offset, b.bytes, b.first, b.last});
+  layout.kernel_buffers.assign(kernel_steps_.size(), {});
+  for (const Step& s : steps_)
+    for (int32_t b : s.bufs) layout.kernel_buffers[static_cast<size_t>(s.exec)].push_back(b);
+  return layout;
+}
+
 void CpuExecutable::set_input(int32_t node, const void* host) {
   if (node < 0 || node >= static_cast<int32_t>(ops_.size()) || ops_[static_cast<size_t>(node)] != Op::kInput)
     throw Error("[cpu] set_input: node %" + std::to_string(node) + " is not an input");

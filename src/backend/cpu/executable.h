@@ -42,6 +42,7 @@ class CpuExecutable final : public Executable {
   std::string describe() const override;
   int64_t kernel_count() const override { return static_cast<int64_t>(kernels_.size()); }
   MemoryStats memory() const override { return memory_; }
+  ArenaLayout arena_layout() const override;
 
  private:
   /// Where a value lives before the arena exists: arena buffer `buf` (>= 0) or fixed memory.
