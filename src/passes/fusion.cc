@@ -12,6 +12,19 @@ namespace tg::passes {
 
 using ir::Op;
 
+bool reduction_sink(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != Op::kSum || n.dtype != DType::kF32) return false;
+  const Shape& in = g.node(n.inputs[0]).shape;
+  bool kept_seen = false;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (in[d] == 1) continue;
+    const bool reduced = std::find(n.attrs.axes.begin(), n.attrs.axes.end(), static_cast<int64_t>(d)) != n.attrs.axes.end();
+    if (reduced && kept_seen) return false;
+    kept_seen = kept_seen || !reduced;
+  }
+  return true;
+}
+
 bool fusible(Op op) {
   switch (ir::op_info(op).kind) {
     case ir::OpKind::kUnary:
@@ -49,6 +62,17 @@ class Fuser {
         if (a == b || !fusible(g_.node(in).op) || g_.node(in).shape != g_.node(id).shape) continue;
         if (mergeable(a, b)) unite(a, b);
       }
+    }
+    // Reductions absorb their elementwise producer (a prologue): a float sum whose kept
+    // axes all follow its reduced ones reads the value inside the producer's group, which
+    // accumulates it instead of storing it.
+    for (int32_t id = 0; id < g_.size() && enabled_; ++id) {
+      const ir::Node& n = g_.node(id);
+      if (!live_[static_cast<size_t>(id)] || !reduction_sink(g_, n)) continue;
+      const int32_t in = n.inputs[0];
+      if (!fusible(g_.node(in).op)) continue;
+      const int32_t a = find(in), b = find(id);
+      if (a != b) unite(a, b);
     }
     return order();
   }

@@ -3,6 +3,8 @@
 //   - kElementwise: elementwise nodes (unary/binary/compare rows of ops.def, cast, where) of
 //     one shape, run as a single pass over memory; values used only inside the group never
 //     touch memory. Only its `outputs` are materialised.
+//     A Sum whose input is in the group may join it as a reduction sink (see
+//     reduction_sink): the group accumulates that value instead of storing it.
 //   - kSingle: any other node (matmul, reduction, norm, attention, view ops, leaves).
 // Groups are merged greedily in node order: an elementwise node joins the groups of its
 // same-shaped elementwise producers when no path between them leaves the merged set (a path
@@ -35,6 +37,10 @@ struct Fusion {
 
 /// Whether `op` can be part of an elementwise group.
 bool fusible(ir::Op op);
+/// Whether `n` may end an elementwise group as a reduction sink: an f32 Sum whose kept axes
+/// (extent > 1) all follow its reduced ones, so that over the group's flat index the value
+/// at position i accumulates into output element i mod numel(n.shape).
+bool reduction_sink(const ir::Graph& graph, const ir::Node& n);
 
 /// Live = reachable from graph.outputs or an update value. Leaves (params, inputs, state,
 /// constants) are live groups of their own when reachable.

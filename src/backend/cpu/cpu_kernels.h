@@ -168,10 +168,18 @@ struct FusedSpec {
     std::array<int32_t, 3> args{-1, -1, -1};
     int32_t output = -1;  // index into outputs, or -1
     int cost = 1;
+    int32_t reduction = -1;  // ≥ 0: a sum sink (fn null): args[0] accumulates into that reduction
+  };
+  /// An f32 sum of a slot over the group: flat position i adds into out[i mod inner]
+  /// (passes::reduction_sink). Chunks accumulate partials in double, merged in chunk order.
+  struct Reduction {
+    int64_t inner = 1;
+    float* out = nullptr;
   };
   std::vector<Input> inputs;
   std::vector<Instr> instrs;
   std::vector<std::byte*> outputs;  // dense, row-major over `shape`
+  std::vector<Reduction> reductions;
 };
 /// Several independent groups (e.g. every parameter's optimizer update) run as one
 /// parallel region over all their chunks: the multi-tensor form.

@@ -259,29 +259,49 @@ std::string CpuExecutable::describe() const {
   os << "cpu: " << kernels_.size() << " kernels, arena " << memory_.arena << " bytes (" << memory_.no_reuse
      << " without reuse)\n";
   for (size_t k = 0; k < kernel_steps_.size(); ++k) {
+    int64_t bytes = 0, flops = 0;
     os << "  #" << k;
-    for (size_t i : kernel_steps_[k]) os << (i == kernel_steps_[k].front() ? " " : " | ") << step_label(steps_[i]);
-    os << "\n";
+    for (size_t i : kernel_steps_[k]) {
+      os << (i == kernel_steps_[k].front() ? " " : " | ") << step_label(steps_[i]);
+      bytes += steps_[i].bytes;
+      flops += steps_[i].flops;
+    }
+    os << "  (" << bytes << " B, " << flops << " flop)\n";
   }
   return os.str();
 }
 
 CpuExecutable::~CpuExecutable() {
   if (!profile_ || executions_ == 0) return;
-  std::map<std::string, std::pair<double, int>> by_label;
+  struct Row {
+    double seconds = 0;
+    int count = 0;
+    int64_t bytes = 0, flops = 0;
+  };
+  std::map<std::string, Row> by_label;
   double total = 0;
   for (size_t k = 0; k < kernels_.size(); ++k) {
     const std::string label = kernel_steps_[k].size() > 1 ? "multi-tensor " + std::to_string(kernel_steps_[k].size()) + " groups"
                                                           : step_label(steps_[kernel_steps_[k].front()]);
-    auto& e = by_label[label];
-    e.first += kernel_seconds_[k];
-    e.second += 1;
+    Row& e = by_label[label];
+    e.seconds += kernel_seconds_[k];
+    e.count += 1;
+    for (size_t i : kernel_steps_[k]) {
+      e.bytes += steps_[i].bytes;
+      e.flops += steps_[i].flops;
+    }
     total += kernel_seconds_[k];
   }
-  std::vector<std::pair<double, std::string>> rows;
-  for (auto& [label, e] : by_label) rows.push_back({e.first, label + " x" + std::to_string(e.second)});
-  std::sort(rows.rbegin(), rows.rend());
   const double n = static_cast<double>(executions_);
+  std::vector<std::pair<double, std::string>> rows;
+  for (auto& [label, e] : by_label) {
+    char rate[64];
+    const double sec = e.seconds / n;
+    std::snprintf(rate, sizeof rate, "  [%.1f GB/s, %.1f GFLOP/s]", static_cast<double>(e.bytes) / sec * 1e-9,
+                  static_cast<double>(e.flops) / sec * 1e-9);
+    rows.push_back({e.seconds, label + " x" + std::to_string(e.count) + rate});
+  }
+  std::sort(rows.rbegin(), rows.rend());
   std::fprintf(stderr, "[cpu profile] %zu kernels, %.3f ms per execution\n", kernels_.size(), total * 1e3 / n);
   for (size_t i = 0; i < rows.size() && i < 40; ++i)
     std::fprintf(stderr, "  %8.3f ms %5.1f%%  %s\n", rows[i].first * 1e3 / n, 100 * rows[i].first / total, rows[i].second.c_str());

@@ -90,6 +90,13 @@ void CpuExecutable::add_step(std::vector<int32_t> nodes, const std::vector<const
     st.writes.push_back(p->key());
   }
   st.build = std::move(build);
+  for (int32_t id : st.nodes) {
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    st.bytes += numel(s.shape) * dtype_size(s.dtype);
+    if (graph_)
+      for (int32_t in : graph_->node(id).inputs)
+        st.bytes += numel(slots_[static_cast<size_t>(in)].shape) * dtype_size(slots_[static_cast<size_t>(in)].dtype);
+  }
   steps_.push_back(std::move(st));
 }
 
@@ -186,9 +193,20 @@ void CpuExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& gr
     slot_of[group.nodes[k]] = static_cast<int32_t>(input_nodes.size() + k);
 
   // Outputs: straight into an update target when that is safe, else an arena buffer.
-  std::vector<int32_t> output_of(group.nodes.size(), -1);
+  // Reduction sinks get their own buffer, written when the group's partial sums merge.
+  std::vector<int32_t> output_of(group.nodes.size(), -1), reduction_of(group.nodes.size(), -1);
   std::vector<const Place*> written;
+  std::vector<Place> sink_places;
+  std::vector<int64_t> sink_inner;
+  for (size_t k = 0; k < group.nodes.size(); ++k)
+    if (g.node(group.nodes[k]).op == Op::kSum) {
+      reduction_of[k] = static_cast<int32_t>(sink_places.size());
+      sink_places.push_back(own_node(g, group.nodes[k]));
+      sink_inner.push_back(g.node(group.nodes[k]).numel());
+    }
   for (int32_t id : group.outputs) {
+    const auto k = static_cast<size_t>(std::find(group.nodes.begin(), group.nodes.end(), id) - group.nodes.begin());
+    if (reduction_of[k] >= 0) continue;
     int32_t target = -1;
     Slot& s = slots_[static_cast<size_t>(id)];
     if (in_place_target(g, id, group_index, target)) {
@@ -201,10 +219,10 @@ void CpuExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& gr
     } else {
       own_node(g, id);
     }
-    const auto k = static_cast<size_t>(std::find(group.nodes.begin(), group.nodes.end(), id) - group.nodes.begin());
     output_of[k] = static_cast<int32_t>(written.size());
     written.push_back(&s.place);
   }
+  for (const Place& p : sink_places) written.push_back(&p);
 
   std::vector<const Place*> touched;
   std::vector<Place> in_places;
@@ -212,17 +230,19 @@ void CpuExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& gr
   for (const Place& p : in_places) touched.push_back(&p);
   std::vector<Place> out_places;
   for (const Place* p : written) out_places.push_back(*p);
+  out_places.resize(out_places.size() - sink_places.size());
 
   struct Proto {
     ir::Op op;
     DType dtype, in_dtype;
     std::array<int32_t, 3> args;
     int32_t output;
+    int32_t reduction;
   };
   std::vector<Proto> protos;
   for (size_t k = 0; k < group.nodes.size(); ++k) {
     const ir::Node& n = g.node(group.nodes[k]);
-    Proto p{n.op, n.dtype, g.node(n.inputs[n.op == Op::kWhere ? 1 : 0]).dtype, {-1, -1, -1}, output_of[k]};
+    Proto p{n.op, n.dtype, g.node(n.inputs[n.op == Op::kWhere ? 1 : 0]).dtype, {-1, -1, -1}, output_of[k], reduction_of[k]};
     for (size_t a = 0; a < n.inputs.size(); ++a) p.args[a] = slot_of.at(n.inputs[a]);
     protos.push_back(p);
   }
@@ -232,10 +252,14 @@ void CpuExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& gr
 
   add_step(group.nodes, touched, written, nullptr);
   Step& st = steps_.back();
+  st.bytes = 0;  // a group moves only its inputs and outputs
+  for (int32_t in : input_nodes) st.bytes += g.node(in).numel() * dtype_size(g.node(in).dtype);
+  for (int32_t out : group.outputs) st.bytes += g.node(out).numel() * dtype_size(g.node(out).dtype);
+  for (const Proto& p : protos) st.flops += (p.reduction >= 0 ? 1 : op_cost(p.op)) * numel(shape);
   for (size_t i = 0; i < out_places.size(); ++i)  // stage inputs sharing storage with an output
     for (const Place& ip : in_places)
       if (ip.key() == out_places[i].key()) st.reads.push_back(ip.key());
-  st.build_fused = [this, shape, in_places, out_places, in_dtypes, protos] {
+  st.build_fused = [this, shape, in_places, out_places, in_dtypes, protos, sink_places, sink_inner] {
     FusedSpec spec;
     spec.shape = shape;
     for (size_t i = 0; i < in_places.size(); ++i) {
@@ -244,8 +268,12 @@ void CpuExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& gr
       spec.inputs.push_back({view(in_places[i]), in_dtypes[i], stage});
     }
     for (const Place& o : out_places) spec.outputs.push_back(view(o).data);
-    for (const Proto& p : protos)
-      spec.instrs.push_back({block_function(p.op, p.in_dtype, p.dtype), p.dtype, p.args, p.output, op_cost(p.op)});
+    for (const Proto& p : protos) {
+      if (p.reduction >= 0) spec.instrs.push_back({nullptr, p.dtype, p.args, -1, 1, p.reduction});
+      else spec.instrs.push_back({block_function(p.op, p.in_dtype, p.dtype), p.dtype, p.args, p.output, op_cost(p.op), -1});
+    }
+    for (size_t r = 0; r < sink_places.size(); ++r)
+      spec.reductions.push_back({sink_inner[r], f32(view(sink_places[r]).data)});
     return spec;
   };
 }
@@ -422,6 +450,7 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       add_step({id}, {&a, &b}, {&out}, [this, shape, as, bs, a, b, out] {
         return make_matmul(shape, as, view(a), bs, view(b), f32(view(out).data));
       });
+      steps_.back().flops = 2 * n.numel() * as.back();
       return;
     }
 
@@ -503,6 +532,8 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
         for (const Place& p : qkv) views.push_back(view(p));
         return make_attention(node, qs, ks, views, f32(view(out).data));
       });
+      // q·kᵀ and p·v forward (half of it causal); the backward recomputes p and adds three more.
+      steps_.back().flops = (n.op == Op::kAttention ? 4 : 10) * numel(qs) * ks[2] / (n.attrs.causal ? 2 : 1);
       return;
     }
 
