@@ -29,8 +29,8 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
-         " K=" + std::to_string(c.K) + " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
+  return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " M=" + std::to_string(c.M) +
+         " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
          " pads=" + std::to_string(c.pad_a) + "," + std::to_string(c.pad_b) + "," + std::to_string(c.pad_c);
 }
 
@@ -83,7 +83,7 @@ int64_t check(const Case& c, std::mt19937& rng) {
 
 const int64_t kSizes[] = {1, 2, 3, 7, 17, 31, 33, 64, 65, 100, 257};
 
-TEST(GemmSmall, AllTransposesOddSizes) {
+TEST(CpuSgemmSmall, AllTransposesOddSizes) {
   std::mt19937 rng(1234);
   const float alphas[] = {1.0f, 1.0f, 0.75f, -2.0f};
   const float betas[] = {0.0f, 1.0f, 0.5f, 0.0f};
@@ -104,7 +104,7 @@ TEST(GemmSmall, AllTransposesOddSizes) {
   EXPECT_EQ(failures, 0);
 }
 
-TEST(GemmSmall, EveryAlphaBetaVariantOnEdgeSizes) {
+TEST(CpuSgemmSmall, EveryAlphaBetaVariantOnEdgeSizes) {
   std::mt19937 rng(99);
   const std::pair<float, float> ab[] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {1.0f, 0.5f}, {-0.5f, 0.0f}, {2.0f, -1.0f}};
   for (int t = 0; t < 4; ++t)
@@ -117,7 +117,7 @@ TEST(GemmSmall, EveryAlphaBetaVariantOnEdgeSizes) {
           }
 }
 
-TEST(GemmSmall, LongKAndWideN) {
+TEST(CpuSgemmSmall, LongKAndWideN) {
   std::mt19937 rng(7);
   for (int t = 0; t < 4; ++t) {
     const bool ta = t & 1, tb = t & 2;
@@ -129,7 +129,7 @@ TEST(GemmSmall, LongKAndWideN) {
   }
 }
 
-TEST(GemmSmall, ZeroKAndZeroAlphaScaleC) {
+TEST(CpuSgemmSmall, ZeroKAndZeroAlphaScaleC) {
   std::vector<float> A(4, kNaN), B(4, kNaN), C = {1, 2, 3, 4};
   sgemm_small(false, false, 2, 2, 0, 1.0f, A.data(), 2, B.data(), 2, 0.5f, C.data(), 2);
   EXPECT_EQ(C, (std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}));
@@ -140,7 +140,7 @@ TEST(GemmSmall, ZeroKAndZeroAlphaScaleC) {
   EXPECT_EQ(C, (std::vector<float>(4, 0.0f)));
 }
 
-TEST(GemmSmall, DisjointRowRangesFromTwoThreads) {
+TEST(CpuSgemmSmall, DisjointRowRangesFromTwoThreads) {
   // The documented way for a caller to parallelise: split M, one call per thread.
   const int64_t M = 256, N = 64, K = 64;
   std::mt19937 rng(3);
@@ -161,6 +161,20 @@ TEST(GemmSmall, DisjointRowRangesFromTwoThreads) {
     th.join();
     EXPECT_EQ(C1, C2);  // same blocking per row, so bitwise equal
   }
+}
+
+TEST(CpuSgemmSmall, PreferRuleOnTheBenchmarkShapes) {
+  EXPECT_TRUE(prefer_sgemm_small(false, false, 0, 64, 64));
+  EXPECT_FALSE(prefer_sgemm_small(false, false, int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40));  // no overflow
+  EXPECT_FALSE(prefer_sgemm_small(false, false, 4096, 192, 64));
+  EXPECT_FALSE(prefer_sgemm_small(true, false, 64, 256, 4096));
+  EXPECT_FALSE(prefer_sgemm_small(false, false, 8192, 64, 64));
+#if defined(__AVX512F__)
+  EXPECT_TRUE(prefer_sgemm_small(false, false, 256, 64, 64));   // MLP layers
+  EXPECT_TRUE(prefer_sgemm_small(true, false, 64, 64, 256));    // MLP weight gradient
+  EXPECT_TRUE(prefer_sgemm_small(false, true, 256, 1, 64));     // GEMV
+  EXPECT_TRUE(prefer_sgemm_small(false, false, 4096, 64, 64));  // small op(B), M <= 4096
+#endif
 }
 
 }  // namespace
