@@ -1,0 +1,32 @@
+// Single-threaded float32 GEMM for the small matrices of small models (M, N, K in the tens to
+// a few thousands), where OpenBLAS's per-call overhead and its parallel dispatch dominate.
+// Register-blocked microkernel (AVX-512: 8 rows x 32 columns, AVX2+FMA: 6 x 16, portable
+// fallback: 4 x 16 plain loops), op(B) packed into NR-column panels, op(A) read in place.
+//
+// Threading: no OpenMP or other threads inside. Each thread has its own packing buffer
+// (thread_local, grown once, never shrunk), so calls from different threads are safe as long
+// as they write disjoint parts of C — e.g. a caller splitting M across threads passes each
+// thread its own row range (A + r0*lda, or A + r0 when trans_a; C + r0*ldc).
+#pragma once
+#include <cstdint>
+
+namespace tg::backend::cpu {
+
+/// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major like cblas_sgemm with
+/// CblasRowMajor: op(X) = X or Xᵀ per trans flag; lda/ldb/ldc are the row strides of the
+/// stored matrices (A stored [M,K], or [K,M] when trans_a; B stored [K,N], or [N,K] when
+/// trans_b). beta == 0 never reads C (it may hold NaN); K == 0 or alpha == 0 reduce to
+/// C = beta * C (C = 0 when beta == 0), as in BLAS.
+void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+/// Whether one single-threaded sgemm_small call is expected to beat one cblas_sgemm call by
+/// OpenBLAS using its threads (2 on the measured 2-core machine): true when M·N·K < 2^24, or when
+/// op(B) has at most 4096 elements and M <= 4096. Where OpenBLAS would run on one thread anyway
+/// (e.g. called inside the caller's own parallel region), sgemm_small was faster on every shape
+/// measured, up to 512^3. Measurements behind the thresholds: gemm_small.cc. That rule is for an
+/// AVX-512 build; an AVX2-only build answers true only for min(M, N, K) == 1, and the portable
+/// fallback (no AVX2/FMA at compile time) always false.
+bool prefer_sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+
+}  // namespace tg::backend::cpu
