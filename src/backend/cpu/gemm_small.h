@@ -29,4 +29,14 @@ void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 /// fallback (no AVX2/FMA at compile time) always false.
 bool prefer_sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
+/// Whether the AVX-512 kernel is built: then sgemm_small, split by rows across the threads,
+/// beats multi-threaded OpenBLAS on every measured shape (see gemm_small.cc), large ones too.
+constexpr bool sgemm_small_everywhere() {
+#if defined(__AVX512F__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace tg::backend::cpu
