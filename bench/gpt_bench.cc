@@ -46,6 +46,7 @@ void run(const Workload& w) {
   const double sec = median_seconds_per_step(step, 3, 5);
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, "fp32", sec * 1e3, static_cast<double>(B * T) / sec);
   std::fflush(stdout);
+  report_compiled(w.name, train);
 }
 
 }  // namespace

@@ -32,5 +32,6 @@ int main() {
   auto step = [&] { return train.step({{"x", xs}, {"y", ys}}); };
   const double sec = median_seconds_per_step(step, 20, 200);
   std::printf("%-22s %-26s %10.3f ms/step %14.1f samples/s\n", "mlp_sin", "fp32", sec * 1e3, kBatch / sec);
+  report_compiled("mlp_sin", train);
   return 0;
 }

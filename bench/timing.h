@@ -1,9 +1,14 @@
 // The peer's timing protocol (torch_peer.py): `warm` warm-up steps, then three runs of
 // `iters` steps; returns the median seconds per step.
 #pragma once
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <vector>
+
+#include <tensorgrad/tensorgrad.h>
 
 template <class F>
 double median_seconds_per_step(F&& step, int warm, int iters) {
@@ -16,4 +21,18 @@ double median_seconds_per_step(F&& step, int warm, int iters) {
   }
   std::sort(runs.begin(), runs.end());
   return runs[1];
+}
+
+/// One comment line after a workload's timing: what was compiled and what memory it took.
+/// `# <name> kernels <n> planned_mib <planned peak> all_tensors_mib <sum> ratio <r> rss_mib <peak RSS>`
+inline void report_compiled(const char* name, const tg::Program& program) {
+  const tg::MemoryReport m = program.memory_report();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double mib = 1 << 20;
+  std::printf("# %s kernels %lld planned_mib %.1f all_tensors_mib %.1f ratio %.3f rss_mib %.1f\n", name,
+              static_cast<long long>(program.kernel_count()), static_cast<double>(m.planned_peak()) / mib,
+              static_cast<double>(m.all_tensors) / mib, static_cast<double>(m.planned_peak()) / static_cast<double>(m.all_tensors),
+              static_cast<double>(usage.ru_maxrss) * 1024 / mib);
+  std::fflush(stdout);
 }
