@@ -182,6 +182,61 @@ Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const
   };
 }
 
+namespace {
+
+/// Σ_{j < n} term(j) in double, vectorisable without reassociation: kNormLanes partial sums,
+/// lane l summing j ≡ l (mod kNormLanes) in order, combined in a fixed tree. The order
+/// depends only on n (not on the ISA or the thread count).
+constexpr int64_t kNormLanes = 8;
+template <class F>
+inline double fixed_sum(int64_t n, const F& term) {
+  double a[kNormLanes] = {};
+  int64_t j = 0;
+  for (; j + kNormLanes <= n; j += kNormLanes)
+    for (int64_t l = 0; l < kNormLanes; ++l) a[l] += term(j + l);
+  for (int64_t l = 0; j + l < n; ++l) a[l] += term(j + l);
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/// One row of LayerNorm / RmsNorm or their gradients (length d ≥ 1; dy null forward).
+void norm_row(ir::Op op, const float* __restrict x, const float* __restrict dy, float* __restrict o, int64_t d,
+              double eps, double inv_d) {
+  auto xd = [x](int64_t j) { return static_cast<double>(x[j]); };
+  if (op == ir::Op::kLayerNorm || op == ir::Op::kLayerNormGrad) {
+    const double mean = fixed_sum(d, xd) * inv_d;
+    const double var = fixed_sum(d, [&](int64_t j) {
+      const double c = xd(j) - mean;
+      return c * c;
+    });
+    const double rstd = 1.0 / std::sqrt(var * inv_d + eps);
+    if (op == ir::Op::kLayerNorm) {
+      const auto mf = static_cast<float>(mean), rf = static_cast<float>(rstd);
+      for (int64_t j = 0; j < d; ++j) o[j] = (x[j] - mf) * rf;
+      return;
+    }
+    const double mean_dy = fixed_sum(d, [dy](int64_t j) { return static_cast<double>(dy[j]); }) * inv_d;
+    const double mean_dy_xhat =
+        fixed_sum(d, [&](int64_t j) { return static_cast<double>(dy[j]) * (xd(j) - mean); }) * rstd * inv_d;
+    const auto mf = static_cast<float>(mean), rf = static_cast<float>(rstd), a = static_cast<float>(mean_dy),
+               b = static_cast<float>(mean_dy_xhat);
+    for (int64_t j = 0; j < d; ++j) o[j] = rf * ((dy[j] - a) - ((x[j] - mf) * rf) * b);
+    return;
+  }
+  const double ms = fixed_sum(d, [&](int64_t j) { return xd(j) * xd(j); });
+  const double rr = 1.0 / std::sqrt(ms * inv_d + eps);
+  if (op == ir::Op::kRmsNorm) {
+    const auto rf = static_cast<float>(rr);
+    for (int64_t j = 0; j < d; ++j) o[j] = x[j] * rf;
+    return;
+  }
+  const double mean_dy_x = fixed_sum(d, [&](int64_t j) { return static_cast<double>(dy[j]) * xd(j); });
+  const double k = rr * rr * rr * mean_dy_x * inv_d;
+  const auto rf = static_cast<float>(rr), kf = static_cast<float>(k);
+  for (int64_t j = 0; j < d; ++j) o[j] = rf * dy[j] - x[j] * kf;
+}
+
+}  // namespace
+
 Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* out) {
   const ir::Op op = node.op;
   const int64_t d = node.shape.back(), rows = d == 0 ? 0 : numel(node.shape) / d;
@@ -189,50 +244,7 @@ Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* o
   const bool parallel = rows * d > kGrainCheap;
   return [=] {
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * d;
-      const float* gr = dy ? dy + r * d : nullptr;
-      float* o = out + r * d;
-      if (op == ir::Op::kLayerNorm || op == ir::Op::kLayerNormGrad) {
-        double mean = 0, var = 0;
-        for (int64_t j = 0; j < d; ++j) mean += static_cast<double>(xr[j]);
-        mean *= inv_d;
-        for (int64_t j = 0; j < d; ++j) {
-          const double c = static_cast<double>(xr[j]) - mean;
-          var += c * c;
-        }
-        const double rstd = 1.0 / std::sqrt(var * inv_d + eps);
-        if (op == ir::Op::kLayerNorm) {
-          for (int64_t j = 0; j < d; ++j) o[j] = static_cast<float>((static_cast<double>(xr[j]) - mean) * rstd);
-          continue;
-        }
-        double mean_dy = 0, mean_dy_xhat = 0;
-        for (int64_t j = 0; j < d; ++j) {
-          const double g = static_cast<double>(gr[j]);
-          mean_dy += g;
-          mean_dy_xhat += g * (static_cast<double>(xr[j]) - mean) * rstd;
-        }
-        mean_dy *= inv_d;
-        mean_dy_xhat *= inv_d;
-        for (int64_t j = 0; j < d; ++j) {
-          const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
-          o[j] = static_cast<float>(rstd * (static_cast<double>(gr[j]) - mean_dy - xhat * mean_dy_xhat));
-        }
-        continue;
-      }
-      double ms = 0;
-      for (int64_t j = 0; j < d; ++j) ms += static_cast<double>(xr[j]) * static_cast<double>(xr[j]);
-      const double rr = 1.0 / std::sqrt(ms * inv_d + eps);
-      if (op == ir::Op::kRmsNorm) {
-        for (int64_t j = 0; j < d; ++j) o[j] = static_cast<float>(static_cast<double>(xr[j]) * rr);
-        continue;
-      }
-      double mean_dy_x = 0;
-      for (int64_t j = 0; j < d; ++j) mean_dy_x += static_cast<double>(gr[j]) * static_cast<double>(xr[j]);
-      const double k = rr * rr * rr * mean_dy_x * inv_d;
-      for (int64_t j = 0; j < d; ++j)
-        o[j] = static_cast<float>(rr * static_cast<double>(gr[j]) - static_cast<double>(xr[j]) * k);
-    }
+    for (int64_t r = 0; r < rows; ++r) norm_row(op, x + r * d, dy ? dy + r * d : nullptr, out + r * d, d, eps, inv_d);
   };
 }
 
