@@ -582,6 +582,35 @@ TEST(CpuAttention, ForwardAndGradientsMatchRef) {
   }
 }
 
+TEST(CpuAttention, SmallHeadsMatchRef) {
+  // Small heads (S·D ≤ 256, D ≤ 16) take the path that runs 16 heads at once, one per SIMD
+  // lane: head counts that leave a partial group of lanes, GQA groups, T < S causal, T > S
+  // full, one key, D not a multiple of the vector width.
+  const std::vector<AttnCase> cases = {
+      {5, 4, 2, 8, 8, 16, true},  {3, 6, 3, 5, 12, 16, true}, {7, 3, 3, 9, 6, 8, false}, {2, 8, 1, 8, 8, 16, true},
+      {37, 1, 1, 4, 4, 4, false}, {16, 2, 2, 3, 1, 5, false}, {1, 1, 1, 1, 1, 3, true},  {9, 4, 4, 16, 16, 16, false},
+  };
+  uint64_t seed = 500;
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE(name(c));
+    Prog p = attention_prog(c);
+    add_grads(p, {0, 1, 2});
+    expect_matches_ref(p, attention_feeds(c, seed++), 2e-5, 2e-5);
+  }
+  // Heads read in place from [B, T, H, D] operands.
+  const int64_t B = 6, T = 7, S = 9, Hq = 4, Hkv = 2, D = 12;
+  Prog p = trace({{{B, T, Hq, D}}, {{B, S, Hkv, D}}, {{B, S, Hkv, D}}, {{B, Hq, T, D}}}, [&](const Ts& x) {
+    Tensor o = attention(transpose(x[0], 1, 2), transpose(x[1], 1, 2), transpose(x[2], 1, 2),
+                         {.causal = true, .scale = 0.7});
+    return Ts{sum(o * x[3]), o};
+  });
+  add_grads(p, {0, 1, 2});
+  Rng rng(301);
+  expect_matches_ref(p, {uniform(rng, B * T * Hq * D, -2, 2), uniform(rng, B * S * Hkv * D, -2, 2),
+                         uniform(rng, B * S * Hkv * D), uniform(rng, B * Hq * T * D)},
+                     2e-5, 2e-5);
+}
+
 TEST(CpuAttention, GradientsMatchTheMatmulSoftmaxComposite) {
   uint64_t seed = 200;
   for (const AttnCase& c : kAttnCases) {

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/fastmath.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cpu {
@@ -115,6 +116,62 @@ Scratch& caller_scratch() {
   return scratch;
 }
 
+// ---- row primitives: fixed summation order, written so that -O3 vectorises them ---------
+// A floating-point reduction `sum += x[j]` is not vectorised without -ffast-math (it would
+// reorder the sum), so the reductions below keep kLanes independent partial results, each
+// summing a fixed residue class of j in order, then combine them in a fixed tree: the
+// order depends only on n, never on the ISA or the thread count.
+
+constexpr int64_t kLanes = 8;
+
+/// Largest of x[0, n) (exact, order-free); NaNs are skipped here and propagate through exp.
+inline float row_max(const float* __restrict x, int64_t n) {
+  float m[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) m[l] = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+  for (int64_t l = 0; j + l < n; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+  for (int64_t l = 1; l < kLanes; ++l) m[0] = m[l] > m[0] ? m[l] : m[0];
+  return m[0];
+}
+
+inline double combine(const double (&a)[kLanes]) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/// Σ x[0, n) in double.
+inline double row_sum(const float* __restrict x, int64_t n) {
+  double a[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) a[l] += static_cast<double>(x[j + l]);
+  for (int64_t l = 0; j + l < n; ++l) a[l] += static_cast<double>(x[j + l]);
+  return combine(a);
+}
+
+/// Σ x[j]·y[j] over [0, n) in double.
+inline double row_dot(const float* __restrict x, const float* __restrict y, int64_t n) {
+  double a[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) a[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
+  for (int64_t l = 0; j + l < n; ++l) a[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
+  return combine(a);
+}
+
+/// Row softmax in place over the first `valid` of n entries; the rest become 0. With
+/// `normalise` false the row keeps exp(x − max) and 1/Σ is returned instead of applied.
+inline float softmax_in_place(float* __restrict row, int64_t n, int64_t valid, bool normalise = true) {
+  const float m = row_max(row, valid);
+  for (int64_t j = 0; j < valid; ++j) row[j] = fastmath::exp(row[j] - m);
+  const auto inv = static_cast<float>(1.0 / row_sum(row, valid));
+  if (normalise)
+    for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
+  for (int64_t j = valid; j < n; ++j) row[j] = 0.0f;
+  return inv;
+}
+
 /// P = masked row softmax of scale·Q Kᵀ over the first sb keys, for query rows [r0, r0+rows).
 void probabilities(const Geometry& g, const float* q, blasint ldq, const float* k, blasint ldk, int64_t r0,
                    int64_t rows, int64_t sb, float* p) {
@@ -122,18 +179,205 @@ void probabilities(const Geometry& g, const float* q, blasint ldq, const float* 
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), bsb, static_cast<blasint>(g.D),
               g.scale, q, ldq, k, ldk, 0.0f, p, bsb);
   for (int64_t ii = 0; ii < rows; ++ii) {
-    float* row = p + ii * sb;
     const int64_t valid = g.causal ? std::min(sb, r0 + ii + (g.S - g.T) + 1) : sb;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < valid; ++j) m = row[j] > m ? row[j] : m;
-    double sum = 0;
-    for (int64_t j = 0; j < valid; ++j) {
-      row[j] = std::exp(row[j] - m);
-      sum += static_cast<double>(row[j]);
+    softmax_in_place(p + ii * sb, sb, valid);
+  }
+}
+
+// ---- direct path for small heads, vectorised across heads -------------------------------
+// When a head's S·D is small (e.g. T = S = 8, D = 16) a cblas call costs more than its
+// arithmetic, and loops over one head's short rows vectorise poorly. So kHeads heads are
+// processed together, one per SIMD lane: their rows are gathered into lane-minor scratch
+// (x[(row·D + d)·kHeads + lane]) and every loop below has the lane loop innermost, with a
+// compile-time trip count. Each lane's arithmetic is independent of the others and sums
+// in a fixed order (over d, then over keys j, then over heads and rows in order), so the
+// results depend neither on how heads are grouped nor on the thread count.
+
+constexpr int64_t kHeads = 16;
+
+/// Whether the direct path beats per-head sgemm calls (measured on one core, AVX-512 and
+/// SSE2 builds alike: forward about 2× faster at S·D ≤ 256, even at S = 16, D = 32, slower
+/// from S·D = 1024 or D = 64; backward, which gathers 7 operands instead of 4, only
+/// ahead up to S = 8, D = 16).
+bool direct_pays(const Geometry& g, bool backward) {
+  return backward ? g.S * g.D <= 256 && g.D <= 16 : g.S * g.D <= 512 && g.D <= 32;
+}
+
+using Lanes = float[kHeads];
+
+/// dst[(j·D + d)·kHeads + l] = src(l)[j·ld + d] for the first n lanes, 0 for the rest.
+template <class Src>
+void gather(const Src& src, int64_t n, int64_t rows, int64_t D, int64_t ld, float* __restrict dst) {
+  for (int64_t l = 0; l < kHeads; ++l) {
+    if (l < n) {
+      const float* __restrict x = src(l);
+      for (int64_t j = 0; j < rows; ++j)
+        for (int64_t d = 0; d < D; ++d) dst[(j * D + d) * kHeads + l] = x[j * ld + d];
+    } else {
+      for (int64_t jd = 0; jd < rows * D; ++jd) dst[jd * kHeads + l] = 0.0f;
     }
-    const auto inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
-    for (int64_t j = valid; j < sb; ++j) row[j] = 0.0f;
+  }
+}
+
+/// dst(l)[j·D + d] = src[(j·D + d)·kHeads + l] for the first n lanes (dense rows of D).
+template <class Dst>
+void scatter(const float* __restrict src, int64_t n, int64_t rows, int64_t D, const Dst& dst) {
+  for (int64_t l = 0; l < n; ++l) {
+    float* __restrict y = dst(l);
+    for (int64_t jd = 0; jd < rows * D; ++jd) y[jd] = src[jd * kHeads + l];
+  }
+}
+
+/// s[j] = scale · Σ_d x[d] · m[j][d] per lane, for j < valid (x: one gathered row, m: S rows).
+inline void lane_scores(const float* __restrict x, const float* __restrict m, int64_t D, int64_t valid, float scale,
+                        float* __restrict s) {
+  for (int64_t j = 0; j < valid; ++j) {
+    Lanes acc = {};
+    const float* __restrict mj = m + j * D * kHeads;
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t l = 0; l < kHeads; ++l) acc[l] += x[d * kHeads + l] * mj[d * kHeads + l];
+    for (int64_t l = 0; l < kHeads; ++l) s[j * kHeads + l] = acc[l] * scale;
+  }
+}
+
+/// Per lane: s[j] ← exp(s[j] − max) over j < valid; returns 1 / Σ in inv.
+inline void lane_softmax(float* __restrict s, int64_t valid, Lanes& inv) {
+  Lanes m;
+  for (int64_t l = 0; l < kHeads; ++l) m[l] = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < valid; ++j)
+    for (int64_t l = 0; l < kHeads; ++l) m[l] = s[j * kHeads + l] > m[l] ? s[j * kHeads + l] : m[l];
+  double sum[kHeads] = {};
+  for (int64_t j = 0; j < valid; ++j)
+    for (int64_t l = 0; l < kHeads; ++l) {
+      const float e = fastmath::exp(s[j * kHeads + l] - m[l]);
+      s[j * kHeads + l] = e;
+      sum[l] += static_cast<double>(e);
+    }
+  for (int64_t l = 0; l < kHeads; ++l) inv[l] = static_cast<float>(1.0 / sum[l]);
+}
+
+/// o[d] = f · Σ_{j < n} w[j] · m[j][d] per lane (o: one gathered row).
+inline void lane_weighted(const float* __restrict w, const float* __restrict m, int64_t n, int64_t D, const Lanes& f,
+                          float* __restrict o) {
+  for (int64_t d = 0; d < D; ++d) {
+    Lanes acc = {};
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t l = 0; l < kHeads; ++l) acc[l] += w[j * kHeads + l] * m[(j * D + d) * kHeads + l];
+    for (int64_t l = 0; l < kHeads; ++l) o[d * kHeads + l] = acc[l] * f[l];
+  }
+}
+
+int64_t visible_keys(const Geometry& g, int64_t i) { return g.causal ? std::min(g.S, i + (g.S - g.T) + 1) : g.S; }
+
+void forward_direct(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, float* out,
+                    Scratch& scratch) {
+  const int64_t heads = g.B * g.Hq, units = (heads + kHeads - 1) / kHeads;
+  const int64_t sd = g.S * g.D * kHeads, td = g.T * g.D * kHeads;
+  const bool parallel = units > 1 && heads * g.T * g.S * g.D > kGrainCheap;
+  scratch.reserve(static_cast<size_t>(2 * sd + 2 * td + g.S * kHeads), parallel);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t h0 = u * kHeads, n = std::min(kHeads, heads - h0);
+    float* kl = scratch.thread_slice(parallel ? omp_get_thread_num() : 0);
+    float* vl = kl + sd;
+    float* ql = vl + sd;
+    float* ol = ql + td;
+    float* s = ol + td;
+    auto kv_head = [&](const Operand& x) {
+      return [&](int64_t l) { return x.head((h0 + l) / g.Hq, (h0 + l) % g.Hq / g.group); };
+    };
+    gather(kv_head(k), n, g.S, g.D, k.ld, kl);
+    gather(kv_head(v), n, g.S, g.D, v.ld, vl);
+    gather([&](int64_t l) { return q.head((h0 + l) / g.Hq, (h0 + l) % g.Hq); }, n, g.T, g.D, q.ld, ql);
+    for (int64_t i = 0; i < g.T; ++i) {
+      const int64_t valid = visible_keys(g, i);
+      float* o = ol + i * g.D * kHeads;
+      if (valid == 0) {  // no keys at all (S = 0): an empty weighted sum
+        for (int64_t e = 0; e < g.D * kHeads; ++e) o[e] = 0.0f;
+        continue;
+      }
+      Lanes inv;
+      lane_scores(ql + i * g.D * kHeads, kl, g.D, valid, g.scale, s);
+      lane_softmax(s, valid, inv);
+      lane_weighted(s, vl, valid, g.D, inv, o);
+    }
+    scatter(ol, n, g.T, g.D, [&](int64_t l) { return out + (h0 + l) * g.T * g.D; });
+  }
+}
+
+void backward_direct(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, const Operand& dout,
+                     float* out, Scratch& scratch) {
+  const int64_t pairs = g.B * g.Hkv, units = (pairs + kHeads - 1) / kHeads;
+  const int64_t sd = g.S * g.D * kHeads, td = g.T * g.D * kHeads, rd = g.D * kHeads;
+  const bool parallel = units > 1 && pairs * g.group * g.T * g.S * g.D > kGrainCheap / 4;
+  scratch.reserve(static_cast<size_t>(4 * sd + 3 * td + 2 * g.S * kHeads), parallel);
+  const int64_t nq = g.B * g.Hq * g.T * g.D, nk = pairs * g.S * g.D;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t u = 0; u < units; ++u) {
+    // Lane l is the kv pair (b, kv) = p0 + l; it owns dK and dV of that pair.
+    const int64_t p0 = u * kHeads, n = std::min(kHeads, pairs - p0);
+    float* kl = scratch.thread_slice(parallel ? omp_get_thread_num() : 0);
+    float* vl = kl + sd;
+    float* dkl = vl + sd;
+    float* dvl = dkl + sd;
+    float* ql = dvl + sd;
+    float* dol = ql + td;
+    float* dql = dol + td;
+    float* p = dql + td;
+    float* ds = p + g.S * kHeads;
+    gather([&](int64_t l) { return k.head((p0 + l) / g.Hkv, (p0 + l) % g.Hkv); }, n, g.S, g.D, k.ld, kl);
+    gather([&](int64_t l) { return v.head((p0 + l) / g.Hkv, (p0 + l) % g.Hkv); }, n, g.S, g.D, v.ld, vl);
+    for (int64_t e = 0; e < 2 * sd; ++e) dkl[e] = 0.0f;
+    Lanes scale;
+    for (int64_t l = 0; l < kHeads; ++l) scale[l] = g.scale;
+    const int64_t D = g.D;
+    for (int64_t hh = 0; hh < g.group; ++hh) {
+      // Lane l works on q head h = kv·group + hh of batch b.
+      auto bh = [&](int64_t l) { return (p0 + l) / g.Hkv * g.Hq + (p0 + l) % g.Hkv * g.group + hh; };
+      gather([&](int64_t l) { return q.head(bh(l) / g.Hq, bh(l) % g.Hq); }, n, g.T, g.D, q.ld, ql);
+      gather([&](int64_t l) { return dout.head(bh(l) / g.Hq, bh(l) % g.Hq); }, n, g.T, g.D, dout.ld, dol);
+      for (int64_t i = 0; i < g.T; ++i) {
+        const int64_t valid = visible_keys(g, i);
+        const float* __restrict qi = ql + i * rd;
+        const float* __restrict doi = dol + i * rd;
+        float* dqi = dql + i * rd;
+        if (valid == 0) {
+          for (int64_t e = 0; e < rd; ++e) dqi[e] = 0.0f;
+          continue;
+        }
+        Lanes inv;
+        lane_scores(qi, kl, g.D, valid, g.scale, p);
+        lane_softmax(p, valid, inv);
+        for (int64_t j = 0; j < valid; ++j)
+          for (int64_t l = 0; l < kHeads; ++l) p[j * kHeads + l] *= inv[l];
+        lane_scores(doi, vl, g.D, valid, 1.0f, ds);  // dP = dO Vᵀ
+        double di[kHeads] = {};                       // D_i = Σ_j P_ij dP_ij
+        for (int64_t j = 0; j < valid; ++j)
+          for (int64_t l = 0; l < kHeads; ++l)
+            di[l] += static_cast<double>(p[j * kHeads + l]) * static_cast<double>(ds[j * kHeads + l]);
+        for (int64_t j = 0; j < valid; ++j)
+          for (int64_t l = 0; l < kHeads; ++l)
+            ds[j * kHeads + l] = p[j * kHeads + l] * (ds[j * kHeads + l] - static_cast<float>(di[l]));
+        lane_weighted(ds, kl, valid, g.D, scale, dqi);  // dQ = scale · dS K
+        for (int64_t j = 0; j < valid; ++j) {
+          Lanes sj, pj;
+          for (int64_t l = 0; l < kHeads; ++l) {
+            sj[l] = scale[l] * ds[j * kHeads + l];
+            pj[l] = p[j * kHeads + l];
+          }
+          float* __restrict dkj = dkl + j * rd;
+          float* __restrict dvj = dvl + j * rd;
+          for (int64_t d = 0; d < D; ++d)
+            for (int64_t l = 0; l < kHeads; ++l) {
+              dkj[d * kHeads + l] += sj[l] * qi[d * kHeads + l];   // dK += scale · dSᵀ Q
+              dvj[d * kHeads + l] += pj[l] * doi[d * kHeads + l];  // dV += Pᵀ dO
+            }
+        }
+      }
+      scatter(dql, n, g.T, g.D, [&](int64_t l) { return out + bh(l) * g.T * g.D; });
+    }
+    scatter(dkl, n, g.S, g.D, [&](int64_t l) { return out + nq + (p0 + l) * g.S * g.D; });
+    scatter(dvl, n, g.S, g.D, [&](int64_t l) { return out + nq + nk + (p0 + l) * g.S * g.D; });
   }
 }
 
@@ -197,11 +441,9 @@ void backward(const Geometry& g, const Operand& q, const Operand& k, const Opera
         // dP = dO Vᵀ, then dS = P ∘ (dP − rowsum(P ∘ dP)) in place
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, brows, bsb, bd, 1.0f, dor, dout.ld, vh, v.ld, 0.0f, ds, bsb);
         for (int64_t ii = 0; ii < rows; ++ii) {
-          const float* pr = p + ii * sb;
-          float* dr = ds + ii * sb;
-          double di = 0;
-          for (int64_t j = 0; j < sb; ++j) di += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
-          const auto d = static_cast<float>(di);
+          const float* __restrict pr = p + ii * sb;
+          float* __restrict dr = ds + ii * sb;
+          const auto d = static_cast<float>(row_dot(pr, dr, sb));
           for (int64_t j = 0; j < sb; ++j) dr[j] = pr[j] * (dr[j] - d);
         }
         // dQ = scale · dS K;  dK[0:sb] += scale · dSᵀ Q
@@ -237,16 +479,24 @@ Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& k
   const Operand q = operand(in[0], q_shape), k = operand(in[1], kv_shape), v = operand(in[2], kv_shape);
   const int64_t out_numel = numel(node.shape);
   if (node.op == ir::Op::kAttention) {
+    const bool direct = direct_pays(g, false);
     return [=] {
       if (out_numel == 0) return;
-      forward(g, q, k, v, out, caller_scratch());
+      if (direct)
+        forward_direct(g, q, k, v, out, caller_scratch());
+      else
+        forward(g, q, k, v, out, caller_scratch());
     };
   }
   const Operand dout = operand(in[3], q_shape);
+  const bool direct = direct_pays(g, true);
   return [=] {
     if (out_numel == 0) return;
     if (g.D == 0) return;  // unreachable (numel would be 0), but keeps sgemm away from k = 0
-    backward(g, q, k, v, dout, out, caller_scratch());
+    if (direct)
+      backward_direct(g, q, k, v, dout, out, caller_scratch());
+    else
+      backward(g, q, k, v, dout, out, caller_scratch());
   };
 }
 

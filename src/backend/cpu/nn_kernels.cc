@@ -17,6 +17,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/fastmath.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cpu {
@@ -25,22 +26,48 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTile = 256;  // inner columns a strided-softmax unit handles at once
 
+/// Σ_{j < n} term(j) in double, vectorisable without reassociation: kNormLanes partial sums,
+/// lane l summing j ≡ l (mod kNormLanes) in order, combined in a fixed tree. The order
+/// depends only on n (not on the ISA or the thread count).
+constexpr int64_t kNormLanes = 8;
+template <class F>
+inline double fixed_sum(int64_t n, const F& term) {
+  double a[kNormLanes] = {};
+  int64_t j = 0;
+  for (; j + kNormLanes <= n; j += kNormLanes)
+    for (int64_t l = 0; l < kNormLanes; ++l) a[l] += term(j + l);
+  for (int64_t l = 0; j + l < n; ++l) a[l] += term(j + l);
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/// Largest of x[0, n) (exact, so lanes change nothing); NaNs are skipped here and
+/// propagate through the exponentials instead.
+inline float row_max(const float* __restrict x, int64_t n) {
+  float m[kNormLanes];
+  for (int64_t l = 0; l < kNormLanes; ++l) m[l] = kNegInf;
+  int64_t j = 0;
+  for (; j + kNormLanes <= n; j += kNormLanes)
+    for (int64_t l = 0; l < kNormLanes; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+  for (int64_t l = 0; j + l < n; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+  for (int64_t l = 1; l < kNormLanes; ++l) m[0] = m[l] > m[0] ? m[l] : m[0];
+  return m[0];
+}
+
+/// e[j] = exp(x[j] − m) for j < n (e may be x); returns Σ e in double.
+inline double exp_shift_sum(const float* x, float* e, int64_t n, float m) {
+  for (int64_t j = 0; j < n; ++j) e[j] = fastmath::exp(x[j] - m);
+  return fixed_sum(n, [e](int64_t j) { return static_cast<double>(e[j]); });
+}
+
 /// Softmax of the first `valid` entries of a dense row; entries [valid, n) are masked
 /// (0, or −∞ for log-softmax). NaNs propagate to the whole row.
 void softmax_row(const float* __restrict x, float* __restrict y, int64_t n, int64_t valid, bool log) {
-  float m = kNegInf;
-  for (int64_t j = 0; j < valid; ++j) m = x[j] > m ? x[j] : m;
-  double sum = 0;
+  const float m = row_max(x, valid);
+  const double sum = exp_shift_sum(x, y, valid, m);
   if (log) {
-    for (int64_t j = 0; j < valid; ++j) sum += static_cast<double>(std::exp(x[j] - m));
     const double lse = static_cast<double>(m) + std::log(sum);
     for (int64_t j = 0; j < valid; ++j) y[j] = static_cast<float>(static_cast<double>(x[j]) - lse);
   } else {
-    for (int64_t j = 0; j < valid; ++j) {
-      const float e = std::exp(x[j] - m);
-      y[j] = e;
-      sum += static_cast<double>(e);
-    }
     const double inv = 1.0 / sum;
     for (int64_t j = 0; j < valid; ++j) y[j] = static_cast<float>(static_cast<double>(y[j]) * inv);
   }
@@ -64,7 +91,7 @@ void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, int64_t
     const float* row = x + k * inner + i0;
     float* out = y + k * inner + i0;
     for (int64_t i = 0; i < w; ++i) {
-      const float e = std::exp(row[i] - m[i]);
+      const float e = fastmath::exp(row[i] - m[i]);
       if (!log) out[i] = e;
       sum[i] += static_cast<double>(e);
     }
@@ -83,12 +110,9 @@ struct RowStats {
   float max;
   double sum;
 };
-RowStats row_stats(const float* x, int64_t n) {
-  float m = kNegInf;
-  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
-  double sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(std::exp(x[j] - m));
-  return {m, sum};
+RowStats row_stats(const float* __restrict x, int64_t n) {
+  const float m = row_max(x, n);
+  return {m, fixed_sum(n, [x, m](int64_t j) { return static_cast<double>(fastmath::exp(x[j] - m)); })};
 }
 
 }  // namespace
@@ -162,13 +186,8 @@ Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const
         continue;
       }
       // One exp pass: the shifted exponentials go straight into dx, then get scaled.
-      float m = kNegInf;
-      for (int64_t c = 0; c < classes; ++c) m = x[c] > m ? x[c] : m;
-      double sum = 0;
-      for (int64_t c = 0; c < classes; ++c) {
-        dx[c] = std::exp(x[c] - m);
-        sum += static_cast<double>(dx[c]);
-      }
+      const float m = row_max(x, classes);
+      const double sum = exp_shift_sum(x, dx, classes, m);
       const double g = static_cast<double>(dl[r * ds]), e_t = static_cast<double>(dx[t]);
       const auto scale = static_cast<float>(g / sum);
       for (int64_t c = 0; c < classes; ++c) dx[c] *= scale;
@@ -182,6 +201,47 @@ Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const
   };
 }
 
+namespace {
+
+/// One row of LayerNorm / RmsNorm or their gradients (length d ≥ 1; dy null forward).
+void norm_row(ir::Op op, const float* __restrict x, const float* __restrict dy, float* __restrict o, int64_t d,
+              double eps, double inv_d) {
+  auto xd = [x](int64_t j) { return static_cast<double>(x[j]); };
+  if (op == ir::Op::kLayerNorm || op == ir::Op::kLayerNormGrad) {
+    const double mean = fixed_sum(d, xd) * inv_d;
+    const double var = fixed_sum(d, [&](int64_t j) {
+      const double c = xd(j) - mean;
+      return c * c;
+    });
+    const double rstd = 1.0 / std::sqrt(var * inv_d + eps);
+    if (op == ir::Op::kLayerNorm) {
+      const auto mf = static_cast<float>(mean), rf = static_cast<float>(rstd);
+      for (int64_t j = 0; j < d; ++j) o[j] = (x[j] - mf) * rf;
+      return;
+    }
+    const double mean_dy = fixed_sum(d, [dy](int64_t j) { return static_cast<double>(dy[j]); }) * inv_d;
+    const double mean_dy_xhat =
+        fixed_sum(d, [&](int64_t j) { return static_cast<double>(dy[j]) * (xd(j) - mean); }) * rstd * inv_d;
+    const auto mf = static_cast<float>(mean), rf = static_cast<float>(rstd), a = static_cast<float>(mean_dy),
+               b = static_cast<float>(mean_dy_xhat);
+    for (int64_t j = 0; j < d; ++j) o[j] = rf * ((dy[j] - a) - ((x[j] - mf) * rf) * b);
+    return;
+  }
+  const double ms = fixed_sum(d, [&](int64_t j) { return xd(j) * xd(j); });
+  const double rr = 1.0 / std::sqrt(ms * inv_d + eps);
+  if (op == ir::Op::kRmsNorm) {
+    const auto rf = static_cast<float>(rr);
+    for (int64_t j = 0; j < d; ++j) o[j] = x[j] * rf;
+    return;
+  }
+  const double mean_dy_x = fixed_sum(d, [&](int64_t j) { return static_cast<double>(dy[j]) * xd(j); });
+  const double k = rr * rr * rr * mean_dy_x * inv_d;
+  const auto rf = static_cast<float>(rr), kf = static_cast<float>(k);
+  for (int64_t j = 0; j < d; ++j) o[j] = rf * dy[j] - x[j] * kf;
+}
+
+}  // namespace
+
 Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* out) {
   const ir::Op op = node.op;
   const int64_t d = node.shape.back(), rows = d == 0 ? 0 : numel(node.shape) / d;
@@ -189,50 +249,7 @@ Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* o
   const bool parallel = rows * d > kGrainCheap;
   return [=] {
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * d;
-      const float* gr = dy ? dy + r * d : nullptr;
-      float* o = out + r * d;
-      if (op == ir::Op::kLayerNorm || op == ir::Op::kLayerNormGrad) {
-        double mean = 0, var = 0;
-        for (int64_t j = 0; j < d; ++j) mean += static_cast<double>(xr[j]);
-        mean *= inv_d;
-        for (int64_t j = 0; j < d; ++j) {
-          const double c = static_cast<double>(xr[j]) - mean;
-          var += c * c;
-        }
-        const double rstd = 1.0 / std::sqrt(var * inv_d + eps);
-        if (op == ir::Op::kLayerNorm) {
-          for (int64_t j = 0; j < d; ++j) o[j] = static_cast<float>((static_cast<double>(xr[j]) - mean) * rstd);
-          continue;
-        }
-        double mean_dy = 0, mean_dy_xhat = 0;
-        for (int64_t j = 0; j < d; ++j) {
-          const double g = static_cast<double>(gr[j]);
-          mean_dy += g;
-          mean_dy_xhat += g * (static_cast<double>(xr[j]) - mean) * rstd;
-        }
-        mean_dy *= inv_d;
-        mean_dy_xhat *= inv_d;
-        for (int64_t j = 0; j < d; ++j) {
-          const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
-          o[j] = static_cast<float>(rstd * (static_cast<double>(gr[j]) - mean_dy - xhat * mean_dy_xhat));
-        }
-        continue;
-      }
-      double ms = 0;
-      for (int64_t j = 0; j < d; ++j) ms += static_cast<double>(xr[j]) * static_cast<double>(xr[j]);
-      const double rr = 1.0 / std::sqrt(ms * inv_d + eps);
-      if (op == ir::Op::kRmsNorm) {
-        for (int64_t j = 0; j < d; ++j) o[j] = static_cast<float>(static_cast<double>(xr[j]) * rr);
-        continue;
-      }
-      double mean_dy_x = 0;
-      for (int64_t j = 0; j < d; ++j) mean_dy_x += static_cast<double>(gr[j]) * static_cast<double>(xr[j]);
-      const double k = rr * rr * rr * mean_dy_x * inv_d;
-      for (int64_t j = 0; j < d; ++j)
-        o[j] = static_cast<float>(rr * static_cast<double>(gr[j]) - static_cast<double>(xr[j]) * k);
-    }
+    for (int64_t r = 0; r < rows; ++r) norm_row(op, x + r * d, dy ? dy + r * d : nullptr, out + r * d, d, eps, inv_d);
   };
 }
 
