@@ -2,7 +2,7 @@
 // FlashAttention spirit: the T×S score matrix is never stored. Queries are processed in row
 // blocks of kRowBlock rows, and a thread holds the scores of one block at a time (its
 // scratch is kRowBlock × S floats forward, twice that backward, shared by every layer).
-// Every matrix product is a cblas_sgemm on the operands in place: q, k, v and dout may be
+// Every matrix product is one GEMM (sgemm_small where built, else cblas_sgemm) on the operands in place: q, k, v and dout may be
 // views with any batch and head strides, as long as each head's [rows, D] matrix has unit
 // stride along D (a [B, T, H, D] → [B, H, T, D] permute qualifies: attention_operand).
 //
@@ -36,6 +36,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_small.h"
 #include "backend/cpu/fastmath.h"
 #include "tensorgrad/errors.h"
 
@@ -43,6 +44,16 @@ namespace tg::backend::cpu {
 namespace {
 
 constexpr int64_t kRowBlock = 64;
+
+/// Every product here runs inside a parallel region, one thread per call: the AVX-512
+/// sgemm_small beats single-threaded OpenBLAS on all of them where it is built.
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a, blasint lda,
+          const float* b, blasint ldb, float beta, float* c, blasint ldc) {
+  if (sgemm_small_everywhere())
+    sgemm_small(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 blasint checked_blas_int(int64_t v) {
   if (v > std::numeric_limits<blasint>::max())
@@ -176,7 +187,7 @@ inline float softmax_in_place(float* __restrict row, int64_t n, int64_t valid, b
 void probabilities(const Geometry& g, const float* q, blasint ldq, const float* k, blasint ldk, int64_t r0,
                    int64_t rows, int64_t sb, float* p) {
   const auto bsb = static_cast<blasint>(sb);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows), bsb, static_cast<blasint>(g.D),
+  gemm(CblasNoTrans, CblasTrans, static_cast<blasint>(rows), bsb, static_cast<blasint>(g.D),
               g.scale, q, ldq, k, ldk, 0.0f, p, bsb);
   for (int64_t ii = 0; ii < rows; ++ii) {
     const int64_t valid = g.causal ? std::min(sb, r0 + ii + (g.S - g.T) + 1) : sb;
@@ -399,7 +410,7 @@ void forward(const Geometry& g, const Operand& q, const Operand& k, const Operan
     }
     float* p = scratch.thread_slice(parallel ? omp_get_thread_num() : 0);
     probabilities(g, q.head(b, h) + r0 * q.ld, q.ld, k.head(b, kv), k.ld, r0, rows, sb, p);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), bd, static_cast<blasint>(sb),
+    gemm(CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), bd, static_cast<blasint>(sb),
                 1.0f, p, static_cast<blasint>(sb), v.head(b, kv), v.ld, 0.0f, o, bd);
   }
 }
@@ -437,9 +448,9 @@ void backward(const Geometry& g, const Operand& q, const Operand& k, const Opera
         const auto brows = static_cast<blasint>(rows), bsb = static_cast<blasint>(sb);
         probabilities(g, qr, q.ld, kh, k.ld, r0, rows, sb, p);
         // dV[0:sb] += Pᵀ dO
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bsb, bd, brows, 1.0f, p, bsb, dor, dout.ld, 1.0f, dv, bd);
+        gemm(CblasTrans, CblasNoTrans, bsb, bd, brows, 1.0f, p, bsb, dor, dout.ld, 1.0f, dv, bd);
         // dP = dO Vᵀ, then dS = P ∘ (dP − rowsum(P ∘ dP)) in place
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, brows, bsb, bd, 1.0f, dor, dout.ld, vh, v.ld, 0.0f, ds, bsb);
+        gemm(CblasNoTrans, CblasTrans, brows, bsb, bd, 1.0f, dor, dout.ld, vh, v.ld, 0.0f, ds, bsb);
         for (int64_t ii = 0; ii < rows; ++ii) {
           const float* __restrict pr = p + ii * sb;
           float* __restrict dr = ds + ii * sb;
@@ -447,8 +458,8 @@ void backward(const Geometry& g, const Operand& q, const Operand& k, const Opera
           for (int64_t j = 0; j < sb; ++j) dr[j] = pr[j] * (dr[j] - d);
         }
         // dQ = scale · dS K;  dK[0:sb] += scale · dSᵀ Q
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, brows, bd, bsb, g.scale, ds, bsb, kh, k.ld, 0.0f, dq, bd);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bsb, bd, brows, g.scale, ds, bsb, qr, q.ld, 1.0f, dk, bd);
+        gemm(CblasNoTrans, CblasNoTrans, brows, bd, bsb, g.scale, ds, bsb, kh, k.ld, 0.0f, dq, bd);
+        gemm(CblasTrans, CblasNoTrans, bsb, bd, brows, g.scale, ds, bsb, qr, q.ld, 1.0f, dk, bd);
       }
     }
   }

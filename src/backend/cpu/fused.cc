@@ -66,8 +66,9 @@ class Group {
       std::fill(part, part + spec_.reductions[r].inner, 0.0);
     }
     // Scalars broadcast over the whole group: one block of copies, made once per chunk.
+    const int64_t widest = std::min(kBlock, numel_);
     for (size_t i = 0; i < ni; ++i)
-      if (scalar_[i]) fill(slot(i), spec_.inputs[i], spec_.inputs[i].view.data, kBlock);
+      if (scalar_[i]) fill(slot(i), spec_.inputs[i], spec_.inputs[i].view.data, widest);
 
     int64_t pos = c * chunk_;
     const int64_t end = std::min(numel_, pos + chunk_);
