@@ -108,9 +108,9 @@ struct TrainOptions {
   /// Clip the global L2 norm of all gradients to this value (torch.nn.utils.clip_grad_norm_).
   std::optional<double> clip_grad_norm = {};
   Device device = Device::best();
-  /// Debugging aid: false skips the rewriting passes (simplification, CSE), fusion and
-  /// memory reuse — one kernel per node, one buffer per value, only dead-code elimination —
-  /// so results with and without them can be compared.
+  /// Debugging aid: false skips the rewriting passes (simplification, constant folding,
+  /// unslice sums → concat, CSE), fusion and memory reuse — one kernel per node, one buffer
+  /// per value, only dead-code elimination — so results with and without them can be compared.
   bool optimize = true;
 };
 

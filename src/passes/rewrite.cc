@@ -1,9 +1,14 @@
-// Common-subexpression elimination and algebraic simplification (see rewrite.h).
+// Common-subexpression elimination, algebraic simplification and the pass pipeline (see
+// rewrite.h; constant folding and the unslice-sum rewrite are in fold.cc).
 #include "passes/rewrite.h"
 
+#include <bit>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <tuple>
+
+#include "passes/dce.h"
 
 namespace tg::passes {
 namespace {
@@ -12,19 +17,16 @@ using ir::Graph;
 using ir::Node;
 using ir::Op;
 
-/// Everything that decides a node's value, in a comparable form.
-using Key = std::tuple<int, int, Shape, std::vector<int32_t>, std::vector<int64_t>, bool, std::vector<double>, int, bool,
-                       uint64_t>;
+/// Everything that decides a node's value, in a comparable form. Constant values compare by
+/// their bits: NaN would break the map's ordering, and 0.0 and -0.0 are different constants.
+using Key = std::tuple<int, int, Shape, std::vector<int32_t>, std::vector<int64_t>, bool, std::vector<uint64_t>, int,
+                       bool, uint64_t>;
 
 Key key_of(const Node& n) {
+  std::vector<uint64_t> bits(n.attrs.values.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = std::bit_cast<uint64_t>(n.attrs.values[i]);
   return {static_cast<int>(n.op), static_cast<int>(n.dtype), n.shape, n.inputs, n.attrs.axes, n.attrs.keepdim,
-          n.attrs.values, static_cast<int>(n.attrs.dtype), n.attrs.causal, n.attrs.seed};
-}
-
-void carry_roots(const Graph& in, Graph& out, const std::vector<int32_t>& remap) {
-  for (int32_t o : in.outputs) out.outputs.push_back(remap[static_cast<size_t>(o)]);
-  for (const Graph::Update& u : in.updates)
-    out.updates.push_back({remap[static_cast<size_t>(u.target)], remap[static_cast<size_t>(u.value)]});
+          std::move(bits), static_cast<int>(n.attrs.dtype), n.attrs.causal, n.attrs.seed};
 }
 
 /// The scalar value of a constant, looking through broadcasts; nullopt if not one.
@@ -38,6 +40,9 @@ std::optional<double> scalar_value(const Graph& g, int32_t id) {
 /// If `n` (inputs already in `out`) is an identity by an algebraic rule, the node it equals.
 std::optional<int32_t> identity_of(const Graph& out, const Node& n) {
   auto is = [&](size_t i, double v) { return scalar_value(out, n.inputs[i]) == std::optional<double>(v); };
+  auto full_range = [&] {  // slice/unslice {start 0, step 1} between equal shapes
+    return n.attrs.values[0] == 0.0 && n.attrs.values[1] == 1.0 && out.node(n.inputs[0]).shape == n.shape;
+  };
   switch (n.op) {
     case Op::kMul:
       if (is(1, 1.0)) return n.inputs[0];
@@ -53,8 +58,19 @@ std::optional<int32_t> identity_of(const Graph& out, const Node& n) {
     case Op::kDiv:
       if (is(1, 1.0)) return n.inputs[0];
       return std::nullopt;
+    case Op::kNeg:
+      if (out.node(n.inputs[0]).op == Op::kNeg) return out.node(n.inputs[0]).inputs[0];
+      return std::nullopt;
     case Op::kReshape:
+    case Op::kBroadcastTo:
       if (out.node(n.inputs[0]).shape == n.shape) return n.inputs[0];
+      return std::nullopt;
+    case Op::kCast:
+      if (out.node(n.inputs[0]).dtype == n.dtype) return n.inputs[0];
+      return std::nullopt;
+    case Op::kSlice:
+    case Op::kUnslice:
+      if (full_range()) return n.inputs[0];
       return std::nullopt;
     default:
       return std::nullopt;
@@ -62,6 +78,12 @@ std::optional<int32_t> identity_of(const Graph& out, const Node& n) {
 }
 
 }  // namespace
+
+void carry_roots(const Graph& in, Graph& out, const std::vector<int32_t>& remap) {
+  for (int32_t o : in.outputs) out.outputs.push_back(remap[static_cast<size_t>(o)]);
+  for (const Graph::Update& u : in.updates)
+    out.updates.push_back({remap[static_cast<size_t>(u.target)], remap[static_cast<size_t>(u.value)]});
+}
 
 std::vector<int32_t> compose(const std::vector<int32_t>& first, const std::vector<int32_t>& second) {
   std::vector<int32_t> out(first.size(), -1);
@@ -94,14 +116,19 @@ Graph eliminate_common_subexpressions(const Graph& graph, std::vector<int32_t>& 
   return out;
 }
 
-Graph simplify(const Graph& graph, std::vector<int32_t>& remap) {
+Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
   Graph out;
+  int fired = 0;
   remap.assign(static_cast<size_t>(graph.size()), -1);
   for (int32_t id = 0; id < graph.size(); ++id) {
     Node n = graph.node(id);
     for (int32_t& in : n.inputs) in = remap[static_cast<size_t>(in)];
-    if (n.op == Op::kReshape && out.node(n.inputs[0]).op == Op::kReshape)
-      n.inputs[0] = out.node(n.inputs[0]).inputs[0];  // reshape∘reshape = one reshape
+    // reshape∘reshape = one reshape; broadcast_to∘broadcast_to = one broadcast_to (a
+    // broadcast of a broadcast reads the same source element).
+    if ((n.op == Op::kReshape || n.op == Op::kBroadcastTo) && out.node(n.inputs[0]).op == n.op) {
+      n.inputs[0] = out.node(n.inputs[0]).inputs[0];
+      ++fired;
+    }
     if (n.op == Op::kPermute && out.node(n.inputs[0]).op == Op::kPermute) {
       // out axis i = inner axis order[i] = source axis inner_order[order[i]].
       const Node& inner = out.node(n.inputs[0]);
@@ -113,6 +140,7 @@ Graph simplify(const Graph& graph, std::vector<int32_t>& remap) {
       }
       n.inputs[0] = inner.inputs[0];
       n.attrs.axes = composed;
+      ++fired;
       if (identity) {
         remap[static_cast<size_t>(id)] = n.inputs[0];
         continue;
@@ -121,12 +149,38 @@ Graph simplify(const Graph& graph, std::vector<int32_t>& remap) {
     if (std::optional<int32_t> same = identity_of(out, n); same && out.node(*same).shape == n.shape &&
                                                             out.node(*same).dtype == n.dtype) {
       remap[static_cast<size_t>(id)] = *same;
+      ++fired;
       continue;
     }
     remap[static_cast<size_t>(id)] = out.add_checked(std::move(n));
   }
   carry_roots(graph, out, remap);
+  if (rewrites != nullptr) *rewrites = fired;
   return out;
+}
+
+Graph optimize(const Graph& graph, std::vector<int32_t>& remap) {
+  remap.resize(static_cast<size_t>(graph.size()));
+  std::iota(remap.begin(), remap.end(), 0);
+  Graph g = graph;
+  auto apply = [&](auto&& pass) {
+    std::vector<int32_t> step;
+    g = pass(g, step);
+    remap = compose(remap, step);
+  };
+  // Folding exposes identities (a folded 1 or 0) and simplifying exposes folds (a constant
+  // behind a cancelled permute); a few rounds reach the fixed point on every graph seen.
+  for (int round = 0; round < 4; ++round) {
+    int simplified = 0, folded = 0;
+    apply([&](const Graph& in, std::vector<int32_t>& r) { return simplify(in, r, &simplified); });
+    apply([&](const Graph& in, std::vector<int32_t>& r) { return fold_constants(in, r, &folded); });
+    if (simplified + folded == 0) break;
+  }
+  apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_dead_code(in, r); });
+  apply([](const Graph& in, std::vector<int32_t>& r) { return concat_unslice_sums(in, r); });
+  apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_common_subexpressions(in, r); });
+  apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_dead_code(in, r); });
+  return g;
 }
 
 }  // namespace tg::passes

@@ -113,11 +113,7 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   for (int32_t id : keep) g.outputs.push_back(id);
   Variant v;
   if (s.optimize) {
-    std::vector<int32_t> simplified, merged, live;
-    ir::Graph a = passes::simplify(g, simplified);
-    ir::Graph b = passes::eliminate_common_subexpressions(a, merged);
-    v.graph = passes::eliminate_dead_code(b, live);
-    v.remap = passes::compose(passes::compose(simplified, merged), live);
+    v.graph = passes::optimize(g, v.remap);  // simplify/fold, unslice sums → concat, CSE, DCE
   } else {
     v.graph = passes::eliminate_dead_code(g, v.remap);
   }

@@ -3,6 +3,7 @@
 #include "backend/ref/ref_backend.h"
 
 #include "backend/ref/ref_nn.h"
+#include "backend/ref/ref_scalar.h"
 
 #include <cmath>
 #include <cstring>
@@ -11,34 +12,10 @@
 #include "tensorgrad/errors.h"
 
 namespace tg::backend {
-namespace {
 
-using ir::Graph;
-using ir::Node;
+namespace ref {
+
 using ir::Op;
-using Values = std::vector<double>;
-
-class RefBuffer : public Buffer {
- public:
-  RefBuffer(DType dtype, int64_t numel) : Buffer(dtype, numel), data(static_cast<size_t>(numel), 0.0) {}
-  Values data;
-};
-
-/// The multi-index of flat position `flat` in `shape`.
-std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.size(), 0);
-  for (size_t i = shape.size(); i-- > 0;) {
-    idx[i] = flat % shape[i];
-    flat /= shape[i];
-  }
-  return idx;
-}
-
-int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t i = 0; i < shape.size(); ++i) flat = flat * shape[i] + idx[i];
-  return flat;
-}
 
 double to_dtype(double v, DType t) {
   switch (t) {
@@ -71,6 +48,41 @@ double binary(Op op, double a, double b) {
     default: break;
   }
   throw Error("[ref] not a binary op");
+}
+
+}  // namespace ref
+
+namespace {
+
+using ref::binary;
+using ref::to_dtype;
+using ref::unary;
+
+using ir::Graph;
+using ir::Node;
+using ir::Op;
+using Values = std::vector<double>;
+
+class RefBuffer : public Buffer {
+ public:
+  RefBuffer(DType dtype, int64_t numel) : Buffer(dtype, numel), data(static_cast<size_t>(numel), 0.0) {}
+  Values data;
+};
+
+/// The multi-index of flat position `flat` in `shape`.
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (size_t i = shape.size(); i-- > 0;) {
+    idx[i] = flat % shape[i];
+    flat /= shape[i];
+  }
+  return idx;
+}
+
+int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape) {
+  int64_t flat = 0;
+  for (size_t i = 0; i < shape.size(); ++i) flat = flat * shape[i] + idx[i];
+  return flat;
 }
 
 /// Reduction: every input element folds into the output element its kept axes select.
