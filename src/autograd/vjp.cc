@@ -68,6 +68,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       return {g * (2.0 / std::sqrt(std::numbers::pi)) * exp(-(x(0) * x(0)), loc)};
     case Op::kLog1p: return {g / (x(0) + 1.0)};
     case Op::kReciprocal: return {-(g * y * y)};                      // d 1/x = -1/x²
+    case Op::kGeluTanh: return {ir::binary(Op::kGeluTanhGrad, x(0), g, loc)};
     case Op::kCast:
       // Only a float→float cast carries a gradient; there is one float dtype today.
       return {graph.node(n.inputs[0]).dtype == DType::kF32 ? g : Tensor()};
@@ -214,7 +215,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     }
     // Backward-only primitives and randomness: no gradient (no second derivatives yet).
     case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:
-    case Op::kAttentionGrad:
+    case Op::kAttentionGrad: case Op::kGeluTanhGrad:
       return std::vector<Tensor>(n.inputs.size());
   }
   return std::vector<Tensor>(n.inputs.size());

@@ -5,7 +5,7 @@
 namespace tg {
 using namespace ir;
 
-namespace {
+namespace ir {
 
 Tensor unary(Op op, const Tensor& x, const Loc& loc) {
   Arg ax(x, loc);
@@ -38,7 +38,7 @@ Tensor binary(Op op, const Arg& a, const Arg& b, const Loc& loc) {
   return emit(g, make_node(op, {ta.id(), tb.id()}, loc));
 }
 
-}  // namespace
+}  // namespace ir
 
 
 Tensor neg(const Tensor& x, Loc loc) { return unary(Op::kNeg, x, loc); }

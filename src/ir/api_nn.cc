@@ -186,10 +186,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
 Tensor gelu(const Tensor& x, GeluApprox approx, Loc loc) {
   if (approx == GeluApprox::kErf)  // x·Φ(x) = ½x(1 + erf(x/√2))
     return mul(mul(x, 0.5, loc), add(erf(mul(x, std::numbers::sqrt2 / 2, loc), loc), 1.0, loc), loc);
-  // ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
-  const double k = std::sqrt(2.0 / std::numbers::pi);
-  Tensor inner = mul(add(x, mul(mul(mul(x, x, loc), x, loc), 0.044715, loc), loc), k, loc);
-  return mul(mul(x, 0.5, loc), add(tanh(inner, loc), 1.0, loc), loc);
+  return ir::unary(Op::kGeluTanh, x, loc);  // ½x(1 + tanh(√(2/π)(x + 0.044715x³))): one primitive
 }
 
 Tensor silu(const Tensor& x, Loc loc) { return mul(x, sigmoid(x, loc), loc); }

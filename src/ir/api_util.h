@@ -36,4 +36,9 @@ Tensor broadcast_if_needed(const Tensor& t, const Shape& shape, const Loc& loc);
 Axes normalize_axes(const char* op, const Axes& axes, int64_t rank, const Loc& loc);
 int64_t normalize_axis(const char* op, int64_t axis, int64_t rank, const Loc& loc);
 
+/// An elementwise row of ops.def applied with the public API's promotion and broadcasting
+/// (api_elementwise.cc), for ops without a public function of their own.
+Tensor unary(Op op, const Tensor& x, const Loc& loc);
+Tensor binary(Op op, const Arg& a, const Arg& b, const Loc& loc);
+
 }  // namespace tg::ir

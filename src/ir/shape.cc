@@ -74,10 +74,10 @@ void infer(const Graph& g, Node& n) {
 
     case Op::kNeg: case Op::kAbs: case Op::kSign: case Op::kExp: case Op::kLog: case Op::kSqrt:
     case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
-    case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot:
+    case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
     case Op::kStopGradient:
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
-    case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr:
+    case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad:
       n.shape = in(0).shape;
       n.dtype = in(0).dtype;
       return;

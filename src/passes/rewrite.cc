@@ -179,6 +179,7 @@ Graph optimize(const Graph& graph, std::vector<int32_t>& remap) {
   apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_dead_code(in, r); });
   apply([](const Graph& in, std::vector<int32_t>& r) { return concat_unslice_sums(in, r); });
   apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_common_subexpressions(in, r); });
+  apply([](const Graph& in, std::vector<int32_t>& r) { return rematerialize(in, r); });
   apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_dead_code(in, r); });
   return g;
 }

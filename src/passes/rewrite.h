@@ -47,6 +47,13 @@ ir::Graph concat_unslice_sums(const ir::Graph& graph, std::vector<int32_t>& rema
 /// anything (a few rounds at most), DCE, unslice sums → concat, CSE, DCE.
 ir::Graph optimize(const ir::Graph& graph, std::vector<int32_t>& remap);
 
+/// Backward elementwise nodes that read a forward elementwise value get their own copy of
+/// that value's elementwise cone (≤ 24 nodes, resting on at most one full-size stored value),
+/// so fusion recomputes it inside the backward group instead of the forward group storing it:
+/// a tanh-GELU then keeps its pre-activation alone instead of eleven intermediates. Runs
+/// after CSE (which would merge the copies back). Part of optimize().
+ir::Graph rematerialize(const ir::Graph& graph, std::vector<int32_t>& remap);
+
 /// remap_ab[i] = remap_b[remap_a[i]] (−1 stays −1): the composition of two passes.
 std::vector<int32_t> compose(const std::vector<int32_t>& first, const std::vector<int32_t>& second);
 

@@ -88,6 +88,7 @@ template <class T>
 BlockFn binary_block(ir::Op op) {
   using S = typename StorageOf<T>::type;
   using std::pow;
+  using fastmath::exp; using fastmath::tanh;  // gelu_tanh_grad
   switch (op) {
 #define TG_BINARY(Name, str, dtypes, expr)                                                       \
   case ir::Op::k##Name:                                                                          \
@@ -180,6 +181,8 @@ int op_cost(ir::Op op) {
   switch (op) {
     case ir::Op::kExp: case ir::Op::kTanh: case ir::Op::kSigmoid:
       return 4;  // fastmath: vectorised polynomials
+    case ir::Op::kGeluTanh: case ir::Op::kGeluTanhGrad:
+      return 8;
     case ir::Op::kLog: case ir::Op::kSin: case ir::Op::kCos: case ir::Op::kErf: case ir::Op::kLog1p:
     case ir::Op::kPow:
       return 24;  // libm calls

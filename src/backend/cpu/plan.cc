@@ -253,7 +253,13 @@ void CpuExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& gr
   add_step(group.nodes, touched, written, nullptr);
   Step& st = steps_.back();
   st.bytes = 0;  // a group moves only its inputs and outputs
-  for (int32_t in : input_nodes) st.bytes += g.node(in).numel() * dtype_size(g.node(in).dtype);
+  for (int32_t in : input_nodes) {  // a broadcast input is read once per distinct element
+    const Slot& is = slots_[static_cast<size_t>(in)];
+    int64_t distinct = 1;
+    for (size_t d = 0; d < is.shape.size(); ++d)
+      if (is.place.strides[d] != 0) distinct *= is.shape[d];
+    st.bytes += distinct * dtype_size(is.dtype);
+  }
   for (int32_t out : group.outputs) st.bytes += g.node(out).numel() * dtype_size(g.node(out).dtype);
   for (const Proto& p : protos) st.flops += (p.reduction >= 0 ? 1 : op_cost(p.op)) * numel(shape);
   for (size_t i = 0; i < out_places.size(); ++i)  // stage inputs sharing storage with an output

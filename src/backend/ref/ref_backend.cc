@@ -248,12 +248,12 @@ class RefExecutableImpl final : public RefExecutable {
 
       case Op::kNeg: case Op::kAbs: case Op::kSign: case Op::kExp: case Op::kLog: case Op::kSqrt:
       case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
-      case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot:
+      case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
       case Op::kStopGradient:
         for (size_t i = 0; i < count; ++i) out[i] = unary(n.op, in(0)[i]);
         return out;
       case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
-      case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr:
+      case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad:
       case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
         for (size_t i = 0; i < count; ++i) out[i] = binary(n.op, in(0)[i], in(1)[i]);
         return out;

@@ -1,0 +1,90 @@
+// Rematerialisation of cheap elementwise values (see rewrite.h): the backward pass
+// recomputes them instead of the forward pass storing them.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "passes/fusion.h"
+#include "passes/rewrite.h"
+
+namespace tg::passes {
+namespace {
+
+using ir::Graph;
+using ir::Node;
+
+constexpr size_t kMaxCone = 24;  // elementwise nodes a backward group may recompute per value
+
+/// Storage a leaf really occupies: a broadcast reads only its source.
+int64_t stored_numel(const Graph& g, int32_t id) {
+  while (g.node(id).op == ir::Op::kBroadcastTo) id = g.node(id).inputs[0];
+  return g.node(id).numel();
+}
+
+class Remat {
+ public:
+  explicit Remat(const Graph& g) : g_(g) {}
+
+  Graph run(std::vector<int32_t>& remap) {
+    remap.assign(static_cast<size_t>(g_.size()), -1);
+    remap_ = &remap;
+    for (int32_t id = 0; id < g_.size(); ++id) {
+      Node n = g_.node(id);
+      const bool backward_elementwise = n.stage != ir::Stage::kForward && fusible(n.op);
+      for (int32_t& in : n.inputs) in = backward_elementwise && eligible(in) ? clone(in) : remap[static_cast<size_t>(in)];
+      remap[static_cast<size_t>(id)] = out_.add_checked(std::move(n));
+    }
+    for (int32_t o : g_.outputs) out_.outputs.push_back(remap[static_cast<size_t>(o)]);
+    for (const Graph::Update& u : g_.updates)
+      out_.updates.push_back({remap[static_cast<size_t>(u.target)], remap[static_cast<size_t>(u.value)]});
+    return std::move(out_);
+  }
+
+ private:
+  /// A forward elementwise value whose elementwise cone is small and rests on at most one
+  /// full-size stored value (so recomputing never keeps more memory alive than storing it).
+  bool eligible(int32_t id) {
+    if (auto it = eligible_.find(id); it != eligible_.end()) return it->second;
+    const Node& n = g_.node(id);
+    bool ok = n.stage == ir::Stage::kForward && fusible(n.op);
+    if (ok) {
+      std::unordered_set<int32_t> cone, big_leaves;
+      std::vector<int32_t> stack{id};
+      while (ok && !stack.empty()) {
+        const int32_t x = stack.back();
+        stack.pop_back();
+        if (!cone.insert(x).second) continue;
+        for (int32_t in : g_.node(x).inputs) {
+          if (fusible(g_.node(in).op) && g_.node(in).shape == n.shape) stack.push_back(in);
+          else if (2 * stored_numel(g_, in) >= n.numel()) big_leaves.insert(in);
+        }
+        ok = cone.size() <= kMaxCone && big_leaves.size() <= 1;
+      }
+    }
+    eligible_[id] = ok;
+    return ok;
+  }
+
+  /// The backward copy of a forward elementwise value (one per value, shared).
+  int32_t clone(int32_t id) {
+    if (auto it = clones_.find(id); it != clones_.end()) return it->second;
+    Node c = g_.node(id);
+    for (int32_t& in : c.inputs)
+      in = fusible(g_.node(in).op) && g_.node(in).shape == c.shape ? clone(in) : (*remap_)[static_cast<size_t>(in)];
+    c.stage = ir::Stage::kBackward;
+    const int32_t copy = out_.add_checked(std::move(c));
+    clones_[id] = copy;
+    return copy;
+  }
+
+  const Graph& g_;
+  Graph out_;
+  std::vector<int32_t>* remap_ = nullptr;
+  std::unordered_map<int32_t, bool> eligible_;
+  std::unordered_map<int32_t, int32_t> clones_;
+};
+
+}  // namespace
+
+Graph rematerialize(const Graph& graph, std::vector<int32_t>& remap) { return Remat(graph).run(remap); }
+
+}  // namespace tg::passes
