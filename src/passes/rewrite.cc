@@ -116,12 +116,47 @@ Graph eliminate_common_subexpressions(const Graph& graph, std::vector<int32_t>& 
   return out;
 }
 
+/// Whether a permute only swaps the last two axes (a matrix transpose per batch).
+bool swaps_last_two(const Node& n) {
+  const auto r = n.attrs.axes.size();
+  if (r < 2) return false;
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (n.attrs.axes[i] != static_cast<int64_t>(i)) return false;
+  return n.attrs.axes[r - 2] == static_cast<int64_t>(r - 1) && n.attrs.axes[r - 1] == static_cast<int64_t>(r - 2);
+}
+
 Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
   Graph out;
   int fired = 0;
   remap.assign(static_cast<size_t>(graph.size()), -1);
+  std::vector<int> readers(static_cast<size_t>(graph.size()), 0);
+  for (const Node& n : graph.nodes())
+    for (int32_t in : n.inputs) ++readers[static_cast<size_t>(in)];
+  for (int32_t o : graph.outputs) readers[static_cast<size_t>(o)] += 2;
+  for (const Graph::Update& u : graph.updates) readers[static_cast<size_t>(u.value)] += 2;
   for (int32_t id = 0; id < graph.size(); ++id) {
     Node n = graph.node(id);
+    // (A·B)ᵀ = Bᵀ·Aᵀ: a transposed product read only through its transpose (a weight gradient
+    // of x·Wᵀ) is computed in the layout it is read in; the operand transposes are free views.
+    if (n.op == Op::kPermute && swaps_last_two(n) && graph.node(n.inputs[0]).op == Op::kMatmul &&
+        readers[static_cast<size_t>(n.inputs[0])] == 1) {
+      const Node& mm = graph.node(n.inputs[0]);
+      auto transpose = [&](int32_t x) {
+        Node t = n;
+        t.inputs = {remap[static_cast<size_t>(x)]};
+        t.attrs.axes.resize(out.node(t.inputs[0]).shape.size());
+        for (size_t i = 0; i < t.attrs.axes.size(); ++i) t.attrs.axes[i] = static_cast<int64_t>(i);
+        std::swap(t.attrs.axes[t.attrs.axes.size() - 2], t.attrs.axes.back());
+        return out.add(std::move(t));
+      };
+      const int32_t bt = transpose(mm.inputs[1]), at = transpose(mm.inputs[0]);
+      Node product = mm;
+      product.inputs = {bt, at};
+      product.stage = n.stage;
+      remap[static_cast<size_t>(id)] = out.add(std::move(product));
+      ++fired;
+      continue;
+    }
     for (int32_t& in : n.inputs) in = remap[static_cast<size_t>(in)];
     // reshape∘reshape = one reshape; broadcast_to∘broadcast_to = one broadcast_to (a
     // broadcast of a broadcast reads the same source element).

@@ -426,7 +426,10 @@ void check_gpt_passes_on_and_off(tg::Device device, double tol) {
 TEST(Rewrite, GptTrainingStepsAgreeWithPassesOnAndOff) { check_gpt_passes_on_and_off(tg::Device::ref(), 1e-6); }
 
 TEST(Rewrite, GptTrainingStepsAgreeWithPassesOnAndOffOnCpu) {
-  check_gpt_passes_on_and_off(tg::Device::cpu(), 1e-6);
+  // In float the two programs sum in different orders (fused reductions, (A·B)ᵀ = Bᵀ·Aᵀ), and
+  // the key bias's gradient is zero in exact arithmetic (softmax ignores a per-row shift), so
+  // AdamW turns that rounding noise into parameter differences of a few 1e-6.
+  check_gpt_passes_on_and_off(tg::Device::cpu(), 1e-5);
 }
 
 }  // namespace

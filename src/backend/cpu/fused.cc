@@ -54,12 +54,11 @@ class Group {
   void run_chunk(int64_t c) const {
     thread_local std::vector<uint32_t> scratch;  // grows once per thread, then reused
     thread_local std::vector<const std::byte*> ptr;
-    thread_local std::vector<int64_t> idx, off;
+    thread_local std::vector<int64_t> idx;
     const size_t ni = spec_.inputs.size(), rank = extents_.size();
     if (scratch.size() < slots_ * kBlock) scratch.resize(slots_ * kBlock);
     if (ptr.size() < slots_) ptr.resize(slots_);
     idx.assign(rank, 0);
-    off.assign(ni, 0);
     auto slot = [&](size_t s) { return reinterpret_cast<std::byte*>(scratch.data() + s * kBlock); };
     for (size_t r = 0; r < spec_.reductions.size(); ++r) {
       double* part = partials_.data() + partial_base_[r] + c * spec_.reductions[r].inner;
@@ -70,56 +69,44 @@ class Group {
     for (size_t i = 0; i < ni; ++i)
       if (scalar_[i]) fill(slot(i), spec_.inputs[i], spec_.inputs[i].view.data, widest);
 
-    int64_t pos = c * chunk_;
-    const int64_t end = std::min(numel_, pos + chunk_);
-    int64_t rest = pos;
-    for (size_t d = rank; d-- > 0;) {
-      idx[d] = rest % extents_[d];
-      rest /= extents_[d];
-      for (size_t i = 0; i < ni; ++i) off[i] += idx[d] * strides_[d][i];
-    }
-    const size_t last = rank - 1;
-    while (pos < end) {
-      const int64_t count = std::min(extents_[last] - idx[last], end - pos);
-      for (int64_t s0 = 0; s0 < count; s0 += kBlock) {
-        const int64_t n = std::min(kBlock, count - s0);
-        for (size_t i = 0; i < ni; ++i) {
-          if (scalar_[i]) {
-            ptr[i] = slot(i);
-            continue;
+    // Blocks are kBlock consecutive flat positions, whatever the innermost extent: inputs laid
+    // out like the output are read in place; others (a bias broadcast over rows, a permuted
+    // operand) are gathered piece by piece into scratch, so a 64-wide row costs no more
+    // per-instruction overhead than a long one.
+    const int64_t end = std::min(numel_, (c + 1) * chunk_);
+    for (int64_t pos = c * chunk_; pos < end; pos += kBlock) {
+      const int64_t n = std::min(kBlock, end - pos);
+      bool decomposed = false;
+      for (size_t i = 0; i < ni; ++i) {
+        const FusedSpec::Input& in = spec_.inputs[i];
+        if (scalar_[i]) {
+          ptr[i] = slot(i);
+        } else if (dense_[i] && !in.stage) {
+          ptr[i] = in.view.data + pos * dtype_size(in.dtype);
+        } else {
+          if (!decomposed) {
+            int64_t rest = pos;
+            for (size_t d = rank; d-- > 0;) {
+              idx[d] = rest % extents_[d];
+              rest /= extents_[d];
+            }
+            decomposed = true;
           }
-          const FusedSpec::Input& in = spec_.inputs[i];
-          const int64_t st = strides_[last][i], es = dtype_size(in.dtype);
-          const std::byte* base = in.view.data + (off[i] + s0 * st) * es;
-          if (st == 1 && !in.stage) {
-            ptr[i] = base;
-          } else {
-            gather(slot(i), in, base, st, n);
-            ptr[i] = slot(i);
-          }
-        }
-        for (size_t k = 0; k < spec_.instrs.size(); ++k) {
-          const FusedSpec::Instr& ins = spec_.instrs[k];
-          if (ins.reduction >= 0) {
-            accumulate(ins.reduction, c, pos + s0, reinterpret_cast<const float*>(ptr[static_cast<size_t>(ins.args[0])]), n);
-            continue;
-          }
-          std::byte* dst = ins.output >= 0
-                               ? spec_.outputs[static_cast<size_t>(ins.output)] + (pos + s0) * dtype_size(ins.dtype)
-                               : slot(ni + k);
-          auto arg = [&](int a) { return a < 0 ? nullptr : ptr[static_cast<size_t>(a)]; };
-          ins.fn(dst, arg(ins.args[0]), arg(ins.args[1]), arg(ins.args[2]), n);
-          ptr[ni + k] = dst;
+          gather_block(slot(i), i, idx, n);
+          ptr[i] = slot(i);
         }
       }
-      pos += count;
-      if (pos >= end) break;
-      for (size_t i = 0; i < ni; ++i) off[i] += count * strides_[last][i];
-      idx[last] += count;
-      for (size_t d = last; d > 0 && idx[d] == extents_[d]; --d) {
-        for (size_t i = 0; i < ni; ++i) off[i] += strides_[d - 1][i] - extents_[d] * strides_[d][i];
-        idx[d] = 0;
-        ++idx[d - 1];
+      for (size_t k = 0; k < spec_.instrs.size(); ++k) {
+        const FusedSpec::Instr& ins = spec_.instrs[k];
+        if (ins.reduction >= 0) {
+          accumulate(ins.reduction, c, pos, reinterpret_cast<const float*>(ptr[static_cast<size_t>(ins.args[0])]), n);
+          continue;
+        }
+        std::byte* dst = ins.output >= 0 ? spec_.outputs[static_cast<size_t>(ins.output)] + pos * dtype_size(ins.dtype)
+                                         : slot(ni + k);
+        auto arg = [&](int a) { return a < 0 ? nullptr : ptr[static_cast<size_t>(a)]; };
+        ins.fn(dst, arg(ins.args[0]), arg(ins.args[1]), arg(ins.args[2]), n);
+        ptr[ni + k] = dst;
       }
     }
   }
@@ -154,13 +141,17 @@ class Group {
       out_strides.push_back(std::vector<int64_t>(ni + 1, 0));
     }
     for (auto& st : out_strides) {
-      st.pop_back();  // the output is dense: its offset is the flat position
+      dense_strides_.push_back(st.back());  // the output is dense: its offset is the flat position
+      st.pop_back();
       strides_.push_back(st);
     }
     scalar_.assign(ni, 1);
+    dense_.assign(ni, 1);
     for (size_t i = 0; i < ni; ++i)
-      for (size_t d = 0; d < extents_.size(); ++d)
+      for (size_t d = 0; d < extents_.size(); ++d) {
         if (strides_[d][i] != 0) scalar_[i] = 0;
+        if (strides_[d][i] != dense_strides_[d]) dense_[i] = 0;
+      }
   }
 
   /// partial[(at + j) mod inner] += v[j], in row pieces so the inner loop vectorises.
@@ -177,11 +168,64 @@ class Group {
       return;
     }
     int64_t j = 0, col = at % inner;
+    if (col != 0) {  // finish the row the block starts in
+      const int64_t len = std::min(inner - col, n);
+      for (int64_t t = 0; t < len; ++t) part[col + t] += static_cast<double>(v[t]);
+      j = len;
+    }
+    // Whole rows: summed in float first (at most kBlock / inner of them, a handful of adds
+    // per column), then one double add per column.
+    const int64_t rows = (n - j) / inner;
+    if (rows > 1 && inner <= kBlock) {
+      float row[kBlock];
+      std::copy(v + j, v + j + inner, row);
+      for (int64_t k = 1; k < rows; ++k) {
+        const float* src = v + j + k * inner;
+        for (int64_t t = 0; t < inner; ++t) row[t] += src[t];
+      }
+      for (int64_t t = 0; t < inner; ++t) part[t] += static_cast<double>(row[t]);
+      j += rows * inner;
+    }
     while (j < n) {
-      const int64_t len = std::min(inner - col, n - j);
-      for (int64_t t = 0; t < len; ++t) part[col + t] += static_cast<double>(v[j + t]);
+      const int64_t len = std::min(inner, n - j);
+      for (int64_t t = 0; t < len; ++t) part[t] += static_cast<double>(v[j + t]);
       j += len;
-      col = 0;
+    }
+  }
+
+  /// n elements of input i from the flat position whose merged-axis index is `at`.
+  void gather_block(std::byte* dst, size_t i, const std::vector<int64_t>& at, int64_t n) const {
+    const FusedSpec::Input& in = spec_.inputs[i];
+    const int64_t es = dtype_size(in.dtype);
+    const size_t rank = extents_.size(), last = rank - 1;
+    int64_t idx_small[16];
+    std::vector<int64_t> idx_big;
+    int64_t* idx = idx_small;
+    if (rank > 16) {
+      idx_big.resize(rank);
+      idx = idx_big.data();
+    }
+    int64_t off = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      idx[d] = at[d];
+      off += at[d] * strides_[d][i];
+    }
+    int64_t done = 0;
+    while (done < n) {
+      const int64_t count = std::min(extents_[last] - idx[last], n - done);
+      const int64_t st = strides_[last][i];
+      const std::byte* src = in.view.data + off * es;
+      if (st == 1) std::memcpy(dst + done * es, src, static_cast<size_t>(count * es));
+      else gather(dst + done * es, in, src, st, count);
+      done += count;
+      if (done >= n) break;
+      off += count * st;
+      idx[last] += count;
+      for (size_t d = last; d > 0 && idx[d] == extents_[d]; --d) {
+        off += strides_[d - 1][i] - extents_[d] * strides_[d][i];
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
     }
   }
 
@@ -212,6 +256,8 @@ class Group {
   std::vector<int64_t> extents_;
   std::vector<std::vector<int64_t>> strides_;  // [axis][input], in elements
   std::vector<char> scalar_;                  // input is one value broadcast everywhere
+  std::vector<char> dense_;                   // input laid out exactly like the output
+  std::vector<int64_t> dense_strides_;        // the output's strides on the merged axes
   mutable std::vector<double> partials_;      // [reduction][chunk][inner]: each chunk writes its own
   std::vector<int64_t> partial_base_;
 };
@@ -229,7 +275,13 @@ Kernel make_fused(std::vector<FusedSpec> specs) {
   }
   first_chunk.push_back(total);
   return [groups, first_chunk, total] {
-#pragma omp parallel for schedule(static) if (total > 1)
+    if (total <= 1) {  // no parallel region at all: even an inactive one has a cost
+      for (const Group& g : *groups)
+        if (g.chunks() > 0) g.run_chunk(0);
+      for (const Group& g : *groups) g.finish();
+      return;
+    }
+#pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < total; ++c) {
       const auto g = static_cast<size_t>(std::upper_bound(first_chunk.begin(), first_chunk.end(), c) - first_chunk.begin() - 1);
       (*groups)[g].run_chunk(c - first_chunk[g]);
