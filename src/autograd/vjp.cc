@@ -63,7 +63,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     case Op::kCos: return {-(g * sin(x(0), loc))};
     case Op::kTanh: return {g * (1.0 - y * y)};                       // 1 - tanh²
     case Op::kSigmoid: return {g * y * (1.0 - y)};                    // σ(1-σ)
-    case Op::kRelu: return {where(x(0) > 0.0, g, 0.0, loc)};          // 0 at the kink, as PyTorch
+    case Op::kRelu: return {ir::binary(Op::kReluGrad, x(0), g, loc)};  // 0 at the kink, as PyTorch
     case Op::kErf:                                                    // 2/√π e^{-x²}
       return {g * (2.0 / std::sqrt(std::numbers::pi)) * exp(-(x(0) * x(0)), loc)};
     case Op::kLog1p: return {g / (x(0) + 1.0)};
@@ -215,7 +215,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     }
     // Backward-only primitives and randomness: no gradient (no second derivatives yet).
     case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:
-    case Op::kAttentionGrad: case Op::kGeluTanhGrad:
+    case Op::kAttentionGrad: case Op::kGeluTanhGrad: case Op::kReluGrad:
       return std::vector<Tensor>(n.inputs.size());
   }
   return std::vector<Tensor>(n.inputs.size());

@@ -77,7 +77,7 @@ void infer(const Graph& g, Node& n) {
     case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
     case Op::kStopGradient:
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
-    case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad:
+    case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad: case Op::kReluGrad:
       n.shape = in(0).shape;
       n.dtype = in(0).dtype;
       return;

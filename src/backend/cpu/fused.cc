@@ -19,7 +19,8 @@
 namespace tg::backend::cpu {
 namespace {
 
-constexpr int64_t kBlock = 512;            // elements per block: a slot is 2 KiB of f32
+constexpr int64_t kBlock = 512;            // default elements per block: a slot is 2 KiB of f32
+constexpr int64_t kMaxBlock = 4096;        // a block grows to whole rows of a row-broadcast input
 constexpr int64_t kWorkPerChunk = 1 << 18;  // element-ops (op_cost units) per chunk: ~30-60 us of work, well above a fork-join
 
 class Group {
@@ -29,7 +30,7 @@ class Group {
     merge_axes();
     int64_t cost = 0;
     for (const FusedSpec::Instr& i : spec_.instrs) cost += i.cost;
-    chunk_ = std::max<int64_t>(kBlock, (kWorkPerChunk / std::max<int64_t>(1, cost) + kBlock - 1) / kBlock * kBlock);
+    chunk_ = std::max<int64_t>(block_, (kWorkPerChunk / std::max<int64_t>(1, cost) + block_ - 1) / block_ * block_);
     chunks_ = numel_ == 0 ? 0 : (numel_ + chunk_ - 1) / chunk_;
     slots_ = spec_.inputs.size() + spec_.instrs.size();
     for (const FusedSpec::Reduction& r : spec_.reductions) {
@@ -56,30 +57,37 @@ class Group {
     thread_local std::vector<const std::byte*> ptr;
     thread_local std::vector<int64_t> idx;
     const size_t ni = spec_.inputs.size(), rank = extents_.size();
-    if (scratch.size() < slots_ * kBlock) scratch.resize(slots_ * kBlock);
+    if (scratch.size() < slots_ * static_cast<size_t>(block_)) scratch.resize(slots_ * static_cast<size_t>(block_));
     if (ptr.size() < slots_) ptr.resize(slots_);
     idx.assign(rank, 0);
-    auto slot = [&](size_t s) { return reinterpret_cast<std::byte*>(scratch.data() + s * kBlock); };
+    auto slot = [&](size_t s) { return reinterpret_cast<std::byte*>(scratch.data() + s * static_cast<size_t>(block_)); };
     for (size_t r = 0; r < spec_.reductions.size(); ++r) {
       double* part = partials_.data() + partial_base_[r] + c * spec_.reductions[r].inner;
       std::fill(part, part + spec_.reductions[r].inner, 0.0);
     }
     // Scalars broadcast over the whole group: one block of copies, made once per chunk.
-    const int64_t widest = std::min(kBlock, numel_);
+    const int64_t widest = std::min(block_, numel_);
     for (size_t i = 0; i < ni; ++i)
       if (scalar_[i]) fill(slot(i), spec_.inputs[i], spec_.inputs[i].view.data, widest);
+    // Inputs whose pattern repeats every block (a bias broadcast over rows): one gather per
+    // chunk, since every block starts at a multiple of its period.
+    if (std::find(periodic_.begin(), periodic_.end(), 1) != periodic_.end()) {
+      idx.assign(rank, 0);
+      for (size_t i = 0; i < ni; ++i)
+        if (periodic_[i]) gather_block(slot(i), i, idx, widest);
+    }
 
     // Blocks are kBlock consecutive flat positions, whatever the innermost extent: inputs laid
     // out like the output are read in place; others (a bias broadcast over rows, a permuted
     // operand) are gathered piece by piece into scratch, so a 64-wide row costs no more
     // per-instruction overhead than a long one.
     const int64_t end = std::min(numel_, (c + 1) * chunk_);
-    for (int64_t pos = c * chunk_; pos < end; pos += kBlock) {
-      const int64_t n = std::min(kBlock, end - pos);
+    for (int64_t pos = c * chunk_; pos < end; pos += block_) {
+      const int64_t n = std::min(block_, end - pos);
       bool decomposed = false;
       for (size_t i = 0; i < ni; ++i) {
         const FusedSpec::Input& in = spec_.inputs[i];
-        if (scalar_[i]) {
+        if (scalar_[i] || periodic_[i]) {
           ptr[i] = slot(i);
         } else if (dense_[i] && !in.stage) {
           ptr[i] = in.view.data + pos * dtype_size(in.dtype);
@@ -152,6 +160,25 @@ class Group {
         if (strides_[d][i] != 0) scalar_[i] = 0;
         if (strides_[d][i] != dense_strides_[d]) dense_[i] = 0;
       }
+    // Period of each input: the extent of the trailing axes after its last stride-0 outer
+    // axis run (an input stepping only the trailing axes repeats every that many positions).
+    std::vector<int64_t> period(ni, 0);
+    int64_t longest = 0;
+    for (size_t i = 0; i < ni; ++i) {
+      if (scalar_[i] || dense_[i]) continue;
+      size_t lead = 0;
+      while (lead < extents_.size() && strides_[lead][i] == 0) ++lead;
+      if (lead == 0) continue;
+      int64_t p = 1;
+      for (size_t d = lead; d < extents_.size(); ++d) p *= extents_[d];
+      if (p <= kMaxBlock) {
+        period[i] = p;
+        longest = std::max(longest, p);
+      }
+    }
+    if (longest > 0) block_ = longest * std::max<int64_t>(1, kBlock / longest);
+    periodic_.assign(ni, 0);
+    for (size_t i = 0; i < ni; ++i) periodic_[i] = period[i] > 0 && block_ % period[i] == 0;
   }
 
   /// partial[(at + j) mod inner] += v[j], in row pieces so the inner loop vectorises.
@@ -176,8 +203,8 @@ class Group {
     // Whole rows: summed in float first (at most kBlock / inner of them, a handful of adds
     // per column), then one double add per column.
     const int64_t rows = (n - j) / inner;
-    if (rows > 1 && inner <= kBlock) {
-      float row[kBlock];
+    if (rows > 1 && inner <= kMaxBlock) {
+      float row[kMaxBlock];
       std::copy(v + j, v + j + inner, row);
       for (int64_t k = 1; k < rows; ++k) {
         const float* src = v + j + k * inner;
@@ -251,12 +278,13 @@ class Group {
   }
 
   FusedSpec spec_;
-  int64_t numel_ = 0, chunk_ = kBlock, chunks_ = 0;
+  int64_t numel_ = 0, block_ = kBlock, chunk_ = kBlock, chunks_ = 0;
   size_t slots_ = 0;
   std::vector<int64_t> extents_;
   std::vector<std::vector<int64_t>> strides_;  // [axis][input], in elements
   std::vector<char> scalar_;                  // input is one value broadcast everywhere
   std::vector<char> dense_;                   // input laid out exactly like the output
+  std::vector<char> periodic_;                // input repeats with a period dividing block_
   std::vector<int64_t> dense_strides_;        // the output's strides on the merged axes
   mutable std::vector<double> partials_;      // [reduction][chunk][inner]: each chunk writes its own
   std::vector<int64_t> partial_base_;

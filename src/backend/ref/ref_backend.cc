@@ -253,7 +253,7 @@ class RefExecutableImpl final : public RefExecutable {
         for (size_t i = 0; i < count; ++i) out[i] = unary(n.op, in(0)[i]);
         return out;
       case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
-      case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad:
+      case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad: case Op::kReluGrad:
       case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
         for (size_t i = 0; i < count; ++i) out[i] = binary(n.op, in(0)[i], in(1)[i]);
         return out;
