@@ -85,7 +85,7 @@ std::vector<Example> examples() {
         }};
   };
   return {
-      {"mlp_sin", 17,
+      {"mlp_sin", 16,
        [sin_model](bool optimize) {
          return compile_train(*sin_model, [sin_model](Tensor x, Tensor y) { Tensor d = (*sin_model)(x) - y; return mean(d * d); },
                               {.inputs = {{"x", {256, 1}}, {"y", {256, 1}}}, .optimizer = Adam{.lr = 5e-3}, .optimize = optimize});
@@ -98,8 +98,8 @@ std::vector<Example> examples() {
          }
          return p.step({{"x", x}, {"y", y}});
        }},
-      gpt("addition_3L", 160, {.vocab = 16, .seq_len = 8, .layers = 3, .d_model = 64, .heads = 4}, 32),
-      gpt("char_6L (small)", 300, {.vocab = 65, .seq_len = 32, .layers = 6, .d_model = 48, .heads = 6}, 2),
+      gpt("addition_3L", 150, {.vocab = 16, .seq_len = 8, .layers = 3, .d_model = 64, .heads = 4}, 32),
+      gpt("char_6L (small)", 280, {.vocab = 65, .seq_len = 32, .layers = 6, .d_model = 48, .heads = 6}, 2),
   };
 }
 
