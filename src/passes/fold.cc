@@ -105,6 +105,7 @@ std::optional<Node> fold(const Graph& out, const Node& n, int64_t limit) {
   c.shape = n.shape;
   c.attrs.values = std::move(result);
   c.loc = n.loc;
+  c.stage = n.stage;
   return c;
 }
 
@@ -226,6 +227,7 @@ Graph concat_unslice_sums(const Graph& graph, std::vector<int32_t>& remap, int* 
       z.shape[axis] = len;
       z.attrs.values = {0.0};
       z.loc = n.loc;
+      z.stage = n.stage;
       parts.push_back(out.add_checked(std::move(z)));
     };
     int64_t pos = 0;
@@ -248,6 +250,7 @@ Graph concat_unslice_sums(const Graph& graph, std::vector<int32_t>& remap, int* 
     c.inputs = std::move(parts);
     c.attrs.axes = {t.axis};
     c.loc = n.loc;
+    c.stage = n.stage;
     remap[id] = out.add_checked(std::move(c));
   }
   carry_roots(graph, out, remap);

@@ -12,9 +12,15 @@ namespace tg::passes {
 
 using ir::Op;
 
+/// Widest sum output a group accumulates itself (its chunks each hold a partial row).
+constexpr int64_t kMaxSinkWidth = 4096;
+
 bool reduction_sink(const ir::Graph& g, const ir::Node& n) {
   if (n.op != Op::kSum || n.dtype != DType::kF32) return false;
+  // Each parallel chunk keeps a partial row of the output: fine for bias-like outputs, not
+  // for a wide one summed over few rows (a positional embedding's gradient: T·C wide, B deep).
   const Shape& in = g.node(n.inputs[0]).shape;
+  if (n.numel() > kMaxSinkWidth || numel(in) < 16 * n.numel()) return false;
   bool kept_seen = false;
   for (size_t d = 0; d < in.size(); ++d) {
     if (in[d] == 1) continue;

@@ -39,7 +39,8 @@ struct Fusion {
 bool fusible(ir::Op op);
 /// Whether `n` may end an elementwise group as a reduction sink: an f32 Sum whose kept axes
 /// (extent > 1) all follow its reduced ones, so that over the group's flat index the value
-/// at position i accumulates into output element i mod numel(n.shape).
+/// at position i accumulates into output element i mod numel(n.shape); at most 4096 outputs,
+/// each the sum of at least 16 values.
 bool reduction_sink(const ir::Graph& graph, const ir::Node& n);
 
 /// Live = reachable from graph.outputs or an update value. Leaves (params, inputs, state,

@@ -141,6 +141,7 @@ Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
     if (n.op == Op::kPermute && swaps_last_two(n) && graph.node(n.inputs[0]).op == Op::kMatmul &&
         readers[static_cast<size_t>(n.inputs[0])] == 1) {
       const Node& mm = graph.node(n.inputs[0]);
+      out.stage = n.stage;  // Graph::add stamps it on the new nodes
       auto transpose = [&](int32_t x) {
         Node t = n;
         t.inputs = {remap[static_cast<size_t>(x)]};
@@ -152,8 +153,8 @@ Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
       const int32_t bt = transpose(mm.inputs[1]), at = transpose(mm.inputs[0]);
       Node product = mm;
       product.inputs = {bt, at};
-      product.stage = n.stage;
       remap[static_cast<size_t>(id)] = out.add(std::move(product));
+      out.stage = ir::Stage::kForward;
       ++fired;
       continue;
     }

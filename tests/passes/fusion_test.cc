@@ -235,3 +235,44 @@ TEST(Fusion, ChainsBecomeOneGroupAndOrderRespectsDependencies) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Fusion, InPlaceUpdateNeverHidesTheOldValueFromAnotherUpdate) {
+  // update(prev ← w) and update(w ← w·0.5): w's new value must not be written over w before
+  // prev has taken the old one, fused or not.
+  for (int optimized = 0; optimized < 2; ++optimized) {
+    ir::Graph g;
+    const int32_t w = ir::named_leaf(g, ir::Op::kParam, "w", {4, 4}, DType::kF32, Loc::current()).id();
+    const int32_t prev = ir::named_leaf(g, ir::Op::kState, "prev", {4, 4}, DType::kF32, Loc::current()).id();
+    ir::Node half;
+    half.op = ir::Op::kConstant;
+    half.dtype = DType::kF32;
+    half.shape = {4, 4};
+    half.attrs.values = {0.5};
+    const int32_t h = g.add(half);
+    ir::Node mul;
+    mul.op = ir::Op::kMul;
+    mul.inputs = {w, h};
+    const int32_t scaled = g.add(mul);
+    g.updates = {{prev, w}, {w, scaled}};
+    auto be = backend::make_cpu_backend();
+    auto wb = be->allocate(DType::kF32, 16), pb = be->allocate(DType::kF32, 16);
+    std::vector<float> init(16);
+    for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<float>(i + 1);
+    be->upload(*wb, init.data());
+    backend::PrepareOptions o;
+    o.fuse = o.reuse_memory = optimized == 1;
+    auto exe = be->prepare(g, {{w, wb.get()}, {prev, pb.get()}}, o);
+    exe->execute();
+    std::vector<float> got_w(16), got_prev(16);
+    be->download(*wb, got_w.data());
+    be->download(*pb, got_prev.data());
+    for (size_t i = 0; i < 16; ++i) {
+      EXPECT_EQ(got_prev[i], init[i]) << "optimized " << optimized << " [" << i << "]";
+      EXPECT_EQ(got_w[i], 0.5f * init[i]) << "optimized " << optimized << " [" << i << "]";
+    }
+  }
+}
+
+}  // namespace

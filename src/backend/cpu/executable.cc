@@ -123,7 +123,7 @@ void CpuExecutable::plan_arena(bool reuse) {
     intervals.push_back({b.bytes, b.first, b.last});
   }
   const passes::IntervalPlan plan = passes::plan_intervals(intervals);
-  for (size_t i = 0; i < bufs_.size(); ++i) bufs_[i].offset = plan.offset[i];
+  for (size_t i = 0; i < bufs_.size(); ++i) bufs_[i].offset = std::max<int64_t>(0, plan.offset[i]);  // empty: 0
   arena_ = HostMem(plan.arena_bytes);
   memory_.arena = plan.arena_bytes;
   memory_.no_reuse = plan.total_bytes;
@@ -209,9 +209,12 @@ void CpuExecutable::set_input(int32_t node, const void* host) {
 }
 
 void CpuExecutable::execute() {
-  for (size_t id = 0; id < ops_.size(); ++id)
-    if (ops_[id] == Op::kInput && !input_set_[id])
-      throw Error("[cpu] input '" + names_[id] + "' (%" + std::to_string(id) + ") was not set");
+  if (!all_inputs_set_) {
+    for (size_t id = 0; id < ops_.size(); ++id)
+      if (ops_[id] == Op::kInput && !input_set_[id])
+        throw Error("[cpu] input '" + names_[id] + "' (%" + std::to_string(id) + ") was not set");
+    all_inputs_set_ = true;  // inputs stay set: each is fed before every step, never cleared
+  }
   if (profile_) {
     for (size_t i = 0; i < kernels_.size(); ++i) {
       const auto t0 = std::chrono::steady_clock::now();

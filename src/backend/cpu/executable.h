@@ -111,6 +111,7 @@ class CpuExecutable final : public Executable {
   std::vector<std::string> names_;
   std::vector<ir::Stage> stages_;
   std::vector<char> input_set_;
+  bool all_inputs_set_ = false;
   std::vector<ArenaBuffer> bufs_;
   HostMem arena_;
   std::vector<HostMem> fixed_mems_;  // inputs, constants, staging: prepare-time memory

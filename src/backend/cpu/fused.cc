@@ -21,6 +21,7 @@ namespace {
 
 constexpr int64_t kBlock = 512;            // default elements per block: a slot is 2 KiB of f32
 constexpr int64_t kMaxBlock = 4096;        // a block grows to whole rows of a row-broadcast input
+constexpr int64_t kPreSumRows = 16;        // rows a column reduction adds in float before double
 constexpr int64_t kWorkPerChunk = 1 << 18;  // element-ops (op_cost units) per chunk: ~30-60 us of work, well above a fork-join
 
 class Group {
@@ -200,10 +201,9 @@ class Group {
       for (int64_t t = 0; t < len; ++t) part[col + t] += static_cast<double>(v[t]);
       j = len;
     }
-    // Whole rows: summed in float first (at most kBlock / inner of them, a handful of adds
-    // per column), then one double add per column.
-    const int64_t rows = (n - j) / inner;
-    if (rows > 1 && inner <= kMaxBlock) {
+    // Whole rows: summed in float first (at most kPreSumRows at a time, a handful of adds per
+    // column), then one double add per column.
+    for (int64_t rows; inner <= kMaxBlock && (rows = std::min<int64_t>((n - j) / inner, kPreSumRows)) > 1;) {
       float row[kMaxBlock];
       std::copy(v + j, v + j + inner, row);
       for (int64_t k = 1; k < rows; ++k) {

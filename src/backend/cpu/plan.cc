@@ -164,6 +164,8 @@ bool CpuExecutable::in_place_target(const ir::Graph& g, int32_t value, int32_t g
     const int32_t x = stack.back();
     stack.pop_back();
     if (std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end()) return false;
+    for (const ir::Graph::Update& u : g.updates)  // another update copying the old value
+      if (u.value == x && x != value) return false;
     for (int32_t c : consumers_[static_cast<size_t>(x)]) {
       if (is_view_op(g.node(c).op)) {
         stack.push_back(c);
