@@ -37,6 +37,8 @@ class Group {
     for (const FusedSpec::Reduction& r : spec_.reductions) {
       partial_base_.push_back(static_cast<int64_t>(partials_.size()));
       partials_.resize(partials_.size() + static_cast<size_t>(std::max<int64_t>(1, chunks_) * r.inner));
+      row_sums_.resize(partials_.size());
+      rows_pending_.resize(spec_.reductions.size() * static_cast<size_t>(std::max<int64_t>(1, chunks_)));
     }
   }
   int64_t chunks() const { return chunks_; }
@@ -63,8 +65,10 @@ class Group {
     idx.assign(rank, 0);
     auto slot = [&](size_t s) { return reinterpret_cast<std::byte*>(scratch.data() + s * static_cast<size_t>(block_)); };
     for (size_t r = 0; r < spec_.reductions.size(); ++r) {
-      double* part = partials_.data() + partial_base_[r] + c * spec_.reductions[r].inner;
-      std::fill(part, part + spec_.reductions[r].inner, 0.0);
+      const int64_t inner = spec_.reductions[r].inner, at = partial_base_[r] + c * inner;
+      std::fill(partials_.data() + at, partials_.data() + at + inner, 0.0);
+      std::fill(row_sums_.data() + at, row_sums_.data() + at + inner, 0.0f);
+      rows_pending_[r * static_cast<size_t>(chunks_) + static_cast<size_t>(c)] = 0;
     }
     // Scalars broadcast over the whole group: one block of copies, made once per chunk.
     const int64_t widest = std::min(block_, numel_);
@@ -118,6 +122,7 @@ class Group {
         ptr[ni + k] = dst;
       }
     }
+    for (size_t r = 0; r < spec_.reductions.size(); ++r) flush(static_cast<int32_t>(r), c);
   }
 
  private:
@@ -201,23 +206,32 @@ class Group {
       for (int64_t t = 0; t < len; ++t) part[col + t] += static_cast<double>(v[t]);
       j = len;
     }
-    // Whole rows: summed in float first (at most kPreSumRows at a time, a handful of adds per
-    // column), then one double add per column.
-    for (int64_t rows; inner <= kMaxBlock && (rows = std::min<int64_t>((n - j) / inner, kPreSumRows)) > 1;) {
-      float row[kMaxBlock];
-      std::copy(v + j, v + j + inner, row);
-      for (int64_t k = 1; k < rows; ++k) {
-        const float* src = v + j + k * inner;
-        for (int64_t t = 0; t < inner; ++t) row[t] += src[t];
-      }
-      for (int64_t t = 0; t < inner; ++t) part[t] += static_cast<double>(row[t]);
-      j += rows * inner;
+    // Whole rows go into a float row sum that folds into the double partials every
+    // kPreSumRows rows (and at the chunk's end): a handful of float adds per column, then one
+    // double add, whether a block holds many rows or one.
+    float* row = row_sums_.data() + partial_base_[static_cast<size_t>(r)] + c * inner;
+    int32_t& pending = rows_pending_[static_cast<size_t>(r) * static_cast<size_t>(chunks_) + static_cast<size_t>(c)];
+    for (; j + inner <= n; j += inner) {
+      const float* src = v + j;
+      for (int64_t t = 0; t < inner; ++t) row[t] += src[t];
+      if (++pending == kPreSumRows) flush(r, c);
     }
-    while (j < n) {
-      const int64_t len = std::min(inner, n - j);
-      for (int64_t t = 0; t < len; ++t) part[t] += static_cast<double>(v[j + t]);
-      j += len;
+    for (int64_t t = 0; j + t < n; ++t) part[t] += static_cast<double>(v[j + t]);  // a row left open
+  }
+
+  /// Folds reduction r's float row sum of chunk c into its double partials.
+  void flush(int32_t r, int64_t c) const {
+    const int64_t inner = spec_.reductions[static_cast<size_t>(r)].inner;
+    int32_t& pending = rows_pending_[static_cast<size_t>(r) * static_cast<size_t>(chunks_) + static_cast<size_t>(c)];
+    if (pending == 0 || inner == 1) return;
+    const int64_t at = partial_base_[static_cast<size_t>(r)] + c * inner;
+    double* part = partials_.data() + at;
+    float* row = row_sums_.data() + at;
+    for (int64_t t = 0; t < inner; ++t) {
+      part[t] += static_cast<double>(row[t]);
+      row[t] = 0.0f;
     }
+    pending = 0;
   }
 
   /// n elements of input i from the flat position whose merged-axis index is `at`.
@@ -287,6 +301,8 @@ class Group {
   std::vector<char> periodic_;                // input repeats with a period dividing block_
   std::vector<int64_t> dense_strides_;        // the output's strides on the merged axes
   mutable std::vector<double> partials_;      // [reduction][chunk][inner]: each chunk writes its own
+  mutable std::vector<float> row_sums_;       // same layout: whole rows not yet folded into partials_
+  mutable std::vector<int32_t> rows_pending_; // [reduction][chunk]: rows in row_sums_
   std::vector<int64_t> partial_base_;
 };
 
