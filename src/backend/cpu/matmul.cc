@@ -43,10 +43,14 @@ constexpr int64_t kParallelMacs = int64_t{1} << 21;
 /// One product C = op(A)·op(B) (beta 0), on sgemm_small split by rows or on OpenBLAS.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
           float* C, int64_t ldc, bool may_fork) {
-  // Weight gradients (Aᵀ·B over a long K, large output) are the one family where threaded
-  // OpenBLAS measured faster: 1.12-1.19x on char_6L384's (bench/matmul_bench).
+  // Two families where threaded OpenBLAS measured faster on char_6L384's shapes
+  // (bench/matmul_bench): weight gradients (Aᵀ·B over a long K, large output; 1.12-1.19x)
+  // and products both tall and wide (2048 x 1152/1536 outputs; 1.07-1.15x), whose packed
+  // op(B) outgrows the L2 cache that sgemm_small keeps it in.
   const bool long_k_weight_grad = ta && k >= 1024 && m * n >= (int64_t{1} << 18);
-  if ((!sgemm_small_everywhere() && !prefer_sgemm_small(ta, tb, m, n, k)) || (may_fork && long_k_weight_grad)) {
+  const bool tall_and_wide = m >= 1024 && n >= 1024;
+  if ((!sgemm_small_everywhere() && !prefer_sgemm_small(ta, tb, m, n, k)) ||
+      (may_fork && (long_k_weight_grad || tall_and_wide))) {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m), blas_int(n),
                 blas_int(k), 1.0f, A, blas_int(lda), B, blas_int(ldb), 0.0f, C, blas_int(ldc));
     return;
