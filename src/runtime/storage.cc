@@ -1,6 +1,8 @@
 // Devices, backends and the per-model parameter storage shared across programs.
 #include "runtime/storage.h"
 
+#include "backend/cuda/driver.h"
+
 #include <vector>
 
 namespace tg {
@@ -22,9 +24,15 @@ std::unique_ptr<backend::Backend> make_backend(const Device& device) {
   switch (device.kind) {
     case Device::Kind::kCpu: return backend::make_cpu_backend();
     case Device::Kind::kRef: return backend::make_ref_backend();
-    case Device::Kind::kCuda:
-      throw DeviceError("[compile] device " + device.str() +
-                        " is not available: this build of tensorgrad has no CUDA backend yet; use Device::cpu()");
+    case Device::Kind::kCuda: {
+      // The driver and NVRTC load and compile (backend/cuda/driver.h); the backend that runs
+      // whole programs on them is the next step. Say precisely which part is missing.
+      const std::string why = backend::cuda::unavailable_reason(device.index);
+      throw DeviceError("[compile] device " + device.str() + " is not available: " +
+                        (why.empty() ? std::string("the GPU works, but this build's CUDA backend cannot run programs yet")
+                                     : why) +
+                        "; use Device::cpu()");
+    }
   }
   throw DeviceError("[compile] unknown device");
 }

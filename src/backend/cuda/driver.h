@@ -1,0 +1,109 @@
+// The CUDA driver API and NVRTC, loaded at run time (dlopen), so that the library builds
+// without the CUDA toolkit and runs on machines without a GPU: there, asking for a CUDA device
+// throws a DeviceError saying why (no libcuda, no device, driver too old, no NVRTC) instead of
+// the program failing to load. Only the handful of entry points the backend uses are declared,
+// with the ABI types spelled out here (they are stable C types in cuda.h / nvrtc.h).
+//
+// First brick of the CUDA backend (issue 5): loading, device discovery, memory, NVRTC compile
+// to a cubin for the device's own architecture with an on-disk cache, module load and launch.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tg::backend::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+using nvrtcResult = int;
+using nvrtcProgram = struct _nvrtcProgram*;
+
+/// The driver entry points (the _v2 ABI where one exists).
+struct Driver {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDeviceTotalMem)(size_t*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemGetInfo)(size_t*, size_t*);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void**, void**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+};
+
+struct Nvrtc {
+  nvrtcResult (*nvrtcVersion)(int*, int*);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*);
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
+  const char* (*nvrtcGetErrorString)(nvrtcResult);
+};
+
+/// The loaded driver (cuInit done); throws DeviceError naming what is missing.
+const Driver& driver();
+/// The loaded NVRTC; throws DeviceError naming the libraries it tried.
+const Nvrtc& nvrtc();
+/// Throws DeviceError "[cuda] <what>: <driver's message>" unless r is CUDA_SUCCESS.
+void check(CUresult r, const char* what);
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  size_t total_bytes = 0;
+  int driver_version = 0;  // e.g. 13000
+};
+/// Why device `index` cannot be used ("" when it can): nothing thrown, for Device::best().
+std::string unavailable_reason(int index);
+/// The device's properties; makes its primary context current on this thread. Throws
+/// DeviceError when it cannot be used.
+DeviceInfo open_device(int index);
+
+/// CUDA C++ source → cubin for sm_<major><minor>, through NVRTC. Results are cached on disk,
+/// keyed by a hash of the source, the options, the architecture and the NVRTC version, in
+/// $TG_CUDA_CACHE (default $XDG_CACHE_HOME/tensorgrad or ~/.cache/tensorgrad; "off" disables
+/// it). A compile error throws DeviceError with NVRTC's log and the numbered source.
+std::vector<char> compile_cubin(const std::string& source, const std::string& name, int sm_major, int sm_minor);
+
+/// Device memory that frees itself.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  explicit DeviceMemory(size_t bytes);  // OOM: DeviceError with the bytes asked and free
+  ~DeviceMemory();
+  DeviceMemory(DeviceMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; o.bytes_ = 0; }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  CUdeviceptr get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host, size_t bytes);
+  void download(void* host, size_t bytes) const;
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tg::backend::cuda
