@@ -8,7 +8,15 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <map>
+#include <random>
+
+#include <tensorgrad/tensorgrad.h>
+
+#include "backend/backend.h"
 #include "backend/cuda/codegen.h"
+#include "ir/api_util.h"
+#include "passes/fusion.h"
 #include "backend/cuda/driver.h"
 #include "backend/ref/ref_scalar.h"
 #include "tensorgrad/errors.h"
@@ -114,6 +122,154 @@ TEST(CudaKernels, GeneratedElementwiseKernelsMatchTheReference) {
       ASSERT_NEAR(out[i], want, 2e-6 * std::max(1.0, std::fabs(want))) << ir::op_name(op) << " at " << a[i] << ", " << b[i];
     }
   }
+}
+
+
+/// Random elementwise graphs (f32 arithmetic and transcendentals, compares, where, an int32
+/// chain through casts, scalar constants broadcast), fused, each group generated as one CUDA
+/// kernel, run on the GPU in group order and compared with the CPU backend.
+struct RandomGraph {
+  ir::Trace trace;
+  std::vector<int32_t> inputs;
+};
+
+void build_random(RandomGraph& r, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ir::TraceScope scope(r.trace);
+  std::vector<Tensor> pool;
+  for (int i = 0; i < 3; ++i) {
+    pool.push_back(ir::named_leaf(r.trace.graph, ir::Op::kInput, "x" + std::to_string(i), {8, 5}, DType::kF32, Loc::current()));
+    r.inputs.push_back(pool.back().id());
+  }
+  const Tensor ints = cast(pool[0], DType::kI32);  // truncation of exact inputs: identical everywhere
+  for (int step = 0; step < 24; ++step) {
+    const Tensor& a = pool[rng() % pool.size()];
+    const Tensor& b = pool[rng() % pool.size()];
+    switch (rng() % 8) {
+      case 0: pool.push_back(a * 0.5 + b); break;
+      case 1: pool.push_back(tanh(a) - exp(b * 0.1)); break;
+      case 2: pool.push_back(where(a > b, a, sigmoid(b))); break;
+      case 3: pool.push_back(maximum(a, b) / (abs(b) + 1.0)); break;
+      case 4: pool.push_back(gelu(a, GeluApprox::kTanh) * relu(b)); break;
+      case 5: pool.push_back(cast(ints * 3 - 7, DType::kF32) + a); break;
+      case 6: pool.push_back(cast(logical_and(a > 0.0, b < 0.5), DType::kF32) + a); break;
+      default: pool.push_back(erf(a) + neg(b)); break;
+    }
+  }
+  r.trace.graph.outputs = {pool.back().id(), pool[pool.size() / 2].id(), pool[pool.size() - 5].id()};
+}
+
+TEST(CudaKernels, FusedGroupsMatchTheCpuBackend) {
+  const std::string why = cuda::unavailable_reason(0);
+  if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
+  const cuda::DeviceInfo info = cuda::open_device(0);
+  const cuda::Driver& d = cuda::driver();
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    RandomGraph r;
+    build_random(r, seed);
+    const ir::Graph& g = r.trace.graph;
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    std::vector<std::vector<float>> feeds(r.inputs.size(), std::vector<float>(40));
+    for (auto& f : feeds)
+      for (float& v : f) v = std::uniform_real_distribution<float>(-3.f, 3.f)(rng);
+
+    // The CPU backend's answer.
+    auto cpu = backend::make_cpu_backend();
+    auto exe = cpu->prepare(g, {});
+    for (size_t i = 0; i < r.inputs.size(); ++i) exe->set_input(r.inputs[i], feeds[i].data());
+    exe->execute();
+
+    // The GPU's: leaves and broadcasts become buffers with strides, each group one kernel.
+    const passes::Fusion f = passes::fuse(g);
+    std::map<int32_t, cuda::DeviceMemory> mem;
+    std::map<int32_t, std::pair<int32_t, std::vector<int64_t>>> place;  // node → (buffer node, strides)
+    auto dense_strides = [](const Shape& s) {
+      std::vector<int64_t> st(s.size(), 1);
+      for (size_t k = s.size(); k-- > 1;) st[k - 1] = st[k] * s[k];
+      return st;
+    };
+    for (size_t gi = 0; gi < f.groups.size(); ++gi) {
+      const passes::KernelGroup& group = f.groups[gi];
+      if (group.kind == passes::KernelGroup::Kind::kSingle) {
+        const int32_t id = group.nodes.front();
+        const ir::Node& n = g.node(id);
+        if (n.op == ir::Op::kInput) {
+          const size_t which = static_cast<size_t>(std::find(r.inputs.begin(), r.inputs.end(), id) - r.inputs.begin());
+          mem.emplace(id, cuda::DeviceMemory(160)).first->second.upload(feeds[which].data(), 160);
+          place[id] = {id, dense_strides(n.shape)};
+        } else if (n.op == ir::Op::kConstant) {
+          ASSERT_EQ(n.attrs.values.size(), 1u);
+          const float fv = static_cast<float>(n.attrs.values[0]);
+          const int32_t iv = static_cast<int32_t>(n.attrs.values[0]);
+          const uint8_t bv = n.attrs.values[0] != 0;
+          const void* src = n.dtype == DType::kF32 ? static_cast<const void*>(&fv)
+                            : n.dtype == DType::kI32 ? static_cast<const void*>(&iv) : static_cast<const void*>(&bv);
+          mem.emplace(id, cuda::DeviceMemory(4)).first->second.upload(src, static_cast<size_t>(dtype_size(n.dtype)));
+          place[id] = {id, std::vector<int64_t>(n.shape.size(), 0)};
+        } else {
+          ASSERT_EQ(n.op, ir::Op::kBroadcastTo) << ir::op_name(n.op);
+          const auto& [buffer, in_st] = place.at(n.inputs[0]);
+          const Shape& xs = g.node(n.inputs[0]).shape;
+          std::vector<int64_t> st(n.shape.size(), 0);
+          for (size_t k = 0; k < xs.size(); ++k) st[n.shape.size() - xs.size() + k] = xs[k] == 1 ? 0 : in_st[k];
+          place[id] = {buffer, st};
+        }
+        continue;
+      }
+      std::vector<std::vector<int64_t>> strides;
+      for (int32_t in : cuda::group_inputs(g, group)) strides.push_back(place.at(in).second);
+      const std::string name = "group" + std::to_string(gi);
+      const cuda::GroupKernel k = cuda::fused_group_kernel(g, group, strides, name);
+      const std::vector<char> cubin = cuda::compile_cubin(k.source, name, info.sm_major, info.sm_minor);
+      cuda::CUmodule mod = nullptr;
+      cuda::check(d.cuModuleLoadData(&mod, cubin.data()), "cuModuleLoadData");
+      cuda::CUfunction fn = nullptr;
+      cuda::check(d.cuModuleGetFunction(&fn, mod, name.c_str()), "cuModuleGetFunction");
+      std::vector<cuda::CUdeviceptr> ptrs;
+      for (int32_t in : k.inputs) ptrs.push_back(mem.at(place.at(in).first).get());
+      for (int32_t out : group.outputs) {
+        const ir::Node& n = g.node(out);
+        ptrs.push_back(mem.emplace(out, cuda::DeviceMemory(static_cast<size_t>(n.numel() * dtype_size(n.dtype)))).first->second.get());
+        place[out] = {out, dense_strides(n.shape)};
+      }
+      long long count = g.node(group.nodes.front()).numel();
+      std::vector<void*> args;
+      for (cuda::CUdeviceptr& p : ptrs) args.push_back(&p);
+      args.push_back(&count);
+      cuda::check(d.cuLaunchKernel(fn, static_cast<unsigned>((count + 127) / 128), 1, 1, 128, 1, 1, 0, nullptr, args.data(), nullptr),
+                  "cuLaunchKernel");
+    }
+    cuda::check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+    for (int32_t out : g.outputs) {
+      std::vector<float> want(40), got(40);
+      exe->read_output(out, want.data());
+      mem.at(place.at(out).first).download(got.data(), 160);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.f, std::fabs(want[i]))) << "seed " << seed << " output %" << out << "[" << i << "]";
+    }
+  }
+}
+
+TEST(CudaNvrtc, GeneratedGroupKernelsCompile) {
+  std::string why;
+  if (!have_nvrtc(why)) GTEST_SKIP() << why;
+  setenv("TG_CUDA_CACHE", "off", 1);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    RandomGraph r;
+    build_random(r, seed);
+    const passes::Fusion f = passes::fuse(r.trace.graph);
+    for (size_t gi = 0; gi < f.groups.size(); ++gi) {
+      if (f.groups[gi].kind != passes::KernelGroup::Kind::kElementwise) continue;
+      std::vector<std::vector<int64_t>> strides;
+      for (int32_t in : cuda::group_inputs(r.trace.graph, f.groups[gi])) {
+        (void)in;
+        strides.push_back({5, 1});
+      }
+      const cuda::GroupKernel k = cuda::fused_group_kernel(r.trace.graph, f.groups[gi], strides, "g");
+      EXPECT_FALSE(cuda::compile_cubin(k.source, "g", 9, 0).empty());
+    }
+  }
+  unsetenv("TG_CUDA_CACHE");
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // Kernel source generation from ops.def (see codegen.h).
 #include "backend/cuda/codegen.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
@@ -31,6 +34,140 @@ std::string elementwise_kernel(ir::Op op, const std::string& name) {
          std::string(binary ? "  const T b = pb[i];\n" : "  (void)pb;\n") +
          "  out[i] = (float)(" + op_expression(op) + ");\n"
          "}\n";
+}
+
+namespace {
+
+/// Device helpers every group kernel starts with: int32 arithmetic that wraps like the CPU's
+/// WrapI32 (signed overflow is undefined in CUDA C++ too), and float → int casts that
+/// saturate and send NaN to 0.
+constexpr const char* kPrelude = R"(struct W32 {
+  int v;
+  __device__ W32(int x) : v(x) {}
+  __device__ explicit operator int() const { return v; }
+};
+__device__ inline W32 operator-(W32 a) { return W32((int)(0u - (unsigned)a.v)); }
+__device__ inline W32 operator+(W32 a, W32 b) { return W32((int)((unsigned)a.v + (unsigned)b.v)); }
+__device__ inline W32 operator-(W32 a, W32 b) { return W32((int)((unsigned)a.v - (unsigned)b.v)); }
+__device__ inline W32 operator*(W32 a, W32 b) { return W32((int)((unsigned)a.v * (unsigned)b.v)); }
+__device__ inline bool operator<(W32 a, W32 b) { return a.v < b.v; }
+__device__ inline bool operator>(W32 a, W32 b) { return a.v > b.v; }
+__device__ inline bool operator<=(W32 a, W32 b) { return a.v <= b.v; }
+__device__ inline bool operator>=(W32 a, W32 b) { return a.v >= b.v; }
+__device__ inline bool operator==(W32 a, W32 b) { return a.v == b.v; }
+__device__ inline bool operator!=(W32 a, W32 b) { return a.v != b.v; }
+__device__ inline int tg_f2i(float x) {
+  if (!(x == x)) return 0;
+  if (x >= 2147483648.0f) return 2147483647;
+  if (x < -2147483648.0f) return (-2147483647 - 1);
+  return (int)x;
+}
+)";
+
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kI32: return "int";
+    case DType::kBool: return "unsigned char";
+  }
+  return "?";
+}
+/// The type an op's expression computes in (`T` in ops.def).
+const char* compute_type(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kI32: return "W32";
+    case DType::kBool: return "unsigned char";
+  }
+  return "?";
+}
+
+std::string cast_expr(DType from, DType to, const std::string& x) {
+  if (from == to) return x;
+  if (to == DType::kBool) return "(unsigned char)(" + x + " != 0)";
+  if (to == DType::kI32 && from == DType::kF32) return "tg_f2i(" + x + ")";
+  return std::string("(") + storage_type(to) + ")(" + x + ")";
+}
+
+}  // namespace
+
+std::vector<int32_t> group_inputs(const ir::Graph& graph, const passes::KernelGroup& group) {
+  std::vector<int32_t> inputs;
+  for (int32_t id : group.nodes)
+    for (int32_t in : graph.node(id).inputs)
+      if (std::find(group.nodes.begin(), group.nodes.end(), in) == group.nodes.end() &&
+          std::find(inputs.begin(), inputs.end(), in) == inputs.end())
+        inputs.push_back(in);
+  return inputs;
+}
+
+GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
+                               const std::vector<std::vector<int64_t>>& input_strides, const std::string& name) {
+  if (group.kind != passes::KernelGroup::Kind::kElementwise) throw Error("[cuda] not an elementwise group");
+  GroupKernel k;
+  k.name = name;
+  k.inputs = group_inputs(graph, group);
+  if (input_strides.size() != k.inputs.size()) throw Error("[cuda] fused_group_kernel: one stride list per input needed");
+  const Shape shape = graph.node(group.nodes.front()).shape;
+  std::ostringstream src, fns, body;
+  src << kPrelude;
+  // One device function per node: its op's expression with T bound to the compute type.
+  auto value = [&](int32_t id) {
+    const auto at = std::find(k.inputs.begin(), k.inputs.end(), id);
+    return at != k.inputs.end() ? "x" + std::to_string(at - k.inputs.begin()) : "v" + std::to_string(id);
+  };
+  for (int32_t id : group.nodes) {
+    const ir::Node& n = graph.node(id);
+    if (n.op == ir::Op::kSum) throw Error("[cuda] reduction sinks are not generated yet");
+    const DType in_t = graph.node(n.inputs[n.op == ir::Op::kWhere ? 1 : 0]).dtype;
+    std::string expr;
+    if (n.op == ir::Op::kCast) {
+      expr = cast_expr(in_t, n.dtype, value(n.inputs[0]));
+    } else if (n.op == ir::Op::kWhere) {
+      expr = "(" + value(n.inputs[0]) + " ? " + value(n.inputs[1]) + " : " + value(n.inputs[2]) + ")";
+    } else {
+      const ir::OpKind kind = ir::op_info(n.op).kind;
+      const bool binary = kind == ir::OpKind::kBinary || kind == ir::OpKind::kCompare;
+      const std::string ct = compute_type(in_t), st = storage_type(in_t);
+      fns << "__device__ __forceinline__ " << storage_type(n.dtype) << " f" << id << "(" << st << " ra"
+          << (binary ? ", " + st + " rb" : "") << ") {\n  typedef " << ct << " T;\n  const T a = T(ra);\n"
+          << (binary ? "  const T b = T(rb);\n" : "") << "  return (" << storage_type(n.dtype) << ")("
+          << (kind == ir::OpKind::kCompare ? std::string(op_expression(n.op)) : "(" + std::string(op_expression(n.op)) + ")")
+          << ");\n}\n";
+      expr = "f" + std::to_string(id) + "(" + value(n.inputs[0]) + (binary ? ", " + value(n.inputs[1]) : "") + ")";
+    }
+    body << "  const " << storage_type(n.dtype) << " v" << id << " = " << expr << ";\n";
+  }
+  // int32 results leave their functions as W32; storing them needs the int inside.
+  src << fns.str() << "extern \"C\" __global__ void " << name << "(";
+  for (size_t i = 0; i < k.inputs.size(); ++i)
+    src << "const " << storage_type(graph.node(k.inputs[i]).dtype) << "* __restrict__ in" << i << ", ";
+  for (size_t o = 0; o < group.outputs.size(); ++o)
+    src << storage_type(graph.node(group.outputs[o]).dtype) << "* __restrict__ out" << o << ", ";
+  src << "long long n) {\n  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n) return;\n";
+  const std::vector<int64_t> dense = [&] {
+    std::vector<int64_t> st(shape.size(), 1);
+    for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
+    return st;
+  }();
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const std::vector<int64_t>& st = input_strides[i];
+    bool is_dense = true;
+    for (size_t d = 0; d < shape.size(); ++d) is_dense = is_dense && (shape[d] == 1 || st[d] == dense[d]);
+    std::string offset = "i";
+    if (!is_dense) {  // the flat index unravelled over the shape (constants), times this input's strides
+      offset = "0";
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (shape[d] != 1 && st[d] != 0)
+          offset += " + (i / " + std::to_string(dense[d]) + "LL % " + std::to_string(shape[d]) + "LL) * " + std::to_string(st[d]) + "LL";
+    }
+    src << "  const " << storage_type(graph.node(k.inputs[i]).dtype) << " x" << i << " = in" << i << "[" << offset << "];\n";
+  }
+  src << body.str();
+  for (size_t o = 0; o < group.outputs.size(); ++o) src << "  out" << o << "[i] = " << value(group.outputs[o]) << ";\n";
+  src << "}\n";
+  k.source = src.str();
+  return k;
 }
 
 }  // namespace tg::backend::cuda
