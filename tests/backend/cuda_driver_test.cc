@@ -250,6 +250,22 @@ TEST(CudaKernels, FusedGroupsMatchTheCpuBackend) {
   }
 }
 
+TEST(CudaNvrtc, ParallelCompilationGivesTheSameCubinsInOrder) {
+  std::string why;
+  if (!have_nvrtc(why)) GTEST_SKIP() << why;
+  setenv("TG_CUDA_CACHE", "off", 1);
+  std::vector<cuda::KernelSource> kernels;
+  for (ir::Op op : {ir::Op::kExp, ir::Op::kTanh, ir::Op::kAdd, ir::Op::kGeluTanh, ir::Op::kMul, ir::Op::kErf})
+    kernels.push_back({std::string("k_") + ir::op_name(op), cuda::elementwise_kernel(op, std::string("k_") + ir::op_name(op))});
+  const std::vector<std::vector<char>> parallel = cuda::compile_cubins(kernels, 9, 0);
+  ASSERT_EQ(parallel.size(), kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i)
+    EXPECT_EQ(parallel[i], cuda::compile_cubin(kernels[i].source, kernels[i].name, 9, 0)) << kernels[i].name;
+  kernels.push_back({"bad", "this is not CUDA"});
+  EXPECT_THROW(cuda::compile_cubins(kernels, 9, 0), DeviceError);
+  unsetenv("TG_CUDA_CACHE");
+}
+
 TEST(CudaNvrtc, GeneratedGroupKernelsCompile) {
   std::string why;
   if (!have_nvrtc(why)) GTEST_SKIP() << why;

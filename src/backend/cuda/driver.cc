@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
+#include <exception>
 #include <mutex>
+#include <thread>
 #include <sstream>
 
 #include "tensorgrad/errors.h"
@@ -245,6 +248,29 @@ std::vector<char> compile_cubin(const std::string& source, const std::string& na
     if (ec) std::filesystem::remove(tmp, ec);
   }
   return cubin;
+}
+
+std::vector<std::vector<char>> compile_cubins(const std::vector<KernelSource>& kernels, int sm_major, int sm_minor) {
+  std::vector<std::vector<char>> out(kernels.size());
+  std::vector<std::exception_ptr> errors(kernels.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < kernels.size(); i = next++) {
+      try {
+        out[i] = compile_cubin(kernels[i].source, kernels[i].name, sm_major, sm_minor);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(kernels.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
 }
 
 DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {

@@ -86,6 +86,13 @@ DeviceInfo open_device(int index);
 /// it). A compile error throws DeviceError with NVRTC's log and the numbered source.
 std::vector<char> compile_cubin(const std::string& source, const std::string& name, int sm_major, int sm_minor);
 
+struct KernelSource {
+  std::string name, source;
+};
+/// compile_cubin for many kernels at once, on up to hardware_concurrency threads (NVRTC
+/// programs are independent); results in input order. The first failure is rethrown.
+std::vector<std::vector<char>> compile_cubins(const std::vector<KernelSource>& kernels, int sm_major, int sm_minor);
+
 /// Device memory that frees itself.
 class DeviceMemory {
  public:
