@@ -37,6 +37,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemm_small.h"
+#include "backend/cpu/lanes.h"
 #include "backend/cpu/fastmath.h"
 #include "tensorgrad/errors.h"
 
@@ -127,48 +128,16 @@ Scratch& caller_scratch() {
   return scratch;
 }
 
-// ---- row primitives: fixed summation order, written so that -O3 vectorises them ---------
-// A floating-point reduction `sum += x[j]` is not vectorised without -ffast-math (it would
-// reorder the sum), so the reductions below keep kLanes independent partial results, each
-// summing a fixed residue class of j in order, then combine them in a fixed tree: the
-// order depends only on n, never on the ISA or the thread count.
-
-constexpr int64_t kLanes = 8;
-
-/// Largest of x[0, n) (exact, order-free); NaNs are skipped here and propagate through exp.
-inline float row_max(const float* __restrict x, int64_t n) {
-  float m[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) m[l] = -std::numeric_limits<float>::infinity();
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-  for (int64_t l = 0; j + l < n; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-  for (int64_t l = 1; l < kLanes; ++l) m[0] = m[l] > m[0] ? m[l] : m[0];
-  return m[0];
-}
-
-inline double combine(const double (&a)[kLanes]) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
+// ---- row primitives (fixed summation order: lanes.h) -------------------------------------
 
 /// Σ x[0, n) in double.
 inline double row_sum(const float* __restrict x, int64_t n) {
-  double a[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) a[l] += static_cast<double>(x[j + l]);
-  for (int64_t l = 0; j + l < n; ++l) a[l] += static_cast<double>(x[j + l]);
-  return combine(a);
+  return fixed_sum(n, [x](int64_t j) { return static_cast<double>(x[j]); });
 }
 
 /// Σ x[j]·y[j] over [0, n) in double.
 inline double row_dot(const float* __restrict x, const float* __restrict y, int64_t n) {
-  double a[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) a[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
-  for (int64_t l = 0; j + l < n; ++l) a[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
-  return combine(a);
+  return fixed_sum(n, [x, y](int64_t j) { return static_cast<double>(x[j]) * static_cast<double>(y[j]); });
 }
 
 /// Row softmax in place over the first `valid` of n entries; the rest become 0. With

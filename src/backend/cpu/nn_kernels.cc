@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/fastmath.h"
+#include "backend/cpu/lanes.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cpu {
@@ -25,33 +26,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTile = 256;  // inner columns a strided-softmax unit handles at once
-
-/// Σ_{j < n} term(j) in double, vectorisable without reassociation: kNormLanes partial sums,
-/// lane l summing j ≡ l (mod kNormLanes) in order, combined in a fixed tree. The order
-/// depends only on n (not on the ISA or the thread count).
-constexpr int64_t kNormLanes = 8;
-template <class F>
-inline double fixed_sum(int64_t n, const F& term) {
-  double a[kNormLanes] = {};
-  int64_t j = 0;
-  for (; j + kNormLanes <= n; j += kNormLanes)
-    for (int64_t l = 0; l < kNormLanes; ++l) a[l] += term(j + l);
-  for (int64_t l = 0; j + l < n; ++l) a[l] += term(j + l);
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
-/// Largest of x[0, n) (exact, so lanes change nothing); NaNs are skipped here and
-/// propagate through the exponentials instead.
-inline float row_max(const float* __restrict x, int64_t n) {
-  float m[kNormLanes];
-  for (int64_t l = 0; l < kNormLanes; ++l) m[l] = kNegInf;
-  int64_t j = 0;
-  for (; j + kNormLanes <= n; j += kNormLanes)
-    for (int64_t l = 0; l < kNormLanes; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-  for (int64_t l = 0; j + l < n; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-  for (int64_t l = 1; l < kNormLanes; ++l) m[0] = m[l] > m[0] ? m[l] : m[0];
-  return m[0];
-}
 
 /// e[j] = exp(x[j] − m) for j < n (e may be x); returns Σ e in double.
 inline double exp_shift_sum(const float* x, float* e, int64_t n, float m) {
