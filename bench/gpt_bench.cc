@@ -1,9 +1,11 @@
-// Benchmark: the GPT reference workloads of ../shared/bench/README.md on the CPU, in the
-// torch_peer.py format:  <workload> fp32 <ms/step> ms/step <tokens/s> tokens/s
-// Same shapes and optimizer as the peer (AdamW lr 3e-4, wd 0.1, random ids and targets);
-// timing as the peer's: 3 warm-up steps, then the median of 3 runs of 5 steps.
+// Benchmark: the GPT reference workloads of ../shared/bench/README.md, in the torch_peer.py
+// format:  <workload> <mode> <ms/step> ms/step <tokens/s> tokens/s
+// Same shapes and optimizer as the peer (AdamW lr 3e-4, wd 0.1, random ids and targets) and
+// the peer's batch for the device (the CPU runs char_6L384 at batch 8); timing as the peer's:
+// 3 warm-up steps, then the median of 3 runs of 20 steps (5 on the CPU and for gpt2_124M).
+// Each step reads the loss back, as the peer's step synchronises at the end of its timing.
 //
-//   ./gpt_bench [addition_3L,char_6L384]
+//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32]
 #include <tensorgrad/tensorgrad.h>
 
 #include "timing.h"
@@ -20,21 +22,25 @@ namespace {
 struct Workload {
   const char* name;
   tg::nn::GptConfig config;
-  int64_t batch;  // the peer's CPU batch
+  int64_t cpu_batch, gpu_batch;  // the peer's
 };
 
 const Workload kWorkloads[] = {
-    {"addition_3L", {.vocab = 16, .seq_len = 8, .layers = 3, .d_model = 64, .heads = 4}, 512},
-    {"char_6L384", {.vocab = 65, .seq_len = 256, .layers = 6, .d_model = 384, .heads = 6}, 8},
+    {"addition_3L", {.vocab = 16, .seq_len = 8, .layers = 3, .d_model = 64, .heads = 4}, 512, 512},
+    {"char_6L384", {.vocab = 65, .seq_len = 256, .layers = 6, .d_model = 384, .heads = 6}, 8, 64},
+    {"gpt2_124M", {.vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12}, 16, 16},
 };
 
-void run(const Workload& w) {
-  const int64_t B = w.batch, T = w.config.seq_len;
+void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
+  const bool gpu = device.kind == tg::Device::Kind::kCuda;
+  const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
   tg::nn::Gpt model(w.config);
   auto train = tg::compile_train(
       model, [&](tg::Tensor ids, tg::Tensor targets) { return model.loss(ids, targets); },
       {.inputs = {{"ids", {B, T}, tg::DType::kI32}, {"targets", {B, T}, tg::DType::kI32}},
-       .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1}});
+       .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
+       .device = device,
+       .precision = precision});
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(w.config.vocab - 1));
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), targets(ids.size());
@@ -43,8 +49,10 @@ void run(const Workload& w) {
     targets[i] = tok(rng);
   }
   auto step = [&] { train.step({{"ids", ids}, {"targets", targets}}); };
-  const double sec = median_seconds_per_step(step, 3, 5);
-  std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, "fp32", sec * 1e3, static_cast<double>(B * T) / sec);
+  const int iters = gpu && std::string(w.name) != "gpt2_124M" ? 20 : 5;
+  const double sec = median_seconds_per_step(step, 3, iters);
+  const char* mode = precision == tg::Precision::kTf32 ? "tf32" : "fp32";
+  std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode, sec * 1e3, static_cast<double>(B * T) / sec);
   std::fflush(stdout);
   report_compiled(w.name, train);
 }
@@ -53,13 +61,15 @@ void run(const Workload& w) {
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "addition_3L,char_6L384";
+  const tg::Device device = argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
+  const tg::Precision precision = argc > 3 && std::string(argv[3]) == "tf32" ? tg::Precision::kTf32 : tg::Precision::kFp32;
   std::stringstream list(only);
   std::string name;
   while (std::getline(list, name, ',')) {
     bool found = false;
     for (const Workload& w : kWorkloads)
       if (name == w.name) {
-        run(w);
+        run(w, device, precision);
         found = true;
       }
     if (!found) std::fprintf(stderr, "gpt_bench: unknown workload '%s'\n", name.c_str());

@@ -4,7 +4,19 @@
 
 #include <string>
 
+#include <tensorgrad/program.h>
+
 namespace tg::testing {
+
+/// "" when this machine runs the CUDA backend (Device::best() is then cuda:0), else why not:
+/// GPU tests skip with it, so a CPU-only CI run says what it skipped.
+inline std::string gpu_skip_reason() {
+  static const std::string why = [] {
+    if (tg::Device::best().kind == tg::Device::Kind::kCuda) return std::string();
+    return std::string("no usable GPU (cuda:0 needs the CUDA driver, a GPU, NVRTC and cuBLASLt), GPU tests skipped");
+  }();
+  return why;
+}
 
 /// Runs `fn`, which must throw E, and returns the exception's message.
 template <class E, class F>

@@ -38,6 +38,7 @@ using Bindings = std::unordered_map<int32_t, Buffer*>;
 struct PrepareOptions {
   bool fuse = true;          // elementwise kernel groups (passes/fusion.h)
   bool reuse_memory = true;  // buffers share arena space when their lifetimes do not overlap
+  bool tf32 = false;         // f32 matrix products may round their inputs to TF32 (cuda)
 };
 
 /// Planned bytes, by what they hold. The arena figures are those live at the step where the
@@ -98,5 +99,7 @@ class Backend {
 
 std::unique_ptr<Backend> make_ref_backend();
 std::unique_ptr<Backend> make_cpu_backend();
+/// Throws DeviceError saying why when cuda:index cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int index);
 
 }  // namespace tg::backend

@@ -46,7 +46,7 @@ namespace {
 
 class Fuser {
  public:
-  Fuser(const ir::Graph& g, bool enabled) : g_(g), enabled_(enabled) {
+  Fuser(const ir::Graph& g, bool enabled, bool sinks) : g_(g), enabled_(enabled), sinks_(sinks) {
     const auto n = static_cast<size_t>(g.size());
     live_.assign(n, 0);
     for (int32_t o : g.outputs) live_[static_cast<size_t>(o)] = 1;
@@ -72,7 +72,7 @@ class Fuser {
     // Reductions absorb their elementwise producer (a prologue): a float sum whose kept
     // axes all follow its reduced ones reads the value inside the producer's group, which
     // accumulates it instead of storing it.
-    for (int32_t id = 0; id < g_.size() && enabled_; ++id) {
+    for (int32_t id = 0; id < g_.size() && enabled_ && sinks_; ++id) {
       const ir::Node& n = g_.node(id);
       if (!live_[static_cast<size_t>(id)] || !reduction_sink(g_, n)) continue;
       const int32_t in = n.inputs[0];
@@ -198,7 +198,7 @@ class Fuser {
   }
 
   const ir::Graph& g_;
-  bool enabled_;
+  bool enabled_, sinks_;
   std::vector<char> live_;
   std::vector<int32_t> set_;  // union-find parent
   std::unordered_map<int32_t, std::vector<int32_t>> members_;
@@ -208,6 +208,8 @@ class Fuser {
 
 }  // namespace
 
-Fusion fuse(const ir::Graph& graph, bool enabled) { return Fuser(graph, enabled).run(); }
+Fusion fuse(const ir::Graph& graph, bool enabled, bool reduction_sinks) {
+  return Fuser(graph, enabled, reduction_sinks).run();
+}
 
 }  // namespace tg::passes

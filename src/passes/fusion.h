@@ -45,6 +45,8 @@ bool reduction_sink(const ir::Graph& graph, const ir::Node& n);
 
 /// Live = reachable from graph.outputs or an update value. Leaves (params, inputs, state,
 /// constants) are live groups of their own when reachable.
-Fusion fuse(const ir::Graph& graph, bool enabled = true);
+/// `reduction_sinks` false keeps every Sum a group of its own (for backends that do not
+/// generate sinks yet).
+Fusion fuse(const ir::Graph& graph, bool enabled = true, bool reduction_sinks = true);
 
 }  // namespace tg::passes

@@ -28,6 +28,7 @@ struct Variant {
 struct ProgramState {
   bool train = false;
   bool optimize = true;  // run the rewriting passes before DCE
+  bool tf32 = false;     // Precision::kTf32
   std::shared_ptr<DeviceStore> store;
   ir::Graph full;  // after autograd and the optimizer, before any pass
   Variant plain;
@@ -130,6 +131,7 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   }
   backend::PrepareOptions prepare;
   prepare.fuse = prepare.reuse_memory = s.optimize;
+  prepare.tf32 = s.tf32;
   v.exec = s.store->backend->prepare(v.graph, bindings, prepare);
   return v;
 }
@@ -197,6 +199,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   auto s = std::make_shared<ProgramState>();
   s->train = true;
   s->optimize = options.optimize;
+  s->tf32 = options.precision == Precision::kTf32;
   s->store = device_store(model, options.device);
   Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, "compile_train");
   const ir::Node& loss = t.graph.node(t.result);
@@ -228,6 +231,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
 Program compile_forward(Module& model, const TracedFn& fn, size_t arity, ForwardOptions options) {
   auto s = std::make_shared<ProgramState>();
   s->optimize = options.optimize;
+  s->tf32 = options.precision == Precision::kTf32;
   s->store = device_store(model, options.device);
   Traced t = trace(model, fn, arity, options.inputs, options.training, options.seed, "compile_forward");
   s->inputs = options.inputs;

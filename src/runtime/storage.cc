@@ -1,13 +1,26 @@
 // Devices, backends and the per-model parameter storage shared across programs.
 #include "runtime/storage.h"
 
+#include "backend/cuda/cublaslt.h"
 #include "backend/cuda/driver.h"
 
 #include <vector>
 
 namespace tg {
 
-Device Device::best() { return cpu(); }  // the CUDA backend joins here when it exists
+/// cuda:0 when the driver, a GPU, NVRTC and cuBLASLt all load; decided once per process.
+Device Device::best() {
+  static const bool gpu = [] {
+    if (!backend::cuda::unavailable_reason(0).empty() || !backend::cuda::cublaslt_unavailable_reason().empty()) return false;
+    try {
+      backend::cuda::nvrtc();
+      return true;
+    } catch (const DeviceError&) {
+      return false;
+    }
+  }();
+  return gpu ? cuda(0) : cpu();
+}
 
 std::string Device::str() const {
   switch (kind) {
@@ -25,13 +38,17 @@ std::unique_ptr<backend::Backend> make_backend(const Device& device) {
     case Device::Kind::kCpu: return backend::make_cpu_backend();
     case Device::Kind::kRef: return backend::make_ref_backend();
     case Device::Kind::kCuda: {
-      // The driver and NVRTC load and compile (backend/cuda/driver.h); the backend that runs
-      // whole programs on them is the next step. Say precisely which part is missing.
-      const std::string why = backend::cuda::unavailable_reason(device.index);
-      throw DeviceError("[compile] device " + device.str() + " is not available: " +
-                        (why.empty() ? std::string("the GPU works, but this build's CUDA backend cannot run programs yet")
-                                     : why) +
-                        "; use Device::cpu()");
+      std::string why = backend::cuda::unavailable_reason(device.index);
+      if (why.empty()) why = backend::cuda::cublaslt_unavailable_reason();
+      if (why.empty()) {
+        try {
+          backend::cuda::nvrtc();
+          return backend::make_cuda_backend(device.index);
+        } catch (const DeviceError& e) {
+          why = e.what();
+        }
+      }
+      throw DeviceError("[compile] device " + device.str() + " is not available: " + why + "; use Device::cpu()");
     }
   }
   throw DeviceError("[compile] unknown device");

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "ops/op_harness.h"
+#include "test_util.h"
 #include "tensorgrad/functional.h"
 
 namespace tg::op_test {
@@ -496,6 +497,47 @@ TEST_P(OpGradient, MatchesFiniteDifferencesAndCpu) {
   const auto want = run_graph(*ref, t.graph, t.inputs, feeds);
   auto cpu = backend::make_cpu_backend();
   const auto got = run_graph(*cpu, t.graph, t.inputs, feeds);
+  const Tol grad_tol{std::max(row.tol.rel, 1e-5), std::max(row.tol.abs, 2e-6)};
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(all_close(got[i], want[i], grad_tol)) << "output %" << t.graph.outputs[i] << " (0 is the loss)";
+}
+
+// ---- the same rows on the GPU (skipped without one) -------------------------------------------
+
+TEST_P(OpForward, CudaMatchesRef) {
+  if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const OpCase& row = GetParam();
+  const Traced t = trace_fn(row.inputs, row.build, row.training);
+  const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
+  auto ref = backend::make_ref_backend();
+  auto gpu = backend::make_cuda_backend(0);
+  const std::vector<double> want = run_graph(*ref, t.graph, t.inputs, feeds).at(0);
+  const std::vector<double> got = run_graph(*gpu, t.graph, t.inputs, feeds).at(0);
+  EXPECT_TRUE(all_close(got, want, row.tol)) << "graph:\n" << t.graph.to_string();
+}
+
+TEST_P(OpGradient, CudaMatchesRef) {
+  if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const OpCase& row = GetParam();
+  Rng weight_rng(seed_of(row.name) ^ 0x5eedull);
+  Traced t = trace_fn(row.inputs, [&](const Ts& x) {
+    Tensor y = row.build(x);
+    std::vector<float> w(static_cast<size_t>(y.numel()));
+    for (float& v : w) v = static_cast<float>(weight_rng.uniform(-1.5, 1.5));
+    return sum(y * constant(std::span<const float>(w), y.shape()));
+  }, row.training);
+  const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
+  std::vector<int32_t> wrt;
+  for (size_t i = 0; i < row.inputs.size(); ++i)
+    if (row.inputs[i].dtype == kF32) wrt.push_back(t.inputs[i]);
+  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, wrt);
+  t.graph.outputs = {t.out};
+  for (int32_t g : grads)
+    if (g >= 0) t.graph.outputs.push_back(g);
+  auto ref = backend::make_ref_backend();
+  auto gpu = backend::make_cuda_backend(0);
+  const auto want = run_graph(*ref, t.graph, t.inputs, feeds);
+  const auto got = run_graph(*gpu, t.graph, t.inputs, feeds);
   const Tol grad_tol{std::max(row.tol.rel, 1e-5), std::max(row.tol.abs, 2e-6)};
   for (size_t i = 0; i < want.size(); ++i)
     EXPECT_TRUE(all_close(got[i], want[i], grad_tol)) << "output %" << t.graph.outputs[i] << " (0 is the loss)";

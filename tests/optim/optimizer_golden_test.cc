@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "test_util.h"
 
 namespace {
 
@@ -250,7 +251,7 @@ struct GoldenParam {
 
 std::vector<GoldenParam> golden_params() {
   std::vector<GoldenParam> out;
-  for (const tg::Device& d : {tg::Device::cpu(), tg::Device::ref()})
+  for (const tg::Device& d : {tg::Device::cpu(), tg::Device::ref(), tg::Device::cuda()})
     for (const CaseConfig& c : case_configs()) out.push_back({c.name, d});
   return out;
 }
@@ -259,6 +260,8 @@ class OptimizerGolden : public ::testing::TestWithParam<GoldenParam> {};
 
 TEST_P(OptimizerGolden, MatchesPyTorch) {
   const GoldenParam& param = GetParam();
+  if (param.device.kind == tg::Device::Kind::kCuda)
+    if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const Golden& g = golden();
   const CaseConfig& c =
       *std::find_if(case_configs().begin(), case_configs().end(), [&](const CaseConfig& k) { return k.name == param.case_name; });

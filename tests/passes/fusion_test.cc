@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "ir/api_util.h"
 #include "passes/fusion.h"
+#include "test_util.h"
 
 namespace {
 
@@ -61,18 +62,19 @@ struct Example {
   std::function<float(Program&, int)> step;
 };
 
-std::vector<Example> examples() {
+std::vector<Example> examples(Device device = Device::cpu()) {
   auto sin_model = std::make_shared<SinMlp>();
-  auto gpt = [](const char* name, int64_t max_kernels, nn::GptConfig config, int64_t batch) {
+  auto gpt = [device](const char* name, int64_t max_kernels, nn::GptConfig config, int64_t batch) {
     auto model = std::make_shared<nn::Gpt>(config);
     const int64_t T = config.seq_len;
     return Example{
         name, max_kernels,
-        [model, batch, T](bool optimize) {
+        [model, batch, T, device](bool optimize) {
           return compile_train(*model, [model](Tensor ids, Tensor targets) { return model->loss(ids, targets); },
                                {.inputs = {{"ids", {batch, T}, DType::kI32}, {"targets", {batch, T}, DType::kI32}},
                                 .optimizer = AdamW{.lr = 1e-3, .weight_decay = 0.1},
                                 .clip_grad_norm = 1.0,
+                                .device = device,
                                 .optimize = optimize});
         },
         [batch, T, vocab = config.vocab](Program& p, int step) {
@@ -86,9 +88,10 @@ std::vector<Example> examples() {
   };
   return {
       {"mlp_sin", 16,
-       [sin_model](bool optimize) {
+       [sin_model, device](bool optimize) {
          return compile_train(*sin_model, [sin_model](Tensor x, Tensor y) { Tensor d = (*sin_model)(x) - y; return mean(d * d); },
-                              {.inputs = {{"x", {256, 1}}, {"y", {256, 1}}}, .optimizer = Adam{.lr = 5e-3}, .optimize = optimize});
+                              {.inputs = {{"x", {256, 1}}, {"y", {256, 1}}}, .optimizer = Adam{.lr = 5e-3}, .device = device,
+                               .optimize = optimize});
        },
        [](Program& p, int step) {
          std::vector<float> x(256), y(256);
@@ -148,6 +151,29 @@ TEST(Fusion, FusedAndReusedEqualsOneKernelPerNode) {
       const std::span<const float> x = after[1].at(name).f32(), y = t.f32();
       for (size_t i = 0; i < x.size(); ++i)
         ASSERT_NEAR(x[i], y[i], 2e-5f * std::max(1.f, std::abs(y[i]))) << e.name << " " << name << "[" << i << "]";
+    }
+  }
+}
+
+// The example models on the GPU against the double-precision reference: 3 training steps
+// from the same parameters, losses and parameters after (skipped without a GPU).
+TEST(Fusion, ExampleModelsOnCudaMatchRef) {
+  if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::vector<Example> ref = examples(Device::ref()), gpu = examples(Device::cuda());
+  for (size_t m = 0; m < ref.size(); ++m) {
+    Program want = ref[m].compile(true), got = gpu[m].compile(true);
+    got.upload_params(want.download_params());
+    std::printf("[ cuda     ] %s: %lld kernels per step\n", gpu[m].name, static_cast<long long>(got.kernel_count()));
+    for (int step = 0; step < 3; ++step) {
+      const float a = ref[m].step(want, step), b = gpu[m].step(got, step);
+      EXPECT_NEAR(b, a, 1e-4 * std::max(1.f, std::abs(a))) << ref[m].name << " step " << step;
+    }
+    const auto pa = want.download_params(), pb = got.download_params();
+    for (const auto& [name, t] : pa) {
+      const std::span<const float> x = pb.at(name).f32(), y = t.f32();
+      double worst = 0;
+      for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(double(x[i]) - y[i]) / std::max(1.0, std::abs(double(y[i]))));
+      EXPECT_LT(worst, 1e-4) << ref[m].name << " " << name;
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/strides.h"
 #include "ir/graph.h"
 
 namespace tg::backend::cpu {
@@ -53,7 +54,6 @@ struct View {
   std::vector<int64_t> strides;  // one per axis of the node's shape, in elements
 };
 
-std::vector<int64_t> contiguous_strides(const Shape& shape);
 /// Row-major dense, ignoring the strides of extent-1 axes (which are never stepped).
 bool is_contiguous(const View& view, const Shape& shape);
 inline View contiguous_view(std::byte* data, const Shape& shape) { return {data, contiguous_strides(shape)}; }

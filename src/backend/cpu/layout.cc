@@ -19,21 +19,7 @@ HostMem::HostMem(int64_t bytes) : bytes_(bytes) {
   std::memset(ptr_.get(), 0, size);
 }
 
-std::vector<int64_t> contiguous_strides(const Shape& shape) {
-  std::vector<int64_t> st(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * shape[i];
-  return st;
-}
-
-bool is_contiguous(const View& view, const Shape& shape) {
-  if (numel(shape) == 0) return true;
-  int64_t expected = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] != 1 && view.strides[d] != expected) return false;
-    expected *= shape[d];
-  }
-  return true;
-}
+bool is_contiguous(const View& view, const Shape& shape) { return is_contiguous_strides(view.strides, shape); }
 
 Nest make_nest(const Shape& shape, const std::vector<std::vector<int64_t>>& operand_strides, int64_t grain) {
   Nest nest;

@@ -54,35 +54,6 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
 
 float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
 
-/// Strides under which `to` reads the same elements as `from` with `strides` (row-major
-/// order), or nothing: splitting an axis always works, merging only axes laid out as one run.
-/// (The rule of torch.Tensor.view.)
-std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const std::vector<int64_t>& strides, const Shape& to) {
-  std::vector<int64_t> out(to.size(), 0);
-  if (numel(from) == 0) return contiguous_strides(to);
-  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
-  int64_t chunk_stride = strides.empty() ? 1 : strides.back(), tensor_numel = 1, view_numel = 1;
-  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
-    tensor_numel *= from[static_cast<size_t>(d)];
-    // The run of axes ends where the next outer axis is not laid out right after this run.
-    const bool run_ends = d == 0 || (from[static_cast<size_t>(d - 1)] != 1 &&
-                                     strides[static_cast<size_t>(d - 1)] != tensor_numel * chunk_stride);
-    if (!run_ends) continue;
-    while (view_d >= 0 && (view_numel < tensor_numel || to[static_cast<size_t>(view_d)] == 1)) {
-      out[static_cast<size_t>(view_d)] = view_numel * chunk_stride;
-      view_numel *= to[static_cast<size_t>(view_d)];
-      --view_d;
-    }
-    if (view_numel != tensor_numel) return std::nullopt;
-    if (d > 0) {
-      chunk_stride = strides[static_cast<size_t>(d - 1)];
-      tensor_numel = view_numel = 1;
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return out;
-}
-
 }  // namespace
 
 View CpuExecutable::view(const Place& p) const {

@@ -171,3 +171,100 @@ GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup
 }
 
 }  // namespace tg::backend::cuda
+
+namespace tg::backend::cuda {
+
+const char* cuda_type(DType t) { return storage_type(t); }
+
+std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i) {
+  int64_t dense = 1;
+  std::string offset;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && strides[d] != 0) {
+      std::string coord = dense == 1 ? "(" + i + ")" : "((" + i + ") / " + std::to_string(dense) + "LL)";
+      if (dense * shape[d] < numel(shape)) coord = "(" + coord + " % " + std::to_string(shape[d]) + "LL)";
+      offset += (offset.empty() ? "" : " + ") + coord + (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]) + "LL");
+    }
+    dense *= shape[d];
+  }
+  return offset.empty() ? "0LL" : offset;
+}
+
+void elementwise_launch(Launch& l, int64_t n) {
+  constexpr int64_t kThreads = 256;
+  l.block[0] = static_cast<unsigned>(kThreads);
+  l.grid[0] = static_cast<unsigned>(std::max<int64_t>(1, (n + kThreads - 1) / kThreads));
+}
+
+namespace {
+
+std::string kernel_head(const std::string& name, const std::string& params, int64_t n) {
+  return "extern \"C\" __global__ void " + name + "(" + params + ") {\n" +
+         "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n" + "  if (i >= " +
+         std::to_string(n) + "LL) return;\n";
+}
+
+}  // namespace
+
+Launch copy_kernel(const std::string& name, const Operand& in) {
+  const std::string t = storage_type(in.dtype);
+  Launch l;
+  l.name = name;
+  l.source = kernel_head(name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", numel(in.shape)) +
+             "  out[i] = in[" + strided_offset(in.shape, in.strides, "i") + "];\n}\n";
+  elementwise_launch(l, numel(in.shape));
+  return l;
+}
+
+Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape, int axis) {
+  const std::string t = storage_type(ins.at(0).dtype);
+  const auto ax = static_cast<size_t>(axis);
+  int64_t inner = 1;
+  for (size_t d = ax + 1; d < out_shape.size(); ++d) inner *= out_shape[d];
+  std::string params;
+  for (size_t k = 0; k < ins.size(); ++k) params += "const " + t + "* __restrict__ in" + std::to_string(k) + ", ";
+  params += t + "* __restrict__ out";
+  std::ostringstream body;
+  // The coordinate along the axis picks the input; the flat index within that input keeps the
+  // outer and inner coordinates and shifts the axis one.
+  body << "  const long long outer = i / " << inner * out_shape[ax] << "LL, c = (i / " << inner << "LL) % " << out_shape[ax]
+       << "LL, inner = i % " << inner << "LL;\n";
+  int64_t start = 0;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const int64_t len = ins[k].shape[ax];
+    body << "  " << (k ? "else " : "") << "if (c < " << start + len << "LL) {\n    const long long j = (outer * " << len
+         << "LL + (c - " << start << "LL)) * " << inner << "LL + inner;\n    out[i] = in" << k << "["
+         << strided_offset(ins[k].shape, ins[k].strides, "j") << "];\n  }\n";
+    start += len;
+  }
+  Launch l;
+  l.name = name;
+  l.source = kernel_head(name, params, numel(out_shape)) + body.str() + "}\n";
+  elementwise_launch(l, numel(out_shape));
+  return l;
+}
+
+Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis, int64_t start,
+                      int64_t step) {
+  const std::string t = storage_type(in.dtype);
+  const auto ax = static_cast<size_t>(axis);
+  int64_t inner = 1;
+  for (size_t d = ax + 1; d < out_shape.size(); ++d) inner *= out_shape[d];
+  const int64_t count = in.shape[ax];
+  std::ostringstream body;
+  body << "  const long long outer = i / " << inner * out_shape[ax] << "LL, c = (i / " << inner << "LL) % " << out_shape[ax]
+       << "LL, inner = i % " << inner << "LL;\n"
+       << "  const long long r = c - " << start << "LL;\n"
+       << "  if (r < 0 || r % " << step << "LL != 0 || r / " << step << "LL >= " << count << "LL) { out[i] = (" << t
+       << ")0; return; }\n"
+       << "  const long long j = (outer * " << count << "LL + r / " << step << "LL) * " << inner << "LL + inner;\n"
+       << "  out[i] = in[" << strided_offset(in.shape, in.strides, "j") << "];\n";
+  Launch l;
+  l.name = name;
+  l.source = kernel_head(name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", numel(out_shape)) +
+             body.str() + "}\n";
+  elementwise_launch(l, numel(out_shape));
+  return l;
+}
+
+}  // namespace tg::backend::cuda

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/kernels.h"
 #include "ir/graph.h"
 #include "passes/fusion.h"
 
@@ -32,5 +33,22 @@ GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup
                                const std::vector<std::vector<int64_t>>& input_strides, const std::string& name);
 /// The external inputs of a group, in the order fused_group_kernel takes them.
 std::vector<int32_t> group_inputs(const ir::Graph& graph, const passes::KernelGroup& group);
+
+/// The element offset, as a C++ expression, of flat index `i` (a long long expression) over
+/// `shape` read through `strides`: the index unravelled with constant divisors.
+std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i);
+/// The CUDA type that stores `t` (float, int, unsigned char).
+const char* cuda_type(DType t);
+
+/// out (dense) = in (strided, any dtype). Params: (const T* in, T* out).
+Launch copy_kernel(const std::string& name, const Operand& in);
+/// out (dense, out_shape) = the inputs joined along `axis`. Params: (in0, …, in(k−1), out).
+Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape, int axis);
+/// Slice's adjoint: zeros of out_shape with `in` at positions start, start+step, … along axis.
+/// Params: (const T* in, T* out).
+Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis, int64_t start,
+                      int64_t step);
+/// One thread per element for `n` elements: the 1-D launch every elementwise kernel uses.
+void elementwise_launch(Launch& l, int64_t n);
 
 }  // namespace tg::backend::cuda

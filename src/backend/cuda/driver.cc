@@ -74,6 +74,29 @@ const Loaded& loaded_driver() {
       bind(lib, d.cuModuleGetFunction, "cuModuleGetFunction", "libcuda");
       bind(lib, d.cuLaunchKernel, "cuLaunchKernel", "libcuda");
       bind(lib, d.cuGetErrorString, "cuGetErrorString", "libcuda");
+      bind(lib, d.cuModuleUnload, "cuModuleUnload", "libcuda");
+      bind(lib, d.cuFuncSetAttribute, "cuFuncSetAttribute", "libcuda");
+      bind(lib, d.cuStreamCreate, "cuStreamCreate", "libcuda");
+      bind(lib, d.cuStreamDestroy, "cuStreamDestroy_v2", "libcuda");
+      bind(lib, d.cuStreamSynchronize, "cuStreamSynchronize", "libcuda");
+      bind(lib, d.cuStreamBeginCapture, "cuStreamBeginCapture_v2", "libcuda");
+      bind(lib, d.cuStreamEndCapture, "cuStreamEndCapture", "libcuda");
+      bind(lib, d.cuGraphInstantiate, "cuGraphInstantiateWithFlags", "libcuda");
+      bind(lib, d.cuGraphLaunch, "cuGraphLaunch", "libcuda");
+      bind(lib, d.cuGraphExecDestroy, "cuGraphExecDestroy", "libcuda");
+      bind(lib, d.cuGraphDestroy, "cuGraphDestroy", "libcuda");
+      bind(lib, d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", "libcuda");
+      bind(lib, d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", "libcuda");
+      bind(lib, d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", "libcuda");
+      bind(lib, d.cuMemsetD8Async, "cuMemsetD8Async", "libcuda");
+      bind(lib, d.cuMemsetD32Async, "cuMemsetD32Async", "libcuda");
+      bind(lib, d.cuMemAllocHost, "cuMemAllocHost_v2", "libcuda");
+      bind(lib, d.cuMemFreeHost, "cuMemFreeHost", "libcuda");
+      bind(lib, d.cuEventCreate, "cuEventCreate", "libcuda");
+      bind(lib, d.cuEventDestroy, "cuEventDestroy_v2", "libcuda");
+      bind(lib, d.cuEventRecord, "cuEventRecord", "libcuda");
+      bind(lib, d.cuEventSynchronize, "cuEventSynchronize", "libcuda");
+      bind(lib, d.cuEventElapsedTime, "cuEventElapsedTime_v2", "libcuda");
     } catch (const DeviceError& e) {
       l.error = e.what();
       return l;
@@ -194,6 +217,7 @@ DeviceInfo open_device(int index) {
   CUcontext ctx = nullptr;
   check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  info.context = ctx;
   return info;
 }
 
@@ -309,6 +333,38 @@ void DeviceMemory::upload(const void* host, size_t bytes) {
 void DeviceMemory::download(void* host, size_t bytes) const {
   if (bytes > bytes_) throw DeviceError("[cuda] download of " + std::to_string(bytes) + " bytes from " + std::to_string(bytes_));
   if (bytes) check(driver().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
+}
+
+Kernel::Kernel(const std::vector<char>& cubin, const std::string& name, unsigned dynamic_shared_bytes) {
+  const Driver& d = driver();
+  check(d.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
+  check(d.cuModuleGetFunction(&fn_, module_, name.c_str()), ("cuModuleGetFunction " + name).c_str());
+  constexpr int kMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  if (dynamic_shared_bytes > 48 * 1024)
+    check(d.cuFuncSetAttribute(fn_, kMaxDynamicShared, static_cast<int>(dynamic_shared_bytes)),
+          ("cuFuncSetAttribute (dynamic shared memory) " + name).c_str());
+}
+
+Kernel::~Kernel() {
+  if (module_) driver().cuModuleUnload(module_);
+}
+
+Kernel& Kernel::operator=(Kernel&& o) noexcept {
+  if (this != &o) {
+    if (module_) driver().cuModuleUnload(module_);
+    module_ = o.module_;
+    fn_ = o.fn_;
+    o.module_ = nullptr;
+    o.fn_ = nullptr;
+  }
+  return *this;
+}
+
+void Kernel::launch(const unsigned grid[3], const unsigned block[3], unsigned shared_bytes, CUstream stream,
+                    void** args) const {
+  check(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream, args,
+                                nullptr),
+        "cuLaunchKernel");
 }
 
 }  // namespace tg::backend::cuda

@@ -21,6 +21,9 @@ using CUcontext = struct CUctx_st*;
 using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+using CUevent = struct CUevent_st*;
 using nvrtcResult = int;
 using nvrtcProgram = struct _nvrtcProgram*;
 
@@ -46,6 +49,29 @@ struct Driver {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void**, void**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuMemAllocHost)(void**, size_t);
+  CUresult (*cuMemFreeHost)(void*);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
 };
 
 struct Nvrtc {
@@ -73,6 +99,7 @@ struct DeviceInfo {
   int sm_major = 0, sm_minor = 0;
   size_t total_bytes = 0;
   int driver_version = 0;  // e.g. 13000
+  CUcontext context = nullptr;  // the device's primary context
 };
 /// Why device `index` cannot be used ("" when it can): nothing thrown, for Device::best().
 std::string unavailable_reason(int index);
@@ -92,6 +119,25 @@ struct KernelSource {
 /// compile_cubin for many kernels at once, on up to hardware_concurrency threads (NVRTC
 /// programs are independent); results in input order. The first failure is rethrown.
 std::vector<std::vector<char>> compile_cubins(const std::vector<KernelSource>& kernels, int sm_major, int sm_minor);
+
+/// A loaded cubin and its one kernel (generated kernels are one per module).
+class Kernel {
+ public:
+  Kernel() = default;
+  Kernel(const std::vector<char>& cubin, const std::string& name, unsigned dynamic_shared_bytes = 0);
+  ~Kernel();
+  Kernel(Kernel&& o) noexcept : module_(o.module_), fn_(o.fn_) { o.module_ = nullptr; o.fn_ = nullptr; }
+  Kernel& operator=(Kernel&& o) noexcept;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+  CUfunction get() const { return fn_; }
+  /// args: pointers to each parameter's value, in order (cuLaunchKernel's kernelParams).
+  void launch(const unsigned grid[3], const unsigned block[3], unsigned shared_bytes, CUstream stream, void** args) const;
+
+ private:
+  CUmodule module_ = nullptr;
+  CUfunction fn_ = nullptr;
+};
 
 /// Device memory that frees itself.
 class DeviceMemory {

@@ -1,0 +1,176 @@
+// cuBLASLt loaded at run time and the product planner (see cublaslt.h).
+#include "backend/cuda/cublaslt.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cuda {
+namespace {
+
+using Status = int;
+using Handle = void*;
+constexpr int kR32F = 0;                               // CUDA_R_32F
+constexpr int kCompute32F = 68, kCompute32FTf32 = 77;  // CUBLAS_COMPUTE_32F(_FAST_TF32)
+constexpr int kOpN = 0, kOpT = 1;
+constexpr int kDescTransA = 3, kDescTransB = 4;  // CUBLASLT_MATMUL_DESC_TRANSA/B
+constexpr int kLayoutBatchCount = 5, kLayoutBatchStride = 6;
+constexpr int kPrefMaxWorkspace = 1;
+
+struct HeuristicResult {  // cublasLtMatmulHeuristicResult_t
+  uint64_t algo[8];
+  size_t workspace_size;
+  Status state;
+  float waves;
+  int reserved[4];
+};
+
+struct Lt {
+  Status (*create)(Handle*);
+  Status (*desc_create)(void**, int, int);
+  Status (*desc_destroy)(void*);
+  Status (*desc_set)(void*, int, const void*, size_t);
+  Status (*layout_create)(void**, int, uint64_t, uint64_t, int64_t);
+  Status (*layout_destroy)(void*);
+  Status (*layout_set)(void*, int, const void*, size_t);
+  Status (*pref_create)(void**);
+  Status (*pref_destroy)(void*);
+  Status (*pref_set)(void*, int, const void*, size_t);
+  Status (*heuristic)(Handle, void*, void*, void*, void*, void*, void*, int, HeuristicResult*, int*);
+  Status (*matmul)(Handle, void*, const void*, const void*, void*, const void*, void*, const void*, const void*, void*,
+                   void*, void*, const void*, void*, size_t, CUstream);
+  Handle handle = nullptr;
+  std::string error;
+};
+
+template <class F>
+bool bind(void* lib, F& fn, const char* symbol, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(lib, symbol));
+  if (!fn && error.empty()) error = std::string("libcublasLt has no ") + symbol;
+  return fn != nullptr;
+}
+
+const Lt& lt() {
+  static const Lt loaded = [] {
+    Lt l{};
+    void* lib = nullptr;
+    std::string tried;
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+      tried += (tried.empty() ? "" : ", ") + std::string(name);
+    }
+    if (!lib) {
+      l.error = "cuBLASLt is not installed (tried " + tried + ")";
+      return l;
+    }
+    bind(lib, l.create, "cublasLtCreate", l.error);
+    bind(lib, l.desc_create, "cublasLtMatmulDescCreate", l.error);
+    bind(lib, l.desc_destroy, "cublasLtMatmulDescDestroy", l.error);
+    bind(lib, l.desc_set, "cublasLtMatmulDescSetAttribute", l.error);
+    bind(lib, l.layout_create, "cublasLtMatrixLayoutCreate", l.error);
+    bind(lib, l.layout_destroy, "cublasLtMatrixLayoutDestroy", l.error);
+    bind(lib, l.layout_set, "cublasLtMatrixLayoutSetAttribute", l.error);
+    bind(lib, l.pref_create, "cublasLtMatmulPreferenceCreate", l.error);
+    bind(lib, l.pref_destroy, "cublasLtMatmulPreferenceDestroy", l.error);
+    bind(lib, l.pref_set, "cublasLtMatmulPreferenceSetAttribute", l.error);
+    bind(lib, l.heuristic, "cublasLtMatmulAlgoGetHeuristic", l.error);
+    bind(lib, l.matmul, "cublasLtMatmul", l.error);
+    if (l.error.empty() && l.create(&l.handle) != 0) l.error = "cublasLtCreate failed";
+    return l;
+  }();
+  return loaded;
+}
+
+const Lt& lt_checked() {
+  const Lt& l = lt();
+  if (!l.error.empty()) throw DeviceError("[cuda] " + l.error);
+  return l;
+}
+
+void ok(Status s, const char* what) {
+  if (s != 0) throw DeviceError(std::string("[cuda] ") + what + " failed with cuBLAS status " + std::to_string(s));
+}
+
+/// The column-major view of the transpose of row-major `op`: (rows, cols, ld) of the layout
+/// cuBLASLt reads and whether it must apply op T to get opᵀ.
+struct ColMajor {
+  int64_t rows, cols, ld;
+  int op;
+};
+ColMajor transposed_view(const MatOperand& x) {
+  // Row-major x[r][c] with unit column stride is column-major xᵀ (c × r, ld = row stride).
+  if (x.col_stride == 1 || x.cols == 1) return {x.cols, x.rows, std::max<int64_t>(x.row_stride, x.cols), kOpN};
+  // Unit row stride: x itself is column-major (r × c, ld = column stride); op T gives xᵀ.
+  return {x.rows, x.cols, std::max<int64_t>(x.col_stride, x.rows), kOpT};
+}
+
+}  // namespace
+
+std::string cublaslt_unavailable_reason() { return lt().error; }
+
+bool lt_readable(const MatOperand& x) {
+  if (x.col_stride == 1 || x.cols == 1) return x.rows == 1 || x.row_stride >= x.cols;
+  if (x.row_stride == 1 || x.rows == 1) return x.cols == 1 || x.col_stride >= x.rows;
+  return false;
+}
+
+LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
+                   MathMode mode, size_t workspace_bytes) {
+  const Lt& l = lt_checked();
+  if (!lt_readable(a) || !lt_readable(b)) throw Error("[cuda] matmul operand layout cuBLASLt cannot read");
+  ok(l.desc_create(&desc_, mode == MathMode::kTf32 ? kCompute32FTf32 : kCompute32F, kR32F), "cublasLtMatmulDescCreate");
+  // Cᵀ (n × m) = bᵀ (n × k) · aᵀ (k × m).
+  const ColMajor lb = transposed_view(b), la = transposed_view(a);
+  ok(l.desc_set(desc_, kDescTransA, &lb.op, sizeof(int)), "cublasLtMatmulDescSetAttribute");
+  ok(l.desc_set(desc_, kDescTransB, &la.op, sizeof(int)), "cublasLtMatmulDescSetAttribute");
+  ok(l.layout_create(&layout_[0], kR32F, static_cast<uint64_t>(lb.rows), static_cast<uint64_t>(lb.cols), lb.ld),
+     "cublasLtMatrixLayoutCreate");
+  ok(l.layout_create(&layout_[1], kR32F, static_cast<uint64_t>(la.rows), static_cast<uint64_t>(la.cols), la.ld),
+     "cublasLtMatrixLayoutCreate");
+  ok(l.layout_create(&layout_[2], kR32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n), "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    const int64_t strides[3] = {b.batch_stride, a.batch_stride, m * n};
+    for (int i = 0; i < 3; ++i) {
+      ok(l.layout_set(layout_[i], kLayoutBatchCount, &count, sizeof(count)), "cublasLtMatrixLayoutSetAttribute");
+      ok(l.layout_set(layout_[i], kLayoutBatchStride, &strides[i], sizeof(int64_t)), "cublasLtMatrixLayoutSetAttribute");
+    }
+  }
+  void* pref = nullptr;
+  ok(l.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = workspace_bytes;
+  ok(l.pref_set(pref, kPrefMaxWorkspace, &ws, sizeof(ws)), "cublasLtMatmulPreferenceSetAttribute");
+  HeuristicResult result{};
+  int found = 0;
+  const Status s = l.heuristic(l.handle, desc_, layout_[0], layout_[1], layout_[2], layout_[2], pref, 1, &result, &found);
+  l.pref_destroy(pref);
+  if (s != 0 || found == 0)
+    throw DeviceError("[cuda] cuBLASLt has no algorithm for the product [" + std::to_string(batch) + ", " +
+                      std::to_string(m) + ", " + std::to_string(k) + "] @ [" + std::to_string(k) + ", " +
+                      std::to_string(n) + "] (status " + std::to_string(s) + ")");
+  std::copy(result.algo, result.algo + 8, algo_);
+  workspace_ = result.workspace_size;
+  (void)k;
+}
+
+LtMatmul::~LtMatmul() {
+  const Lt& l = lt();
+  for (void* layout : layout_)
+    if (layout) l.layout_destroy(layout);
+  if (desc_) l.desc_destroy(desc_);
+}
+
+void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream) const {
+  const Lt& l = lt();
+  const float one = 1.0f, zero = 0.0f;
+  ok(l.matmul(l.handle, desc_, &one, reinterpret_cast<const void*>(b), layout_[0], reinterpret_cast<const void*>(a),
+              layout_[1], &zero, reinterpret_cast<const void*>(out), layout_[2], reinterpret_cast<void*>(out), layout_[2],
+              algo_, reinterpret_cast<void*>(workspace), workspace_, stream),
+     "cublasLtMatmul");
+}
+
+}  // namespace tg::backend::cuda

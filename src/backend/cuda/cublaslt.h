@@ -1,0 +1,52 @@
+// Matrix products through cuBLASLt, loaded at run time like the driver (driver.h): a build
+// with CUDA support needs no CUDA toolkit, and a machine without cuBLASLt gets a DeviceError
+// naming the libraries tried. Only the entry points and ABI values used here are declared.
+//
+// Layout: tensorgrad is row-major, cuBLASLt column-major. A row-major [m, n] result C is the
+// column-major n×m matrix Cᵀ = Bᵀ·Aᵀ, so the product is planned with the operands swapped;
+// each operand only needs unit stride along one of its two axes (a transposed view is read
+// with op T, no copy). Batches are strided (one stride per operand, 0 = broadcast).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/driver.h"
+
+namespace tg::backend::cuda {
+
+/// One operand [batch, rows, cols] of a product as it lies in memory (element strides).
+struct MatOperand {
+  int64_t rows = 0, cols = 0;
+  int64_t row_stride = 0, col_stride = 0, batch_stride = 0;
+};
+
+/// Whether cuBLASLt can read `op` directly: unit stride along one axis, and the other
+/// stride at least that axis' extent (a leading dimension).
+bool lt_readable(const MatOperand& op);
+
+enum class MathMode { kFp32, kTf32 };
+
+/// out [batch, m, n] (dense) = a [batch, m, k] · b [batch, k, n], planned once (layouts and
+/// the heuristic's algorithm), then run any number of times, also under stream capture.
+class LtMatmul {
+ public:
+  LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b, MathMode mode,
+           size_t workspace_bytes);
+  ~LtMatmul();
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream) const;
+  /// The workspace the chosen algorithm needs (≤ the workspace_bytes it was planned with).
+  size_t workspace() const { return workspace_; }
+
+ private:
+  void* desc_ = nullptr;
+  void* layout_[3] = {nullptr, nullptr, nullptr};  // cuBLASLt's A (= our b), B (= our a), C/D
+  uint64_t algo_[8] = {};
+  size_t workspace_ = 0;
+};
+
+/// Why cuBLASLt cannot be used ("" when it can).
+std::string cublaslt_unavailable_reason();
+
+}  // namespace tg::backend::cuda

@@ -1,0 +1,282 @@
+// The CUDA executable: arena, kernel compilation, graph capture and the Executable interface
+// (see executable.h; placement is in plan.cc).
+#include "backend/cuda/executable.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "passes/memory_plan.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cuda {
+
+using ir::Op;
+
+void CudaContext::make_current() const { check(driver().cuCtxSetCurrent(info.context), "cuCtxSetCurrent"); }
+
+CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph& g, const Bindings& bindings,
+                               const PrepareOptions& options)
+    : ctx_(std::move(ctx)), options_(options) {
+  ctx_->make_current();
+  const auto count = static_cast<size_t>(g.size());
+  slots_.resize(count);
+  input_set_.assign(count, 0);
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.node(id);
+    slots_[static_cast<size_t>(id)].dtype = n.dtype;
+    slots_[static_cast<size_t>(id)].shape = n.shape;
+    ops_.push_back(n.op);
+    names_.push_back(n.name);
+  }
+  for (int32_t out : g.outputs)
+    if (out < 0 || out >= g.size()) throw Error("[cuda] output %" + std::to_string(out) + " is not a node");
+  for (const ir::Graph::Update& u : g.updates) {
+    if (u.target < 0 || u.target >= g.size() || u.value < 0 || u.value >= g.size())
+      throw Error("[cuda] an update refers to an unknown node");
+    const ir::Node& t = g.node(u.target);
+    const ir::Node& v = g.node(u.value);
+    if (t.op != Op::kParam && t.op != Op::kState) throw Error("[cuda] an update target is not a param or state");
+    if (t.dtype != v.dtype || t.numel() != v.numel()) throw Error("[cuda] an update's value does not match its target");
+  }
+  bind_leaves(g, bindings);
+  plan_inputs(g);
+  err_ = DeviceMemory(kAlign);
+  fusion_ = passes::fuse(g, options.fuse, /*reduction_sinks=*/false);
+  for (const passes::KernelGroup& group : fusion_.groups) plan_group(g, group);
+  plan_outputs_and_updates(g);
+  plan_arena(options.reuse_memory);
+  compile_kernels();
+  bool needs_workspace = false;
+  for (const Step& s : steps_) needs_workspace = needs_workspace || s.kind == Step::Kind::kMatmul;
+  if (needs_workspace) workspace_ = DeviceMemory(kWorkspaceBytes);
+  profile_ = std::getenv("TG_PROFILE") != nullptr;
+  if (!profile_) capture();
+}
+
+CudaExecutable::~CudaExecutable() {
+  const Driver& d = driver();
+  d.cuCtxSetCurrent(ctx_->info.context);
+  if (in_flight_) d.cuStreamSynchronize(ctx_->stream);
+  if (graph_exec_) d.cuGraphExecDestroy(static_cast<CUgraphExec>(graph_exec_));
+  if (graph_) d.cuGraphDestroy(static_cast<CUgraph>(graph_));
+  if (staging_) d.cuMemFreeHost(staging_);
+}
+
+void CudaExecutable::plan_arena(bool reuse) {
+  // Execution index of each step; arena buffers live from their first to last touching step.
+  for (size_t i = 0; i < steps_.size(); ++i)
+    for (const Arg& a : steps_[i].args)
+      if (!a.err && a.place.buf >= 0) {
+        ArenaBuffer& b = bufs_[static_cast<size_t>(a.place.buf)];
+        const auto e = static_cast<int32_t>(i);
+        b.first = b.first < 0 ? e : std::min(b.first, e);
+        b.last = std::max(b.last, e);
+      }
+  const auto end = static_cast<int32_t>(steps_.size());
+  std::vector<passes::Interval> intervals;
+  for (ArenaBuffer& b : bufs_) {
+    if (b.first < 0) b.first = b.last = 0;
+    if (b.to_end || !reuse) b.last = end;
+    if (!reuse) b.first = 0;
+    intervals.push_back({b.bytes, b.first, b.last});
+  }
+  const passes::IntervalPlan plan = passes::plan_intervals(intervals);
+  for (size_t i = 0; i < bufs_.size(); ++i) bufs_[i].offset = std::max<int64_t>(0, plan.offset[i]);
+  arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(plan.arena_bytes, kAlign)));
+  memory_.arena = plan.arena_bytes;
+  memory_.no_reuse = plan.total_bytes;
+  std::vector<int64_t> live(static_cast<size_t>(end) + 1, 0);
+  for (const ArenaBuffer& b : bufs_)
+    for (int32_t e = b.first; e <= b.last && e <= end; ++e) live[static_cast<size_t>(e)] += b.bytes;
+  const auto peak = static_cast<int32_t>(std::max_element(live.begin(), live.end()) - live.begin());
+  for (const ArenaBuffer& b : bufs_) {
+    if (b.first > peak || b.last < peak) continue;
+    switch (b.category) {
+      case Category::kActivation: memory_.activations += b.bytes; break;
+      case Category::kGradient: memory_.gradients += b.bytes; break;
+      case Category::kOptimizer: memory_.optimizer_temps += b.bytes; break;
+      case Category::kScratch: memory_.scratch += b.bytes; break;
+    }
+  }
+}
+
+void CudaExecutable::compile_kernels() {
+  // Identical sources compile and load once.
+  std::unordered_map<std::string, int32_t> unique;
+  std::vector<KernelSource> sources;
+  std::vector<unsigned> shared;
+  for (Step& s : steps_) {
+    if (s.kind != Step::Kind::kKernel) continue;
+    auto [it, fresh] = unique.emplace(s.launch.source, static_cast<int32_t>(sources.size()));
+    if (fresh) {
+      sources.push_back({s.launch.name, s.launch.source});
+      shared.push_back(s.launch.shared_bytes);
+    } else {
+      shared[static_cast<size_t>(it->second)] = std::max(shared[static_cast<size_t>(it->second)], s.launch.shared_bytes);
+    }
+    s.kernel = it->second;
+  }
+  const std::vector<std::vector<char>> cubins = compile_cubins(sources, ctx_->info.sm_major, ctx_->info.sm_minor);
+  for (size_t i = 0; i < cubins.size(); ++i) kernels_.emplace_back(cubins[i], sources[i].name, shared[i]);
+  // Sources are no longer needed (describe() names ops, not code).
+  for (Step& s : steps_) s.launch.source.clear();
+}
+
+void CudaExecutable::enqueue_step(const Step& s) {
+  const Driver& d = driver();
+  CUstream stream = ctx_->stream;
+  switch (s.kind) {
+    case Step::Kind::kKernel: {
+      std::vector<CUdeviceptr> ptrs;
+      ptrs.reserve(s.args.size());
+      for (const Arg& a : s.args) ptrs.push_back(a.err ? err_.get() : address(a.place));
+      std::vector<void*> params;
+      for (CUdeviceptr& p : ptrs) params.push_back(&p);
+      long long n = s.launch_n;
+      if (s.launch_n >= 0) params.push_back(&n);
+      kernels_[static_cast<size_t>(s.kernel)].launch(s.launch.grid, s.launch.block, s.launch.shared_bytes, stream,
+                                                     params.data());
+      return;
+    }
+    case Step::Kind::kMatmul:
+      s.matmul->run(address(s.args[0].place), address(s.args[1].place), address(s.args[2].place), workspace_.get(), stream);
+      return;
+    case Step::Kind::kMemset:
+      check(d.cuMemsetD8Async(address(s.args[0].place), 0, static_cast<size_t>(s.bytes), stream), "cuMemsetD8Async");
+      return;
+    case Step::Kind::kCopy:
+      check(d.cuMemcpyDtoDAsync(address(s.args[0].place), address(s.args[1].place), static_cast<size_t>(s.bytes), stream),
+            "cuMemcpyDtoDAsync");
+      return;
+  }
+}
+
+/// One step's work in stream order: upload the inputs, clear the error word, every step, then
+/// the updates (after every read of the old values).
+void CudaExecutable::capture() {
+  const Driver& d = driver();
+  CUstream stream = ctx_->stream;
+  constexpr int kCaptureThreadLocal = 1;
+  check(d.cuStreamBeginCapture(stream, kCaptureThreadLocal), "cuStreamBeginCapture");
+  try {
+    if (input_bytes_ > 0) check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_, static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
+    check(d.cuMemsetD32Async(err_.get(), 0, 1, stream), "cuMemsetD32Async");
+    for (const Step& s : steps_) enqueue_step(s);
+    for (const UpdateCopy& u : update_copies_)
+      check(d.cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), stream), "cuMemcpyDtoDAsync");
+  } catch (...) {
+    CUgraph broken = nullptr;
+    d.cuStreamEndCapture(stream, &broken);
+    if (broken) d.cuGraphDestroy(broken);
+    throw;
+  }
+  CUgraph graph = nullptr;
+  check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  graph_ = graph;
+  CUgraphExec exec = nullptr;
+  check(d.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
+  graph_exec_ = exec;
+}
+
+void CudaExecutable::set_input(int32_t node, const void* host) {
+  auto it = input_offset_.find(node);
+  if (it == input_offset_.end()) throw Error("[cuda] %" + std::to_string(node) + " is not an input");
+  if (in_flight_) {  // the previous step may still be reading the staging memory
+    ctx_->make_current();
+    check(driver().cuStreamSynchronize(ctx_->stream), "cuStreamSynchronize");
+    in_flight_ = false;
+  }
+  const Slot& s = slots_[static_cast<size_t>(node)];
+  std::memcpy(static_cast<std::byte*>(staging_) + it->second, host, static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
+  input_set_[static_cast<size_t>(node)] = 1;
+}
+
+void CudaExecutable::execute() {
+  for (const auto& [id, offset] : input_offset_)
+    if (!input_set_[static_cast<size_t>(id)]) throw Error("[cuda] input %" + std::to_string(id) + " was never set");
+  ctx_->make_current();
+  const Driver& d = driver();
+  if (!profile_) {
+    check(d.cuGraphLaunch(static_cast<CUgraphExec>(graph_exec_), ctx_->stream), "cuGraphLaunch");
+    in_flight_ = true;
+    return;
+  }
+  // TG_PROFILE=1: the same work launched step by step, timed with events.
+  CUstream stream = ctx_->stream;
+  if (input_bytes_ > 0) check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_, static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
+  check(d.cuMemsetD32Async(err_.get(), 0, 1, stream), "cuMemsetD32Async");
+  std::vector<CUevent> events(steps_.size() + 1);
+  for (CUevent& e : events) check(d.cuEventCreate(&e, 0), "cuEventCreate");
+  check(d.cuEventRecord(events[0], stream), "cuEventRecord");
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    enqueue_step(steps_[i]);
+    check(d.cuEventRecord(events[i + 1], stream), "cuEventRecord");
+  }
+  for (const UpdateCopy& u : update_copies_)
+    check(d.cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), stream), "cuMemcpyDtoDAsync");
+  check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::map<std::string, std::pair<double, int>> by_op;
+  double total = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    float ms = 0;
+    d.cuEventElapsedTime(&ms, events[i], events[i + 1]);
+    const Step& s = steps_[i];
+    std::string label = s.kind == Step::Kind::kMatmul ? "matmul" : s.kind == Step::Kind::kMemset ? "memset"
+                        : s.nodes.empty() ? "copy" : s.nodes.size() > 1 ? "fused" : ir::op_name(ops_[static_cast<size_t>(s.nodes[0])]);
+    auto& e = by_op[label];
+    e.first += ms;
+    e.second += 1;
+    total += ms;
+  }
+  for (CUevent e : events) d.cuEventDestroy(e);
+  std::fprintf(stderr, "[cuda profile] %zu steps, %.3f ms\n", steps_.size(), total);
+  for (const auto& [label, e] : by_op)
+    std::fprintf(stderr, "  %-20s %5d  %9.3f ms  %5.1f%%\n", label.c_str(), e.second, e.first, 100.0 * e.first / std::max(total, 1e-9));
+}
+
+void CudaExecutable::read_output(int32_t node, void* host) {
+  auto it = outputs_.find(node);
+  if (it == outputs_.end()) throw Error("[cuda] %" + std::to_string(node) + " is not an output");
+  ctx_->make_current();
+  const Driver& d = driver();
+  check(d.cuStreamSynchronize(ctx_->stream), "cuStreamSynchronize (the step failed)");
+  in_flight_ = false;
+  int err = 0;
+  check(d.cuMemcpyDtoH(&err, err_.get(), sizeof err), "cuMemcpyDtoH");
+  if (err != 0)
+    throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index or a cross_entropy target); "
+                     "run it on Device::cpu() for the exact position");
+  const Slot& s = slots_[static_cast<size_t>(node)];
+  check(d.cuMemcpyDtoH(host, address(it->second), static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype))), "cuMemcpyDtoH");
+}
+
+std::string CudaExecutable::describe() const {
+  std::ostringstream out;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
+    out << "#" << i << " ";
+    switch (s.kind) {
+      case Step::Kind::kKernel: out << (s.nodes.size() > 1 ? "fused" : s.nodes.empty() ? "copy" : ""); break;
+      case Step::Kind::kMatmul: out << "cublasLt"; break;
+      case Step::Kind::kMemset: out << "memset"; break;
+      case Step::Kind::kCopy: out << "copy"; break;
+    }
+    for (int32_t id : s.nodes) {
+      out << " " << ir::op_name(ops_[static_cast<size_t>(id)]) << "%" << id;
+      if (!names_[static_cast<size_t>(id)].empty()) out << "'" << names_[static_cast<size_t>(id)] << "'";
+    }
+    if (s.kind == Step::Kind::kKernel)
+      out << " grid " << s.launch.grid[0] << "x" << s.launch.grid[1] << "x" << s.launch.grid[2] << " block " << s.launch.block[0]
+          << "x" << s.launch.block[1];
+    if (s.flops) out << " " << s.flops << " flops";
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace tg::backend::cuda

@@ -1,0 +1,158 @@
+// The CUDA backend's Executable: a graph lowered once into generated kernels over one device
+// arena, captured as a CUDA graph and replayed each step.
+//
+// Preparation:
+//  1. Placement, group by group in the order passes/fusion.h chose (plan.cc): every live
+//     node gets a Place — an arena buffer or fixed device memory (bound parameters and state,
+//     the input block, constants), a byte offset and element strides. Reshape of compatible
+//     layouts, Permute, BroadcastTo, Slice and one-value Constants are views (no kernel);
+//     consumers that need dense rows (norms, softmax, cross entropy) or a layout cuBLASLt /
+//     the attention kernels cannot read get a copy kernel first. Each group becomes a Step:
+//     a generated kernel (codegen.h, kernels.h), a cuBLASLt product, a memset or a copy.
+//  2. Memory: each arena buffer lives from the first to the last step touching it (outputs
+//     and update values to the end); best-fit offsets over those intervals
+//     (passes::plan_intervals) in one cuMemAlloc.
+//  3. Kernels: all sources are compiled in parallel through NVRTC (with its disk cache);
+//     identical sources (the same layer shapes repeated) compile and load once.
+//  4. Capture: the input upload (one copy from pinned staging), every step and the update
+//     copies are recorded once into a CUDA graph; execute() launches that graph.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cublaslt.h"
+#include "backend/cuda/driver.h"
+#include "backend/cuda/kernels.h"
+#include "passes/fusion.h"
+
+namespace tg::backend::cuda {
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(DType dtype, int64_t numel) : Buffer(dtype, numel), mem(static_cast<size_t>(std::max<int64_t>(numel, 1)) * dtype_size(dtype)) {}
+  DeviceMemory mem;
+};
+
+/// What the backend shares with its executables.
+struct CudaContext {
+  DeviceInfo info;
+  CUstream stream = nullptr;
+  void make_current() const;
+};
+
+/// Every arena buffer and fixed allocation starts on this boundary (vector loads, cuBLASLt).
+constexpr int64_t kAlign = 256;
+/// cuBLASLt's workspace, shared by every product of an executable (they run in order).
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+class CudaExecutable final : public Executable {
+ public:
+  CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph& graph, const Bindings& bindings,
+                 const PrepareOptions& options);
+  ~CudaExecutable() override;
+  void set_input(int32_t node, const void* host) override;
+  void execute() override;
+  void read_output(int32_t node, void* host) override;
+  std::string describe() const override;
+  int64_t kernel_count() const override { return static_cast<int64_t>(steps_.size()); }
+  MemoryStats memory() const override { return memory_; }
+
+ private:
+  struct Place {
+    int32_t buf = -1;        // arena buffer, or -1: fixed memory at `fixed`
+    CUdeviceptr fixed = 0;
+    int64_t offset = 0;      // bytes
+    std::vector<int64_t> strides;
+  };
+  struct Slot {
+    DType dtype = DType::kF32;
+    Shape shape;
+    Place place;
+    bool placed = false;
+    const Buffer* root = nullptr;  // the bound buffer the place reads, if any
+  };
+  enum class Category : uint8_t { kActivation, kGradient, kOptimizer, kScratch };
+  struct ArenaBuffer {
+    int64_t bytes = 0;
+    Category category = Category::kScratch;
+    int32_t first = -1, last = -1;
+    bool to_end = false;
+    int64_t offset = 0;
+  };
+  struct Arg {
+    Place place;
+    bool err = false;  // the error word instead of a place
+  };
+  struct Step {
+    enum class Kind : uint8_t { kKernel, kMatmul, kMemset, kCopy };
+    Kind kind = Kind::kKernel;
+    std::vector<int32_t> nodes;  // for describe
+    Launch launch;
+    int32_t kernel = -1;         // into kernels_
+    std::vector<Arg> args;       // kernel params; matmul: a, b, out; memset: dst; copy: dst, src
+    std::shared_ptr<LtMatmul> matmul;
+    int64_t bytes = 0;           // memset / copy size
+    int64_t launch_n = -1;       // >= 0: passed as a trailing `long long n` (fused groups)
+    int64_t flops = 0;
+  };
+
+  // ---- placement (plan.cc) ----
+  void bind_leaves(const ir::Graph& g, const Bindings& bindings);
+  void plan_inputs(const ir::Graph& g);
+  void plan_group(const ir::Graph& g, const passes::KernelGroup& group);
+  void plan_fused(const ir::Graph& g, const passes::KernelGroup& group);
+  void plan_single(const ir::Graph& g, int32_t id);
+  void plan_matmul(const ir::Graph& g, int32_t id);
+  void plan_outputs_and_updates(const ir::Graph& g);
+  Place own(const ir::Node& n, int64_t bytes, const Shape& shape, Category category);
+  Place& own_node(const ir::Graph& g, int32_t id);
+  Place fixed_data(const void* host, int64_t bytes, const std::vector<int64_t>& strides);
+  /// The input's place if it is dense, else a dense copy (an extra step).
+  Place dense(const ir::Graph& g, int32_t consumer, int32_t input);
+  Place dense_copy(const ir::Node& consumer, const Slot& in);
+  Operand operand(int32_t id) const;
+  void add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops = 0);
+  CUdeviceptr address(const Place& p) const;
+
+  // ---- memory, kernels, capture (executable.cc) ----
+  void plan_arena(bool reuse);
+  void compile_kernels();
+  void enqueue_step(const Step& s);
+  void capture();
+
+  std::shared_ptr<CudaContext> ctx_;
+  PrepareOptions options_;
+  passes::Fusion fusion_;
+  std::vector<Slot> slots_;
+  std::vector<ir::Op> ops_;
+  std::vector<std::string> names_;
+  std::vector<ArenaBuffer> bufs_;
+  DeviceMemory arena_;
+  std::vector<DeviceMemory> fixed_mems_;  // constants, the error word
+  DeviceMemory inputs_;                   // every input, one block
+  void* staging_ = nullptr;               // pinned host mirror of inputs_
+  int64_t input_bytes_ = 0;
+  std::unordered_map<int32_t, int64_t> input_offset_;  // input node → byte offset in the block
+  std::vector<char> input_set_;
+  DeviceMemory err_;
+  DeviceMemory workspace_;  // cuBLASLt
+  std::vector<Step> steps_;
+  std::vector<Kernel> kernels_;
+  struct UpdateCopy {
+    Place dst, src;
+    int64_t bytes;
+  };
+  std::vector<UpdateCopy> update_copies_;
+  std::unordered_map<int32_t, Place> outputs_;  // output node → dense place valid after the step
+  MemoryStats memory_;
+  void* graph_ = nullptr;       // CUgraph
+  void* graph_exec_ = nullptr;  // CUgraphExec
+  bool in_flight_ = false;
+  bool profile_ = false;
+};
+
+}  // namespace tg::backend::cuda

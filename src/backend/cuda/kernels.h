@@ -1,0 +1,106 @@
+// Kernel templates of the CUDA backend: for each non-elementwise op, a function that writes
+// the CUDA C++ of one kernel specialised to the node's shapes (baked in as constants) and
+// says how to launch it. The executable (backend/cuda/executable.cc) compiles them through
+// NVRTC and launches them with the parameters listed per function below, in that order.
+//
+// Conventions shared by every function here:
+//   - `name` is the kernel's extern "C" name; the source defines exactly that __global__.
+//   - Element types: f32 → float, i32 → int, bool → unsigned char.
+//   - An Operand is how a kernel reads an input: element strides over `shape` (0 = broadcast
+//     along that axis); the pointer the executable passes already includes any offset.
+//   - Outputs are dense, row-major, over the node's shape.
+//   - `int* err` (where listed) is a device word the kernel sets to a nonzero code when it
+//     finds bad data (an index out of range); the executable reports it as an InputError
+//     after the step. The kernel must still not read or write out of bounds.
+//   - Semantics are the reference backend's (backend/ref), within f32 rounding.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/dtype.h"
+
+namespace tg::backend::cuda {
+
+struct Launch {
+  std::string name, source;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;  // dynamic shared memory (above 48 KiB is allowed: the executable opts in)
+};
+
+struct Operand {
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<int64_t> strides;  // elements
+};
+
+// ---- reductions (kernels_reduce.cc) -------------------------------------------------------
+/// Sum / Max / Min (f32 or i32, result of the same type) or Argmax (i32 result, the first
+/// index of the maximum; NaN handling as the reference) of `in` over `axes` (sorted).
+/// Output: dense over the kept axes, in order. Params: (const T* in, R* out).
+/// `op` is one of "sum", "max", "min", "argmax".
+Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in, const std::vector<int>& axes);
+
+// ---- indexing and randomness (kernels_reduce.cc) -------------------------------------------
+/// out = take_along_axis(x, idx, axis) over idx's shape (see ops.def Gather).
+/// Params: (const T* x, const int* idx, T* out, int* err).
+Launch gather_kernel(const std::string& name, const Operand& x, const Operand& idx, int axis);
+/// out (already zeroed by the executable, dense over out_shape) += src scattered along axis
+/// by idx (see ops.def ScatterAdd). f32 or i32. Params: (const T* src, const int* idx, T* out, int* err).
+Launch scatter_add_kernel(const std::string& name, const Operand& src, const Operand& idx, const Shape& out_shape,
+                          int axis);
+/// Uniform [0, 1) f32 of `numel` elements, bit-identical to backend/philox.h's philox_uniform.
+/// Params: (const int* key, float* out).
+Launch random_kernel(const std::string& name, int64_t numel, uint64_t seed);
+/// x·[u ≥ p]/(1−p) with u the same stream as random_kernel. Params: (const float* x, const int* key, float* out).
+Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint64_t seed);
+
+// ---- row kernels over dense f32 data (kernels_rows.cc) --------------------------------------
+/// Softmax or log-softmax over the middle axis of a dense [outer, axis, inner] view.
+/// causal (inner == 1 only): row r (of outer) is query i = r mod t of a [t, axis] block;
+/// column j is masked when j > i + (axis − t): probability 0, log-probability −inf.
+/// Params: (const float* in, float* out).
+Launch softmax_kernel(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log, bool causal,
+                      int64_t t);
+/// Per-row loss −log_softmax(logits[n])[target[n]] of dense logits [rows, cols]; 0 where the
+/// target equals ignore_index; a target outside [0, cols) sets *err and gives NaN.
+/// Params: (const float* logits, const int* targets, float* loss, int* err).
+Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index);
+/// dlogits = (softmax(logits) − onehot(target))·dloss[n] (0 rows where ignored).
+/// Params: (const float* logits, const int* targets, const float* dloss, float* dlogits, int* err).
+Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index);
+/// (x − mean)/sqrt(var + eps) per row (biased var). Params: (const float* x, float* y).
+Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
+/// Params: (const float* x, const float* dy, float* dx).
+Launch layer_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
+/// x/sqrt(mean(x²) + eps) per row. Params: (const float* x, float* y).
+Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
+/// Params: (const float* x, const float* dy, float* dx).
+Launch rms_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
+
+// ---- attention (attention.cc) ---------------------------------------------------------------
+/// q [B, Hq, T, D], k and v [B, Hkv, S, D] as Operands (any batch/head/row strides; the kernel
+/// may require unit stride along D, see attention_operand_ok), Hq a multiple of Hkv.
+struct AttentionShape {
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, t = 0, s = 0, d = 0;
+  double scale = 1;
+  bool causal = false;
+};
+/// Whether the attention kernels read `op` as it is (else the executable makes it dense).
+bool attention_operand_ok(const Operand& op);
+/// Flash-style forward: never stores the T×S scores. Output dense [B, Hq, T, D].
+/// Params: (const float* q, const float* k, const float* v, float* out).
+Launch attention_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
+                        const Operand& v);
+/// Backward: the launches run in order, every one with the params
+/// (const float* q, const float* k, const float* v, const float* dout, float* grads, float* scratch)
+/// where dout is dense [B, Hq, T, D] and grads is [dq | dk | dv] flattened (dense, in that
+/// order), and scratch holds `scratch_floats` floats of the executable's arena.
+struct AttentionGradPlan {
+  std::vector<Launch> launches;
+  int64_t scratch_floats = 0;
+};
+AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
+                                         const Operand& k, const Operand& v);
+
+}  // namespace tg::backend::cuda

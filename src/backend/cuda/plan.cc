@@ -1,0 +1,474 @@
+// Placement for the CUDA executable (see executable.h): places, views and one step per group.
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "backend/cuda/codegen.h"
+#include "backend/cuda/executable.h"
+#include "backend/strides.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cuda {
+
+using ir::Op;
+
+namespace {
+
+/// Every generated kernel has this name: each lives in its own module, and identical sources
+/// (the same shapes in every layer) then compile, cache and load once.
+constexpr const char* kKernelName = "tg_kernel";
+
+int64_t aligned(int64_t bytes) { return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign; }
+
+std::string node_ref(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  std::string s = std::string(ir::op_name(n.op)) + " %" + std::to_string(id);
+  return n.name.empty() ? s : s + " '" + n.name + "'";
+}
+
+int64_t product(const Shape& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t d = from; d < to && d < s.size(); ++d) p *= s[d];
+  return p;
+}
+
+}  // namespace
+
+CUdeviceptr CudaExecutable::address(const Place& p) const {
+  const CUdeviceptr base = p.buf >= 0 ? arena_.get() + static_cast<CUdeviceptr>(bufs_[static_cast<size_t>(p.buf)].offset) : p.fixed;
+  return base + static_cast<CUdeviceptr>(p.offset);
+}
+
+CudaExecutable::Place CudaExecutable::own(const ir::Node& n, int64_t bytes, const Shape& shape, Category category) {
+  (void)n;
+  ArenaBuffer b;
+  b.bytes = aligned(bytes);
+  b.category = category;
+  bufs_.push_back(b);
+  return Place{static_cast<int32_t>(bufs_.size() - 1), 0, 0, contiguous_strides(shape)};
+}
+
+CudaExecutable::Place& CudaExecutable::own_node(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  Slot& s = slots_[static_cast<size_t>(id)];
+  const Category c = n.stage == ir::Stage::kBackward    ? Category::kGradient
+                     : n.stage == ir::Stage::kOptimizer ? Category::kOptimizer
+                                                        : Category::kActivation;
+  s.place = own(n, numel(s.shape) * dtype_size(s.dtype), s.shape, c);
+  s.placed = true;
+  return s.place;
+}
+
+CudaExecutable::Place CudaExecutable::fixed_data(const void* host, int64_t bytes, const std::vector<int64_t>& strides) {
+  fixed_mems_.emplace_back(static_cast<size_t>(aligned(bytes)));
+  fixed_mems_.back().upload(host, static_cast<size_t>(bytes));
+  memory_.constants += bytes;
+  return Place{-1, fixed_mems_.back().get(), 0, strides};
+}
+
+Operand CudaExecutable::operand(int32_t id) const {
+  const Slot& s = slots_[static_cast<size_t>(id)];
+  return Operand{s.dtype, s.shape, s.place.strides};
+}
+
+void CudaExecutable::add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops) {
+  Step st;
+  st.kind = Step::Kind::kKernel;
+  st.nodes = std::move(nodes);
+  st.launch = std::move(launch);
+  st.args = std::move(args);
+  st.flops = flops;
+  steps_.push_back(std::move(st));
+}
+
+CudaExecutable::Place CudaExecutable::dense_copy(const ir::Node& consumer, const Slot& in) {
+  Place d = own(consumer, numel(in.shape) * dtype_size(in.dtype), in.shape, Category::kScratch);
+  add_kernel({}, copy_kernel(kKernelName, Operand{in.dtype, in.shape, in.place.strides}), {{in.place}, {d}});
+  return d;
+}
+
+CudaExecutable::Place CudaExecutable::dense(const ir::Graph& g, int32_t consumer, int32_t input) {
+  const Slot& in = slots_[static_cast<size_t>(input)];
+  if (is_contiguous_strides(in.place.strides, in.shape)) return in.place;
+  return dense_copy(g.node(consumer), in);
+}
+
+void CudaExecutable::bind_leaves(const ir::Graph& g, const Bindings& bindings) {
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.node(id);
+    if (n.op != Op::kParam && n.op != Op::kState) continue;
+    auto it = bindings.find(id);
+    if (it == bindings.end() || it->second == nullptr) throw Error("[cuda] " + node_ref(g, id) + " has no bound buffer");
+    auto* buffer = dynamic_cast<CudaBuffer*>(it->second);
+    if (!buffer) throw Error("[cuda] the buffer bound to " + node_ref(g, id) + " was not allocated by the cuda backend");
+    if (buffer->dtype() != n.dtype || buffer->numel() != n.numel())
+      throw Error("[cuda] " + node_ref(g, id) + " is " + dtype_name(n.dtype) + shape_str(n.shape) + " but its bound buffer holds " +
+                  std::to_string(buffer->numel()) + " " + dtype_name(buffer->dtype()));
+    Slot& s = slots_[static_cast<size_t>(id)];
+    s.place = Place{-1, buffer->mem.get(), 0, contiguous_strides(n.shape)};
+    s.placed = true;
+    s.root = buffer;
+    (n.op == Op::kParam ? memory_.params : memory_.optimizer_state) += n.numel() * dtype_size(n.dtype);
+  }
+}
+
+/// Every input lives in one device block mirrored by pinned host memory: one upload a step.
+void CudaExecutable::plan_inputs(const ir::Graph& g) {
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.node(id);
+    if (n.op != Op::kInput) continue;
+    input_offset_[id] = input_bytes_;
+    input_bytes_ += aligned(n.numel() * dtype_size(n.dtype));
+  }
+  memory_.inputs = input_bytes_;
+  if (input_bytes_ == 0) return;
+  inputs_ = DeviceMemory(static_cast<size_t>(input_bytes_));
+  check(driver().cuMemAllocHost(&staging_, static_cast<size_t>(input_bytes_)), "cuMemAllocHost (input staging)");
+  std::memset(staging_, 0, static_cast<size_t>(input_bytes_));
+  for (const auto& [id, offset] : input_offset_) {
+    Slot& s = slots_[static_cast<size_t>(id)];
+    s.place = Place{-1, inputs_.get(), offset, contiguous_strides(s.shape)};
+    s.placed = true;
+  }
+}
+
+void CudaExecutable::plan_group(const ir::Graph& g, const passes::KernelGroup& group) {
+  if (group.kind == passes::KernelGroup::Kind::kElementwise) plan_fused(g, group);
+  else plan_single(g, group.nodes.front());
+}
+
+void CudaExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& group) {
+  const std::vector<int32_t> inputs = group_inputs(g, group);
+  std::vector<std::vector<int64_t>> strides;
+  std::vector<Arg> args;
+  for (int32_t in : inputs) {
+    strides.push_back(slots_[static_cast<size_t>(in)].place.strides);
+    args.push_back({slots_[static_cast<size_t>(in)].place});
+  }
+  for (int32_t out : group.outputs) args.push_back({own_node(g, out)});
+  GroupKernel k = fused_group_kernel(g, group, strides, kKernelName);
+  Launch l;
+  l.name = k.name;
+  l.source = std::move(k.source);
+  const int64_t n = g.node(group.nodes.front()).numel();
+  elementwise_launch(l, n);
+  add_kernel(group.nodes, std::move(l), std::move(args));
+  steps_.back().launch_n = n;
+}
+
+void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  Slot& s = slots_[static_cast<size_t>(id)];
+  auto in = [&](size_t k) -> Slot& { return slots_[static_cast<size_t>(n.inputs[k])]; };
+  auto view = [&](Place p) {
+    s.place = std::move(p);
+    s.placed = true;
+    s.root = in(0).root;
+  };
+  const Arg err{{}, true};
+  switch (n.op) {
+    case Op::kParam: case Op::kState: case Op::kInput:
+      return;  // placed up front
+    case Op::kConstant: {
+      const auto& v = n.attrs.values;
+      if (v.size() == 1 || n.numel() == 1) {  // a fill: one element read with zero strides
+        const double x = v.at(0);
+        const float f = static_cast<float>(x);
+        const int32_t i = static_cast<int32_t>(x);
+        const uint8_t b = x != 0;
+        const void* p = n.dtype == DType::kF32 ? static_cast<const void*>(&f) : n.dtype == DType::kI32 ? static_cast<const void*>(&i) : &b;
+        s.place = fixed_data(p, dtype_size(n.dtype), std::vector<int64_t>(n.shape.size(), 0));
+      } else {
+        std::vector<std::byte> host(static_cast<size_t>(n.numel() * dtype_size(n.dtype)));
+        for (size_t k = 0; k < v.size(); ++k) {
+          if (n.dtype == DType::kF32) reinterpret_cast<float*>(host.data())[k] = static_cast<float>(v[k]);
+          else if (n.dtype == DType::kI32) reinterpret_cast<int32_t*>(host.data())[k] = static_cast<int32_t>(v[k]);
+          else reinterpret_cast<uint8_t*>(host.data())[k] = v[k] != 0;
+        }
+        s.place = fixed_data(host.data(), static_cast<int64_t>(host.size()), contiguous_strides(n.shape));
+      }
+      s.placed = true;
+      return;
+    }
+    case Op::kArange: {
+      std::vector<std::byte> host(static_cast<size_t>(n.numel() * dtype_size(n.dtype)));
+      for (int64_t k = 0; k < n.numel(); ++k) {
+        const double x = n.attrs.values[0] + static_cast<double>(k) * n.attrs.values[1];
+        if (n.dtype == DType::kF32) reinterpret_cast<float*>(host.data())[k] = static_cast<float>(x);
+        else reinterpret_cast<int32_t*>(host.data())[k] = static_cast<int32_t>(x);
+      }
+      s.place = fixed_data(host.data(), static_cast<int64_t>(host.size()), contiguous_strides(n.shape));
+      s.placed = true;
+      return;
+    }
+    case Op::kReshape: {
+      if (auto st = reshaped_strides(in(0).shape, in(0).place.strides, n.shape)) {
+        Place p = in(0).place;
+        p.strides = *st;
+        view(std::move(p));
+      } else {
+        Place p = dense_copy(n, in(0));
+        p.strides = contiguous_strides(n.shape);
+        view(std::move(p));
+        s.root = nullptr;
+      }
+      return;
+    }
+    case Op::kPermute: {
+      Place p = in(0).place;
+      p.strides.clear();
+      for (int64_t a : n.attrs.axes) p.strides.push_back(in(0).place.strides[static_cast<size_t>(a)]);
+      view(std::move(p));
+      return;
+    }
+    case Op::kBroadcastTo: {
+      Place p = in(0).place;
+      const Shape& from = in(0).shape;
+      p.strides.assign(n.shape.size(), 0);
+      const size_t lead = n.shape.size() - from.size();
+      for (size_t d = 0; d < from.size(); ++d)
+        p.strides[lead + d] = from[d] == n.shape[lead + d] ? in(0).place.strides[d] : 0;
+      view(std::move(p));
+      return;
+    }
+    case Op::kSlice: {
+      Place p = in(0).place;
+      const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+      const auto start = static_cast<int64_t>(n.attrs.values[0]), step = static_cast<int64_t>(n.attrs.values[1]);
+      p.offset += start * p.strides[axis] * dtype_size(n.dtype);
+      p.strides[axis] *= step;
+      view(std::move(p));
+      return;
+    }
+    case Op::kUnslice: {
+      const Place out = own_node(g, id);
+      add_kernel({id}, unslice_kernel(kKernelName, operand(n.inputs[0]), n.shape, static_cast<int>(n.attrs.axes[0]),
+                                      static_cast<int64_t>(n.attrs.values[0]), static_cast<int64_t>(n.attrs.values[1])),
+                 {{in(0).place}, {out}});
+      return;
+    }
+    case Op::kConcat: {
+      std::vector<Operand> ops;
+      std::vector<Arg> args;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        ops.push_back(operand(n.inputs[k]));
+        args.push_back({in(k).place});
+      }
+      args.push_back({own_node(g, id)});
+      add_kernel({id}, concat_kernel(kKernelName, ops, n.shape, static_cast<int>(n.attrs.axes[0])), std::move(args));
+      return;
+    }
+    case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: {
+      std::vector<int> axes(n.attrs.axes.begin(), n.attrs.axes.end());
+      const char* op = n.op == Op::kSum ? "sum" : n.op == Op::kMax ? "max" : n.op == Op::kMin ? "min" : "argmax";
+      const Place x = in(0).place;
+      add_kernel({id}, reduce_kernel(kKernelName, op, operand(n.inputs[0]), axes), {{x}, {own_node(g, id)}});
+      return;
+    }
+    case Op::kMatmul:
+      plan_matmul(g, id);
+      return;
+    case Op::kGather: {
+      const Launch l = gather_kernel(kKernelName, operand(n.inputs[0]), operand(n.inputs[1]), static_cast<int>(n.attrs.axes[0]));
+      add_kernel({id}, l, {{in(0).place}, {in(1).place}, {own_node(g, id)}, err});
+      return;
+    }
+    case Op::kScatterAdd: {
+      const Place out = own_node(g, id);
+      Step zero;
+      zero.kind = Step::Kind::kMemset;
+      zero.args = {{out}};
+      zero.bytes = n.numel() * dtype_size(n.dtype);
+      steps_.push_back(std::move(zero));
+      add_kernel({id}, scatter_add_kernel(kKernelName, operand(n.inputs[0]), operand(n.inputs[1]), n.shape, static_cast<int>(n.attrs.axes[0])),
+                 {{in(0).place}, {in(1).place}, {out}, err});
+      return;
+    }
+    case Op::kSoftmax: case Op::kLogSoftmax: {
+      const Place x = dense(g, id, n.inputs[0]);
+      const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+      const int64_t t = n.shape.size() >= 2 ? n.shape[n.shape.size() - 2] : 1;
+      add_kernel({id}, softmax_kernel(kKernelName, product(n.shape, 0, axis), n.shape[axis], product(n.shape, axis + 1, n.shape.size()),
+                                      n.op == Op::kLogSoftmax, n.attrs.causal, t),
+                 {{x}, {own_node(g, id)}});
+      return;
+    }
+    case Op::kCrossEntropy: case Op::kCrossEntropyGrad: {
+      const Shape& ls = in(0).shape;
+      const int64_t cols = ls.back(), rows = numel(ls) / std::max<int64_t>(cols, 1);
+      const auto ignore = static_cast<int64_t>(n.attrs.values.at(0));
+      const Place logits = dense(g, id, n.inputs[0]), targets = dense(g, id, n.inputs[1]);
+      if (n.op == Op::kCrossEntropy) {
+        add_kernel({id}, cross_entropy_kernel(kKernelName, rows, cols, ignore), {{logits}, {targets}, {own_node(g, id)}, err});
+      } else {
+        const Place dloss = dense(g, id, n.inputs[2]);
+        add_kernel({id}, cross_entropy_grad_kernel(kKernelName, rows, cols, ignore),
+                   {{logits}, {targets}, {dloss}, {own_node(g, id)}, err});
+      }
+      return;
+    }
+    case Op::kLayerNorm: case Op::kRmsNorm: case Op::kLayerNormGrad: case Op::kRmsNormGrad: {
+      const int64_t cols = n.shape.back(), rows = n.numel() / std::max<int64_t>(cols, 1);
+      const double eps = n.attrs.values.at(0);
+      const Place x = dense(g, id, n.inputs[0]);
+      if (n.op == Op::kLayerNorm || n.op == Op::kRmsNorm) {
+        add_kernel({id}, n.op == Op::kLayerNorm ? layer_norm_kernel(kKernelName, rows, cols, eps) : rms_norm_kernel(kKernelName, rows, cols, eps),
+                   {{x}, {own_node(g, id)}});
+      } else {
+        const Place dy = dense(g, id, n.inputs[1]);
+        add_kernel({id},
+                   n.op == Op::kLayerNormGrad ? layer_norm_grad_kernel(kKernelName, rows, cols, eps)
+                                               : rms_norm_grad_kernel(kKernelName, rows, cols, eps),
+                   {{x}, {dy}, {own_node(g, id)}});
+      }
+      return;
+    }
+    case Op::kRandom:
+      add_kernel({id}, random_kernel(kKernelName, n.numel(), n.attrs.seed), {{in(0).place}, {own_node(g, id)}});
+      return;
+    case Op::kDropout:
+      add_kernel({id}, dropout_kernel(kKernelName, operand(n.inputs[0]), n.attrs.values.at(0), n.attrs.seed),
+                 {{in(0).place}, {in(1).place}, {own_node(g, id)}});
+      return;
+    case Op::kAttention: case Op::kAttentionGrad: {
+      Place qkv[3];
+      Operand ops[3];
+      for (size_t k = 0; k < 3; ++k) {
+        ops[k] = operand(n.inputs[k]);
+        qkv[k] = in(k).place;
+        if (!attention_operand_ok(ops[k])) {
+          qkv[k] = dense_copy(n, in(k));
+          ops[k].strides = contiguous_strides(ops[k].shape);
+        }
+      }
+      AttentionShape as;
+      as.batch = ops[0].shape[0];
+      as.q_heads = ops[0].shape[1];
+      as.kv_heads = ops[1].shape[1];
+      as.t = ops[0].shape[2];
+      as.s = ops[1].shape[2];
+      as.d = ops[0].shape[3];
+      as.scale = n.attrs.values.at(0);
+      as.causal = n.attrs.causal;
+      const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
+      if (n.op == Op::kAttention) {
+        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2]), {{qkv[0]}, {qkv[1]}, {qkv[2]}, {own_node(g, id)}},
+                   flops);
+      } else {
+        const Place dout = dense(g, id, n.inputs[3]);
+        AttentionGradPlan plan = attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2]);
+        const Place out = own_node(g, id);
+        const Place scratch = own(n, std::max<int64_t>(plan.scratch_floats, 1) * 4, {plan.scratch_floats}, Category::kScratch);
+        for (Launch& l : plan.launches)
+          add_kernel({id}, std::move(l), {{qkv[0]}, {qkv[1]}, {qkv[2]}, {dout}, {out}, {scratch}}, 0);
+        steps_.back().flops = 2 * flops + flops / 2;
+      }
+      return;
+    }
+    default:
+      throw Error(std::string("[cuda] no kernel for ") + ir::op_name(n.op) + " (" + node_ref(g, id) + ")");
+  }
+}
+
+/// [..., m, k] @ [..., k, n] through cuBLASLt. Batch axes broadcast; each operand needs one
+/// uniform batch stride (else it is made dense first, broadcast expanded). Weights shared by
+/// the whole batch (batch stride 0) against a row-major left operand fold the batch into m.
+void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  const Shape& os = n.shape;
+  const size_t rank = os.size();
+  const int64_t m = os[rank - 2], nn = os[rank - 1];
+  const Shape batch_shape(os.begin(), os.end() - 2);
+  const int64_t batch = numel(batch_shape);
+  const int64_t k = g.node(n.inputs[0]).shape.back();
+
+  // The operand as [batch, rows, cols] with one batch stride, or nothing.
+  auto as_mat = [&](const Slot& x) -> std::optional<MatOperand> {
+    const size_t r = x.shape.size();
+    MatOperand mo{x.shape[r - 2], x.shape[r - 1], x.place.strides[r - 2], x.place.strides[r - 1], 0};
+    // Batch strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
+    std::vector<int64_t> bst(batch_shape.size(), 0);
+    for (size_t d = 0; d + 2 < r; ++d) {
+      const size_t od = batch_shape.size() - (r - 2) + d;
+      bst[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
+    }
+    // One stride for the flattened batch: consecutive non-unit axes must nest.
+    int64_t stride = -1, span = 1;
+    bool all_zero = true;
+    for (size_t d = batch_shape.size(); d-- > 0;) {
+      if (batch_shape[d] == 1) continue;
+      if (bst[d] != 0) all_zero = false;
+      if (stride < 0) stride = bst[d];
+      else if (bst[d] != stride * span) return std::nullopt;
+      span *= batch_shape[d];
+    }
+    mo.batch_stride = all_zero ? 0 : std::max<int64_t>(stride, 0);
+    if (!all_zero && stride == 0) return std::nullopt;
+    if (!lt_readable(mo)) return std::nullopt;
+    return mo;
+  };
+  Place places[2];
+  MatOperand mats[2];
+  for (size_t i = 0; i < 2; ++i) {
+    const Slot& x = slots_[static_cast<size_t>(n.inputs[i])];
+    places[i] = x.place;
+    if (auto mo = as_mat(x)) {
+      mats[i] = *mo;
+      continue;
+    }
+    // Materialise broadcast-expanded over the output's batch: [batch..., rows, cols] dense.
+    Shape full = batch_shape;
+    full.push_back(x.shape[x.shape.size() - 2]);
+    full.push_back(x.shape.back());
+    Slot expanded = x;
+    expanded.shape = full;
+    expanded.place.strides.assign(full.size(), 0);
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      const size_t od = full.size() - x.shape.size() + d;
+      expanded.place.strides[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
+    }
+    places[i] = dense_copy(n, expanded);
+    const int64_t rows = full[full.size() - 2], cols = full.back();
+    mats[i] = MatOperand{rows, cols, cols, 1, rows * cols};
+  }
+  int64_t bm = batch, mm = m;
+  if (batch > 1 && mats[1].batch_stride == 0 && mats[0].col_stride == 1 && mats[0].batch_stride == m * mats[0].row_stride) {
+    mm = batch * m;
+    bm = 1;
+    mats[0].rows = mm;
+  }
+  if (bm == 1) mats[0].batch_stride = mats[1].batch_stride = 0;
+  const Place out = own_node(g, id);
+  Step st;
+  st.kind = Step::Kind::kMatmul;
+  st.nodes = {id};
+  st.args = {{places[0]}, {places[1]}, {out}};
+  st.matmul = std::make_shared<LtMatmul>(bm, mm, nn, k, mats[0], mats[1],
+                                         options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes);
+  st.flops = 2 * batch * m * nn * k;
+  steps_.push_back(std::move(st));
+}
+
+void CudaExecutable::plan_outputs_and_updates(const ir::Graph& g) {
+  std::vector<const Buffer*> targets;
+  for (const ir::Graph::Update& u : g.updates) targets.push_back(slots_[static_cast<size_t>(u.target)].root);
+  auto overwritten = [&](const Slot& s) { return s.root && std::find(targets.begin(), targets.end(), s.root) != targets.end(); };
+  // Values read after the step, or copied over a buffer an update writes, are made dense in
+  // their own arena buffer first when they are views or alias an updated buffer.
+  auto settle = [&](int32_t id) -> Place {
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    Place p = s.place;
+    if (!is_contiguous_strides(p.strides, s.shape) || overwritten(s)) p = dense_copy(g.node(id), s);
+    if (p.buf >= 0) bufs_[static_cast<size_t>(p.buf)].to_end = true;
+    return p;
+  };
+  for (int32_t out : g.outputs)
+    if (!outputs_.count(out)) outputs_[out] = settle(out);
+  for (const ir::Graph::Update& u : g.updates) {
+    const Slot& t = slots_[static_cast<size_t>(u.target)];
+    if (u.value == u.target) continue;
+    update_copies_.push_back({t.place, settle(u.value), t.place.strides.empty() ? dtype_size(t.dtype) : numel(t.shape) * dtype_size(t.dtype)});
+  }
+}
+
+}  // namespace tg::backend::cuda
