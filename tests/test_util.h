@@ -8,6 +8,13 @@
 
 namespace tg::testing {
 
+/// A device as a test-name part ("cpu", "ref", "cuda0": GoogleTest names allow no ':').
+inline std::string device_test_name(const tg::Device& d) {
+  std::string s = d.str();
+  std::erase(s, ':');
+  return s;
+}
+
 /// "" when this machine runs the CUDA backend (Device::best() is then cuda:0), else why not:
 /// GPU tests skip with it, so a CPU-only CI run says what it skipped.
 inline std::string gpu_skip_reason() {

@@ -493,6 +493,6 @@ TEST_P(GptParity, ThreeAdamWStepsMatchPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, GptParity, ::testing::Values(tg::Device::cpu(), tg::Device::ref(), tg::Device::cuda()),
-                         [](const ::testing::TestParamInfo<tg::Device>& info) { return info.param.str(); });
+                         [](const ::testing::TestParamInfo<tg::Device>& info) { return tg::testing::device_test_name(info.param); });
 
 }  // namespace

@@ -298,7 +298,7 @@ TEST_P(OptimizerGolden, MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, OptimizerGolden, ::testing::ValuesIn(golden_params()),
                          [](const ::testing::TestParamInfo<GoldenParam>& info) {
-                           return info.param.case_name + "_" + info.param.device.str();
+                           return info.param.case_name + "_" + tg::testing::device_test_name(info.param.device);
                          });
 
 TEST(OptimizerGoldenFile, EveryCaseIsReplayed) {

@@ -47,6 +47,11 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   plan_inputs(g);
   err_ = DeviceMemory(kAlign);
   fusion_ = passes::fuse(g, options.fuse, /*reduction_sinks=*/false);
+  consumers_.assign(count, {});
+  for (int32_t id = 0; id < g.size(); ++id)
+    if (fusion_.group_of[static_cast<size_t>(id)] >= 0)
+      for (int32_t in : g.node(id).inputs) consumers_[static_cast<size_t>(in)].push_back(id);
+  in_place_.assign(g.updates.size(), 0);
   for (const passes::KernelGroup& group : fusion_.groups) plan_group(g, group);
   plan_outputs_and_updates(g);
   plan_arena(options.reuse_memory);

@@ -108,6 +108,11 @@ class CudaExecutable final : public Executable {
   void plan_single(const ir::Graph& g, int32_t id);
   void plan_matmul(const ir::Graph& g, int32_t id);
   void plan_outputs_and_updates(const ir::Graph& g);
+  /// Whether update value `value`, computed by group `group` (an elementwise kernel), may be
+  /// written straight over its target (set in `target`): nothing reads the target's old
+  /// contents after that group, the group reads it element for element, and no output or
+  /// other update sees the old value.
+  bool in_place_target(const ir::Graph& g, int32_t value, int32_t group, int32_t& target) const;
   Place own(const ir::Node& n, int64_t bytes, const Shape& shape, Category category);
   Place& own_node(const ir::Graph& g, int32_t id);
   Place fixed_data(const void* host, int64_t bytes, const std::vector<int64_t>& strides);
@@ -127,6 +132,8 @@ class CudaExecutable final : public Executable {
   std::shared_ptr<CudaContext> ctx_;
   PrepareOptions options_;
   passes::Fusion fusion_;
+  std::vector<std::vector<int32_t>> consumers_;  // live consumers per node
+  std::vector<char> in_place_;                   // per update: its group writes the target directly
   std::vector<Slot> slots_;
   std::vector<ir::Op> ops_;
   std::vector<std::string> names_;

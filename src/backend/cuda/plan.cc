@@ -145,7 +145,20 @@ void CudaExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& g
     strides.push_back(slots_[static_cast<size_t>(in)].place.strides);
     args.push_back({slots_[static_cast<size_t>(in)].place});
   }
-  for (int32_t out : group.outputs) args.push_back({own_node(g, out)});
+  const int32_t gi = fusion_.group_of[static_cast<size_t>(group.nodes.front())];
+  for (int32_t out : group.outputs) {
+    int32_t target = -1;
+    if (in_place_target(g, out, gi, target)) {
+      Slot& s = slots_[static_cast<size_t>(out)];
+      s.place = slots_[static_cast<size_t>(target)].place;
+      s.placed = true;
+      for (size_t u = 0; u < g.updates.size(); ++u)
+        if (g.updates[u].value == out) in_place_[u] = 1;
+      args.push_back({s.place});
+    } else {
+      args.push_back({own_node(g, out)});
+    }
+  }
   GroupKernel k = fused_group_kernel(g, group, strides, kKernelName);
   Launch l;
   l.name = k.name;
@@ -449,9 +462,48 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   steps_.push_back(std::move(st));
 }
 
+bool CudaExecutable::in_place_target(const ir::Graph& g, int32_t value, int32_t group, int32_t& target) const {
+  if (!options_.reuse_memory) return false;
+  int updates = 0;
+  for (const ir::Graph::Update& u : g.updates)
+    if (u.value == value) {
+      ++updates;
+      target = u.target;
+    }
+  if (updates != 1 || target == value) return false;
+  const Slot& t = slots_[static_cast<size_t>(target)];
+  if (!is_contiguous_strides(t.place.strides, t.shape) || t.shape != slots_[static_cast<size_t>(value)].shape) return false;
+  // Every reader of the target's memory, through any chain of views, runs in this group or an
+  // earlier one; this group reads it only element for element.
+  std::vector<int32_t> stack{target};
+  while (!stack.empty()) {
+    const int32_t x = stack.back();
+    stack.pop_back();
+    if (std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end()) return false;
+    for (const ir::Graph::Update& u : g.updates)
+      if (u.value == x && x != value) return false;  // another update copies the old value
+    for (int32_t c : consumers_[static_cast<size_t>(x)]) {
+      const Op op = g.node(c).op;
+      const int32_t cg = fusion_.group_of[static_cast<size_t>(c)];
+      if (op == Op::kPermute || op == Op::kBroadcastTo || op == Op::kSlice || op == Op::kReshape) {
+        if (cg > group) return false;  // conservatively: a view planned later may copy
+        stack.push_back(c);
+        continue;
+      }
+      if (cg > group) return false;
+      if (cg == group) {
+        const Slot& in = slots_[static_cast<size_t>(x)];
+        if (in.shape != t.shape || !is_contiguous_strides(in.place.strides, in.shape) || in.place.offset != 0) return false;
+      }
+    }
+  }
+  return true;
+}
+
 void CudaExecutable::plan_outputs_and_updates(const ir::Graph& g) {
   std::vector<const Buffer*> targets;
-  for (const ir::Graph::Update& u : g.updates) targets.push_back(slots_[static_cast<size_t>(u.target)].root);
+  for (size_t i = 0; i < g.updates.size(); ++i)
+    if (!in_place_[i]) targets.push_back(slots_[static_cast<size_t>(g.updates[i].target)].root);
   auto overwritten = [&](const Slot& s) { return s.root && std::find(targets.begin(), targets.end(), s.root) != targets.end(); };
   // Values read after the step, or copied over a buffer an update writes, are made dense in
   // their own arena buffer first when they are views or alias an updated buffer.
@@ -464,9 +516,10 @@ void CudaExecutable::plan_outputs_and_updates(const ir::Graph& g) {
   };
   for (int32_t out : g.outputs)
     if (!outputs_.count(out)) outputs_[out] = settle(out);
-  for (const ir::Graph::Update& u : g.updates) {
+  for (size_t i = 0; i < g.updates.size(); ++i) {
+    const ir::Graph::Update& u = g.updates[i];
     const Slot& t = slots_[static_cast<size_t>(u.target)];
-    if (u.value == u.target) continue;
+    if (u.value == u.target || in_place_[i]) continue;
     update_copies_.push_back({t.place, settle(u.value), t.place.strides.empty() ? dtype_size(t.dtype) : numel(t.shape) * dtype_size(t.dtype)});
   }
 }

@@ -1,0 +1,573 @@
+// CUDA kernel templates for the row kernels over dense f32 data: softmax / log-softmax
+// (optionally causal), cross entropy and its gradient, layer norm, RMS norm and their
+// gradients; see kernels.h for the contract. Rows and columns are baked in as constants.
+//
+// Parallel scheme: a row belongs to one warp (short rows, 8 rows per 256-thread block) or to
+// one block of 128…1024 threads (long rows), chosen so that each thread holds a handful of the
+// row's values in registers. Row-wide sums and maxima are a shuffle tree inside each warp and,
+// for block rows, the warps' results through shared memory, re-reduced by every warp in the
+// same order — fixed orders throughout, so results are deterministic and every thread of a
+// row sees bit-identical statistics. The cached kernels read their row once into registers
+// (16-byte loads when cols % 4 == 0 and the pointers are 16-byte aligned, checked at run time)
+// and write it once. Rows too long to cache (cross entropy over a vocabulary, anything beyond
+// 1024 threads × 32 values) are streamed: one pass computes an online (max, Σexp) pair per
+// thread, merged across the row, and a second pass (an L2 hit for one row) writes the result;
+// the streaming loops peel up to three elements so that the body uses aligned 16-byte loads
+// whatever the row's alignment (cols = 50257 gives rows at every alignment).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "backend/cuda/kernels.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cuda {
+namespace {
+
+constexpr int kMaxCache = 32;      // floats per thread per cached tensor (forward kernels)
+constexpr int kMaxCacheGrad = 16;  // gradients cache two tensors (x and dy)
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct RowPlan {
+  int threads = 32;        // per row: 32 = a warp, else the whole block
+  int rows_per_block = 8;  // warp rows only
+  int cache = 0;           // floats per thread per tensor; 0 = streamed
+  bool vec = false;        // cols % 4 == 0: 16-byte loads possible
+};
+
+int cache_for(int64_t cols, int threads, bool vec) {
+  const int64_t c = vec ? 4 * ceil_div(cols, 4 * static_cast<int64_t>(threads)) : ceil_div(cols, threads);
+  return static_cast<int>(std::max<int64_t>(c, vec ? 4 : 1));
+}
+
+/// Threads per row and register cache. Warp rows while a lane's share fits the cache; else
+/// the smallest block giving ≤ 8 values per thread; else 1024 threads, cached while it fits.
+RowPlan plan_rows(int64_t cols, int max_cache, bool streamed) {
+  RowPlan p;
+  p.vec = cols % 4 == 0;
+  if (streamed) {
+    p.threads = cols <= 1024 ? 32 : cols >= 16384 ? 1024 : cols >= 4096 ? 512 : 256;
+    p.rows_per_block = p.threads == 32 ? 8 : 1;
+    return p;
+  }
+  if (cache_for(cols, 32, p.vec) <= max_cache) {
+    p.cache = cache_for(cols, 32, p.vec);
+    return p;
+  }
+  p.rows_per_block = 1;
+  for (int t : {128, 256, 512, 1024}) {
+    if (cache_for(cols, t, p.vec) <= 8) {
+      p.threads = t;
+      p.cache = cache_for(cols, t, p.vec);
+      return p;
+    }
+  }
+  p.threads = 1024;
+  p.cache = cache_for(cols, 1024, p.vec) <= max_cache ? cache_for(cols, 1024, p.vec) : 0;
+  return p;
+}
+
+void set_launch(Launch& l, const RowPlan& p, int64_t rows) {
+  if (p.threads == 32) {
+    l.block[0] = static_cast<unsigned>(32 * p.rows_per_block);
+    l.grid[0] = static_cast<unsigned>(std::max<int64_t>(ceil_div(rows, p.rows_per_block), 1));
+  } else {
+    l.block[0] = static_cast<unsigned>(p.threads);
+    l.grid[0] = static_cast<unsigned>(std::max<int64_t>(rows, 1));
+  }
+}
+
+std::string flit(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9ef", v);
+  return buf;
+}
+
+/// Constants and the device helpers every row kernel shares.
+std::string prelude(const std::string& what, const RowPlan& p, int64_t rows, int64_t cols) {
+  std::string s = "// " + what + " (kernels_rows.cc)\n";
+  s += "#define NEG_INF __int_as_float(0xff800000)\n#define NAN_F __int_as_float(0x7fffffff)\n";
+  s += "#define LOWEST (-3.402823466e+38f)\n";
+  s += "constexpr long long ROWS = " + std::to_string(rows) + "LL;\n";
+  s += "constexpr int COLS = " + std::to_string(cols) + ";\n";
+  s += "constexpr int P = " + std::to_string(p.threads) + ";  // threads per row\n";
+  s += "constexpr int RPB = " + std::to_string(p.rows_per_block) + ";  // rows per block\n";
+  s += "constexpr int CACHE = " + std::to_string(std::max(p.cache, 1)) + ";  // cached floats per thread\n";
+  s += std::string("constexpr bool VEC = ") + (p.vec ? "true" : "false") + ";\n";
+  s += R"(
+__device__ __forceinline__ long long row_index() {
+  return P == 32 ? (long long)blockIdx.x * RPB + (threadIdx.x >> 5) : (long long)blockIdx.x;
+}
+__device__ __forceinline__ int row_tid() { return P == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x; }
+__device__ __forceinline__ bool aligned16(const void* p) { return (((unsigned long long)p) & 15) == 0; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+// Row-wide sum / max: every thread of the row gets the same value.
+__device__ __forceinline__ float row_sum(float v) {
+  v = warp_sum(v);
+  if (P > 32) {
+    __shared__ float part[32];
+    __syncthreads();  // the previous use of part is over
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = warp_sum((threadIdx.x & 31) < P / 32 ? part[threadIdx.x & 31] : 0.0f);
+  }
+  return v;
+}
+__device__ __forceinline__ float row_max(float v) {
+  v = warp_max(v);
+  if (P > 32) {
+    __shared__ float part[32];
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = warp_max((threadIdx.x & 31) < P / 32 ? part[threadIdx.x & 31] : NEG_INF);
+  }
+  return v;
+}
+
+// Online softmax statistics: m the running max (LOWEST, not -inf, so that a -inf input adds
+// exp(-inf) = 0 instead of exp(-inf + inf) = NaN), s = Σ exp(x − m).
+__device__ __forceinline__ void online(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+// Symmetric in its two operands (the + commutes), so both lanes of a shuffle pair agree.
+__device__ __forceinline__ void pair_merge(float& m, float& s, float m2, float s2) {
+  const float mm = fmaxf(m, m2);
+  s = s * expf(m - mm) + s2 * expf(m2 - mm);
+  m = mm;
+}
+__device__ __forceinline__ void warp_pair(float& m, float& s) {
+#pragma unroll
+  for (int k = 16; k > 0; k >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, k), s2 = __shfl_xor_sync(0xffffffffu, s, k);
+    pair_merge(m, s, m2, s2);
+  }
+}
+__device__ __forceinline__ void row_pair(float& m, float& s) {
+  warp_pair(m, s);
+  if (P > 32) {
+    __shared__ float pm[32], ps[32];
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+      pm[threadIdx.x >> 5] = m;
+      ps[threadIdx.x >> 5] = s;
+    }
+    __syncthreads();
+    const bool have = (threadIdx.x & 31) < P / 32;
+    m = have ? pm[threadIdx.x & 31] : LOWEST;
+    s = have ? ps[threadIdx.x & 31] : 0.0f;
+    warp_pair(m, s);
+  }
+}
+
+// ---- register-cached rows: slot k of thread tid holds column col_of<V>(tid, k) ----
+template <int V> __device__ __forceinline__ int col_of(int tid, int k) {
+  return V == 4 ? (tid + (k >> 2) * P) * 4 + (k & 3) : tid + k * P;
+}
+template <int V> __device__ __forceinline__ void load_row(const float* row, int tid, float (&v)[CACHE]) {
+#pragma unroll
+  for (int k = 0; k < CACHE; k += V) {
+    const int c = col_of<V>(tid, k);
+    if constexpr (V == 4) {
+      float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (c < COLS) q = *(const float4*)(row + c);
+      v[k] = q.x; v[k + 1] = q.y; v[k + 2] = q.z; v[k + 3] = q.w;
+    } else {
+      v[k] = c < COLS ? row[c] : 0.0f;
+    }
+  }
+}
+template <int V> __device__ __forceinline__ void store_row(float* row, int tid, const float (&v)[CACHE]) {
+#pragma unroll
+  for (int k = 0; k < CACHE; k += V) {
+    const int c = col_of<V>(tid, k);
+    if (c >= COLS) continue;
+    if constexpr (V == 4) *(float4*)(row + c) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
+    else row[c] = v[k];
+  }
+}
+
+// ---- streamed rows: aligned 16-byte body, scalar head (to the first 16-byte boundary) and tail ----
+__device__ __forceinline__ int head_of(const float* x) {
+  const int h = (int)(((16u - (unsigned)(((unsigned long long)x) & 15u)) & 15u) >> 2);
+  return h < COLS ? h : COLS;
+}
+template <class F> __device__ __forceinline__ void row_scan(const float* x, int tid, F f) {
+  const int head = head_of(x);
+  if (tid < head) f(tid, x[tid]);
+  const int n4 = (COLS - head) >> 2;
+  const float4* x4 = (const float4*)(x + head);
+#pragma unroll 4
+  for (int k = tid; k < n4; k += P) {
+    const float4 q = x4[k];
+    const int c = head + 4 * k;
+    f(c, q.x); f(c + 1, q.y); f(c + 2, q.z); f(c + 3, q.w);
+  }
+  const int t = head + 4 * n4 + tid;
+  if (t < COLS) f(t, x[t]);
+}
+// y[c] = f(c, x[c]); 16-byte stores too when x and y share their alignment.
+template <class F> __device__ __forceinline__ void row_map(const float* x, float* y, int tid, F f) {
+  if (((((unsigned long long)x) ^ ((unsigned long long)y)) & 15) != 0) {
+    for (int c = tid; c < COLS; c += P) y[c] = f(c, x[c]);
+    return;
+  }
+  const int head = head_of(x);
+  if (tid < head) y[tid] = f(tid, x[tid]);
+  const int n4 = (COLS - head) >> 2;
+  const float4* x4 = (const float4*)(x + head);
+  float4* y4 = (float4*)(y + head);
+#pragma unroll 4
+  for (int k = tid; k < n4; k += P) {
+    const float4 q = x4[k];
+    const int c = head + 4 * k;
+    y4[k] = make_float4(f(c, q.x), f(c + 1, q.y), f(c + 2, q.z), f(c + 3, q.w));
+  }
+  const int t = head + 4 * n4 + tid;
+  if (t < COLS) y[t] = f(t, x[t]);
+}
+__device__ __forceinline__ void row_fill(float* y, int tid, float v) {
+  for (int c = tid; c < COLS; c += P) y[c] = v;
+}
+)";
+  return s;
+}
+
+/// The kernel entry of a cached row kernel with params (const float* a, [const float* b,]
+/// float* y): picks the 16-byte instantiation of run<V> when every pointer allows it.
+std::string cached_entry(const std::string& name, bool two_inputs, const std::string& extra_args = "") {
+  std::string s = "extern \"C\" __global__ void " + name + "(const float* __restrict__ x, ";
+  if (two_inputs) s += "const float* __restrict__ dy, ";
+  s += "float* __restrict__ y) {\n";
+  s += "  const long long row = row_index();\n  if (row >= ROWS) return;\n  const int tid = row_tid();\n";
+  s += "  const long long o = row * COLS;\n";
+  const std::string args = two_inputs ? "x + o, dy + o, y + o, tid" + extra_args : "x + o, y + o, tid" + extra_args;
+  s += std::string("  if (VEC && aligned16(x) && aligned16(y)") + (two_inputs ? " && aligned16(dy)" : "") + ")\n";
+  s += "    run<VEC ? 4 : 1>(" + args + ");\n  else\n    run<1>(" + args + ");\n}\n";
+  return s;
+}
+
+std::string norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool grad) {
+  const RowPlan p = plan_rows(cols, grad ? kMaxCacheGrad : kMaxCache, false);
+  std::string s = prelude(std::string(layer ? "layer_norm" : "rms_norm") + (grad ? "_grad" : ""), p, rows, cols);
+  s += "constexpr float EPS = " + flit(eps) + ";\n";
+  s += std::string("constexpr bool LAYER = ") + (layer ? "true" : "false") + ";\n";
+  if (p.cache > 0) {
+    // Statistics from the cached row: mean (layer norm only), then the centred second moment.
+    s += R"(
+template <int V> __device__ __forceinline__ void stats(const float (&v)[CACHE], int tid, float& mean, float& rstd) {
+  mean = 0.0f;
+  if (LAYER) {
+    float t = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CACHE; ++k) t += v[k];
+    mean = row_sum(t) / COLS;
+  }
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < CACHE; ++k)
+    if (col_of<V>(tid, k) < COLS) q += (v[k] - mean) * (v[k] - mean);
+  rstd = rsqrtf(row_sum(q) / COLS + EPS);
+}
+)";
+    if (!grad) {
+      s += R"(
+template <int V> __device__ __forceinline__ void run(const float* x, float* y, int tid) {
+  float v[CACHE];
+  load_row<V>(x, tid, v);
+  float mean, rstd;
+  stats<V>(v, tid, mean, rstd);
+#pragma unroll
+  for (int k = 0; k < CACHE; ++k) v[k] = (v[k] - mean) * rstd;
+  store_row<V>(y, tid, v);
+}
+)";
+    } else {
+      // layer: dx = rstd (dy − mean(dy) − x̂ mean(dy x̂));  rms: dx = rstd (dy − x̂ mean(dy x̂)).
+      s += R"(
+template <int V> __device__ __forceinline__ void run(const float* x, const float* dy, float* y, int tid) {
+  float v[CACHE], g[CACHE];
+  load_row<V>(x, tid, v);
+  load_row<V>(dy, tid, g);
+  float mean, rstd;
+  stats<V>(v, tid, mean, rstd);
+  float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+  for (int k = 0; k < CACHE; ++k) {
+    if (col_of<V>(tid, k) >= COLS) continue;
+    sg += g[k];
+    sgx += g[k] * (v[k] - mean) * rstd;
+  }
+  const float mg = LAYER ? row_sum(sg) / COLS : 0.0f, mgx = row_sum(sgx) / COLS;
+#pragma unroll
+  for (int k = 0; k < CACHE; ++k) v[k] = rstd * (g[k] - mg - (v[k] - mean) * rstd * mgx);
+  store_row<V>(y, tid, v);
+}
+)";
+    }
+    s += cached_entry(name, grad);
+  } else {
+    // Streamed (rows beyond 1024 threads × the cache): plain strided passes over global memory.
+    s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ x, ";
+    s += grad ? "const float* __restrict__ dy, float* __restrict__ y) {\n" : "float* __restrict__ y) {\n";
+    s += R"(  const long long row = row_index();
+  if (row >= ROWS) return;
+  const int tid = row_tid();
+  x += row * COLS;
+  y += row * COLS;
+  float mean = 0.0f;
+  if (LAYER) {
+    float t = 0.0f;
+    for (int c = tid; c < COLS; c += P) t += x[c];
+    mean = row_sum(t) / COLS;
+  }
+  float q = 0.0f;
+  for (int c = tid; c < COLS; c += P) q += (x[c] - mean) * (x[c] - mean);
+  const float rstd = rsqrtf(row_sum(q) / COLS + EPS);
+)";
+    if (!grad) {
+      s += "  for (int c = tid; c < COLS; c += P) y[c] = (x[c] - mean) * rstd;\n}\n";
+    } else {
+      s += R"(  dy += row * COLS;
+  float sg = 0.0f, sgx = 0.0f;
+  for (int c = tid; c < COLS; c += P) {
+    sg += dy[c];
+    sgx += dy[c] * (x[c] - mean) * rstd;
+  }
+  const float mg = LAYER ? row_sum(sg) / COLS : 0.0f, mgx = row_sum(sgx) / COLS;
+  for (int c = tid; c < COLS; c += P) y[c] = rstd * (dy[c] - mg - (x[c] - mean) * rstd * mgx);
+}
+)";
+    }
+  }
+  return s;
+}
+
+std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index, bool grad) {
+  const RowPlan p = plan_rows(cols, kMaxCache, true);
+  std::string s = prelude(grad ? "cross_entropy_grad" : "cross_entropy", p, rows, cols);
+  s += "constexpr long long IGNORE = " + std::to_string(ignore_index) + "LL;\n";
+  s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ logits, const int* __restrict__ targets, ";
+  s += grad ? "const float* __restrict__ dloss, float* __restrict__ dlogits, int* err) {\n"
+            : "float* __restrict__ loss, int* err) {\n";
+  s += R"(  const long long row = row_index();
+  if (row >= ROWS) return;
+  const int tid = row_tid();
+  const int t = targets[row];
+)";
+  if (!grad) {
+    s += R"(  if ((long long)t == IGNORE) {
+    if (tid == 0) loss[row] = 0.0f;
+    return;
+  }
+  if (t < 0 || t >= COLS) {
+    if (tid == 0) {
+      loss[row] = NAN_F;
+      *err = 1;
+    }
+    return;
+  }
+)";
+  } else {
+    s += R"(  float* y = dlogits + row * COLS;
+  if ((long long)t == IGNORE) {
+    row_fill(y, tid, 0.0f);
+    return;
+  }
+  if (t < 0 || t >= COLS) {
+    row_fill(y, tid, NAN_F);
+    if (tid == 0) *err = 1;
+    return;
+  }
+)";
+  }
+  s += R"(  const float* x = logits + row * COLS;
+  float m = LOWEST, s = 0.0f;
+  row_scan(x, tid, [&](int, float v) { online(m, s, v); });
+  row_pair(m, s);
+  const float lse = m + logf(s);
+)";
+  if (!grad) {
+    s += "  if (tid == 0) loss[row] = lse - x[t];\n}\n";
+  } else {
+    s += R"(  const float g = dloss[row];
+  row_map(x, y, tid, [&](int c, float v) { return (expf(v - lse) - (c == t ? 1.0f : 0.0f)) * g; });
+}
+)";
+  }
+  return s;
+}
+
+/// Softmax over a strided middle axis ([outer, axis, inner], inner > 1): the 32 lanes own 32
+/// consecutive (outer, inner) columns — consecutive addresses — and threadIdx.y = 0…7 splits
+/// the axis; the eight online (max, Σexp) pairs of a column merge through shared memory in
+/// threadIdx.y order, then each thread writes its share of the column.
+std::string softmax_columns(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log, Launch& l) {
+  const int64_t cols = outer * inner;
+  l.block[0] = 32;
+  l.block[1] = 8;
+  l.grid[0] = static_cast<unsigned>(std::max<int64_t>(ceil_div(cols, 32), 1));
+  RowPlan p;  // for the shared helpers only
+  std::string s = prelude(log ? "log_softmax over a middle axis" : "softmax over a middle axis", p, 0, 0);
+  s += "constexpr long long OUTER = " + std::to_string(outer) + "LL, AXIS = " + std::to_string(axis) +
+       "LL, INNER = " + std::to_string(inner) + "LL;\n";
+  s += std::string("constexpr bool LOG = ") + (log ? "true" : "false") + ";\n";
+  s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ in, float* __restrict__ out) {\n";
+  s += R"(  const long long col = (long long)blockIdx.x * 32 + threadIdx.x;
+  const bool ok = col < OUTER * INNER;
+  const long long base = (col / INNER) * AXIS * INNER + col % INNER;
+  float m = LOWEST, s = 0.0f;
+  if (ok)
+    for (long long j = threadIdx.y; j < AXIS; j += 8) online(m, s, in[base + j * INNER]);
+  __shared__ float sm[8][32], ss[8][32];
+  sm[threadIdx.y][threadIdx.x] = m;
+  ss[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  m = sm[0][threadIdx.x];
+  s = ss[0][threadIdx.x];
+  for (int y = 1; y < 8; ++y) pair_merge(m, s, sm[y][threadIdx.x], ss[y][threadIdx.x]);
+  if (!ok) return;
+  const float lse = m + logf(s);
+  for (long long j = threadIdx.y; j < AXIS; j += 8) {
+    const float v = in[base + j * INNER];
+    out[base + j * INNER] = LOG ? v - lse : expf(v - m) / s;
+  }
+}
+)";
+  return s;
+}
+
+}  // namespace
+
+Launch softmax_kernel(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log, bool causal,
+                      int64_t t) {
+  if (causal && inner != 1) throw Error("[cuda] softmax_kernel: causal needs inner == 1");
+  if (causal && t <= 0) throw Error("[cuda] softmax_kernel: causal needs t > 0");
+  Launch l;
+  l.name = name;
+  if (inner != 1) {
+    l.source = softmax_columns(name, outer, axis, inner, log, l);
+    return l;
+  }
+  const RowPlan p = plan_rows(axis, kMaxCache, false);
+  set_launch(l, p, outer);
+  std::string s = prelude(log ? "log_softmax" : "softmax", p, outer, axis);
+  s += std::string("constexpr bool LOG = ") + (log ? "true" : "false") + ";\n";
+  s += std::string("constexpr bool CAUSAL = ") + (causal ? "true" : "false") + ";\n";
+  s += "constexpr long long T = " + std::to_string(causal ? t : 1) + "LL;\n";
+  // Visible columns of a row: all, or (causal) j ≤ i + (COLS − T) for query i = row mod T.
+  s += R"(
+__device__ __forceinline__ int visible(long long row) {
+  if (!CAUSAL) return COLS;
+  const long long v = row % T + (COLS - T) + 1;
+  return v < 0 ? 0 : v > COLS ? COLS : (int)v;
+}
+)";
+  if (p.cache > 0) {
+    s += R"(
+template <int V> __device__ __forceinline__ void run(const float* x, float* y, int tid, int vis) {
+  float v[CACHE];
+  load_row<V>(x, tid, v);
+  float m = NEG_INF;
+#pragma unroll
+  for (int k = 0; k < CACHE; ++k)
+    if (col_of<V>(tid, k) < vis) m = fmaxf(m, v[k]);
+  m = row_max(m);
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < CACHE; ++k) {
+    if (col_of<V>(tid, k) >= vis) continue;
+    v[k] -= m;
+    const float e = expf(v[k]);
+    s += e;
+    if (!LOG) v[k] = e;
+  }
+  s = row_sum(s);
+  const float ls = logf(s);
+#pragma unroll
+  for (int k = 0; k < CACHE; ++k) {
+    const bool in = col_of<V>(tid, k) < vis;
+    v[k] = LOG ? (in ? v[k] - ls : NEG_INF) : (in ? v[k] / s : 0.0f);
+  }
+  store_row<V>(y, tid, v);
+}
+)";
+    s += cached_entry(name, false, ", visible(row)");
+  } else {
+    s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ x, float* __restrict__ y) {\n";
+    s += R"(  const long long row = row_index();
+  if (row >= ROWS) return;
+  const int tid = row_tid();
+  x += row * COLS;
+  y += row * COLS;
+  const int vis = visible(row);
+  float m = LOWEST, s = 0.0f;
+  row_scan(x, tid, [&](int c, float v) {
+    if (c < vis) online(m, s, v);
+  });
+  row_pair(m, s);
+  const float lse = m + logf(s);
+  row_map(x, y, tid, [&](int c, float v) { return LOG ? (c < vis ? v - lse : NEG_INF) : (c < vis ? expf(v - m) / s : 0.0f); });
+}
+)";
+  }
+  l.source = std::move(s);
+  return l;
+}
+
+Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index) {
+  Launch l;
+  l.name = name;
+  set_launch(l, plan_rows(cols, kMaxCache, true), rows);
+  l.source = ce_kernel(name, rows, cols, ignore_index, false);
+  return l;
+}
+
+Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index) {
+  Launch l;
+  l.name = name;
+  set_launch(l, plan_rows(cols, kMaxCache, true), rows);
+  l.source = ce_kernel(name, rows, cols, ignore_index, true);
+  return l;
+}
+
+namespace {
+Launch norm_launch(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool grad) {
+  Launch l;
+  l.name = name;
+  set_launch(l, plan_rows(cols, grad ? kMaxCacheGrad : kMaxCache, false), rows);
+  l.source = norm_kernel(name, rows, cols, eps, layer, grad);
+  return l;
+}
+}  // namespace
+
+Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
+  return norm_launch(name, rows, cols, eps, true, false);
+}
+Launch layer_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
+  return norm_launch(name, rows, cols, eps, true, true);
+}
+Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
+  return norm_launch(name, rows, cols, eps, false, false);
+}
+Launch rms_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
+  return norm_launch(name, rows, cols, eps, false, true);
+}
+
+}  // namespace tg::backend::cuda

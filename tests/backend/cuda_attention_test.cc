@@ -1,0 +1,400 @@
+// The CUDA attention kernels (backend/cuda/attention.cc): their sources compile with NVRTC for
+// a spread of head dims, masks and layouts (wherever NVRTC is installed), and on a GPU the
+// forward and the three backward launches agree with a double-precision host reference
+// (naive softmax(q kᵀ·scale) v and its gradient formulas) on random data: strided q/k/v views
+// of one packed buffer, grouped-query heads, causal masks with T ≠ S, D ∈ {16, 64, 80, ...}.
+// A last test prints the time of the GPT-2 shape (not an assertion). Without a GPU the GPU
+// tests are skipped with a message saying why.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/driver.h"
+#include "backend/cuda/kernels.h"
+#include "tensorgrad/errors.h"
+
+namespace {
+
+using namespace tg;
+namespace cuda = tg::backend::cuda;
+
+bool have_nvrtc(std::string& why) {
+  try {
+    cuda::nvrtc();
+    return true;
+  } catch (const DeviceError& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+std::vector<int64_t> dense_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t a = s.size(); a-- > 1;) st[a - 1] = st[a] * s[a];
+  return st;
+}
+
+struct Case {
+  int64_t b, hq, hkv, t, s, d;
+  bool causal;
+  bool packed;  // q, k, v are head ranges of one [B, T, Hq + 2·Hkv, D] buffer (needs t == s)
+};
+
+std::string describe(const Case& c) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "B=%lld Hq=%lld Hkv=%lld T=%lld S=%lld D=%lld%s%s", static_cast<long long>(c.b),
+                static_cast<long long>(c.hq), static_cast<long long>(c.hkv), static_cast<long long>(c.t),
+                static_cast<long long>(c.s), static_cast<long long>(c.d), c.causal ? " causal" : "",
+                c.packed ? " packed" : "");
+  return buf;
+}
+
+/// One problem: the host buffer holding q, k and v, the three views into it, and dout.
+struct Problem {
+  Case c;
+  cuda::AttentionShape shape;
+  cuda::Operand q, k, v;
+  int64_t q_off = 0, k_off = 0, v_off = 0;  // elements into `data`
+  std::vector<float> data, dout;
+};
+
+Problem make_problem(const Case& c, unsigned seed) {
+  Problem p;
+  p.c = c;
+  p.shape = {c.b, c.hq, c.hkv, c.t, c.s, c.d, 1.0 / std::sqrt(static_cast<double>(c.d)), c.causal};
+  const Shape qs{c.b, c.hq, c.t, c.d}, ks{c.b, c.hkv, c.s, c.d};
+  p.q = {DType::kF32, qs, dense_strides(qs)};
+  p.k = {DType::kF32, ks, dense_strides(ks)};
+  p.v = p.k;
+  if (c.packed) {  // [B, T, W, D] with W = Hq + 2·Hkv heads side by side
+    const int64_t w = c.hq + 2 * c.hkv;
+    const std::vector<int64_t> st{c.t * w * c.d, c.d, w * c.d, 1};
+    p.q.strides = p.k.strides = p.v.strides = st;
+    p.k_off = c.hq * c.d;
+    p.v_off = (c.hq + c.hkv) * c.d;
+    p.data.resize(static_cast<size_t>(c.b * c.t * w * c.d));
+  } else {
+    p.k_off = numel(qs);
+    p.v_off = numel(qs) + numel(ks);
+    p.data.resize(static_cast<size_t>(numel(qs) + 2 * numel(ks)));
+  }
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (float& x : p.data) x = normal(rng);
+  p.dout.resize(static_cast<size_t>(numel(qs)));
+  for (float& x : p.dout) x = normal(rng);
+  return p;
+}
+
+/// softmax(q kᵀ·scale) v and [dq | dk | dv] in double, as the reference backend computes them.
+struct Reference {
+  std::vector<double> out, grads;
+};
+
+Reference reference(const Problem& p) {
+  const Case& c = p.c;
+  auto at = [&](const cuda::Operand& op, int64_t off, int64_t b, int64_t h, int64_t r, int64_t d) {
+    return static_cast<double>(p.data[static_cast<size_t>(off + b * op.strides[0] + h * op.strides[1] +
+                                                          r * op.strides[2] + d * op.strides[3])]);
+  };
+  const int64_t nq = c.b * c.hq * c.t * c.d, nk = c.b * c.hkv * c.s * c.d;
+  Reference ref;
+  ref.out.assign(static_cast<size_t>(nq), 0.0);
+  ref.grads.assign(static_cast<size_t>(nq + 2 * nk), 0.0);
+  const double scale = p.shape.scale;
+  for (int64_t b = 0; b < c.b; ++b)
+    for (int64_t h = 0; h < c.hq; ++h) {
+      const int64_t g = h / (c.hq / c.hkv);
+      for (int64_t t = 0; t < c.t; ++t) {
+        const int64_t visible = c.causal ? t + (c.s - c.t) + 1 : c.s;
+        const size_t row = static_cast<size_t>(((b * c.hq + h) * c.t + t) * c.d);
+        std::vector<double> prob(static_cast<size_t>(visible)), dp(static_cast<size_t>(visible));
+        double mx = -INFINITY, total = 0, weighted = 0;
+        for (int64_t j = 0; j < visible; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < c.d; ++d) dot += at(p.q, p.q_off, b, h, t, d) * at(p.k, p.k_off, b, g, j, d);
+          prob[static_cast<size_t>(j)] = dot * scale;
+          mx = std::max(mx, dot * scale);
+        }
+        for (double& x : prob) total += (x = std::exp(x - mx));
+        for (double& x : prob) x /= total;
+        for (int64_t j = 0; j < visible; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < c.d; ++d) {
+            ref.out[row + static_cast<size_t>(d)] += prob[static_cast<size_t>(j)] * at(p.v, p.v_off, b, g, j, d);
+            dot += p.dout[row + static_cast<size_t>(d)] * at(p.v, p.v_off, b, g, j, d);
+          }
+          dp[static_cast<size_t>(j)] = dot;
+          weighted += prob[static_cast<size_t>(j)] * dot;
+        }
+        for (int64_t j = 0; j < visible; ++j) {
+          const double pj = prob[static_cast<size_t>(j)], ds = pj * (dp[static_cast<size_t>(j)] - weighted);
+          const size_t krow = static_cast<size_t>(((b * c.hkv + g) * c.s + j) * c.d);
+          for (int64_t d = 0; d < c.d; ++d) {
+            const size_t dd = static_cast<size_t>(d);
+            ref.grads[row + dd] += scale * ds * at(p.k, p.k_off, b, g, j, d);
+            ref.grads[static_cast<size_t>(nq) + krow + dd] += scale * ds * at(p.q, p.q_off, b, h, t, d);
+            ref.grads[static_cast<size_t>(nq + nk) + krow + dd] += pj * p.dout[row + dd];
+          }
+        }
+      }
+    }
+  return ref;
+}
+
+/// max |got − want| / max(max |want|, 0.01) over [begin, end), and the count of non-finite
+/// results. (The floor: with a single visible key dq and dk are exactly 0 in the reference and
+/// rounding noise of the size of dO·v remains on the GPU.)
+struct Error2 {
+  double rel = 0;
+  int64_t nonfinite = 0;
+};
+
+Error2 compare(const std::vector<float>& got, const std::vector<double>& want, size_t begin, size_t end) {
+  double diff = 0, mag = 1e-2;
+  Error2 e;
+  for (size_t i = begin; i < end; ++i) {
+    if (!std::isfinite(got[i])) ++e.nonfinite;
+    else diff = std::max(diff, std::fabs(got[i] - want[i]));
+    mag = std::max(mag, std::fabs(want[i]));
+  }
+  e.rel = diff / mag;
+  return e;
+}
+
+/// The four kernels of a problem (forward, then the backward plan's launches).
+struct Kernels {
+  cuda::Launch forward;
+  cuda::AttentionGradPlan backward;
+};
+
+Kernels generate(const Problem& p, const std::string& tag) {
+  return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v),
+          cuda::attention_grad_kernels("attn_bwd_" + tag, p.shape, p.q, p.k, p.v)};
+}
+
+std::vector<cuda::KernelSource> sources(const Kernels& k) {
+  std::vector<cuda::KernelSource> out{{k.forward.name, k.forward.source}};
+  for (const cuda::Launch& l : k.backward.launches) out.push_back({l.name, l.source});
+  return out;
+}
+
+void launch(const cuda::Launch& l, const std::vector<char>& cubin, void** args, cuda::CUstream stream = nullptr) {
+  cuda::Kernel kernel(cubin, l.name, l.shared_bytes);
+  kernel.launch(l.grid, l.block, l.shared_bytes, stream, args);
+}
+
+// ---- host-side checks --------------------------------------------------------------------
+
+TEST(CudaAttention, OperandsNeedUnitStrideAlongTheHeadDim) {
+  const Shape s{2, 3, 5, 8};
+  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, dense_strides(s)}));
+  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, {5 * 3 * 3 * 8, 8, 3 * 3 * 8, 1}}));  // packed qkv view
+  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, {0, 0, 8, 1}}));                     // broadcast
+  EXPECT_FALSE(cuda::attention_operand_ok({DType::kF32, s, {120, 1, 24, 3}}));
+  EXPECT_FALSE(cuda::attention_operand_ok({DType::kI32, s, dense_strides(s)}));
+  EXPECT_FALSE(cuda::attention_operand_ok({DType::kF32, {2, 3, 40}, {120, 40, 1}}));
+}
+
+TEST(CudaAttention, LaunchGeometryAndScratch) {
+  for (int64_t d : {1, 16, 64, 80, 128, 200, 256, 512}) {
+    const Problem p = make_problem({3, 4, 2, 130, 257, d, true, false}, 1);
+    const Kernels k = generate(p, "geom");
+    EXPECT_LE(k.forward.shared_bytes, 227u * 1024) << d;
+    EXPECT_EQ(k.forward.block[0], 128u);
+    ASSERT_EQ(k.backward.launches.size(), 3u);
+    for (const cuda::Launch& l : k.backward.launches) {
+      EXPECT_LE(l.shared_bytes, 227u * 1024) << d << " " << l.name;
+      EXPECT_NE(l.source.find("void __launch_bounds__(NT) " + l.name + "("), std::string::npos) << l.name;
+    }
+    EXPECT_EQ(k.backward.scratch_floats, 2 * 3 * 4 * 130);
+  }
+}
+
+TEST(CudaAttention, BadShapesAreRefused) {
+  const Problem p = make_problem({1, 4, 2, 8, 8, 16, false, false}, 1);
+  cuda::AttentionShape s = p.shape;
+  s.kv_heads = 3;
+  EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v), Error);
+  s = p.shape;
+  s.t = 9;  // q's operand says 8
+  EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v), Error);
+  const Problem wide = make_problem({1, 1, 1, 2, 2, 520, false, false}, 1);
+  EXPECT_THROW(cuda::attention_grad_kernels("x", wide.shape, wide.q, wide.k, wide.v), Error);
+}
+
+// ---- NVRTC: the generated sources compile ------------------------------------------------
+
+TEST(CudaAttentionNvrtc, SourcesCompileForManyShapes) {
+  std::string why;
+  if (!have_nvrtc(why)) GTEST_SKIP() << why;
+  const Case cases[] = {
+      {2, 12, 12, 1024, 1024, 64, true, true},  // GPT-2
+      {64, 6, 6, 256, 256, 64, true, true},     // char model
+      {512, 4, 4, 8, 8, 16, true, false},       // tiny
+      {2, 4, 2, 7, 130, 32, true, false},       {1, 4, 1, 130, 7, 80, false, true},
+      {1, 2, 2, 5, 9, 1, true, false},          {1, 2, 1, 33, 65, 7, false, false},
+      {1, 2, 2, 64, 64, 128, true, true},       {1, 2, 1, 64, 130, 200, true, false},
+      {1, 2, 2, 40, 40, 256, false, false},     {1, 1, 1, 16, 16, 512, true, false},
+  };
+  std::vector<cuda::KernelSource> all;
+  int n = 0;
+  for (const Case& c : cases) {
+    const std::vector<cuda::KernelSource> s = sources(generate(make_problem(c, 1), "nvrtc" + std::to_string(n++)));
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  const std::vector<std::vector<char>> cubins = cuda::compile_cubins(all, 9, 0);
+  ASSERT_EQ(cubins.size(), all.size());
+  for (size_t i = 0; i < cubins.size(); ++i) EXPECT_FALSE(cubins[i].empty()) << all[i].name;
+}
+
+// ---- GPU: against the host reference -----------------------------------------------------
+
+TEST(CudaAttentionGpu, ForwardAndBackwardMatchTheReference) {
+  const std::string why = cuda::unavailable_reason(0);
+  if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
+  const cuda::DeviceInfo info = cuda::open_device(0);
+  const cuda::Driver& drv = cuda::driver();
+  const Case cases[] = {
+      {2, 4, 2, 64, 64, 64, true, true},      {2, 4, 2, 130, 256, 64, true, false},
+      {1, 4, 2, 256, 130, 64, false, false},  {2, 4, 4, 256, 256, 64, false, true},
+      {1, 4, 2, 1, 1, 16, true, false},       {1, 4, 2, 7, 130, 16, true, false},
+      {2, 4, 2, 130, 7, 16, false, true},     {3, 4, 2, 64, 64, 16, true, true},
+      {1, 4, 2, 256, 256, 80, true, false},   {1, 4, 2, 64, 130, 80, false, false},
+      {2, 4, 1, 7, 7, 80, true, true},        {1, 4, 2, 1, 256, 80, true, false},
+      {1, 2, 2, 130, 130, 32, false, true},   {1, 2, 1, 33, 65, 7, true, false},
+      {1, 2, 2, 64, 130, 128, true, false},   {1, 2, 1, 70, 70, 200, true, true},
+      {1, 2, 2, 40, 64, 256, false, false},   {1, 1, 1, 20, 20, 512, true, false},
+      {1, 4, 2, 7, 64, 64, false, false},     {2, 4, 2, 64, 7, 64, false, true},
+  };
+  std::vector<Problem> problems;
+  std::vector<Kernels> kernels;
+  std::vector<cuda::KernelSource> all;
+  for (const Case& c : cases) {
+    problems.push_back(make_problem(c, static_cast<unsigned>(problems.size() + 7)));
+    kernels.push_back(generate(problems.back(), "gpu" + std::to_string(problems.size())));
+    const std::vector<cuda::KernelSource> s = sources(kernels.back());
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  const std::vector<std::vector<char>> cubins = cuda::compile_cubins(all, info.sm_major, info.sm_minor);
+
+  int passed = 0;
+  double worst = 0;
+  for (size_t n = 0; n < problems.size(); ++n) {
+    const Problem& p = problems[n];
+    const Kernels& k = kernels[n];
+    const int64_t nq = static_cast<int64_t>(p.dout.size());
+    const int64_t ngrads = nq + 2 * p.c.b * p.c.hkv * p.c.s * p.c.d;
+    cuda::DeviceMemory data(p.data.size() * 4), dout(p.dout.size() * 4), out(static_cast<size_t>(nq) * 4),
+        grads(static_cast<size_t>(ngrads) * 4), scratch(static_cast<size_t>(k.backward.scratch_floats) * 4);
+    data.upload(p.data.data(), p.data.size() * 4);
+    dout.upload(p.dout.data(), p.dout.size() * 4);
+    cuda::CUdeviceptr pq = data.get() + static_cast<cuda::CUdeviceptr>(p.q_off * 4),
+                      pk = data.get() + static_cast<cuda::CUdeviceptr>(p.k_off * 4),
+                      pv = data.get() + static_cast<cuda::CUdeviceptr>(p.v_off * 4), po = out.get(),
+                      pdo = dout.get(), pg = grads.get(), ps = scratch.get();
+    void* fwd_args[] = {&pq, &pk, &pv, &po};
+    launch(k.forward, cubins[4 * n], fwd_args);
+    void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps};
+    for (size_t l = 0; l < 3; ++l) launch(k.backward.launches[l], cubins[4 * n + 1 + l], bwd_args);
+    cuda::check(drv.cuCtxSynchronize(), "cuCtxSynchronize");
+    std::vector<float> got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
+    out.download(got_out.data(), got_out.size() * 4);
+    grads.download(got_grads.data(), got_grads.size() * 4);
+
+    const Reference ref = reference(p);
+    const size_t q_end = static_cast<size_t>(nq), k_end = q_end + static_cast<size_t>((ngrads - nq) / 2);
+    const Error2 e[4] = {compare(got_out, ref.out, 0, q_end), compare(got_grads, ref.grads, 0, q_end),
+                         compare(got_grads, ref.grads, q_end, k_end),
+                         compare(got_grads, ref.grads, k_end, static_cast<size_t>(ngrads))};
+    const char* what[4] = {"out", "dq", "dk", "dv"};
+    bool ok = true;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(e[i].nonfinite, 0) << describe(p.c) << ": " << what[i];
+      EXPECT_LE(e[i].rel, 1e-4) << describe(p.c) << ": " << what[i];
+      ok = ok && e[i].nonfinite == 0 && e[i].rel <= 1e-4;
+      worst = std::max(worst, e[i].rel);
+    }
+    passed += ok;
+    std::printf("%-44s rel err out %.1e dq %.1e dk %.1e dv %.1e\n", describe(p.c).c_str(), e[0].rel, e[1].rel, e[2].rel,
+                e[3].rel);
+  }
+  std::printf("%d of %zu cases within 1e-4 (worst %.2e)\n", passed, problems.size(), worst);
+}
+
+// ---- GPU: timing of the GPT-2 shape (printed, not asserted) -----------------------------
+
+TEST(CudaAttentionGpu, Gpt2Timing) {
+  const std::string why = cuda::unavailable_reason(0);
+  if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
+  const cuda::DeviceInfo info = cuda::open_device(0);
+  const cuda::Driver& drv = cuda::driver();
+  for (bool causal : {true, false}) {
+    // q, k, v: views of a packed [B, T, 3, H, D] buffer, as a fused qkv projection leaves them.
+    const int64_t B = 16, H = 12, T = 1024, D = 64;
+    const std::vector<int64_t> st{T * 3 * H * D, D, 3 * H * D, 1};
+    const cuda::Operand op{DType::kF32, {B, H, T, D}, st};
+    const cuda::AttentionShape shape{B, H, H, T, T, D, 0.125, causal};
+    const std::string tag = causal ? "causal" : "full";
+    const cuda::Launch fwd = cuda::attention_kernel("gpt2_fwd_" + tag, shape, op, op, op);
+    const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("gpt2_bwd_" + tag, shape, op, op, op);
+    std::vector<cuda::KernelSource> src{{fwd.name, fwd.source}};
+    for (const cuda::Launch& l : bwd.launches) src.push_back({l.name, l.source});
+    const std::vector<std::vector<char>> cubins = cuda::compile_cubins(src, info.sm_major, info.sm_minor);
+    std::vector<cuda::Kernel> k;
+    k.emplace_back(cubins[0], fwd.name, fwd.shared_bytes);
+    for (size_t i = 0; i < 3; ++i) k.emplace_back(cubins[i + 1], bwd.launches[i].name, bwd.launches[i].shared_bytes);
+
+    const int64_t n = B * T * 3 * H * D, nq = B * H * T * D;
+    std::vector<float> host(static_cast<size_t>(n));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (float& x : host) x = normal(rng);
+    cuda::DeviceMemory qkv(static_cast<size_t>(n) * 4), dout(static_cast<size_t>(nq) * 4), out(static_cast<size_t>(nq) * 4),
+        grads(static_cast<size_t>(3 * nq) * 4), scratch(static_cast<size_t>(bwd.scratch_floats) * 4);
+    qkv.upload(host.data(), static_cast<size_t>(n) * 4);
+    dout.upload(host.data(), static_cast<size_t>(nq) * 4);
+    cuda::CUdeviceptr pq = qkv.get(), pk = pq + static_cast<cuda::CUdeviceptr>(H * D * 4),
+                      pv = pq + static_cast<cuda::CUdeviceptr>(2 * H * D * 4), po = out.get(), pdo = dout.get(),
+                      pg = grads.get(), ps = scratch.get();
+    void* fwd_args[] = {&pq, &pk, &pv, &po};
+    void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps};
+    const cuda::Launch* launches[4] = {&fwd, &bwd.launches[0], &bwd.launches[1], &bwd.launches[2]};
+
+    cuda::CUevent ev[5];
+    for (cuda::CUevent& e : ev) cuda::check(drv.cuEventCreate(&e, 0), "cuEventCreate");
+    constexpr int kReps = 10;
+    float ms[4] = {0, 0, 0, 0};
+    for (int rep = -1; rep < kReps; ++rep) {  // rep −1 warms up
+      cuda::check(drv.cuEventRecord(ev[0], nullptr), "cuEventRecord");
+      for (int i = 0; i < 4; ++i) {
+        k[static_cast<size_t>(i)].launch(launches[i]->grid, launches[i]->block, launches[i]->shared_bytes, nullptr,
+                                         i == 0 ? fwd_args : bwd_args);
+        cuda::check(drv.cuEventRecord(ev[i + 1], nullptr), "cuEventRecord");
+      }
+      cuda::check(drv.cuEventSynchronize(ev[4]), "cuEventSynchronize");
+      for (int i = 0; rep >= 0 && i < 4; ++i) {
+        float t = 0;
+        cuda::check(drv.cuEventElapsedTime(&t, ev[i], ev[i + 1]), "cuEventElapsedTime");
+        ms[i] += t / kReps;
+      }
+    }
+    for (cuda::CUevent& e : ev) drv.cuEventDestroy(e);
+    const double fwd_flops = 4.0 * B * H * T * T * D / (causal ? 2 : 1);
+    const double bwd_ms = ms[1] + ms[2] + ms[3];
+    std::printf("GPT-2 attention B=%lld H=%lld T=S=%lld D=%lld %s on %s:\n", static_cast<long long>(B),
+                static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(D),
+                causal ? "causal" : "not causal", info.name.c_str());
+    std::printf("  forward  %.3f ms  %.1f TFLOP/s\n", ms[0], fwd_flops / ms[0] * 1e-9);
+    std::printf("  backward %.3f ms (stats %.3f + dkdv %.3f + dq %.3f)  %.1f TFLOP/s counted as 2.5x forward, "
+                "%.1f TFLOP/s of the 4.5x forward it computes\n",
+                bwd_ms, ms[1], ms[2], ms[3], 2.5 * fwd_flops / bwd_ms * 1e-9, 4.5 * fwd_flops / bwd_ms * 1e-9);
+  }
+}
+
+}  // namespace
