@@ -35,12 +35,14 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
   const bool gpu = device.kind == tg::Device::Kind::kCuda;
   const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
   tg::nn::Gpt model(w.config);
+  const auto t0 = std::chrono::steady_clock::now();
   auto train = tg::compile_train(
       model, [&](tg::Tensor ids, tg::Tensor targets) { return model.loss(ids, targets); },
       {.inputs = {{"ids", {B, T}, tg::DType::kI32}, {"targets", {B, T}, tg::DType::kI32}},
        .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
        .device = device,
        .precision = precision});
+  const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(w.config.vocab - 1));
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), targets(ids.size());
@@ -55,6 +57,7 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode, sec * 1e3, static_cast<double>(B * T) / sec);
   std::fflush(stdout);
   report_compiled(w.name, train);
+  std::printf("# %s compile_s %.2f (trace, passes, codegen, NVRTC or its disk cache, graph capture)\n", w.name, compile_s);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <vector>
 
@@ -35,4 +36,5 @@ inline void report_compiled(const char* name, const tg::Program& program) {
               static_cast<double>(m.all_tensors) / mib, static_cast<double>(m.planned_peak()) / static_cast<double>(m.all_tensors),
               static_cast<double>(usage.ru_maxrss) * 1024 / mib);
   std::fflush(stdout);
+  if (std::getenv("TG_DESCRIBE")) std::fprintf(stderr, "%s", program.describe().c_str());
 }

@@ -25,7 +25,6 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   ctx_->make_current();
   const auto count = static_cast<size_t>(g.size());
   slots_.resize(count);
-  input_set_.assign(count, 0);
   for (int32_t id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.node(id);
     slots_[static_cast<size_t>(id)].dtype = n.dtype;
@@ -60,16 +59,31 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   for (const Step& s : steps_) needs_workspace = needs_workspace || s.kind == Step::Kind::kMatmul;
   if (needs_workspace) workspace_ = DeviceMemory(kWorkspaceBytes);
   profile_ = std::getenv("TG_PROFILE") != nullptr;
-  if (!profile_) capture();
+  for (CUevent& e : done_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  if (!profile_)
+    for (int k = 0; k < 2; ++k) capture(k);
 }
 
 CudaExecutable::~CudaExecutable() {
+  if (profile_ && executions_ > 0) {
+    double total = 0;
+    for (const auto& [label, e] : profile_ms_) total += e.first;
+    std::fprintf(stderr, "[cuda profile] %zu steps per execution, %.3f ms per execution (%lld executions)\n", steps_.size(),
+                 total / static_cast<double>(executions_), static_cast<long long>(executions_));
+    for (const auto& [label, e] : profile_ms_)
+      std::fprintf(stderr, "  %-20s %6lld launches  %9.3f ms  %5.1f%%\n", label.c_str(),
+                   static_cast<long long>(e.second / executions_), e.first / static_cast<double>(executions_),
+                   100.0 * e.first / std::max(total, 1e-9));
+  }
   const Driver& d = driver();
   d.cuCtxSetCurrent(ctx_->info.context);
-  if (in_flight_) d.cuStreamSynchronize(ctx_->stream);
-  if (graph_exec_) d.cuGraphExecDestroy(static_cast<CUgraphExec>(graph_exec_));
-  if (graph_) d.cuGraphDestroy(static_cast<CUgraph>(graph_));
-  if (staging_) d.cuMemFreeHost(staging_);
+  d.cuStreamSynchronize(ctx_->stream);
+  for (int k = 0; k < 2; ++k) {
+    if (graph_exec_[k]) d.cuGraphExecDestroy(static_cast<CUgraphExec>(graph_exec_[k]));
+    if (graph_[k]) d.cuGraphDestroy(static_cast<CUgraph>(graph_[k]));
+    if (staging_[k]) d.cuMemFreeHost(staging_[k]);
+    if (done_[k]) d.cuEventDestroy(done_[k]);
+  }
 }
 
 void CudaExecutable::plan_arena(bool reuse) {
@@ -163,17 +177,24 @@ void CudaExecutable::enqueue_step(const Step& s) {
 
 /// One step's work in stream order: upload the inputs, clear the error word, every step, then
 /// the updates (after every read of the old values).
-void CudaExecutable::capture() {
+void CudaExecutable::enqueue_all(int k) {
+  const Driver& d = driver();
+  CUstream stream = ctx_->stream;
+  if (input_bytes_ > 0)
+    check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_[k], static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
+  check(d.cuMemsetD32Async(err_.get(), 0, 1, stream), "cuMemsetD32Async");
+  for (const Step& s : steps_) enqueue_step(s);
+  for (const UpdateCopy& u : update_copies_)
+    check(d.cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), stream), "cuMemcpyDtoDAsync");
+}
+
+void CudaExecutable::capture(int k) {
   const Driver& d = driver();
   CUstream stream = ctx_->stream;
   constexpr int kCaptureThreadLocal = 1;
   check(d.cuStreamBeginCapture(stream, kCaptureThreadLocal), "cuStreamBeginCapture");
   try {
-    if (input_bytes_ > 0) check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_, static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
-    check(d.cuMemsetD32Async(err_.get(), 0, 1, stream), "cuMemsetD32Async");
-    for (const Step& s : steps_) enqueue_step(s);
-    for (const UpdateCopy& u : update_copies_)
-      check(d.cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), stream), "cuMemcpyDtoDAsync");
+    enqueue_all(k);
   } catch (...) {
     CUgraph broken = nullptr;
     d.cuStreamEndCapture(stream, &broken);
@@ -182,38 +203,62 @@ void CudaExecutable::capture() {
   }
   CUgraph graph = nullptr;
   check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  graph_ = graph;
+  graph_[k] = graph;
   CUgraphExec exec = nullptr;
   check(d.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
-  graph_exec_ = exec;
+  graph_exec_[k] = exec;
+}
+
+void CudaExecutable::wait_staging(int k) {
+  if (!launched_[k]) return;
+  check(driver().cuEventSynchronize(done_[k]), "cuEventSynchronize (the step failed)");
+  launched_[k] = false;
 }
 
 void CudaExecutable::set_input(int32_t node, const void* host) {
   auto it = input_offset_.find(node);
   if (it == input_offset_.end()) throw Error("[cuda] %" + std::to_string(node) + " is not an input");
-  if (in_flight_) {  // the previous step may still be reading the staging memory
-    ctx_->make_current();
-    check(driver().cuStreamSynchronize(ctx_->stream), "cuStreamSynchronize");
-    in_flight_ = false;
-  }
+  ctx_->make_current();
+  const int k = next_;
+  wait_staging(k);  // the launch two steps back may still be uploading from this buffer
   const Slot& s = slots_[static_cast<size_t>(node)];
-  std::memcpy(static_cast<std::byte*>(staging_) + it->second, host, static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
-  input_set_[static_cast<size_t>(node)] = 1;
+  std::memcpy(static_cast<std::byte*>(staging_[k]) + it->second, host, static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
+  staged_version_[k][node] = ++input_version_[node];
 }
 
 void CudaExecutable::execute() {
-  for (const auto& [id, offset] : input_offset_)
-    if (!input_set_[static_cast<size_t>(id)]) throw Error("[cuda] input %" + std::to_string(id) + " was never set");
   ctx_->make_current();
   const Driver& d = driver();
-  if (!profile_) {
-    check(d.cuGraphLaunch(static_cast<CUgraphExec>(graph_exec_), ctx_->stream), "cuGraphLaunch");
-    in_flight_ = true;
-    return;
+  const int k = next_;
+  // Inputs set for an earlier step only: bring their latest bytes over from the other buffer.
+  for (const auto& [id, offset] : input_offset_) {
+    const uint64_t latest = input_version_[id];
+    if (latest == 0) throw Error("[cuda] input %" + std::to_string(id) + " was never set");
+    if (staged_version_[k][id] == latest) continue;
+    wait_staging(k);
+    const Slot& s = slots_[static_cast<size_t>(id)];
+    std::memcpy(static_cast<std::byte*>(staging_[k]) + offset, static_cast<const std::byte*>(staging_[1 - k]) + offset,
+                static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
+    staged_version_[k][id] = latest;
   }
-  // TG_PROFILE=1: the same work launched step by step, timed with events.
+  wait_staging(k);
+  if (!profile_) {
+    check(d.cuGraphLaunch(static_cast<CUgraphExec>(graph_exec_[k]), ctx_->stream), "cuGraphLaunch");
+  } else {
+    profile_execution(k);
+  }
+  check(d.cuEventRecord(done_[k], ctx_->stream), "cuEventRecord");
+  launched_[k] = true;
+  in_flight_ = true;
+  next_ = 1 - k;
+}
+
+/// TG_PROFILE=1: the same work launched step by step, timed with events.
+void CudaExecutable::profile_execution(int k) {
+  const Driver& d = driver();
   CUstream stream = ctx_->stream;
-  if (input_bytes_ > 0) check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_, static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
+  if (input_bytes_ > 0)
+    check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_[k], static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
   check(d.cuMemsetD32Async(err_.get(), 0, 1, stream), "cuMemsetD32Async");
   std::vector<CUevent> events(steps_.size() + 1);
   for (CUevent& e : events) check(d.cuEventCreate(&e, 0), "cuEventCreate");
@@ -225,23 +270,20 @@ void CudaExecutable::execute() {
   for (const UpdateCopy& u : update_copies_)
     check(d.cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), stream), "cuMemcpyDtoDAsync");
   check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  std::map<std::string, std::pair<double, int>> by_op;
-  double total = 0;
+  const bool detail = std::string(std::getenv("TG_PROFILE")) == "2" && executions_ == 3;
   for (size_t i = 0; i < steps_.size(); ++i) {
     float ms = 0;
     d.cuEventElapsedTime(&ms, events[i], events[i + 1]);
     const Step& s = steps_[i];
     std::string label = s.kind == Step::Kind::kMatmul ? "matmul" : s.kind == Step::Kind::kMemset ? "memset"
                         : s.nodes.empty() ? "copy" : s.nodes.size() > 1 ? "fused" : ir::op_name(ops_[static_cast<size_t>(s.nodes[0])]);
-    auto& e = by_op[label];
+    auto& e = profile_ms_[label];
     e.first += ms;
     e.second += 1;
-    total += ms;
+    if (detail) std::fprintf(stderr, "  step %4zu %8.4f ms  %s\n", i, ms, step_line(s).c_str());
   }
   for (CUevent e : events) d.cuEventDestroy(e);
-  std::fprintf(stderr, "[cuda profile] %zu steps, %.3f ms\n", steps_.size(), total);
-  for (const auto& [label, e] : by_op)
-    std::fprintf(stderr, "  %-20s %5d  %9.3f ms  %5.1f%%\n", label.c_str(), e.second, e.first, 100.0 * e.first / std::max(total, 1e-9));
+  ++executions_;
 }
 
 void CudaExecutable::read_output(int32_t node, void* host) {
@@ -251,6 +293,7 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   const Driver& d = driver();
   check(d.cuStreamSynchronize(ctx_->stream), "cuStreamSynchronize (the step failed)");
   in_flight_ = false;
+  launched_[0] = launched_[1] = false;
   int err = 0;
   check(d.cuMemcpyDtoH(&err, err_.get(), sizeof err), "cuMemcpyDtoH");
   if (err != 0)
@@ -260,27 +303,29 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   check(d.cuMemcpyDtoH(host, address(it->second), static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype))), "cuMemcpyDtoH");
 }
 
+std::string CudaExecutable::step_line(const Step& s) const {
+  std::ostringstream out;
+  switch (s.kind) {
+    case Step::Kind::kKernel: out << (s.nodes.size() > 1 ? "fused" : s.nodes.empty() ? "copy" : ""); break;
+    case Step::Kind::kMatmul: out << "cublasLt"; break;
+    case Step::Kind::kMemset: out << "memset"; break;
+    case Step::Kind::kCopy: out << "copy"; break;
+  }
+  for (int32_t id : s.nodes) {
+    out << " " << ir::op_name(ops_[static_cast<size_t>(id)]) << "%" << id;
+    if (!names_[static_cast<size_t>(id)].empty()) out << "'" << names_[static_cast<size_t>(id)] << "'";
+    out << shape_str(slots_[static_cast<size_t>(id)].shape);
+  }
+  if (s.kind == Step::Kind::kKernel)
+    out << " grid " << s.launch.grid[0] << "x" << s.launch.grid[1] << "x" << s.launch.grid[2] << " block " << s.launch.block[0] << "x"
+        << s.launch.block[1];
+  if (s.flops) out << " " << s.flops << " flops";
+  return out.str();
+}
+
 std::string CudaExecutable::describe() const {
   std::ostringstream out;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const Step& s = steps_[i];
-    out << "#" << i << " ";
-    switch (s.kind) {
-      case Step::Kind::kKernel: out << (s.nodes.size() > 1 ? "fused" : s.nodes.empty() ? "copy" : ""); break;
-      case Step::Kind::kMatmul: out << "cublasLt"; break;
-      case Step::Kind::kMemset: out << "memset"; break;
-      case Step::Kind::kCopy: out << "copy"; break;
-    }
-    for (int32_t id : s.nodes) {
-      out << " " << ir::op_name(ops_[static_cast<size_t>(id)]) << "%" << id;
-      if (!names_[static_cast<size_t>(id)].empty()) out << "'" << names_[static_cast<size_t>(id)] << "'";
-    }
-    if (s.kind == Step::Kind::kKernel)
-      out << " grid " << s.launch.grid[0] << "x" << s.launch.grid[1] << "x" << s.launch.grid[2] << " block " << s.launch.block[0]
-          << "x" << s.launch.block[1];
-    if (s.flops) out << " " << s.flops << " flops";
-    out << "\n";
-  }
+  for (size_t i = 0; i < steps_.size(); ++i) out << "#" << i << " " << step_line(steps_[i]) << "\n";
   return out.str();
 }
 

@@ -17,6 +17,7 @@
 //  4. Capture: the input upload (one copy from pinned staging), every step and the update
 //     copies are recorded once into a CUDA graph; execute() launches that graph.
 #pragma once
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -127,7 +128,11 @@ class CudaExecutable final : public Executable {
   void plan_arena(bool reuse);
   void compile_kernels();
   void enqueue_step(const Step& s);
-  void capture();
+  /// Everything one execution does, in stream order, reading inputs from staging_[k].
+  void enqueue_all(int k);
+  void capture(int k);
+  void profile_execution(int k);
+  std::string step_line(const Step& s) const;
 
   std::shared_ptr<CudaContext> ctx_;
   PrepareOptions options_;
@@ -141,10 +146,18 @@ class CudaExecutable final : public Executable {
   DeviceMemory arena_;
   std::vector<DeviceMemory> fixed_mems_;  // constants, the error word
   DeviceMemory inputs_;                   // every input, one block
-  void* staging_ = nullptr;               // pinned host mirror of inputs_
+  // Inputs are staged in pinned host memory, double-buffered: while step i runs (uploading
+  // from staging_[i % 2]), the host fills staging_[(i + 1) % 2] for the next step, so steps
+  // that do not read their loss queue up without waiting. One captured graph per buffer.
+  void* staging_[2] = {nullptr, nullptr};
+  int next_ = 0;                  // the buffer (and graph) of the next execute()
+  bool launched_[2] = {false, false};
+  CUevent done_[2] = {nullptr, nullptr};  // recorded after the launch that reads staging_[k]
   int64_t input_bytes_ = 0;
   std::unordered_map<int32_t, int64_t> input_offset_;  // input node → byte offset in the block
-  std::vector<char> input_set_;
+  std::unordered_map<int32_t, uint64_t> input_version_;  // bumped by each set_input
+  std::unordered_map<int32_t, uint64_t> staged_version_[2];  // the version each buffer holds
+  void wait_staging(int k);
   DeviceMemory err_;
   DeviceMemory workspace_;  // cuBLASLt
   std::vector<Step> steps_;
@@ -156,10 +169,14 @@ class CudaExecutable final : public Executable {
   std::vector<UpdateCopy> update_copies_;
   std::unordered_map<int32_t, Place> outputs_;  // output node → dense place valid after the step
   MemoryStats memory_;
-  void* graph_ = nullptr;       // CUgraph
-  void* graph_exec_ = nullptr;  // CUgraphExec
+  void* graph_[2] = {nullptr, nullptr};       // CUgraph, per staging buffer
+  void* graph_exec_[2] = {nullptr, nullptr};  // CUgraphExec
   bool in_flight_ = false;
   bool profile_ = false;
+  // TG_PROFILE=1: per-op milliseconds and launch counts, summed over executions, printed
+  // when the executable is destroyed.
+  std::map<std::string, std::pair<double, int64_t>> profile_ms_;
+  int64_t executions_ = 0;
 };
 
 }  // namespace tg::backend::cuda

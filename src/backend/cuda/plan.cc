@@ -123,8 +123,10 @@ void CudaExecutable::plan_inputs(const ir::Graph& g) {
   memory_.inputs = input_bytes_;
   if (input_bytes_ == 0) return;
   inputs_ = DeviceMemory(static_cast<size_t>(input_bytes_));
-  check(driver().cuMemAllocHost(&staging_, static_cast<size_t>(input_bytes_)), "cuMemAllocHost (input staging)");
-  std::memset(staging_, 0, static_cast<size_t>(input_bytes_));
+  for (void*& staging : staging_) {
+    check(driver().cuMemAllocHost(&staging, static_cast<size_t>(input_bytes_)), "cuMemAllocHost (input staging)");
+    std::memset(staging, 0, static_cast<size_t>(input_bytes_));
+  }
   for (const auto& [id, offset] : input_offset_) {
     Slot& s = slots_[static_cast<size_t>(id)];
     s.place = Place{-1, inputs_.get(), offset, contiguous_strides(s.shape)};
