@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backend/strides.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
@@ -101,20 +102,27 @@ std::vector<int32_t> group_inputs(const ir::Graph& graph, const passes::KernelGr
   return inputs;
 }
 
-GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
-                               const std::vector<std::vector<int64_t>>& input_strides, const std::string& name) {
+namespace {
+
+/// One group as a device function `<fn>(in…, out…, long long i)` computing element i, plus
+/// the per-node functions it calls (named after node ids, so parts of one graph never clash).
+struct GroupPart {
+  std::string functions, body, params;  // params: the part's parameter list
+  std::vector<int32_t> inputs;
+};
+
+GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
+                     const std::vector<std::vector<int64_t>>& input_strides, const std::string& fn) {
   if (group.kind != passes::KernelGroup::Kind::kElementwise) throw Error("[cuda] not an elementwise group");
-  GroupKernel k;
-  k.name = name;
-  k.inputs = group_inputs(graph, group);
-  if (input_strides.size() != k.inputs.size()) throw Error("[cuda] fused_group_kernel: one stride list per input needed");
+  GroupPart part;
+  part.inputs = group_inputs(graph, group);
+  if (input_strides.size() != part.inputs.size()) throw Error("[cuda] fused_group_kernel: one stride list per input needed");
   const Shape shape = graph.node(group.nodes.front()).shape;
-  std::ostringstream src, fns, body;
-  src << kPrelude;
+  std::ostringstream fns, body;
   // One device function per node: its op's expression with T bound to the compute type.
   auto value = [&](int32_t id) {
-    const auto at = std::find(k.inputs.begin(), k.inputs.end(), id);
-    return at != k.inputs.end() ? "x" + std::to_string(at - k.inputs.begin()) : "v" + std::to_string(id);
+    const auto at = std::find(part.inputs.begin(), part.inputs.end(), id);
+    return at != part.inputs.end() ? "x" + std::to_string(at - part.inputs.begin()) : "v" + std::to_string(id);
   };
   for (int32_t id : group.nodes) {
     const ir::Node& n = graph.node(id);
@@ -138,36 +146,83 @@ GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup
     }
     body << "  const " << storage_type(n.dtype) << " v" << id << " = " << expr << ";\n";
   }
-  // int32 results leave their functions as W32; storing them needs the int inside.
-  src << fns.str() << "extern \"C\" __global__ void " << name << "(";
-  for (size_t i = 0; i < k.inputs.size(); ++i)
-    src << "const " << storage_type(graph.node(k.inputs[i]).dtype) << "* __restrict__ in" << i << ", ";
+  std::ostringstream params;
+  for (size_t i = 0; i < part.inputs.size(); ++i)
+    params << "const " << storage_type(graph.node(part.inputs[i]).dtype) << "* __restrict__ in" << i << ", ";
   for (size_t o = 0; o < group.outputs.size(); ++o)
-    src << storage_type(graph.node(group.outputs[o]).dtype) << "* __restrict__ out" << o << ", ";
-  src << "long long n) {\n  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n) return;\n";
-  const std::vector<int64_t> dense = [&] {
-    std::vector<int64_t> st(shape.size(), 1);
-    for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
-    return st;
-  }();
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
-    const std::vector<int64_t>& st = input_strides[i];
-    bool is_dense = true;
-    for (size_t d = 0; d < shape.size(); ++d) is_dense = is_dense && (shape[d] == 1 || st[d] == dense[d]);
-    std::string offset = "i";
-    if (!is_dense) {  // the flat index unravelled over the shape (constants), times this input's strides
-      offset = "0";
-      for (size_t d = 0; d < shape.size(); ++d)
-        if (shape[d] != 1 && st[d] != 0)
-          offset += " + (i / " + std::to_string(dense[d]) + "LL % " + std::to_string(shape[d]) + "LL) * " + std::to_string(st[d]) + "LL";
-    }
-    src << "  const " << storage_type(graph.node(k.inputs[i]).dtype) << " x" << i << " = in" << i << "[" << offset << "];\n";
-  }
+    params << storage_type(graph.node(group.outputs[o]).dtype) << "* __restrict__ out" << o << ", ";
+  part.params = params.str();
+  std::ostringstream src;
+  src << "__device__ __forceinline__ void " << fn << "(" << part.params << "long long i) {\n";
+  for (size_t i = 0; i < part.inputs.size(); ++i)
+    src << "  const " << storage_type(graph.node(part.inputs[i]).dtype) << " x" << i << " = in" << i << "["
+        << strided_offset(shape, input_strides[i], "i") << "];\n";
   src << body.str();
+  // int32 results leave their functions as W32; storing them needs the int inside.
   for (size_t o = 0; o < group.outputs.size(); ++o) src << "  out" << o << "[i] = " << value(group.outputs[o]) << ";\n";
   src << "}\n";
-  k.source = src.str();
+  part.functions = fns.str();
+  part.body = src.str();
+  return part;
+}
+
+/// "in0, in1, …, out0, …" for a part's call.
+std::string part_arguments(const GroupPart& part, size_t outputs, const std::string& prefix) {
+  std::string args;
+  for (size_t i = 0; i < part.inputs.size(); ++i) args += prefix + "in" + std::to_string(i) + ", ";
+  for (size_t o = 0; o < outputs; ++o) args += prefix + "out" + std::to_string(o) + ", ";
+  return args;
+}
+
+std::string prefixed_params(const std::string& params, const std::string& prefix) {
+  std::string out = params;
+  for (const char* name : {"in", "out"}) {
+    const std::string from = std::string("__restrict__ ") + name, to = std::string("__restrict__ ") + prefix + name;
+    for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size())) out.replace(at, from.size(), to);
+  }
+  return out;
+}
+
+}  // namespace
+
+GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
+                               const std::vector<std::vector<int64_t>>& input_strides, const std::string& name) {
+  const GroupPart part = group_part(graph, group, input_strides, "part");
+  GroupKernel k;
+  k.name = name;
+  k.inputs = part.inputs;
+  k.source = std::string(kPrelude) + part.functions + part.body + "extern \"C\" __global__ void " + name + "(" + part.params +
+             "long long n) {\n  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) part(" +
+             part_arguments(part, group.outputs.size(), "") + "i);\n}\n";
   return k;
+}
+
+Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const passes::KernelGroup*>& groups,
+                             const std::vector<std::vector<std::vector<int64_t>>>& input_strides, const std::string& name) {
+  constexpr int64_t kThreads = 256;
+  std::string functions, bodies, params, dispatch;
+  int64_t first_block = 0;
+  for (size_t p = 0; p < groups.size(); ++p) {
+    const std::string fn = "part" + std::to_string(p), prefix = "p" + std::to_string(p) + "_";
+    const GroupPart part = group_part(graph, *groups[p], input_strides[p], fn);
+    functions += part.functions;
+    bodies += part.body;
+    params += prefixed_params(part.params, prefix);
+    const int64_t n = graph.node(groups[p]->nodes.front()).numel();
+    const int64_t blocks = std::max<int64_t>(1, (n + kThreads - 1) / kThreads);
+    dispatch += "  if (b < " + std::to_string(first_block + blocks) + "LL) {\n    const long long i = (b - " +
+                std::to_string(first_block) + "LL) * " + std::to_string(kThreads) + "LL + threadIdx.x;\n    if (i < " +
+                std::to_string(n) + "LL) " + fn + "(" + part_arguments(part, groups[p]->outputs.size(), prefix) + "i);\n    return;\n  }\n";
+    first_block += blocks;
+  }
+  params.resize(params.size() - 2);  // the last ", "
+  Launch l;
+  l.name = name;
+  l.source = std::string(kPrelude) + functions + bodies + "extern \"C\" __global__ void " + name + "(" + params +
+             ") {\n  const long long b = blockIdx.x;\n" + dispatch + "}\n";
+  l.block[0] = static_cast<unsigned>(kThreads);
+  l.grid[0] = static_cast<unsigned>(first_block);
+  return l;
 }
 
 }  // namespace tg::backend::cuda
@@ -177,6 +232,7 @@ namespace tg::backend::cuda {
 const char* cuda_type(DType t) { return storage_type(t); }
 
 std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i) {
+  if (is_contiguous_strides(strides, shape)) return "(" + i + ")";
   int64_t dense = 1;
   std::string offset;
   for (size_t d = shape.size(); d-- > 0;) {
@@ -213,6 +269,16 @@ Launch copy_kernel(const std::string& name, const Operand& in) {
   l.source = kernel_head(name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", numel(in.shape)) +
              "  out[i] = in[" + strided_offset(in.shape, in.strides, "i") + "];\n}\n";
   elementwise_launch(l, numel(in.shape));
+  return l;
+}
+
+Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,
+                      const std::vector<int64_t>& b_strides) {
+  Launch l;
+  l.name = name;
+  l.source = kernel_head(name, "const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out", numel(shape)) +
+             "  out[i] = a[" + strided_offset(shape, a_strides, "i") + "] * b[" + strided_offset(shape, b_strides, "i") + "];\n}\n";
+  elementwise_launch(l, numel(shape));
   return l;
 }
 

@@ -31,6 +31,12 @@ struct GroupKernel {
 };
 GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
                                const std::vector<std::vector<int64_t>>& input_strides, const std::string& name);
+/// Several independent elementwise groups in one launch (horizontal fusion: e.g. the
+/// optimizer's update of every parameter): block ranges are assigned to the groups in order,
+/// each block running one group's elements. Params: each group's inputs then outputs, group
+/// after group (no `n`).
+Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const passes::KernelGroup*>& groups,
+                             const std::vector<std::vector<std::vector<int64_t>>>& input_strides, const std::string& name);
 /// The external inputs of a group, in the order fused_group_kernel takes them.
 std::vector<int32_t> group_inputs(const ir::Graph& graph, const passes::KernelGroup& group);
 
@@ -42,6 +48,10 @@ const char* cuda_type(DType t);
 
 /// out (dense) = in (strided, any dtype). Params: (const T* in, T* out).
 Launch copy_kernel(const std::string& name, const Operand& in);
+/// out (dense over shape) = a · b elementwise, both f32 read through strides over `shape`
+/// (0 = broadcast): a product over k = 1. Params: (const float* a, const float* b, float* out).
+Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,
+                      const std::vector<int64_t>& b_strides);
 /// out (dense, out_shape) = the inputs joined along `axis`. Params: (in0, …, in(k−1), out).
 Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape, int axis);
 /// Slice's adjoint: zeros of out_shape with `in` at positions start, start+step, … along axis.

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "backend/cuda/codegen.h"
 #include "passes/memory_plan.h"
 #include "tensorgrad/errors.h"
 
@@ -53,6 +54,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   in_place_.assign(g.updates.size(), 0);
   for (const passes::KernelGroup& group : fusion_.groups) plan_group(g, group);
   plan_outputs_and_updates(g);
+  if (options.fuse) batch_steps(g);
   plan_arena(options.reuse_memory);
   compile_kernels();
   bool needs_workspace = false;
@@ -84,6 +86,51 @@ CudaExecutable::~CudaExecutable() {
     if (staging_[k]) d.cuMemFreeHost(staging_[k]);
     if (done_[k]) d.cuEventDestroy(done_[k]);
   }
+}
+
+void CudaExecutable::batch_steps(const ir::Graph& g) {
+  constexpr size_t kMaxParamBytes = 4000;  // the classic kernel parameter limit, with room
+  auto key = [](const Place& p) { return p.buf >= 0 ? static_cast<int64_t>(p.buf) : -static_cast<int64_t>(p.fixed) - 1; };
+  auto meets = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+    for (int64_t x : a)
+      if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+    return false;
+  };
+  std::vector<Step> out;
+  std::vector<int64_t> reads, writes;  // of the batch being built (out.back())
+  bool open = false;
+  for (Step& s : steps_) {
+    const bool elementwise = s.kind == Step::Kind::kKernel && s.groups.size() == 1;
+    std::vector<int64_t> r, w;
+    if (elementwise)
+      for (size_t a = 0; a < s.args.size(); ++a) (a < s.group_reads[0] ? r : w).push_back(key(s.args[a].place));
+    const bool join = elementwise && open && !meets(r, writes) && !meets(w, reads) && !meets(w, writes) &&
+                      (out.back().args.size() + s.args.size()) * sizeof(CUdeviceptr) <= kMaxParamBytes;
+    if (!join) {
+      out.push_back(std::move(s));
+      reads = std::move(r);
+      writes = std::move(w);
+      open = elementwise;
+      continue;
+    }
+    Step& b = out.back();
+    b.nodes.insert(b.nodes.end(), s.nodes.begin(), s.nodes.end());
+    b.args.insert(b.args.end(), s.args.begin(), s.args.end());
+    b.groups.push_back(s.groups[0]);
+    b.group_strides.push_back(std::move(s.group_strides[0]));
+    b.group_reads.push_back(s.group_reads[0]);
+    b.group_args.push_back(s.group_args[0]);
+    reads.insert(reads.end(), r.begin(), r.end());
+    writes.insert(writes.end(), w.begin(), w.end());
+  }
+  for (Step& s : out) {
+    if (s.groups.size() < 2) continue;
+    std::vector<const passes::KernelGroup*> groups;
+    for (int32_t gi : s.groups) groups.push_back(&fusion_.groups[static_cast<size_t>(gi)]);
+    s.launch = batched_groups_kernel(g, groups, s.group_strides, "tg_kernel");
+    s.launch_n = -1;
+  }
+  steps_ = std::move(out);
 }
 
 void CudaExecutable::plan_arena(bool reuse) {

@@ -98,6 +98,11 @@ class CudaExecutable final : public Executable {
     std::shared_ptr<LtMatmul> matmul;
     int64_t bytes = 0;           // memset / copy size
     int64_t launch_n = -1;       // >= 0: passed as a trailing `long long n` (fused groups)
+    // Elementwise groups (one, or several batched into one launch): their indices into
+    // fusion_.groups, each one's input strides, and how many leading args each one reads.
+    std::vector<int32_t> groups;
+    std::vector<std::vector<std::vector<int64_t>>> group_strides;
+    std::vector<size_t> group_reads, group_args;
     int64_t flops = 0;
   };
 
@@ -125,6 +130,9 @@ class CudaExecutable final : public Executable {
   CUdeviceptr address(const Place& p) const;
 
   // ---- memory, kernels, capture (executable.cc) ----
+  /// Horizontal fusion: consecutive elementwise steps with no memory hazard between them
+  /// (neither reads or writes what another writes) become one launch.
+  void batch_steps(const ir::Graph& g);
   void plan_arena(bool reuse);
   void compile_kernels();
   void enqueue_step(const Step& s);

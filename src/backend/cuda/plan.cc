@@ -167,8 +167,14 @@ void CudaExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& g
   l.source = std::move(k.source);
   const int64_t n = g.node(group.nodes.front()).numel();
   elementwise_launch(l, n);
+  const size_t arg_count = args.size();
   add_kernel(group.nodes, std::move(l), std::move(args));
-  steps_.back().launch_n = n;
+  Step& st = steps_.back();
+  st.launch_n = n;
+  st.groups = {gi};
+  st.group_strides = {strides};
+  st.group_reads = {inputs.size()};
+  st.group_args = {arg_count};
 }
 
 void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
@@ -396,6 +402,24 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   const Shape batch_shape(os.begin(), os.end() - 2);
   const int64_t batch = numel(batch_shape);
   const int64_t k = g.node(n.inputs[0]).shape.back();
+  // Each operand's strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
+  auto over_output = [&](const Slot& x) {
+    std::vector<int64_t> st(rank, 0);
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      const size_t od = rank - x.shape.size() + d;
+      st[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
+    }
+    return st;
+  };
+  if (k == 1) {  // an outer product: one elementwise kernel, no BLAS call
+    const Slot& a = slots_[static_cast<size_t>(n.inputs[0])];
+    const Slot& b = slots_[static_cast<size_t>(n.inputs[1])];
+    std::vector<int64_t> as = over_output(a), bs = over_output(b);
+    as[rank - 1] = 0;  // a [.., m, 1] along n
+    bs[rank - 2] = 0;  // b [.., 1, n] along m
+    add_kernel({id}, product_kernel(kKernelName, os, as, bs), {{a.place}, {b.place}, {own_node(g, id)}}, batch * m * nn);
+    return;
+  }
 
   // The operand as [batch, rows, cols] with one batch stride, or nothing.
   auto as_mat = [&](const Slot& x) -> std::optional<MatOperand> {
@@ -437,11 +461,7 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     full.push_back(x.shape.back());
     Slot expanded = x;
     expanded.shape = full;
-    expanded.place.strides.assign(full.size(), 0);
-    for (size_t d = 0; d < x.shape.size(); ++d) {
-      const size_t od = full.size() - x.shape.size() + d;
-      expanded.place.strides[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
-    }
+    expanded.place.strides = over_output(x);
     places[i] = dense_copy(n, expanded);
     const int64_t rows = full[full.size() - 2], cols = full.back();
     mats[i] = MatOperand{rows, cols, cols, 1, rows * cols};
