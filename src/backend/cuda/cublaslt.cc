@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "tensorgrad/errors.h"
@@ -144,17 +145,28 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
   ok(l.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = workspace_bytes;
   ok(l.pref_set(pref, kPrefMaxWorkspace, &ws, sizeof(ws)), "cublasLtMatmulPreferenceSetAttribute");
-  HeuristicResult result{};
+  constexpr int kCandidates = 8;
+  HeuristicResult results[kCandidates] = {};
   int found = 0;
-  const Status s = l.heuristic(l.handle, desc_, layout_[0], layout_[1], layout_[2], layout_[2], pref, 1, &result, &found);
+  const Status s = l.heuristic(l.handle, desc_, layout_[0], layout_[1], layout_[2], layout_[2], pref, kCandidates, results, &found);
   l.pref_destroy(pref);
   if (s != 0 || found == 0)
     throw DeviceError("[cuda] cuBLASLt has no algorithm for the product [" + std::to_string(batch) + ", " +
                       std::to_string(m) + ", " + std::to_string(k) + "] @ [" + std::to_string(k) + ", " +
                       std::to_string(n) + "] (status " + std::to_string(s) + ")");
-  std::copy(result.algo, result.algo + 8, algo_);
-  workspace_ = result.workspace_size;
-  (void)k;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != 0) continue;
+    Candidate c{};
+    std::copy(results[i].algo, results[i].algo + 8, c.algo);
+    c.workspace = results[i].workspace_size;
+    candidates_.push_back(c);
+  }
+  if (candidates_.empty()) throw DeviceError("[cuda] cuBLASLt returned no usable algorithm");
+  workspace_ = candidates_[0].workspace;
+  key_ = std::to_string(batch) + "," + std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) + "," +
+         std::to_string(a.row_stride) + "," + std::to_string(a.col_stride) + "," + std::to_string(a.batch_stride) + "," +
+         std::to_string(b.row_stride) + "," + std::to_string(b.col_stride) + "," + std::to_string(b.batch_stride) + "," +
+         std::to_string(static_cast<int>(mode));
 }
 
 LtMatmul::~LtMatmul() {
@@ -169,8 +181,51 @@ void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr wo
   const float one = 1.0f, zero = 0.0f;
   ok(l.matmul(l.handle, desc_, &one, reinterpret_cast<const void*>(b), layout_[0], reinterpret_cast<const void*>(a),
               layout_[1], &zero, reinterpret_cast<const void*>(out), layout_[2], reinterpret_cast<void*>(out), layout_[2],
-              algo_, reinterpret_cast<void*>(workspace), workspace_, stream),
+              candidates_[chosen_].algo, reinterpret_cast<void*>(workspace), workspace_, stream),
      "cublasLtMatmul");
+}
+
+void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, size_t> tuned;  // layout → candidate index
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = tuned.find(key_); it != tuned.end() && it->second < candidates_.size()) {
+      chosen_ = it->second;
+      workspace_ = candidates_[chosen_].workspace;
+      return;
+    }
+  }
+  if (candidates_.size() > 1) {
+    const Driver& d = driver();
+    CUevent start = nullptr, stop = nullptr;
+    check(d.cuEventCreate(&start, 0), "cuEventCreate");
+    check(d.cuEventCreate(&stop, 0), "cuEventCreate");
+    float best = 0;
+    size_t best_index = 0;
+    for (size_t c = 0; c < candidates_.size(); ++c) {
+      chosen_ = c;
+      workspace_ = candidates_[c].workspace;
+      run(a, b, out, workspace, stream);  // warm-up
+      check(d.cuEventRecord(start, stream), "cuEventRecord");
+      constexpr int kRuns = 3;
+      for (int r = 0; r < kRuns; ++r) run(a, b, out, workspace, stream);
+      check(d.cuEventRecord(stop, stream), "cuEventRecord");
+      check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+      float ms = 0;
+      d.cuEventElapsedTime(&ms, start, stop);
+      if (c == 0 || ms < best) {
+        best = ms;
+        best_index = c;
+      }
+    }
+    d.cuEventDestroy(start);
+    d.cuEventDestroy(stop);
+    chosen_ = best_index;
+    workspace_ = candidates_[chosen_].workspace;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  tuned[key_] = chosen_;
 }
 
 }  // namespace tg::backend::cuda

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/driver.h"
 
@@ -36,13 +37,22 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
   void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream) const;
+  /// Times the heuristic's candidate algorithms on these buffers (their contents do not
+  /// matter) and keeps the fastest. Products of the same layout are tuned once per process.
+  void tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream);
   /// The workspace the chosen algorithm needs (≤ the workspace_bytes it was planned with).
   size_t workspace() const { return workspace_; }
 
  private:
   void* desc_ = nullptr;
   void* layout_[3] = {nullptr, nullptr, nullptr};  // cuBLASLt's A (= our b), B (= our a), C/D
-  uint64_t algo_[8] = {};
+  struct Candidate {
+    uint64_t algo[8];
+    size_t workspace;
+  };
+  std::vector<Candidate> candidates_;  // best first, as the heuristic ranks them
+  size_t chosen_ = 0;
+  std::string key_;                    // the layout, for the per-process tuning cache
   size_t workspace_ = 0;
 };
 
