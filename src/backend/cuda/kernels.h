@@ -85,6 +85,9 @@ struct AttentionShape {
   int64_t batch = 0, q_heads = 0, kv_heads = 0, t = 0, s = 0, d = 0;
   double scale = 1;
   bool causal = false;
+  /// Products may round q, k, v, p and dO to TF32 (tensor cores), as the matmul precision
+  /// option allows; false keeps exact fp32 math. The executable sets it from its precision option.
+  bool tf32 = false;
 };
 /// Whether the attention kernels read `op` as it is (else the executable makes it dense).
 bool attention_operand_ok(const Operand& op);

@@ -371,6 +371,7 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       as.d = ops[0].shape[3];
       as.scale = n.attrs.values.at(0);
       as.causal = n.attrs.causal;
+      as.tf32 = options_.tf32;
       const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
       if (n.op == Op::kAttention) {
         add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2]), {{qkv[0]}, {qkv[1]}, {qkv[2]}, {own_node(g, id)}},
