@@ -21,6 +21,8 @@ constexpr int kOpN = 0, kOpT = 1;
 constexpr int kDescTransA = 3, kDescTransB = 4;  // CUBLASLT_MATMUL_DESC_TRANSA/B
 constexpr int kLayoutBatchCount = 5, kLayoutBatchStride = 6;
 constexpr int kPrefMaxWorkspace = 1;
+constexpr int kDescEpilogue = 7, kDescBiasPointer = 8;  // CUBLASLT_MATMUL_DESC_EPILOGUE / _BIAS_POINTER
+constexpr uint32_t kEpilogueBias = 4;                    // CUBLASLT_EPILOGUE_BIAS
 
 struct HeuristicResult {  // cublasLtMatmulHeuristicResult_t
   uint64_t algo[8];
@@ -120,7 +122,8 @@ bool lt_readable(const MatOperand& x) {
 }
 
 LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   MathMode mode, size_t workspace_bytes) {
+                   MathMode mode, size_t workspace_bytes, bool with_bias)
+    : flops_(2 * batch * m * n * k), bias_(with_bias) {
   const Lt& l = lt_checked();
   if (!lt_readable(a) || !lt_readable(b)) throw Error("[cuda] matmul operand layout cuBLASLt cannot read");
   ok(l.desc_create(&desc_, mode == MathMode::kTf32 ? kCompute32FTf32 : kCompute32F, kR32F), "cublasLtMatmulDescCreate");
@@ -128,6 +131,12 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
   const ColMajor lb = transposed_view(b), la = transposed_view(a);
   ok(l.desc_set(desc_, kDescTransA, &lb.op, sizeof(int)), "cublasLtMatmulDescSetAttribute");
   ok(l.desc_set(desc_, kDescTransB, &la.op, sizeof(int)), "cublasLtMatmulDescSetAttribute");
+  if (with_bias) {
+    // Column-major D is n × m: a bias of n entries, one per row of D = per column of ours.
+    ok(l.desc_set(desc_, kDescEpilogue, &kEpilogueBias, sizeof(kEpilogueBias)), "cublasLtMatmulDescSetAttribute");
+    const void* placeholder = reinterpret_cast<const void*>(uintptr_t{256});
+    ok(l.desc_set(desc_, kDescBiasPointer, &placeholder, sizeof(placeholder)), "cublasLtMatmulDescSetAttribute");
+  }
   ok(l.layout_create(&layout_[0], kR32F, static_cast<uint64_t>(lb.rows), static_cast<uint64_t>(lb.cols), lb.ld),
      "cublasLtMatrixLayoutCreate");
   ok(l.layout_create(&layout_[1], kR32F, static_cast<uint64_t>(la.rows), static_cast<uint64_t>(la.cols), la.ld),
@@ -176,8 +185,13 @@ LtMatmul::~LtMatmul() {
   if (desc_) l.desc_destroy(desc_);
 }
 
-void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream) const {
+void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream,
+                   CUdeviceptr bias) const {
   const Lt& l = lt();
+  if (bias_) {
+    const void* p = reinterpret_cast<const void*>(bias);
+    ok(l.desc_set(desc_, kDescBiasPointer, &p, sizeof(p)), "cublasLtMatmulDescSetAttribute");
+  }
   const float one = 1.0f, zero = 0.0f;
   ok(l.matmul(l.handle, desc_, &one, reinterpret_cast<const void*>(b), layout_[0], reinterpret_cast<const void*>(a),
               layout_[1], &zero, reinterpret_cast<const void*>(out), layout_[2], reinterpret_cast<void*>(out), layout_[2],
@@ -185,7 +199,8 @@ void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr wo
      "cublasLtMatmul");
 }
 
-void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream) {
+void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream,
+                    CUdeviceptr bias) {
   static std::mutex mutex;
   static std::unordered_map<std::string, size_t> tuned;  // layout → candidate index
   {
@@ -196,7 +211,10 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
       return;
     }
   }
-  if (candidates_.size() > 1) {
+  // Large products run near the hardware's rate with the heuristic's first choice; timing
+  // them would only lengthen compilation.
+  constexpr int64_t kTuneBelowFlops = int64_t{8} << 30;
+  if (candidates_.size() > 1 && flops_ < kTuneBelowFlops) {
     const Driver& d = driver();
     CUevent start = nullptr, stop = nullptr;
     check(d.cuEventCreate(&start, 0), "cuEventCreate");
@@ -206,10 +224,10 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     for (size_t c = 0; c < candidates_.size(); ++c) {
       chosen_ = c;
       workspace_ = candidates_[c].workspace;
-      run(a, b, out, workspace, stream);  // warm-up
+      run(a, b, out, workspace, stream, bias);  // warm-up
       check(d.cuEventRecord(start, stream), "cuEventRecord");
       constexpr int kRuns = 3;
-      for (int r = 0; r < kRuns; ++r) run(a, b, out, workspace, stream);
+      for (int r = 0; r < kRuns; ++r) run(a, b, out, workspace, stream, bias);
       check(d.cuEventRecord(stop, stream), "cuEventRecord");
       check(d.cuEventSynchronize(stop), "cuEventSynchronize");
       float ms = 0;

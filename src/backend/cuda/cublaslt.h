@@ -32,14 +32,16 @@ enum class MathMode { kFp32, kTf32 };
 class LtMatmul {
  public:
   LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b, MathMode mode,
-           size_t workspace_bytes);
+           size_t workspace_bytes, bool with_bias = false);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
-  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream) const;
+  /// bias (0 = none): a length-n vector added to every row of the result (the epilogue of
+  /// LtMatmul(…, with_bias = true)).
+  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream, CUdeviceptr bias = 0) const;
   /// Times the heuristic's candidate algorithms on these buffers (their contents do not
   /// matter) and keeps the fastest. Products of the same layout are tuned once per process.
-  void tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream);
+  void tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream, CUdeviceptr bias = 0);
   /// The workspace the chosen algorithm needs (≤ the workspace_bytes it was planned with).
   size_t workspace() const { return workspace_; }
 
@@ -54,6 +56,8 @@ class LtMatmul {
   size_t chosen_ = 0;
   std::string key_;                    // the layout, for the per-process tuning cache
   size_t workspace_ = 0;
+  int64_t flops_ = 0;
+  bool bias_ = false;
 };
 
 /// Why cuBLASLt cannot be used ("" when it can).

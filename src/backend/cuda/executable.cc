@@ -73,7 +73,8 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   // Each product picks the fastest of cuBLASLt's candidate algorithms on the real buffers.
   for (Step& s : steps_)
     if (s.kind == Step::Kind::kMatmul)
-      s.matmul->tune(address(s.args[0].place), address(s.args[1].place), address(s.args[2].place), workspace_.get(), ctx_->stream);
+      s.matmul->tune(address(s.args[0].place), address(s.args[1].place), address(s.args[2].place), workspace_.get(), ctx_->stream,
+                     s.args.size() > 3 ? address(s.args[3].place) : 0);
   phase("cuBLASLt tuning");
   for (CUevent& e : done_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
   for (int k = 0; k < 2; ++k) capture(k);
@@ -224,7 +225,8 @@ void CudaExecutable::enqueue_step(const Step& s) {
       return;
     }
     case Step::Kind::kMatmul:
-      s.matmul->run(address(s.args[0].place), address(s.args[1].place), address(s.args[2].place), workspace_.get(), stream);
+      s.matmul->run(address(s.args[0].place), address(s.args[1].place), address(s.args[2].place), workspace_.get(), stream,
+                    s.args.size() > 3 ? address(s.args[3].place) : 0);
       return;
     case Step::Kind::kMemset:
       check(d.cuMemsetD8Async(address(s.args[0].place), 0, static_cast<size_t>(s.bytes), stream), "cuMemsetD8Async");

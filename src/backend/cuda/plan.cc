@@ -135,6 +135,7 @@ void CudaExecutable::plan_inputs(const ir::Graph& g) {
 }
 
 void CudaExecutable::plan_group(const ir::Graph& g, const passes::KernelGroup& group) {
+  if (slots_[static_cast<size_t>(group.nodes.front())].placed) return;  // a bias add done by its product
   if (group.kind == passes::KernelGroup::Kind::kElementwise) plan_fused(g, group);
   else plan_single(g, group.nodes.front());
 }
@@ -474,13 +475,39 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     mats[0].rows = mm;
   }
   if (bm == 1) mats[0].batch_stride = mats[1].batch_stride = 0;
-  const Place out = own_node(g, id);
+  // x·W + b, when the add is a kernel of its own: the bias rides in cuBLASLt's epilogue and
+  // the add's value is the product's output.
+  int32_t add = -1;
+  Place bias;
+  const bool escapes = std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end() ||
+                       std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == id; });
+  if (bm == 1 && n.dtype == DType::kF32 && !escapes && consumers_[static_cast<size_t>(id)].size() == 1) {
+    const int32_t c = consumers_[static_cast<size_t>(id)][0];
+    const ir::Node& a = g.node(c);
+    const passes::KernelGroup& cg = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
+    if (a.op == Op::kAdd && a.shape == os && cg.nodes.size() == 1 && a.inputs[0] != a.inputs[1]) {
+      const Slot& o = slots_[static_cast<size_t>(a.inputs[0] == id ? a.inputs[1] : a.inputs[0])];
+      bool vector = o.placed && o.place.strides.back() == 1;
+      for (size_t d = 0; d + 1 < rank && vector; ++d) vector = o.place.strides[d] == 0 || o.shape[d] == 1;
+      if (vector) {
+        add = c;
+        bias = o.place;
+      }
+    }
+  }
+  const Place out = own_node(g, add >= 0 ? add : id);
+  if (add >= 0) {
+    slots_[static_cast<size_t>(id)].place = out;
+    slots_[static_cast<size_t>(id)].placed = true;
+  }
   Step st;
   st.kind = Step::Kind::kMatmul;
   st.nodes = {id};
+  if (add >= 0) st.nodes.push_back(add);
   st.args = {{places[0]}, {places[1]}, {out}};
+  if (add >= 0) st.args.push_back({bias});
   st.matmul = std::make_shared<LtMatmul>(bm, mm, nn, k, mats[0], mats[1],
-                                         options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes);
+                                         options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0);
   st.flops = 2 * batch * m * nn * k;
   steps_.push_back(std::move(st));
 }
