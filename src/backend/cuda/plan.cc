@@ -486,7 +486,17 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     const ir::Node& a = g.node(c);
     const passes::KernelGroup& cg = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
     if (a.op == Op::kAdd && a.shape == os && cg.nodes.size() == 1 && a.inputs[0] != a.inputs[1]) {
-      const Slot& o = slots_[static_cast<size_t>(a.inputs[0] == id ? a.inputs[1] : a.inputs[0])];
+      const int32_t other = a.inputs[0] == id ? a.inputs[1] : a.inputs[0];
+      // The bias is usually broadcast after the product is traced: place that view now.
+      std::vector<int32_t> chain;
+      for (int32_t x = other; !slots_[static_cast<size_t>(x)].placed; x = g.node(x).inputs[0]) {
+        const Op op = g.node(x).op;
+        if (op != Op::kBroadcastTo && op != Op::kReshape) break;
+        chain.push_back(x);
+      }
+      if (!chain.empty() && slots_[static_cast<size_t>(g.node(chain.back()).inputs[0])].placed)
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) plan_single(g, *it);
+      const Slot& o = slots_[static_cast<size_t>(other)];
       bool vector = o.placed && o.place.strides.back() == 1;
       for (size_t d = 0; d + 1 < rank && vector; ++d) vector = o.place.strides[d] == 0 || o.shape[d] == 1;
       if (vector) {
