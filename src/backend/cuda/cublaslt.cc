@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -213,8 +214,11 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
   }
   // Large products run near the hardware's rate with the heuristic's first choice; timing
   // them would only lengthen compilation.
+  // TG_CUDA_TUNE=all times every product, =off none (the heuristic's first choice).
+  static const std::string policy = std::getenv("TG_CUDA_TUNE") ? std::getenv("TG_CUDA_TUNE") : "";
   constexpr int64_t kTuneBelowFlops = int64_t{8} << 30;
-  if (candidates_.size() > 1 && flops_ < kTuneBelowFlops) {
+  const bool wanted = policy == "all" || (policy != "off" && flops_ < kTuneBelowFlops);
+  if (candidates_.size() > 1 && wanted) {
     const Driver& d = driver();
     CUevent start = nullptr, stop = nullptr;
     check(d.cuEventCreate(&start, 0), "cuEventCreate");
