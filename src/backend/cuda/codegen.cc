@@ -118,34 +118,13 @@ GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
   part.inputs = group_inputs(graph, group);
   if (input_strides.size() != part.inputs.size()) throw Error("[cuda] fused_group_kernel: one stride list per input needed");
   const Shape shape = graph.node(group.nodes.front()).shape;
-  std::ostringstream fns, body;
-  // One device function per node: its op's expression with T bound to the compute type.
+  for (int32_t id : group.nodes)
+    if (graph.node(id).op == ir::Op::kSum) throw Error("[cuda] a group with reduction sinks needs fused_sinks_kernel");
   auto value = [&](int32_t id) {
     const auto at = std::find(part.inputs.begin(), part.inputs.end(), id);
     return at != part.inputs.end() ? "x" + std::to_string(at - part.inputs.begin()) : "v" + std::to_string(id);
   };
-  for (int32_t id : group.nodes) {
-    const ir::Node& n = graph.node(id);
-    if (n.op == ir::Op::kSum) throw Error("[cuda] reduction sinks are not generated yet");
-    const DType in_t = graph.node(n.inputs[n.op == ir::Op::kWhere ? 1 : 0]).dtype;
-    std::string expr;
-    if (n.op == ir::Op::kCast) {
-      expr = cast_expr(in_t, n.dtype, value(n.inputs[0]));
-    } else if (n.op == ir::Op::kWhere) {
-      expr = "(" + value(n.inputs[0]) + " ? " + value(n.inputs[1]) + " : " + value(n.inputs[2]) + ")";
-    } else {
-      const ir::OpKind kind = ir::op_info(n.op).kind;
-      const bool binary = kind == ir::OpKind::kBinary || kind == ir::OpKind::kCompare;
-      const std::string ct = compute_type(in_t), st = storage_type(in_t);
-      fns << "__device__ __forceinline__ " << storage_type(n.dtype) << " f" << id << "(" << st << " ra"
-          << (binary ? ", " + st + " rb" : "") << ") {\n  typedef " << ct << " T;\n  const T a = T(ra);\n"
-          << (binary ? "  const T b = T(rb);\n" : "") << "  return (" << storage_type(n.dtype) << ")("
-          << (kind == ir::OpKind::kCompare ? std::string(op_expression(n.op)) : "(" + std::string(op_expression(n.op)) + ")")
-          << ");\n}\n";
-      expr = "f" + std::to_string(id) + "(" + value(n.inputs[0]) + (binary ? ", " + value(n.inputs[1]) : "") + ")";
-    }
-    body << "  const " << storage_type(n.dtype) << " v" << id << " = " << expr << ";\n";
-  }
+  const NodeCode code = group_node_code(graph, group, value, "  ");
   std::ostringstream params;
   for (size_t i = 0; i < part.inputs.size(); ++i)
     params << "const " << storage_type(graph.node(part.inputs[i]).dtype) << "* __restrict__ in" << i << ", ";
@@ -157,11 +136,11 @@ GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
   for (size_t i = 0; i < part.inputs.size(); ++i)
     src << "  const " << storage_type(graph.node(part.inputs[i]).dtype) << " x" << i << " = in" << i << "["
         << strided_offset(shape, input_strides[i], "i") << "];\n";
-  src << body.str();
+  src << code.body;
   // int32 results leave their functions as W32; storing them needs the int inside.
   for (size_t o = 0; o < group.outputs.size(); ++o) src << "  out" << o << "[i] = " << value(group.outputs[o]) << ";\n";
   src << "}\n";
-  part.functions = fns.str();
+  part.functions = code.functions;
   part.body = src.str();
   return part;
 }
@@ -230,20 +209,53 @@ Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const pas
 namespace tg::backend::cuda {
 
 const char* cuda_type(DType t) { return storage_type(t); }
+const char* group_prelude() { return kPrelude; }
 
-std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i) {
+NodeCode group_node_code(const ir::Graph& graph, const passes::KernelGroup& group,
+                         const std::function<std::string(int32_t)>& value, const std::string& indent) {
+  NodeCode code;
+  std::ostringstream fns, body;
+  for (int32_t id : group.nodes) {
+    const ir::Node& n = graph.node(id);
+    if (n.op == ir::Op::kSum) continue;  // a reduction sink: its generator accumulates it
+    const DType in_t = graph.node(n.inputs[n.op == ir::Op::kWhere ? 1 : 0]).dtype;
+    std::string expr;
+    if (n.op == ir::Op::kCast) {
+      expr = cast_expr(in_t, n.dtype, value(n.inputs[0]));
+    } else if (n.op == ir::Op::kWhere) {
+      expr = "(" + value(n.inputs[0]) + " ? " + value(n.inputs[1]) + " : " + value(n.inputs[2]) + ")";
+    } else {
+      const ir::OpKind kind = ir::op_info(n.op).kind;
+      const bool binary = kind == ir::OpKind::kBinary || kind == ir::OpKind::kCompare;
+      const std::string ct = compute_type(in_t), st = storage_type(in_t);
+      fns << "__device__ __forceinline__ " << storage_type(n.dtype) << " f" << id << "(" << st << " ra"
+          << (binary ? ", " + st + " rb" : "") << ") {\n  typedef " << ct << " T;\n  const T a = T(ra);\n"
+          << (binary ? "  const T b = T(rb);\n" : "") << "  return (" << storage_type(n.dtype) << ")("
+          << (kind == ir::OpKind::kCompare ? std::string(op_expression(n.op)) : "(" + std::string(op_expression(n.op)) + ")")
+          << ");\n}\n";
+      expr = "f" + std::to_string(id) + "(" + value(n.inputs[0]) + (binary ? ", " + value(n.inputs[1]) : "") + ")";
+    }
+    body << indent << "const " << storage_type(n.dtype) << " v" << id << " = " << expr << ";\n";
+  }
+  code.functions = fns.str();
+  code.body = body.str();
+  return code;
+}
+
+std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i,
+                           const char* suffix) {
   if (is_contiguous_strides(strides, shape)) return "(" + i + ")";
   int64_t dense = 1;
   std::string offset;
   for (size_t d = shape.size(); d-- > 0;) {
     if (shape[d] != 1 && strides[d] != 0) {
-      std::string coord = dense == 1 ? "(" + i + ")" : "((" + i + ") / " + std::to_string(dense) + "LL)";
-      if (dense * shape[d] < numel(shape)) coord = "(" + coord + " % " + std::to_string(shape[d]) + "LL)";
-      offset += (offset.empty() ? "" : " + ") + coord + (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]) + "LL");
+      std::string coord = dense == 1 ? "(" + i + ")" : "((" + i + ") / " + std::to_string(dense) + suffix + ")";
+      if (dense * shape[d] < numel(shape)) coord = "(" + coord + " % " + std::to_string(shape[d]) + suffix + ")";
+      offset += (offset.empty() ? "" : " + ") + coord + (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]) + suffix);
     }
     dense *= shape[d];
   }
-  return offset.empty() ? "0LL" : offset;
+  return offset.empty() ? std::string("0") + suffix : offset;
 }
 
 void elementwise_launch(Launch& l, int64_t n) {

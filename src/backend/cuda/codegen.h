@@ -2,6 +2,7 @@
 // C++ and CUDA by ops.def's rule) is pasted into device code, so no elementwise op is written
 // twice. This is the seed of the CUDA backend's code generator (issue 5).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,22 @@ std::vector<int32_t> group_inputs(const ir::Graph& graph, const passes::KernelGr
 
 /// The element offset, as a C++ expression, of flat index `i` (a long long expression) over
 /// `shape` read through `strides`: the index unravelled with constant divisors.
-std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i);
+/// `suffix` is the integer literal suffix of the index type ("LL", or "u" for 32-bit unsigned).
+std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i,
+                           const char* suffix = "LL");
 /// The CUDA type that stores `t` (float, int, unsigned char).
 const char* cuda_type(DType t);
+/// Device helpers every group kernel starts with: int32 arithmetic that wraps like the CPU's
+/// (struct W32; signed overflow is undefined in CUDA C++ too) and saturating float → int casts.
+const char* group_prelude();
+/// A group's elementwise nodes as code: one device function per node (`f<id>`, its op's
+/// expression with T bound to the compute type) and one line per node computing `v<id>`
+/// (prefixed by `indent`). `value(id)` names an external input's register. Sums are skipped.
+struct NodeCode {
+  std::string functions, body;
+};
+NodeCode group_node_code(const ir::Graph& graph, const passes::KernelGroup& group,
+                         const std::function<std::string(int32_t)>& value, const std::string& indent);
 
 /// out (dense) = in (strided, any dtype). Params: (const T* in, T* out).
 Launch copy_kernel(const std::string& name, const Operand& in);

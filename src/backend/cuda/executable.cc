@@ -53,7 +53,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   bind_leaves(g, bindings);
   plan_inputs(g);
   err_ = DeviceMemory(kAlign);
-  fusion_ = passes::fuse(g, options.fuse, /*reduction_sinks=*/false);
+  fusion_ = passes::fuse(g, options.fuse);
   consumers_.assign(count, {});
   for (int32_t id = 0; id < g.size(); ++id)
     if (fusion_.group_of[static_cast<size_t>(id)] >= 0)

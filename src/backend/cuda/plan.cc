@@ -5,6 +5,7 @@
 
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/executable.h"
+#include "backend/cuda/fused_sinks.h"
 #include "backend/strides.h"
 #include "tensorgrad/errors.h"
 
@@ -149,7 +150,11 @@ void CudaExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& g
     args.push_back({slots_[static_cast<size_t>(in)].place});
   }
   const int32_t gi = fusion_.group_of[static_cast<size_t>(group.nodes.front())];
+  std::vector<int32_t> sinks;
+  for (int32_t id : group.nodes)
+    if (g.node(id).op == Op::kSum) sinks.push_back(id);
   for (int32_t out : group.outputs) {
+    if (g.node(out).op == Op::kSum) continue;  // sinks come last, in node order
     int32_t target = -1;
     if (in_place_target(g, out, gi, target)) {
       Slot& s = slots_[static_cast<size_t>(out)];
@@ -161,6 +166,11 @@ void CudaExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& g
     } else {
       args.push_back({own_node(g, out)});
     }
+  }
+  if (!sinks.empty()) {  // sums accumulated inside the group: one kernel of its own kind
+    for (int32_t sink : sinks) args.push_back({own_node(g, sink)});
+    add_kernel(group.nodes, fused_sinks_kernel(g, group, strides, kKernelName), std::move(args));
+    return;
   }
   GroupKernel k = fused_group_kernel(g, group, strides, kKernelName);
   Launch l;
@@ -375,11 +385,11 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       as.tf32 = options_.tf32;
       const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
       if (n.op == Op::kAttention) {
-        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2]), {{qkv[0]}, {qkv[1]}, {qkv[2]}, {own_node(g, id)}},
+        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, ops[0].shape, contiguous_strides(ops[0].shape)}), {{qkv[0]}, {qkv[1]}, {qkv[2]}, {own_node(g, id)}},
                    flops);
       } else {
         const Place dout = dense(g, id, n.inputs[3]);
-        AttentionGradPlan plan = attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2]);
+        AttentionGradPlan plan = attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, ops[0].shape, contiguous_strides(ops[0].shape)});
         const Place out = own_node(g, id);
         const Place scratch = own(n, std::max<int64_t>(plan.scratch_floats, 1) * 4, {plan.scratch_floats}, Category::kScratch);
         for (Launch& l : plan.launches)
