@@ -4,9 +4,11 @@
 // (naive softmax(q kᵀ·scale) v and its gradient formulas) on random data: strided q/k/v views
 // of one packed buffer, grouped-query heads, causal masks with T ≠ S, D ∈ {16, 64, 80, ...}.
 // The small-problem path and the TF32 tensor-core path (tolerance 2e-3) are checked the same
-// way. BenchmarkShapesTiming prints the time of the GPT-2, char and tiny shapes in fp32 and
-// tf32 (not an assertion); TileSweep (TG_ATTN_SWEEP=1) times tile overrides. Without a GPU the
-// GPU tests are skipped with a message saying why.
+// way. The output and its gradient (out, dout) are also checked as strided views: permuted
+// views of a [B, T, Hq, D] buffer and padded ones whose gaps must stay untouched.
+// BenchmarkShapesTiming prints the time of the GPT-2, char and tiny shapes in fp32 and tf32
+// (not an assertion); TileSweep (TG_ATTN_SWEEP=1) times tile overrides. Without a GPU the GPU
+// tests are skipped with a message saying why.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,11 +44,19 @@ std::vector<int64_t> dense_strides(const Shape& s) {
   return st;
 }
 
+/// Layouts of out (forward) and dout (backward), both [B, Hq, T, D] views of their buffer.
+enum OutLayout {
+  kDenseOut,     // dense [B, Hq, T, D]
+  kPermutedOut,  // a [B, T, Hq, D] buffer: strides {T·Hq·D, D, Hq·D, 1}
+  kPaddedOut,    // [B, T, Hq, D + 3] rows, 5 more floats per batch, the view 2 floats in
+};
+
 struct Case {
   int64_t b, hq, hkv, t, s, d;
   bool causal;
   bool packed;  // q, k, v are head ranges of one [B, T, Hq + 2·Hkv, D] buffer (needs t == s)
   bool tf32 = false;  // AttentionShape::tf32: tensor cores, looser tolerance
+  int layout = kDenseOut;  // of out and dout (see OutLayout)
 };
 
 std::string describe(const Case& c) {
@@ -55,16 +65,21 @@ std::string describe(const Case& c) {
                 static_cast<long long>(c.hq), static_cast<long long>(c.hkv), static_cast<long long>(c.t),
                 static_cast<long long>(c.s), static_cast<long long>(c.d), c.causal ? " causal" : "",
                 c.packed ? " packed" : "");
-  if (c.tf32) return std::string(buf) + " tf32";
-  return buf;
+  std::string r = buf;
+  if (c.tf32) r += " tf32";
+  if (c.layout == kPermutedOut) r += " out[B,T,H,D]";
+  if (c.layout == kPaddedOut) r += " out-padded";
+  return r;
 }
 
-/// One problem: the host buffer holding q, k and v, the three views into it, and dout.
+/// One problem: the host buffer holding q, k and v, the three views into it, dout (dense, as
+/// the reference reads it) and the layout `o` of out and dout on the device.
 struct Problem {
   Case c;
   cuda::AttentionShape shape;
-  cuda::Operand q, k, v;
+  cuda::Operand q, k, v, o;
   int64_t q_off = 0, k_off = 0, v_off = 0;  // elements into `data`
+  int64_t o_off = 0, o_size = 0;            // the view's offset in its buffer, the buffer's size
   std::vector<float> data, dout;
 };
 
@@ -76,6 +91,16 @@ Problem make_problem(const Case& c, unsigned seed) {
   p.q = {DType::kF32, qs, dense_strides(qs)};
   p.k = {DType::kF32, ks, dense_strides(ks)};
   p.v = p.k;
+  p.o = {DType::kF32, qs, dense_strides(qs)};
+  p.o_size = numel(qs);
+  if (c.layout == kPermutedOut) {
+    p.o.strides = {c.t * c.hq * c.d, c.d, c.hq * c.d, 1};
+  } else if (c.layout == kPaddedOut) {
+    const int64_t row = c.d + 3;
+    p.o.strides = {c.t * c.hq * row + 5, row, c.hq * row, 1};
+    p.o_off = 2;
+    p.o_size = p.o_off + c.b * p.o.strides[0] + 4;
+  }
   if (c.packed) {  // [B, T, W, D] with W = Hq + 2·Hkv heads side by side
     const int64_t w = c.hq + 2 * c.hkv;
     const std::vector<int64_t> st{c.t * w * c.d, c.d, w * c.d, 1};
@@ -179,8 +204,22 @@ struct Kernels {
 };
 
 Kernels generate(const Problem& p, const std::string& tag) {
-  return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v),
-          cuda::attention_grad_kernels("attn_bwd_" + tag, p.shape, p.q, p.k, p.v)};
+  return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o),
+          cuda::attention_grad_kernels("attn_bwd_" + tag, p.shape, p.q, p.k, p.v, p.o)};
+}
+
+/// Where element i of dense [B, Hq, T, D] lies in the buffer of out and dout.
+std::vector<size_t> out_positions(const Problem& p) {
+  const Case& c = p.c;
+  std::vector<size_t> pos;
+  pos.reserve(static_cast<size_t>(c.b * c.hq * c.t * c.d));
+  for (int64_t b = 0; b < c.b; ++b)
+    for (int64_t h = 0; h < c.hq; ++h)
+      for (int64_t t = 0; t < c.t; ++t)
+        for (int64_t d = 0; d < c.d; ++d)
+          pos.push_back(static_cast<size_t>(p.o_off + b * p.o.strides[0] + h * p.o.strides[1] + t * p.o.strides[2] +
+                                            d * p.o.strides[3]));
+  return pos;
 }
 
 std::vector<cuda::KernelSource> sources(const Kernels& k) {
@@ -236,12 +275,38 @@ TEST(CudaAttention, BadShapesAreRefused) {
   const Problem p = make_problem({1, 4, 2, 8, 8, 16, false, false}, 1);
   cuda::AttentionShape s = p.shape;
   s.kv_heads = 3;
-  EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v), Error);
+  EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v, p.o), Error);
   s = p.shape;
   s.t = 9;  // q's operand says 8
-  EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v), Error);
+  EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v, p.o), Error);
   const Problem wide = make_problem({1, 1, 1, 2, 2, 520, false, false}, 1);
-  EXPECT_THROW(cuda::attention_grad_kernels("x", wide.shape, wide.q, wide.k, wide.v), Error);
+  EXPECT_THROW(cuda::attention_grad_kernels("x", wide.shape, wide.q, wide.k, wide.v, wide.o), Error);
+  // out / dout: [B, Hq, T, D] f32 with unit stride along D.
+  cuda::Operand o = p.o;
+  o.shape = {1, 4, 8, 8};
+  EXPECT_THROW(cuda::attention_kernel("x", p.shape, p.q, p.k, p.v, o), Error);
+  o = p.o;
+  o.strides = {512, 16, 64, 2};
+  EXPECT_THROW(cuda::attention_kernel("x", p.shape, p.q, p.k, p.v, o), Error);
+  EXPECT_THROW(cuda::attention_grad_kernels("x", p.shape, p.q, p.k, p.v, o), Error);
+  o = p.o;
+  o.dtype = DType::kI32;
+  EXPECT_THROW(cuda::attention_grad_kernels("x", p.shape, p.q, p.k, p.v, o), Error);
+  o = p.o;
+  o.strides = {8 * 4 * 16, 16, 4 * 16, 1};  // [B, T, Hq, D] view
+  EXPECT_NO_THROW(cuda::attention_kernel("x", p.shape, p.q, p.k, p.v, o));
+  EXPECT_NO_THROW(cuda::attention_grad_kernels("x", p.shape, p.q, p.k, p.v, o));
+}
+
+TEST(CudaAttention, OutStridesAreBakedIn) {
+  Case c{2, 4, 2, 130, 130, 64, true, false};
+  c.layout = kPermutedOut;
+  for (bool tf32 : {false, true}) {
+    c.tf32 = tf32;
+    const Kernels k = generate(make_problem(c, 1), "strides");
+    EXPECT_NE(k.forward.source.find("O2 = 256LL"), std::string::npos);
+    for (const cuda::Launch& l : k.backward.launches) EXPECT_NE(l.source.find("O1 = 64LL"), std::string::npos) << l.name;
+  }
 }
 
 // ---- NVRTC: the generated sources compile ------------------------------------------------
@@ -257,6 +322,8 @@ TEST(CudaAttentionNvrtc, SourcesCompileForManyShapes) {
       {1, 2, 2, 5, 9, 1, true, false},          {1, 2, 1, 33, 65, 7, false, false},
       {1, 2, 2, 64, 64, 128, true, true},       {1, 2, 1, 64, 130, 200, true, false},
       {1, 2, 2, 40, 40, 256, false, false},     {1, 1, 1, 16, 16, 512, true, false},
+      {2, 4, 2, 130, 257, 64, true, false, false, kPermutedOut},
+      {3, 6, 3, 20, 33, 7, true, false, false, kPaddedOut},
   };
   std::vector<cuda::KernelSource> all;
   int n = 0;
@@ -298,28 +365,38 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     const Kernels& k = kernels[n];
     const int64_t nq = static_cast<int64_t>(p.dout.size());
     const int64_t ngrads = nq + 2 * p.c.b * p.c.hkv * p.c.s * p.c.d;
-    cuda::DeviceMemory data(p.data.size() * 4), dout(p.dout.size() * 4), out(static_cast<size_t>(nq) * 4),
-        grads(static_cast<size_t>(ngrads) * 4),
+    const size_t no = static_cast<size_t>(p.o_size);
+    cuda::DeviceMemory data(p.data.size() * 4), dout(no * 4), out(no * 4), grads(static_cast<size_t>(ngrads) * 4),
         scratch(static_cast<size_t>(std::max<int64_t>(k.backward.scratch_floats, 1)) * 4);
     data.upload(p.data.data(), p.data.size() * 4);
-    dout.upload(p.dout.data(), p.dout.size() * 4);
-    // NaN-fill the outputs: every element must be written.
-    const std::vector<float> nan_q(static_cast<size_t>(nq), NAN), nan_g(static_cast<size_t>(ngrads), NAN);
-    out.upload(nan_q.data(), nan_q.size() * 4);
+    // out and dout in their layout. dout's gaps are NaN (reading one poisons the gradients);
+    // out's elements are NaN (every one must be written), its gaps a pattern that must survive.
+    const std::vector<size_t> pos = out_positions(p);
+    std::vector<float> dout_buf(no, NAN), out_init(no);
+    for (size_t i = 0; i < no; ++i) out_init[i] = 1000.f + static_cast<float>(i % 13);
+    for (size_t i = 0; i < pos.size(); ++i) dout_buf[pos[i]] = p.dout[i], out_init[pos[i]] = NAN;
+    dout.upload(dout_buf.data(), no * 4);
+    out.upload(out_init.data(), no * 4);
+    const std::vector<float> nan_g(static_cast<size_t>(ngrads), NAN);
     grads.upload(nan_g.data(), nan_g.size() * 4);
     cuda::CUdeviceptr pq = data.get() + static_cast<cuda::CUdeviceptr>(p.q_off * 4),
                       pk = data.get() + static_cast<cuda::CUdeviceptr>(p.k_off * 4),
-                      pv = data.get() + static_cast<cuda::CUdeviceptr>(p.v_off * 4), po = out.get(),
-                      pdo = dout.get(), pg = grads.get(), ps = scratch.get();
+                      pv = data.get() + static_cast<cuda::CUdeviceptr>(p.v_off * 4), po = out.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4),
+                      pdo = dout.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4), pg = grads.get(),
+                      ps = scratch.get();
     void* fwd_args[] = {&pq, &pk, &pv, &po};
     launch(k.forward, cubins[first[n]], fwd_args);
     void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps};
     for (size_t l = 0; l < k.backward.launches.size(); ++l)
       launch(k.backward.launches[l], cubins[first[n] + 1 + l], bwd_args);
     cuda::check(drv.cuCtxSynchronize(), "cuCtxSynchronize");
-    std::vector<float> got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
-    out.download(got_out.data(), got_out.size() * 4);
+    std::vector<float> out_buf(no), got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
+    out.download(out_buf.data(), no * 4);
     grads.download(got_grads.data(), got_grads.size() * 4);
+    for (size_t i = 0; i < pos.size(); ++i) got_out[i] = out_buf[pos[i]], out_buf[pos[i]] = out_init[pos[i]];
+    int64_t gaps_touched = 0;  // out_buf now equals out_init unless a gap was written
+    for (size_t i = 0; i < no; ++i) gaps_touched += !(out_buf[i] == out_init[i]) && !std::isnan(out_init[i]);
+    EXPECT_EQ(gaps_touched, 0) << describe(p.c) << ": writes outside the out view";
 
     const Reference ref = reference(p);
     const size_t q_end = static_cast<size_t>(nq), k_end = q_end + static_cast<size_t>((ngrads - nq) / 2);
@@ -327,7 +404,7 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
                          compare(got_grads, ref.grads, q_end, k_end),
                          compare(got_grads, ref.grads, k_end, static_cast<size_t>(ngrads))};
     const char* what[4] = {"out", "dq", "dk", "dv"};
-    bool ok = true;
+    bool ok = gaps_touched == 0;
     for (int i = 0; i < 4; ++i) {
       EXPECT_EQ(e[i].nonfinite, 0) << describe(p.c) << ": " << what[i];
       EXPECT_LE(e[i].rel, tol) << describe(p.c) << ": " << what[i];
@@ -335,7 +412,7 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
       worst = std::max(worst, e[i].rel);
     }
     passed += ok;
-    std::printf("%-50s rel err out %.1e dq %.1e dk %.1e dv %.1e (%zu bwd launches)\n", describe(p.c).c_str(), e[0].rel,
+    std::printf("%-64s rel err out %.1e dq %.1e dk %.1e dv %.1e (%zu bwd launches)\n", describe(p.c).c_str(), e[0].rel,
                 e[1].rel, e[2].rel, e[3].rel, k.backward.launches.size());
   }
   std::printf("%s: %d of %zu cases within %.0e (worst %.2e)\n", label, passed, problems.size(), tol, worst);
@@ -397,6 +474,33 @@ TEST(CudaAttentionGpu, Tf32MatchesTheReferenceLoosely) {
   EXPECT_EQ(run_cases(cases, 2e-3, "tf32"), static_cast<int>(cases.size()));
 }
 
+// out / dout as strided views, in every path: the cases of `base` numbered in `pick`, each
+// with a permuted [B, T, Hq, D] layout and with a padded one.
+std::vector<Case> with_out_layouts(const std::vector<Case>& base, std::initializer_list<size_t> pick, bool tf32) {
+  std::vector<Case> out;
+  for (size_t i : pick)
+    for (int layout : {kPermutedOut, kPaddedOut}) {
+      Case c = base.at(i);
+      c.layout = layout;
+      c.tf32 = tf32;
+      out.push_back(c);
+    }
+  return out;
+}
+
+TEST(CudaAttentionGpu, StridedOutputMatchesTheReference) {
+  const std::string why = cuda::unavailable_reason(0);
+  if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
+  // Tiled: multi-tile causal GQA, T > S, D 16 with one query, odd D (7, 80), D 200, packed q/k/v.
+  const std::vector<Case> tiled = with_out_layouts(tiled_cases(), {1, 2, 4, 10, 13, 15, 20}, false);
+  EXPECT_EQ(run_cases(tiled, 1e-4, "strided_fp32"), static_cast<int>(tiled.size()));
+  const std::vector<Case> tf = with_out_layouts(tiled_cases(), {1, 2, 4, 10, 13, 20}, true);
+  EXPECT_EQ(run_cases(tf, 2e-3, "strided_tf32"), static_cast<int>(tf.size()));
+  // Small: D 64 (forward only small), 16 with many groups, 7, 1, 32 with 16 heads per kv head, 24.
+  const std::vector<Case> small = with_out_layouts(small_cases(), {0, 7, 9, 10, 11, 13}, false);
+  EXPECT_EQ(run_cases(small, 1e-4, "strided_small"), static_cast<int>(small.size()));
+}
+
 // ---- GPU: timing of the benchmark shapes (printed, not asserted) -------------------------
 
 struct Timing {
@@ -405,16 +509,19 @@ struct Timing {
 };
 
 /// Average time of the forward and of the backward launches, q/k/v views of a packed
-/// [B, T, 3, H, D] buffer as a fused qkv projection leaves them.
+/// [B, T, 3, H, D] buffer as a fused qkv projection leaves them; out and dout dense, or with
+/// `permuted_out` views of a [B, T, H, D] buffer.
 Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool tf32, const std::string& tag,
-                  int reps) {
+                  int reps, bool permuted_out = false) {
   const cuda::DeviceInfo info = cuda::open_device(0);
   const cuda::Driver& drv = cuda::driver();
   const std::vector<int64_t> st{T * 3 * H * D, D, 3 * H * D, 1};
   const cuda::Operand op{DType::kF32, {B, H, T, D}, st};
   const cuda::AttentionShape shape{B, H, H, T, T, D, 1.0 / std::sqrt(static_cast<double>(D)), causal, tf32};
-  const cuda::Launch fwd = cuda::attention_kernel("time_fwd_" + tag, shape, op, op, op);
-  const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("time_bwd_" + tag, shape, op, op, op);
+  cuda::Operand o{DType::kF32, {B, H, T, D}, dense_strides({B, H, T, D})};
+  if (permuted_out) o.strides = {T * H * D, D, H * D, 1};
+  const cuda::Launch fwd = cuda::attention_kernel("time_fwd_" + tag, shape, op, op, op, o);
+  const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("time_bwd_" + tag, shape, op, op, op, o);
   std::vector<cuda::KernelSource> src{{fwd.name, fwd.source}};
   for (const cuda::Launch& l : bwd.launches) src.push_back({l.name, l.source});
   const std::vector<std::vector<char>> cubins = cuda::compile_cubins(src, info.sm_major, info.sm_minor);
@@ -476,17 +583,22 @@ TEST(CudaAttentionGpu, BenchmarkShapesTiming) {
   const std::string why = cuda::unavailable_reason(0);
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   const cuda::DeviceInfo info = cuda::open_device(0);
-  std::printf("attention timing on %s (causal, packed qkv views):\n", info.name.c_str());
-  for (const BenchShape& b : kBench)
-    for (bool tf32 : {false, true}) {
-      const Timing t = time_shape(b.b, b.h, b.t, b.d, true, tf32, std::string(b.name == kBench[0].name ? "g" : b.name == kBench[1].name ? "c" : "t") + (tf32 ? "32" : "fp"), b.reps);
-      const double flops = 4.0 * b.b * b.h * b.t * b.t * b.d / 2;
-      std::printf("  %-5s B=%lld H=%lld T=S=%lld D=%lld %s: forward %8.4f ms (%5.1f TFLOP/s)  backward %8.4f ms (",
-                  b.name, static_cast<long long>(b.b), static_cast<long long>(b.h), static_cast<long long>(b.t),
-                  static_cast<long long>(b.d), tf32 ? "tf32" : "fp32", t.fwd, flops / t.fwd * 1e-9, t.bwd);
-      for (size_t i = 0; i < t.parts.size(); ++i) std::printf("%s%.4f", i ? " + " : "", t.parts[i]);
-      std::printf(")\n");
-    }
+  std::printf("attention timing on %s (causal, packed qkv views; out/dout dense, then [B,T,H,D] views):\n",
+              info.name.c_str());
+  for (bool permuted : {false, true})
+    for (const BenchShape& b : kBench)
+      for (bool tf32 : {false, true}) {
+        const std::string tag = std::string(b.name == kBench[0].name ? "g" : b.name == kBench[1].name ? "c" : "t") +
+                                (tf32 ? "32" : "fp") + (permuted ? "p" : "");
+        const Timing t = time_shape(b.b, b.h, b.t, b.d, true, tf32, tag, b.reps, permuted);
+        const double flops = 4.0 * b.b * b.h * b.t * b.t * b.d / 2;
+        std::printf("  %-5s B=%lld H=%lld T=S=%lld D=%lld %s%s: forward %8.4f ms (%5.1f TFLOP/s)  backward %8.4f ms (",
+                    b.name, static_cast<long long>(b.b), static_cast<long long>(b.h), static_cast<long long>(b.t),
+                    static_cast<long long>(b.d), tf32 ? "tf32" : "fp32", permuted ? " out[B,T,H,D]" : "", t.fwd,
+                    flops / t.fwd * 1e-9, t.bwd);
+        for (size_t i = 0; i < t.parts.size(); ++i) std::printf("%s%.4f", i ? " + " : "", t.parts[i]);
+        std::printf(")\n");
+      }
 }
 
 // Tile sweep (tuning aid): TG_ATTN_SWEEP=1 times tile overrides on the GPT-2 and char shapes.

@@ -1,7 +1,9 @@
 // CUDA kernels of fused scaled dot-product attention (ops.def Attention / AttentionGrad), in
 // the FlashAttention-2 spirit: the T×S score matrix never reaches global memory. Every kernel
 // is generated per node with the shapes, the operands' strides, the scale and the causal flag
-// baked in as constants (see kernels.h), and computes in fp32 on the CUDA cores.
+// baked in as constants (see kernels.h), and computes in fp32 on the CUDA cores. q, k, v and
+// the forward's out / the backward's dout go through their strides (O0..O3 for out and dout,
+// e.g. a [B, T, Hq, D] buffer seen as [B, Hq, T, D]); the gradients dq, dk, dv are dense.
 //
 // Parallel scheme, shared by the four kernels. A block is W warps and owns a tile of
 // BR = 4·W·RPT "rows" of one (batch, head); it loops over tiles of BC = 8·CPT "columns" staged
@@ -124,7 +126,8 @@ void check_operand(const Operand& op, const Shape& want, const char* what) {
                 shape_str(want) + " with 4 strides");
 }
 
-void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v) {
+void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v, const Operand& o,
+                 const char* o_name) {
   if (s.batch < 1 || s.q_heads < 1 || s.kv_heads < 1 || s.t < 1 || s.s < 1 || s.d < 1)
     throw Error("[cuda] attention: every extent must be at least 1");
   if (s.q_heads % s.kv_heads != 0) throw Error("[cuda] attention: q heads must be a multiple of kv heads");
@@ -135,10 +138,15 @@ void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, co
   check_operand(q, {s.batch, s.q_heads, s.t, s.d}, "q");
   check_operand(k, {s.batch, s.kv_heads, s.s, s.d}, "k");
   check_operand(v, {s.batch, s.kv_heads, s.s, s.d}, "v");
+  check_operand(o, {s.batch, s.q_heads, s.t, s.d}, o_name);
+  if (!attention_operand_ok(o))
+    throw Error(std::string("[cuda] attention: operand ") + o_name + " needs unit stride along the head dim");
 }
 
 /// The constants of the problem itself (shapes, strides, scale, mask), shared by every path.
-std::string shape_constants(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v) {
+/// O0..O3 are the strides of the forward's out or of the backward's dout.
+std::string shape_constants(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
+                            const Operand& o) {
   std::string c;
   auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
   auto l = [&](const char* n, int64_t x) { c += std::string("constexpr long long ") + n + " = " + ll(x) + ";\n"; };
@@ -147,8 +155,10 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
   const char* qn[] = {"Q0", "Q1", "Q2", "Q3"};
   const char* kn[] = {"K0", "K1", "K2", "K3"};
   const char* vn[] = {"V0", "V1", "V2", "V3"};
-  for (int a = 0; a < 4; ++a) l(qn[a], q.strides[a]), l(kn[a], k.strides[a]), l(vn[a], v.strides[a]);
-  l("NQ", s.batch * s.q_heads * s.t * s.d);   // elements of dq (and of out, dout)
+  const char* on[] = {"O0", "O1", "O2", "O3"};
+  for (int a = 0; a < 4; ++a)
+    l(qn[a], q.strides[a]), l(kn[a], k.strides[a]), l(vn[a], v.strides[a]), l(on[a], o.strides[a]);
+  l("NQ", s.batch * s.q_heads * s.t * s.d);   // elements of dq
   l("NK", s.batch * s.kv_heads * s.s * s.d);  // elements of dk and of dv
   l("NROWS", s.batch * s.q_heads * s.t);      // query rows: lse and delta each
   c += "constexpr float SCALE = " + float_literal(s.scale) + ";\n";
@@ -158,12 +168,13 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
 }
 
 /// The constants every kernel of the fp32 tiled path is specialised to.
-std::string constants(const AttentionShape& s, const Geometry& g, const Operand& q, const Operand& k, const Operand& v) {
+std::string constants(const AttentionShape& s, const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
+                      const Operand& o) {
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
   auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
   i("RPT", g.rpt), i("CPT", g.cpt), i("BR", g.br), i("BC", g.bc), i("DW", g.dw), i("VW", g.vw), i("DP", g.dp);
   i("RS", g.rs), i("TS", g.ts), i("PS", g.ps), i("OC", g.oc);
-  return c + shape_constants(s, q, k, v);
+  return c + shape_constants(s, q, k, v, o);
 }
 
 /// Device helpers shared by the kernels (see the file comment for the tile layouts).
@@ -393,18 +404,18 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
   for (int i = 0; i < RPT; ++i) {
     const int r = r0 + i;
     const float total = group_sum(l[i]), inv = 1.f / total;
-    const long long row = ((long long)bh * T + r) * D;
+    const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row (O3 = 1)
     if (!STATS) {
       if (r < T)
 #pragma unroll
         for (int c = 0; c < OC; ++c)
-          if (out_col(c, L.tx) < D) out[row + out_col(c, L.tx)] = o[i][c] * inv;
+          if (out_col(c, L.tx) < D) out[row + out_col(c, L.tx) * O3] = o[i][c] * inv;
     } else {
       float dot = 0.f;  // delta = Σ_d dO·O
       if (r < T)
 #pragma unroll
         for (int c = 0; c < OC; ++c)
-          if (out_col(c, L.tx) < D) dot = fmaf(o[i][c] * inv, dout[row + out_col(c, L.tx)], dot);
+          if (out_col(c, L.tx) < D) dot = fmaf(o[i][c] * inv, dout[row + out_col(c, L.tx) * O3], dot);
       dot = group_sum(dot);
       if (r < T && L.tx == 0) {
         scratch[(long long)bh * T + r] = m[i] + log2f(total);
@@ -445,7 +456,7 @@ __device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const flo
     for (int q0 = q_begin; q0 < T; q0 += BC) {
       __syncthreads();
       load_rows<BC>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, 1.f);
-      load_rows<BC>(Os, dout + bh * T * D, D, 1, q0, T, 1.f);
+      load_rows<BC>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
       for (int e = threadIdx.x; e < BC; e += NT) {
         const bool in = q0 + e < T;
         Ls[e] = in ? scratch[bh * T + q0 + e] : POS_INF;  // no probability for missing queries
@@ -512,7 +523,7 @@ __device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float
   const float* kh = k + b * K0 + g * K1;
   const float* vh = v + b * V0 + g * V1;
   load_cols<BR>(Qt, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-  load_cols<BR>(Ot, dout + (long long)bh * T * D, D, 1, q0, T, 1.f);
+  load_cols<BR>(Ot, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
   const int r0 = q0 + L.ty * RPT;
   float lse[RPT], delta[RPT];
 #pragma unroll
@@ -596,9 +607,13 @@ __device__ __forceinline__ long long q_addr(int gid, int r, int d) {
   const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
   return b * Q0 + h * Q1 + (r % T) * Q2 + d * Q3;
 }
-__device__ __forceinline__ long long row_addr(int gid, int r, int d) {  // dense [B, HQ, T, D]
+__device__ __forceinline__ long long row_addr(int gid, int r, int d) {  // dense [B, HQ, T, D] (dq)
   const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
   return ((long long)(b * HQ + h) * T + r % T) * D + d;
+}
+__device__ __forceinline__ long long o_addr(int gid, int r, int d) {  // out / dout, strides O0..O3
+  const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
+  return b * O0 + h * O1 + (r % T) * O2 + d * O3;
 }
 __device__ __forceinline__ float dot_row(const float (&a)[D], const float* b) {
   float x = 0.f;
@@ -644,7 +659,7 @@ __device__ __forceinline__ void small_forward(const float* __restrict__ q, const
   }
   const float inv = 1.f / l;
 #pragma unroll
-  for (int d = 0; d < D; ++d) out[row_addr(gid, qr, d)] = o[d] * inv;
+  for (int d = 0; d < D; ++d) out[o_addr(gid, qr, d)] = o[d] * inv;
 }
 
 __device__ __forceinline__ void small_backward(const float* __restrict__ q, const float* __restrict__ k,
@@ -658,7 +673,7 @@ __device__ __forceinline__ void small_backward(const float* __restrict__ q, cons
   float* Ls = Vs + NG * S * DS;    // [NG][QPG] lse (base 2)
   float* Dl = Ls + NG * QPG;       // [NG][QPG] delta = Σ_j p·dp = dO·O
   stage<QPG>(Qs, q, q_addr);
-  stage<QPG>(Os, dout, row_addr);
+  stage<QPG>(Os, dout, o_addr);
   stage<S>(Ks, k, k_addr);
   stage<S>(Vs, v, v_addr);
   __syncthreads();
@@ -905,7 +920,7 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
   for (int rr = 0; rr < 2; ++rr) {
     const int r = ra + 8 * rr;
     const float total = quad_sum(l[rr]), inv = 1.f / total;
-    const long long row = ((long long)bh * T + r) * D;
+    const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row
     if (!STATS) {
       if (r < T)
 #pragma unroll
@@ -913,7 +928,7 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
 #pragma unroll
           for (int u = 0; u < 2; ++u) {
             const int col = 8 * dn + 2 * t + u;
-            if (col < D) out[row + col] = o[dn][2 * rr + u] * inv;
+            if (col < D) out[row + col * O3] = o[dn][2 * rr + u] * inv;
           }
     } else {
       float dot = 0.f;
@@ -923,7 +938,7 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
 #pragma unroll
           for (int u = 0; u < 2; ++u) {
             const int col = 8 * dn + 2 * t + u;
-            if (col < D) dot = fmaf(o[dn][2 * rr + u] * inv, dout[row + col], dot);
+            if (col < D) dot = fmaf(o[dn][2 * rr + u] * inv, dout[row + col * O3], dot);
           }
       dot = quad_sum(dot);
       if (r < T && t == 0) {
@@ -964,7 +979,7 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
     for (int q0 = q_begin; q0 < T; q0 += BC) {
       __syncthreads();
       load_tile<BC>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-      load_tile<BC>(Os, dout + bh * T * D, D, 1, q0, T, 1.f);
+      load_tile<BC>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
       for (int e = threadIdx.x; e < BC; e += NT) {
         const bool in = q0 + e < T;
         Ls[e] = in ? scratch[bh * T + q0 + e] : POS_INF;
@@ -1025,7 +1040,7 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
   const float* kh = k + b * K0 + kvh * K1;
   const float* vh = v + b * V0 + kvh * V1;
   load_tile<BR>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-  load_tile<BR>(Os, dout + (long long)bh * T * D, D, 1, q0, T, 1.f);
+  load_tile<BR>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
   const float* Qw = Qs + warp * 16 * RS;
   const float* Ow = Os + warp * 16 * RS;
   const int w0 = q0 + warp * 16, ra = w0 + g;
@@ -1142,9 +1157,9 @@ SmallPlan small_plan(const AttentionShape& s, bool backward) {
 }
 
 std::string small_constants(const AttentionShape& s, const SmallPlan& p, const Operand& q, const Operand& k,
-                            const Operand& v) {
+                            const Operand& v, const Operand& o) {
   return "#define NT " + std::to_string(p.threads) + "\nconstexpr int NG = " + std::to_string(p.ng) +
-         ";\nconstexpr int DS = " + std::to_string(p.ds) + ";\n" + shape_constants(s, q, k, v);
+         ";\nconstexpr int DS = " + std::to_string(p.ds) + ";\n" + shape_constants(s, q, k, v, o);
 }
 
 /// The TF32 tensor-core path (see kMma).
@@ -1179,11 +1194,11 @@ MmaGeometry mma_geometry(int64_t d, int64_t t, Kind kind) {
 }
 
 std::string mma_constants(const AttentionShape& s, const MmaGeometry& g, const Operand& q, const Operand& k,
-                          const Operand& v) {
+                          const Operand& v, const Operand& o) {
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
   auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
   i("BR", g.br), i("BC", g.bc), i("DP", g.dp), i("RS", g.rs);
-  return c + shape_constants(s, q, k, v);
+  return c + shape_constants(s, q, k, v, o);
 }
 
 }  // namespace
@@ -1196,10 +1211,10 @@ bool attention_operand_ok(const Operand& op) {
 }
 
 Launch attention_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
-                        const Operand& v) {
-  check_shape(s, q, k, v);
+                        const Operand& v, const Operand& out) {
+  check_shape(s, q, k, v, out, "out");
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
-    std::string src = small_constants(s, sp, q, k, v) + kSmall +
+    std::string src = small_constants(s, sp, q, k, v, out) + kSmall +
                       "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
                       "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
                       "float* __restrict__ out) {\n  small_forward(q, k, v, out);\n}\n";
@@ -1207,7 +1222,7 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
   }
   if (use_mma(s)) {
     const MmaGeometry g = mma_geometry(s.d, s.t, Kind::kForward);
-    std::string src = mma_constants(s, g, q, k, v) + kMma +
+    std::string src = mma_constants(s, g, q, k, v, out) + kMma +
                       kernel_head(name, "(const float* __restrict__ q, const float* __restrict__ k, "
                                         "const float* __restrict__ v, float* __restrict__ out)") +
                       " {\n  mma_forward<false>(q, k, v, out, nullptr, nullptr);\n}\n";
@@ -1215,7 +1230,7 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
                            (g.br + 2 * g.bc) * g.rs);
   }
   const Geometry g = geometry(s.d, Kind::kForward);
-  std::string src = constants(s, g, q, k, v) + kHelpers + kForward +
+  std::string src = constants(s, g, q, k, v, out) + kHelpers + kForward +
                     kernel_head(name, "(const float* __restrict__ q, const float* __restrict__ k, "
                                       "const float* __restrict__ v, float* __restrict__ out)") +
                     " {\n  forward_rows<false>(q, k, v, out, nullptr, nullptr);\n}\n";
@@ -1224,13 +1239,13 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
 }
 
 AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
-                                         const Operand& k, const Operand& v) {
-  check_shape(s, q, k, v);
+                                         const Operand& k, const Operand& v, const Operand& dout) {
+  check_shape(s, q, k, v, dout, "dout");
   AttentionGradPlan plan;
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
-    std::string src = small_constants(s, sp, q, k, v) + kSmall + kernel_head(name, kGradParams) +
+    std::string src = small_constants(s, sp, q, k, v, dout) + kSmall + kernel_head(name, kGradParams) +
                       " {\n  (void)scratch;\n  small_backward(q, k, v, dout, grads);\n}\n";
     plan.launches.push_back(make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats));
     return plan;
@@ -1241,31 +1256,31 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     const MmaGeometry gf = mma_geometry(s.d, s.t, Kind::kForward), gk = mma_geometry(s.d, s.t, Kind::kDkDv),
                       gq = mma_geometry(s.d, s.t, Kind::kDq);
     plan.launches.push_back(make_launch_raw(
-        stats, mma_constants(s, gf, q, k, v) + kMma + kernel_head(stats, kGradParams) +
+        stats, mma_constants(s, gf, q, k, v, dout) + kMma + kernel_head(stats, kGradParams) +
                    " {\n  (void)grads;\n  mma_forward<true>(q, k, v, nullptr, dout, scratch);\n}\n",
         32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads, (gf.br + 2 * gf.bc) * gf.rs));
     plan.launches.push_back(make_launch_raw(
-        dkdv, mma_constants(s, gk, q, k, v) + kMma + kernel_head(dkdv, kGradParams) +
+        dkdv, mma_constants(s, gk, q, k, v, dout) + kMma + kernel_head(dkdv, kGradParams) +
                   " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
         32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads, (2 * gk.br + 2 * gk.bc) * gk.rs + 2 * gk.bc));
     plan.launches.push_back(make_launch_raw(
-        dq, mma_constants(s, gq, q, k, v) + kMma + kernel_head(dq, kGradParams) +
+        dq, mma_constants(s, gq, q, k, v, dout) + kMma + kernel_head(dq, kGradParams) +
                 " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
         32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads, (2 * gq.br + 2 * gq.bc) * gq.rs));
     return plan;
   }
   const Geometry gf = geometry(s.d, Kind::kForward), gk = geometry(s.d, Kind::kDkDv), gq = geometry(s.d, Kind::kDq);
   plan.launches.push_back(make_launch(
-      stats, constants(s, gf, q, k, v) + kHelpers + kForward + kernel_head(stats, kGradParams) +
+      stats, constants(s, gf, q, k, v, dout) + kHelpers + kForward + kernel_head(stats, kGradParams) +
                  " {\n  (void)grads;\n  forward_rows<true>(q, k, v, nullptr, dout, scratch);\n}\n",
       gf, row_tiles(s.t, gf) * s.batch * s.q_heads, gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
   plan.launches.push_back(make_launch(
-      dkdv, constants(s, gk, q, k, v) + kHelpers + kDkDv + kernel_head(dkdv, kGradParams) +
+      dkdv, constants(s, gk, q, k, v, dout) + kHelpers + kDkDv + kernel_head(dkdv, kGradParams) +
                 " {\n  dkdv_rows(q, k, v, dout, grads, scratch);\n}\n",
       gk, row_tiles(s.s, gk) * s.batch * s.kv_heads,
       2 * gk.dw * gk.ts + 2 * gk.bc * gk.rs + 2 * gk.bc + gk.warps * gk.bc * gk.ps));
   plan.launches.push_back(make_launch(
-      dq, constants(s, gq, q, k, v) + kHelpers + kDq + kernel_head(dq, kGradParams) +
+      dq, constants(s, gq, q, k, v, dout) + kHelpers + kDq + kernel_head(dq, kGradParams) +
               " {\n  dq_rows(q, k, v, dout, grads, scratch);\n}\n",
       gq, row_tiles(s.t, gq) * s.batch * s.q_heads, 2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
   return plan;

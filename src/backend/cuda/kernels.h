@@ -91,19 +91,23 @@ struct AttentionShape {
 };
 /// Whether the attention kernels read `op` as it is (else the executable makes it dense).
 bool attention_operand_ok(const Operand& op);
-/// Flash-style forward: never stores the T×S scores. Output dense [B, Hq, T, D].
+/// Flash-style forward: never stores the T×S scores. `out` describes the output [B, Hq, T, D]:
+/// any batch/head/row strides with unit stride along D (attention_operand_ok), e.g. a permuted
+/// view of a [B, T, Hq, D] buffer; element [b, h, t, d] is written at b·s0 + h·s1 + t·s2 + d,
+/// nothing else (gaps between rows stay untouched). Its elements must not overlap.
 /// Params: (const float* q, const float* k, const float* v, float* out).
 Launch attention_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
-                        const Operand& v);
+                        const Operand& v, const Operand& out);
 /// Backward: the launches run in order, every one with the params
 /// (const float* q, const float* k, const float* v, const float* dout, float* grads, float* scratch)
-/// where dout is dense [B, Hq, T, D] and grads is [dq | dk | dv] flattened (dense, in that
-/// order), and scratch holds `scratch_floats` floats of the executable's arena.
+/// where dout [B, Hq, T, D] is read through the strides of the `dout` Operand (any batch/head/row
+/// strides, unit stride along D, as for the forward's out), grads is [dq | dk | dv] flattened
+/// (dense, in that order), and scratch holds `scratch_floats` floats of the executable's arena.
 struct AttentionGradPlan {
   std::vector<Launch> launches;
   int64_t scratch_floats = 0;
 };
 AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
-                                         const Operand& k, const Operand& v);
+                                         const Operand& k, const Operand& v, const Operand& dout);
 
 }  // namespace tg::backend::cuda

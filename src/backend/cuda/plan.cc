@@ -385,11 +385,26 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       as.tf32 = options_.tf32;
       const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
       if (n.op == Op::kAttention) {
-        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, ops[0].shape, contiguous_strides(ops[0].shape)}), {{qkv[0]}, {qkv[1]}, {qkv[2]}, {own_node(g, id)}},
-                   flops);
+        // Heads are usually swapped back next to the features ([B, T, Hq, D], then merged):
+        // then write that layout directly, so the permute and the reshape are free views.
+        bool heads_inner = !consumers_[static_cast<size_t>(id)].empty();
+        for (int32_t c : consumers_[static_cast<size_t>(id)])
+          heads_inner = heads_inner && g.node(c).op == Op::kPermute && g.node(c).attrs.axes == std::vector<int64_t>{0, 2, 1, 3};
+        if (std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end()) heads_inner = false;
+        Place out = own_node(g, id);
+        if (heads_inner)
+          out.strides = {as.t * as.q_heads * as.d, as.d, as.q_heads * as.d, 1};
+        s.place = out;
+        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, n.shape, out.strides}),
+                   {{qkv[0]}, {qkv[1]}, {qkv[2]}, {out}}, flops);
       } else {
-        const Place dout = dense(g, id, n.inputs[3]);
-        AttentionGradPlan plan = attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, ops[0].shape, contiguous_strides(ops[0].shape)});
+        Operand dout_op = operand(n.inputs[3]);
+        Place dout = in(3).place;
+        if (!attention_operand_ok(dout_op)) {
+          dout = dense_copy(n, in(3));
+          dout_op.strides = contiguous_strides(dout_op.shape);
+        }
+        AttentionGradPlan plan = attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], dout_op);
         const Place out = own_node(g, id);
         const Place scratch = own(n, std::max<int64_t>(plan.scratch_floats, 1) * 4, {plan.scratch_floats}, Category::kScratch);
         for (Launch& l : plan.launches)
