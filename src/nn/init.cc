@@ -1,6 +1,7 @@
 // Parameter initialisers. Each parameter draws from its own stream, seeded by a hash of
 // (seed, parameter path), so values do not shift when other parameters are added, and the
 // same seed gives the same values on every device (the host fills, then uploads).
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -25,11 +26,14 @@ Init callable(std::function<void(std::span<float>, const Shape&, uint64_t)> fn) 
 namespace detail {
 namespace {
 
-/// splitmix64: a small, well-mixed 64-bit generator (one state word, full period).
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+
+/// splitmix64: a small, well-mixed 64-bit generator (one state word, full period). Its state
+/// after k draws is the seed + k·γ, so any point of a stream is one multiply away (see fill).
 struct SplitMix64 {
   uint64_t state;
   uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (state += kGamma);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -58,17 +62,60 @@ std::pair<double, double> fans(const Shape& s) {
   return {static_cast<double>(s[1]) * receptive, static_cast<double>(s[0]) * receptive};
 }
 
+/// Fills `values` with the stream `stream`, `block(rng, out, count)` writing `count` values
+/// that take exactly `draws` draws each. Large fills run in chunks over the OpenMP threads: a
+/// chunk starting at element b starts from the state the sequential pass would have there
+/// (stream + b·draws·γ), so every value is bit-for-bit the sequential one (GPT-2's 124M
+/// Box–Muller normals take seconds on one core).
+template <class Block>
+void fill(std::span<float> values, uint64_t stream, uint64_t draws, Block block) {
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  const auto n = static_cast<int64_t>(values.size());
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  float* out = values.data();
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    SplitMix64 rng{stream + static_cast<uint64_t>(begin) * draws * kGamma};
+    block(rng, out + begin, end - begin);
+  }
+}
+
+/// `count` values mean + std·normal(), exactly as one rng.normal() per value computes them,
+/// staged through small arrays so the log, cos and sqrt of neighbouring values overlap
+/// instead of each value waiting on its own chain (about 1.5× faster on one core).
+void normal_block(SplitMix64& rng, float* out, int64_t count, double mean, double std) {
+  constexpr int64_t kBlock = 64;
+  double radius[kBlock], angle[kBlock];
+  for (int64_t begin = 0; begin < count; begin += kBlock) {
+    const int64_t m = std::min(kBlock, count - begin);
+    for (int64_t j = 0; j < m; ++j) {
+      double u1 = rng.uniform(), u2 = rng.uniform();
+      if (u1 < 1e-300) u1 = 1e-300;
+      radius[j] = u1;
+      angle[j] = 2.0 * std::numbers::pi * u2;
+    }
+    for (int64_t j = 0; j < m; ++j) radius[j] = std::log(radius[j]);
+    for (int64_t j = 0; j < m; ++j) angle[j] = std::cos(angle[j]);
+    for (int64_t j = 0; j < m; ++j) {
+      const double z = std::sqrt(-2.0 * radius[j]) * angle[j];
+      out[begin + j] = static_cast<float>(mean + std * z);
+    }
+  }
+}
+
 }  // namespace
 
 void fill_init(const Init& init, std::span<float> values, const Shape& shape, uint64_t seed, const std::string& path) {
   const uint64_t stream = hash_path(seed, path);
-  SplitMix64 rng{stream};
   const auto [fan_in, fan_out] = fans(shape);
-  auto fill_normal = [&](double mean, double std) {
-    for (float& v : values) v = static_cast<float>(mean + std * rng.normal());
+  auto fill_normal = [&](double mean, double std) {  // normal() takes two draws
+    fill(values, stream, 2, [mean, std](SplitMix64& rng, float* out, int64_t count) { normal_block(rng, out, count, mean, std); });
   };
   auto fill_uniform = [&](double lo, double hi) {
-    for (float& v : values) v = static_cast<float>(lo + (hi - lo) * rng.uniform());
+    fill(values, stream, 1, [lo, hi](SplitMix64& rng, float* out, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(lo + (hi - lo) * rng.uniform());
+    });
   };
   switch (init.kind) {
     case Init::Kind::kNormal: fill_normal(init.a, init.b); return;
@@ -90,6 +137,7 @@ void fill_init(const Init& init, std::span<float> values, const Shape& shape, ui
     }
     case Init::Kind::kCallable:
       if (!init.fn) throw Error("[init] '" + path + "' has a callable init without a function");
+      std::fill(values.begin(), values.end(), 0.0f);  // what it leaves unwritten reads as 0, whatever the buffer held
       init.fn(values, shape, stream);
       return;
   }

@@ -1,8 +1,10 @@
 // compile_train / compile_forward and the Program methods: the pipeline driver
 // (trace → autograd → optimizer → passes → backend) and the run-time checks that keep bad
 // inputs from ever reaching a backend.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "autograd/grad.h"
@@ -49,6 +51,22 @@ struct ProgramState {
 };
 
 namespace {
+
+/// TG_PROFILE: where compile_train / compile_forward spend their host time, one line per stage.
+class StageTimer {
+ public:
+  StageTimer() : on_(std::getenv("TG_PROFILE") != nullptr), last_(std::chrono::steady_clock::now()) {}
+  void mark(const char* stage) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "[compile] %-22s %8.1f ms\n", stage, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point last_;
+};
 
 std::string names_list(const std::vector<InputSpec>& specs) {
   std::string s;
@@ -110,6 +128,7 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
 /// DCE, buffer binding and backend preparation of one variant: `keep` extra full-graph
 /// nodes become outputs (captures).
 Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
+  StageTimer timer;
   ir::Graph g = s.full;
   for (int32_t id : keep) g.outputs.push_back(id);
   Variant v;
@@ -118,6 +137,7 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   } else {
     v.graph = passes::eliminate_dead_code(g, v.remap);
   }
+  timer.mark(s.optimize ? "passes::optimize" : "dce");
   backend::Bindings bindings;
   for (int32_t id = 0; id < v.graph.size(); ++id) {
     const ir::Node& n = v.graph.node(id);
@@ -132,7 +152,9 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   backend::PrepareOptions prepare;
   prepare.fuse = prepare.reuse_memory = s.optimize;
   prepare.tf32 = s.tf32;
+  timer.mark("bindings + state alloc");
   v.exec = s.store->backend->prepare(v.graph, bindings, prepare);
+  timer.mark("backend prepare");
   return v;
 }
 
@@ -196,12 +218,15 @@ void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api
 }  // namespace
 
 Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOptions options) {
+  StageTimer timer;
   auto s = std::make_shared<ProgramState>();
   s->train = true;
   s->optimize = options.optimize;
   s->tf32 = options.precision == Precision::kTf32;
   s->store = device_store(model, options.device);
+  timer.mark("device store + init");
   Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, "compile_train");
+  timer.mark("trace");
   const ir::Node& loss = t.graph.node(t.result);
   if (loss.numel() != 1 || loss.dtype != DType::kF32)
     throw ShapeError("[compile_train] the loss must be a single f32 value, got " + std::string(dtype_name(loss.dtype)) +
@@ -211,6 +236,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   for (const auto& [path, node] : t.params) leaves.push_back(node);
   t.graph.stage = ir::Stage::kBackward;
   std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.result, leaves);
+  timer.mark("autograd");
   std::vector<optim::ParamGrad> pg;
   for (size_t i = 0; i < t.params.size(); ++i) {
     if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
@@ -219,6 +245,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   }
   t.graph.stage = ir::Stage::kOptimizer;
   s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
+  timer.mark("optimizer graph");
   t.graph.stage = ir::Stage::kForward;
   s->inputs = options.inputs;
   s->optimizer = options.optimizer;

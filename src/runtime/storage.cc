@@ -4,6 +4,11 @@
 #include "backend/cuda/cublaslt.h"
 #include "backend/cuda/driver.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
 #include <vector>
 
 namespace tg {
@@ -55,11 +60,24 @@ std::unique_ptr<backend::Backend> make_backend(const Device& device) {
 }
 
 void DeviceStore::init_params(uint64_t seed) {
+  // One host buffer for every parameter, left uninitialised (fill_init writes every value,
+  // zeroing first for a callable): a zeroed vector per parameter would zero and page-fault
+  // all of GPT-2's 500 MB on one thread before filling it.
+  size_t largest = 0;
+  for (const auto& [path, info] : infos) largest = std::max(largest, static_cast<size_t>(numel(info.shape)));
+  const std::unique_ptr<float[]> host(new float[largest]);
+  double fill_s = 0, upload_s = 0;
   for (auto& [path, info] : infos) {
-    std::vector<float> host(static_cast<size_t>(numel(info.shape)));
-    fill_init(info.init, host, info.shape, seed, path);
-    backend->upload(*buffers.at(path), host.data());
+    const std::span<float> values(host.get(), static_cast<size_t>(numel(info.shape)));
+    const auto t0 = std::chrono::steady_clock::now();
+    fill_init(info.init, values, info.shape, seed, path);
+    const auto t1 = std::chrono::steady_clock::now();
+    backend->upload(*buffers.at(path), values.data());
+    fill_s += std::chrono::duration<double>(t1 - t0).count();
+    upload_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
+  if (std::getenv("TG_PROFILE") != nullptr)
+    std::fprintf(stderr, "[compile]     fill %.1f ms, upload %.1f ms\n", fill_s * 1e3, upload_s * 1e3);
 }
 
 std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& device) {
@@ -80,16 +98,27 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
     }
     return store;
   }
+  const bool profile = std::getenv("TG_PROFILE") != nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  auto mark = [&](const char* stage) {  // TG_PROFILE: the store's share of the first compile
+    if (!profile) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "[compile]   %-20s %8.1f ms\n", stage, std::chrono::duration<double, std::milli>(now - t0).count());
+    t0 = now;
+  };
   auto fresh = std::make_shared<DeviceStore>();
   fresh->device = device;
   fresh->backend = make_backend(device);
+  mark("make backend");
   for (const Param* p : model.root().parameters()) {
     const std::string path = p->path();
     if (fresh->infos.count(path) != 0) throw Error("[Module] two parameters are both named '" + path + "'");
     fresh->infos[path] = {path, p->shape(), p->init(), p->decay()};
     fresh->buffers[path] = fresh->backend->allocate(DType::kF32, numel(p->shape()));
   }
+  mark("allocate params");
   fresh->init_params(0);
+  mark("init params");
   store = fresh;
   return store;
 }
