@@ -334,6 +334,10 @@ const std::vector<OpCase>& op_cases() {
       {"cross_entropy_3d_sum", {uni({2, 3, 5}, -3, 3), indices({2, 3}, 5)}, FN(cross_entropy(x[0], x[1], {.reduction = Reduction::kSum})), {}, kF32, kTranscendental, kGrad},
       {"cross_entropy_3d_none_ignore", {uni({2, 3, 5}, -3, 3), indices({2, 3}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100), {.reduction = Reduction::kNone})), {2, 3}, kF32, kTranscendental, kGrad},
       {"cross_entropy_wide_logits", {uni({4, 6}, -40, 40), indices({4}, 6)}, FN(cross_entropy(x[0], x[1], {.reduction = Reduction::kNone})), {4}, kF32, kTranscendental, kGrad},
+      // A vocabulary past 1024 that is not a multiple of 64: the cuda backend lays the logits
+      // and their gradient out in padded rows (the products around them stay aligned).
+      {"cross_entropy_vocab_1100_from_matmul", {uni({2, 3, 8}, -1, 1), uni({8, 1100}, -1, 1), indices({2, 3}, 1100)},
+       FN(cross_entropy(matmul(x[0], x[1]), x[2])), {}, kF32, kTranscendental, kCpuOnly},
       {"cross_entropy_rank1_logits", {uni({5}, -3, 3), indices({}, 5)}, FN(cross_entropy(x[0], x[1])), {}, kF32, kTranscendental, kGrad},
       {"mse_loss", {uni({2, 3}), uni({2, 3})}, FN(mse_loss(x[0], x[1])), {}, kF32, kReduce, kGrad},
       {"mse_loss_broadcast_target", {uni({3, 4}), uni({4})}, FN(mse_loss(x[0], x[1])), {}, kF32, kReduce, kGrad},

@@ -123,7 +123,7 @@ bool lt_readable(const MatOperand& x) {
 }
 
 LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   MathMode mode, size_t workspace_bytes, bool with_bias)
+                   MathMode mode, size_t workspace_bytes, bool with_bias, int64_t out_row_stride)
     : flops_(2 * batch * m * n * k), bias_(with_bias) {
   const Lt& l = lt_checked();
   if (!lt_readable(a) || !lt_readable(b)) throw Error("[cuda] matmul operand layout cuBLASLt cannot read");
@@ -142,10 +142,11 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
      "cublasLtMatrixLayoutCreate");
   ok(l.layout_create(&layout_[1], kR32F, static_cast<uint64_t>(la.rows), static_cast<uint64_t>(la.cols), la.ld),
      "cublasLtMatrixLayoutCreate");
-  ok(l.layout_create(&layout_[2], kR32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n), "cublasLtMatrixLayoutCreate");
+  const int64_t ldc = out_row_stride > 0 ? out_row_stride : n;
+  ok(l.layout_create(&layout_[2], kR32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldc), "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    const int64_t strides[3] = {b.batch_stride, a.batch_stride, m * n};
+    const int64_t strides[3] = {b.batch_stride, a.batch_stride, m * ldc};
     for (int i = 0; i < 3; ++i) {
       ok(l.layout_set(layout_[i], kLayoutBatchCount, &count, sizeof(count)), "cublasLtMatrixLayoutSetAttribute");
       ok(l.layout_set(layout_[i], kLayoutBatchStride, &strides[i], sizeof(int64_t)), "cublasLtMatrixLayoutSetAttribute");
@@ -176,7 +177,7 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
   key_ = std::to_string(batch) + "," + std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) + "," +
          std::to_string(a.row_stride) + "," + std::to_string(a.col_stride) + "," + std::to_string(a.batch_stride) + "," +
          std::to_string(b.row_stride) + "," + std::to_string(b.col_stride) + "," + std::to_string(b.batch_stride) + "," +
-         std::to_string(static_cast<int>(mode));
+         std::to_string(static_cast<int>(mode)) + "," + std::to_string(ldc) + "," + std::to_string(with_bias);
 }
 
 LtMatmul::~LtMatmul() {

@@ -27,12 +27,13 @@ bool lt_readable(const MatOperand& op);
 
 enum class MathMode { kFp32, kTf32 };
 
-/// out [batch, m, n] (dense) = a [batch, m, k] · b [batch, k, n], planned once (layouts and
+/// out [batch, m, n] = a [batch, m, k] · b [batch, k, n] (out rows `out_row_stride` apart, 0:
+/// n, dense; a padded stride keeps a product with an odd n aligned), planned once (layouts and
 /// the heuristic's algorithm), then run any number of times, also under stream capture.
 class LtMatmul {
  public:
   LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b, MathMode mode,
-           size_t workspace_bytes, bool with_bias = false);
+           size_t workspace_bytes, bool with_bias = false, int64_t out_row_stride = 0);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;

@@ -64,11 +64,15 @@ Launch softmax_kernel(const std::string& name, int64_t outer, int64_t axis, int6
                       int64_t t);
 /// Per-row loss −log_softmax(logits[n])[target[n]] of dense logits [rows, cols]; 0 where the
 /// target equals ignore_index; a target outside [0, cols) sets *err and gives NaN.
+/// Rows of logits start `logits_ld` elements apart (-1: cols, dense).
 /// Params: (const float* logits, const int* targets, float* loss, int* err).
-Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index);
+Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index,
+                            int64_t logits_ld = -1);
 /// dlogits = (softmax(logits) − onehot(target))·dloss[n] (0 rows where ignored).
+/// Row strides as in cross_entropy_kernel, for logits and dlogits.
 /// Params: (const float* logits, const int* targets, const float* dloss, float* dlogits, int* err).
-Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index);
+Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index,
+                                 int64_t logits_ld = -1, int64_t dlogits_ld = -1);
 /// (x − mean)/sqrt(var + eps) per row (biased var). Params: (const float* x, float* y).
 Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
 /// Params: (const float* x, const float* dy, float* dx).

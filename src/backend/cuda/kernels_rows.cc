@@ -359,10 +359,14 @@ template <int V> __device__ __forceinline__ void run(const float* x, const float
   return s;
 }
 
-std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index, bool grad) {
+std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index, bool grad,
+                      int64_t logits_ld, int64_t dlogits_ld) {
   const RowPlan p = plan_rows(cols, kMaxCache, true);
   std::string s = prelude(grad ? "cross_entropy_grad" : "cross_entropy", p, rows, cols);
   s += "constexpr long long IGNORE = " + std::to_string(ignore_index) + "LL;\n";
+  // Row strides (elements): rows may be padded apart, e.g. a vocabulary of 50257 laid out in
+  // rows of 50304 so that the products around it stay aligned.
+  s += "constexpr long long LD_IN = " + std::to_string(logits_ld) + "LL, LD_OUT = " + std::to_string(dlogits_ld) + "LL;\n";
   s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ logits, const int* __restrict__ targets, ";
   s += grad ? "const float* __restrict__ dloss, float* __restrict__ dlogits, int* err) {\n"
             : "float* __restrict__ loss, int* err) {\n";
@@ -385,7 +389,7 @@ std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64
   }
 )";
   } else {
-    s += R"(  float* y = dlogits + row * COLS;
+    s += R"(  float* y = dlogits + row * LD_OUT;
   if ((long long)t == IGNORE) {
     row_fill(y, tid, 0.0f);
     return;
@@ -397,7 +401,7 @@ std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64
   }
 )";
   }
-  s += R"(  const float* x = logits + row * COLS;
+  s += R"(  const float* x = logits + row * LD_IN;
   float m = LOWEST, s = 0.0f;
   row_scan(x, tid, [&](int, float v) { online(m, s, v); });
   row_pair(m, s);
@@ -531,19 +535,20 @@ template <int V> __device__ __forceinline__ void run(const float* x, float* y, i
   return l;
 }
 
-Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index) {
+Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index, int64_t logits_ld) {
   Launch l;
   l.name = name;
   set_launch(l, plan_rows(cols, kMaxCache, true), rows);
-  l.source = ce_kernel(name, rows, cols, ignore_index, false);
+  l.source = ce_kernel(name, rows, cols, ignore_index, false, logits_ld < 0 ? cols : logits_ld, cols);
   return l;
 }
 
-Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index) {
+Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index,
+                                 int64_t logits_ld, int64_t dlogits_ld) {
   Launch l;
   l.name = name;
   set_launch(l, plan_rows(cols, kMaxCache, true), rows);
-  l.source = ce_kernel(name, rows, cols, ignore_index, true);
+  l.source = ce_kernel(name, rows, cols, ignore_index, true, logits_ld < 0 ? cols : logits_ld, dlogits_ld < 0 ? cols : dlogits_ld);
   return l;
 }
 

@@ -27,6 +27,30 @@ std::string node_ref(const ir::Graph& g, int32_t id) {
   return n.name.empty() ? s : s + " '" + n.name + "'";
 }
 
+/// Rows this long whose length is not a multiple of 64 are laid out 64-aligned apart (a
+/// vocabulary of 50257 in rows of 50304): the products reading and writing them then run on
+/// cuBLASLt's aligned kernels, ~3x faster on an H200 for GPT-2's head.
+int64_t padded_row(int64_t cols) { return cols >= 1024 && cols % 64 != 0 ? (cols + 63) / 64 * 64 : cols; }
+
+/// Strides of `shape` with its rows `ld` elements apart and everything else dense.
+std::vector<int64_t> row_padded_strides(const Shape& shape, int64_t ld) {
+  std::vector<int64_t> st(shape.size(), 1);
+  if (shape.size() >= 2) st[shape.size() - 2] = ld;
+  for (size_t d = shape.size() - 1; d-- > 1;) st[d - 1] = st[d] * shape[d];
+  return st;
+}
+
+/// The row stride when `strides` are dense except for rows padded apart, else -1.
+int64_t row_stride_of(const Shape& shape, const std::vector<int64_t>& strides) {
+  if (shape.size() < 2 || (shape.back() != 1 && strides.back() != 1)) return -1;
+  const int64_t ld = strides[shape.size() - 2];
+  if (ld < shape.back()) return -1;
+  const std::vector<int64_t> want = row_padded_strides(shape, ld);
+  for (size_t d = 0; d + 1 < shape.size(); ++d)
+    if (shape[d] != 1 && strides[d] != want[d]) return -1;
+  return ld;
+}
+
 int64_t product(const Shape& s, size_t from, size_t to) {
   int64_t p = 1;
   for (size_t d = from; d < to && d < s.size(); ++d) p *= s[d];
@@ -329,13 +353,22 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       const Shape& ls = in(0).shape;
       const int64_t cols = ls.back(), rows = numel(ls) / std::max<int64_t>(cols, 1);
       const auto ignore = static_cast<int64_t>(n.attrs.values.at(0));
-      const Place logits = dense(g, id, n.inputs[0]), targets = dense(g, id, n.inputs[1]);
+      // Logits may arrive with padded rows (padded_row); anything else is made dense.
+      int64_t ld = row_stride_of(ls, in(0).place.strides);
+      const Place logits = ld > 0 ? in(0).place : dense(g, id, n.inputs[0]);
+      if (ld < 0) ld = cols;
+      const Place targets = dense(g, id, n.inputs[1]);
       if (n.op == Op::kCrossEntropy) {
-        add_kernel({id}, cross_entropy_kernel(kKernelName, rows, cols, ignore), {{logits}, {targets}, {own_node(g, id)}, err});
+        add_kernel({id}, cross_entropy_kernel(kKernelName, rows, cols, ignore, ld), {{logits}, {targets}, {own_node(g, id)}, err});
       } else {
         const Place dloss = dense(g, id, n.inputs[2]);
-        add_kernel({id}, cross_entropy_grad_kernel(kKernelName, rows, cols, ignore),
-                   {{logits}, {targets}, {dloss}, {own_node(g, id)}, err});
+        const int64_t out_ld = padded_row(cols);
+        Place out = own(n, rows * out_ld * 4, n.shape, Category::kGradient);
+        out.strides = row_padded_strides(n.shape, out_ld);
+        s.place = out;
+        s.placed = true;
+        add_kernel({id}, cross_entropy_grad_kernel(kKernelName, rows, cols, ignore, ld, out_ld),
+                   {{logits}, {targets}, {dloss}, {out}, err});
       }
       return;
     }
@@ -530,7 +563,14 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
       }
     }
   }
-  const Place out = own_node(g, add >= 0 ? add : id);
+  const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
+  Place out = own_node(g, add >= 0 ? add : id);
+  if (ld != nn) {
+    const int32_t holder = add >= 0 ? add : id;
+    bufs_[static_cast<size_t>(out.buf)].bytes = aligned(mm * ld * 4);
+    out.strides = row_padded_strides(os, ld);
+    slots_[static_cast<size_t>(holder)].place = out;
+  }
   if (add >= 0) {
     slots_[static_cast<size_t>(id)].place = out;
     slots_[static_cast<size_t>(id)].placed = true;
@@ -542,7 +582,7 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   st.args = {{places[0]}, {places[1]}, {out}};
   if (add >= 0) st.args.push_back({bias});
   st.matmul = std::make_shared<LtMatmul>(bm, mm, nn, k, mats[0], mats[1],
-                                         options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0);
+                                         options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0, ld);
   st.flops = 2 * batch * m * nn * k;
   steps_.push_back(std::move(st));
 }
