@@ -58,14 +58,18 @@ TEST(Program, InitIsSeededReproducibleAndDeviceIndependent) {
 TEST(Program, ForwardProgramsShareTheTrainedParameters) {
   Net m;
   tg::Program train = make_train(m, tg::Device::cpu());
-  tg::Program predict = tg::compile_forward(m, [&](tg::Tensor x) { return m(x); }, {.inputs = {{"x", {4, 2}}}});
+  // Storage is shared per device: the forward program must be on the training program's
+  // device (the default, Device::best(), is a GPU where there is one).
+  tg::Program predict =
+      tg::compile_forward(m, [&](tg::Tensor x) { return m(x); }, {.inputs = {{"x", {4, 2}}}, .device = tg::Device::cpu()});
   const float before = predict.run({{"x", kX}}).f32()[0];
   for (int i = 0; i < 5; ++i) train.step({{"x", kX}, {"y", kY}});
   const float after = predict.run({{"x", kX}}).f32()[0];
   EXPECT_NE(before, after);
   // The forward program sees exactly what a fresh forward of the downloaded params computes.
   Net fresh;
-  tg::Program check = tg::compile_forward(fresh, [&](tg::Tensor x) { return fresh(x); }, {.inputs = {{"x", {4, 2}}}});
+  tg::Program check = tg::compile_forward(fresh, [&](tg::Tensor x) { return fresh(x); },
+                                          {.inputs = {{"x", {4, 2}}}, .device = tg::Device::cpu()});
   check.upload_params(train.download_params());
   EXPECT_EQ(check.run({{"x", kX}}).f32()[0], after);
 }
