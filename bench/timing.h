@@ -37,4 +37,5 @@ inline void report_compiled(const char* name, const tg::Program& program) {
               static_cast<double>(usage.ru_maxrss) * 1024 / mib);
   std::fflush(stdout);
   if (std::getenv("TG_DESCRIBE")) std::fprintf(stderr, "%s", program.describe().c_str());
+  if (std::getenv("TG_MEMORY")) std::fprintf(stderr, "%s\n", m.to_string().c_str());
 }

@@ -62,6 +62,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   for (const passes::KernelGroup& group : fusion_.groups) plan_group(g, group);
   plan_outputs_and_updates(g);
   if (options.fuse) batch_steps(g);
+  estimate_traffic(g);
   phase("placement and codegen");
   plan_arena(options.reuse_memory);
   phase("arena");
@@ -146,6 +147,28 @@ void CudaExecutable::batch_steps(const ir::Graph& g) {
     s.launch_n = -1;
   }
   steps_ = std::move(out);
+}
+
+void CudaExecutable::estimate_traffic(const ir::Graph& g) {
+  for (Step& s : steps_) {
+    std::vector<int32_t> seen;
+    auto bytes_of = [&](int32_t id) { return g.node(id).numel() * dtype_size(g.node(id).dtype); };
+    for (int32_t id : s.nodes) {
+      bool read_outside = std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end();
+      for (int32_t c : consumers_[static_cast<size_t>(id)])
+        read_outside = read_outside || std::find(s.nodes.begin(), s.nodes.end(), c) == s.nodes.end();
+      if (read_outside || s.nodes.size() == 1) s.moved += bytes_of(id);
+      for (int32_t in : g.node(id).inputs)
+        if (std::find(s.nodes.begin(), s.nodes.end(), in) == s.nodes.end() && std::find(seen.begin(), seen.end(), in) == seen.end()) {
+          seen.push_back(in);
+          // A broadcast input is read at its source's size.
+          int32_t src = in;
+          while (g.node(src).op == Op::kBroadcastTo || g.node(src).op == Op::kReshape || g.node(src).op == Op::kPermute)
+            src = g.node(src).inputs[0];
+          s.moved += bytes_of(src);
+        }
+    }
+  }
 }
 
 void CudaExecutable::plan_arena(bool reuse) {
@@ -343,7 +366,9 @@ void CudaExecutable::profile_execution(int k) {
     auto& e = profile_ms_[label];
     e.first += ms;
     e.second += 1;
-    if (detail) std::fprintf(stderr, "  step %4zu %8.4f ms  %s\n", i, ms, step_line(s).c_str());
+    if (detail)
+      std::fprintf(stderr, "  step %4zu %8.4f ms %8.1f GB/s %7.1f TFLOP/s  %s\n", i, ms, static_cast<double>(s.moved) / (ms * 1e6),
+                   static_cast<double>(s.flops) / (ms * 1e9), step_line(s).c_str());
   }
   for (CUevent e : events) d.cuEventDestroy(e);
   ++executions_;

@@ -97,6 +97,7 @@ class CudaExecutable final : public Executable {
     std::vector<Arg> args;       // kernel params; matmul: a, b, out; memset: dst; copy: dst, src
     std::shared_ptr<LtMatmul> matmul;
     int64_t bytes = 0;           // memset / copy size
+    int64_t moved = 0;           // bytes the step reads and writes at least once (profiles)
     int64_t launch_n = -1;       // >= 0: passed as a trailing `long long n` (fused groups)
     // Elementwise groups (one, or several batched into one launch): their indices into
     // fusion_.groups, each one's input strides, and how many leading args each one reads.
@@ -134,6 +135,9 @@ class CudaExecutable final : public Executable {
   /// (neither reads or writes what another writes) become one launch.
   void batch_steps(const ir::Graph& g);
   void plan_arena(bool reuse);
+  /// Each step's minimum traffic: the values it writes and the distinct values it reads from
+  /// outside itself (what a roofline compares against bandwidth).
+  void estimate_traffic(const ir::Graph& g);
   void compile_kernels();
   void enqueue_step(const Step& s);
   /// Everything one execution does, in stream order, reading inputs from staging_[k].
