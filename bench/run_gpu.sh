@@ -3,6 +3,7 @@
 # and prints their lines: ours as "<workload> fp32|tf32 <ms> ms/step …", the peer's with its
 # modes (eager_fp32, eager_tf32, compile_tf32, cuda_graph, …) and peak device memory.
 # Usage: bench/run_gpu.sh [workloads, default mlp_sin,addition_3L,char_6L384,gpt2_124M]
+# COMPILE=1 adds the peer's torch.compile modes; ROOFLINE=1 the five slowest kernels per workload.
 # Needs a Release build in build-gpu/ (scripts/test_gpu.sh makes one) and PyTorch with CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,9 +11,10 @@ peer=${PEER:-../shared/bench/torch_peer.py}
 python=${PYTHON:-python3}
 only=${1:-mlp_sin,addition_3L,char_6L384,gpt2_124M}
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build-gpu mlp_sin_bench gpt_bench >/dev/null
+ninja -C build-gpu mlp_sin_bench gpt_bench cuda_ceilings >/dev/null
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)," \
      "PyTorch $($python -c 'import torch; print(torch.__version__)')"
+./build-gpu/bench/cuda_ceilings
 for w in ${only//,/ }; do
   if [ "$w" = mlp_sin ]; then
     ./build-gpu/bench/mlp_sin_bench cuda
@@ -22,3 +24,12 @@ for w in ${only//,/ }; do
   fi
   "$python" "$peer" --device cuda --only "$w" ${COMPILE:+--compile}
 done
+# Roofline material: the five slowest kernels of each workload's step (tf32 for the GPTs), with
+# their minimum traffic and flops turned into GB/s and TFLOP/s (TG_PROFILE=2, one step).
+if [ -n "${ROOFLINE:-}" ]; then
+  for w in ${only//,/ }; do
+    echo "## top kernels: $w"
+    if [ "$w" = mlp_sin ]; then TG_PROFILE=2 ./build-gpu/bench/mlp_sin_bench cuda 2>&1 >/dev/null | grep "  step" | sort -k3 -g -r | head -5 | cut -c1-230
+    else TG_PROFILE=2 ./build-gpu/bench/gpt_bench "$w" cuda tf32 2>&1 >/dev/null | grep "  step" | sort -k3 -g -r | head -5 | cut -c1-230; fi
+  done
+fi
