@@ -14,6 +14,13 @@ using ir::Node;
 
 constexpr size_t kMaxCone = 24;  // elementwise nodes a backward group may recompute per value
 
+/// Normalisations are recomputed like elementwise values (one read of their input, which
+/// their gradient keeps alive anyway): a layer norm's output then need not be stored from the
+/// forward to the backward pass just for the scale's gradient. Their input is a leaf of the
+/// cone, never recomputed through.
+bool is_norm(ir::Op op) { return op == ir::Op::kLayerNorm || op == ir::Op::kRmsNorm; }
+bool recomputable(ir::Op op) { return fusible(op) || is_norm(op); }
+
 /// Storage a leaf really occupies: a broadcast reads only its source.
 int64_t stored_numel(const Graph& g, int32_t id) {
   while (g.node(id).op == ir::Op::kBroadcastTo) id = g.node(id).inputs[0];
@@ -45,7 +52,7 @@ class Remat {
   bool eligible(int32_t id) {
     if (auto it = eligible_.find(id); it != eligible_.end()) return it->second;
     const Node& n = g_.node(id);
-    bool ok = n.stage == ir::Stage::kForward && fusible(n.op);
+    bool ok = n.stage == ir::Stage::kForward && recomputable(n.op);
     if (ok) {
       std::unordered_set<int32_t> cone, big_leaves;
       std::vector<int32_t> stack{id};
@@ -54,7 +61,7 @@ class Remat {
         stack.pop_back();
         if (!cone.insert(x).second) continue;
         for (int32_t in : g_.node(x).inputs) {
-          if (fusible(g_.node(in).op) && g_.node(in).shape == n.shape) stack.push_back(in);
+          if (!is_norm(g_.node(x).op) && recomputable(g_.node(in).op) && g_.node(in).shape == n.shape) stack.push_back(in);
           else if (2 * stored_numel(g_, in) >= n.numel()) big_leaves.insert(in);
         }
         ok = cone.size() <= kMaxCone && big_leaves.size() <= 1;
@@ -69,7 +76,8 @@ class Remat {
     if (auto it = clones_.find(id); it != clones_.end()) return it->second;
     Node c = g_.node(id);
     for (int32_t& in : c.inputs)
-      in = fusible(g_.node(in).op) && g_.node(in).shape == c.shape ? clone(in) : (*remap_)[static_cast<size_t>(in)];
+      in = !is_norm(c.op) && recomputable(g_.node(in).op) && g_.node(in).shape == c.shape ? clone(in)
+                                                                                          : (*remap_)[static_cast<size_t>(in)];
     c.stage = ir::Stage::kBackward;
     const int32_t copy = out_.add_checked(std::move(c));
     clones_[id] = copy;
