@@ -6,6 +6,7 @@
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/executable.h"
 #include "backend/cuda/fused_sinks.h"
+#include "backend/cuda/small_matmul.h"
 #include "backend/strides.h"
 #include "tensorgrad/errors.h"
 
@@ -574,6 +575,12 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   if (add >= 0) {
     slots_[static_cast<size_t>(id)].place = out;
     slots_[static_cast<size_t>(id)].placed = true;
+  }
+  // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
+  if (add < 0 && small_matmul_preferred(bm, mm, nn, k)) {
+    add_kernel({id}, small_matmul_kernel(kKernelName, bm, mm, nn, k, mats[0], mats[1], options_.tf32, ld, ctx_->info.sm_major),
+               {{places[0]}, {places[1]}, {out}}, 2 * batch * m * nn * k);
+    return;
   }
   Step st;
   st.kind = Step::Kind::kMatmul;

@@ -1,0 +1,55 @@
+// Small f32 matrix products without cuBLASLt: one NVRTC kernel specialised to the shapes and
+// strides (baked in as constants), for the tiny products of small training workloads where a
+// cuBLASLt call costs 8–12 µs of mostly fixed overhead.
+//
+// Scheme: each block computes a BM×BN tile of out [batch, m, n] = a [batch, m, k] · b [batch, k, n].
+// K is walked in stages of BK: both operand tiles are loaded from global memory with coalesced
+// loads (the loop order follows whichever stride is 1, so row- and column-major operands both
+// read whole sectors) into shared memory as k-major tiles As[k][m], Bs[k][n] (double-buffered,
+// next stage prefetched into registers while the current one is computed), and every thread
+// accumulates a TM×TN micro-tile with exact f32 FMAs (vector shared-memory reads). Products with
+// few output tiles and a long K split K two ways, both deterministic:
+//   - KS thread groups of a block take interleaved slices of each stage; their partial tiles
+//     meet in shared memory and are summed in group order;
+//   - CL blocks of a thread-block cluster (sm_90+, __cluster_dims__) take consecutive K ranges;
+//     each block stores its partial tile in its shared memory, and after a cluster barrier every
+//     block sums one part of the tile over all ranks (rank order, then group order) through
+//     distributed shared memory and writes it. No atomics, no scratch memory.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cublaslt.h"
+#include "backend/cuda/kernels.h"
+
+namespace tg::backend::cuda {
+
+/// The tiling of one small product (chosen by small_matmul_config; exposed for tests/tuning).
+struct SmallMatmulConfig {
+  int bm = 64, bn = 64, bk = 32;  // block tile and K stage
+  int tm = 4, tn = 4;             // per-thread micro-tile (1, 2, 4; tn also 8)
+  int ks = 1;                     // thread groups splitting each stage's K (in-block split-K)
+  int cl = 1;                     // cluster size splitting K across blocks (1..8, sm_90+)
+  int threads() const { return (bm / tm) * (bn / tn) * ks; }
+};
+
+/// The configuration small_matmul_kernel uses for this product on a device of compute
+/// capability sm_major (clusters only from 9).
+SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64_t k, int sm_major = 9);
+
+/// out [batch, m, n] (f32; rows out_row_stride apart, ≤ 0: n; batches m·out_row_stride apart) =
+/// a · b, operands read through their strides (any layout with lt_readable; batch stride 0 =
+/// broadcast). tf32 currently keeps exact f32 math (allowed: it only permits rounding).
+/// Params: (const float* a, const float* b, float* out).
+Launch small_matmul_kernel(const std::string& name, int64_t batch, int64_t m, int64_t n, int64_t k,
+                           const MatOperand& a, const MatOperand& b, bool tf32, int64_t out_row_stride,
+                           int sm_major = 9);
+/// The same with an explicit tiling (bm % tm == 0, bn % tn == 0, bk % (8·ks) == 0).
+Launch small_matmul_kernel_with(const SmallMatmulConfig& cfg, const std::string& name, int64_t batch, int64_t m,
+                                int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
+                                int64_t out_row_stride);
+
+/// Whether small_matmul_kernel is expected to beat cuBLASLt on this product (measured on H200).
+bool small_matmul_preferred(int64_t batch, int64_t m, int64_t n, int64_t k);
+
+}  // namespace tg::backend::cuda
