@@ -36,6 +36,9 @@ struct IntervalPlan {
 /// passed are freed first, then the buffers starting there take best-fit space. Buffers live
 /// at a common step never overlap (tests/passes/memory_plan_test.cc checks it).
 IntervalPlan plan_intervals(const std::vector<Interval>& intervals);
+/// The step in [0, end] at which the most bytes are live (the first such), for reports of
+/// what the arena holds at its peak.
+int32_t busiest_step(const std::vector<Interval>& intervals, int32_t end);
 
 /// Plans `graph` (topologically ordered, as every Graph is). Live range of a node: from its
 /// own id to its last reader; pinned values to the end. Best-fit over a coalescing free list.

@@ -22,21 +22,14 @@
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
 #include "tensorgrad/errors.h"
+#include "backend/cuda_test_util.h"
 
 namespace {
 
 using namespace tg;
 namespace cuda = tg::backend::cuda;
 
-bool have_nvrtc(std::string& why) {
-  try {
-    cuda::nvrtc();
-    return true;
-  } catch (const DeviceError& e) {
-    why = e.what();
-    return false;
-  }
-}
+using tg::testing::have_nvrtc;
 
 std::vector<int64_t> dense_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);

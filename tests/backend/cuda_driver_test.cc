@@ -21,6 +21,7 @@
 #include "backend/ref/ref_scalar.h"
 #include "tensorgrad/errors.h"
 #include "../test_util.h"
+#include "backend/cuda_test_util.h"
 
 namespace {
 
@@ -28,15 +29,7 @@ using namespace tg;
 using tg::testing::message_of;
 namespace cuda = tg::backend::cuda;
 
-bool have_nvrtc(std::string& why) {
-  try {
-    cuda::nvrtc();
-    return true;
-  } catch (const DeviceError& e) {
-    why = e.what();
-    return false;
-  }
-}
+using tg::testing::have_nvrtc;
 
 TEST(CudaDriver, AnUnusableDeviceSaysWhy) {
   const std::string why = cuda::unavailable_reason(0);

@@ -22,21 +22,14 @@
 #include "ir/api_util.h"
 #include "passes/fusion.h"
 #include "tensorgrad/errors.h"
+#include "backend/cuda_test_util.h"
 
 namespace {
 
 using namespace tg;
 namespace cuda = tg::backend::cuda;
 
-bool have_nvrtc(std::string& why) {
-  try {
-    cuda::nvrtc();
-    return true;
-  } catch (const DeviceError& e) {
-    why = e.what();
-    return false;
-  }
-}
+using tg::testing::have_nvrtc;
 
 #define TG_NEED_GPU()                                                                  \
   do {                                                                                 \

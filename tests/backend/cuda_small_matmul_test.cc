@@ -18,6 +18,7 @@
 #include "backend/cuda/driver.h"
 #include "backend/cuda/small_matmul.h"
 #include "tensorgrad/errors.h"
+#include "backend/cuda_test_util.h"
 
 namespace {
 
@@ -31,15 +32,7 @@ namespace cuda = tg::backend::cuda;
     cuda::open_device(0);                                                          \
   } while (0)
 
-bool have_nvrtc(std::string& why) {
-  try {
-    cuda::nvrtc();
-    return true;
-  } catch (const DeviceError& e) {
-    why = e.what();
-    return false;
-  }
-}
+using tg::testing::have_nvrtc;
 
 /// One product: shapes, layouts (row- or column-major with a padded leading dimension) and
 /// batch strides (0 = broadcast).

@@ -128,10 +128,8 @@ void CpuExecutable::plan_arena(bool reuse) {
   memory_.arena = plan.arena_bytes;
   memory_.no_reuse = plan.total_bytes;
   // What is live at the busiest step, by category.
-  std::vector<int64_t> live(static_cast<size_t>(end) + 1, 0);
-  for (const ArenaBuffer& b : bufs_)
-    for (int32_t e = b.first; e <= b.last && e <= end; ++e) live[static_cast<size_t>(e)] += b.bytes;
-  const auto peak = static_cast<int32_t>(std::max_element(live.begin(), live.end()) - live.begin());
+  for (intervals.clear(); const ArenaBuffer& b : bufs_) intervals.push_back({b.bytes, b.first, b.last});
+  const int32_t peak = passes::busiest_step(intervals, end);
   for (const ArenaBuffer& b : bufs_) {
     if (b.first > peak || b.last < peak) continue;
     switch (b.category) {

@@ -194,10 +194,8 @@ void CudaExecutable::plan_arena(bool reuse) {
   arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(plan.arena_bytes, kAlign)));
   memory_.arena = plan.arena_bytes;
   memory_.no_reuse = plan.total_bytes;
-  std::vector<int64_t> live(static_cast<size_t>(end) + 1, 0);
-  for (const ArenaBuffer& b : bufs_)
-    for (int32_t e = b.first; e <= b.last && e <= end; ++e) live[static_cast<size_t>(e)] += b.bytes;
-  const auto peak = static_cast<int32_t>(std::max_element(live.begin(), live.end()) - live.begin());
+  for (intervals.clear(); const ArenaBuffer& b : bufs_) intervals.push_back({b.bytes, b.first, b.last});
+  const int32_t peak = passes::busiest_step(intervals, end);
   for (const ArenaBuffer& b : bufs_) {
     if (b.first > peak || b.last < peak) continue;
     switch (b.category) {
@@ -264,14 +262,22 @@ void CudaExecutable::enqueue_step(const Step& s) {
 /// One step's work in stream order: upload the inputs, clear the error word, every step, then
 /// the updates (after every read of the old values).
 void CudaExecutable::enqueue_all(int k) {
-  const Driver& d = driver();
-  CUstream stream = ctx_->stream;
-  if (input_bytes_ > 0)
-    check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_[k], static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
-  check(d.cuMemsetD32Async(err_.get(), 0, 1, stream), "cuMemsetD32Async");
+  enqueue_prologue(k);
   for (const Step& s : steps_) enqueue_step(s);
+  enqueue_updates();
+}
+
+void CudaExecutable::enqueue_prologue(int k) {
+  const Driver& d = driver();
+  if (input_bytes_ > 0)
+    check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_[k], static_cast<size_t>(input_bytes_), ctx_->stream), "cuMemcpyHtoDAsync");
+  check(d.cuMemsetD32Async(err_.get(), 0, 1, ctx_->stream), "cuMemsetD32Async");
+}
+
+void CudaExecutable::enqueue_updates() {
   for (const UpdateCopy& u : update_copies_)
-    check(d.cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), stream), "cuMemcpyDtoDAsync");
+    check(driver().cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), ctx_->stream),
+          "cuMemcpyDtoDAsync");
 }
 
 void CudaExecutable::capture(int k) {
@@ -343,9 +349,7 @@ void CudaExecutable::execute() {
 void CudaExecutable::profile_execution(int k) {
   const Driver& d = driver();
   CUstream stream = ctx_->stream;
-  if (input_bytes_ > 0)
-    check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_[k], static_cast<size_t>(input_bytes_), stream), "cuMemcpyHtoDAsync");
-  check(d.cuMemsetD32Async(err_.get(), 0, 1, stream), "cuMemsetD32Async");
+  enqueue_prologue(k);
   std::vector<CUevent> events(steps_.size() + 1);
   for (CUevent& e : events) check(d.cuEventCreate(&e, 0), "cuEventCreate");
   check(d.cuEventRecord(events[0], stream), "cuEventRecord");
@@ -353,8 +357,7 @@ void CudaExecutable::profile_execution(int k) {
     enqueue_step(steps_[i]);
     check(d.cuEventRecord(events[i + 1], stream), "cuEventRecord");
   }
-  for (const UpdateCopy& u : update_copies_)
-    check(d.cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), stream), "cuMemcpyDtoDAsync");
+  enqueue_updates();
   check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   const bool detail = std::string(std::getenv("TG_PROFILE")) == "2" && executions_ == 3;
   for (size_t i = 0; i < steps_.size(); ++i) {

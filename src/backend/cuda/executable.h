@@ -142,6 +142,8 @@ class CudaExecutable final : public Executable {
   void enqueue_step(const Step& s);
   /// Everything one execution does, in stream order, reading inputs from staging_[k].
   void enqueue_all(int k);
+  void enqueue_prologue(int k);  // the input upload and clearing the error word
+  void enqueue_updates();        // the update copies that are not written in place
   void capture(int k);
   void profile_execution(int k);
   std::string step_line(const Step& s) const;
