@@ -115,30 +115,7 @@ void CpuExecutable::plan_arena(bool reuse) {
       ab.last = std::max(ab.last, s.exec);
     }
   const int32_t end = static_cast<int32_t>(kernel_steps_.size());
-  std::vector<passes::Interval> intervals;
-  for (ArenaBuffer& b : bufs_) {
-    if (b.first < 0) b.first = b.last = 0;  // never touched (an output nothing computes into)
-    if (b.to_end || !reuse) b.last = end;
-    if (!reuse) b.first = 0;
-    intervals.push_back({b.bytes, b.first, b.last});
-  }
-  const passes::IntervalPlan plan = passes::plan_intervals(intervals);
-  for (size_t i = 0; i < bufs_.size(); ++i) bufs_[i].offset = std::max<int64_t>(0, plan.offset[i]);  // empty: 0
-  arena_ = HostMem(plan.arena_bytes);
-  memory_.arena = plan.arena_bytes;
-  memory_.no_reuse = plan.total_bytes;
-  // What is live at the busiest step, by category.
-  for (intervals.clear(); const ArenaBuffer& b : bufs_) intervals.push_back({b.bytes, b.first, b.last});
-  const int32_t peak = passes::busiest_step(intervals, end);
-  for (const ArenaBuffer& b : bufs_) {
-    if (b.first > peak || b.last < peak) continue;
-    switch (b.category) {
-      case Category::kActivation: memory_.activations += b.bytes; break;
-      case Category::kGradient: memory_.gradients += b.bytes; break;
-      case Category::kOptimizer: memory_.optimizer_temps += b.bytes; break;
-      case Category::kScratch: memory_.scratch += b.bytes; break;
-    }
-  }
+  arena_ = HostMem(place_arena(bufs_, end, reuse, memory_));
 }
 
 void CpuExecutable::build_kernels() {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/arena.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "passes/fusion.h"
@@ -61,14 +62,7 @@ class CpuExecutable final : public Executable {
     bool placed = false;
     const Buffer* root = nullptr;  // the bound buffer the place reads, if any
   };
-  enum class Category : uint8_t { kActivation, kGradient, kOptimizer, kScratch };
-  struct ArenaBuffer {
-    int64_t bytes = 0;
-    Category category = Category::kScratch;
-    int32_t first = -1, last = -1;  // execution indices of the steps touching it
-    bool to_end = false;            // read after the last step (outputs, update values)
-    int64_t offset = 0;
-  };
+  using Category = ArenaBuffer::Category;
   struct Step {
     std::vector<int32_t> nodes;  // what it computes (describe / profile)
     std::vector<int32_t> bufs;   // arena buffers it reads or writes

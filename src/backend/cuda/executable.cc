@@ -182,29 +182,7 @@ void CudaExecutable::plan_arena(bool reuse) {
         b.last = std::max(b.last, e);
       }
   const auto end = static_cast<int32_t>(steps_.size());
-  std::vector<passes::Interval> intervals;
-  for (ArenaBuffer& b : bufs_) {
-    if (b.first < 0) b.first = b.last = 0;
-    if (b.to_end || !reuse) b.last = end;
-    if (!reuse) b.first = 0;
-    intervals.push_back({b.bytes, b.first, b.last});
-  }
-  const passes::IntervalPlan plan = passes::plan_intervals(intervals);
-  for (size_t i = 0; i < bufs_.size(); ++i) bufs_[i].offset = std::max<int64_t>(0, plan.offset[i]);
-  arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(plan.arena_bytes, kAlign)));
-  memory_.arena = plan.arena_bytes;
-  memory_.no_reuse = plan.total_bytes;
-  for (intervals.clear(); const ArenaBuffer& b : bufs_) intervals.push_back({b.bytes, b.first, b.last});
-  const int32_t peak = passes::busiest_step(intervals, end);
-  for (const ArenaBuffer& b : bufs_) {
-    if (b.first > peak || b.last < peak) continue;
-    switch (b.category) {
-      case Category::kActivation: memory_.activations += b.bytes; break;
-      case Category::kGradient: memory_.gradients += b.bytes; break;
-      case Category::kOptimizer: memory_.optimizer_temps += b.bytes; break;
-      case Category::kScratch: memory_.scratch += b.bytes; break;
-    }
-  }
+  arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(place_arena(bufs_, end, reuse, memory_), kAlign)));
 }
 
 void CudaExecutable::compile_kernels() {

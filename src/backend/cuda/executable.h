@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/arena.h"
 #include "backend/backend.h"
 #include "backend/cuda/cublaslt.h"
 #include "backend/cuda/driver.h"
@@ -76,14 +77,7 @@ class CudaExecutable final : public Executable {
     bool placed = false;
     const Buffer* root = nullptr;  // the bound buffer the place reads, if any
   };
-  enum class Category : uint8_t { kActivation, kGradient, kOptimizer, kScratch };
-  struct ArenaBuffer {
-    int64_t bytes = 0;
-    Category category = Category::kScratch;
-    int32_t first = -1, last = -1;
-    bool to_end = false;
-    int64_t offset = 0;
-  };
+  using Category = ArenaBuffer::Category;
   struct Arg {
     Place place;
     bool err = false;  // the error word instead of a place
