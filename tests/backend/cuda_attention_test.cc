@@ -599,28 +599,33 @@ TEST(CudaAttentionGpu, TileSweep) {
   const std::string why = cuda::unavailable_reason(0);
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   if (!std::getenv("TG_ATTN_SWEEP")) GTEST_SKIP() << "set TG_ATTN_SWEEP=1 to run the tile sweep";
-  const char* fp32[] = {"f:4,4,4;k:8,4,4;q:8,4,4", "f:4,2,4;k:4,4,4;q:4,4,4", "f:2,4,4;k:8,2,4;q:8,2,4",
-                        "f:8,2,4;k:4,2,4;q:4,2,4", "f:4,4,8;k:8,4,8;q:8,4,8", "f:4,2,8;k:4,4,8;q:4,4,8",
-                        "f:8,1,4;k:16,1,4;q:16,1,4", "f:2,2,4;k:2,4,4;q:2,4,4"};
-  const char* mma[] = {"f:4,64;k:4,32;q:4,32", "f:4,32;k:4,64;q:4,64", "f:8,64;k:8,32;q:8,32",
-                       "f:2,64;k:2,32;q:2,32", "f:8,32;k:8,64;q:8,64", "f:4,128;k:2,64;q:2,64"};
+  // Per path: the override variable, the label and kernel-name prefix, and its tile configurations.
+  struct Sweep {
+    const char* env;
+    const char* label;
+    const char* prefix;
+    bool tf32;
+    std::vector<const char*> cfgs;
+  };
+  const Sweep sweeps[] = {
+      {"TG_CUDA_ATTENTION_TILES", "fp32", "swf", false,
+       {"f:4,4,4;k:8,4,4;q:8,4,4", "f:4,2,4;k:4,4,4;q:4,4,4", "f:2,4,4;k:8,2,4;q:8,2,4", "f:8,2,4;k:4,2,4;q:4,2,4",
+        "f:4,4,8;k:8,4,8;q:8,4,8", "f:4,2,8;k:4,4,8;q:4,4,8", "f:8,1,4;k:16,1,4;q:16,1,4", "f:2,2,4;k:2,4,4;q:2,4,4"}},
+      {"TG_CUDA_ATTENTION_MMA", "tf32", "swm", true,
+       {"f:4,64;k:4,32;q:4,32", "f:4,32;k:4,64;q:4,64", "f:8,64;k:8,32;q:8,32", "f:2,64;k:2,32;q:2,32",
+        "f:8,32;k:8,64;q:8,64", "f:4,128;k:2,64;q:2,64"}}};
   int n = 0;
   for (const BenchShape& b : kBench) {
     if (b.t < 256) continue;
-    for (const char* cfg : fp32) {
-      setenv("TG_CUDA_ATTENTION_TILES", cfg, 1);
-      const Timing t = time_shape(b.b, b.h, b.t, b.d, true, false, "swf" + std::to_string(n++), 5);
-      std::printf("  sweep %-5s fp32 %-28s fwd %.4f  bwd %.4f (%.4f + %.4f + %.4f)\n", b.name, cfg, t.fwd, t.bwd,
-                  t.parts[0], t.parts[1], t.parts[2]);
+    for (const Sweep& sw : sweeps) {
+      for (const char* cfg : sw.cfgs) {
+        setenv(sw.env, cfg, 1);
+        const Timing t = time_shape(b.b, b.h, b.t, b.d, true, sw.tf32, sw.prefix + std::to_string(n++), 5);
+        std::printf("  sweep %-5s %s %-28s fwd %.4f  bwd %.4f (%.4f + %.4f + %.4f)\n", b.name, sw.label, cfg, t.fwd,
+                    t.bwd, t.parts[0], t.parts[1], t.parts[2]);
+      }
+      unsetenv(sw.env);
     }
-    unsetenv("TG_CUDA_ATTENTION_TILES");
-    for (const char* cfg : mma) {
-      setenv("TG_CUDA_ATTENTION_MMA", cfg, 1);
-      const Timing t = time_shape(b.b, b.h, b.t, b.d, true, true, "swm" + std::to_string(n++), 5);
-      std::printf("  sweep %-5s tf32 %-28s fwd %.4f  bwd %.4f (%.4f + %.4f + %.4f)\n", b.name, cfg, t.fwd, t.bwd,
-                  t.parts[0], t.parts[1], t.parts[2]);
-    }
-    unsetenv("TG_CUDA_ATTENTION_MMA");
   }
 }
 

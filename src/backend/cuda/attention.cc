@@ -50,6 +50,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/attention_paths.h"
 #include "backend/cuda/kernels.h"
 #include "tensorgrad/errors.h"
 
@@ -167,21 +168,117 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
   return c;
 }
 
-/// The constants every kernel of the fp32 tiled path is specialised to.
+/// Device helpers both tiled paths (fp32 and tf32) share; emitted after their constants, which
+/// name BR, BC, DP, RS and NT for the path's own tiles.
+constexpr const char* kCommon = R"(
+#define NEG_INF (-__int_as_float(0x7f800000))
+#define POS_INF (__int_as_float(0x7f800000))
+
+// Reductions over LANES adjacent lanes (a power of two ≤ 32): 8 for a row group of the fp32
+// path, 4 for a quad of the mma fragments.
+template <int LANES>
+__device__ __forceinline__ float lanes_max(float x) {
+#pragma unroll
+  for (int o = 1; o < LANES; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+template <int LANES>
+__device__ __forceinline__ float lanes_sum(float x) {
+#pragma unroll
+  for (int o = 1; o < LANES; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+template <int M, int N>
+__device__ __forceinline__ void zero(float (&c)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int j = 0; j < N; ++j) c[i][j] = 0.f;
+}
+
+// Whether key c is visible to query r.
+__device__ __forceinline__ bool visible(int r, int c) { return c < S && (!CAUSAL || c <= r + SHIFT); }
+
+// Keys [0, key_end(q0)) are visible to some query of the row tile starting at q0.
+__device__ __forceinline__ int key_end(int q0) {
+  const int last = min(T, q0 + BR) - 1;
+  return CAUSAL ? min(S, last + SHIFT + 1) : S;
+}
+
+// Block → query tile q0 of (b, h) (bh = b·HQ + h) for kernels whose rows are queries, with the
+// keys and values of its kv head; the tiles with the most keys (the last ones when causal) are
+// handed out first.
+struct QueryBlock {
+  int q0, bh, b, h;
+  const float* kh;
+  const float* vh;
+};
+__device__ __forceinline__ QueryBlock query_block(const float* k, const float* v) {
+  constexpr int NTILES = (T + BR - 1) / BR;
+  QueryBlock qb;
+  qb.bh = (int)(blockIdx.x % (B * HQ));
+  qb.q0 = (NTILES - 1 - (int)(blockIdx.x / (B * HQ))) * BR;
+  qb.b = qb.bh / HQ, qb.h = qb.bh % HQ;
+  const int kvh = qb.h / GRP;
+  qb.kh = k + qb.b * K0 + kvh * K1;
+  qb.vh = v + qb.b * V0 + kvh * V1;
+  return qb;
+}
+
+// Row-major tile: dst[r·RS + d] = cvt(mul·src[(row0 + r)·rstride + d·dstride]) for r < ROWS,
+// d < DP; zero where row0 + r ≥ limit or d ≥ D. Consecutive threads read consecutive d. cvt
+// rounds for the tensor cores (the mma path) or keeps the value (Exact).
+struct Exact {
+  __device__ __forceinline__ float operator()(float x) const { return x; }
+};
+template <int ROWS, class Cvt = Exact>
+__device__ __forceinline__ void load_rows(float* dst, const float* src, long long rstride, long long dstride, int row0,
+                                          int limit, float mul, Cvt cvt = Cvt()) {
+  for (int e = threadIdx.x; e < ROWS * DP; e += NT) {
+    const int r = e / DP, d = e - r * DP;
+    float x = 0.f;
+    if (d < D && row0 + r < limit) x = mul * src[(long long)(row0 + r) * rstride + (long long)d * dstride];
+    dst[r * RS + d] = cvt(x);
+  }
+}
+
+// The stats pass's results (scratch [2, NROWS]: lse, then delta) for query r of bh.
+__device__ __forceinline__ void store_stats(float* scratch, long long bh, int r, float lse, float delta) {
+  scratch[bh * T + r] = lse;
+  scratch[NROWS + bh * T + r] = delta;
+}
+__device__ __forceinline__ void load_stats(const float* scratch, long long bh, int r, float& lse, float& delta) {
+  const bool in = r < T;
+  lse = in ? scratch[bh * T + r] : POS_INF;  // no probability for missing queries
+  delta = in ? scratch[NROWS + bh * T + r] : 0.f;
+}
+// lse and delta of the BC queries from q0 into shared memory.
+__device__ __forceinline__ void stage_stats(float* Ls, float* Ds, const float* scratch, long long bh, int q0) {
+  for (int e = threadIdx.x; e < BC; e += NT) load_stats(scratch, bh, q0 + e, Ls[e], Ds[e]);
+}
+
+// dK and dV of key row `key` (< S) of kv group bg = b·HKV + kv head, dense [B, HKV, S, D] each.
+__device__ __forceinline__ void store_dkdv(float* grads, int bg, int key, int col, float dk, float dv) {
+  const long long at = ((long long)bg * S + key) * D + col;
+  grads[NQ + at] = dk;
+  grads[NQ + NK + at] = dv;
+}
+)";
+
+/// The constants every kernel of the fp32 tiled path is specialised to, then the shared
+/// device helpers (kCommon).
 std::string constants(const AttentionShape& s, const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
                       const Operand& o) {
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
   auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
   i("RPT", g.rpt), i("CPT", g.cpt), i("BR", g.br), i("BC", g.bc), i("DW", g.dw), i("VW", g.vw), i("DP", g.dp);
   i("RS", g.rs), i("TS", g.ts), i("PS", g.ps), i("OC", g.oc);
-  return c + shape_constants(s, q, k, v, o);
+  return c + shape_constants(s, q, k, v, o) + kCommon;
 }
 
-/// Device helpers shared by the kernels (see the file comment for the tile layouts).
+/// Device helpers of the fp32 tiled kernels (see the file comment for the tile layouts).
 constexpr const char* kHelpers = R"(
-#define NEG_INF (-__int_as_float(0x7f800000))
-#define POS_INF (__int_as_float(0x7f800000))
-
 template <int N> __device__ __forceinline__ void ldv(float* r, const float* p);
 template <> __device__ __forceinline__ void ldv<1>(float* r, const float* p) { r[0] = p[0]; }
 template <> __device__ __forceinline__ void ldv<2>(float* r, const float* p) {
@@ -222,36 +319,8 @@ __device__ __forceinline__ Lane lane_coords() {
   return l;
 }
 
-// Reductions over the 8 column lanes of a row group.
-__device__ __forceinline__ float group_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
-}
-__device__ __forceinline__ float group_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  x += __shfl_xor_sync(0xffffffffu, x, 2);
-  return x + __shfl_xor_sync(0xffffffffu, x, 4);
-}
-
-// Whether key c is visible to query r.
-__device__ __forceinline__ bool visible(int r, int c) { return c < S && (!CAUSAL || c <= r + SHIFT); }
-
 // Output column o of a thread (o < OC): VW-wide vectors, 8 lanes side by side.
 __device__ __forceinline__ int out_col(int o, int tx) { return (o / VW) * (8 * VW) + tx * VW + o % VW; }
-
-// Row-major tile: dst[r·RS + d] = mul·src[(row0 + r)·rstride + d·dstride] for r < ROWS, d < DP;
-// zero where row0 + r ≥ limit or d ≥ D. Consecutive threads read consecutive d.
-template <int ROWS>
-__device__ __forceinline__ void load_rows(float* dst, const float* src, long long rstride, long long dstride, int row0,
-                                          int limit, float mul) {
-  for (int e = threadIdx.x; e < ROWS * DP; e += NT) {
-    const int r = e / DP, d = e - r * DP;
-    float x = 0.f;
-    if (d < D && row0 + r < limit) x = mul * src[(long long)(row0 + r) * rstride + (long long)d * dstride];
-    dst[r * RS + d] = x;
-  }
-}
 
 // Transposed tile: dst[d·TS + r] (d < DW, r < ROWS), same source and zeros as load_rows. A warp
 // step covers 8 d × 4 rows: 32-byte runs of global memory, conflict-free shared stores (TS ≡ 4 mod 8).
@@ -320,28 +389,6 @@ __device__ __forceinline__ void accumulate(float (&acc)[RPT][OC], const float* P
     }
   }
 }
-
-template <int N>
-__device__ __forceinline__ void zero(float (&acc)[RPT][N]) {
-#pragma unroll
-  for (int i = 0; i < RPT; ++i)
-#pragma unroll
-    for (int o = 0; o < N; ++o) acc[i][o] = 0.f;
-}
-
-// Keys [0, key_end(q0)) are visible to some query of the row tile starting at q0.
-__device__ __forceinline__ int key_end(int q0) {
-  const int last = min(T, q0 + BR) - 1;
-  return CAUSAL ? min(S, last + SHIFT + 1) : S;
-}
-
-// Block → (query tile, b·HQ + h) for kernels whose rows are queries; the tiles with the most
-// keys (the last ones when causal) are handed out first.
-__device__ __forceinline__ void query_block(int& q0, int& bh) {
-  constexpr int NTILES = (T + BR - 1) / BR;
-  bh = (int)(blockIdx.x % (B * HQ));
-  q0 = (NTILES - 1 - (int)(blockIdx.x / (B * HQ))) * BR;
-}
 )";
 
 /// The forward pass over one query tile; with STATS (the backward's first launch) it stores
@@ -357,11 +404,7 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
   float* Vs = Ks + BC * RS;                     // [BC][RS]  values
   const Lane L = lane_coords();
   float* Pw = Vs + BC * RS + L.warp * (BC * PS);  // this warp's probabilities [BC][PS]
-  int q0, bh;
-  query_block(q0, bh);
-  const int b = bh / HQ, h = bh % HQ, g = h / GRP;
-  const float* kh = k + b * K0 + g * K1;
-  const float* vh = v + b * V0 + g * V1;
+  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
   load_cols<BR>(Qt, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
 
   float o[RPT][OC], m[RPT], l[RPT];
@@ -384,7 +427,7 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
         if (!visible(r0 + i, k0 + L.tx + 8 * j)) s[i][j] = NEG_INF;
         mx = fmaxf(mx, s[i][j]);
       }
-      const float mnew = fmaxf(m[i], group_max(mx));
+      const float mnew = fmaxf(m[i], lanes_max<8>(mx));
       const float base = mnew == NEG_INF ? 0.f : mnew;
       const float alpha = exp2f(m[i] - base);
       m[i] = mnew;
@@ -403,7 +446,7 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     const int r = r0 + i;
-    const float total = group_sum(l[i]), inv = 1.f / total;
+    const float total = lanes_sum<8>(l[i]), inv = 1.f / total;
     const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row (O3 = 1)
     if (!STATS) {
       if (r < T)
@@ -416,11 +459,8 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
 #pragma unroll
         for (int c = 0; c < OC; ++c)
           if (out_col(c, L.tx) < D) dot = fmaf(o[i][c] * inv, dout[row + out_col(c, L.tx) * O3], dot);
-      dot = group_sum(dot);
-      if (r < T && L.tx == 0) {
-        scratch[(long long)bh * T + r] = m[i] + log2f(total);
-        scratch[NROWS + (long long)bh * T + r] = dot;
-      }
+      dot = lanes_sum<8>(dot);
+      if (r < T && L.tx == 0) store_stats(scratch, bh, r, m[i] + log2f(total), dot);
     }
   }
 }
@@ -457,11 +497,7 @@ __device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const flo
       __syncthreads();
       load_rows<BC>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, 1.f);
       load_rows<BC>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
-      for (int e = threadIdx.x; e < BC; e += NT) {
-        const bool in = q0 + e < T;
-        Ls[e] = in ? scratch[bh * T + q0 + e] : POS_INF;  // no probability for missing queries
-        Ds[e] = in ? scratch[NROWS + bh * T + q0 + e] : 0.f;
-      }
+      stage_stats(Ls, Ds, scratch, bh, q0);
       __syncthreads();
       float s[RPT][CPT];
       score_tile(s, Kt, Qs, L);
@@ -488,19 +524,12 @@ __device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const flo
     }
   }
 
-  float* dkh = grads + NQ + ((long long)bg * S) * D;
-  float* dvh = grads + NQ + NK + ((long long)bg * S) * D;
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     if (c0 + i >= S) continue;
 #pragma unroll
-    for (int c = 0; c < OC; ++c) {
-      const int col = out_col(c, L.tx);
-      if (col < D) {
-        dkh[(long long)(c0 + i) * D + col] = dk[i][c] * SCALE;
-        dvh[(long long)(c0 + i) * D + col] = dv[i][c];
-      }
-    }
+    for (int c = 0; c < OC; ++c)
+      if (out_col(c, L.tx) < D) store_dkdv(grads, bg, c0 + i, out_col(c, L.tx), dk[i][c] * SCALE, dv[i][c]);
   }
 }
 )";
@@ -517,21 +546,13 @@ __device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float
   float* Vs = Ks + BC * RS;                     // [BC][RS]  values
   const Lane L = lane_coords();
   float* Pw = Vs + BC * RS + L.warp * (BC * PS);  // this warp's dS [BC][PS]
-  int q0, bh;
-  query_block(q0, bh);
-  const int b = bh / HQ, h = bh % HQ, g = h / GRP;
-  const float* kh = k + b * K0 + g * K1;
-  const float* vh = v + b * V0 + g * V1;
+  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
   load_cols<BR>(Qt, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
   load_cols<BR>(Ot, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
   const int r0 = q0 + L.ty * RPT;
   float lse[RPT], delta[RPT];
 #pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    const bool in = r0 + i < T;
-    lse[i] = in ? scratch[(long long)bh * T + r0 + i] : POS_INF;
-    delta[i] = in ? scratch[NROWS + (long long)bh * T + r0 + i] : 0.f;
-  }
+  for (int i = 0; i < RPT; ++i) load_stats(scratch, bh, r0 + i, lse[i], delta[i]);
 
   float dq[RPT][OC];
   zero(dq);
@@ -567,530 +588,6 @@ __device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float
 }
 )";
 
-/// Small problems (T, S ≤ 64, D ≤ 64, backward D ≤ 32): a block handles NG whole (batch, kv head) groups with
-/// their keys and values (and, backward, queries and output gradients) in shared memory, one
-/// thread per query row (then, backward, per key row). Row stride DS = D + 1 (odd) keeps the
-/// per-thread row reads free of bank conflicts; the other operand is a broadcast.
-constexpr const char* kSmall = R"(
-#define NEG_INF (-__int_as_float(0x7f800000))
-constexpr int QPG = GRP * T;       // query rows of one kv group
-constexpr int NGROUPS = B * HKV;
-
-// Stage rows [0, ROWS) of NG groups: dst[(gl·ROWS + r)·DS + d]; `addr(gid, r, d)` the source
-// index. Loads go out in batches of 16 per thread (the problem is latency bound).
-template <int ROWS, class F>
-__device__ __forceinline__ void stage(float* __restrict__ dst, const float* __restrict__ src, F addr) {
-  constexpr int TOTAL = NG * ROWS * D, U = 16;
-  for (int e0 = threadIdx.x; e0 < TOTAL; e0 += U * NT) {
-    float x[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int e = e0 + u * NT, gl = e / (ROWS * D), rem = e - gl * (ROWS * D), r = rem / D, d = rem - r * D;
-      const int gid = blockIdx.x * NG + gl;
-      x[u] = e < TOTAL && gid < NGROUPS ? src[addr(gid, r, d)] : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int e = e0 + u * NT, gl = e / (ROWS * D), rem = e - gl * (ROWS * D), r = rem / D, d = rem - r * D;
-      if (e < TOTAL) dst[(gl * ROWS + r) * DS + d] = x[u];
-    }
-  }
-}
-__device__ __forceinline__ long long k_addr(int gid, int j, int d) {
-  return (gid / HKV) * K0 + (gid % HKV) * K1 + j * K2 + d * K3;
-}
-__device__ __forceinline__ long long v_addr(int gid, int j, int d) {
-  return (gid / HKV) * V0 + (gid % HKV) * V1 + j * V2 + d * V3;
-}
-// Query row r of group gid (r = head-in-group·T + i).
-__device__ __forceinline__ long long q_addr(int gid, int r, int d) {
-  const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
-  return b * Q0 + h * Q1 + (r % T) * Q2 + d * Q3;
-}
-__device__ __forceinline__ long long row_addr(int gid, int r, int d) {  // dense [B, HQ, T, D] (dq)
-  const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
-  return ((long long)(b * HQ + h) * T + r % T) * D + d;
-}
-__device__ __forceinline__ long long o_addr(int gid, int r, int d) {  // out / dout, strides O0..O3
-  const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
-  return b * O0 + h * O1 + (r % T) * O2 + d * O3;
-}
-__device__ __forceinline__ float dot_row(const float (&a)[D], const float* b) {
-  float x = 0.f;
-#pragma unroll
-  for (int d = 0; d < D; ++d) x = fmaf(a[d], b[d], x);
-  return x;
-}
-__device__ __forceinline__ float dot_rows(const float* a, const float* b) {
-  float x = 0.f;
-#pragma unroll
-  for (int d = 0; d < D; ++d) x = fmaf(a[d], b[d], x);
-  return x;
-}
-
-__device__ __forceinline__ void small_forward(const float* __restrict__ q, const float* __restrict__ k,
-                                              const float* __restrict__ v, float* __restrict__ out) {
-  extern __shared__ float smem[];
-  float* Ks = smem;              // [NG][S][DS]
-  float* Vs = Ks + NG * S * DS;  // [NG][S][DS]
-  const int r = threadIdx.x, gl = r / QPG, gid = blockIdx.x * NG + gl;
-  const bool active = r < NG * QPG && gid < NGROUPS;
-  const int qr = r % QPG, i = qr % T;
-  float qv[D];  // loaded before the staging so that the two overlap
-#pragma unroll
-  for (int d = 0; d < D; ++d) qv[d] = active ? q[q_addr(gid, qr, d)] * SCALE2 : 0.f;
-  stage<S>(Ks, k, k_addr);
-  stage<S>(Vs, v, v_addr);
-  __syncthreads();
-  if (!active) return;
-  const float* kg = Ks + gl * S * DS;
-  const float* vg = Vs + gl * S * DS;
-  const int jend = CAUSAL ? i + SHIFT + 1 : S;
-  float m = NEG_INF;
-  for (int j = 0; j < jend; ++j) m = fmaxf(m, dot_row(qv, kg + j * DS));
-  float o[D], l = 0.f;
-#pragma unroll
-  for (int d = 0; d < D; ++d) o[d] = 0.f;
-  for (int j = 0; j < jend; ++j) {
-    const float p = exp2f(dot_row(qv, kg + j * DS) - m);
-    l += p;
-#pragma unroll
-    for (int d = 0; d < D; ++d) o[d] = fmaf(p, vg[j * DS + d], o[d]);
-  }
-  const float inv = 1.f / l;
-#pragma unroll
-  for (int d = 0; d < D; ++d) out[o_addr(gid, qr, d)] = o[d] * inv;
-}
-
-__device__ __forceinline__ void small_backward(const float* __restrict__ q, const float* __restrict__ k,
-                                               const float* __restrict__ v, const float* __restrict__ dout,
-                                               float* __restrict__ grads) {
-  extern __shared__ float smem[];
-  float* Qs = smem;                // [NG][QPG][DS] queries
-  float* Os = Qs + NG * QPG * DS;  // [NG][QPG][DS] output gradients
-  float* Ks = Os + NG * QPG * DS;  // [NG][S][DS]
-  float* Vs = Ks + NG * S * DS;    // [NG][S][DS]
-  float* Ls = Vs + NG * S * DS;    // [NG][QPG] lse (base 2)
-  float* Dl = Ls + NG * QPG;       // [NG][QPG] delta = Σ_j p·dp = dO·O
-  stage<QPG>(Qs, q, q_addr);
-  stage<QPG>(Os, dout, o_addr);
-  stage<S>(Ks, k, k_addr);
-  stage<S>(Vs, v, v_addr);
-  __syncthreads();
-  {  // one thread per query row: lse, delta, dq
-    const int r = threadIdx.x, gl = r / QPG, gid = blockIdx.x * NG + gl;
-    if (r < NG * QPG && gid < NGROUPS) {
-      const int qr = r % QPG, i = qr % T;
-      const float* qrow = Qs + (gl * QPG + qr) * DS;
-      const float* orow = Os + (gl * QPG + qr) * DS;
-      const float* kg = Ks + gl * S * DS;
-      const float* vg = Vs + gl * S * DS;
-      // Scores as the key pass computes them (q·k, then scaled), so that p matches there.
-      const int jend = CAUSAL ? i + SHIFT + 1 : S;
-      float m = NEG_INF, l = 0.f;
-#pragma unroll 1
-      for (int j = 0; j < jend; ++j) {
-        const float s = dot_rows(qrow, kg + j * DS) * SCALE2, mnew = fmaxf(m, s);
-        l = l * exp2f(m - mnew) + exp2f(s - mnew);
-        m = mnew;
-      }
-      const float lse = m + log2f(l);
-      float delta = 0.f;
-#pragma unroll 1
-      for (int j = 0; j < jend; ++j)
-        delta = fmaf(exp2f(dot_rows(qrow, kg + j * DS) * SCALE2 - lse), dot_rows(orow, vg + j * DS), delta);
-      float dq[D];
-#pragma unroll
-      for (int d = 0; d < D; ++d) dq[d] = 0.f;
-#pragma unroll 1
-      for (int j = 0; j < jend; ++j) {
-        const float p = exp2f(dot_rows(qrow, kg + j * DS) * SCALE2 - lse);
-        const float ds = p * (dot_rows(orow, vg + j * DS) - delta);
-#pragma unroll
-        for (int d = 0; d < D; ++d) dq[d] = fmaf(ds, kg[j * DS + d], dq[d]);
-      }
-#pragma unroll
-      for (int d = 0; d < D; ++d) grads[row_addr(gid, qr, d)] = dq[d] * SCALE;
-      Ls[gl * QPG + qr] = lse;
-      Dl[gl * QPG + qr] = delta;
-    }
-  }
-  __syncthreads();
-  {  // one thread per key row: dk, dv over the group's queries
-    const int r = threadIdx.x, gl = r / S, gid = blockIdx.x * NG + gl;
-    if (r < NG * S && gid < NGROUPS) {
-      const int j = r % S;
-      const float* krow = Ks + (gl * S + j) * DS;
-      const float* vrow = Vs + (gl * S + j) * DS;
-      float dk[D], dv[D];
-#pragma unroll
-      for (int d = 0; d < D; ++d) dk[d] = dv[d] = 0.f;
-#pragma unroll 1
-      for (int hl = 0; hl < GRP; ++hl)
-#pragma unroll 1
-        for (int i = CAUSAL ? max(0, j - SHIFT) : 0; i < T; ++i) {
-          const int qr = hl * T + i;
-          const float* qrow = Qs + (gl * QPG + qr) * DS;
-          const float* orow = Os + (gl * QPG + qr) * DS;
-          const float p = exp2f(dot_rows(qrow, krow) * SCALE2 - Ls[gl * QPG + qr]);
-          const float ds = p * (dot_rows(orow, vrow) - Dl[gl * QPG + qr]);
-#pragma unroll
-          for (int d = 0; d < D; ++d) {
-            dv[d] = fmaf(p, orow[d], dv[d]);
-            dk[d] = fmaf(ds, qrow[d], dk[d]);
-          }
-        }
-      float* dkr = grads + NQ + ((long long)gid * S + j) * D;
-      float* dvr = grads + NQ + NK + ((long long)gid * S + j) * D;
-#pragma unroll
-      for (int d = 0; d < D; ++d) dkr[d] = dk[d] * SCALE, dvr[d] = dv[d];
-    }
-  }
-}
-)";
-
-/// TF32 tensor-core path (AttentionShape::tf32): mma.sync m16n8k8 through inline PTX. A block
-/// is WM warps of 16 rows each (BR = 16·WM); tiles of BC columns are staged in shared memory,
-/// row-major with stride RS = DP + 4 (DP = D rounded up to 8, zero padded) and rounded to TF32
-/// once when staged. With g = lane / 4, t = lane % 4, a score tile Σ_d A[row][d]·B[col][d]
-/// reads A fragments A[g (+8)][8kk + t (+4)] and B fragments B[8n + g][8kk + t (+4)]: RS ≡ 4
-/// mod 8 spreads both over the 32 banks. The product P·X of an accumulator-layout P (thread
-/// holds columns 2t, 2t+1 of rows g, g+8 of each 8-column tile) uses it directly as the A
-/// fragment by permuting the reduction index (A column t ↔ key 2t, t+4 ↔ 2t+1), so X is read
-/// as X[8n + 2t (+1)][8dn + g], again conflict-free. Kernels mirror the fp32 path's four.
-constexpr const char* kMma = R"(
-#define NEG_INF (-__int_as_float(0x7f800000))
-#define POS_INF (__int_as_float(0x7f800000))
-constexpr int NN = BC / 8, ND = DP / 8;
-
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ void mma8(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// dst[r·RS + d] = tf32(mul·src[(row0 + r)·rstride + d·dstride]) for r < ROWS, d < DP; zero
-// where row0 + r ≥ limit or d ≥ D.
-template <int ROWS>
-__device__ __forceinline__ void load_tile(float* dst, const float* src, long long rstride, long long dstride, int row0,
-                                          int limit, float mul) {
-  for (int e = threadIdx.x; e < ROWS * DP; e += NT) {
-    const int r = e / DP, d = e - r * DP;
-    float x = 0.f;
-    if (d < D && row0 + r < limit) x = mul * src[(long long)(row0 + r) * rstride + (long long)d * dstride];
-    dst[r * RS + d] = __uint_as_float(to_tf32(x));
-  }
-}
-
-// c[n] += A[16 rows]·B[8n .. 8n + 7]ᵀ over DP, A and B staged tiles (A at the warp's first row).
-template <int M>
-__device__ __forceinline__ void mma_abt(float (&c)[M][4], const float* A, const float* Bm, int g, int t) {
-#pragma unroll
-  for (int kk = 0; kk < ND; ++kk) {
-    unsigned a[4];
-    a[0] = __float_as_uint(A[g * RS + 8 * kk + t]);
-    a[1] = __float_as_uint(A[(g + 8) * RS + 8 * kk + t]);
-    a[2] = __float_as_uint(A[g * RS + 8 * kk + t + 4]);
-    a[3] = __float_as_uint(A[(g + 8) * RS + 8 * kk + t + 4]);
-#pragma unroll
-    for (int n = 0; n < M; ++n) {
-      unsigned b[2];
-      b[0] = __float_as_uint(Bm[(8 * n + g) * RS + 8 * kk + t]);
-      b[1] = __float_as_uint(Bm[(8 * n + g) * RS + 8 * kk + t + 4]);
-      mma8(c[n], a, b);
-    }
-  }
-}
-
-// acc += P·X: P [16 × 8M] in accumulator layout, X a staged tile whose rows are P's columns.
-template <int M>
-__device__ __forceinline__ void mma_px(float (&acc)[ND][4], const float (&p)[M][4], const float* X, int g, int t) {
-#pragma unroll
-  for (int n = 0; n < M; ++n) {
-    unsigned a[4];
-    a[0] = to_tf32(p[n][0]);
-    a[1] = to_tf32(p[n][2]);
-    a[2] = to_tf32(p[n][1]);
-    a[3] = to_tf32(p[n][3]);
-#pragma unroll
-    for (int dn = 0; dn < ND; ++dn) {
-      unsigned b[2];
-      b[0] = __float_as_uint(X[(8 * n + 2 * t) * RS + 8 * dn + g]);
-      b[1] = __float_as_uint(X[(8 * n + 2 * t + 1) * RS + 8 * dn + g]);
-      mma8(acc[dn], a, b);
-    }
-  }
-}
-
-template <int M, int N>
-__device__ __forceinline__ void zero(float (&c)[M][N]) {
-#pragma unroll
-  for (int i = 0; i < M; ++i)
-#pragma unroll
-    for (int j = 0; j < N; ++j) c[i][j] = 0.f;
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-__device__ __forceinline__ bool visible(int r, int c) { return c < S && (!CAUSAL || c <= r + SHIFT); }
-
-__device__ __forceinline__ int key_end(int q0) {
-  const int last = min(T, q0 + BR) - 1;
-  return CAUSAL ? min(S, last + SHIFT + 1) : S;
-}
-
-__device__ __forceinline__ void query_block(int& q0, int& bh) {
-  constexpr int NTILES = (T + BR - 1) / BR;
-  bh = (int)(blockIdx.x % (B * HQ));
-  q0 = (NTILES - 1 - (int)(blockIdx.x / (B * HQ))) * BR;
-}
-
-template <bool STATS>
-__device__ __forceinline__ void mma_forward(const float* __restrict__ q, const float* __restrict__ k,
-                                            const float* __restrict__ v, float* __restrict__ out,
-                                            const float* __restrict__ dout, float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
-  float* Ks = Qs + BR * RS;                     // [BC][RS]
-  float* Vs = Ks + BC * RS;                     // [BC][RS]
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
-  int q0, bh;
-  query_block(q0, bh);
-  const int b = bh / HQ, h = bh % HQ, kvh = h / GRP;
-  const float* kh = k + b * K0 + kvh * K1;
-  const float* vh = v + b * V0 + kvh * V1;
-  load_tile<BR>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-  const float* Qw = Qs + warp * 16 * RS;
-  const int w0 = q0 + warp * 16, ra = w0 + g;  // rows ra and ra + 8
-  float o[ND][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-  zero(o);
-  const int kend = key_end(q0);
-  for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();
-    load_tile<BC>(Ks, kh, K2, K3, k0, S, 1.f);
-    load_tile<BC>(Vs, vh, V2, V3, k0, S, 1.f);
-    __syncthreads();
-    if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;  // hidden from every row of this warp
-    float s[NN][4];
-    zero(s);
-    mma_abt(s, Qw, Ks, g, t);
-    float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-    for (int n = 0; n < NN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (!visible(ra + 8 * (e >> 1), k0 + 8 * n + 2 * t + (e & 1))) s[n][e] = NEG_INF;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-      }
-    float base[2], alpha[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const float mnew = fmaxf(m[rr], quad_max(mx[rr]));
-      base[rr] = mnew == NEG_INF ? 0.f : mnew;
-      alpha[rr] = exp2f(m[rr] - base[rr]);
-      m[rr] = mnew;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < NN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sum[e >> 1] += (s[n][e] = exp2f(s[n][e] - base[e >> 1]));
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) l[rr] = l[rr] * alpha[rr] + sum[rr];
-#pragma unroll
-    for (int dn = 0; dn < ND; ++dn) {
-      o[dn][0] *= alpha[0], o[dn][1] *= alpha[0];
-      o[dn][2] *= alpha[1], o[dn][3] *= alpha[1];
-    }
-    mma_px(o, s, Vs, g, t);
-  }
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int r = ra + 8 * rr;
-    const float total = quad_sum(l[rr]), inv = 1.f / total;
-    const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row
-    if (!STATS) {
-      if (r < T)
-#pragma unroll
-        for (int dn = 0; dn < ND; ++dn)
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int col = 8 * dn + 2 * t + u;
-            if (col < D) out[row + col * O3] = o[dn][2 * rr + u] * inv;
-          }
-    } else {
-      float dot = 0.f;
-      if (r < T)
-#pragma unroll
-        for (int dn = 0; dn < ND; ++dn)
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int col = 8 * dn + 2 * t + u;
-            if (col < D) dot = fmaf(o[dn][2 * rr + u] * inv, dout[row + col * O3], dot);
-          }
-      dot = quad_sum(dot);
-      if (r < T && t == 0) {
-        scratch[(long long)bh * T + r] = m[rr] + log2f(total);
-        scratch[NROWS + (long long)bh * T + r] = dot;
-      }
-    }
-  }
-}
-
-// dK, dV of BR keys of one (b, kv head) over every query of its group. Queries are staged
-// pre-scaled by scale·log2 e like the stats pass (so the scores match its lse); dK is
-// rescaled by 1 / log2 e at the end.
-__device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const float* __restrict__ k,
-                                         const float* __restrict__ v, const float* __restrict__ dout,
-                                         float* __restrict__ grads, const float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Ks = reinterpret_cast<float*>(smem4);  // [BR][RS]
-  float* Vs = Ks + BR * RS;                     // [BR][RS]
-  float* Qs = Vs + BR * RS;                     // [BC][RS]
-  float* Os = Qs + BC * RS;                     // [BC][RS]
-  float* Ls = Os + BC * RS;                     // [BC]
-  float* Ds = Ls + BC;                          // [BC]
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
-  const int bg = (int)(blockIdx.x % (B * HKV)), k0 = (int)(blockIdx.x / (B * HKV)) * BR;
-  const int b = bg / HKV, kvh = bg % HKV;
-  load_tile<BR>(Ks, k + b * K0 + kvh * K1, K2, K3, k0, S, 1.f);
-  load_tile<BR>(Vs, v + b * V0 + kvh * V1, V2, V3, k0, S, 1.f);
-  const float* Kw = Ks + warp * 16 * RS;
-  const float* Vw = Vs + warp * 16 * RS;
-  const int w0 = k0 + warp * 16, ka = w0 + g;  // keys ka and ka + 8
-  float dk[ND][4], dv[ND][4];
-  zero(dk);
-  zero(dv);
-  const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
-  for (int h = kvh * GRP; h < (kvh + 1) * GRP; ++h) {
-    const long long bh = (long long)b * HQ + h;
-    for (int q0 = q_begin; q0 < T; q0 += BC) {
-      __syncthreads();
-      load_tile<BC>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-      load_tile<BC>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
-      for (int e = threadIdx.x; e < BC; e += NT) {
-        const bool in = q0 + e < T;
-        Ls[e] = in ? scratch[bh * T + q0 + e] : POS_INF;
-        Ds[e] = in ? scratch[NROWS + bh * T + q0 + e] : 0.f;
-      }
-      __syncthreads();
-      if (CAUSAL && w0 > q0 + BC - 1 + SHIFT) continue;  // every key of this warp hidden
-      float s[NN][4], dp[NN][4];
-      zero(s);
-      zero(dp);
-      mma_abt(s, Kw, Qs, g, t);   // Sᵀ (base-2 units)
-      mma_abt(dp, Vw, Os, g, t);  // dPᵀ = V dOᵀ
-#pragma unroll
-      for (int n = 0; n < NN; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 8 * n + 2 * t + (e & 1);
-          const float p = (!CAUSAL || ka + 8 * (e >> 1) <= q0 + c + SHIFT) ? exp2f(s[n][e] - Ls[c]) : 0.f;
-          s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - Ds[c]);
-        }
-      mma_px(dv, s, Os, g, t);   // dV += Pᵀ dO
-      mma_px(dk, dp, Qs, g, t);  // dK += dSᵀ Q (Q scaled)
-    }
-  }
-  constexpr float DKMUL = SCALE / SCALE2;
-  float* dkh = grads + NQ + ((long long)bg * S) * D;
-  float* dvh = grads + NQ + NK + ((long long)bg * S) * D;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int key = ka + 8 * rr;
-    if (key >= S) continue;
-#pragma unroll
-    for (int dn = 0; dn < ND; ++dn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int col = 8 * dn + 2 * t + u;
-        if (col < D) {
-          dkh[(long long)key * D + col] = dk[dn][2 * rr + u] * DKMUL;
-          dvh[(long long)key * D + col] = dv[dn][2 * rr + u];
-        }
-      }
-  }
-}
-
-__device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float* __restrict__ k,
-                                       const float* __restrict__ v, const float* __restrict__ dout,
-                                       float* __restrict__ grads, const float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
-  float* Os = Qs + BR * RS;                     // [BR][RS] output gradients
-  float* Ks = Os + BR * RS;                     // [BC][RS]
-  float* Vs = Ks + BC * RS;                     // [BC][RS]
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
-  int q0, bh;
-  query_block(q0, bh);
-  const int b = bh / HQ, h = bh % HQ, kvh = h / GRP;
-  const float* kh = k + b * K0 + kvh * K1;
-  const float* vh = v + b * V0 + kvh * V1;
-  load_tile<BR>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-  load_tile<BR>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
-  const float* Qw = Qs + warp * 16 * RS;
-  const float* Ow = Os + warp * 16 * RS;
-  const int w0 = q0 + warp * 16, ra = w0 + g;
-  float lse[2], delta[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const bool in = ra + 8 * rr < T;
-    lse[rr] = in ? scratch[(long long)bh * T + ra + 8 * rr] : POS_INF;
-    delta[rr] = in ? scratch[NROWS + (long long)bh * T + ra + 8 * rr] : 0.f;
-  }
-  float dq[ND][4];
-  zero(dq);
-  const int kend = key_end(q0);
-  for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();
-    load_tile<BC>(Ks, kh, K2, K3, k0, S, 1.f);
-    load_tile<BC>(Vs, vh, V2, V3, k0, S, 1.f);
-    __syncthreads();
-    if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;
-    float s[NN][4], dp[NN][4];
-    zero(s);
-    zero(dp);
-    mma_abt(s, Qw, Ks, g, t);
-    mma_abt(dp, Ow, Vs, g, t);
-#pragma unroll
-    for (int n = 0; n < NN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rr = e >> 1;
-        const float p = visible(ra + 8 * rr, k0 + 8 * n + 2 * t + (e & 1)) ? exp2f(s[n][e] - lse[rr]) : 0.f;
-        dp[n][e] = p * (dp[n][e] - delta[rr]);
-      }
-    mma_px(dq, dp, Ks, g, t);
-  }
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int r = ra + 8 * rr;
-    if (r >= T) continue;
-    const long long row = ((long long)bh * T + r) * D;
-#pragma unroll
-    for (int dn = 0; dn < ND; ++dn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int col = 8 * dn + 2 * t + u;
-        if (col < D) grads[row + col] = dq[dn][2 * rr + u] * SCALE;
-      }
-  }
-}
-)";
-
 constexpr const char* kGradParams =
     "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
     "const float* __restrict__ dout, float* __restrict__ grads, float* __restrict__ scratch)";
@@ -1098,23 +595,6 @@ constexpr const char* kGradParams =
 std::string kernel_head(const std::string& name, const char* params) {
   return "extern \"C\" __global__ void __launch_bounds__(NT) " + name + params;
 }
-
-Launch make_launch(const std::string& name, std::string source, const Geometry& g, int64_t blocks, int64_t shared_floats) {
-  if (blocks > 0x7fffffff) throw Error("[cuda] attention: too many blocks for one launch");
-  const int64_t bytes = shared_floats * 4;
-  if (bytes > kMaxSharedBytes) throw Error("[cuda] attention: the tiles need more shared memory than a block has");
-  Launch l;
-  l.name = name;
-  l.source = std::move(source);
-  l.grid[0] = static_cast<unsigned>(blocks);
-  l.block[0] = static_cast<unsigned>(32 * g.warps);
-  l.shared_bytes = static_cast<unsigned>(bytes);
-  return l;
-}
-
-int64_t row_tiles(int64_t n, const Geometry& g) { return (n + g.br - 1) / g.br; }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 Launch make_launch_raw(const std::string& name, std::string source, int64_t threads, int64_t blocks,
                        int64_t shared_floats) {
@@ -1129,6 +609,15 @@ Launch make_launch_raw(const std::string& name, std::string source, int64_t thre
   l.shared_bytes = static_cast<unsigned>(bytes);
   return l;
 }
+
+/// A launch of the fp32 tiled path: 32·warps threads a block.
+Launch make_launch(const std::string& name, std::string source, const Geometry& g, int64_t blocks, int64_t shared_floats) {
+  return make_launch_raw(name, std::move(source), 32 * g.warps, blocks, shared_floats);
+}
+
+int64_t row_tiles(int64_t n, const Geometry& g) { return (n + g.br - 1) / g.br; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// The small-problem path (see kSmall): ng (kv groups per block) is 0 where it does not apply.
 struct SmallPlan {
@@ -1198,7 +687,7 @@ std::string mma_constants(const AttentionShape& s, const MmaGeometry& g, const O
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
   auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
   i("BR", g.br), i("BC", g.bc), i("DP", g.dp), i("RS", g.rs);
-  return c + shape_constants(s, q, k, v, o);
+  return c + shape_constants(s, q, k, v, o) + kCommon;
 }
 
 }  // namespace
@@ -1214,7 +703,7 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
                         const Operand& v, const Operand& out) {
   check_shape(s, q, k, v, out, "out");
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
-    std::string src = small_constants(s, sp, q, k, v, out) + kSmall +
+    std::string src = small_constants(s, sp, q, k, v, out) + attention_paths::kSmall +
                       "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
                       "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
                       "float* __restrict__ out) {\n  small_forward(q, k, v, out);\n}\n";
@@ -1222,7 +711,7 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
   }
   if (use_mma(s)) {
     const MmaGeometry g = mma_geometry(s.d, s.t, Kind::kForward);
-    std::string src = mma_constants(s, g, q, k, v, out) + kMma +
+    std::string src = mma_constants(s, g, q, k, v, out) + attention_paths::kMma +
                       kernel_head(name, "(const float* __restrict__ q, const float* __restrict__ k, "
                                         "const float* __restrict__ v, float* __restrict__ out)") +
                       " {\n  mma_forward<false>(q, k, v, out, nullptr, nullptr);\n}\n";
@@ -1245,7 +734,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
-    std::string src = small_constants(s, sp, q, k, v, dout) + kSmall + kernel_head(name, kGradParams) +
+    std::string src = small_constants(s, sp, q, k, v, dout) + attention_paths::kSmall + kernel_head(name, kGradParams) +
                       " {\n  (void)scratch;\n  small_backward(q, k, v, dout, grads);\n}\n";
     plan.launches.push_back(make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats));
     return plan;
@@ -1256,15 +745,15 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     const MmaGeometry gf = mma_geometry(s.d, s.t, Kind::kForward), gk = mma_geometry(s.d, s.t, Kind::kDkDv),
                       gq = mma_geometry(s.d, s.t, Kind::kDq);
     plan.launches.push_back(make_launch_raw(
-        stats, mma_constants(s, gf, q, k, v, dout) + kMma + kernel_head(stats, kGradParams) +
+        stats, mma_constants(s, gf, q, k, v, dout) + attention_paths::kMma + kernel_head(stats, kGradParams) +
                    " {\n  (void)grads;\n  mma_forward<true>(q, k, v, nullptr, dout, scratch);\n}\n",
         32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads, (gf.br + 2 * gf.bc) * gf.rs));
     plan.launches.push_back(make_launch_raw(
-        dkdv, mma_constants(s, gk, q, k, v, dout) + kMma + kernel_head(dkdv, kGradParams) +
+        dkdv, mma_constants(s, gk, q, k, v, dout) + attention_paths::kMma + kernel_head(dkdv, kGradParams) +
                   " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
         32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads, (2 * gk.br + 2 * gk.bc) * gk.rs + 2 * gk.bc));
     plan.launches.push_back(make_launch_raw(
-        dq, mma_constants(s, gq, q, k, v, dout) + kMma + kernel_head(dq, kGradParams) +
+        dq, mma_constants(s, gq, q, k, v, dout) + attention_paths::kMma + kernel_head(dq, kGradParams) +
                 " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
         32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads, (2 * gq.br + 2 * gq.bc) * gq.rs));
     return plan;

@@ -1,0 +1,456 @@
+// Device code of two of the attention paths (see attention.cc, which generates the constants
+// each is compiled with and chooses the path per node): the one-launch path for short
+// sequences and the TF32 tensor-core path. Kept apart from attention.cc to keep files small.
+#include "backend/cuda/attention_paths.h"
+
+namespace tg::backend::cuda::attention_paths {
+
+/// Small problems (T, S ≤ 64, D ≤ 64, backward D ≤ 32): a block handles NG whole (batch, kv head) groups with
+/// their keys and values (and, backward, queries and output gradients) in shared memory, one
+/// thread per query row (then, backward, per key row). Row stride DS = D + 1 (odd) keeps the
+/// per-thread row reads free of bank conflicts; the other operand is a broadcast.
+const char* const kSmall = R"(
+#define NEG_INF (-__int_as_float(0x7f800000))
+constexpr int QPG = GRP * T;       // query rows of one kv group
+constexpr int NGROUPS = B * HKV;
+
+// Stage rows [0, ROWS) of NG groups: dst[(gl·ROWS + r)·DS + d]; `addr(gid, r, d)` the source
+// index. Loads go out in batches of 16 per thread (the problem is latency bound).
+template <int ROWS, class F>
+__device__ __forceinline__ void stage(float* __restrict__ dst, const float* __restrict__ src, F addr) {
+  constexpr int TOTAL = NG * ROWS * D, U = 16;
+  for (int e0 = threadIdx.x; e0 < TOTAL; e0 += U * NT) {
+    float x[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * NT, gl = e / (ROWS * D), rem = e - gl * (ROWS * D), r = rem / D, d = rem - r * D;
+      const int gid = blockIdx.x * NG + gl;
+      x[u] = e < TOTAL && gid < NGROUPS ? src[addr(gid, r, d)] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * NT, gl = e / (ROWS * D), rem = e - gl * (ROWS * D), r = rem / D, d = rem - r * D;
+      if (e < TOTAL) dst[(gl * ROWS + r) * DS + d] = x[u];
+    }
+  }
+}
+__device__ __forceinline__ long long k_addr(int gid, int j, int d) {
+  return (gid / HKV) * K0 + (gid % HKV) * K1 + j * K2 + d * K3;
+}
+__device__ __forceinline__ long long v_addr(int gid, int j, int d) {
+  return (gid / HKV) * V0 + (gid % HKV) * V1 + j * V2 + d * V3;
+}
+// Query row r of group gid (r = head-in-group·T + i).
+__device__ __forceinline__ long long q_addr(int gid, int r, int d) {
+  const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
+  return b * Q0 + h * Q1 + (r % T) * Q2 + d * Q3;
+}
+__device__ __forceinline__ long long row_addr(int gid, int r, int d) {  // dense [B, HQ, T, D] (dq)
+  const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
+  return ((long long)(b * HQ + h) * T + r % T) * D + d;
+}
+__device__ __forceinline__ long long o_addr(int gid, int r, int d) {  // out / dout, strides O0..O3
+  const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
+  return b * O0 + h * O1 + (r % T) * O2 + d * O3;
+}
+__device__ __forceinline__ float dot_row(const float (&a)[D], const float* b) {
+  float x = 0.f;
+#pragma unroll
+  for (int d = 0; d < D; ++d) x = fmaf(a[d], b[d], x);
+  return x;
+}
+__device__ __forceinline__ float dot_rows(const float* a, const float* b) {
+  float x = 0.f;
+#pragma unroll
+  for (int d = 0; d < D; ++d) x = fmaf(a[d], b[d], x);
+  return x;
+}
+
+__device__ __forceinline__ void small_forward(const float* __restrict__ q, const float* __restrict__ k,
+                                              const float* __restrict__ v, float* __restrict__ out) {
+  extern __shared__ float smem[];
+  float* Ks = smem;              // [NG][S][DS]
+  float* Vs = Ks + NG * S * DS;  // [NG][S][DS]
+  const int r = threadIdx.x, gl = r / QPG, gid = blockIdx.x * NG + gl;
+  const bool active = r < NG * QPG && gid < NGROUPS;
+  const int qr = r % QPG, i = qr % T;
+  float qv[D];  // loaded before the staging so that the two overlap
+#pragma unroll
+  for (int d = 0; d < D; ++d) qv[d] = active ? q[q_addr(gid, qr, d)] * SCALE2 : 0.f;
+  stage<S>(Ks, k, k_addr);
+  stage<S>(Vs, v, v_addr);
+  __syncthreads();
+  if (!active) return;
+  const float* kg = Ks + gl * S * DS;
+  const float* vg = Vs + gl * S * DS;
+  const int jend = CAUSAL ? i + SHIFT + 1 : S;
+  float m = NEG_INF;
+  for (int j = 0; j < jend; ++j) m = fmaxf(m, dot_row(qv, kg + j * DS));
+  float o[D], l = 0.f;
+#pragma unroll
+  for (int d = 0; d < D; ++d) o[d] = 0.f;
+  for (int j = 0; j < jend; ++j) {
+    const float p = exp2f(dot_row(qv, kg + j * DS) - m);
+    l += p;
+#pragma unroll
+    for (int d = 0; d < D; ++d) o[d] = fmaf(p, vg[j * DS + d], o[d]);
+  }
+  const float inv = 1.f / l;
+#pragma unroll
+  for (int d = 0; d < D; ++d) out[o_addr(gid, qr, d)] = o[d] * inv;
+}
+
+__device__ __forceinline__ void small_backward(const float* __restrict__ q, const float* __restrict__ k,
+                                               const float* __restrict__ v, const float* __restrict__ dout,
+                                               float* __restrict__ grads) {
+  extern __shared__ float smem[];
+  float* Qs = smem;                // [NG][QPG][DS] queries
+  float* Os = Qs + NG * QPG * DS;  // [NG][QPG][DS] output gradients
+  float* Ks = Os + NG * QPG * DS;  // [NG][S][DS]
+  float* Vs = Ks + NG * S * DS;    // [NG][S][DS]
+  float* Ls = Vs + NG * S * DS;    // [NG][QPG] lse (base 2)
+  float* Dl = Ls + NG * QPG;       // [NG][QPG] delta = Σ_j p·dp = dO·O
+  stage<QPG>(Qs, q, q_addr);
+  stage<QPG>(Os, dout, o_addr);
+  stage<S>(Ks, k, k_addr);
+  stage<S>(Vs, v, v_addr);
+  __syncthreads();
+  {  // one thread per query row: lse, delta, dq
+    const int r = threadIdx.x, gl = r / QPG, gid = blockIdx.x * NG + gl;
+    if (r < NG * QPG && gid < NGROUPS) {
+      const int qr = r % QPG, i = qr % T;
+      const float* qrow = Qs + (gl * QPG + qr) * DS;
+      const float* orow = Os + (gl * QPG + qr) * DS;
+      const float* kg = Ks + gl * S * DS;
+      const float* vg = Vs + gl * S * DS;
+      // Scores as the key pass computes them (q·k, then scaled), so that p matches there.
+      const int jend = CAUSAL ? i + SHIFT + 1 : S;
+      float m = NEG_INF, l = 0.f;
+#pragma unroll 1
+      for (int j = 0; j < jend; ++j) {
+        const float s = dot_rows(qrow, kg + j * DS) * SCALE2, mnew = fmaxf(m, s);
+        l = l * exp2f(m - mnew) + exp2f(s - mnew);
+        m = mnew;
+      }
+      const float lse = m + log2f(l);
+      float delta = 0.f;
+#pragma unroll 1
+      for (int j = 0; j < jend; ++j)
+        delta = fmaf(exp2f(dot_rows(qrow, kg + j * DS) * SCALE2 - lse), dot_rows(orow, vg + j * DS), delta);
+      float dq[D];
+#pragma unroll
+      for (int d = 0; d < D; ++d) dq[d] = 0.f;
+#pragma unroll 1
+      for (int j = 0; j < jend; ++j) {
+        const float p = exp2f(dot_rows(qrow, kg + j * DS) * SCALE2 - lse);
+        const float ds = p * (dot_rows(orow, vg + j * DS) - delta);
+#pragma unroll
+        for (int d = 0; d < D; ++d) dq[d] = fmaf(ds, kg[j * DS + d], dq[d]);
+      }
+#pragma unroll
+      for (int d = 0; d < D; ++d) grads[row_addr(gid, qr, d)] = dq[d] * SCALE;
+      Ls[gl * QPG + qr] = lse;
+      Dl[gl * QPG + qr] = delta;
+    }
+  }
+  __syncthreads();
+  {  // one thread per key row: dk, dv over the group's queries
+    const int r = threadIdx.x, gl = r / S, gid = blockIdx.x * NG + gl;
+    if (r < NG * S && gid < NGROUPS) {
+      const int j = r % S;
+      const float* krow = Ks + (gl * S + j) * DS;
+      const float* vrow = Vs + (gl * S + j) * DS;
+      float dk[D], dv[D];
+#pragma unroll
+      for (int d = 0; d < D; ++d) dk[d] = dv[d] = 0.f;
+#pragma unroll 1
+      for (int hl = 0; hl < GRP; ++hl)
+#pragma unroll 1
+        for (int i = CAUSAL ? max(0, j - SHIFT) : 0; i < T; ++i) {
+          const int qr = hl * T + i;
+          const float* qrow = Qs + (gl * QPG + qr) * DS;
+          const float* orow = Os + (gl * QPG + qr) * DS;
+          const float p = exp2f(dot_rows(qrow, krow) * SCALE2 - Ls[gl * QPG + qr]);
+          const float ds = p * (dot_rows(orow, vrow) - Dl[gl * QPG + qr]);
+#pragma unroll
+          for (int d = 0; d < D; ++d) {
+            dv[d] = fmaf(p, orow[d], dv[d]);
+            dk[d] = fmaf(ds, qrow[d], dk[d]);
+          }
+        }
+      float* dkr = grads + NQ + ((long long)gid * S + j) * D;
+      float* dvr = grads + NQ + NK + ((long long)gid * S + j) * D;
+#pragma unroll
+      for (int d = 0; d < D; ++d) dkr[d] = dk[d] * SCALE, dvr[d] = dv[d];
+    }
+  }
+}
+)";
+
+/// TF32 tensor-core path (AttentionShape::tf32): mma.sync m16n8k8 through inline PTX. A block
+/// is WM warps of 16 rows each (BR = 16·WM); tiles of BC columns are staged in shared memory,
+/// row-major with stride RS = DP + 4 (DP = D rounded up to 8, zero padded) and rounded to TF32
+/// once when staged. With g = lane / 4, t = lane % 4, a score tile Σ_d A[row][d]·B[col][d]
+/// reads A fragments A[g (+8)][8kk + t (+4)] and B fragments B[8n + g][8kk + t (+4)]: RS ≡ 4
+/// mod 8 spreads both over the 32 banks. The product P·X of an accumulator-layout P (thread
+/// holds columns 2t, 2t+1 of rows g, g+8 of each 8-column tile) uses it directly as the A
+/// fragment by permuting the reduction index (A column t ↔ key 2t, t+4 ↔ 2t+1), so X is read
+/// as X[8n + 2t (+1)][8dn + g], again conflict-free. Kernels mirror the fp32 path's four.
+const char* const kMma = R"(
+constexpr int NN = BC / 8, ND = DP / 8;
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ void mma8(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Staged tiles are rounded to TF32 once: load_rows<ROWS>(..., Tf32()).
+struct Tf32 {
+  __device__ __forceinline__ float operator()(float x) const { return __uint_as_float(to_tf32(x)); }
+};
+
+// c[n] += A[16 rows]·B[8n .. 8n + 7]ᵀ over DP, A and B staged tiles (A at the warp's first row).
+template <int M>
+__device__ __forceinline__ void mma_abt(float (&c)[M][4], const float* A, const float* Bm, int g, int t) {
+#pragma unroll
+  for (int kk = 0; kk < ND; ++kk) {
+    unsigned a[4];
+    a[0] = __float_as_uint(A[g * RS + 8 * kk + t]);
+    a[1] = __float_as_uint(A[(g + 8) * RS + 8 * kk + t]);
+    a[2] = __float_as_uint(A[g * RS + 8 * kk + t + 4]);
+    a[3] = __float_as_uint(A[(g + 8) * RS + 8 * kk + t + 4]);
+#pragma unroll
+    for (int n = 0; n < M; ++n) {
+      unsigned b[2];
+      b[0] = __float_as_uint(Bm[(8 * n + g) * RS + 8 * kk + t]);
+      b[1] = __float_as_uint(Bm[(8 * n + g) * RS + 8 * kk + t + 4]);
+      mma8(c[n], a, b);
+    }
+  }
+}
+
+// acc += P·X: P [16 × 8M] in accumulator layout, X a staged tile whose rows are P's columns.
+template <int M>
+__device__ __forceinline__ void mma_px(float (&acc)[ND][4], const float (&p)[M][4], const float* X, int g, int t) {
+#pragma unroll
+  for (int n = 0; n < M; ++n) {
+    unsigned a[4];
+    a[0] = to_tf32(p[n][0]);
+    a[1] = to_tf32(p[n][2]);
+    a[2] = to_tf32(p[n][1]);
+    a[3] = to_tf32(p[n][3]);
+#pragma unroll
+    for (int dn = 0; dn < ND; ++dn) {
+      unsigned b[2];
+      b[0] = __float_as_uint(X[(8 * n + 2 * t) * RS + 8 * dn + g]);
+      b[1] = __float_as_uint(X[(8 * n + 2 * t + 1) * RS + 8 * dn + g]);
+      mma8(acc[dn], a, b);
+    }
+  }
+}
+
+// f(col, dn, e) for each output column col < D that this thread holds in row g + 8·rr of an
+// accumulator acc[ND][4] (accumulator layout): the value there is acc[dn][e].
+template <class F>
+__device__ __forceinline__ void for_cols(int t, int rr, F f) {
+#pragma unroll
+  for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int col = 8 * dn + 2 * t + u;
+      if (col < D) f(col, dn, 2 * rr + u);
+    }
+}
+
+template <bool STATS>
+__device__ __forceinline__ void mma_forward(const float* __restrict__ q, const float* __restrict__ k,
+                                            const float* __restrict__ v, float* __restrict__ out,
+                                            const float* __restrict__ dout, float* __restrict__ scratch) {
+  extern __shared__ float4 smem4[];
+  float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
+  float* Ks = Qs + BR * RS;                     // [BC][RS]
+  float* Vs = Ks + BC * RS;                     // [BC][RS]
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
+  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
+  load_rows<BR>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2, Tf32());
+  const float* Qw = Qs + warp * 16 * RS;
+  const int w0 = q0 + warp * 16, ra = w0 + g;  // rows ra and ra + 8
+  float o[ND][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+  zero(o);
+  const int kend = key_end(q0);
+  for (int k0 = 0; k0 < kend; k0 += BC) {
+    __syncthreads();
+    load_rows<BC>(Ks, kh, K2, K3, k0, S, 1.f, Tf32());
+    load_rows<BC>(Vs, vh, V2, V3, k0, S, 1.f, Tf32());
+    __syncthreads();
+    if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;  // hidden from every row of this warp
+    float s[NN][4];
+    zero(s);
+    mma_abt(s, Qw, Ks, g, t);
+    float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int n = 0; n < NN; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (!visible(ra + 8 * (e >> 1), k0 + 8 * n + 2 * t + (e & 1))) s[n][e] = NEG_INF;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+      }
+    float base[2], alpha[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const float mnew = fmaxf(m[rr], lanes_max<4>(mx[rr]));
+      base[rr] = mnew == NEG_INF ? 0.f : mnew;
+      alpha[rr] = exp2f(m[rr] - base[rr]);
+      m[rr] = mnew;
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NN; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[e >> 1] += (s[n][e] = exp2f(s[n][e] - base[e >> 1]));
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) l[rr] = l[rr] * alpha[rr] + sum[rr];
+#pragma unroll
+    for (int dn = 0; dn < ND; ++dn) {
+      o[dn][0] *= alpha[0], o[dn][1] *= alpha[0];
+      o[dn][2] *= alpha[1], o[dn][3] *= alpha[1];
+    }
+    mma_px(o, s, Vs, g, t);
+  }
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = ra + 8 * rr;
+    const float total = lanes_sum<4>(l[rr]), inv = 1.f / total;
+    const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row
+    if (!STATS) {
+      if (r < T) for_cols(t, rr, [&](int col, int dn, int e) { out[row + col * O3] = o[dn][e] * inv; });
+    } else {
+      float dot = 0.f;
+      if (r < T)
+        for_cols(t, rr, [&](int col, int dn, int e) { dot = fmaf(o[dn][e] * inv, dout[row + col * O3], dot); });
+      dot = lanes_sum<4>(dot);
+      if (r < T && t == 0) store_stats(scratch, bh, r, m[rr] + log2f(total), dot);
+    }
+  }
+}
+
+// dK, dV of BR keys of one (b, kv head) over every query of its group. Queries are staged
+// pre-scaled by scale·log2 e like the stats pass (so the scores match its lse); dK is
+// rescaled by 1 / log2 e at the end.
+__device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const float* __restrict__ k,
+                                         const float* __restrict__ v, const float* __restrict__ dout,
+                                         float* __restrict__ grads, const float* __restrict__ scratch) {
+  extern __shared__ float4 smem4[];
+  float* Ks = reinterpret_cast<float*>(smem4);  // [BR][RS]
+  float* Vs = Ks + BR * RS;                     // [BR][RS]
+  float* Qs = Vs + BR * RS;                     // [BC][RS]
+  float* Os = Qs + BC * RS;                     // [BC][RS]
+  float* Ls = Os + BC * RS;                     // [BC]
+  float* Ds = Ls + BC;                          // [BC]
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
+  const int bg = (int)(blockIdx.x % (B * HKV)), k0 = (int)(blockIdx.x / (B * HKV)) * BR;
+  const int b = bg / HKV, kvh = bg % HKV;
+  load_rows<BR>(Ks, k + b * K0 + kvh * K1, K2, K3, k0, S, 1.f, Tf32());
+  load_rows<BR>(Vs, v + b * V0 + kvh * V1, V2, V3, k0, S, 1.f, Tf32());
+  const float* Kw = Ks + warp * 16 * RS;
+  const float* Vw = Vs + warp * 16 * RS;
+  const int w0 = k0 + warp * 16, ka = w0 + g;  // keys ka and ka + 8
+  float dk[ND][4], dv[ND][4];
+  zero(dk);
+  zero(dv);
+  const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
+  for (int h = kvh * GRP; h < (kvh + 1) * GRP; ++h) {
+    const long long bh = (long long)b * HQ + h;
+    for (int q0 = q_begin; q0 < T; q0 += BC) {
+      __syncthreads();
+      load_rows<BC>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2, Tf32());
+      load_rows<BC>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f, Tf32());
+      stage_stats(Ls, Ds, scratch, bh, q0);
+      __syncthreads();
+      if (CAUSAL && w0 > q0 + BC - 1 + SHIFT) continue;  // every key of this warp hidden
+      float s[NN][4], dp[NN][4];
+      zero(s);
+      zero(dp);
+      mma_abt(s, Kw, Qs, g, t);   // Sᵀ (base-2 units)
+      mma_abt(dp, Vw, Os, g, t);  // dPᵀ = V dOᵀ
+#pragma unroll
+      for (int n = 0; n < NN; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 8 * n + 2 * t + (e & 1);
+          const float p = (!CAUSAL || ka + 8 * (e >> 1) <= q0 + c + SHIFT) ? exp2f(s[n][e] - Ls[c]) : 0.f;
+          s[n][e] = p;
+          dp[n][e] = p * (dp[n][e] - Ds[c]);
+        }
+      mma_px(dv, s, Os, g, t);   // dV += Pᵀ dO
+      mma_px(dk, dp, Qs, g, t);  // dK += dSᵀ Q (Q scaled)
+    }
+  }
+  constexpr float DKMUL = SCALE / SCALE2;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int key = ka + 8 * rr;
+    if (key >= S) continue;
+    for_cols(t, rr, [&](int col, int dn, int e) { store_dkdv(grads, bg, key, col, dk[dn][e] * DKMUL, dv[dn][e]); });
+  }
+}
+
+__device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float* __restrict__ k,
+                                       const float* __restrict__ v, const float* __restrict__ dout,
+                                       float* __restrict__ grads, const float* __restrict__ scratch) {
+  extern __shared__ float4 smem4[];
+  float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
+  float* Os = Qs + BR * RS;                     // [BR][RS] output gradients
+  float* Ks = Os + BR * RS;                     // [BC][RS]
+  float* Vs = Ks + BC * RS;                     // [BC][RS]
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
+  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
+  load_rows<BR>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2, Tf32());
+  load_rows<BR>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f, Tf32());
+  const float* Qw = Qs + warp * 16 * RS;
+  const float* Ow = Os + warp * 16 * RS;
+  const int w0 = q0 + warp * 16, ra = w0 + g;
+  float lse[2], delta[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) load_stats(scratch, bh, ra + 8 * rr, lse[rr], delta[rr]);
+  float dq[ND][4];
+  zero(dq);
+  const int kend = key_end(q0);
+  for (int k0 = 0; k0 < kend; k0 += BC) {
+    __syncthreads();
+    load_rows<BC>(Ks, kh, K2, K3, k0, S, 1.f, Tf32());
+    load_rows<BC>(Vs, vh, V2, V3, k0, S, 1.f, Tf32());
+    __syncthreads();
+    if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;
+    float s[NN][4], dp[NN][4];
+    zero(s);
+    zero(dp);
+    mma_abt(s, Qw, Ks, g, t);
+    mma_abt(dp, Ow, Vs, g, t);
+#pragma unroll
+    for (int n = 0; n < NN; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rr = e >> 1;
+        const float p = visible(ra + 8 * rr, k0 + 8 * n + 2 * t + (e & 1)) ? exp2f(s[n][e] - lse[rr]) : 0.f;
+        dp[n][e] = p * (dp[n][e] - delta[rr]);
+      }
+    mma_px(dq, dp, Ks, g, t);
+  }
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = ra + 8 * rr;
+    if (r >= T) continue;
+    const long long row = ((long long)bh * T + r) * D;
+    for_cols(t, rr, [&](int col, int dn, int e) { grads[row + col] = dq[dn][e] * SCALE; });
+  }
+}
+)";
+
+}  // namespace tg::backend::cuda::attention_paths

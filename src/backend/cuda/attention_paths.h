@@ -1,0 +1,11 @@
+// Device source of the attention paths that live in attention_paths.cc (used by attention.cc).
+#pragma once
+
+namespace tg::backend::cuda::attention_paths {
+
+/// Short sequences (T, S <= 64): a block handles whole (batch, kv head) groups in shared memory.
+extern const char* const kSmall;
+/// TF32 tensor cores (mma.sync m16n8k8) for Precision::kTf32.
+extern const char* const kMma;
+
+}  // namespace tg::backend::cuda::attention_paths
