@@ -230,10 +230,6 @@ void CudaExecutable::enqueue_step(const Step& s) {
     case Step::Kind::kMemset:
       check(d.cuMemsetD8Async(address(s.args[0].place), 0, static_cast<size_t>(s.bytes), stream), "cuMemsetD8Async");
       return;
-    case Step::Kind::kCopy:
-      check(d.cuMemcpyDtoDAsync(address(s.args[0].place), address(s.args[1].place), static_cast<size_t>(s.bytes), stream),
-            "cuMemcpyDtoDAsync");
-      return;
   }
 }
 
@@ -319,7 +315,6 @@ void CudaExecutable::execute() {
   }
   check(d.cuEventRecord(done_[k], ctx_->stream), "cuEventRecord");
   launched_[k] = true;
-  in_flight_ = true;
   next_ = 1 - k;
 }
 
@@ -361,7 +356,6 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   ctx_->make_current();
   const Driver& d = driver();
   check(d.cuStreamSynchronize(ctx_->stream), "cuStreamSynchronize (the step failed)");
-  in_flight_ = false;
   launched_[0] = launched_[1] = false;
   int err = 0;
   check(d.cuMemcpyDtoH(&err, err_.get(), sizeof err), "cuMemcpyDtoH");
@@ -378,7 +372,6 @@ std::string CudaExecutable::step_line(const Step& s) const {
     case Step::Kind::kKernel: out << (s.nodes.size() > 1 ? "fused" : s.nodes.empty() ? "copy" : ""); break;
     case Step::Kind::kMatmul: out << "cublasLt"; break;
     case Step::Kind::kMemset: out << "memset"; break;
-    case Step::Kind::kCopy: out << "copy"; break;
   }
   for (int32_t id : s.nodes) {
     out << " " << ir::op_name(ops_[static_cast<size_t>(id)]) << "%" << id;

@@ -83,14 +83,14 @@ class CudaExecutable final : public Executable {
     bool err = false;  // the error word instead of a place
   };
   struct Step {
-    enum class Kind : uint8_t { kKernel, kMatmul, kMemset, kCopy };
+    enum class Kind : uint8_t { kKernel, kMatmul, kMemset };
     Kind kind = Kind::kKernel;
     std::vector<int32_t> nodes;  // for describe
     Launch launch;
     int32_t kernel = -1;         // into kernels_
-    std::vector<Arg> args;       // kernel params; matmul: a, b, out; memset: dst; copy: dst, src
+    std::vector<Arg> args;       // kernel params; matmul: a, b, out[, bias]; memset: dst
     std::shared_ptr<LtMatmul> matmul;
-    int64_t bytes = 0;           // memset / copy size
+    int64_t bytes = 0;           // memset size
     int64_t moved = 0;           // bytes the step reads and writes at least once (profiles)
     int64_t launch_n = -1;       // >= 0: passed as a trailing `long long n` (fused groups)
     // Elementwise groups (one, or several batched into one launch): their indices into
@@ -179,7 +179,6 @@ class CudaExecutable final : public Executable {
   MemoryStats memory_;
   void* graph_[2] = {nullptr, nullptr};       // CUgraph, per staging buffer
   void* graph_exec_[2] = {nullptr, nullptr};  // CUgraphExec
-  bool in_flight_ = false;
   bool profile_ = false;
   // TG_PROFILE=1: per-op milliseconds and launch counts, summed over executions, printed
   // when the executable is destroyed.
