@@ -8,14 +8,15 @@
 //     layouts, Permute, BroadcastTo, Slice and one-value Constants are views (no kernel);
 //     consumers that need dense rows (norms, softmax, cross entropy) or a layout cuBLASLt /
 //     the attention kernels cannot read get a copy kernel first. Each group becomes a Step:
-//     a generated kernel (codegen.h, kernels.h), a cuBLASLt product, a memset or a copy.
+//     a generated kernel (codegen.h, kernels.h, fused_sinks.h, small_matmul.h), a cuBLASLt
+//     product or a memset; consecutive independent elementwise steps then share one launch.
 //  2. Memory: each arena buffer lives from the first to the last step touching it (outputs
-//     and update values to the end); best-fit offsets over those intervals
-//     (passes::plan_intervals) in one cuMemAlloc.
+//     and update values to the end); backend/arena.h gives them offsets in one cuMemAlloc.
 //  3. Kernels: all sources are compiled in parallel through NVRTC (with its disk cache);
 //     identical sources (the same layer shapes repeated) compile and load once.
 //  4. Capture: the input upload (one copy from pinned staging), every step and the update
-//     copies are recorded once into a CUDA graph; execute() launches that graph.
+//     copies are recorded into a CUDA graph, once per staging buffer (two: the host fills one
+//     while a step uploads from the other); execute() launches one of them.
 #pragma once
 #include <map>
 #include <memory>
