@@ -175,38 +175,15 @@ TEST(CudaKernels, FusedGroupsMatchTheCpuBackend) {
     // The GPU's: leaves and broadcasts become buffers with strides, each group one kernel.
     const passes::Fusion f = passes::fuse(g);
     std::map<int32_t, cuda::DeviceMemory> mem;
-    std::map<int32_t, std::pair<int32_t, std::vector<int64_t>>> place;  // node → (buffer node, strides)
-    auto dense_strides = [](const Shape& s) {
-      std::vector<int64_t> st(s.size(), 1);
-      for (size_t k = s.size(); k-- > 1;) st[k - 1] = st[k] * s[k];
-      return st;
-    };
+    tg::testing::DevicePlaces place;  // node → (buffer node, strides)
+    auto dense_strides = [](const Shape& s) { return backend::contiguous_strides(s); };
     for (size_t gi = 0; gi < f.groups.size(); ++gi) {
       const passes::KernelGroup& group = f.groups[gi];
       if (group.kind == passes::KernelGroup::Kind::kSingle) {
         const int32_t id = group.nodes.front();
-        const ir::Node& n = g.node(id);
-        if (n.op == ir::Op::kInput) {
-          const size_t which = static_cast<size_t>(std::find(r.inputs.begin(), r.inputs.end(), id) - r.inputs.begin());
-          mem.emplace(id, cuda::DeviceMemory(160)).first->second.upload(feeds[which].data(), 160);
-          place[id] = {id, dense_strides(n.shape)};
-        } else if (n.op == ir::Op::kConstant) {
-          ASSERT_EQ(n.attrs.values.size(), 1u);
-          const float fv = static_cast<float>(n.attrs.values[0]);
-          const int32_t iv = static_cast<int32_t>(n.attrs.values[0]);
-          const uint8_t bv = n.attrs.values[0] != 0;
-          const void* src = n.dtype == DType::kF32 ? static_cast<const void*>(&fv)
-                            : n.dtype == DType::kI32 ? static_cast<const void*>(&iv) : static_cast<const void*>(&bv);
-          mem.emplace(id, cuda::DeviceMemory(4)).first->second.upload(src, static_cast<size_t>(dtype_size(n.dtype)));
-          place[id] = {id, std::vector<int64_t>(n.shape.size(), 0)};
-        } else {
-          ASSERT_EQ(n.op, ir::Op::kBroadcastTo) << ir::op_name(n.op);
-          const auto& [buffer, in_st] = place.at(n.inputs[0]);
-          const Shape& xs = g.node(n.inputs[0]).shape;
-          std::vector<int64_t> st(n.shape.size(), 0);
-          for (size_t k = 0; k < xs.size(); ++k) st[n.shape.size() - xs.size() + k] = xs[k] == 1 ? 0 : in_st[k];
-          place[id] = {buffer, st};
-        }
+        const size_t which = static_cast<size_t>(std::find(r.inputs.begin(), r.inputs.end(), id) - r.inputs.begin());
+        const std::string missing = tg::testing::place_leaf(g, id, which < feeds.size() ? feeds[which] : std::vector<float>{}, mem, place);
+        ASSERT_TRUE(missing.empty()) << "unexpected single node " << missing;
         continue;
       }
       std::vector<std::vector<int64_t>> strides;

@@ -1,8 +1,15 @@
 // Helpers shared by the CUDA backend's tests.
 #pragma once
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/driver.h"
+#include "backend/strides.h"
+#include "ir/graph.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::testing {
@@ -16,6 +23,39 @@ inline bool have_nvrtc(std::string& why) {
     why = e.what();
     return false;
   }
+}
+
+/// Where a test's hand-run fused graph keeps a value: (node whose buffer holds it, strides).
+using DevicePlaces = std::map<int32_t, std::pair<int32_t, std::vector<int64_t>>>;
+
+/// Places a single-node group of a test graph on the device: an input (uploaded from the
+/// f32 `feed`), a one-value constant (read with zero strides) or a broadcast (a view of its
+/// input's place). Returns "" when placed, else the op it cannot place.
+inline std::string place_leaf(const ir::Graph& g, int32_t id, const std::vector<float>& feed,
+                              std::map<int32_t, backend::cuda::DeviceMemory>& mem, DevicePlaces& place) {
+  const ir::Node& n = g.node(id);
+  if (n.op == ir::Op::kInput) {
+    const size_t bytes = feed.size() * sizeof(float);
+    mem.emplace(id, backend::cuda::DeviceMemory(bytes)).first->second.upload(feed.data(), bytes);
+    place[id] = {id, backend::contiguous_strides(n.shape)};
+  } else if (n.op == ir::Op::kConstant && n.attrs.values.size() == 1) {
+    const float fv = static_cast<float>(n.attrs.values[0]);
+    const int32_t iv = static_cast<int32_t>(n.attrs.values[0]);
+    const uint8_t bv = n.attrs.values[0] != 0;
+    const void* src = n.dtype == DType::kF32 ? static_cast<const void*>(&fv)
+                      : n.dtype == DType::kI32 ? static_cast<const void*>(&iv) : static_cast<const void*>(&bv);
+    mem.emplace(id, backend::cuda::DeviceMemory(4)).first->second.upload(src, static_cast<size_t>(dtype_size(n.dtype)));
+    place[id] = {id, std::vector<int64_t>(n.shape.size(), 0)};
+  } else if (n.op == ir::Op::kBroadcastTo) {
+    const auto& [buffer, in_st] = place.at(n.inputs[0]);
+    const Shape& xs = g.node(n.inputs[0]).shape;
+    std::vector<int64_t> st(n.shape.size(), 0);
+    for (size_t k = 0; k < xs.size(); ++k) st[n.shape.size() - xs.size() + k] = xs[k] == 1 ? 0 : in_st[k];
+    place[id] = {buffer, st};
+  } else {
+    return ir::op_name(n.op);
+  }
+  return "";
 }
 
 }  // namespace tg::testing
