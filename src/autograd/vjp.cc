@@ -205,7 +205,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       return {ir::emit(graph, std::move(dr)), Tensor()};
     }
     case Op::kAttention: {
-      ir::Node gr = ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id()}, loc);
+      ir::Node gr = ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id(), id}, loc);
       gr.attrs = n.attrs;
       Tensor flat = ir::emit(graph, std::move(gr));
       const int64_t nq = numel(in_shape[0]), nk = numel(in_shape[1]);

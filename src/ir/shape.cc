@@ -261,6 +261,7 @@ void infer(const Graph& g, Node& n) {
       if (n.attrs.values.size() != 1) fail(g, n, "needs {scale}");
       if (n.op == Op::kAttentionGrad) {
         if (in(3).shape != q) fail(g, n, "dout must have q's shape");
+        if (in(4).shape != q) fail(g, n, "out must have q's shape");
         n.shape = {numel(q) + 2 * numel(k)};
       } else {
         n.shape = q;

@@ -666,7 +666,7 @@ TEST(CpuNnKernels, EmptyExtentsAreHandled) {
                      Ts outs;
                      for (ir::Op op : {ir::Op::kAttention, ir::Op::kAttentionGrad}) {
                        std::vector<int32_t> ins = {x[0].id(), x[1].id(), x[2].id()};
-                       if (op == ir::Op::kAttentionGrad) ins.push_back(x[3].id());
+                       if (op == ir::Op::kAttentionGrad) ins.insert(ins.end(), {x[3].id(), outs[0].id()});
                        ir::Node n = ir::make_node(op, ins, Loc::current());
                        n.attrs.causal = c.causal;
                        n.attrs.values = {0.5};

@@ -190,15 +190,17 @@ Error2 compare(const std::vector<float>& got, const std::vector<double>& want, s
   return e;
 }
 
-/// The four kernels of a problem (forward, then the backward plan's launches).
+/// The kernels of a problem (forward, then the backward plan's launches). `kept`: the forward
+/// keeps its row statistics and the backward reads them and the forward's output.
 struct Kernels {
   cuda::Launch forward;
   cuda::AttentionGradPlan backward;
+  bool kept = false;
 };
 
-Kernels generate(const Problem& p, const std::string& tag) {
-  return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o),
-          cuda::attention_grad_kernels("attn_bwd_" + tag, p.shape, p.q, p.k, p.v, p.o)};
+Kernels generate(const Problem& p, const std::string& tag, bool kept = false) {
+  return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o, kept),
+          cuda::attention_grad_kernels("attn_bwd_" + tag, p.shape, p.q, p.k, p.v, p.o, kept ? &p.o : nullptr), kept};
 }
 
 /// Where element i of dense [B, Hq, T, D] lies in the buffer of out and dout.
@@ -323,8 +325,12 @@ TEST(CudaAttentionNvrtc, SourcesCompileForManyShapes) {
   for (bool tf32 : {false, true})
     for (Case c : cases) {
       c.tf32 = tf32;
-      const std::vector<cuda::KernelSource> s = sources(generate(make_problem(c, 1), "nvrtc" + std::to_string(n++)));
-      all.insert(all.end(), s.begin(), s.end());
+      const Problem p = make_problem(c, 1);
+      for (bool kept : {false, true}) {
+        if (kept && !cuda::attention_keeps_stats(p.shape)) continue;
+        const std::vector<cuda::KernelSource> s = sources(generate(p, "nvrtc" + std::to_string(n++), kept));
+        all.insert(all.end(), s.begin(), s.end());
+      }
     }
   const std::vector<std::vector<char>> cubins = cuda::compile_cubins(all, 9, 0);
   ASSERT_EQ(cubins.size(), all.size());
@@ -334,7 +340,7 @@ TEST(CudaAttentionNvrtc, SourcesCompileForManyShapes) {
 // ---- GPU: against the host reference -----------------------------------------------------
 
 /// Runs every case's forward and backward launches and compares with the reference; returns
-/// how many passed (every output within `tol`).
+/// how many runs failed (some output beyond `tol`).
 int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
   const cuda::DeviceInfo info = cuda::open_device(0);
   const cuda::Driver& drv = cuda::driver();
@@ -342,13 +348,18 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
   std::vector<Kernels> kernels;
   std::vector<cuda::KernelSource> all;
   std::vector<size_t> first;  // index of each problem's forward cubin
-  for (const Case& c : cases) {
-    problems.push_back(make_problem(c, static_cast<unsigned>(problems.size() + 7)));
-    kernels.push_back(generate(problems.back(), std::string(label) + std::to_string(problems.size())));
-    const std::vector<cuda::KernelSource> s = sources(kernels.back());  // (label: no spaces, it names kernels)
-    first.push_back(all.size());
-    all.insert(all.end(), s.begin(), s.end());
-  }
+  // Every case as the backward alone runs it, and again with the statistics the forward kept
+  // where its path keeps them (the training step's way).
+  for (const Case& c : cases)
+    for (bool kept : {false, true}) {
+      const Problem p = make_problem(c, static_cast<unsigned>(problems.size() + 7));
+      if (kept && !cuda::attention_keeps_stats(p.shape)) continue;
+      problems.push_back(p);
+      kernels.push_back(generate(problems.back(), std::string(label) + std::to_string(problems.size()), kept));
+      const std::vector<cuda::KernelSource> s = sources(kernels.back());  // (label: no spaces, it names kernels)
+      first.push_back(all.size());
+      all.insert(all.end(), s.begin(), s.end());
+    }
   const std::vector<std::vector<char>> cubins = cuda::compile_cubins(all, info.sm_major, info.sm_minor);
 
   int passed = 0;
@@ -377,11 +388,12 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
                       pv = data.get() + static_cast<cuda::CUdeviceptr>(p.v_off * 4), po = out.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4),
                       pdo = dout.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4), pg = grads.get(),
                       ps = scratch.get();
-    void* fwd_args[] = {&pq, &pk, &pv, &po};
+    void* fwd_args[] = {&pq, &pk, &pv, &po, &ps};  // (ps only read by a forward that keeps statistics)
     launch(k.forward, cubins[first[n]], fwd_args);
     void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps};
+    void* delta_args[] = {&po, &pdo, &ps};
     for (size_t l = 0; l < k.backward.launches.size(); ++l)
-      launch(k.backward.launches[l], cubins[first[n] + 1 + l], bwd_args);
+      launch(k.backward.launches[l], cubins[first[n] + 1 + l], l == 0 && k.backward.delta_from_out ? delta_args : bwd_args);
     cuda::check(drv.cuCtxSynchronize(), "cuCtxSynchronize");
     std::vector<float> out_buf(no), got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
     out.download(out_buf.data(), no * 4);
@@ -405,11 +417,11 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
       worst = std::max(worst, e[i].rel);
     }
     passed += ok;
-    std::printf("%-64s rel err out %.1e dq %.1e dk %.1e dv %.1e (%zu bwd launches)\n", describe(p.c).c_str(), e[0].rel,
-                e[1].rel, e[2].rel, e[3].rel, k.backward.launches.size());
+    std::printf("%-64s rel err out %.1e dq %.1e dk %.1e dv %.1e (%zu bwd launches%s)\n", describe(p.c).c_str(), e[0].rel,
+                e[1].rel, e[2].rel, e[3].rel, k.backward.launches.size(), k.kept ? ", forward's statistics" : "");
   }
-  std::printf("%s: %d of %zu cases within %.0e (worst %.2e)\n", label, passed, problems.size(), tol, worst);
-  return passed;
+  std::printf("%s: %d of %zu runs within %.0e (worst %.2e)\n", label, passed, problems.size(), tol, worst);
+  return static_cast<int>(problems.size()) - passed;
 }
 
 const std::vector<Case>& tiled_cases() {
@@ -445,18 +457,18 @@ TEST(CudaAttentionGpu, ForwardAndBackwardMatchTheReference) {
   const std::string why = cuda::unavailable_reason(0);
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   const std::vector<Case>& cases = tiled_cases();
-  EXPECT_EQ(run_cases(cases, 1e-4, "fp32_tiled"), static_cast<int>(cases.size()));
+  EXPECT_EQ(run_cases(cases, 1e-4, "fp32_tiled"), 0);
 }
 
 TEST(CudaAttentionGpu, SmallProblemsMatchTheReference) {
   const std::string why = cuda::unavailable_reason(0);
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   const std::vector<Case>& cases = small_cases();
-  EXPECT_EQ(run_cases(cases, 1e-4, "small"), static_cast<int>(cases.size()));
+  EXPECT_EQ(run_cases(cases, 1e-4, "small"), 0);
   // With the TF32 flag: the small path stays exact, the larger heads go to tensor cores.
   std::vector<Case> tf = small_cases();
   for (Case& c : tf) c.tf32 = true;
-  EXPECT_EQ(run_cases(tf, 2e-3, "small_tf32"), static_cast<int>(tf.size()));
+  EXPECT_EQ(run_cases(tf, 2e-3, "small_tf32"), 0);
 }
 
 TEST(CudaAttentionGpu, Tf32MatchesTheReferenceLoosely) {
@@ -464,7 +476,7 @@ TEST(CudaAttentionGpu, Tf32MatchesTheReferenceLoosely) {
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   std::vector<Case> cases = tiled_cases();
   for (Case& c : cases) c.tf32 = true;
-  EXPECT_EQ(run_cases(cases, 2e-3, "tf32"), static_cast<int>(cases.size()));
+  EXPECT_EQ(run_cases(cases, 2e-3, "tf32"), 0);
 }
 
 // out / dout as strided views, in every path: the cases of `base` numbered in `pick`, each
@@ -486,12 +498,12 @@ TEST(CudaAttentionGpu, StridedOutputMatchesTheReference) {
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   // Tiled: multi-tile causal GQA, T > S, D 16 with one query, odd D (7, 80), D 200, packed q/k/v.
   const std::vector<Case> tiled = with_out_layouts(tiled_cases(), {1, 2, 4, 10, 13, 15, 20}, false);
-  EXPECT_EQ(run_cases(tiled, 1e-4, "strided_fp32"), static_cast<int>(tiled.size()));
+  EXPECT_EQ(run_cases(tiled, 1e-4, "strided_fp32"), 0);
   const std::vector<Case> tf = with_out_layouts(tiled_cases(), {1, 2, 4, 10, 13, 20}, true);
-  EXPECT_EQ(run_cases(tf, 2e-3, "strided_tf32"), static_cast<int>(tf.size()));
+  EXPECT_EQ(run_cases(tf, 2e-3, "strided_tf32"), 0);
   // Small: D 64 (forward only small), 16 with many groups, 7, 1, 32 with 16 heads per kv head, 24.
   const std::vector<Case> small = with_out_layouts(small_cases(), {0, 7, 9, 10, 11, 13}, false);
-  EXPECT_EQ(run_cases(small, 1e-4, "strided_small"), static_cast<int>(small.size()));
+  EXPECT_EQ(run_cases(small, 1e-4, "strided_small"), 0);
 }
 
 // ---- GPU: timing of the benchmark shapes (printed, not asserted) -------------------------
@@ -505,7 +517,7 @@ struct Timing {
 /// [B, T, 3, H, D] buffer as a fused qkv projection leaves them; out and dout dense, or with
 /// `permuted_out` views of a [B, T, H, D] buffer.
 Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool tf32, const std::string& tag,
-                  int reps, bool permuted_out = false) {
+                  int reps, bool permuted_out = false, bool kept = false) {
   const cuda::DeviceInfo info = cuda::open_device(0);
   const cuda::Driver& drv = cuda::driver();
   const std::vector<int64_t> st{T * 3 * H * D, D, 3 * H * D, 1};
@@ -513,8 +525,9 @@ Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool 
   const cuda::AttentionShape shape{B, H, H, T, T, D, 1.0 / std::sqrt(static_cast<double>(D)), causal, tf32};
   cuda::Operand o{DType::kF32, {B, H, T, D}, dense_strides({B, H, T, D})};
   if (permuted_out) o.strides = {T * H * D, D, H * D, 1};
-  const cuda::Launch fwd = cuda::attention_kernel("time_fwd_" + tag, shape, op, op, op, o);
-  const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("time_bwd_" + tag, shape, op, op, op, o);
+  kept = kept && cuda::attention_keeps_stats(shape);
+  const cuda::Launch fwd = cuda::attention_kernel("time_fwd_" + tag, shape, op, op, op, o, kept);
+  const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("time_bwd_" + tag, shape, op, op, op, o, kept ? &o : nullptr);
   std::vector<cuda::KernelSource> src{{fwd.name, fwd.source}};
   for (const cuda::Launch& l : bwd.launches) src.push_back({l.name, l.source});
   const std::vector<std::vector<char>> cubins = cuda::compile_cubins(src, info.sm_major, info.sm_minor);
@@ -535,8 +548,9 @@ Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool 
   cuda::CUdeviceptr pq = qkv.get(), pk = pq + static_cast<cuda::CUdeviceptr>(H * D * 4),
                     pv = pq + static_cast<cuda::CUdeviceptr>(2 * H * D * 4), po = out.get(), pdo = dout.get(),
                     pg = grads.get(), ps = scratch.get();
-  void* fwd_args[] = {&pq, &pk, &pv, &po};
+  void* fwd_args[] = {&pq, &pk, &pv, &po, &ps};
   void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps};
+  void* delta_args[] = {&po, &pdo, &ps};
   const size_t nl = launches.size();
   std::vector<cuda::CUevent> ev(nl + 1);
   for (cuda::CUevent& e : ev) cuda::check(drv.cuEventCreate(&e, 0), "cuEventCreate");
@@ -544,7 +558,8 @@ Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool 
   for (int rep = -1; rep < reps; ++rep) {  // rep −1 warms up
     cuda::check(drv.cuEventRecord(ev[0], nullptr), "cuEventRecord");
     for (size_t i = 0; i < nl; ++i) {
-      k[i].launch(launches[i]->grid, launches[i]->block, launches[i]->shared_bytes, nullptr, i == 0 ? fwd_args : bwd_args);
+      void** args = i == 0 ? fwd_args : i == 1 && bwd.delta_from_out ? delta_args : bwd_args;
+      k[i].launch(launches[i]->grid, launches[i]->block, launches[i]->shared_bytes, nullptr, args);
       cuda::check(drv.cuEventRecord(ev[i + 1], nullptr), "cuEventRecord");
     }
     cuda::check(drv.cuEventSynchronize(ev[nl]), "cuEventSynchronize");
@@ -576,14 +591,15 @@ TEST(CudaAttentionGpu, BenchmarkShapesTiming) {
   const std::string why = cuda::unavailable_reason(0);
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   const cuda::DeviceInfo info = cuda::open_device(0);
-  std::printf("attention timing on %s (causal, packed qkv views; out/dout dense, then [B,T,H,D] views):\n",
+  std::printf("attention timing on %s (causal, packed qkv views; out/dout dense, then [B,T,H,D] views with the\n"
+              "backward reading the forward's statistics, as a training step runs it):\n",
               info.name.c_str());
   for (bool permuted : {false, true})
     for (const BenchShape& b : kBench)
       for (bool tf32 : {false, true}) {
         const std::string tag = std::string(b.name == kBench[0].name ? "g" : b.name == kBench[1].name ? "c" : "t") +
                                 (tf32 ? "32" : "fp") + (permuted ? "p" : "");
-        const Timing t = time_shape(b.b, b.h, b.t, b.d, true, tf32, tag, b.reps, permuted);
+        const Timing t = time_shape(b.b, b.h, b.t, b.d, true, tf32, tag, b.reps, permuted, permuted);
         const double flops = 4.0 * b.b * b.h * b.t * b.t * b.d / 2;
         std::printf("  %-5s B=%lld H=%lld T=S=%lld D=%lld %s%s: forward %8.4f ms (%5.1f TFLOP/s)  backward %8.4f ms (",
                     b.name, static_cast<long long>(b.b), static_cast<long long>(b.h), static_cast<long long>(b.t),

@@ -537,7 +537,9 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
     case Op::kAttention:
     case Op::kAttentionGrad: {
       std::vector<Place> qkv;
-      for (size_t i = 0; i < n.inputs.size(); ++i) qkv.push_back(readable(g, id, n.inputs[i], attention_operand));
+      // q, k, v (and dout): the backward recomputes the forward rather than read its output.
+      const size_t operands = std::min<size_t>(n.inputs.size(), 4);
+      for (size_t i = 0; i < operands; ++i) qkv.push_back(readable(g, id, n.inputs[i], attention_operand));
       const Place out = own_node(g, id);
       const ir::Node node = n;
       const Shape qs = in(0).shape, ks = in(1).shape;

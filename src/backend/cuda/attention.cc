@@ -243,6 +243,10 @@ __device__ __forceinline__ void load_rows(float* dst, const float* src, long lon
   }
 }
 
+// What a forward kernel stores (forward_rows / mma_forward<MODE>): the output; lse and delta
+// (the backward's stats launch); the output and lse (a forward that keeps its statistics).
+constexpr int OUT = 0, STATS = 1, OUT_LSE = 2;
+
 // The stats pass's results (scratch [2, NROWS]: lse, then delta) for query r of bh.
 __device__ __forceinline__ void store_stats(float* scratch, long long bh, int r, float lse, float delta) {
   scratch[bh * T + r] = lse;
@@ -391,10 +395,11 @@ __device__ __forceinline__ void accumulate(float (&acc)[RPT][OC], const float* P
 }
 )";
 
-/// The forward pass over one query tile; with STATS (the backward's first launch) it stores
-/// lse and delta instead of the output.
+/// The forward pass over one query tile. MODE (kCommon): OUT stores the output; STATS (the
+/// backward's first launch when the forward kept nothing) lse and delta instead; OUT_LSE the
+/// output and lse (scratch's first half), for the backward to read.
 constexpr const char* kForward = R"(
-template <bool STATS>
+template <int MODE>
 __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const float* __restrict__ k,
                                              const float* __restrict__ v, float* __restrict__ out,
                                              const float* __restrict__ dout, float* __restrict__ scratch) {
@@ -448,11 +453,12 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
     const int r = r0 + i;
     const float total = lanes_sum<8>(l[i]), inv = 1.f / total;
     const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row (O3 = 1)
-    if (!STATS) {
+    if (MODE != STATS) {
       if (r < T)
 #pragma unroll
         for (int c = 0; c < OC; ++c)
           if (out_col(c, L.tx) < D) out[row + out_col(c, L.tx) * O3] = o[i][c] * inv;
+      if (MODE == OUT_LSE && r < T && L.tx == 0) scratch[bh * T + r] = m[i] + log2f(total);
     } else {
       float dot = 0.f;  // delta = Σ_d dO·O
       if (r < T)
@@ -699,39 +705,70 @@ bool attention_operand_ok(const Operand& op) {
          (op.strides[3] == 1 || op.shape[3] <= 1);
 }
 
+bool attention_keeps_stats(const AttentionShape& s) { return small_plan(s, false).ng == 0 && small_plan(s, true).ng == 0; }
+
 Launch attention_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
-                        const Operand& v, const Operand& out) {
+                        const Operand& v, const Operand& out, bool keep_stats) {
   check_shape(s, q, k, v, out, "out");
+  if (keep_stats && !attention_keeps_stats(s)) throw Error("[cuda] attention: this shape's forward keeps no statistics");
+  const std::string call = keep_stats ? "<OUT_LSE>(q, k, v, out, nullptr, stats);\n}\n" : "<OUT>(q, k, v, out, nullptr, nullptr);\n}\n";
+  const char* params = keep_stats ? "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
+                                    "float* __restrict__ out, float* __restrict__ stats)"
+                                  : "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
+                                    "float* __restrict__ out)";
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
-    std::string src = small_constants(s, sp, q, k, v, out) + attention_paths::kSmall +
-                      "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
-                      "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
-                      "float* __restrict__ out) {\n  small_forward(q, k, v, out);\n}\n";
+    std::string src = small_constants(s, sp, q, k, v, out) + attention_paths::kSmall + kernel_head(name, params) +
+                      " {\n  small_forward(q, k, v, out);\n}\n";
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
   if (use_mma(s)) {
     const MmaGeometry g = mma_geometry(s.d, s.t, Kind::kForward);
-    std::string src = mma_constants(s, g, q, k, v, out) + attention_paths::kMma +
-                      kernel_head(name, "(const float* __restrict__ q, const float* __restrict__ k, "
-                                        "const float* __restrict__ v, float* __restrict__ out)") +
-                      " {\n  mma_forward<false>(q, k, v, out, nullptr, nullptr);\n}\n";
+    std::string src = mma_constants(s, g, q, k, v, out) + attention_paths::kMma + kernel_head(name, params) +
+                      " {\n  mma_forward" + call;
     return make_launch_raw(name, std::move(src), 32 * g.warps, ceil_div(s.t, g.br) * s.batch * s.q_heads,
                            (g.br + 2 * g.bc) * g.rs);
   }
   const Geometry g = geometry(s.d, Kind::kForward);
-  std::string src = constants(s, g, q, k, v, out) + kHelpers + kForward +
-                    kernel_head(name, "(const float* __restrict__ q, const float* __restrict__ k, "
-                                      "const float* __restrict__ v, float* __restrict__ out)") +
-                    " {\n  forward_rows<false>(q, k, v, out, nullptr, nullptr);\n}\n";
+  std::string src = constants(s, g, q, k, v, out) + kHelpers + kForward + kernel_head(name, params) + " {\n  forward_rows" + call;
   return make_launch(name, std::move(src), g, row_tiles(s.t, g) * s.batch * s.q_heads,
                      g.dw * g.ts + 2 * g.bc * g.rs + g.warps * g.bc * g.ps);
 }
 
+namespace {
+
+/// delta = Σ_d dO·O per query row from the forward's stored output (strides P0..P3) into the
+/// second half of the stats buffer: one warp per row.
+Launch delta_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
+                    const Operand& v, const Operand& dout, const Operand& out) {
+  const std::string head = "constexpr long long P0 = " + ll(out.strides[0]) + ", P1 = " + ll(out.strides[1]) +
+                           ", P2 = " + ll(out.strides[2]) + ", P3 = " + ll(out.strides[3]) + ";\n";
+  std::string src = "#define NT 256\n" + shape_constants(s, q, k, v, dout) + head +
+                    kernel_head(name, "(const float* __restrict__ out, const float* __restrict__ dout, float* __restrict__ stats)") +
+                    R"( {
+  const long long row = (long long)blockIdx.x * (NT / 32) + (threadIdx.x >> 5);
+  if (row >= NROWS) return;
+  const int lane = threadIdx.x & 31;
+  const long long bh = row / T, t = row % T, b = bh / HQ, h = bh % HQ;
+  const float* o = out + b * P0 + h * P1 + t * P2;
+  const float* g = dout + b * O0 + h * O1 + t * O2;
+  float dot = 0.f;
+  for (int d = lane; d < D; d += 32) dot = fmaf(o[d * P3], g[d * O3], dot);
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
+  if (lane == 0) stats[NROWS + row] = dot;
+}
+)";
+  return make_launch_raw(name, std::move(src), 256, ceil_div(s.batch * s.q_heads * s.t, 8), 0);
+}
+
+}  // namespace
+
 AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
-                                         const Operand& k, const Operand& v, const Operand& dout) {
+                                         const Operand& k, const Operand& v, const Operand& dout, const Operand* out) {
   check_shape(s, q, k, v, dout, "dout");
   AttentionGradPlan plan;
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
+    if (out) throw Error("[cuda] attention: the short-sequence backward reads no forward statistics");
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
     std::string src = small_constants(s, sp, q, k, v, dout) + attention_paths::kSmall + kernel_head(name, kGradParams) +
@@ -741,13 +778,20 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   }
   plan.scratch_floats = 2 * s.batch * s.q_heads * s.t;
   const std::string stats = name + "_stats", dkdv = name + "_dkdv", dq = name + "_dq";
+  if (out) {
+    if (!attention_keeps_stats(s)) throw Error("[cuda] attention: this shape's forward keeps no statistics");
+    check_operand(*out, dout.shape, "out");
+    plan.delta_from_out = true;
+    plan.launches.push_back(delta_kernel(name + "_delta", s, q, k, v, dout, *out));
+  }
   if (use_mma(s)) {
     const MmaGeometry gf = mma_geometry(s.d, s.t, Kind::kForward), gk = mma_geometry(s.d, s.t, Kind::kDkDv),
                       gq = mma_geometry(s.d, s.t, Kind::kDq);
-    plan.launches.push_back(make_launch_raw(
-        stats, mma_constants(s, gf, q, k, v, dout) + attention_paths::kMma + kernel_head(stats, kGradParams) +
-                   " {\n  (void)grads;\n  mma_forward<true>(q, k, v, nullptr, dout, scratch);\n}\n",
-        32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads, (gf.br + 2 * gf.bc) * gf.rs));
+    if (!out)
+      plan.launches.push_back(make_launch_raw(
+          stats, mma_constants(s, gf, q, k, v, dout) + attention_paths::kMma + kernel_head(stats, kGradParams) +
+                     " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
+          32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads, (gf.br + 2 * gf.bc) * gf.rs));
     plan.launches.push_back(make_launch_raw(
         dkdv, mma_constants(s, gk, q, k, v, dout) + attention_paths::kMma + kernel_head(dkdv, kGradParams) +
                   " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
@@ -759,10 +803,11 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     return plan;
   }
   const Geometry gf = geometry(s.d, Kind::kForward), gk = geometry(s.d, Kind::kDkDv), gq = geometry(s.d, Kind::kDq);
-  plan.launches.push_back(make_launch(
-      stats, constants(s, gf, q, k, v, dout) + kHelpers + kForward + kernel_head(stats, kGradParams) +
-                 " {\n  (void)grads;\n  forward_rows<true>(q, k, v, nullptr, dout, scratch);\n}\n",
-      gf, row_tiles(s.t, gf) * s.batch * s.q_heads, gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
+  if (!out)
+    plan.launches.push_back(make_launch(
+        stats, constants(s, gf, q, k, v, dout) + kHelpers + kForward + kernel_head(stats, kGradParams) +
+                   " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
+        gf, row_tiles(s.t, gf) * s.batch * s.q_heads, gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
   plan.launches.push_back(make_launch(
       dkdv, constants(s, gk, q, k, v, dout) + kHelpers + kDkDv + kernel_head(dkdv, kGradParams) +
                 " {\n  dkdv_rows(q, k, v, dout, grads, scratch);\n}\n",

@@ -268,7 +268,7 @@ __device__ __forceinline__ void for_cols(int t, int rr, F f) {
     }
 }
 
-template <bool STATS>
+template <int MODE>
 __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const float* __restrict__ k,
                                             const float* __restrict__ v, float* __restrict__ out,
                                             const float* __restrict__ dout, float* __restrict__ scratch) {
@@ -328,8 +328,9 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
     const int r = ra + 8 * rr;
     const float total = lanes_sum<4>(l[rr]), inv = 1.f / total;
     const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row
-    if (!STATS) {
+    if (MODE != STATS) {
       if (r < T) for_cols(t, rr, [&](int col, int dn, int e) { out[row + col * O3] = o[dn][e] * inv; });
+      if (MODE == OUT_LSE && r < T && t == 0) scratch[bh * T + r] = m[rr] + log2f(total);
     } else {
       float dot = 0.f;
       if (r < T)

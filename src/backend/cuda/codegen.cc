@@ -284,6 +284,19 @@ Launch copy_kernel(const std::string& name, const Operand& in) {
   return l;
 }
 
+Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
+                       int64_t cols_p, bool col_major) {
+  auto c = [](int64_t x) { return std::to_string(x) + "LL"; };
+  Launch l;
+  l.name = name;
+  l.source = kernel_head(name, "const float* __restrict__ in, float* __restrict__ out", rows_p * cols_p) +
+             (col_major ? "  const long long r = i % " + c(rows_p) + ", c = i / " + c(rows_p) + ";\n"
+                        : "  const long long r = i / " + c(cols_p) + ", c = i % " + c(cols_p) + ";\n") +
+             "  out[i] = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " + c(cs) + "] : 0.0f;\n}\n";
+  elementwise_launch(l, rows_p * cols_p);
+  return l;
+}
+
 Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,
                       const std::vector<int64_t>& b_strides) {
   Launch l;

@@ -62,6 +62,11 @@ NodeCode group_node_code(const ir::Graph& graph, const passes::KernelGroup& grou
 
 /// out (dense) = in (strided, any dtype). Params: (const T* in, T* out).
 Launch copy_kernel(const std::string& name, const Operand& in);
+/// A matrix operand [rows, cols] (element strides rs, cs) copied into a dense [rows_p, cols_p]
+/// buffer, row-major or (col_major) column-major, with zeros in the padding: a product operand
+/// padded to aligned extents.
+Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
+                       int64_t cols_p, bool col_major);
 /// out (dense over shape) = a · b elementwise, both f32 read through strides over `shape`
 /// (0 = broadcast): a product over k = 1. Params: (const float* a, const float* b, float* out).
 Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,

@@ -156,7 +156,7 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
   ok(l.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = workspace_bytes;
   ok(l.pref_set(pref, kPrefMaxWorkspace, &ws, sizeof(ws)), "cublasLtMatmulPreferenceSetAttribute");
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 16;
   HeuristicResult results[kCandidates] = {};
   int found = 0;
   const Status s = l.heuristic(l.handle, desc_, layout_[0], layout_[1], layout_[2], layout_[2], pref, kCandidates, results, &found);

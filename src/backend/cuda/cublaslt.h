@@ -45,6 +45,12 @@ class LtMatmul {
   void tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream, CUdeviceptr bias = 0);
   /// The workspace the chosen algorithm needs (≤ the workspace_bytes it was planned with).
   size_t workspace() const { return workspace_; }
+  /// The heuristic's candidates (best first) and the one run() uses: for benchmarks that time them.
+  size_t candidates() const { return candidates_.size(); }
+  void choose(size_t index) {
+    chosen_ = index;
+    workspace_ = candidates_.at(index).workspace;
+  }
 
  private:
   void* desc_ = nullptr;

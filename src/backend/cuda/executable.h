@@ -78,6 +78,13 @@ class CudaExecutable final : public Executable {
     bool placed = false;
     const Buffer* root = nullptr;  // the bound buffer the place reads, if any
   };
+  // Arena buffers whose rows are padded apart (ld > cols) with zeros in the padding, written so
+  // by their producer (cross-entropy's gradient): buffer → (ld, cols). A product may read such
+  // rows ld wide as a zero-padded reduction axis.
+  std::map<int32_t, std::pair<int64_t, int64_t>> zero_padded_;
+  // Attention nodes whose forward kernel keeps its row statistics for the backward: node →
+  // the [2, B·Hq·T] buffer (lse from the forward, delta from the backward's first launch).
+  std::map<int32_t, Place> attention_stats_;
   using Category = ArenaBuffer::Category;
   struct Arg {
     Place place;
@@ -121,6 +128,7 @@ class CudaExecutable final : public Executable {
   /// The input's place if it is dense, else a dense copy (an extra step).
   Place dense(const ir::Graph& g, int32_t consumer, int32_t input);
   Place dense_copy(const ir::Node& consumer, const Slot& in);
+  bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);
   Operand operand(int32_t id) const;
   void add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops = 0);
   CUdeviceptr address(const Place& p) const;

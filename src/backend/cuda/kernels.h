@@ -99,19 +99,30 @@ bool attention_operand_ok(const Operand& op);
 /// any batch/head/row strides with unit stride along D (attention_operand_ok), e.g. a permuted
 /// view of a [B, T, Hq, D] buffer; element [b, h, t, d] is written at b·s0 + h·s1 + t·s2 + d,
 /// nothing else (gaps between rows stay untouched). Its elements must not overlap.
-/// Params: (const float* q, const float* k, const float* v, float* out).
+/// Params: (const float* q, const float* k, const float* v, float* out), and with keep_stats a
+/// trailing float* stats: [2, B·Hq·T] floats whose first half gets each query row's
+/// log-sum-exp, for the backward (only where attention_keeps_stats).
 Launch attention_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
-                        const Operand& v, const Operand& out);
+                        const Operand& v, const Operand& out, bool keep_stats = false);
+/// Whether this shape's forward can keep its row statistics for the backward: the tiled paths
+/// do; the short-sequence path recomputes them inside its one-launch backward.
+bool attention_keeps_stats(const AttentionShape& s);
 /// Backward: the launches run in order, every one with the params
 /// (const float* q, const float* k, const float* v, const float* dout, float* grads, float* scratch)
 /// where dout [B, Hq, T, D] is read through the strides of the `dout` Operand (any batch/head/row
 /// strides, unit stride along D, as for the forward's out), grads is [dq | dk | dv] flattened
 /// (dense, in that order), and scratch holds `scratch_floats` floats of the executable's arena.
+/// With `out` (the forward's output, whose kernel kept its statistics: attention_kernel with
+/// keep_stats), scratch is that forward's stats buffer and the forward is not re-run: the
+/// first launch (delta_from_out) has params (const float* out, const float* dout, float* scratch)
+/// and computes Σ dO·O per row from the stored output.
 struct AttentionGradPlan {
   std::vector<Launch> launches;
   int64_t scratch_floats = 0;
+  bool delta_from_out = false;
 };
 AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
-                                         const Operand& k, const Operand& v, const Operand& dout);
+                                         const Operand& k, const Operand& v, const Operand& dout,
+                                         const Operand* out = nullptr);
 
 }  // namespace tg::backend::cuda

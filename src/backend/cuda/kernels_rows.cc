@@ -389,7 +389,9 @@ std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64
   }
 )";
   } else {
-    s += R"(  float* y = dlogits + row * LD_OUT;
+    // The padding between rows is zeroed, so a product may read the rows LD_OUT wide (padded k).
+  s += R"(  float* y = dlogits + row * LD_OUT;
+  for (long long c = COLS + tid; c < LD_OUT; c += P) y[c] = 0.0f;
   if ((long long)t == IGNORE) {
     row_fill(y, tid, 0.0f);
     return;

@@ -368,6 +368,7 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         out.strides = row_padded_strides(n.shape, out_ld);
         s.place = out;
         s.placed = true;
+        if (out_ld != cols) zero_padded_[out.buf] = {out_ld, cols};
         add_kernel({id}, cross_entropy_grad_kernel(kKernelName, rows, cols, ignore, ld, out_ld),
                    {{logits}, {targets}, {dloss}, {out}, err});
       }
@@ -429,8 +430,24 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         if (heads_inner)
           out.strides = {as.t * as.q_heads * as.d, as.d, as.q_heads * as.d, 1};
         s.place = out;
-        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, n.shape, out.strides}),
-                   {{qkv[0]}, {qkv[1]}, {qkv[2]}, {out}}, flops);
+        // When this program also runs the backward (an attention_grad reading this node as its
+        // forward output), the kernel keeps each row's log-sum-exp there for it.
+        bool keep = false;
+        for (int32_t c : consumers_[static_cast<size_t>(id)]) {
+          const ir::Node& cn = g.node(c);
+          keep = keep || (cn.op == Op::kAttentionGrad && cn.inputs.size() == 5 && cn.inputs[4] == id &&
+                          std::equal(n.inputs.begin(), n.inputs.end(), cn.inputs.begin()) && cn.attrs.causal == n.attrs.causal &&
+                          cn.attrs.values == n.attrs.values);
+        }
+        keep = keep && attention_keeps_stats(as);
+        std::vector<Arg> args{{qkv[0]}, {qkv[1]}, {qkv[2]}, {out}};
+        if (keep) {
+          const int64_t floats = 2 * as.batch * as.q_heads * as.t;
+          attention_stats_[id] = own(n, floats * 4, {floats}, Category::kActivation);
+          args.push_back({attention_stats_[id]});
+        }
+        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, n.shape, out.strides}, keep),
+                   std::move(args), flops);
       } else {
         Operand dout_op = operand(n.inputs[3]);
         Place dout = in(3).place;
@@ -438,11 +455,20 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
           dout = dense_copy(n, in(3));
           dout_op.strides = contiguous_strides(dout_op.shape);
         }
-        AttentionGradPlan plan = attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], dout_op);
+        // The forward's output and kept statistics, when its kernel kept them (see above).
+        const auto kept = n.inputs.size() == 5 ? attention_stats_.find(n.inputs[4]) : attention_stats_.end();
+        const bool from_forward = kept != attention_stats_.end();
+        const Operand fwd_out = from_forward ? operand(n.inputs[4]) : Operand{};
+        AttentionGradPlan plan =
+            attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], dout_op, from_forward ? &fwd_out : nullptr);
         const Place out = own_node(g, id);
-        const Place scratch = own(n, std::max<int64_t>(plan.scratch_floats, 1) * 4, {plan.scratch_floats}, Category::kScratch);
-        for (Launch& l : plan.launches)
-          add_kernel({id}, std::move(l), {{qkv[0]}, {qkv[1]}, {qkv[2]}, {dout}, {out}, {scratch}}, 0);
+        const Place scratch = from_forward ? kept->second
+                                           : own(n, std::max<int64_t>(plan.scratch_floats, 1) * 4, {plan.scratch_floats}, Category::kScratch);
+        for (size_t i = 0; i < plan.launches.size(); ++i) {
+          std::vector<Arg> args{{qkv[0]}, {qkv[1]}, {qkv[2]}, {dout}, {out}, {scratch}};
+          if (i == 0 && plan.delta_from_out) args = {{in(4).place}, {dout}, {scratch}};
+          add_kernel({id}, std::move(plan.launches[i]), std::move(args), 0);
+        }
         steps_.back().flops = 2 * flops + flops / 2;
       }
       return;
@@ -582,16 +608,63 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
                {{places[0]}, {places[1]}, {out}}, 2 * batch * m * nn * k);
     return;
   }
+  // TF32 products with an extent of 1024 or more that is not a multiple of 64 (GPT-2's
+  // vocabulary of 50257) run 2-3x slower on cuBLASLt than the same product padded to the next
+  // multiple (bench/cuda_product_probe on an H200: x·wteᵀ 9.6 -> 3.0 ms, dlogits·wte 9.1 ->
+  // 2.9 ms). Pad m, n and k then: extra rows and columns of the result are never read (the
+  // output buffer has room for them), and a padded reduction axis reads zeros on both sides.
+  int64_t pm = mm, pn = nn, pk = k;
+  if (options_.tf32 && bm == 1 && n.dtype == DType::kF32 && (padded_row(mm) != mm || padded_row(nn) != nn || padded_row(k) != k)) {
+    MatOperand pa = mats[0], pb = mats[1];
+    Place qa = places[0], qb = places[1];
+    const int64_t tm = padded_row(mm), tn = ld, tk = padded_row(k);
+    if (pad_operand(n, pa, qa, tm, tk, tk != k) && pad_operand(n, pb, qb, tk, tn, tk != k)) {
+      mats[0] = pa, mats[1] = pb, places[0] = qa, places[1] = qb;
+      pm = tm, pn = tn, pk = tk;
+      bufs_[static_cast<size_t>(out.buf)].bytes = aligned(pm * ld * 4);
+    }
+  }
   Step st;
   st.kind = Step::Kind::kMatmul;
   st.nodes = {id};
   if (add >= 0) st.nodes.push_back(add);
   st.args = {{places[0]}, {places[1]}, {out}};
   if (add >= 0) st.args.push_back({bias});
-  st.matmul = std::make_shared<LtMatmul>(bm, mm, nn, k, mats[0], mats[1],
+  st.matmul = std::make_shared<LtMatmul>(bm, pm, pn, pk, mats[0], mats[1],
                                          options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0, ld);
   st.flops = 2 * batch * m * nn * k;
   steps_.push_back(std::move(st));
+}
+
+/// `mo` (at `place`) readable as [rows_p, cols_p] ≥ its extents: in place when only its unit-
+/// stride axis grows within the other stride of a buffer it starts (and, for `zeros`, that
+/// padding is known to be zero: zero_padded_), else through a zero-padded copy (operands up
+/// to 512 MiB). False when neither works.
+bool CudaExecutable::pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p,
+                                 bool zeros) {
+  if (rows_p == mo.rows && cols_p == mo.cols) return true;
+  const bool row_major = mo.col_stride == 1;
+  if (place.buf >= 0 && place.offset == 0) {
+    const int64_t bytes = bufs_[static_cast<size_t>(place.buf)].bytes;
+    const bool grows_inner = row_major ? rows_p == mo.rows && mo.row_stride >= cols_p && mo.rows * mo.row_stride * 4 <= bytes
+                                       : mo.row_stride == 1 && cols_p == mo.cols && mo.col_stride >= rows_p &&
+                                             mo.cols * mo.col_stride * 4 <= bytes;
+    bool zero_ok = !zeros;
+    if (auto it = zero_padded_.find(place.buf); zeros && it != zero_padded_.end())
+      zero_ok = row_major ? mo.row_stride == it->second.first && mo.cols == it->second.second
+                          : mo.col_stride == it->second.first && mo.rows == it->second.second;
+    if (grows_inner && zero_ok) {
+      mo.rows = rows_p, mo.cols = cols_p;
+      return true;
+    }
+  }
+  if (rows_p * cols_p * 4 > (int64_t{512} << 20)) return false;
+  const Place copy = own(consumer, rows_p * cols_p * 4, {rows_p * cols_p}, Category::kScratch);
+  add_kernel({}, pad_copy_kernel(kKernelName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p, !row_major),
+             {{place}, {copy}});
+  place = copy;
+  mo = row_major ? MatOperand{rows_p, cols_p, cols_p, 1, 0} : MatOperand{rows_p, cols_p, 1, rows_p, 0};
+  return true;
 }
 
 bool CudaExecutable::in_place_target(const ir::Graph& g, int32_t value, int32_t group, int32_t& target) const {

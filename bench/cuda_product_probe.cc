@@ -1,0 +1,83 @@
+// Times every cuBLASLt candidate algorithm for products whose shape we care about (the GPT-2
+// LM head: vocabulary 50257, 16384 tokens, d 768), in the layouts the cuda backend plans them,
+// with the output rows dense or padded to a multiple of 64. For finding why a product runs
+// below the ceiling that bench/cuda_ceilings measures.
+//
+//   ./cuda_product_probe [fp32|tf32]     (needs a GPU)
+#include <cstdio>
+#include <string>
+
+#include "backend/cuda/cublaslt.h"
+#include "backend/cuda/driver.h"
+
+namespace cuda = tg::backend::cuda;
+
+namespace {
+
+template <class F>
+float time_ms(F&& f, int reps) {
+  const cuda::Driver& d = cuda::driver();
+  cuda::CUevent start = nullptr, stop = nullptr;
+  cuda::check(d.cuEventCreate(&start, 0), "cuEventCreate");
+  cuda::check(d.cuEventCreate(&stop, 0), "cuEventCreate");
+  f();
+  cuda::check(d.cuEventRecord(start, nullptr), "cuEventRecord");
+  for (int i = 0; i < reps; ++i) f();
+  cuda::check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
+  cuda::check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+  float ms = 0;
+  d.cuEventElapsedTime(&ms, start, stop);
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(stop);
+  return ms / static_cast<float>(reps);
+}
+
+struct Case {
+  const char* name;
+  int64_t m, n, k;
+  cuda::MatOperand a, b;
+  int64_t ldc;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const std::string why = cuda::unavailable_reason(0); !why.empty()) {
+    std::printf("cuda_product_probe: no usable GPU: %s\n", why.c_str());
+    return 0;
+  }
+  const cuda::MathMode mode = argc > 1 && std::string(argv[1]) == "fp32" ? cuda::MathMode::kFp32 : cuda::MathMode::kTf32;
+  cuda::open_device(0);
+  const int64_t V = 50257, Vp = 50304, N = 16384, C = 768;
+  const Case cases[] = {
+      // logits [N, V] = x [N, C] · wteᵀ (wte [V, C] read transposed)
+      {"logits = x·wteT, out ld V", N, V, C, {N, C, C, 1, 0}, {C, V, 1, C, 0}, V},
+      {"logits = x·wteT, out ld Vp", N, V, C, {N, C, C, 1, 0}, {C, V, 1, C, 0}, Vp},
+      {"logits padded n = Vp", N, Vp, C, {N, C, C, 1, 0}, {C, Vp, 1, C, 0}, Vp},
+      // dx [N, C] = dlogits [N, V] · wte [V, C]
+      {"dx = dlogits·wte, dlogits ld V", N, C, V, {N, V, V, 1, 0}, {V, C, C, 1, 0}, C},
+      {"dx = dlogits·wte, dlogits ld Vp", N, C, V, {N, V, Vp, 1, 0}, {V, C, C, 1, 0}, C},
+      {"dx padded k = Vp", N, C, Vp, {N, Vp, Vp, 1, 0}, {Vp, C, C, 1, 0}, C},
+      // dwte [V, C] = dlogitsᵀ [V, N] · x [N, C]
+      {"dW = dlogitsT·x, dlogits ld V", V, C, N, {V, N, 1, V, 0}, {N, C, C, 1, 0}, C},
+      {"dW = dlogitsT·x, dlogits ld Vp", V, C, N, {V, N, 1, Vp, 0}, {N, C, C, 1, 0}, C},
+  };
+  cuda::DeviceMemory a(static_cast<size_t>(N * Vp * 4)), b(static_cast<size_t>(N * Vp * 4)),
+      c(static_cast<size_t>(N * Vp * 4));
+  cuda::check(cuda::driver().cuMemsetD8Async(a.get(), 0, static_cast<size_t>(N * Vp * 4), nullptr), "memset");
+  cuda::check(cuda::driver().cuMemsetD8Async(b.get(), 0, static_cast<size_t>(N * Vp * 4), nullptr), "memset");
+  const size_t ws_bytes = size_t{32} << 20;
+  cuda::DeviceMemory workspace(ws_bytes);
+  for (const Case& cs : cases) {
+    cuda::LtMatmul mm(1, cs.m, cs.n, cs.k, cs.a, cs.b, mode, ws_bytes, false, cs.ldc);
+    const double flops = 2.0 * static_cast<double>(cs.m) * static_cast<double>(cs.n) * static_cast<double>(cs.k);
+    std::printf("%-34s", cs.name);
+    for (size_t i = 0; i < mm.candidates(); ++i) {
+      mm.choose(i);
+      const float ms = time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
+      std::printf(" %6.2f ms (%3.0f)", ms, flops / (ms * 1e9));
+    }
+    std::printf("   [ms (TFLOP/s) per candidate, heuristic order]\n");
+  }
+  return 0;
+}
