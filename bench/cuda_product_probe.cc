@@ -3,8 +3,10 @@
 // with the output rows dense or padded to a multiple of 64. For finding why a product runs
 // below the ceiling that bench/cuda_ceilings measures.
 //
-//   ./cuda_product_probe [fp32|tf32]     (needs a GPU)
+//   ./cuda_product_probe [fp32|tf32|bf16x9]     (needs a GPU; bf16x9: cuBLAS's emulated FP32)
 #include <cstdio>
+#include <exception>
+#include <memory>
 #include <string>
 
 #include "backend/cuda/cublaslt.h"
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
     std::printf("cuda_product_probe: no usable GPU: %s\n", why.c_str());
     return 0;
   }
-  const cuda::MathMode mode = argc > 1 && std::string(argv[1]) == "fp32" ? cuda::MathMode::kFp32 : cuda::MathMode::kTf32;
+  const std::string want = argc > 1 ? argv[1] : "tf32";
+  const cuda::MathMode mode = want == "fp32" ? cuda::MathMode::kFp32 : want == "bf16x9" ? cuda::MathMode::kBf16x9 : cuda::MathMode::kTf32;
   cuda::open_device(0);
   const int64_t V = 50257, Vp = 50304, N = 16384, C = 768;
   const Case cases[] = {
@@ -61,6 +64,9 @@ int main(int argc, char** argv) {
       // dwte [V, C] = dlogitsᵀ [V, N] · x [N, C]
       {"dW = dlogitsT·x, dlogits ld V", V, C, N, {V, N, 1, V, 0}, {N, C, C, 1, 0}, C},
       {"dW = dlogitsT·x, dlogits ld Vp", V, C, N, {V, N, 1, Vp, 0}, {N, C, C, 1, 0}, C},
+      {"dW padded m = Vp", Vp, C, N, {Vp, N, 1, Vp, 0}, {N, C, C, 1, 0}, C},
+      // an MLP product of the same model: [N, C] · [C, 4C]
+      {"mlp x·W1", N, 4 * C, C, {N, C, C, 1, 0}, {C, 4 * C, 4 * C, 1, 0}, 4 * C},
   };
   cuda::DeviceMemory a(static_cast<size_t>(N * Vp * 4)), b(static_cast<size_t>(N * Vp * 4)),
       c(static_cast<size_t>(N * Vp * 4));
@@ -69,7 +75,14 @@ int main(int argc, char** argv) {
   const size_t ws_bytes = size_t{32} << 20;
   cuda::DeviceMemory workspace(ws_bytes);
   for (const Case& cs : cases) {
-    cuda::LtMatmul mm(1, cs.m, cs.n, cs.k, cs.a, cs.b, mode, ws_bytes, false, cs.ldc);
+    std::unique_ptr<cuda::LtMatmul> planned;
+    try {
+      planned = std::make_unique<cuda::LtMatmul>(1, cs.m, cs.n, cs.k, cs.a, cs.b, mode, ws_bytes, false, cs.ldc);
+    } catch (const std::exception& e) {
+      std::printf("%-34s %s\n", cs.name, e.what());
+      continue;
+    }
+    cuda::LtMatmul& mm = *planned;
     const double flops = 2.0 * static_cast<double>(cs.m) * static_cast<double>(cs.n) * static_cast<double>(cs.k);
     std::printf("%-34s", cs.name);
     for (size_t i = 0; i < mm.candidates(); ++i) {

@@ -17,7 +17,7 @@ namespace {
 using Status = int;
 using Handle = void*;
 constexpr int kR32F = 0;                               // CUDA_R_32F
-constexpr int kCompute32F = 68, kCompute32FTf32 = 77;  // CUBLAS_COMPUTE_32F(_FAST_TF32)
+constexpr int kCompute32F = 68, kCompute32FTf32 = 77, kCompute32FBf16x9 = 78;  // CUBLAS_COMPUTE_32F(_FAST_TF32, _EMULATED_16BFX9)
 constexpr int kOpN = 0, kOpT = 1;
 constexpr int kDescTransA = 3, kDescTransB = 4;  // CUBLASLT_MATMUL_DESC_TRANSA/B
 constexpr int kLayoutBatchCount = 5, kLayoutBatchStride = 6;
@@ -127,7 +127,8 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
     : flops_(2 * batch * m * n * k), bias_(with_bias) {
   const Lt& l = lt_checked();
   if (!lt_readable(a) || !lt_readable(b)) throw Error("[cuda] matmul operand layout cuBLASLt cannot read");
-  ok(l.desc_create(&desc_, mode == MathMode::kTf32 ? kCompute32FTf32 : kCompute32F, kR32F), "cublasLtMatmulDescCreate");
+  const int compute = mode == MathMode::kTf32 ? kCompute32FTf32 : mode == MathMode::kBf16x9 ? kCompute32FBf16x9 : kCompute32F;
+  ok(l.desc_create(&desc_, compute, kR32F), "cublasLtMatmulDescCreate");
   // Cᵀ (n × m) = bᵀ (n × k) · aᵀ (k × m).
   const ColMajor lb = transposed_view(b), la = transposed_view(a);
   ok(l.desc_set(desc_, kDescTransA, &lb.op, sizeof(int)), "cublasLtMatmulDescSetAttribute");

@@ -25,7 +25,9 @@ struct MatOperand {
 /// stride at least that axis' extent (a leading dimension).
 bool lt_readable(const MatOperand& op);
 
-enum class MathMode { kFp32, kTf32 };
+/// kBf16x9: cuBLAS's FP32 emulation on BF16 tensor cores (CUDA 12.9+; for bench/cuda_product_probe,
+/// which measures whether this GPU runs it faster than fp32).
+enum class MathMode { kFp32, kTf32, kBf16x9 };
 
 /// out [batch, m, n] = a [batch, m, k] · b [batch, k, n] (out rows `out_row_stride` apart, 0:
 /// n, dense; a padded stride keeps a product with an odd n aligned), planned once (layouts and

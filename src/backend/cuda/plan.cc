@@ -422,9 +422,14 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       if (n.op == Op::kAttention) {
         // Heads are usually swapped back next to the features ([B, T, Hq, D], then merged):
         // then write that layout directly, so the permute and the reshape are free views.
-        bool heads_inner = !consumers_[static_cast<size_t>(id)].empty();
-        for (int32_t c : consumers_[static_cast<size_t>(id)])
-          heads_inner = heads_inner && g.node(c).op == Op::kPermute && g.node(c).attrs.axes == std::vector<int64_t>{0, 2, 1, 3};
+        // (The backward reading this output for its statistics takes any strides.)
+        bool heads_inner = false, other = false;
+        for (int32_t c : consumers_[static_cast<size_t>(id)]) {
+          const ir::Node& cn = g.node(c);
+          if (cn.op == Op::kPermute && cn.attrs.axes == std::vector<int64_t>{0, 2, 1, 3}) heads_inner = true;
+          else if (!(cn.op == Op::kAttentionGrad && cn.inputs.size() == 5 && cn.inputs[4] == id && cn.inputs[3] != id)) other = true;
+        }
+        heads_inner = heads_inner && !other;
         if (std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end()) heads_inner = false;
         Place out = own_node(g, id);
         if (heads_inner)
