@@ -190,8 +190,9 @@ Error2 compare(const std::vector<float>& got, const std::vector<double>& want, s
   return e;
 }
 
-/// The kernels of a problem (forward, then the backward plan's launches). `kept`: the forward
-/// keeps its row statistics and the backward reads them and the forward's output.
+/// The kernels of a problem (forward, then the backward plan's launches). `kept`: as a training
+/// step runs them, the forward keeps its row statistics, the backward reads them and the
+/// forward's output, and writes the gradients [B, T, H, D] (grads_bthd).
 struct Kernels {
   cuda::Launch forward;
   cuda::AttentionGradPlan backward;
@@ -199,8 +200,27 @@ struct Kernels {
 };
 
 Kernels generate(const Problem& p, const std::string& tag, bool kept = false) {
+  cuda::AttentionShape bwd = p.shape;
+  bwd.grads_bthd = kept;
   return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o, kept),
-          cuda::attention_grad_kernels("attn_bwd_" + tag, p.shape, p.q, p.k, p.v, p.o, kept ? &p.o : nullptr), kept};
+          cuda::attention_grad_kernels("attn_bwd_" + tag, bwd, p.q, p.k, p.v, p.o, kept ? &p.o : nullptr), kept};
+}
+
+/// [dq | dk | dv] written [B, T, H, D] each (grads_bthd) back in the dense [B, H, T, D] order.
+std::vector<float> grads_to_bhtd(const std::vector<float>& g, const Case& c) {
+  std::vector<float> out(g.size());
+  size_t base = 0;
+  for (int part = 0; part < 3; ++part) {
+    const int64_t H = part == 0 ? c.hq : c.hkv, T = part == 0 ? c.t : c.s;
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < c.d; ++d)
+            out[base + static_cast<size_t>(((b * H + h) * T + t) * c.d + d)] =
+                g[base + static_cast<size_t>(((b * T + t) * H + h) * c.d + d)];
+    base += static_cast<size_t>(c.b * H * T * c.d);
+  }
+  return out;
 }
 
 /// Where element i of dense [B, Hq, T, D] lies in the buffer of out and dout.
@@ -398,6 +418,7 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     std::vector<float> out_buf(no), got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
     out.download(out_buf.data(), no * 4);
     grads.download(got_grads.data(), got_grads.size() * 4);
+    if (k.kept) got_grads = grads_to_bhtd(got_grads, p.c);
     for (size_t i = 0; i < pos.size(); ++i) got_out[i] = out_buf[pos[i]], out_buf[pos[i]] = out_init[pos[i]];
     int64_t gaps_touched = 0;  // out_buf now equals out_init unless a gap was written
     for (size_t i = 0; i < no; ++i) gaps_touched += !(out_buf[i] == out_init[i]) && !std::isnan(out_init[i]);
@@ -527,7 +548,9 @@ Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool 
   if (permuted_out) o.strides = {T * H * D, D, H * D, 1};
   kept = kept && cuda::attention_keeps_stats(shape);
   const cuda::Launch fwd = cuda::attention_kernel("time_fwd_" + tag, shape, op, op, op, o, kept);
-  const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("time_bwd_" + tag, shape, op, op, op, o, kept ? &o : nullptr);
+  cuda::AttentionShape bwd_shape = shape;
+  bwd_shape.grads_bthd = kept;
+  const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("time_bwd_" + tag, bwd_shape, op, op, op, o, kept ? &o : nullptr);
   std::vector<cuda::KernelSource> src{{fwd.name, fwd.source}};
   for (const cuda::Launch& l : bwd.launches) src.push_back({l.name, l.source});
   const std::vector<std::vector<char>> cubins = cuda::compile_cubins(src, info.sm_major, info.sm_minor);

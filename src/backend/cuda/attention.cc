@@ -165,6 +165,7 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
   c += "constexpr float SCALE = " + float_literal(s.scale) + ";\n";
   c += "constexpr float SCALE2 = " + float_literal(s.scale * 1.4426950408889634) + ";  // scale · log2 e\n";
   c += std::string("constexpr bool CAUSAL = ") + (s.causal ? "true" : "false") + ";\n";
+  c += std::string("constexpr bool GRADS_BTHD = ") + (s.grads_bthd ? "true" : "false") + ";\n";
   return c;
 }
 
@@ -262,9 +263,15 @@ __device__ __forceinline__ void stage_stats(float* Ls, float* Ds, const float* s
   for (int e = threadIdx.x; e < BC; e += NT) load_stats(scratch, bh, q0 + e, Ls[e], Ds[e]);
 }
 
-// dK and dV of key row `key` (< S) of kv group bg = b·HKV + kv head, dense [B, HKV, S, D] each.
+// Where dq's row r of bh = b·HQ + h starts in grads: dense [B, HQ, T, D], or with GRADS_BTHD
+// [B, T, HQ, D] (and dk, dv [B, S, HKV, D]), the layout the qkv projection's gradient wants.
+__device__ __forceinline__ long long dq_row(long long bh, int r) {
+  return GRADS_BTHD ? (((bh / HQ) * T + r) * HQ + bh % HQ) * D : (bh * T + r) * D;
+}
+// dK and dV of key row `key` (< S) of kv group bg = b·HKV + kv head: [B, HKV, S, D] each, or
+// [B, S, HKV, D] with GRADS_BTHD.
 __device__ __forceinline__ void store_dkdv(float* grads, int bg, int key, int col, float dk, float dv) {
-  const long long at = ((long long)bg * S + key) * D + col;
+  const long long at = (GRADS_BTHD ? ((long long)(bg / HKV) * S + key) * HKV + bg % HKV : (long long)bg * S + key) * D + col;
   grads[NQ + at] = dk;
   grads[NQ + NK + at] = dv;
 }
@@ -586,7 +593,7 @@ __device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     if (r0 + i >= T) continue;
-    const long long row = ((long long)bh * T + r0 + i) * D;
+    const long long row = dq_row(bh, r0 + i);
 #pragma unroll
     for (int c = 0; c < OC; ++c)
       if (out_col(c, L.tx) < D) grads[row + out_col(c, L.tx)] = dq[i][c] * SCALE;
@@ -666,10 +673,14 @@ bool use_mma(const AttentionShape& s) { return s.tf32 && s.d <= 128; }
 
 MmaGeometry mma_geometry(int64_t d, int64_t t, Kind kind) {
   MmaGeometry g{};
-  // Measured on an H200 at D = 64, T = 256 and 1024 (see the test's TileSweep): forward and
-  // stats 32-key tiles (8 warps from T = 512 up), dkdv 8 warps × 64 queries, dq 4 warps × 32 keys.
+  // Measured on an H200 at D = 64, T = 256 and 1024 (the test's TileSweep, backward reading the
+  // forward's statistics): forward and stats 32-key tiles (8 warps from T = 512 up); from
+  // T = 256 up dkdv and dq as 16 warps × 32 (GPT-2: 1.01 + 0.65 ms against 1.09 + 0.92 for the
+  // earlier 8 × 64 and 4 × 32; char: 0.23 + 0.15 against 0.25 + 0.19), shorter sequences
+  // dkdv 8 warps × 64 queries, dq 4 warps × 32 keys.
   g.warps = kind == Kind::kDkDv || (kind == Kind::kForward && t >= 512) ? 8 : 4;
   g.bc = kind == Kind::kDkDv ? 64 : 32;
+  if (kind != Kind::kForward && t >= 256 && d <= 64) g.warps = 16, g.bc = 32;
   if (d > 64) g.bc = 32;  // accumulators of larger heads leave fewer registers for the scores
   // Tuning override: TG_CUDA_ATTENTION_MMA="<kind>:<warps>,<bc>;..." with kind f, k or q.
   if (const char* env = std::getenv("TG_CUDA_ATTENTION_MMA")) {
@@ -769,6 +780,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   AttentionGradPlan plan;
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
     if (out) throw Error("[cuda] attention: the short-sequence backward reads no forward statistics");
+    if (s.grads_bthd) throw Error("[cuda] attention: the short-sequence backward writes dense [B, H, T, D] gradients only");
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
     std::string src = small_constants(s, sp, q, k, v, dout) + attention_paths::kSmall + kernel_head(name, kGradParams) +

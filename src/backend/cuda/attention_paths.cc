@@ -448,7 +448,7 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
   for (int rr = 0; rr < 2; ++rr) {
     const int r = ra + 8 * rr;
     if (r >= T) continue;
-    const long long row = ((long long)bh * T + r) * D;
+    const long long row = dq_row(bh, r);
     for_cols(t, rr, [&](int col, int dn, int e) { grads[row + col] = dq[dn][e] * SCALE; });
   }
 }

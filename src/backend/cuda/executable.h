@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -85,6 +86,8 @@ class CudaExecutable final : public Executable {
   // Attention nodes whose forward kernel keeps its row statistics for the backward: node →
   // the [2, B·Hq·T] buffer (lse from the forward, delta from the backward's first launch).
   std::map<int32_t, Place> attention_stats_;
+  // attention_grad nodes whose parts are written [B, T, H, D] (AttentionShape::grads_bthd).
+  std::set<int32_t> bthd_grads_;
   using Category = ArenaBuffer::Category;
   struct Arg {
     Place place;
@@ -128,6 +131,7 @@ class CudaExecutable final : public Executable {
   /// The input's place if it is dense, else a dense copy (an extra step).
   Place dense(const ir::Graph& g, int32_t consumer, int32_t input);
   Place dense_copy(const ir::Node& consumer, const Slot& in);
+  bool grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const;
   bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);
   Operand operand(int32_t id) const;
   void add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops = 0);

@@ -92,6 +92,10 @@ struct AttentionShape {
   /// Products may round q, k, v, p and dO to TF32 (tensor cores), as the matmul precision
   /// option allows; false keeps exact fp32 math. The executable sets it from its precision option.
   bool tf32 = false;
+  /// Backward only (tiled paths, attention_keeps_stats): write dq as [B, T, Hq, D] and dk, dv as
+  /// [B, S, Hkv, D] inside [dq | dk | dv] (heads next to the features, as a qkv projection's
+  /// gradient wants them) instead of [B, H, T, D].
+  bool grads_bthd = false;
 };
 /// Whether the attention kernels read `op` as it is (else the executable makes it dense).
 bool attention_operand_ok(const Operand& op);

@@ -259,6 +259,14 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kReshape: {
+      // One part of an attention gradient written [B, T, H, D] (grads_bthd), seen as [B, H, T, D].
+      if (const ir::Node& src = g.node(n.inputs[0]); src.op == Op::kSlice && bthd_grads_.count(src.inputs[0])) {
+        Place p = in(0).place;
+        const int64_t H = n.shape.at(1), T = n.shape.at(2), D = n.shape.at(3);
+        p.strides = {T * H * D, D, H * D, 1};
+        view(std::move(p));
+        return;
+      }
       if (auto st = reshaped_strides(in(0).shape, in(0).place.strides, n.shape)) {
         Place p = in(0).place;
         p.strides = *st;
@@ -464,6 +472,11 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         const auto kept = n.inputs.size() == 5 ? attention_stats_.find(n.inputs[4]) : attention_stats_.end();
         const bool from_forward = kept != attention_stats_.end();
         const Operand fwd_out = from_forward ? operand(n.inputs[4]) : Operand{};
+        // Autograd slices [dq | dk | dv] into its parts and reshapes each to [B, H, T, D], which
+        // is then permuted back to [B, T, H, D] for the qkv projection: written [B, T, H, D],
+        // every one of those is a free view (see kReshape) instead of a copy.
+        as.grads_bthd = attention_keeps_stats(as) && grads_split_into_parts(g, id, ops[0].shape, ops[1].shape);
+        if (as.grads_bthd) bthd_grads_.insert(id);
         AttentionGradPlan plan =
             attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], dout_op, from_forward ? &fwd_out : nullptr);
         const Place out = own_node(g, id);
@@ -669,6 +682,29 @@ bool CudaExecutable::pad_operand(const ir::Node& consumer, MatOperand& mo, Place
              {{place}, {copy}});
   place = copy;
   mo = row_major ? MatOperand{rows_p, cols_p, cols_p, 1, 0} : MatOperand{rows_p, cols_p, 1, rows_p, 0};
+  return true;
+}
+
+/// Whether every reader of attention_grad `id` is a slice of exactly one of its parts (dq, dk,
+/// dv) read only by reshapes to that part's [B, H, T, D] shape, and none of them escapes.
+bool CudaExecutable::grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const {
+  auto escapes = [&](int32_t x) {
+    return std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end() ||
+           std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == x; });
+  };
+  const int64_t nq = numel(qs), nk = numel(ks);
+  if (escapes(id) || consumers_[static_cast<size_t>(id)].empty()) return false;
+  for (int32_t c : consumers_[static_cast<size_t>(id)]) {
+    const ir::Node& sl = g.node(c);
+    if (sl.op != Op::kSlice || sl.attrs.axes.at(0) != 0 || sl.attrs.values.at(1) != 1 || escapes(c) ||
+        consumers_[static_cast<size_t>(c)].empty())
+      return false;
+    const auto start = static_cast<int64_t>(sl.attrs.values[0]), len = sl.shape.at(0);
+    const Shape* part = start == 0 && len == nq ? &qs : (start == nq || start == nq + nk) && len == nk ? &ks : nullptr;
+    if (!part) return false;
+    for (int32_t r : consumers_[static_cast<size_t>(c)])
+      if (g.node(r).op != Op::kReshape || g.node(r).shape != *part) return false;
+  }
   return true;
 }
 
