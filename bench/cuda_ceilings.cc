@@ -8,31 +8,9 @@
 
 #include "backend/cuda/cublaslt.h"
 #include "backend/cuda/driver.h"
+#include "cuda_timing.h"
 
 namespace cuda = tg::backend::cuda;
-
-namespace {
-
-/// Median-free but warm: one untimed call, then `reps` timed back to back; ms per call.
-template <class F>
-float time_ms(F&& f, int reps) {
-  const cuda::Driver& d = cuda::driver();
-  cuda::CUevent start = nullptr, stop = nullptr;
-  cuda::check(d.cuEventCreate(&start, 0), "cuEventCreate");
-  cuda::check(d.cuEventCreate(&stop, 0), "cuEventCreate");
-  f();
-  cuda::check(d.cuEventRecord(start, nullptr), "cuEventRecord");
-  for (int i = 0; i < reps; ++i) f();
-  cuda::check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
-  cuda::check(d.cuEventSynchronize(stop), "cuEventSynchronize");
-  float ms = 0;
-  d.cuEventElapsedTime(&ms, start, stop);
-  d.cuEventDestroy(start);
-  d.cuEventDestroy(stop);
-  return ms / static_cast<float>(reps);
-}
-
-}  // namespace
 
 int main() {
   if (const std::string why = cuda::unavailable_reason(0); !why.empty()) {
@@ -45,7 +23,7 @@ int main() {
 
   const size_t bytes = size_t{1} << 30;
   cuda::DeviceMemory src(bytes), dst(bytes);
-  const float copy_ms = time_ms([&] { cuda::check(d.cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr), "copy"); }, 20);
+  const float copy_ms = cuda_time_ms([&] { cuda::check(d.cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr), "copy"); }, 20);
   std::printf("memory bandwidth (1 GiB device copy, read + write)  %8.0f GB/s\n", 2.0 * static_cast<double>(bytes) / (copy_ms * 1e6));
 
   const int64_t n = 8192;
@@ -55,7 +33,7 @@ int main() {
   for (const auto mode : {cuda::MathMode::kFp32, cuda::MathMode::kTf32}) {
     cuda::LtMatmul mm(1, n, n, n, dense, dense, mode, size_t{32} << 20);
     mm.tune(a.get(), b.get(), c.get(), workspace.get(), nullptr);
-    const float ms = time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
+    const float ms = cuda_time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
     std::printf("cuBLASLt %s product 8192^3                        %8.1f TFLOP/s\n",
                 mode == cuda::MathMode::kTf32 ? "tf32" : "fp32", 2.0 * static_cast<double>(n * n * n) / (ms * 1e9));
   }

@@ -11,28 +11,12 @@
 
 #include "backend/cuda/cublaslt.h"
 #include "backend/cuda/driver.h"
+#include "cuda_timing.h"
 
 namespace cuda = tg::backend::cuda;
 
 namespace {
 
-template <class F>
-float time_ms(F&& f, int reps) {
-  const cuda::Driver& d = cuda::driver();
-  cuda::CUevent start = nullptr, stop = nullptr;
-  cuda::check(d.cuEventCreate(&start, 0), "cuEventCreate");
-  cuda::check(d.cuEventCreate(&stop, 0), "cuEventCreate");
-  f();
-  cuda::check(d.cuEventRecord(start, nullptr), "cuEventRecord");
-  for (int i = 0; i < reps; ++i) f();
-  cuda::check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
-  cuda::check(d.cuEventSynchronize(stop), "cuEventSynchronize");
-  float ms = 0;
-  d.cuEventElapsedTime(&ms, start, stop);
-  d.cuEventDestroy(start);
-  d.cuEventDestroy(stop);
-  return ms / static_cast<float>(reps);
-}
 
 struct Case {
   const char* name;
@@ -87,7 +71,7 @@ int main(int argc, char** argv) {
     std::printf("%-34s", cs.name);
     for (size_t i = 0; i < mm.candidates(); ++i) {
       mm.choose(i);
-      const float ms = time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
+      const float ms = cuda_time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
       std::printf(" %6.2f ms (%3.0f)", ms, flops / (ms * 1e9));
     }
     std::printf("   [ms (TFLOP/s) per candidate, heuristic order]\n");
