@@ -288,120 +288,6 @@ std::string constants(const AttentionShape& s, const Geometry& g, const Operand&
   return c + shape_constants(s, q, k, v, o) + kCommon;
 }
 
-/// Device helpers of the fp32 tiled kernels (see the file comment for the tile layouts).
-constexpr const char* kHelpers = R"(
-template <int N> __device__ __forceinline__ void ldv(float* r, const float* p);
-template <> __device__ __forceinline__ void ldv<1>(float* r, const float* p) { r[0] = p[0]; }
-template <> __device__ __forceinline__ void ldv<2>(float* r, const float* p) {
-  const float2 t = *reinterpret_cast<const float2*>(p);
-  r[0] = t.x; r[1] = t.y;
-}
-template <> __device__ __forceinline__ void ldv<4>(float* r, const float* p) {
-  const float4 t = *reinterpret_cast<const float4*>(p);
-  r[0] = t.x; r[1] = t.y; r[2] = t.z; r[3] = t.w;
-}
-template <> __device__ __forceinline__ void ldv<8>(float* r, const float* p) {
-  ldv<4>(r, p);
-  ldv<4>(r + 4, p + 4);
-}
-template <int N> __device__ __forceinline__ void stv(float* p, const float* r);
-template <> __device__ __forceinline__ void stv<1>(float* p, const float* r) { p[0] = r[0]; }
-template <> __device__ __forceinline__ void stv<2>(float* p, const float* r) {
-  *reinterpret_cast<float2*>(p) = make_float2(r[0], r[1]);
-}
-template <> __device__ __forceinline__ void stv<4>(float* p, const float* r) {
-  *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
-}
-template <> __device__ __forceinline__ void stv<8>(float* p, const float* r) {
-  stv<4>(p, r);
-  stv<4>(p + 4, r + 4);
-}
-
-// Thread coordinates: tx = column lane (0..7), lg = row group in the warp (0..3), ty = row group in the block.
-struct Lane {
-  int warp, tx, lg, ty;
-};
-__device__ __forceinline__ Lane lane_coords() {
-  Lane l;
-  l.warp = threadIdx.x >> 5;
-  l.tx = threadIdx.x & 7;
-  l.lg = (threadIdx.x >> 3) & 3;
-  l.ty = l.warp * 4 + l.lg;
-  return l;
-}
-
-// Output column o of a thread (o < OC): VW-wide vectors, 8 lanes side by side.
-__device__ __forceinline__ int out_col(int o, int tx) { return (o / VW) * (8 * VW) + tx * VW + o % VW; }
-
-// Transposed tile: dst[d·TS + r] (d < DW, r < ROWS), same source and zeros as load_rows. A warp
-// step covers 8 d × 4 rows: 32-byte runs of global memory, conflict-free shared stores (TS ≡ 4 mod 8).
-template <int ROWS>
-__device__ __forceinline__ void load_cols(float* dst, const float* src, long long rstride, long long dstride, int row0,
-                                          int limit, float mul) {
-  constexpr int DG = (DW + 7) / 8, TASKS = (ROWS / 4) * DG;
-  for (int e = threadIdx.x; e < TASKS * 32; e += NT) {
-    const int lane = e & 31, task = e >> 5;
-    const int d = (task % DG) * 8 + (lane & 7), r = (task / DG) * 4 + (lane >> 3);
-    if (d >= DW) continue;
-    float x = 0.f;
-    if (d < D && row0 + r < limit) x = mul * src[(long long)(row0 + r) * rstride + (long long)d * dstride];
-    dst[d * TS + r] = x;
-  }
-}
-
-// s[i][j] = Σ_d At[d][ty·RPT + i] · Bs[tx + 8j][d].
-__device__ __forceinline__ void score_tile(float (&s)[RPT][CPT], const float* At, const float* Bs, const Lane& L) {
-#pragma unroll
-  for (int i = 0; i < RPT; ++i)
-#pragma unroll
-    for (int j = 0; j < CPT; ++j) s[i][j] = 0.f;
-#pragma unroll 2
-  for (int d = 0; d < DW; d += 4) {
-    float a[4][RPT];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) ldv<RPT>(a[u], At + (d + u) * TS + L.ty * RPT);
-#pragma unroll
-    for (int j = 0; j < CPT; ++j) {
-      float b[4];
-      ldv<4>(b, Bs + (L.tx + 8 * j) * RS + d);
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int i = 0; i < RPT; ++i) s[i][j] = fmaf(a[u][i], b[u], s[i][j]);
-    }
-  }
-}
-
-// The thread's scores into its warp's buffer: Pw[col][lg·RPT + i].
-__device__ __forceinline__ void store_tile(float* Pw, const float (&s)[RPT][CPT], const Lane& L) {
-#pragma unroll
-  for (int j = 0; j < CPT; ++j) {
-    float t[RPT];
-#pragma unroll
-    for (int i = 0; i < RPT; ++i) t[i] = s[i][j];
-    stv<RPT>(Pw + (L.tx + 8 * j) * PS + L.lg * RPT, t);
-  }
-}
-
-// acc[i][o] += Σ_c Pw[c][lg·RPT + i] · Xs[c][out_col(o)] over the BC columns of the tile.
-__device__ __forceinline__ void accumulate(float (&acc)[RPT][OC], const float* Pw, const float* Xs, const Lane& L) {
-#pragma unroll 4
-  for (int c = 0; c < BC; ++c) {
-    float p[RPT];
-    ldv<RPT>(p, Pw + c * PS + L.lg * RPT);
-#pragma unroll
-    for (int g = 0; g < OC / VW; ++g) {
-      float x[VW];
-      ldv<VW>(x, Xs + c * RS + g * (8 * VW) + L.tx * VW);
-#pragma unroll
-      for (int i = 0; i < RPT; ++i)
-#pragma unroll
-        for (int w = 0; w < VW; ++w) acc[i][g * VW + w] = fmaf(p[i], x[w], acc[i][g * VW + w]);
-    }
-  }
-}
-)";
-
 /// The forward pass over one query tile. MODE (kCommon): OUT stores the output; STATS (the
 /// backward's first launch when the forward kept nothing) lse and delta instead; OUT_LSE the
 /// output and lse (scratch's first half), for the backward to read.
@@ -740,7 +626,7 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
                            (g.br + 2 * g.bc) * g.rs);
   }
   const Geometry g = geometry(s.d, Kind::kForward);
-  std::string src = constants(s, g, q, k, v, out) + kHelpers + kForward + kernel_head(name, params) + " {\n  forward_rows" + call;
+  std::string src = constants(s, g, q, k, v, out) + attention_paths::kFp32Helpers + kForward + kernel_head(name, params) + " {\n  forward_rows" + call;
   return make_launch(name, std::move(src), g, row_tiles(s.t, g) * s.batch * s.q_heads,
                      g.dw * g.ts + 2 * g.bc * g.rs + g.warps * g.bc * g.ps);
 }
@@ -817,16 +703,16 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   const Geometry gf = geometry(s.d, Kind::kForward), gk = geometry(s.d, Kind::kDkDv), gq = geometry(s.d, Kind::kDq);
   if (!out)
     plan.launches.push_back(make_launch(
-        stats, constants(s, gf, q, k, v, dout) + kHelpers + kForward + kernel_head(stats, kGradParams) +
+        stats, constants(s, gf, q, k, v, dout) + attention_paths::kFp32Helpers + kForward + kernel_head(stats, kGradParams) +
                    " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
         gf, row_tiles(s.t, gf) * s.batch * s.q_heads, gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
   plan.launches.push_back(make_launch(
-      dkdv, constants(s, gk, q, k, v, dout) + kHelpers + kDkDv + kernel_head(dkdv, kGradParams) +
+      dkdv, constants(s, gk, q, k, v, dout) + attention_paths::kFp32Helpers + kDkDv + kernel_head(dkdv, kGradParams) +
                 " {\n  dkdv_rows(q, k, v, dout, grads, scratch);\n}\n",
       gk, row_tiles(s.s, gk) * s.batch * s.kv_heads,
       2 * gk.dw * gk.ts + 2 * gk.bc * gk.rs + 2 * gk.bc + gk.warps * gk.bc * gk.ps));
   plan.launches.push_back(make_launch(
-      dq, constants(s, gq, q, k, v, dout) + kHelpers + kDq + kernel_head(dq, kGradParams) +
+      dq, constants(s, gq, q, k, v, dout) + attention_paths::kFp32Helpers + kDq + kernel_head(dq, kGradParams) +
               " {\n  dq_rows(q, k, v, dout, grads, scratch);\n}\n",
       gq, row_tiles(s.t, gq) * s.batch * s.q_heads, 2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
   return plan;
