@@ -53,7 +53,7 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
   auto step = [&] { train.step({{"ids", ids}, {"targets", targets}}); };
   const int iters = gpu && std::string(w.name) != "gpt2_124M" ? 20 : 5;
   const double sec = median_seconds_per_step(step, 3, iters);
-  const char* mode = precision == tg::Precision::kTf32 ? "tf32" : "fp32";
+  const char* mode = precision == tg::Precision::kTf32 ? "tf32" : precision == tg::Precision::kTf32x3 ? "tf32x3" : "fp32";
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode, sec * 1e3, static_cast<double>(B * T) / sec);
   std::fflush(stdout);
   report_compiled(w.name, train);
@@ -65,7 +65,8 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "addition_3L,char_6L384";
   const tg::Device device = argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
-  const tg::Precision precision = argc > 3 && std::string(argv[3]) == "tf32" ? tg::Precision::kTf32 : tg::Precision::kFp32;
+  const std::string mode = argc > 3 ? argv[3] : "fp32";
+  const tg::Precision precision = mode == "tf32" ? tg::Precision::kTf32 : mode == "tf32x3" ? tg::Precision::kTf32x3 : tg::Precision::kFp32;
   std::stringstream list(only);
   std::string name;
   while (std::getline(list, name, ',')) {

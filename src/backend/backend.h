@@ -39,6 +39,7 @@ struct PrepareOptions {
   bool fuse = true;          // elementwise kernel groups (passes/fusion.h)
   bool reuse_memory = true;  // buffers share arena space when their lifetimes do not overlap
   bool tf32 = false;         // f32 matrix products may round their inputs to TF32 (cuda)
+  bool tf32x3 = false;       // large f32 products as three TF32 products (cuda; Precision::kTf32x3)
 };
 
 /// Planned bytes, by what they hold. The arena figures are those live at the step where the

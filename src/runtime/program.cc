@@ -31,6 +31,7 @@ struct ProgramState {
   bool train = false;
   bool optimize = true;  // run the rewriting passes before DCE
   bool tf32 = false;     // Precision::kTf32
+  bool tf32x3 = false;   // Precision::kTf32x3
   std::shared_ptr<DeviceStore> store;
   ir::Graph full;  // after autograd and the optimizer, before any pass
   Variant plain;
@@ -152,6 +153,7 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   backend::PrepareOptions prepare;
   prepare.fuse = prepare.reuse_memory = s.optimize;
   prepare.tf32 = s.tf32;
+  prepare.tf32x3 = s.tf32x3;
   timer.mark("bindings + state alloc");
   v.exec = s.store->backend->prepare(v.graph, bindings, prepare);
   timer.mark("backend prepare");
@@ -223,6 +225,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   s->train = true;
   s->optimize = options.optimize;
   s->tf32 = options.precision == Precision::kTf32;
+  s->tf32x3 = options.precision == Precision::kTf32x3;
   s->store = device_store(model, options.device);
   timer.mark("device store + init");
   Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, "compile_train");
@@ -259,6 +262,7 @@ Program compile_forward(Module& model, const TracedFn& fn, size_t arity, Forward
   auto s = std::make_shared<ProgramState>();
   s->optimize = options.optimize;
   s->tf32 = options.precision == Precision::kTf32;
+  s->tf32x3 = options.precision == Precision::kTf32x3;
   s->store = device_store(model, options.device);
   Traced t = trace(model, fn, arity, options.inputs, options.training, options.seed, "compile_forward");
   s->inputs = options.inputs;

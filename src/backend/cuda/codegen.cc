@@ -297,6 +297,30 @@ Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int6
   return l;
 }
 
+Launch split_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
+                         int64_t cols_p, bool col_major, int k_axis, bool lo_first) {
+  auto c = [](int64_t x) { return std::to_string(x) + "LL"; };
+  // Position of (r, c) in half h of the stacked buffer, in its orientation.
+  const std::string R = c(rows_p), C = c(cols_p);
+  auto at = [&](const std::string& h) {
+    if (!col_major) return k_axis == 1 ? "r * 2 * " + C + " + " + h + " * " + C + " + c" : "(" + h + " * " + R + " + r) * " + C + " + c";
+    return k_axis == 1 ? "(" + h + " * " + C + " + c) * " + R + " + r" : "c * 2 * " + R + " + " + h + " * " + R + " + r";
+  };
+  Launch l;
+  l.name = name;
+  l.source = kernel_head(name, "const float* __restrict__ in, float* __restrict__ out", rows_p * cols_p) +
+             (col_major ? "  const long long r = i % " + R + ", c = i / " + R + ";\n"
+                        : "  const long long r = i / " + C + ", c = i % " + C + ";\n") +
+             "  const float x = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " + c(cs) + "] : 0.0f;\n" +
+             "  unsigned hi, lo;\n"
+             "  asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(hi) : \"f\"(x));\n"
+             "  asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(lo) : \"f\"(x - __uint_as_float(hi)));\n" +
+             "  out[" + at(lo_first ? "1" : "0") + "] = __uint_as_float(hi);\n" +
+             "  out[" + at(lo_first ? "0" : "1") + "] = __uint_as_float(lo);\n}\n";
+  elementwise_launch(l, rows_p * cols_p);
+  return l;
+}
+
 Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,
                       const std::vector<int64_t>& b_strides) {
   Launch l;

@@ -73,9 +73,16 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   if (needs_workspace) workspace_ = DeviceMemory(kWorkspaceBytes);
   // Each product picks the fastest of cuBLASLt's candidate algorithms on the real buffers.
   for (Step& s : steps_)
-    if (s.kind == Step::Kind::kMatmul)
-      s.matmul->tune(address(s.args[0].place), address(s.args[1].place), address(s.args[2].place), workspace_.get(), ctx_->stream,
-                     s.args.size() > 3 ? address(s.args[3].place) : 0);
+    if (s.kind == Step::Kind::kMatmul) {
+      const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place), out = address(s.args[2].place),
+                        bias = s.args.size() > 3 ? address(s.args[3].place) : 0;
+      if (!s.matmul_hi) {
+        s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream, bias);
+        continue;
+      }
+      s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream);
+      s.matmul_hi->tune(a + static_cast<CUdeviceptr>(s.hi_offset[0]), b + static_cast<CUdeviceptr>(s.hi_offset[1]), out, workspace_.get(), ctx_->stream, bias, 1.0f);
+    }
   phase("cuBLASLt tuning");
   for (CUevent& e : done_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
   for (int k = 0; k < 2; ++k) capture(k);
@@ -223,10 +230,18 @@ void CudaExecutable::enqueue_step(const Step& s) {
                                                      params.data());
       return;
     }
-    case Step::Kind::kMatmul:
-      s.matmul->run(address(s.args[0].place), address(s.args[1].place), address(s.args[2].place), workspace_.get(), stream,
-                    s.args.size() > 3 ? address(s.args[3].place) : 0);
+    case Step::Kind::kMatmul: {
+      const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place), out = address(s.args[2].place),
+                        bias = s.args.size() > 3 ? address(s.args[3].place) : 0;
+      if (!s.matmul_hi) {
+        s.matmul->run(a, b, out, workspace_.get(), stream, bias);
+        return;
+      }
+      s.matmul->run(a, b, out, workspace_.get(), stream);
+      s.matmul_hi->run(a + static_cast<CUdeviceptr>(s.hi_offset[0]), b + static_cast<CUdeviceptr>(s.hi_offset[1]), out,
+                       workspace_.get(), stream, bias, 1.0f);
       return;
+    }
     case Step::Kind::kMemset:
       check(d.cuMemsetD8Async(address(s.args[0].place), 0, static_cast<size_t>(s.bytes), stream), "cuMemsetD8Async");
       return;
@@ -337,7 +352,7 @@ void CudaExecutable::profile_execution(int k) {
     float ms = 0;
     d.cuEventElapsedTime(&ms, events[i], events[i + 1]);
     const Step& s = steps_[i];
-    std::string label = s.kind == Step::Kind::kMatmul ? "matmul" : s.kind == Step::Kind::kMemset ? "memset"
+    std::string label = s.kind == Step::Kind::kMatmul ? (s.matmul_hi ? "matmul 3xTF32" : "matmul") : s.kind == Step::Kind::kMemset ? "memset"
                         : s.nodes.empty() ? "copy" : s.nodes.size() > 1 ? "fused" : ir::op_name(ops_[static_cast<size_t>(s.nodes[0])]);
     auto& e = profile_ms_[label];
     e.first += ms;
@@ -370,7 +385,7 @@ std::string CudaExecutable::step_line(const Step& s) const {
   std::ostringstream out;
   switch (s.kind) {
     case Step::Kind::kKernel: out << (s.nodes.size() > 1 ? "fused" : s.nodes.empty() ? "copy" : ""); break;
-    case Step::Kind::kMatmul: out << "cublasLt"; break;
+    case Step::Kind::kMatmul: out << (s.matmul_hi ? "cublasLt 3xTF32" : "cublasLt"); break;
     case Step::Kind::kMemset: out << "memset"; break;
   }
   for (int32_t id : s.nodes) {

@@ -101,6 +101,11 @@ class CudaExecutable final : public Executable {
     int32_t kernel = -1;         // into kernels_
     std::vector<Arg> args;       // kernel params; matmul: a, b, out[, bias]; memset: dst
     std::shared_ptr<LtMatmul> matmul;
+    // A split fp32 product (plan_split_product): `matmul` computes lo·hi + hi·lo from the split
+    // operands args[0], args[1], then `matmul_hi` adds hi·hi (and the bias) reading the hi
+    // halves, hi_offset bytes into them.
+    std::shared_ptr<LtMatmul> matmul_hi;
+    int64_t hi_offset[2] = {0, 0};
     int64_t bytes = 0;           // memset size
     int64_t moved = 0;           // bytes the step reads and writes at least once (profiles)
     int64_t launch_n = -1;       // >= 0: passed as a trailing `long long n` (fused groups)
@@ -133,6 +138,9 @@ class CudaExecutable final : public Executable {
   Place dense_copy(const ir::Node& consumer, const Slot& in);
   bool grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const;
   bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);
+  bool split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) const;
+  void plan_split_product(const ir::Node& n, MatOperand mats[2], Place places[2], int64_t m, int64_t k, int64_t ld,
+                          bool with_bias, Step& st);
   Operand operand(int32_t id) const;
   void add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops = 0);
   CUdeviceptr address(const Place& p) const;

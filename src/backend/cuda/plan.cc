@@ -646,12 +646,67 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   st.kind = Step::Kind::kMatmul;
   st.nodes = {id};
   if (add >= 0) st.nodes.push_back(add);
+  st.flops = 2 * batch * m * nn * k;
+  if (split_product_wanted(bm, mm, nn, k, n.dtype)) {
+    plan_split_product(n, mats, places, mm, k, ld, add >= 0, st);
+    bufs_[static_cast<size_t>(out.buf)].bytes = std::max(bufs_[static_cast<size_t>(out.buf)].bytes, aligned(padded_row(mm) * ld * 4));
+    st.args = {{places[0]}, {places[1]}, {out}};
+    if (add >= 0) st.args.push_back({bias});
+    steps_.push_back(std::move(st));
+    return;
+  }
   st.args = {{places[0]}, {places[1]}, {out}};
   if (add >= 0) st.args.push_back({bias});
   st.matmul = std::make_shared<LtMatmul>(bm, pm, pn, pk, mats[0], mats[1],
                                          options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0, ld);
-  st.flops = 2 * batch * m * nn * k;
   steps_.push_back(std::move(st));
+}
+
+/// Precision::kTf32x3: f32 products of 1 GFLOP and more on a GPU with TF32 tensor cores run as
+/// three TF32 products over a split of each operand into x = hi + lo, hi and lo TF32 numbers
+/// (CUTLASS's "3xTF32", XLA's HIGH precision): a·b = lo_a·hi_b + hi_a·lo_b + hi_a·hi_b, dropping
+/// lo_a·lo_b (≤ 2⁻²² relative); each part is rounded to nearest, so every term carries a
+/// relative error of ~2⁻²¹ against f32's 2⁻²⁴. The tensor cores' own accumulation adds to that:
+/// tests/backend/cuda_split_product_test.cc measures 2-6x the error of f32 FMA products (cuBLAS
+/// SGEMM), 70-100x below plain TF32's, for about half SGEMM's time on an H200. Products whose
+/// split operands would exceed 1 GiB (GPT-2's logits gradient), batched ones and those under
+/// 1 GFLOP (where the two split kernels cost more than they save) stay f32 FMA products.
+bool CudaExecutable::split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) const {
+  constexpr int64_t kMinFlops = int64_t{1} << 30, kMaxSplitBytes = int64_t{1} << 30;
+  const int64_t pm = padded_row(m), pn = padded_row(n), pk = padded_row(k);
+  return options_.tf32x3 && !options_.tf32 && ctx_->info.sm_major >= 8 && batch == 1 && dtype == DType::kF32 &&
+         2 * m * n * k >= kMinFlops && 2 * pm * pk * 4 <= kMaxSplitBytes && 2 * pk * pn * 4 <= kMaxSplitBytes;
+}
+
+/// Plans `st` as the split product of split_product_wanted: both operands split (and zero-
+/// padded like TF32 products: padded_row) by one kernel each into [lo_a | hi_a] (along k) and
+/// [hi_b ; lo_b], then one TF32 product of twice the depth gives lo_a·hi_b + hi_a·lo_b and a
+/// second adds hi_a·hi_b (and the bias) to it. `places` become the split buffers.
+void CudaExecutable::plan_split_product(const ir::Node& n, MatOperand mats[2], Place places[2], int64_t m, int64_t k,
+                                        int64_t ld, bool with_bias, Step& st) {
+  const int64_t pm = padded_row(m), pk = padded_row(k), pn = ld;
+  MatOperand both[2], hi[2];
+  for (int i = 0; i < 2; ++i) {
+    const MatOperand& mo = mats[i];
+    const bool col_major = mo.col_stride != 1 && mo.row_stride == 1;
+    const int64_t rows_p = i == 0 ? pm : pk, cols_p = i == 0 ? pk : pn;
+    const Place split = own(n, 2 * rows_p * cols_p * 4, {2 * rows_p * cols_p}, Category::kScratch);
+    add_kernel({}, split_copy_kernel(kKernelName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p, col_major,
+                                     i == 0 ? 1 : 0, i == 0),
+               {{places[i]}, {split}});
+    places[i] = split;
+    if (i == 0) {  // [rows_p, 2 cols_p]: lo then hi along the columns
+      both[0] = col_major ? MatOperand{pm, 2 * pk, 1, pm, 0} : MatOperand{pm, 2 * pk, 2 * pk, 1, 0};
+      hi[0] = col_major ? MatOperand{pm, pk, 1, pm, 0} : MatOperand{pm, pk, 2 * pk, 1, 0};
+      st.hi_offset[0] = (col_major ? pk * pm : pk) * 4;
+    } else {  // [2 rows_p, cols_p]: hi then lo along the rows
+      both[1] = col_major ? MatOperand{2 * pk, pn, 1, 2 * pk, 0} : MatOperand{2 * pk, pn, pn, 1, 0};
+      hi[1] = col_major ? MatOperand{pk, pn, 1, 2 * pk, 0} : MatOperand{pk, pn, pn, 1, 0};
+      st.hi_offset[1] = 0;
+    }
+  }
+  st.matmul = std::make_shared<LtMatmul>(1, pm, pn, 2 * pk, both[0], both[1], MathMode::kTf32, kWorkspaceBytes, false, ld);
+  st.matmul_hi = std::make_shared<LtMatmul>(1, pm, pn, pk, hi[0], hi[1], MathMode::kTf32, kWorkspaceBytes, with_bias, ld);
 }
 
 /// `mo` (at `place`) readable as [rows_p, cols_p] ≥ its extents: in place when only its unit-
