@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/codegen.h"
+#include "backend/cuda/driver.h"
+#include "cuda_test_util.h"
 #include "tensorgrad/tensorgrad.h"
 #include "test_util.h"
 
@@ -22,6 +25,24 @@ namespace {
 using namespace tg;
 
 struct NoParams : Module {};
+
+TEST(CudaSplitProductNvrtc, SplitKernelSourcesCompile) {
+  std::string why;
+  if (!tg::testing::have_nvrtc(why)) GTEST_SKIP() << why;
+  std::vector<tg::backend::cuda::KernelSource> all;
+  int n = 0;
+  for (bool col_major : {false, true})
+    for (int k_axis : {0, 1})
+      for (bool lo_first : {false, true}) {
+        const std::string name = "split" + std::to_string(n++);
+        all.push_back({name, tg::backend::cuda::split_copy_kernel(name, 100, 70, col_major ? 1 : 70, col_major ? 100 : 1, 128, 128,
+                                                                  col_major, k_axis, lo_first)
+                                 .source});
+      }
+  const auto cubins = tg::backend::cuda::compile_cubins(all, 9, 0);
+  ASSERT_EQ(cubins.size(), all.size());
+  for (size_t i = 0; i < cubins.size(); ++i) EXPECT_FALSE(cubins[i].empty()) << all[i].name;
+}
 
 struct ProductCase {
   const char* name;

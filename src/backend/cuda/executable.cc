@@ -59,6 +59,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
     if (fusion_.group_of[static_cast<size_t>(id)] >= 0)
       for (int32_t in : g.node(id).inputs) consumers_[static_cast<size_t>(in)].push_back(id);
   in_place_.assign(g.updates.size(), 0);
+  if (options.fuse) match_norm_backwards(g);
   for (const passes::KernelGroup& group : fusion_.groups) plan_group(g, group);
   plan_outputs_and_updates(g);
   if (options.fuse) batch_steps(g);

@@ -24,6 +24,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/arena.h"
@@ -138,6 +139,21 @@ class CudaExecutable final : public Executable {
   Place dense_copy(const ir::Node& consumer, const Slot& in);
   bool grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const;
   bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);
+  // ---- a norm's whole backward as two kernels (norm_backward.cc) ----
+  struct NormBackward {
+    int32_t grad = -1, x = -1, dz = -1;  // the norm_grad node; its input and the incoming gradient
+    int32_t mul = -1, w = -1;            // dy = dz · w folded in (w: a [C] param)
+    int32_t db = -1;                     // Σrows dz
+    int32_t dw = -1, dw_mul = -1;        // Σrows dz · norm(x), and its product
+    int32_t recompute = -1;              // the norm(x) that product read, recomputed
+    int32_t at_group = -1;               // planned when this group's turn comes
+  };
+  int32_t view_source(const ir::Graph& g, int32_t id) const;
+  void match_norm_backwards(const ir::Graph& g);
+  /// Plans the fused norm backwards due at this group; true when the group was absorbed by one.
+  bool plan_norm_backward_at(const ir::Graph& g, int32_t group_index);
+  std::vector<NormBackward> norm_backwards_;
+  std::unordered_set<int32_t> absorbed_groups_;
   bool split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) const;
   void plan_split_product(const ir::Node& n, MatOperand mats[2], Place places[2], int64_t m, int64_t k, int64_t ld,
                           bool with_bias, Step& st);

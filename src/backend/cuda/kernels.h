@@ -77,6 +77,15 @@ Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t 
 Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
 /// Params: (const float* x, const float* dy, float* dx).
 Launch layer_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
+/// A norm's backward (norm_backward.cc), one warp per row (cols ≤ 1024), `blocks` blocks of 8
+/// warps walking the rows: dx = norm_grad(x, dz · w) (layer: centred; else RMS) and, as asked,
+/// each block's column partials of dz · norm(x) (k = 0) and dz (k = 1) into part[k][block][col].
+/// Params: (x, dz, [w,] dx, part).
+Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool has_w, bool dw,
+                            bool db, int64_t blocks);
+/// dw[c], db[c] (those asked for) = Σ over blocks, in block order, of part[k][block][c].
+/// Params: (part, [dw,] [db]).
+Launch norm_partials_kernel(const std::string& name, int64_t cols, int64_t blocks, bool dw, bool db);
 /// x/sqrt(mean(x²) + eps) per row. Params: (const float* x, float* y).
 Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
 /// Params: (const float* x, const float* dy, float* dx).

@@ -161,6 +161,7 @@ void CudaExecutable::plan_inputs(const ir::Graph& g) {
 }
 
 void CudaExecutable::plan_group(const ir::Graph& g, const passes::KernelGroup& group) {
+  if (plan_norm_backward_at(g, fusion_.group_of[static_cast<size_t>(group.nodes.front())])) return;
   if (slots_[static_cast<size_t>(group.nodes.front())].placed) return;  // a bias add done by its product
   if (group.kind == passes::KernelGroup::Kind::kElementwise) plan_fused(g, group);
   else plan_single(g, group.nodes.front());
