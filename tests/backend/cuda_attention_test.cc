@@ -192,32 +192,39 @@ Error2 compare(const std::vector<float>& got, const std::vector<double>& want, s
 
 /// The kernels of a problem (forward, then the backward plan's launches). `kept`: as a training
 /// step runs them, the forward keeps its row statistics, the backward reads them and the
-/// forward's output, and writes the gradients [B, T, H, D] (grads_bthd).
+/// forward's output, and writes the gradients [B, T, H, D] (grads_bthd), or when T = S packed
+/// per token as [B, T, (Hq + 2 Hkv)·D] (grads_packed).
 struct Kernels {
   cuda::Launch forward;
   cuda::AttentionGradPlan backward;
-  bool kept = false;
+  bool kept = false, packed = false;
 };
 
 Kernels generate(const Problem& p, const std::string& tag, bool kept = false) {
   cuda::AttentionShape bwd = p.shape;
   bwd.grads_bthd = kept;
+  bwd.grads_packed = kept && p.shape.t == p.shape.s;
   return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o, kept),
-          cuda::attention_grad_kernels("attn_bwd_" + tag, bwd, p.q, p.k, p.v, p.o, kept ? &p.o : nullptr), kept};
+          cuda::attention_grad_kernels("attn_bwd_" + tag, bwd, p.q, p.k, p.v, p.o, kept ? &p.o : nullptr), kept,
+          bwd.grads_packed};
 }
 
-/// [dq | dk | dv] written [B, T, H, D] each (grads_bthd) back in the dense [B, H, T, D] order.
-std::vector<float> grads_to_bhtd(const std::vector<float>& g, const Case& c) {
+/// [dq | dk | dv] written [B, T, H, D] each (grads_bthd), or packed per token (grads_packed),
+/// back in the dense [B, H, T, D] order.
+std::vector<float> grads_to_bhtd(const std::vector<float>& g, const Case& c, bool packed) {
   std::vector<float> out(g.size());
   size_t base = 0;
+  const int64_t rs = (c.hq + 2 * c.hkv) * c.d;
   for (int part = 0; part < 3; ++part) {
     const int64_t H = part == 0 ? c.hq : c.hkv, T = part == 0 ? c.t : c.s;
+    const int64_t col = part == 0 ? 0 : part == 1 ? c.hq * c.d : (c.hq + c.hkv) * c.d;
     for (int64_t b = 0; b < c.b; ++b)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t t = 0; t < T; ++t)
           for (int64_t d = 0; d < c.d; ++d)
             out[base + static_cast<size_t>(((b * H + h) * T + t) * c.d + d)] =
-                g[base + static_cast<size_t>(((b * T + t) * H + h) * c.d + d)];
+                packed ? g[static_cast<size_t>((b * T + t) * rs + col + h * c.d + d)]
+                       : g[base + static_cast<size_t>(((b * T + t) * H + h) * c.d + d)];
     base += static_cast<size_t>(c.b * H * T * c.d);
   }
   return out;
@@ -418,7 +425,7 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     std::vector<float> out_buf(no), got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
     out.download(out_buf.data(), no * 4);
     grads.download(got_grads.data(), got_grads.size() * 4);
-    if (k.kept) got_grads = grads_to_bhtd(got_grads, p.c);
+    if (k.kept) got_grads = grads_to_bhtd(got_grads, p.c, k.packed);
     for (size_t i = 0; i < pos.size(); ++i) got_out[i] = out_buf[pos[i]], out_buf[pos[i]] = out_init[pos[i]];
     int64_t gaps_touched = 0;  // out_buf now equals out_init unless a gap was written
     for (size_t i = 0; i < no; ++i) gaps_touched += !(out_buf[i] == out_init[i]) && !std::isnan(out_init[i]);
@@ -439,7 +446,7 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     }
     passed += ok;
     std::printf("%-64s rel err out %.1e dq %.1e dk %.1e dv %.1e (%zu bwd launches%s)\n", describe(p.c).c_str(), e[0].rel,
-                e[1].rel, e[2].rel, e[3].rel, k.backward.launches.size(), k.kept ? ", forward's statistics" : "");
+                e[1].rel, e[2].rel, e[3].rel, k.backward.launches.size(), k.packed ? ", forward's statistics, packed" : k.kept ? ", forward's statistics" : "");
   }
   std::printf("%s: %d of %zu runs within %.0e (worst %.2e)\n", label, passed, problems.size(), tol, worst);
   return static_cast<int>(problems.size()) - passed;

@@ -166,6 +166,8 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
   c += "constexpr float SCALE2 = " + float_literal(s.scale * 1.4426950408889634) + ";  // scale · log2 e\n";
   c += std::string("constexpr bool CAUSAL = ") + (s.causal ? "true" : "false") + ";\n";
   c += std::string("constexpr bool GRADS_BTHD = ") + (s.grads_bthd ? "true" : "false") + ";\n";
+  c += std::string("constexpr bool GRADS_PACKED = ") + (s.grads_packed ? "true" : "false") + ";\n";
+  l("GRS", (s.q_heads + 2 * s.kv_heads) * s.d);  // a packed gradient's row: [dq | dk | dv] of one token
   return c;
 }
 
@@ -264,13 +266,22 @@ __device__ __forceinline__ void stage_stats(float* Ls, float* Ds, const float* s
 }
 
 // Where dq's row r of bh = b·HQ + h starts in grads: dense [B, HQ, T, D], or with GRADS_BTHD
-// [B, T, HQ, D] (and dk, dv [B, S, HKV, D]), the layout the qkv projection's gradient wants.
+// [B, T, HQ, D] (and dk, dv [B, S, HKV, D]), the layout the qkv projection's gradient wants,
+// or with GRADS_PACKED (T = S) [B, T, GRS]: each token's [dq | dk | dv] side by side, the
+// gradient of a packed qkv projection itself.
 __device__ __forceinline__ long long dq_row(long long bh, int r) {
+  if (GRADS_PACKED) return ((bh / HQ) * T + r) * GRS + (bh % HQ) * D;
   return GRADS_BTHD ? (((bh / HQ) * T + r) * HQ + bh % HQ) * D : (bh * T + r) * D;
 }
 // dK and dV of key row `key` (< S) of kv group bg = b·HKV + kv head: [B, HKV, S, D] each, or
-// [B, S, HKV, D] with GRADS_BTHD.
+// [B, S, HKV, D] with GRADS_BTHD, or inside the packed rows.
 __device__ __forceinline__ void store_dkdv(float* grads, int bg, int key, int col, float dk, float dv) {
+  if (GRADS_PACKED) {
+    const long long at = ((long long)(bg / HKV) * S + key) * GRS + HQ * D + (bg % HKV) * D + col;
+    grads[at] = dk;
+    grads[at + HKV * D] = dv;
+    return;
+  }
   const long long at = (GRADS_BTHD ? ((long long)(bg / HKV) * S + key) * HKV + bg % HKV : (long long)bg * S + key) * D + col;
   grads[NQ + at] = dk;
   grads[NQ + NK + at] = dv;
@@ -666,7 +677,8 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   AttentionGradPlan plan;
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
     if (out) throw Error("[cuda] attention: the short-sequence backward reads no forward statistics");
-    if (s.grads_bthd) throw Error("[cuda] attention: the short-sequence backward writes dense [B, H, T, D] gradients only");
+    if (s.grads_bthd || s.grads_packed)
+      throw Error("[cuda] attention: the short-sequence backward writes dense [B, H, T, D] gradients only");
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
     std::string src = small_constants(s, sp, q, k, v, dout) + attention_paths::kSmall + kernel_head(name, kGradParams) +

@@ -89,6 +89,8 @@ class CudaExecutable final : public Executable {
   std::map<int32_t, Place> attention_stats_;
   // attention_grad nodes whose parts are written [B, T, H, D] (AttentionShape::grads_bthd).
   std::set<int32_t> bthd_grads_;
+  // Concats of a packed qkv gradient that attention_grad writes in place (grads_packed) → that node.
+  std::unordered_map<int32_t, int32_t> packed_concats_;
   using Category = ArenaBuffer::Category;
   struct Arg {
     Place place;
@@ -138,8 +140,11 @@ class CudaExecutable final : public Executable {
   Place dense(const ir::Graph& g, int32_t consumer, int32_t input);
   Place dense_copy(const ir::Node& consumer, const Slot& in);
   bool grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const;
+  int32_t packed_grads_concat(const ir::Graph& g, int32_t id) const;
+  /// Whether `x` is read after the step: a graph output or an update's value.
+  bool escapes(const ir::Graph& g, int32_t x) const;
   bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);
-  // ---- a norm's whole backward as two kernels (norm_backward.cc) ----
+  // ---- norms fused with their affine forward and whole backward (norm_fusion.cc) ----
   struct NormBackward {
     int32_t grad = -1, x = -1, dz = -1;  // the norm_grad node; its input and the incoming gradient
     int32_t mul = -1, w = -1;            // dy = dz · w folded in (w: a [C] param)
@@ -149,6 +154,9 @@ class CudaExecutable final : public Executable {
     int32_t at_group = -1;               // planned when this group's turn comes
   };
   int32_t view_source(const ir::Graph& g, int32_t id) const;
+  /// A forward norm whose only reader is an affine group {·w[, +b]}: one kernel writes the
+  /// group's value (norm_fusion.cc). False when the norm is planned on its own.
+  bool plan_norm_forward(const ir::Graph& g, int32_t id);
   void match_norm_backwards(const ir::Graph& g);
   /// Plans the fused norm backwards due at this group; true when the group was absorbed by one.
   bool plan_norm_backward_at(const ir::Graph& g, int32_t group_index);

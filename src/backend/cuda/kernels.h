@@ -73,11 +73,16 @@ Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols,
 /// Params: (const float* logits, const int* targets, const float* dloss, float* dlogits, int* err).
 Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index,
                                  int64_t logits_ld = -1, int64_t dlogits_ld = -1);
-/// (x − mean)/sqrt(var + eps) per row (biased var). Params: (const float* x, float* y).
-Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
+/// A forward norm's affine epilogue, y = x̂ · w + b, w and b length-cols vectors (either optional).
+struct NormAffine {
+  bool w = false, b = false;
+};
+/// (x − mean)/sqrt(var + eps) per row (biased var), then `affine`. Params: (const float* x,
+/// [const float* w, const float* b (both, when either is asked for),] float* y).
+Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, NormAffine affine = {});
 /// Params: (const float* x, const float* dy, float* dx).
 Launch layer_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
-/// A norm's backward (norm_backward.cc), one warp per row (cols ≤ 1024), `blocks` blocks of 8
+/// A norm's backward (norm_fusion.cc), one warp per row (cols ≤ 1024), `blocks` blocks of 8
 /// warps walking the rows: dx = norm_grad(x, dz · w) (layer: centred; else RMS) and, as asked,
 /// each block's column partials of dz · norm(x) (k = 0) and dz (k = 1) into part[k][block][col].
 /// Params: (x, dz, [w,] dx, part).
@@ -87,7 +92,7 @@ Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols,
 /// Params: (part, [dw,] [db]).
 Launch norm_partials_kernel(const std::string& name, int64_t cols, int64_t blocks, bool dw, bool db);
 /// x/sqrt(mean(x²) + eps) per row. Params: (const float* x, float* y).
-Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
+Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, NormAffine affine = {});
 /// Params: (const float* x, const float* dy, float* dx).
 Launch rms_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
 
@@ -105,6 +110,9 @@ struct AttentionShape {
   /// [B, S, Hkv, D] inside [dq | dk | dv] (heads next to the features, as a qkv projection's
   /// gradient wants them) instead of [B, H, T, D].
   bool grads_bthd = false;
+  /// With grads_bthd and t = s: the gradients packed per token as [B, T, (Hq + 2 Hkv)·D], each
+  /// row [dq | dk | dv] — the gradient of a packed qkv projection, so no concat follows.
+  bool grads_packed = false;
 };
 /// Whether the attention kernels read `op` as it is (else the executable makes it dense).
 bool attention_operand_ok(const Operand& op);

@@ -251,10 +251,11 @@ __device__ __forceinline__ void row_fill(float* y, int tid, float v) {
 
 /// The kernel entry of a cached row kernel with params (const float* a, [const float* b,]
 /// float* y): picks the 16-byte instantiation of run<V> when every pointer allows it.
-std::string cached_entry(const std::string& name, bool two_inputs, const std::string& extra_args = "") {
+std::string cached_entry(const std::string& name, bool two_inputs, const std::string& extra_args = "",
+                         const std::string& extra_params = "") {
   std::string s = "extern \"C\" __global__ void " + name + "(const float* __restrict__ x, ";
   if (two_inputs) s += "const float* __restrict__ dy, ";
-  s += "float* __restrict__ y) {\n";
+  s += extra_params + "float* __restrict__ y) {\n";
   s += "  const long long row = row_index();\n  if (row >= ROWS) return;\n  const int tid = row_tid();\n";
   s += "  const long long o = row * COLS;\n";
   const std::string args = two_inputs ? "x + o, dy + o, y + o, tid" + extra_args : "x + o, y + o, tid" + extra_args;
@@ -263,11 +264,16 @@ std::string cached_entry(const std::string& name, bool two_inputs, const std::st
   return s;
 }
 
-std::string norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool grad) {
+std::string norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool grad,
+                        const NormAffine& affine = {}) {
   const RowPlan p = plan_rows(cols, grad ? kMaxCacheGrad : kMaxCache, false);
   std::string s = prelude(std::string(layer ? "layer_norm" : "rms_norm") + (grad ? "_grad" : ""), p, rows, cols);
   s += "constexpr float EPS = " + flit(eps) + ";\n";
   s += std::string("constexpr bool LAYER = ") + (layer ? "true" : "false") + ";\n";
+  // The forward's affine epilogue: y = x̂ · w + b (either part optional; params w, b always).
+  s += std::string("constexpr bool AFF_W = ") + (affine.w ? "true" : "false") + ", AFF_B = " + (affine.b ? "true" : "false") + ";\n";
+  const bool aff = affine.w || affine.b;
+  const std::string aff_params = aff ? "const float* __restrict__ w, const float* __restrict__ b, " : "";
   if (p.cache > 0) {
     // Statistics from the cached row: mean (layer norm only), then the centred second moment.
     s += R"(
@@ -288,13 +294,19 @@ template <int V> __device__ __forceinline__ void stats(const float (&v)[CACHE], 
 )";
     if (!grad) {
       s += R"(
-template <int V> __device__ __forceinline__ void run(const float* x, float* y, int tid) {
+template <int V> __device__ __forceinline__ void run(const float* x, float* y, int tid, const float* w = nullptr,
+                                                    const float* b = nullptr) {
   float v[CACHE];
   load_row<V>(x, tid, v);
   float mean, rstd;
   stats<V>(v, tid, mean, rstd);
 #pragma unroll
-  for (int k = 0; k < CACHE; ++k) v[k] = (v[k] - mean) * rstd;
+  for (int k = 0; k < CACHE; ++k) {
+    v[k] = (v[k] - mean) * rstd;
+    const int c = col_of<V>(tid, k);
+    if (AFF_W && c < COLS) v[k] *= __ldg(w + c);
+    if (AFF_B && c < COLS) v[k] += __ldg(b + c);
+  }
   store_row<V>(y, tid, v);
 }
 )";
@@ -321,11 +333,11 @@ template <int V> __device__ __forceinline__ void run(const float* x, const float
 }
 )";
     }
-    s += cached_entry(name, grad);
+    s += grad || !aff ? cached_entry(name, grad) : cached_entry(name, false, ", w, b", aff_params);
   } else {
     // Streamed (rows beyond 1024 threads × the cache): plain strided passes over global memory.
     s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ x, ";
-    s += grad ? "const float* __restrict__ dy, float* __restrict__ y) {\n" : "float* __restrict__ y) {\n";
+    s += grad ? "const float* __restrict__ dy, float* __restrict__ y) {\n" : aff_params + "float* __restrict__ y) {\n";
     s += R"(  const long long row = row_index();
   if (row >= ROWS) return;
   const int tid = row_tid();
@@ -342,7 +354,9 @@ template <int V> __device__ __forceinline__ void run(const float* x, const float
   const float rstd = rsqrtf(row_sum(q) / COLS + EPS);
 )";
     if (!grad) {
-      s += "  for (int c = tid; c < COLS; c += P) y[c] = (x[c] - mean) * rstd;\n}\n";
+      s += "  for (int c = tid; c < COLS; c += P) {\n    float v = (x[c] - mean) * rstd;\n";
+      if (aff) s += "    if (AFF_W) v *= __ldg(w + c);\n    if (AFF_B) v += __ldg(b + c);\n";
+      s += "    y[c] = v;\n  }\n}\n";
     } else {
       s += R"(  dy += row * COLS;
   float sg = 0.0f, sgx = 0.0f;
@@ -555,23 +569,24 @@ Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t 
 }
 
 namespace {
-Launch norm_launch(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool grad) {
+Launch norm_launch(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool grad,
+                   NormAffine affine = {}) {
   Launch l;
   l.name = name;
   set_launch(l, plan_rows(cols, grad ? kMaxCacheGrad : kMaxCache, false), rows);
-  l.source = norm_kernel(name, rows, cols, eps, layer, grad);
+  l.source = norm_kernel(name, rows, cols, eps, layer, grad, affine);
   return l;
 }
 }  // namespace
 
-Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
-  return norm_launch(name, rows, cols, eps, true, false);
+Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, NormAffine affine) {
+  return norm_launch(name, rows, cols, eps, true, false, affine);
 }
 Launch layer_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
   return norm_launch(name, rows, cols, eps, true, true);
 }
-Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
-  return norm_launch(name, rows, cols, eps, false, false);
+Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, NormAffine affine) {
+  return norm_launch(name, rows, cols, eps, false, false, affine);
 }
 Launch rms_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps) {
   return norm_launch(name, rows, cols, eps, false, true);

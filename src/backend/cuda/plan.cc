@@ -265,6 +265,16 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         Place p = in(0).place;
         const int64_t H = n.shape.at(1), T = n.shape.at(2), D = n.shape.at(3);
         p.strides = {T * H * D, D, H * D, 1};
+        const int32_t grad = src.inputs[0];
+        if (std::any_of(packed_concats_.begin(), packed_concats_.end(), [&](const auto& e) { return e.second == grad; })) {
+          // Packed rows [dq | dk | dv] (AttentionShape::grads_packed): this part's columns.
+          const Shape& qs = g.node(g.node(grad).inputs[0]).shape;
+          const Shape& ks = g.node(g.node(grad).inputs[1]).shape;
+          const auto start = static_cast<int64_t>(src.attrs.values.at(0));
+          const int64_t rs = (qs[1] + 2 * ks[1]) * D, col = start == 0 ? 0 : start == numel(qs) ? qs[1] * D : (qs[1] + ks[1]) * D;
+          p.offset = slots_[static_cast<size_t>(grad)].place.offset + col * 4;
+          p.strides = {T * rs, D, rs, 1};
+        }
         view(std::move(p));
         return;
       }
@@ -314,6 +324,12 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kConcat: {
+      if (auto it = packed_concats_.find(id); it != packed_concats_.end()) {  // written in place by attention_grad
+        Place p = slots_[static_cast<size_t>(it->second)].place;
+        p.strides = contiguous_strides(n.shape);
+        view(std::move(p));
+        return;
+      }
       std::vector<Operand> ops;
       std::vector<Arg> args;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -384,6 +400,7 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kLayerNorm: case Op::kRmsNorm: case Op::kLayerNormGrad: case Op::kRmsNormGrad: {
+      if ((n.op == Op::kLayerNorm || n.op == Op::kRmsNorm) && plan_norm_forward(g, id)) return;
       const int64_t cols = n.shape.back(), rows = n.numel() / std::max<int64_t>(cols, 1);
       const double eps = n.attrs.values.at(0);
       const Place x = dense(g, id, n.inputs[0]);
@@ -478,6 +495,12 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         // every one of those is a free view (see kReshape) instead of a copy.
         as.grads_bthd = attention_keeps_stats(as) && grads_split_into_parts(g, id, ops[0].shape, ops[1].shape);
         if (as.grads_bthd) bthd_grads_.insert(id);
+        // When those parts only meet again in the concat that forms the packed qkv
+        // projection's gradient, they are written there directly (the concat is a view).
+        if (const int32_t c = as.grads_bthd ? packed_grads_concat(g, id) : -1; c >= 0) {
+          as.grads_packed = true;
+          packed_concats_[c] = id;
+        }
         AttentionGradPlan plan =
             attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], dout_op, from_forward ? &fwd_out : nullptr);
         const Place out = own_node(g, id);
@@ -741,13 +764,44 @@ bool CudaExecutable::pad_operand(const ir::Node& consumer, MatOperand& mo, Place
   return true;
 }
 
+bool CudaExecutable::escapes(const ir::Graph& g, int32_t x) const {
+  return std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end() ||
+         std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == x; });
+}
+
+/// The concat that joins attention_grad `id`'s parts back into a packed qkv gradient, when
+/// that is all they are read for: each part's slice → reshape [B, H, T, D] → permute to
+/// [B, T, H, D] → reshape [B, T, H·D] is read only by one concat along the last axis of
+/// exactly (dq, dk, dv), and T = S. -1 otherwise.
+int32_t CudaExecutable::packed_grads_concat(const ir::Graph& g, int32_t id) const {
+  const ir::Node& ag = g.node(id);
+  const Shape& qs = g.node(ag.inputs[0]).shape;
+  const Shape& ks = g.node(ag.inputs[1]).shape;
+  if (qs.size() != 4 || ks.size() != 4 || qs[2] != ks[2]) return -1;
+  const int64_t nq = numel(qs), nk = numel(ks);
+  auto sole = [&](int32_t x) { return consumers_[static_cast<size_t>(x)].size() == 1 && !escapes(g, x) ? consumers_[static_cast<size_t>(x)][0] : -1; };
+  int32_t concat = -1, parts[3] = {-1, -1, -1};
+  for (int32_t sl : consumers_[static_cast<size_t>(id)]) {
+    const auto start = static_cast<int64_t>(g.node(sl).attrs.values.at(0));
+    const int part = start == 0 ? 0 : start == nq ? 1 : start == nq + nk ? 2 : -1;
+    const int32_t r = sole(sl), p = r >= 0 ? sole(r) : -1, r2 = p >= 0 ? sole(p) : -1, c = r2 >= 0 ? sole(r2) : -1;
+    if (part < 0 || parts[part] >= 0 || c < 0 || (concat >= 0 && c != concat)) return -1;
+    const ir::Node& pn = g.node(p);
+    if (pn.op != Op::kPermute || pn.attrs.axes != std::vector<int64_t>{0, 2, 1, 3}) return -1;
+    if (g.node(r2).op != Op::kReshape || g.node(r2).shape != Shape{pn.shape[0], pn.shape[1], pn.shape[2] * pn.shape[3]}) return -1;
+    concat = c;
+    parts[part] = r2;
+  }
+  if (concat < 0) return -1;
+  const ir::Node& cn = g.node(concat);
+  if (cn.op != Op::kConcat || cn.attrs.axes.at(0) != 2 || cn.inputs != std::vector<int32_t>{parts[0], parts[1], parts[2]}) return -1;
+  return concat;
+}
+
 /// Whether every reader of attention_grad `id` is a slice of exactly one of its parts (dq, dk,
 /// dv) read only by reshapes to that part's [B, H, T, D] shape, and none of them escapes.
 bool CudaExecutable::grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const {
-  auto escapes = [&](int32_t x) {
-    return std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end() ||
-           std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == x; });
-  };
+  auto escapes = [&](int32_t x) { return this->escapes(g, x); };
   const int64_t nq = numel(qs), nk = numel(ks);
   if (escapes(id) || consumers_[static_cast<size_t>(id)].empty()) return false;
   for (int32_t c : consumers_[static_cast<size_t>(id)]) {

@@ -1,6 +1,10 @@
-// A layer or RMS norm's whole backward in two kernels instead of five.
+// Norms fused with the elementwise work around them.
 //
-// Autograd leaves an affine norm z = norm(x)·w + b with, per norm:
+// Forward: an affine norm z = norm(x)·w + b traces as the norm and a group {mul, add}; when
+// nothing else reads the normalised value (remat recomputes it for the backward), the norm
+// kernel applies w and b itself and writes z: one kernel, one pass over the row.
+//
+// Backward: autograd leaves, per affine norm,
 //   dy = dz·w (a mul), x̂ = norm(x) again (remat recomputes it), dw = Σrows dz·x̂ (a mul and a
 //   sum), db = Σrows dz (a sum), dx = norm_grad(x, dy)
 // — five kernels that read dz four times and x twice. The planner recognises that shape and
@@ -9,9 +13,9 @@
 // kernel adds each column's block partials in block order (deterministic: no atomics). The
 // parts are optional: without a mul, dy is dz; without the sums, no partials.
 //
-// A match is taken only when every node it absorbs belongs to a group it absorbs whole, its
-// inputs are computed before the first of those groups (where the fused step runs), and the
-// row fits the warp-per-row scheme (≤ 1024 columns).
+// A backward match is taken only when every node it absorbs belongs to a group it absorbs
+// whole, its inputs are computed before the first of those groups (where the fused step
+// runs), and the row fits the warp-per-row scheme (≤ 1024 columns).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -44,7 +48,7 @@ Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols,
   l.name = name;
   char e[64];
   std::snprintf(e, sizeof e, "%.9ef", eps);
-  std::string s = "// norm backward (norm_backward.cc)\n";
+  std::string s = "// norm backward (norm_fusion.cc)\n";
   s += "constexpr long long ROWS = " + ll(rows) + ";\nconstexpr int C = " + std::to_string(cols) + ";\n";
   s += "constexpr int J = " + std::to_string(per_lane) + ";  // columns per lane\n";
   s += "constexpr int G = " + std::to_string(blocks) + ";\nconstexpr float EPS = " + e + ";\n";
@@ -130,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(256) )" + name + R"((const float* _
 Launch norm_partials_kernel(const std::string& name, int64_t cols, int64_t blocks, bool dw, bool db) {
   Launch l;
   l.name = name;
-  std::string s = "// norm backward partials (norm_backward.cc)\n";
+  std::string s = "// norm backward partials (norm_fusion.cc)\n";
   s += "constexpr int C = " + std::to_string(cols) + ", G = " + std::to_string(blocks) + ";\n";
   s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ part";
   if (dw) s += ", float* __restrict__ dw";
@@ -156,6 +160,50 @@ Launch norm_partials_kernel(const std::string& name, int64_t cols, int64_t block
   return l;
 }
 
+bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
+  const ir::Node& f = g.node(id);
+  auto group = [&](int32_t n) { return fusion_.group_of[static_cast<size_t>(n)]; };
+  auto escapes = [&](int32_t x) { return this->escapes(g, x); };
+  auto sole_consumer = [&](int32_t x) -> int32_t {
+    const auto& cs = consumers_[static_cast<size_t>(x)];
+    return !escapes(x) && cs.size() == 1 ? cs[0] : -1;
+  };
+  const int64_t cols = f.shape.back();
+  // The [C] param a broadcast operand of `op` (other than `self`) reads, or -1.
+  auto vector_param = [&](const ir::Node& op, int32_t self) {
+    const int32_t other = op.inputs[0] == self ? op.inputs[1] : op.inputs[0];
+    if (op.inputs[0] == op.inputs[1]) return -1;
+    const int32_t src = view_source(g, other);
+    const ir::Node& p = g.node(src);
+    return p.op == Op::kParam && p.dtype == DType::kF32 && p.numel() == cols ? src : -1;
+  };
+  if (!options_.fuse || f.dtype != DType::kF32 || cols > 16384) return false;
+  const int32_t mul = sole_consumer(id);
+  if (mul < 0 || g.node(mul).op != Op::kMul || g.node(mul).shape != f.shape || group(mul) < 0) return false;
+  const int32_t w = vector_param(g.node(mul), id);
+  if (w < 0) return false;
+  int32_t add = sole_consumer(mul), b = -1;
+  if (add >= 0 && (g.node(add).op != Op::kAdd || g.node(add).shape != f.shape || group(add) != group(mul))) add = -1;
+  if (add >= 0 && (b = vector_param(g.node(add), mul)) < 0) add = -1;
+  std::vector<int32_t> absorbed = add >= 0 ? std::vector<int32_t>{mul, add} : std::vector<int32_t>{mul};
+  std::vector<int32_t> have = fusion_.groups[static_cast<size_t>(group(mul))].nodes;
+  std::sort(have.begin(), have.end());
+  if (have != absorbed) return false;
+  const int32_t last = absorbed.back();
+  const int64_t rows = f.numel() / std::max<int64_t>(cols, 1);
+  const double eps = f.attrs.values.at(0);
+  const NormAffine affine{true, add >= 0};
+  const Place x = dense(g, id, f.inputs[0]);
+  const Place wp = slots_[static_cast<size_t>(w)].place, bp = add >= 0 ? slots_[static_cast<size_t>(b)].place : wp;
+  std::vector<int32_t> nodes{id};
+  nodes.insert(nodes.end(), absorbed.begin(), absorbed.end());
+  add_kernel(nodes, f.op == Op::kLayerNorm ? layer_norm_kernel(kKernelName, rows, cols, eps, affine)
+                                                     : rms_norm_kernel(kKernelName, rows, cols, eps, affine),
+             {{x}, {wp}, {bp}, {own_node(g, last)}});
+  slots_[static_cast<size_t>(id)].placed = slots_[static_cast<size_t>(mul)].placed = true;
+  return true;
+}
+
 /// The node a chain of BroadcastTo / Reshape views starts from.
 int32_t CudaExecutable::view_source(const ir::Graph& g, int32_t id) const {
   while (g.node(id).op == Op::kBroadcastTo || g.node(id).op == Op::kReshape) id = g.node(id).inputs[0];
@@ -164,10 +212,7 @@ int32_t CudaExecutable::view_source(const ir::Graph& g, int32_t id) const {
 
 void CudaExecutable::match_norm_backwards(const ir::Graph& g) {
   auto group = [&](int32_t id) { return fusion_.group_of[static_cast<size_t>(id)]; };
-  auto escapes = [&](int32_t x) {
-    return std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end() ||
-           std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == x; });
-  };
+  auto escapes = [&](int32_t x) { return this->escapes(g, x); };
   auto only_consumer = [&](int32_t x, int32_t c) {
     const auto& cs = consumers_[static_cast<size_t>(x)];
     return !escapes(x) && cs.size() == 1 && cs[0] == c;
