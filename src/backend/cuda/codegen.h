@@ -30,6 +30,7 @@ struct GroupKernel {
   std::string name, source;
   std::vector<int32_t> inputs;  // external input node ids, parameter order
 };
+constexpr int64_t kGroupPerThread = 4;  // elements each thread of fused_group_kernel computes
 GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
                                const std::vector<std::vector<int64_t>>& input_strides, const std::string& name);
 /// Several independent elementwise groups in one launch (horizontal fusion: e.g. the
@@ -86,5 +87,7 @@ Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& o
                       int64_t step);
 /// One thread per element for `n` elements: the 1-D launch every elementwise kernel uses.
 void elementwise_launch(Launch& l, int64_t n);
+/// The launch of a fused_group_kernel over `n` elements (kGroupPerThread per thread).
+void fused_group_launch(Launch& l, int64_t n);
 
 }  // namespace tg::backend::cuda

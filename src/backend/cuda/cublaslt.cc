@@ -189,7 +189,7 @@ LtMatmul::~LtMatmul() {
 }
 
 void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream,
-                   CUdeviceptr bias, float beta) const {
+                   CUdeviceptr bias, float beta, CUdeviceptr c) const {
   const Lt& l = lt();
   if (bias_) {
     const void* p = reinterpret_cast<const void*>(bias);
@@ -197,13 +197,13 @@ void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr wo
   }
   const float one = 1.0f;
   ok(l.matmul(l.handle, desc_, &one, reinterpret_cast<const void*>(b), layout_[0], reinterpret_cast<const void*>(a),
-              layout_[1], &beta, reinterpret_cast<const void*>(out), layout_[2], reinterpret_cast<void*>(out), layout_[2],
+              layout_[1], &beta, reinterpret_cast<const void*>(c ? c : out), layout_[2], reinterpret_cast<void*>(out), layout_[2],
               candidates_[chosen_].algo, reinterpret_cast<void*>(workspace), workspace_, stream),
      "cublasLtMatmul");
 }
 
 void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream,
-                    CUdeviceptr bias, float beta) {
+                    CUdeviceptr bias, float beta, CUdeviceptr addend) {
   static std::mutex mutex;
   static std::unordered_map<std::string, size_t> tuned;  // layout → candidate index
   {
@@ -233,10 +233,10 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     for (size_t c = 0; c < timed; ++c) {
       chosen_ = c;
       workspace_ = candidates_[c].workspace;
-      run(a, b, out, workspace, stream, bias, beta);  // warm-up
+      run(a, b, out, workspace, stream, bias, beta, addend);  // warm-up
       check(d.cuEventRecord(start, stream), "cuEventRecord");
       constexpr int kRuns = 3;
-      for (int r = 0; r < kRuns; ++r) run(a, b, out, workspace, stream, bias, beta);
+      for (int r = 0; r < kRuns; ++r) run(a, b, out, workspace, stream, bias, beta, addend);
       check(d.cuEventRecord(stop, stream), "cuEventRecord");
       check(d.cuEventSynchronize(stop), "cuEventSynchronize");
       float ms = 0;

@@ -40,13 +40,14 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
   /// bias (0 = none): a length-n vector added to every row of the result (the epilogue of
-  /// LtMatmul(…, with_bias = true)). beta ≠ 0 adds beta times out's contents: out = a·b + beta·out.
+  /// LtMatmul(…, with_bias = true)). beta ≠ 0 adds beta times c's contents (c = 0: out's own),
+  /// laid out as out: out = a·b + beta·c [+ bias].
   void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream, CUdeviceptr bias = 0,
-           float beta = 0) const;
+           float beta = 0, CUdeviceptr c = 0) const;
   /// Times the heuristic's candidate algorithms on these buffers (their contents do not
   /// matter) and keeps the fastest. Products of the same layout are tuned once per process.
   void tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream, CUdeviceptr bias = 0,
-            float beta = 0);
+            float beta = 0, CUdeviceptr c = 0);
   /// The workspace the chosen algorithm needs (≤ the workspace_bytes it was planned with).
   size_t workspace() const { return workspace_; }
   /// The heuristic's candidates (best first) and the one run() uses: for benchmarks that time them.

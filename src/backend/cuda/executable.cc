@@ -76,12 +76,13 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   for (Step& s : steps_)
     if (s.kind == Step::Kind::kMatmul) {
       const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place), out = address(s.args[2].place),
-                        bias = s.args.size() > 3 ? address(s.args[3].place) : 0;
+                        bias = s.bias_arg >= 0 ? address(s.args[static_cast<size_t>(s.bias_arg)].place) : 0,
+                        res = s.residual_arg >= 0 ? address(s.args[static_cast<size_t>(s.residual_arg)].place) : 0;
       if (!s.matmul_hi) {
-        s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream, bias);
+        s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream, bias, res ? 1.0f : 0.0f, res);
         continue;
       }
-      s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream);
+      s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream, 0, res ? 1.0f : 0.0f, res);
       s.matmul_hi->tune(a + static_cast<CUdeviceptr>(s.hi_offset[0]), b + static_cast<CUdeviceptr>(s.hi_offset[1]), out, workspace_.get(), ctx_->stream, bias, 1.0f);
     }
   phase("cuBLASLt tuning");
@@ -233,12 +234,13 @@ void CudaExecutable::enqueue_step(const Step& s) {
     }
     case Step::Kind::kMatmul: {
       const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place), out = address(s.args[2].place),
-                        bias = s.args.size() > 3 ? address(s.args[3].place) : 0;
+                        bias = s.bias_arg >= 0 ? address(s.args[static_cast<size_t>(s.bias_arg)].place) : 0,
+                        res = s.residual_arg >= 0 ? address(s.args[static_cast<size_t>(s.residual_arg)].place) : 0;
       if (!s.matmul_hi) {
-        s.matmul->run(a, b, out, workspace_.get(), stream, bias);
+        s.matmul->run(a, b, out, workspace_.get(), stream, bias, res ? 1.0f : 0.0f, res);
         return;
       }
-      s.matmul->run(a, b, out, workspace_.get(), stream);
+      s.matmul->run(a, b, out, workspace_.get(), stream, 0, res ? 1.0f : 0.0f, res);
       s.matmul_hi->run(a + static_cast<CUdeviceptr>(s.hi_offset[0]), b + static_cast<CUdeviceptr>(s.hi_offset[1]), out,
                        workspace_.get(), stream, bias, 1.0f);
       return;

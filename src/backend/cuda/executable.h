@@ -102,7 +102,8 @@ class CudaExecutable final : public Executable {
     std::vector<int32_t> nodes;  // for describe
     Launch launch;
     int32_t kernel = -1;         // into kernels_
-    std::vector<Arg> args;       // kernel params; matmul: a, b, out[, bias]; memset: dst
+    std::vector<Arg> args;       // kernel params; matmul: a, b, out, then bias and residual where present; memset: dst
+    int bias_arg = -1, residual_arg = -1;  // matmul: their index in args (residual: out = a·b + bias + residual)
     std::shared_ptr<LtMatmul> matmul;
     // A split fp32 product (plan_split_product): `matmul` computes lo·hi + hi·lo from the split
     // operands args[0], args[1], then `matmul_hi` adds hi·hi (and the bias) reading the hi

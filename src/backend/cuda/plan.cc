@@ -203,7 +203,7 @@ void CudaExecutable::plan_fused(const ir::Graph& g, const passes::KernelGroup& g
   l.name = k.name;
   l.source = std::move(k.source);
   const int64_t n = g.node(group.nodes.front()).numel();
-  elementwise_launch(l, n);
+  fused_group_launch(l, n);
   const size_t arg_count = args.size();
   add_kernel(group.nodes, std::move(l), std::move(args));
   Step& st = steps_.back();
@@ -602,17 +602,17 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     mats[0].rows = mm;
   }
   if (bm == 1) mats[0].batch_stride = mats[1].batch_stride = 0;
-  // x·W + b, when the add is a kernel of its own: the bias rides in cuBLASLt's epilogue and
-  // the add's value is the product's output.
+  // x·W + b: the bias rides in cuBLASLt's epilogue and the add's value is the product's
+  // output. An add fused with more elementwise work (a GELU after it) leaves that group, which
+  // then reads the add's value instead of the product's.
   int32_t add = -1;
   Place bias;
-  const bool escapes = std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end() ||
-                       std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == id; });
-  if (bm == 1 && n.dtype == DType::kF32 && !escapes && consumers_[static_cast<size_t>(id)].size() == 1) {
+  if (bm == 1 && n.dtype == DType::kF32 && !escapes(g, id) && consumers_[static_cast<size_t>(id)].size() == 1) {
     const int32_t c = consumers_[static_cast<size_t>(id)][0];
     const ir::Node& a = g.node(c);
     const passes::KernelGroup& cg = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
-    if (a.op == Op::kAdd && a.shape == os && cg.nodes.size() == 1 && a.inputs[0] != a.inputs[1]) {
+    if (a.op == Op::kAdd && a.shape == os && (cg.nodes.size() == 1 || cg.kind == passes::KernelGroup::Kind::kElementwise) &&
+        a.inputs[0] != a.inputs[1]) {
       const int32_t other = a.inputs[0] == id ? a.inputs[1] : a.inputs[0];
       // The bias is usually broadcast after the product is traced: place that view now.
       std::vector<int32_t> chain;
@@ -629,23 +629,54 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
       if (vector) {
         add = c;
         bias = o.place;
+        const int32_t gi = fusion_.group_of[static_cast<size_t>(c)];
+        if (passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)]; grp.nodes.size() > 1) {
+          std::erase(grp.nodes, c);
+          std::erase(grp.outputs, c);
+          fusion_.group_of[static_cast<size_t>(c)] = fusion_.group_of[static_cast<size_t>(id)];
+        }
       }
     }
   }
   const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
-  Place out = own_node(g, add >= 0 ? add : id);
+  // (x·W [+ b]) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1) and the
+  // add's value is the product's output, when r lies dense in the output's layout.
+  int32_t res_add = -1;
+  Place residual;
+  if (const int32_t y = add >= 0 ? add : id;
+      bm == 1 && n.dtype == DType::kF32 && ld == nn && padded_row(mm) == mm && (add >= 0 || !small_matmul_preferred(bm, mm, nn, k)) &&
+      !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
+    const int32_t r = consumers_[static_cast<size_t>(y)][0];
+    const ir::Node& ra = g.node(r);
+    const int32_t gi = fusion_.group_of[static_cast<size_t>(r)];
+    passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)];
+    const int32_t z = ra.inputs[0] == y ? ra.inputs[1] : ra.inputs[0];
+    const Slot& zs = slots_[static_cast<size_t>(z)];
+    if (ra.op == Op::kAdd && ra.shape == os && ra.inputs[0] != ra.inputs[1] && (grp.nodes.size() == 1 || grp.kind == passes::KernelGroup::Kind::kElementwise) &&
+        zs.placed && zs.dtype == DType::kF32 && zs.shape == os && is_contiguous_strides(zs.place.strides, os)) {
+      res_add = r;
+      residual = zs.place;
+      if (grp.nodes.size() > 1) {
+        std::erase(grp.nodes, r);
+        std::erase(grp.outputs, r);
+      }
+      fusion_.group_of[static_cast<size_t>(r)] = fusion_.group_of[static_cast<size_t>(id)];
+    }
+  }
+  const int32_t holder = res_add >= 0 ? res_add : add >= 0 ? add : id;
+  Place out = own_node(g, holder);
   if (ld != nn) {
-    const int32_t holder = add >= 0 ? add : id;
     bufs_[static_cast<size_t>(out.buf)].bytes = aligned(mm * ld * 4);
     out.strides = row_padded_strides(os, ld);
     slots_[static_cast<size_t>(holder)].place = out;
   }
-  if (add >= 0) {
-    slots_[static_cast<size_t>(id)].place = out;
-    slots_[static_cast<size_t>(id)].placed = true;
-  }
+  for (int32_t x : {id, add})
+    if (x >= 0 && x != holder) {
+      slots_[static_cast<size_t>(x)].place = out;
+      slots_[static_cast<size_t>(x)].placed = true;
+    }
   // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
-  if (add < 0 && small_matmul_preferred(bm, mm, nn, k)) {
+  if (add < 0 && res_add < 0 && small_matmul_preferred(bm, mm, nn, k)) {
     add_kernel({id}, small_matmul_kernel(kKernelName, bm, mm, nn, k, mats[0], mats[1], options_.tf32, ld, ctx_->info.sm_major),
                {{places[0]}, {places[1]}, {out}}, 2 * batch * m * nn * k);
     return;
@@ -670,17 +701,27 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   st.kind = Step::Kind::kMatmul;
   st.nodes = {id};
   if (add >= 0) st.nodes.push_back(add);
+  if (res_add >= 0) st.nodes.push_back(res_add);
   st.flops = 2 * batch * m * nn * k;
+  auto operands = [&] {
+    st.args = {{places[0]}, {places[1]}, {out}};
+    if (add >= 0) {
+      st.bias_arg = static_cast<int>(st.args.size());
+      st.args.push_back({bias});
+    }
+    if (res_add >= 0) {
+      st.residual_arg = static_cast<int>(st.args.size());
+      st.args.push_back({residual});
+    }
+  };
   if (split_product_wanted(bm, mm, nn, k, n.dtype)) {
     plan_split_product(n, mats, places, mm, k, ld, add >= 0, st);
     bufs_[static_cast<size_t>(out.buf)].bytes = std::max(bufs_[static_cast<size_t>(out.buf)].bytes, aligned(padded_row(mm) * ld * 4));
-    st.args = {{places[0]}, {places[1]}, {out}};
-    if (add >= 0) st.args.push_back({bias});
+    operands();
     steps_.push_back(std::move(st));
     return;
   }
-  st.args = {{places[0]}, {places[1]}, {out}};
-  if (add >= 0) st.args.push_back({bias});
+  operands();
   st.matmul = std::make_shared<LtMatmul>(bm, pm, pn, pk, mats[0], mats[1],
                                          options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0, ld);
   steps_.push_back(std::move(st));
