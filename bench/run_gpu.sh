@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs tensorgrad's GPU benchmarks and the PyTorch peer back to back on this machine (one GPU)
-# and prints their lines: ours as "<workload> fp32|tf32 <ms> ms/step …", the peer's with its
+# and prints their lines: ours as "<workload> fp32|tf32|tf32x3 <ms> ms/step …", the peer's with its
 # modes (eager_fp32, eager_tf32, compile_tf32, cuda_graph, …) and peak device memory.
 # Usage: bench/run_gpu.sh [workloads, default mlp_sin,addition_3L,char_6L384,gpt2_124M]
 # COMPILE=1 adds the peer's torch.compile modes; ROOFLINE=1 the five slowest kernels per workload.
@@ -21,6 +21,7 @@ for w in ${only//,/ }; do
   else
     ./build-gpu/bench/gpt_bench "$w" cuda fp32
     ./build-gpu/bench/gpt_bench "$w" cuda tf32
+    [ "$w" = addition_3L ] || ./build-gpu/bench/gpt_bench "$w" cuda tf32x3
   fi
   "$python" "$peer" --device cuda --only "$w" ${COMPILE:+--compile}
 done

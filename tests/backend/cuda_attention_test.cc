@@ -200,12 +200,14 @@ struct Kernels {
   bool kept = false, packed = false;
 };
 
+/// `kept` on a path that keeps no statistics (the short-sequence one): packed gradients only.
 Kernels generate(const Problem& p, const std::string& tag, bool kept = false) {
   cuda::AttentionShape bwd = p.shape;
-  bwd.grads_bthd = kept;
+  const bool stats = kept && cuda::attention_keeps_stats(p.shape);
+  bwd.grads_bthd = stats;
   bwd.grads_packed = kept && p.shape.t == p.shape.s;
-  return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o, kept),
-          cuda::attention_grad_kernels("attn_bwd_" + tag, bwd, p.q, p.k, p.v, p.o, kept ? &p.o : nullptr), kept,
+  return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o, stats),
+          cuda::attention_grad_kernels("attn_bwd_" + tag, bwd, p.q, p.k, p.v, p.o, stats ? &p.o : nullptr), stats,
           bwd.grads_packed};
 }
 
@@ -354,7 +356,7 @@ TEST(CudaAttentionNvrtc, SourcesCompileForManyShapes) {
       c.tf32 = tf32;
       const Problem p = make_problem(c, 1);
       for (bool kept : {false, true}) {
-        if (kept && !cuda::attention_keeps_stats(p.shape)) continue;
+        if (kept && !cuda::attention_keeps_stats(p.shape) && p.shape.t != p.shape.s) continue;
         const std::vector<cuda::KernelSource> s = sources(generate(p, "nvrtc" + std::to_string(n++), kept));
         all.insert(all.end(), s.begin(), s.end());
       }
@@ -375,12 +377,12 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
   std::vector<Kernels> kernels;
   std::vector<cuda::KernelSource> all;
   std::vector<size_t> first;  // index of each problem's forward cubin
-  // Every case as the backward alone runs it, and again with the statistics the forward kept
-  // where its path keeps them (the training step's way).
+  // Every case as the backward alone runs it, and again the training step's way: with the
+  // statistics the forward kept where its path keeps them, and packed gradients where T = S.
   for (const Case& c : cases)
     for (bool kept : {false, true}) {
       const Problem p = make_problem(c, static_cast<unsigned>(problems.size() + 7));
-      if (kept && !cuda::attention_keeps_stats(p.shape)) continue;
+      if (kept && !cuda::attention_keeps_stats(p.shape) && p.shape.t != p.shape.s) continue;
       problems.push_back(p);
       kernels.push_back(generate(problems.back(), std::string(label) + std::to_string(problems.size()), kept));
       const std::vector<cuda::KernelSource> s = sources(kernels.back());  // (label: no spaces, it names kernels)
@@ -425,7 +427,7 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     std::vector<float> out_buf(no), got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
     out.download(out_buf.data(), no * 4);
     grads.download(got_grads.data(), got_grads.size() * 4);
-    if (k.kept) got_grads = grads_to_bhtd(got_grads, p.c, k.packed);
+    if (k.kept || k.packed) got_grads = grads_to_bhtd(got_grads, p.c, k.packed);
     for (size_t i = 0; i < pos.size(); ++i) got_out[i] = out_buf[pos[i]], out_buf[pos[i]] = out_init[pos[i]];
     int64_t gaps_touched = 0;  // out_buf now equals out_init unless a gap was written
     for (size_t i = 0; i < no; ++i) gaps_touched += !(out_buf[i] == out_init[i]) && !std::isnan(out_init[i]);

@@ -677,8 +677,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   AttentionGradPlan plan;
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
     if (out) throw Error("[cuda] attention: the short-sequence backward reads no forward statistics");
-    if (s.grads_bthd || s.grads_packed)
-      throw Error("[cuda] attention: the short-sequence backward writes dense [B, H, T, D] gradients only");
+    if (s.grads_bthd) throw Error("[cuda] attention: the short-sequence backward writes [B, H, T, D] or packed gradients only");
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
     std::string src = small_constants(s, sp, q, k, v, dout) + attention_paths::kSmall + kernel_head(name, kGradParams) +

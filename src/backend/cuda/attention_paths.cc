@@ -46,8 +46,9 @@ __device__ __forceinline__ long long q_addr(int gid, int r, int d) {
   const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
   return b * Q0 + h * Q1 + (r % T) * Q2 + d * Q3;
 }
-__device__ __forceinline__ long long row_addr(int gid, int r, int d) {  // dense [B, HQ, T, D] (dq)
+__device__ __forceinline__ long long row_addr(int gid, int r, int d) {  // dq: dense [B, HQ, T, D], or packed rows
   const int b = gid / HKV, h = (gid % HKV) * GRP + r / T;
+  if (GRADS_PACKED) return ((long long)b * T + r % T) * GRS + h * D + d;
   return ((long long)(b * HQ + h) * T + r % T) * D + d;
 }
 __device__ __forceinline__ long long o_addr(int gid, int r, int d) {  // out / dout, strides O0..O3
@@ -179,8 +180,9 @@ __device__ __forceinline__ void small_backward(const float* __restrict__ q, cons
             dk[d] = fmaf(ds, qrow[d], dk[d]);
           }
         }
-      float* dkr = grads + NQ + ((long long)gid * S + j) * D;
-      float* dvr = grads + NQ + NK + ((long long)gid * S + j) * D;
+      float* dkr = GRADS_PACKED ? grads + ((long long)(gid / HKV) * S + j) * GRS + HQ * D + (gid % HKV) * D
+                                : grads + NQ + ((long long)gid * S + j) * D;
+      float* dvr = GRADS_PACKED ? dkr + HKV * D : grads + NQ + NK + ((long long)gid * S + j) * D;
 #pragma unroll
       for (int d = 0; d < D; ++d) dkr[d] = dk[d] * SCALE, dvr[d] = dv[d];
     }

@@ -110,8 +110,8 @@ struct AttentionShape {
   /// [B, S, Hkv, D] inside [dq | dk | dv] (heads next to the features, as a qkv projection's
   /// gradient wants them) instead of [B, H, T, D].
   bool grads_bthd = false;
-  /// With grads_bthd and t = s: the gradients packed per token as [B, T, (Hq + 2 Hkv)·D], each
-  /// row [dq | dk | dv] — the gradient of a packed qkv projection, so no concat follows.
+  /// With t = s (any path): the gradients packed per token as [B, T, (Hq + 2 Hkv)·D], each row
+  /// [dq | dk | dv] — the gradient of a packed qkv projection, so no concat follows.
   bool grads_packed = false;
 };
 /// Whether the attention kernels read `op` as it is (else the executable makes it dense).

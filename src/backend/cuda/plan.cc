@@ -493,14 +493,16 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         // Autograd slices [dq | dk | dv] into its parts and reshapes each to [B, H, T, D], which
         // is then permuted back to [B, T, H, D] for the qkv projection: written [B, T, H, D],
         // every one of those is a free view (see kReshape) instead of a copy.
-        as.grads_bthd = attention_keeps_stats(as) && grads_split_into_parts(g, id, ops[0].shape, ops[1].shape);
-        if (as.grads_bthd) bthd_grads_.insert(id);
+        const bool split = grads_split_into_parts(g, id, ops[0].shape, ops[1].shape);
+        as.grads_bthd = attention_keeps_stats(as) && split;
         // When those parts only meet again in the concat that forms the packed qkv
-        // projection's gradient, they are written there directly (the concat is a view).
-        if (const int32_t c = as.grads_bthd ? packed_grads_concat(g, id) : -1; c >= 0) {
+        // projection's gradient, they are written there directly (the concat is a view). Every
+        // path writes packed gradients; only the tiled ones write [B, T, H, D] ones.
+        if (const int32_t c = split ? packed_grads_concat(g, id) : -1; c >= 0) {
           as.grads_packed = true;
           packed_concats_[c] = id;
         }
+        if (as.grads_bthd || as.grads_packed) bthd_grads_.insert(id);
         AttentionGradPlan plan =
             attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], dout_op, from_forward ? &fwd_out : nullptr);
         const Place out = own_node(g, id);
