@@ -18,6 +18,7 @@
 #include "backend/cuda/driver.h"
 #include "cuda_test_util.h"
 #include "tensorgrad/tensorgrad.h"
+#include "gpt_sgd_step.h"
 #include "test_util.h"
 
 namespace {
@@ -112,49 +113,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaSplitProduct,
                                            ProductCase{"tt", 1024, 768, 1024, true, true, false}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-struct StepResult {
-  float loss = 0;
-  std::map<std::string, std::vector<float>> grads;
-};
-
 // One SGD step with lr = 1 (the parameter change is the gradient) of a GPT whose head
 // products (2048 tokens × d 256 × vocabulary 1100, padded) and MLP products split.
-StepResult one_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
-                    std::map<std::string, HostTensor>* initial, std::string* describe = nullptr) {
-  const nn::GptConfig config{.vocab = 1100, .seq_len = 256, .layers = 1, .d_model = 256, .heads = 4};
-  const int64_t batch = 8, T = 256;
-  nn::Gpt model(config);
-  Program p = compile_train(model, [&model](Tensor ids, Tensor targets) { return model.loss(ids, targets); },
-                            {.inputs = {{"ids", {batch, T}, DType::kI32}, {"targets", {batch, T}, DType::kI32}},
-                             .optimizer = SGD{.lr = 1.0},
-                             .device = device,
-                             .precision = precision});
-  if (describe) *describe = p.describe();
-  if (start) p.upload_params(*start);
-  const auto before = p.download_params();
-  if (initial) *initial = before;
-  std::vector<int32_t> ids(static_cast<size_t>(batch * T)), targets(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int32_t>((i * 37 + 11) % 1100);
-    targets[i] = static_cast<int32_t>((i * 53 + 5) % 1100);
-  }
-  StepResult r;
-  r.loss = p.step({{"ids", ids}, {"targets", targets}});
-  for (const auto& [name, t] : p.download_params()) {
-    const std::span<const float> a = before.at(name).f32(), b = t.f32();
-    std::vector<float>& g = r.grads[name];
-    for (size_t i = 0; i < a.size(); ++i) g.push_back(a[i] - b[i]);
-  }
-  return r;
+tg::testing::GptStepResult one_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
+                                    std::map<std::string, HostTensor>* initial, std::string* describe = nullptr) {
+  return tg::testing::gpt_sgd_step({.vocab = 1100, .seq_len = 256, .layers = 1, .d_model = 256, .heads = 4}, 8, device,
+                                   precision, start, initial, describe);
 }
 
 TEST(CudaSplitProductModel, GptStepAsCloseToRefAsF32) {
   if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   std::map<std::string, HostTensor> params;
-  const StepResult want = one_step(Device::ref(), Precision::kFp32, nullptr, &params);
+  const tg::testing::GptStepResult want = one_step(Device::ref(), Precision::kFp32, nullptr, &params);
   std::string steps;
-  const StepResult split = one_step(Device::cuda(), Precision::kTf32x3, &params, nullptr, &steps);
-  const StepResult f32 = one_step(Device::cuda(), Precision::kFp32, &params, nullptr);
+  const tg::testing::GptStepResult split = one_step(Device::cuda(), Precision::kTf32x3, &params, nullptr, &steps);
+  const tg::testing::GptStepResult f32 = one_step(Device::cuda(), Precision::kFp32, &params, nullptr);
   EXPECT_NE(steps.find("3xTF32"), std::string::npos) << "no product was split:\n" << steps;
   EXPECT_NEAR(split.loss, want.loss, 1e-5 * std::abs(want.loss));
   for (const auto& [name, g] : want.grads) {

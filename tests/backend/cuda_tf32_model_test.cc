@@ -12,50 +12,26 @@
 #include <vector>
 
 #include "tensorgrad/tensorgrad.h"
+#include "gpt_sgd_step.h"
 #include "test_util.h"
 
 namespace {
 
 using namespace tg;
 
-struct StepResult {
-  float loss = 0;
-  std::map<std::string, std::vector<float>> grads;
-};
+using tg::testing::GptStepResult;
 
-StepResult one_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
-             std::map<std::string, HostTensor>* initial) {
-  const nn::GptConfig config{.vocab = 1100, .seq_len = 64, .layers = 1, .d_model = 64, .heads = 2};
-  const int64_t batch = 16, T = 64;
-  nn::Gpt model(config);
-  Program p = compile_train(model, [&model](Tensor ids, Tensor targets) { return model.loss(ids, targets); },
-                            {.inputs = {{"ids", {batch, T}, DType::kI32}, {"targets", {batch, T}, DType::kI32}},
-                             .optimizer = SGD{.lr = 1.0},
-                             .device = device,
-                             .precision = precision});
-  if (start) p.upload_params(*start);
-  const auto before = p.download_params();
-  if (initial) *initial = before;
-  std::vector<int32_t> ids(static_cast<size_t>(batch * T)), targets(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int32_t>((i * 37 + 11) % 1100);
-    targets[i] = static_cast<int32_t>((i * 53 + 5) % 1100);
-  }
-  StepResult r;
-  r.loss = p.step({{"ids", ids}, {"targets", targets}});
-  for (const auto& [name, t] : p.download_params()) {
-    const std::span<const float> a = before.at(name).f32(), b = t.f32();
-    std::vector<float>& g = r.grads[name];
-    for (size_t i = 0; i < a.size(); ++i) g.push_back(a[i] - b[i]);
-  }
-  return r;
+GptStepResult one_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
+                       std::map<std::string, HostTensor>* initial) {
+  return tg::testing::gpt_sgd_step({.vocab = 1100, .seq_len = 64, .layers = 1, .d_model = 64, .heads = 2}, 16, device,
+                                   precision, start, initial);
 }
 
 TEST(CudaTf32, PaddedVocabularyGptMatchesRef) {
   if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   std::map<std::string, HostTensor> params;
-  const StepResult want = one_step(Device::ref(), Precision::kFp32, nullptr, &params);
-  const StepResult got = one_step(Device::cuda(), Precision::kTf32, &params, nullptr);
+  const GptStepResult want = one_step(Device::ref(), Precision::kFp32, nullptr, &params);
+  const GptStepResult got = one_step(Device::cuda(), Precision::kTf32, &params, nullptr);
   EXPECT_NEAR(got.loss, want.loss, 2e-3 * std::abs(want.loss));
   for (const auto& [name, g] : want.grads) {
     const std::vector<float>& h = got.grads.at(name);
