@@ -15,6 +15,11 @@ Tensor take_along_axis(const Tensor& x, const Tensor& idx, int64_t axis, Loc loc
 /// Rows of `table` [V, …] selected by i32 ids of any shape → ids.shape + table.shape[1:].
 /// A gather, never a one-hot matmul; its gradient is a scatter-add into the table.
 Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current());
+/// `dst` with `src` written at offset `pos` along `axis` (a KV cache's new rows): pos is an i32
+/// scalar, or one offset per index of axis 0 ([dst.shape[0]], axis > 0: per-sequence
+/// positions). Off the axis the extents match. An offset with pos < 0 or pos + src's extent >
+/// dst's is an InputError when the program runs. No gradient (inference programs' caches).
+Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int64_t axis, Loc loc = Loc::current());
 /// One-hot f32 encoding of i32 ids: ids.shape + [classes].
 Tensor one_hot(const Tensor& ids, int64_t classes, Loc loc = Loc::current());
 

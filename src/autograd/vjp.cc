@@ -52,6 +52,8 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
     case Op::kArgmax:
       return std::vector<Tensor>(n.inputs.size());
+    case Op::kUpdateSlice:
+      ir::api_fail("update_slice", "has no gradient: it writes the caches of inference programs; keep it out of a loss", loc);
 
     case Op::kNeg: return {-g};
     case Op::kAbs: return {g * sign(x(0), loc)};                      // d|x| = sign(x)

@@ -47,6 +47,16 @@ Tensor take_along_axis(const Tensor& x, const Tensor& idx, int64_t axis, Loc loc
   return emit(g, std::move(n));
 }
 
+Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int64_t axis, Loc loc) {
+  Arg ad(dst, loc), as(src, loc), ap(pos, loc);
+  Graph& g = graph_for("update_slice", {&ad, &as, &ap}, loc);
+  const int64_t a = normalize_axis("update_slice", axis, dst.rank(), loc);
+  if (pos.dtype() != DType::kI32) api_fail("update_slice", "the offset must be i32", loc);
+  Node n = make_node(Op::kUpdateSlice, {dst.id(), src.id(), pos.id()}, loc);
+  n.attrs.axes = {a};
+  return emit(g, std::move(n));
+}
+
 Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc) {
   if (table.rank() < 1) api_fail("embedding", "the table needs rank >= 1", loc);
   if (ids.dtype() != DType::kI32) api_fail("embedding", "ids must be i32", loc);

@@ -181,6 +181,26 @@ void infer(const Graph& g, Node& n) {
       n.dtype = in(0).dtype;
       return;
     }
+    case Op::kUpdateSlice: {
+      const Node& dst = in(0);
+      const Node& src = in(1);
+      const Node& pos = in(2);
+      if (n.attrs.axes.size() != 1) fail(g, n, "needs {axis}");
+      check_axes_valid(g, n, dst.shape, false);
+      const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+      if (src.dtype != dst.dtype) fail(g, n, "source and destination must share one dtype");
+      if (src.shape.size() != dst.shape.size()) fail(g, n, "source and destination must share one rank");
+      for (size_t d = 0; d < dst.shape.size(); ++d)
+        if (d != axis && src.shape[d] != dst.shape[d]) fail(g, n, "extents differ off the updated axis");
+      if (src.shape[axis] > dst.shape[axis]) fail(g, n, "the source is longer than the destination along the axis");
+      if (pos.dtype != DType::kI32) fail(g, n, "the offset must be i32");
+      const bool per_row = pos.shape.size() == 1 && axis > 0 && pos.shape[0] == dst.shape[0];
+      if (!pos.shape.empty() && !per_row)
+        fail(g, n, "the offset must be a scalar, or one per index of axis 0 (axis > 0)");
+      n.shape = dst.shape;
+      n.dtype = dst.dtype;
+      return;
+    }
     case Op::kGather:
     case Op::kScatterAdd: {
       const Node& x = in(0);

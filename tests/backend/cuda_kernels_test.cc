@@ -138,6 +138,9 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::reduce_kernel(name(), "sum", {DType::kF32, {48, 64}, {1, 48}}, {1}));
   ls.push_back(cuda::gather_kernel(name(), dense(DType::kF32, {50, 64}), {DType::kI32, {200, 64}, {1, 0}}, 0));
   ls.push_back(cuda::gather_kernel(name(), dense(DType::kI32, {7, 9, 5}), dense(DType::kI32, {7, 4, 5}), 1));
+  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), dense(DType::kF32, {4, 12, 1, 64}),
+                                         dense(DType::kI32, {4}), 2));
+  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}), dense(DType::kI32, {}), 0));
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0));
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
@@ -379,6 +382,29 @@ TEST(CudaKernels, GatherMatchesTheReference) {
     const cuda::DeviceMemory di = to_device(idx);
     run(cuda::gather_kernel("gather", xo, io, 1), {dx.get(), di.get(), dout.get(), derr.get()});
     EXPECT_NE(from_device<int>(derr, 1)[0], 0) << "an index out of range must set err";
+  }
+}
+
+TEST(CudaKernels, UpdateSliceWritesPerRowOffsetsAndFlagsBadOnes) {
+  REQUIRE_GPU();
+  // A KV cache [2, 3, 6, 4] gets one new row per sequence at that sequence's position.
+  const cuda::Operand dst_o = dense(DType::kF32, {2, 3, 6, 4}), src_o = dense(DType::kF32, {2, 3, 1, 4}),
+                      pos_o = dense(DType::kI32, {2});
+  const std::vector<float> dst = random_floats(2 * 3 * 6 * 4, 51), src = random_floats(2 * 3 * 4, 52);
+  const cuda::DeviceMemory dd = to_device(dst), ds = to_device(src), dout(dst.size() * 4);
+  for (const std::vector<int>& pos : {std::vector<int>{5, 0}, std::vector<int>{2, 6}}) {
+    const bool bad = pos[1] == 6;
+    const cuda::DeviceMemory dp = to_device(pos), derr = to_device(std::vector<int>{0});
+    run(cuda::update_slice_kernel("update_slice", dst_o, src_o, pos_o, 2), {dd.get(), ds.get(), dp.get(), dout.get(), derr.get()});
+    EXPECT_EQ(from_device<int>(derr, 1)[0] != 0, bad) << "offsets " << pos[0] << ", " << pos[1];
+    if (bad) continue;
+    std::vector<float> want = dst;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t d = 0; d < 4; ++d)
+          want[static_cast<size_t>(((b * 3 + h) * 6 + pos[static_cast<size_t>(b)]) * 4 + d)] = src[static_cast<size_t>((b * 3 + h) * 4 + d)];
+    const std::vector<float> got = from_device<float>(dout, want.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
   }
 }
 

@@ -207,6 +207,14 @@ TEST(NnInputErrors, GatherIndexOutOfRange) {
                      {"[gather]", "index 5"});
 }
 
+TEST(NnInputErrors, UpdateSliceOffsetOutOfRange) {
+  const BuildFn upd = FN(update_slice(x[0], x[1], x[2], 1));
+  expect_input_error({uni({2, 6, 3}), uni({2, 2, 3}), indices({}, 5)}, upd, 2, {5}, {"[update_slice]", "offset 5", "extent 6"});
+  expect_input_error({uni({2, 6, 3}), uni({2, 2, 3}), indices({}, 5)}, upd, 2, {-1}, {"[update_slice]", "offset -1"});
+  // per-sequence offsets: row 1's is past the cache
+  expect_input_error({uni({3, 6, 3}), uni({3, 1, 3}), indices({3}, 6)}, upd, 2, {0, 6, 2}, {"[update_slice]", "offset 6 of row 1"});
+}
+
 // ---- trace-time shape errors ------------------------------------------------------------------------
 
 /// Tracing `fn` over `specs` throws a tg::ShapeError whose message names `op` (as "[op]"),
@@ -222,6 +230,27 @@ void expect_shape_error(const std::vector<InputSpec>& specs, const BuildFn& fn, 
     EXPECT_NE(msg.find("[" + op + "]"), std::string::npos) << msg;
     EXPECT_NE(msg.find(detail), std::string::npos) << msg;
     EXPECT_NE(msg.find("nn_op_table_test.cc"), std::string::npos) << "no caller file:line in: " << msg;
+  }
+}
+
+TEST(NnShapeErrors, UpdateSlice) {
+  const BuildFn upd = FN(update_slice(x[0], x[1], x[2], 1));
+  expect_shape_error({uni({2, 6, 3}), uni({2, 2, 4}), indices({}, 5)}, upd, "update_slice", "off the updated axis");
+  expect_shape_error({uni({2, 6, 3}), uni({2, 7, 3}), indices({}, 5)}, upd, "update_slice", "longer");
+  expect_shape_error({uni({2, 6, 3}), uni({2, 2, 3}), indices({3}, 5)}, upd, "update_slice", "one per index of axis 0");
+  expect_shape_error({uni({2, 6, 3}), ints({2, 2, 3}), indices({}, 5)}, upd, "update_slice", "dtype");
+  expect_shape_error({uni({2, 6, 3}), uni({2, 2, 3}), uni({})}, upd, "update_slice", "i32");
+  expect_shape_error({uni({4, 3}), uni({1, 3}), indices({4}, 3)}, FN(update_slice(x[0], x[1], x[2], 0)), "update_slice", "axis 0");
+}
+
+TEST(NnShapeErrors, UpdateSliceHasNoGradient) {
+  Traced t = trace_fn({uni({2, 6, 3}), uni({2, 2, 3}), indices({}, 5)}, FN(sum(update_slice(x[0], x[1], x[2], 1))));
+  try {
+    autograd::append_gradients(t.graph, t.out, std::vector<int32_t>{t.inputs[0]});
+    ADD_FAILURE() << "no tg::ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("no gradient"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nn_op_table_test.cc"), std::string::npos) << e.what();
   }
 }
 
@@ -293,6 +322,18 @@ TEST(NnKnownValues, CrossEntropy) {
   // PyTorch: mean over no counted row is 0/0
   expect_known([] { return cross_entropy(zeros({2, 3}), ci({-100, -100}, {2})); }, {}, kF32,
                {std::numeric_limits<double>::quiet_NaN()});
+}
+
+TEST(NnKnownValues, UpdateSlice) {
+  // one offset for every row
+  expect_known([] { return update_slice(cf({1, 2, 3, 4, 5, 6}, {2, 3}), cf({9, 8}, {2, 1}), ci({1}, {}), 1); }, {2, 3}, kF32,
+               {1, 9, 3, 4, 8, 6});
+  // per-row offsets (a KV cache's positions): row 0 at 2, row 1 at 0
+  expect_known([] { return update_slice(cf({1, 2, 3, 4, 5, 6}, {2, 3}), cf({9, 8}, {2, 1}), ci({2, 0}, {2}), 1); }, {2, 3}, kF32,
+               {1, 2, 9, 8, 5, 6});
+  // two rows along axis 0 at offset 1
+  expect_known([] { return update_slice(cf({1, 2, 3, 4, 5, 6}, {3, 2}), cf({7, 8, 9, 10}, {2, 2}), ci({1}, {}), 0); }, {3, 2}, kF32,
+               {1, 2, 7, 8, 9, 10});
 }
 
 TEST(NnKnownValues, Normalisation) {

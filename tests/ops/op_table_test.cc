@@ -302,6 +302,12 @@ const std::vector<OpCase>& op_cases() {
       {"embedding_repeated_ids", {uni({3, 4}), indices({4, 5}, 3)}, FN(embedding(x[0], x[1])), {4, 5, 4}, kF32, kExact, kGrad},
       {"embedding_3d_table", {uni({6, 2, 3}), indices({4}, 6)}, FN(embedding(x[0], x[1])), {4, 2, 3}, kF32, kExact, kGrad},
       {"embedding_scalar_id", {uni({5, 4}), indices({}, 5)}, FN(embedding(x[0], x[1])), {4}, kF32, kExact, kGrad},
+      {"update_slice_scalar_offset", {uni({2, 6, 3}), uni({2, 2, 3}), indices({}, 5)}, FN(update_slice(x[0], x[1], x[2], 1)), {2, 6, 3}, kF32, kExact, kNoGrad},
+      {"update_slice_axis0", {uni({5, 3}), uni({2, 3}), indices({}, 4)}, FN(update_slice(x[0], x[1], x[2], 0)), {5, 3}, kF32, kExact, kNoGrad},
+      {"update_slice_per_row_kv_cache", {uni({3, 2, 7, 4}), uni({3, 2, 1, 4}), indices({3}, 7)}, FN(update_slice(x[0], x[1], x[2], 2)), {3, 2, 7, 4}, kF32, kExact, kNoGrad},
+      {"update_slice_per_row_prefill", {uni({2, 2, 8, 4}), uni({2, 2, 3, 4}), indices({2}, 6)}, FN(update_slice(x[0], x[1], x[2], -2)), {2, 2, 8, 4}, kF32, kExact, kNoGrad},
+      {"update_slice_i32_whole", {ints({4, 3}), ints({4, 3}), indices({}, 1)}, FN(update_slice(x[0], x[1], x[2], 1)), {4, 3}, kI32, kExact, kNoGrad},
+      {"update_slice_of_a_view", {uni({6, 4})}, FN(update_slice(transpose(x[0]), cf({7, 8, 9, 10}, {4, 1}), ci({2}, {}), 1)), {4, 6}, kF32, kExact, kNoGrad},
       {"one_hot", {indices({2, 3}, 5)}, FN(one_hot(x[0], 5)), {2, 3, 5}, kF32, kExact, kNoGrad},
       {"one_hot_times_input", {indices({4}, 3), uni({4, 3})}, FN(one_hot(x[0], 3) * x[1]), {4, 3}, kF32, kExact, kGrad},
 

@@ -212,6 +212,10 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
 /// Gather along node.attrs.axes[0]: x (x_shape, any view, any dtype) read at i32 idx (node.shape,
 /// any view — embedding ids arrive broadcast) → dense out of node.shape.
 Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx, std::byte* out);
+/// update_slice over dense dst, src and out (out may be dst itself): out = dst, then src's rows
+/// at the offsets pos (one, or one per index of axis 0). An offset out of range throws.
+Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_row, const std::byte* dst, const std::byte* src,
+                         const int32_t* pos, std::byte* out);
 /// ScatterAdd: zeros of node.shape, then out[.., idx[i], ..] += src[i] for src and idx of
 /// src_shape (any views); each output element accumulates in index order on one thread.
 Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx, float* out);

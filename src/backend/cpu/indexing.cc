@@ -160,6 +160,32 @@ Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, co
   }
 }
 
+Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_row, const std::byte* dst, const std::byte* src,
+                         const int32_t* pos, std::byte* out) {
+  const auto axis = static_cast<size_t>(node.attrs.axes[0]);
+  const Shape big = node.shape;
+  // Both dense: [outer, extent, inner] with the rows of one offset contiguous per outer index.
+  int64_t outer = 1, inner = dtype_size(node.dtype);
+  for (size_t d = 0; d < axis; ++d) outer *= big[d];
+  for (size_t d = axis + 1; d < big.size(); ++d) inner *= big[d];
+  const int64_t extent = big[axis], len = src_shape[axis], rows = per_row ? big[0] : 1;
+  const int64_t total = numel(big) * dtype_size(node.dtype), per_offset = outer / std::max<int64_t>(rows, 1);
+  return [=] {
+    for (int64_t r = 0; r < rows; ++r)
+      if (pos[r] < 0 || pos[r] + len > extent)
+        throw InputError("[update_slice] offset " + std::to_string(pos[r]) + (per_row ? " of row " + std::to_string(r) : "") +
+                         " + " + std::to_string(len) + " rows exceeds the extent " + std::to_string(extent) + " of axis " +
+                         std::to_string(axis));
+    if (out != dst && total > 0) std::memcpy(out, dst, static_cast<size_t>(total));
+    if (len == 0) return;
+#pragma omp parallel for schedule(static) if (outer * len * inner > (int64_t{1} << 18))
+    for (int64_t o = 0; o < outer; ++o) {
+      const int64_t p = pos[per_row ? o / per_offset : 0];
+      std::memcpy(out + (o * extent + p) * inner, src + o * len * inner, static_cast<size_t>(len * inner));
+    }
+  };
+}
+
 Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx, float* out) {
   const auto axis = static_cast<size_t>(node.attrs.axes[0]);
   const Shape small = src_shape, big = node.shape;

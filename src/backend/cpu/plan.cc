@@ -39,6 +39,8 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
       return blas_operand(view, shape).has_value();
     case Op::kGather: case Op::kScatterAdd: case Op::kRandom: case Op::kDropout:
       return true;  // strided readers: embedding ids arrive broadcast along the feature axis
+    case Op::kUpdateSlice:
+      return is_contiguous(view, shape);
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
       return shape.size() == 1 || is_contiguous(view, shape);  // 1-D targets/dloss strided; logits dense
     case Op::kSoftmax: case Op::kLogSoftmax: case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm:
@@ -478,6 +480,19 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       add_step({id}, {&ins[0], &ins[1]}, {&out}, [this, node, xs, x = ins[0], idx = ins[1], out] {
         if (node.op == Op::kGather) return make_gather(node, xs, view(x), view(idx), view(out).data);
         return make_scatter_add(node, xs, view(x), view(idx), f32(view(out).data));
+      });
+      return;
+    }
+    case Op::kUpdateSlice: {
+      const Place dst = readable(g, id, n.inputs[0], is_contiguous), src = readable(g, id, n.inputs[1], is_contiguous),
+                  pos = readable(g, id, n.inputs[2], is_contiguous);
+      const Place out = own_node(g, id);
+      const ir::Node node = n;
+      const Shape ss = in(1).shape;
+      const bool per_row = !in(2).shape.empty();
+      add_step({id}, {&dst, &src, &pos}, {&out}, [this, node, ss, per_row, dst, src, pos, out] {
+        return make_update_slice(node, ss, per_row, view(dst).data, view(src).data,
+                                 reinterpret_cast<const int32_t*>(view(pos).data), view(out).data);
       });
       return;
     }

@@ -378,7 +378,8 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   int err = 0;
   check(d.cuMemcpyDtoH(&err, err_.get(), sizeof err), "cuMemcpyDtoH");
   if (err != 0)
-    throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index or a cross_entropy target); "
+    throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset or a "
+                     "cross_entropy target); "
                      "run it on Device::cpu() for the exact position");
   const Slot& s = slots_[static_cast<size_t>(node)];
   check(d.cuMemcpyDtoH(host, address(it->second), static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype))), "cuMemcpyDtoH");

@@ -388,6 +388,38 @@ Launch gather_kernel(const std::string& name, const Operand& x, const Operand& i
   return l;
 }
 
+Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis) {
+  check_operand(dst, "update_slice_kernel");
+  check_operand(src, "update_slice_kernel");
+  const int64_t n = numel(dst.shape);
+  const auto ax = static_cast<size_t>(axis);
+  const bool per_row = !pos.shape.empty();
+  Launch l;
+  l.name = name;
+  l.block[0] = 256;
+  l.grid[0] = grid_for(n, 256);
+  std::string s = "// update_slice along axis " + std::to_string(axis) + " (kernels_reduce.cc)\n";
+  s += std::string("typedef ") + ctype(dst.dtype) + " T;\n";
+  s += "extern \"C\" __global__ void " + name +
+       "(const T* __restrict__ dst, const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ out, int* err) {\n";
+  s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
+       "; i += (long long)gridDim.x * blockDim.x) {\n";
+  // Each element of out: its coordinate ca on the axis and its row (index of axis 0) pick the
+  // offset p; rows [p, p + len) come from src, the rest from dst.
+  s += "    long long rest = i, d_off = 0, s_off = 0, ca = 0;\n";
+  std::vector<int64_t> ss = src.strides;
+  ss[ax] = 0;
+  s += decompose("rest", dst.shape, axis, "ca", {{"d_off", dst.strides}, {"s_off", ss}});
+  if (per_row) s += "    const long long row = i / " + ll(n / std::max<int64_t>(dst.shape[0], 1)) + ";\n";
+  s += "    d_off += ca * " + ll(dst.strides[ax]) + ";\n";
+  s += "    const int p = pos[" + (per_row ? "row * " + ll(pos.strides[0]) : std::string("0")) + "];\n";
+  s += "    if (p < 0 || p + " + ll(src.shape[ax]) + " > " + ll(dst.shape[ax]) + ") { *err = 1; out[i] = dst[d_off]; continue; }\n";
+  s += "    out[i] = ca >= p && ca < p + " + ll(src.shape[ax]) + " ? src[s_off + (ca - p) * " + ll(src.strides[ax]) + "] : dst[d_off];\n";
+  s += "  }\n}\n";
+  l.source = std::move(s);
+  return l;
+}
+
 // Two schemes. Column (deterministic, no atomics): one thread per position of the non-scatter
 // axes walks the scatter axis in order, so each output element is summed by one thread in a
 // fixed order; used when there are enough such positions to fill the GPU or the walk is short.

@@ -355,6 +355,11 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       add_kernel({id}, l, {{in(0).place}, {in(1).place}, {own_node(g, id)}, err});
       return;
     }
+    case Op::kUpdateSlice:
+      add_kernel({id}, update_slice_kernel(kKernelName, operand(n.inputs[0]), operand(n.inputs[1]), operand(n.inputs[2]),
+                                           static_cast<int>(n.attrs.axes[0])),
+                 {{in(0).place}, {in(1).place}, {in(2).place}, {own_node(g, id)}, err});
+      return;
     case Op::kScatterAdd: {
       const Place out = own_node(g, id);
       Step zero;

@@ -52,6 +52,37 @@ Values gather_scatter(const Node& n, const Node& x_node, const Values& x, const 
   return out;
 }
 
+/// dst with src at offset pos (one, or one per index of axis 0) along the axis.
+Values update_slice(const Node& n, const Node& src_node, const Node& pos_node, const Values& dst, const Values& src,
+                    const Values& pos) {
+  const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+  const Shape& big = n.shape;
+  const Shape& small = src_node.shape;
+  const bool per_row = !pos_node.shape.empty();
+  const int64_t rows = per_row ? big[0] : 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double p = pos[static_cast<size_t>(r)];
+    if (p < 0 || p + static_cast<double>(small[axis]) > static_cast<double>(big[axis]))
+      throw InputError("[update_slice] offset " + std::to_string(static_cast<int64_t>(p)) + (per_row ? " of row " + std::to_string(r) : "") +
+                       " + " + std::to_string(small[axis]) + " rows exceeds the extent " + std::to_string(big[axis]) +
+                       " of axis " + std::to_string(axis));
+  }
+  Values out = dst;
+  const std::vector<int64_t> big_st = strides_of(big), small_st = strides_of(small);
+  for (int64_t flat = 0; flat < numel(small); ++flat) {
+    int64_t b = 0, rest = flat, row = 0;
+    for (size_t d = 0; d < small.size(); ++d) {
+      const int64_t coord = rest / small_st[d];
+      rest %= small_st[d];
+      if (d == 0) row = coord;
+      b += coord * big_st[d];
+    }
+    b += static_cast<int64_t>(pos[static_cast<size_t>(per_row ? row : 0)]) * big_st[axis];
+    out[static_cast<size_t>(b)] = src[static_cast<size_t>(flat)];
+  }
+  return out;
+}
+
 Values softmax(const Node& n, const Values& x) {
   const auto axis = static_cast<size_t>(n.attrs.axes[0]);
   const Shape& s = n.shape;
@@ -203,6 +234,8 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const
     case Op::kGather:
     case Op::kScatterAdd:
       return gather_scatter(n, *in_nodes[0], *in[0], *in[1]);
+    case Op::kUpdateSlice:
+      return update_slice(n, *in_nodes[1], *in_nodes[2], *in[0], *in[1], *in[2]);
     case Op::kSoftmax:
     case Op::kLogSoftmax:
       return softmax(n, *in[0]);
