@@ -205,6 +205,11 @@ class Program {
 
   /// Zeroes the optimizer's moments and its step count.
   void reset_optimizer();
+  /// Zeroes every tg::state() tensor this program uses (shared with the model's other
+  /// programs: a new sequence for a KV cache).
+  void reset_state();
+  /// A tg::state() tensor's current value (InputError if this program has no such state).
+  HostTensor read_state(const std::string& name) const;
   /// Sets the optimizer's base lr (the schedule's factor still applies).
   void set_lr(double lr);
   double lr() const;

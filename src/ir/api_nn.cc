@@ -243,6 +243,38 @@ Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double 
   return concat(std::span<const Tensor>(parts), a, loc);
 }
 
+Tensor state(const std::string& name, Shape shape, DType dtype, Loc loc) {
+  Trace& tr = trace_for("state", loc);
+  if (name.empty()) api_fail("state", "names must be non-empty", loc);
+  for (int64_t d : shape)
+    if (d < 0) api_fail("state", "'" + name + "' has a negative extent in " + shape_str(shape), loc);
+  const std::string full = std::string(kUserStatePrefix) + name;
+  for (int32_t id = 0; id < tr.graph.size(); ++id) {
+    const Node& n = tr.graph.node(id);
+    if (n.op != Op::kState || n.name != full) continue;
+    if (n.shape != shape || n.dtype != dtype)
+      api_fail("state", "'" + name + "' was declared as " + shape_str(n.shape) + " " + dtype_name(n.dtype) + ", now as " +
+                            shape_str(shape) + " " + dtype_name(dtype), loc);
+    return Tensor(&tr.graph, id);
+  }
+  return named_leaf(tr.graph, Op::kState, full, std::move(shape), dtype, loc);
+}
+
+void assign(const Tensor& state_tensor, const Tensor& value, Loc loc) {
+  Arg as(state_tensor, loc), av(value, loc);
+  Graph& g = graph_for("assign", {&as, &av}, loc);
+  const Node& target = g.node(state_tensor.id());
+  if (target.op != Op::kState || target.name.rfind(kUserStatePrefix, 0) != 0)
+    api_fail("assign", "the target is not a tensor made by tg::state()", loc);
+  const std::string name = target.name.substr(std::string(kUserStatePrefix).size());
+  if (value.shape() != target.shape || value.dtype() != target.dtype)
+    api_fail("assign", "'" + name + "' is " + shape_str(target.shape) + " " + dtype_name(target.dtype) + ", the value " +
+                           shape_str(value.shape()) + " " + dtype_name(value.dtype()), loc);
+  for (const Graph::Update& u : g.updates)
+    if (u.target == state_tensor.id()) api_fail("assign", "'" + name + "' is assigned twice in one program", loc);
+  g.updates.push_back({state_tensor.id(), value.id()});
+}
+
 Tensor capture(const std::string& name, const Tensor& t, Loc loc) {
   Trace& tr = trace_for("capture", loc);
   if (t.graph() != &tr.graph) api_fail("capture", "'" + name + "' is not a tensor of the program being traced", loc);

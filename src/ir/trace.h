@@ -48,6 +48,9 @@ std::string unused_capture_name(const Trace& trace, const std::string& base);
 
 /// Name of the runtime-fed key input of random ops.
 inline constexpr const char* kRngKeyInput = "__rng_key";
+/// Prefix of the state leaves tg::state() makes (the runtime shares those between the
+/// programs of a model; an optimizer's moments are per program).
+inline constexpr const char* kUserStatePrefix = "state:";
 
 /// Appends `node` to `graph` (with inference) and returns its handle.
 Tensor emit(Graph& graph, Node node);

@@ -48,7 +48,8 @@ struct ProgramState {
   double base_lr = 0;
   int64_t steps = 0;
   optim::UpdatePlan plan;
-  std::map<std::string, std::unique_ptr<backend::Buffer>> state_buffers;
+  std::map<std::string, std::unique_ptr<backend::Buffer>> state_buffers;  // the optimizer's, this program's own
+  std::vector<std::string> user_states;  // tg::state() names this program reads (buffers in the store)
 };
 
 namespace {
@@ -144,6 +145,22 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
     const ir::Node& n = v.graph.node(id);
     if (n.op == ir::Op::kParam) {
       bindings[id] = s.store->buffers.at(n.name).get();
+    } else if (n.op == ir::Op::kState && n.name.rfind(ir::kUserStatePrefix, 0) == 0) {
+      // tg::state(): one buffer per model and device, shared by every program naming it.
+      const std::string name = n.name.substr(std::string(ir::kUserStatePrefix).size());
+      auto& buf = s.store->states[name];
+      if (!buf) {
+        buf = s.store->backend->allocate(n.dtype, n.numel());
+        const std::vector<uint8_t> zeros(static_cast<size_t>(n.numel() * dtype_size(n.dtype)), 0);
+        s.store->backend->upload(*buf, zeros.data());
+        s.store->state_shapes[name] = n.shape;
+      } else if (buf->dtype() != n.dtype || s.store->state_shapes.at(name) != n.shape) {
+        throw InputError("[state] '" + name + "' is " + shape_str(s.store->state_shapes.at(name)) + " " +
+                         dtype_name(buf->dtype()) + " in another program of this model, " + shape_str(n.shape) + " " +
+                         dtype_name(n.dtype) + " here");
+      }
+      if (std::find(s.user_states.begin(), s.user_states.end(), name) == s.user_states.end()) s.user_states.push_back(name);
+      bindings[id] = buf.get();
     } else if (n.op == ir::Op::kState) {
       auto& buf = s.state_buffers[n.name];  // shared by both variants
       if (!buf) buf = s.store->backend->allocate(n.dtype, n.numel());
@@ -364,6 +381,27 @@ void Program::reset_optimizer() {
     s.store->backend->upload(*buf, zeros.data());
   }
   s.steps = 0;
+}
+
+void Program::reset_state() {
+  detail::ProgramState& s = state();
+  std::lock_guard lock(s.store->mutex);
+  for (const std::string& name : s.user_states) {
+    backend::Buffer& buf = *s.store->states.at(name);
+    const std::vector<uint8_t> zeros(static_cast<size_t>(buf.numel() * dtype_size(buf.dtype())), 0);
+    s.store->backend->upload(buf, zeros.data());
+  }
+}
+
+HostTensor Program::read_state(const std::string& name) const {
+  detail::ProgramState& s = state();
+  std::lock_guard lock(s.store->mutex);
+  if (std::find(s.user_states.begin(), s.user_states.end(), name) == s.user_states.end())
+    throw InputError("[read_state] this program has no state '" + name + "'");
+  const backend::Buffer& buf = *s.store->states.at(name);
+  HostTensor t(buf.dtype(), s.store->state_shapes.at(name));
+  s.store->backend->download(buf, t.data());
+  return t;
 }
 
 void Program::set_lr(double lr) {

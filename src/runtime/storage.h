@@ -28,6 +28,9 @@ struct DeviceStore {
   std::unique_ptr<backend::Backend> backend;
   std::map<std::string, ParamInfo> infos;
   std::map<std::string, std::unique_ptr<backend::Buffer>> buffers;
+  /// tg::state() tensors by name, shared by the programs of this model on this device.
+  std::map<std::string, std::unique_ptr<backend::Buffer>> states;
+  std::map<std::string, Shape> state_shapes;
   std::mutex mutex;
 
   /// Fills every parameter from its Init with `seed` (see nn/init.cc).
