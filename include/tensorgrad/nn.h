@@ -97,6 +97,12 @@ class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(Module& parent, std::string name, AttentionConfig config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  /// The KV-cached form for inference: x [B, T, d_model] holds the tokens at positions
+  /// pos[b] … pos[b] + T − 1 (pos: i32 [B], one per sequence). Their keys and values are
+  /// written into the caches "<path>.k_cache" / "<path>.v_cache" (tg::state, [B, kv_heads,
+  /// cache_len, head_dim]) and each query attends to its sequence's cached prefix only. No
+  /// dropout; learned positions only (rotary ones throw).
+  Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const AttentionConfig config;
   const int64_t head_dim;
   Linear qkv, proj;
@@ -123,6 +129,8 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(Module& parent, std::string name, const GptConfig& config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  /// KV-cached inference (CausalSelfAttention::cached).
+  Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   LayerNorm ln1;
   CausalSelfAttention attn;
   LayerNorm ln2;
@@ -142,9 +150,17 @@ class Gpt : public Module {
   /// Mean cross-entropy of the logits of ids against targets [B, T] (targets equal to
   /// ignore_index are skipped).
   Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100, Loc loc = Loc::current()) const;
+  /// KV-cached logits for inference: ids [B, T] are the tokens at positions pos[b] … pos[b] +
+  /// T − 1 of each sequence (pos: i32 [B]); every layer keeps its keys and values in state
+  /// caches of `cache_len` positions (≤ seq_len), shared by all programs of the model on a
+  /// device. A prefill program (T = prompt length, pos = 0) and a one-token decode program
+  /// (T = 1, pos = tokens so far) then continue each other; logits equal logits() of the
+  /// whole prefix. Offsets past the cache are an InputError when the program runs.
+  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const GptConfig config;
 
  private:
+  Tensor head(const Tensor& x, Loc loc) const;
   void build();
   std::unique_ptr<Embedding> wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;

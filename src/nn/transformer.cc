@@ -1,5 +1,6 @@
 // Causal self-attention, the pre-norm transformer block and the GPT model.
 #include <cmath>
+#include <limits>
 
 #include "ir/trace.h"
 #include "tensorgrad/errors.h"
@@ -68,6 +69,39 @@ Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
   return dropout(proj(y, loc), config.dropout, loc);
 }
 
+Tensor CausalSelfAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
+  const std::string at = "[CausalSelfAttention] '" + path() + "'";
+  if (x.rank() != 3 || x.shape()[2] != config.d_model)
+    throw ShapeError(at + " expects [B, T, " + std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
+                     loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  if (config.rotary)
+    throw ShapeError(at + ": KV-cached decoding with rotary positions is not supported yet (use learned positions)");
+  const int64_t B = x.shape()[0], T = x.shape()[1], hq = config.heads, hkv = kv_heads_of(config), d = head_dim;
+  if (T > cache_len)
+    throw ShapeError(at + ": " + std::to_string(T) + " new tokens do not fit a cache of " + std::to_string(cache_len));
+  Tensor packed = qkv(x, loc);
+  Tensor q = split_heads(slice(packed, -1, 0, hq * d, 1, loc), hq, loc);                       // [B, hq, T, d]
+  Tensor k = split_heads(slice(packed, -1, hq * d, (hq + hkv) * d, 1, loc), hkv, loc);          // [B, hkv, T, d]
+  Tensor v = split_heads(slice(packed, -1, (hq + hkv) * d, (hq + 2 * hkv) * d, 1, loc), hkv, loc);
+  // The new rows go into the caches at each sequence's position; attention reads the caches.
+  Tensor k_cache = state(path() + ".k_cache", {B, hkv, cache_len, d}), v_cache = state(path() + ".v_cache", {B, hkv, cache_len, d});
+  Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
+  assign(k_cache, k_all, loc);
+  assign(v_cache, v_all, loc);
+  // Grouped heads: query head h reads kv head h / (hq / hkv).
+  auto expand = [&](const Tensor& c) {
+    return reshape(broadcast_to(unsqueeze(c, 2, loc), {B, hkv, hq / hkv, cache_len, d}, loc), {B, hq, cache_len, d}, loc);
+  };
+  Tensor scores = mul(matmul(q, transpose(expand(k_all), -2, -1, loc), loc), 1.0 / std::sqrt(static_cast<double>(d)), loc);
+  // Query i of sequence b sits at pos[b] + i and sees keys 0 … pos[b] + i: the valid prefix.
+  Tensor query_at = add(reshape(pos, {B, 1, 1, 1}, loc), reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {1, 1, T, 1}, loc), loc);
+  Tensor key_at = reshape(arange(0, static_cast<double>(cache_len), 1, DType::kI32, loc), {1, 1, 1, cache_len}, loc);
+  scores = where(le(key_at, query_at, loc), scores, -std::numeric_limits<double>::infinity(), loc);
+  Tensor y = matmul(softmax(scores, -1, false, loc), expand(v_all), loc);  // [B, hq, T, d]
+  y = reshape(permute(y, {0, 2, 1, 3}, loc), {B, T, hq * d}, loc);
+  return proj(y, loc);
+}
+
 TransformerBlock::TransformerBlock(Module& parent, std::string name, const GptConfig& c)
     : Module(parent, std::move(name)),
       ln1(*this, "ln1", c.d_model, c.ln_eps, c.bias),
@@ -83,6 +117,11 @@ TransformerBlock::TransformerBlock(Module& parent, std::string name, const GptCo
 Tensor TransformerBlock::operator()(const Tensor& x, Loc loc) const {
   Tensor h = add(x, attn(ln1(x, loc), loc), loc);
   return add(h, drop(fc2(gelu(fc(ln2(h, loc), loc), GeluApprox::kTanh, loc), loc), loc), loc);
+}
+
+Tensor TransformerBlock::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
+  Tensor h = add(x, attn.cached(ln1(x, loc), pos, cache_len, loc), loc);
+  return add(h, fc2(gelu(fc(ln2(h, loc), loc), GeluApprox::kTanh, loc), loc), loc);
 }
 
 Gpt::Gpt(GptConfig c) : config(c) { build(); }
@@ -109,8 +148,33 @@ Tensor Gpt::logits(const Tensor& ids, Loc loc) const {
   if (wpe_) x = add(x, slice(wpe_->weight.tensor(loc), 0, 0, ids.shape()[1], 1, loc), loc);
   x = dropout(x, config.dropout, loc);
   for (const auto& block : blocks_) x = (*block)(x, loc);
-  x = (*lnf_)(x, loc);
-  return head_ ? (*head_)(x, loc) : matmul(x, transpose(wte_->weight.tensor(loc), -2, -1, loc), loc);
+  return head(x, loc);
+}
+
+Tensor Gpt::head(const Tensor& x, Loc loc) const {
+  Tensor y = (*lnf_)(x, loc);
+  return head_ ? (*head_)(y, loc) : matmul(y, transpose(wte_->weight.tensor(loc), -2, -1, loc), loc);
+}
+
+Tensor Gpt::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc) const {
+  const std::string where = "[Gpt] '" + path() + "'";
+  if (ids.rank() != 2 || ids.dtype() != DType::kI32)
+    throw ShapeError(where + " expects i32 ids [B, T], got " + dtype_name(ids.dtype()) + shape_str(ids.shape()) + " (at " +
+                     loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  const int64_t B = ids.shape()[0], T = ids.shape()[1];
+  if (pos.dtype() != DType::kI32 || pos.shape() != Shape{B})
+    throw ShapeError(where + " expects i32 positions [" + std::to_string(B) + "], got " + dtype_name(pos.dtype()) +
+                     shape_str(pos.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  if (cache_len < 1 || (wpe_ && cache_len > config.seq_len))
+    throw ShapeError(where + ": a cache of " + std::to_string(cache_len) + " positions; it must be 1 … seq_len " +
+                     std::to_string(config.seq_len));
+  Tensor x = (*wte_)(ids, loc);
+  if (wpe_) {  // each token's own position: pos[b] + i
+    Tensor at = add(reshape(pos, {B, 1}, loc), reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {1, T}, loc), loc);
+    x = add(x, embedding(wpe_->weight.tensor(loc), at, loc), loc);
+  }
+  for (const auto& block : blocks_) x = block->cached(x, pos, cache_len, loc);
+  return head(x, loc);
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index, Loc loc) const {
