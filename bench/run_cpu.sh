@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 peer=${1:-../shared/bench/torch_peer.py}
 python=${PYTHON:-/usr/bin/python3}
-cmake --build build --target mlp_sin_bench gpt_bench >/dev/null
+cmake --build build --target mlp_sin_bench gpt_bench decode_bench >/dev/null
 log=$(mktemp -d)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
      "PyTorch $($python -c 'import torch; print(torch.__version__, "threads", torch.get_num_threads())')"
@@ -29,3 +29,8 @@ for w in mlp_sin addition_3L char_6L384; do
   echo "| \`$w\` | $pt | $tg | **${speed}×** | $kernels | $planned ($ratio) | $prss | $rss |"
 done
 rm -rf "$log"
+# gpt2_decode: greedy KV-cached decoding, 32 new tokens, against a PyTorch loop with a KV cache
+# (bench/decode_peer_cpu.py: the Hugging Face peer needs transformers).
+echo
+./build/bench/decode_bench cpu
+"$python" bench/decode_peer_cpu.py
