@@ -48,6 +48,9 @@ Launch gather_kernel(const std::string& name, const Operand& x, const Operand& i
 /// out (dense over dst's shape) = update_slice(dst, src, pos, axis) (see ops.def UpdateSlice);
 /// an offset out of range sets *err. Params: (const T* dst, const T* src, const int* pos, T* out, int* err).
 Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis);
+/// update_slice in place: only src's rows are written into dst (dense) at the offsets; an
+/// offset out of range sets *err and writes nothing. Params: (const T* src, const int* pos, T* dst, int* err).
+Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis);
 /// out (already zeroed by the executable, dense over out_shape) += src scattered along axis
 /// by idx (see ops.def ScatterAdd). f32 or i32. Params: (const T* src, const int* idx, T* out, int* err).
 Launch scatter_add_kernel(const std::string& name, const Operand& src, const Operand& idx, const Shape& out_shape,

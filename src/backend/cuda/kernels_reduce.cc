@@ -420,6 +420,35 @@ Launch update_slice_kernel(const std::string& name, const Operand& dst, const Op
   return l;
 }
 
+Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis) {
+  check_operand(dst, "update_rows_kernel");
+  check_operand(src, "update_rows_kernel");
+  const int64_t n = numel(src.shape);
+  const auto ax = static_cast<size_t>(axis);
+  const bool per_row = !pos.shape.empty();
+  Launch l;
+  l.name = name;
+  l.block[0] = 256;
+  l.grid[0] = grid_for(std::max<int64_t>(n, 1), 256);
+  std::string s = "// update_slice in place along axis " + std::to_string(axis) + " (kernels_reduce.cc)\n";
+  s += std::string("typedef ") + ctype(dst.dtype) + " T;\n";
+  s += "extern \"C\" __global__ void " + name + "(const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ dst, int* err) {\n";
+  s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
+       "; i += (long long)gridDim.x * blockDim.x) {\n";
+  // Element i of src (dense over its shape): its coordinates give dst's, the axis one shifted.
+  s += "    long long rest = i, d_off = 0, s_off = 0, ca = 0;\n";
+  std::vector<int64_t> dst_off_axis = dst.strides;
+  dst_off_axis[ax] = 0;
+  s += decompose("rest", src.shape, axis, "ca", {{"d_off", dst_off_axis}, {"s_off", src.strides}});
+  if (per_row) s += "    const long long row = i / " + ll(n / std::max<int64_t>(src.shape[0], 1)) + ";\n";
+  s += "    const int p = pos[" + (per_row ? "row * " + ll(pos.strides[0]) : std::string("0")) + "];\n";
+  s += "    if (p < 0 || p + " + ll(src.shape[ax]) + " > " + ll(dst.shape[ax]) + ") { *err = 1; continue; }\n";
+  s += "    dst[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src[s_off + ca * " + ll(src.strides[ax]) + "];\n";
+  s += "  }\n}\n";
+  l.source = std::move(s);
+  return l;
+}
+
 // Two schemes. Column (deterministic, no atomics): one thread per position of the non-scatter
 // axes walks the scatter axis in order, so each output element is summed by one thread in a
 // fixed order; used when there are enough such positions to fill the GPU or the walk is short.

@@ -355,11 +355,31 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       add_kernel({id}, l, {{in(0).place}, {in(1).place}, {own_node(g, id)}, err});
       return;
     }
-    case Op::kUpdateSlice:
+    case Op::kUpdateSlice: {
+      // A cache written back over itself (tg::assign(cache, update_slice(cache, rows, pos)))
+      // and read by nothing else: only the new rows are written, into the state's own buffer.
+      const int32_t dst = n.inputs[0];
+      size_t update = g.updates.size();
+      for (size_t u = 0; u < g.updates.size(); ++u)
+        if (g.updates[u].value == id && g.updates[u].target == dst) update = u;
+      const Slot& ds = slots_[static_cast<size_t>(dst)];
+      if (options_.reuse_memory && update < g.updates.size() && consumers_[static_cast<size_t>(dst)].size() == 1 &&
+          std::count_if(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.target == dst; }) == 1 &&
+          is_contiguous_strides(ds.place.strides, ds.shape)) {
+        add_kernel({id}, update_rows_kernel(kKernelName, operand(dst), operand(n.inputs[1]), operand(n.inputs[2]),
+                                            static_cast<int>(n.attrs.axes[0])),
+                   {{in(1).place}, {in(2).place}, {ds.place}, err});
+        s.place = ds.place;
+        s.placed = true;
+        s.root = ds.root;
+        in_place_[update] = 1;
+        return;
+      }
       add_kernel({id}, update_slice_kernel(kKernelName, operand(n.inputs[0]), operand(n.inputs[1]), operand(n.inputs[2]),
                                            static_cast<int>(n.attrs.axes[0])),
                  {{in(0).place}, {in(1).place}, {in(2).place}, {own_node(g, id)}, err});
       return;
+    }
     case Op::kScatterAdd: {
       const Place out = own_node(g, id);
       Step zero;
