@@ -388,65 +388,58 @@ Launch gather_kernel(const std::string& name, const Operand& x, const Operand& i
   return l;
 }
 
-Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis) {
+namespace {
+
+/// update_slice_kernel (in_place false: one thread per element of the result, from src in
+/// the rows [p, p + len) of the axis, else from dst) and update_rows_kernel (in_place: one
+/// thread per element of src, written into dst's rows). p: the offset of the element's row.
+Launch update_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis, bool in_place) {
   check_operand(dst, "update_slice_kernel");
   check_operand(src, "update_slice_kernel");
-  const int64_t n = numel(dst.shape);
+  const Operand& walked = in_place ? src : dst;
+  const int64_t n = numel(walked.shape), len = src.shape[static_cast<size_t>(axis)];
   const auto ax = static_cast<size_t>(axis);
-  const bool per_row = !pos.shape.empty();
   Launch l;
   l.name = name;
   l.block[0] = 256;
-  l.grid[0] = grid_for(n, 256);
-  std::string s = "// update_slice along axis " + std::to_string(axis) + " (kernels_reduce.cc)\n";
+  l.grid[0] = grid_for(std::max<int64_t>(n, 1), 256);
+  std::string s = std::string("// update_slice") + (in_place ? " in place" : "") + " along axis " + std::to_string(axis) +
+                  " (kernels_reduce.cc)\n";
   s += std::string("typedef ") + ctype(dst.dtype) + " T;\n";
   s += "extern \"C\" __global__ void " + name +
-       "(const T* __restrict__ dst, const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ out, int* err) {\n";
+       (in_place ? "(const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ dst, int* err) {\n"
+                 : "(const T* __restrict__ dst, const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ out, int* err) {\n");
   s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
        "; i += (long long)gridDim.x * blockDim.x) {\n";
-  // Each element of out: its coordinate ca on the axis and its row (index of axis 0) pick the
-  // offset p; rows [p, p + len) come from src, the rest from dst.
+  // ca: the element's coordinate on the axis; every other coordinate moves dst and src alike.
   s += "    long long rest = i, d_off = 0, s_off = 0, ca = 0;\n";
-  std::vector<int64_t> ss = src.strides;
-  ss[ax] = 0;
-  s += decompose("rest", dst.shape, axis, "ca", {{"d_off", dst.strides}, {"s_off", ss}});
-  if (per_row) s += "    const long long row = i / " + ll(n / std::max<int64_t>(dst.shape[0], 1)) + ";\n";
-  s += "    d_off += ca * " + ll(dst.strides[ax]) + ";\n";
-  s += "    const int p = pos[" + (per_row ? "row * " + ll(pos.strides[0]) : std::string("0")) + "];\n";
-  s += "    if (p < 0 || p + " + ll(src.shape[ax]) + " > " + ll(dst.shape[ax]) + ") { *err = 1; out[i] = dst[d_off]; continue; }\n";
-  s += "    out[i] = ca >= p && ca < p + " + ll(src.shape[ax]) + " ? src[s_off + (ca - p) * " + ll(src.strides[ax]) + "] : dst[d_off];\n";
+  std::vector<int64_t> ds = dst.strides, ss = src.strides;
+  ds[ax] = ss[ax] = 0;
+  s += decompose("rest", walked.shape, axis, "ca", {{"d_off", ds}, {"s_off", ss}});
+  if (!pos.shape.empty())
+    s += "    const long long row = i / " + ll(n / std::max<int64_t>(walked.shape[0], 1)) + ";\n";
+  s += "    const int p = pos[" + (pos.shape.empty() ? std::string("0") : "row * " + ll(pos.strides[0])) + "];\n";
+  s += "    const bool bad = p < 0 || p + " + ll(len) + " > " + ll(dst.shape[ax]) + ";\n";
+  s += "    if (bad) *err = 1;\n";
+  if (in_place) {
+    s += "    if (!bad) dst[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src[s_off + ca * " + ll(src.strides[ax]) + "];\n";
+  } else {
+    s += "    const T old = dst[d_off + ca * " + ll(dst.strides[ax]) + "];\n";
+    s += "    out[i] = !bad && ca >= p && ca < p + " + ll(len) + " ? src[s_off + (ca - p) * " + ll(src.strides[ax]) + "] : old;\n";
+  }
   s += "  }\n}\n";
   l.source = std::move(s);
   return l;
 }
 
+}  // namespace
+
+Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis) {
+  return update_kernel(name, dst, src, pos, axis, false);
+}
+
 Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis) {
-  check_operand(dst, "update_rows_kernel");
-  check_operand(src, "update_rows_kernel");
-  const int64_t n = numel(src.shape);
-  const auto ax = static_cast<size_t>(axis);
-  const bool per_row = !pos.shape.empty();
-  Launch l;
-  l.name = name;
-  l.block[0] = 256;
-  l.grid[0] = grid_for(std::max<int64_t>(n, 1), 256);
-  std::string s = "// update_slice in place along axis " + std::to_string(axis) + " (kernels_reduce.cc)\n";
-  s += std::string("typedef ") + ctype(dst.dtype) + " T;\n";
-  s += "extern \"C\" __global__ void " + name + "(const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ dst, int* err) {\n";
-  s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
-       "; i += (long long)gridDim.x * blockDim.x) {\n";
-  // Element i of src (dense over its shape): its coordinates give dst's, the axis one shifted.
-  s += "    long long rest = i, d_off = 0, s_off = 0, ca = 0;\n";
-  std::vector<int64_t> dst_off_axis = dst.strides;
-  dst_off_axis[ax] = 0;
-  s += decompose("rest", src.shape, axis, "ca", {{"d_off", dst_off_axis}, {"s_off", src.strides}});
-  if (per_row) s += "    const long long row = i / " + ll(n / std::max<int64_t>(src.shape[0], 1)) + ";\n";
-  s += "    const int p = pos[" + (per_row ? "row * " + ll(pos.strides[0]) : std::string("0")) + "];\n";
-  s += "    if (p < 0 || p + " + ll(src.shape[ax]) + " > " + ll(dst.shape[ax]) + ") { *err = 1; continue; }\n";
-  s += "    dst[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src[s_off + ca * " + ll(src.strides[ax]) + "];\n";
-  s += "  }\n}\n";
-  l.source = std::move(s);
-  return l;
+  return update_kernel(name, dst, src, pos, axis, true);
 }
 
 // Two schemes. Column (deterministic, no atomics): one thread per position of the non-scatter
