@@ -21,15 +21,16 @@
 #include <string>
 
 #include "backend/cuda/executable.h"
+#include "backend/cuda/plan_util.h"
 #include "backend/strides.h"
 
 namespace tg::backend::cuda {
 
 using ir::Op;
+using plan_util::kKernelName;
 
 namespace {
 
-constexpr const char* kKernelName = "tg_kernel";  // as plan.cc: one kernel per module
 constexpr int kRowsPerBlock = 8;                  // one warp per row
 constexpr int64_t kMaxBlocks = 264;               // 2 per SM of an H200: the partials stay few
 constexpr int64_t kMaxCols = 1024;

@@ -1,0 +1,302 @@
+// Placement of matrix products for the CUDA executable (see executable.h): cuBLASLt with bias
+// and residual epilogues, padded TF32 products, 3xTF32 split products, and the generated
+// kernel for small ones.
+#include <algorithm>
+
+#include "backend/cuda/codegen.h"
+#include "backend/cuda/executable.h"
+#include "backend/cuda/plan_util.h"
+#include "backend/cuda/small_matmul.h"
+#include "backend/strides.h"
+
+namespace tg::backend::cuda {
+
+using ir::Op;
+using namespace plan_util;
+
+/// [..., m, k] @ [..., k, n] through cuBLASLt. Batch axes broadcast; each operand needs one
+/// uniform batch stride (else it is made dense first, broadcast expanded). Weights shared by
+/// the whole batch (batch stride 0) against a row-major left operand fold the batch into m.
+void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  const Shape& os = n.shape;
+  const size_t rank = os.size();
+  const int64_t m = os[rank - 2], nn = os[rank - 1];
+  const Shape batch_shape(os.begin(), os.end() - 2);
+  const int64_t batch = numel(batch_shape);
+  const int64_t k = g.node(n.inputs[0]).shape.back();
+  // Each operand's strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
+  auto over_output = [&](const Slot& x) {
+    std::vector<int64_t> st(rank, 0);
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      const size_t od = rank - x.shape.size() + d;
+      st[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
+    }
+    return st;
+  };
+  if (k == 1) {  // an outer product: one elementwise kernel, no BLAS call
+    const Slot& a = slots_[static_cast<size_t>(n.inputs[0])];
+    const Slot& b = slots_[static_cast<size_t>(n.inputs[1])];
+    std::vector<int64_t> as = over_output(a), bs = over_output(b);
+    as[rank - 1] = 0;  // a [.., m, 1] along n
+    bs[rank - 2] = 0;  // b [.., 1, n] along m
+    add_kernel({id}, product_kernel(kKernelName, os, as, bs), {{a.place}, {b.place}, {own_node(g, id)}}, batch * m * nn);
+    return;
+  }
+
+  // The operand as [batch, rows, cols] with one batch stride, or nothing.
+  auto as_mat = [&](const Slot& x) -> std::optional<MatOperand> {
+    const size_t r = x.shape.size();
+    MatOperand mo{x.shape[r - 2], x.shape[r - 1], x.place.strides[r - 2], x.place.strides[r - 1], 0};
+    // Batch strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
+    std::vector<int64_t> bst(batch_shape.size(), 0);
+    for (size_t d = 0; d + 2 < r; ++d) {
+      const size_t od = batch_shape.size() - (r - 2) + d;
+      bst[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
+    }
+    // One stride for the flattened batch: consecutive non-unit axes must nest.
+    int64_t stride = -1, span = 1;
+    bool all_zero = true;
+    for (size_t d = batch_shape.size(); d-- > 0;) {
+      if (batch_shape[d] == 1) continue;
+      if (bst[d] != 0) all_zero = false;
+      if (stride < 0) stride = bst[d];
+      else if (bst[d] != stride * span) return std::nullopt;
+      span *= batch_shape[d];
+    }
+    mo.batch_stride = all_zero ? 0 : std::max<int64_t>(stride, 0);
+    if (!all_zero && stride == 0) return std::nullopt;
+    if (!lt_readable(mo)) return std::nullopt;
+    return mo;
+  };
+  Place places[2];
+  MatOperand mats[2];
+  for (size_t i = 0; i < 2; ++i) {
+    const Slot& x = slots_[static_cast<size_t>(n.inputs[i])];
+    places[i] = x.place;
+    if (auto mo = as_mat(x)) {
+      mats[i] = *mo;
+      continue;
+    }
+    // Materialise broadcast-expanded over the output's batch: [batch..., rows, cols] dense.
+    Shape full = batch_shape;
+    full.push_back(x.shape[x.shape.size() - 2]);
+    full.push_back(x.shape.back());
+    Slot expanded = x;
+    expanded.shape = full;
+    expanded.place.strides = over_output(x);
+    places[i] = dense_copy(n, expanded);
+    const int64_t rows = full[full.size() - 2], cols = full.back();
+    mats[i] = MatOperand{rows, cols, cols, 1, rows * cols};
+  }
+  int64_t bm = batch, mm = m;
+  if (batch > 1 && mats[1].batch_stride == 0 && mats[0].col_stride == 1 && mats[0].batch_stride == m * mats[0].row_stride) {
+    mm = batch * m;
+    bm = 1;
+    mats[0].rows = mm;
+  }
+  if (bm == 1) mats[0].batch_stride = mats[1].batch_stride = 0;
+  // x·W + b: the bias rides in cuBLASLt's epilogue and the add's value is the product's
+  // output. An add fused with more elementwise work (a GELU after it) leaves that group, which
+  // then reads the add's value instead of the product's.
+  int32_t add = -1;
+  Place bias;
+  if (bm == 1 && n.dtype == DType::kF32 && !escapes(g, id) && consumers_[static_cast<size_t>(id)].size() == 1) {
+    const int32_t c = consumers_[static_cast<size_t>(id)][0];
+    const ir::Node& a = g.node(c);
+    const passes::KernelGroup& cg = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
+    if (a.op == Op::kAdd && a.shape == os && (cg.nodes.size() == 1 || cg.kind == passes::KernelGroup::Kind::kElementwise) &&
+        a.inputs[0] != a.inputs[1]) {
+      const int32_t other = a.inputs[0] == id ? a.inputs[1] : a.inputs[0];
+      // The bias is usually broadcast after the product is traced: place that view now.
+      std::vector<int32_t> chain;
+      for (int32_t x = other; !slots_[static_cast<size_t>(x)].placed; x = g.node(x).inputs[0]) {
+        const Op op = g.node(x).op;
+        if (op != Op::kBroadcastTo && op != Op::kReshape) break;
+        chain.push_back(x);
+      }
+      if (!chain.empty() && slots_[static_cast<size_t>(g.node(chain.back()).inputs[0])].placed)
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) plan_single(g, *it);
+      const Slot& o = slots_[static_cast<size_t>(other)];
+      bool vector = o.placed && o.place.strides.back() == 1;
+      for (size_t d = 0; d + 1 < rank && vector; ++d) vector = o.place.strides[d] == 0 || o.shape[d] == 1;
+      if (vector) {
+        add = c;
+        bias = o.place;
+        const int32_t gi = fusion_.group_of[static_cast<size_t>(c)];
+        if (passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)]; grp.nodes.size() > 1) {
+          std::erase(grp.nodes, c);
+          std::erase(grp.outputs, c);
+          fusion_.group_of[static_cast<size_t>(c)] = fusion_.group_of[static_cast<size_t>(id)];
+        }
+      }
+    }
+  }
+  const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
+  // (x·W [+ b]) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1) and the
+  // add's value is the product's output, when r lies dense in the output's layout.
+  int32_t res_add = -1;
+  Place residual;
+  if (const int32_t y = add >= 0 ? add : id;
+      bm == 1 && n.dtype == DType::kF32 && ld == nn && padded_row(mm) == mm && (add >= 0 || !small_matmul_preferred(bm, mm, nn, k)) &&
+      !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
+    const int32_t r = consumers_[static_cast<size_t>(y)][0];
+    const ir::Node& ra = g.node(r);
+    const int32_t gi = fusion_.group_of[static_cast<size_t>(r)];
+    passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)];
+    const int32_t z = ra.inputs[0] == y ? ra.inputs[1] : ra.inputs[0];
+    const Slot& zs = slots_[static_cast<size_t>(z)];
+    if (ra.op == Op::kAdd && ra.shape == os && ra.inputs[0] != ra.inputs[1] && (grp.nodes.size() == 1 || grp.kind == passes::KernelGroup::Kind::kElementwise) &&
+        zs.placed && zs.dtype == DType::kF32 && zs.shape == os && is_contiguous_strides(zs.place.strides, os)) {
+      res_add = r;
+      residual = zs.place;
+      if (grp.nodes.size() > 1) {
+        std::erase(grp.nodes, r);
+        std::erase(grp.outputs, r);
+      }
+      fusion_.group_of[static_cast<size_t>(r)] = fusion_.group_of[static_cast<size_t>(id)];
+    }
+  }
+  const int32_t holder = res_add >= 0 ? res_add : add >= 0 ? add : id;
+  Place out = own_node(g, holder);
+  if (ld != nn) {
+    bufs_[static_cast<size_t>(out.buf)].bytes = aligned(mm * ld * 4);
+    out.strides = row_padded_strides(os, ld);
+    slots_[static_cast<size_t>(holder)].place = out;
+  }
+  for (int32_t x : {id, add})
+    if (x >= 0 && x != holder) {
+      slots_[static_cast<size_t>(x)].place = out;
+      slots_[static_cast<size_t>(x)].placed = true;
+    }
+  // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
+  if (add < 0 && res_add < 0 && small_matmul_preferred(bm, mm, nn, k)) {
+    add_kernel({id}, small_matmul_kernel(kKernelName, bm, mm, nn, k, mats[0], mats[1], options_.tf32, ld, ctx_->info.sm_major),
+               {{places[0]}, {places[1]}, {out}}, 2 * batch * m * nn * k);
+    return;
+  }
+  // TF32 products with an extent of 1024 or more that is not a multiple of 64 (GPT-2's
+  // vocabulary of 50257) run 2-3x slower on cuBLASLt than the same product padded to the next
+  // multiple (bench/cuda_product_probe on an H200: x·wteᵀ 9.6 -> 3.0 ms, dlogits·wte 9.1 ->
+  // 2.9 ms). Pad m, n and k then: extra rows and columns of the result are never read (the
+  // output buffer has room for them), and a padded reduction axis reads zeros on both sides.
+  int64_t pm = mm, pn = nn, pk = k;
+  if (options_.tf32 && bm == 1 && n.dtype == DType::kF32 && (padded_row(mm) != mm || padded_row(nn) != nn || padded_row(k) != k)) {
+    MatOperand pa = mats[0], pb = mats[1];
+    Place qa = places[0], qb = places[1];
+    const int64_t tm = padded_row(mm), tn = ld, tk = padded_row(k);
+    if (pad_operand(n, pa, qa, tm, tk, tk != k) && pad_operand(n, pb, qb, tk, tn, tk != k)) {
+      mats[0] = pa, mats[1] = pb, places[0] = qa, places[1] = qb;
+      pm = tm, pn = tn, pk = tk;
+      bufs_[static_cast<size_t>(out.buf)].bytes = aligned(pm * ld * 4);
+    }
+  }
+  Step st;
+  st.kind = Step::Kind::kMatmul;
+  st.nodes = {id};
+  if (add >= 0) st.nodes.push_back(add);
+  if (res_add >= 0) st.nodes.push_back(res_add);
+  st.flops = 2 * batch * m * nn * k;
+  auto operands = [&] {
+    st.args = {{places[0]}, {places[1]}, {out}};
+    if (add >= 0) {
+      st.bias_arg = static_cast<int>(st.args.size());
+      st.args.push_back({bias});
+    }
+    if (res_add >= 0) {
+      st.residual_arg = static_cast<int>(st.args.size());
+      st.args.push_back({residual});
+    }
+  };
+  if (split_product_wanted(bm, mm, nn, k, n.dtype)) {
+    plan_split_product(n, mats, places, mm, k, ld, add >= 0, st);
+    bufs_[static_cast<size_t>(out.buf)].bytes = std::max(bufs_[static_cast<size_t>(out.buf)].bytes, aligned(padded_row(mm) * ld * 4));
+    operands();
+    steps_.push_back(std::move(st));
+    return;
+  }
+  operands();
+  st.matmul = std::make_shared<LtMatmul>(bm, pm, pn, pk, mats[0], mats[1],
+                                         options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0, ld);
+  steps_.push_back(std::move(st));
+}
+
+/// Precision::kTf32x3: f32 products of 1 GFLOP and more on a GPU with TF32 tensor cores run as
+/// three TF32 products over a split of each operand into x = hi + lo, hi and lo TF32 numbers
+/// (CUTLASS's "3xTF32", XLA's HIGH precision): a·b = lo_a·hi_b + hi_a·lo_b + hi_a·hi_b, dropping
+/// lo_a·lo_b (≤ 2⁻²² relative); each part is rounded to nearest, so every term carries a
+/// relative error of ~2⁻²¹ against f32's 2⁻²⁴. The tensor cores' own accumulation adds to that:
+/// tests/backend/cuda_split_product_test.cc measures 2-6x the error of f32 FMA products (cuBLAS
+/// SGEMM), 70-100x below plain TF32's, for about half SGEMM's time on an H200. Products whose
+/// split operands would exceed 1 GiB (GPT-2's logits gradient), batched ones and those under
+/// 1 GFLOP (where the two split kernels cost more than they save) stay f32 FMA products.
+bool CudaExecutable::split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) const {
+  constexpr int64_t kMinFlops = int64_t{1} << 30, kMaxSplitBytes = int64_t{1} << 30;
+  const int64_t pm = padded_row(m), pn = padded_row(n), pk = padded_row(k);
+  return options_.tf32x3 && !options_.tf32 && ctx_->info.sm_major >= 8 && batch == 1 && dtype == DType::kF32 &&
+         2 * m * n * k >= kMinFlops && 2 * pm * pk * 4 <= kMaxSplitBytes && 2 * pk * pn * 4 <= kMaxSplitBytes;
+}
+
+/// Plans `st` as the split product of split_product_wanted: both operands split (and zero-
+/// padded like TF32 products: padded_row) by one kernel each into [lo_a | hi_a] (along k) and
+/// [hi_b ; lo_b], then one TF32 product of twice the depth gives lo_a·hi_b + hi_a·lo_b and a
+/// second adds hi_a·hi_b (and the bias) to it. `places` become the split buffers.
+void CudaExecutable::plan_split_product(const ir::Node& n, MatOperand mats[2], Place places[2], int64_t m, int64_t k,
+                                        int64_t ld, bool with_bias, Step& st) {
+  const int64_t pm = padded_row(m), pk = padded_row(k), pn = ld;
+  MatOperand both[2], hi[2];
+  for (int i = 0; i < 2; ++i) {
+    const MatOperand& mo = mats[i];
+    const bool col_major = mo.col_stride != 1 && mo.row_stride == 1;
+    const int64_t rows_p = i == 0 ? pm : pk, cols_p = i == 0 ? pk : pn;
+    const Place split = own(n, 2 * rows_p * cols_p * 4, {2 * rows_p * cols_p}, Category::kScratch);
+    add_kernel({}, split_copy_kernel(kKernelName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p, col_major,
+                                     i == 0 ? 1 : 0, i == 0),
+               {{places[i]}, {split}});
+    places[i] = split;
+    if (i == 0) {  // [rows_p, 2 cols_p]: lo then hi along the columns
+      both[0] = col_major ? MatOperand{pm, 2 * pk, 1, pm, 0} : MatOperand{pm, 2 * pk, 2 * pk, 1, 0};
+      hi[0] = col_major ? MatOperand{pm, pk, 1, pm, 0} : MatOperand{pm, pk, 2 * pk, 1, 0};
+      st.hi_offset[0] = (col_major ? pk * pm : pk) * 4;
+    } else {  // [2 rows_p, cols_p]: hi then lo along the rows
+      both[1] = col_major ? MatOperand{2 * pk, pn, 1, 2 * pk, 0} : MatOperand{2 * pk, pn, pn, 1, 0};
+      hi[1] = col_major ? MatOperand{pk, pn, 1, 2 * pk, 0} : MatOperand{pk, pn, pn, 1, 0};
+      st.hi_offset[1] = 0;
+    }
+  }
+  st.matmul = std::make_shared<LtMatmul>(1, pm, pn, 2 * pk, both[0], both[1], MathMode::kTf32, kWorkspaceBytes, false, ld);
+  st.matmul_hi = std::make_shared<LtMatmul>(1, pm, pn, pk, hi[0], hi[1], MathMode::kTf32, kWorkspaceBytes, with_bias, ld);
+}
+
+/// `mo` (at `place`) readable as [rows_p, cols_p] ≥ its extents: in place when only its unit-
+/// stride axis grows within the other stride of a buffer it starts (and, for `zeros`, that
+/// padding is known to be zero: zero_padded_), else through a zero-padded copy (operands up
+/// to 512 MiB). False when neither works.
+bool CudaExecutable::pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p,
+                                 bool zeros) {
+  if (rows_p == mo.rows && cols_p == mo.cols) return true;
+  const bool row_major = mo.col_stride == 1;
+  if (place.buf >= 0 && place.offset == 0) {
+    const int64_t bytes = bufs_[static_cast<size_t>(place.buf)].bytes;
+    const bool grows_inner = row_major ? rows_p == mo.rows && mo.row_stride >= cols_p && mo.rows * mo.row_stride * 4 <= bytes
+                                       : mo.row_stride == 1 && cols_p == mo.cols && mo.col_stride >= rows_p &&
+                                             mo.cols * mo.col_stride * 4 <= bytes;
+    bool zero_ok = !zeros;
+    if (auto it = zero_padded_.find(place.buf); zeros && it != zero_padded_.end())
+      zero_ok = row_major ? mo.row_stride == it->second.first && mo.cols == it->second.second
+                          : mo.col_stride == it->second.first && mo.rows == it->second.second;
+    if (grows_inner && zero_ok) {
+      mo.rows = rows_p, mo.cols = cols_p;
+      return true;
+    }
+  }
+  if (rows_p * cols_p * 4 > (int64_t{512} << 20)) return false;
+  const Place copy = own(consumer, rows_p * cols_p * 4, {rows_p * cols_p}, Category::kScratch);
+  add_kernel({}, pad_copy_kernel(kKernelName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p, !row_major),
+             {{place}, {copy}});
+  place = copy;
+  mo = row_major ? MatOperand{rows_p, cols_p, cols_p, 1, 0} : MatOperand{rows_p, cols_p, 1, rows_p, 0};
+  return true;
+}
+
+}  // namespace tg::backend::cuda
