@@ -128,6 +128,7 @@ class CudaExecutable final : public Executable {
   void plan_fused(const ir::Graph& g, const passes::KernelGroup& group);
   void plan_single(const ir::Graph& g, int32_t id);
   void plan_matmul(const ir::Graph& g, int32_t id);
+  void computed_by_product(int32_t node, int32_t id);
   void plan_outputs_and_updates(const ir::Graph& g);
   /// Whether update value `value`, computed by group `group` (an elementwise kernel), may be
   /// written straight over its target (set in `target`): nothing reads the target's old

@@ -14,6 +14,17 @@ namespace tg::backend::cuda {
 using ir::Op;
 using namespace plan_util;
 
+/// `node` (an add riding in the product's epilogue) is computed by product `id`'s step: it
+/// leaves its elementwise group, whose other nodes then read its value as an input.
+void CudaExecutable::computed_by_product(int32_t node, int32_t id) {
+  int32_t& gi = fusion_.group_of[static_cast<size_t>(node)];
+  if (passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)]; grp.nodes.size() > 1) {
+    std::erase(grp.nodes, node);
+    std::erase(grp.outputs, node);
+  }
+  gi = fusion_.group_of[static_cast<size_t>(id)];
+}
+
 /// [..., m, k] @ [..., k, n] through cuBLASLt. Batch axes broadcast; each operand needs one
 /// uniform batch stride (else it is made dense first, broadcast expanded). Weights shared by
 /// the whole batch (batch stride 0) against a row-major left operand fold the batch into m.
@@ -123,12 +134,7 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
       if (vector) {
         add = c;
         bias = o.place;
-        const int32_t gi = fusion_.group_of[static_cast<size_t>(c)];
-        if (passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)]; grp.nodes.size() > 1) {
-          std::erase(grp.nodes, c);
-          std::erase(grp.outputs, c);
-          fusion_.group_of[static_cast<size_t>(c)] = fusion_.group_of[static_cast<size_t>(id)];
-        }
+        computed_by_product(c, id);
       }
     }
   }
@@ -143,18 +149,14 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     const int32_t r = consumers_[static_cast<size_t>(y)][0];
     const ir::Node& ra = g.node(r);
     const int32_t gi = fusion_.group_of[static_cast<size_t>(r)];
-    passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)];
+    const passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)];
     const int32_t z = ra.inputs[0] == y ? ra.inputs[1] : ra.inputs[0];
     const Slot& zs = slots_[static_cast<size_t>(z)];
     if (ra.op == Op::kAdd && ra.shape == os && ra.inputs[0] != ra.inputs[1] && (grp.nodes.size() == 1 || grp.kind == passes::KernelGroup::Kind::kElementwise) &&
         zs.placed && zs.dtype == DType::kF32 && zs.shape == os && is_contiguous_strides(zs.place.strides, os)) {
       res_add = r;
       residual = zs.place;
-      if (grp.nodes.size() > 1) {
-        std::erase(grp.nodes, r);
-        std::erase(grp.outputs, r);
-      }
-      fusion_.group_of[static_cast<size_t>(r)] = fusion_.group_of[static_cast<size_t>(id)];
+      computed_by_product(r, id);
     }
   }
   const int32_t holder = res_add >= 0 ? res_add : add >= 0 ? add : id;
