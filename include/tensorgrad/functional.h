@@ -20,6 +20,17 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current(
 /// positions). Off the axis the extents match. An offset with pos < 0 or pos + src's extent >
 /// dst's is an InputError when the program runs. No gradient (inference programs' caches).
 Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int64_t axis, Loc loc = Loc::current());
+/// Decoding's sampling step, inside the program so only token ids leave the device: one id per
+/// row of `logits` [..., V] → i32 [...]. `params` is f32 [3] = {temperature, top_k, top_p}
+/// and `key` i32 [2] = {seed, counter}; pass them as inputs and one compiled program serves
+/// every setting and every step (tg::Generator does). temperature ≤ 0 is greedy (argmax);
+/// otherwise an exact draw from softmax(logits / temperature) restricted to the top_k largest
+/// logits (top_k in [1, V); 0 = off; ties at the cut are kept) and then to the nucleus of
+/// mass top_p (top_p < 1; 1 = off) — Hugging Face's order and rules. The draw is Gumbel-max
+/// over counter-based Philox uniforms, scored in double: the same key gives the same ids on
+/// every backend, and a new counter gives an independent draw. NaN logits count as −inf.
+/// No gradient.
+Tensor sample(const Tensor& logits, const Tensor& params, const Tensor& key, Loc loc = Loc::current());
 /// One-hot f32 encoding of i32 ids: ids.shape + [classes].
 Tensor one_hot(const Tensor& ids, int64_t classes, Loc loc = Loc::current());
 

@@ -50,7 +50,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     case Op::kSign: case Op::kLogicalNot: case Op::kStopGradient:
     case Op::kLogicalAnd: case Op::kLogicalOr:
     case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
-    case Op::kArgmax:
+    case Op::kArgmax: case Op::kSample:
       return std::vector<Tensor>(n.inputs.size());
     case Op::kUpdateSlice:
       ir::api_fail("update_slice", "has no gradient: it writes the caches of inference programs; keep it out of a loss", loc);

@@ -57,6 +57,19 @@ Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int
   return emit(g, std::move(n));
 }
 
+Tensor sample(const Tensor& logits, const Tensor& params, const Tensor& key, Loc loc) {
+  Arg al(logits, loc), ap(params, loc), ak(key, loc);
+  Graph& g = graph_for("sample", {&al, &ap, &ak}, loc);
+  if (logits.dtype() != DType::kF32) api_fail("sample", "logits must be f32", loc);
+  if (params.dtype() != DType::kF32 || params.shape() != Shape{3})
+    api_fail("sample", "params must be f32 [3] = {temperature, top_k, top_p}, got " + std::string(dtype_name(params.dtype())) + " " +
+                           shape_str(params.shape()), loc);
+  if (key.dtype() != DType::kI32 || key.shape() != Shape{2})
+    api_fail("sample", "key must be i32 [2] = {seed, counter}, got " + std::string(dtype_name(key.dtype())) + " " + shape_str(key.shape()),
+             loc);
+  return emit(g, make_node(Op::kSample, {logits.id(), params.id(), key.id()}, loc));
+}
+
 Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc) {
   if (table.rank() < 1) api_fail("embedding", "the table needs rank >= 1", loc);
   if (ids.dtype() != DType::kI32) api_fail("embedding", "ids must be i32", loc);

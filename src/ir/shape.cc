@@ -181,6 +181,18 @@ void infer(const Graph& g, Node& n) {
       n.dtype = in(0).dtype;
       return;
     }
+    case Op::kSample: {
+      const Node& logits = in(0);
+      if (logits.dtype != DType::kF32) fail(g, n, "logits must be f32");
+      if (logits.shape.empty() || logits.shape.back() < 1) fail(g, n, "logits need a last axis of at least one token");
+      if (logits.shape.back() > (int64_t{1} << 30)) fail(g, n, "a vocabulary above 2^30 tokens is not supported");
+      if (in(1).dtype != DType::kF32 || in(1).shape != Shape{3})
+        fail(g, n, "params must be f32 [3] = {temperature, top_k, top_p}");
+      if (in(2).dtype != DType::kI32 || in(2).shape != Shape{2}) fail(g, n, "key must be i32 [2] = {seed, counter}");
+      n.shape = Shape(logits.shape.begin(), logits.shape.end() - 1);
+      n.dtype = DType::kI32;
+      return;
+    }
     case Op::kUpdateSlice: {
       const Node& dst = in(0);
       const Node& src = in(1);

@@ -147,6 +147,7 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0));
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
+  ls.push_back(cuda::sample_kernel(name(), 4, 50257));
   ls.push_back(cuda::dropout_kernel(name(), dense(DType::kF32, {1003}), 0.3, 7));
   ls.push_back(cuda::dropout_kernel(name(), {DType::kF32, {20, 30}, {1, 20}}, 0.5, 7));
   for (bool log : {false, true}) {
@@ -178,7 +179,9 @@ TEST(CudaKernelsNvrtc, EveryGeneratorCompiles) {
   }
   std::vector<cuda::KernelSource> sources;
   for (const cuda::Launch& l : sample_launches()) {
-    EXPECT_NE(l.source.find("__global__ void " + l.name + "("), std::string::npos) << l.source;
+    EXPECT_TRUE(l.source.find("__global__ void " + l.name + "(") != std::string::npos ||
+                l.source.find(") " + l.name + "(") != std::string::npos)
+        << l.source;
     EXPECT_GE(l.grid[0] * l.grid[1] * l.grid[2], 1u);
     EXPECT_LE(l.block[0] * l.block[1] * l.block[2], 1024u);
     sources.push_back({l.name, l.source});

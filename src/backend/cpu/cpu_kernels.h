@@ -230,6 +230,9 @@ Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const
 Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* out);
 /// Random (x unused) / Dropout of a view x, under the i32 scalar key read at execute time.
 Kernel make_random(const ir::Node& node, const View& x, const View& key, float* out);
+/// Sample (ops.def) over dense logits [rows, V] with params f32 [3] and key i32 [2], both read
+/// at execute time; one i32 id per row.
+Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float* params, const int32_t* key, int32_t* out);
 
 /// Whether attention can read a [B, H, T, D] operand in place: any batch and head strides,
 /// rows addressable by BLAS without a transpose (unit stride along D).

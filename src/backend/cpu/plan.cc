@@ -39,7 +39,7 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
       return blas_operand(view, shape).has_value();
     case Op::kGather: case Op::kScatterAdd: case Op::kRandom: case Op::kDropout:
       return true;  // strided readers: embedding ids arrive broadcast along the feature axis
-    case Op::kUpdateSlice:
+    case Op::kUpdateSlice: case Op::kSample:
       return is_contiguous(view, shape);
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
       return shape.size() == 1 || is_contiguous(view, shape);  // 1-D targets/dloss strided; logits dense
@@ -532,6 +532,17 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       if (grad) touched.push_back(&dy);
       add_step({id}, touched, {&out}, [this, node, x, dy, grad, out] {
         return make_norm(node, f32(view(x).data), grad ? f32(view(dy).data) : nullptr, f32(view(out).data));
+      });
+      return;
+    }
+    case Op::kSample: {
+      const Place logits = readable(g, id, n.inputs[0], is_contiguous), params = readable(g, id, n.inputs[1], is_contiguous),
+                  key = readable(g, id, n.inputs[2], is_contiguous);
+      const Place out = own_node(g, id);
+      const int64_t vocab = in(0).shape.back(), rows = n.numel();
+      add_step({id}, {&logits, &params, &key}, {&out}, [this, rows, vocab, logits, params, key, out] {
+        return make_sample(rows, vocab, f32(view(logits).data), f32(view(params).data),
+                           reinterpret_cast<const int32_t*>(view(key).data), reinterpret_cast<int32_t*>(view(out).data));
       });
       return;
     }

@@ -9,7 +9,11 @@
 // the same stream, element for element, as the tests check. Work is split into fixed chunks
 // that start on a multiple of 4, and x may be any view (it is walked in row-major order, so
 // the element index is the flat position in the output).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/philox.h"
@@ -33,7 +37,72 @@ void uniforms(uint64_t seed, uint32_t key, int64_t begin, int64_t end, float* u)
   }
 }
 
+/// One row of sample (ops.def). Greedy is a scan; otherwise the top-k cut is the k-th largest
+/// logit (nth_element), the nucleus cut walks the candidates sorted by logit, and the draw is
+/// Gumbel-max with the scores in double, as every backend computes them.
+int32_t sample_row(const float* x, int64_t vocab, double temperature, double top_k, double top_p, uint32_t seed, uint32_t counter,
+                   uint64_t first_element) {
+  std::vector<float> v(static_cast<size_t>(vocab));
+  int64_t best = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    v[static_cast<size_t>(i)] = std::isnan(x[i]) ? -INFINITY : x[i] + 0.0f;  // + 0: -0 → +0
+    if (v[static_cast<size_t>(i)] > v[static_cast<size_t>(best)]) best = i;
+  }
+  const double m = v[static_cast<size_t>(best)];
+  if (!(temperature > 0) || m == -INFINITY) return static_cast<int32_t>(best);
+  float cut = -INFINITY;  // candidates are the logits >= cut
+  if (top_k >= 1 && top_k < static_cast<double>(vocab)) {
+    std::vector<float> sorted = v;
+    const auto k = static_cast<size_t>(top_k) - 1;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end(), std::greater<float>());
+    cut = sorted[k];
+  }
+  if (top_p < 1) {
+    std::vector<std::pair<float, double>> cand;  // (logit, exp((logit − m)/T)), largest first
+    double z = 0;
+    for (const float xi : v)
+      if (xi >= cut) {
+        cand.emplace_back(xi, std::exp((static_cast<double>(xi) - m) / temperature));
+        z += cand.back().second;
+      }
+    std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    double above = 0;  // mass of the candidates strictly above the current group of equal logits
+    for (size_t a = 0; a < cand.size();) {
+      if (a > 0 && !(above < top_p * z)) break;  // the largest logits are always kept
+      cut = cand[a].first;
+      size_t b = a;
+      for (; b < cand.size() && cand[b].first == cand[a].first; ++b) above += cand[b].second;
+      a = b;
+    }
+  }
+  double best_score = -INFINITY;
+  int64_t pick = -1;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float xi = v[static_cast<size_t>(i)];
+    if (!(xi >= cut)) continue;
+    const double u = philox_uniform(seed, counter, first_element + static_cast<uint64_t>(i));
+    const double score = static_cast<double>(xi) / temperature - std::log(-std::log(u));
+    if (pick < 0 || score > best_score) {
+      best_score = score;
+      pick = i;
+    }
+  }
+  return static_cast<int32_t>(pick);
+}
+
 }  // namespace
+
+Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float* params, const int32_t* key, int32_t* out) {
+  return [=] {
+    const double temperature = params[0], top_k = params[1], top_p = params[2];
+    uint32_t seed, counter;
+    std::memcpy(&seed, key, sizeof seed);
+    std::memcpy(&counter, key + 1, sizeof counter);
+#pragma omp parallel for schedule(dynamic) if (rows > 1 && rows * vocab > (int64_t{1} << 14))
+    for (int64_t r = 0; r < rows; ++r)
+      out[r] = sample_row(logits + r * vocab, vocab, temperature, top_k, top_p, seed, counter, static_cast<uint64_t>(r * vocab));
+  };
+}
 
 Kernel make_random(const ir::Node& node, const View& x, const View& key, float* out) {
   const bool dropout = node.op == ir::Op::kDropout;

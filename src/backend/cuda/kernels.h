@@ -58,8 +58,16 @@ Launch scatter_add_kernel(const std::string& name, const Operand& src, const Ope
 /// Uniform [0, 1) f32 of `numel` elements, bit-identical to backend/philox.h's philox_uniform.
 /// Params: (const int* key, float* out).
 Launch random_kernel(const std::string& name, int64_t numel, uint64_t seed);
+/// Device code of Philox4x32-10, bit-identical to backend/philox.h (which uses std::array, so
+/// NVRTC cannot include it): philox_block(block, key) under the baked-in `seed`,
+/// philox_block_seeded(block, key, seed_lo, seed_hi) under a run-time seed, and to_uniform(word).
+std::string philox_source(uint64_t seed);
 /// x·[u ≥ p]/(1−p) with u the same stream as random_kernel. Params: (const float* x, const int* key, float* out).
 Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint64_t seed);
+
+/// sample (ops.def) of dense logits [rows, vocab]: one block per row. Params:
+/// (const float* logits, const float* params, const int* key, int* out).
+Launch sample_kernel(const std::string& name, int64_t rows, int64_t vocab);
 
 // ---- row kernels over dense f32 data (kernels_rows.cc) --------------------------------------
 /// Softmax or log-softmax over the middle axis of a dense [outer, axis, inner] view.

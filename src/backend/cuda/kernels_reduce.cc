@@ -497,16 +497,11 @@ Launch scatter_add_kernel(const std::string& name, const Operand& src, const Ope
 
 // ---- randomness ----------------------------------------------------------------------------
 
-namespace {
-
-/// Philox4x32-10 in plain 32-bit device code. It must match backend/philox.h bit for bit (that
-/// header is the definition; it uses std::array, which NVRTC cannot include): counter
-/// {block lo, block hi, key, 0x746772}, key {seed lo, seed hi}, and u = (word >> 8)·2⁻²⁴.
 std::string philox_source(uint64_t seed) {
   std::string s = R"(
-__device__ __forceinline__ uint4 philox_block(unsigned long long block, unsigned int key) {
+__device__ __forceinline__ uint4 philox_block_seeded(unsigned long long block, unsigned int key, unsigned int k0,
+                                                     unsigned int k1) {
   unsigned int c0 = (unsigned int)block, c1 = (unsigned int)(block >> 32), c2 = key, c3 = 0x746772u;
-  unsigned int k0 = SEED_LO, k1 = SEED_HI;
 #pragma unroll
   for (int round = 0; round < 10; ++round) {
     const unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
@@ -520,6 +515,9 @@ __device__ __forceinline__ uint4 philox_block(unsigned long long block, unsigned
   }
   return make_uint4(c0, c1, c2, c3);
 }
+__device__ __forceinline__ uint4 philox_block(unsigned long long block, unsigned int key) {
+  return philox_block_seeded(block, key, SEED_LO, SEED_HI);
+}
 __device__ __forceinline__ float to_uniform(unsigned int w) { return (float)(w >> 8) * 5.9604644775390625e-08f; }
 )";
   const auto replace = [&s](const std::string& from, const std::string& to) { s.replace(s.find(from), from.size(), to); };
@@ -527,8 +525,6 @@ __device__ __forceinline__ float to_uniform(unsigned int w) { return (float)(w >
   replace("SEED_HI", std::to_string(static_cast<uint32_t>(seed >> 32)) + "u");
   return s;
 }
-
-}  // namespace
 
 // One thread per Philox block, i.e. per four consecutive elements (the block's four words),
 // grid-stride; a 16-byte store when all four are in range.

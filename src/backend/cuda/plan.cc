@@ -423,6 +423,13 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       }
       return;
     }
+    case Op::kSample: {
+      const Place logits = dense(g, id, n.inputs[0]);
+      const int64_t vocab = in(0).shape.back();
+      add_kernel({id}, sample_kernel(kKernelName, n.numel(), vocab),
+                 {{logits}, {dense(g, id, n.inputs[1])}, {dense(g, id, n.inputs[2])}, {own_node(g, id)}});
+      return;
+    }
     case Op::kRandom:
       add_kernel({id}, random_kernel(kKernelName, n.numel(), n.attrs.seed), {{in(0).place}, {own_node(g, id)}});
       return;

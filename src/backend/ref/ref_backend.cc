@@ -318,7 +318,7 @@ class RefExecutableImpl final : public RefExecutable {
       }
       case Op::kMatmul:
         return matmul(n, in_node(0), in_node(1), in(0), in(1));
-      case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSoftmax: case Op::kLogSoftmax:
+      case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
       case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
       case Op::kAttention: case Op::kAttentionGrad: {

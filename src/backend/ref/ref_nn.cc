@@ -1,8 +1,10 @@
 // Reference kernels of the fused NN primitives; see ref_nn.h.
 #include "backend/ref/ref_nn.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "backend/philox.h"
 #include "tensorgrad/errors.h"
@@ -79,6 +81,72 @@ Values update_slice(const Node& n, const Node& src_node, const Node& pos_node, c
     }
     b += static_cast<int64_t>(pos[static_cast<size_t>(per_row ? row : 0)]) * big_st[axis];
     out[static_cast<size_t>(b)] = src[static_cast<size_t>(flat)];
+  }
+  return out;
+}
+
+/// sample (ops.def): the definition written as plainly as possible — sort the candidates,
+/// cut by rank and by cumulative mass, then Gumbel-max — in double.
+Values sample(const Node& n, const Values& x, const Values& params, const Values& key) {
+  const auto v_len = static_cast<size_t>(n.numel() == 0 ? 1 : static_cast<int64_t>(x.size()) / n.numel());
+  const double temperature = params[0], top_k = params[1], top_p = params[2];
+  const auto seed = static_cast<uint32_t>(static_cast<int32_t>(key[0]));
+  const auto counter = static_cast<uint32_t>(static_cast<int32_t>(key[1]));
+  Values out(static_cast<size_t>(n.numel()));
+  for (size_t r = 0; r < out.size(); ++r) {
+    std::vector<double> v(v_len);
+    for (size_t i = 0; i < v_len; ++i) {
+      const double xi = x[r * v_len + i];
+      v[i] = std::isnan(xi) ? -INFINITY : xi;
+    }
+    size_t best = 0;  // greedy: the first index of the largest
+    for (size_t i = 1; i < v_len; ++i)
+      if (v[i] > v[best]) best = i;
+    const double m = v[best];
+    if (!(temperature > 0) || m == -INFINITY) {
+      out[r] = static_cast<double>(best);
+      continue;
+    }
+    std::vector<size_t> order(v_len);
+    for (size_t i = 0; i < v_len; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] > v[b]; });
+    std::vector<bool> keep(v_len, true);
+    if (top_k >= 1 && top_k < static_cast<double>(v_len)) {
+      const double kth = v[order[static_cast<size_t>(top_k) - 1]];
+      for (size_t i = 0; i < v_len; ++i) keep[i] = v[i] >= kth;
+    }
+    if (top_p < 1) {
+      double z = 0;
+      for (size_t i = 0; i < v_len; ++i)
+        if (keep[i]) z += std::exp((v[i] - m) / temperature);
+      // Walk the candidates from the largest; a group of equal logits is kept when the mass
+      // of the strictly larger ones is below top_p·z.
+      double above = 0;
+      for (size_t a = 0; a < v_len;) {
+        size_t b = a;
+        double group = 0;
+        while (b < v_len && v[order[b]] == v[order[a]]) {
+          if (keep[order[b]]) group += std::exp((v[order[b]] - m) / temperature);
+          ++b;
+        }
+        const bool in = a == 0 || above < top_p * z;  // the largest logits are always kept
+        for (size_t c = a; c < b; ++c) keep[order[c]] = keep[order[c]] && in;
+        above += group;
+        a = b;
+      }
+    }
+    double best_score = -INFINITY;
+    size_t pick = v_len;
+    for (size_t i = 0; i < v_len; ++i) {
+      if (!keep[i]) continue;
+      const double u = philox_uniform(seed, counter, r * v_len + i);
+      const double score = v[i] / temperature - std::log(-std::log(u));
+      if (pick == v_len || score > best_score) {
+        best_score = score;
+        pick = i;
+      }
+    }
+    out[r] = static_cast<double>(pick);
   }
   return out;
 }
@@ -234,6 +302,8 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const
     case Op::kGather:
     case Op::kScatterAdd:
       return gather_scatter(n, *in_nodes[0], *in[0], *in[1]);
+    case Op::kSample:
+      return sample(n, *in[0], *in[1], *in[2]);
     case Op::kUpdateSlice:
       return update_slice(n, *in_nodes[1], *in_nodes[2], *in[0], *in[1], *in[2]);
     case Op::kSoftmax:
