@@ -8,5 +8,6 @@
 #include "tensorgrad/module.h"
 #include "tensorgrad/nn.h"
 #include "tensorgrad/optim.h"
+#include "tensorgrad/generate.h"
 #include "tensorgrad/program.h"
 #include "tensorgrad/tensor.h"

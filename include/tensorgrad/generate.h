@@ -1,0 +1,81 @@
+// Text generation with a KV-cached language model: tg::Generator compiles a prefill program
+// and a one-token decode program from the model (they share its parameters with the training
+// program on the same device), and generate() runs the prompt through the prefill once, then
+// the decode program once per new token. Sampling (greedy, temperature, top-k, top-p) happens
+// inside the programs (tg::sample); only the token ids come back to the host.
+//
+//   tg::nn::Gpt model(config);
+//   tg::Generator gen(model, [&](tg::Tensor ids, tg::Tensor pos, int64_t cache_len) {
+//                       return model.logits_cached(ids, pos, cache_len); },
+//                     {.cache_len = 256, .device = tg::Device::cpu()});
+//   std::vector<int32_t> text = gen.generate(prompt, {.max_new_tokens = 100, .temperature = 0.8f,
+//                                                     .top_k = 40, .on_token = print_it});
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "tensorgrad/module.h"
+#include "tensorgrad/program.h"
+#include "tensorgrad/tensor.h"
+
+namespace tg {
+
+/// A language model step with caches, traced once per program: the logits [B, T, V] of
+/// ids [B, T] (i32) whose first token sits at position pos[b] (i32 [B]) of sequence b,
+/// reading and updating the model's tg::state caches of cache_len positions per sequence.
+/// For tg::nn::Gpt it is `model.logits_cached(ids, pos, cache_len)`.
+using CachedLm = std::function<Tensor(const Tensor& ids, const Tensor& pos, int64_t cache_len)>;
+
+struct GeneratorOptions {
+  /// Sequences decoded together (generate() takes exactly this many prompts).
+  int64_t batch = 1;
+  /// Positions per sequence: prompt and generated tokens together never exceed it.
+  int64_t cache_len = 256;
+  /// Prompt tokens per prefill call (≤ cache_len); a longer prompt goes through in windows.
+  /// 0: min(64, cache_len).
+  int64_t prefill_len = 0;
+  Device device = Device::best();
+  Precision precision = Precision::kFp32;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 128;
+  /// ≤ 0: greedy (the most likely token). Otherwise the logits are divided by it.
+  float temperature = 0;
+  /// Sample among the k most likely tokens (0: all).
+  int32_t top_k = 0;
+  /// Sample among the smallest set of most likely tokens holding this probability (1: all).
+  float top_p = 1;
+  /// The same seed, prompt and options give the same tokens, on every device.
+  uint32_t seed = 0;
+  /// A sequence ends when it samples one of these; the stop token is not returned.
+  std::vector<int32_t> stop_tokens = {};
+  /// Called with each new token as it is produced: (sequence index, token). Returning false
+  /// ends the whole generation.
+  std::function<bool(int64_t sequence, int32_t token)> on_token = {};
+};
+
+class Generator {
+ public:
+  /// Compiles the prefill and decode programs of `model`'s cached step on options.device.
+  Generator(Module& model, CachedLm step, GeneratorOptions options = {});
+
+  /// One continuation per prompt (exactly options.batch prompts, each of 1 to cache_len valid
+  /// token ids): the new tokens only, without the prompt. The model's caches are reset first.
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             const GenerateOptions& options = {});
+  /// Batch-1 convenience: the continuation of one prompt.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options = {});
+
+  /// The programs (e.g. to init_params, load a checkpoint or describe() them).
+  Program& prefill() { return prefill_; }
+  Program& decode() { return decode_; }
+  const GeneratorOptions& options() const { return options_; }
+
+ private:
+  GeneratorOptions options_;
+  Program prefill_, decode_;
+};
+
+}  // namespace tg

@@ -1,0 +1,132 @@
+// tg::Generator (generate.h): a prefill and a decode program over a model's cached step, each
+// ending in tg::sample, and the host loop that feeds one into the other.
+//
+// Prompts of any length up to cache_len go through one prefill program of a fixed window
+// (prefill_len tokens). Sequence b with L tokens runs windows starting at
+// s_b(c) = min(c·P, max(L − P, 0)) for c = 0, 1, …: a sequence that needs fewer windows than
+// the longest prompt repeats its last one, which rewrites the same keys and values at the same
+// positions. A prompt shorter than the window is padded; the pad's cache rows lie past the
+// prompt and are overwritten by the decode steps before any query can see them (attention
+// reads positions ≤ its own). The token is sampled at each sequence's last prompt position
+// (the `last` input picks that row of the window's logits).
+#include "tensorgrad/generate.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "tensorgrad/errors.h"
+#include "tensorgrad/functional.h"
+
+namespace tg {
+
+Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : options_(std::move(options)) {
+  GeneratorOptions& o = options_;
+  if (o.batch < 1) throw InputError("[Generator] batch must be at least 1, got " + std::to_string(o.batch));
+  if (o.cache_len < 1) throw InputError("[Generator] cache_len must be at least 1, got " + std::to_string(o.cache_len));
+  if (o.prefill_len == 0) o.prefill_len = std::min<int64_t>(64, o.cache_len);
+  if (o.prefill_len < 1 || o.prefill_len > o.cache_len)
+    throw InputError("[Generator] prefill_len must be in [1, cache_len = " + std::to_string(o.cache_len) + "], got " +
+                     std::to_string(o.prefill_len));
+  if (!step) throw InputError("[Generator] the model step is empty");
+  const int64_t b = o.batch, p = o.prefill_len, cache = o.cache_len;
+  const ForwardOptions base{.device = o.device, .precision = o.precision};
+  ForwardOptions pre = base;
+  pre.inputs = {{"ids", {b, p}, DType::kI32}, {"pos", {b}, DType::kI32}, {"last", {b}, DType::kI32},
+                {"params", {3}}, {"key", {2}, DType::kI32}};
+  prefill_ = compile_forward(
+      model,
+      [&](Tensor ids, Tensor pos, Tensor last, Tensor params, Tensor key) {
+        const Tensor logits = step(ids, pos, cache);  // [B, P, V]
+        if (logits.rank() != 3 || logits.shape()[0] != b || logits.shape()[1] != p)
+          throw ShapeError("[Generator] the model step must return logits [batch, tokens, vocab] = [" + std::to_string(b) + ", " +
+                           std::to_string(p) + ", V], got " + shape_str(logits.shape()));
+        const Tensor row = take_along_axis(logits, reshape(last, {b, 1, 1}), 1);  // [B, 1, V]
+        return sample(reshape(row, {b, logits.shape()[2]}), params, key);
+      },
+      pre);
+  ForwardOptions dec = base;
+  dec.inputs = {{"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}, {"params", {3}}, {"key", {2}, DType::kI32}};
+  decode_ = compile_forward(
+      model,
+      [&](Tensor ids, Tensor pos, Tensor params, Tensor key) {
+        const Tensor logits = step(ids, pos, cache);  // [B, 1, V]
+        return sample(reshape(logits, {b, logits.shape().back()}), params, key);
+      },
+      dec);
+}
+
+std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                      const GenerateOptions& options) {
+  const GeneratorOptions& o = options_;
+  const auto b = static_cast<size_t>(o.batch);
+  const int64_t p = o.prefill_len, cache = o.cache_len;
+  if (prompts.size() != b)
+    throw InputError("[generate] this Generator decodes " + std::to_string(b) + " sequence(s) at once; got " +
+                     std::to_string(prompts.size()) + " prompt(s)");
+  if (options.max_new_tokens < 0) throw InputError("[generate] max_new_tokens must be >= 0");
+  int64_t longest = 0;
+  for (size_t i = 0; i < b; ++i) {
+    const auto len = static_cast<int64_t>(prompts[i].size());
+    if (len == 0) throw InputError("[generate] prompt " + std::to_string(i) + " is empty (it needs at least one token)");
+    if (len > cache)
+      throw InputError("[generate] prompt " + std::to_string(i) + " has " + std::to_string(len) +
+                       " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
+    longest = std::max(longest, len);
+  }
+  const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p};
+  int32_t counter = 0;
+  auto key = [&] { return std::vector<int32_t>{static_cast<int32_t>(options.seed), counter}; };
+
+  prefill_.reset_state();
+  std::vector<int32_t> next;
+  for (int64_t c = 0; c * p < longest; ++c) {
+    std::vector<int32_t> ids(static_cast<size_t>(o.batch * p), 0), pos(b), last(b);
+    for (size_t i = 0; i < b; ++i) {
+      const auto len = static_cast<int64_t>(prompts[i].size());
+      const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
+      for (int64_t t = 0; t < p && start + t < len; ++t)
+        ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompts[i][static_cast<size_t>(start + t)];
+      pos[i] = static_cast<int32_t>(start);
+      last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
+    }
+    next = prefill_.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
+  }
+
+  std::vector<std::vector<int32_t>> out(b);
+  std::vector<bool> active(b, options.max_new_tokens > 0);
+  while (true) {
+    // Take the tokens just sampled.
+    for (size_t i = 0; i < b; ++i) {
+      if (!active[i]) continue;
+      const int32_t t = next[i];
+      if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), t) != options.stop_tokens.end()) {
+        active[i] = false;
+        continue;
+      }
+      out[i].push_back(t);
+      if (options.on_token && !options.on_token(static_cast<int64_t>(i), t)) return out;
+      const auto length = static_cast<int64_t>(prompts[i].size() + out[i].size());
+      if (static_cast<int64_t>(out[i].size()) >= options.max_new_tokens || length >= cache) active[i] = false;
+    }
+    if (std::none_of(active.begin(), active.end(), [](bool a) { return a; })) return out;
+    // Feed each active sequence's newest token at its position; a finished one idles at 0.
+    std::vector<int32_t> ids(b, 0), pos(b, 0);
+    for (size_t i = 0; i < b; ++i)
+      if (active[i]) {
+        ids[i] = out[i].back();
+        pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
+      }
+    ++counter;
+    next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
+  }
+}
+
+std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options) {
+  if (options_.batch != 1)
+    throw InputError("[generate] one prompt given to a Generator of batch " + std::to_string(options_.batch) +
+                     "; pass one prompt per sequence");
+  return generate(std::vector<std::vector<int32_t>>{prompt}, options).front();
+}
+
+}  // namespace tg
