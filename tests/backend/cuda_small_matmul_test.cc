@@ -293,6 +293,96 @@ TEST(CudaSmallMatmul, Deterministic) {
   }
 }
 
+// ---- skinny products (gemv_kernel) ---------------------------------------------------------
+
+struct GemvCase {
+  int64_t m, n, k, ldb_pad;
+  cuda::GemvEpilogue epi;
+  int64_t out_ld;  // ≤ 0: n
+  bool a_col = false;  // x read column-major (a transposed view)
+};
+
+std::vector<GemvCase> gemv_cases() {
+  return {
+      {1, 2304, 768, 0, {.bias = true}, 0},                      // GPT-2's qkv, one sequence
+      {4, 768, 3072, 0, {.bias = true, .residual = true}, 0},    // fc2 + residual, four sequences
+      {1, 3072, 768, 0, {.bias = true, .gelu = true}, 0},        // fc + GELU
+      {3, 50257, 768, 0, {}, 50260},                             // the tied head, padded output rows
+      {8, 500, 1001, 0, {.gelu = true}, 0},                      // odd k: scalar loads
+      {2, 300, 640, 3, {.bias = true}, 0},                       // a leading dimension not a multiple of 4
+      {5, 256, 512, 0, {.residual = true}, 0, true},             // x column-major
+  };
+}
+
+cuda::Launch gemv_launch(const GemvCase& c, const std::string& name) {
+  const cuda::MatOperand a = c.a_col ? cuda::MatOperand{c.m, c.k, 1, c.m, 0} : cuda::MatOperand{c.m, c.k, c.k, 1, 0};
+  return cuda::gemv_kernel(name, c.m, c.n, c.k, a, {c.k, c.n, 1, c.k + c.ldb_pad, 0}, c.epi, c.out_ld);
+}
+
+TEST(CudaGemvNvrtc, SourcesCompile) {
+  std::string why;
+  if (!have_nvrtc(why)) GTEST_SKIP() << "NVRTC not available: " << why;
+  std::vector<cuda::KernelSource> ks;
+  for (size_t i = 0; i < gemv_cases().size(); ++i) {
+    const cuda::Launch l = gemv_launch(gemv_cases()[i], "gemv" + std::to_string(i));
+    EXPECT_TRUE(cuda::gemv_applies(1, gemv_cases()[i].m, gemv_cases()[i].n, gemv_cases()[i].k, {}, {gemv_cases()[i].k, gemv_cases()[i].n, 1, gemv_cases()[i].k + gemv_cases()[i].ldb_pad, 0}));
+    ks.push_back({l.name, l.source});
+  }
+  for (const auto& cb : cuda::compile_cubins(ks, 9, 0)) EXPECT_FALSE(cb.empty());
+}
+
+// Every case against a double-precision host product with the same epilogue.
+TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
+  REQUIRE_GPU();
+  const cuda::DeviceInfo info = cuda::open_device(0);
+  for (size_t ci = 0; ci < gemv_cases().size(); ++ci) {
+    const GemvCase& c = gemv_cases()[ci];
+    const int64_t ldb = c.k + c.ldb_pad, ld = c.out_ld > 0 ? c.out_ld : c.n;
+    const cuda::Launch l = gemv_launch(c, "gemv_check");
+    const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
+    const std::vector<float> ha = random_floats(static_cast<size_t>(c.m * c.k), 3 + static_cast<uint32_t>(ci)),
+                             hb = random_floats(static_cast<size_t>(c.n * ldb), 5 + static_cast<uint32_t>(ci)),
+                             hbias = random_floats(static_cast<size_t>(c.n), 7), hres = random_floats(static_cast<size_t>(c.m * c.n), 9);
+    std::vector<float> ho(static_cast<size_t>(c.m * ld), kSentinel);
+    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dbias(hbias.size() * 4), dres(hres.size() * 4), dout(ho.size() * 4);
+    da.upload(ha.data(), ha.size() * 4);
+    db.upload(hb.data(), hb.size() * 4);
+    dbias.upload(hbias.data(), hbias.size() * 4);
+    dres.upload(hres.data(), hres.size() * 4);
+    dout.upload(ho.data(), ho.size() * 4);
+    cuda::CUdeviceptr pa = da.get(), pb = db.get(), pbias = dbias.get(), pres = dres.get(), po = dout.get();
+    std::vector<void*> args{&pa, &pb};
+    if (c.epi.bias) args.push_back(&pbias);
+    if (c.epi.residual) args.push_back(&pres);
+    args.push_back(&po);
+    kern.launch(l.grid, l.block, l.shared_bytes, nullptr, args.data());
+    cuda::check(cuda::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    dout.download(ho.data(), ho.size() * 4);
+    int bad = 0;
+    for (int64_t i = 0; i < c.m && bad < 5; ++i)
+      for (int64_t j = 0; j < ld && bad < 5; ++j) {
+        const float got = ho[static_cast<size_t>(i * ld + j)];
+        if (j >= c.n) {
+          if (got != kSentinel) ++bad, ADD_FAILURE() << "case " << ci << ": padding overwritten";
+          continue;
+        }
+        double want = 0, mag = 0;
+        for (int64_t kk = 0; kk < c.k; ++kk) {
+          const double x = c.a_col ? ha[static_cast<size_t>(kk * c.m + i)] : ha[static_cast<size_t>(i * c.k + kk)];
+          const double y = hb[static_cast<size_t>(j * ldb + kk)];
+          want += x * y;
+          mag += std::fabs(x * y);
+        }
+        if (c.epi.bias) want += hbias[static_cast<size_t>(j)], mag += 1;
+        if (c.epi.residual) want += hres[static_cast<size_t>(i * c.n + j)], mag += 1;
+        if (c.epi.gelu) want = 0.5 * want * (1 + std::tanh(0.7978845608028654 * (want + 0.044715 * want * want * want)));
+        const double tol = 8 * std::sqrt(static_cast<double>(c.k)) * 6e-8 * mag + 1e-6;
+        if (!(std::fabs(got - want) <= tol))
+          ++bad, ADD_FAILURE() << "case " << ci << " [" << i << ", " << j << "] got " << got << " want " << want << " (tol " << tol << ")";
+      }
+  }
+}
+
 // ---- timing against cuBLASLt ---------------------------------------------------------------
 
 /// Microseconds per launch of `enqueue` (which enqueues one product on the stream), measured

@@ -139,12 +139,25 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     }
   }
   const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
+  // A skinny product (a decode step's handful of rows against a weight) streams the weight
+  // once through gemv_kernel, which also applies a GELU that alone consumes the product.
+  const bool gemv = n.dtype == DType::kF32 && !options_.tf32x3 && gemv_applies(bm, mm, nn, k, mats[0], mats[1]);
+  int32_t gelu = -1;
+  if (const int32_t y = add >= 0 ? add : id; gemv && !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
+    const int32_t c = consumers_[static_cast<size_t>(y)][0];
+    const passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
+    if (g.node(c).op == Op::kGeluTanh && g.node(c).shape == os &&
+        (grp.nodes.size() == 1 || grp.kind == passes::KernelGroup::Kind::kElementwise)) {
+      gelu = c;
+      computed_by_product(c, id);
+    }
+  }
   // (x·W [+ b]) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1) and the
   // add's value is the product's output, when r lies dense in the output's layout.
   int32_t res_add = -1;
   Place residual;
   if (const int32_t y = add >= 0 ? add : id;
-      bm == 1 && n.dtype == DType::kF32 && ld == nn && padded_row(mm) == mm && (add >= 0 || !small_matmul_preferred(bm, mm, nn, k)) &&
+      gelu < 0 && bm == 1 && n.dtype == DType::kF32 && ld == nn && padded_row(mm) == mm && (add >= 0 || !small_matmul_preferred(bm, mm, nn, k)) &&
       !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
     const int32_t r = consumers_[static_cast<size_t>(y)][0];
     const ir::Node& ra = g.node(r);
@@ -159,18 +172,30 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
       computed_by_product(r, id);
     }
   }
-  const int32_t holder = res_add >= 0 ? res_add : add >= 0 ? add : id;
+  const int32_t holder = gelu >= 0 ? gelu : res_add >= 0 ? res_add : add >= 0 ? add : id;
   Place out = own_node(g, holder);
   if (ld != nn) {
     bufs_[static_cast<size_t>(out.buf)].bytes = aligned(mm * ld * 4);
     out.strides = row_padded_strides(os, ld);
     slots_[static_cast<size_t>(holder)].place = out;
   }
-  for (int32_t x : {id, add})
+  for (int32_t x : {id, add, res_add})
     if (x >= 0 && x != holder) {
       slots_[static_cast<size_t>(x)].place = out;
       slots_[static_cast<size_t>(x)].placed = true;
     }
+  if (gemv) {
+    std::vector<Arg> args{{places[0]}, {places[1]}};
+    if (add >= 0) args.push_back({bias});
+    if (res_add >= 0) args.push_back({residual});
+    args.push_back({out});
+    std::vector<int32_t> nodes{id};
+    for (int32_t x : {add, res_add, gelu})
+      if (x >= 0) nodes.push_back(x);
+    add_kernel(nodes, gemv_kernel(kKernelName, mm, nn, k, mats[0], mats[1], {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, ld),
+               std::move(args), 2 * mm * nn * k);
+    return;
+  }
   // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
   if (add < 0 && res_add < 0 && small_matmul_preferred(bm, mm, nn, k)) {
     add_kernel({id}, small_matmul_kernel(kKernelName, bm, mm, nn, k, mats[0], mats[1], options_.tf32, ld, ctx_->info.sm_major),

@@ -52,4 +52,18 @@ Launch small_matmul_kernel_with(const SmallMatmulConfig& cfg, const std::string&
 /// Whether small_matmul_kernel is expected to beat cuBLASLt on this product (measured on H200).
 bool small_matmul_preferred(int64_t batch, int64_t m, int64_t n, int64_t k);
 
+// ---- skinny products (gemv.cc) ---------------------------------------------------------------
+/// What gemv_kernel applies to each output, in this order: + bias[j], + residual[i, j] (dense
+/// [m, n]), GELU (tanh form, as ops.def's gelu_tanh).
+struct GemvEpilogue {
+  bool bias = false, residual = false, gelu = false;
+};
+/// Whether gemv_kernel takes this product: one batch, at most 8 rows, b read down its columns
+/// (row_stride 1: the transpose of a row-major [n, k] weight), x small enough to stage.
+bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b);
+/// out [m, n] (rows out_ld apart, ≤ 0: n) = a [m, k] · b [k, n] with the epilogue.
+/// Params: (const float* a, const float* b, [const float* bias], [const float* residual], float* out).
+Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
+                   GemvEpilogue epi, int64_t out_ld);
+
 }  // namespace tg::backend::cuda
