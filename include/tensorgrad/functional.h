@@ -83,6 +83,12 @@ struct AttentionOptions {
 /// Hkv < Hq). One fused primitive: no T×S score matrix is stored, forward or backward.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options = {},
                  Loc loc = Loc::current());
+/// Attention of new queries over KV caches (inference): q [B, Hq, T, D], caches k/v
+/// [B, Hkv, S, D] and pos i32 [B]; query i of sequence b sits at position pos[b] + i and sees
+/// keys 0 … pos[b] + i. pos[b] outside [0, S − T] is an InputError when the program runs.
+/// One fused kernel on every backend; no gradient. Default scale 1/√D.
+Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, std::optional<double> scale = {},
+                    Loc loc = Loc::current());
 
 // ---- activations and small composites --------------------------------------------------
 enum class GeluApprox { kErf, kTanh };

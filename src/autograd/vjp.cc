@@ -54,6 +54,8 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       return std::vector<Tensor>(n.inputs.size());
     case Op::kUpdateSlice:
       ir::api_fail("update_slice", "has no gradient: it writes the caches of inference programs; keep it out of a loss", loc);
+    case Op::kAttentionAt:
+      ir::api_fail("attention_at", "has no gradient: it reads the caches of inference programs; train with attention()", loc);
 
     case Op::kNeg: return {-g};
     case Op::kAbs: return {g * sign(x(0), loc)};                      // d|x| = sign(x)

@@ -206,6 +206,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
   return emit(g, std::move(n));
 }
 
+Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, std::optional<double> scale, Loc loc) {
+  Arg aq(q, loc), ak(k, loc), av(v, loc), ap(pos, loc);
+  Graph& g = graph_for("attention_at", {&aq, &ak, &av, &ap}, loc);
+  if (q.rank() != 4) api_fail("attention_at", "q must be [B, H, T, D], got " + shape_str(q.shape()), loc);
+  Node n = make_node(Op::kAttentionAt, {q.id(), k.id(), v.id(), pos.id()}, loc);
+  n.attrs.values = {scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())))};
+  return emit(g, std::move(n));
+}
+
 Tensor gelu(const Tensor& x, GeluApprox approx, Loc loc) {
   if (approx == GeluApprox::kErf)  // x·Φ(x) = ½x(1 + erf(x/√2))
     return mul(mul(x, 0.5, loc), add(erf(mul(x, std::numbers::sqrt2 / 2, loc), loc), 1.0, loc), loc);

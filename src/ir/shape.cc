@@ -280,6 +280,21 @@ void infer(const Graph& g, Node& n) {
       n.dtype = DType::kF32;
       return;
     }
+    case Op::kAttentionAt: {
+      const Shape& q = in(0).shape;
+      const Shape& k = in(1).shape;
+      for (size_t i = 0; i < 3; ++i)
+        if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4) fail(g, n, "q, k and v must be f32 [B, H, T, D]");
+      if (k != in(2).shape) fail(g, n, "k and v must have one shape");
+      if (q[0] != k[0] || q[3] != k[3]) fail(g, n, "batch and head size of q and k must match");
+      if (k[1] == 0 || q[1] % k[1] != 0) fail(g, n, "q heads must be a multiple of kv heads");
+      if (q[2] > k[2]) fail(g, n, "more queries than cache positions");
+      if (in(3).dtype != DType::kI32 || in(3).shape != Shape{q[0]}) fail(g, n, "pos must be i32 [B], one position per sequence");
+      if (n.attrs.values.size() != 1) fail(g, n, "needs {scale}");
+      n.shape = q;
+      n.dtype = DType::kF32;
+      return;
+    }
     case Op::kAttention:
     case Op::kAttentionGrad: {
       const Shape& q = in(0).shape;

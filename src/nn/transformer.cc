@@ -88,16 +88,9 @@ Tensor CausalSelfAttention::cached(const Tensor& x, const Tensor& pos, int64_t c
   Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
   assign(k_cache, k_all, loc);
   assign(v_cache, v_all, loc);
-  // Grouped heads: query head h reads kv head h / (hq / hkv).
-  auto expand = [&](const Tensor& c) {
-    return reshape(broadcast_to(unsqueeze(c, 2, loc), {B, hkv, hq / hkv, cache_len, d}, loc), {B, hq, cache_len, d}, loc);
-  };
-  Tensor scores = mul(matmul(q, transpose(expand(k_all), -2, -1, loc), loc), 1.0 / std::sqrt(static_cast<double>(d)), loc);
-  // Query i of sequence b sits at pos[b] + i and sees keys 0 … pos[b] + i: the valid prefix.
-  Tensor query_at = add(reshape(pos, {B, 1, 1, 1}, loc), reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {1, 1, T, 1}, loc), loc);
-  Tensor key_at = reshape(arange(0, static_cast<double>(cache_len), 1, DType::kI32, loc), {1, 1, 1, cache_len}, loc);
-  scores = where(le(key_at, query_at, loc), scores, -std::numeric_limits<double>::infinity(), loc);
-  Tensor y = matmul(softmax(scores, -1, false, loc), expand(v_all), loc);  // [B, hq, T, d]
+  // Query i of sequence b sits at pos[b] + i and sees keys 0 … pos[b] + i: the valid prefix
+  // (grouped heads: query head h reads kv head h / (hq / hkv)).
+  Tensor y = attention_at(q, k_all, v_all, pos, std::nullopt, loc);  // [B, hq, T, d]
   y = reshape(permute(y, {0, 2, 1, 3}, loc), {B, T, hq * d}, loc);
   return proj(y, loc);
 }

@@ -215,6 +215,15 @@ TEST(NnInputErrors, UpdateSliceOffsetOutOfRange) {
   expect_input_error({uni({3, 6, 3}), uni({3, 1, 3}), indices({3}, 6)}, upd, 2, {0, 6, 2}, {"[update_slice]", "offset 6 of row 1"});
 }
 
+TEST(NnInputErrors, AttentionAtPositionOutOfRange) {
+  const BuildFn at = FN(attention_at(x[0], x[1], x[2], x[3]));
+  // two queries over a cache of 6: positions 0 … 4 are valid
+  expect_input_error({uni({2, 2, 2, 4}), uni({2, 2, 6, 4}), uni({2, 2, 6, 4}), indices({2}, 5)}, at, 3, {1, 5},
+                     {"[attention_at]", "position 5 of sequence 1", "[0, 4]"});
+  expect_input_error({uni({2, 2, 2, 4}), uni({2, 2, 6, 4}), uni({2, 2, 6, 4}), indices({2}, 5)}, at, 3, {-1, 0},
+                     {"[attention_at]", "position -1 of sequence 0"});
+}
+
 // ---- trace-time shape errors ------------------------------------------------------------------------
 
 /// Tracing `fn` over `specs` throws a tg::ShapeError whose message names `op` (as "[op]"),

@@ -379,6 +379,12 @@ const std::vector<OpCase>& op_cases() {
       {"dropout_two_sites", {uni({3, 5})}, FN(dropout(x[0], 0.2) + dropout(x[0] * 2, 0.6)), {3, 5}, kF32, kArith, kGrad, true},
 
       // ---- NN: attention (q [B, Hq, T, D], k/v [B, Hkv, S, D]) -----------------------------------
+      // attention_at: queries at per-sequence positions of KV caches (inference; no gradient)
+      {"attention_at_decode_gqa", {uni({2, 4, 1, 8}), uni({2, 2, 7, 8}), uni({2, 2, 7, 8}), indices({2}, 7)}, FN(attention_at(x[0], x[1], x[2], x[3])), {2, 4, 1, 8}, kF32, kMatmul, kNoGrad},
+      {"attention_at_prefill", {uni({2, 2, 3, 8}), uni({2, 2, 9, 8}), uni({2, 2, 9, 8}), indices({2}, 7)}, FN(attention_at(x[0], x[1], x[2], x[3])), {2, 2, 3, 8}, kF32, kMatmul, kNoGrad},
+      {"attention_at_strided_q_scale", {uni({2, 3, 4, 8}), uni({2, 4, 10, 8}), uni({2, 4, 10, 8}), indices({2}, 8)}, FN(attention_at(permute(x[0], {0, 2, 1, 3}), x[1], x[2], x[3], 0.3)), {2, 4, 3, 8}, kF32, kMatmul, kNoGrad},
+      {"attention_at_head_dim_64", {uni({1, 6, 1, 64}), uni({1, 2, 40, 64}), uni({1, 2, 40, 64}), indices({1}, 40)}, FN(attention_at(x[0], x[1], x[2], x[3])), {1, 6, 1, 64}, kF32, kMatmul, kNoGrad},
+      {"attention_at_head_dim_160", {uni({1, 1, 2, 160}), uni({1, 1, 5, 160}), uni({1, 1, 5, 160}), indices({1}, 4)}, FN(attention_at(x[0], x[1], x[2], x[3])), {1, 1, 2, 160}, kF32, kMatmul, kNoGrad},
       {"attention_gqa_causal", {uni({2, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 5, 8}, kF32, kMatmul, kGrad},
       {"attention_gqa_causal_T_lt_S", {uni({2, 4, 3, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8})}, FN(attention(x[0], x[1], x[2], {.causal = true})), {2, 4, 3, 8}, kF32, kMatmul, kGrad},
       {"attention_gqa_noncausal_T_lt_S", {uni({2, 4, 4, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 4, 8}, kF32, kMatmul, kGrad},

@@ -48,6 +48,8 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
       return is_contiguous(view, shape);
     case Op::kAttention: case Op::kAttentionGrad:
       return attention_operand(view, shape);  // any batch/head strides, unit stride along D
+    case Op::kAttentionAt:
+      return true;  // strided reader
     case Op::kParam: case Op::kInput: case Op::kState: case Op::kConstant: case Op::kArange:
       return false;  // leaves consume nothing
   }
@@ -558,6 +560,20 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       add_step({id}, touched, {&out}, [this, node, x, key, drop, out] {
         return make_random(node, drop ? view(x) : View{}, view(key), f32(view(out).data));
       });
+      return;
+    }
+    case Op::kAttentionAt: {
+      std::vector<Place> ops;
+      for (size_t i = 0; i < 4; ++i) ops.push_back(readable(g, id, n.inputs[i], [](const View&, const Shape&) { return true; }));
+      const Place out = own_node(g, id);
+      const ir::Node node = n;
+      const Shape qs = in(0).shape, ks = in(1).shape;
+      add_step({id}, {&ops[0], &ops[1], &ops[2], &ops[3]}, {&out}, [this, node, qs, ks, ops, out] {
+        std::vector<View> views;
+        for (const Place& p : ops) views.push_back(view(p));
+        return make_attention_at(node, qs, ks, views, f32(view(out).data));
+      });
+      steps_.back().flops = 4 * numel(qs) * ks[2] / 2;
       return;
     }
     case Op::kAttention:

@@ -65,6 +65,11 @@ std::string philox_source(uint64_t seed);
 /// x·[u ≥ p]/(1−p) with u the same stream as random_kernel. Params: (const float* x, const int* key, float* out).
 Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint64_t seed);
 
+/// attention_at (ops.def): q [B, Hq, T, D], k/v [B, Hkv, S, D], pos i32 [B], any strides;
+/// out dense [B, Hq, T, D]; a position outside [0, S − T] sets *err.
+/// Params: (const float* q, const float* k, const float* v, const int* pos, float* out, int* err).
+Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v, const Operand& pos,
+                           double scale);
 /// sample (ops.def) of dense logits [rows, vocab]: one block per row. Params:
 /// (const float* logits, const float* params, const int* key, int* out).
 Launch sample_kernel(const std::string& name, int64_t rows, int64_t vocab);

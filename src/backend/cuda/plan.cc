@@ -423,6 +423,12 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       }
       return;
     }
+    case Op::kAttentionAt:
+      add_kernel({id},
+                 attention_at_kernel(kKernelName, operand(n.inputs[0]), operand(n.inputs[1]), operand(n.inputs[2]),
+                                     operand(n.inputs[3]), n.attrs.values.at(0)),
+                 {{in(0).place}, {in(1).place}, {in(2).place}, {in(3).place}, {own_node(g, id)}, err});
+      return;
     case Op::kSample: {
       const Place logits = dense(g, id, n.inputs[0]);
       const int64_t vocab = in(0).shape.back();

@@ -255,7 +255,14 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t kvh = h / (Hq / Hkv);
       for (int64_t t = 0; t < T; ++t) {
-        const int64_t visible = n.attrs.causal ? t + (S - T) + 1 : S;
+        int64_t visible = n.attrs.causal ? t + (S - T) + 1 : S;
+        if (n.op == Op::kAttentionAt) {  // query t of sequence b sits at pos[b] + t
+          const auto p = static_cast<int64_t>((*in[3])[static_cast<size_t>(b)]);
+          if (p < 0 || p > S - T)
+            throw InputError("[attention_at] position " + std::to_string(p) + " of sequence " + std::to_string(b) + " is outside [0, " +
+                             std::to_string(S - T) + "] (" + std::to_string(T) + " queries over a cache of " + std::to_string(S) + ")");
+          visible = p + t + 1;
+        }
         std::vector<double> p(static_cast<size_t>(visible));
         double mx = -INFINITY, total = 0;
         for (int64_t s = 0; s < visible; ++s) {
@@ -332,6 +339,7 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const
     }
     case Op::kAttention:
     case Op::kAttentionGrad:
+    case Op::kAttentionAt:
       return attention(n, in_nodes, in);
     default:
       throw Error(std::string("[ref] ") + ir::op_name(n.op) + " is not an NN primitive");
