@@ -300,6 +300,7 @@ struct GemvCase {
   cuda::GemvEpilogue epi;
   int64_t out_ld;  // ≤ 0: n
   bool a_col = false;  // x read column-major (a transposed view)
+  cuda::GemvNorm norm = {};
 };
 
 std::vector<GemvCase> gemv_cases() {
@@ -311,21 +312,27 @@ std::vector<GemvCase> gemv_cases() {
       {8, 500, 1001, 0, {.gelu = true}, 0},                      // odd k: scalar loads
       {2, 300, 640, 3, {.bias = true}, 0},                       // a leading dimension not a multiple of 4
       {5, 256, 512, 0, {.residual = true}, 0, true},             // x column-major
+      {1, 2304, 768, 0, {.bias = true}, 0, false, {.on = true, .w = true, .b = true}},             // ln1 → qkv
+      {4, 3072, 768, 0, {.bias = true, .gelu = true}, 0, false, {.on = true, .w = true, .b = true, .eps = 1e-3}},
+      {3, 512, 768, 0, {}, 0, false, {.on = true, .layer = false, .w = true}},                     // RMS norm, no bias
+      {2, 300, 501, 0, {}, 0, false, {.on = true}},                                                 // odd k, no affine
   };
 }
 
 cuda::Launch gemv_launch(const GemvCase& c, const std::string& name) {
   const cuda::MatOperand a = c.a_col ? cuda::MatOperand{c.m, c.k, 1, c.m, 0} : cuda::MatOperand{c.m, c.k, c.k, 1, 0};
-  return cuda::gemv_kernel(name, c.m, c.n, c.k, a, {c.k, c.n, 1, c.k + c.ldb_pad, 0}, c.epi, c.out_ld);
+  return cuda::gemv_kernel(name, c.m, c.n, c.k, a, {c.k, c.n, 1, c.k + c.ldb_pad, 0}, c.epi, c.out_ld, c.norm);
 }
 
 TEST(CudaGemvNvrtc, SourcesCompile) {
   std::string why;
   if (!have_nvrtc(why)) GTEST_SKIP() << "NVRTC not available: " << why;
   std::vector<cuda::KernelSource> ks;
-  for (size_t i = 0; i < gemv_cases().size(); ++i) {
-    const cuda::Launch l = gemv_launch(gemv_cases()[i], "gemv" + std::to_string(i));
-    EXPECT_TRUE(cuda::gemv_applies(1, gemv_cases()[i].m, gemv_cases()[i].n, gemv_cases()[i].k, {}, {gemv_cases()[i].k, gemv_cases()[i].n, 1, gemv_cases()[i].k + gemv_cases()[i].ldb_pad, 0}));
+  const std::vector<GemvCase> cases = gemv_cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const GemvCase& c = cases[i];
+    const cuda::Launch l = gemv_launch(c, "gemv" + std::to_string(i));
+    EXPECT_TRUE(cuda::gemv_applies(1, c.m, c.n, c.k, {}, {c.k, c.n, 1, c.k + c.ldb_pad, 0}));
     ks.push_back({l.name, l.source});
   }
   for (const auto& cb : cuda::compile_cubins(ks, 9, 0)) EXPECT_FALSE(cb.empty());
@@ -335,29 +342,53 @@ TEST(CudaGemvNvrtc, SourcesCompile) {
 TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
   REQUIRE_GPU();
   const cuda::DeviceInfo info = cuda::open_device(0);
-  for (size_t ci = 0; ci < gemv_cases().size(); ++ci) {
-    const GemvCase& c = gemv_cases()[ci];
+  const std::vector<GemvCase> cases = gemv_cases();
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const GemvCase& c = cases[ci];
     const int64_t ldb = c.k + c.ldb_pad, ld = c.out_ld > 0 ? c.out_ld : c.n;
     const cuda::Launch l = gemv_launch(c, "gemv_check");
     const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
+    const std::vector<float> hnw = random_floats(static_cast<size_t>(c.k), 13), hnb = random_floats(static_cast<size_t>(c.k), 15);
     const std::vector<float> ha = random_floats(static_cast<size_t>(c.m * c.k), 3 + static_cast<uint32_t>(ci)),
                              hb = random_floats(static_cast<size_t>(c.n * ldb), 5 + static_cast<uint32_t>(ci)),
                              hbias = random_floats(static_cast<size_t>(c.n), 7), hres = random_floats(static_cast<size_t>(c.m * c.n), 9);
     std::vector<float> ho(static_cast<size_t>(c.m * ld), kSentinel);
-    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dbias(hbias.size() * 4), dres(hres.size() * 4), dout(ho.size() * 4);
+    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dbias(hbias.size() * 4), dres(hres.size() * 4), dout(ho.size() * 4),
+        dnw(hnw.size() * 4), dnb(hnb.size() * 4);
+    dnw.upload(hnw.data(), hnw.size() * 4);
+    dnb.upload(hnb.data(), hnb.size() * 4);
     da.upload(ha.data(), ha.size() * 4);
     db.upload(hb.data(), hb.size() * 4);
     dbias.upload(hbias.data(), hbias.size() * 4);
     dres.upload(hres.data(), hres.size() * 4);
     dout.upload(ho.data(), ho.size() * 4);
-    cuda::CUdeviceptr pa = da.get(), pb = db.get(), pbias = dbias.get(), pres = dres.get(), po = dout.get();
-    std::vector<void*> args{&pa, &pb};
+    cuda::CUdeviceptr pa = da.get(), pb = db.get(), pbias = dbias.get(), pres = dres.get(), po = dout.get(), pnw = dnw.get(),
+                      pnb = dnb.get();
+    std::vector<void*> args{&pa};
+    if (c.norm.on && (c.norm.w || c.norm.b)) args.insert(args.end(), {&pnw, &pnb});
+    args.push_back(&pb);
     if (c.epi.bias) args.push_back(&pbias);
     if (c.epi.residual) args.push_back(&pres);
     args.push_back(&po);
     kern.launch(l.grid, l.block, l.shared_bytes, nullptr, args.data());
     cuda::check(cuda::driver().cuCtxSynchronize(), "cuCtxSynchronize");
     dout.download(ho.data(), ho.size() * 4);
+    // The rows as the product sees them: normalised in double when the case asks.
+    std::vector<double> x(static_cast<size_t>(c.m * c.k));
+    for (int64_t i = 0; i < c.m; ++i) {
+      double mean = 0, var = 0;
+      for (int64_t kk = 0; kk < c.k; ++kk)
+        x[static_cast<size_t>(i * c.k + kk)] = c.a_col ? ha[static_cast<size_t>(kk * c.m + i)] : ha[static_cast<size_t>(i * c.k + kk)];
+      if (!c.norm.on) continue;
+      for (int64_t kk = 0; kk < c.k && c.norm.layer; ++kk) mean += x[static_cast<size_t>(i * c.k + kk)] / static_cast<double>(c.k);
+      for (int64_t kk = 0; kk < c.k; ++kk) var += std::pow(x[static_cast<size_t>(i * c.k + kk)] - mean, 2) / static_cast<double>(c.k);
+      for (int64_t kk = 0; kk < c.k; ++kk) {
+        double& e = x[static_cast<size_t>(i * c.k + kk)];
+        e = (e - mean) / std::sqrt(var + c.norm.eps);
+        if (c.norm.w) e *= hnw[static_cast<size_t>(kk)];
+        if (c.norm.b) e += hnb[static_cast<size_t>(kk)];
+      }
+    }
     int bad = 0;
     for (int64_t i = 0; i < c.m && bad < 5; ++i)
       for (int64_t j = 0; j < ld && bad < 5; ++j) {
@@ -368,10 +399,10 @@ TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
         }
         double want = 0, mag = 0;
         for (int64_t kk = 0; kk < c.k; ++kk) {
-          const double x = c.a_col ? ha[static_cast<size_t>(kk * c.m + i)] : ha[static_cast<size_t>(i * c.k + kk)];
+          const double xv = x[static_cast<size_t>(i * c.k + kk)];
           const double y = hb[static_cast<size_t>(j * ldb + kk)];
-          want += x * y;
-          mag += std::fabs(x * y);
+          want += xv * y;
+          mag += std::fabs(xv * y);
         }
         if (c.epi.bias) want += hbias[static_cast<size_t>(j)], mag += 1;
         if (c.epi.residual) want += hres[static_cast<size_t>(i * c.n + j)], mag += 1;

@@ -159,6 +159,20 @@ class CudaExecutable final : public Executable {
   /// A forward norm whose only reader is an affine group {·w[, +b]}: one kernel writes the
   /// group's value (norm_fusion.cc). False when the norm is planned on its own.
   bool plan_norm_forward(const ir::Graph& g, int32_t id);
+  /// A forward norm (with its affine group) whose only reader is a product with a few rows:
+  /// planned by that product, whose gemv_kernel normalises the rows as it reads them, or else
+  /// as its own kernel just before the product (plan_deferred_norm).
+  struct DeferredNorm {
+    int32_t norm = -1;
+    std::vector<int32_t> nodes;  // the norm and its affine nodes; the last holds the value
+    Place x, w, b;
+    NormAffine affine;
+    int64_t rows = 0, cols = 0;
+    double eps = 0;
+    bool layer = true;
+  };
+  std::unordered_map<int32_t, DeferredNorm> deferred_norms_;  // by the value the product reads
+  void plan_deferred_norm(const ir::Graph& g, const DeferredNorm& dn);
   void match_norm_backwards(const ir::Graph& g);
   /// Plans the fused norm backwards due at this group; true when the group was absorbed by one.
   bool plan_norm_backward_at(const ir::Graph& g, int32_t group_index);

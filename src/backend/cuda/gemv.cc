@@ -1,9 +1,13 @@
 // Skinny products (see small_matmul.h): the decode step's x·Wᵀ with a handful of rows, where
 // the whole cost is reading W once. cuBLASLt's kernels reach 0.3-1.2 TB/s on these shapes on an
 // H200 (a 768×2304 weight in 8 µs); this kernel streams W with 16-byte loads, one warp (or KS
-// warps splitting K) per output column, every row of x staged in shared memory, and applies
-// the bias, the residual and GELU in the same pass. Sums run in a fixed order: deterministic.
+// warps splitting K) per output column, reads the rows of x alongside (they stay in L1: every
+// warp of an SM reads the same few KB), and applies the bias, the residual and GELU in the same
+// pass. Optionally the rows are a layer/RMS norm's input: each block first computes the rows'
+// statistics (two passes, as the norm kernels) and normalises x as it reads it, so the norm
+// needs no kernel of its own. Sums run in a fixed order: deterministic.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "backend/cuda/small_matmul.h"
@@ -11,9 +15,8 @@
 namespace tg::backend::cuda {
 namespace {
 
-constexpr int kWarps = 8;                      // per block
-constexpr int64_t kMaxRows = 8;                // rows of x (the batch of a decode step)
-constexpr int64_t kMaxStagedBytes = 96 << 10;  // x in shared memory
+constexpr int kWarps = 8;        // per block
+constexpr int64_t kMaxRows = 8;  // rows of x (the batch of a decode step)
 
 std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
@@ -22,11 +25,11 @@ std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
   (void)a;
   return batch == 1 && m >= 1 && m <= kMaxRows && n >= 1 && k >= 32 && b.row_stride == 1 && b.col_stride >= k &&
-         m * k * 4 <= kMaxStagedBytes && n * k >= (int64_t{1} << 16);
+         n * k >= (int64_t{1} << 16);
 }
 
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld) {
+                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm) {
   if (out_ld <= 0) out_ld = n;
   // Warps per column: enough blocks to cover the GPU's SMs twice.
   int ks = 1;
@@ -36,26 +39,67 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   l.name = name;
   l.block[0] = kWarps * 32;
   l.grid[0] = static_cast<unsigned>((n + cols_per_block - 1) / cols_per_block);
-  l.shared_bytes = static_cast<unsigned>(m * k * 4);
-  const bool vec = k % 4 == 0 && b.col_stride % 4 == 0;
+  // 16-byte loads of W and x when K and the strides allow (alignment is checked at run time).
+  const bool vec = k % 4 == 0 && b.col_stride % 4 == 0 && a.col_stride == 1 && a.row_stride % 4 == 0;
+  const bool affine = norm.on && (norm.w || norm.b);
+  char eps[32];
+  std::snprintf(eps, sizeof eps, "%.9e", norm.eps);
   std::string s = "// gemv: out[" + std::to_string(m) + ", " + std::to_string(n) + "] = x·W over k = " + std::to_string(k) +
-                  " (gemv.cc)\n";
+                  (norm.on ? std::string(norm.layer ? ", x layer-normed" : ", x RMS-normed") : "") + " (gemv.cc)\n";
   s += "constexpr int M = " + std::to_string(m) + ", N = " + std::to_string(n) + ", K = " + std::to_string(k) +
-       ", KS = " + std::to_string(ks) + ", CPB = " + std::to_string(cols_per_block) + ";\n";
+       ", KS = " + std::to_string(ks) + ", CPB = " + std::to_string(cols_per_block) + ", NT = " + std::to_string(kWarps * 32) + ";\n";
   s += "constexpr long long A_RS = " + ll(a.row_stride) + ", A_CS = " + ll(a.col_stride) + ", B_CS = " + ll(b.col_stride) +
        ", OUT_LD = " + ll(out_ld) + ";\n";
-  std::string params = "const float* __restrict__ a, const float* __restrict__ b";
+  s += std::string("constexpr bool NORM = ") + (norm.on ? "true" : "false") + ", LAYER = " + (norm.layer ? "true" : "false") +
+       ", NW = " + (norm.w ? "true" : "false") + ", NB = " + (norm.b ? "true" : "false") + ";\nconstexpr float EPS = " + eps + "f;\n";
+  std::string params = "const float* __restrict__ a";
+  if (affine) params += ", const float* __restrict__ nw, const float* __restrict__ nb";
+  params += ", const float* __restrict__ b";
   if (epi.bias) params += ", const float* __restrict__ bias";
   if (epi.residual) params += ", const float* __restrict__ residual";
   params += ", float* __restrict__ out";
-  s += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kWarps * 32) + ") " + name + "(" + params + ") {\n";
-  s += R"(  extern __shared__ float xs[];  // [M][K]
-  __shared__ float part[KS][CPB][M];
-  for (int e = threadIdx.x; e < M * K; e += blockDim.x) {
-    const int i = e / K, kk = e - i * K;
-    xs[e] = a[i * A_RS + kk * A_CS];
-  }
+  if (!affine) s += "constexpr const float* nw = nullptr;\nconstexpr const float* nb = nullptr;\n";
+  s += R"(
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = red[0];
+  for (int w = 1; w < NT / 32; ++w) t += red[w];
+  return t;
+}
+// x[i][kk] as the product reads it: raw, or normalised with the row's statistics.
+__device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, const float* nw, const float* nb) {
+  if (!NORM) return x;
+  float y = (x - mean) * rstd;
+  if (NW) y *= __ldg(nw + kk);
+  if (NB) y += __ldg(nb + kk);
+  return y;
+}
+)";
+  s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";
+  s += R"(  __shared__ float part[KS][CPB][M];
+  __shared__ float red[NT / 32];
+  float mean[M], rstd[M];
+#pragma unroll
+  for (int i = 0; i < M; ++i) mean[i] = 0.0f, rstd[i] = 1.0f;
+  if (NORM) {
+    for (int i = 0; i < M; ++i) {
+      const float* x = a + i * A_RS;
+      float t = 0.0f;
+      if (LAYER) {
+        for (int kk = threadIdx.x; kk < K; kk += NT) t += x[kk * A_CS];
+        mean[i] = block_sum(t, red) / K;
+        t = 0.0f;
+      }
+      for (int kk = threadIdx.x; kk < K; kk += NT) {
+        const float d = x[kk * A_CS] - mean[i];
+        t += d * d;
+      }
+      rstd[i] = rsqrtf(block_sum(t, red) / K + EPS);
+    }
+  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int col = warp / KS, slice = warp % KS;
   const long long j = (long long)blockIdx.x * CPB + col;
@@ -66,14 +110,21 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
     const float* w = b + j * B_CS;
 )";
   if (vec) {
-    s += R"(    const bool aligned = (((unsigned long long)w) & 15) == 0;
+    s += R"(    const bool aligned = ((((unsigned long long)w) | ((unsigned long long)a) | ((unsigned long long)nw) |
+                           ((unsigned long long)nb)) & 15) == 0;
     if (aligned) {
 #pragma unroll 4
       for (int kk = (slice * 32 + lane) * 4; kk < K; kk += KS * 128) {
         const float4 v = __ldg((const float4*)(w + kk));
 #pragma unroll
         for (int i = 0; i < M; ++i) {
-          const float4 x = *(const float4*)(xs + i * K + kk);
+          float4 x = __ldg((const float4*)(a + i * A_RS + kk));
+          if (NORM) {
+            x.x = xin(x.x, kk, mean[i], rstd[i], nw, nb);
+            x.y = xin(x.y, kk + 1, mean[i], rstd[i], nw, nb);
+            x.z = xin(x.z, kk + 2, mean[i], rstd[i], nw, nb);
+            x.w = xin(x.w, kk + 3, mean[i], rstd[i], nw, nb);
+          }
           acc[i] = fmaf(v.x, x.x, acc[i]);
           acc[i] = fmaf(v.y, x.y, acc[i]);
           acc[i] = fmaf(v.z, x.z, acc[i]);
@@ -88,7 +139,7 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
       for (int kk = slice * 32 + lane; kk < K; kk += KS * 32) {
         const float v = __ldg(w + kk);
 #pragma unroll
-        for (int i = 0; i < M; ++i) acc[i] = fmaf(v, xs[i * K + kk], acc[i]);
+        for (int i = 0; i < M; ++i) acc[i] = fmaf(v, xin(__ldg(a + i * A_RS + kk * A_CS), kk, mean[i], rstd[i], nw, nb), acc[i]);
       }
     }
   }

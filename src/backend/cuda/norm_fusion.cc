@@ -198,11 +198,25 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   const Place wp = slots_[static_cast<size_t>(w)].place, bp = add >= 0 ? slots_[static_cast<size_t>(b)].place : wp;
   std::vector<int32_t> nodes{id};
   nodes.insert(nodes.end(), absorbed.begin(), absorbed.end());
-  add_kernel(nodes, f.op == Op::kLayerNorm ? layer_norm_kernel(kKernelName, rows, cols, eps, affine)
-                                                     : rms_norm_kernel(kKernelName, rows, cols, eps, affine),
-             {{x}, {wp}, {bp}, {own_node(g, last)}});
+  DeferredNorm dn{id, nodes, x, wp, bp, affine, rows, cols, eps, f.op == Op::kLayerNorm};
   slots_[static_cast<size_t>(id)].placed = slots_[static_cast<size_t>(mul)].placed = true;
+  // A decode step's few rows feeding a product: let the product normalise them (plan_matmul).
+  if (const int32_t reader = sole_consumer(last);
+      rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
+      g.node(reader).inputs[1] != last) {
+    deferred_norms_[last] = std::move(dn);
+    return true;
+  }
+  plan_deferred_norm(g, dn);
   return true;
+}
+
+void CudaExecutable::plan_deferred_norm(const ir::Graph& g, const DeferredNorm& dn) {
+  const int32_t last = dn.nodes.back();
+  if (!slots_[static_cast<size_t>(last)].placed) own_node(g, last);
+  add_kernel(dn.nodes, dn.layer ? layer_norm_kernel(kKernelName, dn.rows, dn.cols, dn.eps, dn.affine)
+                                : rms_norm_kernel(kKernelName, dn.rows, dn.cols, dn.eps, dn.affine),
+             {{dn.x}, {dn.w}, {dn.b}, {slots_[static_cast<size_t>(last)].place}});
 }
 
 /// The node a chain of BroadcastTo / Reshape views starts from.

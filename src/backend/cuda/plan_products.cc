@@ -45,6 +45,17 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     }
     return st;
   };
+  // A norm left for this product to apply (plan_norm_forward): its value gets a place now; the
+  // norm runs inside gemv_kernel, or as its own kernel before any step of the product.
+  const DeferredNorm* dn = nullptr;
+  if (auto it = deferred_norms_.find(n.inputs[0]); it != deferred_norms_.end()) {
+    dn = &it->second;
+    own_node(g, n.inputs[0]);
+  }
+  if (dn != nullptr && (k == 1 || n.inputs[1] == n.inputs[0])) {
+    plan_deferred_norm(g, *dn);
+    dn = nullptr;
+  }
   if (k == 1) {  // an outer product: one elementwise kernel, no BLAS call
     const Slot& a = slots_[static_cast<size_t>(n.inputs[0])];
     const Slot& b = slots_[static_cast<size_t>(n.inputs[1])];
@@ -88,6 +99,10 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     if (auto mo = as_mat(x)) {
       mats[i] = *mo;
       continue;
+    }
+    if (i == 0 && dn != nullptr) {  // the copy below reads the norm's value: compute it first
+      plan_deferred_norm(g, *dn);
+      dn = nullptr;
     }
     // Materialise broadcast-expanded over the output's batch: [batch..., rows, cols] dense.
     Shape full = batch_shape;
@@ -141,7 +156,12 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
   // A skinny product (a decode step's handful of rows against a weight) streams the weight
   // once through gemv_kernel, which also applies a GELU that alone consumes the product.
-  const bool gemv = n.dtype == DType::kF32 && !options_.tf32x3 && gemv_applies(bm, mm, nn, k, mats[0], mats[1]);
+  const bool gemv = n.dtype == DType::kF32 && !options_.tf32x3 && gemv_applies(bm, mm, nn, k, mats[0], mats[1]) &&
+                    (dn == nullptr || (dn->rows == mm && dn->cols == k && places[0].buf == slots_[static_cast<size_t>(n.inputs[0])].place.buf));
+  if (dn != nullptr && !gemv) {
+    plan_deferred_norm(g, *dn);
+    dn = nullptr;
+  }
   int32_t gelu = -1;
   if (const int32_t y = add >= 0 ? add : id; gemv && !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
     const int32_t c = consumers_[static_cast<size_t>(y)][0];
@@ -185,14 +205,25 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
       slots_[static_cast<size_t>(x)].placed = true;
     }
   if (gemv) {
-    std::vector<Arg> args{{places[0]}, {places[1]}};
+    std::vector<Arg> args{{places[0]}};
+    MatOperand a = mats[0];
+    GemvNorm norm;
+    std::vector<int32_t> nodes;
+    if (dn != nullptr) {  // the product reads the norm's input and normalises it
+      args = {{dn->x}};
+      a = MatOperand{mm, k, k, 1, 0};
+      norm = {.on = true, .layer = dn->layer, .w = dn->affine.w, .b = dn->affine.b, .eps = dn->eps};
+      if (dn->affine.w || dn->affine.b) args.insert(args.end(), {{dn->w}, {dn->b}});
+      nodes = dn->nodes;
+    }
+    args.push_back({places[1]});
     if (add >= 0) args.push_back({bias});
     if (res_add >= 0) args.push_back({residual});
     args.push_back({out});
-    std::vector<int32_t> nodes{id};
+    nodes.push_back(id);
     for (int32_t x : {add, res_add, gelu})
       if (x >= 0) nodes.push_back(x);
-    add_kernel(nodes, gemv_kernel(kKernelName, mm, nn, k, mats[0], mats[1], {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, ld),
+    add_kernel(nodes, gemv_kernel(kKernelName, mm, nn, k, a, mats[1], {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, ld, norm),
                std::move(args), 2 * mm * nn * k);
     return;
   }

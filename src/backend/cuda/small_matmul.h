@@ -58,12 +58,19 @@ bool small_matmul_preferred(int64_t batch, int64_t m, int64_t n, int64_t k);
 struct GemvEpilogue {
   bool bias = false, residual = false, gelu = false;
 };
+/// A layer or RMS norm (with its affine w, b) applied to each row of a before the product:
+/// a is then the norm's raw input (dense rows), normalised on the fly (see ops.def).
+struct GemvNorm {
+  bool on = false, layer = true, w = false, b = false;
+  double eps = 1e-5;
+};
 /// Whether gemv_kernel takes this product: one batch, at most 8 rows, b read down its columns
-/// (row_stride 1: the transpose of a row-major [n, k] weight), x small enough to stage.
+/// (row_stride 1: the transpose of a row-major [n, k] weight).
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b);
-/// out [m, n] (rows out_ld apart, ≤ 0: n) = a [m, k] · b [k, n] with the epilogue.
-/// Params: (const float* a, const float* b, [const float* bias], [const float* residual], float* out).
+/// out [m, n] (rows out_ld apart, ≤ 0: n) = norm?(a) [m, k] · b [k, n] with the epilogue.
+/// Params: (const float* a, [const float* norm_w, const float* norm_b (both when either is
+/// on),] const float* b, [const float* bias], [const float* residual], float* out).
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld);
+                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm = {});
 
 }  // namespace tg::backend::cuda
