@@ -448,6 +448,43 @@ double graph_us(cuda::CUstream stream, F enqueue, int reps = 100) {
   return 1000.0 * best / reps;
 }
 
+// Decode-step shapes (GPT-2 124M, one sequence) inside CUDA graphs: µs per product and the
+// bandwidth of reading W, for each split of K over warps (ks) and with the norm prologue.
+// A measurement, not a check: run it by name (--gtest_also_run_disabled_tests).
+TEST(CudaGemv, DISABLED_Timing) {
+  REQUIRE_GPU();
+  const cuda::DeviceInfo info = cuda::open_device(0);
+  const cuda::Driver& d = cuda::driver();
+  cuda::CUstream stream = nullptr;
+  cuda::check(d.cuStreamCreate(&stream, 1), "cuStreamCreate");
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  for (const Shape3 sh : {Shape3{1, 2304, 768}, Shape3{1, 768, 768}, Shape3{1, 3072, 768}, Shape3{1, 768, 3072}, Shape3{1, 50257, 768},
+                          Shape3{4, 3072, 768}}) {
+    const std::vector<float> ha = random_floats(static_cast<size_t>(sh.m * sh.k), 1), hb = random_floats(static_cast<size_t>(sh.n * sh.k), 2);
+    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dout(static_cast<size_t>(sh.m * sh.n) * 4), dv(static_cast<size_t>(sh.k) * 4);
+    da.upload(ha.data(), ha.size() * 4);
+    db.upload(hb.data(), hb.size() * 4);
+    dv.upload(hb.data(), static_cast<size_t>(sh.k) * 4);
+    for (const bool norm : {false, true})
+      for (const int ks : {0, 1, 2, 4, 8}) {
+        const cuda::GemvNorm gn{.on = norm, .w = norm, .b = norm};
+        const cuda::Launch l = cuda::gemv_kernel("gemv_time", sh.m, sh.n, sh.k, {sh.m, sh.k, sh.k, 1, 0}, {sh.k, sh.n, 1, sh.k, 0}, {},
+                                                 0, gn, ks);
+        const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
+        cuda::CUdeviceptr pa = da.get(), pb = db.get(), po = dout.get(), pw = dv.get();
+        std::vector<void*> args{&pa};
+        if (norm) args.insert(args.end(), {&pw, &pw});
+        args.insert(args.end(), {&pb, &po});
+        const double us = graph_us(stream, [&] { kern.launch(l.grid, l.block, l.shared_bytes, stream, args.data()); });
+        std::printf("gemv m %lld n %5lld k %4lld norm %d ks %d%s: %6.2f us  %6.0f GB/s\n", (long long)sh.m, (long long)sh.n,
+                    (long long)sh.k, norm, ks, ks == 0 ? " (chosen)" : "", us, static_cast<double>(sh.n * sh.k * 4) / (us * 1e3));
+      }
+  }
+  d.cuStreamDestroy(stream);
+}
+
 std::string cfg_str(const cuda::SmallMatmulConfig& c) {
   return std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" + std::to_string(c.bk) + "/" + std::to_string(c.tm) +
          "x" + std::to_string(c.tn) + "/ks" + std::to_string(c.ks) + "/cl" + std::to_string(c.cl);

@@ -29,11 +29,13 @@ bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOpera
 }
 
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm) {
+                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm, int ks) {
   if (out_ld <= 0) out_ld = n;
   // Warps per column: enough blocks to cover the GPU's SMs twice.
-  int ks = 1;
-  while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < 264 && k / (ks * 2) >= 256) ks *= 2;
+  if (ks <= 0) {
+    ks = 1;
+    while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < 264 && k / (ks * 2) >= 256) ks *= 2;
+  }
   const int cols_per_block = kWarps / ks;
   Launch l;
   l.name = name;

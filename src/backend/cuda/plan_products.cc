@@ -1,7 +1,10 @@
 // Placement of matrix products for the CUDA executable (see executable.h): cuBLASLt with bias
 // and residual epilogues, padded TF32 products, 3xTF32 split products, and the generated
-// kernel for small ones.
+// kernels for small and skinny ones (TG_CUDA_GEMV=off keeps skinny products on cuBLASLt, to
+// compare).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/executable.h"
@@ -156,7 +159,8 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
   // A skinny product (a decode step's handful of rows against a weight) streams the weight
   // once through gemv_kernel, which also applies a GELU that alone consumes the product.
-  const bool gemv = n.dtype == DType::kF32 && !options_.tf32x3 && gemv_applies(bm, mm, nn, k, mats[0], mats[1]) &&
+  static const bool gemv_off = std::getenv("TG_CUDA_GEMV") != nullptr && std::string(std::getenv("TG_CUDA_GEMV")) == "off";
+  const bool gemv = !gemv_off && n.dtype == DType::kF32 && !options_.tf32x3 && gemv_applies(bm, mm, nn, k, mats[0], mats[1]) &&
                     (dn == nullptr || (dn->rows == mm && dn->cols == k && places[0].buf == slots_[static_cast<size_t>(n.inputs[0])].place.buf));
   if (dn != nullptr && !gemv) {
     plan_deferred_norm(g, *dn);

@@ -70,7 +70,8 @@ bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOpera
 /// out [m, n] (rows out_ld apart, ≤ 0: n) = norm?(a) [m, k] · b [k, n] with the epilogue.
 /// Params: (const float* a, [const float* norm_w, const float* norm_b (both when either is
 /// on),] const float* b, [const float* bias], [const float* residual], float* out).
+/// `ks` > 0 forces the warps per output column (1, 2, 4, 8; for timing sweeps).
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm = {});
+                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm = {}, int ks = 0);
 
 }  // namespace tg::backend::cuda
