@@ -62,14 +62,29 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   params += ", float* __restrict__ out";
   if (!affine) s += "constexpr const float* nw = nullptr;\nconstexpr const float* nb = nullptr;\n";
   s += R"(
-__device__ __forceinline__ float block_sum(float v, float* red) {
+__device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = red[0];
-  for (int w = 1; w < NT / 32; ++w) t += red[w];
-  return t;
+  return v;
+}
+// Each warp computes the rows' statistics itself (two passes, as the norm kernels): no block
+// barrier, and the rows are L1 hits for all but the first warp.
+__device__ __forceinline__ void row_stats(const float* a, float* mean, float* rstd) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const float* x = a + i * A_RS;
+    float t = 0.0f;
+    if (LAYER) {
+      for (int kk = lane; kk < K; kk += 32) t += x[kk * A_CS];
+      mean[i] = warp_sum(t) / K;
+      t = 0.0f;
+    }
+    for (int kk = lane; kk < K; kk += 32) {
+      const float d = x[kk * A_CS] - mean[i];
+      t += d * d;
+    }
+    rstd[i] = rsqrtf(warp_sum(t) / K + EPS);
+  }
 }
 // x[i][kk] as the product reads it: raw, or normalised with the row's statistics.
 __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, const float* nw, const float* nb) {
@@ -82,26 +97,9 @@ __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, co
 )";
   s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";
   s += R"(  __shared__ float part[KS][CPB][M];
-  __shared__ float red[NT / 32];
   float mean[M], rstd[M];
 #pragma unroll
   for (int i = 0; i < M; ++i) mean[i] = 0.0f, rstd[i] = 1.0f;
-  if (NORM) {
-    for (int i = 0; i < M; ++i) {
-      const float* x = a + i * A_RS;
-      float t = 0.0f;
-      if (LAYER) {
-        for (int kk = threadIdx.x; kk < K; kk += NT) t += x[kk * A_CS];
-        mean[i] = block_sum(t, red) / K;
-        t = 0.0f;
-      }
-      for (int kk = threadIdx.x; kk < K; kk += NT) {
-        const float d = x[kk * A_CS] - mean[i];
-        t += d * d;
-      }
-      rstd[i] = rsqrtf(block_sum(t, red) / K + EPS);
-    }
-  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int col = warp / KS, slice = warp % KS;
   const long long j = (long long)blockIdx.x * CPB + col;
@@ -114,7 +112,35 @@ __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, co
   if (vec) {
     s += R"(    const bool aligned = ((((unsigned long long)w) | ((unsigned long long)a) | ((unsigned long long)nw) |
                            ((unsigned long long)nb)) & 15) == 0;
-    if (aligned) {
+    constexpr int PRE = (K + KS * 128 - 1) / (KS * 128);  // float4 of W per lane
+    if (aligned && NORM && PRE <= 8) {
+      // W's loads go out first; the rows' statistics are computed while they are in flight.
+      float4 wr[PRE];
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) {
+        const int kk = (slice * 32 + lane) * 4 + u * KS * 128;
+        wr[u] = kk < K ? __ldg((const float4*)(w + kk)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      row_stats(a, mean, rstd);
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) {
+        const int kk = (slice * 32 + lane) * 4 + u * KS * 128;
+        if (kk >= K) break;
+#pragma unroll
+        for (int i = 0; i < M; ++i) {
+          float4 x = __ldg((const float4*)(a + i * A_RS + kk));
+          x.x = xin(x.x, kk, mean[i], rstd[i], nw, nb);
+          x.y = xin(x.y, kk + 1, mean[i], rstd[i], nw, nb);
+          x.z = xin(x.z, kk + 2, mean[i], rstd[i], nw, nb);
+          x.w = xin(x.w, kk + 3, mean[i], rstd[i], nw, nb);
+          acc[i] = fmaf(wr[u].x, x.x, acc[i]);
+          acc[i] = fmaf(wr[u].y, x.y, acc[i]);
+          acc[i] = fmaf(wr[u].z, x.z, acc[i]);
+          acc[i] = fmaf(wr[u].w, x.w, acc[i]);
+        }
+      }
+    } else if (aligned) {
+      if (NORM) row_stats(a, mean, rstd);
 #pragma unroll 4
       for (int kk = (slice * 32 + lane) * 4; kk < K; kk += KS * 128) {
         const float4 v = __ldg((const float4*)(w + kk));
@@ -137,6 +163,7 @@ __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, co
 )";
   }
   s += R"(    {
+      if (NORM) row_stats(a, mean, rstd);
 #pragma unroll 4
       for (int kk = slice * 32 + lane; kk < K; kk += KS * 32) {
         const float v = __ldg(w + kk);

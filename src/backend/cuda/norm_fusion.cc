@@ -199,7 +199,8 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   std::vector<int32_t> nodes{id};
   nodes.insert(nodes.end(), absorbed.begin(), absorbed.end());
   DeferredNorm dn{id, nodes, x, wp, bp, affine, rows, cols, eps, f.op == Op::kLayerNorm};
-  slots_[static_cast<size_t>(id)].placed = slots_[static_cast<size_t>(mul)].placed = true;
+  for (const int32_t x : nodes)  // every node but the last, which holds the value, is absorbed
+    if (x != last) slots_[static_cast<size_t>(x)].placed = true;
   // A decode step's few rows feeding a product: let the product normalise them (plan_matmul).
   if (const int32_t reader = sole_consumer(last);
       rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
