@@ -66,24 +66,26 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-// Each warp computes the rows' statistics itself (two passes, as the norm kernels): no block
-// barrier, and the rows are L1 hits for all but the first warp.
+// Each warp computes the rows' statistics itself in one pass, no block barrier: sums of
+// x − x₀ and of its square, shifted by the row's first element so that a mean far from zero
+// does not cancel the variance away (the rows are L1 hits for all but the first warp).
 __device__ __forceinline__ void row_stats(const float* a, float* mean, float* rstd) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     const float* x = a + i * A_RS;
-    float t = 0.0f;
-    if (LAYER) {
-      for (int kk = lane; kk < K; kk += 32) t += x[kk * A_CS];
-      mean[i] = warp_sum(t) / K;
-      t = 0.0f;
-    }
+    const float x0 = LAYER ? x[0] : 0.0f;
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll 8
     for (int kk = lane; kk < K; kk += 32) {
-      const float d = x[kk * A_CS] - mean[i];
-      t += d * d;
+      const float d = x[kk * A_CS] - x0;
+      s1 += d;
+      s2 = fmaf(d, d, s2);
     }
-    rstd[i] = rsqrtf(warp_sum(t) / K + EPS);
+    s1 = warp_sum(s1) / K;
+    s2 = warp_sum(s2) / K;
+    mean[i] = LAYER ? x0 + s1 : 0.0f;
+    rstd[i] = rsqrtf(fmaxf(LAYER ? s2 - s1 * s1 : s2, 0.0f) + EPS);
   }
 }
 // x[i][kk] as the product reads it: raw, or normalised with the row's statistics.
@@ -93,6 +95,19 @@ __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, co
   if (NW) y *= __ldg(nw + kk);
   if (NB) y += __ldg(nb + kk);
   return y;
+}
+__device__ __forceinline__ float4 xin4(float4 x, int kk, float mean, float rstd, const float* nw, const float* nb) {
+  if (!NORM) return x;
+  x = make_float4((x.x - mean) * rstd, (x.y - mean) * rstd, (x.z - mean) * rstd, (x.w - mean) * rstd);
+  if (NW) {
+    const float4 g = __ldg((const float4*)(nw + kk));
+    x = make_float4(x.x * g.x, x.y * g.y, x.z * g.z, x.w * g.w);
+  }
+  if (NB) {
+    const float4 c = __ldg((const float4*)(nb + kk));
+    x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
+  }
+  return x;
 }
 )";
   s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";
@@ -128,11 +143,7 @@ __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, co
         if (kk >= K) break;
 #pragma unroll
         for (int i = 0; i < M; ++i) {
-          float4 x = __ldg((const float4*)(a + i * A_RS + kk));
-          x.x = xin(x.x, kk, mean[i], rstd[i], nw, nb);
-          x.y = xin(x.y, kk + 1, mean[i], rstd[i], nw, nb);
-          x.z = xin(x.z, kk + 2, mean[i], rstd[i], nw, nb);
-          x.w = xin(x.w, kk + 3, mean[i], rstd[i], nw, nb);
+          const float4 x = xin4(__ldg((const float4*)(a + i * A_RS + kk)), kk, mean[i], rstd[i], nw, nb);
           acc[i] = fmaf(wr[u].x, x.x, acc[i]);
           acc[i] = fmaf(wr[u].y, x.y, acc[i]);
           acc[i] = fmaf(wr[u].z, x.z, acc[i]);
@@ -146,13 +157,7 @@ __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, co
         const float4 v = __ldg((const float4*)(w + kk));
 #pragma unroll
         for (int i = 0; i < M; ++i) {
-          float4 x = __ldg((const float4*)(a + i * A_RS + kk));
-          if (NORM) {
-            x.x = xin(x.x, kk, mean[i], rstd[i], nw, nb);
-            x.y = xin(x.y, kk + 1, mean[i], rstd[i], nw, nb);
-            x.z = xin(x.z, kk + 2, mean[i], rstd[i], nw, nb);
-            x.w = xin(x.w, kk + 3, mean[i], rstd[i], nw, nb);
-          }
+          const float4 x = xin4(__ldg((const float4*)(a + i * A_RS + kk)), kk, mean[i], rstd[i], nw, nb);
           acc[i] = fmaf(v.x, x.x, acc[i]);
           acc[i] = fmaf(v.y, x.y, acc[i]);
           acc[i] = fmaf(v.z, x.z, acc[i]);

@@ -17,6 +17,7 @@
 // whole, its inputs are computed before the first of those groups (where the fused step
 // runs), and the row fits the warp-per-row scheme (≤ 1024 columns).
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 
@@ -202,8 +203,9 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   for (const int32_t x : nodes)  // every node but the last, which holds the value, is absorbed
     if (x != last) slots_[static_cast<size_t>(x)].placed = true;
   // A decode step's few rows feeding a product: let the product normalise them (plan_matmul).
+  static const bool defer_off = std::getenv("TG_CUDA_GEMV_NORM") != nullptr && std::string(std::getenv("TG_CUDA_GEMV_NORM")) == "off";
   if (const int32_t reader = sole_consumer(last);
-      rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
+      !defer_off && rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
       g.node(reader).inputs[1] != last) {
     deferred_norms_[last] = std::move(dn);
     return true;
