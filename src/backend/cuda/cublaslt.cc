@@ -4,7 +4,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -205,10 +208,35 @@ void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr wo
 void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream,
                     CUdeviceptr bias, float beta, CUdeviceptr addend) {
   static std::mutex mutex;
-  static std::unordered_map<std::string, size_t> tuned;  // layout → candidate index
+  static std::unordered_map<std::string, size_t> tuned;  // layout and candidates → candidate index
+  static bool loaded = false;
+  // Choices persist in the cache directory (one "key<TAB>index" line each), so a later process
+  // compiling the same products skips the timing: the key is the product's layout and a hash of
+  // the heuristic's candidate list, which changes with the GPU, the driver and the library.
+  // TG_CUDA_TUNE=all times every candidate of every product, =off none (the heuristic's first
+  // choice); either leaves the file alone.
+  static const std::string policy = std::getenv("TG_CUDA_TUNE") ? std::getenv("TG_CUDA_TUNE") : "";
+  const std::filesystem::path dir = policy.empty() ? cache_dir() : std::filesystem::path();
+  const std::filesystem::path file = dir.empty() ? std::filesystem::path() : dir / "cublaslt_tuning.txt";
+  uint64_t h = 1469598103934665603ull;
+  for (const Candidate& c : candidates_)
+    for (uint64_t w : c.algo) {
+      h ^= w;
+      h *= 1099511628211ull;
+    }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  const std::string key = key_ + "," + std::to_string(candidates_.size()) + "," + hex;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = tuned.find(key_); it != tuned.end() && it->second < candidates_.size()) {
+    if (!loaded && !file.empty()) {
+      std::ifstream in(file);
+      std::string line;
+      while (std::getline(in, line))
+        if (const size_t tab = line.find('\t'); tab != std::string::npos) tuned[line.substr(0, tab)] = std::stoul(line.substr(tab + 1));
+    }
+    loaded = true;
+    if (auto it = tuned.find(key); it != tuned.end() && it->second < candidates_.size()) {
       chosen_ = it->second;
       workspace_ = candidates_[chosen_].workspace;
       return;
@@ -217,8 +245,6 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
   // Every candidate of products under 8 GFLOP is timed; of larger ones only the heuristic's
   // first four (its later picks were never the fastest for GPT-2's shapes, bench/cuda_product_probe,
   // and each costs up to milliseconds of compilation): GPT-2's head products gain 0.2-0.3 ms each.
-  // TG_CUDA_TUNE=all times every candidate of every product, =off none (the heuristic's first choice).
-  static const std::string policy = std::getenv("TG_CUDA_TUNE") ? std::getenv("TG_CUDA_TUNE") : "";
   constexpr int64_t kTuneAllBelowFlops = int64_t{8} << 30;
   const size_t timed = policy == "off"                                    ? 1
                        : policy == "all" || flops_ < kTuneAllBelowFlops ? candidates_.size()
@@ -252,7 +278,12 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     workspace_ = candidates_[chosen_].workspace;
   }
   std::lock_guard<std::mutex> lock(mutex);
-  tuned[key_] = chosen_;
+  tuned[key] = chosen_;
+  if (timed > 1 && !file.empty()) {  // a best-effort cache: a failed write only costs a re-tune
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream(file, std::ios::app) << key << '\t' << chosen_ << '\n';
+  }
 }
 
 }  // namespace tg::backend::cuda

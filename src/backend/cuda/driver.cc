@@ -124,12 +124,6 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-std::filesystem::path cache_dir() {
-  if (const char* e = std::getenv("TG_CUDA_CACHE")) return std::string(e) == "off" ? std::filesystem::path() : e;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "tensorgrad";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "tensorgrad";
-  return {};
-}
 
 std::string numbered(const std::string& source) {
   std::istringstream in(source);
@@ -140,6 +134,13 @@ std::string numbered(const std::string& source) {
 }
 
 }  // namespace
+
+std::filesystem::path cache_dir() {
+  if (const char* e = std::getenv("TG_CUDA_CACHE")) return std::string(e) == "off" ? std::filesystem::path() : e;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "tensorgrad";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "tensorgrad";
+  return {};
+}
 
 const Driver& driver() {
   const Loaded& l = loaded_driver();

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,10 @@ const Driver& driver();
 const Nvrtc& nvrtc();
 /// Throws DeviceError "[cuda] <what>: <driver's message>" unless r is CUDA_SUCCESS.
 void check(CUresult r, const char* what);
+
+/// Where compiled kernels and product tunings are kept between processes: $TG_CUDA_CACHE
+/// ("off": nowhere, an empty path), else $XDG_CACHE_HOME/tensorgrad, else ~/.cache/tensorgrad.
+std::filesystem::path cache_dir();
 
 struct DeviceInfo {
   int index = 0;

@@ -393,7 +393,8 @@ namespace {
 /// update_slice_kernel (in_place false: one thread per element of the result, from src in
 /// the rows [p, p + len) of the axis, else from dst) and update_rows_kernel (in_place: one
 /// thread per element of src, written into dst's rows). p: the offset of the element's row.
-Launch update_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis, bool in_place) {
+Launch update_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis, bool in_place,
+                     bool pair = false) {
   check_operand(dst, "update_slice_kernel");
   check_operand(src, "update_slice_kernel");
   const Operand& walked = in_place ? src : dst;
@@ -407,7 +408,8 @@ Launch update_kernel(const std::string& name, const Operand& dst, const Operand&
                   " (kernels_reduce.cc)\n";
   s += std::string("typedef ") + ctype(dst.dtype) + " T;\n";
   s += "extern \"C\" __global__ void " + name +
-       (in_place ? "(const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ dst, int* err) {\n"
+       (in_place ? std::string("(const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ dst, ") +
+                       (pair ? "const T* __restrict__ src2, T* __restrict__ dst2, " : "") + "int* err) {\n"
                  : "(const T* __restrict__ dst, const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ out, int* err) {\n");
   s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
        "; i += (long long)gridDim.x * blockDim.x) {\n";
@@ -423,6 +425,8 @@ Launch update_kernel(const std::string& name, const Operand& dst, const Operand&
   s += "    if (bad) *err = 1;\n";
   if (in_place) {
     s += "    if (!bad) dst[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src[s_off + ca * " + ll(src.strides[ax]) + "];\n";
+    if (pair)
+      s += "    if (!bad) dst2[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src2[s_off + ca * " + ll(src.strides[ax]) + "];\n";
   } else {
     s += "    const T old = dst[d_off + ca * " + ll(dst.strides[ax]) + "];\n";
     s += "    out[i] = !bad && ca >= p && ca < p + " + ll(len) + " ? src[s_off + (ca - p) * " + ll(src.strides[ax]) + "] : old;\n";
@@ -438,8 +442,9 @@ Launch update_slice_kernel(const std::string& name, const Operand& dst, const Op
   return update_kernel(name, dst, src, pos, axis, false);
 }
 
-Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis) {
-  return update_kernel(name, dst, src, pos, axis, true);
+Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis,
+                          bool pair) {
+  return update_kernel(name, dst, src, pos, axis, true, pair);
 }
 
 // Two schemes. Column (deterministic, no atomics): one thread per position of the non-scatter

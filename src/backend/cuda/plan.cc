@@ -345,12 +345,47 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       for (size_t u = 0; u < g.updates.size(); ++u)
         if (g.updates[u].value == id && g.updates[u].target == dst) update = u;
       const Slot& ds = slots_[static_cast<size_t>(dst)];
-      if (options_.reuse_memory && update < g.updates.size() && consumers_[static_cast<size_t>(dst)].size() == 1 &&
-          std::count_if(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.target == dst; }) == 1 &&
-          is_contiguous_strides(ds.place.strides, ds.shape)) {
-        add_kernel({id}, update_rows_kernel(kKernelName, operand(dst), operand(n.inputs[1]), operand(n.inputs[2]),
-                                            static_cast<int>(n.attrs.axes[0])),
-                   {{in(1).place}, {in(2).place}, {ds.place}, err});
+      // Whether update_slice node `u` (its state update at index `ui`) can write its cache in place.
+      auto in_place = [&](int32_t u, size_t ui) {
+        const int32_t d = g.node(u).inputs[0];
+        const Slot& dsl = slots_[static_cast<size_t>(d)];
+        return options_.reuse_memory && ui < g.updates.size() && consumers_[static_cast<size_t>(d)].size() == 1 &&
+               std::count_if(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& x) { return x.target == d; }) == 1 &&
+               is_contiguous_strides(dsl.place.strides, dsl.shape);
+      };
+      if (in_place(id, update)) {
+        // A sibling written at the same offsets with the same layout (the layer's other cache)
+        // rides in the same launch.
+        size_t pair = g.updates.size();
+        for (size_t u = 0; u < g.updates.size() && pair == g.updates.size(); ++u) {
+          const int32_t v = g.updates[u].value;
+          if (v == id || v < 0 || g.node(v).op != Op::kUpdateSlice || g.updates[u].target != g.node(v).inputs[0]) continue;
+          const ir::Node& vn = g.node(v);
+          const Slot &src2 = slots_[static_cast<size_t>(vn.inputs[1])], &dst2 = slots_[static_cast<size_t>(vn.inputs[0])];
+          if (vn.inputs[2] == n.inputs[2] && vn.attrs.axes == n.attrs.axes && !slots_[static_cast<size_t>(v)].placed && src2.placed &&
+              dst2.shape == ds.shape && dst2.place.strides == ds.place.strides && src2.shape == in(1).shape &&
+              src2.place.strides == in(1).place.strides && src2.dtype == in(1).dtype && in_place(v, u))
+            pair = u;
+        }
+        std::vector<Arg> args{{in(1).place}, {in(2).place}, {ds.place}};
+        std::vector<int32_t> nodes{id};
+        if (pair < g.updates.size()) {
+          const int32_t v = g.updates[pair].value;
+          const ir::Node& vn = g.node(v);
+          Slot& vs = slots_[static_cast<size_t>(v)];
+          const Slot& dst2 = slots_[static_cast<size_t>(vn.inputs[0])];
+          args.push_back({slots_[static_cast<size_t>(vn.inputs[1])].place});
+          args.push_back({dst2.place});
+          nodes.push_back(v);
+          vs.place = dst2.place;
+          vs.placed = true;
+          vs.root = dst2.root;
+          in_place_[pair] = 1;
+        }
+        args.push_back(err);
+        add_kernel(nodes, update_rows_kernel(kKernelName, operand(dst), operand(n.inputs[1]), operand(n.inputs[2]),
+                                             static_cast<int>(n.attrs.axes[0]), nodes.size() == 2),
+                   std::move(args));
         s.place = ds.place;
         s.placed = true;
         s.root = ds.root;
