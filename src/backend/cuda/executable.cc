@@ -62,6 +62,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   if (options.fuse) match_norm_backwards(g);
   for (const passes::KernelGroup& group : fusion_.groups) plan_group(g, group);
   plan_outputs_and_updates(g);
+  plan_readback();
   if (options.fuse) batch_steps(g);
   estimate_traffic(g);
   phase("placement and codegen");
@@ -110,6 +111,34 @@ CudaExecutable::~CudaExecutable() {
     if (graph_[k]) d.cuGraphDestroy(static_cast<CUgraph>(graph_[k]));
     if (staging_[k]) d.cuMemFreeHost(staging_[k]);
     if (done_[k]) d.cuEventDestroy(done_[k]);
+  }
+  if (readback_) d.cuMemFreeHost(readback_);
+}
+
+void CudaExecutable::plan_readback() {
+  constexpr int64_t kMaxReadback = 64 << 10;  // larger outputs are copied when read
+  readback_bytes_ = 16;                       // the error word, padded
+  for (const auto& [node, place] : outputs_) {
+    const Slot& s = slots_[static_cast<size_t>(node)];
+    const int64_t bytes = numel(s.shape) * dtype_size(s.dtype);
+    if (bytes > kMaxReadback) continue;
+    readback_offset_[node] = readback_bytes_;
+    readback_bytes_ += (bytes + 15) / 16 * 16;
+  }
+  check(driver().cuMemAllocHost(&readback_, static_cast<size_t>(readback_bytes_)), "cuMemAllocHost (readback)");
+  std::memset(readback_, 0, static_cast<size_t>(readback_bytes_));
+}
+
+void CudaExecutable::enqueue_readback() {
+  const Driver& d = driver();
+  check(d.cuMemcpyDtoHAsync(readback_, err_.get(), sizeof(int), ctx_->stream), "cuMemcpyDtoHAsync");
+  for (const auto& [node, offset] : readback_offset_) {
+    const Slot& s = slots_[static_cast<size_t>(node)];
+    const int64_t bytes = numel(s.shape) * dtype_size(s.dtype);
+    if (bytes > 0)
+      check(d.cuMemcpyDtoHAsync(static_cast<std::byte*>(readback_) + offset, address(outputs_.at(node)), static_cast<size_t>(bytes),
+                                ctx_->stream),
+            "cuMemcpyDtoHAsync");
   }
 }
 
@@ -257,6 +286,7 @@ void CudaExecutable::enqueue_all(int k) {
   enqueue_prologue(k);
   for (const Step& s : steps_) enqueue_step(s);
   enqueue_updates();
+  enqueue_readback();
 }
 
 void CudaExecutable::enqueue_prologue(int k) {
@@ -349,6 +379,7 @@ void CudaExecutable::profile_execution(int k) {
     check(d.cuEventRecord(events[i + 1], stream), "cuEventRecord");
   }
   enqueue_updates();
+  enqueue_readback();
   check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   const bool detail = std::string(std::getenv("TG_PROFILE")) == "2" && executions_ == 3;
   for (size_t i = 0; i < steps_.size(); ++i) {
@@ -376,13 +407,17 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   check(d.cuStreamSynchronize(ctx_->stream), "cuStreamSynchronize (the step failed)");
   launched_[0] = launched_[1] = false;
   int err = 0;
-  check(d.cuMemcpyDtoH(&err, err_.get(), sizeof err), "cuMemcpyDtoH");
+  std::memcpy(&err, readback_, sizeof err);
   if (err != 0)
     throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset or a "
                      "cross_entropy target); "
                      "run it on Device::cpu() for the exact position");
   const Slot& s = slots_[static_cast<size_t>(node)];
-  check(d.cuMemcpyDtoH(host, address(it->second), static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype))), "cuMemcpyDtoH");
+  const auto bytes = static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype));
+  if (auto rb = readback_offset_.find(node); rb != readback_offset_.end())
+    std::memcpy(host, static_cast<const std::byte*>(readback_) + rb->second, bytes);
+  else
+    check(d.cuMemcpyDtoH(host, address(it->second), bytes), "cuMemcpyDtoH");
 }
 
 std::string CudaExecutable::step_line(const Step& s) const {

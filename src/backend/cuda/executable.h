@@ -237,6 +237,13 @@ class CudaExecutable final : public Executable {
   };
   std::vector<UpdateCopy> update_copies_;
   std::unordered_map<int32_t, Place> outputs_;  // output node → dense place valid after the step
+  // Small outputs (a loss, sampled token ids) and the error word come back inside the step:
+  // its graph ends with copies into this pinned block, so reading one costs a wait, not a copy.
+  void* readback_ = nullptr;
+  std::unordered_map<int32_t, int64_t> readback_offset_;  // output node → byte offset (the error word at 0)
+  int64_t readback_bytes_ = 0;
+  void plan_readback();
+  void enqueue_readback();
   MemoryStats memory_;
   void* graph_[2] = {nullptr, nullptr};       // CUgraph, per staging buffer
   void* graph_exec_[2] = {nullptr, nullptr};  // CUgraphExec
