@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what tensorgrad needs to build on Debian 12 (as root, or via sudo):
-# a C++20 compiler, CMake, Ninja, OpenBLAS (its OpenMP build) and GoogleTest. Skips packages already present.
+# a C++20 compiler, CMake, Ninja, OpenBLAS (its OpenMP build) and GoogleTest, and the
+# `fortunes` text corpus that examples/char_lm trains on. Skips packages already present.
 set -euo pipefail
-packages=(g++ cmake ninja-build libopenblas-dev libopenblas-openmp-dev libgtest-dev pkg-config)
+packages=(g++ cmake ninja-build libopenblas-dev libopenblas-openmp-dev libgtest-dev pkg-config fortunes)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
