@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <tensorgrad/program.h>
 
@@ -23,6 +24,13 @@ inline std::string gpu_skip_reason() {
     return std::string("no usable GPU (cuda:0 needs the CUDA driver, a GPU, NVRTC and cuBLASLt), GPU tests skipped");
   }();
   return why;
+}
+
+/// Every backend this machine runs: ref and cpu, and cuda when there is a usable GPU.
+inline std::vector<tg::Device> all_devices() {
+  std::vector<tg::Device> d{tg::Device::ref(), tg::Device::cpu()};
+  if (gpu_skip_reason().empty()) d.push_back(tg::Device::cuda());
+  return d;
 }
 
 /// Runs `fn`, which must throw E, and returns the exception's message.

@@ -18,11 +18,7 @@ using namespace tg;
 const nn::GptConfig kConfig{.vocab = 37, .seq_len = 24, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2};
 constexpr int64_t kCache = 20;
 
-std::vector<Device> devices() {
-  std::vector<Device> d{Device::ref(), Device::cpu()};
-  if (tg::testing::gpu_skip_reason().empty()) d.push_back(Device::cuda());
-  return d;
-}
+std::vector<Device> devices() { return tg::testing::all_devices(); }
 
 Generator make_generator(nn::Gpt& model, int64_t batch, int64_t prefill_len, Device device) {
   Generator g(

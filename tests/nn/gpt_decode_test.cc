@@ -21,11 +21,7 @@ using namespace tg;
 const nn::GptConfig kConfig{.vocab = 37, .seq_len = 16, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2, .tied_head = false};
 constexpr int64_t kCache = 12;
 
-std::vector<Device> devices() {
-  std::vector<Device> d{Device::ref(), Device::cpu()};
-  if (tg::testing::gpu_skip_reason().empty()) d.push_back(Device::cuda());
-  return d;
-}
+std::vector<Device> devices() { return tg::testing::all_devices(); }
 
 Program cached_program(nn::Gpt& model, int64_t batch, int64_t tokens, Device device) {
   return compile_forward(

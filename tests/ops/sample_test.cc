@@ -20,11 +20,7 @@ using namespace tg;
 
 struct NoParams : Module {};
 
-std::vector<Device> devices() {
-  std::vector<Device> d{Device::ref(), Device::cpu()};
-  if (tg::testing::gpu_skip_reason().empty()) d.push_back(Device::cuda());
-  return d;
-}
+std::vector<Device> devices() { return tg::testing::all_devices(); }
 
 constexpr int64_t kRows = 20000;
 const std::vector<float> kLogits{1.0f, 0.5f, 0.0f, -0.5f, 2.0f, -1.0f, 1.0f};  // two tied at 1.0

@@ -15,11 +15,7 @@ using namespace tg;
 
 struct NoParams : Module {};
 
-std::vector<Device> devices() {
-  std::vector<Device> d{Device::ref(), Device::cpu()};
-  if (tg::testing::gpu_skip_reason().empty()) d.push_back(Device::cuda());
-  return d;
-}
+std::vector<Device> devices() { return tg::testing::all_devices(); }
 
 class State : public ::testing::TestWithParam<Device> {};
 
