@@ -73,6 +73,31 @@ Tensor dropout(const Tensor& x, double p, Loc loc = Loc::current());
 /// Whether the program being traced is a training program (compile_train) or not.
 bool is_training();
 
+// ---- state-space models (Mamba) --------------------------------------------------------
+struct SelectiveScanOptions {
+  Tensor D = {};           ///< [D]: y += D·u (the skip connection); empty: none
+  Tensor z = {};           ///< [B, D, L]: y ·= silu(z) (the gate); empty: none
+  Tensor delta_bias = {};  ///< [D]: added to delta before the softplus; empty: none
+  bool delta_softplus = false;
+};
+struct SelectiveScanResult {
+  Tensor y;           ///< [B, D, L]
+  Tensor last_state;  ///< [B, D, N]: h after the last step (before D and z)
+};
+/// Mamba's selective scan, state-spaces/mamba's selective_scan_ref semantics: with
+/// Δ = softplus?(delta + delta_bias), h_l = exp(Δ_l·A)·h_{l−1} + Δ_l·B_l·u_l (h_{−1} = 0) and
+/// y_l = C_l·h_l + D·u_l, gated by silu(z). u, delta [B, D, L] (channels first, as the
+/// reference); A [D, N]; B and C [B, N, L], or [B, G, N, L] grouped (channel d reads group
+/// d / (D/G)). The recurrence is one primitive with its own backward; the softplus is the
+/// overflow-safe max(x, 0) + log1p(exp(−|x|)).
+SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                                   const SelectiveScanOptions& options = {}, Loc loc = Loc::current());
+/// Depthwise causal convolution over the last axis: x [B, D, L] (channels first, as Mamba's
+/// causal_conv1d), weight [D, K], optional bias [D]; y[b, d, l] = Σ_k weight[d, k]·x[b, d,
+/// l − K + 1 + k] (zeros before the start) + bias[d]. Written as K shifted products of a padded
+/// x, which fuse into one kernel, forward and backward.
+Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
+
 // ---- attention -----------------------------------------------------------------------
 struct AttentionOptions {
   bool causal = true;

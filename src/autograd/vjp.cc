@@ -208,6 +208,19 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       dr.attrs = n.attrs;
       return {ir::emit(graph, std::move(dr)), Tensor()};
     }
+    case Op::kSelectiveScan: {
+      // One primitive gives every input's gradient, packed [du | ddelta | dA | dB | dC].
+      ir::Node gr = ir::make_node(Op::kSelectiveScanGrad, {n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3], n.inputs[4], g.id()}, loc);
+      const Tensor packed = ir::emit(graph, std::move(gr));
+      std::vector<Tensor> out;
+      int64_t at = 0;
+      for (size_t i = 0; i < 5; ++i) {
+        const int64_t count = numel(in_shape[i]);
+        out.push_back(reshape(slice(packed, 0, at, at + count, 1, loc), in_shape[i], loc));
+        at += count;
+      }
+      return out;
+    }
     case Op::kAttention: {
       ir::Node gr = ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id(), id}, loc);
       gr.attrs = n.attrs;
@@ -219,7 +232,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     }
     // Backward-only primitives and randomness: no gradient (no second derivatives yet).
     case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:
-    case Op::kAttentionGrad: case Op::kGeluTanhGrad: case Op::kReluGrad:
+    case Op::kAttentionGrad: case Op::kGeluTanhGrad: case Op::kReluGrad: case Op::kSelectiveScanGrad:
       return std::vector<Tensor>(n.inputs.size());
   }
   return std::vector<Tensor>(n.inputs.size());

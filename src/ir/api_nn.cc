@@ -215,6 +215,66 @@ Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   return emit(g, std::move(n));
 }
 
+SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                                   const SelectiveScanOptions& options, Loc loc) {
+  Arg au(u, loc), ad(delta, loc), aa(A, loc), ab(B, loc), ac(C, loc);
+  Graph& g = graph_for("selective_scan", {&au, &ad, &aa, &ab, &ac}, loc);
+  if (u.rank() != 3) api_fail("selective_scan", "u must be [B, D, L], got " + shape_str(u.shape()), loc);
+  if (A.rank() != 2) api_fail("selective_scan", "A must be [D, N], got " + shape_str(A.shape()), loc);
+  const int64_t batch = u.shape()[0], channels = u.shape()[1], len = u.shape()[2], states = A.shape()[1];
+  auto grouped = [&](const Tensor& x, const char* what) {
+    if (x.rank() == 3) return reshape(x, {x.shape()[0], 1, x.shape()[1], x.shape()[2]}, loc);
+    if (x.rank() != 4) api_fail("selective_scan", std::string(what) + " must be [B, N, L] or [B, G, N, L], got " + shape_str(x.shape()), loc);
+    return x;
+  };
+  Tensor d = cast(delta, DType::kF32, loc);
+  if (options.delta_bias.valid()) {
+    if (options.delta_bias.shape() != Shape{channels})
+      api_fail("selective_scan", "delta_bias must be [D] = [" + std::to_string(channels) + "], got " + shape_str(options.delta_bias.shape()), loc);
+    d = add(d, reshape(options.delta_bias, {channels, 1}, loc), loc);
+  }
+  if (options.delta_softplus) d = softplus(d, loc);
+  Node n = make_node(Op::kSelectiveScan,
+                     {cast(u, DType::kF32, loc).id(), d.id(), cast(A, DType::kF32, loc).id(), grouped(B, "B").id(), grouped(C, "C").id()},
+                     loc);
+  const Tensor packed = emit(g, std::move(n));
+  const int64_t ny = batch * channels * len;
+  SelectiveScanResult r;
+  r.y = reshape(slice(packed, 0, 0, ny, 1, loc), {batch, channels, len}, loc);
+  r.last_state = reshape(slice(packed, 0, ny, ny + batch * channels * states, 1, loc), {batch, channels, states}, loc);
+  if (options.D.valid()) {
+    if (options.D.shape() != Shape{channels})
+      api_fail("selective_scan", "D must be [D] = [" + std::to_string(channels) + "], got " + shape_str(options.D.shape()), loc);
+    r.y = add(r.y, mul(u, reshape(options.D, {channels, 1}, loc), loc), loc);
+  }
+  if (options.z.valid()) {
+    if (options.z.shape() != u.shape())
+      api_fail("selective_scan", "z must have u's shape " + shape_str(u.shape()) + ", got " + shape_str(options.z.shape()), loc);
+    r.y = mul(r.y, silu(options.z, loc), loc);
+  }
+  return r;
+}
+
+Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc) {
+  if (x.rank() != 3) api_fail("causal_conv1d", "x must be [B, D, L], got " + shape_str(x.shape()), loc);
+  const int64_t channels = x.shape()[1], len = x.shape()[2];
+  if (weight.rank() != 2 || weight.shape()[0] != channels || weight.shape()[1] < 1)
+    api_fail("causal_conv1d", "weight must be [D, K] = [" + std::to_string(channels) + ", K], got " + shape_str(weight.shape()), loc);
+  const int64_t taps = weight.shape()[1];
+  const Tensor padded = pad(x, 2, taps - 1, 0, 0.0, loc);
+  Tensor y;
+  for (int64_t k = 0; k < taps; ++k) {
+    const Tensor term = mul(slice(padded, 2, k, k + len, 1, loc), slice(weight, 1, k, k + 1, 1, loc), loc);
+    y = y.valid() ? add(y, term, loc) : term;
+  }
+  if (bias.valid()) {
+    if (bias.shape() != Shape{channels})
+      api_fail("causal_conv1d", "bias must be [D] = [" + std::to_string(channels) + "], got " + shape_str(bias.shape()), loc);
+    y = add(y, reshape(bias, {channels, 1}, loc), loc);
+  }
+  return y;
+}
+
 Tensor gelu(const Tensor& x, GeluApprox approx, Loc loc) {
   if (approx == GeluApprox::kErf)  // x·Φ(x) = ½x(1 + erf(x/√2))
     return mul(mul(x, 0.5, loc), add(erf(mul(x, std::numbers::sqrt2 / 2, loc), loc), 1.0, loc), loc);

@@ -280,6 +280,30 @@ void infer(const Graph& g, Node& n) {
       n.dtype = DType::kF32;
       return;
     }
+    case Op::kSelectiveScan:
+    case Op::kSelectiveScanGrad: {
+      const Shape& u = in(0).shape;
+      const Shape& a = in(2).shape;
+      const Shape& bm = in(3).shape;
+      for (size_t i = 0; i < 5; ++i)
+        if (in(i).dtype != DType::kF32) fail(g, n, "operands must be f32");
+      if (u.size() != 3) fail(g, n, "u must be [B, D, L]");
+      if (in(1).shape != u) fail(g, n, "delta must have u's shape [B, D, L]");
+      if (a.size() != 2 || a[0] != u[1]) fail(g, n, "A must be [D, N]");
+      if (bm.size() != 4 || bm[0] != u[0] || bm[2] != a[1] || bm[3] != u[2])
+        fail(g, n, "B must be [B, G, N, L] (or [B, N, L] at the API)");
+      if (in(4).shape != bm) fail(g, n, "C must have B's shape");
+      if (bm[1] < 1 || u[1] % bm[1] != 0) fail(g, n, "the channels must be a multiple of the groups of B and C");
+      const int64_t packed = numel(u) + u[0] * u[1] * a[1];
+      if (n.op == Op::kSelectiveScanGrad) {
+        if (in(5).dtype != DType::kF32 || in(5).shape != Shape{packed}) fail(g, n, "dout must match the packed output");
+        n.shape = {2 * numel(u) + numel(a) + 2 * numel(bm)};
+      } else {
+        n.shape = {packed};
+      }
+      n.dtype = DType::kF32;
+      return;
+    }
     case Op::kAttentionAt: {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;

@@ -39,7 +39,7 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
       return blas_operand(view, shape).has_value();
     case Op::kGather: case Op::kScatterAdd: case Op::kRandom: case Op::kDropout:
       return true;  // strided readers: embedding ids arrive broadcast along the feature axis
-    case Op::kUpdateSlice: case Op::kSample:
+    case Op::kUpdateSlice: case Op::kSample: case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
       return is_contiguous(view, shape);
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
       return shape.size() == 1 || is_contiguous(view, shape);  // 1-D targets/dloss strided; logits dense
@@ -559,6 +559,22 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       if (drop) touched.push_back(&x);
       add_step({id}, touched, {&out}, [this, node, x, key, drop, out] {
         return make_random(node, drop ? view(x) : View{}, view(key), f32(view(out).data));
+      });
+      return;
+    }
+    case Op::kSelectiveScan:
+    case Op::kSelectiveScanGrad: {
+      std::vector<Place> ops;
+      for (size_t i = 0; i < n.inputs.size(); ++i) ops.push_back(readable(g, id, n.inputs[i], is_contiguous));
+      const Place out = own_node(g, id);
+      const ir::Node node = n;
+      const Shape us = in(0).shape, bs = in(3).shape;
+      std::vector<const Place*> touched;
+      for (const Place& p : ops) touched.push_back(&p);
+      add_step({id}, touched, {&out}, [this, node, us, bs, ops, out] {
+        std::vector<const float*> ptrs;
+        for (const Place& p : ops) ptrs.push_back(f32(view(p).data));
+        return make_selective_scan(node, us, bs, ptrs, f32(view(out).data));
       });
       return;
     }

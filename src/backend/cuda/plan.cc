@@ -572,6 +572,9 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       }
       return;
     }
+    case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
+      throw DeviceError(std::string("[cuda] ") + ir::op_name(n.op) +
+                        " is not implemented on the CUDA backend yet (issue 7); run Mamba models on Device::cpu()");
     default:
       throw Error(std::string("[cuda] no kernel for ") + ir::op_name(n.op) + " (" + node_ref(g, id) + ")");
   }

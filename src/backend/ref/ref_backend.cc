@@ -321,7 +321,8 @@ class RefExecutableImpl final : public RefExecutable {
       case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
       case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
-      case Op::kAttention: case Op::kAttentionGrad: case Op::kAttentionAt: {
+      case Op::kAttention: case Op::kAttentionGrad: case Op::kAttentionAt: case Op::kSelectiveScan:
+      case Op::kSelectiveScanGrad: {
         std::vector<const Node*> nodes;
         std::vector<const Values*> vals;
         for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -302,6 +302,60 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
   return out;
 }
 
+/// selective_scan and its gradient (ops.def) by the recurrence itself, in double: the forward
+/// keeps every state; the backward walks them in reverse with dh_l = C_l·dy_l + a_{l+1}·dh_{l+1}.
+Values selective_scan(const Node& n, const std::vector<const Node*>& nodes, const std::vector<const Values*>& in) {
+  const Shape& us = nodes[0]->shape;
+  const Shape& bs = nodes[3]->shape;
+  const int64_t B = us[0], D = us[1], L = us[2], G = bs[1], N = bs[2], per = D / G;
+  const Values &u = *in[0], &dl = *in[1], &A = *in[2], &Bm = *in[3], &Cm = *in[4];
+  auto ui = [&](int64_t b, int64_t d, int64_t l) { return static_cast<size_t>((b * D + d) * L + l); };
+  auto bi = [&](int64_t b, int64_t g, int64_t k, int64_t l) { return static_cast<size_t>(((b * G + g) * N + k) * L + l); };
+  auto ai = [&](int64_t d, int64_t k) { return static_cast<size_t>(d * N + k); };
+  const bool grad = n.op == Op::kSelectiveScanGrad;
+  const int64_t nu = B * D * L, na = D * N, nb = B * G * N * L;
+  Values out(static_cast<size_t>(grad ? 2 * nu + na + 2 * nb : nu + B * D * N), 0.0);
+  std::vector<double> h(static_cast<size_t>((L + 1) * N));  // h[(l + 1)·N + k] = h_l, h_{−1} = 0
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t g = d / per;
+      std::fill(h.begin(), h.end(), 0.0);
+      for (int64_t l = 0; l < L; ++l) {
+        double y = 0;
+        for (int64_t k = 0; k < N; ++k) {
+          const double a = std::exp(dl[ui(b, d, l)] * A[ai(d, k)]);
+          double& hk = h[static_cast<size_t>((l + 1) * N + k)];
+          hk = a * h[static_cast<size_t>(l * N + k)] + dl[ui(b, d, l)] * Bm[bi(b, g, k, l)] * u[ui(b, d, l)];
+          y += Cm[bi(b, g, k, l)] * hk;
+        }
+        if (!grad) out[ui(b, d, l)] = y;
+      }
+      if (!grad) {
+        for (int64_t k = 0; k < N; ++k) out[static_cast<size_t>(nu + (b * D + d) * N + k)] = h[static_cast<size_t>(L * N + k)];
+        continue;
+      }
+      const Values& dout = *in[5];
+      std::vector<double> dh(static_cast<size_t>(N));
+      for (int64_t k = 0; k < N; ++k) dh[static_cast<size_t>(k)] = dout[static_cast<size_t>(nu + (b * D + d) * N + k)];
+      for (int64_t l = L - 1; l >= 0; --l) {
+        const double dy = dout[ui(b, d, l)], del = dl[ui(b, d, l)], uu = u[ui(b, d, l)];
+        for (int64_t k = 0; k < N; ++k) {
+          const double hl = h[static_cast<size_t>((l + 1) * N + k)], hp = h[static_cast<size_t>(l * N + k)];
+          const double a = std::exp(del * A[ai(d, k)]), bb = Bm[bi(b, g, k, l)];
+          double& dk = dh[static_cast<size_t>(k)];
+          dk += Cm[bi(b, g, k, l)] * dy;
+          out[static_cast<size_t>(2 * nu + na + nb) + bi(b, g, k, l)] += dy * hl;   // dC
+          out[ui(b, d, l)] += dk * del * bb;                                          // du
+          out[static_cast<size_t>(nu) + ui(b, d, l)] += dk * (hp * a * A[ai(d, k)] + bb * uu);  // ddelta
+          out[static_cast<size_t>(2 * nu) + ai(d, k)] += dk * hp * a * del;           // dA
+          out[static_cast<size_t>(2 * nu + na) + bi(b, g, k, l)] += dk * del * uu;    // dB
+          dk *= a;
+        }
+      }
+    }
+  return out;
+}
+
 }  // namespace
 
 Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const std::vector<const Values*>& in) {
@@ -341,6 +395,9 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const
     case Op::kAttentionGrad:
     case Op::kAttentionAt:
       return attention(n, in_nodes, in);
+    case Op::kSelectiveScan:
+    case Op::kSelectiveScanGrad:
+      return selective_scan(n, in_nodes, in);
     default:
       throw Error(std::string("[ref] ") + ir::op_name(n.op) + " is not an NN primitive");
   }
