@@ -9,5 +9,6 @@
 #include "tensorgrad/nn.h"
 #include "tensorgrad/optim.h"
 #include "tensorgrad/generate.h"
+#include "tensorgrad/mamba.h"
 #include "tensorgrad/program.h"
 #include "tensorgrad/tensor.h"
