@@ -37,6 +37,10 @@ struct GeneratorOptions {
   int64_t prefill_len = 0;
   Device device = Device::best();
   Precision precision = Precision::kFp32;
+  /// false: no prefill program; prompts go through the decode program one token at a time.
+  /// Needed by recurrent models (nn::MambaLM), whose state a padded or repeated window would
+  /// corrupt; any model works this way, one call per prompt token.
+  bool prefill = true;
 };
 
 struct GenerateOptions {
@@ -68,7 +72,8 @@ class Generator {
   /// Batch-1 convenience: the continuation of one prompt.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options = {});
 
-  /// The programs (e.g. to init_params, load a checkpoint or describe() them).
+  /// The programs (e.g. to init_params, load a checkpoint or describe() them); prefill() is
+  /// empty with GeneratorOptions{.prefill = false}.
   Program& prefill() { return prefill_; }
   Program& decode() { return decode_; }
   const GeneratorOptions& options() const { return options_; }

@@ -38,6 +38,11 @@ class Mamba : public Module {
  public:
   Mamba(Module& parent, std::string name, MambaConfig config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  /// One recurrent step for inference: x [B, 1, d_model] → [B, 1, d_model], reading and updating
+  /// the states "<path>.conv_state" [B, d_inner, d_conv − 1] (the last inputs of the conv) and
+  /// "<path>.ssm_state" [B, d_inner, d_state] (tg::state: zeros at first, reset_state() for a
+  /// new sequence). Steps from zero states give the full forward's outputs, token by token.
+  Tensor step(const Tensor& x, Loc loc = Loc::current()) const;
   const MambaConfig config;
   const int64_t d_inner, dt_rank;
   Linear in_proj;
@@ -68,6 +73,12 @@ class MambaLM : public Module {
   Tensor logits(const Tensor& ids, Loc loc = Loc::current()) const;
   /// Mean next-token cross-entropy of logits(ids) against targets [B, L] (ignore_index skipped).
   Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100, Loc loc = Loc::current()) const;
+  /// One recurrent step: ids [B, 1] → logits [B, 1, vocab], through every layer's Mamba::step.
+  Tensor logits_step(const Tensor& ids, Loc loc = Loc::current()) const;
+  /// logits_step in tg::Generator's CachedLm form (positions and cache length are not needed by
+  /// a recurrent model): use it with GeneratorOptions{.prefill = false}. More than one token at
+  /// once is a ShapeError.
+  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const MambaLMConfig config;
 
  private:

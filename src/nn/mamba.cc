@@ -93,6 +93,37 @@ Tensor Mamba::operator()(const Tensor& x, Loc loc) const {
   return out_proj(permute(s.y, {0, 2, 1}, loc), loc);
 }
 
+Tensor Mamba::step(const Tensor& x, Loc loc) const {
+  if (x.rank() != 3 || x.shape()[1] != 1 || x.shape()[2] != config.d_model)
+    throw ShapeError("[Mamba] '" + path() + "' steps one token: expects [B, 1, " + std::to_string(config.d_model) + "], got " +
+                     shape_str(x.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  const int64_t batch = x.shape()[0], n = config.d_state, r = dt_rank, di = d_inner, k = config.d_conv;
+  const Tensor xz = reshape(in_proj(x, loc), {batch, 2 * di}, loc);
+  const Tensor xs = slice(xz, 1, 0, di, 1, loc), z = slice(xz, 1, di, 2 * di, 1, loc);
+  // The conv's window: its last k − 1 inputs (state) and this one.
+  Tensor window = reshape(xs, {batch, di, 1}, loc);
+  if (k > 1) {
+    const Tensor conv_state = state(path() + ".conv_state", {batch, di, k - 1});
+    window = concat({conv_state, window}, 2, loc);
+    assign(conv_state, slice(window, 2, 1, k, 1, loc), loc);
+  }
+  Tensor xc = sum(mul(window, conv1d.weight.tensor(loc), loc), {2}, false, loc);  // [B, di]
+  if (conv1d.bias) xc = add(xc, conv1d.bias->tensor(loc), loc);
+  const Tensor xa = silu(xc, loc);
+  const Tensor x_dbl = x_proj(xa, loc);  // [B, r + 2n]
+  const Tensor delta = softplus(dt_proj(slice(x_dbl, 1, 0, r, 1, loc), loc), loc);  // [B, di], bias inside
+  const Tensor Bm = reshape(slice(x_dbl, 1, r, r + n, 1, loc), {batch, 1, n}, loc);
+  const Tensor Cm = reshape(slice(x_dbl, 1, r + n, r + 2 * n, 1, loc), {batch, 1, n}, loc);
+  const Tensor A = neg(exp(A_log.tensor(loc), loc), loc);  // [di, n]
+  const Tensor d3 = reshape(delta, {batch, di, 1}, loc);
+  const Tensor h = state(path() + ".ssm_state", {batch, di, n});
+  const Tensor h_new = add(mul(exp(mul(d3, A, loc), loc), h, loc), mul(mul(d3, reshape(xa, {batch, di, 1}, loc), loc), Bm, loc), loc);
+  assign(h, h_new, loc);
+  Tensor y = add(sum(mul(h_new, Cm, loc), {2}, false, loc), mul(xa, D.tensor(loc), loc), loc);
+  y = mul(y, silu(z, loc), loc);
+  return reshape(out_proj(y, loc), {batch, 1, config.d_model}, loc);
+}
+
 MambaLM::Layer::Layer(Module& parent, std::string name, const MambaLMConfig& c, int64_t layers)
     : Module(parent, std::move(name)),
       norm(*this, "norm", c.d_model, c.norm_eps),
@@ -117,6 +148,18 @@ Tensor MambaLM::logits(const Tensor& ids, Loc loc) const {
   for (const auto& layer : layers_) h = add(h, layer->mixer(layer->norm(h, loc), loc), loc);
   return matmul((*norm_f_)(h, loc), transpose(embedding_->weight.tensor(loc), 0, 1, loc), loc);
 }
+
+Tensor MambaLM::logits_step(const Tensor& ids, Loc loc) const {
+  if (ids.rank() != 2 || ids.dtype() != DType::kI32 || ids.shape()[1] != 1)
+    throw ShapeError("[MambaLM] '" + path() + "' steps one token per sequence: expects i32 ids [B, 1], got " + dtype_name(ids.dtype()) +
+                     shape_str(ids.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) +
+                     "); with tg::Generator, set GeneratorOptions{.prefill = false}");
+  Tensor h = (*embedding_)(ids, loc);
+  for (const auto& layer : layers_) h = add(h, layer->mixer.step(layer->norm(h, loc), loc), loc);
+  return matmul((*norm_f_)(h, loc), transpose(embedding_->weight.tensor(loc), 0, 1, loc), loc);
+}
+
+Tensor MambaLM::logits_cached(const Tensor& ids, const Tensor&, int64_t, Loc loc) const { return logits_step(ids, loc); }
 
 Tensor MambaLM::loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index, Loc loc) const {
   const Tensor l = logits(ids, loc);

@@ -31,6 +31,7 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : o
   if (!step) throw InputError("[Generator] the model step is empty");
   const int64_t b = o.batch, p = o.prefill_len, cache = o.cache_len;
   const ForwardOptions base{.device = o.device, .precision = o.precision};
+  if (o.prefill) {
   ForwardOptions pre = base;
   pre.inputs = {{"ids", {b, p}, DType::kI32}, {"pos", {b}, DType::kI32}, {"last", {b}, DType::kI32},
                 {"params", {3}}, {"key", {2}, DType::kI32}};
@@ -45,6 +46,7 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : o
         return sample(reshape(row, {b, logits.shape()[2]}), params, key);
       },
       pre);
+  }
   ForwardOptions dec = base;
   dec.inputs = {{"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}, {"params", {3}}, {"key", {2}, DType::kI32}};
   decode_ = compile_forward(
@@ -78,38 +80,77 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   int32_t counter = 0;
   auto key = [&] { return std::vector<int32_t>{static_cast<int32_t>(options.seed), counter}; };
 
-  prefill_.reset_state();
-  std::vector<int32_t> next;
-  for (int64_t c = 0; c * p < longest; ++c) {
-    std::vector<int32_t> ids(static_cast<size_t>(o.batch * p), 0), pos(b), last(b);
-    for (size_t i = 0; i < b; ++i) {
-      const auto len = static_cast<int64_t>(prompts[i].size());
-      const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
-      for (int64_t t = 0; t < p && start + t < len; ++t)
-        ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompts[i][static_cast<size_t>(start + t)];
-      pos[i] = static_cast<int32_t>(start);
-      last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
-    }
-    next = prefill_.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
-  }
-
+  decode_.reset_state();
   std::vector<std::vector<int32_t>> out(b);
   std::vector<bool> active(b, options.max_new_tokens > 0);
-  while (true) {
-    // Take the tokens just sampled.
+  // Takes the tokens just sampled for the sequences in `fresh`; false when the callback asks
+  // to stop.
+  auto take = [&](const std::vector<int32_t>& next, const std::vector<bool>& fresh) {
     for (size_t i = 0; i < b; ++i) {
-      if (!active[i]) continue;
+      if (!active[i] || !fresh[i]) continue;
       const int32_t t = next[i];
       if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), t) != options.stop_tokens.end()) {
         active[i] = false;
         continue;
       }
       out[i].push_back(t);
-      if (options.on_token && !options.on_token(static_cast<int64_t>(i), t)) return out;
+      if (options.on_token && !options.on_token(static_cast<int64_t>(i), t)) return false;
       const auto length = static_cast<int64_t>(prompts[i].size() + out[i].size());
       if (static_cast<int64_t>(out[i].size()) >= options.max_new_tokens || length >= cache) active[i] = false;
     }
-    if (std::none_of(active.begin(), active.end(), [](bool a) { return a; })) return out;
+    return true;
+  };
+  std::vector<int32_t> next;
+  if (o.prefill) {
+    for (int64_t c = 0; c * p < longest; ++c) {
+      std::vector<int32_t> ids(static_cast<size_t>(o.batch * p), 0), pos(b), last(b);
+      for (size_t i = 0; i < b; ++i) {
+        const auto len = static_cast<int64_t>(prompts[i].size());
+        const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
+        for (int64_t t = 0; t < p && start + t < len; ++t)
+          ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompts[i][static_cast<size_t>(start + t)];
+        pos[i] = static_cast<int32_t>(start);
+        last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
+      }
+      next = prefill_.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
+    }
+  } else {
+    // Every prompt token but the last through the decode program; the sequences with shorter
+    // prompts start generating meanwhile, one step per call like the rest.
+    for (int64_t s = 0; s + 1 < longest; ++s) {
+      std::vector<int32_t> ids(b, 0), pos(b, 0);
+      std::vector<bool> fresh(b, false);
+      for (size_t i = 0; i < b; ++i) {
+        const auto len = static_cast<int64_t>(prompts[i].size());
+        if (s < len) {
+          ids[i] = prompts[i][static_cast<size_t>(s)];
+          pos[i] = static_cast<int32_t>(s);
+        } else if (active[i]) {
+          ids[i] = out[i].back();
+          pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
+        }
+        fresh[i] = s + 1 >= len;
+      }
+      next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
+      ++counter;
+      if (!take(next, fresh)) return out;
+    }
+    // The last prompt token of the longest prompts (and one step of the others).
+    std::vector<int32_t> ids(b, 0), pos(b, 0);
+    for (size_t i = 0; i < b; ++i) {
+      const auto len = static_cast<int64_t>(prompts[i].size());
+      if (len == longest) {
+        ids[i] = prompts[i].back();
+        pos[i] = static_cast<int32_t>(len - 1);
+      } else if (active[i]) {
+        ids[i] = out[i].back();
+        pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
+      }
+    }
+    next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
+  }
+  if (!take(next, std::vector<bool>(b, true))) return out;
+  while (std::any_of(active.begin(), active.end(), [](bool a) { return a; })) {
     // Feed each active sequence's newest token at its position; a finished one idles at 0.
     std::vector<int32_t> ids(b, 0), pos(b, 0);
     for (size_t i = 0; i < b; ++i)
@@ -119,7 +160,9 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
       }
     ++counter;
     next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
+    if (!take(next, std::vector<bool>(b, true))) return out;
   }
+  return out;
 }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options) {
