@@ -1,7 +1,8 @@
 // selective_scan and its gradient (ops.def) on the CPU. The recurrence is sequential in L and
 // independent across (batch, channel), so one work unit is a (b, d) pair, and inside it the N
-// states of the channel are a short vector the compiler vectorises (the exp, the update and the
-// C·h sum run over n). Units run in parallel over the threads.
+// states of the channel are a short vector the compiler vectorises: B and C are first
+// transposed to [B, G, L, N] so each step reads N contiguous values, and exp is the backend's
+// branch-free fastmath::exp. Units run in parallel over the threads.
 //
 // Backward: a unit first reruns its forward, keeping every state h_l (L·N floats of per-thread
 // scratch), then walks l downwards with dh_l = C_l·dy_l + a_{l+1}·dh_{l+1}. du, ddelta and dA
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/fastmath.h"
 
 namespace tg::backend::cpu {
 namespace {
@@ -24,6 +26,14 @@ constexpr int64_t kChannelBlock = 32;
 struct Dims {
   int64_t B, D, L, G, N, per;
 };
+
+/// [B·G, N, L] → [B·G, L, N].
+void to_steps_major(const float* in, int64_t bg, int64_t n, int64_t l, float* out) {
+#pragma omp parallel for schedule(static) if (bg * n * l > (int64_t{1} << 16))
+  for (int64_t i = 0; i < bg; ++i)
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t t = 0; t < l; ++t) out[(i * l + t) * n + k] = in[(i * n + k) * l + t];
+}
 
 }  // namespace
 
@@ -35,23 +45,29 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
   return [=] {
     const int64_t B = m.B, D = m.D, L = m.L, G = m.G, N = m.N;
     const int64_t nu = B * D * L, na = D * N, nb = B * G * N * L, units = B * D;
+    std::vector<float> bt(static_cast<size_t>(nb)), ct(static_cast<size_t>(nb));  // B and C as [B, G, L, N]
+    to_steps_major(Bm, B * G, N, L, bt.data());
+    to_steps_major(Cm, B * G, N, L, ct.data());
     if (!grad) {
 #pragma omp parallel
       {
-        std::vector<float> h(static_cast<size_t>(N));
+        std::vector<float> h(static_cast<size_t>(N)), e(static_cast<size_t>(N));
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < units; ++unit) {
           const int64_t b = unit / D, d = unit % D, g = d / m.per;
           const float* a_row = A + d * N;
+          float* __restrict hp = h.data();
+          float* __restrict ep = e.data();
           std::fill(h.begin(), h.end(), 0.0f);
           for (int64_t l = 0; l < L; ++l) {
             const float del = dl[unit * L + l], du = del * u[unit * L + l];
-            const float* bl = Bm + (b * G + g) * N * L + l;
-            const float* cl = Cm + (b * G + g) * N * L + l;
+            const float* __restrict bl = bt.data() + ((b * G + g) * L + l) * N;
+            const float* __restrict cl = ct.data() + ((b * G + g) * L + l) * N;
+            for (int64_t k = 0; k < N; ++k) ep[k] = fastmath::exp(del * a_row[k]);
             float y = 0;
             for (int64_t k = 0; k < N; ++k) {
-              h[static_cast<size_t>(k)] = std::exp(del * a_row[k]) * h[static_cast<size_t>(k)] + du * bl[k * L];
-              y += cl[k * L] * h[static_cast<size_t>(k)];
+              hp[k] = ep[k] * hp[k] + du * bl[k];
+              y += cl[k] * hp[k];
             }
             out[unit * L + l] = y;
           }
@@ -66,60 +82,65 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
     float* dB_out = out + 2 * nu + na;
     float* dC_out = out + 2 * nu + na + nb;
     const int64_t blocks = (D + kChannelBlock - 1) / kChannelBlock;
-    // Partial dB and dC per channel block: [blocks][B·G·N·L] each.
+    // Partial dB and dC per channel block: [blocks][B·G·L·N] each (steps-major, as bt and ct).
     std::vector<float> part_b(static_cast<size_t>(blocks * nb), 0.0f), part_c(static_cast<size_t>(blocks * nb), 0.0f);
     std::fill(dA_out, dA_out + na, 0.0f);
 #pragma omp parallel
     {
-      std::vector<float> hs(static_cast<size_t>((L + 1) * N)), dh(static_cast<size_t>(N));
+      // Per unit: every state h_l and every factor a_l = exp(Δ_l·A), L·N floats each.
+      std::vector<float> hs(static_cast<size_t>((L + 1) * N)), as(static_cast<size_t>(L * N)), dh(static_cast<size_t>(N));
 #pragma omp for schedule(static)
       for (int64_t blk = 0; blk < blocks; ++blk)
         for (int64_t d = blk * kChannelBlock; d < std::min(D, (blk + 1) * kChannelBlock); ++d)
           for (int64_t b = 0; b < B; ++b) {
             const int64_t unit = b * D + d, g = d / m.per;
-            const float* a_row = A + d * N;
-            const float* bb = Bm + (b * G + g) * N * L;
-            const float* cc = Cm + (b * G + g) * N * L;
-            float* pb = part_b.data() + blk * nb + (b * G + g) * N * L;
-            float* pc = part_c.data() + blk * nb + (b * G + g) * N * L;
-            std::fill(hs.begin(), hs.begin() + N, 0.0f);
+            const float* __restrict a_row = A + d * N;
+            const float* __restrict bb = bt.data() + (b * G + g) * L * N;
+            const float* __restrict cc = ct.data() + (b * G + g) * L * N;
+            float* __restrict pb = part_b.data() + blk * nb + (b * G + g) * L * N;
+            float* __restrict pc = part_c.data() + blk * nb + (b * G + g) * L * N;
+            float* __restrict h = hs.data();
+            float* __restrict ea = as.data();
+            float* __restrict dk = dh.data();
+            float* __restrict dA = dA_out + d * N;
+            std::fill(h, h + N, 0.0f);
             for (int64_t l = 0; l < L; ++l) {
               const float del = dl[unit * L + l], dbu = del * u[unit * L + l];
-              for (int64_t k = 0; k < N; ++k)
-                hs[static_cast<size_t>((l + 1) * N + k)] = std::exp(del * a_row[k]) * hs[static_cast<size_t>(l * N + k)] + dbu * bb[k * L + l];
+              for (int64_t k = 0; k < N; ++k) ea[l * N + k] = fastmath::exp(del * a_row[k]);
+              for (int64_t k = 0; k < N; ++k) h[(l + 1) * N + k] = ea[l * N + k] * h[l * N + k] + dbu * bb[l * N + k];
             }
-            std::memcpy(dh.data(), dout + nu + unit * N, static_cast<size_t>(N) * sizeof(float));
+            std::memcpy(dk, dout + nu + unit * N, static_cast<size_t>(N) * sizeof(float));
             for (int64_t l = L - 1; l >= 0; --l) {
               const float dy = dout[unit * L + l], del = dl[unit * L + l], uu = u[unit * L + l];
               float du = 0, ddl = 0;
               for (int64_t k = 0; k < N; ++k) {
-                const float hl = hs[static_cast<size_t>((l + 1) * N + k)], hp = hs[static_cast<size_t>(l * N + k)];
-                const float a = std::exp(del * a_row[k]), bv = bb[k * L + l];
-                float& dk = dh[static_cast<size_t>(k)];
-                dk += cc[k * L + l] * dy;
-                pc[k * L + l] += dy * hl;
-                du += dk * del * bv;
-                ddl += dk * (hp * a * a_row[k] + bv * uu);
-                dA_out[d * N + k] += dk * hp * a * del;
-                pb[k * L + l] += dk * del * uu;
-                dk *= a;
+                const float hl = h[(l + 1) * N + k], hp = h[l * N + k], a = ea[l * N + k], bv = bb[l * N + k];
+                const float dkk = dk[k] + cc[l * N + k] * dy;
+                pc[l * N + k] += dy * hl;
+                du += dkk * del * bv;
+                ddl += dkk * (hp * a * a_row[k] + bv * uu);
+                dA[k] += dkk * hp * a * del;
+                pb[l * N + k] += dkk * del * uu;
+                dk[k] = dkk * a;
               }
               du_out[unit * L + l] = du;
               ddl_out[unit * L + l] = ddl;
             }
           }
     }
-    // The blocks' partials, added in block order.
+    // The blocks' partials, added in block order and written back as [B, G, N, L].
 #pragma omp parallel for schedule(static) if (nb > (int64_t{1} << 14))
-    for (int64_t i = 0; i < nb; ++i) {
-      float sb = 0, sc = 0;
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        sb += part_b[static_cast<size_t>(blk * nb + i)];
-        sc += part_c[static_cast<size_t>(blk * nb + i)];
-      }
-      dB_out[i] = sb;
-      dC_out[i] = sc;
-    }
+    for (int64_t i = 0; i < B * G; ++i)
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t k = 0; k < N; ++k) {
+          float sb = 0, sc = 0;
+          for (int64_t blk = 0; blk < blocks; ++blk) {
+            sb += part_b[static_cast<size_t>(blk * nb + (i * L + t) * N + k)];
+            sc += part_c[static_cast<size_t>(blk * nb + (i * L + t) * N + k)];
+          }
+          dB_out[(i * N + k) * L + t] = sb;
+          dC_out[(i * N + k) * L + t] = sc;
+        }
   };
 }
 
