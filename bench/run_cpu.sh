@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 peer=${1:-../shared/bench/torch_peer.py}
 python=${PYTHON:-/usr/bin/python3}
-cmake --build build --target mlp_sin_bench gpt_bench decode_bench >/dev/null
+cmake --build build --target mlp_sin_bench gpt_bench decode_bench scan_bench >/dev/null
 log=$(mktemp -d)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
      "PyTorch $($python -c 'import torch; print(torch.__version__, "threads", torch.get_num_threads())')"
@@ -34,3 +34,8 @@ rm -rf "$log"
 echo
 ./build/bench/decode_bench cpu
 "$python" bench/decode_peer_cpu.py
+# selective_scan: Mamba's scan forward and backward at the CPU size (b 2, d 256, l 256, n 16),
+# against the peer's reference implementation.
+echo
+./build/bench/scan_bench cpu
+"$python" "$peer" --device cpu --only selective_scan

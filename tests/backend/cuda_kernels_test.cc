@@ -150,6 +150,12 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
   ls.push_back(cuda::sample_kernel(name(), 4, 50257));
+  for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16}, cuda::ScanShape{1, 6, 5, 3, 2}}) {
+    ls.push_back(cuda::scan_forward_kernel(name(), sh, false));
+    ls.push_back(cuda::scan_forward_kernel(name(), sh, true));
+    ls.push_back(cuda::scan_backward_kernel(name(), sh));
+    ls.push_back(cuda::scan_reduce_kernel(name(), sh));
+  }
   ls.push_back(cuda::attention_at_kernel(name(), {DType::kF32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(DType::kF32, {2, 4, 272, 64}),
                                          dense(DType::kF32, {2, 4, 272, 64}), dense(DType::kI32, {2}), 0.125));
   ls.push_back(cuda::attention_at_kernel(name(), dense(DType::kF32, {1, 2, 5, 200}), dense(DType::kF32, {1, 2, 9, 200}),

@@ -73,6 +73,24 @@ Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint6
 /// Params: (const float* q, const float* k, const float* v, const int* pos, float* out, int* err).
 Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v, const Operand& pos,
                            double scale);
+/// selective_scan (ops.def) over dense operands (selective_scan.cc).
+struct ScanShape {
+  int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
+};
+/// y and the last state into out (the packed output); with record_states, only the state at the
+/// start of every 16-step tile into states [B, D, tiles, N] (out untouched).
+/// Params: (const float* u, const float* delta, const float* A, const float* B, const float* C,
+/// float* out[, float* states]).
+Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool record_states);
+/// The number of tiles of a sequence of `length` steps (the states' third extent).
+int64_t scan_tile_count(int64_t length);
+/// du and ddelta into out (the packed gradient); each thread's dA, dB and dC terms into the
+/// parts ([B, D, N]; [B, N, L, D] twice). Params: (u, delta, A, B, C, dout, states, out, dA_part,
+/// dB_part, dC_part).
+Launch scan_backward_kernel(const std::string& name, const ScanShape& s);
+/// dA, dB and dC of out from the parts, summed in a fixed order. Params: (dA_part, dB_part,
+/// dC_part, out).
+Launch scan_reduce_kernel(const std::string& name, const ScanShape& s);
 /// sample (ops.def) of dense logits [rows, vocab]: one block per row. Params:
 /// (const float* logits, const float* params, const int* key, int* out).
 Launch sample_kernel(const std::string& name, int64_t rows, int64_t vocab);

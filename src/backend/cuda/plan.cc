@@ -572,9 +572,34 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       }
       return;
     }
-    case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
-      throw DeviceError(std::string("[cuda] ") + ir::op_name(n.op) +
-                        " is not implemented on the CUDA backend yet (issue 7); run Mamba models on Device::cpu()");
+    case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
+      const Shape& us = in(0).shape;
+      const Shape& bs = in(3).shape;
+      const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2]};
+      std::vector<Arg> ops;
+      for (size_t i = 0; i < 5; ++i) ops.push_back({dense(g, id, n.inputs[i])});
+      if (n.op == Op::kSelectiveScan) {
+        ops.push_back({own_node(g, id)});
+        add_kernel({id}, scan_forward_kernel(kKernelName, sh, false), std::move(ops));
+        return;
+      }
+      const Place dout = dense(g, id, n.inputs[5]);
+      const Place out = own_node(g, id);
+      const int64_t tiles = scan_tile_count(sh.length), parts = sh.batch * sh.states * sh.length * sh.channels;
+      const Place states = own(n, std::max<int64_t>(sh.batch * sh.channels * tiles * sh.states, 1) * 4, {sh.batch * sh.channels * tiles * sh.states}, Category::kScratch);
+      const Place da = own(n, std::max<int64_t>(sh.batch * sh.channels * sh.states, 1) * 4, {sh.batch * sh.channels * sh.states}, Category::kScratch);
+      const Place db = own(n, std::max<int64_t>(parts, 1) * 4, {parts}, Category::kScratch);
+      const Place dc = own(n, std::max<int64_t>(parts, 1) * 4, {parts}, Category::kScratch);
+      std::vector<Arg> fwd = ops;
+      fwd.push_back({out});
+      fwd.push_back({states});
+      add_kernel({id}, scan_forward_kernel(kKernelName, sh, true), std::move(fwd));
+      std::vector<Arg> bwd = ops;
+      for (const Place& p : {dout, states, out, da, db, dc}) bwd.push_back({p});
+      add_kernel({id}, scan_backward_kernel(kKernelName, sh), std::move(bwd));
+      add_kernel({id}, scan_reduce_kernel(kKernelName, sh), {{da}, {db}, {dc}, {out}});
+      return;
+    }
     default:
       throw Error(std::string("[cuda] no kernel for ") + ir::op_name(n.op) + " (" + node_ref(g, id) + ")");
   }
