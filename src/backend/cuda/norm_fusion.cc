@@ -207,6 +207,7 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   if (const int32_t reader = sole_consumer(last);
       !defer_off && rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
       g.node(reader).inputs[1] != last) {
+    own_node(g, last);  // placed now, so its group (a gain-only norm's lone ·w) is not planned again
     deferred_norms_[last] = std::move(dn);
     return true;
   }

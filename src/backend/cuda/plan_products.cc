@@ -48,13 +48,10 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     }
     return st;
   };
-  // A norm left for this product to apply (plan_norm_forward): its value gets a place now; the
-  // norm runs inside gemv_kernel, or as its own kernel before any step of the product.
+  // A norm left for this product to apply (plan_norm_forward placed its value): it runs inside
+  // gemv_kernel, or as its own kernel before any step of the product.
   const DeferredNorm* dn = nullptr;
-  if (auto it = deferred_norms_.find(n.inputs[0]); it != deferred_norms_.end()) {
-    dn = &it->second;
-    own_node(g, n.inputs[0]);
-  }
+  if (auto it = deferred_norms_.find(n.inputs[0]); it != deferred_norms_.end()) dn = &it->second;
   if (dn != nullptr && (k == 1 || n.inputs[1] == n.inputs[0])) {
     plan_deferred_norm(g, *dn);
     dn = nullptr;
