@@ -2,6 +2,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +34,34 @@ inline std::vector<tg::Device> all_devices() {
   std::vector<tg::Device> d{tg::Device::ref(), tg::Device::cpu()};
   if (gpu_skip_reason().empty()) d.push_back(tg::Device::cuda());
   return d;
+}
+
+/// max |a − b| over max |b|: a norm-wise relative difference of two same-length rows.
+inline double rel_diff(std::span<const float> a, std::span<const float> b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
+/// Greedy continuation by a full-forward program over ids [1, window] → logits [1, window,
+/// vocab]: the sequence padded with 0 goes through it, the first largest logit of its last
+/// position is appended, until `steps` tokens or `window` positions.
+inline std::vector<int32_t> greedy_by_full_forward(tg::Program& full, std::vector<int32_t> seq, int64_t steps, int64_t window,
+                                                   int64_t vocab) {
+  std::vector<int32_t> out;
+  while (static_cast<int64_t>(out.size()) < steps && static_cast<int64_t>(seq.size()) < window) {
+    std::vector<int32_t> padded = seq;
+    padded.resize(static_cast<size_t>(window), 0);
+    const std::vector<float> logits = full.run({{"ids", padded}}).f32();
+    const auto row = logits.begin() + static_cast<long>((seq.size() - 1) * static_cast<size_t>(vocab));
+    const auto best = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    out.push_back(best);
+    seq.push_back(best);
+  }
+  return out;
 }
 
 /// Runs `fn`, which must throw E, and returns the exception's message.

@@ -28,23 +28,11 @@ Generator make_generator(nn::Gpt& model, int64_t batch, int64_t prefill_len, Dev
   return g;
 }
 
-/// Greedy continuation by the plain forward: the whole sequence (padded to kCache) through
-/// model.logits, the first largest logit of its last position appended, until `steps` tokens
-/// or kCache positions.
-std::vector<int32_t> greedy_by_full_forward(nn::Gpt& model, std::vector<int32_t> seq, int64_t steps, Device device) {
+/// Greedy continuation by the plain forward on the growing sequence (padded to kCache).
+std::vector<int32_t> greedy_by_full_forward(nn::Gpt& model, const std::vector<int32_t>& seq, int64_t steps, Device device) {
   Program full = compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
                                  {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = device});
-  std::vector<int32_t> out;
-  while (static_cast<int64_t>(out.size()) < steps && static_cast<int64_t>(seq.size()) < kCache) {
-    std::vector<int32_t> padded = seq;
-    padded.resize(kCache, 0);
-    const std::vector<float> logits = full.run({{"ids", padded}}).f32();
-    const auto row = logits.begin() + static_cast<long>((seq.size() - 1) * static_cast<size_t>(kConfig.vocab));
-    const auto best = static_cast<int32_t>(std::max_element(row, row + kConfig.vocab) - row);
-    out.push_back(best);
-    seq.push_back(best);
-  }
-  return out;
+  return tg::testing::greedy_by_full_forward(full, seq, steps, kCache, kConfig.vocab);
 }
 
 std::vector<int32_t> prompt_of(int64_t len, int64_t salt) {

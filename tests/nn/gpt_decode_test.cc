@@ -37,15 +37,7 @@ std::vector<float> full_logits(nn::Gpt& model, const std::vector<int32_t>& seq, 
   return p.run({{"ids", seq}}).f32();
 }
 
-/// max |a − b| over max |b| for the vocab-long rows a and b.
-double rel_diff(std::span<const float> a, std::span<const float> b) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / scale;
-}
+using tg::testing::rel_diff;
 
 class GptDecode : public ::testing::TestWithParam<Device> {};
 

@@ -20,15 +20,7 @@ const nn::MambaLMConfig kConfig{.vocab = 19, .layers = 2, .d_model = 16, .d_stat
 
 class MambaDecode : public ::testing::TestWithParam<Device> {};
 
-/// max |a − b| over max |b|.
-double rel_diff(std::span<const float> a, std::span<const float> b) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / scale;
-}
+using tg::testing::rel_diff;
 
 TEST_P(MambaDecode, StepsGiveTheFullForwardOnEveryPrefix) {
   constexpr int64_t kLen = 9;
@@ -71,19 +63,8 @@ TEST_P(MambaDecode, GeneratorContinuesAsTheFullForward) {
                                  {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = GetParam()});
   const std::vector<std::vector<int32_t>> prompts{{3, 1, 4, 1, 5}, {9, 2}};
   const auto outs = gen.generate(prompts, {.max_new_tokens = 6});
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    std::vector<int32_t> seq = prompts[s], want;
-    while (want.size() < 6) {
-      std::vector<int32_t> padded = seq;
-      padded.resize(kCache, 0);
-      const std::vector<float> logits = full.run({{"ids", padded}}).f32();
-      const auto row = logits.begin() + static_cast<long>((seq.size() - 1) * static_cast<size_t>(kConfig.vocab));
-      const auto best = static_cast<int32_t>(std::max_element(row, row + kConfig.vocab) - row);
-      want.push_back(best);
-      seq.push_back(best);
-    }
-    EXPECT_EQ(outs[s], want) << "sequence " << s;
-  }
+  for (size_t s = 0; s < prompts.size(); ++s)
+    EXPECT_EQ(outs[s], tg::testing::greedy_by_full_forward(full, prompts[s], 6, kCache, kConfig.vocab)) << "sequence " << s;
   // Sampling repeats for a seed.
   const GenerateOptions o{.max_new_tokens = 8, .temperature = 1.0f, .top_k = 8, .seed = 3};
   EXPECT_EQ(gen.generate(prompts, o), gen.generate(prompts, o));

@@ -19,14 +19,6 @@ using namespace tg;
 
 const std::string kGolden = std::string(TG_TEST_DATA_DIR) + "/mamba_golden.safetensors";
 
-double rel_error(std::span<const float> got, std::span<const float> want) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::abs(double(got[i]) - double(want[i])));
-    scale = std::max(scale, std::abs(double(want[i])));
-  }
-  return worst / std::max(scale, 1e-30);
-}
 
 class MambaParity : public ::testing::TestWithParam<Device> {};
 
@@ -56,7 +48,7 @@ TEST_P(MambaParity, LossAndEveryGradientMatchPyTorch) {
   double worst = 0;
   std::string worst_name;
   for (const auto& [name, t] : params) {
-    const double e = rel_error(caps.at("grad/" + name).f32(), golden.at("grad/" + name).f32());
+    const double e = tg::testing::rel_diff(caps.at("grad/" + name).f32(), golden.at("grad/" + name).f32());
     EXPECT_LT(e, 1e-4) << "gradient of " << name;
     if (e > worst) worst = e, worst_name = name;
   }
