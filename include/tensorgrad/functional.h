@@ -28,7 +28,8 @@ Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int
 /// logits (top_k in [1, V); 0 = off; ties at the cut are kept) and then to the nucleus of
 /// mass top_p (top_p < 1; 1 = off) — Hugging Face's order and rules. The draw is Gumbel-max
 /// over counter-based Philox uniforms, scored in double: the same key gives the same ids on
-/// every backend, and a new counter gives an independent draw. NaN logits count as −inf.
+/// every backend (barring ties within float rounding, e.g. a nucleus mass within an ulp of
+/// top_p), and a new counter gives an independent draw. NaN logits count as −inf.
 /// No gradient.
 Tensor sample(const Tensor& logits, const Tensor& params, const Tensor& key, Loc loc = Loc::current());
 /// One-hot f32 encoding of i32 ids: ids.shape + [classes].

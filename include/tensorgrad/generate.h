@@ -30,7 +30,9 @@ using CachedLm = std::function<Tensor(const Tensor& ids, const Tensor& pos, int6
 struct GeneratorOptions {
   /// Sequences decoded together (generate() takes exactly this many prompts).
   int64_t batch = 1;
-  /// Positions per sequence: prompt and generated tokens together never exceed it.
+  /// Positions per sequence. A sequence stops once prompt and generated tokens fill it (the
+  /// last token sampled needs no position of its own: a prompt of cache_len tokens still
+  /// gets one new token).
   int64_t cache_len = 256;
   /// Prompt tokens per prefill call (≤ cache_len); a longer prompt goes through in windows.
   /// 0: min(64, cache_len).

@@ -131,6 +131,21 @@ TEST_P(Sample, GreedyIsTheFirstLargestAndKeysRepeat) {
     EXPECT_NEAR(count[i] / kDraws, want[i], 5 * std::sqrt(want[i] * (1 - want[i]) / kDraws)) << "token " << i;
 }
 
+TEST_P(Sample, NegativeInfinityIsNeverDrawn) {
+  Program p = compile_forward(
+      model_, [](Tensor logits, Tensor params, Tensor key) { return sample(logits, params, key); },
+      {.inputs = {{"logits", {64, 3}}, {"params", {3}}, {"key", {2}, DType::kI32}}, .device = GetParam()});
+  std::vector<float> logits;
+  for (int r = 0; r < 64; ++r) logits.insert(logits.end(), {-INFINITY, 1.0f, 2.0f});
+  for (const float t : {1.0f, 50.0f, INFINITY}) {  // at an infinite temperature the finite ones are uniform
+    std::vector<int> seen(3, 0);
+    for (const int32_t id : p.run({{"logits", logits}, {"params", std::vector<float>{t, 0, 1}}, {"key", std::vector<int32_t>{1, 2}}}).i32())
+      ++seen[static_cast<size_t>(id)];
+    EXPECT_EQ(seen[0], 0) << "temperature " << t;
+    EXPECT_GT(seen[1], 0) << "temperature " << t;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, Sample, ::testing::ValuesIn(devices()),
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 

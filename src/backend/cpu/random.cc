@@ -79,9 +79,10 @@ int32_t sample_row(const float* x, int64_t vocab, double temperature, double top
   int64_t pick = -1;
   for (int64_t i = 0; i < vocab; ++i) {
     const float xi = v[static_cast<size_t>(i)];
-    if (!(xi >= cut)) continue;
+    if (!(xi >= cut) || xi == -INFINITY) continue;  // −inf logits have no mass
     const double u = philox_uniform(seed, counter, first_element + static_cast<uint64_t>(i));
-    const double score = static_cast<double>(xi) / temperature - std::log(-std::log(u));
+    double score = static_cast<double>(xi) / temperature - std::log(-std::log(u));
+    if (std::isnan(score)) score = -INFINITY;  // ∞/∞ at an infinite temperature
     if (pick < 0 || score > best_score) {
       best_score = score;
       pick = i;

@@ -21,10 +21,11 @@ Launch attention_at_kernel(const std::string& name, const Operand& q, const Oper
                            double scale) {
   constexpr int kWarps = 8;
   const int64_t B = q.shape[0], Hq = q.shape[1], T = q.shape[2], D = q.shape[3], Hkv = k.shape[1], S = k.shape[2];
-  if (S * 4 > (200 << 10))
-    throw Error("[cuda] attention_at keeps a row of scores in shared memory: caches of up to 51200 positions, got " +
-                std::to_string(S));
   if (D > 1024) throw Error("[cuda] attention_at supports head sizes up to 1024, got " + std::to_string(D));
+  // A row of scores [S] (dynamic) plus q and the warps' partial rows (static) in shared memory.
+  if (S * 4 + (kWarps + 1) * D * 4 + kWarps * 4 > (200 << 10))
+    throw Error("[cuda] attention_at keeps a row of scores in shared memory: " + std::to_string(S) + " cache positions with head size " +
+                std::to_string(D) + " need more than 200 KiB");
   Launch l;
   l.name = name;
   l.block[0] = kWarps * 32;

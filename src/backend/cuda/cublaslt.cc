@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -232,8 +233,13 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     if (!loaded && !file.empty()) {
       std::ifstream in(file);
       std::string line;
-      while (std::getline(in, line))
-        if (const size_t tab = line.find('\t'); tab != std::string::npos) tuned[line.substr(0, tab)] = std::stoul(line.substr(tab + 1));
+      while (std::getline(in, line)) {  // a malformed or torn line is skipped
+        const size_t tab = line.find('\t');
+        size_t index = 0;
+        if (tab == std::string::npos) continue;
+        const auto [end, ec] = std::from_chars(line.data() + tab + 1, line.data() + line.size(), index);
+        if (ec == std::errc() && end == line.data() + line.size()) tuned[line.substr(0, tab)] = index;
+      }
     }
     loaded = true;
     if (auto it = tuned.find(key); it != tuned.end() && it->second < candidates_.size()) {

@@ -409,8 +409,8 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   int err = 0;
   std::memcpy(&err, readback_, sizeof err);
   if (err != 0)
-    throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset or a "
-                     "cross_entropy target); "
+    throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset, an "
+                     "attention_at position or a cross_entropy target); "
                      "run it on Device::cpu() for the exact position");
   const Slot& s = slots_[static_cast<size_t>(node)];
   const auto bytes = static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype));

@@ -148,11 +148,12 @@ __device__ int block_argmax(double v, int i, double* shv, int* shi) {
   at = V;
   for (int i = threadIdx.x; i < V; i += NT) {
     const float v = clean(x[i]);
-    if (okey(v) < cut) continue;
+    if (okey(v) < cut || v == -INFINITY) continue;  // −inf logits have no mass
     const unsigned long long e = (unsigned long long)blockIdx.x * V + i;
     const uint4 w = philox_block_seeded(e >> 2, counter, seed, 0u);
     const unsigned int word = (e & 3) == 0 ? w.x : (e & 3) == 1 ? w.y : (e & 3) == 2 ? w.z : w.w;
-    const double score = (double)v / td - log(-log((double)to_uniform(word)));
+    double score = (double)v / td - log(-log((double)to_uniform(word)));
+    if (score != score) score = -INFINITY;  // inf/inf at an infinite temperature
     if (score > best || (score == best && i < at)) { best = score; at = i; }
   }
   const int pick = block_argmax(best, at, shv, shi);

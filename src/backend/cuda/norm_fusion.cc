@@ -204,8 +204,13 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
     if (x != last) slots_[static_cast<size_t>(x)].placed = true;
   // A decode step's few rows feeding a product: let the product normalise them (plan_matmul).
   static const bool defer_off = std::getenv("TG_CUDA_GEMV_NORM") != nullptr && std::string(std::getenv("TG_CUDA_GEMV_NORM")) == "off";
+  // Not when x is a state (or a view of one): an update planned before the product could write
+  // it in place before the deferred norm reads it.
+  const int32_t x_source = view_source(g, f.inputs[0]);
+  const bool x_updated = g.node(x_source).op == Op::kState ||
+                         std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.target == x_source; });
   if (const int32_t reader = sole_consumer(last);
-      !defer_off && rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
+      !defer_off && !x_updated && rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
       g.node(reader).inputs[1] != last) {
     own_node(g, last);  // placed now, so its group (a gain-only norm's lone ·w) is not planned again
     deferred_norms_[last] = std::move(dn);

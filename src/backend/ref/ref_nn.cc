@@ -138,9 +138,10 @@ Values sample(const Node& n, const Values& x, const Values& params, const Values
     double best_score = -INFINITY;
     size_t pick = v_len;
     for (size_t i = 0; i < v_len; ++i) {
-      if (!keep[i]) continue;
+      if (!keep[i] || v[i] == -INFINITY) continue;  // −inf logits have no mass
       const double u = philox_uniform(seed, counter, r * v_len + i);
-      const double score = v[i] / temperature - std::log(-std::log(u));
+      double score = v[i] / temperature - std::log(-std::log(u));
+      if (std::isnan(score)) score = -INFINITY;  // ∞/∞ at an infinite temperature
       if (pick == v_len || score > best_score) {
         best_score = score;
         pick = i;
