@@ -114,10 +114,18 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
       }
       next = prefill_.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
     }
+  }
+  // An active sequence's newest token and its position.
+  auto newest = [&](size_t i, std::vector<int32_t>& ids, std::vector<int32_t>& pos) {
+    ids[i] = out[i].back();
+    pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
+  };
+  if (o.prefill) {
+    if (!take(next, std::vector<bool>(b, true))) return out;
   } else {
-    // Every prompt token but the last through the decode program; the sequences with shorter
-    // prompts start generating meanwhile, one step per call like the rest.
-    for (int64_t s = 0; s + 1 < longest; ++s) {
+    // Every prompt token through the decode program; the sequences with shorter prompts start
+    // generating meanwhile (a sequence's sampled token is new from its last prompt token on).
+    for (int64_t s = 0; s < longest; ++s) {
       std::vector<int32_t> ids(b, 0), pos(b, 0);
       std::vector<bool> fresh(b, false);
       for (size_t i = 0; i < b; ++i) {
@@ -126,8 +134,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
           ids[i] = prompts[i][static_cast<size_t>(s)];
           pos[i] = static_cast<int32_t>(s);
         } else if (active[i]) {
-          ids[i] = out[i].back();
-          pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
+          newest(i, ids, pos);
         }
         fresh[i] = s + 1 >= len;
       }
@@ -135,29 +142,12 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
       ++counter;
       if (!take(next, fresh)) return out;
     }
-    // The last prompt token of the longest prompts (and one step of the others).
-    std::vector<int32_t> ids(b, 0), pos(b, 0);
-    for (size_t i = 0; i < b; ++i) {
-      const auto len = static_cast<int64_t>(prompts[i].size());
-      if (len == longest) {
-        ids[i] = prompts[i].back();
-        pos[i] = static_cast<int32_t>(len - 1);
-      } else if (active[i]) {
-        ids[i] = out[i].back();
-        pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
-      }
-    }
-    next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
   }
-  if (!take(next, std::vector<bool>(b, true))) return out;
   while (std::any_of(active.begin(), active.end(), [](bool a) { return a; })) {
     // Feed each active sequence's newest token at its position; a finished one idles at 0.
     std::vector<int32_t> ids(b, 0), pos(b, 0);
     for (size_t i = 0; i < b; ++i)
-      if (active[i]) {
-        ids[i] = out[i].back();
-        pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
-      }
+      if (active[i]) newest(i, ids, pos);
     ++counter;
     next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
     if (!take(next, std::vector<bool>(b, true))) return out;
