@@ -20,53 +20,32 @@
 
 namespace {
 
-struct Config {
-  std::string name;
-  int64_t layers, d_model, heads, seq, batch, steps;
-  double lr, dropout;
-};
-
-Config config_named(const std::string& name) {
-  if (name == "cpu") return {"cpu", 4, 192, 6, 128, 16, 2000, 2e-3, 0.0};
-  if (name == "gpu") return {"gpu", 6, 384, 6, 256, 64, 3000, 1e-3, 0.2};
-  throw std::runtime_error("unknown --config " + name + " (cpu or gpu)");
-}
-
 struct Model : tg::Module {
   explicit Model(const tg::nn::GptConfig& c) : gpt(*this, "gpt", c) {}
   tg::nn::Gpt gpt;
 };
 
-text_lm::Setup setup(const Config& c, Model& m, int64_t steps) {
+text_lm::Built build(const std::string& config, int64_t vocab) {
+  if (config != "cpu" && config != "gpu") throw std::runtime_error("unknown --config " + config + " (cpu or gpu)");
+  const bool gpu = config == "gpu";
+  const tg::nn::GptConfig c{.vocab = vocab, .seq_len = gpu ? 256 : 128, .layers = gpu ? 6 : 4, .d_model = gpu ? 384 : 192,
+                            .heads = 6, .dropout = gpu ? 0.2 : 0.0};
+  auto model = std::make_unique<Model>(c);
+  Model& m = *model;
   char line[128];
   std::snprintf(line, sizeof line, "GPT, %lld layers, d %lld, %lld heads", static_cast<long long>(c.layers),
                 static_cast<long long>(c.d_model), static_cast<long long>(c.heads));
-  return {.program = "char_lm", .config_name = c.name, .model_line = line, .seq = c.seq, .batch = c.batch, .steps = steps,
-          .warmup = 100, .eval_every = 250, .eval_batches = c.name == "gpu" ? 32 : 16, .lr = c.lr, .prefill = true,
-          .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.gpt.loss(ids, targets); },
-          .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos, int64_t n) { return m.gpt.logits_cached(ids, pos, n); }};
-}
-
-tg::nn::GptConfig gpt_config(const Config& c, int64_t vocab) {
-  return {.vocab = vocab, .seq_len = c.seq, .layers = c.layers, .d_model = c.d_model, .heads = c.heads, .dropout = c.dropout};
+  text_lm::Setup s{.program = "char_lm", .config_name = config, .model_line = line, .seq = c.seq_len, .batch = gpu ? 64 : 16,
+                   .steps = gpu ? 3000 : 2000, .warmup = 100, .eval_every = 250, .eval_batches = gpu ? 32 : 16, .lr = gpu ? 1e-3 : 2e-3,
+                   .prefill = true,
+                   .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.gpt.loss(ids, targets); },
+                   .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos, int64_t n) { return m.gpt.logits_cached(ids, pos, n); }};
+  return {std::move(model), std::move(s)};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return text_lm::guarded("char_lm", [&] {
-    const text_lm::Args args = text_lm::Args::parse(argc, argv);
-    const bool gpu = args.device().kind == tg::Device::Kind::kCuda;
-    if (args.has("generate")) {
-      const auto meta = text_lm::checkpoint_metadata(args, "char_lm");
-      const fortunes::Vocab vocab = fortunes::Vocab::from_hex(meta.at("vocab"));
-      const Config c = config_named(meta.at("config"));
-      Model model(gpt_config(c, vocab.size()));
-      return text_lm::generate_only(args, setup(c, model, c.steps), model, vocab, meta);
-    }
-    const Config c = config_named(args.get("config", gpu ? "gpu" : "cpu"));
-    const fortunes::Corpus corpus = fortunes::Corpus::load(args.get("corpus", fortunes::kDir));
-    Model model(gpt_config(c, corpus.vocab.size()));
-    return text_lm::train(args, setup(c, model, static_cast<int64_t>(args.num("steps", static_cast<double>(c.steps)))), model, corpus);
-  });
+  return text_lm::main_of(
+      "char_lm", argc, argv, [](const text_lm::Args& a) { return a.device().kind == tg::Device::Kind::kCuda ? "gpu" : "cpu"; }, build);
 }

@@ -15,52 +15,28 @@
 
 namespace {
 
-struct Config {
-  std::string name;
-  int64_t layers, d_model, d_state, seq, batch, steps;
-  double lr;
-};
-
-Config config_named(const std::string& name) {
-  if (name == "cpu") return {"cpu", 4, 128, 16, 128, 16, 1500, 2e-3};
-  throw std::runtime_error("unknown --config " + name + " (cpu)");
-}
-
 struct Model : tg::Module {
   explicit Model(const tg::nn::MambaLMConfig& c) : lm(*this, "lm", c) {}
   tg::nn::MambaLM lm;
 };
 
-text_lm::Setup setup(const Config& c, Model& m, int64_t steps) {
+text_lm::Built build(const std::string& config, int64_t vocab) {
+  if (config != "cpu") throw std::runtime_error("unknown --config " + config + " (cpu)");
+  const tg::nn::MambaLMConfig c{.vocab = vocab, .layers = 4, .d_model = 128, .d_state = 16};
+  auto model = std::make_unique<Model>(c);
+  Model& m = *model;
   char line[128];
   std::snprintf(line, sizeof line, "Mamba, %lld layers, d_model %lld, d_state %lld", static_cast<long long>(c.layers),
                 static_cast<long long>(c.d_model), static_cast<long long>(c.d_state));
-  return {.program = "mamba_lm", .config_name = c.name, .model_line = line, .seq = c.seq, .batch = c.batch, .steps = steps,
-          .warmup = 100, .eval_every = 250, .eval_batches = 16, .lr = c.lr, .prefill = false,
-          .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.lm.loss(ids, targets); },
-          .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos, int64_t n) { return m.lm.logits_cached(ids, pos, n); }};
-}
-
-tg::nn::MambaLMConfig lm_config(const Config& c, int64_t vocab) {
-  return {.vocab = vocab, .layers = c.layers, .d_model = c.d_model, .d_state = c.d_state};
+  text_lm::Setup s{.program = "mamba_lm", .config_name = config, .model_line = line, .seq = 128, .batch = 16, .steps = 1500,
+                   .warmup = 100, .eval_every = 250, .eval_batches = 16, .lr = 2e-3, .prefill = false,
+                   .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.lm.loss(ids, targets); },
+                   .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos, int64_t n) { return m.lm.logits_cached(ids, pos, n); }};
+  return {std::move(model), std::move(s)};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return text_lm::guarded("mamba_lm", [&] {
-    text_lm::Args args = text_lm::Args::parse(argc, argv);
-    if (!args.has("device")) args.kv["device"] = "cpu";
-    if (args.has("generate")) {
-      const auto meta = text_lm::checkpoint_metadata(args, "mamba_lm");
-      const fortunes::Vocab vocab = fortunes::Vocab::from_hex(meta.at("vocab"));
-      const Config c = config_named(meta.at("config"));
-      Model model(lm_config(c, vocab.size()));
-      return text_lm::generate_only(args, setup(c, model, c.steps), model, vocab, meta);
-    }
-    const Config c = config_named(args.get("config", "cpu"));
-    const fortunes::Corpus corpus = fortunes::Corpus::load(args.get("corpus", fortunes::kDir));
-    Model model(lm_config(c, corpus.vocab.size()));
-    return text_lm::train(args, setup(c, model, static_cast<int64_t>(args.num("steps", static_cast<double>(c.steps)))), model, corpus);
-  });
+  return text_lm::main_of("mamba_lm", argc, argv, [](const text_lm::Args&) { return "cpu"; }, build, "cpu");
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -212,12 +213,34 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
   return 0;
 }
 
-/// main()'s body: runs `fn` and turns exceptions into a message and exit code 1.
-inline int guarded(const char* program, const std::function<int()>& fn) {
+/// A model built for a configuration, with what it brings to the driver (setup refers to it).
+struct Built {
+  std::unique_ptr<tg::Module> model;
+  Setup setup;
+};
+
+/// An example's whole main(): options; with --generate, the model of the checkpoint's
+/// configuration sampled from it; else the model of --config (default: `default_config` for
+/// the device) trained and sampled. `build(config, vocab)` makes the model; --device defaults
+/// to `default_device` ("auto": the GPU when there is one); exceptions become a message and
+/// exit code 1.
+inline int main_of(const std::string& program, int argc, char** argv, const std::function<std::string(const Args&)>& default_config,
+                   const std::function<Built(const std::string& config, int64_t vocab)>& build, const std::string& default_device = "auto") {
   try {
-    return fn();
+    Args args = Args::parse(argc, argv);
+    if (!args.has("device")) args.kv["device"] = default_device;
+    if (args.has("generate")) {
+      const auto meta = checkpoint_metadata(args, program);
+      const fortunes::Vocab vocab = fortunes::Vocab::from_hex(meta.at("vocab"));
+      Built b = build(meta.at("config"), vocab.size());
+      return generate_only(args, b.setup, *b.model, vocab, meta);
+    }
+    const fortunes::Corpus corpus = fortunes::Corpus::load(args.get("corpus", fortunes::kDir));
+    Built b = build(args.get("config", default_config(args)), corpus.vocab.size());
+    b.setup.steps = static_cast<int64_t>(args.num("steps", static_cast<double>(b.setup.steps)));
+    return train(args, b.setup, *b.model, corpus);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
     return 1;
   }
 }
