@@ -86,6 +86,11 @@ class CpuExecutable final : public Executable {
   Place readable(const ir::Graph& g, int32_t consumer, int32_t input, Ok ok);
   void add_step(std::vector<int32_t> nodes, const std::vector<const Place*>& touched,
                 const std::vector<const Place*>& written, std::function<Kernel()> build);
+  /// A step of node `id` reading `ins` as views (each made readable by `ok`) and writing the
+  /// node's own dense f32 output: `make(views, out)` builds its kernel.
+  using ViewKernel = std::function<Kernel(const std::vector<View>& in, float* out)>;
+  template <class Ok>
+  void add_views_step(const ir::Graph& g, int32_t id, size_t ins, Ok ok, ViewKernel make);
   View view(const Place& p) const;
   static View probe(const Place& p) { return View{nullptr, p.strides}; }
 

@@ -82,6 +82,20 @@ CpuExecutable::Place& CpuExecutable::own_node(const ir::Graph& g, int32_t id) {
   return s.place;
 }
 
+template <class Ok>
+void CpuExecutable::add_views_step(const ir::Graph& g, int32_t id, size_t ins, Ok ok, ViewKernel make) {
+  std::vector<Place> places;
+  for (size_t i = 0; i < ins; ++i) places.push_back(readable(g, id, g.node(id).inputs[i], ok));
+  const Place out = own_node(g, id);
+  std::vector<const Place*> touched;
+  for (const Place& p : places) touched.push_back(&p);
+  add_step({id}, touched, {&out}, [this, places, out, make = std::move(make)] {
+    std::vector<View> views;
+    for (const Place& p : places) views.push_back(view(p));
+    return make(views, f32(view(out).data));
+  });
+}
+
 void CpuExecutable::add_step(std::vector<int32_t> nodes, const std::vector<const Place*>& touched,
                              const std::vector<const Place*>& written, std::function<Kernel()> build) {
   Step st;
@@ -564,50 +578,30 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
     }
     case Op::kSelectiveScan:
     case Op::kSelectiveScanGrad: {
-      std::vector<Place> ops;
-      for (size_t i = 0; i < n.inputs.size(); ++i) ops.push_back(readable(g, id, n.inputs[i], is_contiguous));
-      const Place out = own_node(g, id);
       const ir::Node node = n;
       const Shape us = in(0).shape, bs = in(3).shape;
-      std::vector<const Place*> touched;
-      for (const Place& p : ops) touched.push_back(&p);
-      add_step({id}, touched, {&out}, [this, node, us, bs, ops, out] {
+      add_views_step(g, id, n.inputs.size(), is_contiguous, [node, us, bs](const std::vector<View>& v, float* out) {
         std::vector<const float*> ptrs;
-        for (const Place& p : ops) ptrs.push_back(f32(view(p).data));
-        return make_selective_scan(node, us, bs, ptrs, f32(view(out).data));
+        for (const View& x : v) ptrs.push_back(reinterpret_cast<const float*>(x.data));
+        return make_selective_scan(node, us, bs, ptrs, out);
       });
       return;
     }
     case Op::kAttentionAt: {
-      std::vector<Place> ops;
-      for (size_t i = 0; i < 4; ++i) ops.push_back(readable(g, id, n.inputs[i], [](const View&, const Shape&) { return true; }));
-      const Place out = own_node(g, id);
       const ir::Node node = n;
       const Shape qs = in(0).shape, ks = in(1).shape;
-      add_step({id}, {&ops[0], &ops[1], &ops[2], &ops[3]}, {&out}, [this, node, qs, ks, ops, out] {
-        std::vector<View> views;
-        for (const Place& p : ops) views.push_back(view(p));
-        return make_attention_at(node, qs, ks, views, f32(view(out).data));
-      });
+      add_views_step(g, id, 4, [](const View&, const Shape&) { return true; },
+                     [node, qs, ks](const std::vector<View>& v, float* out) { return make_attention_at(node, qs, ks, v, out); });
       steps_.back().flops = 4 * numel(qs) * ks[2] / 2;
       return;
     }
     case Op::kAttention:
     case Op::kAttentionGrad: {
-      std::vector<Place> qkv;
-      // q, k, v (and dout): the backward recomputes the forward rather than read its output.
-      const size_t operands = std::min<size_t>(n.inputs.size(), 4);
-      for (size_t i = 0; i < operands; ++i) qkv.push_back(readable(g, id, n.inputs[i], attention_operand));
-      const Place out = own_node(g, id);
       const ir::Node node = n;
       const Shape qs = in(0).shape, ks = in(1).shape;
-      std::vector<const Place*> touched;
-      for (const Place& p : qkv) touched.push_back(&p);
-      add_step({id}, touched, {&out}, [this, node, qs, ks, qkv, out] {
-        std::vector<View> views;
-        for (const Place& p : qkv) views.push_back(view(p));
-        return make_attention(node, qs, ks, views, f32(view(out).data));
-      });
+      // q, k, v (and dout): the backward recomputes the forward rather than read its output.
+      add_views_step(g, id, std::min<size_t>(n.inputs.size(), 4), attention_operand,
+                     [node, qs, ks](const std::vector<View>& v, float* out) { return make_attention(node, qs, ks, v, out); });
       // q·kᵀ and p·v forward (half of it causal); the backward recomputes p and adds three more.
       steps_.back().flops = (n.op == Op::kAttention ? 4 : 10) * numel(qs) * ks[2] / (n.attrs.causal ? 2 : 1);
       return;
