@@ -150,9 +150,13 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
   ls.push_back(cuda::sample_kernel(name(), 4, 50257));
-  for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16}, cuda::ScanShape{1, 6, 5, 3, 2}}) {
-    ls.push_back(cuda::scan_forward_kernel(name(), sh, false));
-    ls.push_back(cuda::scan_forward_kernel(name(), sh, true));
+  for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16}, cuda::ScanShape{1, 6, 5, 3, 2},
+                                   cuda::ScanShape{2, 96, 70, 1, 32}, cuda::ScanShape{3, 5, 33, 1, 3}}) {
+    for (const bool grad : {false, true}) {
+      ls.push_back(cuda::scan_chunk_kernel(name(), sh, grad));
+      ls.push_back(cuda::scan_combine_kernel(name(), sh, grad));
+    }
+    ls.push_back(cuda::scan_output_kernel(name(), sh));
     ls.push_back(cuda::scan_backward_kernel(name(), sh));
     ls.push_back(cuda::scan_reduce_kernel(name(), sh));
   }

@@ -73,23 +73,32 @@ Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint6
 /// Params: (const float* q, const float* k, const float* v, const int* pos, float* out, int* err).
 Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v, const Operand& pos,
                            double scale);
-/// selective_scan (ops.def) over dense operands (selective_scan.cc).
+/// selective_scan (ops.def) over dense operands: a chunked parallel scan (selective_scan.cc).
 struct ScanShape {
   int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
 };
-/// y and the last state into out (the packed output); with record_states, only the state at the
-/// start of every 16-step tile into states [B, D, tiles, N] (out untouched).
-/// Params: (const float* u, const float* delta, const float* A, const float* B, const float* C,
-/// float* out[, float* states]).
-Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool record_states);
-/// The number of tiles of a sequence of `length` steps (the states' third extent).
-int64_t scan_tile_count(int64_t length);
-/// du and ddelta into out (the packed gradient); each thread's dA, dB and dC terms into the
-/// parts ([B, D, N]; [B, N, L, D] twice). Params: (u, delta, A, B, C, dout, states, out, dA_part,
-/// dB_part, dC_part).
+/// How the kernels split the work, and the scratch they share (floats): the per-chunk states
+/// [B, D, chunks, N] (twice for the gradient: states and adjoints), the per-chunk Σδ
+/// [B, D, chunks], the gradient's dA partials [B, chunks, D, N] and dB, dC partials
+/// [B, tiles, N, L] each. Throws when d_state > 32.
+struct ScanLayout {
+  int64_t lanes = 1, chunks = 1, tile = 1, tiles = 1;
+  int64_t state_floats = 0, sum_floats = 0, da_floats = 0, dbc_floats = 0;
+};
+ScanLayout scan_layout(const ScanShape& s);
+/// Step 1: each chunk from a zero state. Params: (u, delta, A, B, C, [dout,] hs, sdel[, es]).
+Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad);
+/// Step 2: the states entering each chunk into hs (in place of the local end states); the
+/// forward writes the last state into out, the gradient the adjoints entering each chunk into es.
+/// Params: (A, sdel, hs, out) or (A, sdel, hs, es, dout).
+Launch scan_combine_kernel(const std::string& name, const ScanShape& s, bool grad);
+/// Step 3 of the forward: y into out. Params: (u, delta, A, B, C, hs, out).
+Launch scan_output_kernel(const std::string& name, const ScanShape& s);
+/// Step 3 of the gradient: du and ddelta into out, the dA, dB and dC partials. Params: (u,
+/// delta, A, B, C, dout, hs, es, out, dA_part, dB_part, dC_part).
 Launch scan_backward_kernel(const std::string& name, const ScanShape& s);
-/// dA, dB and dC of out from the parts, summed in a fixed order. Params: (dA_part, dB_part,
-/// dC_part, out).
+/// Step 4 of the gradient: dA, dB and dC of out from the partials, summed in a fixed order.
+/// Params: (dA_part, dB_part, dC_part, out).
 Launch scan_reduce_kernel(const std::string& name, const ScanShape& s);
 /// sample (ops.def) of dense logits [rows, vocab]: one block per row. Params:
 /// (const float* logits, const float* params, const int* key, int* out).

@@ -576,27 +576,26 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       const Shape& us = in(0).shape;
       const Shape& bs = in(3).shape;
       const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2]};
+      const ScanLayout lay = scan_layout(sh);
+      auto scratch = [&](int64_t floats) { return own(n, std::max<int64_t>(floats, 1) * 4, {floats}, Category::kScratch); };
+      auto with = [](std::vector<Arg> args, std::initializer_list<Place> more) {
+        for (const Place& p : more) args.push_back({p});
+        return args;
+      };
       std::vector<Arg> ops;
       for (size_t i = 0; i < 5; ++i) ops.push_back({dense(g, id, n.inputs[i])});
+      const Place out = own_node(g, id), hs = scratch(lay.state_floats), sdel = scratch(lay.sum_floats);
       if (n.op == Op::kSelectiveScan) {
-        ops.push_back({own_node(g, id)});
-        add_kernel({id}, scan_forward_kernel(kKernelName, sh, false), std::move(ops));
+        add_kernel({id}, scan_chunk_kernel(kKernelName, sh, false), with(ops, {hs, sdel}));
+        add_kernel({id}, scan_combine_kernel(kKernelName, sh, false), {ops[2], {sdel}, {hs}, {out}});
+        add_kernel({id}, scan_output_kernel(kKernelName, sh), with(ops, {hs, out}));
         return;
       }
-      const Place dout = dense(g, id, n.inputs[5]);
-      const Place out = own_node(g, id);
-      const int64_t tiles = scan_tile_count(sh.length), parts = sh.batch * sh.states * sh.length * sh.channels;
-      const Place states = own(n, std::max<int64_t>(sh.batch * sh.channels * tiles * sh.states, 1) * 4, {sh.batch * sh.channels * tiles * sh.states}, Category::kScratch);
-      const Place da = own(n, std::max<int64_t>(sh.batch * sh.channels * sh.states, 1) * 4, {sh.batch * sh.channels * sh.states}, Category::kScratch);
-      const Place db = own(n, std::max<int64_t>(parts, 1) * 4, {parts}, Category::kScratch);
-      const Place dc = own(n, std::max<int64_t>(parts, 1) * 4, {parts}, Category::kScratch);
-      std::vector<Arg> fwd = ops;
-      fwd.push_back({out});
-      fwd.push_back({states});
-      add_kernel({id}, scan_forward_kernel(kKernelName, sh, true), std::move(fwd));
-      std::vector<Arg> bwd = ops;
-      for (const Place& p : {dout, states, out, da, db, dc}) bwd.push_back({p});
-      add_kernel({id}, scan_backward_kernel(kKernelName, sh), std::move(bwd));
+      const Place dout = dense(g, id, n.inputs[5]), es = scratch(lay.state_floats);
+      const Place da = scratch(lay.da_floats), db = scratch(lay.dbc_floats), dc = scratch(lay.dbc_floats);
+      add_kernel({id}, scan_chunk_kernel(kKernelName, sh, true), with(ops, {dout, hs, sdel, es}));
+      add_kernel({id}, scan_combine_kernel(kKernelName, sh, true), {ops[2], {sdel}, {hs}, {es}, {dout}});
+      add_kernel({id}, scan_backward_kernel(kKernelName, sh), with(ops, {dout, hs, es, out, da, db, dc}));
       add_kernel({id}, scan_reduce_kernel(kKernelName, sh), {{da}, {db}, {dc}, {out}});
       return;
     }
