@@ -77,12 +77,14 @@ Launch attention_at_kernel(const std::string& name, const Operand& q, const Oper
 struct ScanShape {
   int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
 };
-/// How the kernels split the work, and the scratch they share (floats): the per-chunk states
-/// [B, D, chunks, N] (twice for the gradient: states and adjoints), the per-chunk Σδ
-/// [B, D, chunks], the gradient's dA partials [B, chunks, D, N] and dB, dC partials
-/// [B, tiles, N, L] each. Throws when d_state > 32.
+/// How the kernels split the work, and the scratch they share (floats): lanes per channel (the
+/// states rounded up to a power of two), 32-step chunks, channels per block pass (tile; the
+/// blocks of the forward kernels, `tiles` of them) and per backward block (span; `spans` of
+/// them, one dB/dC partial each). Scratch: the per-chunk states [B, D, chunks, N] (twice for the
+/// gradient: states and adjoints), the per-chunk Σδ [B, D, chunks], the gradient's dA partials
+/// [B, chunks, D, N] and dB, dC partials [B, spans, N, L] each. Throws when d_state > 32.
 struct ScanLayout {
-  int64_t lanes = 1, chunks = 1, tile = 1, tiles = 1;
+  int64_t lanes = 1, chunks = 1, tile = 1, tiles = 1, span = 1, spans = 1;
   int64_t state_floats = 0, sum_floats = 0, da_floats = 0, dbc_floats = 0;
 };
 ScanLayout scan_layout(const ScanShape& s);

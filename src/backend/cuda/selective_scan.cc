@@ -3,30 +3,32 @@
 // The recurrence h_l = a_l·h_{l−1} + b_l (a_l = exp(δ_l·A_n), b_l = δ_l·u_l·B_{n,l}) is split
 // into chunks of LC = 32 steps. One thread owns one (batch, channel, state, chunk): the states of
 // a channel sit in W consecutive lanes (W = N rounded up to a power of two), so a thread walks
-// its chunk with one exp per step and keeps the chunk's a_l and h_l in registers.
+// its chunk with one exp per step and keeps the chunk's a_l and h_l in registers. A block takes
+// one chunk of DT channels (≤ 128 threads) and stages their inputs in shared memory first.
 //
 //   1. chunk:   each chunk from a zero state → its local end state and Σδ (the chunk's decay is
 //               exp(A·Σδ)); for the gradient also the local adjoint leaving its left edge.
 //   2. combine: per (batch, channel, state), chunks in order with the associative combine
 //               (a1, b1)∘(a2, b2) = (a1·a2, a2·b1 + b2) → the state entering each chunk (kept:
-//               the only per-chunk states stored) and the last state; for the gradient the same
-//               from the right for the adjoint entering each chunk.
+//               the only per-chunk states stored) and the last state; for the gradient, the
+//               same from the right for the adjoint entering each chunk (its own threads).
 //   3. output:  y: each chunk re-walked from its entering state; y_l = Σ_n C·h is a reduction
 //               over the W lanes, done as a reduce-scatter over W steps at a time (W − 1
 //               shuffles per W outputs). gradient: the chunk's states recomputed forward, then
 //               walked backwards with g_l = C_l·dy_l + a_{l+1}·g_{l+1}: du and dδ reduce over
 //               the lanes as y does; dB and dC sum over channels: within the warp by shuffles,
-//               then over the block's warps in a fixed order through shared memory, into one
-//               partial per block of DT channels. dA's terms are per thread, one partial per
-//               chunk.
-//   4. reduce (gradient): dA over batch and chunks, dB and dC over a group's channel tiles, in
-//               a fixed order.
+//               over the block's warps in a fixed order through shared memory, and over the
+//               block's passes (TD channels, DT at a time) in registers, into one partial per
+//               TD channels. dA's terms are per thread, one partial per chunk.
+//   4. reduce (gradient): dA over batch and chunks, dB and dC over a group's partials, in a
+//               fixed order.
 //
 // No atomics anywhere: every sum has a fixed order, so the result does not depend on timing.
 // What moves beyond the floor: u and δ read twice (steps 1 and 3), the per-chunk states
-// (B·D·N·L/32 floats, 1/32 of one input each) and the dB/dC partials (B·N·L per tile of DT).
+// (B·D·N·L/32 floats, 1/32 of one input each) and the dB/dC partials (B·N·L per TD channels).
+// What bounds it now is issue and shared-memory bandwidth, not DRAM: a lane reads its
+// channel's δ, u and dy once per state (16×), and the cross-lane sums cost shuffles per step.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/kernels.h"
@@ -59,8 +61,8 @@ std::string prelude(const ScanShape& s) {
                   ", L = " + std::to_string(s.length) + ", G = " + std::to_string(s.groups) + ", N = " +
                   std::to_string(s.states) + ", PER = " + std::to_string(s.channels / std::max<int64_t>(s.groups, 1)) +
                   ", W = " + std::to_string(lay.lanes) + ", LC = " + std::to_string(kChunk) + ", LS = LC + 4, NCH = " +
-                  std::to_string(lay.chunks) + ", DT = " + std::to_string(lay.tile) + ", TILES = " +
-                  std::to_string(lay.tiles) + ";\n";
+                  std::to_string(lay.chunks) + ", DT = " + std::to_string(lay.tile) + ", TD = " +
+                  std::to_string(lay.span) + ", SPANS = " + std::to_string(lay.spans) + ";\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
   // exp(δ·A) as 2^(δ·A·log2 e): one MUFU instruction (relative error ~2^-22; results below
   // 2^-126 flush to 0, where they add nothing to a state anyway).
@@ -111,28 +113,59 @@ __device__ __forceinline__ void reduce_scatter2(float (&v)[W], float (&w)[W], un
 // staged in shared memory by coalesced loads, rows of LS = LC + 4 floats: a lane reads four
 // steps at once (16-byte aligned), and the lanes reading rows n of B and C fall in distinct
 // banks. Read straight from global memory, a lane's steps miss L1 (its rows lie L floats apart).
-std::string block_prelude(const ScanShape& s, int rows) {
+std::string block_prelude(const ScanShape& s, int rows, bool span) {
   const ScanLayout lay = scan_layout(s);
   const int64_t threads = lay.tile * lay.lanes;
   std::string p = prelude(s);
+  p += "constexpr int CPB = " + std::string(span ? "TD" : "DT") + ";  // channels per block\n";
   p += "constexpr int NT = " + std::to_string(threads) + ", ROWS = " + std::to_string(rows) + ", LANES = " +
        std::to_string(std::min<int64_t>(threads, 32)) + ", WARPS = " + std::to_string((threads + 31) / 32) +
        ";\nconstexpr unsigned MASK = " + std::to_string(mask_for(threads)) + "u;\n";
-  p += R"(// Rows of src (L apart) from `first`, `valid` of them, tl steps; zeros elsewhere. With x,
-// the product src·x (δ·u).
+  // Staging: each row is LC steps of one channel (or state) from `first`, rows L apart; rows
+  // from `valid` on and steps from tl on are 0. Full chunks of 16-byte aligned rows move four
+  // steps per thread at a time; offsets within the block are 32-bit (scan_layout checks).
+  p += R"(template <int R, bool PROD>  // R rows; PROD: the product src·x (δ·u)
 __device__ __forceinline__ void load_rows(float (*dst)[LS], const float* __restrict__ src, const float* __restrict__ x,
-                                          long long first, int rows, int valid, int tl) {
-  for (int e = threadIdx.x; e < rows * LC; e += NT) {
-    const int r = e / LC, col = e % LC;
-    const long long at = first + (long long)r * L + col;
-    const bool in = r < valid && col < tl;
-    dst[r][col] = in ? (x ? src[at] * x[at] : src[at]) : 0.0f;
+                                          long long first, int valid, int tl) {
+  const float* s = src + first;
+  const float* xs = PROD ? x + first : s;
+  if (L % 4 == 0 && tl == LC && ((reinterpret_cast<unsigned long long>(s) | reinterpret_cast<unsigned long long>(xs)) & 15) == 0) {
+#pragma unroll
+    for (int e0 = 0; e0 < R * (LC / 4); e0 += NT) {
+      const int e = e0 + threadIdx.x, r = e / (LC / 4), c = e % (LC / 4) * 4;
+      if (e0 + NT <= R * (LC / 4) || e < R * (LC / 4)) {
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < valid) {
+          v = *reinterpret_cast<const float4*>(s + r * L + c);
+          if (PROD) {
+            const float4 w = *reinterpret_cast<const float4*>(xs + r * L + c);
+            v = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+          }
+        }
+        *reinterpret_cast<float4*>(&dst[r][c]) = v;
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < R * LC; e += NT) {
+      const int r = e / LC, c = e % LC;
+      dst[r][c] = (r < valid && c < tl) ? (PROD ? s[r * L + c] * xs[r * L + c] : s[r * L + c]) : 0.0f;
+    }
   }
 }
 __device__ __forceinline__ void store_rows(float* __restrict__ dst, const float (*src)[LS], long long first, int tl) {
-  for (int e = threadIdx.x; e < DT * LC; e += NT) {
-    const int r = e / LC, col = e % LC;
-    if (col < tl) dst[first + (long long)r * L + col] = src[r][col];
+  float* o = dst + first;
+  if (L % 4 == 0 && tl == LC && (reinterpret_cast<unsigned long long>(o) & 15) == 0) {
+#pragma unroll
+    for (int e0 = 0; e0 < DT * (LC / 4); e0 += NT) {
+      const int e = e0 + threadIdx.x, r = e / (LC / 4), c = e % (LC / 4) * 4;
+      if (e0 + NT <= DT * (LC / 4) || e < DT * (LC / 4))
+        *reinterpret_cast<float4*>(o + r * L + c) = *reinterpret_cast<const float4*>(&src[r][c]);
+    }
+  } else {
+    for (int e = threadIdx.x; e < DT * LC; e += NT) {
+      const int r = e / LC, c = e % LC;
+      if (c < tl) o[r * L + c] = src[r][c];
+    }
   }
 }
 __device__ __forceinline__ void row4(const float (*tile)[LS], int r, int t, float (&v)[4]) {
@@ -146,22 +179,26 @@ __device__ __forceinline__ void row4(const float (*tile)[LS], int r, int t, floa
   return p;
 }
 
-// Coordinates and the staged tiles: s0, s1, s2 [DT][LS] (the kernel names them), sb, sc [W][LS].
-// A lane's a_l is 2^(δ_l·a2).
+// Coordinates and the staged tiles: s0, s1, s2 [DT][LS] (the kernel names them), sb, sc [W][LS]
+// (the block's group's B and C). kChannel: this thread's channel d, in a pass starting at
+// channel dp; a lane's a_l is 2^(δ_l·a2).
 const char* kBlockStart = R"(  extern __shared__ float4 smem4[];
   float (*s0)[LS] = reinterpret_cast<float (*)[LS]>(smem4);
   float (*s1)[LS] = s0 + DT;
   float (*s2)[LS] = s1 + DT;  // only when ROWS == 3
   float (*sb)[LS] = s0 + ROWS * DT;
   float (*sc)[LS] = sb + W;
-  const int n = threadIdx.x % W, dl = threadIdx.x / W, tile = blockIdx.x, d0 = tile * DT, d = d0 + dl, c = blockIdx.y, b = blockIdx.z;
+  const int n = threadIdx.x % W, dl = threadIdx.x / W, d0 = blockIdx.x * CPB, c = blockIdx.y, b = blockIdx.z;
   const bool live = n < N;
   const int l0 = c * LC, tl = min(LC, L - l0);
-  const long long rows0 = ((long long)b * D + d0) * L + l0, bc0 = (((long long)b * G + d0 / PER) * N) * L + l0;
-  const long long cs = ((long long)b * D + d) * NCH + c;  // this channel's chunk slot
-  const float a2 = live ? A[d * N + n] * 1.4426950408889634f : 0.0f;
-  load_rows(sb, Bm, nullptr, bc0, W, N, tl);
-  load_rows(sc, Cm, nullptr, bc0, W, N, tl);
+  const long long bc0 = (((long long)b * G + d0 / PER) * N) * L + l0;
+  load_rows<W, false>(sb, Bm, nullptr, bc0, N, tl);
+  load_rows<W, false>(sc, Cm, nullptr, bc0, N, tl);
+)";
+const char* kChannel = R"(    const int d = dp + dl;
+    const long long rows0 = ((long long)b * D + dp) * L + l0;  // the pass's first row
+    const long long cs = ((long long)b * D + d) * NCH + c;     // this channel's chunk slot
+    const float a_n = live ? A[d * N + n] : 0.0f, a2 = a_n * 1.4426950408889634f;
 )";
 
 Launch block_launch(const std::string& name, const ScanShape& s, int rows, bool terms) {
@@ -169,7 +206,7 @@ Launch block_launch(const std::string& name, const ScanShape& s, int rows, bool 
   Launch l;
   l.name = name;
   l.block[0] = static_cast<unsigned>(lay.tile * lay.lanes);
-  l.grid[0] = static_cast<unsigned>(lay.tiles);
+  l.grid[0] = static_cast<unsigned>(terms ? lay.spans : lay.tiles);
   l.grid[1] = static_cast<unsigned>(lay.chunks);
   l.grid[2] = static_cast<unsigned>(std::max<int64_t>(s.batch, 1));
   l.shared_bytes = static_cast<unsigned>(scan_shared_bytes(lay.lanes, lay.tile, rows, terms));
@@ -188,21 +225,25 @@ ScanLayout scan_layout(const ScanShape& s) {
   if (lay.chunks > 65535 || s.batch > 65535)
     throw Error("[cuda] selective_scan: length " + std::to_string(s.length) + " and batch " + std::to_string(s.batch) +
                 " must stay below 65535·32 steps and 65535 sequences");
-  // The tile of channels of a block: a power of two that divides a group's channels (a block
-  // stages one group's B and C, and its dB/dC partials must not straddle groups), at most 512
-  // threads and 96 KiB of shared memory.
+  // Channels per block pass (DT): a power of two that divides a group's channels (a block
+  // stages one group's B and C), 128 threads at most: small blocks keep several per SM, so one
+  // block's staging overlaps another's walk. The backward's block spans TD channels (DT at a
+  // time, up to 32) and writes one dB/dC partial for them: fewer partials to write and add.
   const int64_t per = s.channels / std::max<int64_t>(s.groups, 1);
   int64_t dt = 1;
-  const char* cap_env = std::getenv("TG_SCAN_TILE");
-  const int64_t cap = cap_env ? std::atoll(cap_env) : 64;
-  while (dt < cap && per % (dt * 2) == 0 && dt * 2 * lay.lanes <= 512) dt *= 2;
-  while (dt > 1 && scan_shared_bytes(lay.lanes, dt, 3, true) > 96 * 1024) dt /= 2;
+  while (per % (dt * 2) == 0 && dt * 2 * lay.lanes <= 128) dt *= 2;
+  int64_t td = dt;
+  while (per % (td * 2) == 0 && td * 2 <= 32) td *= 2;
   lay.tile = dt;
   lay.tiles = s.channels / dt;
+  lay.span = td;
+  lay.spans = s.channels / td;
+  if (std::max<int64_t>(td, lay.lanes) * s.length >= (int64_t{1} << 31))
+    throw Error("[cuda] selective_scan: length " + std::to_string(s.length) + " is too long for 32-bit offsets within a block");
   lay.state_floats = s.batch * s.channels * lay.chunks * s.states;
   lay.sum_floats = s.batch * s.channels * lay.chunks;
   lay.da_floats = s.batch * lay.chunks * s.channels * s.states;
-  lay.dbc_floats = s.batch * lay.tiles * s.states * s.length;
+  lay.dbc_floats = s.batch * lay.spans * s.states * s.length;
   return lay;
 }
 
@@ -210,7 +251,7 @@ Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad)
   const int rows = grad ? 3 : 2;
   Launch l = block_launch(name, s, rows, false);
   std::string src = "// selective_scan, step 1: each chunk from a zero state" +
-                    std::string(grad ? " (and its adjoint from the right)" : "") + " (selective_scan.cc)\n" + block_prelude(s, rows);
+                    std::string(grad ? " (and its adjoint from the right)" : "") + " (selective_scan.cc)\n" + block_prelude(s, rows, false);
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
          "const float* __restrict__ Bm, const float* __restrict__ Cm, " +
@@ -218,10 +259,12 @@ Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad)
          (grad ? ", float* __restrict__ es" : "") + ") {\n";
   if (!grad) src += "  const float* const dout = nullptr;\n  float* const es = nullptr;\n";
   src += kBlockStart;
+  src += "    const int dp = d0;\n";
+  src += kChannel;
   src += R"(  float (*sd)[LS] = s0, (*sx)[LS] = s1, (*sy)[LS] = s2;  // δ, δ·u, dy
-  load_rows(sd, delta, nullptr, rows0, DT, DT, tl);
-  load_rows(sx, delta, u, rows0, DT, DT, tl);
-  if (ROWS == 3) load_rows(sy, dout, nullptr, rows0, DT, DT, tl);
+  load_rows<DT, false>(sd, delta, nullptr, rows0, DT, tl);
+  load_rows<DT, true>(sx, delta, u, rows0, DT, tl);
+  if (ROWS == 3) load_rows<DT, false>(sy, dout, nullptr, rows0, DT, tl);
   __syncthreads();
   if (threadIdx.x < DT) {  // Σδ of a channel: the chunk's decay is 2^(a2·Σδ)
     float sum = 0.0f;
@@ -263,7 +306,7 @@ Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad)
 }
 
 Launch scan_combine_kernel(const std::string& name, const ScanShape& s, bool grad) {
-  const int64_t threads = s.batch * s.channels * s.states;
+  const int64_t threads = (grad ? 2 : 1) * s.batch * s.channels * s.states;  // the gradient's two directions apart
   Launch l;
   l.name = name;
   l.block[0] = 256;
@@ -273,47 +316,71 @@ Launch scan_combine_kernel(const std::string& name, const ScanShape& s, bool gra
                     " (selective_scan.cc)\n" + prelude(s);
   src += "extern \"C\" __global__ void " + name + "(const float* __restrict__ A, const float* __restrict__ sdel, float* __restrict__ hs, " +
          (grad ? "float* __restrict__ es, const float* __restrict__ dout" : "float* __restrict__ out") + ") {\n";
-  src += R"(  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (long long)B * D * N) return;
+  src += std::string("  constexpr bool GRAD = ") + (grad ? "true" : "false") + ";\n";
+  src += grad ? "  float* const out = nullptr;\n" : "  float* const es = nullptr;\n  const float* const dout = nullptr;\n";
+  src += R"(  constexpr long long S = (long long)B * D * N;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (GRAD ? 2 : 1) * S) return;
+  const bool backward = i >= S;  // the gradient's adjoints, from the right
+  if (backward) i -= S;
   const int n = (int)(i % N);
   const long long bd = i / N;
   const float a_n = A[(bd % D) * N + n];
-  float h = 0.0f;
-#pragma unroll 8
-  for (int c = 0; c < NCH; ++c) {  // hs: the chunk's local end state in, its entering state out
-    const long long at = (bd * NCH + c) * N + n;
-    const float local = hs[at];
-    hs[at] = h;
-    h = fmaf(expf(a_n * sdel[bd * NCH + c]), h, local);
+  // Eight chunks at a time: their loads are issued together, then the chain of combines runs.
+  if (!backward) {  // hs: the chunk's local end state in, the state entering it out
+    float h = 0.0f;
+    for (int c0 = 0; c0 < NCH; c0 += 8) {
+      float local[8], decay[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        if (c0 + k < NCH) {
+          local[k] = hs[(bd * NCH + c0 + k) * N + n];
+          decay[k] = expf(a_n * sdel[bd * NCH + c0 + k]);
+        }
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        if (c0 + k < NCH) {
+          hs[(bd * NCH + c0 + k) * N + n] = h;
+          h = fmaf(decay[k], h, local[k]);
+        }
+    }
+    if (!GRAD) out[NU + i] = h;
+    return;
   }
-)";
-  if (grad)
-    src += R"(  float gr = dout[NU + i];  // the last state's gradient enters the last chunk
-#pragma unroll 8
-  for (int c = NCH - 1; c >= 0; --c) {
-    const long long at = (bd * NCH + c) * N + n;
-    const float leaving = es[at];
-    es[at] = gr;
-    gr = fmaf(expf(a_n * sdel[bd * NCH + c]), gr, leaving);
+  float gr = dout[NU + i];  // es: the adjoint leaving the chunk's left edge in, the one entering from the right out
+  for (int c1 = NCH - 1; c1 >= 0; c1 -= 8) {
+    float leaving[8], decay[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (c1 - k >= 0) {
+        leaving[k] = es[(bd * NCH + c1 - k) * N + n];
+        decay[k] = expf(a_n * sdel[bd * NCH + c1 - k]);
+      }
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (c1 - k >= 0) {
+        es[(bd * NCH + c1 - k) * N + n] = gr;
+        gr = fmaf(decay[k], gr, leaving[k]);
+      }
   }
 }
 )";
-  else
-    src += "  out[NU + i] = h;\n}\n";
   l.source = std::move(src);
   return l;
 }
 
 Launch scan_output_kernel(const std::string& name, const ScanShape& s) {
   Launch l = block_launch(name, s, 2, false);
-  std::string src = "// selective_scan, step 3: y, each chunk from its entering state (selective_scan.cc)\n" + block_prelude(s, 2);
+  std::string src = "// selective_scan, step 3: y, each chunk from its entering state (selective_scan.cc)\n" + block_prelude(s, 2, false);
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
          "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ hs, float* __restrict__ out) {\n";
   src += kBlockStart;
+  src += "    const int dp = d0;\n";
+  src += kChannel;
   src += R"(  float (*sd)[LS] = s0, (*sx)[LS] = s1;  // δ, δ·u; y takes δ·u's place
-  load_rows(sd, delta, nullptr, rows0, DT, DT, tl);
-  load_rows(sx, delta, u, rows0, DT, DT, tl);
+  load_rows<DT, false>(sd, delta, nullptr, rows0, DT, tl);
+  load_rows<DT, true>(sx, delta, u, rows0, DT, tl);
   __syncthreads();
   // No step needs a guard: past tl, and in the rows of lanes n ≥ N, the staged inputs are 0.
   float h = live ? hs[cs * N + n] : 0.0f, v[W];
@@ -345,7 +412,7 @@ Launch scan_output_kernel(const std::string& name, const ScanShape& s) {
 Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   Launch l = block_launch(name, s, 3, true);
   std::string src = "// selective_scan, gradient step 3: each chunk's states recomputed, then walked backwards (selective_scan.cc)\n" +
-                    block_prelude(s, 3);
+                    block_prelude(s, 3, true);
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
          "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ dout, "
@@ -353,83 +420,97 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
          "float* __restrict__ dB_part, float* __restrict__ dC_part) {\n";
   src += kBlockStart;
   src += R"(  float (*sd)[LS] = s0, (*su)[LS] = s1, (*sy)[LS] = s2;  // δ, u, dy; dδ and du take δ's and u's place
-  float (*red_b)[LC][W] = reinterpret_cast<float (*)[LC][W]>(sc + W);  // [warp][step][state]
+  float (*red_b)[LC][W] = reinterpret_cast<float (*)[LC][W]>(sc + W);  // a pass's dB/dC terms: [warp][step][state]
   float (*red_c)[LC][W] = red_b + WARPS;
-  load_rows(sd, delta, nullptr, rows0, DT, DT, tl);
-  load_rows(su, u, nullptr, rows0, DT, DT, tl);
-  load_rows(sy, dout, nullptr, rows0, DT, DT, tl);
-  __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  // Guards as in the forward: past tl, and for lanes n ≥ N, the staged inputs are 0, so every
-  // term below is 0 but dδ's h·a·A, which is cut explicitly.
-  const float h0 = live ? hs[cs * N + n] : 0.0f, a_n = live ? A[d * N + n] : 0.0f;
-  float as[LC], hv[LC], h = h0;
+  constexpr int PAIRS = (LC * W + NT - 1) / NT;  // (step, state) pairs of the block's dB/dC this thread sums
+  float acc_b[PAIRS], acc_c[PAIRS];
 #pragma unroll
-  for (int t4 = 0; t4 < LC; t4 += 4) {
-    float dv[4], uv[4], bv[4];
-    row4(sd, dl, t4, dv);
-    row4(su, dl, t4, uv);
-    row4(sb, n, t4, bv);
+  for (int k = 0; k < PAIRS; ++k) acc_b[k] = acc_c[k] = 0.0f;
+  for (int dp = d0; dp < d0 + TD; dp += DT) {  // passes of DT channels
+)";
+  src += kChannel;
+  src += R"(    if (dp > d0) __syncthreads();  // the last pass's rows are stored and its terms summed
+    load_rows<DT, false>(sd, delta, nullptr, rows0, DT, tl);
+    load_rows<DT, false>(su, u, nullptr, rows0, DT, tl);
+    load_rows<DT, false>(sy, dout, nullptr, rows0, DT, tl);
+    __syncthreads();
+    // Guards as in the forward: past tl, and for lanes n ≥ N, the staged inputs are 0, so every
+    // term below is 0 but dδ's h·a·A, which is cut explicitly.
+    const float h0 = live ? hs[cs * N + n] : 0.0f;
+    float as[LC], hv[LC], h = h0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      as[t4 + j] = exp2_approx(dv[j] * a2);
-      h = fmaf(as[t4 + j], h, dv[j] * uv[j] * bv[j]);
-      hv[t4 + j] = h;
-    }
-  }
-  float gn = live ? es[cs * N + n] : 0.0f, dA = 0.0f, vu[W], vd[W];
+    for (int t4 = 0; t4 < LC; t4 += 4) {
+      float dv[4], uv[4], bv[4];
+      row4(sd, dl, t4, dv);
+      row4(su, dl, t4, uv);
+      row4(sb, n, t4, bv);
 #pragma unroll
-  for (int t4 = LC - 4; t4 >= 0; t4 -= 4) {
-    float dv[4], uv[4], yv[4], bv[4], cv[4];
-    row4(sd, dl, t4, dv);
-    row4(su, dl, t4, uv);
-    row4(sy, dl, t4, yv);
-    row4(sb, n, t4, bv);
-    row4(sc, n, t4, cv);
-#pragma unroll
-    for (int j = 3; j >= 0; --j) {
-      const int t = t4 + j;
-      const float del = dv[j], uu = uv[j], dy = yv[j];
-      const float ha = (t > 0 ? hv[t > 0 ? t - 1 : 0] : h0) * as[t];  // h_{l-1}·a_l
-      const float gg = fmaf(cv[j], dy, gn);
-      vu[t % W] = gg * del * bv[j];
-      vd[t % W] = t < tl ? gg * fmaf(ha, a_n, bv[j] * uu) : 0.0f;
-      dA = fmaf(gg * ha, del, dA);
-      float tb = gg * del * uu, tc = dy * hv[t];
-      gn = as[t] * gg;
-#pragma unroll
-      for (int o = W; o < LANES; o *= 2) {  // over this warp's channels
-        tb += __shfl_xor_sync(MASK, tb, o);
-        tc += __shfl_xor_sync(MASK, tc, o);
-      }
-      if (lane < W) {
-        red_b[warp][t][n] = tb;
-        red_c[warp][t][n] = tc;
-      }
-      if (t % W == 0) {  // a group of W steps is done: lane n holds step n's du and dδ
-        reduce_scatter2(vu, vd, MASK);
-        su[dl][t + n] = vu[0];
-        sd[dl][t + n] = vd[0];
+      for (int j = 0; j < 4; ++j) {
+        as[t4 + j] = exp2_approx(dv[j] * a2);
+        h = fmaf(as[t4 + j], h, dv[j] * uv[j] * bv[j]);
+        hv[t4 + j] = h;
       }
     }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < LC * W; e += NT) {  // dB, dC: over the block's warps, in order
-    const int t = e % LC, k = e / LC;
-    float sbs = 0.0f, scs = 0.0f;
-    for (int w = 0; w < WARPS; ++w) {
-      sbs += red_b[w][t][k];
-      scs += red_c[w][t][k];
+    float gn = live ? es[cs * N + n] : 0.0f, dA = 0.0f, vu[W], vd[W];
+#pragma unroll
+    for (int t4 = LC - 4; t4 >= 0; t4 -= 4) {
+      float dv[4], uv[4], yv[4], bv[4], cv[4];
+      row4(sd, dl, t4, dv);
+      row4(su, dl, t4, uv);
+      row4(sy, dl, t4, yv);
+      row4(sb, n, t4, bv);
+      row4(sc, n, t4, cv);
+#pragma unroll
+      for (int j = 3; j >= 0; --j) {
+        const int t = t4 + j;
+        const float ha = (t > 0 ? hv[t > 0 ? t - 1 : 0] : h0) * as[t];  // h_{l-1}·a_l
+        const float gg = fmaf(cv[j], yv[j], gn), gd = gg * dv[j];
+        vu[t % W] = gd * bv[j];
+        vd[t % W] = t < tl ? gg * fmaf(ha, a_n, bv[j] * uv[j]) : 0.0f;
+        dA = fmaf(gd, ha, dA);
+        const float tb = gd * uv[j], tc = yv[j] * hv[t];
+        gn = as[t] * gg;
+        if (LANES >= 2 * W) {  // over this warp's channels: the first level splits dB (low) from dC (high)
+          const bool hi = (lane & W) != 0;
+          float keep = (hi ? tc : tb) + __shfl_xor_sync(MASK, hi ? tb : tc, W);
+#pragma unroll
+          for (int o = 2 * W; o < LANES; o *= 2) keep += __shfl_xor_sync(MASK, keep, o);
+          if (lane < 2 * W) (hi ? red_c : red_b)[warp][t][n] = keep;
+        } else {  // one channel per warp
+          red_b[warp][t][n] = tb;
+          red_c[warp][t][n] = tc;
+        }
+        if (t % W == 0) {  // a group of W steps is done: lane n holds step n's du and dδ
+          reduce_scatter2(vu, vd, MASK);
+          su[dl][t + n] = vu[0];
+          sd[dl][t + n] = vd[0];
+        }
+      }
     }
-    if (k < N && t < tl) {
-      const long long at = (((long long)b * TILES + tile) * N + k) * L + l0 + t;
-      dB_part[at] = sbs;
-      dC_part[at] = scs;
+    if (live) dA_part[(((long long)b * NCH + c) * D + d) * N + n] = dA;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < PAIRS; ++k) {  // dB, dC: over the pass's warps, in order, then over passes
+      const int e = threadIdx.x + k * NT, t = e % LC, st = e / LC;
+      if (e < LC * W)
+        for (int w = 0; w < WARPS; ++w) {
+          acc_b[k] += red_b[w][t][st];
+          acc_c[k] += red_c[w][t][st];
+        }
+    }
+    store_rows(out, su, rows0, tl);
+    store_rows(out + NU, sd, rows0, tl);
+  }
+#pragma unroll
+  for (int k = 0; k < PAIRS; ++k) {
+    const int e = threadIdx.x + k * NT, t = e % LC, st = e / LC;
+    if (e < LC * W && st < N && t < tl) {
+      const long long at = (((long long)b * SPANS + blockIdx.x) * N + st) * L + l0 + t;
+      dB_part[at] = acc_b[k];
+      dC_part[at] = acc_c[k];
     }
   }
-  store_rows(out, su, rows0, tl);
-  store_rows(out + NU, sd, rows0, tl);
-  if (live) dA_part[(((long long)b * NCH + c) * D + d) * N + n] = dA;
 }
 )";
   l.source = std::move(src);
@@ -447,7 +528,7 @@ Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
          "(const float* __restrict__ dA_part, const float* __restrict__ dB_part, const float* __restrict__ dC_part, "
          "float* __restrict__ out) {\n";
   src += R"(  const long long NA = (long long)D * N, NB = (long long)B * G * N * L;
-  constexpr int TPG = PER / DT;  // channel tiles per group
+  constexpr int TPG = PER / TD;  // channel spans per group
   float* dA = out + 2 * NU;
   float* dB = dA + NA;
   float* dC = dB + NB;
@@ -456,7 +537,7 @@ Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
       const long long l = i % L, k = (i / L) % N, g = (i / ((long long)L * N)) % G, b = i / ((long long)L * N * G);
       float sb = 0.0f, sc = 0.0f;
       for (int t = 0; t < TPG; ++t) {
-        const long long at = ((b * TILES + g * TPG + t) * N + k) * L + l;
+        const long long at = ((b * SPANS + g * TPG + t) * N + k) * L + l;
         sb += dB_part[at];
         sc += dC_part[at];
       }
