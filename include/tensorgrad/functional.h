@@ -90,7 +90,8 @@ struct SelectiveScanResult {
 /// y_l = C_l·h_l + D·u_l, gated by silu(z). u, delta [B, D, L] (channels first, as the
 /// reference); A [D, N]; B and C [B, N, L], or [B, G, N, L] grouped (channel d reads group
 /// d / (D/G)). The recurrence is one primitive with its own backward; the softplus is the
-/// overflow-safe max(x, 0) + log1p(exp(−|x|)).
+/// overflow-safe max(x, 0) + log1p(exp(−|x|)). The CUDA backend takes N ≤ 32 (a channel's
+/// states share one warp) and says so when compiling a larger one; cpu and ref take any N.
 SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
                                    const SelectiveScanOptions& options = {}, Loc loc = Loc::current());
 /// Depthwise causal convolution over the last axis: x [B, D, L] (channels first, as Mamba's
