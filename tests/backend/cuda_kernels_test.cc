@@ -187,6 +187,28 @@ std::vector<cuda::Launch> sample_launches() {
   return ls;
 }
 
+TEST(CudaScanLayout, SplitsTheWorkAndRefusesWhatItCannotHold) {
+  // b 8, d 1536, l 1024, n 16: 16 lanes per channel, 32 chunks, 8 channels per block pass, 32
+  // per backward block; dB/dC partials are one per 32 channels.
+  const cuda::ScanLayout lay = cuda::scan_layout({8, 1536, 1024, 1, 16});
+  EXPECT_EQ(lay.lanes, 16);
+  EXPECT_EQ(lay.chunks, 32);
+  EXPECT_EQ(lay.tile, 8);
+  EXPECT_EQ(lay.span, 32);
+  EXPECT_EQ(lay.dbc_floats, 8 * (1536 / 32) * 16 * 1024);
+  // Groups of 2 channels: a block never straddles a group.
+  const cuda::ScanLayout grouped = cuda::scan_layout({1, 6, 5, 3, 2});
+  EXPECT_EQ(grouped.tile, 2);
+  EXPECT_EQ(grouped.span, 2);
+  EXPECT_EQ(grouped.chunks, 1);
+  try {
+    cuda::scan_layout({1, 4, 8, 1, 33});
+    FAIL() << "33 states fit no warp";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("d_state up to 32, got 33"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaKernelsNvrtc, EveryGeneratorCompiles) {
   try {
     cuda::nvrtc();
