@@ -175,6 +175,26 @@ __device__ __forceinline__ void row4(const float (*tile)[LS], int r, int t, floa
   v[2] = q.z;
   v[3] = q.w;
 }
+// A lane's walk over its chunk from state h: every a_t and h_t into as and hv (the caller
+// keeps what it needs), the end state returned. x is δ·u staged, or u (TIMES_DELTA: ·δ here).
+template <bool TIMES_DELTA>
+__device__ __forceinline__ float walk_forward(const float (*sd)[LS], const float (*sx)[LS], const float (*sb)[LS], int dl, int n,
+                                              float a2, float h, float (&as)[LC], float (&hv)[LC]) {
+#pragma unroll
+  for (int t4 = 0; t4 < LC; t4 += 4) {
+    float dv[4], xv[4], bv[4];
+    row4(sd, dl, t4, dv);
+    row4(sx, dl, t4, xv);
+    row4(sb, n, t4, bv);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      as[t4 + j] = exp2_approx(dv[j] * a2);
+      h = fmaf(as[t4 + j], h, (TIMES_DELTA ? dv[j] * xv[j] : xv[j]) * bv[j]);
+      hv[t4 + j] = h;
+    }
+  }
+  return h;
+}
 )";
   return p;
 }
@@ -273,20 +293,8 @@ Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad)
   }
   if (!live) return;  // past the only barrier; no shuffles here
   // No step needs a guard: past tl the staged δ, δ·u, B and C are 0, so a = 1 and nothing is added.
-  float h = 0.0f, as[LC];
-#pragma unroll
-  for (int t4 = 0; t4 < LC; t4 += 4) {
-    float dv[4], xv[4], bv[4];
-    row4(sd, dl, t4, dv);
-    row4(sx, dl, t4, xv);
-    row4(sb, n, t4, bv);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      as[t4 + j] = exp2_approx(dv[j] * a2);
-      h = fmaf(as[t4 + j], h, xv[j] * bv[j]);
-    }
-  }
-  hs[cs * N + n] = h;
+  float as[LC], hv[LC];
+  hs[cs * N + n] = walk_forward<false>(sd, sx, sb, dl, n, a2, 0.0f, as, hv);
   if (ROWS == 3) {  // g_l = C_l·dy_l + a_{l+1}·g_{l+1} from zero at the right edge; a_{l0}·g_{l0} leaves
     float gn = 0.0f;
 #pragma unroll
@@ -438,20 +446,8 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     // Guards as in the forward: past tl, and for lanes n ≥ N, the staged inputs are 0, so every
     // term below is 0 but dδ's h·a·A, which is cut explicitly.
     const float h0 = live ? hs[cs * N + n] : 0.0f;
-    float as[LC], hv[LC], h = h0;
-#pragma unroll
-    for (int t4 = 0; t4 < LC; t4 += 4) {
-      float dv[4], uv[4], bv[4];
-      row4(sd, dl, t4, dv);
-      row4(su, dl, t4, uv);
-      row4(sb, n, t4, bv);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        as[t4 + j] = exp2_approx(dv[j] * a2);
-        h = fmaf(as[t4 + j], h, dv[j] * uv[j] * bv[j]);
-        hv[t4 + j] = h;
-      }
-    }
+    float as[LC], hv[LC];
+    walk_forward<true>(sd, su, sb, dl, n, a2, h0, as, hv);
     float gn = live ? es[cs * N + n] : 0.0f, dA = 0.0f, vu[W], vd[W];
 #pragma unroll
     for (int t4 = LC - 4; t4 >= 0; t4 -= 4) {
