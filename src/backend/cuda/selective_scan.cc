@@ -68,7 +68,7 @@ std::string prelude(const ScanShape& s) {
   // 2^-126 flush to 0, where they add nothing to a state anyway).
   // reduce_scatter: the sums over the W lanes of W values v[j] (step j of a group): lane n ends
   // with the sum for step n. Each level swaps the half this lane does not keep with its partner;
-  // the values are swapped, never the indices, and the levels are a counted loop, so
+  // the values are swapped, never the indices, and the levels are a template recursion, so
   // everything unrolls and v stays in registers. reduce_scatter2 does two groups at once.
   p += R"(
 __device__ __forceinline__ float exp2_approx(float x) {
@@ -76,33 +76,25 @@ __device__ __forceinline__ float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ float reduce_scatter(float (&v)[W], unsigned mask) {
-  const int lane = threadIdx.x % W;
+template <int S>  // one level per call: keep the half of v at bit S of the lane, add the partner's copy
+__device__ __forceinline__ void reduce_level(float (&v)[W], unsigned mask) {
+  if constexpr (S > 0) {
+    const bool upper = (threadIdx.x % W & S) != 0;
 #pragma unroll
-  for (int level = 1; level < W; level *= 2) {
-    const int s = W / 2 / level;
-    const bool upper = (lane & s) != 0;
-#pragma unroll
-    for (int i = 0; i < s; ++i) {
-      const float v0 = v[i], v1 = v[i + s];
-      v[i] = (upper ? v1 : v0) + __shfl_xor_sync(mask, upper ? v0 : v1, s);
+    for (int i = 0; i < S; ++i) {
+      const float v0 = v[i], v1 = v[i + S];
+      v[i] = (upper ? v1 : v0) + __shfl_xor_sync(mask, upper ? v0 : v1, S);
     }
+    reduce_level<S / 2>(v, mask);
   }
+}
+__device__ __forceinline__ float reduce_scatter(float (&v)[W], unsigned mask) {
+  reduce_level<W / 2>(v, mask);
   return v[0];
 }
 __device__ __forceinline__ void reduce_scatter2(float (&v)[W], float (&w)[W], unsigned mask) {
-  const int lane = threadIdx.x % W;
-#pragma unroll
-  for (int level = 1; level < W; level *= 2) {
-    const int s = W / 2 / level;
-    const bool upper = (lane & s) != 0;
-#pragma unroll
-    for (int i = 0; i < s; ++i) {
-      const float v0 = v[i], v1 = v[i + s], w0 = w[i], w1 = w[i + s];
-      v[i] = (upper ? v1 : v0) + __shfl_xor_sync(mask, upper ? v0 : v1, s);
-      w[i] = (upper ? w1 : w0) + __shfl_xor_sync(mask, upper ? w0 : w1, s);
-    }
-  }
+  reduce_level<W / 2>(v, mask);
+  reduce_level<W / 2>(w, mask);
 }
 )";
   return p;
