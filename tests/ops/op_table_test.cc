@@ -391,6 +391,9 @@ const std::vector<OpCase>& op_cases() {
       {"selective_scan_wide_grouped", {uni({2, 64, 100}), uni({2, 64, 100}, 0.05, 0.5), uni({64, 16}, -1.0, -0.1), uni({2, 2, 16, 100}), uni({2, 2, 16, 100})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 64, 100}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_32_states_last", {uni({1, 8, 40}), uni({1, 8, 40}, 0.05, 0.5), uni({8, 32}, -1.0, -0.1), uni({1, 32, 40}), uni({1, 32, 40})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {1, 8, 32}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_5_states", {uni({3, 5, 33}), uni({3, 5, 33}, 0.05, 0.5), uni({5, 5}, -1.0, -0.1), uni({3, 5, 33}), uni({3, 5, 33})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {3, 5, 33}, kF32, kLargeSum, kCpuOnly},
+      // Empty extents: no steps leave the last state at zero; no sequences give empty outputs.
+      {"selective_scan_no_steps", {uni({2, 3, 0}), uni({2, 3, 0}), uni({3, 4}), uni({2, 4, 0}), uni({2, 4, 0})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {2, 3, 4}, kF32, kExact, kGrad},
+      {"selective_scan_no_sequences", {uni({0, 3, 5}), uni({0, 3, 5}), uni({3, 4}), uni({0, 4, 5}), uni({0, 4, 5})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {0, 3, 5}, kF32, kExact, kNoGrad},
       {"selective_scan_large_delta_softplus", {uni({1, 2, 4}), uni({1, 2, 4}, 90, 120), uni({2, 2}, -1.0, -0.1), uni({1, 2, 4}), uni({1, 2, 4})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.delta_softplus = true}).y), {1, 2, 4}, kF32, kTranscendental, kNoGrad},
       {"causal_conv1d", {uni({2, 3, 9}), uni({3, 4}), uni({3})}, FN(causal_conv1d(x[0], x[1], x[2])), {2, 3, 9}, kF32, kReduce, kGrad},
       {"causal_conv1d_no_bias_k1", {uni({1, 2, 5}), uni({2, 1})}, FN(causal_conv1d(x[0], x[1])), {1, 2, 5}, kF32, kReduce, kGrad},

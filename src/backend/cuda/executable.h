@@ -183,6 +183,7 @@ class CudaExecutable final : public Executable {
                           bool with_bias, Step& st);
   Operand operand(int32_t id) const;
   void add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops = 0);
+  void add_zero(const Place& out, int64_t bytes);  // a memset step (nothing when bytes is 0)
   CUdeviceptr address(const Place& p) const;
 
   // ---- memory, kernels, capture (executable.cc) ----

@@ -89,6 +89,15 @@ void CudaExecutable::add_kernel(std::vector<int32_t> nodes, Launch launch, std::
   steps_.push_back(std::move(st));
 }
 
+void CudaExecutable::add_zero(const Place& out, int64_t bytes) {
+  if (bytes == 0) return;
+  Step zero;
+  zero.kind = Step::Kind::kMemset;
+  zero.args = {{out}};
+  zero.bytes = bytes;
+  steps_.push_back(std::move(zero));
+}
+
 CudaExecutable::Place CudaExecutable::dense_copy(const ir::Node& consumer, const Slot& in) {
   Place d = own(consumer, numel(in.shape) * dtype_size(in.dtype), in.shape, Category::kScratch);
   add_kernel({}, copy_kernel(kKernelName, Operand{in.dtype, in.shape, in.place.strides}), {{in.place}, {d}});
@@ -399,11 +408,7 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
     }
     case Op::kScatterAdd: {
       const Place out = own_node(g, id);
-      Step zero;
-      zero.kind = Step::Kind::kMemset;
-      zero.args = {{out}};
-      zero.bytes = n.numel() * dtype_size(n.dtype);
-      steps_.push_back(std::move(zero));
+      add_zero(out, n.numel() * dtype_size(n.dtype));
       add_kernel({id}, scatter_add_kernel(kKernelName, operand(n.inputs[0]), operand(n.inputs[1]), n.shape, static_cast<int>(n.attrs.axes[0])),
                  {{in(0).place}, {in(1).place}, {out}, err});
       return;
@@ -576,6 +581,12 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       const Shape& us = in(0).shape;
       const Shape& bs = in(3).shape;
       const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2]};
+      if (sh.batch == 0 || sh.channels == 0 || sh.length == 0 || sh.states == 0) {
+        // Nothing to scan: every output is empty or zero (the state after no steps, y and the
+        // gradients of no states).
+        add_zero(own_node(g, id), n.numel() * dtype_size(n.dtype));
+        return;
+      }
       const ScanLayout lay = scan_layout(sh);
       auto scratch = [&](int64_t floats) { return own(n, std::max<int64_t>(floats, 1) * 4, {floats}, Category::kScratch); };
       auto with = [](std::vector<Arg> args, std::initializer_list<Place> more) {

@@ -396,9 +396,13 @@ Launch scan_output_kernel(const std::string& name, const ScanShape& s) {
       const int t = t4 + j;
       h = fmaf(exp2_approx(dv[j] * a2), h, xv[j] * bv[j]);
       v[t % W] = cv[j] * h;
-      // A group of W steps is done: lane n holds step n's y, whatever N. The group's δ·u has
-      // been read into registers by every lane of this channel, so y can take its place.
-      if (t % W == W - 1) sx[dl][t + 1 - W + n] = reduce_scatter(v, MASK);
+      // A group of W steps is done: lane n holds step n's y, whatever N. Every lane of this
+      // channel has read the group's δ·u, so y can take its place.
+      if (t % W == W - 1) {
+        const float y = reduce_scatter(v, MASK);
+        __syncwarp(MASK);  // the channel's lanes are past their reads of these steps
+        sx[dl][t + 1 - W + n] = y;
+      }
     }
   }
   __syncthreads();
@@ -471,6 +475,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
         }
         if (t % W == 0) {  // a group of W steps is done: lane n holds step n's du and dδ
           reduce_scatter2(vu, vd, MASK);
+          __syncwarp(MASK);  // the channel's lanes are past their reads of these steps
           su[dl][t + n] = vu[0];
           sd[dl][t + n] = vd[0];
         }
