@@ -281,7 +281,7 @@ Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad)
   if (threadIdx.x < DT) {  // Σδ of a channel: the chunk's decay is 2^(a2·Σδ)
     float sum = 0.0f;
     for (int t = 0; t < LC; ++t) sum += sd[threadIdx.x][t];
-    sdel[cs - (long long)dl * NCH + (long long)threadIdx.x * NCH] = sum;
+    sdel[((long long)b * D + dp + threadIdx.x) * NCH + c] = sum;
   }
   if (!live) return;  // past the only barrier; no shuffles here
   // No step needs a guard: past tl the staged δ, δ·u, B and C are 0, so a = 1 and nothing is added.
