@@ -34,8 +34,10 @@
 //     dq     rows = queries, columns = keys: P, dP = dO Vᵀ, dS as above, dQ += dS K · scale.
 // Causal masking (key j hidden from query i when j > i + S − T) skips the tiles that are
 // fully hidden and masks the rest element-wise; the blocks with the most tiles are numbered
-// first. Global memory is read element by element into shared memory (coalesced along D), so
-// operands need no alignment. TG_CUDA_ATTENTION_TILES overrides the tile geometry (tuning).
+// first. Tiles move from global to shared memory through registers (Stage): the next tile's
+// loads are issued before the current tile is computed, 16 bytes at a time where an operand's
+// rows are aligned and element by element (coalesced along D) otherwise, so operands need no
+// alignment. TG_CUDA_ATTENTION_TILES overrides the tile geometry (tuning).
 //
 // Two other paths, chosen per node (see the comments at kSmall and kMma):
 //   small  T, S ≤ 64 and D ≤ 64 (backward D ≤ 32): whole (batch, kv head) groups per block in
@@ -229,21 +231,66 @@ __device__ __forceinline__ QueryBlock query_block(const float* k, const float* v
   return qb;
 }
 
-// Row-major tile: dst[r·RS + d] = cvt(mul·src[(row0 + r)·rstride + d·dstride]) for r < ROWS,
-// d < DP; zero where row0 + r ≥ limit or d ≥ D. Consecutive threads read consecutive d. cvt
-// rounds for the tensor cores (the mma path) or keeps the value (Exact).
+// Conversion of staged values: kept (Exact) on the fp32 path, rounded to TF32 on the mma path.
 struct Exact {
   __device__ __forceinline__ float operator()(float x) const { return x; }
 };
+
+// 2^x in one MUFU instruction; results below 2^-126 flush to 0 (a probability that small adds
+// nothing to a row whose largest term is 1). exp2f also handles subnormal results, at a few
+// more instructions per score.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// A tile of ROWS rows × DP floats on its way from global to shared memory, held in registers
+// in between, so that the next tile's loads are in flight while the current one is computed:
+//   fetch(src, rstride, dstride, row0, limit, mul, vec) issues the loads of mul·src[(row0 + r)·
+//   rstride + d·dstride] for r < ROWS, d < DP (0 where row0 + r ≥ limit or d ≥ D); put(dst)
+//   stores cvt of them at dst[r·RS + d].
+// Each thread moves float4 slots e = i·NT + threadIdx.x (row e / (DP/4), columns 4·(e % (DP/4))
+// ..+3); `vec` (unit stride along D, D and the row stride multiples of 4, the row 16-byte
+// aligned) reads them as one 16-byte load, otherwise element by element.
 template <int ROWS, class Cvt = Exact>
-__device__ __forceinline__ void load_rows(float* dst, const float* src, long long rstride, long long dstride, int row0,
-                                          int limit, float mul, Cvt cvt = Cvt()) {
-  for (int e = threadIdx.x; e < ROWS * DP; e += NT) {
-    const int r = e / DP, d = e - r * DP;
-    float x = 0.f;
-    if (d < D && row0 + r < limit) x = mul * src[(long long)(row0 + r) * rstride + (long long)d * dstride];
-    dst[r * RS + d] = cvt(x);
+struct Stage {
+  static constexpr int SLOTS = ROWS * (DP / 4), PER = (SLOTS + NT - 1) / NT;
+  float4 v[PER];
+  __device__ __forceinline__ void fetch(const float* src, long long rstride, long long dstride, int row0, int limit,
+                                        float mul, bool vec) {
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = i * NT + threadIdx.x, r = e / (DP / 4), d = e % (DP / 4) * 4;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if ((SLOTS % NT == 0 || e < SLOTS) && row0 + r < limit) {
+        const float* p = src + (long long)(row0 + r) * rstride;
+        if (vec) {
+          if (d < D) x = __ldg(reinterpret_cast<const float4*>(p + d));
+        } else {
+          if (d < D) x.x = __ldg(p + (long long)d * dstride);
+          if (d + 1 < D) x.y = __ldg(p + (long long)(d + 1) * dstride);
+          if (d + 2 < D) x.z = __ldg(p + (long long)(d + 2) * dstride);
+          if (d + 3 < D) x.w = __ldg(p + (long long)(d + 3) * dstride);
+        }
+      }
+      v[i] = make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul);
+    }
   }
+  __device__ __forceinline__ void put(float* dst) const {
+    const Cvt cvt;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = i * NT + threadIdx.x, r = e / (DP / 4), d = e % (DP / 4) * 4;
+      if (SLOTS % NT == 0 || e < SLOTS)
+        *reinterpret_cast<float4*>(dst + r * RS + d) = make_float4(cvt(v[i].x), cvt(v[i].y), cvt(v[i].z), cvt(v[i].w));
+    }
+  }
+};
+// Whether an operand's rows can be read as float4 (see Stage): strides are compile-time
+// constants, the base pointer is checked at run time (one uniform branch).
+__device__ __forceinline__ bool rows_vec(const float* base, long long rstride, long long dstride) {
+  return D % 4 == 0 && dstride == 1 && rstride % 4 == 0 && (reinterpret_cast<unsigned long long>(base) & 15) == 0;
 }
 
 // What a forward kernel stores (forward_rows / mma_forward<MODE>): the output; lse and delta
@@ -321,11 +368,19 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
 #pragma unroll
   for (int i = 0; i < RPT; ++i) m[i] = NEG_INF, l[i] = 0.f;  // l: this lane's part of the row sum
   const int r0 = q0 + L.ty * RPT, kend = key_end(q0);
+  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
+  Stage<BC> kt, vt;  // the next key tile, in flight while this one is computed
+  kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
+  vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
   for (int k0 = 0; k0 < kend; k0 += BC) {
     __syncthreads();  // the previous tile's readers are done
-    load_rows<BC>(Ks, kh, K2, K3, k0, S, 1.f);
-    load_rows<BC>(Vs, vh, V2, V3, k0, S, 1.f);
+    kt.put(Ks);
+    vt.put(Vs);
     __syncthreads();
+    if (k0 + BC < kend) {
+      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
+      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
+    }
     float s[RPT][CPT];
     score_tile(s, Qt, Ks, L);
 #pragma unroll
@@ -338,11 +393,11 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
       }
       const float mnew = fmaxf(m[i], lanes_max<8>(mx));
       const float base = mnew == NEG_INF ? 0.f : mnew;
-      const float alpha = exp2f(m[i] - base);
+      const float alpha = fast_exp2(m[i] - base);
       m[i] = mnew;
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < CPT; ++j) sum += (s[i][j] = exp2f(s[i][j] - base));
+      for (int j = 0; j < CPT; ++j) sum += (s[i][j] = fast_exp2(s[i][j] - base));
       l[i] = l[i] * alpha + sum;
 #pragma unroll
       for (int c = 0; c < OC; ++c) o[i][c] *= alpha;
@@ -401,12 +456,22 @@ __device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const flo
   const int c0 = k0 + L.ty * RPT;  // this thread's first key
   // Queries before q_begin see none of the tile's keys.
   const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
+  // Tiles staged without prefetching here: holding the next tile in registers cost this
+  // kernel occupancy (char shape on an H200: 0.546 ms against 0.411).
   for (int h = g * GRP; h < (g + 1) * GRP; ++h) {
     const long long bh = (long long)b * HQ + h;
+    const float* qh = q + b * Q0 + h * Q1;
+    const float* oh = dout + b * O0 + h * O1;
+    const bool vq = rows_vec(qh, Q2, Q3), vo = rows_vec(oh, O2, O3);
     for (int q0 = q_begin; q0 < T; q0 += BC) {
       __syncthreads();
-      load_rows<BC>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, 1.f);
-      load_rows<BC>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
+      {
+        Stage<BC> rows;
+        rows.fetch(qh, Q2, Q3, q0, T, 1.f, vq);
+        rows.put(Qs);
+        rows.fetch(oh, O2, O3, q0, T, 1.f, vo);
+        rows.put(Os);
+      }
       stage_stats(Ls, Ds, scratch, bh, q0);
       __syncthreads();
       float s[RPT][CPT];
@@ -416,7 +481,7 @@ __device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const flo
 #pragma unroll
         for (int j = 0; j < CPT; ++j) {
           const int r = q0 + L.tx + 8 * j;
-          s[i][j] = (!CAUSAL || c0 + i <= r + SHIFT) ? exp2f(s[i][j] * SCALE2 - Ls[L.tx + 8 * j]) : 0.f;
+          s[i][j] = (!CAUSAL || c0 + i <= r + SHIFT) ? fast_exp2(s[i][j] * SCALE2 - Ls[L.tx + 8 * j]) : 0.f;
         }
       store_tile(Pw, s, L);
       __syncwarp();
@@ -467,10 +532,16 @@ __device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float
   float dq[RPT][OC];
   zero(dq);
   const int kend = key_end(q0);
+  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
   for (int k0 = 0; k0 < kend; k0 += BC) {
     __syncthreads();
-    load_rows<BC>(Ks, kh, K2, K3, k0, S, 1.f);
-    load_rows<BC>(Vs, vh, V2, V3, k0, S, 1.f);
+    {  // staged without prefetching, as in dkdv (char shape: 0.428 ms prefetched, 0.328 not)
+      Stage<BC> rows;
+      rows.fetch(kh, K2, K3, k0, S, 1.f, vk);
+      rows.put(Ks);
+      rows.fetch(vh, V2, V3, k0, S, 1.f, vv);
+      rows.put(Vs);
+    }
     __syncthreads();
     float p[RPT][CPT], dp[RPT][CPT];
     score_tile(p, Qt, Ks, L);
@@ -479,7 +550,7 @@ __device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float
     for (int i = 0; i < RPT; ++i)
 #pragma unroll
       for (int j = 0; j < CPT; ++j) {
-        const float pij = visible(r0 + i, k0 + L.tx + 8 * j) ? exp2f(p[i][j] - lse[i]) : 0.f;
+        const float pij = visible(r0 + i, k0 + L.tx + 8 * j) ? fast_exp2(p[i][j] - lse[i]) : 0.f;
         dp[i][j] = pij * (dp[i][j] - delta[i]);  // dS
       }
     store_tile(Pw, dp, L);
@@ -570,14 +641,15 @@ bool use_mma(const AttentionShape& s) { return s.tf32 && s.d <= 128; }
 
 MmaGeometry mma_geometry(int64_t d, int64_t t, Kind kind) {
   MmaGeometry g{};
-  // Measured on an H200 at D = 64, T = 256 and 1024 (the test's TileSweep, backward reading the
-  // forward's statistics): forward and stats 32-key tiles (8 warps from T = 512 up); from
-  // T = 256 up dkdv and dq as 16 warps × 32 (GPT-2: 1.01 + 0.65 ms against 1.09 + 0.92 for the
-  // earlier 8 × 64 and 4 × 32; char: 0.23 + 0.15 against 0.25 + 0.19), shorter sequences
-  // dkdv 8 warps × 64 queries, dq 4 warps × 32 keys.
-  g.warps = kind == Kind::kDkDv || (kind == Kind::kForward && t >= 512) ? 8 : 4;
-  g.bc = kind == Kind::kDkDv ? 64 : 32;
-  if (kind != Kind::kForward && t >= 256 && d <= 64) g.warps = 16, g.bc = 32;
+  // Measured on an H200 at D = 64, T = 256 and 1024 (the test's BenchmarkShapesTiming with
+  // TG_CUDA_ATTENTION_MMA, backward reading the forward's statistics, tiles staged through
+  // registers): forward 32-key tiles (8 warps from T = 512 up); dkdv 8 warps × 64 queries; dq
+  // from T = 256 up 8 warps × 16 keys (GPT-2: 0.749 + 0.463 ms against 0.868 + 0.586 for 16
+  // warps × 32, whose 512 threads cap registers at 128 and spill; char: 0.190 + 0.100 against
+  // 0.202 + 0.129), shorter sequences 4 warps × 32.
+  const bool long_dq = kind == Kind::kDq && t >= 256 && d <= 64;
+  g.warps = kind == Kind::kDkDv || (kind == Kind::kForward && t >= 512) || long_dq ? 8 : 4;
+  g.bc = kind == Kind::kDkDv ? 64 : long_dq ? 16 : 32;
   if (d > 64) g.bc = 32;  // accumulators of larger heads leave fewer registers for the scores
   // Tuning override: TG_CUDA_ATTENTION_MMA="<kind>:<warps>,<bc>;..." with kind f, k or q.
   if (const char* env = std::getenv("TG_CUDA_ATTENTION_MMA")) {

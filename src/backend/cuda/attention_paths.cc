@@ -235,7 +235,7 @@ __device__ __forceinline__ Lane lane_coords() {
 // Output column o of a thread (o < OC): VW-wide vectors, 8 lanes side by side.
 __device__ __forceinline__ int out_col(int o, int tx) { return (o / VW) * (8 * VW) + tx * VW + o % VW; }
 
-// Transposed tile: dst[d·TS + r] (d < DW, r < ROWS), same source and zeros as load_rows. A warp
+// Transposed tile: dst[d·TS + r] (d < DW, r < ROWS), same source and zeros as Stage. A warp
 // step covers 8 d × 4 rows: 32-byte runs of global memory, conflict-free shared stores (TS ≡ 4 mod 8).
 template <int ROWS>
 __device__ __forceinline__ void load_cols(float* dst, const float* src, long long rstride, long long dstride, int row0,
@@ -313,6 +313,10 @@ __device__ __forceinline__ void accumulate(float (&acc)[RPT][OC], const float* P
 /// holds columns 2t, 2t+1 of rows g, g+8 of each 8-column tile) uses it directly as the A
 /// fragment by permuting the reduction index (A column t ↔ key 2t, t+4 ↔ 2t+1), so X is read
 /// as X[8n + 2t (+1)][8dn + g], again conflict-free. Kernels mirror the fp32 path's four.
+/// Tiles move through registers (Stage): the loads of the next tile are issued right after the
+/// current one is stored, so they are in flight while it is computed, with 16-byte loads where
+/// the rows allow. Only the tiles that cross the causal diagonal or the sequence end are masked
+/// element by element.
 const char* const kMma = R"(
 constexpr int NN = BC / 8, ND = DP / 8;
 
@@ -327,10 +331,11 @@ __device__ __forceinline__ void mma8(float (&c)[4], const unsigned (&a)[4], cons
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Staged tiles are rounded to TF32 once: load_rows<ROWS>(..., Tf32()).
+// Staged tiles are rounded to TF32 once, when Stage::put stores them.
 struct Tf32 {
   __device__ __forceinline__ float operator()(float x) const { return __uint_as_float(to_tf32(x)); }
 };
+
 
 // c[n] += A[16 rows]·B[8n .. 8n + 7]ᵀ over DP, A and B staged tiles (A at the warp's first row).
 template <int M>
@@ -395,42 +400,59 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
   float* Vs = Ks + BC * RS;                     // [BC][RS]
   const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
   const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
-  load_rows<BR>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2, Tf32());
+  const float* qh = q + b * Q0 + h * Q1;
+  {
+    Stage<BR, Tf32> qt;
+    qt.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
+    qt.put(Qs);
+  }
   const float* Qw = Qs + warp * 16 * RS;
   const int w0 = q0 + warp * 16, ra = w0 + g;  // rows ra and ra + 8
   float o[ND][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
   zero(o);
   const int kend = key_end(q0);
+  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
+  Stage<BC, Tf32> kt, vt;  // the next key tile, in flight while this one is computed
+  kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
+  vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
   for (int k0 = 0; k0 < kend; k0 += BC) {
     __syncthreads();
-    load_rows<BC>(Ks, kh, K2, K3, k0, S, 1.f, Tf32());
-    load_rows<BC>(Vs, vh, V2, V3, k0, S, 1.f, Tf32());
+    kt.put(Ks);
+    vt.put(Vs);
     __syncthreads();
+    if (k0 + BC < kend) {
+      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
+      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
+    }
     if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;  // hidden from every row of this warp
     float s[NN][4];
     zero(s);
     mma_abt(s, Qw, Ks, g, t);
+    if (k0 + BC > S || (CAUSAL && k0 + BC - 1 > w0 + SHIFT)) {  // some key hidden from some row
+#pragma unroll
+      for (int n = 0; n < NN; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!visible(ra + 8 * (e >> 1), k0 + 8 * n + 2 * t + (e & 1))) s[n][e] = NEG_INF;
+    }
     float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
     for (int n = 0; n < NN; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (!visible(ra + 8 * (e >> 1), k0 + 8 * n + 2 * t + (e & 1))) s[n][e] = NEG_INF;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-      }
+      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
     float base[2], alpha[2];
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       const float mnew = fmaxf(m[rr], lanes_max<4>(mx[rr]));
       base[rr] = mnew == NEG_INF ? 0.f : mnew;
-      alpha[rr] = exp2f(m[rr] - base[rr]);
+      alpha[rr] = fast_exp2(m[rr] - base[rr]);
       m[rr] = mnew;
     }
     float sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int n = 0; n < NN; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sum[e >> 1] += (s[n][e] = exp2f(s[n][e] - base[e >> 1]));
+      for (int e = 0; e < 4; ++e) sum[e >> 1] += (s[n][e] = fast_exp2(s[n][e] - base[e >> 1]));
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) l[rr] = l[rr] * alpha[rr] + sum[rr];
 #pragma unroll
@@ -474,8 +496,15 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
   const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
   const int bg = (int)(blockIdx.x % (B * HKV)), k0 = (int)(blockIdx.x / (B * HKV)) * BR;
   const int b = bg / HKV, kvh = bg % HKV;
-  load_rows<BR>(Ks, k + b * K0 + kvh * K1, K2, K3, k0, S, 1.f, Tf32());
-  load_rows<BR>(Vs, v + b * V0 + kvh * V1, V2, V3, k0, S, 1.f, Tf32());
+  {
+    const float* kh = k + b * K0 + kvh * K1;
+    const float* vh = v + b * V0 + kvh * V1;
+    Stage<BR, Tf32> rows;
+    rows.fetch(kh, K2, K3, k0, S, 1.f, rows_vec(kh, K2, K3));
+    rows.put(Ks);
+    rows.fetch(vh, V2, V3, k0, S, 1.f, rows_vec(vh, V2, V3));
+    rows.put(Vs);
+  }
   const float* Kw = Ks + warp * 16 * RS;
   const float* Vw = Vs + warp * 16 * RS;
   const int w0 = k0 + warp * 16, ka = w0 + g;  // keys ka and ka + 8
@@ -483,26 +512,38 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
   zero(dk);
   zero(dv);
   const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
+  // The (head, query tile) pairs in order, the next one's tiles in flight while one is computed.
+  Stage<BC, Tf32> qt, ot;
+  auto fetch = [&](int h, int q0) {
+    const float* qh = q + b * Q0 + h * Q1;
+    const float* oh = dout + b * O0 + h * O1;
+    qt.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
+    ot.fetch(oh, O2, O3, q0, T, 1.f, rows_vec(oh, O2, O3));
+  };
+  fetch(kvh * GRP, q_begin);
   for (int h = kvh * GRP; h < (kvh + 1) * GRP; ++h) {
     const long long bh = (long long)b * HQ + h;
     for (int q0 = q_begin; q0 < T; q0 += BC) {
       __syncthreads();
-      load_rows<BC>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2, Tf32());
-      load_rows<BC>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f, Tf32());
+      qt.put(Qs);
+      ot.put(Os);
       stage_stats(Ls, Ds, scratch, bh, q0);
       __syncthreads();
+      if (q0 + BC < T) fetch(h, q0 + BC);
+      else if (h + 1 < (kvh + 1) * GRP) fetch(h + 1, q_begin);
       if (CAUSAL && w0 > q0 + BC - 1 + SHIFT) continue;  // every key of this warp hidden
       float s[NN][4], dp[NN][4];
       zero(s);
       zero(dp);
       mma_abt(s, Kw, Qs, g, t);   // Sᵀ (base-2 units)
       mma_abt(dp, Vw, Os, g, t);  // dPᵀ = V dOᵀ
+      const bool full = !CAUSAL || w0 + 15 <= q0 + SHIFT;  // every query of the tile sees every key of the warp
 #pragma unroll
       for (int n = 0; n < NN; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = 8 * n + 2 * t + (e & 1);
-          const float p = (!CAUSAL || ka + 8 * (e >> 1) <= q0 + c + SHIFT) ? exp2f(s[n][e] - Ls[c]) : 0.f;
+          const float p = (full || ka + 8 * (e >> 1) <= q0 + c + SHIFT) ? fast_exp2(s[n][e] - Ls[c]) : 0.f;
           s[n][e] = p;
           dp[n][e] = p * (dp[n][e] - Ds[c]);
         }
@@ -529,8 +570,15 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
   float* Vs = Ks + BC * RS;                     // [BC][RS]
   const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
   const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
-  load_rows<BR>(Qs, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2, Tf32());
-  load_rows<BR>(Os, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f, Tf32());
+  {
+    const float* qh = q + b * Q0 + h * Q1;
+    const float* oh = dout + b * O0 + h * O1;
+    Stage<BR, Tf32> rows;
+    rows.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
+    rows.put(Qs);
+    rows.fetch(oh, O2, O3, q0, T, 1.f, rows_vec(oh, O2, O3));
+    rows.put(Os);
+  }
   const float* Qw = Qs + warp * 16 * RS;
   const float* Ow = Os + warp * 16 * RS;
   const int w0 = q0 + warp * 16, ra = w0 + g;
@@ -540,23 +588,32 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
   float dq[ND][4];
   zero(dq);
   const int kend = key_end(q0);
+  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
+  Stage<BC, Tf32> kt, vt;  // the next key tile, in flight while this one is computed
+  kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
+  vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
   for (int k0 = 0; k0 < kend; k0 += BC) {
     __syncthreads();
-    load_rows<BC>(Ks, kh, K2, K3, k0, S, 1.f, Tf32());
-    load_rows<BC>(Vs, vh, V2, V3, k0, S, 1.f, Tf32());
+    kt.put(Ks);
+    vt.put(Vs);
     __syncthreads();
+    if (k0 + BC < kend) {
+      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
+      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
+    }
     if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;
     float s[NN][4], dp[NN][4];
     zero(s);
     zero(dp);
     mma_abt(s, Qw, Ks, g, t);
     mma_abt(dp, Ow, Vs, g, t);
+    const bool full = k0 + BC <= S && (!CAUSAL || k0 + BC - 1 <= w0 + SHIFT);  // every key visible to every row
 #pragma unroll
     for (int n = 0; n < NN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int rr = e >> 1;
-        const float p = visible(ra + 8 * rr, k0 + 8 * n + 2 * t + (e & 1)) ? exp2f(s[n][e] - lse[rr]) : 0.f;
+        const float p = (full || visible(ra + 8 * rr, k0 + 8 * n + 2 * t + (e & 1))) ? fast_exp2(s[n][e] - lse[rr]) : 0.f;
         dp[n][e] = p * (dp[n][e] - delta[rr]);
       }
     mma_px(dq, dp, Ks, g, t);
