@@ -273,8 +273,9 @@ struct Stage {
           if (d + 2 < D) x.z = __ldg(p + (long long)(d + 2) * dstride);
           if (d + 3 < D) x.w = __ldg(p + (long long)(d + 3) * dstride);
         }
+        x = make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul);  // the zeros stay 0 whatever mul
       }
-      v[i] = make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul);
+      v[i] = x;
     }
   }
   __device__ __forceinline__ void put(float* dst) const {
@@ -287,6 +288,11 @@ struct Stage {
     }
   }
 };
+// Whether a loop holds the next tile of ROWS rows in registers while computing the current one:
+// when that takes at most 16 registers per operand (char and GPT-2 heads, D = 64); larger heads
+// load each tile just before storing it, as the registers would otherwise spill.
+template <int ROWS>
+constexpr bool PREFETCH = Stage<ROWS>::PER <= 4;
 // Whether an operand's rows can be read as float4 (see Stage): strides are compile-time
 // constants, the base pointer is checked at run time (one uniform branch).
 __device__ __forceinline__ bool rows_vec(const float* base, long long rstride, long long dstride) {
@@ -369,15 +375,21 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
   for (int i = 0; i < RPT; ++i) m[i] = NEG_INF, l[i] = 0.f;  // l: this lane's part of the row sum
   const int r0 = q0 + L.ty * RPT, kend = key_end(q0);
   const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
-  Stage<BC> kt, vt;  // the next key tile, in flight while this one is computed
-  kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-  vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
+  Stage<BC> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
+  if (PREFETCH<BC>) {
+    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
+    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
+  }
   for (int k0 = 0; k0 < kend; k0 += BC) {
     __syncthreads();  // the previous tile's readers are done
+    if (!PREFETCH<BC>) {
+      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
+      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
+    }
     kt.put(Ks);
     vt.put(Vs);
     __syncthreads();
-    if (k0 + BC < kend) {
+    if (PREFETCH<BC> && k0 + BC < kend) {
       kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
       vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
     }
@@ -680,7 +692,8 @@ std::string mma_constants(const AttentionShape& s, const MmaGeometry& g, const O
 
 bool attention_operand_ok(const Operand& op) {
   // Any batch / head / row strides; unit stride along D keeps the staging loads coalesced
-  // (the kernels read element by element, so no alignment is needed).
+  // (16-byte loads where rows_vec finds the rows aligned, element loads otherwise, so no
+  // alignment is needed).
   return op.dtype == DType::kF32 && op.shape.size() == 4 && op.strides.size() == 4 &&
          (op.strides[3] == 1 || op.shape[3] <= 1);
 }

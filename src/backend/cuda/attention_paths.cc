@@ -412,15 +412,21 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
   zero(o);
   const int kend = key_end(q0);
   const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
-  Stage<BC, Tf32> kt, vt;  // the next key tile, in flight while this one is computed
-  kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-  vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
+  Stage<BC, Tf32> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
+  if (PREFETCH<BC>) {
+    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
+    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
+  }
   for (int k0 = 0; k0 < kend; k0 += BC) {
     __syncthreads();
+    if (!PREFETCH<BC>) {
+      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
+      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
+    }
     kt.put(Ks);
     vt.put(Vs);
     __syncthreads();
-    if (k0 + BC < kend) {
+    if (PREFETCH<BC> && k0 + BC < kend) {
       kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
       vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
     }
@@ -512,7 +518,8 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
   zero(dk);
   zero(dv);
   const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
-  // The (head, query tile) pairs in order, the next one's tiles in flight while one is computed.
+  // The (head, query tile) pairs in order; with PREFETCH the next one's tiles are in flight
+  // while one is computed.
   Stage<BC, Tf32> qt, ot;
   auto fetch = [&](int h, int q0) {
     const float* qh = q + b * Q0 + h * Q1;
@@ -520,17 +527,20 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
     qt.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
     ot.fetch(oh, O2, O3, q0, T, 1.f, rows_vec(oh, O2, O3));
   };
-  fetch(kvh * GRP, q_begin);
+  if (PREFETCH<BC>) fetch(kvh * GRP, q_begin);
   for (int h = kvh * GRP; h < (kvh + 1) * GRP; ++h) {
     const long long bh = (long long)b * HQ + h;
     for (int q0 = q_begin; q0 < T; q0 += BC) {
       __syncthreads();
+      if (!PREFETCH<BC>) fetch(h, q0);
       qt.put(Qs);
       ot.put(Os);
       stage_stats(Ls, Ds, scratch, bh, q0);
       __syncthreads();
-      if (q0 + BC < T) fetch(h, q0 + BC);
-      else if (h + 1 < (kvh + 1) * GRP) fetch(h + 1, q_begin);
+      if (PREFETCH<BC>) {
+        if (q0 + BC < T) fetch(h, q0 + BC);
+        else if (h + 1 < (kvh + 1) * GRP) fetch(h + 1, q_begin);
+      }
       if (CAUSAL && w0 > q0 + BC - 1 + SHIFT) continue;  // every key of this warp hidden
       float s[NN][4], dp[NN][4];
       zero(s);
@@ -589,15 +599,21 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
   zero(dq);
   const int kend = key_end(q0);
   const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
-  Stage<BC, Tf32> kt, vt;  // the next key tile, in flight while this one is computed
-  kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-  vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
+  Stage<BC, Tf32> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
+  if (PREFETCH<BC>) {
+    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
+    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
+  }
   for (int k0 = 0; k0 < kend; k0 += BC) {
     __syncthreads();
+    if (!PREFETCH<BC>) {
+      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
+      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
+    }
     kt.put(Ks);
     vt.put(Vs);
     __syncthreads();
-    if (k0 + BC < kend) {
+    if (PREFETCH<BC> && k0 + BC < kend) {
       kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
       vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
     }
