@@ -303,6 +303,12 @@ TEST(CudaAttention, BadShapesAreRefused) {
   s = p.shape;
   s.t = 9;  // q's operand says 8
   EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v, p.o), Error);
+  s = p.shape;
+  s.scale = 3e38;  // finite in double and f32, but scale·log2 e is not a finite f32
+  EXPECT_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v, p.o), Error);
+  EXPECT_THROW(cuda::attention_grad_kernels("x", s, p.q, p.k, p.v, p.o), Error);
+  s.scale = 1e30;
+  EXPECT_NO_THROW(cuda::attention_kernel("x", s, p.q, p.k, p.v, p.o));
   const Problem wide = make_problem({1, 1, 1, 2, 2, 520, false, false}, 1);
   EXPECT_THROW(cuda::attention_grad_kernels("x", wide.shape, wide.q, wide.k, wide.v, wide.o), Error);
   // out / dout: [B, Hq, T, D] f32 with unit stride along D.

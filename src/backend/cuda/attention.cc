@@ -136,7 +136,9 @@ void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, co
   if (s.q_heads % s.kv_heads != 0) throw Error("[cuda] attention: q heads must be a multiple of kv heads");
   if (s.d > kMaxHeadDim) throw Error("[cuda] attention: head dim " + std::to_string(s.d) + " above " + std::to_string(kMaxHeadDim));
   if (s.causal && s.t > s.s) throw Error("[cuda] attention: a causal mask needs at least as many keys as queries");
-  if (!std::isfinite(s.scale)) throw Error("[cuda] attention: the scale must be finite");
+  // The kernels stage queries times scale·log2 e in f32: that product must be finite too.
+  if (!std::isfinite(s.scale) || !std::isfinite(static_cast<float>(s.scale * 1.4426950408889634)))
+    throw Error("[cuda] attention: the scale must be finite (and scale·log2 e a finite float), got " + std::to_string(s.scale));
   if (s.t > (int64_t{1} << 30) || s.s > (int64_t{1} << 30)) throw Error("[cuda] attention: sequence too long");
   check_operand(q, {s.batch, s.q_heads, s.t, s.d}, "q");
   check_operand(k, {s.batch, s.kv_heads, s.s, s.d}, "k");
@@ -273,9 +275,8 @@ struct Stage {
           if (d + 2 < D) x.z = __ldg(p + (long long)(d + 2) * dstride);
           if (d + 3 < D) x.w = __ldg(p + (long long)(d + 3) * dstride);
         }
-        x = make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul);  // the zeros stay 0 whatever mul
       }
-      v[i] = x;
+      v[i] = make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul);
     }
   }
   __device__ __forceinline__ void put(float* dst) const {
