@@ -1,10 +1,177 @@
 // Device code of the attention paths (see attention.cc, which generates the constants each is
-// compiled with and chooses the path per node): the one-launch path for short sequences, the
-// fp32 tiled path's helpers and the TF32 tensor-core path. Kept apart from attention.cc to
-// keep files small.
+// compiled with and chooses the path per node): the helpers both tiled paths share, the
+// one-launch path for short sequences and the fp32 tiled path's helpers; the TF32
+// tensor-core path is in attention_mma.cc. Kept apart from attention.cc to keep files small.
 #include "backend/cuda/attention_paths.h"
 
 namespace tg::backend::cuda::attention_paths {
+
+/// Device helpers both tiled paths (fp32 and tf32) share; emitted after their constants, which
+/// name BR, BC, DP, RS and NT for the path's own tiles.
+const char* const kCommon = R"(
+#define NEG_INF (-__int_as_float(0x7f800000))
+#define POS_INF (__int_as_float(0x7f800000))
+
+// Reductions over LANES adjacent lanes (a power of two ≤ 32): 8 for a row group of the fp32
+// path, 4 for a quad of the mma fragments.
+template <int LANES>
+__device__ __forceinline__ float lanes_max(float x) {
+#pragma unroll
+  for (int o = 1; o < LANES; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+template <int LANES>
+__device__ __forceinline__ float lanes_sum(float x) {
+#pragma unroll
+  for (int o = 1; o < LANES; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+template <int M, int N>
+__device__ __forceinline__ void zero(float (&c)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int j = 0; j < N; ++j) c[i][j] = 0.f;
+}
+
+// Whether key c is visible to query r.
+__device__ __forceinline__ bool visible(int r, int c) { return c < S && (!CAUSAL || c <= r + SHIFT); }
+
+// Keys [0, key_end(q0)) are visible to some query of the row tile starting at q0.
+__device__ __forceinline__ int key_end(int q0) {
+  const int last = min(T, q0 + BR) - 1;
+  return CAUSAL ? min(S, last + SHIFT + 1) : S;
+}
+
+// Block → query tile q0 of (b, h) (bh = b·HQ + h) for kernels whose rows are queries, with the
+// keys and values of its kv head; the tiles with the most keys (the last ones when causal) are
+// handed out first.
+struct QueryBlock {
+  int q0, bh, b, h;
+  const float* kh;
+  const float* vh;
+};
+__device__ __forceinline__ QueryBlock query_block(const float* k, const float* v) {
+  constexpr int NTILES = (T + BR - 1) / BR;
+  QueryBlock qb;
+  qb.bh = (int)(blockIdx.x % (B * HQ));
+  qb.q0 = (NTILES - 1 - (int)(blockIdx.x / (B * HQ))) * BR;
+  qb.b = qb.bh / HQ, qb.h = qb.bh % HQ;
+  const int kvh = qb.h / GRP;
+  qb.kh = k + qb.b * K0 + kvh * K1;
+  qb.vh = v + qb.b * V0 + kvh * V1;
+  return qb;
+}
+
+// Conversion of staged values: kept (Exact) on the fp32 path, rounded to TF32 on the mma path.
+struct Exact {
+  __device__ __forceinline__ float operator()(float x) const { return x; }
+};
+
+// 2^x in one MUFU instruction; results below 2^-126 flush to 0 (a probability that small adds
+// nothing to a row whose largest term is 1). exp2f also handles subnormal results, at a few
+// more instructions per score.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// A tile of ROWS rows × DP floats on its way from global to shared memory, held in registers
+// in between, so that the next tile's loads are in flight while the current one is computed:
+//   fetch(src, rstride, dstride, row0, limit, mul, vec) issues the loads of mul·src[(row0 + r)·
+//   rstride + d·dstride] for r < ROWS, d < DP (0 where row0 + r ≥ limit or d ≥ D); put(dst)
+//   stores cvt of them at dst[r·RS + d].
+// Each thread moves float4 slots e = i·NT + threadIdx.x (row e / (DP/4), columns 4·(e % (DP/4))
+// ..+3); `vec` (unit stride along D, D and the row stride multiples of 4, the row 16-byte
+// aligned) reads them as one 16-byte load, otherwise element by element.
+template <int ROWS, class Cvt = Exact>
+struct Stage {
+  static constexpr int SLOTS = ROWS * (DP / 4), PER = (SLOTS + NT - 1) / NT;
+  float4 v[PER];
+  __device__ __forceinline__ void fetch(const float* src, long long rstride, long long dstride, int row0, int limit,
+                                        float mul, bool vec) {
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = i * NT + threadIdx.x, r = e / (DP / 4), d = e % (DP / 4) * 4;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if ((SLOTS % NT == 0 || e < SLOTS) && row0 + r < limit) {
+        const float* p = src + (long long)(row0 + r) * rstride;
+        if (vec) {
+          if (d < D) x = __ldg(reinterpret_cast<const float4*>(p + d));
+        } else {
+          if (d < D) x.x = __ldg(p + (long long)d * dstride);
+          if (d + 1 < D) x.y = __ldg(p + (long long)(d + 1) * dstride);
+          if (d + 2 < D) x.z = __ldg(p + (long long)(d + 2) * dstride);
+          if (d + 3 < D) x.w = __ldg(p + (long long)(d + 3) * dstride);
+        }
+      }
+      v[i] = make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul);
+    }
+  }
+  __device__ __forceinline__ void put(float* dst) const {
+    const Cvt cvt;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = i * NT + threadIdx.x, r = e / (DP / 4), d = e % (DP / 4) * 4;
+      if (SLOTS % NT == 0 || e < SLOTS)
+        *reinterpret_cast<float4*>(dst + r * RS + d) = make_float4(cvt(v[i].x), cvt(v[i].y), cvt(v[i].z), cvt(v[i].w));
+    }
+  }
+};
+// Whether a loop holds the next tile of ROWS rows in registers while computing the current one:
+// when that takes at most 16 registers per operand (char and GPT-2 heads, D = 64); larger heads
+// load each tile just before storing it, as the registers would otherwise spill.
+template <int ROWS>
+constexpr bool PREFETCH = Stage<ROWS>::PER <= 4;
+// Whether an operand's rows can be read as float4 (see Stage): strides are compile-time
+// constants, the base pointer is checked at run time (one uniform branch).
+__device__ __forceinline__ bool rows_vec(const float* base, long long rstride, long long dstride) {
+  return D % 4 == 0 && dstride == 1 && rstride % 4 == 0 && (reinterpret_cast<unsigned long long>(base) & 15) == 0;
+}
+
+// What a forward kernel stores (forward_rows / mma_forward<MODE>): the output; lse and delta
+// (the backward's stats launch); the output and lse (a forward that keeps its statistics).
+constexpr int OUT = 0, STATS = 1, OUT_LSE = 2;
+
+// The stats pass's results (scratch [2, NROWS]: lse, then delta) for query r of bh.
+__device__ __forceinline__ void store_stats(float* scratch, long long bh, int r, float lse, float delta) {
+  scratch[bh * T + r] = lse;
+  scratch[NROWS + bh * T + r] = delta;
+}
+__device__ __forceinline__ void load_stats(const float* scratch, long long bh, int r, float& lse, float& delta) {
+  const bool in = r < T;
+  lse = in ? scratch[bh * T + r] : POS_INF;  // no probability for missing queries
+  delta = in ? scratch[NROWS + bh * T + r] : 0.f;
+}
+// lse and delta of the BC queries from q0 into shared memory.
+__device__ __forceinline__ void stage_stats(float* Ls, float* Ds, const float* scratch, long long bh, int q0) {
+  for (int e = threadIdx.x; e < BC; e += NT) load_stats(scratch, bh, q0 + e, Ls[e], Ds[e]);
+}
+
+// Where dq's row r of bh = b·HQ + h starts in grads: dense [B, HQ, T, D], or with GRADS_BTHD
+// [B, T, HQ, D] (and dk, dv [B, S, HKV, D]), the layout the qkv projection's gradient wants,
+// or with GRADS_PACKED (T = S) [B, T, GRS]: each token's [dq | dk | dv] side by side, the
+// gradient of a packed qkv projection itself.
+__device__ __forceinline__ long long dq_row(long long bh, int r) {
+  if (GRADS_PACKED) return ((bh / HQ) * T + r) * GRS + (bh % HQ) * D;
+  return GRADS_BTHD ? (((bh / HQ) * T + r) * HQ + bh % HQ) * D : (bh * T + r) * D;
+}
+// dK and dV of key row `key` (< S) of kv group bg = b·HKV + kv head: [B, HKV, S, D] each, or
+// [B, S, HKV, D] with GRADS_BTHD, or inside the packed rows.
+__device__ __forceinline__ void store_dkdv(float* grads, int bg, int key, int col, float dk, float dv) {
+  if (GRADS_PACKED) {
+    const long long at = ((long long)(bg / HKV) * S + key) * GRS + HQ * D + (bg % HKV) * D + col;
+    grads[at] = dk;
+    grads[at + HKV * D] = dv;
+    return;
+  }
+  const long long at = (GRADS_BTHD ? ((long long)(bg / HKV) * S + key) * HKV + bg % HKV : (long long)bg * S + key) * D + col;
+  grads[NQ + at] = dk;
+  grads[NQ + NK + at] = dv;
+}
+)";
 
 /// Small problems (T, S ≤ 64, D ≤ 64, backward D ≤ 32): a block handles NG whole (batch, kv head) groups with
 /// their keys and values (and, backward, queries and output gradients) in shared memory, one
@@ -300,346 +467,6 @@ __device__ __forceinline__ void accumulate(float (&acc)[RPT][OC], const float* P
 #pragma unroll
         for (int w = 0; w < VW; ++w) acc[i][g * VW + w] = fmaf(p[i], x[w], acc[i][g * VW + w]);
     }
-  }
-}
-)";
-
-/// TF32 tensor-core path (AttentionShape::tf32): mma.sync m16n8k8 through inline PTX. A block
-/// is WM warps of 16 rows each (BR = 16·WM); tiles of BC columns are staged in shared memory,
-/// row-major with stride RS = DP + 4 (DP = D rounded up to 8, zero padded) and rounded to TF32
-/// once when staged. With g = lane / 4, t = lane % 4, a score tile Σ_d A[row][d]·B[col][d]
-/// reads A fragments A[g (+8)][8kk + t (+4)] and B fragments B[8n + g][8kk + t (+4)]: RS ≡ 4
-/// mod 8 spreads both over the 32 banks. The product P·X of an accumulator-layout P (thread
-/// holds columns 2t, 2t+1 of rows g, g+8 of each 8-column tile) uses it directly as the A
-/// fragment by permuting the reduction index (A column t ↔ key 2t, t+4 ↔ 2t+1), so X is read
-/// as X[8n + 2t (+1)][8dn + g], again conflict-free. Kernels mirror the fp32 path's four.
-/// Tiles move through registers (Stage): the loads of the next tile are issued right after the
-/// current one is stored, so they are in flight while it is computed, with 16-byte loads where
-/// the rows allow. Only the tiles that cross the causal diagonal or the sequence end are masked
-/// element by element.
-const char* const kMma = R"(
-constexpr int NN = BC / 8, ND = DP / 8;
-
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ void mma8(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Staged tiles are rounded to TF32 once, when Stage::put stores them.
-struct Tf32 {
-  __device__ __forceinline__ float operator()(float x) const { return __uint_as_float(to_tf32(x)); }
-};
-
-
-// c[n] += A[16 rows]·B[8n .. 8n + 7]ᵀ over DP, A and B staged tiles (A at the warp's first row).
-template <int M>
-__device__ __forceinline__ void mma_abt(float (&c)[M][4], const float* A, const float* Bm, int g, int t) {
-#pragma unroll
-  for (int kk = 0; kk < ND; ++kk) {
-    unsigned a[4];
-    a[0] = __float_as_uint(A[g * RS + 8 * kk + t]);
-    a[1] = __float_as_uint(A[(g + 8) * RS + 8 * kk + t]);
-    a[2] = __float_as_uint(A[g * RS + 8 * kk + t + 4]);
-    a[3] = __float_as_uint(A[(g + 8) * RS + 8 * kk + t + 4]);
-#pragma unroll
-    for (int n = 0; n < M; ++n) {
-      unsigned b[2];
-      b[0] = __float_as_uint(Bm[(8 * n + g) * RS + 8 * kk + t]);
-      b[1] = __float_as_uint(Bm[(8 * n + g) * RS + 8 * kk + t + 4]);
-      mma8(c[n], a, b);
-    }
-  }
-}
-
-// acc += P·X: P [16 × 8M] in accumulator layout, X a staged tile whose rows are P's columns.
-template <int M>
-__device__ __forceinline__ void mma_px(float (&acc)[ND][4], const float (&p)[M][4], const float* X, int g, int t) {
-#pragma unroll
-  for (int n = 0; n < M; ++n) {
-    unsigned a[4];
-    a[0] = to_tf32(p[n][0]);
-    a[1] = to_tf32(p[n][2]);
-    a[2] = to_tf32(p[n][1]);
-    a[3] = to_tf32(p[n][3]);
-#pragma unroll
-    for (int dn = 0; dn < ND; ++dn) {
-      unsigned b[2];
-      b[0] = __float_as_uint(X[(8 * n + 2 * t) * RS + 8 * dn + g]);
-      b[1] = __float_as_uint(X[(8 * n + 2 * t + 1) * RS + 8 * dn + g]);
-      mma8(acc[dn], a, b);
-    }
-  }
-}
-
-// f(col, dn, e) for each output column col < D that this thread holds in row g + 8·rr of an
-// accumulator acc[ND][4] (accumulator layout): the value there is acc[dn][e].
-template <class F>
-__device__ __forceinline__ void for_cols(int t, int rr, F f) {
-#pragma unroll
-  for (int dn = 0; dn < ND; ++dn)
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int col = 8 * dn + 2 * t + u;
-      if (col < D) f(col, dn, 2 * rr + u);
-    }
-}
-
-template <int MODE>
-__device__ __forceinline__ void mma_forward(const float* __restrict__ q, const float* __restrict__ k,
-                                            const float* __restrict__ v, float* __restrict__ out,
-                                            const float* __restrict__ dout, float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
-  float* Ks = Qs + BR * RS;                     // [BC][RS]
-  float* Vs = Ks + BC * RS;                     // [BC][RS]
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
-  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
-  const float* qh = q + b * Q0 + h * Q1;
-  {
-    Stage<BR, Tf32> qt;
-    qt.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
-    qt.put(Qs);
-  }
-  const float* Qw = Qs + warp * 16 * RS;
-  const int w0 = q0 + warp * 16, ra = w0 + g;  // rows ra and ra + 8
-  float o[ND][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-  zero(o);
-  const int kend = key_end(q0);
-  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
-  Stage<BC, Tf32> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
-  if (PREFETCH<BC>) {
-    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
-  }
-  for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();
-    if (!PREFETCH<BC>) {
-      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
-    }
-    kt.put(Ks);
-    vt.put(Vs);
-    __syncthreads();
-    if (PREFETCH<BC> && k0 + BC < kend) {
-      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
-    }
-    if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;  // hidden from every row of this warp
-    float s[NN][4];
-    zero(s);
-    mma_abt(s, Qw, Ks, g, t);
-    if (k0 + BC > S || (CAUSAL && k0 + BC - 1 > w0 + SHIFT)) {  // some key hidden from some row
-#pragma unroll
-      for (int n = 0; n < NN; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!visible(ra + 8 * (e >> 1), k0 + 8 * n + 2 * t + (e & 1))) s[n][e] = NEG_INF;
-    }
-    float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-    for (int n = 0; n < NN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-    float base[2], alpha[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const float mnew = fmaxf(m[rr], lanes_max<4>(mx[rr]));
-      base[rr] = mnew == NEG_INF ? 0.f : mnew;
-      alpha[rr] = fast_exp2(m[rr] - base[rr]);
-      m[rr] = mnew;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < NN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sum[e >> 1] += (s[n][e] = fast_exp2(s[n][e] - base[e >> 1]));
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) l[rr] = l[rr] * alpha[rr] + sum[rr];
-#pragma unroll
-    for (int dn = 0; dn < ND; ++dn) {
-      o[dn][0] *= alpha[0], o[dn][1] *= alpha[0];
-      o[dn][2] *= alpha[1], o[dn][3] *= alpha[1];
-    }
-    mma_px(o, s, Vs, g, t);
-  }
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int r = ra + 8 * rr;
-    const float total = lanes_sum<4>(l[rr]), inv = 1.f / total;
-    const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row
-    if (MODE != STATS) {
-      if (r < T) for_cols(t, rr, [&](int col, int dn, int e) { out[row + col * O3] = o[dn][e] * inv; });
-      if (MODE == OUT_LSE && r < T && t == 0) scratch[bh * T + r] = m[rr] + log2f(total);
-    } else {
-      float dot = 0.f;
-      if (r < T)
-        for_cols(t, rr, [&](int col, int dn, int e) { dot = fmaf(o[dn][e] * inv, dout[row + col * O3], dot); });
-      dot = lanes_sum<4>(dot);
-      if (r < T && t == 0) store_stats(scratch, bh, r, m[rr] + log2f(total), dot);
-    }
-  }
-}
-
-// dK, dV of BR keys of one (b, kv head) over every query of its group. Queries are staged
-// pre-scaled by scale·log2 e like the stats pass (so the scores match its lse); dK is
-// rescaled by 1 / log2 e at the end.
-__device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const float* __restrict__ k,
-                                         const float* __restrict__ v, const float* __restrict__ dout,
-                                         float* __restrict__ grads, const float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Ks = reinterpret_cast<float*>(smem4);  // [BR][RS]
-  float* Vs = Ks + BR * RS;                     // [BR][RS]
-  float* Qs = Vs + BR * RS;                     // [BC][RS]
-  float* Os = Qs + BC * RS;                     // [BC][RS]
-  float* Ls = Os + BC * RS;                     // [BC]
-  float* Ds = Ls + BC;                          // [BC]
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
-  const int bg = (int)(blockIdx.x % (B * HKV)), k0 = (int)(blockIdx.x / (B * HKV)) * BR;
-  const int b = bg / HKV, kvh = bg % HKV;
-  {
-    const float* kh = k + b * K0 + kvh * K1;
-    const float* vh = v + b * V0 + kvh * V1;
-    Stage<BR, Tf32> rows;
-    rows.fetch(kh, K2, K3, k0, S, 1.f, rows_vec(kh, K2, K3));
-    rows.put(Ks);
-    rows.fetch(vh, V2, V3, k0, S, 1.f, rows_vec(vh, V2, V3));
-    rows.put(Vs);
-  }
-  const float* Kw = Ks + warp * 16 * RS;
-  const float* Vw = Vs + warp * 16 * RS;
-  const int w0 = k0 + warp * 16, ka = w0 + g;  // keys ka and ka + 8
-  float dk[ND][4], dv[ND][4];
-  zero(dk);
-  zero(dv);
-  const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
-  // The (head, query tile) pairs in order; with PREFETCH the next one's tiles are in flight
-  // while one is computed.
-  Stage<BC, Tf32> qt, ot;
-  auto fetch = [&](int h, int q0) {
-    const float* qh = q + b * Q0 + h * Q1;
-    const float* oh = dout + b * O0 + h * O1;
-    qt.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
-    ot.fetch(oh, O2, O3, q0, T, 1.f, rows_vec(oh, O2, O3));
-  };
-  if (PREFETCH<BC>) fetch(kvh * GRP, q_begin);
-  for (int h = kvh * GRP; h < (kvh + 1) * GRP; ++h) {
-    const long long bh = (long long)b * HQ + h;
-    for (int q0 = q_begin; q0 < T; q0 += BC) {
-      __syncthreads();
-      if (!PREFETCH<BC>) fetch(h, q0);
-      qt.put(Qs);
-      ot.put(Os);
-      stage_stats(Ls, Ds, scratch, bh, q0);
-      __syncthreads();
-      if (PREFETCH<BC>) {
-        if (q0 + BC < T) fetch(h, q0 + BC);
-        else if (h + 1 < (kvh + 1) * GRP) fetch(h + 1, q_begin);
-      }
-      if (CAUSAL && w0 > q0 + BC - 1 + SHIFT) continue;  // every key of this warp hidden
-      float s[NN][4], dp[NN][4];
-      zero(s);
-      zero(dp);
-      mma_abt(s, Kw, Qs, g, t);   // Sᵀ (base-2 units)
-      mma_abt(dp, Vw, Os, g, t);  // dPᵀ = V dOᵀ
-      const bool full = !CAUSAL || w0 + 15 <= q0 + SHIFT;  // every query of the tile sees every key of the warp
-#pragma unroll
-      for (int n = 0; n < NN; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 8 * n + 2 * t + (e & 1);
-          const float p = (full || ka + 8 * (e >> 1) <= q0 + c + SHIFT) ? fast_exp2(s[n][e] - Ls[c]) : 0.f;
-          s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - Ds[c]);
-        }
-      mma_px(dv, s, Os, g, t);   // dV += Pᵀ dO
-      mma_px(dk, dp, Qs, g, t);  // dK += dSᵀ Q (Q scaled)
-    }
-  }
-  constexpr float DKMUL = SCALE / SCALE2;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int key = ka + 8 * rr;
-    if (key >= S) continue;
-    for_cols(t, rr, [&](int col, int dn, int e) { store_dkdv(grads, bg, key, col, dk[dn][e] * DKMUL, dv[dn][e]); });
-  }
-}
-
-__device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float* __restrict__ k,
-                                       const float* __restrict__ v, const float* __restrict__ dout,
-                                       float* __restrict__ grads, const float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
-  float* Os = Qs + BR * RS;                     // [BR][RS] output gradients
-  float* Ks = Os + BR * RS;                     // [BC][RS]
-  float* Vs = Ks + BC * RS;                     // [BC][RS]
-  const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
-  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
-  {
-    const float* qh = q + b * Q0 + h * Q1;
-    const float* oh = dout + b * O0 + h * O1;
-    Stage<BR, Tf32> rows;
-    rows.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
-    rows.put(Qs);
-    rows.fetch(oh, O2, O3, q0, T, 1.f, rows_vec(oh, O2, O3));
-    rows.put(Os);
-  }
-  const float* Qw = Qs + warp * 16 * RS;
-  const float* Ow = Os + warp * 16 * RS;
-  const int w0 = q0 + warp * 16, ra = w0 + g;
-  float lse[2], delta[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) load_stats(scratch, bh, ra + 8 * rr, lse[rr], delta[rr]);
-  float dq[ND][4];
-  zero(dq);
-  const int kend = key_end(q0);
-  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
-  Stage<BC, Tf32> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
-  if (PREFETCH<BC>) {
-    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
-  }
-  for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();
-    if (!PREFETCH<BC>) {
-      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
-    }
-    kt.put(Ks);
-    vt.put(Vs);
-    __syncthreads();
-    if (PREFETCH<BC> && k0 + BC < kend) {
-      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
-    }
-    if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;
-    float s[NN][4], dp[NN][4];
-    zero(s);
-    zero(dp);
-    mma_abt(s, Qw, Ks, g, t);
-    mma_abt(dp, Ow, Vs, g, t);
-    const bool full = k0 + BC <= S && (!CAUSAL || k0 + BC - 1 <= w0 + SHIFT);  // every key visible to every row
-#pragma unroll
-    for (int n = 0; n < NN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rr = e >> 1;
-        const float p = (full || visible(ra + 8 * rr, k0 + 8 * n + 2 * t + (e & 1))) ? fast_exp2(s[n][e] - lse[rr]) : 0.f;
-        dp[n][e] = p * (dp[n][e] - delta[rr]);
-      }
-    mma_px(dq, dp, Ks, g, t);
-  }
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int r = ra + 8 * rr;
-    if (r >= T) continue;
-    const long long row = dq_row(bh, r);
-    for_cols(t, rr, [&](int col, int dn, int e) { grads[row + col] = dq[dn][e] * SCALE; });
   }
 }
 )";

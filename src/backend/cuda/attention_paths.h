@@ -1,8 +1,11 @@
-// Device source of the attention paths that live in attention_paths.cc (used by attention.cc).
+// Device source of the attention paths that live in attention_paths.cc and attention_mma.cc
+// (used by attention.cc).
 #pragma once
 
 namespace tg::backend::cuda::attention_paths {
 
+/// Device helpers both tiled paths (fp32 and tf32) share, after a path's constants.
+extern const char* const kCommon;
 /// Short sequences (T, S <= 64): a block handles whole (batch, kv head) groups in shared memory.
 extern const char* const kSmall;
 /// Helpers of the fp32 tiled kernels (after kCommon and the path's constants).
