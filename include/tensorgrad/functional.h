@@ -89,9 +89,11 @@ struct SelectiveScanResult {
 /// Δ = softplus?(delta + delta_bias), h_l = exp(Δ_l·A)·h_{l−1} + Δ_l·B_l·u_l (h_{−1} = 0) and
 /// y_l = C_l·h_l + D·u_l, gated by silu(z). u, delta [B, D, L] (channels first, as the
 /// reference); A [D, N]; B and C [B, N, L], or [B, G, N, L] grouped (channel d reads group
-/// d / (D/G)). The recurrence is one primitive with its own backward; the softplus is the
-/// overflow-safe max(x, 0) + log1p(exp(−|x|)). The CUDA backend takes N ≤ 32 (a channel's
-/// states share one warp) and says so when compiling a larger one; cpu and ref take any N.
+/// d / (D/G)). The recurrence with delta_bias, the softplus and the D skip is one primitive
+/// with its own backward (the z gate is an ordinary op after it); the softplus is the
+/// overflow-safe max(x, 0) + log1p(exp(−|x|)). The CUDA backend takes N ≤ 64 (a channel's
+/// states share one warp, two per lane) and says so when compiling a larger one; cpu and ref
+/// take any N.
 SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
                                    const SelectiveScanOptions& options = {}, Loc loc = Loc::current());
 /// Depthwise causal convolution over the last axis: x [B, D, L] (channels first, as Mamba's

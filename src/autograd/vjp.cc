@@ -209,12 +209,17 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       return {ir::emit(graph, std::move(dr)), Tensor()};
     }
     case Op::kSelectiveScan: {
-      // One primitive gives every input's gradient, packed [du | ddelta | dA | dB | dC].
-      ir::Node gr = ir::make_node(Op::kSelectiveScanGrad, {n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3], n.inputs[4], g.id()}, loc);
+      // One primitive gives every input's gradient, packed [du | ddelta | dA | dB | dC | dD | dbias];
+      // it also reads the forward node (a backend may reuse what its forward kept).
+      std::vector<int32_t> ins(n.inputs.begin(), n.inputs.end());
+      ins.push_back(g.id());
+      ins.push_back(id);
+      ir::Node gr = ir::make_node(Op::kSelectiveScanGrad, ins, loc);
+      gr.attrs = n.attrs;
       const Tensor packed = ir::emit(graph, std::move(gr));
       std::vector<Tensor> out;
       int64_t at = 0;
-      for (size_t i = 0; i < 5; ++i) {
+      for (size_t i = 0; i < 7; ++i) {
         const int64_t count = numel(in_shape[i]);
         out.push_back(reshape(slice(packed, 0, at, at + count, 1, loc), in_shape[i], loc));
         at += count;

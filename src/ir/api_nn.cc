@@ -227,26 +227,25 @@ SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const T
     if (x.rank() != 4) api_fail("selective_scan", std::string(what) + " must be [B, N, L] or [B, G, N, L], got " + shape_str(x.shape()), loc);
     return x;
   };
-  Tensor d = cast(delta, DType::kF32, loc);
-  if (options.delta_bias.valid()) {
-    if (options.delta_bias.shape() != Shape{channels})
-      api_fail("selective_scan", "delta_bias must be [D] = [" + std::to_string(channels) + "], got " + shape_str(options.delta_bias.shape()), loc);
-    d = add(d, reshape(options.delta_bias, {channels, 1}, loc), loc);
-  }
-  if (options.delta_softplus) d = softplus(d, loc);
+  auto per_channel = [&](const Tensor& x, const char* what) {
+    if (!x.valid()) return zeros({channels}, DType::kF32, loc);
+    if (x.shape() != Shape{channels})
+      api_fail("selective_scan", std::string(what) + " must be [D] = [" + std::to_string(channels) + "], got " + shape_str(x.shape()), loc);
+    return cast(x, DType::kF32, loc);
+  };
+  // delta_bias, the softplus and the D skip are part of the primitive (ops.def); an absent D
+  // or delta_bias is a zero vector.
   Node n = make_node(Op::kSelectiveScan,
-                     {cast(u, DType::kF32, loc).id(), d.id(), cast(A, DType::kF32, loc).id(), grouped(B, "B").id(), grouped(C, "C").id()},
+                     {cast(u, DType::kF32, loc).id(), cast(delta, DType::kF32, loc).id(), cast(A, DType::kF32, loc).id(),
+                      grouped(B, "B").id(), grouped(C, "C").id(), per_channel(options.D, "D").id(),
+                      per_channel(options.delta_bias, "delta_bias").id()},
                      loc);
+  n.attrs.values = {options.delta_softplus ? 1.0 : 0.0};
   const Tensor packed = emit(g, std::move(n));
   const int64_t ny = batch * channels * len;
   SelectiveScanResult r;
   r.y = reshape(slice(packed, 0, 0, ny, 1, loc), {batch, channels, len}, loc);
   r.last_state = reshape(slice(packed, 0, ny, ny + batch * channels * states, 1, loc), {batch, channels, states}, loc);
-  if (options.D.valid()) {
-    if (options.D.shape() != Shape{channels})
-      api_fail("selective_scan", "D must be [D] = [" + std::to_string(channels) + "], got " + shape_str(options.D.shape()), loc);
-    r.y = add(r.y, mul(u, reshape(options.D, {channels, 1}, loc), loc), loc);
-  }
   if (options.z.valid()) {
     if (options.z.shape() != u.shape())
       api_fail("selective_scan", "z must have u's shape " + shape_str(u.shape()) + ", got " + shape_str(options.z.shape()), loc);

@@ -285,7 +285,7 @@ void infer(const Graph& g, Node& n) {
       const Shape& u = in(0).shape;
       const Shape& a = in(2).shape;
       const Shape& bm = in(3).shape;
-      for (size_t i = 0; i < 5; ++i)
+      for (size_t i = 0; i < 7; ++i)
         if (in(i).dtype != DType::kF32) fail(g, n, "operands must be f32");
       if (u.size() != 3) fail(g, n, "u must be [B, D, L]");
       if (in(1).shape != u) fail(g, n, "delta must have u's shape [B, D, L]");
@@ -294,10 +294,13 @@ void infer(const Graph& g, Node& n) {
         fail(g, n, "B must be [B, G, N, L] (or [B, N, L] at the API)");
       if (in(4).shape != bm) fail(g, n, "C must have B's shape");
       if (bm[1] < 1 || u[1] % bm[1] != 0) fail(g, n, "the channels must be a multiple of the groups of B and C");
+      if (in(5).shape != Shape{u[1]} || in(6).shape != Shape{u[1]}) fail(g, n, "D and delta_bias must be [D]");
+      if (n.attrs.values.size() != 1) fail(g, n, "needs {softplus}");
       const int64_t packed = numel(u) + u[0] * u[1] * a[1];
       if (n.op == Op::kSelectiveScanGrad) {
-        if (in(5).dtype != DType::kF32 || in(5).shape != Shape{packed}) fail(g, n, "dout must match the packed output");
-        n.shape = {2 * numel(u) + numel(a) + 2 * numel(bm)};
+        if (in(7).dtype != DType::kF32 || in(7).shape != Shape{packed}) fail(g, n, "dout must match the packed output");
+        if (in(8).dtype != DType::kF32 || in(8).shape != Shape{packed}) fail(g, n, "fwd must be the forward's packed output");
+        n.shape = {2 * numel(u) + numel(a) + 2 * numel(bm) + 2 * u[1]};
       } else {
         n.shape = {packed};
       }

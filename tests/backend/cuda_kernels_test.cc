@@ -150,13 +150,10 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
   ls.push_back(cuda::sample_kernel(name(), 4, 50257));
-  for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16}, cuda::ScanShape{1, 6, 5, 3, 2},
-                                   cuda::ScanShape{2, 96, 70, 1, 32}, cuda::ScanShape{3, 5, 33, 1, 3}}) {
-    for (const bool grad : {false, true}) {
-      ls.push_back(cuda::scan_chunk_kernel(name(), sh, grad));
-      ls.push_back(cuda::scan_combine_kernel(name(), sh, grad));
-    }
-    ls.push_back(cuda::scan_output_kernel(name(), sh));
+  for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true}, cuda::ScanShape{1, 6, 5, 3, 2},
+                                   cuda::ScanShape{2, 96, 70, 1, 32, true}, cuda::ScanShape{3, 5, 33, 1, 3},
+                                   cuda::ScanShape{1, 64, 40, 2, 64, true}}) {
+    for (const bool keep : {false, true}) ls.push_back(cuda::scan_forward_kernel(name(), sh, keep));
     ls.push_back(cuda::scan_backward_kernel(name(), sh));
     ls.push_back(cuda::scan_reduce_kernel(name(), sh));
   }
@@ -188,24 +185,26 @@ std::vector<cuda::Launch> sample_launches() {
 }
 
 TEST(CudaScanLayout, SplitsTheWorkAndRefusesWhatItCannotHold) {
-  // b 8, d 1536, l 1024, n 16: 16 lanes per channel, 32 chunks, 8 channels per block pass, 32
-  // per backward block; dB/dC partials are one per 32 channels.
+  // b 8, d 1536, l 1024, n 16: 8 lanes per channel (two states each), 32 channels per block,
+  // 64 chunks of 16 steps; dB/dC partials are one per block.
   const cuda::ScanLayout lay = cuda::scan_layout({8, 1536, 1024, 1, 16});
-  EXPECT_EQ(lay.lanes, 16);
-  EXPECT_EQ(lay.chunks, 32);
-  EXPECT_EQ(lay.tile, 8);
-  EXPECT_EQ(lay.span, 32);
-  EXPECT_EQ(lay.dbc_floats, 8 * (1536 / 32) * 16 * 1024);
+  EXPECT_EQ(lay.lanes, 8);
+  EXPECT_EQ(lay.channels_per_block, 32);
+  EXPECT_EQ(lay.blocks, 1536 / 32);
+  EXPECT_EQ(lay.chunks, 64);
+  EXPECT_EQ(lay.state_floats, 8 * 1536 * 64 * 16);
+  EXPECT_EQ(lay.dbc_floats, (1536 / 32) * 8 * 2 * 16 * 1024);
   // Groups of 2 channels: a block never straddles a group.
   const cuda::ScanLayout grouped = cuda::scan_layout({1, 6, 5, 3, 2});
-  EXPECT_EQ(grouped.tile, 2);
-  EXPECT_EQ(grouped.span, 2);
+  EXPECT_EQ(grouped.lanes, 1);
+  EXPECT_EQ(grouped.channels_per_block, 2);
   EXPECT_EQ(grouped.chunks, 1);
+  EXPECT_EQ(cuda::scan_layout({1, 64, 40, 1, 64}).lanes, 32);
   try {
-    cuda::scan_layout({1, 4, 8, 1, 33});
-    FAIL() << "33 states fit no warp";
+    cuda::scan_layout({1, 4, 8, 1, 65});
+    FAIL() << "65 states fit no warp";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("d_state up to 32, got 33"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d_state up to 64, got 65"), std::string::npos) << e.what();
   }
 }
 

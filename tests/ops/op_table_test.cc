@@ -386,11 +386,21 @@ const std::vector<OpCase>& op_cases() {
       {"selective_scan_gate_skip_bias_softplus", {uni({2, 3, 6}), uni({2, 3, 6}, -2, 2), uni({3, 4}, -1.5, -0.2), uni({2, 4, 6}), uni({2, 4, 6}), uni({3}), uni({2, 3, 6}), uni({3}, -0.5, 0.5)},
        FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .z = x[6], .delta_bias = x[7], .delta_softplus = true}).y), {2, 3, 6}, kF32, kTranscendental, kGrad},
       {"selective_scan_long", {uni({2, 3, 70}), uni({2, 3, 70}, 0.05, 0.5), uni({3, 4}, -1.0, -0.1), uni({2, 4, 70}), uni({2, 4, 70})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 3, 70}, kF32, kTranscendental, kCpuOnly},
-      // The CUDA kernel's layouts: 16 states (a half warp per channel), 32-channel tiles of a
-      // group, chunks of 32 steps with a tail; 32 states (a whole warp); 5 states (8 lanes).
+      // The CUDA kernels' layouts (two states per lane, chunks of 16 steps): 16 states (8 lanes
+      // per channel), 32-channel blocks of a group, L = 100 (six chunks and a tail); 32 states
+      // (16 lanes); 5 states (4 lanes, one padded state); 33 states (a whole warp and 31
+      // padded) and 64; the fused bias, softplus and D skip over several chunks.
       {"selective_scan_wide_grouped", {uni({2, 64, 100}), uni({2, 64, 100}, 0.05, 0.5), uni({64, 16}, -1.0, -0.1), uni({2, 2, 16, 100}), uni({2, 2, 16, 100})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 64, 100}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_32_states_last", {uni({1, 8, 40}), uni({1, 8, 40}, 0.05, 0.5), uni({8, 32}, -1.0, -0.1), uni({1, 32, 40}), uni({1, 32, 40})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {1, 8, 32}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_5_states", {uni({3, 5, 33}), uni({3, 5, 33}, 0.05, 0.5), uni({5, 5}, -1.0, -0.1), uni({3, 5, 33}), uni({3, 5, 33})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {3, 5, 33}, kF32, kLargeSum, kCpuOnly},
+      {"selective_scan_33_states_last", {uni({1, 4, 20}), uni({1, 4, 20}, 0.05, 0.5), uni({4, 33}, -1.0, -0.1), uni({1, 33, 20}), uni({1, 33, 20})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {1, 4, 33}, kF32, kLargeSum, kCpuOnly},
+      {"selective_scan_64_states", {uni({2, 4, 21}), uni({2, 4, 21}, 0.05, 0.5), uni({4, 64}, -1.0, -0.1), uni({2, 64, 21}), uni({2, 64, 21})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 4, 21}, kF32, kLargeSum, kCpuOnly},
+      {"selective_scan_wide_skip_bias_softplus", {uni({2, 64, 50}), uni({2, 64, 50}, -3, 1), uni({64, 16}, -1.0, -0.1), uni({2, 16, 50}), uni({2, 16, 50}), uni({64}), uni({64}, -0.5, 0.5)},
+       FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .delta_bias = x[6], .delta_softplus = true}).y), {2, 64, 50}, kF32, kLargeSum, kCpuOnly},
+      {"selective_scan_bias_skip_no_softplus", {uni({2, 3, 6}), uni({2, 3, 6}, 0.1, 0.8), uni({3, 4}, -1.5, -0.2), uni({2, 4, 6}), uni({2, 4, 6}), uni({3}), uni({3}, 0.0, 0.3)},
+       FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .delta_bias = x[6]}).y), {2, 3, 6}, kF32, kTranscendental, kGrad},
+      {"selective_scan_softplus_bias_last_state", {uni({2, 3, 6}), uni({2, 3, 6}, -2, 2), uni({3, 4}, -1.5, -0.2), uni({2, 4, 6}), uni({2, 4, 6}), uni({3}, -0.5, 0.5)},
+       FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.delta_bias = x[5], .delta_softplus = true}).last_state), {2, 3, 4}, kF32, kTranscendental, kGrad},
       // Empty extents: no steps leave the last state at zero; no sequences give empty outputs.
       {"selective_scan_no_steps", {uni({2, 3, 0}), uni({2, 3, 0}), uni({3, 4}), uni({2, 4, 0}), uni({2, 4, 0})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {2, 3, 4}, kF32, kExact, kGrad},
       {"selective_scan_no_sequences", {uni({0, 3, 5}), uni({0, 3, 5}), uni({3, 4}), uni({0, 4, 5}), uni({0, 4, 5})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {0, 3, 5}, kF32, kExact, kNoGrad},

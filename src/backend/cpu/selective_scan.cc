@@ -1,4 +1,6 @@
-// selective_scan and its gradient (ops.def) on the CPU. The recurrence is sequential in L and
+// selective_scan and its gradient (ops.def) on the CPU. Each unit first forms its channel's
+// Δ = softplus?(delta + bias) (and the softplus's slope, for the gradient) in per-thread
+// scratch. The recurrence is sequential in L and
 // independent across (batch, channel), so one work unit is a (b, d) pair, and inside it the N
 // states of the channel are a short vector the compiler vectorises: B and C are first
 // transposed to [B, G, L, N] so each step reads N contiguous values, and exp is the backend's
@@ -41,7 +43,23 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
                            float* out) {
   const Dims m{u_shape[0], u_shape[1], u_shape[2], b_shape[1], b_shape[2], u_shape[1] / std::max<int64_t>(b_shape[1], 1)};
   const bool grad = node.op == ir::Op::kSelectiveScanGrad;
-  const float *u = in[0], *dl = in[1], *A = in[2], *Bm = in[3], *Cm = in[4], *dout = grad ? in[5] : nullptr;
+  const float *u = in[0], *raw = in[1], *A = in[2], *Bm = in[3], *Cm = in[4], *Dskip = in[5], *bias = in[6];
+  const float* dout = grad ? in[7] : nullptr;
+  const bool softplus = node.attrs.values.at(0) != 0.0;
+  // Δ of one unit's L steps into del, and dΔ/d(delta) into slope (when given).
+  auto deltas = [=](int64_t unit, int64_t d, int64_t L, float* del, float* slope) {
+    for (int64_t l = 0; l < L; ++l) {
+      const float x = raw[unit * L + l] + bias[d];
+      if (!softplus) {
+        del[l] = x;
+        if (slope != nullptr) slope[l] = 1.0f;
+        continue;
+      }
+      const float e = std::exp(-std::fabs(x));
+      del[l] = std::max(x, 0.0f) + std::log1p(e);
+      if (slope != nullptr) slope[l] = x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    }
+  };
   return [=] {
     const int64_t B = m.B, D = m.D, L = m.L, G = m.G, N = m.N;
     const int64_t nu = B * D * L, na = D * N, nb = B * G * N * L, units = B * D;
@@ -51,7 +69,7 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
     if (!grad) {
 #pragma omp parallel
       {
-        std::vector<float> h(static_cast<size_t>(N)), e(static_cast<size_t>(N));
+        std::vector<float> h(static_cast<size_t>(N)), e(static_cast<size_t>(N)), dls(static_cast<size_t>(L));
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < units; ++unit) {
           const int64_t b = unit / D, d = unit % D, g = d / m.per;
@@ -59,12 +77,13 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
           float* __restrict hp = h.data();
           float* __restrict ep = e.data();
           std::fill(h.begin(), h.end(), 0.0f);
+          deltas(unit, d, L, dls.data(), nullptr);
           for (int64_t l = 0; l < L; ++l) {
-            const float del = dl[unit * L + l], du = del * u[unit * L + l];
+            const float del = dls[static_cast<size_t>(l)], du = del * u[unit * L + l];
             const float* __restrict bl = bt.data() + ((b * G + g) * L + l) * N;
             const float* __restrict cl = ct.data() + ((b * G + g) * L + l) * N;
             for (int64_t k = 0; k < N; ++k) ep[k] = fastmath::exp(del * a_row[k]);
-            float y = 0;
+            float y = Dskip[d] * u[unit * L + l];
             for (int64_t k = 0; k < N; ++k) {
               hp[k] = ep[k] * hp[k] + du * bl[k];
               y += cl[k] * hp[k];
@@ -81,14 +100,18 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
     float* dA_out = out + 2 * nu;
     float* dB_out = out + 2 * nu + na;
     float* dC_out = out + 2 * nu + na + nb;
+    float* dD_out = out + 2 * nu + na + 2 * nb;
+    float* dbias_out = dD_out + D;
     const int64_t blocks = (D + kChannelBlock - 1) / kChannelBlock;
     // Partial dB and dC per channel block: [blocks][B·G·L·N] each (steps-major, as bt and ct).
     std::vector<float> part_b(static_cast<size_t>(blocks * nb), 0.0f), part_c(static_cast<size_t>(blocks * nb), 0.0f);
     std::fill(dA_out, dA_out + na, 0.0f);
+    std::fill(dD_out, dD_out + 2 * D, 0.0f);  // dD and dbias
 #pragma omp parallel
     {
       // Per unit: every state h_l and every factor a_l = exp(Δ_l·A), L·N floats each.
       std::vector<float> hs(static_cast<size_t>((L + 1) * N)), as(static_cast<size_t>(L * N)), dh(static_cast<size_t>(N));
+      std::vector<float> dls(static_cast<size_t>(L)), slopes(static_cast<size_t>(L));
 #pragma omp for schedule(static)
       for (int64_t blk = 0; blk < blocks; ++blk)
         for (int64_t d = blk * kChannelBlock; d < std::min(D, (blk + 1) * kChannelBlock); ++d)
@@ -104,15 +127,18 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
             float* __restrict dk = dh.data();
             float* __restrict dA = dA_out + d * N;
             std::fill(h, h + N, 0.0f);
+            deltas(unit, d, L, dls.data(), slopes.data());
             for (int64_t l = 0; l < L; ++l) {
-              const float del = dl[unit * L + l], dbu = del * u[unit * L + l];
+              const float del = dls[static_cast<size_t>(l)], dbu = del * u[unit * L + l];
               for (int64_t k = 0; k < N; ++k) ea[l * N + k] = fastmath::exp(del * a_row[k]);
               for (int64_t k = 0; k < N; ++k) h[(l + 1) * N + k] = ea[l * N + k] * h[l * N + k] + dbu * bb[l * N + k];
             }
             std::memcpy(dk, dout + nu + unit * N, static_cast<size_t>(N) * sizeof(float));
+            float dD = 0, dbias = 0;
             for (int64_t l = L - 1; l >= 0; --l) {
-              const float dy = dout[unit * L + l], del = dl[unit * L + l], uu = u[unit * L + l];
-              float du = 0, ddl = 0;
+              const float dy = dout[unit * L + l], del = dls[static_cast<size_t>(l)], uu = u[unit * L + l];
+              float du = dy * Dskip[d], ddl = 0;
+              dD += dy * uu;
               for (int64_t k = 0; k < N; ++k) {
                 const float hl = h[(l + 1) * N + k], hp = h[l * N + k], a = ea[l * N + k], bv = bb[l * N + k];
                 const float dkk = dk[k] + cc[l * N + k] * dy;
@@ -124,8 +150,11 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
                 dk[k] = dkk * a;
               }
               du_out[unit * L + l] = du;
-              ddl_out[unit * L + l] = ddl;
+              ddl_out[unit * L + l] = ddl * slopes[static_cast<size_t>(l)];
+              dbias += ddl_out[unit * L + l];
             }
+            dD_out[d] += dD;  // this thread owns channel d: its units run here, b in order
+            dbias_out[d] += dbias;
           }
     }
     // The blocks' partials, added in block order and written back as [B, G, N, L].

@@ -87,6 +87,8 @@ class CudaExecutable final : public Executable {
   // Attention nodes whose forward kernel keeps its row statistics for the backward: node →
   // the [2, B·Hq·T] buffer (lse from the forward, delta from the backward's first launch).
   std::map<int32_t, Place> attention_stats_;
+  // selective_scan forward node → the states entering each chunk its kernel kept for the gradient.
+  std::map<int32_t, Place> scan_states_;
   // attention_grad nodes whose parts are written [B, T, H, D] (AttentionShape::grads_bthd).
   std::set<int32_t> bthd_grads_;
   // Concats of a packed qkv gradient that attention_grad writes in place (grads_packed) → that node.

@@ -73,34 +73,29 @@ Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint6
 /// Params: (const float* q, const float* k, const float* v, const int* pos, float* out, int* err).
 Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v, const Operand& pos,
                            double scale);
-/// selective_scan (ops.def) over dense operands: a chunked parallel scan (selective_scan.cc).
+/// selective_scan (ops.def) over dense operands (selective_scan.cc): NS = 2 states per thread,
+/// time walked in chunks of 16 steps.
 struct ScanShape {
   int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
+  bool softplus = false;
 };
-/// How the kernels split the work, and the scratch they share (floats): lanes per channel (the
-/// states rounded up to a power of two), 32-step chunks, channels per block pass (tile; the
-/// blocks of the forward kernels, `tiles` of them) and per backward block (span; `spans` of
-/// them, one dB/dC partial each). Scratch: the per-chunk states [B, D, chunks, N] (twice for the
-/// gradient: states and adjoints), the per-chunk Σδ [B, D, chunks], the gradient's dA partials
-/// [B, chunks, D, N] and dB, dC partials [B, spans, N, L] each. Throws when d_state > 32.
+/// How the kernels split the work and the scratch they use (floats): lanes per channel (⌈N/2⌉
+/// rounded up to a power of two), channels per block, blocks per sequence, 16-step chunks.
+/// Scratch: the states entering each chunk [B, D, chunks, N]; the gradient's partials: dA
+/// [B, D, N], dB/dC [blocks, B, 2, N, L], dD/dbias [2, B, D]. Throws when d_state > 64.
 struct ScanLayout {
-  int64_t lanes = 1, chunks = 1, tile = 1, tiles = 1, span = 1, spans = 1;
-  int64_t state_floats = 0, sum_floats = 0, da_floats = 0, dbc_floats = 0;
+  int64_t lanes = 1, channels_per_block = 1, blocks = 1, chunks = 1;
+  int64_t state_floats = 0, da_floats = 0, dbc_floats = 0, dd_floats = 0;
 };
 ScanLayout scan_layout(const ScanShape& s);
-/// Step 1: each chunk from a zero state. Params: (u, delta, A, B, C, [dout,] hs, sdel[, es]).
-Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad);
-/// Step 2: the states entering each chunk into hs (in place of the local end states); the
-/// forward writes the last state into out, the gradient the adjoints entering each chunk into es.
-/// Params: (A, sdel, hs, out) or (A, sdel, hs, es, dout).
-Launch scan_combine_kernel(const std::string& name, const ScanShape& s, bool grad);
-/// Step 3 of the forward: y into out. Params: (u, delta, A, B, C, hs, out).
-Launch scan_output_kernel(const std::string& name, const ScanShape& s);
-/// Step 3 of the gradient: du and ddelta into out, the dA, dB and dC partials. Params: (u,
-/// delta, A, B, C, dout, hs, es, out, dA_part, dB_part, dC_part).
+/// y (with the D skip) and the last state into out; with `keep`, the states entering each chunk
+/// into hs. Params: (u, delta, A, B, C, Dskip, bias, out, hs) (hs unused without keep).
+Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool keep);
+/// du and d(delta) into out, the dA, dB/dC and dD/dbias partials, from the forward's kept
+/// states. Params: (u, delta, A, B, C, Dskip, bias, dout, hs, out, dA_part, dBC_part, dDb_part).
 Launch scan_backward_kernel(const std::string& name, const ScanShape& s);
-/// Step 4 of the gradient: dA, dB and dC of out from the partials, summed in a fixed order.
-/// Params: (dA_part, dB_part, dC_part, out).
+/// dA, dB, dC, dD and dbias of out from the partials, summed in a fixed order.
+/// Params: (dA_part, dBC_part, dDb_part, out).
 Launch scan_reduce_kernel(const std::string& name, const ScanShape& s);
 /// sample (ops.def) of dense logits [rows, vocab]: one block per row. Params:
 /// (const float* logits, const float* params, const int* key, int* out).

@@ -580,10 +580,10 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
       const Shape& us = in(0).shape;
       const Shape& bs = in(3).shape;
-      const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2]};
+      const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2], n.attrs.values.at(0) != 0.0};
       if (sh.batch == 0 || sh.channels == 0 || sh.length == 0 || sh.states == 0) {
         // Nothing to scan: every output is empty or zero (the state after no steps, y and the
-        // gradients of no states).
+        // gradients: sums over no steps).
         add_zero(own_node(g, id), n.numel() * dtype_size(n.dtype));
         return;
       }
@@ -594,20 +594,34 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         return args;
       };
       std::vector<Arg> ops;
-      for (size_t i = 0; i < 5; ++i) ops.push_back({dense(g, id, n.inputs[i])});
-      const Place out = own_node(g, id), hs = scratch(lay.state_floats), sdel = scratch(lay.sum_floats);
+      for (size_t i = 0; i < 7; ++i) ops.push_back({dense(g, id, n.inputs[i])});
+      const Place out = own_node(g, id);
       if (n.op == Op::kSelectiveScan) {
-        add_kernel({id}, scan_chunk_kernel(kKernelName, sh, false), with(ops, {hs, sdel}));
-        add_kernel({id}, scan_combine_kernel(kKernelName, sh, false), {ops[2], {sdel}, {hs}, {out}});
-        add_kernel({id}, scan_output_kernel(kKernelName, sh), with(ops, {hs, out}));
+        // When this program also runs the gradient (reading this node as its forward), the
+        // kernel keeps the states entering each chunk for it.
+        bool keep = false;
+        for (int32_t c : consumers_[static_cast<size_t>(id)]) {
+          const ir::Node& cn = g.node(c);
+          keep = keep || (cn.op == Op::kSelectiveScanGrad && cn.inputs.size() == 9 && cn.inputs[8] == id && cn.inputs[7] != id &&
+                          std::equal(n.inputs.begin(), n.inputs.end(), cn.inputs.begin()) && cn.attrs.values == n.attrs.values);
+        }
+        Place hs = out;  // unused without keep
+        if (keep) hs = scan_states_[id] = own(n, lay.state_floats * 4, {lay.state_floats}, Category::kActivation);
+        add_kernel({id}, scan_forward_kernel(kKernelName, sh, keep), with(ops, {out, hs}));
         return;
       }
-      const Place dout = dense(g, id, n.inputs[5]), es = scratch(lay.state_floats);
-      const Place da = scratch(lay.da_floats), db = scratch(lay.dbc_floats), dc = scratch(lay.dbc_floats);
-      add_kernel({id}, scan_chunk_kernel(kKernelName, sh, true), with(ops, {dout, hs, sdel, es}));
-      add_kernel({id}, scan_combine_kernel(kKernelName, sh, true), {ops[2], {sdel}, {hs}, {es}, {dout}});
-      add_kernel({id}, scan_backward_kernel(kKernelName, sh), with(ops, {dout, hs, es, out, da, db, dc}));
-      add_kernel({id}, scan_reduce_kernel(kKernelName, sh), {{da}, {db}, {dc}, {out}});
+      const Place dout = dense(g, id, n.inputs[7]);
+      const auto kept = scan_states_.find(n.inputs[8]);
+      Place hs;
+      if (kept != scan_states_.end()) {
+        hs = kept->second;
+      } else {  // the forward ran elsewhere: run it again for its states
+        hs = scratch(lay.state_floats);
+        add_kernel({id}, scan_forward_kernel(kKernelName, sh, true), with(ops, {scratch(numel(in(8).shape)), hs}));
+      }
+      const Place da = scratch(lay.da_floats), dbc = scratch(lay.dbc_floats), ddb = scratch(lay.dd_floats);
+      add_kernel({id}, scan_backward_kernel(kKernelName, sh), with(ops, {dout, hs, out, da, dbc, ddb}));
+      add_kernel({id}, scan_reduce_kernel(kKernelName, sh), {{da}, {dbc}, {ddb}, {out}});
       return;
     }
     default:

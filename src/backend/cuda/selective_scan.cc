@@ -1,34 +1,35 @@
-// CUDA kernels for selective_scan and its gradient (ops.def): a chunked parallel scan over time.
+// CUDA kernels for selective_scan and its gradient (ops.def): states in registers, time walked
+// in chunks, only the states entering each chunk stored.
 //
-// The recurrence h_l = a_l·h_{l−1} + b_l (a_l = exp(δ_l·A_n), b_l = δ_l·u_l·B_{n,l}) is split
-// into chunks of LC = 32 steps. One thread owns one (batch, channel, state, chunk): the states of
-// a channel sit in W consecutive lanes (W = N rounded up to a power of two), so a thread walks
-// its chunk with one exp per step and keeps the chunk's a_l and h_l in registers. A block takes
-// one chunk of DT channels (≤ 128 threads) and stages their inputs in shared memory first.
+// Work split. One thread owns NS = 2 states of one (batch, channel) and walks all of L; a
+// channel's states sit in NSG consecutive lanes (NSG = ⌈N/2⌉ rounded up to a power of two), a
+// block holds CB channels of one batch and one group of B/C. At Mamba's sizes that is plenty of
+// parallelism (b 8, d 1536, n 16: 98k threads) without splitting time across threads, so
+// every state-step costs one exp in the forward and one in the backward. (Issue 7 asked for a
+// chunked parallel scan over time; the first kernels here were one: local chunk scans, an
+// associative combine, an output pass. They computed exp(Δ·A) four times per state-step and
+// ran at 16.8× the memory floor, where this design needs two and reads each input once per
+// pass. Time-parallel chunks only pay where B·D·N is too small to fill the GPU.)
 //
-//   1. chunk:   each chunk from a zero state → its local end state and Σδ (the chunk's decay is
-//               exp(A·Σδ)); for the gradient also the local adjoint leaving its left edge.
-//   2. combine: per (batch, channel, state), chunks in order with the associative combine
-//               (a1, b1)∘(a2, b2) = (a1·a2, a2·b1 + b2) → the state entering each chunk (kept:
-//               the only per-chunk states stored) and the last state; for the gradient, the
-//               same from the right for the adjoint entering each chunk (its own threads).
-//   3. output:  y: each chunk re-walked from its entering state; y_l = Σ_n C·h is a reduction
-//               over the W lanes, done as a reduce-scatter over W steps at a time (W − 1
-//               shuffles per W outputs). gradient: the chunk's states recomputed forward, then
-//               walked backwards with g_l = C_l·dy_l + a_{l+1}·g_{l+1}: du and dδ reduce over
-//               the lanes as y does; dB and dC sum over channels: within the warp by shuffles,
-//               over the block's warps in a fixed order through shared memory, and over the
-//               block's passes (TD channels, DT at a time) in registers, into one partial per
-//               TD channels. dA's terms are per thread, one partial per chunk.
-//   4. reduce (gradient): dA over batch and chunks, dB and dC over a group's partials, in a
-//               fixed order.
-//
-// No atomics anywhere: every sum has a fixed order, so the result does not depend on timing.
-// What moves beyond the floor: u and δ read twice (steps 1 and 3), the per-chunk states
-// (B·D·N·L/32 floats, 1/32 of one input each) and the dB/dC partials (B·N·L per TD channels).
-// What bounds it now is issue and shared-memory bandwidth, not DRAM: a lane reads its
-// channel's δ, u and dy once per state (16×), and the cross-lane sums cost shuffles per step.
+// Chunks of K = 16 steps. A block stages a chunk's u, delta (→ Δ: bias and softplus applied once
+// per element here), B, C (and dy) in shared memory with coalesced loads, the next chunk's
+// loads issued into registers before this one is computed. Then each thread walks the chunk:
+//   forward:  a = 2^(Δ·A·log2 e) (one MUFU op), h = a·h + Δ·u·B, y += C·h; y sums over the
+//             channel's lanes by a reduce-scatter (each lane ends with its share of the steps),
+//             plus D·u, and leaves through shared memory as coalesced rows. Before each chunk
+//             the thread stores the state entering it (B·D·⌈L/K⌉·N floats, kept for the
+//             backward when the program has one) and after the last the last state.
+//   backward: chunks from the last: the entering state is loaded, the chunk recomputed forward
+//             with every h and a kept in registers, then walked backwards with
+//             g = dh + C·dy, dh ← g·a. du and dΔ sum over the channel's lanes (reduce-scatter),
+//             get the D skip and the softplus slope, and leave as rows. dB and dC sum over
+//             channels: over the warp's channels by a reduce-scatter, over the block's warps in
+//             a fixed order through shared memory, one partial per block; dA, dD and dbias
+//             are per-thread sums over time, one partial per sequence.
+//   reduce:   the partials summed in a fixed order into dA, dB, dC, dD and dbias.
+// No atomics: every sum has a fixed order, so results do not depend on scheduling.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/kernels.h"
@@ -37,376 +38,280 @@
 namespace tg::backend::cuda {
 namespace {
 
-constexpr int kChunk = 32;  // LC: steps per chunk (registers hold a and h for each)
+constexpr int kChunk = 16;   // K: steps per chunk (the backward keeps K·NS states and factors in registers)
+constexpr int kPerLane = 2;  // NS: states per thread
 
-// Shared memory of a block: its staged rows ([rows·DT + 2·W][LC + 4]) and, in the backward,
-// every step's dB/dC terms per warp ([2][WARPS][LC][W]).
-int64_t scan_shared_bytes(int64_t lanes, int64_t tile, int rows, bool terms) {
-  const int64_t staged = (rows * tile + 2 * lanes) * (kChunk + 4) * 4;
-  return staged + (terms ? 2 * std::max<int64_t>(tile * lanes / 32, 1) * kChunk * lanes * 4 : 0);
+int64_t pow2_at_least(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
 }
-
-int lanes_of(int64_t states) {
-  int w = 1;
-  while (w < states) w *= 2;
-  return w;
-}
-
-unsigned mask_for(int64_t threads) { return threads >= 32 ? 0xffffffffu : (1u << threads) - 1u; }
 
 // Constants and helpers of every kernel.
 std::string prelude(const ScanShape& s) {
   const ScanLayout lay = scan_layout(s);
-  std::string p = "constexpr int B = " + std::to_string(s.batch) + ", D = " + std::to_string(s.channels) +
-                  ", L = " + std::to_string(s.length) + ", G = " + std::to_string(s.groups) + ", N = " +
-                  std::to_string(s.states) + ", PER = " + std::to_string(s.channels / std::max<int64_t>(s.groups, 1)) +
-                  ", W = " + std::to_string(lay.lanes) + ", LC = " + std::to_string(kChunk) + ", LS = LC + 4, NCH = " +
-                  std::to_string(lay.chunks) + ", DT = " + std::to_string(lay.tile) + ", TD = " +
-                  std::to_string(lay.span) + ", SPANS = " + std::to_string(lay.spans) + ";\n";
+  auto n = [](int64_t v) { return std::to_string(v); };
+  const int64_t nt = lay.channels_per_block * lay.lanes;
+  std::string p = "constexpr int B = " + n(s.batch) + ", D = " + n(s.channels) + ", L = " + n(s.length) + ", G = " + n(s.groups) +
+                  ", N = " + n(s.states) + ", PER = " + n(s.channels / s.groups) + ", NS = " + n(kPerLane) + ", NSG = " +
+                  n(lay.lanes) + ", NP = NS * NSG, CB = " + n(lay.channels_per_block) + ", NT = " + n(nt) + ", K = " +
+                  n(kChunk) + ", NCH = " + n(lay.chunks) + ", SOFTPLUS = " + (s.softplus ? "1" : "0") + ";\n";
+  p += "constexpr int WARPS = NT >= 32 ? NT / 32 : 1, WL = NT >= 32 ? 32 : NT;  // warps, lanes per warp\n";
+  p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
-  // exp(δ·A) as 2^(δ·A·log2 e): one MUFU instruction (relative error ~2^-22; results below
-  // 2^-126 flush to 0, where they add nothing to a state anyway).
-  // reduce_scatter: the sums over the W lanes of W values v[j] (step j of a group): lane n ends
-  // with the sum for step n. Each level swaps the half this lane does not keep with its partner;
-  // the values are swapped, never the indices, and the levels are a template recursion, so
-  // everything unrolls and v stays in registers. reduce_scatter2 does two groups at once.
+  // Shared rows: [CB][RS] for per-channel rows (RS = K + 4: 16-byte aligned rows, a lane reads
+  // four steps at once) and [NSG][BS] for B and C, stored per lane pair of states [t][s] (BS =
+  // K·NS + 4 spreads the lanes' float4 reads over the banks).
+  p += "constexpr int RS = K + 4, BS = K * NS + 4;\n";
   p += R"(
-__device__ __forceinline__ float exp2_approx(float x) {
+__device__ __forceinline__ float exp2_approx(float x) {  // one MUFU op; rel. error ~2^-22, tiny results flush to 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-template <int S>  // one level per call: keep the half of v at bit S of the lane, add the partner's copy
-__device__ __forceinline__ void reduce_level(float (&v)[W], unsigned mask) {
-  if constexpr (S > 0) {
-    const bool upper = (threadIdx.x % W & S) != 0;
+// Reduce-scatter of V values over the lanes at bits S, 2S, … LAST of the lane index (each a
+// power of two): each level keeps half of the values (the upper half where the lane's bit is
+// set) and adds the partner's copy of that half; once one value is left, levels just add. Lane
+// bit S·2^i decides index bit (V >> (i + 1)) of what is kept: see kept_index.
+template <int V, int S, int LAST>
+__device__ __forceinline__ void reduce_scatter(float* v) {
+  if constexpr (S <= LAST) {
+    const bool up = (threadIdx.x & S) != 0;
+    if constexpr (V >= 2) {
 #pragma unroll
-    for (int i = 0; i < S; ++i) {
-      const float v0 = v[i], v1 = v[i + S];
-      v[i] = (upper ? v1 : v0) + __shfl_xor_sync(mask, upper ? v0 : v1, S);
+      for (int i = 0; i < V / 2; ++i) {
+        const float lo = v[i], hi = v[i + V / 2];
+        v[i] = (up ? hi : lo) + __shfl_xor_sync(MASK, up ? lo : hi, S);
+      }
+      reduce_scatter<V / 2, S * 2, LAST>(v);
+    } else {
+      v[0] += __shfl_xor_sync(MASK, v[0], S);
+      reduce_scatter<1, S * 2, LAST>(v);
     }
-    reduce_level<S / 2>(v, mask);
   }
 }
-__device__ __forceinline__ float reduce_scatter(float (&v)[W], unsigned mask) {
-  reduce_level<W / 2>(v, mask);
-  return v[0];
+// Which of the V values v[0] stands for after reduce_scatter<V, S, LAST> (v[i] is that + i).
+template <int V, int S, int LAST>
+__device__ __forceinline__ int kept_index() {
+  int idx = 0;
+#pragma unroll
+  for (int b = S, w = V / 2; b <= LAST && w >= 1; b *= 2, w /= 2)
+    if (threadIdx.x & b) idx += w;
+  return idx;
 }
-__device__ __forceinline__ void reduce_scatter2(float (&v)[W], float (&w)[W], unsigned mask) {
-  reduce_level<W / 2>(v, mask);
-  reduce_level<W / 2>(w, mask);
+__host__ __device__ constexpr int kept_count(int v, int lanes) { return v / lanes > 1 ? v / lanes : 1; }
+// Δ of a raw delta (+ bias): the softplus max(x, 0) + log1p(e^−|x|) when SOFTPLUS; its slope
+// (sigmoid) is what dΔ becomes d(delta).
+__device__ __forceinline__ float delta_of(float x, float* slope) {
+  if (!SOFTPLUS) {
+    *slope = 1.0f;
+    return x;
+  }
+  const float e = expf(-fabsf(x));
+  *slope = x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+  return fmaxf(x, 0.0f) + log1pf(e);
 }
 )";
   return p;
 }
 
-// The block of the chunk, output and backward kernels: DT channels (of one group) × W lanes,
-// one chunk, one sequence; grid (tiles, chunks, batch). The block's inputs for its chunk are
-// staged in shared memory by coalesced loads, rows of LS = LC + 4 floats: a lane reads four
-// steps at once (16-byte aligned), and the lanes reading rows n of B and C fall in distinct
-// banks. Read straight from global memory, a lane's steps miss L1 (its rows lie L floats apart).
-std::string block_prelude(const ScanShape& s, int rows, bool span) {
-  const ScanLayout lay = scan_layout(s);
-  const int64_t threads = lay.tile * lay.lanes;
-  std::string p = prelude(s);
-  p += "constexpr int CPB = " + std::string(span ? "TD" : "DT") + ";  // channels per block\n";
-  p += "constexpr int NT = " + std::to_string(threads) + ", ROWS = " + std::to_string(rows) + ", LANES = " +
-       std::to_string(std::min<int64_t>(threads, 32)) + ", WARPS = " + std::to_string((threads + 31) / 32) +
-       ";\nconstexpr unsigned MASK = " + std::to_string(mask_for(threads)) + "u;\n";
-  // Staging: each row is LC steps of one channel (or state) from `first`, rows L apart; rows
-  // from `valid` on and steps from tl on are 0. Full chunks of 16-byte aligned rows move four
-  // steps per thread at a time; offsets within the block are 32-bit (scan_layout checks).
-  p += R"(template <int R, bool PROD>  // R rows; PROD: the product src·x (δ·u)
-__device__ __forceinline__ void load_rows(float (*dst)[LS], const float* __restrict__ src, const float* __restrict__ x,
-                                          long long first, int valid, int tl) {
-  const float* s = src + first;
-  const float* xs = PROD ? x + first : s;
-  if (L % 4 == 0 && tl == LC && ((reinterpret_cast<unsigned long long>(s) | reinterpret_cast<unsigned long long>(xs)) & 15) == 0) {
+// The block's staging of one chunk: per-channel rows (u, delta and, with DY, dy) and B, C rows
+// of the block's group, each K steps from t0; steps past L stage as 0 (and their Δ and slope
+// as 0, so they change nothing). fetch() loads into registers, store() writes shared memory.
+const char* kStage = R"(
+constexpr int ROWS = (DY ? 3 : 2) * CB + 2 * N, ELEMS = ROWS * K, PF = (ELEMS + NT - 1) / NT;
+struct Stage {
+  float v[PF];
+  __device__ __forceinline__ void fetch(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
+                                        const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0,
+                                        int t0) {
 #pragma unroll
-    for (int e0 = 0; e0 < R * (LC / 4); e0 += NT) {
-      const int e = e0 + threadIdx.x, r = e / (LC / 4), c = e % (LC / 4) * 4;
-      if (e0 + NT <= R * (LC / 4) || e < R * (LC / 4)) {
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < valid) {
-          v = *reinterpret_cast<const float4*>(s + r * L + c);
-          if (PROD) {
-            const float4 w = *reinterpret_cast<const float4*>(xs + r * L + c);
-            v = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
-          }
-        }
-        *reinterpret_cast<float4*>(&dst[r][c]) = v;
+    for (int i = 0; i < PF; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
+      float x = 0.0f;
+      if (e < ELEMS && t0 + t < L) {
+        if (r < CB) x = u[row0 + (long long)r * L + t0 + t];
+        else if (r < 2 * CB) x = delta[row0 + (long long)(r - CB) * L + t0 + t];
+        else if (r < 2 * CB + N) x = Bm[bc0 + (long long)(r - 2 * CB) * L + t0 + t];
+        else if (r < 2 * CB + 2 * N) x = Cm[bc0 + (long long)(r - 2 * CB - N) * L + t0 + t];
+        else x = dy[row0 + (long long)(r - 2 * CB - 2 * N) * L + t0 + t];
+      }
+      v[i] = x;
+    }
+  }
+  __device__ __forceinline__ void store(float (*su)[RS], float (*sd)[RS], float (*sg)[RS], float (*sy)[RS], float* sb, float* sc,
+                                        const float* bias, int t0) const {
+#pragma unroll
+    for (int i = 0; i < PF; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
+      if (e >= ELEMS) continue;
+      if (r < CB) {
+        su[r][t] = v[i];
+      } else if (r < 2 * CB) {
+        float slope;
+        const float del = delta_of(v[i] + bias[r - CB], &slope);
+        const bool in = t0 + t < L;
+        sd[r - CB][t] = in ? del : 0.0f;
+        if (DY) sg[r - CB][t] = in ? slope : 0.0f;
+      } else if (r < 2 * CB + 2 * N) {
+        const int n = (r - 2 * CB) % N;
+        ((r < 2 * CB + N) ? sb : sc)[(n / NS) * BS + t * NS + n % NS] = v[i];
+      } else {
+        sy[r - 2 * CB - 2 * N][t] = v[i];
       }
     }
-  } else {
-    for (int e = threadIdx.x; e < R * LC; e += NT) {
-      const int r = e / LC, c = e % LC;
-      dst[r][c] = (r < valid && c < tl) ? (PROD ? s[r * L + c] * xs[r * L + c] : s[r * L + c]) : 0.0f;
-    }
+  }
+};
+// Shared memory: per-channel rows, then B and C, then bias and D, then the backward's dB/dC terms.
+__device__ __forceinline__ float* rows_at(float* base, int i) { return base + i * CB * RS; }
+// Rows [CB][RS] of the block leave as coalesced stores (steps past L are not written).
+__device__ __forceinline__ void store_rows(float* __restrict__ dst, const float (*src)[RS], long long row0, int t0) {
+  for (int e = threadIdx.x; e < CB * K; e += NT) {
+    const int r = e / K, t = e % K;
+    if (t0 + t < L) dst[row0 + (long long)r * L + t0 + t] = src[r][t];
   }
 }
-__device__ __forceinline__ void store_rows(float* __restrict__ dst, const float (*src)[LS], long long first, int tl) {
-  float* o = dst + first;
-  if (L % 4 == 0 && tl == LC && (reinterpret_cast<unsigned long long>(o) & 15) == 0) {
-#pragma unroll
-    for (int e0 = 0; e0 < DT * (LC / 4); e0 += NT) {
-      const int e = e0 + threadIdx.x, r = e / (LC / 4), c = e % (LC / 4) * 4;
-      if (e0 + NT <= DT * (LC / 4) || e < DT * (LC / 4))
-        *reinterpret_cast<float4*>(o + r * L + c) = *reinterpret_cast<const float4*>(&src[r][c]);
-    }
-  } else {
-    for (int e = threadIdx.x; e < DT * LC; e += NT) {
-      const int r = e / LC, c = e % LC;
-      if (c < tl) o[r * L + c] = src[r][c];
-    }
-  }
-}
-__device__ __forceinline__ void row4(const float (*tile)[LS], int r, int t, float (&v)[4]) {
-  const float4 q = *reinterpret_cast<const float4*>(&tile[r][t]);
-  v[0] = q.x;
-  v[1] = q.y;
-  v[2] = q.z;
-  v[3] = q.w;
-}
-// A lane's walk over its chunk from state h: every a_t and h_t into as and hv (the caller
-// keeps what it needs), the end state returned. x is δ·u staged, or u (TIMES_DELTA: ·δ here).
-template <bool TIMES_DELTA>
-__device__ __forceinline__ float walk_forward(const float (*sd)[LS], const float (*sx)[LS], const float (*sb)[LS], int dl, int n,
-                                              float a2, float h, float (&as)[LC], float (&hv)[LC]) {
-#pragma unroll
-  for (int t4 = 0; t4 < LC; t4 += 4) {
-    float dv[4], xv[4], bv[4];
-    row4(sd, dl, t4, dv);
-    row4(sx, dl, t4, xv);
-    row4(sb, n, t4, bv);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      as[t4 + j] = exp2_approx(dv[j] * a2);
-      h = fmaf(as[t4 + j], h, (TIMES_DELTA ? dv[j] * xv[j] : xv[j]) * bv[j]);
-      hv[t4 + j] = h;
-    }
-  }
-  return h;
-}
-)";
-  return p;
-}
-
-// Coordinates and the staged tiles: s0, s1, s2 [DT][LS] (the kernel names them), sb, sc [W][LS]
-// (the block's group's B and C). kChannel: this thread's channel d, in a pass starting at
-// channel dp; a lane's a_l is 2^(δ_l·a2).
-const char* kBlockStart = R"(  extern __shared__ float4 smem4[];
-  float (*s0)[LS] = reinterpret_cast<float (*)[LS]>(smem4);
-  float (*s1)[LS] = s0 + DT;
-  float (*s2)[LS] = s1 + DT;  // only when ROWS == 3
-  float (*sb)[LS] = s0 + ROWS * DT;
-  float (*sc)[LS] = sb + W;
-  const int n = threadIdx.x % W, dl = threadIdx.x / W, d0 = blockIdx.x * CPB, c = blockIdx.y, b = blockIdx.z;
-  const bool live = n < N;
-  const int l0 = c * LC, tl = min(LC, L - l0);
-  const long long bc0 = (((long long)b * G + d0 / PER) * N) * L + l0;
-  load_rows<W, false>(sb, Bm, nullptr, bc0, N, tl);
-  load_rows<W, false>(sc, Cm, nullptr, bc0, N, tl);
-)";
-const char* kChannel = R"(    const int d = dp + dl;
-    const long long rows0 = ((long long)b * D + dp) * L + l0;  // the pass's first row
-    const long long cs = ((long long)b * D + d) * NCH + c;     // this channel's chunk slot
-    const float a_n = live ? A[d * N + n] : 0.0f, a2 = a_n * 1.4426950408889634f;
 )";
 
-Launch block_launch(const std::string& name, const ScanShape& s, int rows, bool terms) {
+// Where a thread stands: channel c of the block, lane j of the channel, states j·NS + s.
+const char* kStart = R"(  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int b = blockIdx.y, d0 = blockIdx.x * CB, g = d0 / PER;
+  const int c = threadIdx.x / NSG, j = threadIdx.x % NSG, d = d0 + c;
+  const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
+  float* sb = smem + ROWS_U * CB * RS;
+  float* sc = sb + NSG * BS;
+  float* sbias = sc + NSG * BS;
+  float* sdsk = sbias + CB;
+  for (int e = threadIdx.x; e < 2 * NSG * BS; e += NT) sb[e] = 0.0f;  // padded states stay 0
+  for (int e = threadIdx.x; e < CB; e += NT) {
+    sbias[e] = bias[d0 + e];
+    sdsk[e] = Dskip[d0 + e];
+  }
+  float a2[NS], an[NS];  // A·log2 e and A of this thread's states (0 past N)
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int n = j * NS + s;
+    an[s] = n < N ? A[d * N + n] : 0.0f;
+    a2[s] = an[s] * 1.4426950408889634f;
+  }
+)";
+
+int64_t scan_shared_floats(const ScanLayout& lay, bool grad) {
+  const int64_t rows = grad ? 6 : 3;  // u, Δ, (slope, dy,) out (and a second out)
+  const int64_t threads = lay.channels_per_block * lay.lanes;
+  const int64_t warps = threads >= 32 ? threads / 32 : 1;
+  int64_t f = rows * lay.channels_per_block * (kChunk + 4) + 2 * lay.lanes * (kChunk * kPerLane + 4) + 2 * lay.channels_per_block;
+  if (grad) f += warps * kChunk * 2 * lay.lanes * kPerLane;
+  return f;
+}
+
+Launch scan_launch(const std::string& name, const ScanShape& s, bool grad) {
   const ScanLayout lay = scan_layout(s);
   Launch l;
   l.name = name;
-  l.block[0] = static_cast<unsigned>(lay.tile * lay.lanes);
-  l.grid[0] = static_cast<unsigned>(terms ? lay.spans : lay.tiles);
-  l.grid[1] = static_cast<unsigned>(lay.chunks);
-  l.grid[2] = static_cast<unsigned>(std::max<int64_t>(s.batch, 1));
-  l.shared_bytes = static_cast<unsigned>(scan_shared_bytes(lay.lanes, lay.tile, rows, terms));
+  l.block[0] = static_cast<unsigned>(lay.channels_per_block * lay.lanes);
+  l.grid[0] = static_cast<unsigned>(lay.blocks);
+  l.grid[1] = static_cast<unsigned>(s.batch);
+  l.shared_bytes = static_cast<unsigned>(scan_shared_floats(lay, grad) * 4);
   return l;
 }
 
 }  // namespace
 
 ScanLayout scan_layout(const ScanShape& s) {
-  if (s.states > 32)
-    throw Error("[cuda] selective_scan keeps a channel's states in the lanes of one warp: d_state up to 32, got " +
+  if (s.states > 2 * 32)
+    throw Error("[cuda] selective_scan keeps a channel's states in the lanes of one warp, two per lane: d_state up to 64, got " +
                 std::to_string(s.states));
+  if (s.groups < 1 || s.channels % s.groups != 0) throw Error("[cuda] selective_scan: the channels must be a multiple of the groups");
+  if (s.batch > 65535) throw Error("[cuda] selective_scan: batch " + std::to_string(s.batch) + " must stay below 65536");
   ScanLayout lay;
-  lay.lanes = lanes_of(s.states);
+  lay.lanes = pow2_at_least((s.states + kPerLane - 1) / kPerLane);
   lay.chunks = std::max<int64_t>((s.length + kChunk - 1) / kChunk, 1);
-  if (lay.chunks > 65535 || s.batch > 65535)
-    throw Error("[cuda] selective_scan: length " + std::to_string(s.length) + " and batch " + std::to_string(s.batch) +
-                " must stay below 65535·32 steps and 65535 sequences");
-  // Channels per block pass (DT): a power of two that divides a group's channels (a block
-  // stages one group's B and C), 128 threads at most: small blocks keep several per SM, so one
-  // block's staging overlaps another's walk. The backward's block spans TD channels (DT at a
-  // time, up to 32) and writes one dB/dC partial for them: fewer partials to write and add.
-  const int64_t per = s.channels / std::max<int64_t>(s.groups, 1);
-  int64_t dt = 1;
-  while (per % (dt * 2) == 0 && dt * 2 * lay.lanes <= 128) dt *= 2;
-  int64_t td = dt;
-  while (per % (td * 2) == 0 && td * 2 <= 32) td *= 2;
-  lay.tile = dt;
-  lay.tiles = s.channels / dt;
-  lay.span = td;
-  lay.spans = s.channels / td;
-  if (std::max<int64_t>(td, lay.lanes) * s.length >= (int64_t{1} << 31))
-    throw Error("[cuda] selective_scan: length " + std::to_string(s.length) + " is too long for 32-bit offsets within a block");
+  // Channels per block: a power of two dividing a group's channels (a block stages one
+  // group's B and C), up to 256 threads and 32 channels. TG_CUDA_SCAN_CHANNELS caps it (tuning).
+  int64_t cap = 32;
+  if (const char* env = std::getenv("TG_CUDA_SCAN_CHANNELS"); env != nullptr && std::atoi(env) > 0) cap = std::atoi(env);
+  const int64_t per = s.channels / s.groups;
+  int64_t cb = 1;
+  while (per % (cb * 2) == 0 && cb * 2 * lay.lanes <= 256 && cb * 2 <= cap) cb *= 2;
+  lay.channels_per_block = cb;
+  lay.blocks = s.channels / cb;
   lay.state_floats = s.batch * s.channels * lay.chunks * s.states;
-  lay.sum_floats = s.batch * s.channels * lay.chunks;
-  lay.da_floats = s.batch * lay.chunks * s.channels * s.states;
-  lay.dbc_floats = s.batch * lay.spans * s.states * s.length;
+  lay.da_floats = s.batch * s.channels * s.states;
+  lay.dbc_floats = lay.blocks * s.batch * 2 * s.states * s.length;
+  lay.dd_floats = 2 * s.batch * s.channels;
   return lay;
 }
 
-Launch scan_chunk_kernel(const std::string& name, const ScanShape& s, bool grad) {
-  const int rows = grad ? 3 : 2;
-  Launch l = block_launch(name, s, rows, false);
-  std::string src = "// selective_scan, step 1: each chunk from a zero state" +
-                    std::string(grad ? " (and its adjoint from the right)" : "") + " (selective_scan.cc)\n" + block_prelude(s, rows, false);
-  src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
-         "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
-         "const float* __restrict__ Bm, const float* __restrict__ Cm, " +
-         (grad ? "const float* __restrict__ dout, " : "") + "float* __restrict__ hs, float* __restrict__ sdel" +
-         (grad ? ", float* __restrict__ es" : "") + ") {\n";
-  if (!grad) src += "  const float* const dout = nullptr;\n  float* const es = nullptr;\n";
-  src += kBlockStart;
-  src += "    const int dp = d0;\n";
-  src += kChannel;
-  src += R"(  float (*sd)[LS] = s0, (*sx)[LS] = s1, (*sy)[LS] = s2;  // δ, δ·u, dy
-  load_rows<DT, false>(sd, delta, nullptr, rows0, DT, tl);
-  load_rows<DT, true>(sx, delta, u, rows0, DT, tl);
-  if (ROWS == 3) load_rows<DT, false>(sy, dout, nullptr, rows0, DT, tl);
-  __syncthreads();
-  if (threadIdx.x < DT) {  // Σδ of a channel: the chunk's decay is 2^(a2·Σδ)
-    float sum = 0.0f;
-    for (int t = 0; t < LC; ++t) sum += sd[threadIdx.x][t];
-    sdel[((long long)b * D + dp + threadIdx.x) * NCH + c] = sum;
-  }
-  if (!live) return;  // past the only barrier; no shuffles here
-  // No step needs a guard: past tl the staged δ, δ·u, B and C are 0, so a = 1 and nothing is added.
-  float as[LC], hv[LC];
-  hs[cs * N + n] = walk_forward<false>(sd, sx, sb, dl, n, a2, 0.0f, as, hv);
-  if (ROWS == 3) {  // g_l = C_l·dy_l + a_{l+1}·g_{l+1} from zero at the right edge; a_{l0}·g_{l0} leaves
-    float gn = 0.0f;
-#pragma unroll
-    for (int t4 = LC - 4; t4 >= 0; t4 -= 4) {
-      float cv[4], yv[4];
-      row4(sc, n, t4, cv);
-      row4(sy, dl, t4, yv);
-#pragma unroll
-      for (int j = 3; j >= 0; --j) gn = as[t4 + j] * fmaf(cv[j], yv[j], gn);
-    }
-    es[cs * N + n] = gn;
-  }
-}
-)";
-  l.source = std::move(src);
-  return l;
-}
-
-Launch scan_combine_kernel(const std::string& name, const ScanShape& s, bool grad) {
-  const int64_t threads = (grad ? 2 : 1) * s.batch * s.channels * s.states;  // the gradient's two directions apart
-  Launch l;
-  l.name = name;
-  l.block[0] = 256;
-  l.grid[0] = static_cast<unsigned>(std::max<int64_t>((threads + 255) / 256, 1));
-  std::string src = "// selective_scan, step 2: the states entering each chunk" +
-                    std::string(grad ? " and the adjoints entering from the right" : " and the last state") +
+Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool keep) {
+  Launch l = scan_launch(name, s, false);
+  std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
                     " (selective_scan.cc)\n" + prelude(s);
-  src += "extern \"C\" __global__ void " + name + "(const float* __restrict__ A, const float* __restrict__ sdel, float* __restrict__ hs, " +
-         (grad ? "float* __restrict__ es, const float* __restrict__ dout" : "float* __restrict__ out") + ") {\n";
-  src += std::string("  constexpr bool GRAD = ") + (grad ? "true" : "false") + ";\n";
-  src += grad ? "  float* const out = nullptr;\n" : "  float* const es = nullptr;\n  const float* const dout = nullptr;\n";
-  src += R"(  constexpr long long S = (long long)B * D * N;
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (GRAD ? 2 : 1) * S) return;
-  const bool backward = i >= S;  // the gradient's adjoints, from the right
-  if (backward) i -= S;
-  const int n = (int)(i % N);
-  const long long bd = i / N;
-  const float a_n = A[(bd % D) * N + n];
-  // Eight chunks at a time: their loads are issued together, then the chain of combines runs.
-  if (!backward) {  // hs: the chunk's local end state in, the state entering it out
-    float h = 0.0f;
-    for (int c0 = 0; c0 < NCH; c0 += 8) {
-      float local[8], decay[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if (c0 + k < NCH) {
-          local[k] = hs[(bd * NCH + c0 + k) * N + n];
-          decay[k] = expf(a_n * sdel[bd * NCH + c0 + k]);
-        }
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if (c0 + k < NCH) {
-          hs[(bd * NCH + c0 + k) * N + n] = h;
-          h = fmaf(decay[k], h, local[k]);
-        }
-    }
-    if (!GRAD) out[NU + i] = h;
-    return;
-  }
-  float gr = dout[NU + i];  // es: the adjoint leaving the chunk's left edge in, the one entering from the right out
-  for (int c1 = NCH - 1; c1 >= 0; c1 -= 8) {
-    float leaving[8], decay[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      if (c1 - k >= 0) {
-        leaving[k] = es[(bd * NCH + c1 - k) * N + n];
-        decay[k] = expf(a_n * sdel[bd * NCH + c1 - k]);
-      }
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      if (c1 - k >= 0) {
-        es[(bd * NCH + c1 - k) * N + n] = gr;
-        gr = fmaf(decay[k], gr, leaving[k]);
-      }
-  }
-}
-)";
-  l.source = std::move(src);
-  return l;
-}
-
-Launch scan_output_kernel(const std::string& name, const ScanShape& s) {
-  Launch l = block_launch(name, s, 2, false);
-  std::string src = "// selective_scan, step 3: y, each chunk from its entering state (selective_scan.cc)\n" + block_prelude(s, 2, false);
+  src += "constexpr bool DY = false, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
+  src += kStage;
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
-         "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ hs, float* __restrict__ out) {\n";
-  src += kBlockStart;
-  src += "    const int dp = d0;\n";
-  src += kChannel;
-  src += R"(  float (*sd)[LS] = s0, (*sx)[LS] = s1;  // δ, δ·u; y takes δ·u's place
-  load_rows<DT, false>(sd, delta, nullptr, rows0, DT, tl);
-  load_rows<DT, true>(sx, delta, u, rows0, DT, tl);
-  __syncthreads();
-  // No step needs a guard: past tl, and in the rows of lanes n ≥ N, the staged inputs are 0.
-  float h = live ? hs[cs * N + n] : 0.0f, v[W];
+         "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ Dskip, "
+         "const float* __restrict__ bias, float* __restrict__ out, float* __restrict__ hs) {\n";
+  src += kStart;
+  src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
+  float (*sd)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 1));
+  float (*so)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 2));
+  float h[NS];
 #pragma unroll
-  for (int t4 = 0; t4 < LC; t4 += 4) {
-    float dv[4], xv[4], bv[4], cv[4];
-    row4(sd, dl, t4, dv);
-    row4(sx, dl, t4, xv);
-    row4(sb, n, t4, bv);
-    row4(sc, n, t4, cv);
+  for (int s = 0; s < NS; ++s) h[s] = 0.0f;
+  Stage st;
+  st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, 0);
+  for (int k = 0; k < NCH; ++k) {
+    const int t0 = k * K;
+    __syncthreads();  // the last chunk's rows are read and stored
+    st.store(su, sd, nullptr, nullptr, sb, sc, sbias, t0);
+    __syncthreads();
+    if (k + 1 < NCH) st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, t0 + K);
+    if (KEEP) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int t = t4 + j;
-      h = fmaf(exp2_approx(dv[j] * a2), h, xv[j] * bv[j]);
-      v[t % W] = cv[j] * h;
-      // A group of W steps is done: lane n holds step n's y, whatever N. Every lane of this
-      // channel has read the group's δ·u, so y can take its place.
-      if (t % W == W - 1) {
-        const float y = reduce_scatter(v, MASK);
-        __syncwarp(MASK);  // the channel's lanes are past their reads of these steps
-        sx[dl][t + 1 - W + n] = y;
+      for (int s = 0; s < NS; ++s)
+        if (j * NS + s < N) hs[(((long long)b * D + d) * NCH + k) * N + j * NS + s] = h[s];
+    }
+    float yv[K];
+#pragma unroll
+    for (int t4 = 0; t4 < K; t4 += 4) {
+      const float4 dv = *reinterpret_cast<const float4*>(&sd[c][t4]);
+      const float4 uv = *reinterpret_cast<const float4*>(&su[c][t4]);
+      const float dvs[4] = {dv.x, dv.y, dv.z, dv.w}, uvs[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+      for (int t2 = 0; t2 < 4; t2 += 2) {  // B and C: two steps × two states per float4
+        const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + (t4 + t2) * NS]);
+        const float4 cq = *reinterpret_cast<const float4*>(&sc[j * BS + (t4 + t2) * NS]);
+        const float bs[4] = {bq.x, bq.y, bq.z, bq.w}, cs[4] = {cq.x, cq.y, cq.z, cq.w};
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const float del = dvs[t2 + q], du = del * uvs[t2 + q];
+          float y = 0.0f;
+#pragma unroll
+          for (int s = 0; s < NS; ++s) {
+            h[s] = fmaf(exp2_approx(del * a2[s]), h[s], du * bs[q * NS + s]);
+            y = fmaf(cs[q * NS + s], h[s], y);
+          }
+          yv[t4 + t2 + q] = y;
+        }
       }
     }
+    // y over the channel's lanes: this lane keeps kept_count(K, NSG) consecutive steps.
+    reduce_scatter<K, 1, NSG / 2>(yv);
+    constexpr int KEPT = kept_count(K, NSG);
+    const int t_first = kept_index<K, 1, NSG / 2>();
+    if (j < K) {  // past K lanes (N > 32) the upper lanes hold copies
+#pragma unroll
+      for (int i = 0; i < KEPT; ++i) so[c][t_first + i] = yv[i] + sdsk[c] * su[c][t_first + i];
+    }
+    __syncthreads();
+    store_rows(out, so, row0, t0);
   }
-  __syncthreads();
-  store_rows(out, sx, rows0, tl);
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+    if (j * NS + s < N) out[NU + ((long long)b * D + d) * N + j * NS + s] = h[s];
 }
 )";
   l.source = std::move(src);
@@ -414,95 +319,140 @@ Launch scan_output_kernel(const std::string& name, const ScanShape& s) {
 }
 
 Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
-  Launch l = block_launch(name, s, 3, true);
-  std::string src = "// selective_scan, gradient step 3: each chunk's states recomputed, then walked backwards (selective_scan.cc)\n" +
-                    block_prelude(s, 3, true);
-  src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
+  Launch l = scan_launch(name, s, true);
+  std::string src = "// selective_scan gradient: chunks from the last, recomputed forward, walked backwards (selective_scan.cc)\n" +
+                    prelude(s);
+  src += "constexpr bool DY = true;\nconstexpr int ROWS_U = 6;\n";
+  src += kStage;
+  // Two blocks per SM: the recomputed chunk's states and factors would otherwise take ~240
+  // registers and leave one block (8 warps) per SM. TG_CUDA_SCAN_BLOCKS overrides (tuning).
+  int min_blocks = 2;
+  if (const char* env = std::getenv("TG_CUDA_SCAN_BLOCKS"); env != nullptr && std::atoi(env) > 0) min_blocks = std::atoi(env);
+  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
-         "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ dout, "
-         "const float* __restrict__ hs, const float* __restrict__ es, float* __restrict__ out, float* __restrict__ dA_part, "
-         "float* __restrict__ dB_part, float* __restrict__ dC_part) {\n";
-  src += kBlockStart;
-  src += R"(  float (*sd)[LS] = s0, (*su)[LS] = s1, (*sy)[LS] = s2;  // δ, u, dy; dδ and du take δ's and u's place
-  float (*red_b)[LC][W] = reinterpret_cast<float (*)[LC][W]>(sc + W);  // a pass's dB/dC terms: [warp][step][state]
-  float (*red_c)[LC][W] = red_b + WARPS;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  constexpr int PAIRS = (LC * W + NT - 1) / NT;  // (step, state) pairs of the block's dB/dC this thread sums
-  float acc_b[PAIRS], acc_c[PAIRS];
+         "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ Dskip, "
+         "const float* __restrict__ bias, const float* __restrict__ dout, const float* __restrict__ hs, float* __restrict__ out, "
+         "float* __restrict__ dA_part, float* __restrict__ dBC_part, float* __restrict__ dDb_part) {\n";
+  src += kStart;
+  src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
+  float (*sd)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 1));
+  float (*sg)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 2));
+  float (*sy)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 3));
+  float (*sou)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 4));  // du
+  float (*sod)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 5));  // d(delta)
+  float* red = sdsk + CB;  // [WARPS][K][2·NP]: the warps' dB (first NP) and dC terms per step
+  const int warp = threadIdx.x / 32;
+  float dh[NS], dA[NS];
 #pragma unroll
-  for (int k = 0; k < PAIRS; ++k) acc_b[k] = acc_c[k] = 0.0f;
-  for (int dp = d0; dp < d0 + TD; dp += DT) {  // passes of DT channels
-)";
-  src += kChannel;
-  src += R"(    if (dp > d0) __syncthreads();  // the last pass's rows are stored and its terms summed
-    load_rows<DT, false>(sd, delta, nullptr, rows0, DT, tl);
-    load_rows<DT, false>(su, u, nullptr, rows0, DT, tl);
-    load_rows<DT, false>(sy, dout, nullptr, rows0, DT, tl);
+  for (int s = 0; s < NS; ++s) {
+    dh[s] = j * NS + s < N ? dout[NU + ((long long)b * D + d) * N + j * NS + s] : 0.0f;
+    dA[s] = 0.0f;
+  }
+  float dD = 0.0f, dbias = 0.0f;
+  // dB/dC terms: 2·NS values per step (dB then dC of this lane's states), summed over the warp's
+  // channels (lane bits NSG … WL/2); CV values stay per lane, standing for index CI + i.
+  constexpr int V = 2 * NS, CV = kept_count(V, WL / NSG);
+  // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), or K.
+  constexpr int RG = NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
+  Stage st;
+  st.fetch(u, delta, Bm, Cm, dout, row0, bc0, (NCH - 1) * K);
+  for (int k = NCH - 1; k >= 0; --k) {
+    const int t0 = k * K;
+    __syncthreads();  // the last chunk's rows and terms are read
+    st.store(su, sd, sg, sy, sb, sc, sbias, t0);
     __syncthreads();
-    // Guards as in the forward: past tl, and for lanes n ≥ N, the staged inputs are 0, so every
-    // term below is 0 but dδ's h·a·A, which is cut explicitly.
-    const float h0 = live ? hs[cs * N + n] : 0.0f;
-    float as[LC], hv[LC];
-    walk_forward<true>(sd, su, sb, dl, n, a2, h0, as, hv);
-    float gn = live ? es[cs * N + n] : 0.0f, dA = 0.0f, vu[W], vd[W];
+    if (k > 0) st.fetch(u, delta, Bm, Cm, dout, row0, bc0, t0 - K);
+    // The chunk forward from its entering state: hv[t + 1] = h after step t, av[t] = a of step t.
+    float hv[K + 1][NS], av[K][NS];
 #pragma unroll
-    for (int t4 = LC - 4; t4 >= 0; t4 -= 4) {
-      float dv[4], uv[4], yv[4], bv[4], cv[4];
-      row4(sd, dl, t4, dv);
-      row4(su, dl, t4, uv);
-      row4(sy, dl, t4, yv);
-      row4(sb, n, t4, bv);
-      row4(sc, n, t4, cv);
+    for (int s = 0; s < NS; ++s) hv[0][s] = j * NS + s < N ? hs[(((long long)b * D + d) * NCH + k) * N + j * NS + s] : 0.0f;
 #pragma unroll
-      for (int j = 3; j >= 0; --j) {
-        const int t = t4 + j;
-        const float ha = (t > 0 ? hv[t > 0 ? t - 1 : 0] : h0) * as[t];  // h_{l-1}·a_l
-        const float gg = fmaf(cv[j], yv[j], gn), gd = gg * dv[j];
-        vu[t % W] = gd * bv[j];
-        vd[t % W] = t < tl ? gg * fmaf(ha, a_n, bv[j] * uv[j]) : 0.0f;
-        dA = fmaf(gd, ha, dA);
-        const float tb = gd * uv[j], tc = yv[j] * hv[t];
-        gn = as[t] * gg;
-        if (LANES >= 2 * W) {  // over this warp's channels: the first level splits dB (low) from dC (high)
-          const bool hi = (lane & W) != 0;
-          float keep = (hi ? tc : tb) + __shfl_xor_sync(MASK, hi ? tb : tc, W);
+    for (int t2 = 0; t2 < K; t2 += 2) {
+      const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t2 * NS]);
+      const float bs[4] = {bq.x, bq.y, bq.z, bq.w};
 #pragma unroll
-          for (int o = 2 * W; o < LANES; o *= 2) keep += __shfl_xor_sync(MASK, keep, o);
-          if (lane < 2 * W) (hi ? red_c : red_b)[warp][t][n] = keep;
-        } else {  // one channel per warp
-          red_b[warp][t][n] = tb;
-          red_c[warp][t][n] = tc;
-        }
-        if (t % W == 0) {  // a group of W steps is done: lane n holds step n's du and dδ
-          reduce_scatter2(vu, vd, MASK);
-          __syncwarp(MASK);  // the channel's lanes are past their reads of these steps
-          su[dl][t + n] = vu[0];
-          sd[dl][t + n] = vd[0];
+      for (int q = 0; q < 2; ++q) {
+        const float del = sd[c][t2 + q], du = del * su[c][t2 + q];
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+          av[t2 + q][s] = exp2_approx(del * a2[s]);
+          hv[t2 + q + 1][s] = fmaf(av[t2 + q][s], hv[t2 + q][s], du * bs[q * NS + s]);
         }
       }
     }
-    if (live) dA_part[(((long long)b * NCH + c) * D + d) * N + n] = dA;
-    __syncthreads();
 #pragma unroll
-    for (int k = 0; k < PAIRS; ++k) {  // dB, dC: over the pass's warps, in order, then over passes
-      const int e = threadIdx.x + k * NT, t = e % LC, st = e / LC;
-      if (e < LC * W)
-        for (int w = 0; w < WARPS; ++w) {
-          acc_b[k] += red_b[w][t][st];
-          acc_c[k] += red_c[w][t][st];
+    for (int grp = K / RG - 1; grp >= 0; --grp) {
+      float vu[RG], vd[RG];  // this lane's shares of du/Δ-scaled and dΔ for the group's steps
+#pragma unroll
+      for (int tt = RG - 1; tt >= 0; --tt) {
+        const int t = grp * RG + tt;
+        const float dy = sy[c][t], del = sd[c][t], uu = su[c][t], du = del * uu;
+        const float2 bq = *reinterpret_cast<const float2*>(&sb[j * BS + t * NS]);
+        const float2 cq = *reinterpret_cast<const float2*>(&sc[j * BS + t * NS]);
+        const float bs[2] = {bq.x, bq.y}, cs[2] = {cq.x, cq.y};
+        float gB = 0.0f, pA = 0.0f, terms[V];
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+          const float gg = fmaf(cs[s], dy, dh[s]);
+          terms[NS + s] = hv[t + 1][s] * dy;  // dC
+          terms[s] = gg * du;                 // dB
+          gB = fmaf(gg, bs[s], gB);
+          const float p = gg * av[t][s] * hv[t][s];
+          pA = fmaf(p, an[s], pA);
+          dA[s] = fmaf(p, del, dA[s]);
+          dh[s] = gg * av[t][s];
         }
+        vu[tt] = del * gB;
+        vd[tt] = fmaf(uu, gB, pA);
+        reduce_scatter<V, NSG, WL / 2>(terms);
+        const int ci = kept_index<V, NSG, WL / 2>();
+        // One writer per distinct value: lanes whose channel bits past the scattering ones are 0.
+        if (((threadIdx.x % WL) / NSG) < (V < WL / NSG ? V : WL / NSG)) {
+#pragma unroll
+          for (int i = 0; i < CV; ++i) {
+            const int idx = ci + i, kind = idx / NS, n = j * NS + idx % NS;
+            red[(warp * K + t) * 2 * NP + kind * NP + n] = terms[i];
+          }
+        }
+      }
+      reduce_scatter<RG, 1, NSG / 2>(vu);
+      reduce_scatter<RG, 1, NSG / 2>(vd);
+      const int t_first = grp * RG + kept_index<RG, 1, NSG / 2>();
+      if (j < RG) {
+#pragma unroll
+        for (int i = 0; i < RKEPT; ++i) {
+          const int t = t_first + i;
+          const float dy = sy[c][t], ddel = vd[i] * sg[c][t];
+          sou[c][t] = fmaf(dy, sdsk[c], vu[i]);
+          sod[c][t] = ddel;
+          dD = fmaf(dy, su[c][t], dD);
+          dbias += ddel;
+        }
+      }
     }
-    store_rows(out, su, rows0, tl);
-    store_rows(out + NU, sd, rows0, tl);
+    __syncthreads();
+    store_rows(out, sou, row0, t0);
+    store_rows(out + NU, sod, row0, t0);
+    // The block's dB/dC for this chunk: the warps' terms in order, one partial per block.
+    for (int e = threadIdx.x; e < 2 * N * K; e += NT) {
+      const int t = e % K, q = e / K, kind = q / N, n = q % N;
+      float sum = 0.0f;
+      for (int w = 0; w < WARPS; ++w) sum += red[(w * K + t) * 2 * NP + kind * NP + n];
+      if (t0 + t < L) dBC_part[((((long long)blockIdx.x * B + b) * 2 + kind) * N + n) * L + t0 + t] = sum;
+    }
   }
 #pragma unroll
-  for (int k = 0; k < PAIRS; ++k) {
-    const int e = threadIdx.x + k * NT, t = e % LC, st = e / LC;
-    if (e < LC * W && st < N && t < tl) {
-      const long long at = (((long long)b * SPANS + blockIdx.x) * N + st) * L + l0 + t;
-      dB_part[at] = acc_b[k];
-      dC_part[at] = acc_c[k];
-    }
+  for (int s = 0; s < NS; ++s)
+    if (j * NS + s < N) dA_part[((long long)b * D + d) * N + j * NS + s] = dA[s];
+  // dD and dbias over the channel's lanes.
+#pragma unroll
+  for (int o = 1; o < NSG; o *= 2) {
+    dD += __shfl_xor_sync(MASK, dD, o);
+    dbias += __shfl_xor_sync(MASK, dbias, o);
+  }
+  if (j == 0) {
+    dDb_part[(long long)b * D + d] = dD;
+    dDb_part[(long long)B * D + (long long)b * D + d] = dbias;
   }
 }
 )";
@@ -511,36 +461,35 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
 }
 
 Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
+  const ScanLayout lay = scan_layout(s);
   const int64_t nb = s.batch * s.groups * s.states * s.length, na = s.channels * s.states;
+  const int64_t total = 2 * nb + na + 2 * s.channels;
   Launch l;
   l.name = name;
   l.block[0] = 256;
-  l.grid[0] = static_cast<unsigned>(std::max<int64_t>((nb + na + 255) / 256, 1));
-  std::string src = "// selective_scan gradient, step 4: dA, dB, dC summed in a fixed order (selective_scan.cc)\n" + prelude(s);
+  l.grid[0] = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
+  std::string src = "// selective_scan gradient: dA, dB, dC, dD and dbias from the partials, in a fixed order (selective_scan.cc)\n" +
+                    prelude(s);
+  src += "constexpr long long NB = " + std::to_string(nb) + "LL, NA = " + std::to_string(na) + "LL, TOTAL = " + std::to_string(total) +
+         "LL;\nconstexpr int BPG = " + std::to_string(lay.blocks / s.groups) + ";  // channel blocks per group\n";
   src += "extern \"C\" __global__ void " + name +
-         "(const float* __restrict__ dA_part, const float* __restrict__ dB_part, const float* __restrict__ dC_part, "
+         "(const float* __restrict__ dA_part, const float* __restrict__ dBC_part, const float* __restrict__ dDb_part, "
          "float* __restrict__ out) {\n";
-  src += R"(  const long long NA = (long long)D * N, NB = (long long)B * G * N * L;
-  constexpr int TPG = PER / TD;  // channel spans per group
-  float* dA = out + 2 * NU;
-  float* dB = dA + NA;
-  float* dC = dB + NB;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < NB + NA; i += (long long)gridDim.x * blockDim.x) {
-    if (i < NB) {  // [b, g, k, l]: the group's tiles, in order
-      const long long l = i % L, k = (i / L) % N, g = (i / ((long long)L * N)) % G, b = i / ((long long)L * N * G);
-      float sb = 0.0f, sc = 0.0f;
-      for (int t = 0; t < TPG; ++t) {
-        const long long at = ((b * SPANS + g * TPG + t) * N + k) * L + l;
-        sb += dB_part[at];
-        sc += dC_part[at];
-      }
-      dB[i] = sb;
-      dC[i] = sc;
-    } else {  // [d, k]: over the batch and the chunks, in order
-      const long long j = i - NB;
-      float t = 0.0f;
-      for (long long bc = 0; bc < (long long)B * NCH; ++bc) t += dA_part[bc * NA + j];
-      dA[j] = t;
+  src += R"(  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < TOTAL; i += (long long)gridDim.x * 256) {
+    float sum = 0.0f;
+    if (i < NA) {  // dA[d, n] over the sequences
+      for (int b = 0; b < B; ++b) sum += dA_part[(long long)b * NA + i];
+      out[2 * NU + i] = sum;
+    } else if (i < NA + 2 * NB) {  // dB / dC [b, g, n, l] over the group's channel blocks
+      const long long r = i - NA, kind = r / NB, x = r % NB, l = x % L, n = (x / L) % N, bg = x / ((long long)N * L);
+      const long long b = bg / G, g = bg % G;
+      for (int k = 0; k < BPG; ++k)
+        sum += dBC_part[((((g * BPG + k) * B + b) * 2 + kind) * N + n) * L + l];
+      out[2 * NU + NA + kind * NB + x] = sum;
+    } else {  // dD, then dbias, over the sequences
+      const long long r = i - NA - 2 * NB, which = r / D, dd = r % D;
+      for (int b = 0; b < B; ++b) sum += dDb_part[which * B * D + (long long)b * D + dd];
+      out[2 * NU + NA + 2 * NB + r] = sum;
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/philox.h"
@@ -309,24 +310,33 @@ Values selective_scan(const Node& n, const std::vector<const Node*>& nodes, cons
   const Shape& us = nodes[0]->shape;
   const Shape& bs = nodes[3]->shape;
   const int64_t B = us[0], D = us[1], L = us[2], G = bs[1], N = bs[2], per = D / G;
-  const Values &u = *in[0], &dl = *in[1], &A = *in[2], &Bm = *in[3], &Cm = *in[4];
+  const Values &u = *in[0], &raw = *in[1], &A = *in[2], &Bm = *in[3], &Cm = *in[4], &Dskip = *in[5], &bias = *in[6];
+  const bool softplus = n.attrs.values.at(0) != 0.0;
   auto ui = [&](int64_t b, int64_t d, int64_t l) { return static_cast<size_t>((b * D + d) * L + l); };
   auto bi = [&](int64_t b, int64_t g, int64_t k, int64_t l) { return static_cast<size_t>(((b * G + g) * N + k) * L + l); };
   auto ai = [&](int64_t d, int64_t k) { return static_cast<size_t>(d * N + k); };
+  // Δ and dΔ/d(delta): softplus(x) = max(x, 0) + log1p(exp(−|x|)), whose derivative is sigmoid(x).
+  auto delta_of = [&](size_t i, int64_t d) {
+    const double x = raw[i] + bias[static_cast<size_t>(d)];
+    if (!softplus) return std::pair<double, double>{x, 1.0};
+    const double e = std::exp(-std::abs(x));
+    return std::pair<double, double>{std::max(x, 0.0) + std::log1p(e), x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e)};
+  };
   const bool grad = n.op == Op::kSelectiveScanGrad;
   const int64_t nu = B * D * L, na = D * N, nb = B * G * N * L;
-  Values out(static_cast<size_t>(grad ? 2 * nu + na + 2 * nb : nu + B * D * N), 0.0);
+  Values out(static_cast<size_t>(grad ? 2 * nu + na + 2 * nb + 2 * D : nu + B * D * N), 0.0);
   std::vector<double> h(static_cast<size_t>((L + 1) * N));  // h[(l + 1)·N + k] = h_l, h_{−1} = 0
   for (int64_t b = 0; b < B; ++b)
     for (int64_t d = 0; d < D; ++d) {
       const int64_t g = d / per;
       std::fill(h.begin(), h.end(), 0.0);
       for (int64_t l = 0; l < L; ++l) {
-        double y = 0;
+        const double del = delta_of(ui(b, d, l), d).first;
+        double y = Dskip[static_cast<size_t>(d)] * u[ui(b, d, l)];
         for (int64_t k = 0; k < N; ++k) {
-          const double a = std::exp(dl[ui(b, d, l)] * A[ai(d, k)]);
+          const double a = std::exp(del * A[ai(d, k)]);
           double& hk = h[static_cast<size_t>((l + 1) * N + k)];
-          hk = a * h[static_cast<size_t>(l * N + k)] + dl[ui(b, d, l)] * Bm[bi(b, g, k, l)] * u[ui(b, d, l)];
+          hk = a * h[static_cast<size_t>(l * N + k)] + del * Bm[bi(b, g, k, l)] * u[ui(b, d, l)];
           y += Cm[bi(b, g, k, l)] * hk;
         }
         if (!grad) out[ui(b, d, l)] = y;
@@ -335,23 +345,31 @@ Values selective_scan(const Node& n, const std::vector<const Node*>& nodes, cons
         for (int64_t k = 0; k < N; ++k) out[static_cast<size_t>(nu + (b * D + d) * N + k)] = h[static_cast<size_t>(L * N + k)];
         continue;
       }
-      const Values& dout = *in[5];
+      const Values& dout = *in[7];
+      const size_t at_dB = static_cast<size_t>(2 * nu + na), at_dC = at_dB + static_cast<size_t>(nb);
+      const size_t at_dD = at_dC + static_cast<size_t>(nb), at_dbias = at_dD + static_cast<size_t>(D);
       std::vector<double> dh(static_cast<size_t>(N));
       for (int64_t k = 0; k < N; ++k) dh[static_cast<size_t>(k)] = dout[static_cast<size_t>(nu + (b * D + d) * N + k)];
       for (int64_t l = L - 1; l >= 0; --l) {
-        const double dy = dout[ui(b, d, l)], del = dl[ui(b, d, l)], uu = u[ui(b, d, l)];
+        const auto [del, ddel_draw] = delta_of(ui(b, d, l), d);
+        const double dy = dout[ui(b, d, l)], uu = u[ui(b, d, l)];
+        double ddel = 0;
+        out[ui(b, d, l)] += dy * Dskip[static_cast<size_t>(d)];  // du of the skip
+        out[at_dD + static_cast<size_t>(d)] += dy * uu;
         for (int64_t k = 0; k < N; ++k) {
           const double hl = h[static_cast<size_t>((l + 1) * N + k)], hp = h[static_cast<size_t>(l * N + k)];
           const double a = std::exp(del * A[ai(d, k)]), bb = Bm[bi(b, g, k, l)];
           double& dk = dh[static_cast<size_t>(k)];
           dk += Cm[bi(b, g, k, l)] * dy;
-          out[static_cast<size_t>(2 * nu + na + nb) + bi(b, g, k, l)] += dy * hl;   // dC
-          out[ui(b, d, l)] += dk * del * bb;                                          // du
-          out[static_cast<size_t>(nu) + ui(b, d, l)] += dk * (hp * a * A[ai(d, k)] + bb * uu);  // ddelta
-          out[static_cast<size_t>(2 * nu) + ai(d, k)] += dk * hp * a * del;           // dA
-          out[static_cast<size_t>(2 * nu + na) + bi(b, g, k, l)] += dk * del * uu;    // dB
+          out[at_dC + bi(b, g, k, l)] += dy * hl;
+          out[ui(b, d, l)] += dk * del * bb;  // du
+          ddel += dk * (hp * a * A[ai(d, k)] + bb * uu);
+          out[static_cast<size_t>(2 * nu) + ai(d, k)] += dk * hp * a * del;  // dA
+          out[at_dB + bi(b, g, k, l)] += dk * del * uu;
           dk *= a;
         }
+        out[static_cast<size_t>(nu) + ui(b, d, l)] = ddel * ddel_draw;
+        out[at_dbias + static_cast<size_t>(d)] += ddel * ddel_draw;
       }
     }
   return out;
