@@ -78,6 +78,7 @@ Launch attention_at_kernel(const std::string& name, const Operand& q, const Oper
 struct ScanShape {
   int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
   bool softplus = false;
+  bool vec = false;  // every operand 16-byte aligned: with length % 4 == 0, rows load as float4
 };
 /// How the kernels split the work and the scratch they use (floats): lanes per channel (⌈N/2⌉
 /// rounded up to a power of two), channels per block, blocks per sequence, 16-step chunks.

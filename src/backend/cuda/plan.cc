@@ -580,7 +580,7 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
       const Shape& us = in(0).shape;
       const Shape& bs = in(3).shape;
-      const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2], n.attrs.values.at(0) != 0.0};
+      ScanShape sh{us[0], us[1], us[2], bs[1], bs[2], n.attrs.values.at(0) != 0.0};
       if (sh.batch == 0 || sh.channels == 0 || sh.length == 0 || sh.states == 0) {
         // Nothing to scan: every output is empty or zero (the state after no steps, y and the
         // gradients: sums over no steps).
@@ -595,6 +595,11 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       };
       std::vector<Arg> ops;
       for (size_t i = 0; i < 7; ++i) ops.push_back({dense(g, id, n.inputs[i])});
+      const Place dout = n.op == Op::kSelectiveScanGrad ? dense(g, id, n.inputs[7]) : Place{};
+      // Rows of u, delta, B, C (and dy) load four steps at a time when all start 16-byte aligned.
+      auto aligned = [](const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; };
+      sh.vec = aligned(ops[0].place) && aligned(ops[1].place) && aligned(ops[3].place) && aligned(ops[4].place) &&
+               (n.op == Op::kSelectiveScan || aligned(dout));
       const Place out = own_node(g, id);
       if (n.op == Op::kSelectiveScan) {
         // When this program also runs the gradient (reading this node as its forward), the
@@ -610,7 +615,6 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         add_kernel({id}, scan_forward_kernel(kKernelName, sh, keep), with(ops, {out, hs}));
         return;
       }
-      const Place dout = dense(g, id, n.inputs[7]);
       const auto kept = scan_states_.find(n.inputs[8]);
       Place hs;
       if (kept != scan_states_.end()) {

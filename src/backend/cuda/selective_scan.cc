@@ -56,6 +56,7 @@ std::string prelude(const ScanShape& s) {
                   ", N = " + n(s.states) + ", PER = " + n(s.channels / s.groups) + ", NS = " + n(kPerLane) + ", NSG = " +
                   n(lay.lanes) + ", NP = NS * NSG, CB = " + n(lay.channels_per_block) + ", NT = " + n(nt) + ", K = " +
                   n(kChunk) + ", NCH = " + n(lay.chunks) + ", SOFTPLUS = " + (s.softplus ? "1" : "0") + ";\n";
+  p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
   p += "constexpr int WARPS = NT >= 32 ? NT / 32 : 1, WL = NT >= 32 ? 32 : NT;  // warps, lanes per warp\n";
   p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
@@ -118,46 +119,61 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
 // The block's staging of one chunk: per-channel rows (u, delta and, with DY, dy) and B, C rows
 // of the block's group, each K steps from t0; steps past L stage as 0 (and their Δ and slope
 // as 0, so they change nothing). fetch() loads into registers, store() writes shared memory.
+// With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
+// moves four steps of a row per load.
 const char* kStage = R"(
-constexpr int ROWS = (DY ? 3 : 2) * CB + 2 * N, ELEMS = ROWS * K, PF = (ELEMS + NT - 1) / NT;
+constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY ? 3 : 2) * CB + 2 * N, UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
 struct Stage {
-  float v[PF];
+  float v[PF][UNIT];
   __device__ __forceinline__ void fetch(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
                                         const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0,
                                         int t0) {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
-      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
-      float x = 0.0f;
-      if (e < ELEMS && t0 + t < L) {
-        if (r < CB) x = u[row0 + (long long)r * L + t0 + t];
-        else if (r < 2 * CB) x = delta[row0 + (long long)(r - CB) * L + t0 + t];
-        else if (r < 2 * CB + N) x = Bm[bc0 + (long long)(r - 2 * CB) * L + t0 + t];
-        else if (r < 2 * CB + 2 * N) x = Cm[bc0 + (long long)(r - 2 * CB - N) * L + t0 + t];
-        else x = dy[row0 + (long long)(r - 2 * CB - 2 * N) * L + t0 + t];
+      const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t = e % (K / UNIT) * UNIT;
+      const float* src = nullptr;
+      if (e < UNITS && t0 + t < L) {
+        if (r < CB) src = u + row0 + (long long)r * L;
+        else if (r < 2 * CB) src = delta + row0 + (long long)(r - CB) * L;
+        else if (r < 2 * CB + N) src = Bm + bc0 + (long long)(r - 2 * CB) * L;
+        else if (r < 2 * CB + 2 * N) src = Cm + bc0 + (long long)(r - 2 * CB - N) * L;
+        else src = dy + row0 + (long long)(r - 2 * CB - 2 * N) * L;
+        src += t0 + t;
       }
-      v[i] = x;
+      if constexpr (VEC) {
+        const float4 x = src != nullptr ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[i][0] = x.x;
+        v[i][UNIT > 1 ? 1 : 0] = x.y;
+        v[i][UNIT > 2 ? 2 : 0] = x.z;
+        v[i][UNIT > 3 ? 3 : 0] = x.w;
+      } else {
+        v[i][0] = src != nullptr ? __ldg(src) : 0.0f;
+      }
     }
   }
   __device__ __forceinline__ void store(float (*su)[RS], float (*sd)[RS], float (*sg)[RS], float (*sy)[RS], float* sb, float* sc,
                                         const float* bias, int t0) const {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
-      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
-      if (e >= ELEMS) continue;
-      if (r < CB) {
-        su[r][t] = v[i];
-      } else if (r < 2 * CB) {
-        float slope;
-        const float del = delta_of(v[i] + bias[r - CB], &slope);
-        const bool in = t0 + t < L;
-        sd[r - CB][t] = in ? del : 0.0f;
-        if (DY) sg[r - CB][t] = in ? slope : 0.0f;
-      } else if (r < 2 * CB + 2 * N) {
-        const int n = (r - 2 * CB) % N;
-        ((r < 2 * CB + N) ? sb : sc)[(n / NS) * BS + t * NS + n % NS] = v[i];
-      } else {
-        sy[r - 2 * CB - 2 * N][t] = v[i];
+      const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
+      if (e >= UNITS) continue;
+#pragma unroll
+      for (int q = 0; q < UNIT; ++q) {
+        const int t = t1 + q;
+        if (r < CB) {
+          su[r][t] = v[i][q];
+        } else if (r < 2 * CB) {
+          float slope;
+          const float del = delta_of(v[i][q] + bias[r - CB], &slope);
+          const bool in = t0 + t < L;
+          sd[r - CB][t] = in ? del : 0.0f;
+          if (DY) sg[r - CB][t] = in ? slope : 0.0f;
+        } else if (r < 2 * CB + 2 * N) {
+          const int n = (r - 2 * CB) % N;
+          ((r < 2 * CB + N) ? sb : sc)[(n / NS) * BS + t * NS + n % NS] = v[i][q];
+        } else {
+          sy[r - 2 * CB - 2 * N][t] = v[i][q];
+        }
       }
     }
   }
@@ -352,8 +368,11 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   // dB/dC terms: 2·NS values per step (dB then dC of this lane's states), summed over the warp's
   // channels (lane bits NSG … WL/2); CV values stay per lane, standing for index CI + i.
   constexpr int V = 2 * NS, CV = kept_count(V, WL / NSG);
-  // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), or K.
-  constexpr int RG = NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
+  // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), at least
+  // 4 (the steps read at once) and at most K.
+  constexpr int RG = NSG < 4 ? 4 : NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
+  const int ci = kept_index<V, NSG, WL / 2>();
+  const bool writer = ((threadIdx.x % WL) / NSG) < (V < WL / NSG ? V : WL / NSG);
   Stage st;
   st.fetch(u, delta, Bm, Cm, dout, row0, bc0, (NCH - 1) * K);
   for (int k = NCH - 1; k >= 0; --k) {
@@ -367,51 +386,65 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
 #pragma unroll
     for (int s = 0; s < NS; ++s) hv[0][s] = j * NS + s < N ? hs[(((long long)b * D + d) * NCH + k) * N + j * NS + s] : 0.0f;
 #pragma unroll
-    for (int t2 = 0; t2 < K; t2 += 2) {
-      const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t2 * NS]);
-      const float bs[4] = {bq.x, bq.y, bq.z, bq.w};
+    for (int t4 = 0; t4 < K; t4 += 4) {
+      const float4 dq = *reinterpret_cast<const float4*>(&sd[c][t4]), uq = *reinterpret_cast<const float4*>(&su[c][t4]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&sb[j * BS + t4 * NS]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&sb[j * BS + (t4 + 2) * NS]);
+      const float dels[4] = {dq.x, dq.y, dq.z, dq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
+      const float bs[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const float del = sd[c][t2 + q], du = del * su[c][t2 + q];
+      for (int q = 0; q < 4; ++q) {
+        const int t = t4 + q;
+        const float du = dels[q] * us[q];
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
-          av[t2 + q][s] = exp2_approx(del * a2[s]);
-          hv[t2 + q + 1][s] = fmaf(av[t2 + q][s], hv[t2 + q][s], du * bs[q * NS + s]);
+          av[t][s] = exp2_approx(dels[q] * a2[s]);
+          hv[t + 1][s] = fmaf(av[t][s], hv[t][s], du * bs[q * NS + s]);
         }
       }
     }
 #pragma unroll
     for (int grp = K / RG - 1; grp >= 0; --grp) {
-      float vu[RG], vd[RG];  // this lane's shares of du/Δ-scaled and dΔ for the group's steps
+      float vu[RG], vd[RG];  // this lane's shares of du (before the skip) and dΔ for the group's steps
 #pragma unroll
-      for (int tt = RG - 1; tt >= 0; --tt) {
-        const int t = grp * RG + tt;
-        const float dy = sy[c][t], del = sd[c][t], uu = su[c][t], du = del * uu;
-        const float2 bq = *reinterpret_cast<const float2*>(&sb[j * BS + t * NS]);
-        const float2 cq = *reinterpret_cast<const float2*>(&sc[j * BS + t * NS]);
-        const float bs[2] = {bq.x, bq.y}, cs[2] = {cq.x, cq.y};
-        float gB = 0.0f, pA = 0.0f, terms[V];
+      for (int t4 = RG - 4; t4 >= 0; t4 -= 4) {
+        // The four steps' inputs in registers first (the dB/dC stores below could alias them).
+        const int tb = grp * RG + t4;
+        const float4 yq = *reinterpret_cast<const float4*>(&sy[c][tb]), dq = *reinterpret_cast<const float4*>(&sd[c][tb]);
+        const float4 uq = *reinterpret_cast<const float4*>(&su[c][tb]);
+        const float4 b0 = *reinterpret_cast<const float4*>(&sb[j * BS + tb * NS]);
+        const float4 b1 = *reinterpret_cast<const float4*>(&sb[j * BS + (tb + 2) * NS]);
+        const float4 c0 = *reinterpret_cast<const float4*>(&sc[j * BS + tb * NS]);
+        const float4 c1 = *reinterpret_cast<const float4*>(&sc[j * BS + (tb + 2) * NS]);
+        const float dys[4] = {yq.x, yq.y, yq.z, yq.w}, dels[4] = {dq.x, dq.y, dq.z, dq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
+        const float bs[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+        const float cs[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
-        for (int s = 0; s < NS; ++s) {
-          const float gg = fmaf(cs[s], dy, dh[s]);
-          terms[NS + s] = hv[t + 1][s] * dy;  // dC
-          terms[s] = gg * du;                 // dB
-          gB = fmaf(gg, bs[s], gB);
-          const float p = gg * av[t][s] * hv[t][s];
-          pA = fmaf(p, an[s], pA);
-          dA[s] = fmaf(p, del, dA[s]);
-          dh[s] = gg * av[t][s];
-        }
-        vu[tt] = del * gB;
-        vd[tt] = fmaf(uu, gB, pA);
-        reduce_scatter<V, NSG, WL / 2>(terms);
-        const int ci = kept_index<V, NSG, WL / 2>();
-        // One writer per distinct value: lanes whose channel bits past the scattering ones are 0.
-        if (((threadIdx.x % WL) / NSG) < (V < WL / NSG ? V : WL / NSG)) {
+        for (int q = 3; q >= 0; --q) {
+          const int t = tb + q, tt = t4 + q;
+          const float dy = dys[q], del = dels[q], uu = us[q], du = del * uu;
+          float gB = 0.0f, pA = 0.0f, terms[V];
 #pragma unroll
-          for (int i = 0; i < CV; ++i) {
-            const int idx = ci + i, kind = idx / NS, n = j * NS + idx % NS;
-            red[(warp * K + t) * 2 * NP + kind * NP + n] = terms[i];
+          for (int s = 0; s < NS; ++s) {
+            const float gg = fmaf(cs[q * NS + s], dy, dh[s]);
+            terms[NS + s] = hv[t + 1][s] * dy;  // dC
+            terms[s] = gg * du;                 // dB
+            gB = fmaf(gg, bs[q * NS + s], gB);
+            const float p = gg * av[t][s] * hv[t][s];
+            pA = fmaf(p, an[s], pA);
+            dA[s] = fmaf(p, del, dA[s]);
+            dh[s] = gg * av[t][s];
+          }
+          vu[tt] = del * gB;
+          vd[tt] = fmaf(uu, gB, pA);
+          reduce_scatter<V, NSG, WL / 2>(terms);
+          // One writer per distinct value: lanes whose channel bits past the scattering ones are 0.
+          if (writer) {
+#pragma unroll
+            for (int i = 0; i < CV; ++i) {
+              const int idx = ci + i, kind = idx / NS, n = j * NS + idx % NS;
+              red[(warp * K + t) * 2 * NP + kind * NP + n] = terms[i];
+            }
           }
         }
       }
