@@ -340,9 +340,10 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
                     prelude(s);
   src += "constexpr bool DY = true;\nconstexpr int ROWS_U = 6;\n";
   src += kStage;
-  // Two blocks per SM: the recomputed chunk's states and factors would otherwise take ~240
-  // registers and leave one block (8 warps) per SM. TG_CUDA_SCAN_BLOCKS overrides (tuning).
-  int min_blocks = 2;
+  // The recomputed chunk's states and factors keep ~240 registers live, so one 256-thread block
+  // fits an SM. Capping registers for two blocks (TG_CUDA_SCAN_BLOCKS=2; it overrides, for
+  // tuning) spills and was slower on the H200: 1.232 against 1.103 ms for the bench step.
+  int min_blocks = 1;
   if (const char* env = std::getenv("TG_CUDA_SCAN_BLOCKS"); env != nullptr && std::atoi(env) > 0) min_blocks = std::atoi(env);
   src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
