@@ -152,7 +152,8 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::sample_kernel(name(), 4, 50257));
   for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true}, cuda::ScanShape{1, 6, 5, 3, 2},
                                    cuda::ScanShape{2, 96, 70, 1, 32, true}, cuda::ScanShape{3, 5, 33, 1, 3},
-                                   cuda::ScanShape{1, 64, 40, 2, 64, true}}) {
+                                   cuda::ScanShape{1, 64, 40, 2, 64, true}, cuda::ScanShape{2, 64, 1024, 1, 16, true, true},
+                                   cuda::ScanShape{1, 8, 20, 1, 128}}) {
     for (const bool keep : {false, true}) ls.push_back(cuda::scan_forward_kernel(name(), sh, keep));
     ls.push_back(cuda::scan_backward_kernel(name(), sh));
     ls.push_back(cuda::scan_reduce_kernel(name(), sh));
@@ -185,26 +186,26 @@ std::vector<cuda::Launch> sample_launches() {
 }
 
 TEST(CudaScanLayout, SplitsTheWorkAndRefusesWhatItCannotHold) {
-  // b 8, d 1536, l 1024, n 16: 8 lanes per channel (two states each), 32 channels per block,
-  // 64 chunks of 16 steps; dB/dC partials are one per block.
+  // b 8, d 1536, l 1024, n 16: 4 lanes per channel (four states each), 32 channels per
+  // 128-thread block, 128 chunks of 8 steps; dB/dC partials are one per block.
   const cuda::ScanLayout lay = cuda::scan_layout({8, 1536, 1024, 1, 16});
-  EXPECT_EQ(lay.lanes, 8);
+  EXPECT_EQ(lay.lanes, 4);
   EXPECT_EQ(lay.channels_per_block, 32);
   EXPECT_EQ(lay.blocks, 1536 / 32);
-  EXPECT_EQ(lay.chunks, 64);
-  EXPECT_EQ(lay.state_floats, 8 * 1536 * 64 * 16);
+  EXPECT_EQ(lay.chunks, 128);
+  EXPECT_EQ(lay.state_floats, 8 * 1536 * 128 * 16);
   EXPECT_EQ(lay.dbc_floats, (1536 / 32) * 8 * 2 * 16 * 1024);
   // Groups of 2 channels: a block never straddles a group.
   const cuda::ScanLayout grouped = cuda::scan_layout({1, 6, 5, 3, 2});
   EXPECT_EQ(grouped.lanes, 1);
   EXPECT_EQ(grouped.channels_per_block, 2);
   EXPECT_EQ(grouped.chunks, 1);
-  EXPECT_EQ(cuda::scan_layout({1, 64, 40, 1, 64}).lanes, 32);
+  EXPECT_EQ(cuda::scan_layout({1, 64, 40, 1, 128}).lanes, 32);
   try {
-    cuda::scan_layout({1, 4, 8, 1, 65});
-    FAIL() << "65 states fit no warp";
+    cuda::scan_layout({1, 4, 8, 1, 129});
+    FAIL() << "129 states fit no warp";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("d_state up to 64, got 65"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d_state up to 128, got 129"), std::string::npos) << e.what();
   }
 }
 

@@ -38,8 +38,8 @@
 namespace tg::backend::cuda {
 namespace {
 
-constexpr int kChunk = 16;   // K: steps per chunk (the backward keeps K·NS states and factors in registers)
-constexpr int kPerLane = 2;  // NS: states per thread
+constexpr int kChunk = 8;    // K: steps per chunk (the backward keeps K·NS states and factors in registers)
+constexpr int kPerLane = 4;  // NS: states per thread (one float4 of B or C per step)
 
 int64_t pow2_at_least(int64_t x) {
   int64_t p = 1;
@@ -61,9 +61,11 @@ std::string prelude(const ScanShape& s) {
   p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
   // Shared rows: [CB][RS] for per-channel rows (RS = K + 4: 16-byte aligned rows, a lane reads
-  // four steps at once) and [NSG][BS] for B and C, stored per lane pair of states [t][s] (BS =
-  // K·NS + 4 spreads the lanes' float4 reads over the banks).
-  p += "constexpr int RS = K + 4, BS = K * NS + 4;\n";
+  // four steps at once) and [NSG][BS] for B and C, stored per lane's states [t][s] (BS = K·NS + 4
+  // spreads the lanes' float4 reads over the banks). The backward's dB/dC terms: [K][CB][TS],
+  // a channel's 2·NP terms of a step padded so that a quarter warp's float4 stores hit
+  // distinct banks.
+  p += "constexpr int RS = K + 4, BS = K * NS + 4, TS = 2 * NP + 16;\n";
   p += R"(
 __device__ __forceinline__ float exp2_approx(float x) {  // one MUFU op; rel. error ~2^-22, tiny results flush to 0
   float y;
@@ -215,10 +217,8 @@ const char* kStart = R"(  extern __shared__ float4 smem4[];
 
 int64_t scan_shared_floats(const ScanLayout& lay, bool grad) {
   const int64_t rows = grad ? 6 : 3;  // u, Δ, (slope, dy,) out (and a second out)
-  const int64_t threads = lay.channels_per_block * lay.lanes;
-  const int64_t warps = threads >= 32 ? threads / 32 : 1;
   int64_t f = rows * lay.channels_per_block * (kChunk + 4) + 2 * lay.lanes * (kChunk * kPerLane + 4) + 2 * lay.channels_per_block;
-  if (grad) f += warps * kChunk * 2 * lay.lanes * kPerLane;
+  if (grad) f = (f + 3) / 4 * 4 + kChunk * lay.channels_per_block * (2 * lay.lanes * kPerLane + 16);
   return f;
 }
 
@@ -236,8 +236,8 @@ Launch scan_launch(const std::string& name, const ScanShape& s, bool grad) {
 }  // namespace
 
 ScanLayout scan_layout(const ScanShape& s) {
-  if (s.states > 2 * 32)
-    throw Error("[cuda] selective_scan keeps a channel's states in the lanes of one warp, two per lane: d_state up to 64, got " +
+  if (s.states > kPerLane * 32)
+    throw Error("[cuda] selective_scan keeps a channel's states in the lanes of one warp, four per lane: d_state up to 128, got " +
                 std::to_string(s.states));
   if (s.groups < 1 || s.channels % s.groups != 0) throw Error("[cuda] selective_scan: the channels must be a multiple of the groups");
   if (s.batch > 65535) throw Error("[cuda] selective_scan: batch " + std::to_string(s.batch) + " must stay below 65536");
@@ -245,12 +245,14 @@ ScanLayout scan_layout(const ScanShape& s) {
   lay.lanes = pow2_at_least((s.states + kPerLane - 1) / kPerLane);
   lay.chunks = std::max<int64_t>((s.length + kChunk - 1) / kChunk, 1);
   // Channels per block: a power of two dividing a group's channels (a block stages one
-  // group's B and C), up to 256 threads and 32 channels. TG_CUDA_SCAN_CHANNELS caps it (tuning).
+  // group's B and C), up to 128 threads and 32 channels: with ~170 registers a thread, three
+  // blocks share an SM, and b 8, d 1536 (384 blocks) is one wave. TG_CUDA_SCAN_CHANNELS caps
+  // it (tuning).
   int64_t cap = 32;
   if (const char* env = std::getenv("TG_CUDA_SCAN_CHANNELS"); env != nullptr && std::atoi(env) > 0) cap = std::atoi(env);
   const int64_t per = s.channels / s.groups;
   int64_t cb = 1;
-  while (per % (cb * 2) == 0 && cb * 2 * lay.lanes <= 256 && cb * 2 <= cap) cb *= 2;
+  while (per % (cb * 2) == 0 && cb * 2 * lay.lanes <= 128 && cb * 2 <= cap) cb *= 2;
   lay.channels_per_block = cb;
   lay.blocks = s.channels / cb;
   lay.state_floats = s.batch * s.channels * lay.chunks * s.states;
@@ -297,21 +299,19 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
       const float4 uv = *reinterpret_cast<const float4*>(&su[c][t4]);
       const float dvs[4] = {dv.x, dv.y, dv.z, dv.w}, uvs[4] = {uv.x, uv.y, uv.z, uv.w};
 #pragma unroll
-      for (int t2 = 0; t2 < 4; t2 += 2) {  // B and C: two steps × two states per float4
-        const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + (t4 + t2) * NS]);
-        const float4 cq = *reinterpret_cast<const float4*>(&sc[j * BS + (t4 + t2) * NS]);
+      for (int q = 0; q < 4; ++q) {
+        const int t = t4 + q;
+        const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t * NS]);
+        const float4 cq = *reinterpret_cast<const float4*>(&sc[j * BS + t * NS]);
         const float bs[4] = {bq.x, bq.y, bq.z, bq.w}, cs[4] = {cq.x, cq.y, cq.z, cq.w};
+        const float del = dvs[q], du = del * uvs[q];
+        float y = 0.0f;
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float del = dvs[t2 + q], du = del * uvs[t2 + q];
-          float y = 0.0f;
-#pragma unroll
-          for (int s = 0; s < NS; ++s) {
-            h[s] = fmaf(exp2_approx(del * a2[s]), h[s], du * bs[q * NS + s]);
-            y = fmaf(cs[q * NS + s], h[s], y);
-          }
-          yv[t4 + t2 + q] = y;
+        for (int s = 0; s < NS; ++s) {
+          h[s] = fmaf(exp2_approx(del * a2[s]), h[s], du * bs[s]);
+          y = fmaf(cs[s], h[s], y);
         }
+        yv[t] = y;
       }
     }
     // y over the channel's lanes: this lane keeps kept_count(K, NSG) consecutive steps.
@@ -340,10 +340,10 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
                     prelude(s);
   src += "constexpr bool DY = true;\nconstexpr int ROWS_U = 6;\n";
   src += kStage;
-  // The recomputed chunk's states and factors keep ~240 registers live, so one 256-thread block
-  // fits an SM. Capping registers for two blocks (TG_CUDA_SCAN_BLOCKS=2; it overrides, for
-  // tuning) spills and was slower on the H200: 1.232 against 1.103 ms for the bench step.
-  int min_blocks = 1;
+  // The recomputed chunk's states and factors keep ~200 registers live; capped at 168 (three
+  // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) the kernel spills 4 bytes.
+  // TG_CUDA_SCAN_BLOCKS overrides the blocks per SM (tuning).
+  int min_blocks = 3;
   if (const char* env = std::getenv("TG_CUDA_SCAN_BLOCKS"); env != nullptr && std::atoi(env) > 0) min_blocks = std::atoi(env);
   src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
@@ -357,8 +357,8 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   float (*sy)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 3));
   float (*sou)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 4));  // du
   float (*sod)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 5));  // d(delta)
-  float* red = sdsk + CB;  // [WARPS][K][2·NP]: the warps' dB (first NP) and dC terms per step
-  const int warp = threadIdx.x / 32;
+  // [K][CB][TS]: each channel's dB (first NP) and dC terms per step (16-byte aligned).
+  float* red = smem + (ROWS_U * CB * RS + 2 * NSG * BS + 2 * CB + 3) / 4 * 4;
   float dh[NS], dA[NS];
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
@@ -366,14 +366,12 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     dA[s] = 0.0f;
   }
   float dD = 0.0f, dbias = 0.0f;
-  // dB/dC terms: 2·NS values per step (dB then dC of this lane's states), summed over the warp's
-  // channels (lane bits NSG … WL/2); CV values stay per lane, standing for index CI + i.
-  constexpr int V = 2 * NS, CV = kept_count(V, WL / NSG);
+  // The dB/dC sums: Q (step, kind, four states) quads, each over the CB channels by SPLIT
+  // threads (when the block has at least two per quad).
+  constexpr int Q = K * NP / 2, SPLIT = NT >= 2 * Q ? NT / Q : 1;
   // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), at least
   // 4 (the steps read at once) and at most K.
   constexpr int RG = NSG < 4 ? 4 : NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
-  const int ci = kept_index<V, NSG, WL / 2>();
-  const bool writer = ((threadIdx.x % WL) / NSG) < (V < WL / NSG ? V : WL / NSG);
   Stage st;
   st.fetch(u, delta, Bm, Cm, dout, row0, bc0, (NCH - 1) * K);
   for (int k = NCH - 1; k >= 0; --k) {
@@ -389,18 +387,17 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       const float4 dq = *reinterpret_cast<const float4*>(&sd[c][t4]), uq = *reinterpret_cast<const float4*>(&su[c][t4]);
-      const float4 b0 = *reinterpret_cast<const float4*>(&sb[j * BS + t4 * NS]);
-      const float4 b1 = *reinterpret_cast<const float4*>(&sb[j * BS + (t4 + 2) * NS]);
       const float dels[4] = {dq.x, dq.y, dq.z, dq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
-      const float bs[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int t = t4 + q;
+        const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t * NS]);
+        const float bs[4] = {bq.x, bq.y, bq.z, bq.w};
         const float du = dels[q] * us[q];
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
           av[t][s] = exp2_approx(dels[q] * a2[s]);
-          hv[t + 1][s] = fmaf(av[t][s], hv[t][s], du * bs[q * NS + s]);
+          hv[t + 1][s] = fmaf(av[t][s], hv[t][s], du * bs[s]);
         }
       }
     }
@@ -409,28 +406,24 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
       float vu[RG], vd[RG];  // this lane's shares of du (before the skip) and dΔ for the group's steps
 #pragma unroll
       for (int t4 = RG - 4; t4 >= 0; t4 -= 4) {
-        // The four steps' inputs in registers first (the dB/dC stores below could alias them).
         const int tb = grp * RG + t4;
         const float4 yq = *reinterpret_cast<const float4*>(&sy[c][tb]), dq = *reinterpret_cast<const float4*>(&sd[c][tb]);
         const float4 uq = *reinterpret_cast<const float4*>(&su[c][tb]);
-        const float4 b0 = *reinterpret_cast<const float4*>(&sb[j * BS + tb * NS]);
-        const float4 b1 = *reinterpret_cast<const float4*>(&sb[j * BS + (tb + 2) * NS]);
-        const float4 c0 = *reinterpret_cast<const float4*>(&sc[j * BS + tb * NS]);
-        const float4 c1 = *reinterpret_cast<const float4*>(&sc[j * BS + (tb + 2) * NS]);
         const float dys[4] = {yq.x, yq.y, yq.z, yq.w}, dels[4] = {dq.x, dq.y, dq.z, dq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
-        const float bs[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-        const float cs[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
         for (int q = 3; q >= 0; --q) {
           const int t = tb + q, tt = t4 + q;
+          const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t * NS]);
+          const float4 cq = *reinterpret_cast<const float4*>(&sc[j * BS + t * NS]);
+          const float bs[4] = {bq.x, bq.y, bq.z, bq.w}, cs[4] = {cq.x, cq.y, cq.z, cq.w};
           const float dy = dys[q], del = dels[q], uu = us[q], du = del * uu;
-          float gB = 0.0f, pA = 0.0f, terms[V];
+          float gB = 0.0f, pA = 0.0f, tB[NS], tC[NS];
 #pragma unroll
           for (int s = 0; s < NS; ++s) {
-            const float gg = fmaf(cs[q * NS + s], dy, dh[s]);
-            terms[NS + s] = hv[t + 1][s] * dy;  // dC
-            terms[s] = gg * du;                 // dB
-            gB = fmaf(gg, bs[q * NS + s], gB);
+            const float gg = fmaf(cs[s], dy, dh[s]);
+            tC[s] = hv[t + 1][s] * dy;
+            tB[s] = gg * du;
+            gB = fmaf(gg, bs[s], gB);
             const float p = gg * av[t][s] * hv[t][s];
             pA = fmaf(p, an[s], pA);
             dA[s] = fmaf(p, del, dA[s]);
@@ -438,15 +431,10 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           }
           vu[tt] = del * gB;
           vd[tt] = fmaf(uu, gB, pA);
-          reduce_scatter<V, NSG, WL / 2>(terms);
-          // One writer per distinct value: lanes whose channel bits past the scattering ones are 0.
-          if (writer) {
-#pragma unroll
-            for (int i = 0; i < CV; ++i) {
-              const int idx = ci + i, kind = idx / NS, n = j * NS + idx % NS;
-              red[(warp * K + t) * 2 * NP + kind * NP + n] = terms[i];
-            }
-          }
+          // This channel's dB/dC terms of the step; the block sums them over channels below.
+          float* term = &red[(t * CB + c) * TS + j * NS];
+          *reinterpret_cast<float4*>(term) = make_float4(tB[0], tB[1], tB[2], tB[3]);
+          *reinterpret_cast<float4*>(term + NP) = make_float4(tC[0], tC[1], tC[2], tC[3]);
         }
       }
       reduce_scatter<RG, 1, NSG / 2>(vu);
@@ -467,12 +455,34 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     __syncthreads();
     store_rows(out, sou, row0, t0);
     store_rows(out + NU, sod, row0, t0);
-    // The block's dB/dC for this chunk: the warps' terms in order, one partial per block.
-    for (int e = threadIdx.x; e < 2 * N * K; e += NT) {
-      const int t = e % K, q = e / K, kind = q / N, n = q % N;
-      float sum = 0.0f;
-      for (int w = 0; w < WARPS; ++w) sum += red[(w * K + t) * 2 * NP + kind * NP + n];
-      if (t0 + t < L) dBC_part[((((long long)blockIdx.x * B + b) * 2 + kind) * N + n) * L + t0 + t] = sum;
+    // The block's dB/dC for this chunk: each (step, kind, four states) summed over the block's
+    // channels in order (by SPLIT threads, each a strided share, then added in lane order), one
+    // partial per block.
+#pragma unroll
+    for (int qd0 = 0; qd0 < Q; qd0 += NT / SPLIT) {
+      const int qd = qd0 + threadIdx.x / SPLIT, t = qd % K, kq = qd / K;  // kq: kind·NP/4 + n/4
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (qd < Q) {
+        for (int ch = threadIdx.x % SPLIT; ch < CB; ch += SPLIT) {
+          const float4 x = *reinterpret_cast<const float4*>(&red[(t * CB + ch) * TS + kq * 4]);
+          sum.x += x.x; sum.y += x.y; sum.z += x.z; sum.w += x.w;
+        }
+      }
+#pragma unroll
+      for (int o = 1; o < SPLIT; o *= 2) {
+        sum.x += __shfl_xor_sync(MASK, sum.x, o);
+        sum.y += __shfl_xor_sync(MASK, sum.y, o);
+        sum.z += __shfl_xor_sync(MASK, sum.z, o);
+        sum.w += __shfl_xor_sync(MASK, sum.w, o);
+      }
+      const int kind = kq / (NP / 4), n = kq % (NP / 4) * 4;
+      if (qd < Q && threadIdx.x % SPLIT == 0 && t0 + t < L) {
+        const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+        float* dst = dBC_part + ((((long long)blockIdx.x * B + b) * 2 + kind) * N) * L + t0 + t;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (n + i < N) dst[(long long)(n + i) * L] = v[i];
+      }
     }
   }
 #pragma unroll
