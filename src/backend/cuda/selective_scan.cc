@@ -39,7 +39,7 @@ namespace tg::backend::cuda {
 namespace {
 
 constexpr int kChunk = 8;    // K: steps per chunk (the backward keeps K·NS states and factors in registers)
-constexpr int kPerLane = 4;  // NS: states per thread (one float4 of B or C per step)
+constexpr int kPerLane = 4;  // NS of the backward: states per thread (one float4 of B or C per step)
 
 int64_t pow2_at_least(int64_t x) {
   int64_t p = 1;
@@ -47,14 +47,41 @@ int64_t pow2_at_least(int64_t x) {
   return p;
 }
 
+// A kernel's thread split: ns states per thread, lanes per channel, channels per block.
+struct Split {
+  int64_t ns = 1, lanes = 1, cb = 1, blocks = 1;
+  int64_t threads() const { return cb * lanes; }
+};
+
+// Channels per block: a power of two dividing a group's channels (a block stages one group's B
+// and C), up to max_threads threads and 32 channels (TG_CUDA_SCAN_CHANNELS caps it: tuning).
+Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads) {
+  Split sp;
+  sp.ns = ns;
+  sp.lanes = pow2_at_least((s.states + ns - 1) / ns);
+  int64_t cap = 32;
+  if (const char* env = std::getenv("TG_CUDA_SCAN_CHANNELS"); env != nullptr && std::atoi(env) > 0) cap = std::atoi(env);
+  const int64_t per = s.channels / s.groups;
+  while (per % (sp.cb * 2) == 0 && sp.cb * 2 * sp.lanes <= max_threads && sp.cb * 2 <= cap) sp.cb *= 2;
+  sp.blocks = s.channels / sp.cb;
+  return sp;
+}
+
+// The backward's split: four states per lane, 128-thread blocks (with ~170 registers a thread,
+// three share an SM, so b 8, d 1536 — 384 blocks — is one wave). The forward keeps fewer live
+// values and wants more warps to hide its latencies: two states per lane (when N ≤ 64) and
+// 256-thread blocks.
+Split backward_split(const ScanShape& s) { return split_for(s, kPerLane, 128); }
+Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 256); }
+
 // Constants and helpers of every kernel.
-std::string prelude(const ScanShape& s) {
+std::string prelude(const ScanShape& s, const Split& sp) {
   const ScanLayout lay = scan_layout(s);
   auto n = [](int64_t v) { return std::to_string(v); };
-  const int64_t nt = lay.channels_per_block * lay.lanes;
+  const int64_t nt = sp.threads();
   std::string p = "constexpr int B = " + n(s.batch) + ", D = " + n(s.channels) + ", L = " + n(s.length) + ", G = " + n(s.groups) +
-                  ", N = " + n(s.states) + ", PER = " + n(s.channels / s.groups) + ", NS = " + n(kPerLane) + ", NSG = " +
-                  n(lay.lanes) + ", NP = NS * NSG, CB = " + n(lay.channels_per_block) + ", NT = " + n(nt) + ", K = " +
+                  ", N = " + n(s.states) + ", PER = " + n(s.channels / s.groups) + ", NS = " + n(sp.ns) + ", NSG = " +
+                  n(sp.lanes) + ", NP = NS * NSG, CB = " + n(sp.cb) + ", NT = " + n(nt) + ", K = " +
                   n(kChunk) + ", NCH = " + n(lay.chunks) + ", SOFTPLUS = " + (s.softplus ? "1" : "0") + ";\n";
   p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
   p += "constexpr int WARPS = NT >= 32 ? NT / 32 : 1, WL = NT >= 32 ? 32 : NT;  // warps, lanes per warp\n";
@@ -103,6 +130,19 @@ __device__ __forceinline__ int kept_index() {
   return idx;
 }
 __host__ __device__ constexpr int kept_count(int v, int lanes) { return v / lanes > 1 ? v / lanes : 1; }
+// This lane's NS states of B or C at one step (16- or 8-byte aligned).
+__device__ __forceinline__ void load_states(const float* p, float (&v)[NS]) {
+  if constexpr (NS == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+  } else if constexpr (NS == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    v[0] = x.x; v[1] = x.y;
+  } else {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) v[s] = p[s];
+  }
+}
 // Δ of a raw delta (+ bias): the softplus max(x, 0) + log1p(e^−|x|) when SOFTPLUS; its slope
 // (sigmoid) is what dΔ becomes d(delta).
 __device__ __forceinline__ float delta_of(float x, float* slope) {
@@ -215,21 +255,20 @@ const char* kStart = R"(  extern __shared__ float4 smem4[];
   }
 )";
 
-int64_t scan_shared_floats(const ScanLayout& lay, bool grad) {
+int64_t scan_shared_floats(const Split& sp, bool grad) {
   const int64_t rows = grad ? 6 : 3;  // u, Δ, (slope, dy,) out (and a second out)
-  int64_t f = rows * lay.channels_per_block * (kChunk + 4) + 2 * lay.lanes * (kChunk * kPerLane + 4) + 2 * lay.channels_per_block;
-  if (grad) f = (f + 3) / 4 * 4 + kChunk * lay.channels_per_block * (2 * lay.lanes * kPerLane + 16);
+  int64_t f = rows * sp.cb * (kChunk + 4) + 2 * sp.lanes * (kChunk * sp.ns + 4) + 2 * sp.cb;
+  if (grad) f = (f + 3) / 4 * 4 + kChunk * sp.cb * (2 * sp.lanes * sp.ns + 16);
   return f;
 }
 
-Launch scan_launch(const std::string& name, const ScanShape& s, bool grad) {
-  const ScanLayout lay = scan_layout(s);
+Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad) {
   Launch l;
   l.name = name;
-  l.block[0] = static_cast<unsigned>(lay.channels_per_block * lay.lanes);
-  l.grid[0] = static_cast<unsigned>(lay.blocks);
+  l.block[0] = static_cast<unsigned>(sp.threads());
+  l.grid[0] = static_cast<unsigned>(sp.blocks);
   l.grid[1] = static_cast<unsigned>(s.batch);
-  l.shared_bytes = static_cast<unsigned>(scan_shared_floats(lay, grad) * 4);
+  l.shared_bytes = static_cast<unsigned>(scan_shared_floats(sp, grad) * 4);
   return l;
 }
 
@@ -242,19 +281,11 @@ ScanLayout scan_layout(const ScanShape& s) {
   if (s.groups < 1 || s.channels % s.groups != 0) throw Error("[cuda] selective_scan: the channels must be a multiple of the groups");
   if (s.batch > 65535) throw Error("[cuda] selective_scan: batch " + std::to_string(s.batch) + " must stay below 65536");
   ScanLayout lay;
-  lay.lanes = pow2_at_least((s.states + kPerLane - 1) / kPerLane);
+  const Split sp = backward_split(s);
+  lay.lanes = sp.lanes;
   lay.chunks = std::max<int64_t>((s.length + kChunk - 1) / kChunk, 1);
-  // Channels per block: a power of two dividing a group's channels (a block stages one
-  // group's B and C), up to 128 threads and 32 channels: with ~170 registers a thread, three
-  // blocks share an SM, and b 8, d 1536 (384 blocks) is one wave. TG_CUDA_SCAN_CHANNELS caps
-  // it (tuning).
-  int64_t cap = 32;
-  if (const char* env = std::getenv("TG_CUDA_SCAN_CHANNELS"); env != nullptr && std::atoi(env) > 0) cap = std::atoi(env);
-  const int64_t per = s.channels / s.groups;
-  int64_t cb = 1;
-  while (per % (cb * 2) == 0 && cb * 2 * lay.lanes <= 128 && cb * 2 <= cap) cb *= 2;
-  lay.channels_per_block = cb;
-  lay.blocks = s.channels / cb;
+  lay.channels_per_block = sp.cb;
+  lay.blocks = sp.blocks;
   lay.state_floats = s.batch * s.channels * lay.chunks * s.states;
   lay.da_floats = s.batch * s.channels * s.states;
   lay.dbc_floats = lay.blocks * s.batch * 2 * s.states * s.length;
@@ -263,9 +294,10 @@ ScanLayout scan_layout(const ScanShape& s) {
 }
 
 Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool keep) {
-  Launch l = scan_launch(name, s, false);
+  const Split sp = forward_split(s);
+  Launch l = scan_launch(name, s, sp, false);
   std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
-                    " (selective_scan.cc)\n" + prelude(s);
+                    " (selective_scan.cc)\n" + prelude(s, sp);
   src += "constexpr bool DY = false, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
   src += kStage;
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
@@ -298,20 +330,29 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
       const float4 dv = *reinterpret_cast<const float4*>(&sd[c][t4]);
       const float4 uv = *reinterpret_cast<const float4*>(&su[c][t4]);
       const float dvs[4] = {dv.x, dv.y, dv.z, dv.w}, uvs[4] = {uv.x, uv.y, uv.z, uv.w};
+      // The four steps' factors and inputs first (independent of h), then the recurrence.
+      float av[4][NS], xv[4][NS], cv[4][NS];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const int t = t4 + q;
-        const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t * NS]);
-        const float4 cq = *reinterpret_cast<const float4*>(&sc[j * BS + t * NS]);
-        const float bs[4] = {bq.x, bq.y, bq.z, bq.w}, cs[4] = {cq.x, cq.y, cq.z, cq.w};
-        const float del = dvs[q], du = del * uvs[q];
+        float bs[NS];
+        load_states(&sb[j * BS + (t4 + q) * NS], bs);
+        load_states(&sc[j * BS + (t4 + q) * NS], cv[q]);
+        const float du = dvs[q] * uvs[q];
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+          av[q][s] = exp2_approx(dvs[q] * a2[s]);
+          xv[q][s] = du * bs[s];
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
         float y = 0.0f;
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
-          h[s] = fmaf(exp2_approx(del * a2[s]), h[s], du * bs[s]);
-          y = fmaf(cs[s], h[s], y);
+          h[s] = fmaf(av[q][s], h[s], xv[q][s]);
+          y = fmaf(cv[q][s], h[s], y);
         }
-        yv[t] = y;
+        yv[t4 + q] = y;
       }
     }
     // y over the channel's lanes: this lane keeps kept_count(K, NSG) consecutive steps.
@@ -335,9 +376,10 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
 }
 
 Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
-  Launch l = scan_launch(name, s, true);
+  const Split sp = backward_split(s);
+  Launch l = scan_launch(name, s, sp, true);
   std::string src = "// selective_scan gradient: chunks from the last, recomputed forward, walked backwards (selective_scan.cc)\n" +
-                    prelude(s);
+                    prelude(s, sp);
   src += "constexpr bool DY = true;\nconstexpr int ROWS_U = 6;\n";
   src += kStage;
   // The recomputed chunk's states and factors keep ~200 registers live; capped at 168 (three
@@ -410,12 +452,17 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
         const float4 yq = *reinterpret_cast<const float4*>(&sy[c][tb]), dq = *reinterpret_cast<const float4*>(&sd[c][tb]);
         const float4 uq = *reinterpret_cast<const float4*>(&su[c][tb]);
         const float dys[4] = {yq.x, yq.y, yq.z, yq.w}, dels[4] = {dq.x, dq.y, dq.z, dq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
+        float bv[4][NS], cv[4][NS];  // loaded before the step's terms are stored (they could alias)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          load_states(&sb[j * BS + (tb + q) * NS], bv[q]);
+          load_states(&sc[j * BS + (tb + q) * NS], cv[q]);
+        }
 #pragma unroll
         for (int q = 3; q >= 0; --q) {
           const int t = tb + q, tt = t4 + q;
-          const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t * NS]);
-          const float4 cq = *reinterpret_cast<const float4*>(&sc[j * BS + t * NS]);
-          const float bs[4] = {bq.x, bq.y, bq.z, bq.w}, cs[4] = {cq.x, cq.y, cq.z, cq.w};
+          const float* bs = bv[q];
+          const float* cs = cv[q];
           const float dy = dys[q], del = dels[q], uu = us[q], du = del * uu;
           float gB = 0.0f, pA = 0.0f, tB[NS], tC[NS];
 #pragma unroll
@@ -513,7 +560,7 @@ Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
   l.block[0] = 256;
   l.grid[0] = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
   std::string src = "// selective_scan gradient: dA, dB, dC, dD and dbias from the partials, in a fixed order (selective_scan.cc)\n" +
-                    prelude(s);
+                    prelude(s, backward_split(s));
   src += "constexpr long long NB = " + std::to_string(nb) + "LL, NA = " + std::to_string(na) + "LL, TOTAL = " + std::to_string(total) +
          "LL;\nconstexpr int BPG = " + std::to_string(lay.blocks / s.groups) + ";  // channel blocks per group\n";
   src += "extern \"C\" __global__ void " + name +
