@@ -91,8 +91,9 @@ std::string prelude(const ScanShape& s, const Split& sp) {
   // four steps at once) and [NSG][BS] for B and C, stored per lane's states [t][s] (BS = K·NS + 4
   // spreads the lanes' float4 reads over the banks). The backward's dB/dC terms: [K][CB][TS],
   // a channel's 2·NP terms of a step padded so that a quarter warp's float4 stores hit
-  // distinct banks.
-  p += "constexpr int RS = K + 4, BS = K * NS + 4, TS = 2 * NP + 16;\n";
+  // distinct banks, and each step's CB rows 4 floats further on (TSK) so that the block sum's
+  // reads of several steps at once do too.
+  p += "constexpr int RS = K + 4, BS = K * NS + 4, TS = 2 * NP + 16, TSK = CB * TS + 4;\n";
   p += R"(
 __device__ __forceinline__ float exp2_approx(float x) {  // one MUFU op; rel. error ~2^-22, tiny results flush to 0
   float y;
@@ -130,6 +131,36 @@ __device__ __forceinline__ int kept_index() {
   return idx;
 }
 __host__ __device__ constexpr int kept_count(int v, int lanes) { return v / lanes > 1 ? v / lanes : 1; }
+// This lane's NS states of a [.., N] row at p (its state j·NS): one vector access when N is a
+// multiple of NS (then a lane's states are all valid or all past N).
+__device__ __forceinline__ void load_row_states(const float* p, int j, float (&v)[NS]) {
+  if constexpr (N % NS == 0 && (NS == 4 || NS == 2)) {
+    if (j * NS < N) {
+      if constexpr (NS == 4) {
+        const float4 x = *reinterpret_cast<const float4*>(p + j * NS);
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+      } else {
+        const float2 x = *reinterpret_cast<const float2*>(p + j * NS);
+        v[0] = x.x; v[1] = x.y;
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < NS; ++s) v[s] = j * NS + s < N ? p[j * NS + s] : 0.0f;
+}
+__device__ __forceinline__ void store_row_states(float* p, int j, const float (&v)[NS]) {
+  if constexpr (N % NS == 0 && (NS == 4 || NS == 2)) {
+    if (j * NS < N) {
+      if constexpr (NS == 4) *reinterpret_cast<float4*>(p + j * NS) = make_float4(v[0], v[1], v[2], v[3]);
+      else *reinterpret_cast<float2*>(p + j * NS) = make_float2(v[0], v[1]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+    if (j * NS + s < N) p[j * NS + s] = v[s];
+}
 // This lane's NS states of B or C at one step (16- or 8-byte aligned).
 __device__ __forceinline__ void load_states(const float* p, float (&v)[NS]) {
   if constexpr (NS == 4) {
@@ -258,7 +289,7 @@ const char* kStart = R"(  extern __shared__ float4 smem4[];
 int64_t scan_shared_floats(const Split& sp, bool grad) {
   const int64_t rows = grad ? 6 : 3;  // u, Δ, (slope, dy,) out (and a second out)
   int64_t f = rows * sp.cb * (kChunk + 4) + 2 * sp.lanes * (kChunk * sp.ns + 4) + 2 * sp.cb;
-  if (grad) f = (f + 3) / 4 * 4 + kChunk * sp.cb * (2 * sp.lanes * sp.ns + 16);
+  if (grad) f = (f + 3) / 4 * 4 + kChunk * (sp.cb * (2 * sp.lanes * sp.ns + 16) + 4);
   return f;
 }
 
@@ -319,11 +350,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
     st.store(su, sd, nullptr, nullptr, sb, sc, sbias, t0);
     __syncthreads();
     if (k + 1 < NCH) st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, t0 + K);
-    if (KEEP) {
-#pragma unroll
-      for (int s = 0; s < NS; ++s)
-        if (j * NS + s < N) hs[(((long long)b * D + d) * NCH + k) * N + j * NS + s] = h[s];
-    }
+    if (KEEP) store_row_states(hs + (((long long)b * D + d) * NCH + k) * N, j, h);
     float yv[K];
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
@@ -424,8 +451,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     if (k > 0) st.fetch(u, delta, Bm, Cm, dout, row0, bc0, t0 - K);
     // The chunk forward from its entering state: hv[t + 1] = h after step t, av[t] = a of step t.
     float hv[K + 1][NS], av[K][NS];
-#pragma unroll
-    for (int s = 0; s < NS; ++s) hv[0][s] = j * NS + s < N ? hs[(((long long)b * D + d) * NCH + k) * N + j * NS + s] : 0.0f;
+    load_row_states(hs + (((long long)b * D + d) * NCH + k) * N, j, hv[0]);
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       const float4 dq = *reinterpret_cast<const float4*>(&sd[c][t4]), uq = *reinterpret_cast<const float4*>(&su[c][t4]);
@@ -479,7 +505,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           vu[tt] = del * gB;
           vd[tt] = fmaf(uu, gB, pA);
           // This channel's dB/dC terms of the step; the block sums them over channels below.
-          float* term = &red[(t * CB + c) * TS + j * NS];
+          float* term = &red[t * TSK + c * TS + j * NS];
           *reinterpret_cast<float4*>(term) = make_float4(tB[0], tB[1], tB[2], tB[3]);
           *reinterpret_cast<float4*>(term + NP) = make_float4(tC[0], tC[1], tC[2], tC[3]);
         }
@@ -508,12 +534,15 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
 #pragma unroll
     for (int qd0 = 0; qd0 < Q; qd0 += NT / SPLIT) {
       const int qd = qd0 + threadIdx.x / SPLIT, t = qd % K, kq = qd / K;  // kq: kind·NP/4 + n/4
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f), odd = sum;  // even and odd shares, added at the end
       if (qd < Q) {
-        for (int ch = threadIdx.x % SPLIT; ch < CB; ch += SPLIT) {
-          const float4 x = *reinterpret_cast<const float4*>(&red[(t * CB + ch) * TS + kq * 4]);
-          sum.x += x.x; sum.y += x.y; sum.z += x.z; sum.w += x.w;
+#pragma unroll
+        for (int i = 0; i < CB / SPLIT; ++i) {
+          const float4 x = *reinterpret_cast<const float4*>(&red[t * TSK + (threadIdx.x % SPLIT + i * SPLIT) * TS + kq * 4]);
+          float4& acc = i % 2 == 0 ? sum : odd;
+          acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
         }
+        sum.x += odd.x; sum.y += odd.y; sum.z += odd.z; sum.w += odd.w;
       }
 #pragma unroll
       for (int o = 1; o < SPLIT; o *= 2) {
