@@ -38,7 +38,8 @@
 namespace tg::backend::cuda {
 namespace {
 
-constexpr int kChunk = 8;    // K: steps per chunk (the backward keeps K·NS states and factors in registers)
+constexpr int kChunk = 8;    // KC: steps per chunk (the backward keeps KC·NS states and factors in registers)
+constexpr int kForwardSteps = 16;  // steps the forward stages at once (two chunks: half the barriers)
 constexpr int kPerLane = 4;  // NS of the backward: states per thread (one float4 of B or C per step)
 
 int64_t pow2_at_least(int64_t x) {
@@ -75,14 +76,16 @@ Split backward_split(const ScanShape& s) { return split_for(s, kPerLane, 128); }
 Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 256); }
 
 // Constants and helpers of every kernel.
-std::string prelude(const ScanShape& s, const Split& sp) {
+// K: the steps a block stages at once (a multiple of the chunk KC).
+std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
   const ScanLayout lay = scan_layout(s);
   auto n = [](int64_t v) { return std::to_string(v); };
   const int64_t nt = sp.threads();
   std::string p = "constexpr int B = " + n(s.batch) + ", D = " + n(s.channels) + ", L = " + n(s.length) + ", G = " + n(s.groups) +
                   ", N = " + n(s.states) + ", PER = " + n(s.channels / s.groups) + ", NS = " + n(sp.ns) + ", NSG = " +
                   n(sp.lanes) + ", NP = NS * NSG, CB = " + n(sp.cb) + ", NT = " + n(nt) + ", K = " +
-                  n(kChunk) + ", NCH = " + n(lay.chunks) + ", SOFTPLUS = " + (s.softplus ? "1" : "0") + ";\n";
+                  n(k_stage) + ", KC = " + n(kChunk) + ", NCH = " + n(lay.chunks) + ", NR = (L + K - 1) / K > 0 ? (L + K - 1) / K : 1, SOFTPLUS = " +
+                  (s.softplus ? "1" : "0") + ";\n";
   p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
   p += "constexpr int WARPS = NT >= 32 ? NT / 32 : 1, WL = NT >= 32 ? 32 : NT;  // warps, lanes per warp\n";
   p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
@@ -217,9 +220,13 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
 // With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
 // moves four steps of a row per load.
 const char* kStage = R"(
-constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY ? 3 : 2) * CB + 2 * N, UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
+// Rows moved in units (u, B, C, dy), and delta moved element by element: every thread then
+// applies the softplus to the same number of elements (one or two), so none holds the block
+// up at the next barrier.
+constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY ? 2 : 1) * CB + 2 * N, UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
+constexpr int PD = (CB * K + NT - 1) / NT;
 struct Stage {
-  float v[PF][UNIT];
+  float v[PF][UNIT], dv[PD];
   __device__ __forceinline__ void fetch(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
                                         const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0,
                                         int t0) {
@@ -229,10 +236,9 @@ struct Stage {
       const float* src = nullptr;
       if (e < UNITS && t0 + t < L) {
         if (r < CB) src = u + row0 + (long long)r * L;
-        else if (r < 2 * CB) src = delta + row0 + (long long)(r - CB) * L;
-        else if (r < 2 * CB + N) src = Bm + bc0 + (long long)(r - 2 * CB) * L;
-        else if (r < 2 * CB + 2 * N) src = Cm + bc0 + (long long)(r - 2 * CB - N) * L;
-        else src = dy + row0 + (long long)(r - 2 * CB - 2 * N) * L;
+        else if (r < CB + N) src = Bm + bc0 + (long long)(r - CB) * L;
+        else if (r < CB + 2 * N) src = Cm + bc0 + (long long)(r - CB - N) * L;
+        else src = dy + row0 + (long long)(r - CB - 2 * N) * L;
         src += t0 + t;
       }
       if constexpr (VEC) {
@@ -245,6 +251,11 @@ struct Stage {
         v[i][0] = src != nullptr ? __ldg(src) : 0.0f;
       }
     }
+#pragma unroll
+    for (int i = 0; i < PD; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
+      dv[i] = e < CB * K && t0 + t < L ? __ldg(delta + row0 + (long long)r * L + t0 + t) : 0.0f;
+    }
   }
   __device__ __forceinline__ void store(float (*su)[RS], float (*sd)[RS], float (*sg)[RS], float (*sy)[RS], float* sb, float* sc,
                                         const float* bias, int t0) const {
@@ -252,38 +263,26 @@ struct Stage {
     for (int i = 0; i < PF; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
       if (e >= UNITS) continue;
-      // Per-channel rows take a unit at once (aligned: RS and t1 are multiples of UNIT).
-      float x[UNIT], sl[UNIT];
-      float* row = nullptr;
-      float* srow = nullptr;
-      if (r < CB || r >= 2 * CB + 2 * N) {
-        row = r < CB ? su[r] : sy[r - 2 * CB - 2 * N];
-#pragma unroll
-        for (int q = 0; q < UNIT; ++q) x[q] = v[i][q];
-      } else if (r < 2 * CB) {
-        row = sd[r - CB];
-        srow = sg[r - CB];
-#pragma unroll
-        for (int q = 0; q < UNIT; ++q) {
-          const bool in = t0 + t1 + q < L;
-          const float del = delta_of(v[i][q] + bias[r - CB], &sl[q]);
-          x[q] = in ? del : 0.0f;
-          sl[q] = in ? sl[q] : 0.0f;
-        }
+      if (r < CB || r >= CB + 2 * N) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
+        float* row = r < CB ? su[r] : sy[r - CB - 2 * N];
+        if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(v[i][0], v[i][UNIT > 1 ? 1 : 0], v[i][UNIT > 2 ? 2 : 0], v[i][UNIT > 3 ? 3 : 0]);
+        else row[t1] = v[i][0];
       } else {
-        const int n = (r - 2 * CB) % N;
-        float* dst = (r < 2 * CB + N) ? sb : sc;
+        const int n = (r - CB) % N;
+        float* dst = (r < CB + N) ? sb : sc;
 #pragma unroll
         for (int q = 0; q < UNIT; ++q) dst[(n / NS) * BS + (t1 + q) * NS + n % NS] = v[i][q];
-        continue;
       }
-      if constexpr (UNIT == 4) {
-        *reinterpret_cast<float4*>(row + t1) = make_float4(x[0], x[1], x[2], x[3]);
-        if (DY && srow != nullptr) *reinterpret_cast<float4*>(srow + t1) = make_float4(sl[0], sl[1], sl[2], sl[3]);
-      } else {
-        row[t1] = x[0];
-        if (DY && srow != nullptr) srow[t1] = sl[0];
-      }
+    }
+#pragma unroll
+    for (int i = 0; i < PD; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
+      if (e >= CB * K) continue;
+      float slope;
+      const float del = delta_of(dv[i] + bias[r], &slope);
+      const bool in = t0 + t < L;
+      sd[r][t] = in ? del : 0.0f;
+      if (DY) sg[r][t] = in ? slope : 0.0f;
     }
   }
 };
@@ -324,7 +323,8 @@ const char* kStart = R"(  extern __shared__ float4 smem4[];
 
 int64_t scan_shared_floats(const Split& sp, bool grad) {
   const int64_t rows = grad ? 6 : 3;  // u, Δ, (slope, dy,) out (and a second out)
-  int64_t f = rows * sp.cb * (kChunk + 4) + 2 * sp.lanes * (kChunk * sp.ns + 4) + 2 * sp.cb;
+  const int64_t k = grad ? kChunk : kForwardSteps;
+  int64_t f = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + 2 * sp.cb;
   if (grad) f = (f + 3) / 4 * 4 + kChunk * (sp.cb * (2 * sp.lanes * sp.ns + 16) + 4);
   return f;
 }
@@ -364,7 +364,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   const Split sp = forward_split(s);
   Launch l = scan_launch(name, s, sp, false);
   std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
-                    " (selective_scan.cc)\n" + prelude(s, sp);
+                    " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps);
   src += "constexpr bool DY = false, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
   src += kStage;
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
@@ -380,16 +380,17 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   for (int s = 0; s < NS; ++s) h[s] = 0.0f;
   Stage st;
   st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, 0);
-  for (int k = 0; k < NCH; ++k) {
+  for (int k = 0; k < NR; ++k) {
     const int t0 = k * K;
     __syncthreads();  // the last chunk's rows are read and stored
     st.store(su, sd, nullptr, nullptr, sb, sc, sbias, t0);
     __syncthreads();
-    if (k + 1 < NCH) st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, t0 + K);
-    if (KEEP) store_row_states(hs + (((long long)b * D + d) * NCH + k) * N, j, h);
+    if (k + 1 < NR) st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, t0 + K);
     float yv[K];
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
+      // The state entering each chunk of KC steps, for the backward.
+      if (KEEP && t4 % KC == 0 && t0 + t4 < L) store_row_states(hs + (((long long)b * D + d) * NCH + (t0 + t4) / KC) * N, j, h);
       const float4 dv = *reinterpret_cast<const float4*>(&sd[c][t4]);
       const float4 uv = *reinterpret_cast<const float4*>(&su[c][t4]);
       const float dvs[4] = {dv.x, dv.y, dv.z, dv.w}, uvs[4] = {uv.x, uv.y, uv.z, uv.w};
@@ -442,7 +443,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   const Split sp = backward_split(s);
   Launch l = scan_launch(name, s, sp, true);
   std::string src = "// selective_scan gradient: chunks from the last, recomputed forward, walked backwards (selective_scan.cc)\n" +
-                    prelude(s, sp);
+                    prelude(s, sp, kChunk);
   src += "constexpr bool DY = true;\nconstexpr int ROWS_U = 6;\n";
   src += kStage;
   // The recomputed chunk's states and factors keep ~200 registers live; capped at 168 (three
@@ -625,7 +626,7 @@ Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
   l.block[0] = 256;
   l.grid[0] = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
   std::string src = "// selective_scan gradient: dA, dB, dC, dD and dbias from the partials, in a fixed order (selective_scan.cc)\n" +
-                    prelude(s, backward_split(s));
+                    prelude(s, backward_split(s), kChunk);
   src += "constexpr long long NB = " + std::to_string(nb) + "LL, NA = " + std::to_string(na) + "LL, TOTAL = " + std::to_string(total) +
          "LL;\nconstexpr int BPG = " + std::to_string(lay.blocks / s.groups) + ";  // channel blocks per group\n";
   src += "extern \"C\" __global__ void " + name +
