@@ -220,11 +220,12 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
 // With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
 // moves four steps of a row per load.
 const char* kStage = R"(
-// Rows moved in units (u, B, C, dy), and delta moved element by element: every thread then
-// applies the softplus to the same number of elements (one or two), so none holds the block
-// up at the next barrier.
-constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY ? 2 : 1) * CB + 2 * N, UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
-constexpr int PD = (CB * K + NT - 1) / NT;
+// Rows move in units (u, B, C, dy, and delta unless DELTA_EACH). With DELTA_EACH delta moves
+// element by element: every thread then applies the softplus to the same number of elements,
+// so none holds the block up at the next barrier (the forward's choice; in the backward the
+// extra registers spill).
+constexpr int UNIT = VEC ? 4 : 1, DROWS = DELTA_EACH ? 0 : CB, ROWS = (DY ? 2 : 1) * CB + DROWS + 2 * N;
+constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT, PD = DELTA_EACH ? (CB * K + NT - 1) / NT : 1;
 struct Stage {
   float v[PF][UNIT], dv[PD];
   __device__ __forceinline__ void fetch(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
@@ -238,7 +239,8 @@ struct Stage {
         if (r < CB) src = u + row0 + (long long)r * L;
         else if (r < CB + N) src = Bm + bc0 + (long long)(r - CB) * L;
         else if (r < CB + 2 * N) src = Cm + bc0 + (long long)(r - CB - N) * L;
-        else src = dy + row0 + (long long)(r - CB - 2 * N) * L;
+        else if (r < CB + 2 * N + DROWS) src = delta + row0 + (long long)(r - CB - 2 * N) * L;
+        else src = dy + row0 + (long long)(r - CB - 2 * N - DROWS) * L;
         src += t0 + t;
       }
       if constexpr (VEC) {
@@ -251,11 +253,20 @@ struct Stage {
         v[i][0] = src != nullptr ? __ldg(src) : 0.0f;
       }
     }
+    if constexpr (DELTA_EACH) {
 #pragma unroll
-    for (int i = 0; i < PD; ++i) {
-      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
-      dv[i] = e < CB * K && t0 + t < L ? __ldg(delta + row0 + (long long)r * L + t0 + t) : 0.0f;
+      for (int i = 0; i < PD; ++i) {
+        const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
+        dv[i] = e < CB * K && t0 + t < L ? __ldg(delta + row0 + (long long)r * L + t0 + t) : 0.0f;
+      }
     }
+  }
+  __device__ __forceinline__ void store_delta(float (*sd)[RS], float (*sg)[RS], const float* bias, int r, int t, float raw, int t0) const {
+    float slope;
+    const float del = delta_of(raw + bias[r], &slope);
+    const bool in = t0 + t < L;
+    sd[r][t] = in ? del : 0.0f;
+    if (DY) sg[r][t] = in ? slope : 0.0f;
   }
   __device__ __forceinline__ void store(float (*su)[RS], float (*sd)[RS], float (*sg)[RS], float (*sy)[RS], float* sb, float* sc,
                                         const float* bias, int t0) const {
@@ -263,8 +274,11 @@ struct Stage {
     for (int i = 0; i < PF; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
       if (e >= UNITS) continue;
-      if (r < CB || r >= CB + 2 * N) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
-        float* row = r < CB ? su[r] : sy[r - CB - 2 * N];
+      if (r >= CB + 2 * N && r < CB + 2 * N + DROWS) {
+#pragma unroll
+        for (int q = 0; q < UNIT; ++q) store_delta(sd, sg, bias, r - CB - 2 * N, t1 + q, v[i][q], t0);
+      } else if (r < CB || r >= CB + 2 * N) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
+        float* row = r < CB ? su[r] : sy[r - CB - 2 * N - DROWS];
         if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(v[i][0], v[i][UNIT > 1 ? 1 : 0], v[i][UNIT > 2 ? 2 : 0], v[i][UNIT > 3 ? 3 : 0]);
         else row[t1] = v[i][0];
       } else {
@@ -274,15 +288,12 @@ struct Stage {
         for (int q = 0; q < UNIT; ++q) dst[(n / NS) * BS + (t1 + q) * NS + n % NS] = v[i][q];
       }
     }
+    if constexpr (DELTA_EACH) {
 #pragma unroll
-    for (int i = 0; i < PD; ++i) {
-      const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
-      if (e >= CB * K) continue;
-      float slope;
-      const float del = delta_of(dv[i] + bias[r], &slope);
-      const bool in = t0 + t < L;
-      sd[r][t] = in ? del : 0.0f;
-      if (DY) sg[r][t] = in ? slope : 0.0f;
+      for (int i = 0; i < PD; ++i) {
+        const int e = threadIdx.x + i * NT;
+        if (e < CB * K) store_delta(sd, sg, bias, e / K, e % K, dv[i], t0);
+      }
     }
   }
 };
@@ -365,7 +376,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   Launch l = scan_launch(name, s, sp, false);
   std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
                     " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps);
-  src += "constexpr bool DY = false, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
+  src += "constexpr bool DY = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
   src += kStage;
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
          "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
@@ -444,7 +455,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   Launch l = scan_launch(name, s, sp, true);
   std::string src = "// selective_scan gradient: chunks from the last, recomputed forward, walked backwards (selective_scan.cc)\n" +
                     prelude(s, sp, kChunk);
-  src += "constexpr bool DY = true;\nconstexpr int ROWS_U = 6;\n";
+  src += "constexpr bool DY = true, DELTA_EACH = false;\nconstexpr int ROWS_U = 6;\n";
   src += kStage;
   // The recomputed chunk's states and factors keep ~200 registers live; capped at 168 (three
   // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) the kernel spills 4 bytes.
