@@ -73,17 +73,17 @@ Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint6
 /// Params: (const float* q, const float* k, const float* v, const int* pos, float* out, int* err).
 Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v, const Operand& pos,
                            double scale);
-/// selective_scan (ops.def) over dense operands (selective_scan.cc): NS = 2 states per thread,
-/// time walked in chunks of 16 steps.
+/// selective_scan (ops.def) over dense operands (selective_scan.cc): states in registers (two
+/// per thread in the forward, four in the backward), time walked in chunks of 8 steps.
 struct ScanShape {
   int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
   bool softplus = false;
   bool vec = false;  // every operand 16-byte aligned: with length % 4 == 0, rows load as float4
 };
-/// How the kernels split the work and the scratch they use (floats): lanes per channel (⌈N/2⌉
-/// rounded up to a power of two), channels per block, blocks per sequence, 16-step chunks.
+/// How the backward splits the work and the scratch the kernels use (floats): lanes per channel
+/// (⌈N/4⌉ rounded up to a power of two), channels per block, blocks per sequence, 8-step chunks.
 /// Scratch: the states entering each chunk [B, D, chunks, N]; the gradient's partials: dA
-/// [B, D, N], dB/dC [blocks, B, 2, N, L], dD/dbias [2, B, D]. Throws when d_state > 64.
+/// [B, D, N], dB/dC [blocks, B, 2, N, L], dD/dbias [2, B, D]. Throws when d_state > 128.
 struct ScanLayout {
   int64_t lanes = 1, channels_per_block = 1, blocks = 1, chunks = 1;
   int64_t state_floats = 0, da_floats = 0, dbc_floats = 0, dd_floats = 0;

@@ -1,31 +1,34 @@
 // CUDA kernels for selective_scan and its gradient (ops.def): states in registers, time walked
 // in chunks, only the states entering each chunk stored.
 //
-// Work split. One thread owns NS = 2 states of one (batch, channel) and walks all of L; a
-// channel's states sit in NSG consecutive lanes (NSG = ⌈N/2⌉ rounded up to a power of two), a
-// block holds CB channels of one batch and one group of B/C. At Mamba's sizes that is plenty of
-// parallelism (b 8, d 1536, n 16: 98k threads) without splitting time across threads, so
-// every state-step costs one exp in the forward and one in the backward. (Issue 7 asked for a
-// chunked parallel scan over time; the first kernels here were one: local chunk scans, an
-// associative combine, an output pass. They computed exp(Δ·A) four times per state-step and
-// ran at 16.8× the memory floor, where this design needs two and reads each input once per
-// pass. Time-parallel chunks only pay where B·D·N is too small to fill the GPU.)
+// Work split. A thread owns NS states of one (batch, channel) and walks all of L; a channel's
+// states sit in NSG consecutive lanes (NSG = ⌈N/NS⌉ rounded up to a power of two); a block holds
+// CB channels of one batch and one group of B/C. The forward takes NS = 2 and 256-thread blocks
+// (more warps to hide its latencies), the backward NS = 4 and 128-thread blocks (its
+// per-step sums shared by more states; ~170 registers, three blocks per SM). At Mamba's sizes
+// that is plenty of parallelism without splitting time across threads (b 8, d 1536, n 16: 98k
+// forward threads), so every state-step costs one exp in the forward and one in the backward.
+// (Issue 7 asked for a chunked parallel scan over time; the first kernels here were one: local
+// chunk scans, an associative combine, an output pass. They computed exp(Δ·A) four times per
+// state-step and ran at 16.8× the memory floor. Time-parallel chunks only pay where B·D·N is
+// too small to fill the GPU.)
 //
-// Chunks of K = 16 steps. A block stages a chunk's u, delta (→ Δ: bias and softplus applied once
-// per element here), B, C (and dy) in shared memory with coalesced loads, the next chunk's
-// loads issued into registers before this one is computed. Then each thread walks the chunk:
+// Chunks of KC = 8 steps. A block stages K steps (16 in the forward, 8 in the backward) of u,
+// delta (→ Δ: bias and softplus applied once per element here), B, C (and dy) in shared memory
+// with coalesced 16-byte loads, the next round's loads issued into registers before this one is
+// computed. Then each thread walks them:
 //   forward:  a = 2^(Δ·A·log2 e) (one MUFU op), h = a·h + Δ·u·B, y += C·h; y sums over the
 //             channel's lanes by a reduce-scatter (each lane ends with its share of the steps),
-//             plus D·u, and leaves through shared memory as coalesced rows. Before each chunk
-//             the thread stores the state entering it (B·D·⌈L/K⌉·N floats, kept for the
-//             backward when the program has one) and after the last the last state.
+//             plus D·u, and leaves through shared memory as coalesced rows. At each chunk
+//             start the thread stores the state entering it (B·D·⌈L/KC⌉·N floats, kept for the
+//             backward when the program has one), and after the last step the last state.
 //   backward: chunks from the last: the entering state is loaded, the chunk recomputed forward
 //             with every h and a kept in registers, then walked backwards with
 //             g = dh + C·dy, dh ← g·a. du and dΔ sum over the channel's lanes (reduce-scatter),
 //             get the D skip and the softplus slope, and leave as rows. dB and dC sum over
-//             channels: over the warp's channels by a reduce-scatter, over the block's warps in
-//             a fixed order through shared memory, one partial per block; dA, dD and dbias
-//             are per-thread sums over time, one partial per sequence.
+//             channels: each thread stores its terms in a shared tile, and after the chunk the
+//             block adds each (step, state) over its channels in order, one partial per block;
+//             dA, dD and dbias are per-thread sums over time, one partial per sequence.
 //   reduce:   the partials summed in a fixed order into dA, dB, dC, dD and dbias.
 // No atomics: every sum has a fixed order, so results do not depend on scheduling.
 #include <algorithm>
