@@ -311,6 +311,12 @@ __device__ __forceinline__ void store_rows(float* __restrict__ dst, const float 
 }
 )";
 
+// The op's operands, first in both kernels' parameters.
+const char* kOperands =
+    "const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
+    "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ Dskip, "
+    "const float* __restrict__ bias, ";
+
 // Where a thread stands: channel c of the block, lane j of the channel, states j·NS + s.
 const char* kStart = R"(  extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -381,10 +387,8 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
                     " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps);
   src += "constexpr bool DY = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
   src += kStage;
-  src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
-         "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
-         "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ Dskip, "
-         "const float* __restrict__ bias, float* __restrict__ out, float* __restrict__ hs) {\n";
+  src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + kOperands +
+         "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kStart;
   src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
   float (*sd)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 1));
@@ -465,10 +469,8 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   // TG_CUDA_SCAN_BLOCKS overrides the blocks per SM (tuning).
   int min_blocks = 3;
   if (const char* env = std::getenv("TG_CUDA_SCAN_BLOCKS"); env != nullptr && std::atoi(env) > 0) min_blocks = std::atoi(env);
-  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name +
-         "(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
-         "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ Dskip, "
-         "const float* __restrict__ bias, const float* __restrict__ dout, const float* __restrict__ hs, float* __restrict__ out, "
+  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name + "(" + kOperands +
+         "const float* __restrict__ dout, const float* __restrict__ hs, float* __restrict__ out, "
          "float* __restrict__ dA_part, float* __restrict__ dBC_part, float* __restrict__ dDb_part) {\n";
   src += kStart;
   src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
