@@ -404,6 +404,9 @@ const std::vector<OpCase>& op_cases() {
       // Empty extents: no steps leave the last state at zero; no sequences give empty outputs.
       {"selective_scan_no_steps", {uni({2, 3, 0}), uni({2, 3, 0}), uni({3, 4}), uni({2, 4, 0}), uni({2, 4, 0})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {2, 3, 4}, kF32, kExact, kGrad},
       {"selective_scan_no_sequences", {uni({0, 3, 5}), uni({0, 3, 5}), uni({3, 4}), uni({0, 4, 5}), uni({0, 4, 5})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {0, 3, 5}, kF32, kExact, kNoGrad},
+      // Very negative delta: Δ = softplus(x) ≈ e^x down to ~1e-13 (the CUDA kernels' series branch).
+      {"selective_scan_small_delta_softplus", {uni({1, 3, 9}), uni({1, 3, 9}, -30, -8), uni({3, 2}, -1.0, -0.1), uni({1, 2, 9}), uni({1, 2, 9}), uni({3}, -1, 1)},
+       FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .delta_softplus = true}).y), {1, 3, 9}, kF32, kTranscendental, kGrad},
       {"selective_scan_large_delta_softplus", {uni({1, 2, 4}), uni({1, 2, 4}, 90, 120), uni({2, 2}, -1.0, -0.1), uni({1, 2, 4}), uni({1, 2, 4})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.delta_softplus = true}).y), {1, 2, 4}, kF32, kTranscendental, kNoGrad},
       {"causal_conv1d", {uni({2, 3, 9}), uni({3, 4}), uni({3})}, FN(causal_conv1d(x[0], x[1], x[2])), {2, 3, 9}, kF32, kReduce, kGrad},
       {"causal_conv1d_no_bias_k1", {uni({1, 2, 5}), uni({2, 1})}, FN(causal_conv1d(x[0], x[1])), {1, 2, 5}, kF32, kReduce, kGrad},
