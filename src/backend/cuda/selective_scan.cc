@@ -90,7 +90,6 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
                   n(k_stage) + ", KC = " + n(kChunk) + ", NCH = " + n(lay.chunks) + ", NR = (L + K - 1) / K > 0 ? (L + K - 1) / K : 1, SOFTPLUS = " +
                   (s.softplus ? "1" : "0") + ";\n";
   p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
-  p += "constexpr int WARPS = NT >= 32 ? NT / 32 : 1, WL = NT >= 32 ? 32 : NT;  // warps, lanes per warp\n";
   p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
   // Shared rows: [CB][RS] for per-channel rows (RS = K + 4: 16-byte aligned rows, a lane reads
