@@ -210,23 +210,9 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
   const int r0 = q0 + L.ty * RPT, kend = key_end(q0);
   const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
   Stage<BC> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
-  if (PREFETCH<BC>) {
-    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
-  }
+  TG_FIRST_KEY_TILE();
   for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();  // the previous tile's readers are done
-    if (!PREFETCH<BC>) {
-      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
-    }
-    kt.put(Ks);
-    vt.put(Vs);
-    __syncthreads();
-    if (PREFETCH<BC> && k0 + BC < kend) {
-      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
-    }
+    TG_STAGE_KEY_TILE();
     float s[RPT][CPT];
     score_tile(s, Qt, Ks, L);
 #pragma unroll

@@ -114,23 +114,9 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
   const int kend = key_end(q0);
   const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
   Stage<BC, Tf32> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
-  if (PREFETCH<BC>) {
-    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
-  }
+  TG_FIRST_KEY_TILE();
   for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();
-    if (!PREFETCH<BC>) {
-      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
-    }
-    kt.put(Ks);
-    vt.put(Vs);
-    __syncthreads();
-    if (PREFETCH<BC> && k0 + BC < kend) {
-      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
-    }
+    TG_STAGE_KEY_TILE();
     if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;  // hidden from every row of this warp
     float s[NN][4];
     zero(s);
@@ -301,23 +287,9 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
   const int kend = key_end(q0);
   const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
   Stage<BC, Tf32> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
-  if (PREFETCH<BC>) {
-    kt.fetch(kh, K2, K3, 0, S, 1.f, vk);
-    vt.fetch(vh, V2, V3, 0, S, 1.f, vv);
-  }
+  TG_FIRST_KEY_TILE();
   for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();
-    if (!PREFETCH<BC>) {
-      kt.fetch(kh, K2, K3, k0, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0, S, 1.f, vv);
-    }
-    kt.put(Ks);
-    vt.put(Vs);
-    __syncthreads();
-    if (PREFETCH<BC> && k0 + BC < kend) {
-      kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk);
-      vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv);
-    }
+    TG_STAGE_KEY_TILE();
     if (CAUSAL && k0 > w0 + 15 + SHIFT) continue;
     float s[NN][4], dp[NN][4];
     zero(s);

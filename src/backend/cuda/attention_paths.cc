@@ -125,6 +125,30 @@ struct Stage {
 // load each tile just before storing it, as the registers would otherwise spill.
 template <int ROWS>
 constexpr bool PREFETCH = Stage<ROWS>::PER <= 4;
+// The key-tile loop of the forward kernels and of the TF32 dq kernel: K and V tiles of BC rows
+// staged into Ks and Vs through kt and vt, with PREFETCH<BC> the next tile fetched while this
+// one is computed (names as in those kernels: kh, vh, K2, K3, V2, V3, vk, vv, S, k0, kend).
+// Macros, not a device function: these kernels are codegen-sensitive (a helper function moved
+// address arithmetic in 34 of 72 kernels' PTX), and a macro expands to the very tokens each
+// kernel had written out.
+#define TG_FIRST_KEY_TILE()              \
+  if (PREFETCH<BC>) {                    \
+    kt.fetch(kh, K2, K3, 0, S, 1.f, vk); \
+    vt.fetch(vh, V2, V3, 0, S, 1.f, vv); \
+  }
+#define TG_STAGE_KEY_TILE()                   \
+  __syncthreads();                            \
+  if (!PREFETCH<BC>) {                        \
+    kt.fetch(kh, K2, K3, k0, S, 1.f, vk);     \
+    vt.fetch(vh, V2, V3, k0, S, 1.f, vv);     \
+  }                                           \
+  kt.put(Ks);                                 \
+  vt.put(Vs);                                 \
+  __syncthreads();                            \
+  if (PREFETCH<BC> && k0 + BC < kend) {       \
+    kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk); \
+    vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv); \
+  }
 // Whether an operand's rows can be read as float4 (see Stage): strides are compile-time
 // constants, the base pointer is checked at run time (one uniform branch).
 __device__ __forceinline__ bool rows_vec(const float* base, long long rstride, long long dstride) {
