@@ -277,8 +277,21 @@ struct Stage {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
       if (e >= UNITS) continue;
       if (r >= CB + 2 * N && r < CB + 2 * N + DROWS) {
+        if constexpr (UNIT == 4) {  // four steps of Δ and its slope, one 16-byte store each
+          const int rd = r - CB - 2 * N;
+          float x[4], sl[4];
 #pragma unroll
-        for (int q = 0; q < UNIT; ++q) store_delta(sd, sg, bias, r - CB - 2 * N, t1 + q, v[i][q], t0);
+          for (int q = 0; q < 4; ++q) {
+            const bool in = t0 + t1 + q < L;
+            const float del = delta_of(v[i][q] + bias[rd], &sl[q]);
+            x[q] = in ? del : 0.0f;
+            sl[q] = in ? sl[q] : 0.0f;
+          }
+          *reinterpret_cast<float4*>(&sd[rd][t1]) = make_float4(x[0], x[1], x[2], x[3]);
+          if (DY) *reinterpret_cast<float4*>(&sg[rd][t1]) = make_float4(sl[0], sl[1], sl[2], sl[3]);
+        } else {
+          store_delta(sd, sg, bias, r - CB - 2 * N, t1, v[i][0], t0);
+        }
       } else if (r < CB || r >= CB + 2 * N) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
         float* row = r < CB ? su[r] : sy[r - CB - 2 * N - DROWS];
         if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(v[i][0], v[i][UNIT > 1 ? 1 : 0], v[i][UNIT > 2 ? 2 : 0], v[i][UNIT > 3 ? 3 : 0]);
