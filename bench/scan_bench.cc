@@ -3,8 +3,8 @@
 // [b, n, l], D [d], all trained; delta through the softplus, the D skip, no z gate; loss =
 // sum(y), gradients of every input. Sizes: b 8, d 1536, l 1024, n 16 on a GPU; b 2, d 256,
 // l 256, n 16 on the CPU. One warm-up step, then the median of three (the peer's timing).
-// The step is compile_train's with SGD at lr 0: the update adds elementwise work on the six
-// inputs (a few percent of the step), never the peer's.
+// The step is compile_train's with tg::GradientsOnly: forward and backward, the gradients left
+// on the device, no update (the peer runs no optimizer either).
 //
 //   ./scan_bench [cpu|cuda]
 #include <tensorgrad/tensorgrad.h>
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   ScanInputs m(b, d, l, n);
   tg::Program step = tg::compile_train(
       m, [&] { return tg::sum(tg::selective_scan(m.u, m.delta, m.A, m.B, m.C, {.D = m.D, .delta_softplus = true}).y); },
-      {.optimizer = tg::SGD{.lr = 0.0}, .device = device});
+      {.optimizer = tg::GradientsOnly{}, .device = device});
   const double sec = median_seconds_per_step([&] { step.step({}); }, 1, 3);
   const std::string mode = "tg_fwdbwd_b" + std::to_string(b) + "d" + std::to_string(d) + "l" + std::to_string(l) + "n" + std::to_string(n);
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", "selective_scan", mode.c_str(), sec * 1e3,

@@ -48,7 +48,14 @@ struct AdamW {
   std::function<bool(std::string_view name)> decay_filter = {};
 };
 
-using Optimizer = std::variant<SGD, Adam, AdamW>;
+/// No update: each step computes the loss and every parameter's gradient and leaves the
+/// parameters as they are. The gradients are outputs of the step, kept on the device; read
+/// them with StepOptions::captures ("grad/<param path>", no second program variant is
+/// prepared for them). For your own update rule, gradient checks, or timing forward + backward
+/// alone. There is no learning rate: set_lr throws, and clip_grad_norm is refused.
+struct GradientsOnly {};
+
+using Optimizer = std::variant<SGD, Adam, AdamW, GradientsOnly>;
 
 /// A learning-rate schedule: step index (0 for the first step) → factor applied to the
 /// optimizer's lr. Any callable works; the factories below match PyTorch's schedulers.

@@ -187,7 +187,8 @@ const backend::Executable& compiled_executable(const Program& program);
 
 class Program {
  public:
-  /// Runs forward, backward and the optimizer update; returns the loss (train programs).
+  /// Runs forward, backward and the optimizer update (none with tg::GradientsOnly); returns
+  /// the loss (train programs).
   float step(const Feeds& feeds, StepOptions options = {});
   /// Runs the program's forward function and returns its output (forward programs).
   HostTensor run(const Feeds& feeds, RunOptions options = {});

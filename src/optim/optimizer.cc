@@ -44,6 +44,11 @@ std::vector<Tensor> clip(Graph& g, const std::vector<Tensor>& grads, double max_
 UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Optimizer& optimizer,
                          std::optional<double> clip_grad_norm) {
   UpdatePlan plan;
+  if (std::holds_alternative<GradientsOnly>(optimizer)) {
+    if (clip_grad_norm)
+      throw InputError("[compile_train] clip_grad_norm needs an update: with tg::GradientsOnly the gradients are returned as computed");
+    return plan;
+  }
   std::vector<Tensor> grads;
   for (const ParamGrad& p : params) grads.emplace_back(&g, p.grad);
   if (clip_grad_norm) {
@@ -104,6 +109,7 @@ UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Opti
 }
 
 std::vector<float> hyper_values(const Optimizer& optimizer, int64_t t, double lr) {
+  if (std::holds_alternative<GradientsOnly>(optimizer)) return {};
   if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
     std::vector<float> v{static_cast<float>(lr)};
     if (sgd->momentum != 0) {
@@ -123,7 +129,12 @@ std::vector<float> hyper_values(const Optimizer& optimizer, int64_t t, double lr
 }
 
 double base_lr(const Optimizer& optimizer) {
-  return std::visit([](const auto& o) { return o.lr; }, optimizer);
+  return std::visit(
+      [](const auto& o) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(o)>, GradientsOnly>) return 0.0;
+        else return o.lr;
+      },
+      optimizer);
 }
 
 }  // namespace tg::optim

@@ -1,6 +1,7 @@
 // compile_train / compile_forward and the Program methods: the pipeline driver
 // (trace → autograd → optimizer → passes → backend) and the run-time checks that keep bad
 // inputs from ever reaching a backend.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,6 +41,7 @@ struct ProgramState {
   std::vector<int32_t> input_nodes;  // full-graph ids, parallel to inputs
   int32_t output = -1;               // full-graph id
   std::vector<std::pair<std::string, int32_t>> captures;  // name → full-graph id
+  std::vector<int32_t> kept;         // full-graph ids the plain variant keeps as outputs (GradientsOnly: the gradients)
   int32_t rng_key = -1;              // full-graph id of the random ops' key input, or -1
   uint32_t calls = 0;                // advances the random streams every step/run
   // Training only.
@@ -184,11 +186,16 @@ void finish(ProgramState& s, Traced t) {
   s.output = t.result;
   s.captures = std::move(t.captures);
   s.rng_key = t.rng_key;
-  s.plain = lower(s, {});
+  s.plain = lower(s, s.kept);
 }
 
 Variant& variant_for(ProgramState& s, bool captures) {
   if (!captures) return s.plain;
+  // The plain variant serves captures too when it keeps every one (GradientsOnly, no tg::capture).
+  const bool plain_has_all = std::all_of(s.captures.begin(), s.captures.end(), [&](const auto& c) {
+    return std::find(s.kept.begin(), s.kept.end(), c.second) != s.kept.end();
+  });
+  if (plain_has_all) return s.plain;
   if (!s.with_captures) {
     std::vector<int32_t> keep;
     for (const auto& [name, id] : s.captures) keep.push_back(id);
@@ -262,6 +269,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
     pg.push_back({t.params[i].first, t.params[i].second, grads[i], s->store->infos.at(t.params[i].first).decay});
     t.captures.emplace_back("grad/" + t.params[i].first, grads[i]);
+    if (std::holds_alternative<GradientsOnly>(options.optimizer)) s->kept.push_back(grads[i]);
   }
   t.graph.stage = ir::Stage::kOptimizer;
   s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
@@ -406,6 +414,8 @@ HostTensor Program::read_state(const std::string& name) const {
 
 void Program::set_lr(double lr) {
   if (!state().train) throw Error("[set_lr] this program has no optimizer");
+  if (std::holds_alternative<GradientsOnly>(state().optimizer))
+    throw Error("[set_lr] this program has no learning rate: it was compiled with tg::GradientsOnly");
   if (!(lr >= 0) || !std::isfinite(lr)) throw Error("[set_lr] lr must be finite and >= 0, got " + std::to_string(lr));
   std::lock_guard lock(state().store->mutex);
   state().base_lr = lr;

@@ -1,6 +1,6 @@
 // Program behaviour: parameter storage shared between programs of one model, seeded and
 // reproducible init, naming, decay defaults, lr changes without rebuilds, optional loss
-// read-back, and serialized concurrent calls.
+// read-back, serialized concurrent calls, and gradient-only programs.
 #include <gtest/gtest.h>
 #include <tensorgrad/tensorgrad.h>
 
@@ -130,6 +130,46 @@ TEST(Program, ConcurrentStepsAreSerialized) {
   const auto va = pa.download_params(), vb = pb.download_params();
   for (const auto& [name, t] : va)
     for (size_t i = 0; i < t.f32().size(); ++i) ASSERT_EQ(t.f32()[i], vb.at(name).f32()[i]) << name;
+}
+
+TEST(Program, GradientsOnlyReturnsGradientsAndLeavesParametersAlone) {
+  Net a, b;
+  tg::Program cpu = make_train(a, tg::Device::cpu(), tg::GradientsOnly{});
+  tg::Program ref = make_train(b, tg::Device::ref(), tg::GradientsOnly{});
+  ref.upload_params(cpu.download_params());
+  const auto before = cpu.download_params();
+  tg::Captures gc, gr;
+  const float l1 = cpu.step({{"x", kX}, {"y", kY}}, {.captures = &gc});
+  const float l2 = cpu.step({{"x", kX}, {"y", kY}});
+  const float lr = ref.step({{"x", kX}, {"y", kY}}, {.captures = &gr});
+  EXPECT_EQ(l1, l2);  // nothing moved between the steps
+  EXPECT_NEAR(l1, lr, 1e-5 * std::fabs(lr));
+  EXPECT_EQ(cpu.steps(), 2);
+  const auto after = cpu.download_params();
+  for (const auto& [name, t] : before)
+    for (size_t i = 0; i < t.f32().size(); ++i) ASSERT_EQ(t.f32()[i], after.at(name).f32()[i]) << name;
+  // Every parameter that reaches the loss has its gradient, as the reference computes it.
+  EXPECT_EQ(gc.size(), 7u);
+  EXPECT_EQ(gc.count("grad/table"), 0u);  // unused: no gradient, as in PyTorch
+  for (const auto& [name, t] : gr) {
+    ASSERT_EQ(gc.count(name), 1u) << name;
+    for (size_t i = 0; i < t.f32().size(); ++i) EXPECT_NEAR(gc.at(name).f32()[i], t.f32()[i], 1e-5) << name << "[" << i << "]";
+  }
+  // And against central differences of the reference's loss in the gain.
+  const float g0 = before.at("gain").f32()[0], h = 1e-3f;
+  auto loss_at = [&](float g) {
+    ref.upload_params({{"gain", tg::HostTensor::f32({g}, {1})}}, {.partial = true});
+    return static_cast<double>(ref.step({{"x", kX}, {"y", kY}}));
+  };
+  const double fd = (loss_at(g0 + h) - loss_at(g0 - h)) / (2.0 * h);
+  EXPECT_NEAR(gr.at("grad/gain").f32()[0], fd, 1e-3 * std::fabs(fd) + 1e-6);
+  // No learning rate, no clipping.
+  EXPECT_THROW(cpu.set_lr(0.1), tg::Error);
+  EXPECT_THROW(tg::compile_train(
+                   a, [&](tg::Tensor x, tg::Tensor y) { return tg::mean((a(x) - y) * (a(x) - y)); },
+                   {.inputs = {{"x", {4, 2}}, {"y", {4, 1}}}, .optimizer = tg::GradientsOnly{}, .clip_grad_norm = 1.0,
+                    .device = tg::Device::cpu()}),
+               tg::InputError);
 }
 
 TEST(Program, CpuMatchesRefOnAWholeTrainingStep) {
