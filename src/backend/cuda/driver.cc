@@ -227,7 +227,8 @@ std::vector<char> compile_cubin(const std::string& source, const std::string& na
   int major = 0, minor = 0;
   n.nvrtcVersion(&major, &minor);
   const std::string arch = "--gpu-architecture=sm_" + std::to_string(sm_major) + std::to_string(sm_minor);
-  const std::vector<std::string> options = {arch, "-std=c++17", "--fmad=true"};
+  std::vector<std::string> options = {arch, "-std=c++17", "--fmad=true"};
+  if (std::getenv("TG_CUDA_LINEINFO") != nullptr) options.emplace_back("-lineinfo");  // profiling aid: SASS ↔ source lines in Nsight Compute
   std::string key = source;
   for (const std::string& o : options) key += "\n//" + o;
   key += "\n//nvrtc " + std::to_string(major) + "." + std::to_string(minor);
