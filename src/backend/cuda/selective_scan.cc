@@ -230,21 +230,29 @@ constexpr int UNIT = VEC ? 4 : 1, DROWS = DELTA_EACH ? 0 : CB, ROWS = (DY ? 2 : 
 constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT, PD = DELTA_EACH ? (CB * K + NT - 1) / NT : 1;
 struct Stage {
   float v[PF][UNIT], dv[PD];
-  __device__ __forceinline__ void fetch(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
-                                        const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0,
-                                        int t0) {
+  const float* row[PF];  // each unit's row at its first step (nullptr past the rows), found once
+  __device__ __forceinline__ Stage(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
+                                   const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0) {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t = e % (K / UNIT) * UNIT;
       const float* src = nullptr;
-      if (e < UNITS && t0 + t < L) {
+      if (e < UNITS) {
         if (r < CB) src = u + row0 + (long long)r * L;
         else if (r < CB + N) src = Bm + bc0 + (long long)(r - CB) * L;
         else if (r < CB + 2 * N) src = Cm + bc0 + (long long)(r - CB - N) * L;
         else if (r < CB + 2 * N + DROWS) src = delta + row0 + (long long)(r - CB - 2 * N) * L;
         else src = dy + row0 + (long long)(r - CB - 2 * N - DROWS) * L;
-        src += t0 + t;
+        src += t;
       }
+      row[i] = src;
+    }
+  }
+  __device__ __forceinline__ void fetch(const float* __restrict__ delta, long long row0, int t0) {
+#pragma unroll
+    for (int i = 0; i < PF; ++i) {
+      const int t = (threadIdx.x + i * NT) % (K / UNIT) * UNIT;
+      const float* src = row[i] != nullptr && t0 + t < L ? row[i] + t0 : nullptr;
       if constexpr (VEC) {
         const float4 x = src != nullptr ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v[i][0] = x.x;
@@ -314,11 +322,22 @@ struct Stage {
 };
 // Shared memory: per-channel rows, then B and C, then bias and D, then the backward's dB/dC terms.
 __device__ __forceinline__ float* rows_at(float* base, int i) { return base + i * CB * RS; }
-// Rows [CB][RS] of the block leave as coalesced stores (steps past L are not written).
+// Rows [CB][RS] of the block leave as coalesced stores (steps past L are not written). When K
+// divides NT a thread keeps one step t of rows r0, r0 + NT/K, …: its stores unroll with
+// constant offsets from one address.
 __device__ __forceinline__ void store_rows(float* __restrict__ dst, const float (*src)[RS], long long row0, int t0) {
-  for (int e = threadIdx.x; e < CB * K; e += NT) {
-    const int r = e / K, t = e % K;
-    if (t0 + t < L) dst[row0 + (long long)r * L + t0 + t] = src[r][t];
+  if constexpr (NT % K == 0) {
+    const int r0 = threadIdx.x / K, t = threadIdx.x % K;
+    if (L % K != 0 && t0 + t >= L) return;
+    float* p = dst + row0 + (long long)r0 * L + t0 + t;
+#pragma unroll
+    for (int i = 0; i < (CB * K + NT - 1) / NT; ++i)
+      if ((CB * K) % NT == 0 || r0 + i * (NT / K) < CB) p[(long long)i * (NT / K) * L] = src[r0 + i * (NT / K)][t];
+  } else {
+    for (int e = threadIdx.x; e < CB * K; e += NT) {
+      const int r = e / K, t = e % K;
+      if (t0 + t < L) dst[row0 + (long long)r * L + t0 + t] = src[r][t];
+    }
   }
 }
 )";
@@ -408,14 +427,14 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   float h[NS];
 #pragma unroll
   for (int s = 0; s < NS; ++s) h[s] = 0.0f;
-  Stage st;
-  st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, 0);
+  Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
+  st.fetch(delta, row0, 0);
   for (int k = 0; k < NR; ++k) {
     const int t0 = k * K;
     __syncthreads();  // the last chunk's rows are read and stored
     st.store(su, sd, nullptr, nullptr, sb, sc, sbias, t0);
     __syncthreads();
-    if (k + 1 < NR) st.fetch(u, delta, Bm, Cm, nullptr, row0, bc0, t0 + K);
+    if (k + 1 < NR) st.fetch(delta, row0, t0 + K);
     float yv[K];
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
@@ -506,14 +525,14 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), at least
   // 4 (the steps read at once) and at most K.
   constexpr int RG = NSG < 4 ? 4 : NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
-  Stage st;
-  st.fetch(u, delta, Bm, Cm, dout, row0, bc0, (NCH - 1) * K);
+  Stage st(u, delta, Bm, Cm, dout, row0, bc0);
+  st.fetch(delta, row0, (NCH - 1) * K);
   for (int k = NCH - 1; k >= 0; --k) {
     const int t0 = k * K;
     __syncthreads();  // the last chunk's rows and terms are read
     st.store(su, sd, sg, sy, sb, sc, sbias, t0);
     __syncthreads();
-    if (k > 0) st.fetch(u, delta, Bm, Cm, dout, row0, bc0, t0 - K);
+    if (k > 0) st.fetch(delta, row0, t0 - K);
     // The chunk forward from its entering state: hv[t + 1] = h after step t, av[t] = a of step t.
     float hv[K + 1][NS], av[K][NS];
     load_row_states(hs + (((long long)b * D + d) * NCH + k) * N, j, hv[0]);
@@ -599,15 +618,20 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
 #pragma unroll
     for (int qd0 = 0; qd0 < Q; qd0 += NT / SPLIT) {
       const int qd = qd0 + threadIdx.x / SPLIT, t = qd % K, kq = qd / K;  // kq: kind·NP/4 + n/4
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f), odd = sum;  // even and odd shares, added at the end
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (qd < Q) {
+        // Even and odd shares, each started from its first term, added at the end.
+        const float4* x = reinterpret_cast<const float4*>(&red[t * TSK + (threadIdx.x % SPLIT) * TS + kq * 4]);
+        constexpr int STEP = SPLIT * TS / 4, M = CB / SPLIT;  // float4s between a thread's terms; terms per thread
+        sum = x[0];
+        float4 odd = M > 1 ? x[STEP] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-        for (int i = 0; i < CB / SPLIT; ++i) {
-          const float4 x = *reinterpret_cast<const float4*>(&red[t * TSK + (threadIdx.x % SPLIT + i * SPLIT) * TS + kq * 4]);
+        for (int i = 2; i < M; ++i) {
+          const float4 y = x[i * STEP];
           float4& acc = i % 2 == 0 ? sum : odd;
-          acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+          acc.x += y.x; acc.y += y.y; acc.z += y.z; acc.w += y.w;
         }
-        sum.x += odd.x; sum.y += odd.y; sum.z += odd.z; sum.w += odd.w;
+        if (M > 1) { sum.x += odd.x; sum.y += odd.y; sum.z += odd.z; sum.w += odd.w; }
       }
 #pragma unroll
       for (int o = 1; o < SPLIT; o *= 2) {
