@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/codegen.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
 #include "backend/philox.h"
@@ -149,6 +150,15 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0));
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
+  // The layout kernels in 32-bit and (offsets past 2^31) 64-bit index arithmetic.
+  ls.push_back(cuda::unslice_kernel(name(), {DType::kF32, {5, 3}, {0, 0}}, {5, 9}, 1, 2, 3));
+  ls.push_back(cuda::unslice_kernel(name(), dense(DType::kI32, {4, 3}), {6, 3}, 0, 0, 1));
+  ls.push_back(cuda::unslice_kernel(name(), dense(DType::kF32, {70000, 20000}), {70000, 40000}, 1, 1, 2));
+  ls.push_back(cuda::concat_kernel(name(), {dense(DType::kF32, {3, 4}), {DType::kF32, {3, 2}, {1, 3}}}, {3, 6}, 1));
+  ls.push_back(cuda::concat_kernel(name(), {dense(DType::kF32, {70000, 20000}), dense(DType::kF32, {70000, 20000})}, {140000, 20000}, 0));
+  ls.push_back(cuda::copy_kernel(name(), {DType::kF32, {30, 20}, {1, 30}}));
+  ls.push_back(cuda::copy_kernel(name(), {DType::kF32, {70000, 40000}, {1, 70000}}));
+  ls.push_back(cuda::product_kernel(name(), {8, 9}, {9, 1}, {0, 1}));
   ls.push_back(cuda::sample_kernel(name(), 4, 50257));
   for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true}, cuda::ScanShape{1, 6, 5, 3, 2},
                                    cuda::ScanShape{2, 96, 70, 1, 32, true}, cuda::ScanShape{3, 5, 33, 1, 3},
@@ -337,7 +347,7 @@ TEST(CudaKernels, ReductionsMatchTheReference) {
   check_reduce("argmax", buf, dense(DType::kF32, {4, 9000}), {1}, 1);
 }
 
-TEST(CudaKernels, BiasGradientSumIsDeterministic) {
+TEST(CudaKernels, BiasGradientAndFullSumsAreDeterministic) {
   REQUIRE_GPU();
   const cuda::Operand in = dense(DType::kF32, {16384, 768});
   const std::vector<float> buf = random_floats(16384 * 768, 21);
@@ -349,6 +359,18 @@ TEST(CudaKernels, BiasGradientSumIsDeterministic) {
     const std::vector<float> got = from_device<float>(dout, 768);
     if (rep == 0) first = got;
     else ASSERT_EQ(std::memcmp(got.data(), first.data(), 768 * 4), 0) << "run " << rep << " differs";
+  }
+  // A full sum (a loss): chunk partials merged by the last block, the same bits every run.
+  const cuda::Operand all = dense(DType::kF32, {1 << 22});
+  const std::vector<float> big = random_floats(1 << 22, 22);
+  check_reduce("sum", big, all, {0});
+  const cuda::DeviceMemory dbig = to_device(big), dsum(4);
+  float first_sum = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    run(cuda::reduce_kernel("total", "sum", all, {0}), {dbig.get(), dsum.get()});
+    const float got = from_device<float>(dsum, 1)[0];
+    if (rep == 0) first_sum = got;
+    else ASSERT_EQ(std::memcmp(&got, &first_sum, 4), 0) << "run " << rep << " differs";
   }
 }
 

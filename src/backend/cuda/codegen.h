@@ -47,6 +47,10 @@ std::vector<int32_t> group_inputs(const ir::Graph& graph, const passes::KernelGr
 /// `suffix` is the integer literal suffix of the index type ("LL", or "u" for 32-bit unsigned).
 std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strides, const std::string& i,
                            const char* suffix = "LL");
+/// Whether a kernel over `n` elements of `shape` may index in 32 bits: n and every offset
+/// read through each of `strides` (non-negative) below 2^31. Unsigned 32-bit division by a
+/// constant is a multiply-high and a shift; 64-bit takes a dozen instructions.
+bool narrow_index(int64_t n, const Shape& shape, const std::vector<std::vector<int64_t>>& strides);
 /// The CUDA type that stores `t` (float, int, unsigned char).
 const char* cuda_type(DType t);
 /// Device helpers every group kernel starts with: int32 arithmetic that wraps like the CPU's

@@ -139,13 +139,7 @@ Launch fused_sinks_kernel(const ir::Graph& graph, const passes::KernelGroup& gro
   l.grid[1] = static_cast<unsigned>(gy);
 
   // 32-bit indices when every flat index and every input offset fits.
-  bool narrow = n_total < (int64_t{1} << 31);
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    int64_t top = 0;
-    for (size_t d = 0; d < shape.size(); ++d) top += (shape[d] - 1) * std::max<int64_t>(input_strides[k][d], 0);
-    for (int64_t s : input_strides[k]) narrow = narrow && s >= 0;
-    narrow = narrow && top < (int64_t{1} << 31);
-  }
+  const bool narrow = narrow_index(n_total, shape, std::vector<std::vector<int64_t>>(input_strides.begin(), input_strides.begin() + static_cast<std::ptrdiff_t>(inputs.size())));
   const char* idx = narrow ? "unsigned" : "long long";
   const char* sfx = narrow ? "u" : "LL";
   auto ll = [](int64_t v) { return std::to_string(v) + "LL"; };

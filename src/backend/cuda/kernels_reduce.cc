@@ -163,6 +163,25 @@ __device__ __forceinline__ void finish_chunks(R* out) {
   __syncthreads();
   if (!last) return;
   __threadfence();
+  if (OUTS == 1 && CHUNKS >= 64) {
+    // One output (a loss, a norm): the block merges the partials. Thread t takes chunks t,
+    // t + nt, …; the warps' results then merge by a fixed shuffle tree and in warp order, so
+    // the result does not depend on scheduling. (Every merge is commutative: argmax breaks
+    // ties by index.)
+    A a = load_part(tid < CHUNKS ? tid : 0);
+    if (tid >= CHUNKS) a = init();
+    for (int c = tid + nt; c < CHUNKS; c += nt) a = merge(a, load_part(c));
+    for (int m = 16; m > 0; m >>= 1) a = merge(a, shfl(a, m));
+    __shared__ A warps[32];
+    if ((tid & 31) == 0) warps[tid >> 5] = a;
+    __syncthreads();
+    if (tid == 0) {
+      for (int w = 1; w < nt / 32; ++w) a = merge(a, warps[w]);
+      out[0] = finish(a);
+      g_done = 0;  // ready for the next launch
+    }
+    return;
+  }
   for (long long o = tid; o < OUTS; o += nt) {
     A a = load_part(o);
     for (int c = 1; c < CHUNKS; ++c) a = merge(a, load_part((long long)c * OUTS + o));
@@ -215,11 +234,13 @@ std::string row_kernel_body(bool block, int threads, int64_t chunk, bool vec) {
     s += "  if ((((unsigned long long)base) & 15) == 0) {\n"
          "    const T4* b4 = (const T4*)(base + r0);\n"
          "    const long long n4 = (r1 - r0) >> 2;\n"
+         "    A a1 = init(), a2 = init(), a3 = init();  // one accumulator per lane of the vector: four chains\n"
          "#pragma unroll 4\n"
          "    for (long long k = t; k < n4; k += nt) {\n"
          "      const T4 q = b4[k];\n      const long long r = r0 + 4 * k;\n"
-         "      a = fold(a, q.x, r);\n      a = fold(a, q.y, r + 1);\n      a = fold(a, q.z, r + 2);\n      a = fold(a, q.w, r + 3);\n"
+         "      a = fold(a, q.x, r);\n      a1 = fold(a1, q.y, r + 1);\n      a2 = fold(a2, q.z, r + 2);\n      a3 = fold(a3, q.w, r + 3);\n"
          "    }\n"
+         "    a = merge(merge(a, a1), merge(a2, a3));\n"
          "    for (long long r = r0 + 4 * n4 + t; r < r1; r += nt) a = fold(a, base[r], r);\n"
          "  } else {\n"
          "    for (long long r = r0 + t; r < r1; r += nt) a = fold(a, base[r], r);\n"
