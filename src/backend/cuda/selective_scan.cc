@@ -179,6 +179,17 @@ __device__ __forceinline__ void load_states(const float* p, float (&v)[NS]) {
     for (int s = 0; s < NS; ++s) v[s] = p[s];
   }
 }
+// Two consecutive steps' states of B or C (one 16-byte load when NS = 2: [t][s] rows at a
+// 16-byte boundary, t even).
+__device__ __forceinline__ void load_two_steps(const float* p, float (&v0)[NS], float (&v1)[NS]) {
+  if constexpr (NS == 2) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    v0[0] = x.x; v0[1] = x.y; v1[0] = x.z; v1[1] = x.w;
+  } else {
+    load_states(p, v0);
+    load_states(p + NS, v1);
+  }
+}
 __device__ __forceinline__ float rcp_approx(float x) {  // one MUFU op, ~1 ulp
   float y;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -446,15 +457,18 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
       // The four steps' factors and inputs first (independent of h), then the recurrence.
       float av[4][NS], xv[4][NS], cv[4][NS];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float bs[NS];
-        load_states(&sb[j * BS + (t4 + q) * NS], bs);
-        load_states(&sc[j * BS + (t4 + q) * NS], cv[q]);
-        const float du = dvs[q] * uvs[q];
+      for (int q = 0; q < 4; q += 2) {
+        float bs[2][NS];
+        load_two_steps(&sb[j * BS + (t4 + q) * NS], bs[0], bs[1]);
+        load_two_steps(&sc[j * BS + (t4 + q) * NS], cv[q], cv[q + 1]);
 #pragma unroll
-        for (int s = 0; s < NS; ++s) {
-          av[q][s] = exp2_approx(dvs[q] * a2[s]);
-          xv[q][s] = du * bs[s];
+        for (int p = 0; p < 2; ++p) {
+          const float du = dvs[q + p] * uvs[q + p];
+#pragma unroll
+          for (int s = 0; s < NS; ++s) {
+            av[q + p][s] = exp2_approx(dvs[q + p] * a2[s]);
+            xv[q + p][s] = du * bs[p][s];
+          }
         }
       }
 #pragma unroll
@@ -527,6 +541,11 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   constexpr int RG = NSG < 4 ? 4 : NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
   Stage st(u, delta, Bm, Cm, dout, row0, bc0);
   st.fetch(delta, row0, (NCH - 1) * K);
+  // The state entering each chunk, loaded a chunk ahead (a global load's latency would stall
+  // the recomputation that starts from it).
+  const float* hs_row = hs + ((long long)b * D + d) * NCH * N;
+  float h_next[NS];
+  load_row_states(hs_row + (long long)(NCH - 1) * N, j, h_next);
   for (int k = NCH - 1; k >= 0; --k) {
     const int t0 = k * K;
     __syncthreads();  // the last chunk's rows and terms are read
@@ -535,7 +554,9 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     if (k > 0) st.fetch(delta, row0, t0 - K);
     // The chunk forward from its entering state: hv[t + 1] = h after step t, av[t] = a of step t.
     float hv[K + 1][NS], av[K][NS];
-    load_row_states(hs + (((long long)b * D + d) * NCH + k) * N, j, hv[0]);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) hv[0][s] = h_next[s];
+    if (k > 0) load_row_states(hs_row + (long long)(k - 1) * N, j, h_next);
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       const float4 dq = *reinterpret_cast<const float4*>(&sd[c][t4]), uq = *reinterpret_cast<const float4*>(&su[c][t4]);
