@@ -26,8 +26,10 @@
 //             with every h and a kept in registers, then walked backwards with
 //             g = dh + C·dy, dh ← g·a. du and dΔ sum over the channel's lanes (reduce-scatter),
 //             get the D skip and the softplus slope, and leave as rows. dB and dC sum over
-//             channels: each thread stores its terms in a shared tile, and after the chunk the
-//             block adds each (step, state) over its channels in order, one partial per block;
+//             channels: each step's terms over the warp's channels by a reduce-scatter
+//             (shuffles), into a small shared tile; after the chunk the block adds the warps'
+//             sums in warp order, one partial per block (a tile of every channel's terms, summed
+//             by the block, kept the SM's shared-memory path busier: 0.328 → 0.298 ms);
 //             dA, dD and dbias are per-thread sums over time, one partial per sequence.
 //   reduce:   the partials summed in a fixed order into dA, dB, dC, dD and dbias.
 // No atomics: every sum has a fixed order, so results do not depend on scheduling.
@@ -94,11 +96,11 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
   p += "constexpr long long NU = (long long)B * D * L;\n";
   // Shared rows: [CB][RS] for per-channel rows (RS = K + 4: 16-byte aligned rows, a lane reads
   // four steps at once) and [NSG][BS] for B and C, stored per lane's states [t][s] (BS = K·NS + 4
-  // spreads the lanes' float4 reads over the banks). The backward's dB/dC terms: [K][CB][TS],
-  // a channel's 2·NP terms of a step padded so that a quarter warp's float4 stores hit
-  // distinct banks, and each step's CB rows 4 floats further on (TSK) so that the block sum's
-  // reads of several steps at once do too.
-  p += "constexpr int RS = K + 4, BS = K * NS + 4, TS = 2 * NP + 16, TSK = CB * TS + 4;\n";
+  // spreads the lanes' float4 reads over the banks). The backward's dB/dC terms, already summed
+  // over each warp's channels: [K][WARPS][2·NP], each step's row TSW = WARPS·2·NP + 4 floats
+  // (the block sum reads several steps of one term at once: the 4 spreads them over the banks).
+  // WL: lanes of a warp, CW: channels of a warp.
+  p += "constexpr int RS = K + 4, BS = K * NS + 4, WL = NT < 32 ? NT : 32, CW = WL / NSG, WARPS = NT / WL, TSW = WARPS * 2 * NP + 4;\n";
   p += R"(
 __device__ __forceinline__ float exp2_approx(float x) {  // one MUFU op; rel. error ~2^-22, tiny results flush to 0
   float y;
@@ -387,7 +389,8 @@ int64_t scan_shared_floats(const Split& sp, bool grad) {
   const int64_t rows = grad ? 6 : 3;  // u, Δ, (slope, dy,) out (and a second out)
   const int64_t k = grad ? kChunk : kForwardSteps;
   int64_t f = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + 2 * sp.cb;
-  if (grad) f = (f + 3) / 4 * 4 + kChunk * (sp.cb * (2 * sp.lanes * sp.ns + 16) + 4);
+  const int64_t warps = sp.threads() < 32 ? 1 : sp.threads() / 32;
+  if (grad) f = (f + 3) / 4 * 4 + kChunk * (warps * 2 * sp.lanes * sp.ns + 4);
   return f;
 }
 
@@ -524,7 +527,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   float (*sy)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 3));
   float (*sou)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 4));  // du
   float (*sod)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 5));  // d(delta)
-  // [K][CB][TS]: each channel's dB (first NP) and dC terms per step (16-byte aligned).
+  // [K][TSW]: per step, each warp's dB (first NP) and dC sums over its channels.
   float* red = smem + (ROWS_U * CB * RS + 2 * NSG * BS + 2 * CB + 3) / 4 * 4;
   float dh[NS], dA[NS];
 #pragma unroll
@@ -533,9 +536,13 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     dA[s] = 0.0f;
   }
   float dD = 0.0f, dbias = 0.0f;
-  // The dB/dC sums: Q (step, kind, four states) quads, each over the CB channels by SPLIT
-  // threads (when the block has at least two per quad).
-  constexpr int Q = K * NP / 2, SPLIT = NT >= 2 * Q ? NT / Q : 1;
+  // The dB/dC terms of a step: 2·NS per lane, summed over the warp's channels by a
+  // reduce-scatter over the channel bits of the lane index. A lane then keeps TKEPT of them
+  // (from index t_kept); past 2·NS channels a warp's lanes hold copies (only the first store).
+  constexpr int TV = 2 * NS, TKEPT = kept_count(TV, CW);
+  const int t_kept = kept_index<TV, NSG, WL / 2>(), warp = threadIdx.x / WL;
+  const bool t_store = (threadIdx.x % WL) / NSG < TV;
+  float* dbc = dBC_part + ((long long)blockIdx.x * B + b) * 2 * N * L;
   // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), at least
   // 4 (the steps read at once) and at most K.
   constexpr int RG = NSG < 4 ? 4 : NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
@@ -609,10 +616,21 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           }
           vu[tt] = del * gB;
           vd[tt] = fmaf(uu, gB, pA);
-          // This channel's dB/dC terms of the step; the block sums them over channels below.
-          float* term = &red[t * TSK + c * TS + j * NS];
-          *reinterpret_cast<float4*>(term) = make_float4(tB[0], tB[1], tB[2], tB[3]);
-          *reinterpret_cast<float4*>(term + NP) = make_float4(tC[0], tC[1], tC[2], tC[3]);
+          // The step's dB/dC terms summed over the warp's channels; the block adds the warps' sums below.
+          float tv[TV];
+#pragma unroll
+          for (int s = 0; s < NS; ++s) {
+            tv[s] = tB[s];
+            tv[NS + s] = tC[s];
+          }
+          reduce_scatter<TV, NSG, WL / 2>(tv);
+          if (t_store) {
+#pragma unroll
+            for (int i = 0; i < TKEPT; ++i) {
+              const int idx = t_kept + i;
+              red[t * TSW + warp * 2 * NP + (idx / NS) * NP + j * NS + idx % NS] = tv[i];
+            }
+          }
         }
       }
       reduce_scatter<RG, 1, NSG / 2>(vu);
@@ -633,41 +651,18 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     __syncthreads();
     store_rows(out, sou, row0, t0);
     store_rows(out + NU, sod, row0, t0);
-    // The block's dB/dC for this chunk: each (step, kind, four states) summed over the block's
-    // channels in order (by SPLIT threads, each a strided share, then added in lane order), one
-    // partial per block.
+    // The block's dB/dC for this chunk: each (step, kind, state) the sum of the warps' sums in
+    // warp order, one partial per block. A thread takes one step of a term (consecutive threads:
+    // consecutive steps, so the partials' rows are written in 32-byte runs).
 #pragma unroll
-    for (int qd0 = 0; qd0 < Q; qd0 += NT / SPLIT) {
-      const int qd = qd0 + threadIdx.x / SPLIT, t = qd % K, kq = qd / K;  // kq: kind·NP/4 + n/4
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (qd < Q) {
-        // Even and odd shares, each started from its first term, added at the end.
-        const float4* x = reinterpret_cast<const float4*>(&red[t * TSK + (threadIdx.x % SPLIT) * TS + kq * 4]);
-        constexpr int STEP = SPLIT * TS / 4, M = CB / SPLIT;  // float4s between a thread's terms; terms per thread
-        sum = x[0];
-        float4 odd = M > 1 ? x[STEP] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int i = 0; i < (K * 2 * NP + NT - 1) / NT; ++i) {
+      const int o = threadIdx.x + i * NT, t = o % K, o2 = o / K, kind = o2 / NP, n = o2 % NP;
+      if (o < K * 2 * NP && n < N && t0 + t < L) {
+        const float* x = &red[t * TSW + o2];
+        float sum = x[0];
 #pragma unroll
-        for (int i = 2; i < M; ++i) {
-          const float4 y = x[i * STEP];
-          float4& acc = i % 2 == 0 ? sum : odd;
-          acc.x += y.x; acc.y += y.y; acc.z += y.z; acc.w += y.w;
-        }
-        if (M > 1) { sum.x += odd.x; sum.y += odd.y; sum.z += odd.z; sum.w += odd.w; }
-      }
-#pragma unroll
-      for (int o = 1; o < SPLIT; o *= 2) {
-        sum.x += __shfl_xor_sync(MASK, sum.x, o);
-        sum.y += __shfl_xor_sync(MASK, sum.y, o);
-        sum.z += __shfl_xor_sync(MASK, sum.z, o);
-        sum.w += __shfl_xor_sync(MASK, sum.w, o);
-      }
-      const int kind = kq / (NP / 4), n = kq % (NP / 4) * 4;
-      if (qd < Q && threadIdx.x % SPLIT == 0 && t0 + t < L) {
-        const float v[4] = {sum.x, sum.y, sum.z, sum.w};
-        float* dst = dBC_part + ((((long long)blockIdx.x * B + b) * 2 + kind) * N) * L + t0 + t;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (n + i < N) dst[(long long)(n + i) * L] = v[i];
+        for (int w = 1; w < WARPS; ++w) sum += x[w * 2 * NP];
+        dbc[(long long)(kind * N + n) * L + t0 + t] = sum;
       }
     }
   }
