@@ -245,6 +245,7 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     if (auto it = tuned.find(key); it != tuned.end() && it->second < candidates_.size()) {
       chosen_ = it->second;
       workspace_ = candidates_[chosen_].workspace;
+      if (std::getenv("TG_CUDA_TUNE_TRACE")) std::fprintf(stderr, "[tune] %s loaded %zu\n", key.c_str(), chosen_);
       return;
     }
   }
@@ -284,6 +285,7 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     workspace_ = candidates_[chosen_].workspace;
   }
   std::lock_guard<std::mutex> lock(mutex);
+  if (std::getenv("TG_CUDA_TUNE_TRACE")) std::fprintf(stderr, "[tune] %s timed %zu of %zu\n", key.c_str(), chosen_, timed);
   tuned[key] = chosen_;
   if (timed > 1 && !file.empty()) {  // a best-effort cache: a failed write only costs a re-tune
     std::error_code ec;
