@@ -329,7 +329,14 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
 
 void DeviceMemory::upload(const void* host, size_t bytes) {
   if (bytes > bytes_) throw DeviceError("[cuda] upload of " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_));
-  if (bytes) check(driver().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
+  if (bytes == 0) return;
+  check(driver().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
+  // From pageable memory cuMemcpyHtoD may return once the bytes are staged, before the DMA
+  // into device memory completes; the copy runs on the legacy stream, which orders nothing
+  // on the backend's non-blocking stream. Wait for it, or a step launched next can read the
+  // old contents (seen: a prefill program computing with the parameters from before
+  // init_params, under 16 test processes sharing one GPU).
+  check(driver().cuStreamSynchronize(nullptr), "cuStreamSynchronize (upload)");
 }
 
 void DeviceMemory::download(void* host, size_t bytes) const {
