@@ -3,11 +3,12 @@
 //
 // Work split. A thread owns NS states of one (batch, channel) and walks all of L; a channel's
 // states sit in NSG consecutive lanes (NSG = ⌈N/NS⌉ rounded up to a power of two); a block holds
-// CB channels of one batch and one group of B/C. The forward takes NS = 2 and 256-thread blocks
-// (more warps to hide its latencies), the backward NS = 4 and 128-thread blocks (its
-// per-step sums shared by more states; ~170 registers, three blocks per SM). At Mamba's sizes
-// that is plenty of parallelism without splitting time across threads (b 8, d 1536, n 16: 98k
-// forward threads), so every state-step costs one exp in the forward and one in the backward.
+// CB channels of one batch and one group of B/C. The forward takes NS = 2 and two channels per
+// thread (CT = 2: each load of B and C serves both), the backward NS = 4, one channel per thread
+// and 128-thread blocks (its per-step sums shared by more states; ~170 registers, three blocks
+// per SM; at b 8, d 1536 that is every thread of the op resident at once). At Mamba's sizes
+// that is plenty of parallelism without splitting time across threads (b 8, d 1536, n 16: 49k
+// threads in either kernel), so every state-step costs one exp in the forward and one in the backward.
 // (Issue 7 asked for a chunked parallel scan over time; the first kernels here were one: local
 // chunk scans, an associative combine, an output pass. They computed exp(Δ·A) four times per
 // state-step and ran at 16.8× the memory floor. Time-parallel chunks only pay where B·D·N is
@@ -55,30 +56,35 @@ int64_t pow2_at_least(int64_t x) {
 
 // A kernel's thread split: ns states per thread, lanes per channel, channels per block.
 struct Split {
-  int64_t ns = 1, lanes = 1, cb = 1, blocks = 1;
-  int64_t threads() const { return cb * lanes; }
+  int64_t ns = 1, lanes = 1, cb = 1, blocks = 1, ct = 1;  // ct: channels per thread
+  int64_t threads() const { return cb * lanes / ct; }
 };
 
 // Channels per block: a power of two dividing a group's channels (a block stages one group's B
-// and C), up to max_threads threads and 32 channels (TG_CUDA_SCAN_CHANNELS caps it: tuning).
-Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads) {
+// and C), up to max_threads threads and 32 channels (TG_CUDA_SCAN_CHANNELS caps it: tuning);
+// ct channels per thread where the block's channels and the channel's lanes allow it.
+Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads, int64_t ct) {
   Split sp;
   sp.ns = ns;
   sp.lanes = pow2_at_least((s.states + ns - 1) / ns);
+  if (sp.lanes < ct) ct = 1;
+  sp.ct = ct;
   int64_t cap = 32;
   if (const char* env = std::getenv("TG_CUDA_SCAN_CHANNELS"); env != nullptr && std::atoi(env) > 0) cap = std::atoi(env);
   const int64_t per = s.channels / s.groups;
-  while (per % (sp.cb * 2) == 0 && sp.cb * 2 * sp.lanes <= max_threads && sp.cb * 2 <= cap) sp.cb *= 2;
+  while (per % (sp.cb * 2) == 0 && sp.cb * 2 * sp.lanes / ct <= max_threads && sp.cb * 2 <= cap) sp.cb *= 2;
+  if (sp.cb % ct != 0) sp.ct = 1;
   sp.blocks = s.channels / sp.cb;
   return sp;
 }
 
 // The backward's split: four states per lane, 128-thread blocks (with ~170 registers a thread,
 // three share an SM, so b 8, d 1536 — 384 blocks — is one wave). The forward keeps fewer live
-// values and wants more warps to hide its latencies: two states per lane (when N ≤ 64) and
-// 256-thread blocks.
-Split backward_split(const ScanShape& s) { return split_for(s, kPerLane, 128); }
-Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 256); }
+// values: two states per lane (when N ≤ 64) and two channels per thread, which share each load
+// of B and C (half the shared-memory traffic of B and C; forward 0.146 → 0.140 ms at b 8, d 1536).
+// Measured and not kept (bench/RESULTS.md): other splits of either kernel were slower.
+Split backward_split(const ScanShape& s) { return split_for(s, kPerLane, 128, 1); }
+Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 256, 2); }
 
 // Constants and helpers of every kernel.
 // K: the steps a block stages at once (a multiple of the chunk KC).
@@ -88,7 +94,7 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
   const int64_t nt = sp.threads();
   std::string p = "constexpr int B = " + n(s.batch) + ", D = " + n(s.channels) + ", L = " + n(s.length) + ", G = " + n(s.groups) +
                   ", N = " + n(s.states) + ", PER = " + n(s.channels / s.groups) + ", NS = " + n(sp.ns) + ", NSG = " +
-                  n(sp.lanes) + ", NP = NS * NSG, CB = " + n(sp.cb) + ", NT = " + n(nt) + ", K = " +
+                  n(sp.lanes) + ", NP = NS * NSG, CB = " + n(sp.cb) + ", CT = " + n(sp.ct) + ", NT = " + n(nt) + ", K = " +
                   n(k_stage) + ", KC = " + n(kChunk) + ", NCH = " + n(lay.chunks) + ", NR = (L + K - 1) / K > 0 ? (L + K - 1) / K : 1, SOFTPLUS = " +
                   (s.softplus ? "1" : "0") + ";\n";
   p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
@@ -365,7 +371,7 @@ const char* kOperands =
 const char* kStart = R"(  extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int b = blockIdx.y, d0 = blockIdx.x * CB, g = d0 / PER;
-  const int c = threadIdx.x / NSG, j = threadIdx.x % NSG, d = d0 + c;
+  const int c = threadIdx.x / NSG * CT, j = threadIdx.x % NSG, d = d0 + c;  // (the first of CT channels)
   const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
   float* sb = smem + ROWS_U * CB * RS;
   float* sc = sb + NSG * BS;
@@ -438,67 +444,90 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
   float (*sd)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 1));
   float (*so)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 2));
-  float h[NS];
+  // CT channels per thread (c, c + 1, …) share each load of B and C.
+  float h[CT][NS], a2c[CT][NS];
 #pragma unroll
-  for (int s = 0; s < NS; ++s) h[s] = 0.0f;
+  for (int k = 0; k < CT; ++k)
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      h[k][s] = 0.0f;
+      a2c[k][s] = k == 0 ? a2[s] : (j * NS + s < N ? A[(d + k) * N + j * NS + s] * 1.4426950408889634f : 0.0f);
+    }
   Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
   st.fetch(delta, row0, 0);
-  for (int k = 0; k < NR; ++k) {
-    const int t0 = k * K;
+  for (int r = 0; r < NR; ++r) {
+    const int t0 = r * K;
     __syncthreads();  // the last chunk's rows are read and stored
     st.store(su, sd, nullptr, nullptr, sb, sc, sbias, t0);
     __syncthreads();
-    if (k + 1 < NR) st.fetch(delta, row0, t0 + K);
-    float yv[K];
+    if (r + 1 < NR) st.fetch(delta, row0, t0 + K);
+    float yv[CT * K];  // channel k's step t at k·K + t
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       // The state entering each chunk of KC steps, for the backward.
-      if (KEEP && t4 % KC == 0 && t0 + t4 < L) store_row_states(hs + (((long long)b * D + d) * NCH + (t0 + t4) / KC) * N, j, h);
-      const float4 dv = *reinterpret_cast<const float4*>(&sd[c][t4]);
-      const float4 uv = *reinterpret_cast<const float4*>(&su[c][t4]);
-      const float dvs[4] = {dv.x, dv.y, dv.z, dv.w}, uvs[4] = {uv.x, uv.y, uv.z, uv.w};
+      if (KEEP && t4 % KC == 0 && t0 + t4 < L) {
+#pragma unroll
+        for (int k = 0; k < CT; ++k) store_row_states(hs + (((long long)b * D + d + k) * NCH + (t0 + t4) / KC) * N, j, h[k]);
+      }
+      float dvs[CT][4], uvs[CT][4];
+#pragma unroll
+      for (int k = 0; k < CT; ++k) {
+        const float4 dv = *reinterpret_cast<const float4*>(&sd[c + k][t4]);
+        const float4 uv = *reinterpret_cast<const float4*>(&su[c + k][t4]);
+        dvs[k][0] = dv.x; dvs[k][1] = dv.y; dvs[k][2] = dv.z; dvs[k][3] = dv.w;
+        uvs[k][0] = uv.x; uvs[k][1] = uv.y; uvs[k][2] = uv.z; uvs[k][3] = uv.w;
+      }
       // The four steps' factors and inputs first (independent of h), then the recurrence.
-      float av[4][NS], xv[4][NS], cv[4][NS];
+      float av[CT][4][NS], xv[CT][4][NS], cv[4][NS];
 #pragma unroll
       for (int q = 0; q < 4; q += 2) {
         float bs[2][NS];
         load_two_steps(&sb[j * BS + (t4 + q) * NS], bs[0], bs[1]);
         load_two_steps(&sc[j * BS + (t4 + q) * NS], cv[q], cv[q + 1]);
 #pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          const float du = dvs[q + p] * uvs[q + p];
+        for (int k = 0; k < CT; ++k)
+#pragma unroll
+          for (int p = 0; p < 2; ++p) {
+            const float du = dvs[k][q + p] * uvs[k][q + p];
+#pragma unroll
+            for (int s = 0; s < NS; ++s) {
+              av[k][q + p][s] = exp2_approx(dvs[k][q + p] * a2c[k][s]);
+              xv[k][q + p][s] = du * bs[p][s];
+            }
+          }
+      }
+#pragma unroll
+      for (int k = 0; k < CT; ++k)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          float y = 0.0f;
 #pragma unroll
           for (int s = 0; s < NS; ++s) {
-            av[q + p][s] = exp2_approx(dvs[q + p] * a2[s]);
-            xv[q + p][s] = du * bs[p][s];
+            h[k][s] = fmaf(av[k][q][s], h[k][s], xv[k][q][s]);
+            y = fmaf(cv[q][s], h[k][s], y);
           }
+          yv[k * K + t4 + q] = y;
         }
-      }
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float y = 0.0f;
-#pragma unroll
-        for (int s = 0; s < NS; ++s) {
-          h[s] = fmaf(av[q][s], h[s], xv[q][s]);
-          y = fmaf(cv[q][s], h[s], y);
-        }
-        yv[t4 + q] = y;
-      }
     }
-    // y over the channel's lanes: this lane keeps kept_count(K, NSG) consecutive steps.
-    reduce_scatter<K, 1, NSG / 2>(yv);
-    constexpr int KEPT = kept_count(K, NSG);
-    const int t_first = kept_index<K, 1, NSG / 2>();
-    if (j < K) {  // past K lanes (N > 32) the upper lanes hold copies
+    // y over the channel's lanes: this lane keeps kept_count(CT·K, NSG) consecutive values.
+    reduce_scatter<CT * K, 1, NSG / 2>(yv);
+    constexpr int KEPT = kept_count(CT * K, NSG);
+    const int i_first = kept_index<CT * K, 1, NSG / 2>();
+    if (j < CT * K) {  // past CT·K lanes (N > 32) the upper lanes hold copies
 #pragma unroll
-      for (int i = 0; i < KEPT; ++i) so[c][t_first + i] = yv[i] + sdsk[c] * su[c][t_first + i];
+      for (int i = 0; i < KEPT; ++i) {
+        const int cc = c + (i_first + i) / K, t = (i_first + i) % K;
+        so[cc][t] = yv[i] + sdsk[cc] * su[cc][t];
+      }
     }
     __syncthreads();
     store_rows(out, so, row0, t0);
   }
 #pragma unroll
-  for (int s = 0; s < NS; ++s)
-    if (j * NS + s < N) out[NU + ((long long)b * D + d) * N + j * NS + s] = h[s];
+  for (int k = 0; k < CT; ++k)
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+      if (j * NS + s < N) out[NU + ((long long)b * D + d + k) * N + j * NS + s] = h[k][s];
 }
 )";
   l.source = std::move(src);
