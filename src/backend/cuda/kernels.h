@@ -79,6 +79,9 @@ struct ScanShape {
   int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
   bool softplus = false;
   bool vec = false;  // every operand 16-byte aligned: with length % 4 == 0, rows load as float4
+  // D and delta_bias may be one value broadcast over the channels (stride 0: an absent D or
+  // bias is a broadcast zero), read as they are instead of copied into a dense vector.
+  int64_t d_stride = 1, bias_stride = 1;
 };
 /// How the backward splits the work and the scratch the kernels use (floats): lanes per channel
 /// (⌈N/4⌉ rounded up to a power of two), channels per block, blocks per sequence, 8-step chunks.

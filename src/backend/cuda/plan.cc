@@ -594,7 +594,13 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         return args;
       };
       std::vector<Arg> ops;
-      for (size_t i = 0; i < 7; ++i) ops.push_back({dense(g, id, n.inputs[i])});
+      for (size_t i = 0; i < 7; ++i) {
+        // D (5) and delta_bias (6) broadcast from one value are read with stride 0, not copied.
+        const Place& p = in(i).place;
+        const bool broadcast = (i == 5 || i == 6) && p.strides.size() == 1 && p.strides[0] == 0;
+        if (broadcast) (i == 5 ? sh.d_stride : sh.bias_stride) = 0;
+        ops.push_back({broadcast ? p : dense(g, id, n.inputs[i])});
+      }
       const Place dout = n.op == Op::kSelectiveScanGrad ? dense(g, id, n.inputs[7]) : Place{};
       // Rows of u, delta, B, C (and dy) load four steps at a time when all start 16-byte aligned.
       auto aligned = [](const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; };

@@ -97,6 +97,7 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
                   n(sp.lanes) + ", NP = NS * NSG, CB = " + n(sp.cb) + ", CT = " + n(sp.ct) + ", NT = " + n(nt) + ", K = " +
                   n(k_stage) + ", KC = " + n(kChunk) + ", NCH = " + n(lay.chunks) + ", NR = (L + K - 1) / K > 0 ? (L + K - 1) / K : 1, SOFTPLUS = " +
                   (s.softplus ? "1" : "0") + ";\n";
+  p += "constexpr int D_STRIDE = " + n(s.d_stride) + ", BIAS_STRIDE = " + n(s.bias_stride) + ";\n";
   p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
   p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
@@ -379,8 +380,8 @@ const char* kStart = R"(  extern __shared__ float4 smem4[];
   float* sdsk = sbias + CB;
   for (int e = threadIdx.x; e < 2 * NSG * BS; e += NT) sb[e] = 0.0f;  // padded states stay 0
   for (int e = threadIdx.x; e < CB; e += NT) {
-    sbias[e] = bias[d0 + e];
-    sdsk[e] = Dskip[d0 + e];
+    sbias[e] = bias[(d0 + e) * BIAS_STRIDE];
+    sdsk[e] = Dskip[(d0 + e) * D_STRIDE];
   }
   float a2[NS], an[NS];  // A·log2 e and A of this thread's states (0 past N)
 #pragma unroll
