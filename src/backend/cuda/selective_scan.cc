@@ -514,7 +514,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
     reduce_scatter<CT * K, 1, NSG / 2>(yv);
     constexpr int KEPT = kept_count(CT * K, NSG);
     const int i_first = kept_index<CT * K, 1, NSG / 2>();
-    if (j < CT * K) {  // past CT·K lanes (N > 32) the upper lanes hold copies
+    if (j < CT * K) {  // past CT·K lanes (more lanes than values) the upper lanes hold copies
 #pragma unroll
       for (int i = 0; i < KEPT; ++i) {
         const int cc = c + (i_first + i) / K, t = (i_first + i) % K;
