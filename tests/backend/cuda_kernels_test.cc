@@ -160,13 +160,20 @@ std::vector<cuda::Launch> sample_launches() {
   ls.push_back(cuda::copy_kernel(name(), {DType::kF32, {70000, 40000}, {1, 70000}}));
   ls.push_back(cuda::product_kernel(name(), {8, 9}, {9, 1}, {0, 1}));
   ls.push_back(cuda::sample_kernel(name(), 4, 50257));
-  for (const cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true}, cuda::ScanShape{1, 6, 5, 3, 2},
+  for (const cuda::ScanShape& sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true}, cuda::ScanShape{1, 6, 5, 3, 2},
                                    cuda::ScanShape{2, 96, 70, 1, 32, true}, cuda::ScanShape{3, 5, 33, 1, 3},
                                    cuda::ScanShape{1, 64, 40, 2, 64, true}, cuda::ScanShape{2, 64, 1024, 1, 16, true, true},
                                    cuda::ScanShape{1, 8, 20, 1, 128}}) {
     for (const bool keep : {false, true}) ls.push_back(cuda::scan_forward_kernel(name(), sh, keep));
     ls.push_back(cuda::scan_backward_kernel(name(), sh));
     ls.push_back(cuda::scan_reduce_kernel(name(), sh));
+  }
+  // The backward's other cotangent forms: dy one value or absent, the last state's absent.
+  for (const auto dy : {cuda::ScanShape::Dy::kOne, cuda::ScanShape::Dy::kZero}) {
+    cuda::ScanShape sh{8, 1536, 1024, 1, 16, true, true};
+    sh.dy = dy;
+    sh.dlast = dy == cuda::ScanShape::Dy::kZero;
+    ls.push_back(cuda::scan_backward_kernel(name(), sh));
   }
   ls.push_back(cuda::attention_at_kernel(name(), {DType::kF32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(DType::kF32, {2, 4, 272, 64}),
                                          dense(DType::kF32, {2, 4, 272, 64}), dense(DType::kI32, {2}), 0.125));

@@ -82,6 +82,13 @@ struct ScanShape {
   // D and delta_bias may be one value broadcast over the channels (stride 0: an absent D or
   // bias is a broadcast zero), read as they are instead of copied into a dense vector.
   int64_t d_stride = 1, bias_stride = 1;
+  // The backward's cotangent (selective_scan_grad reads the packed [dy | dlast]): dy as dense
+  // rows [B, D, L], as one value for every element (the gradient of a plain sum) or absent
+  // (zero), and dlast [B, D, N] present or absent. The plan reads the parts where autograd
+  // made them, instead of copying them into one packed buffer.
+  enum class Dy { kRows, kOne, kZero };
+  Dy dy = Dy::kRows;
+  bool dlast = true;
 };
 /// How the backward splits the work and the scratch the kernels use (floats): lanes per channel
 /// (⌈N/4⌉ rounded up to a power of two), channels per block, blocks per sequence, 8-step chunks.
@@ -96,7 +103,8 @@ ScanLayout scan_layout(const ScanShape& s);
 /// into hs. Params: (u, delta, A, B, C, Dskip, bias, out, hs) (hs unused without keep).
 Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool keep);
 /// du and d(delta) into out, the dA, dB/dC and dD/dbias partials, from the forward's kept
-/// states. Params: (u, delta, A, B, C, Dskip, bias, dout, hs, out, dA_part, dBC_part, dDb_part).
+/// states. Params: (u, delta, A, B, C, Dskip, bias, dy, dlast, hs, out, dA_part, dBC_part,
+/// dDb_part); dy and dlast as s.dy and s.dlast say (unread when absent).
 Launch scan_backward_kernel(const std::string& name, const ScanShape& s);
 /// dA, dB, dC, dD and dbias of out from the partials, summed in a fixed order.
 /// Params: (dA_part, dBC_part, dDb_part, out).

@@ -308,6 +308,10 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kUnslice: {
+      if (scan_cotangent_parts(g, id)) {  // read in parts by the selective_scan_grad
+        scan_cotangents_.insert(id);
+        return;
+      }
       const Place out = own_node(g, id);
       add_kernel({id}, unslice_kernel(kKernelName, operand(n.inputs[0]), n.shape, static_cast<int>(n.attrs.axes[0]),
                                       static_cast<int64_t>(n.attrs.values[0]), static_cast<int64_t>(n.attrs.values[1])),
@@ -319,6 +323,10 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         Place p = slots_[static_cast<size_t>(it->second)].place;
         p.strides = contiguous_strides(n.shape);
         view(std::move(p));
+        return;
+      }
+      if (scan_cotangent_parts(g, id)) {  // read in parts by the selective_scan_grad
+        scan_cotangents_.insert(id);
         return;
       }
       std::vector<Operand> ops;
@@ -601,11 +609,34 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         if (broadcast) (i == 5 ? sh.d_stride : sh.bias_stride) = 0;
         ops.push_back({broadcast ? p : dense(g, id, n.inputs[i])});
       }
-      const Place dout = n.op == Op::kSelectiveScanGrad ? dense(g, id, n.inputs[7]) : Place{};
+      // The gradient's cotangent: its parts where autograd made them (an unslice or concat that
+      // only packs them is not run), else the packed [dy | dlast] as one dense buffer.
+      Place dy, dlast;
+      if (n.op == Op::kSelectiveScanGrad) {
+        const int64_t nu = numel(us);
+        if (scan_cotangents_.count(n.inputs[7])) {
+          const auto [y_part, last_part] = *scan_cotangent_parts(g, n.inputs[7]);
+          if (y_part < 0) {
+            sh.dy = ScanShape::Dy::kZero;
+          } else if (const Place& p = slots_[static_cast<size_t>(y_part)].place;
+                     std::all_of(p.strides.begin(), p.strides.end(), [](int64_t st) { return st == 0; })) {
+            sh.dy = ScanShape::Dy::kOne;  // one value broadcast: the gradient of a plain sum
+            dy = p;
+          } else {
+            dy = dense(g, id, y_part);
+          }
+          sh.dlast = last_part >= 0;
+          if (sh.dlast) dlast = dense(g, id, last_part);
+        } else {
+          dy = dense(g, id, n.inputs[7]);
+          dlast = dy;
+          dlast.offset += nu * 4;
+        }
+      }
       // Rows of u, delta, B, C (and dy) load four steps at a time when all start 16-byte aligned.
       auto aligned = [](const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; };
       sh.vec = aligned(ops[0].place) && aligned(ops[1].place) && aligned(ops[3].place) && aligned(ops[4].place) &&
-               (n.op == Op::kSelectiveScan || aligned(dout));
+               (n.op == Op::kSelectiveScan || sh.dy != ScanShape::Dy::kRows || aligned(dy));
       const Place out = own_node(g, id);
       if (n.op == Op::kSelectiveScan) {
         // When this program also runs the gradient (reading this node as its forward), the
@@ -630,7 +661,9 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         add_kernel({id}, scan_forward_kernel(kKernelName, sh, true), with(ops, {scratch(numel(in(8).shape)), hs}));
       }
       const Place da = scratch(lay.da_floats), dbc = scratch(lay.dbc_floats), ddb = scratch(lay.dd_floats);
-      add_kernel({id}, scan_backward_kernel(kKernelName, sh), with(ops, {dout, hs, out, da, dbc, ddb}));
+      // Absent parts are not read; their parameters get any valid place.
+      add_kernel({id}, scan_backward_kernel(kKernelName, sh),
+                 with(ops, {sh.dy == ScanShape::Dy::kZero ? hs : dy, sh.dlast ? dlast : hs, hs, out, da, dbc, ddb}));
       add_kernel({id}, scan_reduce_kernel(kKernelName, sh), {{da}, {dbc}, {ddb}, {out}});
       return;
     }
@@ -671,6 +704,28 @@ int32_t CudaExecutable::packed_grads_concat(const ir::Graph& g, int32_t id) cons
   const ir::Node& cn = g.node(concat);
   if (cn.op != Op::kConcat || cn.attrs.axes.at(0) != 2 || cn.inputs != std::vector<int32_t>{parts[0], parts[1], parts[2]}) return -1;
   return concat;
+}
+
+std::optional<std::pair<int32_t, int32_t>> CudaExecutable::scan_cotangent_parts(const ir::Graph& g, int32_t id) const {
+  const ir::Node& n = g.node(id);
+  if (n.shape.size() != 1 || n.attrs.axes.empty() || n.attrs.axes[0] != 0 || escapes(g, id) || consumers_[static_cast<size_t>(id)].empty())
+    return std::nullopt;
+  int64_t nu = -1;  // y's elements: the consumers' u
+  for (int32_t c : consumers_[static_cast<size_t>(id)]) {
+    const ir::Node& cn = g.node(c);
+    if (cn.op != Op::kSelectiveScanGrad || std::count(cn.inputs.begin(), cn.inputs.end(), id) != 1 || cn.inputs[7] != id) return std::nullopt;
+    const int64_t u = g.node(cn.inputs[0]).numel();
+    if (nu >= 0 && u != nu) return std::nullopt;
+    nu = u;
+  }
+  auto size = [&](size_t k) { return g.node(n.inputs[k]).numel(); };
+  if (n.op == Op::kUnslice && n.attrs.values.at(1) == 1.0) {
+    const auto start = static_cast<int64_t>(n.attrs.values.at(0));
+    if (start == 0 && size(0) == nu) return std::pair{n.inputs[0], -1};
+    if (start == nu && size(0) == n.numel() - nu) return std::pair{-1, n.inputs[0]};
+  }
+  if (n.op == Op::kConcat && n.inputs.size() == 2 && size(0) == nu) return std::pair{n.inputs[0], n.inputs[1]};
+  return std::nullopt;
 }
 
 /// Whether every reader of attention_grad `id` is a slice of exactly one of its parts (dq, dk,

@@ -236,9 +236,10 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
   return p;
 }
 
-// The block's staging of one chunk: per-channel rows (u, delta and, with DY, dy) and B, C rows
-// of the block's group, each K steps from t0; steps past L stage as 0 (and their Δ and slope
-// as 0, so they change nothing). fetch() loads into registers, store() writes shared memory.
+// The block's staging of one chunk: per-channel rows (u, delta and, with DY_ROWS, dy) and B, C
+// rows of the block's group, each K steps from t0; steps past L stage as 0 (and their Δ and
+// slope as 0, so they change nothing; a dy given as one value holds it there too, which changes
+// nothing either: C and Δ are 0). fetch() loads into registers, store() writes shared memory.
 // With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
 // moves four steps of a row per load.
 const char* kStage = R"(
@@ -246,7 +247,7 @@ const char* kStage = R"(
 // element by element: every thread then applies the softplus to the same number of elements,
 // so none holds the block up at the next barrier (the forward's choice; in the backward the
 // extra registers spill).
-constexpr int UNIT = VEC ? 4 : 1, DROWS = DELTA_EACH ? 0 : CB, ROWS = (DY ? 2 : 1) * CB + DROWS + 2 * N;
+constexpr int UNIT = VEC ? 4 : 1, DROWS = DELTA_EACH ? 0 : CB, ROWS = (DY_ROWS ? 2 : 1) * CB + DROWS + 2 * N;
 constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT, PD = DELTA_EACH ? (CB * K + NT - 1) / NT : 1;
 struct Stage {
   float v[PF][UNIT], dv[PD];
@@ -437,7 +438,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   Launch l = scan_launch(name, s, sp, false);
   std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
                     " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps);
-  src += "constexpr bool DY = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
+  src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
   src += kStage;
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + kOperands +
          "float* __restrict__ out, float* __restrict__ hs) {\n";
@@ -540,7 +541,12 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   Launch l = scan_launch(name, s, sp, true);
   std::string src = "// selective_scan gradient: chunks from the last, recomputed forward, walked backwards (selective_scan.cc)\n" +
                     prelude(s, sp, kChunk);
-  src += "constexpr bool DY = true, DELTA_EACH = false;\nconstexpr int ROWS_U = 6;\n";
+  // dy staged as rows (DY_ROWS), or one value (DY_ONE: the gradient of a plain sum) or zero
+  // set once in its rows; the last state's cotangent read (DLAST) or zero.
+  const bool rows = s.dy == ScanShape::Dy::kRows;
+  src += std::string("constexpr bool DY = true, DY_ROWS = ") + (rows ? "true" : "false") + ", DY_ONE = " +
+         (s.dy == ScanShape::Dy::kOne ? "true" : "false") + ", DLAST = " + (s.dlast ? "true" : "false") +
+         ", DELTA_EACH = false;\nconstexpr int ROWS_U = 6;\n";
   src += kStage;
   // The recomputed chunk's states and factors keep ~200 registers live; capped at 168 (three
   // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) the kernel spills 4 bytes.
@@ -548,7 +554,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   int min_blocks = 3;
   if (const char* env = std::getenv("TG_CUDA_SCAN_BLOCKS"); env != nullptr && std::atoi(env) > 0) min_blocks = std::atoi(env);
   src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name + "(" + kOperands +
-         "const float* __restrict__ dout, const float* __restrict__ hs, float* __restrict__ out, "
+         "const float* __restrict__ dy, const float* __restrict__ dlast, const float* __restrict__ hs, float* __restrict__ out, "
          "float* __restrict__ dA_part, float* __restrict__ dBC_part, float* __restrict__ dDb_part) {\n";
   src += kStart;
   src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
@@ -559,10 +565,14 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   float (*sod)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 5));  // d(delta)
   // [K][TSW]: per step, each warp's dB (first NP) and dC sums over its channels.
   float* red = smem + (ROWS_U * CB * RS + 2 * NSG * BS + 2 * CB + 3) / 4 * 4;
+  if constexpr (!DY_ROWS) {  // one value (or zero) in every step of the dy rows, set once
+    const float v = DY_ONE ? dy[0] : 0.0f;
+    for (int e = threadIdx.x; e < CB * RS; e += NT) sy[e / RS][e % RS] = v;
+  }
   float dh[NS], dA[NS];
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
-    dh[s] = j * NS + s < N ? dout[NU + ((long long)b * D + d) * N + j * NS + s] : 0.0f;
+    dh[s] = DLAST && j * NS + s < N ? dlast[((long long)b * D + d) * N + j * NS + s] : 0.0f;
     dA[s] = 0.0f;
   }
   float dD = 0.0f, dbias = 0.0f;
@@ -576,7 +586,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), at least
   // 4 (the steps read at once) and at most K.
   constexpr int RG = NSG < 4 ? 4 : NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
-  Stage st(u, delta, Bm, Cm, dout, row0, bc0);
+  Stage st(u, delta, Bm, Cm, dy, row0, bc0);
   st.fetch(delta, row0, (NCH - 1) * K);
   // The state entering each chunk, loaded a chunk ahead (a global load's latency would stall
   // the recomputation that starts from it).
@@ -631,12 +641,12 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           const int t = tb + q, tt = t4 + q;
           const float* bs = bv[q];
           const float* cs = cv[q];
-          const float dy = dys[q], del = dels[q], uu = us[q], du = del * uu;
+          const float dyv = dys[q], del = dels[q], uu = us[q], du = del * uu;
           float gB = 0.0f, pA = 0.0f, tB[NS], tC[NS];
 #pragma unroll
           for (int s = 0; s < NS; ++s) {
-            const float gg = fmaf(cs[s], dy, dh[s]);
-            tC[s] = hv[t + 1][s] * dy;
+            const float gg = fmaf(cs[s], dyv, dh[s]);
+            tC[s] = hv[t + 1][s] * dyv;
             tB[s] = gg * du;
             gB = fmaf(gg, bs[s], gB);
             const float p = gg * av[t][s] * hv[t][s];
@@ -670,10 +680,10 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
 #pragma unroll
         for (int i = 0; i < RKEPT; ++i) {
           const int t = t_first + i;
-          const float dy = sy[c][t], ddel = vd[i] * sg[c][t];
-          sou[c][t] = fmaf(dy, sdsk[c], vu[i]);
+          const float dyv = sy[c][t], ddel = vd[i] * sg[c][t];
+          sou[c][t] = fmaf(dyv, sdsk[c], vu[i]);
           sod[c][t] = ddel;
-          dD = fmaf(dy, su[c][t], dD);
+          dD = fmaf(dyv, su[c][t], dD);
           dbias += ddel;
         }
       }
