@@ -243,14 +243,15 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
 // With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
 // moves four steps of a row per load.
 const char* kStage = R"(
-// Rows move in units (u, B, C, dy, and delta unless DELTA_EACH). With DELTA_EACH delta moves
-// element by element: every thread then applies the softplus to the same number of elements,
-// so none holds the block up at the next barrier (the forward's choice; in the backward the
-// extra registers spill).
-constexpr int UNIT = VEC ? 4 : 1, DROWS = DELTA_EACH ? 0 : CB, ROWS = (DY_ROWS ? 2 : 1) * CB + DROWS + 2 * N;
-constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT, PD = DELTA_EACH ? (CB * K + NT - 1) / NT : 1;
+// Rows u, B, C and dy move in units of UNIT steps; delta moves in units of DU steps, spread so
+// that every thread applies the softplus to as many elements as every other (an uneven share
+// held the other warps up at the next barrier: the forward's DELTA_EACH takes one element a
+// thread, the backward pairs of steps, one pair a thread at b 8, d 1536).
+constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY_ROWS ? 2 : 1) * CB + 2 * N;
+constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
+constexpr int DU = !DELTA_EACH && VEC ? 2 : 1, DUNITS = CB * K / DU, PD = (DUNITS + NT - 1) / NT;
 struct Stage {
-  float v[PF][UNIT], dv[PD];
+  float v[PF][UNIT], dv[PD][DU];
   const float* row[PF];  // each unit's row at its first step (nullptr past the rows), found once
   __device__ __forceinline__ Stage(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
                                    const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0) {
@@ -262,8 +263,7 @@ struct Stage {
         if (r < CB) src = u + row0 + (long long)r * L;
         else if (r < CB + N) src = Bm + bc0 + (long long)(r - CB) * L;
         else if (r < CB + 2 * N) src = Cm + bc0 + (long long)(r - CB - N) * L;
-        else if (r < CB + 2 * N + DROWS) src = delta + row0 + (long long)(r - CB - 2 * N) * L;
-        else src = dy + row0 + (long long)(r - CB - 2 * N - DROWS) * L;
+        else src = dy + row0 + (long long)(r - CB - 2 * N) * L;
         src += t;
       }
       row[i] = src;
@@ -284,20 +284,19 @@ struct Stage {
         v[i][0] = src != nullptr ? __ldg(src) : 0.0f;
       }
     }
-    if constexpr (DELTA_EACH) {
+    // Delta (with DU = 2, L is a multiple of 4: a pair's steps are both within L or both past it).
 #pragma unroll
-      for (int i = 0; i < PD; ++i) {
-        const int e = threadIdx.x + i * NT, r = e / K, t = e % K;
-        dv[i] = e < CB * K && t0 + t < L ? __ldg(delta + row0 + (long long)r * L + t0 + t) : 0.0f;
+    for (int i = 0; i < PD; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / (K / DU), t = e % (K / DU) * DU;
+      const bool in = e < DUNITS && t0 + t < L;
+      if constexpr (DU == 2) {
+        const float2 x = in ? __ldg(reinterpret_cast<const float2*>(delta + row0 + (long long)r * L + t0 + t)) : make_float2(0.0f, 0.0f);
+        dv[i][0] = x.x;
+        dv[i][DU > 1 ? 1 : 0] = x.y;
+      } else {
+        dv[i][0] = in ? __ldg(delta + row0 + (long long)r * L + t0 + t) : 0.0f;
       }
     }
-  }
-  __device__ __forceinline__ void store_delta(float (*sd)[RS], float (*sg)[RS], const float* bias, int r, int t, float raw, int t0) const {
-    float slope;
-    const float del = delta_of(raw + bias[r], &slope);
-    const bool in = t0 + t < L;
-    sd[r][t] = in ? del : 0.0f;
-    if (DY) sg[r][t] = in ? slope : 0.0f;
   }
   __device__ __forceinline__ void store(float (*su)[RS], float (*sd)[RS], float (*sg)[RS], float (*sy)[RS], float* sb, float* sc,
                                         const float* bias, int t0) const {
@@ -305,24 +304,8 @@ struct Stage {
     for (int i = 0; i < PF; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
       if (e >= UNITS) continue;
-      if (r >= CB + 2 * N && r < CB + 2 * N + DROWS) {
-        if constexpr (UNIT == 4) {  // four steps of Δ and its slope, one 16-byte store each
-          const int rd = r - CB - 2 * N;
-          float x[4], sl[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const bool in = t0 + t1 + q < L;
-            const float del = delta_of(v[i][q] + bias[rd], &sl[q]);
-            x[q] = in ? del : 0.0f;
-            sl[q] = in ? sl[q] : 0.0f;
-          }
-          *reinterpret_cast<float4*>(&sd[rd][t1]) = make_float4(x[0], x[1], x[2], x[3]);
-          if (DY) *reinterpret_cast<float4*>(&sg[rd][t1]) = make_float4(sl[0], sl[1], sl[2], sl[3]);
-        } else {
-          store_delta(sd, sg, bias, r - CB - 2 * N, t1, v[i][0], t0);
-        }
-      } else if (r < CB || r >= CB + 2 * N) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
-        float* row = r < CB ? su[r] : sy[r - CB - 2 * N - DROWS];
+      if (r < CB || r >= CB + 2 * N) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
+        float* row = r < CB ? su[r] : sy[r - CB - 2 * N];
         if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(v[i][0], v[i][UNIT > 1 ? 1 : 0], v[i][UNIT > 2 ? 2 : 0], v[i][UNIT > 3 ? 3 : 0]);
         else row[t1] = v[i][0];
       } else {
@@ -332,11 +315,25 @@ struct Stage {
         for (int q = 0; q < UNIT; ++q) dst[(n / NS) * BS + (t1 + q) * NS + n % NS] = v[i][q];
       }
     }
-    if constexpr (DELTA_EACH) {
+    // Δ and (in the backward) its slope; steps past L as 0.
 #pragma unroll
-      for (int i = 0; i < PD; ++i) {
-        const int e = threadIdx.x + i * NT;
-        if (e < CB * K) store_delta(sd, sg, bias, e / K, e % K, dv[i], t0);
+    for (int i = 0; i < PD; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / (K / DU), t = e % (K / DU) * DU;
+      if (e >= DUNITS) continue;
+      float x[DU], sl[DU];
+#pragma unroll
+      for (int q = 0; q < DU; ++q) {
+        const bool in = t0 + t + q < L;
+        const float del = delta_of(dv[i][q] + bias[r], &sl[q]);
+        x[q] = in ? del : 0.0f;
+        sl[q] = in ? sl[q] : 0.0f;
+      }
+      if constexpr (DU == 2) {
+        *reinterpret_cast<float2*>(&sd[r][t]) = make_float2(x[0], x[DU > 1 ? 1 : 0]);
+        if (DY) *reinterpret_cast<float2*>(&sg[r][t]) = make_float2(sl[0], sl[DU > 1 ? 1 : 0]);
+      } else {
+        sd[r][t] = x[0];
+        if (DY) sg[r][t] = sl[0];
       }
     }
   }
