@@ -21,7 +21,8 @@ bool is_contiguous_strides(const std::vector<int64_t>& strides, const Shape& sha
 
 std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const std::vector<int64_t>& strides, const Shape& to) {
   std::vector<int64_t> out(to.size(), 0);
-  if (numel(from) == 0) return contiguous_strides(to);
+  // No elements, or one (a scalar seen as [1, 1, …] or back): no axis is ever stepped.
+  if (numel(from) <= 1) return contiguous_strides(to);
   int64_t view_d = static_cast<int64_t>(to.size()) - 1;
   int64_t chunk_stride = strides.empty() ? 1 : strides.back(), tensor_numel = 1, view_numel = 1;
   for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
