@@ -133,6 +133,8 @@ class CudaExecutable final : public Executable {
   void plan_fused(const ir::Graph& g, const passes::KernelGroup& group);
   void plan_single(const ir::Graph& g, int32_t id);
   void plan_matmul(const ir::Graph& g, int32_t id);
+  /// selective_scan and selective_scan_grad (plan_scan.cc).
+  void plan_scan(const ir::Graph& g, int32_t id);
   void computed_by_product(int32_t node, int32_t id);
   void plan_outputs_and_updates(const ir::Graph& g);
   /// Whether update value `value`, computed by group `group` (an elementwise kernel), may be

@@ -1,5 +1,5 @@
 // Helpers the placement files of the CUDA executable share (plan.cc, plan_products.cc,
-// norm_fusion.cc).
+// plan_scan.cc, norm_fusion.cc).
 #pragma once
 #include <algorithm>
 #include <cstdint>
