@@ -89,9 +89,9 @@ class CudaExecutable final : public Executable {
   std::map<int32_t, Place> attention_stats_;
   // selective_scan forward node → the states entering each chunk its kernel kept for the gradient.
   std::map<int32_t, Place> scan_states_;
-  // Unslices and concats that only assemble a selective_scan_grad's packed cotangent [dy | dlast]:
-  // not run; the gradient's kernel reads their inputs (scan_cotangent_parts).
-  std::set<int32_t> scan_cotangents_;
+  // Unslices and concats that only assemble a selective_scan_grad's packed cotangent [dy | dlast]
+  // → its parts (dy, dlast; -1: zero): not run; the gradient's kernel reads the parts.
+  std::map<int32_t, std::pair<int32_t, int32_t>> scan_cotangents_;
   // attention_grad nodes whose parts are written [B, T, H, D] (AttentionShape::grads_bthd).
   std::set<int32_t> bthd_grads_;
   // Concats of a packed qkv gradient that attention_grad writes in place (grads_packed) → that node.
@@ -153,6 +153,8 @@ class CudaExecutable final : public Executable {
   /// The parts (dy, dlast; -1: zero) of a packed selective_scan cotangent `id` when it is an
   /// unslice of one part or a concat of both, read by selective_scan_grads only; nullopt if not.
   std::optional<std::pair<int32_t, int32_t>> scan_cotangent_parts(const ir::Graph& g, int32_t id) const;
+  /// Records `id` in scan_cotangents_ when it only packs a scan cotangent (then it is not run).
+  bool defer_scan_cotangent(const ir::Graph& g, int32_t id);
   /// Whether `x` is read after the step: a graph output or an update's value.
   bool escapes(const ir::Graph& g, int32_t x) const;
   bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);

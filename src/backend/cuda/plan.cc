@@ -308,10 +308,7 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kUnslice: {
-      if (scan_cotangent_parts(g, id)) {  // read in parts by the selective_scan_grad
-        scan_cotangents_.insert(id);
-        return;
-      }
+      if (defer_scan_cotangent(g, id)) return;  // read in parts by the selective_scan_grad
       const Place out = own_node(g, id);
       add_kernel({id}, unslice_kernel(kKernelName, operand(n.inputs[0]), n.shape, static_cast<int>(n.attrs.axes[0]),
                                       static_cast<int64_t>(n.attrs.values[0]), static_cast<int64_t>(n.attrs.values[1])),
@@ -325,10 +322,7 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         view(std::move(p));
         return;
       }
-      if (scan_cotangent_parts(g, id)) {  // read in parts by the selective_scan_grad
-        scan_cotangents_.insert(id);
-        return;
-      }
+      if (defer_scan_cotangent(g, id)) return;  // read in parts by the selective_scan_grad
       std::vector<Operand> ops;
       std::vector<Arg> args;
       for (size_t k = 0; k < n.inputs.size(); ++k) {

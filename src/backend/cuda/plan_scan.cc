@@ -54,8 +54,8 @@ void CudaExecutable::plan_scan(const ir::Graph& g, int32_t id) {
   Place dy, dlast;
   if (n.op == Op::kSelectiveScanGrad) {
     const int64_t nu = numel(us);
-    if (scan_cotangents_.count(n.inputs[7])) {
-      const auto [y_part, last_part] = *scan_cotangent_parts(g, n.inputs[7]);
+    if (const auto parts = scan_cotangents_.find(n.inputs[7]); parts != scan_cotangents_.end()) {
+      const auto [y_part, last_part] = parts->second;
       if (y_part < 0) {
         sh.dy = ScanShape::Dy::kZero;
       } else if (const Place& p = slots_[static_cast<size_t>(y_part)].place;
@@ -131,6 +131,12 @@ std::optional<std::pair<int32_t, int32_t>> CudaExecutable::scan_cotangent_parts(
   }
   if (n.op == Op::kConcat && n.inputs.size() == 2 && size(0) == nu) return std::pair{n.inputs[0], n.inputs[1]};
   return std::nullopt;
+}
+
+bool CudaExecutable::defer_scan_cotangent(const ir::Graph& g, int32_t id) {
+  const auto parts = scan_cotangent_parts(g, id);
+  if (parts) scan_cotangents_[id] = *parts;
+  return parts.has_value();
 }
 
 }  // namespace tg::backend::cuda
