@@ -92,7 +92,7 @@ struct SelectiveScanResult {
 /// d / (D/G)). The recurrence with delta_bias, the softplus and the D skip is one primitive
 /// with its own backward (the z gate is an ordinary op after it); the softplus is the
 /// overflow-safe max(x, 0) + log1p(exp(−|x|)). The CUDA backend takes N ≤ 128 (a channel's
-/// states share one warp, four per lane) and says so when compiling a larger one; cpu and ref
+/// states share one warp, up to four per lane) and says so when compiling a larger one; cpu and ref
 /// take any N.
 SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
                                    const SelectiveScanOptions& options = {}, Loc loc = Loc::current());

@@ -203,10 +203,10 @@ std::vector<cuda::Launch> sample_launches() {
 }
 
 TEST(CudaScanLayout, SplitsTheWorkAndRefusesWhatItCannotHold) {
-  // b 8, d 1536, l 1024, n 16: 4 lanes per channel (four states each), 32 channels per
-  // 128-thread block, 128 chunks of 8 steps; dB/dC partials are one per block.
+  // b 8, d 1536, l 1024, n 16: 8 lanes per channel (two states each, two channels a thread),
+  // 32 channels per 128-thread block, 128 chunks of 8 steps; dB/dC partials are one per block.
   const cuda::ScanLayout lay = cuda::scan_layout({8, 1536, 1024, 1, 16});
-  EXPECT_EQ(lay.lanes, 4);
+  EXPECT_EQ(lay.lanes, 8);
   EXPECT_EQ(lay.channels_per_block, 32);
   EXPECT_EQ(lay.blocks, 1536 / 32);
   EXPECT_EQ(lay.chunks, 128);

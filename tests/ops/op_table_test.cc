@@ -386,14 +386,17 @@ const std::vector<OpCase>& op_cases() {
       {"selective_scan_gate_skip_bias_softplus", {uni({2, 3, 6}), uni({2, 3, 6}, -2, 2), uni({3, 4}, -1.5, -0.2), uni({2, 4, 6}), uni({2, 4, 6}), uni({3}), uni({2, 3, 6}), uni({3}, -0.5, 0.5)},
        FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .z = x[6], .delta_bias = x[7], .delta_softplus = true}).y), {2, 3, 6}, kF32, kTranscendental, kGrad},
       {"selective_scan_long", {uni({2, 3, 70}), uni({2, 3, 70}, 0.05, 0.5), uni({3, 4}, -1.0, -0.1), uni({2, 4, 70}), uni({2, 4, 70})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 3, 70}, kF32, kTranscendental, kCpuOnly},
-      // The CUDA kernels' layouts (four states per lane, chunks of 8 steps): 16 states (4 lanes
-      // per channel), 32-channel blocks of a group, L = 100 (12 chunks and a tail); 32 states
-      // (8 lanes); 5 states (2 lanes, three padded states); 33 states (16 lanes, 31 padded) and
-      // 64; the fused bias, softplus and D skip over several chunks.
+      // The CUDA kernels' layouts (two states per lane up to 64 states, else four; two channels a
+      // thread where the block's channels allow; chunks of 8 steps): 16 states (8 lanes per
+      // channel), 32-channel blocks of a group, L = 100 (12 chunks and a tail); 32 states (16
+      // lanes); 5 states (4 lanes, three padded states) in one-channel blocks; 33 states (32
+      // lanes, 31 padded) and 64; 80 (four a lane: 32 lanes, 48 padded); the fused bias,
+      // softplus and D skip over several chunks.
       {"selective_scan_wide_grouped", {uni({2, 64, 100}), uni({2, 64, 100}, 0.05, 0.5), uni({64, 16}, -1.0, -0.1), uni({2, 2, 16, 100}), uni({2, 2, 16, 100})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 64, 100}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_32_states_last", {uni({1, 8, 40}), uni({1, 8, 40}, 0.05, 0.5), uni({8, 32}, -1.0, -0.1), uni({1, 32, 40}), uni({1, 32, 40})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {1, 8, 32}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_5_states", {uni({3, 5, 33}), uni({3, 5, 33}, 0.05, 0.5), uni({5, 5}, -1.0, -0.1), uni({3, 5, 33}), uni({3, 5, 33})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {3, 5, 33}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_33_states_last", {uni({1, 4, 20}), uni({1, 4, 20}, 0.05, 0.5), uni({4, 33}, -1.0, -0.1), uni({1, 33, 20}), uni({1, 33, 20})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {1, 4, 33}, kF32, kLargeSum, kCpuOnly},
+      {"selective_scan_80_states_last", {uni({1, 4, 12}), uni({1, 4, 12}, 0.05, 0.5), uni({4, 80}, -1.0, -0.1), uni({1, 80, 12}), uni({1, 80, 12})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {1, 4, 80}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_64_states", {uni({2, 4, 21}), uni({2, 4, 21}, 0.05, 0.5), uni({4, 64}, -1.0, -0.1), uni({2, 64, 21}), uni({2, 64, 21})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 4, 21}, kF32, kLargeSum, kCpuOnly},
       {"selective_scan_wide_skip_bias_softplus", {uni({2, 64, 50}), uni({2, 64, 50}, -3, 1), uni({64, 16}, -1.0, -0.1), uni({2, 16, 50}), uni({2, 16, 50}), uni({64}), uni({64}, -0.5, 0.5)},
        FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .delta_bias = x[6], .delta_softplus = true}).y), {2, 64, 50}, kF32, kLargeSum, kCpuOnly},

@@ -74,7 +74,7 @@ Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint6
 Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v, const Operand& pos,
                            double scale);
 /// selective_scan (ops.def) over dense operands (selective_scan.cc): states in registers (two
-/// per thread in the forward, four in the backward), time walked in chunks of 8 steps.
+/// states of two channels per thread when N ≤ 64, else four states), time walked in chunks of 8 steps.
 struct ScanShape {
   int64_t batch = 0, channels = 0, length = 0, groups = 1, states = 0;
   bool softplus = false;
@@ -91,7 +91,8 @@ struct ScanShape {
   bool dlast = true;
 };
 /// How the backward splits the work and the scratch the kernels use (floats): lanes per channel
-/// (⌈N/4⌉ rounded up to a power of two), channels per block, blocks per sequence, 8-step chunks.
+/// (⌈N/2⌉ for N ≤ 64, else ⌈N/4⌉, rounded up to a power of two), channels per block, blocks per
+/// sequence, 8-step chunks.
 /// Scratch: the states entering each chunk [B, D, chunks, N]; the gradient's partials: dA
 /// [B, D, N], dB/dC [blocks, B, 2, N, L], dD/dbias [2, B, D]. Throws when d_state > 128.
 struct ScanLayout {

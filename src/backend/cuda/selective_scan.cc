@@ -1,12 +1,12 @@
 // CUDA kernels for selective_scan and its gradient (ops.def): states in registers, time walked
 // in chunks, only the states entering each chunk stored.
 //
-// Work split. A thread owns NS states of one (batch, channel) and walks all of L; a channel's
-// states sit in NSG consecutive lanes (NSG = ⌈N/NS⌉ rounded up to a power of two); a block holds
-// CB channels of one batch and one group of B/C. The forward takes NS = 2 and two channels per
-// thread (CT = 2: each load of B and C serves both), the backward NS = 4, one channel per thread
-// and 128-thread blocks (its per-step sums shared by more states; ~170 registers, three blocks
-// per SM; at b 8, d 1536 that is every thread of the op resident at once). At Mamba's sizes
+// Work split. A thread owns NS states of CT channels of one batch and walks all of L; a
+// channel's states sit in NSG consecutive lanes (NSG = ⌈N/NS⌉ rounded up to a power of two); a
+// block holds CB channels of one batch and one group of B/C. Both kernels take NS = 2 (N ≤ 64)
+// and two channels per thread (CT = 2: each load of B and C serves both), in 128-thread blocks
+// (the backward: ~165 registers, three blocks per SM; at b 8, d 1536 that is every thread of
+// the op resident at once). At Mamba's sizes
 // that is plenty of parallelism without splitting time across threads (b 8, d 1536, n 16: 49k
 // threads in either kernel), so every state-step costs one exp in the forward and one in the backward.
 // (Issue 7 asked for a chunked parallel scan over time; the first kernels here were one: local
@@ -27,7 +27,8 @@
 //             with every h and a kept in registers, then walked backwards with
 //             g = dh + C·dy, dh ← g·a. du and dΔ sum over the channel's lanes (reduce-scatter),
 //             get the D skip and the softplus slope, and leave as rows. dB and dC sum over
-//             channels: each step's terms over the warp's channels by a reduce-scatter
+//             channels: the thread's CT channels first, then each step's terms over the warp's
+//             channels by a reduce-scatter
 //             (shuffles), into a small shared tile; after the chunk the block adds the warps'
 //             sums in warp order, one partial per block (a tile of every channel's terms, summed
 //             by the block, kept the SM's shared-memory path busier: 0.328 → 0.298 ms);
@@ -78,12 +79,16 @@ Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads, int64_t ct)
   return sp;
 }
 
-// The backward's split: four states per lane, 128-thread blocks (with ~170 registers a thread,
-// three share an SM, so b 8, d 1536 — 384 blocks — is one wave). The forward keeps fewer live
-// values: two states per lane (when N ≤ 64) and two channels per thread, which share each load
-// of B and C (half the shared-memory traffic of B and C; forward 0.146 → 0.140 ms at b 8, d 1536).
+// Both kernels: two states per lane (when N ≤ 64, else four) and two channels per thread (CT),
+// which share each load of B and C; the forward's 128-thread blocks hold 32 channels (up to
+// 256 threads), the backward's 128 (with ~165 registers a thread three share an SM, so b 8,
+// d 1536 — 384 blocks — is one wave). In the backward the two channels' dB/dC terms add in the
+// thread (fused into the products), so the sums over the warp's channels take 2 shuffle levels
+// of 4 values a step instead of 3 of 8; the sums over states take one level more (8 lanes a
+// channel, not 4): 185.9 M → 181.8 M instructions, shared wavefronts 44.9 M → 36.3 M, backward
+// 0.285 → 0.274 ms at b 8, d 1536 (four states and one channel a thread before).
 // Measured and not kept (bench/RESULTS.md): other splits of either kernel were slower.
-Split backward_split(const ScanShape& s) { return split_for(s, kPerLane, 128, 1); }
+Split backward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 128, 2); }
 Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 256, 2); }
 
 // Constants and helpers of every kernel.
@@ -250,16 +255,21 @@ const char* kStage = R"(
 constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY_ROWS ? 2 : 1) * CB + 2 * N;
 constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
 constexpr int DU = !DELTA_EACH && VEC ? 2 : 1, DUNITS = CB * K / DU, PD = (DUNITS + NT - 1) / NT;
+// Known when the kernel is generated, so that their checks compile away: every unit a thread
+// takes is a real one (the units a multiple of the threads), every staged step lies within L.
+constexpr bool ALL_UNITS = UNITS % NT == 0, ALL_DUNITS = DUNITS % NT == 0, FULL = L % K == 0;
 struct Stage {
   float v[PF][UNIT], dv[PD][DU];
   const float* row[PF];  // each unit's row at its first step (nullptr past the rows), found once
+  const float* drow;     // delta's rows of the block
+  int doff[PD];          // each delta unit's offset in them (-1 past the units)
   __device__ __forceinline__ Stage(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
                                    const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0) {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t = e % (K / UNIT) * UNIT;
       const float* src = nullptr;
-      if (e < UNITS) {
+      if (ALL_UNITS || e < UNITS) {
         if (r < CB) src = u + row0 + (long long)r * L;
         else if (r < CB + N) src = Bm + bc0 + (long long)(r - CB) * L;
         else if (r < CB + 2 * N) src = Cm + bc0 + (long long)(r - CB - N) * L;
@@ -268,33 +278,41 @@ struct Stage {
       }
       row[i] = src;
     }
+    drow = delta + row0;
+#pragma unroll
+    for (int i = 0; i < PD; ++i) {
+      const int e = threadIdx.x + i * NT;
+      doff[i] = ALL_DUNITS || e < DUNITS ? e / (K / DU) * L + e % (K / DU) * DU : -1;
+    }
   }
-  __device__ __forceinline__ void fetch(const float* __restrict__ delta, long long row0, int t0) {
+  __device__ __forceinline__ void fetch(int t0) {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
       const int t = (threadIdx.x + i * NT) % (K / UNIT) * UNIT;
-      const float* src = row[i] != nullptr && t0 + t < L ? row[i] + t0 : nullptr;
+      const bool in = (ALL_UNITS || row[i] != nullptr) && (FULL || t0 + t < L);
+      const float* src = row[i] + t0;
       if constexpr (VEC) {
-        const float4 x = src != nullptr ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 x = in ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v[i][0] = x.x;
         v[i][UNIT > 1 ? 1 : 0] = x.y;
         v[i][UNIT > 2 ? 2 : 0] = x.z;
         v[i][UNIT > 3 ? 3 : 0] = x.w;
       } else {
-        v[i][0] = src != nullptr ? __ldg(src) : 0.0f;
+        v[i][0] = in ? __ldg(src) : 0.0f;
       }
     }
     // Delta (with DU = 2, L is a multiple of 4: a pair's steps are both within L or both past it).
 #pragma unroll
     for (int i = 0; i < PD; ++i) {
-      const int e = threadIdx.x + i * NT, r = e / (K / DU), t = e % (K / DU) * DU;
-      const bool in = e < DUNITS && t0 + t < L;
+      const int t = (threadIdx.x + i * NT) % (K / DU) * DU;
+      const bool in = (ALL_DUNITS || doff[i] >= 0) && (FULL || t0 + t < L);
+      const float* src = drow + doff[i] + t0;
       if constexpr (DU == 2) {
-        const float2 x = in ? __ldg(reinterpret_cast<const float2*>(delta + row0 + (long long)r * L + t0 + t)) : make_float2(0.0f, 0.0f);
+        const float2 x = in ? __ldg(reinterpret_cast<const float2*>(src)) : make_float2(0.0f, 0.0f);
         dv[i][0] = x.x;
         dv[i][DU > 1 ? 1 : 0] = x.y;
       } else {
-        dv[i][0] = in ? __ldg(delta + row0 + (long long)r * L + t0 + t) : 0.0f;
+        dv[i][0] = in ? __ldg(src) : 0.0f;
       }
     }
   }
@@ -303,8 +321,13 @@ struct Stage {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
-      if (e >= UNITS) continue;
-      if (r < CB || r >= CB + 2 * N) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
+      if (!ALL_UNITS && e >= UNITS) continue;
+      // Which rows unit i can be: decided here (after unrolling) when the range its threads
+      // cover holds one kind only.
+      constexpr int PER_ROW = K / UNIT;
+      const int rlo = i * NT / PER_ROW, rhi = ((i + 1) * NT - 1) / PER_ROW;
+      const bool chan = rhi < CB ? true : rlo >= CB && rhi < CB + 2 * N ? false : (r < CB || r >= CB + 2 * N);
+      if (chan) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
         float* row = r < CB ? su[r] : sy[r - CB - 2 * N];
         if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(v[i][0], v[i][UNIT > 1 ? 1 : 0], v[i][UNIT > 2 ? 2 : 0], v[i][UNIT > 3 ? 3 : 0]);
         else row[t1] = v[i][0];
@@ -319,11 +342,11 @@ struct Stage {
 #pragma unroll
     for (int i = 0; i < PD; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / DU), t = e % (K / DU) * DU;
-      if (e >= DUNITS) continue;
+      if (!ALL_DUNITS && e >= DUNITS) continue;
       float x[DU], sl[DU];
 #pragma unroll
       for (int q = 0; q < DU; ++q) {
-        const bool in = t0 + t + q < L;
+        const bool in = FULL || t0 + t + q < L;
         const float del = delta_of(dv[i][q] + bias[r], &sl[q]);
         x[q] = in ? del : 0.0f;
         sl[q] = in ? sl[q] : 0.0f;
@@ -417,6 +440,8 @@ ScanLayout scan_layout(const ScanShape& s) {
                 std::to_string(s.states));
   if (s.groups < 1 || s.channels % s.groups != 0) throw Error("[cuda] selective_scan: the channels must be a multiple of the groups");
   if (s.batch > 65535) throw Error("[cuda] selective_scan: batch " + std::to_string(s.batch) + " must stay below 65536");
+  if (s.length > (int64_t{1} << 26))  // a block's rows are indexed with 32-bit offsets (32 channels · L)
+    throw Error("[cuda] selective_scan: sequence length " + std::to_string(s.length) + " must stay at or below 2^26");
   ScanLayout lay;
   const Split sp = backward_split(s);
   lay.lanes = sp.lanes;
@@ -453,18 +478,18 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
       a2c[k][s] = k == 0 ? a2[s] : (j * NS + s < N ? A[(d + k) * N + j * NS + s] * 1.4426950408889634f : 0.0f);
     }
   Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
-  st.fetch(delta, row0, 0);
+  st.fetch(0);
   for (int r = 0; r < NR; ++r) {
     const int t0 = r * K;
     __syncthreads();  // the last chunk's rows are read and stored
     st.store(su, sd, nullptr, nullptr, sb, sc, sbias, t0);
     __syncthreads();
-    if (r + 1 < NR) st.fetch(delta, row0, t0 + K);
+    if (r + 1 < NR) st.fetch(t0 + K);
     float yv[CT * K];  // channel k's step t at k·K + t
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       // The state entering each chunk of KC steps, for the backward.
-      if (KEEP && t4 % KC == 0 && t0 + t4 < L) {
+      if (KEEP && t4 % KC == 0 && (FULL || t0 + t4 < L)) {
 #pragma unroll
         for (int k = 0; k < CT; ++k) store_row_states(hs + (((long long)b * D + d + k) * NCH + (t0 + t4) / KC) * N, j, h[k]);
       }
@@ -566,67 +591,97 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     const float v = DY_ONE ? dy[0] : 0.0f;
     for (int e = threadIdx.x; e < CB * RS; e += NT) sy[e / RS][e % RS] = v;
   }
-  float dh[NS], dA[NS];
+  // CT channels per thread (c, c + 1, …): each load of B and C serves them all, and their dB/dC
+  // terms are summed in the thread before the shuffles.
+  float dh[CT][NS], dA[CT][NS], a2c[CT][NS], anc[CT][NS];
 #pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    dh[s] = DLAST && j * NS + s < N ? dlast[((long long)b * D + d) * N + j * NS + s] : 0.0f;
-    dA[s] = 0.0f;
-  }
-  float dD = 0.0f, dbias = 0.0f;
+  for (int k = 0; k < CT; ++k)
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int n = j * NS + s;
+      anc[k][s] = k == 0 ? an[s] : (n < N ? A[(d + k) * N + n] : 0.0f);
+      a2c[k][s] = anc[k][s] * 1.4426950408889634f;
+      dh[k][s] = DLAST && n < N ? dlast[((long long)b * D + d + k) * N + n] : 0.0f;
+      dA[k][s] = 0.0f;
+    }
   // The dB/dC terms of a step: 2·NS per lane, summed over the warp's channels by a
   // reduce-scatter over the channel bits of the lane index. A lane then keeps TKEPT of them
-  // (from index t_kept); past 2·NS channels a warp's lanes hold copies (only the first store).
+  // (from index t_kept); past 2·NS channel groups a warp's lanes hold copies (only the first store).
   constexpr int TV = 2 * NS, TKEPT = kept_count(TV, CW);
   const int t_kept = kept_index<TV, NSG, WL / 2>(), warp = threadIdx.x / WL;
   const bool t_store = (threadIdx.x % WL) / NSG < TV;
   float* dbc = dBC_part + ((long long)blockIdx.x * B + b) * 2 * N * L;
-  // Steps per du/dΔ reduce-scatter group: as many as the channel has lanes (one each), at least
-  // 4 (the steps read at once) and at most K.
-  constexpr int RG = NSG < 4 ? 4 : NSG < K ? NSG : K, RKEPT = kept_count(RG, NSG);
+  // du/dΔ sum over the channel's lanes by a reduce-scatter of CT·RG values ([channel][step] of
+  // RG steps): RG as many steps as a channel has lanes, at least 4 (the steps read at once), at
+  // most K. A lane keeps RKEPT consecutive values, all of one channel (the first levels decide
+  // the channel: NSG ≥ CT), the same channel in every group: its dD and dbias sum that one.
+  constexpr int RG = NSG / CT < 4 ? 4 : NSG / CT < K ? NSG / CT : K, RV = CT * RG, RKEPT = kept_count(RV, NSG);
+  const int r_kept = kept_index<RV, 1, NSG / 2>(), r_ch = r_kept / RG;
+  float dD = 0.0f, dbias = 0.0f;  // of channel c + r_ch
   Stage st(u, delta, Bm, Cm, dy, row0, bc0);
-  st.fetch(delta, row0, (NCH - 1) * K);
-  // The state entering each chunk, loaded a chunk ahead (a global load's latency would stall
+  st.fetch((NCH - 1) * K);
+  // The states entering each chunk, loaded a chunk ahead (a global load's latency would stall
   // the recomputation that starts from it).
-  const float* hs_row = hs + ((long long)b * D + d) * NCH * N;
-  float h_next[NS];
-  load_row_states(hs_row + (long long)(NCH - 1) * N, j, h_next);
-  for (int k = NCH - 1; k >= 0; --k) {
-    const int t0 = k * K;
+  const float* hs_row = hs + ((long long)b * D + d) * NCH * N;  // channel c + k at k·NCH·N
+  float h_next[CT][NS];
+#pragma unroll
+  for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)k * NCH + NCH - 1) * N, j, h_next[k]);
+  for (int kc = NCH - 1; kc >= 0; --kc) {
+    const int t0 = kc * K;
     __syncthreads();  // the last chunk's rows and terms are read
     st.store(su, sd, sg, sy, sb, sc, sbias, t0);
     __syncthreads();
-    if (k > 0) st.fetch(delta, row0, t0 - K);
+    if (kc > 0) st.fetch(t0 - K);
     // The chunk forward from its entering state: hv[t + 1] = h after step t, av[t] = a of step t.
-    float hv[K + 1][NS], av[K][NS];
+    float hv[K + 1][CT][NS], av[K][CT][NS];
 #pragma unroll
-    for (int s = 0; s < NS; ++s) hv[0][s] = h_next[s];
-    if (k > 0) load_row_states(hs_row + (long long)(k - 1) * N, j, h_next);
+    for (int k = 0; k < CT; ++k)
+#pragma unroll
+      for (int s = 0; s < NS; ++s) hv[0][k][s] = h_next[k][s];
+    if (kc > 0) {
+#pragma unroll
+      for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)k * NCH + kc - 1) * N, j, h_next[k]);
+    }
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
-      const float4 dq = *reinterpret_cast<const float4*>(&sd[c][t4]), uq = *reinterpret_cast<const float4*>(&su[c][t4]);
-      const float dels[4] = {dq.x, dq.y, dq.z, dq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
+      float dels[CT][4], us[CT][4];
+#pragma unroll
+      for (int k = 0; k < CT; ++k) {
+        const float4 dq = *reinterpret_cast<const float4*>(&sd[c + k][t4]), uq = *reinterpret_cast<const float4*>(&su[c + k][t4]);
+        dels[k][0] = dq.x; dels[k][1] = dq.y; dels[k][2] = dq.z; dels[k][3] = dq.w;
+        us[k][0] = uq.x; us[k][1] = uq.y; us[k][2] = uq.z; us[k][3] = uq.w;
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int t = t4 + q;
-        const float4 bq = *reinterpret_cast<const float4*>(&sb[j * BS + t * NS]);
-        const float bs[4] = {bq.x, bq.y, bq.z, bq.w};
-        const float du = dels[q] * us[q];
+        float bs[NS];
+        load_states(&sb[j * BS + t * NS], bs);
 #pragma unroll
-        for (int s = 0; s < NS; ++s) {
-          av[t][s] = exp2_approx(dels[q] * a2[s]);
-          hv[t + 1][s] = fmaf(av[t][s], hv[t][s], du * bs[s]);
+        for (int k = 0; k < CT; ++k) {
+          const float du = dels[k][q] * us[k][q];
+#pragma unroll
+          for (int s = 0; s < NS; ++s) {
+            av[t][k][s] = exp2_approx(dels[k][q] * a2c[k][s]);
+            hv[t + 1][k][s] = fmaf(av[t][k][s], hv[t][k][s], du * bs[s]);
+          }
         }
       }
     }
 #pragma unroll
     for (int grp = K / RG - 1; grp >= 0; --grp) {
-      float vu[RG], vd[RG];  // this lane's shares of du (before the skip) and dΔ for the group's steps
+      float vu[RV], vd[RV];  // this lane's shares of du (before the skip) and dΔ: channel k's step tt at k·RG + tt
 #pragma unroll
       for (int t4 = RG - 4; t4 >= 0; t4 -= 4) {
         const int tb = grp * RG + t4;
-        const float4 yq = *reinterpret_cast<const float4*>(&sy[c][tb]), dq = *reinterpret_cast<const float4*>(&sd[c][tb]);
-        const float4 uq = *reinterpret_cast<const float4*>(&su[c][tb]);
-        const float dys[4] = {yq.x, yq.y, yq.z, yq.w}, dels[4] = {dq.x, dq.y, dq.z, dq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
+        float dys[CT][4], dels[CT][4], us[CT][4];
+#pragma unroll
+        for (int k = 0; k < CT; ++k) {
+          const float4 yq = *reinterpret_cast<const float4*>(&sy[c + k][tb]), dq = *reinterpret_cast<const float4*>(&sd[c + k][tb]);
+          const float4 uq = *reinterpret_cast<const float4*>(&su[c + k][tb]);
+          dys[k][0] = yq.x; dys[k][1] = yq.y; dys[k][2] = yq.z; dys[k][3] = yq.w;
+          dels[k][0] = dq.x; dels[k][1] = dq.y; dels[k][2] = dq.z; dels[k][3] = dq.w;
+          us[k][0] = uq.x; us[k][1] = uq.y; us[k][2] = uq.z; us[k][3] = uq.w;
+        }
         float bv[4][NS], cv[4][NS];  // loaded before the step's terms are stored (they could alias)
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -638,21 +693,25 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           const int t = tb + q, tt = t4 + q;
           const float* bs = bv[q];
           const float* cs = cv[q];
-          const float dyv = dys[q], del = dels[q], uu = us[q], du = del * uu;
-          float gB = 0.0f, pA = 0.0f, tB[NS], tC[NS];
+          float tB[NS], tC[NS];
 #pragma unroll
-          for (int s = 0; s < NS; ++s) {
-            const float gg = fmaf(cs[s], dyv, dh[s]);
-            tC[s] = hv[t + 1][s] * dyv;
-            tB[s] = gg * du;
-            gB = fmaf(gg, bs[s], gB);
-            const float p = gg * av[t][s] * hv[t][s];
-            pA = fmaf(p, an[s], pA);
-            dA[s] = fmaf(p, del, dA[s]);
-            dh[s] = gg * av[t][s];
+          for (int k = 0; k < CT; ++k) {
+            const float dyv = dys[k][q], del = dels[k][q], uu = us[k][q], du = del * uu;
+            float gB = 0.0f, pA = 0.0f;
+#pragma unroll
+            for (int s = 0; s < NS; ++s) {
+              const float gg = fmaf(cs[s], dyv, dh[k][s]);
+              tC[s] = k == 0 ? hv[t + 1][k][s] * dyv : fmaf(hv[t + 1][k][s], dyv, tC[s]);
+              tB[s] = k == 0 ? gg * du : fmaf(gg, du, tB[s]);
+              gB = fmaf(gg, bs[s], gB);
+              dh[k][s] = gg * av[t][k][s];
+              const float p = dh[k][s] * hv[t][k][s];
+              pA = fmaf(p, anc[k][s], pA);
+              dA[k][s] = fmaf(p, del, dA[k][s]);
+            }
+            vu[k * RG + tt] = del * gB;
+            vd[k * RG + tt] = fmaf(uu, gB, pA);
           }
-          vu[tt] = del * gB;
-          vd[tt] = fmaf(uu, gB, pA);
           // The step's dB/dC terms summed over the warp's channels; the block adds the warps' sums below.
           float tv[TV];
 #pragma unroll
@@ -670,17 +729,17 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           }
         }
       }
-      reduce_scatter<RG, 1, NSG / 2>(vu);
-      reduce_scatter<RG, 1, NSG / 2>(vd);
-      const int t_first = grp * RG + kept_index<RG, 1, NSG / 2>();
-      if (j < RG) {
+      reduce_scatter<RV, 1, NSG / 2>(vu);
+      reduce_scatter<RV, 1, NSG / 2>(vd);
+      if (j < RV) {  // past RV lanes (more lanes than values) the upper lanes hold copies
+        const int cc = c + r_ch;
 #pragma unroll
         for (int i = 0; i < RKEPT; ++i) {
-          const int t = t_first + i;
-          const float dyv = sy[c][t], ddel = vd[i] * sg[c][t];
-          sou[c][t] = fmaf(dyv, sdsk[c], vu[i]);
-          sod[c][t] = ddel;
-          dD = fmaf(dyv, su[c][t], dD);
+          const int t = grp * RG + (r_kept + i) % RG;
+          const float dyv = sy[cc][t], ddel = vd[i] * sg[cc][t];
+          sou[cc][t] = fmaf(dyv, sdsk[cc], vu[i]);
+          sod[cc][t] = ddel;
+          dD = fmaf(dyv, su[cc][t], dD);
           dbias += ddel;
         }
       }
@@ -704,17 +763,23 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     }
   }
 #pragma unroll
-  for (int s = 0; s < NS; ++s)
-    if (j * NS + s < N) dA_part[((long long)b * D + d) * N + j * NS + s] = dA[s];
-  // dD and dbias over the channel's lanes.
+  for (int k = 0; k < CT; ++k)
 #pragma unroll
-  for (int o = 1; o < NSG; o *= 2) {
-    dD += __shfl_xor_sync(MASK, dD, o);
-    dbias += __shfl_xor_sync(MASK, dbias, o);
-  }
-  if (j == 0) {
-    dDb_part[(long long)b * D + d] = dD;
-    dDb_part[(long long)B * D + (long long)b * D + d] = dbias;
+    for (int s = 0; s < NS; ++s)
+      if (j * NS + s < N) dA_part[((long long)b * D + d + k) * N + j * NS + s] = dA[k][s];
+  // dD and dbias of each channel over its lanes (a lane's sums are of channel c + r_ch).
+#pragma unroll
+  for (int k = 0; k < CT; ++k) {
+    float xd = r_ch == k && j < RV ? dD : 0.0f, xb = r_ch == k && j < RV ? dbias : 0.0f;
+#pragma unroll
+    for (int o = 1; o < NSG; o *= 2) {
+      xd += __shfl_xor_sync(MASK, xd, o);
+      xb += __shfl_xor_sync(MASK, xb, o);
+    }
+    if (j == 0) {
+      dDb_part[(long long)b * D + d + k] = xd;
+      dDb_part[(long long)B * D + (long long)b * D + d + k] = xb;
+    }
   }
 }
 )";
