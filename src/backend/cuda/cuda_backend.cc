@@ -18,12 +18,20 @@ class CudaBackend final : public Backend {
     ctx_->info = cuda::open_device(index);
     if (const std::string why = cuda::cublaslt_unavailable_reason(); !why.empty())
       throw DeviceError("[cuda] device cuda:" + std::to_string(index) + " is unusable: " + why);
+    // The steps run on `stream` at the greatest priority; steps off the critical path (an
+    // executable's side steps) on `side` at the least, so that the block scheduler serves
+    // them only where the main chain leaves an SM free.
     constexpr unsigned kNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
-    cuda::check(cuda::driver().cuStreamCreate(&ctx_->stream, kNonBlocking), "cuStreamCreate");
+    const cuda::Driver& d = cuda::driver();
+    int least = 0, greatest = 0;
+    cuda::check(d.cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange");
+    cuda::check(d.cuStreamCreateWithPriority(&ctx_->stream, kNonBlocking, greatest), "cuStreamCreateWithPriority");
+    cuda::check(d.cuStreamCreateWithPriority(&ctx_->side, kNonBlocking, least), "cuStreamCreateWithPriority");
   }
   ~CudaBackend() override {
     ctx_->make_current();
     cuda::driver().cuStreamSynchronize(ctx_->stream);
+    cuda::driver().cuStreamSynchronize(ctx_->side);
   }
   const char* name() const override { return "cuda"; }
   bool supports(ir::Op) const override { return true; }

@@ -77,6 +77,9 @@ const Loaded& loaded_driver() {
       bind(lib, d.cuModuleUnload, "cuModuleUnload", "libcuda");
       bind(lib, d.cuFuncSetAttribute, "cuFuncSetAttribute", "libcuda");
       bind(lib, d.cuStreamCreate, "cuStreamCreate", "libcuda");
+      bind(lib, d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority", "libcuda");
+      bind(lib, d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange", "libcuda");
+      bind(lib, d.cuStreamWaitEvent, "cuStreamWaitEvent", "libcuda");
       bind(lib, d.cuStreamDestroy, "cuStreamDestroy_v2", "libcuda");
       bind(lib, d.cuStreamSynchronize, "cuStreamSynchronize", "libcuda");
       bind(lib, d.cuStreamBeginCapture, "cuStreamBeginCapture_v2", "libcuda");

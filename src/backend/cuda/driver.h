@@ -53,6 +53,9 @@ struct Driver {
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamCreateWithPriority)(CUstream*, unsigned, int);
+  CUresult (*cuCtxGetStreamPriorityRange)(int*, int*);  // (least, greatest)
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuStreamBeginCapture)(CUstream, int);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -88,6 +89,9 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
     }
   phase("cuBLASLt tuning");
   for (CUevent& e : done_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  const auto sides = std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.side; });
+  side_events_.assign(sides > 0 ? static_cast<size_t>(sides) + 1 : 0, nullptr);  // a fork per side step, a join
+  for (CUevent& e : side_events_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
   for (int k = 0; k < 2; ++k) capture(k);
   phase("graph capture");
 }
@@ -112,6 +116,7 @@ CudaExecutable::~CudaExecutable() {
     if (staging_[k]) d.cuMemFreeHost(staging_[k]);
     if (done_[k]) d.cuEventDestroy(done_[k]);
   }
+  for (CUevent e : side_events_) d.cuEventDestroy(e);
   if (readback_) d.cuMemFreeHost(readback_);
 }
 
@@ -219,8 +224,53 @@ void CudaExecutable::plan_arena(bool reuse) {
         b.first = b.first < 0 ? e : std::min(b.first, e);
         b.last = std::max(b.last, e);
       }
+  choose_side_steps(reuse);
   const auto end = static_cast<int32_t>(steps_.size());
   arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(place_arena(bufs_, end, reuse, memory_), kAlign)));
+}
+
+void CudaExecutable::choose_side_steps(bool reuse) {
+  // A step is a side step when nothing after it touches what it touches: no later step has an
+  // argument in one of its arena buffers or fixed allocations (arguments are not told apart
+  // as read or written, so a shared read counts too), and no later step runs the same module
+  // (chunked reductions keep partials in module globals). Its results are then read only
+  // after the step's end (outputs, the loss), and it can run beside the steps after it:
+  // captured on the low-priority side stream, joined before the updates and the readback.
+  // Its buffers must then stay allocated to the end, or a later step could be placed in them
+  // while it still reads: that is allowed while it grows the arena by at most a quarter.
+  // Products (one shared cuBLASLt workspace), memsets and steps with the error word stay on
+  // the main stream.
+  if (std::getenv("TG_CUDA_NO_SIDE") != nullptr) return;
+  const size_t n = steps_.size();
+  auto key = [](const Place& p) { return p.buf >= 0 ? static_cast<int64_t>(p.buf) : -static_cast<int64_t>(p.fixed) - 1; };
+  std::vector<std::vector<int64_t>> keys(n);
+  for (size_t i = 0; i < n; ++i)
+    for (const Arg& a : steps_[i].args)
+      if (!a.err) keys[i].push_back(key(a.place));
+  std::vector<size_t> side;
+  std::vector<int64_t> later;  // every key of the steps after i
+  for (size_t i = n; i-- > 0;) {
+    const Step& s = steps_[i];
+    bool ok = i + 1 < n && s.kind == Step::Kind::kKernel &&
+              std::none_of(s.args.begin(), s.args.end(), [](const Arg& a) { return a.err; });
+    for (int64_t k : keys[i]) ok = ok && std::find(later.begin(), later.end(), k) == later.end();
+    for (size_t j = i + 1; ok && j < n; ++j) ok = steps_[j].kind != Step::Kind::kKernel || steps_[j].launch.source != s.launch.source;
+    if (ok) side.push_back(i);
+    later.insert(later.end(), keys[i].begin(), keys[i].end());
+  }
+  if (side.empty()) return;
+  const auto end = static_cast<int32_t>(n);
+  if (reuse) {
+    std::vector<ArenaBuffer> before = bufs_, after = bufs_;
+    for (size_t i : side)
+      for (const Arg& a : steps_[i].args)
+        if (!a.err && a.place.buf >= 0) after[static_cast<size_t>(a.place.buf)].last = end;
+    MemoryStats scratch;
+    const int64_t was = place_arena(before, end, reuse, scratch), is = place_arena(after, end, reuse, scratch);
+    if (is > was + was / 4) return;
+    for (size_t b = 0; b < bufs_.size(); ++b) bufs_[b].last = after[b].last;
+  }
+  for (size_t i : side) steps_[i].side = true;
 }
 
 void CudaExecutable::compile_kernels() {
@@ -245,9 +295,8 @@ void CudaExecutable::compile_kernels() {
   for (Step& s : steps_) s.launch.source.clear();
 }
 
-void CudaExecutable::enqueue_step(const Step& s) {
+void CudaExecutable::enqueue_step(const Step& s, CUstream stream) {
   const Driver& d = driver();
-  CUstream stream = ctx_->stream;
   switch (s.kind) {
     case Step::Kind::kKernel: {
       std::vector<CUdeviceptr> ptrs;
@@ -283,8 +332,25 @@ void CudaExecutable::enqueue_step(const Step& s) {
 /// One step's work in stream order: upload the inputs, clear the error word, every step, then
 /// the updates (after every read of the old values).
 void CudaExecutable::enqueue_all(int k) {
+  const Driver& d = driver();
   enqueue_prologue(k);
-  for (const Step& s : steps_) enqueue_step(s);
+  // A side step waits for the main stream's work before it (an event recorded there), then
+  // runs on the side stream; the main stream waits for the side stream before the updates.
+  size_t forks = 0;
+  for (const Step& s : steps_) {
+    if (!s.side) {
+      enqueue_step(s, ctx_->stream);
+      continue;
+    }
+    check(d.cuEventRecord(side_events_[forks], ctx_->stream), "cuEventRecord");
+    check(d.cuStreamWaitEvent(ctx_->side, side_events_[forks], 0), "cuStreamWaitEvent");
+    ++forks;
+    enqueue_step(s, ctx_->side);
+  }
+  if (forks > 0) {
+    check(d.cuEventRecord(side_events_[forks], ctx_->side), "cuEventRecord");
+    check(d.cuStreamWaitEvent(ctx_->stream, side_events_[forks], 0), "cuStreamWaitEvent");
+  }
   enqueue_updates();
   enqueue_readback();
 }
@@ -319,7 +385,9 @@ void CudaExecutable::capture(int k) {
   check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
   graph_[k] = graph;
   CUgraphExec exec = nullptr;
-  check(d.cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
+  // With side steps the kernel nodes keep the priorities of the streams they were captured on.
+  constexpr unsigned long long kUseNodePriority = 8;  // CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+  check(d.cuGraphInstantiate(&exec, graph, side_events_.empty() ? 0 : kUseNodePriority), "cuGraphInstantiate");
   graph_exec_[k] = exec;
 }
 
@@ -375,7 +443,7 @@ void CudaExecutable::profile_execution(int k) {
   for (CUevent& e : events) check(d.cuEventCreate(&e, 0), "cuEventCreate");
   check(d.cuEventRecord(events[0], stream), "cuEventRecord");
   for (size_t i = 0; i < steps_.size(); ++i) {
-    enqueue_step(steps_[i]);
+    enqueue_step(steps_[i], stream);  // one at a time, side steps too
     check(d.cuEventRecord(events[i + 1], stream), "cuEventRecord");
   }
   enqueue_updates();
@@ -436,6 +504,7 @@ std::string CudaExecutable::step_line(const Step& s) const {
     out << " grid " << s.launch.grid[0] << "x" << s.launch.grid[1] << "x" << s.launch.grid[2] << " block " << s.launch.block[0] << "x"
         << s.launch.block[1];
   if (s.flops) out << " " << s.flops << " flops";
+  if (s.side) out << " (side stream)";
   return out.str();
 }
 

@@ -45,7 +45,8 @@ class CudaBuffer final : public Buffer {
 /// What the backend shares with its executables.
 struct CudaContext {
   DeviceInfo info;
-  CUstream stream = nullptr;
+  CUstream stream = nullptr;  // greatest priority: every step but the side steps
+  CUstream side = nullptr;    // least priority: side steps (CudaExecutable::choose_side_steps)
   void make_current() const;
 };
 
@@ -124,6 +125,8 @@ class CudaExecutable final : public Executable {
     std::vector<std::vector<std::vector<int64_t>>> group_strides;
     std::vector<size_t> group_reads, group_args;
     int64_t flops = 0;
+    // Runs on the side stream, overlapping the steps after it (choose_side_steps).
+    bool side = false;
   };
 
   // ---- placement (plan.cc) ----
@@ -203,11 +206,14 @@ class CudaExecutable final : public Executable {
   /// (neither reads or writes what another writes) become one launch.
   void batch_steps(const ir::Graph& g);
   void plan_arena(bool reuse);
+  /// Marks the steps that can run beside the steps after them (Step::side; executable.cc) and
+  /// keeps their buffers allocated to the end. TG_CUDA_NO_SIDE=1 turns it off.
+  void choose_side_steps(bool reuse);
   /// Each step's minimum traffic: the values it writes and the distinct values it reads from
   /// outside itself (what a roofline compares against bandwidth).
   void estimate_traffic(const ir::Graph& g);
   void compile_kernels();
-  void enqueue_step(const Step& s);
+  void enqueue_step(const Step& s, CUstream stream);
   /// Everything one execution does, in stream order, reading inputs from staging_[k].
   void enqueue_all(int k);
   void enqueue_prologue(int k);  // the input upload and clearing the error word
@@ -235,6 +241,7 @@ class CudaExecutable final : public Executable {
   int next_ = 0;                  // the buffer (and graph) of the next execute()
   bool launched_[2] = {false, false};
   CUevent done_[2] = {nullptr, nullptr};  // recorded after the launch that reads staging_[k]
+  std::vector<CUevent> side_events_;      // the side steps' forks, then the join (none without side steps)
   int64_t input_bytes_ = 0;
   std::unordered_map<int32_t, int64_t> input_offset_;  // input node → byte offset in the block
   std::unordered_map<int32_t, uint64_t> input_version_;  // bumped by each set_input

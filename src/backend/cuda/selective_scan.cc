@@ -20,7 +20,8 @@
 // computed. Then each thread walks them:
 //   forward:  a = 2^(Δ·A·log2 e) (one MUFU op), h = a·h + Δ·u·B, y += C·h; y sums over the
 //             channel's lanes by a reduce-scatter (each lane ends with its share of the steps),
-//             plus D·u, and leaves through shared memory as coalesced rows. At each chunk
+//             plus D·u, and leaves from the registers (a lane's consecutive steps: 16-byte
+//             stores; through shared memory as rows it took a barrier more). At each chunk
 //             start the thread stores the state entering it (B·D·⌈L/KC⌉·N floats, kept for the
 //             backward when the program has one), and after the last step the last state.
 //   backward: chunks from the last: the entering state is loaded, the chunk recomputed forward
@@ -414,7 +415,7 @@ const char* kStart = R"(  extern __shared__ float4 smem4[];
 )";
 
 int64_t scan_shared_floats(const Split& sp, bool grad) {
-  const int64_t rows = grad ? 6 : 3;  // u, Δ, (slope, dy,) out (and a second out)
+  const int64_t rows = grad ? 6 : 2;  // u, Δ, (slope, dy, du and dΔ)
   const int64_t k = grad ? kChunk : kForwardSteps;
   int64_t f = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + 2 * sp.cb;
   const int64_t warps = sp.threads() < 32 ? 1 : sp.threads() / 32;
@@ -460,14 +461,13 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   Launch l = scan_launch(name, s, sp, false);
   std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
                     " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps);
-  src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 3;\n";
+  src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 2;\n";
   src += kStage;
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + kOperands +
          "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kStart;
   src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
   float (*sd)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 1));
-  float (*so)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 2));
   // CT channels per thread (c, c + 1, …) share each load of B and C.
   float h[CT][NS], a2c[CT][NS];
 #pragma unroll
@@ -537,15 +537,27 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
     reduce_scatter<CT * K, 1, NSG / 2>(yv);
     constexpr int KEPT = kept_count(CT * K, NSG);
     const int i_first = kept_index<CT * K, 1, NSG / 2>();
+    // They are KEPT consecutive steps of one channel (KEPT divides K, the first a multiple of
+    // it): with the D skip they leave from the registers, 16 bytes at a time where rows allow
+    // (a warp's stores cover whole 32-byte sectors), with no staging row and no barrier.
     if (j < CT * K) {  // past CT·K lanes (more lanes than values) the upper lanes hold copies
+      const int cc = c + i_first / K, tf = i_first % K;
+      float* dst = out + row0 + (long long)cc * L + t0 + tf;
+      const float dsk = sdsk[cc];
+      if constexpr (VEC && KEPT % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < KEPT; ++i) {
-        const int cc = c + (i_first + i) / K, t = (i_first + i) % K;
-        so[cc][t] = yv[i] + sdsk[cc] * su[cc][t];
+        for (int i = 0; i < KEPT; i += 4)
+          if (FULL || t0 + tf + i < L) {  // L is a multiple of 4: a group is all in or all out
+            const float4 uq = *reinterpret_cast<const float4*>(&su[cc][tf + i]);
+            *reinterpret_cast<float4*>(dst + i) =
+                make_float4(fmaf(dsk, uq.x, yv[i]), fmaf(dsk, uq.y, yv[i + 1]), fmaf(dsk, uq.z, yv[i + 2]), fmaf(dsk, uq.w, yv[i + 3]));
+          }
+      } else {
+#pragma unroll
+        for (int i = 0; i < KEPT; ++i)
+          if (FULL || t0 + tf + i < L) dst[i] = fmaf(dsk, su[cc][tf + i], yv[i]);
       }
     }
-    __syncthreads();
-    store_rows(out, so, row0, t0);
   }
 #pragma unroll
   for (int k = 0; k < CT; ++k)
