@@ -604,16 +604,21 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
     for (int e = threadIdx.x; e < CB * RS; e += NT) sy[e / RS][e % RS] = v;
   }
   // CT channels per thread (c, c + 1, …): each load of B and C serves them all, and their dB/dC
-  // terms are summed in the thread before the shuffles.
+  // terms are summed in the thread before the shuffles. With two, odd lanes hold them in the
+  // other order (slot k is channel c + (k ^ SW)): each lane's slot 0 is then the channel whose
+  // du and dΔ it keeps, and the first level of their sum over the channel's lanes (the lane
+  // pair at bit 0) needs no select. Shared rows of a channel sit RS floats apart, so each slot
+  // reads them from one base address.
+  const int SW = CT == 2 && NSG >= 2 ? j & 1 : 0;
   float dh[CT][NS], dA[CT][NS], a2c[CT][NS], anc[CT][NS];
 #pragma unroll
   for (int k = 0; k < CT; ++k)
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
-      const int n = j * NS + s;
-      anc[k][s] = k == 0 ? an[s] : (n < N ? A[(d + k) * N + n] : 0.0f);
+      const int n = j * NS + s, dk = d + (k ^ SW);
+      anc[k][s] = n < N ? A[dk * N + n] : 0.0f;
       a2c[k][s] = anc[k][s] * 1.4426950408889634f;
-      dh[k][s] = DLAST && n < N ? dlast[((long long)b * D + d + k) * N + n] : 0.0f;
+      dh[k][s] = DLAST && n < N ? dlast[((long long)b * D + dk) * N + n] : 0.0f;
       dA[k][s] = 0.0f;
     }
   // The dB/dC terms of a step: 2·NS per lane, summed over the warp's channels by a
@@ -623,21 +628,25 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   const int t_kept = kept_index<TV, NSG, WL / 2>(), warp = threadIdx.x / WL;
   const bool t_store = (threadIdx.x % WL) / NSG < TV;
   float* dbc = dBC_part + ((long long)blockIdx.x * B + b) * 2 * N * L;
-  // du/dΔ sum over the channel's lanes by a reduce-scatter of CT·RG values ([channel][step] of
-  // RG steps): RG as many steps as a channel has lanes, at least 4 (the steps read at once), at
-  // most K. A lane keeps RKEPT consecutive values, all of one channel (the first levels decide
-  // the channel: NSG ≥ CT), the same channel in every group: its dD and dbias sum that one.
-  constexpr int RG = NSG / CT < 4 ? 4 : NSG / CT < K ? NSG / CT : K, RV = CT * RG, RKEPT = kept_count(RV, NSG);
-  const int r_kept = kept_index<RV, 1, NSG / 2>(), r_ch = r_kept / RG;
+  // du/dΔ sum over the channel's lanes by a reduce-scatter of CT·RG values ([slot][step] of RG
+  // steps): RG as many steps as a channel has lanes, at least 4 (the steps read at once), at
+  // most K. With two slots the first level keeps slot 0 (the lane's own channel) and adds the
+  // partner's slot 1 (the same channel); the rest is a reduce-scatter of RG values over the
+  // other lane bits. A lane keeps RKEPT consecutive steps, of the same channel in every group:
+  // its dD and dbias sum that one (c + r_ch).
+  constexpr bool PAIRED = CT == 2 && NSG >= 2;
+  constexpr int RG = NSG / CT < 4 ? 4 : NSG / CT < K ? NSG / CT : K, RV = CT * RG;
+  constexpr int RKEPT = PAIRED ? kept_count(RG, NSG / 2) : kept_count(RV, NSG);
+  const int r_kept = PAIRED ? kept_index<RG, 2, NSG / 2>() : kept_index<RV, 1, NSG / 2>(), r_ch = PAIRED ? SW : r_kept / RG;
   float dD = 0.0f, dbias = 0.0f;  // of channel c + r_ch
   Stage st(u, delta, Bm, Cm, dy, row0, bc0);
   st.fetch((NCH - 1) * K);
   // The states entering each chunk, loaded a chunk ahead (a global load's latency would stall
   // the recomputation that starts from it).
-  const float* hs_row = hs + ((long long)b * D + d) * NCH * N;  // channel c + k at k·NCH·N
+  const float* hs_row = hs + ((long long)b * D + d) * NCH * N;  // channel c + x at x·NCH·N
   float h_next[CT][NS];
 #pragma unroll
-  for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)k * NCH + NCH - 1) * N, j, h_next[k]);
+  for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)(k ^ SW) * NCH + NCH - 1) * N, j, h_next[k]);
   for (int kc = NCH - 1; kc >= 0; --kc) {
     const int t0 = kc * K;
     __syncthreads();  // the last chunk's rows and terms are read
@@ -652,14 +661,14 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
       for (int s = 0; s < NS; ++s) hv[0][k][s] = h_next[k][s];
     if (kc > 0) {
 #pragma unroll
-      for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)k * NCH + kc - 1) * N, j, h_next[k]);
+      for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)(k ^ SW) * NCH + kc - 1) * N, j, h_next[k]);
     }
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       float dels[CT][4], us[CT][4];
 #pragma unroll
       for (int k = 0; k < CT; ++k) {
-        const float4 dq = *reinterpret_cast<const float4*>(&sd[c + k][t4]), uq = *reinterpret_cast<const float4*>(&su[c + k][t4]);
+        const float4 dq = *reinterpret_cast<const float4*>(&sd[c + (k ^ SW)][t4]), uq = *reinterpret_cast<const float4*>(&su[c + (k ^ SW)][t4]);
         dels[k][0] = dq.x; dels[k][1] = dq.y; dels[k][2] = dq.z; dels[k][3] = dq.w;
         us[k][0] = uq.x; us[k][1] = uq.y; us[k][2] = uq.z; us[k][3] = uq.w;
       }
@@ -688,8 +697,9 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
         float dys[CT][4], dels[CT][4], us[CT][4];
 #pragma unroll
         for (int k = 0; k < CT; ++k) {
-          const float4 yq = *reinterpret_cast<const float4*>(&sy[c + k][tb]), dq = *reinterpret_cast<const float4*>(&sd[c + k][tb]);
-          const float4 uq = *reinterpret_cast<const float4*>(&su[c + k][tb]);
+          const int ck = c + (k ^ SW);
+          const float4 yq = *reinterpret_cast<const float4*>(&sy[ck][tb]), dq = *reinterpret_cast<const float4*>(&sd[ck][tb]);
+          const float4 uq = *reinterpret_cast<const float4*>(&su[ck][tb]);
           dys[k][0] = yq.x; dys[k][1] = yq.y; dys[k][2] = yq.z; dys[k][3] = yq.w;
           dels[k][0] = dq.x; dels[k][1] = dq.y; dels[k][2] = dq.z; dels[k][3] = dq.w;
           us[k][0] = uq.x; us[k][1] = uq.y; us[k][2] = uq.z; us[k][3] = uq.w;
@@ -741,8 +751,18 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           }
         }
       }
-      reduce_scatter<RV, 1, NSG / 2>(vu);
-      reduce_scatter<RV, 1, NSG / 2>(vd);
+      if constexpr (PAIRED) {
+#pragma unroll
+        for (int i = 0; i < RG; ++i) {
+          vu[i] += __shfl_xor_sync(MASK, vu[i + (PAIRED ? RG : 0)], 1);
+          vd[i] += __shfl_xor_sync(MASK, vd[i + (PAIRED ? RG : 0)], 1);
+        }
+        reduce_scatter<RG, 2, NSG / 2>(vu);
+        reduce_scatter<RG, 2, NSG / 2>(vd);
+      } else {
+        reduce_scatter<RV, 1, NSG / 2>(vu);
+        reduce_scatter<RV, 1, NSG / 2>(vd);
+      }
       if (j < RV) {  // past RV lanes (more lanes than values) the upper lanes hold copies
         const int cc = c + r_ch;
 #pragma unroll
@@ -778,7 +798,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   for (int k = 0; k < CT; ++k)
 #pragma unroll
     for (int s = 0; s < NS; ++s)
-      if (j * NS + s < N) dA_part[((long long)b * D + d + k) * N + j * NS + s] = dA[k][s];
+      if (j * NS + s < N) dA_part[((long long)b * D + d + (k ^ SW)) * N + j * NS + s] = dA[k][s];
   // dD and dbias of each channel over its lanes (a lane's sums are of channel c + r_ch).
 #pragma unroll
   for (int k = 0; k < CT; ++k) {
