@@ -1,0 +1,457 @@
+// The pieces both selective_scan kernels share (selective_scan_common.h): the work split,
+// the generated prelude (constants, the reduce-scatter, the softplus), the staging of a chunk's
+// rows, the kernels' start, their launch, the scratch layout, and the kernel that sums the
+// backward's partials. The kernels themselves and the design notes: selective_scan.cc.
+#include "backend/cuda/selective_scan_common.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cuda {
+namespace scan_detail {
+namespace {
+
+int64_t pow2_at_least(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// Channels per block: a power of two dividing a group's channels (a block stages one group's B
+// and C), up to max_threads threads and 32 channels (TG_CUDA_SCAN_CHANNELS caps it: tuning);
+// ct channels per thread where the block's channels and the channel's lanes allow it.
+Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads, int64_t ct) {
+  Split sp;
+  sp.ns = ns;
+  sp.lanes = pow2_at_least((s.states + ns - 1) / ns);
+  if (sp.lanes < ct) ct = 1;
+  sp.ct = ct;
+  int64_t cap = 32;
+  if (const char* env = std::getenv("TG_CUDA_SCAN_CHANNELS"); env != nullptr && std::atoi(env) > 0) cap = std::atoi(env);
+  const int64_t per = s.channels / s.groups;
+  while (per % (sp.cb * 2) == 0 && sp.cb * 2 * sp.lanes / ct <= max_threads && sp.cb * 2 <= cap) sp.cb *= 2;
+  if (sp.cb % ct != 0) sp.ct = 1;
+  sp.blocks = s.channels / sp.cb;
+  return sp;
+}
+
+int64_t scan_shared_floats(const Split& sp, bool grad) {
+  const int64_t rows = grad ? 6 : 2;  // u, Δ, (slope, dy, du and dΔ)
+  const int64_t k = grad ? kChunk : kForwardSteps;
+  int64_t f = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + 2 * sp.cb;
+  const int64_t warps = sp.threads() < 32 ? 1 : sp.threads() / 32;
+  if (grad) f = (f + 3) / 4 * 4 + kChunk * (warps * 2 * sp.lanes * sp.ns + 4);
+  return f;
+}
+
+}  // namespace
+
+// Both kernels: two states per lane (when N ≤ 64, else four) and two channels per thread (CT),
+// which share each load of B and C; at N = 16, 128-thread blocks of 32 channels (the backward's
+// ~165 registers a thread let three share an SM, so b 8, d 1536 — 384 blocks — is one wave). In the backward the two channels' dB/dC terms add in the
+// thread (fused into the products), so the sums over the warp's channels take 2 shuffle levels
+// of 4 values a step instead of 3 of 8; the sums over states take one level more (8 lanes a
+// channel, not 4): 185.9 M → 181.8 M instructions, shared wavefronts 44.9 M → 36.3 M, backward
+// 0.285 → 0.274 ms at b 8, d 1536 (four states and one channel a thread before).
+// Measured and not kept (bench/RESULTS.md): other splits of either kernel were slower.
+Split backward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 128, 2); }
+Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 256, 2); }
+
+// Constants and helpers of every kernel.
+// K: the steps a block stages at once (a multiple of the chunk KC).
+std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
+  const ScanLayout lay = scan_layout(s);
+  auto n = [](int64_t v) { return std::to_string(v); };
+  const int64_t nt = sp.threads();
+  std::string p = "constexpr int B = " + n(s.batch) + ", D = " + n(s.channels) + ", L = " + n(s.length) + ", G = " + n(s.groups) +
+                  ", N = " + n(s.states) + ", PER = " + n(s.channels / s.groups) + ", NS = " + n(sp.ns) + ", NSG = " +
+                  n(sp.lanes) + ", NP = NS * NSG, CB = " + n(sp.cb) + ", CT = " + n(sp.ct) + ", NT = " + n(nt) + ", K = " +
+                  n(k_stage) + ", KC = " + n(kChunk) + ", NCH = " + n(lay.chunks) + ", NR = (L + K - 1) / K > 0 ? (L + K - 1) / K : 1, SOFTPLUS = " +
+                  (s.softplus ? "1" : "0") + ";\n";
+  p += "constexpr int D_STRIDE = " + n(s.d_stride) + ", BIAS_STRIDE = " + n(s.bias_stride) + ";\n";
+  p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
+  p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
+  p += "constexpr long long NU = (long long)B * D * L;\n";
+  // Shared rows: [CB][RS] for per-channel rows (RS = K + 4: 16-byte aligned rows, a lane reads
+  // four steps at once) and [NSG][BS] for B and C, stored per lane's states [t][s] (BS = K·NS + 4
+  // spreads the lanes' float4 reads over the banks). The backward's dB/dC terms, already summed
+  // over each warp's channels: [K][WARPS][2·NP], each step's row TSW = WARPS·2·NP + 4 floats
+  // (the block sum reads several steps of one term at once: the 4 spreads them over the banks).
+  // WL: lanes of a warp, CW: channels of a warp.
+  p += "constexpr int RS = K + 4, BS = K * NS + 4, WL = NT < 32 ? NT : 32, CW = WL / NSG, WARPS = NT / WL, TSW = WARPS * 2 * NP + 4;\n";
+  p += R"(
+__device__ __forceinline__ float exp2_approx(float x) {  // one MUFU op; rel. error ~2^-22, tiny results flush to 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Reduce-scatter of V values over the lanes at bits S, 2S, … LAST of the lane index (each a
+// power of two): each level keeps half of the values (the upper half where the lane's bit is
+// set) and adds the partner's copy of that half; once one value is left, levels just add. Lane
+// bit S·2^i decides index bit (V >> (i + 1)) of what is kept: see kept_index.
+template <int V, int S, int LAST>
+__device__ __forceinline__ void reduce_scatter(float* v) {
+  if constexpr (S <= LAST) {
+    const bool up = (threadIdx.x & S) != 0;
+    if constexpr (V >= 2) {
+#pragma unroll
+      for (int i = 0; i < V / 2; ++i) {
+        const float lo = v[i], hi = v[i + V / 2];
+        v[i] = (up ? hi : lo) + __shfl_xor_sync(MASK, up ? lo : hi, S);
+      }
+      reduce_scatter<V / 2, S * 2, LAST>(v);
+    } else {
+      v[0] += __shfl_xor_sync(MASK, v[0], S);
+      reduce_scatter<1, S * 2, LAST>(v);
+    }
+  }
+}
+// Which of the V values v[0] stands for after reduce_scatter<V, S, LAST> (v[i] is that + i).
+template <int V, int S, int LAST>
+__device__ __forceinline__ int kept_index() {
+  int idx = 0;
+#pragma unroll
+  for (int b = S, w = V / 2; b <= LAST && w >= 1; b *= 2, w /= 2)
+    if (threadIdx.x & b) idx += w;
+  return idx;
+}
+__host__ __device__ constexpr int kept_count(int v, int lanes) { return v / lanes > 1 ? v / lanes : 1; }
+// This lane's NS states of a [.., N] row at p (its state j·NS): one vector access when N is a
+// multiple of NS (then a lane's states are all valid or all past N).
+__device__ __forceinline__ void load_row_states(const float* p, int j, float (&v)[NS]) {
+  if constexpr (N % NS == 0 && (NS == 4 || NS == 2)) {
+    if (j * NS < N) {
+      if constexpr (NS == 4) {
+        const float4 x = *reinterpret_cast<const float4*>(p + j * NS);
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+      } else {
+        const float2 x = *reinterpret_cast<const float2*>(p + j * NS);
+        v[0] = x.x; v[1] = x.y;
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < NS; ++s) v[s] = j * NS + s < N ? p[j * NS + s] : 0.0f;
+}
+__device__ __forceinline__ void store_row_states(float* p, int j, const float (&v)[NS]) {
+  if constexpr (N % NS == 0 && (NS == 4 || NS == 2)) {
+    if (j * NS < N) {
+      if constexpr (NS == 4) *reinterpret_cast<float4*>(p + j * NS) = make_float4(v[0], v[1], v[2], v[3]);
+      else *reinterpret_cast<float2*>(p + j * NS) = make_float2(v[0], v[1]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+    if (j * NS + s < N) p[j * NS + s] = v[s];
+}
+// This lane's NS states of B or C at one step (16- or 8-byte aligned).
+__device__ __forceinline__ void load_states(const float* p, float (&v)[NS]) {
+  if constexpr (NS == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+  } else if constexpr (NS == 2) {
+    const float2 x = *reinterpret_cast<const float2*>(p);
+    v[0] = x.x; v[1] = x.y;
+  } else {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) v[s] = p[s];
+  }
+}
+// Two consecutive steps' states of B or C (one 16-byte load when NS = 2: [t][s] rows at a
+// 16-byte boundary, t even).
+__device__ __forceinline__ void load_two_steps(const float* p, float (&v0)[NS], float (&v1)[NS]) {
+  if constexpr (NS == 2) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    v0[0] = x.x; v0[1] = x.y; v1[0] = x.z; v1[1] = x.w;
+  } else {
+    load_states(p, v0);
+    load_states(p + NS, v1);
+  }
+}
+__device__ __forceinline__ float rcp_approx(float x) {  // one MUFU op, ~1 ulp
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Δ of a raw delta (+ bias): the softplus max(x, 0) + log1p(e) with e = e^−|x| ≤ 1 when SOFTPLUS;
+// its slope (sigmoid: 1/(1+e) or e/(1+e)) is what dΔ becomes d(delta). log1p(e) = 2·atanh(z)
+// with z = e/(2+e) ≤ 1/3, by its odd series to z^13 (the next term is below 2e-8 of the sum):
+// within 3e-7 relative everywhere, small e included (host replica over x in [−30, 30], plus
+// ex2/rcp.approx's ~2^-22), in ~25 instructions where libdevice's expf, log1pf and IEEE
+// divisions take ~50 (this runs once per element of delta, ~10% of a pass).
+__device__ __forceinline__ float delta_of(float x, float* slope) {
+  if (!SOFTPLUS) {
+    *slope = 1.0f;
+    return x;
+  }
+  // e = 2^(−|x|·log2 e): the product's rounding error (fma) and log2 e's own tail go into a
+  // first-order factor, or e would be off by up to |x|·2^−24 relative.
+  const float ax = fabsf(x), t = -ax * 1.4426950408889634f;
+  const float tail = fmaf(-ax, 1.4426950408889634f, -t) - ax * 1.925963e-8f;
+  const float e = exp2_approx(t) * fmaf(tail, 0.6931471805599453f, 1.0f);
+  const float r = rcp_approx(1.0f + e);
+  *slope = x >= 0.0f ? r : e * r;
+  const float z = e * rcp_approx(2.0f + e), z2 = z * z;
+  float p = 1.0f / 13.0f;
+  p = fmaf(p, z2, 1.0f / 11.0f);
+  p = fmaf(p, z2, 1.0f / 9.0f);
+  p = fmaf(p, z2, 1.0f / 7.0f);
+  p = fmaf(p, z2, 1.0f / 5.0f);
+  p = fmaf(p, z2, 1.0f / 3.0f);
+  p = fmaf(p, z2, 1.0f);
+  return fmaxf(x, 0.0f) + 2.0f * z * p;
+}
+)";
+  return p;
+}
+
+// The block's staging of one chunk: per-channel rows (u, delta and, with DY_ROWS, dy) and B, C
+// rows of the block's group, each K steps from t0; steps past L stage as 0 (and their Δ and
+// slope as 0, so they change nothing; a dy given as one value holds it there too, which changes
+// nothing either: C and Δ are 0). fetch() loads into registers, store() writes shared memory.
+// With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
+// moves four steps of a row per load.
+const char* const kStage = R"(
+// Rows u, B, C and dy move in units of UNIT steps; delta moves in units of DU steps, spread so
+// that every thread applies the softplus to as many elements as every other (an uneven share
+// held the other warps up at the next barrier: the forward's DELTA_EACH takes one element a
+// thread, the backward pairs of steps, one pair a thread at b 8, d 1536).
+constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY_ROWS ? 2 : 1) * CB + 2 * N;
+constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
+constexpr int DU = !DELTA_EACH && VEC ? 2 : 1, DUNITS = CB * K / DU, PD = (DUNITS + NT - 1) / NT;
+// Known when the kernel is generated, so that their checks compile away: every unit a thread
+// takes is a real one (the units a multiple of the threads), every staged step lies within L.
+constexpr bool ALL_UNITS = UNITS % NT == 0, ALL_DUNITS = DUNITS % NT == 0, FULL = L % K == 0;
+struct Stage {
+  float v[PF][UNIT], dv[PD][DU];
+  const float* row[PF];  // each unit's row at its first step (nullptr past the rows), found once
+  const float* drow;     // delta's rows of the block
+  int doff[PD];          // each delta unit's offset in them (-1 past the units)
+  __device__ __forceinline__ Stage(const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ Bm,
+                                   const float* __restrict__ Cm, const float* __restrict__ dy, long long row0, long long bc0) {
+#pragma unroll
+    for (int i = 0; i < PF; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t = e % (K / UNIT) * UNIT;
+      const float* src = nullptr;
+      if (ALL_UNITS || e < UNITS) {
+        if (r < CB) src = u + row0 + (long long)r * L;
+        else if (r < CB + N) src = Bm + bc0 + (long long)(r - CB) * L;
+        else if (r < CB + 2 * N) src = Cm + bc0 + (long long)(r - CB - N) * L;
+        else src = dy + row0 + (long long)(r - CB - 2 * N) * L;
+        src += t;
+      }
+      row[i] = src;
+    }
+    drow = delta + row0;
+#pragma unroll
+    for (int i = 0; i < PD; ++i) {
+      const int e = threadIdx.x + i * NT;
+      doff[i] = ALL_DUNITS || e < DUNITS ? e / (K / DU) * L + e % (K / DU) * DU : -1;
+    }
+  }
+  __device__ __forceinline__ void fetch(int t0) {
+#pragma unroll
+    for (int i = 0; i < PF; ++i) {
+      const int t = (threadIdx.x + i * NT) % (K / UNIT) * UNIT;
+      const bool in = (ALL_UNITS || row[i] != nullptr) && (FULL || t0 + t < L);
+      const float* src = row[i] + t0;
+      if constexpr (VEC) {
+        const float4 x = in ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[i][0] = x.x;
+        v[i][UNIT > 1 ? 1 : 0] = x.y;
+        v[i][UNIT > 2 ? 2 : 0] = x.z;
+        v[i][UNIT > 3 ? 3 : 0] = x.w;
+      } else {
+        v[i][0] = in ? __ldg(src) : 0.0f;
+      }
+    }
+    // Delta (with DU = 2, L is a multiple of 4: a pair's steps are both within L or both past it).
+#pragma unroll
+    for (int i = 0; i < PD; ++i) {
+      const int t = (threadIdx.x + i * NT) % (K / DU) * DU;
+      const bool in = (ALL_DUNITS || doff[i] >= 0) && (FULL || t0 + t < L);
+      const float* src = drow + doff[i] + t0;
+      if constexpr (DU == 2) {
+        const float2 x = in ? __ldg(reinterpret_cast<const float2*>(src)) : make_float2(0.0f, 0.0f);
+        dv[i][0] = x.x;
+        dv[i][DU > 1 ? 1 : 0] = x.y;
+      } else {
+        dv[i][0] = in ? __ldg(src) : 0.0f;
+      }
+    }
+  }
+  __device__ __forceinline__ void store(float (*su)[RS], float (*sd)[RS], float (*sg)[RS], float (*sy)[RS], float* sb, float* sc,
+                                        const float* bias, int t0) const {
+#pragma unroll
+    for (int i = 0; i < PF; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
+      if (!ALL_UNITS && e >= UNITS) continue;
+      // Which rows unit i can be: decided here (after unrolling) when the range its threads
+      // cover holds one kind only.
+      constexpr int PER_ROW = K / UNIT;
+      const int rlo = i * NT / PER_ROW, rhi = ((i + 1) * NT - 1) / PER_ROW;
+      const bool chan = rhi < CB ? true : rlo >= CB && rhi < CB + 2 * N ? false : (r < CB || r >= CB + 2 * N);
+      if (chan) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
+        float* row = r < CB ? su[r] : sy[r - CB - 2 * N];
+        if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(v[i][0], v[i][UNIT > 1 ? 1 : 0], v[i][UNIT > 2 ? 2 : 0], v[i][UNIT > 3 ? 3 : 0]);
+        else row[t1] = v[i][0];
+      } else {
+        const int n = (r - CB) % N;
+        float* dst = (r < CB + N) ? sb : sc;
+#pragma unroll
+        for (int q = 0; q < UNIT; ++q) dst[(n / NS) * BS + (t1 + q) * NS + n % NS] = v[i][q];
+      }
+    }
+    // Δ and (in the backward) its slope; steps past L as 0.
+#pragma unroll
+    for (int i = 0; i < PD; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / (K / DU), t = e % (K / DU) * DU;
+      if (!ALL_DUNITS && e >= DUNITS) continue;
+      float x[DU], sl[DU];
+#pragma unroll
+      for (int q = 0; q < DU; ++q) {
+        const bool in = FULL || t0 + t + q < L;
+        const float del = delta_of(dv[i][q] + bias[r], &sl[q]);
+        x[q] = in ? del : 0.0f;
+        sl[q] = in ? sl[q] : 0.0f;
+      }
+      if constexpr (DU == 2) {
+        *reinterpret_cast<float2*>(&sd[r][t]) = make_float2(x[0], x[DU > 1 ? 1 : 0]);
+        if (DY) *reinterpret_cast<float2*>(&sg[r][t]) = make_float2(sl[0], sl[DU > 1 ? 1 : 0]);
+      } else {
+        sd[r][t] = x[0];
+        if (DY) sg[r][t] = sl[0];
+      }
+    }
+  }
+};
+// Shared memory: per-channel rows, then B and C, then bias and D, then the backward's dB/dC terms.
+__device__ __forceinline__ float* rows_at(float* base, int i) { return base + i * CB * RS; }
+// Rows [CB][RS] of the block leave as coalesced stores (steps past L are not written). When K
+// divides NT a thread keeps one step t of rows r0, r0 + NT/K, …: its stores unroll with
+// constant offsets from one address.
+__device__ __forceinline__ void store_rows(float* __restrict__ dst, const float (*src)[RS], long long row0, int t0) {
+  if constexpr (NT % K == 0) {
+    const int r0 = threadIdx.x / K, t = threadIdx.x % K;
+    if (L % K != 0 && t0 + t >= L) return;
+    float* p = dst + row0 + (long long)r0 * L + t0 + t;
+#pragma unroll
+    for (int i = 0; i < (CB * K + NT - 1) / NT; ++i)
+      if ((CB * K) % NT == 0 || r0 + i * (NT / K) < CB) p[(long long)i * (NT / K) * L] = src[r0 + i * (NT / K)][t];
+  } else {
+    for (int e = threadIdx.x; e < CB * K; e += NT) {
+      const int r = e / K, t = e % K;
+      if (t0 + t < L) dst[row0 + (long long)r * L + t0 + t] = src[r][t];
+    }
+  }
+}
+)";
+
+// The op's operands, first in both kernels' parameters.
+const char* const kOperands =
+    "const float* __restrict__ u, const float* __restrict__ delta, const float* __restrict__ A, "
+    "const float* __restrict__ Bm, const float* __restrict__ Cm, const float* __restrict__ Dskip, "
+    "const float* __restrict__ bias, ";
+
+// Where a thread stands: channel c of the block, lane j of the channel, states j·NS + s.
+const char* const kStart = R"(  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int b = blockIdx.y, d0 = blockIdx.x * CB, g = d0 / PER;
+  const int c = threadIdx.x / NSG * CT, j = threadIdx.x % NSG, d = d0 + c;  // (the first of CT channels)
+  const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
+  float* sb = smem + ROWS_U * CB * RS;
+  float* sc = sb + NSG * BS;
+  float* sbias = sc + NSG * BS;
+  float* sdsk = sbias + CB;
+  for (int e = threadIdx.x; e < 2 * NSG * BS; e += NT) sb[e] = 0.0f;  // padded states stay 0
+  for (int e = threadIdx.x; e < CB; e += NT) {
+    sbias[e] = bias[(d0 + e) * BIAS_STRIDE];
+    sdsk[e] = Dskip[(d0 + e) * D_STRIDE];
+  }
+  float a2[NS], an[NS];  // A·log2 e and A of this thread's states (0 past N)
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int n = j * NS + s;
+    an[s] = n < N ? A[d * N + n] : 0.0f;
+    a2[s] = an[s] * 1.4426950408889634f;
+  }
+)";
+
+Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad) {
+  Launch l;
+  l.name = name;
+  l.block[0] = static_cast<unsigned>(sp.threads());
+  l.grid[0] = static_cast<unsigned>(sp.blocks);
+  l.grid[1] = static_cast<unsigned>(s.batch);
+  l.shared_bytes = static_cast<unsigned>(scan_shared_floats(sp, grad) * 4);
+  return l;
+}
+
+}  // namespace scan_detail
+
+using namespace scan_detail;
+
+ScanLayout scan_layout(const ScanShape& s) {
+  if (s.states > kPerLane * 32)
+    throw Error("[cuda] selective_scan keeps a channel's states in the lanes of one warp, four per lane: d_state up to 128, got " +
+                std::to_string(s.states));
+  if (s.groups < 1 || s.channels % s.groups != 0) throw Error("[cuda] selective_scan: the channels must be a multiple of the groups");
+  if (s.batch > 65535) throw Error("[cuda] selective_scan: batch " + std::to_string(s.batch) + " must stay below 65536");
+  if (s.length > (int64_t{1} << 26))  // a block's rows are indexed with 32-bit offsets (32 channels · L)
+    throw Error("[cuda] selective_scan: sequence length " + std::to_string(s.length) + " must stay at or below 2^26");
+  ScanLayout lay;
+  const Split sp = backward_split(s);
+  lay.lanes = sp.lanes;
+  lay.chunks = std::max<int64_t>((s.length + kChunk - 1) / kChunk, 1);
+  lay.channels_per_block = sp.cb;
+  lay.blocks = sp.blocks;
+  lay.state_floats = s.batch * s.channels * lay.chunks * s.states;
+  lay.da_floats = s.batch * s.channels * s.states;
+  lay.dbc_floats = lay.blocks * s.batch * 2 * s.states * s.length;
+  lay.dd_floats = 2 * s.batch * s.channels;
+  return lay;
+}
+Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
+  const ScanLayout lay = scan_layout(s);
+  const int64_t nb = s.batch * s.groups * s.states * s.length, na = s.channels * s.states;
+  const int64_t total = 2 * nb + na + 2 * s.channels;
+  Launch l;
+  l.name = name;
+  l.block[0] = 256;
+  l.grid[0] = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
+  std::string src = "// selective_scan gradient: dA, dB, dC, dD and dbias from the partials, in a fixed order (selective_scan.cc)\n" +
+                    prelude(s, backward_split(s), kChunk);
+  src += "constexpr long long NB = " + std::to_string(nb) + "LL, NA = " + std::to_string(na) + "LL, TOTAL = " + std::to_string(total) +
+         "LL;\nconstexpr int BPG = " + std::to_string(lay.blocks / s.groups) + ";  // channel blocks per group\n";
+  src += "extern \"C\" __global__ void " + name +
+         "(const float* __restrict__ dA_part, const float* __restrict__ dBC_part, const float* __restrict__ dDb_part, "
+         "float* __restrict__ out) {\n";
+  src += R"(  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < TOTAL; i += (long long)gridDim.x * 256) {
+    float sum = 0.0f;
+    if (i < NA) {  // dA[d, n] over the sequences
+      for (int b = 0; b < B; ++b) sum += dA_part[(long long)b * NA + i];
+      out[2 * NU + i] = sum;
+    } else if (i < NA + 2 * NB) {  // dB / dC [b, g, n, l] over the group's channel blocks
+      const long long r = i - NA, kind = r / NB, x = r % NB, l = x % L, n = (x / L) % N, bg = x / ((long long)N * L);
+      const long long b = bg / G, g = bg % G;
+      for (int k = 0; k < BPG; ++k)
+        sum += dBC_part[((((g * BPG + k) * B + b) * 2 + kind) * N + n) * L + l];
+      out[2 * NU + NA + kind * NB + x] = sum;
+    } else {  // dD, then dbias, over the sequences
+      const long long r = i - NA - 2 * NB, which = r / D, dd = r % D;
+      for (int b = 0; b < B; ++b) sum += dDb_part[which * B * D + (long long)b * D + dd];
+      out[2 * NU + NA + 2 * NB + r] = sum;
+    }
+  }
+}
+)";
+  l.source = std::move(src);
+  return l;
+}
+
+}  // namespace tg::backend::cuda

@@ -1,0 +1,35 @@
+// What the two selective_scan kernels of selective_scan.cc share (selective_scan_common.cc):
+// the work split, the generated prelude, the staging of a chunk's rows and the kernels' start.
+// Internal to the cuda backend.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/kernels.h"
+
+namespace tg::backend::cuda::scan_detail {
+
+constexpr int kChunk = 8;          // KC: steps per chunk (the backward keeps KC·NS states and factors in registers)
+constexpr int kForwardSteps = 16;  // steps the forward stages at once (two chunks: half the barriers)
+constexpr int kPerLane = 4;        // the most states a thread holds (one float4 of B or C per step)
+
+/// A kernel's thread split: ns states per thread, lanes per channel, channels per block.
+struct Split {
+  int64_t ns = 1, lanes = 1, cb = 1, blocks = 1, ct = 1;  // ct: channels per thread
+  int64_t threads() const { return cb * lanes / ct; }
+};
+Split forward_split(const ScanShape& s);
+Split backward_split(const ScanShape& s);
+
+/// Constants and device helpers of every kernel; k_stage: the steps a block stages at once.
+std::string prelude(const ScanShape& s, const Split& sp, int k_stage);
+/// Device code: the Stage of a chunk's rows (needs DY, DY_ROWS, DELTA_EACH defined first).
+extern const char* const kStage;
+/// The op's operands, first in both kernels' parameters.
+extern const char* const kOperands;
+/// The kernels' first statements: where a thread stands, the shared-memory layout, A.
+extern const char* const kStart;
+/// Grid, block and dynamic shared memory of a kernel of this split.
+Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad);
+
+}  // namespace tg::backend::cuda::scan_detail
