@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/cuda/codegen.h"
 #include "passes/memory_plan.h"
@@ -248,15 +249,15 @@ void CudaExecutable::choose_side_steps(bool reuse) {
     for (const Arg& a : steps_[i].args)
       if (!a.err) keys[i].push_back(key(a.place));
   std::vector<size_t> side;
-  std::vector<int64_t> later;  // every key of the steps after i
+  std::unordered_set<int64_t> later;  // every key of the steps after i
   for (size_t i = n; i-- > 0;) {
     const Step& s = steps_[i];
     bool ok = i + 1 < n && s.kind == Step::Kind::kKernel &&
               std::none_of(s.args.begin(), s.args.end(), [](const Arg& a) { return a.err; });
-    for (int64_t k : keys[i]) ok = ok && std::find(later.begin(), later.end(), k) == later.end();
+    for (int64_t k : keys[i]) ok = ok && !later.count(k);
     for (size_t j = i + 1; ok && j < n; ++j) ok = steps_[j].kind != Step::Kind::kKernel || steps_[j].launch.source != s.launch.source;
     if (ok) side.push_back(i);
-    later.insert(later.end(), keys[i].begin(), keys[i].end());
+    later.insert(keys[i].begin(), keys[i].end());
   }
   if (side.empty()) return;
   const auto end = static_cast<int32_t>(n);
