@@ -67,7 +67,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       h[k][s] = 0.0f;
-      a2c[k][s] = k == 0 ? a2[s] : (j * NS + s < N ? A[(d + k) * N + j * NS + s] * 1.4426950408889634f : 0.0f);
+      a2c[k][s] = j * NS + s < N ? A[(d + k) * N + j * NS + s] * 1.4426950408889634f : 0.0f;  // A·log2 e (0 past N)
     }
   Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
   st.fetch(0);

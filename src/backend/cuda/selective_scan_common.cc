@@ -373,13 +373,6 @@ const char* const kStart = R"(  extern __shared__ float4 smem4[];
     sbias[e] = bias[(d0 + e) * BIAS_STRIDE];
     sdsk[e] = Dskip[(d0 + e) * D_STRIDE];
   }
-  float a2[NS], an[NS];  // A·log2 e and A of this thread's states (0 past N)
-#pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    const int n = j * NS + s;
-    an[s] = n < N ? A[d * N + n] : 0.0f;
-    a2[s] = an[s] * 1.4426950408889634f;
-  }
 )";
 
 Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad) {

@@ -27,7 +27,8 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage);
 extern const char* const kStage;
 /// The op's operands, first in both kernels' parameters.
 extern const char* const kOperands;
-/// The kernels' first statements: where a thread stands, the shared-memory layout, A.
+/// The kernels' first statements: where a thread stands, the shared-memory layout, the block's
+/// bias and D. (Each kernel reads its channels' A itself.)
 extern const char* const kStart;
 /// Grid, block and dynamic shared memory of a kernel of this split.
 Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad);
