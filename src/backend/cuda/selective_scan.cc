@@ -58,9 +58,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + kOperands +
          "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kStart;
-  src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
-  float (*sd)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 1));
-  // CT channels per thread (c, c + 1, …) share each load of B and C.
+  src += R"(  // CT channels per thread (c, c + 1, …) share each load of B and C.
   float h[CT][NS], a2c[CT][NS];
 #pragma unroll
   for (int k = 0; k < CT; ++k)
@@ -69,14 +67,27 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
       h[k][s] = 0.0f;
       a2c[k][s] = j * NS + s < N ? A[(d + k) * N + j * NS + s] * 1.4426950408889634f : 0.0f;  // A·log2 e (0 past N)
     }
+  // Round r computes on copy r & 1 of the staged rows while its end stores round r + 1's rows
+  // (loaded into registers a round before) into the other copy: one barrier a round.
   Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
   st.fetch(0);
-  for (int r = 0; r < NR; ++r) {
-    const int t0 = r * K;
-    __syncthreads();  // the last chunk's rows are read and stored
-    st.store(su, sd, nullptr, nullptr, sb, sc, sbias, t0);
-    __syncthreads();
-    if (r + 1 < NR) st.fetch(t0 + K);
+  __syncthreads();  // bias and D are in shared memory
+  st.store(copy_at(smem, 0), sbias, 0);
+  if (NR > 1) st.fetch(K);
+  __syncthreads();
+  // Rounds in pairs, so that the copy a round works on is known when the kernel is compiled:
+  // its addresses are then constant offsets from shared memory, as with one copy (with the
+  // copy chosen at run time the addresses were found again every round: +9% instructions).
+  for (int r0 = 0; r0 < NR; r0 += 2)
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const int r = r0 + p, t0 = r * K;
+    if (r >= NR) break;
+    float* const cp = copy_at(smem, p);
+    float (*su)[RS] = rows_at(cp, 0);
+    float (*sd)[RS] = rows_at(cp, 1);
+    const float* sb = b_of(cp);
+    const float* sc = c_of(cp);
     float yv[CT * K];  // channel k's step t at k·K + t
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
@@ -150,6 +161,11 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
           if (FULL || t0 + tf + i < L) dst[i] = fmaf(dsk, su[cc][tf + i], yv[i]);
       }
     }
+    if (r + 1 < NR) {  // the next round's rows into the other copy (last read a round ago)
+      st.store(copy_at(smem, p ^ 1), sbias, t0 + K);
+      if (r + 2 < NR) st.fetch(t0 + 2 * K);
+    }
+    __syncthreads();
   }
 #pragma unroll
   for (int k = 0; k < CT; ++k)
@@ -183,17 +199,11 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
          "const float* __restrict__ dy, const float* __restrict__ dlast, const float* __restrict__ hs, float* __restrict__ out, "
          "float* __restrict__ dA_part, float* __restrict__ dBC_part, float* __restrict__ dDb_part) {\n";
   src += kStart;
-  src += R"(  float (*su)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 0));
-  float (*sd)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 1));
-  float (*sg)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 2));
-  float (*sy)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 3));
-  float (*sou)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 4));  // du
-  float (*sod)[RS] = reinterpret_cast<float (*)[RS]>(rows_at(smem, 5));  // d(delta)
-  // [K][TSW]: per step, each warp's dB (first NP) and dC sums over its channels.
-  float* red = smem + (ROWS_U * CB * RS + 2 * NSG * BS + 2 * CB + 3) / 4 * 4;
+  src += R"(  // Rows of each copy: u, Δ, its slope, dy, du, d(delta); its terms [K][TSW]: per step, each
+  // warp's dB (first NP) and dC sums over its channels.
   if constexpr (!DY_ROWS) {  // one value (or zero) in every step of the dy rows, set once
     const float v = DY_ONE ? dy[0] : 0.0f;
-    for (int e = threadIdx.x; e < CB * RS; e += NT) sy[e / RS][e % RS] = v;
+    for (int e = threadIdx.x; e < NBUF * CB * RS; e += NT) rows_at(copy_at(smem, e / (CB * RS)), 3)[e % (CB * RS) / RS][e % RS] = v;
   }
   // CT channels per thread (c, c + 1, …): each load of B and C serves them all, and their dB/dC
   // terms are summed in the thread before the shuffles. With two, odd lanes hold them in the
@@ -231,20 +241,37 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   constexpr int RKEPT = PAIRED ? kept_count(RG, NSG / 2) : kept_count(RV, NSG);
   const int r_kept = PAIRED ? kept_index<RG, 2, NSG / 2>() : kept_index<RV, 1, NSG / 2>(), r_ch = PAIRED ? SW : r_kept / RG;
   float dD = 0.0f, dbias = 0.0f;  // of channel c + r_ch
+  // Chunk kc is walked on copy kc & 1 of the staged rows and writes copy kc & 1 of the du, dΔ
+  // rows and terms; then the next chunk's rows (loaded into registers a chunk before) go into
+  // the other copy, and after the one barrier of the chunk its outputs leave. (Each copy is
+  // written again two chunks later, after a barrier that every read of it precedes.)
   Stage st(u, delta, Bm, Cm, dy, row0, bc0);
   st.fetch((NCH - 1) * K);
+  __syncthreads();  // bias, D and the dy rows are in shared memory
+  st.store(copy_at(smem, (NCH - 1) & 1), sbias, (NCH - 1) * K);
+  if (NCH > 1) st.fetch((NCH - 2) * K);
+  __syncthreads();
   // The states entering each chunk, loaded a chunk ahead (a global load's latency would stall
   // the recomputation that starts from it).
   const float* hs_row = hs + ((long long)b * D + d) * NCH * N;  // channel c + x at x·NCH·N
   float h_next[CT][NS];
 #pragma unroll
   for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)(k ^ SW) * NCH + NCH - 1) * N, j, h_next[k]);
-  for (int kc = NCH - 1; kc >= 0; --kc) {
-    const int t0 = kc * K;
-    __syncthreads();  // the last chunk's rows and terms are read
-    st.store(su, sd, sg, sy, sb, sc, sbias, t0);
-    __syncthreads();
-    if (kc > 0) st.fetch(t0 - K);
+  for (int kc0 = NCH - 1; kc0 >= 0; kc0 -= 2)  // in pairs, as the forward's rounds
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int kc = kc0 - q, t0 = kc * K, p = ((NCH - 1) & 1) ^ q;
+    if (kc < 0) break;
+    float* const cp = copy_at(smem, p);
+    float (*su)[RS] = rows_at(cp, 0);
+    float (*sd)[RS] = rows_at(cp, 1);
+    float (*sg)[RS] = rows_at(cp, 2);
+    float (*sy)[RS] = rows_at(cp, 3);
+    float (*sou)[RS] = rows_at(cp, 4);  // du
+    float (*sod)[RS] = rows_at(cp, 5);  // d(delta)
+    const float* sb = b_of(cp);
+    const float* sc = c_of(cp);
+    float* red = terms_of(cp);
     // The chunk forward from its entering state: hv[t + 1] = h after step t, av[t] = a of step t.
     float hv[K + 1][CT][NS], av[K][CT][NS];
 #pragma unroll
@@ -367,6 +394,10 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
           dbias += ddel;
         }
       }
+    }
+    if (kc > 0) {  // the next chunk's rows into the other copy
+      st.store(copy_at(smem, p ^ 1), sbias, t0 - K);
+      if (kc > 1) st.fetch(t0 - 2 * K);
     }
     __syncthreads();
     store_rows(out, sou, row0, t0);

@@ -38,13 +38,13 @@ Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads, int64_t ct)
   return sp;
 }
 
+// kBuffers copies (the COPY of kStage: rows, B and C, the backward's dB/dC terms), then bias and D.
 int64_t scan_shared_floats(const Split& sp, bool grad) {
   const int64_t rows = grad ? 6 : 2;  // u, Δ, (slope, dy, du and dΔ)
   const int64_t k = grad ? kChunk : kForwardSteps;
-  int64_t f = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + 2 * sp.cb;
   const int64_t warps = sp.threads() < 32 ? 1 : sp.threads() / 32;
-  if (grad) f = (f + 3) / 4 * 4 + kChunk * (warps * 2 * sp.lanes * sp.ns + 4);
-  return f;
+  const int64_t copy = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + (grad ? kChunk * (warps * 2 * sp.lanes * sp.ns + 4) : 0);
+  return kBuffers * copy + 2 * sp.cb;
 }
 
 }  // namespace
@@ -75,6 +75,7 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
   p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
   p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
+  p += "constexpr int NBUF = " + n(kBuffers) + ";  // copies of the staged rows: one computed on while the next is stored\n";
   // Shared rows: [CB][RS] for per-channel rows (RS = K + 4: 16-byte aligned rows, a lane reads
   // four steps at once) and [NSG][BS] for B and C, stored per lane's states [t][s] (BS = K·NS + 4
   // spreads the lanes' float4 reads over the banks). The backward's dB/dC terms, already summed
@@ -217,6 +218,16 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
 // With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
 // moves four steps of a row per load.
 const char* const kStage = R"(
+// Shared memory: NBUF copies of COPY floats, then bias and D. A copy holds ROWS_U per-channel
+// rows [CB][RS] (u, Δ; the backward's slope, dy, du and dΔ), B and C [NSG][BS] and the
+// backward's dB/dC terms [K][TSW]: all at constant offsets from the copy's start, so that a
+// kernel's accesses to the copy it works on share one base address.
+constexpr int COPY = ROWS_U * CB * RS + 2 * NSG * BS + (DY ? K * TSW : 0);
+__device__ __forceinline__ float* copy_at(float* smem, int p) { return smem + p * COPY; }
+__device__ __forceinline__ float (*rows_at(float* cp, int i))[RS] { return reinterpret_cast<float (*)[RS]>(cp + i * CB * RS); }
+__device__ __forceinline__ float* b_of(float* cp) { return cp + ROWS_U * CB * RS; }
+__device__ __forceinline__ float* c_of(float* cp) { return b_of(cp) + NSG * BS; }
+__device__ __forceinline__ float* terms_of(float* cp) { return c_of(cp) + NSG * BS; }
 // Rows u, B, C and dy move in units of UNIT steps; delta moves in units of DU steps, spread so
 // that every thread applies the softplus to as many elements as every other (an uneven share
 // held the other warps up at the next barrier: the forward's DELTA_EACH takes one element a
@@ -285,8 +296,13 @@ struct Stage {
       }
     }
   }
-  __device__ __forceinline__ void store(float (*su)[RS], float (*sd)[RS], float (*sg)[RS], float (*sy)[RS], float* sb, float* sc,
-                                        const float* bias, int t0) const {
+  __device__ __forceinline__ void store(float* cp, const float* bias, int t0) const {
+    float (*su)[RS] = rows_at(cp, 0);
+    float (*sd)[RS] = rows_at(cp, 1);
+    float (*sg)[RS] = rows_at(cp, DY ? 2 : 0);
+    float (*sy)[RS] = rows_at(cp, DY ? 3 : 0);
+    float* sb = b_of(cp);
+    float* sc = c_of(cp);
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
       const int e = threadIdx.x + i * NT, r = e / (K / UNIT), t1 = e % (K / UNIT) * UNIT;
@@ -330,8 +346,6 @@ struct Stage {
     }
   }
 };
-// Shared memory: per-channel rows, then B and C, then bias and D, then the backward's dB/dC terms.
-__device__ __forceinline__ float* rows_at(float* base, int i) { return base + i * CB * RS; }
 // Rows [CB][RS] of the block leave as coalesced stores (steps past L are not written). When K
 // divides NT a thread keeps one step t of rows r0, r0 + NT/K, …: its stores unroll with
 // constant offsets from one address.
@@ -364,11 +378,9 @@ const char* const kStart = R"(  extern __shared__ float4 smem4[];
   const int b = blockIdx.y, d0 = blockIdx.x * CB, g = d0 / PER;
   const int c = threadIdx.x / NSG * CT, j = threadIdx.x % NSG, d = d0 + c;  // (the first of CT channels)
   const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
-  float* sb = smem + ROWS_U * CB * RS;
-  float* sc = sb + NSG * BS;
-  float* sbias = sc + NSG * BS;
+  float* sbias = copy_at(smem, NBUF);
   float* sdsk = sbias + CB;
-  for (int e = threadIdx.x; e < 2 * NSG * BS; e += NT) sb[e] = 0.0f;  // padded states stay 0
+  for (int e = threadIdx.x; e < NBUF * 2 * NSG * BS; e += NT) b_of(copy_at(smem, e / (2 * NSG * BS)))[e % (2 * NSG * BS)] = 0.0f;  // padded states stay 0
   for (int e = threadIdx.x; e < CB; e += NT) {
     sbias[e] = bias[(d0 + e) * BIAS_STRIDE];
     sdsk[e] = Dskip[(d0 + e) * D_STRIDE];

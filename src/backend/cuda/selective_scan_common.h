@@ -12,6 +12,7 @@ namespace tg::backend::cuda::scan_detail {
 constexpr int kChunk = 8;          // KC: steps per chunk (the backward keeps KC·NS states and factors in registers)
 constexpr int kForwardSteps = 16;  // steps the forward stages at once (two chunks: half the barriers)
 constexpr int kPerLane = 4;        // the most states a thread holds (one float4 of B or C per step)
+constexpr int kBuffers = 2;        // copies of the staged rows in shared memory (one barrier a round)
 
 /// A kernel's thread split: ns states per thread, lanes per channel, channels per block.
 struct Split {
