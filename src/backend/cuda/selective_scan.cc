@@ -69,11 +69,15 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
     }
   // Round r computes on copy r & 1 of the staged rows while its end stores round r + 1's rows
   // (loaded into registers a round before) into the other copy: one barrier a round.
+  // Round r's loads go into ld[r & 1], two rounds ahead of it (one round of compute left the
+  // staging stores waiting on memory).
   Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
-  st.fetch(0);
+  Stage::Vals ld[2];
+  st.fetch(ld[0], 0);
+  if (NR > 1) st.fetch(ld[1], K);
   __syncthreads();  // bias and D are in shared memory
-  st.store(copy_at(smem, 0), sbias, 0);
-  if (NR > 1) st.fetch(K);
+  st.store(ld[0], copy_at(smem, 0), sbias, 0);
+  if (NR > 2) st.fetch(ld[0], 2 * K);
   __syncthreads();
   // Rounds in pairs, so that the copy a round works on is known when the kernel is compiled:
   // its addresses are then constant offsets from shared memory, as with one copy (with the
@@ -162,8 +166,8 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
       }
     }
     if (r + 1 < NR) {  // the next round's rows into the other copy (last read a round ago)
-      st.store(copy_at(smem, p ^ 1), sbias, t0 + K);
-      if (r + 2 < NR) st.fetch(t0 + 2 * K);
+      st.store(ld[p ^ 1], copy_at(smem, p ^ 1), sbias, t0 + K);
+      if (r + 3 < NR) st.fetch(ld[p ^ 1], t0 + 3 * K);
     }
     __syncthreads();
   }
@@ -245,11 +249,14 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   // rows and terms; then the next chunk's rows (loaded into registers a chunk before) go into
   // the other copy, and after the one barrier of the chunk its outputs leave. (Each copy is
   // written again two chunks later, after a barrier that every read of it precedes.)
+  // Chunk kc's loads go into ld[kc & 1], two chunks ahead of it (as in the forward).
   Stage st(u, delta, Bm, Cm, dy, row0, bc0);
-  st.fetch((NCH - 1) * K);
+  Stage::Vals ld[2];
+  st.fetch(ld[(NCH - 1) & 1], (NCH - 1) * K);
+  if (NCH > 1) st.fetch(ld[NCH & 1], (NCH - 2) * K);
   __syncthreads();  // bias, D and the dy rows are in shared memory
-  st.store(copy_at(smem, (NCH - 1) & 1), sbias, (NCH - 1) * K);
-  if (NCH > 1) st.fetch((NCH - 2) * K);
+  st.store(ld[(NCH - 1) & 1], copy_at(smem, (NCH - 1) & 1), sbias, (NCH - 1) * K);
+  if (NCH > 2) st.fetch(ld[(NCH - 1) & 1], (NCH - 3) * K);
   __syncthreads();
   // The states entering each chunk, loaded a chunk ahead (a global load's latency would stall
   // the recomputation that starts from it).
@@ -396,8 +403,8 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
       }
     }
     if (kc > 0) {  // the next chunk's rows into the other copy
-      st.store(copy_at(smem, p ^ 1), sbias, t0 - K);
-      if (kc > 1) st.fetch(t0 - 2 * K);
+      st.store(ld[p ^ 1], copy_at(smem, p ^ 1), sbias, t0 - K);
+      if (kc > 2) st.fetch(ld[p ^ 1], t0 - 3 * K);
     }
     __syncthreads();
     store_rows(out, sou, row0, t0);

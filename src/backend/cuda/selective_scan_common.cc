@@ -239,7 +239,9 @@ constexpr int DU = !DELTA_EACH && VEC ? 2 : 1, DUNITS = CB * K / DU, PD = (DUNIT
 // takes is a real one (the units a multiple of the threads), every staged step lies within L.
 constexpr bool ALL_UNITS = UNITS % NT == 0, ALL_DUNITS = DUNITS % NT == 0, FULL = L % K == 0;
 struct Stage {
-  float v[PF][UNIT], dv[PD][DU];
+  struct Vals {  // one round's loads in registers (the kernels keep two: loaded two rounds ahead)
+    float v[PF][UNIT], dv[PD][DU];
+  };
   const float* row[PF];  // each unit's row at its first step (nullptr past the rows), found once
   const float* drow;     // delta's rows of the block
   int doff[PD];          // each delta unit's offset in them (-1 past the units)
@@ -265,7 +267,7 @@ struct Stage {
       doff[i] = ALL_DUNITS || e < DUNITS ? e / (K / DU) * L + e % (K / DU) * DU : -1;
     }
   }
-  __device__ __forceinline__ void fetch(int t0) {
+  __device__ __forceinline__ void fetch(Vals& vals, int t0) const {
 #pragma unroll
     for (int i = 0; i < PF; ++i) {
       const int t = (threadIdx.x + i * NT) % (K / UNIT) * UNIT;
@@ -273,12 +275,12 @@ struct Stage {
       const float* src = row[i] + t0;
       if constexpr (VEC) {
         const float4 x = in ? __ldg(reinterpret_cast<const float4*>(src)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        v[i][0] = x.x;
-        v[i][UNIT > 1 ? 1 : 0] = x.y;
-        v[i][UNIT > 2 ? 2 : 0] = x.z;
-        v[i][UNIT > 3 ? 3 : 0] = x.w;
+        vals.v[i][0] = x.x;
+        vals.v[i][UNIT > 1 ? 1 : 0] = x.y;
+        vals.v[i][UNIT > 2 ? 2 : 0] = x.z;
+        vals.v[i][UNIT > 3 ? 3 : 0] = x.w;
       } else {
-        v[i][0] = in ? __ldg(src) : 0.0f;
+        vals.v[i][0] = in ? __ldg(src) : 0.0f;
       }
     }
     // Delta (with DU = 2, L is a multiple of 4: a pair's steps are both within L or both past it).
@@ -289,14 +291,14 @@ struct Stage {
       const float* src = drow + doff[i] + t0;
       if constexpr (DU == 2) {
         const float2 x = in ? __ldg(reinterpret_cast<const float2*>(src)) : make_float2(0.0f, 0.0f);
-        dv[i][0] = x.x;
-        dv[i][DU > 1 ? 1 : 0] = x.y;
+        vals.dv[i][0] = x.x;
+        vals.dv[i][DU > 1 ? 1 : 0] = x.y;
       } else {
-        dv[i][0] = in ? __ldg(src) : 0.0f;
+        vals.dv[i][0] = in ? __ldg(src) : 0.0f;
       }
     }
   }
-  __device__ __forceinline__ void store(float* cp, const float* bias, int t0) const {
+  __device__ __forceinline__ void store(const Vals& vals, float* cp, const float* bias, int t0) const {
     float (*su)[RS] = rows_at(cp, 0);
     float (*sd)[RS] = rows_at(cp, 1);
     float (*sg)[RS] = rows_at(cp, DY ? 2 : 0);
@@ -314,13 +316,13 @@ struct Stage {
       const bool chan = rhi < CB ? true : rlo >= CB && rhi < CB + 2 * N ? false : (r < CB || r >= CB + 2 * N);
       if (chan) {  // per-channel rows: a unit at once (RS and t1 are multiples of UNIT)
         float* row = r < CB ? su[r] : sy[r - CB - 2 * N];
-        if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(v[i][0], v[i][UNIT > 1 ? 1 : 0], v[i][UNIT > 2 ? 2 : 0], v[i][UNIT > 3 ? 3 : 0]);
-        else row[t1] = v[i][0];
+        if constexpr (UNIT == 4) *reinterpret_cast<float4*>(row + t1) = make_float4(vals.v[i][0], vals.v[i][UNIT > 1 ? 1 : 0], vals.v[i][UNIT > 2 ? 2 : 0], vals.v[i][UNIT > 3 ? 3 : 0]);
+        else row[t1] = vals.v[i][0];
       } else {
         const int n = (r - CB) % N;
         float* dst = (r < CB + N) ? sb : sc;
 #pragma unroll
-        for (int q = 0; q < UNIT; ++q) dst[(n / NS) * BS + (t1 + q) * NS + n % NS] = v[i][q];
+        for (int q = 0; q < UNIT; ++q) dst[(n / NS) * BS + (t1 + q) * NS + n % NS] = vals.v[i][q];
       }
     }
     // Δ and (in the backward) its slope; steps past L as 0.
@@ -332,7 +334,7 @@ struct Stage {
 #pragma unroll
       for (int q = 0; q < DU; ++q) {
         const bool in = FULL || t0 + t + q < L;
-        const float del = delta_of(dv[i][q] + bias[r], &sl[q]);
+        const float del = delta_of(vals.dv[i][q] + bias[r], &sl[q]);
         x[q] = in ? del : 0.0f;
         sl[q] = in ? sl[q] : 0.0f;
       }
