@@ -55,7 +55,26 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
                     " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps);
   src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 2;\n";
   src += kStage;
-  src += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + kOperands +
+  src += R"(// KEPT steps of y from step t (this lane's share, summed) with the D skip, from the registers:
+// 16 bytes at a time where rows allow (a warp's stores cover whole 32-byte sectors).
+template <int KEPT>
+__device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const float (&yv)[CT * K], const float (&yu)[KEPT], float dsk) {
+  if constexpr (VEC && KEPT % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < KEPT; i += 4)
+      if (FULL || t + i < L)  // L is a multiple of 4: a group is all in or all out
+        *reinterpret_cast<float4*>(dst + i) =
+            make_float4(fmaf(dsk, yu[i], yv[i]), fmaf(dsk, yu[i + 1], yv[i + 1]), fmaf(dsk, yu[i + 2], yv[i + 2]), fmaf(dsk, yu[i + 3], yv[i + 3]));
+  } else {
+#pragma unroll
+    for (int i = 0; i < KEPT; ++i)
+      if (FULL || t + i < L) dst[i] = fmaf(dsk, yu[i], yv[i]);
+  }
+}
+)";
+  // At most 168 registers, as the backward (three 128-thread blocks an SM: b 8, d 1536 in one
+  // wave); left to itself ptxas took 128 and spilled.
+  src += "extern \"C\" __global__ void __launch_bounds__(NT, 3) " + name + "(" + kOperands +
          "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kStart;
   src += R"(  // CT channels per thread (c, c + 1, …) share each load of B and C.
@@ -79,6 +98,20 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   st.store(ld[0], copy_at(smem, 0), sbias, 0);
   if (NR > 2) st.fetch(ld[0], 2 * K);
   __syncthreads();
+  // y sums over the channel's lanes one round late: round r's reduce-scatter runs while round
+  // r + 1 computes (independent work the compiler interleaves with it; at the round's end its
+  // shuffles' latency was exposed). A lane keeps KEPT consecutive steps of one channel (KEPT
+  // divides K, the first a multiple of it), from i_first; their u for the D skip is read in the
+  // round itself (its copy of the rows is overwritten during the next).
+  constexpr int KEPT = kept_count(CT * K, NSG);
+  const int i_first = kept_index<CT * K, 1, NSG / 2>(), cc = c + i_first / K, tf = i_first % K;
+  const bool y_lane = j < CT * K;  // past CT·K lanes (more lanes than values) the upper lanes hold copies
+  const float dsk = sdsk[cc];
+  float yv[CT * K], yu[KEPT];  // the last round's partial sums (channel k's step t at k·K + t) and u
+#pragma unroll
+  for (int i = 0; i < CT * K; ++i) yv[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < KEPT; ++i) yu[i] = 0.0f;
   // Rounds in pairs, so that the copy a round works on is known when the kernel is compiled:
   // its addresses are then constant offsets from shared memory, as with one copy (with the
   // copy chosen at run time the addresses were found again every round: +9% instructions).
@@ -92,7 +125,8 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
     float (*sd)[RS] = rows_at(cp, 1);
     const float* sb = b_of(cp);
     const float* sc = c_of(cp);
-    float yv[CT * K];  // channel k's step t at k·K + t
+    reduce_scatter<CT * K, 1, NSG / 2>(yv);  // the last round's
+    float yn[CT * K];  // this round's
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       // The state entering each chunk of KC steps, for the backward.
@@ -137,40 +171,22 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
             h[k][s] = fmaf(av[k][q][s], h[k][s], xv[k][q][s]);
             y = fmaf(cv[q][s], h[k][s], y);
           }
-          yv[k * K + t4 + q] = y;
+          yn[k * K + t4 + q] = y;
         }
     }
-    // y over the channel's lanes: this lane keeps kept_count(CT·K, NSG) consecutive values.
-    reduce_scatter<CT * K, 1, NSG / 2>(yv);
-    constexpr int KEPT = kept_count(CT * K, NSG);
-    const int i_first = kept_index<CT * K, 1, NSG / 2>();
-    // They are KEPT consecutive steps of one channel (KEPT divides K, the first a multiple of
-    // it): with the D skip they leave from the registers, 16 bytes at a time where rows allow
-    // (a warp's stores cover whole 32-byte sectors), with no staging row and no barrier.
-    if (j < CT * K) {  // past CT·K lanes (more lanes than values) the upper lanes hold copies
-      const int cc = c + i_first / K, tf = i_first % K;
-      float* dst = out + row0 + (long long)cc * L + t0 + tf;
-      const float dsk = sdsk[cc];
-      if constexpr (VEC && KEPT % 4 == 0) {
+    if (r > 0 && y_lane) store_y(out + row0 + (long long)cc * L + t0 - K + tf, t0 - K + tf, yv, yu, dsk);
 #pragma unroll
-        for (int i = 0; i < KEPT; i += 4)
-          if (FULL || t0 + tf + i < L) {  // L is a multiple of 4: a group is all in or all out
-            const float4 uq = *reinterpret_cast<const float4*>(&su[cc][tf + i]);
-            *reinterpret_cast<float4*>(dst + i) =
-                make_float4(fmaf(dsk, uq.x, yv[i]), fmaf(dsk, uq.y, yv[i + 1]), fmaf(dsk, uq.z, yv[i + 2]), fmaf(dsk, uq.w, yv[i + 3]));
-          }
-      } else {
+    for (int i = 0; i < CT * K; ++i) yv[i] = yn[i];
 #pragma unroll
-        for (int i = 0; i < KEPT; ++i)
-          if (FULL || t0 + tf + i < L) dst[i] = fmaf(dsk, su[cc][tf + i], yv[i]);
-      }
-    }
+    for (int i = 0; i < KEPT; ++i) yu[i] = su[cc][tf + i];
     if (r + 1 < NR) {  // the next round's rows into the other copy (last read a round ago)
       st.store(ld[p ^ 1], copy_at(smem, p ^ 1), sbias, t0 + K);
       if (r + 3 < NR) st.fetch(ld[p ^ 1], t0 + 3 * K);
     }
     __syncthreads();
   }
+  reduce_scatter<CT * K, 1, NSG / 2>(yv);  // the last round's
+  if (y_lane) store_y(out + row0 + (long long)cc * L + (NR - 1) * K + tf, (NR - 1) * K + tf, yv, yu, dsk);
 #pragma unroll
   for (int k = 0; k < CT; ++k)
 #pragma unroll
