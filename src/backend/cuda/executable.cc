@@ -93,6 +93,10 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   const auto sides = std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.side; });
   side_events_.assign(sides > 0 ? static_cast<size_t>(sides) + 1 : 0, nullptr);  // a fork per side step, a join
   for (CUevent& e : side_events_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  // Without a kernel that can report a bad index the error word stays 0: no memset and no copy
+  // back of it in the graph (two nodes fewer on the step's critical path).
+  for (const Step& s : steps_)
+    for (const Arg& a : s.args) uses_err_ = uses_err_ || a.err;
   for (int k = 0; k < 2; ++k) capture(k);
   phase("graph capture");
 }
@@ -137,7 +141,7 @@ void CudaExecutable::plan_readback() {
 
 void CudaExecutable::enqueue_readback() {
   const Driver& d = driver();
-  check(d.cuMemcpyDtoHAsync(readback_, err_.get(), sizeof(int), ctx_->stream), "cuMemcpyDtoHAsync");
+  if (uses_err_) check(d.cuMemcpyDtoHAsync(readback_, err_.get(), sizeof(int), ctx_->stream), "cuMemcpyDtoHAsync");
   for (const auto& [node, offset] : readback_offset_) {
     const Slot& s = slots_[static_cast<size_t>(node)];
     const int64_t bytes = numel(s.shape) * dtype_size(s.dtype);
@@ -360,7 +364,7 @@ void CudaExecutable::enqueue_prologue(int k) {
   const Driver& d = driver();
   if (input_bytes_ > 0)
     check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_[k], static_cast<size_t>(input_bytes_), ctx_->stream), "cuMemcpyHtoDAsync");
-  check(d.cuMemsetD32Async(err_.get(), 0, 1, ctx_->stream), "cuMemsetD32Async");
+  if (uses_err_) check(d.cuMemsetD32Async(err_.get(), 0, 1, ctx_->stream), "cuMemsetD32Async");
 }
 
 void CudaExecutable::enqueue_updates() {

@@ -248,6 +248,7 @@ class CudaExecutable final : public Executable {
   std::unordered_map<int32_t, uint64_t> staged_version_[2];  // the version each buffer holds
   void wait_staging(int k);
   DeviceMemory err_;
+  bool uses_err_ = false;  // some kernel takes the error word (else it is neither reset nor read back)
   DeviceMemory workspace_;  // cuBLASLt
   std::vector<Step> steps_;
   std::vector<Kernel> kernels_;
