@@ -5,8 +5,8 @@
 // channel's states sit in NSG consecutive lanes (NSG = ⌈N/NS⌉ rounded up to a power of two); a
 // block holds CB channels of one batch and one group of B/C. Both kernels take NS = 2 (N ≤ 64)
 // and two channels per thread (CT = 2: each load of B and C serves both), in 128-thread blocks
-// (the backward: ~165 registers, three blocks per SM; at b 8, d 1536 that is every thread of
-// the op resident at once). At Mamba's sizes
+// (at most 168 registers, three blocks per SM; at b 8, d 1536 that is every thread of the op
+// resident at once). At Mamba's sizes
 // that is plenty of parallelism without splitting time across threads (b 8, d 1536, n 16: 49k
 // threads in either kernel), so every state-step costs one exp in the forward and one in the backward.
 // (Issue 7 asked for a chunked parallel scan over time; the first kernels here were one: local
@@ -16,12 +16,16 @@
 //
 // Chunks of KC = 8 steps. A block stages K steps (16 in the forward, 8 in the backward) of u,
 // delta (→ Δ: bias and softplus applied once per element here), B, C (and dy) in shared memory
-// with coalesced 16-byte loads, the next round's loads issued into registers before this one is
-// computed. Then each thread walks them:
+// with coalesced 16-byte loads. Shared memory holds two copies of the staged rows: a round
+// computes on one while its end stores the next round's rows into the other, so one barrier a
+// round (rounds in pairs, so that each copy's addresses are compile-time offsets). The loads
+// go into registers two rounds ahead (one round of compute left the stores waiting on memory).
+// Then each thread walks them:
 //   forward:  a = 2^(Δ·A·log2 e) (one MUFU op), h = a·h + Δ·u·B, y += C·h; y sums over the
-//             channel's lanes by a reduce-scatter (each lane ends with its share of the steps),
-//             plus D·u, and leaves from the registers (a lane's consecutive steps: 16-byte
-//             stores; through shared memory as rows it took a barrier more). At each chunk
+//             channel's lanes by a reduce-scatter (each lane ends with its share of the steps)
+//             one round late, while the next round computes, plus D·u, and leaves from the
+//             registers (a lane's consecutive steps: 16-byte stores; through shared memory as
+//             rows it took a barrier more). At each chunk
 //             start the thread stores the state entering it (B·D·⌈L/KC⌉·N floats, kept for the
 //             backward when the program has one), and after the last step the last state.
 //   backward: chunks from the last: the entering state is loaded, the chunk recomputed forward
