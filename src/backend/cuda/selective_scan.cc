@@ -91,9 +91,8 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
       a2c[k][s] = j * NS + s < N ? A[(d + k) * N + j * NS + s] * 1.4426950408889634f : 0.0f;  // A·log2 e (0 past N)
     }
   // Round r computes on copy r & 1 of the staged rows while its end stores round r + 1's rows
-  // (loaded into registers a round before) into the other copy: one barrier a round.
-  // Round r's loads go into ld[r & 1], two rounds ahead of it (one round of compute left the
-  // staging stores waiting on memory).
+  // into the other copy: one barrier a round. Round r's loads go into ld[r & 1], issued two
+  // rounds ahead of it (one round of compute left the staging stores waiting on memory).
   Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
   Stage::Vals ld[2];
   st.fetch(ld[0], 0);
@@ -266,10 +265,10 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   const int r_kept = PAIRED ? kept_index<RG, 2, NSG / 2>() : kept_index<RV, 1, NSG / 2>(), r_ch = PAIRED ? SW : r_kept / RG;
   float dD = 0.0f, dbias = 0.0f;  // of channel c + r_ch
   // Chunk kc is walked on copy kc & 1 of the staged rows and writes copy kc & 1 of the du, dΔ
-  // rows and terms; then the next chunk's rows (loaded into registers a chunk before) go into
-  // the other copy, and after the one barrier of the chunk its outputs leave. (Each copy is
-  // written again two chunks later, after a barrier that every read of it precedes.)
-  // Chunk kc's loads go into ld[kc & 1], two chunks ahead of it (as in the forward).
+  // rows and terms; then the next chunk's rows go into the other copy, and after the one
+  // barrier of the chunk its outputs leave. (Each copy is written again two chunks later, after
+  // a barrier that every read of it precedes.) Chunk kc's loads go into ld[kc & 1], issued two
+  // chunks ahead of it (as in the forward).
   Stage st(u, delta, Bm, Cm, dy, row0, bc0);
   Stage::Vals ld[2];
   st.fetch(ld[(NCH - 1) & 1], (NCH - 1) * K);
