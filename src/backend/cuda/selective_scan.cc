@@ -270,8 +270,8 @@ __device__ __forceinline__ void store_evict_last(float* p, float v, unsigned lon
   const int t_kept = kept_index<TV, NSG, WL / 2>(), warp = threadIdx.x / WL;
   const bool t_store = (threadIdx.x % WL) / NSG < TV;
   float* dbc = dBC_part + ((long long)blockIdx.x * B + b) * 2 * N * L;
-  // The partials are read again as soon as the kernel ends (the reduce): asked to stay in L2
-  // (it holds about half of them at b 8, d 1536; the reduce 0.0188 → 0.0165 ms).
+  // The partials are read again as soon as the kernel ends (the reduce, which lets them go):
+  // asked to stay in L2 (it holds about half of them at b 8, d 1536; the reduce 0.0188 → 0.0168 ms).
   const unsigned long long keep_in_l2 = evict_last_policy();
   // du/dΔ sum over the channel's lanes by a reduce-scatter of CT·RG values ([slot][step] of RG
   // steps): RG as many steps as a channel has lanes, at least 4 (the steps read at once), at

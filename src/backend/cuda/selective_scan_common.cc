@@ -435,6 +435,20 @@ Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
                     prelude(s, backward_split(s), kChunk);
   src += "constexpr long long NB = " + std::to_string(nb) + "LL, NA = " + std::to_string(na) + "LL, TOTAL = " + std::to_string(total) +
          "LL;\nconstexpr int BPG = " + std::to_string(lay.blocks / s.groups) + ";  // channel blocks per group\n";
+  // The backward stored the dB/dC partials to stay in L2 (evict last); read here for the last
+  // time, they leave it first, so that they do not keep the L2 from the kernels after.
+  src += R"(__device__ __forceinline__ float load_evict_first(const float* p) {
+#if __CUDA_ARCH__ >= 800
+  unsigned long long pol;
+  float v;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm volatile("ld.global.nc.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(p), "l"(pol));
+  return v;
+#else
+  return __ldg(p);
+#endif
+}
+)";
   src += "extern \"C\" __global__ void " + name +
          "(const float* __restrict__ dA_part, const float* __restrict__ dBC_part, const float* __restrict__ dDb_part, "
          "float* __restrict__ out) {\n";
@@ -447,7 +461,7 @@ Launch scan_reduce_kernel(const std::string& name, const ScanShape& s) {
       const long long r = i - NA, kind = r / NB, x = r % NB, l = x % L, n = (x / L) % N, bg = x / ((long long)N * L);
       const long long b = bg / G, g = bg % G;
       for (int k = 0; k < BPG; ++k)
-        sum += dBC_part[((((g * BPG + k) * B + b) * 2 + kind) * N + n) * L + l];
+        sum += load_evict_first(&dBC_part[((((g * BPG + k) * B + b) * 2 + kind) * N + n) * L + l]);
       out[2 * NU + NA + kind * NB + x] = sum;
     } else {  // dD, then dbias, over the sequences
       const long long r = i - NA - 2 * NB, which = r / D, dd = r % D;
