@@ -76,9 +76,8 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
   }
 }
 )";
-  // At most 168 registers, as the backward (three 128-thread blocks an SM: b 8, d 1536 in one
-  // wave); left to itself ptxas took 128 and spilled.
-  src += "extern \"C\" __global__ void __launch_bounds__(NT, 3) " + name + "(" + kOperands +
+  // kBlocksPerSm, as the backward (left to itself ptxas took 128 registers and spilled).
+  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kBlocksPerSm) + ") " + name + "(" + kOperands +
          "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kStart;
   src += R"(  // CT channels per thread (c, c + 1, …) share each load of B and C.
@@ -216,7 +215,7 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   // The recomputed chunk's states and factors keep many registers live; capped at 168 (three
   // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) it takes 163 at N = 16, no spill.
   // TG_CUDA_SCAN_BLOCKS overrides the blocks per SM (tuning).
-  int min_blocks = 3;
+  int min_blocks = kBlocksPerSm;
   if (const char* env = std::getenv("TG_CUDA_SCAN_BLOCKS"); env != nullptr && std::atoi(env) > 0) min_blocks = std::atoi(env);
   src += R"(// An L2 policy that evicts what is stored with it last, and such a store (sm_80 and later;
 // plain stores before).

@@ -13,6 +13,7 @@ constexpr int kChunk = 8;          // KC: steps per chunk (the backward keeps KC
 constexpr int kForwardSteps = 16;  // steps the forward stages at once (two chunks: half the barriers)
 constexpr int kPerLane = 4;        // the most states a thread holds (one float4 of B or C per step)
 constexpr int kBuffers = 2;        // copies of the staged rows in shared memory (one barrier a round)
+constexpr int kBlocksPerSm = 3;    // both kernels' launch bounds: three 128-thread blocks an SM (168 registers; b 8, d 1536 in one wave)
 
 /// A kernel's thread split: ns states per thread, lanes per channel, channels per block.
 struct Split {
