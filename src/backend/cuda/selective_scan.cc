@@ -16,10 +16,15 @@
 //
 // Chunks of KC = 8 steps. A block stages K steps (16 in the forward, 8 in the backward) of u,
 // delta (→ Δ: bias and softplus applied once per element here), B, C (and dy) in shared memory
-// with coalesced 16-byte loads. Shared memory holds two copies of the staged rows: a round
-// computes on one while its end stores the next round's rows into the other, so one barrier a
-// round (rounds in pairs, so that each copy's addresses are compile-time offsets). The loads
-// go into registers two rounds ahead (one round of compute left the stores waiting on memory).
+// with coalesced 16-byte loads. In the backward, shared memory holds two copies of the staged
+// rows: a chunk computes on one while its end stores the next chunk's rows into the other, so
+// one barrier a chunk (chunks in pairs, so that each copy's addresses are compile-time
+// offsets). The forward holds four and stores a round's rows two rounds ahead: instead of a
+// barrier, each warp waits at a round's end for every warp to have ended the round before (an
+// mbarrier's phase), so the block's warps run up to a round apart and a late warp holds the
+// others up only when it falls a whole round behind (0.1241 → 0.1208–0.1220 ms at b 8, d 1536;
+// with no barrier at all, results wrong, 0.1189). The loads go into registers two rounds before
+// their rows are stored (one round of compute left the stores waiting on memory).
 // Then each thread walks them:
 //   forward:  a = 2^(Δ·A·log2 e) (one MUFU op), h = a·h + Δ·u·B, y += C·h; y sums over the
 //             channel's lanes by a reduce-scatter (each lane ends with its share of the steps)
@@ -54,13 +59,28 @@ using namespace scan_detail;
 
 Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool keep) {
   const Split sp = forward_split(s);
-  Launch l = scan_launch(name, s, sp, false);
+  Launch l = scan_launch(name, s, sp, false, kForwardBuffers);
   std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
-                    " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps);
+                    " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps, kForwardBuffers);
   src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 2;\n";
   src += kStage;
   src += R"(// KEPT steps of y from step t (this lane's share, summed) with the D skip, from the registers:
 // 16 bytes at a time where rows allow (a warp's stores cover whole 32-byte sectors).
+// A barrier of the block's warps in shared memory (sm_80 and later): each warp's lane 0 arrives
+// once a round, after the warp's writes; a phase completes when all WARPS have arrived.
+__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared.b64 _, [%0];" ::"r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" ::"r"(
+          (unsigned)__cvta_generic_to_shared(bar)),
+      "r"(parity)
+      : "memory");
+}
 template <int KEPT>
 __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const float (&yv)[CT * K], const float (&yu)[KEPT], float dsk) {
   if constexpr (VEC && KEPT % 4 == 0) {
@@ -89,16 +109,22 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
       h[k][s] = 0.0f;
       a2c[k][s] = j * NS + s < N ? A[(d + k) * N + j * NS + s] * 1.4426950408889634f : 0.0f;  // A·log2 e (0 past N)
     }
-  // Round r computes on copy r & 1 of the staged rows while its end stores round r + 1's rows
-  // into the other copy: one barrier a round. Round r's loads go into ld[r & 1], issued two
-  // rounds ahead of it (one round of compute left the staging stores waiting on memory).
+  // Round r computes on copy r % NBUF of the staged rows while its end stores round r + 2's rows
+  // into copy (r + 2) % NBUF; the rows of rounds 0 and 1 are stored before the first. Round r's
+  // loads go into ld[r & 1], issued two rounds before its rows are stored (one round of compute
+  // left the staging stores waiting on memory).
   Stage st(u, delta, Bm, Cm, nullptr, row0, bc0);
   Stage::Vals ld[2];
   st.fetch(ld[0], 0);
   if (NR > 1) st.fetch(ld[1], K);
+  if (threadIdx.x == 0) bar_init(sbar, (NT + 31) / 32);
   __syncthreads();  // bias and D are in shared memory
   st.store(ld[0], copy_at(smem, 0), sbias, 0);
   if (NR > 2) st.fetch(ld[0], 2 * K);
+  if (NR > 1) {
+    st.store(ld[1], copy_at(smem, 1), sbias, K);
+    if (NR > 3) st.fetch(ld[1], 3 * K);
+  }
   __syncthreads();
   // y sums over the channel's lanes one round late: round r's reduce-scatter runs while round
   // r + 1 computes (independent work the compiler interleaves with it; at the round's end its
@@ -114,12 +140,13 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
   for (int i = 0; i < CT * K; ++i) yv[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < KEPT; ++i) yu[i] = 0.0f;
-  // Rounds in pairs, so that the copy a round works on is known when the kernel is compiled:
-  // its addresses are then constant offsets from shared memory, as with one copy (with the
-  // copy chosen at run time the addresses were found again every round: +9% instructions).
-  for (int r0 = 0; r0 < NR; r0 += 2)
+  // Rounds in groups of NBUF, so that the copy a round works on is known when the kernel is
+  // compiled: its addresses are then constant offsets from shared memory, as with one copy
+  // (with the copy chosen at run time the addresses were found again every round: +9%
+  // instructions).
+  for (int r0 = 0; r0 < NR; r0 += NBUF)
 #pragma unroll
-  for (int p = 0; p < 2; ++p) {
+  for (int p = 0; p < NBUF; ++p) {
     const int r = r0 + p, t0 = r * K;
     if (r >= NR) break;
     float* const cp = copy_at(smem, p);
@@ -181,11 +208,15 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
     for (int i = 0; i < CT * K; ++i) yv[i] = yn[i];
 #pragma unroll
     for (int i = 0; i < KEPT; ++i) yu[i] = su[cc][tf + i];
-    if (r + 1 < NR) {  // the next round's rows into the other copy (last read a round ago)
-      st.store(ld[p ^ 1], copy_at(smem, p ^ 1), sbias, t0 + K);
-      if (r + 3 < NR) st.fetch(ld[p ^ 1], t0 + 3 * K);
+    // Round r + 2's rows into copy (r + 2) % NBUF once every warp is done with round r − 1
+    // (the phase that also says that round r + 1's rows are in), then this warp's arrival.
+    if (r > 0) bar_wait(sbar, (p + NBUF - 1) & 1);
+    if (r + 2 < NR) {
+      st.store(ld[p & 1], copy_at(smem, (p + 2) % NBUF), sbias, t0 + 2 * K);
+      if (r + 4 < NR) st.fetch(ld[p & 1], t0 + 4 * K);
     }
-    __syncthreads();
+    __syncwarp(MASK);
+    if (threadIdx.x % 32 == 0) bar_arrive(sbar);
   }
   reduce_scatter<CT * K, 1, NSG / 2>(yv);  // the last round's
   if (y_lane) store_y(out + row0 + (long long)cc * L + (NR - 1) * K + tf, (NR - 1) * K + tf, yv, yu, dsk);

@@ -38,13 +38,14 @@ Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads, int64_t ct)
   return sp;
 }
 
-// kBuffers copies (the COPY of kStage: rows, B and C, the backward's dB/dC terms), then bias and D.
-int64_t scan_shared_floats(const Split& sp, bool grad) {
+// nbuf copies (the COPY of kStage: rows, B and C, the backward's dB/dC terms), then bias, D and
+// the forward's mbarrier.
+int64_t scan_shared_floats(const Split& sp, bool grad, int nbuf) {
   const int64_t rows = grad ? 6 : 2;  // u, Δ, (slope, dy, du and dΔ)
   const int64_t k = grad ? kChunk : kForwardSteps;
   const int64_t warps = sp.threads() < 32 ? 1 : sp.threads() / 32;
   const int64_t copy = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + (grad ? kChunk * (warps * 2 * sp.lanes * sp.ns + 4) : 0);
-  return kBuffers * copy + 2 * sp.cb;
+  return nbuf * copy + 2 * sp.cb + 1 + 2;  // (+ padding to 8 bytes and the mbarrier)
 }
 
 }  // namespace
@@ -62,7 +63,7 @@ Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2
 
 // Constants and helpers of every kernel.
 // K: the steps a block stages at once (a multiple of the chunk KC).
-std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
+std::string prelude(const ScanShape& s, const Split& sp, int k_stage, int nbuf) {
   const ScanLayout lay = scan_layout(s);
   auto n = [](int64_t v) { return std::to_string(v); };
   const int64_t nt = sp.threads();
@@ -75,7 +76,7 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage) {
   p += std::string("constexpr bool VEC = ") + (s.vec && s.length % 4 == 0 ? "true" : "false") + ";\n";
   p += "constexpr unsigned MASK = " + std::to_string(nt >= 32 ? 0xffffffffu : (1u << nt) - 1u) + "u;\n";
   p += "constexpr long long NU = (long long)B * D * L;\n";
-  p += "constexpr int NBUF = " + n(kBuffers) + ";  // copies of the staged rows: one computed on while the next is stored\n";
+  p += "constexpr int NBUF = " + n(nbuf) + ";  // copies of the staged rows: one computed on while the next is stored\n";
   // Shared rows: [CB][RS] for per-channel rows (RS = K + 4: 16-byte aligned rows, a lane reads
   // four steps at once) and [NSG][BS] for B and C, stored per lane's states [t][s] (BS = K·NS + 4
   // spreads the lanes' float4 reads over the banks). The backward's dB/dC terms, already summed
@@ -218,7 +219,7 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
 // With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
 // moves four steps of a row per load.
 const char* const kStage = R"(
-// Shared memory: NBUF copies of COPY floats, then bias and D. A copy holds ROWS_U per-channel
+// Shared memory: NBUF copies of COPY floats, then bias, D and an mbarrier. A copy holds ROWS_U per-channel
 // rows [CB][RS] (u, Δ; the backward's slope, dy, du and dΔ), B and C [NSG][BS] and the
 // backward's dB/dC terms [K][TSW]: all at constant offsets from the copy's start, so that a
 // kernel's accesses to the copy it works on share one base address.
@@ -382,6 +383,7 @@ const char* const kStart = R"(  extern __shared__ float4 smem4[];
   const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
   float* sbias = copy_at(smem, NBUF);
   float* sdsk = sbias + CB;
+  unsigned long long* sbar = reinterpret_cast<unsigned long long*>(sdsk + CB + ((NBUF * COPY + 2 * CB) & 1));  // 8-byte aligned
   for (int e = threadIdx.x; e < NBUF * 2 * NSG * BS; e += NT) b_of(copy_at(smem, e / (2 * NSG * BS)))[e % (2 * NSG * BS)] = 0.0f;  // padded states stay 0
   for (int e = threadIdx.x; e < CB; e += NT) {
     sbias[e] = bias[(d0 + e) * BIAS_STRIDE];
@@ -389,13 +391,13 @@ const char* const kStart = R"(  extern __shared__ float4 smem4[];
   }
 )";
 
-Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad) {
+Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad, int nbuf) {
   Launch l;
   l.name = name;
   l.block[0] = static_cast<unsigned>(sp.threads());
   l.grid[0] = static_cast<unsigned>(sp.blocks);
   l.grid[1] = static_cast<unsigned>(s.batch);
-  l.shared_bytes = static_cast<unsigned>(scan_shared_floats(sp, grad) * 4);
+  l.shared_bytes = static_cast<unsigned>(scan_shared_floats(sp, grad, nbuf) * 4);
   return l;
 }
 

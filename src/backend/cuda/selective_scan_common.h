@@ -12,7 +12,8 @@ namespace tg::backend::cuda::scan_detail {
 constexpr int kChunk = 8;          // KC: steps per chunk (the backward keeps KC·NS states and factors in registers)
 constexpr int kForwardSteps = 16;  // steps the forward stages at once (two chunks: half the barriers)
 constexpr int kPerLane = 4;        // the most states a thread holds (one float4 of B or C per step)
-constexpr int kBuffers = 2;        // copies of the staged rows in shared memory (one barrier a round)
+constexpr int kBuffers = 2;        // the backward's copies of the staged rows in shared memory (one barrier a chunk)
+constexpr int kForwardBuffers = 4; // the forward's: rows stored two rounds ahead, its warps up to a round apart
 constexpr int kBlocksPerSm = 3;    // both kernels' launch bounds: three 128-thread blocks an SM (168 registers; b 8, d 1536 in one wave)
 
 /// A kernel's thread split: ns states per thread, lanes per channel, channels per block.
@@ -23,8 +24,9 @@ struct Split {
 Split forward_split(const ScanShape& s);
 Split backward_split(const ScanShape& s);
 
-/// Constants and device helpers of every kernel; k_stage: the steps a block stages at once.
-std::string prelude(const ScanShape& s, const Split& sp, int k_stage);
+/// Constants and device helpers of every kernel; k_stage: the steps a block stages at once,
+/// nbuf: the copies of the staged rows in shared memory.
+std::string prelude(const ScanShape& s, const Split& sp, int k_stage, int nbuf = kBuffers);
 /// Device code: the Stage of a chunk's rows (needs DY, DY_ROWS, DELTA_EACH defined first).
 extern const char* const kStage;
 /// The op's operands, first in both kernels' parameters.
@@ -32,7 +34,8 @@ extern const char* const kOperands;
 /// The kernels' first statements: where a thread stands, the shared-memory layout, the block's
 /// bias and D. (Each kernel reads its channels' A itself.)
 extern const char* const kStart;
-/// Grid, block and dynamic shared memory of a kernel of this split.
-Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad);
+/// Grid, block and dynamic shared memory of a kernel of this split (nbuf copies of the staged
+/// rows, then bias, D and an 8-byte mbarrier).
+Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad, int nbuf = kBuffers);
 
 }  // namespace tg::backend::cuda::scan_detail
