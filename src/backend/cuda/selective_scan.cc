@@ -64,23 +64,33 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
                     " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps, kForwardBuffers);
   src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 2;\n";
   src += kStage;
-  src += R"(// KEPT steps of y from step t (this lane's share, summed) with the D skip, from the registers:
-// 16 bytes at a time where rows allow (a warp's stores cover whole 32-byte sectors).
-// A barrier of the block's warps in shared memory (sm_80 and later): each warp's lane 0 arrives
-// once a round, after the warp's writes; a phase completes when all WARPS have arrived.
+  src += R"(// A barrier of the block's warps in shared memory: each warp's lane 0 arrives once a round,
+// after the warp's writes; a phase completes when all WARPS have arrived. (Before sm_80, which
+// has no mbarrier, the wait is a __syncthreads, a stronger condition, and init and arrival are
+// nothing; the wait's condition is the same for all threads.)
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
+#if __CUDA_ARCH__ >= 800
   asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count) : "memory");
+#endif
 }
 __device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
+#if __CUDA_ARCH__ >= 800
   asm volatile("mbarrier.arrive.shared.b64 _, [%0];" ::"r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+#endif
 }
 __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 800
   asm volatile(
       "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n @!done bra WAIT;\n}" ::"r"(
           (unsigned)__cvta_generic_to_shared(bar)),
       "r"(parity)
       : "memory");
+#else
+  __syncthreads();
+#endif
 }
+// KEPT steps of y from step t (this lane's share, summed) with the D skip, from the registers:
+// 16 bytes at a time where rows allow (a warp's stores cover whole 32-byte sectors).
 template <int KEPT>
 __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const float (&yv)[CT * K], const float (&yu)[KEPT], float dsk) {
   if constexpr (VEC && KEPT % 4 == 0) {

@@ -383,7 +383,7 @@ const char* const kStart = R"(  extern __shared__ float4 smem4[];
   const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
   float* sbias = copy_at(smem, NBUF);
   float* sdsk = sbias + CB;
-  unsigned long long* sbar = reinterpret_cast<unsigned long long*>(sdsk + CB + ((NBUF * COPY + 2 * CB) & 1));  // 8-byte aligned
+  unsigned long long* sbar = reinterpret_cast<unsigned long long*>(sdsk + CB + ((NBUF * COPY + 2 * CB) & 1));  // the forward's round barrier (8-byte aligned)
   for (int e = threadIdx.x; e < NBUF * 2 * NSG * BS; e += NT) b_of(copy_at(smem, e / (2 * NSG * BS)))[e % (2 * NSG * BS)] = 0.0f;  // padded states stay 0
   for (int e = threadIdx.x; e < CB; e += NT) {
     sbias[e] = bias[(d0 + e) * BIAS_STRIDE];
