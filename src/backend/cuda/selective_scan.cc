@@ -110,7 +110,8 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
   src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kBlocksPerSm) + ") " + name + "(" + kOperands +
          "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kStart;
-  src += R"(  // CT channels per thread (c, c + 1, …) share each load of B and C.
+  src += R"(  unsigned long long* sbar = reinterpret_cast<unsigned long long*>(sdsk + CB + ((NBUF * COPY + 2 * CB) & 1));  // the round barrier (8-byte aligned)
+  // CT channels per thread (c, c + 1, …) share each load of B and C.
   float h[CT][NS], a2c[CT][NS];
 #pragma unroll
   for (int k = 0; k < CT; ++k)

@@ -45,7 +45,7 @@ int64_t scan_shared_floats(const Split& sp, bool grad, int nbuf) {
   const int64_t k = grad ? kChunk : kForwardSteps;
   const int64_t warps = sp.threads() < 32 ? 1 : sp.threads() / 32;
   const int64_t copy = rows * sp.cb * (k + 4) + 2 * sp.lanes * (k * sp.ns + 4) + (grad ? kChunk * (warps * 2 * sp.lanes * sp.ns + 4) : 0);
-  return nbuf * copy + 2 * sp.cb + 1 + 2;  // (+ padding to 8 bytes and the mbarrier)
+  return nbuf * copy + 2 * sp.cb + (grad ? 0 : 1 + 2);  // (the forward: padding to 8 bytes and the mbarrier)
 }
 
 }  // namespace
@@ -219,7 +219,7 @@ __device__ __forceinline__ float delta_of(float x, float* slope) {
 // With VEC (L a multiple of 4 and every operand 16-byte aligned: the planner checks) a thread
 // moves four steps of a row per load.
 const char* const kStage = R"(
-// Shared memory: NBUF copies of COPY floats, then bias, D and an mbarrier. A copy holds ROWS_U per-channel
+// Shared memory: NBUF copies of COPY floats, then bias, D (and the forward's mbarrier). A copy holds ROWS_U per-channel
 // rows [CB][RS] (u, Δ; the backward's slope, dy, du and dΔ), B and C [NSG][BS] and the
 // backward's dB/dC terms [K][TSW]: all at constant offsets from the copy's start, so that a
 // kernel's accesses to the copy it works on share one base address.
@@ -383,7 +383,6 @@ const char* const kStart = R"(  extern __shared__ float4 smem4[];
   const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
   float* sbias = copy_at(smem, NBUF);
   float* sdsk = sbias + CB;
-  unsigned long long* sbar = reinterpret_cast<unsigned long long*>(sdsk + CB + ((NBUF * COPY + 2 * CB) & 1));  // the forward's round barrier (8-byte aligned)
   for (int e = threadIdx.x; e < NBUF * 2 * NSG * BS; e += NT) b_of(copy_at(smem, e / (2 * NSG * BS)))[e % (2 * NSG * BS)] = 0.0f;  // padded states stay 0
   for (int e = threadIdx.x; e < CB; e += NT) {
     sbias[e] = bias[(d0 + e) * BIAS_STRIDE];

@@ -35,7 +35,7 @@ extern const char* const kOperands;
 /// bias and D. (Each kernel reads its channels' A itself.)
 extern const char* const kStart;
 /// Grid, block and dynamic shared memory of a kernel of this split (nbuf copies of the staged
-/// rows, then bias, D and an 8-byte mbarrier).
+/// rows, then bias, D and, in the forward, an 8-byte mbarrier).
 Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad, int nbuf = kBuffers);
 
 }  // namespace tg::backend::cuda::scan_detail
