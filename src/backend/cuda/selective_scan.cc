@@ -161,6 +161,7 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
   // shuffles' latency was exposed). A lane keeps KEPT consecutive steps of one channel (KEPT
   // divides K, the first a multiple of it), from i_first; their u for the D skip is read in the
   // round itself (its copy of the rows is overwritten during the next).
+  float* const hs_thread = KEEP ? hs + hs_at(b, 0, d, j) : nullptr;  // the states entering chunk kc at kc·NSG·HG
   constexpr int KEPT = kept_count(CT * K, NSG);
   const int i_first = PAIRED ? kept_index<K, 2, NSG / 2>() : kept_index<CT * K, 1, NSG / 2>();
   const int cc = c + (PAIRED ? SW : i_first / K), tf = i_first % K;
@@ -190,10 +191,7 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       // The state entering each chunk of KC steps, for the backward.
-      if (KEEP && t4 % KC == 0 && (FULL || t0 + t4 < L)) {
-#pragma unroll
-        for (int k = 0; k < CT; ++k) store_row_states(hs + (((long long)b * D + d + (k ^ SW)) * NCH + (t0 + t4) / KC) * N, j, h[k]);
-      }
+      if (KEEP && t4 % KC == 0 && (FULL || t0 + t4 < L)) store_group(hs_thread + (long long)((t0 + t4) / KC) * NSG * HG, h);
       float dvs[CT][4], uvs[CT][4];
 #pragma unroll
       for (int k = 0; k < CT; ++k) {
@@ -360,10 +358,9 @@ __device__ __forceinline__ void store_evict_last(float* p, float v, unsigned lon
   __syncthreads();
   // The states entering each chunk, loaded a chunk ahead (a global load's latency would stall
   // the recomputation that starts from it).
-  const float* hs_row = hs + ((long long)b * D + d) * NCH * N;  // channel c + x at x·NCH·N
   float h_next[CT][NS];
-#pragma unroll
-  for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)(k ^ SW) * NCH + NCH - 1) * N, j, h_next[k]);
+  const float* const hs_thread = hs + hs_at(b, 0, d, j);  // chunk kc's group at kc·NSG·HG
+  load_group(hs_thread + (long long)(NCH - 1) * NSG * HG, h_next);
   for (int kc0 = NCH - 1; kc0 >= 0; kc0 -= 2)  // in pairs, as the forward's rounds
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
@@ -385,10 +382,7 @@ __device__ __forceinline__ void store_evict_last(float* p, float v, unsigned lon
     for (int k = 0; k < CT; ++k)
 #pragma unroll
       for (int s = 0; s < NS; ++s) hv[0][k][s] = h_next[k][s];
-    if (kc > 0) {
-#pragma unroll
-      for (int k = 0; k < CT; ++k) load_row_states(hs_row + ((long long)(k ^ SW) * NCH + kc - 1) * N, j, h_next[k]);
-    }
+    if (kc > 0) load_group(hs_thread + (long long)(kc - 1) * NSG * HG, h_next);
 #pragma unroll
     for (int t4 = 0; t4 < K; t4 += 4) {
       float dels[CT][4], us[CT][4];

@@ -121,35 +121,41 @@ __device__ __forceinline__ int kept_index() {
   return idx;
 }
 __host__ __device__ constexpr int kept_count(int v, int lanes) { return v / lanes > 1 ? v / lanes : 1; }
-// This lane's NS states of a [.., N] row at p (its state j·NS): one vector access when N is a
-// multiple of NS (then a lane's states are all valid or all past N).
-__device__ __forceinline__ void load_row_states(const float* p, int j, float (&v)[NS]) {
-  if constexpr (N % NS == 0 && (NS == 4 || NS == 2)) {
-    if (j * NS < N) {
-      if constexpr (NS == 4) {
-        const float4 x = *reinterpret_cast<const float4*>(p + j * NS);
-        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
-      } else {
-        const float2 x = *reinterpret_cast<const float2*>(p + j * NS);
-        v[0] = x.x; v[1] = x.y;
-      }
-      return;
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < NS; ++s) v[s] = j * NS + s < N ? p[j * NS + s] : 0.0f;
+// The states entering each chunk (hs: the forward stores them, the backward starts each chunk
+// from them) in thread groups: each thread's CT·NS states are HG consecutive floats (its slots,
+// slot k of channel c + (k ^ SW), its states j·NS …, past N as 0: both kernels pair their lanes'
+// channels alike), ordered by (sequence, channel group d / CT, chunk, j). A chunk's load is then
+// one 16-byte access a lane, a warp's in CW runs of NSG·HG·4 bytes, and a channel group's chunks
+// lie next to each other ([b, d, chunk, N] rows took two 8-byte loads a lane, in runs of 64 bytes).
+// Both kernels split the states and channels alike (scan_layout checks).
+constexpr int HG = CT * NS;
+__device__ __forceinline__ long long hs_at(int b, int kc, int d, int j) {
+  return ((((long long)b * (D / CT) + d / CT) * NCH + kc) * NSG + j) * HG;
 }
-__device__ __forceinline__ void store_row_states(float* p, int j, const float (&v)[NS]) {
-  if constexpr (N % NS == 0 && (NS == 4 || NS == 2)) {
-    if (j * NS < N) {
-      if constexpr (NS == 4) *reinterpret_cast<float4*>(p + j * NS) = make_float4(v[0], v[1], v[2], v[3]);
-      else *reinterpret_cast<float2*>(p + j * NS) = make_float2(v[0], v[1]);
-    }
-    return;
-  }
+__device__ __forceinline__ void store_group(float* __restrict__ p, const float (&h)[CT][NS]) {
+  if constexpr (HG % 4 == 0) {
 #pragma unroll
-  for (int s = 0; s < NS; ++s)
-    if (j * NS + s < N) p[j * NS + s] = v[s];
+    for (int i = 0; i < HG; i += 4)
+      *reinterpret_cast<float4*>(p + i) = make_float4(h[i / NS][i % NS], h[(i + 1) / NS][(i + 1) % NS], h[(i + 2) / NS][(i + 2) % NS], h[(i + 3) / NS][(i + 3) % NS]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < HG; i += 2) *reinterpret_cast<float2*>(p + i) = make_float2(h[i / NS][i % NS], h[(i + 1) / NS][(i + 1) % NS]);
+  }
+}
+__device__ __forceinline__ void load_group(const float* __restrict__ p, float (&h)[CT][NS]) {
+  if constexpr (HG % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < HG; i += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(p + i);
+      h[i / NS][i % NS] = x.x; h[(i + 1) / NS][(i + 1) % NS] = x.y; h[(i + 2) / NS][(i + 2) % NS] = x.z; h[(i + 3) / NS][(i + 3) % NS] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < HG; i += 2) {
+      const float2 x = *reinterpret_cast<const float2*>(p + i);
+      h[i / NS][i % NS] = x.x; h[(i + 1) / NS][(i + 1) % NS] = x.y;
+    }
+  }
 }
 // This lane's NS states of B or C at one step (16- or 8-byte aligned).
 __device__ __forceinline__ void load_states(const float* p, float (&v)[NS]) {
@@ -429,7 +435,12 @@ ScanLayout scan_layout(const ScanShape& s) {
   lay.chunks = std::max<int64_t>((s.length + kChunk - 1) / kChunk, 1);
   lay.channels_per_block = sp.cb;
   lay.blocks = sp.blocks;
-  lay.state_floats = s.batch * s.channels * lay.chunks * s.states;
+  // The kept states in thread groups (the hs_at of the kernels' prelude): padded to NSG·NS
+  // states a channel, so both kernels must split them alike.
+  const Split fw = forward_split(s);
+  if (fw.ns != sp.ns || fw.lanes != sp.lanes || fw.ct != sp.ct)
+    throw Error("[cuda] selective_scan: the forward and backward kernels split the states differently (internal)");
+  lay.state_floats = s.batch * s.channels * lay.chunks * sp.lanes * sp.ns;
   lay.da_floats = s.batch * s.channels * s.states;
   lay.dbc_floats = lay.blocks * s.batch * 2 * s.states * s.length;
   lay.dd_floats = 2 * s.batch * s.channels;
