@@ -293,6 +293,13 @@ __device__ __forceinline__ void store_evict_last(float* p, float v, unsigned lon
   *p = v;
 #endif
 }
+__device__ __forceinline__ void store2_evict_last(float* p, float v0, float v1, unsigned long long pol) {  // p 8-byte aligned
+#if __CUDA_ARCH__ >= 800
+  asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;" ::"l"(p), "f"(v0), "f"(v1), "l"(pol) : "memory");
+#else
+  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+#endif
+}
 )";
   src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name + "(" + kOperands +
          "const float* __restrict__ dy, const float* __restrict__ dlast, const float* __restrict__ hs, float* __restrict__ out, "
@@ -501,20 +508,27 @@ __device__ __forceinline__ void store_evict_last(float* p, float v, unsigned lon
       if (kc > 2) st.fetch(ld[p ^ 1], t0 - 3 * K);
     }
     __syncthreads();
-    store_rows(out, sou, row0, t0);
-    store_rows(out + NU, sod, row0, t0);
+    store_two_rows(out, out + NU, sou, row0, t0);  // du, then d(delta) (rows 4 and 5: sod = sou + CB)
     // The block's dB/dC for this chunk: each (step, kind, state) the sum of the warps' sums in
-    // warp order, one partial per block. A thread takes one step of a term (consecutive threads:
-    // consecutive steps, so the partials' rows are written in 32-byte runs).
+    // warp order, one partial per block. A thread takes two steps of a term (consecutive threads:
+    // consecutive steps, so the partials' rows are written in 32-byte runs), one 8-byte store
+    // (with VEC: L is even; half the store instructions of one step a thread).
+    constexpr int TS = VEC ? 2 : 1, TU = K * 2 * NP / TS;  // steps a thread, units
 #pragma unroll
-    for (int i = 0; i < (K * 2 * NP + NT - 1) / NT; ++i) {
-      const int o = threadIdx.x + i * NT, t = o % K, o2 = o / K, kind = o2 / NP, n = o2 % NP;
-      if (o < K * 2 * NP && n < N && t0 + t < L) {
-        const float* x = &red[t * TSW + o2];
-        float sum = x[0];
+    for (int i = 0; i < (TU + NT - 1) / NT; ++i) {
+      const int o = threadIdx.x + i * NT, t = o % (K / TS) * TS, o2 = o / (K / TS), kind = o2 / NP, n = o2 % NP;
+      if ((TU % NT == 0 || o < TU) && (NP == N || n < N) && (L % K == 0 || t0 + t < L)) {
+        float sum[TS];
 #pragma unroll
-        for (int w = 1; w < WARPS; ++w) sum += x[w * 2 * NP];
-        store_evict_last(dbc + (long long)(kind * N + n) * L + t0 + t, sum, keep_in_l2);
+        for (int q = 0; q < TS; ++q) {
+          const float* x = &red[(t + q) * TSW + o2];
+          sum[q] = x[0];
+#pragma unroll
+          for (int w = 1; w < WARPS; ++w) sum[q] += x[w * 2 * NP];
+        }
+        float* const at = dbc + (long long)(kind * N + n) * L + t0 + t;
+        if constexpr (TS == 2) store2_evict_last(at, sum[0], sum[TS - 1], keep_in_l2);
+        else store_evict_last(at, sum[0], keep_in_l2);
       }
     }
   }

@@ -384,6 +384,24 @@ __device__ __forceinline__ void store_rows(float* __restrict__ dst, const float 
     }
   }
 }
+// Two sets of rows [2·CB][RS] (the first CB rows to dst0, the next to dst1, each from step t0)
+// leave four steps a thread where rows allow (one 16-byte store; L is a multiple of 4, so a unit
+// lies within L or past it): a quarter of the store instructions of store_rows twice, the same
+// runs of memory.
+__device__ __forceinline__ void store_two_rows(float* __restrict__ dst0, float* __restrict__ dst1, const float (*src)[RS], long long row0, int t0) {
+  if constexpr (VEC && K % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < (2 * CB * K / 4 + NT - 1) / NT; ++i) {
+      const int e = threadIdx.x + i * NT, r = e / (K / 4), t = e % (K / 4) * 4;
+      if (((2 * CB * K / 4) % NT != 0 && e >= 2 * CB * K / 4) || (L % K != 0 && t0 + t >= L)) continue;
+      float* const dst = r < CB ? dst0 + row0 + (long long)r * L : dst1 + row0 + (long long)(r - CB) * L;
+      *reinterpret_cast<float4*>(dst + t0 + t) = *reinterpret_cast<const float4*>(&src[r][t]);
+    }
+  } else {
+    store_rows(dst0, src, row0, t0);
+    store_rows(dst1, src + CB, row0, t0);
+  }
+}
 )";
 
 // The op's operands, first in both kernels' parameters.
