@@ -27,17 +27,19 @@
 // their rows are stored (one round of compute left the stores waiting on memory).
 // Then each thread walks them:
 //   forward:  a = 2^(Δ·A·log2 e) (one MUFU op), h = a·h + Δ·u·B, y += C·h; y sums over the
-//             channel's lanes by a reduce-scatter (each lane ends with its share of the steps;
-//             odd lanes hold their two channels in the other order, so its first level needs
-//             no select: 64.4 M → 61.2 M instructions, 0.1194–0.1244 → 0.1177–0.1182 ms)
+//             channel's lanes by a reduce-scatter (each lane ends with its share of the steps)
 //             one round late, while the next round computes, plus D·u, and leaves from the
 //             registers (a lane's consecutive steps: 16-byte stores; through shared memory as
-//             rows it took a barrier more). At each chunk
-//             start the thread stores the state entering it (B·D·⌈L/KC⌉·N floats, kept for the
-//             backward when the program has one), and after the last step the last state.
+//             rows it took a barrier more). Odd lanes hold their two channels in the other
+//             order, so the reduce-scatter's first level needs no select (64.4 M → 61.2 M
+//             instructions, 0.1194–0.1244 → 0.1177–0.1182 ms). At each chunk start the thread
+//             stores the states entering it (B·D·⌈L/KC⌉·NSG·NS floats in thread groups, one
+//             16-byte store a lane: see hs_at; kept for the backward when the program has one),
+//             and after the last step the last state.
 //   backward: chunks from the last: the entering state is loaded, the chunk recomputed forward
 //             with every h and a kept in registers, then walked backwards with
-//             g = dh + C·dy, dh ← g·a. du and dΔ sum over the channel's lanes (reduce-scatter),
+//             g = dh + C·dy, dh ← g·a (a dy of one value, the gradient of a plain sum, held in
+//             a register). du and dΔ sum over the channel's lanes (reduce-scatter),
 //             get the D skip and the softplus slope, and leave as rows. dB and dC sum over
 //             channels: the thread's CT channels first, then each step's terms over the warp's
 //             channels by a reduce-scatter
