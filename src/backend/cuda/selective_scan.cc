@@ -97,7 +97,7 @@ __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parit
 // With PAIRED slots the level at lane bit 0 adds the partner's slot 1 (the same channel as this
 // lane's slot 0) with no select; the rest is a reduce-scatter of the K steps.
 __device__ __forceinline__ void sum_y(float (&yv)[CT * K]) {
-  if constexpr (CT == 2 && NSG >= 2) {
+  if constexpr (PAIRED) {
 #pragma unroll
     for (int i = 0; i < K; ++i) yv[i] += __shfl_xor_sync(MASK, yv[i + (CT == 2 ? K : 0)], 1);
     reduce_scatter<K, 2, NSG / 2>(yv);
@@ -127,12 +127,8 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
          "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kStart;
   src += R"(  unsigned long long* sbar = reinterpret_cast<unsigned long long*>(sdsk + CB + ((NBUF * COPY + 2 * CB) & 1));  // the round barrier (8-byte aligned)
-  // CT channels per thread (c, c + 1, …) share each load of B and C. With two, odd lanes hold
-  // them in the other order (slot k is channel c + (k ^ SW)), as in the backward: the first
-  // level of y's sum over the channel's lanes (the lane pair at bit 0) then adds the partner's
-  // slot 1 to the lane's slot 0, with no select (32 a round fewer).
-  constexpr bool PAIRED = CT == 2 && NSG >= 2;
-  const int SW = PAIRED ? j & 1 : 0;
+  // CT channels per thread (c, c + 1, …) share each load of B and C; with PAIRED slots (kStart)
+  // the first level of y's sum over the channel's lanes needs no select (32 a round fewer).
   float h[CT][NS], a2c[CT][NS];
 #pragma unroll
   for (int k = 0; k < CT; ++k)
@@ -315,12 +311,10 @@ __device__ __forceinline__ void store2_evict_last(float* p, float v0, float v1, 
   // 0.2428-0.2457 held; with dy as rows, as in a model, nothing changes.)
   const float dy_one = DY_ROWS ? 0.0f : DY_ONE ? dy[0] : 0.0f;
   // CT channels per thread (c, c + 1, …): each load of B and C serves them all, and their dB/dC
-  // terms are summed in the thread before the shuffles. With two, odd lanes hold them in the
-  // other order (slot k is channel c + (k ^ SW)): each lane's slot 0 is then the channel whose
-  // du and dΔ it keeps, and the first level of their sum over the channel's lanes (the lane
-  // pair at bit 0) needs no select. Shared rows of a channel sit RS floats apart, so each slot
-  // reads them from one base address.
-  const int SW = CT == 2 && NSG >= 2 ? j & 1 : 0;
+  // terms are summed in the thread before the shuffles. With PAIRED slots (kStart) each lane's
+  // slot 0 is the channel whose du and dΔ it keeps, and the first level of their sum over the
+  // channel's lanes (the lane pair at bit 0) needs no select. Shared rows of a channel sit RS
+  // floats apart, so each slot reads them from one base address.
   float dh[CT][NS], dA[CT][NS], a2c[CT][NS], anc[CT][NS];
 #pragma unroll
   for (int k = 0; k < CT; ++k)
@@ -348,7 +342,6 @@ __device__ __forceinline__ void store2_evict_last(float* p, float v0, float v1, 
   // partner's slot 1 (the same channel); the rest is a reduce-scatter of RG values over the
   // other lane bits. A lane keeps RKEPT consecutive steps, of the same channel in every group:
   // its dD and dbias sum that one (c + r_ch).
-  constexpr bool PAIRED = CT == 2 && NSG >= 2;
   constexpr int RG = NSG / CT < 4 ? 4 : NSG / CT < K ? NSG / CT : K, RV = CT * RG;
   constexpr int RKEPT = PAIRED ? kept_count(RG, NSG / 2) : kept_count(RV, NSG);
   const int r_kept = PAIRED ? kept_index<RG, 2, NSG / 2>() : kept_index<RV, 1, NSG / 2>(), r_ch = PAIRED ? SW : r_kept / RG;

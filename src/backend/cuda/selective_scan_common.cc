@@ -84,6 +84,9 @@ std::string prelude(const ScanShape& s, const Split& sp, int k_stage, int nbuf) 
   // (the block sum reads several steps of one term at once: the 4 spreads them over the banks).
   // WL: lanes of a warp, CW: channels of a warp.
   p += "constexpr int RS = K + 4, BS = K * NS + 4, WL = NT < 32 ? NT : 32, CW = WL / NSG, WARPS = NT / WL, TSW = WARPS * 2 * NP + 4;\n";
+  // PAIRED: two channels a thread on at least two lanes a channel; then odd lanes hold theirs in
+  // the other order (the SW of kStart), in both kernels alike.
+  p += "constexpr bool PAIRED = CT == 2 && NSG >= 2;\n";
   p += R"(
 __device__ __forceinline__ float exp2_approx(float x) {  // one MUFU op; rel. error ~2^-22, tiny results flush to 0
   float y;
@@ -415,6 +418,11 @@ const char* const kStart = R"(  extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int b = blockIdx.y, d0 = blockIdx.x * CB, g = d0 / PER;
   const int c = threadIdx.x / NSG * CT, j = threadIdx.x % NSG, d = d0 + c;  // (the first of CT channels)
+  // With PAIRED, slot k of a thread's channels is channel c + (k ^ SW): odd lanes hold the two in
+  // the other order, so that a sum over a channel's lanes can start by adding the partner's slot 1
+  // to the lane's slot 0 (the same channel) with no select. Both kernels pair alike, and the
+  // states the forward keeps for the backward are in slot order.
+  const int SW = PAIRED ? j & 1 : 0;
   const long long row0 = ((long long)b * D + d0) * L, bc0 = ((long long)b * G + g) * N * L;
   float* sbias = copy_at(smem, NBUF);
   float* sdsk = sbias + CB;
