@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 peer=${1:-../shared/bench/torch_peer.py}
 python=${PYTHON:-/usr/bin/python3}
+bash scripts/configure.sh release build
 cmake --build build --target mlp_sin_bench gpt_bench decode_bench scan_bench >/dev/null
 log=$(mktemp -d)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 peer=${PEER:-../shared/bench/torch_peer.py}
 python=${PYTHON:-python3}
 only=${1:-mlp_sin,addition_3L,char_6L384,gpt2_124M,gpt2_decode,selective_scan}
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+bash scripts/configure.sh release build-gpu
 ninja -C build-gpu mlp_sin_bench gpt_bench decode_bench scan_bench cuda_ceilings >/dev/null
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)," \
      "PyTorch $($python -c 'import torch; print(torch.__version__)')"

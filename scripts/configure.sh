@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Configures a build folder for one of the project's builds, setting every option that build
+# relies on, so a folder configured earlier for another build (the demo's, without tests) is
+# brought to this one instead of keeping its cached options.
+# Usage: scripts/configure.sh demo|release|asan [build dir]
+#   demo     Release, examples only (scripts/demo.sh)                 default dir: build
+#   release  Release, examples, tests and benchmarks (scripts/test.sh) default dir: build
+#   asan     -O1 -g1 with ASan+UBSan, examples and tests (scripts/test.sh) default dir: build-asan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${1:?usage: scripts/configure.sh demo|release|asan [build dir]}
+common=(-G Ninja -DTG_BUILD_EXAMPLES=ON)
+case "$profile" in
+  demo)    dir=${2:-build}
+           opts=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS= -DTG_SANITIZE=OFF -DTG_BUILD_TESTS=OFF -DTG_BUILD_BENCH=OFF) ;;
+  release) dir=${2:-build}
+           opts=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS= -DTG_SANITIZE=OFF -DTG_BUILD_TESTS=ON -DTG_BUILD_BENCH=ON) ;;
+  # -O1 -g1 (line tables only): sanitizer builds compile several times faster than at -O2 -g.
+  asan)    dir=${2:-build-asan}
+           opts=(-DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" -DTG_SANITIZE=ON -DTG_BUILD_TESTS=ON -DTG_BUILD_BENCH=OFF) ;;
+  *) echo "scripts/configure.sh: unknown build '$profile' (demo, release or asan)" >&2; exit 2 ;;
+esac
+cmake -S . -B "$dir" "${common[@]}" "${opts[@]}" >/dev/null
