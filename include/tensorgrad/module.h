@@ -25,6 +25,8 @@ namespace tg {
 
 namespace detail {
 struct ModelStorage;
+/// A new, empty per-model parameter storage (runtime/storage.cc).
+std::shared_ptr<ModelStorage> make_model_storage();
 }
 
 /// How a parameter is filled by `init_params(seed)`. Fan-in/fan-out follow PyTorch: for a

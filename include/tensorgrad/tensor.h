@@ -144,6 +144,9 @@ Tensor min(const Tensor& x, Axes axes = {}, bool keepdim = false, Loc loc = Loc:
 /// PyTorch, which propagates them; check losses with std::isfinite.
 Tensor argmax(const Tensor& x, std::optional<int64_t> axis = std::nullopt, bool keepdim = false,
               Loc loc = Loc::current());
+/// Inclusive prefix sum along `axis` (out[i] = x[0] + … + x[i]); `reverse` sums from the end
+/// (out[i] = x[i] + … + x[n-1]). f32 or i32 (bool: cast first); the shape is kept.
+Tensor cumsum(const Tensor& x, int64_t axis, bool reverse = false, Loc loc = Loc::current());
 
 // ---- shape ---------------------------------------------------------------------------
 /// One extent may be -1 (inferred).

@@ -103,6 +103,9 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
     case Op::kSum:
       return {broadcast_to(n.attrs.keepdim ? g : keepdim_shape(g, n, in_shape[0], loc),
                            in_shape[0], loc)};
+    // y_i = Σ_{j ≤ i} x_j  ⇒  ∂L/∂x_j = Σ_{i ≥ j} g_i: the prefix sum in the other direction.
+    case Op::kCumsum:
+      return {cumsum(g, n.attrs.axes[0], !n.attrs.reverse, loc)};
     case Op::kMax:
     case Op::kMin: {
       // Gradient goes to the elements equal to the extremum, split evenly among ties.

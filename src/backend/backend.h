@@ -102,5 +102,8 @@ std::unique_ptr<Backend> make_ref_backend();
 std::unique_ptr<Backend> make_cpu_backend();
 /// Throws DeviceError saying why when cuda:index cannot be used.
 std::unique_ptr<Backend> make_cuda_backend(int index);
+/// Why cuda:index cannot be used (no driver, no such device, no NVRTC or cuBLASLt), or ""
+/// when it can; throws nothing, so Device::best() can ask.
+std::string cuda_unavailable_reason(int index);
 
 }  // namespace tg::backend

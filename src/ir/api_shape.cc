@@ -55,6 +55,16 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> axis, bool keepdim, Loc lo
   return out;
 }
 
+Tensor cumsum(const Tensor& x, int64_t axis, bool reverse, Loc loc) {
+  Arg ax(x, loc);
+  Graph& g = graph_for("cumsum", {&ax}, loc);
+  if (x.rank() == 0) api_fail("cumsum", "a scalar has no axis " + std::to_string(axis), loc);
+  Node n = make_node(Op::kCumsum, {x.id()}, loc);
+  n.attrs.axes = {normalize_axis("cumsum", axis, x.rank(), loc)};
+  n.attrs.reverse = reverse;
+  return emit(g, std::move(n));
+}
+
 Tensor reshape(const Tensor& x, Shape shape, Loc loc) {
   Arg ax(x, loc);
   Graph& g = graph_for("reshape", {&ax}, loc);

@@ -45,6 +45,7 @@ struct Attrs {
   std::vector<double> values;  // constant data, arange {start, step}, slice {start, step}
   DType dtype = DType::kF32;   // cast target
   bool causal = false;         // softmax, log_softmax, attention
+  bool reverse = false;        // cumsum: sum from the end of the axis
   uint64_t seed = 0;           // random, dropout: the site's stream (an integer, never rounded)
 };
 

@@ -106,6 +106,13 @@ void infer(const Graph& g, Node& n) {
       infer_reduce(g, n, in(0));
       n.dtype = in(0).dtype;
       return;
+    case Op::kCumsum:
+      if (n.attrs.axes.size() != 1) fail(g, n, "takes exactly one axis");
+      if (in(0).dtype == DType::kBool) fail(g, n, "does not accept bool (cast first)");
+      check_axes_valid(g, n, in(0).shape, false);
+      n.shape = in(0).shape;
+      n.dtype = in(0).dtype;
+      return;
     case Op::kArgmax:
       if (n.attrs.axes.size() != 1) fail(g, n, "takes exactly one axis");
       if (in(0).dtype == DType::kBool) fail(g, n, "does not accept bool (cast first)");

@@ -5,7 +5,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "runtime/storage.h"
+#include "nn/init.h"
+#include "tensorgrad/errors.h"
 
 namespace tg {
 namespace init {

@@ -3,12 +3,11 @@
 
 #include "ir/api_util.h"
 #include "ir/trace.h"
-#include "runtime/storage.h"
 #include "tensorgrad/module.h"
 
 namespace tg {
 
-Module::Module() : storage_(std::make_shared<detail::ModelStorage>()) {}
+Module::Module() : storage_(detail::make_model_storage()) {}
 
 Module::Module(Module& parent, std::string name) : parent_(&parent), name_(std::move(name)) {
   if (name_.empty()) throw Error("[Module] a child module needs a name");

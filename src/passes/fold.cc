@@ -3,7 +3,7 @@
 #include <cmath>
 #include <optional>
 
-#include "backend/ref/ref_scalar.h"
+#include "ir/scalar.h"
 #include "passes/rewrite.h"
 
 namespace tg::passes {
@@ -13,7 +13,6 @@ using ir::Graph;
 using ir::Node;
 using ir::Op;
 using ir::OpKind;
-namespace ref = backend::ref;
 
 /// A constant's values as the reference backend holds them: one value for a fill (of any
 /// shape), else numel values in row-major order.
@@ -28,14 +27,14 @@ std::optional<Values> constant_values(const Graph& g, int32_t id, int64_t limit)
     case Op::kConstant: {
       if (n.attrs.values.size() != 1 && n.numel() > limit) return std::nullopt;
       Values v(n.attrs.values.size());
-      for (size_t i = 0; i < v.size(); ++i) v[i] = ref::to_dtype(n.attrs.values[i], n.dtype);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = ir::to_dtype(n.attrs.values[i], n.dtype);
       return v;
     }
     case Op::kArange: {
       if (n.numel() > limit) return std::nullopt;
       Values v(static_cast<size_t>(n.numel()));
       for (size_t i = 0; i < v.size(); ++i)
-        v[i] = ref::to_dtype(n.attrs.values[0] + static_cast<double>(i) * n.attrs.values[1], n.dtype);
+        v[i] = ir::to_dtype(n.attrs.values[0] + static_cast<double>(i) * n.attrs.values[1], n.dtype);
       return v;
     }
     case Op::kReshape:  // row-major order is unchanged
@@ -90,9 +89,9 @@ std::optional<Node> fold(const Graph& out, const Node& n, int64_t limit) {
   for (size_t i = 0; i < result.size(); ++i) {
     auto at = [&](size_t k) { return in[k].size() == 1 ? in[k][0] : in[k][i]; };
     double r = 0;
-    if (kind == OpKind::kUnary) r = ref::unary(n.op, at(0));
-    else if (kind == OpKind::kBinary || kind == OpKind::kCompare) r = ref::binary(n.op, at(0), at(1));
-    else if (n.op == Op::kCast) r = ref::to_dtype(at(0), n.dtype);
+    if (kind == OpKind::kUnary) r = ir::eval_unary(n.op, at(0));
+    else if (kind == OpKind::kBinary || kind == OpKind::kCompare) r = ir::eval_binary(n.op, at(0), at(1));
+    else if (n.op == Op::kCast) r = ir::to_dtype(at(0), n.dtype);
     else r = at(0) != 0.0 ? at(1) : at(2);  // where
     // The reference backend keeps out-of-range i32 values in double where the CPU wraps or
     // saturates: leave those to run time so that neither backend's result changes.

@@ -15,6 +15,7 @@
 #include "passes/dce.h"
 #include "passes/rewrite.h"
 #include "runtime/storage.h"
+#include "util/switches.h"
 
 namespace tg {
 namespace detail {
@@ -59,7 +60,7 @@ namespace {
 /// TG_PROFILE: where compile_train / compile_forward spend their host time, one line per stage.
 class StageTimer {
  public:
-  StageTimer() : on_(std::getenv("TG_PROFILE") != nullptr), last_(std::chrono::steady_clock::now()) {}
+  StageTimer() : on_(env::is_set(env::Switch::kProfile)), last_(std::chrono::steady_clock::now()) {}
   void mark(const char* stage) {
     if (!on_) return;
     const auto now = std::chrono::steady_clock::now();

@@ -1,8 +1,6 @@
 // Devices, backends and the per-model parameter storage shared across programs.
 #include "runtime/storage.h"
-
-#include "backend/cuda/cublaslt.h"
-#include "backend/cuda/driver.h"
+#include "util/switches.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,15 +13,7 @@ namespace tg {
 
 /// cuda:0 when the driver, a GPU, NVRTC and cuBLASLt all load; decided once per process.
 Device Device::best() {
-  static const bool gpu = [] {
-    if (!backend::cuda::unavailable_reason(0).empty() || !backend::cuda::cublaslt_unavailable_reason().empty()) return false;
-    try {
-      backend::cuda::nvrtc();
-      return true;
-    } catch (const DeviceError&) {
-      return false;
-    }
-  }();
+  static const bool gpu = backend::cuda_unavailable_reason(0).empty();
   return gpu ? cuda(0) : cpu();
 }
 
@@ -43,11 +33,9 @@ std::unique_ptr<backend::Backend> make_backend(const Device& device) {
     case Device::Kind::kCpu: return backend::make_cpu_backend();
     case Device::Kind::kRef: return backend::make_ref_backend();
     case Device::Kind::kCuda: {
-      std::string why = backend::cuda::unavailable_reason(device.index);
-      if (why.empty()) why = backend::cuda::cublaslt_unavailable_reason();
+      std::string why = backend::cuda_unavailable_reason(device.index);
       if (why.empty()) {
         try {
-          backend::cuda::nvrtc();
           return backend::make_cuda_backend(device.index);
         } catch (const DeviceError& e) {
           why = e.what();
@@ -76,9 +64,11 @@ void DeviceStore::init_params(uint64_t seed) {
     fill_s += std::chrono::duration<double>(t1 - t0).count();
     upload_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
-  if (std::getenv("TG_PROFILE") != nullptr)
+  if (env::is_set(env::Switch::kProfile))
     std::fprintf(stderr, "[compile]     fill %.1f ms, upload %.1f ms\n", fill_s * 1e3, upload_s * 1e3);
 }
+
+std::shared_ptr<ModelStorage> make_model_storage() { return std::make_shared<ModelStorage>(); }
 
 std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& device) {
   std::shared_ptr<ModelStorage> storage = model.storage();
@@ -98,7 +88,7 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
     }
     return store;
   }
-  const bool profile = std::getenv("TG_PROFILE") != nullptr;
+  const bool profile = env::is_set(env::Switch::kProfile);
   auto t0 = std::chrono::steady_clock::now();
   auto mark = [&](const char* stage) {  // TG_PROFILE: the store's share of the first compile
     if (!profile) return;

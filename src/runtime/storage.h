@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "nn/init.h"
 #include "tensorgrad/module.h"
 #include "tensorgrad/program.h"
 
@@ -45,9 +46,6 @@ struct ModelStorage {
 /// The store of `model` on `device`, created (with every parameter of the model allocated
 /// and initialised with seed 0) on first use.
 std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& device);
-
-/// Fills `values` (shape `shape`) from `init`, seeded per parameter by (seed, path).
-void fill_init(const Init& init, std::span<float> values, const Shape& shape, uint64_t seed, const std::string& path);
 
 std::unique_ptr<backend::Backend> make_backend(const Device& device);
 

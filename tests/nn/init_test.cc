@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "runtime/storage.h"
+#include "nn/init.h"
 
 namespace {
 

@@ -199,6 +199,15 @@ const std::vector<OpCase>& op_cases() {
       {"argmax_flat_keepdim", {distinct({2, 3})}, FN(argmax(x[0], std::nullopt, true)), {1, 1}, kI32, kExact, kNoGrad},
       {"argmax_i32_ties_first", {ints({4, 5}, 0, 2)}, FN(argmax(x[0], 1)), {4}, kI32, kExact, kNoGrad},
       {"argmax_bool", {bools({3, 4})}, FN(argmax(x[0], 0)), {4}, kI32, kExact, kNoGrad},
+      // ---- prefix sums ----------------------------------------------------------------------
+      {"cumsum_last", {uni({2, 3, 5})}, FN(cumsum(x[0], -1)), {2, 3, 5}, kF32, kReduce, kGrad},
+      {"cumsum_middle", {uni({2, 4, 3})}, FN(cumsum(x[0], 1)), {2, 4, 3}, kF32, kReduce, kGrad},
+      {"cumsum_first_reverse", {uni({5, 3})}, FN(cumsum(x[0], 0, true)), {5, 3}, kF32, kReduce, kGrad},
+      {"cumsum_1d_reverse", {uni({7})}, FN(cumsum(x[0], 0, true)), {7}, kF32, kReduce, kGrad},
+      {"cumsum_size1_axis", {uni({3, 1, 4})}, FN(cumsum(x[0], 1)), {3, 1, 4}, kF32, kExact, kGrad},
+      {"cumsum_of_permuted", {uni({3, 4, 2})}, FN(cumsum(permute(x[0], {2, 0, 1}), 2)), {2, 3, 4}, kF32, kReduce, kGrad},
+      {"cumsum_i32", {ints({3, 6})}, FN(cumsum(x[0], 1)), {3, 6}, kI32, kExact, kNoGrad},
+      {"cumsum_i32_reverse", {ints({4, 3})}, FN(cumsum(x[0], 0, true)), {4, 3}, kI32, kExact, kNoGrad},
 
       // ---- shape ------------------------------------------------------------------------------
       {"reshape", {uni({2, 3, 4})}, FN(reshape(x[0], {4, 6})), {4, 6}, kF32, kExact, kGrad},
@@ -285,6 +294,10 @@ const std::vector<OpCase>& op_cases() {
       {"large_mean_all", {uni({240, 160})}, FN(mean(x[0])), {}, kF32, kReduce, kNoGrad},
       {"large_max_axis1", {distinct({200, 180})}, FN(max(x[0], {1})), {200}, kF32, kExact, kCpuOnly},
       {"large_argmax_axis0", {distinct({180, 200})}, FN(argmax(x[0], 0)), {200}, kI32, kExact, kNoGrad},
+      // Rows of 600 and 300 × 270 inner columns (several blocks of columns a line).
+      {"large_cumsum_last", {uni({40, 600})}, FN(cumsum(x[0], 1)), {40, 600}, kF32, kLargeSum, kCpuOnly},
+      {"large_cumsum_axis0_reverse", {uni({300, 270})}, FN(cumsum(x[0], 0, true)), {300, 270}, kF32, kLargeSum, kCpuOnly},
+      {"large_cumsum_i32", {ints({3, 5000}, -1000, 1000)}, FN(cumsum(x[0], 1)), {3, 5000}, kI32, kExact, kNoGrad},
       {"large_matmul_batched", {uni({2, 65, 33}), uni({33, 47})}, FN(matmul(x[0], x[1])), {2, 65, 47}, kF32, kMatmul, kCpuOnly},
 
       // ---- NN: indexing (gather; scatter_add is its VJP) ---------------------------------------
@@ -676,6 +689,14 @@ TEST(KnownValues, ArgmaxTiesReturnFirstIndex) {
   expect_known([] { return argmax(cf({1, 3, 1, 3}, {2, 2}), 0); }, {2}, kI32, {0, 0});
   expect_known([] { return argmax(cf({0, 5, 5, 1}, {2, 2})); }, {}, kI32, {1});
   expect_known([] { return argmax(ci({-1, 4, 4, -7}, {4}), 0, true); }, {1}, kI32, {1});
+}
+
+TEST(KnownValues, Cumsum) {
+  auto m = [] { return cf({1, 2, 3, 4, 5, 6}, {2, 3}); };
+  expect_known([&] { return cumsum(m(), 1); }, {2, 3}, kF32, {1, 3, 6, 4, 9, 15});
+  expect_known([&] { return cumsum(m(), 0); }, {2, 3}, kF32, {1, 2, 3, 5, 7, 9});
+  expect_known([&] { return cumsum(m(), -1, true); }, {2, 3}, kF32, {6, 5, 3, 15, 11, 6});
+  expect_known([] { return cumsum(ci({3, -1, 0, 7}, {4}), 0); }, {4}, kI32, {3, 2, 2, 9});
 }
 
 TEST(KnownValues, Matmul) {

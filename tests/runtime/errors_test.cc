@@ -57,6 +57,27 @@ TEST(Errors, MatmulAndFunctionCallSitesAreReported) {
   EXPECT_NE(msg.find(here(line)), std::string::npos) << msg;
 }
 
+TEST(Errors, CumsumRejectsBadAxesAndBool) {
+  Tiny m;
+  int line = 0;
+  std::string msg = message_of<tg::ShapeError>([&] {
+    tg::compile_forward(m, [&](tg::Tensor a) { line = __LINE__; return tg::cumsum(a, 2); },
+                        {.inputs = {{"a", {2, 3}}}, .device = tg::Device::ref()});
+  });
+  EXPECT_NE(msg.find("[cumsum]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(here(line)), std::string::npos) << msg;
+  msg = message_of<tg::ShapeError>([&] {
+    tg::compile_forward(m, [&](tg::Tensor a) { return tg::cumsum(a > 0.0, 0); },
+                        {.inputs = {{"a", {2, 3}}}, .device = tg::Device::ref()});
+  });
+  EXPECT_NE(msg.find("[cumsum] does not accept bool"), std::string::npos) << msg;
+  msg = message_of<tg::ShapeError>([&] {
+    tg::compile_forward(m, [&](tg::Tensor a) { return tg::cumsum(tg::sum(a), 0); },
+                        {.inputs = {{"a", {2, 3}}}, .device = tg::Device::ref()});
+  });
+  EXPECT_NE(msg.find("[cumsum] a scalar has no axis 0"), std::string::npos) << msg;
+}
+
 tg::Program tiny_train(Tiny& m, tg::Device device = tg::Device::cpu()) {
   return tg::compile_train(
       m, [&](tg::Tensor x, tg::Tensor y) { return tg::mean(tg::pow(m.fc(x) - y, 2)); },

@@ -193,6 +193,8 @@ void copy_now(DType dtype, const Shape& shape, const View& dst, const View& src)
 Kernel make_reduce(const ir::Node& node, const Shape& in_shape, const std::byte* in, std::byte* out);
 Kernel make_argmax(const ir::Node& node, const Shape& in_shape, DType in_dtype, const std::byte* in,
                    std::byte* out);
+/// Inclusive prefix sum (node.attrs.axes = {axis}, node.attrs.reverse) of a dense input.
+Kernel make_cumsum(const ir::Node& node, const std::byte* in, std::byte* out);
 
 /// How a matrix view maps onto a BLAS operand: row-major `ld`, transposed or not.
 struct BlasOperand {

@@ -12,6 +12,7 @@
 
 #include "passes/memory_plan.h"
 #include "tensorgrad/errors.h"
+#include "util/switches.h"
 
 namespace tg::backend::cpu {
 
@@ -53,7 +54,7 @@ CpuExecutable::CpuExecutable(const ir::Graph& g, const Bindings& bindings, const
   batch_steps();
   plan_arena(options.reuse_memory);
   build_kernels();
-  profile_ = std::getenv("TG_PROFILE") != nullptr;
+  profile_ = env::is_set(env::Switch::kProfile);
   kernel_seconds_.assign(kernels_.size(), 0.0);
   graph_ = nullptr;
 }

@@ -33,7 +33,7 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
     case Op::kCast: case Op::kWhere: case Op::kReshape: case Op::kPermute: case Op::kBroadcastTo:
     case Op::kSlice: case Op::kUnslice: case Op::kConcat:
       return true;
-    case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax:
+    case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: case Op::kCumsum:
       return is_contiguous(view, shape);
     case Op::kMatmul:
       return blas_operand(view, shape).has_value();
@@ -380,6 +380,14 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
         if (node.op == Op::kArgmax) return make_argmax(node, xs, xt, view(x).data, view(out).data);
         return make_reduce(node, xs, view(x).data, view(out).data);
       });
+      return;
+    }
+
+    case Op::kCumsum: {
+      const Place x = readable(g, id, n.inputs[0], is_contiguous);
+      const Place out = own_node(g, id);
+      const ir::Node node = n;
+      add_step({id}, {&x}, {&out}, [this, node, x, out] { return make_cumsum(node, view(x).data, view(out).data); });
       return;
     }
 

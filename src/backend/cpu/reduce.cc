@@ -1,4 +1,4 @@
-// Reductions of the CPU backend: Sum, Max, Min and Argmax. Every reduction is brought to an
+// Reductions of the CPU backend: Sum, Max, Min, Argmax, and the prefix sum Cumsum. Every reduction is brought to an
 // [outer, reduced, inner] shape over a dense input — directly when the reduced axes form one
 // run (ignoring extent-1 axes), otherwise after a transposing copy that moves the reduced axes
 // last. f32 sums accumulate in double (eight independent lanes so the loop vectorises),
@@ -6,6 +6,7 @@
 // Argmax keeps the first maximum, matching the reference backend. When the output is too
 // small to keep the threads busy (a full sum), the reduced axis is split into fixed chunks
 // whose partial results are merged in chunk order, so results never depend on thread count.
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -261,6 +262,48 @@ Kernel make_argmax(const ir::Node& node, const Shape& in_shape, DType in_dtype, 
     return [x, o, g] { argmax_dense(x, o, g); };
   }
   throw Error(std::string("[cpu] argmax does not take ") + dtype_name(in_dtype));
+}
+
+namespace {
+
+/// Prefix sums of a dense [outer, len, inner] input along len, each work unit an (outer index,
+/// block of kIBlock inner columns) walked along the axis with one accumulator per column (f32
+/// in double, i32 modulo 2^32, as Sum), so each output is the exact sum narrowed once.
+template <class S, class Acc>
+void cumsum_dense(const S* x, S* out, Geometry g, bool reverse) {
+  const int64_t blocks = (g.inner + kIBlock - 1) / kIBlock, units = g.outer * blocks;
+#pragma omp parallel for schedule(static) if (units > 1 && g.outer * g.red * g.inner >= (int64_t{1} << 15))
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t o = u / blocks, j0 = (u % blocks) * kIBlock, width = std::min(kIBlock, g.inner - j0);
+    Acc acc[kIBlock] = {};
+    for (int64_t s = 0; s < g.red; ++s) {
+      const int64_t i = reverse ? g.red - 1 - s : s;
+      const int64_t at = (o * g.red + i) * g.inner + j0;
+      for (int64_t j = 0; j < width; ++j) {
+        acc[j] += static_cast<Acc>(x[at + j]);
+        if constexpr (std::is_same_v<S, float>) out[at + j] = narrow_f32(acc[j]);
+        else out[at + j] = static_cast<S>(acc[j]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Kernel make_cumsum(const ir::Node& node, const std::byte* in, std::byte* out) {
+  const Geometry g = *dense_geometry(node.shape, node.attrs.axes);
+  const bool reverse = node.attrs.reverse;
+  if (node.dtype == DType::kF32) {
+    auto* x = reinterpret_cast<const float*>(in);
+    auto* o = reinterpret_cast<float*>(out);
+    return [x, o, g, reverse] { cumsum_dense<float, double>(x, o, g, reverse); };
+  }
+  if (node.dtype == DType::kI32) {
+    auto* x = reinterpret_cast<const int32_t*>(in);
+    auto* o = reinterpret_cast<int32_t*>(out);
+    return [x, o, g, reverse] { cumsum_dense<int32_t, uint32_t>(x, o, g, reverse); };
+  }
+  throw Error(std::string("[cpu] cumsum does not take ") + dtype_name(node.dtype));
 }
 
 }  // namespace tg::backend::cpu

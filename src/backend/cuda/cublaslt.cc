@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tensorgrad/errors.h"
+#include "util/switches.h"
 
 namespace tg::backend::cuda {
 namespace {
@@ -216,7 +217,7 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
   // the heuristic's candidate list, which changes with the GPU, the driver and the library.
   // TG_CUDA_TUNE=all times every candidate of every product, =off none (the heuristic's first
   // choice); either leaves the file alone.
-  static const std::string policy = std::getenv("TG_CUDA_TUNE") ? std::getenv("TG_CUDA_TUNE") : "";
+  static const std::string policy = env::value(env::Switch::kCudaTune);
   const std::filesystem::path dir = policy.empty() ? cache_dir() : std::filesystem::path();
   const std::filesystem::path file = dir.empty() ? std::filesystem::path() : dir / "cublaslt_tuning.txt";
   uint64_t h = 1469598103934665603ull;
@@ -245,7 +246,7 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     if (auto it = tuned.find(key); it != tuned.end() && it->second < candidates_.size()) {
       chosen_ = it->second;
       workspace_ = candidates_[chosen_].workspace;
-      if (std::getenv("TG_CUDA_TUNE_TRACE")) std::fprintf(stderr, "[tune] %s loaded %zu\n", key.c_str(), chosen_);
+      if (env::is_set(env::Switch::kCudaTuneTrace)) std::fprintf(stderr, "[tune] %s loaded %zu\n", key.c_str(), chosen_);
       return;
     }
   }
@@ -285,7 +286,7 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     workspace_ = candidates_[chosen_].workspace;
   }
   std::lock_guard<std::mutex> lock(mutex);
-  if (std::getenv("TG_CUDA_TUNE_TRACE")) std::fprintf(stderr, "[tune] %s timed %zu of %zu\n", key.c_str(), chosen_, timed);
+  if (env::is_set(env::Switch::kCudaTuneTrace)) std::fprintf(stderr, "[tune] %s timed %zu of %zu\n", key.c_str(), chosen_, timed);
   tuned[key] = chosen_;
   if (timed > 1 && !file.empty()) {  // a best-effort cache: a failed write only costs a re-tune
     std::error_code ec;

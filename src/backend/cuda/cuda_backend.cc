@@ -64,6 +64,23 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int index) { return std::make_unique<CudaBackend>(index); }
+std::unique_ptr<Backend> make_cuda_backend(int index) {
+  if (const std::string why = cuda_unavailable_reason(index); !why.empty())
+    throw DeviceError("[cuda] device cuda:" + std::to_string(index) + " is not available: " + why);
+  return std::make_unique<CudaBackend>(index);
+}
+
+std::string cuda_unavailable_reason(int index) {
+  std::string why = cuda::unavailable_reason(index);
+  if (why.empty()) why = cuda::cublaslt_unavailable_reason();
+  if (why.empty()) {
+    try {
+      cuda::nvrtc();
+    } catch (const DeviceError& e) {
+      why = e.what();
+    }
+  }
+  return why;
+}
 
 }  // namespace tg::backend

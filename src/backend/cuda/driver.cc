@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "tensorgrad/errors.h"
+#include "util/switches.h"
 
 namespace tg::backend::cuda {
 namespace {
@@ -139,9 +140,11 @@ std::string numbered(const std::string& source) {
 }  // namespace
 
 std::filesystem::path cache_dir() {
-  if (const char* e = std::getenv("TG_CUDA_CACHE")) return std::string(e) == "off" ? std::filesystem::path() : e;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "tensorgrad";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "tensorgrad";
+  using env::Switch;
+  if (env::is_set(Switch::kCudaCache))
+    return env::equals(Switch::kCudaCache, "off") ? std::filesystem::path() : std::filesystem::path(env::value(Switch::kCudaCache));
+  if (env::is_set(Switch::kXdgCacheHome)) return std::filesystem::path(env::value(Switch::kXdgCacheHome)) / "tensorgrad";
+  if (env::is_set(Switch::kHome)) return std::filesystem::path(env::value(Switch::kHome)) / ".cache" / "tensorgrad";
   return {};
 }
 
@@ -162,7 +165,7 @@ const Nvrtc& nvrtc() {
   std::call_once(once, [] {
     std::string tried;
     std::vector<std::string> names;
-    if (const char* e = std::getenv("TG_NVRTC_LIBRARY")) names.push_back(e);
+    if (env::is_set(env::Switch::kNvrtcLibrary)) names.push_back(env::value(env::Switch::kNvrtcLibrary));
     for (const char* n : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so"}) names.push_back(n);
     void* lib = open_first(names, tried);
     if (!lib) {
@@ -231,7 +234,7 @@ std::vector<char> compile_cubin(const std::string& source, const std::string& na
   n.nvrtcVersion(&major, &minor);
   const std::string arch = "--gpu-architecture=sm_" + std::to_string(sm_major) + std::to_string(sm_minor);
   std::vector<std::string> options = {arch, "-std=c++17", "--fmad=true"};
-  if (std::getenv("TG_CUDA_LINEINFO") != nullptr) options.emplace_back("-lineinfo");  // profiling aid: SASS ↔ source lines in Nsight Compute
+  if (env::is_set(env::Switch::kCudaLineinfo)) options.emplace_back("-lineinfo");  // profiling aid: SASS ↔ source lines in Nsight Compute
   std::string key = source;
   for (const std::string& o : options) key += "\n//" + o;
   key += "\n//nvrtc " + std::to_string(major) + "." + std::to_string(minor);

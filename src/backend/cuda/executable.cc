@@ -15,6 +15,7 @@
 #include "backend/cuda/codegen.h"
 #include "passes/memory_plan.h"
 #include "tensorgrad/errors.h"
+#include "util/switches.h"
 
 namespace tg::backend::cuda {
 
@@ -45,7 +46,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
     if (t.op != Op::kParam && t.op != Op::kState) throw Error("[cuda] an update target is not a param or state");
     if (t.dtype != v.dtype || t.numel() != v.numel()) throw Error("[cuda] an update's value does not match its target");
   }
-  profile_ = std::getenv("TG_PROFILE") != nullptr;
+  profile_ = env::is_set(env::Switch::kProfile);
   auto t = std::chrono::steady_clock::now();
   auto phase = [&](const char* what) {  // TG_PROFILE: where preparation spends its time
     const auto now = std::chrono::steady_clock::now();
@@ -245,7 +246,7 @@ void CudaExecutable::choose_side_steps(bool reuse) {
   // while it still reads: that is allowed while it grows the arena by at most a quarter.
   // Products (one shared cuBLASLt workspace), memsets and steps with the error word stay on
   // the main stream.
-  if (std::getenv("TG_CUDA_NO_SIDE") != nullptr) return;
+  if (env::is_set(env::Switch::kCudaNoSide)) return;
   const size_t n = steps_.size();
   auto key = [](const Place& p) { return p.buf >= 0 ? static_cast<int64_t>(p.buf) : -static_cast<int64_t>(p.fixed) - 1; };
   std::vector<std::vector<int64_t>> keys(n);
@@ -454,7 +455,7 @@ void CudaExecutable::profile_execution(int k) {
   enqueue_updates();
   enqueue_readback();
   check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
-  const bool detail = std::string(std::getenv("TG_PROFILE")) == "2" && executions_ == 3;
+  const bool detail = env::equals(env::Switch::kProfile, "2") && executions_ == 3;
   for (size_t i = 0; i < steps_.size(); ++i) {
     float ms = 0;
     d.cuEventElapsedTime(&ms, events[i], events[i + 1]);

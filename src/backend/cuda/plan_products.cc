@@ -11,6 +11,7 @@
 #include "backend/cuda/plan_util.h"
 #include "backend/cuda/small_matmul.h"
 #include "backend/strides.h"
+#include "util/switches.h"
 
 namespace tg::backend::cuda {
 
@@ -156,7 +157,7 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
   // A skinny product (a decode step's handful of rows against a weight) streams the weight
   // once through gemv_kernel, which also applies a GELU that alone consumes the product.
-  static const bool gemv_off = std::getenv("TG_CUDA_GEMV") != nullptr && std::string(std::getenv("TG_CUDA_GEMV")) == "off";
+  static const bool gemv_off = env::equals(env::Switch::kCudaGemv, "off");
   const bool gemv = !gemv_off && n.dtype == DType::kF32 && !options_.tf32x3 && gemv_applies(bm, mm, nn, k, mats[0], mats[1]) &&
                     (dn == nullptr || (dn->rows == mm && dn->cols == k && places[0].buf == slots_[static_cast<size_t>(n.inputs[0])].place.buf));
   if (dn != nullptr && !gemv) {

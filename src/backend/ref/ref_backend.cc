@@ -3,7 +3,7 @@
 #include "backend/ref/ref_backend.h"
 
 #include "backend/ref/ref_nn.h"
-#include "backend/ref/ref_scalar.h"
+#include "ir/scalar.h"
 
 #include <cmath>
 #include <cstring>
@@ -13,50 +13,9 @@
 
 namespace tg::backend {
 
-namespace ref {
-
-using ir::Op;
-
-double to_dtype(double v, DType t) {
-  switch (t) {
-    case DType::kF32: return v;
-    case DType::kI32: return std::trunc(v);
-    case DType::kBool: return v != 0.0 ? 1.0 : 0.0;
-  }
-  return v;
-}
-
-double unary(Op op, double a) {
-  using T = double;
-  using std::cos; using std::erf; using std::exp; using std::log; using std::log1p;
-  using std::sin; using std::sqrt; using std::tanh;
-  switch (op) {
-#define TG_UNARY(Name, str, dtypes, expr) case Op::k##Name: return expr;
-#include "ir/ops.def"
-    default: break;
-  }
-  throw Error("[ref] not a unary op");
-}
-
-double binary(Op op, double a, double b) {
-  using T = double;
-  using std::pow;
-  switch (op) {
-#define TG_BINARY(Name, str, dtypes, expr) case Op::k##Name: return expr;
-#define TG_COMPARE(Name, str, dtypes, expr) case Op::k##Name: return (expr) ? 1.0 : 0.0;
-#include "ir/ops.def"
-    default: break;
-  }
-  throw Error("[ref] not a binary op");
-}
-
-}  // namespace ref
-
 namespace {
 
-using ref::binary;
-using ref::to_dtype;
-using ref::unary;
+using ir::to_dtype;
 
 using ir::Graph;
 using ir::Node;
@@ -250,12 +209,12 @@ class RefExecutableImpl final : public RefExecutable {
       case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
       case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
       case Op::kStopGradient:
-        for (size_t i = 0; i < count; ++i) out[i] = unary(n.op, in(0)[i]);
+        for (size_t i = 0; i < count; ++i) out[i] = ir::eval_unary(n.op, in(0)[i]);
         return out;
       case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
       case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad: case Op::kReluGrad:
       case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
-        for (size_t i = 0; i < count; ++i) out[i] = binary(n.op, in(0)[i], in(1)[i]);
+        for (size_t i = 0; i < count; ++i) out[i] = ir::eval_binary(n.op, in(0)[i], in(1)[i]);
         return out;
       case Op::kCast:
         for (size_t i = 0; i < count; ++i) out[i] = to_dtype(in(0)[i], n.dtype);
@@ -266,6 +225,25 @@ class RefExecutableImpl final : public RefExecutable {
 
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax:
         return reduce(n, in_node(0).shape, in(0));
+      case Op::kCumsum: {
+        // [outer, len, inner] around the axis; each (outer, inner) line summed in its direction.
+        const size_t axis = static_cast<size_t>(n.attrs.axes[0]);
+        int64_t outer = 1, inner = 1;
+        for (size_t i = 0; i < axis; ++i) outer *= n.shape[i];
+        for (size_t i = axis + 1; i < n.shape.size(); ++i) inner *= n.shape[i];
+        const int64_t len = n.shape[axis];
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t j = 0; j < inner; ++j) {
+            double acc = 0;
+            for (int64_t s = 0; s < len; ++s) {
+              const int64_t i = n.attrs.reverse ? len - 1 - s : s;
+              const size_t at = static_cast<size_t>((o * len + i) * inner + j);
+              acc += in(0)[at];
+              out[at] = acc;
+            }
+          }
+        return out;
+      }
 
       case Op::kReshape:
         return in(0);

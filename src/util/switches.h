@@ -1,0 +1,59 @@
+// Every environment variable the library reads, declared once: its name, its default and what
+// it does. Nothing else in src/ calls getenv; the README lists the same table (a test checks).
+// Values are read at each call, so a program (or a test) may change them between compiles.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tg::env {
+
+// X(enum, variable, default, one line of documentation)
+#define TG_SWITCHES(X)                                                                                        \
+  X(kProfile, "TG_PROFILE", "", "1: time preparation and every kernel; print per-op tables when a program "   \
+                                "is destroyed. 2 (cuda): also list one step's kernels with their bandwidth")  \
+  X(kCudaCache, "TG_CUDA_CACHE", "", "where compiled kernels and cuBLASLt choices are kept between runs; "      \
+                                     "off: nowhere (default: $XDG_CACHE_HOME/tensorgrad or ~/.cache/tensorgrad)") \
+  X(kXdgCacheHome, "XDG_CACHE_HOME", "", "the usual per-user cache folder, under which the CUDA cache lives")    \
+  X(kHome, "HOME", "", "the home folder: ~/.cache/tensorgrad when XDG_CACHE_HOME is not set")                    \
+  X(kNvrtcLibrary, "TG_NVRTC_LIBRARY", "", "a path to libnvrtc, tried before the usual library names")           \
+  X(kCudaTune, "TG_CUDA_TUNE", "", "all: time every cuBLASLt candidate of every product; off: none (the "       \
+                                   "heuristic's first). Default: all under 8 GFLOP, four above, kept in the cache") \
+  X(kCudaTuneTrace, "TG_CUDA_TUNE_TRACE", "", "1: print each product's cuBLASLt choice, timed or from the cache") \
+  X(kCudaLineinfo, "TG_CUDA_LINEINFO", "", "1: compile kernels with line information (Nsight Compute's source view)") \
+  X(kCudaNoSide, "TG_CUDA_NO_SIDE", "", "1: run every step on the main stream (no side steps beside the chain)")  \
+  X(kCudaGemv, "TG_CUDA_GEMV", "", "off: decode-sized products (<= 8 rows) on cuBLASLt instead of gemv kernels")  \
+  X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own") \
+  X(kCudaAttentionTiles, "TG_CUDA_ATTENTION_TILES", "", "tuning: fp32 attention tiles, e.g. f:4,4,4;k:8,4,4;q:8,4,4 " \
+                                                        "(kernel:warps,rows,columns per thread)")               \
+  X(kCudaAttentionMma, "TG_CUDA_ATTENTION_MMA", "", "tuning: tensor-core attention tiles, e.g. f:8,32;k:8,64;q:4,32 " \
+                                                    "(kernel:warps,key columns)")                               \
+  X(kCudaScanBlocks, "TG_CUDA_SCAN_BLOCKS", "", "tuning: blocks per SM the selective-scan backward is built for")  \
+  X(kCudaScanChannels, "TG_CUDA_SCAN_CHANNELS", "", "tuning: the most channels one selective-scan block takes")
+
+enum class Switch : uint8_t {
+#define TG_SWITCH_ENUM(e, name, fallback, doc) e,
+  TG_SWITCHES(TG_SWITCH_ENUM)
+#undef TG_SWITCH_ENUM
+};
+
+struct SwitchInfo {
+  Switch id;
+  const char* name;
+  const char* fallback;  // the value when the variable is unset or empty
+  const char* doc;
+};
+
+/// Every switch, in declaration order.
+std::span<const SwitchInfo> all_switches();
+const SwitchInfo& info(Switch s);
+/// The variable's value, or its default when unset or empty.
+std::string value(Switch s);
+/// Whether the variable is set to a non-empty value.
+bool is_set(Switch s);
+/// Whether value(s) == v.
+bool equals(Switch s, const char* v);
+/// value(s) as a positive integer, or 0 when it is not one.
+int64_t positive_int(Switch s);
+
+}  // namespace tg::env
