@@ -20,6 +20,7 @@
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda_test_util.h"
 #include "backend/philox.h"
 #include "tensorgrad/errors.h"
 
@@ -126,17 +127,17 @@ std::vector<cuda::Launch> sample_launches() {
   auto name = [&n] { return "k" + std::to_string(n++); };
   for (const char* op : {"sum", "max", "min", "argmax"}) {
     for (DType t : {DType::kF32, DType::kI32}) {
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {37, 1000}), {1}));
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {4, 50304}), {1}));
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {3000, 64}), {0}));
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {6, 513, 7}), {1}));
+      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {37, 1000}), {1}, tg::testing::sm90_device()));
+      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {4, 50304}), {1}, tg::testing::sm90_device()));
+      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {3000, 64}), {0}, tg::testing::sm90_device()));
+      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {6, 513, 7}), {1}, tg::testing::sm90_device()));
       if (std::string(op) != "argmax") {
-        ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {5, 6, 7}), {0, 2}));
-        ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {1}), {0}));
+        ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {5, 6, 7}), {0, 2}, tg::testing::sm90_device()));
+        ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {1}), {0}, tg::testing::sm90_device()));
       }
     }
   }
-  ls.push_back(cuda::reduce_kernel(name(), "sum", {DType::kF32, {48, 64}, {1, 48}}, {1}));
+  ls.push_back(cuda::reduce_kernel(name(), "sum", {DType::kF32, {48, 64}, {1, 48}}, {1}, tg::testing::sm90_device()));
   ls.push_back(cuda::gather_kernel(name(), dense(DType::kF32, {50, 64}), {DType::kI32, {200, 64}, {1, 0}}, 0));
   ls.push_back(cuda::gather_kernel(name(), dense(DType::kI32, {7, 9, 5}), dense(DType::kI32, {7, 4, 5}), 1));
   ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), dense(DType::kF32, {4, 12, 1, 64}),
@@ -286,7 +287,7 @@ void check_reduce(const std::string& op, const std::vector<T>& buf, const cuda::
   const std::vector<double> want = ref_reduce(op, host, in, axes);
   const cuda::DeviceMemory din = to_device(buf);
   const cuda::DeviceMemory dout(std::max<size_t>(want.size() * 4, 4));
-  const cuda::Launch l = cuda::reduce_kernel("reduce", op, in, axes);
+  const cuda::Launch l = cuda::reduce_kernel("reduce", op, in, axes, tg::testing::sm90_device());
   run(l, {din.get() + offset * sizeof(T), dout.get()});
   // Sum tolerance: f32 rounding of a sum of |x| (the inputs are O(1)).
   std::vector<double> scale(want.size(), 0.0);
@@ -362,7 +363,7 @@ TEST(CudaKernels, BiasGradientAndFullSumsAreDeterministic) {
   const cuda::DeviceMemory din = to_device(buf), dout(768 * 4);
   std::vector<float> first;
   for (int rep = 0; rep < 3; ++rep) {
-    run(cuda::reduce_kernel("bias", "sum", in, {0}), {din.get(), dout.get()});
+    run(cuda::reduce_kernel("bias", "sum", in, {0}, tg::testing::sm90_device()), {din.get(), dout.get()});
     const std::vector<float> got = from_device<float>(dout, 768);
     if (rep == 0) first = got;
     else ASSERT_EQ(std::memcmp(got.data(), first.data(), 768 * 4), 0) << "run " << rep << " differs";
@@ -374,7 +375,7 @@ TEST(CudaKernels, BiasGradientAndFullSumsAreDeterministic) {
   const cuda::DeviceMemory dbig = to_device(big), dsum(4);
   float first_sum = 0;
   for (int rep = 0; rep < 3; ++rep) {
-    run(cuda::reduce_kernel("total", "sum", all, {0}), {dbig.get(), dsum.get()});
+    run(cuda::reduce_kernel("total", "sum", all, {0}, tg::testing::sm90_device()), {dbig.get(), dsum.get()});
     const float got = from_device<float>(dsum, 1)[0];
     if (rep == 0) first_sum = got;
     else ASSERT_EQ(std::memcmp(&got, &first_sum, 4), 0) << "run " << rep << " differs";
@@ -763,11 +764,11 @@ TEST(CudaKernels, DISABLED_Throughput) {
     std::printf("%-44s %9.1f us  %7.0f GB/s\n", what, us, bytes / us * 1e-3);
   };
   const auto f = [](int64_t n) { return 4.0 * static_cast<double>(n); };
-  report("sum [16384, 768] over 0 (bias grad)", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 768}), {0}), {a.get(), c.get()}), f(16384 * 768));
-  report("sum [16384, 50304] over 1", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {1}), {a.get(), c.get()}), f(big));
-  report("sum [16384, 50304] over 0", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {0}), {a.get(), c.get()}), f(big));
-  report("sum of 64M (all)", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {1 << 26}), {0}), {a.get(), c.get()}), f(1 << 26));
-  report("argmax [16384, 50304] over 1", time_us(cuda::reduce_kernel("k", "argmax", dense(DType::kF32, {16384, 50304}), {1}), {a.get(), c.get()}), f(big));
+  report("sum [16384, 768] over 0 (bias grad)", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 768}), {0}, tg::testing::sm90_device()), {a.get(), c.get()}), f(16384 * 768));
+  report("sum [16384, 50304] over 1", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {1}, tg::testing::sm90_device()), {a.get(), c.get()}), f(big));
+  report("sum [16384, 50304] over 0", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {0}, tg::testing::sm90_device()), {a.get(), c.get()}), f(big));
+  report("sum of 64M (all)", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {1 << 26}), {0}, tg::testing::sm90_device()), {a.get(), c.get()}), f(1 << 26));
+  report("argmax [16384, 50304] over 1", time_us(cuda::reduce_kernel("k", "argmax", dense(DType::kF32, {16384, 50304}), {1}, tg::testing::sm90_device()), {a.get(), c.get()}), f(big));
   report("softmax [98304, 1024] causal", time_us(cuda::softmax_kernel("k", 98304, 1024, 1, false, true, 1024), {a.get(), c.get()}), 2 * f(98304 * 1024));
   report("log_softmax [16384, 50304]", time_us(cuda::softmax_kernel("k", 16384, 50304, 1, true, false, 1), {a.get(), c.get()}), 2 * f(big));
   report("cross_entropy [16384, 50304]", time_us(cuda::cross_entropy_kernel("k", 16384, 50304, -100), {a.get(), tgt.get(), c.get(), err.get()}), f(big));

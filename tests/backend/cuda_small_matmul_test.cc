@@ -86,7 +86,7 @@ struct Case {
   }
   cuda::Launch launch(const std::string& name) const {
     return explicit_cfg ? cuda::small_matmul_kernel_with(cfg, name, batch, m, n, k, a(), b(), ors())
-                        : cuda::small_matmul_kernel(name, batch, m, n, k, a(), b(), false, ors());
+                        : cuda::small_matmul_kernel(name, batch, m, n, k, a(), b(), false, ors(), tg::testing::sm90_device());
   }
 };
 
@@ -166,7 +166,7 @@ TEST(CudaSmallMatmulNvrtc, ConfigChoicesAreValid) {
     for (int64_t m : {1, 7, 8, 64, 256, 4096})
       for (int64_t n : {1, 7, 64, 192, 256})
         for (int64_t k : {1, 16, 64, 256, 4096}) {
-          const cuda::SmallMatmulConfig c = cuda::small_matmul_config(batch, m, n, k);
+          const cuda::SmallMatmulConfig c = cuda::small_matmul_config(batch, m, n, k, tg::testing::sm90_device());
           EXPECT_EQ(c.bm % c.tm, 0);
           EXPECT_EQ(c.bn % c.tn, 0);
           EXPECT_EQ(c.bk % (8 * c.ks), 0);
@@ -174,7 +174,7 @@ TEST(CudaSmallMatmulNvrtc, ConfigChoicesAreValid) {
           EXPECT_LE(c.threads(), 1024);
           EXPECT_GE(c.cl, 1);
           EXPECT_LE(c.cl, 8);
-          const cuda::SmallMatmulConfig old = cuda::small_matmul_config(batch, m, n, k, 8);
+          const cuda::SmallMatmulConfig old = cuda::small_matmul_config(batch, m, n, k, tg::testing::sm90_device(8));
           EXPECT_EQ(old.cl, 1);
         }
 }
@@ -268,7 +268,7 @@ TEST(CudaSmallMatmul, Deterministic) {
   REQUIRE_GPU();
   const cuda::DeviceInfo info = cuda::open_device(0);
   for (const cuda::SmallMatmulConfig& cfg :
-       {cuda::SmallMatmulConfig{32, 32, 64, 4, 4, 4, 8}, cuda::small_matmul_config(1, 64, 256, 4096)}) {
+       {cuda::SmallMatmulConfig{32, 32, 64, 4, 4, 4, 8}, cuda::small_matmul_config(1, 64, 256, 4096, info)}) {
     Case c{1, 64, 256, 4096, false, true};
     c.cfg = cfg;
     c.explicit_cfg = true;
@@ -528,9 +528,9 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
   std::vector<cuda::KernelSource> srcs;
   for (size_t s = 0; s < shapes.size(); ++s) {
     const Case& c = shapes[s];
-    const cuda::SmallMatmulConfig chosen = cuda::small_matmul_config(c.batch, c.m, c.n, c.k, info.sm_major);
+    const cuda::SmallMatmulConfig chosen = cuda::small_matmul_config(c.batch, c.m, c.n, c.k, info);
     items.push_back({s, chosen, true, cuda::small_matmul_kernel("smm_t" + std::to_string(items.size()), c.batch, c.m, c.n,
-                                                                c.k, c.a(), c.b(), false, c.ors(), info.sm_major)});
+                                                                c.k, c.a(), c.b(), false, c.ors(), info)});
     if (sweep)
       for (const cuda::SmallMatmulConfig& alt : alternatives) {
         if (cfg_str(alt) == cfg_str(chosen)) continue;

@@ -25,6 +25,20 @@ inline bool have_nvrtc(std::string& why) {
   }
 }
 
+/// An H100/H200 SXM's properties (sm_90, 132 SMs), for generating kernels where there is no GPU
+/// to ask; they only shape launches, so kernels made with them also run on other GPUs.
+inline backend::cuda::DeviceInfo sm90_device(int sm_major = 9) {
+  backend::cuda::DeviceInfo d;
+  d.name = "sm_90 (assumed)";
+  d.sm_major = sm_major;
+  d.sm_count = 132;
+  d.threads_per_sm = 2048;
+  d.smem_per_block = 227 * 1024;
+  d.smem_per_sm = 228 * 1024;
+  d.l2_bytes = 50 << 20;
+  return d;
+}
+
 /// Where a test's hand-run fused graph keeps a value: (node whose buffer holds it, strides).
 using DevicePlaces = std::map<int32_t, std::pair<int32_t, std::vector<int64_t>>>;
 

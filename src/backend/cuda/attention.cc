@@ -39,27 +39,30 @@
 // rows are aligned and element by element (coalesced along D) otherwise, so operands need no
 // alignment. TG_CUDA_ATTENTION_TILES overrides the tile geometry (tuning).
 //
-// Two other paths, chosen per node (see the comments at kSmall and kMma):
+// Two other paths, chosen per node (see kernels/attention_small.cuh and kernels/attention_mma.cuh):
 //   small  T, S ≤ 64 and D ≤ 64 (backward D ≤ 32): whole (batch, kv head) groups per block in
 //          shared memory, one thread per query row; the backward is ONE launch (lse, delta and
 //          dq per query thread, then dk and dv per key thread), no scratch. Exact fp32.
 //   tf32   AttentionShape::tf32 and D ≤ 128: the same four kernels on tensor cores (mma.sync
 //          m16n8k8 tf32), 16 rows per warp. TG_CUDA_ATTENTION_MMA overrides its tiles.
 // Every path is deterministic (no atomics): each output element is written by one thread.
+//
+// The device code is in kernels/attention_common.cuh, attention_tiled.cuh, attention_small.cuh
+// and attention_mma.cuh; this file generates the constants each is compiled with.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "backend/cuda/attention_paths.h"
+#include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/kernels.h"
 #include "tensorgrad/errors.h"
+#include "util/switches.h"
 
 namespace tg::backend::cuda {
 namespace {
 
-constexpr int64_t kMaxSharedBytes = 227 * 1024;  // per block on sm_80/sm_90
 constexpr int64_t kMaxHeadDim = 512;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -93,9 +96,10 @@ Geometry geometry(int64_t d, Kind kind) {
   else g.rpt = 1;
   if (d <= 64 && kind != Kind::kForward) g.warps = 8;
   // Tuning override: TG_CUDA_ATTENTION_TILES="<kind>:<warps>,<rpt>,<cpt>;..." with kind f, k or q.
-  if (const char* env = std::getenv("TG_CUDA_ATTENTION_TILES")) {
+  if (const std::string tiles = env::value(env::Switch::kCudaAttentionTiles); !tiles.empty()) {
+    const char* spec = tiles.c_str();
     const char want = kind == Kind::kForward ? 'f' : kind == Kind::kDkDv ? 'k' : 'q';
-    for (const char* p = env; *p; ++p) {
+    for (const char* p = spec; *p; ++p) {
       int w = 0, r = 0, c = 0;
       if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d,%d", &w, &r, &c) != 3) continue;
       if (w < 1 || w > 16 || (r != 1 && r != 2 && r != 4 && r != 8) || c < 1 || c > 16)
@@ -148,6 +152,14 @@ void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, co
     throw Error(std::string("[cuda] attention: operand ") + o_name + " needs unit stride along the head dim");
 }
 
+/// A piece of the attention templates (kernels/attention_*.cuh).
+std::string piece(const char* file, const char* name) { return std::string(kernel_source(file, name)); }
+
+/// The fp32 tiled path's device helpers, then one kernel's device function (forward, dkdv or dq).
+std::string tiled(const char* kernel) {
+  return piece("attention_tiled.cuh", "helpers") + piece("attention_tiled.cuh", kernel);
+}
+
 /// The constants of the problem itself (shapes, strides, scale, mask), shared by every path.
 /// O0..O3 are the strides of the forward's out or of the backward's dout.
 std::string shape_constants(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
@@ -176,230 +188,15 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
 }
 
 /// The constants every kernel of the fp32 tiled path is specialised to, then the shared
-/// device helpers (kCommon).
+/// device helpers (kernels/attention_common.cuh).
 std::string constants(const AttentionShape& s, const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
                       const Operand& o) {
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
   auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
   i("RPT", g.rpt), i("CPT", g.cpt), i("BR", g.br), i("BC", g.bc), i("DW", g.dw), i("VW", g.vw), i("DP", g.dp);
   i("RS", g.rs), i("TS", g.ts), i("PS", g.ps), i("OC", g.oc);
-  return c + shape_constants(s, q, k, v, o) + attention_paths::kCommon;
+  return c + shape_constants(s, q, k, v, o) + piece("attention_common.cuh", "common");
 }
-
-/// The forward pass over one query tile. MODE (kCommon): OUT stores the output; STATS (the
-/// backward's first launch when the forward kept nothing) lse and delta instead; OUT_LSE the
-/// output and lse (scratch's first half), for the backward to read.
-constexpr const char* kForward = R"(
-template <int MODE>
-__device__ __forceinline__ void forward_rows(const float* __restrict__ q, const float* __restrict__ k,
-                                             const float* __restrict__ v, float* __restrict__ out,
-                                             const float* __restrict__ dout, float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Qt = reinterpret_cast<float*>(smem4);  // [DW][TS]  queries, transposed, pre-scaled
-  float* Ks = Qt + DW * TS;                     // [BC][RS]  keys
-  float* Vs = Ks + BC * RS;                     // [BC][RS]  values
-  const Lane L = lane_coords();
-  float* Pw = Vs + BC * RS + L.warp * (BC * PS);  // this warp's probabilities [BC][PS]
-  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
-  load_cols<BR>(Qt, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-
-  float o[RPT][OC], m[RPT], l[RPT];
-  zero(o);
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) m[i] = NEG_INF, l[i] = 0.f;  // l: this lane's part of the row sum
-  const int r0 = q0 + L.ty * RPT, kend = key_end(q0);
-  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
-  Stage<BC> kt, vt;  // with PREFETCH the next key tile, in flight while this one is computed
-  TG_FIRST_KEY_TILE();
-  for (int k0 = 0; k0 < kend; k0 += BC) {
-    TG_STAGE_KEY_TILE();
-    float s[RPT][CPT];
-    score_tile(s, Qt, Ks, L);
-#pragma unroll
-    for (int i = 0; i < RPT; ++i) {  // online softmax, base 2
-      float mx = NEG_INF;
-#pragma unroll
-      for (int j = 0; j < CPT; ++j) {
-        if (!visible(r0 + i, k0 + L.tx + 8 * j)) s[i][j] = NEG_INF;
-        mx = fmaxf(mx, s[i][j]);
-      }
-      const float mnew = fmaxf(m[i], lanes_max<8>(mx));
-      const float base = mnew == NEG_INF ? 0.f : mnew;
-      const float alpha = fast_exp2(m[i] - base);
-      m[i] = mnew;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < CPT; ++j) sum += (s[i][j] = fast_exp2(s[i][j] - base));
-      l[i] = l[i] * alpha + sum;
-#pragma unroll
-      for (int c = 0; c < OC; ++c) o[i][c] *= alpha;
-    }
-    store_tile(Pw, s, L);
-    __syncwarp();
-    accumulate(o, Pw, Vs, L);
-  }
-
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    const int r = r0 + i;
-    const float total = lanes_sum<8>(l[i]), inv = 1.f / total;
-    const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row (O3 = 1)
-    if (MODE != STATS) {
-      if (r < T)
-#pragma unroll
-        for (int c = 0; c < OC; ++c)
-          if (out_col(c, L.tx) < D) out[row + out_col(c, L.tx) * O3] = o[i][c] * inv;
-      if (MODE == OUT_LSE && r < T && L.tx == 0) scratch[bh * T + r] = m[i] + log2f(total);
-    } else {
-      float dot = 0.f;  // delta = Σ_d dO·O
-      if (r < T)
-#pragma unroll
-        for (int c = 0; c < OC; ++c)
-          if (out_col(c, L.tx) < D) dot = fmaf(o[i][c] * inv, dout[row + out_col(c, L.tx) * O3], dot);
-      dot = lanes_sum<8>(dot);
-      if (r < T && L.tx == 0) store_stats(scratch, bh, r, m[i] + log2f(total), dot);
-    }
-  }
-}
-)";
-
-/// dK and dV of one key tile of one (b, kv head), over every query of the heads in its group.
-constexpr const char* kDkDv = R"(
-__device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const float* __restrict__ k,
-                                          const float* __restrict__ v, const float* __restrict__ dout,
-                                          float* __restrict__ grads, const float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Kt = reinterpret_cast<float*>(smem4);  // [DW][TS]  keys, transposed
-  float* Vt = Kt + DW * TS;                     // [DW][TS]  values, transposed
-  float* Qs = Vt + DW * TS;                     // [BC][RS]  queries
-  float* Os = Qs + BC * RS;                     // [BC][RS]  output gradients
-  float* Ls = Os + BC * RS;                     // [BC]      lse of the tile's queries
-  float* Ds = Ls + BC;                          // [BC]      delta of the tile's queries
-  const Lane L = lane_coords();
-  float* Pw = Ds + BC + L.warp * (BC * PS);     // this warp's Pᵀ, then dSᵀ [BC][PS]
-  const int bg = (int)(blockIdx.x % (B * HKV)), k0 = (int)(blockIdx.x / (B * HKV)) * BR;
-  const int b = bg / HKV, g = bg % HKV;
-  load_cols<BR>(Kt, k + b * K0 + g * K1, K2, K3, k0, S, 1.f);
-  load_cols<BR>(Vt, v + b * V0 + g * V1, V2, V3, k0, S, 1.f);
-
-  float dk[RPT][OC], dv[RPT][OC];
-  zero(dk);
-  zero(dv);
-  const int c0 = k0 + L.ty * RPT;  // this thread's first key
-  // Queries before q_begin see none of the tile's keys.
-  const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
-  // Tiles staged without prefetching here: holding the next tile in registers cost this
-  // kernel occupancy (char shape on an H200: 0.546 ms against 0.411).
-  for (int h = g * GRP; h < (g + 1) * GRP; ++h) {
-    const long long bh = (long long)b * HQ + h;
-    const float* qh = q + b * Q0 + h * Q1;
-    const float* oh = dout + b * O0 + h * O1;
-    const bool vq = rows_vec(qh, Q2, Q3), vo = rows_vec(oh, O2, O3);
-    for (int q0 = q_begin; q0 < T; q0 += BC) {
-      __syncthreads();
-      {
-        Stage<BC> rows;
-        rows.fetch(qh, Q2, Q3, q0, T, 1.f, vq);
-        rows.put(Qs);
-        rows.fetch(oh, O2, O3, q0, T, 1.f, vo);
-        rows.put(Os);
-      }
-      stage_stats(Ls, Ds, scratch, bh, q0);
-      __syncthreads();
-      float s[RPT][CPT];
-      score_tile(s, Kt, Qs, L);
-#pragma unroll
-      for (int i = 0; i < RPT; ++i)
-#pragma unroll
-        for (int j = 0; j < CPT; ++j) {
-          const int r = q0 + L.tx + 8 * j;
-          s[i][j] = (!CAUSAL || c0 + i <= r + SHIFT) ? fast_exp2(s[i][j] * SCALE2 - Ls[L.tx + 8 * j]) : 0.f;
-        }
-      store_tile(Pw, s, L);
-      __syncwarp();
-      accumulate(dv, Pw, Os, L);  // dV += Pᵀ dO
-      score_tile(s, Vt, Os, L);   // dPᵀ = V dOᵀ
-      __syncwarp();               // every lane is done reading Pᵀ
-#pragma unroll
-      for (int j = 0; j < CPT; ++j) {
-        float* at = Pw + (L.tx + 8 * j) * PS + L.lg * RPT;
-#pragma unroll
-        for (int i = 0; i < RPT; ++i) at[i] = at[i] * (s[i][j] - Ds[L.tx + 8 * j]);  // dSᵀ = Pᵀ ∘ (dPᵀ − delta)
-      }
-      __syncwarp();
-      accumulate(dk, Pw, Qs, L);  // dK += dSᵀ Q
-    }
-  }
-
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    if (c0 + i >= S) continue;
-#pragma unroll
-    for (int c = 0; c < OC; ++c)
-      if (out_col(c, L.tx) < D) store_dkdv(grads, bg, c0 + i, out_col(c, L.tx), dk[i][c] * SCALE, dv[i][c]);
-  }
-}
-)";
-
-/// dQ of one query tile, over the visible keys.
-constexpr const char* kDq = R"(
-__device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float* __restrict__ k,
-                                        const float* __restrict__ v, const float* __restrict__ dout,
-                                        float* __restrict__ grads, const float* __restrict__ scratch) {
-  extern __shared__ float4 smem4[];
-  float* Qt = reinterpret_cast<float*>(smem4);  // [DW][TS]  queries, transposed, pre-scaled
-  float* Ot = Qt + DW * TS;                     // [DW][TS]  output gradients, transposed
-  float* Ks = Ot + DW * TS;                     // [BC][RS]  keys
-  float* Vs = Ks + BC * RS;                     // [BC][RS]  values
-  const Lane L = lane_coords();
-  float* Pw = Vs + BC * RS + L.warp * (BC * PS);  // this warp's dS [BC][PS]
-  const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
-  load_cols<BR>(Qt, q + b * Q0 + h * Q1, Q2, Q3, q0, T, SCALE2);
-  load_cols<BR>(Ot, dout + b * O0 + h * O1, O2, O3, q0, T, 1.f);
-  const int r0 = q0 + L.ty * RPT;
-  float lse[RPT], delta[RPT];
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) load_stats(scratch, bh, r0 + i, lse[i], delta[i]);
-
-  float dq[RPT][OC];
-  zero(dq);
-  const int kend = key_end(q0);
-  const bool vk = rows_vec(kh, K2, K3), vv = rows_vec(vh, V2, V3);
-  for (int k0 = 0; k0 < kend; k0 += BC) {
-    __syncthreads();
-    {  // staged without prefetching, as in dkdv (char shape: 0.428 ms prefetched, 0.328 not)
-      Stage<BC> rows;
-      rows.fetch(kh, K2, K3, k0, S, 1.f, vk);
-      rows.put(Ks);
-      rows.fetch(vh, V2, V3, k0, S, 1.f, vv);
-      rows.put(Vs);
-    }
-    __syncthreads();
-    float p[RPT][CPT], dp[RPT][CPT];
-    score_tile(p, Qt, Ks, L);
-    score_tile(dp, Ot, Vs, L);
-#pragma unroll
-    for (int i = 0; i < RPT; ++i)
-#pragma unroll
-      for (int j = 0; j < CPT; ++j) {
-        const float pij = visible(r0 + i, k0 + L.tx + 8 * j) ? fast_exp2(p[i][j] - lse[i]) : 0.f;
-        dp[i][j] = pij * (dp[i][j] - delta[i]);  // dS
-      }
-    store_tile(Pw, dp, L);
-    __syncwarp();
-    accumulate(dq, Pw, Ks, L);
-  }
-
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    if (r0 + i >= T) continue;
-    const long long row = dq_row(bh, r0 + i);
-#pragma unroll
-    for (int c = 0; c < OC; ++c)
-      if (out_col(c, L.tx) < D) grads[row + out_col(c, L.tx)] = dq[i][c] * SCALE;
-  }
-}
-)";
 
 constexpr const char* kGradParams =
     "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
@@ -413,7 +210,6 @@ Launch make_launch_raw(const std::string& name, std::string source, int64_t thre
                        int64_t shared_floats) {
   if (blocks > 0x7fffffff) throw Error("[cuda] attention: too many blocks for one launch");
   const int64_t bytes = shared_floats * 4;
-  if (bytes > kMaxSharedBytes) throw Error("[cuda] attention: the tiles need more shared memory than a block has");
   Launch l;
   l.name = name;
   l.source = std::move(source);
@@ -432,7 +228,7 @@ int64_t row_tiles(int64_t n, const Geometry& g) { return (n + g.br - 1) / g.br; 
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The small-problem path (see kSmall): ng (kv groups per block) is 0 where it does not apply.
+/// The small-problem path (see kernels/attention_small.cuh): ng (kv groups per block) is 0 where it does not apply.
 struct SmallPlan {
   int64_t ng = 0, threads = 0, blocks = 0, shared_floats = 0, ds = 0;
 };
@@ -464,7 +260,7 @@ std::string small_constants(const AttentionShape& s, const SmallPlan& p, const O
          ";\nconstexpr int DS = " + std::to_string(p.ds) + ";\n" + shape_constants(s, q, k, v, o);
 }
 
-/// The TF32 tensor-core path (see kMma).
+/// The TF32 tensor-core path (see kernels/attention_mma.cuh).
 struct MmaGeometry {
   int64_t warps, br, bc, dp, rs;
 };
@@ -484,9 +280,10 @@ MmaGeometry mma_geometry(int64_t d, int64_t t, Kind kind) {
   g.bc = kind == Kind::kDkDv ? 64 : long_dq ? 16 : 32;
   if (d > 64) g.bc = 32;  // accumulators of larger heads leave fewer registers for the scores
   // Tuning override: TG_CUDA_ATTENTION_MMA="<kind>:<warps>,<bc>;..." with kind f, k or q.
-  if (const char* env = std::getenv("TG_CUDA_ATTENTION_MMA")) {
+  if (const std::string tiles = env::value(env::Switch::kCudaAttentionMma); !tiles.empty()) {
+    const char* spec = tiles.c_str();
     const char want = kind == Kind::kForward ? 'f' : kind == Kind::kDkDv ? 'k' : 'q';
-    for (const char* p = env; *p; ++p) {
+    for (const char* p = spec; *p; ++p) {
       int w = 0, c = 0;
       if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d", &w, &c) != 2) continue;
       if (w < 1 || w > 16 || c < 8 || c > 128 || c % 8 != 0)
@@ -505,7 +302,7 @@ std::string mma_constants(const AttentionShape& s, const MmaGeometry& g, const O
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
   auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
   i("BR", g.br), i("BC", g.bc), i("DP", g.dp), i("RS", g.rs);
-  return c + shape_constants(s, q, k, v, o) + attention_paths::kCommon;
+  return c + shape_constants(s, q, k, v, o) + piece("attention_common.cuh", "common");
 }
 
 }  // namespace
@@ -530,19 +327,19 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
                                   : "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
                                     "float* __restrict__ out)";
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
-    std::string src = small_constants(s, sp, q, k, v, out) + attention_paths::kSmall + kernel_head(name, params) +
+    std::string src = small_constants(s, sp, q, k, v, out) + piece("attention_small.cuh", "small") + kernel_head(name, params) +
                       " {\n  small_forward(q, k, v, out);\n}\n";
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
   if (use_mma(s)) {
     const MmaGeometry g = mma_geometry(s.d, s.t, Kind::kForward);
-    std::string src = mma_constants(s, g, q, k, v, out) + attention_paths::kMma + kernel_head(name, params) +
+    std::string src = mma_constants(s, g, q, k, v, out) + piece("attention_mma.cuh", "mma") + kernel_head(name, params) +
                       " {\n  mma_forward" + call;
     return make_launch_raw(name, std::move(src), 32 * g.warps, ceil_div(s.t, g.br) * s.batch * s.q_heads,
                            (g.br + 2 * g.bc) * g.rs);
   }
   const Geometry g = geometry(s.d, Kind::kForward);
-  std::string src = constants(s, g, q, k, v, out) + attention_paths::kFp32Helpers + kForward + kernel_head(name, params) + " {\n  forward_rows" + call;
+  std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params) + " {\n  forward_rows" + call;
   return make_launch(name, std::move(src), g, row_tiles(s.t, g) * s.batch * s.q_heads,
                      g.dw * g.ts + 2 * g.bc * g.rs + g.warps * g.bc * g.ps);
 }
@@ -585,7 +382,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     if (s.grads_bthd) throw Error("[cuda] attention: the short-sequence backward writes [B, H, T, D] or packed gradients only");
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
-    std::string src = small_constants(s, sp, q, k, v, dout) + attention_paths::kSmall + kernel_head(name, kGradParams) +
+    std::string src = small_constants(s, sp, q, k, v, dout) + piece("attention_small.cuh", "small") + kernel_head(name, kGradParams) +
                       " {\n  (void)scratch;\n  small_backward(q, k, v, dout, grads);\n}\n";
     plan.launches.push_back(make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats));
     return plan;
@@ -603,15 +400,15 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
                       gq = mma_geometry(s.d, s.t, Kind::kDq);
     if (!out)
       plan.launches.push_back(make_launch_raw(
-          stats, mma_constants(s, gf, q, k, v, dout) + attention_paths::kMma + kernel_head(stats, kGradParams) +
+          stats, mma_constants(s, gf, q, k, v, dout) + piece("attention_mma.cuh", "mma") + kernel_head(stats, kGradParams) +
                      " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
           32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads, (gf.br + 2 * gf.bc) * gf.rs));
     plan.launches.push_back(make_launch_raw(
-        dkdv, mma_constants(s, gk, q, k, v, dout) + attention_paths::kMma + kernel_head(dkdv, kGradParams) +
+        dkdv, mma_constants(s, gk, q, k, v, dout) + piece("attention_mma.cuh", "mma") + kernel_head(dkdv, kGradParams) +
                   " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
         32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads, (2 * gk.br + 2 * gk.bc) * gk.rs + 2 * gk.bc));
     plan.launches.push_back(make_launch_raw(
-        dq, mma_constants(s, gq, q, k, v, dout) + attention_paths::kMma + kernel_head(dq, kGradParams) +
+        dq, mma_constants(s, gq, q, k, v, dout) + piece("attention_mma.cuh", "mma") + kernel_head(dq, kGradParams) +
                 " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
         32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads, (2 * gq.br + 2 * gq.bc) * gq.rs));
     return plan;
@@ -619,16 +416,16 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   const Geometry gf = geometry(s.d, Kind::kForward), gk = geometry(s.d, Kind::kDkDv), gq = geometry(s.d, Kind::kDq);
   if (!out)
     plan.launches.push_back(make_launch(
-        stats, constants(s, gf, q, k, v, dout) + attention_paths::kFp32Helpers + kForward + kernel_head(stats, kGradParams) +
+        stats, constants(s, gf, q, k, v, dout) + tiled("forward") + kernel_head(stats, kGradParams) +
                    " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
         gf, row_tiles(s.t, gf) * s.batch * s.q_heads, gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
   plan.launches.push_back(make_launch(
-      dkdv, constants(s, gk, q, k, v, dout) + attention_paths::kFp32Helpers + kDkDv + kernel_head(dkdv, kGradParams) +
+      dkdv, constants(s, gk, q, k, v, dout) + tiled("dkdv") + kernel_head(dkdv, kGradParams) +
                 " {\n  dkdv_rows(q, k, v, dout, grads, scratch);\n}\n",
       gk, row_tiles(s.s, gk) * s.batch * s.kv_heads,
       2 * gk.dw * gk.ts + 2 * gk.bc * gk.rs + 2 * gk.bc + gk.warps * gk.bc * gk.ps));
   plan.launches.push_back(make_launch(
-      dq, constants(s, gq, q, k, v, dout) + attention_paths::kFp32Helpers + kDq + kernel_head(dq, kGradParams) +
+      dq, constants(s, gq, q, k, v, dout) + tiled("dq") + kernel_head(dq, kGradParams) +
               " {\n  dq_rows(q, k, v, dout, grads, scratch);\n}\n",
       gq, row_tiles(s.t, gq) * s.batch * s.q_heads, 2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
   return plan;

@@ -219,6 +219,20 @@ DeviceInfo open_device(int index) {
   info.name = name;
   check(d.cuDeviceGetAttribute(&info.sm_major, kAttrComputeMajor, dev), "cuDeviceGetAttribute");
   check(d.cuDeviceGetAttribute(&info.sm_minor, kAttrComputeMinor, dev), "cuDeviceGetAttribute");
+  // CU_DEVICE_ATTRIBUTE_{MULTIPROCESSOR_COUNT, MAX_THREADS_PER_MULTIPROCESSOR,
+  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, L2_CACHE_SIZE}.
+  constexpr int kAttrSmCount = 16, kAttrThreadsPerSm = 39, kAttrSmemPerBlockOptin = 97, kAttrSmemPerSm = 81,
+                kAttrL2Bytes = 38;
+  auto attribute = [&](int attr) {
+    int v = 0;
+    check(d.cuDeviceGetAttribute(&v, attr, dev), "cuDeviceGetAttribute");
+    return v;
+  };
+  info.sm_count = attribute(kAttrSmCount);
+  info.threads_per_sm = attribute(kAttrThreadsPerSm);
+  info.smem_per_block = attribute(kAttrSmemPerBlockOptin);
+  info.smem_per_sm = attribute(kAttrSmemPerSm);
+  info.l2_bytes = attribute(kAttrL2Bytes);
   check(d.cuDeviceTotalMem(&info.total_bytes, dev), "cuDeviceTotalMem");
   check(d.cuDriverGetVersion(&info.driver_version), "cuDriverGetVersion");
   CUcontext ctx = nullptr;

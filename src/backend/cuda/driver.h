@@ -105,6 +105,12 @@ struct DeviceInfo {
   int index = 0;
   std::string name;
   int sm_major = 0, sm_minor = 0;
+  // What launch shapes are sized by (queried, never assumed from a GPU model):
+  int sm_count = 0;                 // streaming multiprocessors
+  int threads_per_sm = 0;           // resident threads an SM holds at most
+  int64_t smem_per_block = 0;       // bytes of shared memory a block may opt into
+  int64_t smem_per_sm = 0;          // bytes of shared memory per SM
+  int64_t l2_bytes = 0;             // L2 cache size
   size_t total_bytes = 0;
   int driver_version = 0;  // e.g. 13000
   CUcontext context = nullptr;  // the device's primary context

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/driver.h"
 #include "tensorgrad/dtype.h"
 
 namespace tg::backend::cuda {
@@ -39,7 +40,14 @@ struct Operand {
 /// index of the maximum; NaN handling as the reference) of `in` over `axes` (sorted).
 /// Output: dense over the kept axes, in order. Params: (const T* in, R* out).
 /// `op` is one of "sum", "max", "min", "argmax".
-Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in, const std::vector<int>& axes);
+/// `dev` sizes the launch (how many blocks fill it).
+Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in, const std::vector<int>& axes,
+                     const DeviceInfo& dev);
+
+// ---- prefix sums (kernels_cumsum.cc) ---------------------------------------------------------
+/// Inclusive prefix sum of `in` (f32 or i32) along `axis`, from its end when `reverse` (see
+/// ops.def Cumsum). Output dense over in.shape. Params: (const T* in, T* out).
+Launch cumsum_kernel(const std::string& name, const Operand& in, int axis, bool reverse);
 
 // ---- indexing and randomness (kernels_reduce.cc) -------------------------------------------
 /// out = take_along_axis(x, idx, axis) over idx's shape (see ops.def Gather).

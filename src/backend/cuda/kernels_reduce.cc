@@ -17,20 +17,24 @@
 // partials of each output in chunk order, then resets the counter for the next launch. (Two
 // concurrent launches of one loaded module would share that array; the executable loads one
 // module per node and runs a node once at a time.)
+//
+// Device code in kernels/: the chunked reductions' end (reduce.cuh) and Philox (philox.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/kernels.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
 namespace {
 
-constexpr int64_t kTargetBlocks = 528;  // 4 blocks per SM of an H200 (132 SMs): enough to fill it
-constexpr int64_t kMaxGrid = 132 * 32;  // grid-stride kernels: blocks launched at most
+// Grid-stride kernels launch at most this many blocks of 256 threads (a million threads, more
+// than any GPU holds at once); each thread then loops over the rest.
+constexpr int64_t kMaxGrid = 4096;
 
 std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
@@ -151,46 +155,6 @@ std::string partial_storage(const std::string& op, int64_t parts) {
   return s;
 }
 
-/// The end of a chunked reduction, run by every thread of every block after it stored its
-/// partials: the last block to arrive merges all outputs' partials in chunk order.
-const char* kFinishChunks = R"(
-__device__ __forceinline__ void finish_chunks(R* out) {
-  __shared__ bool last;
-  __threadfence();  // this thread's partials are visible device-wide before the block counts in
-  __syncthreads();
-  const int tid = threadIdx.x + threadIdx.y * blockDim.x, nt = blockDim.x * blockDim.y;
-  if (tid == 0) last = atomicAdd(&g_done, 1u) == gridDim.x * gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (OUTS == 1 && CHUNKS >= 64) {
-    // One output (a loss, a norm): the block merges the partials. Thread t takes chunks t,
-    // t + nt, …; the warps' results then merge by a fixed shuffle tree and in warp order, so
-    // the result does not depend on scheduling. (Every merge is commutative: argmax breaks
-    // ties by index.)
-    A a = load_part(tid < CHUNKS ? tid : 0);
-    if (tid >= CHUNKS) a = init();
-    for (int c = tid + nt; c < CHUNKS; c += nt) a = merge(a, load_part(c));
-    for (int m = 16; m > 0; m >>= 1) a = merge(a, shfl(a, m));
-    __shared__ A warps[32];
-    if ((tid & 31) == 0) warps[tid >> 5] = a;
-    __syncthreads();
-    if (tid == 0) {
-      for (int w = 1; w < nt / 32; ++w) a = merge(a, warps[w]);
-      out[0] = finish(a);
-      g_done = 0;  // ready for the next launch
-    }
-    return;
-  }
-  for (long long o = tid; o < OUTS; o += nt) {
-    A a = load_part(o);
-    for (int c = 1; c < CHUNKS; ++c) a = merge(a, load_part((long long)c * OUTS + o));
-    out[o] = finish(a);
-  }
-  if (tid == 0) g_done = 0;  // ready for the next launch
-}
-)";
-
 struct ReducePlan {
   std::vector<Dim> kept, red;  // simplified: kept in output order, reduced by falling stride
   int64_t outs = 1, count = 1;
@@ -279,9 +243,12 @@ std::string column_kernel_body(int64_t chunk) {
 
 }  // namespace
 
-Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in, const std::vector<int>& axes) {
+Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in, const std::vector<int>& axes,
+                     const DeviceInfo& dev) {
   if (in.dtype != DType::kF32 && in.dtype != DType::kI32) throw Error("[cuda] reduce_kernel: f32 or i32 input only");
   const ReducePlan p = plan_reduce(in, axes);
+  // Enough blocks to fill the device: four per SM.
+  const int64_t target_blocks = 4 * static_cast<int64_t>(dev.sm_count);
   Launch l;
   l.name = name;
 
@@ -297,15 +264,16 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
     const bool contiguous = p.red.size() == 1 && red_inner == 1;
     bool kept_aligned = true;
     for (const Dim& d : p.kept) kept_aligned = kept_aligned && d.stride % 4 == 0;
-    const bool warp = p.count <= 1024 || p.outs * 32 >= 132 * 2048;
+    // A warp per output when the outputs' warps alone fill every SM's threads.
+    const bool warp = p.count <= 1024 || p.outs * 32 >= static_cast<int64_t>(dev.sm_count) * dev.threads_per_sm;
     if (warp) {
       const bool vec = contiguous && p.count % 4 == 0 && kept_aligned;
       body = row_kernel_body(false, 256, chunk, vec);
       l.block[0] = 256;
       l.grid[0] = static_cast<unsigned>(std::max<int64_t>(ceil_div(p.outs, 8), 1));
     } else {
-      if (p.outs < kTargetBlocks) {
-        chunks = std::clamp<int64_t>(ceil_div(kTargetBlocks, p.outs), 1, ceil_div(p.count, 4096));
+      if (p.outs < target_blocks) {
+        chunks = std::clamp<int64_t>(ceil_div(target_blocks, p.outs), 1, ceil_div(p.count, 4096));
         chunk = (ceil_div(p.count, chunks) + 3) / 4 * 4;  // chunk starts stay 16-byte aligned
         chunks = ceil_div(p.count, chunk);
       }
@@ -317,8 +285,8 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
     }
   } else {
     const int64_t gx = std::max<int64_t>(ceil_div(p.outs, 32), 1);
-    if (gx < kTargetBlocks) {
-      chunks = std::clamp<int64_t>(ceil_div(kTargetBlocks, gx), 1, std::max<int64_t>(ceil_div(p.count, 256), 1));
+    if (gx < target_blocks) {
+      chunks = std::clamp<int64_t>(ceil_div(target_blocks, gx), 1, std::max<int64_t>(ceil_div(p.count, 256), 1));
       chunk = ceil_div(std::max<int64_t>(p.count, 1), chunks);
       chunks = ceil_div(std::max<int64_t>(p.count, 1), chunk);
     }
@@ -334,7 +302,7 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
   s += "constexpr int CHUNKS = " + std::to_string(chunks) + ";\n";
   s += accumulator(op, in.dtype);
   s += partial_storage(op, chunks > 1 ? chunks * p.outs : 1);
-  s += kFinishChunks;
+  s += kernel_source("reduce.cuh", "finish_chunks");
   s += offset_fn("kept_off", p.kept);
   s += offset_fn("red_off", p.red);
   s += "extern \"C\" __global__ void " + name + "(const T* __restrict__ in, R* __restrict__ out) {\n" + body + "}\n";
@@ -524,28 +492,7 @@ Launch scatter_add_kernel(const std::string& name, const Operand& src, const Ope
 // ---- randomness ----------------------------------------------------------------------------
 
 std::string philox_source(uint64_t seed) {
-  std::string s = R"(
-__device__ __forceinline__ uint4 philox_block_seeded(unsigned long long block, unsigned int key, unsigned int k0,
-                                                     unsigned int k1) {
-  unsigned int c0 = (unsigned int)block, c1 = (unsigned int)(block >> 32), c2 = key, c3 = 0x746772u;
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return make_uint4(c0, c1, c2, c3);
-}
-__device__ __forceinline__ uint4 philox_block(unsigned long long block, unsigned int key) {
-  return philox_block_seeded(block, key, SEED_LO, SEED_HI);
-}
-__device__ __forceinline__ float to_uniform(unsigned int w) { return (float)(w >> 8) * 5.9604644775390625e-08f; }
-)";
+  std::string s(kernel_source("philox.cuh", "philox"));
   const auto replace = [&s](const std::string& from, const std::string& to) { s.replace(s.find(from), from.size(), to); };
   replace("SEED_LO", std::to_string(static_cast<uint32_t>(seed)) + "u");
   replace("SEED_HI", std::to_string(static_cast<uint32_t>(seed >> 32)) + "u");

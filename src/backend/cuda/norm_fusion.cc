@@ -16,14 +16,18 @@
 // A backward match is taken only when every node it absorbs belongs to a group it absorbs
 // whole, its inputs are computed before the first of those groups (where the fused step
 // runs), and the row fits the warp-per-row scheme (≤ 1024 columns).
+//
+// The backward kernel's device code is in kernels/norm_backward.cuh.
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
 #include <string>
 
 #include "backend/cuda/executable.h"
+#include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/plan_util.h"
 #include "backend/strides.h"
+#include "util/switches.h"
 
 namespace tg::backend::cuda {
 
@@ -56,77 +60,13 @@ Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols,
   s += "constexpr int G = " + std::to_string(blocks) + ";\nconstexpr float EPS = " + e + ";\n";
   s += std::string("constexpr bool LAYER = ") + (layer ? "true" : "false") + ", DW = " + (dw ? "true" : "false") +
        ", DB = " + (db ? "true" : "false") + ";\n";
-  s += R"(
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
-extern "C" __global__ void __launch_bounds__(256) )" + name + R"((const float* __restrict__ x, const float* __restrict__ dz, )";
+  s += kernel_source("norm_backward.cuh", "helpers");
+  s += "extern \"C\" __global__ void __launch_bounds__(256) " + name + "(const float* __restrict__ x, const float* __restrict__ dz, ";
   s += has_w ? "const float* __restrict__ w, " : "";
-  s += R"(float* __restrict__ dx, float* __restrict__ part) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float adw[J], adb[J];
-#pragma unroll
-  for (int j = 0; j < J; ++j) adw[j] = adb[j] = 0.0f;
-  for (long long row = (long long)blockIdx.x * 8 + warp; row < ROWS; row += (long long)G * 8) {
-    const float* xr = x + row * C;
-    const float* gr = dz + row * C;
-    float v[J], g[J];
-    float t = 0.0f;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int c = lane + 32 * j;
-      v[j] = c < C ? xr[c] : 0.0f;
-      g[j] = c < C ? gr[c] : 0.0f;
-      t += v[j];
-    }
-    const float mean = LAYER ? warp_sum(t) / C : 0.0f;
-    float q = 0.0f;
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-      if (lane + 32 * j < C) q += (v[j] - mean) * (v[j] - mean);
-    const float rstd = rsqrtf(warp_sum(q) / C + EPS);
-    float sg = 0.0f, sgx = 0.0f;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int c = lane + 32 * j;
-      if (c >= C) continue;
-      const float xh = (v[j] - mean) * rstd;
-      if (DW) adw[j] += g[j] * xh;
-      if (DB) adb[j] += g[j];
-)";
+  s += "float* __restrict__ dx, float* __restrict__ part) {\n";
+  s += kernel_source("norm_backward.cuh", "rows");
   s += has_w ? "      g[j] *= __ldg(w + c);\n" : "";
-  s += R"(      v[j] = xh;
-      sg += g[j];
-      sgx += g[j] * xh;
-    }
-    const float mg = LAYER ? warp_sum(sg) / C : 0.0f, mgx = warp_sum(sgx) / C;
-    float* out = dx + row * C;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int c = lane + 32 * j;
-      if (c < C) out[c] = rstd * (g[j] - mg - v[j] * mgx);
-    }
-  }
-  if (!DW && !DB) return;
-  // This block's partials: the 8 warps' columns added in warp order through shared memory.
-  __shared__ float sh[8][J * 32];
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    if ((k == 0 && !DW) || (k == 1 && !DB)) continue;
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < J; ++j) sh[warp][lane + 32 * j] = k == 0 ? adw[j] : adb[j];
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      float a = sh[0][c];
-      for (int r = 1; r < 8; ++r) a += sh[r][c];
-      part[((long long)k * G + blockIdx.x) * C + c] = a;
-    }
-  }
-}
-)";
+  s += kernel_source("norm_backward.cuh", "tail");
   l.source = std::move(s);
   l.block[0] = 32 * kRowsPerBlock;
   l.grid[0] = static_cast<unsigned>(blocks);
@@ -203,7 +143,7 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   for (const int32_t x : nodes)  // every node but the last, which holds the value, is absorbed
     if (x != last) slots_[static_cast<size_t>(x)].placed = true;
   // A decode step's few rows feeding a product: let the product normalise them (plan_matmul).
-  static const bool defer_off = std::getenv("TG_CUDA_GEMV_NORM") != nullptr && std::string(std::getenv("TG_CUDA_GEMV_NORM")) == "off";
+  static const bool defer_off = env::equals(env::Switch::kCudaGemvNorm, "off");
   // Not when x is a state (or a view of one): an update planned before the product could write
   // it in place before the deferred norm reads it.
   const int32_t x_source = view_source(g, f.inputs[0]);

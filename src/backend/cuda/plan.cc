@@ -80,6 +80,10 @@ Operand CudaExecutable::operand(int32_t id) const {
 }
 
 void CudaExecutable::add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops) {
+  if (launch.shared_bytes > ctx_->info.smem_per_block)
+    throw DeviceError("[cuda] kernel " + launch.name + " needs " + std::to_string(launch.shared_bytes) +
+                      " bytes of shared memory a block; " +
+                      ctx_->info.name + " allows " + std::to_string(ctx_->info.smem_per_block));
   Step st;
   st.kind = Step::Kind::kKernel;
   st.nodes = std::move(nodes);
@@ -337,9 +341,13 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       std::vector<int> axes(n.attrs.axes.begin(), n.attrs.axes.end());
       const char* op = n.op == Op::kSum ? "sum" : n.op == Op::kMax ? "max" : n.op == Op::kMin ? "min" : "argmax";
       const Place x = in(0).place;
-      add_kernel({id}, reduce_kernel(kKernelName, op, operand(n.inputs[0]), axes), {{x}, {own_node(g, id)}});
+      add_kernel({id}, reduce_kernel(kKernelName, op, operand(n.inputs[0]), axes, ctx_->info), {{x}, {own_node(g, id)}});
       return;
     }
+    case Op::kCumsum:
+      add_kernel({id}, cumsum_kernel(kKernelName, operand(n.inputs[0]), static_cast<int>(n.attrs.axes[0]), n.attrs.reverse),
+                 {{in(0).place}, {own_node(g, id)}});
+      return;
     case Op::kMatmul:
       plan_matmul(g, id);
       return;

@@ -231,7 +231,7 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   }
   // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
   if (add < 0 && res_add < 0 && small_matmul_preferred(bm, mm, nn, k)) {
-    add_kernel({id}, small_matmul_kernel(kKernelName, bm, mm, nn, k, mats[0], mats[1], options_.tf32, ld, ctx_->info.sm_major),
+    add_kernel({id}, small_matmul_kernel(kKernelName, bm, mm, nn, k, mats[0], mats[1], options_.tf32, ld, ctx_->info),
                {{places[0]}, {places[1]}, {out}}, 2 * batch * m * nn * k);
     return;
   }

@@ -27,16 +27,15 @@ struct Split {
 Split forward_split(const ScanShape& s);
 Split backward_split(const ScanShape& s);
 
+/// Device code shared by both kernels is in kernels/scan_common.cuh: the pieces "stage" (the
+/// Stage of a chunk's rows; needs DY, DY_ROWS, DELTA_EACH defined first) and "start" (the
+/// kernels' first statements: where a thread stands, the shared-memory layout, the block's bias
+/// and D; each kernel reads its channels' A itself).
 /// Constants and device helpers of every kernel; k_stage: the steps a block stages at once,
 /// nbuf: the copies of the staged rows in shared memory.
 std::string prelude(const ScanShape& s, const Split& sp, int k_stage, int nbuf = kBuffers);
-/// Device code: the Stage of a chunk's rows (needs DY, DY_ROWS, DELTA_EACH defined first).
-extern const char* const kStage;
 /// The op's operands, first in both kernels' parameters.
 extern const char* const kOperands;
-/// The kernels' first statements: where a thread stands, the shared-memory layout, the block's
-/// bias and D. (Each kernel reads its channels' A itself.)
-extern const char* const kStart;
 /// Grid, block and dynamic shared memory of a kernel of this split (nbuf copies of the staged
 /// rows, then bias, D and, in the forward, an 8-byte mbarrier).
 Launch scan_launch(const std::string& name, const ScanShape& s, const Split& sp, bool grad, int nbuf = kBuffers);

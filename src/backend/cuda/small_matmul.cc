@@ -1,4 +1,6 @@
 // Small f32 matrix products as one generated kernel (see small_matmul.h for the scheme).
+//
+// The device code is in kernels/small_matmul.cuh.
 #include "backend/cuda/small_matmul.h"
 
 #include <algorithm>
@@ -6,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backend/cuda/kernel_sources.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
@@ -44,9 +47,9 @@ double wavefronts(int64_t distinct, int per_thread) {
   return std::max(1.0, static_cast<double>(distinct * per_thread * 4) / 128.0);
 }
 
-/// Rough cycle estimate of one configuration on an H200-like part (132 SMs).
-double estimate(const SmallMatmulConfig& c, int64_t batch, int64_t m, int64_t n, int64_t k) {
-  constexpr double kSms = 132;
+/// Rough cycle estimate of one configuration on `dev`.
+double estimate(const SmallMatmulConfig& c, int64_t batch, int64_t m, int64_t n, int64_t k, const DeviceInfo& dev) {
+  const double sms = dev.sm_count;
   const Derived d = derive(c, m, n, k);
   const int64_t blocks = batch * d.tiles_m * d.tiles_n * c.cl;
   const int rx = c.bn / c.tn;
@@ -57,11 +60,12 @@ double estimate(const SmallMatmulConfig& c, int64_t batch, int64_t m, int64_t n,
                      wavefronts(std::min<int64_t>(rx, 32), c.tn);
   const double per_k = std::max(c.tm * c.tn / 4.0, lds) + 0.15 * c.tm * c.tn;
   const double block = warps * ksteps * per_k;
-  // Co-resident blocks per SM are limited by threads and shared memory.
-  const double by_threads = std::floor(2048.0 / c.threads());
-  const double by_smem = std::floor(227.0 * 1024 / (d.smem_floats * 4 + 1024));
+  // Co-resident blocks per SM are limited by threads and shared memory (1 KiB of it reserved
+  // per block; the largest block allocation stands for the SM's usable total).
+  const double by_threads = std::floor(static_cast<double>(dev.threads_per_sm) / c.threads());
+  const double by_smem = std::floor(static_cast<double>(dev.smem_per_block) / (d.smem_floats * 4 + 1024));
   const double resident = std::max(1.0, std::min({by_threads, by_smem, 32.0}));
-  const double per_sm = std::ceil(blocks / kSms);
+  const double per_sm = std::ceil(blocks / sms);
   const double waves = std::ceil(per_sm / resident);
   const double traffic = per_sm * (c.bm + c.bn) * d.kb * 4.0 / 48.0;  // L2 → SM bytes per cycle
   double t = 1200 + waves * 400 + std::max(per_sm * block, traffic) + d.stages * 60;
@@ -82,7 +86,7 @@ std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
 }  // namespace
 
-SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64_t k, int sm_major) {
+SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64_t k, const DeviceInfo& dev) {
   struct Tile {
     int bm, bn, tm, tn;
   };
@@ -97,7 +101,7 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
     for (int bk : {16, 32, 64})
       for (int ks : {1, 2, 4})
         for (int cl : {1, 2, 4, 8}) {
-          if (cl > 1 && sm_major < 9) continue;
+          if (cl > 1 && dev.sm_major < 9) continue;
           SmallMatmulConfig c{tl.bm, tl.bn, bk, tl.tm, tl.tn, ks, cl};
           if (!valid(c)) continue;
           if (c.threads() < 128 || c.threads() > 512) continue;  // fewer warps: latency-bound (measured)
@@ -109,8 +113,8 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
           if (tl.bm > 8 && tl.bm / 2 >= m) continue;
           if (tl.bn > 16 && tl.bn / 2 >= n) continue;
           const Derived d = derive(c, m, n, k);
-          if (d.smem_floats * 4 > 200 * 1024) continue;
-          const double t = estimate(c, batch, m, n, k);
+          if (d.smem_floats * 4 > std::min<int64_t>(200 * 1024, dev.smem_per_block)) continue;
+          const double t = estimate(c, batch, m, n, k, dev);
           if (t < best_t * 0.98) {
             best_t = t;
             best = c;
@@ -121,8 +125,8 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
 
 Launch small_matmul_kernel(const std::string& name, int64_t batch, int64_t m, int64_t n, int64_t k,
                            const MatOperand& a, const MatOperand& b, bool /*tf32*/, int64_t out_row_stride,
-                           int sm_major) {
-  return small_matmul_kernel_with(small_matmul_config(batch, m, n, k, sm_major), name, batch, m, n, k, a, b,
+                           const DeviceInfo& dev) {
+  return small_matmul_kernel_with(small_matmul_config(batch, m, n, k, dev), name, batch, m, n, k, a, b,
                                   out_row_stride);
 }
 
@@ -156,141 +160,16 @@ Launch small_matmul_kernel_with(const SmallMatmulConfig& c, const std::string& n
     << "\n#define KB " << ll(d.kb) << "\n#define STAGES " << d.stages << "\n#define RING " << d.ring
     << "\n#define LA " << la << "\n#define LB " << lb << "\n#define KSL " << c.bk / c.ks << "\n";
   s << "#define A_KFAST " << (a_kfast ? 1 : 0) << "\n#define B_KFAST " << (b_kfast ? 1 : 0) << "\n";
-  s << R"(
-__device__ __forceinline__ void cp4(float* dst, const float* src, bool ok) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(d), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int n> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(n) : "memory"); }
-
-template <int L> __device__ __forceinline__ void read_vec(const float* p, float* v) {
-  if constexpr (L == 8) {
-    const float4 x = *reinterpret_cast<const float4*>(p), y = *reinterpret_cast<const float4*>(p + 4);
-    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w; v[4] = y.x; v[5] = y.y; v[6] = y.z; v[7] = y.w;
-  } else if constexpr (L == 4) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
-  } else if constexpr (L == 2) {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    v[0] = x.x; v[1] = x.y;
-  } else {
-    v[0] = p[0];
-  }
-}
-)";
+  s << kernel_source("small_matmul.cuh", "helpers");
   if (c.cl > 1)
-    s << R"(
-__device__ __forceinline__ unsigned cluster_rank() { unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned map_rank(const float* p, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float ld_cluster(unsigned addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-)";
+    s << kernel_source("small_matmul.cuh", "cluster");
   s << "extern \"C\" __global__ void ";
   if (c.cl > 1) s << "__cluster_dims__(1, 1, " << c.cl << ") ";
   s << "__launch_bounds__(" << threads << ") " << name
     << "(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out) {\n";
-  s << R"(  extern __shared__ __align__(16) float smem[];
-  float* const As = smem;                   // [RING][BK][PA]
-  float* const Bs = smem + RING * BK * PA;  // [RING][BK][PB]
-  const int tid = threadIdx.x;
-  const int g = tid / TG, lt = tid % TG, ty = lt / RX, tx = lt % RX;
-  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-  const int bat = blockIdx.z / CL, rank = blockIdx.z % CL;
-  const long long kbeg = (long long)rank * KB;
-  const float* const ab = a + (long long)bat * A_BS;
-  const float* const bb = b + (long long)bat * B_BS;
-
-  auto issue = [&](int st) {
-    const int buf = st % RING;
-    const long long k0 = kbeg + (long long)st * BK;
-#pragma unroll
-    for (int l = 0; l < LA; ++l) {
-      const int t = tid + l * NT;
-      if ((BM * BK) % NT == 0 || t < BM * BK) {
-#if A_KFAST
-        const int kk = (t / (8 * BM)) * 8 + (t & 7), i = (t >> 3) % BM;
-#else
-        const int i = t % BM, kk = t / BM;
-#endif
-        const long long gi = m0 + i, gk = k0 + kk;
-        const bool ok = gi < M && gk < K;
-        cp4(As + (buf * BK + kk) * PA + i, ok ? ab + gi * A_RS + gk * A_CS : ab, ok);
-      }
-    }
-#pragma unroll
-    for (int l = 0; l < LB; ++l) {
-      const int t = tid + l * NT;
-      if ((BN * BK) % NT == 0 || t < BN * BK) {
-#if B_KFAST
-        const int kk = (t / (8 * BN)) * 8 + (t & 7), j = (t >> 3) % BN;
-#else
-        const int j = t % BN, kk = t / BN;
-#endif
-        const long long gj = n0 + j, gk = k0 + kk;
-        const bool ok = gj < N && gk < K;
-        cp4(Bs + (buf * BK + kk) * PB + j, ok ? bb + gk * B_RS + gj * B_CS : bb, ok);
-      }
-    }
-  };
-
-  float acc[TM][TN];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-
-#pragma unroll
-  for (int st = 0; st < RING - 1; ++st) {
-    if (st < STAGES) issue(st);
-    cp_commit();
-  }
-#pragma unroll 1
-  for (int st = 0; st < STAGES; ++st) {
-    cp_wait<RING - 2>();
-    __syncthreads();
-    if (st + RING - 1 < STAGES) issue(st + RING - 1);
-    cp_commit();
-    const float* const at = As + (st % RING) * BK * PA + ty * TM;
-    const float* const bt = Bs + (st % RING) * BK * PB + tx * TN;
-#pragma unroll
-    for (int q = 0; q < KSL; ++q) {
-      const int kk = g * KSL + q;
-      float av[TM], bv[TN];
-      read_vec<TM>(at + kk * PA, av);
-      read_vec<TN>(bt + kk * PB, bv);
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-  }
-)";
+  s << kernel_source("small_matmul.cuh", "body");
   if (!reduce) {
-    s << R"(  float* const ob = out + (long long)bat * O_BS;
-#pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    const long long r = m0 + ty * TM + i;
-    if (r < M) {
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const long long col = n0 + tx * TN + j;
-        if (col < N) ob[r * O_RS + col] = acc[i][j];
-      }
-    }
-  }
-}
-)";
+    s << kernel_source("small_matmul.cuh", "store");
   } else {
     s << R"(  cp_wait<0>();
   __syncthreads();  // the tiles are dead: the partial tiles take their place

@@ -33,9 +33,9 @@ struct SmallMatmulConfig {
   int threads() const { return (bm / tm) * (bn / tn) * ks; }
 };
 
-/// The configuration small_matmul_kernel uses for this product on a device of compute
-/// capability sm_major (clusters only from 9).
-SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64_t k, int sm_major = 9);
+/// The configuration small_matmul_kernel uses for this product on device `dev` (its SM count,
+/// threads and shared memory set the cost model's waves; clusters only from sm_90).
+SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64_t k, const DeviceInfo& dev);
 
 /// out [batch, m, n] (f32; rows out_row_stride apart, ≤ 0: n; batches m·out_row_stride apart) =
 /// a · b, operands read through their strides (any layout with lt_readable; batch stride 0 =
@@ -43,7 +43,7 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
 /// Params: (const float* a, const float* b, float* out).
 Launch small_matmul_kernel(const std::string& name, int64_t batch, int64_t m, int64_t n, int64_t k,
                            const MatOperand& a, const MatOperand& b, bool tf32, int64_t out_row_stride,
-                           int sm_major = 9);
+                           const DeviceInfo& dev);
 /// The same with an explicit tiling (bm % tm == 0, bn % tn == 0, bk % (8·ks) == 0).
 Launch small_matmul_kernel_with(const SmallMatmulConfig& cfg, const std::string& name, int64_t batch, int64_t m,
                                 int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,

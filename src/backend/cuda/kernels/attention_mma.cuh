@@ -1,24 +1,21 @@
-// Device code of the TF32 tensor-core attention path (attention_paths.h: kMma), compiled after
-// kCommon and the path's constants (attention.cc: mma_constants). Kept apart from
-// attention_paths.cc to keep files small.
-#include "backend/cuda/attention_paths.h"
+// The TF32 tensor-core attention path (AttentionShape::tf32, D ≤ 128): mma.sync m16n8k8
+// through inline PTX. A block is NT/32 warps of 16 rows each (BR = 16 · warps); tiles of BC
+// columns are staged in shared memory, row-major with stride RS = DP + 4 (DP = D rounded up to
+// 8, zero padded) and rounded to TF32 once when staged. With g = lane / 4, t = lane % 4, a score
+// tile Σ_d A[row][d]·B[col][d] reads A fragments A[g (+8)][8kk + t (+4)] and B fragments
+// B[8n + g][8kk + t (+4)]: RS ≡ 4 mod 8 spreads both over the 32 banks. The product P·X of an
+// accumulator-layout P (thread holds columns 2t, 2t+1 of rows g, g+8 of each 8-column tile) uses
+// it directly as the A fragment by permuting the reduction index (A column t ↔ key 2t, t+4 ↔
+// 2t+1), so X is read as X[8n + 2t (+1)][8dn + g], again conflict-free. mma_forward<MODE>,
+// mma_dkdv and mma_dq mirror the fp32 path's kernels (attention_tiled.cuh). Tiles move through
+// registers (Stage): the next tile's loads are in flight while the current one is computed.
+// Only the tiles that cross the causal diagonal or the sequence end are masked element-wise.
+//
+// Defined before (attention.cc: mma_constants): NT, BR, BC, DP, RS; the problem's constants and
+// the shared helpers (attention_common.cuh). The generator appends the kernel that calls one of
+// mma_forward, mma_dkdv, mma_dq.
+// @piece mma
 
-namespace tg::backend::cuda::attention_paths {
-
-/// TF32 tensor-core path (AttentionShape::tf32): mma.sync m16n8k8 through inline PTX. A block
-/// is WM warps of 16 rows each (BR = 16·WM); tiles of BC columns are staged in shared memory,
-/// row-major with stride RS = DP + 4 (DP = D rounded up to 8, zero padded) and rounded to TF32
-/// once when staged. With g = lane / 4, t = lane % 4, a score tile Σ_d A[row][d]·B[col][d]
-/// reads A fragments A[g (+8)][8kk + t (+4)] and B fragments B[8n + g][8kk + t (+4)]: RS ≡ 4
-/// mod 8 spreads both over the 32 banks. The product P·X of an accumulator-layout P (thread
-/// holds columns 2t, 2t+1 of rows g, g+8 of each 8-column tile) uses it directly as the A
-/// fragment by permuting the reduction index (A column t ↔ key 2t, t+4 ↔ 2t+1), so X is read
-/// as X[8n + 2t (+1)][8dn + g], again conflict-free. Kernels mirror the fp32 path's four.
-/// Tiles move through registers (Stage): the loads of the next tile are issued right after the
-/// current one is stored, so they are in flight while it is computed, with 16-byte loads where
-/// the rows allow. Only the tiles that cross the causal diagonal or the sequence end are masked
-/// element by element.
-const char* const kMma = R"(
 constexpr int NN = BC / 8, ND = DP / 8;
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
@@ -315,6 +312,3 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
     for_cols(t, rr, [&](int col, int dn, int e) { grads[row + col] = dq[dn][e] * SCALE; });
   }
 }
-)";
-
-}  // namespace tg::backend::cuda::attention_paths

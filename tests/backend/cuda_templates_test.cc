@@ -1,0 +1,209 @@
+// The CUDA kernel templates (src/backend/cuda/kernels/*.cuh, embedded by cmake/embed_kernels.cmake)
+// compile: every generator is called with parameter sets that cover each branch that changes the
+// generated text, and each source is compiled by NVRTC for sm_90. No GPU is needed, only NVRTC;
+// without it the test is skipped with a message saying why. Every embedded piece must appear in
+// at least one of the compiled sources, so that a template nobody instantiates is noticed.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/cuda/codegen.h"
+#include "backend/cuda/driver.h"
+#include "backend/cuda/kernel_sources.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/small_matmul.h"
+#include "cuda_test_util.h"
+#include "tensorgrad/errors.h"
+
+namespace {
+
+using namespace tg;
+namespace cuda = tg::backend::cuda;
+
+struct Instance {
+  std::string label, name, source;
+};
+
+cuda::Operand dense(DType t, const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return {t, s, st};
+}
+
+std::vector<Instance> template_instances() {
+  std::vector<Instance> out;
+  auto add = [&](const std::string& label, const cuda::Launch& l) { out.push_back({label, l.name, l.source}); };
+  const DType f32 = DType::kF32, i32 = DType::kI32;
+
+  // Reductions: warp rows (vector loads or not), chunked block rows, columns; every op.
+  add("reduce sum rows", cuda::reduce_kernel("reduce_rows", "sum", dense(f32, {37, 1000}), {1}, tg::testing::sm90_device()));
+  add("reduce max chunked", cuda::reduce_kernel("reduce_chunked", "max", dense(f32, {4, 50304}), {1}, tg::testing::sm90_device()));
+  add("reduce min i32 columns", cuda::reduce_kernel("reduce_cols", "min", dense(i32, {3000, 64}), {0}, tg::testing::sm90_device()));
+  add("reduce argmax strided", cuda::reduce_kernel("reduce_argmax", "argmax", dense(f32, {6, 513, 7}), {1}, tg::testing::sm90_device()));
+  add("gather", cuda::gather_kernel("gather", dense(f32, {50, 64}), {i32, {200, 64}, {1, 0}}, 0));
+  add("update_slice", cuda::update_slice_kernel("update_slice", dense(f32, {4, 12, 64, 64}), dense(f32, {4, 12, 1, 64}),
+                                                dense(i32, {4}), 2));
+  add("update_rows pair",
+      cuda::update_rows_kernel("update_rows", dense(f32, {4, 12, 64, 64}), {f32, {4, 12, 1, 64}, {2304, 64, 2304, 1}},
+                               dense(i32, {4}), 2, true));
+  add("scatter_add",
+      cuda::scatter_add_kernel("scatter_add", dense(f32, {300, 32}), {i32, {300, 32}, {1, 0}}, {50, 32}, 0));
+  add("random", cuda::random_kernel("random", 1001, 0x123456789abcdefull));
+  add("dropout", cuda::dropout_kernel("dropout", {f32, {20, 30}, {1, 20}}, 0.5, 7));
+  add("sample", cuda::sample_kernel("sample", 4, 50257));
+  add("cumsum rows", cuda::cumsum_kernel("cumsum_rows", dense(f32, {4, 50257}), 1, false));
+  add("cumsum rows i32 reverse strided", cuda::cumsum_kernel("cumsum_rows_rev", {i32, {300, 70}, {1, 300}}, 1, true));
+  add("cumsum lines", cuda::cumsum_kernel("cumsum_lines", dense(f32, {3, 40, 17}), 1, true));
+
+  // Row kernels: cached rows (warp and block), streamed rows, columns, causal; norms with and
+  // without the affine epilogue, and their gradients.
+  for (const bool log : {false, true}) {
+    const std::string tag = log ? "log_softmax" : "softmax";
+    add(tag + " cached", cuda::softmax_kernel(tag + "_cached", 37, 1000, 1, log, false, 1));
+    add(tag + " streamed", cuda::softmax_kernel(tag + "_streamed", 3, 40000, 1, log, false, 1));
+    add(tag + " causal", cuda::softmax_kernel(tag + "_causal", 32, 24, 1, log, true, 16));
+    add(tag + " columns", cuda::softmax_kernel(tag + "_columns", 3, 50, 7, log, false, 1));
+  }
+  add("cross_entropy", cuda::cross_entropy_kernel("cross_entropy", 9, 50257, -100));
+  add("cross_entropy_grad", cuda::cross_entropy_grad_kernel("cross_entropy_grad", 9, 50304, -100, -1, 50304 + 64));
+  for (const int64_t cols : {768, 40000}) {
+    const std::string c = std::to_string(cols);
+    add("layer_norm " + c, cuda::layer_norm_kernel("layer_norm_" + c, 13, cols, 1e-5, {true, true}));
+    add("layer_norm_grad " + c, cuda::layer_norm_grad_kernel("layer_norm_grad_" + c, 13, cols, 1e-5));
+    add("rms_norm " + c, cuda::rms_norm_kernel("rms_norm_" + c, 13, cols, 1e-6));
+    add("rms_norm_grad " + c, cuda::rms_norm_grad_kernel("rms_norm_grad_" + c, 13, cols, 1e-6));
+  }
+  add("norm_backward layer w",
+      cuda::norm_backward_kernel("norm_backward_w", 4096, 768, 1e-5, true, true, true, true, 264));
+  add("norm_backward rms",
+      cuda::norm_backward_kernel("norm_backward", 4096, 100, 1e-5, false, false, false, true, 264));
+  add("norm_partials", cuda::norm_partials_kernel("norm_partials", 768, 264, true, true));
+
+  // Products: the small-matmul tilings (plain, in-block split K, cluster split K) and gemv
+  // (vector rows or not, with a norm, with every epilogue).
+  const cuda::MatOperand a{64, 256, 256, 1, 0}, b{256, 96, 96, 1, 0};
+  add("small_matmul",
+      cuda::small_matmul_kernel_with({64, 64, 32, 4, 4, 1, 1}, "small_matmul", 1, 64, 96, 256, a, b, 0));
+  add("small_matmul ks", cuda::small_matmul_kernel_with({32, 32, 32, 4, 4, 2, 1}, "small_matmul_ks", 2, 64, 96, 256, a,
+                                                        {256, 96, 1, 256, 0}, 100));
+  add("small_matmul cluster", cuda::small_matmul_kernel_with({32, 32, 64, 4, 4, 2, 4}, "small_matmul_cl", 1, 64, 96,
+                                                             256, {64, 256, 1, 64, 0}, b, 0));
+  add("small_matmul auto", cuda::small_matmul_kernel("small_matmul_auto", 1, 33, 100, 777, {33, 777, 777, 1, 0},
+                                                     {777, 100, 100, 1, 0}, false, 0, tg::testing::sm90_device()));
+  add("gemv",
+      cuda::gemv_kernel("gemv", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0}, {true, true, true}, 0));
+  add("gemv layer norm", cuda::gemv_kernel("gemv_layer", 1, 2304, 768, {1, 768, 768, 1, 0}, {768, 2304, 1, 768, 0},
+                                           {true, false, false}, 0, {true, true, true, true, 1e-5}));
+  add("gemv rms unaligned", cuda::gemv_kernel("gemv_rms", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
+                                              {false, false, false}, 1024, {true, false, true, false, 1e-6}));
+
+  // Selective scan: two or four states a thread, groups, vector rows, broadcast D and bias; the
+  // backward's cotangent forms.
+  for (cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true, true}, cuda::ScanShape{1, 6, 5, 3, 2},
+                             cuda::ScanShape{1, 8, 20, 1, 128}}) {
+    const std::string n = std::to_string(sh.states);
+    add("scan_forward " + n, cuda::scan_forward_kernel("scan_forward_" + n, sh, false));
+    add("scan_forward keep " + n, cuda::scan_forward_kernel("scan_forward_keep_" + n, sh, true));
+    add("scan_backward " + n, cuda::scan_backward_kernel("scan_backward_" + n, sh));
+    add("scan_reduce " + n, cuda::scan_reduce_kernel("scan_reduce_" + n, sh));
+  }
+  {
+    cuda::ScanShape sh{2, 64, 40, 2, 64, true};
+    sh.d_stride = 0, sh.bias_stride = 0, sh.dy = cuda::ScanShape::Dy::kOne, sh.dlast = false;
+    add("scan_backward dy one", cuda::scan_backward_kernel("scan_backward_one", sh));
+    sh.dy = cuda::ScanShape::Dy::kZero, sh.dlast = true;
+    add("scan_backward dy zero", cuda::scan_backward_kernel("scan_backward_zero", sh));
+  }
+
+  // Attention: the short-sequence path, the fp32 tiled path (causal or not, kept statistics,
+  // gradient layouts, large heads) and the TF32 path.
+  add("attention_at",
+      cuda::attention_at_kernel("attention_at", {f32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(f32, {2, 4, 272, 64}),
+                                dense(f32, {2, 4, 272, 64}), dense(i32, {2}), 0.125));
+  struct AttentionCase {
+    std::string tag;
+    cuda::AttentionShape s;
+    bool kept;
+  };
+  const AttentionCase cases[] = {
+      {"small causal", {2, 4, 2, 16, 16, 32, 0.17, true}, false},
+      {"small", {1, 2, 1, 33, 50, 48, 0.14, false}, false},
+      {"tiled causal", {2, 4, 2, 130, 130, 64, 0.125, true}, false},
+      {"tiled kept", {1, 4, 4, 257, 300, 80, 0.11, false}, true},
+      {"tiled bthd", {1, 2, 2, 200, 200, 200, 0.07, true, false, true}, true},
+      {"tiled packed", {2, 2, 1, 100, 100, 7, 0.3, true, false, false, true}, false},
+      {"mma causal", {2, 4, 2, 300, 300, 64, 0.125, true, true}, false},
+      {"mma kept", {1, 4, 2, 600, 600, 128, 0.09, false, true}, true},
+  };
+  for (const AttentionCase& c : cases) {
+    const cuda::AttentionShape& s = c.s;
+    const cuda::Operand q = dense(f32, {s.batch, s.q_heads, s.t, s.d}),
+                        kv = dense(f32, {s.batch, s.kv_heads, s.s, s.d});
+    const std::string name = "attention_" + std::to_string(out.size());
+    add("attention " + c.tag, cuda::attention_kernel(name, s, q, kv, kv, q, c.kept));
+    const cuda::AttentionGradPlan plan =
+        cuda::attention_grad_kernels(name + "_grad", s, q, kv, kv, q, c.kept ? &q : nullptr);
+    for (const cuda::Launch& l : plan.launches) add("attention grad " + c.tag + " " + l.name, l);
+  }
+
+  // The layout kernels of codegen.h.
+  add("copy", cuda::copy_kernel("copy", {f32, {30, 20}, {1, 30}}));
+  add("pad_copy", cuda::pad_copy_kernel("pad_copy", 30, 20, 1, 30, 32, 24, true));
+  add("split_copy", cuda::split_copy_kernel("split_copy", 30, 20, 20, 1, 32, 24, false, 1, true));
+  add("product", cuda::product_kernel("product", {8, 9}, {9, 1}, {0, 1}));
+  add("concat", cuda::concat_kernel("concat", {dense(f32, {3, 4}), {f32, {3, 2}, {1, 3}}}, {3, 6}, 1));
+  add("unslice", cuda::unslice_kernel("unslice", {f32, {5, 3}, {0, 0}}, {5, 9}, 1, 2, 3));
+  add("elementwise", {"elementwise", cuda::elementwise_kernel(ir::Op::kAdd, "elementwise")});
+  return out;
+}
+
+/// Whether `source` holds `piece`, where the words a generator substitutes (philox.cuh's
+/// SEED_LO and SEED_HI, replaced by the seed) may stand for anything: the piece's text between
+/// them must appear in order.
+bool contains_piece(const std::string& source, std::string_view piece) {
+  size_t at = 0;
+  while (!piece.empty()) {
+    size_t cut = piece.size(), skip = 0;
+    for (std::string_view word : {"SEED_LO", "SEED_HI"})
+      if (const size_t w = piece.find(word); w < cut) cut = w, skip = word.size();
+    at = source.find(piece.substr(0, cut), at);
+    if (at == std::string::npos) return false;
+    at += cut;
+    piece.remove_prefix(cut + skip);
+  }
+  return true;
+}
+
+TEST(CudaTemplates, EveryPieceIsNamedAndUnknownOnesThrow) {
+  ASSERT_FALSE(cuda::kernel_pieces().empty());
+  for (const cuda::KernelPiece& p : cuda::kernel_pieces()) {
+    EXPECT_FALSE(p.text.empty()) << p.file << ":" << p.piece;
+    EXPECT_EQ(cuda::kernel_source(p.file, p.piece).data(), p.text.data()) << p.file << ":" << p.piece;
+  }
+  EXPECT_THROW(cuda::kernel_source("attention_mma.cuh", "no_such_piece"), Error);
+  EXPECT_THROW(cuda::kernel_source("no_such_file.cuh", "mma"), Error);
+}
+
+TEST(CudaTemplatesNvrtc, EveryInstantiationCompiles) {
+  setenv("TG_CUDA_CACHE", "off", 1);  // compile for real, not from an earlier run's cache
+  std::string why;
+  if (!tg::testing::have_nvrtc(why)) GTEST_SKIP() << "NVRTC not available, templates not compiled: " << why;
+  const std::vector<Instance> instances = template_instances();
+  std::vector<cuda::KernelSource> sources;
+  for (const Instance& i : instances) sources.push_back({i.name, i.source});
+  const std::vector<std::vector<char>> cubins = cuda::compile_cubins(sources, 9, 0);
+  ASSERT_EQ(cubins.size(), instances.size());
+  for (size_t i = 0; i < cubins.size(); ++i) EXPECT_FALSE(cubins[i].empty()) << instances[i].label;
+
+  for (const cuda::KernelPiece& p : cuda::kernel_pieces()) {
+    bool used = false;
+    for (const Instance& i : instances) used = used || contains_piece(i.source, p.text);
+    EXPECT_TRUE(used) << "kernels/" << p.file << ", piece " << p.piece
+                      << ": no instantiation of this test uses it (add a parameter set that does)";
+  }
+}
+
+}  // namespace
