@@ -25,6 +25,8 @@ std::vector<int32_t> append_gradients(ir::Graph& g, int32_t loss, std::span<cons
   }
 
   std::vector<Tensor> grads(static_cast<size_t>(count));
+  // A multi-output node's gradient: one per result, gathered from its kResult nodes.
+  std::vector<std::vector<Tensor>> result_grads(static_cast<size_t>(count));
   if (needs[static_cast<size_t>(loss)])
     grads[static_cast<size_t>(loss)] =
         ir::broadcast_if_needed(ir::scalar_constant(g, 1.0, DType::kF32, loss_node.loc), loss_node.shape, loss_node.loc);
@@ -33,8 +35,19 @@ std::vector<int32_t> append_gradients(ir::Graph& g, int32_t loss, std::span<cons
   // (which has a larger id) has already added its contribution.
   for (int32_t id = count - 1; id >= 0; --id) {
     const Tensor dout = grads[static_cast<size_t>(id)];
-    if (!dout.valid() || g.node(id).inputs.empty()) continue;
-    std::vector<Tensor> dins = vjp(g, id, dout);
+    if (g.node(id).op == ir::Op::kResult) {
+      if (!dout.valid()) continue;
+      const int32_t of = g.node(id).inputs[0];
+      std::vector<Tensor>& rg = result_grads[static_cast<size_t>(of)];
+      rg.resize(g.node(of).results.size());
+      Tensor& acc = rg[static_cast<size_t>(g.node(id).attrs.axes[0])];
+      acc = acc.valid() ? add(acc, dout, g.node(id).loc) : dout;
+      continue;
+    }
+    std::vector<Tensor> douts = result_grads[static_cast<size_t>(id)];
+    if (douts.empty() && dout.valid()) douts = {dout};
+    if (douts.empty() || g.node(id).inputs.empty()) continue;
+    std::vector<Tensor> dins = vjp(g, id, douts);
     const std::vector<int32_t> inputs = g.node(id).inputs;  // a copy: add() below appends nodes
     const Loc loc = g.node(id).loc;
     for (size_t i = 0; i < dins.size(); ++i) {

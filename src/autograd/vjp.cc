@@ -33,7 +33,7 @@ Tensor keepdim_shape(const Tensor& t, const ir::Node& n, const Shape& x_shape, c
 
 }  // namespace
 
-std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
+std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> douts) {
   const ir::Node n = graph.node(id);  // a copy: the rules below append nodes
   const Loc& loc = n.loc;
   // Input shapes by value: every op below appends nodes, which may move graph storage.
@@ -41,11 +41,14 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
   for (int32_t in : n.inputs) in_shape.push_back(graph.node(in).shape);
   auto x = [&](size_t i) { return Tensor(&graph, n.inputs[i]); };
   const Tensor y(&graph, id);
+  const Tensor g = douts.empty() ? Tensor() : douts[0];  // dL/dy of a single-output node
   auto constant = [&](double v) { return ir::scalar_constant(graph, v, DType::kF32, loc); };
 
   switch (n.op) {
     case Op::kParam: case Op::kInput: case Op::kState: case Op::kConstant: case Op::kArange:
       return {};
+    case Op::kResult:
+      throw Error("[grad] a result's gradient goes to its node's (append_gradients), not through vjp");
     // Piecewise-constant or non-real outputs: no gradient.
     case Op::kSign: case Op::kLogicalNot: case Op::kStopGradient:
     case Op::kLogicalAnd: case Op::kLogicalOr:
@@ -212,21 +215,22 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, const Tensor& g) {
       return {ir::emit(graph, std::move(dr)), Tensor()};
     }
     case Op::kSelectiveScan: {
-      // One primitive gives every input's gradient, packed [du | ddelta | dA | dB | dC | dD | dbias];
-      // it also reads the forward node (a backend may reuse what its forward kept).
+      // One primitive gives every input's gradient (its seven results) from the cotangents of y
+      // and of the last state (a zero constant where a result has none), reading what the
+      // forward kernel saved.
+      const Shape y_shape = n.results[0].shape, last_shape = n.results[1].shape;
+      const Tensor dy = douts[0].valid() ? douts[0] : ir::constant_on(graph, {0.0}, y_shape, DType::kF32, loc);
+      const Tensor dlast =
+          douts.size() > 1 && douts[1].valid() ? douts[1] : ir::constant_on(graph, {0.0}, last_shape, DType::kF32, loc);
       std::vector<int32_t> ins(n.inputs.begin(), n.inputs.end());
-      ins.push_back(g.id());
-      ins.push_back(id);
+      ins.push_back(dy.id());
+      ins.push_back(dlast.id());
+      ins.push_back(ir::result(graph, id, 2, loc).id());
       ir::Node gr = ir::make_node(Op::kSelectiveScanGrad, ins, loc);
       gr.attrs = n.attrs;
-      const Tensor packed = ir::emit(graph, std::move(gr));
+      const int32_t grads = ir::emit(graph, std::move(gr)).id();
       std::vector<Tensor> out;
-      int64_t at = 0;
-      for (size_t i = 0; i < 7; ++i) {
-        const int64_t count = numel(in_shape[i]);
-        out.push_back(reshape(slice(packed, 0, at, at + count, 1, loc), in_shape[i], loc));
-        at += count;
-      }
+      for (int64_t i = 0; i < 7; ++i) out.push_back(ir::result(graph, grads, i, loc));
       return out;
     }
     case Op::kAttention: {

@@ -221,7 +221,7 @@ SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const T
   Graph& g = graph_for("selective_scan", {&au, &ad, &aa, &ab, &ac}, loc);
   if (u.rank() != 3) api_fail("selective_scan", "u must be [B, D, L], got " + shape_str(u.shape()), loc);
   if (A.rank() != 2) api_fail("selective_scan", "A must be [D, N], got " + shape_str(A.shape()), loc);
-  const int64_t batch = u.shape()[0], channels = u.shape()[1], len = u.shape()[2], states = A.shape()[1];
+  const int64_t channels = u.shape()[1];
   auto grouped = [&](const Tensor& x, const char* what) {
     if (x.rank() == 3) return reshape(x, {x.shape()[0], 1, x.shape()[1], x.shape()[2]}, loc);
     if (x.rank() != 4) api_fail("selective_scan", std::string(what) + " must be [B, N, L] or [B, G, N, L], got " + shape_str(x.shape()), loc);
@@ -241,11 +241,10 @@ SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const T
                       per_channel(options.delta_bias, "delta_bias").id()},
                      loc);
   n.attrs.values = {options.delta_softplus ? 1.0 : 0.0};
-  const Tensor packed = emit(g, std::move(n));
-  const int64_t ny = batch * channels * len;
+  const int32_t scan = emit(g, std::move(n)).id();
   SelectiveScanResult r;
-  r.y = reshape(slice(packed, 0, 0, ny, 1, loc), {batch, channels, len}, loc);
-  r.last_state = reshape(slice(packed, 0, ny, ny + batch * channels * states, 1, loc), {batch, channels, states}, loc);
+  r.y = result(g, scan, 0, loc);
+  r.last_state = result(g, scan, 1, loc);
   if (options.z.valid()) {
     if (options.z.shape() != u.shape())
       api_fail("selective_scan", "z must have u's shape " + shape_str(u.shape()) + ", got " + shape_str(options.z.shape()), loc);

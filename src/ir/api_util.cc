@@ -43,6 +43,12 @@ Node make_node(Op op, std::vector<int32_t> inputs, const Loc& loc) {
   return n;
 }
 
+Tensor result(Graph& g, int32_t node, int64_t index, const Loc& loc) {
+  Node n = make_node(Op::kResult, {node}, loc);
+  n.attrs.axes = {index};
+  return emit(g, std::move(n));
+}
+
 Tensor scalar_constant(Graph& g, double value, DType dtype, const Loc& loc) {
   Node n = make_node(Op::kConstant, {}, loc);
   n.dtype = dtype;

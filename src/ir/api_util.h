@@ -16,6 +16,8 @@ Graph& graph_for(const char* op, std::initializer_list<const Arg*> args, const L
 Graph& current_graph_for(const char* op, const Loc& loc);
 
 Node make_node(Op op, std::vector<int32_t> inputs, const Loc& loc);
+/// Result `index` of multi-output node `node` (a kResult node).
+Tensor result(Graph& g, int32_t node, int64_t index, const Loc& loc);
 Tensor scalar_constant(Graph& g, double value, DType dtype, const Loc& loc);
 /// A named binding leaf (kInput, kParam or kState) on `g`.
 Tensor named_leaf(Graph& g, Op op, std::string name, Shape shape, DType dtype, const Loc& loc);

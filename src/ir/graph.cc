@@ -83,6 +83,19 @@ int32_t Graph::add_checked(Node node) {
   return size() - 1;
 }
 
+int64_t result_offset(const Node& n, size_t index) {
+  int64_t at = 0;
+  for (size_t i = 0; i < index; ++i) at += tg::numel(n.results[i].shape);
+  return at;
+}
+
+std::optional<double> constant_value(const Graph& g, int32_t id) {
+  const Node* n = &g.node(id);
+  while (n->op == Op::kBroadcastTo || n->op == Op::kReshape) n = &g.node(n->inputs[0]);
+  if (n->op != Op::kConstant || n->attrs.values.size() != 1) return std::nullopt;
+  return n->attrs.values[0];
+}
+
 std::string Graph::to_string() const {
   std::ostringstream os;
   for (int32_t id = 0; id < size(); ++id) {
@@ -90,7 +103,15 @@ std::string Graph::to_string() const {
     os << "%" << id << " = " << op_name(n.op) << "(";
     for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << "%" << n.inputs[i];
     if (!n.name.empty()) os << (n.inputs.empty() ? "" : ", ") << '"' << n.name << '"';
-    os << ") " << dtype_name(n.dtype) << shape_str(n.shape);
+    os << ") ";
+    if (n.results.empty()) {
+      os << dtype_name(n.dtype) << shape_str(n.shape);
+    } else {
+      os << "(";
+      for (size_t i = 0; i < n.results.size(); ++i)
+        os << (i ? ", " : "") << dtype_name(n.results[i].dtype) << shape_str(n.results[i].shape);
+      os << ")";
+    }
     if (!n.attrs.axes.empty()) os << " axes=" << shape_str(n.attrs.axes);
     os << "\n";
   }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -49,6 +50,13 @@ struct Attrs {
   uint64_t seed = 0;           // random, dropout: the site's stream (an integer, never rounded)
 };
 
+/// The type of one value: what a multi-output node lists for each of its results.
+struct ValueType {
+  DType dtype = DType::kF32;
+  Shape shape;
+  bool operator==(const ValueType&) const = default;
+};
+
 /// Which part of a training step appended a node (tracing, autograd or the optimizer):
 /// memory reports group planned bytes by it.
 enum class Stage : uint8_t { kForward, kBackward, kOptimizer };
@@ -62,9 +70,18 @@ struct Node {
   std::string name;  // params, inputs, state: the binding name
   std::source_location loc;
   Stage stage = Stage::kForward;  // stamped by Graph::add from Graph::stage
+  // A multi-output node (selective_scan, its gradient) lists its results' types here and is
+  // read only through kResult nodes, one per result used (`result(graph, id, i)`). Its own
+  // dtype and shape are f32 [Σ numel(result)]: a backend lays the results out one after the
+  // other in one allocation of that size, result i after the ones before it, and a kResult
+  // node is a view of its part. Empty for every other node.
+  std::vector<ValueType> results;
 
   int64_t numel() const { return tg::numel(shape); }
 };
+
+/// Where result `index` of multi-output node `n` starts in its allocation, in elements.
+int64_t result_offset(const Node& n, size_t index);
 
 /// "file.cc:12" of a node's origin, for error messages.
 std::string loc_str(const std::source_location& loc);
@@ -110,5 +127,9 @@ class Graph {
 
 /// Infers node.shape/node.dtype from its inputs and attrs (ir/shape.cc).
 void infer(const Graph& graph, Node& node);
+
+/// The value of `id` when it is a one-value constant, looking through broadcasts and reshapes
+/// (a fill of any shape); nullopt otherwise.
+std::optional<double> constant_value(const Graph& graph, int32_t id);
 
 }  // namespace tg::ir

@@ -42,6 +42,18 @@ void infer_reduce(const Graph& g, Node& n, const Node& x) {
   }
 }
 
+/// A multi-output node's own type (see Node::results): f32 [Σ numel(result)], the one
+/// allocation its results share. Results are 4-byte types so that an element offset is theirs.
+void set_multi_output(Node& n) {
+  int64_t total = 0;
+  for (const ValueType& r : n.results) {
+    if (dtype_size(r.dtype) != 4) throw Error(std::string("[") + op_name(n.op) + "] results must be 4-byte types");
+    total += numel(r.shape);
+  }
+  n.dtype = DType::kF32;
+  n.shape = {total};
+}
+
 }  // namespace
 
 void infer(const Graph& g, Node& n) {
@@ -57,6 +69,9 @@ void infer(const Graph& g, Node& n) {
   }
   for (int64_t d : n.shape)
     if (d < 0) fail(g, n, "negative extent in shape " + shape_str(n.shape));
+  if (n.op != Op::kResult)
+    for (int32_t i : n.inputs)
+      if (!g.node(i).results.empty()) fail(g, n, "reads a multi-output node directly; read one of its results");
 
   switch (n.op) {
     // Leaves carry their shape and dtype from the tracer.
@@ -113,6 +128,16 @@ void infer(const Graph& g, Node& n) {
       n.shape = in(0).shape;
       n.dtype = in(0).dtype;
       return;
+    case Op::kResult: {
+      const ir::Node& of = in(0);
+      if (n.attrs.axes.size() != 1 || of.results.empty() || n.attrs.axes[0] < 0 ||
+          n.attrs.axes[0] >= static_cast<int64_t>(of.results.size()))
+        fail(g, n, "must name one result of a multi-output node");
+      const ValueType& r = of.results[static_cast<size_t>(n.attrs.axes[0])];
+      n.shape = r.shape;
+      n.dtype = r.dtype;
+      return;
+    }
     case Op::kArgmax:
       if (n.attrs.axes.size() != 1) fail(g, n, "takes exactly one axis");
       if (in(0).dtype == DType::kBool) fail(g, n, "does not accept bool (cast first)");
@@ -303,15 +328,19 @@ void infer(const Graph& g, Node& n) {
       if (bm[1] < 1 || u[1] % bm[1] != 0) fail(g, n, "the channels must be a multiple of the groups of B and C");
       if (in(5).shape != Shape{u[1]} || in(6).shape != Shape{u[1]}) fail(g, n, "D and delta_bias must be [D]");
       if (n.attrs.values.size() != 1) fail(g, n, "needs {softplus}");
-      const int64_t packed = numel(u) + u[0] * u[1] * a[1];
+      const Shape last{u[0], u[1], a[1]};
+      n.results.clear();
       if (n.op == Op::kSelectiveScanGrad) {
-        if (in(7).dtype != DType::kF32 || in(7).shape != Shape{packed}) fail(g, n, "dout must match the packed output");
-        if (in(8).dtype != DType::kF32 || in(8).shape != Shape{packed}) fail(g, n, "fwd must be the forward's packed output");
-        n.shape = {2 * numel(u) + numel(a) + 2 * numel(bm) + 2 * u[1]};
+        if (in(7).dtype != DType::kF32 || in(7).shape != u) fail(g, n, "dy must have u's shape [B, D, L]");
+        if (in(8).dtype != DType::kF32 || in(8).shape != last) fail(g, n, "dlast must be [B, D, N]");
+        const ir::Node& saved = in(9);
+        if (saved.op != Op::kResult || g.node(saved.inputs[0]).op != Op::kSelectiveScan || saved.attrs.axes.at(0) != 2)
+          fail(g, n, "saved must be a selective_scan's third result");
+        for (size_t i = 0; i < 7; ++i) n.results.push_back({DType::kF32, in(i).shape});
       } else {
-        n.shape = {packed};
+        n.results = {{DType::kF32, u}, {DType::kF32, last}, {DType::kF32, {0}}};
       }
-      n.dtype = DType::kF32;
+      set_multi_output(n);
       return;
     }
     case Op::kAttentionAt: {

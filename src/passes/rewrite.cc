@@ -29,17 +29,9 @@ Key key_of(const Node& n) {
           std::move(bits), static_cast<int>(n.attrs.dtype), n.attrs.causal, n.attrs.reverse, n.attrs.seed};
 }
 
-/// The scalar value of a constant, looking through broadcasts; nullopt if not one.
-std::optional<double> scalar_value(const Graph& g, int32_t id) {
-  const Node* n = &g.node(id);
-  while (n->op == Op::kBroadcastTo || n->op == Op::kReshape) n = &g.node(n->inputs[0]);
-  if (n->op != Op::kConstant || n->attrs.values.size() != 1) return std::nullopt;
-  return n->attrs.values[0];
-}
-
 /// If `n` (inputs already in `out`) is an identity by an algebraic rule, the node it equals.
 std::optional<int32_t> identity_of(const Graph& out, const Node& n) {
-  auto is = [&](size_t i, double v) { return scalar_value(out, n.inputs[i]) == std::optional<double>(v); };
+  auto is = [&](size_t i, double v) { return ir::constant_value(out, n.inputs[i]) == std::optional<double>(v); };
   auto full_range = [&] {  // slice/unslice {start 0, step 1} between equal shapes
     return n.attrs.values[0] == 0.0 && n.attrs.values[1] == 1.0 && out.node(n.inputs[0]).shape == n.shape;
   };

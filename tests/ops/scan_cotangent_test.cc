@@ -1,7 +1,7 @@
 // selective_scan's gradient for every form its cotangent takes: the loss reads y, the last
 // state or both, weighted (a dense cotangent) or through a plain sum (one value broadcast).
-// Each backend may assemble the packed [dy | dlast] differently (the CUDA one reads the parts
-// where autograd made them); every gradient must match the reference backend's.
+// The gradient node reads dy and dlast as given (a known zero where a result reaches no loss,
+// which the CUDA kernel then does not read); every gradient must match the reference backend's.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -19,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -132,9 +131,27 @@ struct Function {
   int lines() const { return last - first + 1; }
 };
 
+bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+/// The identifiers (and numbers) of `text`, in order.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    if (!is_word_char(text[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && is_word_char(text[j])) ++j;
+    out.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
 /// The function bodies of `code` (already blanked), as described in the header comment.
 std::vector<Function> functions(const std::string& code) {
-  static const std::regex scope_kw(R"(\b(namespace|class|struct|union|enum)\b)");
+  static const std::set<std::string> scope_words = {"namespace", "class", "struct", "union", "enum"};
   std::vector<Function> out;
   // Each open brace: whether it is a scope (namespace/class body) and, for a function, its record.
   struct Open {
@@ -154,17 +171,17 @@ std::vector<Function> functions(const std::string& code) {
         stack.push_back({false, {}});
       } else {
         const std::string header = code.substr(header_start, i - header_start);
-        const bool scope = std::regex_search(header, scope_kw) && header.find('(') == std::string::npos;
+        const std::vector<std::string> ws = words(header);
+        const bool scope = header.find('(') == std::string::npos &&
+                           std::any_of(ws.begin(), ws.end(), [](const std::string& w) { return scope_words.count(w) > 0; });
         const bool data = header.find('=') != std::string::npos && header.find("operator") == std::string::npos;
         const size_t paren = header.find('(');
         if (scope || data || paren == std::string::npos) {
           stack.push_back({true, {}});
         } else {
-          std::smatch m;
-          const std::string before = header.substr(0, paren);
-          static const std::regex name_re(R"(([A-Za-z_~][A-Za-z_0-9:~]*(?:operator\s*\S+)?)\s*$)");
-          std::string name = std::regex_search(before, m, name_re) ? m[1].str() : "?";
-          if (const size_t colons = name.rfind("::"); colons != std::string::npos) name = name.substr(colons + 2);
+          // The function's name: the last identifier before the parameter list.
+          const std::vector<std::string> before = words(header.substr(0, paren));
+          const std::string name = before.empty() ? "?" : before.back();
           const size_t first_char = header.find_first_not_of(" \t\n");
           stack.push_back({false, {name, line_at(header_start + (first_char == std::string::npos ? 0 : first_char)), 0}});
         }
@@ -235,15 +252,23 @@ TEST(TreeFacts, NoLongRawStringsInCcFiles) {
 TEST(TreeFacts, NoGpuModelNumbersInTheCudaBackend) {
   // SM counts of current parts (H100/H200 132 and 114, A100 108, L40S 142, B200 148) and the
   // largest shared memory a block may opt into on sm_80/sm_90 (227 KiB), as integer literals.
-  static const std::regex model_numbers(R"((^|[^.\w])(132|114|108|142|148|227|232448)(?![.\w]))");
+  static const std::set<std::string> model_numbers = {"132", "114", "108", "142", "148", "227", "232448"};
   for (const Source& s : sources()) {
     if (!s.path.starts_with("src/backend/cuda/")) continue;
     const std::string code = blank_non_code(s.text);
     std::istringstream lines(code);
     std::string l;
     for (int n = 1; std::getline(lines, l); ++n)
-      EXPECT_FALSE(std::regex_search(l, model_numbers))
-          << s.path << ":" << n << " writes a GPU model's SM count or shared memory as a number: query DeviceInfo";
+      for (size_t i = 0; i < l.size(); ++i) {
+        // Whole integer literals only: not part of a name, a float (1.0e132) or a longer number.
+        if (!std::isdigit(static_cast<unsigned char>(l[i])) || (i > 0 && (is_word_char(l[i - 1]) || l[i - 1] == '.'))) continue;
+        size_t j = i;
+        while (j < l.size() && is_word_char(l[j])) ++j;
+        const bool fraction = j < l.size() && l[j] == '.';
+        EXPECT_FALSE(!fraction && model_numbers.count(l.substr(i, j - i)))
+            << s.path << ":" << n << " writes a GPU model's SM count or shared memory as a number: query DeviceInfo";
+        i = j;
+      }
   }
 }
 

@@ -239,8 +239,8 @@ Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float
 /// Whether attention can read a [B, H, T, D] operand in place: any batch and head strides,
 /// rows addressable by BLAS without a transpose (unit stride along D).
 bool attention_operand(const View& view, const Shape& shape);
-/// SelectiveScan (u, delta, A, B, C) / SelectiveScanGrad (…, dout) over dense inputs; the packed
-/// output of ops.def.
+/// SelectiveScan (u, delta, A, B, C, D, bias) / SelectiveScanGrad (…, dy, dlast, saved) over
+/// dense inputs, writing the node's results one after the other into `out` (ir::Node::results).
 Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Shape& b_shape, const std::vector<const float*>& in,
                            float* out);
 /// AttentionAt (q, k, v, pos) over any views; dense out [B, Hq, T, D]. A position outside

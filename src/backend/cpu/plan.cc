@@ -31,7 +31,7 @@ bool accepts(const ir::Node& consumer, const View& view, const Shape& shape) {
 #define TG_COMPARE(Name, str, dtypes, expr) case Op::k##Name:
 #include "ir/ops.def"
     case Op::kCast: case Op::kWhere: case Op::kReshape: case Op::kPermute: case Op::kBroadcastTo:
-    case Op::kSlice: case Op::kUnslice: case Op::kConcat:
+    case Op::kSlice: case Op::kUnslice: case Op::kConcat: case Op::kResult:
       return true;
     case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: case Op::kCumsum:
       return is_contiguous(view, shape);
@@ -390,6 +390,14 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       add_step({id}, {&x}, {&out}, [this, node, x, out] { return make_cumsum(node, view(x).data, view(out).data); });
       return;
     }
+
+    case Op::kResult:  // its part of the multi-output node's (dense) allocation
+      s.place = in(0).place;
+      s.place.offset += ir::result_offset(g.node(n.inputs[0]), static_cast<size_t>(n.attrs.axes[0])) * 4;
+      s.place.strides = contiguous_strides(n.shape);
+      s.placed = true;
+      s.root = in(0).root;
+      return;
 
     case Op::kReshape:
       if (is_contiguous(probe(in(0).place), in(0).shape)) {  // same bytes, new shape: an alias

@@ -44,7 +44,8 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
   const Dims m{u_shape[0], u_shape[1], u_shape[2], b_shape[1], b_shape[2], u_shape[1] / std::max<int64_t>(b_shape[1], 1)};
   const bool grad = node.op == ir::Op::kSelectiveScanGrad;
   const float *u = in[0], *raw = in[1], *A = in[2], *Bm = in[3], *Cm = in[4], *Dskip = in[5], *bias = in[6];
-  const float* dout = grad ? in[7] : nullptr;
+  const float* dy_rows = grad ? in[7] : nullptr;  // [B, D, L]
+  const float* dlast = grad ? in[8] : nullptr;    // [B, D, N]
   const bool softplus = node.attrs.values.at(0) != 0.0;
   // Δ of one unit's L steps into del, and dΔ/d(delta) into slope (when given).
   auto deltas = [=](int64_t unit, int64_t d, int64_t L, float* del, float* slope) {
@@ -133,10 +134,10 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
               for (int64_t k = 0; k < N; ++k) ea[l * N + k] = fastmath::exp(del * a_row[k]);
               for (int64_t k = 0; k < N; ++k) h[(l + 1) * N + k] = ea[l * N + k] * h[l * N + k] + dbu * bb[l * N + k];
             }
-            std::memcpy(dk, dout + nu + unit * N, static_cast<size_t>(N) * sizeof(float));
+            std::memcpy(dk, dlast + unit * N, static_cast<size_t>(N) * sizeof(float));
             float dD = 0, dbias = 0;
             for (int64_t l = L - 1; l >= 0; --l) {
-              const float dy = dout[unit * L + l], del = dls[static_cast<size_t>(l)], uu = u[unit * L + l];
+              const float dy = dy_rows[unit * L + l], del = dls[static_cast<size_t>(l)], uu = u[unit * L + l];
               float du = dy * Dskip[d], ddl = 0;
               dD += dy * uu;
               for (int64_t k = 0; k < N; ++k) {

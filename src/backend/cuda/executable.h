@@ -88,11 +88,6 @@ class CudaExecutable final : public Executable {
   // Attention nodes whose forward kernel keeps its row statistics for the backward: node →
   // the [2, B·Hq·T] buffer (lse from the forward, delta from the backward's first launch).
   std::map<int32_t, Place> attention_stats_;
-  // selective_scan forward node → the states entering each chunk its kernel kept for the gradient.
-  std::map<int32_t, Place> scan_states_;
-  // Unslices and concats that only assemble a selective_scan_grad's packed cotangent [dy | dlast]
-  // → its parts (dy, dlast; -1: zero): not run; the gradient's kernel reads the parts.
-  std::map<int32_t, std::pair<int32_t, int32_t>> scan_cotangents_;
   // attention_grad nodes whose parts are written [B, T, H, D] (AttentionShape::grads_bthd).
   std::set<int32_t> bthd_grads_;
   // Concats of a packed qkv gradient that attention_grad writes in place (grads_packed) → that node.
@@ -153,11 +148,6 @@ class CudaExecutable final : public Executable {
   Place dense_copy(const ir::Node& consumer, const Slot& in);
   bool grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const;
   int32_t packed_grads_concat(const ir::Graph& g, int32_t id) const;
-  /// The parts (dy, dlast; -1: zero) of a packed selective_scan cotangent `id` when it is an
-  /// unslice of one part or a concat of both, read by selective_scan_grads only; nullopt if not.
-  std::optional<std::pair<int32_t, int32_t>> scan_cotangent_parts(const ir::Graph& g, int32_t id) const;
-  /// Records `id` in scan_cotangents_ when it only packs a scan cotangent (then it is not run).
-  bool defer_scan_cotangent(const ir::Graph& g, int32_t id);
   /// Whether `x` is read after the step: a graph output or an update's value.
   bool escapes(const ir::Graph& g, int32_t x) const;
   bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);

@@ -285,6 +285,15 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       }
       return;
     }
+    case Op::kResult: {
+      if (s.placed) return;  // placed by its node's step (a backend-sized result: selective_scan's saved)
+      // Its part of the multi-output node's dense allocation.
+      Place p = in(0).place;
+      p.offset += ir::result_offset(g.node(n.inputs[0]), static_cast<size_t>(n.attrs.axes[0])) * 4;
+      p.strides = contiguous_strides(n.shape);
+      view(std::move(p));
+      return;
+    }
     case Op::kPermute: {
       Place p = in(0).place;
       p.strides.clear();
@@ -312,7 +321,6 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kUnslice: {
-      if (defer_scan_cotangent(g, id)) return;  // read in parts by the selective_scan_grad
       const Place out = own_node(g, id);
       add_kernel({id}, unslice_kernel(kKernelName, operand(n.inputs[0]), n.shape, static_cast<int>(n.attrs.axes[0]),
                                       static_cast<int64_t>(n.attrs.values[0]), static_cast<int64_t>(n.attrs.values[1])),
@@ -326,7 +334,6 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
         view(std::move(p));
         return;
       }
-      if (defer_scan_cotangent(g, id)) return;  // read in parts by the selective_scan_grad
       std::vector<Operand> ops;
       std::vector<Arg> args;
       for (size_t k = 0; k < n.inputs.size(); ++k) {

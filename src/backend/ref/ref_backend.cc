@@ -247,6 +247,10 @@ class RefExecutableImpl final : public RefExecutable {
 
       case Op::kReshape:
         return in(0);
+      case Op::kResult: {  // its part of the multi-output node's values (ir::Node::results)
+        const auto at = in(0).begin() + ir::result_offset(in_node(0), static_cast<size_t>(n.attrs.axes[0]));
+        return Values(at, at + static_cast<int64_t>(count));
+      }
       case Op::kPermute:
         for (size_t flat = 0; flat < count; ++flat) {
           std::vector<int64_t> idx = unravel(static_cast<int64_t>(flat), n.shape), src(idx.size());

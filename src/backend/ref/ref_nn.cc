@@ -345,14 +345,14 @@ Values selective_scan(const Node& n, const std::vector<const Node*>& nodes, cons
         for (int64_t k = 0; k < N; ++k) out[static_cast<size_t>(nu + (b * D + d) * N + k)] = h[static_cast<size_t>(L * N + k)];
         continue;
       }
-      const Values& dout = *in[7];
+      const Values &dy_rows = *in[7], &dlast = *in[8];
       const size_t at_dB = static_cast<size_t>(2 * nu + na), at_dC = at_dB + static_cast<size_t>(nb);
       const size_t at_dD = at_dC + static_cast<size_t>(nb), at_dbias = at_dD + static_cast<size_t>(D);
       std::vector<double> dh(static_cast<size_t>(N));
-      for (int64_t k = 0; k < N; ++k) dh[static_cast<size_t>(k)] = dout[static_cast<size_t>(nu + (b * D + d) * N + k)];
+      for (int64_t k = 0; k < N; ++k) dh[static_cast<size_t>(k)] = dlast[static_cast<size_t>((b * D + d) * N + k)];
       for (int64_t l = L - 1; l >= 0; --l) {
         const auto [del, ddel_draw] = delta_of(ui(b, d, l), d);
-        const double dy = dout[ui(b, d, l)], uu = u[ui(b, d, l)];
+        const double dy = dy_rows[ui(b, d, l)], uu = u[ui(b, d, l)];
         double ddel = 0;
         out[ui(b, d, l)] += dy * Dskip[static_cast<size_t>(d)];  // du of the skip
         out[at_dD + static_cast<size_t>(d)] += dy * uu;
