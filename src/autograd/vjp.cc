@@ -234,13 +234,12 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       return out;
     }
     case Op::kAttention: {
-      ir::Node gr = ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id(), id}, loc);
+      // One primitive gives dq, dk and dv, reading the forward's output and what it saved.
+      const int32_t out = ir::result(graph, id, 0, loc).id(), saved = ir::result(graph, id, 1, loc).id();
+      ir::Node gr = ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id(), out, saved}, loc);
       gr.attrs = n.attrs;
-      Tensor flat = ir::emit(graph, std::move(gr));
-      const int64_t nq = numel(in_shape[0]), nk = numel(in_shape[1]);
-      return {reshape(slice(flat, 0, 0, nq, 1, loc), in_shape[0], loc),
-              reshape(slice(flat, 0, nq, nq + nk, 1, loc), in_shape[1], loc),
-              reshape(slice(flat, 0, nq + nk, nq + 2 * nk, 1, loc), in_shape[2], loc)};
+      const int32_t grads = ir::emit(graph, std::move(gr)).id();
+      return {ir::result(graph, grads, 0, loc), ir::result(graph, grads, 1, loc), ir::result(graph, grads, 2, loc)};
     }
     // Backward-only primitives and randomness: no gradient (no second derivatives yet).
     case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:

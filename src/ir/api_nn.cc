@@ -203,7 +203,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
   Node n = make_node(Op::kAttention, {q.id(), k.id(), v.id()}, loc);
   n.attrs.causal = options.causal;
   n.attrs.values = {options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())))};
-  return emit(g, std::move(n));
+  return result(g, emit(g, std::move(n)).id(), 0, loc);
 }
 
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, std::optional<double> scale, Loc loc) {

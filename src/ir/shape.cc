@@ -362,7 +362,7 @@ void infer(const Graph& g, Node& n) {
     case Op::kAttentionGrad: {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;
-      for (size_t i = 0; i < n.inputs.size(); ++i)
+      for (size_t i = 0; i < std::min<size_t>(n.inputs.size(), 5); ++i)
         if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4) fail(g, n, "operands must be f32 [B, H, T, D]");
       if (k != in(2).shape) fail(g, n, "k and v must have one shape");
       if (q[0] != k[0] || q[3] != k[3]) fail(g, n, "batch and head size of q and k must match");
@@ -372,11 +372,14 @@ void infer(const Graph& g, Node& n) {
       if (n.op == Op::kAttentionGrad) {
         if (in(3).shape != q) fail(g, n, "dout must have q's shape");
         if (in(4).shape != q) fail(g, n, "out must have q's shape");
-        n.shape = {numel(q) + 2 * numel(k)};
+        const ir::Node& saved = in(5);
+        if (saved.op != Op::kResult || g.node(saved.inputs[0]).op != Op::kAttention || saved.attrs.axes.at(0) != 1)
+          fail(g, n, "saved must be an attention's second result");
+        n.results = {{DType::kF32, q}, {DType::kF32, k}, {DType::kF32, k}};
       } else {
-        n.shape = q;
+        n.results = {{DType::kF32, q}, {DType::kF32, {0}}};
       }
-      n.dtype = DType::kF32;
+      set_multi_output(n);
       return;
     }
     case Op::kMatmul: {

@@ -1,4 +1,4 @@
-// Multi-output nodes (ir::Node::results): selective_scan and its gradient are one node each
+// Multi-output nodes (ir::Node::results): attention, selective_scan and their gradients are one node each
 // with several typed results, read through kResult nodes; autograd gathers a gradient per
 // result and hands the rule all of them, so no slice, unslice or concat packs or unpacks
 // results anywhere in the graph.
@@ -68,6 +68,25 @@ TEST(MultiOutput, GradientReadsEachCotangentAndGivesEachInputItsResult) {
       EXPECT_NE(n.op, Op::kSlice) << "no slice unpacks the gradients";
     }
   }
+}
+
+TEST(MultiOutput, AttentionAndItsGradient) {
+  Traced t = trace_fn({uni({2, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})},
+                      [](const Ts& x) { return sum(attention(x[0], x[1], x[2], {.causal = true})); });
+  autograd::append_gradients(t.graph, t.out, t.inputs);
+  const ir::Graph& g = t.graph;
+  const ir::Node& fwd = g.node(only(g, Op::kAttention));
+  ASSERT_EQ(fwd.results.size(), 2u);
+  EXPECT_EQ(fwd.results[0].shape, (Shape{2, 4, 5, 8}));  // out
+  EXPECT_EQ(fwd.results[1].shape, (Shape{0}));           // saved: sized by the backend
+  const ir::Node& grad = g.node(only(g, Op::kAttentionGrad));
+  ASSERT_EQ(grad.results.size(), 3u);
+  EXPECT_EQ(grad.results[0].shape, (Shape{2, 4, 5, 8}));  // dq
+  EXPECT_EQ(grad.results[1].shape, (Shape{2, 2, 5, 8}));  // dk
+  EXPECT_EQ(grad.results[2].shape, (Shape{2, 2, 5, 8}));  // dv
+  EXPECT_EQ(g.node(grad.inputs[4]).op, Op::kResult);       // the forward's out
+  EXPECT_EQ(g.node(grad.inputs[5]).attrs.axes, (std::vector<int64_t>{1}));  // and its saved result
+  for (const ir::Node& n : g.nodes()) EXPECT_NE(n.op, Op::kSlice) << "no slice unpacks the gradients";
 }
 
 TEST(MultiOutput, OnlyResultNodesReadAMultiOutputNode) {

@@ -41,8 +41,6 @@ const std::set<std::string> kPerOpSwitches = {"src/ir/shape.cc:infer", "src/auto
 const std::set<std::string> kLongFunctionsToSplit = {
     "src/backend/cpu/plan.cc:plan_single",
     "src/backend/cuda/plan.cc:plan_single",
-    "src/backend/cuda/fused_sinks.cc:fused_sinks_kernel",
-    "src/backend/cuda/plan_products.cc:plan_matmul",
 };
 
 struct Source {

@@ -85,13 +85,6 @@ class CudaExecutable final : public Executable {
   // by their producer (cross-entropy's gradient): buffer → (ld, cols). A product may read such
   // rows ld wide as a zero-padded reduction axis.
   std::map<int32_t, std::pair<int64_t, int64_t>> zero_padded_;
-  // Attention nodes whose forward kernel keeps its row statistics for the backward: node →
-  // the [2, B·Hq·T] buffer (lse from the forward, delta from the backward's first launch).
-  std::map<int32_t, Place> attention_stats_;
-  // attention_grad nodes whose parts are written [B, T, H, D] (AttentionShape::grads_bthd).
-  std::set<int32_t> bthd_grads_;
-  // Concats of a packed qkv gradient that attention_grad writes in place (grads_packed) → that node.
-  std::unordered_map<int32_t, int32_t> packed_concats_;
   using Category = ArenaBuffer::Category;
   struct Arg {
     Place place;
@@ -131,6 +124,16 @@ class CudaExecutable final : public Executable {
   void plan_fused(const ir::Graph& g, const passes::KernelGroup& group);
   void plan_single(const ir::Graph& g, int32_t id);
   void plan_matmul(const ir::Graph& g, int32_t id);
+  // plan_matmul's steps (plan_products.cc), each filling in more of the product's plan.
+  struct ProductPlan;
+  void plan_outer_product(const ir::Graph& g, const ProductPlan& p);
+  void plan_product_operands(const ir::Graph& g, ProductPlan& p);
+  void match_bias_epilogue(const ir::Graph& g, ProductPlan& p);
+  void match_gelu_epilogue(const ir::Graph& g, ProductPlan& p);
+  void match_residual_epilogue(const ir::Graph& g, ProductPlan& p);
+  void place_product_output(const ir::Graph& g, ProductPlan& p);
+  void plan_gemv_product(const ProductPlan& p);
+  void plan_lt_product(ProductPlan& p);
   /// selective_scan and selective_scan_grad (plan_scan.cc).
   void plan_scan(const ir::Graph& g, int32_t id);
   void computed_by_product(int32_t node, int32_t id);
@@ -146,8 +149,18 @@ class CudaExecutable final : public Executable {
   /// The input's place if it is dense, else a dense copy (an extra step).
   Place dense(const ir::Graph& g, int32_t consumer, int32_t input);
   Place dense_copy(const ir::Node& consumer, const Slot& in);
-  bool grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const;
-  int32_t packed_grads_concat(const ir::Graph& g, int32_t id) const;
+  /// attention and attention_grad, their results' layouts (plan_attention.cc).
+  void plan_attention(const ir::Graph& g, int32_t id);
+  /// The concat along the features of attention_grad `grad`'s three results, each permuted to
+  /// [B, T, H, D] and its heads merged, when that is all they are read for (and T = S); -1 if
+  /// not. packed_qkv_source: the attention_grad whose rows such a concat `concat` is, or -1.
+  int32_t packed_qkv_concat(const ir::Graph& g, int32_t grad) const;
+  int32_t packed_qkv_source(const ir::Graph& g, int32_t concat) const;
+  /// The kResult nodes reading result `index` of multi-output node `id`.
+  std::vector<int32_t> results_of(const ir::Graph& g, int32_t id, int64_t index) const;
+  /// Places every kResult node of result `index` of `id` at `base` + offset_elements, with strides.
+  void place_result(const ir::Graph& g, int32_t id, int64_t index, const Place& base, std::vector<int64_t> strides,
+                    int64_t offset_elements);
   /// Whether `x` is read after the step: a graph output or an update's value.
   bool escapes(const ir::Graph& g, int32_t x) const;
   bool pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p, bool zeros);

@@ -255,24 +255,6 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kReshape: {
-      // One part of an attention gradient written [B, T, H, D] (grads_bthd), seen as [B, H, T, D].
-      if (const ir::Node& src = g.node(n.inputs[0]); src.op == Op::kSlice && bthd_grads_.count(src.inputs[0])) {
-        Place p = in(0).place;
-        const int64_t H = n.shape.at(1), T = n.shape.at(2), D = n.shape.at(3);
-        p.strides = {T * H * D, D, H * D, 1};
-        const int32_t grad = src.inputs[0];
-        if (std::any_of(packed_concats_.begin(), packed_concats_.end(), [&](const auto& e) { return e.second == grad; })) {
-          // Packed rows [dq | dk | dv] (AttentionShape::grads_packed): this part's columns.
-          const Shape& qs = g.node(g.node(grad).inputs[0]).shape;
-          const Shape& ks = g.node(g.node(grad).inputs[1]).shape;
-          const auto start = static_cast<int64_t>(src.attrs.values.at(0));
-          const int64_t rs = (qs[1] + 2 * ks[1]) * D, col = start == 0 ? 0 : start == numel(qs) ? qs[1] * D : (qs[1] + ks[1]) * D;
-          p.offset = slots_[static_cast<size_t>(grad)].place.offset + col * 4;
-          p.strides = {T * rs, D, rs, 1};
-        }
-        view(std::move(p));
-        return;
-      }
       if (auto st = reshaped_strides(in(0).shape, in(0).place.strides, n.shape)) {
         Place p = in(0).place;
         p.strides = *st;
@@ -328,8 +310,8 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       return;
     }
     case Op::kConcat: {
-      if (auto it = packed_concats_.find(id); it != packed_concats_.end()) {  // written in place by attention_grad
-        Place p = slots_[static_cast<size_t>(it->second)].place;
+      if (const int32_t grad = packed_qkv_source(g, id); grad >= 0) {  // written in place by attention_grad
+        Place p = slots_[static_cast<size_t>(grad)].place;
         p.strides = contiguous_strides(n.shape);
         view(std::move(p));
         return;
@@ -500,100 +482,9 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
       add_kernel({id}, dropout_kernel(kKernelName, operand(n.inputs[0]), n.attrs.values.at(0), n.attrs.seed),
                  {{in(0).place}, {in(1).place}, {own_node(g, id)}});
       return;
-    case Op::kAttention: case Op::kAttentionGrad: {
-      Place qkv[3];
-      Operand ops[3];
-      for (size_t k = 0; k < 3; ++k) {
-        ops[k] = operand(n.inputs[k]);
-        qkv[k] = in(k).place;
-        if (!attention_operand_ok(ops[k])) {
-          qkv[k] = dense_copy(n, in(k));
-          ops[k].strides = contiguous_strides(ops[k].shape);
-        }
-      }
-      AttentionShape as;
-      as.batch = ops[0].shape[0];
-      as.q_heads = ops[0].shape[1];
-      as.kv_heads = ops[1].shape[1];
-      as.t = ops[0].shape[2];
-      as.s = ops[1].shape[2];
-      as.d = ops[0].shape[3];
-      as.scale = n.attrs.values.at(0);
-      as.causal = n.attrs.causal;
-      as.tf32 = options_.tf32;
-      const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
-      if (n.op == Op::kAttention) {
-        // Heads are usually swapped back next to the features ([B, T, Hq, D], then merged):
-        // then write that layout directly, so the permute and the reshape are free views.
-        // (The backward reading this output for its statistics takes any strides.)
-        bool heads_inner = false, other = false;
-        for (int32_t c : consumers_[static_cast<size_t>(id)]) {
-          const ir::Node& cn = g.node(c);
-          if (cn.op == Op::kPermute && cn.attrs.axes == std::vector<int64_t>{0, 2, 1, 3}) heads_inner = true;
-          else if (!(cn.op == Op::kAttentionGrad && cn.inputs.size() == 5 && cn.inputs[4] == id && cn.inputs[3] != id)) other = true;
-        }
-        heads_inner = heads_inner && !other;
-        if (std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end()) heads_inner = false;
-        Place out = own_node(g, id);
-        if (heads_inner)
-          out.strides = {as.t * as.q_heads * as.d, as.d, as.q_heads * as.d, 1};
-        s.place = out;
-        // When this program also runs the backward (an attention_grad reading this node as its
-        // forward output), the kernel keeps each row's log-sum-exp there for it.
-        bool keep = false;
-        for (int32_t c : consumers_[static_cast<size_t>(id)]) {
-          const ir::Node& cn = g.node(c);
-          keep = keep || (cn.op == Op::kAttentionGrad && cn.inputs.size() == 5 && cn.inputs[4] == id &&
-                          std::equal(n.inputs.begin(), n.inputs.end(), cn.inputs.begin()) && cn.attrs.causal == n.attrs.causal &&
-                          cn.attrs.values == n.attrs.values);
-        }
-        keep = keep && attention_keeps_stats(as);
-        std::vector<Arg> args{{qkv[0]}, {qkv[1]}, {qkv[2]}, {out}};
-        if (keep) {
-          const int64_t floats = 2 * as.batch * as.q_heads * as.t;
-          attention_stats_[id] = own(n, floats * 4, {floats}, Category::kActivation);
-          args.push_back({attention_stats_[id]});
-        }
-        add_kernel({id}, attention_kernel(kKernelName, as, ops[0], ops[1], ops[2], Operand{DType::kF32, n.shape, out.strides}, keep),
-                   std::move(args), flops);
-      } else {
-        Operand dout_op = operand(n.inputs[3]);
-        Place dout = in(3).place;
-        if (!attention_operand_ok(dout_op)) {
-          dout = dense_copy(n, in(3));
-          dout_op.strides = contiguous_strides(dout_op.shape);
-        }
-        // The forward's output and kept statistics, when its kernel kept them (see above).
-        const auto kept = n.inputs.size() == 5 ? attention_stats_.find(n.inputs[4]) : attention_stats_.end();
-        const bool from_forward = kept != attention_stats_.end();
-        const Operand fwd_out = from_forward ? operand(n.inputs[4]) : Operand{};
-        // Autograd slices [dq | dk | dv] into its parts and reshapes each to [B, H, T, D], which
-        // is then permuted back to [B, T, H, D] for the qkv projection: written [B, T, H, D],
-        // every one of those is a free view (see kReshape) instead of a copy.
-        const bool split = grads_split_into_parts(g, id, ops[0].shape, ops[1].shape);
-        as.grads_bthd = attention_keeps_stats(as) && split;
-        // When those parts only meet again in the concat that forms the packed qkv
-        // projection's gradient, they are written there directly (the concat is a view). Every
-        // path writes packed gradients; only the tiled ones write [B, T, H, D] ones.
-        if (const int32_t c = split ? packed_grads_concat(g, id) : -1; c >= 0) {
-          as.grads_packed = true;
-          packed_concats_[c] = id;
-        }
-        if (as.grads_bthd || as.grads_packed) bthd_grads_.insert(id);
-        AttentionGradPlan plan =
-            attention_grad_kernels(kKernelName, as, ops[0], ops[1], ops[2], dout_op, from_forward ? &fwd_out : nullptr);
-        const Place out = own_node(g, id);
-        const Place scratch = from_forward ? kept->second
-                                           : own(n, std::max<int64_t>(plan.scratch_floats, 1) * 4, {plan.scratch_floats}, Category::kScratch);
-        for (size_t i = 0; i < plan.launches.size(); ++i) {
-          std::vector<Arg> args{{qkv[0]}, {qkv[1]}, {qkv[2]}, {dout}, {out}, {scratch}};
-          if (i == 0 && plan.delta_from_out) args = {{in(4).place}, {dout}, {scratch}};
-          add_kernel({id}, std::move(plan.launches[i]), std::move(args), 0);
-        }
-        steps_.back().flops = 2 * flops + flops / 2;
-      }
+    case Op::kAttention: case Op::kAttentionGrad:
+      plan_attention(g, id);
       return;
-    }
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
       plan_scan(g, id);
       return;
@@ -605,55 +496,6 @@ void CudaExecutable::plan_single(const ir::Graph& g, int32_t id) {
 bool CudaExecutable::escapes(const ir::Graph& g, int32_t x) const {
   return std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end() ||
          std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == x; });
-}
-
-/// The concat that joins attention_grad `id`'s parts back into a packed qkv gradient, when
-/// that is all they are read for: each part's slice → reshape [B, H, T, D] → permute to
-/// [B, T, H, D] → reshape [B, T, H·D] is read only by one concat along the last axis of
-/// exactly (dq, dk, dv), and T = S. -1 otherwise.
-int32_t CudaExecutable::packed_grads_concat(const ir::Graph& g, int32_t id) const {
-  const ir::Node& ag = g.node(id);
-  const Shape& qs = g.node(ag.inputs[0]).shape;
-  const Shape& ks = g.node(ag.inputs[1]).shape;
-  if (qs.size() != 4 || ks.size() != 4 || qs[2] != ks[2]) return -1;
-  const int64_t nq = numel(qs), nk = numel(ks);
-  auto sole = [&](int32_t x) { return consumers_[static_cast<size_t>(x)].size() == 1 && !escapes(g, x) ? consumers_[static_cast<size_t>(x)][0] : -1; };
-  int32_t concat = -1, parts[3] = {-1, -1, -1};
-  for (int32_t sl : consumers_[static_cast<size_t>(id)]) {
-    const auto start = static_cast<int64_t>(g.node(sl).attrs.values.at(0));
-    const int part = start == 0 ? 0 : start == nq ? 1 : start == nq + nk ? 2 : -1;
-    const int32_t r = sole(sl), p = r >= 0 ? sole(r) : -1, r2 = p >= 0 ? sole(p) : -1, c = r2 >= 0 ? sole(r2) : -1;
-    if (part < 0 || parts[part] >= 0 || c < 0 || (concat >= 0 && c != concat)) return -1;
-    const ir::Node& pn = g.node(p);
-    if (pn.op != Op::kPermute || pn.attrs.axes != std::vector<int64_t>{0, 2, 1, 3}) return -1;
-    if (g.node(r2).op != Op::kReshape || g.node(r2).shape != Shape{pn.shape[0], pn.shape[1], pn.shape[2] * pn.shape[3]}) return -1;
-    concat = c;
-    parts[part] = r2;
-  }
-  if (concat < 0) return -1;
-  const ir::Node& cn = g.node(concat);
-  if (cn.op != Op::kConcat || cn.attrs.axes.at(0) != 2 || cn.inputs != std::vector<int32_t>{parts[0], parts[1], parts[2]}) return -1;
-  return concat;
-}
-
-/// Whether every reader of attention_grad `id` is a slice of exactly one of its parts (dq, dk,
-/// dv) read only by reshapes to that part's [B, H, T, D] shape, and none of them escapes.
-bool CudaExecutable::grads_split_into_parts(const ir::Graph& g, int32_t id, const Shape& qs, const Shape& ks) const {
-  auto escapes = [&](int32_t x) { return this->escapes(g, x); };
-  const int64_t nq = numel(qs), nk = numel(ks);
-  if (escapes(id) || consumers_[static_cast<size_t>(id)].empty()) return false;
-  for (int32_t c : consumers_[static_cast<size_t>(id)]) {
-    const ir::Node& sl = g.node(c);
-    if (sl.op != Op::kSlice || sl.attrs.axes.at(0) != 0 || sl.attrs.values.at(1) != 1 || escapes(c) ||
-        consumers_[static_cast<size_t>(c)].empty())
-      return false;
-    const auto start = static_cast<int64_t>(sl.attrs.values[0]), len = sl.shape.at(0);
-    const Shape* part = start == 0 && len == nq ? &qs : (start == nq || start == nq + nk) && len == nk ? &ks : nullptr;
-    if (!part) return false;
-    for (int32_t r : consumers_[static_cast<size_t>(c)])
-      if (g.node(r).op != Op::kReshape || g.node(r).shape != *part) return false;
-  }
-  return true;
 }
 
 bool CudaExecutable::in_place_target(const ir::Graph& g, int32_t value, int32_t group, int32_t& target) const {

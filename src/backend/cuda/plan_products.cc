@@ -4,6 +4,7 @@
 // compare).
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "backend/cuda/codegen.h"
@@ -29,81 +30,160 @@ void CudaExecutable::computed_by_product(int32_t node, int32_t id) {
   gi = fusion_.group_of[static_cast<size_t>(id)];
 }
 
+namespace {
+
+/// Strides of an operand (`shape`, `strides`) over the output's `rank` axes, right-aligned: an
+/// axis it lacks, or one of extent 1, reads with stride 0.
+std::vector<int64_t> strides_over_output(const Shape& shape, const std::vector<int64_t>& strides, size_t rank) {
+  std::vector<int64_t> st(rank, 0);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const size_t od = rank - shape.size() + d;
+    st[od] = shape[d] == 1 ? 0 : strides[d];
+  }
+  return st;
+}
+
+/// The operand (`shape`, `strides`) as [batch, rows, cols] with one stride for the flattened
+/// `batch_shape`, or nothing when its batch axes do not nest or cuBLASLt cannot read it.
+std::optional<MatOperand> batch_matrix(const Shape& shape, const std::vector<int64_t>& strides, const Shape& batch_shape) {
+  const size_t r = shape.size();
+  MatOperand mo{shape[r - 2], shape[r - 1], strides[r - 2], strides[r - 1], 0};
+  // Batch strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
+  std::vector<int64_t> bst(batch_shape.size(), 0);
+  for (size_t d = 0; d + 2 < r; ++d) {
+    const size_t od = batch_shape.size() - (r - 2) + d;
+    bst[od] = shape[d] == 1 ? 0 : strides[d];
+  }
+  // One stride for the flattened batch: consecutive non-unit axes must nest.
+  int64_t stride = -1, span = 1;
+  bool all_zero = true;
+  for (size_t d = batch_shape.size(); d-- > 0;) {
+    if (batch_shape[d] == 1) continue;
+    if (bst[d] != 0) all_zero = false;
+    if (stride < 0) stride = bst[d];
+    else if (bst[d] != stride * span) return std::nullopt;
+    span *= batch_shape[d];
+  }
+  mo.batch_stride = all_zero ? 0 : std::max<int64_t>(stride, 0);
+  if (!all_zero && stride == 0) return std::nullopt;
+  if (!lt_readable(mo)) return std::nullopt;
+  return mo;
+}
+
+}  // namespace
+
+/// One product [batch..., m, k] @ [batch..., k, nn] as plan_matmul places it, filled in step
+/// by step: its operands, the epilogue nodes its step computes, and its output.
+struct CudaExecutable::ProductPlan {
+  int32_t id = -1;
+  const ir::Node* n = nullptr;
+  Shape batch_shape;  // the output's batch axes
+  int64_t batch = 1, m = 0, nn = 0, k = 0;
+  const DeferredNorm* dn = nullptr;  // a norm this product still has to apply; null once planned
+  Place places[2];                   // the operands' places (dense copies where needed)
+  MatOperand mats[2];                // the operands as [batch, rows, cols]
+  int64_t bm = 1, mm = 0;            // batch and rows of the product run (a shared weight folds
+                                     // the batch into the rows: bm = 1, mm = batch · m)
+  int64_t ld = 0;                    // the output's row stride (padded_row for f32 unbatched)
+  bool gemv = false;                 // through gemv_kernel
+  // Nodes computed by the product's step (-1: none): x·W + b, gelu(·), (·) + r.
+  int32_t add = -1, gelu = -1, res_add = -1;
+  Place bias, residual;  // what the add and the residual add read besides the product
+  Place out;             // the output: the value of the last of id, add, res_add, gelu
+};
+
 /// [..., m, k] @ [..., k, n] through cuBLASLt. Batch axes broadcast; each operand needs one
 /// uniform batch stride (else it is made dense first, broadcast expanded). Weights shared by
 /// the whole batch (batch stride 0) against a row-major left operand fold the batch into m.
+/// Steps: the operands, the epilogue nodes that ride along (a bias, a GELU for gemv, a
+/// residual), the output's place, then one of gemv_kernel, small_matmul_kernel or cuBLASLt.
 void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
-  const ir::Node& n = g.node(id);
+  ProductPlan p;
+  p.id = id;
+  p.n = &g.node(id);
+  const ir::Node& n = *p.n;
   const Shape& os = n.shape;
   const size_t rank = os.size();
-  const int64_t m = os[rank - 2], nn = os[rank - 1];
-  const Shape batch_shape(os.begin(), os.end() - 2);
-  const int64_t batch = numel(batch_shape);
-  const int64_t k = g.node(n.inputs[0]).shape.back();
-  // Each operand's strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
-  auto over_output = [&](const Slot& x) {
-    std::vector<int64_t> st(rank, 0);
-    for (size_t d = 0; d < x.shape.size(); ++d) {
-      const size_t od = rank - x.shape.size() + d;
-      st[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
-    }
-    return st;
-  };
+  p.m = os[rank - 2], p.nn = os[rank - 1];
+  p.batch_shape = Shape(os.begin(), os.end() - 2);
+  p.batch = numel(p.batch_shape);
+  p.k = g.node(n.inputs[0]).shape.back();
   // A norm left for this product to apply (plan_norm_forward placed its value): it runs inside
   // gemv_kernel, or as its own kernel before any step of the product.
-  const DeferredNorm* dn = nullptr;
-  if (auto it = deferred_norms_.find(n.inputs[0]); it != deferred_norms_.end()) dn = &it->second;
-  if (dn != nullptr && (k == 1 || n.inputs[1] == n.inputs[0])) {
-    plan_deferred_norm(g, *dn);
-    dn = nullptr;
+  if (auto it = deferred_norms_.find(n.inputs[0]); it != deferred_norms_.end()) p.dn = &it->second;
+  if (p.dn != nullptr && (p.k == 1 || n.inputs[1] == n.inputs[0])) {
+    plan_deferred_norm(g, *p.dn);
+    p.dn = nullptr;
   }
-  if (k == 1) {  // an outer product: one elementwise kernel, no BLAS call
-    const Slot& a = slots_[static_cast<size_t>(n.inputs[0])];
-    const Slot& b = slots_[static_cast<size_t>(n.inputs[1])];
-    std::vector<int64_t> as = over_output(a), bs = over_output(b);
-    as[rank - 1] = 0;  // a [.., m, 1] along n
-    bs[rank - 2] = 0;  // b [.., 1, n] along m
-    add_kernel({id}, product_kernel(kKernelName, os, as, bs), {{a.place}, {b.place}, {own_node(g, id)}}, batch * m * nn);
+  if (p.k == 1) {
+    plan_outer_product(g, p);
     return;
   }
+  plan_product_operands(g, p);
+  match_bias_epilogue(g, p);
+  p.ld = p.bm == 1 && n.dtype == DType::kF32 ? padded_row(p.nn) : p.nn;
+  // A skinny product (a decode step's handful of rows against a weight) streams the weight
+  // once through gemv_kernel, which also applies a GELU that alone consumes the product.
+  static const bool gemv_off = env::equals(env::Switch::kCudaGemv, "off");
+  p.gemv = !gemv_off && n.dtype == DType::kF32 && !options_.tf32x3 &&
+           gemv_applies(p.bm, p.mm, p.nn, p.k, p.mats[0], p.mats[1]) &&
+           (p.dn == nullptr || (p.dn->rows == p.mm && p.dn->cols == p.k &&
+                                p.places[0].buf == slots_[static_cast<size_t>(n.inputs[0])].place.buf));
+  if (p.dn != nullptr && !p.gemv) {
+    plan_deferred_norm(g, *p.dn);
+    p.dn = nullptr;
+  }
+  match_gelu_epilogue(g, p);
+  match_residual_epilogue(g, p);
+  place_product_output(g, p);
+  if (p.gemv) {
+    plan_gemv_product(p);
+    return;
+  }
+  // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
+  if (p.add < 0 && p.res_add < 0 && small_matmul_preferred(p.bm, p.mm, p.nn, p.k)) {
+    add_kernel({id},
+               small_matmul_kernel(kKernelName, p.bm, p.mm, p.nn, p.k, p.mats[0], p.mats[1], options_.tf32, p.ld, ctx_->info),
+               {{p.places[0]}, {p.places[1]}, {p.out}}, 2 * p.batch * p.m * p.nn * p.k);
+    return;
+  }
+  plan_lt_product(p);
+}
 
-  // The operand as [batch, rows, cols] with one batch stride, or nothing.
-  auto as_mat = [&](const Slot& x) -> std::optional<MatOperand> {
-    const size_t r = x.shape.size();
-    MatOperand mo{x.shape[r - 2], x.shape[r - 1], x.place.strides[r - 2], x.place.strides[r - 1], 0};
-    // Batch strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
-    std::vector<int64_t> bst(batch_shape.size(), 0);
-    for (size_t d = 0; d + 2 < r; ++d) {
-      const size_t od = batch_shape.size() - (r - 2) + d;
-      bst[od] = x.shape[d] == 1 ? 0 : x.place.strides[d];
-    }
-    // One stride for the flattened batch: consecutive non-unit axes must nest.
-    int64_t stride = -1, span = 1;
-    bool all_zero = true;
-    for (size_t d = batch_shape.size(); d-- > 0;) {
-      if (batch_shape[d] == 1) continue;
-      if (bst[d] != 0) all_zero = false;
-      if (stride < 0) stride = bst[d];
-      else if (bst[d] != stride * span) return std::nullopt;
-      span *= batch_shape[d];
-    }
-    mo.batch_stride = all_zero ? 0 : std::max<int64_t>(stride, 0);
-    if (!all_zero && stride == 0) return std::nullopt;
-    if (!lt_readable(mo)) return std::nullopt;
-    return mo;
-  };
-  Place places[2];
-  MatOperand mats[2];
+/// k = 1, an outer product: one elementwise kernel, no BLAS call. out[.., i, j] = a[.., i, 0] ·
+/// b[.., 0, j], each operand read through its strides over the output (0 along the axis it lacks).
+void CudaExecutable::plan_outer_product(const ir::Graph& g, const ProductPlan& p) {
+  const ir::Node& n = *p.n;
+  const Shape& os = n.shape;
+  const size_t rank = os.size();
+  const Slot& a = slots_[static_cast<size_t>(n.inputs[0])];
+  const Slot& b = slots_[static_cast<size_t>(n.inputs[1])];
+  std::vector<int64_t> as = strides_over_output(a.shape, a.place.strides, rank),
+                       bs = strides_over_output(b.shape, b.place.strides, rank);
+  as[rank - 1] = 0;  // a [.., m, 1] along n
+  bs[rank - 2] = 0;  // b [.., 1, n] along m
+  add_kernel({p.id}, product_kernel(kKernelName, os, as, bs), {{a.place}, {b.place}, {own_node(g, p.id)}}, p.batch * p.m * p.nn);
+}
+
+/// The operands as [batch, rows, cols] matrices (p.places, p.mats): as they lie when one batch
+/// stride reads them, else a dense copy broadcast-expanded over the output's batch. Then the
+/// batch folds into the rows (p.bm, p.mm) when the right operand is shared by the whole batch
+/// and the left one's rows follow each other from batch to batch.
+void CudaExecutable::plan_product_operands(const ir::Graph& g, ProductPlan& p) {
+  const ir::Node& n = *p.n;
+  const Shape& batch_shape = p.batch_shape;
+  Place* places = p.places;
+  MatOperand* mats = p.mats;
   for (size_t i = 0; i < 2; ++i) {
     const Slot& x = slots_[static_cast<size_t>(n.inputs[i])];
     places[i] = x.place;
-    if (auto mo = as_mat(x)) {
+    if (auto mo = batch_matrix(x.shape, x.place.strides, batch_shape)) {
       mats[i] = *mo;
       continue;
     }
-    if (i == 0 && dn != nullptr) {  // the copy below reads the norm's value: compute it first
-      plan_deferred_norm(g, *dn);
-      dn = nullptr;
+    if (i == 0 && p.dn != nullptr) {  // the copy below reads the norm's value: compute it first
+      plan_deferred_norm(g, *p.dn);
+      p.dn = nullptr;
     }
     // Materialise broadcast-expanded over the output's batch: [batch..., rows, cols] dense.
     Shape full = batch_shape;
@@ -111,24 +191,28 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     full.push_back(x.shape.back());
     Slot expanded = x;
     expanded.shape = full;
-    expanded.place.strides = over_output(x);
+    expanded.place.strides = strides_over_output(x.shape, x.place.strides, n.shape.size());
     places[i] = dense_copy(n, expanded);
     const int64_t rows = full[full.size() - 2], cols = full.back();
     mats[i] = MatOperand{rows, cols, cols, 1, rows * cols};
   }
-  int64_t bm = batch, mm = m;
-  if (batch > 1 && mats[1].batch_stride == 0 && mats[0].col_stride == 1 && mats[0].batch_stride == m * mats[0].row_stride) {
-    mm = batch * m;
-    bm = 1;
-    mats[0].rows = mm;
+  p.bm = p.batch, p.mm = p.m;
+  if (p.batch > 1 && mats[1].batch_stride == 0 && mats[0].col_stride == 1 && mats[0].batch_stride == p.m * mats[0].row_stride) {
+    p.mm = p.batch * p.m;
+    p.bm = 1;
+    mats[0].rows = p.mm;
   }
-  if (bm == 1) mats[0].batch_stride = mats[1].batch_stride = 0;
-  // x·W + b: the bias rides in cuBLASLt's epilogue and the add's value is the product's
-  // output. An add fused with more elementwise work (a GELU after it) leaves that group, which
-  // then reads the add's value instead of the product's.
-  int32_t add = -1;
-  Place bias;
-  if (bm == 1 && n.dtype == DType::kF32 && !escapes(g, id) && consumers_[static_cast<size_t>(id)].size() == 1) {
+  if (p.bm == 1) mats[0].batch_stride = mats[1].batch_stride = 0;
+}
+
+/// x·W + b: the bias rides in cuBLASLt's epilogue and the add's value is the product's
+/// output. An add fused with more elementwise work (a GELU after it) leaves that group, which
+/// then reads the add's value instead of the product's. Sets p.add and p.bias when it applies.
+void CudaExecutable::match_bias_epilogue(const ir::Graph& g, ProductPlan& p) {
+  const int32_t id = p.id;
+  const Shape& os = p.n->shape;
+  const size_t rank = os.size();
+  if (p.bm == 1 && p.n->dtype == DType::kF32 && !escapes(g, id) && consumers_[static_cast<size_t>(id)].size() == 1) {
     const int32_t c = consumers_[static_cast<size_t>(id)][0];
     const ir::Node& a = g.node(c);
     const passes::KernelGroup& cg = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
@@ -148,39 +232,39 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
       bool vector = o.placed && o.place.strides.back() == 1;
       for (size_t d = 0; d + 1 < rank && vector; ++d) vector = o.place.strides[d] == 0 || o.shape[d] == 1;
       if (vector) {
-        add = c;
-        bias = o.place;
+        p.add = c;
+        p.bias = o.place;
         computed_by_product(c, id);
       }
     }
   }
-  const int64_t ld = bm == 1 && n.dtype == DType::kF32 ? padded_row(nn) : nn;
-  // A skinny product (a decode step's handful of rows against a weight) streams the weight
-  // once through gemv_kernel, which also applies a GELU that alone consumes the product.
-  static const bool gemv_off = env::equals(env::Switch::kCudaGemv, "off");
-  const bool gemv = !gemv_off && n.dtype == DType::kF32 && !options_.tf32x3 && gemv_applies(bm, mm, nn, k, mats[0], mats[1]) &&
-                    (dn == nullptr || (dn->rows == mm && dn->cols == k && places[0].buf == slots_[static_cast<size_t>(n.inputs[0])].place.buf));
-  if (dn != nullptr && !gemv) {
-    plan_deferred_norm(g, *dn);
-    dn = nullptr;
-  }
-  int32_t gelu = -1;
-  if (const int32_t y = add >= 0 ? add : id; gemv && !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
+}
+
+/// gelu(x·W [+ b]) for a gemv product: the GELU that alone consumes the product (or its bias
+/// add) is applied by gemv_kernel. Sets p.gelu when it applies.
+void CudaExecutable::match_gelu_epilogue(const ir::Graph& g, ProductPlan& p) {
+  const int32_t id = p.id, add = p.add;
+  if (const int32_t y = add >= 0 ? add : id; p.gemv && !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
     const int32_t c = consumers_[static_cast<size_t>(y)][0];
     const passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
-    if (g.node(c).op == Op::kGeluTanh && g.node(c).shape == os &&
+    if (g.node(c).op == Op::kGeluTanh && g.node(c).shape == p.n->shape &&
         (grp.nodes.size() == 1 || grp.kind == passes::KernelGroup::Kind::kElementwise)) {
-      gelu = c;
+      p.gelu = c;
       computed_by_product(c, id);
     }
   }
-  // (x·W [+ b]) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1) and the
-  // add's value is the product's output, when r lies dense in the output's layout.
-  int32_t res_add = -1;
-  Place residual;
+}
+
+/// (x·W [+ b]) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1) and the
+/// add's value is the product's output, when r lies dense in the output's layout. Sets
+/// p.res_add and p.residual when it applies.
+void CudaExecutable::match_residual_epilogue(const ir::Graph& g, ProductPlan& p) {
+  const int32_t id = p.id, add = p.add;
+  const Shape& os = p.n->shape;
+  const int64_t mm = p.mm, nn = p.nn;
   if (const int32_t y = add >= 0 ? add : id;
-      gelu < 0 && bm == 1 && n.dtype == DType::kF32 && ld == nn && padded_row(mm) == mm && (add >= 0 || !small_matmul_preferred(bm, mm, nn, k)) &&
-      !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
+      p.gelu < 0 && p.bm == 1 && p.n->dtype == DType::kF32 && p.ld == nn && padded_row(mm) == mm &&
+      (add >= 0 || !small_matmul_preferred(p.bm, mm, nn, p.k)) && !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
     const int32_t r = consumers_[static_cast<size_t>(y)][0];
     const ir::Node& ra = g.node(r);
     const int32_t gi = fusion_.group_of[static_cast<size_t>(r)];
@@ -189,16 +273,22 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
     const Slot& zs = slots_[static_cast<size_t>(z)];
     if (ra.op == Op::kAdd && ra.shape == os && ra.inputs[0] != ra.inputs[1] && (grp.nodes.size() == 1 || grp.kind == passes::KernelGroup::Kind::kElementwise) &&
         zs.placed && zs.dtype == DType::kF32 && zs.shape == os && is_contiguous_strides(zs.place.strides, os)) {
-      res_add = r;
-      residual = zs.place;
+      p.res_add = r;
+      p.residual = zs.place;
       computed_by_product(r, id);
     }
   }
+}
+
+/// The output (p.out) is owned by the last node the step computes (the holder); the product
+/// and its other epilogue nodes share that place. Rows ld > nn apart widen the buffer.
+void CudaExecutable::place_product_output(const ir::Graph& g, ProductPlan& p) {
+  const int32_t id = p.id, add = p.add, res_add = p.res_add, gelu = p.gelu;
   const int32_t holder = gelu >= 0 ? gelu : res_add >= 0 ? res_add : add >= 0 ? add : id;
   Place out = own_node(g, holder);
-  if (ld != nn) {
-    bufs_[static_cast<size_t>(out.buf)].bytes = aligned(mm * ld * 4);
-    out.strides = row_padded_strides(os, ld);
+  if (p.ld != p.nn) {
+    bufs_[static_cast<size_t>(out.buf)].bytes = aligned(p.mm * p.ld * 4);
+    out.strides = row_padded_strides(p.n->shape, p.ld);
     slots_[static_cast<size_t>(holder)].place = out;
   }
   for (int32_t x : {id, add, res_add})
@@ -206,35 +296,49 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
       slots_[static_cast<size_t>(x)].place = out;
       slots_[static_cast<size_t>(x)].placed = true;
     }
-  if (gemv) {
-    std::vector<Arg> args{{places[0]}};
-    MatOperand a = mats[0];
-    GemvNorm norm;
-    std::vector<int32_t> nodes;
-    if (dn != nullptr) {  // the product reads the norm's input and normalises it
-      args = {{dn->x}};
-      a = MatOperand{mm, k, k, 1, 0};
-      norm = {.on = true, .layer = dn->layer, .w = dn->affine.w, .b = dn->affine.b, .eps = dn->eps};
-      if (dn->affine.w || dn->affine.b) args.insert(args.end(), {{dn->w}, {dn->b}});
-      nodes = dn->nodes;
-    }
-    args.push_back({places[1]});
-    if (add >= 0) args.push_back({bias});
-    if (res_add >= 0) args.push_back({residual});
-    args.push_back({out});
-    nodes.push_back(id);
-    for (int32_t x : {add, res_add, gelu})
-      if (x >= 0) nodes.push_back(x);
-    add_kernel(nodes, gemv_kernel(kKernelName, mm, nn, k, a, mats[1], {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, ld, norm),
-               std::move(args), 2 * mm * nn * k);
-    return;
+  p.out = out;
+}
+
+/// The product as one gemv_kernel: args a (or, with a deferred norm, the norm's input and its
+/// affine weights), b, then the bias and residual where present, then out.
+void CudaExecutable::plan_gemv_product(const ProductPlan& p) {
+  const int64_t mm = p.mm, nn = p.nn, k = p.k;
+  const int32_t add = p.add, res_add = p.res_add, gelu = p.gelu;
+  const DeferredNorm* dn = p.dn;
+  std::vector<Arg> args{{p.places[0]}};
+  MatOperand a = p.mats[0];
+  GemvNorm norm;
+  std::vector<int32_t> nodes;
+  if (dn != nullptr) {  // the product reads the norm's input and normalises it
+    args = {{dn->x}};
+    a = MatOperand{mm, k, k, 1, 0};
+    norm = {.on = true, .layer = dn->layer, .w = dn->affine.w, .b = dn->affine.b, .eps = dn->eps};
+    if (dn->affine.w || dn->affine.b) args.insert(args.end(), {{dn->w}, {dn->b}});
+    nodes = dn->nodes;
   }
-  // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
-  if (add < 0 && res_add < 0 && small_matmul_preferred(bm, mm, nn, k)) {
-    add_kernel({id}, small_matmul_kernel(kKernelName, bm, mm, nn, k, mats[0], mats[1], options_.tf32, ld, ctx_->info),
-               {{places[0]}, {places[1]}, {out}}, 2 * batch * m * nn * k);
-    return;
-  }
+  args.push_back({p.places[1]});
+  if (add >= 0) args.push_back({p.bias});
+  if (res_add >= 0) args.push_back({p.residual});
+  args.push_back({p.out});
+  nodes.push_back(p.id);
+  for (int32_t x : {add, res_add, gelu})
+    if (x >= 0) nodes.push_back(x);
+  add_kernel(nodes,
+             gemv_kernel(kKernelName, mm, nn, k, a, p.mats[1],
+                         {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, p.ld, norm),
+             std::move(args), 2 * mm * nn * k);
+}
+
+/// The product as a cuBLASLt step (Step::Kind::kMatmul; args a, b, out, then the bias and the
+/// residual where present): padded for TF32 where that pays, or split into three TF32
+/// products (split_product_wanted).
+void CudaExecutable::plan_lt_product(ProductPlan& p) {
+  const ir::Node& n = *p.n;
+  const int64_t bm = p.bm, mm = p.mm, nn = p.nn, k = p.k, ld = p.ld;
+  const int32_t add = p.add, res_add = p.res_add;
+  MatOperand* mats = p.mats;
+  Place* places = p.places;
+  const Place& out = p.out;
   // TF32 products with an extent of 1024 or more that is not a multiple of 64 (GPT-2's
   // vocabulary of 50257) run 2-3x slower on cuBLASLt than the same product padded to the next
   // multiple (bench/cuda_product_probe on an H200: x·wteᵀ 9.6 -> 3.0 ms, dlogits·wte 9.1 ->
@@ -253,19 +357,19 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   }
   Step st;
   st.kind = Step::Kind::kMatmul;
-  st.nodes = {id};
+  st.nodes = {p.id};
   if (add >= 0) st.nodes.push_back(add);
   if (res_add >= 0) st.nodes.push_back(res_add);
-  st.flops = 2 * batch * m * nn * k;
+  st.flops = 2 * p.batch * p.m * nn * k;
   auto operands = [&] {
     st.args = {{places[0]}, {places[1]}, {out}};
     if (add >= 0) {
       st.bias_arg = static_cast<int>(st.args.size());
-      st.args.push_back({bias});
+      st.args.push_back({p.bias});
     }
     if (res_add >= 0) {
       st.residual_arg = static_cast<int>(st.args.size());
-      st.args.push_back({residual});
+      st.args.push_back({p.residual});
     }
   };
   if (split_product_wanted(bm, mm, nn, k, n.dtype)) {
