@@ -663,21 +663,24 @@ TEST(CpuNnKernels, EmptyExtentsAreHandled) {
     // The primitives directly: a sum over an empty tensor is not a valid loss.
     Prog p = trace({{{c.B, c.Hq, c.T, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hq, c.T, c.D}}},
                    [&](const Ts& x) {
-                     Ts outs;
-                     for (ir::Op op : {ir::Op::kAttention, ir::Op::kAttentionGrad}) {
-                       std::vector<int32_t> ins = {x[0].id(), x[1].id(), x[2].id()};
-                       if (op == ir::Op::kAttentionGrad) ins.insert(ins.end(), {x[3].id(), outs[0].id()});
-                       ir::Node n = ir::make_node(op, ins, Loc::current());
-                       n.attrs.causal = c.causal;
-                       n.attrs.values = {0.5};
-                       outs.push_back(ir::emit(*x[0].graph(), std::move(n)));
-                     }
-                     return outs;
+                     ir::Graph& g = *x[0].graph();
+                     ir::Node fwd = ir::make_node(ir::Op::kAttention, {x[0].id(), x[1].id(), x[2].id()}, Loc::current());
+                     fwd.attrs.causal = c.causal;
+                     fwd.attrs.values = {0.5};
+                     const int32_t f = ir::emit(g, fwd).id();
+                     const Tensor out = ir::result(g, f, 0, Loc::current()), saved = ir::result(g, f, 1, Loc::current());
+                     ir::Node grad = ir::make_node(ir::Op::kAttentionGrad,
+                                                   {x[0].id(), x[1].id(), x[2].id(), x[3].id(), out.id(), saved.id()}, Loc::current());
+                     grad.attrs = fwd.attrs;
+                     const int32_t gr = ir::emit(g, std::move(grad)).id();
+                     return Ts{out, ir::result(g, gr, 0, Loc::current()), ir::result(g, gr, 1, Loc::current()),
+                               ir::result(g, gr, 2, Loc::current())};
                    });
     const std::vector<Host> feeds = attention_feeds(c, 400);
     expect_matches_ref(p, feeds, 0, 0);
     const std::vector<Host> got = run("cpu", p, feeds);
-    for (double v : got[1]) ASSERT_EQ(v, 0.0);
+    for (size_t i = 1; i < got.size(); ++i)
+      for (double v : got[i]) ASSERT_EQ(v, 0.0);  // dq, dk, dv
   }
   Prog g = trace({{{4, 0}}, {{2, 0}, DType::kI32}, {{0, 3}}, {{0}, DType::kI32}}, [](const Ts& x) {
     return Ts{take_along_axis(x[0], x[1], 0), softmax(x[0], 0), cross_entropy(x[2], x[3], {.reduction = Reduction::kNone})};
