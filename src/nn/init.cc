@@ -84,7 +84,7 @@ void fill(std::span<float> values, uint64_t stream, uint64_t draws, Block block)
 
 /// `count` values mean + std·normal(), exactly as one rng.normal() per value computes them,
 /// staged through small arrays so the log, cos and sqrt of neighbouring values overlap
-/// instead of each value waiting on its own chain (about 1.5× faster on one core).
+/// instead of each value waiting on its own chain.
 void normal_block(SplitMix64& rng, float* out, int64_t count, double mean, double std) {
   constexpr int64_t kBlock = 64;
   double radius[kBlock], angle[kBlock];

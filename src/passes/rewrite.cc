@@ -197,7 +197,7 @@ Graph optimize(const Graph& graph, std::vector<int32_t>& remap) {
     remap = compose(remap, step);
   };
   // Folding exposes identities (a folded 1 or 0) and simplifying exposes folds (a constant
-  // behind a cancelled permute); a few rounds reach the fixed point on every graph seen.
+  // behind a cancelled permute); each round uncovers fewer, so a few rounds reach the fixed point.
   for (int round = 0; round < 4; ++round) {
     int simplified = 0, folded = 0;
     apply([&](const Graph& in, std::vector<int32_t>& r) { return simplify(in, r, &simplified); });

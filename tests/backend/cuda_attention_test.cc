@@ -80,6 +80,7 @@ Problem make_problem(const Case& c, unsigned seed) {
   Problem p;
   p.c = c;
   p.shape = {c.b, c.hq, c.hkv, c.t, c.s, c.d, 1.0 / std::sqrt(static_cast<double>(c.d)), c.causal, c.tf32};
+  p.shape.sm_count = tg::testing::sm90_device().sm_count;  // launch sizing only: any value runs anywhere
   const Shape qs{c.b, c.hq, c.t, c.d}, ks{c.b, c.hkv, c.s, c.d};
   p.q = {DType::kF32, qs, dense_strides(qs)};
   p.k = {DType::kF32, ks, dense_strides(ks)};
@@ -558,7 +559,8 @@ Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool 
   const cuda::Driver& drv = cuda::driver();
   const std::vector<int64_t> st{T * 3 * H * D, D, 3 * H * D, 1};
   const cuda::Operand op{DType::kF32, {B, H, T, D}, st};
-  const cuda::AttentionShape shape{B, H, H, T, T, D, 1.0 / std::sqrt(static_cast<double>(D)), causal, tf32};
+  cuda::AttentionShape shape{B, H, H, T, T, D, 1.0 / std::sqrt(static_cast<double>(D)), causal, tf32};
+  shape.sm_count = info.sm_count;
   cuda::Operand o{DType::kF32, {B, H, T, D}, dense_strides({B, H, T, D})};
   if (permuted_out) o.strides = {T * H * D, D, H * D, 1};
   kept = kept && cuda::attention_keeps_stats(shape);

@@ -321,7 +321,8 @@ std::vector<GemvCase> gemv_cases() {
 
 cuda::Launch gemv_launch(const GemvCase& c, const std::string& name) {
   const cuda::MatOperand a = c.a_col ? cuda::MatOperand{c.m, c.k, 1, c.m, 0} : cuda::MatOperand{c.m, c.k, c.k, 1, 0};
-  return cuda::gemv_kernel(name, c.m, c.n, c.k, a, {c.k, c.n, 1, c.k + c.ldb_pad, 0}, c.epi, c.out_ld, c.norm);
+  return cuda::gemv_kernel(name, c.m, c.n, c.k, a, {c.k, c.n, 1, c.k + c.ldb_pad, 0}, c.epi, c.out_ld,
+                           tg::testing::sm90_device().sm_count, c.norm);
 }
 
 TEST(CudaGemvNvrtc, SourcesCompile) {
@@ -471,7 +472,7 @@ TEST(CudaGemv, DISABLED_Timing) {
       for (const int ks : {0, 1, 2, 4, 8}) {
         const cuda::GemvNorm gn{.on = norm, .w = norm, .b = norm};
         const cuda::Launch l = cuda::gemv_kernel("gemv_time", sh.m, sh.n, sh.k, {sh.m, sh.k, sh.k, 1, 0}, {sh.k, sh.n, 1, sh.k, 0}, {},
-                                                 0, gn, ks);
+                                                 0, info.sm_count, gn, ks);
         const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
         cuda::CUdeviceptr pa = da.get(), pb = db.get(), po = dout.get(), pw = dv.get();
         std::vector<void*> args{&pa};

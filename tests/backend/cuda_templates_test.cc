@@ -37,6 +37,7 @@ std::vector<Instance> template_instances() {
   std::vector<Instance> out;
   auto add = [&](const std::string& label, const cuda::Launch& l) { out.push_back({label, l.name, l.source}); };
   const DType f32 = DType::kF32, i32 = DType::kI32;
+  const int kSms = tg::testing::sm90_device().sm_count;  // launch sizing only
 
   // Reductions: warp rows (vector loads or not), chunked block rows, columns; every op.
   add("reduce sum rows", cuda::reduce_kernel("reduce_rows", "sum", dense(f32, {37, 1000}), {1}, tg::testing::sm90_device()));
@@ -94,11 +95,11 @@ std::vector<Instance> template_instances() {
   add("small_matmul auto", cuda::small_matmul_kernel("small_matmul_auto", 1, 33, 100, 777, {33, 777, 777, 1, 0},
                                                      {777, 100, 100, 1, 0}, false, 0, tg::testing::sm90_device()));
   add("gemv",
-      cuda::gemv_kernel("gemv", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0}, {true, true, true}, 0));
+      cuda::gemv_kernel("gemv", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0}, {true, true, true}, 0, kSms));
   add("gemv layer norm", cuda::gemv_kernel("gemv_layer", 1, 2304, 768, {1, 768, 768, 1, 0}, {768, 2304, 1, 768, 0},
-                                           {true, false, false}, 0, {true, true, true, true, 1e-5}));
+                                           {true, false, false}, 0, kSms, {true, true, true, true, 1e-5}));
   add("gemv rms unaligned", cuda::gemv_kernel("gemv_rms", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
-                                              {false, false, false}, 1024, {true, false, true, false, 1e-6}));
+                                              {false, false, false}, 1024, kSms, {true, false, true, false, 1e-6}));
 
   // Selective scan: two or four states a thread, groups, vector rows, broadcast D and bias; the
   // backward's cotangent forms.
@@ -139,7 +140,8 @@ std::vector<Instance> template_instances() {
       {"mma kept", {1, 4, 2, 600, 600, 128, 0.09, false, true}, true},
   };
   for (const AttentionCase& c : cases) {
-    const cuda::AttentionShape& s = c.s;
+    cuda::AttentionShape s = c.s;
+    s.sm_count = kSms;
     const cuda::Operand q = dense(f32, {s.batch, s.q_heads, s.t, s.d}),
                         kv = dense(f32, {s.batch, s.kv_heads, s.s, s.d});
     const std::string name = "attention_" + std::to_string(out.size());

@@ -248,9 +248,10 @@ TEST(TreeFacts, NoLongRawStringsInCcFiles) {
 }
 
 TEST(TreeFacts, NoGpuModelNumbersInTheCudaBackend) {
-  // SM counts of current parts (H100/H200 132 and 114, A100 108, L40S 142, B200 148) and the
-  // largest shared memory a block may opt into on sm_80/sm_90 (227 KiB), as integer literals.
-  static const std::set<std::string> model_numbers = {"132", "114", "108", "142", "148", "227", "232448"};
+  // SM counts of current parts (H100/H200 132, and 2, 4 and 32 times it; H100 PCIe 114, A100 108,
+  // L40S 142, B200 148) and the largest shared memory a block may opt into on sm_80/sm_90 (227 KiB).
+  static const std::set<std::string> model_numbers = {"132", "264", "528", "4224", "114", "108",
+                                                      "142", "148", "227", "232448"};
   for (const Source& s : sources()) {
     if (!s.path.starts_with("src/backend/cuda/")) continue;
     const std::string code = blank_non_code(s.text);

@@ -175,10 +175,9 @@ void probabilities(const Geometry& g, const float* q, blasint ldq, const float* 
 
 constexpr int64_t kHeads = 16;
 
-/// Whether the direct path beats per-head sgemm calls (measured on one core, AVX-512 and
-/// SSE2 builds alike: forward about 2× faster at S·D ≤ 256, even at S = 16, D = 32, slower
-/// from S·D = 1024 or D = 64; backward, which gathers 7 operands instead of 4, only
-/// ahead up to S = 8, D = 16).
+/// Whether the direct path beats per-head sgemm calls: on small heads, where each call's fixed
+/// cost outweighs its products. The backward gathers 7 operands instead of 4, so it stops
+/// paying at smaller heads than the forward.
 bool direct_pays(const Geometry& g, bool backward) {
   return backward ? g.S * g.D <= 256 && g.D <= 16 : g.S * g.D <= 512 && g.D <= 32;
 }

@@ -22,7 +22,7 @@ namespace {
 constexpr int64_t kBlock = 512;            // default elements per block: a slot is 2 KiB of f32
 constexpr int64_t kMaxBlock = 4096;        // a block grows to whole rows of a row-broadcast input
 constexpr int64_t kPreSumRows = 16;        // rows a column reduction adds in float before double
-constexpr int64_t kWorkPerChunk = 1 << 18;  // element-ops (op_cost units) per chunk: ~30-60 us of work, well above a fork-join
+constexpr int64_t kWorkPerChunk = 1 << 18;  // element-ops (op_cost units) a chunk: dwarfs a fork-join
 
 class Group {
  public:

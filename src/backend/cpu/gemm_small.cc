@@ -461,23 +461,12 @@ void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   }
 }
 
-// Measured with bench/gemm_small_bench on the 2-core Sapphire Rapids-class machine (-march=native,
-// OpenBLAS 0.3.21 OpenMP build; per cell the best of 12 runs on a shared machine; GFLOP/s):
-//   - against OpenBLAS on 1 thread, sgemm_small won on every shape measured (256x64x64: 130 vs
-//     94; 4096-row GPT shapes: 118-126 vs 96-105; long-K weight gradients: 103-118 vs 88-96;
-//     512^3: 123 vs 121; the M, N or K = 1 shapes: equal or up to 2x), so the rule only has to
-//     decide against OpenBLAS's second thread;
-//   - OpenBLAS on 2 threads stays slower while M·N·K < 2^24 (256x64x64: 103 vs 130; 64x64x256 TN:
-//     71 vs 119; 128^3: 108 vs 125; 64x64x1024 TN: 90 vs 118; 1024x192x64: 123 vs 130), and, when
-//     op(B) has at most 4096 elements, up to the largest M measured, 4096 (4096x64x64: 104 vs
-//     126; 2048x64x64: 103 vs 130) — its split gains little on such a thin B;
-//   - from M·N·K = 2^24 on with a larger op(B) it wins: 1024x64x256: 149 vs 134, 64x256x1024 TN:
-//     166 vs 115, 1024x256x64 NT: 135 vs 128, 2048x192x64: 127 vs 126, the 4096-row GPT
-//     products: 144-174 vs 118-123, their weight gradients (64x{192,256}x4096 TN): 126-146 vs
-//     103-105, 512^3: 213 vs 123.
-// The transpose flags did not move the boundary. Where this says no, splitting M over the 2
-// threads and calling sgemm_small on each part beat OpenBLAS on 2 threads on every shape measured
-// (4096x192x64: 249 vs 144; 64x256x4096 TN: 176 vs 146; 512^3: 243 vs 213).
+// The AVX-512 rule: on one thread sgemm_small is at least as fast as OpenBLAS on this
+// library's shapes, small or large, so the rule only has to decide against OpenBLAS's other
+// threads. Those gain little while M·N·K < 2^24, nor, up to M = 4096, when op(B) has at most
+// 4096 elements (the split gains little on such a thin B); past that they pay. The transpose
+// flags do not move the boundary. Where this says no, splitting M over the threads and calling
+// sgemm_small on each part does better still (sgemm_small_everywhere).
 bool prefer_sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
   (void)trans_a;
   (void)trans_b;
@@ -488,14 +477,14 @@ bool prefer_sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   if (mnk < static_cast<double>(int64_t{1} << 24)) return true;
   return static_cast<double>(N) * static_cast<double>(K) <= 4096.0 && M <= 4096;
 #elif defined(__AVX2__) && defined(__FMA__)
-  // Built for AVX2 only (measured on the same machine with -mavx2 -mfma, OpenBLAS still on its
-  // AVX-512 kernels): the 6x16 tile reaches ~60 GFLOP/s against OpenBLAS's 90-120 on one thread,
-  // so only the GEMV / outer-product shapes (18-37 vs 9-35 GFLOP/s) are worth taking.
+  // Built for AVX2 only (OpenBLAS still picks its AVX-512 kernels where the CPU has them): the
+  // 6x16 tile falls well behind OpenBLAS on one thread, so only the GEMV / outer-product shapes
+  // are worth taking.
   (void)mnk;
   return std::min({M, N, K}) == 1;
 #else
   (void)mnk;
-  return false;  // the portable fallback (~5 GFLOP/s on 256x64x64) is for correctness, not speed
+  return false;  // the portable fallback is for correctness, not speed
 #endif
 }
 

@@ -21,16 +21,16 @@ void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 /// Whether one single-threaded sgemm_small call is expected to beat one cblas_sgemm call by
-/// OpenBLAS using its threads (2 on the measured 2-core machine): true when M·N·K < 2^24, or when
-/// op(B) has at most 4096 elements and M <= 4096. Where OpenBLAS would run on one thread anyway
-/// (e.g. called inside the caller's own parallel region), sgemm_small was faster on every shape
-/// measured, up to 512^3. Measurements behind the thresholds: gemm_small.cc. That rule is for an
-/// AVX-512 build; an AVX2-only build answers true only for min(M, N, K) == 1, and the portable
-/// fallback (no AVX2/FMA at compile time) always false.
+/// OpenBLAS using its threads: true when M·N·K < 2^24, or when op(B) has at most 4096 elements
+/// and M <= 4096. Where OpenBLAS would run on one thread anyway (e.g. called inside the caller's
+/// own parallel region), sgemm_small is the faster one, up to 512^3. The reasons behind the
+/// thresholds: gemm_small.cc. That rule is for an AVX-512 build; an AVX2-only build answers
+/// true only for min(M, N, K) == 1, and the portable fallback (no AVX2/FMA at compile time)
+/// always false.
 bool prefer_sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
 /// Whether the AVX-512 kernel is built: then sgemm_small, split by rows across the threads,
-/// beats multi-threaded OpenBLAS on every measured shape (see gemm_small.cc), large ones too.
+/// beats multi-threaded OpenBLAS (see gemm_small.cc), on large shapes too.
 constexpr bool sgemm_small_everywhere() {
 #if defined(__AVX512F__)
   return true;

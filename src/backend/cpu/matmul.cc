@@ -1,9 +1,9 @@
 // Matmul of the CPU backend: [..., m, k] @ [..., k, n] with NumPy batch broadcasting, one
 // GEMM per output batch. Where the AVX-512 sgemm_small kernel is built (gemm_small.h), every
 // product runs on it, the rows split across the threads (or the batches, when there are
-// several); it beat OpenBLAS on every shape measured on this project's machine, small or
-// large (see gemm_small.cc). Otherwise OpenBLAS runs each call, except for the degenerate
-// shapes prefer_sgemm_small picks. Operands are
+// several), small or large: there it is at least as fast as OpenBLAS (see gemm_small.cc).
+// Otherwise OpenBLAS runs each call, except for the degenerate shapes prefer_sgemm_small
+// picks. Operands are
 // views, so a permute swapping the last two axes arrives as strides that become a BLAS
 // transpose flag, and a broadcast batch axis arrives as stride 0 (the same matrix pointer
 // for every batch) — neither is copied. When the right operand is shared by every batch and
@@ -36,16 +36,15 @@ std::vector<int64_t> batch_strides(size_t batch_rank, const Shape& shape, const 
   return st;
 }
 
-/// MACs below which a product stays on one thread: measured on mlp_sin, splitting a
-/// 256x64x64 product (1M MACs, ~8 us) over two threads was slower than one.
+/// MACs below which a product stays on one thread: for a product this small the fork-join
+/// costs more than the second thread saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 21;
 
 /// One product C = op(A)·op(B) (beta 0), on sgemm_small split by rows or on OpenBLAS.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
           float* C, int64_t ldc, bool may_fork) {
-  // Two families where threaded OpenBLAS measured faster on char_6L384's shapes
-  // (bench/matmul_bench): weight gradients (Aᵀ·B over a long K, large output; 1.12-1.19x)
-  // and products both tall and wide (2048 x 1152/1536 outputs; 1.07-1.15x), whose packed
+  // Two families go to threaded OpenBLAS: weight gradients (Aᵀ·B over a long K, large
+  // output) and products both tall and wide (outputs of 1024 × 1024 and more), whose packed
   // op(B) outgrows the L2 cache that sgemm_small keeps it in.
   const bool long_k_weight_grad = ta && k >= 1024 && m * n >= (int64_t{1} << 18);
   const bool tall_and_wide = m >= 1024 && n >= 1024;

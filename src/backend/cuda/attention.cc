@@ -88,8 +88,7 @@ Geometry geometry(int64_t d, Kind kind) {
   // Blocks of 4 warps with 4×4 scores per thread (64 rows × 32 columns per tile); the
   // backward's two heavy kernels use 8 warps (128 rows) for small heads. Larger heads take
   // fewer rows per thread so that the accumulators (rpt × D/8 floats, two of them in dkdv)
-  // stay in registers and the tiles in shared memory. Measured on an H200 at D = 64 (see the
-  // test): this beat 64×64 tiles with 4×8 scores per thread by about 20% overall.
+  // stay in registers and the tiles in shared memory.
   g.warps = 4, g.cpt = 4;
   if (d <= 128) g.rpt = 4;
   else if (d <= 256) g.rpt = 2;
@@ -245,7 +244,8 @@ SmallPlan small_plan(const AttentionShape& s, bool backward) {
   if (floats(1) * 4 > 96 * 1024) return p;
   const int64_t rows = backward ? std::max(qpg, s.s) : qpg;
   // About 128 threads per block, but enough blocks to cover the GPU twice over.
-  int64_t ng = std::max<int64_t>(1, std::min(128 / rows, groups / 264));
+  if (s.sm_count <= 0) throw Error("[cuda] attention: AttentionShape::sm_count (the device's SM count) is not set");
+  int64_t ng = std::max<int64_t>(1, std::min(128 / rows, groups / (2 * s.sm_count)));
   while (ng > 1 && floats(ng) * 4 > 96 * 1024) --ng;
   p.ng = ng;
   p.threads = round_up(ng * rows, 32);
@@ -269,12 +269,10 @@ bool use_mma(const AttentionShape& s) { return s.tf32 && s.d <= 128; }
 
 MmaGeometry mma_geometry(int64_t d, int64_t t, Kind kind) {
   MmaGeometry g{};
-  // Measured on an H200 at D = 64, T = 256 and 1024 (the test's BenchmarkShapesTiming with
-  // TG_CUDA_ATTENTION_MMA, backward reading the forward's statistics, tiles staged through
-  // registers): forward 32-key tiles (8 warps from T = 512 up); dkdv 8 warps × 64 queries; dq
-  // from T = 256 up 8 warps × 16 keys (GPT-2: 0.749 + 0.463 ms against 0.868 + 0.586 for 16
-  // warps × 32, whose 512 threads cap registers at 128 and spill; char: 0.190 + 0.100 against
-  // 0.202 + 0.129), shorter sequences 4 warps × 32.
+  // Forward: 32-key tiles (8 warps from T = 512 up, for more rows in flight); dkdv: 8 warps ×
+  // 64 queries; dq: from T = 256 up 8 warps × 16 keys (16 warps × 32 would be 512 threads,
+  // which cap registers at 128 a thread and spill), shorter sequences 4 warps × 32. The test's
+  // BenchmarkShapesTiming with TG_CUDA_ATTENTION_MMA compares geometries.
   const bool long_dq = kind == Kind::kDq && t >= 256 && d <= 64;
   g.warps = kind == Kind::kDkDv || (kind == Kind::kForward && t >= 512) || long_dq ? 8 : 4;
   g.bc = kind == Kind::kDkDv ? 64 : long_dq ? 16 : 32;

@@ -175,8 +175,7 @@ GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup
   k.name = name;
   k.inputs = part.inputs;
   // kGroupPerThread elements per thread, blockDim apart (each access still coalesced): one
-  // element per thread keeps too few loads in flight to reach the memory bandwidth (an H200
-  // ran GPT's bias + GELU group at 2.2 TB/s that way).
+  // element per thread keeps too few loads in flight to reach the memory bandwidth.
   const std::string per = std::to_string(kGroupPerThread);
   k.source = std::string(kPrelude) + part.functions + part.body + "extern \"C\" __global__ void " + name + "(" + part.params +
              "long long n) {\n  const long long base = (long long)blockIdx.x * blockDim.x * " + per +
@@ -308,8 +307,8 @@ std::string kernel_head(const std::string& name, const std::string& params, int6
 // body of a device lambda over the flat index i (IDX: unsigned with narrow, else long long;
 // literals take the suffix "u" or "LL"). With 4-byte elements and n a multiple of 4 a thread
 // writes four consecutive elements, one 16-byte store when `out` is aligned: a quarter of the
-// blocks and of the store instructions (one element per thread left this layout kernel at
-// ~1.5 TB/s on an H200).
+// blocks and of the store instructions (one element per thread keeps too few stores in flight
+// to reach the memory bandwidth).
 Launch per_element_kernel(const std::string& name, const std::string& params, const std::string& t, int64_t n, bool narrow,
                           const std::string& value_body) {
   const bool vec = (t == "float" || t == "int") && n % 4 == 0;

@@ -1,6 +1,6 @@
 // CUDA C++ generation from the op table: every elementwise row's expression column (valid
 // C++ and CUDA by ops.def's rule) is pasted into device code, so no elementwise op is written
-// twice. This is the seed of the CUDA backend's code generator (issue 5).
+// twice.
 #pragma once
 #include <functional>
 #include <string>

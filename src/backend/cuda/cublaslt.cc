@@ -251,8 +251,8 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     }
   }
   // Every candidate of products under 8 GFLOP is timed; of larger ones only the heuristic's
-  // first four (its later picks were never the fastest for GPT-2's shapes, bench/cuda_product_probe,
-  // and each costs up to milliseconds of compilation): GPT-2's head products gain 0.2-0.3 ms each.
+  // first four: its later picks are rarely the fastest on large products, and each costs up to
+  // milliseconds of compilation.
   constexpr int64_t kTuneAllBelowFlops = int64_t{8} << 30;
   const size_t timed = policy == "off"                                    ? 1
                        : policy == "all" || flops_ < kTuneAllBelowFlops ? candidates_.size()

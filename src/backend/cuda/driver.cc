@@ -354,8 +354,7 @@ void DeviceMemory::upload(const void* host, size_t bytes) {
   // From pageable memory cuMemcpyHtoD may return once the bytes are staged, before the DMA
   // into device memory completes; the copy runs on the legacy stream, which orders nothing
   // on the backend's non-blocking stream. Wait for it, or a step launched next can read the
-  // old contents (seen: a prefill program computing with the parameters from before
-  // init_params, under 16 test processes sharing one GPU).
+  // old contents (a program computing with the parameters from before init_params).
   check(driver().cuStreamSynchronize(nullptr), "cuStreamSynchronize (upload)");
 }
 

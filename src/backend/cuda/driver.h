@@ -4,8 +4,8 @@
 // the program failing to load. Only the handful of entry points the backend uses are declared,
 // with the ABI types spelled out here (they are stable C types in cuda.h / nvrtc.h).
 //
-// First brick of the CUDA backend (issue 5): loading, device discovery, memory, NVRTC compile
-// to a cubin for the device's own architecture with an on-disk cache, module load and launch.
+// Covers loading, device discovery, memory, NVRTC compile to a cubin for the device's own
+// architecture with an on-disk cache, module load and launch.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -32,11 +32,9 @@ Launch fused_sinks_kernel(const ir::Graph& graph, const passes::KernelGroup& gro
                           const std::vector<std::vector<int64_t>>& input_strides, const std::string& name);
 
 /// The launch geometry's knobs (defaults are what fused_sinks_kernel uses); for tests and
-/// tuning. Measured on an H200 (CudaSinks.DISABLED_TuningSweep): about one wave of blocks is
-/// best (gelu_tanh_grad [16384, 768] + its bias sum: 73-74% of the 4.8 TB/s peak with ~1000
-/// blocks, 69-70% with ~1800; the same group without the sum as fused_group_kernel: 65%).
-/// Unrolling by 2 or 4 is equal there, but 4 falls off a cliff with more streams (3 inputs and
-/// 2 sinks: 74 us at 4, 46 us at 2, 54 us at 1), hence 2.
+/// tuning (CudaSinks.DISABLED_TuningSweep sweeps them). About one wave of blocks is best: more
+/// blocks only add partials to merge. Rows unroll by 2: unrolling by 4 costs a group with
+/// several inputs and sinks more registers a thread than it gains in loads in flight.
 struct SinkTuning {
   int rows_per_thread = 8;     // at least this many rows of the [rows, L] view per thread
   int target_blocks = 1024;    // and no more blocks than this unless rows_per_thread forces it

@@ -1,6 +1,6 @@
 // Skinny products (see small_matmul.h): the decode step's x·Wᵀ with a handful of rows, where
-// the whole cost is reading W once. cuBLASLt's kernels reach 0.3-1.2 TB/s on these shapes on an
-// H200 (a 768×2304 weight in 8 µs); this kernel streams W with 16-byte loads, one warp (or KS
+// the whole cost is reading W once. cuBLASLt's kernels reach only a fraction of the memory
+// bandwidth on these shapes; this kernel streams W with 16-byte loads, one warp (or KS
 // warps splitting K) per output column, reads the rows of x alongside (they stay in L1: every
 // warp of an SM reads the same few KB), and applies the bias, the residual and GELU in the same
 // pass. Optionally the rows are a layer/RMS norm's input: each block first computes the rows'
@@ -32,12 +32,12 @@ bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOpera
 }
 
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm, int ks) {
+                   GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm, int ks) {
   if (out_ld <= 0) out_ld = n;
   // Warps per column: enough blocks to cover the GPU's SMs twice.
   if (ks <= 0) {
     ks = 1;
-    while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < 264 && k / (ks * 2) >= 256) ks *= 2;
+    while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < 2 * sm_count && k / (ks * 2) >= 256) ks *= 2;
   }
   const int cols_per_block = kWarps / ks;
   Launch l;

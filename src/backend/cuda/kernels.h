@@ -180,6 +180,8 @@ struct AttentionShape {
   /// With t = s (any path): the gradients packed per token as [B, T, (Hq + 2 Hkv)·D], each row
   /// [dq | dk | dv] — the gradient of a packed qkv projection, so no concat follows.
   bool grads_packed = false;
+  /// The device's SM count (DeviceInfo): the short-sequence path sizes its blocks by it.
+  int sm_count = 0;
 };
 /// Whether the attention kernels read `op` as it is (else the executable makes it dense).
 bool attention_operand_ok(const Operand& op);

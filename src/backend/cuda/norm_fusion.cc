@@ -37,7 +37,7 @@ using plan_util::kKernelName;
 namespace {
 
 constexpr int kRowsPerBlock = 8;                  // one warp per row
-constexpr int64_t kMaxBlocks = 264;               // 2 per SM of an H200: the partials stay few
+constexpr int64_t kBlocksPerSm = 2;               // enough to fill the device; the partials stay few
 constexpr int64_t kMaxCols = 1024;
 
 bool is_norm_grad(Op op) { return op == Op::kLayerNormGrad || op == Op::kRmsNormGrad; }
@@ -273,7 +273,8 @@ bool CudaExecutable::plan_norm_backward_at(const ir::Graph& g, int32_t group_ind
     }
     const Place x = dense(g, m.grad, m.x), dz = dense(g, m.grad, m.dz);
     const bool dw = m.dw >= 0, db = m.db >= 0;
-    const int64_t blocks = std::min<int64_t>(kMaxBlocks, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    const int64_t blocks =
+        std::min<int64_t>(kBlocksPerSm * ctx_->info.sm_count, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
     std::vector<Arg> args{{x}, {dz}};
     if (m.w >= 0) args.push_back({slots_[static_cast<size_t>(m.w)].place});
     args.push_back({own_node(g, m.grad)});

@@ -109,6 +109,7 @@ void CudaExecutable::plan_attention(const ir::Graph& g, int32_t id) {
   as.scale = n.attrs.values.at(0);
   as.causal = n.attrs.causal;
   as.tf32 = options_.tf32;
+  as.sm_count = ctx_->info.sm_count;
   const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
   // The gradient reads the forward's statistics when the forward's kernels keep them: a pure
   // function of the shape, so both sides agree.

@@ -325,7 +325,8 @@ void CudaExecutable::plan_gemv_product(const ProductPlan& p) {
     if (x >= 0) nodes.push_back(x);
   add_kernel(nodes,
              gemv_kernel(kKernelName, mm, nn, k, a, p.mats[1],
-                         {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, p.ld, norm),
+                         {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, p.ld, ctx_->info.sm_count,
+                         norm),
              std::move(args), 2 * mm * nn * k);
 }
 
@@ -340,10 +341,10 @@ void CudaExecutable::plan_lt_product(ProductPlan& p) {
   Place* places = p.places;
   const Place& out = p.out;
   // TF32 products with an extent of 1024 or more that is not a multiple of 64 (GPT-2's
-  // vocabulary of 50257) run 2-3x slower on cuBLASLt than the same product padded to the next
-  // multiple (bench/cuda_product_probe on an H200: x·wteᵀ 9.6 -> 3.0 ms, dlogits·wte 9.1 ->
-  // 2.9 ms). Pad m, n and k then: extra rows and columns of the result are never read (the
-  // output buffer has room for them), and a padded reduction axis reads zeros on both sides.
+  // vocabulary of 50257) run much slower on cuBLASLt than the same product padded to the next
+  // multiple, which gets its aligned kernels. Pad m, n and k then: extra rows and columns of
+  // the result are never read (the output buffer has room for them), and a padded reduction
+  // axis reads zeros on both sides.
   int64_t pm = mm, pn = nn, pk = k;
   if (options_.tf32 && bm == 1 && n.dtype == DType::kF32 && (padded_row(mm) != mm || padded_row(nn) != nn || padded_row(k) != k)) {
     MatOperand pa = mats[0], pb = mats[1];
@@ -390,8 +391,8 @@ void CudaExecutable::plan_lt_product(ProductPlan& p) {
 /// (CUTLASS's "3xTF32", XLA's HIGH precision): a·b = lo_a·hi_b + hi_a·lo_b + hi_a·hi_b, dropping
 /// lo_a·lo_b (≤ 2⁻²² relative); each part is rounded to nearest, so every term carries a
 /// relative error of ~2⁻²¹ against f32's 2⁻²⁴. The tensor cores' own accumulation adds to that:
-/// tests/backend/cuda_split_product_test.cc measures 2-6x the error of f32 FMA products (cuBLAS
-/// SGEMM), 70-100x below plain TF32's, for about half SGEMM's time on an H200. Products whose
+/// the error is a few times that of f32 FMA products (cuBLAS SGEMM) and far below plain TF32's
+/// (tests/backend/cuda_split_product_test.cc bounds it), in less time than SGEMM. Products whose
 /// split operands would exceed 1 GiB (GPT-2's logits gradient), batched ones and those under
 /// 1 GFLOP (where the two split kernels cost more than they save) stay f32 FMA products.
 bool CudaExecutable::split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) const {

@@ -9,10 +9,8 @@
 // resident at once). At Mamba's sizes
 // that is plenty of parallelism without splitting time across threads (b 8, d 1536, n 16: 49k
 // threads in either kernel), so every state-step costs one exp in the forward and one in the backward.
-// (Issue 7 asked for a chunked parallel scan over time; the first kernels here were one: local
-// chunk scans, an associative combine, an output pass. They computed exp(Δ·A) four times per
-// state-step and ran at 16.8× the memory floor. Time-parallel chunks only pay where B·D·N is
-// too small to fill the GPU.)
+// (A time-parallel scan — local chunk scans, an associative combine, an output pass — computes
+// exp(Δ·A) several times per state-step; it only pays where B·D·N is too small to fill the GPU.)
 //
 // Chunks of KC = 8 steps. A block stages K steps (16 in the forward, 8 in the backward) of u,
 // delta (→ Δ: bias and softplus applied once per element here), B, C (and dy) in shared memory
@@ -22,17 +20,16 @@
 // offsets). The forward holds four and stores a round's rows two rounds ahead: instead of a
 // barrier, each warp waits at a round's end for every warp to have ended the round before (an
 // mbarrier's phase), so the block's warps run up to a round apart and a late warp holds the
-// others up only when it falls a whole round behind (0.1241 → 0.1208–0.1220 ms at b 8, d 1536;
-// with no barrier at all, results wrong, 0.1189). The loads go into registers two rounds before
-// their rows are stored (one round of compute left the stores waiting on memory).
+// others up only when it falls a whole round behind, where a block-wide barrier would stall
+// every warp on the slowest each round. The loads go into registers two rounds before their
+// rows are stored (one round of compute is too little to hide the loads' latency).
 // Then each thread walks them:
 //   forward:  a = 2^(Δ·A·log2 e) (one MUFU op), h = a·h + Δ·u·B, y += C·h; y sums over the
 //             channel's lanes by a reduce-scatter (each lane ends with its share of the steps)
 //             one round late, while the next round computes, plus D·u, and leaves from the
 //             registers (a lane's consecutive steps: 16-byte stores; through shared memory as
-//             rows it took a barrier more). Odd lanes hold their two channels in the other
-//             order, so the reduce-scatter's first level needs no select (64.4 M → 61.2 M
-//             instructions, 0.1194–0.1244 → 0.1177–0.1182 ms). At each chunk start the thread
+//             rows would take a barrier more). Odd lanes hold their two channels in the other
+//             order, so the reduce-scatter's first level needs no select. At each chunk start the thread
 //             stores the states entering it (B·D·⌈L/KC⌉·NSG·NS floats in thread groups, one
 //             16-byte store a lane: see hs_at; kept for the backward when the program has one),
 //             and after the last step the last state.
@@ -44,8 +41,8 @@
 //             channels: the thread's CT channels first, then each step's terms over the warp's
 //             channels by a reduce-scatter
 //             (shuffles), into a small shared tile; after the chunk the block adds the warps'
-//             sums in warp order, one partial per block (a tile of every channel's terms, summed
-//             by the block, kept the SM's shared-memory path busier: 0.328 → 0.298 ms);
+//             sums in warp order, one partial per block (fewer shared-memory accesses than a
+//             tile of every channel's terms summed by the block);
 //             dA, dD and dbias are per-thread sums over time, one partial per sequence.
 //   reduce:   the partials summed in a fixed order into dA, dB, dC, dD and dbias.
 // No atomics: every sum has a fixed order, so results do not depend on scheduling.
@@ -74,7 +71,7 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
   src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 2;\n";
   src += kernel_source("scan_common.cuh", "stage");
   src += kernel_source("scan_forward.cuh", "barrier");
-  // kBlocksPerSm, as the backward (left to itself ptxas took 128 registers and spilled).
+  // kBlocksPerSm, as the backward (left to itself ptxas caps registers too low and spills).
   src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kBlocksPerSm) + ") " + name + "(" + kOperands +
          "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kernel_source("scan_common.cuh", "start");
@@ -95,8 +92,8 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
          (s.dy == ScanShape::Dy::kOne ? "true" : "false") + ", DLAST = " + (s.dlast ? "true" : "false") +
          ", DELTA_EACH = false;\nconstexpr int ROWS_U = 6;\n";
   src += kernel_source("scan_common.cuh", "stage");
-  // The recomputed chunk's states and factors keep many registers live; capped at 168 (three
-  // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) it takes 163 at N = 16, no spill.
+  // The recomputed chunk's states and factors keep many registers live; the cap of 168 (three
+  // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) still fits N = 16 without spilling.
   // TG_CUDA_SCAN_BLOCKS overrides the blocks per SM (tuning).
   int min_blocks = kBlocksPerSm;
   if (const int64_t v = env::positive_int(env::Switch::kCudaScanBlocks); v > 0) min_blocks = static_cast<int>(v);

@@ -54,12 +54,11 @@ int64_t scan_shared_floats(const Split& sp, bool grad, int nbuf) {
 
 // Both kernels: two states per lane (when N ≤ 64, else four) and two channels per thread (CT),
 // which share each load of B and C; at N = 16, 128-thread blocks of 32 channels (the backward's
-// ~165 registers a thread let three share an SM, so b 8, d 1536 — 384 blocks — is one wave). In the backward the two channels' dB/dC terms add in the
-// thread (fused into the products), so the sums over the warp's channels take 2 shuffle levels
-// of 4 values a step instead of 3 of 8; the sums over states take one level more (8 lanes a
-// channel, not 4): 185.9 M → 181.8 M instructions, shared wavefronts 44.9 M → 36.3 M, backward
-// 0.285 → 0.274 ms at b 8, d 1536 (four states and one channel a thread before).
-// Measured and not kept (bench/RESULTS.md): other splits of either kernel were slower.
+// ~165 registers a thread let three share an SM, so b 8, d 1536 — 384 blocks — is one wave).
+// In the backward the two channels' dB/dC terms add in the thread (fused into the products),
+// so the sums over the warp's channels take 2 shuffle levels of 4 values a step instead of 3
+// of 8; the sums over states take one level more (8 lanes a channel, not 4), a smaller cost
+// than the channel levels saved, in both shuffles and shared-memory traffic.
 Split backward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 128, 2); }
 Split forward_split(const ScanShape& s) { return split_for(s, s.states <= 64 ? 2 : kPerLane, 256, 2); }
 

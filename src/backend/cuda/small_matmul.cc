@@ -93,7 +93,7 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
   static const Tile kTiles[] = {
       {64, 64, 4, 4}, {32, 64, 2, 4}, {64, 32, 4, 2}, {32, 32, 2, 2}, {32, 32, 4, 4}, {16, 64, 1, 4},
       {16, 64, 2, 4}, {64, 16, 4, 1}, {16, 32, 2, 2}, {8, 64, 1, 4},  {8, 64, 1, 2},  {8, 32, 1, 2},
-      {16, 16, 1, 1}, {8, 16, 1, 1},  {128, 64, 4, 4},  // 4×8 micro-tiles measured 2× slower
+      {16, 16, 1, 1}, {8, 16, 1, 1},  {128, 64, 4, 4},  // no 4×8: 2× the accumulators, half the warps
   };
   SmallMatmulConfig best;
   double best_t = 1e300;
@@ -104,11 +104,11 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
           if (cl > 1 && dev.sm_major < 9) continue;
           SmallMatmulConfig c{tl.bm, tl.bn, bk, tl.tm, tl.tn, ks, cl};
           if (!valid(c)) continue;
-          if (c.threads() < 128 || c.threads() > 512) continue;  // fewer warps: latency-bound (measured)
+          if (c.threads() < 128 || c.threads() > 512) continue;  // fewer warps: latency-bound
           if (bk > 16 && round_up(k, 8) <= 16) continue;  // a stage mostly of zeros
           if (bk > 32 && ceil_div(k, cl) < 256) continue;
           if (cl > 1 && ceil_div(k, cl) < 64) continue;
-          if (cl > 1 && bk > 32) continue;  // measured: 32-deep stages split better
+          if (cl > 1 && bk > 32) continue;  // split K: shallower stages, more of them a rank
           // Tiles far larger than the output only add padding.
           if (tl.bm > 8 && tl.bm / 2 >= m) continue;
           if (tl.bn > 16 && tl.bn / 2 >= n) continue;
@@ -222,11 +222,10 @@ Launch small_matmul_kernel_with(const SmallMatmulConfig& c, const std::string& n
 }
 
 bool small_matmul_preferred(int64_t batch, int64_t m, int64_t n, int64_t k) {
-  // Measured on an H200 inside CUDA graphs (tests/backend/cuda_small_matmul_test.cc): against
-  // cuBLASLt fp32 the kernel wins up to ~40 MFLOP with K ≤ 512 (e.g. 4096×64×64 3.9 vs 6.2 µs,
-  // 256×64×256 3.8 vs 6.5 µs, 4096×192×16 3.1 vs 4.5 µs) and ties at batch 512, m = 8; it loses
-  // from ~134 MFLOP on (fp32 FMA peak: 134 MFLOP alone is ≥ 2 µs on 132 SMs) and on long-K
-  // weight gradients (K = 4096: the cluster split-K runs at 11–15 µs against 8–9 µs).
+  // Inside CUDA graphs the kernel beats cuBLASLt fp32 while cuBLASLt's fixed overhead is most
+  // of a product's time: up to a few tens of MFLOP with K ≤ 512. Larger products are bound by
+  // the FMA peak, where cuBLASLt's kernels are better, and so are long-K weight gradients,
+  // where the cluster split-K falls behind (tests/backend/cuda_small_matmul_test.cc compares).
   const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
                        static_cast<double>(k);
   return flops <= 48e6 && k <= 512;

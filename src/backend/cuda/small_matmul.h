@@ -1,6 +1,6 @@
 // Small f32 matrix products without cuBLASLt: one NVRTC kernel specialised to the shapes and
 // strides (baked in as constants), for the tiny products of small training workloads where a
-// cuBLASLt call costs 8–12 µs of mostly fixed overhead.
+// cuBLASLt call's time is mostly fixed overhead.
 //
 // Scheme: each block computes a BM×BN tile of out [batch, m, n] = a [batch, m, k] · b [batch, k, n].
 // K is walked in stages of BK: both operand tiles are loaded from global memory with coalesced
@@ -49,7 +49,7 @@ Launch small_matmul_kernel_with(const SmallMatmulConfig& cfg, const std::string&
                                 int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
                                 int64_t out_row_stride);
 
-/// Whether small_matmul_kernel is expected to beat cuBLASLt on this product (measured on H200).
+/// Whether small_matmul_kernel is expected to beat cuBLASLt on this product (small_matmul.cc says why).
 bool small_matmul_preferred(int64_t batch, int64_t m, int64_t n, int64_t k);
 
 // ---- skinny products (gemv.cc) ---------------------------------------------------------------
@@ -70,8 +70,9 @@ bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOpera
 /// out [m, n] (rows out_ld apart, ≤ 0: n) = norm?(a) [m, k] · b [k, n] with the epilogue.
 /// Params: (const float* a, [const float* norm_w, const float* norm_b (both when either is
 /// on),] const float* b, [const float* bias], [const float* residual], float* out).
-/// `ks` > 0 forces the warps per output column (1, 2, 4, 8; for timing sweeps).
+/// `sm_count` (the device's SMs) sizes the split of each column over warps; `ks` > 0 forces the
+/// warps per output column instead (1, 2, 4, 8; for timing sweeps).
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld, GemvNorm norm = {}, int ks = 0);
+                   GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm = {}, int ks = 0);
 
 }  // namespace tg::backend::cuda

@@ -36,9 +36,8 @@ __device__ __forceinline__ void store2_evict_last(float* p, float v0, float v1, 
   // Rows of each copy: u, Δ, its slope, dy (with DY_ROWS), du, d(delta); its terms [K][TSW]:
   // per step, each warp's dB (first NP) and dC sums over its channels.
   // Without dy rows (DY_ONE: the gradient of a plain sum, one value; else zero) dy is one value,
-  // held in a register. (Rows set to it once and read as rows took two 16-byte shared loads a
-  // lane every four steps: the backward of the sum-loss benchmark 0.2500-0.2524 ms against
-  // 0.2428-0.2457 held; with dy as rows, as in a model, nothing changes.)
+  // held in a register rather than staged and read as rows (two 16-byte shared loads a lane
+  // every four steps fewer).
   const float dy_one = DY_ROWS ? 0.0f : DY_ONE ? dy[0] : 0.0f;
   // CT channels per thread (c, c + 1, …): each load of B and C serves them all, and their dB/dC
   // terms are summed in the thread before the shuffles. With PAIRED slots (kStart) each lane's
@@ -64,7 +63,7 @@ __device__ __forceinline__ void store2_evict_last(float* p, float v0, float v1, 
   const bool t_store = (threadIdx.x % WL) / NSG < TV;
   float* dbc = dBC_part + ((long long)blockIdx.x * B + b) * 2 * N * L;
   // The partials are read again as soon as the kernel ends (the reduce, which lets them go):
-  // asked to stay in L2 (it holds about half of them at b 8, d 1536; the reduce 0.0188 → 0.0168 ms).
+  // asked to stay in L2, so that the reduce finds as many of them there as it can hold.
   const unsigned long long keep_in_l2 = evict_last_policy();
   // du/dΔ sum over the channel's lanes by a reduce-scatter of CT·RG values ([slot][step] of RG
   // steps): RG as many steps as a channel has lanes, at least 4 (the steps read at once), at

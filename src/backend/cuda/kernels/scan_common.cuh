@@ -158,9 +158,8 @@ __device__ __forceinline__ float* terms_of(float* cp) { return c_of(cp) + NSG * 
 // Rows u, B, C and dy move in units of UNIT steps; delta moves in units of DU steps, spread so
 // that every thread applies the softplus to as many elements as every other (an uneven share
 // held the other warps up at the next barrier: the forward's DELTA_EACH takes four steps a
-// thread where that splits them evenly (one 16-byte load: at b 8, d 1536 one element a thread,
-// four 4-byte loads, took 61.2 M instructions and 0.147 ms under Nsight Compute, four steps
-// 60.0 M and 0.141 ms), else one; the backward pairs of steps, one pair a thread).
+// thread where that splits them evenly (one 16-byte load where there would be four 4-byte
+// ones), else one; the backward pairs of steps, one pair a thread).
 constexpr int UNIT = VEC ? 4 : 1, ROWS = (DY_ROWS ? 2 : 1) * CB + 2 * N;
 constexpr int UNITS = ROWS * K / UNIT, PF = (UNITS + NT - 1) / NT;
 constexpr int DU = !VEC ? 1 : !DELTA_EACH ? 2 : (CB * K / 4) % NT == 0 ? 4 : 1, DUNITS = CB * K / DU, PD = (DUNITS + NT - 1) / NT;

@@ -108,8 +108,7 @@ __device__ __forceinline__ void store_y(float* __restrict__ dst, int t, const fl
   for (int i = 0; i < KEPT; ++i) yu[i] = 0.0f;
   // Rounds in groups of NBUF, so that the copy a round works on is known when the kernel is
   // compiled: its addresses are then constant offsets from shared memory, as with one copy
-  // (with the copy chosen at run time the addresses were found again every round: +9%
-  // instructions).
+  // (a copy chosen at run time would have its addresses computed again every round).
   for (int r0 = 0; r0 < NR; r0 += NBUF)
 #pragma unroll
   for (int p = 0; p < NBUF; ++p) {
