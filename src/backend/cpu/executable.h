@@ -76,7 +76,12 @@ class CpuExecutable final : public Executable {
   // ---- phase 1 (plan.cc) ----
   void bind_leaves(const ir::Graph& g, const Bindings& bindings);
   void check_updates(const ir::Graph& g) const;
+  /// Leaves, reductions and views (a view when every reader takes its strides), then the rest:
   void plan_single(const ir::Graph& g, int32_t id);
+  /// the ops that run a kernel of their own: copies, products, indexing,
+  void plan_kernel(const ir::Graph& g, int32_t id);
+  /// and the NN primitives (softmax, cross entropy, norms, randomness, sampling, scan, attention).
+  void plan_nn(const ir::Graph& g, int32_t id);
   void plan_fused(const ir::Graph& g, const passes::KernelGroup& group, int32_t group_index);
   bool in_place_target(const ir::Graph& g, int32_t value, int32_t group_index, int32_t& target) const;
   Place own(const ir::Node& n, int64_t bytes, const Shape& shape);

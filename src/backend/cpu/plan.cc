@@ -445,6 +445,22 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       view_or_copy(std::move(v), in(0).root);
       return;
     }
+    default:
+      plan_kernel(g, id);
+      return;
+  }
+}
+
+void CpuExecutable::plan_kernel(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  auto in = [&](size_t i) -> const Slot& { return slots_[static_cast<size_t>(n.inputs[i])]; };
+  const int64_t esize = dtype_size(n.dtype);
+  const DType dt = n.dtype;
+  const Shape shape = n.shape;
+  std::vector<Place> ins;
+  for (size_t i = 0; i < n.inputs.size(); ++i) ins.push_back(in(i).place);
+
+  switch (n.op) {
     case Op::kUnslice: {
       const auto axis = static_cast<size_t>(n.attrs.axes[0]);
       const auto start = static_cast<int64_t>(n.attrs.values[0]), step = static_cast<int64_t>(n.attrs.values[1]);
@@ -528,6 +544,18 @@ void CpuExecutable::plan_single(const ir::Graph& g, int32_t id) {
       });
       return;
     }
+    default:
+      plan_nn(g, id);
+      return;
+  }
+}
+
+void CpuExecutable::plan_nn(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  auto in = [&](size_t i) -> const Slot& { return slots_[static_cast<size_t>(n.inputs[i])]; };
+  std::vector<Place> ins;
+  for (size_t i = 0; i < n.inputs.size(); ++i) ins.push_back(in(i).place);
+  switch (n.op) {
     case Op::kSoftmax:
     case Op::kLogSoftmax: {
       const Place x = readable(g, id, n.inputs[0], is_contiguous);
