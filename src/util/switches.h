@@ -23,13 +23,7 @@ namespace tg::env {
   X(kCudaLineinfo, "TG_CUDA_LINEINFO", "", "1: compile kernels with line information (Nsight Compute's source view)") \
   X(kCudaNoSide, "TG_CUDA_NO_SIDE", "", "1: run every step on the main stream (no side steps beside the chain)")  \
   X(kCudaGemv, "TG_CUDA_GEMV", "", "off: decode-sized products (<= 8 rows) on cuBLASLt instead of gemv kernels")  \
-  X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own") \
-  X(kCudaAttentionTiles, "TG_CUDA_ATTENTION_TILES", "", "tuning: fp32 attention tiles, e.g. f:4,4,4;k:8,4,4;q:8,4,4 " \
-                                                        "(kernel:warps,rows,columns per thread)")               \
-  X(kCudaAttentionMma, "TG_CUDA_ATTENTION_MMA", "", "tuning: tensor-core attention tiles, e.g. f:8,32;k:8,64;q:4,32 " \
-                                                    "(kernel:warps,key columns)")                               \
-  X(kCudaScanBlocks, "TG_CUDA_SCAN_BLOCKS", "", "tuning: blocks per SM the selective-scan backward is built for")  \
-  X(kCudaScanChannels, "TG_CUDA_SCAN_CHANNELS", "", "tuning: the most channels one selective-scan block takes")
+  X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own")
 
 enum class Switch : uint8_t {
 #define TG_SWITCH_ENUM(e, name, fallback, doc) e,

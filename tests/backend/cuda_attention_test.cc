@@ -554,13 +554,14 @@ struct Timing {
 /// [B, T, 3, H, D] buffer as a fused qkv projection leaves them; out and dout dense, or with
 /// `permuted_out` views of a [B, T, H, D] buffer.
 Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool tf32, const std::string& tag,
-                  int reps, bool permuted_out = false, bool kept = false) {
+                  int reps, bool permuted_out = false, bool kept = false, const std::string& tiles = "") {
   const cuda::DeviceInfo info = cuda::open_device(0);
   const cuda::Driver& drv = cuda::driver();
   const std::vector<int64_t> st{T * 3 * H * D, D, 3 * H * D, 1};
   const cuda::Operand op{DType::kF32, {B, H, T, D}, st};
   cuda::AttentionShape shape{B, H, H, T, T, D, 1.0 / std::sqrt(static_cast<double>(D)), causal, tf32};
   shape.sm_count = info.sm_count;
+  shape.tiles = tiles;
   cuda::Operand o{DType::kF32, {B, H, T, D}, dense_strides({B, H, T, D})};
   if (permuted_out) o.strides = {T * H * D, D, H * D, 1};
   kept = kept && cuda::attention_keeps_stats(shape);
@@ -655,19 +656,18 @@ TEST(CudaAttentionGpu, TileSweep) {
   const std::string why = cuda::unavailable_reason(0);
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   if (!std::getenv("TG_ATTN_SWEEP")) GTEST_SKIP() << "set TG_ATTN_SWEEP=1 to run the tile sweep";
-  // Per path: the override variable, the label and kernel-name prefix, and its tile configurations.
+  // Per path: the label and kernel-name prefix, and its tile configurations (AttentionShape::tiles).
   struct Sweep {
-    const char* env;
     const char* label;
     const char* prefix;
     bool tf32;
     std::vector<const char*> cfgs;
   };
   const Sweep sweeps[] = {
-      {"TG_CUDA_ATTENTION_TILES", "fp32", "swf", false,
+      {"fp32", "swf", false,
        {"f:4,4,4;k:8,4,4;q:8,4,4", "f:4,2,4;k:4,4,4;q:4,4,4", "f:2,4,4;k:8,2,4;q:8,2,4", "f:8,2,4;k:4,2,4;q:4,2,4",
         "f:4,4,8;k:8,4,8;q:8,4,8", "f:4,2,8;k:4,4,8;q:4,4,8", "f:8,1,4;k:16,1,4;q:16,1,4", "f:2,2,4;k:2,4,4;q:2,4,4"}},
-      {"TG_CUDA_ATTENTION_MMA", "tf32", "swm", true,
+      {"tf32", "swm", true,
        {"f:8,32;k:8,64;q:4,32", "f:4,64;k:4,32;q:4,32", "f:4,32;k:4,64;q:4,64", "f:8,64;k:8,32;q:8,32",
         "f:2,64;k:2,32;q:2,32", "f:8,32;k:8,64;q:8,64", "f:4,128;k:2,64;q:2,64", "f:8,32;k:4,64;q:8,32",
         "f:8,32;k:16,32;q:8,64", "f:8,32;k:8,32;q:2,64", "f:16,32;k:4,32;q:16,32"}}};
@@ -676,14 +676,13 @@ TEST(CudaAttentionGpu, TileSweep) {
     if (b.t < 256) continue;
     for (const Sweep& sw : sweeps) {
       for (const char* cfg : sw.cfgs) {
-        setenv(sw.env, cfg, 1);
         // As a training step runs it: out in [B, T, H, D], the backward reading the forward's statistics.
-        const Timing t = time_shape(b.b, b.h, b.t, b.d, true, sw.tf32, sw.prefix + std::to_string(n++), 5, true, true);
+        const Timing t =
+            time_shape(b.b, b.h, b.t, b.d, true, sw.tf32, sw.prefix + std::to_string(n++), 5, true, true, cfg);
         std::printf("  sweep %-5s %s %-28s fwd %.4f  bwd %.4f (", b.name, sw.label, cfg, t.fwd, t.bwd);
         for (size_t i = 0; i < t.parts.size(); ++i) std::printf("%s%.4f", i ? " + " : "", t.parts[i]);
         std::printf(")\n");
       }
-      unsetenv(sw.env);
     }
   }
 }

@@ -37,14 +37,14 @@
 // first. Tiles move from global to shared memory through registers (Stage): the next tile's
 // loads are issued before the current tile is computed, 16 bytes at a time where an operand's
 // rows are aligned and element by element (coalesced along D) otherwise, so operands need no
-// alignment. TG_CUDA_ATTENTION_TILES overrides the tile geometry (tuning).
+// alignment. AttentionShape::tiles overrides the tile geometry (tuning sweeps).
 //
 // Two other paths, chosen per node (see kernels/attention_small.cuh and kernels/attention_mma.cuh):
 //   small  T, S ≤ 64 and D ≤ 64 (backward D ≤ 32): whole (batch, kv head) groups per block in
 //          shared memory, one thread per query row; the backward is ONE launch (lse, delta and
 //          dq per query thread, then dk and dv per key thread), no scratch. Exact fp32.
 //   tf32   AttentionShape::tf32 and D ≤ 128: the same four kernels on tensor cores (mma.sync
-//          m16n8k8 tf32), 16 rows per warp. TG_CUDA_ATTENTION_MMA overrides its tiles.
+//          m16n8k8 tf32), 16 rows per warp. AttentionShape::tiles overrides its tiles.
 // Every path is deterministic (no atomics): each output element is written by one thread.
 //
 // The device code is in kernels/attention_common.cuh, attention_tiled.cuh, attention_small.cuh
@@ -58,7 +58,6 @@
 #include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/kernels.h"
 #include "tensorgrad/errors.h"
-#include "util/switches.h"
 
 namespace tg::backend::cuda {
 namespace {
@@ -83,7 +82,8 @@ struct Geometry {
 
 enum class Kind { kForward, kDkDv, kDq };
 
-Geometry geometry(int64_t d, Kind kind) {
+Geometry geometry(const AttentionShape& s, Kind kind) {
+  const int64_t d = s.d;
   Geometry g{};
   // Blocks of 4 warps with 4×4 scores per thread (64 rows × 32 columns per tile); the
   // backward's two heavy kernels use 8 warps (128 rows) for small heads. Larger heads take
@@ -94,17 +94,14 @@ Geometry geometry(int64_t d, Kind kind) {
   else if (d <= 256) g.rpt = 2;
   else g.rpt = 1;
   if (d <= 64 && kind != Kind::kForward) g.warps = 8;
-  // Tuning override: TG_CUDA_ATTENTION_TILES="<kind>:<warps>,<rpt>,<cpt>;..." with kind f, k or q.
-  if (const std::string tiles = env::value(env::Switch::kCudaAttentionTiles); !tiles.empty()) {
-    const char* spec = tiles.c_str();
-    const char want = kind == Kind::kForward ? 'f' : kind == Kind::kDkDv ? 'k' : 'q';
-    for (const char* p = spec; *p; ++p) {
-      int w = 0, r = 0, c = 0;
-      if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d,%d", &w, &r, &c) != 3) continue;
-      if (w < 1 || w > 16 || (r != 1 && r != 2 && r != 4 && r != 8) || c < 1 || c > 16)
-        throw Error(std::string("[cuda] TG_CUDA_ATTENTION_TILES: bad entry ") + p);
-      g.warps = w, g.rpt = r, g.cpt = c;
-    }
+  // Tuning override (AttentionShape::tiles): "<kind>:<warps>,<rpt>,<cpt>;..." with kind f, k or q.
+  const char want = kind == Kind::kForward ? 'f' : kind == Kind::kDkDv ? 'k' : 'q';
+  for (const char* p = s.tiles.c_str(); *p; ++p) {
+    int w = 0, r = 0, c = 0;
+    if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d,%d", &w, &r, &c) != 3) continue;
+    if (w < 1 || w > 16 || (r != 1 && r != 2 && r != 4 && r != 8) || c < 1 || c > 16)
+      throw Error(std::string("[cuda] attention tiles: bad entry ") + p);
+    g.warps = w, g.rpt = r, g.cpt = c;
   }
   g.br = 4 * g.warps * g.rpt;
   g.bc = 8 * g.cpt;
@@ -267,27 +264,24 @@ struct MmaGeometry {
 
 bool use_mma(const AttentionShape& s) { return s.tf32 && s.d <= 128; }
 
-MmaGeometry mma_geometry(int64_t d, int64_t t, Kind kind) {
+MmaGeometry mma_geometry(const AttentionShape& s, Kind kind) {
+  const int64_t d = s.d, t = s.t;
   MmaGeometry g{};
   // Forward: 32-key tiles (8 warps from T = 512 up, for more rows in flight); dkdv: 8 warps ×
   // 64 queries; dq: from T = 256 up 8 warps × 16 keys (16 warps × 32 would be 512 threads,
   // which cap registers at 128 a thread and spill), shorter sequences 4 warps × 32. The test's
-  // BenchmarkShapesTiming with TG_CUDA_ATTENTION_MMA compares geometries.
+  // TileSweep compares geometries through AttentionShape::tiles.
   const bool long_dq = kind == Kind::kDq && t >= 256 && d <= 64;
   g.warps = kind == Kind::kDkDv || (kind == Kind::kForward && t >= 512) || long_dq ? 8 : 4;
   g.bc = kind == Kind::kDkDv ? 64 : long_dq ? 16 : 32;
   if (d > 64) g.bc = 32;  // accumulators of larger heads leave fewer registers for the scores
-  // Tuning override: TG_CUDA_ATTENTION_MMA="<kind>:<warps>,<bc>;..." with kind f, k or q.
-  if (const std::string tiles = env::value(env::Switch::kCudaAttentionMma); !tiles.empty()) {
-    const char* spec = tiles.c_str();
-    const char want = kind == Kind::kForward ? 'f' : kind == Kind::kDkDv ? 'k' : 'q';
-    for (const char* p = spec; *p; ++p) {
-      int w = 0, c = 0;
-      if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d", &w, &c) != 2) continue;
-      if (w < 1 || w > 16 || c < 8 || c > 128 || c % 8 != 0)
-        throw Error(std::string("[cuda] TG_CUDA_ATTENTION_MMA: bad entry ") + p);
-      g.warps = w, g.bc = c;
-    }
+  // Tuning override (AttentionShape::tiles): "<kind>:<warps>,<bc>;..." with kind f, k or q.
+  const char want = kind == Kind::kForward ? 'f' : kind == Kind::kDkDv ? 'k' : 'q';
+  for (const char* p = s.tiles.c_str(); *p; ++p) {
+    int w = 0, c = 0;
+    if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d", &w, &c) != 2) continue;
+    if (w < 1 || w > 16 || c < 8 || c > 128 || c % 8 != 0) throw Error(std::string("[cuda] attention tiles: bad entry ") + p);
+    g.warps = w, g.bc = c;
   }
   g.br = 16 * g.warps;
   g.dp = round_up(d, 8);
@@ -330,13 +324,13 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
   if (use_mma(s)) {
-    const MmaGeometry g = mma_geometry(s.d, s.t, Kind::kForward);
+    const MmaGeometry g = mma_geometry(s, Kind::kForward);
     std::string src = mma_constants(s, g, q, k, v, out) + piece("attention_mma.cuh", "mma") + kernel_head(name, params) +
                       " {\n  mma_forward" + call;
     return make_launch_raw(name, std::move(src), 32 * g.warps, ceil_div(s.t, g.br) * s.batch * s.q_heads,
                            (g.br + 2 * g.bc) * g.rs);
   }
-  const Geometry g = geometry(s.d, Kind::kForward);
+  const Geometry g = geometry(s, Kind::kForward);
   std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params) + " {\n  forward_rows" + call;
   return make_launch(name, std::move(src), g, row_tiles(s.t, g) * s.batch * s.q_heads,
                      g.dw * g.ts + 2 * g.bc * g.rs + g.warps * g.bc * g.ps);
@@ -394,8 +388,8 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     plan.launches.push_back(delta_kernel(name + "_delta", s, q, k, v, dout, *out));
   }
   if (use_mma(s)) {
-    const MmaGeometry gf = mma_geometry(s.d, s.t, Kind::kForward), gk = mma_geometry(s.d, s.t, Kind::kDkDv),
-                      gq = mma_geometry(s.d, s.t, Kind::kDq);
+    const MmaGeometry gf = mma_geometry(s, Kind::kForward), gk = mma_geometry(s, Kind::kDkDv),
+                      gq = mma_geometry(s, Kind::kDq);
     if (!out)
       plan.launches.push_back(make_launch_raw(
           stats, mma_constants(s, gf, q, k, v, dout) + piece("attention_mma.cuh", "mma") + kernel_head(stats, kGradParams) +
@@ -411,7 +405,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
         32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads, (2 * gq.br + 2 * gq.bc) * gq.rs));
     return plan;
   }
-  const Geometry gf = geometry(s.d, Kind::kForward), gk = geometry(s.d, Kind::kDkDv), gq = geometry(s.d, Kind::kDq);
+  const Geometry gf = geometry(s, Kind::kForward), gk = geometry(s, Kind::kDkDv), gq = geometry(s, Kind::kDq);
   if (!out)
     plan.launches.push_back(make_launch(
         stats, constants(s, gf, q, k, v, dout) + tiled("forward") + kernel_head(stats, kGradParams) +

@@ -90,13 +90,15 @@ struct ScanShape {
   // D and delta_bias may be one value broadcast over the channels (stride 0: an absent D or
   // bias is a broadcast zero), read as they are instead of copied into a dense vector.
   int64_t d_stride = 1, bias_stride = 1;
-  // The backward's cotangent (selective_scan_grad reads the packed [dy | dlast]): dy as dense
-  // rows [B, D, L], as one value for every element (the gradient of a plain sum) or absent
-  // (zero), and dlast [B, D, N] present or absent. The plan reads the parts where autograd
-  // made them, instead of copying them into one packed buffer.
+  // The backward's cotangents (selective_scan_grad's dy and dlast): dy as dense rows [B, D, L],
+  // as one value for every element (the gradient of a plain sum) or a known zero (not read);
+  // dlast [B, D, N] as rows or a known zero (not read).
   enum class Dy { kRows, kOne, kZero };
   Dy dy = Dy::kRows;
   bool dlast = true;
+  // Tuning sweeps only (0: the built-in choice): the backward's blocks per SM, and the most
+  // channels one block takes.
+  int blocks_per_sm = 0, max_channels = 0;
 };
 /// How the backward splits the work and the scratch the kernels use (floats): lanes per channel
 /// (⌈N/2⌉ for N ≤ 64, else ⌈N/4⌉, rounded up to a power of two), channels per block, blocks per
@@ -182,6 +184,10 @@ struct AttentionShape {
   bool grads_packed = false;
   /// The device's SM count (DeviceInfo): the short-sequence path sizes its blocks by it.
   int sm_count = 0;
+  /// Tuning sweeps only (empty: the built-in tiles): per kernel (f forward, k dk/dv, q dq),
+  /// "f:<warps>,<rows>,<columns per thread>;…" on the fp32 tiled path or
+  /// "f:<warps>,<key columns>;…" on the tensor-core path.
+  std::string tiles = {};
 };
 /// Whether the attention kernels read `op` as it is (else the executable makes it dense).
 bool attention_operand_ok(const Operand& op);

@@ -57,7 +57,6 @@
 
 #include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/selective_scan_common.h"
-#include "util/switches.h"
 
 namespace tg::backend::cuda {
 
@@ -94,9 +93,8 @@ Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   src += kernel_source("scan_common.cuh", "stage");
   // The recomputed chunk's states and factors keep many registers live; the cap of 168 (three
   // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) still fits N = 16 without spilling.
-  // TG_CUDA_SCAN_BLOCKS overrides the blocks per SM (tuning).
-  int min_blocks = kBlocksPerSm;
-  if (const int64_t v = env::positive_int(env::Switch::kCudaScanBlocks); v > 0) min_blocks = static_cast<int>(v);
+  // ScanShape::blocks_per_sm overrides the blocks per SM (tuning sweeps).
+  const int min_blocks = s.blocks_per_sm > 0 ? s.blocks_per_sm : kBlocksPerSm;
   src += kernel_source("scan_backward.cuh", "store");
   src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name + "(" + kOperands +
          "const float* __restrict__ dy, const float* __restrict__ dlast, const float* __restrict__ hs, float* __restrict__ out, "

@@ -10,7 +10,6 @@
 
 #include "backend/cuda/kernel_sources.h"
 #include "tensorgrad/errors.h"
-#include "util/switches.h"
 
 namespace tg::backend::cuda {
 namespace scan_detail {
@@ -23,7 +22,7 @@ int64_t pow2_at_least(int64_t x) {
 }
 
 // Channels per block: a power of two dividing a group's channels (a block stages one group's B
-// and C), up to max_threads threads and 32 channels (TG_CUDA_SCAN_CHANNELS caps it: tuning);
+// and C), up to max_threads threads and 32 channels (ScanShape::max_channels caps it: tuning sweeps);
 // ct channels per thread where the block's channels and the channel's lanes allow it.
 Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads, int64_t ct) {
   Split sp;
@@ -32,7 +31,7 @@ Split split_for(const ScanShape& s, int64_t ns, int64_t max_threads, int64_t ct)
   if (sp.lanes < ct) ct = 1;
   sp.ct = ct;
   int64_t cap = 32;
-  if (const int64_t v = env::positive_int(env::Switch::kCudaScanChannels); v > 0) cap = v;
+  if (s.max_channels > 0) cap = s.max_channels;  // tuning sweeps
   const int64_t per = s.channels / s.groups;
   while (per % (sp.cb * 2) == 0 && sp.cb * 2 * sp.lanes / ct <= max_threads && sp.cb * 2 <= cap) sp.cb *= 2;
   if (sp.cb % ct != 0) sp.ct = 1;
