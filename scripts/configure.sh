@@ -2,7 +2,7 @@
 # Configures a build folder for one of the project's builds, setting every option that build
 # relies on, so a folder configured earlier for another build (the demo's, without tests) is
 # brought to this one instead of keeping its cached options.
-# Usage: scripts/configure.sh demo|release|asan [build dir]
+# Usage: scripts/configure.sh demo|release|asan [build dir, absolute or relative to the repository root]
 #   demo     Release, examples only (scripts/demo.sh)                 default dir: build
 #   release  Release, examples, tests and benchmarks (scripts/test.sh) default dir: build
 #   asan     -O1 -g1 with ASan+UBSan, examples and tests (scripts/test.sh) default dir: build-asan

@@ -1,6 +1,7 @@
 // Every environment variable the library reads, declared once: its name, its default and what
 // it does. Nothing else in src/ calls getenv; the README lists the same table (a test checks).
-// Values are read at each call, so a program (or a test) may change them between compiles.
+// An empty value counts as unset. Most are read when asked, so a program (or a test) may change
+// them between compiles; TG_CUDA_TUNE, TG_CUDA_GEMV and TG_CUDA_GEMV_NORM once per process.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -395,6 +395,10 @@ const std::vector<OpCase>& op_cases() {
       // Mamba: the selective scan (u, delta > 0, A < 0, B, C) and the causal depthwise convolution
       {"selective_scan_y", {uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 4, 7}, kF32, kTranscendental, kGrad},
       {"selective_scan_last_state", {uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {2, 4, 3}, kF32, kTranscendental, kGrad},
+      // Both results reach the loss: autograd gathers a gradient for each and the rule gets both.
+      {"selective_scan_y_and_last_state", {uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})},
+       FN([&] { const SelectiveScanResult r = selective_scan(x[0], x[1], x[2], x[3], x[4]); return concat({r.y, r.last_state * 2.0f}, 2); }()),
+       {2, 4, 10}, kF32, kTranscendental, kGrad},
       {"selective_scan_grouped_bc", {uni({1, 6, 5}), uni({1, 6, 5}, 0.1, 0.8), uni({6, 2}, -1.5, -0.2), uni({1, 3, 2, 5}), uni({1, 3, 2, 5})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {1, 6, 5}, kF32, kTranscendental, kGrad},
       {"selective_scan_gate_skip_bias_softplus", {uni({2, 3, 6}), uni({2, 3, 6}, -2, 2), uni({3, 4}, -1.5, -0.2), uni({2, 4, 6}), uni({2, 4, 6}), uni({3}), uni({2, 3, 6}), uni({3}, -0.5, 0.5)},
        FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .z = x[6], .delta_bias = x[7], .delta_softplus = true}).y), {2, 3, 6}, kF32, kTranscendental, kGrad},

@@ -171,8 +171,10 @@ std::vector<Function> functions(const std::string& code) {
         const std::vector<std::string> ws = words(header);
         const bool scope = header.find('(') == std::string::npos &&
                            std::any_of(ws.begin(), ws.end(), [](const std::string& w) { return scope_words.count(w) > 0; });
-        const bool data = header.find('=') != std::string::npos && header.find("operator") == std::string::npos;
         const size_t paren = header.find('(');
+        // `= {…}` initialisers; an `=` after the parameter list opens (a default argument) is not one.
+        const size_t eq = header.find('=');
+        const bool data = eq != std::string::npos && eq < paren && header.find("operator") == std::string::npos;
         if (scope || data || paren == std::string::npos) {
           stack.push_back({true, {}});
         } else {
@@ -293,15 +295,20 @@ TEST(TreeFacts, ScannerFindsFunctionsAndRawStrings) {
       "  if (x) { x = 2; }  // } {\n"          // 8
       "  const char* s = R\"(\n{\n)\";\n"       // 9-11
       "}\n"                                    // 12
-      "}  // namespace a\n";                   // 13
+      "}  // namespace a\n"                    // 13
+      "int h(int x = 2) {\n"                   // 14: a default argument is no initialiser
+      "  return x;\n"                          // 15
+      "}\n";                                   // 16
   std::vector<RawString> raws;
   const std::vector<Function> fs = functions(blank_non_code(text, &raws));
-  ASSERT_EQ(fs.size(), 2u);
+  ASSERT_EQ(fs.size(), 3u);
   EXPECT_EQ(fs[0].name, "f");
   EXPECT_EQ(fs[0].lines(), 1);
   EXPECT_EQ(fs[1].name, "g");
   EXPECT_EQ(fs[1].first, 6);
   EXPECT_EQ(fs[1].last, 12);
+  EXPECT_EQ(fs[2].name, "h");
+  EXPECT_EQ(fs[2].lines(), 3);
   ASSERT_EQ(raws.size(), 1u);
   EXPECT_EQ(raws[0].line, 9);
   EXPECT_EQ(raws[0].lines, 3);

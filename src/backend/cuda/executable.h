@@ -156,7 +156,7 @@ class CudaExecutable final : public Executable {
   /// not. packed_qkv_source: the attention_grad whose rows such a concat `concat` is, or -1.
   int32_t packed_qkv_concat(const ir::Graph& g, int32_t grad) const;
   int32_t packed_qkv_source(const ir::Graph& g, int32_t concat) const;
-  /// The kResult nodes reading result `index` of multi-output node `id`.
+  /// The kResult nodes reading result `index` of multi-output node `id` (plan_attention.cc).
   std::vector<int32_t> results_of(const ir::Graph& g, int32_t id, int64_t index) const;
   /// Places every kResult node of result `index` of `id` at `base` + offset_elements, with strides.
   void place_result(const ir::Graph& g, int32_t id, int64_t index, const Place& base, std::vector<int64_t> strides,

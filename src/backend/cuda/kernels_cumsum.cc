@@ -55,7 +55,7 @@ Launch cumsum_kernel(const std::string& name, const Operand& in, int axis, bool 
   l.name = name;
   l.source = std::move(s);
   l.block[0] = static_cast<unsigned>(threads);
-  const int64_t blocks = rows ? outer : std::max<int64_t>(1, (outer * inner + threads - 1) / threads);
+  const int64_t blocks = std::max<int64_t>(1, rows ? outer : (outer * inner + threads - 1) / threads);
   l.grid[0] = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30));
   return l;
 }

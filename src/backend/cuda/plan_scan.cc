@@ -74,18 +74,14 @@ void CudaExecutable::plan_scan(const ir::Graph& g, int32_t id) {
   if (n.op == Op::kSelectiveScan) {
     // Result 2 (saved) is the states entering each chunk, kept for a gradient that reads them;
     // with no reader the kernel does not write them.
-    int32_t saved = -1;
-    for (int32_t c : consumers_[static_cast<size_t>(id)]) {
-      const ir::Node& cn = g.node(c);
-      if (cn.op == Op::kResult && cn.attrs.axes.at(0) == 2 && !consumers_[static_cast<size_t>(c)].empty()) saved = c;
-    }
+    bool keep = false;
+    for (int32_t r : results_of(g, id, 2)) keep = keep || !consumers_[static_cast<size_t>(r)].empty();
     Place hs = out;  // unused when nothing reads the states
-    if (saved >= 0) {
-      Slot& ss = slots_[static_cast<size_t>(saved)];
-      hs = ss.place = own(g.node(saved), lay.state_floats * 4, {lay.state_floats}, Category::kActivation);
-      ss.placed = true;
+    if (keep) {
+      hs = own(n, lay.state_floats * 4, {lay.state_floats}, Category::kActivation);
+      place_result(g, id, 2, hs, {1}, 0);
     }
-    add_kernel({id}, scan_forward_kernel(kKernelName, sh, saved >= 0), with(ops, {out, hs}));
+    add_kernel({id}, scan_forward_kernel(kKernelName, sh, keep), with(ops, {out, hs}));
     return;
   }
   const Place hs = in(9).place;  // the forward's saved states (its result 2)
