@@ -176,7 +176,7 @@ TEST(CudaKernels, FusedGroupsMatchTheCpuBackend) {
     const passes::Fusion f = passes::fuse(g);
     std::map<int32_t, cuda::DeviceMemory> mem;
     tg::testing::DevicePlaces place;  // node → (buffer node, strides)
-    auto dense_strides = [](const Shape& s) { return backend::contiguous_strides(s); };
+    auto dense_strides = [](const Shape& s) { return contiguous_strides(s); };
     for (size_t gi = 0; gi < f.groups.size(); ++gi) {
       const passes::KernelGroup& group = f.groups[gi];
       if (group.kind == passes::KernelGroup::Kind::kSingle) {

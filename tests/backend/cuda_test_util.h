@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/driver.h"
-#include "backend/strides.h"
+#include "ir/strides.h"
 #include "ir/graph.h"
 #include "tensorgrad/errors.h"
 
@@ -51,7 +51,7 @@ inline std::string place_leaf(const ir::Graph& g, int32_t id, const std::vector<
   if (n.op == ir::Op::kInput) {
     const size_t bytes = feed.size() * sizeof(float);
     mem.emplace(id, backend::cuda::DeviceMemory(bytes)).first->second.upload(feed.data(), bytes);
-    place[id] = {id, backend::contiguous_strides(n.shape)};
+    place[id] = {id, contiguous_strides(n.shape)};
   } else if (n.op == ir::Op::kConstant && n.attrs.values.size() == 1) {
     const float fv = static_cast<float>(n.attrs.values[0]);
     const int32_t iv = static_cast<int32_t>(n.attrs.values[0]);

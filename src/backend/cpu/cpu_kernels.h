@@ -17,7 +17,7 @@
 #include <optional>
 #include <vector>
 
-#include "backend/strides.h"
+#include "ir/strides.h"
 #include "ir/graph.h"
 
 namespace tg::backend::cpu {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "backend/strides.h"
+#include "ir/strides.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {

@@ -26,7 +26,7 @@
 #include "backend/cuda/executable.h"
 #include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/plan_util.h"
-#include "backend/strides.h"
+#include "ir/strides.h"
 #include "util/switches.h"
 
 namespace tg::backend::cuda {

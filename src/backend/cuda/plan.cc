@@ -7,7 +7,7 @@
 #include "backend/cuda/executable.h"
 #include "backend/cuda/fused_sinks.h"
 #include "backend/cuda/plan_util.h"
-#include "backend/strides.h"
+#include "ir/strides.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {

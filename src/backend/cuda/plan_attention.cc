@@ -14,7 +14,7 @@
 
 #include "backend/cuda/executable.h"
 #include "backend/cuda/plan_util.h"
-#include "backend/strides.h"
+#include "ir/strides.h"
 
 namespace tg::backend::cuda {
 

@@ -11,7 +11,7 @@
 #include "backend/cuda/executable.h"
 #include "backend/cuda/plan_util.h"
 #include "backend/cuda/small_matmul.h"
-#include "backend/strides.h"
+#include "ir/strides.h"
 #include "util/switches.h"
 
 namespace tg::backend::cuda {

@@ -1,7 +1,7 @@
-// Stride arithmetic shared by the strided backends (see strides.h).
-#include "backend/strides.h"
+// Stride arithmetic (see strides.h).
+#include "ir/strides.h"
 
-namespace tg::backend {
+namespace tg {
 
 std::vector<int64_t> contiguous_strides(const Shape& shape) {
   std::vector<int64_t> st(shape.size(), 1);
@@ -47,4 +47,4 @@ std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const st
 }
 
 
-}  // namespace tg::backend
+}  // namespace tg

@@ -1,16 +1,16 @@
-// The stride arithmetic of backend/strides.h: which reshapes are views and with what strides.
+// The stride arithmetic of ir/strides.h: which reshapes are views and with what strides.
 #include <gtest/gtest.h>
 
 #include <optional>
 #include <vector>
 
-#include "backend/strides.h"
+#include "ir/strides.h"
 
 namespace {
 
-using tg::backend::contiguous_strides;
-using tg::backend::is_contiguous_strides;
-using tg::backend::reshaped_strides;
+using tg::contiguous_strides;
+using tg::is_contiguous_strides;
+using tg::reshaped_strides;
 using Strides = std::vector<int64_t>;
 
 TEST(Strides, ContiguousAndTheDensityTest) {

@@ -1,5 +1,5 @@
-// Stride arithmetic shared by the backends that keep values as strided views of memory
-// (cpu, cuda): dense strides, the density test and the reshape-as-view rule.
+// Stride arithmetic shared by the schedule (passes/schedule.h) and the backends that read
+// values as strided views of memory: dense strides, the density test and the reshape-as-view rule.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -7,7 +7,7 @@
 
 #include "tensorgrad/dtype.h"
 
-namespace tg::backend {
+namespace tg {
 
 /// Row-major dense strides (elements) of `shape`.
 std::vector<int64_t> contiguous_strides(const Shape& shape);
@@ -19,4 +19,4 @@ bool is_contiguous_strides(const std::vector<int64_t>& strides, const Shape& sha
 std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const std::vector<int64_t>& strides,
                                                      const Shape& to);
 
-}  // namespace tg::backend
+}  // namespace tg

@@ -1,0 +1,192 @@
+// Kernels of schedule steps for the CPU (see steps.h).
+#include "backend/cpu/steps.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cpu {
+
+using ir::Op;
+
+namespace {
+
+float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
+
+class CpuCapabilities final : public passes::Capabilities {
+ public:
+  bool reads(const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides, const Shape& shape) const override {
+    const View v{nullptr, strides};
+    switch (consumer.op) {
+      case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: case Op::kCumsum: case Op::kUpdateSlice:
+      case Op::kSample: case Op::kSelectiveScan: case Op::kSelectiveScanGrad: case Op::kSoftmax: case Op::kLogSoftmax:
+      case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
+        return is_contiguous(v, shape);
+      case Op::kMatmul:
+        return blas_operand(v, shape).has_value();
+      case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // dense logits; targets and dloss any view
+        return index > 0 || is_contiguous(v, shape);
+      case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout; out and saved are not read
+        return index >= 4 || attention_operand(v, shape);
+      default:  // elementwise groups, copies, views, indexing, randomness, attention_at: any strides
+        return true;
+    }
+  }
+};
+
+Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view) {
+  const ir::Node& n = g.node(st.node);
+  auto in = [&](size_t k) { return view(st.in[k]); };
+  auto shape = [&](size_t k) -> const Shape& { return g.node(n.inputs[k]).shape; };
+  const View out = view(st.out[0]);
+  const int64_t esize = dtype_size(n.dtype);
+  switch (n.op) {
+    case Op::kSum: case Op::kMax: case Op::kMin:
+      return make_reduce(n, shape(0), in(0).data, out.data);
+    case Op::kArgmax:
+      return make_argmax(n, shape(0), g.node(n.inputs[0]).dtype, in(0).data, out.data);
+    case Op::kCumsum:
+      return make_cumsum(n, in(0).data, out.data);
+    case Op::kUnslice: {
+      const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+      const auto start = static_cast<int64_t>(n.attrs.values[0]), step = static_cast<int64_t>(n.attrs.values[1]);
+      View dst = out;
+      if (numel(shape(0)) > 0) dst.data += start * dst.strides[axis] * esize;  // else it may point nowhere
+      dst.strides[axis] *= step;
+      const auto bytes = static_cast<size_t>(n.numel() * esize);
+      Kernel scatter = make_copy(n.dtype, shape(0), dst, in(0));
+      return [o = out.data, bytes, scatter = std::move(scatter)] {
+        std::memset(o, 0, bytes);
+        scatter();
+      };
+    }
+    case Op::kConcat: {
+      const auto axis = static_cast<size_t>(n.attrs.axes[0]);
+      std::vector<Kernel> pieces;
+      int64_t base = 0;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        if (numel(shape(k)) > 0) {
+          View dst = out;
+          dst.data += base * dst.strides[axis] * esize;
+          pieces.push_back(make_copy(n.dtype, shape(k), dst, in(k)));
+        }
+        base += shape(k)[axis];
+      }
+      return [pieces = std::move(pieces)] {
+        for (const Kernel& k : pieces) k();
+      };
+    }
+    case Op::kMatmul:
+      return make_matmul(n.shape, shape(0), in(0), shape(1), in(1), f32(out.data));
+    case Op::kGather:
+      return make_gather(n, shape(0), in(0), in(1), out.data);
+    case Op::kScatterAdd:
+      return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));
+    case Op::kUpdateSlice:
+      return make_update_slice(n, shape(1), !shape(2).empty(), in(0).data, in(1).data,
+                               reinterpret_cast<const int32_t*>(in(2).data), out.data);
+    case Op::kSoftmax: case Op::kLogSoftmax:
+      return make_softmax(n, f32(in(0).data), f32(out.data));
+    case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
+      return make_cross_entropy(n, shape(0), f32(in(0).data), in(1), n.op == Op::kCrossEntropyGrad ? in(2) : View{}, f32(out.data));
+    case Op::kLayerNorm: case Op::kRmsNorm:
+      return make_norm(n, f32(in(0).data), nullptr, f32(out.data));
+    case Op::kLayerNormGrad: case Op::kRmsNormGrad:
+      return make_norm(n, f32(in(0).data), f32(in(1).data), f32(out.data));
+    case Op::kSample:
+      return make_sample(n.numel(), shape(0).back(), f32(in(0).data), f32(in(1).data),
+                         reinterpret_cast<const int32_t*>(in(2).data), reinterpret_cast<int32_t*>(out.data));
+    case Op::kRandom:
+      return make_random(n, View{}, in(0), f32(out.data));
+    case Op::kDropout:
+      return make_random(n, in(0), in(1), f32(out.data));
+    case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
+      std::vector<const float*> ptrs;
+      for (size_t k = 0; k < n.inputs.size(); ++k) ptrs.push_back(f32(in(k).data));
+      return make_selective_scan(n, shape(0), shape(3), ptrs, f32(out.data));
+    }
+    case Op::kAttentionAt:
+      return make_attention_at(n, shape(0), shape(1), {in(0), in(1), in(2), in(3)}, f32(out.data));
+    case Op::kAttention: case Op::kAttentionGrad: {
+      // q, k, v (and dout): the backward recomputes the forward rather than read its output.
+      std::vector<View> views;
+      for (size_t k = 0; k < std::min<size_t>(n.inputs.size(), 4); ++k) views.push_back(in(k));
+      return make_attention(n, shape(0), shape(1), views, f32(out.data));
+    }
+    default:
+      throw Error(std::string("[cpu] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(st.node));
+  }
+}
+
+}  // namespace
+
+const passes::Capabilities& capabilities() {
+  static const CpuCapabilities caps;
+  return caps;
+}
+
+Kernel step_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view) {
+  if (st.kind == passes::Step::Kind::kCopy) {
+    const ir::Node& n = g.node(st.node);
+    return make_copy(n.dtype, n.shape, view(st.out[0]), view(st.in[0]));
+  }
+  return node_kernel(g, st, view);
+}
+
+FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const passes::Step& st, const ViewOf& view) {
+  // Slots: the external inputs, then one per group node.
+  const size_t inputs = st.in.size();
+  auto slot_of = [&](int32_t id) -> int32_t {
+    for (size_t k = 0; k < inputs; ++k)
+      if (st.operand_nodes[k] == id) return static_cast<int32_t>(k);
+    return static_cast<int32_t>(inputs + static_cast<size_t>(std::find(group.nodes.begin(), group.nodes.end(), id) - group.nodes.begin()));
+  };
+  FusedSpec spec;
+  spec.shape = g.node(group.nodes.front()).shape;
+  for (size_t k = 0; k < inputs; ++k) {
+    bool stage = false;  // its memory is also written by this group (an in-place update)
+    for (const passes::Place& o : st.out) stage = stage || o.buffer == st.in[k].buffer;
+    spec.inputs.push_back({view(st.in[k]), g.node(st.operand_nodes[k]).dtype, stage});
+  }
+  // Stored outputs in st.out order, reduction sinks after them.
+  int32_t sinks = 0;
+  for (size_t k = inputs; k < st.out.size() + inputs; ++k) {
+    const int32_t id = st.operand_nodes[k];
+    if (g.node(id).op == Op::kSum) spec.reductions.push_back({g.node(id).numel(), f32(view(st.out[k - inputs]).data)});
+    else spec.outputs.push_back(view(st.out[k - inputs]).data);
+  }
+  for (int32_t id : group.nodes) {
+    const ir::Node& n = g.node(id);
+    if (n.op == Op::kSum) {
+      spec.instrs.push_back({nullptr, n.dtype, {slot_of(n.inputs[0]), -1, -1}, -1, 1, sinks++});
+      continue;
+    }
+    FusedSpec::Instr instr{block_function(n.op, g.node(n.inputs[n.op == Op::kWhere ? 1 : 0]).dtype, n.dtype), n.dtype,
+                           {-1, -1, -1}, -1, op_cost(n.op), -1};
+    for (size_t a = 0; a < n.inputs.size(); ++a) instr.args[a] = slot_of(n.inputs[a]);
+    const auto pos = std::find(st.operand_nodes.begin() + static_cast<std::ptrdiff_t>(inputs), st.operand_nodes.end(), id);
+    if (pos != st.operand_nodes.end()) instr.output = static_cast<int32_t>(pos - st.operand_nodes.begin() - static_cast<std::ptrdiff_t>(inputs));
+    spec.instrs.push_back(instr);
+  }
+  return spec;
+}
+
+int64_t step_flops(const ir::Graph& g, const passes::Step& st) {
+  if (st.kind == passes::Step::Kind::kGroup) {
+    int64_t f = 0;
+    for (int32_t id : st.nodes) f += (g.node(id).op == Op::kSum ? 1 : op_cost(g.node(id).op)) * g.node(st.nodes.front()).numel();
+    return f;
+  }
+  if (st.kind != passes::Step::Kind::kNode) return 0;
+  const ir::Node& n = g.node(st.node);
+  if (n.op == Op::kMatmul) return 2 * n.numel() * g.node(n.inputs[0]).shape.back();
+  if (n.op != Op::kAttention && n.op != Op::kAttentionGrad && n.op != Op::kAttentionAt) return 0;
+  const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape;
+  if (n.op == Op::kAttentionAt) return 4 * numel(qs) * ks[2] / 2;
+  // q·kᵀ and p·v forward (half of it causal); the backward recomputes p and adds three more.
+  return (n.op == Op::kAttention ? 4 : 10) * numel(qs) * ks[2] / (n.attrs.causal ? 2 : 1);
+}
+
+}  // namespace tg::backend::cpu
