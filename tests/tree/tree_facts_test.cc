@@ -37,10 +37,8 @@ constexpr int kMaxRawStringLines = 30;
 // Flat switches over every op, long by nature: one short case per op.
 const std::set<std::string> kPerOpSwitches = {"src/ir/shape.cc:infer", "src/autograd/vjp.cc:vjp"};
 
-// Functions still to be split (issue 27: planning moves out of the backends into the schedule).
-const std::set<std::string> kLongFunctionsToSplit = {
-    "src/backend/cuda/plan.cc:plan_single",
-};
+// Functions still to be split (none now; list one here only with a plan to split it).
+const std::set<std::string> kLongFunctionsToSplit = {};
 
 struct Source {
   std::string path;  // relative to the repository root
@@ -227,6 +225,26 @@ TEST(TreeFacts, NoFunctionOver150Lines) {
   for (const std::string& key : kLongFunctionsToSplit)
     EXPECT_TRUE(long_listed_seen.count(key)) << key << " is no longer over " << kMaxFunctionLines
                                              << " lines (or is gone): take it off kLongFunctionsToSplit";
+}
+
+TEST(TreeFacts, ExecutablesAreShortAndInOneOrTwoFiles) {
+  // The executables run what the schedule (cpu) or the lowering (cuda) decided: a short
+  // header each, and members defined in at most two files.
+  for (const char* backend : {"cpu", "cuda"}) {
+    const std::string header = std::string("src/backend/") + backend + "/executable.h";
+    const std::string cls = std::string(backend == std::string("cpu") ? "CpuExecutable" : "CudaExecutable") + "::";
+    std::set<std::string> defining;
+    for (const Source& s : sources()) {
+      if (s.path == header) {
+        EXPECT_LE(line_count(s.text), 100) << header << " is " << line_count(s.text) << " lines";
+      }
+      if (s.path.starts_with(std::string("src/backend/") + backend + "/") && s.path.ends_with(".cc") &&
+          blank_non_code(s.text).find(cls) != std::string::npos)
+        defining.insert(s.path);
+    }
+    EXPECT_GE(defining.size(), 1u) << cls;
+    EXPECT_LE(defining.size(), 2u) << cls << " has members defined in " << defining.size() << " files";
+  }
 }
 
 TEST(TreeFacts, GetenvOnlyInTheSwitchesFile) {

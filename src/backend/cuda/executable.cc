@@ -1,5 +1,5 @@
 // The CUDA executable: arena, kernel compilation, graph capture and the Executable interface
-// (see executable.h; placement is in plan.cc).
+// (see executable.h; the lowering is lowering.h).
 #include "backend/cuda/executable.h"
 
 #include <algorithm>
@@ -12,8 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "backend/cuda/codegen.h"
-#include "passes/memory_plan.h"
+#include "backend/cuda/lowering.h"
 #include "tensorgrad/errors.h"
 #include "util/switches.h"
 
@@ -25,27 +24,8 @@ void CudaContext::make_current() const { check(driver().cuCtxSetCurrent(info.con
 
 CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph& g, const Bindings& bindings,
                                const PrepareOptions& options)
-    : ctx_(std::move(ctx)), options_(options) {
+    : ctx_(std::move(ctx)) {
   ctx_->make_current();
-  const auto count = static_cast<size_t>(g.size());
-  slots_.resize(count);
-  for (int32_t id = 0; id < g.size(); ++id) {
-    const ir::Node& n = g.node(id);
-    slots_[static_cast<size_t>(id)].dtype = n.dtype;
-    slots_[static_cast<size_t>(id)].shape = n.shape;
-    ops_.push_back(n.op);
-    names_.push_back(n.name);
-  }
-  for (int32_t out : g.outputs)
-    if (out < 0 || out >= g.size()) throw Error("[cuda] output %" + std::to_string(out) + " is not a node");
-  for (const ir::Graph::Update& u : g.updates) {
-    if (u.target < 0 || u.target >= g.size() || u.value < 0 || u.value >= g.size())
-      throw Error("[cuda] an update refers to an unknown node");
-    const ir::Node& t = g.node(u.target);
-    const ir::Node& v = g.node(u.value);
-    if (t.op != Op::kParam && t.op != Op::kState) throw Error("[cuda] an update target is not a param or state");
-    if (t.dtype != v.dtype || t.numel() != v.numel()) throw Error("[cuda] an update's value does not match its target");
-  }
   profile_ = env::is_set(env::Switch::kProfile);
   auto t = std::chrono::steady_clock::now();
   auto phase = [&](const char* what) {  // TG_PROFILE: where preparation spends its time
@@ -53,31 +33,43 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
     if (profile_) std::fprintf(stderr, "[cuda prepare] %-28s %8.1f ms\n", what, std::chrono::duration<double, std::milli>(now - t).count());
     t = now;
   };
-  bind_leaves(g, bindings);
-  plan_inputs(g);
+  prog_ = Lowering(ctx_->info, g, bindings, options).run();
+  phase("lowering");
+  arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(prog_.memory.arena, kAlign)));
   err_ = DeviceMemory(kAlign);
-  fusion_ = passes::fuse(g, options.fuse);
-  consumers_.assign(count, {});
-  for (int32_t id = 0; id < g.size(); ++id)
-    if (fusion_.group_of[static_cast<size_t>(id)] >= 0)
-      for (int32_t in : g.node(id).inputs) consumers_[static_cast<size_t>(in)].push_back(id);
-  in_place_.assign(g.updates.size(), 0);
-  if (options.fuse) match_norm_backwards(g);
-  for (const passes::KernelGroup& group : fusion_.groups) plan_group(g, group);
-  plan_outputs_and_updates(g);
+  for (void*& staging : staging_) {
+    if (prog_.input_bytes == 0) break;
+    check(driver().cuMemAllocHost(&staging, static_cast<size_t>(prog_.input_bytes)), "cuMemAllocHost (input staging)");
+    std::memset(staging, 0, static_cast<size_t>(prog_.input_bytes));
+  }
   plan_readback();
-  if (options.fuse) batch_steps(g);
-  estimate_traffic(g);
-  phase("placement and codegen");
-  plan_arena(options.reuse_memory);
-  phase("arena");
   compile_kernels();
   phase("NVRTC (or cache) and load");
+  tune_products();
+  phase("cuBLASLt tuning");
+  for (CUevent& e : done_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  const auto sides = std::count_if(prog_.steps.begin(), prog_.steps.end(), [](const Step& s) { return s.side; });
+  side_events_.assign(sides > 0 ? static_cast<size_t>(sides) + 1 : 0, nullptr);  // a fork per side step, a join
+  for (CUevent& e : side_events_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  // Without a kernel that can report a bad index the error word stays 0: no memset and no copy
+  // back of it in the graph (two nodes fewer on the step's critical path).
+  for (const Step& s : prog_.steps)
+    for (const Arg& a : s.args) uses_err_ = uses_err_ || a.err;
+  for (int k = 0; k < 2; ++k) capture(k);
+  phase("graph capture");
+}
+
+CUdeviceptr CudaExecutable::address(const Place& p) const {
+  const CUdeviceptr base = p.buf >= 0 ? arena_.get() + static_cast<CUdeviceptr>(prog_.bufs[static_cast<size_t>(p.buf)].offset) : p.fixed;
+  return base + static_cast<CUdeviceptr>(p.offset);
+}
+
+/// Each product picks the fastest of cuBLASLt's candidate algorithms on the real buffers.
+void CudaExecutable::tune_products() {
   bool needs_workspace = false;
-  for (const Step& s : steps_) needs_workspace = needs_workspace || s.kind == Step::Kind::kMatmul;
+  for (const Step& s : prog_.steps) needs_workspace = needs_workspace || s.kind == Step::Kind::kMatmul;
   if (needs_workspace) workspace_ = DeviceMemory(kWorkspaceBytes);
-  // Each product picks the fastest of cuBLASLt's candidate algorithms on the real buffers.
-  for (Step& s : steps_)
+  for (Step& s : prog_.steps)
     if (s.kind == Step::Kind::kMatmul) {
       const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place), out = address(s.args[2].place),
                         bias = s.bias_arg >= 0 ? address(s.args[static_cast<size_t>(s.bias_arg)].place) : 0,
@@ -89,24 +81,13 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
       s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream, 0, res ? 1.0f : 0.0f, res);
       s.matmul_hi->tune(a + static_cast<CUdeviceptr>(s.hi_offset[0]), b + static_cast<CUdeviceptr>(s.hi_offset[1]), out, workspace_.get(), ctx_->stream, bias, 1.0f);
     }
-  phase("cuBLASLt tuning");
-  for (CUevent& e : done_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
-  const auto sides = std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.side; });
-  side_events_.assign(sides > 0 ? static_cast<size_t>(sides) + 1 : 0, nullptr);  // a fork per side step, a join
-  for (CUevent& e : side_events_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
-  // Without a kernel that can report a bad index the error word stays 0: no memset and no copy
-  // back of it in the graph (two nodes fewer on the step's critical path).
-  for (const Step& s : steps_)
-    for (const Arg& a : s.args) uses_err_ = uses_err_ || a.err;
-  for (int k = 0; k < 2; ++k) capture(k);
-  phase("graph capture");
 }
 
 CudaExecutable::~CudaExecutable() {
   if (profile_ && executions_ > 0) {
     double total = 0;
     for (const auto& [label, e] : profile_ms_) total += e.first;
-    std::fprintf(stderr, "[cuda profile] %zu steps per execution, %.3f ms per execution (%lld executions)\n", steps_.size(),
+    std::fprintf(stderr, "[cuda profile] %zu steps per execution, %.3f ms per execution (%lld executions)\n", prog_.steps.size(),
                  total / static_cast<double>(executions_), static_cast<long long>(executions_));
     for (const auto& [label, e] : profile_ms_)
       std::fprintf(stderr, "  %-20s %6lld launches  %9.3f ms  %5.1f%%\n", label.c_str(),
@@ -129,8 +110,8 @@ CudaExecutable::~CudaExecutable() {
 void CudaExecutable::plan_readback() {
   constexpr int64_t kMaxReadback = 64 << 10;  // larger outputs are copied when read
   readback_bytes_ = 16;                       // the error word, padded
-  for (const auto& [node, place] : outputs_) {
-    const Slot& s = slots_[static_cast<size_t>(node)];
+  for (const auto& [node, place] : prog_.outputs) {
+    const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
     const int64_t bytes = numel(s.shape) * dtype_size(s.dtype);
     if (bytes > kMaxReadback) continue;
     readback_offset_[node] = readback_bytes_;
@@ -144,139 +125,13 @@ void CudaExecutable::enqueue_readback() {
   const Driver& d = driver();
   if (uses_err_) check(d.cuMemcpyDtoHAsync(readback_, err_.get(), sizeof(int), ctx_->stream), "cuMemcpyDtoHAsync");
   for (const auto& [node, offset] : readback_offset_) {
-    const Slot& s = slots_[static_cast<size_t>(node)];
+    const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
     const int64_t bytes = numel(s.shape) * dtype_size(s.dtype);
     if (bytes > 0)
-      check(d.cuMemcpyDtoHAsync(static_cast<std::byte*>(readback_) + offset, address(outputs_.at(node)), static_cast<size_t>(bytes),
+      check(d.cuMemcpyDtoHAsync(static_cast<std::byte*>(readback_) + offset, address(prog_.outputs.at(node)), static_cast<size_t>(bytes),
                                 ctx_->stream),
             "cuMemcpyDtoHAsync");
   }
-}
-
-void CudaExecutable::batch_steps(const ir::Graph& g) {
-  constexpr size_t kMaxParamBytes = 4000;  // the classic kernel parameter limit, with room
-  auto key = [](const Place& p) { return p.buf >= 0 ? static_cast<int64_t>(p.buf) : -static_cast<int64_t>(p.fixed) - 1; };
-  auto meets = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-    for (int64_t x : a)
-      if (std::find(b.begin(), b.end(), x) != b.end()) return true;
-    return false;
-  };
-  std::vector<Step> out;
-  std::vector<int64_t> reads, writes;  // of the batch being built (out.back())
-  bool open = false;
-  for (Step& s : steps_) {
-    const bool elementwise = s.kind == Step::Kind::kKernel && s.groups.size() == 1;
-    std::vector<int64_t> r, w;
-    if (elementwise)
-      for (size_t a = 0; a < s.args.size(); ++a) (a < s.group_reads[0] ? r : w).push_back(key(s.args[a].place));
-    const bool join = elementwise && open && !meets(r, writes) && !meets(w, reads) && !meets(w, writes) &&
-                      (out.back().args.size() + s.args.size()) * sizeof(CUdeviceptr) <= kMaxParamBytes;
-    if (!join) {
-      out.push_back(std::move(s));
-      reads = std::move(r);
-      writes = std::move(w);
-      open = elementwise;
-      continue;
-    }
-    Step& b = out.back();
-    b.nodes.insert(b.nodes.end(), s.nodes.begin(), s.nodes.end());
-    b.args.insert(b.args.end(), s.args.begin(), s.args.end());
-    b.groups.push_back(s.groups[0]);
-    b.group_strides.push_back(std::move(s.group_strides[0]));
-    b.group_reads.push_back(s.group_reads[0]);
-    b.group_args.push_back(s.group_args[0]);
-    reads.insert(reads.end(), r.begin(), r.end());
-    writes.insert(writes.end(), w.begin(), w.end());
-  }
-  for (Step& s : out) {
-    if (s.groups.size() < 2) continue;
-    std::vector<const passes::KernelGroup*> groups;
-    for (int32_t gi : s.groups) groups.push_back(&fusion_.groups[static_cast<size_t>(gi)]);
-    s.launch = batched_groups_kernel(g, groups, s.group_strides, "tg_kernel");
-    s.launch_n = -1;
-  }
-  steps_ = std::move(out);
-}
-
-void CudaExecutable::estimate_traffic(const ir::Graph& g) {
-  for (Step& s : steps_) {
-    std::vector<int32_t> seen;
-    auto bytes_of = [&](int32_t id) { return g.node(id).numel() * dtype_size(g.node(id).dtype); };
-    for (int32_t id : s.nodes) {
-      bool read_outside = std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end();
-      for (int32_t c : consumers_[static_cast<size_t>(id)])
-        read_outside = read_outside || std::find(s.nodes.begin(), s.nodes.end(), c) == s.nodes.end();
-      if (read_outside || s.nodes.size() == 1) s.moved += bytes_of(id);
-      for (int32_t in : g.node(id).inputs)
-        if (std::find(s.nodes.begin(), s.nodes.end(), in) == s.nodes.end() && std::find(seen.begin(), seen.end(), in) == seen.end()) {
-          seen.push_back(in);
-          // A broadcast input is read at its source's size.
-          int32_t src = in;
-          while (g.node(src).op == Op::kBroadcastTo || g.node(src).op == Op::kReshape || g.node(src).op == Op::kPermute)
-            src = g.node(src).inputs[0];
-          s.moved += bytes_of(src);
-        }
-    }
-  }
-}
-
-void CudaExecutable::plan_arena(bool reuse) {
-  // Execution index of each step; arena buffers live from their first to last touching step.
-  for (size_t i = 0; i < steps_.size(); ++i)
-    for (const Arg& a : steps_[i].args)
-      if (!a.err && a.place.buf >= 0) {
-        ArenaBuffer& b = bufs_[static_cast<size_t>(a.place.buf)];
-        const auto e = static_cast<int32_t>(i);
-        b.first = b.first < 0 ? e : std::min(b.first, e);
-        b.last = std::max(b.last, e);
-      }
-  choose_side_steps(reuse);
-  const auto end = static_cast<int32_t>(steps_.size());
-  arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(place_arena(bufs_, end, reuse, memory_), kAlign)));
-}
-
-void CudaExecutable::choose_side_steps(bool reuse) {
-  // A step is a side step when nothing after it touches what it touches: no later step has an
-  // argument in one of its arena buffers or fixed allocations (arguments are not told apart
-  // as read or written, so a shared read counts too), and no later step runs the same module
-  // (chunked reductions keep partials in module globals). Its results are then read only
-  // after the step's end (outputs, the loss), and it can run beside the steps after it:
-  // captured on the low-priority side stream, joined before the updates and the readback.
-  // Its buffers must then stay allocated to the end, or a later step could be placed in them
-  // while it still reads: that is allowed while it grows the arena by at most a quarter.
-  // Products (one shared cuBLASLt workspace), memsets and steps with the error word stay on
-  // the main stream.
-  if (env::is_set(env::Switch::kCudaNoSide)) return;
-  const size_t n = steps_.size();
-  auto key = [](const Place& p) { return p.buf >= 0 ? static_cast<int64_t>(p.buf) : -static_cast<int64_t>(p.fixed) - 1; };
-  std::vector<std::vector<int64_t>> keys(n);
-  for (size_t i = 0; i < n; ++i)
-    for (const Arg& a : steps_[i].args)
-      if (!a.err) keys[i].push_back(key(a.place));
-  std::vector<size_t> side;
-  std::unordered_set<int64_t> later;  // every key of the steps after i
-  for (size_t i = n; i-- > 0;) {
-    const Step& s = steps_[i];
-    bool ok = i + 1 < n && s.kind == Step::Kind::kKernel &&
-              std::none_of(s.args.begin(), s.args.end(), [](const Arg& a) { return a.err; });
-    for (int64_t k : keys[i]) ok = ok && !later.count(k);
-    for (size_t j = i + 1; ok && j < n; ++j) ok = steps_[j].kind != Step::Kind::kKernel || steps_[j].launch.source != s.launch.source;
-    if (ok) side.push_back(i);
-    later.insert(keys[i].begin(), keys[i].end());
-  }
-  if (side.empty()) return;
-  const auto end = static_cast<int32_t>(n);
-  if (reuse) {
-    std::vector<ArenaBuffer> before = bufs_, after = bufs_;
-    for (size_t i : side)
-      for (const Arg& a : steps_[i].args)
-        if (!a.err && a.place.buf >= 0) after[static_cast<size_t>(a.place.buf)].last = end;
-    MemoryStats scratch;
-    const int64_t was = place_arena(before, end, reuse, scratch), is = place_arena(after, end, reuse, scratch);
-    if (is > was + was / 4) return;
-    for (size_t b = 0; b < bufs_.size(); ++b) bufs_[b].last = after[b].last;
-  }
-  for (size_t i : side) steps_[i].side = true;
 }
 
 void CudaExecutable::compile_kernels() {
@@ -284,7 +139,7 @@ void CudaExecutable::compile_kernels() {
   std::unordered_map<std::string, int32_t> unique;
   std::vector<KernelSource> sources;
   std::vector<unsigned> shared;
-  for (Step& s : steps_) {
+  for (Step& s : prog_.steps) {
     if (s.kind != Step::Kind::kKernel) continue;
     auto [it, fresh] = unique.emplace(s.launch.source, static_cast<int32_t>(sources.size()));
     if (fresh) {
@@ -298,7 +153,7 @@ void CudaExecutable::compile_kernels() {
   const std::vector<std::vector<char>> cubins = compile_cubins(sources, ctx_->info.sm_major, ctx_->info.sm_minor);
   for (size_t i = 0; i < cubins.size(); ++i) kernels_.emplace_back(cubins[i], sources[i].name, shared[i]);
   // Sources are no longer needed (describe() names ops, not code).
-  for (Step& s : steps_) s.launch.source.clear();
+  for (Step& s : prog_.steps) s.launch.source.clear();
 }
 
 void CudaExecutable::enqueue_step(const Step& s, CUstream stream) {
@@ -343,7 +198,7 @@ void CudaExecutable::enqueue_all(int k) {
   // A side step waits for the main stream's work before it (an event recorded there), then
   // runs on the side stream; the main stream waits for the side stream before the updates.
   size_t forks = 0;
-  for (const Step& s : steps_) {
+  for (const Step& s : prog_.steps) {
     if (!s.side) {
       enqueue_step(s, ctx_->stream);
       continue;
@@ -363,13 +218,13 @@ void CudaExecutable::enqueue_all(int k) {
 
 void CudaExecutable::enqueue_prologue(int k) {
   const Driver& d = driver();
-  if (input_bytes_ > 0)
-    check(d.cuMemcpyHtoDAsync(inputs_.get(), staging_[k], static_cast<size_t>(input_bytes_), ctx_->stream), "cuMemcpyHtoDAsync");
+  if (prog_.input_bytes > 0)
+    check(d.cuMemcpyHtoDAsync(prog_.inputs.get(), staging_[k], static_cast<size_t>(prog_.input_bytes), ctx_->stream), "cuMemcpyHtoDAsync");
   if (uses_err_) check(d.cuMemsetD32Async(err_.get(), 0, 1, ctx_->stream), "cuMemsetD32Async");
 }
 
 void CudaExecutable::enqueue_updates() {
-  for (const UpdateCopy& u : update_copies_)
+  for (const UpdateCopy& u : prog_.update_copies)
     check(driver().cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), ctx_->stream),
           "cuMemcpyDtoDAsync");
 }
@@ -404,12 +259,12 @@ void CudaExecutable::wait_staging(int k) {
 }
 
 void CudaExecutable::set_input(int32_t node, const void* host) {
-  auto it = input_offset_.find(node);
-  if (it == input_offset_.end()) throw Error("[cuda] %" + std::to_string(node) + " is not an input");
+  auto it = prog_.input_offset.find(node);
+  if (it == prog_.input_offset.end()) throw Error("[cuda] %" + std::to_string(node) + " is not an input");
   ctx_->make_current();
   const int k = next_;
   wait_staging(k);  // the launch two steps back may still be uploading from this buffer
-  const Slot& s = slots_[static_cast<size_t>(node)];
+  const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
   std::memcpy(static_cast<std::byte*>(staging_[k]) + it->second, host, static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
   staged_version_[k][node] = ++input_version_[node];
 }
@@ -419,12 +274,12 @@ void CudaExecutable::execute() {
   const Driver& d = driver();
   const int k = next_;
   // Inputs set for an earlier step only: bring their latest bytes over from the other buffer.
-  for (const auto& [id, offset] : input_offset_) {
+  for (const auto& [id, offset] : prog_.input_offset) {
     const uint64_t latest = input_version_[id];
     if (latest == 0) throw Error("[cuda] input %" + std::to_string(id) + " was never set");
     if (staged_version_[k][id] == latest) continue;
     wait_staging(k);
-    const Slot& s = slots_[static_cast<size_t>(id)];
+    const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(id)];
     std::memcpy(static_cast<std::byte*>(staging_[k]) + offset, static_cast<const std::byte*>(staging_[1 - k]) + offset,
                 static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
     staged_version_[k][id] = latest;
@@ -445,23 +300,23 @@ void CudaExecutable::profile_execution(int k) {
   const Driver& d = driver();
   CUstream stream = ctx_->stream;
   enqueue_prologue(k);
-  std::vector<CUevent> events(steps_.size() + 1);
+  std::vector<CUevent> events(prog_.steps.size() + 1);
   for (CUevent& e : events) check(d.cuEventCreate(&e, 0), "cuEventCreate");
   check(d.cuEventRecord(events[0], stream), "cuEventRecord");
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    enqueue_step(steps_[i], stream);  // one at a time, side steps too
+  for (size_t i = 0; i < prog_.steps.size(); ++i) {
+    enqueue_step(prog_.steps[i], stream);  // one at a time, side steps too
     check(d.cuEventRecord(events[i + 1], stream), "cuEventRecord");
   }
   enqueue_updates();
   enqueue_readback();
   check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   const bool detail = env::equals(env::Switch::kProfile, "2") && executions_ == 3;
-  for (size_t i = 0; i < steps_.size(); ++i) {
+  for (size_t i = 0; i < prog_.steps.size(); ++i) {
     float ms = 0;
     d.cuEventElapsedTime(&ms, events[i], events[i + 1]);
-    const Step& s = steps_[i];
+    const Step& s = prog_.steps[i];
     std::string label = s.kind == Step::Kind::kMatmul ? (s.matmul_hi ? "matmul 3xTF32" : "matmul") : s.kind == Step::Kind::kMemset ? "memset"
-                        : s.nodes.empty() ? "copy" : s.nodes.size() > 1 ? "fused" : ir::op_name(ops_[static_cast<size_t>(s.nodes[0])]);
+                        : s.nodes.empty() ? "copy" : s.nodes.size() > 1 ? "fused" : ir::op_name(prog_.nodes[static_cast<size_t>(s.nodes[0])].op);
     auto& e = profile_ms_[label];
     e.first += ms;
     e.second += 1;
@@ -474,8 +329,8 @@ void CudaExecutable::profile_execution(int k) {
 }
 
 void CudaExecutable::read_output(int32_t node, void* host) {
-  auto it = outputs_.find(node);
-  if (it == outputs_.end()) throw Error("[cuda] %" + std::to_string(node) + " is not an output");
+  auto it = prog_.outputs.find(node);
+  if (it == prog_.outputs.end()) throw Error("[cuda] %" + std::to_string(node) + " is not an output");
   ctx_->make_current();
   const Driver& d = driver();
   check(d.cuStreamSynchronize(ctx_->stream), "cuStreamSynchronize (the step failed)");
@@ -486,7 +341,7 @@ void CudaExecutable::read_output(int32_t node, void* host) {
     throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset, an "
                      "attention_at position or a cross_entropy target); "
                      "run it on Device::cpu() for the exact position");
-  const Slot& s = slots_[static_cast<size_t>(node)];
+  const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
   const auto bytes = static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype));
   if (auto rb = readback_offset_.find(node); rb != readback_offset_.end())
     std::memcpy(host, static_cast<const std::byte*>(readback_) + rb->second, bytes);
@@ -502,9 +357,9 @@ std::string CudaExecutable::step_line(const Step& s) const {
     case Step::Kind::kMemset: out << "memset"; break;
   }
   for (int32_t id : s.nodes) {
-    out << " " << ir::op_name(ops_[static_cast<size_t>(id)]) << "%" << id;
-    if (!names_[static_cast<size_t>(id)].empty()) out << "'" << names_[static_cast<size_t>(id)] << "'";
-    out << shape_str(slots_[static_cast<size_t>(id)].shape);
+    out << " " << ir::op_name(prog_.nodes[static_cast<size_t>(id)].op) << "%" << id;
+    if (!prog_.nodes[static_cast<size_t>(id)].name.empty()) out << "'" << prog_.nodes[static_cast<size_t>(id)].name << "'";
+    out << shape_str(prog_.nodes[static_cast<size_t>(id)].shape);
   }
   if (s.kind == Step::Kind::kKernel)
     out << " grid " << s.launch.grid[0] << "x" << s.launch.grid[1] << "x" << s.launch.grid[2] << " block " << s.launch.block[0] << "x"
@@ -516,7 +371,7 @@ std::string CudaExecutable::step_line(const Step& s) const {
 
 std::string CudaExecutable::describe() const {
   std::ostringstream out;
-  for (size_t i = 0; i < steps_.size(); ++i) out << "#" << i << " " << step_line(steps_[i]) << "\n";
+  for (size_t i = 0; i < prog_.steps.size(); ++i) out << "#" << i << " " << step_line(prog_.steps[i]) << "\n";
   return out.str();
 }
 

@@ -23,7 +23,7 @@
 #include <cstdio>
 #include <string>
 
-#include "backend/cuda/executable.h"
+#include "backend/cuda/lowering.h"
 #include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/plan_util.h"
 #include "ir/strides.h"
@@ -102,10 +102,10 @@ Launch norm_partials_kernel(const std::string& name, int64_t cols, int64_t block
   return l;
 }
 
-bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
-  const ir::Node& f = g.node(id);
+bool Lowering::plan_norm_forward(int32_t id) {
+  const ir::Node& f = g_.node(id);
   auto group = [&](int32_t n) { return fusion_.group_of[static_cast<size_t>(n)]; };
-  auto escapes = [&](int32_t x) { return this->escapes(g, x); };
+  auto escapes = [&](int32_t x) { return this->escapes(x); };
   auto sole_consumer = [&](int32_t x) -> int32_t {
     const auto& cs = consumers_[static_cast<size_t>(x)];
     return !escapes(x) && cs.size() == 1 ? cs[0] : -1;
@@ -115,18 +115,18 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   auto vector_param = [&](const ir::Node& op, int32_t self) {
     const int32_t other = op.inputs[0] == self ? op.inputs[1] : op.inputs[0];
     if (op.inputs[0] == op.inputs[1]) return -1;
-    const int32_t src = view_source(g, other);
-    const ir::Node& p = g.node(src);
+    const int32_t src = view_source(other);
+    const ir::Node& p = g_.node(src);
     return p.op == Op::kParam && p.dtype == DType::kF32 && p.numel() == cols ? src : -1;
   };
   if (!options_.fuse || f.dtype != DType::kF32 || cols > 16384) return false;
   const int32_t mul = sole_consumer(id);
-  if (mul < 0 || g.node(mul).op != Op::kMul || g.node(mul).shape != f.shape || group(mul) < 0) return false;
-  const int32_t w = vector_param(g.node(mul), id);
+  if (mul < 0 || g_.node(mul).op != Op::kMul || g_.node(mul).shape != f.shape || group(mul) < 0) return false;
+  const int32_t w = vector_param(g_.node(mul), id);
   if (w < 0) return false;
   int32_t add = sole_consumer(mul), b = -1;
-  if (add >= 0 && (g.node(add).op != Op::kAdd || g.node(add).shape != f.shape || group(add) != group(mul))) add = -1;
-  if (add >= 0 && (b = vector_param(g.node(add), mul)) < 0) add = -1;
+  if (add >= 0 && (g_.node(add).op != Op::kAdd || g_.node(add).shape != f.shape || group(add) != group(mul))) add = -1;
+  if (add >= 0 && (b = vector_param(g_.node(add), mul)) < 0) add = -1;
   std::vector<int32_t> absorbed = add >= 0 ? std::vector<int32_t>{mul, add} : std::vector<int32_t>{mul};
   std::vector<int32_t> have = fusion_.groups[static_cast<size_t>(group(mul))].nodes;
   std::sort(have.begin(), have.end());
@@ -135,7 +135,7 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   const int64_t rows = f.numel() / std::max<int64_t>(cols, 1);
   const double eps = f.attrs.values.at(0);
   const NormAffine affine{true, add >= 0};
-  const Place x = dense(g, id, f.inputs[0]);
+  const Place x = dense(f.inputs[0]);
   const Place wp = slots_[static_cast<size_t>(w)].place, bp = add >= 0 ? slots_[static_cast<size_t>(b)].place : wp;
   std::vector<int32_t> nodes{id};
   nodes.insert(nodes.end(), absorbed.begin(), absorbed.end());
@@ -146,37 +146,37 @@ bool CudaExecutable::plan_norm_forward(const ir::Graph& g, int32_t id) {
   static const bool defer_off = env::equals(env::Switch::kCudaGemvNorm, "off");
   // Not when x is a state (or a view of one): an update planned before the product could write
   // it in place before the deferred norm reads it.
-  const int32_t x_source = view_source(g, f.inputs[0]);
-  const bool x_updated = g.node(x_source).op == Op::kState ||
-                         std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.target == x_source; });
+  const int32_t x_source = view_source(f.inputs[0]);
+  const bool x_updated = g_.node(x_source).op == Op::kState ||
+                         std::any_of(g_.updates.begin(), g_.updates.end(), [&](const ir::Graph::Update& u) { return u.target == x_source; });
   if (const int32_t reader = sole_consumer(last);
-      !defer_off && !x_updated && rows <= 8 && reader >= 0 && g.node(reader).op == Op::kMatmul && g.node(reader).inputs[0] == last &&
-      g.node(reader).inputs[1] != last) {
-    own_node(g, last);  // placed now, so its group (a gain-only norm's lone ·w) is not planned again
+      !defer_off && !x_updated && rows <= 8 && reader >= 0 && g_.node(reader).op == Op::kMatmul && g_.node(reader).inputs[0] == last &&
+      g_.node(reader).inputs[1] != last) {
+    own_node(last);  // placed now, so its group (a gain-only norm's lone ·w) is not planned again
     deferred_norms_[last] = std::move(dn);
     return true;
   }
-  plan_deferred_norm(g, dn);
+  plan_deferred_norm(dn);
   return true;
 }
 
-void CudaExecutable::plan_deferred_norm(const ir::Graph& g, const DeferredNorm& dn) {
+void Lowering::plan_deferred_norm(const DeferredNorm& dn) {
   const int32_t last = dn.nodes.back();
-  if (!slots_[static_cast<size_t>(last)].placed) own_node(g, last);
+  if (!slots_[static_cast<size_t>(last)].placed) own_node(last);
   add_kernel(dn.nodes, dn.layer ? layer_norm_kernel(kKernelName, dn.rows, dn.cols, dn.eps, dn.affine)
                                 : rms_norm_kernel(kKernelName, dn.rows, dn.cols, dn.eps, dn.affine),
              {{dn.x}, {dn.w}, {dn.b}, {slots_[static_cast<size_t>(last)].place}});
 }
 
 /// The node a chain of BroadcastTo / Reshape views starts from.
-int32_t CudaExecutable::view_source(const ir::Graph& g, int32_t id) const {
-  while (g.node(id).op == Op::kBroadcastTo || g.node(id).op == Op::kReshape) id = g.node(id).inputs[0];
+int32_t Lowering::view_source(int32_t id) const {
+  while (g_.node(id).op == Op::kBroadcastTo || g_.node(id).op == Op::kReshape) id = g_.node(id).inputs[0];
   return id;
 }
 
-void CudaExecutable::match_norm_backwards(const ir::Graph& g) {
+void Lowering::match_norm_backwards() {
   auto group = [&](int32_t id) { return fusion_.group_of[static_cast<size_t>(id)]; };
-  auto escapes = [&](int32_t x) { return this->escapes(g, x); };
+  auto escapes = [&](int32_t x) { return this->escapes(x); };
   auto only_consumer = [&](int32_t x, int32_t c) {
     const auto& cs = consumers_[static_cast<size_t>(x)];
     return !escapes(x) && cs.size() == 1 && cs[0] == c;
@@ -189,15 +189,15 @@ void CudaExecutable::match_norm_backwards(const ir::Graph& g) {
   };
   // A sum over every axis but the last of a [..., C] value, to [1, …, 1, C] or [C].
   auto column_sum_of = [&](int32_t s, int32_t input, int64_t cols) {
-    const ir::Node& n = g.node(s);
+    const ir::Node& n = g_.node(s);
     if (n.op != Op::kSum || n.inputs[0] != input || n.dtype != DType::kF32 || n.shape.empty() || n.shape.back() != cols ||
         n.numel() != cols)
       return false;
-    const size_t rank = g.node(input).shape.size();
+    const size_t rank = g_.node(input).shape.size();
     return n.attrs.axes.size() + 1 == rank;
   };
-  for (int32_t id = 0; id < g.size(); ++id) {
-    const ir::Node& lg = g.node(id);
+  for (int32_t id = 0; id < g_.size(); ++id) {
+    const ir::Node& lg = g_.node(id);
     if (!is_norm_grad(lg.op) || group(id) < 0 || lg.dtype != DType::kF32) continue;
     const int64_t cols = lg.shape.back();
     if (cols > kMaxCols || cols < 1) continue;
@@ -207,13 +207,13 @@ void CudaExecutable::match_norm_backwards(const ir::Graph& g) {
     m.dz = lg.inputs[1];
     std::vector<int32_t> groups{group(id)};
     // dy = dz · broadcast(w [C]) read only here: folded in.
-    if (const ir::Node& mul = g.node(m.dz); mul.op == Op::kMul && mul.shape == lg.shape && only_consumer(m.dz, id) &&
+    if (const ir::Node& mul = g_.node(m.dz); mul.op == Op::kMul && mul.shape == lg.shape && only_consumer(m.dz, id) &&
                                              group(m.dz) >= 0 && group_is(group(m.dz), {m.dz})) {
       for (int side = 0; side < 2; ++side) {
         const int32_t w = mul.inputs[static_cast<size_t>(side)], other = mul.inputs[static_cast<size_t>(1 - side)];
-        const int32_t src = view_source(g, w);
-        if (g.node(other).shape != lg.shape || g.node(src).numel() != cols || g.node(src).dtype != DType::kF32) continue;
-        if (g.node(src).op != Op::kParam) continue;  // bound, dense, placed from the start
+        const int32_t src = view_source(w);
+        if (g_.node(other).shape != lg.shape || g_.node(src).numel() != cols || g_.node(src).dtype != DType::kF32) continue;
+        if (g_.node(src).op != Op::kParam) continue;  // bound, dense, placed from the start
         m.mul = m.dz;
         m.w = src;
         m.dz = other;
@@ -227,11 +227,11 @@ void CudaExecutable::match_norm_backwards(const ir::Graph& g) {
         m.db = c;
         continue;
       }
-      const ir::Node& p = g.node(c);
+      const ir::Node& p = g_.node(c);
       if (m.dw >= 0 || p.op != Op::kMul || p.shape != lg.shape || consumers_[static_cast<size_t>(c)].size() != 1 || escapes(c))
         continue;
       const int32_t xh = p.inputs[0] == m.dz ? p.inputs[1] : p.inputs[0];
-      const ir::Node& f = g.node(xh);
+      const ir::Node& f = g_.node(xh);
       if (f.op != forward_of(lg.op) || f.inputs[0] != m.x || f.attrs.values.at(0) != lg.attrs.values.at(0)) continue;
       const int32_t s = consumers_[static_cast<size_t>(c)][0];
       if (!column_sum_of(s, c, cols)) continue;
@@ -249,7 +249,7 @@ void CudaExecutable::match_norm_backwards(const ir::Graph& g) {
     const int32_t first = *std::min_element(groups.begin(), groups.end());
     // Inputs ready before the first absorbed group: computed by an earlier group or bound.
     auto ready = [&](int32_t v) {
-      const int32_t src = view_source(g, v);
+      const int32_t src = view_source(v);
       return slots_[static_cast<size_t>(src)].placed || (group(src) >= 0 && group(src) < first);
     };
     if (!ready(m.x) || !ready(m.dz)) continue;
@@ -259,26 +259,26 @@ void CudaExecutable::match_norm_backwards(const ir::Graph& g) {
   }
 }
 
-bool CudaExecutable::plan_norm_backward_at(const ir::Graph& g, int32_t group_index) {
+bool Lowering::plan_norm_backward_at(int32_t group_index) {
   if (!absorbed_groups_.count(group_index)) return false;
   for (const NormBackward& m : norm_backwards_) {
     if (m.at_group != group_index) continue;
-    const ir::Node& lg = g.node(m.grad);
+    const ir::Node& lg = g_.node(m.grad);
     const int64_t cols = lg.shape.back(), rows = lg.numel() / cols;
     // Views between a value and its source (a reshape of the residual stream) are placed now.
     for (int32_t v : {m.x, m.dz}) {
       std::vector<int32_t> chain;
-      for (int32_t x = v; !slots_[static_cast<size_t>(x)].placed; x = g.node(x).inputs[0]) chain.push_back(x);
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) plan_single(g, *it);
+      for (int32_t x = v; !slots_[static_cast<size_t>(x)].placed; x = g_.node(x).inputs[0]) chain.push_back(x);
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) plan_single(*it);
     }
-    const Place x = dense(g, m.grad, m.x), dz = dense(g, m.grad, m.dz);
+    const Place x = dense(m.x), dz = dense(m.dz);
     const bool dw = m.dw >= 0, db = m.db >= 0;
     const int64_t blocks =
-        std::min<int64_t>(kBlocksPerSm * ctx_->info.sm_count, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+        std::min<int64_t>(kBlocksPerSm * info_.sm_count, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
     std::vector<Arg> args{{x}, {dz}};
     if (m.w >= 0) args.push_back({slots_[static_cast<size_t>(m.w)].place});
-    args.push_back({own_node(g, m.grad)});
-    const Place part = own(lg, (dw || db ? 2 * blocks * cols : 1) * 4, {2 * blocks * cols}, Category::kScratch);
+    args.push_back({own_node(m.grad)});
+    const Place part = own((dw || db ? 2 * blocks * cols : 1) * 4, {2 * blocks * cols}, Category::kScratch);
     args.push_back({part});
     std::vector<int32_t> nodes{m.grad};
     for (int32_t n : {m.mul, m.recompute, m.dw_mul})
@@ -290,7 +290,7 @@ bool CudaExecutable::plan_norm_backward_at(const ir::Graph& g, int32_t group_ind
       std::vector<int32_t> sums;
       for (int32_t s : {m.dw, m.db})
         if (s >= 0) {
-          pargs.push_back({own_node(g, s)});
+          pargs.push_back({own_node(s)});
           sums.push_back(s);
         }
       add_kernel(sums, norm_partials_kernel(kKernelName, cols, blocks, dw, db), std::move(pargs));

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backend/cuda/codegen.h"
-#include "backend/cuda/executable.h"
+#include "backend/cuda/lowering.h"
 #include "backend/cuda/plan_util.h"
 #include "backend/cuda/small_matmul.h"
 #include "ir/strides.h"
@@ -21,7 +21,7 @@ using namespace plan_util;
 
 /// `node` (an add riding in the product's epilogue) is computed by product `id`'s step: it
 /// leaves its elementwise group, whose other nodes then read its value as an input.
-void CudaExecutable::computed_by_product(int32_t node, int32_t id) {
+void Lowering::computed_by_product(int32_t node, int32_t id) {
   int32_t& gi = fusion_.group_of[static_cast<size_t>(node)];
   if (passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)]; grp.nodes.size() > 1) {
     std::erase(grp.nodes, node);
@@ -74,7 +74,7 @@ std::optional<MatOperand> batch_matrix(const Shape& shape, const std::vector<int
 
 /// One product [batch..., m, k] @ [batch..., k, nn] as plan_matmul places it, filled in step
 /// by step: its operands, the epilogue nodes its step computes, and its output.
-struct CudaExecutable::ProductPlan {
+struct Lowering::ProductPlan {
   int32_t id = -1;
   const ir::Node* n = nullptr;
   Shape batch_shape;  // the output's batch axes
@@ -97,30 +97,30 @@ struct CudaExecutable::ProductPlan {
 /// the whole batch (batch stride 0) against a row-major left operand fold the batch into m.
 /// Steps: the operands, the epilogue nodes that ride along (a bias, a GELU for gemv, a
 /// residual), the output's place, then one of gemv_kernel, small_matmul_kernel or cuBLASLt.
-void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
+void Lowering::plan_matmul(int32_t id) {
   ProductPlan p;
   p.id = id;
-  p.n = &g.node(id);
+  p.n = &g_.node(id);
   const ir::Node& n = *p.n;
   const Shape& os = n.shape;
   const size_t rank = os.size();
   p.m = os[rank - 2], p.nn = os[rank - 1];
   p.batch_shape = Shape(os.begin(), os.end() - 2);
   p.batch = numel(p.batch_shape);
-  p.k = g.node(n.inputs[0]).shape.back();
+  p.k = g_.node(n.inputs[0]).shape.back();
   // A norm left for this product to apply (plan_norm_forward placed its value): it runs inside
   // gemv_kernel, or as its own kernel before any step of the product.
   if (auto it = deferred_norms_.find(n.inputs[0]); it != deferred_norms_.end()) p.dn = &it->second;
   if (p.dn != nullptr && (p.k == 1 || n.inputs[1] == n.inputs[0])) {
-    plan_deferred_norm(g, *p.dn);
+    plan_deferred_norm(*p.dn);
     p.dn = nullptr;
   }
   if (p.k == 1) {
-    plan_outer_product(g, p);
+    plan_outer_product(p);
     return;
   }
-  plan_product_operands(g, p);
-  match_bias_epilogue(g, p);
+  plan_product_operands(p);
+  match_bias_epilogue(p);
   p.ld = p.bm == 1 && n.dtype == DType::kF32 ? padded_row(p.nn) : p.nn;
   // A skinny product (a decode step's handful of rows against a weight) streams the weight
   // once through gemv_kernel, which also applies a GELU that alone consumes the product.
@@ -130,12 +130,12 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
            (p.dn == nullptr || (p.dn->rows == p.mm && p.dn->cols == p.k &&
                                 p.places[0].buf == slots_[static_cast<size_t>(n.inputs[0])].place.buf));
   if (p.dn != nullptr && !p.gemv) {
-    plan_deferred_norm(g, *p.dn);
+    plan_deferred_norm(*p.dn);
     p.dn = nullptr;
   }
-  match_gelu_epilogue(g, p);
-  match_residual_epilogue(g, p);
-  place_product_output(g, p);
+  match_gelu_epilogue(p);
+  match_residual_epilogue(p);
+  place_product_output(p);
   if (p.gemv) {
     plan_gemv_product(p);
     return;
@@ -143,7 +143,7 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
   // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
   if (p.add < 0 && p.res_add < 0 && small_matmul_preferred(p.bm, p.mm, p.nn, p.k)) {
     add_kernel({id},
-               small_matmul_kernel(kKernelName, p.bm, p.mm, p.nn, p.k, p.mats[0], p.mats[1], options_.tf32, p.ld, ctx_->info),
+               small_matmul_kernel(kKernelName, p.bm, p.mm, p.nn, p.k, p.mats[0], p.mats[1], options_.tf32, p.ld, info_),
                {{p.places[0]}, {p.places[1]}, {p.out}}, 2 * p.batch * p.m * p.nn * p.k);
     return;
   }
@@ -152,7 +152,7 @@ void CudaExecutable::plan_matmul(const ir::Graph& g, int32_t id) {
 
 /// k = 1, an outer product: one elementwise kernel, no BLAS call. out[.., i, j] = a[.., i, 0] ·
 /// b[.., 0, j], each operand read through its strides over the output (0 along the axis it lacks).
-void CudaExecutable::plan_outer_product(const ir::Graph& g, const ProductPlan& p) {
+void Lowering::plan_outer_product(const ProductPlan& p) {
   const ir::Node& n = *p.n;
   const Shape& os = n.shape;
   const size_t rank = os.size();
@@ -162,14 +162,14 @@ void CudaExecutable::plan_outer_product(const ir::Graph& g, const ProductPlan& p
                        bs = strides_over_output(b.shape, b.place.strides, rank);
   as[rank - 1] = 0;  // a [.., m, 1] along n
   bs[rank - 2] = 0;  // b [.., 1, n] along m
-  add_kernel({p.id}, product_kernel(kKernelName, os, as, bs), {{a.place}, {b.place}, {own_node(g, p.id)}}, p.batch * p.m * p.nn);
+  add_kernel({p.id}, product_kernel(kKernelName, os, as, bs), {{a.place}, {b.place}, {own_node(p.id)}}, p.batch * p.m * p.nn);
 }
 
 /// The operands as [batch, rows, cols] matrices (p.places, p.mats): as they lie when one batch
 /// stride reads them, else a dense copy broadcast-expanded over the output's batch. Then the
 /// batch folds into the rows (p.bm, p.mm) when the right operand is shared by the whole batch
 /// and the left one's rows follow each other from batch to batch.
-void CudaExecutable::plan_product_operands(const ir::Graph& g, ProductPlan& p) {
+void Lowering::plan_product_operands(ProductPlan& p) {
   const ir::Node& n = *p.n;
   const Shape& batch_shape = p.batch_shape;
   Place* places = p.places;
@@ -182,7 +182,7 @@ void CudaExecutable::plan_product_operands(const ir::Graph& g, ProductPlan& p) {
       continue;
     }
     if (i == 0 && p.dn != nullptr) {  // the copy below reads the norm's value: compute it first
-      plan_deferred_norm(g, *p.dn);
+      plan_deferred_norm(*p.dn);
       p.dn = nullptr;
     }
     // Materialise broadcast-expanded over the output's batch: [batch..., rows, cols] dense.
@@ -192,7 +192,7 @@ void CudaExecutable::plan_product_operands(const ir::Graph& g, ProductPlan& p) {
     Slot expanded = x;
     expanded.shape = full;
     expanded.place.strides = strides_over_output(x.shape, x.place.strides, n.shape.size());
-    places[i] = dense_copy(n, expanded);
+    places[i] = dense_copy(expanded);
     const int64_t rows = full[full.size() - 2], cols = full.back();
     mats[i] = MatOperand{rows, cols, cols, 1, rows * cols};
   }
@@ -208,26 +208,26 @@ void CudaExecutable::plan_product_operands(const ir::Graph& g, ProductPlan& p) {
 /// x·W + b: the bias rides in cuBLASLt's epilogue and the add's value is the product's
 /// output. An add fused with more elementwise work (a GELU after it) leaves that group, which
 /// then reads the add's value instead of the product's. Sets p.add and p.bias when it applies.
-void CudaExecutable::match_bias_epilogue(const ir::Graph& g, ProductPlan& p) {
+void Lowering::match_bias_epilogue(ProductPlan& p) {
   const int32_t id = p.id;
   const Shape& os = p.n->shape;
   const size_t rank = os.size();
-  if (p.bm == 1 && p.n->dtype == DType::kF32 && !escapes(g, id) && consumers_[static_cast<size_t>(id)].size() == 1) {
+  if (p.bm == 1 && p.n->dtype == DType::kF32 && !escapes(id) && consumers_[static_cast<size_t>(id)].size() == 1) {
     const int32_t c = consumers_[static_cast<size_t>(id)][0];
-    const ir::Node& a = g.node(c);
+    const ir::Node& a = g_.node(c);
     const passes::KernelGroup& cg = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
     if (a.op == Op::kAdd && a.shape == os && (cg.nodes.size() == 1 || cg.kind == passes::KernelGroup::Kind::kElementwise) &&
         a.inputs[0] != a.inputs[1]) {
       const int32_t other = a.inputs[0] == id ? a.inputs[1] : a.inputs[0];
       // The bias is usually broadcast after the product is traced: place that view now.
       std::vector<int32_t> chain;
-      for (int32_t x = other; !slots_[static_cast<size_t>(x)].placed; x = g.node(x).inputs[0]) {
-        const Op op = g.node(x).op;
+      for (int32_t x = other; !slots_[static_cast<size_t>(x)].placed; x = g_.node(x).inputs[0]) {
+        const Op op = g_.node(x).op;
         if (op != Op::kBroadcastTo && op != Op::kReshape) break;
         chain.push_back(x);
       }
-      if (!chain.empty() && slots_[static_cast<size_t>(g.node(chain.back()).inputs[0])].placed)
-        for (auto it = chain.rbegin(); it != chain.rend(); ++it) plan_single(g, *it);
+      if (!chain.empty() && slots_[static_cast<size_t>(g_.node(chain.back()).inputs[0])].placed)
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) plan_single(*it);
       const Slot& o = slots_[static_cast<size_t>(other)];
       bool vector = o.placed && o.place.strides.back() == 1;
       for (size_t d = 0; d + 1 < rank && vector; ++d) vector = o.place.strides[d] == 0 || o.shape[d] == 1;
@@ -242,12 +242,12 @@ void CudaExecutable::match_bias_epilogue(const ir::Graph& g, ProductPlan& p) {
 
 /// gelu(x·W [+ b]) for a gemv product: the GELU that alone consumes the product (or its bias
 /// add) is applied by gemv_kernel. Sets p.gelu when it applies.
-void CudaExecutable::match_gelu_epilogue(const ir::Graph& g, ProductPlan& p) {
+void Lowering::match_gelu_epilogue(ProductPlan& p) {
   const int32_t id = p.id, add = p.add;
-  if (const int32_t y = add >= 0 ? add : id; p.gemv && !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
+  if (const int32_t y = add >= 0 ? add : id; p.gemv && !escapes(y) && consumers_[static_cast<size_t>(y)].size() == 1) {
     const int32_t c = consumers_[static_cast<size_t>(y)][0];
     const passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(fusion_.group_of[static_cast<size_t>(c)])];
-    if (g.node(c).op == Op::kGeluTanh && g.node(c).shape == p.n->shape &&
+    if (g_.node(c).op == Op::kGeluTanh && g_.node(c).shape == p.n->shape &&
         (grp.nodes.size() == 1 || grp.kind == passes::KernelGroup::Kind::kElementwise)) {
       p.gelu = c;
       computed_by_product(c, id);
@@ -258,15 +258,15 @@ void CudaExecutable::match_gelu_epilogue(const ir::Graph& g, ProductPlan& p) {
 /// (x·W [+ b]) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1) and the
 /// add's value is the product's output, when r lies dense in the output's layout. Sets
 /// p.res_add and p.residual when it applies.
-void CudaExecutable::match_residual_epilogue(const ir::Graph& g, ProductPlan& p) {
+void Lowering::match_residual_epilogue(ProductPlan& p) {
   const int32_t id = p.id, add = p.add;
   const Shape& os = p.n->shape;
   const int64_t mm = p.mm, nn = p.nn;
   if (const int32_t y = add >= 0 ? add : id;
       p.gelu < 0 && p.bm == 1 && p.n->dtype == DType::kF32 && p.ld == nn && padded_row(mm) == mm &&
-      (add >= 0 || !small_matmul_preferred(p.bm, mm, nn, p.k)) && !escapes(g, y) && consumers_[static_cast<size_t>(y)].size() == 1) {
+      (add >= 0 || !small_matmul_preferred(p.bm, mm, nn, p.k)) && !escapes(y) && consumers_[static_cast<size_t>(y)].size() == 1) {
     const int32_t r = consumers_[static_cast<size_t>(y)][0];
-    const ir::Node& ra = g.node(r);
+    const ir::Node& ra = g_.node(r);
     const int32_t gi = fusion_.group_of[static_cast<size_t>(r)];
     const passes::KernelGroup& grp = fusion_.groups[static_cast<size_t>(gi)];
     const int32_t z = ra.inputs[0] == y ? ra.inputs[1] : ra.inputs[0];
@@ -282,12 +282,12 @@ void CudaExecutable::match_residual_epilogue(const ir::Graph& g, ProductPlan& p)
 
 /// The output (p.out) is owned by the last node the step computes (the holder); the product
 /// and its other epilogue nodes share that place. Rows ld > nn apart widen the buffer.
-void CudaExecutable::place_product_output(const ir::Graph& g, ProductPlan& p) {
+void Lowering::place_product_output(ProductPlan& p) {
   const int32_t id = p.id, add = p.add, res_add = p.res_add, gelu = p.gelu;
   const int32_t holder = gelu >= 0 ? gelu : res_add >= 0 ? res_add : add >= 0 ? add : id;
-  Place out = own_node(g, holder);
+  Place out = own_node(holder);
   if (p.ld != p.nn) {
-    bufs_[static_cast<size_t>(out.buf)].bytes = aligned(p.mm * p.ld * 4);
+    prog_.bufs[static_cast<size_t>(out.buf)].bytes = aligned(p.mm * p.ld * 4);
     out.strides = row_padded_strides(p.n->shape, p.ld);
     slots_[static_cast<size_t>(holder)].place = out;
   }
@@ -301,7 +301,7 @@ void CudaExecutable::place_product_output(const ir::Graph& g, ProductPlan& p) {
 
 /// The product as one gemv_kernel: args a (or, with a deferred norm, the norm's input and its
 /// affine weights), b, then the bias and residual where present, then out.
-void CudaExecutable::plan_gemv_product(const ProductPlan& p) {
+void Lowering::plan_gemv_product(const ProductPlan& p) {
   const int64_t mm = p.mm, nn = p.nn, k = p.k;
   const int32_t add = p.add, res_add = p.res_add, gelu = p.gelu;
   const DeferredNorm* dn = p.dn;
@@ -325,7 +325,7 @@ void CudaExecutable::plan_gemv_product(const ProductPlan& p) {
     if (x >= 0) nodes.push_back(x);
   add_kernel(nodes,
              gemv_kernel(kKernelName, mm, nn, k, a, p.mats[1],
-                         {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, p.ld, ctx_->info.sm_count,
+                         {.bias = add >= 0, .residual = res_add >= 0, .gelu = gelu >= 0}, p.ld, info_.sm_count,
                          norm),
              std::move(args), 2 * mm * nn * k);
 }
@@ -333,7 +333,7 @@ void CudaExecutable::plan_gemv_product(const ProductPlan& p) {
 /// The product as a cuBLASLt step (Step::Kind::kMatmul; args a, b, out, then the bias and the
 /// residual where present): padded for TF32 where that pays, or split into three TF32
 /// products (split_product_wanted).
-void CudaExecutable::plan_lt_product(ProductPlan& p) {
+void Lowering::plan_lt_product(ProductPlan& p) {
   const ir::Node& n = *p.n;
   const int64_t bm = p.bm, mm = p.mm, nn = p.nn, k = p.k, ld = p.ld;
   const int32_t add = p.add, res_add = p.res_add;
@@ -350,10 +350,10 @@ void CudaExecutable::plan_lt_product(ProductPlan& p) {
     MatOperand pa = mats[0], pb = mats[1];
     Place qa = places[0], qb = places[1];
     const int64_t tm = padded_row(mm), tn = ld, tk = padded_row(k);
-    if (pad_operand(n, pa, qa, tm, tk, tk != k) && pad_operand(n, pb, qb, tk, tn, tk != k)) {
+    if (pad_operand(pa, qa, tm, tk, tk != k) && pad_operand(pb, qb, tk, tn, tk != k)) {
       mats[0] = pa, mats[1] = pb, places[0] = qa, places[1] = qb;
       pm = tm, pn = tn, pk = tk;
-      bufs_[static_cast<size_t>(out.buf)].bytes = aligned(pm * ld * 4);
+      prog_.bufs[static_cast<size_t>(out.buf)].bytes = aligned(pm * ld * 4);
     }
   }
   Step st;
@@ -374,16 +374,16 @@ void CudaExecutable::plan_lt_product(ProductPlan& p) {
     }
   };
   if (split_product_wanted(bm, mm, nn, k, n.dtype)) {
-    plan_split_product(n, mats, places, mm, k, ld, add >= 0, st);
-    bufs_[static_cast<size_t>(out.buf)].bytes = std::max(bufs_[static_cast<size_t>(out.buf)].bytes, aligned(padded_row(mm) * ld * 4));
+    plan_split_product(mats, places, mm, k, ld, add >= 0, st);
+    prog_.bufs[static_cast<size_t>(out.buf)].bytes = std::max(prog_.bufs[static_cast<size_t>(out.buf)].bytes, aligned(padded_row(mm) * ld * 4));
     operands();
-    steps_.push_back(std::move(st));
+    prog_.steps.push_back(std::move(st));
     return;
   }
   operands();
   st.matmul = std::make_shared<LtMatmul>(bm, pm, pn, pk, mats[0], mats[1],
                                          options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes, add >= 0, ld);
-  steps_.push_back(std::move(st));
+  prog_.steps.push_back(std::move(st));
 }
 
 /// Precision::kTf32x3: f32 products of 1 GFLOP and more on a GPU with TF32 tensor cores run as
@@ -395,10 +395,10 @@ void CudaExecutable::plan_lt_product(ProductPlan& p) {
 /// (tests/backend/cuda_split_product_test.cc bounds it), in less time than SGEMM. Products whose
 /// split operands would exceed 1 GiB (GPT-2's logits gradient), batched ones and those under
 /// 1 GFLOP (where the two split kernels cost more than they save) stay f32 FMA products.
-bool CudaExecutable::split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) const {
+bool Lowering::split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) const {
   constexpr int64_t kMinFlops = int64_t{1} << 30, kMaxSplitBytes = int64_t{1} << 30;
   const int64_t pm = padded_row(m), pn = padded_row(n), pk = padded_row(k);
-  return options_.tf32x3 && !options_.tf32 && ctx_->info.sm_major >= 8 && batch == 1 && dtype == DType::kF32 &&
+  return options_.tf32x3 && !options_.tf32 && info_.sm_major >= 8 && batch == 1 && dtype == DType::kF32 &&
          2 * m * n * k >= kMinFlops && 2 * pm * pk * 4 <= kMaxSplitBytes && 2 * pk * pn * 4 <= kMaxSplitBytes;
 }
 
@@ -406,7 +406,7 @@ bool CudaExecutable::split_product_wanted(int64_t batch, int64_t m, int64_t n, i
 /// padded like TF32 products: padded_row) by one kernel each into [lo_a | hi_a] (along k) and
 /// [hi_b ; lo_b], then one TF32 product of twice the depth gives lo_a·hi_b + hi_a·lo_b and a
 /// second adds hi_a·hi_b (and the bias) to it. `places` become the split buffers.
-void CudaExecutable::plan_split_product(const ir::Node& n, MatOperand mats[2], Place places[2], int64_t m, int64_t k,
+void Lowering::plan_split_product(MatOperand mats[2], Place places[2], int64_t m, int64_t k,
                                         int64_t ld, bool with_bias, Step& st) {
   const int64_t pm = padded_row(m), pk = padded_row(k), pn = ld;
   MatOperand both[2], hi[2];
@@ -414,7 +414,7 @@ void CudaExecutable::plan_split_product(const ir::Node& n, MatOperand mats[2], P
     const MatOperand& mo = mats[i];
     const bool col_major = mo.col_stride != 1 && mo.row_stride == 1;
     const int64_t rows_p = i == 0 ? pm : pk, cols_p = i == 0 ? pk : pn;
-    const Place split = own(n, 2 * rows_p * cols_p * 4, {2 * rows_p * cols_p}, Category::kScratch);
+    const Place split = own(2 * rows_p * cols_p * 4, {2 * rows_p * cols_p}, Category::kScratch);
     add_kernel({}, split_copy_kernel(kKernelName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p, col_major,
                                      i == 0 ? 1 : 0, i == 0),
                {{places[i]}, {split}});
@@ -437,12 +437,12 @@ void CudaExecutable::plan_split_product(const ir::Node& n, MatOperand mats[2], P
 /// stride axis grows within the other stride of a buffer it starts (and, for `zeros`, that
 /// padding is known to be zero: zero_padded_), else through a zero-padded copy (operands up
 /// to 512 MiB). False when neither works.
-bool CudaExecutable::pad_operand(const ir::Node& consumer, MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p,
+bool Lowering::pad_operand(MatOperand& mo, Place& place, int64_t rows_p, int64_t cols_p,
                                  bool zeros) {
   if (rows_p == mo.rows && cols_p == mo.cols) return true;
   const bool row_major = mo.col_stride == 1;
   if (place.buf >= 0 && place.offset == 0) {
-    const int64_t bytes = bufs_[static_cast<size_t>(place.buf)].bytes;
+    const int64_t bytes = prog_.bufs[static_cast<size_t>(place.buf)].bytes;
     const bool grows_inner = row_major ? rows_p == mo.rows && mo.row_stride >= cols_p && mo.rows * mo.row_stride * 4 <= bytes
                                        : mo.row_stride == 1 && cols_p == mo.cols && mo.col_stride >= rows_p &&
                                              mo.cols * mo.col_stride * 4 <= bytes;
@@ -456,7 +456,7 @@ bool CudaExecutable::pad_operand(const ir::Node& consumer, MatOperand& mo, Place
     }
   }
   if (rows_p * cols_p * 4 > (int64_t{512} << 20)) return false;
-  const Place copy = own(consumer, rows_p * cols_p * 4, {rows_p * cols_p}, Category::kScratch);
+  const Place copy = own(rows_p * cols_p * 4, {rows_p * cols_p}, Category::kScratch);
   add_kernel({}, pad_copy_kernel(kKernelName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p, !row_major),
              {{place}, {copy}});
   place = copy;

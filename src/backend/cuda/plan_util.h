@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cuda/executable.h"  // kAlign, Shape
+#include "backend/cuda/program.h"  // kAlign, Shape
 
 namespace tg::backend::cuda::plan_util {
 
