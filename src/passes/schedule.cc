@@ -18,6 +18,8 @@ bool is_view_op(Op op) { return op == Op::kReshape || op == Op::kPermute || op =
 Scheduler::Scheduler(const ir::Graph& g, const Capabilities& caps, const ScheduleOptions& options)
     : g_(g), caps_(caps), options_(options) {
   s_.places.resize(static_cast<size_t>(g.size()));
+  placed_.assign(static_cast<size_t>(g.size()), 0);
+  deferrable_norm_.assign(static_cast<size_t>(g.size()), -1);
   s_.fusion = fuse(g, options.fuse, caps.reduction_sinks());
   s_.consumers.assign(static_cast<size_t>(g.size()), {});
   for (int32_t id = 0; id < g.size(); ++id)
@@ -47,12 +49,9 @@ Place Scheduler::own(int64_t bytes, DType dtype, Buffer::Category category, cons
 
 Place& Scheduler::own_node(int32_t id) {
   const ir::Node& n = g_.node(id);
-  const Buffer::Category c = n.stage == ir::Stage::kBackward    ? Buffer::Category::kGradient
-                             : n.stage == ir::Stage::kOptimizer ? Buffer::Category::kOptimizer
-                                                                : Buffer::Category::kActivation;
-  Place& p = s_.places[static_cast<size_t>(id)];
-  p = own(n.numel() * dtype_size(n.dtype), n.dtype, c, n.shape);
-  return p;
+  const Buffer::Category c = category_of(n);
+  set_place(id, own(n.numel() * dtype_size(n.dtype), n.dtype, c, n.shape));
+  return s_.places[static_cast<size_t>(id)];
 }
 
 void Scheduler::add_copy(int32_t node, const Place& from, const Place& to, int32_t reader) {
@@ -66,22 +65,49 @@ void Scheduler::add_copy(int32_t node, const Place& from, const Place& to, int32
   s_.steps.push_back(std::move(st));
 }
 
-Place Scheduler::readable(int32_t consumer, size_t index) {
-  const int32_t input = g_.node(consumer).inputs[index];
+Place Scheduler::readable(int32_t consumer, size_t index) { return readable_as(consumer, index, g_.node(consumer).inputs[index]); }
+
+Place Scheduler::readable_as(int32_t consumer, size_t index, int32_t input) {
   const Place& p = s_.places[static_cast<size_t>(input)];
   const ir::Node& in = g_.node(input);
-  if (caps_.reads(g_.node(consumer), index, p.strides, in.shape)) return p;
+  if (caps_.reads(g_, g_.node(consumer), index, p.strides)) return p;
   const Place dense = own(in.numel() * dtype_size(in.dtype), in.dtype, Buffer::Category::kScratch, in.shape);
   add_copy(input, p, dense, consumer);
   return dense;
 }
 
+void Scheduler::set_place(int32_t id, const Place& p) {
+  s_.places[static_cast<size_t>(id)] = p;
+  placed_[static_cast<size_t>(id)] = 1;
+}
+
+bool Scheduler::escapes(int32_t id) const {
+  return std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end() ||
+         std::any_of(g_.updates.begin(), g_.updates.end(), [&](const ir::Graph::Update& u) { return u.value == id; });
+}
+
+int32_t Scheduler::sole_reader(int32_t id) const {
+  const auto& cs = s_.consumers[static_cast<size_t>(id)];
+  return !escapes(id) && cs.size() == 1 ? cs[0] : -1;
+}
+
+int32_t Scheduler::view_source(int32_t id) const {
+  while (g_.node(id).op == Op::kBroadcastTo || g_.node(id).op == Op::kReshape) id = g_.node(id).inputs[0];
+  return id;
+}
+
+void Scheduler::place_view_chain(int32_t id) {
+  std::vector<int32_t> chain;
+  for (int32_t x = id; !placed(x) && is_view_op(g_.node(x).op); x = g_.node(x).inputs[0]) chain.push_back(x);
+  if (chain.empty() || !placed(g_.node(chain.back()).inputs[0])) return;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) place_single(*it);
+}
+
 bool Scheduler::all_read(int32_t id, const std::vector<int64_t>& strides) const {
-  const ir::Node& n = g_.node(id);
   for (int32_t c : s_.consumers[static_cast<size_t>(id)]) {
     const ir::Node& cn = g_.node(c);
     for (size_t k = 0; k < cn.inputs.size(); ++k)
-      if (cn.inputs[k] == id && !caps_.reads(cn, k, strides, n.shape)) return false;
+      if (cn.inputs[k] == id && !caps_.reads(g_, cn, k, strides)) return false;
   }
   return true;
 }
@@ -96,7 +122,7 @@ void Scheduler::bind_leaves() {
     b.bytes = n.numel() * dtype_size(n.dtype);
     b.node = id;
     (n.op == Op::kParam ? s_.params : n.op == Op::kState ? s_.optimizer_state : s_.inputs) += b.bytes;
-    s_.places[static_cast<size_t>(id)] = Place{add_buffer(b), 0, contiguous_strides(n.shape)};
+    set_place(id, Place{add_buffer(b), 0, contiguous_strides(n.shape)});
   }
   for (const ir::Graph::Update& u : g_.updates) {
     if (u.target < 0 || u.target >= g_.size() || u.value < 0 || u.value >= g_.size())
@@ -124,12 +150,12 @@ void Scheduler::place_constant(int32_t id) {
   b.bytes = (one ? 1 : n.numel()) * dtype_size(n.dtype);
   b.node = id;
   s_.constants += b.bytes;
-  s_.places[static_cast<size_t>(id)] = Place{add_buffer(b), 0, one ? zero : contiguous_strides(n.shape)};
+  set_place(id, Place{add_buffer(b), 0, one ? zero : contiguous_strides(n.shape)});
 }
 
 void Scheduler::place_view(int32_t id, Place v) {
   if (all_read(id, v.strides)) {
-    s_.places[static_cast<size_t>(id)] = std::move(v);
+    set_place(id, v);
     return;
   }
   const Place dst = own_node(id);
@@ -137,6 +163,7 @@ void Scheduler::place_view(int32_t id, Place v) {
 }
 
 void Scheduler::place_single(int32_t id) {
+  if (placed(id)) return;  // a leaf, or placed by another node's step (a result, an epilogue)
   const ir::Node& n = g_.node(id);
   const Place* in = n.inputs.empty() ? nullptr : &s_.places[static_cast<size_t>(n.inputs[0])];
   switch (n.op) {
@@ -149,7 +176,7 @@ void Scheduler::place_single(int32_t id) {
       Place p = *in;
       p.offset += ir::result_offset(g_.node(n.inputs[0]), static_cast<size_t>(n.attrs.axes[0])) * 4;
       p.strides = contiguous_strides(n.shape);
-      s_.places[static_cast<size_t>(id)] = p;
+      set_place(id, p);
       return;
     }
     case Op::kReshape: {
@@ -193,7 +220,24 @@ void Scheduler::place_single(int32_t id) {
     default:
       break;
   }
-  // A kernel of its own: each input as its kernel reads it, the node's value dense.
+  switch (n.op) {
+    case Op::kLayerNorm: case Op::kRmsNorm:
+      if (place_norm_affine(id)) return;
+      break;
+    case Op::kMatmul:
+      place_product(id);
+      return;
+    case Op::kUpdateSlice:
+      if (place_update_rows(id)) return;
+      break;
+    default:
+      break;
+  }
+  place_node(id);
+}
+
+void Scheduler::place_node(int32_t id) {
+  const ir::Node& n = g_.node(id);
   Step st;
   st.kind = Step::Kind::kNode;
   st.node = id;
@@ -202,10 +246,38 @@ void Scheduler::place_single(int32_t id) {
     st.in.push_back(readable(id, k));
     st.bytes += g_.node(n.inputs[k]).numel() * dtype_size(g_.node(n.inputs[k]).dtype);
   }
-  st.out = {own_node(id)};
+  st.layout = caps_.layout(g_, id, st.in, s_.buffers);
+  const NodeLayout& lay = st.layout;
+  const Buffer::Category category = category_of(n);
+  Place out = lay.bytes >= 0 ? own(lay.bytes, n.dtype, category, n.shape) : own_node(id);
+  if (!lay.strides.empty()) out.strides = lay.strides;
+  if (lay.zero_padding && n.shape.size() >= 2) {
+    s_.buffers[static_cast<size_t>(out.buffer)].pad_ld = out.strides[n.shape.size() - 2];
+    s_.buffers[static_cast<size_t>(out.buffer)].pad_cols = n.shape.back();
+  }
+  set_place(id, out);
+  st.out = {out};
   st.bytes += n.numel() * dtype_size(n.dtype);
+  // Results: a slice of the node's buffer (dense, one after the other, unless the layout
+  // says otherwise), or a buffer of their own; a concat of them may be the buffer itself.
+  for (size_t r = 0; r < n.results.size(); ++r) {
+    const NodeLayout::Result* lr = r < lay.results.size() ? &lay.results[r] : nullptr;
+    const int64_t esize = dtype_size(n.results[r].dtype);
+    Place rp{out.buffer, out.offset + (lr ? lr->offset : ir::result_offset(n, r)) * esize, contiguous_strides(n.results[r].shape)};
+    if (lr && lr->own_bytes > 0) {
+      rp = own(lr->own_bytes, n.results[r].dtype, Buffer::Category::kActivation, n.results[r].shape);
+      st.out.push_back(rp);
+    }
+    if (lr && !lr->strides.empty()) rp.strides = lr->strides;
+    for (int32_t c : s_.consumers[static_cast<size_t>(id)])
+      if (g_.node(c).op == Op::kResult && g_.node(c).attrs.axes.at(0) == static_cast<int64_t>(r)) set_place(c, rp);
+  }
+  if (lay.concat >= 0) set_place(lay.concat, Place{out.buffer, out.offset, contiguous_strides(g_.node(lay.concat).shape)});
+  for (int64_t bytes : lay.scratch) st.scratch.push_back(add_scratch(bytes));
   s_.steps.push_back(std::move(st));
 }
+
+Place Scheduler::add_scratch(int64_t bytes) { return own(std::max<int64_t>(bytes, 1), DType::kF32, Buffer::Category::kScratch, {}); }
 
 bool Scheduler::in_place_target(int32_t value, int32_t group, int32_t& target) const {
   if (!options_.reuse_memory) return false;
@@ -269,7 +341,7 @@ void Scheduler::place_group(int32_t gi) {
     if (g_.node(out).op == Op::kSum) continue;
     int32_t target = -1;
     if (in_place_target(out, gi, target)) {
-      s_.places[static_cast<size_t>(out)] = s_.places[static_cast<size_t>(target)];
+      set_place(out, s_.places[static_cast<size_t>(target)]);
       for (size_t u = 0; u < g_.updates.size(); ++u)
         if (g_.updates[u].value == out) in_place_[u] = 1;
     } else {
@@ -295,8 +367,11 @@ Schedule schedule(const ir::Graph& graph, const Capabilities& caps, const Schedu
 Schedule Scheduler::run() {
   bind_leaves();
   in_place_.assign(g_.updates.size(), 0);
+  if (options_.fuse) match_norm_backwards();
   for (size_t gi = 0; gi < s_.fusion.groups.size(); ++gi) {
+    if (place_norm_backwards_at(static_cast<int32_t>(gi))) continue;
     const KernelGroup& group = s_.fusion.groups[gi];
+    if (placed(group.nodes.front())) continue;  // computed by another step (an epilogue, a norm's affine)
     if (group.kind == KernelGroup::Kind::kElementwise) place_group(static_cast<int32_t>(gi));
     else place_single(group.nodes.front());
   }

@@ -29,14 +29,47 @@
 
 namespace tg::passes {
 
-/// What a backend tells the schedule about itself.
+struct Buffer;
+struct Place;
+struct Step;
+
+/// A product's neighbours its step may compute too (epilogues), found by the schedule:
+/// x·W + b with b a broadcast vector, then gelu(·) or (·) + r with r dense, and a norm step
+/// (norm + affine) whose value only this product reads, as its left operand.
+struct ProductCandidates {
+  int32_t bias_add = -1, gelu = -1, residual_add = -1;  // -1: none
+  int32_t norm_step = -1, norm = -1;                    // the norm step and its norm node
+};
+/// What a backend's product step takes of its candidates, and how it lays out the output.
+struct ProductChoice {
+  bool bias = false, gelu = false, residual = false, norm = false;
+  std::vector<int64_t> out_strides;  // empty: dense
+  int64_t out_bytes = -1;            // -1: the dense size
+  std::vector<int64_t> scratch;      // bytes of each scratch buffer its kernels use
+};
+/// How a node's step lays out what it writes, when not dense and one after the other.
+struct NodeLayout {
+  std::vector<int64_t> strides;  // single result: its strides (empty: dense)
+  int64_t bytes = -1;            // its buffer's size (-1: the dense size)
+  bool zero_padding = false;     // the gaps the strides leave are written as zeros
+  struct Result {
+    std::vector<int64_t> strides;  // empty: dense
+    int64_t offset = 0;            // elements into the node's buffer (results listed: all given)
+    int64_t own_bytes = -1;        // > 0: a buffer of its own of this size instead
+  };
+  std::vector<Result> results;   // multi-output nodes (empty: dense, one after the other)
+  int32_t concat = -1;           // the results are written as this concat's rows: it is a view
+  std::vector<int64_t> scratch;  // bytes of each scratch buffer its kernels use
+};
+
+/// What a backend tells the schedule about itself. The defaults describe a backend with
+/// none of the fused steps beyond elementwise groups.
 class Capabilities {
  public:
   virtual ~Capabilities() = default;
-  /// Whether `consumer`'s kernel reads its input `index` (of `shape`) through `strides` as
-  /// they are (elements; 0 = broadcast). False gets the kernel a dense copy.
-  virtual bool reads(const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides,
-                     const Shape& shape) const = 0;
+  /// Whether `consumer`'s kernel reads its input `index` through `strides` as they are
+  /// (elements; 0 = broadcast). False gets the kernel a dense copy.
+  virtual bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides) const = 0;
   /// Elementwise groups may end in reduction sinks (fusion.h).
   virtual bool reduction_sinks() const { return true; }
   /// Group steps with reduction sinks may share a launch with other group steps.
@@ -45,6 +78,26 @@ class Capabilities {
   virtual size_t batch_operands() const { return SIZE_MAX; }
   /// Arena buffer sizes are rounded up to this many bytes (offsets are 64-byte aligned anyway).
   virtual int64_t alignment() const { return 1; }
+  /// The layout of a node's step (`in`: its operands' places, `buffers` the schedule's so far).
+  virtual NodeLayout layout(const ir::Graph&, int32_t, const std::vector<Place>&, const std::vector<Buffer>&) const { return {}; }
+  /// Whether product steps may take epilogues or a norm (else product() sees no candidates).
+  virtual bool fuses_products() const { return false; }
+  /// A product step's epilogues and output layout.
+  virtual ProductChoice product(const ir::Graph&, int32_t, const std::vector<Place>&, const std::vector<Buffer>&,
+                                const ProductCandidates&) const {
+    return {};
+  }
+  /// Whether a norm and the affine group {·w[, +b]} that alone reads it run as one step.
+  virtual bool norm_affine(const ir::Graph&, int32_t) const { return false; }
+  /// Whether a norm step's value read only by a product's left operand may wait for it (the
+  /// product may then normalise the rows itself: ProductChoice::norm).
+  virtual bool norm_deferrable(const ir::Graph&, int32_t) const { return false; }
+  /// Whether a norm gradient with its neighbours (dy = dz·w, Σ dz, Σ dz·norm(x)) runs as one
+  /// step, and the scratch that step's kernels use (its Step::Fused filled in).
+  virtual bool norm_backward(const ir::Graph&, int32_t) const { return false; }
+  virtual std::vector<int64_t> norm_backward_scratch(const ir::Graph&, const Step&) const { return {}; }
+  /// Whether update_slice writes the rows into its state in place when nothing else reads it.
+  virtual bool update_rows_in_place() const { return false; }
 };
 
 struct ScheduleOptions {
@@ -62,6 +115,9 @@ struct Buffer {
   Category category = Category::kScratch;
   int32_t first = -1, last = -1;  // launches touching it (arena)
   bool to_end = false;            // read after the last launch (outputs, update values)
+  // Rows `pad_ld` elements apart whose `pad_cols` values are followed by zeros up to pad_ld,
+  // written so by the node that owns the buffer (NodeLayout::zero_padding); 0: unknown.
+  int64_t pad_ld = 0, pad_cols = 0;
   int64_t offset = 0;             // arena byte offset
 };
 
@@ -79,11 +135,31 @@ struct Step {
   // kNode: the node computed. kCopy: the node whose value (its shape and dtype) is copied.
   int32_t node = -1;
   std::vector<int32_t> nodes;  // what the step computes or serves (labels, profiles)
-  // kNode: one place per node input, then the node's own (dense) place. kGroup: the group's
-  // external inputs (ascending first use), then its stored outputs in group.outputs order
-  // with reduction sinks last. kCopy: the source, then the dense destination.
+  // kNode: `in` one place per node input, `out` the node's place (then its results' own
+  // buffers, NodeLayout::Result::own_bytes, in result order). Fused kNode steps (Step::Fused):
+  //   a product: a, b, then the bias, the residual and the absorbed norm step's inputs, those
+  //     present; out: the value of its last epilogue node;
+  //   a norm with its affine group: x, w[, b]; out: the affine value;
+  //   a norm gradient with its neighbours: x, dz[, w]; out: dx[, dw][, db];
+  //   update_slice rows written in place: src, pos, dst[, the sibling's src, dst]; out: dst.
+  // kGroup: the group's external inputs (first use), then its stored outputs in group.outputs
+  // order with reduction sinks last. kCopy: the source, then the dense destination.
   std::vector<int32_t> operand_nodes;  // kGroup: the node of each operand
   std::vector<Place> in, out;
+  std::vector<Place> scratch;  // arena scratch the step's kernels use (NodeLayout/ProductChoice)
+  // kNode steps that compute more than their node (the backend reads these instead of
+  // recognising anything): a product's epilogue nodes and the norm step it absorbed; a norm
+  // step's affine nodes; a norm gradient's neighbours; an update_slice's sibling.
+  struct Fused {
+    int32_t bias_add = -1, gelu = -1, residual_add = -1, norm_step = -1;  // products
+    int32_t mul = -1, add = -1;                                           // norm + affine
+    int32_t dy_mul = -1, dw = -1, dw_mul = -1, db = -1, recompute = -1;  // norm gradients
+    int32_t sibling = -1;                                                 // update_slice pairs
+    bool rows_in_place = false;  // update_slice writing only its rows, into the state itself
+  } fused;
+  bool absorbed = false;  // a norm step a product computes itself: emits nothing
+  NodeLayout layout;      // kNode: what Capabilities::layout chose
+  ProductChoice product;  // products: what Capabilities::product chose
   int32_t launch = -1;  // steps sharing a launch index run as one kernel
   int64_t bytes = 0;    // at least moved: distinct elements read and written
 };

@@ -56,6 +56,7 @@ void Scheduler::assign_launches() {
     std::vector<int32_t> r, w;
     for (const Place& p : st.in) r.push_back(p.buffer);
     for (const Place& p : st.out) w.push_back(p.buffer);
+    for (const Place& p : st.scratch) w.push_back(p.buffer);
     const bool join = batchable && open && !meets(r, writes) && !meets(w, reads) && !meets(w, writes) &&
                       operands + r.size() + w.size() <= caps_.batch_operands();
     if (!join) {
@@ -75,7 +76,7 @@ void Scheduler::assign_launches() {
 
 void Scheduler::place_arena() {
   for (const Step& st : s_.steps)
-    for (const std::vector<Place>* places : {&st.in, &st.out})
+    for (const std::vector<Place>* places : {&st.in, &st.out, &st.scratch})
       for (const Place& p : *places) {
         Buffer& b = s_.buffers[static_cast<size_t>(p.buffer)];
         if (b.home != Buffer::Home::kArena) continue;

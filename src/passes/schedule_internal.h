@@ -8,6 +8,13 @@
 
 namespace tg::passes {
 
+/// What a node's buffer holds, by the stage that computes it.
+inline Buffer::Category category_of(const ir::Node& n) {
+  return n.stage == ir::Stage::kBackward    ? Buffer::Category::kGradient
+         : n.stage == ir::Stage::kOptimizer ? Buffer::Category::kOptimizer
+                                            : Buffer::Category::kActivation;
+}
+
 class Scheduler {
  public:
   Scheduler(const ir::Graph& g, const Capabilities& caps, const ScheduleOptions& options);
@@ -23,6 +30,39 @@ class Scheduler {
   void place_view(int32_t id, Place v);
   /// Input `index` of `consumer` as its kernel reads it: its place, or a dense scratch copy.
   Place readable(int32_t consumer, size_t index);
+  /// Node `input` read by `consumer`'s kernel as its input `index` (a fused step reads nodes
+  /// its own node does not).
+  Place readable_as(int32_t consumer, size_t index, int32_t input);
+  /// A node with a kernel of its own, laid out as Capabilities::layout says.
+  void place_node(int32_t id);
+  void set_place(int32_t id, const Place& p);
+  bool placed(int32_t id) const { return placed_[static_cast<size_t>(id)] != 0; }
+  bool escapes(int32_t id) const;
+  /// The only reader of `id` when nothing after the step reads it, else -1.
+  int32_t sole_reader(int32_t id) const;
+  /// The node a chain of BroadcastTo / Reshape views starts from.
+  int32_t view_source(int32_t id) const;
+  /// Places the views between `id` and the first placed node it views, ahead of their turn.
+  void place_view_chain(int32_t id);
+
+  // ---- fused steps beyond elementwise groups (schedule_fused.cc) ----
+  bool place_norm_affine(int32_t id);
+  void place_product(int32_t id);
+  ProductCandidates product_candidates(int32_t id);
+  /// `node` (an epilogue) is computed by product `product`'s step: it leaves its group.
+  void absorb(int32_t node, int32_t product);
+  bool place_update_rows(int32_t id);
+  void match_norm_backwards();
+  /// Places the norm-gradient steps due at group `gi`; true when the group was absorbed.
+  bool place_norm_backwards_at(int32_t gi);
+  Place add_scratch(int64_t bytes);
+  struct NormBackward {
+    int32_t grad = -1, x = -1, dz = -1, w = -1, first_group = -1;
+    Step::Fused fused;
+  };
+  std::vector<NormBackward> norm_backwards_;
+  std::vector<char> absorbed_groups_;          // per group: run by a norm-gradient step
+  std::vector<int32_t> deferrable_norm_;       // per node: the norm step whose value it is, or -1
   bool all_read(int32_t id, const std::vector<int64_t>& strides) const;
   /// Whether group `group`'s output `value` may be written over its update's target (set in
   /// `target`): nothing reads the target's old contents after the group, the group reads it
@@ -47,6 +87,7 @@ class Scheduler {
   ScheduleOptions options_;
   Schedule s_;
   std::vector<char> in_place_;  // per update
+  std::vector<char> placed_;    // per node
 };
 
 }  // namespace tg::passes

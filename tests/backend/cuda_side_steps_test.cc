@@ -1,4 +1,4 @@
-// Side steps of the CUDA executable (CudaExecutable::choose_side_steps): a step that nothing
+// Side steps of the CUDA executable (Emitter::choose_side_steps, emit.cc): a step that nothing
 // after it touches (here the loss sum of a selective scan's y, which the backward does not
 // read) runs on the low-priority side stream beside the backward. The program must say so
 // (describe()), and its loss and every gradient must equal, bit for bit, those of the same

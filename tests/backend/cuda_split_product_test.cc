@@ -1,5 +1,5 @@
 // Precision::kTf32x3 on the GPU: products of 1 GFLOP and more run as three TF32 products over a
-// hi/lo split of each operand (src/backend/cuda/plan.cc, split_product_wanted). Measured here
+// hi/lo split of each operand (src/backend/cuda/products.cc, split_product_wanted). Measured here
 // against the double-precision reference next to f32 FMA products (kFp32) and plain TF32: the
 // split must stay within a small factor of f32's error and far below TF32's, for every operand
 // layout, padded extents (m, n and the reduction axis 1100: zero padding to 1152) and the bias

@@ -20,7 +20,8 @@ using passes::Step;
 /// A backend whose reductions and products want dense inputs; everything else reads any strides.
 class DenseReductions final : public passes::Capabilities {
  public:
-  bool reads(const ir::Node& consumer, size_t, const std::vector<int64_t>& strides, const Shape& shape) const override {
+  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides) const override {
+    const Shape& shape = g.node(consumer.inputs[index]).shape;
     if (consumer.op == ir::Op::kSum || consumer.op == ir::Op::kMatmul) return is_contiguous_strides(strides, shape);
     return true;
   }
@@ -41,7 +42,7 @@ int count(const passes::Schedule& s, Step::Kind kind) {
 /// common launch overlap. Returns the peak of live bytes.
 int64_t simulate(const passes::Schedule& s) {
   for (const Step& st : s.steps)
-    for (const auto* places : {&st.in, &st.out})
+    for (const auto* places : {&st.in, &st.out, &st.scratch})
       for (const passes::Place& p : *places) {
         const passes::Buffer& b = s.buffers[static_cast<size_t>(p.buffer)];
         if (b.home != passes::Buffer::Home::kArena) continue;

@@ -116,7 +116,7 @@ ArenaLayout CpuExecutable::arena_layout() const {
   }
   layout.kernel_buffers.assign(static_cast<size_t>(schedule_.launches), {});
   for (const passes::Step& st : schedule_.steps)
-    for (const std::vector<passes::Place>* places : {&st.in, &st.out})
+    for (const std::vector<passes::Place>* places : {&st.in, &st.out, &st.scratch})
       for (const passes::Place& p : *places)
         if (index[static_cast<size_t>(p.buffer)] >= 0) layout.kernel_buffers[static_cast<size_t>(st.launch)].push_back(index[static_cast<size_t>(p.buffer)]);
   return layout;

@@ -17,8 +17,9 @@ float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
 
 class CpuCapabilities final : public passes::Capabilities {
  public:
-  bool reads(const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides, const Shape& shape) const override {
+  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides) const override {
     const View v{nullptr, strides};
+    const Shape& shape = g.node(consumer.inputs[index]).shape;
     switch (consumer.op) {
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: case Op::kCumsum: case Op::kUpdateSlice:
       case Op::kSample: case Op::kSelectiveScan: case Op::kSelectiveScanGrad: case Op::kSoftmax: case Op::kLogSoftmax:

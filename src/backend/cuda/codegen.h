@@ -72,7 +72,7 @@ Launch copy_kernel(const std::string& name, const Operand& in);
 /// padded to aligned extents.
 Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
                        int64_t cols_p, bool col_major);
-/// The operand of an fp32 product split for three TF32 products (plan.cc, plan_matmul): each
+/// The operand of an fp32 product split for three TF32 products (emit_products.cc): each
 /// element x of the [rows, cols] operand (strides rs, cs), zero-padded to [rows_p, cols_p], is
 /// written as hi = x rounded to TF32 and lo = (x − hi) rounded to TF32 (x − hi is exact in
 /// f32), the two halves stacked along `k_axis` (0: rows, 1: cols) into one dense buffer, row-

@@ -1,5 +1,5 @@
 // The CUDA executable: arena, kernel compilation, graph capture and the Executable interface
-// (see executable.h; the lowering is lowering.h).
+// (see executable.h; the steps come from the schedule through emit.h).
 #include "backend/cuda/executable.h"
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "backend/cuda/lowering.h"
+#include "backend/cuda/emit.h"
 #include "tensorgrad/errors.h"
 #include "util/switches.h"
 
@@ -33,8 +33,11 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
     if (profile_) std::fprintf(stderr, "[cuda prepare] %-28s %8.1f ms\n", what, std::chrono::duration<double, std::milli>(now - t).count());
     t = now;
   };
-  prog_ = Lowering(ctx_->info, g, bindings, options).run();
-  phase("lowering");
+  const CudaCapabilities caps(ctx_->info, options);
+  const passes::Schedule schedule = passes::schedule(g, caps, {options.fuse, options.reuse_memory});
+  phase("schedule");
+  prog_ = Emitter(ctx_->info, g, schedule, bindings, options).run();
+  phase("emit");
   arena_ = DeviceMemory(static_cast<size_t>(std::max<int64_t>(prog_.memory.arena, kAlign)));
   err_ = DeviceMemory(kAlign);
   for (void*& staging : staging_) {

@@ -1,5 +1,5 @@
-// The CUDA backend's Executable: runs the program a graph lowered to (lowering.h), captured
-// as a CUDA graph and replayed each step.
+// The CUDA backend's Executable: runs the program the graph's schedule (passes/schedule.h)
+// emits (emit.h), captured as a CUDA graph and replayed each step.
 //  - Kernels: all sources are compiled in parallel through NVRTC (with its disk cache);
 //    identical sources (the same layer shapes repeated) compile and load once; each cuBLASLt
 //    product picks the fastest of its candidate algorithms on the real buffers.

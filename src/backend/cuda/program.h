@@ -1,4 +1,4 @@
-// What a graph lowers to on the device (lowering.h builds it, CudaExecutable runs it): steps
+// What a schedule becomes on the device (emit.h builds it, CudaExecutable runs it): steps
 // that each launch one kernel, cuBLASLt product or memset over places in one arena or in fixed
 // memory, then the update copies.
 #pragma once
@@ -49,7 +49,7 @@ struct Step {
   std::vector<Arg> args;       // kernel params; matmul: a, b, out, then bias and residual where present; memset: dst
   int bias_arg = -1, residual_arg = -1;  // matmul: their index in args (residual: out = a·b + bias + residual)
   std::shared_ptr<LtMatmul> matmul;
-  // A split fp32 product (Lowering::plan_split_product): `matmul` computes lo·hi + hi·lo from
+  // A split fp32 product (emit_products.cc): `matmul` computes lo·hi + hi·lo from
   // the split operands args[0], args[1], then `matmul_hi` adds hi·hi (and the bias) reading
   // the hi halves, hi_offset bytes into them.
   std::shared_ptr<LtMatmul> matmul_hi;
