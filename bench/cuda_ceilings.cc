@@ -23,11 +23,14 @@ int main() {
 
   const size_t bytes = size_t{1} << 30;
   cuda::DeviceMemory src(bytes), dst(bytes);
-  const float copy_ms = cuda_time_ms([&] { cuda::check(d.cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr), "copy"); }, 20);
-  std::printf("memory bandwidth (1 GiB device copy, read + write)  %8.0f GB/s\n", 2.0 * static_cast<double>(bytes) / (copy_ms * 1e6));
+  const float copy_ms = cuda_time_ms(
+      [&] { cuda::check(d.cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr), "copy"); }, 20);
+  std::printf("memory bandwidth (1 GiB device copy, read + write)  %8.0f GB/s\n",
+              2.0 * static_cast<double>(bytes) / (copy_ms * 1e6));
 
   const int64_t n = 8192;
-  cuda::DeviceMemory a(static_cast<size_t>(n * n * 4)), b(static_cast<size_t>(n * n * 4)), c(static_cast<size_t>(n * n * 4));
+  cuda::DeviceMemory a(static_cast<size_t>(n * n * 4)), b(static_cast<size_t>(n * n * 4)),
+      c(static_cast<size_t>(n * n * 4));
   cuda::DeviceMemory workspace(size_t{32} << 20);
   const cuda::MatOperand dense{n, n, n, 1, 0};
   for (const auto mode : {cuda::MathMode::kFp32, cuda::MathMode::kTf32}) {
@@ -35,7 +38,8 @@ int main() {
     mm.tune(a.get(), b.get(), c.get(), workspace.get(), nullptr);
     const float ms = cuda_time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
     std::printf("cuBLASLt %s product 8192^3                        %8.1f TFLOP/s\n",
-                mode == cuda::MathMode::kTf32 ? "tf32" : "fp32", 2.0 * static_cast<double>(n * n * n) / (ms * 1e9));
+                mode == cuda::MathMode::kTf32 ? "tf32" : "fp32",
+                2.0 * static_cast<double>(n * n * n) / (ms * 1e9));
   }
   return 0;
 }

@@ -17,7 +17,6 @@ namespace cuda = tg::backend::cuda;
 
 namespace {
 
-
 struct Case {
   const char* name;
   int64_t m, n, k;
@@ -33,7 +32,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string want = argc > 1 ? argv[1] : "tf32";
-  const cuda::MathMode mode = want == "fp32" ? cuda::MathMode::kFp32 : want == "bf16x9" ? cuda::MathMode::kBf16x9 : cuda::MathMode::kTf32;
+  const cuda::MathMode mode = want == "fp32"     ? cuda::MathMode::kFp32
+                              : want == "bf16x9" ? cuda::MathMode::kBf16x9
+                                                 : cuda::MathMode::kTf32;
   cuda::open_device(0);
   const int64_t V = 50257, Vp = 50304, N = 16384, C = 768;
   const Case cases[] = {
@@ -61,13 +62,15 @@ int main(int argc, char** argv) {
   for (const Case& cs : cases) {
     std::unique_ptr<cuda::LtMatmul> planned;
     try {
-      planned = std::make_unique<cuda::LtMatmul>(1, cs.m, cs.n, cs.k, cs.a, cs.b, mode, ws_bytes, false, cs.ldc);
+      planned =
+          std::make_unique<cuda::LtMatmul>(1, cs.m, cs.n, cs.k, cs.a, cs.b, mode, ws_bytes, false, cs.ldc);
     } catch (const std::exception& e) {
       std::printf("%-34s %s\n", cs.name, e.what());
       continue;
     }
     cuda::LtMatmul& mm = *planned;
-    const double flops = 2.0 * static_cast<double>(cs.m) * static_cast<double>(cs.n) * static_cast<double>(cs.k);
+    const double flops =
+        2.0 * static_cast<double>(cs.m) * static_cast<double>(cs.n) * static_cast<double>(cs.k);
     std::printf("%-34s", cs.name);
     for (size_t i = 0; i < mm.candidates(); ++i) {
       mm.choose(i);

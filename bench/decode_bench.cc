@@ -19,9 +19,14 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  const tg::Device device = argc > 1 && std::string(argv[1]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
+  const tg::Device device =
+      argc > 1 && std::string(argv[1]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
   const bool gpu = device.kind == tg::Device::Kind::kCuda;
-  const int64_t prompt_len = 16, fresh = argc > 2 ? std::stoll(argv[2]) : gpu ? 256 : 32, cache = prompt_len + fresh;
+  const int64_t prompt_len = 16,
+                fresh = argc > 2 ? std::stoll(argv[2])
+                        : gpu    ? 256
+                                 : 32,
+                cache = prompt_len + fresh;
   const tg::nn::GptConfig config{.vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12};
   tg::nn::Gpt model(config);
   // The greedy choice of the last position, in the graph: [1] i32.
@@ -32,9 +37,12 @@ int main(int argc, char** argv) {
   };
   const auto t0 = std::chrono::steady_clock::now();
   tg::Program prefill = tg::compile_forward(
-      model, next_token, {.inputs = {{"ids", {1, prompt_len}, tg::DType::kI32}, {"pos", {1}, tg::DType::kI32}}, .device = device});
+      model, next_token,
+      {.inputs = {{"ids", {1, prompt_len}, tg::DType::kI32}, {"pos", {1}, tg::DType::kI32}},
+       .device = device});
   tg::Program decode = tg::compile_forward(
-      model, next_token, {.inputs = {{"ids", {1, 1}, tg::DType::kI32}, {"pos", {1}, tg::DType::kI32}}, .device = device});
+      model, next_token,
+      {.inputs = {{"ids", {1, 1}, tg::DType::kI32}, {"pos", {1}, tg::DType::kI32}}, .device = device});
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab - 1));
@@ -51,7 +59,9 @@ int main(int argc, char** argv) {
       generated.push_back(next);
       if (s + 1 == fresh) break;
       const auto a = std::chrono::steady_clock::now();
-      next = decode.run({{"ids", std::vector<int32_t>{next}}, {"pos", std::vector<int32_t>{static_cast<int32_t>(prompt_len + s)}}})
+      next = decode
+                 .run({{"ids", std::vector<int32_t>{next}},
+                       {"pos", std::vector<int32_t>{static_cast<int32_t>(prompt_len + s)}}})
                  .i32()[0];
       per_token.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
     }
@@ -63,8 +73,8 @@ int main(int argc, char** argv) {
   const std::string mode = std::string("tg_greedy_b1_") + std::to_string(fresh) + "tok";
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", "gpt2_decode", mode.c_str(), sec * 1e3,
               static_cast<double>(fresh) / sec);
-  std::printf("# gpt2_decode per-token latency (median decode call) %.3f ms; compile_s %.2f; first tokens", latency * 1e3,
-              compile_s);
+  std::printf("# gpt2_decode per-token latency (median decode call) %.3f ms; compile_s %.2f; first tokens",
+              latency * 1e3, compile_s);
   for (size_t i = 0; i < std::min<size_t>(8, generated.size()); ++i) std::printf(" %d", generated[i]);
   std::printf("\n");
   report_compiled("gpt2_decode(decode program)", decode);

@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
   const double min_s = (argc > 1 ? std::atof(argv[1]) : 20.0) * 1e-3;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::printf("%-26s %4s %14s %8s %8s %8s %8s %6s  %s\n", "shape", "op", "MxNxK", "small", "blas1", "blas2", "small2",
-              "x/b2", "prefer");
+  std::printf("%-26s %4s %14s %8s %8s %8s %8s %6s  %s\n", "shape", "op", "MxNxK", "small", "blas1", "blas2",
+              "small2", "x/b2", "prefer");
   const std::string filter = argc > 2 ? argv[2] : "";
   const int nsamples = argc > 3 ? std::max(1, std::atoi(argv[3])) : 5;
   for (const Shape& s : kShapes) {
@@ -113,12 +113,14 @@ int main(int argc, char** argv) {
     auto gf = [&](double sec) { return flop / sec * 1e-9; };
 
     const double t_small = best_seconds(
-        [&] { sgemm_small(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), ldc); },
+        [&] {
+          sgemm_small(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), ldc);
+        },
         min_s, nsamples);
     auto blas = [&] {
       cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
-                  static_cast<blasint>(s.M), static_cast<blasint>(s.N), static_cast<blasint>(s.K), 1.0f, A.data(),
-                  static_cast<blasint>(lda), B.data(), static_cast<blasint>(ldb), 0.0f, C.data(),
+                  static_cast<blasint>(s.M), static_cast<blasint>(s.N), static_cast<blasint>(s.K), 1.0f,
+                  A.data(), static_cast<blasint>(lda), B.data(), static_cast<blasint>(ldb), 0.0f, C.data(),
                   static_cast<blasint>(ldc));
     };
     openblas_set_num_threads(1);
@@ -133,22 +135,23 @@ int main(int argc, char** argv) {
             const int t = omp_get_thread_num(), nt = omp_get_num_threads();
             const int64_t r0 = s.M * t / nt, r1 = s.M * (t + 1) / nt;
             if (r1 > r0)
-              sgemm_small(s.ta, s.tb, r1 - r0, s.N, s.K, 1.0f, A.data() + (s.ta ? r0 : r0 * lda), lda, B.data(), ldb,
-                          0.0f, C.data() + r0 * ldc, ldc);
+              sgemm_small(s.ta, s.tb, r1 - r0, s.N, s.K, 1.0f, A.data() + (s.ta ? r0 : r0 * lda), lda,
+                          B.data(), ldb, 0.0f, C.data() + r0 * ldc, ldc);
           }
         },
         min_s, nsamples);
     char dims[48];
-    std::snprintf(dims, sizeof dims, "%lldx%lldx%lld", static_cast<long long>(s.M), static_cast<long long>(s.N),
-                  static_cast<long long>(s.K));
-    std::printf("%-26s %c%c   %14s %8.1f %8.1f %8.1f %8.1f %6.2f  %s\n", s.what, s.ta ? 'T' : 'N', s.tb ? 'T' : 'N',
-                dims, gf(t_small), gf(t_b1), gf(t_b2), gf(t_small2), t_b2 / t_small,
+    std::snprintf(dims, sizeof dims, "%lldx%lldx%lld", static_cast<long long>(s.M),
+                  static_cast<long long>(s.N), static_cast<long long>(s.K));
+    std::printf("%-26s %c%c   %14s %8.1f %8.1f %8.1f %8.1f %6.2f  %s\n", s.what, s.ta ? 'T' : 'N',
+                s.tb ? 'T' : 'N', dims, gf(t_small), gf(t_b1), gf(t_b2), gf(t_small2), t_b2 / t_small,
                 prefer_sgemm_small(s.ta, s.tb, s.M, s.N, s.K) ? "yes" : "no");
     std::fflush(stdout);
   }
-  std::printf("GFLOP/s, best of %d samples. small = sgemm_small 1 thread; blas1/blas2 = cblas_sgemm with 1/2 "
-              "OpenBLAS threads; small2 = sgemm_small split over M on 2 OpenMP threads; x/b2 = speedup of small over "
-              "blas2.\n",
-              nsamples);
+  std::printf(
+      "GFLOP/s, best of %d samples. small = sgemm_small 1 thread; blas1/blas2 = cblas_sgemm with 1/2 "
+      "OpenBLAS threads; small2 = sgemm_small split over M on 2 OpenMP threads; x/b2 = speedup of small over "
+      "blas2.\n",
+      nsamples);
   return 0;
 }

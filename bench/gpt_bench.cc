@@ -36,12 +36,12 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
   const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
   tg::nn::Gpt model(w.config);
   const auto t0 = std::chrono::steady_clock::now();
-  auto train = tg::compile_train(
-      model, [&](tg::Tensor ids, tg::Tensor targets) { return model.loss(ids, targets); },
-      {.inputs = {{"ids", {B, T}, tg::DType::kI32}, {"targets", {B, T}, tg::DType::kI32}},
-       .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
-       .device = device,
-       .precision = precision});
+  auto train =
+      tg::compile_train(model, [&](tg::Tensor ids, tg::Tensor targets) { return model.loss(ids, targets); },
+                        {.inputs = {{"ids", {B, T}, tg::DType::kI32}, {"targets", {B, T}, tg::DType::kI32}},
+                         .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
+                         .device = device,
+                         .precision = precision});
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(w.config.vocab - 1));
@@ -53,20 +53,27 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
   auto step = [&] { train.step({{"ids", ids}, {"targets", targets}}); };
   const int iters = gpu && std::string(w.name) != "gpt2_124M" ? 20 : 5;
   const double sec = median_seconds_per_step(step, 3, iters);
-  const char* mode = precision == tg::Precision::kTf32 ? "tf32" : precision == tg::Precision::kTf32x3 ? "tf32x3" : "fp32";
-  std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode, sec * 1e3, static_cast<double>(B * T) / sec);
+  const char* mode = precision == tg::Precision::kTf32     ? "tf32"
+                     : precision == tg::Precision::kTf32x3 ? "tf32x3"
+                                                           : "fp32";
+  std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode, sec * 1e3,
+              static_cast<double>(B * T) / sec);
   std::fflush(stdout);
   report_compiled(w.name, train);
-  std::printf("# %s compile_s %.2f (trace, passes, codegen, NVRTC or its disk cache, graph capture)\n", w.name, compile_s);
+  std::printf("# %s compile_s %.2f (trace, passes, codegen, NVRTC or its disk cache, graph capture)\n",
+              w.name, compile_s);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "addition_3L,char_6L384";
-  const tg::Device device = argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
+  const tg::Device device =
+      argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
   const std::string mode = argc > 3 ? argv[3] : "fp32";
-  const tg::Precision precision = mode == "tf32" ? tg::Precision::kTf32 : mode == "tf32x3" ? tg::Precision::kTf32x3 : tg::Precision::kFp32;
+  const tg::Precision precision = mode == "tf32"     ? tg::Precision::kTf32
+                                  : mode == "tf32x3" ? tg::Precision::kTf32x3
+                                                     : tg::Precision::kFp32;
   std::stringstream list(only);
   std::string name;
   while (std::getline(list, name, ',')) {

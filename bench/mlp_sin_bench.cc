@@ -14,14 +14,19 @@
 #include <random>
 #include <string>
 
-
 int main(int argc, char** argv) {
-  const tg::Device device = argc > 1 && std::string(argv[1]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
+  const tg::Device device =
+      argc > 1 && std::string(argv[1]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
   constexpr int64_t kBatch = 256;
   SinMlp model;
-  auto train = tg::compile_train(
-      model, [&](tg::Tensor x, tg::Tensor y) { auto d = model(x) - y; return tg::mean(d * d); },
-      {.inputs = {{"x", {kBatch, 1}}, {"y", {kBatch, 1}}}, .optimizer = tg::Adam{.lr = 5e-3}, .device = device});
+  auto train = tg::compile_train(model,
+                                 [&](tg::Tensor x, tg::Tensor y) {
+                                   auto d = model(x) - y;
+                                   return tg::mean(d * d);
+                                 },
+                                 {.inputs = {{"x", {kBatch, 1}}, {"y", {kBatch, 1}}},
+                                  .optimizer = tg::Adam{.lr = 5e-3},
+                                  .device = device});
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> u(-3.14f, 3.14f);
   std::vector<float> xs(kBatch), ys(kBatch);

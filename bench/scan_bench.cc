@@ -16,9 +16,12 @@
 
 struct ScanInputs : tg::Module {
   ScanInputs(int64_t b, int64_t d, int64_t l, int64_t n)
-      : u(*this, "u", {b, d, l}, tg::init::normal(1.0)), delta(*this, "delta", {b, d, l}, tg::init::normal(1.0)),
-        A(*this, "A", {d, n}, tg::init::uniform(-1.0, 0.0)), B(*this, "B", {b, n, l}, tg::init::normal(1.0)),
-        C(*this, "C", {b, n, l}, tg::init::normal(1.0)), D(*this, "D", {d}, tg::init::normal(1.0)) {}
+      : u(*this, "u", {b, d, l}, tg::init::normal(1.0)),
+        delta(*this, "delta", {b, d, l}, tg::init::normal(1.0)),
+        A(*this, "A", {d, n}, tg::init::uniform(-1.0, 0.0)),
+        B(*this, "B", {b, n, l}, tg::init::normal(1.0)),
+        C(*this, "C", {b, n, l}, tg::init::normal(1.0)),
+        D(*this, "D", {d}, tg::init::normal(1.0)) {}
   tg::Param u, delta, A, B, C, D;
 };
 
@@ -28,10 +31,14 @@ int main(int argc, char** argv) {
   const int64_t b = gpu ? 8 : 2, d = gpu ? 1536 : 256, l = gpu ? 1024 : 256, n = 16;
   ScanInputs m(b, d, l, n);
   tg::Program step = tg::compile_train(
-      m, [&] { return tg::sum(tg::selective_scan(m.u, m.delta, m.A, m.B, m.C, {.D = m.D, .delta_softplus = true}).y); },
+      m,
+      [&] {
+        return tg::sum(tg::selective_scan(m.u, m.delta, m.A, m.B, m.C, {.D = m.D, .delta_softplus = true}).y);
+      },
       {.optimizer = tg::GradientsOnly{}, .device = device});
   const double sec = median_seconds_per_step([&] { step.step({}); }, 1, 3);
-  const std::string mode = "tg_fwdbwd_b" + std::to_string(b) + "d" + std::to_string(d) + "l" + std::to_string(l) + "n" + std::to_string(n);
+  const std::string mode = "tg_fwdbwd_b" + std::to_string(b) + "d" + std::to_string(d) + "l" +
+                           std::to_string(l) + "n" + std::to_string(n);
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", "selective_scan", mode.c_str(), sec * 1e3,
               static_cast<double>(b * l) / sec);
   report_compiled("selective_scan", step);

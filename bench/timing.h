@@ -33,7 +33,8 @@ inline void report_compiled(const char* name, const tg::Program& program) {
   const double mib = 1 << 20;
   std::printf("# %s kernels %lld planned_mib %.1f all_tensors_mib %.1f ratio %.3f rss_mib %.1f\n", name,
               static_cast<long long>(program.kernel_count()), static_cast<double>(m.planned_peak()) / mib,
-              static_cast<double>(m.all_tensors) / mib, static_cast<double>(m.planned_peak()) / static_cast<double>(m.all_tensors),
+              static_cast<double>(m.all_tensors) / mib,
+              static_cast<double>(m.planned_peak()) / static_cast<double>(m.all_tensors),
               static_cast<double>(usage.ru_maxrss) * 1024 / mib);
   std::fflush(stdout);
   if (std::getenv("TG_DESCRIBE")) std::fprintf(stderr, "%s", program.describe().c_str());

@@ -26,7 +26,9 @@ namespace {
 constexpr int64_t kSeq = 8, kVocab = 16, kPlus = 10, kEquals = 11;
 constexpr int32_t kIgnore = -100;
 
-tg::nn::GptConfig config() { return {.vocab = kVocab, .seq_len = kSeq, .layers = 3, .d_model = 64, .heads = 4}; }
+tg::nn::GptConfig config() {
+  return {.vocab = kVocab, .seq_len = kSeq, .layers = 3, .d_model = 64, .heads = 4};
+}
 
 struct Pair {
   int a, b;
@@ -38,12 +40,14 @@ std::array<int32_t, 9> tokens_of(Pair p) {
   return {p.a / 10, p.a % 10, kPlus, p.b / 10, p.b % 10, kEquals, s % 10, s / 10 % 10, s / 100};
 }
 
-char glyph(int32_t t) { return t < 10 ? static_cast<char>('0' + t) : t == kPlus ? '+' : t == kEquals ? '=' : '?'; }
+char glyph(int32_t t) {
+  return t < 10 ? static_cast<char>('0' + t) : t == kPlus ? '+' : t == kEquals ? '=' : '?';
+}
 
 /// Greedy decoding of the three answer digits of every pair, with a forward program that
 /// maps ids [N, 8] to the argmax token at every position.
 std::vector<std::array<int32_t, 3>> answer(tg::Program& predict, const std::vector<Pair>& pairs, int64_t n,
-                                            tg::Captures* captures = nullptr) {
+                                           tg::Captures* captures = nullptr) {
   std::vector<int32_t> ids(static_cast<size_t>(n * kSeq), 0);
   for (int64_t i = 0; i < static_cast<int64_t>(pairs.size()); ++i) {
     auto t = tokens_of(pairs[static_cast<size_t>(i)]);
@@ -94,9 +98,10 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1234);
   std::shuffle(all.begin(), all.end(), rng);
   const std::vector<Pair> held_out(all.begin(), all.begin() + 1000), train_set(all.begin() + 1000, all.end());
-  std::printf("addition: 3-layer GPT (d 64, 4 heads) on a+b for a, b < 100: %zu training pairs, %zu held out; "
-              "batch %lld, %d steps, AdamW lr 2e-3 with warmup + cosine\n",
-              train_set.size(), held_out.size(), static_cast<long long>(kBatch), steps);
+  std::printf(
+      "addition: 3-layer GPT (d 64, 4 heads) on a+b for a, b < 100: %zu training pairs, %zu held out; "
+      "batch %lld, %d steps, AdamW lr 2e-3 with warmup + cosine\n",
+      train_set.size(), held_out.size(), static_cast<long long>(kBatch), steps);
 
   Model model;
   auto train = tg::compile_train(
@@ -116,7 +121,8 @@ int main(int argc, char** argv) {
       auto t = tokens_of(train_set[pick(rng)]);
       for (int64_t j = 0; j < kSeq; ++j) {
         ids[static_cast<size_t>(i * kSeq + j)] = t[static_cast<size_t>(j)];
-        targets[static_cast<size_t>(i * kSeq + j)] = j >= 5 ? t[static_cast<size_t>(j + 1)] : kIgnore;  // answer digits only
+        targets[static_cast<size_t>(i * kSeq + j)] =
+            j >= 5 ? t[static_cast<size_t>(j + 1)] : kIgnore;  // answer digits only
       }
     }
     const float loss = train.step({{"ids", ids}, {"targets", targets}});
@@ -134,7 +140,8 @@ int main(int argc, char** argv) {
 
   tg::Program predict = compile_predict(model, static_cast<int64_t>(held_out.size()));
   const double acc = accuracy(predict, held_out, static_cast<int64_t>(held_out.size()));
-  std::printf("held-out exact-match accuracy: %.2f%% (%zu pairs never seen in training)\n", 100 * acc, held_out.size());
+  std::printf("held-out exact-match accuracy: %.2f%% (%zu pairs never seen in training)\n", 100 * acc,
+              held_out.size());
 
   // A few predictions, and what the last layer's first head attends to on the first one.
   const std::vector<Pair> samples(held_out.begin(), held_out.begin() + 5);
@@ -143,13 +150,15 @@ int main(int argc, char** argv) {
   auto got = answer(predict_few, samples, static_cast<int64_t>(samples.size()), &captures);
   for (size_t i = 0; i < samples.size(); ++i) {
     const int predicted = got[i][0] + 10 * got[i][1] + 100 * got[i][2];
-    std::printf("  %2d + %2d = %3d  model: %3d  %s\n", samples[i].a, samples[i].b, samples[i].a + samples[i].b, predicted,
+    std::printf("  %2d + %2d = %3d  model: %3d  %s\n", samples[i].a, samples[i].b,
+                samples[i].a + samples[i].b, predicted,
                 predicted == samples[i].a + samples[i].b ? "ok" : "WRONG");
   }
   const tg::HostTensor& probs = captures.at("gpt.blocks.2.attn.probs");  // [5, heads, 8, 8]
   auto seq = tokens_of(samples[0]);
-  std::printf("attention of layer 2, head 0 on \"%d+%d\" (rows: query position, columns: key; darker = more):\n",
-              samples[0].a, samples[0].b);
+  std::printf(
+      "attention of layer 2, head 0 on \"%d+%d\" (rows: query position, columns: key; darker = more):\n",
+      samples[0].a, samples[0].b);
   const char* shades = " .:-=+*#%@";
   std::printf("      ");
   for (int64_t k = 0; k < kSeq; ++k) std::printf("%c", glyph(seq[static_cast<size_t>(k)]));
@@ -164,14 +173,15 @@ int main(int argc, char** argv) {
   }
 
   // Save, reload into a fresh model, and check that nothing changed.
-  const std::string path = (std::filesystem::temp_directory_path() / "tensorgrad_addition.safetensors").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "tensorgrad_addition.safetensors").string();
   tg::save_safetensors(path, train);
   Model reloaded;
   tg::Program predict_reloaded = compile_predict(reloaded, static_cast<int64_t>(held_out.size()));
   tg::load_safetensors(path, predict_reloaded);
   const double acc_reloaded = accuracy(predict_reloaded, held_out, static_cast<int64_t>(held_out.size()));
-  std::printf("checkpoint %s reloaded into a fresh model: accuracy %.2f%% (%s)\n", path.c_str(), 100 * acc_reloaded,
-              acc_reloaded == acc ? "identical" : "DIFFERENT");
+  std::printf("checkpoint %s reloaded into a fresh model: accuracy %.2f%% (%s)\n", path.c_str(),
+              100 * acc_reloaded, acc_reloaded == acc ? "identical" : "DIFFERENT");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("total time %.1f s; final training loss (mean of the last 50 steps) %.4f\n", secs, final_loss);
 

@@ -26,20 +26,35 @@ struct Model : tg::Module {
 };
 
 text_lm::Built build(const std::string& config, int64_t vocab) {
-  if (config != "cpu" && config != "gpu") throw std::runtime_error("unknown --config " + config + " (cpu or gpu)");
+  if (config != "cpu" && config != "gpu")
+    throw std::runtime_error("unknown --config " + config + " (cpu or gpu)");
   const bool gpu = config == "gpu";
-  const tg::nn::GptConfig c{.vocab = vocab, .seq_len = gpu ? 256 : 128, .layers = gpu ? 6 : 4, .d_model = gpu ? 384 : 192,
-                            .heads = 6, .dropout = gpu ? 0.2 : 0.0};
+  const tg::nn::GptConfig c{.vocab = vocab,
+                            .seq_len = gpu ? 256 : 128,
+                            .layers = gpu ? 6 : 4,
+                            .d_model = gpu ? 384 : 192,
+                            .heads = 6,
+                            .dropout = gpu ? 0.2 : 0.0};
   auto model = std::make_unique<Model>(c);
   Model& m = *model;
   char line[128];
   std::snprintf(line, sizeof line, "GPT, %lld layers, d %lld, %lld heads", static_cast<long long>(c.layers),
                 static_cast<long long>(c.d_model), static_cast<long long>(c.heads));
-  text_lm::Setup s{.program = "char_lm", .config_name = config, .model_line = line, .seq = c.seq_len, .batch = gpu ? 64 : 16,
-                   .steps = gpu ? 3000 : 2000, .warmup = 100, .eval_every = 250, .eval_batches = gpu ? 32 : 16, .lr = gpu ? 1e-3 : 2e-3,
-                   .prefill = true,
-                   .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.gpt.loss(ids, targets); },
-                   .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos, int64_t n) { return m.gpt.logits_cached(ids, pos, n); }};
+  text_lm::Setup s{
+      .program = "char_lm",
+      .config_name = config,
+      .model_line = line,
+      .seq = c.seq_len,
+      .batch = gpu ? 64 : 16,
+      .steps = gpu ? 3000 : 2000,
+      .warmup = 100,
+      .eval_every = 250,
+      .eval_batches = gpu ? 32 : 16,
+      .lr = gpu ? 1e-3 : 2e-3,
+      .prefill = true,
+      .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.gpt.loss(ids, targets); },
+      .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos,
+                   int64_t n) { return m.gpt.logits_cached(ids, pos, n); }};
   return {std::move(model), std::move(s)};
 }
 
@@ -47,5 +62,7 @@ text_lm::Built build(const std::string& config, int64_t vocab) {
 
 int main(int argc, char** argv) {
   return text_lm::main_of(
-      "char_lm", argc, argv, [](const text_lm::Args& a) { return a.device().kind == tg::Device::Kind::kCuda ? "gpu" : "cpu"; }, build);
+      "char_lm", argc, argv,
+      [](const text_lm::Args& a) { return a.device().kind == tg::Device::Kind::kCuda ? "gpu" : "cpu"; },
+      build);
 }

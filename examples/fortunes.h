@@ -28,10 +28,12 @@ inline std::filesystem::path locate(const std::string& dir = kDir) {
       std::printf("the fortunes corpus is not installed; running: apt-get install -y fortunes\n");
       std::fflush(stdout);
       if (std::system("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fortunes >/dev/null 2>&1 || "
-                      "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fortunes >/dev/null)") != 0)
+                      "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fortunes "
+                      ">/dev/null)") != 0)
         throw std::runtime_error("apt-get install fortunes failed");
     } else {
-      throw std::runtime_error(std::string("no corpus at ") + dir + ": install it with `sudo apt-get install fortunes`");
+      throw std::runtime_error(std::string("no corpus at ") + dir +
+                               ": install it with `sudo apt-get install fortunes`");
     }
   }
   if (!fs::is_directory(dir)) throw std::runtime_error("no corpus directory " + dir);
@@ -69,7 +71,8 @@ struct Vocab {
   int32_t id[256];    // byte → token id (-1: not in the vocabulary)
   explicit Vocab(const std::string& chars = "") : bytes(chars) {
     std::fill(id, id + 256, -1);
-    for (size_t i = 0; i < bytes.size(); ++i) id[static_cast<unsigned char>(bytes[i])] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < bytes.size(); ++i)
+      id[static_cast<unsigned char>(bytes[i])] = static_cast<int32_t>(i);
   }
   static Vocab of(const std::string& text) {
     bool seen[256] = {};
@@ -82,9 +85,11 @@ struct Vocab {
   int64_t size() const { return static_cast<int64_t>(bytes.size()); }
   /// Text → ids; bytes outside the vocabulary become the space's id (or 0).
   std::vector<int32_t> encode(const std::string& text) const {
-    const int32_t fallback = id[static_cast<unsigned char>(' ')] >= 0 ? id[static_cast<unsigned char>(' ')] : 0;
+    const int32_t fallback =
+        id[static_cast<unsigned char>(' ')] >= 0 ? id[static_cast<unsigned char>(' ')] : 0;
     std::vector<int32_t> out;
-    for (const char c : text) out.push_back(id[static_cast<unsigned char>(c)] >= 0 ? id[static_cast<unsigned char>(c)] : fallback);
+    for (const char c : text)
+      out.push_back(id[static_cast<unsigned char>(c)] >= 0 ? id[static_cast<unsigned char>(c)] : fallback);
     return out;
   }
   std::string decode(const std::vector<int32_t>& ids) const {
@@ -104,7 +109,8 @@ struct Vocab {
   }
   static Vocab from_hex(const std::string& h) {
     std::string chars;
-    for (size_t i = 0; i + 1 < h.size(); i += 2) chars += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
+    for (size_t i = 0; i + 1 < h.size(); i += 2)
+      chars += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
     return Vocab(chars);
   }
 };
@@ -144,14 +150,16 @@ struct Corpus {
 
   /// A batch of `batch` windows of `seq` tokens and their next-token targets from `text`:
   /// at random offsets (rng) or, with rng null, at the evenly spaced offsets of window `index`.
-  static void windows(const std::vector<int32_t>& text, int64_t batch, int64_t seq, std::mt19937* rng, int64_t index,
-                      int64_t count, std::vector<int32_t>& ids, std::vector<int32_t>& targets) {
+  static void windows(const std::vector<int32_t>& text, int64_t batch, int64_t seq, std::mt19937* rng,
+                      int64_t index, int64_t count, std::vector<int32_t>& ids,
+                      std::vector<int32_t>& targets) {
     ids.resize(static_cast<size_t>(batch * seq));
     targets.resize(ids.size());
     const auto span = static_cast<int64_t>(text.size()) - seq - 1;
     std::uniform_int_distribution<int64_t> pick(0, span);
     for (int64_t b = 0; b < batch; ++b) {
-      const int64_t start = rng ? pick(*rng) : (index * batch + b) * span / std::max<int64_t>(count * batch, 1);
+      const int64_t start =
+          rng ? pick(*rng) : (index * batch + b) * span / std::max<int64_t>(count * batch, 1);
       for (int64_t t = 0; t < seq; ++t) {
         ids[static_cast<size_t>(b * seq + t)] = text[static_cast<size_t>(start + t)];
         targets[static_cast<size_t>(b * seq + t)] = text[static_cast<size_t>(start + t + 1)];

@@ -26,17 +26,30 @@ text_lm::Built build(const std::string& config, int64_t vocab) {
   auto model = std::make_unique<Model>(c);
   Model& m = *model;
   char line[128];
-  std::snprintf(line, sizeof line, "Mamba, %lld layers, d_model %lld, d_state %lld", static_cast<long long>(c.layers),
-                static_cast<long long>(c.d_model), static_cast<long long>(c.d_state));
-  text_lm::Setup s{.program = "mamba_lm", .config_name = config, .model_line = line, .seq = 128, .batch = 16, .steps = 1500,
-                   .warmup = 100, .eval_every = 250, .eval_batches = 16, .lr = 2e-3, .prefill = false,
-                   .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.lm.loss(ids, targets); },
-                   .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos, int64_t n) { return m.lm.logits_cached(ids, pos, n); }};
+  std::snprintf(line, sizeof line, "Mamba, %lld layers, d_model %lld, d_state %lld",
+                static_cast<long long>(c.layers), static_cast<long long>(c.d_model),
+                static_cast<long long>(c.d_state));
+  text_lm::Setup s{
+      .program = "mamba_lm",
+      .config_name = config,
+      .model_line = line,
+      .seq = 128,
+      .batch = 16,
+      .steps = 1500,
+      .warmup = 100,
+      .eval_every = 250,
+      .eval_batches = 16,
+      .lr = 2e-3,
+      .prefill = false,
+      .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.lm.loss(ids, targets); },
+      .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos,
+                   int64_t n) { return m.lm.logits_cached(ids, pos, n); }};
   return {std::move(model), std::move(s)};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return text_lm::main_of("mamba_lm", argc, argv, [](const text_lm::Args&) { return "cpu"; }, build, "cpu");
+  return text_lm::main_of(
+      "mamba_lm", argc, argv, [](const text_lm::Args&) { return "cpu"; }, build, "cpu");
 }

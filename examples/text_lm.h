@@ -23,14 +23,17 @@ namespace text_lm {
 struct Args {
   std::map<std::string, std::string> kv;
   bool has(const std::string& k) const { return kv.count(k) > 0; }
-  std::string get(const std::string& k, const std::string& fallback) const { return has(k) ? kv.at(k) : fallback; }
+  std::string get(const std::string& k, const std::string& fallback) const {
+    return has(k) ? kv.at(k) : fallback;
+  }
   double num(const std::string& k, double fallback) const { return has(k) ? std::stod(kv.at(k)) : fallback; }
 
   static Args parse(int argc, char** argv) {
     Args a;
     for (int i = 1; i < argc; ++i) {
       std::string k = argv[i];
-      if (k.rfind("--", 0) != 0) throw std::runtime_error("unexpected argument " + k + " (options are --name value)");
+      if (k.rfind("--", 0) != 0)
+        throw std::runtime_error("unexpected argument " + k + " (options are --name value)");
       k = k.substr(2);
       if (k == "generate") {
         a.kv[k] = "1";
@@ -46,8 +49,10 @@ struct Args {
     return d == "cpu" ? tg::Device::cpu() : d == "cuda" ? tg::Device::cuda() : tg::Device::best();
   }
   tg::GenerateOptions sampling() const {
-    return {.temperature = static_cast<float>(num("temperature", 0.8)), .top_k = static_cast<int32_t>(num("top-k", 0)),
-            .top_p = static_cast<float>(num("top-p", 0.95)), .seed = static_cast<uint32_t>(num("seed", 0))};
+    return {.temperature = static_cast<float>(num("temperature", 0.8)),
+            .top_k = static_cast<int32_t>(num("top-k", 0)),
+            .top_p = static_cast<float>(num("top-p", 0.95)),
+            .seed = static_cast<uint32_t>(num("seed", 0))};
   }
 };
 
@@ -70,8 +75,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 /// Samples `tokens` characters after `prompt`, streaming them to stdout. The cache holds one
 /// window of the model's context; when it is full the generation continues from the last half
 /// window of text (a fresh start of the Generator), so any length can be produced.
-inline void sample_text(tg::Generator& gen, const fortunes::Vocab& vocab, const std::string& prompt, int64_t tokens,
-                        const tg::GenerateOptions& base) {
+inline void sample_text(tg::Generator& gen, const fortunes::Vocab& vocab, const std::string& prompt,
+                        int64_t tokens, const tg::GenerateOptions& base) {
   const int64_t window = gen.options().cache_len;
   std::vector<int32_t> text = vocab.encode(prompt.empty() ? std::string("\n") : prompt);
   std::printf("%s", prompt.c_str());
@@ -97,7 +102,9 @@ inline void sample_text(tg::Generator& gen, const fortunes::Vocab& vocab, const 
 }
 
 inline tg::Generator generator(tg::Module& model, const Setup& s, tg::Device device) {
-  return tg::Generator(model, s.step, {.cache_len = s.seq, .prefill_len = s.prefill ? 0 : 1, .device = device, .prefill = s.prefill});
+  return tg::Generator(
+      model, s.step,
+      {.cache_len = s.seq, .prefill_len = s.prefill ? 0 : 1, .device = device, .prefill = s.prefill});
 }
 
 /// --generate: samples from the checkpoint's parameters (the model was built from its metadata).
@@ -108,10 +115,14 @@ inline int generate_only(const Args& args, const Setup& s, tg::Module& model, co
   tg::Generator gen = generator(model, s, device);
   tg::load_safetensors(checkpoint, gen.decode());
   const tg::GenerateOptions sampling = args.sampling();
-  std::printf("%s: %s (config %s, %s steps, validation loss %s) on %s; temperature %.2f, top-k %d, top-p %.2f, seed %u\n\n",
-              s.program.c_str(), checkpoint.c_str(), s.config_name.c_str(), meta.count("steps") ? meta.at("steps").c_str() : "?",
-              meta.count("val_loss") ? meta.at("val_loss").c_str() : "?", device.str().c_str(), static_cast<double>(sampling.temperature),
-              sampling.top_k, static_cast<double>(sampling.top_p), sampling.seed);
+  std::printf(
+      "%s: %s (config %s, %s steps, validation loss %s) on %s; temperature %.2f, top-k %d, top-p %.2f, seed "
+      "%u\n\n",
+      s.program.c_str(), checkpoint.c_str(), s.config_name.c_str(),
+      meta.count("steps") ? meta.at("steps").c_str() : "?",
+      meta.count("val_loss") ? meta.at("val_loss").c_str() : "?", device.str().c_str(),
+      static_cast<double>(sampling.temperature), sampling.top_k, static_cast<double>(sampling.top_p),
+      sampling.seed);
   sample_text(gen, vocab, args.get("prompt", ""), static_cast<int64_t>(args.num("tokens", 500)), sampling);
   return 0;
 }
@@ -120,8 +131,10 @@ inline int generate_only(const Args& args, const Setup& s, tg::Module& model, co
 inline std::map<std::string, std::string> checkpoint_metadata(const Args& args, const std::string& program) {
   const std::string checkpoint = args.get("checkpoint", program + ".safetensors");
   const auto meta = tg::read_safetensors_metadata(checkpoint);
-  if (!meta.count("vocab") || !meta.count("config") || meta.count("program") == 0 || meta.at("program") != program)
-    throw std::runtime_error(checkpoint + " has no " + program + " metadata (program, vocab, config): was it written by " + program + "?");
+  if (!meta.count("vocab") || !meta.count("config") || meta.count("program") == 0 ||
+      meta.at("program") != program)
+    throw std::runtime_error(checkpoint + " has no " + program +
+                             " metadata (program, vocab, config): was it written by " + program + "?");
   return meta;
 }
 
@@ -131,22 +144,30 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
   const tg::Device device = args.device();
   const auto t0 = std::chrono::steady_clock::now();
   const double unigram = corpus.unigram_baseline();
-  std::printf("%s: %zu fortunes, %zu training / %zu held-out characters, vocabulary of %lld bytes; unigram baseline %.3f nats/char\n",
-              s.program.c_str(), corpus.fortunes, corpus.train.size(), corpus.val.size(), static_cast<long long>(corpus.vocab.size()),
-              unigram);
-  std::printf("model: %s, context %lld; batch %lld, %lld steps, AdamW lr %.0e (warmup + cosine), on %s (config %s)\n",
-              s.model_line.c_str(), static_cast<long long>(s.seq), static_cast<long long>(s.batch), static_cast<long long>(s.steps), s.lr,
-              device.str().c_str(), s.config_name.c_str());
-  const std::vector<tg::InputSpec> inputs{{"ids", {s.batch, s.seq}, tg::DType::kI32}, {"targets", {s.batch, s.seq}, tg::DType::kI32}};
+  std::printf(
+      "%s: %zu fortunes, %zu training / %zu held-out characters, vocabulary of %lld bytes; unigram baseline "
+      "%.3f nats/char\n",
+      s.program.c_str(), corpus.fortunes, corpus.train.size(), corpus.val.size(),
+      static_cast<long long>(corpus.vocab.size()), unigram);
+  std::printf(
+      "model: %s, context %lld; batch %lld, %lld steps, AdamW lr %.0e (warmup + cosine), on %s (config %s)\n",
+      s.model_line.c_str(), static_cast<long long>(s.seq), static_cast<long long>(s.batch),
+      static_cast<long long>(s.steps), s.lr, device.str().c_str(), s.config_name.c_str());
+  const std::vector<tg::InputSpec> inputs{{"ids", {s.batch, s.seq}, tg::DType::kI32},
+                                          {"targets", {s.batch, s.seq}, tg::DType::kI32}};
   tg::Program train = tg::compile_train(
       model, [&](tg::Tensor ids, tg::Tensor targets) { return s.loss(ids, targets); },
-      {.inputs = inputs, .optimizer = tg::AdamW{.lr = s.lr, .weight_decay = 0.1},
+      {.inputs = inputs,
+       .optimizer = tg::AdamW{.lr = s.lr, .weight_decay = 0.1},
        .schedule = tg::lr::warmup(s.warmup, tg::lr::cosine(std::max<int64_t>(1, s.steps - s.warmup), 0.1)),
-       .clip_grad_norm = 1.0, .device = device});
+       .clip_grad_norm = 1.0,
+       .device = device});
   train.init_params(0);
-  tg::Program eval = tg::compile_forward(
-      model, [&](tg::Tensor ids, tg::Tensor targets) { return s.loss(ids, targets); }, {.inputs = inputs, .device = device});
-  std::printf("compiled in %.1f s: %lld kernels per training step\n", seconds_since(t0), static_cast<long long>(train.kernel_count()));
+  tg::Program eval =
+      tg::compile_forward(model, [&](tg::Tensor ids, tg::Tensor targets) { return s.loss(ids, targets); },
+                          {.inputs = inputs, .device = device});
+  std::printf("compiled in %.1f s: %lld kernels per training step\n", seconds_since(t0),
+              static_cast<long long>(train.kernel_count()));
 
   std::vector<int32_t> ids, targets;
   auto val_loss = [&] {
@@ -168,8 +189,9 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
     if (step % 10 == 0 || step == 1) train_curve.emplace_back(static_cast<double>(step), smooth);
     if (step % 50 == 0 || step == s.steps) {
       const double secs = seconds_since(t_train) - eval_seconds;
-      std::printf("  step %5lld/%lld  loss %.3f  %8.0f tokens/s  %6.1f s elapsed, about %.0f s to go\n", static_cast<long long>(step),
-                  static_cast<long long>(s.steps), smooth, static_cast<double>(step * s.batch * s.seq) / secs, seconds_since(t0),
+      std::printf("  step %5lld/%lld  loss %.3f  %8.0f tokens/s  %6.1f s elapsed, about %.0f s to go\n",
+                  static_cast<long long>(step), static_cast<long long>(s.steps), smooth,
+                  static_cast<double>(step * s.batch * s.seq) / secs, seconds_since(t0),
                   secs / static_cast<double>(step) * static_cast<double>(s.steps - step));
       std::fflush(stdout);
     }
@@ -181,30 +203,37 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
       std::printf("  validation loss %.3f nats/char (unigram baseline %.3f)\n", last_val, unigram);
     }
   }
-  std::printf("trained %lld steps in %.1f s; validation loss %.3f against the unigram baseline %.3f (%.0f%% lower)\n",
-              static_cast<long long>(s.steps), seconds_since(t_train), last_val, unigram, 100 * (1 - last_val / unigram));
+  std::printf(
+      "trained %lld steps in %.1f s; validation loss %.3f against the unigram baseline %.3f (%.0f%% lower)\n",
+      static_cast<long long>(s.steps), seconds_since(t_train), last_val, unigram,
+      100 * (1 - last_val / unigram));
 
   const std::string checkpoint = args.get("checkpoint", s.program + ".safetensors");
   char val_text[32];
   std::snprintf(val_text, sizeof val_text, "%.4f", last_val);
   tg::save_safetensors(checkpoint, train,
-                       {{"program", s.program}, {"vocab", corpus.vocab.hex()}, {"config", s.config_name},
-                        {"steps", std::to_string(s.steps)}, {"val_loss", val_text}});
+                       {{"program", s.program},
+                        {"vocab", corpus.vocab.hex()},
+                        {"config", s.config_name},
+                        {"steps", std::to_string(s.steps)},
+                        {"val_loss", val_text}});
   const std::string plot = args.get("plot", s.program + "_loss.svg");
   char title[160];
-  std::snprintf(title, sizeof title, "%s on fortunes (%s config): validation %.3f vs unigram %.3f nats/char", s.program.c_str(),
-                s.config_name.c_str(), last_val, unigram);
+  std::snprintf(title, sizeof title, "%s on fortunes (%s config): validation %.3f vs unigram %.3f nats/char",
+                s.program.c_str(), s.config_name.c_str(), last_val, unigram);
   loss_plot::write_svg(plot, title, train_curve, val_curve, unigram, "unigram baseline");
   std::printf("checkpoint: %s   loss curve: %s\n", checkpoint.c_str(), plot.c_str());
 
   tg::Generator gen = generator(model, s, device);
   const tg::GenerateOptions sampling = args.sampling();
   const int64_t tokens = static_cast<int64_t>(args.num("tokens", 500));
-  std::printf("\nsample (temperature %.2f, top-p %.2f, seed %u), through the %s decoder:\n\n", static_cast<double>(sampling.temperature),
-              static_cast<double>(sampling.top_p), sampling.seed, s.prefill ? "KV-cached" : "recurrent");
+  std::printf("\nsample (temperature %.2f, top-p %.2f, seed %u), through the %s decoder:\n\n",
+              static_cast<double>(sampling.temperature), static_cast<double>(sampling.top_p), sampling.seed,
+              s.prefill ? "KV-cached" : "recurrent");
   const auto ts = std::chrono::steady_clock::now();
   sample_text(gen, corpus.vocab, args.get("prompt", ""), tokens, sampling);
-  std::printf("\n(%lld characters in %.2f s; total time %.1f s)\n", static_cast<long long>(tokens), seconds_since(ts), seconds_since(t0));
+  std::printf("\n(%lld characters in %.2f s; total time %.1f s)\n", static_cast<long long>(tokens),
+              seconds_since(ts), seconds_since(t0));
   const double max_val_loss = args.num("max-val-loss", -1);
   if (max_val_loss > 0 && !(last_val <= max_val_loss)) {
     std::printf("FAIL: validation loss %.3f is above the bound %.3f\n", last_val, max_val_loss);
@@ -224,8 +253,10 @@ struct Built {
 /// the device) trained and sampled. `build(config, vocab)` makes the model; --device defaults
 /// to `default_device` ("auto": the GPU when there is one); exceptions become a message and
 /// exit code 1.
-inline int main_of(const std::string& program, int argc, char** argv, const std::function<std::string(const Args&)>& default_config,
-                   const std::function<Built(const std::string& config, int64_t vocab)>& build, const std::string& default_device = "auto") {
+inline int main_of(const std::string& program, int argc, char** argv,
+                   const std::function<std::string(const Args&)>& default_config,
+                   const std::function<Built(const std::string& config, int64_t vocab)>& build,
+                   const std::string& default_device = "auto") {
   try {
     Args args = Args::parse(argc, argv);
     if (!args.has("device")) args.kv["device"] = default_device;

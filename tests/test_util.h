@@ -24,7 +24,8 @@ inline std::string device_test_name(const tg::Device& d) {
 inline std::string gpu_skip_reason() {
   static const std::string why = [] {
     if (tg::Device::best().kind == tg::Device::Kind::kCuda) return std::string();
-    return std::string("no usable GPU (cuda:0 needs the CUDA driver, a GPU, NVRTC and cuBLASLt), GPU tests skipped");
+    return std::string(
+        "no usable GPU (cuda:0 needs the CUDA driver, a GPU, NVRTC and cuBLASLt), GPU tests skipped");
   }();
   return why;
 }
@@ -49,8 +50,8 @@ inline double rel_diff(std::span<const float> a, std::span<const float> b) {
 /// Greedy continuation by a full-forward program over ids [1, window] → logits [1, window,
 /// vocab]: the sequence padded with 0 goes through it, the first largest logit of its last
 /// position is appended, until `steps` tokens or `window` positions.
-inline std::vector<int32_t> greedy_by_full_forward(tg::Program& full, std::vector<int32_t> seq, int64_t steps, int64_t window,
-                                                   int64_t vocab) {
+inline std::vector<int32_t> greedy_by_full_forward(tg::Program& full, std::vector<int32_t> seq, int64_t steps,
+                                                   int64_t window, int64_t vocab) {
   std::vector<int32_t> out;
   while (static_cast<int64_t>(out.size()) < steps && static_cast<int64_t>(seq.size()) < window) {
     std::vector<int32_t> padded = seq;

@@ -19,7 +19,8 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current(
 /// scalar, or one offset per index of axis 0 ([dst.shape[0]], axis > 0: per-sequence
 /// positions). Off the axis the extents match. An offset with pos < 0 or pos + src's extent >
 /// dst's is an InputError when the program runs. No gradient (inference programs' caches).
-Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int64_t axis, Loc loc = Loc::current());
+Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int64_t axis,
+                    Loc loc = Loc::current());
 /// Decoding's sampling step, inside the program so only token ids leave the device: one id per
 /// row of `logits` [..., V] → i32 [...]. `params` is f32 [3] = {temperature, top_k, top_p}
 /// and `key` i32 [2] = {seed, counter}; pass them as inputs and one compiled program serves
@@ -94,13 +95,15 @@ struct SelectiveScanResult {
 /// overflow-safe max(x, 0) + log1p(exp(−|x|)). The CUDA backend takes N ≤ 128 (a channel's
 /// states share one warp, up to four per lane) and says so when compiling a larger one; cpu and ref
 /// take any N.
-SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
-                                   const SelectiveScanOptions& options = {}, Loc loc = Loc::current());
+SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
+                                   const Tensor& C, const SelectiveScanOptions& options = {},
+                                   Loc loc = Loc::current());
 /// Depthwise causal convolution over the last axis: x [B, D, L] (channels first, as Mamba's
 /// causal_conv1d), weight [D, K], optional bias [D]; y[b, d, l] = Σ_k weight[d, k]·x[b, d,
 /// l − K + 1 + k] (zeros before the start) + bias[d]. Written as K shifted products of a padded
 /// x, which fuse into one kernel, forward and backward.
-Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
+Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                     Loc loc = Loc::current());
 
 // ---- attention -----------------------------------------------------------------------
 struct AttentionOptions {
@@ -116,8 +119,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
 /// [B, Hkv, S, D] and pos i32 [B]; query i of sequence b sits at position pos[b] + i and sees
 /// keys 0 … pos[b] + i. pos[b] outside [0, S − T] is an InputError when the program runs.
 /// One fused kernel on every backend; no gradient. Default scale 1/√D.
-Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, std::optional<double> scale = {},
-                    Loc loc = Loc::current());
+Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                    std::optional<double> scale = {}, Loc loc = Loc::current());
 
 // ---- activations and small composites --------------------------------------------------
 enum class GeluApprox { kErf, kTanh };
@@ -131,7 +134,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc = Loc::current());
 /// offset…offset+T−1: x·cos θ + rotate_half(x)·sin θ with θ_{t,i} = t·base^(−2i/D).
 Tensor rope(const Tensor& x, double base = 10000.0, int64_t offset = 0, Loc loc = Loc::current());
 /// Zero (or `value`) padding of `axis` by `before` and `after` elements.
-Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value = 0.0, Loc loc = Loc::current());
+Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value = 0.0,
+           Loc loc = Loc::current());
 
 // ---- captures ------------------------------------------------------------------------
 /// Marks `t` to be read back as `name` when a step/run asks for captures; returns t. Free

@@ -72,13 +72,15 @@ class MambaLM : public Module {
   /// ids i32 [B, L] → logits [B, L, vocab].
   Tensor logits(const Tensor& ids, Loc loc = Loc::current()) const;
   /// Mean next-token cross-entropy of logits(ids) against targets [B, L] (ignore_index skipped).
-  Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100, Loc loc = Loc::current()) const;
+  Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100,
+              Loc loc = Loc::current()) const;
   /// One recurrent step: ids [B, 1] → logits [B, 1, vocab], through every layer's Mamba::step.
   Tensor logits_step(const Tensor& ids, Loc loc = Loc::current()) const;
   /// logits_step in tg::Generator's CachedLm form (positions and cache length are not needed by
   /// a recurrent model): use it with GeneratorOptions{.prefill = false}. More than one token at
   /// once is a ShapeError.
-  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
+  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len,
+                       Loc loc = Loc::current()) const;
   const MambaLMConfig config;
 
  private:

@@ -27,12 +27,21 @@ namespace detail {
 struct ModelStorage;
 /// A new, empty per-model parameter storage (runtime/storage.cc).
 std::shared_ptr<ModelStorage> make_model_storage();
-}
+}  // namespace detail
 
 /// How a parameter is filled by `init_params(seed)`. Fan-in/fan-out follow PyTorch: for a
 /// shape [out, in, k…], fan_in = in·k…, fan_out = out·k…; a rank-1 shape has fan_in = n.
 struct Init {
-  enum class Kind { kNormal, kUniform, kConstant, kKaimingUniform, kKaimingNormal, kXavierUniform, kXavierNormal, kCallable };
+  enum class Kind {
+    kNormal,
+    kUniform,
+    kConstant,
+    kKaimingUniform,
+    kKaimingNormal,
+    kXavierUniform,
+    kXavierNormal,
+    kCallable
+  };
   Kind kind = Kind::kNormal;
   double a = 0, b = 1;  // normal: mean, std · uniform: low, high · constant: value · kaiming/xavier: gain
   /// kCallable: fills `values` (row-major, shape `shape`) from a generator seeded for this parameter.
@@ -98,7 +107,8 @@ struct ParamOptions {
 
 class Param {
  public:
-  Param(Module& owner, std::string name, Shape shape, Init init = init::normal(0.02), ParamOptions options = {});
+  Param(Module& owner, std::string name, Shape shape, Init init = init::normal(0.02),
+        ParamOptions options = {});
   ~Param();
   Param(const Param&) = delete;
   Param& operator=(const Param&) = delete;

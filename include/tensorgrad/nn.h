@@ -18,7 +18,8 @@ struct LinearOptions {
 /// y = x Wᵀ + b, with W of shape [out, in] (PyTorch's layout) and x of shape [..., in].
 class Linear : public Module {
  public:
-  Linear(Module& parent, std::string name, int64_t in_features, int64_t out_features, LinearOptions options = {});
+  Linear(Module& parent, std::string name, int64_t in_features, int64_t out_features,
+         LinearOptions options = {});
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
 
   const int64_t in_features, out_features;
@@ -32,7 +33,8 @@ using Activation = std::function<Tensor(const Tensor&)>;
 /// `activation` between them (not after the last).
 class Mlp : public Module {
  public:
-  Mlp(Module& parent, std::string name, std::vector<int64_t> widths,
+  Mlp(
+      Module& parent, std::string name, std::vector<int64_t> widths,
       Activation activation = [](const Tensor& x) { return relu(x); });
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   size_t num_layers() const { return layers_.size(); }
@@ -115,10 +117,10 @@ struct GptConfig {
   int64_t layers = 0;
   int64_t d_model = 0;
   int64_t heads = 0;
-  int64_t kv_heads = 0;       // 0: = heads
-  int64_t mlp_hidden = 0;     // 0: 4·d_model
-  bool tied_head = true;      // logits = x·wteᵀ (no separate head matrix)
-  bool rotary = false;        // RoPE in attention instead of learned positions
+  int64_t kv_heads = 0;    // 0: = heads
+  int64_t mlp_hidden = 0;  // 0: 4·d_model
+  bool tied_head = true;   // logits = x·wteᵀ (no separate head matrix)
+  bool rotary = false;     // RoPE in attention instead of learned positions
   double dropout = 0.0;
   double ln_eps = 1e-5;
   bool bias = true;
@@ -149,14 +151,16 @@ class Gpt : public Module {
   Tensor logits(const Tensor& ids, Loc loc = Loc::current()) const;
   /// Mean cross-entropy of the logits of ids against targets [B, T] (targets equal to
   /// ignore_index are skipped).
-  Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100, Loc loc = Loc::current()) const;
+  Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100,
+              Loc loc = Loc::current()) const;
   /// KV-cached logits for inference: ids [B, T] are the tokens at positions pos[b] … pos[b] +
   /// T − 1 of each sequence (pos: i32 [B]); every layer keeps its keys and values in state
   /// caches of `cache_len` positions (≤ seq_len), shared by all programs of the model on a
   /// device. A prefill program (T = prompt length, pos = 0) and a one-token decode program
   /// (T = 1, pos = tokens so far) then continue each other; logits equal logits() of the
   /// whole prefix. Offsets past the cache are an InputError when the program runs.
-  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
+  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len,
+                       Loc loc = Loc::current()) const;
   const GptConfig config;
 
  private:

@@ -83,12 +83,15 @@ class HostTensor {
 
 /// Borrowed input data: f32 from float, i32 from int32_t, bool from uint8_t (0/1).
 struct InputView {
-  InputView(std::span<const float> v) : dtype(DType::kF32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
-  InputView(const std::vector<float>& v) : InputView(std::span<const float>(v)) {}  // NOLINT
-  InputView(std::span<const int32_t> v) : dtype(DType::kI32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
+  InputView(std::span<const float> v)
+      : dtype(DType::kF32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
+  InputView(const std::vector<float>& v) : InputView(std::span<const float>(v)) {}    // NOLINT
+  InputView(std::span<const int32_t> v)
+      : dtype(DType::kI32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}    // NOLINT
   InputView(const std::vector<int32_t>& v) : InputView(std::span<const int32_t>(v)) {}  // NOLINT
-  InputView(std::span<const uint8_t> v) : dtype(DType::kBool), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
-  InputView(const std::vector<uint8_t>& v) : InputView(std::span<const uint8_t>(v)) {}  // NOLINT
+  InputView(std::span<const uint8_t> v)
+      : dtype(DType::kBool), data(v.data()), numel(static_cast<int64_t>(v.size())) {}     // NOLINT
+  InputView(const std::vector<uint8_t>& v) : InputView(std::span<const uint8_t>(v)) {}    // NOLINT
   InputView(const HostTensor& t) : dtype(t.dtype()), data(t.data()), numel(t.numel()) {}  // NOLINT
   DType dtype;
   const void* data;
@@ -138,16 +141,16 @@ struct ForwardOptions {
 /// Planned memory of a program, in bytes (Program::memory_report()). The step's values share
 /// one arena; the per-kind figures are those live at the step where the arena is fullest.
 struct MemoryReport {
-  int64_t params = 0;              // the model's parameters (shared with its other programs)
-  int64_t optimizer_state = 0;     // moments, step counters
-  int64_t inputs = 0;              // input staging and constants
-  int64_t activations = 0;         // forward values live at the peak
-  int64_t gradients = 0;           // backward values live at the peak
-  int64_t optimizer_temps = 0;     // optimizer intermediates live at the peak
-  int64_t scratch = 0;             // backend temporaries live at the peak (dense copies)
-  int64_t arena = 0;               // the arena's planned size
-  int64_t arena_without_reuse = 0; // what it would be with one buffer per value
-  int64_t all_tensors = 0;         // every tensor of the compiled graph at full size, no sharing
+  int64_t params = 0;               // the model's parameters (shared with its other programs)
+  int64_t optimizer_state = 0;      // moments, step counters
+  int64_t inputs = 0;               // input staging and constants
+  int64_t activations = 0;          // forward values live at the peak
+  int64_t gradients = 0;            // backward values live at the peak
+  int64_t optimizer_temps = 0;      // optimizer intermediates live at the peak
+  int64_t scratch = 0;              // backend temporaries live at the peak (dense copies)
+  int64_t arena = 0;                // the arena's planned size
+  int64_t arena_without_reuse = 0;  // what it would be with one buffer per value
+  int64_t all_tensors = 0;          // every tensor of the compiled graph at full size, no sharing
   int64_t planned_peak() const { return params + optimizer_state + inputs + arena; }
   /// A small table, one line per kind, in MiB.
   std::string to_string() const;
@@ -249,9 +252,12 @@ constexpr size_t tensor_arity() {
     return 0;
   } else {
     return []<size_t... I>(std::index_sequence<I...>) {
-      if constexpr (std::is_invocable_r_v<Tensor, F&, decltype((void)I, Tensor())...>) return N;
-      else return tensor_arity<F, N + 1>();
-    }(std::make_index_sequence<N>());
+      if constexpr (std::is_invocable_r_v<Tensor, F&, decltype((void)I, Tensor())...>)
+        return N;
+      else
+        return tensor_arity<F, N + 1>();
+    }
+    (std::make_index_sequence<N>());
   }
 }
 
@@ -259,7 +265,8 @@ template <class F>
 TracedFn erase(F&& fn) {
   constexpr size_t arity = tensor_arity<std::remove_reference_t<F>>();
   return [f = std::forward<F>(fn)](std::span<const Tensor> xs) mutable -> Tensor {
-    return [&]<size_t... I>(std::index_sequence<I...>) { return Tensor(f(xs[I]...)); }(std::make_index_sequence<arity>());
+    return [&]<size_t... I>(std::index_sequence<I...>) { return Tensor(f(xs[I]...)); }
+    (std::make_index_sequence<arity>());
   };
 }
 }  // namespace detail

@@ -59,11 +59,10 @@ using Loc = std::source_location;
 class Arg {
  public:
   template <class T>
-    requires std::is_convertible_v<const T&, Tensor>
-  Arg(const T& t, Loc loc = Loc::current()) : tensor_(t), loc_(loc) {}  // NOLINT: implicit
+  requires std::is_convertible_v<const T&, Tensor> Arg(const T& t, Loc loc = Loc::current())
+      : tensor_(t), loc_(loc) {}  // NOLINT: implicit
   template <class T>
-    requires std::is_arithmetic_v<T>
-  Arg(T v, Loc loc = Loc::current())  // NOLINT: implicit
+  requires std::is_arithmetic_v<T> Arg(T v, Loc loc = Loc::current())  // NOLINT: implicit
       : scalar_(static_cast<double>(v)), integral_(std::is_integral_v<T>), loc_(loc) {}
 
   bool is_tensor() const { return tensor_.valid(); }

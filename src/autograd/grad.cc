@@ -21,15 +21,16 @@ std::vector<int32_t> append_gradients(ir::Graph& g, int32_t loss, std::span<cons
   for (int32_t id = 0; id < count; ++id) {
     const ir::Node& n = g.node(id);
     if (n.dtype != DType::kF32 || n.op == ir::Op::kStopGradient) continue;
-    for (int32_t in : n.inputs) needs[static_cast<size_t>(id)] = needs[static_cast<size_t>(id)] || needs[static_cast<size_t>(in)];
+    for (int32_t in : n.inputs)
+      needs[static_cast<size_t>(id)] = needs[static_cast<size_t>(id)] || needs[static_cast<size_t>(in)];
   }
 
   std::vector<Tensor> grads(static_cast<size_t>(count));
   // A multi-output node's gradient: one per result, gathered from its kResult nodes.
   std::vector<std::vector<Tensor>> result_grads(static_cast<size_t>(count));
   if (needs[static_cast<size_t>(loss)])
-    grads[static_cast<size_t>(loss)] =
-        ir::broadcast_if_needed(ir::scalar_constant(g, 1.0, DType::kF32, loss_node.loc), loss_node.shape, loss_node.loc);
+    grads[static_cast<size_t>(loss)] = ir::broadcast_if_needed(
+        ir::scalar_constant(g, 1.0, DType::kF32, loss_node.loc), loss_node.shape, loss_node.loc);
 
   // Reverse sweep. Node ids are topological, so when we reach a node every consumer
   // (which has a larger id) has already added its contribution.

@@ -45,36 +45,42 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
   auto constant = [&](double v) { return ir::scalar_constant(graph, v, DType::kF32, loc); };
 
   switch (n.op) {
+    // clang-format off
     case Op::kParam: case Op::kInput: case Op::kState: case Op::kConstant: case Op::kArange:
+      // clang-format on
       return {};
     case Op::kResult:
       throw Error("[grad] a result's gradient goes to its node's (append_gradients), not through vjp");
     // Piecewise-constant or non-real outputs: no gradient.
+    // clang-format off
     case Op::kSign: case Op::kLogicalNot: case Op::kStopGradient:
     case Op::kLogicalAnd: case Op::kLogicalOr:
     case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
     case Op::kArgmax: case Op::kSample:
+      // clang-format on
       return std::vector<Tensor>(n.inputs.size());
     case Op::kUpdateSlice:
-      ir::api_fail("update_slice", "has no gradient: it writes the caches of inference programs; keep it out of a loss", loc);
+      ir::api_fail("update_slice",
+                   "has no gradient: it writes the caches of inference programs; keep it out of a loss", loc);
     case Op::kAttentionAt:
-      ir::api_fail("attention_at", "has no gradient: it reads the caches of inference programs; train with attention()", loc);
+      ir::api_fail("attention_at",
+                   "has no gradient: it reads the caches of inference programs; train with attention()", loc);
 
     case Op::kNeg: return {-g};
-    case Op::kAbs: return {g * sign(x(0), loc)};                      // d|x| = sign(x)
-    case Op::kExp: return {g * y};                                    // d e^x = e^x
-    case Op::kLog: return {g / x(0)};                                 // d ln x = 1/x
-    case Op::kSqrt: return {g * 0.5 / y};                             // d √x = 1/(2√x)
-    case Op::kRsqrt: return {g * -0.5 * y / x(0)};                    // d x^-½ = -½ x^-3/2
+    case Op::kAbs: return {g * sign(x(0), loc)};    // d|x| = sign(x)
+    case Op::kExp: return {g * y};                  // d e^x = e^x
+    case Op::kLog: return {g / x(0)};               // d ln x = 1/x
+    case Op::kSqrt: return {g * 0.5 / y};           // d √x = 1/(2√x)
+    case Op::kRsqrt: return {g * -0.5 * y / x(0)};  // d x^-½ = -½ x^-3/2
     case Op::kSin: return {g * cos(x(0), loc)};
     case Op::kCos: return {-(g * sin(x(0), loc))};
-    case Op::kTanh: return {g * (1.0 - y * y)};                       // 1 - tanh²
-    case Op::kSigmoid: return {g * y * (1.0 - y)};                    // σ(1-σ)
+    case Op::kTanh: return {g * (1.0 - y * y)};                        // 1 - tanh²
+    case Op::kSigmoid: return {g * y * (1.0 - y)};                     // σ(1-σ)
     case Op::kRelu: return {ir::binary(Op::kReluGrad, x(0), g, loc)};  // 0 at the kink, as PyTorch
-    case Op::kErf:                                                    // 2/√π e^{-x²}
+    case Op::kErf:                                                     // 2/√π e^{-x²}
       return {g * (2.0 / std::sqrt(std::numbers::pi)) * exp(-(x(0) * x(0)), loc)};
     case Op::kLog1p: return {g / (x(0) + 1.0)};
-    case Op::kReciprocal: return {-(g * y * y)};                      // d 1/x = -1/x²
+    case Op::kReciprocal: return {-(g * y * y)};  // d 1/x = -1/x²
     case Op::kGeluTanh: return {ir::binary(Op::kGeluTanhGrad, x(0), g, loc)};
     case Op::kCast:
       // Only a float→float cast carries a gradient; there is one float dtype today.
@@ -83,7 +89,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
     case Op::kAdd: return {g, g};
     case Op::kSub: return {g, -g};
     case Op::kMul: return {g * x(1), g * x(0)};
-    case Op::kDiv: return {g / x(1), -(g * y / x(1))};                // d(a/b)/db = -a/b² = -y/b
+    case Op::kDiv: return {g / x(1), -(g * y / x(1))};  // d(a/b)/db = -a/b² = -y/b
     case Op::kPow: {  // b a^(b-1) and ln(a) a^b, with PyTorch's zeros where those are 0·∞:
       // d/da is 0 for b = 0, d/db is 0 for a = 0 with b ≥ 0.
       Tensor da = where(eq(x(1), 0.0, loc), 0.0, g * x(1) * pow(x(0), x(1) - 1.0, loc), loc);
@@ -100,15 +106,12 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       return {where(a_wins, g, where(tie, half, zero, loc), loc),
               where(a_wins, zero, where(tie, half, g, loc), loc)};
     }
-    case Op::kWhere:
-      return {Tensor(), where(x(0), g, 0.0, loc), where(x(0), 0.0, g, loc)};
+    case Op::kWhere: return {Tensor(), where(x(0), g, 0.0, loc), where(x(0), 0.0, g, loc)};
 
     case Op::kSum:
-      return {broadcast_to(n.attrs.keepdim ? g : keepdim_shape(g, n, in_shape[0], loc),
-                           in_shape[0], loc)};
+      return {broadcast_to(n.attrs.keepdim ? g : keepdim_shape(g, n, in_shape[0], loc), in_shape[0], loc)};
     // y_i = Σ_{j ≤ i} x_j  ⇒  ∂L/∂x_j = Σ_{i ≥ j} g_i: the prefix sum in the other direction.
-    case Op::kCumsum:
-      return {cumsum(g, n.attrs.axes[0], !n.attrs.reverse, loc)};
+    case Op::kCumsum: return {cumsum(g, n.attrs.axes[0], !n.attrs.reverse, loc)};
     case Op::kMax:
     case Op::kMin: {
       // Gradient goes to the elements equal to the extremum, split evenly among ties.
@@ -120,15 +123,14 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       return {mask * (gk / count)};
     }
 
-    case Op::kReshape:
-      return {reshape(g, in_shape[0], loc)};
+    case Op::kReshape: return {reshape(g, in_shape[0], loc)};
     case Op::kPermute: {
       Axes inverse(n.attrs.axes.size());
-      for (size_t i = 0; i < inverse.size(); ++i) inverse[static_cast<size_t>(n.attrs.axes[i])] = static_cast<int64_t>(i);
+      for (size_t i = 0; i < inverse.size(); ++i)
+        inverse[static_cast<size_t>(n.attrs.axes[i])] = static_cast<int64_t>(i);
       return {permute(g, inverse, loc)};
     }
-    case Op::kBroadcastTo:
-      return {sum_to(g, in_shape[0], loc)};
+    case Op::kBroadcastTo: return {sum_to(g, in_shape[0], loc)};
     case Op::kSlice: {
       // The adjoint of selecting elements is scattering them back into zeros.
       ir::Node un = ir::make_node(Op::kUnslice, {g.id()}, loc);
@@ -219,9 +221,11 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       // and of the last state (a zero constant where a result has none), reading what the
       // forward kernel saved.
       const Shape y_shape = n.results[0].shape, last_shape = n.results[1].shape;
-      const Tensor dy = douts[0].valid() ? douts[0] : ir::constant_on(graph, {0.0}, y_shape, DType::kF32, loc);
-      const Tensor dlast =
-          douts.size() > 1 && douts[1].valid() ? douts[1] : ir::constant_on(graph, {0.0}, last_shape, DType::kF32, loc);
+      const Tensor dy =
+          douts[0].valid() ? douts[0] : ir::constant_on(graph, {0.0}, y_shape, DType::kF32, loc);
+      const Tensor dlast = douts.size() > 1 && douts[1].valid()
+                               ? douts[1]
+                               : ir::constant_on(graph, {0.0}, last_shape, DType::kF32, loc);
       std::vector<int32_t> ins(n.inputs.begin(), n.inputs.end());
       ins.push_back(dy.id());
       ins.push_back(dlast.id());
@@ -236,14 +240,18 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
     case Op::kAttention: {
       // One primitive gives dq, dk and dv, reading the forward's output and what it saved.
       const int32_t out = ir::result(graph, id, 0, loc).id(), saved = ir::result(graph, id, 1, loc).id();
-      ir::Node gr = ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id(), out, saved}, loc);
+      ir::Node gr =
+          ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id(), out, saved}, loc);
       gr.attrs = n.attrs;
       const int32_t grads = ir::emit(graph, std::move(gr)).id();
-      return {ir::result(graph, grads, 0, loc), ir::result(graph, grads, 1, loc), ir::result(graph, grads, 2, loc)};
+      return {ir::result(graph, grads, 0, loc), ir::result(graph, grads, 1, loc),
+              ir::result(graph, grads, 2, loc)};
     }
     // Backward-only primitives and randomness: no gradient (no second derivatives yet).
+    // clang-format off
     case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:
     case Op::kAttentionGrad: case Op::kGeluTanhGrad: case Op::kReluGrad: case Op::kSelectiveScanGrad:
+      // clang-format on
       return std::vector<Tensor>(n.inputs.size());
   }
   return std::vector<Tensor>(n.inputs.size());

@@ -98,6 +98,10 @@ class Backend {
                                               const PrepareOptions& options = {}) = 0;
 };
 
+/// Throws tg::Error naming the first op of `graph` that `backend` has no kernel for (and the
+/// backend): programs fail at compile time, before any kernel is built.
+void require_supported(const Backend& backend, const ir::Graph& graph);
+
 std::unique_ptr<Backend> make_ref_backend();
 std::unique_ptr<Backend> make_cpu_backend();
 /// Throws DeviceError saying why when cuda:index cannot be used.

@@ -67,7 +67,8 @@ class Parser {
     ++pos_;
   }
   void skip_ws() {
-    while (!at_end() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+    while (!at_end() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
       ++pos_;
   }
 
@@ -82,12 +83,21 @@ class Parser {
         v.kind = JsonValue::Kind::kString;
         v.string = parse_string();
         break;
-      case 't': parse_literal("true"); v.kind = JsonValue::Kind::kBool; v.boolean = true; break;
-      case 'f': parse_literal("false"); v.kind = JsonValue::Kind::kBool; break;
+      case 't':
+        parse_literal("true");
+        v.kind = JsonValue::Kind::kBool;
+        v.boolean = true;
+        break;
+      case 'f':
+        parse_literal("false");
+        v.kind = JsonValue::Kind::kBool;
+        break;
       case 'n': parse_literal("null"); break;
       default:
-        if (peek() == '-' || (peek() >= '0' && peek() <= '9')) parse_number(v);
-        else fail(std::string("unexpected character '") + peek() + "'");
+        if (peek() == '-' || (peek() >= '0' && peek() <= '9'))
+          parse_number(v);
+        else
+          fail(std::string("unexpected character '") + peek() + "'");
     }
     return v;
   }
@@ -101,7 +111,10 @@ class Parser {
     v.kind = JsonValue::Kind::kObject;
     expect('{');
     skip_ws();
-    if (peek() == '}') { ++pos_; return; }
+    if (peek() == '}') {
+      ++pos_;
+      return;
+    }
     for (;;) {
       skip_ws();
       if (peek() != '"') fail("expected a string key");
@@ -121,7 +134,10 @@ class Parser {
     v.kind = JsonValue::Kind::kArray;
     expect('[');
     skip_ws();
-    if (peek() == ']') { ++pos_; return; }
+    if (peek() == ']') {
+      ++pos_;
+      return;
+    }
     for (;;) {
       v.array.push_back(parse_value(depth + 1));
       skip_ws();
@@ -136,10 +152,14 @@ class Parser {
     for (int i = 0; i < 4; ++i) {
       char c = next();
       cp <<= 4;
-      if (c >= '0' && c <= '9') cp |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') cp |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') cp |= static_cast<uint32_t>(c - 'A' + 10);
-      else fail("invalid \\u escape");
+      if (c >= '0' && c <= '9')
+        cp |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        cp |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        cp |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        fail("invalid \\u escape");
     }
     return cp;
   }
@@ -194,8 +214,10 @@ class Parser {
     bool integral = true;
     if (peek() == '-') ++pos_;
     if (at_end() || !is_digit(text_[pos_])) fail("invalid number");
-    if (text_[pos_] == '0') ++pos_;
-    else while (!at_end() && is_digit(text_[pos_])) ++pos_;
+    if (text_[pos_] == '0')
+      ++pos_;
+    else
+      while (!at_end() && is_digit(text_[pos_])) ++pos_;
     if (!at_end() && text_[pos_] == '.') {
       integral = false;
       ++pos_;
@@ -273,13 +295,26 @@ bool is_valid_utf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto b0 = static_cast<unsigned char>(s[i]);
-    if (b0 < 0x80) { ++i; continue; }
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    }
     int len = 0;
     uint32_t cp = 0, min = 0;
-    if ((b0 & 0xE0) == 0xC0) { len = 2; cp = b0 & 0x1F; min = 0x80; }
-    else if ((b0 & 0xF0) == 0xE0) { len = 3; cp = b0 & 0x0F; min = 0x800; }
-    else if ((b0 & 0xF8) == 0xF0) { len = 4; cp = b0 & 0x07; min = 0x10000; }
-    else return false;
+    if ((b0 & 0xE0) == 0xC0) {
+      len = 2;
+      cp = b0 & 0x1F;
+      min = 0x80;
+    } else if ((b0 & 0xF0) == 0xE0) {
+      len = 3;
+      cp = b0 & 0x0F;
+      min = 0x800;
+    } else if ((b0 & 0xF8) == 0xF0) {
+      len = 4;
+      cp = b0 & 0x07;
+      min = 0x10000;
+    } else
+      return false;
     if (s.size() - i < static_cast<size_t>(len)) return false;
     for (int k = 1; k < len; ++k) {
       const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);

@@ -29,8 +29,9 @@
 namespace tg {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "safetensors data is little-endian and is copied as raw bytes; big-endian hosts need byte swapping");
+static_assert(
+    std::endian::native == std::endian::little,
+    "safetensors data is little-endian and is copied as raw bytes; big-endian hosts need byte swapping");
 
 // The official reader's limit: a larger header is corruption, and we must not allocate it.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
@@ -68,9 +69,9 @@ std::optional<DType> dtype_from_file_name(const std::string& s) {
 
 /// Names the safetensors format defines (so that "unsupported" and "garbage" read differently).
 bool is_format_dtype(const std::string& s) {
-  static const std::set<std::string> kKnown = {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3",
-                                               "F6_E3M2", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64",
-                                               "I64", "U64", "C64"};
+  static const std::set<std::string> kKnown = {
+      "BOOL", "U8",  "I8",   "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "I16",
+      "U16",  "F16", "BF16", "I32",     "U32",     "F32",     "F64", "I64",     "U64",     "C64"};
   return kKnown.count(s) != 0;
 }
 
@@ -127,9 +128,11 @@ File open_for_read(const Where& w, uint64_t* size) {
   return file;
 }
 
-void read_exact(const Where& w, std::FILE* f, uint64_t offset, void* dst, uint64_t n, const std::string& what) {
+void read_exact(const Where& w, std::FILE* f, uint64_t offset, void* dst, uint64_t n,
+                const std::string& what) {
   if (n == 0) return;
-  if (::fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0) fail(w, "cannot seek to " + what + ": " + errno_text(errno));
+  if (::fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0)
+    fail(w, "cannot seek to " + what + ": " + errno_text(errno));
   if (std::fread(dst, 1, n, f) != n) {
     if (std::ferror(f)) fail(w, "cannot read " + what + ": " + errno_text(errno));
     fail(w, "unexpected end of file while reading " + what + " (was the file changed while being read?)");
@@ -160,7 +163,8 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
   const std::optional<DType> dt = dtype_from_file_name(dtype->string);
   if (!dt && is_format_dtype(dtype->string))
     fail(w, t + "dtype " + dtype->string +
-                " is not supported (tensorgrad reads F32, I32 and BOOL; convert when writing, e.g. tensor.float())");
+                " is not supported (tensorgrad reads F32, I32 and BOOL; convert when writing, e.g. "
+                "tensor.float())");
   if (!dt) fail(w, t + "unknown dtype " + in_quotes(dtype->string));
   Entry e{name, *dt, {}, 0, 0};
 
@@ -174,13 +178,14 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
   int64_t bytes = 0;
   if (__builtin_mul_overflow(numel, dtype_size(*dt), &bytes)) fail(w, t + "shape is too large");
 
-  if (!offsets->is_array() || offsets->array.size() != 2) fail(w, t + "\"data_offsets\" is not an array of two integers");
+  if (!offsets->is_array() || offsets->array.size() != 2)
+    fail(w, t + "\"data_offsets\" is not an array of two integers");
   e.begin = non_negative_integer(w, offsets->array[0], t + "\"data_offsets\"");
   e.end = non_negative_integer(w, offsets->array[1], t + "\"data_offsets\"");
   if (e.begin > e.end) fail(w, t + offsets_str(e) + " are out of order (begin > end)");
   if (e.end - e.begin != static_cast<uint64_t>(bytes))
-    fail(w, t + offsets_str(e) + " cover " + std::to_string(e.end - e.begin) + " bytes, but " + dtype->string +
-                shape_str(e.shape) + " needs " + std::to_string(bytes));
+    fail(w, t + offsets_str(e) + " cover " + std::to_string(e.end - e.begin) + " bytes, but " +
+                dtype->string + shape_str(e.shape) + " needs " + std::to_string(bytes));
   return e;
 }
 
@@ -188,15 +193,17 @@ void parse_metadata(const Where& w, const io::JsonValue& v, std::map<std::string
   if (!v.is_object()) fail(w, "\"__metadata__\" is not a JSON object");
   for (const auto& [key, value] : v.object) {
     if (!value.is_string()) fail(w, "\"__metadata__\" entry " + in_quotes(key) + " is not a string");
-    if (!out.emplace(key, value.string).second) fail(w, "\"__metadata__\" has the key " + in_quotes(key) + " twice");
+    if (!out.emplace(key, value.string).second)
+      fail(w, "\"__metadata__\" has the key " + in_quotes(key) + " twice");
   }
 }
 
 /// Sorts the entries by offset and requires them to tile the data section exactly, as the
 /// official reader does: anything else is a corrupt or truncated file.
 void check_layout(const Where& w, std::vector<Entry>& entries, uint64_t data_size) {
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name); });
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
   // Out-of-range offsets first: in a truncated file that is the problem, not a gap.
   for (const Entry& e : entries)
     if (e.end > data_size)
@@ -215,21 +222,24 @@ void check_layout(const Where& w, std::vector<Entry>& entries, uint64_t data_siz
   }
   if (cursor != data_size)
     fail(w, std::to_string(data_size - cursor) + " bytes follow the last tensor's data" +
-                (prev ? " (" + tensor_label(prev->name) + ")" : std::string()) + "; the data section must be exactly covered");
+                (prev ? " (" + tensor_label(prev->name) + ")" : std::string()) +
+                "; the data section must be exactly covered");
 }
 
 Header read_header(const Where& w, std::FILE* f, uint64_t file_size) {
   if (file_size < 8)
-    fail(w, "file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length (truncated?)");
+    fail(w, "file is " + std::to_string(file_size) +
+                " bytes, shorter than the 8-byte header length (truncated?)");
   unsigned char prefix[8];
   read_exact(w, f, 0, prefix, 8, "the header length");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(prefix[i]) << (8 * i);
   if (n > kMaxHeaderBytes)
-    fail(w, "header length " + std::to_string(n) + " exceeds the 100 MB limit (corrupt or not a safetensors file)");
+    fail(w, "header length " + std::to_string(n) +
+                " exceeds the 100 MB limit (corrupt or not a safetensors file)");
   if (n > file_size - 8)
-    fail(w, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file_size) +
-                " bytes; truncated?)");
+    fail(w, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                std::to_string(file_size) + " bytes; truncated?)");
   std::string text(n, '\0');
   read_exact(w, f, 8, text.data(), n, "the header");
 
@@ -248,8 +258,10 @@ Header read_header(const Where& w, std::FILE* f, uint64_t file_size) {
     if (!seen.insert(name).second)
       fail(w, name == kMetadataKey ? std::string("\"__metadata__\" appears twice")
                                    : tensor_label(name) + " appears twice in the header");
-    if (name == kMetadataKey) parse_metadata(w, value, h.metadata);
-    else h.entries.push_back(parse_entry(w, name, value));
+    if (name == kMetadataKey)
+      parse_metadata(w, value, h.metadata);
+    else
+      h.entries.push_back(parse_entry(w, name, value));
   }
   check_layout(w, h.entries, file_size - h.data_start);
   return h;
@@ -264,7 +276,9 @@ std::map<std::string, HostTensor> read_tensors(const Where& w, std::FILE* f, con
       // Our bools are 0/1 bytes; anything else would make logical ops disagree by backend.
       const auto* b = static_cast<const uint8_t*>(t.data());
       for (int64_t i = 0; i < t.numel(); ++i)
-        if (b[i] > 1) fail(w, tensor_label(e.name) + ": BOOL element " + std::to_string(i) + " is " + std::to_string(b[i]) + ", not 0 or 1");
+        if (b[i] > 1)
+          fail(w, tensor_label(e.name) + ": BOOL element " + std::to_string(i) + " is " +
+                      std::to_string(b[i]) + ", not 0 or 1");
     }
     out.emplace(e.name, std::move(t));
   }
@@ -343,7 +357,8 @@ void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& 
                        const std::map<std::string, std::string>& metadata) {
   for (const auto& [key, value] : metadata)
     if (!io::is_valid_utf8(key) || !io::is_valid_utf8(value))
-      fail(w, "metadata entry " + in_quotes(key) + " is not valid UTF-8 (safetensors headers are UTF-8 JSON)");
+      fail(w,
+           "metadata entry " + in_quotes(key) + " is not valid UTF-8 (safetensors headers are UTF-8 JSON)");
 
   using Item = std::pair<const std::string*, const HostTensor*>;
   std::vector<Item> order;
@@ -353,7 +368,8 @@ void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& 
     order.emplace_back(&name, &t);
   }
   std::stable_sort(order.begin(), order.end(), [](const Item& a, const Item& b) {
-    return layout_rank(a.second->dtype()) > layout_rank(b.second->dtype());  // names stay sorted within a dtype
+    return layout_rank(a.second->dtype()) >
+           layout_rank(b.second->dtype());  // names stay sorted within a dtype
   });
 
   std::string header = "{";
@@ -371,9 +387,9 @@ void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& 
     const auto bytes = static_cast<uint64_t>(t->numel() * dtype_size(t->dtype()));
     std::string shape;
     for (int64_t d : t->shape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    header += (header.size() > 1 ? "," : "") + io::json_quote(*name) + ":{\"dtype\":\"" + file_dtype_name(t->dtype()) +
-              "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + bytes) + "]}";
+    header += (header.size() > 1 ? "," : "") + io::json_quote(*name) + ":{\"dtype\":\"" +
+              file_dtype_name(t->dtype()) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
     offset += bytes;
   }
   header += "}";
@@ -389,7 +405,8 @@ void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& 
   TempFile tmp(w, w.path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
   tmp.write(prefix, sizeof prefix);
   tmp.write(header.data(), header.size());
-  for (const auto& [name, t] : order) tmp.write(t->data(), static_cast<size_t>(t->numel() * dtype_size(t->dtype())));
+  for (const auto& [name, t] : order)
+    tmp.write(t->data(), static_cast<size_t>(t->numel() * dtype_size(t->dtype())));
   tmp.commit(w.path);
   sync_parent_directory(w.path);
 }
@@ -446,8 +463,8 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
       if (e.dtype != DType::kF32)
         fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) + ", but model parameters are F32");
       if (e.shape != it->second.shape())
-        fail(w, tensor_label(e.name) + " has shape " + shape_str(e.shape) + ", but the model's parameter has shape " +
-                    shape_str(it->second.shape()));
+        fail(w, tensor_label(e.name) + " has shape " + shape_str(e.shape) +
+                    ", but the model's parameter has shape " + shape_str(it->second.shape()));
     }
     if (!options.partial) {
       std::vector<std::string> missing;

@@ -27,7 +27,9 @@ Tensor binary(Op op, const Arg& a, const Arg& b, const Loc& loc) {
   switch (op_info(op).dtypes) {
     case DTypes::kFloat: t = DType::kF32; break;
     case DTypes::kLogical: t = DType::kBool; break;
-    case DTypes::kNumeric: if (t == DType::kBool) t = DType::kI32; break;
+    case DTypes::kNumeric:
+      if (t == DType::kBool) t = DType::kI32;
+      break;
     case DTypes::kAll: break;
   }
   Tensor ta = as_tensor(g, a, t, loc);
@@ -39,7 +41,6 @@ Tensor binary(Op op, const Arg& a, const Arg& b, const Loc& loc) {
 }
 
 }  // namespace ir
-
 
 Tensor neg(const Tensor& x, Loc loc) { return unary(Op::kNeg, x, loc); }
 Tensor abs(const Tensor& x, Loc loc) { return unary(Op::kAbs, x, loc); }
@@ -98,7 +99,8 @@ Tensor where(const Tensor& cond, const Arg& a, const Arg& b, Loc loc) {
   Tensor tc = cond.dtype() == DType::kBool ? cond : cast(cond, DType::kBool, loc);
   Tensor ta = as_tensor(g, a, t, loc);
   Tensor tb = as_tensor(g, b, t, loc);
-  Shape out = broadcast_shapes("where", broadcast_shapes("where", tc.shape(), ta.shape(), loc), tb.shape(), loc);
+  Shape out =
+      broadcast_shapes("where", broadcast_shapes("where", tc.shape(), ta.shape(), loc), tb.shape(), loc);
   tc = broadcast_if_needed(tc, out, loc);
   ta = broadcast_if_needed(ta, out, loc);
   tb = broadcast_if_needed(tb, out, loc);

@@ -14,7 +14,8 @@ namespace {
 Trace& trace_for(const char* op, const Loc& loc) {
   Trace* t = current_trace();
   if (t == nullptr)
-    throw Error(std::string("[") + op + "] called outside of compile_train/compile_forward (at " + loc_str(loc) + ")");
+    throw Error(std::string("[") + op + "] called outside of compile_train/compile_forward (at " +
+                loc_str(loc) + ")");
   return *t;
 }
 
@@ -37,7 +38,8 @@ Tensor take_along_axis(const Tensor& x, const Tensor& idx, int64_t axis, Loc loc
   Arg ax(x, loc), ai(idx, loc);
   Graph& g = graph_for("take_along_axis", {&ax, &ai}, loc);
   if (idx.rank() != x.rank())
-    api_fail("take_along_axis", "indices " + shape_str(idx.shape()) + " must have the rank of " + shape_str(x.shape()), loc);
+    api_fail("take_along_axis",
+             "indices " + shape_str(idx.shape()) + " must have the rank of " + shape_str(x.shape()), loc);
   const int64_t a = normalize_axis("take_along_axis", axis, x.rank(), loc);
   Shape target = x.shape();
   target[static_cast<size_t>(a)] = idx.shape()[static_cast<size_t>(a)];
@@ -62,10 +64,14 @@ Tensor sample(const Tensor& logits, const Tensor& params, const Tensor& key, Loc
   Graph& g = graph_for("sample", {&al, &ap, &ak}, loc);
   if (logits.dtype() != DType::kF32) api_fail("sample", "logits must be f32", loc);
   if (params.dtype() != DType::kF32 || params.shape() != Shape{3})
-    api_fail("sample", "params must be f32 [3] = {temperature, top_k, top_p}, got " + std::string(dtype_name(params.dtype())) + " " +
-                           shape_str(params.shape()), loc);
+    api_fail("sample",
+             "params must be f32 [3] = {temperature, top_k, top_p}, got " +
+                 std::string(dtype_name(params.dtype())) + " " + shape_str(params.shape()),
+             loc);
   if (key.dtype() != DType::kI32 || key.shape() != Shape{2})
-    api_fail("sample", "key must be i32 [2] = {seed, counter}, got " + std::string(dtype_name(key.dtype())) + " " + shape_str(key.shape()),
+    api_fail("sample",
+             "key must be i32 [2] = {seed, counter}, got " + std::string(dtype_name(key.dtype())) + " " +
+                 shape_str(key.shape()),
              loc);
   return emit(g, make_node(Op::kSample, {logits.id(), params.id(), key.id()}, loc));
 }
@@ -104,7 +110,9 @@ Tensor softmax_like(Op op, const Tensor& x, int64_t axis, bool causal, const Loc
 }
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t axis, bool causal, Loc loc) { return softmax_like(Op::kSoftmax, x, axis, causal, loc); }
+Tensor softmax(const Tensor& x, int64_t axis, bool causal, Loc loc) {
+  return softmax_like(Op::kSoftmax, x, axis, causal, loc);
+}
 Tensor log_softmax(const Tensor& x, int64_t axis, bool causal, Loc loc) {
   return softmax_like(Op::kLogSoftmax, x, axis, causal, loc);
 }
@@ -116,8 +124,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   if (targets.dtype() != DType::kI32) api_fail("cross_entropy", "targets must be i32 class indices", loc);
   Shape batch(logits.shape().begin(), logits.shape().end() - 1);
   if (targets.shape() != batch)
-    api_fail("cross_entropy", "targets " + shape_str(targets.shape()) + " must have the logits' shape without the class axis, " +
-             shape_str(batch), loc);
+    api_fail("cross_entropy",
+             "targets " + shape_str(targets.shape()) +
+                 " must have the logits' shape without the class axis, " + shape_str(batch),
+             loc);
   const int64_t rows = numel(batch);
   Tensor flat_logits = reshape(cast(logits, DType::kF32, loc), {rows, logits.shape().back()}, loc);
   Tensor flat_targets = reshape(targets, {rows}, loc);
@@ -150,8 +160,10 @@ Tensor norm(Op op, const Tensor& x, double eps, const Loc& loc) {
 }
 void check_affine(const char* op, const Tensor& x, const Tensor& p, const Loc& loc) {
   if (p.valid() && p.shape() != Shape{x.shape().back()})
-    api_fail(op, "weight/bias " + shape_str(p.shape()) + " must be [" + std::to_string(x.shape().back()) + "] for input " +
-             shape_str(x.shape()), loc);
+    api_fail(op,
+             "weight/bias " + shape_str(p.shape()) + " must be [" + std::to_string(x.shape().back()) +
+                 "] for input " + shape_str(x.shape()),
+             loc);
 }
 }  // namespace
 
@@ -206,7 +218,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
   return result(g, emit(g, std::move(n)).id(), 0, loc);
 }
 
-Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, std::optional<double> scale, Loc loc) {
+Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                    std::optional<double> scale, Loc loc) {
   Arg aq(q, loc), ak(k, loc), av(v, loc), ap(pos, loc);
   Graph& g = graph_for("attention_at", {&aq, &ak, &av, &ap}, loc);
   if (q.rank() != 4) api_fail("attention_at", "q must be [B, H, T, D], got " + shape_str(q.shape()), loc);
@@ -215,8 +228,8 @@ Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   return emit(g, std::move(n));
 }
 
-SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
-                                   const SelectiveScanOptions& options, Loc loc) {
+SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
+                                   const Tensor& C, const SelectiveScanOptions& options, Loc loc) {
   Arg au(u, loc), ad(delta, loc), aa(A, loc), ab(B, loc), ac(C, loc);
   Graph& g = graph_for("selective_scan", {&au, &ad, &aa, &ab, &ac}, loc);
   if (u.rank() != 3) api_fail("selective_scan", "u must be [B, D, L], got " + shape_str(u.shape()), loc);
@@ -224,21 +237,26 @@ SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const T
   const int64_t channels = u.shape()[1];
   auto grouped = [&](const Tensor& x, const char* what) {
     if (x.rank() == 3) return reshape(x, {x.shape()[0], 1, x.shape()[1], x.shape()[2]}, loc);
-    if (x.rank() != 4) api_fail("selective_scan", std::string(what) + " must be [B, N, L] or [B, G, N, L], got " + shape_str(x.shape()), loc);
+    if (x.rank() != 4)
+      api_fail("selective_scan",
+               std::string(what) + " must be [B, N, L] or [B, G, N, L], got " + shape_str(x.shape()), loc);
     return x;
   };
   auto per_channel = [&](const Tensor& x, const char* what) {
     if (!x.valid()) return zeros({channels}, DType::kF32, loc);
     if (x.shape() != Shape{channels})
-      api_fail("selective_scan", std::string(what) + " must be [D] = [" + std::to_string(channels) + "], got " + shape_str(x.shape()), loc);
+      api_fail("selective_scan",
+               std::string(what) + " must be [D] = [" + std::to_string(channels) + "], got " +
+                   shape_str(x.shape()),
+               loc);
     return cast(x, DType::kF32, loc);
   };
   // delta_bias, the softplus and the D skip are part of the primitive (ops.def); an absent D
   // or delta_bias is a zero vector.
   Node n = make_node(Op::kSelectiveScan,
-                     {cast(u, DType::kF32, loc).id(), cast(delta, DType::kF32, loc).id(), cast(A, DType::kF32, loc).id(),
-                      grouped(B, "B").id(), grouped(C, "C").id(), per_channel(options.D, "D").id(),
-                      per_channel(options.delta_bias, "delta_bias").id()},
+                     {cast(u, DType::kF32, loc).id(), cast(delta, DType::kF32, loc).id(),
+                      cast(A, DType::kF32, loc).id(), grouped(B, "B").id(), grouped(C, "C").id(),
+                      per_channel(options.D, "D").id(), per_channel(options.delta_bias, "delta_bias").id()},
                      loc);
   n.attrs.values = {options.delta_softplus ? 1.0 : 0.0};
   const int32_t scan = emit(g, std::move(n)).id();
@@ -247,7 +265,9 @@ SelectiveScanResult selective_scan(const Tensor& u, const Tensor& delta, const T
   r.last_state = result(g, scan, 1, loc);
   if (options.z.valid()) {
     if (options.z.shape() != u.shape())
-      api_fail("selective_scan", "z must have u's shape " + shape_str(u.shape()) + ", got " + shape_str(options.z.shape()), loc);
+      api_fail("selective_scan",
+               "z must have u's shape " + shape_str(u.shape()) + ", got " + shape_str(options.z.shape()),
+               loc);
     r.y = mul(r.y, silu(options.z, loc), loc);
   }
   return r;
@@ -257,7 +277,10 @@ Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   if (x.rank() != 3) api_fail("causal_conv1d", "x must be [B, D, L], got " + shape_str(x.shape()), loc);
   const int64_t channels = x.shape()[1], len = x.shape()[2];
   if (weight.rank() != 2 || weight.shape()[0] != channels || weight.shape()[1] < 1)
-    api_fail("causal_conv1d", "weight must be [D, K] = [" + std::to_string(channels) + ", K], got " + shape_str(weight.shape()), loc);
+    api_fail(
+        "causal_conv1d",
+        "weight must be [D, K] = [" + std::to_string(channels) + ", K], got " + shape_str(weight.shape()),
+        loc);
   const int64_t taps = weight.shape()[1];
   const Tensor padded = pad(x, 2, taps - 1, 0, 0.0, loc);
   Tensor y;
@@ -267,7 +290,8 @@ Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   }
   if (bias.valid()) {
     if (bias.shape() != Shape{channels})
-      api_fail("causal_conv1d", "bias must be [D] = [" + std::to_string(channels) + "], got " + shape_str(bias.shape()), loc);
+      api_fail("causal_conv1d",
+               "bias must be [D] = [" + std::to_string(channels) + "], got " + shape_str(bias.shape()), loc);
     y = add(y, reshape(bias, {channels, 1}, loc), loc);
   }
   return y;
@@ -295,7 +319,8 @@ Tensor rope(const Tensor& x, double base, int64_t offset, Loc loc) {
   std::vector<double> cos_table(static_cast<size_t>(t_len * d)), sin_table(cos_table.size());
   for (int64_t t = 0; t < t_len; ++t)
     for (int64_t i = 0; i < d; ++i) {
-      const double theta = static_cast<double>(offset + t) * std::pow(base, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
+      const double theta = static_cast<double>(offset + t) *
+                           std::pow(base, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
       cos_table[static_cast<size_t>(t * d + i)] = std::cos(theta);
       sin_table[static_cast<size_t>(t * d + i)] = std::sin(theta);
     }
@@ -333,8 +358,10 @@ Tensor state(const std::string& name, Shape shape, DType dtype, Loc loc) {
     const Node& n = tr.graph.node(id);
     if (n.op != Op::kState || n.name != full) continue;
     if (n.shape != shape || n.dtype != dtype)
-      api_fail("state", "'" + name + "' was declared as " + shape_str(n.shape) + " " + dtype_name(n.dtype) + ", now as " +
-                            shape_str(shape) + " " + dtype_name(dtype), loc);
+      api_fail("state",
+               "'" + name + "' was declared as " + shape_str(n.shape) + " " + dtype_name(n.dtype) +
+                   ", now as " + shape_str(shape) + " " + dtype_name(dtype),
+               loc);
     return Tensor(&tr.graph, id);
   }
   return named_leaf(tr.graph, Op::kState, full, std::move(shape), dtype, loc);
@@ -348,18 +375,24 @@ void assign(const Tensor& state_tensor, const Tensor& value, Loc loc) {
     api_fail("assign", "the target is not a tensor made by tg::state()", loc);
   const std::string name = target.name.substr(std::string(kUserStatePrefix).size());
   if (value.shape() != target.shape || value.dtype() != target.dtype)
-    api_fail("assign", "'" + name + "' is " + shape_str(target.shape) + " " + dtype_name(target.dtype) + ", the value " +
-                           shape_str(value.shape()) + " " + dtype_name(value.dtype()), loc);
+    api_fail("assign",
+             "'" + name + "' is " + shape_str(target.shape) + " " + dtype_name(target.dtype) +
+                 ", the value " + shape_str(value.shape()) + " " + dtype_name(value.dtype()),
+             loc);
   for (const Graph::Update& u : g.updates)
-    if (u.target == state_tensor.id()) api_fail("assign", "'" + name + "' is assigned twice in one program", loc);
+    if (u.target == state_tensor.id())
+      api_fail("assign", "'" + name + "' is assigned twice in one program", loc);
   g.updates.push_back({state_tensor.id(), value.id()});
 }
 
 Tensor capture(const std::string& name, const Tensor& t, Loc loc) {
   Trace& tr = trace_for("capture", loc);
-  if (t.graph() != &tr.graph) api_fail("capture", "'" + name + "' is not a tensor of the program being traced", loc);
+  if (t.graph() != &tr.graph)
+    api_fail("capture", "'" + name + "' is not a tensor of the program being traced", loc);
   if (name.empty() || name.rfind("grad/", 0) == 0)
-    api_fail("capture", "'" + name + "': names must be non-empty and not start with \"grad/\" (reserved for gradients)", loc);
+    api_fail("capture",
+             "'" + name + "': names must be non-empty and not start with \"grad/\" (reserved for gradients)",
+             loc);
   for (const auto& [existing, id] : tr.captures)
     if (existing == name) api_fail("capture", "the name '" + name + "' is used twice in one program", loc);
   tr.captures.emplace_back(name, t.id());

@@ -24,9 +24,15 @@ Tensor reduce(Op op, const Tensor& x, const Axes& axes, bool keepdim, const Loc&
 
 }  // namespace
 
-Tensor sum(const Tensor& x, Axes axes, bool keepdim, Loc loc) { return reduce(Op::kSum, x, axes, keepdim, loc); }
-Tensor max(const Tensor& x, Axes axes, bool keepdim, Loc loc) { return reduce(Op::kMax, x, axes, keepdim, loc); }
-Tensor min(const Tensor& x, Axes axes, bool keepdim, Loc loc) { return reduce(Op::kMin, x, axes, keepdim, loc); }
+Tensor sum(const Tensor& x, Axes axes, bool keepdim, Loc loc) {
+  return reduce(Op::kSum, x, axes, keepdim, loc);
+}
+Tensor max(const Tensor& x, Axes axes, bool keepdim, Loc loc) {
+  return reduce(Op::kMax, x, axes, keepdim, loc);
+}
+Tensor min(const Tensor& x, Axes axes, bool keepdim, Loc loc) {
+  return reduce(Op::kMin, x, axes, keepdim, loc);
+}
 
 Tensor mean(const Tensor& x, Axes axes, bool keepdim, Loc loc) {
   Axes norm = normalize_axes("mean", axes, x.rank(), loc);
@@ -186,7 +192,9 @@ Tensor matmul(const Arg& a, const Arg& b, Loc loc) {
   Tensor ta = cast(a.tensor(), DType::kF32, loc);
   Tensor tb = cast(b.tensor(), DType::kF32, loc);
   if (ta.rank() == 0 || tb.rank() == 0)
-    api_fail("matmul", "operands must have rank >= 1, got " + shape_str(ta.shape()) + " @ " + shape_str(tb.shape()), loc);
+    api_fail("matmul",
+             "operands must have rank >= 1, got " + shape_str(ta.shape()) + " @ " + shape_str(tb.shape()),
+             loc);
   const bool vec_a = ta.rank() == 1, vec_b = tb.rank() == 1;
   if (vec_a) ta = reshape(ta, {1, ta.numel()}, loc);
   if (vec_b) tb = reshape(tb, {tb.numel(), 1}, loc);
@@ -212,7 +220,8 @@ template <class T>
 Tensor constant_of(std::span<const T> values, Shape shape, DType dtype, const Loc& loc) {
   Graph& g = current_graph_for("constant", loc);
   if (static_cast<int64_t>(values.size()) != numel(shape))
-    api_fail("constant", std::to_string(values.size()) + " values do not fill shape " + shape_str(shape), loc);
+    api_fail("constant", std::to_string(values.size()) + " values do not fill shape " + shape_str(shape),
+             loc);
   Node n = make_node(Op::kConstant, {}, loc);
   n.dtype = dtype;
   n.shape = std::move(shape);

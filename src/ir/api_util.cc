@@ -17,9 +17,12 @@ Graph& graph_for(const char* op, std::initializer_list<const Arg*> args, const L
     if (!a->tensor().valid()) api_fail(op, "operand is an empty tensor", loc);
     // Compares serial numbers, never dereferencing: a tensor kept from an earlier trace
     // points at a graph that no longer exists (possibly at the same address as this one).
-    if (current != nullptr && (a->tensor().graph() != &current->graph ||
-                               a->tensor().graph_serial() != current->graph.serial()))
-      api_fail(op, "operand belongs to another traced program (tensors are only valid inside the function being traced)", loc);
+    if (current != nullptr &&
+        (a->tensor().graph() != &current->graph || a->tensor().graph_serial() != current->graph.serial()))
+      api_fail(op,
+               "operand belongs to another traced program (tensors are only valid inside the function being "
+               "traced)",
+               loc);
     if (g != nullptr && g != a->tensor().graph())
       api_fail(op, "operands come from different traced programs", loc);
     g = a->tensor().graph();

@@ -17,12 +17,14 @@ std::string shape_str(const Shape& s) {
 namespace tg::ir {
 namespace {
 constexpr OpInfo kOpInfo[] = {
+// clang-format off
 #define TG_LEAF(Name, str) {Op::k##Name, str, OpKind::kLeaf, 0, DTypes::kAll},
 #define TG_UNARY(Name, str, dt, expr) {Op::k##Name, str, OpKind::kUnary, 1, DTypes::dt},
 #define TG_BINARY(Name, str, dt, expr) {Op::k##Name, str, OpKind::kBinary, 2, DTypes::dt},
 #define TG_COMPARE(Name, str, dt, expr) {Op::k##Name, str, OpKind::kCompare, 2, DTypes::dt},
 #define TG_OTHER(Name, str, arity) {Op::k##Name, str, OpKind::kOther, arity, DTypes::kAll},
 #include "ir/ops.def"
+    // clang-format on
 };
 }  // namespace
 
@@ -53,8 +55,8 @@ int32_t Graph::add(Node node) {
   const OpInfo& info = op_info(node.op);
   if (info.arity >= 0 && static_cast<int>(node.inputs.size()) != info.arity)
     throw ShapeError("[" + std::string(info.name) + "] expects " + std::to_string(info.arity) +
-                     " inputs, got " + std::to_string(node.inputs.size()) + " (at " +
-                     loc_str(node.loc) + ")");
+                     " inputs, got " + std::to_string(node.inputs.size()) + " (at " + loc_str(node.loc) +
+                     ")");
   for (int32_t in : node.inputs)
     if (in < 0 || in >= size())
       throw ShapeError("[" + std::string(info.name) + "] input refers to an unknown node (at " +

@@ -15,12 +15,14 @@
 namespace tg::ir {
 
 enum class Op : uint8_t {
+// clang-format off
 #define TG_LEAF(Name, str) k##Name,
 #define TG_UNARY(Name, str, dtypes, expr) k##Name,
 #define TG_BINARY(Name, str, dtypes, expr) k##Name,
 #define TG_COMPARE(Name, str, dtypes, expr) k##Name,
 #define TG_OTHER(Name, str, arity) k##Name,
 #include "ir/ops.def"
+  // clang-format on
 };
 
 enum class OpKind : uint8_t { kLeaf, kUnary, kBinary, kCompare, kOther };
@@ -41,7 +43,7 @@ bool dtype_allowed(DTypes allowed, DType t);
 /// Op-specific parameters. Named fields rather than an untyped array; each op's row in
 /// ops.def says which fields it uses.
 struct Attrs {
-  std::vector<int64_t> axes;   // reduce axes, permute order, {axis} for slice/concat/argmax
+  std::vector<int64_t> axes;  // reduce axes, permute order, {axis} for slice/concat/argmax
   bool keepdim = false;
   std::vector<double> values;  // constant data, arange {start, step}, slice {start, step}
   DType dtype = DType::kF32;   // cast target

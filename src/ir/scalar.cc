@@ -18,11 +18,19 @@ double to_dtype(double v, DType t) {
 
 double eval_unary(Op op, double a) {
   using T = double;
-  using std::cos; using std::erf; using std::exp; using std::log; using std::log1p;
-  using std::sin; using std::sqrt; using std::tanh;
+  using std::cos;
+  using std::erf;
+  using std::exp;
+  using std::log;
+  using std::log1p;
+  using std::sin;
+  using std::sqrt;
+  using std::tanh;
   switch (op) {
+// clang-format off
 #define TG_UNARY(Name, str, dtypes, expr) case Op::k##Name: return expr;
 #include "ir/ops.def"
+      // clang-format on
     default: break;
   }
   throw Error(std::string("[") + op_name(op) + "] is not a unary op");
@@ -32,9 +40,11 @@ double eval_binary(Op op, double a, double b) {
   using T = double;
   using std::pow;
   switch (op) {
+// clang-format off
 #define TG_BINARY(Name, str, dtypes, expr) case Op::k##Name: return expr;
 #define TG_COMPARE(Name, str, dtypes, expr) case Op::k##Name: return (expr) ? 1.0 : 0.0;
 #include "ir/ops.def"
+      // clang-format on
     default: break;
   }
   throw Error(std::string("[") + op_name(op) + "] is not a binary op");

@@ -25,7 +25,8 @@ void check_axes_valid(const Graph& g, const Node& n, const Shape& in, bool uniqu
   const auto rank = static_cast<int64_t>(in.size());
   for (size_t i = 0; i < n.attrs.axes.size(); ++i) {
     int64_t a = n.attrs.axes[i];
-    if (a < 0 || a >= rank) fail(g, n, "axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
+    if (a < 0 || a >= rank)
+      fail(g, n, "axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
     if (unique_sorted && i > 0 && a <= n.attrs.axes[i - 1]) fail(g, n, "axes must be sorted and unique");
   }
 }
@@ -36,8 +37,10 @@ void infer_reduce(const Graph& g, Node& n, const Node& x) {
   n.shape.clear();
   for (int64_t i = 0; i < static_cast<int64_t>(x.shape.size()); ++i) {
     bool reduced = std::find(n.attrs.axes.begin(), n.attrs.axes.end(), i) != n.attrs.axes.end();
-    if (!reduced) n.shape.push_back(x.shape[static_cast<size_t>(i)]);
-    else if (n.attrs.keepdim) n.shape.push_back(1);
+    if (!reduced)
+      n.shape.push_back(x.shape[static_cast<size_t>(i)]);
+    else if (n.attrs.keepdim)
+      n.shape.push_back(1);
     if (reduced && x.shape[static_cast<size_t>(i)] == 0) fail(g, n, "cannot reduce an empty axis");
   }
 }
@@ -47,7 +50,8 @@ void infer_reduce(const Graph& g, Node& n, const Node& x) {
 void set_multi_output(Node& n) {
   int64_t total = 0;
   for (const ValueType& r : n.results) {
-    if (dtype_size(r.dtype) != 4) throw Error(std::string("[") + op_name(n.op) + "] results must be 4-byte types");
+    if (dtype_size(r.dtype) != 4)
+      throw Error(std::string("[") + op_name(n.op) + "] results must be 4-byte types");
     total += numel(r.shape);
   }
   n.dtype = DType::kF32;
@@ -71,32 +75,37 @@ void infer(const Graph& g, Node& n) {
     if (d < 0) fail(g, n, "negative extent in shape " + shape_str(n.shape));
   if (n.op != Op::kResult)
     for (int32_t i : n.inputs)
-      if (!g.node(i).results.empty()) fail(g, n, "reads a multi-output node directly; read one of its results");
+      if (!g.node(i).results.empty())
+        fail(g, n, "reads a multi-output node directly; read one of its results");
 
   switch (n.op) {
     // Leaves carry their shape and dtype from the tracer.
     case Op::kParam:
     case Op::kInput:
-    case Op::kState:
-      return;
+    case Op::kState: return;
     case Op::kConstant:
       if (n.attrs.values.size() != 1 && static_cast<int64_t>(n.attrs.values.size()) != n.numel())
-        fail(g, n, "has " + std::to_string(n.attrs.values.size()) + " values for shape " + shape_str(n.shape));
+        fail(g, n,
+             "has " + std::to_string(n.attrs.values.size()) + " values for shape " + shape_str(n.shape));
       return;
     case Op::kArange:
       if (n.shape.size() != 1 || n.attrs.values.size() != 2) fail(g, n, "must be 1-D with {start, step}");
       return;
 
+    // clang-format off
     case Op::kNeg: case Op::kAbs: case Op::kSign: case Op::kExp: case Op::kLog: case Op::kSqrt:
     case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
     case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
     case Op::kStopGradient:
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
     case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad: case Op::kReluGrad:
+      // clang-format on
       n.shape = in(0).shape;
       n.dtype = in(0).dtype;
       return;
+    // clang-format off
     case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
+      // clang-format on
       n.shape = in(0).shape;
       n.dtype = DType::kBool;
       return;
@@ -152,7 +161,8 @@ void infer(const Graph& g, Node& n) {
       return;
     case Op::kPermute: {
       const Shape& xs = in(0).shape;
-      if (n.attrs.axes.size() != xs.size()) fail(g, n, "order " + shape_str(n.attrs.axes) + " does not match the rank");
+      if (n.attrs.axes.size() != xs.size())
+        fail(g, n, "order " + shape_str(n.attrs.axes) + " does not match the rank");
       check_axes_valid(g, n, xs, false);
       std::vector<bool> seen(xs.size(), false);
       n.shape.clear();
@@ -169,14 +179,14 @@ void infer(const Graph& g, Node& n) {
       if (xs.size() > n.shape.size()) fail(g, n, "cannot broadcast to the lower rank " + shape_str(n.shape));
       size_t lead = n.shape.size() - xs.size();
       for (size_t i = 0; i < xs.size(); ++i)
-        if (xs[i] != 1 && xs[i] != n.shape[lead + i])
-          fail(g, n, "cannot broadcast to " + shape_str(n.shape));
+        if (xs[i] != 1 && xs[i] != n.shape[lead + i]) fail(g, n, "cannot broadcast to " + shape_str(n.shape));
       n.dtype = in(0).dtype;
       return;
     }
     case Op::kSlice:
     case Op::kUnslice: {
-      if (n.attrs.axes.size() != 1 || n.attrs.values.size() != 2) fail(g, n, "needs {axis} and {start, step}");
+      if (n.attrs.axes.size() != 1 || n.attrs.values.size() != 2)
+        fail(g, n, "needs {axis} and {start, step}");
       const Shape& xs = in(0).shape;
       check_axes_valid(g, n, xs, false);
       const auto axis = static_cast<size_t>(n.attrs.axes[0]);
@@ -216,11 +226,14 @@ void infer(const Graph& g, Node& n) {
     case Op::kSample: {
       const Node& logits = in(0);
       if (logits.dtype != DType::kF32) fail(g, n, "logits must be f32");
-      if (logits.shape.empty() || logits.shape.back() < 1) fail(g, n, "logits need a last axis of at least one token");
-      if (logits.shape.back() > (int64_t{1} << 30)) fail(g, n, "a vocabulary above 2^30 tokens is not supported");
+      if (logits.shape.empty() || logits.shape.back() < 1)
+        fail(g, n, "logits need a last axis of at least one token");
+      if (logits.shape.back() > (int64_t{1} << 30))
+        fail(g, n, "a vocabulary above 2^30 tokens is not supported");
       if (in(1).dtype != DType::kF32 || in(1).shape != Shape{3})
         fail(g, n, "params must be f32 [3] = {temperature, top_k, top_p}");
-      if (in(2).dtype != DType::kI32 || in(2).shape != Shape{2}) fail(g, n, "key must be i32 [2] = {seed, counter}");
+      if (in(2).dtype != DType::kI32 || in(2).shape != Shape{2})
+        fail(g, n, "key must be i32 [2] = {seed, counter}");
       n.shape = Shape(logits.shape.begin(), logits.shape.end() - 1);
       n.dtype = DType::kI32;
       return;
@@ -236,7 +249,8 @@ void infer(const Graph& g, Node& n) {
       if (src.shape.size() != dst.shape.size()) fail(g, n, "source and destination must share one rank");
       for (size_t d = 0; d < dst.shape.size(); ++d)
         if (d != axis && src.shape[d] != dst.shape[d]) fail(g, n, "extents differ off the updated axis");
-      if (src.shape[axis] > dst.shape[axis]) fail(g, n, "the source is longer than the destination along the axis");
+      if (src.shape[axis] > dst.shape[axis])
+        fail(g, n, "the source is longer than the destination along the axis");
       if (pos.dtype != DType::kI32) fail(g, n, "the offset must be i32");
       const bool per_row = pos.shape.size() == 1 && axis > 0 && pos.shape[0] == dst.shape[0];
       if (!pos.shape.empty() && !per_row)
@@ -254,11 +268,13 @@ void infer(const Graph& g, Node& n) {
       // Gather: out = idx shape, x is the big side. ScatterAdd: src = idx shape, out is big.
       const Shape& big = n.op == Op::kGather ? x.shape : n.shape;
       const Shape& small = n.op == Op::kGather ? idx.shape : x.shape;
-      if (n.op == Op::kScatterAdd && x.shape != idx.shape) fail(g, n, "source and indices must have one shape");
+      if (n.op == Op::kScatterAdd && x.shape != idx.shape)
+        fail(g, n, "source and indices must have one shape");
       if (big.size() != small.size()) fail(g, n, "indices must have the data's rank");
       check_axes_valid(g, n, big, false);
       for (size_t i = 0; i < big.size(); ++i)
-        if (static_cast<int64_t>(i) != n.attrs.axes[0] && big[i] != small[i]) fail(g, n, "extents differ off the indexed axis");
+        if (static_cast<int64_t>(i) != n.attrs.axes[0] && big[i] != small[i])
+          fail(g, n, "extents differ off the indexed axis");
       if (x.dtype != DType::kF32 && n.op == Op::kScatterAdd) fail(g, n, "source must be f32");
       if (n.op == Op::kGather) n.shape = idx.shape;
       n.dtype = x.dtype;
@@ -269,7 +285,8 @@ void infer(const Graph& g, Node& n) {
       if (in(0).dtype != DType::kF32) fail(g, n, "input must be f32");
       if (n.attrs.axes.size() != 1) fail(g, n, "needs {axis}");
       check_axes_valid(g, n, in(0).shape, false);
-      if (n.attrs.causal && (in(0).shape.size() < 2 || n.attrs.axes[0] + 1 != static_cast<int64_t>(in(0).shape.size())))
+      if (n.attrs.causal &&
+          (in(0).shape.size() < 2 || n.attrs.axes[0] + 1 != static_cast<int64_t>(in(0).shape.size())))
         fail(g, n, "a causal mask needs rank >= 2 and the last axis");
       if (n.attrs.causal && in(0).shape[in(0).shape.size() - 2] > in(0).shape.back())
         fail(g, n, "a causal mask needs at least as many keys as queries");
@@ -325,8 +342,10 @@ void infer(const Graph& g, Node& n) {
       if (bm.size() != 4 || bm[0] != u[0] || bm[2] != a[1] || bm[3] != u[2])
         fail(g, n, "B must be [B, G, N, L] (or [B, N, L] at the API)");
       if (in(4).shape != bm) fail(g, n, "C must have B's shape");
-      if (bm[1] < 1 || u[1] % bm[1] != 0) fail(g, n, "the channels must be a multiple of the groups of B and C");
-      if (in(5).shape != Shape{u[1]} || in(6).shape != Shape{u[1]}) fail(g, n, "D and delta_bias must be [D]");
+      if (bm[1] < 1 || u[1] % bm[1] != 0)
+        fail(g, n, "the channels must be a multiple of the groups of B and C");
+      if (in(5).shape != Shape{u[1]} || in(6).shape != Shape{u[1]})
+        fail(g, n, "D and delta_bias must be [D]");
       if (n.attrs.values.size() != 1) fail(g, n, "needs {softplus}");
       const Shape last{u[0], u[1], a[1]};
       n.results.clear();
@@ -334,7 +353,8 @@ void infer(const Graph& g, Node& n) {
         if (in(7).dtype != DType::kF32 || in(7).shape != u) fail(g, n, "dy must have u's shape [B, D, L]");
         if (in(8).dtype != DType::kF32 || in(8).shape != last) fail(g, n, "dlast must be [B, D, N]");
         const ir::Node& saved = in(9);
-        if (saved.op != Op::kResult || g.node(saved.inputs[0]).op != Op::kSelectiveScan || saved.attrs.axes.at(0) != 2)
+        if (saved.op != Op::kResult || g.node(saved.inputs[0]).op != Op::kSelectiveScan ||
+            saved.attrs.axes.at(0) != 2)
           fail(g, n, "saved must be a selective_scan's third result");
         for (size_t i = 0; i < 7; ++i) n.results.push_back({DType::kF32, in(i).shape});
       } else {
@@ -347,12 +367,14 @@ void infer(const Graph& g, Node& n) {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;
       for (size_t i = 0; i < 3; ++i)
-        if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4) fail(g, n, "q, k and v must be f32 [B, H, T, D]");
+        if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4)
+          fail(g, n, "q, k and v must be f32 [B, H, T, D]");
       if (k != in(2).shape) fail(g, n, "k and v must have one shape");
       if (q[0] != k[0] || q[3] != k[3]) fail(g, n, "batch and head size of q and k must match");
       if (k[1] == 0 || q[1] % k[1] != 0) fail(g, n, "q heads must be a multiple of kv heads");
       if (q[2] > k[2]) fail(g, n, "more queries than cache positions");
-      if (in(3).dtype != DType::kI32 || in(3).shape != Shape{q[0]}) fail(g, n, "pos must be i32 [B], one position per sequence");
+      if (in(3).dtype != DType::kI32 || in(3).shape != Shape{q[0]})
+        fail(g, n, "pos must be i32 [B], one position per sequence");
       if (n.attrs.values.size() != 1) fail(g, n, "needs {scale}");
       n.shape = q;
       n.dtype = DType::kF32;
@@ -363,7 +385,8 @@ void infer(const Graph& g, Node& n) {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;
       for (size_t i = 0; i < std::min<size_t>(n.inputs.size(), 5); ++i)
-        if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4) fail(g, n, "operands must be f32 [B, H, T, D]");
+        if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4)
+          fail(g, n, "operands must be f32 [B, H, T, D]");
       if (k != in(2).shape) fail(g, n, "k and v must have one shape");
       if (q[0] != k[0] || q[3] != k[3]) fail(g, n, "batch and head size of q and k must match");
       if (k[1] == 0 || q[1] % k[1] != 0) fail(g, n, "q heads must be a multiple of kv heads");
@@ -373,7 +396,8 @@ void infer(const Graph& g, Node& n) {
         if (in(3).shape != q) fail(g, n, "dout must have q's shape");
         if (in(4).shape != q) fail(g, n, "out must have q's shape");
         const ir::Node& saved = in(5);
-        if (saved.op != Op::kResult || g.node(saved.inputs[0]).op != Op::kAttention || saved.attrs.axes.at(0) != 1)
+        if (saved.op != Op::kResult || g.node(saved.inputs[0]).op != Op::kAttention ||
+            saved.attrs.axes.at(0) != 1)
           fail(g, n, "saved must be an attention's second result");
         n.results = {{DType::kF32, q}, {DType::kF32, k}, {DType::kF32, k}};
       } else {
@@ -388,7 +412,8 @@ void infer(const Graph& g, Node& n) {
       if (a.size() < 2 || b.size() < 2) fail(g, n, "operands must have rank >= 2");
       if (in(0).dtype != DType::kF32 || in(1).dtype != DType::kF32) fail(g, n, "operands must be f32");
       if (a[a.size() - 1] != b[b.size() - 2])
-        fail(g, n, "inner extents differ: " + std::to_string(a.back()) + " vs " + std::to_string(b[b.size() - 2]));
+        fail(g, n,
+             "inner extents differ: " + std::to_string(a.back()) + " vs " + std::to_string(b[b.size() - 2]));
       size_t batch_rank = std::max(a.size(), b.size()) - 2;
       n.shape.assign(batch_rank + 2, 1);
       for (size_t i = 0; i < batch_rank; ++i) {

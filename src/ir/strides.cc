@@ -19,7 +19,8 @@ bool is_contiguous_strides(const std::vector<int64_t>& strides, const Shape& sha
   return true;
 }
 
-std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const std::vector<int64_t>& strides, const Shape& to) {
+std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const std::vector<int64_t>& strides,
+                                                     const Shape& to) {
   std::vector<int64_t> out(to.size(), 0);
   // No elements, or one (a scalar seen as [1, 1, …] or back): no axis is ever stepped.
   if (numel(from) <= 1) return contiguous_strides(to);
@@ -45,6 +46,5 @@ std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const st
   if (view_d != -1) return std::nullopt;
   return out;
 }
-
 
 }  // namespace tg

@@ -107,11 +107,14 @@ void normal_block(SplitMix64& rng, float* out, int64_t count, double mean, doubl
 
 }  // namespace
 
-void fill_init(const Init& init, std::span<float> values, const Shape& shape, uint64_t seed, const std::string& path) {
+void fill_init(const Init& init, std::span<float> values, const Shape& shape, uint64_t seed,
+               const std::string& path) {
   const uint64_t stream = hash_path(seed, path);
   const auto [fan_in, fan_out] = fans(shape);
   auto fill_normal = [&](double mean, double std) {  // normal() takes two draws
-    fill(values, stream, 2, [mean, std](SplitMix64& rng, float* out, int64_t count) { normal_block(rng, out, count, mean, std); });
+    fill(values, stream, 2, [mean, std](SplitMix64& rng, float* out, int64_t count) {
+      normal_block(rng, out, count, mean, std);
+    });
   };
   auto fill_uniform = [&](double lo, double hi) {
     fill(values, stream, 1, [lo, hi](SplitMix64& rng, float* out, int64_t count) {
@@ -138,7 +141,8 @@ void fill_init(const Init& init, std::span<float> values, const Shape& shape, ui
     }
     case Init::Kind::kCallable:
       if (!init.fn) throw Error("[init] '" + path + "' has a callable init without a function");
-      std::fill(values.begin(), values.end(), 0.0f);  // what it leaves unwritten reads as 0, whatever the buffer held
+      std::fill(values.begin(), values.end(),
+                0.0f);  // what it leaves unwritten reads as 0, whatever the buffer held
       init.fn(values, shape, stream);
       return;
   }

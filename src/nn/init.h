@@ -9,6 +9,7 @@
 namespace tg::detail {
 
 /// Fills `values` (shape `shape`) from `init`, seeded per parameter by (seed, path).
-void fill_init(const Init& init, std::span<float> values, const Shape& shape, uint64_t seed, const std::string& path);
+void fill_init(const Init& init, std::span<float> values, const Shape& shape, uint64_t seed,
+               const std::string& path);
 
 }  // namespace tg::detail

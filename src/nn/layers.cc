@@ -7,7 +7,9 @@ namespace tg::nn {
 Embedding::Embedding(Module& parent, std::string name, int64_t num, int64_t dim, Init init)
     : Module(parent, std::move(name)), weight(*this, "weight", {num, dim}, std::move(init)) {}
 
-Tensor Embedding::operator()(const Tensor& ids, Loc loc) const { return embedding(weight.tensor(loc), ids, loc); }
+Tensor Embedding::operator()(const Tensor& ids, Loc loc) const {
+  return embedding(weight.tensor(loc), ids, loc);
+}
 
 LayerNorm::LayerNorm(Module& parent, std::string name, int64_t dim, double eps_, bool with_bias)
     : Module(parent, std::move(name)), eps(eps_), weight(*this, "weight", {dim}, init::ones()) {
@@ -21,6 +23,8 @@ Tensor LayerNorm::operator()(const Tensor& x, Loc loc) const {
 RMSNorm::RMSNorm(Module& parent, std::string name, int64_t dim, double eps_)
     : Module(parent, std::move(name)), eps(eps_), weight(*this, "weight", {dim}, init::ones()) {}
 
-Tensor RMSNorm::operator()(const Tensor& x, Loc loc) const { return rms_norm(x, weight.tensor(loc), eps, loc); }
+Tensor RMSNorm::operator()(const Tensor& x, Loc loc) const {
+  return rms_norm(x, weight.tensor(loc), eps, loc);
+}
 
 }  // namespace tg::nn

@@ -32,8 +32,10 @@ std::shared_ptr<detail::ModelStorage> Module::storage() const { return root().st
 
 void Module::collect(std::vector<const Param*>& out) const {
   for (const Entry& e : entries_) {
-    if (e.param != nullptr) out.push_back(e.param);
-    else e.module->collect(out);
+    if (e.param != nullptr)
+      out.push_back(e.param);
+    else
+      e.module->collect(out);
   }
 }
 
@@ -50,7 +52,10 @@ bool default_decay(const Shape& shape, const Init& init) {
 }  // namespace
 
 Param::Param(Module& owner, std::string name, Shape shape, Init init, ParamOptions options)
-    : owner_(&owner), name_(std::move(name)), shape_(std::move(shape)), init_(std::move(init)),
+    : owner_(&owner),
+      name_(std::move(name)),
+      shape_(std::move(shape)),
+      init_(std::move(init)),
       decay_(options.decay.value_or(default_decay(shape_, init_))) {
   if (name_.empty()) throw Error("[Param] a parameter needs a name");
   for (int64_t d : shape_)
@@ -60,7 +65,8 @@ Param::Param(Module& owner, std::string name, Shape shape, Init init, ParamOptio
 
 Param::~Param() {
   auto& e = owner_->entries_;
-  e.erase(std::remove_if(e.begin(), e.end(), [&](const Module::Entry& x) { return x.param == this; }), e.end());
+  e.erase(std::remove_if(e.begin(), e.end(), [&](const Module::Entry& x) { return x.param == this; }),
+          e.end());
 }
 
 std::string Param::path() const {
@@ -73,7 +79,8 @@ Param::operator Tensor() const { return tensor(); }
 Tensor Param::tensor(Loc loc) const {
   ir::Trace* trace = ir::current_trace();
   if (trace == nullptr)
-    throw Error("[Param] '" + path() + "' used outside of compile_train/compile_forward (at " + ir::loc_str(loc) + ")");
+    throw Error("[Param] '" + path() + "' used outside of compile_train/compile_forward (at " +
+                ir::loc_str(loc) + ")");
   auto it = trace->param_nodes.find(this);
   if (it != trace->param_nodes.end()) return Tensor(&trace->graph, it->second);
   Tensor t = ir::named_leaf(trace->graph, ir::Op::kParam, path(), shape_, DType::kF32, loc);

@@ -37,14 +37,18 @@ Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(Module& parent, std::string name, AttentionConfig c)
-    : Module(parent, std::move(name)), config(checked(c, path())), head_dim(c.d_model / c.heads),
-      qkv(*this, "qkv", c.d_model, (c.heads + 2 * kv_heads_of(c)) * (c.d_model / c.heads), gpt_linear(c.bias, 0.02)),
+    : Module(parent, std::move(name)),
+      config(checked(c, path())),
+      head_dim(c.d_model / c.heads),
+      qkv(*this, "qkv", c.d_model, (c.heads + 2 * kv_heads_of(c)) * (c.d_model / c.heads),
+          gpt_linear(c.bias, 0.02)),
       proj(*this, "proj", c.d_model, c.d_model, gpt_linear(c.bias, c.proj_init_std)) {}
 
 Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() != 3 || x.shape()[2] != config.d_model)
-    throw ShapeError("[CausalSelfAttention] '" + path() + "' expects [B, T, " + std::to_string(config.d_model) +
-                     "], got " + shape_str(x.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+    throw ShapeError("[CausalSelfAttention] '" + path() + "' expects [B, T, " +
+                     std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
+                     loc.file_name() + ":" + std::to_string(loc.line()) + ")");
   const int64_t hq = config.heads, hkv = kv_heads_of(config), d = head_dim;
   Tensor packed = qkv(x, loc);  // [B, T, (hq + 2 hkv)·d]: q heads, then k heads, then v heads
   Tensor q = split_heads(slice(packed, -1, 0, hq * d, 1, loc), hq, loc);
@@ -57,8 +61,10 @@ Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
   // Offered for inspection only: the probabilities, materialised just when captured.
   {
     const Shape& ks = k.shape();
-    Tensor k_all = reshape(broadcast_to(unsqueeze(k, 2, loc), {ks[0], hkv, hq / hkv, ks[2], d}, loc), {ks[0], hq, ks[2], d}, loc);
-    Tensor scores = mul(matmul(q, transpose(k_all, -2, -1, loc), loc), 1.0 / std::sqrt(static_cast<double>(d)), loc);
+    Tensor k_all = reshape(broadcast_to(unsqueeze(k, 2, loc), {ks[0], hkv, hq / hkv, ks[2], d}, loc),
+                           {ks[0], hq, ks[2], d}, loc);
+    Tensor scores =
+        mul(matmul(q, transpose(k_all, -2, -1, loc), loc), 1.0 / std::sqrt(static_cast<double>(d)), loc);
     const ir::Trace* trace = ir::current_trace();
     const std::string name = trace ? ir::unused_capture_name(*trace, path() + ".probs") : path() + ".probs";
     capture(name, softmax(scores, -1, /*causal=*/true, loc), loc);
@@ -72,19 +78,24 @@ Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
 Tensor CausalSelfAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
   const std::string at = "[CausalSelfAttention] '" + path() + "'";
   if (x.rank() != 3 || x.shape()[2] != config.d_model)
-    throw ShapeError(at + " expects [B, T, " + std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
-                     loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+    throw ShapeError(at + " expects [B, T, " + std::to_string(config.d_model) + "], got " +
+                     shape_str(x.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) +
+                     ")");
   if (config.rotary)
-    throw ShapeError(at + ": KV-cached decoding with rotary positions is not supported yet (use learned positions)");
-  const int64_t B = x.shape()[0], T = x.shape()[1], hq = config.heads, hkv = kv_heads_of(config), d = head_dim;
+    throw ShapeError(
+        at + ": KV-cached decoding with rotary positions is not supported yet (use learned positions)");
+  const int64_t B = x.shape()[0], T = x.shape()[1], hq = config.heads, hkv = kv_heads_of(config),
+                d = head_dim;
   if (T > cache_len)
-    throw ShapeError(at + ": " + std::to_string(T) + " new tokens do not fit a cache of " + std::to_string(cache_len));
+    throw ShapeError(at + ": " + std::to_string(T) + " new tokens do not fit a cache of " +
+                     std::to_string(cache_len));
   Tensor packed = qkv(x, loc);
-  Tensor q = split_heads(slice(packed, -1, 0, hq * d, 1, loc), hq, loc);                       // [B, hq, T, d]
-  Tensor k = split_heads(slice(packed, -1, hq * d, (hq + hkv) * d, 1, loc), hkv, loc);          // [B, hkv, T, d]
+  Tensor q = split_heads(slice(packed, -1, 0, hq * d, 1, loc), hq, loc);                // [B, hq, T, d]
+  Tensor k = split_heads(slice(packed, -1, hq * d, (hq + hkv) * d, 1, loc), hkv, loc);  // [B, hkv, T, d]
   Tensor v = split_heads(slice(packed, -1, (hq + hkv) * d, (hq + 2 * hkv) * d, 1, loc), hkv, loc);
   // The new rows go into the caches at each sequence's position; attention reads the caches.
-  Tensor k_cache = state(path() + ".k_cache", {B, hkv, cache_len, d}), v_cache = state(path() + ".v_cache", {B, hkv, cache_len, d});
+  Tensor k_cache = state(path() + ".k_cache", {B, hkv, cache_len, d}),
+         v_cache = state(path() + ".v_cache", {B, hkv, cache_len, d});
   Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
   assign(k_cache, k_all, loc);
   assign(v_cache, v_all, loc);
@@ -98,9 +109,14 @@ Tensor CausalSelfAttention::cached(const Tensor& x, const Tensor& pos, int64_t c
 TransformerBlock::TransformerBlock(Module& parent, std::string name, const GptConfig& c)
     : Module(parent, std::move(name)),
       ln1(*this, "ln1", c.d_model, c.ln_eps, c.bias),
-      attn(*this, "attn", {.d_model = c.d_model, .heads = c.heads, .kv_heads = c.kv_heads, .rotary = c.rotary,
-                           .dropout = c.dropout, .bias = c.bias,
-                           .proj_init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers))}),
+      attn(*this, "attn",
+           {.d_model = c.d_model,
+            .heads = c.heads,
+            .kv_heads = c.kv_heads,
+            .rotary = c.rotary,
+            .dropout = c.dropout,
+            .bias = c.bias,
+            .proj_init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers))}),
       ln2(*this, "ln2", c.d_model, c.ln_eps, c.bias),
       fc(*this, "fc", c.d_model, c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, gpt_linear(c.bias, 0.02)),
       fc2(*this, "fc2", c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, c.d_model,
@@ -118,7 +134,9 @@ Tensor TransformerBlock::cached(const Tensor& x, const Tensor& pos, int64_t cach
 }
 
 Gpt::Gpt(GptConfig c) : config(c) { build(); }
-Gpt::Gpt(Module& parent, std::string name, GptConfig c) : Module(parent, std::move(name)), config(c) { build(); }
+Gpt::Gpt(Module& parent, std::string name, GptConfig c) : Module(parent, std::move(name)), config(c) {
+  build();
+}
 
 void Gpt::build() {
   const GptConfig& c = config;
@@ -129,12 +147,14 @@ void Gpt::build() {
   for (int64_t i = 0; i < c.layers; ++i)
     blocks_.push_back(std::make_unique<TransformerBlock>(*this, "blocks." + std::to_string(i), c));
   lnf_ = std::make_unique<LayerNorm>(*this, "lnf", c.d_model, c.ln_eps, c.bias);
-  if (!c.tied_head) head_ = std::make_unique<Linear>(*this, "head", c.d_model, c.vocab, gpt_linear(false, 0.02));
+  if (!c.tied_head)
+    head_ = std::make_unique<Linear>(*this, "head", c.d_model, c.vocab, gpt_linear(false, 0.02));
 }
 
 Tensor Gpt::logits(const Tensor& ids, Loc loc) const {
   if (ids.rank() != 2 || ids.dtype() != DType::kI32 || ids.shape()[1] > config.seq_len)
-    throw ShapeError("[Gpt] '" + path() + "' expects i32 ids [B, T] with T <= " + std::to_string(config.seq_len) + ", got " +
+    throw ShapeError("[Gpt] '" + path() +
+                     "' expects i32 ids [B, T] with T <= " + std::to_string(config.seq_len) + ", got " +
                      dtype_name(ids.dtype()) + shape_str(ids.shape()) + " (at " + loc.file_name() + ":" +
                      std::to_string(loc.line()) + ")");
   Tensor x = (*wte_)(ids, loc);  // [B, T, C]
@@ -152,18 +172,21 @@ Tensor Gpt::head(const Tensor& x, Loc loc) const {
 Tensor Gpt::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc) const {
   const std::string where = "[Gpt] '" + path() + "'";
   if (ids.rank() != 2 || ids.dtype() != DType::kI32)
-    throw ShapeError(where + " expects i32 ids [B, T], got " + dtype_name(ids.dtype()) + shape_str(ids.shape()) + " (at " +
-                     loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+    throw ShapeError(where + " expects i32 ids [B, T], got " + dtype_name(ids.dtype()) +
+                     shape_str(ids.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) +
+                     ")");
   const int64_t B = ids.shape()[0], T = ids.shape()[1];
   if (pos.dtype() != DType::kI32 || pos.shape() != Shape{B})
-    throw ShapeError(where + " expects i32 positions [" + std::to_string(B) + "], got " + dtype_name(pos.dtype()) +
-                     shape_str(pos.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+    throw ShapeError(where + " expects i32 positions [" + std::to_string(B) + "], got " +
+                     dtype_name(pos.dtype()) + shape_str(pos.shape()) + " (at " + loc.file_name() + ":" +
+                     std::to_string(loc.line()) + ")");
   if (cache_len < 1 || (wpe_ && cache_len > config.seq_len))
-    throw ShapeError(where + ": a cache of " + std::to_string(cache_len) + " positions; it must be 1 … seq_len " +
-                     std::to_string(config.seq_len));
+    throw ShapeError(where + ": a cache of " + std::to_string(cache_len) +
+                     " positions; it must be 1 … seq_len " + std::to_string(config.seq_len));
   Tensor x = (*wte_)(ids, loc);
   if (wpe_) {  // each token's own position: pos[b] + i
-    Tensor at = add(reshape(pos, {B, 1}, loc), reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {1, T}, loc), loc);
+    Tensor at = add(reshape(pos, {B, 1}, loc),
+                    reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {1, T}, loc), loc);
     x = add(x, embedding(wpe_->weight.tensor(loc), at, loc), loc);
   }
   for (const auto& block : blocks_) x = block->cached(x, pos, cache_len, loc);

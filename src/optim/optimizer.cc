@@ -23,7 +23,9 @@ Tensor state(Graph& g, const std::string& name, const Shape& shape) {
   return ir::named_leaf(g, ir::Op::kState, name, shape, DType::kF32, Loc::current());
 }
 
-void write(Graph& g, const Tensor& target, const Tensor& value) { g.updates.push_back({target.id(), value.id()}); }
+void write(Graph& g, const Tensor& target, const Tensor& value) {
+  g.updates.push_back({target.id(), value.id()});
+}
 
 /// torch.nn.utils.clip_grad_norm_: total = ‖(‖g₁‖, …, ‖gₙ‖)‖₂; every g *= min(max/(total+1e-6), 1).
 std::vector<Tensor> clip(Graph& g, const std::vector<Tensor>& grads, double max_norm) {
@@ -46,7 +48,9 @@ UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Opti
   UpdatePlan plan;
   if (std::holds_alternative<GradientsOnly>(optimizer)) {
     if (clip_grad_norm)
-      throw InputError("[compile_train] clip_grad_norm needs an update: with tg::GradientsOnly the gradients are returned as computed");
+      throw InputError(
+          "[compile_train] clip_grad_norm needs an update: with tg::GradientsOnly the gradients are returned "
+          "as computed");
     return plan;
   }
   std::vector<Tensor> grads;
@@ -88,13 +92,14 @@ UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Opti
                                   std::get<AdamW>(optimizer).weight_decay}
                            : std::get<Adam>(optimizer);
   const auto* filter = decoupled ? &std::get<AdamW>(optimizer).decay_filter : nullptr;
-  Tensor step_size = scalar_input(g, plan, "step_size");     // lr / (1-β1ᵗ)
-  Tensor bc2_sqrt = scalar_input(g, plan, "bias_correction2_sqrt");  // √(1-β2ᵗ)
+  Tensor step_size = scalar_input(g, plan, "step_size");                         // lr / (1-β1ᵗ)
+  Tensor bc2_sqrt = scalar_input(g, plan, "bias_correction2_sqrt");              // √(1-β2ᵗ)
   Tensor shrink = decoupled ? scalar_input(g, plan, "decay_shrink") : Tensor();  // 1 - lr·wd
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor p(&g, params[i].param);
     Tensor d = grads[i];
-    const bool decays = a.weight_decay != 0 && (filter != nullptr && *filter ? (*filter)(params[i].name) : params[i].decay);
+    const bool decays =
+        a.weight_decay != 0 && (filter != nullptr && *filter ? (*filter)(params[i].name) : params[i].decay);
     if (!decoupled && decays) d = d + p * a.weight_decay;
     Tensor m = state(g, "adam.m." + params[i].name, p.shape());
     Tensor v = state(g, "adam.v." + params[i].name, p.shape());
@@ -131,8 +136,10 @@ std::vector<float> hyper_values(const Optimizer& optimizer, int64_t t, double lr
 double base_lr(const Optimizer& optimizer) {
   return std::visit(
       [](const auto& o) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(o)>, GradientsOnly>) return 0.0;
-        else return o.lr;
+        if constexpr (std::is_same_v<std::decay_t<decltype(o)>, GradientsOnly>)
+          return 0.0;
+        else
+          return o.lr;
       },
       optimizer);
 }

@@ -62,8 +62,7 @@ std::optional<Values> constant_values(const Graph& g, int32_t id, int64_t limit)
       }
       return v;
     }
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 
@@ -89,10 +88,14 @@ std::optional<Node> fold(const Graph& out, const Node& n, int64_t limit) {
   for (size_t i = 0; i < result.size(); ++i) {
     auto at = [&](size_t k) { return in[k].size() == 1 ? in[k][0] : in[k][i]; };
     double r = 0;
-    if (kind == OpKind::kUnary) r = ir::eval_unary(n.op, at(0));
-    else if (kind == OpKind::kBinary || kind == OpKind::kCompare) r = ir::eval_binary(n.op, at(0), at(1));
-    else if (n.op == Op::kCast) r = ir::to_dtype(at(0), n.dtype);
-    else r = at(0) != 0.0 ? at(1) : at(2);  // where
+    if (kind == OpKind::kUnary)
+      r = ir::eval_unary(n.op, at(0));
+    else if (kind == OpKind::kBinary || kind == OpKind::kCompare)
+      r = ir::eval_binary(n.op, at(0), at(1));
+    else if (n.op == Op::kCast)
+      r = ir::to_dtype(at(0), n.dtype);
+    else
+      r = at(0) != 0.0 ? at(1) : at(2);  // where
     // The reference backend keeps out-of-range i32 values in double where the CPU wraps or
     // saturates: leave those to run time so that neither backend's result changes.
     if (n.dtype == DType::kI32 && !(r >= -2147483648.0 && r <= 2147483647.0)) return std::nullopt;
@@ -182,7 +185,8 @@ Graph concat_unslice_sums(const Graph& graph, std::vector<int32_t>& remap, int* 
         sub.axis = x.attrs.axes[0];
         sub.pieces.push_back({static_cast<int64_t>(x.attrs.values[0]),
                               graph.node(x.inputs[0]).shape[static_cast<size_t>(sub.axis)], in});
-      } else if (x.op == Op::kAdd && uses[static_cast<size_t>(in)] == 1 && !trees[static_cast<size_t>(in)].pieces.empty()) {
+      } else if (x.op == Op::kAdd && uses[static_cast<size_t>(in)] == 1 &&
+                 !trees[static_cast<size_t>(in)].pieces.empty()) {
         sub = trees[static_cast<size_t>(in)];
       } else {
         ok = false;
@@ -196,7 +200,8 @@ Graph concat_unslice_sums(const Graph& graph, std::vector<int32_t>& remap, int* 
       t.pieces.insert(t.pieces.end(), sub.pieces.begin(), sub.pieces.end());
     }
     if (!ok) continue;
-    std::sort(t.pieces.begin(), t.pieces.end(), [](const Piece& a, const Piece& b) { return a.start < b.start; });
+    std::sort(t.pieces.begin(), t.pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.start < b.start; });
     for (size_t i = 1; i < t.pieces.size() && ok; ++i)
       ok = t.pieces[i].start >= t.pieces[i - 1].start + t.pieces[i - 1].len;
     if (!ok) continue;

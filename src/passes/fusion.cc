@@ -24,7 +24,8 @@ bool reduction_sink(const ir::Graph& g, const ir::Node& n) {
   bool kept_seen = false;
   for (size_t d = 0; d < in.size(); ++d) {
     if (in[d] == 1) continue;
-    const bool reduced = std::find(n.attrs.axes.begin(), n.attrs.axes.end(), static_cast<int64_t>(d)) != n.attrs.axes.end();
+    const bool reduced =
+        std::find(n.attrs.axes.begin(), n.attrs.axes.end(), static_cast<int64_t>(d)) != n.attrs.axes.end();
     if (reduced && kept_seen) return false;
     kept_seen = kept_seen || !reduced;
   }
@@ -35,10 +36,8 @@ bool fusible(Op op) {
   switch (ir::op_info(op).kind) {
     case ir::OpKind::kUnary:
     case ir::OpKind::kBinary:
-    case ir::OpKind::kCompare:
-      return true;
-    default:
-      return op == Op::kCast || op == Op::kWhere;
+    case ir::OpKind::kCompare: return true;
+    default: return op == Op::kCast || op == Op::kWhere;
   }
 }
 
@@ -85,7 +84,8 @@ class Fuser {
 
  private:
   int32_t find(int32_t x) {
-    while (set_[static_cast<size_t>(x)] != x) x = set_[static_cast<size_t>(x)] = set_[static_cast<size_t>(set_[static_cast<size_t>(x)])];
+    while (set_[static_cast<size_t>(x)] != x)
+      x = set_[static_cast<size_t>(x)] = set_[static_cast<size_t>(set_[static_cast<size_t>(x)])];
     return x;
   }
   void unite(int32_t a, int32_t b) {
@@ -145,7 +145,8 @@ class Fuser {
       if (root_group[static_cast<size_t>(r)] < 0) {
         root_group[static_cast<size_t>(r)] = static_cast<int32_t>(groups.size());
         groups.emplace_back();
-        groups.back().kind = fusible(g_.node(id).op) ? KernelGroup::Kind::kElementwise : KernelGroup::Kind::kSingle;
+        groups.back().kind =
+            fusible(g_.node(id).op) ? KernelGroup::Kind::kElementwise : KernelGroup::Kind::kSingle;
       }
       groups[static_cast<size_t>(root_group[static_cast<size_t>(r)])].nodes.push_back(id);
     }
@@ -174,21 +175,23 @@ class Fuser {
     while (!ready.empty()) {
       const int32_t gi = ready.top();
       ready.pop();
-      for (int32_t id : groups[static_cast<size_t>(gi)].nodes) f.group_of[static_cast<size_t>(id)] = static_cast<int32_t>(f.groups.size());
+      for (int32_t id : groups[static_cast<size_t>(gi)].nodes)
+        f.group_of[static_cast<size_t>(id)] = static_cast<int32_t>(f.groups.size());
       f.groups.push_back(std::move(groups[static_cast<size_t>(gi)]));
       for (int32_t s : succ[static_cast<size_t>(gi)])
         if (--preds[static_cast<size_t>(s)] == 0) ready.push(s);
     }
 
     if (f.groups.size() != groups.size())
-      throw std::logic_error("fusion: the kernel groups form a cycle (" + std::to_string(groups.size() - f.groups.size()) +
-                             " groups unordered)");
+      throw std::logic_error("fusion: the kernel groups form a cycle (" +
+                             std::to_string(groups.size() - f.groups.size()) + " groups unordered)");
     // Outputs: members read from another group, by the graph's outputs or by an update.
     std::vector<char> escapes(n, 0);
     for (int32_t id = 0; id < g_.size(); ++id)
       if (live_[static_cast<size_t>(id)])
         for (int32_t in : g_.node(id).inputs)
-          if (f.group_of[static_cast<size_t>(in)] != f.group_of[static_cast<size_t>(id)]) escapes[static_cast<size_t>(in)] = 1;
+          if (f.group_of[static_cast<size_t>(in)] != f.group_of[static_cast<size_t>(id)])
+            escapes[static_cast<size_t>(in)] = 1;
     for (int32_t o : g_.outputs) escapes[static_cast<size_t>(o)] = 1;
     for (const ir::Graph::Update& u : g_.updates) escapes[static_cast<size_t>(u.value)] = 1;
     for (KernelGroup& group : f.groups)

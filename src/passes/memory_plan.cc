@@ -127,7 +127,8 @@ MemoryPlan plan_memory(const ir::Graph& graph) {
 int32_t busiest_step(const std::vector<Interval>& intervals, int32_t end) {
   std::vector<int64_t> live(static_cast<size_t>(std::max(end, 0)) + 1, 0);
   for (const Interval& b : intervals)
-    for (int32_t e = std::max(b.first, 0); e <= b.last && e <= end; ++e) live[static_cast<size_t>(e)] += b.bytes;
+    for (int32_t e = std::max(b.first, 0); e <= b.last && e <= end; ++e)
+      live[static_cast<size_t>(e)] += b.bytes;
   return static_cast<int32_t>(std::max_element(live.begin(), live.end()) - live.begin());
 }
 

@@ -15,8 +15,8 @@ namespace tg::passes {
 
 struct MemoryPlan {
   static constexpr int64_t kAlignment = 64;  // bytes: one cache line, enough for any vector load
-  std::vector<int64_t> offset;  // per node: byte offset in the arena, or -1 (persistent / no storage)
-  std::vector<int64_t> bytes;   // per node: bytes reserved (aligned), 0 where offset is -1
+  std::vector<int64_t> offset;    // per node: byte offset in the arena, or -1 (persistent / no storage)
+  std::vector<int64_t> bytes;     // per node: bytes reserved (aligned), 0 where offset is -1
   std::vector<int32_t> last_use;  // per node: last node id that reads it (size() = the step's end)
   int64_t arena_bytes = 0;        // planned peak
   int64_t total_bytes = 0;        // what one buffer per node would take (the no-reuse baseline)
@@ -30,7 +30,7 @@ struct Interval {
 struct IntervalPlan {
   std::vector<int64_t> offset;  // per interval (aligned bytes), -1 for empty buffers
   int64_t arena_bytes = 0;
-  int64_t total_bytes = 0;      // sum of the aligned sizes
+  int64_t total_bytes = 0;  // sum of the aligned sizes
 };
 /// Offsets for buffers given their live steps: at each step, buffers whose last step has
 /// passed are freed first, then the buffers starting there take best-fit space. Buffers live

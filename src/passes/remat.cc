@@ -37,7 +37,8 @@ class Remat {
     for (int32_t id = 0; id < g_.size(); ++id) {
       Node n = g_.node(id);
       const bool backward_elementwise = n.stage != ir::Stage::kForward && fusible(n.op);
-      for (int32_t& in : n.inputs) in = backward_elementwise && eligible(in) ? clone(in) : remap[static_cast<size_t>(in)];
+      for (int32_t& in : n.inputs)
+        in = backward_elementwise && eligible(in) ? clone(in) : remap[static_cast<size_t>(in)];
       remap[static_cast<size_t>(id)] = out_.add_checked(std::move(n));
     }
     for (int32_t o : g_.outputs) out_.outputs.push_back(remap[static_cast<size_t>(o)]);
@@ -61,8 +62,10 @@ class Remat {
         stack.pop_back();
         if (!cone.insert(x).second) continue;
         for (int32_t in : g_.node(x).inputs) {
-          if (!is_norm(g_.node(x).op) && recomputable(g_.node(in).op) && g_.node(in).shape == n.shape) stack.push_back(in);
-          else if (2 * stored_numel(g_, in) >= n.numel()) big_leaves.insert(in);
+          if (!is_norm(g_.node(x).op) && recomputable(g_.node(in).op) && g_.node(in).shape == n.shape)
+            stack.push_back(in);
+          else if (2 * stored_numel(g_, in) >= n.numel())
+            big_leaves.insert(in);
         }
         ok = cone.size() <= kMaxCone && big_leaves.size() <= 1;
       }
@@ -76,8 +79,9 @@ class Remat {
     if (auto it = clones_.find(id); it != clones_.end()) return it->second;
     Node c = g_.node(id);
     for (int32_t& in : c.inputs)
-      in = !is_norm(c.op) && recomputable(g_.node(in).op) && g_.node(in).shape == c.shape ? clone(in)
-                                                                                          : (*remap_)[static_cast<size_t>(in)];
+      in = !is_norm(c.op) && recomputable(g_.node(in).op) && g_.node(in).shape == c.shape
+               ? clone(in)
+               : (*remap_)[static_cast<size_t>(in)];
     c.stage = ir::Stage::kBackward;
     const int32_t copy = out_.add_checked(std::move(c));
     clones_[id] = copy;

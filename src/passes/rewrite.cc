@@ -19,19 +19,22 @@ using ir::Op;
 
 /// Everything that decides a node's value, in a comparable form. Constant values compare by
 /// their bits: NaN would break the map's ordering, and 0.0 and -0.0 are different constants.
-using Key = std::tuple<int, int, Shape, std::vector<int32_t>, std::vector<int64_t>, bool, std::vector<uint64_t>, int,
-                       bool, bool, uint64_t>;
+using Key = std::tuple<int, int, Shape, std::vector<int32_t>, std::vector<int64_t>, bool,
+                       std::vector<uint64_t>, int, bool, bool, uint64_t>;
 
 Key key_of(const Node& n) {
   std::vector<uint64_t> bits(n.attrs.values.size());
   for (size_t i = 0; i < bits.size(); ++i) bits[i] = std::bit_cast<uint64_t>(n.attrs.values[i]);
-  return {static_cast<int>(n.op), static_cast<int>(n.dtype), n.shape, n.inputs, n.attrs.axes, n.attrs.keepdim,
-          std::move(bits), static_cast<int>(n.attrs.dtype), n.attrs.causal, n.attrs.reverse, n.attrs.seed};
+  return {static_cast<int>(n.op), static_cast<int>(n.dtype), n.shape,         n.inputs,
+          n.attrs.axes,           n.attrs.keepdim,           std::move(bits), static_cast<int>(n.attrs.dtype),
+          n.attrs.causal,         n.attrs.reverse,           n.attrs.seed};
 }
 
 /// If `n` (inputs already in `out`) is an identity by an algebraic rule, the node it equals.
 std::optional<int32_t> identity_of(const Graph& out, const Node& n) {
-  auto is = [&](size_t i, double v) { return ir::constant_value(out, n.inputs[i]) == std::optional<double>(v); };
+  auto is = [&](size_t i, double v) {
+    return ir::constant_value(out, n.inputs[i]) == std::optional<double>(v);
+  };
   auto full_range = [&] {  // slice/unslice {start 0, step 1} between equal shapes
     return n.attrs.values[0] == 0.0 && n.attrs.values[1] == 1.0 && out.node(n.inputs[0]).shape == n.shape;
   };
@@ -64,8 +67,7 @@ std::optional<int32_t> identity_of(const Graph& out, const Node& n) {
     case Op::kUnslice:
       if (full_range()) return n.inputs[0];
       return std::nullopt;
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 
@@ -114,7 +116,8 @@ bool swaps_last_two(const Node& n) {
   if (r < 2) return false;
   for (size_t i = 0; i + 2 < r; ++i)
     if (n.attrs.axes[i] != static_cast<int64_t>(i)) return false;
-  return n.attrs.axes[r - 2] == static_cast<int64_t>(r - 1) && n.attrs.axes[r - 1] == static_cast<int64_t>(r - 2);
+  return n.attrs.axes[r - 2] == static_cast<int64_t>(r - 1) &&
+         n.attrs.axes[r - 1] == static_cast<int64_t>(r - 2);
 }
 
 Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
@@ -174,8 +177,8 @@ Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
         continue;
       }
     }
-    if (std::optional<int32_t> same = identity_of(out, n); same && out.node(*same).shape == n.shape &&
-                                                            out.node(*same).dtype == n.dtype) {
+    if (std::optional<int32_t> same = identity_of(out, n);
+        same && out.node(*same).shape == n.shape && out.node(*same).dtype == n.dtype) {
       remap[static_cast<size_t>(id)] = *same;
       ++fired;
       continue;

@@ -12,8 +12,9 @@ namespace tg::passes {
 
 using ir::Op;
 
-bool is_view_op(Op op) { return op == Op::kReshape || op == Op::kPermute || op == Op::kBroadcastTo || op == Op::kSlice; }
-
+bool is_view_op(Op op) {
+  return op == Op::kReshape || op == Op::kPermute || op == Op::kBroadcastTo || op == Op::kSlice;
+}
 
 Scheduler::Scheduler(const ir::Graph& g, const Capabilities& caps, const ScheduleOptions& options)
     : g_(g), caps_(caps), options_(options) {
@@ -65,7 +66,9 @@ void Scheduler::add_copy(int32_t node, const Place& from, const Place& to, int32
   s_.steps.push_back(std::move(st));
 }
 
-Place Scheduler::readable(int32_t consumer, size_t index) { return readable_as(consumer, index, g_.node(consumer).inputs[index]); }
+Place Scheduler::readable(int32_t consumer, size_t index) {
+  return readable_as(consumer, index, g_.node(consumer).inputs[index]);
+}
 
 Place Scheduler::readable_as(int32_t consumer, size_t index, int32_t input) {
   const Place& p = s_.places[static_cast<size_t>(input)];
@@ -83,7 +86,8 @@ void Scheduler::set_place(int32_t id, const Place& p) {
 
 bool Scheduler::escapes(int32_t id) const {
   return std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end() ||
-         std::any_of(g_.updates.begin(), g_.updates.end(), [&](const ir::Graph::Update& u) { return u.value == id; });
+         std::any_of(g_.updates.begin(), g_.updates.end(),
+                     [&](const ir::Graph::Update& u) { return u.value == id; });
 }
 
 int32_t Scheduler::sole_reader(int32_t id) const {
@@ -129,13 +133,15 @@ void Scheduler::bind_leaves() {
       throw Error("[schedule] an update refers to an unknown node");
     const ir::Node& t = g_.node(u.target);
     const ir::Node& v = g_.node(u.value);
-    if (t.op != Op::kParam && t.op != Op::kState) throw Error("[schedule] update target " + ref(u.target) + " is not a param or state");
+    if (t.op != Op::kParam && t.op != Op::kState)
+      throw Error("[schedule] update target " + ref(u.target) + " is not a param or state");
     if (t.dtype != v.dtype || t.numel() != v.numel())
-      throw Error("[schedule] update of " + ref(u.target) + " " + dtype_name(t.dtype) + shape_str(t.shape) + " with " +
-                  dtype_name(v.dtype) + shape_str(v.shape));
+      throw Error("[schedule] update of " + ref(u.target) + " " + dtype_name(t.dtype) + shape_str(t.shape) +
+                  " with " + dtype_name(v.dtype) + shape_str(v.shape));
   }
   for (int32_t out : g_.outputs)
-    if (out < 0 || out >= g_.size()) throw Error("[schedule] output %" + std::to_string(out) + " is not a node");
+    if (out < 0 || out >= g_.size())
+      throw Error("[schedule] output %" + std::to_string(out) + " is not a node");
 }
 
 void Scheduler::place_constant(int32_t id) {
@@ -167,9 +173,13 @@ void Scheduler::place_single(int32_t id) {
   const ir::Node& n = g_.node(id);
   const Place* in = n.inputs.empty() ? nullptr : &s_.places[static_cast<size_t>(n.inputs[0])];
   switch (n.op) {
+    // clang-format off
     case Op::kParam: case Op::kState: case Op::kInput:
+      // clang-format on
       return;  // bind_leaves
+               // clang-format off
     case Op::kConstant: case Op::kArange:
+               // clang-format on
       place_constant(id);
       return;
     case Op::kResult: {  // its part of the multi-output node's dense allocation
@@ -210,28 +220,27 @@ void Scheduler::place_single(int32_t id) {
     }
     case Op::kSlice: {
       const auto axis = static_cast<size_t>(n.attrs.axes[0]);
-      const auto start = static_cast<int64_t>(n.attrs.values[0]), step = static_cast<int64_t>(n.attrs.values[1]);
+      const auto start = static_cast<int64_t>(n.attrs.values[0]),
+                 step = static_cast<int64_t>(n.attrs.values[1]);
       Place v = *in;
       if (n.numel() > 0) v.offset += start * v.strides[axis] * dtype_size(n.dtype);
       v.strides[axis] *= step;
       place_view(id, std::move(v));
       return;
     }
-    default:
-      break;
+    default: break;
   }
   switch (n.op) {
+    // clang-format off
     case Op::kLayerNorm: case Op::kRmsNorm:
+      // clang-format on
       if (place_norm_affine(id)) return;
       break;
-    case Op::kMatmul:
-      place_product(id);
-      return;
+    case Op::kMatmul: place_product(id); return;
     case Op::kUpdateSlice:
       if (place_update_rows(id)) return;
       break;
-    default:
-      break;
+    default: break;
   }
   place_node(id);
 }
@@ -263,21 +272,26 @@ void Scheduler::place_node(int32_t id) {
   for (size_t r = 0; r < n.results.size(); ++r) {
     const NodeLayout::Result* lr = r < lay.results.size() ? &lay.results[r] : nullptr;
     const int64_t esize = dtype_size(n.results[r].dtype);
-    Place rp{out.buffer, out.offset + (lr ? lr->offset : ir::result_offset(n, r)) * esize, contiguous_strides(n.results[r].shape)};
+    Place rp{out.buffer, out.offset + (lr ? lr->offset : ir::result_offset(n, r)) * esize,
+             contiguous_strides(n.results[r].shape)};
     if (lr && lr->own_bytes > 0) {
       rp = own(lr->own_bytes, n.results[r].dtype, Buffer::Category::kActivation, n.results[r].shape);
       st.out.push_back(rp);
     }
     if (lr && !lr->strides.empty()) rp.strides = lr->strides;
     for (int32_t c : s_.consumers[static_cast<size_t>(id)])
-      if (g_.node(c).op == Op::kResult && g_.node(c).attrs.axes.at(0) == static_cast<int64_t>(r)) set_place(c, rp);
+      if (g_.node(c).op == Op::kResult && g_.node(c).attrs.axes.at(0) == static_cast<int64_t>(r))
+        set_place(c, rp);
   }
-  if (lay.concat >= 0) set_place(lay.concat, Place{out.buffer, out.offset, contiguous_strides(g_.node(lay.concat).shape)});
+  if (lay.concat >= 0)
+    set_place(lay.concat, Place{out.buffer, out.offset, contiguous_strides(g_.node(lay.concat).shape)});
   for (int64_t bytes : lay.scratch) st.scratch.push_back(add_scratch(bytes));
   s_.steps.push_back(std::move(st));
 }
 
-Place Scheduler::add_scratch(int64_t bytes) { return own(std::max<int64_t>(bytes, 1), DType::kF32, Buffer::Category::kScratch, {}); }
+Place Scheduler::add_scratch(int64_t bytes) {
+  return own(std::max<int64_t>(bytes, 1), DType::kF32, Buffer::Category::kScratch, {});
+}
 
 bool Scheduler::in_place_target(int32_t value, int32_t group, int32_t& target) const {
   if (!options_.reuse_memory) return false;
@@ -309,7 +323,9 @@ bool Scheduler::in_place_target(int32_t value, int32_t group, int32_t& target) c
       }
       if (cg == group) {
         const Place& xp = s_.places[static_cast<size_t>(x)];
-        if (!is_contiguous_strides(xp.strides, g_.node(x).shape) || xp.offset != t.offset || g_.node(x).numel() != tn.numel()) return false;
+        if (!is_contiguous_strides(xp.strides, g_.node(x).shape) || xp.offset != t.offset ||
+            g_.node(x).numel() != tn.numel())
+          return false;
       }
     }
   }
@@ -372,8 +388,10 @@ Schedule Scheduler::run() {
     if (place_norm_backwards_at(static_cast<int32_t>(gi))) continue;
     const KernelGroup& group = s_.fusion.groups[gi];
     if (placed(group.nodes.front())) continue;  // computed by another step (an epilogue, a norm's affine)
-    if (group.kind == KernelGroup::Kind::kElementwise) place_group(static_cast<int32_t>(gi));
-    else place_single(group.nodes.front());
+    if (group.kind == KernelGroup::Kind::kElementwise)
+      place_group(static_cast<int32_t>(gi));
+    else
+      place_single(group.nodes.front());
   }
   settle_outputs_and_updates();
   assign_launches();

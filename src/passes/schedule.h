@@ -69,7 +69,8 @@ class Capabilities {
   virtual ~Capabilities() = default;
   /// Whether `consumer`'s kernel reads its input `index` through `strides` as they are
   /// (elements; 0 = broadcast). False gets the kernel a dense copy.
-  virtual bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides) const = 0;
+  virtual bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index,
+                     const std::vector<int64_t>& strides) const = 0;
   /// Elementwise groups may end in reduction sinks (fusion.h).
   virtual bool reduction_sinks() const { return true; }
   /// Group steps with reduction sinks may share a launch with other group steps.
@@ -79,12 +80,15 @@ class Capabilities {
   /// Arena buffer sizes are rounded up to this many bytes (offsets are 64-byte aligned anyway).
   virtual int64_t alignment() const { return 1; }
   /// The layout of a node's step (`in`: its operands' places, `buffers` the schedule's so far).
-  virtual NodeLayout layout(const ir::Graph&, int32_t, const std::vector<Place>&, const std::vector<Buffer>&) const { return {}; }
+  virtual NodeLayout layout(const ir::Graph&, int32_t, const std::vector<Place>&,
+                            const std::vector<Buffer>&) const {
+    return {};
+  }
   /// Whether product steps may take epilogues or a norm (else product() sees no candidates).
   virtual bool fuses_products() const { return false; }
   /// A product step's epilogues and output layout.
-  virtual ProductChoice product(const ir::Graph&, int32_t, const std::vector<Place>&, const std::vector<Buffer>&,
-                                const ProductCandidates&) const {
+  virtual ProductChoice product(const ir::Graph&, int32_t, const std::vector<Place>&,
+                                const std::vector<Buffer>&, const ProductCandidates&) const {
     return {};
   }
   /// Whether a norm and the affine group {·w[, +b]} that alone reads it run as one step.
@@ -118,7 +122,7 @@ struct Buffer {
   // Rows `pad_ld` elements apart whose `pad_cols` values are followed by zeros up to pad_ld,
   // written so by the node that owns the buffer (NodeLayout::zero_padding); 0: unknown.
   int64_t pad_ld = 0, pad_cols = 0;
-  int64_t offset = 0;             // arena byte offset
+  int64_t offset = 0;  // arena byte offset
 };
 
 /// Where elements are: element (i0, i1, …) at buffer + offset + Σ ik·strides[k]·dtype size.
@@ -153,15 +157,15 @@ struct Step {
   struct Fused {
     int32_t bias_add = -1, gelu = -1, residual_add = -1, norm_step = -1;  // products
     int32_t mul = -1, add = -1;                                           // norm + affine
-    int32_t dy_mul = -1, dw = -1, dw_mul = -1, db = -1, recompute = -1;  // norm gradients
+    int32_t dy_mul = -1, dw = -1, dw_mul = -1, db = -1, recompute = -1;   // norm gradients
     int32_t sibling = -1;                                                 // update_slice pairs
     bool rows_in_place = false;  // update_slice writing only its rows, into the state itself
   } fused;
   bool absorbed = false;  // a norm step a product computes itself: emits nothing
   NodeLayout layout;      // kNode: what Capabilities::layout chose
   ProductChoice product;  // products: what Capabilities::product chose
-  int32_t launch = -1;  // steps sharing a launch index run as one kernel
-  int64_t bytes = 0;    // at least moved: distinct elements read and written
+  int32_t launch = -1;    // steps sharing a launch index run as one kernel
+  int64_t bytes = 0;      // at least moved: distinct elements read and written
 };
 
 /// The arena as planned: its size, what one buffer each would take, and the bytes live at the
@@ -188,9 +192,9 @@ struct Schedule {
     bool in_place = false;  // the value's step wrote the target; nothing to copy
     Place source;           // else: a dense place holding the value after the last launch
   };
-  std::vector<Update> updates;         // graph.updates order
-  std::vector<int32_t> outputs;        // graph.outputs, deduplicated
-  std::vector<Place> output_places;    // dense places valid after the step
+  std::vector<Update> updates;                                         // graph.updates order
+  std::vector<int32_t> outputs;                                        // graph.outputs, deduplicated
+  std::vector<Place> output_places;                                    // dense places valid after the step
   int64_t params = 0, optimizer_state = 0, inputs = 0, constants = 0;  // bytes outside the arena
   ArenaStats arena;
 };

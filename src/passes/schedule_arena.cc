@@ -16,12 +16,14 @@ void Scheduler::settle_outputs_and_updates() {
   auto settle = [&](int32_t id) {
     Place p = s_.places[static_cast<size_t>(id)];
     const ir::Node& n = g_.node(id);
-    if (!is_contiguous_strides(p.strides, n.shape) || std::count(overwritten.begin(), overwritten.end(), p.buffer) > 0) {
+    if (!is_contiguous_strides(p.strides, n.shape) ||
+        std::count(overwritten.begin(), overwritten.end(), p.buffer) > 0) {
       const Place dense = own(n.numel() * dtype_size(n.dtype), n.dtype, Buffer::Category::kScratch, n.shape);
       add_copy(id, p, dense);
       p = dense;
     }
-    if (s_.buffers[static_cast<size_t>(p.buffer)].home == Buffer::Home::kArena) s_.buffers[static_cast<size_t>(p.buffer)].to_end = true;
+    if (s_.buffers[static_cast<size_t>(p.buffer)].home == Buffer::Home::kArena)
+      s_.buffers[static_cast<size_t>(p.buffer)].to_end = true;
     return p;
   };
   for (int32_t out : g_.outputs)

@@ -42,7 +42,8 @@ bool Scheduler::place_norm_affine(int32_t id) {
   const int32_t w = vector_param(g_.node(mul), id);
   if (w < 0) return false;
   int32_t add = sole_reader(mul), b = -1;
-  if (add >= 0 && (g_.node(add).op != Op::kAdd || g_.node(add).shape != f.shape || group(add) != group(mul))) add = -1;
+  if (add >= 0 && (g_.node(add).op != Op::kAdd || g_.node(add).shape != f.shape || group(add) != group(mul)))
+    add = -1;
   if (add >= 0 && (b = vector_param(g_.node(add), mul)) < 0) add = -1;
   std::vector<int32_t> absorbed = add >= 0 ? std::vector<int32_t>{mul, add} : std::vector<int32_t>{mul};
   std::vector<int32_t> have = s_.fusion.groups[static_cast<size_t>(group(mul))].nodes;
@@ -66,10 +67,11 @@ bool Scheduler::place_norm_affine(int32_t id) {
   // product could change x first.
   const int32_t x_source = view_source(f.inputs[0]);
   const bool x_updated = g_.node(x_source).op == Op::kState ||
-                         std::any_of(g_.updates.begin(), g_.updates.end(), [&](const ir::Graph::Update& u) { return u.target == x_source; });
-  if (const int32_t reader = sole_reader(last); !x_updated && reader >= 0 && caps_.norm_deferrable(g_, id) &&
-                                                 g_.node(reader).op == Op::kMatmul && g_.node(reader).inputs[0] == last &&
-                                                 g_.node(reader).inputs[1] != last)
+                         std::any_of(g_.updates.begin(), g_.updates.end(),
+                                     [&](const ir::Graph::Update& u) { return u.target == x_source; });
+  if (const int32_t reader = sole_reader(last);
+      !x_updated && reader >= 0 && caps_.norm_deferrable(g_, id) && g_.node(reader).op == Op::kMatmul &&
+      g_.node(reader).inputs[0] == last && g_.node(reader).inputs[1] != last)
     deferrable_norm_[static_cast<size_t>(last)] = static_cast<int32_t>(s_.steps.size());
   s_.steps.push_back(std::move(st));
   return true;
@@ -88,21 +90,24 @@ ProductCandidates Scheduler::product_candidates(int32_t id) {
   const ir::Node& n = g_.node(id);
   ProductCandidates c;
   auto joinable = [&](int32_t x) {  // alone in its group, or in an elementwise one
-    const KernelGroup& grp = s_.fusion.groups[static_cast<size_t>(s_.fusion.group_of[static_cast<size_t>(x)])];
+    const KernelGroup& grp =
+        s_.fusion.groups[static_cast<size_t>(s_.fusion.group_of[static_cast<size_t>(x)])];
     return grp.nodes.size() == 1 || grp.kind == KernelGroup::Kind::kElementwise;
   };
-  if (const int32_t d = deferrable_norm_[static_cast<size_t>(n.inputs[0])]; d >= 0 && n.inputs[1] != n.inputs[0]) {
+  if (const int32_t d = deferrable_norm_[static_cast<size_t>(n.inputs[0])];
+      d >= 0 && n.inputs[1] != n.inputs[0]) {
     c.norm_step = d;
     c.norm = s_.steps[static_cast<size_t>(d)].node;
   }
   // x·W + b with b a vector broadcast over the rows (placed now: usually traced after the product).
-  if (const int32_t a = sole_reader(id); a >= 0 && g_.node(a).op == Op::kAdd && g_.node(a).shape == n.shape && joinable(a) &&
-                                         g_.node(a).inputs[0] != g_.node(a).inputs[1]) {
+  if (const int32_t a = sole_reader(id); a >= 0 && g_.node(a).op == Op::kAdd && g_.node(a).shape == n.shape &&
+                                         joinable(a) && g_.node(a).inputs[0] != g_.node(a).inputs[1]) {
     const int32_t other = g_.node(a).inputs[0] == id ? g_.node(a).inputs[1] : g_.node(a).inputs[0];
     place_view_chain(other);
     const Place& o = s_.places[static_cast<size_t>(other)];
     bool vector = placed(other) && !o.strides.empty() && o.strides.back() == 1;
-    for (size_t d = 0; d + 1 < n.shape.size() && vector; ++d) vector = o.strides[d] == 0 || g_.node(other).shape[d] == 1;
+    for (size_t d = 0; d + 1 < n.shape.size() && vector; ++d)
+      vector = o.strides[d] == 0 || g_.node(other).shape[d] == 1;
     if (vector) c.bias_add = a;
   }
   const int32_t y = c.bias_add >= 0 ? c.bias_add : id;
@@ -112,7 +117,8 @@ ProductCandidates Scheduler::product_candidates(int32_t id) {
     if (rn.op == Op::kAdd && rn.inputs[0] != rn.inputs[1]) {  // (·) + z, z dense in the output's layout
       const int32_t z = rn.inputs[0] == y ? rn.inputs[1] : rn.inputs[0];
       const Place& zp = s_.places[static_cast<size_t>(z)];
-      if (placed(z) && g_.node(z).dtype == DType::kF32 && g_.node(z).shape == n.shape && is_contiguous_strides(zp.strides, n.shape))
+      if (placed(z) && g_.node(z).dtype == DType::kF32 && g_.node(z).shape == n.shape &&
+          is_contiguous_strides(zp.strides, n.shape))
         c.residual_add = r;
     }
   }
@@ -126,7 +132,8 @@ void Scheduler::place_product(int32_t id) {
   st.node = id;
   st.nodes = {id};
   st.in = {readable(id, 0), readable(id, 1)};
-  const ProductCandidates c = options_.fuse && caps_.fuses_products() ? product_candidates(id) : ProductCandidates{};
+  const ProductCandidates c =
+      options_.fuse && caps_.fuses_products() ? product_candidates(id) : ProductCandidates{};
   st.product = caps_.product(g_, id, st.in, s_.buffers, c);
   const ProductChoice& ch = st.product;
   auto other_input = [&](int32_t node, int32_t self) {
@@ -179,7 +186,8 @@ bool Scheduler::place_update_rows(int32_t id) {
       if (g_.updates[i].value == u && g_.updates[i].target == d) ui = i;
     const Place& dp = s_.places[static_cast<size_t>(d)];
     return ui < g_.updates.size() && s_.consumers[static_cast<size_t>(d)].size() == 1 &&
-           std::count_if(g_.updates.begin(), g_.updates.end(), [&](const ir::Graph::Update& x) { return x.target == d; }) == 1 &&
+           std::count_if(g_.updates.begin(), g_.updates.end(),
+                         [&](const ir::Graph::Update& x) { return x.target == d; }) == 1 &&
            is_contiguous_strides(dp.strides, g_.node(d).shape);
   };
   size_t update = 0;
@@ -197,7 +205,8 @@ bool Scheduler::place_update_rows(int32_t id) {
     const int32_t v = g_.updates[u].value;
     if (v == id || g_.node(v).op != Op::kUpdateSlice || placed(v)) continue;
     const ir::Node& vn = g_.node(v);
-    const Place &src2 = s_.places[static_cast<size_t>(vn.inputs[1])], &dst2 = s_.places[static_cast<size_t>(vn.inputs[0])];
+    const Place &src2 = s_.places[static_cast<size_t>(vn.inputs[1])],
+                &dst2 = s_.places[static_cast<size_t>(vn.inputs[0])];
     size_t vu = 0;
     if (vn.inputs[2] == n.inputs[2] && vn.attrs.axes == n.attrs.axes && placed(vn.inputs[1]) &&
         g_.node(vn.inputs[0]).shape == g_.node(n.inputs[0]).shape && dst2.strides == dst.strides &&
@@ -232,14 +241,15 @@ void Scheduler::match_norm_backwards() {
   // A sum over every axis but the last of a [..., C] value, to [1, …, 1, C] or [C].
   auto column_sum_of = [&](int32_t s, int32_t input, int64_t cols) {
     const ir::Node& n = g_.node(s);
-    if (n.op != Op::kSum || n.inputs[0] != input || n.dtype != DType::kF32 || n.shape.empty() || n.shape.back() != cols ||
-        n.numel() != cols)
+    if (n.op != Op::kSum || n.inputs[0] != input || n.dtype != DType::kF32 || n.shape.empty() ||
+        n.shape.back() != cols || n.numel() != cols)
       return false;
     return n.attrs.axes.size() + 1 == g_.node(input).shape.size();
   };
   for (int32_t id = 0; id < g_.size(); ++id) {
     const ir::Node& lg = g_.node(id);
-    if (!is_norm_grad(lg.op) || group(id) < 0 || lg.dtype != DType::kF32 || !caps_.norm_backward(g_, id)) continue;
+    if (!is_norm_grad(lg.op) || group(id) < 0 || lg.dtype != DType::kF32 || !caps_.norm_backward(g_, id))
+      continue;
     const int64_t cols = lg.shape.back();
     NormBackward m;
     m.grad = id;
@@ -247,12 +257,16 @@ void Scheduler::match_norm_backwards() {
     m.dz = lg.inputs[1];
     std::vector<int32_t> groups{group(id)};
     // dy = dz · broadcast(w [C]) read only here: folded in.
-    if (const ir::Node& mul = g_.node(m.dz); mul.op == Op::kMul && mul.shape == lg.shape && only_reader(m.dz, id) &&
-                                              group(m.dz) >= 0 && group_is(group(m.dz), {m.dz})) {
+    if (const ir::Node& mul = g_.node(m.dz); mul.op == Op::kMul && mul.shape == lg.shape &&
+                                             only_reader(m.dz, id) && group(m.dz) >= 0 &&
+                                             group_is(group(m.dz), {m.dz})) {
       for (int side = 0; side < 2; ++side) {
-        const int32_t w = mul.inputs[static_cast<size_t>(side)], other = mul.inputs[static_cast<size_t>(1 - side)];
+        const int32_t w = mul.inputs[static_cast<size_t>(side)],
+                      other = mul.inputs[static_cast<size_t>(1 - side)];
         const int32_t src = view_source(w);
-        if (g_.node(other).shape != lg.shape || g_.node(src).numel() != cols || g_.node(src).dtype != DType::kF32) continue;
+        if (g_.node(other).shape != lg.shape || g_.node(src).numel() != cols ||
+            g_.node(src).dtype != DType::kF32)
+          continue;
         if (g_.node(src).op != Op::kParam) continue;  // bound, dense, placed from the start
         m.fused.dy_mul = m.dz;
         m.w = src;
@@ -268,11 +282,13 @@ void Scheduler::match_norm_backwards() {
         continue;
       }
       const ir::Node& p = g_.node(c);
-      if (m.fused.dw >= 0 || p.op != Op::kMul || p.shape != lg.shape || s_.consumers[static_cast<size_t>(c)].size() != 1 || escapes(c))
+      if (m.fused.dw >= 0 || p.op != Op::kMul || p.shape != lg.shape ||
+          s_.consumers[static_cast<size_t>(c)].size() != 1 || escapes(c))
         continue;
       const int32_t xh = p.inputs[0] == m.dz ? p.inputs[1] : p.inputs[0];
       const ir::Node& f = g_.node(xh);
-      if (f.op != forward_of(lg.op) || f.inputs[0] != m.x || f.attrs.values.at(0) != lg.attrs.values.at(0)) continue;
+      if (f.op != forward_of(lg.op) || f.inputs[0] != m.x || f.attrs.values.at(0) != lg.attrs.values.at(0))
+        continue;
       const int32_t s = s_.consumers[static_cast<size_t>(c)][0];
       if (!column_sum_of(s, c, cols)) continue;
       if (group(s) == group(c) && group_is(group(s), {c, s})) {
@@ -284,7 +300,8 @@ void Scheduler::match_norm_backwards() {
     }
     for (int32_t x : {m.fused.db, m.fused.dw, m.fused.recompute})
       if (x >= 0) groups.push_back(group(x));
-    if (m.fused.dy_mul < 0 && m.fused.dw < 0 && m.fused.db < 0) continue;  // nothing to gain over the plain kernel
+    if (m.fused.dy_mul < 0 && m.fused.dw < 0 && m.fused.db < 0)
+      continue;  // nothing to gain over the plain kernel
     const int32_t first = *std::min_element(groups.begin(), groups.end());
     // Inputs ready before the first absorbed group: bound leaves or computed by an earlier group.
     auto ready = [&](int32_t v) {

@@ -61,8 +61,8 @@ class Scheduler {
     Step::Fused fused;
   };
   std::vector<NormBackward> norm_backwards_;
-  std::vector<char> absorbed_groups_;          // per group: run by a norm-gradient step
-  std::vector<int32_t> deferrable_norm_;       // per node: the norm step whose value it is, or -1
+  std::vector<char> absorbed_groups_;     // per group: run by a norm-gradient step
+  std::vector<int32_t> deferrable_norm_;  // per node: the norm step whose value it is, or -1
   bool all_read(int32_t id, const std::vector<int64_t>& strides) const;
   /// Whether group `group`'s output `value` may be written over its update's target (set in
   /// `target`): nothing reads the target's old contents after the group, the group reads it

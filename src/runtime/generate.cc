@@ -23,32 +23,38 @@ namespace tg {
 Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : options_(std::move(options)) {
   GeneratorOptions& o = options_;
   if (o.batch < 1) throw InputError("[Generator] batch must be at least 1, got " + std::to_string(o.batch));
-  if (o.cache_len < 1) throw InputError("[Generator] cache_len must be at least 1, got " + std::to_string(o.cache_len));
+  if (o.cache_len < 1)
+    throw InputError("[Generator] cache_len must be at least 1, got " + std::to_string(o.cache_len));
   if (o.prefill_len == 0) o.prefill_len = std::min<int64_t>(64, o.cache_len);
   if (o.prefill_len < 1 || o.prefill_len > o.cache_len)
-    throw InputError("[Generator] prefill_len must be in [1, cache_len = " + std::to_string(o.cache_len) + "], got " +
-                     std::to_string(o.prefill_len));
+    throw InputError("[Generator] prefill_len must be in [1, cache_len = " + std::to_string(o.cache_len) +
+                     "], got " + std::to_string(o.prefill_len));
   if (!step) throw InputError("[Generator] the model step is empty");
   const int64_t b = o.batch, p = o.prefill_len, cache = o.cache_len;
   const ForwardOptions base{.device = o.device, .precision = o.precision};
   if (o.prefill) {
-  ForwardOptions pre = base;
-  pre.inputs = {{"ids", {b, p}, DType::kI32}, {"pos", {b}, DType::kI32}, {"last", {b}, DType::kI32},
-                {"params", {3}}, {"key", {2}, DType::kI32}};
-  prefill_ = compile_forward(
-      model,
-      [&](Tensor ids, Tensor pos, Tensor last, Tensor params, Tensor key) {
-        const Tensor logits = step(ids, pos, cache);  // [B, P, V]
-        if (logits.rank() != 3 || logits.shape()[0] != b || logits.shape()[1] != p)
-          throw ShapeError("[Generator] the model step must return logits [batch, tokens, vocab] = [" + std::to_string(b) + ", " +
-                           std::to_string(p) + ", V], got " + shape_str(logits.shape()));
-        const Tensor row = take_along_axis(logits, reshape(last, {b, 1, 1}), 1);  // [B, 1, V]
-        return sample(reshape(row, {b, logits.shape()[2]}), params, key);
-      },
-      pre);
+    ForwardOptions pre = base;
+    pre.inputs = {{"ids", {b, p}, DType::kI32},
+                  {"pos", {b}, DType::kI32},
+                  {"last", {b}, DType::kI32},
+                  {"params", {3}},
+                  {"key", {2}, DType::kI32}};
+    prefill_ = compile_forward(
+        model,
+        [&](Tensor ids, Tensor pos, Tensor last, Tensor params, Tensor key) {
+          const Tensor logits = step(ids, pos, cache);  // [B, P, V]
+          if (logits.rank() != 3 || logits.shape()[0] != b || logits.shape()[1] != p)
+            throw ShapeError("[Generator] the model step must return logits [batch, tokens, vocab] = [" +
+                             std::to_string(b) + ", " + std::to_string(p) + ", V], got " +
+                             shape_str(logits.shape()));
+          const Tensor row = take_along_axis(logits, reshape(last, {b, 1, 1}), 1);  // [B, 1, V]
+          return sample(reshape(row, {b, logits.shape()[2]}), params, key);
+        },
+        pre);
   }
   ForwardOptions dec = base;
-  dec.inputs = {{"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}, {"params", {3}}, {"key", {2}, DType::kI32}};
+  dec.inputs = {
+      {"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}, {"params", {3}}, {"key", {2}, DType::kI32}};
   decode_ = compile_forward(
       model,
       [&](Tensor ids, Tensor pos, Tensor params, Tensor key) {
@@ -70,7 +76,8 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   int64_t longest = 0;
   for (size_t i = 0; i < b; ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
-    if (len == 0) throw InputError("[generate] prompt " + std::to_string(i) + " is empty (it needs at least one token)");
+    if (len == 0)
+      throw InputError("[generate] prompt " + std::to_string(i) + " is empty (it needs at least one token)");
     if (len > cache)
       throw InputError("[generate] prompt " + std::to_string(i) + " has " + std::to_string(len) +
                        " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
@@ -108,11 +115,13 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
         const auto len = static_cast<int64_t>(prompts[i].size());
         const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
         for (int64_t t = 0; t < p && start + t < len; ++t)
-          ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompts[i][static_cast<size_t>(start + t)];
+          ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] =
+              prompts[i][static_cast<size_t>(start + t)];
         pos[i] = static_cast<int32_t>(start);
         last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
       }
-      next = prefill_.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
+      next = prefill_.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}})
+                 .i32();
     }
   }
   // An active sequence's newest token and its position.

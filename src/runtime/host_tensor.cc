@@ -6,11 +6,14 @@
 namespace tg {
 
 HostTensor::HostTensor(DType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)), bytes_(static_cast<size_t>(tg::numel(shape_) * dtype_size(dtype)), 0) {}
+    : dtype_(dtype),
+      shape_(std::move(shape)),
+      bytes_(static_cast<size_t>(tg::numel(shape_) * dtype_size(dtype)), 0) {}
 
 HostTensor HostTensor::f32(std::vector<float> values, Shape shape) {
   if (static_cast<int64_t>(values.size()) != tg::numel(shape))
-    throw InputError("[HostTensor] " + std::to_string(values.size()) + " values do not fill shape " + shape_str(shape));
+    throw InputError("[HostTensor] " + std::to_string(values.size()) + " values do not fill shape " +
+                     shape_str(shape));
   HostTensor t(DType::kF32, std::move(shape));
   std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
   return t;
@@ -18,7 +21,8 @@ HostTensor HostTensor::f32(std::vector<float> values, Shape shape) {
 
 HostTensor HostTensor::i32(std::vector<int32_t> values, Shape shape) {
   if (static_cast<int64_t>(values.size()) != tg::numel(shape))
-    throw InputError("[HostTensor] " + std::to_string(values.size()) + " values do not fill shape " + shape_str(shape));
+    throw InputError("[HostTensor] " + std::to_string(values.size()) + " values do not fill shape " +
+                     shape_str(shape));
   HostTensor t(DType::kI32, std::move(shape));
   std::memcpy(t.data(), values.data(), values.size() * sizeof(int32_t));
   return t;
@@ -27,7 +31,8 @@ HostTensor HostTensor::i32(std::vector<int32_t> values, Shape shape) {
 namespace {
 void expect(DType have, DType want) {
   if (have != want)
-    throw InputError(std::string("[HostTensor] holds ") + dtype_name(have) + ", asked for " + dtype_name(want));
+    throw InputError(std::string("[HostTensor] holds ") + dtype_name(have) + ", asked for " +
+                     dtype_name(want));
 }
 }  // namespace
 

@@ -39,19 +39,21 @@ struct ProgramState {
   Variant plain;
   std::unique_ptr<Variant> with_captures;  // prepared on first request
   std::vector<InputSpec> inputs;
-  std::vector<int32_t> input_nodes;  // full-graph ids, parallel to inputs
-  int32_t output = -1;               // full-graph id
+  std::vector<int32_t> input_nodes;                       // full-graph ids, parallel to inputs
+  int32_t output = -1;                                    // full-graph id
   std::vector<std::pair<std::string, int32_t>> captures;  // name → full-graph id
-  std::vector<int32_t> kept;         // full-graph ids the plain variant keeps as outputs (GradientsOnly: the gradients)
-  int32_t rng_key = -1;              // full-graph id of the random ops' key input, or -1
-  uint32_t calls = 0;                // advances the random streams every step/run
+  std::vector<int32_t>
+      kept;              // full-graph ids the plain variant keeps as outputs (GradientsOnly: the gradients)
+  int32_t rng_key = -1;  // full-graph id of the random ops' key input, or -1
+  uint32_t calls = 0;    // advances the random streams every step/run
   // Training only.
   Optimizer optimizer;
   Schedule schedule;
   double base_lr = 0;
   int64_t steps = 0;
   optim::UpdatePlan plan;
-  std::map<std::string, std::unique_ptr<backend::Buffer>> state_buffers;  // the optimizer's, this program's own
+  std::map<std::string, std::unique_ptr<backend::Buffer>>
+      state_buffers;                     // the optimizer's, this program's own
   std::vector<std::string> user_states;  // tg::state() names this program reads (buffers in the store)
 };
 
@@ -64,7 +66,8 @@ class StageTimer {
   void mark(const char* stage) {
     if (!on_) return;
     const auto now = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "[compile] %-22s %8.1f ms\n", stage, std::chrono::duration<double, std::milli>(now - last_).count());
+    std::fprintf(stderr, "[compile] %-22s %8.1f ms\n", stage,
+                 std::chrono::duration<double, std::milli>(now - last_).count());
     last_ = now;
   }
 
@@ -92,16 +95,19 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
              bool training, uint64_t seed, const char* api) {
   if (arity != inputs.size())
     throw InputError(std::string("[") + api + "] the function takes " + std::to_string(arity) +
-                     " tensors but options.inputs names " + std::to_string(inputs.size()) + ": " + names_list(inputs));
+                     " tensors but options.inputs names " + std::to_string(inputs.size()) + ": " +
+                     names_list(inputs));
   std::unordered_set<std::string> seen;
   for (const InputSpec& spec : inputs) {
     if (spec.name.empty() || spec.name.rfind("__", 0) == 0)
       throw InputError(std::string("[") + api + "] input names must be non-empty and not start with '__'");
-    if (!seen.insert(spec.name).second) throw InputError(std::string("[") + api + "] input '" + spec.name + "' is declared twice");
+    if (!seen.insert(spec.name).second)
+      throw InputError(std::string("[") + api + "] input '" + spec.name + "' is declared twice");
     for (int64_t d : spec.shape)
       if (d < 0)
-        throw InputError(std::string("[") + api + "] input '" + spec.name + "' has shape " + shape_str(spec.shape) +
-                         ": shapes are static, every extent must be >= 0 (compile one program per batch size)");
+        throw InputError(
+            std::string("[") + api + "] input '" + spec.name + "' has shape " + shape_str(spec.shape) +
+            ": shapes are static, every extent must be >= 0 (compile one program per batch size)");
   }
   ir::Trace t;
   t.training = training;
@@ -113,18 +119,21 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
   {
     ir::TraceScope scope(t);
     for (const InputSpec& spec : inputs) {
-      args.push_back(ir::named_leaf(t.graph, ir::Op::kInput, spec.name, spec.shape, spec.dtype, Loc::current()));
+      args.push_back(
+          ir::named_leaf(t.graph, ir::Op::kInput, spec.name, spec.shape, spec.dtype, Loc::current()));
     }
     result = fn(args);
   }
   if (!result.valid() || result.graph() != &t.graph)
-    throw Error(std::string("[") + api + "] the function must return a tensor computed from its inputs or parameters");
+    throw Error(std::string("[") + api +
+                "] the function must return a tensor computed from its inputs or parameters");
   Traced out{std::move(t.graph), {}, result.id(), {}, std::move(t.captures), t.rng_key};
   for (const Tensor& a : args) out.input_nodes.push_back(a.id());
   std::vector<const Param*> own = model.root().parameters();
   for (const Param* p : t.params) {
     if (std::find(own.begin(), own.end(), p) == own.end())
-      throw Error(std::string("[") + api + "] parameter '" + p->path() + "' does not belong to the compiled model");
+      throw Error(std::string("[") + api + "] parameter '" + p->path() +
+                  "' does not belong to the compiled model");
     out.params.emplace_back(p->path(), t.param_nodes.at(p));
   }
   return out;
@@ -159,10 +168,11 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
         s.store->state_shapes[name] = n.shape;
       } else if (buf->dtype() != n.dtype || s.store->state_shapes.at(name) != n.shape) {
         throw InputError("[state] '" + name + "' is " + shape_str(s.store->state_shapes.at(name)) + " " +
-                         dtype_name(buf->dtype()) + " in another program of this model, " + shape_str(n.shape) + " " +
-                         dtype_name(n.dtype) + " here");
+                         dtype_name(buf->dtype()) + " in another program of this model, " +
+                         shape_str(n.shape) + " " + dtype_name(n.dtype) + " here");
       }
-      if (std::find(s.user_states.begin(), s.user_states.end(), name) == s.user_states.end()) s.user_states.push_back(name);
+      if (std::find(s.user_states.begin(), s.user_states.end(), name) == s.user_states.end())
+        s.user_states.push_back(name);
       bindings[id] = buf.get();
     } else if (n.op == ir::Op::kState) {
       auto& buf = s.state_buffers[n.name];  // shared by both variants
@@ -175,6 +185,7 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   prepare.tf32 = s.tf32;
   prepare.tf32x3 = s.tf32x3;
   timer.mark("bindings + state alloc");
+  backend::require_supported(*s.store->backend, v.graph);
   v.exec = s.store->backend->prepare(v.graph, bindings, prepare);
   timer.mark("backend prepare");
   return v;
@@ -221,21 +232,25 @@ void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api
     size_t i = 0;
     while (i < s.inputs.size() && s.inputs[i].name != f.name) ++i;
     if (i == s.inputs.size())
-      throw InputError(std::string("[") + api + "] unknown input '" + f.name + "'; this program's inputs are: " +
-                       names_list(s.inputs));
-    if (by_input[i] != nullptr) throw InputError(std::string("[") + api + "] input '" + f.name + "' is given twice");
+      throw InputError(std::string("[") + api + "] unknown input '" + f.name +
+                       "'; this program's inputs are: " + names_list(s.inputs));
+    if (by_input[i] != nullptr)
+      throw InputError(std::string("[") + api + "] input '" + f.name + "' is given twice");
     const InputSpec& spec = s.inputs[i];
     if (f.value.dtype != spec.dtype || f.value.numel != numel(spec.shape))
-      throw InputError(std::string("[") + api + "] input '" + f.name + "' expects " + dtype_name(spec.dtype) + " with " +
-                       std::to_string(numel(spec.shape)) + " elements (shape " + shape_str(spec.shape) + "), got " +
-                       dtype_name(f.value.dtype) + " with " + std::to_string(f.value.numel) + " elements");
+      throw InputError(std::string("[") + api + "] input '" + f.name + "' expects " + dtype_name(spec.dtype) +
+                       " with " + std::to_string(numel(spec.shape)) + " elements (shape " +
+                       shape_str(spec.shape) + "), got " + dtype_name(f.value.dtype) + " with " +
+                       std::to_string(f.value.numel) + " elements");
     if (f.value.data == nullptr && f.value.numel > 0)
       throw InputError(std::string("[") + api + "] input '" + f.name + "' has no data");
     by_input[i] = &f;
   }
   for (size_t i = 0; i < s.inputs.size(); ++i)
-    if (by_input[i] == nullptr) throw InputError(std::string("[") + api + "] missing input '" + s.inputs[i].name + "'");
-  for (size_t i = 0; i < s.inputs.size(); ++i) v.exec->set_input(v.id(s.input_nodes[i]), by_input[i]->value.data);
+    if (by_input[i] == nullptr)
+      throw InputError(std::string("[") + api + "] missing input '" + s.inputs[i].name + "'");
+  for (size_t i = 0; i < s.inputs.size(); ++i)
+    v.exec->set_input(v.id(s.input_nodes[i]), by_input[i]->value.data);
   if (s.rng_key >= 0) {
     const auto key = static_cast<int32_t>(s.calls++);
     v.exec->set_input(v.id(s.rng_key), &key);
@@ -257,8 +272,9 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   timer.mark("trace");
   const ir::Node& loss = t.graph.node(t.result);
   if (loss.numel() != 1 || loss.dtype != DType::kF32)
-    throw ShapeError("[compile_train] the loss must be a single f32 value, got " + std::string(dtype_name(loss.dtype)) +
-                     shape_str(loss.shape) + " (computed at " + ir::loc_str(loss.loc) + "); reduce it with tg::mean or tg::sum");
+    throw ShapeError("[compile_train] the loss must be a single f32 value, got " +
+                     std::string(dtype_name(loss.dtype)) + shape_str(loss.shape) + " (computed at " +
+                     ir::loc_str(loss.loc) + "); reduce it with tg::mean or tg::sum");
 
   std::vector<int32_t> leaves;
   for (const auto& [path, node] : t.params) leaves.push_back(node);
@@ -268,7 +284,8 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   std::vector<optim::ParamGrad> pg;
   for (size_t i = 0; i < t.params.size(); ++i) {
     if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
-    pg.push_back({t.params[i].first, t.params[i].second, grads[i], s->store->infos.at(t.params[i].first).decay});
+    pg.push_back(
+        {t.params[i].first, t.params[i].second, grads[i], s->store->infos.at(t.params[i].first).decay});
     t.captures.emplace_back("grad/" + t.params[i].first, grads[i]);
     if (std::holds_alternative<GradientsOnly>(options.optimizer)) s->kept.push_back(grads[i]);
   }
@@ -299,10 +316,13 @@ Program compile_forward(Module& model, const TracedFn& fn, size_t arity, Forward
 }  // namespace detail
 
 const ir::Graph& detail::compiled_graph(const Program& program) { return program.state().plain.graph; }
-const backend::Executable& detail::compiled_executable(const Program& program) { return *program.state().plain.exec; }
+const backend::Executable& detail::compiled_executable(const Program& program) {
+  return *program.state().plain.exec;
+}
 
 detail::ProgramState& Program::state() const {
-  if (!state_) throw Error("[Program] this program is empty: assign the result of compile_train/compile_forward first");
+  if (!state_)
+    throw Error("[Program] this program is empty: assign the result of compile_train/compile_forward first");
   return *state_;
 }
 
@@ -326,7 +346,9 @@ float Program::step(const Feeds& feeds, StepOptions options) {
 
 HostTensor Program::run(const Feeds& feeds, RunOptions options) {
   detail::ProgramState& s = state();
-  if (s.train) throw Error("[run] this program was compiled with compile_train; use step(), or compile_forward for inference");
+  if (s.train)
+    throw Error(
+        "[run] this program was compiled with compile_train; use step(), or compile_forward for inference");
   std::lock_guard lock(s.store->mutex);
   detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
   detail::set_inputs(s, v, feeds, "run");
@@ -351,16 +373,18 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
     if (it == store.infos.end()) {
       std::string known;
       for (const auto& kv : store.infos) known += (known.empty() ? "" : ", ") + kv.first;
-      throw InputError("[upload_params] unknown parameter '" + name + "'; the model's parameters are: " + known);
+      throw InputError("[upload_params] unknown parameter '" + name +
+                       "'; the model's parameters are: " + known);
     }
     if (value.dtype() != DType::kF32 || value.shape() != it->second.shape)
-      throw InputError("[upload_params] parameter '" + name + "' expects f32" + shape_str(it->second.shape) + ", got " +
-                       dtype_name(value.dtype()) + shape_str(value.shape()));
+      throw InputError("[upload_params] parameter '" + name + "' expects f32" + shape_str(it->second.shape) +
+                       ", got " + dtype_name(value.dtype()) + shape_str(value.shape()));
   }
   if (!options.partial)
     for (const auto& [name, info] : store.infos)
       if (params.count(name) == 0)
-        throw InputError("[upload_params] missing parameter '" + name + "' (pass {.partial = true} to upload a subset)");
+        throw InputError("[upload_params] missing parameter '" + name +
+                         "' (pass {.partial = true} to upload a subset)");
   for (const auto& [name, value] : params) store.backend->upload(*store.buffers.at(name), value.data());
 }
 
@@ -417,7 +441,8 @@ void Program::set_lr(double lr) {
   if (!state().train) throw Error("[set_lr] this program has no optimizer");
   if (std::holds_alternative<GradientsOnly>(state().optimizer))
     throw Error("[set_lr] this program has no learning rate: it was compiled with tg::GradientsOnly");
-  if (!(lr >= 0) || !std::isfinite(lr)) throw Error("[set_lr] lr must be finite and >= 0, got " + std::to_string(lr));
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error("[set_lr] lr must be finite and >= 0, got " + std::to_string(lr));
   std::lock_guard lock(state().store->mutex);
   state().base_lr = lr;
 }

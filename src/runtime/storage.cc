@@ -41,7 +41,8 @@ std::unique_ptr<backend::Backend> make_backend(const Device& device) {
           why = e.what();
         }
       }
-      throw DeviceError("[compile] device " + device.str() + " is not available: " + why + "; use Device::cpu()");
+      throw DeviceError("[compile] device " + device.str() + " is not available: " + why +
+                        "; use Device::cpu()");
     }
   }
   throw DeviceError("[compile] unknown device");
@@ -93,7 +94,8 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
   auto mark = [&](const char* stage) {  // TG_PROFILE: the store's share of the first compile
     if (!profile) return;
     const auto now = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "[compile]   %-20s %8.1f ms\n", stage, std::chrono::duration<double, std::milli>(now - t0).count());
+    std::fprintf(stderr, "[compile]   %-20s %8.1f ms\n", stage,
+                 std::chrono::duration<double, std::milli>(now - t0).count());
     t0 = now;
   };
   auto fresh = std::make_shared<DeviceStore>();

@@ -8,9 +8,13 @@ namespace tg::env {
 namespace {
 
 constexpr SwitchInfo kSwitches[] = {
+// clang-format off
 #define TG_SWITCH_INFO(e, name, fallback, doc) {Switch::e, name, fallback, doc},
+    // clang-format on
     TG_SWITCHES(TG_SWITCH_INFO)
+// clang-format off
 #undef TG_SWITCH_INFO
+    // clang-format on
 };
 
 const char* raw(Switch s) {

@@ -10,6 +10,7 @@
 namespace tg::env {
 
 // X(enum, variable, default, one line of documentation)
+// clang-format off
 #define TG_SWITCHES(X)                                                                                        \
   X(kProfile, "TG_PROFILE", "", "1: time preparation and every kernel; print per-op tables when a program "   \
                                 "is destroyed. 2 (cuda): also list one step's kernels with their bandwidth")  \
@@ -25,11 +26,16 @@ namespace tg::env {
   X(kCudaNoSide, "TG_CUDA_NO_SIDE", "", "1: run every step on the main stream (no side steps beside the chain)")  \
   X(kCudaGemv, "TG_CUDA_GEMV", "", "off: decode-sized products (<= 8 rows) on cuBLASLt instead of gemv kernels")  \
   X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own")
+// clang-format on
 
 enum class Switch : uint8_t {
+// clang-format off
 #define TG_SWITCH_ENUM(e, name, fallback, doc) e,
+  // clang-format on
   TG_SWITCHES(TG_SWITCH_ENUM)
+// clang-format off
 #undef TG_SWITCH_ENUM
+  // clang-format on
 };
 
 struct SwitchInfo {

@@ -42,7 +42,9 @@ int32_t add(Graph& g, Op op, std::vector<int32_t> inputs, ir::Attrs attrs = {}, 
 int32_t leaf(Graph& g, Op op, DType dtype, Shape shape, std::string name) {
   return add(g, op, {}, {}, std::move(shape), dtype, std::move(name));
 }
-int32_t input(Graph& g, DType dtype, Shape shape) { return leaf(g, Op::kInput, dtype, std::move(shape), "x"); }
+int32_t input(Graph& g, DType dtype, Shape shape) {
+  return leaf(g, Op::kInput, dtype, std::move(shape), "x");
+}
 int32_t constant(Graph& g, DType dtype, Shape shape, std::vector<double> values) {
   ir::Attrs at;
   at.values = std::move(values);
@@ -255,8 +257,8 @@ TEST(CpuBackend, ArgmaxTakesFirstMaximum) {
   const int32_t ai = add(g, Op::kArgmax, {i}, axes({0}));
   g.outputs = {rows, cols, ai};
   Runner r;
-  const std::vector<float> xv = {1, 5, 5, 2,  //
-                                 7, 7, 7, 7,  //
+  const std::vector<float> xv = {1,    5, 5, 2,  //
+                                 7,    7, 7, 7,  //
                                  kNaN, 3, 9, 9};
   const std::vector<int32_t> iv = {-4, 8, 2, 8, 8};
   r.run(g, {{x, xv.data()}, {i, iv.data()}});
@@ -270,8 +272,8 @@ TEST(CpuBackend, SliceUnsliceConcatPermute) {
   Graph g;
   const int32_t x = input(g, DType::kF32, {3, 4, 5});
   const int32_t sl = add(g, Op::kSlice, {x}, slice_attrs(1, 1, 2), {3, 2, 5});  // rows 1, 3
-  const int32_t sl_exp = add(g, Op::kNeg, {sl});                                 // strided read
-  const int32_t sl_sum = add(g, Op::kSum, {sl}, axes({2}));                      // needs it dense
+  const int32_t sl_exp = add(g, Op::kNeg, {sl});                                // strided read
+  const int32_t sl_sum = add(g, Op::kSum, {sl}, axes({2}));                     // needs it dense
   const int32_t un = add(g, Op::kUnslice, {sl}, slice_attrs(1, 1, 2), {3, 4, 5});
   const int32_t cat = add(g, Op::kConcat, {x, sl}, axes({1}));
   const int32_t pm = add(g, Op::kPermute, {x}, axes({2, 0, 1}));
@@ -378,13 +380,20 @@ TEST(CpuBackend, MatmulBatchBroadcastAndTranspose) {
   const int32_t abt = add(g, Op::kMatmul, {a, bt});
   g.outputs = {ab, abt};
   Runner r;
-  const std::vector<float> av = iota(24, -1.0f, 0.25f), bv = iota(60, 2.0f, -0.1f), btv = iota(60, 0.5f, 0.05f);
+  const std::vector<float> av = iota(24, -1.0f, 0.25f), bv = iota(60, 2.0f, -0.1f),
+                           btv = iota(60, 0.5f, 0.05f);
   r.run(g, {{a, av.data()}, {b, bv.data()}, {bt_src, btv.data()}});
   EXPECT_EQ(g.node(ab).shape, (Shape{2, 3, 3, 5}));
   // Output batch (p, q): a uses batch p (its q axis broadcasts), b uses batch q.
-  auto a_at = [&](int64_t bi, int64_t i, int64_t p) { return static_cast<double>(av[(bi / 3) * 12 + i * 4 + p]); };
-  auto b_at = [&](int64_t bi, int64_t p, int64_t j) { return static_cast<double>(bv[(bi % 3) * 20 + p * 5 + j]); };
-  auto bt_at = [&](int64_t bi, int64_t p, int64_t j) { return static_cast<double>(btv[(bi % 3) * 20 + j * 4 + p]); };
+  auto a_at = [&](int64_t bi, int64_t i, int64_t p) {
+    return static_cast<double>(av[(bi / 3) * 12 + i * 4 + p]);
+  };
+  auto b_at = [&](int64_t bi, int64_t p, int64_t j) {
+    return static_cast<double>(bv[(bi % 3) * 20 + p * 5 + j]);
+  };
+  auto bt_at = [&](int64_t bi, int64_t p, int64_t j) {
+    return static_cast<double>(btv[(bi % 3) * 20 + j * 4 + p]);
+  };
   expect_near_all(r.read<float>(ab), matmul_ref(6, 3, 4, 5, a_at, b_at));
   expect_near_all(r.read<float>(abt), matmul_ref(6, 3, 4, 5, a_at, bt_at));
 }
@@ -400,7 +409,7 @@ TEST(CpuBackend, MatmulVectorsAndFoldedBatch) {
   const int32_t wc = add(g, Op::kMatmul, {w, col});    // 1 column
   const int32_t rc = add(g, Op::kMatmul, {col, row});  // outer product, k = 1
   const int32_t mw = add(g, Op::kMatmul, {m, wt});
-  const int32_t wtm = add(g, Op::kMatmul, {wt, m});    // transposed left, batched right
+  const int32_t wtm = add(g, Op::kMatmul, {wt, m});  // transposed left, batched right
   g.outputs = {rw, wc, rc, mw, wtm};
   Runner r;
   const std::vector<float> rv = {1, -2, 3, 0.5f}, cv = {0.25f, 2, -1, 4};
@@ -421,7 +430,8 @@ TEST(CpuBackend, MatmulVectorsAndFoldedBatch) {
 TEST(CpuBackend, CastEdgeCases) {
   Graph g;
   const int32_t f = input(g, DType::kF32, {8});
-  const ir::Attrs to_i32 = cast_to(DType::kI32), to_bool = cast_to(DType::kBool), to_f32 = cast_to(DType::kF32);
+  const ir::Attrs to_i32 = cast_to(DType::kI32), to_bool = cast_to(DType::kBool),
+                  to_f32 = cast_to(DType::kF32);
   const int32_t fi = add(g, Op::kCast, {f}, to_i32);
   const int32_t fb = add(g, Op::kCast, {f}, to_bool);
   const int32_t b = input(g, DType::kBool, {3});
@@ -464,15 +474,21 @@ TEST(CpuBackend, UpdatesApplyAfterAllReads) {
   backend->upload(*bt, t0.data());
   auto exe = backend->prepare(g, {{s, bs.get()}, {t, bt.get()}});
   std::vector<float> got(3);
-  auto output = [&](int32_t id) { exe->read_output(id, got.data()); return got; };
-  auto buffer = [&](const backend::Buffer& b) { backend->download(b, got.data()); return got; };
+  auto output = [&](int32_t id) {
+    exe->read_output(id, got.data());
+    return got;
+  };
+  auto buffer = [&](const backend::Buffer& b) {
+    backend->download(b, got.data());
+    return got;
+  };
   exe->execute();
   EXPECT_EQ(output(doubled), (std::vector<float>{2, 4, 6}));
   EXPECT_EQ(output(s), s0);  // the step's value of the leaf, not the updated buffer
   EXPECT_EQ(output(t_view), t0);
   EXPECT_EQ(buffer(*bs), (std::vector<float>{3, 4, 5}));
   EXPECT_EQ(buffer(*bt), s0);  // t took the pre-step s
-  exe->execute();  // a second step continues from the updated buffers
+  exe->execute();              // a second step continues from the updated buffers
   EXPECT_EQ(output(doubled), (std::vector<float>{6, 8, 10}));
   EXPECT_EQ(buffer(*bt), (std::vector<float>{3, 4, 5}));
 }

@@ -113,8 +113,8 @@ TEST(CpuFastMath, TanhSmallArgumentsKeepRelativeAccuracy) {
 }
 
 TEST(CpuFastMath, SpecialValues) {
-  const std::vector<float> xs = {0.0f, -0.0f, kInf, -kInf, kNaN, 88.72f, 88.73f, 200.0f, -87.5f, -100.0f,
-                                 -103.9f, -104.5f, -1000.0f, 1e-40f, -1e-40f, 9.5f, -9.5f};
+  const std::vector<float> xs = {0.0f,    -0.0f,   kInf,    -kInf,    kNaN,   88.72f,  88.73f, 200.0f, -87.5f,
+                                 -100.0f, -103.9f, -104.5f, -1000.0f, 1e-40f, -1e-40f, 9.5f,   -9.5f};
   const std::vector<float> e = run_unary(Op::kExp, xs), t = run_unary(Op::kTanh, xs),
                            s = run_unary(Op::kSigmoid, xs);
   for (size_t i = 0; i < xs.size(); ++i) {

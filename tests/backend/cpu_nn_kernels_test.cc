@@ -59,7 +59,8 @@ Prog trace(const std::vector<Spec>& specs, const Fn& fn, bool training = false) 
     for (size_t i = 0; i < specs.size(); ++i) {
       char name[24];
       std::snprintf(name, sizeof name, "x%zu", i);
-      xs.push_back(ir::named_leaf(tr.graph, ir::Op::kInput, name, specs[i].shape, specs[i].dtype, Loc::current()));
+      xs.push_back(
+          ir::named_leaf(tr.graph, ir::Op::kInput, name, specs[i].shape, specs[i].dtype, Loc::current()));
       p.inputs.push_back(xs.back().id());
     }
     outs = fn(xs);
@@ -116,8 +117,10 @@ Host from_bytes(DType t, const std::vector<std::byte>& b, int64_t n) {
 }
 
 /// Runs p on the named backend ("cpu" or "ref"); returns every output, as doubles.
-std::vector<Host> run(const std::string& which, const Prog& p, const std::vector<Host>& feeds, int32_t key = 7) {
-  std::unique_ptr<backend::Backend> be = which == "cpu" ? backend::make_cpu_backend() : backend::make_ref_backend();
+std::vector<Host> run(const std::string& which, const Prog& p, const std::vector<Host>& feeds,
+                      int32_t key = 7) {
+  std::unique_ptr<backend::Backend> be =
+      which == "cpu" ? backend::make_cpu_backend() : backend::make_ref_backend();
   std::unique_ptr<backend::Executable> exe = be->prepare(p.graph, {});
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const ir::Node& n = p.graph.node(p.inputs[i]);
@@ -147,7 +150,9 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  double uniform(double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
+  }
   int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
 
  private:
@@ -167,7 +172,8 @@ Host ints(Rng& rng, int64_t n, int64_t lo, int64_t hi) {  // [lo, hi)
 
 /// |got − want| <= abs + rel·|want| elementwise; equal infinities and NaNs match.
 ::testing::AssertionResult close(const Host& got, const Host& want, double rel, double abs) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
   std::ostringstream bad;
   bad.precision(9);
   int failures = 0;
@@ -181,12 +187,13 @@ Host ints(Rng& rng, int64_t n, int64_t lo, int64_t hi) {  // [lo, hi)
     if (++failures <= 6) bad << "\n  [" << i << "] got " << g << ", want " << w;
   }
   if (failures == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << failures << " of " << got.size() << " differ (worst abs " << worst
-                                       << "):" << bad.str();
+  return ::testing::AssertionFailure()
+         << failures << " of " << got.size() << " differ (worst abs " << worst << "):" << bad.str();
 }
 
 /// Every output of p on cpu against ref.
-void expect_matches_ref(const Prog& p, const std::vector<Host>& feeds, double rel, double abs, int32_t key = 7) {
+void expect_matches_ref(const Prog& p, const std::vector<Host>& feeds, double rel, double abs,
+                        int32_t key = 7) {
   const std::vector<Host> want = run("ref", p, feeds, key), got = run("cpu", p, feeds, key);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(close(got[i], want[i], rel, abs)) << "output " << i;
@@ -222,11 +229,13 @@ TEST(CpuGather, MatchesRefOnEveryAxisAndDtype) {
 TEST(CpuGather, IndicesBroadcastOffTheAxis) {
   Rng rng(2);
   // idx [1, 3] against x [4, 5] along axis 1: the indices arrive as a 0-stride view.
-  Prog p = trace({{{4, 5}}, {{1, 3}, DType::kI32}}, [](const Ts& x) { return Ts{take_along_axis(x[0], x[1], 1)}; });
+  Prog p = trace({{{4, 5}}, {{1, 3}, DType::kI32}},
+                 [](const Ts& x) { return Ts{take_along_axis(x[0], x[1], 1)}; });
   const Host x = uniform(rng, 20), idx = {4, 0, 2};
   const std::vector<Host> got = run("cpu", p, {x, idx});
   for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 3; ++c) EXPECT_EQ(got[0][static_cast<size_t>(r * 3 + c)], x[static_cast<size_t>(r * 5 + idx[c])]);
+    for (int c = 0; c < 3; ++c)
+      EXPECT_EQ(got[0][static_cast<size_t>(r * 3 + c)], x[static_cast<size_t>(r * 5 + idx[c])]);
   expect_matches_ref(p, {x, idx}, 0, 0);
 }
 
@@ -241,11 +250,13 @@ TEST(CpuGather, EmbeddingRowsAndTheirGradient) {
   const Host table = uniform(rng, vocab * 12), ids = {3, 3, 0, 9, 1, 3, 2, 9, 5, 5}, w = uniform(rng, 120);
   const std::vector<Host> got = run("cpu", p, {table, ids, w});
   for (size_t t = 0; t < ids.size(); ++t)
-    for (size_t j = 0; j < 12; ++j) ASSERT_EQ(got[1][t * 12 + j], table[static_cast<size_t>(ids[t]) * 12 + j]);
+    for (size_t j = 0; j < 12; ++j)
+      ASSERT_EQ(got[1][t * 12 + j], table[static_cast<size_t>(ids[t]) * 12 + j]);
   // d/dtable[v] = Σ over tokens t with id v of w[t]: accumulated in token order, in f32.
   std::vector<float> want(static_cast<size_t>(vocab * 12), 0.0f);
   for (size_t t = 0; t < ids.size(); ++t)
-    for (size_t j = 0; j < 12; ++j) want[static_cast<size_t>(ids[t]) * 12 + j] += static_cast<float>(w[t * 12 + j]);
+    for (size_t j = 0; j < 12; ++j)
+      want[static_cast<size_t>(ids[t]) * 12 + j] += static_cast<float>(w[t * 12 + j]);
   EXPECT_TRUE(close(got[2], Host(want.begin(), want.end()), 0, 0));
   expect_matches_ref(p, {table, ids, w}, 1e-6, 1e-6);
 }
@@ -256,7 +267,8 @@ TEST(CpuGather, OutOfRangeIndexIsAnInputError) {
   const Host table = uniform(rng, 128);
   const std::string msg = input_error("cpu", p, {table, {0, 3, 17, 15, 99}});
   EXPECT_NE(msg.find("[gather] index 17 out of range [0, 16)"), std::string::npos) << msg;
-  EXPECT_NE(input_error("cpu", p, {table, {-1, 0, 0, 0, 0}}).find("index -1 out of range"), std::string::npos);
+  EXPECT_NE(input_error("cpu", p, {table, {-1, 0, 0, 0, 0}}).find("index -1 out of range"),
+            std::string::npos);
   EXPECT_EQ(input_error("cpu", p, {table, {0, 15, 1, 2, 3}}), "");
 }
 
@@ -274,8 +286,8 @@ Prog scatter_prog(const Shape& src, const Shape& out, int64_t axis, bool broadca
 }
 
 /// The same sum serially, in f32, in source order: what the CPU kernel must produce exactly.
-Host serial_scatter(const Host& src, const Host& idx, const Shape& src_shape, const Shape& out_shape, int64_t axis,
-                    bool broadcast_idx) {
+Host serial_scatter(const Host& src, const Host& idx, const Shape& src_shape, const Shape& out_shape,
+                    int64_t axis, bool broadcast_idx) {
   std::vector<float> out(static_cast<size_t>(numel(out_shape)), 0.0f);
   const auto a = static_cast<size_t>(axis);
   int64_t inner = 1;
@@ -283,7 +295,8 @@ Host serial_scatter(const Host& src, const Host& idx, const Shape& src_shape, co
   const int64_t len = src_shape[a], big = out_shape[a];
   for (int64_t flat = 0; flat < numel(src_shape); ++flat) {
     const int64_t i = flat % inner, o = flat / (inner * len);
-    const int64_t j = static_cast<int64_t>(idx[static_cast<size_t>(broadcast_idx ? flat / src_shape.back() : flat)]);
+    const int64_t j =
+        static_cast<int64_t>(idx[static_cast<size_t>(broadcast_idx ? flat / src_shape.back() : flat)]);
     out[static_cast<size_t>((o * big + j) * inner + i)] += static_cast<float>(src[static_cast<size_t>(flat)]);
   }
   return Host(out.begin(), out.end());
@@ -301,7 +314,8 @@ TEST(CpuScatterAdd, DuplicatesAccumulateOnEveryAxis) {
     const Host src = uniform(rng, numel(c.src));
     const Host idx = ints(rng, numel(c.src), 0, c.out[static_cast<size_t>(c.axis)]);
     const std::vector<Host> got = run("cpu", p, {src, idx});
-    EXPECT_TRUE(close(got[0], serial_scatter(src, idx, c.src, c.out, c.axis, false), 0, 0)) << shape_str(c.src);
+    EXPECT_TRUE(close(got[0], serial_scatter(src, idx, c.src, c.out, c.axis, false), 0, 0))
+        << shape_str(c.src);
     expect_matches_ref(p, {src, idx}, 1e-6, 1e-6);
   }
 }
@@ -332,11 +346,15 @@ TEST(CpuSoftmax, HandComputedValues) {
   const std::vector<Host> got = run("cpu", p, {{1, 2, 3, 1000, 1001, -1000}});
   // softmax([1, 2, 3]) = e^k / (e + e² + e³); the second row is huge but stable.
   const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
-  const Host want = {std::exp(1.0) / z, std::exp(2.0) / z, std::exp(3.0) / z,
+  const Host want = {std::exp(1.0) / z,       std::exp(2.0) / z,        std::exp(3.0) / z,
                      1 / (1 + std::exp(1.0)), 1 / (1 + std::exp(-1.0)), 0.0};
   EXPECT_TRUE(close(got[0], want, 1e-6, 1e-7));
-  const Host want_log = {1 - std::log(z), 2 - std::log(z), 3 - std::log(z),
-                         -std::log1p(std::exp(1.0)), -std::log1p(std::exp(-1.0)), -2001 - std::log1p(std::exp(-1.0))};
+  const Host want_log = {1 - std::log(z),
+                         2 - std::log(z),
+                         3 - std::log(z),
+                         -std::log1p(std::exp(1.0)),
+                         -std::log1p(std::exp(-1.0)),
+                         -2001 - std::log1p(std::exp(-1.0))};
   EXPECT_TRUE(close(got[1], want_log, 1e-6, 1e-6));
 }
 
@@ -353,7 +371,9 @@ TEST(CpuSoftmax, MatchesRefOnEveryAxis) {
 TEST(CpuSoftmax, CausalMaskWithMoreKeysThanQueries) {
   Rng rng(8);
   for (const Shape& s : {Shape{2, 5, 9}, Shape{6, 6}, Shape{3, 2, 40, 130}}) {
-    Prog p = trace({{s}}, [](const Ts& x) { return Ts{softmax(x[0], -1, true), log_softmax(x[0], -1, true)}; });
+    Prog p = trace({{s}}, [](const Ts& x) {
+      return Ts{softmax(x[0], -1, true), log_softmax(x[0], -1, true)};
+    });
     const Host x = uniform(rng, numel(s), -3, 3);
     expect_matches_ref(p, {x}, 1e-5, 1e-7);
     const std::vector<Host> got = run("cpu", p, {x});
@@ -382,9 +402,8 @@ TEST(CpuSoftmax, GradientsMatchRef) {
 // ---- cross-entropy ---------------------------------------------------------------------------
 
 TEST(CpuCrossEntropy, TwoClassRowByHand) {
-  Prog p = trace({{{2, 2}}, {{2}, DType::kI32}}, [](const Ts& x) {
-    return Ts{cross_entropy(x[0], x[1], {.reduction = Reduction::kNone})};
-  });
+  Prog p = trace({{{2, 2}}, {{2}, DType::kI32}},
+                 [](const Ts& x) { return Ts{cross_entropy(x[0], x[1], {.reduction = Reduction::kNone})}; });
   // logits [1, 2]: loss(t=0) = log(1 + e), loss(t=1) = log(1 + 1/e).
   const std::vector<Host> got = run("cpu", p, {{1, 2, 1, 2}, {0, 1}});
   EXPECT_TRUE(close(got[0], {std::log1p(std::exp(1.0)), std::log1p(std::exp(-1.0))}, 1e-6, 0));
@@ -420,7 +439,8 @@ TEST(CpuCrossEntropy, IgnoredRowsAndGradientsMatchRef) {
 
 TEST(CpuCrossEntropy, LargeVocabularyMatchesRef) {
   Rng rng(11);
-  Prog p = trace({{{64, 5000}}, {{64}, DType::kI32}}, [](const Ts& x) { return Ts{cross_entropy(x[0], x[1])}; });
+  Prog p =
+      trace({{{64, 5000}}, {{64}, DType::kI32}}, [](const Ts& x) { return Ts{cross_entropy(x[0], x[1])}; });
   add_grads(p, {0});
   expect_matches_ref(p, {uniform(rng, 64 * 5000, -8, 8), ints(rng, 64, 0, 5000)}, 1e-5, 1e-8);
 }
@@ -461,8 +481,9 @@ TEST(CpuNorm, ForwardAndGradientsMatchRef) {
       return Ts{sum(a * x[3]) + sum(b * b * x[3]), a, b};
     });
     add_grads(p, {0, 1, 2});
-    expect_matches_ref(p, {uniform(rng, numel(s), -2, 2), uniform(rng, d), uniform(rng, d), uniform(rng, numel(s))},
-                       1e-5, 2e-5);
+    expect_matches_ref(
+        p, {uniform(rng, numel(s), -2, 2), uniform(rng, d), uniform(rng, d), uniform(rng, numel(s))}, 1e-5,
+        2e-5);
   }
 }
 
@@ -476,16 +497,23 @@ int32_t random_node_seed(const Prog& p) {
 
 TEST(CpuRandom, BitsArePhiloxAndMatchRef) {
   for (const Shape& s : {Shape{3, 1001}, Shape{5000, 3}, Shape{1}}) {
-    Prog p = trace({}, [&](const Ts&) { return Ts{random_uniform({2}), random_uniform(s)}; }, true);
+    Prog p = trace(
+        {},
+        [&](const Ts&) {
+          return Ts{random_uniform({2}), random_uniform(s)};
+        },
+        true);
     ASSERT_GE(p.key, 0);
     const auto seed = static_cast<uint64_t>(random_node_seed(p));
     for (int32_t key : {7, -7, 123456789}) {
       const std::vector<Host> got = run("cpu", p, {}, key), want = run("ref", p, {}, key);
       EXPECT_TRUE(close(got[1], want[1], 0, 0));
       for (size_t i = 0; i < got[1].size(); ++i)
-        ASSERT_EQ(static_cast<float>(got[1][i]), backend::philox_uniform(1, static_cast<uint32_t>(key), i)) << i;
+        ASSERT_EQ(static_cast<float>(got[1][i]), backend::philox_uniform(1, static_cast<uint32_t>(key), i))
+            << i;
       for (size_t i = 0; i < got[0].size(); ++i)
-        ASSERT_EQ(static_cast<float>(got[0][i]), backend::philox_uniform(seed, static_cast<uint32_t>(key), i)) << i;
+        ASSERT_EQ(static_cast<float>(got[0][i]), backend::philox_uniform(seed, static_cast<uint32_t>(key), i))
+            << i;
     }
     EXPECT_FALSE(close(run("cpu", p, {}, 1)[1], run("cpu", p, {}, 2)[1], 0, 0));  // a new key, a new stream
   }
@@ -494,7 +522,8 @@ TEST(CpuRandom, BitsArePhiloxAndMatchRef) {
 TEST(CpuDropout, KeepsAboutOneMinusPAndScales) {
   const int64_t n = 100000;
   const double p_drop = 0.3;
-  Prog p = trace({{{n}}}, [&](const Ts& x) { return Ts{dropout(x[0], p_drop)}; }, true);
+  Prog p = trace(
+      {{{n}}}, [&](const Ts& x) { return Ts{dropout(x[0], p_drop)}; }, true);
   Rng rng(14);
   const Host x = uniform(rng, n, 0.5, 2);
   const std::vector<Host> got = run("cpu", p, {x}, 99);
@@ -515,10 +544,13 @@ TEST(CpuDropout, KeepsAboutOneMinusPAndScales) {
 TEST(CpuDropout, StridedInputAndGradientMatchRef) {
   Rng rng(15);
   // The transposed input arrives as a view; the mask follows the output's row-major order.
-  Prog p = trace({{{300, 7}}, {{7, 300}}}, [](const Ts& x) {
-    Tensor y = dropout(transpose(x[0]), 0.5);
-    return Ts{sum(y * x[1]), y};
-  }, true);
+  Prog p = trace(
+      {{{300, 7}}, {{7, 300}}},
+      [](const Ts& x) {
+        Tensor y = dropout(transpose(x[0]), 0.5);
+        return Ts{sum(y * x[1]), y};
+      },
+      true);
   add_grads(p, {0});
   expect_matches_ref(p, {uniform(rng, 2100), uniform(rng, 2100)}, 1e-6, 1e-7, -3);
 }
@@ -545,25 +577,27 @@ const std::vector<AttnCase> kAttnCases = {
 
 /// loss = Σ attention(q, k, v) ⊙ w, plus the output itself.
 Prog attention_prog(const AttnCase& c, std::optional<double> scale = {}) {
-  return trace({{{c.B, c.Hq, c.T, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hq, c.T, c.D}}},
-               [&](const Ts& x) {
-                 Tensor o = attention(x[0], x[1], x[2], {.causal = c.causal, .scale = scale});
-                 return Ts{sum(o * x[3]), o};
-               });
+  return trace(
+      {{{c.B, c.Hq, c.T, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hq, c.T, c.D}}},
+      [&](const Ts& x) {
+        Tensor o = attention(x[0], x[1], x[2], {.causal = c.causal, .scale = scale});
+        return Ts{sum(o * x[3]), o};
+      });
 }
 
 /// The same loss written with matmul / softmax ops (GQA by repeating each kv head).
 Prog composite_prog(const AttnCase& c) {
-  return trace({{{c.B, c.Hq, c.T, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hq, c.T, c.D}}},
-               [&](const Ts& x) {
-                 const int64_t group = c.Hq / c.Hkv;
-                 auto repeat = [&](const Tensor& t) {
-                   return reshape(broadcast_to(unsqueeze(t, 2), {c.B, c.Hkv, group, c.S, c.D}), {c.B, c.Hq, c.S, c.D});
-                 };
-                 Tensor s = matmul(x[0], transpose(repeat(x[1]))) * (1.0 / std::sqrt(static_cast<double>(c.D)));
-                 Tensor o = matmul(softmax(s, -1, c.causal), repeat(x[2]));
-                 return Ts{sum(o * x[3]), o};
-               });
+  return trace(
+      {{{c.B, c.Hq, c.T, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hq, c.T, c.D}}},
+      [&](const Ts& x) {
+        const int64_t group = c.Hq / c.Hkv;
+        auto repeat = [&](const Tensor& t) {
+          return reshape(broadcast_to(unsqueeze(t, 2), {c.B, c.Hkv, group, c.S, c.D}), {c.B, c.Hq, c.S, c.D});
+        };
+        Tensor s = matmul(x[0], transpose(repeat(x[1]))) * (1.0 / std::sqrt(static_cast<double>(c.D)));
+        Tensor o = matmul(softmax(s, -1, c.causal), repeat(x[2]));
+        return Ts{sum(o * x[3]), o};
+      });
 }
 
 std::vector<Host> attention_feeds(const AttnCase& c, uint64_t seed) {
@@ -587,8 +621,9 @@ TEST(CpuAttention, SmallHeadsMatchRef) {
   // lane: head counts that leave a partial group of lanes, GQA groups, T < S causal, T > S
   // full, one key, D not a multiple of the vector width.
   const std::vector<AttnCase> cases = {
-      {5, 4, 2, 8, 8, 16, true},  {3, 6, 3, 5, 12, 16, true}, {7, 3, 3, 9, 6, 8, false}, {2, 8, 1, 8, 8, 16, true},
-      {37, 1, 1, 4, 4, 4, false}, {16, 2, 2, 3, 1, 5, false}, {1, 1, 1, 1, 1, 3, true},  {9, 4, 4, 16, 16, 16, false},
+      {5, 4, 2, 8, 8, 16, true}, {3, 6, 3, 5, 12, 16, true},   {7, 3, 3, 9, 6, 8, false},
+      {2, 8, 1, 8, 8, 16, true}, {37, 1, 1, 4, 4, 4, false},   {16, 2, 2, 3, 1, 5, false},
+      {1, 1, 1, 1, 1, 3, true},  {9, 4, 4, 16, 16, 16, false},
   };
   uint64_t seed = 500;
   for (const AttnCase& c : cases) {
@@ -606,8 +641,9 @@ TEST(CpuAttention, SmallHeadsMatchRef) {
   });
   add_grads(p, {0, 1, 2});
   Rng rng(301);
-  expect_matches_ref(p, {uniform(rng, B * T * Hq * D, -2, 2), uniform(rng, B * S * Hkv * D, -2, 2),
-                         uniform(rng, B * S * Hkv * D), uniform(rng, B * Hq * T * D)},
+  expect_matches_ref(p,
+                     {uniform(rng, B * T * Hq * D, -2, 2), uniform(rng, B * S * Hkv * D, -2, 2),
+                      uniform(rng, B * S * Hkv * D), uniform(rng, B * Hq * T * D)},
                      2e-5, 2e-5);
 }
 
@@ -639,17 +675,17 @@ TEST(CpuAttention, PermutedHeadsAreReadInPlaceAndScaleIsHonoured) {
   });
   add_grads(p, {0, 1, 2});
   Rng rng(300);
-  expect_matches_ref(p, {uniform(rng, B * T * Hq * D), uniform(rng, B * S * Hkv * D), uniform(rng, B * S * Hkv * D),
-                         uniform(rng, B * Hq * T * D)},
+  expect_matches_ref(p,
+                     {uniform(rng, B * T * Hq * D), uniform(rng, B * S * Hkv * D),
+                      uniform(rng, B * S * Hkv * D), uniform(rng, B * Hq * T * D)},
                      2e-5, 2e-5);
 }
 
 TEST(CpuAttention, OneKeyGivesTheValueAndUniformScoresAverage) {
   // Independent values: with one key every query returns v; with q = 0 all scores tie and
   // the output is the mean of the visible values (causal: a prefix mean).
-  Prog p = trace({{{1, 1, 3, 2}}, {{1, 1, 4, 2}}, {{1, 1, 4, 2}}}, [](const Ts& x) {
-    return Ts{attention(x[0], x[1], x[2], {.causal = true})};
-  });
+  Prog p = trace({{{1, 1, 3, 2}}, {{1, 1, 4, 2}}, {{1, 1, 4, 2}}},
+                 [](const Ts& x) { return Ts{attention(x[0], x[1], x[2], {.causal = true})}; });
   const Host v = {1, 10, 2, 20, 3, 30, 6, 60};
   const std::vector<Host> got = run("cpu", p, {Host(6, 0.0), {1, 2, 3, 4, 5, 6, 7, 8}, v});
   // T = 3, S = 4: query i sees keys 0..i+1.
@@ -661,21 +697,26 @@ TEST(CpuNnKernels, EmptyExtentsAreHandled) {
   for (const AttnCase& c : {AttnCase{1, 2, 1, 3, 0, 4, false}, AttnCase{2, 2, 2, 0, 5, 4, true}}) {
     SCOPED_TRACE(name(c));
     // The primitives directly: a sum over an empty tensor is not a valid loss.
-    Prog p = trace({{{c.B, c.Hq, c.T, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hkv, c.S, c.D}}, {{c.B, c.Hq, c.T, c.D}}},
-                   [&](const Ts& x) {
-                     ir::Graph& g = *x[0].graph();
-                     ir::Node fwd = ir::make_node(ir::Op::kAttention, {x[0].id(), x[1].id(), x[2].id()}, Loc::current());
-                     fwd.attrs.causal = c.causal;
-                     fwd.attrs.values = {0.5};
-                     const int32_t f = ir::emit(g, fwd).id();
-                     const Tensor out = ir::result(g, f, 0, Loc::current()), saved = ir::result(g, f, 1, Loc::current());
-                     ir::Node grad = ir::make_node(ir::Op::kAttentionGrad,
-                                                   {x[0].id(), x[1].id(), x[2].id(), x[3].id(), out.id(), saved.id()}, Loc::current());
-                     grad.attrs = fwd.attrs;
-                     const int32_t gr = ir::emit(g, std::move(grad)).id();
-                     return Ts{out, ir::result(g, gr, 0, Loc::current()), ir::result(g, gr, 1, Loc::current()),
-                               ir::result(g, gr, 2, Loc::current())};
-                   });
+    Prog p = trace(
+        {{{c.B, c.Hq, c.T, c.D}},
+         {{c.B, c.Hkv, c.S, c.D}},
+         {{c.B, c.Hkv, c.S, c.D}},
+         {{c.B, c.Hq, c.T, c.D}}},
+        [&](const Ts& x) {
+          ir::Graph& g = *x[0].graph();
+          ir::Node fwd = ir::make_node(ir::Op::kAttention, {x[0].id(), x[1].id(), x[2].id()}, Loc::current());
+          fwd.attrs.causal = c.causal;
+          fwd.attrs.values = {0.5};
+          const int32_t f = ir::emit(g, fwd).id();
+          const Tensor out = ir::result(g, f, 0, Loc::current()), saved = ir::result(g, f, 1, Loc::current());
+          ir::Node grad = ir::make_node(ir::Op::kAttentionGrad,
+                                        {x[0].id(), x[1].id(), x[2].id(), x[3].id(), out.id(), saved.id()},
+                                        Loc::current());
+          grad.attrs = fwd.attrs;
+          const int32_t gr = ir::emit(g, std::move(grad)).id();
+          return Ts{out, ir::result(g, gr, 0, Loc::current()), ir::result(g, gr, 1, Loc::current()),
+                    ir::result(g, gr, 2, Loc::current())};
+        });
     const std::vector<Host> feeds = attention_feeds(c, 400);
     expect_matches_ref(p, feeds, 0, 0);
     const std::vector<Host> got = run("cpu", p, feeds);
@@ -683,11 +724,14 @@ TEST(CpuNnKernels, EmptyExtentsAreHandled) {
       for (double v : got[i]) ASSERT_EQ(v, 0.0);  // dq, dk, dv
   }
   Prog g = trace({{{4, 0}}, {{2, 0}, DType::kI32}, {{0, 3}}, {{0}, DType::kI32}}, [](const Ts& x) {
-    return Ts{take_along_axis(x[0], x[1], 0), softmax(x[0], 0), cross_entropy(x[2], x[3], {.reduction = Reduction::kNone})};
+    return Ts{take_along_axis(x[0], x[1], 0), softmax(x[0], 0),
+              cross_entropy(x[2], x[3], {.reduction = Reduction::kNone})};
   });
   expect_matches_ref(g, {{}, {}, {}, {}}, 0, 0);
   // Rows of length 0 (ref would divide by the zero row length, so cpu only).
-  Prog n = trace({{{3, 0}}}, [](const Ts& x) { return Ts{layer_norm(x[0], Tensor(), Tensor()), rms_norm(x[0], Tensor())}; });
+  Prog n = trace({{{3, 0}}}, [](const Ts& x) {
+    return Ts{layer_norm(x[0], Tensor(), Tensor()), rms_norm(x[0], Tensor())};
+  });
   EXPECT_EQ(run("cpu", n, {{}})[0].size(), 0u);
 }
 

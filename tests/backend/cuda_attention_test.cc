@@ -47,17 +47,17 @@ enum OutLayout {
 struct Case {
   int64_t b, hq, hkv, t, s, d;
   bool causal;
-  bool packed;  // q, k, v are head ranges of one [B, T, Hq + 2·Hkv, D] buffer (needs t == s)
-  bool tf32 = false;  // AttentionShape::tf32: tensor cores, looser tolerance
+  bool packed;             // q, k, v are head ranges of one [B, T, Hq + 2·Hkv, D] buffer (needs t == s)
+  bool tf32 = false;       // AttentionShape::tf32: tensor cores, looser tolerance
   int layout = kDenseOut;  // of out and dout (see OutLayout)
 };
 
 std::string describe(const Case& c) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "B=%lld Hq=%lld Hkv=%lld T=%lld S=%lld D=%lld%s%s", static_cast<long long>(c.b),
-                static_cast<long long>(c.hq), static_cast<long long>(c.hkv), static_cast<long long>(c.t),
-                static_cast<long long>(c.s), static_cast<long long>(c.d), c.causal ? " causal" : "",
-                c.packed ? " packed" : "");
+  std::snprintf(buf, sizeof buf, "B=%lld Hq=%lld Hkv=%lld T=%lld S=%lld D=%lld%s%s",
+                static_cast<long long>(c.b), static_cast<long long>(c.hq), static_cast<long long>(c.hkv),
+                static_cast<long long>(c.t), static_cast<long long>(c.s), static_cast<long long>(c.d),
+                c.causal ? " causal" : "", c.packed ? " packed" : "");
   std::string r = buf;
   if (c.tf32) r += " tf32";
   if (c.layout == kPermutedOut) r += " out[B,T,H,D]";
@@ -141,7 +141,8 @@ Reference reference(const Problem& p) {
         double mx = -INFINITY, total = 0, weighted = 0;
         for (int64_t j = 0; j < visible; ++j) {
           double dot = 0;
-          for (int64_t d = 0; d < c.d; ++d) dot += at(p.q, p.q_off, b, h, t, d) * at(p.k, p.k_off, b, g, j, d);
+          for (int64_t d = 0; d < c.d; ++d)
+            dot += at(p.q, p.q_off, b, h, t, d) * at(p.k, p.k_off, b, g, j, d);
           prob[static_cast<size_t>(j)] = dot * scale;
           mx = std::max(mx, dot * scale);
         }
@@ -150,7 +151,8 @@ Reference reference(const Problem& p) {
         for (int64_t j = 0; j < visible; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < c.d; ++d) {
-            ref.out[row + static_cast<size_t>(d)] += prob[static_cast<size_t>(j)] * at(p.v, p.v_off, b, g, j, d);
+            ref.out[row + static_cast<size_t>(d)] +=
+                prob[static_cast<size_t>(j)] * at(p.v, p.v_off, b, g, j, d);
             dot += p.dout[row + static_cast<size_t>(d)] * at(p.v, p.v_off, b, g, j, d);
           }
           dp[static_cast<size_t>(j)] = dot;
@@ -183,8 +185,10 @@ Error2 compare(const std::vector<float>& got, const std::vector<double>& want, s
   double diff = 0, mag = 1e-2;
   Error2 e;
   for (size_t i = begin; i < end; ++i) {
-    if (!std::isfinite(got[i])) ++e.nonfinite;
-    else diff = std::max(diff, std::fabs(got[i] - want[i]));
+    if (!std::isfinite(got[i]))
+      ++e.nonfinite;
+    else
+      diff = std::max(diff, std::fabs(got[i] - want[i]));
     mag = std::max(mag, std::fabs(want[i]));
   }
   e.rel = diff / mag;
@@ -208,8 +212,8 @@ Kernels generate(const Problem& p, const std::string& tag, bool kept = false) {
   bwd.grads_bthd = stats;
   bwd.grads_packed = kept && p.shape.t == p.shape.s;
   return {cuda::attention_kernel("attn_fwd_" + tag, p.shape, p.q, p.k, p.v, p.o, stats),
-          cuda::attention_grad_kernels("attn_bwd_" + tag, bwd, p.q, p.k, p.v, p.o, stats ? &p.o : nullptr), stats,
-          bwd.grads_packed};
+          cuda::attention_grad_kernels("attn_bwd_" + tag, bwd, p.q, p.k, p.v, p.o, stats ? &p.o : nullptr),
+          stats, bwd.grads_packed};
 }
 
 /// [dq | dk | dv] written [B, T, H, D] each (grads_bthd), or packed per token (grads_packed),
@@ -242,8 +246,8 @@ std::vector<size_t> out_positions(const Problem& p) {
     for (int64_t h = 0; h < c.hq; ++h)
       for (int64_t t = 0; t < c.t; ++t)
         for (int64_t d = 0; d < c.d; ++d)
-          pos.push_back(static_cast<size_t>(p.o_off + b * p.o.strides[0] + h * p.o.strides[1] + t * p.o.strides[2] +
-                                            d * p.o.strides[3]));
+          pos.push_back(static_cast<size_t>(p.o_off + b * p.o.strides[0] + h * p.o.strides[1] +
+                                            t * p.o.strides[2] + d * p.o.strides[3]));
   return pos;
 }
 
@@ -253,7 +257,8 @@ std::vector<cuda::KernelSource> sources(const Kernels& k) {
   return out;
 }
 
-void launch(const cuda::Launch& l, const std::vector<char>& cubin, void** args, cuda::CUstream stream = nullptr) {
+void launch(const cuda::Launch& l, const std::vector<char>& cubin, void** args,
+            cuda::CUstream stream = nullptr) {
   cuda::Kernel kernel(cubin, l.name, l.shared_bytes);
   kernel.launch(l.grid, l.block, l.shared_bytes, stream, args);
 }
@@ -263,8 +268,9 @@ void launch(const cuda::Launch& l, const std::vector<char>& cubin, void** args, 
 TEST(CudaAttention, OperandsNeedUnitStrideAlongTheHeadDim) {
   const Shape s{2, 3, 5, 8};
   EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, dense_strides(s)}));
-  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, {5 * 3 * 3 * 8, 8, 3 * 3 * 8, 1}}));  // packed qkv view
-  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, {0, 0, 8, 1}}));                     // broadcast
+  EXPECT_TRUE(
+      cuda::attention_operand_ok({DType::kF32, s, {5 * 3 * 3 * 8, 8, 3 * 3 * 8, 1}}));  // packed qkv view
+  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, {0, 0, 8, 1}}));              // broadcast
   EXPECT_FALSE(cuda::attention_operand_ok({DType::kF32, s, {120, 1, 24, 3}}));
   EXPECT_FALSE(cuda::attention_operand_ok({DType::kI32, s, dense_strides(s)}));
   EXPECT_FALSE(cuda::attention_operand_ok({DType::kF32, {2, 3, 40}, {120, 40, 1}}));
@@ -336,7 +342,8 @@ TEST(CudaAttention, OutStridesAreBakedIn) {
     c.tf32 = tf32;
     const Kernels k = generate(make_problem(c, 1), "strides");
     EXPECT_NE(k.forward.source.find("O2 = 256LL"), std::string::npos);
-    for (const cuda::Launch& l : k.backward.launches) EXPECT_NE(l.source.find("O1 = 64LL"), std::string::npos) << l.name;
+    for (const cuda::Launch& l : k.backward.launches)
+      EXPECT_NE(l.source.find("O1 = 64LL"), std::string::npos) << l.name;
   }
 }
 
@@ -349,10 +356,14 @@ TEST(CudaAttentionNvrtc, SourcesCompileForManyShapes) {
       {2, 12, 12, 1024, 1024, 64, true, true},  // GPT-2
       {64, 6, 6, 256, 256, 64, true, true},     // char model
       {512, 4, 4, 8, 8, 16, true, false},       // tiny
-      {2, 4, 2, 7, 130, 32, true, false},       {1, 4, 1, 130, 7, 80, false, true},
-      {1, 2, 2, 5, 9, 1, true, false},          {1, 2, 1, 33, 65, 7, false, false},
-      {1, 2, 2, 64, 64, 128, true, true},       {1, 2, 1, 64, 130, 200, true, false},
-      {1, 2, 2, 40, 40, 256, false, false},     {1, 1, 1, 16, 16, 512, true, false},
+      {2, 4, 2, 7, 130, 32, true, false},
+      {1, 4, 1, 130, 7, 80, false, true},
+      {1, 2, 2, 5, 9, 1, true, false},
+      {1, 2, 1, 33, 65, 7, false, false},
+      {1, 2, 2, 64, 64, 128, true, true},
+      {1, 2, 1, 64, 130, 200, true, false},
+      {1, 2, 2, 40, 40, 256, false, false},
+      {1, 1, 1, 16, 16, 512, true, false},
       {2, 4, 2, 130, 257, 64, true, false, false, kPermutedOut},
       {3, 6, 3, 20, 33, 7, true, false, false, kPaddedOut},
   };
@@ -391,8 +402,10 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
       const Problem p = make_problem(c, static_cast<unsigned>(problems.size() + 7));
       if (kept && !cuda::attention_keeps_stats(p.shape) && p.shape.t != p.shape.s) continue;
       problems.push_back(p);
-      kernels.push_back(generate(problems.back(), std::string(label) + std::to_string(problems.size()), kept));
-      const std::vector<cuda::KernelSource> s = sources(kernels.back());  // (label: no spaces, it names kernels)
+      kernels.push_back(
+          generate(problems.back(), std::string(label) + std::to_string(problems.size()), kept));
+      const std::vector<cuda::KernelSource> s =
+          sources(kernels.back());  // (label: no spaces, it names kernels)
       first.push_back(all.size());
       all.insert(all.end(), s.begin(), s.end());
     }
@@ -406,7 +419,8 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     const int64_t nq = static_cast<int64_t>(p.dout.size());
     const int64_t ngrads = nq + 2 * p.c.b * p.c.hkv * p.c.s * p.c.d;
     const size_t no = static_cast<size_t>(p.o_size);
-    cuda::DeviceMemory data(p.data.size() * 4), dout(no * 4), out(no * 4), grads(static_cast<size_t>(ngrads) * 4),
+    cuda::DeviceMemory data(p.data.size() * 4), dout(no * 4), out(no * 4),
+        grads(static_cast<size_t>(ngrads) * 4),
         scratch(static_cast<size_t>(std::max<int64_t>(k.backward.scratch_floats, 1)) * 4);
     data.upload(p.data.data(), p.data.size() * 4);
     // out and dout in their layout. dout's gaps are NaN (reading one poisons the gradients);
@@ -421,7 +435,8 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     grads.upload(nan_g.data(), nan_g.size() * 4);
     cuda::CUdeviceptr pq = data.get() + static_cast<cuda::CUdeviceptr>(p.q_off * 4),
                       pk = data.get() + static_cast<cuda::CUdeviceptr>(p.k_off * 4),
-                      pv = data.get() + static_cast<cuda::CUdeviceptr>(p.v_off * 4), po = out.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4),
+                      pv = data.get() + static_cast<cuda::CUdeviceptr>(p.v_off * 4),
+                      po = out.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4),
                       pdo = dout.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4), pg = grads.get(),
                       ps = scratch.get();
     void* fwd_args[] = {&pq, &pk, &pv, &po, &ps};  // (ps only read by a forward that keeps statistics)
@@ -429,7 +444,8 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps};
     void* delta_args[] = {&po, &pdo, &ps};
     for (size_t l = 0; l < k.backward.launches.size(); ++l)
-      launch(k.backward.launches[l], cubins[first[n] + 1 + l], l == 0 && k.backward.delta_from_out ? delta_args : bwd_args);
+      launch(k.backward.launches[l], cubins[first[n] + 1 + l],
+             l == 0 && k.backward.delta_from_out ? delta_args : bwd_args);
     cuda::check(drv.cuCtxSynchronize(), "cuCtxSynchronize");
     std::vector<float> out_buf(no), got_out(static_cast<size_t>(nq)), got_grads(static_cast<size_t>(ngrads));
     out.download(out_buf.data(), no * 4);
@@ -454,8 +470,11 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
       worst = std::max(worst, e[i].rel);
     }
     passed += ok;
-    std::printf("%-64s rel err out %.1e dq %.1e dk %.1e dv %.1e (%zu bwd launches%s)\n", describe(p.c).c_str(), e[0].rel,
-                e[1].rel, e[2].rel, e[3].rel, k.backward.launches.size(), k.packed ? ", forward's statistics, packed" : k.kept ? ", forward's statistics" : "");
+    std::printf("%-64s rel err out %.1e dq %.1e dk %.1e dv %.1e (%zu bwd launches%s)\n",
+                describe(p.c).c_str(), e[0].rel, e[1].rel, e[2].rel, e[3].rel, k.backward.launches.size(),
+                k.packed ? ", forward's statistics, packed"
+                : k.kept ? ", forward's statistics"
+                         : "");
   }
   std::printf("%s: %d of %zu runs within %.0e (worst %.2e)\n", label, passed, problems.size(), tol, worst);
   return static_cast<int>(problems.size()) - passed;
@@ -463,16 +482,16 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
 
 const std::vector<Case>& tiled_cases() {
   static const std::vector<Case> cases = {
-      {2, 4, 2, 64, 128, 64, true, false},    {2, 4, 2, 130, 256, 64, true, false},
-      {1, 4, 2, 256, 130, 64, false, false},  {2, 4, 4, 256, 256, 64, false, true},
-      {1, 4, 2, 1, 130, 16, true, false},     {1, 4, 2, 7, 130, 16, true, false},
-      {2, 4, 2, 130, 7, 16, false, false},    {3, 4, 2, 96, 96, 16, true, true},
-      {1, 4, 2, 256, 256, 80, true, false},   {1, 4, 2, 70, 130, 80, false, false},
-      {2, 4, 1, 77, 77, 80, true, true},      {1, 4, 2, 1, 256, 80, true, false},
-      {1, 2, 2, 130, 130, 32, false, true},   {1, 2, 1, 33, 65, 7, true, false},
-      {1, 2, 2, 64, 130, 128, true, false},   {1, 2, 1, 70, 70, 200, true, true},
-      {1, 2, 2, 40, 80, 256, false, false},   {1, 1, 1, 20, 80, 512, true, false},
-      {1, 4, 2, 7, 80, 64, false, false},     {2, 4, 2, 80, 7, 64, false, false},
+      {2, 4, 2, 64, 128, 64, true, false},   {2, 4, 2, 130, 256, 64, true, false},
+      {1, 4, 2, 256, 130, 64, false, false}, {2, 4, 4, 256, 256, 64, false, true},
+      {1, 4, 2, 1, 130, 16, true, false},    {1, 4, 2, 7, 130, 16, true, false},
+      {2, 4, 2, 130, 7, 16, false, false},   {3, 4, 2, 96, 96, 16, true, true},
+      {1, 4, 2, 256, 256, 80, true, false},  {1, 4, 2, 70, 130, 80, false, false},
+      {2, 4, 1, 77, 77, 80, true, true},     {1, 4, 2, 1, 256, 80, true, false},
+      {1, 2, 2, 130, 130, 32, false, true},  {1, 2, 1, 33, 65, 7, true, false},
+      {1, 2, 2, 64, 130, 128, true, false},  {1, 2, 1, 70, 70, 200, true, true},
+      {1, 2, 2, 40, 80, 256, false, false},  {1, 1, 1, 20, 80, 512, true, false},
+      {1, 4, 2, 7, 80, 64, false, false},    {2, 4, 2, 80, 7, 64, false, false},
       {2, 6, 6, 256, 256, 64, true, true},
   };
   return cases;
@@ -481,11 +500,14 @@ const std::vector<Case>& tiled_cases() {
 // The small-problem path (T, S ≤ 64, D ≤ 64; backward D ≤ 32): whole kv groups per block.
 const std::vector<Case>& small_cases() {
   static const std::vector<Case> cases = {
-      {2, 4, 2, 64, 64, 64, true, true},   {1, 4, 2, 1, 1, 16, true, false},  {3, 4, 2, 64, 64, 16, true, true},
-      {2, 4, 1, 7, 7, 80, true, true},     {1, 4, 2, 7, 64, 64, false, false}, {2, 4, 2, 64, 7, 64, false, true},
-      {37, 4, 4, 8, 8, 16, true, false},   {600, 4, 4, 8, 8, 16, true, true},  {5, 8, 2, 5, 13, 16, true, false},
-      {3, 6, 3, 20, 33, 7, true, false},   {2, 16, 1, 16, 16, 32, true, false}, {4, 2, 2, 13, 9, 1, false, false},
-      {2, 4, 2, 33, 33, 32, true, true},   {9, 3, 1, 12, 40, 24, true, false}, {2, 4, 2, 64, 64, 32, false, true},
+      {2, 4, 2, 64, 64, 64, true, true},   {1, 4, 2, 1, 1, 16, true, false},
+      {3, 4, 2, 64, 64, 16, true, true},   {2, 4, 1, 7, 7, 80, true, true},
+      {1, 4, 2, 7, 64, 64, false, false},  {2, 4, 2, 64, 7, 64, false, true},
+      {37, 4, 4, 8, 8, 16, true, false},   {600, 4, 4, 8, 8, 16, true, true},
+      {5, 8, 2, 5, 13, 16, true, false},   {3, 6, 3, 20, 33, 7, true, false},
+      {2, 16, 1, 16, 16, 32, true, false}, {4, 2, 2, 13, 9, 1, false, false},
+      {2, 4, 2, 33, 33, 32, true, true},   {9, 3, 1, 12, 40, 24, true, false},
+      {2, 4, 2, 64, 64, 32, false, true},
   };
   return cases;
 }
@@ -518,7 +540,8 @@ TEST(CudaAttentionGpu, Tf32MatchesTheReferenceLoosely) {
 
 // out / dout as strided views, in every path: the cases of `base` numbered in `pick`, each
 // with a permuted [B, T, Hq, D] layout and with a padded one.
-std::vector<Case> with_out_layouts(const std::vector<Case>& base, std::initializer_list<size_t> pick, bool tf32) {
+std::vector<Case> with_out_layouts(const std::vector<Case>& base, std::initializer_list<size_t> pick,
+                                   bool tf32) {
   std::vector<Case> out;
   for (size_t i : pick)
     for (int layout : {kPermutedOut, kPaddedOut}) {
@@ -568,22 +591,25 @@ Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool 
   const cuda::Launch fwd = cuda::attention_kernel("time_fwd_" + tag, shape, op, op, op, o, kept);
   cuda::AttentionShape bwd_shape = shape;
   bwd_shape.grads_bthd = kept;
-  const cuda::AttentionGradPlan bwd = cuda::attention_grad_kernels("time_bwd_" + tag, bwd_shape, op, op, op, o, kept ? &o : nullptr);
+  const cuda::AttentionGradPlan bwd =
+      cuda::attention_grad_kernels("time_bwd_" + tag, bwd_shape, op, op, op, o, kept ? &o : nullptr);
   std::vector<cuda::KernelSource> src{{fwd.name, fwd.source}};
   for (const cuda::Launch& l : bwd.launches) src.push_back({l.name, l.source});
   const std::vector<std::vector<char>> cubins = cuda::compile_cubins(src, info.sm_major, info.sm_minor);
   std::vector<const cuda::Launch*> launches{&fwd};
   for (const cuda::Launch& l : bwd.launches) launches.push_back(&l);
   std::vector<cuda::Kernel> k;
-  for (size_t i = 0; i < launches.size(); ++i) k.emplace_back(cubins[i], launches[i]->name, launches[i]->shared_bytes);
+  for (size_t i = 0; i < launches.size(); ++i)
+    k.emplace_back(cubins[i], launches[i]->name, launches[i]->shared_bytes);
 
   const int64_t n = B * T * 3 * H * D, nq = B * H * T * D;
   std::vector<float> host(static_cast<size_t>(n));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (float& x : host) x = normal(rng);
-  cuda::DeviceMemory qkv(static_cast<size_t>(n) * 4), dout(static_cast<size_t>(nq) * 4), out(static_cast<size_t>(nq) * 4),
-      grads(static_cast<size_t>(3 * nq) * 4), scratch(static_cast<size_t>(std::max<int64_t>(bwd.scratch_floats, 1)) * 4);
+  cuda::DeviceMemory qkv(static_cast<size_t>(n) * 4), dout(static_cast<size_t>(nq) * 4),
+      out(static_cast<size_t>(nq) * 4), grads(static_cast<size_t>(3 * nq) * 4),
+      scratch(static_cast<size_t>(std::max<int64_t>(bwd.scratch_floats, 1)) * 4);
   qkv.upload(host.data(), static_cast<size_t>(n) * 4);
   dout.upload(host.data(), static_cast<size_t>(nq) * 4);
   cuda::CUdeviceptr pq = qkv.get(), pk = pq + static_cast<cuda::CUdeviceptr>(H * D * 4),
@@ -632,20 +658,25 @@ TEST(CudaAttentionGpu, BenchmarkShapesTiming) {
   const std::string why = cuda::unavailable_reason(0);
   if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
   const cuda::DeviceInfo info = cuda::open_device(0);
-  std::printf("attention timing on %s (causal, packed qkv views; out/dout dense, then [B,T,H,D] views with the\n"
-              "backward reading the forward's statistics, as a training step runs it):\n",
-              info.name.c_str());
+  std::printf(
+      "attention timing on %s (causal, packed qkv views; out/dout dense, then [B,T,H,D] views with the\n"
+      "backward reading the forward's statistics, as a training step runs it):\n",
+      info.name.c_str());
   for (bool permuted : {false, true})
     for (const BenchShape& b : kBench)
       for (bool tf32 : {false, true}) {
-        const std::string tag = std::string(b.name == kBench[0].name ? "g" : b.name == kBench[1].name ? "c" : "t") +
+        const std::string tag = std::string(b.name == kBench[0].name   ? "g"
+                                            : b.name == kBench[1].name ? "c"
+                                                                       : "t") +
                                 (tf32 ? "32" : "fp") + (permuted ? "p" : "");
         const Timing t = time_shape(b.b, b.h, b.t, b.d, true, tf32, tag, b.reps, permuted, permuted);
         const double flops = 4.0 * b.b * b.h * b.t * b.t * b.d / 2;
-        std::printf("  %-5s B=%lld H=%lld T=S=%lld D=%lld %s%s: forward %8.4f ms (%5.1f TFLOP/s)  backward %8.4f ms (",
-                    b.name, static_cast<long long>(b.b), static_cast<long long>(b.h), static_cast<long long>(b.t),
-                    static_cast<long long>(b.d), tf32 ? "tf32" : "fp32", permuted ? " out[B,T,H,D]" : "", t.fwd,
-                    flops / t.fwd * 1e-9, t.bwd);
+        std::printf(
+            "  %-5s B=%lld H=%lld T=S=%lld D=%lld %s%s: forward %8.4f ms (%5.1f TFLOP/s)  backward %8.4f ms "
+            "(",
+            b.name, static_cast<long long>(b.b), static_cast<long long>(b.h), static_cast<long long>(b.t),
+            static_cast<long long>(b.d), tf32 ? "tf32" : "fp32", permuted ? " out[B,T,H,D]" : "", t.fwd,
+            flops / t.fwd * 1e-9, t.bwd);
         for (size_t i = 0; i < t.parts.size(); ++i) std::printf("%s%.4f", i ? " + " : "", t.parts[i]);
         std::printf(")\n");
       }
@@ -664,10 +695,15 @@ TEST(CudaAttentionGpu, TileSweep) {
     std::vector<const char*> cfgs;
   };
   const Sweep sweeps[] = {
-      {"fp32", "swf", false,
-       {"f:4,4,4;k:8,4,4;q:8,4,4", "f:4,2,4;k:4,4,4;q:4,4,4", "f:2,4,4;k:8,2,4;q:8,2,4", "f:8,2,4;k:4,2,4;q:4,2,4",
-        "f:4,4,8;k:8,4,8;q:8,4,8", "f:4,2,8;k:4,4,8;q:4,4,8", "f:8,1,4;k:16,1,4;q:16,1,4", "f:2,2,4;k:2,4,4;q:2,4,4"}},
-      {"tf32", "swm", true,
+      {"fp32",
+       "swf",
+       false,
+       {"f:4,4,4;k:8,4,4;q:8,4,4", "f:4,2,4;k:4,4,4;q:4,4,4", "f:2,4,4;k:8,2,4;q:8,2,4",
+        "f:8,2,4;k:4,2,4;q:4,2,4", "f:4,4,8;k:8,4,8;q:8,4,8", "f:4,2,8;k:4,4,8;q:4,4,8",
+        "f:8,1,4;k:16,1,4;q:16,1,4", "f:2,2,4;k:2,4,4;q:2,4,4"}},
+      {"tf32",
+       "swm",
+       true,
        {"f:8,32;k:8,64;q:4,32", "f:4,64;k:4,32;q:4,32", "f:4,32;k:4,64;q:4,64", "f:8,64;k:8,32;q:8,32",
         "f:2,64;k:2,32;q:2,32", "f:8,32;k:8,64;q:8,64", "f:4,128;k:2,64;q:2,64", "f:8,32;k:4,64;q:8,32",
         "f:8,32;k:16,32;q:8,64", "f:8,32;k:8,32;q:2,64", "f:16,32;k:4,32;q:16,32"}}};
@@ -677,8 +713,8 @@ TEST(CudaAttentionGpu, TileSweep) {
     for (const Sweep& sw : sweeps) {
       for (const char* cfg : sw.cfgs) {
         // As a training step runs it: out in [B, T, H, D], the backward reading the forward's statistics.
-        const Timing t =
-            time_shape(b.b, b.h, b.t, b.d, true, sw.tf32, sw.prefix + std::to_string(n++), 5, true, true, cfg);
+        const Timing t = time_shape(b.b, b.h, b.t, b.d, true, sw.tf32, sw.prefix + std::to_string(n++), 5,
+                                    true, true, cfg);
         std::printf("  sweep %-5s %s %-28s fwd %.4f  bwd %.4f (", b.name, sw.label, cfg, t.fwd, t.bwd);
         for (size_t i = 0; i < t.parts.size(); ++i) std::printf("%s%.4f", i ? " + " : "", t.parts[i]);
         std::printf(")\n");

@@ -49,7 +49,8 @@ TEST(CudaNvrtc, CompileErrorsShowTheLogAndTheNumberedSource) {
   if (!have_nvrtc(why)) GTEST_SKIP() << why;
   setenv("TG_CUDA_CACHE", "off", 1);
   const std::string msg = message_of<DeviceError>([] {
-    cuda::compile_cubin("extern \"C\" __global__ void broken() {\n  undefined_name += 1;\n}\n", "broken", 9, 0);
+    cuda::compile_cubin("extern \"C\" __global__ void broken() {\n  undefined_name += 1;\n}\n", "broken", 9,
+                        0);
   });
   EXPECT_NE(msg.find("could not compile kernel 'broken'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("undefined_name"), std::string::npos) << msg;
@@ -60,7 +61,8 @@ TEST(CudaNvrtc, CompileErrorsShowTheLogAndTheNumberedSource) {
 TEST(CudaNvrtc, CubinsAreCachedOnDisk) {
   std::string why;
   if (!have_nvrtc(why)) GTEST_SKIP() << why;
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tg_cuda_cache_test_" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tg_cuda_cache_test_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   setenv("TG_CUDA_CACHE", dir.c_str(), 1);
   const std::string src = cuda::elementwise_kernel(ir::Op::kGeluTanh, "gelu");
@@ -69,8 +71,8 @@ TEST(CudaNvrtc, CubinsAreCachedOnDisk) {
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.path().extension() == ".cubin";
   EXPECT_EQ(files, 1u);
-  EXPECT_EQ(cuda::compile_cubin(src, "gelu", 9, 0), first);          // served from the cache
-  EXPECT_NE(cuda::compile_cubin(src, "gelu", 8, 0), first);          // another architecture: another entry
+  EXPECT_EQ(cuda::compile_cubin(src, "gelu", 9, 0), first);  // served from the cache
+  EXPECT_NE(cuda::compile_cubin(src, "gelu", 8, 0), first);  // another architecture: another entry
   std::filesystem::remove_all(dir);
   unsetenv("TG_CUDA_CACHE");
 }
@@ -91,12 +93,13 @@ TEST(CudaKernels, GeneratedElementwiseKernelsMatchTheReference) {
   cuda::DeviceMemory da(n * 4), db(n * 4), dout(n * 4);
   da.upload(a.data(), n * 4);
   db.upload(b.data(), n * 4);
-  const ir::Op ops[] = {ir::Op::kExp,  ir::Op::kTanh,     ir::Op::kSigmoid, ir::Op::kErf,
-                        ir::Op::kGeluTanh, ir::Op::kRelu, ir::Op::kAdd,     ir::Op::kMul,
-                        ir::Op::kDiv,  ir::Op::kMaximum,  ir::Op::kGeluTanhGrad, ir::Op::kReluGrad};
+  const ir::Op ops[] = {ir::Op::kExp,      ir::Op::kTanh,    ir::Op::kSigmoid,      ir::Op::kErf,
+                        ir::Op::kGeluTanh, ir::Op::kRelu,    ir::Op::kAdd,          ir::Op::kMul,
+                        ir::Op::kDiv,      ir::Op::kMaximum, ir::Op::kGeluTanhGrad, ir::Op::kReluGrad};
   for (ir::Op op : ops) {
     const std::string name = std::string("k_") + ir::op_name(op);
-    const std::vector<char> cubin = cuda::compile_cubin(cuda::elementwise_kernel(op, name), name, info.sm_major, info.sm_minor);
+    const std::vector<char> cubin =
+        cuda::compile_cubin(cuda::elementwise_kernel(op, name), name, info.sm_major, info.sm_minor);
     cuda::CUmodule mod = nullptr;
     cuda::check(d.cuModuleLoadData(&mod, cubin.data()), "cuModuleLoadData");
     cuda::CUfunction fn = nullptr;
@@ -104,7 +107,8 @@ TEST(CudaKernels, GeneratedElementwiseKernelsMatchTheReference) {
     cuda::CUdeviceptr pa = da.get(), pb = db.get(), po = dout.get();
     long long count = n;
     void* args[] = {&pa, &pb, &po, &count};
-    cuda::check(d.cuLaunchKernel(fn, static_cast<unsigned>((n + 255) / 256), 1, 1, 256, 1, 1, 0, nullptr, args, nullptr),
+    cuda::check(d.cuLaunchKernel(fn, static_cast<unsigned>((n + 255) / 256), 1, 1, 256, 1, 1, 0, nullptr,
+                                 args, nullptr),
                 "cuLaunchKernel");
     cuda::check(d.cuCtxSynchronize(), "cuCtxSynchronize");
     std::vector<float> out(n);
@@ -112,11 +116,11 @@ TEST(CudaKernels, GeneratedElementwiseKernelsMatchTheReference) {
     const bool binary = ir::op_info(op).kind == ir::OpKind::kBinary;
     for (size_t i = 0; i < out.size(); ++i) {
       const double want = binary ? ir::eval_binary(op, a[i], b[i]) : ir::eval_unary(op, a[i]);
-      ASSERT_NEAR(out[i], want, 2e-6 * std::max(1.0, std::fabs(want))) << ir::op_name(op) << " at " << a[i] << ", " << b[i];
+      ASSERT_NEAR(out[i], want, 2e-6 * std::max(1.0, std::fabs(want)))
+          << ir::op_name(op) << " at " << a[i] << ", " << b[i];
     }
   }
 }
-
 
 /// Random elementwise graphs (f32 arithmetic and transcendentals, compares, where, an int32
 /// chain through casts, scalar constants broadcast), fused, each group generated as one CUDA
@@ -131,7 +135,8 @@ void build_random(RandomGraph& r, uint64_t seed) {
   ir::TraceScope scope(r.trace);
   std::vector<Tensor> pool;
   for (int i = 0; i < 3; ++i) {
-    pool.push_back(ir::named_leaf(r.trace.graph, ir::Op::kInput, "x" + std::to_string(i), {8, 5}, DType::kF32, Loc::current()));
+    pool.push_back(ir::named_leaf(r.trace.graph, ir::Op::kInput, "x" + std::to_string(i), {8, 5}, DType::kF32,
+                                  Loc::current()));
     r.inputs.push_back(pool.back().id());
   }
   const Tensor ints = cast(pool[0], DType::kI32);  // truncation of exact inputs: identical everywhere
@@ -181,8 +186,10 @@ TEST(CudaKernels, FusedGroupsMatchTheCpuBackend) {
       const passes::KernelGroup& group = f.groups[gi];
       if (group.kind == passes::KernelGroup::Kind::kSingle) {
         const int32_t id = group.nodes.front();
-        const size_t which = static_cast<size_t>(std::find(r.inputs.begin(), r.inputs.end(), id) - r.inputs.begin());
-        const std::string missing = tg::testing::place_leaf(g, id, which < feeds.size() ? feeds[which] : std::vector<float>{}, mem, place);
+        const size_t which =
+            static_cast<size_t>(std::find(r.inputs.begin(), r.inputs.end(), id) - r.inputs.begin());
+        const std::string missing = tg::testing::place_leaf(
+            g, id, which < feeds.size() ? feeds[which] : std::vector<float>{}, mem, place);
         ASSERT_TRUE(missing.empty()) << "unexpected single node " << missing;
         continue;
       }
@@ -199,14 +206,17 @@ TEST(CudaKernels, FusedGroupsMatchTheCpuBackend) {
       for (int32_t in : k.inputs) ptrs.push_back(mem.at(place.at(in).first).get());
       for (int32_t out : group.outputs) {
         const ir::Node& n = g.node(out);
-        ptrs.push_back(mem.emplace(out, cuda::DeviceMemory(static_cast<size_t>(n.numel() * dtype_size(n.dtype)))).first->second.get());
+        ptrs.push_back(
+            mem.emplace(out, cuda::DeviceMemory(static_cast<size_t>(n.numel() * dtype_size(n.dtype))))
+                .first->second.get());
         place[out] = {out, dense_strides(n.shape)};
       }
       long long count = g.node(group.nodes.front()).numel();
       std::vector<void*> args;
       for (cuda::CUdeviceptr& p : ptrs) args.push_back(&p);
       args.push_back(&count);
-      cuda::check(d.cuLaunchKernel(fn, static_cast<unsigned>((count + 127) / 128), 1, 1, 128, 1, 1, 0, nullptr, args.data(), nullptr),
+      cuda::check(d.cuLaunchKernel(fn, static_cast<unsigned>((count + 127) / 128), 1, 1, 128, 1, 1, 0,
+                                   nullptr, args.data(), nullptr),
                   "cuLaunchKernel");
     }
     cuda::check(d.cuCtxSynchronize(), "cuCtxSynchronize");
@@ -215,7 +225,8 @@ TEST(CudaKernels, FusedGroupsMatchTheCpuBackend) {
       exe->read_output(out, want.data());
       mem.at(place.at(out).first).download(got.data(), 160);
       for (size_t i = 0; i < want.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.f, std::fabs(want[i]))) << "seed " << seed << " output %" << out << "[" << i << "]";
+        ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.f, std::fabs(want[i])))
+            << "seed " << seed << " output %" << out << "[" << i << "]";
     }
   }
 }
@@ -226,7 +237,8 @@ TEST(CudaNvrtc, ParallelCompilationGivesTheSameCubinsInOrder) {
   setenv("TG_CUDA_CACHE", "off", 1);
   std::vector<cuda::KernelSource> kernels;
   for (ir::Op op : {ir::Op::kExp, ir::Op::kTanh, ir::Op::kAdd, ir::Op::kGeluTanh, ir::Op::kMul, ir::Op::kErf})
-    kernels.push_back({std::string("k_") + ir::op_name(op), cuda::elementwise_kernel(op, std::string("k_") + ir::op_name(op))});
+    kernels.push_back({std::string("k_") + ir::op_name(op),
+                       cuda::elementwise_kernel(op, std::string("k_") + ir::op_name(op))});
   const std::vector<std::vector<char>> parallel = cuda::compile_cubins(kernels, 9, 0);
   ASSERT_EQ(parallel.size(), kernels.size());
   for (size_t i = 0; i < kernels.size(); ++i)

@@ -31,11 +31,11 @@ namespace cuda = tg::backend::cuda;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-#define REQUIRE_GPU()                                                                       \
-  do {                                                                                      \
-    const std::string why = cuda::unavailable_reason(0);                                    \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;          \
-    cuda::open_device(0); /* its context current before any allocation */                  \
+#define REQUIRE_GPU()                                                              \
+  do {                                                                             \
+    const std::string why = cuda::unavailable_reason(0);                           \
+    if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why; \
+    cuda::open_device(0); /* its context current before any allocation */          \
   } while (0)
 
 std::vector<int64_t> dense_strides(const Shape& s) {
@@ -96,7 +96,8 @@ std::vector<T> from_device(const cuda::DeviceMemory& m, size_t n) {
 /// Compiles `l` for device 0 and runs it once on `ptrs` (the kernel's params, in order).
 void run(const cuda::Launch& l, std::vector<cuda::CUdeviceptr> ptrs) {
   const cuda::DeviceInfo info = cuda::open_device(0);
-  const cuda::Kernel k(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
+  const cuda::Kernel k(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name,
+                       l.shared_bytes);
   std::vector<void*> args;
   for (cuda::CUdeviceptr& p : ptrs) args.push_back(&p);
   k.launch(l.grid, l.block, l.shared_bytes, nullptr, args.data());
@@ -132,39 +133,50 @@ std::vector<cuda::Launch> sample_launches() {
       ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {3000, 64}), {0}, tg::testing::sm90_device()));
       ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {6, 513, 7}), {1}, tg::testing::sm90_device()));
       if (std::string(op) != "argmax") {
-        ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {5, 6, 7}), {0, 2}, tg::testing::sm90_device()));
+        ls.push_back(
+            cuda::reduce_kernel(name(), op, dense(t, {5, 6, 7}), {0, 2}, tg::testing::sm90_device()));
         ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {1}), {0}, tg::testing::sm90_device()));
       }
     }
   }
-  ls.push_back(cuda::reduce_kernel(name(), "sum", {DType::kF32, {48, 64}, {1, 48}}, {1}, tg::testing::sm90_device()));
-  ls.push_back(cuda::gather_kernel(name(), dense(DType::kF32, {50, 64}), {DType::kI32, {200, 64}, {1, 0}}, 0));
+  ls.push_back(
+      cuda::reduce_kernel(name(), "sum", {DType::kF32, {48, 64}, {1, 48}}, {1}, tg::testing::sm90_device()));
+  ls.push_back(
+      cuda::gather_kernel(name(), dense(DType::kF32, {50, 64}), {DType::kI32, {200, 64}, {1, 0}}, 0));
   ls.push_back(cuda::gather_kernel(name(), dense(DType::kI32, {7, 9, 5}), dense(DType::kI32, {7, 4, 5}), 1));
-  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), dense(DType::kF32, {4, 12, 1, 64}),
-                                         dense(DType::kI32, {4}), 2));
-  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}), dense(DType::kI32, {}), 0));
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), dense(DType::kF32, {4, 12, 1, 64}),
-                                        dense(DType::kI32, {4}), 2));
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}), dense(DType::kI32, {}), 0));
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), {DType::kF32, {4, 12, 1, 64}, {2304, 64, 2304, 1}},
+  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}),
+                                         dense(DType::kF32, {4, 12, 1, 64}), dense(DType::kI32, {4}), 2));
+  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}),
+                                         dense(DType::kI32, {}), 0));
+  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}),
+                                        dense(DType::kF32, {4, 12, 1, 64}), dense(DType::kI32, {4}), 2));
+  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}),
+                                        dense(DType::kI32, {}), 0));
+  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}),
+                                        {DType::kF32, {4, 12, 1, 64}, {2304, 64, 2304, 1}},
                                         dense(DType::kI32, {4}), 2, true));
-  ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0));
-  ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1));
+  ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kF32, {300, 32}),
+                                        {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0));
+  ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}),
+                                        {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
   // The layout kernels in 32-bit and (offsets past 2^31) 64-bit index arithmetic.
   ls.push_back(cuda::unslice_kernel(name(), {DType::kF32, {5, 3}, {0, 0}}, {5, 9}, 1, 2, 3));
   ls.push_back(cuda::unslice_kernel(name(), dense(DType::kI32, {4, 3}), {6, 3}, 0, 0, 1));
   ls.push_back(cuda::unslice_kernel(name(), dense(DType::kF32, {70000, 20000}), {70000, 40000}, 1, 1, 2));
-  ls.push_back(cuda::concat_kernel(name(), {dense(DType::kF32, {3, 4}), {DType::kF32, {3, 2}, {1, 3}}}, {3, 6}, 1));
-  ls.push_back(cuda::concat_kernel(name(), {dense(DType::kF32, {70000, 20000}), dense(DType::kF32, {70000, 20000})}, {140000, 20000}, 0));
+  ls.push_back(
+      cuda::concat_kernel(name(), {dense(DType::kF32, {3, 4}), {DType::kF32, {3, 2}, {1, 3}}}, {3, 6}, 1));
+  ls.push_back(cuda::concat_kernel(
+      name(), {dense(DType::kF32, {70000, 20000}), dense(DType::kF32, {70000, 20000})}, {140000, 20000}, 0));
   ls.push_back(cuda::copy_kernel(name(), {DType::kF32, {30, 20}, {1, 30}}));
   ls.push_back(cuda::copy_kernel(name(), {DType::kF32, {70000, 40000}, {1, 70000}}));
   ls.push_back(cuda::product_kernel(name(), {8, 9}, {9, 1}, {0, 1}));
   ls.push_back(cuda::sample_kernel(name(), 4, 50257));
-  for (const cuda::ScanShape& sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true}, cuda::ScanShape{1, 6, 5, 3, 2},
-                                   cuda::ScanShape{2, 96, 70, 1, 32, true}, cuda::ScanShape{3, 5, 33, 1, 3},
-                                   cuda::ScanShape{1, 64, 40, 2, 64, true}, cuda::ScanShape{2, 64, 1024, 1, 16, true, true},
-                                   cuda::ScanShape{1, 8, 20, 1, 128}}) {
+  for (const cuda::ScanShape& sh :
+       {cuda::ScanShape{8, 1536, 1024, 1, 16, true}, cuda::ScanShape{1, 6, 5, 3, 2},
+        cuda::ScanShape{2, 96, 70, 1, 32, true}, cuda::ScanShape{3, 5, 33, 1, 3},
+        cuda::ScanShape{1, 64, 40, 2, 64, true}, cuda::ScanShape{2, 64, 1024, 1, 16, true, true},
+        cuda::ScanShape{1, 8, 20, 1, 128}}) {
     for (const bool keep : {false, true}) ls.push_back(cuda::scan_forward_kernel(name(), sh, keep));
     ls.push_back(cuda::scan_backward_kernel(name(), sh));
     ls.push_back(cuda::scan_reduce_kernel(name(), sh));
@@ -176,9 +188,11 @@ std::vector<cuda::Launch> sample_launches() {
     sh.dlast = dy == cuda::ScanShape::Dy::kZero;
     ls.push_back(cuda::scan_backward_kernel(name(), sh));
   }
-  ls.push_back(cuda::attention_at_kernel(name(), {DType::kF32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(DType::kF32, {2, 4, 272, 64}),
-                                         dense(DType::kF32, {2, 4, 272, 64}), dense(DType::kI32, {2}), 0.125));
-  ls.push_back(cuda::attention_at_kernel(name(), dense(DType::kF32, {1, 2, 5, 200}), dense(DType::kF32, {1, 2, 9, 200}),
+  ls.push_back(cuda::attention_at_kernel(
+      name(), {DType::kF32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(DType::kF32, {2, 4, 272, 64}),
+      dense(DType::kF32, {2, 4, 272, 64}), dense(DType::kI32, {2}), 0.125));
+  ls.push_back(cuda::attention_at_kernel(name(), dense(DType::kF32, {1, 2, 5, 200}),
+                                         dense(DType::kF32, {1, 2, 9, 200}),
                                          dense(DType::kF32, {1, 2, 9, 200}), dense(DType::kI32, {1}), 0.07));
   ls.push_back(cuda::dropout_kernel(name(), dense(DType::kF32, {1003}), 0.3, 7));
   ls.push_back(cuda::dropout_kernel(name(), {DType::kF32, {20, 30}, {1, 20}}, 0.5, 7));
@@ -257,7 +271,8 @@ std::vector<double> ref_reduce(const std::string& op, const std::vector<double>&
   for (int a : axes) reduced[static_cast<size_t>(a)] = true;
   for (size_t i = 0; i < in.shape.size(); ++i)
     if (!reduced[i]) kept_shape.push_back(in.shape[i]);
-  std::vector<double> out(static_cast<size_t>(numel(kept_shape)), op == "sum" ? 0.0 : kNaN), best(out.size(), kNaN);
+  std::vector<double> out(static_cast<size_t>(numel(kept_shape)), op == "sum" ? 0.0 : kNaN),
+      best(out.size(), kNaN);
   for (int64_t flat = 0; flat < numel(in.shape); ++flat) {
     const std::vector<int64_t> idx = unravel(flat, in.shape);
     int64_t o = 0;
@@ -265,9 +280,12 @@ std::vector<double> ref_reduce(const std::string& op, const std::vector<double>&
       if (!reduced[i]) o = o * in.shape[i] + idx[i];
     const double v = buf[static_cast<size_t>(offset_of(idx, in.strides))];
     double& r = out[static_cast<size_t>(o)];
-    if (op == "sum") r += v;
-    else if (op == "max") r = std::isnan(r) || v > r ? v : r;
-    else if (op == "min") r = std::isnan(r) || v < r ? v : r;
+    if (op == "sum")
+      r += v;
+    else if (op == "max")
+      r = std::isnan(r) || v > r ? v : r;
+    else if (op == "min")
+      r = std::isnan(r) || v < r ? v : r;
     else if (std::isnan(best[static_cast<size_t>(o)]) || v > best[static_cast<size_t>(o)]) {
       best[static_cast<size_t>(o)] = v;
       r = static_cast<double>(idx[static_cast<size_t>(axes[0])]);
@@ -278,10 +296,11 @@ std::vector<double> ref_reduce(const std::string& op, const std::vector<double>&
 
 /// Runs reduce_kernel on `buf` (read from element `offset` on) and checks it against ref_reduce.
 template <class T>
-void check_reduce(const std::string& op, const std::vector<T>& buf, const cuda::Operand& in, const std::vector<int>& axes,
-                  size_t offset = 0) {
-  SCOPED_TRACE(op + " of " + str(in.shape) + " (" + dtype_name(in.dtype) + ") over " + std::to_string(axes.size()) +
-               " axes from axis " + std::to_string(axes[0]) + ", offset " + std::to_string(offset));
+void check_reduce(const std::string& op, const std::vector<T>& buf, const cuda::Operand& in,
+                  const std::vector<int>& axes, size_t offset = 0) {
+  SCOPED_TRACE(op + " of " + str(in.shape) + " (" + dtype_name(in.dtype) + ") over " +
+               std::to_string(axes.size()) + " axes from axis " + std::to_string(axes[0]) + ", offset " +
+               std::to_string(offset));
   std::vector<double> host(buf.size() - offset);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<double>(buf[i + offset]);
   const std::vector<double> want = ref_reduce(op, host, in, axes);
@@ -318,20 +337,20 @@ struct ReduceCase {
 
 std::vector<ReduceCase> reduce_cases(DType t) {
   return {
-      {dense(t, {37, 1000}), {1}},         // inner, warp per output, 16-byte loads
-      {dense(t, {37, 1001}), {1}},         // inner, odd length
-      {dense(t, {4, 50304}), {1}},         // inner, few long outputs: chunked blocks
-      {dense(t, {1000003}), {0}},          // everything: chunked blocks
-      {dense(t, {3000, 64}), {0}},         // outer (bias gradient): column scheme, chunked
-      {dense(t, {6, 513, 7}), {1}},        // middle
-      {dense(t, {5, 6, 7}), {0, 2}},       // two separate axes
-      {dense(t, {2, 3, 4}), {0, 1, 2}},    // all of a small tensor
-      {dense(t, {1}), {0}},                // one element
-      {dense(t, {9, 1, 4}), {1}},          // an extent-1 axis
-      {{t, {48, 64}, {1, 48}}, {1}},       // transposed view
-      {{t, {48, 64}, {1, 48}}, {0}},       // transposed view, the other axis
-      {{t, {5, 300}, {1, 0}}, {1}},        // broadcast along the reduced axis
-      {{t, {300, 5}, {0, 1}}, {1}},        // broadcast along the kept axis
+      {dense(t, {37, 1000}), {1}},       // inner, warp per output, 16-byte loads
+      {dense(t, {37, 1001}), {1}},       // inner, odd length
+      {dense(t, {4, 50304}), {1}},       // inner, few long outputs: chunked blocks
+      {dense(t, {1000003}), {0}},        // everything: chunked blocks
+      {dense(t, {3000, 64}), {0}},       // outer (bias gradient): column scheme, chunked
+      {dense(t, {6, 513, 7}), {1}},      // middle
+      {dense(t, {5, 6, 7}), {0, 2}},     // two separate axes
+      {dense(t, {2, 3, 4}), {0, 1, 2}},  // all of a small tensor
+      {dense(t, {1}), {0}},              // one element
+      {dense(t, {9, 1, 4}), {1}},        // an extent-1 axis
+      {{t, {48, 64}, {1, 48}}, {1}},     // transposed view
+      {{t, {48, 64}, {1, 48}}, {0}},     // transposed view, the other axis
+      {{t, {5, 300}, {1, 0}}, {1}},      // broadcast along the reduced axis
+      {{t, {300, 5}, {0, 1}}, {1}},      // broadcast along the kept axis
   };
 }
 
@@ -345,7 +364,8 @@ TEST(CudaKernels, ReductionsMatchTheReference) {
     }
     for (ReduceCase c : reduce_cases(DType::kI32)) {
       if (std::string(op) == "argmax" && c.axes.size() != 1) continue;
-      const std::vector<int> buf = random_ints(static_cast<size_t>(span(c.in)) + 1, 12, -50, 50);  // ties for argmax
+      const std::vector<int> buf =
+          random_ints(static_cast<size_t>(span(c.in)) + 1, 12, -50, 50);  // ties for argmax
       check_reduce(op, buf, c.in, c.axes);
     }
   }
@@ -365,8 +385,10 @@ TEST(CudaKernels, BiasGradientAndFullSumsAreDeterministic) {
   for (int rep = 0; rep < 3; ++rep) {
     run(cuda::reduce_kernel("bias", "sum", in, {0}, tg::testing::sm90_device()), {din.get(), dout.get()});
     const std::vector<float> got = from_device<float>(dout, 768);
-    if (rep == 0) first = got;
-    else ASSERT_EQ(std::memcmp(got.data(), first.data(), 768 * 4), 0) << "run " << rep << " differs";
+    if (rep == 0)
+      first = got;
+    else
+      ASSERT_EQ(std::memcmp(got.data(), first.data(), 768 * 4), 0) << "run " << rep << " differs";
   }
   // A full sum (a loss): chunk partials merged by the last block, the same bits every run.
   const cuda::Operand all = dense(DType::kF32, {1 << 22});
@@ -377,8 +399,10 @@ TEST(CudaKernels, BiasGradientAndFullSumsAreDeterministic) {
   for (int rep = 0; rep < 3; ++rep) {
     run(cuda::reduce_kernel("total", "sum", all, {0}, tg::testing::sm90_device()), {dbig.get(), dsum.get()});
     const float got = from_device<float>(dsum, 1)[0];
-    if (rep == 0) first_sum = got;
-    else ASSERT_EQ(std::memcmp(&got, &first_sum, 4), 0) << "run " << rep << " differs";
+    if (rep == 0)
+      first_sum = got;
+    else
+      ASSERT_EQ(std::memcmp(&got, &first_sum, 4), 0) << "run " << rep << " differs";
   }
 }
 
@@ -396,7 +420,7 @@ TEST(CudaKernels, ReductionsHandleNaNAsTheReference) {
     for (int64_t c = 0; c < cols; ++c) at(2, c) = nan;
     for (int64_t c = 0; c < cols; c += 2) at(3, c) = nan;
     at(4, 1) = 7.f;
-    at(4, cols - 1) = 7.f;  // a tie: the first index wins
+    at(4, cols - 1) = 7.f;                                  // a tie: the first index wins
     for (int64_t c = 0; c + 1 < cols; ++c) at(5, c) = nan;  // one number, last
     std::vector<float> xt(x.size());  // the transpose, reduced over its outer axis: column scheme
     for (int64_t r = 0; r < rows; ++r)
@@ -431,7 +455,8 @@ TEST(CudaKernels, GatherMatchesTheReference) {
     const std::vector<float> x = random_floats(50 * 64, 41);
     const std::vector<int> idx = random_ints(200, 42, 0, 49);
     const std::vector<double> want = ref_gather(x, xo, idx, io, 0);
-    const cuda::DeviceMemory dx = to_device(x), di = to_device(idx), dout(want.size() * 4), derr = to_device(std::vector<int>{0});
+    const cuda::DeviceMemory dx = to_device(x), di = to_device(idx), dout(want.size() * 4),
+                             derr = to_device(std::vector<int>{0});
     run(cuda::gather_kernel("gather", xo, io, 0), {dx.get(), di.get(), dout.get(), derr.get()});
     const std::vector<float> got = from_device<float>(dout, want.size());
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(want[i])) << i;
@@ -469,27 +494,32 @@ TEST(CudaKernels, UpdateSliceWritesPerRowOffsetsAndFlagsBadOnes) {
   for (const std::vector<int>& pos : {std::vector<int>{5, 0}, std::vector<int>{2, 6}}) {
     const bool bad = pos[1] == 6;
     const cuda::DeviceMemory dp = to_device(pos), derr = to_device(std::vector<int>{0});
-    run(cuda::update_slice_kernel("update_slice", dst_o, src_o, pos_o, 2), {dd.get(), ds.get(), dp.get(), dout.get(), derr.get()});
+    run(cuda::update_slice_kernel("update_slice", dst_o, src_o, pos_o, 2),
+        {dd.get(), ds.get(), dp.get(), dout.get(), derr.get()});
     EXPECT_EQ(from_device<int>(derr, 1)[0] != 0, bad) << "offsets " << pos[0] << ", " << pos[1];
     if (bad) continue;
     std::vector<float> want = dst;
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t h = 0; h < 3; ++h)
         for (int64_t d = 0; d < 4; ++d)
-          want[static_cast<size_t>(((b * 3 + h) * 6 + pos[static_cast<size_t>(b)]) * 4 + d)] = src[static_cast<size_t>((b * 3 + h) * 4 + d)];
+          want[static_cast<size_t>(((b * 3 + h) * 6 + pos[static_cast<size_t>(b)]) * 4 + d)] =
+              src[static_cast<size_t>((b * 3 + h) * 4 + d)];
     const std::vector<float> got = from_device<float>(dout, want.size());
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
   }
 }
 
 template <class T>
-void check_scatter(const cuda::Operand& so, const cuda::Operand& io, const Shape& out_shape, int axis, uint32_t seed,
-                   bool bad_index) {
+void check_scatter(const cuda::Operand& so, const cuda::Operand& io, const Shape& out_shape, int axis,
+                   uint32_t seed, bool bad_index) {
   SCOPED_TRACE("scatter_add of " + str(so.shape) + " into " + str(out_shape));
   std::vector<T> src(static_cast<size_t>(span(so)));
-  if constexpr (std::is_same_v<T, float>) src = random_floats(src.size(), seed);
-  else src = random_ints(src.size(), seed, -100, 100);
-  std::vector<int> idx = random_ints(static_cast<size_t>(span(io)), seed + 1, 0, static_cast<int>(out_shape[static_cast<size_t>(axis)]) - 1);
+  if constexpr (std::is_same_v<T, float>)
+    src = random_floats(src.size(), seed);
+  else
+    src = random_ints(src.size(), seed, -100, 100);
+  std::vector<int> idx = random_ints(static_cast<size_t>(span(io)), seed + 1, 0,
+                                     static_cast<int>(out_shape[static_cast<size_t>(axis)]) - 1);
   if (bad_index) idx[idx.size() / 2] = static_cast<int>(out_shape[static_cast<size_t>(axis)]);
   std::vector<double> want(static_cast<size_t>(numel(out_shape)), 0.0), mag(want.size(), 0.0);
   const std::vector<int64_t> ost = dense_strides(out_shape);
@@ -504,23 +534,28 @@ void check_scatter(const cuda::Operand& so, const cuda::Operand& io, const Shape
   }
   const cuda::DeviceMemory ds = to_device(src), di = to_device(idx), derr = to_device(std::vector<int>{0});
   const cuda::DeviceMemory dout = to_device(std::vector<T>(want.size(), T(0)));
-  run(cuda::scatter_add_kernel("scatter", so, io, out_shape, axis), {ds.get(), di.get(), dout.get(), derr.get()});
+  run(cuda::scatter_add_kernel("scatter", so, io, out_shape, axis),
+      {ds.get(), di.get(), dout.get(), derr.get()});
   EXPECT_EQ(from_device<int>(derr, 1)[0] != 0, bad_index);
   if (bad_index) return;
   const std::vector<T> got = from_device<T>(dout, want.size());
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(static_cast<double>(got[i]), want[i], 1e-6 * mag[i]) << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(static_cast<double>(got[i]), want[i], 1e-6 * mag[i]) << i;
 }
 
 TEST(CudaKernels, ScatterAddMatchesTheReference) {
   REQUIRE_GPU();
   // Embedding backward (atomic scheme): [300, 32] rows into a [50, 32] table by broadcast ids.
-  check_scatter<float>(dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 51, false);
+  check_scatter<float>(dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 51,
+                       false);
   check_scatter<int>(dense(DType::kI32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 52, false);
   // Along the last axis (column scheme), src a transposed view.
-  check_scatter<float>({DType::kF32, {4000, 5}, {1, 4000}}, dense(DType::kI32, {4000, 5}), {4000, 9}, 1, 53, false);
+  check_scatter<float>({DType::kF32, {4000, 5}, {1, 4000}}, dense(DType::kI32, {4000, 5}), {4000, 9}, 1, 53,
+                       false);
   check_scatter<int>(dense(DType::kI32, {3, 4, 5}), dense(DType::kI32, {3, 4, 5}), {3, 2, 5}, 1, 54, false);
   // Bad indices set err in both schemes.
-  check_scatter<float>(dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 55, true);
+  check_scatter<float>(dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 55,
+                       true);
   check_scatter<float>(dense(DType::kF32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1, 56, true);
 }
 
@@ -542,21 +577,25 @@ TEST(CudaKernels, RandomIsBitIdenticalToPhilox) {
 
 TEST(CudaKernels, DropoutMatchesTheReference) {
   REQUIRE_GPU();
-  for (const auto& [x_op, p] : std::vector<std::pair<cuda::Operand, double>>{
-           {dense(DType::kF32, {1003}), 0.3}, {dense(DType::kF32, {64, 128}), 0.1},
-           {{DType::kF32, {20, 30}, {1, 20}}, 0.5}, {dense(DType::kF32, {17}), 0.0}}) {
+  for (const auto& [x_op, p] :
+       std::vector<std::pair<cuda::Operand, double>>{{dense(DType::kF32, {1003}), 0.3},
+                                                     {dense(DType::kF32, {64, 128}), 0.1},
+                                                     {{DType::kF32, {20, 30}, {1, 20}}, 0.5},
+                                                     {dense(DType::kF32, {17}), 0.0}}) {
     const uint64_t seed = 99;
     const int key = 17;
     const int64_t n = numel(x_op.shape);
     const std::vector<float> x = random_floats(static_cast<size_t>(span(x_op)), 61);
-    const cuda::DeviceMemory dx = to_device(x), dkey = to_device(std::vector<int>{key}), dout(static_cast<size_t>(n) * 4);
+    const cuda::DeviceMemory dx = to_device(x), dkey = to_device(std::vector<int>{key}),
+                             dout(static_cast<size_t>(n) * 4);
     run(cuda::dropout_kernel("drop", x_op, p, seed), {dx.get(), dkey.get(), dout.get()});
     const std::vector<float> got = from_device<float>(dout, static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       const double u = backend::philox_uniform(seed, key, static_cast<uint64_t>(i));
       const double v = x[static_cast<size_t>(offset_of(unravel(i, x_op.shape), x_op.strides))];
       const double want = u >= p ? v / (1.0 - p) : 0.0;
-      ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-6 * std::fabs(want)) << "element " << i << ", p " << p;
+      ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-6 * std::fabs(want))
+          << "element " << i << ", p " << p;
       ASSERT_EQ(got[static_cast<size_t>(i)] == 0.0f, want == 0.0) << "element " << i;
     }
   }
@@ -565,15 +604,16 @@ TEST(CudaKernels, DropoutMatchesTheReference) {
 // ---- softmax ------------------------------------------------------------------------------
 
 /// ref_nn.cc's softmax over the middle axis of [outer, axis, inner]; causal as kernels.h says.
-std::vector<double> ref_softmax(const std::vector<float>& x, int64_t outer, int64_t axis, int64_t inner, bool log,
-                                bool causal, int64_t t) {
+std::vector<double> ref_softmax(const std::vector<float>& x, int64_t outer, int64_t axis, int64_t inner,
+                                bool log, bool causal, int64_t t) {
   std::vector<double> out(x.size());
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       const int64_t base = o * axis * inner + i;
       const int64_t visible = causal ? std::clamp<int64_t>(o % t + (axis - t) + 1, 0, axis) : axis;
       double mx = -INFINITY, total = 0;
-      for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, static_cast<double>(x[static_cast<size_t>(base + j * inner)]));
+      for (int64_t j = 0; j < visible; ++j)
+        mx = std::max(mx, static_cast<double>(x[static_cast<size_t>(base + j * inner)]));
       for (int64_t j = 0; j < visible; ++j) total += std::exp(x[static_cast<size_t>(base + j * inner)] - mx);
       for (int64_t j = 0; j < axis; ++j) {
         const double v = x[static_cast<size_t>(base + j * inner)] - mx;
@@ -606,13 +646,15 @@ TEST(CudaKernels, SoftmaxMatchesTheReference) {
   };
   for (const Case& c : cases) {
     for (bool log : {false, true}) {
-      SCOPED_TRACE("softmax [" + std::to_string(c.outer) + ", " + std::to_string(c.axis) + ", " + std::to_string(c.inner) +
-                   "] log " + std::to_string(log) + " causal " + std::to_string(c.causal));
+      SCOPED_TRACE("softmax [" + std::to_string(c.outer) + ", " + std::to_string(c.axis) + ", " +
+                   std::to_string(c.inner) + "] log " + std::to_string(log) + " causal " +
+                   std::to_string(c.causal));
       const size_t n = static_cast<size_t>(c.outer * c.axis * c.inner);
       const std::vector<float> x = random_floats(n, 71, -6.f, 6.f);
       const std::vector<double> want = ref_softmax(x, c.outer, c.axis, c.inner, log, c.causal, c.t);
       const cuda::DeviceMemory dx = to_device(x), dout(n * 4);
-      run(cuda::softmax_kernel("softmax", c.outer, c.axis, c.inner, log, c.causal, c.t), {dx.get(), dout.get()});
+      run(cuda::softmax_kernel("softmax", c.outer, c.axis, c.inner, log, c.causal, c.t),
+          {dx.get(), dout.get()});
       const std::vector<float> got = from_device<float>(dout, n);
       for (size_t i = 0; i < n; ++i) {
         if (std::isinf(want[i])) {
@@ -648,25 +690,33 @@ TEST(CudaKernels, CrossEntropyAndItsGradientMatchTheReference) {
       const double lse = mx + std::log(total);
       loss[static_cast<size_t>(r)] = lse - row[t[static_cast<size_t>(r)]];
       for (int64_t c = 0; c < cols; ++c)
-        grad[static_cast<size_t>(r * cols + c)] = (std::exp(row[c] - lse) - (c == t[static_cast<size_t>(r)])) * dloss[static_cast<size_t>(r)];
+        grad[static_cast<size_t>(r * cols + c)] =
+            (std::exp(row[c] - lse) - (c == t[static_cast<size_t>(r)])) * dloss[static_cast<size_t>(r)];
     }
-    const cuda::DeviceMemory dx = to_device(x), dt = to_device(t), ddl = to_device(dloss), derr = to_device(std::vector<int>{0});
+    const cuda::DeviceMemory dx = to_device(x), dt = to_device(t), ddl = to_device(dloss),
+                             derr = to_device(std::vector<int>{0});
     const cuda::DeviceMemory dloss_out(static_cast<size_t>(rows) * 4), dgrad(x.size() * 4);
-    run(cuda::cross_entropy_kernel("ce", rows, cols, ignore), {dx.get(), dt.get(), dloss_out.get(), derr.get()});
-    run(cuda::cross_entropy_grad_kernel("ce_grad", rows, cols, ignore), {dx.get(), dt.get(), ddl.get(), dgrad.get(), derr.get()});
+    run(cuda::cross_entropy_kernel("ce", rows, cols, ignore),
+        {dx.get(), dt.get(), dloss_out.get(), derr.get()});
+    run(cuda::cross_entropy_grad_kernel("ce_grad", rows, cols, ignore),
+        {dx.get(), dt.get(), ddl.get(), dgrad.get(), derr.get()});
     EXPECT_EQ(from_device<int>(derr, 1)[0], 0);
     const std::vector<float> got_loss = from_device<float>(dloss_out, static_cast<size_t>(rows));
-    for (size_t r = 0; r < loss.size(); ++r) ASSERT_NEAR(got_loss[r], loss[r], 2e-5 * std::max(1.0, std::fabs(loss[r]))) << "row " << r;
+    for (size_t r = 0; r < loss.size(); ++r)
+      ASSERT_NEAR(got_loss[r], loss[r], 2e-5 * std::max(1.0, std::fabs(loss[r]))) << "row " << r;
     const std::vector<float> got_grad = from_device<float>(dgrad, x.size());
-    for (size_t i = 0; i < grad.size(); ++i) ASSERT_NEAR(got_grad[i], grad[i], 1e-6 * std::max(1.0, std::fabs(grad[i]))) << i;
+    for (size_t i = 0; i < grad.size(); ++i)
+      ASSERT_NEAR(got_grad[i], grad[i], 1e-6 * std::max(1.0, std::fabs(grad[i]))) << i;
 
     // A target out of range: err is set.
     t[4] = static_cast<int>(cols);
     const cuda::DeviceMemory dbad = to_device(t);
-    run(cuda::cross_entropy_kernel("ce", rows, cols, ignore), {dx.get(), dbad.get(), dloss_out.get(), derr.get()});
+    run(cuda::cross_entropy_kernel("ce", rows, cols, ignore),
+        {dx.get(), dbad.get(), dloss_out.get(), derr.get()});
     EXPECT_NE(from_device<int>(derr, 1)[0], 0);
     const cuda::DeviceMemory derr2 = to_device(std::vector<int>{0});
-    run(cuda::cross_entropy_grad_kernel("ce_grad", rows, cols, ignore), {dx.get(), dbad.get(), ddl.get(), dgrad.get(), derr2.get()});
+    run(cuda::cross_entropy_grad_kernel("ce_grad", rows, cols, ignore),
+        {dx.get(), dbad.get(), ddl.get(), dgrad.get(), derr2.get()});
     EXPECT_NE(from_device<int>(derr2, 1)[0], 0);
   }
 }
@@ -674,8 +724,8 @@ TEST(CudaKernels, CrossEntropyAndItsGradientMatchTheReference) {
 // ---- norms --------------------------------------------------------------------------------
 
 /// ref_nn.cc's norm(): forward or, with dy, the gradient, per row in double.
-std::vector<double> ref_norm(const std::vector<float>& x, const std::vector<float>* dy, int64_t rows, int64_t d, double eps,
-                             bool layer) {
+std::vector<double> ref_norm(const std::vector<float>& x, const std::vector<float>* dy, int64_t rows,
+                             int64_t d, double eps, bool layer) {
   std::vector<double> out(x.size());
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = &x[static_cast<size_t>(r * d)];
@@ -709,7 +759,8 @@ TEST(CudaKernels, NormsAndTheirGradientsMatchTheReference) {
     const cuda::DeviceMemory dx = to_device(x), ddy = to_device(dy), dout(n * 4);
     for (bool layer : {true, false}) {
       for (bool grad : {false, true}) {
-        SCOPED_TRACE(std::string(layer ? "layer" : "rms") + "_norm" + (grad ? "_grad" : "") + " cols " + std::to_string(cols));
+        SCOPED_TRACE(std::string(layer ? "layer" : "rms") + "_norm" + (grad ? "_grad" : "") + " cols " +
+                     std::to_string(cols));
         const double eps = layer ? 1e-5 : 1e-6;
         const std::vector<double> want = ref_norm(x, grad ? &dy : nullptr, rows, cols, eps, layer);
         // (Not "norm": that is a CUDA math function, and an extern "C" kernel may not reuse it.)
@@ -717,12 +768,15 @@ TEST(CudaKernels, NormsAndTheirGradientsMatchTheReference) {
                                              : cuda::layer_norm_kernel("tg_norm", rows, cols, eps))
                                      : (grad ? cuda::rms_norm_grad_kernel("tg_norm", rows, cols, eps)
                                              : cuda::rms_norm_kernel("tg_norm", rows, cols, eps));
-        if (grad) run(l, {dx.get(), ddy.get(), dout.get()});
-        else run(l, {dx.get(), dout.get()});
+        if (grad)
+          run(l, {dx.get(), ddy.get(), dout.get()});
+        else
+          run(l, {dx.get(), dout.get()});
         const std::vector<float> got = from_device<float>(dout, n);
         // A layer norm of one column is 0/sqrt(eps): exact. Otherwise f32 statistics.
         const double tol = grad ? 2e-4 : 2e-5;
-        for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i]))) << "element " << i;
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i]))) << "element " << i;
       }
     }
   }
@@ -734,7 +788,8 @@ TEST(CudaKernels, NormsAndTheirGradientsMatchTheReference) {
 double time_us(const cuda::Launch& l, std::vector<cuda::CUdeviceptr> ptrs, int reps = 20) {
   const cuda::Driver& d = cuda::driver();
   const cuda::DeviceInfo info = cuda::open_device(0);
-  const cuda::Kernel k(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
+  const cuda::Kernel k(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name,
+                       l.shared_bytes);
   std::vector<void*> args;
   for (cuda::CUdeviceptr& p : ptrs) args.push_back(&p);
   k.launch(l.grid, l.block, l.shared_bytes, nullptr, args.data());
@@ -755,34 +810,87 @@ double time_us(const cuda::Launch& l, std::vector<cuda::CUdeviceptr> ptrs, int r
 TEST(CudaKernels, DISABLED_Throughput) {
   REQUIRE_GPU();
   const int64_t big = int64_t{16384} * 50304;
-  const cuda::DeviceMemory a(static_cast<size_t>(big) * 4), b(static_cast<size_t>(big) * 4), c(static_cast<size_t>(big) * 4);
-  const cuda::DeviceMemory tgt = to_device(random_ints(16384, 1, 0, 50303)), key = to_device(std::vector<int>{1});
+  const cuda::DeviceMemory a(static_cast<size_t>(big) * 4), b(static_cast<size_t>(big) * 4),
+      c(static_cast<size_t>(big) * 4);
+  const cuda::DeviceMemory tgt = to_device(random_ints(16384, 1, 0, 50303)),
+                           key = to_device(std::vector<int>{1});
   const cuda::DeviceMemory err = to_device(std::vector<int>{0});
-  cuda::check(cuda::driver().cuMemsetD32Async(a.get(), 0x3f800000u, static_cast<size_t>(big), nullptr), "memset");
-  cuda::check(cuda::driver().cuMemsetD32Async(b.get(), 0x3f000000u, static_cast<size_t>(big), nullptr), "memset");
+  cuda::check(cuda::driver().cuMemsetD32Async(a.get(), 0x3f800000u, static_cast<size_t>(big), nullptr),
+              "memset");
+  cuda::check(cuda::driver().cuMemsetD32Async(b.get(), 0x3f000000u, static_cast<size_t>(big), nullptr),
+              "memset");
   auto report = [](const char* what, double us, double bytes) {
     std::printf("%-44s %9.1f us  %7.0f GB/s\n", what, us, bytes / us * 1e-3);
   };
   const auto f = [](int64_t n) { return 4.0 * static_cast<double>(n); };
-  report("sum [16384, 768] over 0 (bias grad)", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 768}), {0}, tg::testing::sm90_device()), {a.get(), c.get()}), f(16384 * 768));
-  report("sum [16384, 50304] over 1", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {1}, tg::testing::sm90_device()), {a.get(), c.get()}), f(big));
-  report("sum [16384, 50304] over 0", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {0}, tg::testing::sm90_device()), {a.get(), c.get()}), f(big));
-  report("sum of 64M (all)", time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {1 << 26}), {0}, tg::testing::sm90_device()), {a.get(), c.get()}), f(1 << 26));
-  report("argmax [16384, 50304] over 1", time_us(cuda::reduce_kernel("k", "argmax", dense(DType::kF32, {16384, 50304}), {1}, tg::testing::sm90_device()), {a.get(), c.get()}), f(big));
-  report("softmax [98304, 1024] causal", time_us(cuda::softmax_kernel("k", 98304, 1024, 1, false, true, 1024), {a.get(), c.get()}), 2 * f(98304 * 1024));
-  report("log_softmax [16384, 50304]", time_us(cuda::softmax_kernel("k", 16384, 50304, 1, true, false, 1), {a.get(), c.get()}), 2 * f(big));
-  report("cross_entropy [16384, 50304]", time_us(cuda::cross_entropy_kernel("k", 16384, 50304, -100), {a.get(), tgt.get(), c.get(), err.get()}), f(big));
-  report("cross_entropy_grad [16384, 50304]", time_us(cuda::cross_entropy_grad_kernel("k", 16384, 50304, -100), {a.get(), tgt.get(), b.get(), c.get(), err.get()}), 3 * f(big));
-  report("cross_entropy [16384, 50257]", time_us(cuda::cross_entropy_kernel("k", 16384, 50257, -100), {a.get(), tgt.get(), c.get(), err.get()}), f(16384 * 50257));
-  report("layer_norm [16384, 768]", time_us(cuda::layer_norm_kernel("k", 16384, 768, 1e-5), {a.get(), c.get()}), 2 * f(16384 * 768));
-  report("layer_norm_grad [16384, 768]", time_us(cuda::layer_norm_grad_kernel("k", 16384, 768, 1e-5), {a.get(), b.get(), c.get()}), 3 * f(16384 * 768));
-  report("rms_norm [16384, 3072]", time_us(cuda::rms_norm_kernel("k", 16384, 3072, 1e-5), {a.get(), c.get()}), 2 * f(16384 * 3072));
-  report("rms_norm_grad [16384, 3072]", time_us(cuda::rms_norm_grad_kernel("k", 16384, 3072, 1e-5), {a.get(), b.get(), c.get()}), 3 * f(16384 * 3072));
-  report("dropout 64M", time_us(cuda::dropout_kernel("k", dense(DType::kF32, {1 << 26}), 0.1, 5), {a.get(), key.get(), c.get()}), 2 * f(1 << 26));
+  report("sum [16384, 768] over 0 (bias grad)",
+         time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 768}), {0},
+                                     tg::testing::sm90_device()),
+                 {a.get(), c.get()}),
+         f(16384 * 768));
+  report("sum [16384, 50304] over 1",
+         time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {1},
+                                     tg::testing::sm90_device()),
+                 {a.get(), c.get()}),
+         f(big));
+  report("sum [16384, 50304] over 0",
+         time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {0},
+                                     tg::testing::sm90_device()),
+                 {a.get(), c.get()}),
+         f(big));
+  report(
+      "sum of 64M (all)",
+      time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {1 << 26}), {0}, tg::testing::sm90_device()),
+              {a.get(), c.get()}),
+      f(1 << 26));
+  report("argmax [16384, 50304] over 1",
+         time_us(cuda::reduce_kernel("k", "argmax", dense(DType::kF32, {16384, 50304}), {1},
+                                     tg::testing::sm90_device()),
+                 {a.get(), c.get()}),
+         f(big));
+  report("softmax [98304, 1024] causal",
+         time_us(cuda::softmax_kernel("k", 98304, 1024, 1, false, true, 1024), {a.get(), c.get()}),
+         2 * f(98304 * 1024));
+  report("log_softmax [16384, 50304]",
+         time_us(cuda::softmax_kernel("k", 16384, 50304, 1, true, false, 1), {a.get(), c.get()}), 2 * f(big));
+  report(
+      "cross_entropy [16384, 50304]",
+      time_us(cuda::cross_entropy_kernel("k", 16384, 50304, -100), {a.get(), tgt.get(), c.get(), err.get()}),
+      f(big));
+  report("cross_entropy_grad [16384, 50304]",
+         time_us(cuda::cross_entropy_grad_kernel("k", 16384, 50304, -100),
+                 {a.get(), tgt.get(), b.get(), c.get(), err.get()}),
+         3 * f(big));
+  report(
+      "cross_entropy [16384, 50257]",
+      time_us(cuda::cross_entropy_kernel("k", 16384, 50257, -100), {a.get(), tgt.get(), c.get(), err.get()}),
+      f(16384 * 50257));
+  report("layer_norm [16384, 768]",
+         time_us(cuda::layer_norm_kernel("k", 16384, 768, 1e-5), {a.get(), c.get()}), 2 * f(16384 * 768));
+  report("layer_norm_grad [16384, 768]",
+         time_us(cuda::layer_norm_grad_kernel("k", 16384, 768, 1e-5), {a.get(), b.get(), c.get()}),
+         3 * f(16384 * 768));
+  report("rms_norm [16384, 3072]", time_us(cuda::rms_norm_kernel("k", 16384, 3072, 1e-5), {a.get(), c.get()}),
+         2 * f(16384 * 3072));
+  report("rms_norm_grad [16384, 3072]",
+         time_us(cuda::rms_norm_grad_kernel("k", 16384, 3072, 1e-5), {a.get(), b.get(), c.get()}),
+         3 * f(16384 * 3072));
+  report("dropout 64M",
+         time_us(cuda::dropout_kernel("k", dense(DType::kF32, {1 << 26}), 0.1, 5),
+                 {a.get(), key.get(), c.get()}),
+         2 * f(1 << 26));
   report("random 64M", time_us(cuda::random_kernel("k", 1 << 26, 5), {key.get(), c.get()}), f(1 << 26));
   const cuda::DeviceMemory ids = to_device(random_ints(16384, 2, 0, 50303));
-  report("gather [16384, 768] from [50304, 768]", time_us(cuda::gather_kernel("k", dense(DType::kF32, {50304, 768}), {DType::kI32, {16384, 768}, {1, 0}}, 0), {a.get(), ids.get(), c.get(), err.get()}), 2 * f(16384 * 768));
-  report("scatter_add [16384, 768] into [50304, 768]", time_us(cuda::scatter_add_kernel("k", dense(DType::kF32, {16384, 768}), {DType::kI32, {16384, 768}, {1, 0}}, {50304, 768}, 0), {a.get(), ids.get(), c.get(), err.get()}), 2 * f(16384 * 768));
+  report("gather [16384, 768] from [50304, 768]",
+         time_us(cuda::gather_kernel("k", dense(DType::kF32, {50304, 768}),
+                                     {DType::kI32, {16384, 768}, {1, 0}}, 0),
+                 {a.get(), ids.get(), c.get(), err.get()}),
+         2 * f(16384 * 768));
+  report("scatter_add [16384, 768] into [50304, 768]",
+         time_us(cuda::scatter_add_kernel("k", dense(DType::kF32, {16384, 768}),
+                                          {DType::kI32, {16384, 768}, {1, 0}}, {50304, 768}, 0),
+                 {a.get(), ids.get(), c.get(), err.get()}),
+         2 * f(16384 * 768));
 }
 
 }  // namespace

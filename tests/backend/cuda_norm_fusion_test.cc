@@ -33,8 +33,11 @@ TEST(CudaNormFusionNvrtc, SourcesCompile) {
       for (int parts = 0; parts < 4; ++parts) {
         const bool dw = parts & 1, db = parts & 2;
         const std::string name = "nb" + std::to_string(n++);
-        all.push_back({name, cuda::norm_backward_kernel(name, 4096, cols, 1e-5, layer, parts != 1, dw, db, 264).source});
-        if (dw || db) all.push_back({name + "p", cuda::norm_partials_kernel(name + "p", cols, 264, dw, db).source});
+        all.push_back(
+            {name,
+             cuda::norm_backward_kernel(name, 4096, cols, 1e-5, layer, parts != 1, dw, db, 264).source});
+        if (dw || db)
+          all.push_back({name + "p", cuda::norm_partials_kernel(name + "p", cols, 264, dw, db).source});
         const cuda::NormAffine affine{parts != 0, db};
         const cuda::Launch f = layer ? cuda::layer_norm_kernel(name + "f", 4096, cols * 40, 1e-5, affine)
                                      : cuda::rms_norm_kernel(name + "f", 4096, cols * 40, 1e-5, affine);
@@ -55,8 +58,11 @@ constexpr int64_t kOut = 8;  // the projection after the norm: [C, 8]
 
 struct NormModel : Module {
   NormModel(const NormCase& c)
-      : c(c), x(*this, "x", {2, c.rows_half, c.cols}, init::normal(1.5, 0.3)), w(*this, "w", {c.cols}, init::normal(1.0, 1.0)),
-        b(*this, "b", {c.cols}, init::normal(0.5)), proj(*this, "proj", {c.cols, kOut}, init::normal(0.3)) {}
+      : c(c),
+        x(*this, "x", {2, c.rows_half, c.cols}, init::normal(1.5, 0.3)),
+        w(*this, "w", {c.cols}, init::normal(1.0, 1.0)),
+        b(*this, "b", {c.cols}, init::normal(0.5)),
+        proj(*this, "proj", {c.cols, kOut}, init::normal(0.3)) {}
   // As in a transformer block: the norm's output goes into a product, so its affine part is a
   // group of its own (fused into the norm), and dz comes from that product's backward.
   Tensor loss(const Tensor& t) const {
@@ -73,13 +79,15 @@ struct NormModel : Module {
 
 std::map<std::string, std::vector<float>> grads(const NormCase& c, Device device, std::string* describe) {
   NormModel model(c);
-  Program p = compile_train(model, [&model](Tensor t) { return model.loss(t); },
-                            {.inputs = {{"t", {2, c.rows_half, kOut}}}, .optimizer = SGD{.lr = 1.0}, .device = device});
+  Program p = compile_train(
+      model, [&model](Tensor t) { return model.loss(t); },
+      {.inputs = {{"t", {2, c.rows_half, kOut}}}, .optimizer = SGD{.lr = 1.0}, .device = device});
   if (describe) *describe = p.describe();
   p.init_params(7);
   const auto before = p.download_params();
   std::vector<float> t(static_cast<size_t>(2 * c.rows_half * kOut));
-  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 0.8);
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 0.8);
   std::map<std::string, std::vector<float>> out;
   out["loss"] = {p.step({{"t", t}})};
   for (const auto& [name, after] : p.download_params()) {

@@ -26,7 +26,9 @@ TEST(CudaSchedule, GptTrainingStepFusesNormsProductsAndAttentionGradients) {
   nn::Gpt gpt({.vocab = 50, .seq_len = 16, .layers = 2, .d_model = 64, .heads = 4});
   auto train = compile_train(gpt, [&](Tensor ids, Tensor targets) { return gpt.loss(ids, targets); },
                              {.inputs = {{"ids", {4, 16}, DType::kI32}, {"targets", {4, 16}, DType::kI32}},
-                              .optimizer = AdamW{.lr = 1e-3}, .clip_grad_norm = 1.0, .device = Device::ref()});
+                              .optimizer = AdamW{.lr = 1e-3},
+                              .clip_grad_norm = 1.0,
+                              .device = Device::ref()});
   const ir::Graph& g = gpt_training_graph(train);
   for (bool tf32 : {false, true}) {
     backend::PrepareOptions options;
@@ -36,7 +38,10 @@ TEST(CudaSchedule, GptTrainingStepFusesNormsProductsAndAttentionGradients) {
     // Every layer norm (two per block and the final one) writes its affine value itself.
     EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.mul >= 0; }), 2 * 2 + 1);
     // Their gradients take dy = dz·w and the Σ dz, Σ dz·x̂ reductions along.
-    EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.dw >= 0 && st.fused.db >= 0 && st.fused.dy_mul >= 0; }), 2 * 2 + 1);
+    EXPECT_EQ(
+        count_steps(
+            s, [](const Step& st) { return st.fused.dw >= 0 && st.fused.db >= 0 && st.fused.dy_mul >= 0; }),
+        2 * 2 + 1);
     // x·W + b products carry the bias; some carry a residual connection.
     EXPECT_GE(count_steps(s, [](const Step& st) { return st.fused.bias_add >= 0; }), 2 * 2);
     EXPECT_GE(count_steps(s, [](const Step& st) { return st.fused.residual_add >= 0; }), 1);
@@ -53,8 +58,8 @@ TEST(CudaSchedule, GptTrainingStepFusesNormsProductsAndAttentionGradients) {
       if (st.kind != Step::Kind::kNode || g.node(st.node).op != ir::Op::kMatmul) continue;
       passes::ProductCandidates c;
       c.bias_add = st.fused.bias_add, c.gelu = st.fused.gelu, c.residual_add = st.fused.residual_add;
-      const backend::cuda::ProductPlan p =
-          backend::cuda::plan_product(g, st.node, {st.in[0], st.in[1]}, s.buffers, c, tg::testing::sm90_device(), options);
+      const backend::cuda::ProductPlan p = backend::cuda::plan_product(
+          g, st.node, {st.in[0], st.in[1]}, s.buffers, c, tg::testing::sm90_device(), options);
       EXPECT_EQ(p.choice.scratch.size(), st.scratch.size()) << "product %" << st.node;
       EXPECT_EQ(p.choice.bias, st.fused.bias_add >= 0);
       EXPECT_EQ(p.choice.residual, st.fused.residual_add >= 0);
@@ -66,15 +71,18 @@ TEST(CudaSchedule, GptTrainingStepFusesNormsProductsAndAttentionGradients) {
         for (const passes::Place& p : *places) {
           const passes::Buffer& b = s.buffers[static_cast<size_t>(p.buffer)];
           if (b.home != passes::Buffer::Home::kArena) continue;
-          EXPECT_TRUE(b.first <= st.launch && st.launch <= b.last) << "launch " << st.launch << ", buffer live [" << b.first << ", " << b.last << "]";
+          EXPECT_TRUE(b.first <= st.launch && st.launch <= b.last)
+              << "launch " << st.launch << ", buffer live [" << b.first << ", " << b.last << "]";
         }
     for (int32_t t = 0; t <= s.launches; ++t) {
       std::vector<const passes::Buffer*> live;
       for (const passes::Buffer& b : s.buffers)
-        if (b.home == passes::Buffer::Home::kArena && b.bytes > 0 && b.first <= t && t <= b.last) live.push_back(&b);
+        if (b.home == passes::Buffer::Home::kArena && b.bytes > 0 && b.first <= t && t <= b.last)
+          live.push_back(&b);
       for (size_t i = 0; i < live.size(); ++i)
         for (size_t j = i + 1; j < live.size(); ++j)
-          ASSERT_FALSE(live[i]->offset < live[j]->offset + live[j]->bytes && live[j]->offset < live[i]->offset + live[i]->bytes)
+          ASSERT_FALSE(live[i]->offset < live[j]->offset + live[j]->bytes &&
+                       live[j]->offset < live[i]->offset + live[i]->bytes)
               << "two buffers overlap at launch " << t;
     }
   }

@@ -22,8 +22,13 @@ namespace {
 using namespace tg;
 
 struct Scan : Module {
-  Scan() : u(*this, "u", {2, 64, 40}), delta(*this, "delta", {2, 64, 40}), A(*this, "A", {64, 16}), B(*this, "B", {2, 16, 40}),
-           C(*this, "C", {2, 16, 40}), D(*this, "D", {64}) {}
+  Scan()
+      : u(*this, "u", {2, 64, 40}),
+        delta(*this, "delta", {2, 64, 40}),
+        A(*this, "A", {64, 16}),
+        B(*this, "B", {2, 16, 40}),
+        C(*this, "C", {2, 16, 40}),
+        D(*this, "D", {64}) {}
   Param u, delta, A, B, C, D;
 };
 
@@ -36,8 +41,10 @@ struct StepsRun {
 // Three steps of the program; the parameters move between them (plain SGD), so each step reads
 // new values through the double-buffered graphs.
 StepsRun run(const Device& device, bool side, bool loss_read_again) {
-  if (side) unsetenv("TG_CUDA_NO_SIDE");
-  else setenv("TG_CUDA_NO_SIDE", "1", 1);
+  if (side)
+    unsetenv("TG_CUDA_NO_SIDE");
+  else
+    setenv("TG_CUDA_NO_SIDE", "1", 1);
   Scan m;
   Program train = compile_train(
       m,
@@ -62,7 +69,8 @@ std::string step_line(const std::string& steps, const std::string& op) {
   const size_t at = steps.find(op);
   if (at == std::string::npos) return "";
   const size_t begin = steps.rfind('\n', at), end = steps.find('\n', at);
-  return steps.substr(begin == std::string::npos ? 0 : begin + 1, end == std::string::npos ? std::string::npos : end - begin - 1);
+  return steps.substr(begin == std::string::npos ? 0 : begin + 1,
+                      end == std::string::npos ? std::string::npos : end - begin - 1);
 }
 
 TEST(CudaSideSteps, TheLossSumRunsBesideTheBackwardWithTheSameNumbers) {
@@ -93,7 +101,8 @@ TEST(CudaSideSteps, ASumReadLaterStaysOnTheMainStream) {
   const std::string line = step_line(r.steps, "sum%");
   ASSERT_FALSE(line.empty()) << r.steps;
   EXPECT_EQ(line.find("(side stream)"), std::string::npos) << line;
-  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(r.losses[i], ref.losses[i], 2e-5 * std::abs(ref.losses[i]) + 1e-4) << "step " << i;
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(r.losses[i], ref.losses[i], 2e-5 * std::abs(ref.losses[i]) + 1e-4) << "step " << i;
 }
 
 }  // namespace

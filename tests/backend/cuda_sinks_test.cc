@@ -31,11 +31,13 @@ namespace cuda = tg::backend::cuda;
 
 using tg::testing::have_nvrtc;
 
+// clang-format off
 #define TG_NEED_GPU()                                                                  \
   do {                                                                                 \
     const std::string why_ = cuda::unavailable_reason(0);                             \
     if (!why_.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why_;  \
   } while (0)
+// clang-format on
 
 /// A traced graph: its kInput leaves (with shapes) and the values it outputs.
 struct Built {
@@ -50,8 +52,8 @@ std::unique_ptr<Built> build(const std::vector<Shape>& input_shapes, const Body&
   ir::TraceScope scope(b->trace);
   std::vector<Tensor> ins;
   for (size_t i = 0; i < input_shapes.size(); ++i) {
-    ins.push_back(ir::named_leaf(b->trace.graph, ir::Op::kInput, "x" + std::to_string(i), input_shapes[i], DType::kF32,
-                                 Loc::current()));
+    ins.push_back(ir::named_leaf(b->trace.graph, ir::Op::kInput, "x" + std::to_string(i), input_shapes[i],
+                                 DType::kF32, Loc::current()));
     b->inputs.push_back(ins.back().id());
   }
   b->input_shapes = input_shapes;
@@ -59,7 +61,9 @@ std::unique_ptr<Built> build(const std::vector<Shape>& input_shapes, const Body&
   return b;
 }
 
-Tensor gelu_grad(const Tensor& a, const Tensor& b) { return ir::binary(ir::Op::kGeluTanhGrad, a, b, Loc::current()); }
+Tensor gelu_grad(const Tensor& a, const Tensor& b) {
+  return ir::binary(ir::Op::kGeluTanhGrad, a, b, Loc::current());
+}
 
 std::vector<std::vector<float>> random_feeds(const Built& b, uint64_t seed) {
   std::mt19937 rng(static_cast<unsigned>(seed));
@@ -116,9 +120,10 @@ struct GpuRun {
       const passes::KernelGroup& group = f.groups[gi];
       if (group.kind == passes::KernelGroup::Kind::kSingle) {
         const int32_t id = group.nodes.front();
-        const size_t which = static_cast<size_t>(std::find(b.inputs.begin(), b.inputs.end(), id) - b.inputs.begin());
-        const std::string missing =
-            tg::testing::place_leaf(graph, id, which < feeds.size() ? feeds[which] : std::vector<float>{}, mem, place);
+        const size_t which =
+            static_cast<size_t>(std::find(b.inputs.begin(), b.inputs.end(), id) - b.inputs.begin());
+        const std::string missing = tg::testing::place_leaf(
+            graph, id, which < feeds.size() ? feeds[which] : std::vector<float>{}, mem, place);
         ASSERT_TRUE(missing.empty()) << "unexpected single node " << missing << " (an unsunk sum?)";
         continue;
       }
@@ -145,11 +150,14 @@ struct GpuRun {
         outs = group.outputs;
       }
       st.kernel = std::make_unique<cuda::Kernel>(
-          cuda::compile_cubin(st.launch.source, name, info.sm_major, info.sm_minor), name, st.launch.shared_bytes);
+          cuda::compile_cubin(st.launch.source, name, info.sm_major, info.sm_minor), name,
+          st.launch.shared_bytes);
       for (int32_t in : ins) st.ptrs.push_back(mem.at(place.at(in).first).get());
       for (int32_t o : outs) {
         const ir::Node& n = graph.node(o);
-        st.ptrs.push_back(mem.emplace(o, cuda::DeviceMemory(static_cast<size_t>(std::max<int64_t>(1, n.numel()) * 4))).first->second.get());
+        st.ptrs.push_back(
+            mem.emplace(o, cuda::DeviceMemory(static_cast<size_t>(std::max<int64_t>(1, n.numel()) * 4)))
+                .first->second.get());
         place[o] = {o, dense_strides(n.shape)};
       }
       for (int32_t s : sinks) {
@@ -222,8 +230,8 @@ std::unique_ptr<GpuRun> check_against_reference(Built& b, uint64_t seed, const s
       for (size_t i = 0; i < y.size(); ++i) mag[i % w] += std::fabs(y[i]);
       for (size_t c = 0; c < w; ++c)
         if (!(std::fabs(got[c] - want[c]) <= 2e-5 * mag[c] + 1e-6)) {
-          ADD_FAILURE() << what << ": sink %" << o << "[" << c << "] = " << got[c] << ", want " << want[c] << " (sum of |y| "
-                        << mag[c] << ")";
+          ADD_FAILURE() << what << ": sink %" << o << "[" << c << "] = " << got[c] << ", want " << want[c]
+                        << " (sum of |y| " << mag[c] << ")";
           return run;
         }
     } else {
@@ -250,15 +258,18 @@ TEST(CudaSinksNvrtc, GeneratedSinkKernelsCompile) {
   if (!have_nvrtc(why)) GTEST_SKIP() << why;
   setenv("TG_CUDA_CACHE", "off", 1);
   const std::vector<std::pair<std::vector<Shape>, Body>> cases = {
-      {{{1000, 768}, {1000, 768}}, [](const std::vector<Tensor>& x) {
+      {{{1000, 768}, {1000, 768}},
+       [](const std::vector<Tensor>& x) {
          const Tensor y = gelu_grad(x[0], x[1]);
          return std::vector<Tensor>{y, sum(y, {0})};
        }},
-      {{{64, 8, 33}, {33}}, [](const std::vector<Tensor>& x) {  // broadcast input, two widths, keepdim
+      {{{64, 8, 33}, {33}},
+       [](const std::vector<Tensor>& x) {  // broadcast input, two widths, keepdim
          const Tensor y = x[0] * x[1] + 1.0;
          return std::vector<Tensor>{sum(y, {0, 1}, true), sum(y * y, {0}), sum(y)};
        }},
-      {{{5000, 3}}, [](const std::vector<Tensor>& x) {  // int32 inside the group
+      {{{5000, 3}},
+       [](const std::vector<Tensor>& x) {  // int32 inside the group
          const Tensor y = cast(cast(x[0] * 10.0, DType::kI32) * 3 - 7, DType::kF32) + x[0];
          return std::vector<Tensor>{sum(y, {0})};
        }},
@@ -326,7 +337,8 @@ TEST(CudaSinks, BiasGradientShapesMatchTheReference) {
         const Tensor y = gelu_grad(x[0], x[1]);
         return std::vector<Tensor>{y, sum(y, {0})};
       });
-      check_against_reference(*b, static_cast<uint64_t>(n * 7 + c), "gelu_tanh_grad + sum over " + shape_str({n, c}));
+      check_against_reference(*b, static_cast<uint64_t>(n * 7 + c),
+                              "gelu_tanh_grad + sum over " + shape_str({n, c}));
     }
 }
 
@@ -338,9 +350,11 @@ TEST(CudaSinks, KeepdimOnlySinksAndOddWidths) {
     auto b = build({{2000, c}}, [](const std::vector<Tensor>& x) {
       return std::vector<Tensor>{sum(tanh(x[0]) * 2.0 - 0.5, {0}, true)};
     });
-    check_against_reference(*b, static_cast<uint64_t>(c), "keepdim sum over [2000, " + std::to_string(c) + "]");
+    check_against_reference(*b, static_cast<uint64_t>(c),
+                            "keepdim sum over [2000, " + std::to_string(c) + "]");
   }
-  auto b = build({{333, 77}}, [](const std::vector<Tensor>& x) { return std::vector<Tensor>{sum(exp(x[0] * 0.3))}; });
+  auto b = build({{333, 77}},
+                 [](const std::vector<Tensor>& x) { return std::vector<Tensor>{sum(exp(x[0] * 0.3))}; });
   check_against_reference(*b, 5, "scalar sum over [333, 77]");
 }
 
@@ -434,10 +448,12 @@ void throughput(const Shape& s, const cuda::SinkTuning& tuning, const char* labe
   const std::vector<float> after = run->read(g.outputs[1]);
   EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * 4), 0);
   const double bytes = 3.0 * static_cast<double>(numel(s)) * 4 + static_cast<double>(s.back()) * 4;
-  std::printf("[sinks] %-10s %-14s rows/thread>=%-3d blocks<=%-5d unroll %d: grid %ux%u, %8.2f us, %7.1f GB/s (%.0f%% of 4.8 TB/s)\n",
-              label, shape_str(s).c_str(), tuning.rows_per_thread, tuning.target_blocks, tuning.unroll,
-              run->steps.back().launch.grid[0], run->steps.back().launch.grid[1], us, bytes / us / 1e3,
-              100.0 * bytes / us / 4.8e6);
+  std::printf(
+      "[sinks] %-10s %-14s rows/thread>=%-3d blocks<=%-5d unroll %d: grid %ux%u, %8.2f us, %7.1f GB/s "
+      "(%.0f%% of 4.8 TB/s)\n",
+      label, shape_str(s).c_str(), tuning.rows_per_thread, tuning.target_blocks, tuning.unroll,
+      run->steps.back().launch.grid[0], run->steps.back().launch.grid[1], us, bytes / us / 1e3,
+      100.0 * bytes / us / 4.8e6);
 }
 
 TEST(CudaSinks, Throughput) {
@@ -451,9 +467,11 @@ TEST(CudaSinks, Throughput) {
     });
     auto run = check_against_reference(*b, 4, "bias + gelu_tanh_grad [8, 2048, 768] with two sinks");
     const double us = time_kernel(*run, 50), bytes = 3.0 * static_cast<double>(numel(s)) * 4;
-    std::printf("[sinks] bias + gelu_tanh_grad %s, sinks [768] and []: grid %ux%u, %8.2f us, %7.1f GB/s (%.0f%% of 4.8 TB/s)\n",
-                shape_str(s).c_str(), run->steps.back().launch.grid[0], run->steps.back().launch.grid[1], us, bytes / us / 1e3,
-                100.0 * bytes / us / 4.8e6);
+    std::printf(
+        "[sinks] bias + gelu_tanh_grad %s, sinks [768] and []: grid %ux%u, %8.2f us, %7.1f GB/s (%.0f%% of "
+        "4.8 TB/s)\n",
+        shape_str(s).c_str(), run->steps.back().launch.grid[0], run->steps.back().launch.grid[1], us,
+        bytes / us / 1e3, 100.0 * bytes / us / 4.8e6);
   }
   throughput({4096, 64}, {}, "default");
   throughput({16384, 4096}, {}, "default");
@@ -468,8 +486,9 @@ void time_graph(const char* label, const std::vector<Shape>& shapes, const Body&
   run.prepare(b->trace.graph, *b, random_feeds(*b, 2), tuning);
   run.run();
   const double us = time_kernel(run, 100), bytes = streams * static_cast<double>(numel(shapes[0])) * 4;
-  std::printf("[sinks] %-58s grid %4ux%-4u %8.2f us, %7.1f GB/s (%.0f%% of 4.8 TB/s)\n", label, run.steps.back().launch.grid[0],
-              run.steps.back().launch.grid[1], us, bytes / us / 1e3, 100.0 * bytes / us / 4.8e6);
+  std::printf("[sinks] %-58s grid %4ux%-4u %8.2f us, %7.1f GB/s (%.0f%% of 4.8 TB/s)\n", label,
+              run.steps.back().launch.grid[0], run.steps.back().launch.grid[1], us, bytes / us / 1e3,
+              100.0 * bytes / us / 4.8e6);
 }
 
 /// Tuning sweep (run with --gtest_also_run_disabled_tests).
@@ -477,57 +496,84 @@ TEST(CudaSinks, DISABLED_TuningSweep) {
   TG_NEED_GPU();
   // Where the time of a bias-add + gelu backward group goes: variants one change apart.
   const Shape s3{8, 2048, 768}, s2{16384, 768};
-  time_graph("gelu_grad(a, b) [16384, 768] + sum [768]", {s2, s2}, [](const std::vector<Tensor>& x) {
-    const Tensor y = gelu_grad(x[0], x[1]);
-    return std::vector<Tensor>{y, sum(y, {0})};
-  }, 3);
-  time_graph("gelu_grad(a, b) [8, 2048, 768] + sum [768]", {s3, s3}, [](const std::vector<Tensor>& x) {
-    const Tensor y = gelu_grad(x[0], x[1]);
-    return std::vector<Tensor>{y, sum(y, {0, 1})};
-  }, 3);
-  time_graph("gelu_grad(a, b) + sums [768] and [] of y*a", {s3, s3}, [](const std::vector<Tensor>& x) {
-    const Tensor y = gelu_grad(x[0], x[1]);
-    return std::vector<Tensor>{y, sum(y, {0, 1}), sum(y * x[0])};
-  }, 3);
-  time_graph("gelu_grad(a + bias, b) + sum [768]", {s3, s3, {768}}, [](const std::vector<Tensor>& x) {
-    const Tensor y = gelu_grad(x[0] + x[2], x[1]);
-    return std::vector<Tensor>{y, sum(y, {0, 1})};
-  }, 3);
-  time_graph("gelu_grad(a + bias, b) + sums [768] and [] of y*a", {s3, s3, {768}}, [](const std::vector<Tensor>& x) {
-    const Tensor y = gelu_grad(x[0] + x[2], x[1]);
-    return std::vector<Tensor>{y, sum(y, {0, 1}), sum(y * x[0])};
-  }, 3);
-  time_graph("gelu_grad(a + c, b), c dense + sum [768]", {s3, s3, s3}, [](const std::vector<Tensor>& x) {
-    const Tensor y = gelu_grad(x[0] + x[2], x[1]);
-    return std::vector<Tensor>{y, sum(y, {0, 1})};
-  }, 4);
-  time_graph("a * b + sum [768] (no transcendental)", {s3, s3}, [](const std::vector<Tensor>& x) {
-    const Tensor y = x[0] * x[1];
-    return std::vector<Tensor>{y, sum(y, {0, 1})};
-  }, 3);
-  time_graph("(a + bias) * b + sum [768] (no transcendental)", {s3, s3, {768}}, [](const std::vector<Tensor>& x) {
-    const Tensor y = (x[0] + x[2]) * x[1];
-    return std::vector<Tensor>{y, sum(y, {0, 1})};
-  }, 3);
-  time_graph("gelu_grad(a + bias, b), no sink (fused_group_kernel)", {s3, s3, {768}}, [](const std::vector<Tensor>& x) {
-    return std::vector<Tensor>{gelu_grad(x[0] + x[2], x[1])};
-  }, 3);
+  time_graph(
+      "gelu_grad(a, b) [16384, 768] + sum [768]", {s2, s2},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = gelu_grad(x[0], x[1]);
+        return std::vector<Tensor>{y, sum(y, {0})};
+      },
+      3);
+  time_graph(
+      "gelu_grad(a, b) [8, 2048, 768] + sum [768]", {s3, s3},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = gelu_grad(x[0], x[1]);
+        return std::vector<Tensor>{y, sum(y, {0, 1})};
+      },
+      3);
+  time_graph(
+      "gelu_grad(a, b) + sums [768] and [] of y*a", {s3, s3},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = gelu_grad(x[0], x[1]);
+        return std::vector<Tensor>{y, sum(y, {0, 1}), sum(y * x[0])};
+      },
+      3);
+  time_graph(
+      "gelu_grad(a + bias, b) + sum [768]", {s3, s3, {768}},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = gelu_grad(x[0] + x[2], x[1]);
+        return std::vector<Tensor>{y, sum(y, {0, 1})};
+      },
+      3);
+  time_graph(
+      "gelu_grad(a + bias, b) + sums [768] and [] of y*a", {s3, s3, {768}},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = gelu_grad(x[0] + x[2], x[1]);
+        return std::vector<Tensor>{y, sum(y, {0, 1}), sum(y * x[0])};
+      },
+      3);
+  time_graph(
+      "gelu_grad(a + c, b), c dense + sum [768]", {s3, s3, s3},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = gelu_grad(x[0] + x[2], x[1]);
+        return std::vector<Tensor>{y, sum(y, {0, 1})};
+      },
+      4);
+  time_graph(
+      "a * b + sum [768] (no transcendental)", {s3, s3},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = x[0] * x[1];
+        return std::vector<Tensor>{y, sum(y, {0, 1})};
+      },
+      3);
+  time_graph(
+      "(a + bias) * b + sum [768] (no transcendental)", {s3, s3, {768}},
+      [](const std::vector<Tensor>& x) {
+        const Tensor y = (x[0] + x[2]) * x[1];
+        return std::vector<Tensor>{y, sum(y, {0, 1})};
+      },
+      3);
+  time_graph(
+      "gelu_grad(a + bias, b), no sink (fused_group_kernel)", {s3, s3, {768}},
+      [](const std::vector<Tensor>& x) { return std::vector<Tensor>{gelu_grad(x[0] + x[2], x[1])}; }, 3);
   for (int unroll : {1, 2, 8})
     time_graph(("gelu_grad(a + bias, b) + 2 sums, unroll " + std::to_string(unroll)).c_str(), {s3, s3, {768}},
                [](const std::vector<Tensor>& x) {
                  const Tensor y = gelu_grad(x[0] + x[2], x[1]);
                  return std::vector<Tensor>{y, sum(y, {0, 1}), sum(y * x[0])};
-               }, 3, {8, 1024, unroll});
+               },
+               3, {8, 1024, unroll});
   {  // the same group without its sink: fused_group_kernel's bandwidth, for comparison
     const Shape s{16384, 768};
-    auto b = build({s, s}, [](const std::vector<Tensor>& x) { return std::vector<Tensor>{gelu_grad(x[0], x[1])}; });
+    auto b = build({s, s},
+                   [](const std::vector<Tensor>& x) { return std::vector<Tensor>{gelu_grad(x[0], x[1])}; });
     const auto feeds = random_feeds(*b, 1);
     GpuRun run;
     run.prepare(b->trace.graph, *b, feeds);
     run.run();
     const double us = time_kernel(run, 50), bytes = 3.0 * static_cast<double>(numel(s)) * 4;
-    std::printf("[sinks] no sink (fused_group_kernel) [16384, 768]: %8.2f us, %7.1f GB/s (%.0f%% of 4.8 TB/s)\n", us,
-                bytes / us / 1e3, 100.0 * bytes / us / 4.8e6);
+    std::printf(
+        "[sinks] no sink (fused_group_kernel) [16384, 768]: %8.2f us, %7.1f GB/s (%.0f%% of 4.8 TB/s)\n", us,
+        bytes / us / 1e3, 100.0 * bytes / us / 4.8e6);
   }
   for (int unroll : {2, 4})
     for (int rpt : {8, 64})

@@ -39,9 +39,9 @@ using tg::testing::have_nvrtc;
 struct Case {
   int64_t batch, m, n, k;
   bool a_row, b_row;
-  int64_t pad = 0;          // extra leading-dimension elements of both operands
+  int64_t pad = 0;  // extra leading-dimension elements of both operands
   bool a_bcast = false, b_bcast = false;
-  int64_t out_pad = 0;      // out_row_stride = n + out_pad
+  int64_t out_pad = 0;  // out_row_stride = n + out_pad
   cuda::SmallMatmulConfig cfg{};
   bool explicit_cfg = false;
 
@@ -69,8 +69,12 @@ struct Case {
     o.batch_stride = b_bcast ? 0 : span1(o);
     return o;
   }
-  static int64_t span1(const cuda::MatOperand& o) { return (o.rows - 1) * o.row_stride + (o.cols - 1) * o.col_stride + 1; }
-  static int64_t span(const cuda::MatOperand& o, int64_t batch) { return (batch - 1) * o.batch_stride + span1(o); }
+  static int64_t span1(const cuda::MatOperand& o) {
+    return (o.rows - 1) * o.row_stride + (o.cols - 1) * o.col_stride + 1;
+  }
+  static int64_t span(const cuda::MatOperand& o, int64_t batch) {
+    return (batch - 1) * o.batch_stride + span1(o);
+  }
   int64_t ors() const { return n + out_pad; }
   std::string str() const {
     char buf[256];
@@ -79,22 +83,23 @@ struct Case {
                   (long long)pad, a_bcast ? " a-bcast" : "", b_bcast ? " b-bcast" : "", (long long)ors());
     std::string s = buf;
     if (explicit_cfg)
-      s += " cfg " + std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn) + "x" + std::to_string(cfg.bk) + "/" +
-           std::to_string(cfg.tm) + "x" + std::to_string(cfg.tn) + " ks" + std::to_string(cfg.ks) + " cl" +
-           std::to_string(cfg.cl);
+      s += " cfg " + std::to_string(cfg.bm) + "x" + std::to_string(cfg.bn) + "x" + std::to_string(cfg.bk) +
+           "/" + std::to_string(cfg.tm) + "x" + std::to_string(cfg.tn) + " ks" + std::to_string(cfg.ks) +
+           " cl" + std::to_string(cfg.cl);
     return s;
   }
   cuda::Launch launch(const std::string& name) const {
     return explicit_cfg ? cuda::small_matmul_kernel_with(cfg, name, batch, m, n, k, a(), b(), ors())
-                        : cuda::small_matmul_kernel(name, batch, m, n, k, a(), b(), false, ors(), tg::testing::sm90_device());
+                        : cuda::small_matmul_kernel(name, batch, m, n, k, a(), b(), false, ors(),
+                                                    tg::testing::sm90_device());
   }
 };
 
 std::vector<Case> layout_cases() {
   const std::vector<std::vector<int64_t>> sizes = {
-      {1, 1, 1},     {7, 33, 100},  {33, 7, 1},     {100, 64, 7},  {64, 100, 33}, {4096, 7, 33},
-      {7, 4096, 64}, {33, 64, 4096}, {1, 100, 4096}, {100, 1, 64}, {64, 64, 64},  {4096, 64, 16},
-      {64, 1, 100},  {1, 7, 7}};
+      {1, 1, 1},     {7, 33, 100},   {33, 7, 1},     {100, 64, 7},   {64, 100, 33},
+      {4096, 7, 33}, {7, 4096, 64},  {33, 64, 4096}, {1, 100, 4096}, {100, 1, 64},
+      {64, 64, 64},  {4096, 64, 16}, {64, 1, 100},   {1, 7, 7}};
   std::vector<Case> cases;
   int i = 0;
   for (const auto& s : sizes)
@@ -126,13 +131,14 @@ std::vector<Case> batch_cases() {
 /// Every split-K path and tile shape, forced.
 std::vector<Case> config_cases() {
   const std::vector<cuda::SmallMatmulConfig> cfgs = {
-      {64, 64, 32, 4, 4, 1, 1}, {32, 64, 32, 2, 4, 1, 1}, {64, 32, 16, 4, 2, 2, 1}, {32, 32, 64, 4, 4, 4, 8},
+      {64, 64, 32, 4, 4, 1, 1}, {32, 64, 32, 2, 4, 1, 1},  {64, 32, 16, 4, 2, 2, 1}, {32, 32, 64, 4, 4, 4, 8},
       {32, 32, 32, 4, 4, 2, 4}, {64, 128, 16, 4, 8, 1, 1}, {16, 16, 16, 1, 1, 1, 2}, {8, 64, 32, 1, 2, 4, 1},
       {32, 32, 64, 4, 4, 8, 8}, {64, 64, 32, 4, 4, 1, 8}};
   std::vector<Case> cases;
   int i = 0;
   for (const auto& cfg : cfgs)
-    for (const std::vector<int64_t>& s : {std::vector<int64_t>{64, 256, 4096}, std::vector<int64_t>{33, 100, 777}})
+    for (const std::vector<int64_t>& s :
+         {std::vector<int64_t>{64, 256, 4096}, std::vector<int64_t>{33, 100, 777}})
       for (int lay : {0, 3}) {
         Case c{(i % 3 == 2) ? 2 : 1, s[0], s[1], s[2], (lay & 1) != 0, (lay & 2) != 0};
         c.cfg = cfg;
@@ -166,7 +172,8 @@ TEST(CudaSmallMatmulNvrtc, ConfigChoicesAreValid) {
     for (int64_t m : {1, 7, 8, 64, 256, 4096})
       for (int64_t n : {1, 7, 64, 192, 256})
         for (int64_t k : {1, 16, 64, 256, 4096}) {
-          const cuda::SmallMatmulConfig c = cuda::small_matmul_config(batch, m, n, k, tg::testing::sm90_device());
+          const cuda::SmallMatmulConfig c =
+              cuda::small_matmul_config(batch, m, n, k, tg::testing::sm90_device());
           EXPECT_EQ(c.bm % c.tm, 0);
           EXPECT_EQ(c.bn % c.tn, 0);
           EXPECT_EQ(c.bk % (8 * c.ks), 0);
@@ -174,7 +181,8 @@ TEST(CudaSmallMatmulNvrtc, ConfigChoicesAreValid) {
           EXPECT_LE(c.threads(), 1024);
           EXPECT_GE(c.cl, 1);
           EXPECT_LE(c.cl, 8);
-          const cuda::SmallMatmulConfig old = cuda::small_matmul_config(batch, m, n, k, tg::testing::sm90_device(8));
+          const cuda::SmallMatmulConfig old =
+              cuda::small_matmul_config(batch, m, n, k, tg::testing::sm90_device(8));
           EXPECT_EQ(old.cl, 1);
         }
 }
@@ -209,7 +217,8 @@ void check_cases(const std::vector<Case>& cases, const std::string& label) {
     const std::vector<float> ha = random_floats(static_cast<size_t>(na), 11 + static_cast<uint32_t>(ci));
     const std::vector<float> hb = random_floats(static_cast<size_t>(nb), 97 + static_cast<uint32_t>(ci));
     std::vector<float> ho(static_cast<size_t>(no), kSentinel);
-    cuda::DeviceMemory da(static_cast<size_t>(na) * 4), db(static_cast<size_t>(nb) * 4), dout(static_cast<size_t>(no) * 4);
+    cuda::DeviceMemory da(static_cast<size_t>(na) * 4), db(static_cast<size_t>(nb) * 4),
+        dout(static_cast<size_t>(no) * 4);
     da.upload(ha.data(), ha.size() * 4);
     db.upload(hb.data(), hb.size() * 4);
     dout.upload(ho.data(), ho.size() * 4);
@@ -234,15 +243,17 @@ void check_cases(const std::vector<Case>& cases, const std::string& label) {
           }
           double want = 0, mag = 0;
           for (int64_t kk = 0; kk < c.k; ++kk) {
-            const double x = ha[static_cast<size_t>(bt * A.batch_stride + i * A.row_stride + kk * A.col_stride)];
-            const double y = hb[static_cast<size_t>(bt * B.batch_stride + kk * B.row_stride + j * B.col_stride)];
+            const double x =
+                ha[static_cast<size_t>(bt * A.batch_stride + i * A.row_stride + kk * A.col_stride)];
+            const double y =
+                hb[static_cast<size_t>(bt * B.batch_stride + kk * B.row_stride + j * B.col_stride)];
             want += x * y;
             mag += std::fabs(x * y);
           }
           const double tol = 8 * std::sqrt(static_cast<double>(c.k)) * 6e-8 * mag + 1e-30;
           if (!(std::fabs(got - want) <= tol)) {
-            ADD_FAILURE() << c.str() << ": [" << bt << ", " << i << ", " << j << "] got " << got << " want " << want
-                          << " (tol " << tol << ")";
+            ADD_FAILURE() << c.str() << ": [" << bt << ", " << i << ", " << j << "] got " << got << " want "
+                          << want << " (tol " << tol << ")";
             ++bad;
           }
         }
@@ -273,7 +284,8 @@ TEST(CudaSmallMatmul, Deterministic) {
     c.cfg = cfg;
     c.explicit_cfg = true;
     const cuda::Launch l = c.launch("smm_det");
-    const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
+    const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name,
+                            l.shared_bytes);
     const std::vector<float> ha = random_floats(static_cast<size_t>(Case::span(c.a(), 1)), 5);
     const std::vector<float> hb = random_floats(static_cast<size_t>(Case::span(c.b(), 1)), 6);
     cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dout(static_cast<size_t>(c.m * c.n) * 4);
@@ -298,29 +310,37 @@ TEST(CudaSmallMatmul, Deterministic) {
 struct GemvCase {
   int64_t m, n, k, ldb_pad;
   cuda::GemvEpilogue epi;
-  int64_t out_ld;  // ≤ 0: n
+  int64_t out_ld;      // ≤ 0: n
   bool a_col = false;  // x read column-major (a transposed view)
   cuda::GemvNorm norm = {};
 };
 
 std::vector<GemvCase> gemv_cases() {
   return {
-      {1, 2304, 768, 0, {.bias = true}, 0},                      // GPT-2's qkv, one sequence
-      {4, 768, 3072, 0, {.bias = true, .residual = true}, 0},    // fc2 + residual, four sequences
-      {1, 3072, 768, 0, {.bias = true, .gelu = true}, 0},        // fc + GELU
-      {3, 50257, 768, 0, {}, 50260},                             // the tied head, padded output rows
-      {8, 500, 1001, 0, {.gelu = true}, 0},                      // odd k: scalar loads
-      {2, 300, 640, 3, {.bias = true}, 0},                       // a leading dimension not a multiple of 4
-      {5, 256, 512, 0, {.residual = true}, 0, true},             // x column-major
-      {1, 2304, 768, 0, {.bias = true}, 0, false, {.on = true, .w = true, .b = true}},             // ln1 → qkv
-      {4, 3072, 768, 0, {.bias = true, .gelu = true}, 0, false, {.on = true, .w = true, .b = true, .eps = 1e-3}},
-      {3, 512, 768, 0, {}, 0, false, {.on = true, .layer = false, .w = true}},                     // RMS norm, no bias
-      {2, 300, 501, 0, {}, 0, false, {.on = true}},                                                 // odd k, no affine
+      {1, 2304, 768, 0, {.bias = true}, 0},                    // GPT-2's qkv, one sequence
+      {4, 768, 3072, 0, {.bias = true, .residual = true}, 0},  // fc2 + residual, four sequences
+      {1, 3072, 768, 0, {.bias = true, .gelu = true}, 0},      // fc + GELU
+      {3, 50257, 768, 0, {}, 50260},                           // the tied head, padded output rows
+      {8, 500, 1001, 0, {.gelu = true}, 0},                    // odd k: scalar loads
+      {2, 300, 640, 3, {.bias = true}, 0},                     // a leading dimension not a multiple of 4
+      {5, 256, 512, 0, {.residual = true}, 0, true},           // x column-major
+      {1, 2304, 768, 0, {.bias = true}, 0, false, {.on = true, .w = true, .b = true}},  // ln1 → qkv
+      {4,
+       3072,
+       768,
+       0,
+       {.bias = true, .gelu = true},
+       0,
+       false,
+       {.on = true, .w = true, .b = true, .eps = 1e-3}},
+      {3, 512, 768, 0, {}, 0, false, {.on = true, .layer = false, .w = true}},  // RMS norm, no bias
+      {2, 300, 501, 0, {}, 0, false, {.on = true}},                             // odd k, no affine
   };
 }
 
 cuda::Launch gemv_launch(const GemvCase& c, const std::string& name) {
-  const cuda::MatOperand a = c.a_col ? cuda::MatOperand{c.m, c.k, 1, c.m, 0} : cuda::MatOperand{c.m, c.k, c.k, 1, 0};
+  const cuda::MatOperand a =
+      c.a_col ? cuda::MatOperand{c.m, c.k, 1, c.m, 0} : cuda::MatOperand{c.m, c.k, c.k, 1, 0};
   return cuda::gemv_kernel(name, c.m, c.n, c.k, a, {c.k, c.n, 1, c.k + c.ldb_pad, 0}, c.epi, c.out_ld,
                            tg::testing::sm90_device().sm_count, c.norm);
 }
@@ -348,14 +368,19 @@ TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
     const GemvCase& c = cases[ci];
     const int64_t ldb = c.k + c.ldb_pad, ld = c.out_ld > 0 ? c.out_ld : c.n;
     const cuda::Launch l = gemv_launch(c, "gemv_check");
-    const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
-    const std::vector<float> hnw = random_floats(static_cast<size_t>(c.k), 13), hnb = random_floats(static_cast<size_t>(c.k), 15);
-    const std::vector<float> ha = random_floats(static_cast<size_t>(c.m * c.k), 3 + static_cast<uint32_t>(ci)),
-                             hb = random_floats(static_cast<size_t>(c.n * ldb), 5 + static_cast<uint32_t>(ci)),
-                             hbias = random_floats(static_cast<size_t>(c.n), 7), hres = random_floats(static_cast<size_t>(c.m * c.n), 9);
+    const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name,
+                            l.shared_bytes);
+    const std::vector<float> hnw = random_floats(static_cast<size_t>(c.k), 13),
+                             hnb = random_floats(static_cast<size_t>(c.k), 15);
+    const std::vector<float> ha =
+                                 random_floats(static_cast<size_t>(c.m * c.k), 3 + static_cast<uint32_t>(ci)),
+                             hb =
+                                 random_floats(static_cast<size_t>(c.n * ldb), 5 + static_cast<uint32_t>(ci)),
+                             hbias = random_floats(static_cast<size_t>(c.n), 7),
+                             hres = random_floats(static_cast<size_t>(c.m * c.n), 9);
     std::vector<float> ho(static_cast<size_t>(c.m * ld), kSentinel);
-    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dbias(hbias.size() * 4), dres(hres.size() * 4), dout(ho.size() * 4),
-        dnw(hnw.size() * 4), dnb(hnb.size() * 4);
+    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dbias(hbias.size() * 4), dres(hres.size() * 4),
+        dout(ho.size() * 4), dnw(hnw.size() * 4), dnb(hnb.size() * 4);
     dnw.upload(hnw.data(), hnw.size() * 4);
     dnb.upload(hnb.data(), hnb.size() * 4);
     da.upload(ha.data(), ha.size() * 4);
@@ -363,8 +388,8 @@ TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
     dbias.upload(hbias.data(), hbias.size() * 4);
     dres.upload(hres.data(), hres.size() * 4);
     dout.upload(ho.data(), ho.size() * 4);
-    cuda::CUdeviceptr pa = da.get(), pb = db.get(), pbias = dbias.get(), pres = dres.get(), po = dout.get(), pnw = dnw.get(),
-                      pnb = dnb.get();
+    cuda::CUdeviceptr pa = da.get(), pb = db.get(), pbias = dbias.get(), pres = dres.get(), po = dout.get(),
+                      pnw = dnw.get(), pnb = dnb.get();
     std::vector<void*> args{&pa};
     if (c.norm.on && (c.norm.w || c.norm.b)) args.insert(args.end(), {&pnw, &pnb});
     args.push_back(&pb);
@@ -379,10 +404,13 @@ TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
     for (int64_t i = 0; i < c.m; ++i) {
       double mean = 0, var = 0;
       for (int64_t kk = 0; kk < c.k; ++kk)
-        x[static_cast<size_t>(i * c.k + kk)] = c.a_col ? ha[static_cast<size_t>(kk * c.m + i)] : ha[static_cast<size_t>(i * c.k + kk)];
+        x[static_cast<size_t>(i * c.k + kk)] =
+            c.a_col ? ha[static_cast<size_t>(kk * c.m + i)] : ha[static_cast<size_t>(i * c.k + kk)];
       if (!c.norm.on) continue;
-      for (int64_t kk = 0; kk < c.k && c.norm.layer; ++kk) mean += x[static_cast<size_t>(i * c.k + kk)] / static_cast<double>(c.k);
-      for (int64_t kk = 0; kk < c.k; ++kk) var += std::pow(x[static_cast<size_t>(i * c.k + kk)] - mean, 2) / static_cast<double>(c.k);
+      for (int64_t kk = 0; kk < c.k && c.norm.layer; ++kk)
+        mean += x[static_cast<size_t>(i * c.k + kk)] / static_cast<double>(c.k);
+      for (int64_t kk = 0; kk < c.k; ++kk)
+        var += std::pow(x[static_cast<size_t>(i * c.k + kk)] - mean, 2) / static_cast<double>(c.k);
       for (int64_t kk = 0; kk < c.k; ++kk) {
         double& e = x[static_cast<size_t>(i * c.k + kk)];
         e = (e - mean) / std::sqrt(var + c.norm.eps);
@@ -407,10 +435,12 @@ TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
         }
         if (c.epi.bias) want += hbias[static_cast<size_t>(j)], mag += 1;
         if (c.epi.residual) want += hres[static_cast<size_t>(i * c.n + j)], mag += 1;
-        if (c.epi.gelu) want = 0.5 * want * (1 + std::tanh(0.7978845608028654 * (want + 0.044715 * want * want * want)));
+        if (c.epi.gelu)
+          want = 0.5 * want * (1 + std::tanh(0.7978845608028654 * (want + 0.044715 * want * want * want)));
         const double tol = 8 * std::sqrt(static_cast<double>(c.k)) * 6e-8 * mag + 1e-6;
         if (!(std::fabs(got - want) <= tol))
-          ++bad, ADD_FAILURE() << "case " << ci << " [" << i << ", " << j << "] got " << got << " want " << want << " (tol " << tol << ")";
+          ++bad, ADD_FAILURE() << "case " << ci << " [" << i << ", " << j << "] got " << got << " want "
+                               << want << " (tol " << tol << ")";
       }
   }
 }
@@ -461,34 +491,40 @@ TEST(CudaGemv, DISABLED_Timing) {
   struct Shape3 {
     int64_t m, n, k;
   };
-  for (const Shape3 sh : {Shape3{1, 2304, 768}, Shape3{1, 768, 768}, Shape3{1, 3072, 768}, Shape3{1, 768, 3072}, Shape3{1, 50257, 768},
-                          Shape3{4, 3072, 768}}) {
-    const std::vector<float> ha = random_floats(static_cast<size_t>(sh.m * sh.k), 1), hb = random_floats(static_cast<size_t>(sh.n * sh.k), 2);
-    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dout(static_cast<size_t>(sh.m * sh.n) * 4), dv(static_cast<size_t>(sh.k) * 4);
+  for (const Shape3 sh : {Shape3{1, 2304, 768}, Shape3{1, 768, 768}, Shape3{1, 3072, 768},
+                          Shape3{1, 768, 3072}, Shape3{1, 50257, 768}, Shape3{4, 3072, 768}}) {
+    const std::vector<float> ha = random_floats(static_cast<size_t>(sh.m * sh.k), 1),
+                             hb = random_floats(static_cast<size_t>(sh.n * sh.k), 2);
+    cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dout(static_cast<size_t>(sh.m * sh.n) * 4),
+        dv(static_cast<size_t>(sh.k) * 4);
     da.upload(ha.data(), ha.size() * 4);
     db.upload(hb.data(), hb.size() * 4);
     dv.upload(hb.data(), static_cast<size_t>(sh.k) * 4);
     for (const bool norm : {false, true})
       for (const int ks : {0, 1, 2, 4, 8}) {
         const cuda::GemvNorm gn{.on = norm, .w = norm, .b = norm};
-        const cuda::Launch l = cuda::gemv_kernel("gemv_time", sh.m, sh.n, sh.k, {sh.m, sh.k, sh.k, 1, 0}, {sh.k, sh.n, 1, sh.k, 0}, {},
-                                                 0, info.sm_count, gn, ks);
-        const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name, l.shared_bytes);
+        const cuda::Launch l = cuda::gemv_kernel("gemv_time", sh.m, sh.n, sh.k, {sh.m, sh.k, sh.k, 1, 0},
+                                                 {sh.k, sh.n, 1, sh.k, 0}, {}, 0, info.sm_count, gn, ks);
+        const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name,
+                                l.shared_bytes);
         cuda::CUdeviceptr pa = da.get(), pb = db.get(), po = dout.get(), pw = dv.get();
         std::vector<void*> args{&pa};
         if (norm) args.insert(args.end(), {&pw, &pw});
         args.insert(args.end(), {&pb, &po});
-        const double us = graph_us(stream, [&] { kern.launch(l.grid, l.block, l.shared_bytes, stream, args.data()); });
-        std::printf("gemv m %lld n %5lld k %4lld norm %d ks %d%s: %6.2f us  %6.0f GB/s\n", (long long)sh.m, (long long)sh.n,
-                    (long long)sh.k, norm, ks, ks == 0 ? " (chosen)" : "", us, static_cast<double>(sh.n * sh.k * 4) / (us * 1e3));
+        const double us =
+            graph_us(stream, [&] { kern.launch(l.grid, l.block, l.shared_bytes, stream, args.data()); });
+        std::printf("gemv m %lld n %5lld k %4lld norm %d ks %d%s: %6.2f us  %6.0f GB/s\n", (long long)sh.m,
+                    (long long)sh.n, (long long)sh.k, norm, ks, ks == 0 ? " (chosen)" : "", us,
+                    static_cast<double>(sh.n * sh.k * 4) / (us * 1e3));
       }
   }
   d.cuStreamDestroy(stream);
 }
 
 std::string cfg_str(const cuda::SmallMatmulConfig& c) {
-  return std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" + std::to_string(c.bk) + "/" + std::to_string(c.tm) +
-         "x" + std::to_string(c.tn) + "/ks" + std::to_string(c.ks) + "/cl" + std::to_string(c.cl);
+  return std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" + std::to_string(c.bk) + "/" +
+         std::to_string(c.tm) + "x" + std::to_string(c.tn) + "/ks" + std::to_string(c.ks) + "/cl" +
+         std::to_string(c.cl);
 }
 
 TEST(CudaSmallMatmul, TimingVsCublasLt) {
@@ -499,25 +535,26 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
   const cuda::Driver& d = cuda::driver();
   cuda::CUstream stream = nullptr;
   cuda::check(d.cuStreamCreate(&stream, 1), "cuStreamCreate");
-  const bool sweep = std::getenv("TG_SMM_SWEEP") == nullptr || std::string(std::getenv("TG_SMM_SWEEP")) != "0";
+  const bool sweep =
+      std::getenv("TG_SMM_SWEEP") == nullptr || std::string(std::getenv("TG_SMM_SWEEP")) != "0";
   // (batch, m, n, k, a row-major, b row-major): forward x·W, backward dY·Wᵀ (b column-major)
   // and weight gradients Xᵀ·dY (a column-major), then larger ones for the crossover.
   const std::vector<Case> shapes = {
-      {1, 4096, 64, 64, true, true},    {1, 4096, 256, 64, true, true},  {1, 4096, 64, 256, true, true},
-      {1, 4096, 192, 16, true, true},   {1, 4096, 64, 256, true, false}, {1, 4096, 256, 64, true, false},
-      {1, 4096, 16, 192, true, false},  {1, 4096, 64, 64, true, false},  {1, 64, 256, 4096, false, true},
-      {1, 256, 64, 4096, false, true},  {1, 64, 64, 4096, false, true},  {1, 16, 192, 4096, false, true},
-      {1, 256, 64, 64, true, true},     {1, 256, 256, 64, true, true},   {1, 256, 64, 256, true, true},
-      {1, 256, 192, 16, true, true},    {1, 64, 256, 256, false, true},  {1, 64, 64, 256, false, true},
-      {512, 8, 64, 64, true, true},     {512, 8, 8, 64, true, false},    {512, 64, 64, 8, false, true},
-      {1, 4096, 256, 256, true, true},  {1, 4096, 512, 256, true, true}, {1, 256, 256, 4096, false, true},
-      {1, 4096, 1024, 64, true, true},  {1, 8192, 256, 64, true, true},  {1, 128, 512, 8192, false, true},
+      {1, 4096, 64, 64, true, true},   {1, 4096, 256, 64, true, true},  {1, 4096, 64, 256, true, true},
+      {1, 4096, 192, 16, true, true},  {1, 4096, 64, 256, true, false}, {1, 4096, 256, 64, true, false},
+      {1, 4096, 16, 192, true, false}, {1, 4096, 64, 64, true, false},  {1, 64, 256, 4096, false, true},
+      {1, 256, 64, 4096, false, true}, {1, 64, 64, 4096, false, true},  {1, 16, 192, 4096, false, true},
+      {1, 256, 64, 64, true, true},    {1, 256, 256, 64, true, true},   {1, 256, 64, 256, true, true},
+      {1, 256, 192, 16, true, true},   {1, 64, 256, 256, false, true},  {1, 64, 64, 256, false, true},
+      {512, 8, 64, 64, true, true},    {512, 8, 8, 64, true, false},    {512, 64, 64, 8, false, true},
+      {1, 4096, 256, 256, true, true}, {1, 4096, 512, 256, true, true}, {1, 256, 256, 4096, false, true},
+      {1, 4096, 1024, 64, true, true}, {1, 8192, 256, 64, true, true},  {1, 128, 512, 8192, false, true},
   };
   const std::vector<cuda::SmallMatmulConfig> alternatives = {
-      {64, 64, 32, 4, 4, 1, 1}, {32, 64, 32, 2, 4, 1, 1}, {64, 32, 32, 4, 2, 1, 1}, {32, 32, 32, 2, 2, 1, 1},
+      {64, 64, 32, 4, 4, 1, 1},  {32, 64, 32, 2, 4, 1, 1}, {64, 32, 32, 4, 2, 1, 1}, {32, 32, 32, 2, 2, 1, 1},
       {64, 128, 16, 4, 8, 1, 1}, {16, 64, 32, 1, 4, 1, 1}, {32, 32, 64, 4, 4, 4, 8}, {32, 32, 32, 4, 4, 2, 8},
-      {64, 32, 64, 4, 2, 2, 8}, {32, 64, 64, 2, 4, 2, 4}, {64, 64, 64, 4, 4, 4, 8}, {32, 32, 32, 2, 2, 1, 8},
-      {8, 64, 32, 1, 4, 1, 1}, {64, 64, 16, 4, 4, 1, 1}, {32, 64, 16, 2, 4, 1, 1}};
+      {64, 32, 64, 4, 2, 2, 8},  {32, 64, 64, 2, 4, 2, 4}, {64, 64, 64, 4, 4, 4, 8}, {32, 32, 32, 2, 2, 1, 8},
+      {8, 64, 32, 1, 4, 1, 1},   {64, 64, 16, 4, 4, 1, 1}, {32, 64, 16, 2, 4, 1, 1}};
   // Compile everything at once.
   struct Item {
     size_t shape;
@@ -530,16 +567,17 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
   for (size_t s = 0; s < shapes.size(); ++s) {
     const Case& c = shapes[s];
     const cuda::SmallMatmulConfig chosen = cuda::small_matmul_config(c.batch, c.m, c.n, c.k, info);
-    items.push_back({s, chosen, true, cuda::small_matmul_kernel("smm_t" + std::to_string(items.size()), c.batch, c.m, c.n,
-                                                                c.k, c.a(), c.b(), false, c.ors(), info)});
+    items.push_back({s, chosen, true,
+                     cuda::small_matmul_kernel("smm_t" + std::to_string(items.size()), c.batch, c.m, c.n, c.k,
+                                               c.a(), c.b(), false, c.ors(), info)});
     if (sweep)
       for (const cuda::SmallMatmulConfig& alt : alternatives) {
         if (cfg_str(alt) == cfg_str(chosen)) continue;
         if (alt.cl > 1 && (c.k / alt.cl < 64 || info.sm_major < 9)) continue;
         if (alt.bm / 2 >= c.m || alt.bn / 2 >= c.n) continue;
         items.push_back({s, alt, false,
-                         cuda::small_matmul_kernel_with(alt, "smm_t" + std::to_string(items.size()), c.batch, c.m, c.n,
-                                                        c.k, c.a(), c.b(), c.ors())});
+                         cuda::small_matmul_kernel_with(alt, "smm_t" + std::to_string(items.size()), c.batch,
+                                                        c.m, c.n, c.k, c.a(), c.b(), c.ors())});
       }
   }
   for (const Item& it : items) srcs.push_back({it.launch.name, it.launch.source});
@@ -547,14 +585,16 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
 
   constexpr size_t kWorkspace = 32u << 20;
   cuda::DeviceMemory ws(kWorkspace);
-  std::printf("%-44s %9s %9s %9s %9s  %s\n", "product", "MFLOP", "lt fp32", "lt tf32", "small", "config (chosen)");
+  std::printf("%-44s %9s %9s %9s %9s  %s\n", "product", "MFLOP", "lt fp32", "lt tf32", "small",
+              "config (chosen)");
   size_t next = 0;
   int wins = 0, total = 0;
   for (size_t s = 0; s < shapes.size(); ++s) {
     const Case& c = shapes[s];
     const cuda::MatOperand A = c.a(), B = c.b();
     cuda::DeviceMemory da(static_cast<size_t>(Case::span(A, c.batch)) * 4),
-        db(static_cast<size_t>(Case::span(B, c.batch)) * 4), dout(static_cast<size_t>(c.batch * c.m * c.ors()) * 4);
+        db(static_cast<size_t>(Case::span(B, c.batch)) * 4),
+        dout(static_cast<size_t>(c.batch * c.m * c.ors()) * 4);
     {
       const std::vector<float> ha = random_floats(da.bytes() / 4, 1), hb = random_floats(db.bytes() / 4, 2);
       da.upload(ha.data(), da.bytes());
@@ -562,8 +602,8 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
     }
     double lt_us[2] = {0, 0};
     for (int mode = 0; mode < 2; ++mode) {
-      cuda::LtMatmul lt(c.batch, c.m, c.n, c.k, A, B, mode ? cuda::MathMode::kTf32 : cuda::MathMode::kFp32, kWorkspace,
-                        false, c.ors());
+      cuda::LtMatmul lt(c.batch, c.m, c.n, c.k, A, B, mode ? cuda::MathMode::kTf32 : cuda::MathMode::kFp32,
+                        kWorkspace, false, c.ors());
       lt.tune(da.get(), db.get(), dout.get(), ws.get(), stream);
       lt_us[mode] = graph_us(stream, [&] { lt.run(da.get(), db.get(), dout.get(), ws.get(), stream); });
     }
@@ -576,7 +616,9 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
       const cuda::Kernel kern(cubins[next], it.launch.name, it.launch.shared_bytes);
       cuda::CUdeviceptr pa = da.get(), pb = db.get(), po = dout.get();
       void* args[] = {&pa, &pb, &po};
-      const double us = graph_us(stream, [&] { kern.launch(it.launch.grid, it.launch.block, it.launch.shared_bytes, stream, args); });
+      const double us = graph_us(stream, [&] {
+        kern.launch(it.launch.grid, it.launch.block, it.launch.shared_bytes, stream, args);
+      });
       if (it.chosen) {
         chosen_us = us;
         chosen_cfg = cfg_str(it.cfg);
@@ -594,9 +636,10 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
     std::snprintf(name, sizeof name, "[%lld] %lldx%lldx%lld a:%s b:%s", (long long)c.batch, (long long)c.m,
                   (long long)c.n, (long long)c.k, c.a_row ? "row" : "col", c.b_row ? "row" : "col");
     const double mflop = 2.0 * c.batch * c.m * c.n * c.k / 1e6;
-    std::printf("%-44s %9.1f %9.2f %9.2f %9.2f  %s  pref=%d%s\n", name, mflop, lt_us[0], lt_us[1], chosen_us,
-                chosen_cfg.c_str(), cuda::small_matmul_preferred(c.batch, c.m, c.n, c.k) ? 1 : 0,
-                best_alt < chosen_us ? (" best-alt " + best_alt_cfg + "=" + std::to_string(best_alt)).c_str() : "");
+    std::printf(
+        "%-44s %9.1f %9.2f %9.2f %9.2f  %s  pref=%d%s\n", name, mflop, lt_us[0], lt_us[1], chosen_us,
+        chosen_cfg.c_str(), cuda::small_matmul_preferred(c.batch, c.m, c.n, c.k) ? 1 : 0,
+        best_alt < chosen_us ? (" best-alt " + best_alt_cfg + "=" + std::to_string(best_alt)).c_str() : "");
     if (sweep && !sweep_line.empty()) std::printf("    sweep:%s\n", sweep_line.c_str());
     ++total;
     if (chosen_us < lt_us[0]) ++wins;

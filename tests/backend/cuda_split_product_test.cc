@@ -36,8 +36,9 @@ TEST(CudaSplitProductNvrtc, SplitKernelSourcesCompile) {
     for (int k_axis : {0, 1})
       for (bool lo_first : {false, true}) {
         const std::string name = "split" + std::to_string(n++);
-        all.push_back({name, tg::backend::cuda::split_copy_kernel(name, 100, 70, col_major ? 1 : 70, col_major ? 100 : 1, 128, 128,
-                                                                  col_major, k_axis, lo_first)
+        all.push_back({name, tg::backend::cuda::split_copy_kernel(name, 100, 70, col_major ? 1 : 70,
+                                                                  col_major ? 100 : 1, 128, 128, col_major,
+                                                                  k_axis, lo_first)
                                  .source});
       }
   const auto cubins = tg::backend::cuda::compile_cubins(all, 9, 0);
@@ -56,20 +57,26 @@ std::vector<float> values(int64_t count, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (float& f : v) {
     x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-    f = static_cast<float>(static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0 * 2 - 1);
+    f = static_cast<float>(static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0 * 2 -
+                           1);
   }
   return v;
 }
 
 /// The product of `c` (a·b [+ bias]) on `device`; `describe` receives the program's step list.
-std::vector<float> product(const ProductCase& c, Device device, Precision precision, std::string* describe = nullptr) {
+std::vector<float> product(const ProductCase& c, Device device, Precision precision,
+                           std::string* describe = nullptr) {
   NoParams none;
-  const Shape as = c.a_transposed ? Shape{c.k, c.m} : Shape{c.m, c.k}, bs = c.b_transposed ? Shape{c.n, c.k} : Shape{c.k, c.n};
+  const Shape as = c.a_transposed ? Shape{c.k, c.m} : Shape{c.m, c.k},
+              bs = c.b_transposed ? Shape{c.n, c.k} : Shape{c.k, c.n};
   std::vector<InputSpec> inputs = {{"a", as}, {"b", bs}};
   if (c.bias) inputs.push_back({"bias", {c.n}});
-  auto ab = [&](Tensor a, Tensor b) { return matmul(c.a_transposed ? transpose(a) : a, c.b_transposed ? transpose(b) : b); };
+  auto ab = [&](Tensor a, Tensor b) {
+    return matmul(c.a_transposed ? transpose(a) : a, c.b_transposed ? transpose(b) : b);
+  };
   const ForwardOptions options{.inputs = inputs, .device = device, .precision = precision};
-  Program p = c.bias ? compile_forward(none, [&](Tensor a, Tensor b, Tensor bias) { return ab(a, b) + bias; }, options)
+  Program p = c.bias ? compile_forward(
+                           none, [&](Tensor a, Tensor b, Tensor bias) { return ab(a, b) + bias; }, options)
                      : compile_forward(none, ab, options);
   if (describe) *describe = p.describe();
   const std::vector<float> a = values(c.m * c.k, 1), b = values(c.k * c.n, 2), bias = values(c.n, 3);
@@ -80,7 +87,8 @@ std::vector<float> product(const ProductCase& c, Device device, Precision precis
 
 double max_error(const std::vector<float>& got, const std::vector<float>& want) {
   double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - double(want[i])));
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(double(got[i]) - double(want[i])));
   return worst;
 }
 
@@ -99,8 +107,8 @@ TEST_P(CudaSplitProduct, CloseToF32FarBelowTf32) {
   double scale = 0;
   for (float w : want) scale = std::max(scale, std::abs(double(w)));
   const double e_split = max_error(split, want), e_f32 = max_error(f32, want), e_tf32 = max_error(tf32, want);
-  std::printf("  %s: max |error| / max |value|: 3xTF32 %.3g, f32 %.3g, TF32 %.3g\n", c.name, e_split / scale, e_f32 / scale,
-              e_tf32 / scale);
+  std::printf("  %s: max |error| / max |value|: 3xTF32 %.3g, f32 %.3g, TF32 %.3g\n", c.name, e_split / scale,
+              e_f32 / scale, e_tf32 / scale);
   EXPECT_LE(e_split, 10 * e_f32) << "3xTF32 " << e_split << " against f32 " << e_f32;
   EXPECT_LE(e_split, 1e-5 * scale);
   EXPECT_GE(e_tf32, 30 * e_split) << "plain TF32 should be far less accurate";
@@ -115,10 +123,12 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaSplitProduct,
 
 // One SGD step with lr = 1 (the parameter change is the gradient) of a GPT whose head
 // products (2048 tokens × d 256 × vocabulary 1100, padded) and MLP products split.
-tg::testing::GptStepResult one_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
-                                    std::map<std::string, HostTensor>* initial, std::string* describe = nullptr) {
-  return tg::testing::gpt_sgd_step({.vocab = 1100, .seq_len = 256, .layers = 1, .d_model = 256, .heads = 4}, 8, device,
-                                   precision, start, initial, describe);
+tg::testing::GptStepResult one_step(Device device, Precision precision,
+                                    const std::map<std::string, HostTensor>* start,
+                                    std::map<std::string, HostTensor>* initial,
+                                    std::string* describe = nullptr) {
+  return tg::testing::gpt_sgd_step({.vocab = 1100, .seq_len = 256, .layers = 1, .d_model = 256, .heads = 4},
+                                   8, device, precision, start, initial, describe);
 }
 
 TEST(CudaSplitProductModel, GptStepAsCloseToRefAsF32) {
@@ -126,7 +136,8 @@ TEST(CudaSplitProductModel, GptStepAsCloseToRefAsF32) {
   std::map<std::string, HostTensor> params;
   const tg::testing::GptStepResult want = one_step(Device::ref(), Precision::kFp32, nullptr, &params);
   std::string steps;
-  const tg::testing::GptStepResult split = one_step(Device::cuda(), Precision::kTf32x3, &params, nullptr, &steps);
+  const tg::testing::GptStepResult split =
+      one_step(Device::cuda(), Precision::kTf32x3, &params, nullptr, &steps);
   const tg::testing::GptStepResult f32 = one_step(Device::cuda(), Precision::kFp32, &params, nullptr);
   EXPECT_NE(steps.find("3xTF32"), std::string::npos) << "no product was split:\n" << steps;
   EXPECT_NEAR(split.loss, want.loss, 1e-5 * std::abs(want.loss));

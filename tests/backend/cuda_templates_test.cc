@@ -35,28 +35,35 @@ cuda::Operand dense(DType t, const Shape& s) {
 
 std::vector<Instance> template_instances() {
   std::vector<Instance> out;
-  auto add = [&](const std::string& label, const cuda::Launch& l) { out.push_back({label, l.name, l.source}); };
+  auto add = [&](const std::string& label, const cuda::Launch& l) {
+    out.push_back({label, l.name, l.source});
+  };
   const DType f32 = DType::kF32, i32 = DType::kI32;
   const int kSms = tg::testing::sm90_device().sm_count;  // launch sizing only
 
   // Reductions: warp rows (vector loads or not), chunked block rows, columns; every op.
-  add("reduce sum rows", cuda::reduce_kernel("reduce_rows", "sum", dense(f32, {37, 1000}), {1}, tg::testing::sm90_device()));
-  add("reduce max chunked", cuda::reduce_kernel("reduce_chunked", "max", dense(f32, {4, 50304}), {1}, tg::testing::sm90_device()));
-  add("reduce min i32 columns", cuda::reduce_kernel("reduce_cols", "min", dense(i32, {3000, 64}), {0}, tg::testing::sm90_device()));
-  add("reduce argmax strided", cuda::reduce_kernel("reduce_argmax", "argmax", dense(f32, {6, 513, 7}), {1}, tg::testing::sm90_device()));
+  add("reduce sum rows",
+      cuda::reduce_kernel("reduce_rows", "sum", dense(f32, {37, 1000}), {1}, tg::testing::sm90_device()));
+  add("reduce max chunked",
+      cuda::reduce_kernel("reduce_chunked", "max", dense(f32, {4, 50304}), {1}, tg::testing::sm90_device()));
+  add("reduce min i32 columns",
+      cuda::reduce_kernel("reduce_cols", "min", dense(i32, {3000, 64}), {0}, tg::testing::sm90_device()));
+  add("reduce argmax strided", cuda::reduce_kernel("reduce_argmax", "argmax", dense(f32, {6, 513, 7}), {1},
+                                                   tg::testing::sm90_device()));
   add("gather", cuda::gather_kernel("gather", dense(f32, {50, 64}), {i32, {200, 64}, {1, 0}}, 0));
-  add("update_slice", cuda::update_slice_kernel("update_slice", dense(f32, {4, 12, 64, 64}), dense(f32, {4, 12, 1, 64}),
-                                                dense(i32, {4}), 2));
+  add("update_slice", cuda::update_slice_kernel("update_slice", dense(f32, {4, 12, 64, 64}),
+                                                dense(f32, {4, 12, 1, 64}), dense(i32, {4}), 2));
   add("update_rows pair",
-      cuda::update_rows_kernel("update_rows", dense(f32, {4, 12, 64, 64}), {f32, {4, 12, 1, 64}, {2304, 64, 2304, 1}},
-                               dense(i32, {4}), 2, true));
+      cuda::update_rows_kernel("update_rows", dense(f32, {4, 12, 64, 64}),
+                               {f32, {4, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(i32, {4}), 2, true));
   add("scatter_add",
       cuda::scatter_add_kernel("scatter_add", dense(f32, {300, 32}), {i32, {300, 32}, {1, 0}}, {50, 32}, 0));
   add("random", cuda::random_kernel("random", 1001, 0x123456789abcdefull));
   add("dropout", cuda::dropout_kernel("dropout", {f32, {20, 30}, {1, 20}}, 0.5, 7));
   add("sample", cuda::sample_kernel("sample", 4, 50257));
   add("cumsum rows", cuda::cumsum_kernel("cumsum_rows", dense(f32, {4, 50257}), 1, false));
-  add("cumsum rows i32 reverse strided", cuda::cumsum_kernel("cumsum_rows_rev", {i32, {300, 70}, {1, 300}}, 1, true));
+  add("cumsum rows i32 reverse strided",
+      cuda::cumsum_kernel("cumsum_rows_rev", {i32, {300, 70}, {1, 300}}, 1, true));
   add("cumsum lines", cuda::cumsum_kernel("cumsum_lines", dense(f32, {3, 40, 17}), 1, true));
 
   // Row kernels: cached rows (warp and block), streamed rows, columns, causal; norms with and
@@ -69,7 +76,8 @@ std::vector<Instance> template_instances() {
     add(tag + " columns", cuda::softmax_kernel(tag + "_columns", 3, 50, 7, log, false, 1));
   }
   add("cross_entropy", cuda::cross_entropy_kernel("cross_entropy", 9, 50257, -100));
-  add("cross_entropy_grad", cuda::cross_entropy_grad_kernel("cross_entropy_grad", 9, 50304, -100, -1, 50304 + 64));
+  add("cross_entropy_grad",
+      cuda::cross_entropy_grad_kernel("cross_entropy_grad", 9, 50304, -100, -1, 50304 + 64));
   for (const int64_t cols : {768, 40000}) {
     const std::string c = std::to_string(cols);
     add("layer_norm " + c, cuda::layer_norm_kernel("layer_norm_" + c, 13, cols, 1e-5, {true, true}));
@@ -88,23 +96,26 @@ std::vector<Instance> template_instances() {
   const cuda::MatOperand a{64, 256, 256, 1, 0}, b{256, 96, 96, 1, 0};
   add("small_matmul",
       cuda::small_matmul_kernel_with({64, 64, 32, 4, 4, 1, 1}, "small_matmul", 1, 64, 96, 256, a, b, 0));
-  add("small_matmul ks", cuda::small_matmul_kernel_with({32, 32, 32, 4, 4, 2, 1}, "small_matmul_ks", 2, 64, 96, 256, a,
-                                                        {256, 96, 1, 256, 0}, 100));
-  add("small_matmul cluster", cuda::small_matmul_kernel_with({32, 32, 64, 4, 4, 2, 4}, "small_matmul_cl", 1, 64, 96,
-                                                             256, {64, 256, 1, 64, 0}, b, 0));
-  add("small_matmul auto", cuda::small_matmul_kernel("small_matmul_auto", 1, 33, 100, 777, {33, 777, 777, 1, 0},
-                                                     {777, 100, 100, 1, 0}, false, 0, tg::testing::sm90_device()));
-  add("gemv",
-      cuda::gemv_kernel("gemv", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0}, {true, true, true}, 0, kSms));
-  add("gemv layer norm", cuda::gemv_kernel("gemv_layer", 1, 2304, 768, {1, 768, 768, 1, 0}, {768, 2304, 1, 768, 0},
-                                           {true, false, false}, 0, kSms, {true, true, true, true, 1e-5}));
-  add("gemv rms unaligned", cuda::gemv_kernel("gemv_rms", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
-                                              {false, false, false}, 1024, kSms, {true, false, true, false, 1e-6}));
+  add("small_matmul ks", cuda::small_matmul_kernel_with({32, 32, 32, 4, 4, 2, 1}, "small_matmul_ks", 2, 64,
+                                                        96, 256, a, {256, 96, 1, 256, 0}, 100));
+  add("small_matmul cluster", cuda::small_matmul_kernel_with({32, 32, 64, 4, 4, 2, 4}, "small_matmul_cl", 1,
+                                                             64, 96, 256, {64, 256, 1, 64, 0}, b, 0));
+  add("small_matmul auto",
+      cuda::small_matmul_kernel("small_matmul_auto", 1, 33, 100, 777, {33, 777, 777, 1, 0},
+                                {777, 100, 100, 1, 0}, false, 0, tg::testing::sm90_device()));
+  add("gemv", cuda::gemv_kernel("gemv", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0},
+                                {true, true, true}, 0, kSms));
+  add("gemv layer norm",
+      cuda::gemv_kernel("gemv_layer", 1, 2304, 768, {1, 768, 768, 1, 0}, {768, 2304, 1, 768, 0},
+                        {true, false, false}, 0, kSms, {true, true, true, true, 1e-5}));
+  add("gemv rms unaligned",
+      cuda::gemv_kernel("gemv_rms", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
+                        {false, false, false}, 1024, kSms, {true, false, true, false, 1e-6}));
 
   // Selective scan: two or four states a thread, groups, vector rows, broadcast D and bias; the
   // backward's cotangent forms.
-  for (cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true, true}, cuda::ScanShape{1, 6, 5, 3, 2},
-                             cuda::ScanShape{1, 8, 20, 1, 128}}) {
+  for (cuda::ScanShape sh : {cuda::ScanShape{8, 1536, 1024, 1, 16, true, true},
+                             cuda::ScanShape{1, 6, 5, 3, 2}, cuda::ScanShape{1, 8, 20, 1, 128}}) {
     const std::string n = std::to_string(sh.states);
     add("scan_forward " + n, cuda::scan_forward_kernel("scan_forward_" + n, sh, false));
     add("scan_forward keep " + n, cuda::scan_forward_kernel("scan_forward_keep_" + n, sh, true));
@@ -121,9 +132,9 @@ std::vector<Instance> template_instances() {
 
   // Attention: the short-sequence path, the fp32 tiled path (causal or not, kept statistics,
   // gradient layouts, large heads) and the TF32 path.
-  add("attention_at",
-      cuda::attention_at_kernel("attention_at", {f32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(f32, {2, 4, 272, 64}),
-                                dense(f32, {2, 4, 272, 64}), dense(i32, {2}), 0.125));
+  add("attention_at", cuda::attention_at_kernel("attention_at", {f32, {2, 12, 1, 64}, {2304, 64, 2304, 1}},
+                                                dense(f32, {2, 4, 272, 64}), dense(f32, {2, 4, 272, 64}),
+                                                dense(i32, {2}), 0.125));
   struct AttentionCase {
     std::string tag;
     cuda::AttentionShape s;

@@ -56,9 +56,11 @@ inline std::string place_leaf(const ir::Graph& g, int32_t id, const std::vector<
     const float fv = static_cast<float>(n.attrs.values[0]);
     const int32_t iv = static_cast<int32_t>(n.attrs.values[0]);
     const uint8_t bv = n.attrs.values[0] != 0;
-    const void* src = n.dtype == DType::kF32 ? static_cast<const void*>(&fv)
-                      : n.dtype == DType::kI32 ? static_cast<const void*>(&iv) : static_cast<const void*>(&bv);
-    mem.emplace(id, backend::cuda::DeviceMemory(4)).first->second.upload(src, static_cast<size_t>(dtype_size(n.dtype)));
+    const void* src = n.dtype == DType::kF32   ? static_cast<const void*>(&fv)
+                      : n.dtype == DType::kI32 ? static_cast<const void*>(&iv)
+                                               : static_cast<const void*>(&bv);
+    mem.emplace(id, backend::cuda::DeviceMemory(4))
+        .first->second.upload(src, static_cast<size_t>(dtype_size(n.dtype)));
     place[id] = {id, std::vector<int64_t>(n.shape.size(), 0)};
   } else if (n.op == ir::Op::kBroadcastTo) {
     const auto& [buffer, in_st] = place.at(n.inputs[0]);

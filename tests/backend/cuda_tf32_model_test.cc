@@ -23,8 +23,8 @@ using tg::testing::GptStepResult;
 
 GptStepResult one_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
                        std::map<std::string, HostTensor>* initial) {
-  return tg::testing::gpt_sgd_step({.vocab = 1100, .seq_len = 64, .layers = 1, .d_model = 64, .heads = 2}, 16, device,
-                                   precision, start, initial);
+  return tg::testing::gpt_sgd_step({.vocab = 1100, .seq_len = 64, .layers = 1, .d_model = 64, .heads = 2}, 16,
+                                   device, precision, start, initial);
 }
 
 TEST(CudaTf32, PaddedVocabularyGptMatchesRef) {

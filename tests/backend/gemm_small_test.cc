@@ -30,8 +30,9 @@ struct Case {
 
 std::string describe(const Case& c) {
   return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " M=" + std::to_string(c.M) +
-         " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
-         " pads=" + std::to_string(c.pad_a) + "," + std::to_string(c.pad_b) + "," + std::to_string(c.pad_c);
+         " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " alpha=" + std::to_string(c.alpha) +
+         " beta=" + std::to_string(c.beta) + " pads=" + std::to_string(c.pad_a) + "," +
+         std::to_string(c.pad_b) + "," + std::to_string(c.pad_c);
 }
 
 /// Runs one case; returns the number of mismatching elements (reports the first few).
@@ -106,7 +107,8 @@ TEST(CpuSgemmSmall, AllTransposesOddSizes) {
 
 TEST(CpuSgemmSmall, EveryAlphaBetaVariantOnEdgeSizes) {
   std::mt19937 rng(99);
-  const std::pair<float, float> ab[] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {1.0f, 0.5f}, {-0.5f, 0.0f}, {2.0f, -1.0f}};
+  const std::pair<float, float> ab[] = {
+      {1.0f, 0.0f}, {1.0f, 1.0f}, {1.0f, 0.5f}, {-0.5f, 0.0f}, {2.0f, -1.0f}};
   for (int t = 0; t < 4; ++t)
     for (int64_t M : {1, 7, 9, 33})
       for (int64_t N : {1, 15, 17, 33, 64})
@@ -123,9 +125,9 @@ TEST(CpuSgemmSmall, LongKAndWideN) {
     const bool ta = t & 1, tb = t & 2;
     EXPECT_EQ(check({ta, tb, 64, 72, 4096, 1.0f, 0.0f}, rng), 0);  // 16 K blocks (weight-gradient shape)
     EXPECT_EQ(check({ta, tb, 19, 45, 300, 1.0f, 0.5f, 2, 0, 1}, rng), 0);  // two balanced K blocks
-    EXPECT_EQ(check({ta, tb, 5, 2100, 9, 1.0f, 1.0f, 0, 3, 0}, rng), 0);  // two N blocks
-    EXPECT_EQ(check({ta, tb, 300, 40, 20, 1.0f, 0.0f}, rng), 0);  // three M blocks
-    EXPECT_EQ(check({ta, tb, 1, 1, 1000, 1.0f, 0.0f, 4, 4, 4}, rng), 0);  // dot product
+    EXPECT_EQ(check({ta, tb, 5, 2100, 9, 1.0f, 1.0f, 0, 3, 0}, rng), 0);   // two N blocks
+    EXPECT_EQ(check({ta, tb, 300, 40, 20, 1.0f, 0.0f}, rng), 0);           // three M blocks
+    EXPECT_EQ(check({ta, tb, 1, 1, 1000, 1.0f, 0.0f, 4, 4, 4}, rng), 0);   // dot product
   }
 }
 
@@ -165,7 +167,8 @@ TEST(CpuSgemmSmall, DisjointRowRangesFromTwoThreads) {
 
 TEST(CpuSgemmSmall, PreferRuleOnTheBenchmarkShapes) {
   EXPECT_TRUE(prefer_sgemm_small(false, false, 0, 64, 64));
-  EXPECT_FALSE(prefer_sgemm_small(false, false, int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40));  // no overflow
+  EXPECT_FALSE(
+      prefer_sgemm_small(false, false, int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40));  // no overflow
   EXPECT_FALSE(prefer_sgemm_small(false, false, 4096, 192, 64));
   EXPECT_FALSE(prefer_sgemm_small(true, false, 64, 256, 4096));
   EXPECT_FALSE(prefer_sgemm_small(false, false, 8192, 64, 64));

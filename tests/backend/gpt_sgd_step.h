@@ -18,16 +18,18 @@ struct GptStepResult {
 
 /// Fixed token ids and targets (below config.vocab); parameters from `start` when given, else
 /// the model's seed-0 initialisation, which `initial` receives. `describe`: the step's kernels.
-inline GptStepResult gpt_sgd_step(const nn::GptConfig& config, int64_t batch, Device device, Precision precision,
-                                  const std::map<std::string, HostTensor>* start, std::map<std::string, HostTensor>* initial,
+inline GptStepResult gpt_sgd_step(const nn::GptConfig& config, int64_t batch, Device device,
+                                  Precision precision, const std::map<std::string, HostTensor>* start,
+                                  std::map<std::string, HostTensor>* initial,
                                   std::string* describe = nullptr) {
   const int64_t T = config.seq_len;
   nn::Gpt model(config);
-  Program p = compile_train(model, [&model](Tensor ids, Tensor targets) { return model.loss(ids, targets); },
-                            {.inputs = {{"ids", {batch, T}, DType::kI32}, {"targets", {batch, T}, DType::kI32}},
-                             .optimizer = SGD{.lr = 1.0},
-                             .device = device,
-                             .precision = precision});
+  Program p =
+      compile_train(model, [&model](Tensor ids, Tensor targets) { return model.loss(ids, targets); },
+                    {.inputs = {{"ids", {batch, T}, DType::kI32}, {"targets", {batch, T}, DType::kI32}},
+                     .optimizer = SGD{.lr = 1.0},
+                     .device = device,
+                     .precision = precision});
   if (describe) *describe = p.describe();
   if (start) p.upload_params(*start);
   const auto before = p.download_params();

@@ -42,10 +42,12 @@ using tg::testing::message_of;
 
 bool same_bits(const tg::HostTensor& a, const tg::HostTensor& b) {
   const auto bytes = static_cast<size_t>(a.numel() * tg::dtype_size(a.dtype()));
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && (bytes == 0 || std::memcmp(a.data(), b.data(), bytes) == 0);
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         (bytes == 0 || std::memcmp(a.data(), b.data(), bytes) == 0);
 }
 
-void expect_same_params(const std::map<std::string, tg::HostTensor>& a, const std::map<std::string, tg::HostTensor>& b) {
+void expect_same_params(const std::map<std::string, tg::HostTensor>& a,
+                        const std::map<std::string, tg::HostTensor>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_TRUE(same_bits(t, b.at(name))) << name;
 }
@@ -54,9 +56,7 @@ std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
 }
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary) << bytes;
-}
+void write_file(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
 /// An 8-byte little-endian length (the real one unless `declared` says otherwise), the
 /// header and `data_bytes` zero bytes.
@@ -78,7 +78,8 @@ constexpr size_t kNetBytes = 104;
 
 std::string header_from(const std::map<std::string, std::string>& entries) {
   std::string h = "{";
-  for (const auto& [name, entry] : entries) h += (h.size() > 1 ? "," : "") + tg::io::json_quote(name) + ":" + entry;
+  for (const auto& [name, entry] : entries)
+    h += (h.size() > 1 ? "," : "") + tg::io::json_quote(name) + ":" + entry;
   return h + "}";
 }
 
@@ -126,9 +127,14 @@ class Safetensors : public ::testing::Test {
 
 TEST_F(Safetensors, TrainedProgramRoundTripsBitForBit) {
   Net a;
-  auto train = tg::compile_train(
-      a, [&](tg::Tensor x, tg::Tensor y) { auto d = a.l2(tg::tanh(a.l1(x))) - y; return tg::mean(d * d); },
-      {.inputs = {{"x", {2, 3}}, {"y", {2, 2}}}, .optimizer = tg::Adam{.lr = 1e-2}, .device = tg::Device::cpu()});
+  auto train = tg::compile_train(a,
+                                 [&](tg::Tensor x, tg::Tensor y) {
+                                   auto d = a.l2(tg::tanh(a.l1(x))) - y;
+                                   return tg::mean(d * d);
+                                 },
+                                 {.inputs = {{"x", {2, 3}}, {"y", {2, 2}}},
+                                  .optimizer = tg::Adam{.lr = 1e-2},
+                                  .device = tg::Device::cpu()});
   train.init_params(3);
   for (int i = 0; i < 5; ++i) train.step({{"x", kX}, {"y", std::vector<float>{0.5f, -0.5f, 1.0f, 0.0f}}});
   tg::Program predict_a = make_forward(a);
@@ -144,7 +150,8 @@ TEST_F(Safetensors, TrainedProgramRoundTripsBitForBit) {
   expect_same_params(train.download_params(), predict_b.download_params());
   EXPECT_TRUE(same_bits(predict_a.run({{"x", kX}}), predict_b.run({{"x", kX}})));
 
-  EXPECT_EQ(tg::read_safetensors_metadata(p), (std::map<std::string, std::string>{{"model", "Net"}, {"step", "5"}}));
+  EXPECT_EQ(tg::read_safetensors_metadata(p),
+            (std::map<std::string, std::string>{{"model", "Net"}, {"step", "5"}}));
   const auto tensors = tg::read_safetensors(p);
   EXPECT_EQ(tensors.size(), 4u);
   EXPECT_EQ(tensors.at("l1.weight").shape(), (tg::Shape{4, 3}));
@@ -157,7 +164,10 @@ TEST_F(Safetensors, TrainedProgramRoundTripsBitForBit) {
   EXPECT_EQ(raw.size(), 8 + n + kNetBytes);
   const std::string header = raw.substr(8, n);
   EXPECT_EQ(header.rfind(R"({"__metadata__":{"model":"Net","step":"5"},"l1.bias":{"dtype":"F32","shape":[4],)"
-                         R"("data_offsets":[0,16]},"l1.weight":)", 0), 0u) << header;
+                         R"("data_offsets":[0,16]},"l1.weight":)",
+                         0),
+            0u)
+      << header;
 }
 
 TEST_F(Safetensors, MixedDtypesEmptyTensorsAndEscapedNamesRoundTrip) {
@@ -199,7 +209,8 @@ TEST_F(Safetensors, LoadsTheFileWrittenByPyTorchSideCode) {
       in >> name >> dtype >> rank;
       int64_t numel = 1;
       for (int i = 0, d = 0; i < rank; ++i) in >> d, numel *= d;
-      for (std::string v; in >> v;) expected[name].push_back(static_cast<float>(std::strtod(v.c_str(), nullptr)));
+      for (std::string v; in >> v;)
+        expected[name].push_back(static_cast<float>(std::strtod(v.c_str(), nullptr)));
       ASSERT_EQ(static_cast<int64_t>(expected[name].size()), numel) << name;
     }
   }
@@ -216,8 +227,8 @@ TEST_F(Safetensors, LoadsTheFileWrittenByPyTorchSideCode) {
 
   // torch's Linear layout: y = tanh(x W1ᵀ + b1) W2ᵀ + b2.
   const tg::HostTensor y = prog.run({{"x", kX}});
-  const auto& w1 = expected.at("l1.weight"), &b1 = expected.at("l1.bias");
-  const auto& w2 = expected.at("l2.weight"), &b2 = expected.at("l2.bias");
+  const auto &w1 = expected.at("l1.weight"), &b1 = expected.at("l1.bias");
+  const auto &w2 = expected.at("l2.weight"), &b2 = expected.at("l2.bias");
   for (int r = 0; r < 2; ++r)
     for (int o = 0; o < 2; ++o) {
       double acc = b2[o];
@@ -238,7 +249,8 @@ TEST_F(Safetensors, LoadsTheFileWrittenByPyTorchSideCode) {
     tg::HostTensor mask(tg::DType::kBool, {3});
     static_cast<uint8_t*>(mask.data())[0] = static_cast<uint8_t*>(mask.data())[2] = 1;
     tensors.emplace("extra.mask", mask);
-    const std::string stem = base.size() > 12 && base.ends_with(".safetensors") ? base.substr(0, base.size() - 12) : base;
+    const std::string stem =
+        base.size() > 12 && base.ends_with(".safetensors") ? base.substr(0, base.size() - 12) : base;
     tg::save_safetensors(stem + "_mixed.safetensors", tensors, expected_meta);
   }
 }
@@ -292,22 +304,27 @@ TEST_F(Safetensors, MalformedHeaders) {
   EXPECT_MSG_HAS(load_error(file_bytes("{\"bad \\q escape\":1}", 0)), "invalid escape");
   EXPECT_MSG_HAS(load_error(file_bytes("{\"\xff\":1}", 0)), "not valid UTF-8");
   EXPECT_MSG_HAS(load_error(file_bytes("{\"\\ud800\":1}", 0)), "surrogate");
-  EXPECT_MSG_HAS(load_error(file_bytes(std::string(100000, '[') + std::string(100000, ']'), 0)), "nesting deeper");
+  EXPECT_MSG_HAS(load_error(file_bytes(std::string(100000, '[') + std::string(100000, ']'), 0)),
+                 "nesting deeper");
   EXPECT_MSG_HAS(load_error(file_bytes("[1, 2]", 0)), "not a JSON object");
-  EXPECT_MSG_HAS(load_error(file_bytes(R"({"__metadata__": ["x"]})", 0)), "\"__metadata__\" is not a JSON object");
+  EXPECT_MSG_HAS(load_error(file_bytes(R"({"__metadata__": ["x"]})", 0)),
+                 "\"__metadata__\" is not a JSON object");
   EXPECT_MSG_HAS(load_error(file_bytes(R"({"__metadata__": {"k": 1}})", 0)), "entry 'k' is not a string");
-  EXPECT_MSG_HAS(load_error(file_bytes(R"({"__metadata__":{},"__metadata__":{}})", 0)), "\"__metadata__\" appears twice");
+  EXPECT_MSG_HAS(load_error(file_bytes(R"({"__metadata__":{},"__metadata__":{}})", 0)),
+                 "\"__metadata__\" appears twice");
 
   auto e = net_entries();
   e["l1.weight"] = "5";
   EXPECT_MSG_HAS(load_error_with(e), "tensor 'l1.weight': header entry is not a JSON object");
-  const std::pair<const char*, const char*> without[] = {{"dtype", R"({"shape":[2],"data_offsets":[64,72]})"},
-                                                         {"shape", R"({"dtype":"F32","data_offsets":[64,72]})"},
-                                                         {"data_offsets", R"({"dtype":"F32","shape":[2]})"}};
+  const std::pair<const char*, const char*> without[] = {
+      {"dtype", R"({"shape":[2],"data_offsets":[64,72]})"},
+      {"shape", R"({"dtype":"F32","data_offsets":[64,72]})"},
+      {"data_offsets", R"({"dtype":"F32","shape":[2]})"}};
   for (const auto& [field, entry] : without) {
     e = net_entries();
     e["l2.bias"] = entry;
-    EXPECT_MSG_HAS(load_error_with(e), std::string("tensor 'l2.bias': header entry has no \"") + field + "\"");
+    EXPECT_MSG_HAS(load_error_with(e),
+                   std::string("tensor 'l2.bias': header entry has no \"") + field + "\"");
   }
   e = net_entries();
   e["l2.bias"] = R"({"dtype":"F32","shape":[-2],"data_offsets":[64,72]})";
@@ -342,7 +359,8 @@ TEST_F(Safetensors, DtypesOutsideF32I32BoolAreRejectedByName) {
   // Bools are bytes 0 or 1.
   const std::string p = path("bool.safetensors");
   write_file(p, file_bytes(R"({"m":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", 0) + "\x01\x02");
-  EXPECT_MSG_HAS(message_of<tg::CheckpointError>([&] { tg::read_safetensors(p); }), "tensor 'm': BOOL element 1 is 2");
+  EXPECT_MSG_HAS(message_of<tg::CheckpointError>([&] { tg::read_safetensors(p); }),
+                 "tensor 'm': BOOL element 1 is 2");
 }
 
 TEST_F(Safetensors, BadDataOffsets) {
@@ -350,21 +368,26 @@ TEST_F(Safetensors, BadDataOffsets) {
   e["l2.bias"] = R"({"dtype":"F32","shape":[2],"data_offsets":[72,64]})";
   EXPECT_MSG_HAS(load_error_with(e), "tensor 'l2.bias': data_offsets [72, 64] are out of order");
   e["l2.bias"] = R"({"dtype":"F32","shape":[2],"data_offsets":[64,76]})";
-  EXPECT_MSG_HAS(load_error_with(e), "tensor 'l2.bias': data_offsets [64, 76] cover 12 bytes, but F32[2] needs 8");
+  EXPECT_MSG_HAS(load_error_with(e),
+                 "tensor 'l2.bias': data_offsets [64, 76] cover 12 bytes, but F32[2] needs 8");
   e["l2.bias"] = R"({"dtype":"F32","shape":[2],"data_offsets":[100,108]})";
-  EXPECT_MSG_HAS(load_error_with(e), "tensor 'l2.bias': data_offsets [100, 108] lie outside the data section (104 bytes");
+  EXPECT_MSG_HAS(load_error_with(e),
+                 "tensor 'l2.bias': data_offsets [100, 108] lie outside the data section (104 bytes");
   e["l2.bias"] = R"({"dtype":"F32","shape":[2],"data_offsets":[60,68]})";
   EXPECT_MSG_HAS(load_error_with(e), "tensor 'l2.bias': data_offsets [60, 68] overlap tensor 'l1.weight'");
   e = net_entries();
   e["l2.weight"] = R"({"dtype":"F32","shape":[2,4],"data_offsets":[76,108]})";
-  EXPECT_MSG_HAS(load_error_with(e, 108), "tensor 'l2.weight': data_offsets [76, 108] leave a gap of 4 bytes after tensor 'l2.bias'");
-  EXPECT_MSG_HAS(load_error_with(net_entries(), kNetBytes + 3), "3 bytes follow the last tensor's data (tensor 'l2.weight')");
+  EXPECT_MSG_HAS(load_error_with(e, 108),
+                 "tensor 'l2.weight': data_offsets [76, 108] leave a gap of 4 bytes after tensor 'l2.bias'");
+  EXPECT_MSG_HAS(load_error_with(net_entries(), kNetBytes + 3),
+                 "3 bytes follow the last tensor's data (tensor 'l2.weight')");
 }
 
 TEST_F(Safetensors, FileThatDoesNotFitTheModel) {
   auto e = net_entries();
   e["l1.weight"] = R"({"dtype":"F32","shape":[3,4],"data_offsets":[16,64]})";
-  EXPECT_MSG_HAS(load_error_with(e), "tensor 'l1.weight' has shape [3, 4], but the model's parameter has shape [4, 3]");
+  EXPECT_MSG_HAS(load_error_with(e),
+                 "tensor 'l1.weight' has shape [3, 4], but the model's parameter has shape [4, 3]");
   e = net_entries();
   e["l3.weight"] = R"({"dtype":"F32","shape":[1],"data_offsets":[104,108]})";
   const std::string msg = load_error_with(e, kNetBytes + 4);
@@ -389,7 +412,8 @@ TEST_F(Safetensors, FailedRenameRemovesTheTemporaryFile) {
   Net m;
   tg::Program prog = make_forward(m);
   fs::create_directories(dir_ / "occupied" / "child");  // rename cannot replace a non-empty directory
-  const std::string msg = message_of<tg::CheckpointError>([&] { tg::save_safetensors(path("occupied"), prog); });
+  const std::string msg =
+      message_of<tg::CheckpointError>([&] { tg::save_safetensors(path("occupied"), prog); });
   EXPECT_MSG_HAS(msg, "cannot rename");
   EXPECT_EQ(listing(), std::vector<std::string>{"occupied"});
 }
@@ -433,11 +457,13 @@ TEST_F(Safetensors, WriteFailureMidFileKeepsTheOldCheckpoint) {
 TEST_F(Safetensors, SaveRejectsNamesTheFormatCannotHold) {
   const std::string p = path("x.safetensors");
   EXPECT_MSG_HAS(message_of<tg::CheckpointError>([&] {
-    tg::save_safetensors(p, {{"__metadata__", tg::HostTensor(tg::DType::kF32, {1})}});
-  }), "reserved");
+                   tg::save_safetensors(p, {{"__metadata__", tg::HostTensor(tg::DType::kF32, {1})}});
+                 }),
+                 "reserved");
   EXPECT_MSG_HAS(message_of<tg::CheckpointError>([&] {
-    tg::save_safetensors(p, {{"bad\xff", tg::HostTensor(tg::DType::kF32, {1})}});
-  }), "not valid UTF-8");
+                   tg::save_safetensors(p, {{"bad\xff", tg::HostTensor(tg::DType::kF32, {1})}});
+                 }),
+                 "not valid UTF-8");
   EXPECT_TRUE(listing().empty());
 }
 

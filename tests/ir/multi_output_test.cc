@@ -19,12 +19,13 @@ namespace {
 using ir::Op;
 
 Traced scan_loss(bool y, bool last) {
-  return trace_fn({uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})},
-                  [&](const Ts& x) {
-                    const SelectiveScanResult r = selective_scan(x[0], x[1], x[2], x[3], x[4]);
-                    if (y && last) return sum(r.y) + sum(r.last_state * 2.0f);
-                    return y ? sum(r.y) : sum(r.last_state);
-                  });
+  return trace_fn(
+      {uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})},
+      [&](const Ts& x) {
+        const SelectiveScanResult r = selective_scan(x[0], x[1], x[2], x[3], x[4]);
+        if (y && last) return sum(r.y) + sum(r.last_state * 2.0f);
+        return y ? sum(r.y) : sum(r.last_state);
+      });
 }
 
 int32_t only(const ir::Graph& g, Op op) {
@@ -43,7 +44,7 @@ TEST(MultiOutput, SelectiveScanHasTypedResults) {
   EXPECT_EQ(scan.results[0], (ir::ValueType{DType::kF32, {2, 4, 7}}));  // y
   EXPECT_EQ(scan.results[1], (ir::ValueType{DType::kF32, {2, 4, 3}}));  // last state
   EXPECT_EQ(scan.results[2], (ir::ValueType{DType::kF32, {0}}));        // saved: sized by the backend
-  EXPECT_EQ(scan.shape, (Shape{2 * 4 * 7 + 2 * 4 * 3}));              // the results' one allocation
+  EXPECT_EQ(scan.shape, (Shape{2 * 4 * 7 + 2 * 4 * 3}));                // the results' one allocation
   EXPECT_EQ(ir::result_offset(scan, 1), 2 * 4 * 7);
   for (const ir::Node& n : g.nodes()) EXPECT_NE(n.op, Op::kSlice) << "no slice unpacks the results";
   EXPECT_NE(g.to_string().find("(f32[2, 4, 7], f32[2, 4, 3], f32[0])"), std::string::npos) << g.to_string();
@@ -81,10 +82,10 @@ TEST(MultiOutput, AttentionAndItsGradient) {
   EXPECT_EQ(fwd.results[1].shape, (Shape{0}));           // saved: sized by the backend
   const ir::Node& grad = g.node(only(g, Op::kAttentionGrad));
   ASSERT_EQ(grad.results.size(), 3u);
-  EXPECT_EQ(grad.results[0].shape, (Shape{2, 4, 5, 8}));  // dq
-  EXPECT_EQ(grad.results[1].shape, (Shape{2, 2, 5, 8}));  // dk
-  EXPECT_EQ(grad.results[2].shape, (Shape{2, 2, 5, 8}));  // dv
-  EXPECT_EQ(g.node(grad.inputs[4]).op, Op::kResult);       // the forward's out
+  EXPECT_EQ(grad.results[0].shape, (Shape{2, 4, 5, 8}));                    // dq
+  EXPECT_EQ(grad.results[1].shape, (Shape{2, 2, 5, 8}));                    // dk
+  EXPECT_EQ(grad.results[2].shape, (Shape{2, 2, 5, 8}));                    // dv
+  EXPECT_EQ(g.node(grad.inputs[4]).op, Op::kResult);                        // the forward's out
   EXPECT_EQ(g.node(grad.inputs[5]).attrs.axes, (std::vector<int64_t>{1}));  // and its saved result
   for (const ir::Node& n : g.nodes()) EXPECT_NE(n.op, Op::kSlice) << "no slice unpacks the gradients";
 }

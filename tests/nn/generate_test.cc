@@ -15,21 +15,25 @@ namespace {
 
 using namespace tg;
 
-const nn::GptConfig kConfig{.vocab = 37, .seq_len = 24, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2};
+const nn::GptConfig kConfig{
+    .vocab = 37, .seq_len = 24, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2};
 constexpr int64_t kCache = 20;
 
 std::vector<Device> devices() { return tg::testing::all_devices(); }
 
 Generator make_generator(nn::Gpt& model, int64_t batch, int64_t prefill_len, Device device) {
-  Generator g(
-      model, [&model](const Tensor& ids, const Tensor& pos, int64_t cache) { return model.logits_cached(ids, pos, cache); },
-      {.batch = batch, .cache_len = kCache, .prefill_len = prefill_len, .device = device});
+  Generator g(model,
+              [&model](const Tensor& ids, const Tensor& pos, int64_t cache) {
+                return model.logits_cached(ids, pos, cache);
+              },
+              {.batch = batch, .cache_len = kCache, .prefill_len = prefill_len, .device = device});
   g.prefill().init_params(3);
   return g;
 }
 
 /// Greedy continuation by the plain forward on the growing sequence (padded to kCache).
-std::vector<int32_t> greedy_by_full_forward(nn::Gpt& model, const std::vector<int32_t>& seq, int64_t steps, Device device) {
+std::vector<int32_t> greedy_by_full_forward(nn::Gpt& model, const std::vector<int32_t>& seq, int64_t steps,
+                                            Device device) {
   Program full = compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
                                  {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = device});
   return tg::testing::greedy_by_full_forward(full, seq, steps, kCache, kConfig.vocab);
@@ -37,7 +41,8 @@ std::vector<int32_t> greedy_by_full_forward(nn::Gpt& model, const std::vector<in
 
 std::vector<int32_t> prompt_of(int64_t len, int64_t salt) {
   std::vector<int32_t> p;
-  for (int64_t t = 0; t < len; ++t) p.push_back(static_cast<int32_t>((salt * 13 + t * 7 + 5) % kConfig.vocab));
+  for (int64_t t = 0; t < len; ++t)
+    p.push_back(static_cast<int32_t>((salt * 13 + t * 7 + 5) % kConfig.vocab));
   return p;
 }
 
@@ -58,7 +63,8 @@ TEST_P(Generate, GreedyEqualsTheFullForward) {
   const std::vector<std::vector<int32_t>> prompts{prompt_of(7, 1), prompt_of(2, 2), prompt_of(5, 3)};
   const std::vector<std::vector<int32_t>> outs = three.generate(prompts, {.max_new_tokens = 6});
   ASSERT_EQ(outs.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(outs[i], greedy_by_full_forward(model3, prompts[i], 6, GetParam())) << "sequence " << i;
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(outs[i], greedy_by_full_forward(model3, prompts[i], 6, GetParam())) << "sequence " << i;
 }
 
 TEST_P(Generate, SamplingRepeatsForASeed) {
@@ -83,17 +89,20 @@ TEST_P(Generate, StopTokensAndTheCallback) {
   ASSERT_EQ(full.size(), 10u);
   // Stop at the first token that did not occur before it: everything before it comes back.
   size_t k = 1;
-  while (k < full.size() && std::find(full.begin(), full.begin() + static_cast<long>(k), full[k]) != full.begin() + static_cast<long>(k)) ++k;
+  while (k < full.size() && std::find(full.begin(), full.begin() + static_cast<long>(k), full[k]) !=
+                                full.begin() + static_cast<long>(k))
+    ++k;
   ASSERT_LT(k, full.size()) << "every token repeats an earlier one";
   EXPECT_EQ(g.generate(prompt, {.max_new_tokens = 10, .stop_tokens = {full[k]}}),
             std::vector<int32_t>(full.begin(), full.begin() + static_cast<long>(k)));
   // The callback sees the tokens in order; returning false ends the generation.
   std::vector<int32_t> streamed;
-  const std::vector<int32_t> got = g.generate(prompt, {.max_new_tokens = 10, .on_token = [&](int64_t seq, int32_t t) {
-                                                         EXPECT_EQ(seq, 0);
-                                                         streamed.push_back(t);
-                                                         return streamed.size() < 3;
-                                                       }});
+  const std::vector<int32_t> got =
+      g.generate(prompt, {.max_new_tokens = 10, .on_token = [&](int64_t seq, int32_t t) {
+                            EXPECT_EQ(seq, 0);
+                            streamed.push_back(t);
+                            return streamed.size() < 3;
+                          }});
   EXPECT_EQ(streamed, std::vector<int32_t>(full.begin(), full.begin() + 3));
   EXPECT_EQ(got, streamed);
 }
@@ -110,7 +119,8 @@ TEST(GenerateAcrossDevices, SameTokensForTheSameSeed) {
     nn::Gpt model(kConfig);
     Generator g = make_generator(model, 2, 4, d);
     greedy.push_back(g.generate(prompts, {.max_new_tokens = 10}));
-    sampled.push_back(g.generate(prompts, {.max_new_tokens = 10, .temperature = 1.0f, .top_p = 0.9f, .seed = 11}));
+    sampled.push_back(
+        g.generate(prompts, {.max_new_tokens = 10, .temperature = 1.0f, .top_p = 0.9f, .seed = 11}));
   }
   for (size_t i = 1; i < greedy.size(); ++i) {
     EXPECT_EQ(greedy[i], greedy[0]) << tg::testing::device_test_name(devices()[i]);
@@ -129,16 +139,31 @@ TEST(GenerateErrors, BadPromptsAndOptions) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_input_error([&] { g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0)}, {}); }, "decodes 2 sequence(s) at once; got 1 prompt(s)");
+  expect_input_error([&] { g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0)}, {}); },
+                     "decodes 2 sequence(s) at once; got 1 prompt(s)");
   expect_input_error([&] { g.generate(prompt_of(3, 0)); }, "Generator of batch 2");
-  expect_input_error([&] { g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0), {}}); }, "prompt 1 is empty");
-  expect_input_error([&] { g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0), prompt_of(kCache + 1, 0)}); }, "more than the cache holds (cache_len = 20)");
-  expect_input_error([&] { g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0), {1, 2, 99}}); }, "index 99");  // a token outside the vocabulary
   expect_input_error(
       [&] {
-        Generator bad(
-            model, [&model](const Tensor& ids, const Tensor& pos, int64_t cache) { return model.logits_cached(ids, pos, cache); },
-            {.cache_len = 8, .prefill_len = 9, .device = Device::cpu()});
+        g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0), {}});
+      },
+      "prompt 1 is empty");
+  expect_input_error(
+      [&] {
+        g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0), prompt_of(kCache + 1, 0)});
+      },
+      "more than the cache holds (cache_len = 20)");
+  expect_input_error(
+      [&] {
+        g.generate(std::vector<std::vector<int32_t>>{prompt_of(3, 0), {1, 2, 99}});
+      },
+      "index 99");  // a token outside the vocabulary
+  expect_input_error(
+      [&] {
+        Generator bad(model,
+                      [&model](const Tensor& ids, const Tensor& pos, int64_t cache) {
+                        return model.logits_cached(ids, pos, cache);
+                      },
+                      {.cache_len = 8, .prefill_len = 9, .device = Device::cpu()});
       },
       "prefill_len must be in [1, cache_len = 8]");
 }

@@ -79,7 +79,8 @@ struct SplitMix64 {
 
 std::vector<double> signs(uint64_t seed, int64_t n) {
   std::vector<double> s(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) s[static_cast<size_t>(i)] = (mix(seed + static_cast<uint64_t>(i)) >> 63) ? -1.0 : 1.0;
+  for (int64_t i = 0; i < n; ++i)
+    s[static_cast<size_t>(i)] = (mix(seed + static_cast<uint64_t>(i)) >> 63) ? -1.0 : 1.0;
   return s;
 }
 
@@ -128,7 +129,8 @@ tg::Shape read_shape(std::istringstream& in, const std::string& line) {
 template <class T>
 std::vector<T> read_payload(std::istream& file, int64_t n, const std::string& line) {
   std::vector<T> v(static_cast<size_t>(n));
-  file.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * static_cast<int64_t>(sizeof(T))));
+  file.read(reinterpret_cast<char*>(v.data()),
+            static_cast<std::streamsize>(n * static_cast<int64_t>(sizeof(T))));
   if (!file) throw std::runtime_error("truncated payload after: " + line.substr(0, 100));
   return v;
 }
@@ -174,14 +176,17 @@ Golden parse_golden(const std::string& path) {
       Stored s;
       s.shape = read_shape(in, line);
       in >> layout >> s.norm;
-      if (!in || (layout != "full" && layout != "sketch")) throw std::runtime_error("bad record: " + line.substr(0, 100));
+      if (!in || (layout != "full" && layout != "sketch"))
+        throw std::runtime_error("bad record: " + line.substr(0, 100));
       s.full = layout == "full";
-      if (!s.full && s.shape.size() != 2) throw std::runtime_error("sketch of a non-matrix: " + line.substr(0, 100));
+      if (!s.full && s.shape.size() != 2)
+        throw std::runtime_error("sketch of a non-matrix: " + line.substr(0, 100));
       const int64_t n = s.full ? tg::numel(s.shape) : s.shape[0] + s.shape[1] + g.samples;
       s.data = read_payload<float>(file, n, line);
       GoldenStep& step = g.steps.back();
       auto& dest = kind == "grad" ? step.grads : kind == "capture" ? step.captures : step.params;
-      if (!dest.emplace(name, std::move(s)).second) throw std::runtime_error("duplicate record: " + line.substr(0, 100));
+      if (!dest.emplace(name, std::move(s)).second)
+        throw std::runtime_error("duplicate record: " + line.substr(0, 100));
     } else if (kind == "end") {
       ended = true;
     } else {
@@ -212,7 +217,9 @@ std::map<std::string, tg::HostTensor> initial_params(const Golden& g) {
     std::vector<float> v(static_cast<size_t>(tg::numel(s.shape)));
     const double scale = std::ldexp(1.0, -s.scale_exp);
     for (float& x : v)
-      x = static_cast<float>(s.offset + static_cast<double>(static_cast<int64_t>(rng.next() >> 40) - (int64_t{1} << 23)) * scale);
+      x = static_cast<float>(
+          s.offset +
+          static_cast<double>(static_cast<int64_t>(rng.next() >> 40) - (int64_t{1} << 23)) * scale);
     out.emplace(s.name, tg::HostTensor::f32(std::move(v), s.shape));
   }
   return out;
@@ -237,7 +244,8 @@ struct Err {
 double nan_to_inf(double x) { return std::isnan(x) ? INFINITY : x; }
 
 // Norm-wise and elementwise errors of `got` against `want` (the same length).
-Err compare_vectors(std::span<const double> got, std::span<const double> want, double want_norm, double floor_frac) {
+Err compare_vectors(std::span<const double> got, std::span<const double> want, double want_norm,
+                    double floor_frac) {
   Err e;
   std::vector<double> diff(want.size());
   for (size_t i = 0; i < want.size(); ++i) diff[i] = got[i] - want[i];
@@ -245,7 +253,8 @@ Err compare_vectors(std::span<const double> got, std::span<const double> want, d
   e.normwise = nan_to_inf(norm2(diff) / wn);
   const double floor = floor_frac * wn / std::sqrt(static_cast<double>(want.size()));
   for (size_t i = 0; i < want.size(); ++i)
-    e.elementwise = std::max(e.elementwise, nan_to_inf(std::abs(diff[i]) / std::max(std::abs(want[i]), floor)));
+    e.elementwise =
+        std::max(e.elementwise, nan_to_inf(std::abs(diff[i]) / std::max(std::abs(want[i]), floor)));
   return e;
 }
 
@@ -288,12 +297,14 @@ Err compare(const tg::HostTensor& got_tensor, const Stored& want, const Golden& 
       rows[static_cast<size_t>(i)] += s[static_cast<size_t>(j)] * v;
       cols[static_cast<size_t>(j)] += t[static_cast<size_t>(i)] * v;
     }
-  for (int64_t k = 0; k < g.samples; ++k) samples.push_back(got[static_cast<size_t>((k * g.sample_stride) % numel)]);
+  for (int64_t k = 0; k < g.samples; ++k)
+    samples.push_back(got[static_cast<size_t>((k * g.sample_stride) % numel)]);
   std::span<const double> ref(stored);
   Err e = compare_vectors(rows, ref.subspan(0, static_cast<size_t>(R)), 0, floor_frac);
   e.merge(compare_vectors(cols, ref.subspan(static_cast<size_t>(R), static_cast<size_t>(C)), 0, floor_frac));
-  e.elementwise = std::max(e.elementwise, compare_samples(samples, ref.subspan(static_cast<size_t>(R + C)),
-                                                          floor_frac * want.norm / std::sqrt(static_cast<double>(numel))));
+  e.elementwise = std::max(e.elementwise,
+                           compare_samples(samples, ref.subspan(static_cast<size_t>(R + C)),
+                                           floor_frac * want.norm / std::sqrt(static_cast<double>(numel))));
   e.normwise = std::max(e.normwise, nan_to_inf(std::abs(norm2(got) - want.norm) / want.norm));
   return e;
 }
@@ -310,10 +321,12 @@ class Summary : public ::testing::Environment {
     for (const auto& [device, cats] : worst_by_device())
       for (const auto& [cat, e] : cats)
         if (cat.rfind("key bias", 0) == 0)
-          std::printf("[ gpt      ] %-4s %-34s max %.3g of its limit\n", device.c_str(), cat.c_str(), e.normwise);
+          std::printf("[ gpt      ] %-4s %-34s max %.3g of its limit\n", device.c_str(), cat.c_str(),
+                      e.normwise);
         else
-          std::printf("[ gpt      ] %-4s %-34s max norm-wise rel error %.3g, max elementwise %.3g (limit %.0e)\n",
-                      device.c_str(), cat.c_str(), e.normwise, e.elementwise, kRelTol);
+          std::printf(
+              "[ gpt      ] %-4s %-34s max norm-wise rel error %.3g, max elementwise %.3g (limit %.0e)\n",
+              device.c_str(), cat.c_str(), e.normwise, e.elementwise, kRelTol);
   }
 };
 [[maybe_unused]] ::testing::Environment* const summary_env = ::testing::AddGlobalTestEnvironment(new Summary);
@@ -336,12 +349,14 @@ class Checker {
 
   static bool is_qkv_bias(const std::string& name) {
     const std::string suffix = ".attn.qkv.bias";
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   }
 
   // `exclude_key_bias`: leave the key slice of each attn.qkv.bias out (see the top).
-  void tensors(const std::string& category, const tg::Captures& got, const std::map<std::string, Stored>& want,
-               const std::string& prefix, double floor_frac, const std::string& where, bool exclude_key_bias = false) {
+  void tensors(const std::string& category, const tg::Captures& got,
+               const std::map<std::string, Stored>& want, const std::string& prefix, double floor_frac,
+               const std::string& where, bool exclude_key_bias = false) {
     for (const auto& [name, w] : want) {
       auto it = got.find(prefix + name);
       if (it == got.end()) {
@@ -357,11 +372,12 @@ class Checker {
   }
 
  private:
-  void record(const std::string& category, const Err& e, const std::string& where, const std::string& detail) {
+  void record(const std::string& category, const Err& e, const std::string& where,
+              const std::string& detail) {
     worst_by_device()[device_][category].merge(e);
     if (!(e.normwise < kRelTol) || !(e.elementwise < kRelTol))
-      ADD_FAILURE() << device_ << " " << where << ": norm-wise relative error " << e.normwise << ", elementwise "
-                    << e.elementwise << " (limit " << kRelTol << ") " << detail;
+      ADD_FAILURE() << device_ << " " << where << ": norm-wise relative error " << e.normwise
+                    << ", elementwise " << e.elementwise << " (limit " << kRelTol << ") " << detail;
   }
   const Golden& g_;
   std::string device_;
@@ -380,7 +396,8 @@ TEST(GptGoldenFile, IsCompleteAndInitReproduces) {
   const Golden& g = golden();
   EXPECT_EQ(g.ids.size(), static_cast<size_t>(kBatch * kSeq));
   EXPECT_EQ(g.targets.size(), static_cast<size_t>(kBatch * kSeq));
-  EXPECT_TRUE(std::count(g.targets.begin(), g.targets.end(), -100) > 0) << "the batch must exercise ignore_index";
+  EXPECT_TRUE(std::count(g.targets.begin(), g.targets.end(), -100) > 0)
+      << "the batch must exercise ignore_index";
   ASSERT_EQ(g.steps.size(), static_cast<size_t>(kSteps));
   for (const GoldenStep& s : g.steps) {
     EXPECT_GT(s.grad_norm, 1.0) << "clipping must be active at every step";
@@ -397,7 +414,8 @@ TEST(GptGoldenFile, IsCompleteAndInitReproduces) {
   for (const InitSpec& s : g.init) golden_names.push_back(s.name);
   EXPECT_EQ(names, golden_names);
   for (const tg::Param* p : gpt.parameters()) {
-    auto it = std::find_if(g.init.begin(), g.init.end(), [&](const InitSpec& s) { return s.name == p->path(); });
+    auto it =
+        std::find_if(g.init.begin(), g.init.end(), [&](const InitSpec& s) { return s.name == p->path(); });
     if (it != g.init.end()) {
       EXPECT_EQ(p->shape(), it->shape) << p->path();
       // AdamW decays exactly the generator's first param group (rank >= 2).
@@ -492,7 +510,10 @@ TEST_P(GptParity, ThreeAdamWStepsMatchPyTorch) {
   EXPECT_EQ(train.steps(), kSteps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, GptParity, ::testing::Values(tg::Device::cpu(), tg::Device::ref(), tg::Device::cuda()),
-                         [](const ::testing::TestParamInfo<tg::Device>& info) { return tg::testing::device_test_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Devices, GptParity,
+                         ::testing::Values(tg::Device::cpu(), tg::Device::ref(), tg::Device::cuda()),
+                         [](const ::testing::TestParamInfo<tg::Device>& info) {
+                           return tg::testing::device_test_name(info.param);
+                         });
 
 }  // namespace

@@ -16,7 +16,8 @@ namespace {
 
 using namespace tg;
 
-const nn::MambaLMConfig kConfig{.vocab = 19, .layers = 2, .d_model = 16, .d_state = 4, .d_conv = 4, .expand = 2};
+const nn::MambaLMConfig kConfig{
+    .vocab = 19, .layers = 2, .d_model = 16, .d_state = 4, .d_conv = 4, .expand = 2};
 
 class MambaDecode : public ::testing::TestWithParam<Device> {};
 
@@ -47,7 +48,8 @@ TEST_P(MambaDecode, StepsGiveTheFullForwardOnEveryPrefix) {
         worst = std::max(worst, rel_diff(g, w));
       }
     }
-    std::printf("  %s batch %lld: worst relative logit difference %.2e\n", GetParam().str().c_str(), static_cast<long long>(batch), worst);
+    std::printf("  %s batch %lld: worst relative logit difference %.2e\n", GetParam().str().c_str(),
+                static_cast<long long>(batch), worst);
     EXPECT_LE(worst, 1e-5);
   }
 }
@@ -56,7 +58,8 @@ TEST_P(MambaDecode, GeneratorContinuesAsTheFullForward) {
   nn::MambaLM model(kConfig);
   constexpr int64_t kCache = 16;
   Generator gen(
-      model, [&model](const Tensor& ids, const Tensor& pos, int64_t n) { return model.logits_cached(ids, pos, n); },
+      model,
+      [&model](const Tensor& ids, const Tensor& pos, int64_t n) { return model.logits_cached(ids, pos, n); },
       {.batch = 2, .cache_len = kCache, .device = GetParam(), .prefill = false});
   gen.decode().init_params(9);
   Program full = compile_forward(model, [&](Tensor ids) { return model.logits(ids); },
@@ -64,7 +67,8 @@ TEST_P(MambaDecode, GeneratorContinuesAsTheFullForward) {
   const std::vector<std::vector<int32_t>> prompts{{3, 1, 4, 1, 5}, {9, 2}};
   const auto outs = gen.generate(prompts, {.max_new_tokens = 6});
   for (size_t s = 0; s < prompts.size(); ++s)
-    EXPECT_EQ(outs[s], tg::testing::greedy_by_full_forward(full, prompts[s], 6, kCache, kConfig.vocab)) << "sequence " << s;
+    EXPECT_EQ(outs[s], tg::testing::greedy_by_full_forward(full, prompts[s], 6, kCache, kConfig.vocab))
+        << "sequence " << s;
   // Sampling repeats for a seed.
   const GenerateOptions o{.max_new_tokens = 8, .temperature = 1.0f, .top_k = 8, .seed = 3};
   EXPECT_EQ(gen.generate(prompts, o), gen.generate(prompts, o));

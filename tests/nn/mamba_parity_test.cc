@@ -19,20 +19,25 @@ using namespace tg;
 
 const std::string kGolden = std::string(TG_TEST_DATA_DIR) + "/mamba_golden.safetensors";
 
-
 class MambaParity : public ::testing::TestWithParam<Device> {};
 
 TEST_P(MambaParity, LossAndEveryGradientMatchPyTorch) {
   const auto golden = read_safetensors(kGolden);
   const auto meta = read_safetensors_metadata(kGolden);
-  nn::MambaLM model({.vocab = std::stoll(meta.at("vocab")), .layers = std::stoll(meta.at("layers")), .d_model = std::stoll(meta.at("d_model")),
-                     .d_state = std::stoll(meta.at("d_state")), .d_conv = std::stoll(meta.at("d_conv")), .expand = std::stoll(meta.at("expand"))});
+  nn::MambaLM model({.vocab = std::stoll(meta.at("vocab")),
+                     .layers = std::stoll(meta.at("layers")),
+                     .d_model = std::stoll(meta.at("d_model")),
+                     .d_state = std::stoll(meta.at("d_state")),
+                     .d_conv = std::stoll(meta.at("d_conv")),
+                     .expand = std::stoll(meta.at("expand"))});
   const HostTensor& ids = golden.at("ids");
   Program train;
   try {
-    train = compile_train(model, [&](Tensor i, Tensor t) { return model.loss(i, t); },
-                          {.inputs = {{"ids", ids.shape(), DType::kI32}, {"targets", ids.shape(), DType::kI32}},
-                           .optimizer = GradientsOnly{}, .device = GetParam()});
+    train =
+        compile_train(model, [&](Tensor i, Tensor t) { return model.loss(i, t); },
+                      {.inputs = {{"ids", ids.shape(), DType::kI32}, {"targets", ids.shape(), DType::kI32}},
+                       .optimizer = GradientsOnly{},
+                       .device = GetParam()});
   } catch (const DeviceError& e) {
     if (std::string(e.what()).find("not implemented on the CUDA backend yet") == std::string::npos) throw;
     GTEST_SKIP() << e.what();
@@ -42,7 +47,8 @@ TEST_P(MambaParity, LossAndEveryGradientMatchPyTorch) {
     if (name.rfind("param/", 0) == 0) params[name.substr(6)] = t;
   train.upload_params(params);  // every parameter, by name: a missing or extra one throws
   Captures caps;
-  const float loss = train.step({{"ids", ids.i32()}, {"targets", golden.at("targets").i32()}}, {.captures = &caps});
+  const float loss =
+      train.step({{"ids", ids.i32()}, {"targets", golden.at("targets").i32()}}, {.captures = &caps});
   const double want_loss = std::stod(meta.at("loss"));
   EXPECT_LT(std::abs(loss - want_loss) / want_loss, 1e-4) << "loss " << loss << " vs PyTorch " << want_loss;
   double worst = 0;
@@ -52,8 +58,8 @@ TEST_P(MambaParity, LossAndEveryGradientMatchPyTorch) {
     EXPECT_LT(e, 1e-4) << "gradient of " << name;
     if (e > worst) worst = e, worst_name = name;
   }
-  std::printf("  %s: loss %.7f (PyTorch %.7f), worst gradient error %.2e (%s)\n", GetParam().str().c_str(), loss, want_loss, worst,
-              worst_name.c_str());
+  std::printf("  %s: loss %.7f (PyTorch %.7f), worst gradient error %.2e (%s)\n", GetParam().str().c_str(),
+              loss, want_loss, worst, worst_name.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MambaParity, ::testing::ValuesIn(tg::testing::all_devices()),

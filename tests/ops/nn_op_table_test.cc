@@ -13,6 +13,9 @@
 #include "tensorgrad/errors.h"
 #include "tensorgrad/functional.h"
 
+// The op table keeps one row per line: not formatted (.clang-format).
+// clang-format off
+
 namespace tg::op_test {
 namespace {
 

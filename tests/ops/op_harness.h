@@ -57,10 +57,18 @@ struct InputSpec {
   double hi = 1;
 };
 
-inline InputSpec uni(Shape s, double lo = -1, double hi = 1) { return {std::move(s), DType::kF32, Dist::kUniform, lo, hi}; }
-inline InputSpec away0(Shape s, double lo = 0.2, double hi = 2) { return {std::move(s), DType::kF32, Dist::kAwayZero, lo, hi}; }
-inline InputSpec distinct(Shape s, double lo = -2, double hi = 2) { return {std::move(s), DType::kF32, Dist::kDistinct, lo, hi}; }
-inline InputSpec ints(Shape s, double lo = -5, double hi = 5, DType t = DType::kI32) { return {std::move(s), t, Dist::kInt, lo, hi}; }
+inline InputSpec uni(Shape s, double lo = -1, double hi = 1) {
+  return {std::move(s), DType::kF32, Dist::kUniform, lo, hi};
+}
+inline InputSpec away0(Shape s, double lo = 0.2, double hi = 2) {
+  return {std::move(s), DType::kF32, Dist::kAwayZero, lo, hi};
+}
+inline InputSpec distinct(Shape s, double lo = -2, double hi = 2) {
+  return {std::move(s), DType::kF32, Dist::kDistinct, lo, hi};
+}
+inline InputSpec ints(Shape s, double lo = -5, double hi = 5, DType t = DType::kI32) {
+  return {std::move(s), t, Dist::kInt, lo, hi};
+}
 inline InputSpec bools(Shape s) { return {std::move(s), DType::kBool, Dist::kBool, 0, 1}; }
 /// i32 indices in [0, n): gather/embedding indices, class targets.
 inline InputSpec indices(Shape s, int64_t n) { return ints(std::move(s), 0, static_cast<double>(n - 1)); }
@@ -70,12 +78,12 @@ struct Tol {
   double rel = 0;
   double abs = 0;
 };
-constexpr Tol kExact{0, 0};                // integer, bool, shape-only and selection ops
-constexpr Tol kArith{1e-6, 1e-7};          // one or two correctly rounded f32 operations
-constexpr Tol kReduce{1e-6, 1e-6};         // f32 sums of a few dozen O(1) terms
-constexpr Tol kTranscendental{1e-5, 1e-6}; // libm / vectorised approximations of exp, sin, …
-constexpr Tol kMatmul{1e-5, 1e-6};         // BLAS sgemm, any summation order
-constexpr Tol kLargeSum{1e-5, 1e-4};       // f32 sums of hundreds of O(1) terms, any order
+constexpr Tol kExact{0, 0};                 // integer, bool, shape-only and selection ops
+constexpr Tol kArith{1e-6, 1e-7};           // one or two correctly rounded f32 operations
+constexpr Tol kReduce{1e-6, 1e-6};          // f32 sums of a few dozen O(1) terms
+constexpr Tol kTranscendental{1e-5, 1e-6};  // libm / vectorised approximations of exp, sin, …
+constexpr Tol kMatmul{1e-5, 1e-6};          // BLAS sgemm, any summation order
+constexpr Tol kLargeSum{1e-5, 1e-4};        // f32 sums of hundreds of O(1) terms, any order
 
 enum class Grad {
   kNo,
@@ -88,10 +96,10 @@ struct OpCase {
   std::string name;  // [A-Za-z0-9_], used as the GoogleTest parameter name
   std::vector<InputSpec> inputs;
   BuildFn build;
-  Shape shape;  // expected output shape …
-  DType dtype;  // … and dtype (checked at trace time)
-  Tol tol;      // cpu vs ref, forward
-  Grad grad;    // check d(sum(f(x) * w))/dx against finite differences
+  Shape shape;            // expected output shape …
+  DType dtype;            // … and dtype (checked at trace time)
+  Tol tol;                // cpu vs ref, forward
+  Grad grad;              // check d(sum(f(x) * w))/dx against finite differences
   bool training = false;  // traced as compile_train does (dropout active), else as compile_forward
 };
 
@@ -110,7 +118,9 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  double uniform(double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
+  }
   int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
 
  private:
@@ -153,8 +163,10 @@ inline std::vector<HostTensor> make_inputs(const std::vector<InputSpec>& specs, 
     pool.resize(pool.size() + static_cast<size_t>(numel(s.shape)));
   }
   const double step = pool.empty() ? 0 : (hi - lo) / static_cast<double>(pool.size());
-  for (size_t k = 0; k < pool.size(); ++k) pool[k] = lo + (static_cast<double>(k) + 0.5 + rng.uniform(-0.2, 0.2)) * step;
-  for (size_t k = pool.size(); k > 1; --k) std::swap(pool[k - 1], pool[static_cast<size_t>(rng.below(static_cast<int64_t>(k)))]);
+  for (size_t k = 0; k < pool.size(); ++k)
+    pool[k] = lo + (static_cast<double>(k) + 0.5 + rng.uniform(-0.2, 0.2)) * step;
+  for (size_t k = pool.size(); k > 1; --k)
+    std::swap(pool[k - 1], pool[static_cast<size_t>(rng.below(static_cast<int64_t>(k)))]);
   size_t next_pooled = 0;
 
   std::vector<HostTensor> out;
@@ -165,7 +177,9 @@ inline std::vector<HostTensor> make_inputs(const std::vector<InputSpec>& specs, 
         case Dist::kUniform: v = rng.uniform(s.lo, s.hi); break;
         case Dist::kAwayZero: v = rng.uniform(s.lo, s.hi) * (rng.below(2) == 0 ? -1.0 : 1.0); break;
         case Dist::kDistinct: v = pool[next_pooled++]; break;
-        case Dist::kInt: v = s.lo + static_cast<double>(rng.below(static_cast<int64_t>(s.hi - s.lo) + 1)); break;
+        case Dist::kInt:
+          v = s.lo + static_cast<double>(rng.below(static_cast<int64_t>(s.hi - s.lo) + 1));
+          break;
         case Dist::kBool: v = static_cast<double>(rng.below(2)); break;
       }
       v = round_to(s.dtype, v);
@@ -205,19 +219,23 @@ inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn, b
       // snprintf, not "x" + std::to_string(i): GCC 12 warns falsely (-Wrestrict) on that.
       char name[24];
       std::snprintf(name, sizeof name, "x%zu", i);
-      xs.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, name, specs[i].shape, specs[i].dtype, Loc::current()));
+      xs.push_back(
+          ir::named_leaf(trace.graph, ir::Op::kInput, name, specs[i].shape, specs[i].dtype, Loc::current()));
       t.inputs.push_back(xs.back().id());
     }
     result = fn(xs);
   }
-  if (!result.valid() || result.graph() != &trace.graph) throw std::logic_error("case did not return a traced tensor");
+  if (!result.valid() || result.graph() != &trace.graph)
+    throw std::logic_error("case did not return a traced tensor");
   t.graph = trace.graph;
   t.out = result.id();
   t.graph.outputs = {t.out};
   if (trace.rng_key >= 0) {
     const ir::Node& key = t.graph.node(trace.rng_key);
-    if (key.op != ir::Op::kInput || key.dtype != DType::kI32 || key.numel() != 1 || key.name != ir::kRngKeyInput)
-      throw std::logic_error("the random key is not an i32 scalar input named " + std::string(ir::kRngKeyInput));
+    if (key.op != ir::Op::kInput || key.dtype != DType::kI32 || key.numel() != 1 ||
+        key.name != ir::kRngKeyInput)
+      throw std::logic_error("the random key is not an i32 scalar input named " +
+                             std::string(ir::kRngKeyInput));
     t.rng_key = trace.rng_key;
     t.inputs.push_back(t.rng_key);
   }
@@ -230,7 +248,8 @@ inline std::vector<HostTensor> make_feeds(const std::vector<InputSpec>& specs, c
                                           int32_t key = kRowKey) {
   std::vector<HostTensor> feeds = make_inputs(specs, seed);
   if (t.rng_key >= 0) feeds.push_back({DType::kI32, {static_cast<double>(key)}});
-  if (feeds.size() != t.inputs.size()) throw std::logic_error("make_feeds: the specs do not match the traced inputs");
+  if (feeds.size() != t.inputs.size())
+    throw std::logic_error("make_feeds: the specs do not match the traced inputs");
   return feeds;
 }
 
@@ -275,7 +294,8 @@ inline std::vector<double> from_host(DType t, const std::vector<std::byte>& byte
 inline std::vector<std::vector<double>> run_graph(backend::Backend& be, const ir::Graph& graph,
                                                   const std::vector<int32_t>& inputs,
                                                   const std::vector<HostTensor>& feeds) {
-  if (feeds.size() != inputs.size()) throw std::logic_error("run_graph: one feed per input needed (the random key too)");
+  if (feeds.size() != inputs.size())
+    throw std::logic_error("run_graph: one feed per input needed (the random key too)");
   std::vector<int32_t> remap;
   const ir::Graph g = passes::eliminate_dead_code(graph, remap);
   for (const ir::Node& n : g.nodes())
@@ -314,7 +334,8 @@ struct RefRun {
          const std::vector<HostTensor>& feeds)
       : owner(ref.prepare(graph, {})), exe(dynamic_cast<backend::RefExecutable*>(owner.get())) {
     if (exe == nullptr) throw std::logic_error("the ref backend did not return a RefExecutable");
-    if (feeds.size() != inputs.size()) throw std::logic_error("RefRun: one feed per input needed (the random key too)");
+    if (feeds.size() != inputs.size())
+      throw std::logic_error("RefRun: one feed per input needed (the random key too)");
     for (size_t i = 0; i < inputs.size(); ++i) exe->set_input_f64(inputs[i], feeds[i].values);
     exe->execute();
   }
@@ -324,7 +345,8 @@ struct RefRun {
 /// element of input `which`, evaluated on the ref backend in double (no f32 rounding).
 inline std::vector<double> finite_differences(backend::Backend& ref, const ir::Graph& forward, int32_t loss,
                                               const std::vector<int32_t>& inputs,
-                                              const std::vector<HostTensor>& feeds, size_t which, double eps = 1e-6) {
+                                              const std::vector<HostTensor>& feeds, size_t which,
+                                              double eps = 1e-6) {
   RefRun run(ref, forward, inputs, feeds);
   std::vector<double> x = feeds[which].values;
   std::vector<double> out(x.size());
@@ -343,7 +365,8 @@ inline std::vector<double> finite_differences(backend::Backend& ref, const ir::G
 }
 
 /// Autograd vs finite differences: relative error < 1e-5 with an absolute floor of 1e-7.
-inline ::testing::AssertionResult matches_fd(const std::vector<double>& exact, const std::vector<double>& numeric) {
+inline ::testing::AssertionResult matches_fd(const std::vector<double>& exact,
+                                             const std::vector<double>& numeric) {
   if (exact.size() != numeric.size()) return ::testing::AssertionFailure() << "size mismatch";
   std::ostringstream bad;
   bad.precision(12);
@@ -351,19 +374,24 @@ inline ::testing::AssertionResult matches_fd(const std::vector<double>& exact, c
   for (size_t k = 0; k < exact.size(); ++k) {
     const double scale = std::max(std::abs(exact[k]), std::abs(numeric[k]));
     if (std::abs(exact[k] - numeric[k]) <= 1e-5 * scale + 1e-7) continue;
-    if (++failures <= 6) bad << "\n  [" << k << "] autograd " << exact[k] << ", finite difference " << numeric[k];
+    if (++failures <= 6)
+      bad << "\n  [" << k << "] autograd " << exact[k] << ", finite difference " << numeric[k];
   }
   if (failures == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << failures << " of " << exact.size() << " gradient elements disagree:" << bad.str();
+  return ::testing::AssertionFailure()
+         << failures << " of " << exact.size() << " gradient elements disagree:" << bad.str();
 }
 
 // ---- comparing ---------------------------------------------------------------------------------
 
-inline std::string shape_and_dtype(const Shape& s, DType t) { return std::string(dtype_name(t)) + shape_str(s); }
+inline std::string shape_and_dtype(const Shape& s, DType t) {
+  return std::string(dtype_name(t)) + shape_str(s);
+}
 
 /// Element-wise |got - want| <= tol.abs + tol.rel * |want| (NaN matches NaN, an infinity
 /// itself), naming the first few offenders.
-inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want, Tol tol) {
+inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want,
+                                            Tol tol) {
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << "size " << got.size() << " vs expected " << want.size();
   std::ostringstream bad;
@@ -373,7 +401,8 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got, cons
     const double g = got[i], w = want[i];
     const bool same_nan = std::isnan(g) && std::isnan(w);
     if (same_nan || g == w || std::abs(g - w) <= tol.abs + tol.rel * std::abs(w)) continue;
-    if (++failures <= 6) bad << "\n  [" << i << "] got " << g << ", expected " << w << " (diff " << g - w << ")";
+    if (++failures <= 6)
+      bad << "\n  [" << i << "] got " << g << ", expected " << w << " (diff " << g - w << ")";
   }
   if (failures == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << failures << " of " << got.size() << " elements differ beyond rel "
@@ -383,7 +412,9 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got, cons
 // ---- hand-computed expectations (pin the oracle itself) -----------------------------------------
 
 inline Tensor cf(std::vector<float> v, Shape s) { return constant(std::span<const float>(v), std::move(s)); }
-inline Tensor ci(std::vector<int32_t> v, Shape s) { return constant(std::span<const int32_t>(v), std::move(s)); }
+inline Tensor ci(std::vector<int32_t> v, Shape s) {
+  return constant(std::span<const int32_t>(v), std::move(s));
+}
 
 /// Traces `fn` (built from constants), runs it on ref and cpu, and expects exactly `want`
 /// (up to `abs_tol` for results that are not exactly representable or go through libm).
@@ -394,13 +425,15 @@ inline void expect_known(const std::function<Tensor()>& fn, const Shape& shape, 
   const ir::Node& out = t.graph.node(t.out);
   ASSERT_EQ(shape_and_dtype(out.shape, out.dtype), shape_and_dtype(shape, dtype));
   for (const auto& be : both_backends())
-    EXPECT_TRUE(all_close(run_graph(*be, t.graph, {}, {}).at(0), want, {0, abs_tol})) << "backend " << be->name();
+    EXPECT_TRUE(all_close(run_graph(*be, t.graph, {}, {}).at(0), want, {0, abs_tol}))
+        << "backend " << be->name();
 }
 
 /// d loss / d x_i for f32 inputs of the given values, on `be`; a leaf the loss does not
 /// depend on yields an empty vector.
 inline std::vector<std::vector<double>> grads_on(backend::Backend& be, const std::vector<Shape>& shapes,
-                                                 const std::vector<std::vector<double>>& values, const BuildFn& loss) {
+                                                 const std::vector<std::vector<double>>& values,
+                                                 const BuildFn& loss) {
   std::vector<InputSpec> specs;
   std::vector<HostTensor> feeds;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -421,8 +454,8 @@ inline std::vector<std::vector<double>> grads_on(backend::Backend& be, const std
 
 /// Runs grads_on on ref and cpu and expects `want` (an empty entry: no gradient at all).
 inline void expect_grads(const std::vector<Shape>& shapes, const std::vector<std::vector<double>>& values,
-                         const BuildFn& loss, const std::vector<std::vector<double>>& want, double abs_tol = 1e-6,
-                         Loc loc = Loc::current()) {
+                         const BuildFn& loss, const std::vector<std::vector<double>>& want,
+                         double abs_tol = 1e-6, Loc loc = Loc::current()) {
   const ::testing::ScopedTrace at(loc.file_name(), static_cast<int>(loc.line()), "expect_grads");
   for (const auto& be : both_backends()) {
     const auto got = grads_on(*be, shapes, values, loss);

@@ -24,6 +24,9 @@
 #include "test_util.h"
 #include "tensorgrad/functional.h"
 
+// The op table keeps one row per line: not formatted (.clang-format).
+// clang-format off
+
 namespace tg::op_test {
 namespace {
 

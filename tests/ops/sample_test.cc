@@ -32,7 +32,8 @@ class Sample : public ::testing::TestWithParam<Device> {
   Program program() {
     return compile_forward(
         model_, [](Tensor logits, Tensor params, Tensor key) { return sample(logits, params, key); },
-        {.inputs = {{"logits", {kRows, kV}}, {"params", {3}}, {"key", {2}, DType::kI32}}, .device = GetParam()});
+        {.inputs = {{"logits", {kRows, kV}}, {"params", {3}}, {"key", {2}, DType::kI32}},
+         .device = GetParam()});
   }
   std::vector<int32_t> draw(Program& p, std::vector<float> params, std::vector<int32_t> key) {
     std::vector<float> logits;
@@ -40,7 +41,8 @@ class Sample : public ::testing::TestWithParam<Device> {
     return p.run({{"logits", logits}, {"params", params}, {"key", key}}).i32();
   }
   /// Every token's frequency within 5 standard errors of `want` (which sums to 1).
-  static void expect_frequencies(const std::vector<int32_t>& ids, const std::vector<double>& want, const std::string& what) {
+  static void expect_frequencies(const std::vector<int32_t>& ids, const std::vector<double>& want,
+                                 const std::string& what) {
     std::vector<double> count(kV, 0);
     for (const int32_t id : ids) {
       ASSERT_GE(id, 0) << what;
@@ -77,10 +79,13 @@ TEST_P(Sample, TemperatureFollowsTheSoftmax) {
 TEST_P(Sample, TopKKeepsTheKLargestAndTiesAtTheCut) {
   Program p = program();
   // the three largest: 2.0 (token 4) and the tie at 1.0 (tokens 0 and 6)
-  expect_frequencies(draw(p, {1, 3, 1}, {2, 0}), softmax_over(1, {true, false, false, false, true, false, true}), "top-k 3");
+  expect_frequencies(draw(p, {1, 3, 1}, {2, 0}),
+                     softmax_over(1, {true, false, false, false, true, false, true}), "top-k 3");
   // k = 2 cuts inside the tie at 1.0: both tied tokens stay
-  expect_frequencies(draw(p, {1, 2, 1}, {2, 1}), softmax_over(1, {true, false, false, false, true, false, true}), "top-k 2");
-  expect_frequencies(draw(p, {1, 1, 1}, {2, 2}), softmax_over(1, {false, false, false, false, true, false, false}), "top-k 1");
+  expect_frequencies(draw(p, {1, 2, 1}, {2, 1}),
+                     softmax_over(1, {true, false, false, false, true, false, true}), "top-k 2");
+  expect_frequencies(draw(p, {1, 1, 1}, {2, 2}),
+                     softmax_over(1, {false, false, false, false, true, false, false}), "top-k 1");
 }
 
 TEST_P(Sample, TopPKeepsTheNucleus) {
@@ -98,21 +103,23 @@ TEST_P(Sample, TopPKeepsTheNucleus) {
         if (kLogits[j] > kLogits[i]) above += probs[j];
       keep[i] = above < top_p;
     }
-    expect_frequencies(draw(p, {1, 0, static_cast<float>(top_p)}, {3, static_cast<int32_t>(top_p * 10)}), softmax_over(1, keep),
-                       "top-p " + std::to_string(top_p));
+    expect_frequencies(draw(p, {1, 0, static_cast<float>(top_p)}, {3, static_cast<int32_t>(top_p * 10)}),
+                       softmax_over(1, keep), "top-p " + std::to_string(top_p));
   }
   // top-k then top-p, at temperature 0.5: of {2.0, 1.0, 1.0}, 2.0 alone holds 0.79 of the mass
-  expect_frequencies(draw(p, {0.5f, 3, 0.7f}, {4, 0}), softmax_over(0.5, {false, false, false, false, true, false, false}),
+  expect_frequencies(draw(p, {0.5f, 3, 0.7f}, {4, 0}),
+                     softmax_over(0.5, {false, false, false, false, true, false, false}),
                      "top-k 3, top-p 0.7");
-  expect_frequencies(draw(p, {0.5f, 3, 0.85f}, {4, 1}), softmax_over(0.5, {true, false, false, false, true, false, true}),
+  expect_frequencies(draw(p, {0.5f, 3, 0.85f}, {4, 1}),
+                     softmax_over(0.5, {true, false, false, false, true, false, true}),
                      "top-k 3, top-p 0.85");
 }
 
 TEST_P(Sample, GreedyIsTheFirstLargestAndKeysRepeat) {
   Program p = program();
   for (const int32_t id : draw(p, {0, 0, 1}, {9, 9})) ASSERT_EQ(id, 4);
-  const std::vector<int32_t> a = draw(p, {1, 0, 1}, {5, 17}), b = draw(p, {1, 0, 1}, {5, 17}), c = draw(p, {1, 0, 1}, {5, 18}),
-                             d = draw(p, {1, 0, 1}, {6, 17});
+  const std::vector<int32_t> a = draw(p, {1, 0, 1}, {5, 17}), b = draw(p, {1, 0, 1}, {5, 17}),
+                             c = draw(p, {1, 0, 1}, {5, 18}), d = draw(p, {1, 0, 1}, {6, 17});
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   EXPECT_NE(a, d);
@@ -124,7 +131,9 @@ TEST_P(Sample, GreedyIsTheFirstLargestAndKeysRepeat) {
   std::vector<double> count(kV, 0);
   constexpr int kDraws = 2000;
   for (int32_t k = 0; k < kDraws; ++k)
-    count[static_cast<size_t>(one.run({{"logits", kLogits}, {"params", std::vector<float>{1, 0, 1}}, {"key", std::vector<int32_t>{0, k}}})
+    count[static_cast<size_t>(one.run({{"logits", kLogits},
+                                       {"params", std::vector<float>{1, 0, 1}},
+                                       {"key", std::vector<int32_t>{0, k}}})
                                   .i32()[0])] += 1;
   const std::vector<double> want = softmax_over(1, std::vector<bool>(kV, true));
   for (size_t i = 0; i < kV; ++i)
@@ -139,7 +148,10 @@ TEST_P(Sample, NegativeInfinityIsNeverDrawn) {
   for (int r = 0; r < 64; ++r) logits.insert(logits.end(), {-INFINITY, 1.0f, 2.0f});
   for (const float t : {1.0f, 50.0f, INFINITY}) {  // at an infinite temperature the finite ones are uniform
     std::vector<int> seen(3, 0);
-    for (const int32_t id : p.run({{"logits", logits}, {"params", std::vector<float>{t, 0, 1}}, {"key", std::vector<int32_t>{1, 2}}}).i32())
+    for (const int32_t id : p.run({{"logits", logits},
+                                   {"params", std::vector<float>{t, 0, 1}},
+                                   {"key", std::vector<int32_t>{1, 2}}})
+                                .i32())
       ++seen[static_cast<size_t>(id)];
     EXPECT_EQ(seen[0], 0) << "temperature " << t;
     EXPECT_GT(seen[1], 0) << "temperature " << t;
@@ -153,9 +165,8 @@ TEST(SampleErrors, ShapesAndDtypes) {
   NoParams m;
   const auto expect_error = [&](std::vector<InputSpec> inputs, const std::string& needle) {
     try {
-      compile_forward(
-          m, [](Tensor logits, Tensor params, Tensor key) { return sample(logits, params, key); },
-          {.inputs = std::move(inputs), .device = Device::cpu()});
+      compile_forward(m, [](Tensor logits, Tensor params, Tensor key) { return sample(logits, params, key); },
+                      {.inputs = std::move(inputs), .device = Device::cpu()});
       ADD_FAILURE() << "no tg::ShapeError for " << needle;
     } catch (const ShapeError& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();

@@ -22,9 +22,16 @@ using namespace tg;
 
 struct ScanParams : Module {
   ScanParams(int64_t b, int64_t d, int64_t l, int64_t n)
-      : u(*this, "u", {b, d, l}), delta(*this, "delta", {b, d, l}), A(*this, "A", {d, n}), B(*this, "B", {b, n, l}),
-        C(*this, "C", {b, n, l}), D(*this, "D", {d}), wy(*this, "wy", {b, d, l}), wh(*this, "wh", {b, d, n}) {}
-  Param u, delta, A, B, C, D, wy, wh;  // wy, wh: the loss's weights (trained too: their gradients are y and h)
+      : u(*this, "u", {b, d, l}),
+        delta(*this, "delta", {b, d, l}),
+        A(*this, "A", {d, n}),
+        B(*this, "B", {b, n, l}),
+        C(*this, "C", {b, n, l}),
+        D(*this, "D", {d}),
+        wy(*this, "wy", {b, d, l}),
+        wh(*this, "wh", {b, d, n}) {}
+  Param u, delta, A, B, C, D, wy,
+      wh;  // wy, wh: the loss's weights (trained too: their gradients are y and h)
 };
 
 struct Case {
@@ -41,19 +48,20 @@ std::map<std::string, HostTensor> random_params(const ScanParams& m, uint32_t se
     for (float& x : v) x = dist(rng);
     return HostTensor::f32(std::move(v), p.shape());
   };
-  return {{"u", fill(m.u, -1, 1)},   {"delta", fill(m.delta, -2, 1)}, {"A", fill(m.A, -1.5f, -0.1f)}, {"B", fill(m.B, -1, 1)},
-          {"C", fill(m.C, -1, 1)},   {"D", fill(m.D, -1, 1)},         {"wy", fill(m.wy, -1, 1)},      {"wh", fill(m.wh, -1, 1)}};
+  return {{"u", fill(m.u, -1, 1)},   {"delta", fill(m.delta, -2, 1)}, {"A", fill(m.A, -1.5f, -0.1f)},
+          {"B", fill(m.B, -1, 1)},   {"C", fill(m.C, -1, 1)},         {"D", fill(m.D, -1, 1)},
+          {"wy", fill(m.wy, -1, 1)}, {"wh", fill(m.wh, -1, 1)}};
 }
 
 Captures gradients(const Case& c, const Device& device) {
   ScanParams m(c.b, c.d, c.l, c.n);
-  Program train = compile_train(
-      m,
-      [&] {
-        const SelectiveScanResult r = selective_scan(m.u, m.delta, m.A, m.B, m.C, {.D = m.D, .delta_softplus = true});
-        return c.loss(m, r);
-      },
-      {.optimizer = GradientsOnly{}, .device = device});
+  Program train = compile_train(m,
+                                [&] {
+                                  const SelectiveScanResult r = selective_scan(
+                                      m.u, m.delta, m.A, m.B, m.C, {.D = m.D, .delta_softplus = true});
+                                  return c.loss(m, r);
+                                },
+                                {.optimizer = GradientsOnly{}, .device = device});
   train.upload_params(random_params(m, 7));
   Captures caps;
   train.step({}, {.captures = &caps});
@@ -67,18 +75,25 @@ TEST_P(ScanCotangent, EveryGradientMatchesTheReference) {
       {"sum_y", 2, 8, 21, 4, [](const ScanParams&, const SelectiveScanResult& r) { return sum(r.y); }},
       {"sum_y_vec", 2, 40, 24, 16, [](const ScanParams&, const SelectiveScanResult& r) { return sum(r.y); }},
       {"mean_y", 1, 8, 9, 4, [](const ScanParams&, const SelectiveScanResult& r) { return mean(r.y); }},
-      {"sum_last", 2, 8, 21, 4, [](const ScanParams&, const SelectiveScanResult& r) { return sum(r.last_state); }},
-      {"weighted_y", 2, 8, 24, 4, [](const ScanParams& m, const SelectiveScanResult& r) { return sum(r.y * m.wy); }},
-      {"weighted_last", 2, 8, 21, 4, [](const ScanParams& m, const SelectiveScanResult& r) { return sum(r.last_state * m.wh); }},
+      {"sum_last", 2, 8, 21, 4,
+       [](const ScanParams&, const SelectiveScanResult& r) { return sum(r.last_state); }},
+      {"weighted_y", 2, 8, 24, 4,
+       [](const ScanParams& m, const SelectiveScanResult& r) { return sum(r.y * m.wy); }},
+      {"weighted_last", 2, 8, 21, 4,
+       [](const ScanParams& m, const SelectiveScanResult& r) { return sum(r.last_state * m.wh); }},
       {"weighted_both", 2, 8, 21, 4,
-       [](const ScanParams& m, const SelectiveScanResult& r) { return sum(r.y * m.wy) + sum(r.last_state * m.wh); }},
-      {"sum_both", 2, 8, 21, 4, [](const ScanParams&, const SelectiveScanResult& r) { return sum(r.y) + 0.5f * sum(r.last_state); }},
+       [](const ScanParams& m, const SelectiveScanResult& r) {
+         return sum(r.y * m.wy) + sum(r.last_state * m.wh);
+       }},
+      {"sum_both", 2, 8, 21, 4,
+       [](const ScanParams&, const SelectiveScanResult& r) { return sum(r.y) + 0.5f * sum(r.last_state); }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const Captures want = gradients(c, Device::ref());
     const Captures got = gradients(c, GetParam());
-    for (const char* p : {"u", "delta", "A", "B", "C", "D"}) EXPECT_TRUE(want.count(std::string("grad/") + p)) << p;
+    for (const char* p : {"u", "delta", "A", "B", "C", "D"})
+      EXPECT_TRUE(want.count(std::string("grad/") + p)) << p;
     for (const auto& [name, t] : want) {
       if (name.rfind("grad/", 0) != 0) continue;
       ASSERT_TRUE(got.count(name)) << name;

@@ -89,7 +89,8 @@ Golden parse_golden(const std::string& path) {
         throw std::runtime_error("bad step line: " + line);
       current->push_back(std::move(s));
     } else if (kind == "param") {
-      if (current == nullptr || current->empty()) throw std::runtime_error("param outside a step: " + line.substr(0, 80));
+      if (current == nullptr || current->empty())
+        throw std::runtime_error("param outside a step: " + line.substr(0, 80));
       current->back().params[name] = read_values(in, line);
     } else if (kind == "end") {
       current = nullptr;
@@ -130,13 +131,16 @@ struct Net : tg::Module {
 
 tg::Program compile(Net& model, const tg::Optimizer& optimizer, const tg::Schedule& schedule,
                     std::optional<double> clip, const tg::Device& device) {
-  return tg::compile_train(
-      model, [&](tg::Tensor x, tg::Tensor y) { tg::Tensor d = model(x) - y; return tg::mean(d * d); },
-      {.inputs = {{"x", {kBatch, 3}}, {"y", {kBatch, 2}}},
-       .optimizer = optimizer,
-       .schedule = schedule,
-       .clip_grad_norm = clip,
-       .device = device});
+  return tg::compile_train(model,
+                           [&](tg::Tensor x, tg::Tensor y) {
+                             tg::Tensor d = model(x) - y;
+                             return tg::mean(d * d);
+                           },
+                           {.inputs = {{"x", {kBatch, 3}}, {"y", {kBatch, 2}}},
+                            .optimizer = optimizer,
+                            .schedule = schedule,
+                            .clip_grad_norm = clip,
+                            .device = device});
 }
 
 // Built field by field: a designated initializer that leaves out decay_filter (no default
@@ -163,29 +167,46 @@ const std::vector<CaseConfig>& case_configs() {
     std::vector<CaseConfig> c;
     c.push_back({"sgd_plain", tg::SGD{.lr = 0.1}, {}, {}, {}, {}});
     c.push_back({"sgd_momentum", tg::SGD{.lr = 0.1, .momentum = 0.9}, {}, {}, {}, {}});
-    c.push_back({"sgd_momentum_dampening", tg::SGD{.lr = 0.1, .momentum = 0.9, .dampening = 0.1}, {}, {}, {}, {}});
+    c.push_back(
+        {"sgd_momentum_dampening", tg::SGD{.lr = 0.1, .momentum = 0.9, .dampening = 0.1}, {}, {}, {}, {}});
     c.push_back({"sgd_nesterov", tg::SGD{.lr = 0.1, .momentum = 0.9, .nesterov = true}, {}, {}, {}, {}});
-    c.push_back({"sgd_weight_decay", tg::SGD{.lr = 0.1, .momentum = 0.5, .weight_decay = 0.2}, {}, {}, {}, {}});
+    c.push_back(
+        {"sgd_weight_decay", tg::SGD{.lr = 0.1, .momentum = 0.5, .weight_decay = 0.2}, {}, {}, {}, {}});
     c.push_back({"adam_default", tg::Adam{}, {}, {}, {}, {}});
     c.push_back({"adam_weight_decay", tg::Adam{.lr = 0.01, .weight_decay = 0.1}, {}, {}, {}, {}});
-    c.push_back({"adam_betas_eps", tg::Adam{.lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-3}, {}, {}, {}, {}});
+    c.push_back(
+        {"adam_betas_eps", tg::Adam{.lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-3}, {}, {}, {}, {}});
     c.push_back({"adamw_weight_decay", adamw(0.01, 0.1), {}, {}, {}, {}});
     // The filter overrides the rank rule: l1.weight is rank 2 but not decayed.
     c.push_back({"adamw_decay_filter",
-                 tg::AdamW{.lr = 0.01, .weight_decay = 0.5,
+                 tg::AdamW{.lr = 0.01,
+                           .weight_decay = 0.5,
                            .decay_filter = [](std::string_view name) { return name == "l2.weight"; }},
-                 {}, {}, {}, {}});
+                 {},
+                 {},
+                 {},
+                 {}});
     c.push_back({"adamw_clip", adamw(0.01, 0.1), {}, 0.5, {}, {}});
     c.push_back({"adam_linear", tg::Adam{.lr = 0.02}, tg::lr::linear(0.25, 1.0, 3), {}, {}, {}});
-    c.push_back({"sgd_momentum_cosine", tg::SGD{.lr = 0.1, .momentum = 0.9}, tg::lr::cosine(4, 0.1), {}, {}, {}});
-    c.push_back({"adamw_warmup_cosine_clip", adamw(0.02, 0.05),
-                 tg::lr::warmup(2, tg::lr::cosine(3, 0.2)), 1.0, {}, {}});
+    c.push_back(
+        {"sgd_momentum_cosine", tg::SGD{.lr = 0.1, .momentum = 0.9}, tg::lr::cosine(4, 0.1), {}, {}, {}});
+    c.push_back({"adamw_warmup_cosine_clip",
+                 adamw(0.02, 0.05),
+                 tg::lr::warmup(2, tg::lr::cosine(3, 0.2)),
+                 1.0,
+                 {},
+                 {}});
     c.push_back({"adam_step", tg::Adam{.lr = 0.02}, tg::lr::step(2, 0.5), {}, {}, {}});
     c.push_back({"sgd_multi_step", tg::SGD{.lr = 0.1}, tg::lr::multi_step({1, 3}, 0.5), {}, {}, {}});
-    c.push_back({"adam_lambda", tg::Adam{.lr = 0.02},
-                 [](int64_t t) { return 1.0 / (1.0 + 0.5 * static_cast<double>(t)); }, {}, {}, {}});
+    c.push_back({"adam_lambda",
+                 tg::Adam{.lr = 0.02},
+                 [](int64_t t) { return 1.0 / (1.0 + 0.5 * static_cast<double>(t)); },
+                 {},
+                 {},
+                 {}});
     c.push_back({"adam_set_lr", tg::Adam{.lr = 0.02}, {}, {}, std::make_pair(2, 0.005), {}});
-    c.push_back({"sgd_momentum_set_lr", tg::SGD{.lr = 0.1, .momentum = 0.9}, {}, {}, std::make_pair(2, 0.03), {}});
+    c.push_back(
+        {"sgd_momentum_set_lr", tg::SGD{.lr = 0.1, .momentum = 0.9}, {}, {}, std::make_pair(2, 0.03), {}});
     c.push_back({"adam_reset", tg::Adam{.lr = 0.02}, {}, {}, {}, 3});
     c.push_back({"sgd_momentum_reset", tg::SGD{.lr = 0.1, .momentum = 0.9}, {}, {}, {}, 2});
     return c;
@@ -205,8 +226,8 @@ class Summary : public ::testing::Environment {
  public:
   void TearDown() override {
     for (const auto& [device, err] : worst_by_device())
-      std::printf("[ golden   ] %s: max relative error %.3g (limit %.0e, abs floor %.0e)\n", device.c_str(), err,
-                  kRelTol, kAbsFloor);
+      std::printf("[ golden   ] %s: max relative error %.3g (limit %.0e, abs floor %.0e)\n", device.c_str(),
+                  err, kRelTol, kAbsFloor);
   }
 };
 [[maybe_unused]] ::testing::Environment* const summary_env = ::testing::AddGlobalTestEnvironment(new Summary);
@@ -219,17 +240,19 @@ class Checker {
     const double err = std::abs(got - want) / std::max(std::abs(want), kAbsFloor / kRelTol);
     worst_ = std::max(worst_, std::isnan(err) ? INFINITY : err);
     if (!(err < kRelTol) && ++failures_ <= 20)
-      ADD_FAILURE() << where << ": got " << got << ", PyTorch " << want << " (normalized error " << err << ")";
+      ADD_FAILURE() << where << ": got " << got << ", PyTorch " << want << " (normalized error " << err
+                    << ")";
   }
-  void check_params(const std::map<std::string, tg::HostTensor>& got, const std::map<std::string, Values>& want,
-                    const std::string& where) {
+  void check_params(const std::map<std::string, tg::HostTensor>& got,
+                    const std::map<std::string, Values>& want, const std::string& where) {
     ASSERT_EQ(got.size(), want.size()) << where;
     for (const auto& [name, w] : want) {
       auto it = got.find(name);
       ASSERT_NE(it, got.end()) << where << ": no parameter " << name;
       ASSERT_EQ(it->second.shape(), w.shape) << where << ": " << name;
       std::span<const float> g = it->second.f32();
-      for (size_t i = 0; i < w.v.size(); ++i) check(g[i], w.v[i], where + " " + name + "[" + std::to_string(i) + "]");
+      for (size_t i = 0; i < w.v.size(); ++i)
+        check(g[i], w.v[i], where + " " + name + "[" + std::to_string(i) + "]");
     }
   }
   double worst() const { return worst_; }
@@ -263,10 +286,11 @@ TEST_P(OptimizerGolden, MatchesPyTorch) {
   if (param.device.kind == tg::Device::Kind::kCuda)
     if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const Golden& g = golden();
-  const CaseConfig& c =
-      *std::find_if(case_configs().begin(), case_configs().end(), [&](const CaseConfig& k) { return k.name == param.case_name; });
+  const CaseConfig& c = *std::find_if(case_configs().begin(), case_configs().end(),
+                                      [&](const CaseConfig& k) { return k.name == param.case_name; });
   auto expected = g.cases.find(c.name);
-  ASSERT_NE(expected, g.cases.end()) << "case " << c.name << " is missing from the golden file; regenerate it";
+  ASSERT_NE(expected, g.cases.end()) << "case " << c.name
+                                     << " is missing from the golden file; regenerate it";
   ASSERT_EQ(expected->second.size(), static_cast<size_t>(kSteps));
 
   Net model;  // fresh parameter storage per case and device
@@ -298,7 +322,8 @@ TEST_P(OptimizerGolden, MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, OptimizerGolden, ::testing::ValuesIn(golden_params()),
                          [](const ::testing::TestParamInfo<GoldenParam>& info) {
-                           return info.param.case_name + "_" + tg::testing::device_test_name(info.param.device);
+                           return info.param.case_name + "_" +
+                                  tg::testing::device_test_name(info.param.device);
                          });
 
 TEST(OptimizerGoldenFile, EveryCaseIsReplayed) {
@@ -307,7 +332,8 @@ TEST(OptimizerGoldenFile, EveryCaseIsReplayed) {
   EXPECT_EQ(g.x.shape, (tg::Shape{kBatch, 3}));
   EXPECT_EQ(g.y.shape, (tg::Shape{kBatch, 2}));
   for (const auto& [name, steps] : g.cases)
-    EXPECT_TRUE(std::any_of(case_configs().begin(), case_configs().end(), [&](const CaseConfig& c) { return c.name == name; }))
+    EXPECT_TRUE(std::any_of(case_configs().begin(), case_configs().end(),
+                            [&](const CaseConfig& c) { return c.name == name; }))
         << "golden case " << name << " has no configuration in this test";
   EXPECT_EQ(g.cases.size(), case_configs().size());
 }
@@ -340,7 +366,8 @@ TEST_P(ResetOptimizer, NextStepEqualsFreshFirstStep) {
     const float used_loss = used.step({{"x", x}, {"y", y}});
     checker.check(used_loss, fresh.step({{"x", x}, {"y", y}}), where + " loss");
     std::map<std::string, Values> want;
-    for (auto& [name, t] : fresh.download_params()) want[name] = {t.shape(), {t.f32().begin(), t.f32().end()}};
+    for (auto& [name, t] : fresh.download_params())
+      want[name] = {t.shape(), {t.f32().begin(), t.f32().end()}};
     checker.check_params(used.download_params(), want, where);
   }
 }

@@ -28,7 +28,8 @@ int64_t simulate(const backend::ArenaLayout& layout) {
     for (int32_t b : layout.kernel_buffers[k]) {
       const auto& e = layout.buffers[static_cast<size_t>(b)];
       EXPECT_TRUE(e.first <= static_cast<int32_t>(k) && static_cast<int32_t>(k) <= e.last)
-          << "kernel " << k << " touches buffer " << b << " planned live only for [" << e.first << ", " << e.last << "]";
+          << "kernel " << k << " touches buffer " << b << " planned live only for [" << e.first << ", "
+          << e.last << "]";
     }
   int64_t peak = 0;
   const int32_t kernels = static_cast<int32_t>(layout.kernel_buffers.size());
@@ -46,7 +47,8 @@ int64_t simulate(const backend::ArenaLayout& layout) {
         const auto& a = layout.buffers[live[i]];
         const auto& b = layout.buffers[live[j]];
         if (a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes) {
-          ADD_FAILURE() << "buffers " << live[i] << " and " << live[j] << " overlap while both live at kernel " << t;
+          ADD_FAILURE() << "buffers " << live[i] << " and " << live[j]
+                        << " overlap while both live at kernel " << t;
           return peak;
         }
       }
@@ -67,30 +69,37 @@ std::vector<Example> examples(Device device = Device::cpu()) {
   auto gpt = [device](const char* name, int64_t max_kernels, nn::GptConfig config, int64_t batch) {
     auto model = std::make_shared<nn::Gpt>(config);
     const int64_t T = config.seq_len;
-    return Example{
-        name, max_kernels,
-        [model, batch, T, device](bool optimize) {
-          return compile_train(*model, [model](Tensor ids, Tensor targets) { return model->loss(ids, targets); },
-                               {.inputs = {{"ids", {batch, T}, DType::kI32}, {"targets", {batch, T}, DType::kI32}},
-                                .optimizer = AdamW{.lr = 1e-3, .weight_decay = 0.1},
-                                .clip_grad_norm = 1.0,
-                                .device = device,
-                                .optimize = optimize});
-        },
-        [batch, T, vocab = config.vocab](Program& p, int step) {
-          std::vector<int32_t> ids(static_cast<size_t>(batch * T)), targets(ids.size());
-          for (size_t i = 0; i < ids.size(); ++i) {
-            ids[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(step) * 3) % static_cast<size_t>(vocab));
-            targets[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(vocab));
-          }
-          return p.step({{"ids", ids}, {"targets", targets}});
-        }};
+    return Example{name, max_kernels,
+                   [model, batch, T, device](bool optimize) {
+                     return compile_train(
+                         *model, [model](Tensor ids, Tensor targets) { return model->loss(ids, targets); },
+                         {.inputs = {{"ids", {batch, T}, DType::kI32}, {"targets", {batch, T}, DType::kI32}},
+                          .optimizer = AdamW{.lr = 1e-3, .weight_decay = 0.1},
+                          .clip_grad_norm = 1.0,
+                          .device = device,
+                          .optimize = optimize});
+                   },
+                   [batch, T, vocab = config.vocab](Program& p, int step) {
+                     std::vector<int32_t> ids(static_cast<size_t>(batch * T)), targets(ids.size());
+                     for (size_t i = 0; i < ids.size(); ++i) {
+                       ids[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(step) * 3) %
+                                                     static_cast<size_t>(vocab));
+                       targets[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(vocab));
+                     }
+                     return p.step({{"ids", ids}, {"targets", targets}});
+                   }};
   };
   return {
       {"mlp_sin", 16,
        [sin_model, device](bool optimize) {
-         return compile_train(*sin_model, [sin_model](Tensor x, Tensor y) { Tensor d = (*sin_model)(x) - y; return mean(d * d); },
-                              {.inputs = {{"x", {256, 1}}, {"y", {256, 1}}}, .optimizer = Adam{.lr = 5e-3}, .device = device,
+         return compile_train(*sin_model,
+                              [sin_model](Tensor x, Tensor y) {
+                                Tensor d = (*sin_model)(x)-y;
+                                return mean(d * d);
+                              },
+                              {.inputs = {{"x", {256, 1}}, {"y", {256, 1}}},
+                               .optimizer = Adam{.lr = 5e-3},
+                               .device = device,
                                .optimize = optimize});
        },
        [](Program& p, int step) {
@@ -113,10 +122,12 @@ TEST(Fusion, ArenaOfEveryExampleNeverOverlapsAndReuses) {
     ASSERT_FALSE(layout.buffers.empty()) << e.name;
     const int64_t peak = simulate(layout);
     const MemoryReport m = p.memory_report();
-    std::printf("%-16s kernels %3lld  arena %9lld B  no-reuse %9lld B  peak live %9lld B  planned peak / all tensors %.3f\n",
-                e.name, static_cast<long long>(p.kernel_count()), static_cast<long long>(m.arena),
-                static_cast<long long>(m.arena_without_reuse), static_cast<long long>(peak),
-                static_cast<double>(m.planned_peak()) / static_cast<double>(m.all_tensors));
+    std::printf(
+        "%-16s kernels %3lld  arena %9lld B  no-reuse %9lld B  peak live %9lld B  planned peak / all tensors "
+        "%.3f\n",
+        e.name, static_cast<long long>(p.kernel_count()), static_cast<long long>(m.arena),
+        static_cast<long long>(m.arena_without_reuse), static_cast<long long>(peak),
+        static_cast<double>(m.planned_peak()) / static_cast<double>(m.all_tensors));
     EXPECT_GE(m.arena, peak) << e.name;
     EXPECT_LT(m.arena, m.arena_without_reuse) << e.name;
     EXPECT_LT(static_cast<double>(m.planned_peak()), 0.6 * static_cast<double>(m.all_tensors)) << e.name;
@@ -146,11 +157,13 @@ TEST(Fusion, FusedAndReusedEqualsOneKernelPerNode) {
       after[optimized] = p.download_params();
     }
     for (size_t i = 0; i < losses[0].size(); ++i)
-      EXPECT_NEAR(losses[1][i], losses[0][i], 2e-5 * std::max(1.f, std::abs(losses[0][i]))) << e.name << " step " << i;
+      EXPECT_NEAR(losses[1][i], losses[0][i], 2e-5 * std::max(1.f, std::abs(losses[0][i])))
+          << e.name << " step " << i;
     for (const auto& [name, t] : after[0]) {
       const std::span<const float> x = after[1].at(name).f32(), y = t.f32();
       for (size_t i = 0; i < x.size(); ++i)
-        ASSERT_NEAR(x[i], y[i], 2e-5f * std::max(1.f, std::abs(y[i]))) << e.name << " " << name << "[" << i << "]";
+        ASSERT_NEAR(x[i], y[i], 2e-5f * std::max(1.f, std::abs(y[i])))
+            << e.name << " " << name << "[" << i << "]";
     }
   }
 }
@@ -163,7 +176,8 @@ TEST(Fusion, ExampleModelsOnCudaMatchRef) {
   for (size_t m = 0; m < ref.size(); ++m) {
     Program want = ref[m].compile(true), got = gpu[m].compile(true);
     got.upload_params(want.download_params());
-    std::printf("[ cuda     ] %s: %lld kernels per step\n", gpu[m].name, static_cast<long long>(got.kernel_count()));
+    std::printf("[ cuda     ] %s: %lld kernels per step\n", gpu[m].name,
+                static_cast<long long>(got.kernel_count()));
     for (int step = 0; step < 3; ++step) {
       const float a = ref[m].step(want, step), b = gpu[m].step(got, step);
       EXPECT_NEAR(b, a, 1e-4 * std::max(1.f, std::abs(a))) << ref[m].name << " step " << step;
@@ -172,7 +186,8 @@ TEST(Fusion, ExampleModelsOnCudaMatchRef) {
     for (const auto& [name, t] : pa) {
       const std::span<const float> x = pb.at(name).f32(), y = t.f32();
       double worst = 0;
-      for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(double(x[i]) - y[i]) / std::max(1.0, std::abs(double(y[i]))));
+      for (size_t i = 0; i < x.size(); ++i)
+        worst = std::max(worst, std::abs(double(x[i]) - y[i]) / std::max(1.0, std::abs(double(y[i]))));
       EXPECT_LT(worst, 1e-4) << ref[m].name << " " << name;
     }
   }
@@ -187,7 +202,8 @@ TEST(Fusion, RandomGraphsMatchUnfusedAndNeverOverlap) {
       ir::TraceScope scope(trace);
       std::vector<Tensor> pool;
       for (int i = 0; i < 3; ++i) {
-        pool.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), {8, 4}, DType::kF32, Loc::current()));
+        pool.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), {8, 4},
+                                      DType::kF32, Loc::current()));
         inputs.push_back(pool.back().id());
       }
       for (int step = 0; step < 30; ++step) {
@@ -263,14 +279,15 @@ TEST(Fusion, ChainsBecomeOneGroupAndOrderRespectsDependencies) {
   {
     ir::TraceScope scope(trace);
     Tensor x = ir::named_leaf(trace.graph, ir::Op::kInput, "x", {4, 4}, DType::kF32, Loc::current());
-    Tensor y = tanh(x * 2.0 + 1.0);     // one group
-    Tensor s = sum(y, {1}, true);       // a reduction reading the group
+    Tensor y = tanh(x * 2.0 + 1.0);              // one group
+    Tensor s = sum(y, {1}, true);                // a reduction reading the group
     Tensor z = y * broadcast_to(s, {4, 4}) + x;  // a second group that needs the reduction
     trace.graph.outputs = {z.id()};
   }
   const passes::Fusion f = passes::fuse(trace.graph);
   int elementwise = 0;
-  for (const passes::KernelGroup& g : f.groups) elementwise += g.kind == passes::KernelGroup::Kind::kElementwise;
+  for (const passes::KernelGroup& g : f.groups)
+    elementwise += g.kind == passes::KernelGroup::Kind::kElementwise;
   EXPECT_EQ(elementwise, 2);
   for (int32_t id = 0; id < trace.graph.size(); ++id) {
     if (f.group_of[static_cast<size_t>(id)] < 0) continue;

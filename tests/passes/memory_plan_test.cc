@@ -29,10 +29,13 @@ int64_t simulate(const ir::Graph& g, const passes::MemoryPlan& plan) {
     peak_live = std::max(peak_live, live_bytes);
     for (size_t i = 0; i < live.size(); ++i)
       for (size_t j = i + 1; j < live.size(); ++j) {
-        const int64_t a0 = plan.offset[static_cast<size_t>(live[i])], a1 = a0 + plan.bytes[static_cast<size_t>(live[i])];
-        const int64_t b0 = plan.offset[static_cast<size_t>(live[j])], b1 = b0 + plan.bytes[static_cast<size_t>(live[j])];
+        const int64_t a0 = plan.offset[static_cast<size_t>(live[i])],
+                      a1 = a0 + plan.bytes[static_cast<size_t>(live[i])];
+        const int64_t b0 = plan.offset[static_cast<size_t>(live[j])],
+                      b1 = b0 + plan.bytes[static_cast<size_t>(live[j])];
         if (a0 < b1 && b0 < a1) {
-          ADD_FAILURE() << "nodes %" << live[i] << " and %" << live[j] << " overlap while both live at %" << t;
+          ADD_FAILURE() << "nodes %" << live[i] << " and %" << live[j] << " overlap while both live at %"
+                        << t;
           return peak_live;
         }
       }
@@ -46,19 +49,23 @@ int64_t simulate(const ir::Graph& g, const passes::MemoryPlan& plan) {
 
 TEST(MemoryPlan, ExampleTrainingGraphsNeverOverlapAndReuseMemory) {
   tg::nn::Gpt gpt({.vocab = 16, .seq_len = 8, .layers = 3, .d_model = 64, .heads = 4});
-  auto train = tg::compile_train(
-      gpt, [&](tg::Tensor ids, tg::Tensor targets) { return gpt.loss(ids, targets); },
-      {.inputs = {{"ids", {32, 8}, tg::DType::kI32}, {"targets", {32, 8}, tg::DType::kI32}},
-       .optimizer = tg::AdamW{.lr = 1e-3}, .clip_grad_norm = 1.0, .device = tg::Device::ref()});
+  auto train =
+      tg::compile_train(gpt, [&](tg::Tensor ids, tg::Tensor targets) { return gpt.loss(ids, targets); },
+                        {.inputs = {{"ids", {32, 8}, tg::DType::kI32}, {"targets", {32, 8}, tg::DType::kI32}},
+                         .optimizer = tg::AdamW{.lr = 1e-3},
+                         .clip_grad_norm = 1.0,
+                         .device = tg::Device::ref()});
   const ir::Graph& g = tg::detail::compiled_graph(train);
   const passes::MemoryPlan plan = passes::plan_memory(g);
   const int64_t peak_live = simulate(g, plan);
   EXPECT_GE(plan.arena_bytes, peak_live);
   // Reuse: the arena is a fraction of one-buffer-per-node (seen: see the printed ratio).
   const double ratio = static_cast<double>(plan.arena_bytes) / static_cast<double>(plan.total_bytes);
-  std::printf("addition_3L (batch 32) train step: arena %lld bytes, no-reuse %lld bytes, ratio %.3f, peak live %lld\n",
-              static_cast<long long>(plan.arena_bytes), static_cast<long long>(plan.total_bytes), ratio,
-              static_cast<long long>(peak_live));
+  std::printf(
+      "addition_3L (batch 32) train step: arena %lld bytes, no-reuse %lld bytes, ratio %.3f, peak live "
+      "%lld\n",
+      static_cast<long long>(plan.arena_bytes), static_cast<long long>(plan.total_bytes), ratio,
+      static_cast<long long>(peak_live));
   EXPECT_LT(ratio, 0.6);
 }
 
@@ -71,8 +78,8 @@ TEST(MemoryPlan, RandomGraphsNeverOverlap) {
       std::vector<Tensor> pool;
       for (int i = 0; i < 3; ++i) {
         // One shape, so any two values combine.
-        pool.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), {4, 4}, DType::kF32,
-                                      Loc::current()));
+        pool.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), {4, 4},
+                                      DType::kF32, Loc::current()));
       }
       for (int step = 0; step < 25; ++step) {
         const Tensor& a = pool[rng() % pool.size()];

@@ -31,8 +31,8 @@ Built build(const std::vector<Shape>& shapes, F&& fn) {
     ir::TraceScope scope(trace);
     std::vector<Tensor> xs;
     for (size_t i = 0; i < shapes.size(); ++i) {
-      xs.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), shapes[i], DType::kF32,
-                                  Loc::current()));
+      xs.push_back(ir::named_leaf(trace.graph, ir::Op::kInput, "x" + std::to_string(i), shapes[i],
+                                  DType::kF32, Loc::current()));
       b.inputs.push_back(xs.back().id());
     }
     trace.graph.outputs = {fn(xs).id()};
@@ -41,7 +41,8 @@ Built build(const std::vector<Shape>& shapes, F&& fn) {
   return b;
 }
 
-std::vector<double> run(const ir::Graph& g, const std::vector<int32_t>& inputs, const std::vector<std::vector<double>>& values) {
+std::vector<double> run(const ir::Graph& g, const std::vector<int32_t>& inputs,
+                        const std::vector<std::vector<double>>& values) {
   auto backend = backend::make_ref_backend();
   auto exec = backend->prepare(g, {});
   auto* ref = dynamic_cast<backend::RefExecutable*>(exec.get());
@@ -140,7 +141,6 @@ TEST(Rewrite, RandomGraphsKeepTheirResults) {
   }
 }
 
-
 /// Appends a raw node (for ops or forms the public API never emits, like unslice or a cast
 /// to the same dtype) to `like`'s graph.
 Tensor raw(const Tensor& like, ir::Op op, std::vector<int32_t> inputs, Shape shape, ir::Attrs attrs = {},
@@ -168,7 +168,7 @@ bool all_constants_are_fills(const ir::Graph& g) {
 TEST(Rewrite, NewIdentitiesDisappear) {
   Built b = build({{2, 6}}, [](const std::vector<Tensor>& x) {
     Tensor y = neg(neg(x[0]));
-    y = raw(y, ir::Op::kBroadcastTo, {y.id()}, {2, 6});       // to its own shape
+    y = raw(y, ir::Op::kBroadcastTo, {y.id()}, {2, 6});  // to its own shape
     ir::Attrs to_f32;
     to_f32.dtype = DType::kF32;
     y = raw(y, ir::Op::kCast, {y.id()}, {2, 6}, to_f32);  // to its own dtype
@@ -183,7 +183,8 @@ TEST(Rewrite, NewIdentitiesDisappear) {
   const int before = b.graph.size();
   ir::Graph g = rewrite_and_check(b);
   EXPECT_LT(g.size(), before);
-  for (ir::Op op : {ir::Op::kNeg, ir::Op::kCast, ir::Op::kSlice, ir::Op::kUnslice}) EXPECT_EQ(count(g, op), 0);
+  for (ir::Op op : {ir::Op::kNeg, ir::Op::kCast, ir::Op::kSlice, ir::Op::kUnslice})
+    EXPECT_EQ(count(g, op), 0);
   // Only the scalar fills' broadcasts and one broadcast of x (the two merged) remain.
   int x_broadcasts = 0;
   for (const ir::Node& n : g.nodes())
@@ -200,16 +201,16 @@ TEST(Rewrite, TimesZeroIsKept) {
 
 TEST(Rewrite, FoldsFillsToFills) {
   Built b = build({{2, 3}}, [](const std::vector<Tensor>& x) {
-    Tensor c = exp(full({}, 0.5)) * 3.0 - sqrt(full({2, 3}, 2.0));     // fills through broadcasts
+    Tensor c = exp(full({}, 0.5)) * 3.0 - sqrt(full({2, 3}, 2.0));          // fills through broadcasts
     Tensor mask = where(full({2, 3}, 1.0) > 0.5, full({2, 3}, 4.0), -1.0);  // compare, where
-    Tensor i = cast(full({2, 3}, 7, DType::kI32) * 3 - 1, DType::kF32);  // i32 arithmetic, cast
+    Tensor i = cast(full({2, 3}, 7, DType::kI32) * 3 - 1, DType::kF32);     // i32 arithmetic, cast
     return x[0] * c + mask + i + tanh(full({}, -0.25));
   });
   const int before = b.graph.size();
   ir::Graph g = rewrite_and_check(b);
   EXPECT_LT(g.size(), before / 2);
-  for (ir::Op op : {ir::Op::kExp, ir::Op::kSqrt, ir::Op::kSub, ir::Op::kGt, ir::Op::kWhere, ir::Op::kCast,
-                    ir::Op::kTanh})
+  for (ir::Op op :
+       {ir::Op::kExp, ir::Op::kSqrt, ir::Op::kSub, ir::Op::kGt, ir::Op::kWhere, ir::Op::kCast, ir::Op::kTanh})
     EXPECT_EQ(count(g, op), 0) << ir::op_name(op);
   EXPECT_EQ(count(g, ir::Op::kMul), 1);  // x·c
   EXPECT_EQ(count(g, ir::Op::kAdd), 3);
@@ -240,19 +241,19 @@ TEST(Rewrite, FoldingStopsAtItsLimits) {
   });
   EXPECT_EQ(count(rewrite_and_check(big), ir::Op::kExp), 1);
   // ... but a fill of that size folds (it stays one value).
-  Built fill = build({{70, 70}}, [](const std::vector<Tensor>& x) { return x[0] + exp(full({70, 70}, 0.3)); });
+  Built fill = build({{70, 70}}, [](const std::vector<Tensor>& x) {
+    return x[0] + exp(full({70, 70}, 0.3));
+  });
   ir::Graph gf = rewrite_and_check(fill);
   EXPECT_EQ(count(gf, ir::Op::kExp), 0);
   EXPECT_TRUE(all_constants_are_fills(gf));
   // i32 overflow is left to run time (the ref backend keeps it in double, the CPU wraps).
-  Built wrap = build({{1}}, [](const std::vector<Tensor>&) {
-    return full({2}, 2147483647.0, DType::kI32) + 1;
-  });
+  Built wrap =
+      build({{1}}, [](const std::vector<Tensor>&) { return full({2}, 2147483647.0, DType::kI32) + 1; });
   EXPECT_EQ(count(rewrite_and_check(wrap), ir::Op::kAdd), 1);
   // Anything that reads an input, or randomness, is never folded.
-  Built live = build({{4}}, [](const std::vector<Tensor>& x) {
-    return exp(x[0] * 0.0 + 1.0) + exp(full({4}, 1.0));
-  });
+  Built live =
+      build({{4}}, [](const std::vector<Tensor>& x) { return exp(x[0] * 0.0 + 1.0) + exp(full({4}, 1.0)); });
   ir::Graph gl = rewrite_and_check(live);
   EXPECT_EQ(count(gl, ir::Op::kExp), 1);
   EXPECT_EQ(count(gl, ir::Op::kMul), 1);
@@ -264,7 +265,8 @@ TEST(Rewrite, FoldedNanAndSignedZerosStayDistinct) {
   Built b = build({{3}}, [](const std::vector<Tensor>& x) {
     Tensor nan = log(full({3}, -1.0));
     Tensor neg_zero = neg(full({3}, 0.0));
-    return concat({where(x[0] > 1.0, nan, 1.0 / neg_zero), where(x[0] > 1.0, 1.0 / full({3}, 0.0), neg_zero)}, 0);
+    return concat({where(x[0] > 1.0, nan, 1.0 / neg_zero), where(x[0] > 1.0, 1.0 / full({3}, 0.0), neg_zero)},
+                  0);
   });
   ir::Graph g = rewrite_and_check(b);
   EXPECT_EQ(count(g, ir::Op::kDiv) + count(g, ir::Op::kLog) + count(g, ir::Op::kNeg), 0);
@@ -280,7 +282,8 @@ TEST(Rewrite, UnsliceSumsBecomeOneConcat) {
   // Three pieces tiling the axis, summed out of order: one concat of the pieces in order.
   Built b = build({{2, 3, 4}, {2, 3, 3}, {2, 3, 3}}, [](const std::vector<Tensor>& x) {
     const Shape big = {2, 3, 10};
-    Tensor s = add(add(unslice(x[1], 2, 4, 1, big), unslice(x[2], 2, 7, 1, big)), unslice(x[0], 2, 0, 1, big));
+    Tensor s =
+        add(add(unslice(x[1], 2, 4, 1, big), unslice(x[2], 2, 7, 1, big)), unslice(x[0], 2, 0, 1, big));
     return s * 2.0;
   });
   ir::Graph g = rewrite_and_check(b);
@@ -335,9 +338,8 @@ TEST(Rewrite, UnsliceSumsThatDoNotTileAreKept) {
   });
   EXPECT_EQ(count(rewrite_and_check(axes), ir::Op::kConcat), 0);
   // A leaf that is not an unslice.
-  Built mixed = build({{2, 3}, {2, 6}}, [&](const std::vector<Tensor>& x) {
-    return unslice(x[0], 1, 0, 1, big) + x[1];
-  });
+  Built mixed = build({{2, 3}, {2, 6}},
+                      [&](const std::vector<Tensor>& x) { return unslice(x[0], 1, 0, 1, big) + x[1]; });
   EXPECT_EQ(count(rewrite_and_check(mixed), ir::Op::kConcat), 0);
   // An inner add read elsewhere: the inner sum becomes a concat, the outer add stays.
   Built shared = build({{2, 2}, {2, 2}, {2, 2}}, [&](const std::vector<Tensor>& x) {
@@ -357,8 +359,12 @@ TEST(Rewrite, RandomConstantGraphsKeepTheirResults) {
     std::mt19937_64 rng(seed);
     Built b = build({{2, 3}}, [&](const std::vector<Tensor>& x) {
       const std::vector<float> v = {0.75f, -1.5f, 2.0f, 0.0f, -0.5f, 3.25f};
-      std::vector<Tensor> pool = {x[0], full({2, 3}, 1.5), full({}, -2.0), constant(v, {2, 3}),
-                                  reshape(cast(arange(0, 3), DType::kF32), {1, 3}), full({2, 3}, 0.0)};
+      std::vector<Tensor> pool = {x[0],
+                                  full({2, 3}, 1.5),
+                                  full({}, -2.0),
+                                  constant(v, {2, 3}),
+                                  reshape(cast(arange(0, 3), DType::kF32), {1, 3}),
+                                  full({2, 3}, 0.0)};
       for (int step = 0; step < 14; ++step) {
         const Tensor& a = pool[rng() % pool.size()];
         const Tensor& c = pool[rng() % pool.size()];
@@ -390,14 +396,17 @@ namespace {
 /// passes: losses and parameters after three AdamW steps must agree, and the passes must
 /// have turned the qkv gradient (a sum of three unslices per layer) into concats.
 void check_gpt_passes_on_and_off(tg::Device device, double tol) {
-  const tg::nn::GptConfig config{.vocab = 11, .seq_len = 6, .layers = 2, .d_model = 16, .heads = 4, .kv_heads = 2};
+  const tg::nn::GptConfig config{
+      .vocab = 11, .seq_len = 6, .layers = 2, .d_model = 16, .heads = 4, .kv_heads = 2};
   tg::nn::Gpt on(config), off(config);
   auto compile = [&](tg::nn::Gpt& m, bool optimize) {
     return tg::compile_train(
         m, [&](tg::Tensor ids, tg::Tensor targets) { return m.loss(ids, targets); },
         {.inputs = {{"ids", {3, 6}, tg::DType::kI32}, {"targets", {3, 6}, tg::DType::kI32}},
-         .optimizer = tg::AdamW{.lr = 1e-2, .weight_decay = 0.1}, .clip_grad_norm = 1.0,
-         .device = device, .optimize = optimize});
+         .optimizer = tg::AdamW{.lr = 1e-2, .weight_decay = 0.1},
+         .clip_grad_norm = 1.0,
+         .device = device,
+         .optimize = optimize});
   };
   tg::Program p_on = compile(on, true), p_off = compile(off, false);
   EXPECT_LT(p_on.ir().size(), p_off.ir().size());  // the passes did remove nodes
@@ -425,7 +434,9 @@ void check_gpt_passes_on_and_off(tg::Device device, double tol) {
     for (size_t i = 0; i < t.f32().size(); ++i) ASSERT_NEAR(t.f32()[i], pb.at(name).f32()[i], tol) << name;
 }
 
-TEST(Rewrite, GptTrainingStepsAgreeWithPassesOnAndOff) { check_gpt_passes_on_and_off(tg::Device::ref(), 1e-6); }
+TEST(Rewrite, GptTrainingStepsAgreeWithPassesOnAndOff) {
+  check_gpt_passes_on_and_off(tg::Device::ref(), 1e-6);
+}
 
 TEST(Rewrite, GptTrainingStepsAgreeWithPassesOnAndOffOnCpu) {
   // In float the two programs sum in different orders (fused reductions, (A·B)ᵀ = Bᵀ·Aᵀ), and
@@ -473,7 +484,8 @@ TEST(Rewrite, BackwardRecomputesSmallForwardCones) {
     ref->execute();
     return ref->value_f64(out);
   };
-  EXPECT_EQ(grad_of(g, b.inputs[0], g.outputs[1]), grad_of(r, remap[static_cast<size_t>(b.inputs[0])], r.outputs[1]));
+  EXPECT_EQ(grad_of(g, b.inputs[0], g.outputs[1]),
+            grad_of(r, remap[static_cast<size_t>(b.inputs[0])], r.outputs[1]));
 }
 
 }  // namespace

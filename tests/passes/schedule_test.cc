@@ -20,9 +20,11 @@ using passes::Step;
 /// A backend whose reductions and products want dense inputs; everything else reads any strides.
 class DenseReductions final : public passes::Capabilities {
  public:
-  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides) const override {
+  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index,
+             const std::vector<int64_t>& strides) const override {
     const Shape& shape = g.node(consumer.inputs[index]).shape;
-    if (consumer.op == ir::Op::kSum || consumer.op == ir::Op::kMatmul) return is_contiguous_strides(strides, shape);
+    if (consumer.op == ir::Op::kSum || consumer.op == ir::Op::kMatmul)
+      return is_contiguous_strides(strides, shape);
     return true;
   }
 };
@@ -35,7 +37,8 @@ Tensor param(ir::Trace& t, const char* name, Shape shape) {
 }
 
 int count(const passes::Schedule& s, Step::Kind kind) {
-  return static_cast<int>(std::count_if(s.steps.begin(), s.steps.end(), [&](const Step& st) { return st.kind == kind; }));
+  return static_cast<int>(
+      std::count_if(s.steps.begin(), s.steps.end(), [&](const Step& st) { return st.kind == kind; }));
 }
 
 /// Every arena buffer a launch touches is planned live there; no two arena buffers live at a
@@ -46,7 +49,8 @@ int64_t simulate(const passes::Schedule& s) {
       for (const passes::Place& p : *places) {
         const passes::Buffer& b = s.buffers[static_cast<size_t>(p.buffer)];
         if (b.home != passes::Buffer::Home::kArena) continue;
-        EXPECT_TRUE(b.first <= st.launch && st.launch <= b.last) << "launch " << st.launch << " touches a buffer live [" << b.first << ", " << b.last << "]";
+        EXPECT_TRUE(b.first <= st.launch && st.launch <= b.last)
+            << "launch " << st.launch << " touches a buffer live [" << b.first << ", " << b.last << "]";
       }
   int64_t peak = 0;
   for (int32_t t = 0; t <= s.launches; ++t) {
@@ -60,7 +64,8 @@ int64_t simulate(const passes::Schedule& s) {
     peak = std::max(peak, bytes);
     for (size_t i = 0; i < live.size(); ++i)
       for (size_t j = i + 1; j < live.size(); ++j)
-        if (live[i]->offset < live[j]->offset + live[j]->bytes && live[j]->offset < live[i]->offset + live[i]->bytes) {
+        if (live[i]->offset < live[j]->offset + live[j]->bytes &&
+            live[j]->offset < live[i]->offset + live[i]->bytes) {
           ADD_FAILURE() << "two buffers overlap while both live at launch " << t;
           return peak;
         }
@@ -78,7 +83,7 @@ TEST(Schedule, ViewsStayViewsOnlyForReadersThatTakeTheirStrides) {
   {
     ir::TraceScope scope(t);
     Tensor x = input(t, "x", {4, 6});
-    Tensor y = transpose(x) * 2.0;    // an elementwise reader: the transpose stays a view
+    Tensor y = transpose(x) * 2.0;           // an elementwise reader: the transpose stays a view
     Tensor z = sum(transpose(exp(x)), {1});  // a reduction wanting dense rows: a copy
     xt = y.id();
     strided = z.id();
@@ -142,14 +147,16 @@ TEST(Schedule, IndependentGroupsShareALaunchAndDependentOnesDoNot) {
     Tensor a = param(t, "a", {16}), b = param(t, "b", {32}), g = input(t, "g", {16}), h = input(t, "h", {32});
     t.graph.updates.push_back({a.id(), (a - g * 0.5).id()});
     t.graph.updates.push_back({b.id(), (b - h * 0.5).id()});
-    Tensor e = exp(g);                       // a group
-    t.graph.outputs = {(sum(e) * 1.0).id()}; // its reader
+    Tensor e = exp(g);                        // a group
+    t.graph.outputs = {(sum(e) * 1.0).id()};  // its reader
   }
   for (bool fuse : {true, false}) {
-    const passes::Schedule s = passes::schedule(t.graph, DenseReductions{}, {.fuse = fuse, .reuse_memory = true});
+    const passes::Schedule s =
+        passes::schedule(t.graph, DenseReductions{}, {.fuse = fuse, .reuse_memory = true});
     std::vector<int32_t> update_launch;
     for (const Step& st : s.steps)
-      if (st.kind == Step::Kind::kGroup && s.buffers[static_cast<size_t>(st.out[0].buffer)].home == passes::Buffer::Home::kBound)
+      if (st.kind == Step::Kind::kGroup &&
+          s.buffers[static_cast<size_t>(st.out[0].buffer)].home == passes::Buffer::Home::kBound)
         update_launch.push_back(st.launch);  // an update written in place
     if (fuse) {
       ASSERT_EQ(update_launch.size(), 2u);
@@ -170,14 +177,18 @@ TEST(Schedule, ArenaOfAGptTrainingStepNeverOverlaps) {
   nn::Gpt gpt({.vocab = 16, .seq_len = 8, .layers = 3, .d_model = 64, .heads = 4});
   auto train = compile_train(gpt, [&](Tensor ids, Tensor targets) { return gpt.loss(ids, targets); },
                              {.inputs = {{"ids", {32, 8}, DType::kI32}, {"targets", {32, 8}, DType::kI32}},
-                              .optimizer = AdamW{.lr = 1e-3}, .clip_grad_norm = 1.0, .device = Device::ref()});
+                              .optimizer = AdamW{.lr = 1e-3},
+                              .clip_grad_norm = 1.0,
+                              .device = Device::ref()});
   const ir::Graph& g = detail::compiled_graph(train);
   for (bool reuse : {true, false}) {
     const passes::Schedule s = passes::schedule(g, DenseReductions{}, {.fuse = true, .reuse_memory = reuse});
     const int64_t peak = simulate(s);
     EXPECT_GE(s.arena.bytes, peak);
-    if (reuse) EXPECT_LT(static_cast<double>(s.arena.bytes), 0.6 * static_cast<double>(s.arena.no_reuse));
-    else EXPECT_EQ(s.arena.bytes, s.arena.no_reuse);
+    if (reuse)
+      EXPECT_LT(static_cast<double>(s.arena.bytes), 0.6 * static_cast<double>(s.arena.no_reuse));
+    else
+      EXPECT_EQ(s.arena.bytes, s.arena.no_reuse);
   }
 }
 
@@ -212,7 +223,8 @@ TEST(Schedule, ArenaOfRandomGraphsNeverOverlaps) {
       if (st.kind == Step::Kind::kNode)
         for (size_t k = 0; k < st.in.size(); ++k)
           if (t.graph.node(st.node).op == ir::Op::kMatmul) {
-            EXPECT_TRUE(is_contiguous_strides(st.in[k].strides, t.graph.node(t.graph.node(st.node).inputs[k]).shape));
+            EXPECT_TRUE(
+                is_contiguous_strides(st.in[k].strides, t.graph.node(t.graph.node(st.node).inputs[k]).shape));
           }
   }
 }

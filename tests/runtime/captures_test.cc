@@ -16,14 +16,14 @@ const std::vector<float> kX{0.5f, -1.0f, 2.0f, 1.5f, 0.25f, -0.75f};  // [2, 3]
 
 TEST(Captures, ReturnsNamedTensorsWithShapes) {
   Net m;
-  auto fwd = tg::compile_forward(
-      m,
-      [&](tg::Tensor x) {
-        tg::Tensor h = tg::capture("hidden", m.fc(x));
-        tg::capture("only_for_inspection", tg::exp(h) * 100.0);  // read by nothing else
-        return tg::sum(tg::tanh(h), {1});
-      },
-      {.inputs = {{"x", {2, 3}}}});
+  auto fwd =
+      tg::compile_forward(m,
+                          [&](tg::Tensor x) {
+                            tg::Tensor h = tg::capture("hidden", m.fc(x));
+                            tg::capture("only_for_inspection", tg::exp(h) * 100.0);  // read by nothing else
+                            return tg::sum(tg::tanh(h), {1});
+                          },
+                          {.inputs = {{"x", {2, 3}}}});
   // Without a request, the capture-only value is not in the compiled program.
   EXPECT_EQ(fwd.ir().find("exp"), std::string::npos) << fwd.ir();
   const tg::HostTensor plain = fwd.run({{"x", kX}});
@@ -34,7 +34,8 @@ TEST(Captures, ReturnsNamedTensorsWithShapes) {
   EXPECT_EQ(caps.at("hidden").shape(), (tg::Shape{2, 4}));
   EXPECT_EQ(caps.at("only_for_inspection").shape(), (tg::Shape{2, 4}));
   for (size_t i = 0; i < 8; ++i)
-    EXPECT_NEAR(caps.at("only_for_inspection").f32()[i], 100.0f * std::exp(caps.at("hidden").f32()[i]), 1e-3f);
+    EXPECT_NEAR(caps.at("only_for_inspection").f32()[i], 100.0f * std::exp(caps.at("hidden").f32()[i]),
+                1e-3f);
   // The hidden activations are what the output was computed from.
   for (int64_t r = 0; r < 2; ++r) {
     double s = 0;
@@ -49,14 +50,13 @@ TEST(Captures, DuplicateNamesAreAnError) {
   Net m;
   int line = 0;
   try {
-    tg::compile_forward(
-        m,
-        [&](tg::Tensor x) {
-          tg::capture("h", x);
-          line = __LINE__ + 1;
-          return tg::capture("h", m.fc(x));
-        },
-        {.inputs = {{"x", {2, 3}}}});
+    tg::compile_forward(m,
+                        [&](tg::Tensor x) {
+                          tg::capture("h", x);
+                          line = __LINE__ + 1;
+                          return tg::capture("h", m.fc(x));
+                        },
+                        {.inputs = {{"x", {2, 3}}}});
     FAIL() << "expected a ShapeError";
   } catch (const tg::ShapeError& e) {
     const std::string msg = e.what();
@@ -67,8 +67,8 @@ TEST(Captures, DuplicateNamesAreAnError) {
 
 TEST(Captures, TrainingStepReturnsGradients) {
   Net m;
-  auto train = tg::compile_train(
-      m, [&](tg::Tensor x) { return tg::sum(m.fc(x)); }, {.inputs = {{"x", {2, 3}}}, .optimizer = tg::SGD{.lr = 0.0}});
+  auto train = tg::compile_train(m, [&](tg::Tensor x) { return tg::sum(m.fc(x)); },
+                                 {.inputs = {{"x", {2, 3}}}, .optimizer = tg::SGD{.lr = 0.0}});
   tg::Captures caps;
   train.step({{"x", kX}}, {.captures = &caps});
   // d/dW sum(x Wᵀ + b) = column sums of x for every output row; d/db = batch size.
@@ -76,7 +76,8 @@ TEST(Captures, TrainingStepReturnsGradients) {
   ASSERT_EQ(dw.shape(), (tg::Shape{4, 3}));
   for (int64_t o = 0; o < 4; ++o)
     for (int64_t i = 0; i < 3; ++i)
-      EXPECT_FLOAT_EQ(dw.f32()[static_cast<size_t>(o * 3 + i)], kX[static_cast<size_t>(i)] + kX[static_cast<size_t>(3 + i)]);
+      EXPECT_FLOAT_EQ(dw.f32()[static_cast<size_t>(o * 3 + i)],
+                      kX[static_cast<size_t>(i)] + kX[static_cast<size_t>(3 + i)]);
   for (float g : caps.at("grad/fc.bias").f32()) EXPECT_FLOAT_EQ(g, 2.0f);
 }
 
@@ -96,8 +97,8 @@ TEST(Modes, DropoutIsActiveOnlyInTrainingPrograms) {
     kept += a.f32()[i] != 0.0f;
     differ += a.f32()[i] != b.f32()[i];
   }
-  EXPECT_NEAR(kept, 500, 60);   // p = 0.5 over 1000 elements: 4 standard deviations
-  EXPECT_GT(differ, 300);       // a fresh mask on every call
+  EXPECT_NEAR(kept, 500, 60);  // p = 0.5 over 1000 elements: 4 standard deviations
+  EXPECT_GT(differ, 300);      // a fresh mask on every call
 }
 
 }  // namespace

@@ -23,7 +23,9 @@ TEST(Misuse, TensorKeptFromAnEarlierTraceIsRejected) {
     return tg::relu(cached) + m.fc(x);
   };
   tg::compile_forward(m, fn, {.inputs = {{"x", {1, 2}}}});
-  const std::string msg = message_of<tg::ShapeError>([&] { tg::compile_forward(m, fn, {.inputs = {{"x", {1, 2}}}}); });
+  const std::string msg = message_of<tg::ShapeError>([&] {
+    tg::compile_forward(m, fn, {.inputs = {{"x", {1, 2}}}});
+  });
   EXPECT_NE(msg.find("belongs to another traced program"), std::string::npos) << msg;
 }
 
@@ -31,7 +33,8 @@ TEST(Misuse, ParametersDeclaredAfterTheFirstCompileJoinTheStore) {
   Net m;
   auto first = tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {1, 2}}}});
   tg::nn::Linear head(m, "head", 2, 3);
-  auto second = tg::compile_forward(m, [&](tg::Tensor x) { return head(m.fc(x)); }, {.inputs = {{"x", {1, 2}}}});
+  auto second =
+      tg::compile_forward(m, [&](tg::Tensor x) { return head(m.fc(x)); }, {.inputs = {{"x", {1, 2}}}});
   const tg::HostTensor y = second.run({{"x", std::vector<float>{1, 2}}});
   EXPECT_EQ(y.shape(), (tg::Shape{1, 3}));
   EXPECT_EQ(second.download_params().count("head.weight"), 1u);
@@ -41,10 +44,11 @@ TEST(Misuse, RepeatedLayerCallsGetNumberedCaptures) {
   struct M : tg::Module {
     tg::nn::Gpt gpt{*this, "gpt", {.vocab = 5, .seq_len = 4, .layers = 1, .d_model = 8, .heads = 2}};
   } m;
-  auto fwd = tg::compile_forward(
-      m, [&](tg::Tensor a, tg::Tensor b) { return m.gpt.logits(a) + m.gpt.logits(b); },
-      {.inputs = {{"a", {1, 4}, tg::DType::kI32}, {"b", {1, 4}, tg::DType::kI32}}});
-  EXPECT_EQ(fwd.capture_names(), (std::vector<std::string>{"gpt.blocks.0.attn.probs", "gpt.blocks.0.attn.probs#2"}));
+  auto fwd =
+      tg::compile_forward(m, [&](tg::Tensor a, tg::Tensor b) { return m.gpt.logits(a) + m.gpt.logits(b); },
+                          {.inputs = {{"a", {1, 4}, tg::DType::kI32}, {"b", {1, 4}, tg::DType::kI32}}});
+  EXPECT_EQ(fwd.capture_names(),
+            (std::vector<std::string>{"gpt.blocks.0.attn.probs", "gpt.blocks.0.attn.probs#2"}));
 }
 
 TEST(Misuse, PowGradientIsZeroWherePyTorchsIs) {
@@ -53,8 +57,9 @@ TEST(Misuse, PowGradientIsZeroWherePyTorchsIs) {
     tg::Param x{*this, "x", {2}, tg::init::zeros()};
     tg::Param b{*this, "b", {2}, tg::init::constant(0.0)};
   } m;
-  auto train = tg::compile_train(m, [&](tg::Tensor) { return tg::sum(tg::pow(m.x, m.b)) + tg::sum(tg::pow(m.x, 2.0)); },
-                                 {.inputs = {{"unused", {1}}}, .optimizer = tg::SGD{.lr = 0.0}, .device = tg::Device::ref()});
+  auto train = tg::compile_train(
+      m, [&](tg::Tensor) { return tg::sum(tg::pow(m.x, m.b)) + tg::sum(tg::pow(m.x, 2.0)); },
+      {.inputs = {{"unused", {1}}}, .optimizer = tg::SGD{.lr = 0.0}, .device = tg::Device::ref()});
   tg::Captures caps;
   train.step({{"unused", std::vector<float>{0}}}, {.captures = &caps});
   for (float g : caps.at("grad/x").f32()) EXPECT_EQ(g, 0.0f);
@@ -65,9 +70,11 @@ TEST(Misuse, LargeSeedsStillGiveEachDropoutSiteItsOwnStream) {
   struct D : tg::Module {
     tg::Param w{*this, "w", {64}, tg::init::ones()};
   } m;
-  auto fwd = tg::compile_forward(
-      m, [&](tg::Tensor) { return tg::concat({tg::dropout(m.w, 0.5), tg::dropout(m.w, 0.5)}, 0); },
-      {.inputs = {{"unused", {1}}}, .training = true, .seed = uint64_t{1} << 40});
+  auto fwd = tg::compile_forward(m,
+                                 [&](tg::Tensor) {
+                                   return tg::concat({tg::dropout(m.w, 0.5), tg::dropout(m.w, 0.5)}, 0);
+                                 },
+                                 {.inputs = {{"unused", {1}}}, .training = true, .seed = uint64_t{1} << 40});
   const tg::HostTensor y = fwd.run({{"unused", std::vector<float>{0}}});
   int same = 0;
   for (size_t i = 0; i < 64; ++i) same += y.f32()[i] == y.f32()[64 + i];
@@ -88,21 +95,27 @@ TEST(Misuse, EmptyAndDefaultObjectsThrowInsteadOfCrashing) {
 
 TEST(Misuse, BadDeclarationsAndArguments) {
   Net m;
-  std::string msg = message_of<tg::InputError>(
-      [&] { tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {-1, 2}}}}); });
+  std::string msg = message_of<tg::InputError>([&] {
+    tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {-1, 2}}}});
+  });
   EXPECT_NE(msg.find("input 'x' has shape [-1, 2]"), std::string::npos) << msg;
   msg = message_of<tg::ShapeError>([&] {
-    tg::compile_forward(m, [&](tg::Tensor x) { return tg::capture("grad/fc.weight", m.fc(x)); }, {.inputs = {{"x", {1, 2}}}});
+    tg::compile_forward(m, [&](tg::Tensor x) { return tg::capture("grad/fc.weight", m.fc(x)); },
+                        {.inputs = {{"x", {1, 2}}}});
   });
   EXPECT_NE(msg.find("reserved"), std::string::npos) << msg;
   msg = message_of<tg::ShapeError>([&] {
-    tg::compile_forward(m, [&](tg::Tensor x) { return tg::full({int64_t{1} << 40, int64_t{1} << 40}, 1.0) + x; },
+    tg::compile_forward(m,
+                        [&](tg::Tensor x) {
+                          return tg::full({int64_t{1} << 40, int64_t{1} << 40}, 1.0) + x;
+                        },
                         {.inputs = {{"x", {1, 2}}}});
   });
   EXPECT_NE(msg.find("too large"), std::string::npos) << msg;
-  EXPECT_THROW(tg::compile_forward(m, [&](tg::Tensor x) { return tg::one_hot(tg::cast(x, tg::DType::kI32), -1); },
-                                   {.inputs = {{"x", {1, 2}}}}),
-               tg::ShapeError);
+  EXPECT_THROW(
+      tg::compile_forward(m, [&](tg::Tensor x) { return tg::one_hot(tg::cast(x, tg::DType::kI32), -1); },
+                          {.inputs = {{"x", {1, 2}}}}),
+      tg::ShapeError);
   // Clipping a loss with no trainable parameter is fine (nothing to clip).
   EXPECT_NO_THROW(tg::compile_train(m, [&](tg::Tensor x) { return tg::sum(tg::stop_gradient(m.fc(x))); },
                                     {.inputs = {{"x", {1, 2}}}, .clip_grad_norm = 1.0}));
@@ -111,7 +124,8 @@ TEST(Misuse, BadDeclarationsAndArguments) {
 TEST(Misuse, ArangeInfersItsDtypeLikePyTorch) {
   Net m;
   auto ints = tg::compile_forward(m, [&](tg::Tensor) { return tg::arange(0, 4); }, {.inputs = {{"u", {1}}}});
-  auto floats = tg::compile_forward(m, [&](tg::Tensor) { return tg::arange(0, 1, 0.25); }, {.inputs = {{"u", {1}}}});
+  auto floats =
+      tg::compile_forward(m, [&](tg::Tensor) { return tg::arange(0, 1, 0.25); }, {.inputs = {{"u", {1}}}});
   const std::vector<float> u{0};
   EXPECT_EQ(ints.run({{"u", u}}).dtype(), tg::DType::kI32);
   const tg::HostTensor f = floats.run({{"u", u}});

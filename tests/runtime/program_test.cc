@@ -18,20 +18,24 @@ struct Net : tg::Module {
 };
 
 const std::vector<float> kX{0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f};  // [4, 2]
-const std::vector<float> kY{0.5f, -0.5f, 0.25f, 1.0f};                              // [4, 1]
+const std::vector<float> kY{0.5f, -0.5f, 0.25f, 1.0f};                           // [4, 1]
 
 tg::Program make_train(Net& m, tg::Device device, tg::Optimizer opt = tg::Adam{.lr = 1e-2}) {
-  return tg::compile_train(
-      m, [&](tg::Tensor x, tg::Tensor y) { auto d = m(x) - y; return tg::mean(d * d); },
-      {.inputs = {{"x", {4, 2}}, {"y", {4, 1}}}, .optimizer = opt, .device = device});
+  return tg::compile_train(m,
+                           [&](tg::Tensor x, tg::Tensor y) {
+                             auto d = m(x) - y;
+                             return tg::mean(d * d);
+                           },
+                           {.inputs = {{"x", {4, 2}}, {"y", {4, 1}}}, .optimizer = opt, .device = device});
 }
 
 TEST(Program, HierarchicalNamesAndDecayDefaults) {
   Net m;
   std::vector<std::string> names;
   for (const tg::Param* p : m.parameters()) names.push_back(p->path());
-  EXPECT_EQ(names, (std::vector<std::string>{"l1.weight", "l1.bias", "head.layers.0.weight", "head.layers.0.bias",
-                                             "head.layers.1.weight", "head.layers.1.bias", "gain", "table"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"l1.weight", "l1.bias", "head.layers.0.weight", "head.layers.0.bias",
+                                      "head.layers.1.weight", "head.layers.1.bias", "gain", "table"}));
   EXPECT_TRUE(m.l1.weight.decay());
   EXPECT_FALSE(m.l1.bias->decay());
   EXPECT_FALSE(m.gain.decay());
@@ -60,8 +64,8 @@ TEST(Program, ForwardProgramsShareTheTrainedParameters) {
   tg::Program train = make_train(m, tg::Device::cpu());
   // Storage is shared per device: the forward program must be on the training program's
   // device (the default, Device::best(), is a GPU where there is one).
-  tg::Program predict =
-      tg::compile_forward(m, [&](tg::Tensor x) { return m(x); }, {.inputs = {{"x", {4, 2}}}, .device = tg::Device::cpu()});
+  tg::Program predict = tg::compile_forward(m, [&](tg::Tensor x) { return m(x); },
+                                            {.inputs = {{"x", {4, 2}}}, .device = tg::Device::cpu()});
   const float before = predict.run({{"x", kX}}).f32()[0];
   for (int i = 0; i < 5; ++i) train.step({{"x", kX}, {"y", kY}});
   const float after = predict.run({{"x", kX}}).f32()[0];
@@ -115,7 +119,8 @@ TEST(Program, ConcurrentStepsAreSerialized) {
   Net a, b;
   tg::Program pa = make_train(a, tg::Device::cpu(), tg::SGD{.lr = 0.05, .momentum = 0.9});
   tg::Program pb = make_train(b, tg::Device::cpu(), tg::SGD{.lr = 0.05, .momentum = 0.9});
-  tg::Program pa_eval = tg::compile_forward(a, [&](tg::Tensor x) { return a(x); }, {.inputs = {{"x", {4, 2}}}});
+  tg::Program pa_eval =
+      tg::compile_forward(a, [&](tg::Tensor x) { return a(x); }, {.inputs = {{"x", {4, 2}}}});
   for (int i = 0; i < 40; ++i) pb.step({{"x", kX}, {"y", kY}});
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
@@ -153,7 +158,8 @@ TEST(Program, GradientsOnlyReturnsGradientsAndLeavesParametersAlone) {
   EXPECT_EQ(gc.count("grad/table"), 0u);  // unused: no gradient, as in PyTorch
   for (const auto& [name, t] : gr) {
     ASSERT_EQ(gc.count(name), 1u) << name;
-    for (size_t i = 0; i < t.f32().size(); ++i) EXPECT_NEAR(gc.at(name).f32()[i], t.f32()[i], 1e-5) << name << "[" << i << "]";
+    for (size_t i = 0; i < t.f32().size(); ++i)
+      EXPECT_NEAR(gc.at(name).f32()[i], t.f32()[i], 1e-5) << name << "[" << i << "]";
   }
   // And against central differences of the reference's loss in the gain.
   const float g0 = before.at("gain").f32()[0], h = 1e-3f;
@@ -165,11 +171,13 @@ TEST(Program, GradientsOnlyReturnsGradientsAndLeavesParametersAlone) {
   EXPECT_NEAR(gr.at("grad/gain").f32()[0], fd, 1e-3 * std::fabs(fd) + 1e-6);
   // No learning rate, no clipping.
   EXPECT_THROW(cpu.set_lr(0.1), tg::Error);
-  EXPECT_THROW(tg::compile_train(
-                   a, [&](tg::Tensor x, tg::Tensor y) { return tg::mean((a(x) - y) * (a(x) - y)); },
-                   {.inputs = {{"x", {4, 2}}, {"y", {4, 1}}}, .optimizer = tg::GradientsOnly{}, .clip_grad_norm = 1.0,
-                    .device = tg::Device::cpu()}),
-               tg::InputError);
+  EXPECT_THROW(
+      tg::compile_train(a, [&](tg::Tensor x, tg::Tensor y) { return tg::mean((a(x) - y) * (a(x) - y)); },
+                        {.inputs = {{"x", {4, 2}}, {"y", {4, 1}}},
+                         .optimizer = tg::GradientsOnly{},
+                         .clip_grad_norm = 1.0,
+                         .device = tg::Device::cpu()}),
+      tg::InputError);
 }
 
 TEST(Program, CpuMatchesRefOnAWholeTrainingStep) {

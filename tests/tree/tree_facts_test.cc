@@ -88,8 +88,10 @@ std::string blank_non_code(const std::string& text, std::vector<RawString>* raws
       i = j;
       continue;
     }
-    if (c == '\n') line_start = true;
-    else if (c != ' ' && c != '\t') line_start = false;
+    if (c == '\n')
+      line_start = true;
+    else if (c != ' ' && c != '\t')
+      line_start = false;
     if (c == '/' && i + 1 < n && text[i + 1] == '/') {
       const size_t j = text.find('\n', i);
       blank(i, j == std::string::npos ? n : j);
@@ -99,16 +101,19 @@ std::string blank_non_code(const std::string& text, std::vector<RawString>* raws
       const size_t end = j == std::string::npos ? n : j + 2;
       blank(i, end);
       i = end;
-    } else if (c == 'R' && i + 1 < n && text[i + 1] == '"' && (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1])))) {
+    } else if (c == 'R' && i + 1 < n && text[i + 1] == '"' &&
+               (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1])))) {
       const size_t open = text.find('(', i + 2);
       const std::string delim = text.substr(i + 2, open - (i + 2));
       const size_t close = text.find(")" + delim + "\"", open);
       const size_t end = close == std::string::npos ? n : close + delim.size() + 2;
       if (raws != nullptr)
-        raws->push_back({line_count(text.substr(0, i)) + 1, static_cast<int>(std::count(text.begin() + i, text.begin() + end, '\n')) + 1});
+        raws->push_back({line_count(text.substr(0, i)) + 1,
+                         static_cast<int>(std::count(text.begin() + i, text.begin() + end, '\n')) + 1});
       blank(i, end);
       i = end;
-    } else if (c == '"' || (c == '\'' && !(i > 0 && std::isxdigit(static_cast<unsigned char>(text[i - 1]))))) {
+    } else if (c == '"' ||
+               (c == '\'' && !(i > 0 && std::isxdigit(static_cast<unsigned char>(text[i - 1]))))) {
       size_t j = i + 1;
       while (j < n && text[j] != c) j += text[j] == '\\' ? 2 : 1;
       blank(i, j + 1);
@@ -156,23 +161,28 @@ std::vector<Function> functions(const std::string& code) {
   std::vector<Open> stack;
   size_t header_start = 0;  // where the text since the last ; { } begins
   int line = 1;
-  auto line_at = [&](size_t pos) { return 1 + static_cast<int>(std::count(code.begin(), code.begin() + static_cast<long>(pos), '\n')); };
+  auto line_at = [&](size_t pos) {
+    return 1 + static_cast<int>(std::count(code.begin(), code.begin() + static_cast<long>(pos), '\n'));
+  };
   for (size_t i = 0; i < code.size(); ++i) {
     const char c = code[i];
     if (c == '\n') ++line;
-    const bool at_scope_level = std::all_of(stack.begin(), stack.end(), [](const Open& o) { return o.scope; });
+    const bool at_scope_level =
+        std::all_of(stack.begin(), stack.end(), [](const Open& o) { return o.scope; });
     if (c == '{') {
       if (!at_scope_level) {
         stack.push_back({false, {}});
       } else {
         const std::string header = code.substr(header_start, i - header_start);
         const std::vector<std::string> ws = words(header);
-        const bool scope = header.find('(') == std::string::npos &&
-                           std::any_of(ws.begin(), ws.end(), [](const std::string& w) { return scope_words.count(w) > 0; });
+        const bool scope =
+            header.find('(') == std::string::npos &&
+            std::any_of(ws.begin(), ws.end(), [](const std::string& w) { return scope_words.count(w) > 0; });
         const size_t paren = header.find('(');
         // `= {…}` initialisers; an `=` after the parameter list opens (a default argument) is not one.
         const size_t eq = header.find('=');
-        const bool data = eq != std::string::npos && eq < paren && header.find("operator") == std::string::npos;
+        const bool data =
+            eq != std::string::npos && eq < paren && header.find("operator") == std::string::npos;
         if (scope || data || paren == std::string::npos) {
           stack.push_back({true, {}});
         } else {
@@ -180,7 +190,8 @@ std::vector<Function> functions(const std::string& code) {
           const std::vector<std::string> before = words(header.substr(0, paren));
           const std::string name = before.empty() ? "?" : before.back();
           const size_t first_char = header.find_first_not_of(" \t\n");
-          stack.push_back({false, {name, line_at(header_start + (first_char == std::string::npos ? 0 : first_char)), 0}});
+          stack.push_back(
+              {false, {name, line_at(header_start + (first_char == std::string::npos ? 0 : first_char)), 0}});
         }
       }
       header_start = i + 1;
@@ -188,7 +199,8 @@ std::vector<Function> functions(const std::string& code) {
       if (!stack.empty()) {
         Open o = stack.back();
         stack.pop_back();
-        const bool closes_function = !o.scope && std::all_of(stack.begin(), stack.end(), [](const Open& s) { return s.scope; });
+        const bool closes_function =
+            !o.scope && std::all_of(stack.begin(), stack.end(), [](const Open& s) { return s.scope; });
         if (closes_function) {
           o.fn.last = line;
           out.push_back(o.fn);
@@ -204,7 +216,8 @@ std::vector<Function> functions(const std::string& code) {
 
 TEST(TreeFacts, NoFileOver800Lines) {
   for (const Source& s : sources())
-    EXPECT_LE(line_count(s.text), kMaxFileLines) << s.path << " has " << line_count(s.text) << " lines: split it";
+    EXPECT_LE(line_count(s.text), kMaxFileLines)
+        << s.path << " has " << line_count(s.text) << " lines: split it";
 }
 
 TEST(TreeFacts, NoFunctionOver150Lines) {
@@ -232,7 +245,8 @@ TEST(TreeFacts, ExecutablesAreShortAndInOneOrTwoFiles) {
   // header each, and members defined in at most two files.
   for (const char* backend : {"cpu", "cuda"}) {
     const std::string header = std::string("src/backend/") + backend + "/executable.h";
-    const std::string cls = std::string(backend == std::string("cpu") ? "CpuExecutable" : "CudaExecutable") + "::";
+    const std::string cls =
+        std::string(backend == std::string("cpu") ? "CpuExecutable" : "CudaExecutable") + "::";
     std::set<std::string> defining;
     for (const Source& s : sources()) {
       if (s.path == header) {
@@ -269,8 +283,8 @@ TEST(TreeFacts, NoLongRawStringsInCcFiles) {
 TEST(TreeFacts, NoGpuModelNumbersInTheCudaBackend) {
   // SM counts of current parts (H100/H200 132, and 2, 4 and 32 times it; H100 PCIe 114, A100 108,
   // L40S 142, B200 148) and the largest shared memory a block may opt into on sm_80/sm_90 (227 KiB).
-  static const std::set<std::string> model_numbers = {"132", "264", "528", "4224", "114", "108",
-                                                      "142", "148", "227", "232448"};
+  static const std::set<std::string> model_numbers = {"132", "264", "528", "4224", "114",
+                                                      "108", "142", "148", "227",  "232448"};
   for (const Source& s : sources()) {
     if (!s.path.starts_with("src/backend/cuda/")) continue;
     const std::string code = blank_non_code(s.text);
@@ -279,12 +293,15 @@ TEST(TreeFacts, NoGpuModelNumbersInTheCudaBackend) {
     for (int n = 1; std::getline(lines, l); ++n)
       for (size_t i = 0; i < l.size(); ++i) {
         // Whole integer literals only: not part of a name, a float (1.0e132) or a longer number.
-        if (!std::isdigit(static_cast<unsigned char>(l[i])) || (i > 0 && (is_word_char(l[i - 1]) || l[i - 1] == '.'))) continue;
+        if (!std::isdigit(static_cast<unsigned char>(l[i])) ||
+            (i > 0 && (is_word_char(l[i - 1]) || l[i - 1] == '.')))
+          continue;
         size_t j = i;
         while (j < l.size() && is_word_char(l[j])) ++j;
         const bool fraction = j < l.size() && l[j] == '.';
         EXPECT_FALSE(!fraction && model_numbers.count(l.substr(i, j - i)))
-            << s.path << ":" << n << " writes a GPU model's SM count or shared memory as a number: query DeviceInfo";
+            << s.path << ":" << n
+            << " writes a GPU model's SM count or shared memory as a number: query DeviceInfo";
         i = j;
       }
   }
@@ -303,20 +320,20 @@ TEST(TreeFacts, ReadmeListsEverySwitch) {
 // The scanner itself, on a snippet whose answers are known.
 TEST(TreeFacts, ScannerFindsFunctionsAndRawStrings) {
   const std::string text =
-      "namespace a {\n"                        // 1
-      "struct S {\n"                           // 2
-      "  int f() const { return 1; }\n"        // 3
-      "};\n"                                   // 4
-      "constexpr int kTable[] = {1, 2};\n"     // 5
-      "void g(int x)\n"                        // 6
-      "{\n"                                    // 7
-      "  if (x) { x = 2; }  // } {\n"          // 8
-      "  const char* s = R\"(\n{\n)\";\n"       // 9-11
-      "}\n"                                    // 12
-      "}  // namespace a\n"                    // 13
-      "int h(int x = 2) {\n"                   // 14: a default argument is no initialiser
-      "  return x;\n"                          // 15
-      "}\n";                                   // 16
+      "namespace a {\n"                     // 1
+      "struct S {\n"                        // 2
+      "  int f() const { return 1; }\n"     // 3
+      "};\n"                                // 4
+      "constexpr int kTable[] = {1, 2};\n"  // 5
+      "void g(int x)\n"                     // 6
+      "{\n"                                 // 7
+      "  if (x) { x = 2; }  // } {\n"       // 8
+      "  const char* s = R\"(\n{\n)\";\n"   // 9-11
+      "}\n"                                 // 12
+      "}  // namespace a\n"                 // 13
+      "int h(int x = 2) {\n"                // 14: a default argument is no initialiser
+      "  return x;\n"                       // 15
+      "}\n";                                // 16
   std::vector<RawString> raws;
   const std::vector<Function> fs = functions(blank_non_code(text, &raws));
   ASSERT_EQ(fs.size(), 3u);

@@ -2,9 +2,9 @@
 // FlashAttention spirit: the T×S score matrix is never stored. Queries are processed in row
 // blocks of kRowBlock rows, and a thread holds the scores of one block at a time (its
 // scratch is kRowBlock × S floats forward, twice that backward, shared by every layer).
-// Every matrix product is one GEMM (sgemm_small where built, else cblas_sgemm) on the operands in place: q, k, v and dout may be
-// views with any batch and head strides, as long as each head's [rows, D] matrix has unit
-// stride along D (a [B, T, H, D] → [B, H, T, D] permute qualifies: attention_operand).
+// Every matrix product is one GEMM (sgemm_small where built, else cblas_sgemm) on the operands in place: q,
+// k, v and dout may be views with any batch and head strides, as long as each head's [rows, D] matrix has
+// unit stride along D (a [B, T, H, D] → [B, H, T, D] permute qualifies: attention_operand).
 //
 // Notation per (batch b, q head h, row block R), with kv head g = h / (Hq / Hkv) (GQA) and
 // only the first Sb keys visible to the block (Sb = S, or min(S, end(R) + S − T) causal):
@@ -48,8 +48,8 @@ constexpr int64_t kRowBlock = 64;
 
 /// Every product here runs inside a parallel region, one thread per call: the AVX-512
 /// sgemm_small beats single-threaded OpenBLAS on all of them where it is built.
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a, blasint lda,
-          const float* b, blasint ldb, float beta, float* c, blasint ldc) {
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
+          const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
   if (sgemm_small_everywhere())
     sgemm_small(ta == CblasTrans, tb == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
@@ -73,8 +73,8 @@ struct Operand {
 Operand operand(const View& v, const Shape& shape) {
   const std::optional<BlasOperand> o = blas_operand(v, shape);
   if (!o || o->trans) throw Error("[cpu] attention operand is not row-addressable (planner bug)");
-  return {reinterpret_cast<const float*>(v.data), shape[0] == 1 ? 0 : v.strides[0], shape[1] == 1 ? 0 : v.strides[1],
-          checked_blas_int(o->ld)};
+  return {reinterpret_cast<const float*>(v.data), shape[0] == 1 ? 0 : v.strides[0],
+          shape[1] == 1 ? 0 : v.strides[1], checked_blas_int(o->ld)};
 }
 
 struct Geometry {
@@ -156,8 +156,8 @@ inline float softmax_in_place(float* __restrict row, int64_t n, int64_t valid, b
 void probabilities(const Geometry& g, const float* q, blasint ldq, const float* k, blasint ldk, int64_t r0,
                    int64_t rows, int64_t sb, float* p) {
   const auto bsb = static_cast<blasint>(sb);
-  gemm(CblasNoTrans, CblasTrans, static_cast<blasint>(rows), bsb, static_cast<blasint>(g.D),
-              g.scale, q, ldq, k, ldk, 0.0f, p, bsb);
+  gemm(CblasNoTrans, CblasTrans, static_cast<blasint>(rows), bsb, static_cast<blasint>(g.D), g.scale, q, ldq,
+       k, ldk, 0.0f, p, bsb);
   for (int64_t ii = 0; ii < rows; ++ii) {
     const int64_t valid = g.causal ? std::min(sb, r0 + ii + (g.S - g.T) + 1) : sb;
     softmax_in_place(p + ii * sb, sb, valid);
@@ -208,8 +208,8 @@ void scatter(const float* __restrict src, int64_t n, int64_t rows, int64_t D, co
 }
 
 /// s[j] = scale · Σ_d x[d] · m[j][d] per lane, for j < valid (x: one gathered row, m: S rows).
-inline void lane_scores(const float* __restrict x, const float* __restrict m, int64_t D, int64_t valid, float scale,
-                        float* __restrict s) {
+inline void lane_scores(const float* __restrict x, const float* __restrict m, int64_t D, int64_t valid,
+                        float scale, float* __restrict s) {
   for (int64_t j = 0; j < valid; ++j) {
     Lanes acc = {};
     const float* __restrict mj = m + j * D * kHeads;
@@ -236,8 +236,8 @@ inline void lane_softmax(float* __restrict s, int64_t valid, Lanes& inv) {
 }
 
 /// o[d] = f · Σ_{j < n} w[j] · m[j][d] per lane (o: one gathered row).
-inline void lane_weighted(const float* __restrict w, const float* __restrict m, int64_t n, int64_t D, const Lanes& f,
-                          float* __restrict o) {
+inline void lane_weighted(const float* __restrict w, const float* __restrict m, int64_t n, int64_t D,
+                          const Lanes& f, float* __restrict o) {
   for (int64_t d = 0; d < D; ++d) {
     Lanes acc = {};
     for (int64_t j = 0; j < n; ++j)
@@ -246,7 +246,9 @@ inline void lane_weighted(const float* __restrict w, const float* __restrict m, 
   }
 }
 
-int64_t visible_keys(const Geometry& g, int64_t i) { return g.causal ? std::min(g.S, i + (g.S - g.T) + 1) : g.S; }
+int64_t visible_keys(const Geometry& g, int64_t i) {
+  return g.causal ? std::min(g.S, i + (g.S - g.T) + 1) : g.S;
+}
 
 void forward_direct(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, float* out,
                     Scratch& scratch) {
@@ -284,8 +286,8 @@ void forward_direct(const Geometry& g, const Operand& q, const Operand& k, const
   }
 }
 
-void backward_direct(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, const Operand& dout,
-                     float* out, Scratch& scratch) {
+void backward_direct(const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
+                     const Operand& dout, float* out, Scratch& scratch) {
   const int64_t pairs = g.B * g.Hkv, units = (pairs + kHeads - 1) / kHeads;
   const int64_t sd = g.S * g.D * kHeads, td = g.T * g.D * kHeads, rd = g.D * kHeads;
   const bool parallel = units > 1 && pairs * g.group * g.T * g.S * g.D > kGrainCheap / 4;
@@ -330,7 +332,7 @@ void backward_direct(const Geometry& g, const Operand& q, const Operand& k, cons
         for (int64_t j = 0; j < valid; ++j)
           for (int64_t l = 0; l < kHeads; ++l) p[j * kHeads + l] *= inv[l];
         lane_scores(doi, vl, g.D, valid, 1.0f, ds);  // dP = dO Vᵀ
-        double di[kHeads] = {};                       // D_i = Σ_j P_ij dP_ij
+        double di[kHeads] = {};                      // D_i = Σ_j P_ij dP_ij
         for (int64_t j = 0; j < valid; ++j)
           for (int64_t l = 0; l < kHeads; ++l)
             di[l] += static_cast<double>(p[j * kHeads + l]) * static_cast<double>(ds[j * kHeads + l]);
@@ -360,7 +362,8 @@ void backward_direct(const Geometry& g, const Operand& q, const Operand& k, cons
   }
 }
 
-void forward(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, float* out, Scratch& scratch) {
+void forward(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, float* out,
+             Scratch& scratch) {
   const int64_t units = g.B * g.Hq * g.blocks;
   const bool parallel = units > 1;
   scratch.reserve(static_cast<size_t>(kRowBlock * g.S), parallel);
@@ -378,13 +381,13 @@ void forward(const Geometry& g, const Operand& q, const Operand& k, const Operan
     }
     float* p = scratch.thread_slice(parallel ? omp_get_thread_num() : 0);
     probabilities(g, q.head(b, h) + r0 * q.ld, q.ld, k.head(b, kv), k.ld, r0, rows, sb, p);
-    gemm(CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), bd, static_cast<blasint>(sb),
-                1.0f, p, static_cast<blasint>(sb), v.head(b, kv), v.ld, 0.0f, o, bd);
+    gemm(CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), bd, static_cast<blasint>(sb), 1.0f, p,
+         static_cast<blasint>(sb), v.head(b, kv), v.ld, 0.0f, o, bd);
   }
 }
 
-void backward(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, const Operand& dout, float* out,
-              Scratch& scratch) {
+void backward(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, const Operand& dout,
+              float* out, Scratch& scratch) {
   const int64_t units = g.B * g.Hkv;
   const bool parallel = units > 1;
   const int64_t block_scores = kRowBlock * g.S;
@@ -440,8 +443,8 @@ bool attention_operand(const View& view, const Shape& shape) {
   return o.has_value() && !o->trans;
 }
 
-Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape, const std::vector<View>& in,
-                      float* out) {
+Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
+                      const std::vector<View>& in, float* out) {
   Geometry g;
   g.B = q_shape[0];
   g.Hq = q_shape[1];

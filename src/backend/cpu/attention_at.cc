@@ -13,9 +13,10 @@
 
 namespace tg::backend::cpu {
 
-Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape, const std::vector<View>& in,
-                         float* out) {
-  const int64_t B = q_shape[0], Hq = q_shape[1], T = q_shape[2], D = q_shape[3], Hkv = kv_shape[1], S = kv_shape[2];
+Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
+                         const std::vector<View>& in, float* out) {
+  const int64_t B = q_shape[0], Hq = q_shape[1], T = q_shape[2], D = q_shape[3], Hkv = kv_shape[1],
+                S = kv_shape[2];
   const int64_t group = Hkv == 0 ? 1 : Hq / Hkv;
   const auto scale = static_cast<float>(node.attrs.values[0]);
   const auto* q = reinterpret_cast<const float*>(in[0].data);
@@ -27,9 +28,9 @@ Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape
   return [=] {
     for (int64_t b = 0; b < B; ++b)
       if (pos[b * ps] < 0 || pos[b * ps] > S - T)
-        throw InputError("[attention_at] position " + std::to_string(pos[b * ps]) + " of sequence " + std::to_string(b) +
-                         " is outside [0, " + std::to_string(S - T) + "] (" + std::to_string(T) + " queries over a cache of " +
-                         std::to_string(S) + ")");
+        throw InputError("[attention_at] position " + std::to_string(pos[b * ps]) + " of sequence " +
+                         std::to_string(b) + " is outside [0, " + std::to_string(S - T) + "] (" +
+                         std::to_string(T) + " queries over a cache of " + std::to_string(S) + ")");
     const int64_t units = B * Hq * T;
 #pragma omp parallel for schedule(dynamic) if (units > 1 && units * S * D > (int64_t{1} << 15))
     for (int64_t u = 0; u < units; ++u) {

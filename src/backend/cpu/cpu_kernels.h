@@ -66,8 +66,8 @@ constexpr int kMaxOperands = 4;
 /// extent 1 dropped and adjacent axes merged wherever every operand allows it, so that a
 /// dense or scalar-broadcast operation collapses to a single flat loop.
 struct Nest {
-  std::vector<int64_t> extents;                             // innermost last; never empty
-  std::vector<std::array<int64_t, kMaxOperands>> strides;   // [axis][operand]
+  std::vector<int64_t> extents;                            // innermost last; never empty
+  std::vector<std::array<int64_t, kMaxOperands>> strides;  // [axis][operand]
   int64_t numel = 0;
   int64_t grain = kGrainCheap;  // elements per parallel chunk
   const std::array<int64_t, kMaxOperands>& inner() const { return strides.back(); }
@@ -144,7 +144,8 @@ void store_double(DType dtype, std::byte* dst, int64_t i, double v);
 // ---- kernel builders (one file each; `out` is always the node's own dense storage) -----
 
 /// n dense elements of the operands → n dense results; unused operands are null.
-using BlockFn = void (*)(std::byte* out, const std::byte* a, const std::byte* b, const std::byte* c, int64_t n);
+using BlockFn = void (*)(std::byte* out, const std::byte* a, const std::byte* b, const std::byte* c,
+                         int64_t n);
 /// The block function of an elementwise row of ops.def, cast or where. in_dtype is the
 /// operands' type (for where: the branches'), out_dtype the result's.
 BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype);
@@ -213,42 +214,45 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
 
 /// Gather along node.attrs.axes[0]: x (x_shape, any view, any dtype) read at i32 idx (node.shape,
 /// any view — embedding ids arrive broadcast) → dense out of node.shape.
-Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx, std::byte* out);
+Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx,
+                   std::byte* out);
 /// update_slice over dense dst, src and out (out may be dst itself): out = dst, then src's rows
 /// at the offsets pos (one, or one per index of axis 0). An offset out of range throws.
-Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_row, const std::byte* dst, const std::byte* src,
-                         const int32_t* pos, std::byte* out);
+Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_row, const std::byte* dst,
+                         const std::byte* src, const int32_t* pos, std::byte* out);
 /// ScatterAdd: zeros of node.shape, then out[.., idx[i], ..] += src[i] for src and idx of
 /// src_shape (any views); each output element accumulates in index order on one thread.
-Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx, float* out);
+Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx,
+                        float* out);
 
 /// Softmax / LogSoftmax over node.attrs.axes[0] (with node.attrs.causal) of a dense input.
 Kernel make_softmax(const ir::Node& node, const float* x, float* out);
 /// CrossEntropy (dloss unused) / CrossEntropyGrad over dense logits [N, C]; the 1-D targets
 /// (i32) and dloss (f32) may be any views.
-Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const float* logits, const View& targets,
-                          const View& dloss, float* out);
+Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const float* logits,
+                          const View& targets, const View& dloss, float* out);
 /// LayerNorm / RmsNorm (dy null) and their grads over the last axis of dense inputs.
 Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* out);
 /// Random (x unused) / Dropout of a view x, under the i32 scalar key read at execute time.
 Kernel make_random(const ir::Node& node, const View& x, const View& key, float* out);
 /// Sample (ops.def) over dense logits [rows, V] with params f32 [3] and key i32 [2], both read
 /// at execute time; one i32 id per row.
-Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float* params, const int32_t* key, int32_t* out);
+Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float* params, const int32_t* key,
+                   int32_t* out);
 
 /// Whether attention can read a [B, H, T, D] operand in place: any batch and head strides,
 /// rows addressable by BLAS without a transpose (unit stride along D).
 bool attention_operand(const View& view, const Shape& shape);
 /// SelectiveScan (u, delta, A, B, C, D, bias) / SelectiveScanGrad (…, dy, dlast, saved) over
 /// dense inputs, writing the node's results one after the other into `out` (ir::Node::results).
-Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Shape& b_shape, const std::vector<const float*>& in,
-                           float* out);
+Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Shape& b_shape,
+                           const std::vector<const float*>& in, float* out);
 /// AttentionAt (q, k, v, pos) over any views; dense out [B, Hq, T, D]. A position outside
 /// [0, S − T] throws.
-Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape, const std::vector<View>& in,
-                         float* out);
+Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
+                         const std::vector<View>& in, float* out);
 /// Attention (q, k, v) / AttentionGrad (q, k, v, dout); every view passes attention_operand.
-Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape, const std::vector<View>& in,
-                      float* out);
+Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
+                      const std::vector<View>& in, float* out);
 
 }  // namespace tg::backend::cpu

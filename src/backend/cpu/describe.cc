@@ -18,7 +18,8 @@ std::string CpuExecutable::step_label(const passes::Step& s) const {
     std::map<std::string, int> counts;
     for (int32_t id : s.nodes) ++counts[ir::op_name(nodes_[static_cast<size_t>(id)].op)];
     std::string ops;
-    for (auto& [name, c] : counts) ops += (ops.empty() ? "" : " ") + name + (c > 1 ? "x" + std::to_string(c) : "");
+    for (auto& [name, c] : counts)
+      ops += (ops.empty() ? "" : " ") + name + (c > 1 ? "x" + std::to_string(c) : "");
     return "fused[" + ops + "] " + shape_str(out.shape);
   }
   return std::string(ir::op_name(out.op)) + " " + shape_str(out.shape);
@@ -58,7 +59,8 @@ CpuExecutable::~CpuExecutable() {
     size_t j = i;
     while (j < steps.size() && steps[j].launch == steps[i].launch) ++j;
     const auto launch = static_cast<size_t>(steps[i].launch);
-    const std::string label = j - i > 1 ? "multi-tensor " + std::to_string(j - i) + " groups" : step_label(steps[i]);
+    const std::string label =
+        j - i > 1 ? "multi-tensor " + std::to_string(j - i) + " groups" : step_label(steps[i]);
     Row& e = by_label[label];
     e.seconds += kernel_seconds_[launch];
     e.count += 1;
@@ -79,9 +81,11 @@ CpuExecutable::~CpuExecutable() {
     rows.push_back({e.seconds, label + " x" + std::to_string(e.count) + rate});
   }
   std::sort(rows.rbegin(), rows.rend());
-  std::fprintf(stderr, "[cpu profile] %zu kernels, %.3f ms per execution\n", kernels_.size(), total * 1e3 / n);
+  std::fprintf(stderr, "[cpu profile] %zu kernels, %.3f ms per execution\n", kernels_.size(),
+               total * 1e3 / n);
   for (size_t i = 0; i < rows.size() && i < 40; ++i)
-    std::fprintf(stderr, "  %8.3f ms %5.1f%%  %s\n", rows[i].first * 1e3 / n, 100 * rows[i].first / total, rows[i].second.c_str());
+    std::fprintf(stderr, "  %8.3f ms %5.1f%%  %s\n", rows[i].first * 1e3 / n, 100 * rows[i].first / total,
+                 rows[i].second.c_str());
 }
 
 }  // namespace tg::backend::cpu

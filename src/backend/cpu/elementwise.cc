@@ -62,9 +62,16 @@ BlockFn unary_block(ir::Op op) {
   using S = typename StorageOf<T>::type;
   // exp and tanh (and through exp, sigmoid) resolve to the vectorisable float versions of
   // fastmath.h; only float reaches these rows.
-  using std::cos; using std::erf; using fastmath::exp; using std::log; using std::log1p;
-  using std::sin; using std::sqrt; using fastmath::tanh;
+  using fastmath::exp;
+  using fastmath::tanh;
+  using std::cos;
+  using std::erf;
+  using std::log;
+  using std::log1p;
+  using std::sin;
+  using std::sqrt;
   switch (op) {
+// clang-format off
 #define TG_UNARY(Name, str, dtypes, expr)                                                        \
   case ir::Op::k##Name:                                                                          \
     if constexpr (row_allows<T>(ir::DTypes::dtypes))                                             \
@@ -78,8 +85,8 @@ BlockFn unary_block(ir::Op op) {
       };                                                                                         \
     break;
 #include "ir/ops.def"
-    default:
-      break;
+      // clang-format on
+    default: break;
   }
   throw Error(std::string("[cpu] no unary kernel for ") + ir::op_name(op));
 }
@@ -87,9 +94,10 @@ BlockFn unary_block(ir::Op op) {
 template <class T>
 BlockFn binary_block(ir::Op op) {
   using S = typename StorageOf<T>::type;
-  using std::pow;
-  using fastmath::exp; using fastmath::tanh;  // gelu_tanh_grad
+  using fastmath::exp;
+  using fastmath::tanh;  // gelu_tanh_grad using std::pow;
   switch (op) {
+// clang-format off
 #define TG_BINARY(Name, str, dtypes, expr)                                                       \
   case ir::Op::k##Name:                                                                          \
     if constexpr (row_allows<T>(ir::DTypes::dtypes))                                             \
@@ -119,8 +127,8 @@ BlockFn binary_block(ir::Op op) {
       };                                                                                         \
     break;
 #include "ir/ops.def"
-    default:
-      break;
+      // clang-format on
+    default: break;
   }
   throw Error(std::string("[cpu] no binary kernel for ") + ir::op_name(op));
 }
@@ -179,17 +187,24 @@ void where_block(std::byte* out, const std::byte* c, const std::byte* x, const s
 /// Relative per-element cost of an op (1 = an add), for the thread-split heuristics.
 int op_cost(ir::Op op) {
   switch (op) {
+    // clang-format off
     case ir::Op::kExp: case ir::Op::kTanh: case ir::Op::kSigmoid:
+      // clang-format on
       return 4;  // fastmath: vectorised polynomials
+                 // clang-format off
     case ir::Op::kGeluTanh: case ir::Op::kGeluTanhGrad:
+                 // clang-format on
       return 8;
+    // clang-format off
     case ir::Op::kLog: case ir::Op::kSin: case ir::Op::kCos: case ir::Op::kErf: case ir::Op::kLog1p:
     case ir::Op::kPow:
+      // clang-format on
       return 24;  // libm calls
+                  // clang-format off
     case ir::Op::kDiv: case ir::Op::kSqrt: case ir::Op::kRsqrt: case ir::Op::kReciprocal:
+                  // clang-format on
       return 2;
-    default:
-      return 1;
+    default: return 1;
   }
 }
 

@@ -42,31 +42,33 @@ void CpuExecutable::allocate(const ir::Graph& g, const Bindings& bindings) {
   memory_.constants = s.constants;
   for (const passes::Buffer& b : s.buffers) {
     const ir::Node* n = b.node >= 0 ? &g.node(b.node) : nullptr;
-    const std::string ref = n ? std::string(ir::op_name(n->op)) + " %" + std::to_string(b.node) + (n->name.empty() ? "" : " '" + n->name + "'") : "";
+    const std::string ref = n ? std::string(ir::op_name(n->op)) + " %" + std::to_string(b.node) +
+                                    (n->name.empty() ? "" : " '" + n->name + "'")
+                              : "";
     switch (b.home) {
-      case Home::kArena:
-        base_.push_back(arena_.data() + b.offset);
-        break;
+      case Home::kArena: base_.push_back(arena_.data() + b.offset); break;
       case Home::kBound: {
         auto it = bindings.find(b.node);
-        if (it == bindings.end() || it->second == nullptr) throw Error("[cpu] " + ref + " has no bound buffer");
+        if (it == bindings.end() || it->second == nullptr)
+          throw Error("[cpu] " + ref + " has no bound buffer");
         auto* buffer = dynamic_cast<CpuBuffer*>(it->second);
-        if (!buffer) throw Error("[cpu] the buffer bound to " + ref + " was not allocated by the cpu backend");
+        if (!buffer)
+          throw Error("[cpu] the buffer bound to " + ref + " was not allocated by the cpu backend");
         if (buffer->dtype() != n->dtype || buffer->numel() != n->numel())
-          throw Error("[cpu] " + ref + " is " + dtype_name(n->dtype) + shape_str(n->shape) + " but its bound buffer holds " +
-                      std::to_string(buffer->numel()) + " " + dtype_name(buffer->dtype()));
+          throw Error("[cpu] " + ref + " is " + dtype_name(n->dtype) + shape_str(n->shape) +
+                      " but its bound buffer holds " + std::to_string(buffer->numel()) + " " +
+                      dtype_name(buffer->dtype()));
         base_.push_back(buffer->mem.data());
         break;
       }
-      case Home::kInput:
-        base_.push_back(fixed_mems_.emplace_back(b.bytes).data());
-        break;
+      case Home::kInput: base_.push_back(fixed_mems_.emplace_back(b.bytes).data()); break;
       case Home::kConstant: {  // computed once here; a fill may be a single element
         std::byte* p = fixed_mems_.emplace_back(b.bytes).data();
         const auto& v = n->attrs.values;
         for (int64_t i = 0; i < b.bytes / dtype_size(n->dtype); ++i)
           store_double(n->dtype, p, i,
-                       n->op == Op::kArange ? v[0] + static_cast<double>(i) * v[1] : v[v.size() == 1 ? 0 : static_cast<size_t>(i)]);
+                       n->op == Op::kArange ? v[0] + static_cast<double>(i) * v[1]
+                                            : v[v.size() == 1 ? 0 : static_cast<size_t>(i)]);
         base_.push_back(p);
         break;
       }
@@ -87,7 +89,8 @@ void CpuExecutable::build_kernels(const ir::Graph& g) {
     if (steps[i].kind == passes::Step::Kind::kGroup) {
       std::vector<FusedSpec> specs;
       for (size_t k = i; k < j; ++k)
-        specs.push_back(group_spec(g, schedule_.fusion.groups[static_cast<size_t>(steps[k].group)], steps[k], view_of));
+        specs.push_back(
+            group_spec(g, schedule_.fusion.groups[static_cast<size_t>(steps[k].group)], steps[k], view_of));
       kernels_.push_back(make_fused(std::move(specs)));
     } else {
       kernels_.push_back(step_kernel(g, steps[i], view_of));
@@ -99,7 +102,8 @@ void CpuExecutable::build_kernels(const ir::Graph& g) {
     if (u.in_place) continue;
     const NodeInfo& v = nodes_[static_cast<size_t>(u.value)];
     // The target buffer is dense; copying in the value's shape lays it out row-major.
-    const View dst = contiguous_view(base_[static_cast<size_t>(schedule_.places[static_cast<size_t>(u.target)].buffer)], v.shape);
+    const View dst = contiguous_view(
+        base_[static_cast<size_t>(schedule_.places[static_cast<size_t>(u.target)].buffer)], v.shape);
     updates_.push_back(make_copy(v.dtype, v.shape, dst, view(u.source)));
   }
 }
@@ -118,12 +122,15 @@ ArenaLayout CpuExecutable::arena_layout() const {
   for (const passes::Step& st : schedule_.steps)
     for (const std::vector<passes::Place>* places : {&st.in, &st.out, &st.scratch})
       for (const passes::Place& p : *places)
-        if (index[static_cast<size_t>(p.buffer)] >= 0) layout.kernel_buffers[static_cast<size_t>(st.launch)].push_back(index[static_cast<size_t>(p.buffer)]);
+        if (index[static_cast<size_t>(p.buffer)] >= 0)
+          layout.kernel_buffers[static_cast<size_t>(st.launch)].push_back(
+              index[static_cast<size_t>(p.buffer)]);
   return layout;
 }
 
 void CpuExecutable::set_input(int32_t node, const void* host) {
-  if (node < 0 || node >= static_cast<int32_t>(nodes_.size()) || nodes_[static_cast<size_t>(node)].op != Op::kInput)
+  if (node < 0 || node >= static_cast<int32_t>(nodes_.size()) ||
+      nodes_[static_cast<size_t>(node)].op != Op::kInput)
     throw Error("[cpu] set_input: node %" + std::to_string(node) + " is not an input");
   const NodeInfo& n = nodes_[static_cast<size_t>(node)];
   const int64_t count = numel(n.shape);
@@ -162,7 +169,8 @@ void CpuExecutable::execute() {
 
 void CpuExecutable::read_output(int32_t node, void* host) {
   const auto it = std::find(schedule_.outputs.begin(), schedule_.outputs.end(), node);
-  if (it == schedule_.outputs.end()) throw Error("[cpu] read_output: node %" + std::to_string(node) + " is not an output");
+  if (it == schedule_.outputs.end())
+    throw Error("[cpu] read_output: node %" + std::to_string(node) + " is not an output");
   const NodeInfo& n = nodes_[static_cast<size_t>(node)];
   if (numel(n.shape) == 0) return;
   const passes::Place& p = schedule_.output_places[static_cast<size_t>(it - schedule_.outputs.begin())];

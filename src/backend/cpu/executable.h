@@ -38,7 +38,7 @@ class CpuExecutable final : public Executable {
   std::string step_label(const passes::Step& s) const;
 
   passes::Schedule schedule_;
-  std::vector<std::byte*> base_;     // per schedule buffer
+  std::vector<std::byte*> base_;  // per schedule buffer
   HostMem arena_;
   std::vector<HostMem> fixed_mems_;  // inputs and constants
   struct NodeInfo {

@@ -25,10 +25,10 @@ namespace tg::backend::cpu::fastmath {
 
 namespace detail {
 
-inline constexpr float kLog2e = 0x1.715476p+0f;     // 1/ln2 rounded to float
-inline constexpr float kLn2Hi = 0x1.62e4p-1f;       // ln2 to 16 significant bits
-inline constexpr float kLn2Lo = 0x1.7f7d1cp-20f;    // ln2 − kLn2Hi rounded to float
-inline constexpr float kRound = 0x1.8p23f;          // adding it rounds to an integer (|v| < 2^22)
+inline constexpr float kLog2e = 0x1.715476p+0f;   // 1/ln2 rounded to float
+inline constexpr float kLn2Hi = 0x1.62e4p-1f;     // ln2 to 16 significant bits
+inline constexpr float kLn2Lo = 0x1.7f7d1cp-20f;  // ln2 − kLn2Hi rounded to float
+inline constexpr float kRound = 0x1.8p23f;        // adding it rounds to an integer (|v| < 2^22)
 
 /// `c ? a : b` as a bit select, so the optimiser keeps it straight-line (a ternary with a
 /// constant arm gets jump-threaded into a branch, which blocks vectorisation).
@@ -66,9 +66,9 @@ inline float exp(float x) {
   x = detail::select(x < -104.0f, -104.0f, x);
   x = detail::select(x > 89.0f, 89.0f, x);
   int32_t k;
-  const float r = detail::reduce(x, k);        // k in [−150, 128]
+  const float r = detail::reduce(x, k);          // k in [−150, 128]
   const float p = 1.0f + detail::expm1_poly(r);  // e^r in [0.70, 1.42]
-  const int32_t k1 = k >> 1;                    // k1, k − k1 in [−75, 64]: both normal
+  const int32_t k1 = k >> 1;                     // k1, k − k1 in [−75, 64]: both normal
   return (p * detail::pow2i(k1)) * detail::pow2i(k - k1);
 }
 

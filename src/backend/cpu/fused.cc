@@ -19,9 +19,9 @@
 namespace tg::backend::cpu {
 namespace {
 
-constexpr int64_t kBlock = 512;            // default elements per block: a slot is 2 KiB of f32
-constexpr int64_t kMaxBlock = 4096;        // a block grows to whole rows of a row-broadcast input
-constexpr int64_t kPreSumRows = 16;        // rows a column reduction adds in float before double
+constexpr int64_t kBlock = 512;             // default elements per block: a slot is 2 KiB of f32
+constexpr int64_t kMaxBlock = 4096;         // a block grows to whole rows of a row-broadcast input
+constexpr int64_t kPreSumRows = 16;         // rows a column reduction adds in float before double
 constexpr int64_t kWorkPerChunk = 1 << 18;  // element-ops (op_cost units) a chunk: dwarfs a fork-join
 
 class Group {
@@ -31,7 +31,8 @@ class Group {
     merge_axes();
     int64_t cost = 0;
     for (const FusedSpec::Instr& i : spec_.instrs) cost += i.cost;
-    chunk_ = std::max<int64_t>(block_, (kWorkPerChunk / std::max<int64_t>(1, cost) + block_ - 1) / block_ * block_);
+    chunk_ = std::max<int64_t>(block_,
+                               (kWorkPerChunk / std::max<int64_t>(1, cost) + block_ - 1) / block_ * block_);
     chunks_ = numel_ == 0 ? 0 : (numel_ + chunk_ - 1) / chunk_;
     slots_ = spec_.inputs.size() + spec_.instrs.size();
     for (const FusedSpec::Reduction& r : spec_.reductions) {
@@ -49,7 +50,8 @@ class Group {
       const FusedSpec::Reduction& red = spec_.reductions[r];
       for (int64_t j = 0; j < red.inner; ++j) {
         double acc = 0;
-        for (int64_t c = 0; c < chunks_; ++c) acc += partials_[static_cast<size_t>(partial_base_[r] + c * red.inner + j)];
+        for (int64_t c = 0; c < chunks_; ++c)
+          acc += partials_[static_cast<size_t>(partial_base_[r] + c * red.inner + j)];
         red.out[j] = narrow_f32(acc);
       }
     }
@@ -60,10 +62,13 @@ class Group {
     thread_local std::vector<const std::byte*> ptr;
     thread_local std::vector<int64_t> idx;
     const size_t ni = spec_.inputs.size(), rank = extents_.size();
-    if (scratch.size() < slots_ * static_cast<size_t>(block_)) scratch.resize(slots_ * static_cast<size_t>(block_));
+    if (scratch.size() < slots_ * static_cast<size_t>(block_))
+      scratch.resize(slots_ * static_cast<size_t>(block_));
     if (ptr.size() < slots_) ptr.resize(slots_);
     idx.assign(rank, 0);
-    auto slot = [&](size_t s) { return reinterpret_cast<std::byte*>(scratch.data() + s * static_cast<size_t>(block_)); };
+    auto slot = [&](size_t s) {
+      return reinterpret_cast<std::byte*>(scratch.data() + s * static_cast<size_t>(block_));
+    };
     for (size_t r = 0; r < spec_.reductions.size(); ++r) {
       const int64_t inner = spec_.reductions[r].inner, at = partial_base_[r] + c * inner;
       std::fill(partials_.data() + at, partials_.data() + at + inner, 0.0);
@@ -112,11 +117,13 @@ class Group {
       for (size_t k = 0; k < spec_.instrs.size(); ++k) {
         const FusedSpec::Instr& ins = spec_.instrs[k];
         if (ins.reduction >= 0) {
-          accumulate(ins.reduction, c, pos, reinterpret_cast<const float*>(ptr[static_cast<size_t>(ins.args[0])]), n);
+          accumulate(ins.reduction, c, pos,
+                     reinterpret_cast<const float*>(ptr[static_cast<size_t>(ins.args[0])]), n);
           continue;
         }
-        std::byte* dst = ins.output >= 0 ? spec_.outputs[static_cast<size_t>(ins.output)] + pos * dtype_size(ins.dtype)
-                                         : slot(ni + k);
+        std::byte* dst = ins.output >= 0
+                             ? spec_.outputs[static_cast<size_t>(ins.output)] + pos * dtype_size(ins.dtype)
+                             : slot(ni + k);
         auto arg = [&](int a) { return a < 0 ? nullptr : ptr[static_cast<size_t>(a)]; };
         ins.fn(dst, arg(ins.args[0]), arg(ins.args[1]), arg(ins.args[2]), n);
         ptr[ni + k] = dst;
@@ -210,7 +217,8 @@ class Group {
     // kPreSumRows rows (and at the chunk's end): a handful of float adds per column, then one
     // double add, whether a block holds many rows or one.
     float* row = row_sums_.data() + partial_base_[static_cast<size_t>(r)] + c * inner;
-    int32_t& pending = rows_pending_[static_cast<size_t>(r) * static_cast<size_t>(chunks_) + static_cast<size_t>(c)];
+    int32_t& pending =
+        rows_pending_[static_cast<size_t>(r) * static_cast<size_t>(chunks_) + static_cast<size_t>(c)];
     for (; j + inner <= n; j += inner) {
       const float* src = v + j;
       for (int64_t t = 0; t < inner; ++t) row[t] += src[t];
@@ -222,7 +230,8 @@ class Group {
   /// Folds reduction r's float row sum of chunk c into its double partials.
   void flush(int32_t r, int64_t c) const {
     const int64_t inner = spec_.reductions[static_cast<size_t>(r)].inner;
-    int32_t& pending = rows_pending_[static_cast<size_t>(r) * static_cast<size_t>(chunks_) + static_cast<size_t>(c)];
+    int32_t& pending =
+        rows_pending_[static_cast<size_t>(r) * static_cast<size_t>(chunks_) + static_cast<size_t>(c)];
     if (pending == 0 || inner == 1) return;
     const int64_t at = partial_base_[static_cast<size_t>(r)] + c * inner;
     double* part = partials_.data() + at;
@@ -256,8 +265,10 @@ class Group {
       const int64_t count = std::min(extents_[last] - idx[last], n - done);
       const int64_t st = strides_[last][i];
       const std::byte* src = in.view.data + off * es;
-      if (st == 1) std::memcpy(dst + done * es, src, static_cast<size_t>(count * es));
-      else gather(dst + done * es, in, src, st, count);
+      if (st == 1)
+        std::memcpy(dst + done * es, src, static_cast<size_t>(count * es));
+      else
+        gather(dst + done * es, in, src, st, count);
       done += count;
       if (done >= n) break;
       off += count * st;
@@ -280,7 +291,8 @@ class Group {
       std::memset(dst, static_cast<int>(*src), static_cast<size_t>(n));
     }
   }
-  static void gather(std::byte* dst, const FusedSpec::Input& in, const std::byte* src, int64_t st, int64_t n) {
+  static void gather(std::byte* dst, const FusedSpec::Input& in, const std::byte* src, int64_t st,
+                     int64_t n) {
     if (st == 0) return fill(dst, in, src, n);
     if (dtype_size(in.dtype) == 4) {
       auto* d = reinterpret_cast<uint32_t*>(dst);
@@ -296,13 +308,13 @@ class Group {
   size_t slots_ = 0;
   std::vector<int64_t> extents_;
   std::vector<std::vector<int64_t>> strides_;  // [axis][input], in elements
-  std::vector<char> scalar_;                  // input is one value broadcast everywhere
-  std::vector<char> dense_;                   // input laid out exactly like the output
-  std::vector<char> periodic_;                // input repeats with a period dividing block_
-  std::vector<int64_t> dense_strides_;        // the output's strides on the merged axes
-  mutable std::vector<double> partials_;      // [reduction][chunk][inner]: each chunk writes its own
-  mutable std::vector<float> row_sums_;       // same layout: whole rows not yet folded into partials_
-  mutable std::vector<int32_t> rows_pending_; // [reduction][chunk]: rows in row_sums_
+  std::vector<char> scalar_;                   // input is one value broadcast everywhere
+  std::vector<char> dense_;                    // input laid out exactly like the output
+  std::vector<char> periodic_;                 // input repeats with a period dividing block_
+  std::vector<int64_t> dense_strides_;         // the output's strides on the merged axes
+  mutable std::vector<double> partials_;       // [reduction][chunk][inner]: each chunk writes its own
+  mutable std::vector<float> row_sums_;        // same layout: whole rows not yet folded into partials_
+  mutable std::vector<int32_t> rows_pending_;  // [reduction][chunk]: rows in row_sums_
   std::vector<int64_t> partial_base_;
 };
 
@@ -327,7 +339,8 @@ Kernel make_fused(std::vector<FusedSpec> specs) {
     }
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < total; ++c) {
-      const auto g = static_cast<size_t>(std::upper_bound(first_chunk.begin(), first_chunk.end(), c) - first_chunk.begin() - 1);
+      const auto g = static_cast<size_t>(std::upper_bound(first_chunk.begin(), first_chunk.end(), c) -
+                                         first_chunk.begin() - 1);
       (*groups)[g].run_chunk(c - first_chunk[g]);
     }
     for (const Group& g : *groups) g.finish();

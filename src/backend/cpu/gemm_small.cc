@@ -130,11 +130,12 @@ constexpr int kMR = 4;
 #endif
 using V = Vec::V;
 constexpr int W = Vec::W;
-constexpr int kNV = 2;           // vectors per tile row
-constexpr int kNR = kNV * W;     // tile columns (= packed panel width)
-constexpr int64_t kKC = 256;     // K block: one packed panel (kKC x kNR floats, 32 KiB on AVX-512) stays in L1
-constexpr int64_t kMC = 128 / kMR * kMR;  // M block, whole strips: kMC x kKC of op(A) stays in L2 across panels
-constexpr int64_t kNC = 2048;    // N block: bounds the packing buffer (kKC x kNC floats = 2 MiB)
+constexpr int kNV = 2;        // vectors per tile row
+constexpr int kNR = kNV * W;  // tile columns (= packed panel width)
+constexpr int64_t kKC = 256;  // K block: one packed panel (kKC x kNR floats, 32 KiB on AVX-512) stays in L1
+constexpr int64_t kMC =
+    128 / kMR * kMR;           // M block, whole strips: kMC x kKC of op(A) stays in L2 across panels
+constexpr int64_t kNC = 2048;  // N block: bounds the packing buffer (kKC x kNC floats = 2 MiB)
 
 // ---- per-thread packing buffers -------------------------------------------------------------
 class Buffer {
@@ -275,7 +276,8 @@ inline void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) 
 
 /// Packs op(B)[k0:k0+kc, j0:j0+nc] into ceil(nc / kNR) panels of kc x kNR floats (row k of
 /// panel p at dst + p*kc*kNR + k*kNR), zero-padding the columns past nc.
-void pack_b(bool tb, const float* B, int64_t ldb, int64_t k0, int64_t j0, int64_t kc, int64_t nc, float* dst) {
+void pack_b(bool tb, const float* B, int64_t ldb, int64_t k0, int64_t j0, int64_t kc, int64_t nc,
+            float* dst) {
   for (int64_t p0 = 0; p0 < nc; p0 += kNR, dst += kc * kNR) {
     const int jw = static_cast<int>(std::min<int64_t>(kNR, nc - p0));
     if (!tb) {
@@ -301,11 +303,13 @@ void pack_b(bool tb, const float* B, int64_t ldb, int64_t k0, int64_t j0, int64_
 }
 
 // ---- GEMV forms for M == 1 or N == 1 ---------------------------------------------------------
-inline void put(float* y, float s, float alpha, float beta) { *y = beta == 0.0f ? alpha * s : alpha * s + beta * *y; }
+inline void put(float* y, float s, float alpha, float beta) {
+  *y = beta == 0.0f ? alpha * s : alpha * s + beta * *y;
+}
 
 /// y[i*incy] = alpha * sum_k m[i*ldm + k] * x[k] + beta * y[i*incy], i < L (x contiguous).
-void gemv_dot(int64_t L, int64_t K, const float* m, int64_t ldm, const float* x, float alpha, float beta, float* y,
-              int64_t incy) {
+void gemv_dot(int64_t L, int64_t K, const float* m, int64_t ldm, const float* x, float alpha, float beta,
+              float* y, int64_t incy) {
   int64_t i = 0;
   for (; i + 4 <= L; i += 4) {
     V acc[4] = {Vec::zero(), Vec::zero(), Vec::zero(), Vec::zero()};
@@ -328,8 +332,8 @@ void gemv_dot(int64_t L, int64_t K, const float* m, int64_t ldm, const float* x,
 }
 
 /// y[i*incy] = alpha * sum_k m[k*ldm + i] * x[k*incx] + beta * y[i*incy], i < L.
-void gemv_axpy(int64_t L, int64_t K, const float* m, int64_t ldm, const float* x, int64_t incx, float alpha, float beta,
-               float* y, int64_t incy) {
+void gemv_axpy(int64_t L, int64_t K, const float* m, int64_t ldm, const float* x, int64_t incx, float alpha,
+               float beta, float* y, int64_t incy) {
   constexpr int kB = 4;  // vectors per column block; two k-phases keep 8 FMA chains in flight
   for (int64_t i0 = 0; i0 < L; i0 += kB * W) {
     const int n = static_cast<int>(std::min<int64_t>(kB * W, L - i0));
@@ -346,7 +350,8 @@ void gemv_axpy(int64_t L, int64_t K, const float* m, int64_t ldm, const float* x
     }
     if (k < K) {
       const V x0 = Vec::bcast(x[k * incx]);
-      for (int v = 0; v < kB; ++v) acc0[v] = Vec::fma(Vec::loadn(col + k * ldm + v * W, n - v * W), x0, acc0[v]);
+      for (int v = 0; v < kB; ++v)
+        acc0[v] = Vec::fma(Vec::loadn(col + k * ldm + v * W, n - v * W), x0, acc0[v]);
     }
     float s[kB * W];
     for (int v = 0; v < kB; ++v) Vec::store(s + v * W, acc0[v]);
@@ -360,8 +365,8 @@ void gemv_axpy(int64_t L, int64_t K, const float* m, int64_t ldm, const float* x
 }
 
 /// K == 1: the outer product C = alpha * a bᵀ + beta * C (b contiguous), row by row.
-void outer(int64_t M, int64_t N, const float* a, int64_t inca, const float* b, float alpha, float beta, float* C,
-           int64_t ldc) {
+void outer(int64_t M, int64_t N, const float* a, int64_t inca, const float* b, float alpha, float beta,
+           float* C, int64_t ldc) {
   const V vb = Vec::bcast(beta);
   for (int64_t i = 0; i < M; ++i) {
     const V av = Vec::bcast(alpha * a[i * inca]);
@@ -381,8 +386,8 @@ void outer(int64_t M, int64_t N, const float* a, int64_t inca, const float* b, f
 
 }  // namespace
 
-void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || alpha == 0.0f) {
     for (int64_t i = 0; i < M; ++i)
@@ -453,7 +458,8 @@ void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int64_t i = ic + ir;
             const int mr = static_cast<int>(std::min<int64_t>(kMR, mc - ir));
-            kernels[mr - 1](kc, A + i * ars + pc * acs, lda, panel, C + i * ldc + jc + jr, ldc, alpha, beta_eff, n);
+            kernels[mr - 1](kc, A + i * ars + pc * acs, lda, panel, C + i * ldc + jc + jr, ldc, alpha,
+                            beta_eff, n);
           }
         }
       }

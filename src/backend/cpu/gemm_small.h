@@ -17,8 +17,8 @@ namespace tg::backend::cpu {
 /// stored matrices (A stored [M,K], or [K,M] when trans_a; B stored [K,N], or [N,K] when
 /// trans_b). beta == 0 never reads C (it may hold NaN); K == 0 or alpha == 0 reduce to
 /// C = beta * C (C = 0 when beta == 0), as in BLAS.
-void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void sgemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 /// Whether one single-threaded sgemm_small call is expected to beat one cblas_sgemm call by
 /// OpenBLAS using its threads: true when M·N·K < 2^24, or when op(B) has at most 4096 elements

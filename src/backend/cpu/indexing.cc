@@ -30,7 +30,8 @@ constexpr int64_t kNoBad = std::numeric_limits<int64_t>::max();
 constexpr int64_t kInnerBlock = 256;  // inner positions a scatter unit owns
 
 /// Element offsets of every row-major position of axes [begin, end) of a view.
-std::vector<int64_t> offset_table(const Shape& shape, const std::vector<int64_t>& strides, size_t begin, size_t end) {
+std::vector<int64_t> offset_table(const Shape& shape, const std::vector<int64_t>& strides, size_t begin,
+                                  size_t end) {
   int64_t count = 1;
   for (size_t d = begin; d < end; ++d) count *= shape[d];
   std::vector<int64_t> table(static_cast<size_t>(count));
@@ -83,19 +84,23 @@ Geometry geometry(const Shape& small, const Shape& big, size_t axis) {
   return g;
 }
 
-[[noreturn]] void throw_bad_index(const char* op, int64_t pos, const int32_t* idx, const Operand& io, const Geometry& g,
-                                  const Shape& small, const Shape& big, DType dtype, size_t axis) {
+[[noreturn]] void throw_bad_index(const char* op, int64_t pos, const int32_t* idx, const Operand& io,
+                                  const Geometry& g, const Shape& small, const Shape& big, DType dtype,
+                                  size_t axis) {
   const int64_t i = pos % g.inner, k = (pos / g.inner) % g.len, o = pos / (g.inner * g.len);
-  const int32_t value = idx[io.outer[static_cast<size_t>(o)] + k * io.axis_stride + io.inner[static_cast<size_t>(i)]];
+  const int32_t value =
+      idx[io.outer[static_cast<size_t>(o)] + k * io.axis_stride + io.inner[static_cast<size_t>(i)]];
   throw InputError(std::string("[") + op + "] index " + std::to_string(value) + " out of range [0, " +
-                   std::to_string(g.extent) + ") along axis " + std::to_string(axis) + " of " + dtype_name(dtype) +
-                   shape_str(big) + " (indices element " + std::to_string(pos) + " of i32" + shape_str(small) + ")");
+                   std::to_string(g.extent) + ") along axis " + std::to_string(axis) + " of " +
+                   dtype_name(dtype) + shape_str(big) + " (indices element " + std::to_string(pos) +
+                   " of i32" + shape_str(small) + ")");
 }
 
 inline bool in_range(int32_t j, int64_t extent) { return j >= 0 && j < extent; }
 
 template <class E>
-Kernel gather_kernel(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx, std::byte* out_bytes) {
+Kernel gather_kernel(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx,
+                     std::byte* out_bytes) {
   const auto axis = static_cast<size_t>(node.attrs.axes[0]);
   const Shape small = node.shape, big = x_shape;
   const DType dtype = node.dtype;
@@ -152,7 +157,8 @@ Kernel gather_kernel(const ir::Node& node, const Shape& x_shape, const View& x, 
 
 }  // namespace
 
-Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx, std::byte* out) {
+Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, const View& idx,
+                   std::byte* out) {
   switch (dtype_size(node.dtype)) {
     case 4: return gather_kernel<uint32_t>(node, x_shape, x, idx, out);
     case 1: return gather_kernel<uint8_t>(node, x_shape, x, idx, out);
@@ -160,8 +166,8 @@ Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, co
   }
 }
 
-Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_row, const std::byte* dst, const std::byte* src,
-                         const int32_t* pos, std::byte* out) {
+Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_row, const std::byte* dst,
+                         const std::byte* src, const int32_t* pos, std::byte* out) {
   const auto axis = static_cast<size_t>(node.attrs.axes[0]);
   const Shape big = node.shape;
   // Both dense: [outer, extent, inner] with the rows of one offset contiguous per outer index.
@@ -173,8 +179,9 @@ Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_
   return [=] {
     for (int64_t r = 0; r < rows; ++r)
       if (pos[r] < 0 || pos[r] + len > extent)
-        throw InputError("[update_slice] offset " + std::to_string(pos[r]) + (per_row ? " of row " + std::to_string(r) : "") +
-                         " + " + std::to_string(len) + " rows exceeds the extent " + std::to_string(extent) + " of axis " +
+        throw InputError("[update_slice] offset " + std::to_string(pos[r]) +
+                         (per_row ? " of row " + std::to_string(r) : "") + " + " + std::to_string(len) +
+                         " rows exceeds the extent " + std::to_string(extent) + " of axis " +
                          std::to_string(axis));
     if (out != dst && total > 0) std::memcpy(out, dst, static_cast<size_t>(total));
     if (len == 0) return;
@@ -186,7 +193,8 @@ Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_
   };
 }
 
-Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx, float* out) {
+Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx,
+                        float* out) {
   const auto axis = static_cast<size_t>(node.attrs.axes[0]);
   const Shape small = src_shape, big = node.shape;
   const Geometry g = geometry(small, big, axis);
@@ -208,8 +216,9 @@ Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View
     // Fewer columns than threads: also split the indexed axis of the output into ranges.
     // Any split gives the same bits (each element is still summed in k order by one thread).
     const int64_t threads = parallel ? omp_get_max_threads() : 1;
-    const int64_t parts = columns >= threads ? 1 : std::min<int64_t>(std::max<int64_t>(1, g.extent),
-                                                                     (threads + columns - 1) / columns);
+    const int64_t parts = columns >= threads ? 1
+                                             : std::min<int64_t>(std::max<int64_t>(1, g.extent),
+                                                                 (threads + columns - 1) / columns);
     const int64_t part_len = (g.extent + parts - 1) / std::max<int64_t>(1, parts);
     const int64_t units = columns * parts;
     int64_t bad = kNoBad;

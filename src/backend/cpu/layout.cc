@@ -19,7 +19,9 @@ HostMem::HostMem(int64_t bytes) : bytes_(bytes) {
   std::memset(ptr_.get(), 0, size);
 }
 
-bool is_contiguous(const View& view, const Shape& shape) { return is_contiguous_strides(view.strides, shape); }
+bool is_contiguous(const View& view, const Shape& shape) {
+  return is_contiguous_strides(view.strides, shape);
+}
 
 Nest make_nest(const Shape& shape, const std::vector<std::vector<int64_t>>& operand_strides, int64_t grain) {
   Nest nest;
@@ -83,8 +85,8 @@ void copy_elements(const Nest& nest, E* dst, const E* src) {
 /// another axis p (a transpose): done in kTile×kTile blocks so both sides stay in cache,
 /// instead of reading the source a whole stride apart per element.
 struct TiledCopy {
-  Nest outer;  // every axis but p and the last; operands (dst, src)
-  int64_t rows = 0, cols = 0;  // extents of p and of the last axis
+  Nest outer;                        // every axis but p and the last; operands (dst, src)
+  int64_t rows = 0, cols = 0;        // extents of p and of the last axis
   int64_t dst_row = 0, src_col = 0;  // dst stride of p, src stride of the last axis
 };
 constexpr int64_t kTile = 32;
@@ -152,8 +154,10 @@ CopyPlan plan_copy(const Shape& shape, const View& dst, const View& src) {
 
 template <class E>
 void copy_typed(const CopyPlan& plan, E* dst, const E* src) {
-  if (plan.tiled) copy_tiled(*plan.tiled, plan.nest.grain, dst, src);
-  else copy_elements(plan.nest, dst, src);
+  if (plan.tiled)
+    copy_tiled(*plan.tiled, plan.nest.grain, dst, src);
+  else
+    copy_elements(plan.nest, dst, src);
 }
 
 void copy_with(const CopyPlan& plan, DType dtype, std::byte* dst, const std::byte* src) {

@@ -41,8 +41,8 @@ std::vector<int64_t> batch_strides(size_t batch_rank, const Shape& shape, const 
 constexpr int64_t kParallelMacs = int64_t{1} << 21;
 
 /// One product C = op(A)·op(B) (beta 0), on sgemm_small split by rows or on OpenBLAS.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
-          float* C, int64_t ldc, bool may_fork) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
+          int64_t ldb, float* C, int64_t ldc, bool may_fork) {
   // Two families go to threaded OpenBLAS: weight gradients (Aᵀ·B over a long K, large
   // output) and products both tall and wide (outputs of 1024 × 1024 and more), whose packed
   // op(B) outgrows the L2 cache that sgemm_small keeps it in.
@@ -50,8 +50,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int
   const bool tall_and_wide = m >= 1024 && n >= 1024;
   if ((!sgemm_small_everywhere() && !prefer_sgemm_small(ta, tb, m, n, k)) ||
       (may_fork && (long_k_weight_grad || tall_and_wide))) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m), blas_int(n),
-                blas_int(k), 1.0f, A, blas_int(lda), B, blas_int(ldb), 0.0f, C, blas_int(ldc));
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m),
+                blas_int(n), blas_int(k), 1.0f, A, blas_int(lda), B, blas_int(ldb), 0.0f, C, blas_int(ldc));
     return;
   }
   const int threads = may_fork && m * n * k >= kParallelMacs ? std::max(1, omp_get_max_threads()) : 1;
@@ -62,10 +62,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int
   }
   // Row ranges in whole 8-row strips, one per thread.
   const int64_t strips = (m + 7) / 8;
-#pragma omp parallel for schedule(static) num_threads(static_cast<int>(parts))
+#pragma omp parallel for schedule(static) num_threads(static_cast <int>(parts))
   for (int64_t p = 0; p < parts; ++p) {
     const int64_t r0 = std::min(m, strips * p / parts * 8), r1 = std::min(m, strips * (p + 1) / parts * 8);
-    if (r1 > r0) sgemm_small(ta, tb, r1 - r0, n, k, 1.0f, ta ? A + r0 : A + r0 * lda, lda, B, ldb, 0.0f, C + r0 * ldc, ldc);
+    if (r1 > r0)
+      sgemm_small(ta, tb, r1 - r0, n, k, 1.0f, ta ? A + r0 : A + r0 * lda, lda, B, ldb, 0.0f, C + r0 * ldc,
+                  ldc);
   }
 }
 
@@ -94,7 +96,8 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
   // Every output batch's operand offsets, computed once: an odometer over the batch axes.
   int64_t batches = 1;
   for (size_t i = 0; i < batch_rank; ++i) batches *= out_shape[i];
-  const std::vector<int64_t> sa = batch_strides(batch_rank, a_shape, a), sb = batch_strides(batch_rank, b_shape, b);
+  const std::vector<int64_t> sa = batch_strides(batch_rank, a_shape, a),
+                             sb = batch_strides(batch_rank, b_shape, b);
   std::vector<int64_t> a_off(static_cast<size_t>(batches)), b_off(static_cast<size_t>(batches));
   std::vector<int64_t> idx(batch_rank, 0);
   int64_t pa = 0, pb = 0;
@@ -135,15 +138,15 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
     }
     if (count == 1 || !sgemm_small_everywhere()) {
       for (int64_t bi = 0; bi < count; ++bi)
-        gemm(ta, tb, rows, n, k, A + a_off[static_cast<size_t>(bi)], lda, B + b_off[static_cast<size_t>(bi)], ldb,
-             out + bi * c_step, ldc, true);
+        gemm(ta, tb, rows, n, k, A + a_off[static_cast<size_t>(bi)], lda, B + b_off[static_cast<size_t>(bi)],
+             ldb, out + bi * c_step, ldc, true);
       return;
     }
     // Several independent products: one per thread at a time.
 #pragma omp parallel for schedule(static) if (count * rows * n * k >= kParallelMacs)
     for (int64_t bi = 0; bi < count; ++bi)
-      gemm(ta, tb, rows, n, k, A + a_off[static_cast<size_t>(bi)], lda, B + b_off[static_cast<size_t>(bi)], ldb,
-           out + bi * c_step, ldc, false);
+      gemm(ta, tb, rows, n, k, A + a_off[static_cast<size_t>(bi)], lda, B + b_off[static_cast<size_t>(bi)],
+           ldb, out + bi * c_step, ldc, false);
   };
 }
 

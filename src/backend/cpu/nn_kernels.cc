@@ -74,7 +74,8 @@ void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, int64_t
     const float* row = x + k * inner + i0;
     float* out = y + k * inner + i0;
     for (int64_t i = 0; i < w; ++i)
-      out[i] = log ? static_cast<float>(static_cast<double>(row[i]) - (static_cast<double>(m[i]) + std::log(sum[i])))
+      out[i] = log ? static_cast<float>(static_cast<double>(row[i]) -
+                                        (static_cast<double>(m[i]) + std::log(sum[i])))
                    : static_cast<float>(static_cast<double>(out[i]) / sum[i]);
   }
 }
@@ -125,8 +126,8 @@ Kernel make_softmax(const ir::Node& node, const float* x, float* y) {
   };
 }
 
-Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const float* logits, const View& targets,
-                          const View& dloss, float* out) {
+Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const float* logits,
+                          const View& targets, const View& dloss, float* out) {
   const bool grad = node.op == ir::Op::kCrossEntropyGrad;
   const int64_t rows = logits_shape[0], classes = logits_shape[1];
   const double ignore = node.attrs.values[0];
@@ -151,7 +152,8 @@ Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const
           continue;
         }
         const RowStats st = row_stats(x, classes);
-        out[r] = static_cast<float>(static_cast<double>(st.max) + std::log(st.sum) - static_cast<double>(x[t]));
+        out[r] =
+            static_cast<float>(static_cast<double>(st.max) + std::log(st.sum) - static_cast<double>(x[t]));
         continue;
       }
       float* dx = out + r * classes;
@@ -169,17 +171,17 @@ Kernel make_cross_entropy(const ir::Node& node, const Shape& logits_shape, const
       dx[t] = static_cast<float>((e_t / sum - 1.0) * g);
     }
     if (bad != std::numeric_limits<int64_t>::max())
-      throw InputError("[cross_entropy] row " + std::to_string(bad) + " has target " + std::to_string(tgt[bad * ts]) +
-                       ", outside [0, " + std::to_string(classes) + ") and not the ignore_index " +
-                       std::to_string(static_cast<int64_t>(ignore)));
+      throw InputError("[cross_entropy] row " + std::to_string(bad) + " has target " +
+                       std::to_string(tgt[bad * ts]) + ", outside [0, " + std::to_string(classes) +
+                       ") and not the ignore_index " + std::to_string(static_cast<int64_t>(ignore)));
   };
 }
 
 namespace {
 
 /// One row of LayerNorm / RmsNorm or their gradients (length d ≥ 1; dy null forward).
-void norm_row(ir::Op op, const float* __restrict x, const float* __restrict dy, float* __restrict o, int64_t d,
-              double eps, double inv_d) {
+void norm_row(ir::Op op, const float* __restrict x, const float* __restrict dy, float* __restrict o,
+              int64_t d, double eps, double inv_d) {
   auto xd = [x](int64_t j) { return static_cast<double>(x[j]); };
   if (op == ir::Op::kLayerNorm || op == ir::Op::kLayerNormGrad) {
     const double mean = fixed_sum(d, xd) * inv_d;
@@ -223,7 +225,8 @@ Kernel make_norm(const ir::Node& node, const float* x, const float* dy, float* o
   const bool parallel = rows * d > kGrainCheap;
   return [=] {
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) norm_row(op, x + r * d, dy ? dy + r * d : nullptr, out + r * d, d, eps, inv_d);
+    for (int64_t r = 0; r < rows; ++r)
+      norm_row(op, x + r * d, dy ? dy + r * d : nullptr, out + r * d, d, eps, inv_d);
   };
 }
 

@@ -29,9 +29,9 @@ static_assert(kChunk % 4 == 0);
 void uniforms(uint64_t seed, uint32_t key, int64_t begin, int64_t end, float* u) {
   for (int64_t i = begin; i < end; i += 4) {
     const auto block = static_cast<uint64_t>(i) >> 2;
-    const std::array<uint32_t, 4> words = Philox4x32::block(
-        {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), key, 0x746772u},
-        {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    const std::array<uint32_t, 4> words =
+        Philox4x32::block({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), key, 0x746772u},
+                          {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
     for (int64_t w = 0; w < 4 && i + w < end; ++w)
       u[i - begin + w] = static_cast<float>(words[static_cast<size_t>(w)] >> 8) * 0x1.0p-24f;
   }
@@ -40,8 +40,8 @@ void uniforms(uint64_t seed, uint32_t key, int64_t begin, int64_t end, float* u)
 /// One row of sample (ops.def). Greedy is a scan; otherwise the top-k cut is the k-th largest
 /// logit (nth_element), the nucleus cut walks the candidates sorted by logit, and the draw is
 /// Gumbel-max with the scores in double, as every backend computes them.
-int32_t sample_row(const float* x, int64_t vocab, double temperature, double top_k, double top_p, uint32_t seed, uint32_t counter,
-                   uint64_t first_element) {
+int32_t sample_row(const float* x, int64_t vocab, double temperature, double top_k, double top_p,
+                   uint32_t seed, uint32_t counter, uint64_t first_element) {
   std::vector<float> v(static_cast<size_t>(vocab));
   int64_t best = 0;
   for (int64_t i = 0; i < vocab; ++i) {
@@ -54,7 +54,8 @@ int32_t sample_row(const float* x, int64_t vocab, double temperature, double top
   if (top_k >= 1 && top_k < static_cast<double>(vocab)) {
     std::vector<float> sorted = v;
     const auto k = static_cast<size_t>(top_k) - 1;
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end(), std::greater<float>());
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end(),
+                     std::greater<float>());
     cut = sorted[k];
   }
   if (top_p < 1) {
@@ -93,7 +94,8 @@ int32_t sample_row(const float* x, int64_t vocab, double temperature, double top
 
 }  // namespace
 
-Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float* params, const int32_t* key, int32_t* out) {
+Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float* params, const int32_t* key,
+                   int32_t* out) {
   return [=] {
     const double temperature = params[0], top_k = params[1], top_p = params[2];
     uint32_t seed, counter;
@@ -101,7 +103,8 @@ Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float
     std::memcpy(&counter, key + 1, sizeof counter);
 #pragma omp parallel for schedule(dynamic) if (rows > 1 && rows * vocab > (int64_t{1} << 14))
     for (int64_t r = 0; r < rows; ++r)
-      out[r] = sample_row(logits + r * vocab, vocab, temperature, top_k, top_p, seed, counter, static_cast<uint64_t>(r * vocab));
+      out[r] = sample_row(logits + r * vocab, vocab, temperature, top_k, top_p, seed, counter,
+                          static_cast<uint64_t>(r * vocab));
   };
 }
 
@@ -124,7 +127,8 @@ Kernel make_random(const ir::Node& node, const View& x, const View& key, float* 
     };
   }
   // Operand 0 is the dense output, so a segment's offset 0 is its flat element index.
-  auto nest = std::make_shared<const Nest>(make_nest(node.shape, {contiguous_strides(node.shape), x.strides}, kChunk));
+  auto nest = std::make_shared<const Nest>(
+      make_nest(node.shape, {contiguous_strides(node.shape), x.strides}, kChunk));
   const auto* xs = reinterpret_cast<const float*>(x.data);
   return [=] {
     if (total == 0) return;
@@ -141,7 +145,8 @@ Kernel make_random(const ir::Node& node, const View& x, const View& key, float* 
         float* o = out + off[0];
         const float* xr = xs + off[1];
         for (int64_t e = 0; e < count; ++e)
-          o[e] = static_cast<double>(ur[e]) >= p ? static_cast<float>(static_cast<double>(xr[e * sx]) * scale) : 0.0f;
+          o[e] = static_cast<double>(ur[e]) >= p ? static_cast<float>(static_cast<double>(xr[e * sx]) * scale)
+                                                 : 0.0f;
       });
     }
   };

@@ -1,11 +1,11 @@
-// Reductions of the CPU backend: Sum, Max, Min, Argmax, and the prefix sum Cumsum. Every reduction is brought to an
-// [outer, reduced, inner] shape over a dense input — directly when the reduced axes form one
-// run (ignoring extent-1 axes), otherwise after a transposing copy that moves the reduced axes
-// last. f32 sums accumulate in double (eight independent lanes so the loop vectorises),
-// i32 sums wrap modulo 2^32. Max/Min/Argmax ignore NaN unless every element is NaN and
-// Argmax keeps the first maximum, matching the reference backend. When the output is too
-// small to keep the threads busy (a full sum), the reduced axis is split into fixed chunks
-// whose partial results are merged in chunk order, so results never depend on thread count.
+// Reductions of the CPU backend: Sum, Max, Min, Argmax, and the prefix sum Cumsum. Every reduction is brought
+// to an [outer, reduced, inner] shape over a dense input — directly when the reduced axes form one run
+// (ignoring extent-1 axes), otherwise after a transposing copy that moves the reduced axes last. f32 sums
+// accumulate in double (eight independent lanes so the loop vectorises), i32 sums wrap modulo 2^32.
+// Max/Min/Argmax ignore NaN unless every element is NaN and Argmax keeps the first maximum, matching the
+// reference backend. When the output is too small to keep the threads busy (a full sum), the reduced axis is
+// split into fixed chunks whose partial results are merged in chunk order, so results never depend on thread
+// count.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -16,8 +16,8 @@
 namespace tg::backend::cpu {
 namespace {
 
-constexpr int64_t kIBlock = 256;  // inner elements one work unit accumulates at once
-constexpr int kLanes = 8;         // independent accumulators of a dense run
+constexpr int64_t kIBlock = 256;   // inner elements one work unit accumulates at once
+constexpr int kLanes = 8;          // independent accumulators of a dense run
 constexpr int64_t kMinUnits = 64;  // fewer output units than this: split the reduced axis too
 
 struct Geometry {
@@ -46,12 +46,16 @@ struct Extremum {
   using S = T;
   using Acc = T;
   static Acc identity() {
-    if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::quiet_NaN();
-    else return kIsMax ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max();
+    if constexpr (std::is_floating_point_v<T>)
+      return std::numeric_limits<T>::quiet_NaN();
+    else
+      return kIsMax ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max();
   }
   static Acc fold(Acc a, S x) {
-    if constexpr (kIsMax) return (a != a || x > a) ? x : a;
-    else return (a != a || x < a) ? x : a;
+    if constexpr (kIsMax)
+      return (a != a || x > a) ? x : a;
+    else
+      return (a != a || x < a) ? x : a;
   }
   static Acc merge(Acc a, Acc b) { return fold(a, b); }
   static S finish(Acc a) { return a; }
@@ -89,8 +93,10 @@ void reduce_dense(const typename R::S* x, typename R::S* out, Geometry g, int64_
     Acc* dst = chunks > 1 ? partial + (o * chunks + c) * g.inner + i0 : nullptr;
     if (g.inner == 1) {
       const Acc acc = fold_run<R>(x + o * g.red + r0, r1 - r0);
-      if (dst) *dst = acc;
-      else out[o] = R::finish(acc);
+      if (dst)
+        *dst = acc;
+      else
+        out[o] = R::finish(acc);
       continue;
     }
     Acc acc[kIBlock];
@@ -100,8 +106,10 @@ void reduce_dense(const typename R::S* x, typename R::S* out, Geometry g, int64_
       for (int64_t i = 0; i < width; ++i) acc[i] = R::fold(acc[i], row[i]);
     }
     for (int64_t i = 0; i < width; ++i) {
-      if (dst) dst[i] = acc[i];
-      else out[o * g.inner + i0 + i] = R::finish(acc[i]);
+      if (dst)
+        dst[i] = acc[i];
+      else
+        out[o * g.inner + i0 + i] = R::finish(acc[i]);
     }
   }
   if (chunks == 1) return;
@@ -185,8 +193,8 @@ Prepared prepare_input(const ir::Node& node, DType dtype, const Shape& in_shape,
   std::vector<int64_t> moved_strides;
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t d = 0; d < in_shape.size(); ++d) {
-      const bool reduced =
-          std::find(node.attrs.axes.begin(), node.attrs.axes.end(), static_cast<int64_t>(d)) != node.attrs.axes.end();
+      const bool reduced = std::find(node.attrs.axes.begin(), node.attrs.axes.end(),
+                                     static_cast<int64_t>(d)) != node.attrs.axes.end();
       if (reduced != (pass == 1)) continue;
       moved.push_back(in_shape[d]);
       moved_strides.push_back(strides[d]);
@@ -207,7 +215,8 @@ int64_t chunks_for(Geometry g) {
   if (units >= kMinUnits || total <= 2 * kGrainCheap) return 1;
   int64_t chunks = std::min(g.red, (total + kGrainCheap - 1) / kGrainCheap);
   // Bound the partial buffer to a few MiB however large the input is.
-  chunks = std::min(chunks, std::max<int64_t>(1, (int64_t{1} << 19) / std::max<int64_t>(1, g.outer * g.inner)));
+  chunks =
+      std::min(chunks, std::max<int64_t>(1, (int64_t{1} << 19) / std::max<int64_t>(1, g.outer * g.inner)));
   return std::max<int64_t>(1, chunks);
 }
 
@@ -242,10 +251,10 @@ Kernel make_reduce(const ir::Node& node, const Shape& in_shape, const std::byte*
       if (node.dtype == DType::kF32) return reduce_kernel<Extremum<float, false>>(std::move(p), out);
       if (node.dtype == DType::kI32) return reduce_kernel<Extremum<int32_t, false>>(std::move(p), out);
       break;
-    default:
-      break;
+    default: break;
   }
-  throw Error(std::string("[cpu] no reduction kernel for ") + ir::op_name(node.op) + " on " + dtype_name(node.dtype));
+  throw Error(std::string("[cpu] no reduction kernel for ") + ir::op_name(node.op) + " on " +
+              dtype_name(node.dtype));
 }
 
 Kernel make_argmax(const ir::Node& node, const Shape& in_shape, DType in_dtype, const std::byte* in,
@@ -281,8 +290,10 @@ void cumsum_dense(const S* x, S* out, Geometry g, bool reverse) {
       const int64_t at = (o * g.red + i) * g.inner + j0;
       for (int64_t j = 0; j < width; ++j) {
         acc[j] += static_cast<Acc>(x[at + j]);
-        if constexpr (std::is_same_v<S, float>) out[at + j] = narrow_f32(acc[j]);
-        else out[at + j] = static_cast<S>(acc[j]);
+        if constexpr (std::is_same_v<S, float>)
+          out[at + j] = narrow_f32(acc[j]);
+        else
+          out[at + j] = static_cast<S>(acc[j]);
       }
     }
   }

@@ -39,9 +39,10 @@ void to_steps_major(const float* in, int64_t bg, int64_t n, int64_t l, float* ou
 
 }  // namespace
 
-Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Shape& b_shape, const std::vector<const float*>& in,
-                           float* out) {
-  const Dims m{u_shape[0], u_shape[1], u_shape[2], b_shape[1], b_shape[2], u_shape[1] / std::max<int64_t>(b_shape[1], 1)};
+Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Shape& b_shape,
+                           const std::vector<const float*>& in, float* out) {
+  const Dims m{u_shape[0], u_shape[1], u_shape[2],
+               b_shape[1], b_shape[2], u_shape[1] / std::max<int64_t>(b_shape[1], 1)};
   const bool grad = node.op == ir::Op::kSelectiveScanGrad;
   const float *u = in[0], *raw = in[1], *A = in[2], *Bm = in[3], *Cm = in[4], *Dskip = in[5], *bias = in[6];
   const float* dy_rows = grad ? in[7] : nullptr;  // [B, D, L]
@@ -105,13 +106,15 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
     float* dbias_out = dD_out + D;
     const int64_t blocks = (D + kChannelBlock - 1) / kChannelBlock;
     // Partial dB and dC per channel block: [blocks][B·G·L·N] each (steps-major, as bt and ct).
-    std::vector<float> part_b(static_cast<size_t>(blocks * nb), 0.0f), part_c(static_cast<size_t>(blocks * nb), 0.0f);
+    std::vector<float> part_b(static_cast<size_t>(blocks * nb), 0.0f),
+        part_c(static_cast<size_t>(blocks * nb), 0.0f);
     std::fill(dA_out, dA_out + na, 0.0f);
     std::fill(dD_out, dD_out + 2 * D, 0.0f);  // dD and dbias
 #pragma omp parallel
     {
       // Per unit: every state h_l and every factor a_l = exp(Δ_l·A), L·N floats each.
-      std::vector<float> hs(static_cast<size_t>((L + 1) * N)), as(static_cast<size_t>(L * N)), dh(static_cast<size_t>(N));
+      std::vector<float> hs(static_cast<size_t>((L + 1) * N)), as(static_cast<size_t>(L * N)),
+          dh(static_cast<size_t>(N));
       std::vector<float> dls(static_cast<size_t>(L)), slopes(static_cast<size_t>(L));
 #pragma omp for schedule(static)
       for (int64_t blk = 0; blk < blocks; ++blk)
@@ -132,7 +135,8 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
             for (int64_t l = 0; l < L; ++l) {
               const float del = dls[static_cast<size_t>(l)], dbu = del * u[unit * L + l];
               for (int64_t k = 0; k < N; ++k) ea[l * N + k] = fastmath::exp(del * a_row[k]);
-              for (int64_t k = 0; k < N; ++k) h[(l + 1) * N + k] = ea[l * N + k] * h[l * N + k] + dbu * bb[l * N + k];
+              for (int64_t k = 0; k < N; ++k)
+                h[(l + 1) * N + k] = ea[l * N + k] * h[l * N + k] + dbu * bb[l * N + k];
             }
             std::memcpy(dk, dlast + unit * N, static_cast<size_t>(N) * sizeof(float));
             float dD = 0, dbias = 0;

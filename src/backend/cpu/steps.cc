@@ -17,19 +17,25 @@ float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
 
 class CpuCapabilities final : public passes::Capabilities {
  public:
-  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides) const override {
+  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index,
+             const std::vector<int64_t>& strides) const override {
     const View v{nullptr, strides};
     const Shape& shape = g.node(consumer.inputs[index]).shape;
     switch (consumer.op) {
+      // clang-format off
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: case Op::kCumsum: case Op::kUpdateSlice:
       case Op::kSample: case Op::kSelectiveScan: case Op::kSelectiveScanGrad: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
+        // clang-format on
         return is_contiguous(v, shape);
-      case Op::kMatmul:
-        return blas_operand(v, shape).has_value();
+      case Op::kMatmul: return blas_operand(v, shape).has_value();
+      // clang-format off
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // dense logits; targets and dloss any view
+        // clang-format on
         return index > 0 || is_contiguous(v, shape);
+      // clang-format off
       case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout; out and saved are not read
+        // clang-format on
         return index >= 4 || attention_operand(v, shape);
       default:  // elementwise groups, copies, views, indexing, randomness, attention_at: any strides
         return true;
@@ -44,15 +50,16 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
   const View out = view(st.out[0]);
   const int64_t esize = dtype_size(n.dtype);
   switch (n.op) {
+    // clang-format off
     case Op::kSum: case Op::kMax: case Op::kMin:
+      // clang-format on
       return make_reduce(n, shape(0), in(0).data, out.data);
-    case Op::kArgmax:
-      return make_argmax(n, shape(0), g.node(n.inputs[0]).dtype, in(0).data, out.data);
-    case Op::kCumsum:
-      return make_cumsum(n, in(0).data, out.data);
+    case Op::kArgmax: return make_argmax(n, shape(0), g.node(n.inputs[0]).dtype, in(0).data, out.data);
+    case Op::kCumsum: return make_cumsum(n, in(0).data, out.data);
     case Op::kUnslice: {
       const auto axis = static_cast<size_t>(n.attrs.axes[0]);
-      const auto start = static_cast<int64_t>(n.attrs.values[0]), step = static_cast<int64_t>(n.attrs.values[1]);
+      const auto start = static_cast<int64_t>(n.attrs.values[0]),
+                 step = static_cast<int64_t>(n.attrs.values[1]);
       View dst = out;
       if (numel(shape(0)) > 0) dst.data += start * dst.strides[axis] * esize;  // else it may point nowhere
       dst.strides[axis] *= step;
@@ -79,38 +86,46 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
         for (const Kernel& k : pieces) k();
       };
     }
-    case Op::kMatmul:
-      return make_matmul(n.shape, shape(0), in(0), shape(1), in(1), f32(out.data));
-    case Op::kGather:
-      return make_gather(n, shape(0), in(0), in(1), out.data);
-    case Op::kScatterAdd:
-      return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));
+    case Op::kMatmul: return make_matmul(n.shape, shape(0), in(0), shape(1), in(1), f32(out.data));
+    case Op::kGather: return make_gather(n, shape(0), in(0), in(1), out.data);
+    case Op::kScatterAdd: return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));
     case Op::kUpdateSlice:
       return make_update_slice(n, shape(1), !shape(2).empty(), in(0).data, in(1).data,
                                reinterpret_cast<const int32_t*>(in(2).data), out.data);
+    // clang-format off
     case Op::kSoftmax: case Op::kLogSoftmax:
+      // clang-format on
       return make_softmax(n, f32(in(0).data), f32(out.data));
+    // clang-format off
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
-      return make_cross_entropy(n, shape(0), f32(in(0).data), in(1), n.op == Op::kCrossEntropyGrad ? in(2) : View{}, f32(out.data));
+      // clang-format on
+      return make_cross_entropy(n, shape(0), f32(in(0).data), in(1),
+                                n.op == Op::kCrossEntropyGrad ? in(2) : View{}, f32(out.data));
+    // clang-format off
     case Op::kLayerNorm: case Op::kRmsNorm:
+      // clang-format on
       return make_norm(n, f32(in(0).data), nullptr, f32(out.data));
+    // clang-format off
     case Op::kLayerNormGrad: case Op::kRmsNormGrad:
+      // clang-format on
       return make_norm(n, f32(in(0).data), f32(in(1).data), f32(out.data));
     case Op::kSample:
       return make_sample(n.numel(), shape(0).back(), f32(in(0).data), f32(in(1).data),
                          reinterpret_cast<const int32_t*>(in(2).data), reinterpret_cast<int32_t*>(out.data));
-    case Op::kRandom:
-      return make_random(n, View{}, in(0), f32(out.data));
-    case Op::kDropout:
-      return make_random(n, in(0), in(1), f32(out.data));
+    case Op::kRandom: return make_random(n, View{}, in(0), f32(out.data));
+    case Op::kDropout: return make_random(n, in(0), in(1), f32(out.data));
+    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
+      // clang-format on
       std::vector<const float*> ptrs;
       for (size_t k = 0; k < n.inputs.size(); ++k) ptrs.push_back(f32(in(k).data));
       return make_selective_scan(n, shape(0), shape(3), ptrs, f32(out.data));
     }
     case Op::kAttentionAt:
       return make_attention_at(n, shape(0), shape(1), {in(0), in(1), in(2), in(3)}, f32(out.data));
+    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad: {
+      // clang-format on
       // q, k, v (and dout): the backward recomputes the forward rather than read its output.
       std::vector<View> views;
       for (size_t k = 0; k < std::min<size_t>(n.inputs.size(), 4); ++k) views.push_back(in(k));
@@ -136,13 +151,16 @@ Kernel step_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
   return node_kernel(g, st, view);
 }
 
-FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const passes::Step& st, const ViewOf& view) {
+FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const passes::Step& st,
+                     const ViewOf& view) {
   // Slots: the external inputs, then one per group node.
   const size_t inputs = st.in.size();
   auto slot_of = [&](int32_t id) -> int32_t {
     for (size_t k = 0; k < inputs; ++k)
       if (st.operand_nodes[k] == id) return static_cast<int32_t>(k);
-    return static_cast<int32_t>(inputs + static_cast<size_t>(std::find(group.nodes.begin(), group.nodes.end(), id) - group.nodes.begin()));
+    return static_cast<int32_t>(
+        inputs +
+        static_cast<size_t>(std::find(group.nodes.begin(), group.nodes.end(), id) - group.nodes.begin()));
   };
   FusedSpec spec;
   spec.shape = g.node(group.nodes.front()).shape;
@@ -155,8 +173,10 @@ FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const
   int32_t sinks = 0;
   for (size_t k = inputs; k < st.out.size() + inputs; ++k) {
     const int32_t id = st.operand_nodes[k];
-    if (g.node(id).op == Op::kSum) spec.reductions.push_back({g.node(id).numel(), f32(view(st.out[k - inputs]).data)});
-    else spec.outputs.push_back(view(st.out[k - inputs]).data);
+    if (g.node(id).op == Op::kSum)
+      spec.reductions.push_back({g.node(id).numel(), f32(view(st.out[k - inputs]).data)});
+    else
+      spec.outputs.push_back(view(st.out[k - inputs]).data);
   }
   for (int32_t id : group.nodes) {
     const ir::Node& n = g.node(id);
@@ -164,11 +184,18 @@ FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const
       spec.instrs.push_back({nullptr, n.dtype, {slot_of(n.inputs[0]), -1, -1}, -1, 1, sinks++});
       continue;
     }
-    FusedSpec::Instr instr{block_function(n.op, g.node(n.inputs[n.op == Op::kWhere ? 1 : 0]).dtype, n.dtype), n.dtype,
-                           {-1, -1, -1}, -1, op_cost(n.op), -1};
+    FusedSpec::Instr instr{block_function(n.op, g.node(n.inputs[n.op == Op::kWhere ? 1 : 0]).dtype, n.dtype),
+                           n.dtype,
+                           {-1, -1, -1},
+                           -1,
+                           op_cost(n.op),
+                           -1};
     for (size_t a = 0; a < n.inputs.size(); ++a) instr.args[a] = slot_of(n.inputs[a]);
-    const auto pos = std::find(st.operand_nodes.begin() + static_cast<std::ptrdiff_t>(inputs), st.operand_nodes.end(), id);
-    if (pos != st.operand_nodes.end()) instr.output = static_cast<int32_t>(pos - st.operand_nodes.begin() - static_cast<std::ptrdiff_t>(inputs));
+    const auto pos =
+        std::find(st.operand_nodes.begin() + static_cast<std::ptrdiff_t>(inputs), st.operand_nodes.end(), id);
+    if (pos != st.operand_nodes.end())
+      instr.output =
+          static_cast<int32_t>(pos - st.operand_nodes.begin() - static_cast<std::ptrdiff_t>(inputs));
     spec.instrs.push_back(instr);
   }
   return spec;
@@ -177,7 +204,8 @@ FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const
 int64_t step_flops(const ir::Graph& g, const passes::Step& st) {
   if (st.kind == passes::Step::Kind::kGroup) {
     int64_t f = 0;
-    for (int32_t id : st.nodes) f += (g.node(id).op == Op::kSum ? 1 : op_cost(g.node(id).op)) * g.node(st.nodes.front()).numel();
+    for (int32_t id : st.nodes)
+      f += (g.node(id).op == Op::kSum ? 1 : op_cost(g.node(id).op)) * g.node(st.nodes.front()).numel();
     return f;
   }
   if (st.kind != passes::Step::Kind::kNode) return 0;

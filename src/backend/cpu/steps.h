@@ -18,7 +18,8 @@ using ViewOf = std::function<View(const passes::Place&)>;
 /// The kernel of a kNode or kCopy step.
 Kernel step_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view);
 /// The register program of a kGroup step (group `group`).
-FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const passes::Step& st, const ViewOf& view);
+FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const passes::Step& st,
+                     const ViewOf& view);
 /// Floating-point operations of a step (products and attention; groups: one per element and op).
 int64_t step_flops(const ir::Graph& g, const passes::Step& st);
 

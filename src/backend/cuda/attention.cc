@@ -90,9 +90,12 @@ Geometry geometry(const AttentionShape& s, Kind kind) {
   // fewer rows per thread so that the accumulators (rpt × D/8 floats, two of them in dkdv)
   // stay in registers and the tiles in shared memory.
   g.warps = 4, g.cpt = 4;
-  if (d <= 128) g.rpt = 4;
-  else if (d <= 256) g.rpt = 2;
-  else g.rpt = 1;
+  if (d <= 128)
+    g.rpt = 4;
+  else if (d <= 256)
+    g.rpt = 2;
+  else
+    g.rpt = 1;
   if (d <= 64 && kind != Kind::kForward) g.warps = 8;
   // Tuning override (AttentionShape::tiles): "<kind>:<warps>,<rpt>,<cpt>;..." with kind f, k or q.
   const char want = kind == Kind::kForward ? 'f' : kind == Kind::kDkDv ? 'k' : 'q';
@@ -125,21 +128,26 @@ std::string ll(int64_t x) { return std::to_string(x) + "LL"; }
 
 void check_operand(const Operand& op, const Shape& want, const char* what) {
   if (op.dtype != DType::kF32 || op.shape != want || op.strides.size() != 4)
-    throw Error(std::string("[cuda] attention: operand ") + what + " is " + shape_str(op.shape) + ", expected f32 " +
-                shape_str(want) + " with 4 strides");
+    throw Error(std::string("[cuda] attention: operand ") + what + " is " + shape_str(op.shape) +
+                ", expected f32 " + shape_str(want) + " with 4 strides");
 }
 
-void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v, const Operand& o,
-                 const char* o_name) {
+void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
+                 const Operand& o, const char* o_name) {
   if (s.batch < 1 || s.q_heads < 1 || s.kv_heads < 1 || s.t < 1 || s.s < 1 || s.d < 1)
     throw Error("[cuda] attention: every extent must be at least 1");
   if (s.q_heads % s.kv_heads != 0) throw Error("[cuda] attention: q heads must be a multiple of kv heads");
-  if (s.d > kMaxHeadDim) throw Error("[cuda] attention: head dim " + std::to_string(s.d) + " above " + std::to_string(kMaxHeadDim));
-  if (s.causal && s.t > s.s) throw Error("[cuda] attention: a causal mask needs at least as many keys as queries");
+  if (s.d > kMaxHeadDim)
+    throw Error("[cuda] attention: head dim " + std::to_string(s.d) + " above " +
+                std::to_string(kMaxHeadDim));
+  if (s.causal && s.t > s.s)
+    throw Error("[cuda] attention: a causal mask needs at least as many keys as queries");
   // The kernels stage queries times scale·log2 e in f32: that product must be finite too.
   if (!std::isfinite(s.scale) || !std::isfinite(static_cast<float>(s.scale * 1.4426950408889634)))
-    throw Error("[cuda] attention: the scale must be finite (and scale·log2 e a finite float), got " + std::to_string(s.scale));
-  if (s.t > (int64_t{1} << 30) || s.s > (int64_t{1} << 30)) throw Error("[cuda] attention: sequence too long");
+    throw Error("[cuda] attention: the scale must be finite (and scale·log2 e a finite float), got " +
+                std::to_string(s.scale));
+  if (s.t > (int64_t{1} << 30) || s.s > (int64_t{1} << 30))
+    throw Error("[cuda] attention: sequence too long");
   check_operand(q, {s.batch, s.q_heads, s.t, s.d}, "q");
   check_operand(k, {s.batch, s.kv_heads, s.s, s.d}, "k");
   check_operand(v, {s.batch, s.kv_heads, s.s, s.d}, "v");
@@ -161,8 +169,12 @@ std::string tiled(const char* kernel) {
 std::string shape_constants(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
                             const Operand& o) {
   std::string c;
-  auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
-  auto l = [&](const char* n, int64_t x) { c += std::string("constexpr long long ") + n + " = " + ll(x) + ";\n"; };
+  auto i = [&](const char* n, int64_t x) {
+    c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n";
+  };
+  auto l = [&](const char* n, int64_t x) {
+    c += std::string("constexpr long long ") + n + " = " + ll(x) + ";\n";
+  };
   i("B", s.batch), i("HQ", s.q_heads), i("HKV", s.kv_heads), i("GRP", s.q_heads / s.kv_heads);
   i("T", s.t), i("S", s.s), i("D", s.d), i("SHIFT", s.s - s.t);
   const char* qn[] = {"Q0", "Q1", "Q2", "Q3"};
@@ -185,10 +197,12 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
 
 /// The constants every kernel of the fp32 tiled path is specialised to, then the shared
 /// device helpers (kernels/attention_common.cuh).
-std::string constants(const AttentionShape& s, const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
-                      const Operand& o) {
+std::string constants(const AttentionShape& s, const Geometry& g, const Operand& q, const Operand& k,
+                      const Operand& v, const Operand& o) {
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
-  auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
+  auto i = [&](const char* n, int64_t x) {
+    c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n";
+  };
   i("RPT", g.rpt), i("CPT", g.cpt), i("BR", g.br), i("BC", g.bc), i("DW", g.dw), i("VW", g.vw), i("DP", g.dp);
   i("RS", g.rs), i("TS", g.ts), i("PS", g.ps), i("OC", g.oc);
   return c + shape_constants(s, q, k, v, o) + piece("attention_common.cuh", "common");
@@ -216,7 +230,8 @@ Launch make_launch_raw(const std::string& name, std::string source, int64_t thre
 }
 
 /// A launch of the fp32 tiled path: 32·warps threads a block.
-Launch make_launch(const std::string& name, std::string source, const Geometry& g, int64_t blocks, int64_t shared_floats) {
+Launch make_launch(const std::string& name, std::string source, const Geometry& g, int64_t blocks,
+                   int64_t shared_floats) {
   return make_launch_raw(name, std::move(source), 32 * g.warps, blocks, shared_floats);
 }
 
@@ -224,7 +239,8 @@ int64_t row_tiles(int64_t n, const Geometry& g) { return (n + g.br - 1) / g.br; 
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// The small-problem path (see kernels/attention_small.cuh): ng (kv groups per block) is 0 where it does not apply.
+/// The small-problem path (see kernels/attention_small.cuh): ng (kv groups per block) is 0 where it does not
+/// apply.
 struct SmallPlan {
   int64_t ng = 0, threads = 0, blocks = 0, shared_floats = 0, ds = 0;
 };
@@ -241,7 +257,8 @@ SmallPlan small_plan(const AttentionShape& s, bool backward) {
   if (floats(1) * 4 > 96 * 1024) return p;
   const int64_t rows = backward ? std::max(qpg, s.s) : qpg;
   // About 128 threads per block, but enough blocks to cover the GPU twice over.
-  if (s.sm_count <= 0) throw Error("[cuda] attention: AttentionShape::sm_count (the device's SM count) is not set");
+  if (s.sm_count <= 0)
+    throw Error("[cuda] attention: AttentionShape::sm_count (the device's SM count) is not set");
   int64_t ng = std::max<int64_t>(1, std::min(128 / rows, groups / (2 * s.sm_count)));
   while (ng > 1 && floats(ng) * 4 > 96 * 1024) --ng;
   p.ng = ng;
@@ -280,7 +297,8 @@ MmaGeometry mma_geometry(const AttentionShape& s, Kind kind) {
   for (const char* p = s.tiles.c_str(); *p; ++p) {
     int w = 0, c = 0;
     if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d", &w, &c) != 2) continue;
-    if (w < 1 || w > 16 || c < 8 || c > 128 || c % 8 != 0) throw Error(std::string("[cuda] attention tiles: bad entry ") + p);
+    if (w < 1 || w > 16 || c < 8 || c > 128 || c % 8 != 0)
+      throw Error(std::string("[cuda] attention tiles: bad entry ") + p);
     g.warps = w, g.bc = c;
   }
   g.br = 16 * g.warps;
@@ -292,7 +310,9 @@ MmaGeometry mma_geometry(const AttentionShape& s, Kind kind) {
 std::string mma_constants(const AttentionShape& s, const MmaGeometry& g, const Operand& q, const Operand& k,
                           const Operand& v, const Operand& o) {
   std::string c = "#define NT " + std::to_string(32 * g.warps) + "\n";
-  auto i = [&](const char* n, int64_t x) { c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n"; };
+  auto i = [&](const char* n, int64_t x) {
+    c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n";
+  };
   i("BR", g.br), i("BC", g.bc), i("DP", g.dp), i("RS", g.rs);
   return c + shape_constants(s, q, k, v, o) + piece("attention_common.cuh", "common");
 }
@@ -307,31 +327,37 @@ bool attention_operand_ok(const Operand& op) {
          (op.strides[3] == 1 || op.shape[3] <= 1);
 }
 
-bool attention_keeps_stats(const AttentionShape& s) { return small_plan(s, false).ng == 0 && small_plan(s, true).ng == 0; }
+bool attention_keeps_stats(const AttentionShape& s) {
+  return small_plan(s, false).ng == 0 && small_plan(s, true).ng == 0;
+}
 
 Launch attention_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
                         const Operand& v, const Operand& out, bool keep_stats) {
   check_shape(s, q, k, v, out, "out");
-  if (keep_stats && !attention_keeps_stats(s)) throw Error("[cuda] attention: this shape's forward keeps no statistics");
-  const std::string call = keep_stats ? "<OUT_LSE>(q, k, v, out, nullptr, stats);\n}\n" : "<OUT>(q, k, v, out, nullptr, nullptr);\n}\n";
-  const char* params = keep_stats ? "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
-                                    "float* __restrict__ out, float* __restrict__ stats)"
-                                  : "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
-                                    "float* __restrict__ out)";
+  if (keep_stats && !attention_keeps_stats(s))
+    throw Error("[cuda] attention: this shape's forward keeps no statistics");
+  const std::string call = keep_stats ? "<OUT_LSE>(q, k, v, out, nullptr, stats);\n}\n"
+                                      : "<OUT>(q, k, v, out, nullptr, nullptr);\n}\n";
+  const char* params =
+      keep_stats ? "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
+                   "float* __restrict__ out, float* __restrict__ stats)"
+                 : "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
+                   "float* __restrict__ out)";
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
-    std::string src = small_constants(s, sp, q, k, v, out) + piece("attention_small.cuh", "small") + kernel_head(name, params) +
-                      " {\n  small_forward(q, k, v, out);\n}\n";
+    std::string src = small_constants(s, sp, q, k, v, out) + piece("attention_small.cuh", "small") +
+                      kernel_head(name, params) + " {\n  small_forward(q, k, v, out);\n}\n";
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
   if (use_mma(s)) {
     const MmaGeometry g = mma_geometry(s, Kind::kForward);
-    std::string src = mma_constants(s, g, q, k, v, out) + piece("attention_mma.cuh", "mma") + kernel_head(name, params) +
-                      " {\n  mma_forward" + call;
+    std::string src = mma_constants(s, g, q, k, v, out) + piece("attention_mma.cuh", "mma") +
+                      kernel_head(name, params) + " {\n  mma_forward" + call;
     return make_launch_raw(name, std::move(src), 32 * g.warps, ceil_div(s.t, g.br) * s.batch * s.q_heads,
                            (g.br + 2 * g.bc) * g.rs);
   }
   const Geometry g = geometry(s, Kind::kForward);
-  std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params) + " {\n  forward_rows" + call;
+  std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params) +
+                    " {\n  forward_rows" + call;
   return make_launch(name, std::move(src), g, row_tiles(s.t, g) * s.batch * s.q_heads,
                      g.dw * g.ts + 2 * g.bc * g.rs + g.warps * g.bc * g.ps);
 }
@@ -344,9 +370,12 @@ Launch delta_kernel(const std::string& name, const AttentionShape& s, const Oper
                     const Operand& v, const Operand& dout, const Operand& out) {
   const std::string head = "constexpr long long P0 = " + ll(out.strides[0]) + ", P1 = " + ll(out.strides[1]) +
                            ", P2 = " + ll(out.strides[2]) + ", P3 = " + ll(out.strides[3]) + ";\n";
-  std::string src = "#define NT 256\n" + shape_constants(s, q, k, v, dout) + head +
-                    kernel_head(name, "(const float* __restrict__ out, const float* __restrict__ dout, float* __restrict__ stats)") +
-                    R"( {
+  std::string src =
+      "#define NT 256\n" + shape_constants(s, q, k, v, dout) + head +
+      kernel_head(
+          name,
+          "(const float* __restrict__ out, const float* __restrict__ dout, float* __restrict__ stats)") +
+      R"( {
   const long long row = (long long)blockIdx.x * (NT / 32) + (threadIdx.x >> 5);
   if (row >= NROWS) return;
   const int lane = threadIdx.x & 31;
@@ -366,15 +395,19 @@ Launch delta_kernel(const std::string& name, const AttentionShape& s, const Oper
 }  // namespace
 
 AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
-                                         const Operand& k, const Operand& v, const Operand& dout, const Operand* out) {
+                                         const Operand& k, const Operand& v, const Operand& dout,
+                                         const Operand* out) {
   check_shape(s, q, k, v, dout, "dout");
   AttentionGradPlan plan;
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
     if (out) throw Error("[cuda] attention: the short-sequence backward reads no forward statistics");
-    if (s.grads_bthd) throw Error("[cuda] attention: the short-sequence backward writes [B, H, T, D] or packed gradients only");
+    if (s.grads_bthd)
+      throw Error(
+          "[cuda] attention: the short-sequence backward writes [B, H, T, D] or packed gradients only");
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
-    std::string src = small_constants(s, sp, q, k, v, dout) + piece("attention_small.cuh", "small") + kernel_head(name, kGradParams) +
+    std::string src = small_constants(s, sp, q, k, v, dout) + piece("attention_small.cuh", "small") +
+                      kernel_head(name, kGradParams) +
                       " {\n  (void)scratch;\n  small_backward(q, k, v, dout, grads);\n}\n";
     plan.launches.push_back(make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats));
     return plan;
@@ -392,34 +425,44 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
                       gq = mma_geometry(s, Kind::kDq);
     if (!out)
       plan.launches.push_back(make_launch_raw(
-          stats, mma_constants(s, gf, q, k, v, dout) + piece("attention_mma.cuh", "mma") + kernel_head(stats, kGradParams) +
-                     " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
+          stats,
+          mma_constants(s, gf, q, k, v, dout) + piece("attention_mma.cuh", "mma") +
+              kernel_head(stats, kGradParams) +
+              " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
           32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads, (gf.br + 2 * gf.bc) * gf.rs));
     plan.launches.push_back(make_launch_raw(
-        dkdv, mma_constants(s, gk, q, k, v, dout) + piece("attention_mma.cuh", "mma") + kernel_head(dkdv, kGradParams) +
-                  " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
-        32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads, (2 * gk.br + 2 * gk.bc) * gk.rs + 2 * gk.bc));
+        dkdv,
+        mma_constants(s, gk, q, k, v, dout) + piece("attention_mma.cuh", "mma") +
+            kernel_head(dkdv, kGradParams) + " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
+        32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads,
+        (2 * gk.br + 2 * gk.bc) * gk.rs + 2 * gk.bc));
     plan.launches.push_back(make_launch_raw(
-        dq, mma_constants(s, gq, q, k, v, dout) + piece("attention_mma.cuh", "mma") + kernel_head(dq, kGradParams) +
-                " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
+        dq,
+        mma_constants(s, gq, q, k, v, dout) + piece("attention_mma.cuh", "mma") +
+            kernel_head(dq, kGradParams) + " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
         32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads, (2 * gq.br + 2 * gq.bc) * gq.rs));
     return plan;
   }
   const Geometry gf = geometry(s, Kind::kForward), gk = geometry(s, Kind::kDkDv), gq = geometry(s, Kind::kDq);
   if (!out)
-    plan.launches.push_back(make_launch(
-        stats, constants(s, gf, q, k, v, dout) + tiled("forward") + kernel_head(stats, kGradParams) +
-                   " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
-        gf, row_tiles(s.t, gf) * s.batch * s.q_heads, gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
-  plan.launches.push_back(make_launch(
-      dkdv, constants(s, gk, q, k, v, dout) + tiled("dkdv") + kernel_head(dkdv, kGradParams) +
-                " {\n  dkdv_rows(q, k, v, dout, grads, scratch);\n}\n",
-      gk, row_tiles(s.s, gk) * s.batch * s.kv_heads,
-      2 * gk.dw * gk.ts + 2 * gk.bc * gk.rs + 2 * gk.bc + gk.warps * gk.bc * gk.ps));
-  plan.launches.push_back(make_launch(
-      dq, constants(s, gq, q, k, v, dout) + tiled("dq") + kernel_head(dq, kGradParams) +
-              " {\n  dq_rows(q, k, v, dout, grads, scratch);\n}\n",
-      gq, row_tiles(s.t, gq) * s.batch * s.q_heads, 2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
+    plan.launches.push_back(
+        make_launch(stats,
+                    constants(s, gf, q, k, v, dout) + tiled("forward") + kernel_head(stats, kGradParams) +
+                        " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
+                    gf, row_tiles(s.t, gf) * s.batch * s.q_heads,
+                    gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
+  plan.launches.push_back(
+      make_launch(dkdv,
+                  constants(s, gk, q, k, v, dout) + tiled("dkdv") + kernel_head(dkdv, kGradParams) +
+                      " {\n  dkdv_rows(q, k, v, dout, grads, scratch);\n}\n",
+                  gk, row_tiles(s.s, gk) * s.batch * s.kv_heads,
+                  2 * gk.dw * gk.ts + 2 * gk.bc * gk.rs + 2 * gk.bc + gk.warps * gk.bc * gk.ps));
+  plan.launches.push_back(make_launch(dq,
+                                      constants(s, gq, q, k, v, dout) + tiled("dq") +
+                                          kernel_head(dq, kGradParams) +
+                                          " {\n  dq_rows(q, k, v, dout, grads, scratch);\n}\n",
+                                      gq, row_tiles(s.t, gq) * s.batch * s.q_heads,
+                                      2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
   return plan;
 }
 

@@ -24,7 +24,9 @@ namespace {
 const std::vector<int64_t> kHeadsInner = {0, 2, 1, 3};  // [B, H, T, D] ↔ [B, T, H, D]
 
 /// Strides that lay a [B, H, T, D] value out as [B, T, H, D].
-std::vector<int64_t> heads_inner_strides(const Shape& s) { return {s[2] * s[1] * s[3], s[3], s[1] * s[3], 1}; }
+std::vector<int64_t> heads_inner_strides(const Shape& s) {
+  return {s[2] * s[1] * s[3], s[3], s[1] * s[3], 1};
+}
 
 /// The row stride when `strides` are dense except for rows padded apart, else -1.
 int64_t row_stride_of(const Shape& shape, const std::vector<int64_t>& strides) {
@@ -50,7 +52,8 @@ std::vector<int32_t> readers(const ir::Graph& g, int32_t id) {
 
 bool escapes(const ir::Graph& g, int32_t x) {
   return std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end() ||
-         std::any_of(g.updates.begin(), g.updates.end(), [&](const ir::Graph::Update& u) { return u.value == x; });
+         std::any_of(g.updates.begin(), g.updates.end(),
+                     [&](const ir::Graph::Update& u) { return u.value == x; });
 }
 
 /// The kResult nodes reading result `index` of multi-output node `id`.
@@ -83,7 +86,8 @@ int32_t packed_qkv_concat(const ir::Graph& g, int32_t grad) {
     parts[i] = m;
   }
   const ir::Node& cn = g.node(concat);
-  if (cn.op != Op::kConcat || cn.attrs.axes.at(0) != 2 || cn.inputs != std::vector<int32_t>{parts[0], parts[1], parts[2]})
+  if (cn.op != Op::kConcat || cn.attrs.axes.at(0) != 2 ||
+      cn.inputs != std::vector<int32_t>{parts[0], parts[1], parts[2]})
     return -1;
   return concat;
 }
@@ -94,8 +98,8 @@ bool dense(const ir::Graph& g, const ir::Node& consumer, size_t index, const std
 
 }  // namespace
 
-AttentionShape attention_shape(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in, const DeviceInfo& info,
-                               const PrepareOptions& options) {
+AttentionShape attention_shape(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
+                               const DeviceInfo& info, const PrepareOptions& options) {
   const ir::Node& n = g.node(id);
   (void)in;
   const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape;
@@ -113,21 +117,32 @@ AttentionShape attention_shape(const ir::Graph& g, int32_t id, const std::vector
   return as;
 }
 
-bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index, const std::vector<int64_t>& strides) const {
+bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index,
+                             const std::vector<int64_t>& strides) const {
   const Shape& shape = g.node(n.inputs[index]).shape;
   switch (n.op) {
+    // clang-format off
     case Op::kSoftmax: case Op::kLogSoftmax: case Op::kLayerNorm: case Op::kRmsNorm: case Op::kLayerNormGrad:
     case Op::kRmsNormGrad: case Op::kSample:
+      // clang-format on
       return dense(g, n, index, strides);
+    // clang-format off
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // logits may come with padded rows (padded_row)
+      // clang-format on
       return dense(g, n, index, strides) || (index == 0 && row_stride_of(shape, strides) > 0);
+    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout: unit stride along D
+      // clang-format on
       return index >= 4 || attention_operand_ok(Operand{g.node(n.inputs[index]).dtype, shape, strides});
+    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
+      // clang-format on
       const bool zeros = std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 0; });
-      if (index == 5 || index == 6) return dense(g, n, index, strides) || (strides.size() == 1 && zeros);  // D, delta_bias
+      if (index == 5 || index == 6)
+        return dense(g, n, index, strides) || (strides.size() == 1 && zeros);  // D, delta_bias
       if (index == 7) return zeros || dense(g, n, index, strides);  // dy: rows, one value or a known zero
-      if (index == 8) return ir::constant_value(g, n.inputs[8]) == 0.0 || dense(g, n, index, strides);  // dlast
+      if (index == 8)
+        return ir::constant_value(g, n.inputs[8]) == 0.0 || dense(g, n, index, strides);  // dlast
       return index >= 9 || dense(g, n, index, strides);
     }
     default:  // elementwise groups, copies, reductions, indexing, products (copied inside), attention_at
@@ -135,21 +150,28 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
   }
 }
 
-passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
+passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
+                                            const std::vector<passes::Place>& in,
                                             const std::vector<passes::Buffer>&) const {
   const ir::Node& n = g.node(id);
   passes::NodeLayout lay;
   switch (n.op) {
-    case Op::kCrossEntropyGrad: {  // rows padded apart with zeros: a product reads them as a padded reduction axis
-      const int64_t cols = n.shape.back(), rows = n.numel() / std::max<int64_t>(cols, 1), ld = padded_row(cols);
+    case Op::kCrossEntropyGrad: {  // rows padded apart with zeros: a product reads them as a padded reduction
+                                   // axis
+      const int64_t cols = n.shape.back(), rows = n.numel() / std::max<int64_t>(cols, 1),
+                    ld = padded_row(cols);
       lay.strides = row_padded_strides(n.shape, ld);
       lay.bytes = rows * ld * 4;
       lay.zero_padding = ld != cols;
       return lay;
     }
+    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad:
+      // clang-format on
       return attention_layout(g, id, in);
+    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
+      // clang-format on
       const Shape &us = g.node(n.inputs[0]).shape, &bs = g.node(n.inputs[3]).shape;
       const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2], n.attrs.values.at(0) != 0.0};
       if (sh.batch == 0 || sh.channels == 0 || sh.length == 0 || sh.states == 0) return lay;
@@ -161,15 +183,17 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id, cons
       // Result 2 (saved): the states entering each chunk, kept for a gradient that reads them.
       bool keep = false;
       for (int32_t r : results_of(g, id, 2)) keep = keep || !readers(g, r).empty();
-      lay.results = {{{}, 0, -1}, {{}, ir::result_offset(n, 1), -1}, {{}, ir::result_offset(n, 2), keep ? sl.state_floats * 4 : -1}};
+      lay.results = {{{}, 0, -1},
+                     {{}, ir::result_offset(n, 1), -1},
+                     {{}, ir::result_offset(n, 2), keep ? sl.state_floats * 4 : -1}};
       return lay;
     }
-    default:
-      return lay;
+    default: return lay;
   }
 }
 
-passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in) const {
+passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_t id,
+                                                      const std::vector<passes::Place>& in) const {
   const ir::Node& n = g.node(id);
   const AttentionShape as = attention_shape(g, id, in, info_, options_);
   // The gradient reads the forward's statistics when the forward's kernels keep them: a pure
@@ -184,8 +208,10 @@ passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_
       other = other || escapes(g, r);
       for (int32_t c : readers(g, r)) {
         const ir::Node& cn = g.node(c);
-        if (cn.op == Op::kPermute && cn.attrs.axes == kHeadsInner) heads_inner = true;
-        else if (cn.op != Op::kAttentionGrad) other = true;
+        if (cn.op == Op::kPermute && cn.attrs.axes == kHeadsInner)
+          heads_inner = true;
+        else if (cn.op != Op::kAttentionGrad)
+          other = true;
       }
     }
     bool keep = false;
@@ -206,19 +232,27 @@ passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_
     lay.results = {{st, 0, -1}, {st, hq * d, -1}, {st, (hq + hk) * d, -1}};
     lay.concat = concat;
   } else if (stats) {  // the tiled kernels write [B, T, H, D] parts
-    lay.results = {{heads_inner_strides(qs), 0, -1}, {heads_inner_strides(ks), nq, -1}, {heads_inner_strides(ks), nq + nk, -1}};
+    lay.results = {{heads_inner_strides(qs), 0, -1},
+                   {heads_inner_strides(ks), nq, -1},
+                   {heads_inner_strides(ks), nq + nk, -1}};
   }
   if (!stats) {
-    const Operand q{DType::kF32, g.node(n.inputs[0]).shape, in[0].strides}, k{DType::kF32, g.node(n.inputs[1]).shape, in[1].strides},
-        v{DType::kF32, g.node(n.inputs[2]).shape, in[2].strides}, dout{DType::kF32, g.node(n.inputs[3]).shape, in[3].strides};
+    const Operand q{DType::kF32, g.node(n.inputs[0]).shape, in[0].strides},
+        k{DType::kF32, g.node(n.inputs[1]).shape, in[1].strides},
+        v{DType::kF32, g.node(n.inputs[2]).shape, in[2].strides},
+        dout{DType::kF32, g.node(n.inputs[3]).shape, in[3].strides};
     AttentionShape grad_shape = as;
     grad_shape.grads_packed = concat >= 0;
-    lay.scratch = {std::max<int64_t>(attention_grad_kernels("tg_kernel", grad_shape, q, k, v, dout).scratch_floats, 1) * 4};
+    lay.scratch = {
+        std::max<int64_t>(attention_grad_kernels("tg_kernel", grad_shape, q, k, v, dout).scratch_floats, 1) *
+        4};
   }
   return lay;
 }
 
-bool CudaCapabilities::norm_affine(const ir::Graph& g, int32_t id) const { return g.node(id).shape.back() <= 16384; }
+bool CudaCapabilities::norm_affine(const ir::Graph& g, int32_t id) const {
+  return g.node(id).shape.back() <= 16384;
+}
 
 bool CudaCapabilities::norm_deferrable(const ir::Graph& g, int32_t id) const {
   static const bool off = env::equals(env::Switch::kCudaGemvNorm, "off");
@@ -236,7 +270,8 @@ int64_t norm_backward_blocks(int64_t rows, const DeviceInfo& info) {
   return std::min<int64_t>(kBlocksPerSm * info.sm_count, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
-std::vector<int64_t> CudaCapabilities::norm_backward_scratch(const ir::Graph& g, const passes::Step& st) const {
+std::vector<int64_t> CudaCapabilities::norm_backward_scratch(const ir::Graph& g,
+                                                             const passes::Step& st) const {
   const ir::Node& lg = g.node(st.node);
   const int64_t cols = lg.shape.back(), rows = lg.numel() / cols, blocks = norm_backward_blocks(rows, info_);
   return {(st.fused.dw >= 0 || st.fused.db >= 0 ? 2 * blocks * cols : 1) * 4};

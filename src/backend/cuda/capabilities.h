@@ -14,7 +14,9 @@ namespace tg::backend::cuda {
 /// Rows this long whose length is not a multiple of 64 are laid out 64-aligned apart (a
 /// vocabulary of 50257 in rows of 50304): the products reading and writing them then run on
 /// cuBLASLt's aligned kernels, much faster than its unaligned ones on GPT-2's head.
-inline int64_t padded_row(int64_t cols) { return cols >= 1024 && cols % 64 != 0 ? (cols + 63) / 64 * 64 : cols; }
+inline int64_t padded_row(int64_t cols) {
+  return cols >= 1024 && cols % 64 != 0 ? (cols + 63) / 64 * 64 : cols;
+}
 /// Strides of `shape` with its rows `ld` elements apart and everything else dense.
 std::vector<int64_t> row_padded_strides(const Shape& shape, int64_t ld);
 inline int64_t aligned(int64_t bytes) { return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign; }
@@ -23,15 +25,16 @@ inline int64_t aligned(int64_t bytes) { return (std::max<int64_t>(bytes, 1) + kA
 struct ProductPlan {
   Shape batch_shape;  // the output's batch axes
   int64_t batch = 1, m = 0, nn = 0, k = 0;
-  int64_t bm = 1, mm = 0;  // batch and rows of the product run (a shared weight folds the batch into the rows)
-  int64_t ld = 0;          // the output's row stride (padded_row for f32 unbatched)
-  MatOperand mats[2];      // the operands as the product reads them (after any copy or padding)
-  MatOperand unpadded[2];  // the same before TF32 padding (what a padded copy reads)
+  int64_t bm = 1,
+          mm = 0;      // batch and rows of the product run (a shared weight folds the batch into the rows)
+  int64_t ld = 0;      // the output's row stride (padded_row for f32 unbatched)
+  MatOperand mats[2];  // the operands as the product reads them (after any copy or padding)
+  MatOperand unpadded[2];             // the same before TF32 padding (what a padded copy reads)
   bool expand[2] = {false, false};    // read through a dense copy broadcast over the batch (scratch)
   bool pad_copy[2] = {false, false};  // TF32-padded through a zero-padded copy (scratch)
-  bool outer = false;  // k = 1: one elementwise kernel
-  bool gemv = false;   // skinny: gemv_kernel (which may normalise the rows and apply a GELU)
-  bool small = false;  // small_matmul_kernel
+  bool outer = false;                 // k = 1: one elementwise kernel
+  bool gemv = false;                  // skinny: gemv_kernel (which may normalise the rows and apply a GELU)
+  bool small = false;                 // small_matmul_kernel
   bool split = false;  // three TF32 products (split_product_wanted; two split operands in scratch)
   int64_t pm = 0, pn = 0, pk = 0;  // the cuBLASLt product's extents (padded for TF32)
   passes::ProductChoice choice;
@@ -48,7 +51,8 @@ AttentionShape attention_shape(const ir::Graph& g, int32_t id, const std::vector
 class CudaCapabilities final : public passes::Capabilities {
  public:
   CudaCapabilities(const DeviceInfo& info, const PrepareOptions& options) : info_(info), options_(options) {}
-  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index, const std::vector<int64_t>& strides) const override;
+  bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index,
+             const std::vector<int64_t>& strides) const override;
   bool batch_sinks() const override { return false; }
   size_t batch_operands() const override { return 500; }  // pointers under the classic 4 KB parameter limit
   int64_t alignment() const override { return kAlign; }
@@ -56,7 +60,8 @@ class CudaCapabilities final : public passes::Capabilities {
                             const std::vector<passes::Buffer>& buffers) const override;
   bool fuses_products() const override { return true; }
   passes::ProductChoice product(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
-                                const std::vector<passes::Buffer>& buffers, const passes::ProductCandidates& c) const override {
+                                const std::vector<passes::Buffer>& buffers,
+                                const passes::ProductCandidates& c) const override {
     return plan_product(g, id, in, buffers, c, info_, options_).choice;
   }
   bool norm_affine(const ir::Graph& g, int32_t id) const override;
@@ -66,7 +71,8 @@ class CudaCapabilities final : public passes::Capabilities {
   bool update_rows_in_place() const override { return true; }
 
  private:
-  passes::NodeLayout attention_layout(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in) const;
+  passes::NodeLayout attention_layout(const ir::Graph& g, int32_t id,
+                                      const std::vector<passes::Place>& in) const;
   DeviceInfo info_;
   PrepareOptions options_;
 };

@@ -11,12 +11,13 @@ namespace tg::backend::cuda {
 
 const char* op_expression(ir::Op op) {
   switch (op) {
+// clang-format off
 #define TG_UNARY(Name, str, dtypes, expr) case ir::Op::k##Name: return #expr;
 #define TG_BINARY(Name, str, dtypes, expr) case ir::Op::k##Name: return #expr;
 #define TG_COMPARE(Name, str, dtypes, expr) case ir::Op::k##Name: return #expr;
 #include "ir/ops.def"
-    default:
-      return "";
+      // clang-format on
+    default: return "";
   }
 }
 
@@ -27,13 +28,16 @@ std::string elementwise_kernel(ir::Op op, const std::string& name) {
   const bool binary = kind == ir::OpKind::kBinary;
   // `T` and the unqualified math functions resolve to CUDA's float overloads.
   return "typedef float T;\n"
-         "extern \"C\" __global__ void " + name +
-         "(const float* __restrict__ pa, const float* __restrict__ pb, float* __restrict__ out, long long n) {\n"
+         "extern \"C\" __global__ void " +
+         name +
+         "(const float* __restrict__ pa, const float* __restrict__ pb, float* __restrict__ out, long long n) "
+         "{\n"
          "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
          "  if (i >= n) return;\n"
          "  const T a = pa[i];\n" +
-         std::string(binary ? "  const T b = pb[i];\n" : "  (void)pb;\n") +
-         "  out[i] = (float)(" + op_expression(op) + ");\n"
+         std::string(binary ? "  const T b = pb[i];\n" : "  (void)pb;\n") + "  out[i] = (float)(" +
+         op_expression(op) +
+         ");\n"
          "}\n";
 }
 
@@ -117,13 +121,16 @@ GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
   if (group.kind != passes::KernelGroup::Kind::kElementwise) throw Error("[cuda] not an elementwise group");
   GroupPart part;
   part.inputs = group_inputs(graph, group);
-  if (input_strides.size() != part.inputs.size()) throw Error("[cuda] fused_group_kernel: one stride list per input needed");
+  if (input_strides.size() != part.inputs.size())
+    throw Error("[cuda] fused_group_kernel: one stride list per input needed");
   const Shape shape = graph.node(group.nodes.front()).shape;
   for (int32_t id : group.nodes)
-    if (graph.node(id).op == ir::Op::kSum) throw Error("[cuda] a group with reduction sinks needs fused_sinks_kernel");
+    if (graph.node(id).op == ir::Op::kSum)
+      throw Error("[cuda] a group with reduction sinks needs fused_sinks_kernel");
   auto value = [&](int32_t id) {
     const auto at = std::find(part.inputs.begin(), part.inputs.end(), id);
-    return at != part.inputs.end() ? "x" + std::to_string(at - part.inputs.begin()) : "v" + std::to_string(id);
+    return at != part.inputs.end() ? "x" + std::to_string(at - part.inputs.begin())
+                                   : "v" + std::to_string(id);
   };
   const NodeCode code = group_node_code(graph, group, value, "  ");
   std::ostringstream params;
@@ -136,13 +143,15 @@ GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
   // 32-bit index arithmetic when every offset fits: broadcast and transposed inputs unravel
   // the index with constant divisions, a multiply-high each instead of a dozen instructions.
   const bool narrow = narrow_index(numel(shape), shape, input_strides);
-  src << "__device__ __forceinline__ void " << fn << "(" << part.params << (narrow ? "unsigned" : "long long") << " i) {\n";
+  src << "__device__ __forceinline__ void " << fn << "(" << part.params << (narrow ? "unsigned" : "long long")
+      << " i) {\n";
   for (size_t i = 0; i < part.inputs.size(); ++i)
     src << "  const " << storage_type(graph.node(part.inputs[i]).dtype) << " x" << i << " = in" << i << "["
         << strided_offset(shape, input_strides[i], "i", narrow ? "u" : "LL") << "];\n";
   src << code.body;
   // int32 results leave their functions as W32; storing them needs the int inside.
-  for (size_t o = 0; o < group.outputs.size(); ++o) src << "  out" << o << "[i] = " << value(group.outputs[o]) << ";\n";
+  for (size_t o = 0; o < group.outputs.size(); ++o)
+    src << "  out" << o << "[i] = " << value(group.outputs[o]) << ";\n";
   src << "}\n";
   part.functions = code.functions;
   part.body = src.str();
@@ -160,8 +169,10 @@ std::string part_arguments(const GroupPart& part, size_t outputs, const std::str
 std::string prefixed_params(const std::string& params, const std::string& prefix) {
   std::string out = params;
   for (const char* name : {"in", "out"}) {
-    const std::string from = std::string("__restrict__ ") + name, to = std::string("__restrict__ ") + prefix + name;
-    for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size())) out.replace(at, from.size(), to);
+    const std::string from = std::string("__restrict__ ") + name,
+                      to = std::string("__restrict__ ") + prefix + name;
+    for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size()))
+      out.replace(at, from.size(), to);
   }
   return out;
 }
@@ -169,7 +180,8 @@ std::string prefixed_params(const std::string& params, const std::string& prefix
 }  // namespace
 
 GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
-                               const std::vector<std::vector<int64_t>>& input_strides, const std::string& name) {
+                               const std::vector<std::vector<int64_t>>& input_strides,
+                               const std::string& name) {
   const GroupPart part = group_part(graph, group, input_strides, "part");
   GroupKernel k;
   k.name = name;
@@ -177,7 +189,8 @@ GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup
   // kGroupPerThread elements per thread, blockDim apart (each access still coalesced): one
   // element per thread keeps too few loads in flight to reach the memory bandwidth.
   const std::string per = std::to_string(kGroupPerThread);
-  k.source = std::string(kPrelude) + part.functions + part.body + "extern \"C\" __global__ void " + name + "(" + part.params +
+  k.source = std::string(kPrelude) + part.functions + part.body + "extern \"C\" __global__ void " + name +
+             "(" + part.params +
              "long long n) {\n  const long long base = (long long)blockIdx.x * blockDim.x * " + per +
              " + threadIdx.x;\n#pragma unroll\n  for (int k = 0; k < " + per +
              "; ++k) {\n    const long long i = base + (long long)k * blockDim.x;\n    if (i < n) part(" +
@@ -188,11 +201,13 @@ GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup
 void fused_group_launch(Launch& l, int64_t n) {
   constexpr int64_t kThreads = 256;
   l.block[0] = static_cast<unsigned>(kThreads);
-  l.grid[0] = static_cast<unsigned>(std::max<int64_t>(1, (n + kThreads * kGroupPerThread - 1) / (kThreads * kGroupPerThread)));
+  l.grid[0] = static_cast<unsigned>(
+      std::max<int64_t>(1, (n + kThreads * kGroupPerThread - 1) / (kThreads * kGroupPerThread)));
 }
 
 Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const passes::KernelGroup*>& groups,
-                             const std::vector<std::vector<std::vector<int64_t>>>& input_strides, const std::string& name) {
+                             const std::vector<std::vector<std::vector<int64_t>>>& input_strides,
+                             const std::string& name) {
   constexpr int64_t kThreads = 256;
   std::string functions, bodies, params, dispatch;
   int64_t first_block = 0;
@@ -205,15 +220,16 @@ Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const pas
     const int64_t n = graph.node(groups[p]->nodes.front()).numel();
     const int64_t blocks = std::max<int64_t>(1, (n + kThreads - 1) / kThreads);
     dispatch += "  if (b < " + std::to_string(first_block + blocks) + "LL) {\n    const long long i = (b - " +
-                std::to_string(first_block) + "LL) * " + std::to_string(kThreads) + "LL + threadIdx.x;\n    if (i < " +
-                std::to_string(n) + "LL) " + fn + "(" + part_arguments(part, groups[p]->outputs.size(), prefix) + "i);\n    return;\n  }\n";
+                std::to_string(first_block) + "LL) * " + std::to_string(kThreads) +
+                "LL + threadIdx.x;\n    if (i < " + std::to_string(n) + "LL) " + fn + "(" +
+                part_arguments(part, groups[p]->outputs.size(), prefix) + "i);\n    return;\n  }\n";
     first_block += blocks;
   }
   params.resize(params.size() - 2);  // the last ", "
   Launch l;
   l.name = name;
-  l.source = std::string(kPrelude) + functions + bodies + "extern \"C\" __global__ void " + name + "(" + params +
-             ") {\n  const long long b = blockIdx.x;\n" + dispatch + "}\n";
+  l.source = std::string(kPrelude) + functions + bodies + "extern \"C\" __global__ void " + name + "(" +
+             params + ") {\n  const long long b = blockIdx.x;\n" + dispatch + "}\n";
   l.block[0] = static_cast<unsigned>(kThreads);
   l.grid[0] = static_cast<unsigned>(first_block);
   return l;
@@ -246,9 +262,11 @@ NodeCode group_node_code(const ir::Graph& graph, const passes::KernelGroup& grou
       fns << "__device__ __forceinline__ " << storage_type(n.dtype) << " f" << id << "(" << st << " ra"
           << (binary ? ", " + st + " rb" : "") << ") {\n  typedef " << ct << " T;\n  const T a = T(ra);\n"
           << (binary ? "  const T b = T(rb);\n" : "") << "  return (" << storage_type(n.dtype) << ")("
-          << (kind == ir::OpKind::kCompare ? std::string(op_expression(n.op)) : "(" + std::string(op_expression(n.op)) + ")")
+          << (kind == ir::OpKind::kCompare ? std::string(op_expression(n.op))
+                                           : "(" + std::string(op_expression(n.op)) + ")")
           << ");\n}\n";
-      expr = "f" + std::to_string(id) + "(" + value(n.inputs[0]) + (binary ? ", " + value(n.inputs[1]) : "") + ")";
+      expr = "f" + std::to_string(id) + "(" + value(n.inputs[0]) + (binary ? ", " + value(n.inputs[1]) : "") +
+             ")";
     }
     body << indent << "const " << storage_type(n.dtype) << " v" << id << " = " << expr << ";\n";
   }
@@ -264,9 +282,12 @@ std::string strided_offset(const Shape& shape, const std::vector<int64_t>& strid
   std::string offset;
   for (size_t d = shape.size(); d-- > 0;) {
     if (shape[d] != 1 && strides[d] != 0) {
-      std::string coord = dense == 1 ? "(" + i + ")" : "((" + i + ") / " + std::to_string(dense) + suffix + ")";
-      if (dense * shape[d] < numel(shape)) coord = "(" + coord + " % " + std::to_string(shape[d]) + suffix + ")";
-      offset += (offset.empty() ? "" : " + ") + coord + (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]) + suffix);
+      std::string coord =
+          dense == 1 ? "(" + i + ")" : "((" + i + ") / " + std::to_string(dense) + suffix + ")";
+      if (dense * shape[d] < numel(shape))
+        coord = "(" + coord + " % " + std::to_string(shape[d]) + suffix + ")";
+      offset += (offset.empty() ? "" : " + ") + coord +
+                (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]) + suffix);
     }
     dense *= shape[d];
   }
@@ -300,7 +321,8 @@ namespace {
 std::string kernel_head(const std::string& name, const std::string& params, int64_t n, bool narrow = false) {
   const std::string idx = narrow ? "unsigned" : "long long";
   return "extern \"C\" __global__ void " + name + "(" + params + ") {\n" + "  const " + idx + " i = (" + idx +
-         ")blockIdx.x * blockDim.x + threadIdx.x;\n" + "  if (i >= " + std::to_string(n) + (narrow ? "u" : "LL") + ") return;\n";
+         ")blockIdx.x * blockDim.x + threadIdx.x;\n" + "  if (i >= " + std::to_string(n) +
+         (narrow ? "u" : "LL") + ") return;\n";
 }
 
 // A kernel out[i] = value(i) for the n elements of a dense output of type t, `value` being the
@@ -309,8 +331,8 @@ std::string kernel_head(const std::string& name, const std::string& params, int6
 // writes four consecutive elements, one 16-byte store when `out` is aligned: a quarter of the
 // blocks and of the store instructions (one element per thread keeps too few stores in flight
 // to reach the memory bandwidth).
-Launch per_element_kernel(const std::string& name, const std::string& params, const std::string& t, int64_t n, bool narrow,
-                          const std::string& value_body) {
+Launch per_element_kernel(const std::string& name, const std::string& params, const std::string& t, int64_t n,
+                          bool narrow, const std::string& value_body) {
   const bool vec = (t == "float" || t == "int") && n % 4 == 0;
   const std::string idx = narrow ? "unsigned" : "long long", sfx = narrow ? "u" : "LL";
   std::string s = "extern \"C\" __global__ void " + name + "(" + params + ") {\n  typedef " + idx + " IDX;\n";
@@ -322,7 +344,8 @@ Launch per_element_kernel(const std::string& name, const std::string& params, co
     s += "  const " + t + " a = value(i), b = value(i + 1), c = value(i + 2), d = value(i + 3);\n";
     s += "  if ((reinterpret_cast<unsigned long long>(out) & 15) == 0) {\n";
     s += "    *reinterpret_cast<" + t4 + "*>(out + i) = make_" + t4 + "(a, b, c, d);\n";
-    s += "  } else {\n    out[i] = a;\n    out[i + 1] = b;\n    out[i + 2] = c;\n    out[i + 3] = d;\n  }\n}\n";
+    s += "  } else {\n    out[i] = a;\n    out[i + 1] = b;\n    out[i + 2] = c;\n    out[i + 3] = d;\n  "
+         "}\n}\n";
   } else {
     s += "  if (q >= " + std::to_string(n) + sfx + ") return;\n  out[q] = value(q);\n}\n";
   }
@@ -338,43 +361,49 @@ Launch per_element_kernel(const std::string& name, const std::string& params, co
 Launch copy_kernel(const std::string& name, const Operand& in) {
   const std::string t = storage_type(in.dtype);
   const bool narrow = narrow_index(numel(in.shape), in.shape, {in.strides});
-  return per_element_kernel(name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", t, numel(in.shape), narrow,
-                            "    return in[" + strided_offset(in.shape, in.strides, "i", narrow ? "u" : "LL") + "];\n");
+  return per_element_kernel(
+      name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", t, numel(in.shape), narrow,
+      "    return in[" + strided_offset(in.shape, in.strides, "i", narrow ? "u" : "LL") + "];\n");
 }
 
-Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
-                       int64_t cols_p, bool col_major) {
+Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                       int64_t rows_p, int64_t cols_p, bool col_major) {
   auto c = [](int64_t x) { return std::to_string(x) + "LL"; };
   Launch l;
   l.name = name;
   l.source = kernel_head(name, "const float* __restrict__ in, float* __restrict__ out", rows_p * cols_p) +
              (col_major ? "  const long long r = i % " + c(rows_p) + ", c = i / " + c(rows_p) + ";\n"
                         : "  const long long r = i / " + c(cols_p) + ", c = i % " + c(cols_p) + ";\n") +
-             "  out[i] = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " + c(cs) + "] : 0.0f;\n}\n";
+             "  out[i] = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " + c(cs) +
+             "] : 0.0f;\n}\n";
   elementwise_launch(l, rows_p * cols_p);
   return l;
 }
 
-Launch split_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
-                         int64_t cols_p, bool col_major, int k_axis, bool lo_first) {
+Launch split_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                         int64_t rows_p, int64_t cols_p, bool col_major, int k_axis, bool lo_first) {
   auto c = [](int64_t x) { return std::to_string(x) + "LL"; };
   // Position of (r, c) in half h of the stacked buffer, in its orientation.
   const std::string R = c(rows_p), C = c(cols_p);
   auto at = [&](const std::string& h) {
-    if (!col_major) return k_axis == 1 ? "r * 2 * " + C + " + " + h + " * " + C + " + c" : "(" + h + " * " + R + " + r) * " + C + " + c";
-    return k_axis == 1 ? "(" + h + " * " + C + " + c) * " + R + " + r" : "c * 2 * " + R + " + " + h + " * " + R + " + r";
+    if (!col_major)
+      return k_axis == 1 ? "r * 2 * " + C + " + " + h + " * " + C + " + c"
+                         : "(" + h + " * " + R + " + r) * " + C + " + c";
+    return k_axis == 1 ? "(" + h + " * " + C + " + c) * " + R + " + r"
+                       : "c * 2 * " + R + " + " + h + " * " + R + " + r";
   };
   Launch l;
   l.name = name;
   l.source = kernel_head(name, "const float* __restrict__ in, float* __restrict__ out", rows_p * cols_p) +
              (col_major ? "  const long long r = i % " + R + ", c = i / " + R + ";\n"
                         : "  const long long r = i / " + C + ", c = i % " + C + ";\n") +
-             "  const float x = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " + c(cs) + "] : 0.0f;\n" +
+             "  const float x = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " +
+             c(cs) + "] : 0.0f;\n" +
              "  unsigned hi, lo;\n"
              "  asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(hi) : \"f\"(x));\n"
              "  asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(lo) : \"f\"(x - __uint_as_float(hi)));\n" +
-             "  out[" + at(lo_first ? "1" : "0") + "] = __uint_as_float(hi);\n" +
-             "  out[" + at(lo_first ? "0" : "1") + "] = __uint_as_float(lo);\n}\n";
+             "  out[" + at(lo_first ? "1" : "0") + "] = __uint_as_float(hi);\n" + "  out[" +
+             at(lo_first ? "0" : "1") + "] = __uint_as_float(lo);\n}\n";
   elementwise_launch(l, rows_p * cols_p);
   return l;
 }
@@ -385,34 +414,41 @@ Launch product_kernel(const std::string& name, const Shape& shape, const std::ve
   l.name = name;
   const bool narrow = narrow_index(numel(shape), shape, {a_strides, b_strides});
   const char* sfx = narrow ? "u" : "LL";
-  l.source = kernel_head(name, "const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out", numel(shape), narrow) +
-             "  out[i] = a[" + strided_offset(shape, a_strides, "i", sfx) + "] * b[" + strided_offset(shape, b_strides, "i", sfx) + "];\n}\n";
+  l.source =
+      kernel_head(name, "const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out",
+                  numel(shape), narrow) +
+      "  out[i] = a[" + strided_offset(shape, a_strides, "i", sfx) + "] * b[" +
+      strided_offset(shape, b_strides, "i", sfx) + "];\n}\n";
   elementwise_launch(l, numel(shape));
   return l;
 }
 
-Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape, int axis) {
+Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape,
+                     int axis) {
   const std::string t = storage_type(ins.at(0).dtype);
   const auto ax = static_cast<size_t>(axis);
   int64_t inner = 1;
   for (size_t d = ax + 1; d < out_shape.size(); ++d) inner *= out_shape[d];
   std::string params;
-  for (size_t k = 0; k < ins.size(); ++k) params += "const " + t + "* __restrict__ in" + std::to_string(k) + ", ";
+  for (size_t k = 0; k < ins.size(); ++k)
+    params += "const " + t + "* __restrict__ in" + std::to_string(k) + ", ";
   params += t + "* __restrict__ out";
   // Every input's offsets stay below its own size, which the output's extent bounds.
   const bool narrow = narrow_index(numel(out_shape), out_shape, {}) &&
-                      std::all_of(ins.begin(), ins.end(), [](const Operand& o) { return narrow_index(numel(o.shape), o.shape, {o.strides}); });
+                      std::all_of(ins.begin(), ins.end(), [](const Operand& o) {
+                        return narrow_index(numel(o.shape), o.shape, {o.strides});
+                      });
   const std::string sfx = narrow ? "u" : "LL";
   std::ostringstream body;
   // The coordinate along the axis picks the input; the flat index within that input keeps the
   // outer and inner coordinates and shifts the axis one.
-  body << "    const IDX outer = i / " << inner * out_shape[ax] << sfx << ", c = (i / " << inner << sfx << ") % " << out_shape[ax]
-       << sfx << ", inner = i % " << inner << sfx << ";\n";
+  body << "    const IDX outer = i / " << inner * out_shape[ax] << sfx << ", c = (i / " << inner << sfx
+       << ") % " << out_shape[ax] << sfx << ", inner = i % " << inner << sfx << ";\n";
   int64_t start = 0;
   for (size_t k = 0; k < ins.size(); ++k) {
     const int64_t len = ins[k].shape[ax];
-    body << "    if (c < " << start + len << sfx << ") {\n      const IDX j = (outer * " << len << sfx << " + (c - " << start << sfx
-         << ")) * " << inner << sfx << " + inner;\n      return in" << k << "["
+    body << "    if (c < " << start + len << sfx << ") {\n      const IDX j = (outer * " << len << sfx
+         << " + (c - " << start << sfx << ")) * " << inner << sfx << " + inner;\n      return in" << k << "["
          << strided_offset(ins[k].shape, ins[k].strides, "j", sfx.c_str()) << "];\n    }\n";
     start += len;
   }
@@ -420,25 +456,27 @@ Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, c
   return per_element_kernel(name, params, t, numel(out_shape), narrow, body.str());
 }
 
-Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis, int64_t start,
-                      int64_t step) {
+Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis,
+                      int64_t start, int64_t step) {
   const std::string t = storage_type(in.dtype);
   const auto ax = static_cast<size_t>(axis);
   int64_t inner = 1;
   for (size_t d = ax + 1; d < out_shape.size(); ++d) inner *= out_shape[d];
   const int64_t count = in.shape[ax];
-  const bool narrow = narrow_index(numel(out_shape), out_shape, {}) && narrow_index(numel(in.shape), in.shape, {in.strides});
+  const bool narrow =
+      narrow_index(numel(out_shape), out_shape, {}) && narrow_index(numel(in.shape), in.shape, {in.strides});
   const std::string sfx = narrow ? "u" : "LL";
   std::ostringstream body;
-  body << "    const IDX outer = i / " << inner * out_shape[ax] << sfx << ", c = (i / " << inner << sfx << ") % " << out_shape[ax]
-       << sfx << ", inner = i % " << inner << sfx << ";\n"
-       << "    if (" << (start > 0 ? "c < " + std::to_string(start) + sfx + " || " : "") << "(c - " << start << sfx << ") % " << step
-       << sfx << " != 0 || (c - " << start << sfx << ") / " << step << sfx << " >= " << count << sfx << ") return (" << t << ")0;\n"
-       << "    const IDX j = (outer * " << count << sfx << " + (c - " << start << sfx << ") / " << step << sfx << ") * " << inner << sfx
-       << " + inner;\n"
+  body << "    const IDX outer = i / " << inner * out_shape[ax] << sfx << ", c = (i / " << inner << sfx
+       << ") % " << out_shape[ax] << sfx << ", inner = i % " << inner << sfx << ";\n"
+       << "    if (" << (start > 0 ? "c < " + std::to_string(start) + sfx + " || " : "") << "(c - " << start
+       << sfx << ") % " << step << sfx << " != 0 || (c - " << start << sfx << ") / " << step << sfx
+       << " >= " << count << sfx << ") return (" << t << ")0;\n"
+       << "    const IDX j = (outer * " << count << sfx << " + (c - " << start << sfx << ") / " << step << sfx
+       << ") * " << inner << sfx << " + inner;\n"
        << "    return in[" << strided_offset(in.shape, in.strides, "j", sfx.c_str()) << "];\n";
-  return per_element_kernel(name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", t, numel(out_shape), narrow,
-                            body.str());
+  return per_element_kernel(name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", t,
+                            numel(out_shape), narrow, body.str());
 }
 
 }  // namespace tg::backend::cuda

@@ -32,13 +32,15 @@ struct GroupKernel {
 };
 constexpr int64_t kGroupPerThread = 4;  // elements each thread of fused_group_kernel computes
 GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
-                               const std::vector<std::vector<int64_t>>& input_strides, const std::string& name);
+                               const std::vector<std::vector<int64_t>>& input_strides,
+                               const std::string& name);
 /// Several independent elementwise groups in one launch (horizontal fusion: e.g. the
 /// optimizer's update of every parameter): block ranges are assigned to the groups in order,
 /// each block running one group's elements. Params: each group's inputs then outputs, group
 /// after group (no `n`).
 Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const passes::KernelGroup*>& groups,
-                             const std::vector<std::vector<std::vector<int64_t>>>& input_strides, const std::string& name);
+                             const std::vector<std::vector<std::vector<int64_t>>>& input_strides,
+                             const std::string& name);
 /// The external inputs of a group, in the order fused_group_kernel takes them.
 std::vector<int32_t> group_inputs(const ir::Graph& graph, const passes::KernelGroup& group);
 
@@ -70,25 +72,26 @@ Launch copy_kernel(const std::string& name, const Operand& in);
 /// A matrix operand [rows, cols] (element strides rs, cs) copied into a dense [rows_p, cols_p]
 /// buffer, row-major or (col_major) column-major, with zeros in the padding: a product operand
 /// padded to aligned extents.
-Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
-                       int64_t cols_p, bool col_major);
+Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                       int64_t rows_p, int64_t cols_p, bool col_major);
 /// The operand of an fp32 product split for three TF32 products (emit_products.cc): each
 /// element x of the [rows, cols] operand (strides rs, cs), zero-padded to [rows_p, cols_p], is
 /// written as hi = x rounded to TF32 and lo = (x − hi) rounded to TF32 (x − hi is exact in
 /// f32), the two halves stacked along `k_axis` (0: rows, 1: cols) into one dense buffer, row-
 /// or (col_major) column-major; `lo_first` puts lo in the first half. Params: (in, out).
-Launch split_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t rows_p,
-                         int64_t cols_p, bool col_major, int k_axis, bool lo_first);
+Launch split_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                         int64_t rows_p, int64_t cols_p, bool col_major, int k_axis, bool lo_first);
 /// out (dense over shape) = a · b elementwise, both f32 read through strides over `shape`
 /// (0 = broadcast): a product over k = 1. Params: (const float* a, const float* b, float* out).
 Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,
                       const std::vector<int64_t>& b_strides);
 /// out (dense, out_shape) = the inputs joined along `axis`. Params: (in0, …, in(k−1), out).
-Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape, int axis);
+Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape,
+                     int axis);
 /// Slice's adjoint: zeros of out_shape with `in` at positions start, start+step, … along axis.
 /// Params: (const T* in, T* out).
-Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis, int64_t start,
-                      int64_t step);
+Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis,
+                      int64_t start, int64_t step);
 /// One thread per element for `n` elements: the 1-D launch every elementwise kernel uses.
 void elementwise_launch(Launch& l, int64_t n);
 /// The launch of a fused_group_kernel over `n` elements (kGroupPerThread per thread).

@@ -21,14 +21,15 @@ namespace {
 
 using Status = int;
 using Handle = void*;
-constexpr int kR32F = 0;                               // CUDA_R_32F
-constexpr int kCompute32F = 68, kCompute32FTf32 = 77, kCompute32FBf16x9 = 78;  // CUBLAS_COMPUTE_32F(_FAST_TF32, _EMULATED_16BFX9)
+constexpr int kR32F = 0;  // CUDA_R_32F
+constexpr int kCompute32F = 68, kCompute32FTf32 = 77,
+              kCompute32FBf16x9 = 78;  // CUBLAS_COMPUTE_32F(_FAST_TF32, _EMULATED_16BFX9)
 constexpr int kOpN = 0, kOpT = 1;
 constexpr int kDescTransA = 3, kDescTransB = 4;  // CUBLASLT_MATMUL_DESC_TRANSA/B
 constexpr int kLayoutBatchCount = 5, kLayoutBatchStride = 6;
 constexpr int kPrefMaxWorkspace = 1;
 constexpr int kDescEpilogue = 7, kDescBiasPointer = 8;  // CUBLASLT_MATMUL_DESC_EPILOGUE / _BIAS_POINTER
-constexpr uint32_t kEpilogueBias = 4;                    // CUBLASLT_EPILOGUE_BIAS
+constexpr uint32_t kEpilogueBias = 4;                   // CUBLASLT_EPILOGUE_BIAS
 
 struct HeuristicResult {  // cublasLtMatmulHeuristicResult_t
   uint64_t algo[8];
@@ -50,8 +51,8 @@ struct Lt {
   Status (*pref_destroy)(void*);
   Status (*pref_set)(void*, int, const void*, size_t);
   Status (*heuristic)(Handle, void*, void*, void*, void*, void*, void*, int, HeuristicResult*, int*);
-  Status (*matmul)(Handle, void*, const void*, const void*, void*, const void*, void*, const void*, const void*, void*,
-                   void*, void*, const void*, void*, size_t, CUstream);
+  Status (*matmul)(Handle, void*, const void*, const void*, void*, const void*, void*, const void*,
+                   const void*, void*, void*, void*, const void*, void*, size_t, CUstream);
   Handle handle = nullptr;
   std::string error;
 };
@@ -101,7 +102,8 @@ const Lt& lt_checked() {
 }
 
 void ok(Status s, const char* what) {
-  if (s != 0) throw DeviceError(std::string("[cuda] ") + what + " failed with cuBLAS status " + std::to_string(s));
+  if (s != 0)
+    throw DeviceError(std::string("[cuda] ") + what + " failed with cuBLAS status " + std::to_string(s));
 }
 
 /// The column-major view of the transpose of row-major `op`: (rows, cols, ld) of the layout
@@ -112,7 +114,8 @@ struct ColMajor {
 };
 ColMajor transposed_view(const MatOperand& x) {
   // Row-major x[r][c] with unit column stride is column-major xᵀ (c × r, ld = row stride).
-  if (x.col_stride == 1 || x.cols == 1) return {x.cols, x.rows, std::max<int64_t>(x.row_stride, x.cols), kOpN};
+  if (x.col_stride == 1 || x.cols == 1)
+    return {x.cols, x.rows, std::max<int64_t>(x.row_stride, x.cols), kOpN};
   // Unit row stride: x itself is column-major (r × c, ld = column stride); op T gives xᵀ.
   return {x.rows, x.cols, std::max<int64_t>(x.col_stride, x.rows), kOpT};
 }
@@ -132,7 +135,9 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
     : flops_(2 * batch * m * n * k), bias_(with_bias) {
   const Lt& l = lt_checked();
   if (!lt_readable(a) || !lt_readable(b)) throw Error("[cuda] matmul operand layout cuBLASLt cannot read");
-  const int compute = mode == MathMode::kTf32 ? kCompute32FTf32 : mode == MathMode::kBf16x9 ? kCompute32FBf16x9 : kCompute32F;
+  const int compute = mode == MathMode::kTf32     ? kCompute32FTf32
+                      : mode == MathMode::kBf16x9 ? kCompute32FBf16x9
+                                                  : kCompute32F;
   ok(l.desc_create(&desc_, compute, kR32F), "cublasLtMatmulDescCreate");
   // Cᵀ (n × m) = bᵀ (n × k) · aᵀ (k × m).
   const ColMajor lb = transposed_view(b), la = transposed_view(a);
@@ -140,22 +145,29 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
   ok(l.desc_set(desc_, kDescTransB, &la.op, sizeof(int)), "cublasLtMatmulDescSetAttribute");
   if (with_bias) {
     // Column-major D is n × m: a bias of n entries, one per row of D = per column of ours.
-    ok(l.desc_set(desc_, kDescEpilogue, &kEpilogueBias, sizeof(kEpilogueBias)), "cublasLtMatmulDescSetAttribute");
+    ok(l.desc_set(desc_, kDescEpilogue, &kEpilogueBias, sizeof(kEpilogueBias)),
+       "cublasLtMatmulDescSetAttribute");
     const void* placeholder = reinterpret_cast<const void*>(uintptr_t{256});
-    ok(l.desc_set(desc_, kDescBiasPointer, &placeholder, sizeof(placeholder)), "cublasLtMatmulDescSetAttribute");
+    ok(l.desc_set(desc_, kDescBiasPointer, &placeholder, sizeof(placeholder)),
+       "cublasLtMatmulDescSetAttribute");
   }
-  ok(l.layout_create(&layout_[0], kR32F, static_cast<uint64_t>(lb.rows), static_cast<uint64_t>(lb.cols), lb.ld),
+  ok(l.layout_create(&layout_[0], kR32F, static_cast<uint64_t>(lb.rows), static_cast<uint64_t>(lb.cols),
+                     lb.ld),
      "cublasLtMatrixLayoutCreate");
-  ok(l.layout_create(&layout_[1], kR32F, static_cast<uint64_t>(la.rows), static_cast<uint64_t>(la.cols), la.ld),
+  ok(l.layout_create(&layout_[1], kR32F, static_cast<uint64_t>(la.rows), static_cast<uint64_t>(la.cols),
+                     la.ld),
      "cublasLtMatrixLayoutCreate");
   const int64_t ldc = out_row_stride > 0 ? out_row_stride : n;
-  ok(l.layout_create(&layout_[2], kR32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldc), "cublasLtMatrixLayoutCreate");
+  ok(l.layout_create(&layout_[2], kR32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldc),
+     "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
     const int64_t strides[3] = {b.batch_stride, a.batch_stride, m * ldc};
     for (int i = 0; i < 3; ++i) {
-      ok(l.layout_set(layout_[i], kLayoutBatchCount, &count, sizeof(count)), "cublasLtMatrixLayoutSetAttribute");
-      ok(l.layout_set(layout_[i], kLayoutBatchStride, &strides[i], sizeof(int64_t)), "cublasLtMatrixLayoutSetAttribute");
+      ok(l.layout_set(layout_[i], kLayoutBatchCount, &count, sizeof(count)),
+         "cublasLtMatrixLayoutSetAttribute");
+      ok(l.layout_set(layout_[i], kLayoutBatchStride, &strides[i], sizeof(int64_t)),
+         "cublasLtMatrixLayoutSetAttribute");
     }
   }
   void* pref = nullptr;
@@ -165,7 +177,8 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
   constexpr int kCandidates = 16;
   HeuristicResult results[kCandidates] = {};
   int found = 0;
-  const Status s = l.heuristic(l.handle, desc_, layout_[0], layout_[1], layout_[2], layout_[2], pref, kCandidates, results, &found);
+  const Status s = l.heuristic(l.handle, desc_, layout_[0], layout_[1], layout_[2], layout_[2], pref,
+                               kCandidates, results, &found);
   l.pref_destroy(pref);
   if (s != 0 || found == 0)
     throw DeviceError("[cuda] cuBLASLt has no algorithm for the product [" + std::to_string(batch) + ", " +
@@ -180,9 +193,10 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
   }
   if (candidates_.empty()) throw DeviceError("[cuda] cuBLASLt returned no usable algorithm");
   workspace_ = candidates_[0].workspace;
-  key_ = std::to_string(batch) + "," + std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) + "," +
-         std::to_string(a.row_stride) + "," + std::to_string(a.col_stride) + "," + std::to_string(a.batch_stride) + "," +
-         std::to_string(b.row_stride) + "," + std::to_string(b.col_stride) + "," + std::to_string(b.batch_stride) + "," +
+  key_ = std::to_string(batch) + "," + std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
+         "," + std::to_string(a.row_stride) + "," + std::to_string(a.col_stride) + "," +
+         std::to_string(a.batch_stride) + "," + std::to_string(b.row_stride) + "," +
+         std::to_string(b.col_stride) + "," + std::to_string(b.batch_stride) + "," +
          std::to_string(static_cast<int>(mode)) + "," + std::to_string(ldc) + "," + std::to_string(with_bias);
 }
 
@@ -201,9 +215,10 @@ void LtMatmul::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr wo
     ok(l.desc_set(desc_, kDescBiasPointer, &p, sizeof(p)), "cublasLtMatmulDescSetAttribute");
   }
   const float one = 1.0f;
-  ok(l.matmul(l.handle, desc_, &one, reinterpret_cast<const void*>(b), layout_[0], reinterpret_cast<const void*>(a),
-              layout_[1], &beta, reinterpret_cast<const void*>(c ? c : out), layout_[2], reinterpret_cast<void*>(out), layout_[2],
-              candidates_[chosen_].algo, reinterpret_cast<void*>(workspace), workspace_, stream),
+  ok(l.matmul(l.handle, desc_, &one, reinterpret_cast<const void*>(b), layout_[0],
+              reinterpret_cast<const void*>(a), layout_[1], &beta, reinterpret_cast<const void*>(c ? c : out),
+              layout_[2], reinterpret_cast<void*>(out), layout_[2], candidates_[chosen_].algo,
+              reinterpret_cast<void*>(workspace), workspace_, stream),
      "cublasLtMatmul");
 }
 
@@ -246,7 +261,8 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     if (auto it = tuned.find(key); it != tuned.end() && it->second < candidates_.size()) {
       chosen_ = it->second;
       workspace_ = candidates_[chosen_].workspace;
-      if (env::is_set(env::Switch::kCudaTuneTrace)) std::fprintf(stderr, "[tune] %s loaded %zu\n", key.c_str(), chosen_);
+      if (env::is_set(env::Switch::kCudaTuneTrace))
+        std::fprintf(stderr, "[tune] %s loaded %zu\n", key.c_str(), chosen_);
       return;
     }
   }
@@ -254,9 +270,10 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
   // first four: its later picks are rarely the fastest on large products, and each costs up to
   // milliseconds of compilation.
   constexpr int64_t kTuneAllBelowFlops = int64_t{8} << 30;
-  const size_t timed = policy == "off"                                    ? 1
-                       : policy == "all" || flops_ < kTuneAllBelowFlops ? candidates_.size()
-                                                                          : std::min<size_t>(candidates_.size(), 4);
+  const size_t timed = policy == "off" ? 1
+                       : policy == "all" || flops_ < kTuneAllBelowFlops
+                           ? candidates_.size()
+                           : std::min<size_t>(candidates_.size(), 4);
   if (timed > 1) {
     const Driver& d = driver();
     CUevent start = nullptr, stop = nullptr;
@@ -286,7 +303,8 @@ void LtMatmul::tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr w
     workspace_ = candidates_[chosen_].workspace;
   }
   std::lock_guard<std::mutex> lock(mutex);
-  if (env::is_set(env::Switch::kCudaTuneTrace)) std::fprintf(stderr, "[tune] %s timed %zu of %zu\n", key.c_str(), chosen_, timed);
+  if (env::is_set(env::Switch::kCudaTuneTrace))
+    std::fprintf(stderr, "[tune] %s timed %zu of %zu\n", key.c_str(), chosen_, timed);
   tuned[key] = chosen_;
   if (timed > 1 && !file.empty()) {  // a best-effort cache: a failed write only costs a re-tune
     std::error_code ec;

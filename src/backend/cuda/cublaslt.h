@@ -34,20 +34,20 @@ enum class MathMode { kFp32, kTf32, kBf16x9 };
 /// the heuristic's algorithm), then run any number of times, also under stream capture.
 class LtMatmul {
  public:
-  LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b, MathMode mode,
-           size_t workspace_bytes, bool with_bias = false, int64_t out_row_stride = 0);
+  LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
+           MathMode mode, size_t workspace_bytes, bool with_bias = false, int64_t out_row_stride = 0);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
   /// bias (0 = none): a length-n vector added to every row of the result (the epilogue of
   /// LtMatmul(…, with_bias = true)). beta ≠ 0 adds beta times c's contents (c = 0: out's own),
   /// laid out as out: out = a·b + beta·c [+ bias].
-  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream, CUdeviceptr bias = 0,
-           float beta = 0, CUdeviceptr c = 0) const;
+  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream,
+           CUdeviceptr bias = 0, float beta = 0, CUdeviceptr c = 0) const;
   /// Times the heuristic's candidate algorithms on these buffers (their contents do not
   /// matter) and keeps the fastest. Products of the same layout are tuned once per process.
-  void tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream, CUdeviceptr bias = 0,
-            float beta = 0, CUdeviceptr c = 0);
+  void tune(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace, CUstream stream,
+            CUdeviceptr bias = 0, float beta = 0, CUdeviceptr c = 0);
   /// The workspace the chosen algorithm needs (≤ the workspace_bytes it was planned with).
   size_t workspace() const { return workspace_; }
   /// The heuristic's candidates (best first) and the one run() uses: for benchmarks that time them.
@@ -66,7 +66,7 @@ class LtMatmul {
   };
   std::vector<Candidate> candidates_;  // best first, as the heuristic ranks them
   size_t chosen_ = 0;
-  std::string key_;                    // the layout, for the per-process tuning cache
+  std::string key_;  // the layout, for the per-process tuning cache
   size_t workspace_ = 0;
   int64_t flops_ = 0;
   bool bias_ = false;

@@ -25,7 +25,8 @@ class CudaBackend final : public Backend {
     const cuda::Driver& d = cuda::driver();
     int least = 0, greatest = 0;
     cuda::check(d.cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange");
-    cuda::check(d.cuStreamCreateWithPriority(&ctx_->stream, kNonBlocking, greatest), "cuStreamCreateWithPriority");
+    cuda::check(d.cuStreamCreateWithPriority(&ctx_->stream, kNonBlocking, greatest),
+                "cuStreamCreateWithPriority");
     cuda::check(d.cuStreamCreateWithPriority(&ctx_->side, kNonBlocking, least), "cuStreamCreateWithPriority");
   }
   ~CudaBackend() override {
@@ -38,19 +39,23 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Buffer> allocate(DType dtype, int64_t numel) override {
     ctx_->make_current();
     auto b = std::make_unique<CudaBuffer>(dtype, numel);
-    cuda::check(cuda::driver().cuMemsetD8Async(b->mem.get(), 0, b->mem.bytes(), ctx_->stream), "cuMemsetD8Async");
+    cuda::check(cuda::driver().cuMemsetD8Async(b->mem.get(), 0, b->mem.bytes(), ctx_->stream),
+                "cuMemsetD8Async");
     sync();
     return b;
   }
   void upload(Buffer& buffer, const void* host) override {
     sync();  // a step in flight may still use the buffer
-    static_cast<CudaBuffer&>(buffer).mem.upload(host, static_cast<size_t>(buffer.numel() * dtype_size(buffer.dtype())));
+    static_cast<CudaBuffer&>(buffer).mem.upload(
+        host, static_cast<size_t>(buffer.numel() * dtype_size(buffer.dtype())));
   }
   void download(const Buffer& buffer, void* host) override {
     sync();
-    static_cast<const CudaBuffer&>(buffer).mem.download(host, static_cast<size_t>(buffer.numel() * dtype_size(buffer.dtype())));
+    static_cast<const CudaBuffer&>(buffer).mem.download(
+        host, static_cast<size_t>(buffer.numel() * dtype_size(buffer.dtype())));
   }
-  std::unique_ptr<Executable> prepare(const ir::Graph& graph, const Bindings& bindings, const PrepareOptions& options) override {
+  std::unique_ptr<Executable> prepare(const ir::Graph& graph, const Bindings& bindings,
+                                      const PrepareOptions& options) override {
     return std::make_unique<cuda::CudaExecutable>(ctx_, graph, bindings, options);
   }
 

@@ -106,8 +106,10 @@ const Loaded& loaded_driver() {
       return l;
     }
     const CUresult r = l.d.cuInit(0);
-    if (r == kNoDevice) l.error = "the CUDA driver found no GPU (cuInit: no device)";
-    else if (r != kSuccess) l.error = "cuInit failed with CUDA error " + std::to_string(r);
+    if (r == kNoDevice)
+      l.error = "the CUDA driver found no GPU (cuInit: no device)";
+    else if (r != kSuccess)
+      l.error = "cuInit failed with CUDA error " + std::to_string(r);
     return l;
   }();
   return loaded;
@@ -128,12 +130,12 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-
 std::string numbered(const std::string& source) {
   std::istringstream in(source);
   std::ostringstream out;
   std::string line;
-  for (int n = 1; std::getline(in, line); ++n) out << (n < 10 ? "   " : n < 100 ? "  " : n < 1000 ? " " : "") << n << "  " << line << "\n";
+  for (int n = 1; std::getline(in, line); ++n)
+    out << (n < 10 ? "   " : n < 100 ? "  " : n < 1000 ? " " : "") << n << "  " << line << "\n";
   return out.str();
 }
 
@@ -142,9 +144,12 @@ std::string numbered(const std::string& source) {
 std::filesystem::path cache_dir() {
   using env::Switch;
   if (env::is_set(Switch::kCudaCache))
-    return env::equals(Switch::kCudaCache, "off") ? std::filesystem::path() : std::filesystem::path(env::value(Switch::kCudaCache));
-  if (env::is_set(Switch::kXdgCacheHome)) return std::filesystem::path(env::value(Switch::kXdgCacheHome)) / "tensorgrad";
-  if (env::is_set(Switch::kHome)) return std::filesystem::path(env::value(Switch::kHome)) / ".cache" / "tensorgrad";
+    return env::equals(Switch::kCudaCache, "off") ? std::filesystem::path()
+                                                  : std::filesystem::path(env::value(Switch::kCudaCache));
+  if (env::is_set(Switch::kXdgCacheHome))
+    return std::filesystem::path(env::value(Switch::kXdgCacheHome)) / "tensorgrad";
+  if (env::is_set(Switch::kHome))
+    return std::filesystem::path(env::value(Switch::kHome)) / ".cache" / "tensorgrad";
   return {};
 }
 
@@ -166,7 +171,9 @@ const Nvrtc& nvrtc() {
     std::string tried;
     std::vector<std::string> names;
     if (env::is_set(env::Switch::kNvrtcLibrary)) names.push_back(env::value(env::Switch::kNvrtcLibrary));
-    for (const char* n : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so"}) names.push_back(n);
+    for (const char* n :
+         {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so"})
+      names.push_back(n);
     void* lib = open_first(names, tried);
     if (!lib) {
       error = "NVRTC not found (tried " + tried + "; set TG_NVRTC_LIBRARY to its path)";
@@ -196,9 +203,11 @@ std::string unavailable_reason(int index) {
   const Loaded& l = loaded_driver();
   if (!l.error.empty()) return l.error;
   int count = 0;
-  if (CUresult r = l.d.cuDeviceGetCount(&count); r != kSuccess) return "cuDeviceGetCount: " + driver_message(r);
+  if (CUresult r = l.d.cuDeviceGetCount(&count); r != kSuccess)
+    return "cuDeviceGetCount: " + driver_message(r);
   if (index < 0 || index >= count)
-    return "there is no cuda:" + std::to_string(index) + " (" + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " visible)";
+    return "there is no cuda:" + std::to_string(index) + " (" + std::to_string(count) + " GPU" +
+           (count == 1 ? "" : "s") + " visible)";
   try {
     nvrtc();
   } catch (const DeviceError& e) {
@@ -208,7 +217,8 @@ std::string unavailable_reason(int index) {
 }
 
 DeviceInfo open_device(int index) {
-  if (std::string why = unavailable_reason(index); !why.empty()) throw DeviceError("[cuda] device cuda:" + std::to_string(index) + " is unusable: " + why);
+  if (std::string why = unavailable_reason(index); !why.empty())
+    throw DeviceError("[cuda] device cuda:" + std::to_string(index) + " is unusable: " + why);
   const Driver& d = driver();
   DeviceInfo info;
   info.index = index;
@@ -242,27 +252,32 @@ DeviceInfo open_device(int index) {
   return info;
 }
 
-std::vector<char> compile_cubin(const std::string& source, const std::string& name, int sm_major, int sm_minor) {
+std::vector<char> compile_cubin(const std::string& source, const std::string& name, int sm_major,
+                                int sm_minor) {
   const Nvrtc& n = nvrtc();
   int major = 0, minor = 0;
   n.nvrtcVersion(&major, &minor);
   const std::string arch = "--gpu-architecture=sm_" + std::to_string(sm_major) + std::to_string(sm_minor);
   std::vector<std::string> options = {arch, "-std=c++17", "--fmad=true"};
-  if (env::is_set(env::Switch::kCudaLineinfo)) options.emplace_back("-lineinfo");  // profiling aid: SASS ↔ source lines in Nsight Compute
+  if (env::is_set(env::Switch::kCudaLineinfo))
+    options.emplace_back("-lineinfo");  // profiling aid: SASS ↔ source lines in Nsight Compute
   std::string key = source;
   for (const std::string& o : options) key += "\n//" + o;
   key += "\n//nvrtc " + std::to_string(major) + "." + std::to_string(minor);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(key)));
   const std::filesystem::path dir = cache_dir();
-  const std::filesystem::path file = dir.empty() ? std::filesystem::path() : dir / (std::string(hex) + ".cubin");
+  const std::filesystem::path file =
+      dir.empty() ? std::filesystem::path() : dir / (std::string(hex) + ".cubin");
   if (!file.empty()) {
     std::ifstream in(file, std::ios::binary);
     if (in) return std::vector<char>(std::istreambuf_iterator<char>(in), {});
   }
 
   nvrtcProgram prog = nullptr;
-  if (nvrtcResult r = n.nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr); r != 0)
+  if (nvrtcResult r =
+          n.nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
+      r != 0)
     throw DeviceError(std::string("[cuda] nvrtcCreateProgram: ") + n.nvrtcGetErrorString(r));
   std::vector<const char*> opts;
   for (const std::string& o : options) opts.push_back(o.c_str());
@@ -274,8 +289,9 @@ std::vector<char> compile_cubin(const std::string& source, const std::string& na
   while (!log.empty() && log.back() == '\0') log.pop_back();  // the size counts the terminator
   if (compiled != 0) {
     n.nvrtcDestroyProgram(&prog);
-    throw DeviceError("[cuda] NVRTC could not compile kernel '" + name + "' (" + n.nvrtcGetErrorString(compiled) + "):\n" + log +
-                      "\n--- generated source ---\n" + numbered(source));
+    throw DeviceError("[cuda] NVRTC could not compile kernel '" + name + "' (" +
+                      n.nvrtcGetErrorString(compiled) + "):\n" + log + "\n--- generated source ---\n" +
+                      numbered(source));
   }
   size_t size = 0;
   n.nvrtcGetCUBINSize(prog, &size);
@@ -285,7 +301,8 @@ std::vector<char> compile_cubin(const std::string& source, const std::string& na
   if (!file.empty()) {  // best effort: a cache that cannot be written is no error
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    const std::filesystem::path tmp = file.string() + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(&cubin));
+    const std::filesystem::path tmp =
+        file.string() + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(&cubin));
     {
       std::ofstream out(tmp, std::ios::binary);
       out.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));
@@ -296,7 +313,8 @@ std::vector<char> compile_cubin(const std::string& source, const std::string& na
   return cubin;
 }
 
-std::vector<std::vector<char>> compile_cubins(const std::vector<KernelSource>& kernels, int sm_major, int sm_minor) {
+std::vector<std::vector<char>> compile_cubins(const std::vector<KernelSource>& kernels, int sm_major,
+                                              int sm_minor) {
   std::vector<std::vector<char>> out(kernels.size());
   std::vector<std::exception_ptr> errors(kernels.size());
   std::atomic<size_t> next{0};
@@ -326,8 +344,8 @@ DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
   if (r == kOutOfMemory) {
     size_t free = 0, total = 0;
     d.cuMemGetInfo(&free, &total);
-    throw DeviceError("[cuda] out of device memory: " + std::to_string(bytes) + " bytes requested, " + std::to_string(free) +
-                      " free of " + std::to_string(total));
+    throw DeviceError("[cuda] out of device memory: " + std::to_string(bytes) + " bytes requested, " +
+                      std::to_string(free) + " free of " + std::to_string(total));
   }
   check(r, "cuMemAlloc");
 }
@@ -348,7 +366,8 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
 }
 
 void DeviceMemory::upload(const void* host, size_t bytes) {
-  if (bytes > bytes_) throw DeviceError("[cuda] upload of " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_));
+  if (bytes > bytes_)
+    throw DeviceError("[cuda] upload of " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_));
   if (bytes == 0) return;
   check(driver().cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
   // From pageable memory cuMemcpyHtoD may return once the bytes are staged, before the DMA
@@ -359,7 +378,9 @@ void DeviceMemory::upload(const void* host, size_t bytes) {
 }
 
 void DeviceMemory::download(void* host, size_t bytes) const {
-  if (bytes > bytes_) throw DeviceError("[cuda] download of " + std::to_string(bytes) + " bytes from " + std::to_string(bytes_));
+  if (bytes > bytes_)
+    throw DeviceError("[cuda] download of " + std::to_string(bytes) + " bytes from " +
+                      std::to_string(bytes_));
   if (bytes) check(driver().cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
 }
 
@@ -390,8 +411,8 @@ Kernel& Kernel::operator=(Kernel&& o) noexcept {
 
 void Kernel::launch(const unsigned grid[3], const unsigned block[3], unsigned shared_bytes, CUstream stream,
                     void** args) const {
-  check(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream, args,
-                                nullptr),
+  check(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                                stream, args, nullptr),
         "cuLaunchKernel");
 }
 

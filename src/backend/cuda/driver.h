@@ -47,8 +47,8 @@ struct Driver {
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                             void**, void**);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
@@ -80,7 +80,8 @@ struct Driver {
 
 struct Nvrtc {
   nvrtcResult (*nvrtcVersion)(int*, int*);
-  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                    const char* const*);
   nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
   nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
   nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
@@ -106,13 +107,13 @@ struct DeviceInfo {
   std::string name;
   int sm_major = 0, sm_minor = 0;
   // What launch shapes are sized by (queried, never assumed from a GPU model):
-  int sm_count = 0;                 // streaming multiprocessors
-  int threads_per_sm = 0;           // resident threads an SM holds at most
-  int64_t smem_per_block = 0;       // bytes of shared memory a block may opt into
-  int64_t smem_per_sm = 0;          // bytes of shared memory per SM
-  int64_t l2_bytes = 0;             // L2 cache size
+  int sm_count = 0;            // streaming multiprocessors
+  int threads_per_sm = 0;      // resident threads an SM holds at most
+  int64_t smem_per_block = 0;  // bytes of shared memory a block may opt into
+  int64_t smem_per_sm = 0;     // bytes of shared memory per SM
+  int64_t l2_bytes = 0;        // L2 cache size
   size_t total_bytes = 0;
-  int driver_version = 0;  // e.g. 13000
+  int driver_version = 0;       // e.g. 13000
   CUcontext context = nullptr;  // the device's primary context
 };
 /// Why device `index` cannot be used ("" when it can): nothing thrown, for Device::best().
@@ -125,14 +126,16 @@ DeviceInfo open_device(int index);
 /// keyed by a hash of the source, the options, the architecture and the NVRTC version, in
 /// $TG_CUDA_CACHE (default $XDG_CACHE_HOME/tensorgrad or ~/.cache/tensorgrad; "off" disables
 /// it). A compile error throws DeviceError with NVRTC's log and the numbered source.
-std::vector<char> compile_cubin(const std::string& source, const std::string& name, int sm_major, int sm_minor);
+std::vector<char> compile_cubin(const std::string& source, const std::string& name, int sm_major,
+                                int sm_minor);
 
 struct KernelSource {
   std::string name, source;
 };
 /// compile_cubin for many kernels at once, on up to hardware_concurrency threads (NVRTC
 /// programs are independent); results in input order. The first failure is rethrown.
-std::vector<std::vector<char>> compile_cubins(const std::vector<KernelSource>& kernels, int sm_major, int sm_minor);
+std::vector<std::vector<char>> compile_cubins(const std::vector<KernelSource>& kernels, int sm_major,
+                                              int sm_minor);
 
 /// A loaded cubin and its one kernel (generated kernels are one per module).
 class Kernel {
@@ -140,13 +143,17 @@ class Kernel {
   Kernel() = default;
   Kernel(const std::vector<char>& cubin, const std::string& name, unsigned dynamic_shared_bytes = 0);
   ~Kernel();
-  Kernel(Kernel&& o) noexcept : module_(o.module_), fn_(o.fn_) { o.module_ = nullptr; o.fn_ = nullptr; }
+  Kernel(Kernel&& o) noexcept : module_(o.module_), fn_(o.fn_) {
+    o.module_ = nullptr;
+    o.fn_ = nullptr;
+  }
   Kernel& operator=(Kernel&& o) noexcept;
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
   CUfunction get() const { return fn_; }
   /// args: pointers to each parameter's value, in order (cuLaunchKernel's kernelParams).
-  void launch(const unsigned grid[3], const unsigned block[3], unsigned shared_bytes, CUstream stream, void** args) const;
+  void launch(const unsigned grid[3], const unsigned block[3], unsigned shared_bytes, CUstream stream,
+              void** args) const;
 
  private:
   CUmodule module_ = nullptr;
@@ -159,7 +166,10 @@ class DeviceMemory {
   DeviceMemory() = default;
   explicit DeviceMemory(size_t bytes);  // OOM: DeviceError with the bytes asked and free
   ~DeviceMemory();
-  DeviceMemory(DeviceMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; o.bytes_ = 0; }
+  DeviceMemory(DeviceMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = 0;
+    o.bytes_ = 0;
+  }
   DeviceMemory& operator=(DeviceMemory&& o) noexcept;
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;

@@ -29,8 +29,8 @@ std::string node_ref(const ir::Graph& g, int32_t id) {
 
 }  // namespace
 
-Emitter::Emitter(const DeviceInfo& info, const ir::Graph& g, const passes::Schedule& s, const Bindings& bindings,
-                 const PrepareOptions& options)
+Emitter::Emitter(const DeviceInfo& info, const ir::Graph& g, const passes::Schedule& s,
+                 const Bindings& bindings, const PrepareOptions& options)
     : info_(info), g_(g), s_(s), options_(options) {
   for (int32_t id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.node(id);
@@ -61,21 +61,29 @@ void Emitter::bind(const Bindings& bindings) {
       fixed_[i] = prog_.inputs.get() + static_cast<CUdeviceptr>(prog_.input_offset.at(b.node));
     } else if (b.home == Home::kBound) {
       auto it = bindings.find(b.node);
-      if (it == bindings.end() || it->second == nullptr) throw Error("[cuda] " + node_ref(g_, b.node) + " has no bound buffer");
+      if (it == bindings.end() || it->second == nullptr)
+        throw Error("[cuda] " + node_ref(g_, b.node) + " has no bound buffer");
       auto* buffer = dynamic_cast<CudaBuffer*>(it->second);
-      if (!buffer) throw Error("[cuda] the buffer bound to " + node_ref(g_, b.node) + " was not allocated by the cuda backend");
+      if (!buffer)
+        throw Error("[cuda] the buffer bound to " + node_ref(g_, b.node) +
+                    " was not allocated by the cuda backend");
       if (buffer->dtype() != n.dtype || buffer->numel() != n.numel())
         throw Error("[cuda] " + node_ref(g_, b.node) + " is " + dtype_name(n.dtype) + shape_str(n.shape) +
-                    " but its bound buffer holds " + std::to_string(buffer->numel()) + " " + dtype_name(buffer->dtype()));
+                    " but its bound buffer holds " + std::to_string(buffer->numel()) + " " +
+                    dtype_name(buffer->dtype()));
       fixed_[i] = buffer->mem.get();
     } else {  // a constant: its values, or one value read with zero strides
       std::vector<std::byte> host(static_cast<size_t>(b.bytes));
       const auto& v = n.attrs.values;
       for (int64_t k = 0; k < b.bytes / dtype_size(n.dtype); ++k) {
-        const double x = n.op == Op::kArange ? v[0] + static_cast<double>(k) * v[1] : v[v.size() == 1 ? 0 : static_cast<size_t>(k)];
-        if (n.dtype == DType::kF32) reinterpret_cast<float*>(host.data())[k] = static_cast<float>(x);
-        else if (n.dtype == DType::kI32) reinterpret_cast<int32_t*>(host.data())[k] = static_cast<int32_t>(x);
-        else reinterpret_cast<uint8_t*>(host.data())[k] = x != 0;
+        const double x = n.op == Op::kArange ? v[0] + static_cast<double>(k) * v[1]
+                                             : v[v.size() == 1 ? 0 : static_cast<size_t>(k)];
+        if (n.dtype == DType::kF32)
+          reinterpret_cast<float*>(host.data())[k] = static_cast<float>(x);
+        else if (n.dtype == DType::kI32)
+          reinterpret_cast<int32_t*>(host.data())[k] = static_cast<int32_t>(x);
+        else
+          reinterpret_cast<uint8_t*>(host.data())[k] = x != 0;
       }
       prog_.fixed_mems.emplace_back(static_cast<size_t>(aligned(b.bytes)));
       prog_.fixed_mems.back().upload(host.data(), host.size());
@@ -97,7 +105,8 @@ Operand Emitter::operand(const passes::Place& p, int32_t node) const {
 void Emitter::add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops) {
   if (launch.shared_bytes > info_.smem_per_block)
     throw DeviceError("[cuda] kernel " + launch.name + " needs " + std::to_string(launch.shared_bytes) +
-                      " bytes of shared memory a block; " + info_.name + " allows " + std::to_string(info_.smem_per_block));
+                      " bytes of shared memory a block; " + info_.name + " allows " +
+                      std::to_string(info_.smem_per_block));
   Step st;
   st.kind = Step::Kind::kKernel;
   st.nodes = std::move(nodes);
@@ -129,7 +138,8 @@ LoweredProgram Emitter::run() {
   for (const passes::Schedule::Update& u : s_.updates) {
     if (u.in_place) continue;
     const ir::Node& t = g_.node(u.target);
-    prog_.update_copies.push_back({place(s_.places[static_cast<size_t>(u.target)]), place(u.source), t.numel() * dtype_size(t.dtype)});
+    prog_.update_copies.push_back(
+        {place(s_.places[static_cast<size_t>(u.target)]), place(u.source), t.numel() * dtype_size(t.dtype)});
   }
   for (size_t i = 0; i < s_.outputs.size(); ++i) prog_.outputs[s_.outputs[i]] = place(s_.output_places[i]);
   set_arena_stats(s_.arena, prog_.memory);
@@ -142,9 +152,7 @@ void Emitter::emit_step(const passes::Step& st) {
     case passes::Step::Kind::kCopy:
       add_kernel({}, copy_kernel(kName, operand(st.in[0], st.node)), {{place(st.in[0])}, {place(st.out[0])}});
       return;
-    case passes::Step::Kind::kGroup:
-      emit_group(st);
-      return;
+    case passes::Step::Kind::kGroup: emit_group(st); return;
     case passes::Step::Kind::kNode:
       if (!st.absorbed) emit_node(st);
       return;
@@ -160,7 +168,8 @@ void Emitter::emit_group(const passes::Step& st) {
     args.push_back({place(p)});
   }
   for (const passes::Place& p : st.out) args.push_back({place(p)});
-  if (std::any_of(group.nodes.begin(), group.nodes.end(), [&](int32_t id) { return g_.node(id).op == Op::kSum; })) {
+  if (std::any_of(group.nodes.begin(), group.nodes.end(),
+                  [&](int32_t id) { return g_.node(id).op == Op::kSum; })) {
     add_kernel(group.nodes, fused_sinks_kernel(g_, group, strides, kName), std::move(args));
     return;
   }
@@ -186,7 +195,8 @@ void Emitter::batch_launches() {
   for (size_t i = 0; i < prog_.steps.size(); ++i) {
     Step& s = prog_.steps[i];
     const bool group = s.kind == Step::Kind::kKernel && s.groups.size() == 1;
-    const bool join = group && !out.empty() && out.back().groups.size() >= 1 && launches.back() == step_launch_[i];
+    const bool join =
+        group && !out.empty() && out.back().groups.size() >= 1 && launches.back() == step_launch_[i];
     if (!join) {
       out.push_back(std::move(s));
       launches.push_back(step_launch_[i]);
@@ -225,7 +235,9 @@ void Emitter::choose_side_steps() {
   // workspace), memsets and steps with the error word stay on the main stream.
   if (env::is_set(env::Switch::kCudaNoSide)) return;
   const size_t n = prog_.steps.size();
-  auto key = [](const Place& p) { return p.buf >= 0 ? static_cast<int64_t>(p.buf) : -static_cast<int64_t>(p.fixed) - 1; };
+  auto key = [](const Place& p) {
+    return p.buf >= 0 ? static_cast<int64_t>(p.buf) : -static_cast<int64_t>(p.fixed) - 1;
+  };
   std::vector<std::vector<int64_t>> keys(n);
   for (size_t i = 0; i < n; ++i)
     for (const Arg& a : prog_.steps[i].args)
@@ -234,9 +246,11 @@ void Emitter::choose_side_steps() {
   std::unordered_set<int64_t> later;  // every key of the steps after i
   for (size_t i = n; i-- > 0;) {
     const Step& s = prog_.steps[i];
-    bool ok = i + 1 < n && s.kind == Step::Kind::kKernel && std::none_of(s.args.begin(), s.args.end(), [](const Arg& a) { return a.err; });
+    bool ok = i + 1 < n && s.kind == Step::Kind::kKernel &&
+              std::none_of(s.args.begin(), s.args.end(), [](const Arg& a) { return a.err; });
     for (int64_t k : keys[i]) ok = ok && !later.count(k);
-    for (size_t j = i + 1; ok && j < n; ++j) ok = prog_.steps[j].kind != Step::Kind::kKernel || prog_.steps[j].launch.source != s.launch.source;
+    for (size_t j = i + 1; ok && j < n; ++j)
+      ok = prog_.steps[j].kind != Step::Kind::kKernel || prog_.steps[j].launch.source != s.launch.source;
     if (ok) side.push_back(i);
     later.insert(keys[i].begin(), keys[i].end());
   }

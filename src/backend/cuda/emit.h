@@ -51,8 +51,8 @@ class Emitter {
   const passes::Schedule& s_;
   PrepareOptions options_;
   LoweredProgram prog_;
-  std::vector<CUdeviceptr> fixed_;  // per schedule buffer outside the arena: its memory
-  int32_t launch_ = 0;              // the schedule launch being emitted
+  std::vector<CUdeviceptr> fixed_;    // per schedule buffer outside the arena: its memory
+  int32_t launch_ = 0;                // the schedule launch being emitted
   std::vector<int32_t> step_launch_;  // per emitted step
 };
 

@@ -33,9 +33,11 @@ void Emitter::emit_node(const passes::Step& st) {
   const Place out = place(st.out[0]);
   switch (n.op) {
     case Op::kUnslice:
-      add_kernel({id}, unslice_kernel(kName, op_in(0), n.shape, static_cast<int>(n.attrs.axes[0]), static_cast<int64_t>(n.attrs.values[0]),
-                                      static_cast<int64_t>(n.attrs.values[1])),
-                 {{in(0)}, {out}});
+      add_kernel(
+          {id},
+          unslice_kernel(kName, op_in(0), n.shape, static_cast<int>(n.attrs.axes[0]),
+                         static_cast<int64_t>(n.attrs.values[0]), static_cast<int64_t>(n.attrs.values[1])),
+          {{in(0)}, {out}});
       return;
     case Op::kConcat: {
       std::vector<Operand> ops;
@@ -45,74 +47,98 @@ void Emitter::emit_node(const passes::Step& st) {
         args.push_back({in(k)});
       }
       args.push_back({out});
-      add_kernel({id}, concat_kernel(kName, ops, n.shape, static_cast<int>(n.attrs.axes[0])), std::move(args));
+      add_kernel({id}, concat_kernel(kName, ops, n.shape, static_cast<int>(n.attrs.axes[0])),
+                 std::move(args));
       return;
     }
+    // clang-format off
     case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: {
+      // clang-format on
       const std::vector<int> axes(n.attrs.axes.begin(), n.attrs.axes.end());
-      const char* op = n.op == Op::kSum ? "sum" : n.op == Op::kMax ? "max" : n.op == Op::kMin ? "min" : "argmax";
+      const char* op = n.op == Op::kSum   ? "sum"
+                       : n.op == Op::kMax ? "max"
+                       : n.op == Op::kMin ? "min"
+                                          : "argmax";
       add_kernel({id}, reduce_kernel(kName, op, op_in(0), axes, info_), {{in(0)}, {out}});
       return;
     }
     case Op::kCumsum:
-      add_kernel({id}, cumsum_kernel(kName, op_in(0), static_cast<int>(n.attrs.axes[0]), n.attrs.reverse), {{in(0)}, {out}});
+      add_kernel({id}, cumsum_kernel(kName, op_in(0), static_cast<int>(n.attrs.axes[0]), n.attrs.reverse),
+                 {{in(0)}, {out}});
       return;
-    case Op::kMatmul:
-      emit_product(st);
-      return;
+    case Op::kMatmul: emit_product(st); return;
     case Op::kGather:
-      add_kernel({id}, gather_kernel(kName, op_in(0), op_in(1), static_cast<int>(n.attrs.axes[0])), {{in(0)}, {in(1)}, {out}, kErr});
-      return;
-    case Op::kUpdateSlice:
-      emit_update_slice(st);
-      return;
-    case Op::kScatterAdd:
-      add_zero(out, n.numel() * dtype_size(n.dtype));
-      add_kernel({id}, scatter_add_kernel(kName, op_in(0), op_in(1), n.shape, static_cast<int>(n.attrs.axes[0])),
+      add_kernel({id}, gather_kernel(kName, op_in(0), op_in(1), static_cast<int>(n.attrs.axes[0])),
                  {{in(0)}, {in(1)}, {out}, kErr});
       return;
+    case Op::kUpdateSlice: emit_update_slice(st); return;
+    case Op::kScatterAdd:
+      add_zero(out, n.numel() * dtype_size(n.dtype));
+      add_kernel({id},
+                 scatter_add_kernel(kName, op_in(0), op_in(1), n.shape, static_cast<int>(n.attrs.axes[0])),
+                 {{in(0)}, {in(1)}, {out}, kErr});
+      return;
+    // clang-format off
     case Op::kSoftmax: case Op::kLogSoftmax: {
+      // clang-format on
       const auto axis = static_cast<size_t>(n.attrs.axes[0]);
       const int64_t t = n.shape.size() >= 2 ? n.shape[n.shape.size() - 2] : 1;
-      add_kernel({id}, softmax_kernel(kName, product(n.shape, 0, axis), n.shape[axis], product(n.shape, axis + 1, n.shape.size()),
-                                      n.op == Op::kLogSoftmax, n.attrs.causal, t),
+      add_kernel({id},
+                 softmax_kernel(kName, product(n.shape, 0, axis), n.shape[axis],
+                                product(n.shape, axis + 1, n.shape.size()), n.op == Op::kLogSoftmax,
+                                n.attrs.causal, t),
                  {{in(0)}, {out}});
       return;
     }
+    // clang-format off
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
+      // clang-format on
       emit_cross_entropy(st);
       return;
+    // clang-format off
     case Op::kLayerNorm: case Op::kRmsNorm:
+      // clang-format on
       emit_norm(st);
       return;
+    // clang-format off
     case Op::kLayerNormGrad: case Op::kRmsNormGrad: {
+      // clang-format on
       if (st.fused.dy_mul >= 0 || st.fused.dw >= 0 || st.fused.db >= 0) {
         emit_norm_backward(st);
         return;
       }
       const int64_t cols = n.shape.back(), rows = n.numel() / std::max<int64_t>(cols, 1);
       const double eps = n.attrs.values.at(0);
-      add_kernel({id}, n.op == Op::kLayerNormGrad ? layer_norm_grad_kernel(kName, rows, cols, eps) : rms_norm_grad_kernel(kName, rows, cols, eps),
+      add_kernel({id},
+                 n.op == Op::kLayerNormGrad ? layer_norm_grad_kernel(kName, rows, cols, eps)
+                                            : rms_norm_grad_kernel(kName, rows, cols, eps),
                  {{in(0)}, {in(1)}, {out}});
       return;
     }
     case Op::kAttentionAt:
-      add_kernel({id}, attention_at_kernel(kName, op_in(0), op_in(1), op_in(2), op_in(3), n.attrs.values.at(0)),
+      add_kernel({id},
+                 attention_at_kernel(kName, op_in(0), op_in(1), op_in(2), op_in(3), n.attrs.values.at(0)),
                  {{in(0)}, {in(1)}, {in(2)}, {in(3)}, {out}, kErr});
       return;
     case Op::kSample:
-      add_kernel({id}, sample_kernel(kName, n.numel(), g_.node(n.inputs[0]).shape.back()), {{in(0)}, {in(1)}, {in(2)}, {out}});
+      add_kernel({id}, sample_kernel(kName, n.numel(), g_.node(n.inputs[0]).shape.back()),
+                 {{in(0)}, {in(1)}, {in(2)}, {out}});
       return;
     case Op::kRandom:
       add_kernel({id}, random_kernel(kName, n.numel(), n.attrs.seed), {{in(0)}, {out}});
       return;
     case Op::kDropout:
-      add_kernel({id}, dropout_kernel(kName, op_in(0), n.attrs.values.at(0), n.attrs.seed), {{in(0)}, {in(1)}, {out}});
+      add_kernel({id}, dropout_kernel(kName, op_in(0), n.attrs.values.at(0), n.attrs.seed),
+                 {{in(0)}, {in(1)}, {out}});
       return;
+    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad:
+      // clang-format on
       emit_attention(st);
       return;
+    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
+      // clang-format on
       emit_scan(st);
       return;
     default:
@@ -124,8 +150,9 @@ void Emitter::emit_update_slice(const passes::Step& st) {
   const int32_t id = st.node;
   const ir::Node& n = g_.node(id);
   if (!st.fused.rows_in_place) {
-    add_kernel({id}, update_slice_kernel(kName, operand(st.in[0], n.inputs[0]), operand(st.in[1], n.inputs[1]), operand(st.in[2], n.inputs[2]),
-                                         static_cast<int>(n.attrs.axes[0])),
+    add_kernel({id},
+               update_slice_kernel(kName, operand(st.in[0], n.inputs[0]), operand(st.in[1], n.inputs[1]),
+                                   operand(st.in[2], n.inputs[2]), static_cast<int>(n.attrs.axes[0])),
                {{place(st.in[0])}, {place(st.in[1])}, {place(st.in[2])}, {place(st.out[0])}, kErr});
     return;
   }
@@ -134,8 +161,9 @@ void Emitter::emit_update_slice(const passes::Step& st) {
   for (const passes::Place& p : st.in) args.push_back({place(p)});
   args.push_back(kErr);
   const bool pair = st.fused.sibling >= 0;
-  add_kernel(st.nodes, update_rows_kernel(kName, operand(st.in[2], n.inputs[0]), operand(st.in[0], n.inputs[1]),
-                                          operand(st.in[1], n.inputs[2]), static_cast<int>(n.attrs.axes[0]), pair),
+  add_kernel(st.nodes,
+             update_rows_kernel(kName, operand(st.in[2], n.inputs[0]), operand(st.in[0], n.inputs[1]),
+                                operand(st.in[1], n.inputs[2]), static_cast<int>(n.attrs.axes[0]), pair),
              std::move(args));
 }
 
@@ -145,14 +173,16 @@ void Emitter::emit_cross_entropy(const passes::Step& st) {
   const Shape& ls = g_.node(n.inputs[0]).shape;
   const int64_t cols = ls.back(), rows = numel(ls) / std::max<int64_t>(cols, 1);
   const auto ignore = static_cast<int64_t>(n.attrs.values.at(0));
-  const int64_t ld = ls.size() >= 2 ? st.in[0].strides[ls.size() - 2] : cols;  // logits may come with padded rows
+  const int64_t ld =
+      ls.size() >= 2 ? st.in[0].strides[ls.size() - 2] : cols;  // logits may come with padded rows
   const Place logits = place(st.in[0]), targets = place(st.in[1]), out = place(st.out[0]);
   if (n.op == Op::kCrossEntropy) {
     add_kernel({id}, cross_entropy_kernel(kName, rows, cols, ignore, ld), {{logits}, {targets}, {out}, kErr});
     return;
   }
   const int64_t out_ld = n.shape.size() >= 2 ? st.out[0].strides[n.shape.size() - 2] : cols;
-  add_kernel({id}, cross_entropy_grad_kernel(kName, rows, cols, ignore, ld, out_ld), {{logits}, {targets}, {place(st.in[2])}, {out}, kErr});
+  add_kernel({id}, cross_entropy_grad_kernel(kName, rows, cols, ignore, ld, out_ld),
+             {{logits}, {targets}, {place(st.in[2])}, {out}, kErr});
 }
 
 void Emitter::emit_norm(const passes::Step& st) {
@@ -161,14 +191,17 @@ void Emitter::emit_norm(const passes::Step& st) {
   const double eps = n.attrs.values.at(0);
   const bool layer = n.op == Op::kLayerNorm;
   if (st.fused.mul < 0) {
-    add_kernel({st.node}, layer ? layer_norm_kernel(kName, rows, cols, eps) : rms_norm_kernel(kName, rows, cols, eps),
+    add_kernel({st.node},
+               layer ? layer_norm_kernel(kName, rows, cols, eps) : rms_norm_kernel(kName, rows, cols, eps),
                {{place(st.in[0])}, {place(st.out[0])}});
     return;
   }
   // With its affine group {·w[, +b]}: the kernel writes the affine value.
   const NormAffine affine{true, st.fused.add >= 0};
   const Place w = place(st.in[1]), b = st.fused.add >= 0 ? place(st.in[2]) : w;
-  add_kernel(st.nodes, layer ? layer_norm_kernel(kName, rows, cols, eps, affine) : rms_norm_kernel(kName, rows, cols, eps, affine),
+  add_kernel(st.nodes,
+             layer ? layer_norm_kernel(kName, rows, cols, eps, affine)
+                   : rms_norm_kernel(kName, rows, cols, eps, affine),
              {{place(st.in[0])}, {w}, {b}, {place(st.out[0])}});
 }
 
@@ -185,7 +218,9 @@ void Emitter::emit_norm_backward(const passes::Step& st) {
   std::vector<int32_t> nodes{st.node};
   for (int32_t x : {st.fused.dy_mul, st.fused.recompute, st.fused.dw_mul})
     if (x >= 0) nodes.push_back(x);
-  add_kernel(nodes, norm_backward_kernel(kName, rows, cols, lg.attrs.values.at(0), lg.op == Op::kLayerNormGrad, has_w, dw, db, blocks),
+  add_kernel(nodes,
+             norm_backward_kernel(kName, rows, cols, lg.attrs.values.at(0), lg.op == Op::kLayerNormGrad,
+                                  has_w, dw, db, blocks),
              std::move(args));
   if (!dw && !db) return;
   std::vector<Arg> pargs{{part}};
@@ -222,7 +257,8 @@ void Emitter::emit_scan(const passes::Step& st) {
   if (n.op == Op::kSelectiveScan) {
     // The saved states (result 2) have a buffer of their own when a gradient reads them.
     const bool keep = st.out.size() > 1;
-    sh.vec = aligned16(args[0].place) && aligned16(args[1].place) && aligned16(args[3].place) && aligned16(args[4].place);
+    sh.vec = aligned16(args[0].place) && aligned16(args[1].place) && aligned16(args[3].place) &&
+             aligned16(args[4].place);
     args.push_back({out});
     args.push_back({keep ? place(st.out[1]) : out});
     add_kernel({id}, scan_forward_kernel(kName, sh, keep), std::move(args));
@@ -241,8 +277,8 @@ void Emitter::emit_scan(const passes::Step& st) {
   }
   sh.dlast = ir::constant_value(g_, n.inputs[8]) != 0.0;
   if (sh.dlast) dlast = place(st.in[8]);
-  sh.vec = aligned16(args[0].place) && aligned16(args[1].place) && aligned16(args[3].place) && aligned16(args[4].place) &&
-           (sh.dy != ScanShape::Dy::kRows || aligned16(dy));
+  sh.vec = aligned16(args[0].place) && aligned16(args[1].place) && aligned16(args[3].place) &&
+           aligned16(args[4].place) && (sh.dy != ScanShape::Dy::kRows || aligned16(dy));
   const Place da = place(st.scratch.at(0)), dbc = place(st.scratch.at(1)), ddb = place(st.scratch.at(2));
   for (const Place& p : {dy, dlast, hs, out, da, dbc, ddb}) args.push_back({p});
   add_kernel({id}, scan_backward_kernel(kName, sh), std::move(args));
@@ -253,30 +289,35 @@ void Emitter::emit_attention(const passes::Step& st) {
   const int32_t id = st.node;
   const ir::Node& n = g_.node(id);
   AttentionShape as = attention_shape(g_, id, st.in, info_, options_);
-  const Operand q = operand(st.in[0], n.inputs[0]), k = operand(st.in[1], n.inputs[1]), v = operand(st.in[2], n.inputs[2]);
+  const Operand q = operand(st.in[0], n.inputs[0]), k = operand(st.in[1], n.inputs[1]),
+                v = operand(st.in[2], n.inputs[2]);
   const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
   const bool stats = attention_keeps_stats(as);
   const Place base = place(st.out[0]);
   const std::vector<passes::NodeLayout::Result>& results = st.layout.results;
   if (n.op == Op::kAttention) {
     const Shape& os = n.results[0].shape;
-    const std::vector<int64_t> out_strides = results[0].strides.empty() ? contiguous_strides(os) : results[0].strides;
+    const std::vector<int64_t> out_strides =
+        results[0].strides.empty() ? contiguous_strides(os) : results[0].strides;
     Place out = base;
     out.strides = out_strides;
     std::vector<Arg> args{{place(st.in[0])}, {place(st.in[1])}, {place(st.in[2])}, {out}};
     const bool keep = st.out.size() > 1;  // the saved statistics have a buffer of their own
     if (keep) args.push_back({place(st.out[1])});
-    add_kernel({id}, attention_kernel(kName, as, q, k, v, Operand{DType::kF32, os, out_strides}, keep), std::move(args), flops);
+    add_kernel({id}, attention_kernel(kName, as, q, k, v, Operand{DType::kF32, os, out_strides}, keep),
+               std::move(args), flops);
     return;
   }
   const Operand dout = operand(st.in[3], n.inputs[3]);
   const Operand fwd_out = stats ? operand(st.in[4], n.inputs[4]) : Operand{};
   as.grads_packed = st.layout.concat >= 0;
-  as.grads_bthd = stats && !results.empty();  // the results not read after the step (packed rows take precedence)
+  as.grads_bthd =
+      stats && !results.empty();  // the results not read after the step (packed rows take precedence)
   AttentionGradPlan plan = attention_grad_kernels(kName, as, q, k, v, dout, stats ? &fwd_out : nullptr);
   const Place scratch = stats ? place(st.in[5]) : place(st.scratch.at(0));
   for (size_t i = 0; i < plan.launches.size(); ++i) {
-    std::vector<Arg> args{{place(st.in[0])}, {place(st.in[1])}, {place(st.in[2])}, {place(st.in[3])}, {base}, {scratch}};
+    std::vector<Arg> args{{place(st.in[0])}, {place(st.in[1])}, {place(st.in[2])}, {place(st.in[3])}, {base},
+                          {scratch}};
     if (i == 0 && plan.delta_from_out) args = {{place(st.in[4])}, {place(st.in[3])}, {scratch}};
     add_kernel({id}, std::move(plan.launches[i]), std::move(args), 0);
   }

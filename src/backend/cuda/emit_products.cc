@@ -14,7 +14,8 @@ constexpr const char* kName = "tg_kernel";
 
 /// Strides of an operand (`shape`, `strides`) over the output's `rank` axes, right-aligned: an
 /// axis it lacks, or one of extent 1, reads with stride 0.
-std::vector<int64_t> strides_over_output(const Shape& shape, const std::vector<int64_t>& strides, size_t rank) {
+std::vector<int64_t> strides_over_output(const Shape& shape, const std::vector<int64_t>& strides,
+                                         size_t rank) {
   std::vector<int64_t> st(rank, 0);
   for (size_t d = 0; d < shape.size(); ++d) st[rank - shape.size() + d] = shape[d] == 1 ? 0 : strides[d];
   return st;
@@ -37,7 +38,8 @@ void Emitter::emit_product(const passes::Step& st) {
                          bs = strides_over_output(g_.node(n.inputs[1]).shape, st.in[1].strides, rank);
     as[rank - 1] = 0;
     bs[rank - 2] = 0;
-    add_kernel({id}, product_kernel(kName, n.shape, as, bs), {{place(st.in[0])}, {place(st.in[1])}, {out}}, p.batch * p.m * p.nn);
+    add_kernel({id}, product_kernel(kName, n.shape, as, bs), {{place(st.in[0])}, {place(st.in[1])}, {out}},
+               p.batch * p.m * p.nn);
     return;
   }
   // Operands that one batch stride cannot read: dense copies broadcast-expanded over the batch.
@@ -50,7 +52,9 @@ void Emitter::emit_product(const passes::Step& st) {
     full.push_back(xs[xs.size() - 2]);
     full.push_back(xs.back());
     const Place copy = place(st.scratch.at(scratch++));
-    add_kernel({}, copy_kernel(kName, Operand{n.dtype, full, strides_over_output(xs, st.in[i].strides, rank)}), {{places[i]}, {copy}});
+    add_kernel({},
+               copy_kernel(kName, Operand{n.dtype, full, strides_over_output(xs, st.in[i].strides, rank)}),
+               {{places[i]}, {copy}});
     places[i] = copy;
   }
   // The epilogue operands and the absorbed norm's, in the step's order (schedule.h).
@@ -70,7 +74,11 @@ void Emitter::emit_product(const passes::Step& st) {
       const Place x = place(st.in[next]), w = place(st.in[next + 1]), b = with_b ? place(st.in[next + 2]) : w;
       args = {{x}, {w}, {b}};
       a = MatOperand{p.mm, p.k, p.k, 1, 0};
-      norm = {.on = true, .layer = f.op == ir::Op::kLayerNorm, .w = true, .b = with_b, .eps = f.attrs.values.at(0)};
+      norm = {.on = true,
+              .layer = f.op == ir::Op::kLayerNorm,
+              .w = true,
+              .b = with_b,
+              .eps = f.attrs.values.at(0)};
       nodes = ns.nodes;
     }
     args.push_back({places[1]});
@@ -80,14 +88,18 @@ void Emitter::emit_product(const passes::Step& st) {
     nodes.insert(nodes.end(), st.nodes.begin(), st.nodes.end());
     add_kernel(nodes,
                gemv_kernel(kName, p.mm, p.nn, p.k, a, p.mats[1],
-                           {.bias = st.fused.bias_add >= 0, .residual = st.fused.residual_add >= 0, .gelu = st.fused.gelu >= 0}, p.ld,
-                           info_.sm_count, norm),
+                           {.bias = st.fused.bias_add >= 0,
+                            .residual = st.fused.residual_add >= 0,
+                            .gelu = st.fused.gelu >= 0},
+                           p.ld, info_.sm_count, norm),
                std::move(args), 2 * p.mm * p.nn * p.k);
     return;
   }
   if (p.small) {  // products of a few MFLOP: one generated kernel
-    add_kernel({id}, small_matmul_kernel(kName, p.bm, p.mm, p.nn, p.k, p.mats[0], p.mats[1], options_.tf32, p.ld, info_),
-               {{places[0]}, {places[1]}, {out}}, flops);
+    add_kernel(
+        {id},
+        small_matmul_kernel(kName, p.bm, p.mm, p.nn, p.k, p.mats[0], p.mats[1], options_.tf32, p.ld, info_),
+        {{places[0]}, {places[1]}, {out}}, flops);
     return;
   }
   MatOperand mats[2] = {p.mats[0], p.mats[1]};
@@ -95,7 +107,9 @@ void Emitter::emit_product(const passes::Step& st) {
     if (!p.pad_copy[i]) continue;
     const MatOperand& mo = p.unpadded[i];
     const Place copy = place(st.scratch.at(scratch++));
-    add_kernel({}, pad_copy_kernel(kName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, mats[i].rows, mats[i].cols, mo.col_stride != 1),
+    add_kernel({},
+               pad_copy_kernel(kName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, mats[i].rows,
+                               mats[i].cols, mo.col_stride != 1),
                {{places[i]}, {copy}});
     places[i] = copy;
   }
@@ -114,7 +128,9 @@ void Emitter::emit_product(const passes::Step& st) {
       const bool col_major = mo.col_stride != 1 && mo.row_stride == 1;
       const int64_t rows_p = i == 0 ? pm : pk, cols_p = i == 0 ? pk : pn;
       const Place split = place(st.scratch.at(scratch++));
-      add_kernel({}, split_copy_kernel(kName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p, col_major, i == 0 ? 1 : 0, i == 0),
+      add_kernel({},
+                 split_copy_kernel(kName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, rows_p, cols_p,
+                                   col_major, i == 0 ? 1 : 0, i == 0),
                  {{places[i]}, {split}});
       places[i] = split;
       if (i == 0) {  // [rows_p, 2 cols_p]: lo then hi along the columns
@@ -127,11 +143,14 @@ void Emitter::emit_product(const passes::Step& st) {
         ls.hi_offset[1] = 0;
       }
     }
-    ls.matmul = std::make_shared<LtMatmul>(1, pm, pn, 2 * pk, both[0], both[1], MathMode::kTf32, kWorkspaceBytes, false, p.ld);
-    ls.matmul_hi = std::make_shared<LtMatmul>(1, pm, pn, pk, hi[0], hi[1], MathMode::kTf32, kWorkspaceBytes, st.fused.bias_add >= 0, p.ld);
+    ls.matmul = std::make_shared<LtMatmul>(1, pm, pn, 2 * pk, both[0], both[1], MathMode::kTf32,
+                                           kWorkspaceBytes, false, p.ld);
+    ls.matmul_hi = std::make_shared<LtMatmul>(1, pm, pn, pk, hi[0], hi[1], MathMode::kTf32, kWorkspaceBytes,
+                                              st.fused.bias_add >= 0, p.ld);
   } else {
-    ls.matmul = std::make_shared<LtMatmul>(p.bm, p.pm, p.pn, p.pk, mats[0], mats[1], options_.tf32 ? MathMode::kTf32 : MathMode::kFp32,
-                                           kWorkspaceBytes, st.fused.bias_add >= 0, p.ld);
+    ls.matmul = std::make_shared<LtMatmul>(p.bm, p.pm, p.pn, p.pk, mats[0], mats[1],
+                                           options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes,
+                                           st.fused.bias_add >= 0, p.ld);
   }
   ls.args = {{places[0]}, {places[1]}, {out}};
   if (st.fused.bias_add >= 0) {

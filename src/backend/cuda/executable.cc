@@ -30,7 +30,9 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   auto t = std::chrono::steady_clock::now();
   auto phase = [&](const char* what) {  // TG_PROFILE: where preparation spends its time
     const auto now = std::chrono::steady_clock::now();
-    if (profile_) std::fprintf(stderr, "[cuda prepare] %-28s %8.1f ms\n", what, std::chrono::duration<double, std::milli>(now - t).count());
+    if (profile_)
+      std::fprintf(stderr, "[cuda prepare] %-28s %8.1f ms\n", what,
+                   std::chrono::duration<double, std::milli>(now - t).count());
     t = now;
   };
   const CudaCapabilities caps(ctx_->info, options);
@@ -42,7 +44,8 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   err_ = DeviceMemory(kAlign);
   for (void*& staging : staging_) {
     if (prog_.input_bytes == 0) break;
-    check(driver().cuMemAllocHost(&staging, static_cast<size_t>(prog_.input_bytes)), "cuMemAllocHost (input staging)");
+    check(driver().cuMemAllocHost(&staging, static_cast<size_t>(prog_.input_bytes)),
+          "cuMemAllocHost (input staging)");
     std::memset(staging, 0, static_cast<size_t>(prog_.input_bytes));
   }
   plan_readback();
@@ -50,10 +53,14 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
   phase("NVRTC (or cache) and load");
   tune_products();
   phase("cuBLASLt tuning");
-  for (CUevent& e : done_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
-  const auto sides = std::count_if(prog_.steps.begin(), prog_.steps.end(), [](const Step& s) { return s.side; });
-  side_events_.assign(sides > 0 ? static_cast<size_t>(sides) + 1 : 0, nullptr);  // a fork per side step, a join
-  for (CUevent& e : side_events_) check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  for (CUevent& e : done_)
+    check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  const auto sides =
+      std::count_if(prog_.steps.begin(), prog_.steps.end(), [](const Step& s) { return s.side; });
+  side_events_.assign(sides > 0 ? static_cast<size_t>(sides) + 1 : 0,
+                      nullptr);  // a fork per side step, a join
+  for (CUevent& e : side_events_)
+    check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
   // Without a kernel that can report a bad index the error word stays 0: no memset and no copy
   // back of it in the graph (two nodes fewer on the step's critical path).
   for (const Step& s : prog_.steps)
@@ -63,7 +70,9 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
 }
 
 CUdeviceptr CudaExecutable::address(const Place& p) const {
-  const CUdeviceptr base = p.buf >= 0 ? arena_.get() + static_cast<CUdeviceptr>(prog_.bufs[static_cast<size_t>(p.buf)].offset) : p.fixed;
+  const CUdeviceptr base =
+      p.buf >= 0 ? arena_.get() + static_cast<CUdeviceptr>(prog_.bufs[static_cast<size_t>(p.buf)].offset)
+                 : p.fixed;
   return base + static_cast<CUdeviceptr>(p.offset);
 }
 
@@ -74,15 +83,19 @@ void CudaExecutable::tune_products() {
   if (needs_workspace) workspace_ = DeviceMemory(kWorkspaceBytes);
   for (Step& s : prog_.steps)
     if (s.kind == Step::Kind::kMatmul) {
-      const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place), out = address(s.args[2].place),
+      const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place),
+                        out = address(s.args[2].place),
                         bias = s.bias_arg >= 0 ? address(s.args[static_cast<size_t>(s.bias_arg)].place) : 0,
-                        res = s.residual_arg >= 0 ? address(s.args[static_cast<size_t>(s.residual_arg)].place) : 0;
+                        res = s.residual_arg >= 0 ? address(s.args[static_cast<size_t>(s.residual_arg)].place)
+                                                  : 0;
       if (!s.matmul_hi) {
         s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream, bias, res ? 1.0f : 0.0f, res);
         continue;
       }
       s.matmul->tune(a, b, out, workspace_.get(), ctx_->stream, 0, res ? 1.0f : 0.0f, res);
-      s.matmul_hi->tune(a + static_cast<CUdeviceptr>(s.hi_offset[0]), b + static_cast<CUdeviceptr>(s.hi_offset[1]), out, workspace_.get(), ctx_->stream, bias, 1.0f);
+      s.matmul_hi->tune(a + static_cast<CUdeviceptr>(s.hi_offset[0]),
+                        b + static_cast<CUdeviceptr>(s.hi_offset[1]), out, workspace_.get(), ctx_->stream,
+                        bias, 1.0f);
     }
 }
 
@@ -90,8 +103,9 @@ CudaExecutable::~CudaExecutable() {
   if (profile_ && executions_ > 0) {
     double total = 0;
     for (const auto& [label, e] : profile_ms_) total += e.first;
-    std::fprintf(stderr, "[cuda profile] %zu steps per execution, %.3f ms per execution (%lld executions)\n", prog_.steps.size(),
-                 total / static_cast<double>(executions_), static_cast<long long>(executions_));
+    std::fprintf(stderr, "[cuda profile] %zu steps per execution, %.3f ms per execution (%lld executions)\n",
+                 prog_.steps.size(), total / static_cast<double>(executions_),
+                 static_cast<long long>(executions_));
     for (const auto& [label, e] : profile_ms_)
       std::fprintf(stderr, "  %-20s %6lld launches  %9.3f ms  %5.1f%%\n", label.c_str(),
                    static_cast<long long>(e.second / executions_), e.first / static_cast<double>(executions_),
@@ -120,19 +134,21 @@ void CudaExecutable::plan_readback() {
     readback_offset_[node] = readback_bytes_;
     readback_bytes_ += (bytes + 15) / 16 * 16;
   }
-  check(driver().cuMemAllocHost(&readback_, static_cast<size_t>(readback_bytes_)), "cuMemAllocHost (readback)");
+  check(driver().cuMemAllocHost(&readback_, static_cast<size_t>(readback_bytes_)),
+        "cuMemAllocHost (readback)");
   std::memset(readback_, 0, static_cast<size_t>(readback_bytes_));
 }
 
 void CudaExecutable::enqueue_readback() {
   const Driver& d = driver();
-  if (uses_err_) check(d.cuMemcpyDtoHAsync(readback_, err_.get(), sizeof(int), ctx_->stream), "cuMemcpyDtoHAsync");
+  if (uses_err_)
+    check(d.cuMemcpyDtoHAsync(readback_, err_.get(), sizeof(int), ctx_->stream), "cuMemcpyDtoHAsync");
   for (const auto& [node, offset] : readback_offset_) {
     const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
     const int64_t bytes = numel(s.shape) * dtype_size(s.dtype);
     if (bytes > 0)
-      check(d.cuMemcpyDtoHAsync(static_cast<std::byte*>(readback_) + offset, address(prog_.outputs.at(node)), static_cast<size_t>(bytes),
-                                ctx_->stream),
+      check(d.cuMemcpyDtoHAsync(static_cast<std::byte*>(readback_) + offset, address(prog_.outputs.at(node)),
+                                static_cast<size_t>(bytes), ctx_->stream),
             "cuMemcpyDtoHAsync");
   }
 }
@@ -149,11 +165,13 @@ void CudaExecutable::compile_kernels() {
       sources.push_back({s.launch.name, s.launch.source});
       shared.push_back(s.launch.shared_bytes);
     } else {
-      shared[static_cast<size_t>(it->second)] = std::max(shared[static_cast<size_t>(it->second)], s.launch.shared_bytes);
+      shared[static_cast<size_t>(it->second)] =
+          std::max(shared[static_cast<size_t>(it->second)], s.launch.shared_bytes);
     }
     s.kernel = it->second;
   }
-  const std::vector<std::vector<char>> cubins = compile_cubins(sources, ctx_->info.sm_major, ctx_->info.sm_minor);
+  const std::vector<std::vector<char>> cubins =
+      compile_cubins(sources, ctx_->info.sm_major, ctx_->info.sm_minor);
   for (size_t i = 0; i < cubins.size(); ++i) kernels_.emplace_back(cubins[i], sources[i].name, shared[i]);
   // Sources are no longer needed (describe() names ops, not code).
   for (Step& s : prog_.steps) s.launch.source.clear();
@@ -170,25 +188,29 @@ void CudaExecutable::enqueue_step(const Step& s, CUstream stream) {
       for (CUdeviceptr& p : ptrs) params.push_back(&p);
       long long n = s.launch_n;
       if (s.launch_n >= 0) params.push_back(&n);
-      kernels_[static_cast<size_t>(s.kernel)].launch(s.launch.grid, s.launch.block, s.launch.shared_bytes, stream,
-                                                     params.data());
+      kernels_[static_cast<size_t>(s.kernel)].launch(s.launch.grid, s.launch.block, s.launch.shared_bytes,
+                                                     stream, params.data());
       return;
     }
     case Step::Kind::kMatmul: {
-      const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place), out = address(s.args[2].place),
+      const CUdeviceptr a = address(s.args[0].place), b = address(s.args[1].place),
+                        out = address(s.args[2].place),
                         bias = s.bias_arg >= 0 ? address(s.args[static_cast<size_t>(s.bias_arg)].place) : 0,
-                        res = s.residual_arg >= 0 ? address(s.args[static_cast<size_t>(s.residual_arg)].place) : 0;
+                        res = s.residual_arg >= 0 ? address(s.args[static_cast<size_t>(s.residual_arg)].place)
+                                                  : 0;
       if (!s.matmul_hi) {
         s.matmul->run(a, b, out, workspace_.get(), stream, bias, res ? 1.0f : 0.0f, res);
         return;
       }
       s.matmul->run(a, b, out, workspace_.get(), stream, 0, res ? 1.0f : 0.0f, res);
-      s.matmul_hi->run(a + static_cast<CUdeviceptr>(s.hi_offset[0]), b + static_cast<CUdeviceptr>(s.hi_offset[1]), out,
-                       workspace_.get(), stream, bias, 1.0f);
+      s.matmul_hi->run(a + static_cast<CUdeviceptr>(s.hi_offset[0]),
+                       b + static_cast<CUdeviceptr>(s.hi_offset[1]), out, workspace_.get(), stream, bias,
+                       1.0f);
       return;
     }
     case Step::Kind::kMemset:
-      check(d.cuMemsetD8Async(address(s.args[0].place), 0, static_cast<size_t>(s.bytes), stream), "cuMemsetD8Async");
+      check(d.cuMemsetD8Async(address(s.args[0].place), 0, static_cast<size_t>(s.bytes), stream),
+            "cuMemsetD8Async");
       return;
   }
 }
@@ -222,13 +244,16 @@ void CudaExecutable::enqueue_all(int k) {
 void CudaExecutable::enqueue_prologue(int k) {
   const Driver& d = driver();
   if (prog_.input_bytes > 0)
-    check(d.cuMemcpyHtoDAsync(prog_.inputs.get(), staging_[k], static_cast<size_t>(prog_.input_bytes), ctx_->stream), "cuMemcpyHtoDAsync");
+    check(d.cuMemcpyHtoDAsync(prog_.inputs.get(), staging_[k], static_cast<size_t>(prog_.input_bytes),
+                              ctx_->stream),
+          "cuMemcpyHtoDAsync");
   if (uses_err_) check(d.cuMemsetD32Async(err_.get(), 0, 1, ctx_->stream), "cuMemsetD32Async");
 }
 
 void CudaExecutable::enqueue_updates() {
   for (const UpdateCopy& u : prog_.update_copies)
-    check(driver().cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes), ctx_->stream),
+    check(driver().cuMemcpyDtoDAsync(address(u.dst), address(u.src), static_cast<size_t>(u.bytes),
+                                     ctx_->stream),
           "cuMemcpyDtoDAsync");
 }
 
@@ -251,7 +276,8 @@ void CudaExecutable::capture(int k) {
   CUgraphExec exec = nullptr;
   // With side steps the kernel nodes keep the priorities of the streams they were captured on.
   constexpr unsigned long long kUseNodePriority = 8;  // CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
-  check(d.cuGraphInstantiate(&exec, graph, side_events_.empty() ? 0 : kUseNodePriority), "cuGraphInstantiate");
+  check(d.cuGraphInstantiate(&exec, graph, side_events_.empty() ? 0 : kUseNodePriority),
+        "cuGraphInstantiate");
   graph_exec_[k] = exec;
 }
 
@@ -268,7 +294,8 @@ void CudaExecutable::set_input(int32_t node, const void* host) {
   const int k = next_;
   wait_staging(k);  // the launch two steps back may still be uploading from this buffer
   const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
-  std::memcpy(static_cast<std::byte*>(staging_[k]) + it->second, host, static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
+  std::memcpy(static_cast<std::byte*>(staging_[k]) + it->second, host,
+              static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
   staged_version_[k][node] = ++input_version_[node];
 }
 
@@ -283,7 +310,8 @@ void CudaExecutable::execute() {
     if (staged_version_[k][id] == latest) continue;
     wait_staging(k);
     const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(id)];
-    std::memcpy(static_cast<std::byte*>(staging_[k]) + offset, static_cast<const std::byte*>(staging_[1 - k]) + offset,
+    std::memcpy(static_cast<std::byte*>(staging_[k]) + offset,
+                static_cast<const std::byte*>(staging_[1 - k]) + offset,
                 static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype)));
     staged_version_[k][id] = latest;
   }
@@ -318,14 +346,18 @@ void CudaExecutable::profile_execution(int k) {
     float ms = 0;
     d.cuEventElapsedTime(&ms, events[i], events[i + 1]);
     const Step& s = prog_.steps[i];
-    std::string label = s.kind == Step::Kind::kMatmul ? (s.matmul_hi ? "matmul 3xTF32" : "matmul") : s.kind == Step::Kind::kMemset ? "memset"
-                        : s.nodes.empty() ? "copy" : s.nodes.size() > 1 ? "fused" : ir::op_name(prog_.nodes[static_cast<size_t>(s.nodes[0])].op);
+    std::string label = s.kind == Step::Kind::kMatmul   ? (s.matmul_hi ? "matmul 3xTF32" : "matmul")
+                        : s.kind == Step::Kind::kMemset ? "memset"
+                        : s.nodes.empty()               ? "copy"
+                        : s.nodes.size() > 1            ? "fused"
+                                             : ir::op_name(prog_.nodes[static_cast<size_t>(s.nodes[0])].op);
     auto& e = profile_ms_[label];
     e.first += ms;
     e.second += 1;
     if (detail)
-      std::fprintf(stderr, "  step %4zu %8.4f ms %8.1f GB/s %7.1f TFLOP/s  %s\n", i, ms, static_cast<double>(s.moved) / (ms * 1e6),
-                   static_cast<double>(s.flops) / (ms * 1e9), step_line(s).c_str());
+      std::fprintf(stderr, "  step %4zu %8.4f ms %8.1f GB/s %7.1f TFLOP/s  %s\n", i, ms,
+                   static_cast<double>(s.moved) / (ms * 1e6), static_cast<double>(s.flops) / (ms * 1e9),
+                   step_line(s).c_str());
   }
   for (CUevent e : events) d.cuEventDestroy(e);
   ++executions_;
@@ -341,9 +373,10 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   int err = 0;
   std::memcpy(&err, readback_, sizeof err);
   if (err != 0)
-    throw InputError("[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset, an "
-                     "attention_at position or a cross_entropy target); "
-                     "run it on Device::cpu() for the exact position");
+    throw InputError(
+        "[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset, an "
+        "attention_at position or a cross_entropy target); "
+        "run it on Device::cpu() for the exact position");
   const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
   const auto bytes = static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype));
   if (auto rb = readback_offset_.find(node); rb != readback_offset_.end())
@@ -361,12 +394,13 @@ std::string CudaExecutable::step_line(const Step& s) const {
   }
   for (int32_t id : s.nodes) {
     out << " " << ir::op_name(prog_.nodes[static_cast<size_t>(id)].op) << "%" << id;
-    if (!prog_.nodes[static_cast<size_t>(id)].name.empty()) out << "'" << prog_.nodes[static_cast<size_t>(id)].name << "'";
+    if (!prog_.nodes[static_cast<size_t>(id)].name.empty())
+      out << "'" << prog_.nodes[static_cast<size_t>(id)].name << "'";
     out << shape_str(prog_.nodes[static_cast<size_t>(id)].shape);
   }
   if (s.kind == Step::Kind::kKernel)
-    out << " grid " << s.launch.grid[0] << "x" << s.launch.grid[1] << "x" << s.launch.grid[2] << " block " << s.launch.block[0] << "x"
-        << s.launch.block[1];
+    out << " grid " << s.launch.grid[0] << "x" << s.launch.grid[1] << "x" << s.launch.grid[2] << " block "
+        << s.launch.block[0] << "x" << s.launch.block[1];
   if (s.flops) out << " " << s.flops << " flops";
   if (s.side) out << " (side stream)";
   return out.str();

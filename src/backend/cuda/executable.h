@@ -58,18 +58,18 @@ class CudaExecutable final : public Executable {
   LoweredProgram prog_;
   DeviceMemory arena_;
   DeviceMemory err_;
-  bool uses_err_ = false;  // some kernel takes the error word (else it is neither reset nor read back)
+  bool uses_err_ = false;   // some kernel takes the error word (else it is neither reset nor read back)
   DeviceMemory workspace_;  // cuBLASLt
   std::vector<Kernel> kernels_;
   // Inputs are staged in pinned host memory, double-buffered: while step i runs (uploading
   // from staging_[i % 2]), the host fills staging_[(i + 1) % 2] for the next step, so steps
   // that do not read their loss queue up without waiting. One captured graph per buffer.
   void* staging_[2] = {nullptr, nullptr};
-  int next_ = 0;                  // the buffer (and graph) of the next execute()
+  int next_ = 0;  // the buffer (and graph) of the next execute()
   bool launched_[2] = {false, false};
   CUevent done_[2] = {nullptr, nullptr};  // recorded after the launch that reads staging_[k]
   std::vector<CUevent> side_events_;      // the side steps' forks, then the join (none without side steps)
-  std::unordered_map<int32_t, uint64_t> input_version_;  // bumped by each set_input
+  std::unordered_map<int32_t, uint64_t> input_version_;      // bumped by each set_input
   std::unordered_map<int32_t, uint64_t> staged_version_[2];  // the version each buffer holds
   // Small outputs (a loss, sampled token ids) come back inside the step: its graph ends with
   // copies into this pinned block (the error word at 0), so reading one costs a wait, not a copy.

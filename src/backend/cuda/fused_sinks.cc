@@ -65,7 +65,9 @@ SinkGroup check_group(const ir::Graph& graph, const passes::KernelGroup& group,
   if (input_strides.size() != inputs.size())
     throw Error(where + "one stride list per input needed (" + std::to_string(inputs.size()) + " inputs, " +
                 std::to_string(input_strides.size()) + " lists)");
-  auto in_group = [&](int32_t id) { return std::find(group.nodes.begin(), group.nodes.end(), id) != group.nodes.end(); };
+  auto in_group = [&](int32_t id) {
+    return std::find(group.nodes.begin(), group.nodes.end(), id) != group.nodes.end();
+  };
 
   // The group's shape is that of its elementwise nodes; sinks are its Sum nodes.
   Shape& shape = sg.shape;
@@ -77,9 +79,12 @@ SinkGroup check_group(const ir::Graph& graph, const passes::KernelGroup& group,
       sinks.push_back(id);
       continue;
     }
-    if (!passes::fusible(n.op)) throw Error(where + "node %" + std::to_string(id) + " (" + ir::op_name(n.op) + ") is not elementwise");
-    if (!have_shape) shape = n.shape, have_shape = true;
-    else if (n.shape != shape) throw Error(where + "the group's elementwise nodes differ in shape");
+    if (!passes::fusible(n.op))
+      throw Error(where + "node %" + std::to_string(id) + " (" + ir::op_name(n.op) + ") is not elementwise");
+    if (!have_shape)
+      shape = n.shape, have_shape = true;
+    else if (n.shape != shape)
+      throw Error(where + "the group's elementwise nodes differ in shape");
   }
   if (!have_shape) throw Error(where + "the group has no elementwise node");
   for (size_t k = 0; k < inputs.size(); ++k)
@@ -89,7 +94,8 @@ SinkGroup check_group(const ir::Graph& graph, const passes::KernelGroup& group,
   for (int32_t id : sinks) {
     const ir::Node& n = graph.node(id);
     const int32_t in = n.inputs[0];
-    if (!passes::reduction_sink(graph, n) || !in_group(in) || graph.node(in).shape != shape || graph.node(in).dtype != DType::kF32)
+    if (!passes::reduction_sink(graph, n) || !in_group(in) || graph.node(in).shape != shape ||
+        graph.node(in).dtype != DType::kF32)
       throw Error(where + "sum %" + std::to_string(id) + " is not a reduction sink of this group");
     sg.widths.push_back(n.numel());
     sg.w_max = std::max(sg.w_max, n.numel());
@@ -123,12 +129,12 @@ std::string param_list(const ir::Graph& graph, const SinkGroup& sg) {
 /// The [rows, L] view of the flat index and the grid over it (the file's header): gx column
 /// tiles of kLanes columns by gy chunks of `chunk` rows, kRows · per_thread rows a chunk.
 struct SinkGeometry {
-  int64_t L = 0, rows = 0;    // the view: flat index i = row · L + j
-  int unroll = 1;             // rows whose loads a thread issues together
-  int64_t gx = 0, gy = 0;     // grid: column tiles × row chunks
-  int64_t chunk = 0;          // rows per chunk (blockIdx.y)
-  bool chunked = false;       // gy > 1: chunks' partials merge through g_part<k>
-  std::vector<bool> folded;   // per sink: W_k < L, so its L column sums fold into W_k outputs
+  int64_t L = 0, rows = 0;   // the view: flat index i = row · L + j
+  int unroll = 1;            // rows whose loads a thread issues together
+  int64_t gx = 0, gy = 0;    // grid: column tiles × row chunks
+  int64_t chunk = 0;         // rows per chunk (blockIdx.y)
+  bool chunked = false;      // gy > 1: chunks' partials merge through g_part<k>
+  std::vector<bool> folded;  // per sink: W_k < L, so its L column sums fold into W_k outputs
   bool any_fold = false;
 };
 
@@ -147,7 +153,8 @@ SinkGeometry plan_geometry(const SinkGroup& sg, const SinkTuning& tuning, const 
   // Enough chunks for about target_blocks blocks, each thread taking at least rows_per_thread
   // rows, rounded up to whole unrolled steps.
   const int64_t chunks_wanted = std::max<int64_t>(1, tuning.target_blocks / geo.gx);
-  int64_t per_thread = std::max<int64_t>(std::max(tuning.rows_per_thread, 1), ceil_div(geo.rows, kRows * chunks_wanted));
+  int64_t per_thread =
+      std::max<int64_t>(std::max(tuning.rows_per_thread, 1), ceil_div(geo.rows, kRows * chunks_wanted));
   per_thread = ceil_div(per_thread, geo.unroll) * geo.unroll;
   geo.chunk = kRows * per_thread;
   geo.gy = ceil_div(geo.rows, geo.chunk);
@@ -182,16 +189,19 @@ void emit_merge_state(std::ostringstream& src, const SinkGeometry& geo, size_t K
 /// The kernel's head and its main loop: each thread walks its column j over rows r0 + ty,
 /// r0 + ty + 8, … of its chunk, `unroll` rows at a time, stores the elementwise outputs and
 /// adds each sink's value to acc<k>. `idx`/`sfx` are the index type and its literal suffix.
-void emit_accumulation(std::ostringstream& src, const ir::Graph& graph, const SinkGroup& sg, const SinkGeometry& geo,
-                       const std::vector<std::vector<int64_t>>& input_strides, const std::string& body,
-                       const std::string& name, const std::string& params, const char* idx, const char* sfx) {
+void emit_accumulation(std::ostringstream& src, const ir::Graph& graph, const SinkGroup& sg,
+                       const SinkGeometry& geo, const std::vector<std::vector<int64_t>>& input_strides,
+                       const std::string& body, const std::string& name, const std::string& params,
+                       const char* idx, const char* sfx) {
   const int64_t L = geo.L, n_total = sg.n_total;
   const int unroll = geo.unroll;
-  src << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") " << name << "(" << params << ") {\n";
+  src << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") " << name << "(" << params
+      << ") {\n";
   src << "  const int tx = threadIdx.x, ty = threadIdx.y, tid = tx + " << kLanes << " * ty;\n"
       << "  const int j = blockIdx.x * " << kLanes << " + tx;\n"
       << "  const " << idx << " r0 = (" << idx << ")blockIdx.y * " << geo.chunk << sfx << ";\n"
-      << "  const " << idx << " r1 = min((" << idx << ")" << geo.rows << sfx << ", r0 + " << geo.chunk << sfx << ");\n"
+      << "  const " << idx << " r1 = min((" << idx << ")" << geo.rows << sfx << ", r0 + " << geo.chunk << sfx
+      << ");\n"
       << "  (void)tid; (void)r1;\n";
   for (size_t k = 0; k < sg.sinks.size(); ++k) src << "  float acc" << k << " = 0.f;\n";
   src << "  if (j < " << L << ") {\n"
@@ -199,29 +209,33 @@ void emit_accumulation(std::ostringstream& src, const ir::Graph& graph, const Si
       << "      " << idx << " ix[" << unroll << "];\n      bool ok[" << unroll << "];\n"
       << "#pragma unroll\n      for (int u = 0; u < " << unroll << "; ++u) {\n"
       << "        const " << idx << " rr = r + u * " << kRows << ", e = rr * " << L << sfx << " + j;\n"
-      << "        ok[u] = rr < r1" << (n_total % L ? " && e < " + std::to_string(n_total) + sfx : std::string()) << ";\n"
+      << "        ok[u] = rr < r1"
+      << (n_total % L ? " && e < " + std::to_string(n_total) + sfx : std::string()) << ";\n"
       << "        ix[u] = ok[u] ? e : (" << idx << ")0;\n      }\n";
   // Loads of every unrolled row first (independent, so they are in flight together).
   for (size_t k = 0; k < sg.inputs.size(); ++k) {
     const std::string t = cuda_type(graph.node(sg.inputs[k]).dtype);
     src << "      " << t << " ld" << k << "[" << unroll << "];\n"
-        << "#pragma unroll\n      for (int u = 0; u < " << unroll << "; ++u) ld" << k << "[u] = in" << k << "["
-        << strided_offset(sg.shape, input_strides[k], "ix[u]", sfx) << "];\n";
+        << "#pragma unroll\n      for (int u = 0; u < " << unroll << "; ++u) ld" << k << "[u] = in" << k
+        << "[" << strided_offset(sg.shape, input_strides[k], "ix[u]", sfx) << "];\n";
   }
   src << "#pragma unroll\n      for (int u = 0; u < " << unroll << "; ++u) {\n";
   for (size_t k = 0; k < sg.inputs.size(); ++k)
-    src << "        const " << cuda_type(graph.node(sg.inputs[k]).dtype) << " x" << k << " = ld" << k << "[u];\n";
+    src << "        const " << cuda_type(graph.node(sg.inputs[k]).dtype) << " x" << k << " = ld" << k
+        << "[u];\n";
   src << body << "        if (ok[u]) {\n";
   for (size_t o = 0; o < sg.outputs.size(); ++o)
     src << "          out" << o << "[ix[u]] = " << value_name(sg.inputs, sg.outputs[o]) << ";\n";
   for (size_t k = 0; k < sg.sinks.size(); ++k)
-    src << "          acc" << k << " += " << value_name(sg.inputs, graph.node(sg.sinks[k]).inputs[0]) << ";\n";
+    src << "          acc" << k << " += " << value_name(sg.inputs, graph.node(sg.sinks[k]).inputs[0])
+        << ";\n";
   src << "        }\n      }\n    }\n  }\n";
 }
 
 /// Where a column's total `v` goes: the sink itself, or the column sums a narrower sink folds.
 std::string deliver(const SinkGeometry& geo, size_t k, const std::string& v) {
-  return geo.folded[k] ? "g_col" + std::to_string(k) + "[j] = " + v + ";" : "sink" + std::to_string(k) + "[j] = " + v + ";";
+  return geo.folded[k] ? "g_col" + std::to_string(k) + "[j] = " + v + ";"
+                       : "sink" + std::to_string(k) + "[j] = " + v + ";";
 }
 
 /// Each column's total: the 8 accumulators of a column combine through shared memory in
@@ -234,10 +248,12 @@ void emit_column_sums(std::ostringstream& src, const SinkGeometry& geo, size_t K
   for (size_t k = 0; k < K; ++k) src << "  red[" << k << "][ty][tx] = acc" << k << ";\n";
   src << "  __syncthreads();\n  if (ty == 0 && j < " << L << ") {\n";
   for (size_t k = 0; k < K; ++k) {
-    src << "    {\n      float a = red[" << k << "][0][tx];\n      for (int y = 1; y < " << kRows << "; ++y) a += red[" << k
-        << "][y][tx];\n      ";
-    if (geo.chunked) src << "g_part" << k << "[(long long)blockIdx.y * " << ll(L) << " + j] = a;";
-    else src << deliver(geo, k, "a");
+    src << "    {\n      float a = red[" << k << "][0][tx];\n      for (int y = 1; y < " << kRows
+        << "; ++y) a += red[" << k << "][y][tx];\n      ";
+    if (geo.chunked)
+      src << "g_part" << k << "[(long long)blockIdx.y * " << ll(L) << " + j] = a;";
+    else
+      src << deliver(geo, k, "a");
     src << "\n    }\n";
   }
   src << "  }\n";
@@ -247,12 +263,13 @@ void emit_column_sums(std::ostringstream& src, const SinkGeometry& geo, size_t K
       << "  if (tid == 0) last = atomicAdd(&g_tile[blockIdx.x], 1u) == " << gy - 1 << "u;\n"
       << "  __syncthreads();\n  if (!last) return;\n  __threadfence();\n";
   for (size_t k = 0; k < K; ++k)
-    src << "  {\n    float a = 0.f;\n    if (j < " << L << ") for (int b = ty; b < " << gy << "; b += " << kRows
-        << ") a += __ldcg(&g_part" << k << "[(long long)b * " << ll(L) << " + j]);\n    red[" << k << "][ty][tx] = a;\n  }\n";
+    src << "  {\n    float a = 0.f;\n    if (j < " << L << ") for (int b = ty; b < " << gy
+        << "; b += " << kRows << ") a += __ldcg(&g_part" << k << "[(long long)b * " << ll(L)
+        << " + j]);\n    red[" << k << "][ty][tx] = a;\n  }\n";
   src << "  __syncthreads();\n  if (ty == 0 && j < " << L << ") {\n";
   for (size_t k = 0; k < K; ++k)
-    src << "    {\n      float a = red[" << k << "][0][tx];\n      for (int y = 1; y < " << kRows << "; ++y) a += red[" << k
-        << "][y][tx];\n      " << deliver(geo, k, "a") << "\n    }\n";
+    src << "    {\n      float a = red[" << k << "][0][tx];\n      for (int y = 1; y < " << kRows
+        << "; ++y) a += red[" << k << "][y][tx];\n      " << deliver(geo, k, "a") << "\n    }\n";
   src << "  }\n  if (tid == 0) g_tile[blockIdx.x] = 0;  // ready for the next launch\n";
 }
 
@@ -326,7 +343,8 @@ Launch fused_sinks_kernel(const ir::Graph& graph, const passes::KernelGroup& gro
   const char* sfx = narrow ? "u" : "LL";
 
   // Per-node device functions and the per-element body.
-  const NodeCode code = group_node_code(graph, group, [&](int32_t id) { return value_name(sg.inputs, id); }, "        ");
+  const NodeCode code = group_node_code(
+      graph, group, [&](int32_t id) { return value_name(sg.inputs, id); }, "        ");
   const size_t K = sg.sinks.size();
   std::ostringstream src;
   src << group_prelude() << code.functions;

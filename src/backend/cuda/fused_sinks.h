@@ -36,9 +36,9 @@ Launch fused_sinks_kernel(const ir::Graph& graph, const passes::KernelGroup& gro
 /// blocks only add partials to merge. Rows unroll by 2: unrolling by 4 costs a group with
 /// several inputs and sinks more registers a thread than it gains in loads in flight.
 struct SinkTuning {
-  int rows_per_thread = 8;     // at least this many rows of the [rows, L] view per thread
-  int target_blocks = 1024;    // and no more blocks than this unless rows_per_thread forces it
-  int unroll = 2;              // rows whose loads a thread issues together
+  int rows_per_thread = 8;   // at least this many rows of the [rows, L] view per thread
+  int target_blocks = 1024;  // and no more blocks than this unless rows_per_thread forces it
+  int unroll = 2;            // rows whose loads a thread issues together
 };
 Launch fused_sinks_kernel(const ir::Graph& graph, const passes::KernelGroup& group,
                           const std::vector<std::vector<int64_t>>& input_strides, const std::string& name,

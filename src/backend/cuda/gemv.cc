@@ -27,12 +27,13 @@ std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
   (void)a;
-  return batch == 1 && m >= 1 && m <= kMaxRows && n >= 1 && k >= 32 && b.row_stride == 1 && b.col_stride >= k &&
-         n * k >= (int64_t{1} << 16);
+  return batch == 1 && m >= 1 && m <= kMaxRows && n >= 1 && k >= 32 && b.row_stride == 1 &&
+         b.col_stride >= k && n * k >= (int64_t{1} << 16);
 }
 
-Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm, int ks) {
+Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a,
+                   const MatOperand& b, GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm,
+                   int ks) {
   if (out_ld <= 0) out_ld = n;
   // Warps per column: enough blocks to cover the GPU's SMs twice.
   if (ks <= 0) {
@@ -49,14 +50,18 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   const bool affine = norm.on && (norm.w || norm.b);
   char eps[32];
   std::snprintf(eps, sizeof eps, "%.9e", norm.eps);
-  std::string s = "// gemv: out[" + std::to_string(m) + ", " + std::to_string(n) + "] = x·W over k = " + std::to_string(k) +
-                  (norm.on ? std::string(norm.layer ? ", x layer-normed" : ", x RMS-normed") : "") + " (gemv.cc)\n";
-  s += "constexpr int M = " + std::to_string(m) + ", N = " + std::to_string(n) + ", K = " + std::to_string(k) +
-       ", KS = " + std::to_string(ks) + ", CPB = " + std::to_string(cols_per_block) + ", NT = " + std::to_string(kWarps * 32) + ";\n";
-  s += "constexpr long long A_RS = " + ll(a.row_stride) + ", A_CS = " + ll(a.col_stride) + ", B_CS = " + ll(b.col_stride) +
-       ", OUT_LD = " + ll(out_ld) + ";\n";
-  s += std::string("constexpr bool NORM = ") + (norm.on ? "true" : "false") + ", LAYER = " + (norm.layer ? "true" : "false") +
-       ", NW = " + (norm.w ? "true" : "false") + ", NB = " + (norm.b ? "true" : "false") + ";\nconstexpr float EPS = " + eps + "f;\n";
+  std::string s = "// gemv: out[" + std::to_string(m) + ", " + std::to_string(n) +
+                  "] = x·W over k = " + std::to_string(k) +
+                  (norm.on ? std::string(norm.layer ? ", x layer-normed" : ", x RMS-normed") : "") +
+                  " (gemv.cc)\n";
+  s += "constexpr int M = " + std::to_string(m) + ", N = " + std::to_string(n) +
+       ", K = " + std::to_string(k) + ", KS = " + std::to_string(ks) +
+       ", CPB = " + std::to_string(cols_per_block) + ", NT = " + std::to_string(kWarps * 32) + ";\n";
+  s += "constexpr long long A_RS = " + ll(a.row_stride) + ", A_CS = " + ll(a.col_stride) +
+       ", B_CS = " + ll(b.col_stride) + ", OUT_LD = " + ll(out_ld) + ";\n";
+  s += std::string("constexpr bool NORM = ") + (norm.on ? "true" : "false") +
+       ", LAYER = " + (norm.layer ? "true" : "false") + ", NW = " + (norm.w ? "true" : "false") +
+       ", NB = " + (norm.b ? "true" : "false") + ";\nconstexpr float EPS = " + eps + "f;\n";
   std::string params = "const float* __restrict__ a";
   if (affine) params += ", const float* __restrict__ nw, const float* __restrict__ nb";
   params += ", const float* __restrict__ b";
@@ -73,7 +78,8 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   s += kernel_source("gemv.cuh", "rows");
   if (epi.bias) s += "    y += bias[j];\n";
   if (epi.residual) s += "    y += residual[i * (long long)N + j];\n";
-  if (epi.gelu) s += "    y = 0.5f * y * (1.0f + tanhf(0.7978845608028654f * (y + 0.044715f * y * y * y)));\n";
+  if (epi.gelu)
+    s += "    y = 0.5f * y * (1.0f + tanhf(0.7978845608028654f * (y + 0.044715f * y * y * y)));\n";
   s += "    out[i * OUT_LD + j] = y;\n  }\n}\n";
   l.source = std::move(s);
   return l;

@@ -41,8 +41,8 @@ struct Operand {
 /// Output: dense over the kept axes, in order. Params: (const T* in, R* out).
 /// `op` is one of "sum", "max", "min", "argmax".
 /// `dev` sizes the launch (how many blocks fill it).
-Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in, const std::vector<int>& axes,
-                     const DeviceInfo& dev);
+Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in,
+                     const std::vector<int>& axes, const DeviceInfo& dev);
 
 // ---- prefix sums (kernels_cumsum.cc) ---------------------------------------------------------
 /// Inclusive prefix sum of `in` (f32 or i32) along `axis`, from its end when `reverse` (see
@@ -55,17 +55,18 @@ Launch cumsum_kernel(const std::string& name, const Operand& in, int axis, bool 
 Launch gather_kernel(const std::string& name, const Operand& x, const Operand& idx, int axis);
 /// out (dense over dst's shape) = update_slice(dst, src, pos, axis) (see ops.def UpdateSlice);
 /// an offset out of range sets *err. Params: (const T* dst, const T* src, const int* pos, T* out, int* err).
-Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis);
+Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src,
+                           const Operand& pos, int axis);
 /// update_slice in place: only src's rows are written into dst (dense) at the offsets; an
-/// offset out of range sets *err and writes nothing. Params: (const T* src, const int* pos, T* dst, int* err).
-/// `pair`: a second (src2, dst2) with the same shapes and strides at the same offsets (a layer's
-/// K and V caches) in the same launch; params (src, pos, dst, src2, dst2, err).
-Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis,
-                          bool pair = false);
+/// offset out of range sets *err and writes nothing. Params: (const T* src, const int* pos, T* dst, int*
+/// err). `pair`: a second (src2, dst2) with the same shapes and strides at the same offsets (a layer's K and
+/// V caches) in the same launch; params (src, pos, dst, src2, dst2, err).
+Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos,
+                          int axis, bool pair = false);
 /// out (already zeroed by the executable, dense over out_shape) += src scattered along axis
 /// by idx (see ops.def ScatterAdd). f32 or i32. Params: (const T* src, const int* idx, T* out, int* err).
-Launch scatter_add_kernel(const std::string& name, const Operand& src, const Operand& idx, const Shape& out_shape,
-                          int axis);
+Launch scatter_add_kernel(const std::string& name, const Operand& src, const Operand& idx,
+                          const Shape& out_shape, int axis);
 /// Uniform [0, 1) f32 of `numel` elements, bit-identical to backend/philox.h's philox_uniform.
 /// Params: (const int* key, float* out).
 Launch random_kernel(const std::string& name, int64_t numel, uint64_t seed);
@@ -73,14 +74,15 @@ Launch random_kernel(const std::string& name, int64_t numel, uint64_t seed);
 /// NVRTC cannot include it): philox_block(block, key) under the baked-in `seed`,
 /// philox_block_seeded(block, key, seed_lo, seed_hi) under a run-time seed, and to_uniform(word).
 std::string philox_source(uint64_t seed);
-/// x·[u ≥ p]/(1−p) with u the same stream as random_kernel. Params: (const float* x, const int* key, float* out).
+/// x·[u ≥ p]/(1−p) with u the same stream as random_kernel. Params: (const float* x, const int* key, float*
+/// out).
 Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint64_t seed);
 
 /// attention_at (ops.def): q [B, Hq, T, D], k/v [B, Hkv, S, D], pos i32 [B], any strides;
 /// out dense [B, Hq, T, D]; a position outside [0, S − T] sets *err.
 /// Params: (const float* q, const float* k, const float* v, const int* pos, float* out, int* err).
-Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v, const Operand& pos,
-                           double scale);
+Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v,
+                           const Operand& pos, double scale);
 /// selective_scan (ops.def) over dense operands (selective_scan.cc): states in registers (two
 /// states of two channels per thread when N ≤ 64, else four states), time walked in chunks of 8 steps.
 struct ScanShape {
@@ -129,8 +131,8 @@ Launch sample_kernel(const std::string& name, int64_t rows, int64_t vocab);
 /// causal (inner == 1 only): row r (of outer) is query i = r mod t of a [t, axis] block;
 /// column j is masked when j > i + (axis − t): probability 0, log-probability −inf.
 /// Params: (const float* in, float* out).
-Launch softmax_kernel(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log, bool causal,
-                      int64_t t);
+Launch softmax_kernel(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log,
+                      bool causal, int64_t t);
 /// Per-row loss −log_softmax(logits[n])[target[n]] of dense logits [rows, cols]; 0 where the
 /// target equals ignore_index; a target outside [0, cols) sets *err and gives NaN.
 /// Rows of logits start `logits_ld` elements apart (-1: cols, dense).
@@ -148,20 +150,22 @@ struct NormAffine {
 };
 /// (x − mean)/sqrt(var + eps) per row (biased var), then `affine`. Params: (const float* x,
 /// [const float* w, const float* b (both, when either is asked for),] float* y).
-Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, NormAffine affine = {});
+Launch layer_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps,
+                         NormAffine affine = {});
 /// Params: (const float* x, const float* dy, float* dx).
 Launch layer_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
 /// A norm's backward (norm_fusion.cc), one warp per row (cols ≤ 1024), `blocks` blocks of 8
 /// warps walking the rows: dx = norm_grad(x, dz · w) (layer: centred; else RMS) and, as asked,
 /// each block's column partials of dz · norm(x) (k = 0) and dz (k = 1) into part[k][block][col].
 /// Params: (x, dz, [w,] dx, part).
-Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool has_w, bool dw,
-                            bool db, int64_t blocks);
+Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer,
+                            bool has_w, bool dw, bool db, int64_t blocks);
 /// dw[c], db[c] (those asked for) = Σ over blocks, in block order, of part[k][block][c].
 /// Params: (part, [dw,] [db]).
 Launch norm_partials_kernel(const std::string& name, int64_t cols, int64_t blocks, bool dw, bool db);
 /// x/sqrt(mean(x²) + eps) per row. Params: (const float* x, float* y).
-Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, NormAffine affine = {});
+Launch rms_norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps,
+                       NormAffine affine = {});
 /// Params: (const float* x, const float* dy, float* dx).
 Launch rms_norm_grad_kernel(const std::string& name, int64_t rows, int64_t cols, double eps);
 

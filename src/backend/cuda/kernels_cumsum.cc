@@ -20,9 +20,11 @@ std::string offset_function(const Operand& in, int axis) {
   std::string s = "__device__ __forceinline__ long long in_offset(long long o, long long a, long long j) {\n";
   s += "  long long off = a * " + ll(in.strides[static_cast<size_t>(axis)]) + ";\n";
   for (size_t k = in.shape.size(); k-- > static_cast<size_t>(axis) + 1;)
-    s += "  off += (j % " + ll(in.shape[k]) + ") * " + ll(in.strides[k]) + "; j /= " + ll(in.shape[k]) + ";\n";
+    s +=
+        "  off += (j % " + ll(in.shape[k]) + ") * " + ll(in.strides[k]) + "; j /= " + ll(in.shape[k]) + ";\n";
   for (size_t k = static_cast<size_t>(axis); k-- > 0;)
-    s += "  off += (o % " + ll(in.shape[k]) + ") * " + ll(in.strides[k]) + "; o /= " + ll(in.shape[k]) + ";\n";
+    s +=
+        "  off += (o % " + ll(in.shape[k]) + ") * " + ll(in.strides[k]) + "; o /= " + ll(in.shape[k]) + ";\n";
   return s + "  (void)o; (void)j;\n  return off;\n}\n";
 }
 
@@ -43,7 +45,8 @@ Launch cumsum_kernel(const std::string& name, const Operand& in, int axis, bool 
   }
   const bool f32 = in.dtype == DType::kF32;
   std::string s = "// cumsum (kernels_cumsum.cc)\n";
-  s += std::string("typedef ") + (f32 ? "float T;\ntypedef double ACC;\n" : "int T;\ntypedef unsigned int ACC;\n");
+  s += std::string("typedef ") +
+       (f32 ? "float T;\ntypedef double ACC;\n" : "int T;\ntypedef unsigned int ACC;\n");
   s += "constexpr long long OUTER = " + ll(outer) + ", LEN = " + ll(len) + ", INNER = " + ll(inner) + ";\n";
   s += std::string("constexpr bool REVERSE = ") + (reverse ? "true" : "false") + ";\n";
   s += "constexpr int NT = " + std::to_string(threads) + ";\n";

@@ -109,9 +109,11 @@ std::string accumulator(const std::string& op, DType t) {
          "  if (an) return b;\n  if (bn) return a;\n"
          "  if (a.v > b.v) return a;\n  if (b.v > a.v) return b;\n"
          "  return a.i < b.i ? a : b;\n}\n"
-         "__device__ __forceinline__ A fold(A a, T x, long long r) { A b; b.v = x; b.i = (int)r; return merge(a, b); }\n"
+         "__device__ __forceinline__ A fold(A a, T x, long long r) { A b; b.v = x; b.i = (int)r; return "
+         "merge(a, b); }\n"
          "__device__ __forceinline__ A shfl(A a, int m) {\n"
-         "  a.v = __shfl_xor_sync(0xffffffffu, a.v, m);\n  a.i = __shfl_xor_sync(0xffffffffu, a.i, m);\n  return a;\n}\n"
+         "  a.v = __shfl_xor_sync(0xffffffffu, a.v, m);\n  a.i = __shfl_xor_sync(0xffffffffu, a.i, m);\n  "
+         "return a;\n}\n"
          "__device__ __forceinline__ R finish(A a) { return a.i < 0 ? 0 : a.i; }\n";
     return s;
   }
@@ -146,7 +148,8 @@ std::string partial_storage(const std::string& op, int64_t parts) {
   if (op == "argmax") {
     s += "__device__ T g_pv[" + n + "];\n__device__ int g_pi[" + n + "];\n";
     s += "__device__ __forceinline__ void store_part(long long q, A a) { g_pv[q] = a.v; g_pi[q] = a.i; }\n";
-    s += "__device__ __forceinline__ A load_part(long long q) { A a; a.v = __ldcg(&g_pv[q]); a.i = __ldcg(&g_pi[q]); return a; }\n";
+    s += "__device__ __forceinline__ A load_part(long long q) { A a; a.v = __ldcg(&g_pv[q]); a.i = "
+         "__ldcg(&g_pi[q]); return a; }\n";
   } else {
     s += "__device__ A g_pv[" + n + "];\n";
     s += "__device__ __forceinline__ void store_part(long long q, A a) { g_pv[q] = a; }\n";
@@ -161,13 +164,16 @@ struct ReducePlan {
 };
 
 ReducePlan plan_reduce(const Operand& in, const std::vector<int>& axes) {
-  if (in.strides.size() != in.shape.size()) throw Error("[cuda] reduce_kernel: strides do not match the shape");
+  if (in.strides.size() != in.shape.size())
+    throw Error("[cuda] reduce_kernel: strides do not match the shape");
   ReducePlan p;
   std::vector<Dim> kept, red;
   for (size_t i = 0; i < in.shape.size(); ++i) {
     const bool reduced = std::find(axes.begin(), axes.end(), static_cast<int>(i)) != axes.end();
-    if (reduced) p.count *= in.shape[i];
-    else p.outs *= in.shape[i];
+    if (reduced)
+      p.count *= in.shape[i];
+    else
+      p.outs *= in.shape[i];
     if (in.shape[i] == 1) continue;
     (reduced ? red : kept).push_back({in.shape[i], in.strides[i]});
   }
@@ -183,11 +189,13 @@ ReducePlan plan_reduce(const Operand& in, const std::vector<int>& axes) {
 std::string row_kernel_body(bool block, int threads, int64_t chunk, bool vec) {
   std::string s;
   if (!block) {
-    s += "  const long long o = (long long)blockIdx.x * " + std::to_string(threads / 32) + " + (threadIdx.x >> 5);\n";
+    s += "  const long long o = (long long)blockIdx.x * " + std::to_string(threads / 32) +
+         " + (threadIdx.x >> 5);\n";
     s += "  if (o >= OUTS) return;\n  const int t = threadIdx.x & 31;\n  const int nt = 32;\n";
     s += "  const long long r0 = 0, r1 = COUNT;\n";
   } else {
-    s += "  const long long o = blockIdx.x;\n  const int t = threadIdx.x;\n  const int nt = " + std::to_string(threads) + ";\n";
+    s += "  const long long o = blockIdx.x;\n  const int t = threadIdx.x;\n  const int nt = " +
+         std::to_string(threads) + ";\n";
     s += "  const long long r0 = (long long)blockIdx.y * " + ll(chunk) + ";\n";
     s += "  const long long r1 = min(COUNT, r0 + " + ll(chunk) + ");\n";
   }
@@ -198,11 +206,13 @@ std::string row_kernel_body(bool block, int threads, int64_t chunk, bool vec) {
     s += "  if ((((unsigned long long)base) & 15) == 0) {\n"
          "    const T4* b4 = (const T4*)(base + r0);\n"
          "    const long long n4 = (r1 - r0) >> 2;\n"
-         "    A a1 = init(), a2 = init(), a3 = init();  // one accumulator per lane of the vector: four chains\n"
+         "    A a1 = init(), a2 = init(), a3 = init();  // one accumulator per lane of the vector: four "
+         "chains\n"
          "#pragma unroll 4\n"
          "    for (long long k = t; k < n4; k += nt) {\n"
          "      const T4 q = b4[k];\n      const long long r = r0 + 4 * k;\n"
-         "      a = fold(a, q.x, r);\n      a1 = fold(a1, q.y, r + 1);\n      a2 = fold(a2, q.z, r + 2);\n      a3 = fold(a3, q.w, r + 3);\n"
+         "      a = fold(a, q.x, r);\n      a1 = fold(a1, q.y, r + 1);\n      a2 = fold(a2, q.z, r + 2);\n   "
+         "   a3 = fold(a3, q.w, r + 3);\n"
          "    }\n"
          "    a = merge(merge(a, a1), merge(a2, a3));\n"
          "    for (long long r = r0 + 4 * n4 + t; r < r1; r += nt) a = fold(a, base[r], r);\n"
@@ -210,7 +220,8 @@ std::string row_kernel_body(bool block, int threads, int64_t chunk, bool vec) {
          "    for (long long r = r0 + t; r < r1; r += nt) a = fold(a, base[r], r);\n"
          "  }\n";
   } else {
-    s += "#pragma unroll 4\n  for (long long r = r0 + t; r < r1; r += nt) a = fold(a, base[red_off(r)], r);\n";
+    s +=
+        "#pragma unroll 4\n  for (long long r = r0 + t; r < r1; r += nt) a = fold(a, base[red_off(r)], r);\n";
   }
   s += "  for (int m = 16; m > 0; m >>= 1) a = merge(a, shfl(a, m));\n";
   if (!block) return s + "  if (t == 0) out[o] = finish(a);\n";
@@ -219,7 +230,8 @@ std::string row_kernel_body(bool block, int threads, int64_t chunk, bool vec) {
   s += "  if ((t & 31) == 0) warps[t >> 5] = a;\n  __syncthreads();\n";
   s += "  if (t == 0) {\n    a = warps[0];\n    for (int w = 1; w < " + std::to_string(threads / 32) +
        "; ++w) a = merge(a, warps[w]);\n";
-  s += "    if (CHUNKS == 1) out[o] = finish(a);\n    else store_part((long long)blockIdx.y * OUTS + o, a);\n  }\n";
+  s += "    if (CHUNKS == 1) out[o] = finish(a);\n    else store_part((long long)blockIdx.y * OUTS + o, "
+       "a);\n  }\n";
   s += "  if (CHUNKS > 1) finish_chunks(out);\n";
   return s;
 }
@@ -232,20 +244,23 @@ std::string column_kernel_body(int64_t chunk) {
   s += "  const long long r1 = min(COUNT, r0 + " + ll(chunk) + ");\n";
   s += "  A a = init();\n";
   s += "  if (o < OUTS) {\n    const T* base = in + kept_off(o);\n";
-  s += "#pragma unroll 4\n    for (long long r = r0 + threadIdx.y; r < r1; r += 8) a = fold(a, base[red_off(r)], r);\n  }\n";
+  s += "#pragma unroll 4\n    for (long long r = r0 + threadIdx.y; r < r1; r += 8) a = fold(a, "
+       "base[red_off(r)], r);\n  }\n";
   s += "  __shared__ A rows[8][32];\n  rows[threadIdx.y][threadIdx.x] = a;\n  __syncthreads();\n";
   s += "  if (threadIdx.y == 0 && o < OUTS) {\n";
   s += "    for (int y = 1; y < 8; ++y) a = merge(a, rows[y][threadIdx.x]);\n";
-  s += "    if (CHUNKS == 1) out[o] = finish(a);\n    else store_part((long long)blockIdx.y * OUTS + o, a);\n  }\n";
+  s += "    if (CHUNKS == 1) out[o] = finish(a);\n    else store_part((long long)blockIdx.y * OUTS + o, "
+       "a);\n  }\n";
   s += "  if (CHUNKS > 1) finish_chunks(out);\n";
   return s;
 }
 
 }  // namespace
 
-Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in, const std::vector<int>& axes,
-                     const DeviceInfo& dev) {
-  if (in.dtype != DType::kF32 && in.dtype != DType::kI32) throw Error("[cuda] reduce_kernel: f32 or i32 input only");
+Launch reduce_kernel(const std::string& name, const std::string& op, const Operand& in,
+                     const std::vector<int>& axes, const DeviceInfo& dev) {
+  if (in.dtype != DType::kF32 && in.dtype != DType::kI32)
+    throw Error("[cuda] reduce_kernel: f32 or i32 input only");
   const ReducePlan p = plan_reduce(in, axes);
   // Enough blocks to fill the device: four per SM.
   const int64_t target_blocks = 4 * static_cast<int64_t>(dev.sm_count);
@@ -256,7 +271,8 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
   const bool has_red = !p.red.empty();
   const int64_t red_inner = has_red ? p.red.back().stride : 0;
   const int64_t kept_inner = p.kept.empty() ? 0 : p.kept.back().stride;
-  const bool row = has_red && (p.kept.empty() || red_inner == 1 || (kept_inner != 1 && red_inner < kept_inner));
+  const bool row =
+      has_red && (p.kept.empty() || red_inner == 1 || (kept_inner != 1 && red_inner < kept_inner));
 
   int64_t chunks = 1, chunk = std::max<int64_t>(p.count, 1);
   std::string body;
@@ -265,7 +281,8 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
     bool kept_aligned = true;
     for (const Dim& d : p.kept) kept_aligned = kept_aligned && d.stride % 4 == 0;
     // A warp per output when the outputs' warps alone fill every SM's threads.
-    const bool warp = p.count <= 1024 || p.outs * 32 >= static_cast<int64_t>(dev.sm_count) * dev.threads_per_sm;
+    const bool warp =
+        p.count <= 1024 || p.outs * 32 >= static_cast<int64_t>(dev.sm_count) * dev.threads_per_sm;
     if (warp) {
       const bool vec = contiguous && p.count % 4 == 0 && kept_aligned;
       body = row_kernel_body(false, 256, chunk, vec);
@@ -286,7 +303,8 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
   } else {
     const int64_t gx = std::max<int64_t>(ceil_div(p.outs, 32), 1);
     if (gx < target_blocks) {
-      chunks = std::clamp<int64_t>(ceil_div(target_blocks, gx), 1, std::max<int64_t>(ceil_div(p.count, 256), 1));
+      chunks =
+          std::clamp<int64_t>(ceil_div(target_blocks, gx), 1, std::max<int64_t>(ceil_div(p.count, 256), 1));
       chunk = ceil_div(std::max<int64_t>(p.count, 1), chunks);
       chunks = ceil_div(std::max<int64_t>(p.count, 1), chunk);
     }
@@ -305,7 +323,8 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
   s += kernel_source("reduce.cuh", "finish_chunks");
   s += offset_fn("kept_off", p.kept);
   s += offset_fn("red_off", p.red);
-  s += "extern \"C\" __global__ void " + name + "(const T* __restrict__ in, R* __restrict__ out) {\n" + body + "}\n";
+  s += "extern \"C\" __global__ void " + name + "(const T* __restrict__ in, R* __restrict__ out) {\n" + body +
+       "}\n";
   l.source = std::move(s);
   return l;
 }
@@ -315,7 +334,8 @@ Launch reduce_kernel(const std::string& name, const std::string& op, const Opera
 namespace {
 
 void check_operand(const Operand& op, const char* what) {
-  if (op.strides.size() != op.shape.size()) throw Error(std::string("[cuda] ") + what + ": strides do not match the shape");
+  if (op.strides.size() != op.shape.size())
+    throw Error(std::string("[cuda] ") + what + ": strides do not match the shape");
 }
 
 /// Statements decomposing `var` (a flat index over `shape`, consumed) into coordinates,
@@ -382,8 +402,8 @@ namespace {
 /// update_slice_kernel (in_place false: one thread per element of the result, from src in
 /// the rows [p, p + len) of the axis, else from dst) and update_rows_kernel (in_place: one
 /// thread per element of src, written into dst's rows). p: the offset of the element's row.
-Launch update_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis, bool in_place,
-                     bool pair = false) {
+Launch update_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos,
+                     int axis, bool in_place, bool pair = false) {
   check_operand(dst, "update_slice_kernel");
   check_operand(src, "update_slice_kernel");
   const Operand& walked = in_place ? src : dst;
@@ -393,13 +413,15 @@ Launch update_kernel(const std::string& name, const Operand& dst, const Operand&
   l.name = name;
   l.block[0] = 256;
   l.grid[0] = grid_for(std::max<int64_t>(n, 1), 256);
-  std::string s = std::string("// update_slice") + (in_place ? " in place" : "") + " along axis " + std::to_string(axis) +
-                  " (kernels_reduce.cc)\n";
+  std::string s = std::string("// update_slice") + (in_place ? " in place" : "") + " along axis " +
+                  std::to_string(axis) + " (kernels_reduce.cc)\n";
   s += std::string("typedef ") + ctype(dst.dtype) + " T;\n";
   s += "extern \"C\" __global__ void " + name +
-       (in_place ? std::string("(const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ dst, ") +
-                       (pair ? "const T* __restrict__ src2, T* __restrict__ dst2, " : "") + "int* err) {\n"
-                 : "(const T* __restrict__ dst, const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ out, int* err) {\n");
+       (in_place
+            ? std::string("(const T* __restrict__ src, const int* __restrict__ pos, T* __restrict__ dst, ") +
+                  (pair ? "const T* __restrict__ src2, T* __restrict__ dst2, " : "") + "int* err) {\n"
+            : "(const T* __restrict__ dst, const T* __restrict__ src, const int* __restrict__ pos, T* "
+              "__restrict__ out, int* err) {\n");
   s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
        "; i += (long long)gridDim.x * blockDim.x) {\n";
   // ca: the element's coordinate on the axis; every other coordinate moves dst and src alike.
@@ -409,16 +431,20 @@ Launch update_kernel(const std::string& name, const Operand& dst, const Operand&
   s += decompose("rest", walked.shape, axis, "ca", {{"d_off", ds}, {"s_off", ss}});
   if (!pos.shape.empty())
     s += "    const long long row = i / " + ll(n / std::max<int64_t>(walked.shape[0], 1)) + ";\n";
-  s += "    const int p = pos[" + (pos.shape.empty() ? std::string("0") : "row * " + ll(pos.strides[0])) + "];\n";
+  s += "    const int p = pos[" + (pos.shape.empty() ? std::string("0") : "row * " + ll(pos.strides[0])) +
+       "];\n";
   s += "    const bool bad = p < 0 || p + " + ll(len) + " > " + ll(dst.shape[ax]) + ";\n";
   s += "    if (bad) *err = 1;\n";
   if (in_place) {
-    s += "    if (!bad) dst[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src[s_off + ca * " + ll(src.strides[ax]) + "];\n";
+    s += "    if (!bad) dst[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src[s_off + ca * " +
+         ll(src.strides[ax]) + "];\n";
     if (pair)
-      s += "    if (!bad) dst2[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src2[s_off + ca * " + ll(src.strides[ax]) + "];\n";
+      s += "    if (!bad) dst2[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src2[s_off + ca * " +
+           ll(src.strides[ax]) + "];\n";
   } else {
     s += "    const T old = dst[d_off + ca * " + ll(dst.strides[ax]) + "];\n";
-    s += "    out[i] = !bad && ca >= p && ca < p + " + ll(len) + " ? src[s_off + (ca - p) * " + ll(src.strides[ax]) + "] : old;\n";
+    s += "    out[i] = !bad && ca >= p && ca < p + " + ll(len) + " ? src[s_off + (ca - p) * " +
+         ll(src.strides[ax]) + "] : old;\n";
   }
   s += "  }\n}\n";
   l.source = std::move(s);
@@ -427,12 +453,13 @@ Launch update_kernel(const std::string& name, const Operand& dst, const Operand&
 
 }  // namespace
 
-Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis) {
+Launch update_slice_kernel(const std::string& name, const Operand& dst, const Operand& src,
+                           const Operand& pos, int axis) {
   return update_kernel(name, dst, src, pos, axis, false);
 }
 
-Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos, int axis,
-                          bool pair) {
+Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos,
+                          int axis, bool pair) {
   return update_kernel(name, dst, src, pos, axis, true, pair);
 }
 
@@ -442,8 +469,8 @@ Launch update_rows_kernel(const std::string& name, const Operand& dst, const Ope
 // Atomic: one thread per source element, atomicAdd into out — for few, long walks (embedding
 // backward: [tokens, C] into [vocab, C] along axis 0). Integer sums are exact either way; f32
 // sums from the atomic scheme are added in an order that can change from run to run.
-Launch scatter_add_kernel(const std::string& name, const Operand& src, const Operand& idx, const Shape& out_shape,
-                          int axis) {
+Launch scatter_add_kernel(const std::string& name, const Operand& src, const Operand& idx,
+                          const Shape& out_shape, int axis) {
   check_operand(src, "scatter_add_kernel");
   check_operand(idx, "scatter_add_kernel");
   const auto ax = static_cast<size_t>(axis);
@@ -480,7 +507,8 @@ Launch scatter_add_kernel(const std::string& name, const Operand& src, const Ope
     s += "    long long rest = i, so = 0, io = 0, oo = 0;\n";
     std::vector<int64_t> ost_no_axis = ost;
     ost_no_axis[ax] = 0;
-    s += decompose("rest", src.shape, -1, "", {{"so", src.strides}, {"io", idx.strides}, {"oo", ost_no_axis}});
+    s +=
+        decompose("rest", src.shape, -1, "", {{"so", src.strides}, {"io", idx.strides}, {"oo", ost_no_axis}});
     s += "    const int v = idx[io];\n";
     s += "    if (v < 0 || v >= " + range + ") { *err = 1; continue; }\n";
     s += "    atomicAdd(&out[oo + (long long)v * " + ll(ost[ax]) + "], src[so]);\n  }\n}\n";
@@ -493,7 +521,9 @@ Launch scatter_add_kernel(const std::string& name, const Operand& src, const Ope
 
 std::string philox_source(uint64_t seed) {
   std::string s(kernel_source("philox.cuh", "philox"));
-  const auto replace = [&s](const std::string& from, const std::string& to) { s.replace(s.find(from), from.size(), to); };
+  const auto replace = [&s](const std::string& from, const std::string& to) {
+    s.replace(s.find(from), from.size(), to);
+  };
   replace("SEED_LO", std::to_string(static_cast<uint32_t>(seed)) + "u");
   replace("SEED_HI", std::to_string(static_cast<uint32_t>(seed >> 32)) + "u");
   return s;
@@ -516,9 +546,11 @@ Launch random_kernel(const std::string& name, int64_t numel, uint64_t seed) {
   s += "    const uint4 w = philox_block((unsigned long long)b, k);\n";
   s += "    const long long i = 4 * b;\n";
   s += "    if (aligned && i + 3 < " + ll(numel) + ") {\n";
-  s += "      *(float4*)(out + i) = make_float4(to_uniform(w.x), to_uniform(w.y), to_uniform(w.z), to_uniform(w.w));\n";
+  s += "      *(float4*)(out + i) = make_float4(to_uniform(w.x), to_uniform(w.y), to_uniform(w.z), "
+       "to_uniform(w.w));\n";
   s += "    } else {\n      const unsigned int ws[4] = {w.x, w.y, w.z, w.w};\n";
-  s += "      for (int j = 0; j < 4 && i + j < " + ll(numel) + "; ++j) out[i + j] = to_uniform(ws[j]);\n    }\n  }\n}\n";
+  s += "      for (int j = 0; j < 4 && i + j < " + ll(numel) +
+       "; ++j) out[i + j] = to_uniform(ws[j]);\n    }\n  }\n}\n";
   l.source = std::move(s);
   return l;
 }
@@ -541,7 +573,8 @@ Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint6
   std::string s = "// dropout (kernels_reduce.cc)\n" + philox_source(seed);
   s += "constexpr unsigned int THRESHOLD = " + std::to_string(static_cast<uint32_t>(t)) + "u;\n";
   s += std::string("constexpr float SCALE = ") + scale + ";\n";
-  s += "__device__ __forceinline__ float drop(float v, unsigned int w) { return (w >> 8) >= THRESHOLD ? v * SCALE : 0.0f; }\n";
+  s += "__device__ __forceinline__ float drop(float v, unsigned int w) { return (w >> 8) >= THRESHOLD ? v * "
+       "SCALE : 0.0f; }\n";
   std::vector<Dim> dims;
   for (size_t i = 0; i < x.shape.size(); ++i) dims.push_back({x.shape[i], x.strides[i]});
   s += offset_fn("x_off", dims);
@@ -556,9 +589,11 @@ Launch dropout_kernel(const std::string& name, const Operand& x, double p, uint6
   s += "    const long long i = 4 * b;\n";
   s += "    if (vec && i + 3 < " + ll(count) + ") {\n";
   s += "      const float4 v = *(const float4*)(x + i);\n";
-  s += "      *(float4*)(out + i) = make_float4(drop(v.x, w.x), drop(v.y, w.y), drop(v.z, w.z), drop(v.w, w.w));\n";
+  s += "      *(float4*)(out + i) = make_float4(drop(v.x, w.x), drop(v.y, w.y), drop(v.z, w.z), drop(v.w, "
+       "w.w));\n";
   s += "    } else {\n      const unsigned int ws[4] = {w.x, w.y, w.z, w.w};\n";
-  s += "      for (int j = 0; j < 4 && i + j < " + ll(count) + "; ++j) out[i + j] = drop(x[x_off(i + j)], ws[j]);\n";
+  s += "      for (int j = 0; j < 4 && i + j < " + ll(count) +
+       "; ++j) out[i + j] = drop(x[x_off(i + j)], ws[j]);\n";
   s += "    }\n  }\n}\n";
   l.source = std::move(s);
   return l;

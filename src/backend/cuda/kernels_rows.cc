@@ -111,20 +111,24 @@ std::string cached_entry(const std::string& name, bool two_inputs, const std::st
   s += extra_params + "float* __restrict__ y) {\n";
   s += "  const long long row = row_index();\n  if (row >= ROWS) return;\n  const int tid = row_tid();\n";
   s += "  const long long o = row * COLS;\n";
-  const std::string args = two_inputs ? "x + o, dy + o, y + o, tid" + extra_args : "x + o, y + o, tid" + extra_args;
-  s += std::string("  if (VEC && aligned16(x) && aligned16(y)") + (two_inputs ? " && aligned16(dy)" : "") + ")\n";
+  const std::string args =
+      two_inputs ? "x + o, dy + o, y + o, tid" + extra_args : "x + o, y + o, tid" + extra_args;
+  s += std::string("  if (VEC && aligned16(x) && aligned16(y)") + (two_inputs ? " && aligned16(dy)" : "") +
+       ")\n";
   s += "    run<VEC ? 4 : 1>(" + args + ");\n  else\n    run<1>(" + args + ");\n}\n";
   return s;
 }
 
-std::string norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool grad,
-                        const NormAffine& affine = {}) {
+std::string norm_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer,
+                        bool grad, const NormAffine& affine = {}) {
   const RowPlan p = plan_rows(cols, grad ? kMaxCacheGrad : kMaxCache, false);
-  std::string s = prelude(std::string(layer ? "layer_norm" : "rms_norm") + (grad ? "_grad" : ""), p, rows, cols);
+  std::string s =
+      prelude(std::string(layer ? "layer_norm" : "rms_norm") + (grad ? "_grad" : ""), p, rows, cols);
   s += "constexpr float EPS = " + flit(eps) + ";\n";
   s += std::string("constexpr bool LAYER = ") + (layer ? "true" : "false") + ";\n";
   // The forward's affine epilogue: y = x̂ · w + b (either part optional; params w, b always).
-  s += std::string("constexpr bool AFF_W = ") + (affine.w ? "true" : "false") + ", AFF_B = " + (affine.b ? "true" : "false") + ";\n";
+  s += std::string("constexpr bool AFF_W = ") + (affine.w ? "true" : "false") +
+       ", AFF_B = " + (affine.b ? "true" : "false") + ";\n";
   const bool aff = affine.w || affine.b;
   const std::string aff_params = aff ? "const float* __restrict__ w, const float* __restrict__ b, " : "";
   if (p.cache > 0) {
@@ -190,7 +194,8 @@ template <int V> __device__ __forceinline__ void run(const float* x, const float
   } else {
     // Streamed (rows beyond 1024 threads × the cache): plain strided passes over global memory.
     s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ x, ";
-    s += grad ? "const float* __restrict__ dy, float* __restrict__ y) {\n" : aff_params + "float* __restrict__ y) {\n";
+    s += grad ? "const float* __restrict__ dy, float* __restrict__ y) {\n"
+              : aff_params + "float* __restrict__ y) {\n";
     s += R"(  const long long row = row_index();
   if (row >= ROWS) return;
   const int tid = row_tid();
@@ -233,8 +238,10 @@ std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64
   s += "constexpr long long IGNORE = " + std::to_string(ignore_index) + "LL;\n";
   // Row strides (elements): rows may be padded apart, e.g. a vocabulary of 50257 laid out in
   // rows of 50304 so that the products around it stay aligned.
-  s += "constexpr long long LD_IN = " + std::to_string(logits_ld) + "LL, LD_OUT = " + std::to_string(dlogits_ld) + "LL;\n";
-  s += "extern \"C\" __global__ void " + name + "(const float* __restrict__ logits, const int* __restrict__ targets, ";
+  s += "constexpr long long LD_IN = " + std::to_string(logits_ld) +
+       "LL, LD_OUT = " + std::to_string(dlogits_ld) + "LL;\n";
+  s += "extern \"C\" __global__ void " + name +
+       "(const float* __restrict__ logits, const int* __restrict__ targets, ";
   s += grad ? "const float* __restrict__ dloss, float* __restrict__ dlogits, int* err) {\n"
             : "float* __restrict__ loss, int* err) {\n";
   s += R"(  const long long row = row_index();
@@ -257,7 +264,7 @@ std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64
 )";
   } else {
     // The padding between rows is zeroed, so a product may read the rows LD_OUT wide (padded k).
-  s += R"(  float* y = dlogits + row * LD_OUT;
+    s += R"(  float* y = dlogits + row * LD_OUT;
   for (long long c = COLS + tid; c < LD_OUT; c += P) y[c] = 0.0f;
   if ((long long)t == IGNORE) {
     row_fill(y, tid, 0.0f);
@@ -291,7 +298,8 @@ std::string ce_kernel(const std::string& name, int64_t rows, int64_t cols, int64
 /// consecutive (outer, inner) columns — consecutive addresses — and threadIdx.y = 0…7 splits
 /// the axis; the eight online (max, Σexp) pairs of a column merge through shared memory in
 /// threadIdx.y order, then each thread writes its share of the column.
-std::string softmax_columns(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log, Launch& l) {
+std::string softmax_columns(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log,
+                            Launch& l) {
   const int64_t cols = outer * inner;
   l.block[0] = 32;
   l.block[1] = 8;
@@ -328,8 +336,8 @@ std::string softmax_columns(const std::string& name, int64_t outer, int64_t axis
 
 }  // namespace
 
-Launch softmax_kernel(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log, bool causal,
-                      int64_t t) {
+Launch softmax_kernel(const std::string& name, int64_t outer, int64_t axis, int64_t inner, bool log,
+                      bool causal, int64_t t) {
   if (causal && inner != 1) throw Error("[cuda] softmax_kernel: causal needs inner == 1");
   if (causal && t <= 0) throw Error("[cuda] softmax_kernel: causal needs t > 0");
   Launch l;
@@ -404,7 +412,8 @@ template <int V> __device__ __forceinline__ void run(const float* x, float* y, i
   return l;
 }
 
-Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index, int64_t logits_ld) {
+Launch cross_entropy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t ignore_index,
+                            int64_t logits_ld) {
   Launch l;
   l.name = name;
   set_launch(l, plan_rows(cols, kMaxCache, true), rows);
@@ -417,7 +426,8 @@ Launch cross_entropy_grad_kernel(const std::string& name, int64_t rows, int64_t 
   Launch l;
   l.name = name;
   set_launch(l, plan_rows(cols, kMaxCache, true), rows);
-  l.source = ce_kernel(name, rows, cols, ignore_index, true, logits_ld < 0 ? cols : logits_ld, dlogits_ld < 0 ? cols : dlogits_ld);
+  l.source = ce_kernel(name, rows, cols, ignore_index, true, logits_ld < 0 ? cols : logits_ld,
+                       dlogits_ld < 0 ? cols : dlogits_ld);
   return l;
 }
 

@@ -26,7 +26,9 @@ Launch sample_kernel(const std::string& name, int64_t rows, int64_t vocab) {
   l.block[0] = kThreads;
   l.grid[0] = static_cast<unsigned>(std::max<int64_t>(rows, 1));
   std::string s = "// sample (kernels_sample.cc)\n" + philox_source(0);
-  s += "constexpr int V = " + std::to_string(vocab) + ";\nconstexpr unsigned int ROWS = " + std::to_string(rows) + "u;\nconstexpr int NT = " + std::to_string(kThreads) + ";\n";
+  s += "constexpr int V = " + std::to_string(vocab) +
+       ";\nconstexpr unsigned int ROWS = " + std::to_string(rows) +
+       "u;\nconstexpr int NT = " + std::to_string(kThreads) + ";\n";
   s += kernel_source("sample.cuh", "helpers");
   s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name +
        "(const float* __restrict__ logits, const float* __restrict__ params, const int* __restrict__ key, "

@@ -13,7 +13,6 @@
 
 namespace tg::backend::cuda {
 
-
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row (capabilities.cc: norm_backward_blocks)
@@ -22,8 +21,8 @@ std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
 }  // namespace
 
-Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer, bool has_w, bool dw,
-                            bool db, int64_t blocks) {
+Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer,
+                            bool has_w, bool dw, bool db, int64_t blocks) {
   const int64_t per_lane = (cols + 31) / 32;
   Launch l;
   l.name = name;
@@ -33,10 +32,11 @@ Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols,
   s += "constexpr long long ROWS = " + ll(rows) + ";\nconstexpr int C = " + std::to_string(cols) + ";\n";
   s += "constexpr int J = " + std::to_string(per_lane) + ";  // columns per lane\n";
   s += "constexpr int G = " + std::to_string(blocks) + ";\nconstexpr float EPS = " + e + ";\n";
-  s += std::string("constexpr bool LAYER = ") + (layer ? "true" : "false") + ", DW = " + (dw ? "true" : "false") +
-       ", DB = " + (db ? "true" : "false") + ";\n";
+  s += std::string("constexpr bool LAYER = ") + (layer ? "true" : "false") +
+       ", DW = " + (dw ? "true" : "false") + ", DB = " + (db ? "true" : "false") + ";\n";
   s += kernel_source("norm_backward.cuh", "helpers");
-  s += "extern \"C\" __global__ void __launch_bounds__(256) " + name + "(const float* __restrict__ x, const float* __restrict__ dz, ";
+  s += "extern \"C\" __global__ void __launch_bounds__(256) " + name +
+       "(const float* __restrict__ x, const float* __restrict__ dz, ";
   s += has_w ? "const float* __restrict__ w, " : "";
   s += "float* __restrict__ dx, float* __restrict__ part) {\n";
   s += kernel_source("norm_backward.cuh", "rows");
@@ -67,8 +67,10 @@ Launch norm_partials_kernel(const std::string& name, int64_t cols, int64_t block
   if (threadIdx.y != 0 || c >= C) return;
   for (int r = 1; r < 8; ++r) a += sh[r][threadIdx.x];
 )";
-  if (dw && db) s += "  (k == 0 ? dw : db)[c] = a;\n}\n";
-  else s += std::string("  ") + (dw ? "dw" : "db") + "[c] = a;\n}\n";
+  if (dw && db)
+    s += "  (k == 0 ? dw : db)[c] = a;\n}\n";
+  else
+    s += std::string("  ") + (dw ? "dw" : "db") + "[c] = a;\n}\n";
   l.source = std::move(s);
   l.block[0] = 32;
   l.block[1] = 8;

@@ -14,7 +14,8 @@ namespace {
 
 /// The operand (`shape`, `strides`) as [batch, rows, cols] with one stride for the flattened
 /// `batch_shape`, or nothing when its batch axes do not nest or cuBLASLt cannot read it.
-std::optional<MatOperand> batch_matrix(const Shape& shape, const std::vector<int64_t>& strides, const Shape& batch_shape) {
+std::optional<MatOperand> batch_matrix(const Shape& shape, const std::vector<int64_t>& strides,
+                                       const Shape& batch_shape) {
   const size_t r = shape.size();
   MatOperand mo{shape[r - 2], shape[r - 1], strides[r - 2], strides[r - 1], 0};
   // Batch strides over the output's batch axes (right-aligned; absent or extent 1 → 0).
@@ -29,8 +30,10 @@ std::optional<MatOperand> batch_matrix(const Shape& shape, const std::vector<int
   for (size_t d = batch_shape.size(); d-- > 0;) {
     if (batch_shape[d] == 1) continue;
     if (bst[d] != 0) all_zero = false;
-    if (stride < 0) stride = bst[d];
-    else if (bst[d] != stride * span) return std::nullopt;
+    if (stride < 0)
+      stride = bst[d];
+    else if (bst[d] != stride * span)
+      return std::nullopt;
     span *= batch_shape[d];
   }
   mo.batch_stride = all_zero ? 0 : std::max<int64_t>(stride, 0);
@@ -60,17 +63,19 @@ bool split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType 
 /// only its unit-stride axis grows within the other stride of a buffer it starts (and, for
 /// `zeros`, that padding is known to be zero: Buffer::pad_ld); else a zero-padded copy is needed
 /// (`copy`), up to 512 MiB; false when neither works.
-bool pad_operand(MatOperand& mo, const passes::Place& p, const passes::Buffer& b, int64_t rows_p, int64_t cols_p, bool zeros,
-                 bool& copy) {
+bool pad_operand(MatOperand& mo, const passes::Place& p, const passes::Buffer& b, int64_t rows_p,
+                 int64_t cols_p, bool zeros, bool& copy) {
   copy = false;
   if (rows_p == mo.rows && cols_p == mo.cols) return true;
   const bool row_major = mo.col_stride == 1;
   if (b.home == passes::Buffer::Home::kArena && p.offset == 0) {
-    const bool grows_inner = row_major ? rows_p == mo.rows && mo.row_stride >= cols_p && mo.rows * mo.row_stride * 4 <= b.bytes
-                                       : mo.row_stride == 1 && cols_p == mo.cols && mo.col_stride >= rows_p &&
-                                             mo.cols * mo.col_stride * 4 <= b.bytes;
-    const bool zero_ok = !zeros || (b.pad_ld > 0 && (row_major ? mo.row_stride == b.pad_ld && mo.cols == b.pad_cols
-                                                               : mo.col_stride == b.pad_ld && mo.rows == b.pad_cols));
+    const bool grows_inner =
+        row_major ? rows_p == mo.rows && mo.row_stride >= cols_p && mo.rows * mo.row_stride * 4 <= b.bytes
+                  : mo.row_stride == 1 && cols_p == mo.cols && mo.col_stride >= rows_p &&
+                        mo.cols * mo.col_stride * 4 <= b.bytes;
+    const bool zero_ok =
+        !zeros || (b.pad_ld > 0 && (row_major ? mo.row_stride == b.pad_ld && mo.cols == b.pad_cols
+                                              : mo.col_stride == b.pad_ld && mo.rows == b.pad_cols));
     if (grows_inner && zero_ok) {
       mo.rows = rows_p, mo.cols = cols_p;
       return true;
@@ -124,7 +129,8 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   // left one's rows follow each other from batch to batch.
   MatOperand* mats = p.mats;
   p.bm = p.batch, p.mm = p.m;
-  if (p.batch > 1 && mats[1].batch_stride == 0 && mats[0].col_stride == 1 && mats[0].batch_stride == p.m * mats[0].row_stride) {
+  if (p.batch > 1 && mats[1].batch_stride == 0 && mats[0].col_stride == 1 &&
+      mats[0].batch_stride == p.m * mats[0].row_stride) {
     p.mm = p.batch * p.m;
     p.bm = 1;
     mats[0].rows = p.mm;
@@ -147,8 +153,9 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   ch.gelu = c.gelu >= 0 && p.gemv && (c.bias_add < 0 || ch.bias);
   // (·) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1), when r lies dense in
   // the output's layout.
-  ch.residual = c.residual_add >= 0 && !ch.gelu && (c.bias_add < 0 || ch.bias) && p.bm == 1 && f32 && p.ld == p.nn &&
-                padded_row(p.mm) == p.mm && (ch.bias || !small_matmul_preferred(p.bm, p.mm, p.nn, p.k));
+  ch.residual = c.residual_add >= 0 && !ch.gelu && (c.bias_add < 0 || ch.bias) && p.bm == 1 && f32 &&
+                p.ld == p.nn && padded_row(p.mm) == p.mm &&
+                (ch.bias || !small_matmul_preferred(p.bm, p.mm, p.nn, p.k));
   if (p.ld != p.nn) {
     ch.out_strides = row_padded_strides(os, p.ld);
     ch.out_bytes = aligned(p.mm * p.ld * 4);

@@ -23,15 +23,16 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 /// A persistent buffer (parameters, optimizer state) in device memory.
 class CudaBuffer final : public Buffer {
  public:
-  CudaBuffer(DType dtype, int64_t numel) : Buffer(dtype, numel), mem(static_cast<size_t>(std::max<int64_t>(numel, 1)) * dtype_size(dtype)) {}
+  CudaBuffer(DType dtype, int64_t numel)
+      : Buffer(dtype, numel), mem(static_cast<size_t>(std::max<int64_t>(numel, 1)) * dtype_size(dtype)) {}
   DeviceMemory mem;
 };
 
 /// Where a value's elements are: arena buffer `buf` at `offset`, or fixed memory.
 struct Place {
-  int32_t buf = -1;        // arena buffer, or -1: fixed memory at `fixed`
+  int32_t buf = -1;  // arena buffer, or -1: fixed memory at `fixed`
   CUdeviceptr fixed = 0;
-  int64_t offset = 0;      // bytes
+  int64_t offset = 0;  // bytes
   std::vector<int64_t> strides;
 };
 
@@ -45,18 +46,20 @@ struct Step {
   Kind kind = Kind::kKernel;
   std::vector<int32_t> nodes;  // for describe
   Launch launch;
-  int32_t kernel = -1;         // into the executable's loaded kernels
-  std::vector<Arg> args;       // kernel params; matmul: a, b, out, then bias and residual where present; memset: dst
-  int bias_arg = -1, residual_arg = -1;  // matmul: their index in args (residual: out = a·b + bias + residual)
+  int32_t kernel = -1;  // into the executable's loaded kernels
+  std::vector<Arg>
+      args;  // kernel params; matmul: a, b, out, then bias and residual where present; memset: dst
+  int bias_arg = -1,
+      residual_arg = -1;  // matmul: their index in args (residual: out = a·b + bias + residual)
   std::shared_ptr<LtMatmul> matmul;
   // A split fp32 product (emit_products.cc): `matmul` computes lo·hi + hi·lo from
   // the split operands args[0], args[1], then `matmul_hi` adds hi·hi (and the bias) reading
   // the hi halves, hi_offset bytes into them.
   std::shared_ptr<LtMatmul> matmul_hi;
   int64_t hi_offset[2] = {0, 0};
-  int64_t bytes = 0;           // memset size
-  int64_t moved = 0;           // bytes the step reads and writes at least once (profiles)
-  int64_t launch_n = -1;       // >= 0: passed as a trailing `long long n` (fused groups)
+  int64_t bytes = 0;      // memset size
+  int64_t moved = 0;      // bytes the step reads and writes at least once (profiles)
+  int64_t launch_n = -1;  // >= 0: passed as a trailing `long long n` (fused groups)
   // Elementwise groups (one, or several batched into one launch): their indices into the
   // fusion's groups, each one's input strides, and how many leading args each one reads.
   std::vector<int32_t> groups;
@@ -73,13 +76,13 @@ struct UpdateCopy {
 
 struct LoweredProgram {
   std::vector<Step> steps;
-  std::vector<ArenaBuffer> bufs;          // placed: offsets into one arena of memory.arena bytes
-  std::vector<DeviceMemory> fixed_mems;   // constants
-  DeviceMemory inputs;                    // every input, one block
+  std::vector<ArenaBuffer> bufs;         // placed: offsets into one arena of memory.arena bytes
+  std::vector<DeviceMemory> fixed_mems;  // constants
+  DeviceMemory inputs;                   // every input, one block
   int64_t input_bytes = 0;
   std::unordered_map<int32_t, int64_t> input_offset;  // input node → byte offset in the block
-  std::vector<UpdateCopy> update_copies;  // the updates not written in place
-  std::unordered_map<int32_t, Place> outputs;  // output node → dense place valid after the step
+  std::vector<UpdateCopy> update_copies;              // the updates not written in place
+  std::unordered_map<int32_t, Place> outputs;         // output node → dense place valid after the step
   MemoryStats memory;
   struct Node {
     ir::Op op;

@@ -65,14 +65,16 @@ using namespace scan_detail;
 Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool keep) {
   const Split sp = forward_split(s);
   Launch l = scan_launch(name, s, sp, false, kForwardBuffers);
-  std::string src = "// selective_scan forward: y and the last state" + std::string(keep ? ", the states entering each chunk kept" : "") +
+  std::string src = "// selective_scan forward: y and the last state" +
+                    std::string(keep ? ", the states entering each chunk kept" : "") +
                     " (selective_scan.cc)\n" + prelude(s, sp, kForwardSteps, kForwardBuffers);
-  src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " + std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 2;\n";
+  src += "constexpr bool DY = false, DY_ROWS = false, DELTA_EACH = true, KEEP = " +
+         std::string(keep ? "true" : "false") + ";\nconstexpr int ROWS_U = 2;\n";
   src += kernel_source("scan_common.cuh", "stage");
   src += kernel_source("scan_forward.cuh", "barrier");
   // kBlocksPerSm, as the backward (left to itself ptxas caps registers too low and spills).
-  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kBlocksPerSm) + ") " + name + "(" + kOperands +
-         "float* __restrict__ out, float* __restrict__ hs) {\n";
+  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kBlocksPerSm) + ") " + name +
+         "(" + kOperands + "float* __restrict__ out, float* __restrict__ hs) {\n";
   src += kernel_source("scan_common.cuh", "start");
   src += kernel_source("scan_forward.cuh", "body");
   l.source = std::move(src);
@@ -82,22 +84,26 @@ Launch scan_forward_kernel(const std::string& name, const ScanShape& s, bool kee
 Launch scan_backward_kernel(const std::string& name, const ScanShape& s) {
   const Split sp = backward_split(s);
   Launch l = scan_launch(name, s, sp, true);
-  std::string src = "// selective_scan gradient: chunks from the last, recomputed forward, walked backwards (selective_scan.cc)\n" +
-                    prelude(s, sp, kChunk);
+  std::string src =
+      "// selective_scan gradient: chunks from the last, recomputed forward, walked backwards "
+      "(selective_scan.cc)\n" +
+      prelude(s, sp, kChunk);
   // dy staged as rows (DY_ROWS), or one value (DY_ONE: the gradient of a plain sum) or zero
   // held in a register; the last state's cotangent read (DLAST) or zero.
   const bool rows = s.dy == ScanShape::Dy::kRows;
-  src += std::string("constexpr bool DY = true, DY_ROWS = ") + (rows ? "true" : "false") + ", DY_ONE = " +
-         (s.dy == ScanShape::Dy::kOne ? "true" : "false") + ", DLAST = " + (s.dlast ? "true" : "false") +
-         ", DELTA_EACH = false;\nconstexpr int ROWS_U = 6;\n";
+  src += std::string("constexpr bool DY = true, DY_ROWS = ") + (rows ? "true" : "false") +
+         ", DY_ONE = " + (s.dy == ScanShape::Dy::kOne ? "true" : "false") +
+         ", DLAST = " + (s.dlast ? "true" : "false") + ", DELTA_EACH = false;\nconstexpr int ROWS_U = 6;\n";
   src += kernel_source("scan_common.cuh", "stage");
   // The recomputed chunk's states and factors keep many registers live; the cap of 168 (three
   // 128-thread blocks per SM, so b 8, d 1536 runs in one wave) still fits N = 16 without spilling.
   // ScanShape::blocks_per_sm overrides the blocks per SM (tuning sweeps).
   const int min_blocks = s.blocks_per_sm > 0 ? s.blocks_per_sm : kBlocksPerSm;
   src += kernel_source("scan_backward.cuh", "store");
-  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name + "(" + kOperands +
-         "const float* __restrict__ dy, const float* __restrict__ dlast, const float* __restrict__ hs, float* __restrict__ out, "
+  src += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(min_blocks) + ") " + name +
+         "(" + kOperands +
+         "const float* __restrict__ dy, const float* __restrict__ dlast, const float* __restrict__ hs, "
+         "float* __restrict__ out, "
          "float* __restrict__ dA_part, float* __restrict__ dBC_part, float* __restrict__ dDb_part) {\n";
   src += kernel_source("scan_common.cuh", "start");
   src += kernel_source("scan_backward.cuh", "body");

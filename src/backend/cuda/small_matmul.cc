@@ -48,7 +48,8 @@ double wavefronts(int64_t distinct, int per_thread) {
 }
 
 /// Rough cycle estimate of one configuration on `dev`.
-double estimate(const SmallMatmulConfig& c, int64_t batch, int64_t m, int64_t n, int64_t k, const DeviceInfo& dev) {
+double estimate(const SmallMatmulConfig& c, int64_t batch, int64_t m, int64_t n, int64_t k,
+                const DeviceInfo& dev) {
   const double sms = dev.sm_count;
   const Derived d = derive(c, m, n, k);
   const int64_t blocks = batch * d.tiles_m * d.tiles_n * c.cl;
@@ -91,8 +92,8 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
     int bm, bn, tm, tn;
   };
   static const Tile kTiles[] = {
-      {64, 64, 4, 4}, {32, 64, 2, 4}, {64, 32, 4, 2}, {32, 32, 2, 2}, {32, 32, 4, 4}, {16, 64, 1, 4},
-      {16, 64, 2, 4}, {64, 16, 4, 1}, {16, 32, 2, 2}, {8, 64, 1, 4},  {8, 64, 1, 2},  {8, 32, 1, 2},
+      {64, 64, 4, 4}, {32, 64, 2, 4}, {64, 32, 4, 2},  {32, 32, 2, 2}, {32, 32, 4, 4}, {16, 64, 1, 4},
+      {16, 64, 2, 4}, {64, 16, 4, 1}, {16, 32, 2, 2},  {8, 64, 1, 4},  {8, 64, 1, 2},  {8, 32, 1, 2},
       {16, 16, 1, 1}, {8, 16, 1, 1},  {128, 64, 4, 4},  // no 4×8: 2× the accumulators, half the warps
   };
   SmallMatmulConfig best;
@@ -105,7 +106,7 @@ SmallMatmulConfig small_matmul_config(int64_t batch, int64_t m, int64_t n, int64
           SmallMatmulConfig c{tl.bm, tl.bn, bk, tl.tm, tl.tn, ks, cl};
           if (!valid(c)) continue;
           if (c.threads() < 128 || c.threads() > 512) continue;  // fewer warps: latency-bound
-          if (bk > 16 && round_up(k, 8) <= 16) continue;  // a stage mostly of zeros
+          if (bk > 16 && round_up(k, 8) <= 16) continue;         // a stage mostly of zeros
           if (bk > 32 && ceil_div(k, cl) < 256) continue;
           if (cl > 1 && ceil_div(k, cl) < 64) continue;
           if (cl > 1 && bk > 32) continue;  // split K: shallower stages, more of them a rank
@@ -146,8 +147,9 @@ Launch small_matmul_kernel_with(const SmallMatmulConfig& c, const std::string& n
   const int64_t la = ceil_div(int64_t{c.bm} * c.bk, threads), lb = ceil_div(int64_t{c.bn} * c.bk, threads);
 
   std::ostringstream s;
-  s << "// small matmul [" << batch << ", " << m << ", " << k << "] x [" << k << ", " << n << "], tile " << c.bm << "x"
-    << c.bn << "x" << c.bk << ", micro " << c.tm << "x" << c.tn << ", ks " << c.ks << ", cluster " << c.cl << "\n";
+  s << "// small matmul [" << batch << ", " << m << ", " << k << "] x [" << k << ", " << n << "], tile "
+    << c.bm << "x" << c.bn << "x" << c.bk << ", micro " << c.tm << "x" << c.tn << ", ks " << c.ks
+    << ", cluster " << c.cl << "\n";
   s << "#define M " << ll(m) << "\n#define N " << ll(n) << "\n#define K " << ll(k) << "\n";
   s << "#define A_RS " << ll(a.row_stride) << "\n#define A_CS " << ll(a.col_stride) << "\n#define A_BS "
     << ll(a.batch_stride) << "\n";
@@ -156,13 +158,12 @@ Launch small_matmul_kernel_with(const SmallMatmulConfig& c, const std::string& n
   s << "#define O_RS " << ll(ors) << "\n#define O_BS " << ll(m * ors) << "\n";
   s << "#define BM " << c.bm << "\n#define BN " << c.bn << "\n#define BK " << c.bk << "\n#define TM " << c.tm
     << "\n#define TN " << c.tn << "\n#define KS " << c.ks << "\n#define CL " << c.cl << "\n#define RX " << rx
-    << "\n#define TG " << tg << "\n#define NT " << threads << "\n#define PA " << d.pa << "\n#define PB " << d.pb
-    << "\n#define KB " << ll(d.kb) << "\n#define STAGES " << d.stages << "\n#define RING " << d.ring
+    << "\n#define TG " << tg << "\n#define NT " << threads << "\n#define PA " << d.pa << "\n#define PB "
+    << d.pb << "\n#define KB " << ll(d.kb) << "\n#define STAGES " << d.stages << "\n#define RING " << d.ring
     << "\n#define LA " << la << "\n#define LB " << lb << "\n#define KSL " << c.bk / c.ks << "\n";
   s << "#define A_KFAST " << (a_kfast ? 1 : 0) << "\n#define B_KFAST " << (b_kfast ? 1 : 0) << "\n";
   s << kernel_source("small_matmul.cuh", "helpers");
-  if (c.cl > 1)
-    s << kernel_source("small_matmul.cuh", "cluster");
+  if (c.cl > 1) s << kernel_source("small_matmul.cuh", "cluster");
   s << "extern \"C\" __global__ void ";
   if (c.cl > 1) s << "__cluster_dims__(1, 1, " << c.cl << ") ";
   s << "__launch_bounds__(" << threads << ") " << name

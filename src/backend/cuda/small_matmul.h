@@ -45,8 +45,8 @@ Launch small_matmul_kernel(const std::string& name, int64_t batch, int64_t m, in
                            const MatOperand& a, const MatOperand& b, bool tf32, int64_t out_row_stride,
                            const DeviceInfo& dev);
 /// The same with an explicit tiling (bm % tm == 0, bn % tn == 0, bk % (8·ks) == 0).
-Launch small_matmul_kernel_with(const SmallMatmulConfig& cfg, const std::string& name, int64_t batch, int64_t m,
-                                int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
+Launch small_matmul_kernel_with(const SmallMatmulConfig& cfg, const std::string& name, int64_t batch,
+                                int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
                                 int64_t out_row_stride);
 
 /// Whether small_matmul_kernel is expected to beat cuBLASLt on this product (small_matmul.cc says why).
@@ -72,7 +72,8 @@ bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOpera
 /// on),] const float* b, [const float* bias], [const float* residual], float* out).
 /// `sm_count` (the device's SMs) sizes the split of each column over warps; `ks` > 0 forces the
 /// warps per output column instead (1, 2, 4, 8; for timing sweeps).
-Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm = {}, int ks = 0);
+Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a,
+                   const MatOperand& b, GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm = {},
+                   int ks = 0);
 
 }  // namespace tg::backend::cuda

@@ -111,7 +111,8 @@ class RefExecutableImpl final : public RefExecutable {
       if (op != Op::kParam && op != Op::kState) continue;
       auto it = bindings.find(id);
       if (it == bindings.end())
-        throw Error("[ref] " + std::string(ir::op_name(op)) + " '" + graph_.node(id).name + "' has no bound buffer");
+        throw Error("[ref] " + std::string(ir::op_name(op)) + " '" + graph_.node(id).name +
+                    "' has no bound buffer");
       bound_[id] = static_cast<RefBuffer*>(it->second);
     }
   }
@@ -142,10 +143,14 @@ class RefExecutableImpl final : public RefExecutable {
     MemoryStats m;  // one double buffer per node, nothing shared
     for (const Node& n : graph_.nodes()) {
       const int64_t bytes = n.numel() * 8;
-      if (n.op == Op::kParam) m.params += bytes;
-      else if (n.op == Op::kState) m.optimizer_state += bytes;
-      else if (n.op == Op::kInput) m.inputs += bytes;
-      else m.arena += bytes;
+      if (n.op == Op::kParam)
+        m.params += bytes;
+      else if (n.op == Op::kState)
+        m.optimizer_state += bytes;
+      else if (n.op == Op::kInput)
+        m.inputs += bytes;
+      else
+        m.arena += bytes;
     }
     m.no_reuse = m.arena;
     return m;
@@ -175,7 +180,9 @@ class RefExecutableImpl final : public RefExecutable {
       }
     }
   }
-  const std::vector<double>& value_f64(int32_t node) const override { return values_.at(static_cast<size_t>(node)); }
+  const std::vector<double>& value_f64(int32_t node) const override {
+    return values_.at(static_cast<size_t>(node));
+  }
 
  private:
   const Node& input_node(int32_t node) const {
@@ -192,10 +199,8 @@ class RefExecutableImpl final : public RefExecutable {
     Values out(count, 0.0);
     switch (n.op) {
       case Op::kParam:
-      case Op::kState:
-        return bound_.at(id)->data;
-      case Op::kInput:
-        return values_[static_cast<size_t>(id)];
+      case Op::kState: return bound_.at(id)->data;
+      case Op::kInput: return values_[static_cast<size_t>(id)];
       case Op::kConstant:
         for (size_t i = 0; i < count; ++i)
           out[i] = to_dtype(n.attrs.values.size() == 1 ? n.attrs.values[0] : n.attrs.values[i], n.dtype);
@@ -205,15 +210,19 @@ class RefExecutableImpl final : public RefExecutable {
           out[i] = to_dtype(n.attrs.values[0] + static_cast<double>(i) * n.attrs.values[1], n.dtype);
         return out;
 
+      // clang-format off
       case Op::kNeg: case Op::kAbs: case Op::kSign: case Op::kExp: case Op::kLog: case Op::kSqrt:
       case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
       case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
       case Op::kStopGradient:
+        // clang-format on
         for (size_t i = 0; i < count; ++i) out[i] = ir::eval_unary(n.op, in(0)[i]);
         return out;
+      // clang-format off
       case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
       case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad: case Op::kReluGrad:
       case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
+        // clang-format on
         for (size_t i = 0; i < count; ++i) out[i] = ir::eval_binary(n.op, in(0)[i], in(1)[i]);
         return out;
       case Op::kCast:
@@ -223,7 +232,9 @@ class RefExecutableImpl final : public RefExecutable {
         for (size_t i = 0; i < count; ++i) out[i] = in(0)[i] != 0.0 ? in(1)[i] : in(2)[i];
         return out;
 
+      // clang-format off
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax:
+        // clang-format on
         return reduce(n, in_node(0).shape, in(0));
       case Op::kCumsum: {
         // [outer, len, inner] around the axis; each (outer, inner) line summed in its direction.
@@ -245,8 +256,7 @@ class RefExecutableImpl final : public RefExecutable {
         return out;
       }
 
-      case Op::kReshape:
-        return in(0);
+      case Op::kReshape: return in(0);
       case Op::kResult: {  // its part of the multi-output node's values (ir::Node::results)
         const auto at = in(0).begin() + ir::result_offset(in_node(0), static_cast<size_t>(n.attrs.axes[0]));
         return Values(at, at + static_cast<int64_t>(count));
@@ -279,8 +289,10 @@ class RefExecutableImpl final : public RefExecutable {
           std::vector<int64_t> idx = unravel(flat, small);
           idx[axis] = start + idx[axis] * step;
           const auto b = static_cast<size_t>(ravel(idx, big));
-          if (n.op == Op::kSlice) out[static_cast<size_t>(flat)] = in(0)[b];
-          else out[b] = in(0)[static_cast<size_t>(flat)];
+          if (n.op == Op::kSlice)
+            out[static_cast<size_t>(flat)] = in(0)[b];
+          else
+            out[b] = in(0)[static_cast<size_t>(flat)];
         }
         return out;
       }
@@ -298,13 +310,14 @@ class RefExecutableImpl final : public RefExecutable {
         }
         return out;
       }
-      case Op::kMatmul:
-        return matmul(n, in_node(0), in_node(1), in(0), in(1));
+      case Op::kMatmul: return matmul(n, in_node(0), in_node(1), in(0), in(1));
+      // clang-format off
       case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
       case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
       case Op::kAttention: case Op::kAttentionGrad: case Op::kAttentionAt: case Op::kSelectiveScan:
       case Op::kSelectiveScanGrad: {
+        // clang-format on
         std::vector<const Node*> nodes;
         std::vector<const Values*> vals;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -349,7 +362,8 @@ class RefBackend final : public Backend {
       }
     }
   }
-  std::unique_ptr<Executable> prepare(const Graph& graph, const Bindings& bindings, const PrepareOptions&) override {
+  std::unique_ptr<Executable> prepare(const Graph& graph, const Bindings& bindings,
+                                      const PrepareOptions&) override {
     return std::make_unique<RefExecutableImpl>(graph, bindings);
   }
 };

@@ -41,23 +41,26 @@ Values gather_scatter(const Node& n, const Node& x_node, const Values& x, const 
   for (int64_t flat = 0; flat < numel(small); ++flat) {
     const double where = idx[static_cast<size_t>(flat)];
     if (where < 0 || where >= static_cast<double>(big[axis]))
-      throw InputError(std::string("[") + ir::op_name(n.op) + "] index " + std::to_string(static_cast<int64_t>(where)) +
-                       " out of range [0, " + std::to_string(big[axis]) + ")");
+      throw InputError(std::string("[") + ir::op_name(n.op) + "] index " +
+                       std::to_string(static_cast<int64_t>(where)) + " out of range [0, " +
+                       std::to_string(big[axis]) + ")");
     int64_t b = 0, rest = flat;
     for (size_t d = 0; d < small.size(); ++d) {
       const int64_t coord = rest / small_st[d];
       rest %= small_st[d];
       b += (d == axis ? static_cast<int64_t>(where) : coord) * big_st[d];
     }
-    if (gather) out[static_cast<size_t>(flat)] = x[static_cast<size_t>(b)];
-    else out[static_cast<size_t>(b)] += x[static_cast<size_t>(flat)];
+    if (gather)
+      out[static_cast<size_t>(flat)] = x[static_cast<size_t>(b)];
+    else
+      out[static_cast<size_t>(b)] += x[static_cast<size_t>(flat)];
   }
   return out;
 }
 
 /// dst with src at offset pos (one, or one per index of axis 0) along the axis.
-Values update_slice(const Node& n, const Node& src_node, const Node& pos_node, const Values& dst, const Values& src,
-                    const Values& pos) {
+Values update_slice(const Node& n, const Node& src_node, const Node& pos_node, const Values& dst,
+                    const Values& src, const Values& pos) {
   const auto axis = static_cast<size_t>(n.attrs.axes[0]);
   const Shape& big = n.shape;
   const Shape& small = src_node.shape;
@@ -66,9 +69,10 @@ Values update_slice(const Node& n, const Node& src_node, const Node& pos_node, c
   for (int64_t r = 0; r < rows; ++r) {
     const double p = pos[static_cast<size_t>(r)];
     if (p < 0 || p + static_cast<double>(small[axis]) > static_cast<double>(big[axis]))
-      throw InputError("[update_slice] offset " + std::to_string(static_cast<int64_t>(p)) + (per_row ? " of row " + std::to_string(r) : "") +
-                       " + " + std::to_string(small[axis]) + " rows exceeds the extent " + std::to_string(big[axis]) +
-                       " of axis " + std::to_string(axis));
+      throw InputError("[update_slice] offset " + std::to_string(static_cast<int64_t>(p)) +
+                       (per_row ? " of row " + std::to_string(r) : "") + " + " + std::to_string(small[axis]) +
+                       " rows exceeds the extent " + std::to_string(big[axis]) + " of axis " +
+                       std::to_string(axis));
   }
   Values out = dst;
   const std::vector<int64_t> big_st = strides_of(big), small_st = strides_of(small);
@@ -173,8 +177,10 @@ Values softmax(const Node& n, const Values& x) {
     for (int64_t j = 0; j < len; ++j) {
       const double v = x[static_cast<size_t>(base + j * stride)] - mx;
       double& o = out[static_cast<size_t>(base + j * stride)];
-      if (j >= visible) o = log ? -INFINITY : 0.0;
-      else o = log ? v - std::log(total) : std::exp(v) / total;
+      if (j >= visible)
+        o = log ? -INFINITY : 0.0;
+      else
+        o = log ? v - std::log(total) : std::exp(v) / total;
     }
   });
   return out;
@@ -202,7 +208,8 @@ Values cross_entropy(const Node& n, const Shape& logits_shape, const std::vector
     } else {  // d/dlogit_c = (softmax_c − [c = t]) · dloss_r
       const double g = (*in[2])[static_cast<size_t>(r)];
       for (int64_t c = 0; c < classes; ++c)
-        out[static_cast<size_t>(r * classes + c)] = (std::exp(row[c] - lse) - (c == static_cast<int64_t>(target))) * g;
+        out[static_cast<size_t>(r * classes + c)] =
+            (std::exp(row[c] - lse) - (c == static_cast<int64_t>(target))) * g;
     }
   }
   return out;
@@ -251,8 +258,12 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
   const bool grad = n.op == Op::kAttentionGrad;
   const int64_t nq = numel(qs), nk = numel(ks);
   Values out(static_cast<size_t>(grad ? nq + 2 * nk : nq), 0.0);
-  auto qi = [&](int64_t b, int64_t h, int64_t t, int64_t d) { return static_cast<size_t>(((b * Hq + h) * T + t) * D + d); };
-  auto ki = [&](int64_t b, int64_t h, int64_t s, int64_t d) { return static_cast<size_t>(((b * Hkv + h) * S + s) * D + d); };
+  auto qi = [&](int64_t b, int64_t h, int64_t t, int64_t d) {
+    return static_cast<size_t>(((b * Hq + h) * T + t) * D + d);
+  };
+  auto ki = [&](int64_t b, int64_t h, int64_t s, int64_t d) {
+    return static_cast<size_t>(((b * Hkv + h) * S + s) * D + d);
+  };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t kvh = h / (Hq / Hkv);
@@ -261,8 +272,9 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
         if (n.op == Op::kAttentionAt) {  // query t of sequence b sits at pos[b] + t
           const auto p = static_cast<int64_t>((*in[3])[static_cast<size_t>(b)]);
           if (p < 0 || p > S - T)
-            throw InputError("[attention_at] position " + std::to_string(p) + " of sequence " + std::to_string(b) + " is outside [0, " +
-                             std::to_string(S - T) + "] (" + std::to_string(T) + " queries over a cache of " + std::to_string(S) + ")");
+            throw InputError("[attention_at] position " + std::to_string(p) + " of sequence " +
+                             std::to_string(b) + " is outside [0, " + std::to_string(S - T) + "] (" +
+                             std::to_string(T) + " queries over a cache of " + std::to_string(S) + ")");
           visible = p + t + 1;
         }
         std::vector<double> p(static_cast<size_t>(visible));
@@ -277,7 +289,8 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
         for (double& x : p) x /= total;
         if (!grad) {
           for (int64_t s = 0; s < visible; ++s)
-            for (int64_t d = 0; d < D; ++d) out[qi(b, h, t, d)] += p[static_cast<size_t>(s)] * v[ki(b, kvh, s, d)];
+            for (int64_t d = 0; d < D; ++d)
+              out[qi(b, h, t, d)] += p[static_cast<size_t>(s)] * v[ki(b, kvh, s, d)];
           continue;
         }
         // dP_s = dO·v_s; dS_s = P_s (dP_s − Σ_s' P_s' dP_s'); dq = scale Σ dS_s k_s;
@@ -296,7 +309,8 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
           for (int64_t d = 0; d < D; ++d) {
             out[qi(b, h, t, d)] += scale * ds * k[ki(b, kvh, s, d)];
             out[static_cast<size_t>(nq) + ki(b, kvh, s, d)] += scale * ds * q[qi(b, h, t, d)];
-            out[static_cast<size_t>(nq + nk) + ki(b, kvh, s, d)] += p[static_cast<size_t>(s)] * dout[qi(b, h, t, d)];
+            out[static_cast<size_t>(nq + nk) + ki(b, kvh, s, d)] +=
+                p[static_cast<size_t>(s)] * dout[qi(b, h, t, d)];
           }
         }
       }
@@ -306,21 +320,26 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
 
 /// selective_scan and its gradient (ops.def) by the recurrence itself, in double: the forward
 /// keeps every state; the backward walks them in reverse with dh_l = C_l·dy_l + a_{l+1}·dh_{l+1}.
-Values selective_scan(const Node& n, const std::vector<const Node*>& nodes, const std::vector<const Values*>& in) {
+Values selective_scan(const Node& n, const std::vector<const Node*>& nodes,
+                      const std::vector<const Values*>& in) {
   const Shape& us = nodes[0]->shape;
   const Shape& bs = nodes[3]->shape;
   const int64_t B = us[0], D = us[1], L = us[2], G = bs[1], N = bs[2], per = D / G;
-  const Values &u = *in[0], &raw = *in[1], &A = *in[2], &Bm = *in[3], &Cm = *in[4], &Dskip = *in[5], &bias = *in[6];
+  const Values &u = *in[0], &raw = *in[1], &A = *in[2], &Bm = *in[3], &Cm = *in[4], &Dskip = *in[5],
+               &bias = *in[6];
   const bool softplus = n.attrs.values.at(0) != 0.0;
   auto ui = [&](int64_t b, int64_t d, int64_t l) { return static_cast<size_t>((b * D + d) * L + l); };
-  auto bi = [&](int64_t b, int64_t g, int64_t k, int64_t l) { return static_cast<size_t>(((b * G + g) * N + k) * L + l); };
+  auto bi = [&](int64_t b, int64_t g, int64_t k, int64_t l) {
+    return static_cast<size_t>(((b * G + g) * N + k) * L + l);
+  };
   auto ai = [&](int64_t d, int64_t k) { return static_cast<size_t>(d * N + k); };
   // Δ and dΔ/d(delta): softplus(x) = max(x, 0) + log1p(exp(−|x|)), whose derivative is sigmoid(x).
   auto delta_of = [&](size_t i, int64_t d) {
     const double x = raw[i] + bias[static_cast<size_t>(d)];
     if (!softplus) return std::pair<double, double>{x, 1.0};
     const double e = std::exp(-std::abs(x));
-    return std::pair<double, double>{std::max(x, 0.0) + std::log1p(e), x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e)};
+    return std::pair<double, double>{std::max(x, 0.0) + std::log1p(e),
+                                     x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e)};
   };
   const bool grad = n.op == Op::kSelectiveScanGrad;
   const int64_t nu = B * D * L, na = D * N, nb = B * G * N * L;
@@ -342,14 +361,16 @@ Values selective_scan(const Node& n, const std::vector<const Node*>& nodes, cons
         if (!grad) out[ui(b, d, l)] = y;
       }
       if (!grad) {
-        for (int64_t k = 0; k < N; ++k) out[static_cast<size_t>(nu + (b * D + d) * N + k)] = h[static_cast<size_t>(L * N + k)];
+        for (int64_t k = 0; k < N; ++k)
+          out[static_cast<size_t>(nu + (b * D + d) * N + k)] = h[static_cast<size_t>(L * N + k)];
         continue;
       }
       const Values &dy_rows = *in[7], &dlast = *in[8];
       const size_t at_dB = static_cast<size_t>(2 * nu + na), at_dC = at_dB + static_cast<size_t>(nb);
       const size_t at_dD = at_dC + static_cast<size_t>(nb), at_dbias = at_dD + static_cast<size_t>(D);
       std::vector<double> dh(static_cast<size_t>(N));
-      for (int64_t k = 0; k < N; ++k) dh[static_cast<size_t>(k)] = dlast[static_cast<size_t>((b * D + d) * N + k)];
+      for (int64_t k = 0; k < N; ++k)
+        dh[static_cast<size_t>(k)] = dlast[static_cast<size_t>((b * D + d) * N + k)];
       for (int64_t l = L - 1; l >= 0; --l) {
         const auto [del, ddel_draw] = delta_of(ui(b, d, l), d);
         const double dy = dy_rows[ui(b, d, l)], uu = u[ui(b, d, l)];
@@ -377,26 +398,21 @@ Values selective_scan(const Node& n, const std::vector<const Node*>& nodes, cons
 
 }  // namespace
 
-Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const std::vector<const Values*>& in) {
+Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes,
+                  const std::vector<const Values*>& in) {
   switch (n.op) {
     case Op::kGather:
-    case Op::kScatterAdd:
-      return gather_scatter(n, *in_nodes[0], *in[0], *in[1]);
-    case Op::kSample:
-      return sample(n, *in[0], *in[1], *in[2]);
-    case Op::kUpdateSlice:
-      return update_slice(n, *in_nodes[1], *in_nodes[2], *in[0], *in[1], *in[2]);
+    case Op::kScatterAdd: return gather_scatter(n, *in_nodes[0], *in[0], *in[1]);
+    case Op::kSample: return sample(n, *in[0], *in[1], *in[2]);
+    case Op::kUpdateSlice: return update_slice(n, *in_nodes[1], *in_nodes[2], *in[0], *in[1], *in[2]);
     case Op::kSoftmax:
-    case Op::kLogSoftmax:
-      return softmax(n, *in[0]);
+    case Op::kLogSoftmax: return softmax(n, *in[0]);
     case Op::kCrossEntropy:
-    case Op::kCrossEntropyGrad:
-      return cross_entropy(n, in_nodes[0]->shape, in);
+    case Op::kCrossEntropyGrad: return cross_entropy(n, in_nodes[0]->shape, in);
     case Op::kLayerNorm:
     case Op::kLayerNormGrad:
     case Op::kRmsNorm:
-    case Op::kRmsNormGrad:
-      return norm(n, in);
+    case Op::kRmsNormGrad: return norm(n, in);
     case Op::kRandom:
     case Op::kDropout: {
       const bool drop = n.op == Op::kDropout;
@@ -412,13 +428,10 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes, const
     }
     case Op::kAttention:
     case Op::kAttentionGrad:
-    case Op::kAttentionAt:
-      return attention(n, in_nodes, in);
+    case Op::kAttentionAt: return attention(n, in_nodes, in);
     case Op::kSelectiveScan:
-    case Op::kSelectiveScanGrad:
-      return selective_scan(n, in_nodes, in);
-    default:
-      throw Error(std::string("[ref] ") + ir::op_name(n.op) + " is not an NN primitive");
+    case Op::kSelectiveScanGrad: return selective_scan(n, in_nodes, in);
+    default: throw Error(std::string("[ref] ") + ir::op_name(n.op) + " is not an NN primitive");
   }
 }
 
