@@ -8,6 +8,10 @@
 
 #include <string>
 
+// The tests compare __LINE__ with the call site an error reports: statements stay on the lines
+// they were written on, not formatted (.clang-format).
+// clang-format off
+
 namespace {
 
 struct Tiny : tg::Module {
@@ -22,11 +26,7 @@ TEST(Errors, ShapeMismatchAtTraceNamesOpShapesAndCallSite) {
   Tiny m;
   int line = 0;
   const std::string msg = message_of<tg::ShapeError>([&] {
-    tg::compile_forward(m,
-                        [&](tg::Tensor a, tg::Tensor b) {
-                          line = __LINE__;
-                          return a + b;
-                        },
+    tg::compile_forward(m, [&](tg::Tensor a, tg::Tensor b) { line = __LINE__; return a + b; },
                         {.inputs = {{"a", {2, 3}}, {"b", {4}}}, .device = tg::Device::ref()});
   });
   EXPECT_NE(msg.find("[add]"), std::string::npos) << msg;
@@ -39,11 +39,7 @@ TEST(Errors, MatmulAndFunctionCallSitesAreReported) {
   Tiny m;
   int line = 0;
   std::string msg = message_of<tg::ShapeError>([&] {
-    tg::compile_forward(m,
-                        [&](tg::Tensor a, tg::Tensor b) {
-                          line = __LINE__;
-                          return tg::matmul(a, b);
-                        },
+    tg::compile_forward(m, [&](tg::Tensor a, tg::Tensor b) { line = __LINE__; return tg::matmul(a, b); },
                         {.inputs = {{"a", {2, 3}}, {"b", {4, 5}}}, .device = tg::Device::ref()});
   });
   EXPECT_NE(msg.find("[matmul]"), std::string::npos) << msg;
@@ -51,22 +47,14 @@ TEST(Errors, MatmulAndFunctionCallSitesAreReported) {
   EXPECT_NE(msg.find(here(line)), std::string::npos) << msg;
 
   msg = message_of<tg::ShapeError>([&] {
-    tg::compile_forward(m,
-                        [&](tg::Tensor a) {
-                          line = __LINE__;
-                          return tg::sum(a, {2});
-                        },
+    tg::compile_forward(m, [&](tg::Tensor a) { line = __LINE__; return tg::sum(a, {2}); },
                         {.inputs = {{"a", {2, 3}}}, .device = tg::Device::ref()});
   });
   EXPECT_NE(msg.find("[sum]"), std::string::npos) << msg;
   EXPECT_NE(msg.find(here(line)), std::string::npos) << msg;
 
   msg = message_of<tg::ShapeError>([&] {
-    tg::compile_forward(m,
-                        [&](tg::Tensor a) {
-                          line = __LINE__;
-                          return m.fc(a);
-                        },
+    tg::compile_forward(m, [&](tg::Tensor a) { line = __LINE__; return m.fc(a); },
                         {.inputs = {{"a", {2, 5}}}, .device = tg::Device::ref()});
   });
   EXPECT_NE(msg.find("[Linear] 'fc' expects [..., 3], got [2, 5]"), std::string::npos) << msg;
@@ -77,11 +65,7 @@ TEST(Errors, CumsumRejectsBadAxesAndBool) {
   Tiny m;
   int line = 0;
   std::string msg = message_of<tg::ShapeError>([&] {
-    tg::compile_forward(m,
-                        [&](tg::Tensor a) {
-                          line = __LINE__;
-                          return tg::cumsum(a, 2);
-                        },
+    tg::compile_forward(m, [&](tg::Tensor a) { line = __LINE__; return tg::cumsum(a, 2); },
                         {.inputs = {{"a", {2, 3}}}, .device = tg::Device::ref()});
   });
   EXPECT_NE(msg.find("[cumsum]"), std::string::npos) << msg;
@@ -119,14 +103,10 @@ TEST(Errors, BadInputsAtStepAreRejectedBeforeAnyWork) {
   EXPECT_NE(msg.find("missing input 'y'"), std::string::npos) << msg;
 
   msg = message_of<tg::InputError>([&] { train.step({{"x", x}, {"y", y_int}}); });
-  EXPECT_NE(msg.find("input 'y' expects f32 with 8 elements (shape [4, 2]), got i32 with 8 elements"),
-            std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("input 'y' expects f32 with 8 elements (shape [4, 2]), got i32 with 8 elements"), std::string::npos) << msg;
 
   msg = message_of<tg::InputError>([&] { train.step({{"x", x}, {"y", short_y}}); });
-  EXPECT_NE(msg.find("input 'y' expects f32 with 8 elements (shape [4, 2]), got f32 with 7 elements"),
-            std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("input 'y' expects f32 with 8 elements (shape [4, 2]), got f32 with 7 elements"), std::string::npos) << msg;
 
   msg = message_of<tg::InputError>([&] { train.step({{"x", x}, {"y", y}, {"x", x}}); });
   EXPECT_NE(msg.find("'x' is given twice"), std::string::npos) << msg;
@@ -168,15 +148,10 @@ TEST(Errors, LossMustBeAScalar) {
   Tiny m;
   int line = 0;
   const std::string msg = message_of<tg::ShapeError>([&] {
-    tg::compile_train(m,
-                      [&](tg::Tensor x) {
-                        line = __LINE__;
-                        return m.fc(x) * 2.0;
-                      },
+    tg::compile_train(m, [&](tg::Tensor x) { line = __LINE__; return m.fc(x) * 2.0; },
                       {.inputs = {{"x", {4, 3}}}, .device = tg::Device::ref()});
   });
-  EXPECT_NE(msg.find("[compile_train] the loss must be a single f32 value, got f32[4, 2]"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("[compile_train] the loss must be a single f32 value, got f32[4, 2]"), std::string::npos) << msg;
   EXPECT_NE(msg.find(here(line)), std::string::npos) << msg;
 }
 
@@ -184,20 +159,17 @@ TEST(Errors, MisuseOfProgramsAndDevices) {
   Tiny m;
   tg::Program train = tiny_train(m, tg::Device::ref());
   EXPECT_THROW(train.run({}), tg::Error);
-  auto fwd = tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); },
-                                 {.inputs = {{"x", {1, 3}}}, .device = tg::Device::ref()});
+  auto fwd = tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {1, 3}}}, .device = tg::Device::ref()});
   EXPECT_THROW(fwd.step({}), tg::Error);
   EXPECT_THROW(fwd.set_lr(0.1), tg::Error);
   EXPECT_THROW(train.set_lr(-1), tg::Error);
   // The function's arity must match the declared inputs.
-  EXPECT_THROW(tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); },
-                                   {.inputs = {}, .device = tg::Device::ref()}),
+  EXPECT_THROW(tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {}, .device = tg::Device::ref()}),
                tg::InputError);
   // Without a usable GPU: a clear DeviceError naming the device, not a crash.
   if (!tg::testing::gpu_skip_reason().empty()) {
     const std::string msg = message_of<tg::DeviceError>([&] {
-      tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); },
-                          {.inputs = {{"x", {1, 3}}}, .device = tg::Device::cuda()});
+      tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {1, 3}}}, .device = tg::Device::cuda()});
     });
     EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
   }
