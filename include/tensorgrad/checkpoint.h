@@ -11,10 +11,12 @@
 // parameter changes: a malformed file, an unknown or missing tensor, or a shape that does
 // not fit the model throws tg::CheckpointError naming the file and the tensor.
 //
-// dtypes: F32, I32 and BOOL are read and written. Every other safetensors dtype (F16, BF16,
-// F64, I64, U8, …) is rejected with a CheckpointError naming the tensor and its dtype rather
-// than converted, because a silent narrowing (F64 → F32, I64 → I32) would change the values
-// the file holds; convert on the writing side (e.g. `tensor.float()` in PyTorch).
+// dtypes: F32, BF16, F16, I32 and BOOL are read and written (BF16 and F16 bit for bit as
+// PyTorch writes them). Loading into a program converts BF16 and F16 parameters to its f32
+// ones exactly. Every other safetensors dtype (F64, I64, U8, …) is rejected with a
+// CheckpointError naming the tensor and its dtype rather than converted, because a silent
+// narrowing (F64 → F32, I64 → I32) would change the values the file holds; convert on the
+// writing side (e.g. `tensor.float()` in PyTorch).
 #pragma once
 #include <map>
 #include <string>
@@ -34,8 +36,8 @@ struct LoadOptions {
 void save_safetensors(const std::string& path, const Program& program,
                       const std::map<std::string, std::string>& metadata = {});
 
-/// Writes `tensors` (any mix of f32, i32, bool) laid out as the official safetensors writer
-/// does: "__metadata__" first, then tensors by dtype alignment (F32, I32, BOOL) and name,
+/// Writes `tensors` (any mix of f32, bf16, f16, i32, bool) laid out as the official safetensors
+/// writer does: "__metadata__" first, then tensors by dtype (F32, I32, BF16, F16, BOOL) and name,
 /// data contiguous in that order, header padded with spaces to a multiple of 8 bytes. For a
 /// program's parameters (all F32) that is simply sorted by name.
 void save_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors,

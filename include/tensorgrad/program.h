@@ -74,8 +74,12 @@ class HostTensor {
   std::vector<int32_t> i32() &&;
   /// First element as a double (for scalars).
   double item() const;
+  /// The values as `dtype`: f32 to bf16 or f16 (round to nearest even, as PyTorch), or back
+  /// (exact); the same dtype is a copy. Throws InputError for other pairs.
+  HostTensor to(DType dtype) const;
 
  private:
+  uint16_t half_at(int64_t i) const;  // element i of a bf16 or f16 tensor, its bits
   DType dtype_ = DType::kF32;
   Shape shape_{0};  // a default HostTensor is empty (0 elements), not a scalar
   std::vector<uint8_t> bytes_;
@@ -202,7 +206,7 @@ class Program {
   /// the same values on every device. Programs start initialised with seed 0.
   void init_params(uint64_t seed);
   /// Sets parameters by name. Unknown names are errors; missing names are errors unless
-  /// `options.partial`. Shapes and dtypes must match.
+  /// `options.partial`. Shapes must match; values are f32, or bf16/f16 converted exactly.
   void upload_params(const std::map<std::string, HostTensor>& params, UploadOptions options = {});
   std::map<std::string, HostTensor> download_params() const;
   std::vector<std::string> param_names() const;

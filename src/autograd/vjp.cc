@@ -44,20 +44,17 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
   const Tensor g = douts.empty() ? Tensor() : douts[0];  // dL/dy of a single-output node
   auto constant = [&](double v) { return ir::scalar_constant(graph, v, DType::kF32, loc); };
 
+  // clang-format off
   switch (n.op) {
-    // clang-format off
     case Op::kParam: case Op::kInput: case Op::kState: case Op::kConstant: case Op::kArange:
-      // clang-format on
       return {};
     case Op::kResult:
       throw Error("[grad] a result's gradient goes to its node's (append_gradients), not through vjp");
     // Piecewise-constant or non-real outputs: no gradient.
-    // clang-format off
     case Op::kSign: case Op::kLogicalNot: case Op::kStopGradient:
     case Op::kLogicalAnd: case Op::kLogicalOr:
     case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
     case Op::kArgmax: case Op::kSample:
-      // clang-format on
       return std::vector<Tensor>(n.inputs.size());
     case Op::kUpdateSlice:
       ir::api_fail("update_slice",
@@ -248,12 +245,11 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
               ir::result(graph, grads, 2, loc)};
     }
     // Backward-only primitives and randomness: no gradient (no second derivatives yet).
-    // clang-format off
     case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:
     case Op::kAttentionGrad: case Op::kGeluTanhGrad: case Op::kReluGrad: case Op::kSelectiveScanGrad:
-      // clang-format on
       return std::vector<Tensor>(n.inputs.size());
   }
+  // clang-format on
   return std::vector<Tensor>(n.inputs.size());
 }
 

@@ -56,6 +56,8 @@ const char* file_dtype_name(DType t) {
     case DType::kF32: return "F32";
     case DType::kI32: return "I32";
     case DType::kBool: return "BOOL";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
   }
   return "?";
 }
@@ -64,6 +66,8 @@ std::optional<DType> dtype_from_file_name(const std::string& s) {
   if (s == "F32") return DType::kF32;
   if (s == "I32") return DType::kI32;
   if (s == "BOOL") return DType::kBool;
+  if (s == "BF16") return DType::kBF16;
+  if (s == "F16") return DType::kF16;
   return std::nullopt;
 }
 
@@ -77,7 +81,16 @@ bool is_format_dtype(const std::string& s) {
 
 /// Position in the official library's Dtype enum, whose writer puts larger-alignment dtypes
 /// first so every tensor's data stays aligned for zero-copy mmap readers.
-int layout_rank(DType t) { return t == DType::kF32 ? 2 : t == DType::kI32 ? 1 : 0; }
+int layout_rank(DType t) {
+  switch (t) {
+    case DType::kBool: return 0;
+    case DType::kF16: return 1;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 3;
+    case DType::kF32: return 4;
+  }
+  return 0;
+}
 
 std::string join_names(const std::vector<std::string>& names, size_t limit = 12) {
   std::string s;
@@ -162,9 +175,10 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
   if (!dtype->is_string()) fail(w, t + "\"dtype\" is not a string");
   const std::optional<DType> dt = dtype_from_file_name(dtype->string);
   if (!dt && is_format_dtype(dtype->string))
-    fail(w, t + "dtype " + dtype->string +
-                " is not supported (tensorgrad reads F32, I32 and BOOL; convert when writing, e.g. "
-                "tensor.float())");
+    fail(w,
+         t + "dtype " + dtype->string +
+             " is not supported (tensorgrad reads F32, BF16, F16, I32 and BOOL; convert when writing, e.g. "
+             "tensor.float())");
   if (!dt) fail(w, t + "unknown dtype " + in_quotes(dtype->string));
   Entry e{name, *dt, {}, 0, 0};
 
@@ -460,8 +474,9 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
       if (it == current.end())
         fail(w, tensor_label(e.name) + " is not a parameter of the model (its parameters: " +
                     join_names(program.param_names()) + ")");
-      if (e.dtype != DType::kF32)
-        fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) + ", but model parameters are F32");
+      if (e.dtype != DType::kF32 && e.dtype != DType::kBF16 && e.dtype != DType::kF16)
+        fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) +
+                    ", but model parameters are F32 (BF16 and F16 files are converted)");
       if (e.shape != it->second.shape())
         fail(w, tensor_label(e.name) + " has shape " + shape_str(e.shape) +
                     ", but the model's parameter has shape " + shape_str(it->second.shape()));
@@ -474,7 +489,7 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
         fail(w, "missing parameter" + std::string(missing.size() > 1 ? "s " : " ") + join_names(missing) +
                     " (pass {.partial = true} to load a subset)");
     }
-    program.upload_params(read_tensors(w, file.get(), h), {.partial = options.partial});
+    program.upload_params(read_tensors(w, file.get(), h), {.partial = options.partial});  // bf16, f16 → f32
   });
 }
 

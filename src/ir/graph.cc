@@ -16,16 +16,16 @@ std::string shape_str(const Shape& s) {
 
 namespace tg::ir {
 namespace {
-constexpr OpInfo kOpInfo[] = {
 // clang-format off
+constexpr OpInfo kOpInfo[] = {
 #define TG_LEAF(Name, str) {Op::k##Name, str, OpKind::kLeaf, 0, DTypes::kAll},
 #define TG_UNARY(Name, str, dt, expr) {Op::k##Name, str, OpKind::kUnary, 1, DTypes::dt},
 #define TG_BINARY(Name, str, dt, expr) {Op::k##Name, str, OpKind::kBinary, 2, DTypes::dt},
 #define TG_COMPARE(Name, str, dt, expr) {Op::k##Name, str, OpKind::kCompare, 2, DTypes::dt},
 #define TG_OTHER(Name, str, arity) {Op::k##Name, str, OpKind::kOther, arity, DTypes::kAll},
 #include "ir/ops.def"
-    // clang-format on
 };
+// clang-format on
 }  // namespace
 
 const OpInfo& op_info(Op op) { return kOpInfo[static_cast<size_t>(op)]; }
@@ -76,6 +76,11 @@ int32_t Graph::add(Node node) {
   check_count();
   infer(*this, node);
   check_count();
+  if (!compute_dtype(node.dtype))
+    throw ShapeError("[" + std::string(info.name) + "] " + dtype_name(node.dtype) +
+                     " values cannot be part of a program yet: programs compute in f32, i32 and bool "
+                     "(convert bf16 and f16 data on the host with HostTensor::to(DType::kF32)) (at " +
+                     loc_str(node.loc) + ")");
   node.stage = stage;
   return add_checked(std::move(node));
 }

@@ -78,6 +78,7 @@ void infer(const Graph& g, Node& n) {
       if (!g.node(i).results.empty())
         fail(g, n, "reads a multi-output node directly; read one of its results");
 
+  // clang-format off
   switch (n.op) {
     // Leaves carry their shape and dtype from the tracer.
     case Op::kParam:
@@ -92,20 +93,16 @@ void infer(const Graph& g, Node& n) {
       if (n.shape.size() != 1 || n.attrs.values.size() != 2) fail(g, n, "must be 1-D with {start, step}");
       return;
 
-    // clang-format off
     case Op::kNeg: case Op::kAbs: case Op::kSign: case Op::kExp: case Op::kLog: case Op::kSqrt:
     case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
     case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
     case Op::kStopGradient:
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
     case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad: case Op::kReluGrad:
-      // clang-format on
       n.shape = in(0).shape;
       n.dtype = in(0).dtype;
       return;
-    // clang-format off
     case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
-      // clang-format on
       n.shape = in(0).shape;
       n.dtype = DType::kBool;
       return;
@@ -428,6 +425,7 @@ void infer(const Graph& g, Node& n) {
       return;
     }
   }
+  // clang-format on
 }
 
 }  // namespace tg::ir

@@ -172,14 +172,11 @@ void Scheduler::place_single(int32_t id) {
   if (placed(id)) return;  // a leaf, or placed by another node's step (a result, an epilogue)
   const ir::Node& n = g_.node(id);
   const Place* in = n.inputs.empty() ? nullptr : &s_.places[static_cast<size_t>(n.inputs[0])];
+  // clang-format off
   switch (n.op) {
-    // clang-format off
     case Op::kParam: case Op::kState: case Op::kInput:
-      // clang-format on
       return;  // bind_leaves
-               // clang-format off
     case Op::kConstant: case Op::kArange:
-               // clang-format on
       place_constant(id);
       return;
     case Op::kResult: {  // its part of the multi-output node's dense allocation
@@ -230,10 +227,10 @@ void Scheduler::place_single(int32_t id) {
     }
     default: break;
   }
+  // clang-format on
+  // clang-format off
   switch (n.op) {
-    // clang-format off
     case Op::kLayerNorm: case Op::kRmsNorm:
-      // clang-format on
       if (place_norm_affine(id)) return;
       break;
     case Op::kMatmul: place_product(id); return;
@@ -242,6 +239,7 @@ void Scheduler::place_single(int32_t id) {
       break;
     default: break;
   }
+  // clang-format on
   place_node(id);
 }
 

@@ -68,8 +68,39 @@ double HostTensor::item() const {
     case DType::kF32: return f32()[0];
     case DType::kI32: return i32()[0];
     case DType::kBool: return bytes_[0] != 0 ? 1.0 : 0.0;
+    case DType::kBF16: return f32_from_bf16(half_at(0));
+    case DType::kF16: return f32_from_f16(half_at(0));
   }
   return 0;
+}
+
+uint16_t HostTensor::half_at(int64_t i) const {
+  uint16_t h = 0;
+  std::memcpy(&h, bytes_.data() + 2 * i, 2);
+  return h;
+}
+
+HostTensor HostTensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  const bool half_to_f32 = (dtype_ == DType::kBF16 || dtype_ == DType::kF16) && dtype == DType::kF32;
+  const bool f32_to_half = dtype_ == DType::kF32 && (dtype == DType::kBF16 || dtype == DType::kF16);
+  if (!half_to_f32 && !f32_to_half)
+    throw InputError(std::string("[HostTensor] to(") + dtype_name(dtype) +
+                     "): converts between f32 and bf16 or f16, not from " + dtype_name(dtype_));
+  HostTensor out(dtype, shape_);
+  const int64_t n = numel();
+  if (half_to_f32) {
+    float* dst = reinterpret_cast<float*>(out.bytes_.data());
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = dtype_ == DType::kBF16 ? f32_from_bf16(half_at(i)) : f32_from_f16(half_at(i));
+  } else {
+    const float* src = reinterpret_cast<const float*>(bytes_.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = dtype == DType::kBF16 ? bf16_from_f32(src[i]) : f16_from_f32(src[i]);
+      std::memcpy(out.bytes_.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
 }
 
 }  // namespace tg

@@ -376,16 +376,23 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
       throw InputError("[upload_params] unknown parameter '" + name +
                        "'; the model's parameters are: " + known);
     }
-    if (value.dtype() != DType::kF32 || value.shape() != it->second.shape)
+    const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16;
+    if ((value.dtype() != DType::kF32 && !convertible) || value.shape() != it->second.shape)
       throw InputError("[upload_params] parameter '" + name + "' expects f32" + shape_str(it->second.shape) +
-                       ", got " + dtype_name(value.dtype()) + shape_str(value.shape()));
+                       " (or bf16, f16: converted), got " + dtype_name(value.dtype()) +
+                       shape_str(value.shape()));
   }
   if (!options.partial)
     for (const auto& [name, info] : store.infos)
       if (params.count(name) == 0)
         throw InputError("[upload_params] missing parameter '" + name +
                          "' (pass {.partial = true} to upload a subset)");
-  for (const auto& [name, value] : params) store.backend->upload(*store.buffers.at(name), value.data());
+  for (const auto& [name, value] : params) {
+    if (value.dtype() == DType::kF32)
+      store.backend->upload(*store.buffers.at(name), value.data());
+    else
+      store.backend->upload(*store.buffers.at(name), value.to(DType::kF32).data());
+  }
 }
 
 std::map<std::string, HostTensor> Program::download_params() const {

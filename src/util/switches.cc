@@ -7,15 +7,13 @@
 namespace tg::env {
 namespace {
 
+// clang-format off
 constexpr SwitchInfo kSwitches[] = {
-// clang-format off
 #define TG_SWITCH_INFO(e, name, fallback, doc) {Switch::e, name, fallback, doc},
-    // clang-format on
     TG_SWITCHES(TG_SWITCH_INFO)
-// clang-format off
 #undef TG_SWITCH_INFO
-    // clang-format on
 };
+// clang-format on
 
 const char* raw(Switch s) {
   const char* v = std::getenv(info(s).name);

@@ -344,11 +344,11 @@ TEST_F(Safetensors, MalformedHeaders) {
   EXPECT_MSG_HAS(load_error(file_bytes(h, kNetBytes)), "tensor 'l2.bias' appears twice");
 }
 
-TEST_F(Safetensors, DtypesOutsideF32I32BoolAreRejectedByName) {
+TEST_F(Safetensors, DtypesWeDoNotReadAreRejectedByName) {
   auto e = net_entries();
   e["l1.bias"] = R"({"dtype":"Q42","shape":[4],"data_offsets":[0,16]})";
   EXPECT_MSG_HAS(load_error_with(e), "tensor 'l1.bias': unknown dtype 'Q42'");
-  for (const char* dtype : {"F16", "BF16", "F64", "I64", "U8"}) {
+  for (const char* dtype : {"F64", "I64", "U8", "F8_E4M3"}) {
     e["l1.bias"] = std::string(R"({"dtype":")") + dtype + R"(","shape":[4],"data_offsets":[0,16]})";
     const std::string msg = load_error_with(e);
     EXPECT_MSG_HAS(msg, std::string("tensor 'l1.bias': dtype ") + dtype + " is not supported");
@@ -465,6 +465,45 @@ TEST_F(Safetensors, SaveRejectsNamesTheFormatCannotHold) {
                  }),
                  "not valid UTF-8");
   EXPECT_TRUE(listing().empty());
+}
+
+TEST_F(Safetensors, Bf16AndF16RoundTripAndLoadIntoF32Parameters) {
+  // Written bit for bit, after F32 and I32 and before BOOL (the official writer's dtype order).
+  std::map<std::string, tg::HostTensor> in;
+  in.emplace("h", tg::HostTensor::f32({0.1f, -65504.0f, 1e-7f}, {3}).to(tg::DType::kF16));
+  in.emplace("b", tg::HostTensor::f32({0.1f, 3.0e38f, -1.0f}, {3}).to(tg::DType::kBF16));
+  in.emplace("i", tg::HostTensor::i32({5}, {1}));
+  in.emplace("m", tg::HostTensor(tg::DType::kBool, {1}));
+  const std::string p = path("half.safetensors");
+  tg::save_safetensors(p, in);
+  const auto out = tg::read_safetensors(p);
+  for (const auto& [name, t] : in) EXPECT_TRUE(same_bits(t, out.at(name))) << name;
+  const std::string raw = read_file(p);
+  EXPECT_NE(raw.find(R"("dtype":"BF16")"), std::string::npos);
+  EXPECT_NE(raw.find(R"("dtype":"F16")"), std::string::npos);
+  EXPECT_LT(raw.find("\"i\""), raw.find("\"b\""));
+  EXPECT_LT(raw.find("\"b\""), raw.find("\"h\""));
+  EXPECT_LT(raw.find("\"h\""), raw.find("\"m\""));
+
+  // A model's parameters saved in bf16 (and f16) load into its f32 parameters, converted exactly.
+  for (tg::DType half : {tg::DType::kBF16, tg::DType::kF16}) {
+    Net m;
+    tg::Program prog = make_forward(m);
+    prog.init_params(3);
+    std::map<std::string, tg::HostTensor> params;
+    for (const auto& [name, t] : prog.download_params()) params.emplace(name, t.to(half));
+    const std::string q = path("params.safetensors");
+    tg::save_safetensors(q, params);
+    prog.init_params(4);
+    tg::load_safetensors(q, prog);
+    for (const auto& [name, t] : prog.download_params())
+      EXPECT_TRUE(same_bits(t, params.at(name).to(tg::DType::kF32))) << name;
+    // upload_params converts the same way.
+    prog.init_params(5);
+    prog.upload_params(params);
+    for (const auto& [name, t] : prog.download_params())
+      EXPECT_TRUE(same_bits(t, params.at(name).to(tg::DType::kF32))) << name;
+  }
 }
 
 }  // namespace

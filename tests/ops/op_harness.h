@@ -145,6 +145,8 @@ inline double round_to(DType t, double v) {
     case DType::kF32: return static_cast<double>(static_cast<float>(v));
     case DType::kI32: return static_cast<double>(static_cast<int32_t>(v));
     case DType::kBool: return v != 0 ? 1.0 : 0.0;
+    case DType::kBF16: return f32_from_bf16(bf16_from_f32(static_cast<float>(v)));
+    case DType::kF16: return f32_from_f16(f16_from_f32(static_cast<float>(v)));
   }
   return v;
 }

@@ -70,8 +70,8 @@ BlockFn unary_block(ir::Op op) {
   using std::log1p;
   using std::sin;
   using std::sqrt;
+  // clang-format off
   switch (op) {
-// clang-format off
 #define TG_UNARY(Name, str, dtypes, expr)                                                        \
   case ir::Op::k##Name:                                                                          \
     if constexpr (row_allows<T>(ir::DTypes::dtypes))                                             \
@@ -85,9 +85,9 @@ BlockFn unary_block(ir::Op op) {
       };                                                                                         \
     break;
 #include "ir/ops.def"
-      // clang-format on
     default: break;
   }
+  // clang-format on
   throw Error(std::string("[cpu] no unary kernel for ") + ir::op_name(op));
 }
 
@@ -96,8 +96,8 @@ BlockFn binary_block(ir::Op op) {
   using S = typename StorageOf<T>::type;
   using fastmath::exp;
   using fastmath::tanh;  // gelu_tanh_grad using std::pow;
+  // clang-format off
   switch (op) {
-// clang-format off
 #define TG_BINARY(Name, str, dtypes, expr)                                                       \
   case ir::Op::k##Name:                                                                          \
     if constexpr (row_allows<T>(ir::DTypes::dtypes))                                             \
@@ -127,9 +127,9 @@ BlockFn binary_block(ir::Op op) {
       };                                                                                         \
     break;
 #include "ir/ops.def"
-      // clang-format on
     default: break;
   }
+  // clang-format on
   throw Error(std::string("[cpu] no binary kernel for ") + ir::op_name(op));
 }
 
@@ -169,8 +169,10 @@ BlockFn cast_from(DType to) {
     case DType::kF32: return cast_block<float, From>;
     case DType::kI32: return cast_block<int32_t, From>;
     case DType::kBool: return cast_block<uint8_t, From>;
+    case DType::kBF16:
+    case DType::kF16: break;  // host formats: never in a program
   }
-  throw Error("[cpu] cast to an unknown dtype");
+  throw Error(std::string("[cpu] cast to ") + dtype_name(to));
 }
 
 template <class S>
@@ -186,26 +188,20 @@ void where_block(std::byte* out, const std::byte* c, const std::byte* x, const s
 
 /// Relative per-element cost of an op (1 = an add), for the thread-split heuristics.
 int op_cost(ir::Op op) {
+  // clang-format off
   switch (op) {
-    // clang-format off
     case ir::Op::kExp: case ir::Op::kTanh: case ir::Op::kSigmoid:
-      // clang-format on
       return 4;  // fastmath: vectorised polynomials
-                 // clang-format off
     case ir::Op::kGeluTanh: case ir::Op::kGeluTanhGrad:
-                 // clang-format on
       return 8;
-    // clang-format off
     case ir::Op::kLog: case ir::Op::kSin: case ir::Op::kCos: case ir::Op::kErf: case ir::Op::kLog1p:
     case ir::Op::kPow:
-      // clang-format on
       return 24;  // libm calls
-                  // clang-format off
     case ir::Op::kDiv: case ir::Op::kSqrt: case ir::Op::kRsqrt: case ir::Op::kReciprocal:
-                  // clang-format on
       return 2;
     default: return 1;
   }
+  // clang-format on
 }
 
 BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype) {
@@ -214,8 +210,10 @@ BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype) {
       case DType::kF32: return cast_from<float>(out_dtype);
       case DType::kI32: return cast_from<int32_t>(out_dtype);
       case DType::kBool: return cast_from<uint8_t>(out_dtype);
+      case DType::kBF16:
+      case DType::kF16: break;
     }
-    throw Error("[cpu] cast from an unknown dtype");
+    throw Error(std::string("[cpu] cast from ") + dtype_name(in_dtype));
   }
   if (op == ir::Op::kWhere) {  // in_dtype: the branches' type
     if (dtype_size(in_dtype) == 4) return where_block<uint32_t>;
@@ -225,8 +223,10 @@ BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype) {
     case DType::kF32: return typed_block<float>(op);
     case DType::kI32: return typed_block<WrapI32>(op);
     case DType::kBool: return typed_block<uint8_t>(op);
+    case DType::kBF16:
+    case DType::kF16: break;
   }
-  throw Error("[cpu] elementwise op on an unknown dtype");
+  throw Error(std::string("[cpu] elementwise op on ") + dtype_name(in_dtype));
 }
 
 }  // namespace tg::backend::cpu

@@ -58,6 +58,8 @@ void store_double(DType dtype, std::byte* dst, int64_t i, double v) {
     case DType::kF32: reinterpret_cast<float*>(dst)[i] = narrow_f32(v); return;
     case DType::kI32: reinterpret_cast<int32_t*>(dst)[i] = saturate_i32(v); return;
     case DType::kBool: reinterpret_cast<uint8_t*>(dst)[i] = v != 0.0 ? 1 : 0; return;
+    case DType::kBF16: reinterpret_cast<uint16_t*>(dst)[i] = bf16_from_f32(narrow_f32(v)); return;
+    case DType::kF16: reinterpret_cast<uint16_t*>(dst)[i] = f16_from_f32(narrow_f32(v)); return;
   }
 }
 

@@ -21,25 +21,21 @@ class CpuCapabilities final : public passes::Capabilities {
              const std::vector<int64_t>& strides) const override {
     const View v{nullptr, strides};
     const Shape& shape = g.node(consumer.inputs[index]).shape;
+    // clang-format off
     switch (consumer.op) {
-      // clang-format off
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: case Op::kCumsum: case Op::kUpdateSlice:
       case Op::kSample: case Op::kSelectiveScan: case Op::kSelectiveScanGrad: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
-        // clang-format on
         return is_contiguous(v, shape);
       case Op::kMatmul: return blas_operand(v, shape).has_value();
-      // clang-format off
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // dense logits; targets and dloss any view
-        // clang-format on
         return index > 0 || is_contiguous(v, shape);
-      // clang-format off
       case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout; out and saved are not read
-        // clang-format on
         return index >= 4 || attention_operand(v, shape);
       default:  // elementwise groups, copies, views, indexing, randomness, attention_at: any strides
         return true;
     }
+    // clang-format on
   }
 };
 
@@ -49,10 +45,9 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
   auto shape = [&](size_t k) -> const Shape& { return g.node(n.inputs[k]).shape; };
   const View out = view(st.out[0]);
   const int64_t esize = dtype_size(n.dtype);
+  // clang-format off
   switch (n.op) {
-    // clang-format off
     case Op::kSum: case Op::kMax: case Op::kMin:
-      // clang-format on
       return make_reduce(n, shape(0), in(0).data, out.data);
     case Op::kArgmax: return make_argmax(n, shape(0), g.node(n.inputs[0]).dtype, in(0).data, out.data);
     case Op::kCumsum: return make_cumsum(n, in(0).data, out.data);
@@ -92,40 +87,28 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
     case Op::kUpdateSlice:
       return make_update_slice(n, shape(1), !shape(2).empty(), in(0).data, in(1).data,
                                reinterpret_cast<const int32_t*>(in(2).data), out.data);
-    // clang-format off
     case Op::kSoftmax: case Op::kLogSoftmax:
-      // clang-format on
       return make_softmax(n, f32(in(0).data), f32(out.data));
-    // clang-format off
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
-      // clang-format on
       return make_cross_entropy(n, shape(0), f32(in(0).data), in(1),
                                 n.op == Op::kCrossEntropyGrad ? in(2) : View{}, f32(out.data));
-    // clang-format off
     case Op::kLayerNorm: case Op::kRmsNorm:
-      // clang-format on
       return make_norm(n, f32(in(0).data), nullptr, f32(out.data));
-    // clang-format off
     case Op::kLayerNormGrad: case Op::kRmsNormGrad:
-      // clang-format on
       return make_norm(n, f32(in(0).data), f32(in(1).data), f32(out.data));
     case Op::kSample:
       return make_sample(n.numel(), shape(0).back(), f32(in(0).data), f32(in(1).data),
                          reinterpret_cast<const int32_t*>(in(2).data), reinterpret_cast<int32_t*>(out.data));
     case Op::kRandom: return make_random(n, View{}, in(0), f32(out.data));
     case Op::kDropout: return make_random(n, in(0), in(1), f32(out.data));
-    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
-      // clang-format on
       std::vector<const float*> ptrs;
       for (size_t k = 0; k < n.inputs.size(); ++k) ptrs.push_back(f32(in(k).data));
       return make_selective_scan(n, shape(0), shape(3), ptrs, f32(out.data));
     }
     case Op::kAttentionAt:
       return make_attention_at(n, shape(0), shape(1), {in(0), in(1), in(2), in(3)}, f32(out.data));
-    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad: {
-      // clang-format on
       // q, k, v (and dout): the backward recomputes the forward rather than read its output.
       std::vector<View> views;
       for (size_t k = 0; k < std::min<size_t>(n.inputs.size(), 4); ++k) views.push_back(in(k));
@@ -134,6 +117,7 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
     default:
       throw Error(std::string("[cpu] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(st.node));
   }
+  // clang-format on
 }
 
 }  // namespace

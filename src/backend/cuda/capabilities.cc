@@ -120,23 +120,16 @@ AttentionShape attention_shape(const ir::Graph& g, int32_t id, const std::vector
 bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index,
                              const std::vector<int64_t>& strides) const {
   const Shape& shape = g.node(n.inputs[index]).shape;
+  // clang-format off
   switch (n.op) {
-    // clang-format off
     case Op::kSoftmax: case Op::kLogSoftmax: case Op::kLayerNorm: case Op::kRmsNorm: case Op::kLayerNormGrad:
     case Op::kRmsNormGrad: case Op::kSample:
-      // clang-format on
       return dense(g, n, index, strides);
-    // clang-format off
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // logits may come with padded rows (padded_row)
-      // clang-format on
       return dense(g, n, index, strides) || (index == 0 && row_stride_of(shape, strides) > 0);
-    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout: unit stride along D
-      // clang-format on
       return index >= 4 || attention_operand_ok(Operand{g.node(n.inputs[index]).dtype, shape, strides});
-    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
-      // clang-format on
       const bool zeros = std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 0; });
       if (index == 5 || index == 6)
         return dense(g, n, index, strides) || (strides.size() == 1 && zeros);  // D, delta_bias
@@ -148,6 +141,7 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
     default:  // elementwise groups, copies, reductions, indexing, products (copied inside), attention_at
       return true;
   }
+  // clang-format on
 }
 
 passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
@@ -155,6 +149,7 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
                                             const std::vector<passes::Buffer>&) const {
   const ir::Node& n = g.node(id);
   passes::NodeLayout lay;
+  // clang-format off
   switch (n.op) {
     case Op::kCrossEntropyGrad: {  // rows padded apart with zeros: a product reads them as a padded reduction
                                    // axis
@@ -165,13 +160,9 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
       lay.zero_padding = ld != cols;
       return lay;
     }
-    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad:
-      // clang-format on
       return attention_layout(g, id, in);
-    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
-      // clang-format on
       const Shape &us = g.node(n.inputs[0]).shape, &bs = g.node(n.inputs[3]).shape;
       const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2], n.attrs.values.at(0) != 0.0};
       if (sh.batch == 0 || sh.channels == 0 || sh.length == 0 || sh.states == 0) return lay;
@@ -190,6 +181,7 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
     }
     default: return lay;
   }
+  // clang-format on
 }
 
 passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_t id,

@@ -10,15 +10,15 @@
 namespace tg::backend::cuda {
 
 const char* op_expression(ir::Op op) {
+  // clang-format off
   switch (op) {
-// clang-format off
 #define TG_UNARY(Name, str, dtypes, expr) case ir::Op::k##Name: return #expr;
 #define TG_BINARY(Name, str, dtypes, expr) case ir::Op::k##Name: return #expr;
 #define TG_COMPARE(Name, str, dtypes, expr) case ir::Op::k##Name: return #expr;
 #include "ir/ops.def"
-      // clang-format on
     default: return "";
   }
+  // clang-format on
 }
 
 std::string elementwise_kernel(ir::Op op, const std::string& name) {
@@ -74,6 +74,8 @@ const char* storage_type(DType t) {
     case DType::kF32: return "float";
     case DType::kI32: return "int";
     case DType::kBool: return "unsigned char";
+    case DType::kBF16: return "unsigned short";  // host formats: never in a program (yet)
+    case DType::kF16: return "unsigned short";
   }
   return "?";
 }
@@ -83,6 +85,8 @@ const char* compute_type(DType t) {
     case DType::kF32: return "float";
     case DType::kI32: return "W32";
     case DType::kBool: return "unsigned char";
+    case DType::kBF16:
+    case DType::kF16: break;  // host formats: never in a program (yet)
   }
   return "?";
 }

@@ -31,6 +31,7 @@ void Emitter::emit_node(const passes::Step& st) {
   auto in = [&](size_t k) { return place(st.in[k]); };
   auto op_in = [&](size_t k) { return operand(st.in[k], n.inputs[k]); };
   const Place out = place(st.out[0]);
+  // clang-format off
   switch (n.op) {
     case Op::kUnslice:
       add_kernel(
@@ -51,9 +52,7 @@ void Emitter::emit_node(const passes::Step& st) {
                  std::move(args));
       return;
     }
-    // clang-format off
     case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: {
-      // clang-format on
       const std::vector<int> axes(n.attrs.axes.begin(), n.attrs.axes.end());
       const char* op = n.op == Op::kSum   ? "sum"
                        : n.op == Op::kMax ? "max"
@@ -78,9 +77,7 @@ void Emitter::emit_node(const passes::Step& st) {
                  scatter_add_kernel(kName, op_in(0), op_in(1), n.shape, static_cast<int>(n.attrs.axes[0])),
                  {{in(0)}, {in(1)}, {out}, kErr});
       return;
-    // clang-format off
     case Op::kSoftmax: case Op::kLogSoftmax: {
-      // clang-format on
       const auto axis = static_cast<size_t>(n.attrs.axes[0]);
       const int64_t t = n.shape.size() >= 2 ? n.shape[n.shape.size() - 2] : 1;
       add_kernel({id},
@@ -90,19 +87,13 @@ void Emitter::emit_node(const passes::Step& st) {
                  {{in(0)}, {out}});
       return;
     }
-    // clang-format off
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
-      // clang-format on
       emit_cross_entropy(st);
       return;
-    // clang-format off
     case Op::kLayerNorm: case Op::kRmsNorm:
-      // clang-format on
       emit_norm(st);
       return;
-    // clang-format off
     case Op::kLayerNormGrad: case Op::kRmsNormGrad: {
-      // clang-format on
       if (st.fused.dy_mul >= 0 || st.fused.dw >= 0 || st.fused.db >= 0) {
         emit_norm_backward(st);
         return;
@@ -131,19 +122,16 @@ void Emitter::emit_node(const passes::Step& st) {
       add_kernel({id}, dropout_kernel(kName, op_in(0), n.attrs.values.at(0), n.attrs.seed),
                  {{in(0)}, {in(1)}, {out}});
       return;
-    // clang-format off
     case Op::kAttention: case Op::kAttentionGrad:
-      // clang-format on
       emit_attention(st);
       return;
-    // clang-format off
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
-      // clang-format on
       emit_scan(st);
       return;
     default:
       throw Error(std::string("[cuda] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(id));
   }
+  // clang-format on
 }
 
 void Emitter::emit_update_slice(const passes::Step& st) {

@@ -43,6 +43,8 @@ const char* ctype(DType t) {
     case DType::kF32: return "float";
     case DType::kI32: return "int";
     case DType::kBool: return "unsigned char";
+    case DType::kBF16:
+    case DType::kF16: break;  // host formats: never in a program (yet)
   }
   return "float";
 }

@@ -125,6 +125,8 @@ class RefExecutableImpl final : public RefExecutable {
         case DType::kF32: v[i] = static_cast<const float*>(host)[i]; break;
         case DType::kI32: v[i] = static_cast<const int32_t*>(host)[i]; break;
         case DType::kBool: v[i] = static_cast<const uint8_t*>(host)[i] != 0 ? 1.0 : 0.0; break;
+        case DType::kBF16: v[i] = f32_from_bf16(static_cast<const uint16_t*>(host)[i]); break;
+        case DType::kF16: v[i] = f32_from_f16(static_cast<const uint16_t*>(host)[i]); break;
       }
     }
     values_[static_cast<size_t>(node)] = std::move(v);
@@ -177,6 +179,8 @@ class RefExecutableImpl final : public RefExecutable {
         case DType::kF32: static_cast<float*>(host)[i] = static_cast<float>(v[i]); break;
         case DType::kI32: static_cast<int32_t*>(host)[i] = static_cast<int32_t>(v[i]); break;
         case DType::kBool: static_cast<uint8_t*>(host)[i] = v[i] != 0.0 ? 1 : 0; break;
+        case DType::kBF16: static_cast<uint16_t*>(host)[i] = bf16_from_f32(static_cast<float>(v[i])); break;
+        case DType::kF16: static_cast<uint16_t*>(host)[i] = f16_from_f32(static_cast<float>(v[i])); break;
       }
     }
   }
@@ -197,6 +201,7 @@ class RefExecutableImpl final : public RefExecutable {
     auto in_node = [&](size_t i) -> const Node& { return graph_.node(n.inputs[i]); };
     const auto count = static_cast<size_t>(n.numel());
     Values out(count, 0.0);
+    // clang-format off
     switch (n.op) {
       case Op::kParam:
       case Op::kState: return bound_.at(id)->data;
@@ -210,19 +215,15 @@ class RefExecutableImpl final : public RefExecutable {
           out[i] = to_dtype(n.attrs.values[0] + static_cast<double>(i) * n.attrs.values[1], n.dtype);
         return out;
 
-      // clang-format off
       case Op::kNeg: case Op::kAbs: case Op::kSign: case Op::kExp: case Op::kLog: case Op::kSqrt:
       case Op::kRsqrt: case Op::kSin: case Op::kCos: case Op::kTanh: case Op::kSigmoid:
       case Op::kRelu: case Op::kErf: case Op::kLog1p: case Op::kReciprocal: case Op::kLogicalNot: case Op::kGeluTanh:
       case Op::kStopGradient:
-        // clang-format on
         for (size_t i = 0; i < count; ++i) out[i] = ir::eval_unary(n.op, in(0)[i]);
         return out;
-      // clang-format off
       case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow:
       case Op::kMaximum: case Op::kMinimum: case Op::kLogicalAnd: case Op::kLogicalOr: case Op::kGeluTanhGrad: case Op::kReluGrad:
       case Op::kEq: case Op::kNe: case Op::kLt: case Op::kLe: case Op::kGt: case Op::kGe:
-        // clang-format on
         for (size_t i = 0; i < count; ++i) out[i] = ir::eval_binary(n.op, in(0)[i], in(1)[i]);
         return out;
       case Op::kCast:
@@ -232,9 +233,7 @@ class RefExecutableImpl final : public RefExecutable {
         for (size_t i = 0; i < count; ++i) out[i] = in(0)[i] != 0.0 ? in(1)[i] : in(2)[i];
         return out;
 
-      // clang-format off
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax:
-        // clang-format on
         return reduce(n, in_node(0).shape, in(0));
       case Op::kCumsum: {
         // [outer, len, inner] around the axis; each (outer, inner) line summed in its direction.
@@ -311,13 +310,11 @@ class RefExecutableImpl final : public RefExecutable {
         return out;
       }
       case Op::kMatmul: return matmul(n, in_node(0), in_node(1), in(0), in(1));
-      // clang-format off
       case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
       case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
       case Op::kAttention: case Op::kAttentionGrad: case Op::kAttentionAt: case Op::kSelectiveScan:
       case Op::kSelectiveScanGrad: {
-        // clang-format on
         std::vector<const Node*> nodes;
         std::vector<const Values*> vals;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -327,6 +324,7 @@ class RefExecutableImpl final : public RefExecutable {
         return ref::compute_nn(n, nodes, vals);
       }
     }
+    // clang-format on
     throw Error("[ref] unhandled op");
   }
 
@@ -349,6 +347,8 @@ class RefBackend final : public Backend {
         case DType::kF32: d[i] = static_cast<const float*>(host)[i]; break;
         case DType::kI32: d[i] = static_cast<const int32_t*>(host)[i]; break;
         case DType::kBool: d[i] = static_cast<const uint8_t*>(host)[i] != 0; break;
+        case DType::kBF16: d[i] = f32_from_bf16(static_cast<const uint16_t*>(host)[i]); break;
+        case DType::kF16: d[i] = f32_from_f16(static_cast<const uint16_t*>(host)[i]); break;
       }
     }
   }
@@ -359,6 +359,8 @@ class RefBackend final : public Backend {
         case DType::kF32: static_cast<float*>(host)[i] = static_cast<float>(d[i]); break;
         case DType::kI32: static_cast<int32_t*>(host)[i] = static_cast<int32_t>(d[i]); break;
         case DType::kBool: static_cast<uint8_t*>(host)[i] = d[i] != 0 ? 1 : 0; break;
+        case DType::kBF16: static_cast<uint16_t*>(host)[i] = bf16_from_f32(static_cast<float>(d[i])); break;
+        case DType::kF16: static_cast<uint16_t*>(host)[i] = f16_from_f32(static_cast<float>(d[i])); break;
       }
     }
   }
