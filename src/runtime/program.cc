@@ -379,8 +379,8 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
     const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16;
     if ((value.dtype() != DType::kF32 && !convertible) || value.shape() != it->second.shape)
       throw InputError("[upload_params] parameter '" + name + "' expects f32" + shape_str(it->second.shape) +
-                       " (or bf16, f16: converted), got " + dtype_name(value.dtype()) +
-                       shape_str(value.shape()));
+                       ", got " + dtype_name(value.dtype()) + shape_str(value.shape()) +
+                       " (bf16 and f16 values are converted to f32)");
   }
   if (!options.partial)
     for (const auto& [name, info] : store.infos)
