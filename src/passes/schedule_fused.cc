@@ -198,7 +198,7 @@ bool Scheduler::place_update_rows(int32_t id) {
   st.kind = Step::Kind::kNode;
   st.node = id;
   st.nodes = {id};
-  st.in = {src, s_.places[static_cast<size_t>(n.inputs[2])], dst};
+  st.in = {readable(id, 1), readable(id, 2), dst};
   st.fused.rows_in_place = true;
   // A sibling written at the same offsets with the same layout (the layer's other cache).
   for (size_t u = 0; u < g_.updates.size() && st.fused.sibling < 0; ++u) {
@@ -214,7 +214,7 @@ bool Scheduler::place_update_rows(int32_t id) {
         g_.node(vn.inputs[1]).dtype == g_.node(n.inputs[1]).dtype && in_place(v, vu)) {
       st.fused.sibling = v;
       st.nodes.push_back(v);
-      st.in.push_back(src2);
+      st.in.push_back(readable(v, 1));
       st.in.push_back(dst2);
       set_place(v, dst2);
       in_place_[vu] = 1;

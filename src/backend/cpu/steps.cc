@@ -17,6 +17,7 @@ float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
 
 class CpuCapabilities final : public passes::Capabilities {
  public:
+  bool update_rows_in_place() const override { return true; }
   bool reads(const ir::Graph& g, const ir::Node& consumer, size_t index,
              const std::vector<int64_t>& strides) const override {
     const View v{nullptr, strides};
@@ -84,9 +85,23 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
     case Op::kMatmul: return make_matmul(n.shape, shape(0), in(0), shape(1), in(1), f32(out.data));
     case Op::kGather: return make_gather(n, shape(0), in(0), in(1), out.data);
     case Op::kScatterAdd: return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));
-    case Op::kUpdateSlice:
-      return make_update_slice(n, shape(1), !shape(2).empty(), in(0).data, in(1).data,
-                               reinterpret_cast<const int32_t*>(in(2).data), out.data);
+    case Op::kUpdateSlice: {
+      if (!st.fused.rows_in_place)
+        return make_update_slice(n, shape(1), !shape(2).empty(), in(0).data, in(1).data,
+                                 reinterpret_cast<const int32_t*>(in(2).data), out.data);
+      // Only the new rows, written into the state itself (in: src, pos, dst[, the sibling's
+      // src, dst]); out is dst.
+      const auto* pos = reinterpret_cast<const int32_t*>(in(1).data);
+      Kernel rows = make_update_slice(n, shape(1), !shape(2).empty(), in(2).data, in(0).data, pos, in(2).data);
+      if (st.fused.sibling < 0) return rows;
+      const ir::Node& sib = g.node(st.fused.sibling);
+      Kernel more = make_update_slice(sib, g.node(sib.inputs[1]).shape, !shape(2).empty(), in(4).data, in(3).data, pos,
+                                      in(4).data);
+      return [rows = std::move(rows), more = std::move(more)] {
+        rows();
+        more();
+      };
+    }
     case Op::kSoftmax: case Op::kLogSoftmax:
       return make_softmax(n, f32(in(0).data), f32(out.data));
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
