@@ -21,11 +21,4 @@ inline void set_arena_stats(const passes::ArenaStats& a, MemoryStats& stats) {
   stats.scratch = a.scratch;
 }
 
-/// passes::place_arena over `buffers`, its figures set in `stats`; returns the arena's bytes.
-inline int64_t place_arena(std::vector<ArenaBuffer>& buffers, int32_t end, bool reuse, MemoryStats& stats) {
-  const passes::ArenaStats a = passes::place_arena(buffers, end, reuse);
-  set_arena_stats(a, stats);
-  return a.bytes;
-}
-
 }  // namespace tg::backend

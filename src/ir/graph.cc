@@ -96,6 +96,12 @@ int64_t result_offset(const Node& n, size_t index) {
   return at;
 }
 
+double constant_element(const Node& n, int64_t k) {
+  const std::vector<double>& v = n.attrs.values;
+  if (n.op == Op::kArange) return v[0] + static_cast<double>(k) * v[1];
+  return v[v.size() == 1 ? 0 : static_cast<size_t>(k)];
+}
+
 std::optional<double> constant_value(const Graph& g, int32_t id) {
   const Node* n = &g.node(id);
   while (n->op == Op::kBroadcastTo || n->op == Op::kReshape) n = &g.node(n->inputs[0]);

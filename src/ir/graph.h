@@ -133,5 +133,7 @@ void infer(const Graph& graph, Node& node);
 /// The value of `id` when it is a one-value constant, looking through broadcasts and reshapes
 /// (a fill of any shape); nullopt otherwise.
 std::optional<double> constant_value(const Graph& graph, int32_t id);
+/// Element k of a kConstant node (its values, or its one fill value) or of a kArange node.
+double constant_element(const Node& n, int64_t k);
 
 }  // namespace tg::ir

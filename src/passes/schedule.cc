@@ -245,10 +245,7 @@ void Scheduler::place_single(int32_t id) {
 
 void Scheduler::place_node(int32_t id) {
   const ir::Node& n = g_.node(id);
-  Step st;
-  st.kind = Step::Kind::kNode;
-  st.node = id;
-  st.nodes = {id};
+  Step st = node_step(id);
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     st.in.push_back(readable(id, k));
     st.bytes += g_.node(n.inputs[k]).numel() * dtype_size(g_.node(n.inputs[k]).dtype);

@@ -163,7 +163,6 @@ struct Step {
   } fused;
   bool absorbed = false;  // a norm step a product computes itself: emits nothing
   NodeLayout layout;      // kNode: what Capabilities::layout chose
-  ProductChoice product;  // products: what Capabilities::product chose
   int32_t launch = -1;    // steps sharing a launch index run as one kernel
   int64_t bytes = 0;      // at least moved: distinct elements read and written
 };

@@ -50,10 +50,7 @@ bool Scheduler::place_norm_affine(int32_t id) {
   std::sort(have.begin(), have.end());
   if (have != absorbed) return false;
   const int32_t last = absorbed.back();
-  Step st;
-  st.kind = Step::Kind::kNode;
-  st.node = id;
-  st.nodes = {id};
+  Step st = node_step(id);
   st.nodes.insert(st.nodes.end(), absorbed.begin(), absorbed.end());
   st.fused.mul = mul;
   st.fused.add = add;
@@ -127,15 +124,11 @@ ProductCandidates Scheduler::product_candidates(int32_t id) {
 
 void Scheduler::place_product(int32_t id) {
   const ir::Node& n = g_.node(id);
-  Step st;
-  st.kind = Step::Kind::kNode;
-  st.node = id;
-  st.nodes = {id};
+  Step st = node_step(id);
   st.in = {readable(id, 0), readable(id, 1)};
   const ProductCandidates c =
       options_.fuse && caps_.fuses_products() ? product_candidates(id) : ProductCandidates{};
-  st.product = caps_.product(g_, id, st.in, s_.buffers, c);
-  const ProductChoice& ch = st.product;
+  const ProductChoice ch = caps_.product(g_, id, st.in, s_.buffers, c);
   auto other_input = [&](int32_t node, int32_t self) {
     const ir::Node& a = g_.node(node);
     return a.inputs[0] == self ? a.inputs[1] : a.inputs[0];
@@ -194,10 +187,7 @@ bool Scheduler::place_update_rows(int32_t id) {
   if (!in_place(id, update)) return false;
   const Place& dst = s_.places[static_cast<size_t>(n.inputs[0])];
   const Place& src = s_.places[static_cast<size_t>(n.inputs[1])];
-  Step st;
-  st.kind = Step::Kind::kNode;
-  st.node = id;
-  st.nodes = {id};
+  Step st = node_step(id);
   st.in = {readable(id, 1), readable(id, 2), dst};
   st.fused.rows_in_place = true;
   // A sibling written at the same offsets with the same layout (the layer's other cache).
@@ -321,11 +311,8 @@ bool Scheduler::place_norm_backwards_at(int32_t gi) {
     if (m.first_group != gi) continue;
     const ir::Node& lg = g_.node(m.grad);
     for (int32_t v : {m.x, m.dz}) place_view_chain(v);  // a reshape of the residual stream, say
-    Step st;
-    st.kind = Step::Kind::kNode;
-    st.node = m.grad;
+    Step st = node_step(m.grad);
     st.fused = m.fused;
-    st.nodes = {m.grad};
     for (int32_t x : {m.fused.dy_mul, m.fused.recompute, m.fused.dw_mul, m.fused.dw, m.fused.db})
       if (x >= 0) st.nodes.push_back(x);
     st.in = {readable_as(m.grad, 0, m.x), readable_as(m.grad, 1, m.dz)};

@@ -56,6 +56,14 @@ class Scheduler {
   /// Places the norm-gradient steps due at group `gi`; true when the group was absorbed.
   bool place_norm_backwards_at(int32_t gi);
   Place add_scratch(int64_t bytes);
+  /// A kNode step of node `id`, computing it alone so far.
+  static Step node_step(int32_t id) {
+    Step st;
+    st.kind = Step::Kind::kNode;
+    st.node = id;
+    st.nodes = {id};
+    return st;
+  }
   struct NormBackward {
     int32_t grad = -1, x = -1, dz = -1, w = -1, first_group = -1;
     Step::Fused fused;

@@ -64,11 +64,8 @@ void CpuExecutable::allocate(const ir::Graph& g, const Bindings& bindings) {
       case Home::kInput: base_.push_back(fixed_mems_.emplace_back(b.bytes).data()); break;
       case Home::kConstant: {  // computed once here; a fill may be a single element
         std::byte* p = fixed_mems_.emplace_back(b.bytes).data();
-        const auto& v = n->attrs.values;
         for (int64_t i = 0; i < b.bytes / dtype_size(n->dtype); ++i)
-          store_double(n->dtype, p, i,
-                       n->op == Op::kArange ? v[0] + static_cast<double>(i) * v[1]
-                                            : v[v.size() == 1 ? 0 : static_cast<size_t>(i)]);
+          store_double(n->dtype, p, i, ir::constant_element(*n, i));
         base_.push_back(p);
         break;
       }

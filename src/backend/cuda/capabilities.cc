@@ -98,10 +98,9 @@ bool dense(const ir::Graph& g, const ir::Node& consumer, size_t index, const std
 
 }  // namespace
 
-AttentionShape attention_shape(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
-                               const DeviceInfo& info, const PrepareOptions& options) {
+AttentionShape attention_shape(const ir::Graph& g, int32_t id, const DeviceInfo& info,
+                               const PrepareOptions& options) {
   const ir::Node& n = g.node(id);
-  (void)in;
   const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape;
   AttentionShape as;
   as.batch = qs[0];
@@ -187,7 +186,7 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
 passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_t id,
                                                       const std::vector<passes::Place>& in) const {
   const ir::Node& n = g.node(id);
-  const AttentionShape as = attention_shape(g, id, in, info_, options_);
+  const AttentionShape as = attention_shape(g, id, info_, options_);
   // The gradient reads the forward's statistics when the forward's kernels keep them: a pure
   // function of the shape, so both sides agree.
   const bool stats = attention_keeps_stats(as);

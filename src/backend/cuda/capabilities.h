@@ -44,9 +44,9 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
                          const std::vector<passes::Buffer>& buffers, const passes::ProductCandidates& c,
                          const DeviceInfo& info, const PrepareOptions& options);
 
-/// The attention shape of an attention or attention_grad node whose operands lie at `in`.
-AttentionShape attention_shape(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
-                               const DeviceInfo& info, const PrepareOptions& options);
+/// The attention shape of an attention or attention_grad node.
+AttentionShape attention_shape(const ir::Graph& g, int32_t id, const DeviceInfo& info,
+                               const PrepareOptions& options);
 
 class CudaCapabilities final : public passes::Capabilities {
  public:

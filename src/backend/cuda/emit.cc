@@ -74,10 +74,8 @@ void Emitter::bind(const Bindings& bindings) {
       fixed_[i] = buffer->mem.get();
     } else {  // a constant: its values, or one value read with zero strides
       std::vector<std::byte> host(static_cast<size_t>(b.bytes));
-      const auto& v = n.attrs.values;
       for (int64_t k = 0; k < b.bytes / dtype_size(n.dtype); ++k) {
-        const double x = n.op == Op::kArange ? v[0] + static_cast<double>(k) * v[1]
-                                             : v[v.size() == 1 ? 0 : static_cast<size_t>(k)];
+        const double x = ir::constant_element(n, k);
         if (n.dtype == DType::kF32)
           reinterpret_cast<float*>(host.data())[k] = static_cast<float>(x);
         else if (n.dtype == DType::kI32)

@@ -276,7 +276,7 @@ void Emitter::emit_scan(const passes::Step& st) {
 void Emitter::emit_attention(const passes::Step& st) {
   const int32_t id = st.node;
   const ir::Node& n = g_.node(id);
-  AttentionShape as = attention_shape(g_, id, st.in, info_, options_);
+  AttentionShape as = attention_shape(g_, id, info_, options_);
   const Operand q = operand(st.in[0], n.inputs[0]), k = operand(st.in[1], n.inputs[1]),
                 v = operand(st.in[2], n.inputs[2]);
   const int64_t flops = 4 * as.batch * as.q_heads * as.t * as.s * as.d / (as.causal ? 2 : 1);
