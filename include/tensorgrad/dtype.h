@@ -8,8 +8,10 @@
 
 namespace tg {
 
-/// kBF16 and kF16 are host formats for now (HostTensor, safetensors, parameter upload and
-/// download, converting to and from f32); programs compute in f32, i32 and bool.
+/// Programs compute in f32, i32 and bool, and hold bf16 copies of the operands of products and
+/// attention under mixed precision (Precision::kBf16; only casts, shape ops, matmul and
+/// attention read or make bf16 values). kF16 is a host format for now (HostTensor,
+/// safetensors, parameter upload and download, converting to and from f32).
 enum class DType : uint8_t { kF32, kI32, kBool, kBF16, kF16 };
 
 /// Bytes per element on the host and in backend buffers (bool is one byte, 0 or 1).
@@ -26,8 +28,8 @@ constexpr const char* dtype_name(DType t) {
   }
   return "?";
 }
-/// Whether programs compute in `t` (the 16-bit float types are host formats for now).
-constexpr bool compute_dtype(DType t) { return t == DType::kF32 || t == DType::kI32 || t == DType::kBool; }
+/// Whether a program may hold values of type `t` (f16 is a host format for now).
+constexpr bool compute_dtype(DType t) { return t != DType::kF16; }
 
 /// bfloat16 (the upper half of an f32): round to nearest, ties to even, as PyTorch converts
 /// (any NaN becomes 0x7FC0; overflow rounds to ±inf).

@@ -48,8 +48,17 @@ struct Device {
 /// torch.backends.cuda.matmul.allow_tf32. kTf32x3 sits between them (XLA's "HIGH"): products
 /// of 1 GFLOP and more run as three TF32 products over a hi + lo split of each operand, close
 /// to f32's accuracy (measured 2-6x f32's error, 70-100x below TF32's) at about half f32's time
-/// on an H100/H200; attention and smaller products compute in f32. The CPU always computes in f32.
-enum class Precision { kFp32, kTf32, kTf32x3 };
+/// on an H100/H200; attention and smaller products compute in f32. The CPU computes f32
+/// products in f32 whatever the setting.
+///
+/// kBf16 is mixed precision, on every backend: the operands of matrix products and attention
+/// are stored as bf16 (8-bit mantissa) and multiplied with f32 accumulation; the gradient
+/// flowing into those products is rounded to bf16 too. Everything else (elementwise math,
+/// norms, softmax, losses, reductions, gradients, the clipping norm and the optimizer) runs
+/// in f32, and the parameters and optimizer moments stay f32: the bf16 operand of a weight is
+/// made from its f32 master every step. `keep_f32` (TrainOptions, ForwardOptions) exempts
+/// the products of chosen parameters. The README's "Mixed precision" table has the details.
+enum class Precision { kFp32, kTf32, kTf32x3, kBf16 };
 
 /// A tensor's values on the host, row-major.
 class HostTensor {
@@ -129,6 +138,10 @@ struct TrainOptions {
   /// per value, only dead-code elimination — so results with and without them can be compared.
   bool optimize = true;
   Precision precision = Precision::kFp32;
+  /// Under Precision::kBf16: products and attention that read a parameter whose path starts
+  /// with one of these (a module path such as "head", or a full parameter path such as
+  /// "blocks.0.attn.qkv.weight") stay f32, operands and gradient alike.
+  std::vector<std::string> keep_f32 = {};
 };
 
 struct ForwardOptions {
@@ -140,6 +153,8 @@ struct ForwardOptions {
   /// See TrainOptions::optimize.
   bool optimize = true;
   Precision precision = Precision::kFp32;
+  /// See TrainOptions::keep_f32.
+  std::vector<std::string> keep_f32 = {};
 };
 
 /// Planned memory of a program, in bytes (Program::memory_report()). The step's values share

@@ -80,8 +80,14 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
     case Op::kReciprocal: return {-(g * y * y)};  // d 1/x = -1/x²
     case Op::kGeluTanh: return {ir::binary(Op::kGeluTanhGrad, x(0), g, loc)};
     case Op::kCast:
-      // Only a float→float cast carries a gradient; there is one float dtype today.
-      return {graph.node(n.inputs[0]).dtype == DType::kF32 ? g : Tensor()};
+    {
+      // Only a float→float cast carries a gradient. Gradients are f32 whatever the value's
+      // dtype (a bf16 product operand's gradient is its product's f32 result), so the
+      // gradient passes through unrounded.
+      const DType from = graph.node(n.inputs[0]).dtype;
+      const bool floats = (from == DType::kF32 || from == DType::kBF16) && (n.dtype == DType::kF32 || n.dtype == DType::kBF16);
+      return {floats ? g : Tensor()};
+    }
 
     case Op::kAdd: return {g, g};
     case Op::kSub: return {g, -g};
@@ -158,13 +164,16 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       // gradient from one product with the batch folded into the contraction,
       // dB = A₂ᵀ G₂ with A₂ = A as [Σbatch·m, k], G₂ = G as [Σbatch·m, n], instead of a
       // batch of products summed afterwards (which would materialise [batch, k, n]).
-      Tensor da = sum_to(matmul(g, transpose(x(1), -2, -1, loc), loc), in_shape[0], loc);
+      // bf16 operands (mixed precision): the incoming gradient is rounded to bf16 for both
+      // products, which accumulate in f32; dA and dB are f32.
+      const Tensor gm = graph.node(n.inputs[0]).dtype == DType::kBF16 ? cast(g, DType::kBF16, loc) : g;
+      Tensor da = sum_to(matmul(gm, transpose(x(1), -2, -1, loc), loc), in_shape[0], loc);
       if (in_shape[1].size() == 2 && in_shape[0].size() > 2) {
         const int64_t k = in_shape[0].back(), n_out = in_shape[1].back();
-        Tensor a2 = reshape(x(0), {-1, k}, loc), g2 = reshape(g, {-1, n_out}, loc);
+        Tensor a2 = reshape(x(0), {-1, k}, loc), g2 = reshape(gm, {-1, n_out}, loc);
         return {da, matmul(transpose(a2, -2, -1, loc), g2, loc)};
       }
-      return {da, sum_to(matmul(transpose(x(0), -2, -1, loc), g, loc), in_shape[1], loc)};
+      return {da, sum_to(matmul(transpose(x(0), -2, -1, loc), gm, loc), in_shape[1], loc)};
     }
 
     case Op::kGather: {
@@ -237,8 +246,10 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
     case Op::kAttention: {
       // One primitive gives dq, dk and dv, reading the forward's output and what it saved.
       const int32_t out = ir::result(graph, id, 0, loc).id(), saved = ir::result(graph, id, 1, loc).id();
+      // bf16 q, k, v (mixed precision): dout is rounded to bf16 too; dq, dk, dv are f32.
+      const Tensor dout = graph.node(n.inputs[0]).dtype == DType::kBF16 ? cast(g, DType::kBF16, loc) : g;
       ir::Node gr =
-          ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], g.id(), out, saved}, loc);
+          ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], dout.id(), out, saved}, loc);
       gr.attrs = n.attrs;
       const int32_t grads = ir::emit(graph, std::move(gr)).id();
       return {ir::result(graph, grads, 0, loc), ir::result(graph, grads, 1, loc),

@@ -51,6 +51,41 @@ uint64_t Graph::next_serial() {
   return counter++;
 }
 
+namespace {
+
+/// bf16 is the storage type of mixed precision's product operands, not an arithmetic type:
+/// a bf16 value is made by a cast or a shape op and read by casts, shape ops, matmul and
+/// attention (which accumulate in f32). Everything else computes in f32 after a cast.
+bool moves_bf16(Op op) {
+  return op == Op::kCast || op == Op::kReshape || op == Op::kPermute || op == Op::kBroadcastTo ||
+         op == Op::kSlice || op == Op::kConcat;
+}
+
+void check_bf16(const Graph& g, const Node& node) {
+  const char* name = op_info(node.op).name;
+  if (node.dtype == DType::kBF16 && !moves_bf16(node.op))
+    throw ShapeError("[" + std::string(name) +
+                     "] cannot make a bf16 value: bf16 values come from a cast of f32 (as Precision::kBf16 "
+                     "makes them) and shape ops on those (at " +
+                     loc_str(node.loc) + ")");
+  if (node.op == Op::kCast && !node.inputs.empty()) {
+    const DType from = g.node(node.inputs[0]).dtype;
+    if ((from == DType::kBF16 || node.dtype == DType::kBF16) && from != DType::kF32 && node.dtype != DType::kF32)
+      throw ShapeError("[cast] bf16 converts to and from f32 only, not " + std::string(dtype_name(from)) +
+                       " to " + dtype_name(node.dtype) + " (at " + loc_str(node.loc) + ")");
+  }
+  const bool reads_bf16 = moves_bf16(node.op) || node.op == Op::kMatmul || node.op == Op::kAttention ||
+                          node.op == Op::kAttentionGrad;
+  for (int32_t in : node.inputs)
+    if (g.node(in).dtype == DType::kBF16 && !reads_bf16)
+      throw ShapeError("[" + std::string(name) +
+                       "] does not read bf16 values: only casts, shape ops, matmul and attention do; "
+                       "cast to f32 first (at " +
+                       loc_str(node.loc) + ")");
+}
+
+}  // namespace
+
 int32_t Graph::add(Node node) {
   const OpInfo& info = op_info(node.op);
   if (info.arity >= 0 && static_cast<int>(node.inputs.size()) != info.arity)
@@ -79,8 +114,9 @@ int32_t Graph::add(Node node) {
   if (!compute_dtype(node.dtype))
     throw ShapeError("[" + std::string(info.name) + "] " + dtype_name(node.dtype) +
                      " values cannot be part of a program yet: programs compute in f32, i32 and bool "
-                     "(convert bf16 and f16 data on the host with HostTensor::to(DType::kF32)) (at " +
+                     "(convert f16 data on the host with HostTensor::to(DType::kF32)) (at " +
                      loc_str(node.loc) + ")");
+  check_bf16(*this, node);
   node.stage = stage;
   return add_checked(std::move(node));
 }

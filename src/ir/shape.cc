@@ -381,9 +381,13 @@ void infer(const Graph& g, Node& n) {
     case Op::kAttentionGrad: {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;
-      for (size_t i = 0; i < std::min<size_t>(n.inputs.size(), 5); ++i)
-        if (in(i).dtype != DType::kF32 || in(i).shape.size() != 4)
-          fail(g, n, "operands must be f32 [B, H, T, D]");
+      // q, k, v (and dout) are all f32 or all bf16 (mixed precision); out and saved are f32.
+      const DType qt = in(0).dtype;
+      for (size_t i = 0; i < std::min<size_t>(n.inputs.size(), 5); ++i) {
+        const DType want = i == 4 ? DType::kF32 : qt;
+        if ((qt != DType::kF32 && qt != DType::kBF16) || in(i).dtype != want || in(i).shape.size() != 4)
+          fail(g, n, "operands must be [B, H, T, D], q, k, v and dout all f32 or all bf16, out f32");
+      }
       if (k != in(2).shape) fail(g, n, "k and v must have one shape");
       if (q[0] != k[0] || q[3] != k[3]) fail(g, n, "batch and head size of q and k must match");
       if (k[1] == 0 || q[1] % k[1] != 0) fail(g, n, "q heads must be a multiple of kv heads");
@@ -407,7 +411,9 @@ void infer(const Graph& g, Node& n) {
       const Shape& a = in(0).shape;
       const Shape& b = in(1).shape;
       if (a.size() < 2 || b.size() < 2) fail(g, n, "operands must have rank >= 2");
-      if (in(0).dtype != DType::kF32 || in(1).dtype != DType::kF32) fail(g, n, "operands must be f32");
+      // Both f32, or both bf16 (mixed precision: the product accumulates and is stored in f32).
+      if (in(0).dtype != in(1).dtype || (in(0).dtype != DType::kF32 && in(0).dtype != DType::kBF16))
+        fail(g, n, "operands must be both f32 or both bf16");
       if (a[a.size() - 1] != b[b.size() - 2])
         fail(g, n,
              "inner extents differ: " + std::to_string(a.back()) + " vs " + std::to_string(b[b.size() - 2]));

@@ -28,6 +28,28 @@ std::string unused_capture_name(const Trace& trace, const std::string& base) {
   return name;
 }
 
+bool policy_wants_bf16(const Tensor& x) {
+  const Trace* t = current_trace();
+  if (t == nullptr || !t->bf16 || x.graph() != &t->graph || x.dtype() != DType::kF32) return false;
+  // Follow shape ops back to where the value was computed; a kept parameter stays f32.
+  int32_t id = x.id();
+  for (;;) {
+    const Node& n = t->graph.node(id);
+    const bool moves = n.op == Op::kReshape || n.op == Op::kPermute || n.op == Op::kBroadcastTo ||
+                       n.op == Op::kSlice || n.op == Op::kConcat;
+    if (moves && n.inputs.size() == 1) {
+      id = n.inputs[0];
+      continue;
+    }
+    if (n.op != Op::kParam) return true;
+    for (const std::string& prefix : t->keep_f32) {
+      const bool at_boundary = n.name.size() == prefix.size() || n.name[prefix.size()] == '.';
+      if (!prefix.empty() && n.name.rfind(prefix, 0) == 0 && at_boundary) return false;
+    }
+    return true;
+  }
+}
+
 Tensor emit(Graph& graph, Node node) { return Tensor(&graph, graph.add(std::move(node))); }
 
 }  // namespace tg::ir

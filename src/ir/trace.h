@@ -25,6 +25,11 @@ struct Trace {
   /// random op; and the next per-site seed, so two dropout sites draw different streams.
   int32_t rng_key = -1;
   uint64_t next_seed = 0;
+  /// Mixed precision (Precision::kBf16): matmul and attention cast their f32 operands to
+  /// bf16, except operands that are (shape ops of) a parameter whose path starts with one of
+  /// `keep_f32` (a module path such as "head", or a parameter's full path).
+  bool bf16 = false;
+  std::vector<std::string> keep_f32;
   /// Parameters in first-use order and their leaf nodes.
   std::vector<const Param*> params;
   std::unordered_map<const Param*, int32_t> param_nodes;
@@ -51,6 +56,10 @@ inline constexpr const char* kRngKeyInput = "__rng_key";
 /// Prefix of the state leaves tg::state() makes (the runtime shares those between the
 /// programs of a model; an optimizer's moments are per program).
 inline constexpr const char* kUserStatePrefix = "state:";
+
+/// Whether the current trace's precision policy stores operand `x` of a product or an
+/// attention as bf16 (see Trace::bf16).
+bool policy_wants_bf16(const Tensor& x);
 
 /// Appends `node` to `graph` (with inference) and returns its handle.
 Tensor emit(Graph& graph, Node node);

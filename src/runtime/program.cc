@@ -92,7 +92,8 @@ struct Traced {
 };
 
 Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::vector<InputSpec>& inputs,
-             bool training, uint64_t seed, const char* api) {
+             bool training, uint64_t seed, Precision precision, const std::vector<std::string>& keep_f32,
+             const char* api) {
   if (arity != inputs.size())
     throw InputError(std::string("[") + api + "] the function takes " + std::to_string(arity) +
                      " tensors but options.inputs names " + std::to_string(inputs.size()) + ": " +
@@ -111,6 +112,8 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
   }
   ir::Trace t;
   t.training = training;
+  t.bf16 = precision == Precision::kBf16;
+  t.keep_f32 = keep_f32;
   // Per-site seeds: consecutive integers starting from a 64-bit mix of the program seed, so
   // programs with different seeds draw unrelated streams.
   t.next_seed = (seed + 1) * 0x9E3779B97F4A7C15ull;
@@ -130,6 +133,16 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
   Traced out{std::move(t.graph), {}, result.id(), {}, std::move(t.captures), t.rng_key};
   for (const Tensor& a : args) out.input_nodes.push_back(a.id());
   std::vector<const Param*> own = model.root().parameters();
+  for (const std::string& prefix : keep_f32) {
+    const bool matches = std::any_of(own.begin(), own.end(), [&](const Param* p) {
+      const std::string& path = p->path();
+      return !prefix.empty() && path.rfind(prefix, 0) == 0 && (path.size() == prefix.size() || path[prefix.size()] == '.');
+    });
+    if (!matches)
+      throw InputError(std::string("[") + api + "] keep_f32 entry '" + prefix +
+                       "' names no parameter or module of the model (give a path such as \"head\" or "
+                       "\"head.weight\")");
+  }
   for (const Param* p : t.params) {
     if (std::find(own.begin(), own.end(), p) == own.end())
       throw Error(std::string("[") + api + "] parameter '" + p->path() +
@@ -268,7 +281,8 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   s->tf32x3 = options.precision == Precision::kTf32x3;
   s->store = device_store(model, options.device);
   timer.mark("device store + init");
-  Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, "compile_train");
+  Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, options.precision,
+                   options.keep_f32, "compile_train");
   timer.mark("trace");
   const ir::Node& loss = t.graph.node(t.result);
   if (loss.numel() != 1 || loss.dtype != DType::kF32)
@@ -307,7 +321,8 @@ Program compile_forward(Module& model, const TracedFn& fn, size_t arity, Forward
   s->tf32 = options.precision == Precision::kTf32;
   s->tf32x3 = options.precision == Precision::kTf32x3;
   s->store = device_store(model, options.device);
-  Traced t = trace(model, fn, arity, options.inputs, options.training, options.seed, "compile_forward");
+  Traced t = trace(model, fn, arity, options.inputs, options.training, options.seed, options.precision,
+                   options.keep_f32, "compile_forward");
   s->inputs = options.inputs;
   finish(*s, std::move(t));
   return Program(s);
