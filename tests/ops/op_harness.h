@@ -209,9 +209,12 @@ constexpr int32_t kRowKey = 20240607;
 
 /// Traces `fn` over fresh kInput leaves the way compile_forward does (a Trace made current
 /// only while the function runs), or compile_train with `training`; graph.outputs = {result}.
-inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn, bool training = false) {
+/// `bf16` traces under Precision::kBf16's policy (products and attention read bf16 copies).
+inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn, bool training = false,
+                       bool bf16 = false) {
   ir::Trace trace;
   trace.training = training;
+  trace.bf16 = bf16;
   Traced t;
   Tensor result;
   {
