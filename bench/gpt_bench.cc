@@ -5,7 +5,8 @@
 // 3 warm-up steps, then the median of 3 runs of 20 steps (5 on the CPU and for gpt2_124M).
 // Each step reads the loss back, as the peer's step synchronises at the end of its timing.
 //
-//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32]
+//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16]
+// bf16 is mixed precision (tg::Precision::kBf16), the peer's *_bf16_autocast modes.
 #include <tensorgrad/tensorgrad.h>
 
 #include "timing.h"
@@ -55,6 +56,7 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
   const double sec = median_seconds_per_step(step, 3, iters);
   const char* mode = precision == tg::Precision::kTf32     ? "tf32"
                      : precision == tg::Precision::kTf32x3 ? "tf32x3"
+                     : precision == tg::Precision::kBf16   ? "bf16"
                                                            : "fp32";
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode, sec * 1e3,
               static_cast<double>(B * T) / sec);
@@ -71,8 +73,13 @@ int main(int argc, char** argv) {
   const tg::Device device =
       argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
   const std::string mode = argc > 3 ? argv[3] : "fp32";
+  if (mode != "fp32" && mode != "tf32" && mode != "tf32x3" && mode != "bf16") {
+    std::fprintf(stderr, "gpt_bench: unknown precision '%s' (fp32, tf32, tf32x3 or bf16)\n", mode.c_str());
+    return 2;
+  }
   const tg::Precision precision = mode == "tf32"     ? tg::Precision::kTf32
                                   : mode == "tf32x3" ? tg::Precision::kTf32x3
+                                  : mode == "bf16"   ? tg::Precision::kBf16
                                                      : tg::Precision::kFp32;
   std::stringstream list(only);
   std::string name;

@@ -9,7 +9,9 @@
 // sample predictions, an attention map read back through captures, and a checkpoint saved
 // and reloaded into a fresh model with identical accuracy.
 //
-//   ./addition [steps=700] [max_final_loss]   (with a bound: exit 1 if the loss ends above it)
+//   ./addition [steps=700] [max_final_loss] [--bf16] [--device cpu|cuda|ref]
+// With a bound, exit 1 if the loss ends above it. --bf16 trains and predicts in mixed
+// precision (tg::Precision::kBf16); the default device is the fastest available.
 #include <tensorgrad/tensorgrad.h>
 
 #include <algorithm>
@@ -79,16 +81,48 @@ struct Model : tg::Module {
   tg::nn::Gpt gpt{*this, "gpt", config()};
 };
 
-tg::Program compile_predict(Model& m, int64_t n) {
+struct Settings {
+  int steps = 700;
+  double max_final_loss = -1;
+  tg::Device device = tg::Device::best();
+  tg::Precision precision = tg::Precision::kFp32;
+};
+
+Settings parse(int argc, char** argv) {
+  Settings s;
+  int positional = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--bf16") {
+      s.precision = tg::Precision::kBf16;
+    } else if (a == "--device" && i + 1 < argc) {
+      const std::string d = argv[++i];
+      s.device = d == "cuda" ? tg::Device::cuda() : d == "ref" ? tg::Device::ref() : tg::Device::cpu();
+    } else if (a.rfind("--", 0) == 0) {
+      std::fprintf(stderr, "addition: unknown option %s\n", a.c_str());
+      std::exit(2);
+    } else if (positional++ == 0) {
+      s.steps = std::atoi(a.c_str());
+    } else {
+      s.max_final_loss = std::atof(a.c_str());
+    }
+  }
+  return s;
+}
+
+tg::Program compile_predict(Model& m, int64_t n, const Settings& s) {
   return tg::compile_forward(m, [&](tg::Tensor ids) { return tg::argmax(m.gpt.logits(ids), -1); },
-                             {.inputs = {{"ids", {n, kSeq}, tg::DType::kI32}}});
+                             {.inputs = {{"ids", {n, kSeq}, tg::DType::kI32}},
+                              .device = s.device,
+                              .precision = s.precision});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 700;
-  const double max_final_loss = argc > 2 ? std::atof(argv[2]) : -1;
+  const Settings settings = parse(argc, argv);
+  const int steps = settings.steps;
+  const double max_final_loss = settings.max_final_loss;
   constexpr int64_t kBatch = 256;
   const auto t0 = std::chrono::steady_clock::now();
 
@@ -100,8 +134,9 @@ int main(int argc, char** argv) {
   const std::vector<Pair> held_out(all.begin(), all.begin() + 1000), train_set(all.begin() + 1000, all.end());
   std::printf(
       "addition: 3-layer GPT (d 64, 4 heads) on a+b for a, b < 100: %zu training pairs, %zu held out; "
-      "batch %lld, %d steps, AdamW lr 2e-3 with warmup + cosine\n",
-      train_set.size(), held_out.size(), static_cast<long long>(kBatch), steps);
+      "batch %lld, %d steps, AdamW lr 2e-3 with warmup + cosine, on %s in %s\n",
+      train_set.size(), held_out.size(), static_cast<long long>(kBatch), steps, settings.device.str().c_str(),
+      settings.precision == tg::Precision::kBf16 ? "bf16 mixed precision" : "f32");
 
   Model model;
   auto train = tg::compile_train(
@@ -109,7 +144,9 @@ int main(int argc, char** argv) {
       {.inputs = {{"ids", {kBatch, kSeq}, tg::DType::kI32}, {"targets", {kBatch, kSeq}, tg::DType::kI32}},
        .optimizer = tg::AdamW{.lr = 2e-3, .weight_decay = 0.1},
        .schedule = tg::lr::warmup(100, tg::lr::cosine(std::max(1, steps - 100), 0.05)),
-       .clip_grad_norm = 1.0});
+       .clip_grad_norm = 1.0,
+       .device = settings.device,
+       .precision = settings.precision});
   train.init_params(0);
 
   std::vector<int32_t> ids(kBatch * kSeq), targets(kBatch * kSeq);
@@ -138,7 +175,7 @@ int main(int argc, char** argv) {
   }
   const double final_loss = recent / std::max(1, recent_count);
 
-  tg::Program predict = compile_predict(model, static_cast<int64_t>(held_out.size()));
+  tg::Program predict = compile_predict(model, static_cast<int64_t>(held_out.size()), settings);
   const double acc = accuracy(predict, held_out, static_cast<int64_t>(held_out.size()));
   std::printf("held-out exact-match accuracy: %.2f%% (%zu pairs never seen in training)\n", 100 * acc,
               held_out.size());
@@ -146,7 +183,7 @@ int main(int argc, char** argv) {
   // A few predictions, and what the last layer's first head attends to on the first one.
   const std::vector<Pair> samples(held_out.begin(), held_out.begin() + 5);
   tg::Captures captures;
-  tg::Program predict_few = compile_predict(model, static_cast<int64_t>(samples.size()));
+  tg::Program predict_few = compile_predict(model, static_cast<int64_t>(samples.size()), settings);
   auto got = answer(predict_few, samples, static_cast<int64_t>(samples.size()), &captures);
   for (size_t i = 0; i < samples.size(); ++i) {
     const int predicted = got[i][0] + 10 * got[i][1] + 100 * got[i][2];
@@ -177,7 +214,7 @@ int main(int argc, char** argv) {
       (std::filesystem::temp_directory_path() / "tensorgrad_addition.safetensors").string();
   tg::save_safetensors(path, train);
   Model reloaded;
-  tg::Program predict_reloaded = compile_predict(reloaded, static_cast<int64_t>(held_out.size()));
+  tg::Program predict_reloaded = compile_predict(reloaded, static_cast<int64_t>(held_out.size()), settings);
   tg::load_safetensors(path, predict_reloaded);
   const double acc_reloaded = accuracy(predict_reloaded, held_out, static_cast<int64_t>(held_out.size()));
   std::printf("checkpoint %s reloaded into a fresh model: accuracy %.2f%% (%s)\n", path.c_str(),
