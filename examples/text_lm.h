@@ -48,6 +48,14 @@ struct Args {
     const std::string d = get("device", "auto");
     return d == "cpu" ? tg::Device::cpu() : d == "cuda" ? tg::Device::cuda() : tg::Device::best();
   }
+  /// --precision fp32 (default), tf32 or bf16 (mixed precision).
+  tg::Precision precision() const {
+    const std::string p = get("precision", "fp32");
+    if (p == "fp32") return tg::Precision::kFp32;
+    if (p == "tf32") return tg::Precision::kTf32;
+    if (p == "bf16") return tg::Precision::kBf16;
+    throw std::runtime_error("--precision takes fp32, tf32 or bf16, not " + p);
+  }
   tg::GenerateOptions sampling() const {
     return {.temperature = static_cast<float>(num("temperature", 0.8)),
             .top_k = static_cast<int32_t>(num("top-k", 0)),
@@ -101,10 +109,13 @@ inline void sample_text(tg::Generator& gen, const fortunes::Vocab& vocab, const 
   std::printf("\n");
 }
 
-inline tg::Generator generator(tg::Module& model, const Setup& s, tg::Device device) {
-  return tg::Generator(
-      model, s.step,
-      {.cache_len = s.seq, .prefill_len = s.prefill ? 0 : 1, .device = device, .prefill = s.prefill});
+inline tg::Generator generator(tg::Module& model, const Setup& s, tg::Device device, tg::Precision precision) {
+  return tg::Generator(model, s.step,
+                       {.cache_len = s.seq,
+                        .prefill_len = s.prefill ? 0 : 1,
+                        .device = device,
+                        .precision = precision,
+                        .prefill = s.prefill});
 }
 
 /// --generate: samples from the checkpoint's parameters (the model was built from its metadata).
@@ -112,7 +123,7 @@ inline int generate_only(const Args& args, const Setup& s, tg::Module& model, co
                          const std::map<std::string, std::string>& meta) {
   const std::string checkpoint = args.get("checkpoint", s.program + ".safetensors");
   const tg::Device device = args.device();
-  tg::Generator gen = generator(model, s, device);
+  tg::Generator gen = generator(model, s, device, args.precision());
   tg::load_safetensors(checkpoint, gen.decode());
   const tg::GenerateOptions sampling = args.sampling();
   std::printf(
@@ -142,6 +153,7 @@ inline std::map<std::string, std::string> checkpoint_metadata(const Args& args, 
 /// loss curve, then samples. Returns the exit code (1 when --max-val-loss is not reached).
 inline int train(const Args& args, const Setup& s, tg::Module& model, const fortunes::Corpus& corpus) {
   const tg::Device device = args.device();
+  const tg::Precision precision = args.precision();
   const auto t0 = std::chrono::steady_clock::now();
   const double unigram = corpus.unigram_baseline();
   std::printf(
@@ -150,9 +162,11 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
       s.program.c_str(), corpus.fortunes, corpus.train.size(), corpus.val.size(),
       static_cast<long long>(corpus.vocab.size()), unigram);
   std::printf(
-      "model: %s, context %lld; batch %lld, %lld steps, AdamW lr %.0e (warmup + cosine), on %s (config %s)\n",
+      "model: %s, context %lld; batch %lld, %lld steps, AdamW lr %.0e (warmup + cosine), on %s (config %s, "
+      "%s)\n",
       s.model_line.c_str(), static_cast<long long>(s.seq), static_cast<long long>(s.batch),
-      static_cast<long long>(s.steps), s.lr, device.str().c_str(), s.config_name.c_str());
+      static_cast<long long>(s.steps), s.lr, device.str().c_str(), s.config_name.c_str(),
+      args.get("precision", "fp32").c_str());
   const std::vector<tg::InputSpec> inputs{{"ids", {s.batch, s.seq}, tg::DType::kI32},
                                           {"targets", {s.batch, s.seq}, tg::DType::kI32}};
   tg::Program train = tg::compile_train(
@@ -161,11 +175,12 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
        .optimizer = tg::AdamW{.lr = s.lr, .weight_decay = 0.1},
        .schedule = tg::lr::warmup(s.warmup, tg::lr::cosine(std::max<int64_t>(1, s.steps - s.warmup), 0.1)),
        .clip_grad_norm = 1.0,
-       .device = device});
+       .device = device,
+       .precision = precision});
   train.init_params(0);
   tg::Program eval =
       tg::compile_forward(model, [&](tg::Tensor ids, tg::Tensor targets) { return s.loss(ids, targets); },
-                          {.inputs = inputs, .device = device});
+                          {.inputs = inputs, .device = device, .precision = precision});
   std::printf("compiled in %.1f s: %lld kernels per training step\n", seconds_since(t0),
               static_cast<long long>(train.kernel_count()));
 
@@ -224,7 +239,7 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
   loss_plot::write_svg(plot, title, train_curve, val_curve, unigram, "unigram baseline");
   std::printf("checkpoint: %s   loss curve: %s\n", checkpoint.c_str(), plot.c_str());
 
-  tg::Generator gen = generator(model, s, device);
+  tg::Generator gen = generator(model, s, device, precision);
   const tg::GenerateOptions sampling = args.sampling();
   const int64_t tokens = static_cast<int64_t>(args.num("tokens", 500));
   std::printf("\nsample (temperature %.2f, top-p %.2f, seed %u), through the %s decoder:\n\n",
