@@ -9,6 +9,7 @@
 // is fsynced and renamed over the target, so the target is never seen half-written.
 #include <atomic>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -130,15 +132,26 @@ struct Header {
 };
 
 File open_for_read(const Where& w, uint64_t* size) {
-  std::FILE* f = std::fopen(w.path.c_str(), "rb");
-  if (!f) fail(w, "cannot open: " + errno_text(errno));
-  File file(f);
+  // Opened non-blocking so that a FIFO or a device cannot stall the open; checked to be a
+  // regular file (a directory or a FIFO would fail or block later) before anything is read.
+  const int fd = ::open(w.path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(w, "cannot open: " + errno_text(errno));
   struct stat st {};
-  if (::fstat(::fileno(f), &st) != 0) fail(w, "cannot stat: " + errno_text(errno));
-  // fopen succeeds on directories; reading one fails later with a less helpful message.
-  if (!S_ISREG(st.st_mode)) fail(w, "not a regular file");
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = errno;
+    const bool regular = S_ISREG(st.st_mode);
+    ::close(fd);
+    fail(w, regular ? "cannot stat: " + errno_text(err) : "not a regular file");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  std::FILE* f = flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ? nullptr : ::fdopen(fd, "rb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    fail(w, "cannot open: " + errno_text(err));
+  }
   *size = static_cast<uint64_t>(st.st_size);
-  return file;
+  return File(f);
 }
 
 void read_exact(const Where& w, std::FILE* f, uint64_t offset, void* dst, uint64_t n,
@@ -356,6 +369,32 @@ class TempFile {
   bool committed_ = false;
 };
 
+/// Deletes `<path>.tmp.<pid>.<n>` files left by saves whose process has died (killed while
+/// writing): a temp file of a live process, this one included, may be a save in progress.
+void remove_orphaned_temp_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());  // <pid>.<n>
+    const size_t dot = rest.find('.');
+    const auto digits = [](const std::string& t) {
+      return !t.empty() && t.size() < 19 &&
+             std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (dot == std::string::npos || !digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1))) continue;
+    const long long pid = std::stoll(rest.substr(0, dot));
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code ignored;
+    fs::remove(it->path(), ignored);
+  }
+}
+
 /// Makes the rename itself durable. Best effort: some filesystems refuse fsync on a
 /// directory, and the checkpoint is complete either way.
 void sync_parent_directory(const std::string& path) {
@@ -416,6 +455,7 @@ void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& 
 
   // pid + a per-process counter: concurrent saves to one path never share a temp file.
   static std::atomic<uint64_t> counter{0};
+  remove_orphaned_temp_files(w.path);
   TempFile tmp(w, w.path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
   tmp.write(prefix, sizeof prefix);
   tmp.write(header.data(), header.size());

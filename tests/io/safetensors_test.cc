@@ -9,6 +9,8 @@
 #include "test_util.h"
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <tensorgrad/tensorgrad.h>
 #include <unistd.h>
 
@@ -273,6 +275,36 @@ TEST_F(Safetensors, PartialLoadUpdatesOnlyTheGivenParameters) {
   l1.emplace("l3.weight", tg::HostTensor(tg::DType::kF32, {1}));
   tg::save_safetensors(path("l1.safetensors"), l1);
   EXPECT_MSG_HAS(load_error(read_file(path("l1.safetensors")), {.partial = true}), "tensor 'l3.weight'");
+}
+
+TEST_F(Safetensors, AFifoIsRefusedWithoutBlocking) {
+  const std::string fifo = path("pipe.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer ever opens the FIFO: a blocking open would hang here forever.
+  const std::string msg = message_of<tg::CheckpointError>([&] { tg::read_safetensors(fifo); });
+  EXPECT_MSG_HAS(msg, "not a regular file");
+}
+
+TEST_F(Safetensors, ASaveRemovesTempFilesOfDeadProcessesOnly) {
+  // A pid that is certainly dead: a child that has exited and been reaped.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string target = path("w.safetensors");
+  const std::string dead = target + ".tmp." + std::to_string(child) + ".0";
+  const std::string alive = target + ".tmp." + std::to_string(::getppid()) + ".3";  // the test runner
+  const std::string mine = target + ".tmp." + std::to_string(::getpid()) + ".99";   // a save in flight
+  const std::string other = path("other.safetensors.tmp." + std::to_string(child) + ".0");
+  for (const std::string& p : {dead, alive, mine, other}) write_file(p, "partial");
+  Net m;
+  tg::Program prog = make_forward(m);
+  tg::save_safetensors(target, prog);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(alive));
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_TRUE(fs::exists(other));  // another target's temp file is not this save's business
+  EXPECT_TRUE(fs::exists(target));
 }
 
 TEST_F(Safetensors, UnreadableAndTruncatedFiles) {
