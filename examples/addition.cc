@@ -111,10 +111,9 @@ Settings parse(int argc, char** argv) {
 }
 
 tg::Program compile_predict(Model& m, int64_t n, const Settings& s) {
-  return tg::compile_forward(m, [&](tg::Tensor ids) { return tg::argmax(m.gpt.logits(ids), -1); },
-                             {.inputs = {{"ids", {n, kSeq}, tg::DType::kI32}},
-                              .device = s.device,
-                              .precision = s.precision});
+  return tg::compile_forward(
+      m, [&](tg::Tensor ids) { return tg::argmax(m.gpt.logits(ids), -1); },
+      {.inputs = {{"ids", {n, kSeq}, tg::DType::kI32}}, .device = s.device, .precision = s.precision});
 }
 
 }  // namespace

@@ -109,7 +109,8 @@ inline void sample_text(tg::Generator& gen, const fortunes::Vocab& vocab, const 
   std::printf("\n");
 }
 
-inline tg::Generator generator(tg::Module& model, const Setup& s, tg::Device device, tg::Precision precision) {
+inline tg::Generator generator(tg::Module& model, const Setup& s, tg::Device device,
+                               tg::Precision precision) {
   return tg::Generator(model, s.step,
                        {.cache_len = s.seq,
                         .prefill_len = s.prefill ? 0 : 1,

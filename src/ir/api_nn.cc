@@ -214,7 +214,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
   if (q.rank() != 4) api_fail("attention", "q must be [B, H, T, D], got " + shape_str(q.shape()), loc);
   Node n = make_node(Op::kAttention, {q.id(), k.id(), v.id()}, loc);
   if (ir::policy_wants_bf16(q) && ir::policy_wants_bf16(k) && ir::policy_wants_bf16(v))
-    n.inputs = {cast(q, DType::kBF16, loc).id(), cast(k, DType::kBF16, loc).id(), cast(v, DType::kBF16, loc).id()};
+    n.inputs = {cast(q, DType::kBF16, loc).id(), cast(k, DType::kBF16, loc).id(),
+                cast(v, DType::kBF16, loc).id()};
   n.attrs.causal = options.causal;
   n.attrs.values = {options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())))};
   return result(g, emit(g, std::move(n)).id(), 0, loc);

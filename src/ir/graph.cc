@@ -70,7 +70,8 @@ void check_bf16(const Graph& g, const Node& node) {
                      loc_str(node.loc) + ")");
   if (node.op == Op::kCast && !node.inputs.empty()) {
     const DType from = g.node(node.inputs[0]).dtype;
-    if ((from == DType::kBF16 || node.dtype == DType::kBF16) && from != DType::kF32 && node.dtype != DType::kF32)
+    if ((from == DType::kBF16 || node.dtype == DType::kBF16) && from != DType::kF32 &&
+        node.dtype != DType::kF32)
       throw ShapeError("[cast] bf16 converts to and from f32 only, not " + std::string(dtype_name(from)) +
                        " to " + dtype_name(node.dtype) + " (at " + loc_str(node.loc) + ")");
   }

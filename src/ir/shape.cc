@@ -66,10 +66,11 @@ void infer(const Graph& g, Node& n) {
   if (info.kind == OpKind::kUnary || info.kind == OpKind::kBinary || info.kind == OpKind::kCompare) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (!dtype_allowed(info.dtypes, in(i).dtype))
-        fail(g, n, std::string("does not accept dtype ") + dtype_name(in(i).dtype) +
-                       (in(i).dtype == DType::kBF16
-                            ? " (only casts, shape ops, matmul and attention read bf16: cast to f32 first)"
-                            : ""));
+        fail(g, n,
+             std::string("does not accept dtype ") + dtype_name(in(i).dtype) +
+                 (in(i).dtype == DType::kBF16
+                      ? " (only casts, shape ops, matmul and attention read bf16: cast to f32 first)"
+                      : ""));
       if (in(i).shape != in(0).shape || in(i).dtype != in(0).dtype)
         fail(g, n, "inputs must have identical shapes and dtypes (the API broadcasts them)");
     }

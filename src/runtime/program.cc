@@ -136,7 +136,8 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
   for (const std::string& prefix : keep_f32) {
     const bool matches = std::any_of(own.begin(), own.end(), [&](const Param* p) {
       const std::string& path = p->path();
-      return !prefix.empty() && path.rfind(prefix, 0) == 0 && (path.size() == prefix.size() || path[prefix.size()] == '.');
+      return !prefix.empty() && path.rfind(prefix, 0) == 0 &&
+             (path.size() == prefix.size() || path[prefix.size()] == '.');
     });
     if (!matches)
       throw InputError(std::string("[") + api + "] keep_f32 entry '" + prefix +

@@ -42,31 +42,71 @@ constexpr Tol kFlash{1e-2, 1e-3};
 
 std::vector<Bf16Case> cases() {
   return {
-      {"matmul", {uni({5, 7}), uni({7, 3})}, [](const Ts& x) { return matmul(x[0], x[1]); }, kProduct, kProduct},
-      {"matmul_long_k", {uni({9, 300}), uni({300, 11})}, [](const Ts& x) { return matmul(x[0], x[1]); }, kProduct,
+      {"matmul",
+       {uni({5, 7}), uni({7, 3})},
+       [](const Ts& x) { return matmul(x[0], x[1]); },
+       kProduct,
        kProduct},
-      {"matmul_weight_broadcast", {uni({2, 5, 16}), uni({16, 8})}, [](const Ts& x) { return matmul(x[0], x[1]); },
-       kProduct, kProduct},
-      {"matmul_batched", {uni({2, 3, 5, 6}), uni({2, 3, 6, 4})}, [](const Ts& x) { return matmul(x[0], x[1]); },
-       kProduct, kProduct},
-      {"matmul_transposed", {uni({6, 5}), uni({4, 6})},
-       [](const Ts& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }, kProduct, kProduct},
-      {"matmul_vector", {uni({7}), uni({7, 3})}, [](const Ts& x) { return matmul(x[0], x[1]); }, kProduct,
+      {"matmul_long_k",
+       {uni({9, 300}), uni({300, 11})},
+       [](const Ts& x) { return matmul(x[0], x[1]); },
+       kProduct,
        kProduct},
-      {"linear_bias_gelu", {uni({4, 6, 32}), uni({32, 48}), uni({48})},
-       [](const Ts& x) { return gelu(matmul(x[0], x[1]) + x[2]); }, kProduct, kProduct},
-      {"linear_residual", {uni({24, 64}), uni({64, 64}), uni({24, 64})},
-       [](const Ts& x) { return x[2] + matmul(x[0], x[1]); }, kProduct, kProduct},
-      {"attention_causal", {uni({2, 2, 9, 16}), uni({2, 2, 9, 16}), uni({2, 2, 9, 16})},
-       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = true}); }, kProduct, kFlash},
-      {"attention_gqa", {uni({1, 4, 7, 8}), uni({1, 2, 7, 8}), uni({1, 2, 7, 8})},
-       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = true}); }, kProduct, kFlash},
-      {"attention_cross", {uni({2, 2, 5, 16}), uni({2, 2, 12, 16}), uni({2, 2, 12, 16})},
-       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = false}); }, kProduct, kFlash},
-      {"attention_long", {uni({1, 2, 130, 64}), uni({1, 2, 130, 64}), uni({1, 2, 130, 64})},
-       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = true}); }, kProduct, kFlash},
-      {"cast_round_trip", {uni({3, 37}, -300, 300)},
-       [](const Ts& x) { return cast(cast(x[0], DType::kBF16), DType::kF32); }, kExact, kExact},
+      {"matmul_weight_broadcast",
+       {uni({2, 5, 16}), uni({16, 8})},
+       [](const Ts& x) { return matmul(x[0], x[1]); },
+       kProduct,
+       kProduct},
+      {"matmul_batched",
+       {uni({2, 3, 5, 6}), uni({2, 3, 6, 4})},
+       [](const Ts& x) { return matmul(x[0], x[1]); },
+       kProduct,
+       kProduct},
+      {"matmul_transposed",
+       {uni({6, 5}), uni({4, 6})},
+       [](const Ts& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); },
+       kProduct,
+       kProduct},
+      {"matmul_vector",
+       {uni({7}), uni({7, 3})},
+       [](const Ts& x) { return matmul(x[0], x[1]); },
+       kProduct,
+       kProduct},
+      {"linear_bias_gelu",
+       {uni({4, 6, 32}), uni({32, 48}), uni({48})},
+       [](const Ts& x) { return gelu(matmul(x[0], x[1]) + x[2]); },
+       kProduct,
+       kProduct},
+      {"linear_residual",
+       {uni({24, 64}), uni({64, 64}), uni({24, 64})},
+       [](const Ts& x) { return x[2] + matmul(x[0], x[1]); },
+       kProduct,
+       kProduct},
+      {"attention_causal",
+       {uni({2, 2, 9, 16}), uni({2, 2, 9, 16}), uni({2, 2, 9, 16})},
+       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = true}); },
+       kProduct,
+       kFlash},
+      {"attention_gqa",
+       {uni({1, 4, 7, 8}), uni({1, 2, 7, 8}), uni({1, 2, 7, 8})},
+       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = true}); },
+       kProduct,
+       kFlash},
+      {"attention_cross",
+       {uni({2, 2, 5, 16}), uni({2, 2, 12, 16}), uni({2, 2, 12, 16})},
+       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = false}); },
+       kProduct,
+       kFlash},
+      {"attention_long",
+       {uni({1, 2, 130, 64}), uni({1, 2, 130, 64}), uni({1, 2, 130, 64})},
+       [](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = true}); },
+       kProduct,
+       kFlash},
+      {"cast_round_trip",
+       {uni({3, 37}, -300, 300)},
+       [](const Ts& x) { return cast(cast(x[0], DType::kBF16), DType::kF32); },
+       kExact,
+       kExact},
       {"shape_ops",
        {uni({4, 6}), uni({4, 2})},
        [](const Ts& x) {
@@ -75,7 +115,8 @@ std::vector<Bf16Case> cases() {
          Tensor d = broadcast_to(reshape(c, {1, 24}), {3, 24});
          return cast(d, DType::kF32) * 2.0;
        },
-       kExact, kExact},
+       kExact,
+       kExact},
   };
 }
 
@@ -121,7 +162,8 @@ TEST_P(Bf16Op, CpuMatchesRef) {
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(all_close(got[0], want[0], row.cpu)) << "forward";
   const Tol grad_tol{std::max(row.cpu.rel, 1e-5), std::max(row.cpu.abs, 1e-5)};
-  for (size_t i = 1; i < want.size(); ++i) EXPECT_TRUE(all_close(got[i], want[i], grad_tol)) << "gradient " << i;
+  for (size_t i = 1; i < want.size(); ++i)
+    EXPECT_TRUE(all_close(got[i], want[i], grad_tol)) << "gradient " << i;
 }
 
 TEST_P(Bf16Op, CudaMatchesRef) {
@@ -134,7 +176,8 @@ TEST_P(Bf16Op, CudaMatchesRef) {
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(all_close(got[0], want[0], row.cuda)) << "forward";
   const Tol grad_tol{std::max(row.cuda.rel, 1e-5), std::max(row.cuda.abs, 1e-5)};
-  for (size_t i = 1; i < want.size(); ++i) EXPECT_TRUE(all_close(got[i], want[i], grad_tol)) << "gradient " << i;
+  for (size_t i = 1; i < want.size(); ++i)
+    EXPECT_TRUE(all_close(got[i], want[i], grad_tol)) << "gradient " << i;
 }
 
 /// ‖a − b‖ / ‖b‖.
