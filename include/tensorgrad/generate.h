@@ -47,7 +47,8 @@ struct GeneratorOptions {
 
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
-  /// ≤ 0: greedy (the most likely token). Otherwise the logits are divided by it.
+  /// 0: greedy (the most likely token). Otherwise the logits are divided by it. Must be
+  /// finite and >= 0; top_k >= 0 and top_p in (0, 1] (generate throws InputError otherwise).
   float temperature = 0;
   /// Sample among the k most likely tokens (0: all).
   int32_t top_k = 0;

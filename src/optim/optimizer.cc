@@ -4,6 +4,8 @@
 #include "optim/optimizer.h"
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "ir/api_util.h"
 
@@ -43,8 +45,52 @@ std::vector<Tensor> clip(Graph& g, const std::vector<Tensor>& grads, double max_
 
 }  // namespace
 
+namespace {
+
+/// Throws InputError "[compile_train] <Optimizer>.<field> must be <rule>, got <value>" unless `ok`.
+void require(bool ok, const char* optimizer, const char* field, const char* rule, double value) {
+  if (ok) return;
+  char text[64];
+  std::snprintf(text, sizeof text, "%g", value);
+  throw InputError(std::string("[compile_train] ") + optimizer + "." + field + " must be " + rule + ", got " +
+                   text);
+}
+
+void require_lr_and_decay(const char* name, double lr, double weight_decay) {
+  require(std::isfinite(lr) && lr >= 0, name, "lr", "finite and >= 0", lr);
+  require(std::isfinite(weight_decay) && weight_decay >= 0, name, "weight_decay", "finite and >= 0",
+          weight_decay);
+}
+
+template <class A>
+void require_adam(const char* name, const A& a) {
+  require_lr_and_decay(name, a.lr, a.weight_decay);
+  require(a.beta1 >= 0 && a.beta1 < 1, name, "beta1", "in [0, 1)", a.beta1);
+  require(a.beta2 >= 0 && a.beta2 < 1, name, "beta2", "in [0, 1)", a.beta2);
+  require(std::isfinite(a.eps) && a.eps > 0, name, "eps", "finite and > 0", a.eps);
+}
+
+/// The settings PyTorch's optimizers would refuse, or that would silently give NaN.
+void validate(const Optimizer& optimizer, std::optional<double> clip_grad_norm) {
+  if (clip_grad_norm && !(std::isfinite(*clip_grad_norm) && *clip_grad_norm > 0))
+    require(false, "TrainOptions", "clip_grad_norm", "finite and > 0", *clip_grad_norm);
+  if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
+    require_lr_and_decay("SGD", sgd->lr, sgd->weight_decay);
+    require(std::isfinite(sgd->momentum) && sgd->momentum >= 0, "SGD", "momentum", "finite and >= 0",
+            sgd->momentum);
+    require(sgd->dampening >= 0 && sgd->dampening <= 1, "SGD", "dampening", "in [0, 1]", sgd->dampening);
+  } else if (const auto* adam = std::get_if<Adam>(&optimizer)) {
+    require_adam("Adam", *adam);
+  } else if (const auto* adamw = std::get_if<AdamW>(&optimizer)) {
+    require_adam("AdamW", *adamw);
+  }
+}
+
+}  // namespace
+
 UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Optimizer& optimizer,
                          std::optional<double> clip_grad_norm) {
+  validate(optimizer, clip_grad_norm);
   UpdatePlan plan;
   if (std::holds_alternative<GradientsOnly>(optimizer)) {
     if (clip_grad_norm)

@@ -12,6 +12,7 @@
 #include "tensorgrad/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -73,6 +74,14 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     throw InputError("[generate] this Generator decodes " + std::to_string(b) + " sequence(s) at once; got " +
                      std::to_string(prompts.size()) + " prompt(s)");
   if (options.max_new_tokens < 0) throw InputError("[generate] max_new_tokens must be >= 0");
+  if (!(std::isfinite(options.temperature) && options.temperature >= 0))
+    throw InputError("[generate] temperature must be finite and >= 0 (0: greedy), got " +
+                     std::to_string(options.temperature));
+  if (options.top_k < 0)
+    throw InputError("[generate] top_k must be >= 0 (0: every token), got " + std::to_string(options.top_k));
+  if (!(options.top_p > 0 && options.top_p <= 1))
+    throw InputError("[generate] top_p must be in (0, 1] (1: every token), got " +
+                     std::to_string(options.top_p));
   int64_t longest = 0;
   for (size_t i = 0; i < b; ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());

@@ -348,7 +348,12 @@ float Program::step(const Feeds& feeds, StepOptions options) {
   std::lock_guard lock(s.store->mutex);
   detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
   detail::set_inputs(s, v, feeds, "step");
-  const double lr = s.base_lr * s.schedule(s.steps);
+  const double factor = s.schedule(s.steps);
+  if (!(std::isfinite(factor) && factor >= 0))
+    throw InputError("[step] the schedule returned " + std::to_string(factor) + " at step " +
+                     std::to_string(s.steps) +
+                     ": an lr factor must be finite and >= 0 (the step was not taken)");
+  const double lr = s.base_lr * factor;
   const std::vector<float> hyper = optim::hyper_values(s.optimizer, s.steps + 1, lr);
   for (size_t i = 0; i < hyper.size(); ++i) v.exec->set_input(v.id(s.plan.hyper_nodes[i]), &hyper[i]);
   v.exec->execute();

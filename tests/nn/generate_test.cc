@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -166,6 +168,14 @@ TEST(GenerateErrors, BadPromptsAndOptions) {
                       {.cache_len = 8, .prefill_len = 9, .device = Device::cpu()});
       },
       "prefill_len must be in [1, cache_len = 8]");
+  // Sampling settings that would silently fall back to greedy or to every token.
+  const std::vector<std::vector<int32_t>> two{prompt_of(3, 0), prompt_of(3, 1)};
+  const float nan = std::nanf("");
+  for (const float t : {nan, -1.0f, std::numeric_limits<float>::infinity()})
+    expect_input_error([&] { g.generate(two, {.temperature = t}); }, "temperature must be finite and >= 0");
+  expect_input_error([&] { g.generate(two, {.top_k = -5}); }, "top_k must be >= 0");
+  for (const float p : {nan, -0.5f, 0.0f, 1.5f})
+    expect_input_error([&] { g.generate(two, {.top_p = p}); }, "top_p must be in (0, 1]");
 }
 
 }  // namespace

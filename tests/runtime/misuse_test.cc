@@ -4,6 +4,10 @@
 #include <tensorgrad/tensorgrad.h>
 
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -131,6 +135,59 @@ TEST(Misuse, ArangeInfersItsDtypeLikePyTorch) {
   const tg::HostTensor f = floats.run({{"u", u}});
   ASSERT_EQ(f.dtype(), tg::DType::kF32);
   EXPECT_EQ(f.f32()[3], 0.75f);
+}
+
+TEST(Misuse, OptimizerSettingsAreValidatedAtCompile) {
+  const double nan = std::nan("");
+  auto compile = [](tg::Optimizer opt, std::optional<double> clip = {}) {
+    Net m;
+    tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.fc(x)); },
+                      {.inputs = {{"x", {1, 2}}}, .optimizer = std::move(opt), .clip_grad_norm = clip});
+  };
+  struct Case {
+    tg::Optimizer opt;
+    std::optional<double> clip;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {tg::Adam{.lr = nan}, {}, "Adam.lr must be finite and >= 0, got nan"},
+      {tg::Adam{.lr = -1}, {}, "Adam.lr must be finite and >= 0, got -1"},
+      {tg::Adam{.beta1 = 1}, {}, "Adam.beta1 must be in [0, 1), got 1"},
+      {tg::Adam{.beta2 = -0.1}, {}, "Adam.beta2 must be in [0, 1)"},
+      {tg::Adam{.eps = 0}, {}, "Adam.eps must be finite and > 0"},
+      {tg::AdamW{.weight_decay = -0.1}, {}, "AdamW.weight_decay must be finite and >= 0"},
+      {tg::AdamW{.beta1 = nan}, {}, "AdamW.beta1 must be in [0, 1)"},
+      {tg::SGD{.lr = 0.1, .momentum = -0.5}, {}, "SGD.momentum must be finite and >= 0, got -0.5"},
+      {tg::SGD{.lr = 0.1, .momentum = 0.9, .dampening = 2}, {}, "SGD.dampening must be in [0, 1]"},
+      {tg::SGD{.lr = std::numeric_limits<double>::infinity()}, {}, "SGD.lr must be finite"},
+      {tg::Adam{}, nan, "clip_grad_norm must be finite and > 0, got nan"},
+      {tg::Adam{}, -1.0, "clip_grad_norm must be finite and > 0, got -1"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = message_of<tg::InputError>([&] { compile(c.opt, c.clip); });
+    EXPECT_NE(msg.find(c.needle), std::string::npos) << msg;
+  }
+}
+
+TEST(Misuse, AScheduleReturningNanStopsTheStep) {
+  Net m;
+  auto train = tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.fc(x)); },
+                                 {.inputs = {{"x", {1, 2}}},
+                                  .optimizer = tg::SGD{.lr = 0.1},
+                                  .schedule = [](int64_t step) { return step < 2 ? 1.0 : std::nan(""); },
+                                  .device = tg::Device::cpu()});
+  const std::vector<float> x{1, 2};
+  train.step({{"x", x}});
+  train.step({{"x", x}});
+  const auto before = train.download_params();
+  const std::string msg = message_of<tg::InputError>([&] { train.step({{"x", x}}); });
+  EXPECT_NE(msg.find("the schedule returned nan at step 2"), std::string::npos) << msg;
+  EXPECT_EQ(train.steps(), 2);
+  const auto after = train.download_params();
+  for (const auto& [name, t] : before) {
+    const auto a = t.f32(), b = after.at(name).f32();
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << name;
+  }
 }
 
 }  // namespace
