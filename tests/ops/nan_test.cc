@@ -1,0 +1,68 @@
+// NaN semantics on every backend: relu, maximum and minimum propagate NaN from either operand
+// (PyTorch's torch.relu, torch.maximum, torch.minimum), so a NaN input cannot become a finite
+// result downstream.
+#include <gtest/gtest.h>
+#include <tensorgrad/tensorgrad.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+struct Empty : tg::Module {};
+
+std::vector<float> run(tg::Device device, const std::function<tg::Tensor(tg::Tensor, tg::Tensor)>& fn,
+                       const std::vector<float>& a, const std::vector<float>& b) {
+  Empty m;
+  const tg::Shape shape{static_cast<int64_t>(a.size())};
+  tg::Program p = tg::compile_forward(m, fn, {.inputs = {{"a", shape}, {"b", shape}}, .device = device});
+  return p.run({{"a", a}, {"b", b}}).f32();
+}
+
+TEST(NanSemantics, ReluMaximumMinimumPropagateNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> a{nan, 0.0f, nan, -1.0f, 2.0f}, b{0.0f, nan, nan, 3.0f, -4.0f};
+  for (const tg::Device& d : tg::testing::all_devices()) {
+    SCOPED_TRACE(d.str());
+    // Each output: [a NaN, b NaN, both NaN, finite, finite]; relu of a: NaN, 0, NaN, 0, 2.
+    const auto mx = run(
+        d, [](tg::Tensor x, tg::Tensor y) { return tg::maximum(x, y); }, a, b);
+    const auto mn = run(
+        d, [](tg::Tensor x, tg::Tensor y) { return tg::minimum(x, y); }, a, b);
+    const auto re = run(
+        d, [](tg::Tensor x, tg::Tensor y) { return tg::relu(x) + y * 0.0f; }, a, b);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(std::isnan(mx[i])) << "maximum " << i;
+      EXPECT_TRUE(std::isnan(mn[i])) << "minimum " << i;
+    }
+    EXPECT_EQ(mx[3], 3.0f);
+    EXPECT_EQ(mx[4], 2.0f);
+    EXPECT_EQ(mn[3], -1.0f);
+    EXPECT_EQ(mn[4], -4.0f);
+    EXPECT_TRUE(std::isnan(re[0]));
+    EXPECT_TRUE(std::isnan(re[1]));  // relu(0) + NaN·0
+    EXPECT_TRUE(std::isnan(re[2]));
+    EXPECT_EQ(re[3], 0.0f);
+    EXPECT_EQ(re[4], 2.0f);
+  }
+}
+
+TEST(NanSemantics, ANanInputReachesTheLossThroughRelu) {
+  struct Net : tg::Module {
+    tg::nn::Linear fc{*this, "fc", 2, 2};
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const tg::Device& d : tg::testing::all_devices()) {
+    SCOPED_TRACE(d.str());
+    Net m;
+    auto train = tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(tg::relu(m.fc(x))); },
+                                   {.inputs = {{"x", {1, 2}}}, .optimizer = tg::SGD{.lr = 0.1}, .device = d});
+    train.init_params(0);
+    EXPECT_TRUE(std::isnan(train.step({{"x", std::vector<float>{nan, 1.0f}}})));
+  }
+}
+
+}  // namespace
