@@ -45,6 +45,9 @@
 //          dq per query thread, then dk and dv per key thread), no scratch. Exact fp32.
 //   tf32   AttentionShape::tf32 and D ≤ 128: the same four kernels on tensor cores (mma.sync
 //          m16n8k8 tf32), 16 rows per warp. AttentionShape::tiles overrides its tiles.
+//   bf16   bf16 q, k, v (and dout) and D ≤ 128: the tensor-core kernels with bf16 tiles and
+//          mma.sync m16n8k16 bf16 (kernels/attention_mma_bf16.cuh); P and dS are rounded to
+//          bf16 for their products. Every other path widens bf16 operands to f32 as it loads them.
 // Every path is deterministic (no atomics): each output element is written by one thread.
 //
 // The device code is in kernels/attention_common.cuh, attention_tiled.cuh, attention_small.cuh
@@ -126,14 +129,16 @@ std::string float_literal(double x) {
 
 std::string ll(int64_t x) { return std::to_string(x) + "LL"; }
 
-void check_operand(const Operand& op, const Shape& want, const char* what) {
-  if (op.dtype != DType::kF32 || op.shape != want || op.strides.size() != 4)
-    throw Error(std::string("[cuda] attention: operand ") + what + " is " + shape_str(op.shape) +
-                ", expected f32 " + shape_str(want) + " with 4 strides");
+void check_operand(const Operand& op, const Shape& want, const char* what, DType dtype) {
+  if (op.dtype != dtype || op.shape != want || op.strides.size() != 4)
+    throw Error(std::string("[cuda] attention: operand ") + what + " is " + dtype_name(op.dtype) +
+                shape_str(op.shape) + ", expected " + dtype_name(dtype) + shape_str(want) +
+                " with 4 strides");
 }
 
+/// o: the forward's out (f32) or the backward's dout (q's type), `o_dtype`.
 void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
-                 const Operand& o, const char* o_name) {
+                 const Operand& o, const char* o_name, DType o_dtype) {
   if (s.batch < 1 || s.q_heads < 1 || s.kv_heads < 1 || s.t < 1 || s.s < 1 || s.d < 1)
     throw Error("[cuda] attention: every extent must be at least 1");
   if (s.q_heads % s.kv_heads != 0) throw Error("[cuda] attention: q heads must be a multiple of kv heads");
@@ -148,10 +153,13 @@ void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, co
                 std::to_string(s.scale));
   if (s.t > (int64_t{1} << 30) || s.s > (int64_t{1} << 30))
     throw Error("[cuda] attention: sequence too long");
-  check_operand(q, {s.batch, s.q_heads, s.t, s.d}, "q");
-  check_operand(k, {s.batch, s.kv_heads, s.s, s.d}, "k");
-  check_operand(v, {s.batch, s.kv_heads, s.s, s.d}, "v");
-  check_operand(o, {s.batch, s.q_heads, s.t, s.d}, o_name);
+  // q, k, v (and the backward's dout) share one element type, f32 or bf16; the forward's out is f32.
+  if (q.dtype != DType::kF32 && q.dtype != DType::kBF16)
+    throw Error(std::string("[cuda] attention: q is ") + dtype_name(q.dtype) + ", expected f32 or bf16");
+  check_operand(q, {s.batch, s.q_heads, s.t, s.d}, "q", q.dtype);
+  check_operand(k, {s.batch, s.kv_heads, s.s, s.d}, "k", q.dtype);
+  check_operand(v, {s.batch, s.kv_heads, s.s, s.d}, "v", q.dtype);
+  check_operand(o, {s.batch, s.q_heads, s.t, s.d}, o_name, o_dtype);
   if (!attention_operand_ok(o))
     throw Error(std::string("[cuda] attention: operand ") + o_name + " needs unit stride along the head dim");
 }
@@ -164,11 +172,26 @@ std::string tiled(const char* kernel) {
   return piece("attention_tiled.cuh", "helpers") + piece("attention_tiled.cuh", kernel);
 }
 
+/// The element type of q, k, v and dout (IN_T) and its loads, widening bf16 to f32.
+constexpr const char* kInputLoads =
+    R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float in_ld(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
+// Four consecutive elements from p aligned to four of them.
+__device__ __forceinline__ float4 in_ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 in_ld4(const unsigned short* p) {
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+)";
+
 /// The constants of the problem itself (shapes, strides, scale, mask), shared by every path.
 /// O0..O3 are the strides of the forward's out or of the backward's dout.
 std::string shape_constants(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
                             const Operand& o) {
-  std::string c;
+  std::string c = q.dtype == DType::kBF16 ? "typedef unsigned short IN_T;  // q, k, v, dout: bf16 bits\n"
+                                          : "typedef float IN_T;  // q, k, v, dout\n";
+  c += kInputLoads;
   auto i = [&](const char* n, int64_t x) {
     c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n";
   };
@@ -209,8 +232,8 @@ std::string constants(const AttentionShape& s, const Geometry& g, const Operand&
 }
 
 constexpr const char* kGradParams =
-    "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
-    "const float* __restrict__ dout, float* __restrict__ grads, float* __restrict__ scratch)";
+    "(const IN_T* __restrict__ q, const IN_T* __restrict__ k, const IN_T* __restrict__ v, "
+    "const IN_T* __restrict__ dout, float* __restrict__ grads, float* __restrict__ scratch)";
 
 std::string kernel_head(const std::string& name, const char* params) {
   return "extern \"C\" __global__ void __launch_bounds__(NT) " + name + params;
@@ -279,9 +302,13 @@ struct MmaGeometry {
   int64_t warps, br, bc, dp, rs;
 };
 
-bool use_mma(const AttentionShape& s) { return s.tf32 && s.d <= 128; }
+/// bf16 q, k, v take the tensor-core path too, in its bf16 form (attention_mma_bf16.cuh).
+bool use_mma(const AttentionShape& s, const Operand& q) {
+  return (s.tf32 || q.dtype == DType::kBF16) && s.d <= 128;
+}
 
-MmaGeometry mma_geometry(const AttentionShape& s, Kind kind) {
+/// bf16: tiles of bf16 (DP a multiple of 16, RS = DP + 8 elements; attention_mma_bf16.cuh).
+MmaGeometry mma_geometry(const AttentionShape& s, Kind kind, bool bf16) {
   const int64_t d = s.d, t = s.t;
   MmaGeometry g{};
   // Forward: 32-key tiles (8 warps from T = 512 up, for more rows in flight); dkdv: 8 warps ×
@@ -297,14 +324,21 @@ MmaGeometry mma_geometry(const AttentionShape& s, Kind kind) {
   for (const char* p = s.tiles.c_str(); *p; ++p) {
     int w = 0, c = 0;
     if (p[0] != want || p[1] != ':' || std::sscanf(p + 2, "%d,%d", &w, &c) != 2) continue;
-    if (w < 1 || w > 16 || c < 8 || c > 128 || c % 8 != 0)
+    if (w < 1 || w > 16 || c < 8 || c > 128 || c % (bf16 ? 16 : 8) != 0)
       throw Error(std::string("[cuda] attention tiles: bad entry ") + p);
     g.warps = w, g.bc = c;
   }
   g.br = 16 * g.warps;
-  g.dp = round_up(d, 8);
-  g.rs = g.dp + 4;
+  g.dp = round_up(d, bf16 ? 16 : 8);
+  g.rs = g.dp + (bf16 ? 8 : 4);
   return g;
+}
+
+/// The piece of a tensor-core path and the shared memory of `rows` staged rows plus `extra`
+/// floats, in floats (bf16 tiles take half the bytes).
+const char* mma_piece(bool bf16) { return bf16 ? "mma_bf16" : "mma"; }
+int64_t mma_shared_floats(const MmaGeometry& g, int64_t rows, int64_t extra, bool bf16) {
+  return (bf16 ? (rows * g.rs + 1) / 2 : rows * g.rs) + extra;
 }
 
 std::string mma_constants(const AttentionShape& s, const MmaGeometry& g, const Operand& q, const Operand& k,
@@ -323,8 +357,8 @@ bool attention_operand_ok(const Operand& op) {
   // Any batch / head / row strides; unit stride along D keeps the staging loads coalesced
   // (16-byte loads where rows_vec finds the rows aligned, element loads otherwise, so no
   // alignment is needed).
-  return op.dtype == DType::kF32 && op.shape.size() == 4 && op.strides.size() == 4 &&
-         (op.strides[3] == 1 || op.shape[3] <= 1);
+  return (op.dtype == DType::kF32 || op.dtype == DType::kBF16) && op.shape.size() == 4 &&
+         op.strides.size() == 4 && (op.strides[3] == 1 || op.shape[3] <= 1);
 }
 
 bool attention_keeps_stats(const AttentionShape& s) {
@@ -333,27 +367,29 @@ bool attention_keeps_stats(const AttentionShape& s) {
 
 Launch attention_kernel(const std::string& name, const AttentionShape& s, const Operand& q, const Operand& k,
                         const Operand& v, const Operand& out, bool keep_stats) {
-  check_shape(s, q, k, v, out, "out");
+  check_shape(s, q, k, v, out, "out", DType::kF32);
   if (keep_stats && !attention_keeps_stats(s))
     throw Error("[cuda] attention: this shape's forward keeps no statistics");
   const std::string call = keep_stats ? "<OUT_LSE>(q, k, v, out, nullptr, stats);\n}\n"
                                       : "<OUT>(q, k, v, out, nullptr, nullptr);\n}\n";
   const char* params =
-      keep_stats ? "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
+      keep_stats ? "(const IN_T* __restrict__ q, const IN_T* __restrict__ k, const IN_T* __restrict__ v, "
                    "float* __restrict__ out, float* __restrict__ stats)"
-                 : "(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, "
+                 : "(const IN_T* __restrict__ q, const IN_T* __restrict__ k, const IN_T* __restrict__ v, "
                    "float* __restrict__ out)";
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
     std::string src = small_constants(s, sp, q, k, v, out) + piece("attention_small.cuh", "small") +
                       kernel_head(name, params) + " {\n  small_forward(q, k, v, out);\n}\n";
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
-  if (use_mma(s)) {
-    const MmaGeometry g = mma_geometry(s, Kind::kForward);
-    std::string src = mma_constants(s, g, q, k, v, out) + piece("attention_mma.cuh", "mma") +
+  if (use_mma(s, q)) {
+    const bool bf16 = q.dtype == DType::kBF16;
+    const MmaGeometry g = mma_geometry(s, Kind::kForward, bf16);
+    std::string src = mma_constants(s, g, q, k, v, out) +
+                      piece(bf16 ? "attention_mma_bf16.cuh" : "attention_mma.cuh", mma_piece(bf16)) +
                       kernel_head(name, params) + " {\n  mma_forward" + call;
     return make_launch_raw(name, std::move(src), 32 * g.warps, ceil_div(s.t, g.br) * s.batch * s.q_heads,
-                           (g.br + 2 * g.bc) * g.rs);
+                           mma_shared_floats(g, g.br + 2 * g.bc, 0, bf16));
   }
   const Geometry g = geometry(s, Kind::kForward);
   std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params) +
@@ -373,17 +409,16 @@ Launch delta_kernel(const std::string& name, const AttentionShape& s, const Oper
   std::string src =
       "#define NT 256\n" + shape_constants(s, q, k, v, dout) + head +
       kernel_head(
-          name,
-          "(const float* __restrict__ out, const float* __restrict__ dout, float* __restrict__ stats)") +
+          name, "(const float* __restrict__ out, const IN_T* __restrict__ dout, float* __restrict__ stats)") +
       R"( {
   const long long row = (long long)blockIdx.x * (NT / 32) + (threadIdx.x >> 5);
   if (row >= NROWS) return;
   const int lane = threadIdx.x & 31;
   const long long bh = row / T, t = row % T, b = bh / HQ, h = bh % HQ;
   const float* o = out + b * P0 + h * P1 + t * P2;
-  const float* g = dout + b * O0 + h * O1 + t * O2;
+  const IN_T* g = dout + b * O0 + h * O1 + t * O2;
   float dot = 0.f;
-  for (int d = lane; d < D; d += 32) dot = fmaf(o[d * P3], g[d * O3], dot);
+  for (int d = lane; d < D; d += 32) dot = fmaf(o[d * P3], in_ld(g + d * O3), dot);
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
   if (lane == 0) stats[NROWS + row] = dot;
@@ -397,7 +432,7 @@ Launch delta_kernel(const std::string& name, const AttentionShape& s, const Oper
 AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
                                          const Operand& k, const Operand& v, const Operand& dout,
                                          const Operand* out) {
-  check_shape(s, q, k, v, dout, "dout");
+  check_shape(s, q, k, v, dout, "dout", q.dtype);
   AttentionGradPlan plan;
   if (const SmallPlan sp = small_plan(s, true); sp.ng > 0) {
     if (out) throw Error("[cuda] attention: the short-sequence backward reads no forward statistics");
@@ -416,31 +451,34 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   const std::string stats = name + "_stats", dkdv = name + "_dkdv", dq = name + "_dq";
   if (out) {
     if (!attention_keeps_stats(s)) throw Error("[cuda] attention: this shape's forward keeps no statistics");
-    check_operand(*out, dout.shape, "out");
+    check_operand(*out, dout.shape, "out", DType::kF32);
     plan.delta_from_out = true;
     plan.launches.push_back(delta_kernel(name + "_delta", s, q, k, v, dout, *out));
   }
-  if (use_mma(s)) {
-    const MmaGeometry gf = mma_geometry(s, Kind::kForward), gk = mma_geometry(s, Kind::kDkDv),
-                      gq = mma_geometry(s, Kind::kDq);
+  if (use_mma(s, q)) {
+    const bool bf16 = q.dtype == DType::kBF16;
+    const MmaGeometry gf = mma_geometry(s, Kind::kForward, bf16), gk = mma_geometry(s, Kind::kDkDv, bf16),
+                      gq = mma_geometry(s, Kind::kDq, bf16);
+    const std::string body = piece(bf16 ? "attention_mma_bf16.cuh" : "attention_mma.cuh", mma_piece(bf16));
     if (!out)
       plan.launches.push_back(make_launch_raw(
           stats,
-          mma_constants(s, gf, q, k, v, dout) + piece("attention_mma.cuh", "mma") +
-              kernel_head(stats, kGradParams) +
+          mma_constants(s, gf, q, k, v, dout) + body + kernel_head(stats, kGradParams) +
               " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
-          32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads, (gf.br + 2 * gf.bc) * gf.rs));
-    plan.launches.push_back(make_launch_raw(
-        dkdv,
-        mma_constants(s, gk, q, k, v, dout) + piece("attention_mma.cuh", "mma") +
-            kernel_head(dkdv, kGradParams) + " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
-        32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads,
-        (2 * gk.br + 2 * gk.bc) * gk.rs + 2 * gk.bc));
-    plan.launches.push_back(make_launch_raw(
-        dq,
-        mma_constants(s, gq, q, k, v, dout) + piece("attention_mma.cuh", "mma") +
-            kernel_head(dq, kGradParams) + " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
-        32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads, (2 * gq.br + 2 * gq.bc) * gq.rs));
+          32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads,
+          mma_shared_floats(gf, gf.br + 2 * gf.bc, 0, bf16)));
+    plan.launches.push_back(make_launch_raw(dkdv,
+                                            mma_constants(s, gk, q, k, v, dout) + body +
+                                                kernel_head(dkdv, kGradParams) +
+                                                " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
+                                            32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads,
+                                            mma_shared_floats(gk, 2 * gk.br + 2 * gk.bc, 2 * gk.bc, bf16)));
+    plan.launches.push_back(make_launch_raw(dq,
+                                            mma_constants(s, gq, q, k, v, dout) + body +
+                                                kernel_head(dq, kGradParams) +
+                                                " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
+                                            32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads,
+                                            mma_shared_floats(gq, 2 * gq.br + 2 * gq.bc, 0, bf16)));
     return plan;
   }
   const Geometry gf = geometry(s, Kind::kForward), gk = geometry(s, Kind::kDkDv), gq = geometry(s, Kind::kDq);

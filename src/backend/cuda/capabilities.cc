@@ -228,10 +228,10 @@ passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_
                    {heads_inner_strides(ks), nq + nk, -1}};
   }
   if (!stats) {
-    const Operand q{DType::kF32, g.node(n.inputs[0]).shape, in[0].strides},
-        k{DType::kF32, g.node(n.inputs[1]).shape, in[1].strides},
-        v{DType::kF32, g.node(n.inputs[2]).shape, in[2].strides},
-        dout{DType::kF32, g.node(n.inputs[3]).shape, in[3].strides};
+    auto op = [&](size_t i) {
+      return Operand{g.node(n.inputs[i]).dtype, g.node(n.inputs[i]).shape, in[i].strides};
+    };
+    const Operand q = op(0), k = op(1), v = op(2), dout = op(3);
     AttentionShape grad_shape = as;
     grad_shape.grads_packed = concat >= 0;
     lay.scratch = {

@@ -37,6 +37,7 @@ struct ProductPlan {
   bool small = false;                 // small_matmul_kernel
   bool split = false;  // three TF32 products (split_product_wanted; two split operands in scratch)
   int64_t pm = 0, pn = 0, pk = 0;  // the cuBLASLt product's extents (padded for TF32)
+  DType operands = DType::kF32;    // both operands' element type: f32, or bf16 (the result is f32 either way)
   passes::ProductChoice choice;
 };
 /// `norm`: the norm node of candidates.norm_step, or null.

@@ -67,6 +67,14 @@ __device__ inline int tg_f2i(float x) {
   if (x < -2147483648.0f) return (-2147483647 - 1);
   return (int)x;
 }
+// bf16 (the upper half of an f32, stored as 16 bits): widening is exact; narrowing rounds to
+// nearest even and sends every NaN to 0x7FC0, as tg::bf16_from_f32 on the host.
+__device__ inline float tg_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+__device__ inline unsigned short tg_f2bf(float x) {
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)0x7fc0;
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 )";
 
 const char* storage_type(DType t) {
@@ -74,8 +82,8 @@ const char* storage_type(DType t) {
     case DType::kF32: return "float";
     case DType::kI32: return "int";
     case DType::kBool: return "unsigned char";
-    case DType::kBF16: return "unsigned short";  // host formats: never in a program (yet)
-    case DType::kF16: return "unsigned short";
+    case DType::kBF16: return "unsigned short";  // raw bits; tg_bf2f / tg_f2bf convert
+    case DType::kF16: return "unsigned short";   // a host format: never in a program
   }
   return "?";
 }
@@ -85,14 +93,18 @@ const char* compute_type(DType t) {
     case DType::kF32: return "float";
     case DType::kI32: return "W32";
     case DType::kBool: return "unsigned char";
-    case DType::kBF16:
-    case DType::kF16: break;  // host formats: never in a program (yet)
+    case DType::kBF16:  // bf16 is read only by casts and shape ops (ir/graph.cc): no expression computes in
+                        // it
+    case DType::kF16: break;
   }
   return "?";
 }
 
 std::string cast_expr(DType from, DType to, const std::string& x) {
   if (from == to) return x;
+  // bf16 is cast only from and to f32 (ir/graph.cc).
+  if (to == DType::kBF16) return "tg_f2bf(" + x + ")";
+  if (from == DType::kBF16) return "tg_bf2f(" + x + ")";
   if (to == DType::kBool) return "(unsigned char)(" + x + " != 0)";
   if (to == DType::kI32 && from == DType::kF32) return "tg_f2i(" + x + ")";
   return std::string("(") + storage_type(to) + ")(" + x + ")";
@@ -413,16 +425,20 @@ Launch split_copy_kernel(const std::string& name, int64_t rows, int64_t cols, in
 }
 
 Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,
-                      const std::vector<int64_t>& b_strides) {
+                      const std::vector<int64_t>& b_strides, DType operands) {
   Launch l;
   l.name = name;
   const bool narrow = narrow_index(numel(shape), shape, {a_strides, b_strides});
   const char* sfx = narrow ? "u" : "LL";
+  const bool bf16 = operands == DType::kBF16;  // widened exactly, multiplied in f32
+  const std::string t = storage_type(operands), widen = bf16 ? "tg_bf2f" : "";
   l.source =
-      kernel_head(name, "const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out",
+      std::string(bf16 ? kPrelude : "") +
+      kernel_head(name,
+                  "const " + t + "* __restrict__ a, const " + t + "* __restrict__ b, float* __restrict__ out",
                   numel(shape), narrow) +
-      "  out[i] = a[" + strided_offset(shape, a_strides, "i", sfx) + "] * b[" +
-      strided_offset(shape, b_strides, "i", sfx) + "];\n}\n";
+      "  out[i] = " + widen + "(a[" + strided_offset(shape, a_strides, "i", sfx) + "]) * " + widen + "(b[" +
+      strided_offset(shape, b_strides, "i", sfx) + "]);\n}\n";
   elementwise_launch(l, numel(shape));
   return l;
 }

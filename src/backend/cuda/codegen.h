@@ -81,10 +81,11 @@ Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int6
 /// or (col_major) column-major; `lo_first` puts lo in the first half. Params: (in, out).
 Launch split_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
                          int64_t rows_p, int64_t cols_p, bool col_major, int k_axis, bool lo_first);
-/// out (dense over shape) = a · b elementwise, both f32 read through strides over `shape`
-/// (0 = broadcast): a product over k = 1. Params: (const float* a, const float* b, float* out).
+/// out (dense over shape, f32) = a · b elementwise, both `operands` (f32, or bf16 widened to
+/// f32) read through strides over `shape` (0 = broadcast): a product over k = 1.
+/// Params: (const T* a, const T* b, float* out).
 Launch product_kernel(const std::string& name, const Shape& shape, const std::vector<int64_t>& a_strides,
-                      const std::vector<int64_t>& b_strides);
+                      const std::vector<int64_t>& b_strides, DType operands = DType::kF32);
 /// out (dense, out_shape) = the inputs joined along `axis`. Params: (in0, …, in(k−1), out).
 Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape,
                      int axis);

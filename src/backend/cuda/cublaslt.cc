@@ -21,7 +21,7 @@ namespace {
 
 using Status = int;
 using Handle = void*;
-constexpr int kR32F = 0;  // CUDA_R_32F
+constexpr int kR32F = 0, kR16BF = 14;  // CUDA_R_32F, CUDA_R_16BF
 constexpr int kCompute32F = 68, kCompute32FTf32 = 77,
               kCompute32FBf16x9 = 78;  // CUBLAS_COMPUTE_32F(_FAST_TF32, _EMULATED_16BFX9)
 constexpr int kOpN = 0, kOpT = 1;
@@ -131,13 +131,20 @@ bool lt_readable(const MatOperand& x) {
 }
 
 LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-                   MathMode mode, size_t workspace_bytes, bool with_bias, int64_t out_row_stride)
+                   MathMode mode, size_t workspace_bytes, bool with_bias, int64_t out_row_stride,
+                   DType operands)
     : flops_(2 * batch * m * n * k), bias_(with_bias) {
   const Lt& l = lt_checked();
   if (!lt_readable(a) || !lt_readable(b)) throw Error("[cuda] matmul operand layout cuBLASLt cannot read");
-  const int compute = mode == MathMode::kTf32     ? kCompute32FTf32
+  if (operands != DType::kF32 && operands != DType::kBF16)
+    throw Error(std::string("[cuda] cuBLASLt products of ") + dtype_name(operands) + " operands");
+  const bool bf16 = operands == DType::kBF16;
+  // bf16 operands: exact products accumulated in f32 (CUDA_R_16BF A and B, CUDA_R_32F C and D).
+  const int compute = bf16                        ? kCompute32F
+                      : mode == MathMode::kTf32   ? kCompute32FTf32
                       : mode == MathMode::kBf16x9 ? kCompute32FBf16x9
                                                   : kCompute32F;
+  const int ab_type = bf16 ? kR16BF : kR32F;
   ok(l.desc_create(&desc_, compute, kR32F), "cublasLtMatmulDescCreate");
   // Cᵀ (n × m) = bᵀ (n × k) · aᵀ (k × m).
   const ColMajor lb = transposed_view(b), la = transposed_view(a);
@@ -151,10 +158,10 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
     ok(l.desc_set(desc_, kDescBiasPointer, &placeholder, sizeof(placeholder)),
        "cublasLtMatmulDescSetAttribute");
   }
-  ok(l.layout_create(&layout_[0], kR32F, static_cast<uint64_t>(lb.rows), static_cast<uint64_t>(lb.cols),
+  ok(l.layout_create(&layout_[0], ab_type, static_cast<uint64_t>(lb.rows), static_cast<uint64_t>(lb.cols),
                      lb.ld),
      "cublasLtMatrixLayoutCreate");
-  ok(l.layout_create(&layout_[1], kR32F, static_cast<uint64_t>(la.rows), static_cast<uint64_t>(la.cols),
+  ok(l.layout_create(&layout_[1], ab_type, static_cast<uint64_t>(la.rows), static_cast<uint64_t>(la.cols),
                      la.ld),
      "cublasLtMatrixLayoutCreate");
   const int64_t ldc = out_row_stride > 0 ? out_row_stride : n;
@@ -197,7 +204,8 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
          "," + std::to_string(a.row_stride) + "," + std::to_string(a.col_stride) + "," +
          std::to_string(a.batch_stride) + "," + std::to_string(b.row_stride) + "," +
          std::to_string(b.col_stride) + "," + std::to_string(b.batch_stride) + "," +
-         std::to_string(static_cast<int>(mode)) + "," + std::to_string(ldc) + "," + std::to_string(with_bias);
+         std::to_string(static_cast<int>(mode)) + "," + std::to_string(ldc) + "," +
+         std::to_string(with_bias) + (bf16 ? ",bf16" : "");
 }
 
 LtMatmul::~LtMatmul() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/driver.h"
+#include "tensorgrad/dtype.h"
 
 namespace tg::backend::cuda {
 
@@ -32,10 +33,13 @@ enum class MathMode { kFp32, kTf32, kBf16x9 };
 /// out [batch, m, n] = a [batch, m, k] · b [batch, k, n] (out rows `out_row_stride` apart, 0:
 /// n, dense; a padded stride keeps a product with an odd n aligned), planned once (layouts and
 /// the heuristic's algorithm), then run any number of times, also under stream capture.
+/// `operands` is a's and b's element type: f32, or bf16 (CUDA_R_16BF, products accumulated in
+/// f32 with CUBLAS_COMPUTE_32F whatever `mode`); out, the bias and c are f32 either way.
 class LtMatmul {
  public:
   LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b,
-           MathMode mode, size_t workspace_bytes, bool with_bias = false, int64_t out_row_stride = 0);
+           MathMode mode, size_t workspace_bytes, bool with_bias = false, int64_t out_row_stride = 0,
+           DType operands = DType::kF32);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;

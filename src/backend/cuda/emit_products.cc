@@ -38,8 +38,8 @@ void Emitter::emit_product(const passes::Step& st) {
                          bs = strides_over_output(g_.node(n.inputs[1]).shape, st.in[1].strides, rank);
     as[rank - 1] = 0;
     bs[rank - 2] = 0;
-    add_kernel({id}, product_kernel(kName, n.shape, as, bs), {{place(st.in[0])}, {place(st.in[1])}, {out}},
-               p.batch * p.m * p.nn);
+    add_kernel({id}, product_kernel(kName, n.shape, as, bs, p.operands),
+               {{place(st.in[0])}, {place(st.in[1])}, {out}}, p.batch * p.m * p.nn);
     return;
   }
   // Operands that one batch stride cannot read: dense copies broadcast-expanded over the batch.
@@ -53,7 +53,7 @@ void Emitter::emit_product(const passes::Step& st) {
     full.push_back(xs.back());
     const Place copy = place(st.scratch.at(scratch++));
     add_kernel({},
-               copy_kernel(kName, Operand{n.dtype, full, strides_over_output(xs, st.in[i].strides, rank)}),
+               copy_kernel(kName, Operand{p.operands, full, strides_over_output(xs, st.in[i].strides, rank)}),
                {{places[i]}, {copy}});
     places[i] = copy;
   }
@@ -150,7 +150,7 @@ void Emitter::emit_product(const passes::Step& st) {
   } else {
     ls.matmul = std::make_shared<LtMatmul>(p.bm, p.pm, p.pn, p.pk, mats[0], mats[1],
                                            options_.tf32 ? MathMode::kTf32 : MathMode::kFp32, kWorkspaceBytes,
-                                           st.fused.bias_add >= 0, p.ld);
+                                           st.fused.bias_add >= 0, p.ld, p.operands);
   }
   ls.args = {{places[0]}, {places[1]}, {out}};
   if (st.fused.bias_add >= 0) {

@@ -108,6 +108,11 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   p.batch_shape = Shape(os.begin(), os.end() - 2);
   p.batch = numel(p.batch_shape);
   p.k = g.node(n.inputs[0]).shape.back();
+  // bf16 operands (both, ir/graph.cc) give an f32 result: cuBLASLt reads them as CUDA_R_16BF
+  // and accumulates in f32; the generated small and skinny kernels read f32 only.
+  p.operands = g.node(n.inputs[0]).dtype;
+  const bool bf16 = p.operands == DType::kBF16;
+  const int64_t elem = dtype_size(p.operands);
   if (p.k == 1) {  // an outer product: one elementwise kernel
     p.outer = true;
     return p;
@@ -123,7 +128,7 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
     p.expand[i] = true;
     const int64_t rows = xs[xs.size() - 2], cols = xs.back();
     p.mats[i] = MatOperand{rows, cols, cols, 1, rows * cols};
-    ch.scratch.push_back(p.batch * rows * cols * 4);
+    ch.scratch.push_back(p.batch * rows * cols * elem);
   }
   // The batch folds into the rows when the right operand is shared by the whole batch and the
   // left one's rows follow each other from batch to batch.
@@ -147,7 +152,8 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
     norm_cols = g.node(c.norm).shape.back();
     norm_rows = g.node(c.norm).numel() / std::max<int64_t>(norm_cols, 1);
   }
-  p.gemv = !gemv_off && f32 && !options.tf32x3 && gemv_applies(p.bm, p.mm, p.nn, p.k, mats[0], mats[1]) &&
+  p.gemv = !gemv_off && f32 && !bf16 && !options.tf32x3 &&
+           gemv_applies(p.bm, p.mm, p.nn, p.k, mats[0], mats[1]) &&
            (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k && !p.expand[0]));
   ch.norm = c.norm >= 0 && p.gemv;
   ch.gelu = c.gelu >= 0 && p.gemv && (c.bias_add < 0 || ch.bias);
@@ -155,14 +161,14 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   // the output's layout.
   ch.residual = c.residual_add >= 0 && !ch.gelu && (c.bias_add < 0 || ch.bias) && p.bm == 1 && f32 &&
                 p.ld == p.nn && padded_row(p.mm) == p.mm &&
-                (ch.bias || !small_matmul_preferred(p.bm, p.mm, p.nn, p.k));
+                (ch.bias || bf16 || !small_matmul_preferred(p.bm, p.mm, p.nn, p.k));
   if (p.ld != p.nn) {
     ch.out_strides = row_padded_strides(os, p.ld);
     ch.out_bytes = aligned(p.mm * p.ld * 4);
   }
   if (p.gemv) return p;
   // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
-  p.small = !ch.bias && !ch.residual && small_matmul_preferred(p.bm, p.mm, p.nn, p.k);
+  p.small = !bf16 && !ch.bias && !ch.residual && small_matmul_preferred(p.bm, p.mm, p.nn, p.k);
   if (p.small) return p;
   // TF32 products with an extent of 1024 or more that is not a multiple of 64 (GPT-2's
   // vocabulary of 50257) run much slower on cuBLASLt than the same product padded to the next
@@ -171,7 +177,7 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   // axis reads zeros on both sides.
   p.pm = p.mm, p.pn = p.nn, p.pk = p.k;
   p.unpadded[0] = mats[0], p.unpadded[1] = mats[1];
-  if (options.tf32 && p.bm == 1 && f32 &&
+  if (options.tf32 && p.bm == 1 && f32 && !bf16 &&
       (padded_row(p.mm) != p.mm || padded_row(p.nn) != p.nn || padded_row(p.k) != p.k)) {
     MatOperand pa = mats[0], pb = mats[1];
     const int64_t tm = padded_row(p.mm), tn = p.ld, tk = padded_row(p.k);
@@ -192,7 +198,7 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
       ch.out_bytes = aligned(p.pm * p.ld * 4);
     }
   }
-  p.split = split_product_wanted(p.bm, p.mm, p.nn, p.k, n.dtype, info, options);
+  p.split = split_product_wanted(p.bm, p.mm, p.nn, p.k, p.operands, info, options);
   if (p.split) {
     const int64_t sm = padded_row(p.mm), sk = padded_row(p.k);
     ch.scratch.push_back(2 * sm * sk * 4);

@@ -51,10 +51,10 @@ __device__ __forceinline__ int key_end(int q0) {
 // handed out first.
 struct QueryBlock {
   int q0, bh, b, h;
-  const float* kh;
-  const float* vh;
+  const IN_T* kh;
+  const IN_T* vh;
 };
-__device__ __forceinline__ QueryBlock query_block(const float* k, const float* v) {
+__device__ __forceinline__ QueryBlock query_block(const IN_T* k, const IN_T* v) {
   constexpr int NTILES = (T + BR - 1) / BR;
   QueryBlock qb;
   qb.bh = (int)(blockIdx.x % (B * HQ));
@@ -86,27 +86,28 @@ __device__ __forceinline__ float fast_exp2(float x) {
 //   rstride + d·dstride] for r < ROWS, d < DP (0 where row0 + r ≥ limit or d ≥ D); put(dst)
 //   stores cvt of them at dst[r·RS + d].
 // Each thread moves float4 slots e = i·NT + threadIdx.x (row e / (DP/4), columns 4·(e % (DP/4))
-// ..+3); `vec` (unit stride along D, D and the row stride multiples of 4, the row 16-byte
-// aligned) reads them as one 16-byte load, otherwise element by element.
+// ..+3); `vec` (unit stride along D, D and the row stride multiples of 4, the row aligned to 4
+// elements) reads them as one load (16 bytes of f32, 8 of bf16), otherwise element by element.
+// Sources are IN_T (f32, or bf16 widened on load: in_ld, in_ld4).
 template <int ROWS, class Cvt = Exact>
 struct Stage {
   static constexpr int SLOTS = ROWS * (DP / 4), PER = (SLOTS + NT - 1) / NT;
   float4 v[PER];
-  __device__ __forceinline__ void fetch(const float* src, long long rstride, long long dstride, int row0, int limit,
+  __device__ __forceinline__ void fetch(const IN_T* src, long long rstride, long long dstride, int row0, int limit,
                                         float mul, bool vec) {
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const int e = i * NT + threadIdx.x, r = e / (DP / 4), d = e % (DP / 4) * 4;
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
       if ((SLOTS % NT == 0 || e < SLOTS) && row0 + r < limit) {
-        const float* p = src + (long long)(row0 + r) * rstride;
+        const IN_T* p = src + (long long)(row0 + r) * rstride;
         if (vec) {
-          if (d < D) x = __ldg(reinterpret_cast<const float4*>(p + d));
+          if (d < D) x = in_ld4(p + d);
         } else {
-          if (d < D) x.x = __ldg(p + (long long)d * dstride);
-          if (d + 1 < D) x.y = __ldg(p + (long long)(d + 1) * dstride);
-          if (d + 2 < D) x.z = __ldg(p + (long long)(d + 2) * dstride);
-          if (d + 3 < D) x.w = __ldg(p + (long long)(d + 3) * dstride);
+          if (d < D) x.x = in_ld(p + (long long)d * dstride);
+          if (d + 1 < D) x.y = in_ld(p + (long long)(d + 1) * dstride);
+          if (d + 2 < D) x.z = in_ld(p + (long long)(d + 2) * dstride);
+          if (d + 3 < D) x.w = in_ld(p + (long long)(d + 3) * dstride);
         }
       }
       v[i] = make_float4(x.x * mul, x.y * mul, x.z * mul, x.w * mul);
@@ -151,10 +152,11 @@ constexpr bool PREFETCH = Stage<ROWS>::PER <= 4;
     kt.fetch(kh, K2, K3, k0 + BC, S, 1.f, vk); \
     vt.fetch(vh, V2, V3, k0 + BC, S, 1.f, vv); \
   }
-// Whether an operand's rows can be read as float4 (see Stage): strides are compile-time
-// constants, the base pointer is checked at run time (one uniform branch).
-__device__ __forceinline__ bool rows_vec(const float* base, long long rstride, long long dstride) {
-  return D % 4 == 0 && dstride == 1 && rstride % 4 == 0 && (reinterpret_cast<unsigned long long>(base) & 15) == 0;
+// Whether an operand's rows can be read 4 elements at a time (in_ld4, see Stage): strides are
+// compile-time constants, the base pointer is checked at run time (one uniform branch).
+__device__ __forceinline__ bool rows_vec(const IN_T* base, long long rstride, long long dstride) {
+  return D % 4 == 0 && dstride == 1 && rstride % 4 == 0 &&
+         (reinterpret_cast<unsigned long long>(base) & (4 * sizeof(IN_T) - 1)) == 0;
 }
 
 // What a forward kernel stores (forward_rows / mma_forward<MODE>): the output; lse and delta

@@ -89,16 +89,16 @@ __device__ __forceinline__ void for_cols(int t, int rr, F f) {
 }
 
 template <int MODE>
-__device__ __forceinline__ void mma_forward(const float* __restrict__ q, const float* __restrict__ k,
-                                            const float* __restrict__ v, float* __restrict__ out,
-                                            const float* __restrict__ dout, float* __restrict__ scratch) {
+__device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                            const IN_T* __restrict__ v, float* __restrict__ out,
+                                            const IN_T* __restrict__ dout, float* __restrict__ scratch) {
   extern __shared__ float4 smem4[];
   float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
   float* Ks = Qs + BR * RS;                     // [BC][RS]
   float* Vs = Ks + BC * RS;                     // [BC][RS]
   const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
   const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
-  const float* qh = q + b * Q0 + h * Q1;
+  const IN_T* qh = q + b * Q0 + h * Q1;
   {
     Stage<BR, Tf32> qt;
     qt.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
@@ -163,7 +163,7 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
     } else {
       float dot = 0.f;
       if (r < T)
-        for_cols(t, rr, [&](int col, int dn, int e) { dot = fmaf(o[dn][e] * inv, dout[row + col * O3], dot); });
+        for_cols(t, rr, [&](int col, int dn, int e) { dot = fmaf(o[dn][e] * inv, in_ld(dout + row + col * O3), dot); });
       dot = lanes_sum<4>(dot);
       if (r < T && t == 0) store_stats(scratch, bh, r, m[rr] + log2f(total), dot);
     }
@@ -173,8 +173,8 @@ __device__ __forceinline__ void mma_forward(const float* __restrict__ q, const f
 // dK, dV of BR keys of one (b, kv head) over every query of its group. Queries are staged
 // pre-scaled by scale·log2 e like the stats pass (so the scores match its lse); dK is
 // rescaled by 1 / log2 e at the end.
-__device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const float* __restrict__ k,
-                                         const float* __restrict__ v, const float* __restrict__ dout,
+__device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                         const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
                                          float* __restrict__ grads, const float* __restrict__ scratch) {
   extern __shared__ float4 smem4[];
   float* Ks = reinterpret_cast<float*>(smem4);  // [BR][RS]
@@ -187,8 +187,8 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
   const int bg = (int)(blockIdx.x % (B * HKV)), k0 = (int)(blockIdx.x / (B * HKV)) * BR;
   const int b = bg / HKV, kvh = bg % HKV;
   {
-    const float* kh = k + b * K0 + kvh * K1;
-    const float* vh = v + b * V0 + kvh * V1;
+    const IN_T* kh = k + b * K0 + kvh * K1;
+    const IN_T* vh = v + b * V0 + kvh * V1;
     Stage<BR, Tf32> rows;
     rows.fetch(kh, K2, K3, k0, S, 1.f, rows_vec(kh, K2, K3));
     rows.put(Ks);
@@ -206,8 +206,8 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
   // while one is computed.
   Stage<BC, Tf32> qt, ot;
   auto fetch = [&](int h, int q0) {
-    const float* qh = q + b * Q0 + h * Q1;
-    const float* oh = dout + b * O0 + h * O1;
+    const IN_T* qh = q + b * Q0 + h * Q1;
+    const IN_T* oh = dout + b * O0 + h * O1;
     qt.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
     ot.fetch(oh, O2, O3, q0, T, 1.f, rows_vec(oh, O2, O3));
   };
@@ -254,8 +254,8 @@ __device__ __forceinline__ void mma_dkdv(const float* __restrict__ q, const floa
   }
 }
 
-__device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float* __restrict__ k,
-                                       const float* __restrict__ v, const float* __restrict__ dout,
+__device__ __forceinline__ void mma_dq(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                       const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
                                        float* __restrict__ grads, const float* __restrict__ scratch) {
   extern __shared__ float4 smem4[];
   float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
@@ -265,8 +265,8 @@ __device__ __forceinline__ void mma_dq(const float* __restrict__ q, const float*
   const int warp = threadIdx.x >> 5, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
   const auto [q0, bh, b, h, kh, vh] = query_block(k, v);
   {
-    const float* qh = q + b * Q0 + h * Q1;
-    const float* oh = dout + b * O0 + h * O1;
+    const IN_T* qh = q + b * Q0 + h * Q1;
+    const IN_T* oh = dout + b * O0 + h * O1;
     Stage<BR, Tf32> rows;
     rows.fetch(qh, Q2, Q3, q0, T, SCALE2, rows_vec(qh, Q2, Q3));
     rows.put(Qs);

@@ -19,7 +19,7 @@ constexpr int NGROUPS = B * HKV;
 // Stage rows [0, ROWS) of NG groups: dst[(gl·ROWS + r)·DS + d]; `addr(gid, r, d)` the source
 // index. Loads go out in batches of 16 per thread (the problem is latency bound).
 template <int ROWS, class F>
-__device__ __forceinline__ void stage(float* __restrict__ dst, const float* __restrict__ src, F addr) {
+__device__ __forceinline__ void stage(float* __restrict__ dst, const IN_T* __restrict__ src, F addr) {
   constexpr int TOTAL = NG * ROWS * D, U = 16;
   for (int e0 = threadIdx.x; e0 < TOTAL; e0 += U * NT) {
     float x[U];
@@ -27,7 +27,7 @@ __device__ __forceinline__ void stage(float* __restrict__ dst, const float* __re
     for (int u = 0; u < U; ++u) {
       const int e = e0 + u * NT, gl = e / (ROWS * D), rem = e - gl * (ROWS * D), r = rem / D, d = rem - r * D;
       const int gid = blockIdx.x * NG + gl;
-      x[u] = e < TOTAL && gid < NGROUPS ? src[addr(gid, r, d)] : 0.f;
+      x[u] = e < TOTAL && gid < NGROUPS ? in_ld(src + addr(gid, r, d)) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -69,8 +69,8 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b) {
   return x;
 }
 
-__device__ __forceinline__ void small_forward(const float* __restrict__ q, const float* __restrict__ k,
-                                              const float* __restrict__ v, float* __restrict__ out) {
+__device__ __forceinline__ void small_forward(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                              const IN_T* __restrict__ v, float* __restrict__ out) {
   extern __shared__ float smem[];
   float* Ks = smem;              // [NG][S][DS]
   float* Vs = Ks + NG * S * DS;  // [NG][S][DS]
@@ -79,7 +79,7 @@ __device__ __forceinline__ void small_forward(const float* __restrict__ q, const
   const int qr = r % QPG, i = qr % T;
   float qv[D];  // loaded before the staging so that the two overlap
 #pragma unroll
-  for (int d = 0; d < D; ++d) qv[d] = active ? q[q_addr(gid, qr, d)] * SCALE2 : 0.f;
+  for (int d = 0; d < D; ++d) qv[d] = active ? in_ld(q + q_addr(gid, qr, d)) * SCALE2 : 0.f;
   stage<S>(Ks, k, k_addr);
   stage<S>(Vs, v, v_addr);
   __syncthreads();
@@ -103,8 +103,8 @@ __device__ __forceinline__ void small_forward(const float* __restrict__ q, const
   for (int d = 0; d < D; ++d) out[o_addr(gid, qr, d)] = o[d] * inv;
 }
 
-__device__ __forceinline__ void small_backward(const float* __restrict__ q, const float* __restrict__ k,
-                                               const float* __restrict__ v, const float* __restrict__ dout,
+__device__ __forceinline__ void small_backward(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                               const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
                                                float* __restrict__ grads) {
   extern __shared__ float smem[];
   float* Qs = smem;                // [NG][QPG][DS] queries

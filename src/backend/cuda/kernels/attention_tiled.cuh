@@ -63,7 +63,7 @@ __device__ __forceinline__ int out_col(int o, int tx) { return (o / VW) * (8 * V
 // Transposed tile: dst[d·TS + r] (d < DW, r < ROWS), same source and zeros as Stage. A warp
 // step covers 8 d × 4 rows: 32-byte runs of global memory, conflict-free shared stores (TS ≡ 4 mod 8).
 template <int ROWS>
-__device__ __forceinline__ void load_cols(float* dst, const float* src, long long rstride, long long dstride, int row0,
+__device__ __forceinline__ void load_cols(float* dst, const IN_T* src, long long rstride, long long dstride, int row0,
                                           int limit, float mul) {
   constexpr int DG = (DW + 7) / 8, TASKS = (ROWS / 4) * DG;
   for (int e = threadIdx.x; e < TASKS * 32; e += NT) {
@@ -71,7 +71,7 @@ __device__ __forceinline__ void load_cols(float* dst, const float* src, long lon
     const int d = (task % DG) * 8 + (lane & 7), r = (task / DG) * 4 + (lane >> 3);
     if (d >= DW) continue;
     float x = 0.f;
-    if (d < D && row0 + r < limit) x = mul * src[(long long)(row0 + r) * rstride + (long long)d * dstride];
+    if (d < D && row0 + r < limit) x = mul * in_ld(src + (long long)(row0 + r) * rstride + (long long)d * dstride);
     dst[d * TS + r] = x;
   }
 }
@@ -130,9 +130,9 @@ __device__ __forceinline__ void accumulate(float (&acc)[RPT][OC], const float* P
 // @piece forward
 
 template <int MODE>
-__device__ __forceinline__ void forward_rows(const float* __restrict__ q, const float* __restrict__ k,
-                                             const float* __restrict__ v, float* __restrict__ out,
-                                             const float* __restrict__ dout, float* __restrict__ scratch) {
+__device__ __forceinline__ void forward_rows(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                             const IN_T* __restrict__ v, float* __restrict__ out,
+                                             const IN_T* __restrict__ dout, float* __restrict__ scratch) {
   extern __shared__ float4 smem4[];
   float* Qt = reinterpret_cast<float*>(smem4);  // [DW][TS]  queries, transposed, pre-scaled
   float* Ks = Qt + DW * TS;                     // [BC][RS]  keys
@@ -194,7 +194,7 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
       if (r < T)
 #pragma unroll
         for (int c = 0; c < OC; ++c)
-          if (out_col(c, L.tx) < D) dot = fmaf(o[i][c] * inv, dout[row + out_col(c, L.tx) * O3], dot);
+          if (out_col(c, L.tx) < D) dot = fmaf(o[i][c] * inv, in_ld(dout + row + out_col(c, L.tx) * O3), dot);
       dot = lanes_sum<8>(dot);
       if (r < T && L.tx == 0) store_stats(scratch, bh, r, m[i] + log2f(total), dot);
     }
@@ -202,8 +202,8 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ q, const 
 }
 // @piece dkdv
 
-__device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const float* __restrict__ k,
-                                          const float* __restrict__ v, const float* __restrict__ dout,
+__device__ __forceinline__ void dkdv_rows(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                          const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
                                           float* __restrict__ grads, const float* __restrict__ scratch) {
   extern __shared__ float4 smem4[];
   float* Kt = reinterpret_cast<float*>(smem4);  // [DW][TS]  keys, transposed
@@ -229,8 +229,8 @@ __device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const flo
   // kernel occupancy.
   for (int h = g * GRP; h < (g + 1) * GRP; ++h) {
     const long long bh = (long long)b * HQ + h;
-    const float* qh = q + b * Q0 + h * Q1;
-    const float* oh = dout + b * O0 + h * O1;
+    const IN_T* qh = q + b * Q0 + h * Q1;
+    const IN_T* oh = dout + b * O0 + h * O1;
     const bool vq = rows_vec(qh, Q2, Q3), vo = rows_vec(oh, O2, O3);
     for (int q0 = q_begin; q0 < T; q0 += BC) {
       __syncthreads();
@@ -278,8 +278,8 @@ __device__ __forceinline__ void dkdv_rows(const float* __restrict__ q, const flo
 }
 // @piece dq
 
-__device__ __forceinline__ void dq_rows(const float* __restrict__ q, const float* __restrict__ k,
-                                        const float* __restrict__ v, const float* __restrict__ dout,
+__device__ __forceinline__ void dq_rows(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
+                                        const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
                                         float* __restrict__ grads, const float* __restrict__ scratch) {
   extern __shared__ float4 smem4[];
   float* Qt = reinterpret_cast<float*>(smem4);  // [DW][TS]  queries, transposed, pre-scaled
