@@ -15,6 +15,11 @@ Graph& graph_for(const char* op, std::initializer_list<const Arg*> args, const L
   for (const Arg* a : args) {
     if (!a->is_tensor()) continue;
     if (!a->tensor().valid()) api_fail(op, "operand is an empty tensor", loc);
+    if (!Graph::is_live(a->tensor().graph(), a->tensor().graph_serial()))
+      api_fail(op,
+               "operand is a tensor whose trace has ended (tensors are only valid inside the function being "
+               "traced)",
+               loc);
     // Compares serial numbers, never dereferencing: a tensor kept from an earlier trace
     // points at a graph that no longer exists (possibly at the same address as this one).
     if (current != nullptr &&

@@ -1,7 +1,8 @@
 // Op metadata generated from ops.def, node appending, and the IR printer.
 #include "ir/graph.h"
 
-#include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include <sstream>
 
 #include "tensorgrad/errors.h"
@@ -46,9 +47,78 @@ std::string loc_str(const std::source_location& loc) {
   return file + ":" + std::to_string(loc.line());
 }
 
-uint64_t Graph::next_serial() {
-  static std::atomic<uint64_t> counter{1};
-  return counter++;
+namespace {
+
+/// serial → graph, for every graph alive in the process (tracing may run on several threads).
+struct LiveGraphs {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, const Graph*> by_serial;
+  uint64_t next = 1;
+};
+LiveGraphs& live_graphs() {
+  static LiveGraphs* live = new LiveGraphs;  // never destroyed: graphs may outlive static destruction
+  return *live;
+}
+
+}  // namespace
+
+bool Graph::is_live(const Graph* graph, uint64_t serial) {
+  LiveGraphs& live = live_graphs();
+  std::lock_guard lock(live.mutex);
+  const auto it = live.by_serial.find(serial);
+  return it != live.by_serial.end() && it->second == graph;
+}
+
+void Graph::renew_serial() {
+  LiveGraphs& live = live_graphs();
+  std::lock_guard lock(live.mutex);
+  if (serial_ != 0) live.by_serial.erase(serial_);
+  serial_ = live.next++;
+  live.by_serial[serial_] = this;
+}
+
+Graph::Graph() { renew_serial(); }
+Graph::Graph(const Graph& other)
+    : outputs(other.outputs), updates(other.updates), stage(other.stage), nodes_(other.nodes_) {
+  renew_serial();
+}
+Graph::Graph(Graph&& other) noexcept
+    : outputs(std::move(other.outputs)),
+      updates(std::move(other.updates)),
+      stage(other.stage),
+      nodes_(std::move(other.nodes_)) {
+  other.nodes_.clear();
+  other.outputs.clear();
+  other.updates.clear();
+  renew_serial();
+  other.renew_serial();
+}
+Graph& Graph::operator=(const Graph& other) {
+  if (this == &other) return *this;
+  outputs = other.outputs;
+  updates = other.updates;
+  stage = other.stage;
+  nodes_ = other.nodes_;
+  renew_serial();
+  return *this;
+}
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this == &other) return *this;
+  outputs = std::move(other.outputs);
+  updates = std::move(other.updates);
+  stage = other.stage;
+  nodes_ = std::move(other.nodes_);
+  other.nodes_.clear();
+  other.outputs.clear();
+  other.updates.clear();
+  renew_serial();
+  other.renew_serial();
+  return *this;
+}
+Graph::~Graph() {
+  LiveGraphs& live = live_graphs();
+  std::lock_guard lock(live.mutex);
+  live.by_serial.erase(serial_);
 }
 
 namespace {

@@ -116,12 +116,23 @@ class Graph {
   /// Human-readable listing, one node per line: `%7 = add(%3, %6) f32[256, 64]`.
   std::string to_string() const;
 
-  /// A process-unique number given at construction (see Tensor::graph_serial).
+  /// A process-unique number given at construction (see Tensor::graph_serial). A copy gets
+  /// a new one; so does a graph whose contents were moved out, so tensors into it go stale.
   uint64_t serial() const { return serial_; }
+  /// Whether `graph` is a live graph whose serial is still `serial`: a tensor made in it is
+  /// usable. Never dereferences `graph` (it may have been destroyed).
+  static bool is_live(const Graph* graph, uint64_t serial);
+
+  Graph();
+  Graph(const Graph& other);
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(const Graph& other);
+  Graph& operator=(Graph&& other) noexcept;
+  ~Graph();
 
  private:
-  uint64_t serial_ = next_serial();
-  static uint64_t next_serial();
+  void renew_serial();  // registers this graph under a fresh serial, dropping the old one
+  uint64_t serial_ = 0;
   // A deque, not a vector: appending never moves existing nodes, so references to a node
   // (and Tensor::shape() results) stay valid while tracing and autograd append more.
   std::deque<Node> nodes_;

@@ -60,6 +60,10 @@ Tensor::Tensor(ir::Graph* graph, int32_t id) : graph_(graph), id_(id), serial_(g
 namespace {
 const ir::Node& node_of(const Tensor& t) {
   if (!t.valid()) throw Error("[Tensor] used an empty (default-constructed) tensor");
+  if (!ir::Graph::is_live(t.graph(), t.graph_serial()))
+    throw ShapeError(
+        "[Tensor] used a tensor whose trace has ended: tensors are only valid inside the function being "
+        "traced (keep them out of statics and members that outlive compile_train/compile_forward)");
   return t.graph()->node(t.id());
 }
 }  // namespace

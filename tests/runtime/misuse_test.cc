@@ -4,6 +4,7 @@
 #include <tensorgrad/tensorgrad.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -30,7 +31,27 @@ TEST(Misuse, TensorKeptFromAnEarlierTraceIsRejected) {
   const std::string msg = message_of<tg::ShapeError>([&] {
     tg::compile_forward(m, fn, {.inputs = {{"x", {1, 2}}}});
   });
-  EXPECT_NE(msg.find("belongs to another traced program"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("trace has ended"), std::string::npos) << msg;
+}
+
+TEST(Misuse, EveryUseOfAStaleTensorIsAShapeError) {
+  Net m;
+  tg::Tensor kept;
+  tg::compile_forward(m, [&](tg::Tensor x) { return kept = m.fc(x); }, {.inputs = {{"x", {1, 2}}}});
+  // Outside any trace: reading it, and ops on it (which used to dereference a freed graph).
+  for (const auto& use : std::vector<std::function<void()>>{
+           [&] { (void)kept.shape(); }, [&] { (void)kept.dtype(); }, [&] { (void)kept.numel(); },
+           [&] { (void)tg::relu(kept); }, [&] { (void)tg::mean(kept); }, [&] { (void)(kept + 1.0); },
+           [&] { (void)tg::matmul(kept, kept); }, [&] { (void)tg::reshape(kept, {2}); }}) {
+    const std::string msg = message_of<tg::ShapeError>(use);
+    EXPECT_NE(msg.find("trace has ended"), std::string::npos) << msg;
+  }
+  // Inside a later trace, mixed with live tensors.
+  const std::string msg = message_of<tg::ShapeError>([&] {
+    tg::compile_forward(m, [&](tg::Tensor x) { return tg::relu(kept) + x; }, {.inputs = {{"x", {1, 2}}}});
+  });
+  EXPECT_NE(msg.find("trace has ended"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("misuse_test.cc"), std::string::npos) << "names the call site: " << msg;
 }
 
 TEST(Misuse, ParametersDeclaredAfterTheFirstCompileJoinTheStore) {
