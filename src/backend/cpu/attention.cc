@@ -29,6 +29,9 @@
 // BLAS inside the parallel regions: an OpenMP-built OpenBLAS runs single-threaded there by
 // itself; a pthreads-built one would run every call on its own pool, serialised on a lock,
 // so it is limited to one thread for the duration of the region and restored afterwards.
+//
+// bf16 q, k, v and dout (Precision::kBf16) are widened to dense f32 copies before each run;
+// everything above then runs in f32 on exactly those values.
 #include <cblas.h>
 #include <omp.h>
 
@@ -36,6 +39,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/gemm_small.h"
 #include "backend/cpu/lanes.h"
 #include "backend/cpu/fastmath.h"
@@ -386,8 +390,8 @@ void forward(const Geometry& g, const Operand& q, const Operand& k, const Operan
   }
 }
 
-void backward(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, const Operand& dout,
-              float* out, Scratch& scratch) {
+void backward_blocks(const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
+                     const Operand& dout, float* out, Scratch& scratch) {
   const int64_t units = g.B * g.Hkv;
   const bool parallel = units > 1;
   const int64_t block_scores = kRowBlock * g.S;
@@ -436,6 +440,38 @@ void backward(const Geometry& g, const Operand& q, const Operand& k, const Opera
   }
 }
 
+/// A bf16 [B, H, rows, D] operand as make_attention receives it: strides as Operand's.
+struct Bf16Operand {
+  const uint16_t* data = nullptr;
+  int64_t sb = 0, sh = 0, ld = 1;
+  int64_t B = 0, H = 0, rows = 0, D = 0;
+};
+
+Bf16Operand bf16_operand(const View& v, const Shape& shape) {
+  const Operand o = operand(v, shape);
+  return {
+      reinterpret_cast<const uint16_t*>(v.data), o.sb, o.sh, o.ld, shape[0], shape[1], shape[2], shape[3]};
+}
+
+int64_t dense_numel(const Bf16Operand& x) { return x.B * x.H * x.rows * x.D; }
+
+/// The f32 values of x (exact), dense [B, H, rows, D] at dst, as an Operand.
+Operand widen(const Bf16Operand& x, float* dst) {
+  const int64_t heads = x.B * x.H, head = x.rows * x.D;
+#pragma omp parallel for schedule(static) if (heads > 1 && heads * head > kGrainCheap)
+  for (int64_t bh = 0; bh < heads; ++bh)
+    widen_bf16(x.data + bh / x.H * x.sb + bh % x.H * x.sh, x.rows, x.D, x.ld, dst + bh * head);
+  return {dst, x.H * head, head, checked_blas_int(std::max<int64_t>(1, x.D))};
+}
+
+/// Memory for the widened operands of the attention kernels run by the calling thread (one
+/// after another, like caller_scratch), grown outside any parallel region.
+float* widened_scratch(int64_t floats) {
+  thread_local std::vector<float> data;
+  if (data.size() < static_cast<size_t>(floats)) data.resize(static_cast<size_t>(floats));
+  return data.data();
+}
+
 }  // namespace
 
 bool attention_operand(const View& view, const Shape& shape) {
@@ -444,7 +480,7 @@ bool attention_operand(const View& view, const Shape& shape) {
 }
 
 Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
-                      const std::vector<View>& in, float* out) {
+                      const std::vector<View>& in, float* out, DType dtype) {
   Geometry g;
   g.B = q_shape[0];
   g.Hq = q_shape[1];
@@ -458,27 +494,42 @@ Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& k
   g.scale = static_cast<float>(node.attrs.values[0]);
   checked_blas_int(kRowBlock * g.S);
   checked_blas_int(g.D);
-  const Operand q = operand(in[0], q_shape), k = operand(in[1], kv_shape), v = operand(in[2], kv_shape);
   const int64_t out_numel = numel(node.shape);
-  if (node.op == ir::Op::kAttention) {
-    const bool direct = direct_pays(g, false);
+  const bool backward = node.op == ir::Op::kAttentionGrad;
+  const bool direct = direct_pays(g, backward);
+  // Runs the f32 kernel on f32 operands (q, k, v[, dout]).
+  auto run = [=](const Operand& q, const Operand& k, const Operand& v, const Operand& dout) {
+    if (!backward)
+      (direct ? forward_direct : forward)(g, q, k, v, out, caller_scratch());
+    else
+      (direct ? backward_direct : backward_blocks)(g, q, k, v, dout, out, caller_scratch());
+  };
+  const size_t operands = backward ? 4 : 3;
+  if (dtype == DType::kBF16) {
+    // bf16 operands are widened (exactly) to dense f32 copies first: O(B·H·T·D) work against
+    // the kernel's O(B·H·T·S·D), and the f32 kernel then multiplies the same values.
+    std::vector<Bf16Operand> narrow;
+    for (size_t i = 0; i < operands; ++i)
+      narrow.push_back(bf16_operand(in[i], i == 1 || i == 2 ? kv_shape : q_shape));
     return [=] {
-      if (out_numel == 0) return;
-      if (direct)
-        forward_direct(g, q, k, v, out, caller_scratch());
-      else
-        forward(g, q, k, v, out, caller_scratch());
+      if (out_numel == 0 || (backward && g.D == 0)) return;
+      int64_t total = 0;
+      for (const Bf16Operand& x : narrow) total += dense_numel(x);
+      float* dst = widened_scratch(total);
+      std::vector<Operand> wide;
+      for (const Bf16Operand& x : narrow) {
+        wide.push_back(widen(x, dst));
+        dst += dense_numel(x);
+      }
+      run(wide[0], wide[1], wide[2], backward ? wide[3] : Operand{});
     };
   }
-  const Operand dout = operand(in[3], q_shape);
-  const bool direct = direct_pays(g, true);
+  std::vector<Operand> ops;
+  for (size_t i = 0; i < operands; ++i) ops.push_back(operand(in[i], i == 1 || i == 2 ? kv_shape : q_shape));
   return [=] {
-    if (out_numel == 0) return;
-    if (g.D == 0) return;  // unreachable (numel would be 0), but keeps sgemm away from k = 0
-    if (direct)
-      backward_direct(g, q, k, v, dout, out, caller_scratch());
-    else
-      backward(g, q, k, v, dout, out, caller_scratch());
+    // The backward's D == 0 is unreachable (numel would be 0), but keeps sgemm away from k = 0.
+    if (out_numel == 0 || (backward && g.D == 0)) return;
+    run(ops[0], ops[1], ops[2], backward ? ops[3] : Operand{});
   };
 }
 

@@ -204,9 +204,10 @@ struct BlasOperand {
 };
 /// Whether the last two axes of `view` (extents rows × cols) are BLAS-addressable.
 std::optional<BlasOperand> blas_operand(const View& view, const Shape& shape);
-/// [..., m, k] @ [..., k, n] → dense out of node.shape; both views must pass blas_operand.
+/// [..., m, k] @ [..., k, n] → dense f32 out of node.shape; both views must pass blas_operand.
+/// dtype: both operands' type, f32 or bf16 (accumulated in f32).
 Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, const Shape& b_shape,
-                   const View& b, float* out);
+                   const View& b, float* out, DType dtype = DType::kF32);
 
 // ---- NN primitives (indexing.cc, nn_kernels.cc, random.cc, attention.cc) ----------------
 // Errors found in the data (an index or target out of range) are recorded inside the
@@ -252,7 +253,8 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
 Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
                          const std::vector<View>& in, float* out);
 /// Attention (q, k, v) / AttentionGrad (q, k, v, dout); every view passes attention_operand.
+/// dtype: the type of q, k, v and dout, f32 or bf16 (widened to f32 before each run).
 Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
-                      const std::vector<View>& in, float* out);
+                      const std::vector<View>& in, float* out, DType dtype = DType::kF32);
 
 }  // namespace tg::backend::cpu

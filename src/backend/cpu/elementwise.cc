@@ -1,7 +1,7 @@
 // Elementwise block functions of the CPU backend: one per (op, element type), generated from
 // the expression column of ops.def (TG_UNARY / TG_BINARY / TG_COMPARE rows) and instantiated
-// only for the element types each row allows, plus cast and where. A block function maps n
-// dense elements of its operands to n dense results, a loop the compiler vectorises; the
+// only for the element types each row allows, plus cast (bf16 only from and to f32) and where. A block
+// function maps n dense elements of its operands to n dense results, a loop the compiler vectorises; the
 // fused-group executor (fused.cc) chains them over cache-resident blocks. int32 is seen by
 // the expressions as WrapI32, whose + - * and negation wrap modulo 2^32 instead of being UB.
 #include <compare>
@@ -163,6 +163,26 @@ void cast_block(std::byte* out, const std::byte* x, const std::byte*, const std:
   for (int64_t j = 0; j < n; ++j) po[j] = convert<To>(pa[j]);
 }
 
+/// f32 → bf16, rounding to nearest even (NaN → 0x7FC0) exactly as tg::bf16_from_f32 does, so
+/// the backends and the reference multiply the same bf16 operands. Branch-free on the bits so
+/// the loop vectorises.
+void cast_f32_to_bf16(std::byte* out, const std::byte* x, const std::byte*, const std::byte*, int64_t n) {
+  auto* po = reinterpret_cast<uint16_t*>(out);
+  auto* pa = reinterpret_cast<const uint32_t*>(x);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t u = pa[j];
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    po[j] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
+  }
+}
+
+/// bf16 → f32: exact (a bf16 is the upper half of an f32).
+void cast_bf16_to_f32(std::byte* out, const std::byte* x, const std::byte*, const std::byte*, int64_t n) {
+  auto* po = reinterpret_cast<uint32_t*>(out);
+  auto* pa = reinterpret_cast<const uint16_t*>(x);
+  for (int64_t j = 0; j < n; ++j) po[j] = static_cast<uint32_t>(pa[j]) << 16;
+}
+
 template <class From>
 BlockFn cast_from(DType to) {
   switch (to) {
@@ -170,7 +190,9 @@ BlockFn cast_from(DType to) {
     case DType::kI32: return cast_block<int32_t, From>;
     case DType::kBool: return cast_block<uint8_t, From>;
     case DType::kBF16:
-    case DType::kF16: break;  // host formats: never in a program
+      if constexpr (std::is_same_v<From, float>) return cast_f32_to_bf16;
+      break;                  // the IR makes bf16 only from f32
+    case DType::kF16: break;  // a host format: never in a program
   }
   throw Error(std::string("[cpu] cast to ") + dtype_name(to));
 }
@@ -211,9 +233,11 @@ BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype) {
       case DType::kI32: return cast_from<int32_t>(out_dtype);
       case DType::kBool: return cast_from<uint8_t>(out_dtype);
       case DType::kBF16:
+        if (out_dtype == DType::kF32) return cast_bf16_to_f32;
+        break;  // the IR reads bf16 into f32 only
       case DType::kF16: break;
     }
-    throw Error(std::string("[cpu] cast from ") + dtype_name(in_dtype));
+    throw Error(std::string("[cpu] cast from ") + dtype_name(in_dtype) + " to " + dtype_name(out_dtype));
   }
   if (op == ir::Op::kWhere) {  // in_dtype: the branches' type
     if (dtype_size(in_dtype) == 4) return where_block<uint32_t>;

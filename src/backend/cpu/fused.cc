@@ -281,25 +281,34 @@ class Group {
     }
   }
 
+  /// n copies of the element at src, moved as raw 4-, 2- (bf16) or 1-byte words.
+  template <class E>
+  static void fill_as(std::byte* dst, const std::byte* src, int64_t n) {
+    E v;
+    std::memcpy(&v, src, sizeof(E));
+    auto* d = reinterpret_cast<E*>(dst);
+    for (int64_t j = 0; j < n; ++j) d[j] = v;
+  }
+  template <class E>
+  static void gather_as(std::byte* dst, const std::byte* src, int64_t st, int64_t n) {
+    auto* d = reinterpret_cast<E*>(dst);
+    const auto* s = reinterpret_cast<const E*>(src);
+    for (int64_t j = 0; j < n; ++j) d[j] = s[j * st];
+  }
   static void fill(std::byte* dst, const FusedSpec::Input& in, const std::byte* src, int64_t n) {
-    if (dtype_size(in.dtype) == 4) {
-      uint32_t v;
-      std::memcpy(&v, src, 4);
-      auto* d = reinterpret_cast<uint32_t*>(dst);
-      for (int64_t j = 0; j < n; ++j) d[j] = v;
-    } else {
-      std::memset(dst, static_cast<int>(*src), static_cast<size_t>(n));
+    switch (dtype_size(in.dtype)) {
+      case 4: return fill_as<uint32_t>(dst, src, n);
+      case 2: return fill_as<uint16_t>(dst, src, n);
+      default: return fill_as<uint8_t>(dst, src, n);
     }
   }
   static void gather(std::byte* dst, const FusedSpec::Input& in, const std::byte* src, int64_t st,
                      int64_t n) {
     if (st == 0) return fill(dst, in, src, n);
-    if (dtype_size(in.dtype) == 4) {
-      auto* d = reinterpret_cast<uint32_t*>(dst);
-      const auto* s = reinterpret_cast<const uint32_t*>(src);
-      for (int64_t j = 0; j < n; ++j) d[j] = s[j * st];
-    } else {
-      for (int64_t j = 0; j < n; ++j) dst[j] = src[j * st];
+    switch (dtype_size(in.dtype)) {
+      case 4: return gather_as<uint32_t>(dst, src, st, n);
+      case 2: return gather_as<uint16_t>(dst, src, st, n);
+      default: return gather_as<uint8_t>(dst, src, st, n);
     }
   }
 

@@ -1,7 +1,7 @@
 // Memory and data movement for the CPU backend: aligned host memory, stride helpers, the
 // loop-nest collapsing that lets every strided kernel run as a few long inner loops, and
 // the one strided copy that materialises views (broadcast, permute, slice), scatters
-// unslice/concat pieces into place, and reads outputs back. Copies move raw 4- or 1-byte
+// unslice/concat pieces into place, and reads outputs back. Copies move raw 4-, 2- (bf16) or 1-byte
 // elements, so they need no per-dtype instantiation beyond the element size; a transpose
 // is copied in cache-sized tiles.
 #include <cstring>
@@ -163,10 +163,11 @@ void copy_typed(const CopyPlan& plan, E* dst, const E* src) {
 }
 
 void copy_with(const CopyPlan& plan, DType dtype, std::byte* dst, const std::byte* src) {
-  if (dtype_size(dtype) == 4)
-    copy_typed(plan, reinterpret_cast<uint32_t*>(dst), reinterpret_cast<const uint32_t*>(src));
-  else
-    copy_typed(plan, reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(src));
+  switch (dtype_size(dtype)) {
+    case 4: return copy_typed(plan, reinterpret_cast<uint32_t*>(dst), reinterpret_cast<const uint32_t*>(src));
+    case 2: return copy_typed(plan, reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(src));
+    default: return copy_typed(plan, reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(src));
+  }
 }
 
 }  // namespace

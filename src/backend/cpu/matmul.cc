@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/gemm_small.h"
 #include "tensorgrad/errors.h"
 
@@ -40,6 +41,24 @@ std::vector<int64_t> batch_strides(size_t batch_rank, const Shape& shape, const 
 /// costs more than the second thread saves.
 constexpr int64_t kParallelMacs = int64_t{1} << 21;
 
+/// Runs part(r0, r1) over row ranges [r0, r1) of op(A) and C covering [0, m), in whole 8-row
+/// strips, one range per thread when may_fork and the product is big enough, else one range.
+template <class Part>
+void split_rows(int64_t m, int64_t n, int64_t k, bool may_fork, const Part& part) {
+  const int threads = may_fork && m * n * k >= kParallelMacs ? std::max(1, omp_get_max_threads()) : 1;
+  const int64_t parts = std::min<int64_t>(threads, std::max<int64_t>(1, m / 16));
+  if (parts <= 1) {
+    part(0, m);
+    return;
+  }
+  const int64_t strips = (m + 7) / 8;
+#pragma omp parallel for schedule(static) num_threads(static_cast <int>(parts))
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t r0 = std::min(m, strips * p / parts * 8), r1 = std::min(m, strips * (p + 1) / parts * 8);
+    if (r1 > r0) part(r0, r1);
+  }
+}
+
 /// One product C = op(A)·op(B) (beta 0), on sgemm_small split by rows or on OpenBLAS.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
           int64_t ldb, float* C, int64_t ldc, bool may_fork) {
@@ -54,21 +73,30 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int
                 blas_int(n), blas_int(k), 1.0f, A, blas_int(lda), B, blas_int(ldb), 0.0f, C, blas_int(ldc));
     return;
   }
-  const int threads = may_fork && m * n * k >= kParallelMacs ? std::max(1, omp_get_max_threads()) : 1;
-  const int64_t parts = std::min<int64_t>(threads, std::max<int64_t>(1, m / 16));
-  if (parts <= 1) {
-    sgemm_small(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+  split_rows(m, n, k, may_fork, [&](int64_t r0, int64_t r1) {
+    sgemm_small(ta, tb, r1 - r0, n, k, 1.0f, ta ? A + r0 : A + r0 * lda, lda, B, ldb, 0.0f, C + r0 * ldc,
+                ldc);
+  });
+}
+
+/// The same product of bf16 operands: vdpbf16ps split by rows where the CPU has it; else both
+/// operands widened to f32 (exact) into per-thread memory and multiplied by gemm().
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float* C, int64_t ldc, bool may_fork) {
+  if (bf16_dot_enabled()) {
+    split_rows(m, n, k, may_fork, [&](int64_t r0, int64_t r1) {
+      gemm_bf16_dot(ta, tb, r1 - r0, n, k, ta ? A + r0 : A + r0 * lda, lda, B, ldb, C + r0 * ldc, ldc);
+    });
     return;
   }
-  // Row ranges in whole 8-row strips, one per thread.
-  const int64_t strips = (m + 7) / 8;
-#pragma omp parallel for schedule(static) num_threads(static_cast <int>(parts))
-  for (int64_t p = 0; p < parts; ++p) {
-    const int64_t r0 = std::min(m, strips * p / parts * 8), r1 = std::min(m, strips * (p + 1) / parts * 8);
-    if (r1 > r0)
-      sgemm_small(ta, tb, r1 - r0, n, k, 1.0f, ta ? A + r0 : A + r0 * lda, lda, B, ldb, 0.0f, C + r0 * ldc,
-                  ldc);
-  }
+  thread_local std::vector<float> wide_a, wide_b;
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+  wide_a.resize(static_cast<size_t>(a_rows * a_cols));
+  wide_b.resize(static_cast<size_t>(b_rows * b_cols));
+  widen_bf16(A, a_rows, a_cols, lda, wide_a.data());
+  widen_bf16(B, b_rows, b_cols, ldb, wide_b.data());
+  gemm(ta, tb, m, n, k, wide_a.data(), std::max<int64_t>(1, a_cols), wide_b.data(),
+       std::max<int64_t>(1, b_cols), C, ldc, may_fork);
 }
 
 }  // namespace
@@ -87,7 +115,7 @@ std::optional<BlasOperand> blas_operand(const View& view, const Shape& shape) {
 }
 
 Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, const Shape& b_shape,
-                   const View& b, float* out) {
+                   const View& b, float* out, DType dtype) {
   const size_t rank = out_shape.size(), batch_rank = rank - 2;
   const int64_t m = out_shape[rank - 2], n = out_shape[rank - 1], k = a_shape.back();
   const std::optional<BlasOperand> oa = blas_operand(a, a_shape), ob = blas_operand(b, b_shape);
@@ -126,27 +154,37 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
     a_off.resize(1);
     b_off.resize(1);
   }
+  const bool bf16 = dtype == DType::kBF16;
   const auto* A = reinterpret_cast<const float*>(a.data);
   const auto* B = reinterpret_cast<const float*>(b.data);
+  const auto* A16 = reinterpret_cast<const uint16_t*>(a.data);
+  const auto* B16 = reinterpret_cast<const uint16_t*>(b.data);
   const int64_t out_numel = numel(out_shape), c_step = fold ? 0 : m * n;
   const auto count = static_cast<int64_t>(a_off.size());
+  // Whether each product runs on one thread by itself (then several run side by side), or on
+  // OpenBLAS, which brings its own threads.
+  const bool own_kernel = bf16 && bf16_dot_enabled() ? true : sgemm_small_everywhere();
+  auto product = [=](int64_t bi, bool may_fork) {
+    const auto at = static_cast<size_t>(bi);
+    if (bf16)
+      gemm_bf16(ta, tb, rows, n, k, A16 + a_off[at], lda, B16 + b_off[at], ldb, out + bi * c_step, ldc,
+                may_fork);
+    else
+      gemm(ta, tb, rows, n, k, A + a_off[at], lda, B + b_off[at], ldb, out + bi * c_step, ldc, may_fork);
+  };
   return [=] {
     if (out_numel == 0) return;
     if (k == 0) {  // an empty sum; not every BLAS writes C when k == 0
       std::memset(out, 0, static_cast<size_t>(out_numel) * sizeof(float));
       return;
     }
-    if (count == 1 || !sgemm_small_everywhere()) {
-      for (int64_t bi = 0; bi < count; ++bi)
-        gemm(ta, tb, rows, n, k, A + a_off[static_cast<size_t>(bi)], lda, B + b_off[static_cast<size_t>(bi)],
-             ldb, out + bi * c_step, ldc, true);
+    if (count == 1 || !own_kernel) {
+      for (int64_t bi = 0; bi < count; ++bi) product(bi, true);
       return;
     }
     // Several independent products: one per thread at a time.
 #pragma omp parallel for schedule(static) if (count * rows * n * k >= kParallelMacs)
-    for (int64_t bi = 0; bi < count; ++bi)
-      gemm(ta, tb, rows, n, k, A + a_off[static_cast<size_t>(bi)], lda, B + b_off[static_cast<size_t>(bi)],
-           ldb, out + bi * c_step, ldc, false);
+    for (int64_t bi = 0; bi < count; ++bi) product(bi, false);
   };
 }
 

@@ -82,7 +82,8 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
         for (const Kernel& k : pieces) k();
       };
     }
-    case Op::kMatmul: return make_matmul(n.shape, shape(0), in(0), shape(1), in(1), f32(out.data));
+    case Op::kMatmul:
+      return make_matmul(n.shape, shape(0), in(0), shape(1), in(1), f32(out.data), g.node(n.inputs[0]).dtype);
     case Op::kGather: return make_gather(n, shape(0), in(0), in(1), out.data);
     case Op::kScatterAdd: return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));
     case Op::kUpdateSlice: {
@@ -127,7 +128,7 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
       // q, k, v (and dout): the backward recomputes the forward rather than read its output.
       std::vector<View> views;
       for (size_t k = 0; k < std::min<size_t>(n.inputs.size(), 4); ++k) views.push_back(in(k));
-      return make_attention(n, shape(0), shape(1), views, f32(out.data));
+      return make_attention(n, shape(0), shape(1), views, f32(out.data), g.node(n.inputs[0]).dtype);
     }
     default:
       throw Error(std::string("[cpu] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(st.node));

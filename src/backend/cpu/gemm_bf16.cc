@@ -1,0 +1,214 @@
+// bf16 products with f32 accumulation (see gemm_bf16.h).
+//
+// gemm_bf16_dot follows sgemm_small's loop order (gemm_small.cc), with both operands packed:
+//   for each N block of <= kNC columns:  for each K block of <= kKC (even, balanced):
+//     pack op(B)[kblock, nblock] into kNR-column panels of k pairs
+//     for each M block of <= kMC rows:  pack op(A)[mblock, kblock] into kMR-row strips of k pairs
+//       for each panel:  for each strip:  microkernel (kMR × kNR tile of C in 16 zmm accumulators)
+// A packed pair is one 32-bit word holding op(X)[.., 2p] in its low half and op(X)[.., 2p+1] in
+// its high half (zero past K), the operand layout of vdpbf16ps: per lane, acc += a_lo·b_lo +
+// a_hi·b_hi. Per pair the microkernel loads two panel rows (32 columns) and broadcasts one word
+// of each of the kMR rows. Row tails are computed on zero rows and not stored; column tails are
+// zero-padded panels and masked stores.
+#include "backend/cpu/gemm_bf16.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "tensorgrad/dtype.h"
+#include "tensorgrad/errors.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TG_X86 1
+#endif
+// GCC 12's _mm512_undefined_* self-initialise (GCC bug 105593), as in gemm_small.cc.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace tg::backend::cpu {
+namespace {
+
+constexpr int kMR = 8;         // tile rows: 8 × 2 accumulators, 2 panel vectors, 1 broadcast
+constexpr int kNR = 32;        // tile columns: two zmm of f32 (one panel row of 32 words)
+constexpr int64_t kKC = 512;   // K block (256 pairs): a packed panel is 32 KiB, L1-resident
+constexpr int64_t kMC = 128;   // M block: its packed strips (128 KiB) stay in L2 across panels
+constexpr int64_t kNC = 2048;  // N block: bounds the packed op(B) block (2 MiB)
+
+/// Grow-only 64-byte aligned per-thread packing memory, as in gemm_small.cc.
+class Words {
+ public:
+  Words() = default;
+  Words(const Words&) = delete;
+  Words& operator=(const Words&) = delete;
+  ~Words() { std::free(p_); }
+  uint32_t* get(int64_t n) {
+    if (n > cap_) {
+      const int64_t want = std::max(n, cap_ * 2);
+      void* q = std::aligned_alloc(64, (static_cast<size_t>(want) * sizeof(uint32_t) + 63) & ~size_t{63});
+      if (!q) throw std::bad_alloc();
+      std::free(p_);
+      p_ = static_cast<uint32_t*>(q);
+      cap_ = want;
+    }
+    return p_;
+  }
+
+ private:
+  uint32_t* p_ = nullptr;
+  int64_t cap_ = 0;
+};
+
+thread_local Words t_pack_a;
+thread_local Words t_pack_b;
+
+/// dst[p·width + c] = the pair (x(2p, c), x(2p+1, c)) for p < ⌈kc/2⌉, c < width, where
+/// x(k, c) = src[k·ks + c·cs]; columns c ≥ cols and the half k = kc of an odd last pair are 0
+/// (never read from src).
+void pack_pairs(const uint16_t* src, int64_t ks, int64_t cs, int64_t kc, int64_t cols, int64_t width,
+                uint32_t* dst) {
+  const int64_t pairs = (kc + 1) / 2, full = kc / 2;
+  if (ks == 1 && cs != 1) {  // a pair is one 32-bit word in memory (little-endian: low half = k)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint16_t* x = src + c * cs;
+      for (int64_t p = 0; p < full; ++p) {
+        uint32_t w;
+        std::memcpy(&w, x + 2 * p, sizeof w);
+        dst[p * width + c] = w;
+      }
+      if (full < pairs) dst[full * width + c] = x[2 * full];
+    }
+  } else {  // the two halves come from two rows of src
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint16_t* x0 = src + 2 * p * ks;
+      uint32_t* d = dst + p * width;
+      if (p < full) {
+        const uint16_t* x1 = x0 + ks;
+        for (int64_t c = 0; c < cols; ++c) d[c] = x0[c * cs] | static_cast<uint32_t>(x1[c * cs]) << 16;
+      } else {
+        for (int64_t c = 0; c < cols; ++c) d[c] = x0[c * cs];
+      }
+    }
+  }
+  for (int64_t p = 0; p < pairs; ++p) std::fill(dst + p * width + cols, dst + (p + 1) * width, 0u);
+}
+
+#if defined(TG_X86)
+// Compiled for AVX512-BF16 whatever the build's flags; called only where bf16_dot_supported().
+[[gnu::target("avx512bf16,avx512f,avx512bw,avx512vl")]] inline __mmask16 lanes(int n) {
+  return static_cast<__mmask16>((1u << std::clamp(n, 0, 16)) - 1u);
+}
+
+/// C[0:rows, 0:n] (=, or += when accumulate) Σ_p a[p]·b[p] over `pairs` packed pairs: a holds kMR
+/// words per pair (one per row), b kNR words per pair (one per column).
+[[gnu::target("avx512bf16,avx512f,avx512bw,avx512vl")]] void dot_tile(int64_t pairs,
+                                                                      const uint32_t* __restrict a,
+                                                                      const uint32_t* __restrict b, float* c,
+                                                                      int64_t ldc, int rows, int n,
+                                                                      bool accumulate) {
+  __m512 acc[kMR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p, a += kMR, b += kNR) {
+    const auto b0 = (__m512bh)_mm512_load_si512(b);
+    const auto b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kMR; ++r) {
+      const auto av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) {
+    if (r >= rows) break;
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, cr));
+      acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, cr + 16));
+    }
+    _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
+  }
+}
+#endif
+
+}  // namespace
+
+bool bf16_dot_supported() {
+#if defined(TG_X86)
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  return supported;
+#else
+  return false;
+#endif
+}
+
+namespace {
+std::atomic<bool> g_bf16_dot_on{true};
+}  // namespace
+
+bool bf16_dot_enabled() { return g_bf16_dot_on.load(std::memory_order_relaxed) && bf16_dot_supported(); }
+void set_bf16_dot(bool on) { g_bf16_dot_on.store(on, std::memory_order_relaxed); }
+
+void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                   int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
+#if defined(TG_X86)
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  // op(A)[i, k] = A[i·ars + k·aks], op(B)[k, j] = B[k·bks + j·bjs].
+  const int64_t ars = trans_a ? 1 : lda, aks = trans_a ? lda : 1;
+  const int64_t bks = trans_b ? 1 : ldb, bjs = trans_b ? ldb : 1;
+  // Balanced K blocks of an even length, so that only the last may end in half a pair.
+  const int64_t kblocks = (K + kKC - 1) / kKC, kc_max = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;
+  const int64_t pairs_max = kc_max / 2, nc_max = std::min(N, kNC);
+  uint32_t* bp = t_pack_b.get(pairs_max * ((nc_max + kNR - 1) / kNR) * kNR);
+  uint32_t* ap = t_pack_a.get(pairs_max * ((std::min(M, kMC) + kMR - 1) / kMR) * kMR);
+  for (int64_t jc = 0; jc < N; jc += kNC) {
+    const int64_t nc = std::min(kNC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kc_max) {
+      const int64_t kc = std::min(kc_max, K - pc), pairs = (kc + 1) / 2;
+      for (int64_t jr = 0; jr < nc; jr += kNR)
+        pack_pairs(B + pc * bks + (jc + jr) * bjs, bks, bjs, kc, std::min<int64_t>(kNR, nc - jr), kNR,
+                   bp + jr / kNR * pairs * kNR);
+      for (int64_t ic = 0; ic < M; ic += kMC) {
+        const int64_t mc = std::min(kMC, M - ic);
+        for (int64_t ir = 0; ir < mc; ir += kMR)
+          pack_pairs(A + (ic + ir) * ars + pc * aks, aks, ars, kc, std::min<int64_t>(kMR, mc - ir), kMR,
+                     ap + ir / kMR * pairs * kMR);
+        for (int64_t jr = 0; jr < nc; jr += kNR) {
+          const int n = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
+          for (int64_t ir = 0; ir < mc; ir += kMR)
+            dot_tile(pairs, ap + ir / kMR * pairs * kMR, bp + jr / kNR * pairs * kNR,
+                     C + (ic + ir) * ldc + jc + jr, ldc, static_cast<int>(std::min<int64_t>(kMR, mc - ir)), n,
+                     pc > 0);
+        }
+      }
+    }
+  }
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C,
+      (void)ldc;
+  throw Error("[cpu] gemm_bf16_dot: no AVX512-BF16 on this architecture");
+#endif
+}
+
+void widen_bf16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* s = src + r * ld;
+    float* d = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c) d[c] = f32_from_bf16(s[c]);
+  }
+}
+
+}  // namespace tg::backend::cpu

@@ -1,0 +1,40 @@
+// Products of bf16 operands with f32 accumulation (matmul and attention under
+// Precision::kBf16). Two paths compute the same mathematical value, Σ_k a_ik·b_kj over exact
+// bf16 products rounded into an f32 accumulator:
+//   - gemm_bf16_dot: the AVX512-BF16 instruction vdpbf16ps, compiled for that target in its own
+//     functions whatever the build flags, and run only where the CPU reports it
+//     (bf16_dot_supported);
+//   - widen_bf16 + an f32 GEMM: every other CPU (bf16 → f32 is exact, so the f32 kernel then
+//     multiplies the same values).
+// Threading as in gemm_small.h: nothing inside, per-thread packing buffers, so calls from
+// several threads may write disjoint parts of C.
+#pragma once
+#include <cstdint>
+
+namespace tg::backend::cpu {
+
+/// Whether this CPU runs vdpbf16ps (AVX512-BF16 with AVX512F/BW/VL), asked once.
+bool bf16_dot_supported();
+/// Whether bf16 matmuls run on gemm_bf16_dot: where supported, unless set_bf16_dot(false)
+/// turned it off (so tests and benchmarks can run the widening path on any CPU).
+bool bf16_dot_enabled();
+void set_bf16_dot(bool on);
+
+/// C[M,N] = op(A)[M,K] · op(B)[K,N] (β = 0: C is never read) for bf16 A and B held as raw
+/// uint16 words, f32 C; layouts as sgemm_small (A stored [M,K], or [K,M] when trans_a; B
+/// stored [K,N], or [N,K] when trans_b; ld* are row strides in elements). Only where
+/// bf16_dot_supported(); M, N, K ≥ 0.
+///
+/// vdpbf16ps adds a lane's two products to its f32 accumulator one after the other, each
+/// addition rounded to nearest even (Intel SDM, VDPBF16PS; MXCSR is ignored), with bf16 and f32
+/// denormals read and written as zero. A product of two bf16 values is exact in f32 (8 + 8
+/// significand bits), so this is an f32 multiply–accumulate chain over k in the order
+/// 2p+1, 2p per pair p; the only departure from IEEE f32 is the flushing of values below
+/// 2^-126, which O(1) operands never approach.
+void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                   int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
+
+/// dst[r·cols + c] = f32(src[r·ld + c]) for a rows × cols matrix (exact).
+void widen_bf16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst);
+
+}  // namespace tg::backend::cpu
