@@ -348,13 +348,24 @@ void Scheduler::place_group(int32_t gi) {
   // Stored outputs: straight into an update's target when that is safe, else their own
   // buffer; reduction sinks last.
   std::vector<int32_t> sinks;
+  const bool has_sinks = std::any_of(group.nodes.begin(), group.nodes.end(),
+                                     [&](int32_t id) { return g_.node(id).op == Op::kSum; });
   for (int32_t out : group.outputs) {
     if (g_.node(out).op == Op::kSum) continue;
     int32_t target = -1;
+    const std::vector<int64_t> strides =
+        has_sinks ? std::vector<int64_t>{} : caps_.group_output_strides(g_, out);
     if (in_place_target(out, gi, target)) {
       set_place(out, s_.places[static_cast<size_t>(target)]);
       for (size_t u = 0; u < g_.updates.size(); ++u)
         if (g_.updates[u].value == out) in_place_[u] = 1;
+    } else if (!strides.empty()) {
+      const ir::Node& n = g_.node(out);
+      int64_t span = 1;  // elements from the first to one past the last
+      for (size_t d = 0; d < n.shape.size(); ++d) span += (n.shape[d] - 1) * strides[d];
+      Place p = own(n.numel() == 0 ? 0 : span * dtype_size(n.dtype), n.dtype, category_of(n), n.shape);
+      p.strides = strides;
+      set_place(out, p);
     } else {
       own_node(out);
     }

@@ -84,6 +84,10 @@ class Capabilities {
                             const std::vector<Buffer>&) const {
     return {};
   }
+  /// Strides for an elementwise group's stored output `node` when its kernel should write it
+  /// other than dense (rows padded so that a product reads them aligned); empty: dense. Only
+  /// asked for groups without reduction sinks.
+  virtual std::vector<int64_t> group_output_strides(const ir::Graph&, int32_t) const { return {}; }
   /// Whether product steps may take epilogues or a norm (else product() sees no candidates).
   virtual bool fuses_products() const { return false; }
   /// A product step's epilogues and output layout.

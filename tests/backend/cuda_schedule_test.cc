@@ -88,4 +88,37 @@ TEST(CudaSchedule, GptTrainingStepFusesNormsProductsAndAttentionGradients) {
   }
 }
 
+TEST(CudaSchedule, Bf16ProductOperandsHaveAlignedRows) {
+  // A vocabulary of 1030 (≥ 1024, not a multiple of 8): the bf16 copies of the logits'
+  // gradient [64, 1030] and of the tied head's wteᵀ [64, 1030] would have 2060-byte rows; the
+  // groups casting them write them padded to 1088 elements.
+  nn::Gpt gpt({.vocab = 1030, .seq_len = 16, .layers = 1, .d_model = 64, .heads = 4});
+  auto train = compile_train(gpt, [&](Tensor ids, Tensor targets) { return gpt.loss(ids, targets); },
+                             {.inputs = {{"ids", {4, 16}, DType::kI32}, {"targets", {4, 16}, DType::kI32}},
+                              .device = Device::ref(),
+                              .precision = Precision::kBf16});
+  const ir::Graph& g = gpt_training_graph(train);
+  const backend::cuda::CudaCapabilities caps(tg::testing::sm90_device(), {});
+  const passes::Schedule s = passes::schedule(g, caps);
+  int products = 0, padded = 0;
+  for (const Step& st : s.steps) {
+    if (st.kind != Step::Kind::kNode || g.node(st.node).op != ir::Op::kMatmul) continue;
+    if (g.node(g.node(st.node).inputs[0]).dtype != DType::kBF16) continue;
+    ++products;
+    for (size_t k = 0; k < 2; ++k) {  // the operands (epilogue inputs follow)
+      const passes::Place& p = st.in[k];
+      const size_t r = p.strides.size();
+      // The larger of the last two strides is the leading dimension (row- or column-major).
+      const int64_t ld = std::max(p.strides[r - 2], p.strides[r - 1]);
+      EXPECT_EQ(ld * 2 % 16, 0) << "product %" << st.node << " reads bf16 rows " << ld << " elements apart";
+      EXPECT_EQ(p.offset % 16, 0) << "product %" << st.node;
+      padded += ld == 1088;
+    }
+  }
+  EXPECT_EQ(products, 3 * 4 + 3);  // per block qkv, proj, fc, fc2 (each forward, dx, dw); the head
+  // The head's forward reads the bf16 copy of wteᵀ [64, 1030] (padded too), dx reads the
+  // gradient and that copy transposed, dw reads the gradient.
+  EXPECT_EQ(padded, 4);
+}
+
 }  // namespace

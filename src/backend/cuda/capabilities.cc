@@ -183,6 +183,17 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
   // clang-format on
 }
 
+std::vector<int64_t> CudaCapabilities::group_output_strides(const ir::Graph& g, int32_t id) const {
+  // bf16 rows whose length is not a multiple of 8 elements (16 bytes) leave cuBLASLt only its
+  // slow unaligned kernels (GPT-2's 50257-wide logit gradient): write them padded, like the
+  // f32 rows products write (padded_row), or to the next multiple of 8 when shorter. The
+  // padding is never read (products take the true extents).
+  const ir::Node& n = g.node(id);
+  if (n.dtype != DType::kBF16 || n.shape.size() < 2 || n.shape.back() % 8 == 0) return {};
+  const int64_t cols = n.shape.back();
+  return row_padded_strides(n.shape, cols >= 1024 ? padded_row(cols) : (cols + 7) / 8 * 8);
+}
+
 passes::NodeLayout CudaCapabilities::attention_layout(const ir::Graph& g, int32_t id,
                                                       const std::vector<passes::Place>& in) const {
   const ir::Node& n = g.node(id);

@@ -59,6 +59,7 @@ class CudaCapabilities final : public passes::Capabilities {
   int64_t alignment() const override { return kAlign; }
   passes::NodeLayout layout(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
                             const std::vector<passes::Buffer>& buffers) const override;
+  std::vector<int64_t> group_output_strides(const ir::Graph& g, int32_t id) const override;
   bool fuses_products() const override { return true; }
   passes::ProductChoice product(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
                                 const std::vector<passes::Buffer>& buffers,

@@ -137,8 +137,10 @@ GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
   if (group.kind != passes::KernelGroup::Kind::kElementwise) throw Error("[cuda] not an elementwise group");
   GroupPart part;
   part.inputs = group_inputs(graph, group);
-  if (input_strides.size() != part.inputs.size())
-    throw Error("[cuda] fused_group_kernel: one stride list per input needed");
+  // One stride list per input, then optionally one per stored output (dense when absent).
+  if (input_strides.size() != part.inputs.size() &&
+      input_strides.size() != part.inputs.size() + group.outputs.size())
+    throw Error("[cuda] fused_group_kernel: one stride list per input (and per output) needed");
   const Shape shape = graph.node(group.nodes.front()).shape;
   for (int32_t id : group.nodes)
     if (graph.node(id).op == ir::Op::kSum)
@@ -166,8 +168,13 @@ GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
         << strided_offset(shape, input_strides[i], "i", narrow ? "u" : "LL") << "];\n";
   src << code.body;
   // int32 results leave their functions as W32; storing them needs the int inside.
-  for (size_t o = 0; o < group.outputs.size(); ++o)
-    src << "  out" << o << "[i] = " << value(group.outputs[o]) << ";\n";
+  for (size_t o = 0; o < group.outputs.size(); ++o) {
+    const size_t k = part.inputs.size() + o;
+    const std::string at = k < input_strides.size()
+                               ? strided_offset(shape, input_strides[k], "i", narrow ? "u" : "LL")
+                               : std::string("i");
+    src << "  out" << o << "[" << at << "] = " << value(group.outputs[o]) << ";\n";
+  }
   src << "}\n";
   part.functions = code.functions;
   part.body = src.str();

@@ -24,8 +24,9 @@ std::string elementwise_kernel(ir::Op op, const std::string& name);
 /// group's outputs stored. Parameters, in order: one `const <type>*` per external input (in
 /// `inputs` order), then one `<type>*` per output (group.outputs order), then `long long n`.
 /// `input_strides[k]` gives input k's element strides over the group's shape (0 = broadcast);
-/// shapes and strides are baked in as constants. Types: f32 → float, i32 → int (wrapping
-/// + − ·, as on the CPU), bool → unsigned char.
+/// entries after the inputs' , when present, are the stored outputs' strides (dense
+/// otherwise). Shapes and strides are baked in as constants. Types: f32 → float, i32 → int
+/// (wrapping + − ·, as on the CPU), bool → unsigned char, bf16 → unsigned short.
 struct GroupKernel {
   std::string name, source;
   std::vector<int32_t> inputs;  // external input node ids, parameter order

@@ -171,6 +171,8 @@ void Emitter::emit_group(const passes::Step& st) {
     add_kernel(group.nodes, fused_sinks_kernel(g_, group, strides, kName), std::move(args));
     return;
   }
+  // Stored outputs are written through their places' strides (rows padded for a product).
+  for (const passes::Place& p : st.out) strides.push_back(p.strides);
   GroupKernel k = fused_group_kernel(g_, group, strides, kName);
   Launch l;
   l.name = k.name;

@@ -61,7 +61,8 @@ struct Step {
   int64_t moved = 0;      // bytes the step reads and writes at least once (profiles)
   int64_t launch_n = -1;  // >= 0: passed as a trailing `long long n` (fused groups)
   // Elementwise groups (one, or several batched into one launch): their indices into the
-  // fusion's groups, each one's input strides, and how many leading args each one reads.
+  // fusion's groups, each one's input strides followed by its stored outputs' strides, and how
+  // many leading args each one reads.
   std::vector<int32_t> groups;
   std::vector<std::vector<std::vector<int64_t>>> group_strides;
   std::vector<size_t> group_reads, group_args;
