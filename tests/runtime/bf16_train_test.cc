@@ -47,7 +47,9 @@ TrainRun train(Device device, Precision precision, int steps, std::vector<std::s
   Program p = compile_train(
       model, [&](Tensor ids, Tensor targets) { return model.loss(ids, targets); },
       {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}, {"targets", {kBatch, kSeq}, DType::kI32}},
-       .optimizer = AdamW{.lr = 1e-2, .weight_decay = 0.1},
+       // SGD: parameter differences stay proportional to gradient differences (Adam's
+       // g/√v would blow up the rounding noise of near-zero gradients).
+       .optimizer = SGD{.lr = 0.1, .momentum = 0.9},
        .clip_grad_norm = 1.0,
        .device = device,
        .precision = precision,
