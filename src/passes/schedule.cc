@@ -365,6 +365,12 @@ void Scheduler::place_group(int32_t gi) {
       for (size_t d = 0; d < n.shape.size(); ++d) span += (n.shape[d] - 1) * strides[d];
       Place p = own(n.numel() == 0 ? 0 : span * dtype_size(n.dtype), n.dtype, category_of(n), n.shape);
       p.strides = strides;
+      Buffer& b = s_.buffers[static_cast<size_t>(p.buffer)];
+      if (n.shape.size() >= 2 && strides.back() == 1) {  // padded rows, zero-filled by the group
+        b.pad_ld = strides[n.shape.size() - 2];
+        b.pad_cols = n.shape.back();
+        b.bytes = std::max(b.bytes, n.numel() / n.shape.back() * b.pad_ld * dtype_size(n.dtype));
+      }
       set_place(out, p);
     } else {
       own_node(out);

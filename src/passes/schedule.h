@@ -85,8 +85,9 @@ class Capabilities {
     return {};
   }
   /// Strides for an elementwise group's stored output `node` when its kernel should write it
-  /// other than dense (rows padded so that a product reads them aligned); empty: dense. Only
-  /// asked for groups without reduction sinks.
+  /// other than dense: rows padded (last stride 1, rows `ld` apart) so that a product reads
+  /// them aligned, the padding written as zeros (Buffer::pad_ld). Empty: dense. Only asked
+  /// for groups without reduction sinks.
   virtual std::vector<int64_t> group_output_strides(const ir::Graph&, int32_t) const { return {}; }
   /// Whether product steps may take epilogues or a norm (else product() sees no candidates).
   virtual bool fuses_products() const { return false; }

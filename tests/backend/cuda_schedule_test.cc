@@ -113,7 +113,19 @@ TEST(CudaSchedule, Bf16ProductOperandsHaveAlignedRows) {
       EXPECT_EQ(ld * 2 % 16, 0) << "product %" << st.node << " reads bf16 rows " << ld << " elements apart";
       EXPECT_EQ(p.offset % 16, 0) << "product %" << st.node;
       padded += ld == 1088;
+      // Padded rows are zero-filled by the group that writes them, so a product can pad its
+      // reduction axis in place.
+      if (ld == 1088) {
+        EXPECT_EQ(s.buffers[static_cast<size_t>(p.buffer)].pad_ld, 1088);
+        EXPECT_EQ(s.buffers[static_cast<size_t>(p.buffer)].pad_cols, 1030);
+      }
     }
+    // The head's products run on aligned extents with no padded copies.
+    const backend::cuda::ProductPlan plan = backend::cuda::plan_product(
+        g, st.node, {st.in[0], st.in[1]}, s.buffers, {}, tg::testing::sm90_device(), {});
+    EXPECT_FALSE(plan.pad_copy[0] || plan.pad_copy[1]) << "product %" << st.node;
+    for (int64_t extent : {plan.pm, plan.pn, plan.pk})
+      EXPECT_TRUE(extent < 1024 || extent % 64 == 0) << "product %" << st.node << " extent " << extent;
   }
   EXPECT_EQ(products, 3 * 4 + 3);  // per block qkv, proj, fc, fc2 (each forward, dx, dw); the head
   // The head's forward reads the bf16 copy of wteᵀ [64, 1030] (padded too), dx reads the

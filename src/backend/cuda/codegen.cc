@@ -170,10 +170,22 @@ GroupPart group_part(const ir::Graph& graph, const passes::KernelGroup& group,
   // int32 results leave their functions as W32; storing them needs the int inside.
   for (size_t o = 0; o < group.outputs.size(); ++o) {
     const size_t k = part.inputs.size() + o;
-    const std::string at = k < input_strides.size()
-                               ? strided_offset(shape, input_strides[k], "i", narrow ? "u" : "LL")
-                               : std::string("i");
-    src << "  out" << o << "[" << at << "] = " << value(group.outputs[o]) << ";\n";
+    const bool strided = k < input_strides.size() && !is_contiguous_strides(input_strides[k], shape);
+    if (!strided) {
+      src << "  out" << o << "[i] = " << value(group.outputs[o]) << ";\n";
+      continue;
+    }
+    const std::vector<int64_t>& st = input_strides[k];
+    src << "  {\n    const long long at = " << strided_offset(shape, st, "i", narrow ? "u" : "LL")
+        << ";\n    out" << o << "[at] = " << value(group.outputs[o]) << ";\n";
+    // Rows padded to `ld` (the schedule's group_output_strides): the thread of each row's
+    // last element zeroes the padding, which products may read as zeros.
+    const size_t r = shape.size();
+    const int64_t cols = shape.back(), ld = r >= 2 ? st[r - 2] : cols;
+    if (r >= 2 && st[r - 1] == 1 && ld > cols)
+      src << "    if ((long long)(i) % " << cols << "LL == " << cols - 1
+          << "LL)\n      for (int z = 1; z <= " << ld - cols << "; ++z) out" << o << "[at + z] = 0;\n";
+    src << "  }\n";
   }
   src << "}\n";
   part.functions = code.functions;
@@ -390,15 +402,17 @@ Launch copy_kernel(const std::string& name, const Operand& in) {
 }
 
 Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
-                       int64_t rows_p, int64_t cols_p, bool col_major) {
+                       int64_t rows_p, int64_t cols_p, bool col_major, DType dtype) {
   auto c = [](int64_t x) { return std::to_string(x) + "LL"; };
+  const std::string t = storage_type(dtype);
   Launch l;
   l.name = name;
-  l.source = kernel_head(name, "const float* __restrict__ in, float* __restrict__ out", rows_p * cols_p) +
-             (col_major ? "  const long long r = i % " + c(rows_p) + ", c = i / " + c(rows_p) + ";\n"
-                        : "  const long long r = i / " + c(cols_p) + ", c = i % " + c(cols_p) + ";\n") +
-             "  out[i] = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " + c(cs) +
-             "] : 0.0f;\n}\n";
+  l.source =
+      kernel_head(name, "const " + t + "* __restrict__ in, " + t + "* __restrict__ out", rows_p * cols_p) +
+      (col_major ? "  const long long r = i % " + c(rows_p) + ", c = i / " + c(rows_p) + ";\n"
+                 : "  const long long r = i / " + c(cols_p) + ", c = i % " + c(cols_p) + ";\n") +
+      "  out[i] = r < " + c(rows) + " && c < " + c(cols) + " ? in[r * " + c(rs) + " + c * " + c(cs) +
+      "] : (" + t + ")0;\n}\n";
   elementwise_launch(l, rows_p * cols_p);
   return l;
 }

@@ -74,7 +74,7 @@ Launch copy_kernel(const std::string& name, const Operand& in);
 /// buffer, row-major or (col_major) column-major, with zeros in the padding: a product operand
 /// padded to aligned extents.
 Launch pad_copy_kernel(const std::string& name, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
-                       int64_t rows_p, int64_t cols_p, bool col_major);
+                       int64_t rows_p, int64_t cols_p, bool col_major, DType dtype = DType::kF32);
 /// The operand of an fp32 product split for three TF32 products (emit_products.cc): each
 /// element x of the [rows, cols] operand (strides rs, cs), zero-padded to [rows_p, cols_p], is
 /// written as hi = x rounded to TF32 and lo = (x − hi) rounded to TF32 (x − hi is exact in

@@ -109,7 +109,7 @@ void Emitter::emit_product(const passes::Step& st) {
     const Place copy = place(st.scratch.at(scratch++));
     add_kernel({},
                pad_copy_kernel(kName, mo.rows, mo.cols, mo.row_stride, mo.col_stride, mats[i].rows,
-                               mats[i].cols, mo.col_stride != 1),
+                               mats[i].cols, mo.col_stride != 1, p.operands),
                {{places[i]}, {copy}});
     places[i] = copy;
   }

@@ -64,15 +64,15 @@ bool split_product_wanted(int64_t batch, int64_t m, int64_t n, int64_t k, DType 
 /// `zeros`, that padding is known to be zero: Buffer::pad_ld); else a zero-padded copy is needed
 /// (`copy`), up to 512 MiB; false when neither works.
 bool pad_operand(MatOperand& mo, const passes::Place& p, const passes::Buffer& b, int64_t rows_p,
-                 int64_t cols_p, bool zeros, bool& copy) {
+                 int64_t cols_p, bool zeros, int64_t elem, bool& copy) {
   copy = false;
   if (rows_p == mo.rows && cols_p == mo.cols) return true;
   const bool row_major = mo.col_stride == 1;
   if (b.home == passes::Buffer::Home::kArena && p.offset == 0) {
     const bool grows_inner =
-        row_major ? rows_p == mo.rows && mo.row_stride >= cols_p && mo.rows * mo.row_stride * 4 <= b.bytes
+        row_major ? rows_p == mo.rows && mo.row_stride >= cols_p && mo.rows * mo.row_stride * elem <= b.bytes
                   : mo.row_stride == 1 && cols_p == mo.cols && mo.col_stride >= rows_p &&
-                        mo.cols * mo.col_stride * 4 <= b.bytes;
+                        mo.cols * mo.col_stride * elem <= b.bytes;
     const bool zero_ok =
         !zeros || (b.pad_ld > 0 && (row_major ? mo.row_stride == b.pad_ld && mo.cols == b.pad_cols
                                               : mo.col_stride == b.pad_ld && mo.rows == b.pad_cols));
@@ -81,7 +81,7 @@ bool pad_operand(MatOperand& mo, const passes::Place& p, const passes::Buffer& b
       return true;
     }
   }
-  if (rows_p * cols_p * 4 > (int64_t{512} << 20)) return false;
+  if (rows_p * cols_p * elem > (int64_t{512} << 20)) return false;
   copy = true;
   mo = row_major ? MatOperand{rows_p, cols_p, cols_p, 1, 0} : MatOperand{rows_p, cols_p, 1, rows_p, 0};
   return true;
@@ -170,14 +170,14 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
   p.small = !bf16 && !ch.bias && !ch.residual && small_matmul_preferred(p.bm, p.mm, p.nn, p.k);
   if (p.small) return p;
-  // TF32 products with an extent of 1024 or more that is not a multiple of 64 (GPT-2's
-  // vocabulary of 50257) run much slower on cuBLASLt than the same product padded to the next
-  // multiple, which gets its aligned kernels. Pad m, n and k then: extra rows and columns of
-  // the result are never read (the output buffer has room for them), and a padded reduction
-  // axis reads zeros on both sides.
+  // TF32 and bf16 products with an extent of 1024 or more that is not a multiple of 64
+  // (GPT-2's vocabulary of 50257) run several times slower on cuBLASLt than the same product
+  // padded to the next multiple, which gets its aligned kernels. Pad m, n and k then: extra
+  // rows and columns of the result are never read (the output buffer has room for them), and
+  // a padded reduction axis reads zeros on both sides.
   p.pm = p.mm, p.pn = p.nn, p.pk = p.k;
   p.unpadded[0] = mats[0], p.unpadded[1] = mats[1];
-  if (options.tf32 && p.bm == 1 && f32 && !bf16 &&
+  if (((options.tf32 && f32) || bf16) && p.bm == 1 &&
       (padded_row(p.mm) != p.mm || padded_row(p.nn) != p.nn || padded_row(p.k) != p.k)) {
     MatOperand pa = mats[0], pb = mats[1];
     const int64_t tm = padded_row(p.mm), tn = p.ld, tk = padded_row(p.k);
@@ -187,12 +187,12 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
     const passes::Buffer& ba = p.expand[0] ? none : buffers[static_cast<size_t>(in[0].buffer)];
     const passes::Buffer& bb = p.expand[1] ? none : buffers[static_cast<size_t>(in[1].buffer)];
     const passes::Place origin{};
-    if (pad_operand(pa, p.expand[0] ? origin : in[0], ba, tm, tk, tk != p.k, copy_a) &&
-        pad_operand(pb, p.expand[1] ? origin : in[1], bb, tk, tn, tk != p.k, copy_b)) {
+    if (pad_operand(pa, p.expand[0] ? origin : in[0], ba, tm, tk, tk != p.k, elem, copy_a) &&
+        pad_operand(pb, p.expand[1] ? origin : in[1], bb, tk, tn, tk != p.k, elem, copy_b)) {
       mats[0] = pa, mats[1] = pb;
       p.pad_copy[0] = copy_a, p.pad_copy[1] = copy_b;
-      if (copy_a) ch.scratch.push_back(tm * tk * 4);
-      if (copy_b) ch.scratch.push_back(tk * tn * 4);
+      if (copy_a) ch.scratch.push_back(tm * tk * elem);
+      if (copy_b) ch.scratch.push_back(tk * tn * elem);
       p.pm = tm, p.pn = tn, p.pk = tk;
       ch.out_strides = row_padded_strides(os, p.ld);
       ch.out_bytes = aligned(p.pm * p.ld * 4);
