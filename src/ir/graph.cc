@@ -133,6 +133,13 @@ bool moves_bf16(Op op) {
 
 void check_bf16(const Graph& g, const Node& node) {
   const char* name = op_info(node.op).name;
+  if (node.dtype == DType::kBF16 && node.inputs.empty())
+    throw ShapeError(
+        "[" + std::string(name) +
+        "] cannot be bf16: a program's inputs, parameters, states and constants are f32 "
+        "(convert bf16 data on the host with HostTensor::to(DType::kF32); Precision::kBf16 makes "
+        "the bf16 copies products need) (at " +
+        loc_str(node.loc) + ")");
   if (node.dtype == DType::kBF16 && !moves_bf16(node.op))
     throw ShapeError("[" + std::string(name) +
                      "] cannot make a bf16 value: bf16 values come from a cast of f32 (as Precision::kBf16 "
