@@ -1,6 +1,7 @@
 // The GPU's measured ceilings, for the roofline notes in RESULTS.md: device memory bandwidth
 // (a 1 GiB device-to-device copy: read + write bytes over time) and the matrix-product rate
-// of cuBLASLt on a large square product in f32 and TF32 (the best the backend can call).
+// of cuBLASLt on a large square product in f32, TF32 and bf16 (bf16 operands, f32 accumulation
+// and result, as Precision::kBf16's products run): the best the backend can call.
 //
 //   ./cuda_ceilings            (needs a GPU; prints one line per ceiling)
 #include <cstdio>
@@ -39,6 +40,14 @@ int main() {
     const float ms = cuda_time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
     std::printf("cuBLASLt %s product 8192^3                        %8.1f TFLOP/s\n",
                 mode == cuda::MathMode::kTf32 ? "tf32" : "fp32",
+                2.0 * static_cast<double>(n * n * n) / (ms * 1e9));
+  }
+  {
+    cuda::LtMatmul mm(1, n, n, n, dense, dense, cuda::MathMode::kFp32, size_t{32} << 20, false, 0,
+                      tg::DType::kBF16);
+    mm.tune(a.get(), b.get(), c.get(), workspace.get(), nullptr);
+    const float ms = cuda_time_ms([&] { mm.run(a.get(), b.get(), c.get(), workspace.get(), nullptr); }, 5);
+    std::printf("cuBLASLt bf16 product 8192^3 (f32 accumulate/out)  %8.1f TFLOP/s\n",
                 2.0 * static_cast<double>(n * n * n) / (ms * 1e9));
   }
   return 0;

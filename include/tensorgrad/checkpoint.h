@@ -52,6 +52,32 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 
 /// Reads, validates against the program's parameters (names, F32, shapes) and uploads. On
 /// any error nothing is uploaded and tg::CheckpointError names the file and the tensor.
+/// Tensors under "__tg/" (a training checkpoint's optimizer state) are skipped, so a
+/// training checkpoint loads into an inference program too.
 void load_safetensors(const std::string& path, Program& program, LoadOptions options = {});
+
+/// A training checkpoint: one safetensors file holding the parameters (as save_safetensors
+/// names them), the optimizer's state tensors ("__tg/optimizer/<name>"), the tg::state()
+/// tensors ("__tg/state/<name>"), the step count (the schedule's position and Adam's bias
+/// correction), the random streams' counter, the base lr and the optimizer's settings
+/// ("__tg.*" metadata), and your own metadata (a data loader's position, the epoch). Written
+/// atomically like save_safetensors.
+///
+///   tg::save_checkpoint("run.ckpt", train, {{"epoch", "3"}});
+///   …a new process, the same model and compile options…
+///   auto meta = tg::load_checkpoint("run.ckpt", train);   // continues bit for bit
+///
+/// Resuming gives exactly the losses and parameters of a run that never stopped, on the same
+/// kind of device. Metadata keys must not start with "__tg.".
+void save_checkpoint(const std::string& path, const Program& program,
+                     const std::map<std::string, std::string>& metadata = {});
+
+/// Loads a save_checkpoint file into a train program compiled for the same model and
+/// optimizer and returns the user metadata. Everything is validated first: a file that is
+/// not a training checkpoint, another optimizer (kind or settings but lr), other parameters
+/// or state tensors are a tg::CheckpointError naming the file and what differs, and nothing
+/// changes. The program's schedule is its own (a function cannot be saved); its position is
+/// restored.
+std::map<std::string, std::string> load_checkpoint(const std::string& path, Program& program);
 
 }  // namespace tg

@@ -197,6 +197,17 @@ struct UploadOptions {
   bool partial = false;
 };
 
+/// Where a training run stands beyond its parameters, to continue it exactly
+/// (Program::training_state; save_checkpoint writes it with the parameters).
+struct TrainingState {
+  std::string optimizer;                      // its kind and settings but lr ("AdamW(beta1=…)")
+  std::map<std::string, HostTensor> moments;  // the optimizer's state tensors by name
+  std::map<std::string, HostTensor> states;   // the tg::state() tensors the program uses
+  int64_t steps = 0;                          // steps taken: the schedule's position
+  uint32_t calls = 0;                         // steps and runs: the random streams' counter
+  double lr = 0;                              // the base lr (set_lr's)
+};
+
 class Program;
 namespace detail {
 using TracedFn = std::function<Tensor(std::span<const Tensor>)>;
@@ -233,6 +244,12 @@ class Program {
   void reset_state();
   /// A tg::state() tensor's current value (InputError if this program has no such state).
   HostTensor read_state(const std::string& name) const;
+  /// Everything but the parameters that the next step depends on (train programs).
+  TrainingState training_state() const;
+  /// Restores a training_state() of a program with the same optimizer (kind and settings
+  /// but lr) and the same state tensors; throws InputError naming what differs, changing
+  /// nothing. The next step is then exactly the one the saved program would have taken.
+  void restore_training_state(const TrainingState& state);
   /// Sets the optimizer's base lr (the schedule's factor still applies).
   void set_lr(double lr);
   double lr() const;

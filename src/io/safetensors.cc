@@ -498,6 +498,7 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 }
 
 void load_safetensors(const std::string& path, Program& program, LoadOptions options) {
+  static constexpr const char* kTrainingPrefix = "__tg/";
   const Where w{"load_safetensors", path};
   rethrow_as_checkpoint_error(w, [&] {
     uint64_t size = 0;
@@ -509,6 +510,7 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
     const std::map<std::string, HostTensor> current = program.download_params();
     std::set<std::string> in_file;
     for (const Entry& e : h.entries) {
+      if (e.name.rfind(kTrainingPrefix, 0) == 0) continue;  // a training checkpoint's own tensors
       in_file.insert(e.name);
       auto it = current.find(e.name);
       if (it == current.end())
@@ -529,7 +531,9 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
         fail(w, "missing parameter" + std::string(missing.size() > 1 ? "s " : " ") + join_names(missing) +
                     " (pass {.partial = true} to load a subset)");
     }
-    program.upload_params(read_tensors(w, file.get(), h), {.partial = options.partial});  // bf16, f16 → f32
+    std::map<std::string, HostTensor> tensors = read_tensors(w, file.get(), h);
+    std::erase_if(tensors, [](const auto& kv) { return kv.first.rfind(kTrainingPrefix, 0) == 0; });
+    program.upload_params(tensors, {.partial = options.partial});  // bf16, f16 → f32
   });
 }
 

@@ -190,4 +190,23 @@ double base_lr(const Optimizer& optimizer) {
       optimizer);
 }
 
+std::string describe(const Optimizer& optimizer) {
+  auto num = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return std::string(text);
+  };
+  if (const auto* sgd = std::get_if<SGD>(&optimizer))
+    return "SGD(momentum=" + num(sgd->momentum) + ", dampening=" + num(sgd->dampening) +
+           ", weight_decay=" + num(sgd->weight_decay) + ", nesterov=" + (sgd->nesterov ? "true" : "false") +
+           ")";
+  auto adam = [&](const char* name, const auto& a) {
+    return std::string(name) + "(beta1=" + num(a.beta1) + ", beta2=" + num(a.beta2) + ", eps=" + num(a.eps) +
+           ", weight_decay=" + num(a.weight_decay) + ")";
+  };
+  if (const auto* a = std::get_if<Adam>(&optimizer)) return adam("Adam", *a);
+  if (const auto* a = std::get_if<AdamW>(&optimizer)) return adam("AdamW", *a);
+  return "";
+}
+
 }  // namespace tg::optim

@@ -35,4 +35,8 @@ std::vector<float> hyper_values(const Optimizer& optimizer, int64_t t, double lr
 
 double base_lr(const Optimizer& optimizer);
 
+/// The optimizer's kind and every setting but lr, exactly (for checkpoints: a state saved by
+/// one optimizer is resumed only by the same one). "" for GradientsOnly.
+std::string describe(const Optimizer& optimizer);
+
 }  // namespace tg::optim

@@ -465,6 +465,77 @@ HostTensor Program::read_state(const std::string& name) const {
   return t;
 }
 
+TrainingState Program::training_state() const {
+  detail::ProgramState& s = state();
+  if (!s.train) throw Error("[training_state] this program was compiled with compile_forward");
+  std::lock_guard lock(s.store->mutex);
+  TrainingState t;
+  t.optimizer = optim::describe(s.optimizer);
+  for (const auto& [name, buf] : s.state_buffers) {
+    HostTensor h(buf->dtype(), {buf->numel()});
+    s.store->backend->download(*buf, h.data());
+    t.moments.emplace(name, std::move(h));
+  }
+  for (const std::string& name : s.user_states) {
+    const backend::Buffer& buf = *s.store->states.at(name);
+    HostTensor h(buf.dtype(), s.store->state_shapes.at(name));
+    s.store->backend->download(buf, h.data());
+    t.states.emplace(name, std::move(h));
+  }
+  t.steps = s.steps;
+  t.calls = s.calls;
+  t.lr = s.base_lr;
+  return t;
+}
+
+void Program::restore_training_state(const TrainingState& t) {
+  detail::ProgramState& s = state();
+  const char* api = "[restore_training_state] ";
+  if (!s.train) throw InputError(std::string(api) + "this program was compiled with compile_forward");
+  const std::string mine = optim::describe(s.optimizer);
+  if (t.optimizer != mine)
+    throw InputError(std::string(api) + "the state is of optimizer " +
+                     (t.optimizer.empty() ? "(none)" : t.optimizer) + ", this program's is " +
+                     (mine.empty() ? "(none)" : mine));
+  if (t.steps < 0 || !(std::isfinite(t.lr) && t.lr >= 0))
+    throw InputError(std::string(api) + "steps must be >= 0 and lr finite and >= 0");
+  std::lock_guard lock(s.store->mutex);
+  // Everything is checked before anything changes.
+  auto check = [&](const std::map<std::string, HostTensor>& given, auto&& expected_names, const char* what,
+                   auto&& buffer_of, auto&& shape_of) {
+    for (const std::string& name : expected_names) {
+      const auto it = given.find(name);
+      if (it == given.end()) throw InputError(std::string(api) + "missing " + what + " '" + name + "'");
+      const backend::Buffer& buf = buffer_of(name);
+      if (it->second.dtype() != buf.dtype() || it->second.numel() != buf.numel())
+        throw InputError(std::string(api) + what + " '" + name + "' is " + dtype_name(it->second.dtype()) +
+                         shape_str(it->second.shape()) + ", this program's is " + dtype_name(buf.dtype()) +
+                         shape_str(shape_of(name)));
+    }
+    if (given.size() != static_cast<size_t>(std::size(expected_names)))
+      for (const auto& [name, value] : given)
+        if (std::find(std::begin(expected_names), std::end(expected_names), name) == std::end(expected_names))
+          throw InputError(std::string(api) + "this program has no " + what + " '" + name + "'");
+  };
+  std::vector<std::string> moment_names;
+  for (const auto& [name, buf] : s.state_buffers) moment_names.push_back(name);
+  check(
+      t.moments, moment_names, "optimizer state",
+      [&](const std::string& n) -> const backend::Buffer& { return *s.state_buffers.at(n); },
+      [&](const std::string& n) { return Shape{s.state_buffers.at(n)->numel()}; });
+  check(
+      t.states, s.user_states, "state",
+      [&](const std::string& n) -> const backend::Buffer& { return *s.store->states.at(n); },
+      [&](const std::string& n) { return s.store->state_shapes.at(n); });
+  for (const auto& [name, value] : t.moments)
+    s.store->backend->upload(*s.state_buffers.at(name), value.data());
+  for (const auto& [name, value] : t.states)
+    s.store->backend->upload(*s.store->states.at(name), value.data());
+  s.steps = t.steps;
+  s.calls = t.calls;
+  s.base_lr = t.lr;
+}
+
 void Program::set_lr(double lr) {
   if (!state().train) throw Error("[set_lr] this program has no optimizer");
   if (std::holds_alternative<GradientsOnly>(state().optimizer))
