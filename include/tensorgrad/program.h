@@ -138,6 +138,12 @@ struct TrainOptions {
   /// per value, only dead-code elimination — so results with and without them can be compared.
   bool optimize = true;
   Precision precision = Precision::kFp32;
+  /// A step whose gradients hold a NaN or an infinity changes nothing: parameters, optimizer
+  /// moments, the step count and the schedule's position stay as they were (PyTorch's
+  /// GradScaler skips such steps the same way). step() still returns the loss it computed;
+  /// Program::skipped_steps() and last_step_skipped() tell. Each step then reads one flag
+  /// back from the device.
+  bool skip_nonfinite = false;
   /// Under Precision::kBf16: products and attention that read a parameter whose path starts
   /// with one of these (a module path such as "head", or a full parameter path such as
   /// "blocks.0.attn.qkv.weight") stay f32, operands and gradient alike.
@@ -244,6 +250,9 @@ class Program {
   void reset_state();
   /// A tg::state() tensor's current value (InputError if this program has no such state).
   HostTensor read_state(const std::string& name) const;
+  /// Steps left untaken because their gradients were not finite (TrainOptions::skip_nonfinite).
+  int64_t skipped_steps() const;
+  bool last_step_skipped() const;
   /// Everything but the parameters that the next step depends on (train programs).
   TrainingState training_state() const;
   /// Restores a training_state() of a program with the same optimizer (kind and settings

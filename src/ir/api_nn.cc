@@ -1,6 +1,7 @@
 // Public NN ops (functional.h): the fused primitives' front doors, which canonicalise their
 // arguments, and the composites written with primitives.
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "ir/api_util.h"
@@ -92,10 +93,15 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc) {
 Tensor one_hot(const Tensor& ids, int64_t classes, Loc loc) {
   Graph& g = graph_of("one_hot", ids, loc);
   if (ids.dtype() != DType::kI32) api_fail("one_hot", "ids must be i32", loc);
-  if (classes <= 0) api_fail("one_hot", "classes must be positive, got " + std::to_string(classes), loc);
-  std::vector<double> range(static_cast<size_t>(classes));
-  for (int64_t c = 0; c < classes; ++c) range[static_cast<size_t>(c)] = static_cast<double>(c);
-  Tensor cls = constant_on(g, std::move(range), {classes}, DType::kI32, loc);
+  if (classes <= 0 || classes > std::numeric_limits<int32_t>::max())
+    api_fail("one_hot", "classes must be in [1, 2^31 - 1] (ids are i32), got " + std::to_string(classes),
+             loc);
+  // 0, 1, …, classes - 1 as an arange leaf: no host array of `classes` values.
+  Node range = make_node(Op::kArange, {}, loc);
+  range.dtype = DType::kI32;
+  range.shape = {classes};
+  range.attrs.values = {0.0, 1.0};
+  Tensor cls = emit(g, std::move(range));
   return cast(eq(unsqueeze(ids, -1, loc), cls, loc), DType::kF32, loc);
 }
 

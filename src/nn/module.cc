@@ -58,8 +58,15 @@ Param::Param(Module& owner, std::string name, Shape shape, Init init, ParamOptio
       init_(std::move(init)),
       decay_(options.decay.value_or(default_decay(shape_, init_))) {
   if (name_.empty()) throw Error("[Param] a parameter needs a name");
-  for (int64_t d : shape_)
+  int64_t count = 1;
+  for (int64_t d : shape_) {
     if (d <= 0) throw ShapeError("[Param] '" + name_ + "' has a non-positive extent in " + shape_str(shape_));
+    // Byte counts (numel · 4) must fit in int64 with room to spare, as for every graph value.
+    if (count > (int64_t{1} << 56) / d)
+      throw ShapeError("[Param] '" + name_ + "' has shape " + shape_str(shape_) +
+                       ": more than 2^56 elements, too large to allocate");
+    count *= d;
+  }
   owner.entries_.push_back({nullptr, this});
 }
 

@@ -52,6 +52,9 @@ struct ProgramState {
   double base_lr = 0;
   int64_t steps = 0;
   optim::UpdatePlan plan;
+  int32_t finite = -1;  // skip_nonfinite: full-graph id of the bool "every gradient is finite"
+  int64_t skipped = 0;
+  bool last_skipped = false;
   std::map<std::string, std::unique_ptr<backend::Buffer>>
       state_buffers;                     // the optimizer's, this program's own
   std::vector<std::string> user_states;  // tg::state() names this program reads (buffers in the store)
@@ -306,6 +309,23 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   }
   t.graph.stage = ir::Stage::kOptimizer;
   s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
+  if (options.skip_nonfinite && !t.graph.updates.empty()) {
+    // Σ sum(g·0) over every gradient is exactly 0 unless some element is NaN or ±inf; each
+    // update then keeps its target's value when it is not.
+    const Loc loc = Loc::current();
+    Tensor acc;
+    for (const optim::ParamGrad& p : pg) {
+      const Tensor z = sum(Tensor(&t.graph, p.grad) * 0.0, {}, false, loc);
+      acc = acc.valid() ? acc + z : z;
+    }
+    const Tensor ok = eq(acc, 0.0, loc);
+    for (ir::Graph::Update& u : t.graph.updates) {
+      const Tensor target(&t.graph, u.target);
+      u.value = where(broadcast_to(ok, target.shape(), loc), Tensor(&t.graph, u.value), target, loc).id();
+    }
+    s->finite = ok.id();
+    s->kept.push_back(ok.id());
+  }
   timer.mark("optimizer graph");
   t.graph.stage = ir::Stage::kForward;
   s->inputs = options.inputs;
@@ -357,7 +377,16 @@ float Program::step(const Feeds& feeds, StepOptions options) {
   const std::vector<float> hyper = optim::hyper_values(s.optimizer, s.steps + 1, lr);
   for (size_t i = 0; i < hyper.size(); ++i) v.exec->set_input(v.id(s.plan.hyper_nodes[i]), &hyper[i]);
   v.exec->execute();
-  ++s.steps;
+  s.last_skipped = false;
+  if (s.finite >= 0) {
+    uint8_t finite = 1;
+    v.exec->read_output(v.id(s.finite), &finite);
+    s.last_skipped = finite == 0;
+  }
+  if (s.last_skipped)
+    ++s.skipped;
+  else
+    ++s.steps;
   if (options.captures != nullptr) detail::read_captures(s, v, *options.captures);
   if (!options.read_loss) return std::nanf("");
   float loss = 0;
@@ -463,6 +492,15 @@ HostTensor Program::read_state(const std::string& name) const {
   HostTensor t(buf.dtype(), s.store->state_shapes.at(name));
   s.store->backend->download(buf, t.data());
   return t;
+}
+
+int64_t Program::skipped_steps() const {
+  std::lock_guard lock(state().store->mutex);
+  return state().skipped;
+}
+bool Program::last_step_skipped() const {
+  std::lock_guard lock(state().store->mutex);
+  return state().last_skipped;
 }
 
 TrainingState Program::training_state() const {

@@ -5,6 +5,7 @@
 #include <tensorgrad/tensorgrad.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -62,6 +63,60 @@ TEST(NanSemantics, ANanInputReachesTheLossThroughRelu) {
                                    {.inputs = {{"x", {1, 2}}}, .optimizer = tg::SGD{.lr = 0.1}, .device = d});
     train.init_params(0);
     EXPECT_TRUE(std::isnan(train.step({{"x", std::vector<float>{nan, 1.0f}}})));
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(NanGuard, ANonFiniteStepIsSkippedAndChangesNothing) {
+  struct Net : tg::Module {
+    tg::nn::Linear fc{*this, "fc", 3, 2};
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto compile = [](Net& m, tg::Device d, bool guard) {
+    return tg::compile_train(
+        m, [&m](tg::Tensor x) { return tg::mean(tg::relu(m.fc(x))); },
+        {.inputs = {{"x", {2, 3}}}, .optimizer = tg::AdamW{.lr = 0.1}, .device = d, .skip_nonfinite = guard});
+  };
+  const std::vector<float> good{0.5f, -1.0f, 2.0f, 1.5f, 0.25f, -0.75f},
+      with_nan{0.5f, nan, 2.0f, 1.5f, 0.25f, 0.0f}, with_inf{inf, 1.0f, 2.0f, 1.5f, 0.25f, 0.0f};
+  for (const tg::Device& d : tg::testing::all_devices()) {
+    SCOPED_TRACE(d.str());
+    Net a, b;
+    tg::Program guarded = compile(a, d, true), plain = compile(b, d, false);
+    guarded.init_params(1);
+    plain.init_params(1);
+    EXPECT_EQ(guarded.step({{"x", good}}), plain.step({{"x", good}}));
+    EXPECT_FALSE(guarded.last_step_skipped());
+    const auto before = guarded.download_params();
+    const tg::TrainingState state = guarded.training_state();
+    EXPECT_TRUE(std::isnan(guarded.step({{"x", with_nan}})));
+    EXPECT_TRUE(guarded.last_step_skipped());
+    (void)guarded.step({{"x", with_inf}});
+    EXPECT_TRUE(guarded.last_step_skipped());
+    EXPECT_EQ(guarded.skipped_steps(), 2);
+    EXPECT_EQ(guarded.steps(), 1);
+    const auto after = guarded.download_params();
+    for (const auto& [name, t] : before)
+      EXPECT_EQ(std::memcmp(t.data(), after.at(name).data(), static_cast<size_t>(t.numel()) * 4), 0) << name;
+    const tg::TrainingState state_after = guarded.training_state();
+    for (const auto& [name, t] : state.moments) {
+      const tg::HostTensor& now = state_after.moments.at(name);
+      EXPECT_EQ(std::memcmp(t.data(), now.data(), static_cast<size_t>(t.numel()) * 4), 0) << name;
+    }
+    // The next finite step is the one a run that never saw the bad batches takes.
+    EXPECT_EQ(guarded.step({{"x", good}}), plain.step({{"x", good}}));
+    EXPECT_FALSE(guarded.last_step_skipped());
+    const auto pa = guarded.download_params(), pb = plain.download_params();
+    for (const auto& [name, t] : pa)
+      EXPECT_EQ(std::memcmp(t.data(), pb.at(name).data(), static_cast<size_t>(t.numel()) * 4), 0) << name;
+    // Without the guard the NaN reaches the weights.
+    (void)plain.step({{"x", with_nan}});
+    const auto poisoned = plain.download_params();
+    EXPECT_TRUE(std::isnan(poisoned.at("fc.weight").f32()[0]) ||
+                std::isnan(poisoned.at("fc.weight").f32()[1]));
   }
 }
 

@@ -190,6 +190,27 @@ TEST(Misuse, OptimizerSettingsAreValidatedAtCompile) {
   }
 }
 
+TEST(Misuse, OverflowingSizesAreShapeErrorsWithNames) {
+  // A one_hot of 2^40 classes used to allocate a host array of that many values.
+  const std::string msg = message_of<tg::ShapeError>([] {
+    Net m;
+    tg::compile_forward(m, [](tg::Tensor ids) { return tg::one_hot(ids, int64_t{1} << 40); },
+                        {.inputs = {{"ids", {2}, tg::DType::kI32}}, .device = tg::Device::cpu()});
+  });
+  EXPECT_NE(msg.find("classes must be in [1, 2^31 - 1]"), std::string::npos) << msg;
+  struct Huge : tg::Module {
+    tg::Param w{*this, "enormous", {int64_t{1} << 40, int64_t{1} << 30}};
+  };
+  const std::string pmsg = message_of<tg::ShapeError>([] { Huge h; });
+  EXPECT_NE(pmsg.find("'enormous'"), std::string::npos) << pmsg;
+  EXPECT_NE(pmsg.find("too large"), std::string::npos) << pmsg;
+  // A large but legal one_hot traces without a host array (its classes are an arange).
+  Net m;
+  auto p = tg::compile_forward(m, [](tg::Tensor ids) { return tg::sum(tg::one_hot(ids, 5)); },
+                               {.inputs = {{"ids", {3}, tg::DType::kI32}}, .device = tg::Device::cpu()});
+  EXPECT_EQ(p.run({{"ids", std::vector<int32_t>{0, 4, 2}}}).item(), 3.0);
+}
+
 TEST(Misuse, AScheduleReturningNanStopsTheStep) {
   Net m;
   auto train = tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.fc(x)); },
