@@ -6,6 +6,8 @@
 #   demo     Release, examples only (scripts/demo.sh)                 default dir: build
 #   release  Release, examples, tests and benchmarks (scripts/test.sh) default dir: build
 #   asan     -O1 -g1 with ASan+UBSan, examples and tests (scripts/test.sh) default dir: build-asan
+#   fuzz     clang 16, -O1 -g1 with ASan+UBSan and libFuzzer, the fuzz/ targets only (scripts/test.sh)
+#            default dir: build-fuzz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:?usage: scripts/configure.sh demo|release|asan [build dir]}
@@ -18,6 +20,13 @@ case "$profile" in
   # -O1 -g1 (line tables only): sanitizer builds compile several times faster than at -O2 -g.
   asan)    dir=${2:-build-asan}
            opts=(-DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" -DTG_SANITIZE=ON -DTG_BUILD_TESTS=ON -DTG_BUILD_BENCH=OFF) ;;
-  *) echo "scripts/configure.sh: unknown build '$profile' (demo, release or asan)" >&2; exit 2 ;;
+  fuzz)    dir=${2:-build-fuzz}
+           opts=(-DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" -DTG_SANITIZE=ON
+                 -DTG_FUZZ=ON -DTG_BUILD_TESTS=OFF -DTG_BUILD_EXAMPLES=OFF -DTG_BUILD_BENCH=OFF)
+           # A folder configured with another compiler cannot switch: start it afresh.
+           if [ -f "$dir/CMakeCache.txt" ] && ! grep -q 'CMAKE_CXX_COMPILER:.*clang++-16' "$dir/CMakeCache.txt"; then
+             rm -rf "$dir"
+           fi ;;
+  *) echo "scripts/configure.sh: unknown build '$profile' (demo, release, asan or fuzz)" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" "${common[@]}" "${opts[@]}" >/dev/null

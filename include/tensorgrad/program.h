@@ -289,20 +289,24 @@ namespace detail {
 Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOptions options);
 Program compile_forward(Module& model, const TracedFn& fn, size_t arity, ForwardOptions options);
 
+template <size_t>
+using AsTensor = Tensor;
+template <class F, class Indices>
+struct TakesTensors;
+template <class F, size_t... I>
+struct TakesTensors<F, std::index_sequence<I...>>
+    : std::bool_constant<std::is_invocable_r_v<Tensor, F&, AsTensor<I>...>> {};
+
 /// How many Tensor arguments `F` takes (0…8), found by trying each.
 template <class F, size_t N = 0>
 constexpr size_t tensor_arity() {
   if constexpr (N > 8) {
     static_assert(N <= 8, "the traced function must take 0 to 8 tg::Tensor arguments");
     return 0;
+  } else if constexpr (TakesTensors<F, std::make_index_sequence<N>>::value) {
+    return N;
   } else {
-    return []<size_t... I>(std::index_sequence<I...>) {
-      if constexpr (std::is_invocable_r_v<Tensor, F&, decltype((void)I, Tensor())...>)
-        return N;
-      else
-        return tensor_arity<F, N + 1>();
-    }
-    (std::make_index_sequence<N>());
+    return tensor_arity<F, N + 1>();
   }
 }
 

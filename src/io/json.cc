@@ -122,7 +122,7 @@ class Parser {
       skip_ws();
       expect(':');
       JsonValue member = parse_value(depth + 1);
-      v.object.emplace_back(std::move(key), std::move(member));
+      v.object.push_back({std::move(key), std::move(member)});
       skip_ws();
       if (next() == '}') return;
       --pos_;

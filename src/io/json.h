@@ -21,6 +21,8 @@ struct JsonError : std::runtime_error {
   size_t offset;
 };
 
+struct JsonMember;
+
 struct JsonValue {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
@@ -33,13 +35,20 @@ struct JsonValue {
   std::string string;
   std::vector<JsonValue> array;
   /// Members in file order; duplicate keys are kept (the caller decides what they mean).
-  std::vector<std::pair<std::string, JsonValue>> object;
+  std::vector<JsonMember> object;
 
   bool is_object() const { return kind == Kind::kObject; }
   bool is_array() const { return kind == Kind::kArray; }
   bool is_string() const { return kind == Kind::kString; }
   /// The first member named `key`, or nullptr.
   const JsonValue* find(std::string_view key) const;
+};
+
+/// An object member (a struct, not std::pair: a vector of pairs of the still-incomplete
+/// JsonValue is not allowed to instantiate, and clang's libstdc++ checks refuse it).
+struct JsonMember {
+  std::string first;
+  JsonValue second;
 };
 
 /// Parses one JSON value; only whitespace may follow it. Throws JsonError.
