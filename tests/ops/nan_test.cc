@@ -121,3 +121,35 @@ TEST(NanGuard, ANonFiniteStepIsSkippedAndChangesNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(NanGuard, CheckFiniteNamesTheFirstOpThatMadeANonFiniteValue) {
+  struct Empty : tg::Module {
+  } m;
+  ::setenv("TG_CHECK_FINITE", "1", 1);
+  const int line = __LINE__ + 3;  // the log below
+  auto fn = [](tg::Tensor x) {
+    tg::Tensor a = x * 2.0 + 1.0;
+    tg::Tensor b = tg::log(a);
+    return tg::sum(b * b);
+  };
+  for (const bool optimize : {false, true}) {
+    SCOPED_TRACE(optimize ? "fused" : "one kernel per op");
+    tg::Program p = tg::compile_forward(
+        m, fn, {.inputs = {{"x", {3}}}, .device = tg::Device::cpu(), .optimize = optimize});
+    EXPECT_NO_THROW(p.run({{"x", std::vector<float>{1, 2, 3}}}));
+    const std::string msg = tg::testing::message_of<tg::Error>([&] {
+      p.run({{"x", std::vector<float>{1, -4, 3}}});
+    });
+    EXPECT_NE(msg.find("TG_CHECK_FINITE"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("nan"), std::string::npos) << msg;
+    if (!optimize) {  // every op its own kernel: the log itself, where it was written
+      EXPECT_NE(msg.find("= log"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("nan_test.cc:" + std::to_string(line)), std::string::npos) << msg;
+    }
+  }
+  ::unsetenv("TG_CHECK_FINITE");
+}
+
+}  // namespace

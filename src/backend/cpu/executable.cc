@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -22,13 +23,14 @@ using Home = passes::Buffer::Home;
 CpuExecutable::CpuExecutable(const ir::Graph& g, const Bindings& bindings, const PrepareOptions& options) {
   for (int32_t id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.node(id);
-    nodes_.push_back({n.op, n.dtype, n.shape, n.name});
+    nodes_.push_back({n.op, n.dtype, n.shape, n.name, n.loc});
   }
   input_set_.assign(nodes_.size(), 0);
   schedule_ = passes::schedule(g, capabilities(), {options.fuse, options.reuse_memory});
   allocate(g, bindings);
   build_kernels(g);
   profile_ = env::is_set(env::Switch::kProfile);
+  check_finite_ = env::is_set(env::Switch::kCheckFinite);
   kernel_seconds_.assign(kernels_.size(), 0.0);
 }
 
@@ -92,6 +94,7 @@ void CpuExecutable::build_kernels(const ir::Graph& g) {
     } else {
       kernels_.push_back(step_kernel(g, steps[i], view_of));
     }
+    kernel_steps_.emplace_back(i, j);
     i = j;
   }
   for (const passes::Step& st : steps) step_flops_.push_back(step_flops(g, st));
@@ -156,12 +159,45 @@ void CpuExecutable::execute() {
       kernel_seconds_[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     ++executions_;
+  } else if (check_finite_) {
+    for (size_t i = 0; i < kernels_.size(); ++i) {
+      kernels_[i]();
+      check_finite(i);
+    }
   } else {
     for (const Kernel& k : kernels_) k();
   }
   // Update values that alias an updated buffer were copied aside by the last launches, so
   // every update sees the values from before the step.
   for (const Kernel& u : updates_) u();
+}
+
+void CpuExecutable::check_finite(size_t kernel) const {
+  const auto [first, last] = kernel_steps_[kernel];
+  for (size_t k = first; k < last; ++k) {
+    const passes::Step& st = schedule_.steps[k];
+    std::vector<int32_t> made;  // the values this step wrote
+    if (st.kind == passes::Step::Kind::kGroup)
+      made = schedule_.fusion.groups[static_cast<size_t>(st.group)].outputs;
+    else
+      made = {st.node};
+    for (int32_t id : made) {
+      const NodeInfo& n = nodes_[static_cast<size_t>(id)];
+      const passes::Place& p = schedule_.places[static_cast<size_t>(id)];
+      if (n.dtype != DType::kF32 || p.buffer < 0 || numel(n.shape) == 0) continue;
+      std::vector<float> values(static_cast<size_t>(numel(n.shape)));
+      copy_now(n.dtype, n.shape, contiguous_view(reinterpret_cast<std::byte*>(values.data()), n.shape),
+               view(p));
+      for (size_t e = 0; e < values.size(); ++e)
+        if (!std::isfinite(values[e]))
+          throw Error("[cpu] TG_CHECK_FINITE: %" + std::to_string(id) + " = " + ir::op_name(n.op) +
+                      (n.name.empty() ? "" : " '" + n.name + "'") + " " + dtype_name(n.dtype) +
+                      shape_str(n.shape) + " holds " + std::to_string(values[e]) + " at element " +
+                      std::to_string(e) +
+                      ": the first non-finite value of this execution, made by the op traced at " +
+                      ir::loc_str(n.loc));
+    }
+  }
 }
 
 void CpuExecutable::read_output(int32_t node, void* host) {

@@ -3,6 +3,7 @@
 // launch of several group steps is one parallel region over all their chunks. execute() only
 // runs kernels, then copies the update values that were not written in place.
 #pragma once
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ class CpuExecutable final : public Executable {
     DType dtype;
     Shape shape;
     std::string name;
+    std::source_location loc;
   };
   std::vector<NodeInfo> nodes_;
   std::vector<char> input_set_;
@@ -54,6 +56,10 @@ class CpuExecutable final : public Executable {
   std::vector<Kernel> updates_;  // the update copies, after every launch
   std::vector<int64_t> step_flops_;
   MemoryStats memory_;
+  // TG_CHECK_FINITE=1: each kernel's f32 results are scanned after it runs (check_finite).
+  bool check_finite_ = false;
+  std::vector<std::pair<size_t, size_t>> kernel_steps_;  // per kernel: its steps [first, last)
+  void check_finite(size_t kernel) const;
   // TG_PROFILE=1: wall time per kernel, printed by op when the executable is destroyed.
   bool profile_ = false;
   std::vector<double> kernel_seconds_;
