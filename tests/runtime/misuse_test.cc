@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -209,6 +210,41 @@ TEST(Misuse, OverflowingSizesAreShapeErrorsWithNames) {
   auto p = tg::compile_forward(m, [](tg::Tensor ids) { return tg::sum(tg::one_hot(ids, 5)); },
                                {.inputs = {{"ids", {3}, tg::DType::kI32}}, .device = tg::Device::cpu()});
   EXPECT_EQ(p.run({{"ids", std::vector<int32_t>{0, 4, 2}}}).item(), 3.0);
+}
+
+TEST(Misuse, ConcurrentCompilesAndStepsMatchSerialOnes) {
+  // Serial: two models trained one after the other.
+  auto train = [](Net& m, int steps) {
+    auto p = tg::compile_train(
+        m, [&m](tg::Tensor x) { return tg::mean(tg::relu(m.fc(x))); },
+        {.inputs = {{"x", {1, 2}}}, .optimizer = tg::Adam{.lr = 0.1}, .device = tg::Device::cpu()});
+    p.init_params(3);
+    std::vector<float> losses;
+    for (int s = 0; s < steps; ++s) losses.push_back(p.step({{"x", std::vector<float>{1.0f + s, -0.5f}}}));
+    return losses;
+  };
+  Net a;
+  const std::vector<float> serial = train(a, 20);
+  // Concurrent: each thread traces, compiles and trains its own model.
+  Net c, d;
+  std::vector<float> lc, ld;
+  std::thread t1([&] { lc = train(c, 20); }), t2([&] { ld = train(d, 20); });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(lc, serial);
+  EXPECT_EQ(ld, serial);
+  // Two threads stepping one program take turns: every step is counted once.
+  Net e;
+  auto shared = tg::compile_train(
+      e, [&e](tg::Tensor x) { return tg::mean(e.fc(x)); },
+      {.inputs = {{"x", {1, 2}}}, .optimizer = tg::SGD{.lr = 0.01}, .device = tg::Device::cpu()});
+  auto worker = [&] {
+    for (int s = 0; s < 50; ++s) shared.step({{"x", std::vector<float>{1, 2}}});
+  };
+  std::thread w1(worker), w2(worker);
+  w1.join();
+  w2.join();
+  EXPECT_EQ(shared.steps(), 100);
 }
 
 TEST(Misuse, AScheduleReturningNanStopsTheStep) {
