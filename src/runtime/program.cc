@@ -538,37 +538,34 @@ void Program::restore_training_state(const TrainingState& t) {
   if (t.steps < 0 || !(std::isfinite(t.lr) && t.lr >= 0))
     throw InputError(std::string(api) + "steps must be >= 0 and lr finite and >= 0");
   std::lock_guard lock(s.store->mutex);
-  // Everything is checked before anything changes.
-  auto check = [&](const std::map<std::string, HostTensor>& given, auto&& expected_names, const char* what,
-                   auto&& buffer_of, auto&& shape_of) {
-    for (const std::string& name : expected_names) {
+  // The program's tensors of each kind, by name; everything is checked before anything changes.
+  struct Slot {
+    backend::Buffer* buffer;
+    Shape shape;
+  };
+  std::map<std::string, Slot> moments, states;
+  for (const auto& [name, buf] : s.state_buffers) moments[name] = {buf.get(), {buf->numel()}};
+  for (const std::string& name : s.user_states)
+    states[name] = {s.store->states.at(name).get(), s.store->state_shapes.at(name)};
+  auto check = [&](const std::map<std::string, HostTensor>& given, const std::map<std::string, Slot>& mine,
+                   const char* what) {
+    for (const auto& [name, slot] : mine) {
       const auto it = given.find(name);
       if (it == given.end()) throw InputError(std::string(api) + "missing " + what + " '" + name + "'");
-      const backend::Buffer& buf = buffer_of(name);
-      if (it->second.dtype() != buf.dtype() || it->second.numel() != buf.numel())
+      if (it->second.dtype() != slot.buffer->dtype() || it->second.numel() != slot.buffer->numel())
         throw InputError(std::string(api) + what + " '" + name + "' is " + dtype_name(it->second.dtype()) +
-                         shape_str(it->second.shape()) + ", this program's is " + dtype_name(buf.dtype()) +
-                         shape_str(shape_of(name)));
+                         shape_str(it->second.shape()) + ", this program's is " +
+                         dtype_name(slot.buffer->dtype()) + shape_str(slot.shape));
     }
-    if (given.size() != static_cast<size_t>(std::size(expected_names)))
-      for (const auto& [name, value] : given)
-        if (std::find(std::begin(expected_names), std::end(expected_names), name) == std::end(expected_names))
-          throw InputError(std::string(api) + "this program has no " + what + " '" + name + "'");
+    for (const auto& [name, value] : given)
+      if (mine.count(name) == 0)
+        throw InputError(std::string(api) + "this program has no " + what + " '" + name + "'");
   };
-  std::vector<std::string> moment_names;
-  for (const auto& [name, buf] : s.state_buffers) moment_names.push_back(name);
-  check(
-      t.moments, moment_names, "optimizer state",
-      [&](const std::string& n) -> const backend::Buffer& { return *s.state_buffers.at(n); },
-      [&](const std::string& n) { return Shape{s.state_buffers.at(n)->numel()}; });
-  check(
-      t.states, s.user_states, "state",
-      [&](const std::string& n) -> const backend::Buffer& { return *s.store->states.at(n); },
-      [&](const std::string& n) { return s.store->state_shapes.at(n); });
+  check(t.moments, moments, "optimizer state");
+  check(t.states, states, "state");
   for (const auto& [name, value] : t.moments)
-    s.store->backend->upload(*s.state_buffers.at(name), value.data());
-  for (const auto& [name, value] : t.states)
-    s.store->backend->upload(*s.store->states.at(name), value.data());
+    s.store->backend->upload(*moments.at(name).buffer, value.data());
+  for (const auto& [name, value] : t.states) s.store->backend->upload(*states.at(name).buffer, value.data());
   s.steps = t.steps;
   s.calls = t.calls;
   s.base_lr = t.lr;
