@@ -107,6 +107,33 @@ int bf16_products(const Program& p) {
   return n;
 }
 
+TEST(Bf16Train, Bf16ValuesCanBeCapturedOnEveryDevice) {
+  struct Empty : Module {
+  } m;
+  const std::vector<float> x{1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f, -0.0f};
+  const HostTensor want = HostTensor::f32(x, {2, 3}).to(DType::kBF16);
+  for (const Device& d : testing::all_devices()) {
+    SCOPED_TRACE(d.str());
+    Program p = compile_forward(
+        m,
+        [](Tensor v) {
+          Tensor b = capture("b", transpose(cast(v, DType::kBF16), 0, 1));  // a bf16 view, read back dense
+          return cast(b, DType::kF32);
+        },
+        {.inputs = {{"v", {2, 3}}}, .device = d});
+    Captures caps;
+    const HostTensor out = p.run({{"v", x}}, {.captures = &caps});
+    const HostTensor& b = caps.at("b");
+    ASSERT_EQ(b.dtype(), DType::kBF16);
+    ASSERT_EQ(b.shape(), (Shape{3, 2}));
+    const auto* got = static_cast<const uint16_t*>(b.data());
+    const auto* ref = static_cast<const uint16_t*>(want.data());
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(got[j * 2 + i], ref[i * 3 + j]) << i << "," << j;
+    EXPECT_EQ(out.f32()[1], f32_from_bf16(ref[3]));  // out[0][1] = x[1][0] rounded
+  }
+}
+
 TEST(Bf16Train, PolicyAndKeepF32) {
   auto compile = [](nn::Gpt& model, Precision precision, std::vector<std::string> keep) {
     return compile_forward(model, [&](Tensor ids) { return model.logits(ids); },
