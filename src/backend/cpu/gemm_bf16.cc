@@ -11,6 +11,7 @@
 // of each of the kMR rows. Row tails are computed on zero rows and not stored; column tails are
 // zero-padded panels and masked stores.
 #include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_small.h"
 
 #include <algorithm>
 #include <atomic>
@@ -40,32 +41,8 @@ constexpr int64_t kKC = 512;   // K block (256 pairs): a packed panel is 32 KiB,
 constexpr int64_t kMC = 128;   // M block: its packed strips (128 KiB) stay in L2 across panels
 constexpr int64_t kNC = 2048;  // N block: bounds the packed op(B) block (2 MiB)
 
-/// Grow-only 64-byte aligned per-thread packing memory, as in gemm_small.cc.
-class Words {
- public:
-  Words() = default;
-  Words(const Words&) = delete;
-  Words& operator=(const Words&) = delete;
-  ~Words() { std::free(p_); }
-  uint32_t* get(int64_t n) {
-    if (n > cap_) {
-      const int64_t want = std::max(n, cap_ * 2);
-      void* q = std::aligned_alloc(64, (static_cast<size_t>(want) * sizeof(uint32_t) + 63) & ~size_t{63});
-      if (!q) throw std::bad_alloc();
-      std::free(p_);
-      p_ = static_cast<uint32_t*>(q);
-      cap_ = want;
-    }
-    return p_;
-  }
-
- private:
-  uint32_t* p_ = nullptr;
-  int64_t cap_ = 0;
-};
-
-thread_local Words t_pack_a;
-thread_local Words t_pack_b;
+thread_local PackBuffer<uint32_t> t_pack_a;
+thread_local PackBuffer<uint32_t> t_pack_b;
 
 /// dst[p·width + c] = the pair (x(2p, c), x(2p+1, c)) for p < ⌈kc/2⌉, c < width, where
 /// x(k, c) = src[k·ks + c·cs]; columns c ≥ cols and the half k = kc of an odd last pair are 0

@@ -138,33 +138,8 @@ constexpr int64_t kMC =
 constexpr int64_t kNC = 2048;  // N block: bounds the packing buffer (kKC x kNC floats = 2 MiB)
 
 // ---- per-thread packing buffers -------------------------------------------------------------
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { std::free(p_); }
-  /// At least n floats, 64-byte aligned; grows (never shrinks), so steady state allocates nothing.
-  float* get(int64_t n) {
-    if (n > cap_) {
-      const int64_t want = std::max(n, cap_ * 2);
-      const size_t bytes = (static_cast<size_t>(want) * sizeof(float) + 63) & ~size_t{63};
-      void* q = std::aligned_alloc(64, bytes);
-      if (!q) throw std::bad_alloc();
-      std::free(p_);
-      p_ = static_cast<float*>(q);
-      cap_ = want;
-    }
-    return p_;
-  }
-
- private:
-  float* p_ = nullptr;
-  int64_t cap_ = 0;
-};
-
-thread_local Buffer t_pack_b;
-thread_local Buffer t_pack_x;
+thread_local PackBuffer<float> t_pack_b;
+thread_local PackBuffer<float> t_pack_x;
 
 // ---- microkernel ----------------------------------------------------------------------------
 /// C[0:MR, 0:n] = alpha * op(A)[0:MR, 0:kc] * Bpanel[0:kc, 0:kNR] + beta * C  (n <= kNR valid

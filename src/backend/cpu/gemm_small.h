@@ -8,7 +8,10 @@
 // as they write disjoint parts of C — e.g. a caller splitting M across threads passes each
 // thread its own row range (A + r0*lda, or A + r0 when trans_a; C + r0*ldc).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 
 namespace tg::backend::cpu {
 
@@ -38,5 +41,31 @@ constexpr bool sgemm_small_everywhere() {
   return false;
 #endif
 }
+
+/// Per-thread packing memory of the GEMM kernels (gemm_small.cc, gemm_bf16.cc): at least n
+/// elements, 64-byte aligned; grows, never shrinks, so steady state allocates nothing.
+template <class T>
+class PackBuffer {
+ public:
+  PackBuffer() = default;
+  PackBuffer(const PackBuffer&) = delete;
+  PackBuffer& operator=(const PackBuffer&) = delete;
+  ~PackBuffer() { std::free(p_); }
+  T* get(int64_t n) {
+    if (n > cap_) {
+      const int64_t want = std::max(n, cap_ * 2);
+      void* q = std::aligned_alloc(64, (static_cast<size_t>(want) * sizeof(T) + 63) & ~size_t{63});
+      if (!q) throw std::bad_alloc();
+      std::free(p_);
+      p_ = static_cast<T*>(q);
+      cap_ = want;
+    }
+    return p_;
+  }
+
+ private:
+  T* p_ = nullptr;
+  int64_t cap_ = 0;
+};
 
 }  // namespace tg::backend::cpu
