@@ -122,6 +122,45 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
                     std::optional<double> scale = {}, Loc loc = Loc::current());
 
+// ---- convolutional networks (NCHW) ------------------------------------------------------
+/// A pair of extents (height, width); one number means both.
+struct Size2 {
+  Size2(int64_t both) : h(both), w(both) {}  // NOLINT(google-explicit-constructor): {.stride = 2}
+  Size2(int64_t height, int64_t width) : h(height), w(width) {}
+  int64_t h, w;
+};
+struct Conv2dOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;  // zeros on each side
+  Size2 dilation = 1;
+  int64_t groups = 1;  // depthwise: groups = channels
+};
+/// 2-D convolution (cross-correlation, as PyTorch's): x [N, C, H, W], weight [O, C/groups, KH,
+/// KW], optional bias [O] → [N, O, OH, OW] with OH = ⌊(H + 2·padding − dilation·(KH − 1) − 1) /
+/// stride⌋ + 1 (likewise OW). Under Precision::kBf16 x and weight are read as bf16 and the sums
+/// accumulate in f32, as a product's. Bad geometry (channels not divisible by groups, a kernel
+/// larger than the padded input, an empty output) is a ShapeError here.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              Conv2dOptions options = {}, Loc loc = Loc::current());
+struct Pool2dOptions {
+  Size2 kernel;
+  Size2 stride = 0;               // 0: the kernel
+  Size2 padding = 0;              // at most half the kernel; never chosen by max, counted by avg
+  Size2 dilation = 1;             // max_pool2d only
+  bool count_include_pad = true;  // avg_pool2d: divide by kh·kw even where the window hangs over
+};
+/// Per-channel maximum of each window of x [N, C, H, W] (PyTorch's max_pool2d without
+/// ceil_mode; NaN propagates). The gradient goes to each window's first maximum.
+Tensor max_pool2d(const Tensor& x, Pool2dOptions options, Loc loc = Loc::current());
+/// Per-channel mean of each window of x [N, C, H, W] (PyTorch's avg_pool2d without ceil_mode).
+Tensor avg_pool2d(const Tensor& x, Pool2dOptions options, Loc loc = Loc::current());
+/// Mean over H and W: [N, C, H, W] → [N, C].
+Tensor global_avg_pool2d(const Tensor& x, Loc loc = Loc::current());
+/// Batch normalisation of x [N, C, ...] over every axis but 1 with the given per-channel
+/// statistics: (x − mean) / √(var + eps) · weight + bias (weight, bias optional; each [C]).
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
+                  const Tensor& bias, double eps = 1e-5, Loc loc = Loc::current());
+
 // ---- activations and small composites --------------------------------------------------
 enum class GeluApprox { kErf, kTanh };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::kErf, Loc loc = Loc::current());

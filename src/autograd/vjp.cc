@@ -255,9 +255,37 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       return {ir::result(graph, grads, 0, loc), ir::result(graph, grads, 1, loc),
               ir::result(graph, grads, 2, loc)};
     }
+    case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: {
+      // The three are the adjoints of one bilinear form B(x, w, dy) = Σ dy·conv2d(x, w):
+      //   conv2d(x, w):           dx = grad_input(g, w),   dw = grad_weight(x, g);
+      //   grad_input(dy, w) = ∂B/∂x:   d dy = conv2d(g, w),  dw = grad_weight(g, dy);
+      //   grad_weight(x, dy) = ∂B/∂w:  dx = grad_input(dy, g), d dy = conv2d(x, g).
+      // bf16 operands (mixed precision): g is rounded to bf16 as a product's gradient is.
+      const Tensor gm = graph.node(n.inputs[0]).dtype == DType::kBF16 ? cast(g, DType::kBF16, loc) : g;
+      const ir::Window& w = n.attrs.window;
+      auto conv = [&](const Tensor& a, const Tensor& b) {
+        return ir::window_op(graph, Op::kConv2d, {a, b}, w, {}, loc);
+      };
+      auto grad_input = [&](const Tensor& dy, const Tensor& wt, const Shape& xs) {
+        return ir::window_op(graph, Op::kConv2dGradInput, {dy, wt}, w, xs, loc);
+      };
+      auto grad_weight = [&](const Tensor& xx, const Tensor& dy) {
+        return ir::window_op(graph, Op::kConv2dGradWeight, {xx, dy}, w, {}, loc);
+      };
+      if (n.op == Op::kConv2d) return {grad_input(gm, x(1), in_shape[0]), grad_weight(x(0), gm)};
+      if (n.op == Op::kConv2dGradInput) return {conv(gm, x(1)), grad_weight(gm, x(0))};
+      return {grad_input(x(1), gm, in_shape[0]), conv(x(0), gm)};
+    }
+    // max_pool2d routes g to each window's first arg-max (recomputed from x); avg_pool2d and
+    // its adjoint are linear maps, each the other's transpose.
+    case Op::kMaxPool2d: return {ir::window_op(graph, Op::kMaxPool2dGrad, {x(0), g}, n.attrs.window, {}, loc)};
+    case Op::kAvgPool2d:
+      return {ir::window_op(graph, Op::kAvgPool2dGrad, {g}, n.attrs.window, in_shape[0], loc)};
+    case Op::kAvgPool2dGrad: return {ir::window_op(graph, Op::kAvgPool2d, {g}, n.attrs.window, {}, loc)};
     // Backward-only primitives and randomness: no gradient (no second derivatives yet).
     case Op::kRandom: case Op::kCrossEntropyGrad: case Op::kLayerNormGrad: case Op::kRmsNormGrad:
     case Op::kAttentionGrad: case Op::kGeluTanhGrad: case Op::kReluGrad: case Op::kSelectiveScanGrad:
+    case Op::kMaxPool2dGrad:
       return std::vector<Tensor>(n.inputs.size());
   }
   // clang-format on

@@ -38,6 +38,11 @@ Tensor broadcast_if_needed(const Tensor& t, const Shape& shape, const Loc& loc);
 Axes normalize_axes(const char* op, const Axes& axes, int64_t rank, const Loc& loc);
 int64_t normalize_axis(const char* op, int64_t axis, int64_t rank, const Loc& loc);
 
+/// A window op (conv2d, the pools, their gradients; ir/window.h) on `g` with `window`;
+/// `shape` is the node shape of the two whose result is x-shaped, else empty.
+Tensor window_op(Graph& g, Op op, const std::vector<Tensor>& inputs, const Window& window, Shape shape,
+                 const Loc& loc);
+
 /// An elementwise row of ops.def applied with the public API's promotion and broadcasting
 /// (api_elementwise.cc), for ops without a public function of their own.
 Tensor unary(Op op, const Tensor& x, const Loc& loc);

@@ -153,11 +153,12 @@ void check_bf16(const Graph& g, const Node& node) {
                        " to " + dtype_name(node.dtype) + " (at " + loc_str(node.loc) + ")");
   }
   const bool reads_bf16 = moves_bf16(node.op) || node.op == Op::kMatmul || node.op == Op::kAttention ||
-                          node.op == Op::kAttentionGrad;
+                          node.op == Op::kAttentionGrad || node.op == Op::kConv2d ||
+                          node.op == Op::kConv2dGradInput || node.op == Op::kConv2dGradWeight;
   for (int32_t in : node.inputs)
     if (g.node(in).dtype == DType::kBF16 && !reads_bf16)
       throw ShapeError("[" + std::string(name) +
-                       "] does not read bf16 values: only casts, shape ops, matmul and attention do; "
+                       "] does not read bf16 values: only casts, shape ops, matmul, attention and conv2d do; "
                        "cast to f32 first (at " +
                        loc_str(node.loc) + ")");
 }

@@ -40,6 +40,18 @@ const OpInfo& op_info(Op op);
 inline const char* op_name(Op op) { return op_info(op).name; }
 bool dtype_allowed(DTypes allowed, DType t);
 
+/// A sliding window over the last two axes [H, W] of an NCHW tensor (conv2d and the pools):
+/// output extent OH = ⌊(H + 2·ph − dh·(kh − 1) − 1) / sh⌋ + 1 (likewise OW), as PyTorch's.
+struct Window {
+  int64_t kh = 1, kw = 1;  // kernel
+  int64_t sh = 1, sw = 1;  // stride
+  int64_t ph = 0, pw = 0;  // zero padding on each side
+  int64_t dh = 1, dw = 1;  // dilation
+  int64_t groups = 1;      // conv2d: channels split into this many independent groups
+  bool count_pad = true;   // avg_pool2d: the divisor counts padded positions (PyTorch's default)
+  auto operator<=>(const Window&) const = default;
+};
+
 /// Op-specific parameters. Named fields rather than an untyped array; each op's row in
 /// ops.def says which fields it uses.
 struct Attrs {
@@ -50,6 +62,7 @@ struct Attrs {
   bool causal = false;         // softmax, log_softmax, attention
   bool reverse = false;        // cumsum: sum from the end of the axis
   uint64_t seed = 0;           // random, dropout: the site's stream (an integer, never rounded)
+  Window window;               // conv2d and the pools, with their gradients
 };
 
 /// The type of one value: what a multi-output node lists for each of its results.
@@ -140,6 +153,9 @@ class Graph {
 
 /// Infers node.shape/node.dtype from its inputs and attrs (ir/shape.cc).
 void infer(const Graph& graph, Node& node);
+/// Throws the ShapeError of a node that breaks its op's rule: "[op] what; input shapes: … (at
+/// file:line)".
+[[noreturn]] void shape_fail(const Graph& graph, const Node& node, const std::string& what);
 
 /// The value of `id` when it is a one-value constant, looking through broadcasts and reshapes
 /// (a fill of any shape); nullopt otherwise.

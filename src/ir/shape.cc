@@ -5,12 +5,12 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "ir/window.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::ir {
-namespace {
 
-[[noreturn]] void fail(const Graph& g, const Node& n, const std::string& what) {
+[[noreturn]] void shape_fail(const Graph& g, const Node& n, const std::string& what) {
   std::string msg = "[";
   msg.append(op_name(n.op)).append("] ").append(what);
   if (!n.inputs.empty()) {
@@ -20,6 +20,10 @@ namespace {
   }
   throw ShapeError(msg + " (at " + loc_str(n.loc) + ")");
 }
+
+namespace {
+
+[[noreturn]] void fail(const Graph& g, const Node& n, const std::string& what) { shape_fail(g, n, what); }
 
 void check_axes_valid(const Graph& g, const Node& n, const Shape& in, bool unique_sorted) {
   const auto rank = static_cast<int64_t>(in.size());
@@ -69,7 +73,7 @@ void infer(const Graph& g, Node& n) {
         fail(g, n,
              std::string("does not accept dtype ") + dtype_name(in(i).dtype) +
                  (in(i).dtype == DType::kBF16
-                      ? " (only casts, shape ops, matmul and attention read bf16: cast to f32 first)"
+                      ? " (only casts, shape ops, matmul, attention and conv2d read bf16: cast to f32 first)"
                       : ""));
       if (in(i).shape != in(0).shape || in(i).dtype != in(0).dtype)
         fail(g, n, "inputs must have identical shapes and dtypes (the API broadcasts them)");
@@ -411,6 +415,10 @@ void infer(const Graph& g, Node& n) {
       set_multi_output(n);
       return;
     }
+    case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight:
+    case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
+      infer_window(g, n);
+      return;
     case Op::kMatmul: {
       const Shape& a = in(0).shape;
       const Shape& b = in(1).shape;

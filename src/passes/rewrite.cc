@@ -20,14 +20,14 @@ using ir::Op;
 /// Everything that decides a node's value, in a comparable form. Constant values compare by
 /// their bits: NaN would break the map's ordering, and 0.0 and -0.0 are different constants.
 using Key = std::tuple<int, int, Shape, std::vector<int32_t>, std::vector<int64_t>, bool,
-                       std::vector<uint64_t>, int, bool, bool, uint64_t>;
+                       std::vector<uint64_t>, int, bool, bool, uint64_t, ir::Window>;
 
 Key key_of(const Node& n) {
   std::vector<uint64_t> bits(n.attrs.values.size());
   for (size_t i = 0; i < bits.size(); ++i) bits[i] = std::bit_cast<uint64_t>(n.attrs.values[i]);
   return {static_cast<int>(n.op), static_cast<int>(n.dtype), n.shape,         n.inputs,
           n.attrs.axes,           n.attrs.keepdim,           std::move(bits), static_cast<int>(n.attrs.dtype),
-          n.attrs.causal,         n.attrs.reverse,           n.attrs.seed};
+          n.attrs.causal,         n.attrs.reverse,           n.attrs.seed,    n.attrs.window};
 }
 
 /// If `n` (inputs already in `out`) is an identity by an algebraic rule, the node it equals.

@@ -291,6 +291,27 @@ TEST(NnShapeErrors, SoftmaxCausal) {
   expect_shape_error({uni({3, 4})}, FN(softmax(x[0], 2)), "softmax");          // axis out of range
 }
 
+TEST(NnShapeErrors, ConvolutionalOps) {
+  const BuildFn conv = FN(conv2d(x[0], x[1]));
+  expect_shape_error({uni({2, 4, 5, 5}), uni({6, 2, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.groups = 3})), "conv2d", "groups");
+  expect_shape_error({uni({2, 4, 5, 5}), uni({5, 2, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.groups = 2})), "conv2d", "output channels");
+  expect_shape_error({uni({2, 4, 5, 5}), uni({6, 3, 3, 3})}, conv, "conv2d", "input channels per group");
+  expect_shape_error({uni({1, 1, 4, 4}), uni({1, 1, 5, 5})}, conv, "conv2d", "larger than the padded input");
+  expect_shape_error({uni({1, 1, 4, 4}), uni({1, 1, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.dilation = 2})), "conv2d", "larger than the padded input");
+  expect_shape_error({uni({1, 1, 4, 4}), uni({1, 1, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.stride = 0})), "conv2d", "stride");
+  expect_shape_error({uni({1, 1, 4, 4}), uni({1, 1, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.padding = -1})), "conv2d", "padding");
+  expect_shape_error({uni({1, 4, 4}), uni({1, 1, 3, 3})}, conv, "conv2d", "[N, C, H, W]");
+  expect_shape_error({uni({1, 1, 4, 4}), uni({1, 3, 3})}, conv, "conv2d", "weight");
+  expect_shape_error({uni({1, 2, 4, 4}), uni({3, 2, 3, 3}), uni({2})}, FN(conv2d(x[0], x[1], x[2])), "conv2d", "bias");
+  expect_shape_error({ints({1, 1, 4, 4}), uni({1, 1, 3, 3})}, conv, "conv2d", "f32 or bf16");
+  expect_shape_error({uni({1, 1, 2, 2})}, FN(max_pool2d(x[0], {.kernel = 3})), "max_pool2d", "larger than the padded input");
+  expect_shape_error({uni({1, 1, 6, 6})}, FN(max_pool2d(x[0], {.kernel = 2, .padding = 2})), "max_pool2d", "half the kernel");
+  expect_shape_error({uni({6, 6})}, FN(avg_pool2d(x[0], {.kernel = 2})), "avg_pool2d", "[N, C, H, W]");
+  expect_shape_error({uni({1, 1, 6, 6})}, FN(avg_pool2d(x[0], {.kernel = 2, .dilation = 2})), "avg_pool2d", "dilation");
+  expect_shape_error({uni({2, 3, 4, 4}), uni({4}), uni({3})}, FN(batch_norm(x[0], x[1], x[2], Tensor(), Tensor())), "batch_norm", "mean");
+  expect_shape_error({uni({2, 3, 4, 4}), uni({3}), uni({3}), uni({2})}, FN(batch_norm(x[0], x[1], x[2], x[3], Tensor())), "batch_norm", "weight");
+}
+
 TEST(NnShapeErrors, OtherNnOps) {
   expect_shape_error({uni({3, 8}), uni({4})}, FN(layer_norm(x[0], x[1], Tensor())), "layer_norm", "weight");
   expect_shape_error({uni({3, 8}), uni({8, 1})}, FN(layer_norm(x[0], Tensor(), x[1])), "layer_norm");

@@ -394,6 +394,32 @@ const std::vector<OpCase>& op_cases() {
       {"dropout_of_transposed_view", {uni({6, 8})}, FN(dropout(transpose(x[0]), 0.5)), {8, 6}, kF32, kArith, kGrad, true},
       {"dropout_two_sites", {uni({3, 5})}, FN(dropout(x[0], 0.2) + dropout(x[0] * 2, 0.6)), {3, 5}, kF32, kArith, kGrad, true},
 
+      // ---- NN: convolutional networks (NCHW; weights [O, C/groups, KH, KW]) -----------------------
+      {"conv2d_basic", {uni({2, 3, 5, 6}), uni({4, 3, 3, 3})}, FN(conv2d(x[0], x[1])), {2, 4, 3, 4}, kF32, kMatmul, kGrad},
+      {"conv2d_bias_pad1", {uni({1, 2, 5, 5}), uni({3, 2, 3, 3}), uni({3})}, FN(conv2d(x[0], x[1], x[2], {.padding = 1})), {1, 3, 5, 5}, kF32, kMatmul, kGrad},
+      {"conv2d_stride2_pad1_odd", {uni({2, 2, 7, 6}), uni({3, 2, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.stride = 2, .padding = 1})), {2, 3, 4, 3}, kF32, kMatmul, kGrad},
+      {"conv2d_dilation2", {uni({1, 2, 7, 7}), uni({2, 2, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.dilation = 2})), {1, 2, 3, 3}, kF32, kMatmul, kGrad},
+      {"conv2d_groups2", {uni({2, 4, 5, 5}), uni({6, 2, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.padding = 1, .groups = 2})), {2, 6, 5, 5}, kF32, kMatmul, kGrad},
+      {"conv2d_depthwise_stride2", {uni({1, 3, 6, 6}), uni({3, 1, 3, 3}), uni({3})}, FN(conv2d(x[0], x[1], x[2], {.stride = 2, .groups = 3})), {1, 3, 2, 2}, kF32, kMatmul, kGrad},
+      {"conv2d_1x1", {uni({2, 4, 3, 3}), uni({5, 4, 1, 1})}, FN(conv2d(x[0], x[1])), {2, 5, 3, 3}, kF32, kMatmul, kGrad},
+      {"conv2d_rect_kernel_mixed_stride_pad", {uni({1, 2, 6, 5}), uni({2, 2, 2, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.stride = {1, 2}, .padding = {1, 0}})), {1, 2, 7, 2}, kF32, kMatmul, kGrad},
+      {"conv2d_strided_1x1_pad", {uni({1, 3, 5, 5}), uni({2, 3, 1, 1})}, FN(conv2d(x[0], x[1], Tensor(), {.stride = 2, .padding = 1})), {1, 2, 4, 4}, kF32, kMatmul, kGrad},
+      {"conv2d_of_permuted_input", {uni({2, 5, 4, 3})}, FN(conv2d(permute(x[0], {0, 3, 1, 2}), constant(std::vector<float>(2 * 3 * 2 * 2, 0.25f), {2, 3, 2, 2}))), {2, 2, 4, 3}, kF32, kMatmul, kGrad},
+      {"conv2d_batch1_wide", {uni({1, 16, 12, 12}), uni({8, 16, 3, 3}, -0.2, 0.2), uni({8})}, FN(conv2d(x[0], x[1], x[2], {.padding = 1})), {1, 8, 12, 12}, kF32, kLargeSum, kCpuOnly},
+      {"conv2d_large_image_chunks", {uni({2, 3, 40, 40}), uni({4, 3, 5, 5}, -0.2, 0.2)}, FN(conv2d(x[0], x[1], Tensor(), {.padding = 2})), {2, 4, 40, 40}, kF32, kLargeSum, kCpuOnly},
+      {"max_pool2d_2x2", {distinct({2, 3, 6, 6})}, FN(max_pool2d(x[0], {.kernel = 2})), {2, 3, 3, 3}, kF32, kExact, kGrad},
+      {"max_pool2d_3x3_s2_p1_overlapping", {distinct({1, 2, 7, 7})}, FN(max_pool2d(x[0], {.kernel = 3, .stride = 2, .padding = 1})), {1, 2, 4, 4}, kF32, kExact, kGrad},
+      {"max_pool2d_dilation2", {distinct({1, 1, 7, 7})}, FN(max_pool2d(x[0], {.kernel = 2, .stride = 1, .dilation = 2})), {1, 1, 5, 5}, kF32, kExact, kGrad},
+      {"max_pool2d_rect_odd", {distinct({2, 1, 5, 7})}, FN(max_pool2d(x[0], {.kernel = {2, 3}, .stride = {2, 1}})), {2, 1, 2, 5}, kF32, kExact, kGrad},
+      {"avg_pool2d_2x2", {uni({2, 3, 6, 6})}, FN(avg_pool2d(x[0], {.kernel = 2})), {2, 3, 3, 3}, kF32, kArith, kGrad},
+      {"avg_pool2d_3x3_s2_p1_count_pad", {uni({1, 2, 7, 7})}, FN(avg_pool2d(x[0], {.kernel = 3, .stride = 2, .padding = 1})), {1, 2, 4, 4}, kF32, kReduce, kGrad},
+      {"avg_pool2d_3x3_s2_p1_exclude_pad", {uni({1, 2, 7, 7})}, FN(avg_pool2d(x[0], {.kernel = 3, .stride = 2, .padding = 1, .count_include_pad = false})), {1, 2, 4, 4}, kF32, kReduce, kGrad},
+      {"avg_pool2d_rect", {uni({1, 2, 6, 7})}, FN(avg_pool2d(x[0], {.kernel = {2, 3}, .stride = {2, 1}})), {1, 2, 3, 5}, kF32, kReduce, kGrad},
+      {"global_avg_pool2d", {uni({2, 3, 4, 5})}, FN(global_avg_pool2d(x[0])), {2, 3}, kF32, kReduce, kGrad},
+      {"batch_norm_given_statistics", {uni({2, 3, 4, 4}), uni({3}), uni({3}, 0.5, 1.5), uni({3}, 0.5, 1.5), uni({3})}, FN(batch_norm(x[0], x[1], x[2], x[3], x[4])), {2, 3, 4, 4}, kF32, kTranscendental, kGrad},
+      {"conv_pool_stack", {uni({2, 1, 8, 8}), uni({4, 1, 3, 3}), uni({4}), uni({6, 4, 3, 3}, -0.3, 0.3)},
+       FN(avg_pool2d(relu(conv2d(max_pool2d(relu(conv2d(x[0], x[1], x[2], {.padding = 1})), {.kernel = 2}), x[3], Tensor(), {.padding = 1})), {.kernel = 2})), {2, 6, 2, 2}, kF32, kLargeSum, kCpuOnly},
+
       // ---- NN: attention (q [B, Hq, T, D], k/v [B, Hkv, S, D]) -----------------------------------
       // Mamba: the selective scan (u, delta > 0, A < 0, B, C) and the causal depthwise convolution
       {"selective_scan_y", {uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 4, 7}, kF32, kTranscendental, kGrad},

@@ -19,6 +19,7 @@
 
 #include "ir/strides.h"
 #include "ir/graph.h"
+#include "ir/window.h"
 
 namespace tg::backend::cpu {
 
@@ -225,6 +226,11 @@ Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_
 /// src_shape (any views); each output element accumulates in index order on one thread.
 Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx,
                         float* out);
+
+/// conv2d, the pools and their gradients (conv.cc): a (x, w, dy…) of `dtype` (f32, or bf16 for
+/// the conv ops), dense NCHW; b null for the one-operand ops.
+Kernel make_window(const ir::Node& node, const ir::WindowGeom& geom, DType dtype, const std::byte* a,
+                   const std::byte* b, float* out);
 
 /// Softmax / LogSoftmax over node.attrs.axes[0] (with node.attrs.causal) of a dense input.
 Kernel make_softmax(const ir::Node& node, const float* x, float* out);

@@ -27,6 +27,8 @@ class CpuCapabilities final : public passes::Capabilities {
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax: case Op::kCumsum: case Op::kUpdateSlice:
       case Op::kSample: case Op::kSelectiveScan: case Op::kSelectiveScanGrad: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
+      case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
+      case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
         return is_contiguous(v, shape);
       case Op::kMatmul: return blas_operand(v, shape).has_value();
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // dense logits; targets and dloss any view
@@ -103,6 +105,10 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
         more();
       };
     }
+    case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
+    case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
+      return make_window(n, ir::window_geom(g, n), g.node(n.inputs[0]).dtype, in(0).data,
+                         n.inputs.size() > 1 ? in(1).data : nullptr, f32(out.data));
     case Op::kSoftmax: case Op::kLogSoftmax:
       return make_softmax(n, f32(in(0).data), f32(out.data));
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:

@@ -124,6 +124,9 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
     case Op::kSoftmax: case Op::kLogSoftmax: case Op::kLayerNorm: case Op::kRmsNorm: case Op::kLayerNormGrad:
     case Op::kRmsNormGrad: case Op::kSample:
       return dense(g, n, index, strides);
+    case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
+    case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
+      return dense(g, n, index, strides);
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // logits may come with padded rows (padded_row)
       return dense(g, n, index, strides) || (index == 0 && row_stride_of(shape, strides) > 0);
     case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout: unit stride along D
@@ -161,6 +164,12 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
     }
     case Op::kAttention: case Op::kAttentionGrad:
       return attention_layout(g, id, in);
+    case Op::kConv2dGradWeight: {  // the partial sums of a split reduction
+      const int64_t floats =
+          conv_kernels("tg_kernel", n.op, ir::window_geom(g, n), g.node(n.inputs[0]).dtype, info_).scratch_floats;
+      if (floats > 0) lay.scratch = {floats * 4};
+      return lay;
+    }
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
       const Shape &us = g.node(n.inputs[0]).shape, &bs = g.node(n.inputs[3]).shape;
       const ScanShape sh{us[0], us[1], us[2], bs[1], bs[2], n.attrs.values.at(0) != 0.0};

@@ -6,6 +6,7 @@
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/emit.h"
 #include "ir/strides.h"
+#include "ir/window.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
@@ -66,6 +67,21 @@ void Emitter::emit_node(const passes::Step& st) {
                  {{in(0)}, {out}});
       return;
     case Op::kMatmul: emit_product(st); return;
+    case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: {
+      ConvPlan plan = conv_kernels(kName, n.op, ir::window_geom(g_, n), g_.node(n.inputs[0]).dtype, info_);
+      if (plan.launches.size() == 1) {
+        add_kernel({id}, std::move(plan.launches[0]), {{in(0)}, {in(1)}, {out}}, plan.flops);
+        return;
+      }
+      const Place part = place(st.scratch.at(0));  // the weight gradient's split partials
+      add_kernel({id}, std::move(plan.launches[0]), {{in(0)}, {in(1)}, {part}}, plan.flops);
+      add_kernel({id}, std::move(plan.launches[1]), {{part}, {out}});
+      return;
+    }
+    case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
+      add_kernel({id}, pool_kernel(kName, n.op, ir::window_geom(g_, n), info_),
+                 {{in(0)}, {n.inputs.size() > 1 ? in(1) : in(0)}, {out}});
+      return;
     case Op::kGather:
       add_kernel({id}, gather_kernel(kName, op_in(0), op_in(1), static_cast<int>(n.attrs.axes[0])),
                  {{in(0)}, {in(1)}, {out}, kErr});

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cuda/driver.h"
+#include "ir/window.h"
 #include "tensorgrad/dtype.h"
 
 namespace tg::backend::cuda {
@@ -224,5 +225,22 @@ struct AttentionGradPlan {
 AttentionGradPlan attention_grad_kernels(const std::string& name, const AttentionShape& s, const Operand& q,
                                          const Operand& k, const Operand& v, const Operand& dout,
                                          const Operand* out = nullptr);
+
+// ---- convolutional networks (kernels_conv.cc) -------------------------------------------
+/// conv2d or one of its gradients as implicit GEMMs (kernels/conv.cuh). launches[0] has params
+/// (const IN_T* p0, const IN_T* p1, float* out): (x, w, y), (dy, w, dx) or (x, dy, dw); IN_T is
+/// float or bf16 bits (`dtype`), operands dense. A weight gradient split over several blocks
+/// writes partials to `scratch_floats` floats of scratch (then launches[0]'s out) and adds them
+/// with launches[1], params (const float* scratch, float* dw).
+struct ConvPlan {
+  std::vector<Launch> launches;
+  int64_t scratch_floats = 0;
+  int64_t flops = 0;
+};
+ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& geom, DType dtype,
+                      const DeviceInfo& dev);
+/// max_pool2d, avg_pool2d or a gradient (f32, dense). Params (const float* a, const float* b,
+/// float* out): (x, unused, y), (x, dy, dx) for max's gradient, (dy, unused, dx) for avg's.
+Launch pool_kernel(const std::string& name, ir::Op op, const ir::WindowGeom& geom, const DeviceInfo& dev);
 
 }  // namespace tg::backend::cuda

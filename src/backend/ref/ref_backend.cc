@@ -4,6 +4,7 @@
 
 #include "backend/ref/ref_nn.h"
 #include "ir/scalar.h"
+#include "ir/window.h"
 
 #include <cmath>
 #include <cstring>
@@ -314,14 +315,15 @@ class RefExecutableImpl final : public RefExecutable {
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
       case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
       case Op::kAttention: case Op::kAttentionGrad: case Op::kAttentionAt: case Op::kSelectiveScan:
-      case Op::kSelectiveScanGrad: {
+      case Op::kSelectiveScanGrad: case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight:
+      case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad: {
         std::vector<const Node*> nodes;
         std::vector<const Values*> vals;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
           nodes.push_back(&in_node(i));
           vals.push_back(&in(i));
         }
-        return ref::compute_nn(n, nodes, vals);
+        return ir::is_window_op(n.op) ? ref::compute_window(n, nodes, vals) : ref::compute_nn(n, nodes, vals);
       }
     }
     // clang-format on

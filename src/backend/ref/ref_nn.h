@@ -16,4 +16,8 @@ using Values = std::vector<double>;
 Values compute_nn(const ir::Node& n, const std::vector<const ir::Node*>& in_nodes,
                   const std::vector<const Values*>& in);
 
+/// The window ops (conv2d, the pools and their gradients; ref_conv.cc), likewise.
+Values compute_window(const ir::Node& n, const std::vector<const ir::Node*>& in_nodes,
+                      const std::vector<const Values*>& in);
+
 }  // namespace tg::backend::ref

@@ -1,0 +1,279 @@
+// CPU kernels of the window ops. conv2d and its two gradients are GEMMs over im2col tiles:
+// per (image, group), Y[og, P] = W[og, K] · col[K, P] with K = C/G·KH·KW and P = OH·OW, col
+// built a chunk of P columns at a time in a per-thread buffer (never the whole layer's
+// matrix); grad_input multiplies Wᵀ by dY into such a tile and scatters it back (col2im),
+// grad_weight accumulates dY·colᵀ into a per-thread partial summed at the end. A 1×1 window
+// with unit stride and no padding reads x in place. bf16 operands (mixed precision) are widened
+// to f32 first. The pools are direct loops over the planes of [N·C, H, W].
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_small.h"
+#include "ir/window.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::backend::cpu {
+namespace {
+
+using ir::Op;
+using ir::WindowGeom;
+
+constexpr int64_t kTileFloats = int64_t{1} << 16;  // one col tile: 256 KiB, within L2
+
+/// The columns of one col tile: as many of P as keep K·chunk under kTileFloats (at least 16).
+int64_t chunk_of(const WindowGeom& g) {
+  const int64_t p = g.oh * g.ow;
+  return std::min(p, std::max<int64_t>(16, kTileFloats / std::max<int64_t>(1, g.k())));
+}
+
+bool direct(const WindowGeom& g) {  // col is x itself
+  const ir::Window& w = g.win;
+  return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
+}
+
+/// col[k][p − p0] for p in [p0, p0 + cols), k = (c, a, b), of one image's group (x at its
+/// first channel): x's element under window tap (a, b) of output p, 0 in the padding.
+void im2col(const WindowGeom& g, const float* x, int64_t p0, int64_t cols, float* col) {
+  const ir::Window& w = g.win;
+  for (int64_t c = 0; c < g.cg(); ++c)
+    for (int64_t a = 0; a < w.kh; ++a)
+      for (int64_t b = 0; b < w.kw; ++b) {
+        float* row = col + ((c * w.kh + a) * w.kw + b) * cols;
+        const float* plane = x + c * g.h * g.w;
+        for (int64_t q = 0; q < cols; ++q) {
+          const int64_t p = p0 + q, i = p / g.ow, j = p % g.ow;
+          const int64_t ih = i * w.sh - w.ph + a * w.dh, iw = j * w.sw - w.pw + b * w.dw;
+          row[q] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w ? plane[ih * g.w + iw] : 0.f;
+        }
+      }
+}
+
+/// The adjoint of im2col: dx[...] += col[k][p − p0] (padding taps are dropped).
+void col2im(const WindowGeom& g, const float* col, int64_t p0, int64_t cols, float* dx) {
+  const ir::Window& w = g.win;
+  for (int64_t c = 0; c < g.cg(); ++c)
+    for (int64_t a = 0; a < w.kh; ++a)
+      for (int64_t b = 0; b < w.kw; ++b) {
+        const float* row = col + ((c * w.kh + a) * w.kw + b) * cols;
+        float* plane = dx + c * g.h * g.w;
+        for (int64_t q = 0; q < cols; ++q) {
+          const int64_t p = p0 + q, i = p / g.ow, j = p % g.ow;
+          const int64_t ih = i * w.sh - w.ph + a * w.dh, iw = j * w.sw - w.pw + b * w.dw;
+          if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) plane[ih * g.w + iw] += row[q];
+        }
+      }
+}
+
+/// An operand as f32: itself, or (bf16) widened into `buf`.
+const float* as_f32(DType dtype, const std::byte* p, int64_t n, std::vector<float>& buf) {
+  if (dtype == DType::kF32) return reinterpret_cast<const float*>(p);
+  buf.resize(static_cast<size_t>(n));
+  widen_bf16(reinterpret_cast<const uint16_t*>(p), 1, n, n, buf.data());
+  return buf.data();
+}
+
+void conv_forward(const WindowGeom& g, const float* x, const float* wt, float* y) {
+  const int64_t P = g.oh * g.ow, K = g.k(), chunk = chunk_of(g), G = g.win.groups;
+#pragma omp parallel
+  {
+    thread_local PackBuffer<float> tile;
+    float* col = tile.get(K * chunk);
+#pragma omp for schedule(dynamic) collapse(2)
+    for (int64_t ng = 0; ng < g.n * G; ++ng)
+      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+        const int64_t n = ng / G, grp = ng % G, cols = std::min(chunk, P - p0);
+        const float* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
+        const float* wg = wt + grp * g.og() * K;
+        float* yg = y + (n * g.o + grp * g.og()) * P + p0;
+        if (direct(g)) {
+          sgemm_small(false, false, g.og(), cols, K, 1.f, wg, K, xg + p0, P, 0.f, yg, P);
+        } else {
+          im2col(g, xg, p0, cols, col);
+          sgemm_small(false, false, g.og(), cols, K, 1.f, wg, K, col, cols, 0.f, yg, P);
+        }
+      }
+  }
+}
+
+void conv_grad_input(const WindowGeom& g, const float* dy, const float* wt, float* dx) {
+  const int64_t P = g.oh * g.ow, K = g.k(), chunk = chunk_of(g), G = g.win.groups;
+#pragma omp parallel
+  {
+    thread_local PackBuffer<float> tile;
+    float* col = tile.get(K * chunk);
+#pragma omp for schedule(dynamic)
+    for (int64_t ng = 0; ng < g.n * G; ++ng) {  // chunks of one (image, group) overlap in dx
+      const int64_t n = ng / G, grp = ng % G;
+      float* dxg = dx + (n * g.c + grp * g.cg()) * g.h * g.w;
+      const float* wg = wt + grp * g.og() * K;
+      const float* dyg = dy + (n * g.o + grp * g.og()) * P;
+      if (direct(g)) {
+        sgemm_small(true, false, K, P, g.og(), 1.f, wg, K, dyg, P, 0.f, dxg, P);
+        continue;
+      }
+      std::memset(dxg, 0, static_cast<size_t>(g.cg() * g.h * g.w) * sizeof(float));
+      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+        const int64_t cols = std::min(chunk, P - p0);
+        sgemm_small(true, false, K, cols, g.og(), 1.f, wg, K, dyg + p0, P, 0.f, col, cols);
+        col2im(g, col, p0, cols, dxg);
+      }
+    }
+  }
+}
+
+void conv_grad_weight(const WindowGeom& g, const float* x, const float* dy, float* dw) {
+  const int64_t P = g.oh * g.ow, K = g.k(), chunk = chunk_of(g), G = g.win.groups;
+  const int64_t wsize = g.o * K;
+  const int threads = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(g.n * G)));
+  std::vector<float> partial(static_cast<size_t>((threads - 1) * wsize));  // thread 0 writes dw
+  std::memset(dw, 0, static_cast<size_t>(wsize) * sizeof(float));
+#pragma omp parallel num_threads(threads)
+  {
+    thread_local PackBuffer<float> tile;
+    float* col = tile.get(K * chunk);
+    const int t = omp_get_thread_num();
+    float* mine = t == 0 ? dw : partial.data() + (t - 1) * wsize;
+    if (t > 0) std::memset(mine, 0, static_cast<size_t>(wsize) * sizeof(float));
+#pragma omp for schedule(static)
+    for (int64_t ng = 0; ng < g.n * G; ++ng) {
+      const int64_t n = ng / G, grp = ng % G;
+      const float* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
+      const float* dyg = dy + (n * g.o + grp * g.og()) * P;
+      float* dwg = mine + grp * g.og() * K;
+      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+        const int64_t cols = std::min(chunk, P - p0);
+        if (direct(g)) {
+          sgemm_small(false, true, g.og(), K, cols, 1.f, dyg + p0, P, xg + p0, P, 1.f, dwg, K);
+        } else {
+          im2col(g, xg, p0, cols, col);
+          sgemm_small(false, true, g.og(), K, cols, 1.f, dyg + p0, P, col, cols, 1.f, dwg, K);
+        }
+      }
+    }
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < wsize; ++i)
+      for (int u = 1; u < threads; ++u) dw[i] += partial[static_cast<size_t>((u - 1) * wsize + i)];
+  }
+}
+
+/// fn(plane, i, j) for every output of the pools, planes of [N·C] in parallel.
+template <class F>
+void for_outputs(const WindowGeom& g, F&& fn) {
+  const int64_t planes = g.n * g.c;
+#pragma omp parallel for schedule(static) if (planes * g.oh * g.ow > (int64_t{1} << 14))
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t i = 0; i < g.oh; ++i)
+      for (int64_t j = 0; j < g.ow; ++j) fn(pl, i, j);
+}
+
+/// The first maximum of the window of output (i, j) in plane x (a NaN wins), as an offset.
+int64_t window_argmax(const WindowGeom& g, const float* x, int64_t i, int64_t j) {
+  const ir::Window& w = g.win;
+  int64_t best = -1;
+  for (int64_t a = 0; a < w.kh; ++a) {
+    const int64_t ih = i * w.sh - w.ph + a * w.dh;
+    if (ih < 0 || ih >= g.h) continue;
+    for (int64_t b = 0; b < w.kw; ++b) {
+      const int64_t iw = j * w.sw - w.pw + b * w.dw;
+      if (iw < 0 || iw >= g.w) continue;
+      const int64_t at = ih * g.w + iw;
+      if (best < 0 || (!std::isnan(x[best]) && (std::isnan(x[at]) || x[at] > x[best]))) best = at;
+    }
+  }
+  return best;
+}
+
+/// Sum of the window of output (i, j) in plane x (or, with dx, adds v to each of its
+/// elements), and the divisor avg_pool2d uses.
+float avg_window(const WindowGeom& g, const float* x, float* dx, float v, int64_t i, int64_t j) {
+  const ir::Window& w = g.win;
+  float sum = 0.f;
+  int64_t inside = 0;
+  for (int64_t a = 0; a < w.kh; ++a) {
+    const int64_t ih = i * w.sh - w.ph + a;
+    if (ih < 0 || ih >= g.h) continue;
+    for (int64_t b = 0; b < w.kw; ++b) {
+      const int64_t iw = j * w.sw - w.pw + b;
+      if (iw < 0 || iw >= g.w) continue;
+      ++inside;
+      if (dx == nullptr) sum += x[ih * g.w + iw];
+    }
+  }
+  const float div = static_cast<float>(w.count_pad ? w.kh * w.kw : inside);
+  if (dx != nullptr)
+    for (int64_t a = 0; a < w.kh; ++a) {
+      const int64_t ih = i * w.sh - w.ph + a;
+      if (ih < 0 || ih >= g.h) continue;
+      for (int64_t b = 0; b < w.kw; ++b) {
+        const int64_t iw = j * w.sw - w.pw + b;
+        if (iw >= 0 && iw < g.w) dx[ih * g.w + iw] += v / div;
+      }
+    }
+  return sum / div;
+}
+
+}  // namespace
+
+Kernel make_window(const ir::Node& node, const WindowGeom& g, DType dtype, const std::byte* a,
+                   const std::byte* b, float* out) {
+  const int64_t x_size = g.n * g.c * g.h * g.w, y_size = g.n * g.o * g.oh * g.ow, w_size = g.o * g.k();
+  const int64_t plane = g.h * g.w, oplane = g.oh * g.ow;
+  switch (node.op) {
+    case Op::kConv2d:
+      return [=] {
+        std::vector<float> wa, wb;
+        conv_forward(g, as_f32(dtype, a, x_size, wa), as_f32(dtype, b, w_size, wb), out);
+      };
+    case Op::kConv2dGradInput:
+      return [=] {
+        std::vector<float> wa, wb;
+        conv_grad_input(g, as_f32(dtype, a, y_size, wa), as_f32(dtype, b, w_size, wb), out);
+      };
+    case Op::kConv2dGradWeight:
+      return [=] {
+        std::vector<float> wa, wb;
+        conv_grad_weight(g, as_f32(dtype, a, x_size, wa), as_f32(dtype, b, y_size, wb), out);
+      };
+    case Op::kMaxPool2d:
+      return [=] {
+        const auto* x = reinterpret_cast<const float*>(a);
+        for_outputs(g, [&](int64_t pl, int64_t i, int64_t j) {
+          out[pl * oplane + i * g.ow + j] = x[pl * plane + window_argmax(g, x + pl * plane, i, j)];
+        });
+      };
+    case Op::kMaxPool2dGrad:
+      return [=] {
+        const auto* x = reinterpret_cast<const float*>(a);
+        const auto* dy = reinterpret_cast<const float*>(b);
+        std::memset(out, 0, static_cast<size_t>(x_size) * sizeof(float));
+        for_outputs(g, [&](int64_t pl, int64_t i, int64_t j) {
+          out[pl * plane + window_argmax(g, x + pl * plane, i, j)] += dy[pl * oplane + i * g.ow + j];
+        });
+      };
+    case Op::kAvgPool2d:
+      return [=] {
+        const auto* x = reinterpret_cast<const float*>(a);
+        for_outputs(g, [&](int64_t pl, int64_t i, int64_t j) {
+          out[pl * oplane + i * g.ow + j] = avg_window(g, x + pl * plane, nullptr, 0.f, i, j);
+        });
+      };
+    case Op::kAvgPool2dGrad:
+      return [=] {
+        const auto* dy = reinterpret_cast<const float*>(a);
+        std::memset(out, 0, static_cast<size_t>(x_size) * sizeof(float));
+        for_outputs(g, [&](int64_t pl, int64_t i, int64_t j) {
+          avg_window(g, nullptr, out + pl * plane, dy[pl * oplane + i * g.ow + j], i, j);
+        });
+      };
+    default: throw Error(std::string("[cpu] ") + ir::op_name(node.op) + " is not a window op");
+  }
+}
+
+}  // namespace tg::backend::cpu

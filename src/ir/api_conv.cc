@@ -1,0 +1,110 @@
+// Public ops of convolutional networks (functional.h): conv2d and the pools canonicalise their
+// options into an ir::Window; batch_norm is a composite of elementwise ops.
+#include "ir/api_util.h"
+#include "tensorgrad/functional.h"
+
+namespace tg {
+using namespace ir;
+
+namespace ir {
+Tensor window_op(Graph& g, Op op, const std::vector<Tensor>& inputs, const Window& window, Shape shape,
+                 const Loc& loc) {
+  std::vector<int32_t> ids;
+  for (const Tensor& t : inputs) ids.push_back(t.id());
+  Node n = make_node(op, std::move(ids), loc);
+  n.attrs.window = window;
+  n.shape = std::move(shape);
+  return emit(g, std::move(n));
+}
+}  // namespace ir
+
+namespace {
+
+void require_rank4(const char* op, const Tensor& x, const Loc& loc) {
+  if (x.rank() != 4) api_fail(op, "input must be [N, C, H, W], got " + shape_str(x.shape()), loc);
+}
+
+Window pool_window(const Pool2dOptions& o) {
+  const Size2 stride(o.stride.h == 0 ? o.kernel.h : o.stride.h, o.stride.w == 0 ? o.kernel.w : o.stride.w);
+  return {.kh = o.kernel.h,
+          .kw = o.kernel.w,
+          .sh = stride.h,
+          .sw = stride.w,
+          .ph = o.padding.h,
+          .pw = o.padding.w,
+          .dh = o.dilation.h,
+          .dw = o.dilation.w,
+          .count_pad = o.count_include_pad};
+}
+
+/// A per-channel [C] vector as [1, C, 1, …] against x [N, C, …].
+Tensor per_channel(const char* op, const char* what, const Tensor& x, const Tensor& v, const Loc& loc) {
+  const int64_t c = x.shape()[1];
+  if (v.shape() != Shape{c})
+    api_fail(op,
+             std::string(what) + " " + shape_str(v.shape()) + " must be [" + std::to_string(c) +
+                 "] for an input " + shape_str(x.shape()) + " (channels on axis 1)",
+             loc);
+  Shape s(x.shape().size(), 1);
+  s[1] = c;
+  return reshape(v, s, loc);
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions o, Loc loc) {
+  Arg ax(x, loc), aw(weight, loc);
+  Graph& g = graph_for("conv2d", {&ax, &aw}, loc);
+  require_rank4("conv2d", x, loc);
+  if (weight.rank() != 4)
+    api_fail("conv2d", "weight must be [O, C/groups, KH, KW], got " + shape_str(weight.shape()), loc);
+  const Window w{.kh = weight.shape()[2],
+                 .kw = weight.shape()[3],
+                 .sh = o.stride.h,
+                 .sw = o.stride.w,
+                 .ph = o.padding.h,
+                 .pw = o.padding.w,
+                 .dh = o.dilation.h,
+                 .dw = o.dilation.w,
+                 .groups = o.groups};
+  const bool bf16 = policy_wants_bf16(x) && policy_wants_bf16(weight);
+  Tensor y = bf16 ? window_op(g, Op::kConv2d, {cast(x, DType::kBF16, loc), cast(weight, DType::kBF16, loc)},
+                              w, {}, loc)
+                  : window_op(g, Op::kConv2d, {x, weight}, w, {}, loc);
+  if (bias.valid()) y = add(y, per_channel("conv2d", "bias", y, bias, loc), loc);
+  return y;
+}
+
+Tensor max_pool2d(const Tensor& x, Pool2dOptions options, Loc loc) {
+  Arg ax(x, loc);
+  Graph& g = graph_for("max_pool2d", {&ax}, loc);
+  require_rank4("max_pool2d", x, loc);
+  return window_op(g, Op::kMaxPool2d, {x}, pool_window(options), {}, loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, Pool2dOptions options, Loc loc) {
+  Arg ax(x, loc);
+  Graph& g = graph_for("avg_pool2d", {&ax}, loc);
+  require_rank4("avg_pool2d", x, loc);
+  if (options.dilation.h != 1 || options.dilation.w != 1)
+    api_fail("avg_pool2d", "has no dilation (PyTorch's neither)", loc);
+  return window_op(g, Op::kAvgPool2d, {x}, pool_window(options), {}, loc);
+}
+
+Tensor global_avg_pool2d(const Tensor& x, Loc loc) {
+  require_rank4("global_avg_pool2d", x, loc);
+  return mean(x, {2, 3}, /*keepdim=*/false, loc);
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
+                  const Tensor& bias, double eps, Loc loc) {
+  if (x.rank() < 2) api_fail("batch_norm", "input must be [N, C, ...], got " + shape_str(x.shape()), loc);
+  if (!(eps >= 0)) api_fail("batch_norm", "eps must be >= 0", loc);
+  Tensor scale = rsqrt(per_channel("batch_norm", "var", x, var, loc) + eps, loc);
+  if (weight.valid()) scale = scale * per_channel("batch_norm", "weight", x, weight, loc);
+  Tensor y = (x - per_channel("batch_norm", "mean", x, mean, loc)) * scale;
+  if (bias.valid()) y = y + per_channel("batch_norm", "bias", x, bias, loc);
+  return y;
+}
+
+}  // namespace tg
