@@ -46,8 +46,8 @@
 //   tf32   AttentionShape::tf32 and D ≤ 128: the same four kernels on tensor cores (mma.sync
 //          m16n8k8 tf32), 16 rows per warp. AttentionShape::tiles overrides its tiles.
 //   bf16   bf16 q, k, v (and dout) and D ≤ 128: the tensor-core kernels with bf16 tiles and
-//          mma.sync m16n8k16 bf16 (kernels/attention_mma_bf16.cuh); P and dS enter their
-//          products as two bf16 parts each (hi + lo), near f32 accuracy. Every other path widens bf16
+//          mma.sync m16n8k16 bf16 (kernels/attention_mma_bf16.cuh); P and dS are rounded to
+//          bf16 once for their products, as in FlashAttention-2. Every other path widens bf16
 //          operands to f32 as it loads them.
 // Every path is deterministic (no atomics): each output element is written by one thread.
 //
