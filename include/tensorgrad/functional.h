@@ -184,11 +184,14 @@ Tensor capture(const std::string& name, const Tensor& t, Loc loc = Loc::current(
 
 // ---- state (caches that persist between calls) -----------------------------------------
 /// A tensor that keeps its value between calls of a program (a KV cache, a recurrent
-/// state): it starts as zeros and changes only through assign(). States are shared by name
-/// between all programs of one model on one device (a prefill and a decode program write and
-/// read one cache); the same name must then have the same shape and dtype. Within one
-/// program, asking for a name again returns the same tensor.
-Tensor state(const std::string& name, Shape shape, DType dtype = DType::kF32, Loc loc = Loc::current());
+/// state, running statistics): every element starts as `initial` (0 for caches, 1 for batch
+/// norm's running variance), Program::reset_state() puts it back, and it changes only through
+/// assign(). States are shared by name between all programs of one model on one device (a
+/// prefill and a decode program write and read one cache); the same name must then have the
+/// same shape, dtype and initial value. Within one program, asking for a name again returns
+/// the same tensor.
+Tensor state(const std::string& name, Shape shape, DType dtype = DType::kF32, double initial = 0.0,
+             Loc loc = Loc::current());
 /// Makes `value` the new value of `state_tensor` once the call's reads are done (the call
 /// itself sees the old value everywhere). At most one assign per state and program.
 void assign(const Tensor& state_tensor, const Tensor& value, Loc loc = Loc::current());

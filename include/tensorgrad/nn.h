@@ -72,6 +72,63 @@ class RMSNorm : public Module {
   Param weight;
 };
 
+// ---- convolutional networks (NCHW) ------------------------------------------------------
+/// 2-D convolution with PyTorch's nn.Conv2d parameters: weight [out, in/groups, kh, kw] and
+/// bias [out], both U(±1/√(in/groups·kh·kw)) by default (PyTorch's kaiming_uniform(a=√5)).
+struct Conv2dLayerOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;
+  Size2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  std::optional<Init> weight_init = {};
+  std::optional<Init> bias_init = {};
+};
+class Conv2d : public Module {
+ public:
+  Conv2d(Module& parent, std::string name, int64_t in_channels, int64_t out_channels, Size2 kernel,
+         Conv2dLayerOptions options = {});
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const int64_t in_channels, out_channels;
+  const Conv2dOptions conv;
+  Param weight;
+  std::optional<Param> bias;
+};
+
+/// Batch normalisation over N·H·W per channel of x [N, C, H, W] (any [N, C, ...]), as
+/// PyTorch's nn.BatchNorm2d: weight (ones) and bias (zeros) [C]; the running statistics are
+/// tg::state tensors "<path>.running_mean" (zeros) and "<path>.running_var" (ones). A training
+/// program normalises with the batch's mean and biased variance and updates the running ones,
+/// r ← (1 − momentum)·r + momentum·batch value, with the unbiased variance (M/(M − 1), M = N·H·W);
+/// other programs normalise with the running statistics.
+struct BatchNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool affine = true;
+};
+class BatchNorm2d : public Module {
+ public:
+  BatchNorm2d(Module& parent, std::string name, int64_t channels, BatchNormOptions options = {});
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const int64_t channels;
+  const BatchNormOptions options;
+  std::optional<Param> weight, bias;
+};
+
+/// tg::max_pool2d / avg_pool2d with fixed options.
+struct MaxPool2d {
+  Pool2dOptions options;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return max_pool2d(x, options, loc); }
+};
+struct AvgPool2d {
+  Pool2dOptions options;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return avg_pool2d(x, options, loc); }
+};
+/// [N, d1, d2, ...] → [N, d1·d2·...] (PyTorch's nn.Flatten with its default start_dim = 1).
+struct Flatten {
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+
 /// Inverted dropout, active in training programs only (see tg::dropout).
 struct Dropout {
   double p = 0.0;

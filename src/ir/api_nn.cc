@@ -357,7 +357,7 @@ Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double 
   return concat(std::span<const Tensor>(parts), a, loc);
 }
 
-Tensor state(const std::string& name, Shape shape, DType dtype, Loc loc) {
+Tensor state(const std::string& name, Shape shape, DType dtype, double initial, Loc loc) {
   Trace& tr = trace_for("state", loc);
   if (name.empty()) api_fail("state", "names must be non-empty", loc);
   for (int64_t d : shape)
@@ -366,14 +366,18 @@ Tensor state(const std::string& name, Shape shape, DType dtype, Loc loc) {
   for (int32_t id = 0; id < tr.graph.size(); ++id) {
     const Node& n = tr.graph.node(id);
     if (n.op != Op::kState || n.name != full) continue;
-    if (n.shape != shape || n.dtype != dtype)
+    if (n.shape != shape || n.dtype != dtype || n.attrs.values.at(0) != initial)
       api_fail("state",
                "'" + name + "' was declared as " + shape_str(n.shape) + " " + dtype_name(n.dtype) +
-                   ", now as " + shape_str(shape) + " " + dtype_name(dtype),
+                   " starting at " + std::to_string(n.attrs.values.at(0)) + ", now as " + shape_str(shape) +
+                   " " + dtype_name(dtype) + " starting at " + std::to_string(initial),
                loc);
     return Tensor(&tr.graph, id);
   }
-  return named_leaf(tr.graph, Op::kState, full, std::move(shape), dtype, loc);
+  if (!std::isfinite(initial)) api_fail("state", "'" + name + "' needs a finite initial value", loc);
+  Tensor t = named_leaf(tr.graph, Op::kState, full, std::move(shape), dtype, loc);
+  tr.graph.node(t.id()).attrs.values = {initial};
+  return t;
 }
 
 void assign(const Tensor& state_tensor, const Tensor& value, Loc loc) {

@@ -178,15 +178,19 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
       // tg::state(): one buffer per model and device, shared by every program naming it.
       const std::string name = n.name.substr(std::string(ir::kUserStatePrefix).size());
       auto& buf = s.store->states[name];
+      const double initial = n.attrs.values.empty() ? 0.0 : n.attrs.values[0];
       if (!buf) {
         buf = s.store->backend->allocate(n.dtype, n.numel());
-        const std::vector<uint8_t> zeros(static_cast<size_t>(n.numel() * dtype_size(n.dtype)), 0);
-        s.store->backend->upload(*buf, zeros.data());
         s.store->state_shapes[name] = n.shape;
-      } else if (buf->dtype() != n.dtype || s.store->state_shapes.at(name) != n.shape) {
+        s.store->state_initial[name] = initial;
+        s.store->reset_state(name);
+      } else if (buf->dtype() != n.dtype || s.store->state_shapes.at(name) != n.shape ||
+                 s.store->state_initial.at(name) != initial) {
         throw InputError("[state] '" + name + "' is " + shape_str(s.store->state_shapes.at(name)) + " " +
-                         dtype_name(buf->dtype()) + " in another program of this model, " +
-                         shape_str(n.shape) + " " + dtype_name(n.dtype) + " here");
+                         dtype_name(buf->dtype()) + " starting at " +
+                         std::to_string(s.store->state_initial.at(name)) +
+                         " in another program of this model, " + shape_str(n.shape) + " " +
+                         dtype_name(n.dtype) + " starting at " + std::to_string(initial) + " here");
       }
       if (std::find(s.user_states.begin(), s.user_states.end(), name) == s.user_states.end())
         s.user_states.push_back(name);
@@ -476,11 +480,7 @@ void Program::reset_optimizer() {
 void Program::reset_state() {
   detail::ProgramState& s = state();
   std::lock_guard lock(s.store->mutex);
-  for (const std::string& name : s.user_states) {
-    backend::Buffer& buf = *s.store->states.at(name);
-    const std::vector<uint8_t> zeros(static_cast<size_t>(buf.numel() * dtype_size(buf.dtype())), 0);
-    s.store->backend->upload(buf, zeros.data());
-  }
+  for (const std::string& name : s.user_states) s.store->reset_state(name);
 }
 
 HostTensor Program::read_state(const std::string& name) const {

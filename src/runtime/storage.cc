@@ -115,5 +115,19 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
   return store;
 }
 
+void DeviceStore::reset_state(const std::string& name) {
+  backend::Buffer& buf = *states.at(name);
+  const double v = state_initial.at(name);
+  HostTensor h(buf.dtype(), state_shapes.at(name));  // zeros
+  if (v != 0.0) {
+    for (int64_t i = 0; i < buf.numel(); ++i) {
+      if (buf.dtype() == DType::kF32) static_cast<float*>(h.data())[i] = static_cast<float>(v);
+      if (buf.dtype() == DType::kI32) static_cast<int32_t*>(h.data())[i] = static_cast<int32_t>(v);
+      if (buf.dtype() == DType::kBool) static_cast<uint8_t*>(h.data())[i] = 1;
+    }
+  }
+  backend->upload(buf, h.data());
+}
+
 }  // namespace detail
 }  // namespace tg

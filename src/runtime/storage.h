@@ -32,7 +32,11 @@ struct DeviceStore {
   /// tg::state() tensors by name, shared by the programs of this model on this device.
   std::map<std::string, std::unique_ptr<backend::Buffer>> states;
   std::map<std::string, Shape> state_shapes;
+  std::map<std::string, double> state_initial;  // every element's value at first and after reset_state()
   std::mutex mutex;
+
+  /// Sets state `name` to its initial value.
+  void reset_state(const std::string& name);
 
   /// Fills every parameter from its Init with `seed` (see nn/init.cc).
   void init_params(uint64_t seed);

@@ -194,6 +194,28 @@ std::vector<Instance> template_instances() {
   add("concat", cuda::concat_kernel("concat", {dense(f32, {3, 4}), {f32, {3, 2}, {1, 3}}}, {3, 6}, 1));
   add("unslice", cuda::unslice_kernel("unslice", {f32, {5, 3}, {0, 0}}, {5, 9}, 1, 2, 3));
   add("elementwise", {"elementwise", cuda::elementwise_kernel(ir::Op::kAdd, "elementwise")});
+
+  // The window ops: each conv mode in f32 and bf16 (the weight gradient split and not), each pool.
+  ir::Window win{.kh = 3, .kw = 3, .sh = 2, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 2, .groups = 2};
+  const ir::WindowGeom conv{8,  4, 9, 10, 6, ir::window_out(9, 3, 2, 1, 1), ir::window_out(10, 3, 1, 1, 2),
+                            win};
+  for (ir::Op op : {ir::Op::kConv2d, ir::Op::kConv2dGradInput, ir::Op::kConv2dGradWeight})
+    for (DType t : {f32, DType::kBF16}) {
+      const cuda::ConvPlan plan =
+          cuda::conv_kernels(std::string("conv") + ir::op_name(op), op, conv, t, tg::testing::sm90_device());
+      for (const cuda::Launch& l : plan.launches)
+        add(std::string("conv ") + ir::op_name(op) + " " + dtype_name(t), l);
+    }
+  const ir::WindowGeom wide{512, 32, 14, 14, 64, 14, 14, ir::Window{.kh = 3, .kw = 3, .ph = 1, .pw = 1}};
+  const cuda::ConvPlan split =
+      cuda::conv_kernels("conv_gw_split", ir::Op::kConv2dGradWeight, wide, f32, tg::testing::sm90_device());
+  EXPECT_EQ(split.launches.size(), 2u) << "a long weight-gradient reduction is split";
+  for (const cuda::Launch& l : split.launches) add("conv grad_weight split", l);
+  ir::Window pool{.kh = 3, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_pad = false};
+  const ir::WindowGeom pg{2, 3, 7, 8, 3, ir::window_out(7, 3, 2, 1, 1), ir::window_out(8, 2, 2, 1, 1), pool};
+  for (ir::Op op : {ir::Op::kMaxPool2d, ir::Op::kMaxPool2dGrad, ir::Op::kAvgPool2d, ir::Op::kAvgPool2dGrad})
+    add(std::string("pool ") + ir::op_name(op),
+        cuda::pool_kernel(ir::op_name(op), op, pg, tg::testing::sm90_device()));
   return out;
 }
 

@@ -1,0 +1,94 @@
+// PyTorch parity of the convolutional layers: tests/data/cnn_golden.safetensors (written by
+// gen_cnn_golden.py with PyTorch's nn.Conv2d, nn.BatchNorm2d, pools and nn.Linear, in float64)
+// holds a small CNN's initial parameters, a batch, the first step's loss and gradients, the
+// losses of three SGD steps, batch norm's running statistics after them and the evaluation-mode
+// loss that uses those statistics. tensorgrad, from the same parameters, must agree to a
+// relative error below 1e-4 (per tensor: max |ours − theirs| / max |theirs|).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/json.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+
+const std::string kGolden = std::string(TG_TEST_DATA_DIR) + "/cnn_golden.safetensors";
+
+/// The golden's model with PyTorch's names: conv1 → bn → relu → max pool → conv2 (stride 2,
+/// groups 2) → relu → avg pool → fc.
+struct Net : Module {
+  explicit Net(int64_t in_ch, int64_t classes)
+      : conv1(*this, "conv1", in_ch, 4, 3, {.padding = 1, .bias = false}),
+        bn(*this, "bn", 4),
+        conv2(*this, "conv2", 4, 6, 3, {.stride = 2, .padding = 1, .groups = 2}),
+        fc(*this, "fc", 6, classes) {}
+  Tensor loss(const Tensor& x, const Tensor& targets) const {
+    Tensor h = max_pool2d(relu(bn(conv1(x))), {.kernel = 2});
+    h = avg_pool2d(relu(conv2(h)), {.kernel = 2, .stride = 1});
+    return cross_entropy(fc(nn::Flatten{}(h)), targets);
+  }
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn;
+  nn::Conv2d conv2;
+  nn::Linear fc;
+};
+
+double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
+
+class CnnParity : public ::testing::TestWithParam<Device> {};
+
+TEST_P(CnnParity, GradientsRunningStatisticsAndEvalMatchPyTorch) {
+  const auto golden = read_safetensors(kGolden);
+  const auto meta = read_safetensors_metadata(kGolden);
+  const HostTensor& x = golden.at("x");
+  const HostTensor& targets = golden.at("targets");
+  Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
+  const std::vector<InputSpec> inputs = {{"x", x.shape(), DType::kF32},
+                                         {"targets", targets.shape(), DType::kI32}};
+  auto loss_fn = [&](Tensor xs, Tensor t) { return net.loss(xs, t); };
+  Program train = compile_train(
+      net, loss_fn,
+      {.inputs = inputs, .optimizer = SGD{.lr = std::stod(meta.at("lr"))}, .device = GetParam()});
+  std::map<std::string, HostTensor> params;
+  for (const auto& [name, t] : golden)
+    if (name.rfind("param/", 0) == 0) params[name.substr(6)] = t;
+  train.upload_params(params);  // every parameter, by name: a missing or extra one throws
+  std::vector<double> losses;
+  for (const io::JsonValue& v : io::parse_json(meta.at("losses")).array) losses.push_back(v.number);
+  ASSERT_EQ(losses.size(), 3u);
+  for (int step = 0; step < 3; ++step) {
+    Captures caps;
+    const float loss =
+        train.step({{"x", x.f32()}, {"targets", targets.i32()}}, {.captures = step == 0 ? &caps : nullptr});
+    EXPECT_LT(rel(loss, losses[static_cast<size_t>(step)]), 1e-4) << "step " << step + 1 << ": loss " << loss;
+    if (step > 0) continue;
+    for (const auto& [name, t] : params)
+      EXPECT_LT(tg::testing::rel_diff(caps.at("grad/" + name).f32(), golden.at("grad/" + name).f32()), 1e-4)
+          << "gradient of " << name;
+  }
+  // PyTorch's momentum update with the unbiased batch variance, three times.
+  EXPECT_LT(tg::testing::rel_diff(train.read_state("bn.running_mean").f32(), golden.at("running_mean").f32()),
+            1e-4);
+  EXPECT_LT(tg::testing::rel_diff(train.read_state("bn.running_var").f32(), golden.at("running_var").f32()),
+            1e-4);
+  // An inference program of the same model normalises with those running statistics.
+  Program eval = compile_forward(net, loss_fn, {.inputs = inputs, .device = GetParam()});
+  const float eval_loss = eval.run({{"x", x.f32()}, {"targets", targets.i32()}}).f32().at(0);
+  EXPECT_LT(rel(eval_loss, std::stod(meta.at("eval_loss"))), 1e-4) << "eval loss " << eval_loss;
+  // reset_state() puts the running statistics back to PyTorch's initial zeros and ones.
+  train.reset_state();
+  EXPECT_EQ(train.read_state("bn.running_var").f32(), std::vector<float>(4, 1.f));
+  EXPECT_EQ(train.read_state("bn.running_mean").f32(), std::vector<float>(4, 0.f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, CnnParity, ::testing::ValuesIn(tg::testing::all_devices()),
+                         [](const auto& info) { return tg::testing::device_test_name(info.param); });
+
+}  // namespace
