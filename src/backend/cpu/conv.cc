@@ -1,6 +1,6 @@
 // CPU kernels of the window ops. conv2d and its two gradients are GEMMs over im2col tiles:
 // per (image, group), Y[og, P] = W[og, K] · col[K, P] with K = C/G·KH·KW and P = OH·OW, col
-// built a chunk of P columns at a time in a per-thread buffer (never the whole layer's
+// built a tile of whole output rows at a time in a per-thread buffer (never the whole layer's
 // matrix); grad_input multiplies Wᵀ by dY into such a tile and scatters it back (col2im),
 // grad_weight accumulates dY·colᵀ into a per-thread partial summed at the end. A 1×1 window
 // with unit stride and no padding reads x in place. bf16 operands (mixed precision) are widened
@@ -26,10 +26,10 @@ using ir::WindowGeom;
 
 constexpr int64_t kTileFloats = int64_t{1} << 16;  // one col tile: 256 KiB, within L2
 
-/// The columns of one col tile: as many of P as keep K·chunk under kTileFloats (at least 16).
-int64_t chunk_of(const WindowGeom& g) {
-  const int64_t p = g.oh * g.ow;
-  return std::min(p, std::max<int64_t>(16, kTileFloats / std::max<int64_t>(1, g.k())));
+/// Output rows per col tile: as many as keep K·rows·OW under kTileFloats (at least one row).
+/// Tiles hold whole output rows, so a tile's pixels are rows [i0, i0 + rows) of the output.
+int64_t tile_rows(const WindowGeom& g) {
+  return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(1, g.k() * g.ow), 1, g.oh);
 }
 
 bool direct(const WindowGeom& g) {  // col is x itself
@@ -37,35 +37,63 @@ bool direct(const WindowGeom& g) {  // col is x itself
   return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
 }
 
-/// col[k][p − p0] for p in [p0, p0 + cols), k = (c, a, b), of one image's group (x at its
-/// first channel): x's element under window tap (a, b) of output p, 0 in the padding.
-void im2col(const WindowGeom& g, const float* x, int64_t p0, int64_t cols, float* col) {
+/// The output columns [j_lo, j_hi) whose tap b lands inside the input (iw = j·sw − pw + b·dw).
+void inside_cols(const WindowGeom& g, int64_t b, int64_t& j_lo, int64_t& j_hi) {
   const ir::Window& w = g.win;
+  const int64_t off = b * w.dw - w.pw;  // iw = j·sw + off
+  j_lo = off >= 0 ? 0 : (-off + w.sw - 1) / w.sw;
+  j_hi = g.w - 1 - off < 0 ? 0 : std::min(g.ow, (g.w - 1 - off) / w.sw + 1);
+  j_hi = std::max(j_hi, j_lo);
+}
+
+/// col[k][(i − i0)·OW + j] for output rows [i0, i0 + rows), k = (c, a, b), of one image's
+/// group (x at its first channel): x under window tap (a, b) of output (i, j), 0 in the padding.
+void im2col(const WindowGeom& g, const float* x, int64_t i0, int64_t rows, float* col) {
+  const ir::Window& w = g.win;
+  const int64_t cols = rows * g.ow;
   for (int64_t c = 0; c < g.cg(); ++c)
     for (int64_t a = 0; a < w.kh; ++a)
       for (int64_t b = 0; b < w.kw; ++b) {
         float* row = col + ((c * w.kh + a) * w.kw + b) * cols;
-        const float* plane = x + c * g.h * g.w;
-        for (int64_t q = 0; q < cols; ++q) {
-          const int64_t p = p0 + q, i = p / g.ow, j = p % g.ow;
-          const int64_t ih = i * w.sh - w.ph + a * w.dh, iw = j * w.sw - w.pw + b * w.dw;
-          row[q] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w ? plane[ih * g.w + iw] : 0.f;
+        int64_t j_lo, j_hi;
+        inside_cols(g, b, j_lo, j_hi);
+        const int64_t off = b * w.dw - w.pw;
+        for (int64_t i = i0; i < i0 + rows; ++i, row += g.ow) {
+          const int64_t ih = i * w.sh - w.ph + a * w.dh;
+          if (ih < 0 || ih >= g.h) {
+            std::fill(row, row + g.ow, 0.f);
+            continue;
+          }
+          const float* src = x + (c * g.h + ih) * g.w + off;
+          std::fill(row, row + j_lo, 0.f);
+          if (w.sw == 1)
+            std::copy(src + j_lo, src + j_hi, row + j_lo);
+          else
+            for (int64_t j = j_lo; j < j_hi; ++j) row[j] = src[j * w.sw];
+          std::fill(row + j_hi, row + g.ow, 0.f);
         }
       }
 }
 
-/// The adjoint of im2col: dx[...] += col[k][p − p0] (padding taps are dropped).
-void col2im(const WindowGeom& g, const float* col, int64_t p0, int64_t cols, float* dx) {
+/// The adjoint of im2col: dx[...] += col[k][...] (padding taps are dropped).
+void col2im(const WindowGeom& g, const float* col, int64_t i0, int64_t rows, float* dx) {
   const ir::Window& w = g.win;
+  const int64_t cols = rows * g.ow;
   for (int64_t c = 0; c < g.cg(); ++c)
     for (int64_t a = 0; a < w.kh; ++a)
       for (int64_t b = 0; b < w.kw; ++b) {
         const float* row = col + ((c * w.kh + a) * w.kw + b) * cols;
-        float* plane = dx + c * g.h * g.w;
-        for (int64_t q = 0; q < cols; ++q) {
-          const int64_t p = p0 + q, i = p / g.ow, j = p % g.ow;
-          const int64_t ih = i * w.sh - w.ph + a * w.dh, iw = j * w.sw - w.pw + b * w.dw;
-          if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) plane[ih * g.w + iw] += row[q];
+        int64_t j_lo, j_hi;
+        inside_cols(g, b, j_lo, j_hi);
+        const int64_t off = b * w.dw - w.pw;
+        for (int64_t i = i0; i < i0 + rows; ++i, row += g.ow) {
+          const int64_t ih = i * w.sh - w.ph + a * w.dh;
+          if (ih < 0 || ih >= g.h) continue;
+          float* dst = dx + (c * g.h + ih) * g.w + off;
+          if (w.sw == 1)
+            for (int64_t j = j_lo; j < j_hi; ++j) dst[j] += row[j];
+          else
+            for (int64_t j = j_lo; j < j_hi; ++j) dst[j * w.sw] += row[j];
         }
       }
 }
@@ -79,22 +107,23 @@ const float* as_f32(DType dtype, const std::byte* p, int64_t n, std::vector<floa
 }
 
 void conv_forward(const WindowGeom& g, const float* x, const float* wt, float* y) {
-  const int64_t P = g.oh * g.ow, K = g.k(), chunk = chunk_of(g), G = g.win.groups;
+  const int64_t P = g.oh * g.ow, K = g.k(), rows = tile_rows(g), G = g.win.groups;
 #pragma omp parallel
   {
     thread_local PackBuffer<float> tile;
-    float* col = tile.get(K * chunk);
+    float* col = tile.get(K * rows * g.ow);
 #pragma omp for schedule(dynamic) collapse(2)
     for (int64_t ng = 0; ng < g.n * G; ++ng)
-      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
-        const int64_t n = ng / G, grp = ng % G, cols = std::min(chunk, P - p0);
+      for (int64_t i0 = 0; i0 < g.oh; i0 += rows) {
+        const int64_t n = ng / G, grp = ng % G, nr = std::min(rows, g.oh - i0), p0 = i0 * g.ow,
+                      cols = nr * g.ow;
         const float* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
         const float* wg = wt + grp * g.og() * K;
         float* yg = y + (n * g.o + grp * g.og()) * P + p0;
         if (direct(g)) {
           sgemm_small(false, false, g.og(), cols, K, 1.f, wg, K, xg + p0, P, 0.f, yg, P);
         } else {
-          im2col(g, xg, p0, cols, col);
+          im2col(g, xg, i0, nr, col);
           sgemm_small(false, false, g.og(), cols, K, 1.f, wg, K, col, cols, 0.f, yg, P);
         }
       }
@@ -102,13 +131,13 @@ void conv_forward(const WindowGeom& g, const float* x, const float* wt, float* y
 }
 
 void conv_grad_input(const WindowGeom& g, const float* dy, const float* wt, float* dx) {
-  const int64_t P = g.oh * g.ow, K = g.k(), chunk = chunk_of(g), G = g.win.groups;
+  const int64_t P = g.oh * g.ow, K = g.k(), rows = tile_rows(g), G = g.win.groups;
 #pragma omp parallel
   {
     thread_local PackBuffer<float> tile;
-    float* col = tile.get(K * chunk);
+    float* col = tile.get(K * rows * g.ow);
 #pragma omp for schedule(dynamic)
-    for (int64_t ng = 0; ng < g.n * G; ++ng) {  // chunks of one (image, group) overlap in dx
+    for (int64_t ng = 0; ng < g.n * G; ++ng) {  // tiles of one (image, group) overlap in dx
       const int64_t n = ng / G, grp = ng % G;
       float* dxg = dx + (n * g.c + grp * g.cg()) * g.h * g.w;
       const float* wg = wt + grp * g.og() * K;
@@ -118,17 +147,17 @@ void conv_grad_input(const WindowGeom& g, const float* dy, const float* wt, floa
         continue;
       }
       std::memset(dxg, 0, static_cast<size_t>(g.cg() * g.h * g.w) * sizeof(float));
-      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
-        const int64_t cols = std::min(chunk, P - p0);
-        sgemm_small(true, false, K, cols, g.og(), 1.f, wg, K, dyg + p0, P, 0.f, col, cols);
-        col2im(g, col, p0, cols, dxg);
+      for (int64_t i0 = 0; i0 < g.oh; i0 += rows) {
+        const int64_t nr = std::min(rows, g.oh - i0), cols = nr * g.ow;
+        sgemm_small(true, false, K, cols, g.og(), 1.f, wg, K, dyg + i0 * g.ow, P, 0.f, col, cols);
+        col2im(g, col, i0, nr, dxg);
       }
     }
   }
 }
 
 void conv_grad_weight(const WindowGeom& g, const float* x, const float* dy, float* dw) {
-  const int64_t P = g.oh * g.ow, K = g.k(), chunk = chunk_of(g), G = g.win.groups;
+  const int64_t P = g.oh * g.ow, K = g.k(), rows = tile_rows(g), G = g.win.groups;
   const int64_t wsize = g.o * K;
   const int threads = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(g.n * G)));
   std::vector<float> partial(static_cast<size_t>((threads - 1) * wsize));  // thread 0 writes dw
@@ -136,7 +165,7 @@ void conv_grad_weight(const WindowGeom& g, const float* x, const float* dy, floa
 #pragma omp parallel num_threads(threads)
   {
     thread_local PackBuffer<float> tile;
-    float* col = tile.get(K * chunk);
+    float* col = tile.get(K * rows * g.ow);
     const int t = omp_get_thread_num();
     float* mine = t == 0 ? dw : partial.data() + (t - 1) * wsize;
     if (t > 0) std::memset(mine, 0, static_cast<size_t>(wsize) * sizeof(float));
@@ -146,12 +175,12 @@ void conv_grad_weight(const WindowGeom& g, const float* x, const float* dy, floa
       const float* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
       const float* dyg = dy + (n * g.o + grp * g.og()) * P;
       float* dwg = mine + grp * g.og() * K;
-      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
-        const int64_t cols = std::min(chunk, P - p0);
+      for (int64_t i0 = 0; i0 < g.oh; i0 += rows) {
+        const int64_t nr = std::min(rows, g.oh - i0), p0 = i0 * g.ow, cols = nr * g.ow;
         if (direct(g)) {
           sgemm_small(false, true, g.og(), K, cols, 1.f, dyg + p0, P, xg + p0, P, 1.f, dwg, K);
         } else {
-          im2col(g, xg, p0, cols, col);
+          im2col(g, xg, i0, nr, col);
           sgemm_small(false, true, g.og(), K, cols, 1.f, dyg + p0, P, col, cols, 1.f, dwg, K);
         }
       }
@@ -188,6 +217,47 @@ int64_t window_argmax(const WindowGeom& g, const float* x, int64_t i, int64_t j)
     }
   }
   return best;
+}
+
+/// Whether the pool's windows tile the input without overlap or padding (stride = kernel, the
+/// usual 2×2 pool): every x element then lies in at most one window.
+bool tiling(const WindowGeom& g) {
+  const ir::Window& w = g.win;
+  return w.sh == w.kh && w.sw == w.kw && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1;
+}
+
+/// max_pool2d over tiling windows, one plane: y, or (dy given) dx with dy at each window's
+/// first maximum and 0 elsewhere (including the rows and columns no window covers). `corner`
+/// holds each output's window's first element (i·kh·W + j·kw). Outputs go 64 at a time, tap by
+/// tap, so that the compare-and-select chains of different outputs are independent (one
+/// output's taps form a serial chain), whatever the plane's width.
+void max_pool_tiling(const WindowGeom& g, const int32_t* corner, const float* x, const float* dy,
+                     float* out) {
+  constexpr int64_t kLanes = 64;
+  const int64_t kh = g.win.kh, kw = g.win.kw, outputs = g.oh * g.ow;
+  if (dy != nullptr) std::fill(out, out + g.h * g.w, 0.f);
+  float bv[kLanes];
+  int32_t best[kLanes];
+  for (int64_t o0 = 0; o0 < outputs; o0 += kLanes) {
+    const int64_t lanes = std::min(kLanes, outputs - o0);
+    const int32_t* at = corner + o0;
+    for (int64_t l = 0; l < lanes; ++l) bv[l] = x[at[l]], best[l] = at[l];
+    for (int64_t a = 0; a < kh; ++a)
+      for (int64_t b = 0; b < kw; ++b) {
+        const auto tap = static_cast<int32_t>(a * g.w + b);
+        for (int64_t l = 0; l < lanes; ++l) {
+          // Take v when it is larger or a NaN, unless a NaN was taken already (branch-free).
+          const float v = x[at[l] + tap];
+          const bool take = bv[l] == bv[l] && !(v <= bv[l]);
+          bv[l] = take ? v : bv[l];
+          best[l] = take ? at[l] + tap : best[l];
+        }
+      }
+    if (dy == nullptr)
+      std::copy(bv, bv + lanes, out + o0);
+    else
+      for (int64_t l = 0; l < lanes; ++l) out[best[l]] = dy[o0 + l];
+  }
 }
 
 /// Sum of the window of output (i, j) in plane x (or, with dx, adds v to each of its
@@ -242,12 +312,33 @@ Kernel make_window(const ir::Node& node, const WindowGeom& g, DType dtype, const
         conv_grad_weight(g, as_f32(dtype, a, x_size, wa), as_f32(dtype, b, y_size, wb), out);
       };
     case Op::kMaxPool2d:
+    case Op::kMaxPool2dGrad:
+      if (tiling(g)) {
+        std::vector<int32_t> corner(static_cast<size_t>(oplane));
+        for (int64_t i = 0; i < g.oh; ++i)
+          for (int64_t j = 0; j < g.ow; ++j)
+            corner[static_cast<size_t>(i * g.ow + j)] =
+                static_cast<int32_t>(i * g.win.kh * g.w + j * g.win.kw);
+        return [=, corner = std::move(corner)] {
+          const auto* x = reinterpret_cast<const float*>(a);
+          const auto* dy = reinterpret_cast<const float*>(b);  // null forward
+          const int64_t planes = g.n * g.c;
+#pragma omp parallel for schedule(static) if (planes * plane > (int64_t{1} << 15))
+          for (int64_t pl = 0; pl < planes; ++pl)
+            max_pool_tiling(g, corner.data(), x + pl * plane, dy ? dy + pl * oplane : nullptr,
+                            out + pl * (dy ? plane : oplane));
+        };
+      }
+      if (node.op == Op::kMaxPool2dGrad) break;
       return [=] {
         const auto* x = reinterpret_cast<const float*>(a);
         for_outputs(g, [&](int64_t pl, int64_t i, int64_t j) {
           out[pl * oplane + i * g.ow + j] = x[pl * plane + window_argmax(g, x + pl * plane, i, j)];
         });
       };
+    default: break;
+  }
+  switch (node.op) {
     case Op::kMaxPool2dGrad:
       return [=] {
         const auto* x = reinterpret_cast<const float*>(a);
