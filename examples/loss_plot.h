@@ -12,8 +12,14 @@ namespace loss_plot {
 
 using Series = std::vector<std::pair<double, double>>;  // (step, loss)
 
+/// The axis titles and the two series' names.
+struct Labels {
+  std::string x = "step", y = "loss (nats per token)", train = "training loss", val = "validation loss";
+};
+
 inline bool write_svg(const std::string& path, const std::string& title, const Series& train,
-                      const Series& val, double reference = -1, const std::string& reference_label = "") {
+                      const Series& val, double reference = -1, const std::string& reference_label = "",
+                      const Labels& labels = {}) {
   constexpr double W = 760, H = 440, L = 64, R = 24, T = 40, B = 48;  // size and margins
   double x_max = 1, y_min = 1e30, y_max = -1e30;
   for (const Series* s : {&train, &val})
@@ -60,9 +66,9 @@ inline bool write_svg(const std::string& path, const std::string& title, const S
            "\" text-anchor=\"middle\">" + num(x, "%.0f") + "</text>\n";
   }
   svg += "<text x=\"" + num((L + W - R) / 2, "%.0f") + "\" y=\"" + num(H - 8, "%.0f") +
-         "\" text-anchor=\"middle\">step</text>\n";
+         "\" text-anchor=\"middle\">" + labels.x + "</text>\n";
   svg += "<text x=\"16\" y=\"" + num((T + H - B) / 2, "%.0f") + "\" transform=\"rotate(-90 16 " +
-         num((T + H - B) / 2, "%.0f") + ")\" text-anchor=\"middle\">loss (nats per token)</text>\n";
+         num((T + H - B) / 2, "%.0f") + ")\" text-anchor=\"middle\">" + labels.y + "</text>\n";
   if (reference > 0)
     svg += "<line x1=\"" + num(L, "%.0f") + "\" x2=\"" + num(W - R, "%.0f") + "\" y1=\"" +
            num(py(reference), "%.1f") + "\" y2=\"" + num(py(reference), "%.1f") +
@@ -73,10 +79,10 @@ inline bool write_svg(const std::string& path, const std::string& title, const S
   for (const auto& [x, y] : val)
     svg += "<circle cx=\"" + num(px(x), "%.1f") + "\" cy=\"" + num(py(y), "%.1f") +
            "\" r=\"3\" fill=\"#e0662f\"/>\n";
-  svg += "<text x=\"" + num(W - R - 150, "%.0f") + "\" y=\"" + num(T + 14, "%.0f") +
-         "\" fill=\"#4a7fd6\">training loss</text>\n";
-  svg += "<text x=\"" + num(W - R - 150, "%.0f") + "\" y=\"" + num(T + 30, "%.0f") +
-         "\" fill=\"#e0662f\">validation loss</text>\n";
+  svg += "<text x=\"" + num(W - R - 150, "%.0f") + "\" y=\"" + num(T + 14, "%.0f") + "\" fill=\"#4a7fd6\">" +
+         labels.train + "</text>\n";
+  svg += "<text x=\"" + num(W - R - 150, "%.0f") + "\" y=\"" + num(T + 30, "%.0f") + "\" fill=\"#e0662f\">" +
+         labels.val + "</text>\n";
   svg += "<line x1=\"" + num(L, "%.0f") + "\" x2=\"" + num(L, "%.0f") + "\" y1=\"" + num(T, "%.0f") +
          "\" y2=\"" + num(H - B, "%.0f") + "\" stroke=\"black\"/>\n<line x1=\"" + num(L, "%.0f") +
          "\" x2=\"" + num(W - R, "%.0f") + "\" y1=\"" + num(H - B, "%.0f") + "\" y2=\"" + num(H - B, "%.0f") +
