@@ -201,14 +201,14 @@ std::vector<Instance> template_instances() {
                             win};
   for (ir::Op op : {ir::Op::kConv2d, ir::Op::kConv2dGradInput, ir::Op::kConv2dGradWeight})
     for (DType t : {f32, DType::kBF16}) {
-      const cuda::ConvPlan plan =
-          cuda::conv_kernels(std::string("conv") + ir::op_name(op), op, conv, t, tg::testing::sm90_device());
+      const cuda::ConvPlan plan = cuda::conv_kernels(std::string("conv") + ir::op_name(op), op, conv, t,
+                                                     false, tg::testing::sm90_device());
       for (const cuda::Launch& l : plan.launches)
         add(std::string("conv ") + ir::op_name(op) + " " + dtype_name(t), l);
     }
   const ir::WindowGeom wide{512, 32, 14, 14, 64, 14, 14, ir::Window{.kh = 3, .kw = 3, .ph = 1, .pw = 1}};
-  const cuda::ConvPlan split =
-      cuda::conv_kernels("conv_gw_split", ir::Op::kConv2dGradWeight, wide, f32, tg::testing::sm90_device());
+  const cuda::ConvPlan split = cuda::conv_kernels("conv_gw_split", ir::Op::kConv2dGradWeight, wide, f32, true,
+                                                  tg::testing::sm90_device());
   EXPECT_EQ(split.launches.size(), 2u) << "a long weight-gradient reduction is split";
   for (const cuda::Launch& l : split.launches) add("conv grad_weight split", l);
   ir::Window pool{.kh = 3, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_pad = false};

@@ -6,7 +6,10 @@
 // relative error below 1e-4 (per tensor: max |ours − theirs| / max |theirs|).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <utility>
 #include <map>
 #include <string>
 #include <vector>
@@ -86,6 +89,43 @@ TEST_P(CnnParity, GradientsRunningStatisticsAndEvalMatchPyTorch) {
   train.reset_state();
   EXPECT_EQ(train.read_state("bn.running_var").f32(), std::vector<float>(4, 1.f));
   EXPECT_EQ(train.read_state("bn.running_mean").f32(), std::vector<float>(4, 0.f));
+}
+
+// The GPU's tensor-core modes against the same float64 golden, within their rounding: tf32
+// operands carry 10 fraction bits (a product's relative error ≤ 2^-11), bf16 7 (≤ 2^-8 for each
+// operand); the bounds leave room for the sums and the three steps.
+TEST(CnnParityGpu, Tf32AndBf16WithinTheirRounding) {
+  if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto golden = read_safetensors(kGolden);
+  const auto meta = read_safetensors_metadata(kGolden);
+  const HostTensor& x = golden.at("x");
+  const HostTensor& targets = golden.at("targets");
+  for (const auto& [precision, bound] :
+       {std::pair{Precision::kTf32, 5e-3}, std::pair{Precision::kBf16, 3e-2}}) {
+    Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
+    Program train =
+        compile_train(net, [&](Tensor xs, Tensor t) { return net.loss(xs, t); },
+                      {.inputs = {{"x", x.shape(), DType::kF32}, {"targets", targets.shape(), DType::kI32}},
+                       .optimizer = SGD{.lr = std::stod(meta.at("lr"))},
+                       .device = Device::cuda(),
+                       .precision = precision});
+    std::map<std::string, HostTensor> params;
+    for (const auto& [name, t] : golden)
+      if (name.rfind("param/", 0) == 0) params[name.substr(6)] = t;
+    train.upload_params(params);
+    Captures caps;
+    const float loss = train.step({{"x", x.f32()}, {"targets", targets.i32()}}, {.captures = &caps});
+    const double want = io::parse_json(meta.at("losses")).array.at(0).number;
+    EXPECT_LT(rel(loss, want), bound) << "loss " << loss;
+    double worst = 0;
+    for (const auto& [name, t] : params) {
+      const double e = tg::testing::rel_diff(caps.at("grad/" + name).f32(), golden.at("grad/" + name).f32());
+      EXPECT_LT(e, bound) << "gradient of " << name;
+      worst = std::max(worst, e);
+    }
+    std::printf("  %s: loss %.6f (PyTorch %.6f), worst gradient error %.2e\n",
+                precision == Precision::kTf32 ? "tf32" : "bf16", loss, want, worst);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, CnnParity, ::testing::ValuesIn(tg::testing::all_devices()),

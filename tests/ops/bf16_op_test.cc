@@ -10,6 +10,7 @@
 //   cast, shape ops           0       0       rounding is exact and specified; copies are copies
 //   matmul (cpu)              1e-5    1e-6    f32 accumulation of exact bf16 products, any order
 //   matmul (cuda)             1e-5    1e-6    the same on the tensor cores (f32 accumulate)
+//   conv2d (cpu, cuda)        1e-5    1e-6    as matmul (CUDA: tf32 tensor cores, exact for bf16)
 //   attention (cpu)           1e-5    1e-6    f32 softmax and f32 products of bf16 q, k, v
 //   attention (cuda)          the bf16 rounding bound below
 //   gradients                 as the forward, with an absolute floor of 1e-5 (the f32
@@ -108,6 +109,18 @@ std::vector<Bf16Case> cases() {
       {"linear_bias_gelu",
        {uni({4, 6, 32}), uni({32, 48}), uni({48})},
        [](const Ts& x) { return gelu(matmul(x[0], x[1]) + x[2]); },
+       kProduct,
+       kProduct},
+      // conv2d reads bf16 like a product: exact products (bf16 values are exact in the tf32 the
+      // CUDA tensor cores take), f32 sums.
+      {"conv2d",
+       {uni({2, 3, 7, 6}), uni({4, 3, 3, 3})},
+       [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.padding = 1}); },
+       kProduct,
+       kProduct},
+      {"conv2d_strided_grouped",
+       {uni({3, 4, 9, 9}), uni({6, 2, 3, 3})},
+       [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.stride = 2, .groups = 2}); },
        kProduct,
        kProduct},
       {"linear_residual",

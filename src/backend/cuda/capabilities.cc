@@ -166,7 +166,8 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
       return attention_layout(g, id, in);
     case Op::kConv2dGradWeight: {  // the partial sums of a split reduction
       const int64_t floats =
-          conv_kernels("tg_kernel", n.op, ir::window_geom(g, n), g.node(n.inputs[0]).dtype, info_).scratch_floats;
+          conv_kernels("tg_kernel", n.op, ir::window_geom(g, n), g.node(n.inputs[0]).dtype, options_.tf32, info_)
+              .scratch_floats;
       if (floats > 0) lay.scratch = {floats * 4};
       return lay;
     }

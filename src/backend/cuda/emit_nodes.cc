@@ -68,7 +68,8 @@ void Emitter::emit_node(const passes::Step& st) {
       return;
     case Op::kMatmul: emit_product(st); return;
     case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: {
-      ConvPlan plan = conv_kernels(kName, n.op, ir::window_geom(g_, n), g_.node(n.inputs[0]).dtype, info_);
+      ConvPlan plan =
+          conv_kernels(kName, n.op, ir::window_geom(g_, n), g_.node(n.inputs[0]).dtype, options_.tf32, info_);
       if (plan.launches.size() == 1) {
         add_kernel({id}, std::move(plan.launches[0]), {{in(0)}, {in(1)}, {out}}, plan.flops);
         return;

@@ -229,15 +229,16 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
 // ---- convolutional networks (kernels_conv.cc) -------------------------------------------
 /// conv2d or one of its gradients as implicit GEMMs (kernels/conv.cuh). launches[0] has params
 /// (const IN_T* p0, const IN_T* p1, float* out): (x, w, y), (dy, w, dx) or (x, dy, dw); IN_T is
-/// float or bf16 bits (`dtype`), operands dense. A weight gradient split over several blocks
-/// writes partials to `scratch_floats` floats of scratch (then launches[0]'s out) and adds them
-/// with launches[1], params (const float* scratch, float* dw).
+/// float or bf16 bits (`dtype`), operands dense. With `tf32` (or bf16 operands, exact in tf32)
+/// the products run on the tensor cores (tf32 rounding of f32 operands). A weight gradient split over several
+/// blocks writes partials to `scratch_floats` floats of scratch (then launches[0]'s out) and adds them with
+/// launches[1], params (const float* scratch, float* dw).
 struct ConvPlan {
   std::vector<Launch> launches;
   int64_t scratch_floats = 0;
   int64_t flops = 0;
 };
-ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& geom, DType dtype,
+ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& geom, DType dtype, bool tf32,
                       const DeviceInfo& dev);
 /// max_pool2d, avg_pool2d or a gradient (f32, dense). Params (const float* a, const float* b,
 /// float* out): (x, unused, y), (x, dy, dx) for max's gradient, (dy, unused, dx) for avg's.

@@ -41,8 +41,10 @@ Launch grid_stride(const std::string& name, std::string source, int64_t total, c
 
 }  // namespace
 
-ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& g, DType dtype,
+ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& g, DType dtype, bool tf32,
                       const DeviceInfo& dev) {
+  if (g.n * g.c * g.h * g.w >= (int64_t{1} << 31) || g.n * g.o * g.oh * g.ow >= (int64_t{1} << 31))
+    throw Error("[cuda] conv2d: tensors of 2^31 elements or more are not supported yet");
   if (dtype != DType::kF32 && dtype != DType::kBF16)
     throw Error(std::string("[cuda] conv2d does not take ") + dtype_name(dtype));
   const int mode = op == ir::Op::kConv2d ? 0 : op == ir::Op::kConv2dGradInput ? 1 : 2;
@@ -50,10 +52,15 @@ ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& 
   int64_t m = 0, nn = 0, kk = 0, ktotal = 0, batch = 0, splits = 1;
   if (mode == 0) m = g.og(), nn = P, kk = K, batch = g.n * g.win.groups;
   if (mode == 1) m = g.cg(), nn = g.h * g.w, kk = g.og() * g.win.kh * g.win.kw, batch = g.n * g.win.groups;
+  if (mode == 2) m = g.og(), nn = K, ktotal = g.n * P;
+  // The smallest tiles that cover the problem's m and n (no threads idle on thin problems).
+  const int bm = m <= 32 ? 32 : 64, bn = nn <= 16 ? 16 : nn <= 32 ? 32 : 64;
+  // Tensor cores for tf32 products, and for bf16 operands (exact in tf32): 8 warps of 16 rows
+  // and at least one 8-column tile each.
+  const bool tc = (tf32 || dtype == DType::kBF16) && bn / (8 * (8 / (bm / 16))) >= 1;
   if (mode == 2) {
-    m = g.og(), nn = K, ktotal = g.n * P;
     // Enough blocks to fill the device twice over, each with at least 256 of k to sum.
-    const int64_t tiles = ((m + 63) / 64) * ((nn + 63) / 64) * g.win.groups;
+    const int64_t tiles = ((m + bm - 1) / bm) * ((nn + bn - 1) / bn) * g.win.groups;
     splits = std::clamp<int64_t>(2 * int64_t{dev.sm_count} / std::max<int64_t>(tiles, 1), 1,
                                  std::max<int64_t>(ktotal / 256, 1));
     kk = (ktotal + splits - 1) / splits;
@@ -64,22 +71,24 @@ ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& 
   std::string s = "// conv2d (kernels_conv.cc)\n";
   s += dtype == DType::kBF16 ? "typedef unsigned short IN_T;  // bf16 bits\n" : "typedef float IN_T;\n";
   s += kLoads;
-  s += "constexpr int MODE = " + std::to_string(mode) + ";\n";
+  s += "constexpr int MODE = " + std::to_string(mode) + ", BM = " + std::to_string(bm) +
+       ", BN = " + std::to_string(bn) + ";\n";
+  s += std::string("constexpr bool TC = ") + (tc ? "true" : "false") + ";\n";
   s += geometry(g);
   s += "constexpr long long M = " + ll(m) + ", NN = " + ll(nn) + ", KK = " + ll(kk) +
        ", KTOTAL = " + ll(ktotal) + ", SPLITS = " + ll(splits) + ";\n";
   s += kernel_source("conv.cuh", "gemm_common");
   s += "extern \"C\" __global__ void __launch_bounds__(256) " + name +
        "(const IN_T* __restrict__ p0, const IN_T* __restrict__ p1, float* __restrict__ out) {\n";
-  s += kernel_source("conv.cuh", "gemm");
+  s += kernel_source("conv.cuh", tc ? "gemm_tc" : "gemm");
   s += "}\n";
   ConvPlan plan;
   Launch l;
   l.name = name;
   l.source = std::move(s);
   l.block[0] = 256;
-  l.grid[0] = static_cast<unsigned>((nn + 63) / 64);
-  l.grid[1] = static_cast<unsigned>((m + 63) / 64);
+  l.grid[0] = static_cast<unsigned>((nn + bn - 1) / bn);
+  l.grid[1] = static_cast<unsigned>((m + bm - 1) / bm);
   l.grid[2] = static_cast<unsigned>(batch);
   if (batch > 65535) throw Error("[cuda] conv2d: more than 65535 (image, group) pairs in one call");
   plan.launches.push_back(std::move(l));

@@ -7,91 +7,131 @@
 //   GI:  m = input channel c, n = input pixel (ih, iw), k = (o, a, b): A = w[g·OG + o][c][a][b],
 //        B = dy[img][g·OG + o][i][j] where ih = i·SH − PH + a·DH (likewise iw), else 0.
 //   GW:  m = o, n = (c, a, b), k = (img, p): A = dy[img][g·OG + o][p], B as FWD's B.
-// Tiles: BM × BN outputs a block, BK of k a step, staged in shared memory; each of the 256
-// threads accumulates a TM × TN patch in f32 registers. GW splits k over SPLITS blocks whose
-// partial sums a second kernel adds in a fixed order (deterministic, no atomics).
+// Tiles: BM × BN outputs a block, BK of k a step, staged in shared memory (see gemm_common). GW
+// splits k over SPLITS blocks whose partial sums a second kernel adds in a fixed order
+// (deterministic, no atomics).
 //
 // Defined before: IN_T (float or unsigned short = bf16 bits) and in_ld; MODE (0 FWD, 1 GI,
 // 2 GW); M, NN (GEMM extents), KK (the k of one block: all of it, or one split's for GW),
-// KTOTAL (GW's whole k, N·OH·OW), SPLITS; the geometry N, C, H, W, O, OH, OW, KH, KW, SH, SW, PH,
-// PW, DH, DW, G, CG, OG (constants, long long). Piece gemm_common precedes the kernel; piece
-// gemm is the body of
+// KTOTAL (GW's whole k, N·OH·OW), SPLITS (long long); BM, BN, TC; the geometry N, C, H, W, O, OH,
+// OW, KH, KW, SH, SW, PH, PW, DH, DW, G, CG, OG (int). Piece gemm_common precedes the kernel;
+// piece gemm (or gemm_tc, with TC) is the body of
 //   extern "C" __global__ void <name>(const IN_T* p0, const IN_T* p1, float* out)
 // and piece splits the body of <name>(const float* part, float* out) (TOTAL = O·CG·KH·KW).
 // @piece gemm_common
-constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4, NT = 256;
-constexpr long long P = OH * OW, KHW = KH * KW;
+// BM × BN outputs a block (chosen per problem by the generator: BM 32 or 64, BN 16, 32 or 64);
+// 256 threads. SIMT (TC false): thread (tx, ty) of a 16 × 16 grid accumulates TM × TN outputs.
+// Tensor cores (TC, tf32 mma.sync m16n8k8): 8 warps, WM along m and WN along n, each 16 rows ×
+// NW8 column tiles of 8. Operands are staged k-major, As[k][m] and Bs[k][n]; the row stride pads
+// by 8 for the mma fragments (lanes g = lane / 4 on rows, t = lane % 4 on k: banks t·8 + g
+// distinct), by 4 otherwise.
+constexpr int BK = 16, NT = 256, TM = BM / 16, TN = BN / 16;
+constexpr int SA = BM + (TC ? 8 : 4), SB = BN + (TC ? 8 : 4);
+constexpr int WM = BM / 16, WN = 8 / WM, NW8 = BN / (8 * WN);
+constexpr int P = OH * OW, KHW = KH * KW;
 
-// x[img][ch][i·SH − PH + a·DH][j·SW − PW + b·DW] for output pixel p, tap r = (a, b); 0 outside.
-__device__ __forceinline__ float x_tap(const IN_T* x, long long img, long long ch, long long p, long long r) {
-  const long long i = p / OW, j = p % OW, a = r / KW, b = r % KW;
-  const long long ih = i * SH - PH + a * DH, iw = j * SW - PW + b * DW;
+// x[img][ch][i·SH − PH + a·DH][j·SW − PW + b·DW] for output pixel p = (i, j), tap r = (a, b);
+// 0 in the padding.
+__device__ __forceinline__ float x_tap(const IN_T* x, int img, int ch, int p, int r) {
+  const int i = p / OW, j = p % OW, a = r / KW, b = r % KW;
+  const int ih = i * SH - PH + a * DH, iw = j * SW - PW + b * DW;
   if (ih < 0 || ih >= H || iw < 0 || iw >= W) return 0.f;
-  return in_ld(x + ((img * C + ch) * H + ih) * W + iw);
+  return in_ld(x + (((long long)img * C + ch) * H + ih) * W + iw);
 }
 
-__device__ __forceinline__ float a_at(const IN_T* p0, const IN_T* p1, long long z, long long m, long long k) {
+__device__ __forceinline__ float a_at(const IN_T* p1, int z, int m, long long k) {
   if (m >= M) return 0.f;
   if (MODE == 0) {  // w[g·OG + m][k]
-    const long long g = z % G;
-    return in_ld(p1 + (g * OG + m) * (CG * KHW) + k);
+    const int g = z % G;
+    return in_ld(p1 + (long long)(g * OG + m) * (CG * KHW) + k);
   }
   if (MODE == 1) {  // w[g·OG + o][m][a][b], k = (o, r)
-    const long long g = z % G, o = k / KHW, r = k % KHW;
-    return in_ld(p1 + ((g * OG + o) * CG + m) * KHW + r);
+    const int g = z % G, o = (int)k / KHW, r = (int)k % KHW;
+    return in_ld(p1 + ((long long)(g * OG + o) * CG + m) * KHW + r);
   }
-  const long long g = z / SPLITS, img = k / P, p = k % P;  // dy[img][g·OG + m][p]
+  const int g = z / SPLITS;  // dy[img][g·OG + m][p], k = (img, p)
+  const long long img = k / P, p = k % P;
   return in_ld(p1 + (img * O + g * OG + m) * P + p);
 }
 
-__device__ __forceinline__ float b_at(const IN_T* p0, const IN_T* p1, long long z, long long k, long long n) {
+__device__ __forceinline__ float b_at(const IN_T* p0, int z, long long k, int n) {
   if (n >= NN) return 0.f;
   if (MODE == 0) {
-    const long long img = z / G, g = z % G;
-    return x_tap(p0, img, g * CG + k / KHW, n, k % KHW);
+    const int img = z / G, g = z % G;
+    return x_tap(p0, img, g * CG + (int)k / KHW, n, (int)k % KHW);
   }
   if (MODE == 1) {  // dy[img][g·OG + o][i][j] with (ih, iw) = n under tap (a, b) of k = (o, r)
-    const long long img = z / G, g = z % G, o = k / KHW, r = k % KHW;
-    const long long th = n / W + PH - (r / KW) * DH, tw = n % W + PW - (r % KW) * DW;
+    const int img = z / G, g = z % G, o = (int)k / KHW, r = (int)k % KHW;
+    const int th = n / W + PH - (r / KW) * DH, tw = n % W + PW - (r % KW) * DW;
     if (th < 0 || tw < 0 || th % SH != 0 || tw % SW != 0) return 0.f;
-    const long long i = th / SH, j = tw / SW;
+    const int i = th / SH, j = tw / SW;
     if (i >= OH || j >= OW) return 0.f;
-    return in_ld(p0 + ((img * O + g * OG + o) * OH + i) * OW + j);
+    return in_ld(p0 + (((long long)img * O + g * OG + o) * OH + i) * OW + j);
   }
-  const long long g = z / SPLITS, img = k / P;  // x under tap n = (c, r) of pixel k % P
-  return x_tap(p0, img, g * CG + n / KHW, k % P, n % KHW);
+  const int g = z / SPLITS;  // x under tap n = (c, r) of pixel k % P of image k / P
+  return x_tap(p0, (int)(k / P), g * CG + n / KHW, (int)(k % P), n % KHW);
+}
+
+// Rounds to tf32 (round to nearest, ties away, as cuBLAS's TF32 inputs) for the tensor cores;
+// bf16 operands are exact in tf32.
+__device__ __forceinline__ float to_tc(float v) {
+  if (!TC) return v;
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
+}
+
+// Stages k0 … k0 + BK of A (m0 …) and B (n0 …) into As[k][m], Bs[k][n]; zeros past k_end.
+__device__ __forceinline__ void stage(float* As, float* Bs, const IN_T* p0, const IN_T* p1, int z, int m0, int n0,
+                                      long long k0, long long k_end) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < BM * BK / NT; ++r) {  // A: consecutive threads along k
+    const int e = r * NT + tid, kk = e % BK, mm = e / BK;
+    As[kk * SA + mm] = k0 + kk < k_end ? to_tc(a_at(p1, z, m0 + mm, k0 + kk)) : 0.f;
+  }
+#pragma unroll
+  for (int r = 0; r < BN * BK / NT; ++r) {  // B: consecutive threads along n (along k for GW)
+    const int e = r * NT + tid;
+    const int kk = MODE == 2 ? e % BK : e / BN, nn = MODE == 2 ? e / BK : e % BN;
+    Bs[kk * SB + nn] = k0 + kk < k_end ? to_tc(b_at(p0, z, k0 + kk, n0 + nn)) : 0.f;
+  }
+}
+
+// Output (m, n) of block z.
+__device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
+  if (m >= M || n >= NN) return;
+  if (MODE == 0) {
+    const int img = z / G, g = z % G;
+    out[((long long)img * O + g * OG + m) * P + n] = v;
+  } else if (MODE == 1) {
+    const int img = z / G, g = z % G;
+    out[((long long)img * C + g * CG + m) * (H * W) + n] = v;
+  } else {
+    const int g = z / SPLITS, split = z % SPLITS;
+    out[(long long)split * (O * NN) + (long long)(g * OG + m) * NN + n] = v;
+  }
 }
 
 // @piece gemm
   // p0, p1: the operands (FWD: x, w; GI: dy, w; GW: x, dy). out: y, dx, or dw (SPLITS == 1) /
   // the split partials [SPLITS][O·CG·KH·KW].
-  __shared__ float As[BK][BM + 4], Bs[BK][BN + 4];
-  const long long z = blockIdx.z;
-  const long long m0 = (long long)blockIdx.y * BM, n0 = (long long)blockIdx.x * BN;
-  const long long k_begin = MODE == 2 ? (z % SPLITS) * KK : 0;
+  __shared__ float As[BK * SA], Bs[BK * SB];
+  const int z = blockIdx.z, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const long long k_begin = MODE == 2 ? (long long)(z % SPLITS) * KK : 0;
   const long long k_end = MODE == 2 ? min(k_begin + KK, KTOTAL) : KK;
-  const int tid = threadIdx.x, tx = tid % (BN / TN), ty = tid / (BN / TN);
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   float acc[TM][TN] = {};
   for (long long k0 = k_begin; k0 < k_end; k0 += BK) {
-#pragma unroll
-    for (int r = 0; r < BM * BK / NT; ++r) {  // A: consecutive threads along k
-      const int e = r * NT + tid, kk = e % BK, mm = e / BK;
-      As[kk][mm] = k0 + kk < k_end ? a_at(p0, p1, z, m0 + mm, k0 + kk) : 0.f;
-    }
-#pragma unroll
-    for (int r = 0; r < BN * BK / NT; ++r) {  // B: consecutive threads along n (along k for GW)
-      const int e = r * NT + tid;
-      const int kk = MODE == 2 ? e % BK : e / BN, nn = MODE == 2 ? e / BK : e % BN;
-      Bs[kk][nn] = k0 + kk < k_end ? b_at(p0, p1, z, k0 + kk, n0 + nn) : 0.f;
-    }
+    stage(As, Bs, p0, p1, z, m0, n0, k0, k_end);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], b[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
+      for (int i = 0; i < TM; ++i) a[i] = As[kk * SA + ty * TM + i];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) b[j] = Bs[kk][tx * TN + j];
+      for (int j = 0; j < TN; ++j) b[j] = Bs[kk * SB + tx * TN + j];
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -100,24 +140,44 @@ __device__ __forceinline__ float b_at(const IN_T* p0, const IN_T* p1, long long 
     __syncthreads();
   }
 #pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    const long long m = m0 + ty * TM + i;
-    if (m >= M) continue;
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const long long n = n0 + tx * TN + j;
-      if (n >= NN) continue;
-      if (MODE == 0) {
-        const long long img = z / G, g = z % G;
-        out[((img * O + g * OG + m) * P) + n] = acc[i][j];
-      } else if (MODE == 1) {
-        const long long img = z / G, g = z % G;
-        out[((img * C + g * CG + m) * H * W) + n] = acc[i][j];
-      } else {
-        const long long g = z / SPLITS, split = z % SPLITS;
-        out[split * (O * NN) + (g * OG + m) * NN + n] = acc[i][j];
+    for (int j = 0; j < TN; ++j) put(out, z, m0 + ty * TM + i, n0 + tx * TN + j, acc[i][j]);
+// @piece gemm_tc
+  // As the gemm piece, with the products on the tensor cores (tf32 m16n8k8, f32 accumulators).
+  __shared__ float As[BK * SA], Bs[BK * SB];
+  const int z = blockIdx.z, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const long long k_begin = MODE == 2 ? (long long)(z % SPLITS) * KK : 0;
+  const long long k_end = MODE == 2 ? min(k_begin + KK, KTOTAL) : KK;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int wm = (warp % WM) * 16, wn = (warp / WM) * (NW8 * 8);  // the warp's tile in the block
+  float acc[NW8][4] = {};
+  for (long long k0 = k_begin; k0 < k_end; k0 += BK) {
+    stage(As, Bs, p0, p1, z, m0, n0, k0, k_end);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 8) {
+      const float* a = As + (kk + t) * SA + wm + g;
+      const unsigned a0 = __float_as_uint(a[0]), a1 = __float_as_uint(a[8]), a2 = __float_as_uint(a[4 * SA]),
+                     a3 = __float_as_uint(a[4 * SA + 8]);
+#pragma unroll
+      for (int j = 0; j < NW8; ++j) {
+        const float* b = Bs + (kk + t) * SB + wn + 8 * j + g;
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[4 * SB])));
       }
     }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < NW8; ++j) {
+    const int m = m0 + wm + g, n = n0 + wn + 8 * j + 2 * t;
+    put(out, z, m, n, acc[j][0]);
+    put(out, z, m, n + 1, acc[j][1]);
+    put(out, z, m + 8, n, acc[j][2]);
+    put(out, z, m + 8, n + 1, acc[j][3]);
   }
 // @piece splits
   // out[i] = Σ_s part[s][i] over the SPLITS partials of GW, in order. Params (part, out).
@@ -129,37 +189,42 @@ __device__ __forceinline__ float b_at(const IN_T* p0, const IN_T* p1, long long 
   }
 // @piece pool_common
 // Helpers of the pool kernels (defined before: N, C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH,
-// DW, COUNT_PAD, MODE).
+// DW (int), COUNT_PAD, MODE). TILING: the windows tile the input (stride = kernel, no padding
+// or dilation), so each x element lies in at most one window.
+constexpr bool TILING = SH == KH && SW == KW && PH == 0 && PW == 0 && DH == 1 && DW == 1;
 // The first maximum of output (i, j)'s window in plane x (a NaN wins), as an offset in x.
-__device__ __forceinline__ long long argmax_of(const float* x, long long i, long long j) {
-  long long best = -1;
+__device__ __forceinline__ int argmax_of(const float* x, int i, int j) {
+  int best = -1;
   float bv = 0.f;
-  for (long long a = 0; a < KH; ++a) {
-    const long long ih = i * SH - PH + a * DH;
+#pragma unroll
+  for (int a = 0; a < KH; ++a) {
+    const int ih = i * SH - PH + a * DH;
     if (ih < 0 || ih >= H) continue;
-    for (long long b = 0; b < KW; ++b) {
-      const long long iw = j * SW - PW + b * DW;
+#pragma unroll
+    for (int b = 0; b < KW; ++b) {
+      const int iw = j * SW - PW + b * DW;
       if (iw < 0 || iw >= W) continue;
       const float v = x[ih * W + iw];
-      if (best < 0 || (bv == bv && (v != v || v > bv))) best = ih * W + iw, bv = v;
+      if (best < 0 || (bv == bv && !(v <= bv))) best = ih * W + iw, bv = v;
     }
   }
   return best;
 }
 // avg_pool2d's divisor of output (i, j): KH·KW, or the window's positions inside the input.
-__device__ __forceinline__ float divisor(long long i, long long j) {
+__device__ __forceinline__ float divisor(int i, int j) {
   if (COUNT_PAD) return (float)(KH * KW);
-  const long long h0 = i * SH - PH, w0 = j * SW - PW;
-  const long long rows = min(h0 + KH, H) - max(h0, 0LL), cols = min(w0 + KW, W) - max(w0, 0LL);
-  return (float)(rows * cols);
+  const int h0 = i * SH - PH, w0 = j * SW - PW;
+  return (float)((min(h0 + KH, H) - max(h0, 0)) * (min(w0 + KW, W) - max(w0, 0)));
 }
-__device__ __forceinline__ float avg_of(const float* x, long long i, long long j) {
+__device__ __forceinline__ float avg_of(const float* x, int i, int j) {
   float s = 0.f;
-  for (long long a = 0; a < KH; ++a) {
-    const long long ih = i * SH - PH + a;
+#pragma unroll
+  for (int a = 0; a < KH; ++a) {
+    const int ih = i * SH - PH + a;
     if (ih < 0 || ih >= H) continue;
-    for (long long b = 0; b < KW; ++b) {
-      const long long iw = j * SW - PW + b;
+#pragma unroll
+    for (int b = 0; b < KW; ++b) {
+      const int iw = j * SW - PW + b;
       if (iw >= 0 && iw < W) s += x[ih * W + iw];
     }
   }
@@ -171,28 +236,38 @@ __device__ __forceinline__ float avg_of(const float* x, long long i, long long j
   // the outputs whose window holds it (max: whose first arg-max it is). The body of
   //   extern "C" __global__ void <name>(const float* a, const float* b, float* out)
   // with (a, b) = (x, -) forward, (x, dy) max's gradient, (dy, -) avg's.
-  const long long total = MODE <= 4 ? N * C * OH * OW : N * C * H * W;
+  const long long total = MODE <= 4 ? (long long)N * C * OH * OW : (long long)N * C * H * W;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
        e += (long long)gridDim.x * blockDim.x) {
     if (MODE <= 4) {
-      const long long pl = e / (OH * OW), i = e / OW % OH, j = e % OW;
-      const float* x = a + pl * H * W;
+      const long long pl = e / (OH * OW);
+      const int o = (int)(e - pl * (OH * OW)), i = o / OW, j = o % OW;
+      const float* x = a + pl * (H * W);
       out[e] = MODE == 3 ? x[argmax_of(x, i, j)] : avg_of(x, i, j);
       continue;
     }
-    const long long pl = e / (H * W), ih = e / W % H, iw = e % W;
+    const long long pl = e / (H * W);
+    const int at = (int)(e - pl * (H * W)), ih = at / W, iw = at % W;
+    const float* x = MODE == 5 ? a + pl * (H * W) : nullptr;
+    const float* dy = (MODE == 5 ? b : a) + pl * (OH * OW);
     float s = 0.f;
-    for (long long ta = 0; ta < KH; ++ta) {
-      const long long th = ih + PH - ta * DH;
+    if (TILING) {  // the one window (ih / KH, iw / KW), if any
+      const int i = ih / KH, j = iw / KW;
+      if (i < OH && j < OW) s = MODE == 6 ? dy[i * OW + j] / divisor(i, j) : argmax_of(x, i, j) == at ? dy[i * OW + j] : 0.f;
+      out[e] = s;
+      continue;
+    }
+    for (int ta = 0; ta < KH; ++ta) {
+      const int th = ih + PH - ta * DH;
       if (th < 0 || th % SH != 0 || th / SH >= OH) continue;
-      for (long long tb = 0; tb < KW; ++tb) {
-        const long long tw = iw + PW - tb * DW;
+      for (int tb = 0; tb < KW; ++tb) {
+        const int tw = iw + PW - tb * DW;
         if (tw < 0 || tw % SW != 0 || tw / SW >= OW) continue;
-        const long long i = th / SH, j = tw / SW, y = (pl * OH + i) * OW + j;
+        const int i = th / SH, j = tw / SW;
         if (MODE == 5) {
-          if (argmax_of(a + pl * H * W, i, j) == ih * W + iw) s += b[y];
+          if (argmax_of(x, i, j) == at) s += dy[i * OW + j];
         } else {
-          s += a[y] / divisor(i, j);
+          s += dy[i * OW + j] / divisor(i, j);
         }
       }
     }
