@@ -91,41 +91,56 @@ TEST_P(CnnParity, GradientsRunningStatisticsAndEvalMatchPyTorch) {
   EXPECT_EQ(train.read_state("bn.running_mean").f32(), std::vector<float>(4, 0.f));
 }
 
-// The GPU's tensor-core modes against the same float64 golden, within their rounding: tf32
-// operands carry 10 fraction bits (a product's relative error ≤ 2^-11), bf16 7 (≤ 2^-8 for each
-// operand); the bounds leave room for the sums and the three steps.
-TEST(CnnParityGpu, Tf32AndBf16WithinTheirRounding) {
-  if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+/// The first training step of the golden's model under `precision` on `device`: the loss, then
+/// every gradient (by parameter name).
+std::pair<float, std::map<std::string, HostTensor>> first_step(Device device, Precision precision) {
   const auto golden = read_safetensors(kGolden);
-  const auto meta = read_safetensors_metadata(kGolden);
   const HostTensor& x = golden.at("x");
   const HostTensor& targets = golden.at("targets");
-  for (const auto& [precision, bound] :
-       {std::pair{Precision::kTf32, 5e-3}, std::pair{Precision::kBf16, 3e-2}}) {
-    Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
-    Program train =
-        compile_train(net, [&](Tensor xs, Tensor t) { return net.loss(xs, t); },
-                      {.inputs = {{"x", x.shape(), DType::kF32}, {"targets", targets.shape(), DType::kI32}},
-                       .optimizer = SGD{.lr = std::stod(meta.at("lr"))},
-                       .device = Device::cuda(),
-                       .precision = precision});
-    std::map<std::string, HostTensor> params;
-    for (const auto& [name, t] : golden)
-      if (name.rfind("param/", 0) == 0) params[name.substr(6)] = t;
-    train.upload_params(params);
-    Captures caps;
-    const float loss = train.step({{"x", x.f32()}, {"targets", targets.i32()}}, {.captures = &caps});
-    const double want = io::parse_json(meta.at("losses")).array.at(0).number;
-    EXPECT_LT(rel(loss, want), bound) << "loss " << loss;
-    double worst = 0;
-    for (const auto& [name, t] : params) {
-      const double e = tg::testing::rel_diff(caps.at("grad/" + name).f32(), golden.at("grad/" + name).f32());
-      EXPECT_LT(e, bound) << "gradient of " << name;
-      worst = std::max(worst, e);
-    }
-    std::printf("  %s: loss %.6f (PyTorch %.6f), worst gradient error %.2e\n",
-                precision == Precision::kTf32 ? "tf32" : "bf16", loss, want, worst);
+  Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
+  Program train =
+      compile_train(net, [&](Tensor xs, Tensor t) { return net.loss(xs, t); },
+                    {.inputs = {{"x", x.shape(), DType::kF32}, {"targets", targets.shape(), DType::kI32}},
+                     .optimizer = GradientsOnly{},
+                     .device = device,
+                     .precision = precision});
+  std::map<std::string, HostTensor> params, grads;
+  for (const auto& [name, t] : golden)
+    if (name.rfind("param/", 0) == 0) params[name.substr(6)] = t;
+  train.upload_params(params);
+  Captures caps;
+  const float loss = train.step({{"x", x.f32()}, {"targets", targets.i32()}}, {.captures = &caps});
+  for (const auto& [name, t] : params) grads.emplace(name, caps.at("grad/" + name));
+  return {loss, grads};
+}
+
+// The GPU's tensor-core modes. tf32 against the float64 golden, within tf32's rounding (10
+// fraction bits: a product's relative error ≤ 2^-11; the bound leaves room for the sums). bf16
+// against the reference backend running the same bf16 program (the same bf16 roundings, exact
+// products, sums in double): the policy's own distance from f32 is larger where gradients
+// cancel (conv1's, behind batch norm, is 8e-2 of its largest element away from PyTorch's f32)
+// and is a property of bf16, not of the kernels.
+TEST(CnnParityGpu, Tf32MatchesPyTorchAndBf16MatchesTheReference) {
+  if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto golden = read_safetensors(kGolden);
+  const double want = io::parse_json(read_safetensors_metadata(kGolden).at("losses")).array.at(0).number;
+  const auto [tf32_loss, tf32_grads] = first_step(Device::cuda(), Precision::kTf32);
+  EXPECT_LT(rel(tf32_loss, want), 5e-3) << "tf32 loss " << tf32_loss;
+  for (const auto& [name, g] : tf32_grads)
+    EXPECT_LT(tg::testing::rel_diff(g.f32(), golden.at("grad/" + name).f32()), 5e-3)
+        << "tf32 gradient of " << name;
+  const auto [bf16_loss, bf16_grads] = first_step(Device::cuda(), Precision::kBf16);
+  const auto [ref_loss, ref_grads] = first_step(Device::ref(), Precision::kBf16);
+  EXPECT_LT(rel(bf16_loss, ref_loss), 1e-4) << "bf16 loss " << bf16_loss << " vs ref " << ref_loss;
+  double worst = 0;
+  for (const auto& [name, g] : bf16_grads) {
+    const double e = tg::testing::rel_diff(g.f32(), ref_grads.at(name).f32());
+    EXPECT_LT(e, 1e-4) << "bf16 gradient of " << name;
+    worst = std::max(worst, e);
   }
+  std::printf(
+      "  tf32 loss %.6f, bf16 loss %.6f (ref bf16 %.6f, PyTorch f64 %.6f); bf16 worst gradient vs ref %.2e\n",
+      tf32_loss, bf16_loss, ref_loss, want, worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, CnnParity, ::testing::ValuesIn(tg::testing::all_devices()),
