@@ -213,9 +213,13 @@ std::vector<Instance> template_instances() {
   for (const cuda::Launch& l : split.launches) add("conv grad_weight split", l);
   ir::Window pool{.kh = 3, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_pad = false};
   const ir::WindowGeom pg{2, 3, 7, 8, 3, ir::window_out(7, 3, 2, 1, 1), ir::window_out(8, 2, 2, 1, 1), pool};
-  for (ir::Op op : {ir::Op::kMaxPool2d, ir::Op::kMaxPool2dGrad, ir::Op::kAvgPool2d, ir::Op::kAvgPool2dGrad})
+  const ir::WindowGeom tiled{2, 3, 8, 6, 3, 4, 3, ir::Window{.kh = 2, .kw = 2, .sh = 2, .sw = 2}};
+  for (ir::Op op : {ir::Op::kMaxPool2d, ir::Op::kMaxPool2dGrad, ir::Op::kAvgPool2d, ir::Op::kAvgPool2dGrad}) {
     add(std::string("pool ") + ir::op_name(op),
         cuda::pool_kernel(ir::op_name(op), op, pg, tg::testing::sm90_device()));
+    add(std::string("pool tiled ") + ir::op_name(op),
+        cuda::pool_kernel(ir::op_name(op), op, tiled, tg::testing::sm90_device()));
+  }
   return out;
 }
 

@@ -121,7 +121,11 @@ Launch pool_kernel(const std::string& name, ir::Op op, const ir::WindowGeom& g, 
        "(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out) {\n";
   s += kernel_source("conv.cuh", "pool");
   s += "}\n";
-  return grid_stride(name, std::move(s), mode <= 4 ? g.n * g.c * g.oh * g.ow : g.n * g.c * g.h * g.w, dev);
+  const ir::Window& w = g.win;
+  const bool exact = w.sh == w.kh && w.sw == w.kw && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1 &&
+                     g.h % w.kh == 0 && g.w % w.kw == 0;  // conv.cuh's EXACT
+  return grid_stride(name, std::move(s), mode <= 4 || exact ? g.n * g.c * g.oh * g.ow : g.n * g.c * g.h * g.w,
+                     dev);
 }
 
 }  // namespace tg::backend::cuda

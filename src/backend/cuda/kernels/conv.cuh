@@ -30,48 +30,6 @@ constexpr int SA = BM + (TC ? 8 : 4), SB = BN + (TC ? 8 : 4);
 constexpr int WM = BM / 16, WN = 8 / WM, NW8 = BN / (8 * WN);
 constexpr int P = OH * OW, KHW = KH * KW;
 
-// x[img][ch][i·SH − PH + a·DH][j·SW − PW + b·DW] for output pixel p = (i, j), tap r = (a, b);
-// 0 in the padding.
-__device__ __forceinline__ float x_tap(const IN_T* x, int img, int ch, int p, int r) {
-  const int i = p / OW, j = p % OW, a = r / KW, b = r % KW;
-  const int ih = i * SH - PH + a * DH, iw = j * SW - PW + b * DW;
-  if (ih < 0 || ih >= H || iw < 0 || iw >= W) return 0.f;
-  return in_ld(x + (((long long)img * C + ch) * H + ih) * W + iw);
-}
-
-__device__ __forceinline__ float a_at(const IN_T* p1, int z, int m, long long k) {
-  if (m >= M) return 0.f;
-  if (MODE == 0) {  // w[g·OG + m][k]
-    const int g = z % G;
-    return in_ld(p1 + (long long)(g * OG + m) * (CG * KHW) + k);
-  }
-  if (MODE == 1) {  // w[g·OG + o][m][a][b], k = (o, r)
-    const int g = z % G, o = (int)k / KHW, r = (int)k % KHW;
-    return in_ld(p1 + ((long long)(g * OG + o) * CG + m) * KHW + r);
-  }
-  const int g = z / SPLITS;  // dy[img][g·OG + m][p], k = (img, p)
-  const long long img = k / P, p = k % P;
-  return in_ld(p1 + (img * O + g * OG + m) * P + p);
-}
-
-__device__ __forceinline__ float b_at(const IN_T* p0, int z, long long k, int n) {
-  if (n >= NN) return 0.f;
-  if (MODE == 0) {
-    const int img = z / G, g = z % G;
-    return x_tap(p0, img, g * CG + (int)k / KHW, n, (int)k % KHW);
-  }
-  if (MODE == 1) {  // dy[img][g·OG + o][i][j] with (ih, iw) = n under tap (a, b) of k = (o, r)
-    const int img = z / G, g = z % G, o = (int)k / KHW, r = (int)k % KHW;
-    const int th = n / W + PH - (r / KW) * DH, tw = n % W + PW - (r % KW) * DW;
-    if (th < 0 || tw < 0 || th % SH != 0 || tw % SW != 0) return 0.f;
-    const int i = th / SH, j = tw / SW;
-    if (i >= OH || j >= OW) return 0.f;
-    return in_ld(p0 + (((long long)img * O + g * OG + o) * OH + i) * OW + j);
-  }
-  const int g = z / SPLITS;  // x under tap n = (c, r) of pixel k % P of image k / P
-  return x_tap(p0, (int)(k / P), g * CG + n / KHW, (int)(k % P), n % KHW);
-}
-
 // Rounds to tf32 (round to nearest, ties away, as cuBLAS's TF32 inputs) for the tensor cores;
 // bf16 operands are exact in tf32.
 __device__ __forceinline__ float to_tc(float v) {
@@ -81,22 +39,108 @@ __device__ __forceinline__ float to_tc(float v) {
   return __uint_as_float(r);
 }
 
-// Stages k0 … k0 + BK of A (m0 …) and B (n0 …) into As[k][m], Bs[k][n]; zeros past k_end.
-__device__ __forceinline__ void stage(float* As, float* Bs, const IN_T* p0, const IN_T* p1, int z, int m0, int n0,
-                                      long long k0, long long k_end) {
-  const int tid = threadIdx.x;
+// The operand loads of one thread. Slots: A's rows mm(r) = r·(NT/BK) + tid/BK at column
+// kk = tid % BK of every stage; B's (FWD, GI) column nn = tid % BN at rows kk(r) = r·(NT/BN) +
+// tid/BN, (GW) row kk = tid % BK at columns nn(r) = r·(NT/BK) + tid/BK. What depends only on a
+// slot's fixed m or n is worked out once, before the k loop; each stage then decomposes its k.
+constexpr int RA = BM * BK / NT, RB = BN * BK / NT;
+struct Loader {
+  const IN_T* a;  // the A operand's start for this block (its group's weights, or dy)
+  const IN_T* b;  // the B operand's start (this image's group of x, or of dy; GW: x's group)
+  int fm[RA];     // A: the fixed row's offset, or -1 past M
+  int fn[RB];     // B: FWD/GI the fixed column's data (see the constructor), GW each column's offset in a plane
+  int fh[RB], fw[RB];  // B: the fixed column's input row/column origin (FWD: i·SH − PH; GI: ih + PH; GW: a·DH, b·DW)
+  __device__ Loader(const IN_T* p0, const IN_T* p1, int z, int m0, int n0) {
+    const int tid = threadIdx.x;
+    if (MODE == 0) {  // A = w[g·OG + m][k]; B = x[img][g·CG + c][i·SH − PH + a·DH][j·SW − PW + b·DW]
+      const int img = z / G, g = z % G;
+      a = p1 + (long long)g * OG * (CG * KHW);
+      b = p0 + ((long long)img * C + g * CG) * (H * W);
 #pragma unroll
-  for (int r = 0; r < BM * BK / NT; ++r) {  // A: consecutive threads along k
-    const int e = r * NT + tid, kk = e % BK, mm = e / BK;
-    As[kk * SA + mm] = k0 + kk < k_end ? to_tc(a_at(p1, z, m0 + mm, k0 + kk)) : 0.f;
-  }
+      for (int r = 0; r < RA; ++r) {
+        const int m = m0 + r * (NT / BK) + tid / BK;
+        fm[r] = m < M ? m * (CG * KHW) : -1;
+      }
+      const int n = n0 + tid % BN;
+      fn[0] = n < NN ? 0 : -1;
+      fh[0] = n / OW * SH - PH, fw[0] = n % OW * SW - PW;
+    } else if (MODE == 1) {  // A = w[g·OG + o][m][a][b]; B = dy[img][g·OG + o][(ih + PH − a·DH)/SH][…]
+      const int img = z / G, g = z % G;
+      a = p1 + (long long)g * OG * (CG * KHW);
+      b = p0 + ((long long)img * O + g * OG) * (OH * OW);
 #pragma unroll
-  for (int r = 0; r < BN * BK / NT; ++r) {  // B: consecutive threads along n (along k for GW)
-    const int e = r * NT + tid;
-    const int kk = MODE == 2 ? e % BK : e / BN, nn = MODE == 2 ? e / BK : e % BN;
-    Bs[kk * SB + nn] = k0 + kk < k_end ? to_tc(b_at(p0, z, k0 + kk, n0 + nn)) : 0.f;
+      for (int r = 0; r < RA; ++r) {
+        const int m = m0 + r * (NT / BK) + tid / BK;
+        fm[r] = m < M ? m * KHW : -1;
+      }
+      const int n = n0 + tid % BN;
+      fn[0] = n < NN ? 0 : -1;
+      fh[0] = n / W + PH, fw[0] = n % W + PW;
+    } else {  // A = dy[img][g·OG + m][p]; B = x[img][g·CG + c][i·SH − PH + a·DH][j·SW − PW + b·DW]
+      const int g = z / SPLITS;
+      a = p1 + (long long)g * OG * P;
+      b = p0 + (long long)g * CG * (H * W);
+#pragma unroll
+      for (int r = 0; r < RA; ++r) {
+        const int m = m0 + r * (NT / BK) + tid / BK;
+        fm[r] = m < M ? m * P : -1;
+      }
+#pragma unroll
+      for (int r = 0; r < RB; ++r) {
+        const int n = n0 + r * (NT / BK) + tid / BK, c = n / KHW, t = n % KHW;
+        fn[r] = n < NN ? c * (H * W) : -1;
+        fh[r] = t / KW * DH, fw[r] = t % KW * DW;
+      }
+    }
   }
-}
+  // Stages k0 … k0 + BK of A into As[k][m] and of B into Bs[k][n]; zeros past k_end.
+  __device__ __forceinline__ void stage(float* As, float* Bs, long long k0, long long k_end) const {
+    const int tid = threadIdx.x;
+    {  // A: one k per stage
+      const long long k = k0 + tid % BK;
+      const bool kin = k < k_end;
+      long long ka = 0;  // k's part of the offset
+      if (MODE == 0) ka = k;
+      if (MODE == 1) ka = k / KHW * (CG * KHW) + k % KHW;
+      if (MODE == 2) ka = k / P * ((long long)O * P) + k % P;
+#pragma unroll
+      for (int r = 0; r < RA; ++r)
+        As[(tid % BK) * SA + r * (NT / BK) + tid / BK] = kin && fm[r] >= 0 ? to_tc(in_ld(a + fm[r] + ka)) : 0.f;
+    }
+    if (MODE == 2) {  // B: one k = (img, p) per stage, a fixed tap per slot
+      const long long k = k0 + tid % BK;
+      const bool kin = k < k_end;
+      const long long img = k / P;
+      const int p = (int)(k - img * P), ih0 = p / OW * SH - PH, iw0 = p % OW * SW - PW;
+      const IN_T* bi = b + img * ((long long)C * H * W);
+#pragma unroll
+      for (int r = 0; r < RB; ++r) {
+        const int ih = ih0 + fh[r], iw = iw0 + fw[r];
+        const bool ok = kin && fn[r] >= 0 && ih >= 0 && ih < H && iw >= 0 && iw < W;
+        Bs[(tid % BK) * SB + r * (NT / BK) + tid / BK] = ok ? to_tc(in_ld(bi + fn[r] + ih * W + iw)) : 0.f;
+      }
+      return;
+    }
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {  // B: a fixed column, one k per slot
+      const int kk = r * (NT / BN) + tid / BN;
+      const long long k = k0 + kk;
+      const int kc = (int)k / KHW, t = (int)k % KHW, ta = t / KW, tb = t % KW;
+      float v = 0.f;
+      if (k < k_end && fn[0] >= 0) {
+        if (MODE == 0) {
+          const int ih = fh[0] + ta * DH, iw = fw[0] + tb * DW;
+          if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = in_ld(b + kc * (H * W) + ih * W + iw);
+        } else {
+          const int th = fh[0] - ta * DH, tw = fw[0] - tb * DW;
+          if (th >= 0 && tw >= 0 && th % SH == 0 && tw % SW == 0 && th / SH < OH && tw / SW < OW)
+            v = in_ld(b + kc * (OH * OW) + th / SH * OW + tw / SW);
+        }
+      }
+      Bs[kk * SB + tid % BN] = to_tc(v);
+    }
+  }
+};
 
 // Output (m, n) of block z.
 __device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
@@ -122,8 +166,9 @@ __device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
   const long long k_end = MODE == 2 ? min(k_begin + KK, KTOTAL) : KK;
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   float acc[TM][TN] = {};
+  const Loader ld(p0, p1, z, m0, n0);
   for (long long k0 = k_begin; k0 < k_end; k0 += BK) {
-    stage(As, Bs, p0, p1, z, m0, n0, k0, k_end);
+    ld.stage(As, Bs, k0, k_end);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
@@ -152,8 +197,9 @@ __device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int wm = (warp % WM) * 16, wn = (warp / WM) * (NW8 * 8);  // the warp's tile in the block
   float acc[NW8][4] = {};
+  const Loader ld(p0, p1, z, m0, n0);
   for (long long k0 = k_begin; k0 < k_end; k0 += BK) {
-    stage(As, Bs, p0, p1, z, m0, n0, k0, k_end);
+    ld.stage(As, Bs, k0, k_end);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 8) {
@@ -192,6 +238,8 @@ __device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
 // DW (int), COUNT_PAD, MODE). TILING: the windows tile the input (stride = kernel, no padding
 // or dilation), so each x element lies in at most one window.
 constexpr bool TILING = SH == KH && SW == KW && PH == 0 && PW == 0 && DH == 1 && DW == 1;
+// EXACT: tiling windows that cover every x element; a gradient's thread then writes its window.
+constexpr bool EXACT = TILING && H % KH == 0 && W % KW == 0;
 // The first maximum of output (i, j)'s window in plane x (a NaN wins), as an offset in x.
 __device__ __forceinline__ int argmax_of(const float* x, int i, int j) {
   int best = -1;
@@ -236,9 +284,24 @@ __device__ __forceinline__ float avg_of(const float* x, int i, int j) {
   // the outputs whose window holds it (max: whose first arg-max it is). The body of
   //   extern "C" __global__ void <name>(const float* a, const float* b, float* out)
   // with (a, b) = (x, -) forward, (x, dy) max's gradient, (dy, -) avg's.
-  const long long total = MODE <= 4 ? (long long)N * C * OH * OW : (long long)N * C * H * W;
+  const long long total = MODE <= 4 || EXACT ? (long long)N * C * OH * OW : (long long)N * C * H * W;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
        e += (long long)gridDim.x * blockDim.x) {
+    if (MODE >= 5 && EXACT) {  // one window: dy to its first maximum (max) or spread (avg)
+      const long long pl = e / (OH * OW);
+      const int o = (int)(e - pl * (OH * OW)), i = o / OW, j = o % OW;
+      const float v = (MODE == 5 ? b : a)[e];
+      const int best = MODE == 5 ? argmax_of(a + pl * (H * W), i, j) : -1;
+      float* dx = out + pl * (H * W);
+#pragma unroll
+      for (int ta = 0; ta < KH; ++ta)
+#pragma unroll
+        for (int tb = 0; tb < KW; ++tb) {
+          const int at = (i * KH + ta) * W + j * KW + tb;
+          dx[at] = MODE == 5 ? (at == best ? v : 0.f) : v / (float)(KH * KW);
+        }
+      continue;
+    }
     if (MODE <= 4) {
       const long long pl = e / (OH * OW);
       const int o = (int)(e - pl * (OH * OW)), i = o / OW, j = o % OW;
