@@ -3,8 +3,9 @@
 // built a tile of whole output rows at a time in a per-thread buffer (never the whole layer's
 // matrix); grad_input multiplies Wᵀ by dY into such a tile and scatters it back (col2im),
 // grad_weight accumulates dY·colᵀ into a per-thread partial summed at the end. A 1×1 window
-// with unit stride and no padding reads x in place. bf16 operands (mixed precision) are widened
-// to f32 first. The pools are direct loops over the planes of [N·C, H, W].
+// with unit stride and no padding reads x in place. bf16 operands (mixed precision) stay bf16
+// through im2col into the vdpbf16ps GEMM where the CPU has it, else are widened to f32 first.
+// The pools are direct loops over the planes of [N·C, H, W].
 #include <omp.h>
 
 #include <algorithm>
@@ -48,29 +49,30 @@ void inside_cols(const WindowGeom& g, int64_t b, int64_t& j_lo, int64_t& j_hi) {
 
 /// col[k][(i − i0)·OW + j] for output rows [i0, i0 + rows), k = (c, a, b), of one image's
 /// group (x at its first channel): x under window tap (a, b) of output (i, j), 0 in the padding.
-void im2col(const WindowGeom& g, const float* x, int64_t i0, int64_t rows, float* col) {
+template <class T>
+void im2col(const WindowGeom& g, const T* x, int64_t i0, int64_t rows, T* col) {
   const ir::Window& w = g.win;
   const int64_t cols = rows * g.ow;
   for (int64_t c = 0; c < g.cg(); ++c)
     for (int64_t a = 0; a < w.kh; ++a)
       for (int64_t b = 0; b < w.kw; ++b) {
-        float* row = col + ((c * w.kh + a) * w.kw + b) * cols;
+        T* row = col + ((c * w.kh + a) * w.kw + b) * cols;
         int64_t j_lo, j_hi;
         inside_cols(g, b, j_lo, j_hi);
         const int64_t off = b * w.dw - w.pw;
         for (int64_t i = i0; i < i0 + rows; ++i, row += g.ow) {
           const int64_t ih = i * w.sh - w.ph + a * w.dh;
           if (ih < 0 || ih >= g.h) {
-            std::fill(row, row + g.ow, 0.f);
+            std::fill(row, row + g.ow, T{});
             continue;
           }
-          const float* src = x + (c * g.h + ih) * g.w + off;
-          std::fill(row, row + j_lo, 0.f);
+          const T* src = x + (c * g.h + ih) * g.w + off;
+          std::fill(row, row + j_lo, T{});
           if (w.sw == 1)
             std::copy(src + j_lo, src + j_hi, row + j_lo);
           else
             for (int64_t j = j_lo; j < j_hi; ++j) row[j] = src[j * w.sw];
-          std::fill(row + j_hi, row + g.ow, 0.f);
+          std::fill(row + j_hi, row + g.ow, T{});
         }
       }
 }
@@ -106,31 +108,50 @@ const float* as_f32(DType dtype, const std::byte* p, int64_t n, std::vector<floa
   return buf.data();
 }
 
-void conv_forward(const WindowGeom& g, const float* x, const float* wt, float* y) {
+/// C = op(A)·op(B), or C += op(A)·op(B) with `add`, for f32 operands (sgemm_small) or bf16 ones
+/// held as uint16 words (gemm_bf16_dot, which only writes C: `add` goes through a per-thread
+/// product buffer).
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+          int64_t ldb, bool add, float* C, int64_t ldc) {
+  sgemm_small(ta, tb, M, N, K, 1.f, A, lda, B, ldb, add ? 1.f : 0.f, C, ldc);
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+          const uint16_t* B, int64_t ldb, bool add, float* C, int64_t ldc) {
+  if (!add) return gemm_bf16_dot(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  thread_local PackBuffer<float> product;
+  float* t = product.get(M * N);
+  gemm_bf16_dot(ta, tb, M, N, K, A, lda, B, ldb, t, N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += t[i * N + j];
+}
+
+template <class T>
+void conv_forward(const WindowGeom& g, const T* x, const T* wt, float* y) {
   const int64_t P = g.oh * g.ow, K = g.k(), rows = tile_rows(g), G = g.win.groups;
 #pragma omp parallel
   {
-    thread_local PackBuffer<float> tile;
-    float* col = tile.get(K * rows * g.ow);
+    thread_local PackBuffer<T> tile;
+    T* col = tile.get(K * rows * g.ow);
 #pragma omp for schedule(dynamic) collapse(2)
     for (int64_t ng = 0; ng < g.n * G; ++ng)
       for (int64_t i0 = 0; i0 < g.oh; i0 += rows) {
         const int64_t n = ng / G, grp = ng % G, nr = std::min(rows, g.oh - i0), p0 = i0 * g.ow,
                       cols = nr * g.ow;
-        const float* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
-        const float* wg = wt + grp * g.og() * K;
+        const T* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
+        const T* wg = wt + grp * g.og() * K;
         float* yg = y + (n * g.o + grp * g.og()) * P + p0;
         if (direct(g)) {
-          sgemm_small(false, false, g.og(), cols, K, 1.f, wg, K, xg + p0, P, 0.f, yg, P);
+          gemm(false, false, g.og(), cols, K, wg, K, xg + p0, P, false, yg, P);
         } else {
           im2col(g, xg, i0, nr, col);
-          sgemm_small(false, false, g.og(), cols, K, 1.f, wg, K, col, cols, 0.f, yg, P);
+          gemm(false, false, g.og(), cols, K, wg, K, col, cols, false, yg, P);
         }
       }
   }
 }
 
-void conv_grad_input(const WindowGeom& g, const float* dy, const float* wt, float* dx) {
+template <class T>
+void conv_grad_input(const WindowGeom& g, const T* dy, const T* wt, float* dx) {
   const int64_t P = g.oh * g.ow, K = g.k(), rows = tile_rows(g), G = g.win.groups;
 #pragma omp parallel
   {
@@ -140,23 +161,24 @@ void conv_grad_input(const WindowGeom& g, const float* dy, const float* wt, floa
     for (int64_t ng = 0; ng < g.n * G; ++ng) {  // tiles of one (image, group) overlap in dx
       const int64_t n = ng / G, grp = ng % G;
       float* dxg = dx + (n * g.c + grp * g.cg()) * g.h * g.w;
-      const float* wg = wt + grp * g.og() * K;
-      const float* dyg = dy + (n * g.o + grp * g.og()) * P;
+      const T* wg = wt + grp * g.og() * K;
+      const T* dyg = dy + (n * g.o + grp * g.og()) * P;
       if (direct(g)) {
-        sgemm_small(true, false, K, P, g.og(), 1.f, wg, K, dyg, P, 0.f, dxg, P);
+        gemm(true, false, K, P, g.og(), wg, K, dyg, P, false, dxg, P);
         continue;
       }
       std::memset(dxg, 0, static_cast<size_t>(g.cg() * g.h * g.w) * sizeof(float));
       for (int64_t i0 = 0; i0 < g.oh; i0 += rows) {
         const int64_t nr = std::min(rows, g.oh - i0), cols = nr * g.ow;
-        sgemm_small(true, false, K, cols, g.og(), 1.f, wg, K, dyg + i0 * g.ow, P, 0.f, col, cols);
+        gemm(true, false, K, cols, g.og(), wg, K, dyg + i0 * g.ow, P, false, col, cols);
         col2im(g, col, i0, nr, dxg);
       }
     }
   }
 }
 
-void conv_grad_weight(const WindowGeom& g, const float* x, const float* dy, float* dw) {
+template <class T>
+void conv_grad_weight(const WindowGeom& g, const T* x, const T* dy, float* dw) {
   const int64_t P = g.oh * g.ow, K = g.k(), rows = tile_rows(g), G = g.win.groups;
   const int64_t wsize = g.o * K;
   const int threads = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(g.n * G)));
@@ -164,24 +186,24 @@ void conv_grad_weight(const WindowGeom& g, const float* x, const float* dy, floa
   std::memset(dw, 0, static_cast<size_t>(wsize) * sizeof(float));
 #pragma omp parallel num_threads(threads)
   {
-    thread_local PackBuffer<float> tile;
-    float* col = tile.get(K * rows * g.ow);
+    thread_local PackBuffer<T> tile;
+    T* col = tile.get(K * rows * g.ow);
     const int t = omp_get_thread_num();
     float* mine = t == 0 ? dw : partial.data() + (t - 1) * wsize;
     if (t > 0) std::memset(mine, 0, static_cast<size_t>(wsize) * sizeof(float));
 #pragma omp for schedule(static)
     for (int64_t ng = 0; ng < g.n * G; ++ng) {
       const int64_t n = ng / G, grp = ng % G;
-      const float* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
-      const float* dyg = dy + (n * g.o + grp * g.og()) * P;
+      const T* xg = x + (n * g.c + grp * g.cg()) * g.h * g.w;
+      const T* dyg = dy + (n * g.o + grp * g.og()) * P;
       float* dwg = mine + grp * g.og() * K;
       for (int64_t i0 = 0; i0 < g.oh; i0 += rows) {
         const int64_t nr = std::min(rows, g.oh - i0), p0 = i0 * g.ow, cols = nr * g.ow;
         if (direct(g)) {
-          sgemm_small(false, true, g.og(), K, cols, 1.f, dyg + p0, P, xg + p0, P, 1.f, dwg, K);
+          gemm(false, true, g.og(), K, cols, dyg + p0, P, xg + p0, P, true, dwg, K);
         } else {
           im2col(g, xg, i0, nr, col);
-          sgemm_small(false, true, g.og(), K, cols, 1.f, dyg + p0, P, col, cols, 1.f, dwg, K);
+          gemm(false, true, g.og(), K, cols, dyg + p0, P, col, cols, true, dwg, K);
         }
       }
     }
@@ -190,6 +212,16 @@ void conv_grad_weight(const WindowGeom& g, const float* x, const float* dy, floa
     for (int64_t i = 0; i < wsize; ++i)
       for (int u = 1; u < threads; ++u) dw[i] += partial[static_cast<size_t>((u - 1) * wsize + i)];
   }
+}
+
+/// Runs a conv op on f32 operands, or on bf16 ones: through vdpbf16ps where the CPU has it,
+/// else widened to f32 (the same products, exactly).
+template <class F>
+void with_operands(DType dtype, const std::byte* a, int64_t na, const std::byte* b, int64_t nb, F&& run) {
+  if (dtype == DType::kBF16 && bf16_dot_enabled())
+    return run(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b));
+  std::vector<float> wa, wb;
+  run(as_f32(dtype, a, na, wa), as_f32(dtype, b, nb, wb));
 }
 
 /// fn(plane, i, j) for every output of the pools, planes of [N·C] in parallel.
@@ -298,18 +330,17 @@ Kernel make_window(const ir::Node& node, const WindowGeom& g, DType dtype, const
   switch (node.op) {
     case Op::kConv2d:
       return [=] {
-        std::vector<float> wa, wb;
-        conv_forward(g, as_f32(dtype, a, x_size, wa), as_f32(dtype, b, w_size, wb), out);
+        with_operands(dtype, a, x_size, b, w_size, [&](auto* x, auto* w) { conv_forward(g, x, w, out); });
       };
     case Op::kConv2dGradInput:
       return [=] {
-        std::vector<float> wa, wb;
-        conv_grad_input(g, as_f32(dtype, a, y_size, wa), as_f32(dtype, b, w_size, wb), out);
+        with_operands(dtype, a, y_size, b, w_size,
+                      [&](auto* dy, auto* w) { conv_grad_input(g, dy, w, out); });
       };
     case Op::kConv2dGradWeight:
       return [=] {
-        std::vector<float> wa, wb;
-        conv_grad_weight(g, as_f32(dtype, a, x_size, wa), as_f32(dtype, b, y_size, wb), out);
+        with_operands(dtype, a, x_size, b, y_size,
+                      [&](auto* x, auto* dy) { conv_grad_weight(g, x, dy, out); });
       };
     case Op::kMaxPool2d:
     case Op::kMaxPool2dGrad:
