@@ -53,7 +53,11 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 /// Reads, validates against the program's parameters (names, F32, shapes) and uploads. On
 /// any error nothing is uploaded and tg::CheckpointError names the file and the tensor.
 /// Tensors under "__tg/" (a training checkpoint's optimizer state) are skipped, so a
-/// training checkpoint loads into an inference program too.
+/// training checkpoint loads into an inference program too. A tensor named like one of the
+/// program's tg::state() tensors sets that state (never required): a PyTorch state_dict's
+/// batch-norm buffers "bn.running_mean" and "bn.running_var" load with the weights. (Its
+/// "bn.num_batches_tracked" is I64, which this reader does not take: leave it out when saving
+/// from PyTorch; nn::BatchNorm2d uses a fixed momentum and does not need it.)
 void load_safetensors(const std::string& path, Program& program, LoadOptions options = {});
 
 /// A training checkpoint: one safetensors file holding the parameters (as save_safetensors

@@ -250,6 +250,12 @@ class Program {
   void reset_state();
   /// A tg::state() tensor's current value (InputError if this program has no such state).
   HostTensor read_state(const std::string& name) const;
+  /// Sets a tg::state() tensor (batch norm's running statistics from a file, a cache to
+  /// resume from): InputError if this program has no such state or the shape differs; f32
+  /// states take f32, bf16 or f16 values (converted exactly).
+  void write_state(const std::string& name, const HostTensor& value);
+  /// The tg::state() tensors this program uses, by name.
+  std::vector<std::string> state_names() const;
   /// Steps left untaken because their gradients were not finite (TrainOptions::skip_nonfinite).
   int64_t skipped_steps() const;
   bool last_step_skipped() const;

@@ -508,9 +508,21 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
     // Everything is checked against the model before any data is read or uploaded.
     // (Program exposes parameter shapes only through download_params.)
     const std::map<std::string, HostTensor> current = program.download_params();
+    // tg::state() tensors of the same name load too (batch norm's running statistics, as a
+    // PyTorch state_dict holds them); they are never required.
+    std::map<std::string, HostTensor> states;
+    for (const std::string& name : program.state_names()) states.emplace(name, program.read_state(name));
     std::set<std::string> in_file;
     for (const Entry& e : h.entries) {
       if (e.name.rfind(kTrainingPrefix, 0) == 0) continue;  // a training checkpoint's own tensors
+      if (auto st = states.find(e.name); st != states.end()) {
+        if (e.shape != st->second.shape() ||
+            (e.dtype != st->second.dtype() && st->second.dtype() != DType::kF32))
+          fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) + shape_str(e.shape) +
+                      ", but the model's state is " + dtype_name(st->second.dtype()) +
+                      shape_str(st->second.shape()));
+        continue;
+      }
       in_file.insert(e.name);
       auto it = current.find(e.name);
       if (it == current.end())
@@ -533,6 +545,14 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
     }
     std::map<std::string, HostTensor> tensors = read_tensors(w, file.get(), h);
     std::erase_if(tensors, [](const auto& kv) { return kv.first.rfind(kTrainingPrefix, 0) == 0; });
+    for (auto it = tensors.begin(); it != tensors.end();) {
+      if (states.count(it->first) == 0) {
+        ++it;
+        continue;
+      }
+      program.write_state(it->first, it->second);
+      it = tensors.erase(it);
+    }
     program.upload_params(tensors, {.partial = options.partial});  // bf16, f16 → f32
   });
 }

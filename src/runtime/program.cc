@@ -494,6 +494,29 @@ HostTensor Program::read_state(const std::string& name) const {
   return t;
 }
 
+void Program::write_state(const std::string& name, const HostTensor& value) {
+  detail::ProgramState& s = state();
+  std::lock_guard lock(s.store->mutex);
+  if (std::find(s.user_states.begin(), s.user_states.end(), name) == s.user_states.end())
+    throw InputError("[write_state] this program has no state '" + name + "'");
+  backend::Buffer& buf = *s.store->states.at(name);
+  const Shape& shape = s.store->state_shapes.at(name);
+  const bool convertible =
+      buf.dtype() == DType::kF32 && (value.dtype() == DType::kBF16 || value.dtype() == DType::kF16);
+  if (value.shape() != shape || (value.dtype() != buf.dtype() && !convertible))
+    throw InputError("[write_state] '" + name + "' is " + dtype_name(buf.dtype()) + shape_str(shape) +
+                     ", not " + dtype_name(value.dtype()) + shape_str(value.shape()));
+  if (value.dtype() == buf.dtype())
+    s.store->backend->upload(buf, value.data());
+  else
+    s.store->backend->upload(buf, value.to(DType::kF32).data());
+}
+
+std::vector<std::string> Program::state_names() const {
+  std::lock_guard lock(state().store->mutex);
+  return state().user_states;
+}
+
 int64_t Program::skipped_steps() const {
   std::lock_guard lock(state().store->mutex);
   return state().skipped;

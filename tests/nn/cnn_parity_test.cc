@@ -91,6 +91,38 @@ TEST_P(CnnParity, GradientsRunningStatisticsAndEvalMatchPyTorch) {
   EXPECT_EQ(train.read_state("bn.running_mean").f32(), std::vector<float>(4, 0.f));
 }
 
+// A PyTorch user's export of the trained model (state_dict → safetensors, batch norm's
+// running statistics included) loads with load_safetensors into an inference program, which
+// then computes PyTorch's evaluation loss.
+TEST_P(CnnParity, APyTorchStateDictLoadsWithItsRunningStatistics) {
+  const std::string file = std::string(TG_TEST_DATA_DIR) + "/cnn_state_dict.safetensors";
+  const auto golden = read_safetensors(kGolden);
+  const HostTensor& x = golden.at("x");
+  const HostTensor& targets = golden.at("targets");
+  Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
+  Program eval =
+      compile_forward(net, [&](Tensor xs, Tensor t) { return net.loss(xs, t); },
+                      {.inputs = {{"x", x.shape(), DType::kF32}, {"targets", targets.shape(), DType::kI32}},
+                       .device = GetParam()});
+  load_safetensors(file, eval);
+  EXPECT_LT(tg::testing::rel_diff(eval.read_state("bn.running_var").f32(), golden.at("running_var").f32()),
+            1e-6);
+  const float loss = eval.run({{"x", x.f32()}, {"targets", targets.i32()}}).f32().at(0);
+  EXPECT_LT(rel(loss, std::stod(read_safetensors_metadata(file).at("eval_loss"))), 1e-4)
+      << "eval loss " << loss;
+  // A state of the wrong shape is a CheckpointError naming it; nothing is loaded.
+  std::map<std::string, HostTensor> bad = read_safetensors(file);
+  bad.at("bn.running_mean") = HostTensor(DType::kF32, {5});
+  const std::string bad_file = ::testing::TempDir() + "/cnn_bad_state.safetensors";
+  save_safetensors(bad_file, bad);
+  try {
+    load_safetensors(bad_file, eval);
+    ADD_FAILURE() << "no CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("bn.running_mean"), std::string::npos) << e.what();
+  }
+}
+
 /// The first training step of the golden's model under `precision` on `device`: the loss, then
 /// every gradient (by parameter name).
 std::pair<float, std::map<std::string, HostTensor>> first_step(Device device, Precision precision) {

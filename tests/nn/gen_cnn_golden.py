@@ -17,7 +17,9 @@ float64 from those values. Three SGD steps (lr 0.1) follow in training mode.
 The file holds, as F32 (I32 for targets): "param/<name>" (initial values), "grad/<name>"
 (d loss / d param at those values, float64), "x", "targets", "running_mean" and "running_var"
 (batch norm's running statistics after the three steps); its metadata holds the float64 losses
-of the three steps and the evaluation-mode loss after them, as text.
+of the three steps and the evaluation-mode loss after them, as text. It also writes
+tests/data/cnn_state_dict.safetensors: the trained model's state_dict (weights and batch-norm
+buffers, float32) as a PyTorch user would export it.
 """
 import json
 import os
@@ -99,6 +101,10 @@ def main():
     meta = {"losses": json.dumps(losses), "eval_loss": repr(eval_loss), "lr": repr(LR), "torch": torch.__version__}
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "cnn_golden.safetensors")
     write_safetensors(out, tensors, meta)
+    # The trained model's state_dict as PyTorch users export it (float32; num_batches_tracked,
+    # an int64 buffer, left out), which tensorgrad must load directly, running statistics included.
+    sd = {k: v.float() for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
+    write_safetensors(os.path.join(os.path.dirname(out), "cnn_state_dict.safetensors"), sd, {"eval_loss": repr(eval_loss)})
     print(f"wrote {os.path.normpath(out)}: losses {losses}, eval loss {eval_loss}")
 
 
