@@ -53,18 +53,22 @@ ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& 
   if (mode == 0) m = g.og(), nn = P, kk = K, batch = g.n * g.win.groups;
   if (mode == 1) m = g.cg(), nn = g.h * g.w, kk = g.og() * g.win.kh * g.win.kw, batch = g.n * g.win.groups;
   if (mode == 2) m = g.og(), nn = K, ktotal = g.n * P;
-  // The smallest tiles that cover the problem's m and n (no threads idle on thin problems).
-  const int bm = m <= 32 ? 32 : 64, bn = nn <= 16 ? 16 : nn <= 32 ? 32 : 64;
-  // Tensor cores for tf32 products, and for bf16 operands (exact in tf32): 8 warps of 16 rows
-  // and at least one 8-column tile each.
-  const bool tc = (tf32 || dtype == DType::kBF16) && bn / (8 * (8 / (bm / 16))) >= 1;
+  // The smallest tiles that cover the problem's m and n (no threads idle on thin problems), up
+  // to 64 × 64, or 64 × 128 on the tensor cores (wider SIMT tiles were slower: more registers a
+  // thread); 32 of k a stage. Tensor cores for tf32 products, and for bf16 operands (exact in
+  // tf32): 8 warps of 16 rows and at least one 8-column tile each. (Measurements: RESULTS.md.)
+  constexpr int bk = 32;
+  const bool tc_wanted = tf32 || dtype == DType::kBF16;
+  const int bm = m <= 32 ? 32 : 64;
+  const int bn = nn <= 16 ? 16 : nn <= 32 ? 32 : nn <= 64 || !tc_wanted ? 64 : 128;
+  const bool tc = tc_wanted && bn / (8 * (8 / (bm / 16))) >= 1;
   if (mode == 2) {
     // Enough blocks to fill the device twice over, each with at least 256 of k to sum.
     const int64_t tiles = ((m + bm - 1) / bm) * ((nn + bn - 1) / bn) * g.win.groups;
     splits = std::clamp<int64_t>(2 * int64_t{dev.sm_count} / std::max<int64_t>(tiles, 1), 1,
                                  std::max<int64_t>(ktotal / 256, 1));
     kk = (ktotal + splits - 1) / splits;
-    kk = (kk + 15) / 16 * 16;
+    kk = (kk + bk - 1) / bk * bk;
     splits = (ktotal + kk - 1) / kk;
     batch = g.win.groups * splits;
   }
@@ -72,7 +76,7 @@ ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& 
   s += dtype == DType::kBF16 ? "typedef unsigned short IN_T;  // bf16 bits\n" : "typedef float IN_T;\n";
   s += kLoads;
   s += "constexpr int MODE = " + std::to_string(mode) + ", BM = " + std::to_string(bm) +
-       ", BN = " + std::to_string(bn) + ";\n";
+       ", BN = " + std::to_string(bn) + ", BK = " + std::to_string(bk) + ";\n";
   s += std::string("constexpr bool TC = ") + (tc ? "true" : "false") + ";\n";
   s += geometry(g);
   s += "constexpr long long M = " + ll(m) + ", NN = " + ll(nn) + ", KK = " + ll(kk) +

@@ -25,7 +25,7 @@
 // NW8 column tiles of 8. Operands are staged k-major, As[k][m] and Bs[k][n]; the row stride pads
 // by 8 for the mma fragments (lanes g = lane / 4 on rows, t = lane % 4 on k: banks t·8 + g
 // distinct), by 4 otherwise.
-constexpr int BK = 16, NT = 256, TM = BM / 16, TN = BN / 16;
+constexpr int NT = 256, TM = BM / 16, TN = BN / 16;
 constexpr int SA = BM + (TC ? 8 : 4), SB = BN + (TC ? 8 : 4);
 constexpr int WM = BM / 16, WN = 8 / WM, NW8 = BN / (8 * WN);
 constexpr int P = OH * OW, KHW = KH * KW;
