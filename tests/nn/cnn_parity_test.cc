@@ -45,46 +45,62 @@ struct Net : Module {
 
 double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
 
+/// The golden file with the model it describes, and programs of that model.
+struct Golden {
+  std::map<std::string, HostTensor> t = read_safetensors(kGolden);
+  std::map<std::string, std::string> meta = read_safetensors_metadata(kGolden);
+  const HostTensor& x = t.at("x");
+  const HostTensor& targets = t.at("targets");
+  Net net{x.shape()[1], t.at("param/fc.weight").shape()[0]};
+
+  std::vector<InputSpec> inputs() const {
+    return {{"x", x.shape(), DType::kF32}, {"targets", targets.shape(), DType::kI32}};
+  }
+  Feeds feeds() const { return {{"x", x.f32()}, {"targets", targets.i32()}}; }
+  std::map<std::string, HostTensor> params() const {
+    std::map<std::string, HostTensor> p;
+    for (const auto& [name, v] : t)
+      if (name.rfind("param/", 0) == 0) p[name.substr(6)] = v;
+    return p;
+  }
+  /// A training program of `net` with the golden's initial parameters.
+  Program train(Device device, Optimizer optimizer, Precision precision = Precision::kFp32) {
+    Program p =
+        compile_train(net, [this](Tensor xs, Tensor ts) { return net.loss(xs, ts); },
+                      {.inputs = inputs(), .optimizer = optimizer, .device = device, .precision = precision});
+    p.upload_params(params());  // every parameter, by name: a missing or extra one throws
+    return p;
+  }
+  Program eval(Device device) {
+    return compile_forward(net, [this](Tensor xs, Tensor ts) { return net.loss(xs, ts); },
+                           {.inputs = inputs(), .device = device});
+  }
+};
+
 class CnnParity : public ::testing::TestWithParam<Device> {};
 
 TEST_P(CnnParity, GradientsRunningStatisticsAndEvalMatchPyTorch) {
-  const auto golden = read_safetensors(kGolden);
-  const auto meta = read_safetensors_metadata(kGolden);
-  const HostTensor& x = golden.at("x");
-  const HostTensor& targets = golden.at("targets");
-  Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
-  const std::vector<InputSpec> inputs = {{"x", x.shape(), DType::kF32},
-                                         {"targets", targets.shape(), DType::kI32}};
-  auto loss_fn = [&](Tensor xs, Tensor t) { return net.loss(xs, t); };
-  Program train = compile_train(
-      net, loss_fn,
-      {.inputs = inputs, .optimizer = SGD{.lr = std::stod(meta.at("lr"))}, .device = GetParam()});
-  std::map<std::string, HostTensor> params;
-  for (const auto& [name, t] : golden)
-    if (name.rfind("param/", 0) == 0) params[name.substr(6)] = t;
-  train.upload_params(params);  // every parameter, by name: a missing or extra one throws
+  Golden g;
+  Program train = g.train(GetParam(), SGD{.lr = std::stod(g.meta.at("lr"))});
   std::vector<double> losses;
-  for (const io::JsonValue& v : io::parse_json(meta.at("losses")).array) losses.push_back(v.number);
+  for (const io::JsonValue& v : io::parse_json(g.meta.at("losses")).array) losses.push_back(v.number);
   ASSERT_EQ(losses.size(), 3u);
   for (int step = 0; step < 3; ++step) {
     Captures caps;
-    const float loss =
-        train.step({{"x", x.f32()}, {"targets", targets.i32()}}, {.captures = step == 0 ? &caps : nullptr});
+    const float loss = train.step(g.feeds(), {.captures = step == 0 ? &caps : nullptr});
     EXPECT_LT(rel(loss, losses[static_cast<size_t>(step)]), 1e-4) << "step " << step + 1 << ": loss " << loss;
     if (step > 0) continue;
-    for (const auto& [name, t] : params)
-      EXPECT_LT(tg::testing::rel_diff(caps.at("grad/" + name).f32(), golden.at("grad/" + name).f32()), 1e-4)
+    for (const auto& [name, v] : g.params())
+      EXPECT_LT(tg::testing::rel_diff(caps.at("grad/" + name).f32(), g.t.at("grad/" + name).f32()), 1e-4)
           << "gradient of " << name;
   }
   // PyTorch's momentum update with the unbiased batch variance, three times.
-  EXPECT_LT(tg::testing::rel_diff(train.read_state("bn.running_mean").f32(), golden.at("running_mean").f32()),
-            1e-4);
-  EXPECT_LT(tg::testing::rel_diff(train.read_state("bn.running_var").f32(), golden.at("running_var").f32()),
-            1e-4);
+  for (const char* s : {"running_mean", "running_var"})
+    EXPECT_LT(tg::testing::rel_diff(train.read_state(std::string("bn.") + s).f32(), g.t.at(s).f32()), 1e-4)
+        << s;
   // An inference program of the same model normalises with those running statistics.
-  Program eval = compile_forward(net, loss_fn, {.inputs = inputs, .device = GetParam()});
-  const float eval_loss = eval.run({{"x", x.f32()}, {"targets", targets.i32()}}).f32().at(0);
-  EXPECT_LT(rel(eval_loss, std::stod(meta.at("eval_loss"))), 1e-4) << "eval loss " << eval_loss;
+  const float eval_loss = g.eval(GetParam()).run(g.feeds()).f32().at(0);
+  EXPECT_LT(rel(eval_loss, std::stod(g.meta.at("eval_loss"))), 1e-4) << "eval loss " << eval_loss;
   // reset_state() puts the running statistics back to PyTorch's initial zeros and ones.
   train.reset_state();
   EXPECT_EQ(train.read_state("bn.running_var").f32(), std::vector<float>(4, 1.f));
@@ -96,18 +112,12 @@ TEST_P(CnnParity, GradientsRunningStatisticsAndEvalMatchPyTorch) {
 // then computes PyTorch's evaluation loss.
 TEST_P(CnnParity, APyTorchStateDictLoadsWithItsRunningStatistics) {
   const std::string file = std::string(TG_TEST_DATA_DIR) + "/cnn_state_dict.safetensors";
-  const auto golden = read_safetensors(kGolden);
-  const HostTensor& x = golden.at("x");
-  const HostTensor& targets = golden.at("targets");
-  Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
-  Program eval =
-      compile_forward(net, [&](Tensor xs, Tensor t) { return net.loss(xs, t); },
-                      {.inputs = {{"x", x.shape(), DType::kF32}, {"targets", targets.shape(), DType::kI32}},
-                       .device = GetParam()});
+  Golden g;
+  Program eval = g.eval(GetParam());
   load_safetensors(file, eval);
-  EXPECT_LT(tg::testing::rel_diff(eval.read_state("bn.running_var").f32(), golden.at("running_var").f32()),
+  EXPECT_LT(tg::testing::rel_diff(eval.read_state("bn.running_var").f32(), g.t.at("running_var").f32()),
             1e-6);
-  const float loss = eval.run({{"x", x.f32()}, {"targets", targets.i32()}}).f32().at(0);
+  const float loss = eval.run(g.feeds()).f32().at(0);
   EXPECT_LT(rel(loss, std::stod(read_safetensors_metadata(file).at("eval_loss"))), 1e-4)
       << "eval loss " << loss;
   // A state of the wrong shape is a CheckpointError naming it; nothing is loaded.
@@ -126,23 +136,12 @@ TEST_P(CnnParity, APyTorchStateDictLoadsWithItsRunningStatistics) {
 /// The first training step of the golden's model under `precision` on `device`: the loss, then
 /// every gradient (by parameter name).
 std::pair<float, std::map<std::string, HostTensor>> first_step(Device device, Precision precision) {
-  const auto golden = read_safetensors(kGolden);
-  const HostTensor& x = golden.at("x");
-  const HostTensor& targets = golden.at("targets");
-  Net net(x.shape()[1], golden.at("param/fc.weight").shape()[0]);
-  Program train =
-      compile_train(net, [&](Tensor xs, Tensor t) { return net.loss(xs, t); },
-                    {.inputs = {{"x", x.shape(), DType::kF32}, {"targets", targets.shape(), DType::kI32}},
-                     .optimizer = GradientsOnly{},
-                     .device = device,
-                     .precision = precision});
-  std::map<std::string, HostTensor> params, grads;
-  for (const auto& [name, t] : golden)
-    if (name.rfind("param/", 0) == 0) params[name.substr(6)] = t;
-  train.upload_params(params);
+  Golden g;
+  Program train = g.train(device, GradientsOnly{}, precision);
   Captures caps;
-  const float loss = train.step({{"x", x.f32()}, {"targets", targets.i32()}}, {.captures = &caps});
-  for (const auto& [name, t] : params) grads.emplace(name, caps.at("grad/" + name));
+  const float loss = train.step(g.feeds(), {.captures = &caps});
+  std::map<std::string, HostTensor> grads;
+  for (const auto& [name, v] : g.params()) grads.emplace(name, caps.at("grad/" + name));
   return {loss, grads};
 }
 

@@ -23,11 +23,12 @@ buffers, float32) as a PyTorch user would export it.
 """
 import json
 import os
-import struct
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from golden_file import write_safetensors
 
 BATCH, IN_CH, SIZE, CLASSES = 5, 2, 9, 7
 SEED = 20261127
@@ -46,24 +47,6 @@ class Net(nn.Module):
         x = F.max_pool2d(F.relu(self.bn(self.conv1(x))), 2)        # [B, 4, 4, 4]
         x = F.avg_pool2d(F.relu(self.conv2(x)), 2, stride=1)       # [B, 6, 1, 1]
         return F.cross_entropy(self.fc(x.flatten(1)), targets)
-
-
-def write_safetensors(path, tensors, metadata):
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name, t in tensors.items():
-        data = t.contiguous().numpy().tobytes()
-        dtype = {torch.float32: "F32", torch.int32: "I32"}[t.dtype]
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def main():

@@ -24,13 +24,13 @@ The file holds, as F32 (I32 for ids and targets): "param/<name>" (the values use
 "grad/<name>" (d loss / d param, from float64), "ids", "targets"; its metadata holds the
 float64 loss as text and the configuration.
 """
-import json
 import math
 import os
-import struct
 
 import torch
 import torch.nn.functional as F
+
+from golden_file import write_safetensors
 
 VOCAB, LAYERS, D_MODEL, D_STATE, D_CONV, EXPAND = 13, 2, 16, 4, 4, 2
 BATCH, LEN = 2, 11
@@ -101,24 +101,6 @@ def loss_of(p, ids, targets):
         h = h + mixer(p, f"layers.{i}.mixer.", rms_norm(h, p[f"layers.{i}.norm.weight"]))
     logits = rms_norm(h, p["norm_f.weight"]) @ p["embedding.weight"].T
     return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
-
-
-def write_safetensors(path, tensors, metadata):
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name, t in tensors.items():
-        data = t.contiguous().numpy().tobytes()
-        dtype = {torch.float32: "F32", torch.int32: "I32"}[t.dtype]
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def main():
