@@ -1,5 +1,8 @@
 // Public ops of convolutional networks (functional.h): conv2d and the pools canonicalise their
 // options into an ir::Window; batch_norm is a composite of elementwise ops.
+#include <optional>
+#include <utility>
+
 #include "ir/api_util.h"
 #include "tensorgrad/functional.h"
 
@@ -50,6 +53,23 @@ Tensor per_channel(const char* op, const char* what, const Tensor& x, const Tens
   return reshape(v, s, loc);
 }
 
+/// If `z` adds a per-channel value (constant over H and W: a broadcast of a [.., C, 1, 1]
+/// tensor, as conv2d's bias and batch_norm's shift are) to y: that value's source, and y.
+std::optional<std::pair<Tensor, Tensor>> per_channel_shift(Graph& g, const Tensor& z) {
+  const Node& n = g.node(z.id());
+  if (n.op != Op::kAdd) return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    const Node& c = g.node(n.inputs[static_cast<size_t>(side)]);
+    if (c.op != Op::kBroadcastTo) continue;
+    const Shape& src = g.node(c.inputs[0]).shape;
+    const size_t lead = c.shape.size() - src.size();
+    const auto extent = [&](size_t axis) { return axis < lead ? 1 : src[axis - lead]; };
+    if (c.shape.size() == 4 && extent(0) == 1 && extent(2) == 1 && extent(3) == 1)
+      return std::pair{Tensor(&g, c.inputs[0]), Tensor(&g, n.inputs[static_cast<size_t>(1 - side)])};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions o, Loc loc) {
@@ -79,7 +99,23 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions options, Loc loc) {
   Arg ax(x, loc);
   Graph& g = graph_for("max_pool2d", {&ax}, loc);
   require_rank4("max_pool2d", x, loc);
-  return window_op(g, Op::kMaxPool2d, {x}, pool_window(options), {}, loc);
+  const Window w = pool_window(options);
+  // Max commutes with relu (both monotone, NaN-propagating) and with adding a per-channel value
+  // (rounding is monotone), exactly: max_pool2d(relu(y + b)) = relu(max_pool2d(y) + b). Pooling
+  // first runs the relu, the add and their gradients (and the bias gradient's sum) on kh·kw
+  // times fewer elements. The gradient is the same too: where the window's maximum is ≤ 0 both
+  // forms pass none, elsewhere both route it to the first maximum of y. The original relu is
+  // left to any other reader (dead code otherwise).
+  const Node& xn = g.node(x.id());
+  if (xn.op == Op::kRelu && xn.dtype == DType::kF32) {
+    const Tensor z(&g, xn.inputs[0]);
+    if (const auto shift = per_channel_shift(g, z)) {
+      const Tensor pooled = window_op(g, Op::kMaxPool2d, {shift->second}, w, {}, loc);
+      return relu(pooled + shift->first, loc);
+    }
+    return relu(window_op(g, Op::kMaxPool2d, {z}, w, {}, loc), loc);
+  }
+  return window_op(g, Op::kMaxPool2d, {x}, w, {}, loc);
 }
 
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions options, Loc loc) {

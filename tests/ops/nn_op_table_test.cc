@@ -472,6 +472,42 @@ TEST(NnKnownGradients, EmbeddingRepeatedIdsAccumulate) {
   expect_grads({{2, 2}}, {{1, 2, 3, 4}}, FN(sum(take_along_axis(x[0], ci({1, 1, 1, 0}, {2, 2}), 0))), {{0, 1, 2, 1}}, 0);
 }
 
+// max_pool2d(relu(y + b)) is traced as relu(max_pool2d(y) + b) (ir/api_conv.cc): exact, so
+// both the values and the gradients equal those of the form the rewrite does not touch (the
+// relu's output passed through a multiplication by one first), with windows whose maximum is
+// negative (no gradient), positive, and ties between negative values.
+TEST(NnKnownGradients, MaxPoolOfReluIsPooledFirstExactly) {
+  std::vector<double> x(2 * 3 * 4 * 4), b = {0.25, -0.5, 0.0}, w(2 * 3 * 2 * 2);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.7 * static_cast<double>(i) + 0.3) * 2;
+  x[0] = x[1] = x[4] = x[5] = -1.5;  // a window of equal negative values
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5 + 0.1 * static_cast<double>(i);
+  const auto pooled = [&](bool plain) {
+    return [plain, &w](const Ts& t) {
+      Tensor r = relu(t[0] + reshape(t[1], {1, 3, 1, 1}));
+      if (plain) r = r * 1.0;
+      return sum(max_pool2d(r, {.kernel = 2}) * cf(std::vector<float>(w.begin(), w.end()), {2, 3, 2, 2}));
+    };
+  };
+  const std::vector<InputSpec> specs = {uni({2, 3, 4, 4}), uni({3})};
+  const Traced t = trace_fn(specs, pooled(false));
+  for (const ir::Node& n : t.graph.nodes()) {
+    if (n.op == ir::Op::kMaxPool2d) {
+      EXPECT_NE(t.graph.node(n.inputs[0]).op, ir::Op::kRelu) << "not pooled first";
+    }
+  }
+  for (const auto& be : both_backends()) {
+    const auto rewritten = grads_on(*be, {{2, 3, 4, 4}, {3}}, {x, b}, pooled(false));
+    const auto plain = grads_on(*be, {{2, 3, 4, 4}, {3}}, {x, b}, pooled(true));
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(all_close(rewritten[i], plain[i], {1e-6, 1e-7})) << "d/dx" << i << " on " << be->name();
+    const std::vector<HostTensor> feeds = {{DType::kF32, x}, {DType::kF32, b}};
+    const auto value = [&](bool plain_form) {
+      const Traced tr = trace_fn(specs, pooled(plain_form));
+      return run_graph(*be, tr.graph, tr.inputs, feeds).at(0);
+    };
+    EXPECT_EQ(value(false), value(true)) << be->name();
+  }
+}
+
 TEST(NnKnownGradients, SoftmaxAndNorms) {
   // sum(softmax(x)) is 1 whatever x: zero gradient, also through a causal mask.
   expect_grads({{2, 3}}, {{0.5, -1, 2, 0, 1, 3}}, FN(sum(softmax(x[0], -1, true))), {{0, 0, 0, 0, 0, 0}}, 1e-7);
