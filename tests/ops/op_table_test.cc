@@ -67,6 +67,21 @@ Tensor with_ignored(const Tensor& targets, int32_t ignore) {
 }
 /// A causal log_softmax is −∞ at masked entries; rows compare (and weight) its finite part.
 Tensor finite_part(const Tensor& y) { return where(y > -1e30, y, 0.0); }
+/// Second derivatives of the window ops: with L1 = Σ op(x, …)·u, the gradients of L1 (made by
+/// conv2d_grad_input and conv2d_grad_weight, or avg_pool2d's adjoint) dotted with directions
+/// v, q; the row's own gradient check then differentiates those gradient ops.
+Tensor conv_gradient_dot(const Ts& x) {
+  ir::Graph& g = *x[0].graph();
+  const Tensor l1 = sum(conv2d(x[0], x[1], Tensor(), {.stride = 2, .padding = 1, .groups = 2}) * x[2]);
+  const std::vector<int32_t> d = autograd::append_gradients(g, l1.id(), std::vector<int32_t>{x[0].id(), x[1].id()});
+  return sum(Tensor(&g, d[0]) * x[3]) + sum(Tensor(&g, d[1]) * x[4]);
+}
+Tensor avg_pool_gradient_dot(const Ts& x) {
+  ir::Graph& g = *x[0].graph();
+  const Tensor l1 = sum(avg_pool2d(x[0] * x[0], {.kernel = 3, .stride = 2, .padding = 1}) * x[1]);
+  const std::vector<int32_t> d = autograd::append_gradients(g, l1.id(), std::vector<int32_t>{x[0].id()});
+  return sum(Tensor(&g, d[0]) * x[2]);
+}
 /// attention over [B, T, H, D] operands, permuted to [B, H, T, D] (views on the CPU backend).
 Tensor attention_bthd(const Ts& x) {
   return attention(permute(x[0], {0, 2, 1, 3}), permute(x[1], {0, 2, 1, 3}), permute(x[2], {0, 2, 1, 3}));
@@ -407,6 +422,8 @@ const std::vector<OpCase>& op_cases() {
       {"conv2d_of_permuted_input", {uni({2, 5, 4, 3})}, FN(conv2d(permute(x[0], {0, 3, 1, 2}), constant(std::vector<float>(2 * 3 * 2 * 2, 0.25f), {2, 3, 2, 2}))), {2, 2, 4, 3}, kF32, kMatmul, kGrad},
       {"conv2d_batch1_wide", {uni({1, 16, 12, 12}), uni({8, 16, 3, 3}, -0.2, 0.2), uni({8})}, FN(conv2d(x[0], x[1], x[2], {.padding = 1})), {1, 8, 12, 12}, kF32, kLargeSum, kCpuOnly},
       {"conv2d_large_image_chunks", {uni({2, 3, 40, 40}), uni({4, 3, 5, 5}, -0.2, 0.2)}, FN(conv2d(x[0], x[1], Tensor(), {.padding = 2})), {2, 4, 40, 40}, kF32, kLargeSum, kCpuOnly},
+      {"conv2d_second_derivative", {uni({2, 4, 5, 5}), uni({6, 2, 3, 3}), uni({2, 6, 3, 3}), uni({2, 4, 5, 5}), uni({6, 2, 3, 3})}, conv_gradient_dot, {}, kF32, kLargeSum, kGrad},
+      {"avg_pool2d_second_derivative", {uni({1, 2, 7, 7}), uni({1, 2, 4, 4}), uni({1, 2, 7, 7})}, avg_pool_gradient_dot, {}, kF32, kReduce, kGrad},
       {"max_pool2d_2x2", {distinct({2, 3, 6, 6})}, FN(max_pool2d(x[0], {.kernel = 2})), {2, 3, 3, 3}, kF32, kExact, kGrad},
       {"max_pool2d_3x3_s2_p1_overlapping", {distinct({1, 2, 7, 7})}, FN(max_pool2d(x[0], {.kernel = 3, .stride = 2, .padding = 1})), {1, 2, 4, 4}, kF32, kExact, kGrad},
       {"max_pool2d_dilation2", {distinct({1, 1, 7, 7})}, FN(max_pool2d(x[0], {.kernel = 2, .stride = 1, .dilation = 2})), {1, 1, 5, 5}, kF32, kExact, kGrad},
