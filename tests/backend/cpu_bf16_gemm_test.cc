@@ -4,10 +4,11 @@
 //   - gemm_bf16_dot against a double-precision reference of the same bf16 values, over every
 //     transpose combination, sizes around the tile and block edges, padded leading dimensions
 //     whose padding must stay untouched, and two threads writing disjoint row ranges;
-//   - bf16 matmul programs (forward and gradients) on the CPU backend, on the vdpbf16ps path and
-//     on the widening path, against the reference backend (batched, broadcast, transposed and
-//     thread-split products), at bf16_op_test's tolerance.
-// Tests of the vdpbf16ps kernel skip on CPUs without AVX512-BF16.
+//   - bf16 matmul programs (forward and gradients) on the CPU backend, on the AMX path, the
+//     vdpbf16ps path and the widening path, against the reference backend (batched, broadcast,
+//     transposed and thread-split products), at bf16_op_test's tolerance.
+// Tests of the vdpbf16ps kernel skip on CPUs without AVX512-BF16, the AMX path where AMX-BF16 is
+// missing (the AMX kernel's own tests: cpu_amx_gemm_test).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "ops/op_harness.h"
 
@@ -184,7 +186,7 @@ std::vector<std::vector<double>> run_bf16(backend::Backend& be, const std::vecto
   return run_graph(be, t.graph, t.inputs, feeds);
 }
 
-TEST(CpuBf16Gemm, MatmulProgramsOnBothPathsMatchRef) {
+TEST(CpuBf16Gemm, MatmulProgramsOnEveryPathMatchRef) {
   using namespace op_test;
   struct Row {
     std::string name;
@@ -209,12 +211,19 @@ TEST(CpuBf16Gemm, MatmulProgramsOnBothPathsMatchRef) {
   auto cpu = backend::make_cpu_backend();
   for (const Row& row : rows) {
     const auto want = run_bf16(*ref, row.inputs, row.build, seed_of(row.name));
-    for (bool dot : {true, false}) {
-      if (dot && !bf16_dot_supported()) continue;
-      set_bf16_dot(dot);
+    struct Path {
+      const char* name;
+      bool amx, dot;
+    };
+    for (const Path& p :
+         {Path{"amx", true, false}, Path{"vdpbf16ps", false, true}, Path{"widened", false, false}}) {
+      if ((p.amx && !bf16_amx_supported()) || (p.dot && !bf16_dot_supported())) continue;
+      set_bf16_amx(p.amx);
+      set_bf16_dot(p.dot);
       const auto got = run_bf16(*cpu, row.inputs, row.build, seed_of(row.name));
+      set_bf16_amx(true);
       set_bf16_dot(true);
-      const char* path = dot ? "vdpbf16ps" : "widened";
+      const char* path = p.name;
       ASSERT_EQ(got.size(), want.size());
       EXPECT_TRUE(all_close(got[0], want[0], row.tol)) << row.name << " forward, " << path;
       const Tol grad_tol{std::max(row.tol.rel, 1e-5), std::max(row.tol.abs, 1e-5)};

@@ -4,7 +4,7 @@
 // matrix); grad_input multiplies Wᵀ by dY into such a tile and scatters it back (col2im),
 // grad_weight accumulates dY·colᵀ into a per-thread partial summed at the end. A 1×1 window
 // with unit stride and no padding reads x in place. bf16 operands (mixed precision) stay bf16
-// through im2col into the vdpbf16ps GEMM where the CPU has it, else are widened to f32 first.
+// through im2col into the AMX or vdpbf16ps GEMM where the CPU has one, else are widened to f32 first.
 // The pools are direct loops over the planes of [N·C, H, W].
 #include <omp.h>
 
@@ -109,7 +109,7 @@ const float* as_f32(DType dtype, const std::byte* p, int64_t n, std::vector<floa
 }
 
 /// C = op(A)·op(B), or C += op(A)·op(B) with `add`, for f32 operands (sgemm_small) or bf16 ones
-/// held as uint16 words (gemm_bf16_dot, which only writes C: `add` goes through a per-thread
+/// held as uint16 words (gemm_bf16_kernel, which only writes C: `add` goes through a per-thread
 /// product buffer).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
           int64_t ldb, bool add, float* C, int64_t ldc) {
@@ -117,10 +117,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
 }
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
           const uint16_t* B, int64_t ldb, bool add, float* C, int64_t ldc) {
-  if (!add) return gemm_bf16_dot(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  if (!add) return gemm_bf16_kernel(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   thread_local PackBuffer<float> product;
   float* t = product.get(M * N);
-  gemm_bf16_dot(ta, tb, M, N, K, A, lda, B, ldb, t, N);
+  gemm_bf16_kernel(ta, tb, M, N, K, A, lda, B, ldb, t, N);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += t[i * N + j];
 }
@@ -214,11 +214,11 @@ void conv_grad_weight(const WindowGeom& g, const T* x, const T* dy, float* dw) {
   }
 }
 
-/// Runs a conv op on f32 operands, or on bf16 ones: through vdpbf16ps where the CPU has it,
+/// Runs a conv op on f32 operands, or on bf16 ones: through AMX or vdpbf16ps where the CPU has one,
 /// else widened to f32 (the same products, exactly).
 template <class F>
 void with_operands(DType dtype, const std::byte* a, int64_t na, const std::byte* b, int64_t nb, F&& run) {
-  if (dtype == DType::kBF16 && bf16_dot_enabled())
+  if (dtype == DType::kBF16 && bf16_kernel_enabled())
     return run(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b));
   std::vector<float> wa, wb;
   run(as_f32(dtype, a, na, wa), as_f32(dtype, b, nb, wb));

@@ -11,6 +11,7 @@
 // of each of the kMR rows. Row tails are computed on zero rows and not stored; column tails are
 // zero-padded panels and masked stores.
 #include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/gemm_small.h"
 
 #include <algorithm>
@@ -134,6 +135,14 @@ std::atomic<bool> g_bf16_dot_on{true};
 
 bool bf16_dot_enabled() { return g_bf16_dot_on.load(std::memory_order_relaxed) && bf16_dot_supported(); }
 void set_bf16_dot(bool on) { g_bf16_dot_on.store(on, std::memory_order_relaxed); }
+bool bf16_kernel_enabled() { return bf16_amx_enabled() || bf16_dot_enabled(); }
+
+void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                      int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
+  if (bf16_amx_enabled() && ((M >= 16 && N >= 16) || !bf16_dot_enabled()))
+    return gemm_bf16_amx(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  gemm_bf16_dot(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+}
 
 void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {

@@ -1,11 +1,15 @@
 // Products of bf16 operands with f32 accumulation (matmul and attention under
-// Precision::kBf16). Two paths compute the same mathematical value, Σ_k a_ik·b_kj over exact
+// Precision::kBf16). Three paths compute the same mathematical value, Σ_k a_ik·b_kj over exact
 // bf16 products rounded into an f32 accumulator:
+//   - gemm_bf16_amx (gemm_amx.h): Intel AMX tiles (TDPBF16PS), where the CPU has AMX-BF16 and
+//     Linux grants the tile state (bf16_amx_supported);
 //   - gemm_bf16_dot: the AVX512-BF16 instruction vdpbf16ps, compiled for that target in its own
 //     functions whatever the build flags, and run only where the CPU reports it
 //     (bf16_dot_supported);
 //   - widen_bf16 + an f32 GEMM: every other CPU (bf16 → f32 is exact, so the f32 kernel then
 //     multiplies the same values).
+// gemm_bf16_kernel picks between the first two (AMX > vdpbf16ps); callers widen where
+// bf16_kernel_enabled() is false.
 // Threading as in gemm_small.h: nothing inside, per-thread packing buffers, so calls from
 // several threads may write disjoint parts of C.
 #pragma once
@@ -19,6 +23,9 @@ bool bf16_dot_supported();
 /// turned it off (so tests and benchmarks can run the widening path on any CPU).
 bool bf16_dot_enabled();
 void set_bf16_dot(bool on);
+/// Whether bf16 products run on one of the bf16 kernels rather than widened to f32:
+/// bf16_amx_enabled() || bf16_dot_enabled() (turn both off for the widening path).
+bool bf16_kernel_enabled();
 
 /// C[M,N] = op(A)[M,K] · op(B)[K,N] (β = 0: C is never read) for bf16 A and B held as raw
 /// uint16 words, f32 C; layouts as sgemm_small (A stored [M,K], or [K,M] when trans_a; B
@@ -33,6 +40,12 @@ void set_bf16_dot(bool on);
 /// 2^-126, which O(1) operands never approach.
 void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
+
+/// C = op(A)·op(B) as gemm_bf16_dot (same contract), on the fastest enabled kernel:
+/// gemm_bf16_amx where bf16_amx_enabled(), except products too narrow to fill a tile (M or
+/// N below 16) while vdpbf16ps is enabled; else gemm_bf16_dot. Only where bf16_kernel_enabled().
+void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                      int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
 
 /// dst[r·cols + c] = f32(src[r·ld + c]) for a rows × cols matrix (exact).
 void widen_bf16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst);

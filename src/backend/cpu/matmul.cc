@@ -79,13 +79,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int
   });
 }
 
-/// The same product of bf16 operands: vdpbf16ps split by rows where the CPU has it; else both
+/// The same product of bf16 operands: AMX or vdpbf16ps (gemm_bf16_kernel) split by rows where
+/// the CPU has one; else both
 /// operands widened to f32 (exact) into per-thread memory and multiplied by gemm().
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float* C, int64_t ldc, bool may_fork) {
-  if (bf16_dot_enabled()) {
+  if (bf16_kernel_enabled()) {
     split_rows(m, n, k, may_fork, [&](int64_t r0, int64_t r1) {
-      gemm_bf16_dot(ta, tb, r1 - r0, n, k, ta ? A + r0 : A + r0 * lda, lda, B, ldb, C + r0 * ldc, ldc);
+      gemm_bf16_kernel(ta, tb, r1 - r0, n, k, ta ? A + r0 : A + r0 * lda, lda, B, ldb, C + r0 * ldc, ldc);
     });
     return;
   }
@@ -163,7 +164,7 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
   const auto count = static_cast<int64_t>(a_off.size());
   // Whether each product runs on one thread by itself (then several run side by side), or on
   // OpenBLAS, which brings its own threads.
-  const bool own_kernel = bf16 && bf16_dot_enabled() ? true : sgemm_small_everywhere();
+  const bool own_kernel = bf16 && bf16_kernel_enabled() ? true : sgemm_small_everywhere();
   auto product = [=](int64_t bi, bool may_fork) {
     const auto at = static_cast<size_t>(bi);
     if (bf16)
