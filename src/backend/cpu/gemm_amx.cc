@@ -5,8 +5,10 @@
 // op(B)[2p, n] in its low half and op(B)[2p+1, n] in its high half: the "VNNI" layout). With
 // Kp = K rounded up to 32 (one chunk = 32 k = one tile row of A):
 //   - op(A) is read in strips of 16 rows. A whole strip of an A stored [M,K] (no transpose) whose
-//     K is whole chunks is loaded in place (tile rows lda apart); every other strip is packed
-//     into 16 rows of Kp elements, zero past K and past M (per-thread buffer, once per call).
+//     K is whole chunks is loaded in place (tile rows lda apart), unless lda·2 bytes is a multiple
+//     of 2 KiB (then a tile pair's 32 rows would share two L1 sets); every other strip is packed
+//     as one 1 KiB tile per chunk (16 rows × 32 k), zero past K and past M (per-thread buffer,
+//     once per call).
 //   - op(B) is packed per N block into panels of 16 columns, Kp/2 pair rows of 16 words each,
 //     zero past K and past N; a block's panels take at most kPackedB bytes (L2-resident).
 // Loops (no K blocks: each C element is one accumulator over the whole of K):
@@ -15,7 +17,9 @@
 //     for each pair of strips (32 rows):  for each pair of panels (32 columns):
 //       tmm0..3 = 2 × 2 tiles of C;  for each chunk:  A tiles → tmm4, 5, B tiles → tmm6, 7,
 //                                                     4 × TDPBF16PS
-//       store the tiles into C (through a 16 × 16 buffer where the tile passes M or N)
+//       store the tiles into C (through a 16 × 16 buffer where the tile passes M or N); the
+//       chunk loop prefetches the next block's C lines for writing, so that their misses
+//       overlap the products instead of stalling the tile stores
 // The last strip or panel of an odd count runs 1 × 2, 2 × 1 or 1 × 1 tiles.
 //
 // The driver and the tile kernel are templates over the tile instructions: AmxTiles issues
@@ -200,8 +204,8 @@ struct EmuTiles {
 }
 
 /// A 16-row strip of op(A) for A stored [K, M] (a = &A[0, first row]): the whole chunks of K,
-/// dst[r·kp + k] = a[k·lda + r]. Returns the k it stopped at.
-[[gnu::target("avx512f")]] int64_t pack_a_trans_avx512(const uint16_t* a, int64_t lda, int64_t K, int64_t kp,
+/// dst[(k / 32)·512 + r·32 + k % 32] = a[k·lda + r]. Returns the k it stopped at.
+[[gnu::target("avx512f")]] int64_t pack_a_trans_avx512(const uint16_t* a, int64_t lda, int64_t K,
                                                        uint16_t* dst) {
   int64_t k0 = 0;
   for (; k0 + kChunk <= K; k0 += kChunk) {
@@ -214,7 +218,7 @@ struct EmuTiles {
       w[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
     }
     transpose16(w);
-    for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + r * kp + k0, w[r]);
+    for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + k0 * 16 + r * kChunk, w[r]);
   }
   return k0;
 }
@@ -234,28 +238,33 @@ struct EmuTiles {
 }
 #endif
 
-/// Rows [r0, r0 + rows) (rows ≤ 16) of op(A) as a strip of 16 rows of kp elements:
-/// dst[r·kp + k] = op(A)[r0 + r, k], zero for k ≥ K or r ≥ rows.
-void pack_a_strip(bool ta, const uint16_t* A, int64_t lda, int64_t r0, int64_t rows, int64_t K, int64_t kp,
-                  uint16_t* dst) {
-  if (!ta) {  // rows of A
+/// Rows [r0, r0 + rows) (rows ≤ 16) of op(A) as a strip of `chunks` tiles of 16 rows × 32 k:
+/// dst[kt·512 + r·32 + j] = op(A)[r0 + r, 32·kt + j], zero for k ≥ K or r ≥ rows.
+void pack_a_strip(bool ta, const uint16_t* A, int64_t lda, int64_t r0, int64_t rows, int64_t K,
+                  int64_t chunks, uint16_t* dst) {
+  constexpr int64_t kTile = 16 * kChunk;
+  if (!ta) {  // rows of A, 64 bytes at a time
     for (int64_t r = 0; r < 16; ++r) {
-      uint16_t* d = dst + r * kp;
-      const int64_t n = r < rows ? K : 0;
-      if (n > 0) std::memcpy(d, A + (r0 + r) * lda, static_cast<size_t>(K) * sizeof(uint16_t));
-      std::fill(d + n, d + kp, uint16_t{0});
+      const uint16_t* x = A + (r0 + r) * lda;
+      for (int64_t kt = 0; kt < chunks; ++kt) {
+        uint16_t* d = dst + kt * kTile + r * kChunk;
+        const int64_t n = r < rows ? std::clamp<int64_t>(K - kt * kChunk, 0, kChunk) : 0;
+        if (n > 0) std::memcpy(d, x + kt * kChunk, static_cast<size_t>(n) * sizeof(uint16_t));
+        std::fill(d + n, d + kChunk, uint16_t{0});
+      }
     }
     return;
   }
   // A stored [K, M]: op(A)[i, k] = A[k·lda + i].
   int64_t k0 = 0;
 #if defined(TG_AMX_X86)
-  if (rows == 16 && avx512_packing()) k0 = pack_a_trans_avx512(A + r0, lda, K, kp, dst);
+  if (rows == 16 && avx512_packing()) k0 = pack_a_trans_avx512(A + r0, lda, K, dst);
 #endif
-  for (int64_t r = 0; r < 16; ++r) std::fill(dst + r * kp + k0, dst + (r + 1) * kp, uint16_t{0});
+  std::fill(dst + k0 * 16, dst + chunks * kTile, uint16_t{0});  // k0 is whole chunks
   for (int64_t k = k0; k < K; ++k) {
     const uint16_t* x = A + k * lda + r0;
-    for (int64_t r = 0; r < rows; ++r) dst[r * kp + k] = x[r];
+    uint16_t* d = dst + k / kChunk * kTile + k % kChunk;
+    for (int64_t r = 0; r < rows; ++r) d[r * kChunk] = x[r];
   }
 }
 
@@ -300,10 +309,11 @@ void pack_b_panel(bool tb, const uint16_t* B, int64_t ldb, int64_t c0, int64_t c
 
 // ---- the kernel -----------------------------------------------------------------------------
 
-/// Where a strip of op(A) is loaded from: its row r at base + r·stride bytes.
+/// Where a strip of op(A) is loaded from: chunk kt's tile row r at base + kt·step elements +
+/// r·stride bytes.
 struct Strip {
   const uint16_t* base;
-  int64_t stride;
+  int64_t step, stride;
 };
 
 /// Tile T into C[0:rows, 0:cols] (each ≥ 1; only the first 16 of each are in the tile).
@@ -319,21 +329,28 @@ void store_tile(float* c, int64_t ldc, int64_t rows, int64_t cols) {
 
 /// C[0:rows, 0:cols] = the RT strips a0 (, a1) times the CT panels at b (, b + panel_words),
 /// over `chunks` chunks of k; rows ≤ 16·RT, cols ≤ 16·CT, and past 16·(RT−1), 16·(CT−1).
+/// Prefetches next[0:next_rows, 0:next_cols] (≤ 32 × 32, the next block's C) for writing.
 template <class Tiles, int RT, int CT>
 void tile_block(Strip a0, Strip a1, const uint32_t* b, int64_t panel_words, int64_t chunks, float* c,
-                int64_t ldc, int64_t rows, int64_t cols) {
+                int64_t ldc, int64_t rows, int64_t cols, const float* next, int64_t next_rows,
+                int64_t next_cols) {
+  // The next block's lines (two per row where it is wider than 16), spread over the chunks.
+  const int64_t halves = next_cols > 16 ? 2 : 1, lines = next == nullptr ? 0 : next_rows * halves;
+  const int64_t per_chunk = (lines + chunks - 1) / chunks;
   Tiles::template zero<0>();
   if constexpr (CT == 2) Tiles::template zero<1>();
   if constexpr (RT == 2) Tiles::template zero<2>();
   if constexpr (RT == 2 && CT == 2) Tiles::template zero<3>();
   for (int64_t kt = 0; kt < chunks; ++kt) {
-    Tiles::template load<4>(a0.base + kt * kChunk, a0.stride);
+    for (int64_t l = kt * per_chunk; l < std::min(lines, (kt + 1) * per_chunk); ++l)
+      __builtin_prefetch(next + l / halves * ldc + l % halves * 16, 1, 3);
+    Tiles::template load<4>(a0.base + kt * a0.step, a0.stride);
     Tiles::template load<6>(b + kt * kTileWords, 16 * sizeof(uint32_t));
     if constexpr (CT == 2) Tiles::template load<7>(b + panel_words + kt * kTileWords, 16 * sizeof(uint32_t));
     Tiles::template dot<0, 4, 6>();
     if constexpr (CT == 2) Tiles::template dot<1, 4, 7>();
     if constexpr (RT == 2) {
-      Tiles::template load<5>(a1.base + kt * kChunk, a1.stride);
+      Tiles::template load<5>(a1.base + kt * a1.step, a1.stride);
       Tiles::template dot<2, 5, 6>();
       if constexpr (CT == 2) Tiles::template dot<3, 5, 7>();
     }
@@ -354,8 +371,9 @@ void gemm_amx(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t*
   }
   const int64_t kp = (K + kChunk - 1) / kChunk * kChunk, kw = kp / 2, chunks = kp / kChunk;
   const int64_t panel_words = kw * 16, strips = (M + 15) / 16;
-  // Whole strips of an untransposed A whose K is whole chunks are read in place.
-  const int64_t in_place = !ta && K % kChunk == 0 ? M / 16 : 0;
+  // Whole strips of an untransposed A whose K is whole chunks are read in place, unless the
+  // row stride is a multiple of 2 KiB (see the top).
+  const int64_t in_place = !ta && K % kChunk == 0 && (lda * 2) % 2048 != 0 ? M / 16 : 0;
   // N blocks of whole 32-column steps whose packed panels take at most kPackedB bytes.
   const int64_t nc =
       std::min((N + 31) / 32 * 32,
@@ -363,10 +381,11 @@ void gemm_amx(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t*
   uint16_t* ap = strips > in_place ? t_amx_a.get((strips - in_place) * 16 * kp) : nullptr;
   uint32_t* bp = t_amx_b.get(nc / 16 * panel_words);
   for (int64_t s = in_place; s < strips; ++s)
-    pack_a_strip(ta, A, lda, s * 16, std::min<int64_t>(16, M - s * 16), K, kp, ap + (s - in_place) * 16 * kp);
+    pack_a_strip(ta, A, lda, s * 16, std::min<int64_t>(16, M - s * 16), K, chunks,
+                 ap + (s - in_place) * 16 * kp);
   auto strip = [&](int64_t s) -> Strip {
-    if (s < in_place) return {A + s * 16 * lda, lda * static_cast<int64_t>(sizeof(uint16_t))};
-    return {ap + (s - in_place) * 16 * kp, kp * static_cast<int64_t>(sizeof(uint16_t))};
+    if (s < in_place) return {A + s * 16 * lda, kChunk, lda * static_cast<int64_t>(sizeof(uint16_t))};
+    return {ap + (s - in_place) * 16 * kp, 16 * kChunk, kChunk * static_cast<int64_t>(sizeof(uint16_t))};
   };
   Tiles::configure();
   for (int64_t jc = 0; jc < N; jc += nc) {
@@ -383,14 +402,27 @@ void gemm_amx(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t*
         const uint32_t* b = bp + q * panel_words;
         float* c = C + s * 16 * ldc + jc + q * 16;
         const int64_t cols = std::min<int64_t>(32, ncur - q * 16);
+        // The block after this one in this N block: the next panel pair, or the next strips' first.
+        const float* next = nullptr;
+        int64_t next_rows = 0, next_cols = 0;
+        if (q + 2 < panels) {
+          next = c + 32, next_rows = rows, next_cols = std::min<int64_t>(32, ncur - (q + 2) * 16);
+        } else if (s + 2 < strips) {
+          next = C + (s + 2) * 16 * ldc + jc, next_rows = std::min<int64_t>(32, M - (s + 2) * 16);
+          next_cols = std::min<int64_t>(32, ncur);
+        }
         if (two_rows && two_cols)
-          tile_block<Tiles, 2, 2>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols);
+          tile_block<Tiles, 2, 2>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols, next, next_rows,
+                                  next_cols);
         else if (two_rows)
-          tile_block<Tiles, 2, 1>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols);
+          tile_block<Tiles, 2, 1>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols, next, next_rows,
+                                  next_cols);
         else if (two_cols)
-          tile_block<Tiles, 1, 2>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols);
+          tile_block<Tiles, 1, 2>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols, next, next_rows,
+                                  next_cols);
         else
-          tile_block<Tiles, 1, 1>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols);
+          tile_block<Tiles, 1, 1>(a0, a1, b, panel_words, chunks, c, ldc, rows, cols, next, next_rows,
+                                  next_cols);
       }
     }
   }
