@@ -19,64 +19,19 @@
 #include <vector>
 
 #include "backend/cpu/gemm_amx.h"
+#include "backend/bf16_gemm_check.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "ops/op_harness.h"
 
 namespace tg::backend::cpu {
 namespace {
 
-constexpr float kPadSentinel = -12345.0f;
-
-std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<uint16_t> v(n);
-  for (uint16_t& x : v) x = bf16_from_f32(dist(rng));
-  return v;
-}
-
-struct Case {
-  bool ta, tb;
-  int64_t M, N, K;
-  int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // extra elements per stored row
-};
-
-std::string describe(const Case& c) {
-  return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " M=" + std::to_string(c.M) +
-         " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K);
-}
+using Case = GemmCase;
 
 /// C = op(A)·op(B) on gemm_bf16_dot against Σ in double: |C − ref| ≤ 1e-5·√K·Σ|a·b| (f32
-/// accumulation of exact products). Returns the number of mismatches (the first few reported).
+/// accumulation of exact products).
 int64_t check(const Case& c, std::mt19937& rng) {
-  const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
-  const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
-  const int64_t lda = a_cols + c.pad_a, ldb = b_cols + c.pad_b, ldc = c.N + c.pad_c;
-  const std::vector<uint16_t> A = random_bf16(static_cast<size_t>(a_rows * lda), rng),
-                              B = random_bf16(static_cast<size_t>(b_rows * ldb), rng);
-  std::vector<float> C(static_cast<size_t>(c.M * ldc), kPadSentinel);
-  gemm_bf16_dot(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, C.data(), ldc);
-  const double tol = 1e-5 * std::sqrt(static_cast<double>(std::max<int64_t>(c.K, 1)));
-  int64_t bad = 0;
-  for (int64_t i = 0; i < c.M; ++i) {
-    for (int64_t j = 0; j < c.N; ++j) {
-      double s = 0, mag = 0;
-      for (int64_t k = 0; k < c.K; ++k) {
-        const double a =
-            f32_from_bf16(c.ta ? A[static_cast<size_t>(k * lda + i)] : A[static_cast<size_t>(i * lda + k)]);
-        const double b =
-            f32_from_bf16(c.tb ? B[static_cast<size_t>(j * ldb + k)] : B[static_cast<size_t>(k * ldb + j)]);
-        s += a * b;
-        mag += std::fabs(a * b);
-      }
-      const double got = C[static_cast<size_t>(i * ldc + j)];
-      if (!(std::fabs(got - s) <= tol * mag + 1e-30) && ++bad <= 3)
-        ADD_FAILURE() << describe(c) << ": C[" << i << "," << j << "] = " << got << ", want " << s;
-    }
-    for (int64_t j = c.N; j < ldc; ++j)
-      if (C[static_cast<size_t>(i * ldc + j)] != kPadSentinel && ++bad <= 3)
-        ADD_FAILURE() << describe(c) << ": padding C[" << i << "," << j << "] written";
-  }
-  return bad;
+  return check_gemm(gemm_bf16_dot, c, 1e-5 * std::sqrt(static_cast<double>(std::max<int64_t>(c.K, 1))), rng);
 }
 
 TEST(CpuBf16Gemm, VdpbfIsAnFmaChainOverPairsHighHalfFirst) {
