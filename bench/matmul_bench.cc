@@ -11,22 +11,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "timing.h"
+
 #include "backend/cpu/cpu_kernels.h"
 
 namespace {
 
 using tg::backend::cpu::View;
-
-double seconds_per_call(const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 5; ++i) f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5);
-  }
-  return best;
-}
 
 }  // namespace
 

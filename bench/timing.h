@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include <tensorgrad/tensorgrad.h>
@@ -22,6 +23,19 @@ double median_seconds_per_step(F&& step, int warm, int iters) {
   }
   std::sort(runs.begin(), runs.end());
   return runs[1];
+}
+
+/// One kernel call's time: 3 warm-up calls, then the best of 5 runs of 5 calls (the kernel
+/// benches, which time a single function rather than a training step).
+inline double seconds_per_call(const std::function<void()>& f) {
+  for (int i = 0; i < 3; ++i) f();
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5);
+  }
+  return best;
 }
 
 /// One comment line after a workload's timing: what was compiled and what memory it took.

@@ -182,14 +182,15 @@ void conv_grad_weight(const WindowGeom& g, const T* x, const T* dy, float* dw) {
   const int64_t P = g.oh * g.ow, K = g.k(), rows = tile_rows(g), G = g.win.groups;
   const int64_t wsize = g.o * K;
   const int threads = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(g.n * G)));
-  std::vector<float> partial(static_cast<size_t>((threads - 1) * wsize));  // thread 0 writes dw
+  thread_local PackBuffer<float> partials;  // the other threads' sums; thread 0 writes dw
+  float* partial = partials.get(std::max(1, threads - 1) * wsize);
   std::memset(dw, 0, static_cast<size_t>(wsize) * sizeof(float));
 #pragma omp parallel num_threads(threads)
   {
     thread_local PackBuffer<T> tile;
     T* col = tile.get(K * rows * g.ow);
     const int t = omp_get_thread_num();
-    float* mine = t == 0 ? dw : partial.data() + (t - 1) * wsize;
+    float* mine = t == 0 ? dw : partial + (t - 1) * wsize;
     if (t > 0) std::memset(mine, 0, static_cast<size_t>(wsize) * sizeof(float));
 #pragma omp for schedule(static)
     for (int64_t ng = 0; ng < g.n * G; ++ng) {
@@ -210,7 +211,7 @@ void conv_grad_weight(const WindowGeom& g, const T* x, const T* dy, float* dw) {
 #pragma omp barrier
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < wsize; ++i)
-      for (int u = 1; u < threads; ++u) dw[i] += partial[static_cast<size_t>((u - 1) * wsize + i)];
+      for (int u = 1; u < threads; ++u) dw[i] += partial[(u - 1) * wsize + i];
   }
 }
 
