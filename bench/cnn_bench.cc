@@ -45,12 +45,10 @@ int main(int argc, char** argv) {
   const tg::Precision precision = mode == "tf32"   ? tg::Precision::kTf32
                                   : mode == "bf16" ? tg::Precision::kBf16
                                                    : tg::Precision::kFp32;
-  if (const char* v = std::getenv("TG_BENCH_NO_AMX"); v != nullptr && std::string(v) == "1")
-    tg::backend::cpu::set_bf16_amx(false);  // bf16 products on vdpbf16ps where the CPU has AMX
   if (precision == tg::Precision::kBf16 && !gpu)
     std::fprintf(stderr, "# bf16 CPU products on AMX: %s\n",
                  tg::backend::cpu::bf16_amx_enabled()     ? "on"
-                 : tg::backend::cpu::bf16_amx_supported() ? "off (TG_BENCH_NO_AMX=1)"
+                 : tg::backend::cpu::bf16_amx_supported() ? "off (TG_CPU_AMX=off)"
                                                           : tg::backend::cpu::bf16_amx_unavailable_reason());
   const int64_t B = gpu ? 512 : 128;
   Cnn model;

@@ -7,7 +7,7 @@
 //
 //   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16]
 // bf16 is mixed precision (tg::Precision::kBf16), the peer's *_bf16_autocast modes; its CPU
-// products run on AMX where the CPU has it, on vdpbf16ps with TG_BENCH_NO_AMX=1.
+// products run on AMX where the CPU has it, on vdpbf16ps with TG_CPU_AMX=off.
 #include <tensorgrad/tensorgrad.h>
 
 #include "backend/cpu/gemm_amx.h"
@@ -84,12 +84,10 @@ int main(int argc, char** argv) {
                                   : mode == "tf32x3" ? tg::Precision::kTf32x3
                                   : mode == "bf16"   ? tg::Precision::kBf16
                                                      : tg::Precision::kFp32;
-  if (const char* v = std::getenv("TG_BENCH_NO_AMX"); v != nullptr && std::string(v) == "1")
-    tg::backend::cpu::set_bf16_amx(false);
   if (precision == tg::Precision::kBf16 && device.kind != tg::Device::Kind::kCuda)
     std::fprintf(stderr, "# bf16 CPU products on AMX: %s\n",
                  tg::backend::cpu::bf16_amx_enabled()     ? "on"
-                 : tg::backend::cpu::bf16_amx_supported() ? "off (TG_BENCH_NO_AMX=1)"
+                 : tg::backend::cpu::bf16_amx_supported() ? "off (TG_CPU_AMX=off)"
                                                           : tg::backend::cpu::bf16_amx_unavailable_reason());
   std::stringstream list(only);
   std::string name;

@@ -1,7 +1,7 @@
 // Every environment variable the library reads, declared once: its name, its default and what
 // it does. Nothing else in src/ calls getenv; the README lists the same table (a test checks).
 // An empty value counts as unset. Most are read when asked, so a program (or a test) may change
-// them between compiles; TG_CUDA_TUNE, TG_CUDA_GEMV and TG_CUDA_GEMV_NORM once per process.
+// them between compiles; TG_CUDA_TUNE, TG_CUDA_GEMV, TG_CUDA_GEMV_NORM and TG_CPU_AMX once per process.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -26,7 +26,8 @@ namespace tg::env {
   X(kCudaNoSide, "TG_CUDA_NO_SIDE", "", "1: run every step on the main stream (no side steps beside the chain)")  \
   X(kCudaGemv, "TG_CUDA_GEMV", "", "off: decode-sized products (<= 8 rows) on cuBLASLt instead of gemv kernels")  \
   X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own") \
-  X(kCheckFinite, "TG_CHECK_FINITE", "", "1 (cpu): check the f32 values every kernel writes; the first NaN or infinity is an error naming its op and where it was traced")
+  X(kCheckFinite, "TG_CHECK_FINITE", "", "1 (cpu): check the f32 values every kernel writes; the first NaN or infinity is an error naming its op and where it was traced") \
+  X(kCpuAmx, "TG_CPU_AMX", "", "off: bf16 products skip the AMX tiles (AVX512-BF16, else widened to f32, as on a CPU without AMX)")
 // clang-format on
 
 enum class Switch : uint8_t {

@@ -35,6 +35,7 @@
 
 #include "tensorgrad/dtype.h"
 #include "tensorgrad/errors.h"
+#include "util/switches.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -435,7 +436,10 @@ std::atomic<bool> g_amx_on{true};
 
 bool bf16_amx_supported() { return amx_unavailable() == nullptr; }
 const char* bf16_amx_unavailable_reason() { return amx_unavailable(); }
-bool bf16_amx_enabled() { return g_amx_on.load(std::memory_order_relaxed) && bf16_amx_supported(); }
+bool bf16_amx_enabled() {
+  static const bool env_off = env::equals(env::Switch::kCpuAmx, "off");  // read once: asked every product
+  return g_amx_on.load(std::memory_order_relaxed) && !env_off && bf16_amx_supported();
+}
 void set_bf16_amx(bool on) { g_amx_on.store(on, std::memory_order_relaxed); }
 
 void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
