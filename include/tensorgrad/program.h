@@ -148,6 +148,14 @@ struct TrainOptions {
   /// with one of these (a module path such as "head", or a full parameter path such as
   /// "blocks.0.attn.qkv.weight") stay f32, operands and gradient alike.
   std::vector<std::string> keep_f32 = {};
+  /// Gradient accumulation: one step runs the function on `micro_batches` equal slices of
+  /// every input (cut along its first axis, which the count must divide), one after the
+  /// other, adds up their gradients and makes one update. The function is traced on the
+  /// slices' shapes, and only one slice's activations are alive at a time. The step's loss is
+  /// the mean of the slices' losses, so for a loss that is a mean over the batch the step
+  /// equals one pass over the whole batch, up to rounding. Captures hold the first slice's
+  /// values ("grad/…" the summed gradients); tg::state() values advance once per slice.
+  int64_t micro_batches = 1;
 };
 
 struct ForwardOptions {

@@ -243,6 +243,18 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       for (int64_t i = 0; i < 7; ++i) out.push_back(ir::result(graph, grads, i, loc));
       return out;
     }
+    case Op::kAllReduce: {
+      // y_i = Σ_ranks x_i on every rank: dL/dx_i on one rank = Σ_ranks dL/dy_i.
+      std::vector<int32_t> ins;
+      for (const Tensor& d : douts)
+        if (d.valid()) ins.push_back(d.id());
+      std::vector<Tensor> out(n.inputs.size());
+      if (ins.empty()) return out;
+      const int32_t sums = ir::emit(graph, ir::make_node(Op::kAllReduce, ins, loc)).id();
+      for (size_t i = 0, k = 0; i < douts.size(); ++i)
+        if (douts[i].valid()) out[i] = ir::result(graph, sums, static_cast<int64_t>(k++), loc);
+      return out;
+    }
     case Op::kAttention: {
       // One primitive gives dq, dk and dv, reading the forward's output and what it saved.
       const int32_t out = ir::result(graph, id, 0, loc).id(), saved = ir::result(graph, id, 1, loc).id();

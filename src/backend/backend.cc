@@ -16,4 +16,13 @@ void require_supported(const Backend& backend, const ir::Graph& graph) {
   }
 }
 
+void require_communicator(const ir::Graph& graph, const dist::Communicator* comm, const char* backend) {
+  if (comm != nullptr) return;
+  for (int32_t id = 0; id < graph.size(); ++id)
+    if (graph.node(id).op == ir::Op::kAllReduce)
+      throw Error(
+          std::string("[") + backend + "] all_reduce %" + std::to_string(id) +
+          " needs a communicator (PrepareOptions::communicator): collectives sum over the ranks of one");
+}
+
 }  // namespace tg::backend

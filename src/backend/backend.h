@@ -14,6 +14,10 @@
 
 #include "ir/graph.h"
 
+namespace tg::dist {
+class Communicator;
+}
+
 namespace tg::backend {
 
 /// A persistent buffer living on the backend's device. Its contents survive across
@@ -40,6 +44,8 @@ struct PrepareOptions {
   bool reuse_memory = true;  // buffers share arena space when their lifetimes do not overlap
   bool tf32 = false;         // f32 matrix products may round their inputs to TF32 (cuda)
   bool tf32x3 = false;       // large f32 products as three TF32 products (cuda; Precision::kTf32x3)
+  /// The ranks that the graph's collectives (all_reduce) sum over; required when it has any.
+  dist::Communicator* communicator = nullptr;
 };
 
 /// Planned bytes, by what they hold. The arena figures are those live at the step where the
@@ -101,6 +107,8 @@ class Backend {
 /// Throws tg::Error naming the first op of `graph` that `backend` has no kernel for (and the
 /// backend): programs fail at compile time, before any kernel is built.
 void require_supported(const Backend& backend, const ir::Graph& graph);
+/// Throws tg::Error when `graph` has a collective (all_reduce) and `comm` is null.
+void require_communicator(const ir::Graph& graph, const dist::Communicator* comm, const char* backend);
 
 std::unique_ptr<Backend> make_ref_backend();
 std::unique_ptr<Backend> make_cpu_backend();

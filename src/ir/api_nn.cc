@@ -372,6 +372,8 @@ Tensor state(const std::string& name, Shape shape, DType dtype, double initial, 
                    " starting at " + std::to_string(n.attrs.values.at(0)) + ", now as " + shape_str(shape) +
                    " " + dtype_name(dtype) + " starting at " + std::to_string(initial),
                loc);
+    if (auto it = tr.state_values.find(full); it != tr.state_values.end())
+      return Tensor(&tr.graph, it->second);
     return Tensor(&tr.graph, id);
   }
   if (!std::isfinite(initial)) api_fail("state", "'" + name + "' needs a finite initial value", loc);
@@ -383,7 +385,11 @@ Tensor state(const std::string& name, Shape shape, DType dtype, double initial, 
 void assign(const Tensor& state_tensor, const Tensor& value, Loc loc) {
   Arg as(state_tensor, loc), av(value, loc);
   Graph& g = graph_for("assign", {&as, &av}, loc);
-  const Node& target = g.node(state_tensor.id());
+  // A later micro-batch reads the value the one before assigned: it targets that state's leaf.
+  int32_t target_id = state_tensor.id();
+  if (const Trace* tr = current_trace(); tr != nullptr && &tr->graph == &g)
+    if (auto it = tr->state_leaf_of.find(target_id); it != tr->state_leaf_of.end()) target_id = it->second;
+  const Node& target = g.node(target_id);
   if (target.op != Op::kState || target.name.rfind(kUserStatePrefix, 0) != 0)
     api_fail("assign", "the target is not a tensor made by tg::state()", loc);
   const std::string name = target.name.substr(std::string(kUserStatePrefix).size());
@@ -393,9 +399,8 @@ void assign(const Tensor& state_tensor, const Tensor& value, Loc loc) {
                  ", the value " + shape_str(value.shape()) + " " + dtype_name(value.dtype()),
              loc);
   for (const Graph::Update& u : g.updates)
-    if (u.target == state_tensor.id())
-      api_fail("assign", "'" + name + "' is assigned twice in one program", loc);
-  g.updates.push_back({state_tensor.id(), value.id()});
+    if (u.target == target_id) api_fail("assign", "'" + name + "' is assigned twice in one program", loc);
+  g.updates.push_back({target_id, value.id()});
 }
 
 Tensor capture(const std::string& name, const Tensor& t, Loc loc) {
@@ -407,8 +412,9 @@ Tensor capture(const std::string& name, const Tensor& t, Loc loc) {
              "'" + name + "': names must be non-empty and not start with \"grad/\" (reserved for gradients)",
              loc);
   for (const auto& [existing, id] : tr.captures)
-    if (existing == name) api_fail("capture", "the name '" + name + "' is used twice in one program", loc);
-  tr.captures.emplace_back(name, t.id());
+    if (existing == name && tr.micro_batch == 0)
+      api_fail("capture", "the name '" + name + "' is used twice in one program", loc);
+  if (tr.micro_batch == 0) tr.captures.emplace_back(name, t.id());
   return t;
 }
 

@@ -368,6 +368,16 @@ void infer(const Graph& g, Node& n) {
       set_multi_output(n);
       return;
     }
+    case Op::kAllReduce: {
+      if (n.inputs.empty()) fail(g, n, "needs at least one operand");
+      n.results.clear();
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (in(i).dtype != DType::kF32 && in(i).dtype != DType::kI32) fail(g, n, "operands must be f32 or i32");
+        n.results.push_back({in(i).dtype, in(i).shape});
+      }
+      set_multi_output(n);
+      return;
+    }
     case Op::kAttentionAt: {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;

@@ -30,6 +30,13 @@ struct Trace {
   /// `keep_f32` (a module path such as "head", or a parameter's full path).
   bool bf16 = false;
   std::vector<std::string> keep_f32;
+  /// Gradient accumulation (TrainOptions::micro_batches) traces the function once per
+  /// micro-batch: this one's index. Captures record the first micro-batch's values only.
+  int32_t micro_batch = 0;
+  /// tg::state() name → the value the previous micro-batch assigned it (what this one reads),
+  /// and such values → their state leaf (what assign() then targets).
+  std::unordered_map<std::string, int32_t> state_values;
+  std::unordered_map<int32_t, int32_t> state_leaf_of;
   /// Parameters in first-use order and their leaf nodes.
   std::vector<const Param*> params;
   std::unordered_map<const Param*, int32_t> param_nodes;

@@ -94,9 +94,7 @@ struct Traced {
   int32_t rng_key;
 };
 
-Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::vector<InputSpec>& inputs,
-             bool training, uint64_t seed, Precision precision, const std::vector<std::string>& keep_f32,
-             const char* api) {
+void check_inputs(size_t arity, const std::vector<InputSpec>& inputs, const char* api) {
   if (arity != inputs.size())
     throw InputError(std::string("[") + api + "] the function takes " + std::to_string(arity) +
                      " tensors but options.inputs names " + std::to_string(inputs.size()) + ": " +
@@ -113,48 +111,73 @@ Traced trace(const Module& model, const TracedFn& fn, size_t arity, const std::v
             std::string("[") + api + "] input '" + spec.name + "' has shape " + shape_str(spec.shape) +
             ": shapes are static, every extent must be >= 0 (compile one program per batch size)");
   }
-  ir::Trace t;
-  t.training = training;
-  t.bf16 = precision == Precision::kBf16;
-  t.keep_f32 = keep_f32;
-  // Per-site seeds: consecutive integers starting from a 64-bit mix of the program seed, so
-  // programs with different seeds draw unrelated streams.
-  t.next_seed = (seed + 1) * 0x9E3779B97F4A7C15ull;
-  std::vector<Tensor> args;
-  Tensor result;
-  {
-    ir::TraceScope scope(t);
-    for (const InputSpec& spec : inputs) {
-      args.push_back(
-          ir::named_leaf(t.graph, ir::Op::kInput, spec.name, spec.shape, spec.dtype, Loc::current()));
-    }
-    result = fn(args);
-  }
-  if (!result.valid() || result.graph() != &t.graph)
-    throw Error(std::string("[") + api +
-                "] the function must return a tensor computed from its inputs or parameters");
-  Traced out{std::move(t.graph), {}, result.id(), {}, std::move(t.captures), t.rng_key};
-  for (const Tensor& a : args) out.input_nodes.push_back(a.id());
-  std::vector<const Param*> own = model.root().parameters();
-  for (const std::string& prefix : keep_f32) {
-    const bool matches = std::any_of(own.begin(), own.end(), [&](const Param* p) {
-      const std::string& path = p->path();
-      return !prefix.empty() && path.rfind(prefix, 0) == 0 &&
-             (path.size() == prefix.size() || path[prefix.size()] == '.');
-    });
-    if (!matches)
-      throw InputError(std::string("[") + api + "] keep_f32 entry '" + prefix +
-                       "' names no parameter or module of the model (give a path such as \"head\" or "
-                       "\"head.weight\")");
-  }
-  for (const Param* p : t.params) {
-    if (std::find(own.begin(), own.end(), p) == own.end())
-      throw Error(std::string("[") + api + "] parameter '" + p->path() +
-                  "' does not belong to the compiled model");
-    out.params.emplace_back(p->path(), t.param_nodes.at(p));
-  }
-  return out;
 }
+
+/// A trace of `fn` under way: its input leaves made, the function called by call().
+class Tracer {
+ public:
+  Tracer(const std::vector<InputSpec>& inputs, bool training, uint64_t seed, Precision precision,
+         const std::vector<std::string>& keep_f32, const char* api)
+      : api_(api) {
+    t_.training = training;
+    t_.bf16 = precision == Precision::kBf16;
+    t_.keep_f32 = keep_f32;
+    // Per-site seeds: consecutive integers starting from a 64-bit mix of the program seed, so
+    // programs with different seeds draw unrelated streams.
+    t_.next_seed = (seed + 1) * 0x9E3779B97F4A7C15ull;
+    ir::TraceScope scope(t_);
+    for (const InputSpec& spec : inputs)
+      inputs_.push_back(
+          ir::named_leaf(t_.graph, ir::Op::kInput, spec.name, spec.shape, spec.dtype, Loc::current()));
+  }
+  ir::Trace& trace() { return t_; }
+  ir::Graph& graph() { return t_.graph; }
+  const std::vector<Tensor>& inputs() const { return inputs_; }
+
+  /// Calls fn on `args` (tensors of this trace) with the trace current; returns its result.
+  Tensor call(const TracedFn& fn, std::span<const Tensor> args) {
+    Tensor result;
+    {
+      ir::TraceScope scope(t_);
+      result = fn(args);
+    }
+    if (!result.valid() || result.graph() != &t_.graph)
+      throw Error(std::string("[") + api_ +
+                  "] the function must return a tensor computed from its inputs or parameters");
+    return result;
+  }
+
+  /// Checks the parameters the calls used and keep_f32's entries against `model`, and hands
+  /// the graph over.
+  Traced finish(const Module& model, int32_t result, const std::vector<std::string>& keep_f32) {
+    Traced out{std::move(t_.graph), {}, result, {}, std::move(t_.captures), t_.rng_key};
+    for (const Tensor& a : inputs_) out.input_nodes.push_back(a.id());
+    std::vector<const Param*> own = model.root().parameters();
+    for (const std::string& prefix : keep_f32) {
+      const bool matches = std::any_of(own.begin(), own.end(), [&](const Param* p) {
+        const std::string& path = p->path();
+        return !prefix.empty() && path.rfind(prefix, 0) == 0 &&
+               (path.size() == prefix.size() || path[prefix.size()] == '.');
+      });
+      if (!matches)
+        throw InputError(std::string("[") + api_ + "] keep_f32 entry '" + prefix +
+                         "' names no parameter or module of the model (give a path such as \"head\" or "
+                         "\"head.weight\")");
+    }
+    for (const Param* p : t_.params) {
+      if (std::find(own.begin(), own.end(), p) == own.end())
+        throw Error(std::string("[") + api_ + "] parameter '" + p->path() +
+                    "' does not belong to the compiled model");
+      out.params.emplace_back(p->path(), t_.param_nodes.at(p));
+    }
+    return out;
+  }
+
+ private:
+  const char* api_;
+  ir::Trace t_;
+  std::vector<Tensor> inputs_;
+};
 
 /// DCE, buffer binding and backend preparation of one variant: `keep` extra full-graph
 /// nodes become outputs (captures).
@@ -278,6 +301,20 @@ void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api
   }
 }
 
+void check_micro_batches(const std::vector<InputSpec>& inputs, int64_t k) {
+  if (k < 1)
+    throw InputError("[compile_train] micro_batches is " + std::to_string(k) + "; it must be at least 1");
+  if (k == 1) return;
+  for (const InputSpec& spec : inputs)
+    if (spec.shape.empty() || spec.shape[0] % k != 0)
+      throw InputError("[compile_train] micro_batches = " + std::to_string(k) +
+                       " splits every input along its first axis, but input '" + spec.name + "' has shape " +
+                       shape_str(spec.shape) +
+                       (spec.shape.empty() ? " (a scalar)"
+                                           : " (" + std::to_string(spec.shape[0]) + " is not a multiple of " +
+                                                 std::to_string(k) + ")"));
+}
+
 }  // namespace
 
 Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOptions options) {
@@ -289,20 +326,61 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   s->tf32x3 = options.precision == Precision::kTf32x3;
   s->store = device_store(model, options.device);
   timer.mark("device store + init");
-  Traced t = trace(model, fn, arity, options.inputs, /*training=*/true, options.seed, options.precision,
-                   options.keep_f32, "compile_train");
-  timer.mark("trace");
-  const ir::Node& loss = t.graph.node(t.result);
-  if (loss.numel() != 1 || loss.dtype != DType::kF32)
-    throw ShapeError("[compile_train] the loss must be a single f32 value, got " +
-                     std::string(dtype_name(loss.dtype)) + shape_str(loss.shape) + " (computed at " +
-                     ir::loc_str(loss.loc) + "); reduce it with tg::mean or tg::sum");
-
-  std::vector<int32_t> leaves;
-  for (const auto& [path, node] : t.params) leaves.push_back(node);
-  t.graph.stage = ir::Stage::kBackward;
-  std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.result, leaves);
-  timer.mark("autograd");
+  check_inputs(arity, options.inputs, "compile_train");
+  const int64_t k = options.micro_batches;
+  check_micro_batches(options.inputs, k);
+  Tracer tracer(options.inputs, /*training=*/true, options.seed, options.precision, options.keep_f32,
+                "compile_train");
+  ir::Trace& tr = tracer.trace();
+  ir::Graph& g = tracer.graph();
+  // Micro-batch i: trace the function on slice i of every input, append its backward at once
+  // (so the schedule, which runs in node order, frees slice i's activations before slice i+1's
+  // forward) and add its gradients to the sums so far. One slice: the plain training step.
+  std::unordered_map<int32_t, int32_t> grad_of;  // param leaf → its (summed) gradient
+  std::map<int32_t, int32_t> last_update;        // state leaf → the last value assigned to it
+  Tensor loss;
+  for (int64_t i = 0; i < k; ++i) {
+    tr.micro_batch = static_cast<int32_t>(i);
+    g.stage = ir::Stage::kForward;
+    std::vector<Tensor> args = tracer.inputs();
+    if (k > 1)
+      for (Tensor& a : args) a = slice(a, 0, i * (a.shape()[0] / k), (i + 1) * (a.shape()[0] / k));
+    const Tensor r = tracer.call(fn, args);
+    if (r.numel() != 1 || r.dtype() != DType::kF32)
+      throw ShapeError("[compile_train] the loss must be a single f32 value, got " +
+                       std::string(dtype_name(r.dtype())) + shape_str(r.shape()) + " (computed at " +
+                       ir::loc_str(g.node(r.id()).loc) + "); reduce it with tg::mean or tg::sum");
+    // The step's loss is the slices' mean; each slice's gradient is scaled to match.
+    const Tensor part = k > 1 ? r * (1.0 / static_cast<double>(k)) : r;
+    loss = loss.valid() ? loss + part : part;
+    std::vector<int32_t> leaves;
+    for (const Param* p : tr.params) leaves.push_back(tr.param_nodes.at(p));
+    g.stage = ir::Stage::kBackward;
+    const std::vector<int32_t> grads = autograd::append_gradients(g, part.id(), leaves);
+    for (size_t j = 0; j < leaves.size(); ++j) {
+      if (grads[j] < 0) continue;
+      auto [it, fresh] = grad_of.emplace(leaves[j], grads[j]);
+      if (!fresh) it->second = (Tensor(&g, it->second) + Tensor(&g, grads[j])).id();
+    }
+    // The next slice reads the states this one assigned (batch norm's running statistics
+    // advance once per slice, as with accumulation in PyTorch).
+    if (k == 1) break;
+    for (const ir::Graph::Update& u : g.updates) {
+      tr.state_values[g.node(u.target).name] = u.value;
+      tr.state_leaf_of[u.value] = u.target;
+      last_update[u.target] = u.value;
+    }
+    g.updates.clear();
+  }
+  for (const auto& [target, value] : last_update) g.updates.push_back({target, value});
+  g.stage = ir::Stage::kForward;
+  Traced t = tracer.finish(model, loss.id(), options.keep_f32);
+  timer.mark("trace + autograd");
+  std::vector<int32_t> grads;
+  for (const auto& [path, node] : t.params) {
+    auto it = grad_of.find(node);
+    grads.push_back(it == grad_of.end() ? -1 : it->second);
+  }
   std::vector<optim::ParamGrad> pg;
   for (size_t i = 0; i < t.params.size(); ++i) {
     if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
@@ -346,8 +424,11 @@ Program compile_forward(Module& model, const TracedFn& fn, size_t arity, Forward
   s->tf32 = options.precision == Precision::kTf32;
   s->tf32x3 = options.precision == Precision::kTf32x3;
   s->store = device_store(model, options.device);
-  Traced t = trace(model, fn, arity, options.inputs, options.training, options.seed, options.precision,
-                   options.keep_f32, "compile_forward");
+  check_inputs(arity, options.inputs, "compile_forward");
+  Tracer tracer(options.inputs, options.training, options.seed, options.precision, options.keep_f32,
+                "compile_forward");
+  const int32_t result = tracer.call(fn, tracer.inputs()).id();
+  Traced t = tracer.finish(model, result, options.keep_f32);
   s->inputs = options.inputs;
   finish(*s, std::move(t));
   return Program(s);

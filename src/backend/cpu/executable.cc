@@ -28,7 +28,8 @@ CpuExecutable::CpuExecutable(const ir::Graph& g, const Bindings& bindings, const
   input_set_.assign(nodes_.size(), 0);
   schedule_ = passes::schedule(g, capabilities(), {options.fuse, options.reuse_memory});
   allocate(g, bindings);
-  build_kernels(g);
+  require_communicator(g, options.communicator, "cpu");
+  build_kernels(g, options.communicator);
   profile_ = env::is_set(env::Switch::kProfile);
   check_finite_ = env::is_set(env::Switch::kCheckFinite);
   kernel_seconds_.assign(kernels_.size(), 0.0);
@@ -79,7 +80,7 @@ View CpuExecutable::view(const passes::Place& p) const {
   return View{base_[static_cast<size_t>(p.buffer)] + p.offset, p.strides};
 }
 
-void CpuExecutable::build_kernels(const ir::Graph& g) {
+void CpuExecutable::build_kernels(const ir::Graph& g, dist::Communicator* comm) {
   const ViewOf view_of = [this](const passes::Place& p) { return view(p); };
   const std::vector<passes::Step>& steps = schedule_.steps;
   for (size_t i = 0; i < steps.size();) {
@@ -92,7 +93,7 @@ void CpuExecutable::build_kernels(const ir::Graph& g) {
             group_spec(g, schedule_.fusion.groups[static_cast<size_t>(steps[k].group)], steps[k], view_of));
       kernels_.push_back(make_fused(std::move(specs)));
     } else {
-      kernels_.push_back(step_kernel(g, steps[i], view_of));
+      kernels_.push_back(step_kernel(g, steps[i], view_of, comm));
     }
     kernel_steps_.emplace_back(i, j);
     i = j;

@@ -34,7 +34,7 @@ class CpuExecutable final : public Executable {
  private:
   /// Memory for every schedule buffer: the bound ones, the arena, inputs and constants.
   void allocate(const ir::Graph& g, const Bindings& bindings);
-  void build_kernels(const ir::Graph& g);
+  void build_kernels(const ir::Graph& g, dist::Communicator* comm);
   View view(const passes::Place& p) const;
   std::string step_label(const passes::Step& s) const;
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "distributed/communicator.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cpu {
@@ -42,7 +43,35 @@ class CpuCapabilities final : public passes::Capabilities {
   }
 };
 
-Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view) {
+/// all_reduce: each input copied densely into its result (the results lie one after the other
+/// in the node's allocation), then one in-place sum over the ranks per run of same-dtype results.
+Kernel all_reduce_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view,
+                         dist::Communicator* comm) {
+  const ir::Node& n = g.node(st.node);
+  std::byte* base = view(st.out[0]).data;
+  std::vector<Kernel> copies;
+  struct Run {
+    std::byte* data;
+    int64_t count;
+    DType dtype;
+  };
+  std::vector<Run> runs;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const ir::ValueType& r = n.results[k];
+    std::byte* dst = base + ir::result_offset(n, k) * dtype_size(r.dtype);
+    copies.push_back(make_copy(r.dtype, r.shape, contiguous_view(dst, r.shape), view(st.in[k])));
+    if (!runs.empty() && runs.back().dtype == r.dtype)
+      runs.back().count += numel(r.shape);
+    else
+      runs.push_back({dst, numel(r.shape), r.dtype});
+  }
+  return [copies = std::move(copies), runs = std::move(runs), comm] {
+    for (const Kernel& c : copies) c();
+    for (const Run& r : runs) comm->all_reduce_host(r.data, r.data, r.count, r.dtype);
+  };
+}
+
+Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view, dist::Communicator* comm) {
   const ir::Node& n = g.node(st.node);
   auto in = [&](size_t k) { return view(st.in[k]); };
   auto shape = [&](size_t k) -> const Shape& { return g.node(n.inputs[k]).shape; };
@@ -128,6 +157,7 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
       for (size_t k = 0; k < n.inputs.size(); ++k) ptrs.push_back(f32(in(k).data));
       return make_selective_scan(n, shape(0), shape(3), ptrs, f32(out.data));
     }
+    case Op::kAllReduce: return all_reduce_kernel(g, st, view, comm);
     case Op::kAttentionAt:
       return make_attention_at(n, shape(0), shape(1), {in(0), in(1), in(2), in(3)}, f32(out.data));
     case Op::kAttention: case Op::kAttentionGrad: {
@@ -149,12 +179,12 @@ const passes::Capabilities& capabilities() {
   return caps;
 }
 
-Kernel step_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view) {
+Kernel step_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view, dist::Communicator* comm) {
   if (st.kind == passes::Step::Kind::kCopy) {
     const ir::Node& n = g.node(st.node);
     return make_copy(n.dtype, n.shape, view(st.out[0]), view(st.in[0]));
   }
-  return node_kernel(g, st, view);
+  return node_kernel(g, st, view, comm);
 }
 
 FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const passes::Step& st,

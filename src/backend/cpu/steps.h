@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "passes/schedule.h"
 
@@ -15,8 +16,8 @@ const passes::Capabilities& capabilities();
 /// A schedule place as a view of real memory.
 using ViewOf = std::function<View(const passes::Place&)>;
 
-/// The kernel of a kNode or kCopy step.
-Kernel step_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view);
+/// The kernel of a kNode or kCopy step; collectives (all_reduce) run through `comm`.
+Kernel step_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view, dist::Communicator* comm);
 /// The register program of a kGroup step (group `group`).
 FusedSpec group_spec(const ir::Graph& g, const passes::KernelGroup& group, const passes::Step& st,
                      const ViewOf& view);

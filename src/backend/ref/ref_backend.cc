@@ -3,6 +3,7 @@
 #include "backend/ref/ref_backend.h"
 
 #include "backend/ref/ref_nn.h"
+#include "distributed/communicator.h"
 #include "ir/scalar.h"
 #include "ir/window.h"
 
@@ -106,7 +107,8 @@ Values matmul(const Node& n, const Node& an, const Node& bn, const Values& a, co
 
 class RefExecutableImpl final : public RefExecutable {
  public:
-  RefExecutableImpl(const Graph& graph, const Bindings& bindings) : graph_(graph), values_(graph.size()) {
+  RefExecutableImpl(const Graph& graph, const Bindings& bindings, dist::Communicator* comm)
+      : graph_(graph), values_(graph.size()), comm_(comm) {
     for (int32_t id = 0; id < graph_.size(); ++id) {
       Op op = graph_.node(id).op;
       if (op != Op::kParam && op != Op::kState) continue;
@@ -311,6 +313,13 @@ class RefExecutableImpl final : public RefExecutable {
         return out;
       }
       case Op::kMatmul: return matmul(n, in_node(0), in_node(1), in(0), in(1));
+      case Op::kAllReduce: {
+        // The results one after the other, summed over the ranks in double.
+        Values all;
+        for (size_t k = 0; k < n.inputs.size(); ++k) all.insert(all.end(), in(k).begin(), in(k).end());
+        comm_->all_reduce_host_f64(all.data(), static_cast<int64_t>(all.size()));
+        return all;
+      }
       case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
       case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
@@ -333,6 +342,7 @@ class RefExecutableImpl final : public RefExecutable {
   Graph graph_;
   std::vector<Values> values_;
   std::unordered_map<int32_t, RefBuffer*> bound_;
+  dist::Communicator* comm_;
 };
 
 class RefBackend final : public Backend {
@@ -367,8 +377,9 @@ class RefBackend final : public Backend {
     }
   }
   std::unique_ptr<Executable> prepare(const Graph& graph, const Bindings& bindings,
-                                      const PrepareOptions&) override {
-    return std::make_unique<RefExecutableImpl>(graph, bindings);
+                                      const PrepareOptions& options) override {
+    require_communicator(graph, options.communicator, "ref");
+    return std::make_unique<RefExecutableImpl>(graph, bindings, options.communicator);
   }
 };
 
