@@ -27,13 +27,17 @@ class Communicator {
   /// recv[i] = Σ over ranks of send[i], `count` elements of f32, f64 or i32; send == recv is
   /// in place.
   virtual void all_reduce_host(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  /// all_reduce_host for f64 (which DType does not name): sums kept in double, such as a loss
+  /// averaged over ranks. The default throws tg::Error (NCCL).
+  virtual void all_reduce_host_f64(const double* send, double* recv, int64_t count);
 
   // ---- Device memory, enqueued on `stream` (a CUstream; NCCL; MPI throws tg::Error). ----
   /// recv[i] = Σ over ranks of send[i]; f32 or bf16; send == recv is in place.
   virtual void all_reduce_device(const void* send, void* recv, int64_t count, DType dtype, void* stream) = 0;
   /// recv (count elements) = rank r's part of the sum of every rank's send (count · size elements):
   /// elements [r·count, (r+1)·count).
-  virtual void reduce_scatter_device(const void* send, void* recv, int64_t count, DType dtype, void* stream) = 0;
+  virtual void reduce_scatter_device(const void* send, void* recv, int64_t count, DType dtype,
+                                     void* stream) = 0;
   /// recv (count · size elements) = every rank's send (count elements) in rank order.
   virtual void all_gather_device(const void* send, void* recv, int64_t count, DType dtype, void* stream) = 0;
   /// Collectives issued between group_start and group_end run as one fused launch (NCCL's
