@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -250,8 +251,9 @@ void TcpGroup::connect_to_rank0() {
   fds_[0] = fd;
   const Header hello{kMagic, Kind::kWelcome, rank_, size_, 0};
   send_to(fd, 0, hello, nullptr, until, "the rendezvous");
-  // Rank 0 may wait up to its own timeout for slower ranks; this rank waits as long.
-  receive_from_rank0(Kind::kWelcome, nullptr, 0, "the rendezvous");
+  // Rank 0 waits up to its timeout for slower ranks, counted from before this rank connected;
+  // waiting a second longer here lets its verdict (a closed socket) arrive first.
+  receive_from_rank0(Kind::kWelcome, nullptr, 0, "the rendezvous", deadline() + std::chrono::seconds(1));
 }
 
 void TcpGroup::send_to(int fd, int peer_rank, const Header& h, const void* payload, Clock::time_point until,
@@ -322,8 +324,9 @@ void TcpGroup::receive_from_all(Kind kind, uint8_t* out, uint64_t bytes, bool ga
   }
 }
 
-void TcpGroup::receive_from_rank0(Kind kind, void* out, uint64_t bytes, const char* what) {
-  const auto until = deadline();
+void TcpGroup::receive_from_rank0(Kind kind, void* out, uint64_t bytes, const char* what,
+                                  std::optional<Clock::time_point> until_given) {
+  const auto until = until_given.value_or(deadline());
   const int fd = fds_[0];
   Header h;
   auto read = [&](uint8_t* dst, size_t size) {

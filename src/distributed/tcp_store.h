@@ -11,6 +11,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,10 @@ class TcpGroup {
   /// Rank 0: a header and `bytes` payload bytes from every other rank (into out + r · bytes
   /// when `gather`), waiting on all of them at once so a dead rank is named at once.
   void receive_from_all(Kind kind, uint8_t* out, uint64_t bytes, bool gather, const char* what);
-  /// Ranks > 0: a header of `kind` and its `bytes` payload bytes from rank 0.
-  void receive_from_rank0(Kind kind, void* out, uint64_t bytes, const char* what);
+  /// Ranks > 0: a header of `kind` and its `bytes` payload bytes from rank 0, by `until`
+  /// (default: the timeout from now).
+  void receive_from_rank0(Kind kind, void* out, uint64_t bytes, const char* what,
+                          std::optional<Clock::time_point> until = std::nullopt);
   /// all_gather and barrier: every rank's `bytes` bytes to rank 0, then (all_gather) the
   /// gathered bytes from rank 0 to everyone.
   void exchange(Kind kind, const void* in, void* out, uint64_t bytes, const char* what);
