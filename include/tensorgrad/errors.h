@@ -28,5 +28,11 @@ struct DeviceError : Error {
 struct CheckpointError : Error {
   using Error::Error;
 };
+/// Several processes that cannot start or keep working together: a launch variable missing or
+/// malformed, a rank that cannot be reached or never joins, a peer that exited. Names the rank
+/// and, for the rendezvous, host:port.
+struct DistributedError : Error {
+  using Error::Error;
+};
 
 }  // namespace tg

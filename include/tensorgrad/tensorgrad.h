@@ -2,6 +2,7 @@
 // Include this one header; see README.md for a ten-minute tour.
 #pragma once
 #include "tensorgrad/checkpoint.h"
+#include "tensorgrad/distributed.h"
 #include "tensorgrad/dtype.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/functional.h"

@@ -27,8 +27,9 @@ class Communicator {
   /// recv[i] = Σ over ranks of send[i], `count` elements of f32 or i32; send == recv is in
   /// place.
   virtual void all_reduce_host(const void* send, void* recv, int64_t count, DType dtype) = 0;
-  /// The same over doubles, in place (the reference backend computes in double).
-  virtual void all_reduce_host_f64(double* data, int64_t count) = 0;
+  /// all_reduce_host over doubles (which DType does not name): the reference backend computes
+  /// in double. The default throws tg::Error (NCCL).
+  virtual void all_reduce_host_f64(const double* send, double* recv, int64_t count);
 
   // ---- Device memory, enqueued on `stream` (a CUstream; NCCL; MPI throws tg::Error). ----
   /// recv[i] = Σ over ranks of send[i]; f32 or bf16; send == recv is in place.

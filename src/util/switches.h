@@ -27,7 +27,20 @@ namespace tg::env {
   X(kCudaGemv, "TG_CUDA_GEMV", "", "off: decode-sized products (<= 8 rows) on cuBLASLt instead of gemv kernels")  \
   X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own") \
   X(kCheckFinite, "TG_CHECK_FINITE", "", "1 (cpu): check the f32 values every kernel writes; the first NaN or infinity is an error naming its op and where it was traced") \
-  X(kCpuAmx, "TG_CPU_AMX", "", "off: bf16 products skip the AMX tiles (AVX512-BF16, else widened to f32, as on a CPU without AMX)")
+  X(kCpuAmx, "TG_CPU_AMX", "", "off: bf16 products skip the AMX tiles (AVX512-BF16, else widened to f32, as on a CPU without AMX)") \
+  X(kRank, "RANK", "", "this process's rank among WORLD_SIZE (torchrun's launch variables, read by distributed::init)") \
+  X(kWorldSize, "WORLD_SIZE", "", "how many processes train together") \
+  X(kLocalRank, "LOCAL_RANK", "", "this process's rank on its host: the GPU it uses (cuda:LOCAL_RANK)") \
+  X(kMasterAddr, "MASTER_ADDR", "", "the host of rank 0, where the other ranks meet it (NCCL engine)") \
+  X(kMasterPort, "MASTER_PORT", "", "the TCP port rank 0 listens on for the rendezvous (NCCL engine)") \
+  X(kOmpiRank, "OMPI_COMM_WORLD_RANK", "", "Open MPI's mpirun: the rank (its presence picks the MPI engine)") \
+  X(kOmpiSize, "OMPI_COMM_WORLD_SIZE", "", "Open MPI's mpirun: the number of processes") \
+  X(kOmpiLocalRank, "OMPI_COMM_WORLD_LOCAL_RANK", "", "Open MPI's mpirun: the rank on this host") \
+  X(kPmiRank, "PMI_RANK", "", "MPICH's and Intel MPI's launchers: the rank (its presence picks the MPI engine)") \
+  X(kPmiSize, "PMI_SIZE", "", "MPICH's and Intel MPI's launchers: the number of processes") \
+  X(kNcclLibrary, "TG_NCCL_LIBRARY", "", "a path to libnccl, tried before libnccl.so.2 and libnccl.so") \
+  X(kDistTimeout, "TG_DIST_TIMEOUT", "", "seconds a rank waits for the others (rendezvous and control exchanges) "  \
+                                         "before it gives up with an error; overrides InitOptions::timeout_s")
 // clang-format on
 
 enum class Switch : uint8_t {

@@ -317,7 +317,7 @@ class RefExecutableImpl final : public RefExecutable {
         // The results one after the other, summed over the ranks in double.
         Values all;
         for (size_t k = 0; k < n.inputs.size(); ++k) all.insert(all.end(), in(k).begin(), in(k).end());
-        comm_->all_reduce_host_f64(all.data(), static_cast<int64_t>(all.size()));
+        comm_->all_reduce_host_f64(all.data(), all.data(), static_cast<int64_t>(all.size()));
         return all;
       }
       case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
