@@ -30,6 +30,8 @@ struct Trace {
   /// `keep_f32` (a module path such as "head", or a parameter's full path).
   bool bf16 = false;
   std::vector<std::string> keep_f32;
+  /// The next tg::Recompute region's id (Graph::recompute is the open region's, -1 if none).
+  int32_t next_recompute_region = 0;
   /// Parameters in first-use order and their leaf nodes.
   std::vector<const Param*> params;
   std::unordered_map<const Param*, int32_t> param_nodes;
