@@ -4,6 +4,8 @@
 // `remap[old] = new` says where each old node went (possibly to an earlier, equal node).
 // Outputs and updates are carried through the remap; run DCE afterwards to drop what the
 // rewrite made unreachable. `rewrites`, when given, receives how many rewrites fired.
+// A node a rewrite makes in place of another takes that node's `stage` and `recompute`, so
+// memory reports and recompute regions see it where the node it replaces was.
 #pragma once
 #include <cstdint>
 #include <vector>
