@@ -11,6 +11,7 @@
 
 #include "ir/graph.h"
 #include "ir/trace.h"
+#include "passes/fusion.h"
 #include "test_util.h"
 
 namespace {
@@ -286,6 +287,48 @@ TEST(Recompute, DeepGptPlansLessMemory) {
   // The target (a 40% smaller planned peak), here with 1.5 MiB of parameters and 3 MiB
   // of moments, which recomputation does not touch.
   EXPECT_LE(a.planned_peak(), 0.6 * static_cast<double>(b.planned_peak()));
+}
+
+/// Kernel groups that hold both forward nodes and recomputed copies (run in the forward, so
+/// the copy would be stored after all).
+int mixed_groups(const Graph& g) {
+  int mixed = 0;
+  for (const tg::passes::KernelGroup& group : tg::passes::fuse(g).groups) {
+    bool forward = false, copy = false;
+    for (int32_t id : group.nodes) {
+      forward = forward || g.node(id).stage == Stage::kForward;
+      copy = copy || (g.node(id).stage != Stage::kForward && g.node(id).recompute >= 0);
+    }
+    mixed += forward && copy;
+  }
+  return mixed;
+}
+
+struct ElementwiseIntoRegion : tg::Module {
+  tg::nn::Linear l1{*this, "l1", 4, 16}, l2{*this, "l2", 16, 1};
+  tg::Tensor operator()(const tg::Tensor& x) const {
+    const tg::Tensor a = tg::relu(l1(x));  // an elementwise value made before the region
+    tg::Tensor h;
+    {
+      tg::Recompute region;
+      h = tg::tanh(a) * 2.0;  // its copy reads a alone: fusion could put it in a's group
+    }
+    return l2(h);
+  }
+};
+
+TEST(Recompute, CopiesNeverFuseIntoForwardGroups) {
+  ElementwiseIntoRegion model;
+  const tg::Program p = tg::compile_train(
+      model, [&](tg::Tensor x) { return tg::mean(model(x)); },
+      {.inputs = {{"x", {8, 4}}}, .optimizer = tg::SGD{.lr = 0.1}, .device = tg::Device::cpu()});
+  const Graph& g = tg::detail::compiled_graph(p);
+  int copies = 0;
+  for (const Node& n : g.nodes()) copies += n.stage == Stage::kBackward && n.recompute >= 0;
+  EXPECT_GT(copies, 0);
+  EXPECT_EQ(mixed_groups(g), 0);
+  tg::nn::Gpt gpt(small_gpt(2, true, 0.1));
+  EXPECT_EQ(mixed_groups(tg::detail::compiled_graph(compile_gpt(gpt, tg::Device::cpu(), 2, tg::AdamW{}))), 0);
 }
 
 }  // namespace
