@@ -5,7 +5,9 @@
 // 3 warm-up steps, then the median of 3 runs of 20 steps (5 on the CPU and for gpt2_124M).
 // Each step reads the loss back, as the peer's step synchronises at the end of its timing.
 //
-//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16]
+//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16] [recompute]
+// `recompute` recomputes every block's activations in the backward (GptConfig::recompute); the
+// mode then reads e.g. fp32+recompute, and the `planned_mib` line shows what it saves.
 // bf16 is mixed precision (tg::Precision::kBf16), the peer's *_bf16_autocast modes; its CPU
 // products run on AMX where the CPU has it, on vdpbf16ps with TG_CPU_AMX=off.
 #include <tensorgrad/tensorgrad.h>
@@ -35,10 +37,12 @@ const Workload kWorkloads[] = {
     {"gpt2_124M", {.vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12}, 16, 16},
 };
 
-void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
+void run(const Workload& w, const tg::Device& device, tg::Precision precision, bool recompute) {
   const bool gpu = device.kind == tg::Device::Kind::kCuda;
   const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
-  tg::nn::Gpt model(w.config);
+  tg::nn::GptConfig config = w.config;
+  config.recompute = recompute;
+  tg::nn::Gpt model(config);
   const auto t0 = std::chrono::steady_clock::now();
   auto train =
       tg::compile_train(model, [&](tg::Tensor ids, tg::Tensor targets) { return model.loss(ids, targets); },
@@ -57,11 +61,12 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision) {
   auto step = [&] { train.step({{"ids", ids}, {"targets", targets}}); };
   const int iters = gpu && std::string(w.name) != "gpt2_124M" ? 20 : 5;
   const double sec = median_seconds_per_step(step, 3, iters);
-  const char* mode = precision == tg::Precision::kTf32     ? "tf32"
+  std::string mode = precision == tg::Precision::kTf32     ? "tf32"
                      : precision == tg::Precision::kTf32x3 ? "tf32x3"
                      : precision == tg::Precision::kBf16   ? "bf16"
                                                            : "fp32";
-  std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode, sec * 1e3,
+  if (recompute) mode += "+recompute";
+  std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode.c_str(), sec * 1e3,
               static_cast<double>(B * T) / sec);
   std::fflush(stdout);
   report_compiled(w.name, train);
@@ -76,6 +81,11 @@ int main(int argc, char** argv) {
   const tg::Device device =
       argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
   const std::string mode = argc > 3 ? argv[3] : "fp32";
+  const std::string extra = argc > 4 ? argv[4] : "";
+  if (!extra.empty() && extra != "recompute") {
+    std::fprintf(stderr, "gpt_bench: unknown option '%s' (recompute)\n", extra.c_str());
+    return 2;
+  }
   if (mode != "fp32" && mode != "tf32" && mode != "tf32x3" && mode != "bf16") {
     std::fprintf(stderr, "gpt_bench: unknown precision '%s' (fp32, tf32, tf32x3 or bf16)\n", mode.c_str());
     return 2;
@@ -95,7 +105,7 @@ int main(int argc, char** argv) {
     bool found = false;
     for (const Workload& w : kWorkloads)
       if (name == w.name) {
-        run(w, device, precision);
+        run(w, device, precision, extra == "recompute");
         found = true;
       }
     if (!found) std::fprintf(stderr, "gpt_bench: unknown workload '%s'\n", name.c_str());

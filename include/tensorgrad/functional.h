@@ -1,10 +1,14 @@
 // Neural-network ops: indexing, softmax family, losses, normalisation, randomness,
-// attention, activations. The fused ones are primitives with their own kernels and
-// backward; the rest are compositions of primitives (see ops.def for which is which).
+// attention, activations, captures, state and activation recomputation. The fused ones are primitives with
+// their own kernels and backward; the rest are compositions of primitives (see ops.def for which is which).
 #pragma once
 #include <string>
 
 #include "tensorgrad/tensor.h"
+
+namespace tg::ir {
+struct Trace;
+}
 
 namespace tg {
 
@@ -195,5 +199,30 @@ Tensor state(const std::string& name, Shape shape, DType dtype = DType::kF32, do
 /// Makes `value` the new value of `state_tensor` once the call's reads are done (the call
 /// itself sees the old value everywhere). At most one assign per state and program.
 void assign(const Tensor& state_tensor, const Tensor& value, Loc loc = Loc::current());
+
+// ---- activation recomputation -----------------------------------------------------------
+/// While alive, marks the ops traced on this thread as one recompute region: a training
+/// program's backward recomputes the region's values it needs, just before it first needs
+/// them, instead of the forward storing them until then. Compute traded for memory:
+///
+///   for (auto& block : blocks) { tg::Recompute region; x = block(x); }
+///
+/// Stored are only the region's inputs (values made before it: the block's input x,
+/// parameters, program inputs) and its outputs (values of the region read by ops outside
+/// it: the x it returns). Random ops (dropout) draw the same numbers again, so the results
+/// equal those without recomputation. A Recompute inside another joins the outer region.
+/// No effect outside compile_train (nothing is stored for a backward there) or with
+/// TrainOptions::optimize off (the passes that recompute do not run).
+class Recompute {
+ public:
+  /// `enabled` false makes the scope do nothing (a model's recompute switch).
+  explicit Recompute(bool enabled = true);
+  ~Recompute();
+  Recompute(const Recompute&) = delete;
+  Recompute& operator=(const Recompute&) = delete;
+
+ private:
+  ir::Trace* trace_ = nullptr;  // the trace this scope stamps, null when it does nothing
+};
 
 }  // namespace tg

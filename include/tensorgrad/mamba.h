@@ -60,6 +60,9 @@ struct MambaLMConfig {
   int64_t d_conv = 4;
   int64_t expand = 2;
   double norm_eps = 1e-5;
+  /// Recompute every layer's activations in the backward instead of storing them (each
+  /// residual block is a tg::Recompute region; see GptConfig::recompute).
+  bool recompute = false;
 };
 
 /// Embedding → layers of pre-RMSNorm residual Mamba blocks (h += mixer(norm(h))) → RMSNorm →

@@ -181,6 +181,10 @@ struct GptConfig {
   double dropout = 0.0;
   double ln_eps = 1e-5;
   bool bias = true;
+  /// Recompute every block's activations in the backward instead of storing them (each
+  /// block is a tg::Recompute region): the training step then stores one [B, T, d_model]
+  /// input per block, for about one more forward pass of the blocks.
+  bool recompute = false;
 };
 
 /// Pre-norm transformer block: x + attn(ln1(x)), then x + fc2(gelu_tanh(fc(ln2(x)))).

@@ -79,13 +79,18 @@ void Graph::renew_serial() {
 
 Graph::Graph() { renew_serial(); }
 Graph::Graph(const Graph& other)
-    : outputs(other.outputs), updates(other.updates), stage(other.stage), nodes_(other.nodes_) {
+    : outputs(other.outputs),
+      updates(other.updates),
+      stage(other.stage),
+      recompute(other.recompute),
+      nodes_(other.nodes_) {
   renew_serial();
 }
 Graph::Graph(Graph&& other) noexcept
     : outputs(std::move(other.outputs)),
       updates(std::move(other.updates)),
       stage(other.stage),
+      recompute(other.recompute),
       nodes_(std::move(other.nodes_)) {
   other.nodes_.clear();
   other.outputs.clear();
@@ -98,6 +103,7 @@ Graph& Graph::operator=(const Graph& other) {
   outputs = other.outputs;
   updates = other.updates;
   stage = other.stage;
+  recompute = other.recompute;
   nodes_ = other.nodes_;
   renew_serial();
   return *this;
@@ -107,6 +113,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   outputs = std::move(other.outputs);
   updates = std::move(other.updates);
   stage = other.stage;
+  recompute = other.recompute;
   nodes_ = std::move(other.nodes_);
   other.nodes_.clear();
   other.outputs.clear();
@@ -197,6 +204,7 @@ int32_t Graph::add(Node node) {
                      loc_str(node.loc) + ")");
   check_bf16(*this, node);
   node.stage = stage;
+  node.recompute = recompute;
   return add_checked(std::move(node));
 }
 

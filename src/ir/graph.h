@@ -85,6 +85,10 @@ struct Node {
   std::string name;  // params, inputs, state: the binding name
   std::source_location loc;
   Stage stage = Stage::kForward;  // stamped by Graph::add from Graph::stage
+  // The recompute region (tg::Recompute) the node was traced in, -1 outside any: the
+  // backward reads a recomputed copy of such a forward value instead of the stored one
+  // (passes/remat.cc). Stamped by Graph::add from Graph::recompute.
+  int32_t recompute = -1;
   // A multi-output node (selective_scan, its gradient) lists its results' types here and is
   // read only through kResult nodes, one per result used (`result(graph, id, i)`). Its own
   // dtype and shape are f32 [Σ numel(result)]: a backend lays the results out one after the
@@ -125,6 +129,8 @@ class Graph {
 
   /// Stamped on every node add() appends (autograd and the optimizer set it while they run).
   Stage stage = Stage::kForward;
+  /// Stamped on every node add() appends as Node::recompute (tg::Recompute sets it).
+  int32_t recompute = -1;
 
   /// Human-readable listing, one node per line: `%7 = add(%3, %6) f32[256, 64]`.
   std::string to_string() const;

@@ -2,6 +2,7 @@
 #include "ir/trace.h"
 
 #include "tensorgrad/errors.h"
+#include "tensorgrad/functional.h"
 
 namespace tg::ir {
 namespace {
@@ -55,6 +56,17 @@ Tensor emit(Graph& graph, Node node) { return Tensor(&graph, graph.add(std::move
 }  // namespace tg::ir
 
 namespace tg {
+// Only the outermost scope opens a region: an inner one leaves Graph::recompute as it is.
+Recompute::Recompute(bool enabled) {
+  ir::Trace* t = ir::current_trace();
+  if (!enabled || t == nullptr || t->graph.recompute >= 0) return;
+  trace_ = t;
+  t->graph.recompute = t->next_recompute_region++;
+}
+Recompute::~Recompute() {
+  if (trace_ != nullptr) trace_->graph.recompute = -1;
+}
+
 Tensor::Tensor(ir::Graph* graph, int32_t id) : graph_(graph), id_(id), serial_(graph ? graph->serial() : 0) {}
 
 namespace {

@@ -37,6 +37,8 @@ struct Trace {
   /// and such values → their state leaf (what assign() then targets).
   std::unordered_map<std::string, int32_t> state_values;
   std::unordered_map<int32_t, int32_t> state_leaf_of;
+  /// The next tg::Recompute region's id (Graph::recompute is the open region's, -1 if none).
+  int32_t next_recompute_region = 0;
   /// Parameters in first-use order and their leaf nodes.
   std::vector<const Param*> params;
   std::unordered_map<const Param*, int32_t> param_nodes;

@@ -170,7 +170,10 @@ Tensor MambaLM::logits(const Tensor& ids, Loc loc) const {
                      shape_str(ids.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) +
                      ")");
   Tensor h = (*embedding_)(ids, loc);
-  for (const auto& layer : layers_) h = add(h, layer->mixer(layer->norm(h, loc), loc), loc);
+  for (const auto& layer : layers_) {
+    const Recompute region(config.recompute);
+    h = add(h, layer->mixer(layer->norm(h, loc), loc), loc);
+  }
   return matmul((*norm_f_)(h, loc), transpose(embedding_->weight.tensor(loc), 0, 1, loc), loc);
 }
 

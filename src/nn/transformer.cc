@@ -160,7 +160,10 @@ Tensor Gpt::logits(const Tensor& ids, Loc loc) const {
   Tensor x = (*wte_)(ids, loc);  // [B, T, C]
   if (wpe_) x = add(x, slice(wpe_->weight.tensor(loc), 0, 0, ids.shape()[1], 1, loc), loc);
   x = dropout(x, config.dropout, loc);
-  for (const auto& block : blocks_) x = (*block)(x, loc);
+  for (const auto& block : blocks_) {
+    const Recompute region(config.recompute);
+    x = (*block)(x, loc);
+  }
   return head(x, loc);
 }
 

@@ -109,6 +109,7 @@ std::optional<Node> fold(const Graph& out, const Node& n, int64_t limit) {
   c.attrs.values = std::move(result);
   c.loc = n.loc;
   c.stage = n.stage;
+  c.recompute = n.recompute;
   return c;
 }
 
@@ -233,6 +234,7 @@ Graph concat_unslice_sums(const Graph& graph, std::vector<int32_t>& remap, int* 
       z.attrs.values = {0.0};
       z.loc = n.loc;
       z.stage = n.stage;
+      z.recompute = n.recompute;
       parts.push_back(out.add_checked(std::move(z)));
     };
     int64_t pos = 0;
@@ -256,6 +258,7 @@ Graph concat_unslice_sums(const Graph& graph, std::vector<int32_t>& remap, int* 
     c.attrs.axes = {t.axis};
     c.loc = n.loc;
     c.stage = n.stage;
+    c.recompute = n.recompute;
     remap[id] = out.add_checked(std::move(c));
   }
   carry_roots(graph, out, remap);

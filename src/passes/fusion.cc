@@ -56,6 +56,8 @@ class Fuser {
     set_.resize(n);
     std::iota(set_.begin(), set_.end(), 0);
     mark_.assign(n, 0);
+    for (const ir::Node& node : g.nodes())
+      has_copies_ = has_copies_ || (node.stage != ir::Stage::kForward && node.recompute >= 0);
   }
 
   Fusion run() {
@@ -65,6 +67,7 @@ class Fuser {
       for (int32_t in : g_.node(id).inputs) {
         const int32_t a = find(in), b = find(id);
         if (a == b || !fusible(g_.node(in).op) || g_.node(in).shape != g_.node(id).shape) continue;
+        if (!same_pass(a, b)) continue;
         if (mergeable(a, b)) unite(a, b);
       }
     }
@@ -77,7 +80,7 @@ class Fuser {
       const int32_t in = n.inputs[0];
       if (!fusible(g_.node(in).op)) continue;
       const int32_t a = find(in), b = find(id);
-      if (a != b) unite(a, b);
+      if (a != b && same_pass(a, b)) unite(a, b);
     }
     return order();
   }
@@ -87,6 +90,18 @@ class Fuser {
     while (set_[static_cast<size_t>(x)] != x)
       x = set_[static_cast<size_t>(x)] = set_[static_cast<size_t>(set_[static_cast<size_t>(x)])];
     return x;
+  }
+  /// A recompute region's copies (passes/remat.cc) never share a group with forward nodes:
+  /// the group would run in the forward and store the copy, undoing the recomputation.
+  bool same_pass(int32_t a, int32_t b) {
+    if (!has_copies_) return true;
+    auto has = [&](int32_t root, auto&& pred) {
+      const std::vector<int32_t>& m = members(root);
+      return std::any_of(m.begin(), m.end(), [&](int32_t id) { return pred(g_.node(id)); });
+    };
+    auto forward = [](const ir::Node& n) { return n.stage == ir::Stage::kForward; };
+    auto copy = [](const ir::Node& n) { return n.stage != ir::Stage::kForward && n.recompute >= 0; };
+    return !(has(a, forward) && has(b, copy)) && !(has(a, copy) && has(b, forward));
   }
   void unite(int32_t a, int32_t b) {
     // Keep the smaller id as the root: roots double as "earliest node" for the order.
@@ -202,6 +217,7 @@ class Fuser {
 
   const ir::Graph& g_;
   bool enabled_, sinks_;
+  bool has_copies_ = false;  // the graph holds recompute-region copies (same_pass)
   std::vector<char> live_;
   std::vector<int32_t> set_;  // union-find parent
   std::unordered_map<int32_t, std::vector<int32_t>> members_;

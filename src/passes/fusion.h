@@ -10,7 +10,8 @@
 // same-shaped elementwise producers when no path between them leaves the merged set (a path
 // through an outside node would make the group both before and after that node). The group
 // DAG is then ordered topologically, earliest first node first, so memory behaves like the
-// original order.
+// original order. A recompute region's copies (passes/remat.cc) never share a group with
+// forward nodes, which would compute them in the forward.
 //
 // With fusion disabled every live node is its own group (the debug configuration that the
 // tests compare against).

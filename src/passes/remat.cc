@@ -1,5 +1,6 @@
-// Rematerialisation of cheap elementwise values (see rewrite.h): the backward pass
-// recomputes them instead of the forward pass storing them.
+// Rematerialisation (see rewrite.h): the backward pass recomputes values instead of the
+// forward pass storing them: cheap elementwise values always, and every value of a recompute
+// region (tg::Recompute) that the backward reads.
 #include <unordered_map>
 #include <unordered_set>
 
@@ -34,11 +35,17 @@ class Remat {
   Graph run(std::vector<int32_t>& remap) {
     remap.assign(static_cast<size_t>(g_.size()), -1);
     remap_ = &remap;
+    find_region_outputs();
     for (int32_t id = 0; id < g_.size(); ++id) {
       Node n = g_.node(id);
-      const bool backward_elementwise = n.stage != ir::Stage::kForward && fusible(n.op);
-      for (int32_t& in : n.inputs)
-        in = backward_elementwise && eligible(in) ? clone(in) : remap[static_cast<size_t>(in)];
+      const bool backward = n.stage != ir::Stage::kForward;
+      const bool backward_elementwise = backward && fusible(n.op);
+      for (int32_t& in : n.inputs) {
+        if (backward && in_region(in))
+          in = recompute(in);
+        else
+          in = backward_elementwise && eligible(in) ? clone(in) : remap[static_cast<size_t>(in)];
+      }
       remap[static_cast<size_t>(id)] = out_.add_checked(std::move(n));
     }
     for (int32_t o : g_.outputs) out_.outputs.push_back(remap[static_cast<size_t>(o)]);
@@ -48,6 +55,45 @@ class Remat {
   }
 
  private:
+  /// A region's outputs: its values that forward ops outside it read (the next block's
+  /// input). They are stored, as the region's inputs are: the next region recomputes from
+  /// them, so keeping them costs nothing more.
+  void find_region_outputs() {
+    region_output_.assign(static_cast<size_t>(g_.size()), false);
+    for (const Node& n : g_.nodes()) {
+      if (n.stage != ir::Stage::kForward) continue;
+      for (int32_t in : n.inputs)
+        if (g_.node(in).recompute >= 0 && g_.node(in).recompute != n.recompute)
+          region_output_[static_cast<size_t>(in)] = true;
+    }
+  }
+
+  /// A forward value of a recompute region that the backward recomputes rather than reads:
+  /// not a leaf (parameters, inputs, state and constants are stored anyway; a second leaf
+  /// would be a second binding) and not a region output.
+  bool in_region(int32_t id) const {
+    const Node& n = g_.node(id);
+    return n.stage == ir::Stage::kForward && n.recompute >= 0 &&
+           ir::op_info(n.op).kind != ir::OpKind::kLeaf && !region_output_[static_cast<size_t>(id)];
+  }
+
+  /// The backward copy of a region value (one per value, shared by every backward reader),
+  /// computed from the copies of the region values it reads and from the stored originals
+  /// of everything else. It is appended where its first backward reader is, so the schedule
+  /// (node order) recomputes block i just before block i's backward and frees the copies
+  /// after it. Attributes are copied, so a random op draws the same numbers (same seed, same
+  /// key input); a multi-output node is copied once and its copied kResult nodes read it.
+  /// The copy keeps the region id: with stage kBackward it marks a recomputed value.
+  int32_t recompute(int32_t id) {
+    if (auto it = recomputed_.find(id); it != recomputed_.end()) return it->second;
+    Node c = g_.node(id);
+    for (int32_t& in : c.inputs) in = in_region(in) ? recompute(in) : (*remap_)[static_cast<size_t>(in)];
+    c.stage = ir::Stage::kBackward;
+    const int32_t copy = out_.add_checked(std::move(c));
+    recomputed_[id] = copy;
+    return copy;
+  }
+
   /// A forward elementwise value whose elementwise cone is small and rests on at most one
   /// full-size stored value (so recomputing never keeps more memory alive than storing it).
   bool eligible(int32_t id) {
@@ -78,10 +124,14 @@ class Remat {
   int32_t clone(int32_t id) {
     if (auto it = clones_.find(id); it != clones_.end()) return it->second;
     Node c = g_.node(id);
-    for (int32_t& in : c.inputs)
-      in = !is_norm(c.op) && recomputable(g_.node(in).op) && g_.node(in).shape == c.shape
-               ? clone(in)
-               : (*remap_)[static_cast<size_t>(in)];
+    for (int32_t& in : c.inputs) {
+      if (in_region(in))
+        in = recompute(in);
+      else if (!is_norm(c.op) && recomputable(g_.node(in).op) && g_.node(in).shape == c.shape)
+        in = clone(in);
+      else
+        in = (*remap_)[static_cast<size_t>(in)];
+    }
     c.stage = ir::Stage::kBackward;
     const int32_t copy = out_.add_checked(std::move(c));
     clones_[id] = copy;
@@ -93,6 +143,8 @@ class Remat {
   std::vector<int32_t>* remap_ = nullptr;
   std::unordered_map<int32_t, bool> eligible_;
   std::unordered_map<int32_t, int32_t> clones_;
+  std::vector<bool> region_output_;
+  std::unordered_map<int32_t, int32_t> recomputed_;
 };
 
 }  // namespace

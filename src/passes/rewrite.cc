@@ -136,7 +136,8 @@ Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
     if (n.op == Op::kPermute && swaps_last_two(n) && graph.node(n.inputs[0]).op == Op::kMatmul &&
         readers[static_cast<size_t>(n.inputs[0])] == 1) {
       const Node& mm = graph.node(n.inputs[0]);
-      out.stage = n.stage;  // Graph::add stamps it on the new nodes
+      out.stage = n.stage;  // Graph::add stamps these on the new nodes
+      out.recompute = n.recompute;
       auto transpose = [&](int32_t x) {
         Node t = n;
         t.inputs = {remap[static_cast<size_t>(x)]};
@@ -150,6 +151,7 @@ Graph simplify(const Graph& graph, std::vector<int32_t>& remap, int* rewrites) {
       product.inputs = {bt, at};
       remap[static_cast<size_t>(id)] = out.add(std::move(product));
       out.stage = ir::Stage::kForward;
+      out.recompute = -1;
       ++fired;
       continue;
     }

@@ -4,6 +4,8 @@
 // `remap[old] = new` says where each old node went (possibly to an earlier, equal node).
 // Outputs and updates are carried through the remap; run DCE afterwards to drop what the
 // rewrite made unreachable. `rewrites`, when given, receives how many rewrites fired.
+// A node a rewrite makes in place of another takes that node's `stage` and `recompute`, so
+// memory reports and recompute regions see it where the node it replaces was.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -52,6 +54,10 @@ ir::Graph optimize(const ir::Graph& graph, std::vector<int32_t>& remap);
 /// so fusion recomputes it inside the backward group instead of the forward group storing it:
 /// a tanh-GELU then keeps its pre-activation alone instead of eleven intermediates. Runs
 /// after CSE (which would merge the copies back). Part of optimize().
+/// Backward and optimizer nodes that read a value of a recompute region (Node::recompute ≥ 0,
+/// tg::Recompute) read a copy instead, computed from the copies of the region values it
+/// needs and the stored region inputs, appended before its first reader; the region's
+/// outputs (values forward ops outside it read) stay stored.
 ir::Graph rematerialize(const ir::Graph& graph, std::vector<int32_t>& remap);
 
 /// remap_ab[i] = remap_b[remap_a[i]] (−1 stays −1): the composition of two passes.
