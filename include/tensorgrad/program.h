@@ -156,6 +156,16 @@ struct TrainOptions {
   /// equals one pass over the whole batch, up to rounding. Captures hold the first slice's
   /// values ("grad/…" the summed gradients); tg::state() values advance once per slice.
   int64_t micro_batches = 1;
+  /// Data parallelism over the ranks that tg::distributed::init() joined (one process per
+  /// device: Device::cuda(world().local_rank) with NCCL, the CPU with MPI). Each rank feeds
+  /// its own share of the global batch (tg::distributed::shard); the gradients are summed over
+  /// the ranks and divided by their number inside the step, by collectives over buckets of
+  /// about `bucket_bytes`, so every rank applies the same update and the parameters stay equal.
+  /// Clipping sees the averaged gradients' norm. step() returns the loss averaged over the
+  /// ranks. Every rank must compile the same programs in the same order (compile_train checks
+  /// that the ranks' graphs agree). In a world of one it changes nothing.
+  bool data_parallel = false;
+  int64_t bucket_bytes = int64_t{25} << 20;
 };
 
 struct ForwardOptions {

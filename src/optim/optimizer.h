@@ -29,6 +29,13 @@ struct UpdatePlan {
 UpdatePlan append_update(ir::Graph& graph, std::span<const ParamGrad> params, const Optimizer& optimizer,
                          std::optional<double> clip_grad_norm);
 
+/// Data parallelism: each gradient (node ids, -1 for none) replaced by its mean over `ranks`
+/// processes. Gradients are taken in the order the backward produces them (node order) and
+/// packed into buckets of about `bucket_bytes`; each bucket is one all_reduce node, so a
+/// backend can send a bucket as soon as its last gradient exists.
+std::vector<int32_t> average_over_ranks(ir::Graph& graph, std::span<const int32_t> grads, int ranks,
+                                        int64_t bucket_bytes);
+
 /// Values of the plan's scalar inputs for optimizer step `t` (1 for the first step) at
 /// learning rate `lr` (already scheduled).
 std::vector<float> hyper_values(const Optimizer& optimizer, int64_t t, double lr);

@@ -9,12 +9,14 @@
 #include <unordered_set>
 
 #include "autograd/grad.h"
+#include "distributed/communicator.h"
 #include "ir/api_util.h"
 #include "ir/trace.h"
 #include "optim/optimizer.h"
 #include "passes/dce.h"
 #include "passes/rewrite.h"
 #include "runtime/storage.h"
+#include "tensorgrad/distributed.h"
 #include "util/switches.h"
 
 namespace tg {
@@ -35,7 +37,8 @@ struct ProgramState {
   bool tf32 = false;     // Precision::kTf32
   bool tf32x3 = false;   // Precision::kTf32x3
   std::shared_ptr<DeviceStore> store;
-  ir::Graph full;  // after autograd and the optimizer, before any pass
+  dist::Communicator* comm = nullptr;  // data parallelism: the ranks the collectives sum over
+  ir::Graph full;                      // after autograd and the optimizer, before any pass
   Variant plain;
   std::unique_ptr<Variant> with_captures;  // prepared on first request
   std::vector<InputSpec> inputs;
@@ -179,6 +182,21 @@ class Tracer {
   std::vector<Tensor> inputs_;
 };
 
+/// Every rank must run the same collectives in the same order, or the engine waits forever:
+/// the ranks compare a hash of the graph they are about to prepare.
+void check_same_graph(dist::Communicator& comm, const ir::Graph& g) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the graph's listing
+  for (const char c : g.to_string()) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  comm.all_gather_bytes(&h, all.data(), sizeof h);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw DistributedError(
+          "[compile_train] rank " + std::to_string(r) +
+          " compiled a different training step than rank 0 (another model, inputs or "
+          "options): data-parallel ranks must compile the same programs in the same order");
+}
+
 /// DCE, buffer binding and backend preparation of one variant: `keep` extra full-graph
 /// nodes become outputs (captures).
 Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
@@ -228,6 +246,7 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   prepare.fuse = prepare.reuse_memory = s.optimize;
   prepare.tf32 = s.tf32;
   prepare.tf32x3 = s.tf32x3;
+  prepare.communicator = s.comm;
   timer.mark("bindings + state alloc");
   backend::require_supported(*s.store->backend, v.graph);
   v.exec = s.store->backend->prepare(v.graph, bindings, prepare);
@@ -243,6 +262,8 @@ void finish(ProgramState& s, Traced t) {
   s.captures = std::move(t.captures);
   s.rng_key = t.rng_key;
   s.plain = lower(s, s.kept);
+  // Once per program (the captures variant runs the same collectives in the same order).
+  if (s.comm != nullptr) check_same_graph(*s.comm, s.plain.graph);
 }
 
 Variant& variant_for(ProgramState& s, bool captures) {
@@ -301,6 +322,29 @@ void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api
   }
 }
 
+/// The communicator a data-parallel program sums over (nullptr: one rank, no collectives).
+dist::Communicator* data_parallel_communicator(const TrainOptions& options) {
+  if (!options.data_parallel) return nullptr;
+  if (!distributed::initialized())
+    throw Error("[compile_train] data_parallel needs tg::distributed::init() first (it joins the ranks)");
+  dist::Communicator* comm = dist::world();
+  if (comm == nullptr) return nullptr;  // a world of one
+  if (options.bucket_bytes <= 0)
+    throw InputError("[compile_train] bucket_bytes must be positive, got " +
+                     std::to_string(options.bucket_bytes));
+  const distributed::World& w = distributed::world();
+  const bool cuda = options.device.kind == Device::Kind::kCuda;
+  if (comm->engine() == dist::Engine::kNccl && (!cuda || options.device.index != w.local_rank))
+    throw Error("[compile_train] rank " + std::to_string(w.rank) + " joined with NCCL on cuda:" +
+                std::to_string(w.local_rank) + " but compiles for " + options.device.str() +
+                ": use .device = tg::Device::cuda(tg::distributed::world().local_rank)");
+  if (comm->engine() == dist::Engine::kMpi && cuda)
+    throw Error("[compile_train] rank " + std::to_string(w.rank) +
+                " joined with MPI, which sums host memory: data-parallel GPU programs need the NCCL engine "
+                "(launch with torchrun-style variables, or init({.engine = \"nccl\"}))");
+  return comm;
+}
+
 void check_micro_batches(const std::vector<InputSpec>& inputs, int64_t k) {
   if (k < 1)
     throw InputError("[compile_train] micro_batches is " + std::to_string(k) + "; it must be at least 1");
@@ -324,6 +368,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   s->optimize = options.optimize;
   s->tf32 = options.precision == Precision::kTf32;
   s->tf32x3 = options.precision == Precision::kTf32x3;
+  s->comm = data_parallel_communicator(options);
   s->store = device_store(model, options.device);
   timer.mark("device store + init");
   check_inputs(arity, options.inputs, "compile_train");
@@ -374,12 +419,21 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   }
   for (const auto& [target, value] : last_update) g.updates.push_back({target, value});
   g.stage = ir::Stage::kForward;
+  if (s->comm != nullptr) {
+    // The loss every rank reports: the mean over the ranks.
+    const int32_t sums = ir::emit(g, ir::make_node(ir::Op::kAllReduce, {loss.id()}, Loc::current())).id();
+    loss = ir::result(g, sums, 0, Loc::current()) * (1.0 / s->comm->size());
+  }
   Traced t = tracer.finish(model, loss.id(), options.keep_f32);
   timer.mark("trace + autograd");
   std::vector<int32_t> grads;
   for (const auto& [path, node] : t.params) {
     auto it = grad_of.find(node);
     grads.push_back(it == grad_of.end() ? -1 : it->second);
+  }
+  if (s->comm != nullptr) {
+    t.graph.stage = ir::Stage::kBackward;
+    grads = optim::average_over_ranks(t.graph, grads, s->comm->size(), options.bucket_bytes);
   }
   std::vector<optim::ParamGrad> pg;
   for (size_t i = 0; i < t.params.size(); ++i) {
