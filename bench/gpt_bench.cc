@@ -6,6 +6,10 @@
 // Each step reads the loss back, as the peer's step synchronises at the end of its timing.
 //
 //   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16] [recompute]
+// Started by a launcher (torchrun-style RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, one
+// process per GPU), every rank trains data-parallel on GPU LOCAL_RANK with the per-GPU batch of
+// the peer (weak scaling, as torch_ddp_peer.py): rank 0 prints the mode as ddp<N>_<mode> and the
+// tokens/s of all GPUs together.
 // `recompute` recomputes every block's activations in the backward (GptConfig::recompute); the
 // mode then reads e.g. fp32+recompute, and the `planned_mib` line shows what it saves.
 // bf16 is mixed precision (tg::Precision::kBf16), the peer's *_bf16_autocast modes; its CPU
@@ -38,6 +42,7 @@ const Workload kWorkloads[] = {
 };
 
 void run(const Workload& w, const tg::Device& device, tg::Precision precision, bool recompute) {
+  const tg::distributed::World& world = tg::distributed::world();
   const bool gpu = device.kind == tg::Device::Kind::kCuda;
   const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
   tg::nn::GptConfig config = w.config;
@@ -49,7 +54,8 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
                         {.inputs = {{"ids", {B, T}, tg::DType::kI32}, {"targets", {B, T}, tg::DType::kI32}},
                          .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
                          .device = device,
-                         .precision = precision});
+                         .precision = precision,
+                         .data_parallel = world.size > 1});
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(w.config.vocab - 1));
@@ -66,8 +72,10 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
                      : precision == tg::Precision::kBf16   ? "bf16"
                                                            : "fp32";
   if (recompute) mode += "+recompute";
+  if (world.size > 1) mode = "ddp" + std::to_string(world.size) + "_" + mode;
+  if (world.rank != 0) return;
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode.c_str(), sec * 1e3,
-              static_cast<double>(B * T) / sec);
+              static_cast<double>(B * T * world.size) / sec);
   std::fflush(stdout);
   report_compiled(w.name, train);
   std::printf("# %s compile_s %.2f (trace, passes, codegen, NVRTC or its disk cache, graph capture)\n",
@@ -78,8 +86,9 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "addition_3L,char_6L384";
+  const tg::distributed::World& world = tg::distributed::init();
   const tg::Device device =
-      argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
+      argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda(world.local_rank) : tg::Device::cpu();
   const std::string mode = argc > 3 ? argv[3] : "fp32";
   const std::string extra = argc > 4 ? argv[4] : "";
   if (!extra.empty() && extra != "recompute") {
@@ -110,5 +119,6 @@ int main(int argc, char** argv) {
       }
     if (!found) std::fprintf(stderr, "gpt_bench: unknown workload '%s'\n", name.c_str());
   }
+  tg::distributed::finalize();
   return 0;
 }

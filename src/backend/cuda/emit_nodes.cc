@@ -145,6 +145,24 @@ void Emitter::emit_node(const passes::Step& st) {
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
       emit_scan(st);
       return;
+    case Op::kAllReduce: {
+      if (options_.communicator == nullptr)
+        throw Error("[cuda] all_reduce %" + std::to_string(id) + " needs a communicator");
+      Step c;
+      c.kind = Step::Kind::kCollective;
+      c.nodes = {id};
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        c.args.push_back({in(k)});
+        c.coll_offset.push_back(ir::result_offset(n, k) * dtype_size(n.results[k].dtype));
+        c.coll_count.push_back(numel(n.results[k].shape));
+        c.coll_dtype.push_back(n.results[k].dtype);
+      }
+      c.args.push_back({out});
+      c.moved = 2 * n.numel() * 4;
+      prog_.steps.push_back(std::move(c));
+      step_launch_.push_back(launch_);
+      return;
+    }
     default:
       throw Error(std::string("[cuda] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(id));
   }

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "backend/cuda/emit.h"
+#include "distributed/communicator.h"
 #include "tensorgrad/errors.h"
 #include "util/switches.h"
 
@@ -24,7 +25,7 @@ void CudaContext::make_current() const { check(driver().cuCtxSetCurrent(info.con
 
 CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph& g, const Bindings& bindings,
                                const PrepareOptions& options)
-    : ctx_(std::move(ctx)) {
+    : ctx_(std::move(ctx)), comm_(options.communicator) {
   ctx_->make_current();
   profile_ = env::is_set(env::Switch::kProfile);
   auto t = std::chrono::steady_clock::now();
@@ -212,6 +213,16 @@ void CudaExecutable::enqueue_step(const Step& s, CUstream stream) {
       check(d.cuMemsetD8Async(address(s.args[0].place), 0, static_cast<size_t>(s.bytes), stream),
             "cuMemsetD8Async");
       return;
+    case Step::Kind::kCollective: {
+      const CUdeviceptr out = address(s.args.back().place);
+      comm_->group_start();
+      for (size_t k = 0; k < s.coll_count.size(); ++k)
+        comm_->all_reduce_device(reinterpret_cast<const void*>(address(s.args[k].place)),
+                                 reinterpret_cast<void*>(out + static_cast<CUdeviceptr>(s.coll_offset[k])),
+                                 s.coll_count[k], s.coll_dtype[k], stream);
+      comm_->group_end();
+      return;
+    }
   }
 }
 
@@ -346,8 +357,9 @@ void CudaExecutable::profile_execution(int k) {
     float ms = 0;
     d.cuEventElapsedTime(&ms, events[i], events[i + 1]);
     const Step& s = prog_.steps[i];
-    std::string label = s.kind == Step::Kind::kMatmul   ? (s.matmul_hi ? "matmul 3xTF32" : "matmul")
-                        : s.kind == Step::Kind::kMemset ? "memset"
+    std::string label = s.kind == Step::Kind::kMatmul       ? (s.matmul_hi ? "matmul 3xTF32" : "matmul")
+                        : s.kind == Step::Kind::kMemset     ? "memset"
+                        : s.kind == Step::Kind::kCollective ? "all_reduce"
                         : s.nodes.empty()               ? "copy"
                         : s.nodes.size() > 1            ? "fused"
                                              : ir::op_name(prog_.nodes[static_cast<size_t>(s.nodes[0])].op);
@@ -391,6 +403,7 @@ std::string CudaExecutable::step_line(const Step& s) const {
     case Step::Kind::kKernel: out << (s.nodes.size() > 1 ? "fused" : s.nodes.empty() ? "copy" : ""); break;
     case Step::Kind::kMatmul: out << (s.matmul_hi ? "cublasLt 3xTF32" : "cublasLt"); break;
     case Step::Kind::kMemset: out << "memset"; break;
+    case Step::Kind::kCollective: out << "collective"; break;
   }
   for (int32_t id : s.nodes) {
     out << " " << ir::op_name(prog_.nodes[static_cast<size_t>(id)].op) << "%" << id;

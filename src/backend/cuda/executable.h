@@ -55,6 +55,7 @@ class CudaExecutable final : public Executable {
   std::string step_line(const Step& s) const;
 
   std::shared_ptr<CudaContext> ctx_;
+  dist::Communicator* comm_ = nullptr;  // the ranks all_reduce steps sum over
   LoweredProgram prog_;
   DeviceMemory arena_;
   DeviceMemory err_;

@@ -42,7 +42,7 @@ struct Arg {
 };
 
 struct Step {
-  enum class Kind : uint8_t { kKernel, kMatmul, kMemset };
+  enum class Kind : uint8_t { kKernel, kMatmul, kMemset, kCollective };
   Kind kind = Kind::kKernel;
   std::vector<int32_t> nodes;  // for describe
   Launch launch;
@@ -67,6 +67,11 @@ struct Step {
   std::vector<std::vector<std::vector<int64_t>>> group_strides;
   std::vector<size_t> group_reads, group_args;
   int64_t flops = 0;
+  // all_reduce (kCollective): args are its inputs then its allocation; input k is summed over
+  // the ranks into the allocation at byte offset coll_offset[k], coll_count[k] elements of
+  // coll_dtype[k], all in one grouped collective.
+  std::vector<int64_t> coll_offset, coll_count;
+  std::vector<DType> coll_dtype;
   bool side = false;  // runs on the side stream, overlapping the steps after it
 };
 

@@ -1,8 +1,10 @@
-// Data-parallel training across real processes: run under `mpirun -np 2` (tests/CMakeLists.txt).
-// Each rank trains on its half of a global batch with TrainOptions::data_parallel and must
-// match, step for step, one program that sees the whole batch in this same process; the ranks'
-// parameters must stay bitwise equal. Every rank runs every test and makes the same collectives
-// in the same order, so checks use EXPECT (an ASSERT would leave a rank behind in a collective).
+// Data-parallel training across real processes, built twice: `mpi_data_parallel` (ref and cpu
+// ranks under `mpirun -np 2`, tests/CMakeLists.txt) and `nccl_data_parallel` (one GPU per rank,
+// started by tests/distributed/run_nccl_test.sh). Each rank trains on its share of a global batch
+// with TrainOptions::data_parallel and must match, step for step, one program that sees the
+// whole batch in this same process; the ranks' parameters must stay bitwise equal. Every rank
+// runs every test and makes the same collectives in the same order, so checks use EXPECT (an
+// ASSERT would leave a rank behind in a collective).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,7 +130,17 @@ TEST_P(DataParallel, GptGradientsEqualTheWholeBatch) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::Values(tg::Device::ref(), tg::Device::cpu()),
+#ifndef TG_DP_ENGINE
+#error "define TG_DP_ENGINE as \"mpi\" or \"nccl\""
+#endif
+
+/// MPI sums host memory (ref and cpu programs); NCCL, this rank's GPU.
+std::vector<tg::Device> rank_devices() {
+  if (std::string(TG_DP_ENGINE) == "nccl") return {tg::Device::cuda(tg::distributed::world().local_rank)};
+  return {tg::Device::ref(), tg::Device::cpu()};
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::ValuesIn(rank_devices()),
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
 // Ranks that compile different programs would wait for each other forever in mismatched
@@ -142,30 +154,34 @@ TEST(DataParallelErrors, RanksCompilingDifferentStepsAreNamed) {
   std::string what;
   try {
     tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
-                      {.inputs = {{"x", {4, 4}}}, .device = tg::Device::cpu(), .data_parallel = true});
+                      {.inputs = {{"x", {4, 4}}}, .device = rank_devices().back(), .data_parallel = true});
   } catch (const tg::DistributedError& e) {
     what = e.what();
   }
   EXPECT_NE(what.find("rank 1 compiled a different training step than rank 0"), std::string::npos) << what;
 }
 
-TEST(DataParallelErrors, MpiRanksCannotCompileForAGpu) {
+TEST(DataParallelErrors, RanksCompileForTheirEngine) {
   Mlp m;
+  const bool nccl = std::string(TG_DP_ENGINE) == "nccl";
   std::string what;
   try {
     tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
-                      {.inputs = {{"x", {4, 6}}}, .device = tg::Device::cuda(0), .data_parallel = true});
+                      {.inputs = {{"x", {4, 6}}},
+                       .device = nccl ? tg::Device::cpu() : tg::Device::cuda(0),
+                       .data_parallel = true});
   } catch (const tg::Error& e) {
     what = e.what();
   }
-  EXPECT_NE(what.find("joined with MPI, which sums host memory"), std::string::npos) << what;
+  const char* expected = nccl ? "joined with NCCL on cuda:" : "joined with MPI, which sums host memory";
+  EXPECT_NE(what.find(expected), std::string::npos) << what;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  tg::distributed::init({.engine = "mpi"});
+  tg::distributed::init({.engine = TG_DP_ENGINE});
   const int failed = RUN_ALL_TESTS();
   tg::distributed::finalize();
   return failed;
