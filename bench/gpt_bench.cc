@@ -42,7 +42,7 @@ const Workload kWorkloads[] = {
 };
 
 void run(const Workload& w, const tg::Device& device, tg::Precision precision, bool recompute) {
-  const tg::distributed::World& world = tg::distributed::world();
+  const tg::distributed::World world = tg::distributed::world();
   const bool gpu = device.kind == tg::Device::Kind::kCuda;
   const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
   tg::nn::GptConfig config = w.config;
@@ -86,7 +86,7 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "addition_3L,char_6L384";
-  const tg::distributed::World& world = tg::distributed::init();
+  const tg::distributed::World world = tg::distributed::init();
   const tg::Device device =
       argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda(world.local_rank) : tg::Device::cpu();
   const std::string mode = argc > 3 ? argv[3] : "fp32";
