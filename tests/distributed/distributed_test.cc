@@ -110,7 +110,7 @@ class LaunchEnv : public ::testing::Test {
 TEST_F(LaunchEnv, NoVariablesIsAWorldOfOne) {
   EXPECT_FALSE(distributed::initialized());
   EXPECT_THROW(distributed::world(), tg::Error);
-  const distributed::World& w = distributed::init();
+  const distributed::World w = distributed::init();
   EXPECT_TRUE(distributed::initialized());
   EXPECT_EQ(w.rank, 0);
   EXPECT_EQ(w.size, 1);

@@ -10,7 +10,7 @@
 #include "tensorgrad/distributed.h"
 
 int main() {
-  const tg::distributed::World& w = tg::distributed::init({.engine = "mpi"});
+  const tg::distributed::World w = tg::distributed::init({.engine = "mpi"});
   tg::dist::Communicator& comm = *tg::dist::world();
   comm.barrier();
   std::vector<float> x(1000, 1.f);
