@@ -57,6 +57,21 @@ bool same_on_every_rank(const tg::Program& p) {
   return std::all_of(all.begin(), all.end(), [&](uint64_t x) { return x == all[0]; });
 }
 
+#ifndef TG_DP_ENGINE
+#error "define TG_DP_ENGINE as \"mpi\" or \"nccl\""
+#endif
+
+/// MPI sums host memory (ref and cpu programs); NCCL, this rank's GPU. The test parameters are
+/// made before main() joins the ranks, so "this rank's GPU" is cuda:-1 until device() resolves it.
+std::vector<tg::Device> rank_devices() {
+  if (std::string(TG_DP_ENGINE) == "nccl") return {tg::Device::cuda(-1)};
+  return {tg::Device::ref(), tg::Device::cpu()};
+}
+tg::Device device(tg::Device d) {
+  if (d.kind == tg::Device::Kind::kCuda && d.index < 0) d.index = tg::distributed::world().local_rank;
+  return d;
+}
+
 struct Mlp : tg::Module {
   tg::nn::Mlp net{*this, "net", {6, 32, 32, 3}};
 };
@@ -79,7 +94,7 @@ TEST_P(DataParallel, TwoRanksEqualTheWholeBatch) {
                                {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
                                 .optimizer = tg::AdamW{.lr = 1e-2},
                                 .clip_grad_norm = 0.5,
-                                .device = GetParam(),
+                                .device = device(GetParam()),
                                 .micro_batches = dp ? micro : 1,
                                 .data_parallel = dp});
     };
@@ -109,7 +124,7 @@ TEST_P(DataParallel, GptGradientsEqualTheWholeBatch) {
         m, [&](tg::Tensor ids, tg::Tensor t) { return m.loss(ids, t); },
         {.inputs = {{"ids", {rows, 8}, tg::DType::kI32}, {"t", {rows, 8}, tg::DType::kI32}},
          .optimizer = tg::GradientsOnly{},
-         .device = GetParam(),
+         .device = device(GetParam()),
          .data_parallel = dp,
          .bucket_bytes = 4096});  // several buckets
   };
@@ -130,18 +145,10 @@ TEST_P(DataParallel, GptGradientsEqualTheWholeBatch) {
     }
 }
 
-#ifndef TG_DP_ENGINE
-#error "define TG_DP_ENGINE as \"mpi\" or \"nccl\""
-#endif
-
-/// MPI sums host memory (ref and cpu programs); NCCL, this rank's GPU.
-std::vector<tg::Device> rank_devices() {
-  if (std::string(TG_DP_ENGINE) == "nccl") return {tg::Device::cuda(tg::distributed::world().local_rank)};
-  return {tg::Device::ref(), tg::Device::cpu()};
-}
-
-INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::ValuesIn(rank_devices()),
-                         [](const auto& info) { return tg::testing::device_test_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::ValuesIn(rank_devices()), [](const auto& info) {
+  return info.param.kind == tg::Device::Kind::kCuda ? std::string("cuda")
+                                                    : tg::testing::device_test_name(info.param);
+});
 
 // Ranks that compile different programs would wait for each other forever in mismatched
 // collectives: compile_train compares the graphs and names the rank that differs.
@@ -153,8 +160,9 @@ TEST(DataParallelErrors, RanksCompilingDifferentStepsAreNamed) {
   Net m(8 + tg::distributed::world().rank);
   std::string what;
   try {
-    tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
-                      {.inputs = {{"x", {4, 4}}}, .device = rank_devices().back(), .data_parallel = true});
+    tg::compile_train(
+        m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
+        {.inputs = {{"x", {4, 4}}}, .device = device(rank_devices().back()), .data_parallel = true});
   } catch (const tg::DistributedError& e) {
     what = e.what();
   }
