@@ -16,6 +16,7 @@
 #include "passes/dce.h"
 #include "passes/rewrite.h"
 #include "runtime/storage.h"
+#include "runtime/tracer.h"
 #include "tensorgrad/distributed.h"
 #include "util/switches.h"
 
@@ -80,106 +81,6 @@ class StageTimer {
  private:
   bool on_;
   std::chrono::steady_clock::time_point last_;
-};
-
-std::string names_list(const std::vector<InputSpec>& specs) {
-  std::string s;
-  for (const InputSpec& i : specs) s += (s.empty() ? "" : ", ") + i.name;
-  return s.empty() ? "(none)" : s;
-}
-
-struct Traced {
-  ir::Graph graph;
-  std::vector<int32_t> input_nodes;
-  int32_t result;
-  std::vector<std::pair<std::string, int32_t>> params;  // path → kParam node
-  std::vector<std::pair<std::string, int32_t>> captures;
-  int32_t rng_key;
-};
-
-void check_inputs(size_t arity, const std::vector<InputSpec>& inputs, const char* api) {
-  if (arity != inputs.size())
-    throw InputError(std::string("[") + api + "] the function takes " + std::to_string(arity) +
-                     " tensors but options.inputs names " + std::to_string(inputs.size()) + ": " +
-                     names_list(inputs));
-  std::unordered_set<std::string> seen;
-  for (const InputSpec& spec : inputs) {
-    if (spec.name.empty() || spec.name.rfind("__", 0) == 0)
-      throw InputError(std::string("[") + api + "] input names must be non-empty and not start with '__'");
-    if (!seen.insert(spec.name).second)
-      throw InputError(std::string("[") + api + "] input '" + spec.name + "' is declared twice");
-    for (int64_t d : spec.shape)
-      if (d < 0)
-        throw InputError(
-            std::string("[") + api + "] input '" + spec.name + "' has shape " + shape_str(spec.shape) +
-            ": shapes are static, every extent must be >= 0 (compile one program per batch size)");
-  }
-}
-
-/// A trace of `fn` under way: its input leaves made, the function called by call().
-class Tracer {
- public:
-  Tracer(const std::vector<InputSpec>& inputs, bool training, uint64_t seed, Precision precision,
-         const std::vector<std::string>& keep_f32, const char* api)
-      : api_(api) {
-    t_.training = training;
-    t_.bf16 = precision == Precision::kBf16;
-    t_.keep_f32 = keep_f32;
-    // Per-site seeds: consecutive integers starting from a 64-bit mix of the program seed, so
-    // programs with different seeds draw unrelated streams.
-    t_.next_seed = (seed + 1) * 0x9E3779B97F4A7C15ull;
-    ir::TraceScope scope(t_);
-    for (const InputSpec& spec : inputs)
-      inputs_.push_back(
-          ir::named_leaf(t_.graph, ir::Op::kInput, spec.name, spec.shape, spec.dtype, Loc::current()));
-  }
-  ir::Trace& trace() { return t_; }
-  ir::Graph& graph() { return t_.graph; }
-  const std::vector<Tensor>& inputs() const { return inputs_; }
-
-  /// Calls fn on `args` (tensors of this trace) with the trace current; returns its result.
-  Tensor call(const TracedFn& fn, std::span<const Tensor> args) {
-    Tensor result;
-    {
-      ir::TraceScope scope(t_);
-      result = fn(args);
-    }
-    if (!result.valid() || result.graph() != &t_.graph)
-      throw Error(std::string("[") + api_ +
-                  "] the function must return a tensor computed from its inputs or parameters");
-    return result;
-  }
-
-  /// Checks the parameters the calls used and keep_f32's entries against `model`, and hands
-  /// the graph over.
-  Traced finish(const Module& model, int32_t result, const std::vector<std::string>& keep_f32) {
-    Traced out{std::move(t_.graph), {}, result, {}, std::move(t_.captures), t_.rng_key};
-    for (const Tensor& a : inputs_) out.input_nodes.push_back(a.id());
-    std::vector<const Param*> own = model.root().parameters();
-    for (const std::string& prefix : keep_f32) {
-      const bool matches = std::any_of(own.begin(), own.end(), [&](const Param* p) {
-        const std::string& path = p->path();
-        return !prefix.empty() && path.rfind(prefix, 0) == 0 &&
-               (path.size() == prefix.size() || path[prefix.size()] == '.');
-      });
-      if (!matches)
-        throw InputError(std::string("[") + api_ + "] keep_f32 entry '" + prefix +
-                         "' names no parameter or module of the model (give a path such as \"head\" or "
-                         "\"head.weight\")");
-    }
-    for (const Param* p : t_.params) {
-      if (std::find(own.begin(), own.end(), p) == own.end())
-        throw Error(std::string("[") + api_ + "] parameter '" + p->path() +
-                    "' does not belong to the compiled model");
-      out.params.emplace_back(p->path(), t_.param_nodes.at(p));
-    }
-    return out;
-  }
-
- private:
-  const char* api_;
-  ir::Trace t_;
-  std::vector<Tensor> inputs_;
 };
 
 /// Every rank must run the same collectives in the same order, or the engine waits forever:
@@ -289,6 +190,23 @@ void read_captures(ProgramState& s, Variant& v, Captures& out) {
     v.exec->read_output(v.id(id), t.data());
     out.emplace(name, std::move(t));
   }
+}
+
+/// TG_DIST_CHECK=1: data-parallel ranks apply the same update to the same parameters, so their
+/// parameters must stay bitwise equal; each rank hashes its own and the hashes are compared.
+void check_same_params(ProgramState& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over every parameter's bytes, by name
+  for (const auto& [name, buffer] : s.store->buffers) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(buffer->numel() * dtype_size(buffer->dtype())));
+    s.store->backend->download(*buffer, bytes.data());
+    for (const uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+  }
+  std::vector<uint64_t> all(static_cast<size_t>(s.comm->size()));
+  s.comm->all_gather_bytes(&h, all.data(), sizeof h);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw DistributedError("[step] TG_DIST_CHECK: after step " + std::to_string(s.steps) +
+                             " the parameters of rank " + std::to_string(r) + " differ from rank 0's");
 }
 
 void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api) {
@@ -526,6 +444,7 @@ float Program::step(const Feeds& feeds, StepOptions options) {
     ++s.skipped;
   else
     ++s.steps;
+  if (s.comm != nullptr && env::equals(env::Switch::kDistCheck, "1")) detail::check_same_params(s);
   if (options.captures != nullptr) detail::read_captures(s, v, *options.captures);
   if (!options.read_loss) return std::nanf("");
   float loss = 0;

@@ -40,7 +40,9 @@ namespace tg::env {
   X(kPmiSize, "PMI_SIZE", "", "MPICH's and Intel MPI's launchers: the number of processes") \
   X(kNcclLibrary, "TG_NCCL_LIBRARY", "", "a path to libnccl, tried before libnccl.so.2 and libnccl.so") \
   X(kDistTimeout, "TG_DIST_TIMEOUT", "", "seconds a rank waits for the others (rendezvous and control exchanges) "  \
-                                         "before it gives up with an error; overrides InitOptions::timeout_s")
+                                         "before it gives up with an error; overrides InitOptions::timeout_s")  \
+  X(kDistCheck, "TG_DIST_CHECK", "", "1: after every data-parallel step, compare the parameters of all ranks "   \
+                                     "(a hash of their bytes); a rank that differs is an error naming it")
 // clang-format on
 
 enum class Switch : uint8_t {

@@ -185,6 +185,34 @@ TEST(DataParallelErrors, RanksCompileForTheirEngine) {
   EXPECT_NE(what.find(expected), std::string::npos) << what;
 }
 
+// TG_DIST_CHECK=1 compares the ranks' parameters after every step: silent while they agree,
+// an error naming the rank once one of them has been changed behind the others' backs.
+TEST(DataParallelCheck, RanksWhoseParametersDivergeAreNamed) {
+  setenv("TG_DIST_CHECK", "1", 1);
+  Mlp m;
+  tg::Program p = tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
+                                    {.inputs = {{"x", {4, 6}}},
+                                     .optimizer = tg::SGD{.lr = 0.1},
+                                     .device = device(rank_devices().back()),
+                                     .data_parallel = true});
+  const auto x = uniform(4 * 6, 3 + tg::distributed::world().rank);
+  EXPECT_NO_THROW(p.step({{"x", x}}));
+  if (tg::distributed::world().rank == 1) {
+    auto params = p.download_params();
+    params.at("net.layers.0.bias").f32()[0] += 1.0f;
+    p.upload_params(params);
+  }
+  std::string what;
+  try {
+    p.step({{"x", x}});
+  } catch (const tg::DistributedError& e) {
+    what = e.what();
+  }
+  unsetenv("TG_DIST_CHECK");
+  EXPECT_NE(what.find("after step 2 the parameters of rank 1 differ from rank 0's"), std::string::npos)
+      << what;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
