@@ -1,4 +1,4 @@
-// Command-line options of the examples: --name value pairs, and the flag --generate.
+// Command-line options of the examples: --name value pairs, and the flags --generate and --distributed.
 #pragma once
 #include <map>
 #include <stdexcept>
@@ -8,7 +8,7 @@
 
 namespace example {
 
-/// --name value options (and the flag --generate).
+/// --name value options (and the flags --generate and --distributed).
 struct Args {
   std::map<std::string, std::string> kv;
   bool has(const std::string& k) const { return kv.count(k) > 0; }
@@ -24,7 +24,7 @@ struct Args {
       if (k.rfind("--", 0) != 0)
         throw std::runtime_error("unexpected argument " + k + " (options are --name value)");
       k = k.substr(2);
-      if (k == "generate") {
+      if (k == "generate" || k == "distributed") {
         a.kv[k] = "1";
       } else {
         if (i + 1 >= argc) throw std::runtime_error("--" + k + " needs a value");

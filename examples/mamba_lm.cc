@@ -3,10 +3,12 @@
 // tied head), then sampled through the recurrent decoder: one step program whose conv and SSM
 // states are tg::state tensors (tg::Generator with prefill = false).
 //
-//   ./mamba_lm [--device cpu] [--config cpu] [--precision fp32|tf32|bf16] [--steps N] [--checkpoint mamba_lm.safetensors]
+//   ./mamba_lm [--device cpu] [--config cpu] [--precision fp32|tf32|bf16] [--steps N] [--checkpoint
+//   mamba_lm.safetensors]
 //              [--plot mamba_lm_loss.svg] [--prompt TEXT] [--tokens 500] [--temperature 0.8]
 //              [--top-k 0] [--top-p 0.95] [--seed 0] [--generate] [--max-val-loss X]
 //              [--corpus /usr/share/games/fortunes]
+//             [--distributed] [--micro-batches K]
 //
 // Configuration `cpu`: 4 layers, d_model 128 (d_inner 256), d_state 16, windows of 128
 // characters, batch 16, 1500 steps. It runs on the CPU unless --device cuda is given (the CUDA

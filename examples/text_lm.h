@@ -110,8 +110,25 @@ inline std::map<std::string, std::string> checkpoint_metadata(const Args& args, 
 
 /// Trains on the corpus with a progress display and validation, writes the checkpoint and the
 /// loss curve, then samples. Returns the exit code (1 when --max-val-loss is not reached).
+///
+/// --distributed: one process of a data-parallel group (started by torchrun-style variables,
+/// one GPU each, or by mpirun on the CPU): every rank draws the same global batch and trains
+/// on its share of the rows; rank 0 reports, evaluates, writes the files and samples, the
+/// other ranks train silently. --micro-batches k splits each rank's share further (gradient
+/// accumulation).
 inline int train(const Args& args, const Setup& s, tg::Module& model, const fortunes::Corpus& corpus) {
-  const tg::Device device = args.device();
+  const bool distributed = args.has("distributed");
+  const tg::distributed::World world = distributed ? tg::distributed::init() : tg::distributed::World{};
+  const bool lead = world.rank == 0;
+  if (!lead && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;  // rank 0 speaks for all
+  tg::Device device = args.device();
+  if (device.kind == tg::Device::Kind::kCuda && distributed) device = tg::Device::cuda(world.local_rank);
+  const int64_t micro = static_cast<int64_t>(args.num("micro-batches", 1));
+  if (s.batch % world.size != 0 || (s.batch / world.size) % micro != 0)
+    throw std::runtime_error("the batch of " + std::to_string(s.batch) + " does not split into " +
+                             std::to_string(world.size) + " ranks of " + std::to_string(micro) +
+                             " micro-batches");
+  const int64_t rows = s.batch / world.size;  // this rank's share of each global batch
   const tg::Precision precision = args.precision();
   const auto t0 = std::chrono::steady_clock::now();
   const double unigram = corpus.unigram_baseline();
@@ -126,8 +143,11 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
       s.model_line.c_str(), static_cast<long long>(s.seq), static_cast<long long>(s.batch),
       static_cast<long long>(s.steps), s.lr, device.str().c_str(), s.config_name.c_str(),
       args.get("precision", "fp32").c_str());
-  const std::vector<tg::InputSpec> inputs{{"ids", {s.batch, s.seq}, tg::DType::kI32},
-                                          {"targets", {s.batch, s.seq}, tg::DType::kI32}};
+  if (distributed || micro > 1)
+    std::printf("data parallel over %d ranks (%s), %lld rows each, in %lld micro-batches\n", world.size,
+                world.engine.c_str(), static_cast<long long>(rows), static_cast<long long>(micro));
+  const std::vector<tg::InputSpec> inputs{{"ids", {rows, s.seq}, tg::DType::kI32},
+                                          {"targets", {rows, s.seq}, tg::DType::kI32}};
   tg::Program train = tg::compile_train(
       model, [&](tg::Tensor ids, tg::Tensor targets) { return s.loss(ids, targets); },
       {.inputs = inputs,
@@ -135,15 +155,19 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
        .schedule = tg::lr::warmup(s.warmup, tg::lr::cosine(std::max<int64_t>(1, s.steps - s.warmup), 0.1)),
        .clip_grad_norm = 1.0,
        .device = device,
-       .precision = precision});
+       .precision = precision,
+       .micro_batches = micro,
+       .data_parallel = distributed});
   train.init_params(0);
-  tg::Program eval =
-      tg::compile_forward(model, [&](tg::Tensor ids, tg::Tensor targets) { return s.loss(ids, targets); },
-                          {.inputs = inputs, .device = device, .precision = precision});
+  tg::Program eval = tg::compile_forward(
+      model, [&](tg::Tensor ids, tg::Tensor targets) { return s.loss(ids, targets); },
+      {.inputs = {{"ids", {s.batch, s.seq}, tg::DType::kI32}, {"targets", {s.batch, s.seq}, tg::DType::kI32}},
+       .device = device,
+       .precision = precision});
   std::printf("compiled in %.1f s: %lld kernels per training step\n", seconds_since(t0),
               static_cast<long long>(train.kernel_count()));
 
-  std::vector<int32_t> ids, targets;
+  std::vector<int32_t> ids, targets, my_ids, my_targets;
   auto val_loss = [&] {
     double sum = 0;
     for (int64_t i = 0; i < s.eval_batches; ++i) {
@@ -158,7 +182,13 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
   const auto t_train = std::chrono::steady_clock::now();
   for (int64_t step = 1; step <= s.steps; ++step) {
     fortunes::Corpus::windows(corpus.train, s.batch, s.seq, &rng, 0, 0, ids, targets);
-    const double loss = train.step({{"ids", ids}, {"targets", targets}});
+    const auto mine = [&](const std::vector<int32_t>& all, std::vector<int32_t>& out) {
+      const auto first = all.begin() + world.rank * rows * s.seq;
+      out.assign(first, first + rows * s.seq);
+    };
+    mine(ids, my_ids);
+    mine(targets, my_targets);
+    const double loss = train.step({{"ids", my_ids}, {"targets", my_targets}});
     smooth = step == 1 ? loss : 0.95 * smooth + 0.05 * loss;
     if (step % 10 == 0 || step == 1) train_curve.emplace_back(static_cast<double>(step), smooth);
     if (step % 50 == 0 || step == s.steps) {
@@ -169,7 +199,7 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
                   secs / static_cast<double>(step) * static_cast<double>(s.steps - step));
       std::fflush(stdout);
     }
-    if (step % s.eval_every == 0 || step == s.steps) {
+    if (lead && (step % s.eval_every == 0 || step == s.steps)) {
       const auto te = std::chrono::steady_clock::now();
       last_val = val_loss();
       eval_seconds += seconds_since(te);
@@ -181,6 +211,10 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
       "trained %lld steps in %.1f s; validation loss %.3f against the unigram baseline %.3f (%.0f%% lower)\n",
       static_cast<long long>(s.steps), seconds_since(t_train), last_val, unigram,
       100 * (1 - last_val / unigram));
+  if (!lead) {  // the files and the sample are rank 0's
+    tg::distributed::finalize();
+    return 0;
+  }
 
   const std::string checkpoint = args.get("checkpoint", s.program + ".safetensors");
   char val_text[32];
@@ -208,6 +242,7 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
   sample_text(gen, corpus.vocab, args.get("prompt", ""), tokens, sampling);
   std::printf("\n(%lld characters in %.2f s; total time %.1f s)\n", static_cast<long long>(tokens),
               seconds_since(ts), seconds_since(t0));
+  if (distributed) tg::distributed::finalize();
   const double max_val_loss = args.num("max-val-loss", -1);
   if (max_val_loss > 0 && !(last_val <= max_val_loss)) {
     std::printf("FAIL: validation loss %.3f is above the bound %.3f\n", last_val, max_val_loss);
