@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +46,23 @@ inline double rel_diff(std::span<const float> a, std::span<const float> b) {
     scale = std::max(scale, std::abs(double(b[i])));
   }
   return worst / std::max(scale, 1e-30);
+}
+
+/// n values drawn uniformly from [-1, 1) by std::mt19937(seed).
+inline std::vector<float> uniform_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+/// The largest rel_diff over the parameters of two programs of same-shaped models.
+inline double param_difference(const tg::Program& a, const tg::Program& b) {
+  double worst = 0;
+  const auto pa = a.download_params(), pb = b.download_params();
+  for (const auto& [name, t] : pa) worst = std::max(worst, rel_diff(t.f32(), pb.at(name).f32()));
+  return worst;
 }
 
 /// Greedy continuation by a full-forward program over ids [1, window] → logits [1, window,

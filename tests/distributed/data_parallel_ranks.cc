@@ -19,14 +19,6 @@
 
 namespace {
 
-std::vector<float> uniform(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
 /// Rows [r·rows/size, (r+1)·rows/size) of a row-major [rows, width] batch: this rank's share.
 template <class T>
 std::vector<T> my_rows(const std::vector<T>& all, int64_t width) {
@@ -34,13 +26,6 @@ std::vector<T> my_rows(const std::vector<T>& all, int64_t width) {
   const auto share = static_cast<int64_t>(all.size()) / width / w.size;
   const auto first = all.begin() + w.rank * share * width;
   return std::vector<T>(first, first + share * width);
-}
-
-double param_difference(const tg::Program& a, const tg::Program& b) {
-  double worst = 0;
-  const auto pa = a.download_params(), pb = b.download_params();
-  for (const auto& [name, t] : pa) worst = std::max(worst, tg::testing::rel_diff(t.f32(), pb.at(name).f32()));
-  return worst;
 }
 
 /// Whether every rank holds exactly these parameters (a hash of their bytes, gathered).
@@ -104,12 +89,13 @@ TEST_P(DataParallel, TwoRanksEqualTheWholeBatch) {
                                     [](const tg::ir::Node& n) { return n.op == tg::ir::Op::kAllReduce; });
     EXPECT_GE(sums, 2) << "the loss and at least one bucket of gradients";
     for (int step = 0; step < 20; ++step) {
-      const auto x = uniform(kBatch * 6, 100 + step), y = uniform(kBatch * 3, 200 + step);
+      const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
+                 y = tg::testing::uniform_values(kBatch * 3, 200 + step);
       const float l1 = one.step({{"x", x}, {"y", y}});
       const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
       EXPECT_NEAR(l2, l1, 1e-5 * std::fabs(l1)) << "micro " << micro << " step " << step;
     }
-    EXPECT_LT(param_difference(dp, one), 1e-5) << "micro " << micro;
+    EXPECT_LT(tg::testing::param_difference(dp, one), 1e-5) << "micro " << micro;
     EXPECT_TRUE(same_on_every_rank(dp)) << "micro " << micro;
   }
 }
@@ -195,7 +181,7 @@ TEST(DataParallelCheck, RanksWhoseParametersDivergeAreNamed) {
                                      .optimizer = tg::SGD{.lr = 0.1},
                                      .device = device(rank_devices().back()),
                                      .data_parallel = true});
-  const auto x = uniform(4 * 6, 3 + tg::distributed::world().rank);
+  const auto x = tg::testing::uniform_values(4 * 6, 3 + tg::distributed::world().rank);
   EXPECT_NO_THROW(p.step({{"x", x}}));
   if (tg::distributed::world().rank == 1) {
     auto params = p.download_params();

@@ -15,22 +15,6 @@ namespace {
 using tg::testing::all_devices;
 using tg::testing::device_test_name;
 
-std::vector<float> uniform(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-/// max |a − b| / max |b| over every parameter of two programs.
-double param_difference(const tg::Program& a, const tg::Program& b) {
-  double worst = 0;
-  const auto pa = a.download_params(), pb = b.download_params();
-  for (const auto& [name, t] : pa) worst = std::max(worst, tg::testing::rel_diff(t.f32(), pb.at(name).f32()));
-  return worst;
-}
-
 struct Mlp : tg::Module {
   tg::nn::Mlp net{*this, "net", {6, 32, 32, 3}};
 };
@@ -54,11 +38,12 @@ TEST_P(MicroBatches, FourSlicesEqualOnePassOverTheBatch) {
   };
   tg::Program a = compile(one, 1), b = compile(four, 4);
   for (int step = 0; step < 20; ++step) {
-    const auto x = uniform(kBatch * 6, 100 + step), y = uniform(kBatch * 3, 200 + step);
+    const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
+               y = tg::testing::uniform_values(kBatch * 3, 200 + step);
     const float la = a.step({{"x", x}, {"y", y}}), lb = b.step({{"x", x}, {"y", y}});
     ASSERT_NEAR(lb, la, 1e-5 * std::fabs(la)) << "step " << step;
   }
-  EXPECT_LT(param_difference(b, a), 1e-5);
+  EXPECT_LT(tg::testing::param_difference(b, a), 1e-5);
 }
 
 // Adam's first steps amplify f32 rounding in near-zero gradients, so the transformer's
@@ -116,7 +101,7 @@ TEST(MicroBatchesState, BatchNormStatisticsAdvanceOncePerSlice) {
   tg::Program one = tg::compile_train(
       b, loss(b),
       {.inputs = {{"x", {2, 2, 3, 3}}}, .optimizer = tg::SGD{.lr = 0}, .device = tg::Device::cpu()});
-  const auto x = uniform(4 * 2 * 9, 9);
+  const auto x = tg::testing::uniform_values(4 * 2 * 9, 9);
   two.step({{"x", x}});
   one.step({{"x", std::vector<float>(x.begin(), x.begin() + 36)}});
   one.step({{"x", std::vector<float>(x.begin() + 36, x.end())}});
