@@ -145,6 +145,119 @@ TEST_P(DataParallel, GptGradientsEqualTheWholeBatch) {
     }
 }
 
+/// The ops of a compiled program's graph with op `op`.
+int64_t count_ops(const tg::Program& p, tg::ir::Op op) {
+  const tg::ir::Graph& g = tg::detail::compiled_graph(p);
+  return std::count_if(g.nodes().begin(), g.nodes().end(), [&](const tg::ir::Node& n) { return n.op == op; });
+}
+
+/// ZeRO-1 over the ranks against the whole batch in one process: 20 steps of `optimizer` with
+/// clipping (its norm must be the global one over every rank's shards) on an Mlp whose weights
+/// decay and whose biases do not; with the default buckets (one per weight-decay treatment)
+/// and with small ones (several per treatment), one and two micro-batches per rank.
+void expect_sharded_equals_whole(const tg::Device& dev, const tg::Optimizer& optimizer) {
+  constexpr int64_t kBatch = 32;
+  const int64_t local = kBatch / tg::distributed::world().size;
+  for (const auto& [bucket_bytes, micro] : {std::pair<int64_t, int64_t>{int64_t{25} << 20, 1}, {1024, 2}}) {
+    Mlp whole, shared;
+    auto compile = [&](Mlp& m, int64_t rows, bool dp) {
+      return tg::compile_train(m,
+                               [&](tg::Tensor x, tg::Tensor y) {
+                                 const tg::Tensor d = m.net(x) - y;
+                                 return tg::mean(d * d);
+                               },
+                               {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
+                                .optimizer = optimizer,
+                                .clip_grad_norm = 0.5,
+                                .device = device(dev),
+                                .micro_batches = dp ? micro : 1,
+                                .data_parallel = dp,
+                                .bucket_bytes = bucket_bytes,
+                                .shard_optimizer = dp});
+    };
+    tg::Program one = compile(whole, kBatch, false), dp = compile(shared, local, true);
+    const std::string where = "bucket_bytes " + std::to_string(bucket_bytes);
+    EXPECT_GE(count_ops(dp, tg::ir::Op::kReduceScatter), 2) << where;
+    EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kAllGather)) << where;
+    EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kRankShard)) << where;
+    for (int step = 0; step < 20; ++step) {
+      const auto x = uniform(kBatch * 6, 100 + step), y = uniform(kBatch * 3, 200 + step);
+      const float l1 = one.step({{"x", x}, {"y", y}});
+      const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
+      EXPECT_NEAR(l2, l1, 1e-5 * std::fabs(l1)) << where << " step " << step;
+    }
+    EXPECT_LT(param_difference(dp, one), 1e-5) << where;
+    EXPECT_TRUE(same_on_every_rank(dp)) << where;
+  }
+}
+
+TEST_P(DataParallel, ShardedAdamWEqualsTheWholeBatch) {
+  expect_sharded_equals_whole(GetParam(), tg::AdamW{.lr = 1e-2, .weight_decay = 0.1});
+}
+
+TEST_P(DataParallel, ShardedSgdWithMomentumEqualsTheWholeBatch) {
+  expect_sharded_equals_whole(GetParam(), tg::SGD{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01});
+}
+
+// The measure: ZeRO-1 divides the optimizer state per rank by the number of ranks, up to
+// each bucket's padding to a multiple of it. With the default buckets there is one per
+// weight-decay treatment: the weights' elements and the biases', each padded.
+TEST_P(DataParallel, ShardedOptimizerStateIsOneOverTheRanks) {
+  const int64_t ranks = tg::distributed::world().size;
+  Mlp whole, shared;
+  auto compile = [&](Mlp& m, bool dp) {
+    return tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
+                             {.inputs = {{"x", {4, 6}}},
+                              .optimizer = tg::AdamW{},
+                              .device = device(GetParam()),
+                              .data_parallel = dp,
+                              .shard_optimizer = dp});
+  };
+  const tg::MemoryReport full = compile(whole, false).memory_report(),
+                         sharded = compile(shared, true).memory_report();
+  int64_t decaying = 0, others = 0;
+  for (const tg::Param* p : whole.root().parameters())
+    (p->decay() ? decaying : others) += tg::numel(p->shape());
+  ASSERT_GT(decaying, 0);
+  ASSERT_GT(others, 0);
+  const int64_t moments = 2;
+  ASSERT_EQ(full.optimizer_state % (moments * (decaying + others)), 0);
+  const int64_t element_bytes = full.optimizer_state / (moments * (decaying + others));  // 4, or 8 on ref
+  auto shard = [&](int64_t n) { return (n + ranks - 1) / ranks; };
+  EXPECT_EQ(sharded.optimizer_state, moments * element_bytes * (shard(decaying) + shard(others)));
+  EXPECT_LE(sharded.optimizer_state * ranks, full.optimizer_state + 2 * moments * element_bytes * ranks);
+  EXPECT_EQ(sharded.params, full.params);
+}
+
+// skip_nonfinite under ZeRO-1: a NaN in one rank's batch reaches only the ranks whose shard it
+// falls in, yet every rank must skip the step (or their parameters would part).
+TEST_P(DataParallel, ShardedStepsAreSkippedOnEveryRank) {
+  Mlp m;
+  tg::Program p = tg::compile_train(m,
+                                    [&](tg::Tensor x) {
+                                      const tg::Tensor y = m.net(x);
+                                      return tg::mean(y * y);
+                                    },
+                                    {.inputs = {{"x", {4, 6}}},
+                                     .optimizer = tg::AdamW{.lr = 1e-2},
+                                     .device = device(GetParam()),
+                                     .skip_nonfinite = true,
+                                     .data_parallel = true,
+                                     .shard_optimizer = true});
+  const auto before = p.download_params();
+  std::vector<float> x = uniform(24, 7);
+  if (tg::distributed::world().rank == tg::distributed::world().size - 1) x[0] = std::nanf("");
+  p.step({{"x", x}});
+  EXPECT_TRUE(p.last_step_skipped());
+  EXPECT_EQ(p.steps(), 0);
+  const auto after = p.download_params();
+  for (const auto& [name, t] : before)
+    EXPECT_EQ(tg::testing::rel_diff(after.at(name).f32(), t.f32()), 0) << name;
+  p.step({{"x", uniform(24, 8)}});
+  EXPECT_FALSE(p.last_step_skipped());
+  EXPECT_TRUE(same_on_every_rank(p));
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::ValuesIn(rank_devices()), [](const auto& info) {
   return info.param.kind == tg::Device::Kind::kCuda ? std::string("cuda")
                                                     : tg::testing::device_test_name(info.param);
@@ -167,6 +280,29 @@ TEST(DataParallelErrors, RanksCompilingDifferentStepsAreNamed) {
     what = e.what();
   }
   EXPECT_NE(what.find("rank 1 compiled a different training step than rank 0"), std::string::npos) << what;
+}
+
+TEST(DataParallelErrors, ShardOptimizerNeedsDataParallelAndAnOptimizer) {
+  Mlp m;
+  auto compile = [&](bool dp, tg::Optimizer optimizer) {
+    std::string what;
+    try {
+      tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
+                        {.inputs = {{"x", {4, 6}}},
+                         .optimizer = std::move(optimizer),
+                         .device = device(rank_devices().back()),
+                         .data_parallel = dp,
+                         .shard_optimizer = true});
+    } catch (const tg::InputError& e) {
+      what = e.what();
+    }
+    return what;
+  };
+  std::string what = compile(false, tg::AdamW{});
+  EXPECT_NE(what.find("shard_optimizer"), std::string::npos) << what;
+  EXPECT_NE(what.find("needs data_parallel = true"), std::string::npos) << what;
+  what = compile(true, tg::GradientsOnly{});
+  EXPECT_NE(what.find("tg::GradientsOnly has none"), std::string::npos) << what;
 }
 
 TEST(DataParallelErrors, RanksCompileForTheirEngine) {
