@@ -11,7 +11,10 @@
 #include <cstring>
 #include <random>
 
+#include "autograd/grad.h"
+#include "backend/backend.h"
 #include "distributed/communicator.h"
+#include "ir/api_util.h"
 #include "ir/graph.h"
 #include "tensorgrad/distributed.h"
 #include "tensorgrad/tensorgrad.h"
@@ -266,6 +269,65 @@ INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::ValuesIn(rank_devices
   return info.param.kind == tg::Device::Kind::kCuda ? std::string("cuda")
                                                     : tg::testing::device_test_name(info.param);
 });
+
+// The sharding ops on their own, and their adjoints: rank r feeds x_r[i] = 10·r + i (2·W
+// elements, W ranks). reduce_scatter gives r the sum over the ranks of part r, all_gather every
+// x_s in rank order, rank_shard part r of x_r. Gradients of the ranks' total loss
+// L = Σ_r (Σ a·reduce_scatter(x_r) + Σ b·all_gather(x_r)), a and b the same on every rank:
+// dL/dx = all_gather(a) + reduce_scatter(b) = a tiled W times + W·(part r of b).
+TEST(ShardingOps, ValuesAndAdjointsOnRefAndCpu) {
+  if (std::string(TG_DP_ENGINE) == "nccl") GTEST_SKIP() << "host backends (MPI) only";
+  const int64_t w = tg::distributed::world().size, r = tg::distributed::world().rank, n = 2 * w;
+  namespace ir = tg::ir;
+  ir::Graph g;
+  const tg::Loc loc = tg::Loc::current();
+  const tg::Tensor x = ir::named_leaf(g, ir::Op::kInput, "x", {n}, tg::DType::kF32, loc);
+  auto op = [&](ir::Op o, const tg::Tensor& t) {
+    ir::Node node = ir::make_node(o, {t.id()}, loc);
+    node.attrs.values = {static_cast<double>(w)};
+    return ir::emit(g, std::move(node));
+  };
+  std::vector<double> a(2), b(static_cast<size_t>(n * w));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 1.0 + static_cast<double>(i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.5 * static_cast<double>(i);
+  const tg::Tensor scattered = op(ir::Op::kReduceScatter, x), gathered = op(ir::Op::kAllGather, x),
+                   mine = op(ir::Op::kRankShard, x);
+  const tg::Tensor loss = tg::sum(scattered * ir::constant_on(g, a, {2}, tg::DType::kF32, loc)) +
+                          tg::sum(gathered * ir::constant_on(g, b, {n * w}, tg::DType::kF32, loc));
+  const std::vector<int32_t> wrt{x.id()};
+  const int32_t dx = tg::autograd::append_gradients(g, loss.id(), wrt)[0];
+  g.outputs = {scattered.id(), gathered.id(), mine.id(), dx};
+  std::vector<float> feed(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) feed[static_cast<size_t>(i)] = static_cast<float>(10 * r + i);
+  std::vector<float> want_scattered(2), want_gathered, want_mine(2), want_dx(static_cast<size_t>(n));
+  for (int64_t j = 0; j < 2; ++j) {
+    for (int64_t s = 0; s < w; ++s)
+      want_scattered[static_cast<size_t>(j)] += static_cast<float>(10 * s + 2 * r + j);
+    want_mine[static_cast<size_t>(j)] = static_cast<float>(10 * r + 2 * r + j);
+  }
+  for (int64_t s = 0; s < w; ++s)
+    for (int64_t i = 0; i < n; ++i) want_gathered.push_back(static_cast<float>(10 * s + i));
+  for (int64_t i = 0; i < n; ++i)
+    want_dx[static_cast<size_t>(i)] = static_cast<float>(
+        a[static_cast<size_t>(i % 2)] + static_cast<double>(w) * b[static_cast<size_t>(r * n + i)]);
+  for (auto make : {tg::backend::make_ref_backend, tg::backend::make_cpu_backend}) {
+    const std::unique_ptr<tg::backend::Backend> be = make();
+    tg::backend::PrepareOptions options;
+    options.communicator = tg::dist::world();
+    const std::unique_ptr<tg::backend::Executable> exe = be->prepare(g, {}, options);
+    exe->set_input(x.id(), feed.data());
+    exe->execute();
+    auto read = [&](int32_t id) {
+      std::vector<float> v(static_cast<size_t>(g.node(id).numel()));
+      exe->read_output(id, v.data());
+      return v;
+    };
+    EXPECT_EQ(read(scattered.id()), want_scattered) << be->name();
+    EXPECT_EQ(read(gathered.id()), want_gathered) << be->name();
+    EXPECT_EQ(read(mine.id()), want_mine) << be->name();
+    EXPECT_EQ(read(dx), want_dx) << be->name();
+  }
+}
 
 // Ranks that compile different programs would wait for each other forever in mismatched
 // collectives: compile_train compares the graphs and names the rank that differs.
