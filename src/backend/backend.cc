@@ -20,10 +20,10 @@ void require_supported(const Backend& backend, const ir::Graph& graph) {
 void require_communicator(const ir::Graph& graph, const dist::Communicator* comm, const char* backend) {
   for (int32_t id = 0; comm == nullptr && id < graph.size(); ++id)
     if (ir::is_collective(graph.node(id).op))
-      throw Error(std::string("[") + backend + "] " + ir::op_name(graph.node(id).op) + " %" +
-                  std::to_string(id) +
-                  " needs a communicator (PrepareOptions::communicator): collectives run over the ranks of "
-                  "one");
+      throw Error(
+          std::string("[") + backend + "] " + ir::op_name(graph.node(id).op) + " %" + std::to_string(id) +
+          " needs a communicator (PrepareOptions::communicator): collectives run over the ranks of one "
+          "communicator");
   // The sharding ops were built for a world of attrs.values[0] ranks.
   for (int32_t id = 0; comm != nullptr && id < graph.size(); ++id) {
     const ir::Node& n = graph.node(id);
