@@ -166,6 +166,19 @@ struct TrainOptions {
   /// that the ranks' graphs agree). In a world of one it changes nothing.
   bool data_parallel = false;
   int64_t bucket_bytes = int64_t{25} << 20;
+  /// ZeRO-1, with data_parallel (an InputError without it, or with tg::GradientsOnly, which has
+  /// no state to shard): each rank keeps and updates only its 1/ranks part of the optimizer
+  /// state. Per bucket of gradients (about bucket_bytes, never mixing parameters with and
+  /// without weight decay), a reduce-scatter gives each rank its part of the mean gradient, the
+  /// rank updates that part of the parameters with moments of that part's size, and an
+  /// all-gather brings every rank all the new parameters (bitwise equal on every rank). Same
+  /// bytes sent as plain data parallelism; memory_report().optimizer_state is 1/ranks of the
+  /// unsharded figure, up to each bucket's padding to a multiple of the ranks. The update
+  /// equals the unsharded one up to rounding; clipping and skip_nonfinite see every rank's
+  /// part. Under it, the optimizer state (training_state(): "adam.m.zero.<bucket>", …) is this
+  /// rank's own, so each rank saves and restores its own, and a step's "grad/<param>" captures
+  /// are this rank's gradients before the reduction. In a world of one it changes nothing.
+  bool shard_optimizer = false;
 };
 
 struct ForwardOptions {

@@ -255,6 +255,18 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
         if (douts[i].valid()) out[i] = ir::result(graph, sums, static_cast<int64_t>(k++), loc);
       return out;
     }
+    case Op::kReduceScatter: case Op::kAllGather: {
+      // Each is the other's adjoint: rank s's x reaches every rank's y (reduce_scatter: summed
+      // into the owner's part; all_gather: copied to part s everywhere), so dL/dx on rank s
+      // gathers (reduce_scatter) or sums over the ranks (all_gather) the cotangents of those parts.
+      const Op other = n.op == Op::kReduceScatter ? Op::kAllGather : Op::kReduceScatter;
+      ir::Node adj = ir::make_node(other, {g.id()}, loc);
+      adj.attrs.values = n.attrs.values;
+      return {ir::emit(graph, std::move(adj))};
+    }
+    case Op::kRankShard:
+      throw Error("[grad] rank_shard %" + std::to_string(id) + " has no gradient: it only cuts "
+                  "parameters for a sharded optimizer update, after the backward");
     case Op::kAttention: {
       // One primitive gives dq, dk and dv, reading the forward's output and what it saved.
       const int32_t out = ir::result(graph, id, 0, loc).id(), saved = ir::result(graph, id, 1, loc).id();

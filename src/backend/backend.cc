@@ -1,6 +1,7 @@
 // What every backend shares (see backend.h).
 #include "backend/backend.h"
 
+#include "distributed/communicator.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend {
@@ -17,12 +18,21 @@ void require_supported(const Backend& backend, const ir::Graph& graph) {
 }
 
 void require_communicator(const ir::Graph& graph, const dist::Communicator* comm, const char* backend) {
-  if (comm != nullptr) return;
-  for (int32_t id = 0; id < graph.size(); ++id)
-    if (graph.node(id).op == ir::Op::kAllReduce)
+  for (int32_t id = 0; comm == nullptr && id < graph.size(); ++id)
+    if (ir::is_collective(graph.node(id).op))
       throw Error(
-          std::string("[") + backend + "] all_reduce %" + std::to_string(id) +
-          " needs a communicator (PrepareOptions::communicator): collectives sum over the ranks of one");
+          std::string("[") + backend + "] " + ir::op_name(graph.node(id).op) + " %" + std::to_string(id) +
+          " needs a communicator (PrepareOptions::communicator): collectives run over the ranks of one "
+          "communicator");
+  // The sharding ops were built for a world of attrs.values[0] ranks.
+  for (int32_t id = 0; comm != nullptr && id < graph.size(); ++id) {
+    const ir::Node& n = graph.node(id);
+    if (ir::is_collective(n.op) && n.op != ir::Op::kAllReduce &&
+        static_cast<int64_t>(n.attrs.values.at(0)) != comm->size())
+      throw Error(std::string("[") + backend + "] " + ir::op_name(n.op) + " %" + std::to_string(id) +
+                  " shards over " + std::to_string(static_cast<int64_t>(n.attrs.values.at(0))) +
+                  " ranks, but the communicator has " + std::to_string(comm->size()));
+  }
 }
 
 }  // namespace tg::backend

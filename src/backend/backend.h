@@ -44,7 +44,7 @@ struct PrepareOptions {
   bool reuse_memory = true;  // buffers share arena space when their lifetimes do not overlap
   bool tf32 = false;         // f32 matrix products may round their inputs to TF32 (cuda)
   bool tf32x3 = false;       // large f32 products as three TF32 products (cuda; Precision::kTf32x3)
-  /// The ranks that the graph's collectives (all_reduce) sum over; required when it has any.
+  /// The ranks that the graph's collectives (ir::is_collective) run over; required when it has any.
   dist::Communicator* communicator = nullptr;
 };
 
@@ -107,7 +107,8 @@ class Backend {
 /// Throws tg::Error naming the first op of `graph` that `backend` has no kernel for (and the
 /// backend): programs fail at compile time, before any kernel is built.
 void require_supported(const Backend& backend, const ir::Graph& graph);
-/// Throws tg::Error when `graph` has a collective (all_reduce) and `comm` is null.
+/// Throws tg::Error when `graph` has a collective (ir::is_collective) and `comm` is null, or
+/// a sharding op (reduce_scatter, all_gather, rank_shard) built for another number of ranks.
 void require_communicator(const ir::Graph& graph, const dist::Communicator* comm, const char* backend);
 
 std::unique_ptr<Backend> make_ref_backend();

@@ -30,6 +30,15 @@ class Communicator {
   /// all_reduce_host over doubles (which DType does not name): the reference backend computes
   /// in double. The default throws tg::Error (NCCL).
   virtual void all_reduce_host_f64(const double* send, double* recv, int64_t count);
+  /// recv (count elements) = rank r's part of the sum of every rank's send (count · size
+  /// elements): elements [r·count, (r+1)·count). f32 (reduce_scatter_host) or double (_f64, for
+  /// the reference backend); send and recv must not overlap. The defaults throw tg::Error (NCCL).
+  virtual void reduce_scatter_host(const float* send, float* recv, int64_t count);
+  virtual void reduce_scatter_host_f64(const double* send, double* recv, int64_t count);
+  /// recv (count · size elements) = every rank's send (count elements) in rank order; f32 or
+  /// double; send and recv must not overlap. The defaults throw tg::Error (NCCL).
+  virtual void all_gather_host(const float* send, float* recv, int64_t count);
+  virtual void all_gather_host_f64(const double* send, double* recv, int64_t count);
 
   // ---- Device memory, enqueued on `stream` (a CUstream; NCCL; MPI throws tg::Error). ----
   /// recv[i] = Σ over ranks of send[i]; f32 or bf16; send == recv is in place.

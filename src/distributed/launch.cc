@@ -56,6 +56,19 @@ void Communicator::all_reduce_host_f64(const double*, double*, int64_t) {
   throw Error(std::string("[distributed] the ") + name() + " engine does not reduce f64 in host memory");
 }
 
+void Communicator::reduce_scatter_host(const float*, float*, int64_t) {
+  throw Error(std::string("[distributed] the ") + name() + " engine does not reduce-scatter host memory");
+}
+void Communicator::reduce_scatter_host_f64(const double*, double*, int64_t) {
+  throw Error(std::string("[distributed] the ") + name() + " engine does not reduce-scatter host memory");
+}
+void Communicator::all_gather_host(const float*, float*, int64_t) {
+  throw Error(std::string("[distributed] the ") + name() + " engine does not all-gather host memory");
+}
+void Communicator::all_gather_host_f64(const double*, double*, int64_t) {
+  throw Error(std::string("[distributed] the ") + name() + " engine does not all-gather host memory");
+}
+
 LaunchEnv read_launch_env() {
   LaunchEnv e;
   const bool torchrun = env::is_set(Switch::kRank) || env::is_set(Switch::kWorldSize) ||

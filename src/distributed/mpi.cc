@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+#include <vector>
 #endif
 
 namespace tg::dist {
@@ -63,6 +65,19 @@ class MpiCommunicator final : public Communicator {
     reduce(send, recv, count, MPI_DOUBLE, 8);
   }
 
+  void reduce_scatter_host(const float* send, float* recv, int64_t count) override {
+    reduce_scatter(send, recv, count, MPI_FLOAT, 4);
+  }
+  void reduce_scatter_host_f64(const double* send, double* recv, int64_t count) override {
+    reduce_scatter(send, recv, count, MPI_DOUBLE, 8);
+  }
+  void all_gather_host(const float* send, float* recv, int64_t count) override {
+    all_gather(send, recv, count, MPI_FLOAT, 4);
+  }
+  void all_gather_host_f64(const double* send, double* recv, int64_t count) override {
+    all_gather(send, recv, count, MPI_DOUBLE, 8);
+  }
+
   void all_reduce_device(const void*, void*, int64_t, DType, void*) override {
     device_only("all_reduce_device");
   }
@@ -93,6 +108,52 @@ class MpiCommunicator final : public Communicator {
       void* dst = static_cast<char*>(recv) + offset;
       const void* src = in_place ? MPI_IN_PLACE : static_cast<const char*>(send) + offset;
       check(MPI_Allreduce(src, dst, static_cast<int>(n), type, MPI_SUM, comm_), "MPI_Allreduce");
+      done += n;
+    }
+  }
+  /// MPI_Reduce_scatter_block in chunks of at most INT_MAX elements per rank: chunk c of this
+  /// rank's part is the sum of chunk c of every rank's part, so the chunks are sent through a
+  /// staging copy that lays chunk c of every part side by side.
+  void reduce_scatter(const void* send, void* recv, int64_t count, MPI_Datatype type, int64_t element_bytes) {
+    if (count < 0) throw Error("[distributed] reduce_scatter_host of " + std::to_string(count) + " elements");
+    if (count <= INT_MAX) {
+      check(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), type, MPI_SUM, comm_),
+            "MPI_Reduce_scatter_block");
+      return;
+    }
+    std::vector<char> staging;
+    for (int64_t done = 0; done < count;) {
+      const int64_t n = std::min<int64_t>(count - done, INT_MAX);
+      staging.resize(static_cast<size_t>(n * element_bytes * size()));
+      for (int r = 0; r < size(); ++r)
+        std::memcpy(staging.data() + r * n * element_bytes,
+                    static_cast<const char*>(send) + (r * count + done) * element_bytes,
+                    static_cast<size_t>(n * element_bytes));
+      check(MPI_Reduce_scatter_block(staging.data(), static_cast<char*>(recv) + done * element_bytes,
+                                     static_cast<int>(n), type, MPI_SUM, comm_),
+            "MPI_Reduce_scatter_block");
+      done += n;
+    }
+  }
+  /// MPI_Allgather in chunks of at most INT_MAX elements per rank, each gathered into a staging
+  /// buffer and copied to its place in every rank's part of recv.
+  void all_gather(const void* send, void* recv, int64_t count, MPI_Datatype type, int64_t element_bytes) {
+    if (count < 0) throw Error("[distributed] all_gather_host of " + std::to_string(count) + " elements");
+    if (count <= INT_MAX) {
+      check(MPI_Allgather(send, static_cast<int>(count), type, recv, static_cast<int>(count), type, comm_),
+            "MPI_Allgather");
+      return;
+    }
+    std::vector<char> staging;
+    for (int64_t done = 0; done < count;) {
+      const int64_t n = std::min<int64_t>(count - done, INT_MAX);
+      staging.resize(static_cast<size_t>(n * element_bytes * size()));
+      check(MPI_Allgather(static_cast<const char*>(send) + done * element_bytes, static_cast<int>(n), type,
+                          staging.data(), static_cast<int>(n), type, comm_),
+            "MPI_Allgather");
+      for (int r = 0; r < size(); ++r)
+        std::memcpy(static_cast<char*>(recv) + (r * count + done) * element_bytes,
+                    staging.data() + r * n * element_bytes, static_cast<size_t>(n * element_bytes));
       done += n;
     }
   }

@@ -39,6 +39,11 @@ struct OpInfo {
 const OpInfo& op_info(Op op);
 inline const char* op_name(Op op) { return op_info(op).name; }
 bool dtype_allowed(DTypes allowed, DType t);
+/// The ops whose values depend on this process's rank in a data-parallel world (ops.def's
+/// last section): a backend runs them through its communicator, and no pass may fold them.
+inline bool is_collective(Op op) {
+  return op == Op::kAllReduce || op == Op::kReduceScatter || op == Op::kAllGather || op == Op::kRankShard;
+}
 
 /// A sliding window over the last two axes [H, W] of an NCHW tensor (conv2d and the pools):
 /// output extent OH = ⌊(H + 2·ph − dh·(kh − 1) − 1) / sh⌋ + 1 (likewise OW), as PyTorch's.

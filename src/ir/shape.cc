@@ -378,6 +378,19 @@ void infer(const Graph& g, Node& n) {
       set_multi_output(n);
       return;
     }
+    case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard: {
+      if (n.attrs.values.size() != 1 || !(n.attrs.values[0] >= 1) ||
+          n.attrs.values[0] != static_cast<double>(static_cast<int64_t>(n.attrs.values[0])))
+        fail(g, n, "needs {world}, a whole number of ranks >= 1");
+      const auto world = static_cast<int64_t>(n.attrs.values[0]);
+      if (in(0).dtype != DType::kF32 || in(0).shape.size() != 1) fail(g, n, "the operand must be f32 [N]");
+      const int64_t len = in(0).shape[0];
+      if (n.op != Op::kAllGather && len % world != 0)
+        fail(g, n, "the operand's length must be a multiple of world (" + std::to_string(world) + ")");
+      n.shape = {n.op == Op::kAllGather ? len * world : len / world};
+      n.dtype = DType::kF32;
+      return;
+    }
     case Op::kAttentionAt: {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;

@@ -30,16 +30,20 @@ void write(Graph& g, const Tensor& target, const Tensor& value) {
 }
 
 /// torch.nn.utils.clip_grad_norm_: total = ‖(‖g₁‖, …, ‖gₙ‖)‖₂; every g *= min(max/(total+1e-6), 1).
-std::vector<Tensor> clip(Graph& g, const std::vector<Tensor>& grads, double max_norm) {
+/// ranks > 1: the grads are this rank's shards, and the squares are summed over the ranks.
+std::vector<Tensor> clip(Graph& g, const std::vector<Tensor>& grads, double max_norm, int ranks) {
   Tensor sumsq;
   for (const Tensor& d : grads) {
     Tensor s = sum(d * d);
     sumsq = sumsq.valid() ? sumsq + s : s;
   }
+  if (ranks > 1) {
+    const int32_t sums = ir::emit(g, ir::make_node(ir::Op::kAllReduce, {sumsq.id()}, Loc::current())).id();
+    sumsq = ir::result(g, sums, 0, Loc::current());
+  }
   Tensor coef = minimum(max_norm / (sqrt(sumsq) + 1e-6), 1.0);
   std::vector<Tensor> out;
   for (const Tensor& d : grads) out.push_back(d * coef);
-  (void)g;
   return out;
 }
 
@@ -88,8 +92,18 @@ void validate(const Optimizer& optimizer, std::optional<double> clip_grad_norm) 
 
 }  // namespace
 
+bool decays(const Optimizer& optimizer, const ParamGrad& p) {
+  if (const auto* sgd = std::get_if<SGD>(&optimizer)) return sgd->weight_decay != 0 && p.decay;
+  if (const auto* adam = std::get_if<Adam>(&optimizer)) return adam->weight_decay != 0 && p.decay;
+  if (const auto* adamw = std::get_if<AdamW>(&optimizer)) {
+    if (adamw->weight_decay == 0) return false;
+    return adamw->decay_filter && !p.decay_decided ? adamw->decay_filter(p.name) : p.decay;
+  }
+  return false;  // GradientsOnly
+}
+
 UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Optimizer& optimizer,
-                         std::optional<double> clip_grad_norm) {
+                         std::optional<double> clip_grad_norm, int ranks) {
   validate(optimizer, clip_grad_norm);
   UpdatePlan plan;
   if (std::holds_alternative<GradientsOnly>(optimizer)) {
@@ -103,7 +117,7 @@ UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Opti
   for (const ParamGrad& p : params) grads.emplace_back(&g, p.grad);
   if (clip_grad_norm) {
     if (*clip_grad_norm <= 0) throw Error("[compile_train] clip_grad_norm must be positive");
-    if (!grads.empty()) grads = clip(g, grads, *clip_grad_norm);
+    if (!grads.empty()) grads = clip(g, grads, *clip_grad_norm, ranks);
   }
 
   if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
@@ -117,7 +131,7 @@ UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Opti
     for (size_t i = 0; i < params.size(); ++i) {
       Tensor p(&g, params[i].param);
       Tensor d = grads[i];
-      if (sgd->weight_decay != 0 && params[i].decay) d = d + p * sgd->weight_decay;
+      if (decays(optimizer, params[i])) d = d + p * sgd->weight_decay;
       if (sgd->momentum != 0) {
         Tensor buf = state(g, "sgd.momentum." + params[i].name, p.shape());
         Tensor new_buf = buf * keep + d * gain;
@@ -137,23 +151,21 @@ UpdatePlan append_update(Graph& g, std::span<const ParamGrad> params, const Opti
                                   std::get<AdamW>(optimizer).beta2, std::get<AdamW>(optimizer).eps,
                                   std::get<AdamW>(optimizer).weight_decay}
                            : std::get<Adam>(optimizer);
-  const auto* filter = decoupled ? &std::get<AdamW>(optimizer).decay_filter : nullptr;
   Tensor step_size = scalar_input(g, plan, "step_size");                         // lr / (1-β1ᵗ)
   Tensor bc2_sqrt = scalar_input(g, plan, "bias_correction2_sqrt");              // √(1-β2ᵗ)
   Tensor shrink = decoupled ? scalar_input(g, plan, "decay_shrink") : Tensor();  // 1 - lr·wd
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor p(&g, params[i].param);
     Tensor d = grads[i];
-    const bool decays =
-        a.weight_decay != 0 && (filter != nullptr && *filter ? (*filter)(params[i].name) : params[i].decay);
-    if (!decoupled && decays) d = d + p * a.weight_decay;
+    const bool decay = decays(optimizer, params[i]);
+    if (!decoupled && decay) d = d + p * a.weight_decay;
     Tensor m = state(g, "adam.m." + params[i].name, p.shape());
     Tensor v = state(g, "adam.v." + params[i].name, p.shape());
     Tensor new_m = m * a.beta1 + d * (1.0 - a.beta1);
     Tensor new_v = v * a.beta2 + d * d * (1.0 - a.beta2);
     write(g, m, new_m);
     write(g, v, new_v);
-    Tensor base = decoupled && decays ? p * shrink : p;
+    Tensor base = decoupled && decay ? p * shrink : p;
     write(g, p, base - step_size * new_m / (sqrt(new_v) / bc2_sqrt + a.eps));
   }
   return plan;

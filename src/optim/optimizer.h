@@ -15,9 +15,11 @@ namespace tg::optim {
 
 struct ParamGrad {
   std::string name;
-  int32_t param;  // kParam leaf
+  int32_t param;  // kParam leaf (a ZeRO shard: this rank's part of several, see append_sharded_update)
   int32_t grad;   // dL/dparam
   bool decay;     // the parameter's own weight-decay flag
+  /// `decay` is already decided (a ZeRO shard, named "zero.<i>"): AdamW::decay_filter is not asked.
+  bool decay_decided = false;
 };
 
 /// The scalar inputs the update reads, in the order hyper_values() returns them.
@@ -26,8 +28,32 @@ struct UpdatePlan {
   std::vector<int32_t> hyper_nodes;
 };
 
+/// `ranks` > 1: the params are this rank's shards of the whole (ZeRO-1), so the clipping norm
+/// sums the squares over the ranks (an all_reduce) before it is taken.
 UpdatePlan append_update(ir::Graph& graph, std::span<const ParamGrad> params, const Optimizer& optimizer,
-                         std::optional<double> clip_grad_norm);
+                         std::optional<double> clip_grad_norm, int ranks = 1);
+
+/// Whether the optimizer applies weight decay to `p`: its weight_decay is nonzero and the
+/// parameter's flag (or AdamW::decay_filter, when set and the flag is not decided) says so.
+bool decays(const Optimizer& optimizer, const ParamGrad& p);
+
+/// ZeRO-1 over `ranks` processes: the update of `params` (whose gradients are this rank's own,
+/// not yet reduced) with the optimizer state sharded, each rank keeping 1/ranks of it.
+/// Parameters are packed, in the order the backward produces their gradients, into buckets of
+/// about `bucket_bytes` that never mix parameters with and without weight decay. Per bucket:
+/// the flat gradients (zero-padded to a multiple of `ranks`) → reduce_scatter → × 1/ranks is
+/// this rank's part of the mean gradient; rank_shard of the flat parameters is its part of the
+/// parameters; append_update updates that shard ("zero.<bucket>", so its moments have the
+/// shard's size); the new shard → all_gather → each parameter's slice is written back. Every
+/// rank computes a distinct part of each parameter and gathers the same values, so the ranks'
+/// parameters stay bitwise equal. Returns the plan and the shards' ParamGrads.
+struct ShardedUpdate {
+  UpdatePlan plan;
+  std::vector<ParamGrad> shards;
+};
+ShardedUpdate append_sharded_update(ir::Graph& graph, std::span<const ParamGrad> params,
+                                    const Optimizer& optimizer, std::optional<double> clip_grad_norm,
+                                    int ranks, int64_t bucket_bytes);
 
 /// Data parallelism: each gradient (node ids, -1 for none) replaced by its mean over `ranks`
 /// processes. Gradients are taken in the order the backward produces them (node order) and

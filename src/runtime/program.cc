@@ -242,6 +242,14 @@ void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api
 
 /// The communicator a data-parallel program sums over (nullptr: one rank, no collectives).
 dist::Communicator* data_parallel_communicator(const TrainOptions& options) {
+  if (options.shard_optimizer && !options.data_parallel)
+    throw InputError(
+        "[compile_train] shard_optimizer shards the optimizer state over data-parallel ranks: it needs "
+        "data_parallel = true");
+  if (options.shard_optimizer && std::holds_alternative<GradientsOnly>(options.optimizer))
+    throw InputError(
+        "[compile_train] shard_optimizer shards the optimizer state, and tg::GradientsOnly has none: "
+        "leave shard_optimizer off (data_parallel alone averages the gradients)");
   if (!options.data_parallel) return nullptr;
   if (!distributed::initialized())
     throw Error("[compile_train] data_parallel needs tg::distributed::init() first (it joins the ranks)");
@@ -349,20 +357,29 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     auto it = grad_of.find(node);
     grads.push_back(it == grad_of.end() ? -1 : it->second);
   }
-  if (s->comm != nullptr) {
+  // ZeRO-1 reduces the gradients bucket by bucket inside append_sharded_update instead.
+  const bool sharded = s->comm != nullptr && options.shard_optimizer;
+  if (s->comm != nullptr && !sharded) {
     t.graph.stage = ir::Stage::kBackward;
     grads = optim::average_over_ranks(t.graph, grads, s->comm->size(), options.bucket_bytes);
   }
   std::vector<optim::ParamGrad> pg;
   for (size_t i = 0; i < t.params.size(); ++i) {
     if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
-    pg.push_back(
-        {t.params[i].first, t.params[i].second, grads[i], s->store->infos.at(t.params[i].first).decay});
+    pg.push_back({t.params[i].first, t.params[i].second, grads[i],
+                  s->store->infos.at(t.params[i].first).decay, false});
     t.captures.emplace_back("grad/" + t.params[i].first, grads[i]);
     if (std::holds_alternative<GradientsOnly>(options.optimizer)) s->kept.push_back(grads[i]);
   }
   t.graph.stage = ir::Stage::kOptimizer;
-  s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
+  if (sharded) {
+    optim::ShardedUpdate z = optim::append_sharded_update(
+        t.graph, pg, options.optimizer, options.clip_grad_norm, s->comm->size(), options.bucket_bytes);
+    s->plan = std::move(z.plan);
+    pg = std::move(z.shards);  // the gradients the update reads: this rank's parts of the mean
+  } else {
+    s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
+  }
   if (options.skip_nonfinite && !t.graph.updates.empty()) {
     // Σ sum(g·0) over every gradient is exactly 0 unless some element is NaN or ±inf; each
     // update then keeps its target's value when it is not.
@@ -371,6 +388,10 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     for (const optim::ParamGrad& p : pg) {
       const Tensor z = sum(Tensor(&t.graph, p.grad) * 0.0, {}, false, loc);
       acc = acc.valid() ? acc + z : z;
+    }
+    if (sharded) {  // each rank saw its part only: every rank must skip, or none
+      const int32_t sums = ir::emit(t.graph, ir::make_node(ir::Op::kAllReduce, {acc.id()}, loc)).id();
+      acc = ir::result(t.graph, sums, 0, loc);
     }
     const Tensor ok = eq(acc, 0.0, loc);
     for (ir::Graph::Update& u : t.graph.updates) {

@@ -11,7 +11,10 @@
 #include <cstring>
 #include <random>
 
+#include "autograd/grad.h"
+#include "backend/backend.h"
 #include "distributed/communicator.h"
+#include "ir/api_util.h"
 #include "ir/graph.h"
 #include "tensorgrad/distributed.h"
 #include "tensorgrad/tensorgrad.h"
@@ -131,10 +134,186 @@ TEST_P(DataParallel, GptGradientsEqualTheWholeBatch) {
     }
 }
 
+/// The ops of a compiled program's graph with op `op`.
+int64_t count_ops(const tg::Program& p, tg::ir::Op op) {
+  const tg::ir::Graph& g = tg::detail::compiled_graph(p);
+  return std::count_if(g.nodes().begin(), g.nodes().end(), [&](const tg::ir::Node& n) { return n.op == op; });
+}
+
+/// ZeRO-1 over the ranks against the whole batch in one process: 20 steps of `optimizer` with
+/// clipping (its norm must be the global one over every rank's shards) on an Mlp whose weights
+/// decay and whose biases do not; with the default buckets (one per weight-decay treatment)
+/// and with small ones (several per treatment), one and two micro-batches per rank.
+void expect_sharded_equals_whole(const tg::Device& dev, const tg::Optimizer& optimizer) {
+  constexpr int64_t kBatch = 32;
+  const int64_t local = kBatch / tg::distributed::world().size;
+  for (const auto& [bucket_bytes, micro] : {std::pair<int64_t, int64_t>{int64_t{25} << 20, 1}, {1024, 2}}) {
+    Mlp whole, shared;
+    auto compile = [&](Mlp& m, int64_t rows, bool dp) {
+      return tg::compile_train(
+          m,
+          [&](tg::Tensor x, tg::Tensor y) {
+            const tg::Tensor d = m.net(x) - y;
+            return tg::mean(d * d);
+          },
+          {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
+           .optimizer = optimizer,
+           .clip_grad_norm = 0.05,  // below the gradients' norm: clipping acts every step
+           .device = device(dev),
+           .micro_batches = dp ? micro : 1,
+           .data_parallel = dp,
+           .bucket_bytes = bucket_bytes,
+           .shard_optimizer = dp});
+    };
+    tg::Program one = compile(whole, kBatch, false), dp = compile(shared, local, true);
+    const std::string where = "bucket_bytes " + std::to_string(bucket_bytes);
+    EXPECT_GE(count_ops(dp, tg::ir::Op::kReduceScatter), 2) << where;
+    EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kAllGather)) << where;
+    EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kRankShard)) << where;
+    for (int step = 0; step < 20; ++step) {
+      const auto x = uniform(kBatch * 6, 100 + step), y = uniform(kBatch * 3, 200 + step);
+      const float l1 = one.step({{"x", x}, {"y", y}});
+      const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
+      EXPECT_NEAR(l2, l1, 1e-5 * std::fabs(l1)) << where << " step " << step;
+    }
+    EXPECT_LT(param_difference(dp, one), 1e-5) << where;
+    EXPECT_TRUE(same_on_every_rank(dp)) << where;
+  }
+}
+
+TEST_P(DataParallel, ShardedAdamWEqualsTheWholeBatch) {
+  expect_sharded_equals_whole(GetParam(), tg::AdamW{.lr = 1e-2, .weight_decay = 0.1});
+}
+
+TEST_P(DataParallel, ShardedSgdWithMomentumEqualsTheWholeBatch) {
+  expect_sharded_equals_whole(GetParam(), tg::SGD{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01});
+}
+
+// The measure: ZeRO-1 divides the optimizer state per rank by the number of ranks, up to
+// each bucket's padding to a multiple of it. With the default buckets there is one per
+// weight-decay treatment: the weights' elements and the biases', each padded.
+TEST_P(DataParallel, ShardedOptimizerStateIsOneOverTheRanks) {
+  const int64_t ranks = tg::distributed::world().size;
+  Mlp whole, shared;
+  auto compile = [&](Mlp& m, bool dp) {
+    return tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
+                             {.inputs = {{"x", {4, 6}}},
+                              .optimizer = tg::AdamW{},
+                              .device = device(GetParam()),
+                              .data_parallel = dp,
+                              .shard_optimizer = dp});
+  };
+  const tg::MemoryReport full = compile(whole, false).memory_report(),
+                         sharded = compile(shared, true).memory_report();
+  int64_t decaying = 0, others = 0;
+  for (const tg::Param* p : whole.root().parameters())
+    (p->decay() ? decaying : others) += tg::numel(p->shape());
+  ASSERT_GT(decaying, 0);
+  ASSERT_GT(others, 0);
+  const int64_t moments = 2;
+  ASSERT_EQ(full.optimizer_state % (moments * (decaying + others)), 0);
+  const int64_t element_bytes = full.optimizer_state / (moments * (decaying + others));  // 4, or 8 on ref
+  auto shard = [&](int64_t n) { return (n + ranks - 1) / ranks; };
+  EXPECT_EQ(sharded.optimizer_state, moments * element_bytes * (shard(decaying) + shard(others)));
+  EXPECT_LE(sharded.optimizer_state * ranks, full.optimizer_state + 2 * moments * element_bytes * ranks);
+  EXPECT_EQ(sharded.params, full.params);
+}
+
+// skip_nonfinite under ZeRO-1: a NaN reaches only the shard it falls in, yet every rank must
+// skip the step (or their parameters would part). Two independent vectors of one bucket, one
+// per rank's shard (two ranks): a NaN in the input of the last rank's loss poisons the
+// gradient of `b` only.
+TEST_P(DataParallel, ShardedStepsAreSkippedOnEveryRank) {
+  struct Pair : tg::Module {
+    tg::Param a{*this, "a", {8}, tg::init::ones()};
+    tg::Param b{*this, "b", {8}, tg::init::ones()};
+  } m;
+  tg::Program p = tg::compile_train(
+      m, [&](tg::Tensor x, tg::Tensor y) { return tg::sum(m.a * x * x) + tg::sum(m.b * y * y); },
+      {.inputs = {{"x", {8}}, {"y", {8}}},
+       .optimizer = tg::AdamW{.lr = 1e-2},
+       .device = device(GetParam()),
+       .skip_nonfinite = true,
+       .data_parallel = true,
+       .shard_optimizer = true});
+  const auto before = p.download_params();
+  std::vector<float> x = uniform(8, 7), y = uniform(8, 8);
+  if (tg::distributed::world().rank == tg::distributed::world().size - 1) y[3] = std::nanf("");
+  p.step({{"x", x}, {"y", y}});
+  EXPECT_TRUE(p.last_step_skipped());
+  EXPECT_EQ(p.steps(), 0);
+  const auto after = p.download_params();
+  for (const auto& [name, t] : before)
+    EXPECT_EQ(std::memcmp(after.at(name).data(), t.data(), static_cast<size_t>(t.numel()) * sizeof(float)), 0)
+        << name;
+  p.step({{"x", x}, {"y", uniform(8, 9)}});
+  EXPECT_FALSE(p.last_step_skipped());
+  EXPECT_TRUE(same_on_every_rank(p));
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, DataParallel, ::testing::ValuesIn(rank_devices()), [](const auto& info) {
   return info.param.kind == tg::Device::Kind::kCuda ? std::string("cuda")
                                                     : tg::testing::device_test_name(info.param);
 });
+
+// The sharding ops on their own, and their adjoints: rank r feeds x_r[i] = 10·r + i (2·W
+// elements, W ranks). reduce_scatter gives r the sum over the ranks of part r, all_gather every
+// x_s in rank order, rank_shard part r of x_r. Gradients of the ranks' total loss
+// L = Σ_r (Σ a·reduce_scatter(x_r) + Σ b·all_gather(x_r)), a and b the same on every rank:
+// dL/dx = all_gather(a) + reduce_scatter(b) = a tiled W times + W·(part r of b).
+TEST(ShardingOps, ValuesAndAdjointsOnRefAndCpu) {
+  if (std::string(TG_DP_ENGINE) == "nccl") GTEST_SKIP() << "host backends (MPI) only";
+  const int64_t w = tg::distributed::world().size, r = tg::distributed::world().rank, n = 2 * w;
+  namespace ir = tg::ir;
+  ir::Graph g;
+  const tg::Loc loc = tg::Loc::current();
+  const tg::Tensor x = ir::named_leaf(g, ir::Op::kInput, "x", {n}, tg::DType::kF32, loc);
+  auto op = [&](ir::Op o, const tg::Tensor& t) {
+    ir::Node node = ir::make_node(o, {t.id()}, loc);
+    node.attrs.values = {static_cast<double>(w)};
+    return ir::emit(g, std::move(node));
+  };
+  std::vector<double> a(2), b(static_cast<size_t>(n * w));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 1.0 + static_cast<double>(i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.5 * static_cast<double>(i);
+  const tg::Tensor scattered = op(ir::Op::kReduceScatter, x), gathered = op(ir::Op::kAllGather, x),
+                   mine = op(ir::Op::kRankShard, x);
+  const tg::Tensor loss = tg::sum(scattered * ir::constant_on(g, a, {2}, tg::DType::kF32, loc)) +
+                          tg::sum(gathered * ir::constant_on(g, b, {n * w}, tg::DType::kF32, loc));
+  const std::vector<int32_t> wrt{x.id()};
+  const int32_t dx = tg::autograd::append_gradients(g, loss.id(), wrt)[0];
+  g.outputs = {scattered.id(), gathered.id(), mine.id(), dx};
+  std::vector<float> feed(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) feed[static_cast<size_t>(i)] = static_cast<float>(10 * r + i);
+  std::vector<float> want_scattered(2), want_gathered, want_mine(2), want_dx(static_cast<size_t>(n));
+  for (int64_t j = 0; j < 2; ++j) {
+    for (int64_t s = 0; s < w; ++s)
+      want_scattered[static_cast<size_t>(j)] += static_cast<float>(10 * s + 2 * r + j);
+    want_mine[static_cast<size_t>(j)] = static_cast<float>(10 * r + 2 * r + j);
+  }
+  for (int64_t s = 0; s < w; ++s)
+    for (int64_t i = 0; i < n; ++i) want_gathered.push_back(static_cast<float>(10 * s + i));
+  for (int64_t i = 0; i < n; ++i)
+    want_dx[static_cast<size_t>(i)] = static_cast<float>(
+        a[static_cast<size_t>(i % 2)] + static_cast<double>(w) * b[static_cast<size_t>(r * n + i)]);
+  for (auto make : {tg::backend::make_ref_backend, tg::backend::make_cpu_backend}) {
+    const std::unique_ptr<tg::backend::Backend> be = make();
+    tg::backend::PrepareOptions options;
+    options.communicator = tg::dist::world();
+    const std::unique_ptr<tg::backend::Executable> exe = be->prepare(g, {}, options);
+    exe->set_input(x.id(), feed.data());
+    exe->execute();
+    auto read = [&](int32_t id) {
+      std::vector<float> v(static_cast<size_t>(g.node(id).numel()));
+      exe->read_output(id, v.data());
+      return v;
+    };
+    EXPECT_EQ(read(scattered.id()), want_scattered) << be->name();
+    EXPECT_EQ(read(gathered.id()), want_gathered) << be->name();
+    EXPECT_EQ(read(mine.id()), want_mine) << be->name();
+    EXPECT_EQ(read(dx), want_dx) << be->name();
+  }
+}
 
 // Ranks that compile different programs would wait for each other forever in mismatched
 // collectives: compile_train compares the graphs and names the rank that differs.
@@ -153,6 +332,29 @@ TEST(DataParallelErrors, RanksCompilingDifferentStepsAreNamed) {
     what = e.what();
   }
   EXPECT_NE(what.find("rank 1 compiled a different training step than rank 0"), std::string::npos) << what;
+}
+
+TEST(DataParallelErrors, ShardOptimizerNeedsDataParallelAndAnOptimizer) {
+  Mlp m;
+  auto compile = [&](bool dp, tg::Optimizer optimizer) {
+    std::string what;
+    try {
+      tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.net(x)); },
+                        {.inputs = {{"x", {4, 6}}},
+                         .optimizer = std::move(optimizer),
+                         .device = device(rank_devices().back()),
+                         .data_parallel = dp,
+                         .shard_optimizer = true});
+    } catch (const tg::InputError& e) {
+      what = e.what();
+    }
+    return what;
+  };
+  std::string what = compile(false, tg::AdamW{});
+  EXPECT_NE(what.find("shard_optimizer"), std::string::npos) << what;
+  EXPECT_NE(what.find("needs data_parallel = true"), std::string::npos) << what;
+  what = compile(true, tg::GradientsOnly{});
+  EXPECT_NE(what.find("tg::GradientsOnly has none"), std::string::npos) << what;
 }
 
 TEST(DataParallelErrors, RanksCompileForTheirEngine) {

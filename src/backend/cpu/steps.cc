@@ -30,6 +30,7 @@ class CpuCapabilities final : public passes::Capabilities {
       case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
       case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
       case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
+      case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:  // the engine sends flat buffers
         return is_contiguous(v, shape);
       case Op::kMatmul: return blas_operand(v, shape).has_value();
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // dense logits; targets and dloss any view
@@ -69,6 +70,27 @@ Kernel all_reduce_kernel(const ir::Graph& g, const passes::Step& st, const ViewO
     for (const Kernel& c : copies) c();
     for (const Run& r : runs) comm->all_reduce_host(r.data, r.data, r.count, r.dtype);
   };
+}
+
+/// reduce_scatter, all_gather and rank_shard over dense f32 vectors (reads() asks for dense
+/// inputs; the output is the node's own allocation, apart from its input).
+Kernel shard_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view,
+                    dist::Communicator* comm) {
+  const ir::Node& n = g.node(st.node);
+  const float* x = f32(view(st.in[0]).data);
+  float* y = f32(view(st.out[0]).data);
+  const int64_t in_count = g.node(n.inputs[0]).numel();
+  switch (n.op) {
+    case Op::kReduceScatter:
+      return [x, y, count = n.numel(), comm] { comm->reduce_scatter_host(x, y, count); };
+    case Op::kAllGather: return [x, y, in_count, comm] { comm->all_gather_host(x, y, in_count); };
+    default: {  // rank_shard: this rank's part, fixed when the step is built
+      const float* first = x + comm->rank() * n.numel();
+      return [first, y, count = n.numel()] {
+        if (count > 0) std::memcpy(y, first, static_cast<size_t>(count) * sizeof(float));
+      };
+    }
+  }
 }
 
 Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& view, dist::Communicator* comm) {
@@ -158,6 +180,7 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
       return make_selective_scan(n, shape(0), shape(3), ptrs, f32(out.data));
     }
     case Op::kAllReduce: return all_reduce_kernel(g, st, view, comm);
+    case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard: return shard_kernel(g, st, view, comm);
     case Op::kAttentionAt:
       return make_attention_at(n, shape(0), shape(1), {in(0), in(1), in(2), in(3)}, f32(out.data));
     case Op::kAttention: case Op::kAttentionGrad: {

@@ -127,7 +127,8 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
     case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
     case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
       return dense(g, n, index, strides);
-    case Op::kAllReduce:  // the collective engine sends flat, dense buffers
+    case Op::kAllReduce: case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:
+      // the collective engine sends flat, dense buffers
       return dense(g, n, index, strides);
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // logits may come with padded rows (padded_row)
       return dense(g, n, index, strides) || (index == 0 && row_stride_of(shape, strides) > 0);

@@ -163,6 +163,21 @@ void Emitter::emit_node(const passes::Step& st) {
       step_launch_.push_back(launch_);
       return;
     }
+    case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard: {
+      if (options_.communicator == nullptr)
+        throw Error(std::string("[cuda] ") + ir::op_name(n.op) + " %" + std::to_string(id) + " needs a communicator");
+      Step c;
+      c.kind = Step::Kind::kCollective;
+      c.coll_op = n.op;
+      c.nodes = {id};
+      c.args = {{in(0)}, {out}};
+      c.coll_count = {n.op == Op::kAllGather ? g_.node(n.inputs[0]).numel() : n.numel()};
+      c.coll_dtype = {DType::kF32};
+      c.moved = (g_.node(n.inputs[0]).numel() + n.numel()) * 4;
+      prog_.steps.push_back(std::move(c));
+      step_launch_.push_back(launch_);
+      return;
+    }
     default:
       throw Error(std::string("[cuda] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(id));
   }

@@ -26,6 +26,7 @@ void CudaContext::make_current() const { check(driver().cuCtxSetCurrent(info.con
 CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph& g, const Bindings& bindings,
                                const PrepareOptions& options)
     : ctx_(std::move(ctx)), comm_(options.communicator) {
+  require_communicator(g, comm_, "cuda");
   ctx_->make_current();
   profile_ = env::is_set(env::Switch::kProfile);
   auto t = std::chrono::steady_clock::now();
@@ -215,6 +216,25 @@ void CudaExecutable::enqueue_step(const Step& s, CUstream stream) {
       return;
     case Step::Kind::kCollective: {
       const CUdeviceptr out = address(s.args.back().place);
+      const CUdeviceptr in = address(s.args[0].place);
+      const int64_t count = s.coll_count[0];
+      switch (s.coll_op) {
+        case ir::Op::kReduceScatter:
+          comm_->reduce_scatter_device(reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out), count,
+                                       DType::kF32, stream);
+          return;
+        case ir::Op::kAllGather:
+          comm_->all_gather_device(reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out), count,
+                                   DType::kF32, stream);
+          return;
+        case ir::Op::kRankShard:  // this rank's part of the input: a copy, no communication
+          if (count > 0)
+            check(d.cuMemcpyDtoDAsync(out, in + static_cast<CUdeviceptr>(comm_->rank() * count * 4),
+                                      static_cast<size_t>(count * 4), stream),
+                  "cuMemcpyDtoDAsync");
+          return;
+        default: break;  // all_reduce
+      }
       comm_->group_start();
       for (size_t k = 0; k < s.coll_count.size(); ++k)
         comm_->all_reduce_device(reinterpret_cast<const void*>(address(s.args[k].place)),
@@ -359,9 +379,9 @@ void CudaExecutable::profile_execution(int k) {
     const Step& s = prog_.steps[i];
     std::string label = s.kind == Step::Kind::kMatmul       ? (s.matmul_hi ? "matmul 3xTF32" : "matmul")
                         : s.kind == Step::Kind::kMemset     ? "memset"
-                        : s.kind == Step::Kind::kCollective ? "all_reduce"
-                        : s.nodes.empty()               ? "copy"
-                        : s.nodes.size() > 1            ? "fused"
+                        : s.kind == Step::Kind::kCollective ? ir::op_name(s.coll_op)
+                        : s.nodes.empty()                   ? "copy"
+                        : s.nodes.size() > 1                ? "fused"
                                              : ir::op_name(prog_.nodes[static_cast<size_t>(s.nodes[0])].op);
     auto& e = profile_ms_[label];
     e.first += ms;

@@ -67,9 +67,12 @@ struct Step {
   std::vector<std::vector<std::vector<int64_t>>> group_strides;
   std::vector<size_t> group_reads, group_args;
   int64_t flops = 0;
-  // all_reduce (kCollective): args are its inputs then its allocation; input k is summed over
-  // the ranks into the allocation at byte offset coll_offset[k], coll_count[k] elements of
-  // coll_dtype[k], all in one grouped collective.
+  // kCollective: the node's op is coll_op. all_reduce: args are its inputs then its
+  // allocation; input k is summed over the ranks into the allocation at byte offset
+  // coll_offset[k], coll_count[k] elements of coll_dtype[k], all in one grouped collective.
+  // reduce_scatter, all_gather, rank_shard: args are the dense f32 input and the output;
+  // coll_count[0] is the elements each rank contributes (all_gather) or receives (the others).
+  ir::Op coll_op = ir::Op::kAllReduce;
   std::vector<int64_t> coll_offset, coll_count;
   std::vector<DType> coll_dtype;
   bool side = false;  // runs on the side stream, overlapping the steps after it

@@ -320,6 +320,21 @@ class RefExecutableImpl final : public RefExecutable {
         comm_->all_reduce_host_f64(all.data(), all.data(), static_cast<int64_t>(all.size()));
         return all;
       }
+      case Op::kReduceScatter: {
+        const auto part = static_cast<int64_t>(n.numel());
+        Values mine(static_cast<size_t>(part));
+        comm_->reduce_scatter_host_f64(in(0).data(), mine.data(), part);
+        return mine;
+      }
+      case Op::kAllGather: {
+        Values all(static_cast<size_t>(n.numel()));
+        comm_->all_gather_host_f64(in(0).data(), all.data(), static_cast<int64_t>(in(0).size()));
+        return all;
+      }
+      case Op::kRankShard: {
+        const auto first = in(0).begin() + comm_->rank() * n.numel();
+        return Values(first, first + n.numel());
+      }
       case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
       case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kRandom: case Op::kDropout:
