@@ -171,12 +171,13 @@ void expect_sharded_equals_whole(const tg::Device& dev, const tg::Optimizer& opt
     EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kAllGather)) << where;
     EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kRankShard)) << where;
     for (int step = 0; step < 20; ++step) {
-      const auto x = uniform(kBatch * 6, 100 + step), y = uniform(kBatch * 3, 200 + step);
+      const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
+                 y = tg::testing::uniform_values(kBatch * 3, 200 + step);
       const float l1 = one.step({{"x", x}, {"y", y}});
       const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
       EXPECT_NEAR(l2, l1, 1e-5 * std::fabs(l1)) << where << " step " << step;
     }
-    EXPECT_LT(param_difference(dp, one), 1e-5) << where;
+    EXPECT_LT(tg::testing::param_difference(dp, one), 1e-5) << where;
     EXPECT_TRUE(same_on_every_rank(dp)) << where;
   }
 }
@@ -237,7 +238,7 @@ TEST_P(DataParallel, ShardedStepsAreSkippedOnEveryRank) {
        .data_parallel = true,
        .shard_optimizer = true});
   const auto before = p.download_params();
-  std::vector<float> x = uniform(8, 7), y = uniform(8, 8);
+  std::vector<float> x = tg::testing::uniform_values(8, 7), y = tg::testing::uniform_values(8, 8);
   if (tg::distributed::world().rank == tg::distributed::world().size - 1) y[3] = std::nanf("");
   p.step({{"x", x}, {"y", y}});
   EXPECT_TRUE(p.last_step_skipped());
@@ -246,7 +247,7 @@ TEST_P(DataParallel, ShardedStepsAreSkippedOnEveryRank) {
   for (const auto& [name, t] : before)
     EXPECT_EQ(std::memcmp(after.at(name).data(), t.data(), static_cast<size_t>(t.numel()) * sizeof(float)), 0)
         << name;
-  p.step({{"x", x}, {"y", uniform(8, 9)}});
+  p.step({{"x", x}, {"y", tg::testing::uniform_values(8, 9)}});
   EXPECT_FALSE(p.last_step_skipped());
   EXPECT_TRUE(same_on_every_rank(p));
 }
