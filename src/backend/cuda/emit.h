@@ -37,6 +37,8 @@ class Emitter {
   // ---- nodes (emit_nodes.cc) ----
   void emit_node(const passes::Step& st);
   void emit_update_slice(const passes::Step& st);
+  /// all_reduce, reduce_scatter, all_gather, rank_shard: one kCollective step.
+  void emit_collective(const passes::Step& st);
   void emit_cross_entropy(const passes::Step& st);
   void emit_norm(const passes::Step& st);
   void emit_norm_backward(const passes::Step& st);

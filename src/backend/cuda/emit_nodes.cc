@@ -145,43 +145,44 @@ void Emitter::emit_node(const passes::Step& st) {
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad:
       emit_scan(st);
       return;
-    case Op::kAllReduce: {
-      if (options_.communicator == nullptr)
-        throw Error("[cuda] all_reduce %" + std::to_string(id) + " needs a communicator");
-      Step c;
-      c.kind = Step::Kind::kCollective;
-      c.nodes = {id};
-      for (size_t k = 0; k < n.inputs.size(); ++k) {
-        c.args.push_back({in(k)});
-        c.coll_offset.push_back(ir::result_offset(n, k) * dtype_size(n.results[k].dtype));
-        c.coll_count.push_back(numel(n.results[k].shape));
-        c.coll_dtype.push_back(n.results[k].dtype);
-      }
-      c.args.push_back({out});
-      c.moved = 2 * n.numel() * 4;
-      prog_.steps.push_back(std::move(c));
-      step_launch_.push_back(launch_);
+    case Op::kAllReduce: case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:
+      emit_collective(st);
       return;
-    }
-    case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard: {
-      if (options_.communicator == nullptr)
-        throw Error(std::string("[cuda] ") + ir::op_name(n.op) + " %" + std::to_string(id) + " needs a communicator");
-      Step c;
-      c.kind = Step::Kind::kCollective;
-      c.coll_op = n.op;
-      c.nodes = {id};
-      c.args = {{in(0)}, {out}};
-      c.coll_count = {n.op == Op::kAllGather ? g_.node(n.inputs[0]).numel() : n.numel()};
-      c.coll_dtype = {DType::kF32};
-      c.moved = (g_.node(n.inputs[0]).numel() + n.numel()) * 4;
-      prog_.steps.push_back(std::move(c));
-      step_launch_.push_back(launch_);
-      return;
-    }
     default:
       throw Error(std::string("[cuda] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(id));
   }
   // clang-format on
+}
+
+void Emitter::emit_collective(const passes::Step& st) {
+  const int32_t id = st.node;
+  const ir::Node& n = g_.node(id);
+  auto in = [&](size_t k) { return place(st.in[k]); };
+  const Place out = place(st.out[0]);
+  if (options_.communicator == nullptr)
+    throw Error(std::string("[cuda] ") + ir::op_name(n.op) + " %" + std::to_string(id) +
+                " needs a communicator");
+  Step c;
+  c.kind = Step::Kind::kCollective;
+  c.coll_op = n.op;
+  c.nodes = {id};
+  if (n.op == Op::kAllReduce) {
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      c.args.push_back({in(k)});
+      c.coll_offset.push_back(ir::result_offset(n, k) * dtype_size(n.results[k].dtype));
+      c.coll_count.push_back(numel(n.results[k].shape));
+      c.coll_dtype.push_back(n.results[k].dtype);
+    }
+    c.args.push_back({out});
+    c.moved = 2 * n.numel() * 4;
+  } else {
+    c.args = {{in(0)}, {out}};
+    c.coll_count = {n.op == Op::kAllGather ? g_.node(n.inputs[0]).numel() : n.numel()};
+    c.coll_dtype = {DType::kF32};
+    c.moved = (g_.node(n.inputs[0]).numel() + n.numel()) * 4;
+  }
+  prog_.steps.push_back(std::move(c));
+  step_launch_.push_back(launch_);
 }
 
 void Emitter::emit_update_slice(const passes::Step& st) {

@@ -313,27 +313,10 @@ class RefExecutableImpl final : public RefExecutable {
         return out;
       }
       case Op::kMatmul: return matmul(n, in_node(0), in_node(1), in(0), in(1));
-      case Op::kAllReduce: {
-        // The results one after the other, summed over the ranks in double.
-        Values all;
-        for (size_t k = 0; k < n.inputs.size(); ++k) all.insert(all.end(), in(k).begin(), in(k).end());
-        comm_->all_reduce_host_f64(all.data(), all.data(), static_cast<int64_t>(all.size()));
-        return all;
-      }
-      case Op::kReduceScatter: {
-        const auto part = static_cast<int64_t>(n.numel());
-        Values mine(static_cast<size_t>(part));
-        comm_->reduce_scatter_host_f64(in(0).data(), mine.data(), part);
-        return mine;
-      }
-      case Op::kAllGather: {
-        Values all(static_cast<size_t>(n.numel()));
-        comm_->all_gather_host_f64(in(0).data(), all.data(), static_cast<int64_t>(in(0).size()));
-        return all;
-      }
-      case Op::kRankShard: {
-        const auto first = in(0).begin() + comm_->rank() * n.numel();
-        return Values(first, first + n.numel());
+      case Op::kAllReduce: case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard: {
+        std::vector<const Values*> vals;
+        for (size_t k = 0; k < n.inputs.size(); ++k) vals.push_back(&in(k));
+        return collective(n, vals);
       }
       case Op::kGather: case Op::kScatterAdd: case Op::kUpdateSlice: case Op::kSample: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
@@ -352,6 +335,32 @@ class RefExecutableImpl final : public RefExecutable {
     }
     // clang-format on
     throw Error("[ref] unhandled op");
+  }
+
+  /// The collectives, over the ranks of comm_, in double.
+  Values collective(const Node& n, const std::vector<const Values*>& in) const {
+    switch (n.op) {
+      case Op::kAllReduce: {  // the results one after the other
+        Values all;
+        for (const Values* v : in) all.insert(all.end(), v->begin(), v->end());
+        comm_->all_reduce_host_f64(all.data(), all.data(), static_cast<int64_t>(all.size()));
+        return all;
+      }
+      case Op::kReduceScatter: {
+        Values mine(static_cast<size_t>(n.numel()));
+        comm_->reduce_scatter_host_f64(in[0]->data(), mine.data(), n.numel());
+        return mine;
+      }
+      case Op::kAllGather: {
+        Values all(static_cast<size_t>(n.numel()));
+        comm_->all_gather_host_f64(in[0]->data(), all.data(), static_cast<int64_t>(in[0]->size()));
+        return all;
+      }
+      default: {  // rank_shard: this rank's part
+        const auto first = in[0]->begin() + comm_->rank() * n.numel();
+        return Values(first, first + n.numel());
+      }
+    }
   }
 
   Graph graph_;
