@@ -5,13 +5,14 @@
 // 3 warm-up steps, then the median of 3 runs of 20 steps (5 on the CPU and for gpt2_124M).
 // Each step reads the loss back, as the peer's step synchronises at the end of its timing.
 //
-//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16] [recompute]
+//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16] [recompute|zero]
 // Started by a launcher (torchrun-style RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, one
 // process per GPU), every rank trains data-parallel on GPU LOCAL_RANK with the per-GPU batch of
 // the peer (weak scaling, as torch_ddp_peer.py): rank 0 prints the mode as ddp<N>_<mode> and the
 // tokens/s of all GPUs together.
 // `recompute` recomputes every block's activations in the backward (GptConfig::recompute); the
-// mode then reads e.g. fp32+recompute, and the `planned_mib` line shows what it saves.
+// mode then reads e.g. fp32+recompute, and the `planned_mib` line shows what it saves. `zero`
+// (data parallel only) shards the optimizer state over the ranks (TrainOptions::shard_optimizer).
 // bf16 is mixed precision (tg::Precision::kBf16), the peer's *_bf16_autocast modes; its CPU
 // products run on AMX where the CPU has it, on vdpbf16ps with TG_CPU_AMX=off.
 #include <tensorgrad/tensorgrad.h>
@@ -41,7 +42,7 @@ const Workload kWorkloads[] = {
     {"gpt2_124M", {.vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12}, 16, 16},
 };
 
-void run(const Workload& w, const tg::Device& device, tg::Precision precision, bool recompute) {
+void run(const Workload& w, const tg::Device& device, tg::Precision precision, bool recompute, bool zero) {
   const tg::distributed::World world = tg::distributed::world();
   const bool gpu = device.kind == tg::Device::Kind::kCuda;
   const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
@@ -55,7 +56,8 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
                          .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
                          .device = device,
                          .precision = precision,
-                         .data_parallel = world.size > 1});
+                         .data_parallel = world.size > 1,
+                         .shard_optimizer = zero && world.size > 1});
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(w.config.vocab - 1));
@@ -72,12 +74,15 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
                      : precision == tg::Precision::kBf16   ? "bf16"
                                                            : "fp32";
   if (recompute) mode += "+recompute";
+  if (zero) mode += "+zero";
   if (world.size > 1) mode = "ddp" + std::to_string(world.size) + "_" + mode;
   if (world.rank != 0) return;
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode.c_str(), sec * 1e3,
               static_cast<double>(B * T * world.size) / sec);
   std::fflush(stdout);
   report_compiled(w.name, train);
+  std::printf("# %s optimizer_state_mib %.1f\n", w.name,
+              static_cast<double>(train.memory_report().optimizer_state) / (1 << 20));
   std::printf("# %s compile_s %.2f (trace, passes, codegen, NVRTC or its disk cache, graph capture)\n",
               w.name, compile_s);
 }
@@ -91,8 +96,8 @@ int main(int argc, char** argv) {
       argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda(world.local_rank) : tg::Device::cpu();
   const std::string mode = argc > 3 ? argv[3] : "fp32";
   const std::string extra = argc > 4 ? argv[4] : "";
-  if (!extra.empty() && extra != "recompute") {
-    std::fprintf(stderr, "gpt_bench: unknown option '%s' (recompute)\n", extra.c_str());
+  if (!extra.empty() && extra != "recompute" && extra != "zero") {
+    std::fprintf(stderr, "gpt_bench: unknown option '%s' (recompute or zero)\n", extra.c_str());
     return 2;
   }
   if (mode != "fp32" && mode != "tf32" && mode != "tf32x3" && mode != "bf16") {
@@ -114,7 +119,7 @@ int main(int argc, char** argv) {
     bool found = false;
     for (const Workload& w : kWorkloads)
       if (name == w.name) {
-        run(w, device, precision, extra == "recompute");
+        run(w, device, precision, extra == "recompute", extra == "zero");
         found = true;
       }
     if (!found) std::fprintf(stderr, "gpt_bench: unknown workload '%s'\n", name.c_str());

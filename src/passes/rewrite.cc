@@ -214,6 +214,7 @@ Graph optimize(const Graph& graph, std::vector<int32_t>& remap) {
   apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_common_subexpressions(in, r); });
   apply([](const Graph& in, std::vector<int32_t>& r) { return rematerialize(in, r); });
   apply([](const Graph& in, std::vector<int32_t>& r) { return eliminate_dead_code(in, r); });
+  apply([](const Graph& in, std::vector<int32_t>& r) { return place_collectives_early(in, r); });
   return g;
 }
 

@@ -45,8 +45,12 @@ ir::Graph fold_constants(const ir::Graph& graph, std::vector<int32_t>& remap, in
 /// Consumers are counted over the live part of the graph only.
 ir::Graph concat_unslice_sums(const ir::Graph& graph, std::vector<int32_t>& remap, int* rewrites = nullptr);
 
+/// Collectives (all_reduce, reduce_scatter, …) moved up to just after their last operand, so a
+/// bucket of gradients is sent while the backward goes on. Part of optimize(), last.
+ir::Graph place_collectives_early(const ir::Graph& graph, std::vector<int32_t>& remap);
+
 /// The whole rewriting pipeline of a lowering: simplify and fold until neither changes
-/// anything (a few rounds at most), DCE, unslice sums → concat, CSE, DCE.
+/// anything (a few rounds at most), DCE, unslice sums → concat, CSE, remat, DCE, collectives early.
 ir::Graph optimize(const ir::Graph& graph, std::vector<int32_t>& remap);
 
 /// Backward elementwise nodes that read a forward elementwise value get their own copy of

@@ -28,11 +28,14 @@ class CudaBackend final : public Backend {
     cuda::check(d.cuStreamCreateWithPriority(&ctx_->stream, kNonBlocking, greatest),
                 "cuStreamCreateWithPriority");
     cuda::check(d.cuStreamCreateWithPriority(&ctx_->side, kNonBlocking, least), "cuStreamCreateWithPriority");
+    cuda::check(d.cuStreamCreateWithPriority(&ctx_->comm, kNonBlocking, greatest),
+                "cuStreamCreateWithPriority");
   }
   ~CudaBackend() override {
     ctx_->make_current();
     cuda::driver().cuStreamSynchronize(ctx_->stream);
     cuda::driver().cuStreamSynchronize(ctx_->side);
+    cuda::driver().cuStreamSynchronize(ctx_->comm);
   }
   const char* name() const override { return "cuda"; }
   bool supports(ir::Op) const override { return true; }

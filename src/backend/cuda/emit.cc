@@ -142,6 +142,7 @@ LoweredProgram Emitter::run() {
   for (size_t i = 0; i < s_.outputs.size(); ++i) prog_.outputs[s_.outputs[i]] = place(s_.output_places[i]);
   set_arena_stats(s_.arena, prog_.memory);
   choose_side_steps();
+  overlap_collectives();
   return std::move(prog_);
 }
 
@@ -266,6 +267,36 @@ void Emitter::choose_side_steps() {
     set_arena_stats(grown, prog_.memory);
   }
   for (size_t i : side) prog_.steps[i].side = true;
+}
+
+void Emitter::overlap_collectives() {
+  // A collective goes on beside the steps after it until the first one that touches the
+  // buffer it writes, which waits for it. Its operands are read all that while, so their
+  // buffers stay allocated until that step (or to the end), and the arena is placed again.
+  const size_t n = prog_.steps.size();
+  std::vector<ArenaBuffer> after = prog_.bufs;
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    const Step& c = prog_.steps[i];
+    if (c.kind != Step::Kind::kCollective) continue;
+    any = true;
+    const int32_t out = c.args.back().place.buf;
+    size_t j = i + 1;
+    auto touches = [&](const Step& s) {
+      return std::any_of(s.args.begin(), s.args.end(),
+                         [&](const Arg& a) { return !a.err && a.place.buf == out; });
+    };
+    while (j < n && !touches(prog_.steps[j])) ++j;
+    if (j < n) prog_.steps[j].waits.push_back(static_cast<int32_t>(i));
+    const int32_t until = j < n ? step_launch_[j] : s_.launches;
+    for (size_t k = 0; k + 1 < c.args.size(); ++k)
+      if (const int32_t b = c.args[k].place.buf; b >= 0)
+        after[static_cast<size_t>(b)].last = std::max(after[static_cast<size_t>(b)].last, until);
+  }
+  if (!any || !options_.reuse_memory) return;
+  const passes::ArenaStats placed = passes::place_arena(after, s_.launches, true);
+  prog_.bufs = std::move(after);
+  set_arena_stats(placed, prog_.memory);
 }
 
 }  // namespace tg::backend::cuda

@@ -29,6 +29,9 @@ class Emitter {
   /// Marks the steps that can run beside the steps after them (Step::side) and keeps their
   /// buffers allocated to the end. TG_CUDA_NO_SIDE=1 turns it off.
   void choose_side_steps();
+  /// Sets Step::waits for the collective steps (run on the communication stream) and keeps
+  /// their operands allocated until then.
+  void overlap_collectives();
   Place place(const passes::Place& p) const;
   Operand operand(const passes::Place& p, int32_t node) const;
   void add_kernel(std::vector<int32_t> nodes, Launch launch, std::vector<Arg> args, int64_t flops = 0);

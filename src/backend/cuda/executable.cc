@@ -63,6 +63,13 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
                       nullptr);  // a fork per side step, a join
   for (CUevent& e : side_events_)
     check(driver().cuEventCreate(&e, 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+  for (const Step& s : prog_.steps)
+    if (s.kind == Step::Kind::kCollective) {
+      for (int k = 0; k < 2; ++k) {
+        coll_events_.push_back(nullptr);
+        check(driver().cuEventCreate(&coll_events_.back(), 2 /* CU_EVENT_DISABLE_TIMING */), "cuEventCreate");
+      }
+    }
   // Without a kernel that can report a bad index the error word stays 0: no memset and no copy
   // back of it in the graph (two nodes fewer on the step's critical path).
   for (const Step& s : prog_.steps)
@@ -123,6 +130,7 @@ CudaExecutable::~CudaExecutable() {
     if (done_[k]) d.cuEventDestroy(done_[k]);
   }
   for (CUevent e : side_events_) d.cuEventDestroy(e);
+  for (CUevent e : coll_events_) d.cuEventDestroy(e);
   if (readback_) d.cuMemFreeHost(readback_);
 }
 
@@ -254,7 +262,25 @@ void CudaExecutable::enqueue_all(int k) {
   // A side step waits for the main stream's work before it (an event recorded there), then
   // runs on the side stream; the main stream waits for the side stream before the updates.
   size_t forks = 0;
-  for (const Step& s : prog_.steps) {
+  // Collective i (in step order) forks the communication stream off the main one with event
+  // 2i and ends with event 2i+1, which its first reader (Step::waits) and the updates wait for.
+  std::vector<size_t> coll_index(prog_.steps.size(), 0);
+  size_t collectives = 0;
+  for (size_t i = 0; i < prog_.steps.size(); ++i)
+    if (prog_.steps[i].kind == Step::Kind::kCollective) coll_index[i] = collectives++;
+  for (size_t i = 0; i < prog_.steps.size(); ++i) {
+    const Step& s = prog_.steps[i];
+    for (int32_t c : s.waits)
+      check(d.cuStreamWaitEvent(ctx_->stream, coll_events_[2 * coll_index[static_cast<size_t>(c)] + 1], 0),
+            "cuStreamWaitEvent");
+    if (s.kind == Step::Kind::kCollective) {
+      CUevent fork = coll_events_[2 * coll_index[i]], end = coll_events_[2 * coll_index[i] + 1];
+      check(d.cuEventRecord(fork, ctx_->stream), "cuEventRecord");
+      check(d.cuStreamWaitEvent(ctx_->comm, fork, 0), "cuStreamWaitEvent");
+      enqueue_step(s, ctx_->comm);
+      check(d.cuEventRecord(end, ctx_->comm), "cuEventRecord");
+      continue;
+    }
     if (!s.side) {
       enqueue_step(s, ctx_->stream);
       continue;
@@ -268,6 +294,8 @@ void CudaExecutable::enqueue_all(int k) {
     check(d.cuEventRecord(side_events_[forks], ctx_->side), "cuEventRecord");
     check(d.cuStreamWaitEvent(ctx_->stream, side_events_[forks], 0), "cuStreamWaitEvent");
   }
+  for (size_t c = 0; c < collectives; ++c)
+    check(d.cuStreamWaitEvent(ctx_->stream, coll_events_[2 * c + 1], 0), "cuStreamWaitEvent");
   enqueue_updates();
   enqueue_readback();
 }

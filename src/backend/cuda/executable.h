@@ -23,6 +23,7 @@ struct CudaContext {
   DeviceInfo info;
   CUstream stream = nullptr;  // greatest priority: every step but the side steps
   CUstream side = nullptr;    // least priority: side steps (Step::side)
+  CUstream comm = nullptr;    // greatest priority: collectives, beside the steps after them
   void make_current() const;
 };
 
@@ -69,6 +70,7 @@ class CudaExecutable final : public Executable {
   int next_ = 0;  // the buffer (and graph) of the next execute()
   bool launched_[2] = {false, false};
   CUevent done_[2] = {nullptr, nullptr};  // recorded after the launch that reads staging_[k]
+  std::vector<CUevent> coll_events_;      // per collective step: its fork, its end (Step::waits)
   std::vector<CUevent> side_events_;      // the side steps' forks, then the join (none without side steps)
   std::unordered_map<int32_t, uint64_t> input_version_;      // bumped by each set_input
   std::unordered_map<int32_t, uint64_t> staged_version_[2];  // the version each buffer holds

@@ -76,6 +76,10 @@ struct Step {
   std::vector<int64_t> coll_offset, coll_count;
   std::vector<DType> coll_dtype;
   bool side = false;  // runs on the side stream, overlapping the steps after it
+  // A collective runs on the communication stream, beside the steps after it; a step lists
+  // the collectives (their step indices) whose results it is the first to touch: it waits for
+  // them. The updates and the readback wait for every collective.
+  std::vector<int32_t> waits;
 };
 
 struct UpdateCopy {
