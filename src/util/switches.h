@@ -23,7 +23,7 @@ namespace tg::env {
                                    "heuristic's first). Default: all under 8 GFLOP, four above, kept in the cache") \
   X(kCudaTuneTrace, "TG_CUDA_TUNE_TRACE", "", "1: print each product's cuBLASLt choice, timed or from the cache") \
   X(kCudaLineinfo, "TG_CUDA_LINEINFO", "", "1: compile kernels with line information (Nsight Compute's source view)") \
-  X(kCudaNoSide, "TG_CUDA_NO_SIDE", "", "1: run every step on the main stream (no side steps beside the chain)")  \
+  X(kCudaNoSide, "TG_CUDA_NO_SIDE", "", "1: run every step on the main stream (no side steps beside the chain, collectives in it)")  \
   X(kCudaGemv, "TG_CUDA_GEMV", "", "off: decode-sized products (<= 8 rows) on cuBLASLt instead of gemv kernels")  \
   X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own") \
   X(kCheckFinite, "TG_CHECK_FINITE", "", "1 (cpu): check the f32 values every kernel writes; the first NaN or infinity is an error naming its op and where it was traced") \

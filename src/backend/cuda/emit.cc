@@ -273,13 +273,15 @@ void Emitter::overlap_collectives() {
   // A collective goes on beside the steps after it until the first one that touches the
   // buffer it writes, which waits for it. Its operands are read all that while, so their
   // buffers stay allocated until that step (or to the end), and the arena is placed again.
+  if (env::is_set(env::Switch::kCudaNoSide)) return;
   const size_t n = prog_.steps.size();
   std::vector<ArenaBuffer> after = prog_.bufs;
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
-    const Step& c = prog_.steps[i];
+    Step& c = prog_.steps[i];
     if (c.kind != Step::Kind::kCollective) continue;
     any = true;
+    c.on_comm = true;
     const int32_t out = c.args.back().place.buf;
     size_t j = i + 1;
     auto touches = [&](const Step& s) {

@@ -273,7 +273,7 @@ void CudaExecutable::enqueue_all(int k) {
     for (int32_t c : s.waits)
       check(d.cuStreamWaitEvent(ctx_->stream, coll_events_[2 * coll_index[static_cast<size_t>(c)] + 1], 0),
             "cuStreamWaitEvent");
-    if (s.kind == Step::Kind::kCollective) {
+    if (s.on_comm) {
       CUevent fork = coll_events_[2 * coll_index[i]], end = coll_events_[2 * coll_index[i] + 1];
       check(d.cuEventRecord(fork, ctx_->stream), "cuEventRecord");
       check(d.cuStreamWaitEvent(ctx_->comm, fork, 0), "cuStreamWaitEvent");
@@ -294,8 +294,9 @@ void CudaExecutable::enqueue_all(int k) {
     check(d.cuEventRecord(side_events_[forks], ctx_->side), "cuEventRecord");
     check(d.cuStreamWaitEvent(ctx_->stream, side_events_[forks], 0), "cuStreamWaitEvent");
   }
-  for (size_t c = 0; c < collectives; ++c)
-    check(d.cuStreamWaitEvent(ctx_->stream, coll_events_[2 * c + 1], 0), "cuStreamWaitEvent");
+  for (size_t i = 0; i < prog_.steps.size(); ++i)
+    if (prog_.steps[i].on_comm)
+      check(d.cuStreamWaitEvent(ctx_->stream, coll_events_[2 * coll_index[i] + 1], 0), "cuStreamWaitEvent");
   enqueue_updates();
   enqueue_readback();
 }

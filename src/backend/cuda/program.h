@@ -80,6 +80,7 @@ struct Step {
   // the collectives (their step indices) whose results it is the first to touch: it waits for
   // them. The updates and the readback wait for every collective.
   std::vector<int32_t> waits;
+  bool on_comm = false;  // a collective on the communication stream (else in the main chain)
 };
 
 struct UpdateCopy {
