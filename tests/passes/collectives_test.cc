@@ -42,4 +42,36 @@ TEST(Collectives, MoveUpToJustAfterTheirLastOperand) {
   EXPECT_EQ(at, std::max(all[static_cast<size_t>(a)], all[static_cast<size_t>(b)]) + 1);
 }
 
+// ZeRO's flat bucket (gradients reshaped, padded with zeros and concatenated) goes up with the
+// reduce_scatter that reads it; other data movement stays.
+TEST(Collectives, TheirFlatBucketMovesUpWithThem) {
+  ir::Trace trace;
+  int32_t g1 = -1, flat = -1, scattered = -1, shared = -1;
+  {
+    ir::TraceScope scope(trace);
+    const Tensor x = ir::named_leaf(trace.graph, ir::Op::kInput, "x", {2, 3}, DType::kF32, Loc::current());
+    const Tensor ga = x * 2.0, gb = exp(x);
+    const Tensor later = sin((ga + gb) * 3.0);
+    const Tensor seen = reshape(gb, {3, 2});  // data movement the collective does not read
+    const Tensor pad = ir::constant_on(trace.graph, {0.0}, {2}, DType::kF32, Loc::current());
+    const Tensor bucket = concat(std::vector<Tensor>{reshape(ga, {6}), reshape(gb, {6}), pad}, 0);
+    ir::Node rs = ir::make_node(ir::Op::kReduceScatter, {bucket.id()}, Loc::current());
+    rs.attrs.values = {2};
+    const Tensor part = ir::emit(trace.graph, std::move(rs));
+    trace.graph.outputs = {(sum(part) + sum(later) + sum(seen)).id()};
+    g1 = gb.id();
+    flat = bucket.id();
+    scattered = part.id();
+    shared = seen.id();
+  }
+  std::vector<int32_t> remap;
+  const ir::Graph g = passes::place_collectives_early(trace.graph, remap);
+  auto at = [&](int32_t id) { return remap[static_cast<size_t>(id)]; };
+  EXPECT_LT(at(flat), at(g1) + 4) << "the bucket follows the last gradient closely";
+  EXPECT_EQ(at(scattered), at(flat) + 1);
+  EXPECT_GT(at(shared), at(scattered)) << "not read by a collective: it stays behind";
+  for (int32_t id = 0; id < g.size(); ++id)
+    for (int32_t in : g.node(id).inputs) EXPECT_LT(in, id) << "node " << id;
+}
+
 }  // namespace
