@@ -159,8 +159,9 @@ class CausalSelfAttention : public Module {
   /// The KV-cached form for inference: x [B, T, d_model] holds the tokens at positions
   /// pos[b] … pos[b] + T − 1 (pos: i32 [B], one per sequence). Their keys and values are
   /// written into the caches "<path>.k_cache" / "<path>.v_cache" (tg::state, [B, kv_heads,
-  /// cache_len, head_dim]) and each query attends to its sequence's cached prefix only. No
-  /// dropout; learned positions only (rotary ones throw).
+  /// cache_len, head_dim]) and each query attends to its sequence's cached prefix only. With
+  /// rotary positions the queries and new keys are rotated at their own positions (rope_at)
+  /// before the keys are cached. No dropout.
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const AttentionConfig config;
   const int64_t head_dim;
@@ -174,10 +175,11 @@ struct GptConfig {
   int64_t layers = 0;
   int64_t d_model = 0;
   int64_t heads = 0;
-  int64_t kv_heads = 0;    // 0: = heads
-  int64_t mlp_hidden = 0;  // 0: 4·d_model
-  bool tied_head = true;   // logits = x·wteᵀ (no separate head matrix)
-  bool rotary = false;     // RoPE in attention instead of learned positions
+  int64_t kv_heads = 0;         // 0: = heads
+  int64_t mlp_hidden = 0;       // 0: 4·d_model
+  bool tied_head = true;        // logits = x·wteᵀ (no separate head matrix)
+  bool rotary = false;          // RoPE in attention instead of learned positions
+  double rope_theta = 10000.0;  // RoPE's base (rotary only)
   double dropout = 0.0;
   double ln_eps = 1e-5;
   bool bias = true;
