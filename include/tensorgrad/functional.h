@@ -176,6 +176,12 @@ Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc = Loc::current());
 /// Rotary position embedding (rotate-half form) of x [..., T, D] (D even) at positions
 /// offset…offset+T−1: x·cos θ + rotate_half(x)·sin θ with θ_{t,i} = t·base^(−2i/D).
 Tensor rope(const Tensor& x, double base = 10000.0, int64_t offset = 0, Loc loc = Loc::current());
+/// rope at positions known only when the program runs (KV-cached decoding): x [B, H, T, D]
+/// (D even), positions i32 [B, T] in [0, max_positions). The cos/sin rows are those of rope's
+/// table for positions 0 … max_positions − 1, gathered by position, so a token gets the same
+/// rotation as in rope. A position outside the table is an InputError when the program runs.
+Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, double base = 10000.0,
+               Loc loc = Loc::current());
 /// Zero (or `value`) padding of `axis` by `before` and `after` elements.
 Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value = 0.0,
            Loc loc = Loc::current());

@@ -159,8 +159,9 @@ class CausalSelfAttention : public Module {
   /// The KV-cached form for inference: x [B, T, d_model] holds the tokens at positions
   /// pos[b] … pos[b] + T − 1 (pos: i32 [B], one per sequence). Their keys and values are
   /// written into the caches "<path>.k_cache" / "<path>.v_cache" (tg::state, [B, kv_heads,
-  /// cache_len, head_dim]) and each query attends to its sequence's cached prefix only. No
-  /// dropout; learned positions only (rotary ones throw).
+  /// cache_len, head_dim]) and each query attends to its sequence's cached prefix only. With
+  /// rotary positions the queries and new keys are rotated at their own positions (rope_at)
+  /// before the keys are cached. No dropout.
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const AttentionConfig config;
   const int64_t head_dim;
@@ -174,10 +175,11 @@ struct GptConfig {
   int64_t layers = 0;
   int64_t d_model = 0;
   int64_t heads = 0;
-  int64_t kv_heads = 0;    // 0: = heads
-  int64_t mlp_hidden = 0;  // 0: 4·d_model
-  bool tied_head = true;   // logits = x·wteᵀ (no separate head matrix)
-  bool rotary = false;     // RoPE in attention instead of learned positions
+  int64_t kv_heads = 0;         // 0: = heads
+  int64_t mlp_hidden = 0;       // 0: 4·d_model
+  bool tied_head = true;        // logits = x·wteᵀ (no separate head matrix)
+  bool rotary = false;          // RoPE in attention instead of learned positions
+  double rope_theta = 10000.0;  // RoPE's base (rotary only)
   double dropout = 0.0;
   double ln_eps = 1e-5;
   bool bias = true;
@@ -231,6 +233,93 @@ class Gpt : public Module {
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> lnf_;
   std::unique_ptr<Linear> head_;
+};
+
+// ---- Llama-family decoders ----------------------------------------------------------------
+/// A Llama-family decoder's sizes, named after Hugging Face's LlamaConfig where they match
+/// (hidden_size = d_model, num_attention_heads = heads, num_key_value_heads = kv_heads,
+/// intermediate_size = mlp_hidden, max_position_embeddings = seq_len, rms_norm_eps = rms_eps,
+/// tie_word_embeddings = tied_head).
+struct LlamaConfig {
+  int64_t vocab = 0;
+  /// Longest sequence of logits(); also the largest KV cache.
+  int64_t seq_len = 0;
+  int64_t layers = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;  // 0: = heads; fewer: grouped-query attention
+  int64_t mlp_hidden = 0;
+  double rms_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool attention_bias = false;  // biases on q/k/v/o_proj
+  bool mlp_bias = false;        // biases on gate/up/down_proj
+  bool tied_head = false;       // logits = x·embed_tokensᵀ (no lm_head)
+  /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
+  bool recompute = false;
+};
+
+/// Llama's attention on x [B, T, d_model]: separate q/k/v/o projections (`q_proj` …, PyTorch's
+/// [out, in] weights), RoPE on queries and keys, causal grouped-query attention. `cached` is
+/// the KV-cached form (as CausalSelfAttention::cached; caches "<path>.k_cache" / ".v_cache").
+class LlamaAttention : public Module {
+ public:
+  LlamaAttention(Module& parent, std::string name, const LlamaConfig& config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
+  const int64_t heads, kv_heads, head_dim;
+  const double rope_theta;
+  Linear q_proj, k_proj, v_proj, o_proj;
+};
+
+/// Llama's SwiGLU MLP: down_proj(silu(gate_proj(x)) · up_proj(x)).
+class LlamaMlp : public Module {
+ public:
+  LlamaMlp(Module& parent, std::string name, const LlamaConfig& config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  Linear gate_proj, up_proj, down_proj;
+};
+
+/// A pre-norm decoder layer: h = x + self_attn(input_layernorm(x)), then
+/// h + mlp(post_attention_layernorm(h)).
+class LlamaDecoderLayer : public Module {
+ public:
+  LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
+  RMSNorm input_layernorm;
+  LlamaAttention self_attn;
+  RMSNorm post_attention_layernorm;
+  LlamaMlp mlp;
+};
+
+/// A Llama-family decoder with Hugging Face LlamaForCausalLM's parameter names, so a state
+/// dict maps 1:1: model.embed_tokens.weight, model.layers.<i>.{input_layernorm,
+/// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}.weight (and
+/// .bias with the config's biases), model.norm.weight, lm_head.weight (untied only).
+/// Initialised as Hugging Face's: normal(0.02) for linears and embeddings, zero biases, ones
+/// for the norms. logits / loss / logits_cached behave as Gpt's (tg::Generator drives it).
+class Llama : public Module {
+ public:
+  explicit Llama(LlamaConfig config);
+  Llama(Module& parent, std::string name, LlamaConfig config);
+  /// ids [B, T] (i32, T ≤ seq_len) → logits [B, T, vocab].
+  Tensor logits(const Tensor& ids, Loc loc = Loc::current()) const;
+  /// Mean cross-entropy of the logits of ids against targets [B, T] (ignore_index skipped).
+  Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100,
+              Loc loc = Loc::current()) const;
+  /// KV-cached logits (as Gpt::logits_cached): ids [B, T] at positions pos[b] … pos[b] + T − 1,
+  /// caches of cache_len ≤ seq_len positions.
+  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len,
+                       Loc loc = Loc::current()) const;
+  const LlamaConfig config;
+
+ private:
+  Tensor head(const Tensor& x, Loc loc) const;
+  void build();
+  std::unique_ptr<Embedding> embed_tokens_;
+  std::vector<std::unique_ptr<LlamaDecoderLayer>> layers_;
+  std::unique_ptr<RMSNorm> norm_;
+  std::unique_ptr<Linear> lm_head_;
 };
 
 }  // namespace tg::nn

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <utility>
 
 #include "ir/api_util.h"
 #include "tensorgrad/functional.h"
@@ -320,24 +321,59 @@ Tensor softplus(const Tensor& x, Loc loc) {
 
 Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc) { return mul(silu(gate, loc), up, loc); }
 
-Tensor rope(const Tensor& x, double base, int64_t offset, Loc loc) {
-  Graph& g = graph_of("rope", x, loc);
-  if (x.rank() < 2 || x.shape().back() % 2 != 0)
-    api_fail("rope", "needs [..., T, D] with D even, got " + shape_str(x.shape()), loc);
-  const int64_t t_len = x.shape()[x.shape().size() - 2], d = x.shape().back(), half = d / 2;
-  std::vector<double> cos_table(static_cast<size_t>(t_len * d)), sin_table(cos_table.size());
-  for (int64_t t = 0; t < t_len; ++t)
+namespace {
+
+/// RoPE's cos and sin tables [count, d] for positions first … first + count − 1: entry (t, i)
+/// at angle t·base^(−2(i mod d/2)/d), each frequency used by both halves (rotate-half pairing).
+std::pair<Tensor, Tensor> rope_tables(Graph& g, int64_t first, int64_t count, int64_t d, double base,
+                                      const Loc& loc) {
+  const int64_t half = d / 2;
+  std::vector<double> cos_table(static_cast<size_t>(count * d)), sin_table(cos_table.size());
+  for (int64_t t = 0; t < count; ++t)
     for (int64_t i = 0; i < d; ++i) {
-      const double theta = static_cast<double>(offset + t) *
+      const double theta = static_cast<double>(first + t) *
                            std::pow(base, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
       cos_table[static_cast<size_t>(t * d + i)] = std::cos(theta);
       sin_table[static_cast<size_t>(t * d + i)] = std::sin(theta);
     }
-  Tensor c = constant_on(g, std::move(cos_table), {t_len, d}, DType::kF32, loc);
-  Tensor s = constant_on(g, std::move(sin_table), {t_len, d}, DType::kF32, loc);
+  return {constant_on(g, std::move(cos_table), {count, d}, DType::kF32, loc),
+          constant_on(g, std::move(sin_table), {count, d}, DType::kF32, loc)};
+}
+
+/// x·cos + rotate_half(x)·sin, rotate_half(x) = [−x₂, x₁] of x's halves along the last axis.
+Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, const Loc& loc) {
+  const int64_t d = x.shape().back(), half = d / 2;
   Tensor x1 = slice(x, -1, 0, half, 1, loc), x2 = slice(x, -1, half, d, 1, loc);
   Tensor rotated = concat({neg(x2, loc), x1}, -1, loc);
-  return add(mul(x, c, loc), mul(rotated, s, loc), loc);
+  return add(mul(x, cos, loc), mul(rotated, sin, loc), loc);
+}
+
+}  // namespace
+
+Tensor rope(const Tensor& x, double base, int64_t offset, Loc loc) {
+  Graph& g = graph_of("rope", x, loc);
+  if (x.rank() < 2 || x.shape().back() % 2 != 0)
+    api_fail("rope", "needs [..., T, D] with D even, got " + shape_str(x.shape()), loc);
+  const auto [c, s] = rope_tables(g, offset, x.shape()[x.shape().size() - 2], x.shape().back(), base, loc);
+  return rotate(x, c, s, loc);
+}
+
+Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, double base, Loc loc) {
+  Graph& g = graph_of("rope_at", x, loc);
+  if (x.rank() != 4 || x.shape().back() % 2 != 0)
+    api_fail("rope_at", "needs x [B, H, T, D] with D even, got " + shape_str(x.shape()), loc);
+  const int64_t B = x.shape()[0], T = x.shape()[2], d = x.shape()[3];
+  if (positions.dtype() != DType::kI32 || positions.shape() != Shape{B, T})
+    api_fail("rope_at",
+             "positions must be i32 [B, T] = " + shape_str({B, T}) + ", got " +
+                 dtype_name(positions.dtype()) + shape_str(positions.shape()),
+             loc);
+  if (max_positions < 1) api_fail("rope_at", "max_positions must be >= 1", loc);
+  const auto [table_cos, table_sin] = rope_tables(g, 0, max_positions, d, base, loc);
+  // Each token's row of the tables, shared by the heads: [B, T, D] → [B, 1, T, D].
+  Tensor c = unsqueeze(embedding(table_cos, positions, loc), 1, loc);
+  Tensor s = unsqueeze(embedding(table_sin, positions, loc), 1, loc);
+  return rotate(x, c, s, loc);
 }
 
 Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value, Loc loc) {

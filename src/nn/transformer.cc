@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "ir/trace.h"
+#include "nn/heads.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/nn.h"
 
@@ -28,13 +29,23 @@ LinearOptions gpt_linear(bool bias, double std) {
   return {.bias = bias, .weight_init = init::normal(std), .bias_init = init::zeros()};
 }
 
-/// [B, T, H·D] → [B, H, T, D]
+}  // namespace
+
 Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
   const Shape& s = x.shape();
   return permute(reshape(x, {s[0], s[1], heads, s[2] / heads}, loc), {0, 2, 1, 3}, loc);
 }
 
-}  // namespace
+Tensor merge_heads(const Tensor& x, const Loc& loc) {
+  const Shape& s = x.shape();
+  return reshape(permute(x, {0, 2, 1, 3}, loc), {s[0], s[2], s[1] * s[3]}, loc);
+}
+
+Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc) {
+  const int64_t B = pos.shape()[0];
+  return add(reshape(pos, {B, 1}, loc),
+             reshape(arange(0, static_cast<double>(tokens), 1, DType::kI32, loc), {1, tokens}, loc), loc);
+}
 
 CausalSelfAttention::CausalSelfAttention(Module& parent, std::string name, AttentionConfig c)
     : Module(parent, std::move(name)),
@@ -81,9 +92,6 @@ Tensor CausalSelfAttention::cached(const Tensor& x, const Tensor& pos, int64_t c
     throw ShapeError(at + " expects [B, T, " + std::to_string(config.d_model) + "], got " +
                      shape_str(x.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) +
                      ")");
-  if (config.rotary)
-    throw ShapeError(
-        at + ": KV-cached decoding with rotary positions is not supported yet (use learned positions)");
   const int64_t B = x.shape()[0], T = x.shape()[1], hq = config.heads, hkv = kv_heads_of(config),
                 d = head_dim;
   if (T > cache_len)
@@ -93,6 +101,11 @@ Tensor CausalSelfAttention::cached(const Tensor& x, const Tensor& pos, int64_t c
   Tensor q = split_heads(slice(packed, -1, 0, hq * d, 1, loc), hq, loc);                // [B, hq, T, d]
   Tensor k = split_heads(slice(packed, -1, hq * d, (hq + hkv) * d, 1, loc), hkv, loc);  // [B, hkv, T, d]
   Tensor v = split_heads(slice(packed, -1, (hq + hkv) * d, (hq + 2 * hkv) * d, 1, loc), hkv, loc);
+  if (config.rotary) {  // rotated at their own positions before the keys are cached
+    Tensor at_pos = token_positions(pos, T, loc);
+    q = rope_at(q, at_pos, cache_len, config.rope_base, loc);
+    k = rope_at(k, at_pos, cache_len, config.rope_base, loc);
+  }
   // The new rows go into the caches at each sequence's position; attention reads the caches.
   Tensor k_cache = state(path() + ".k_cache", {B, hkv, cache_len, d}),
          v_cache = state(path() + ".v_cache", {B, hkv, cache_len, d});
@@ -114,6 +127,7 @@ TransformerBlock::TransformerBlock(Module& parent, std::string name, const GptCo
             .heads = c.heads,
             .kv_heads = c.kv_heads,
             .rotary = c.rotary,
+            .rope_base = c.rope_theta,
             .dropout = c.dropout,
             .bias = c.bias,
             .proj_init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers))}),
@@ -188,9 +202,7 @@ Tensor Gpt::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_le
                      " positions; it must be 1 … seq_len " + std::to_string(config.seq_len));
   Tensor x = (*wte_)(ids, loc);
   if (wpe_) {  // each token's own position: pos[b] + i
-    Tensor at = add(reshape(pos, {B, 1}, loc),
-                    reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {1, T}, loc), loc);
-    x = add(x, embedding(wpe_->weight.tensor(loc), at, loc), loc);
+    x = add(x, embedding(wpe_->weight.tensor(loc), token_positions(pos, T, loc), loc), loc);
   }
   for (const auto& block : blocks_) x = block->cached(x, pos, cache_len, loc);
   return head(x, loc);

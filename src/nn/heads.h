@@ -1,0 +1,17 @@
+// Helpers shared by the attention layers (transformer.cc, llama.cc): splitting a projection
+// into heads and each new token's absolute position in KV-cached decoding.
+#pragma once
+#include <cstdint>
+
+#include "tensorgrad/tensor.h"
+
+namespace tg::nn {
+
+/// [B, T, H·D] → [B, H, T, D]
+Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc);
+/// [B, H, T, D] → [B, T, H·D]
+Tensor merge_heads(const Tensor& x, const Loc& loc);
+/// Positions of the new tokens of KV-cached decoding: pos i32 [B] → pos[b] + t, i32 [B, tokens].
+Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc);
+
+}  // namespace tg::nn

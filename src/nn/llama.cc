@@ -1,0 +1,156 @@
+// The Llama-family decoder: RMSNorm pre-norm layers, RoPE grouped-query attention with separate
+// q/k/v/o projections and a SwiGLU MLP, under Hugging Face LlamaForCausalLM's parameter names.
+#include <string>
+
+#include "nn/heads.h"
+#include "tensorgrad/errors.h"
+#include "tensorgrad/nn.h"
+
+namespace tg::nn {
+namespace {
+
+int64_t kv_heads_of(const LlamaConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
+
+/// Hugging Face's Llama init: weights normal(0.02), biases zeros.
+LinearOptions llama_linear(bool bias) {
+  return {.bias = bias, .weight_init = init::normal(0.02), .bias_init = init::zeros()};
+}
+
+std::string at_of(const Loc& loc) { return std::string(loc.file_name()) + ":" + std::to_string(loc.line()); }
+
+}  // namespace
+
+LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConfig& c)
+    : Module(parent, std::move(name)),
+      heads(c.heads),
+      kv_heads(kv_heads_of(c)),
+      head_dim(c.d_model / c.heads),
+      rope_theta(c.rope_theta),
+      q_proj(*this, "q_proj", c.d_model, heads * head_dim, llama_linear(c.attention_bias)),
+      k_proj(*this, "k_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias)),
+      v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias)),
+      o_proj(*this, "o_proj", heads * head_dim, c.d_model, llama_linear(c.attention_bias)) {}
+
+Tensor LlamaAttention::operator()(const Tensor& x, Loc loc) const {
+  Tensor q = rope(split_heads(q_proj(x, loc), heads, loc), rope_theta, 0, loc);     // [B, H, T, D]
+  Tensor k = rope(split_heads(k_proj(x, loc), kv_heads, loc), rope_theta, 0, loc);  // [B, Hkv, T, D]
+  Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);                            // [B, Hkv, T, D]
+  return o_proj(merge_heads(attention(q, k, v, {.causal = true}, loc), loc), loc);
+}
+
+Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
+  const int64_t B = x.shape()[0], T = x.shape()[1];
+  if (T > cache_len)
+    throw ShapeError("[LlamaAttention] '" + path() + "': " + std::to_string(T) +
+                     " new tokens do not fit a cache of " + std::to_string(cache_len) + " (at " + at_of(loc) +
+                     ")");
+  // The new tokens sit at pos[b] … pos[b] + T − 1: rotated there, their keys then cached.
+  Tensor positions = token_positions(pos, T, loc);  // [B, T]
+  Tensor q = rope_at(split_heads(q_proj(x, loc), heads, loc), positions, cache_len, rope_theta, loc);
+  Tensor k = rope_at(split_heads(k_proj(x, loc), kv_heads, loc), positions, cache_len, rope_theta, loc);
+  Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);
+  Tensor k_cache = state(path() + ".k_cache", {B, kv_heads, cache_len, head_dim}),
+         v_cache = state(path() + ".v_cache", {B, kv_heads, cache_len, head_dim});
+  Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
+  assign(k_cache, k_all, loc);
+  assign(v_cache, v_all, loc);
+  return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, std::nullopt, loc), loc), loc);
+}
+
+LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c)
+    : Module(parent, std::move(name)),
+      gate_proj(*this, "gate_proj", c.d_model, c.mlp_hidden, llama_linear(c.mlp_bias)),
+      up_proj(*this, "up_proj", c.d_model, c.mlp_hidden, llama_linear(c.mlp_bias)),
+      down_proj(*this, "down_proj", c.mlp_hidden, c.d_model, llama_linear(c.mlp_bias)) {}
+
+Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
+  return down_proj(swiglu(gate_proj(x, loc), up_proj(x, loc), loc), loc);
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c)
+    : Module(parent, std::move(name)),
+      input_layernorm(*this, "input_layernorm", c.d_model, c.rms_eps),
+      self_attn(*this, "self_attn", c),
+      post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps),
+      mlp(*this, "mlp", c) {}
+
+Tensor LlamaDecoderLayer::operator()(const Tensor& x, Loc loc) const {
+  Tensor h = add(x, self_attn(input_layernorm(x, loc), loc), loc);
+  return add(h, mlp(post_attention_layernorm(h, loc), loc), loc);
+}
+
+Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
+  Tensor h = add(x, self_attn.cached(input_layernorm(x, loc), pos, cache_len, loc), loc);
+  return add(h, mlp(post_attention_layernorm(h, loc), loc), loc);
+}
+
+Llama::Llama(LlamaConfig c) : config(c) { build(); }
+Llama::Llama(Module& parent, std::string name, LlamaConfig c) : Module(parent, std::move(name)), config(c) {
+  build();
+}
+
+void Llama::build() {
+  const LlamaConfig& c = config;
+  const std::string where = "[Llama] '" + path() + "'";
+  if (c.vocab <= 0 || c.seq_len <= 0 || c.layers <= 0 || c.mlp_hidden <= 0)
+    throw ShapeError(where + ": vocab, seq_len, layers and mlp_hidden must be positive");
+  if (c.heads <= 0 || c.d_model <= 0 || c.d_model % c.heads != 0)
+    throw ShapeError(where + ": d_model " + std::to_string(c.d_model) +
+                     " must be a positive multiple of heads " + std::to_string(c.heads));
+  const int64_t kv = kv_heads_of(c);
+  if (kv <= 0 || c.heads % kv != 0)
+    throw ShapeError(where + ": heads " + std::to_string(c.heads) + " must be a multiple of kv_heads " +
+                     std::to_string(kv));
+  if ((c.d_model / c.heads) % 2 != 0)
+    throw ShapeError(where + ": rotary positions need an even head size, got " +
+                     std::to_string(c.d_model / c.heads));
+  embed_tokens_ =
+      std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
+  for (int64_t i = 0; i < c.layers; ++i)
+    layers_.push_back(std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), c));
+  norm_ = std::make_unique<RMSNorm>(*this, "model.norm", c.d_model, c.rms_eps);
+  if (!c.tied_head)
+    lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, llama_linear(false));
+}
+
+Tensor Llama::logits(const Tensor& ids, Loc loc) const {
+  if (ids.rank() != 2 || ids.dtype() != DType::kI32 || ids.shape()[1] > config.seq_len)
+    throw ShapeError("[Llama] '" + path() +
+                     "' expects i32 ids [B, T] with T <= " + std::to_string(config.seq_len) + ", got " +
+                     dtype_name(ids.dtype()) + shape_str(ids.shape()) + " (at " + at_of(loc) + ")");
+  Tensor x = (*embed_tokens_)(ids, loc);  // [B, T, d_model]
+  for (const auto& layer : layers_) {
+    const Recompute region(config.recompute);
+    x = (*layer)(x, loc);
+  }
+  return head(x, loc);
+}
+
+Tensor Llama::head(const Tensor& x, Loc loc) const {
+  Tensor y = (*norm_)(x, loc);
+  return lm_head_ ? (*lm_head_)(y, loc)
+                  : matmul(y, transpose(embed_tokens_->weight.tensor(loc), -2, -1, loc), loc);
+}
+
+Tensor Llama::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc) const {
+  const std::string where = "[Llama] '" + path() + "'";
+  if (ids.rank() != 2 || ids.dtype() != DType::kI32)
+    throw ShapeError(where + " expects i32 ids [B, T], got " + dtype_name(ids.dtype()) +
+                     shape_str(ids.shape()) + " (at " + at_of(loc) + ")");
+  const int64_t B = ids.shape()[0];
+  if (pos.dtype() != DType::kI32 || pos.shape() != Shape{B})
+    throw ShapeError(where + " expects i32 positions [" + std::to_string(B) + "], got " +
+                     dtype_name(pos.dtype()) + shape_str(pos.shape()) + " (at " + at_of(loc) + ")");
+  if (cache_len < 1 || cache_len > config.seq_len)
+    throw ShapeError(where + ": a cache of " + std::to_string(cache_len) +
+                     " positions; it must be 1 … seq_len " + std::to_string(config.seq_len));
+  Tensor x = (*embed_tokens_)(ids, loc);
+  for (const auto& layer : layers_) x = layer->cached(x, pos, cache_len, loc);
+  return head(x, loc);
+}
+
+Tensor Llama::loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index, Loc loc) const {
+  return cross_entropy(logits(ids, loc), targets, {.ignore_index = ignore_index}, loc);
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,245 @@
+// nn::Llama, the Llama-family decoder: Hugging Face LlamaForCausalLM's parameter names and
+// shapes (grouped-query attention, untied, tied and with biases); KV-cached logits equal the
+// plain forward's on every prefix and tg::Generator's greedy tokens equal greedy by the full
+// forward, on every backend this machine has; gradients against central differences on ref;
+// a few training steps lower the loss (recomputation changing nothing); the configuration and
+// shape errors; and, once tests/data/tiny_llama/ exists (gen_llama_golden.py, on a machine with
+// transformers), logits equal to transformers' for its weights loaded by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "decode_check.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+
+// transformers' tiny fixture sizes (gen_llama_golden.py): GQA with 4 query and 2 kv heads.
+const nn::LlamaConfig kConfig{
+    .vocab = 64, .seq_len = 16, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2, .mlp_hidden = 48};
+constexpr int64_t kCache = 12;
+
+std::vector<Device> devices() { return tg::testing::all_devices(); }
+
+std::map<std::string, Shape> shapes_of(const nn::Llama& model) {
+  std::map<std::string, Shape> out;
+  for (const Param* p : model.parameters()) out[p->path()] = p->shape();
+  return out;
+}
+
+TEST(Llama, ParametersAreHuggingFacesNamesAndShapes) {
+  std::map<std::string, Shape> want{
+      {"model.embed_tokens.weight", {64, 32}}, {"model.norm.weight", {32}}, {"lm_head.weight", {64, 32}}};
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    want[l + "input_layernorm.weight"] = {32};
+    want[l + "self_attn.q_proj.weight"] = {32, 32};  // [out, in], PyTorch's layout
+    want[l + "self_attn.k_proj.weight"] = {16, 32};  // 2 kv heads of 8
+    want[l + "self_attn.v_proj.weight"] = {16, 32};
+    want[l + "self_attn.o_proj.weight"] = {32, 32};
+    want[l + "post_attention_layernorm.weight"] = {32};
+    want[l + "mlp.gate_proj.weight"] = {48, 32};
+    want[l + "mlp.up_proj.weight"] = {48, 32};
+    want[l + "mlp.down_proj.weight"] = {32, 48};
+  }
+  nn::Llama untied(kConfig);
+  EXPECT_EQ(shapes_of(untied), want);
+  // Tied: the head is embed_tokens, no lm_head.
+  nn::LlamaConfig tied_config = kConfig;
+  tied_config.tied_head = true;
+  nn::Llama tied(tied_config);
+  want.erase("lm_head.weight");
+  EXPECT_EQ(shapes_of(tied), want);
+  // Biases: q/k/v/o_proj with attention_bias, gate/up/down_proj with mlp_bias.
+  nn::LlamaConfig biased = kConfig;
+  biased.attention_bias = biased.mlp_bias = true;
+  const std::map<std::string, Shape> with_bias = shapes_of(nn::Llama(biased));
+  EXPECT_EQ(with_bias.size(), want.size() + 1 + 2 * 7);
+  EXPECT_EQ(with_bias.at("model.layers.1.self_attn.k_proj.bias"), Shape{16});
+  EXPECT_EQ(with_bias.at("model.layers.0.mlp.down_proj.bias"), Shape{32});
+}
+
+TEST(Llama, InitialisesAsHuggingFace) {
+  nn::Llama model(kConfig);
+  Program p = compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
+                              {.inputs = {{"ids", {2, 7}, DType::kI32}}, .device = Device::cpu()});
+  p.init_params(1);
+  const auto params = p.download_params();
+  const std::span<const float> gain = params.at("model.norm.weight").f32();
+  EXPECT_EQ(std::vector<float>(gain.begin(), gain.end()), std::vector<float>(32, 1.f));
+  const std::span<const float> w = params.at("model.layers.0.mlp.gate_proj.weight").f32();
+  double sq = 0;
+  for (const float v : w) sq += double(v) * v;
+  EXPECT_NEAR(std::sqrt(sq / static_cast<double>(w.size())), 0.02, 0.002);  // normal(0.02)
+  EXPECT_EQ(p.run({{"ids", std::vector<int32_t>(14, 3)}}).shape(), (Shape{2, 7, 64}));
+}
+
+TEST(Llama, ConfigurationAndShapeErrors) {
+  nn::LlamaConfig c = kConfig;
+  c.kv_heads = 3;  // 4 heads are no multiple of 3
+  EXPECT_NE(tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("multiple of kv_heads"),
+            std::string::npos);
+  c = kConfig;
+  c.d_model = 12;  // head size 3: no rotate-half pairs
+  EXPECT_NE(tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("even head size"),
+            std::string::npos);
+  nn::Llama model(kConfig);
+  EXPECT_THROW(
+      compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
+                      {.inputs = {{"ids", {1, kConfig.seq_len + 1}, DType::kI32}}, .device = Device::cpu()}),
+      ShapeError);
+  EXPECT_THROW(tg::testing::cached_program(model, 1, 1, kConfig.seq_len + 1, Device::cpu()), ShapeError);
+  EXPECT_THROW(tg::testing::cached_program(model, 1, kCache + 1, kCache, Device::cpu()), ShapeError);
+}
+
+// d(loss)/dθ along a random ±1 direction u of each parameter tensor, autograd's Σ g·u against
+// (L(θ + h·u) − L(θ − h·u)) / 2h, on the double-precision reference with biases everywhere.
+TEST(Llama, GradientsMatchCentralDifferences) {
+  const nn::LlamaConfig c{.vocab = 11,
+                          .seq_len = 6,
+                          .layers = 2,
+                          .d_model = 8,
+                          .heads = 2,
+                          .kv_heads = 1,
+                          .mlp_hidden = 12,
+                          .rope_theta = 100.0,
+                          .attention_bias = true,
+                          .mlp_bias = true};
+  nn::Llama model(c);
+  Program ref = compile_train(model, [&model](Tensor ids, Tensor t) { return model.loss(ids, t); },
+                              {.inputs = {{"ids", {2, 5}, DType::kI32}, {"targets", {2, 5}, DType::kI32}},
+                               .optimizer = GradientsOnly{},
+                               .device = Device::ref()});
+  // Larger values than the init's make larger, better measured derivatives.
+  std::map<std::string, HostTensor> params = ref.download_params();
+  uint32_t seed = 1;
+  for (auto& [name, t] : params) {
+    std::vector<float> v = tg::testing::uniform_values(t.f32().size(), seed++);
+    if (name.find("norm") != std::string::npos)
+      for (float& x : v) x = 1.f + 0.3f * x;
+    t = HostTensor::f32(std::move(v), t.shape());
+  }
+  ref.upload_params(params);
+  const std::vector<int32_t> ids{1, 4, 9, 2, 7, 3, 3, 10, 0, 5}, targets{4, 9, 2, 7, 1, 3, 10, 0, 5, 6};
+  const Feeds feeds{{"ids", ids}, {"targets", targets}};  // Feeds views the vectors
+  Captures grads;
+  ref.step(feeds, {.captures = &grads});
+  const float h = 1e-3f;
+  double worst = 0;
+  for (const auto& [name, t] : params) {
+    const std::vector<float> u = tg::testing::uniform_values(t.f32().size(), 100 + seed++);
+    const std::span<const float> g = grads.at("grad/" + name).f32();
+    double exact = 0;
+    for (size_t i = 0; i < u.size(); ++i) exact += double(g[i]) * (u[i] < 0 ? -1.0 : 1.0);
+    auto loss_at = [&](float step) {
+      std::vector<float> v(t.f32().begin(), t.f32().end());
+      for (size_t i = 0; i < v.size(); ++i) v[i] += u[i] < 0 ? -step : step;
+      ref.upload_params({{name, HostTensor::f32(std::move(v), t.shape())}}, {.partial = true});
+      return static_cast<double>(ref.step(feeds));
+    };
+    const double fd = (loss_at(h) - loss_at(-h)) / (2.0 * h);
+    ref.upload_params({{name, t}}, {.partial = true});
+    EXPECT_NEAR(exact, fd, 2e-3 * std::fabs(fd) + 2e-3)
+        << name << ": autograd " << exact << ", difference " << fd;
+    worst = std::max(worst, std::fabs(exact - fd) / std::max(std::fabs(fd), 1.0));
+  }
+  std::printf("  worst |autograd − central difference| / max(|difference|, 1): %.2e\n", worst);
+}
+
+// Adam on one batch: the loss falls; with every layer a recompute region the losses are the same.
+TEST(Llama, TrainingLowersTheLoss) {
+  std::vector<std::vector<float>> losses;
+  for (const bool recompute : {false, true}) {
+    nn::LlamaConfig c = kConfig;
+    c.recompute = recompute;
+    nn::Llama model(c);
+    Program train = compile_train(model, [&model](Tensor ids, Tensor t) { return model.loss(ids, t); },
+                                  {.inputs = {{"ids", {2, 8}, DType::kI32}, {"targets", {2, 8}, DType::kI32}},
+                                   .optimizer = Adam{.lr = 1e-2},
+                                   .device = Device::cpu()});
+    train.init_params(7);
+    std::vector<int32_t> ids, targets;
+    for (int i = 0; i < 17; ++i) (i < 16 ? ids : targets).push_back(static_cast<int32_t>((i * 19 + 5) % 64));
+    targets.insert(targets.begin(), ids.begin() + 1, ids.end());
+    losses.emplace_back();
+    for (int step = 0; step < 15; ++step)
+      losses.back().push_back(train.step({{"ids", ids}, {"targets", targets}}));
+  }
+  EXPECT_NEAR(losses[0].front(), std::log(64.0), 0.2);  // near uniform at init
+  EXPECT_LT(losses[0].back(), 0.5 * losses[0].front());
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-4) << "step " << i;
+}
+
+class LlamaDevices : public ::testing::TestWithParam<Device> {};
+
+TEST_P(LlamaDevices, CachedLogitsMatchTheFullForwardOnEveryPrefix) {
+  for (const int64_t batch : {int64_t{1}, int64_t{4}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    nn::Llama model(kConfig);
+    tg::testing::expect_cached_equals_full(model, kConfig.vocab, kCache, batch, GetParam());
+  }
+}
+
+TEST_P(LlamaDevices, GreedyGenerationEqualsTheFullForward) {
+  nn::LlamaConfig c = kConfig;
+  c.tied_head = true;
+  nn::Llama model(c);
+  Generator g(model,
+              [&model](const Tensor& ids, const Tensor& pos, int64_t cache) {
+                return model.logits_cached(ids, pos, cache);
+              },
+              {.batch = 2, .cache_len = kCache, .prefill_len = 4, .device = GetParam()});
+  g.prefill().init_params(5);
+  const std::vector<std::vector<int32_t>> prompts{{3, 17, 42, 5, 9, 60}, {11, 2}};
+  const std::vector<std::vector<int32_t>> outs = g.generate(prompts, {.max_new_tokens = 5});
+  Program full = compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
+                                 {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = GetParam()});
+  ASSERT_EQ(outs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(outs[i], tg::testing::greedy_by_full_forward(full, prompts[i], 5, kCache, c.vocab))
+        << "prompt " << i;
+}
+
+// transformers' LlamaForCausalLM on the same weights (tests/data/tiny_llama/, written by
+// gen_llama_golden.py): model.safetensors loads by name, logits agree to 1e-4.
+TEST_P(LlamaDevices, LogitsEqualTransformers) {
+  const std::string dir = std::string(TG_TEST_DATA_DIR) + "/tiny_llama";
+  if (!std::filesystem::exists(dir + "/model.safetensors"))
+    GTEST_SKIP() << dir
+                 << " does not exist yet: run tests/nn/gen_llama_golden.py on a machine with transformers";
+  const std::map<std::string, HostTensor> golden = read_safetensors(dir + "/logits.safetensors");
+  const std::map<std::string, std::string> meta = read_safetensors_metadata(dir + "/logits.safetensors");
+  const nn::LlamaConfig c{.vocab = std::stoll(meta.at("vocab")),
+                          .seq_len = std::stoll(meta.at("seq_len")),
+                          .layers = std::stoll(meta.at("layers")),
+                          .d_model = std::stoll(meta.at("d_model")),
+                          .heads = std::stoll(meta.at("heads")),
+                          .kv_heads = std::stoll(meta.at("kv_heads")),
+                          .mlp_hidden = std::stoll(meta.at("mlp_hidden")),
+                          .rms_eps = std::stod(meta.at("rms_eps")),
+                          .rope_theta = std::stod(meta.at("rope_theta"))};
+  nn::Llama model(c);
+  const HostTensor& ids = golden.at("ids");
+  Program p = compile_forward(model, [&model](Tensor x) { return model.logits(x); },
+                              {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = GetParam()});
+  load_safetensors(dir + "/model.safetensors", p);  // every parameter by its Hugging Face name
+  const std::vector<float> got = p.run({{"ids", ids.i32()}}).f32();
+  const double d = tg::testing::rel_diff(got, golden.at("logits").f32());
+  EXPECT_LT(d, 1e-4);
+  std::printf("  %s: relative logit difference to transformers %.2e\n", GetParam().str().c_str(), d);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, LlamaDevices, ::testing::ValuesIn(devices()),
+                         [](const auto& info) { return tg::testing::device_test_name(info.param); });
+
+}  // namespace
