@@ -87,8 +87,8 @@ void read_model(Tokenizer::Impl& t, const json& model) {
     } else {
       fail(t.file, "merge " + std::to_string(rank) + " is " + m.dump());
     }
-    const Tokenizer::Impl::Merge merge{static_cast<int32_t>(rank), id_of(left + right, rank)};
-    t.merges[Tokenizer::Impl::pair_key(id_of(left, rank), id_of(right, rank))] = merge;
+    const uint64_t key = Tokenizer::Impl::pair_key(id_of(left, rank), id_of(right, rank));
+    t.merges[key] = {.rank = static_cast<int32_t>(rank), .id = id_of(left + right, rank)};
   }
 }
 
