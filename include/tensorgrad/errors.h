@@ -28,6 +28,11 @@ struct DeviceError : Error {
 struct CheckpointError : Error {
   using Error::Error;
 };
+/// A tokenizer file that cannot be read or holds what the tokenizer does not support (another
+/// model type, normalizer or pre-tokenizer). Names the file and what was found.
+struct TokenizerError : Error {
+  using Error::Error;
+};
 /// Several processes that cannot start or keep working together: a launch variable missing or
 /// malformed, a rank that cannot be reached or never joins, a peer that exited. Names the rank
 /// and, for the rendezvous, host:port.

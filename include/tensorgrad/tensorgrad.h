@@ -13,3 +13,4 @@
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/program.h"
 #include "tensorgrad/tensor.h"
+#include "tensorgrad/tokenizer.h"

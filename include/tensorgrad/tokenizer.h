@@ -1,0 +1,71 @@
+// Byte-level BPE tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as
+// the `tokenizers` library does for GPT-2 and Llama-3 style models:
+//
+//   tg::Tokenizer tok = tg::Tokenizer::load("models/gpt2");   // or ".../tokenizer.json"
+//   std::vector<int32_t> ids = tok.encode("Hello world");     // {15496, 995} for GPT-2
+//   std::string text = tok.decode(ids);                       // "Hello world"
+//
+// What a file may hold: model "BPE" (merges in either form, "a b" or ["a", "b"]; ignore_merges;
+// unk_token), no normalizer, the ByteLevel decoder, and as pre-tokenizer either ByteLevel
+// (add_prefix_space, use_regex: GPT-2's regex) or a Sequence of a Split on GPT-2's or Llama 3's
+// regex (behavior Isolated) then ByteLevel. Anything else is a TokenizerError naming the file and
+// what it found. Truncation and padding settings are not applied.
+//
+// Added tokens (the file's "added_tokens") are found in the text before anything else, longest
+// match first, and become their own ids, as `tokenizers` does: "a<|endoftext|>b" is "a", the
+// token, "b". Their lstrip / rstrip flags are honoured; single_word is not.
+//
+// encode(text, add_special = true) adds what the file's TemplateProcessing post-processor puts
+// around a single sequence (Llama 3: <|begin_of_text|> first); GPT-2's files add nothing.
+// bos_id() / eos_id() name the template's first / last special token, else an added special
+// token called <|begin_of_text|> or <s> / <|end_of_text|>, </s> or <|endoftext|>.
+//
+// decode returns the bytes the tokens stand for. `tokenizers` replaces bytes that are not valid
+// UTF-8 (a multi-byte character cut between ids, or text that was never UTF-8) with U+FFFD;
+// here they are kept, so decode(encode(s)) == s for every string s. Text that is not valid UTF-8
+// is encoded as the bytes it is (each invalid byte a symbol that is neither letter, number nor
+// space).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tg {
+
+class Tokenizer {
+ public:
+  /// Reads `path`: a tokenizer.json file, or a folder holding one. Throws TokenizerError.
+  static Tokenizer load(const std::string& path);
+
+  /// The ids of `text`; with `add_special`, wrapped as the file's post-processor says.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+  /// The bytes `ids` stand for; with `skip_special`, special added tokens are left out.
+  /// Throws InputError for an id that names no token.
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  /// One more than the largest id (vocabulary and added tokens).
+  int32_t vocab_size() const;
+  /// The id of a token as the file spells it ("Ġworld" for " world"), if there is one.
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  /// The token with this id as the file spells it; throws InputError when there is none.
+  const std::string& id_to_token(int32_t id) const;
+  /// Whether `id` is an added token marked special (<|endoftext|>, <|begin_of_text|>, …).
+  bool is_special(int32_t id) const;
+  /// The ids of the added tokens, in the file's order.
+  std::vector<int32_t> added_token_ids() const;
+  std::optional<int32_t> bos_id() const;
+  std::optional<int32_t> eos_id() const;
+
+  struct Impl;
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace tg

@@ -1,0 +1,133 @@
+// Hand-written matchers for the two pre-tokenizer regexes. Each tries the regex's alternatives
+// in order at one position and returns where the first that matches ends, taking the same
+// backtracking choices a regex engine would (noted where it matters).
+#include "text/pretokenize.h"
+
+#include "text/unicode.h"
+
+namespace tg::text {
+namespace {
+
+// The units of a string with the class tests the regexes use; out-of-range indices are none.
+struct Units {
+  std::vector<Unit> u;
+  size_t size() const { return u.size(); }
+  bool is(size_t k, CharClass c) const { return k < u.size() && u[k].cls == c; }
+  bool letter(size_t k) const { return is(k, CharClass::kLetter); }
+  bool number(size_t k) const { return is(k, CharClass::kNumber); }
+  bool space(size_t k) const { return is(k, CharClass::kSpace); }
+  bool other(size_t k) const { return is(k, CharClass::kOther); }  // [^\s\p{L}\p{N}]
+  bool cp_is(size_t k, char32_t c) const { return k < u.size() && u[k].valid && u[k].cp == c; }
+  bool newline(size_t k) const { return cp_is(k, '\r') || cp_is(k, '\n'); }
+  size_t run(size_t k, bool (Units::*test)(size_t) const) const {
+    while ((this->*test)(k)) ++k;
+    return k;
+  }
+};
+
+// 's|'t|'re|'ve|'m|'ll|'d at i (ASCII letters; with ignore_case also upper case, and ſ, which
+// Unicode case folding makes an s); the end, or i when none matches.
+size_t contraction(const Units& t, size_t i, bool ignore_case) {
+  if (!t.cp_is(i, '\'')) return i;
+  const auto fold = [&](size_t k) -> char32_t {
+    if (k >= t.size() || !t.u[k].valid) return 0;
+    const char32_t c = t.u[k].cp;
+    if (!ignore_case) return c;
+    if (c >= 'A' && c <= 'Z') return c + ('a' - 'A');
+    return c == U'\u017F' ? U's' : c;
+  };
+  const char32_t a = fold(i + 1), b = fold(i + 2);
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+  return i;
+}
+
+// \s+(?!\S) then \s+ at i, a space: the greedy run gives back its last space when a non-space
+// follows it, so that space can lead the next word (" word"); a run of one space cannot give
+// anything back and is taken by \s+.
+size_t spaces(const Units& t, size_t i) {
+  const size_t end = t.run(i, &Units::space);
+  if (end == t.size() || end - i == 1) return end;
+  return end - 1;
+}
+
+size_t match_gpt2(const Units& t, size_t i) {
+  if (size_t end = contraction(t, i, false); end != i) return end;
+  const size_t after_space = t.cp_is(i, ' ') ? i + 1 : i;  // the optional " " of " ?X+"
+  if (t.letter(after_space)) return t.run(after_space, &Units::letter);
+  if (t.number(after_space)) return t.run(after_space, &Units::number);
+  if (t.other(after_space)) return t.run(after_space, &Units::other);
+  return spaces(t, i);  // i is a space: the one class left
+}
+
+size_t match_llama3(const Units& t, size_t i) {
+  if (size_t end = contraction(t, i, true); end != i) return end;
+  // [^\r\n\p{L}\p{N}]?\p{L}+: one leading character of any other kind, when letters follow.
+  const bool may_lead = i < t.size() && !t.letter(i) && !t.number(i) && !t.newline(i);
+  if (may_lead && t.letter(i + 1)) return t.run(i + 1, &Units::letter);
+  if (t.letter(i)) return t.run(i, &Units::letter);
+  if (t.number(i)) {  // \p{N}{1,3}
+    size_t end = i + 1;
+    while (end < i + 3 && t.number(end)) ++end;
+    return end;
+  }
+  // ?[^\s\p{L}\p{N}]+[\r\n]*
+  const size_t after_space = t.cp_is(i, ' ') ? i + 1 : i;
+  if (t.other(after_space)) return t.run(t.run(after_space, &Units::other), &Units::newline);
+  // \s*[\r\n]+: \s* backtracks to the run's last \r or \n, which [\r\n]+ then takes.
+  const size_t end = t.run(i, &Units::space);
+  for (size_t k = end; k > i; --k) {
+    if (t.newline(k - 1)) return k;
+  }
+  return spaces(t, i);
+}
+
+}  // namespace
+
+std::string_view pattern_source(SplitPattern pattern) {
+  switch (pattern) {
+    case SplitPattern::kGpt2:
+      return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+    case SplitPattern::kLlama3:
+      return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
+             R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
+  }
+  return {};
+}
+
+std::vector<std::string_view> split(std::string_view text, SplitPattern pattern) {
+  const Units t{decode_utf8(text)};
+  std::vector<std::string_view> pieces;
+  for (size_t i = 0; i < t.size();) {
+    size_t end = pattern == SplitPattern::kGpt2 ? match_gpt2(t, i) : match_llama3(t, i);
+    if (end <= i) end = i + 1;  // unreachable: every class is matched by some alternative
+    const size_t begin_byte = t.u[i].offset;
+    const size_t end_byte = end < t.size() ? t.u[end].offset : text.size();
+    pieces.push_back(text.substr(begin_byte, end_byte - begin_byte));
+    i = end;
+  }
+  return pieces;
+}
+
+const std::array<char32_t, 256>& byte_to_char() {
+  static const std::array<char32_t, 256> table = [] {
+    std::array<char32_t, 256> t{};
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      t[b] = printable ? static_cast<char32_t>(b) : next++;
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::string to_byte_level(std::string_view bytes) {
+  const auto& table = byte_to_char();
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char c : bytes) append_utf8(out, table[static_cast<uint8_t>(c)]);
+  return out;
+}
+
+}  // namespace tg::text

@@ -1,0 +1,57 @@
+// What a loaded tokenizer holds (tg::Tokenizer::Impl), shared by the reader of tokenizer.json
+// (tokenizer_load.cc) and the encoder / decoder (tokenizer.cc).
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tensorgrad/tokenizer.h"
+#include "text/pretokenize.h"
+
+namespace tg {
+
+struct Tokenizer::Impl {
+  struct AddedToken {
+    int32_t id;
+    std::string content;
+    bool special;
+    bool lstrip, rstrip;  // the match also takes the whitespace before / after it
+    bool normalized;      // matched after normalization (a second pass), else on the raw text
+  };
+  struct Merge {
+    int32_t rank;  // its index in the file's merges: lower merges first
+    int32_t id;    // the id of the merged token
+  };
+
+  std::string file;
+  // Tokens by id (model vocabulary, then added tokens); ids that name nothing are unassigned.
+  std::vector<std::string> tokens;
+  std::vector<bool> assigned, special;
+  std::unordered_map<std::string, int32_t> ids;  // model vocabulary only
+  std::unordered_map<uint64_t, Merge> merges;    // key: (left id << 32) | right id
+  bool ignore_merges = false;                    // a word that is a token is that token, merges or not
+  std::optional<int32_t> unk_id;
+  std::vector<AddedToken> added;
+
+  // Pre-tokenizer: an optional Split on a regex, then ByteLevel.
+  std::optional<text::SplitPattern> split_pattern;
+  bool add_prefix_space = false;  // a piece that does not start with " " gets one
+  bool byte_level_regex = true;   // ByteLevel splits each piece on GPT-2's regex
+
+  // What encode(…, add_special = true) puts around the ids (TemplateProcessing's "single").
+  std::vector<int32_t> prefix, suffix;
+  std::optional<int32_t> bos, eos;
+
+  // Byte-pair merges of one word (its byte-level spelling) are the same every time: cached.
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+};
+
+}  // namespace tg

@@ -1,0 +1,224 @@
+// Reads a Hugging Face tokenizer.json into a Tokenizer::Impl, checking that every part of the
+// pipeline is one this tokenizer implements (see tokenizer.h) and naming what it found if not.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tensorgrad/errors.h"
+#include "text/tokenizer_impl.h"
+
+namespace tg {
+namespace {
+
+using nlohmann::json;
+
+// Ids above this are taken for a broken file rather than allocated for.
+constexpr int64_t kMaxId = int64_t{1} << 24;
+
+[[noreturn]] void fail(const std::string& file, const std::string& what) {
+  throw TokenizerError("[Tokenizer::load] " + file + ": " + what);
+}
+
+std::string type_of(const json& j) {
+  if (j.is_object() && j.contains("type") && j["type"].is_string()) return j["type"].get<std::string>();
+  return j.dump().substr(0, 80);
+}
+
+// A field that may be missing or null: its value, else `fallback`.
+template <typename T>
+T value_or(const json& j, const char* key, T fallback) {
+  return j.contains(key) && !j[key].is_null() ? j[key].get<T>() : fallback;
+}
+
+void set_token(Tokenizer::Impl& t, int64_t id, const std::string& token) {
+  if (id < 0 || id >= kMaxId) fail(t.file, "token \"" + token + "\" has the id " + std::to_string(id));
+  if (static_cast<size_t>(id) >= t.tokens.size()) {
+    t.tokens.resize(id + 1);
+    t.assigned.resize(id + 1, false);
+    t.special.resize(id + 1, false);
+  }
+  t.tokens[id] = token;
+  t.assigned[id] = true;
+}
+
+void read_model(Tokenizer::Impl& t, const json& model) {
+  if (!model.is_object()) fail(t.file, "no \"model\" object");
+  const std::string type = value_or<std::string>(model, "type", "BPE");
+  if (type != "BPE") fail(t.file, "model type \"" + type + "\" is not supported (only BPE)");
+  if (value_or<double>(model, "dropout", 0.0) != 0.0) fail(t.file, "BPE dropout is not supported");
+  if (!value_or<std::string>(model, "continuing_subword_prefix", "").empty() ||
+      !value_or<std::string>(model, "end_of_word_suffix", "").empty())
+    fail(t.file, "continuing_subword_prefix / end_of_word_suffix are not supported (not byte-level BPE)");
+  if (value_or<bool>(model, "byte_fallback", false)) fail(t.file, "byte_fallback is not supported");
+  t.ignore_merges = value_or<bool>(model, "ignore_merges", false);
+
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    fail(t.file, "the BPE model has no vocab object");
+  for (const auto& [token, id] : model["vocab"].items()) {
+    set_token(t, id.get<int64_t>(), token);
+    t.ids[token] = id.get<int32_t>();
+  }
+  if (const std::string unk = value_or<std::string>(model, "unk_token", ""); !unk.empty()) {
+    if (auto it = t.ids.find(unk); it != t.ids.end()) t.unk_id = it->second;
+  }
+
+  if (!model.contains("merges") || !model["merges"].is_array())
+    fail(t.file, "the BPE model has no merges array");
+  const auto id_of = [&](const std::string& token, size_t rank) {
+    auto it = t.ids.find(token);
+    if (it == t.ids.end())
+      fail(t.file, "merge " + std::to_string(rank) + " names \"" + token + "\", which is not in the vocab");
+    return it->second;
+  };
+  const json& merges = model["merges"];
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    std::string left, right;
+    if (m.is_string()) {  // "left right"
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
+        fail(t.file, "merge " + std::to_string(rank) + " \"" + s + "\" is not two tokens");
+      left = s.substr(0, space), right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2) {  // ["left", "right"]
+      left = m[0].get<std::string>(), right = m[1].get<std::string>();
+    } else {
+      fail(t.file, "merge " + std::to_string(rank) + " is " + m.dump());
+    }
+    const uint64_t key = Tokenizer::Impl::pair_key(id_of(left, rank), id_of(right, rank));
+    t.merges[key] = {.rank = static_cast<int32_t>(rank), .id = id_of(left + right, rank)};
+  }
+}
+
+void read_added_tokens(Tokenizer::Impl& t, const json& added) {
+  if (added.is_null()) return;
+  for (const json& a : added) {
+    Tokenizer::Impl::AddedToken token{
+        .id = a.at("id").get<int32_t>(),
+        .content = a.at("content").get<std::string>(),
+        .special = value_or<bool>(a, "special", false),
+        .lstrip = value_or<bool>(a, "lstrip", false),
+        .rstrip = value_or<bool>(a, "rstrip", false),
+        .normalized = value_or<bool>(a, "normalized", true),
+    };
+    if (token.content.empty()) fail(t.file, "added token " + std::to_string(token.id) + " is empty");
+    set_token(t, token.id, token.content);
+    t.special[token.id] = token.special;
+    t.added.push_back(std::move(token));
+  }
+}
+
+void read_byte_level(Tokenizer::Impl& t, const json& p) {
+  t.add_prefix_space = value_or<bool>(p, "add_prefix_space", false);
+  t.byte_level_regex = value_or<bool>(p, "use_regex", true);
+}
+
+void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
+  const std::string type = type_of(p);
+  if (type == "ByteLevel") return read_byte_level(t, p);
+  const json* steps = type == "Sequence" && p.contains("pretokenizers") ? &p["pretokenizers"] : nullptr;
+  if (steps && steps->size() == 2 && type_of((*steps)[0]) == "Split" && type_of((*steps)[1]) == "ByteLevel") {
+    const json& split = (*steps)[0];
+    const std::string regex =
+        split.contains("pattern") ? value_or<std::string>(split["pattern"], "Regex", "") : "";
+    if (value_or<std::string>(split, "behavior", "") != "Isolated" || value_or<bool>(split, "invert", false))
+      fail(t.file, "a Split pre-tokenizer must have behavior Isolated and not invert: " + split.dump());
+    for (auto pattern : {text::SplitPattern::kGpt2, text::SplitPattern::kLlama3}) {
+      if (regex == text::pattern_source(pattern)) t.split_pattern = pattern;
+    }
+    if (!t.split_pattern)
+      fail(t.file, "the Split pre-tokenizer's pattern is not GPT-2's or Llama 3's regex: " + regex);
+    return read_byte_level(t, (*steps)[1]);
+  }
+  fail(t.file, "pre-tokenizer " + (type == "Sequence" ? p.dump().substr(0, 200) : type) +
+                   " is not supported (ByteLevel, or a Sequence of a Split and ByteLevel)");
+}
+
+// TemplateProcessing's "single": the special tokens before and after the sequence $A.
+void read_template(Tokenizer::Impl& t, const json& p) {
+  bool after = false;
+  for (const json& item : p.at("single")) {
+    if (item.contains("Sequence")) {
+      after = true;
+      continue;
+    }
+    const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+    if (!p.contains("special_tokens") || !p["special_tokens"].contains(name))
+      fail(t.file, "the post-processor names the special token \"" + name + "\" without its ids");
+    for (const json& id : p["special_tokens"][name].at("ids"))
+      (after ? t.suffix : t.prefix).push_back(id.get<int32_t>());
+  }
+}
+
+void read_post_processor(Tokenizer::Impl& t, const json& p) {
+  if (p.is_null()) return;
+  const std::string type = type_of(p);
+  if (type == "ByteLevel") return;  // offsets only
+  if (type == "TemplateProcessing") return read_template(t, p);
+  if (type == "Sequence") {
+    for (const json& step : p.at("processors")) read_post_processor(t, step);
+    return;
+  }
+  fail(t.file, "post-processor " + type + " is not supported (ByteLevel, TemplateProcessing)");
+}
+
+std::optional<int32_t> added_special_named(const Tokenizer::Impl& t,
+                                           std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    for (const auto& a : t.added) {
+      if (a.special && a.content == name) return a.id;
+    }
+  }
+  return std::nullopt;
+}
+
+void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
+  const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) fail(t.file, "not a JSON object (is it a tokenizer.json?)");
+  if (!root.contains("model")) fail(t.file, "no \"model\": not a Hugging Face tokenizer.json");
+  try {
+    if (root.contains("normalizer") && !root["normalizer"].is_null())
+      fail(t.file, "normalizer " + type_of(root["normalizer"]) + " is not supported");
+    read_model(t, root["model"]);
+    if (root.contains("added_tokens")) read_added_tokens(t, root["added_tokens"]);
+    if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null())
+      fail(t.file, "no pre-tokenizer: not a byte-level BPE tokenizer");
+    read_pre_tokenizer(t, root["pre_tokenizer"]);
+    const json decoder = root.contains("decoder") ? root["decoder"] : json();
+    if (type_of(decoder) != "ByteLevel")
+      fail(t.file, "decoder " + type_of(decoder) + " is not supported (ByteLevel)");
+    if (root.contains("post_processor")) read_post_processor(t, root["post_processor"]);
+  } catch (const json::exception& e) {
+    fail(t.file, std::string("unexpected content: ") + e.what());
+  }
+  t.bos = !t.prefix.empty() ? std::optional(t.prefix.front())
+                            : added_special_named(t, {"<|begin_of_text|>", "<s>"});
+  t.eos = !t.suffix.empty() ? std::optional(t.suffix.back())
+                            : added_special_named(t, {"<|end_of_text|>", "</s>", "<|endoftext|>"});
+  for (const auto* added : {&t.prefix, &t.suffix}) {
+    for (int32_t id : *added) {
+      if (id < 0 || static_cast<size_t>(id) >= t.tokens.size() || !t.assigned[id])
+        fail(t.file, "the post-processor adds the id " + std::to_string(id) + ", which names no token");
+    }
+  }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "tokenizer.json").string() : path;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw TokenizerError("[Tokenizer::load] cannot open " + file);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto impl = std::make_shared<Impl>();
+  impl->file = file;
+  read_tokenizer_json(*impl, text.str());
+  return Tokenizer(std::move(impl));
+}
+
+}  // namespace tg

@@ -1,0 +1,96 @@
+// UTF-8 decoding (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF) and the
+// code point classes, looked up in the generated range table by binary search.
+#include "text/unicode.h"
+
+#include <algorithm>
+#include <iterator>
+#include <string>
+
+namespace tg::text {
+namespace {
+
+struct Range {
+  char32_t first, last;
+  CharClass cls;
+};
+
+constexpr Range kRanges[] = {
+#include "text/unicode_tables.inc"
+};
+
+// The length of the well-formed sequence starting at s[i], with its code point, or 0.
+int sequence_at(std::string_view s, size_t i, char32_t& cp) {
+  const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  const uint8_t lead = byte(i);
+  if (lead < 0x80) {
+    cp = lead;
+    return 1;
+  }
+  int size;
+  char32_t min;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    size = 2, min = 0x80, cp = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    size = 3, min = 0x800, cp = lead & 0x0F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    size = 4, min = 0x10000, cp = lead & 0x07;
+  } else {
+    return 0;  // a continuation byte, C0/C1 (overlong) or F5..FF
+  }
+  if (s.size() - i < static_cast<size_t>(size)) return 0;
+  for (int k = 1; k < size; ++k) {
+    const uint8_t b = byte(i + k);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return size;
+}
+
+}  // namespace
+
+CharClass char_class(char32_t cp) {
+  // The last range that starts at or before cp.
+  const Range* it = std::upper_bound(std::begin(kRanges), std::end(kRanges), cp,
+                                     [](char32_t c, const Range& r) { return c < r.first; });
+  if (it == std::begin(kRanges)) return CharClass::kOther;
+  --it;
+  return cp <= it->last ? it->cls : CharClass::kOther;
+}
+
+std::vector<Unit> decode_utf8(std::string_view s) {
+  std::vector<Unit> units;
+  units.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp = 0;
+    const int size = sequence_at(s, i, cp);
+    if (size == 0) {
+      units.push_back({static_cast<uint8_t>(s[i]), static_cast<uint32_t>(i), 1, false, CharClass::kOther});
+      ++i;
+    } else {
+      units.push_back({cp, static_cast<uint32_t>(i), static_cast<uint8_t>(size), true, char_class(cp)});
+      i += size;
+    }
+  }
+  return units;
+}
+
+void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+}  // namespace tg::text

@@ -1,0 +1,262 @@
+// The byte-level BPE tokenizer: ids derived by hand on a tiny tokenizer.json, the two
+// pre-tokenizer regexes on hand-checked strings, round trips over any bytes, errors, and ids
+// from Hugging Face `tokenizers` (tests/text/gen_tokenizer_golden.py).
+#include "tensorgrad/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tensorgrad/errors.h"
+#include "text/pretokenize.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Ids = std::vector<int32_t>;
+using Pieces = std::vector<std::string_view>;
+
+const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
+
+std::string write_temp(const std::string& name, const std::string& content) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::stringstream s;
+  s << std::ifstream(path, std::ios::binary).rdbuf();
+  return s.str();
+}
+
+// tiny.json: vocabulary Ġ:0 a:1 b:2 c:3 l:4 o:5 w:6 Ġl:7 lo:8 low:9 Ġlow:10 ab:11 bc:13, the
+// added special token <|endoftext|>:12, merges by rank 0 "l o", 1 "lo w", 2 "Ġ l", 3 "Ġ low",
+// 4 "a b", 5 "b c"; GPT-2's ByteLevel pre-tokenizer without a prefix space.
+TEST(Tokenizer, HandDerivedIds) {
+  const auto tok = tg::Tokenizer::load(kData + "/tiny.json");
+  EXPECT_EQ(tok.vocab_size(), 14);
+  struct Case {
+    const char* text;
+    Ids ids;
+  };
+  const Case cases[] = {
+      // One word: l o w; "l o" (rank 0) then "lo w" (rank 1) → low.
+      {"low", {9}},
+      // " low" is one word (" ?\p{L}+"), spelled Ġlow: pairs Ġl (rank 2) and lo (rank 0): lo
+      // first, then "lo w" → Ġ low, then "Ġ low" (rank 3). "Ġ l" never applies.
+      {" low", {10}},
+      // Words "low" and " lowa": Ġ l o w a → Ġ lo w a → Ġ low a → Ġlow a.
+      {"low lowa", {9, 10, 1}},
+      // a b c: "a b" (rank 4) beats "b c" (rank 5); "ab c" is no merge.
+      {"abc", {11, 3}},
+      // b c a: "b c" is the only pair with a merge.
+      {"bca", {13, 1}},
+      // The added token is split out first; "ab" and "c" are words of their own.
+      {"ab<|endoftext|>c", {11, 12, 3}},
+      // Characters outside the vocabulary (x, y) are dropped: there is no unk_token.
+      {"xay", {1}},
+      {"", {}},
+  };
+  for (const auto& c : cases) EXPECT_EQ(tok.encode(c.text), c.ids) << c.text;
+  // No post-processor: add_special adds nothing; <|endoftext|> is the eos and no bos.
+  EXPECT_EQ(tok.encode("low", true), Ids({9}));
+  EXPECT_EQ(tok.eos_id(), 12);
+  EXPECT_FALSE(tok.bos_id().has_value());
+
+  EXPECT_EQ(tok.decode(Ids{9, 10, 1}), "low lowa");
+  EXPECT_EQ(tok.decode(Ids{11, 12, 3}), "ab<|endoftext|>c");
+  EXPECT_EQ(tok.decode(Ids{11, 12, 3}, /*skip_special=*/true), "abc");
+  EXPECT_EQ(tok.token_to_id("Ġlow"), 10);
+  EXPECT_EQ(tok.token_to_id("<|endoftext|>"), 12);
+  EXPECT_FALSE(tok.token_to_id("zz").has_value());
+  EXPECT_EQ(tok.id_to_token(7), "Ġl");
+  EXPECT_TRUE(tok.is_special(12));
+  EXPECT_FALSE(tok.is_special(11));
+  EXPECT_EQ(tok.added_token_ids(), Ids({12}));
+}
+
+// add_prefix_space puts " " before a piece that does not start with one; the folder form of load.
+TEST(Tokenizer, PrefixSpaceAndFolder) {
+  std::string json = read_file(kData + "/tiny.json");
+  const std::string off = R"("add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+  "post_processor")";
+  const size_t at = json.find(off);
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, std::string_view(R"("add_prefix_space": false)").size(), R"("add_prefix_space": true)");
+  const fs::path folder = fs::path(testing::TempDir()) / "tok_prefix";
+  fs::create_directories(folder);
+  std::ofstream(folder / "tokenizer.json") << json;
+  const auto tok = tg::Tokenizer::load(folder.string());
+  EXPECT_EQ(tok.encode("low"), Ids({10}));  // " low"
+  EXPECT_EQ(tok.encode(" low"), Ids({10}));
+  // Each segment beside an added token gets its own prefix space: " ab", <|endoftext|>, " low".
+  EXPECT_EQ(tok.encode("ab<|endoftext|>low"), Ids({0, 11, 12, 10}));
+}
+
+struct SplitCase {
+  const char* text;
+  Pieces pieces;
+};
+
+TEST(Pretokenize, Gpt2Regex) {
+  const SplitCase cases[] = {
+      {"Hello world", {"Hello", " world"}},
+      // Contractions are case-sensitive: 'M is "'" then "M".
+      {"I'm we'll they're 'M", {"I", "'m", " we", "'ll", " they", "'re", " '", "M"}},
+      // \s+(?!\S) leaves the run's last space to lead the next word.
+      {"a  b", {"a", " ", " b"}},
+      {"x  \n  y", {"x", "  \n ", " y"}},
+      {"end   ", {"end", "   "}},
+      {"12345 abc", {"12345", " abc"}},
+      {"hi!!! ?", {"hi", "!!!", " ?"}},
+      {"\tword", {"\t", "word"}},
+      {"über naïve 日本語", {"über", " naïve", " 日本語"}},
+      {"½² Ⅻ", {"½²", " Ⅻ"}},
+      // Bytes that are not UTF-8 are neither letters, numbers nor spaces.
+      {"a\xff\xfe b", {"a", "\xff\xfe", " b"}},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(tg::text::split(c.text, tg::text::SplitPattern::kGpt2), c.pieces) << c.text;
+}
+
+TEST(Pretokenize, Llama3Regex) {
+  const SplitCase cases[] = {
+      // \p{N}{1,3}: numbers in threes from the left; the space before them stands alone.
+      {"1 12 123 1234 12345", {"1", " ", "12", " ", "123", " ", "123", "4", " ", "123", "45"}},
+      // Contractions ignore case.
+      {"I'M HERE's", {"I", "'M", " HERE", "'s"}},
+      // One character that is no letter, number or newline may lead a word.
+      {"!hello (world)", {"!hello", " (", "world", ")"}},
+      {"hello\n\nworld", {"hello", "\n\n", "world"}},
+      // \s*[\r\n]+ stops after the run's last newline; \s+(?!\S) gives one space to " b".
+      {"a  \n  b", {"a", "  \n", " ", " b"}},
+      {"x.\n\ny", {"x", ".\n\n", "y"}},
+      {"  end  ", {" ", " end", "  "}},
+      {"über 日本語", {"über", " 日本語"}},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(tg::text::split(c.text, tg::text::SplitPattern::kLlama3), c.pieces) << c.text;
+}
+
+// A tokenizer.json with the whole byte-level alphabet (ids 0..255) and a few merges, for the
+// pre-tokenizer given.
+std::string byte_level_json(const std::string& pre_tokenizer) {
+  std::string vocab;
+  for (int b = 0; b < 256; ++b) {
+    std::string token = tg::text::to_byte_level(std::string(1, static_cast<char>(b)));
+    if (token == "\"" || token == "\\") token = "\\" + token;
+    vocab += "\"" + token + "\": " + std::to_string(b) + ", ";
+  }
+  vocab += R"("Ġt": 256, "he": 257, "Ġthe": 258)";
+  return R"({"added_tokens": [{"id": 259, "content": "<|endoftext|>", "special": true, "normalized": false}],
+    "normalizer": null, "pre_tokenizer": )" +
+         pre_tokenizer + R"(, "post_processor": null, "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": {)" +
+         vocab + R"(}, "merges": [["Ġ", "t"], ["h", "e"], ["Ġt", "he"]]}})";
+}
+
+TEST(Tokenizer, RoundTrips) {
+  const std::string llama3_split = R"({"type": "Split", "pattern": {"Regex": ")" +
+                                   std::string(tg::text::pattern_source(tg::text::SplitPattern::kLlama3)) +
+                                   R"("}, "behavior": "Isolated", "invert": false})";
+  std::string escaped;  // the regex's backslashes, escaped for JSON
+  for (char c : llama3_split) escaped += c == '\\' ? std::string("\\\\") : std::string(1, c);
+  const std::string pre_tokenizers[] = {
+      R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})",
+      R"({"type": "Sequence", "pretokenizers": [)" + escaped +
+          R"(, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})",
+  };
+  const std::string texts[] = {
+      "the cat and the hat",
+      "Der Fuchs springt über den Hund; Быстрая лиса; 快速的棕色狐狸; ελληνικά; हिन्दी; العربية",
+      "emoji 🙂👍🏽 👨‍👩‍👧 and flags 🇫🇷",
+      "invalid \xff\xfe\xc3 bytes \xe2\x82 cut \xed\xa0\x80 surrogate \xc0\xaf overlong \x80",
+      "  runs\t\t of   whitespace \n\n\r\n  and newlines\n",
+      std::string("a nul \0 byte", 12),
+      "<|endoftext|> the end<|endoftext|>",
+  };
+  for (const auto& pre : pre_tokenizers) {
+    const auto tok = tg::Tokenizer::load(write_temp("byte_level.json", byte_level_json(pre)));
+    EXPECT_EQ(tok.encode("the"), Ids({'t', 257}));  // t he; "Ġt he" needs the space
+    EXPECT_EQ(tok.encode(" the"), Ids({258}));
+    for (const auto& s : texts) EXPECT_EQ(tok.decode(tok.encode(s)), s) << pre << "\n" << s;
+  }
+}
+
+TEST(Tokenizer, Errors) {
+  const std::string tiny = read_file(kData + "/tiny.json");
+  const auto load_text = [](const std::string& text) { tg::Tokenizer::load(write_temp("bad.json", text)); };
+  const auto replaced = [&](std::string_view from, std::string_view to) {
+    std::string s = tiny;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  const auto expect_error = [&](const std::string& text, const std::string& what) {
+    try {
+      load_text(text);
+      ADD_FAILURE() << "no error; wanted " << what;
+    } catch (const tg::TokenizerError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+    }
+  };
+  expect_error("not json {", "not a JSON object");
+  expect_error(R"({"version": "1.0"})", "no \"model\"");
+  expect_error(replaced(R"("type": "BPE")", R"("type": "WordPiece")"), "model type \"WordPiece\"");
+  expect_error(
+      replaced(R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+  "post_processor")",
+               R"({"type": "Whitespace"}, "post_processor")"),
+      "pre-tokenizer Whitespace");
+  expect_error(replaced(R"("normalizer": null)", R"("normalizer": {"type": "NFC"})"), "normalizer NFC");
+  expect_error(replaced(R"("l o")", R"("l x")"), "\"x\", which is not in the vocab");
+  expect_error(replaced(R"("Ġ": 0)", R"("Ġ": "zero")"), "unexpected content");
+  EXPECT_THROW(tg::Tokenizer::load(kData + "/no_such_file.json"), tg::TokenizerError);
+
+  const auto tok = tg::Tokenizer::load(kData + "/tiny.json");
+  EXPECT_THROW(tok.decode(Ids{1, 14}), tg::InputError);
+  EXPECT_THROW(tok.decode(Ids{-1}), tg::InputError);
+  EXPECT_THROW(tok.id_to_token(100), tg::InputError);
+}
+
+// Ids from `tokenizers` itself, for the two tokenizers gen_tokenizer_golden.py trains.
+TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
+  for (const char* name : {"gpt2", "llama3"}) {
+    const std::string folder = kData + "/" + name;
+    if (!fs::exists(folder + "/golden.txt")) {
+      GTEST_SKIP() << folder
+                   << "/golden.txt does not exist yet: run python3 tests/text/gen_tokenizer_golden.py "
+                   << "where `tokenizers` is installed";
+    }
+    const auto tok = tg::Tokenizer::load(folder);
+    std::ifstream golden(folder + "/golden.txt");
+    std::string line;
+    int cases = 0;
+    while (std::getline(golden, line)) {
+      // <add_special> TAB <hex of the text's bytes> TAB <ids>
+      std::istringstream fields(line);
+      std::string add_special, hex, ids_text;
+      std::getline(fields, add_special, '\t');
+      std::getline(fields, hex, '\t');
+      std::getline(fields, ids_text);
+      std::string text;
+      for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+      Ids want;
+      std::istringstream ids_stream(ids_text);
+      for (int32_t id; ids_stream >> id;) want.push_back(id);
+      EXPECT_EQ(tok.encode(text, add_special == "1"), want) << name << ": \"" << text << "\"";
+      if (add_special == "0") {
+        EXPECT_EQ(tok.decode(want), text) << name;
+      }
+      ++cases;
+    }
+    EXPECT_GT(cases, 0) << folder;
+  }
+}
+
+}  // namespace
