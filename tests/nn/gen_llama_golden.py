@@ -23,6 +23,8 @@ from golden_file import write_safetensors
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tiny_llama")
 
+ROPE_THETA = 10000.0
+
 config = LlamaConfig(
     vocab_size=64,
     hidden_size=32,
@@ -32,7 +34,9 @@ config = LlamaConfig(
     num_key_value_heads=2,
     max_position_embeddings=16,
     rms_norm_eps=1e-5,
-    rope_theta=10000.0,
+    # transformers 4.x reads rope_theta, 5.x rope_parameters: give both the same base.
+    rope_theta=ROPE_THETA,
+    rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
     attention_bias=False,
     mlp_bias=False,
     tie_word_embeddings=False,
@@ -49,6 +53,11 @@ with torch.no_grad():
     for name, p in model.named_parameters():
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
             p.add_(0.1 * torch.randn_like(p))
+
+# The rotation the model really uses must be the plain one with base ROPE_THETA.
+head = config.hidden_size // config.num_attention_heads
+expected = 1.0 / (ROPE_THETA ** (torch.arange(0, head, 2, dtype=torch.float32) / head))
+assert torch.allclose(model.model.rotary_emb.inv_freq.float().cpu(), expected), "unexpected RoPE frequencies"
 
 ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25], [60, 2, 33, 7, 7, 48, 0]], dtype=torch.int64)
 with torch.no_grad():
@@ -69,7 +78,7 @@ write_safetensors(
         "kv_heads": str(config.num_key_value_heads),
         "mlp_hidden": str(config.intermediate_size),
         "rms_eps": repr(config.rms_norm_eps),
-        "rope_theta": repr(float(config.rope_theta)),
+        "rope_theta": repr(ROPE_THETA),
     },
 )
 print("wrote", OUT, "logits", tuple(logits.shape))
