@@ -185,7 +185,7 @@ TEST(Pretrained, Gpt2NamesAndConv1dLayoutMapOntoGpt) {
   const nn::GptConfig& c = std::get<nn::GptConfig>(lm.config);
   EXPECT_EQ(c.mlp_hidden, inner);
   EXPECT_TRUE(c.tied_head);
-  EXPECT_EQ(lm.weights.size(), 14u);
+  EXPECT_EQ(lm.weights.size(), 16u);  // wte, wpe, lnf and the block's 12
   // qkv [3d, d] is c_attn [d, 3d] transposed: qkv[o][i] = c_attn[i][o].
   const std::span<const float> qkv = lm.weights.at("blocks.0.attn.qkv.weight").f32();
   const std::span<const float> c_attn = w.at("transformer.h.0.attn.c_attn.weight").f32();
