@@ -9,6 +9,7 @@
 #include "tensorgrad/module.h"
 #include "tensorgrad/nn.h"
 #include "tensorgrad/optim.h"
+#include "tensorgrad/pretrained.h"
 #include "tensorgrad/generate.h"
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/program.h"

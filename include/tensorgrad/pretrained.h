@@ -1,0 +1,72 @@
+// Hugging Face model folders (what `save_pretrained` writes and the Hub serves): config.json
+// names the architecture and its sizes, model.safetensors (or shards listed by
+// model.safetensors.index.json) holds the weights. tg::pretrained::load builds the matching
+// model of this library and maps every tensor onto its parameters:
+//
+//   tg::pretrained::Model lm = tg::pretrained::load("TinyLlama-1.1B");
+//   tg::Generator gen(*lm.module, lm.step(), {.cache_len = 256, .prefill = !lm.recurrent()});
+//   lm.upload(gen.decode());   // programs of one model on one device share its parameters
+//
+// Supported (tg::pretrained::architectures()):
+//   LlamaForCausalLM  → nn::Llama    (names are Hugging Face's; GQA, biases, tied head)
+//   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
+//                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
+//   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
+// Weights may be F32, BF16 or F16; they are converted to f32 exactly. Everything is checked
+// before a model is returned: a folder without config.json, another architecture, a config
+// value the library's model does not implement (a rope_scaling type, another activation), a
+// missing tensor, an extra one (but the attention-mask buffers GPT-2 files carry) and a shape
+// that differs are tg::CheckpointError naming the folder, the file and the tensor.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tensorgrad/generate.h"
+#include "tensorgrad/mamba.h"
+#include "tensorgrad/nn.h"
+#include "tensorgrad/program.h"
+
+namespace tg::pretrained {
+
+/// A loaded folder: the model, its configuration and its weights by the model's own
+/// parameter names (f32, already in the library's layouts).
+struct Model {
+  std::string folder;
+  /// config.json's architecture ("LlamaForCausalLM", "GPT2LMHeadModel", "MambaForCausalLM").
+  std::string architecture;
+  /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig or
+  /// nn::MambaLMConfig.
+  std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig> config;
+  /// The model (an nn::Llama, nn::Gpt or nn::MambaLM): compile programs from it.
+  std::unique_ptr<Module> module;
+  /// Its parameters' values from the file, named as module->parameters() are.
+  std::map<std::string, HostTensor> weights;
+  /// Longest sequence the model takes (max_position_embeddings, n_positions); 0 for a
+  /// recurrent model, which has no such limit.
+  int64_t context = 0;
+  /// config.json's eos_token_id(s), if it names any.
+  std::vector<int32_t> eos_ids;
+
+  /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward.
+  Tensor logits(const Tensor& ids) const;
+  /// The cached step tg::Generator drives (logits_cached of the model).
+  CachedLm step() const;
+  /// A recurrent model (Mamba) steps one token at a time: GeneratorOptions{.prefill = false}.
+  bool recurrent() const { return std::holds_alternative<nn::MambaLMConfig>(config); }
+  /// Sets every parameter of a program compiled from `module` (and so of every program of it
+  /// on that device) to `weights`.
+  void upload(Program& program) const { program.upload_params(weights); }
+};
+
+/// Reads `folder` (config.json and its safetensors weights) into a Model. Throws
+/// tg::CheckpointError on anything it cannot map exactly (see the file comment).
+Model load(const std::string& folder);
+
+/// The architecture names load() takes.
+std::vector<std::string> architectures();
+
+}  // namespace tg::pretrained

@@ -1,0 +1,382 @@
+// tg::pretrained::load: the tiny Llama folder transformers wrote (tests/data/tiny_llama) gives
+// transformers' logits on every backend; BF16 and F16 copies of its weights load as their f32
+// values exactly and give logits within their rounding; a sharded copy loads the same weights;
+// GPT-2 and Mamba folders (made here with Hugging Face's names and layouts) map onto nn::Gpt
+// and nn::MambaLM by the documented renames, transposes and reshapes, and give transformers'
+// logits once tests/data/tiny_gpt2 and tiny_mamba exist (tests/nn/gen_hf_golden.py); and every
+// error names what is wrong.
+#include "tensorgrad/pretrained.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+namespace fs = std::filesystem;
+
+const std::string kLlama = std::string(TG_TEST_DATA_DIR) + "/tiny_llama";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A fresh folder under the temp directory, removed at the end of the test.
+struct TempFolder {
+  explicit TempFolder(const std::string& name)
+      : path(fs::temp_directory_path() / ("tg_pretrained_" + std::to_string(getpid()) + "_" + name)) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempFolder() { fs::remove_all(path); }
+  void write(const std::string& file, const std::string& text) const { std::ofstream(path / file) << text; }
+  std::string str() const { return path.string(); }
+  fs::path path;
+};
+
+// The tiny Llama folder with its weights replaced by `weights` and its config by `config`.
+void write_llama(const TempFolder& dir, const std::map<std::string, HostTensor>& weights,
+                 const std::string& config = slurp(kLlama + "/config.json")) {
+  dir.write("config.json", config);
+  save_safetensors((dir.path / "model.safetensors").string(), weights);
+}
+
+// Logits of `lm` for the golden ids, on `device`.
+std::vector<float> logits_of(const pretrained::Model& lm, const HostTensor& ids, Device device) {
+  Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
+                              {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = device});
+  lm.upload(p);
+  return p.run({{"ids", ids.i32()}}).f32();
+}
+
+std::string load_error(const std::string& folder) {
+  return tg::testing::message_of<CheckpointError>([&] { pretrained::load(folder); });
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+class PretrainedDevices : public ::testing::TestWithParam<Device> {};
+
+TEST_P(PretrainedDevices, LlamaFolderGivesTransformersLogits) {
+  const pretrained::Model lm = pretrained::load(kLlama);
+  EXPECT_EQ(lm.architecture, "LlamaForCausalLM");
+  ASSERT_TRUE(std::holds_alternative<nn::LlamaConfig>(lm.config));
+  const nn::LlamaConfig& c = std::get<nn::LlamaConfig>(lm.config);
+  EXPECT_EQ(c.kv_heads, 2);
+  EXPECT_EQ(c.rope_theta, 10000.0);  // from transformers 5's rope_parameters
+  EXPECT_EQ(lm.context, 16);
+  EXPECT_EQ(lm.eos_ids, std::vector<int32_t>{2});
+  EXPECT_FALSE(lm.recurrent());
+  const std::map<std::string, HostTensor> golden = read_safetensors(kLlama + "/logits.safetensors");
+  const double d =
+      tg::testing::rel_diff(logits_of(lm, golden.at("ids"), GetParam()), golden.at("logits").f32());
+  EXPECT_LT(d, 1e-4);
+  std::printf("  %s: relative logit difference to transformers %.2e\n", GetParam().str().c_str(), d);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, PretrainedDevices, ::testing::ValuesIn(tg::testing::all_devices()),
+                         [](const auto& info) { return tg::testing::device_test_name(info.param); });
+
+TEST(Pretrained, HalfPrecisionWeightsLoadAsTheirF32Values) {
+  const std::map<std::string, HostTensor> f32 = read_safetensors(kLlama + "/model.safetensors");
+  const std::map<std::string, HostTensor> golden = read_safetensors(kLlama + "/logits.safetensors");
+  const pretrained::Model ref = pretrained::load(kLlama);
+  const std::vector<float> want = logits_of(ref, golden.at("ids"), Device::cpu());
+  // bf16 keeps 8 significant bits, f16 11: the logits move by about that much.
+  for (const auto& [dtype, tolerance] : {std::pair{DType::kBF16, 2e-2}, std::pair{DType::kF16, 3e-3}}) {
+    TempFolder dir(dtype == DType::kBF16 ? "bf16" : "f16");
+    std::map<std::string, HostTensor> half;
+    for (const auto& [name, t] : f32) half[name] = t.to(dtype);
+    write_llama(dir, half);
+    const pretrained::Model lm = pretrained::load(dir.str());
+    for (const auto& [name, t] : half) {
+      const HostTensor exact = t.to(DType::kF32);
+      const std::span<const float> got = lm.weights.at(name).f32(), expected = exact.f32();
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin(), expected.end())) << name;
+    }
+    const double d = tg::testing::rel_diff(logits_of(lm, golden.at("ids"), Device::cpu()), want);
+    EXPECT_GT(d, 0);
+    EXPECT_LT(d, tolerance);
+    std::printf("  %s weights: relative logit difference to f32's %.2e\n",
+                dtype == DType::kBF16 ? "bf16" : "f16", d);
+  }
+}
+
+TEST(Pretrained, ShardedWeightsLoad) {
+  const std::map<std::string, HostTensor> all = read_safetensors(kLlama + "/model.safetensors");
+  TempFolder dir("sharded");
+  dir.write("config.json", slurp(kLlama + "/config.json"));
+  std::map<std::string, HostTensor> shard[2];
+  std::string index = "{\"metadata\": {}, \"weight_map\": {";
+  int i = 0;
+  for (const auto& [name, t] : all) {
+    const int s = name.find("layers.1.") != std::string::npos || name == "lm_head.weight" ? 1 : 0;
+    shard[s][name] = t;
+    index += std::string(i++ ? ", " : "") + "\"" + name + "\": \"model-0000" + std::to_string(s + 1) +
+             "-of-00002.safetensors\"";
+  }
+  index += "}}";
+  ASSERT_FALSE(shard[0].empty());
+  ASSERT_FALSE(shard[1].empty());
+  save_safetensors((dir.path / "model-00001-of-00002.safetensors").string(), shard[0]);
+  save_safetensors((dir.path / "model-00002-of-00002.safetensors").string(), shard[1]);
+  dir.write("model.safetensors.index.json", index);
+  const pretrained::Model lm = pretrained::load(dir.str());
+  const pretrained::Model one = pretrained::load(kLlama);
+  ASSERT_EQ(lm.weights.size(), one.weights.size());
+  for (const auto& [name, t] : one.weights) {
+    const std::span<const float> a = lm.weights.at(name).f32(), b = t.f32();
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
+  }
+  // A shard the index names but the folder lacks.
+  fs::remove(dir.path / "model-00002-of-00002.safetensors");
+  EXPECT_HAS(load_error(dir.str()), "model-00002-of-00002.safetensors");
+}
+
+// GPT-2's names and Conv1D layout ([in, out]), written here: the loader's renames and
+// transposes put each tensor where nn::Gpt reads it.
+TEST(Pretrained, Gpt2NamesAndConv1dLayoutMapOntoGpt) {
+  const int64_t d = 8, v = 11, n = 6, inner = 32;
+  std::map<std::string, HostTensor> w;
+  uint32_t seed = 1;
+  auto put = [&](const std::string& name, Shape s) {
+    w[name] = HostTensor::f32(tg::testing::uniform_values(static_cast<size_t>(numel(s)), seed++), s);
+  };
+  put("transformer.wte.weight", {v, d});
+  put("transformer.wpe.weight", {n, d});
+  for (const char* l : {"ln_1", "ln_2"}) {
+    put(std::string("transformer.h.0.") + l + ".weight", {d});
+    put(std::string("transformer.h.0.") + l + ".bias", {d});
+  }
+  put("transformer.h.0.attn.c_attn.weight", {d, 3 * d});
+  put("transformer.h.0.attn.c_attn.bias", {3 * d});
+  put("transformer.h.0.attn.c_proj.weight", {d, d});
+  put("transformer.h.0.attn.c_proj.bias", {d});
+  put("transformer.h.0.mlp.c_fc.weight", {d, inner});
+  put("transformer.h.0.mlp.c_fc.bias", {inner});
+  put("transformer.h.0.mlp.c_proj.weight", {inner, d});
+  put("transformer.h.0.mlp.c_proj.bias", {d});
+  put("transformer.ln_f.weight", {d});
+  put("transformer.ln_f.bias", {d});
+  put("transformer.h.0.attn.bias", {1, 1, n, n});        // the causal-mask buffer: ignored
+  w["lm_head.weight"] = w.at("transformer.wte.weight");  // tied: equal to wte
+  TempFolder dir("gpt2");
+  const std::string config =
+      R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 11, "n_embd": 8,
+          "n_layer": 1, "n_head": 2, "n_positions": 6, "n_inner": null, "layer_norm_epsilon": 1e-5,
+          "activation_function": "gelu_new", "eos_token_id": 10})";
+  dir.write("config.json", config);
+  save_safetensors((dir.path / "model.safetensors").string(), w);
+  const pretrained::Model lm = pretrained::load(dir.str());
+  EXPECT_EQ(lm.architecture, "GPT2LMHeadModel");
+  EXPECT_EQ(lm.context, 6);
+  EXPECT_EQ(lm.eos_ids, std::vector<int32_t>{10});
+  const nn::GptConfig& c = std::get<nn::GptConfig>(lm.config);
+  EXPECT_EQ(c.mlp_hidden, inner);
+  EXPECT_TRUE(c.tied_head);
+  EXPECT_EQ(lm.weights.size(), 16u);  // wte, wpe, lnf and the block's 12
+  // qkv [3d, d] is c_attn [d, 3d] transposed: qkv[o][i] = c_attn[i][o].
+  const std::span<const float> qkv = lm.weights.at("blocks.0.attn.qkv.weight").f32();
+  const std::span<const float> c_attn = w.at("transformer.h.0.attn.c_attn.weight").f32();
+  EXPECT_EQ(lm.weights.at("blocks.0.attn.qkv.weight").shape(), (Shape{3 * d, d}));
+  for (int64_t o = 0; o < 3 * d; ++o)
+    for (int64_t i = 0; i < d; ++i) ASSERT_EQ(qkv[o * d + i], c_attn[i * 3 * d + o]);
+  EXPECT_EQ(lm.weights.at("blocks.0.fc.weight").shape(), (Shape{inner, d}));
+  EXPECT_EQ(lm.weights.at("blocks.0.fc2.weight").shape(), (Shape{d, inner}));
+  EXPECT_EQ(HostTensor(lm.weights.at("blocks.0.ln2.bias")).f32(),
+            HostTensor(w.at("transformer.h.0.ln_2.bias")).f32());
+  EXPECT_EQ(logits_of(lm, HostTensor::i32({1, 2, 3}, {1, 3}), Device::cpu()).size(), 3u * v);
+  // A tied head that differs from wte.
+  w["lm_head.weight"] = HostTensor::f32(tg::testing::uniform_values(static_cast<size_t>(v * d), 99), {v, d});
+  save_safetensors((dir.path / "model.safetensors").string(), w);
+  EXPECT_HAS(load_error(dir.str()), "lm_head.weight differs");
+  // Another activation.
+  w.erase("lm_head.weight");
+  save_safetensors((dir.path / "model.safetensors").string(), w);
+  std::string relu = config;
+  relu.replace(relu.find("gelu_new"), 8, "relu");
+  dir.write("config.json", relu);
+  EXPECT_HAS(load_error(dir.str()), "activation_function \"relu\"");
+}
+
+// MambaForCausalLM's names (backbone.*) and conv1d [D, 1, K] map onto nn::MambaLM.
+TEST(Pretrained, MambaNamesMapOntoMambaLM) {
+  const int64_t d = 8, v = 11, inner = 16, state = 4, k = 4, rank = 1;
+  std::map<std::string, HostTensor> w;
+  uint32_t seed = 1;
+  auto put = [&](const std::string& name, Shape s) {
+    w[name] = HostTensor::f32(tg::testing::uniform_values(static_cast<size_t>(numel(s)), seed++), s);
+  };
+  put("backbone.embeddings.weight", {v, d});
+  const std::string l = "backbone.layers.0.";
+  put(l + "norm.weight", {d});
+  put(l + "mixer.in_proj.weight", {2 * inner, d});
+  put(l + "mixer.conv1d.weight", {inner, 1, k});
+  put(l + "mixer.conv1d.bias", {inner});
+  put(l + "mixer.x_proj.weight", {rank + 2 * state, inner});
+  put(l + "mixer.dt_proj.weight", {inner, rank});
+  put(l + "mixer.dt_proj.bias", {inner});
+  put(l + "mixer.A_log", {inner, state});
+  put(l + "mixer.D", {inner});
+  put(l + "mixer.out_proj.weight", {d, inner});
+  put("backbone.norm_f.weight", {d});
+  TempFolder dir("mamba");
+  dir.write("config.json", R"({"architectures": ["MambaForCausalLM"], "model_type": "mamba", "vocab_size": 11,
+      "hidden_size": 8, "num_hidden_layers": 1, "state_size": 4, "conv_kernel": 4, "expand": 2,
+      "intermediate_size": 16, "time_step_rank": 1, "use_bias": false, "use_conv_bias": true,
+      "layer_norm_epsilon": 1e-5, "hidden_act": "silu", "tie_word_embeddings": true})");
+  save_safetensors((dir.path / "model.safetensors").string(), w);
+  const pretrained::Model lm = pretrained::load(dir.str());
+  EXPECT_TRUE(lm.recurrent());
+  EXPECT_EQ(lm.context, 0);
+  EXPECT_EQ(lm.weights.size(), w.size());
+  EXPECT_EQ(lm.weights.at("layers.0.mixer.conv1d.weight").shape(), (Shape{inner, k}));
+  EXPECT_EQ(HostTensor(lm.weights.at("layers.0.mixer.conv1d.weight")).f32(),
+            HostTensor(w.at(l + "mixer.conv1d.weight")).f32());  // [D, 1, K] → [D, K], same values
+  EXPECT_EQ(logits_of(lm, HostTensor::i32({1, 2, 3}, {1, 3}), Device::cpu()).size(), 3u * v);
+}
+
+// transformers' own tiny GPT-2 and Mamba (tests/nn/gen_hf_golden.py): the same logits.
+TEST(Pretrained, Gpt2AndMambaFoldersGiveTransformersLogits) {
+  int found = 0;
+  for (const std::string name : {"tiny_gpt2", "tiny_mamba"}) {
+    const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
+    if (!fs::exists(dir + "/config.json")) continue;
+    ++found;
+    const pretrained::Model lm = pretrained::load(dir);
+    const std::map<std::string, HostTensor> golden = read_safetensors(dir + "/logits.safetensors");
+    for (const Device& device : tg::testing::all_devices()) {
+      const double d =
+          tg::testing::rel_diff(logits_of(lm, golden.at("ids"), device), golden.at("logits").f32());
+      EXPECT_LT(d, 1e-4) << name << " on " << device.str();
+      std::printf("  %s on %s: relative logit difference to transformers %.2e\n", name.c_str(),
+                  device.str().c_str(), d);
+    }
+  }
+  if (found == 0)
+    GTEST_SKIP()
+        << "tests/data/tiny_gpt2 and tiny_mamba do not exist yet: run tests/nn/gen_hf_golden.py on a "
+           "machine with transformers";
+}
+
+// lm.step() drives tg::Generator for each family (Mamba one token at a time): greedy tokens
+// equal greedy by the full forward of the loaded weights.
+TEST(Pretrained, GeneratorGreedyEqualsFullForward) {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_mamba"}) {
+    const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
+    if (!fs::exists(dir + "/config.json")) continue;
+    const pretrained::Model lm = pretrained::load(dir);
+    const int64_t window = 12, vocab = 64;
+    Program full = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
+                                   {.inputs = {{"ids", {1, window}, DType::kI32}}, .device = Device::cpu()});
+    lm.upload(full);
+    const std::vector<int32_t> prompt{3, 17, 42};
+    const std::vector<int32_t> want = tg::testing::greedy_by_full_forward(full, prompt, 6, window, vocab);
+    Generator gen(*lm.module, lm.step(),
+                  {.cache_len = window, .device = Device::cpu(), .prefill = !lm.recurrent()});
+    lm.upload(gen.decode());
+    EXPECT_EQ(gen.generate(prompt, {.max_new_tokens = 6}), want) << name;
+  }
+}
+
+TEST(Pretrained, Errors) {
+  const std::map<std::string, HostTensor> w = read_safetensors(kLlama + "/model.safetensors");
+  const std::string config = slurp(kLlama + "/config.json");
+  {
+    TempFolder dir("no_config");
+    EXPECT_HAS(load_error(dir.str()), "no config.json");
+  }
+  EXPECT_HAS(load_error("/nonexistent/tg_model"), "not a folder");
+  {
+    TempFolder dir("bert");
+    dir.write("config.json", R"({"architectures": ["BertForMaskedLM"], "model_type": "bert"})");
+    const std::string e = load_error(dir.str());
+    EXPECT_HAS(e, "BertForMaskedLM");
+    EXPECT_HAS(e, "LlamaForCausalLM, GPT2LMHeadModel, MambaForCausalLM");
+  }
+  {
+    TempFolder dir("no_weights");
+    dir.write("config.json", config);
+    EXPECT_HAS(load_error(dir.str()), "no model.safetensors");
+  }
+  {
+    TempFolder dir("missing");
+    std::map<std::string, HostTensor> less = w;
+    less.erase("model.layers.1.mlp.up_proj.weight");
+    write_llama(dir, less);
+    const std::string e = load_error(dir.str());
+    EXPECT_HAS(e, "no tensor 'model.layers.1.mlp.up_proj.weight'");
+    EXPECT_HAS(e, "[48, 32]");
+  }
+  {
+    TempFolder dir("extra");
+    std::map<std::string, HostTensor> more = w;
+    more["model.layers.0.self_attn.q_proj.bias"] = HostTensor(DType::kF32, {32});
+    write_llama(dir, more);
+    EXPECT_HAS(load_error(dir.str()), "unexpected tensor 'model.layers.0.self_attn.q_proj.bias' [32]");
+  }
+  {
+    TempFolder dir("shape");
+    std::map<std::string, HostTensor> wrong = w;
+    wrong["model.layers.0.mlp.down_proj.weight"] = HostTensor(DType::kF32, {48, 32});
+    write_llama(dir, wrong);
+    const std::string e = load_error(dir.str());
+    EXPECT_HAS(e, "'model.layers.0.mlp.down_proj.weight' has shape [48, 32], expected [32, 48]");
+  }
+  {
+    TempFolder dir("int");
+    std::map<std::string, HostTensor> wrong = w;
+    wrong["model.norm.weight"] = HostTensor(DType::kI32, {32});
+    write_llama(dir, wrong);
+    EXPECT_HAS(load_error(dir.str()), "'model.norm.weight' is not a float tensor");
+  }
+  {
+    TempFolder dir("rope");
+    std::string scaled = config;
+    scaled.replace(scaled.find("\"default\""), 9, "\"yarn\"");
+    write_llama(dir, w, scaled);
+    EXPECT_HAS(load_error(dir.str()), "rope_type \"yarn\"");
+  }
+  {
+    // transformers 4.x: rope_theta at the top and rope_scaling beside it.
+    TempFolder dir("rope4");
+    std::string old = config;
+    old.replace(old.find("\"rope_parameters\""), 17, "\"rope_scaling\"");
+    old.replace(old.find("\"rope_theta\": 10000.0"), 21, "\"factor\": 8.0");
+    old.replace(old.find("\"default\""), 9, "\"llama3\"");
+    old.replace(old.find("\"rms_norm_eps\""), 14, "\"rope_theta\": 500000.0, \"rms_norm_eps\"");
+    write_llama(dir, w, old);
+    EXPECT_HAS(load_error(dir.str()), "rope_scaling has rope_type \"llama3\"");
+  }
+  {
+    TempFolder dir("tied");
+    std::string tied = config;
+    tied.replace(tied.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": true");
+    write_llama(dir, w, tied);  // lm_head.weight differs from embed_tokens
+    EXPECT_HAS(load_error(dir.str()), "lm_head.weight differs");
+    std::map<std::string, HostTensor> no_head = w;
+    no_head.erase("lm_head.weight");
+    write_llama(dir, no_head, tied);
+    const pretrained::Model lm = pretrained::load(dir.str());
+    EXPECT_TRUE(std::get<nn::LlamaConfig>(lm.config).tied_head);
+    EXPECT_EQ(lm.weights.count("lm_head.weight"), 0u);
+  }
+  {
+    TempFolder dir("bad_json");
+    dir.write("config.json", "{\"model_type\": ");
+    EXPECT_HAS(load_error(dir.str()), "config.json is not valid JSON");
+  }
+}
+
+}  // namespace
