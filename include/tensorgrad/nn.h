@@ -65,7 +65,8 @@ class LoRA {
 struct LoRAOptions {
   /// Linears to adapt: a Linear is adapted when its path equals an entry or ends with "." +
   /// entry ("q_proj" adapts every layer's q_proj; "model.layers.0.self_attn.q_proj" one).
-  /// An entry that matches no Linear is an InputError.
+  /// An entry that matches no Linear is an InputError. The adapter joins the Linear's forward
+  /// (operator()); code that reads a Linear's weight directly (nn::Mamba's dt_proj) bypasses it.
   std::vector<std::string> targets = {};
   int64_t rank = 8;
   double alpha = 16;

@@ -87,6 +87,13 @@ TEST(Lora, FrozenEntryMatchingNothingIsAnInputError) {
   EXPECT_THROW(train_net(net, Device::ref(), {"fc"}), InputError);  // not at a '.' boundary
   EXPECT_THROW(train_net(net, Device::ref(), {"fc1.weigh"}), InputError);
   EXPECT_NO_THROW(train_net(net, Device::ref(), {"fc1.weight"}));
+  // Everything frozen: the step computes the loss and changes nothing.
+  Program p = train_net(net, Device::cpu(), {"fc1", "fc2"});
+  EXPECT_EQ(p.memory_report().optimizer_state, 0);
+  const auto before = p.download_params();
+  const std::vector<float> x = tg::testing::uniform_values(16, 1), y = tg::testing::uniform_values(8, 2);
+  EXPECT_GT(p.step({{"x", x}, {"y", y}}), 0.f);
+  for (const auto& [name, value] : before) EXPECT_EQ(values(p.download_params(), name), values(before, name));
 }
 
 // ---- LoRA on the tiny Llama --------------------------------------------------------------
