@@ -79,6 +79,9 @@ class Module {
   std::string path() const;
   /// Every parameter in this module and below, in declaration order.
   std::vector<const Param*> parameters() const;
+  /// This module and every module below it, parents before children, in declaration order
+  /// (nn::add_lora walks it to find the Linears to adapt).
+  std::vector<Module*> modules();
   const Module& root() const;
 
   /// Internal: the root's per-device parameter storage.

@@ -2,8 +2,11 @@
 // state dict moves between the two unchanged.
 #pragma once
 #include <functional>
+#include <map>
+#include <memory>
 
 #include "tensorgrad/functional.h"
+#include "tensorgrad/program.h"
 #include "tensorgrad/module.h"
 
 namespace tg::nn {
@@ -15,17 +18,82 @@ struct LinearOptions {
   std::optional<Init> bias_init = {};
 };
 
+class LoRA;
+
 /// y = x Wᵀ + b, with W of shape [out, in] (PyTorch's layout) and x of shape [..., in].
+/// With a LoRA adapter attached (nn::add_lora), y also gets the adapter's term.
 class Linear : public Module {
  public:
   Linear(Module& parent, std::string name, int64_t in_features, int64_t out_features,
          LinearOptions options = {});
+  ~Linear() override;
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  /// The attached adapter, or nullptr.
+  const LoRA* lora() const { return lora_.get(); }
 
   const int64_t in_features, out_features;
   Param weight;
   std::optional<Param> bias;
+
+ private:
+  friend void attach_lora(Linear& linear, int64_t rank, double alpha, double dropout);
+  std::unique_ptr<LoRA> lora_;
 };
+
+// ---- LoRA: low-rank adapters (Hu et al. 2021) ---------------------------------------------
+/// A low-rank adapter on a Linear: the Linear computes
+///   y = x·Wᵀ (+ b) + (alpha/rank)·dropout(x)·Aᵀ·Bᵀ
+/// with A [rank, in] drawn like PyTorch's kaiming_uniform(a=√5), U(±1/√in), and B [out, rank]
+/// zeros, so a fresh adapter changes nothing. Its parameters are "<linear>.lora_A.weight" and
+/// "<linear>.lora_B.weight" (PEFT's names without its "base_model.model." prefix and adapter
+/// name), both with weight decay. Owned by its Linear.
+class LoRA {
+ public:
+  LoRA(Linear& linear, int64_t rank, double alpha, double dropout);
+  /// The adapter's term for x [..., in] (without W's).
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  double scale() const { return alpha / static_cast<double>(rank); }
+  const int64_t rank;
+  const double alpha, dropout;
+
+  /// The Linear's children "lora_A" and "lora_B" (declared first: they hold A and B).
+  Module lora_A, lora_B;
+  Param A;  // "<linear>.lora_A.weight" [rank, in]
+  Param B;  // "<linear>.lora_B.weight" [out, rank]
+};
+
+struct LoRAOptions {
+  /// Linears to adapt: a Linear is adapted when its path equals an entry or ends with "." +
+  /// entry ("q_proj" adapts every layer's q_proj; "model.layers.0.self_attn.q_proj" one).
+  /// An entry that matches no Linear is an InputError. The adapter joins the Linear's forward
+  /// (operator()); code that reads a Linear's weight directly (nn::Mamba's dt_proj) bypasses it.
+  std::vector<std::string> targets = {};
+  int64_t rank = 8;
+  double alpha = 16;
+  /// Dropout on the adapter's input (training programs only).
+  double dropout = 0.0;
+};
+
+/// Attaches an adapter to every targeted Linear of `model` and returns their paths. Call it
+/// before compiling (a model already compiled gets the new parameters at its next compile,
+/// initialised from the seed 0 stream). A Linear that already has an adapter is an InputError.
+std::vector<std::string> add_lora(Module& model, const LoRAOptions& options);
+
+/// TrainOptions::frozen for LoRA fine-tuning: every parameter of `model` except the adapters'.
+std::vector<std::string> lora_frozen(const Module& model);
+
+/// Folds the adapters into their Linears for inference, on host values (download_params()):
+/// W ← W + (alpha/rank)·B·A for every adapter of `model`, and the adapter entries removed, so
+/// the result uploads into the same architecture built without adapters (PEFT's
+/// merge_and_unload). `params` must hold every adapted Linear's weight and both adapter
+/// matrices (an InputError otherwise).
+std::map<std::string, HostTensor> merge_lora(const Module& model, std::map<std::string, HostTensor> params);
+
+/// The inverse of merge_lora: W ← W − (alpha/rank)·B·A with A and B from `adapters` (e.g. the
+/// adapted program's download_params()), giving back the base weights (up to float rounding).
+/// The adapter entries of `adapters` are not added to the result.
+std::map<std::string, HostTensor> unmerge_lora(const Module& model, std::map<std::string, HostTensor> merged,
+                                               const std::map<std::string, HostTensor>& adapters);
 
 using Activation = std::function<Tensor(const Tensor&)>;
 

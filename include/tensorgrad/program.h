@@ -148,6 +148,16 @@ struct TrainOptions {
   /// with one of these (a module path such as "head", or a full parameter path such as
   /// "blocks.0.attn.qkv.weight") stay f32, operands and gradient alike.
   std::vector<std::string> keep_f32 = {};
+  /// Freezing: parameters whose path starts with one of these (a module path such as
+  /// "model.layers.0", or a full parameter path such as "lm_head.weight"; matched at a '.'
+  /// boundary, as keep_f32) are read by the step but not trained: they get no gradient, no
+  /// "grad/…" capture, no optimizer moments and no weight decay, and the step never writes
+  /// them. An entry that matches no parameter of the model is an InputError.
+  /// Freezing is an option of the training program rather than a flag on the Param because
+  /// the same model is often trained in phases (fine-tune the head, then everything) and its
+  /// parameter values are shared by all its programs: each program says what it trains.
+  /// nn::lora_frozen(model) lists everything but the LoRA adapters.
+  std::vector<std::string> frozen = {};
   /// Gradient accumulation: one step runs the function on `micro_batches` equal slices of
   /// every input (cut along its first axis, which the count must divide), one after the
   /// other, adds up their gradients and makes one update. The function is traced on the

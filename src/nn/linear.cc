@@ -23,13 +23,16 @@ Linear::Linear(Module& parent, std::string name, int64_t in, int64_t out, Linear
     bias.emplace(*this, "bias", Shape{out}, options.bias_init.value_or(torch_linear_init(in)));
 }
 
+Linear::~Linear() = default;  // here, where LoRA is complete
+
 Tensor Linear::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() == 0 || x.shape().back() != in_features)
     throw ShapeError("[Linear] '" + path() + "' expects [..., " + std::to_string(in_features) + "], got " +
                      shape_str(x.shape()) + " (at " + std::string(loc.file_name()) + ":" +
                      std::to_string(loc.line()) + ")");
   Tensor y = matmul(x, transpose(weight.tensor(loc), -2, -1, loc), loc);
-  return bias ? add(y, bias->tensor(loc), loc) : y;
+  if (bias) y = add(y, bias->tensor(loc), loc);
+  return lora_ ? add(y, (*lora_)(x, loc), loc) : y;
 }
 
 Mlp::Mlp(Module& parent, std::string name, std::vector<int64_t> widths, Activation activation)

@@ -39,6 +39,16 @@ void Module::collect(std::vector<const Param*>& out) const {
   }
 }
 
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out{this};
+  for (const Entry& e : entries_)
+    if (e.module != nullptr) {
+      const std::vector<Module*> below = e.module->modules();
+      out.insert(out.end(), below.begin(), below.end());
+    }
+  return out;
+}
+
 std::vector<const Param*> Module::parameters() const {
   std::vector<const Param*> out;
   collect(out);

@@ -15,6 +15,7 @@
 #include "optim/optimizer.h"
 #include "passes/dce.h"
 #include "passes/rewrite.h"
+#include "runtime/freeze.h"
 #include "runtime/storage.h"
 #include "runtime/tracer.h"
 #include "tensorgrad/distributed.h"
@@ -307,6 +308,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   // Micro-batch i: trace the function on slice i of every input, append its backward at once
   // (so the schedule, which runs in node order, frees slice i's activations before slice i+1's
   // forward) and add its gradients to the sums so far. One slice: the plain training step.
+  const std::unordered_set<const Param*> frozen = frozen_params(model, options.frozen);
   std::unordered_map<int32_t, int32_t> grad_of;  // param leaf → its (summed) gradient
   std::map<int32_t, int32_t> last_update;        // state leaf → the last value assigned to it
   Tensor loss;
@@ -325,7 +327,8 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     const Tensor part = k > 1 ? r * (1.0 / static_cast<double>(k)) : r;
     loss = loss.valid() ? loss + part : part;
     std::vector<int32_t> leaves;
-    for (const Param* p : tr.params) leaves.push_back(tr.param_nodes.at(p));
+    for (const Param* p : tr.params)  // frozen ones are read but not differentiated (freeze.cc)
+      if (frozen.count(p) == 0) leaves.push_back(tr.param_nodes.at(p));
     g.stage = ir::Stage::kBackward;
     const std::vector<int32_t> grads = autograd::append_gradients(g, part.id(), leaves);
     for (size_t j = 0; j < leaves.size(); ++j) {

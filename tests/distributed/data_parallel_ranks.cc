@@ -220,6 +220,53 @@ TEST_P(DataParallel, ShardedOptimizerStateIsOneOverTheRanks) {
   EXPECT_EQ(sharded.params, full.params);
 }
 
+// TrainOptions::frozen under data parallelism, plain and ZeRO-1: only the trained parameters'
+// gradients are reduced and sharded; ten AdamW steps equal the whole batch in one process, the
+// frozen layer stays bit-identical, and the sharded state covers the trained parameters only.
+TEST_P(DataParallel, FrozenParamsAreNeitherReducedNorSharded) {
+  constexpr int64_t kBatch = 16;
+  const int64_t ranks = tg::distributed::world().size;
+  for (const bool sharded : {false, true}) {
+    Mlp whole, shared;
+    auto compile = [&](Mlp& m, int64_t rows, bool dp) {
+      return tg::compile_train(m,
+                               [&](tg::Tensor x, tg::Tensor y) {
+                                 const tg::Tensor d = m.net(x) - y;
+                                 return tg::mean(d * d);
+                               },
+                               {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
+                                .optimizer = tg::AdamW{.lr = 1e-2, .weight_decay = 0.1},
+                                .device = device(GetParam()),
+                                .frozen = {"net.layers.0", "net.layers.2.bias"},
+                                .data_parallel = dp,
+                                .shard_optimizer = dp && sharded});
+    };
+    tg::Program one = compile(whole, kBatch, false), dp = compile(shared, kBatch / ranks, true);
+    const auto before = dp.download_params();
+    for (int step = 0; step < 10; ++step) {
+      const auto x = tg::testing::uniform_values(kBatch * 6, 300 + step),
+                 y = tg::testing::uniform_values(kBatch * 3, 400 + step);
+      one.step({{"x", x}, {"y", y}});
+      dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
+    }
+    const std::string where = sharded ? "sharded" : "plain";
+    EXPECT_LT(tg::testing::param_difference(dp, one), 1e-5) << where;
+    EXPECT_TRUE(same_on_every_rank(dp)) << where;
+    const auto after = dp.download_params();
+    for (const char* name : {"net.layers.0.weight", "net.layers.0.bias", "net.layers.2.bias"}) {
+      const auto a = after.at(name).f32(), b = before.at(name).f32();
+      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << where << " " << name;
+    }
+    // Trained: layers.1 (weight decays, bias not) and layers.2.weight (decays).
+    const int64_t decaying = 32 * 32 + 3 * 32, others = 32;
+    const int64_t element_bytes = one.memory_report().optimizer_state / (2 * (decaying + others));
+    EXPECT_EQ(one.memory_report().optimizer_state, 2 * element_bytes * (decaying + others));
+    auto shard = [&](int64_t n) { return sharded ? (n + ranks - 1) / ranks : n; };
+    EXPECT_EQ(dp.memory_report().optimizer_state, 2 * element_bytes * (shard(decaying) + shard(others)))
+        << where;
+  }
+}
+
 // skip_nonfinite under ZeRO-1: a NaN reaches only the shard it falls in, yet every rank must
 // skip the step (or their parameters would part). Two independent vectors of one bucket, one
 // per rank's shard (two ranks): a NaN in the input of the last rank's loss poisons the

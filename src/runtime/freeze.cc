@@ -1,0 +1,31 @@
+// TrainOptions::frozen. compile_train leaves the matched parameters out of autograd's list of
+// leaves to differentiate: they stay graph leaves whose values the step reads, but without a
+// gradient they get no ParamGrad, hence no moments, no weight decay, no "grad/…" capture, no
+// place in data-parallel buckets or ZeRO shards, and no update writing their buffers.
+#include "runtime/freeze.h"
+
+#include "tensorgrad/errors.h"
+
+namespace tg::detail {
+
+std::unordered_set<const Param*> frozen_params(const Module& model, const std::vector<std::string>& frozen) {
+  std::unordered_set<const Param*> out;
+  const std::vector<const Param*> all = model.root().parameters();
+  for (const std::string& prefix : frozen) {
+    bool matched = false;
+    for (const Param* p : all) {
+      const std::string path = p->path();
+      if (prefix.empty() || path.rfind(prefix, 0) != 0) continue;
+      if (path.size() != prefix.size() && path[prefix.size()] != '.') continue;  // "layers.1" ≠ "layers.10"
+      out.insert(p);
+      matched = true;
+    }
+    if (!matched)
+      throw InputError("[compile_train] frozen entry '" + prefix +
+                       "' names no parameter or module of the model (give a path such as \"model.layers.0\" "
+                       "or \"lm_head.weight\")");
+  }
+  return out;
+}
+
+}  // namespace tg::detail
