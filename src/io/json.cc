@@ -7,6 +7,8 @@
 #include <charconv>
 #include <system_error>
 
+#include "text/unicode.h"
+
 namespace tg::io {
 
 const JsonValue* JsonValue::find(std::string_view key) const {
@@ -19,24 +21,6 @@ namespace {
 
 // Safetensors headers nest three levels deep; anything near this is an attack or garbage.
 constexpr int kMaxDepth = 64;
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class Parser {
  public:
@@ -195,7 +179,7 @@ class Parser {
             if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired high surrogate in \\u escape");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           }
-          append_utf8(out, cp);
+          text::append_utf8(out, static_cast<char32_t>(cp));
           break;
         }
         default: --pos_; fail("invalid escape");
