@@ -84,19 +84,30 @@ class StageTimer {
   std::chrono::steady_clock::time_point last_;
 };
 
+/// FNV-1a over `n` bytes, continuing from `h` (kFnvBasis to start).
+constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
+  return h;
+}
+
+/// The first rank whose `h` differs from rank 0's, or 0 when every rank holds the same.
+int rank_that_differs(dist::Communicator& comm, uint64_t h) {
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  comm.all_gather_bytes(&h, all.data(), sizeof h);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) return static_cast<int>(r);
+  return 0;
+}
+
 /// Every rank must run the same collectives in the same order, or the engine waits forever:
 /// the ranks compare a hash of the graph they are about to prepare.
 void check_same_graph(dist::Communicator& comm, const ir::Graph& g) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the graph's listing
-  for (const char c : g.to_string()) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
-  comm.all_gather_bytes(&h, all.data(), sizeof h);
-  for (size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0])
-      throw DistributedError(
-          "[compile_train] rank " + std::to_string(r) +
-          " compiled a different training step than rank 0 (another model, inputs or "
-          "options): data-parallel ranks must compile the same programs in the same order");
+  const std::string listing = g.to_string();
+  if (const int r = rank_that_differs(comm, fnv1a(listing.data(), listing.size(), kFnvBasis)); r > 0)
+    throw DistributedError("[compile_train] rank " + std::to_string(r) +
+                           " compiled a different training step than rank 0 (another model, inputs or "
+                           "options): data-parallel ranks must compile the same programs in the same order");
 }
 
 /// DCE, buffer binding and backend preparation of one variant: `keep` extra full-graph
@@ -196,18 +207,15 @@ void read_captures(ProgramState& s, Variant& v, Captures& out) {
 /// TG_DIST_CHECK=1: data-parallel ranks apply the same update to the same parameters, so their
 /// parameters must stay bitwise equal; each rank hashes its own and the hashes are compared.
 void check_same_params(ProgramState& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over every parameter's bytes, by name
+  uint64_t h = kFnvBasis;  // over every parameter's bytes, by name
   for (const auto& [name, buffer] : s.store->buffers) {
     std::vector<uint8_t> bytes(static_cast<size_t>(buffer->numel() * dtype_size(buffer->dtype())));
     s.store->backend->download(*buffer, bytes.data());
-    for (const uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+    h = fnv1a(bytes.data(), bytes.size(), h);
   }
-  std::vector<uint64_t> all(static_cast<size_t>(s.comm->size()));
-  s.comm->all_gather_bytes(&h, all.data(), sizeof h);
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0])
-      throw DistributedError("[step] TG_DIST_CHECK: after step " + std::to_string(s.steps) +
-                             " the parameters of rank " + std::to_string(r) + " differ from rank 0's");
+  if (const int r = rank_that_differs(*s.comm, h); r > 0)
+    throw DistributedError("[step] TG_DIST_CHECK: after step " + std::to_string(s.steps) +
+                           " the parameters of rank " + std::to_string(r) + " differ from rank 0's");
 }
 
 void set_inputs(ProgramState& s, Variant& v, const Feeds& feeds, const char* api) {
