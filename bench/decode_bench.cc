@@ -6,7 +6,10 @@
 // the median per-token latency of the decode calls:
 //   gpt2_decode <mode> <ms> ms/step <tokens/s> tokens/s
 //
-//   ./decode_bench [cpu|cuda] [new tokens]
+// With bf16, the products read bf16 weights and activations (Precision::kBf16; an inference
+// program keeps the weights' bf16 copies between runs, so they are read, not converted, per token).
+//
+//   ./decode_bench [cpu|cuda] [new tokens] [fp32|bf16]
 #include <tensorgrad/tensorgrad.h>
 
 #include "timing.h"
@@ -27,6 +30,8 @@ int main(int argc, char** argv) {
                         : gpu    ? 256
                                  : 32,
                 cache = prompt_len + fresh;
+  const bool bf16 = argc > 3 && std::string(argv[3]) == "bf16";
+  const tg::Precision precision = bf16 ? tg::Precision::kBf16 : tg::Precision::kFp32;
   const tg::nn::GptConfig config{.vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12};
   tg::nn::Gpt model(config);
   // The greedy choice of the last position, in the graph: [1] i32.
@@ -39,10 +44,13 @@ int main(int argc, char** argv) {
   tg::Program prefill = tg::compile_forward(
       model, next_token,
       {.inputs = {{"ids", {1, prompt_len}, tg::DType::kI32}, {"pos", {1}, tg::DType::kI32}},
-       .device = device});
-  tg::Program decode = tg::compile_forward(
-      model, next_token,
-      {.inputs = {{"ids", {1, 1}, tg::DType::kI32}, {"pos", {1}, tg::DType::kI32}}, .device = device});
+       .device = device,
+       .precision = precision});
+  tg::Program decode =
+      tg::compile_forward(model, next_token,
+                          {.inputs = {{"ids", {1, 1}, tg::DType::kI32}, {"pos", {1}, tg::DType::kI32}},
+                           .device = device,
+                           .precision = precision});
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab - 1));
@@ -70,7 +78,8 @@ int main(int argc, char** argv) {
   const double sec = median_seconds_per_step(generate, 1, 1);
   std::sort(per_token.begin(), per_token.end());
   const double latency = per_token.empty() ? 0 : per_token[per_token.size() / 2];
-  const std::string mode = std::string("tg_greedy_b1_") + std::to_string(fresh) + "tok";
+  const std::string mode =
+      std::string("tg_greedy_b1_") + std::to_string(fresh) + "tok" + (bf16 ? "_bf16" : "");
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", "gpt2_decode", mode.c_str(), sec * 1e3,
               static_cast<double>(fresh) / sec);
   std::printf("# gpt2_decode per-token latency (median decode call) %.3f ms; compile_s %.2f; first tokens",

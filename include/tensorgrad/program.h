@@ -207,7 +207,9 @@ struct ForwardOptions {
 /// Planned memory of a program, in bytes (Program::memory_report()). The step's values share
 /// one arena; the per-kind figures are those live at the step where the arena is fullest.
 struct MemoryReport {
-  int64_t params = 0;               // the model's parameters (shared with its other programs)
+  // The model's parameters (shared with its other programs); an inference program counts the
+  // converted copies it keeps instead of the f32 parameters they come from (bf16 weights).
+  int64_t params = 0;
   int64_t optimizer_state = 0;      // moments, step counters
   int64_t inputs = 0;               // input staging and constants
   int64_t activations = 0;          // forward values live at the peak

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ir/strides.h"
+#include "passes/hoist.h"
 #include "passes/schedule_internal.h"
 #include "tensorgrad/errors.h"
 
@@ -21,11 +22,46 @@ Scheduler::Scheduler(const ir::Graph& g, const Capabilities& caps, const Schedul
   s_.places.resize(static_cast<size_t>(g.size()));
   placed_.assign(static_cast<size_t>(g.size()), 0);
   deferrable_norm_.assign(static_cast<size_t>(g.size()), -1);
+  deferrable_cast_.assign(static_cast<size_t>(g.size()), -1);
   s_.fusion = fuse(g, options.fuse, caps.reduction_sinks());
   s_.consumers.assign(static_cast<size_t>(g.size()), {});
   for (int32_t id = 0; id < g.size(); ++id)
     if (s_.fusion.group_of[static_cast<size_t>(id)] >= 0)
       for (int32_t in : g.node(id).inputs) s_.consumers[static_cast<size_t>(in)].push_back(id);
+  if (options.fuse) split_waiting_casts();
+}
+
+void Scheduler::split_waiting_casts() {
+  std::vector<KernelGroup>& groups = s_.fusion.groups;
+  bool split = false;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    if (groups[gi].kind != KernelGroup::Kind::kElementwise || groups[gi].nodes.size() < 2) continue;
+    for (int32_t c : groups[gi].nodes) {
+      const ir::Node& n = g_.node(c);
+      const int32_t reader = sole_reader(c);
+      if (n.op != Op::kCast || n.dtype != DType::kBF16 || g_.node(n.inputs[0]).dtype != DType::kF32 ||
+          reader < 0 || g_.node(reader).op != Op::kMatmul || g_.node(reader).inputs[0] != c ||
+          g_.node(reader).inputs[1] == c || !caps_.cast_deferrable(g_, c, reader))
+        continue;
+      KernelGroup& grp = groups[gi];
+      std::erase(grp.nodes, c);
+      std::erase(grp.outputs, c);
+      const int32_t x = n.inputs[0];  // now read outside the group
+      if (std::find(grp.nodes.begin(), grp.nodes.end(), x) != grp.nodes.end() &&
+          std::find(grp.outputs.begin(), grp.outputs.end(), x) == grp.outputs.end())
+        grp.outputs.push_back(x);
+      KernelGroup alone;
+      alone.kind = KernelGroup::Kind::kElementwise;
+      alone.nodes = alone.outputs = {c};
+      groups.insert(groups.begin() + static_cast<std::ptrdiff_t>(gi) + 1, std::move(alone));
+      split = true;
+      break;  // at most one cast a group (the product reads one left operand)
+    }
+  }
+  if (!split) return;
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (int32_t id : groups[gi].nodes)
+      s_.fusion.group_of[static_cast<size_t>(id)] = static_cast<int32_t>(gi);
 }
 
 std::string Scheduler::ref(int32_t id) const {
@@ -125,7 +161,9 @@ void Scheduler::bind_leaves() {
     b.dtype = n.dtype;
     b.bytes = n.numel() * dtype_size(n.dtype);
     b.node = id;
-    (n.op == Op::kParam ? s_.params : n.op == Op::kState ? s_.optimizer_state : s_.inputs) += b.bytes;
+    // An inference program's hoisted values (a weight's bf16 copy) count with the params.
+    const bool param = n.op == Op::kParam || (n.op == Op::kState && n.name.starts_with(kHoistedPrefix));
+    (param ? s_.params : n.op == Op::kState ? s_.optimizer_state : s_.inputs) += b.bytes;
     set_place(id, Place{add_buffer(b), 0, contiguous_strides(n.shape)});
   }
   for (const ir::Graph::Update& u : g_.updates) {
@@ -384,6 +422,8 @@ void Scheduler::place_group(int32_t gi) {
       st.out.push_back(own_node(id));
     }
   for (int32_t out : group.outputs) st.bytes += g_.node(out).numel() * dtype_size(g_.node(out).dtype);
+  if (group.nodes.size() == 1 && cast_waits(group.nodes[0]))
+    deferrable_cast_[static_cast<size_t>(group.nodes[0])] = static_cast<int32_t>(s_.steps.size());
   s_.steps.push_back(std::move(st));
 }
 

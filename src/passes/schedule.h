@@ -35,14 +35,18 @@ struct Step;
 
 /// A product's neighbours its step may compute too (epilogues), found by the schedule:
 /// x·W + b with b a broadcast vector, then gelu(·) or (·) + r with r dense, and a norm step
-/// (norm + affine) whose value only this product reads, as its left operand.
+/// (norm + affine) whose value only this product reads, as its left operand; and a cast of an
+/// f32 left operand to bf16 that only this product reads (the product rounds as it reads), the
+/// norm step then feeding the cast.
 struct ProductCandidates {
   int32_t bias_add = -1, gelu = -1, residual_add = -1;  // -1: none
   int32_t norm_step = -1, norm = -1;                    // the norm step and its norm node
+  int32_t cast_step = -1, cast = -1;                    // the cast's group step and node
 };
 /// What a backend's product step takes of its candidates, and how it lays out the output.
+/// A norm candidate behind a cast candidate is taken only with the cast.
 struct ProductChoice {
-  bool bias = false, gelu = false, residual = false, norm = false;
+  bool bias = false, gelu = false, residual = false, norm = false, cast = false;
   std::vector<int64_t> out_strides;  // empty: dense
   int64_t out_bytes = -1;            // -1: the dense size
   std::vector<int64_t> scratch;      // bytes of each scratch buffer its kernels use
@@ -101,6 +105,11 @@ class Capabilities {
   /// Whether a norm step's value read only by a product's left operand may wait for it (the
   /// product may then normalise the rows itself: ProductChoice::norm).
   virtual bool norm_deferrable(const ir::Graph&, int32_t) const { return false; }
+  /// Whether a cast to bf16 read only by a product's left operand may wait for it (the product
+  /// then reads the f32 values and rounds them itself: ProductChoice::cast).
+  virtual bool cast_deferrable(const ir::Graph&, int32_t /*cast*/, int32_t /*product*/) const {
+    return false;
+  }
   /// Whether a norm gradient with its neighbours (dy = dz·w, Σ dz, Σ dz·norm(x)) runs as one
   /// step, and the scratch that step's kernels use (its Step::Fused filled in).
   virtual bool norm_backward(const ir::Graph&, int32_t) const { return false; }
@@ -146,8 +155,9 @@ struct Step {
   std::vector<int32_t> nodes;  // what the step computes or serves (labels, profiles)
   // kNode: `in` one place per node input, `out` the node's place (then its results' own
   // buffers, NodeLayout::Result::own_bytes, in result order). Fused kNode steps (Step::Fused):
-  //   a product: a, b, then the bias, the residual and the absorbed norm step's inputs, those
-  //     present; out: the value of its last epilogue node;
+  //   a product: a (the cast's f32 input when it absorbed the cast), b, then the bias, the
+  //     residual and the absorbed norm step's inputs, those present; out: the value of its
+  //     last epilogue node;
   //   a norm with its affine group: x, w[, b]; out: the affine value;
   //   a norm gradient with its neighbours: x, dz[, w]; out: dx[, dw][, db];
   //   update_slice rows written in place: src, pos, dst[, the sibling's src, dst]; out: dst.
@@ -161,12 +171,13 @@ struct Step {
   // step's affine nodes; a norm gradient's neighbours; an update_slice's sibling.
   struct Fused {
     int32_t bias_add = -1, gelu = -1, residual_add = -1, norm_step = -1;  // products
+    int32_t cast_step = -1;                                               // products: absorbed cast
     int32_t mul = -1, add = -1;                                           // norm + affine
     int32_t dy_mul = -1, dw = -1, dw_mul = -1, db = -1, recompute = -1;   // norm gradients
     int32_t sibling = -1;                                                 // update_slice pairs
     bool rows_in_place = false;  // update_slice writing only its rows, into the state itself
   } fused;
-  bool absorbed = false;  // a norm step a product computes itself: emits nothing
+  bool absorbed = false;  // a norm or cast step a product computes itself: emits nothing
   NodeLayout layout;      // kNode: what Capabilities::layout chose
   int32_t launch = -1;    // steps sharing a launch index run as one kernel
   int64_t bytes = 0;      // at least moved: distinct elements read and written

@@ -66,9 +66,7 @@ bool Scheduler::place_norm_affine(int32_t id) {
   const bool x_updated = g_.node(x_source).op == Op::kState ||
                          std::any_of(g_.updates.begin(), g_.updates.end(),
                                      [&](const ir::Graph::Update& u) { return u.target == x_source; });
-  if (const int32_t reader = sole_reader(last);
-      !x_updated && reader >= 0 && caps_.norm_deferrable(g_, id) && g_.node(reader).op == Op::kMatmul &&
-      g_.node(reader).inputs[0] == last && g_.node(reader).inputs[1] != last)
+  if (!x_updated && caps_.norm_deferrable(g_, id) && left_operand_reader(last) >= 0)
     deferrable_norm_[static_cast<size_t>(last)] = static_cast<int32_t>(s_.steps.size());
   s_.steps.push_back(std::move(st));
   return true;
@@ -83,6 +81,26 @@ void Scheduler::absorb(int32_t node, int32_t product) {
   gi = s_.fusion.group_of[static_cast<size_t>(product)];
 }
 
+int32_t Scheduler::left_operand_reader(int32_t id) const {
+  int32_t reader = sole_reader(id);
+  if (reader >= 0 && g_.node(reader).op == Op::kCast) reader = cast_waits(reader) ? sole_reader(reader) : -1;
+  if (reader < 0 || g_.node(reader).op != Op::kMatmul) return -1;
+  const ir::Node& m = g_.node(reader);
+  return m.inputs[0] != m.inputs[1] && (m.inputs[0] == id || g_.node(m.inputs[0]).inputs[0] == id) ? reader
+                                                                                                   : -1;
+}
+
+bool Scheduler::cast_waits(int32_t id) const {
+  const ir::Node& n = g_.node(id);
+  if (n.op != Op::kCast || n.dtype != DType::kBF16 || g_.node(n.inputs[0]).dtype != DType::kF32) return false;
+  const int32_t group = s_.fusion.group_of[static_cast<size_t>(id)];
+  if (group < 0 || s_.fusion.groups[static_cast<size_t>(group)].nodes.size() != 1) return false;
+  const int32_t reader = sole_reader(id);
+  if (reader < 0 || g_.node(reader).op != Op::kMatmul) return false;
+  const ir::Node& m = g_.node(reader);
+  return m.inputs[0] == id && m.inputs[1] != id && caps_.cast_deferrable(g_, id, reader);
+}
+
 ProductCandidates Scheduler::product_candidates(int32_t id) {
   const ir::Node& n = g_.node(id);
   ProductCandidates c;
@@ -91,8 +109,16 @@ ProductCandidates Scheduler::product_candidates(int32_t id) {
         s_.fusion.groups[static_cast<size_t>(s_.fusion.group_of[static_cast<size_t>(x)])];
     return grp.nodes.size() == 1 || grp.kind == KernelGroup::Kind::kElementwise;
   };
-  if (const int32_t d = deferrable_norm_[static_cast<size_t>(n.inputs[0])];
-      d >= 0 && n.inputs[1] != n.inputs[0]) {
+  int32_t a = n.inputs[0];
+  if (const int32_t d = deferrable_cast_[static_cast<size_t>(a)];
+      d >= 0 &&
+      is_contiguous_strides(s_.places[static_cast<size_t>(g_.node(a).inputs[0])].strides, g_.node(a).shape)) {
+    c.cast_step = d;
+    c.cast = a;
+    a = g_.node(a).inputs[0];
+  }
+  if (const int32_t d = deferrable_norm_[static_cast<size_t>(a)];
+      d >= 0 && n.inputs[1] != n.inputs[0] && (a == n.inputs[0] || c.cast >= 0)) {
     c.norm_step = d;
     c.norm = s_.steps[static_cast<size_t>(d)].node;
   }
@@ -143,7 +169,12 @@ void Scheduler::place_product(int32_t id) {
     st.fused.residual_add = c.residual_add;
     st.in.push_back(s_.places[static_cast<size_t>(other_input(c.residual_add, y))]);
   }
-  if (ch.norm && c.norm_step >= 0) {
+  if (ch.cast && c.cast_step >= 0) {
+    s_.steps[static_cast<size_t>(c.cast_step)].absorbed = true;
+    st.fused.cast_step = c.cast_step;
+    st.in[0] = s_.places[static_cast<size_t>(g_.node(c.cast).inputs[0])];
+  }
+  if (ch.norm && c.norm_step >= 0 && (c.cast < 0 || ch.cast)) {
     Step& norm = s_.steps[static_cast<size_t>(c.norm_step)];
     norm.absorbed = true;
     st.fused.norm_step = c.norm_step;

@@ -71,6 +71,16 @@ class Scheduler {
   std::vector<NormBackward> norm_backwards_;
   std::vector<char> absorbed_groups_;     // per group: run by a norm-gradient step
   std::vector<int32_t> deferrable_norm_;  // per node: the norm step whose value it is, or -1
+  std::vector<int32_t> deferrable_cast_;  // per node: the cast group step whose value it is, or -1
+  /// The product that alone reads `id` as its left operand, directly or through a cast to bf16
+  /// that may wait for it (cast_waits); else -1.
+  int32_t left_operand_reader(int32_t id) const;
+  /// A cast to bf16 that a product may read as it goes (Capabilities::cast_deferrable) leaves the
+  /// elementwise group it was fused into, for a group of its own right after it: the product
+  /// can then take it, and the norm's affine group before it can join the norm's step.
+  void split_waiting_casts();
+  /// Whether cast `id`, alone in its group, may be computed by the product that alone reads it.
+  bool cast_waits(int32_t id) const;
   bool all_read(int32_t id, const std::vector<int64_t>& strides) const;
   /// Whether group `group`'s output `value` may be written over its update's target (set in
   /// `target`): nothing reads the target's old contents after the group, the group reads it

@@ -14,6 +14,7 @@
 #include "ir/trace.h"
 #include "optim/optimizer.h"
 #include "passes/dce.h"
+#include "passes/hoist.h"
 #include "passes/rewrite.h"
 #include "runtime/freeze.h"
 #include "runtime/storage.h"
@@ -30,6 +31,11 @@ struct Variant {
   ir::Graph graph;
   std::vector<int32_t> remap;
   std::unique_ptr<backend::Executable> exec;
+  // Inference programs: the values computed from parameters alone (passes/hoist.h), written
+  // into `hoisted` by `prologue`, which runs again whenever the store's parameters changed.
+  std::unique_ptr<backend::Executable> prologue;
+  std::map<std::string, std::unique_ptr<backend::Buffer>> hoisted;
+  uint64_t prologue_version = 0;
   int32_t id(int32_t full_id) const { return remap[static_cast<size_t>(full_id)]; }
 };
 
@@ -110,24 +116,18 @@ void check_same_graph(dist::Communicator& comm, const ir::Graph& g) {
                            "options): data-parallel ranks must compile the same programs in the same order");
 }
 
-/// DCE, buffer binding and backend preparation of one variant: `keep` extra full-graph
-/// nodes become outputs (captures).
-Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
-  StageTimer timer;
-  ir::Graph g = s.full;
-  for (int32_t id : keep) g.outputs.push_back(id);
-  Variant v;
-  if (s.optimize) {
-    v.graph = passes::optimize(g, v.remap);  // simplify/fold, unslice sums → concat, CSE, DCE
-  } else {
-    v.graph = passes::eliminate_dead_code(g, v.remap);
-  }
-  timer.mark(s.optimize ? "passes::optimize" : "dce");
+/// The buffers of `g`'s params and states: the store's params and tg::state() tensors, the
+/// program's own optimizer state, and `v`'s hoisted values.
+backend::Bindings bind_leaves(ProgramState& s, Variant& v, const ir::Graph& g) {
   backend::Bindings bindings;
-  for (int32_t id = 0; id < v.graph.size(); ++id) {
-    const ir::Node& n = v.graph.node(id);
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.node(id);
     if (n.op == ir::Op::kParam) {
       bindings[id] = s.store->buffers.at(n.name).get();
+    } else if (n.op == ir::Op::kState && n.name.rfind(passes::kHoistedPrefix, 0) == 0) {
+      auto& buf = v.hoisted[n.name];
+      if (!buf) buf = s.store->backend->allocate(n.dtype, n.numel());
+      bindings[id] = buf.get();
     } else if (n.op == ir::Op::kState && n.name.rfind(ir::kUserStatePrefix, 0) == 0) {
       // tg::state(): one buffer per model and device, shared by every program naming it.
       const std::string name = n.name.substr(std::string(ir::kUserStatePrefix).size());
@@ -155,16 +155,55 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
       bindings[id] = buf.get();
     }
   }
+  return bindings;
+}
+
+/// DCE, buffer binding and backend preparation of one variant: `keep` extra full-graph
+/// nodes become outputs (captures). An optimized inference program also gets its prologue.
+Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
+  StageTimer timer;
+  ir::Graph g = s.full;
+  for (int32_t id : keep) g.outputs.push_back(id);
+  Variant v;
+  if (s.optimize) {
+    v.graph = passes::optimize(g, v.remap);  // simplify/fold, unslice sums → concat, CSE, DCE
+  } else {
+    v.graph = passes::eliminate_dead_code(g, v.remap);
+  }
+  timer.mark(s.optimize ? "passes::optimize" : "dce");
+  passes::Hoisted hoisted;
+  if (s.optimize && !s.train) {
+    hoisted = passes::hoist_parameter_values(v.graph);
+    if (hoisted.count > 0) {
+      v.graph = std::move(hoisted.main);
+      for (int32_t& id : v.remap)
+        if (id >= 0) id = hoisted.remap[static_cast<size_t>(id)];
+    }
+    timer.mark("passes::hoist");
+  }
   backend::PrepareOptions prepare;
   prepare.fuse = prepare.reuse_memory = s.optimize;
   prepare.tf32 = s.tf32;
   prepare.tf32x3 = s.tf32x3;
   prepare.communicator = s.comm;
+  const backend::Bindings bindings = bind_leaves(s, v, v.graph);
   timer.mark("bindings + state alloc");
   backend::require_supported(*s.store->backend, v.graph);
   v.exec = s.store->backend->prepare(v.graph, bindings, prepare);
   timer.mark("backend prepare");
+  if (hoisted.count > 0) {
+    backend::require_supported(*s.store->backend, hoisted.prologue);
+    v.prologue = s.store->backend->prepare(hoisted.prologue, bind_leaves(s, v, hoisted.prologue), prepare);
+    timer.mark("prologue prepare");
+  }
   return v;
+}
+
+/// Runs `v`'s prologue when the parameters changed since it last ran.
+void refresh_hoisted(ProgramState& s, Variant& v) {
+  if (!v.prologue || v.prologue_version == s.store->version) return;
+  v.prologue->execute();
+  v.prologue_version = s.store->version;
 }
 
 void finish(ProgramState& s, Traced t) {
@@ -466,6 +505,7 @@ float Program::step(const Feeds& feeds, StepOptions options) {
   const std::vector<float> hyper = optim::hyper_values(s.optimizer, s.steps + 1, lr);
   for (size_t i = 0; i < hyper.size(); ++i) v.exec->set_input(v.id(s.plan.hyper_nodes[i]), &hyper[i]);
   v.exec->execute();
+  ++s.store->version;
   s.last_skipped = false;
   if (s.finite >= 0) {
     uint8_t finite = 1;
@@ -492,6 +532,7 @@ HostTensor Program::run(const Feeds& feeds, RunOptions options) {
   std::lock_guard lock(s.store->mutex);
   detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
   detail::set_inputs(s, v, feeds, "run");
+  detail::refresh_hoisted(s, v);
   v.exec->execute();
   const ir::Node& out = v.graph.node(v.id(s.output));
   HostTensor result(out.dtype, out.shape);
@@ -503,6 +544,7 @@ HostTensor Program::run(const Feeds& feeds, RunOptions options) {
 void Program::init_params(uint64_t seed) {
   std::lock_guard lock(state().store->mutex);
   state().store->init_params(seed);
+  ++state().store->version;
 }
 
 void Program::upload_params(const std::map<std::string, HostTensor>& params, UploadOptions options) {
@@ -527,6 +569,7 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
       if (params.count(name) == 0)
         throw InputError("[upload_params] missing parameter '" + name +
                          "' (pass {.partial = true} to upload a subset)");
+  ++store.version;
   for (const auto& [name, value] : params) {
     if (value.dtype() == DType::kF32)
       store.backend->upload(*store.buffers.at(name), value.data());

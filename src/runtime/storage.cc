@@ -86,6 +86,7 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
       std::vector<float> host(static_cast<size_t>(numel(p->shape())));
       fill_init(p->init(), host, p->shape(), 0, path);
       store->backend->upload(*store->buffers[path], host.data());
+      ++store->version;
     }
     return store;
   }

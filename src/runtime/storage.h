@@ -34,6 +34,9 @@ struct DeviceStore {
   std::map<std::string, Shape> state_shapes;
   std::map<std::string, double> state_initial;  // every element's value at first and after reset_state()
   std::mutex mutex;
+  /// Advanced by everything that writes parameters (training steps, uploads, init_params):
+  /// inference programs recompute their hoisted values (passes/hoist.h) when it moved.
+  uint64_t version = 1;
 
   /// Sets state `name` to its initial value.
   void reset_state(const std::string& name);

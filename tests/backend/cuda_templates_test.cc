@@ -111,6 +111,16 @@ std::vector<Instance> template_instances() {
   add("gemv rms unaligned",
       cuda::gemv_kernel("gemv_rms", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
                         {false, false, false}, 1024, kSms, {true, false, true, false, 1e-6}));
+  add("gemv bf16 W, x layer-normed and rounded",
+      cuda::gemv_kernel("gemv_bf16_norm", 1, 2304, 768, {1, 768, 768, 1, 0}, {768, 2304, 1, 768, 0},
+                        {true, false, false}, 0, kSms, {true, true, true, true, 1e-5}, 0,
+                        {.b_bf16 = true, .round_a = true}));
+  add("gemv bf16 W and x",
+      cuda::gemv_kernel("gemv_bf16", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0},
+                        {true, true, true}, 0, kSms, {}, 0, {.a_bf16 = true, .b_bf16 = true}));
+  add("gemv bf16 unaligned",
+      cuda::gemv_kernel("gemv_bf16_odd", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
+                        {false, false, false}, 1024, kSms, {}, 0, {.b_bf16 = true, .round_a = true}));
 
   // Selective scan: two or four states a thread, groups, vector rows, broadcast D and bias; the
   // backward's cotangent forms.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/program.h"
+#include "backend/cuda/small_matmul.h"
 #include "passes/schedule.h"
 
 namespace tg::backend::cuda {
@@ -38,6 +39,7 @@ struct ProductPlan {
   bool split = false;  // three TF32 products (split_product_wanted; two split operands in scratch)
   int64_t pm = 0, pn = 0, pk = 0;  // the cuBLASLt product's extents (padded for TF32)
   DType operands = DType::kF32;    // both operands' element type: f32, or bf16 (the result is f32 either way)
+  GemvTypes types;                 // gemv: how a and b are stored (a stays f32 when it absorbed the cast)
   passes::ProductChoice choice;
 };
 /// `norm`: the norm node of candidates.norm_step, or null.
@@ -68,6 +70,7 @@ class CudaCapabilities final : public passes::Capabilities {
   }
   bool norm_affine(const ir::Graph& g, int32_t id) const override;
   bool norm_deferrable(const ir::Graph& g, int32_t id) const override;
+  bool cast_deferrable(const ir::Graph& g, int32_t cast, int32_t product) const override;
   bool norm_backward(const ir::Graph& g, int32_t id) const override;
   std::vector<int64_t> norm_backward_scratch(const ir::Graph& g, const passes::Step& st) const override;
   bool update_rows_in_place() const override { return true; }

@@ -147,14 +147,13 @@ LoweredProgram Emitter::run() {
 }
 
 void Emitter::emit_step(const passes::Step& st) {
+  if (st.absorbed) return;  // a norm or cast a product step computes
   switch (st.kind) {
     case passes::Step::Kind::kCopy:
       add_kernel({}, copy_kernel(kName, operand(st.in[0], st.node)), {{place(st.in[0])}, {place(st.out[0])}});
       return;
     case passes::Step::Kind::kGroup: emit_group(st); return;
-    case passes::Step::Kind::kNode:
-      if (!st.absorbed) emit_node(st);
-      return;
+    case passes::Step::Kind::kNode: emit_node(st); return;
   }
 }
 

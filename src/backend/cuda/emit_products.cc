@@ -30,6 +30,8 @@ void Emitter::emit_product(const passes::Step& st) {
   c.bias_add = st.fused.bias_add, c.gelu = st.fused.gelu, c.residual_add = st.fused.residual_add;
   c.norm_step = st.fused.norm_step;
   c.norm = c.norm_step >= 0 ? s_.steps[static_cast<size_t>(c.norm_step)].node : -1;
+  c.cast_step = st.fused.cast_step;
+  c.cast = c.cast_step >= 0 ? s_.steps[static_cast<size_t>(c.cast_step)].nodes.at(0) : -1;
   const ProductPlan p = plan_product(g_, id, {st.in[0], st.in[1]}, s_.buffers, c, info_, options_);
   const Place out = place(st.out[0]);
   const size_t rank = n.shape.size();
@@ -67,6 +69,7 @@ void Emitter::emit_product(const passes::Step& st) {
     MatOperand a = p.mats[0];
     GemvNorm norm;
     std::vector<int32_t> nodes;
+    if (c.cast >= 0) nodes.push_back(c.cast);
     if (st.fused.norm_step >= 0) {  // the product reads the norm's input and normalises it
       const passes::Step& ns = s_.steps[static_cast<size_t>(st.fused.norm_step)];
       const ir::Node& f = g_.node(ns.node);
@@ -91,7 +94,7 @@ void Emitter::emit_product(const passes::Step& st) {
                            {.bias = st.fused.bias_add >= 0,
                             .residual = st.fused.residual_add >= 0,
                             .gelu = st.fused.gelu >= 0},
-                           p.ld, info_.sm_count, norm),
+                           p.ld, info_.sm_count, norm, 0, p.types),
                std::move(args), 2 * p.mm * p.nn * p.k);
     return;
   }

@@ -109,7 +109,7 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   p.batch = numel(p.batch_shape);
   p.k = g.node(n.inputs[0]).shape.back();
   // bf16 operands (both, ir/graph.cc) give an f32 result: cuBLASLt reads them as CUDA_R_16BF
-  // and accumulates in f32; the generated small and skinny kernels read f32 only.
+  // and accumulates in f32, as gemv_kernel does; the generated small kernels read f32 only.
   p.operands = g.node(n.inputs[0]).dtype;
   const bool bf16 = p.operands == DType::kBF16;
   const int64_t elem = dtype_size(p.operands);
@@ -152,10 +152,12 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
     norm_cols = g.node(c.norm).shape.back();
     norm_rows = g.node(c.norm).numel() / std::max<int64_t>(norm_cols, 1);
   }
-  p.gemv = !gemv_off && f32 && !bf16 && !options.tf32x3 &&
-           gemv_applies(p.bm, p.mm, p.nn, p.k, mats[0], mats[1]) &&
+  p.gemv = !gemv_off && f32 && !options.tf32x3 && gemv_applies(p.bm, p.mm, p.nn, p.k, mats[0], mats[1]) &&
            (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k && !p.expand[0]));
-  ch.norm = c.norm >= 0 && p.gemv;
+  // bf16 operands: gemv_kernel widens them as it reads; an absorbed cast leaves a in f32.
+  ch.cast = c.cast >= 0 && p.gemv && !p.expand[0];
+  p.types = {.a_bf16 = bf16 && !ch.cast, .b_bf16 = bf16, .round_a = ch.cast};
+  ch.norm = c.norm >= 0 && p.gemv && (c.cast < 0 || ch.cast);
   ch.gelu = c.gelu >= 0 && p.gemv && (c.bias_add < 0 || ch.bias);
   // (·) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1), when r lies dense in
   // the output's layout.

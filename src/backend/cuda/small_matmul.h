@@ -64,16 +64,23 @@ struct GemvNorm {
   bool on = false, layer = true, w = false, b = false;
   double eps = 1e-5;
 };
+/// The storage of gemv_kernel's operands: f32 or bf16 each (bf16 rows of a and columns of b
+/// are widened as they are read; sums stay f32). round_a: a is f32 that the graph rounds to bf16
+/// before the product (an absorbed cast): each value is rounded as it is read, after the norm.
+struct GemvTypes {
+  bool a_bf16 = false, b_bf16 = false, round_a = false;
+};
 /// Whether gemv_kernel takes this product: one batch, at most 8 rows, b read down its columns
 /// (row_stride 1: the transpose of a row-major [n, k] weight).
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b);
 /// out [m, n] (rows out_ld apart, ≤ 0: n) = norm?(a) [m, k] · b [k, n] with the epilogue.
-/// Params: (const float* a, [const float* norm_w, const float* norm_b (both when either is
-/// on),] const float* b, [const float* bias], [const float* residual], float* out).
+/// Params: (const A* a, [const float* norm_w, const float* norm_b (both when either is on),]
+/// const B* b, [const float* bias], [const float* residual], float* out), A and B float or bf16
+/// bits as `types` says (a norm reads an f32 a).
 /// `sm_count` (the device's SMs) sizes the split of each column over warps; `ks` > 0 forces the
 /// warps per output column instead (1, 2, 4, 8; for timing sweeps).
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a,
                    const MatOperand& b, GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm = {},
-                   int ks = 0);
+                   int ks = 0, GemvTypes types = {});
 
 }  // namespace tg::backend::cuda

@@ -4,15 +4,38 @@
 // Pieces, in the order the generator pastes them:
 //   helpers  device functions, before the kernel;
 //   start    the kernel's first statements (after the signature the generator writes);
-//   vec      with 16-byte aligned rows possible (K % 4 == 0 and aligned strides): the float4
-//            loop, ending in `else` so that the next piece is its fallback;
+//   vec      with 16-byte aligned rows possible (K % 4 == 0 and aligned strides) and f32 W: the
+//            float4 loop, ending in `else` so that the next piece is its fallback;
+//   vec8     the same for bf16 W (K % 8 == 0): eight weights per 16-byte load;
 //   rows     the scalar loop and the cross-warp sum, ending with `float y = acc[i];` — the
 //            generator then adds the epilogue lines (bias, residual, GELU) and the store.
 //
 // Defined before (gemv.cc): M, N, K, KS (warps splitting K), CPB (columns a block), NT;
+// AT, BT (the storage types of a and b: float, or unsigned short for bf16 bits), A_BF, B_BF
+// (whether they are bf16), A_RND (a is f32 that the graph rounds to bf16 before the product:
+// each value is rounded as it is read, after the norm);
 // A_RS, A_CS (a's strides), B_CS (b's column stride), OUT_LD; NORM, LAYER, NW, NB (the norm and
 // its affine w, b), EPS; nw, nb as nullptr constants when the norm has no affine parameters.
 // @piece helpers
+__device__ __forceinline__ float gemv_widen(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+__device__ __forceinline__ float gemv_val(float v) { return v; }
+__device__ __forceinline__ float gemv_val(unsigned short h) { return gemv_widen(h); }
+// x rounded to bf16 and widened back (nearest even, NaN → 0x7FC0), as the graph's cast does.
+__device__ __forceinline__ float gemv_rnd(float x) {
+  if (!A_RND) return x;
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(0x7fc00000u);
+  return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+// Eight bf16 (one 16-byte load) widened.
+__device__ __forceinline__ void gemv_widen8(uint4 q, float* v) {
+  const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    v[2 * t] = __uint_as_float(w[t] << 16);
+    v[2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
+  }
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -21,16 +44,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 // Each warp computes the rows' statistics itself in one pass, no block barrier: sums of
 // x − x₀ and of its square, shifted by the row's first element so that a mean far from zero
 // does not cancel the variance away (the rows are L1 hits for all but the first warp).
-__device__ __forceinline__ void row_stats(const float* a, float* mean, float* rstd) {
+__device__ __forceinline__ void row_stats(const AT* a, float* mean, float* rstd) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
-    const float* x = a + i * A_RS;
-    const float x0 = LAYER ? x[0] : 0.0f;
+    const AT* x = a + i * A_RS;
+    const float x0 = LAYER ? gemv_val(x[0]) : 0.0f;
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll 8
     for (int kk = lane; kk < K; kk += 32) {
-      const float d = x[kk * A_CS] - x0;
+      const float d = gemv_val(x[kk * A_CS]) - x0;
       s1 += d;
       s2 = fmaf(d, d, s2);
     }
@@ -42,11 +65,11 @@ __device__ __forceinline__ void row_stats(const float* a, float* mean, float* rs
 }
 // x[i][kk] as the product reads it: raw, or normalised with the row's statistics.
 __device__ __forceinline__ float xin(float x, int kk, float mean, float rstd, const float* nw, const float* nb) {
-  if (!NORM) return x;
+  if (!NORM) return gemv_rnd(x);
   float y = (x - mean) * rstd;
   if (NW) y *= __ldg(nw + kk);
   if (NB) y += __ldg(nb + kk);
-  return y;
+  return gemv_rnd(y);
 }
 __device__ __forceinline__ float4 xin4(float4 x, int kk, float mean, float rstd, const float* nw, const float* nb) {
   if (!NORM) return x;
@@ -59,7 +82,19 @@ __device__ __forceinline__ float4 xin4(float4 x, int kk, float mean, float rstd,
     const float4 c = __ldg((const float4*)(nb + kk));
     x = make_float4(x.x + c.x, x.y + c.y, x.z + c.z, x.w + c.w);
   }
-  return x;
+  return make_float4(gemv_rnd(x.x), gemv_rnd(x.y), gemv_rnd(x.z), gemv_rnd(x.w));
+}
+// Eight values of row `x` from kk (16-byte aligned), as the product reads them.
+__device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd, const float* nw, const float* nb,
+                                     float* v) {
+  if (A_BF) {
+    gemv_widen8(__ldg((const uint4*)(x + kk)), v);
+    return;
+  }
+  const float* xf = (const float*)x;
+  const float4 lo = xin4(__ldg((const float4*)(xf + kk)), kk, mean, rstd, nw, nb);
+  const float4 hi = xin4(__ldg((const float4*)(xf + kk + 4)), kk + 4, mean, rstd, nw, nb);
+  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
 // @piece start
   __shared__ float part[KS][CPB][M];
@@ -73,7 +108,7 @@ __device__ __forceinline__ float4 xin4(float4 x, int kk, float mean, float rstd,
 #pragma unroll
   for (int i = 0; i < M; ++i) acc[i] = 0.0f;
   if (j < N) {
-    const float* w = b + j * B_CS;
+    const BT* w = b + j * B_CS;
 // @piece vec
     const bool aligned = ((((unsigned long long)w) | ((unsigned long long)a) | ((unsigned long long)nw) |
                            ((unsigned long long)nb)) & 15) == 0;
@@ -115,14 +150,57 @@ __device__ __forceinline__ float4 xin4(float4 x, int kk, float mean, float rstd,
         }
       }
     } else
+// @piece vec8
+    const bool aligned = ((((unsigned long long)w) | ((unsigned long long)a) | ((unsigned long long)nw) |
+                           ((unsigned long long)nb)) & 15) == 0;
+    constexpr int PRE = (K + KS * 256 - 1) / (KS * 256);  // 16-byte loads of W per lane
+    if (aligned && PRE <= 8) {
+      // W's loads go out first; the rows' statistics are computed while they are in flight.
+      uint4 wr[PRE];
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) {
+        const int kk = (slice * 32 + lane) * 8 + u * KS * 256;
+        wr[u] = kk < K ? __ldg((const uint4*)(w + kk)) : make_uint4(0u, 0u, 0u, 0u);
+      }
+      if (NORM) row_stats(a, mean, rstd);
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) {
+        const int kk = (slice * 32 + lane) * 8 + u * KS * 256;
+        if (kk >= K) break;
+        float wv[8];
+        gemv_widen8(wr[u], wv);
+#pragma unroll
+        for (int i = 0; i < M; ++i) {
+          float x[8];
+          xin8(a + i * A_RS, kk, mean[i], rstd[i], nw, nb, x);
+#pragma unroll
+          for (int t = 0; t < 8; ++t) acc[i] = fmaf(wv[t], x[t], acc[i]);
+        }
+      }
+    } else if (aligned) {
+      if (NORM) row_stats(a, mean, rstd);
+#pragma unroll 2
+      for (int kk = (slice * 32 + lane) * 8; kk < K; kk += KS * 256) {
+        float wv[8];
+        gemv_widen8(__ldg((const uint4*)(w + kk)), wv);
+#pragma unroll
+        for (int i = 0; i < M; ++i) {
+          float x[8];
+          xin8(a + i * A_RS, kk, mean[i], rstd[i], nw, nb, x);
+#pragma unroll
+          for (int t = 0; t < 8; ++t) acc[i] = fmaf(wv[t], x[t], acc[i]);
+        }
+      }
+    } else
 // @piece rows
     {
       if (NORM) row_stats(a, mean, rstd);
 #pragma unroll 4
       for (int kk = slice * 32 + lane; kk < K; kk += KS * 32) {
-        const float v = __ldg(w + kk);
+        const float v = gemv_val(__ldg(w + kk));
 #pragma unroll
-        for (int i = 0; i < M; ++i) acc[i] = fmaf(v, xin(__ldg(a + i * A_RS + kk * A_CS), kk, mean[i], rstd[i], nw, nb), acc[i]);
+        for (int i = 0; i < M; ++i)
+          acc[i] = fmaf(v, xin(gemv_val(__ldg(a + i * A_RS + kk * A_CS)), kk, mean[i], rstd[i], nw, nb), acc[i]);
       }
     }
   }

@@ -1,0 +1,38 @@
+// Hoisting what an inference program computes from its parameters alone. Between two runs of
+// a compile_forward program the parameters rarely change, yet every value computed from
+// parameters and constants only (a weight's bf16 copy under Precision::kBf16, a rotary table
+// built from arange) would be recomputed on every run: for a decode step that means reading
+// each f32 weight and writing its bf16 copy per token, more traffic than the product itself.
+// The split moves such values into a prologue graph that writes them into state leaves; the
+// main graph reads those leaves instead. The program runs the prologue again only after the
+// parameters changed (DeviceStore::version).
+#pragma once
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace tg::passes {
+
+/// Name prefix of the state leaves that hold hoisted values ("hoisted/0", "hoisted/1", …).
+inline constexpr const char* kHoistedPrefix = "hoisted/";
+
+struct Hoisted {
+  /// The graph with each hoisted value replaced by a state leaf "hoisted/<i>" (DCE applied).
+  ir::Graph main;
+  /// Computes the hoisted values from params and constants and writes each into its state
+  /// leaf (graph updates); no inputs, no outputs.
+  ir::Graph prologue;
+  /// Ids of the given graph → ids of `main` (as eliminate_dead_code's remap; -1: gone).
+  std::vector<int32_t> remap;
+  int32_t count = 0;  // hoisted values; 0: nothing qualified (main is the graph after DCE)
+};
+
+/// Splits an inference graph (no gradients, no optimizer). A value is hoisted when it is not a
+/// leaf or a view, is computed from params, constants and aranges only (no input, state or
+/// collective on the way), is read by something that is not (or is an output), and is no
+/// larger than its operands together (a cast to bf16 halves a weight; an expansion of a
+/// small value stays in the step, unless it is at most 4 MiB). Views of a hoisted value stay
+/// in the main graph.
+Hoisted hoist_parameter_values(const ir::Graph& graph);
+
+}  // namespace tg::passes

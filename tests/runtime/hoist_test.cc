@@ -1,0 +1,109 @@
+// Inference programs keep what they compute from parameters alone (passes/hoist.h): under
+// Precision::kBf16 each weight's bf16 copy is made once, not per run, and made again whenever the
+// parameters change (a training step, upload_params, init_params). Checked on every backend
+// against programs compiled after the change and against unoptimized programs (no hoisting).
+#include <gtest/gtest.h>
+#include <tensorgrad/tensorgrad.h>
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "test_util.h"
+
+namespace tg {
+namespace detail {
+const ir::Graph& compiled_graph(const Program& program);
+}
+namespace {
+
+using testing::rel_diff;
+
+constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 32;
+
+nn::GptConfig config() { return {.vocab = kVocab, .seq_len = kSeq, .layers = 2, .d_model = 64, .heads = 4}; }
+
+std::vector<int32_t> ids() {
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < kBatch * kSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3) % kVocab));
+  return v;
+}
+
+Program logits_program(nn::Gpt& model, Device device, bool optimize = true) {
+  return compile_forward(model, [&](Tensor x) { return model.logits(x); },
+                         {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}},
+                          .device = device,
+                          .optimize = optimize,
+                          .precision = Precision::kBf16});
+}
+
+std::vector<float> run(Program& p) { return p.run({{"ids", ids()}}).f32(); }
+
+class Hoist : public ::testing::TestWithParam<Device> {};
+
+TEST_P(Hoist, Bf16WeightsAreReadNotConvertedPerRun) {
+  nn::Gpt model(config());
+  Program p = logits_program(model, GetParam());
+  p.init_params(3);
+  const ir::Graph& g = detail::compiled_graph(p);
+  int hoisted = 0, param_casts = 0;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op == ir::Op::kState && n.name.starts_with("hoisted/")) ++hoisted;
+    if (n.op == ir::Op::kCast && g.node(n.inputs[0]).op == ir::Op::kParam) ++param_casts;
+  }
+  EXPECT_GT(hoisted, 0);
+  EXPECT_EQ(param_casts, 0) << g.to_string();
+  // Same logits as the unoptimized program, which converts every weight in the run.
+  Program plain = logits_program(model, GetParam(), false);
+  const std::vector<float> a = run(p), b = run(plain), again = run(p);
+  EXPECT_LT(rel_diff(a, b), 1e-5);
+  EXPECT_EQ(a, again);
+}
+
+TEST_P(Hoist, ParameterChangesReachTheHoistedCopies) {
+  nn::Gpt model(config());
+  Program infer = logits_program(model, GetParam());
+  Program train = compile_train(
+      model, [&](Tensor x, Tensor y) { return model.loss(x, y); },
+      {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}, {"targets", {kBatch, kSeq}, DType::kI32}},
+       .optimizer = SGD{.lr = 0.5},
+       .device = GetParam()});
+  infer.init_params(1);
+  const std::vector<float> before = run(infer);
+  // Each change, then the long-lived program against one compiled after it.
+  auto expect_fresh = [&](const char* what) {
+    Program fresh = logits_program(model, GetParam());
+    const std::vector<float> now = run(infer);
+    EXPECT_GT(rel_diff(now, before), 1e-3) << what << ": the logits did not change";
+    EXPECT_EQ(now, run(fresh)) << what;
+  };
+  train.step({{"ids", ids()}, {"targets", ids()}});
+  expect_fresh("after a training step");
+  infer.init_params(2);
+  expect_fresh("after init_params");
+  std::map<std::string, HostTensor> params = infer.download_params();
+  for (float& v : params.at("blocks.0.fc.weight").f32()) v *= -1.0f;
+  infer.upload_params(params);
+  expect_fresh("after upload_params");
+}
+
+TEST_P(Hoist, MemoryReportCountsTheBf16Copies) {
+  if (GetParam().kind == Device::Kind::kRef) GTEST_SKIP() << "the reference interpreter plans no memory";
+  struct Net : Module {
+    nn::Linear fc{*this, "fc", 256, 512, {.bias = false}};
+  } net;
+  Program p =
+      compile_forward(net, [&](Tensor x) { return net.fc(x); },
+                      {.inputs = {{"x", {4, 256}}}, .device = GetParam(), .precision = Precision::kBf16});
+  // The weight's bf16 copy (2 bytes an element) instead of the f32 weight it comes from.
+  EXPECT_EQ(p.memory_report().params, 256 * 512 * 2);
+  Program f32 = compile_forward(net, [&](Tensor x) { return net.fc(x); },
+                                {.inputs = {{"x", {4, 256}}}, .device = GetParam()});
+  EXPECT_EQ(f32.memory_report().params, 256 * 512 * 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Hoist, ::testing::ValuesIn(testing::all_devices()),
+                         [](const auto& info) { return testing::device_test_name(info.param); });
+
+}  // namespace
+}  // namespace tg
