@@ -5,6 +5,7 @@
 #include <string>
 
 #include "passes/dce.h"
+#include "passes/rewrite.h"
 #include "passes/schedule.h"
 
 namespace tg::passes {
@@ -20,9 +21,27 @@ int64_t bytes_of(const ir::Node& n) { return n.numel() * dtype_size(n.dtype); }
 bool fixed_leaf(Op op) { return op == Op::kParam || op == Op::kConstant || op == Op::kArange; }
 bool any_leaf(Op op) { return fixed_leaf(op) || op == Op::kInput || op == Op::kState; }
 
+/// `id`'s expression: ops, types, attributes and parameter names, recursively.
+std::string expression(const ir::Graph& g, int32_t id, std::vector<std::string>& memo) {
+  std::string& e = memo[static_cast<size_t>(id)];
+  if (!e.empty()) return e;
+  const ir::Node& n = g.node(id);
+  std::string s = std::string(ir::op_name(n.op)) + " " + dtype_name(n.dtype) + shape_str(n.shape);
+  if (n.op == Op::kParam) s += " '" + n.name + "'";
+  for (int64_t a : n.attrs.axes) s += " a" + std::to_string(a);
+  for (double v : n.attrs.values) s += " v" + std::to_string(v);
+  if (n.op == Op::kCast) s += std::string(" to ") + dtype_name(n.attrs.dtype);
+  s += " (";
+  for (int32_t x : n.inputs) s += expression(g, x, memo) + ", ";
+  return e = s + ")";
+}
+
 }  // namespace
 
-Hoisted hoist_parameter_values(const ir::Graph& graph) {
+Hoisted hoist_parameter_values(const ir::Graph& input) {
+  std::vector<int32_t> first, second;
+  const ir::Graph graph = merge_sibling_products(cast_weights_before_views(input, first), second);
+  const std::vector<int32_t> rewritten = compose(first, second);
   const auto size = static_cast<size_t>(graph.size());
   // fixed[id]: the node's value depends on params, constants and aranges only.
   std::vector<char> fixed(size, 0);
@@ -57,6 +76,7 @@ Hoisted hoist_parameter_values(const ir::Graph& graph) {
   for (const ir::Graph::Update& u : graph.updates) hoist[static_cast<size_t>(u.value)] = 0;
 
   Hoisted h;
+  std::vector<std::string> memo(size);
   ir::Graph main = graph;
   ir::Graph prologue = graph;
   prologue.outputs.clear();
@@ -69,6 +89,7 @@ Hoisted hoist_parameter_values(const ir::Graph& graph) {
     leaf.dtype = n.dtype;
     leaf.shape = n.shape;
     leaf.name = kHoistedPrefix + std::to_string(h.count++);
+    h.keys.push_back(expression(graph, id, memo));
     leaf.loc = n.loc;
     leaf.stage = n.stage;
     main.node(id) = leaf;
@@ -81,7 +102,9 @@ Hoisted hoist_parameter_values(const ir::Graph& graph) {
       n.name.clear();
       n.attrs.values = {0.0};
     }
-  h.main = eliminate_dead_code(main, h.remap);
+  std::vector<int32_t> dce;
+  h.main = eliminate_dead_code(main, dce);
+  h.remap = compose(rewritten, dce);
   std::vector<int32_t> unused;
   if (h.count > 0) h.prologue = eliminate_dead_code(prologue, unused);
   return h;

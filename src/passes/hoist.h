@@ -7,6 +7,7 @@
 // main graph reads those leaves instead. The program runs the prologue again only after the
 // parameters changed (DeviceStore::version).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "ir/graph.h"
@@ -25,7 +26,18 @@ struct Hoisted {
   /// Ids of the given graph → ids of `main` (as eliminate_dead_code's remap; -1: gone).
   std::vector<int32_t> remap;
   int32_t count = 0;  // hoisted values; 0: nothing qualified (main is the graph after DCE)
+  /// Per hoisted value (leaf "hoisted/<i>"): its expression over parameter names, constants and
+  /// ops, equal in every program that computes the same value (programs share its buffer).
+  std::vector<std::string> keys;
 };
+
+/// Inference rewrites run first (weights.cc): a cast of a permuted or reshaped parameter becomes
+/// the permute/reshape of the cast parameter (its bf16 copy keeps the parameter's layout, which
+/// a decode step's skinny products read best), and products x·wᵢᵀ sharing x, with each wᵢ
+/// computed from a parameter (a bf16 copy), become one product over concat(w₁, w₂, …) and a
+/// slice of its columns each (Llama's q/k/v and gate/up projections: one kernel, not three).
+ir::Graph cast_weights_before_views(const ir::Graph& graph, std::vector<int32_t>& remap);
+ir::Graph merge_sibling_products(const ir::Graph& graph, std::vector<int32_t>& remap);
 
 /// Splits an inference graph (no gradients, no optimizer). A value is hoisted when it is not a
 /// leaf or a view, is computed from params, constants and aranges only (no input, state or

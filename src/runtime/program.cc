@@ -33,8 +33,9 @@ struct Variant {
   std::unique_ptr<backend::Executable> exec;
   // Inference programs: the values computed from parameters alone (passes/hoist.h), written
   // into `hoisted` by `prologue`, which runs again whenever the store's parameters changed.
+  // The buffers live in the store, by expression: programs computing the same value share it.
   std::unique_ptr<backend::Executable> prologue;
-  std::map<std::string, std::unique_ptr<backend::Buffer>> hoisted;
+  std::map<std::string, std::string> hoisted;  // "hoisted/<i>" → its expression (passes/hoist.h)
   uint64_t prologue_version = 0;
   int32_t id(int32_t full_id) const { return remap[static_cast<size_t>(full_id)]; }
 };
@@ -125,7 +126,7 @@ backend::Bindings bind_leaves(ProgramState& s, Variant& v, const ir::Graph& g) {
     if (n.op == ir::Op::kParam) {
       bindings[id] = s.store->buffers.at(n.name).get();
     } else if (n.op == ir::Op::kState && n.name.rfind(passes::kHoistedPrefix, 0) == 0) {
-      auto& buf = v.hoisted[n.name];
+      auto& buf = s.store->hoisted[v.hoisted.at(n.name)];
       if (!buf) buf = s.store->backend->allocate(n.dtype, n.numel());
       bindings[id] = buf.get();
     } else if (n.op == ir::Op::kState && n.name.rfind(ir::kUserStatePrefix, 0) == 0) {
@@ -176,6 +177,8 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
     hoisted = passes::hoist_parameter_values(v.graph);
     if (hoisted.count > 0) {
       v.graph = std::move(hoisted.main);
+      for (int32_t i = 0; i < hoisted.count; ++i)
+        v.hoisted[passes::kHoistedPrefix + std::to_string(i)] = hoisted.keys[static_cast<size_t>(i)];
       for (int32_t& id : v.remap)
         if (id >= 0) id = hoisted.remap[static_cast<size_t>(id)];
     }
@@ -531,8 +534,9 @@ HostTensor Program::run(const Feeds& feeds, RunOptions options) {
         "[run] this program was compiled with compile_train; use step(), or compile_forward for inference");
   std::lock_guard lock(s.store->mutex);
   detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
-  detail::set_inputs(s, v, feeds, "run");
+  // Before the inputs are staged: a backend's programs may share the memory staging uses.
   detail::refresh_hoisted(s, v);
+  detail::set_inputs(s, v, feeds, "run");
   v.exec->execute();
   const ir::Node& out = v.graph.node(v.id(s.output));
   HostTensor result(out.dtype, out.shape);

@@ -33,6 +33,9 @@ struct DeviceStore {
   std::map<std::string, std::unique_ptr<backend::Buffer>> states;
   std::map<std::string, Shape> state_shapes;
   std::map<std::string, double> state_initial;  // every element's value at first and after reset_state()
+  /// Inference programs' values computed from parameters alone (a weight's bf16 copy), by their
+  /// expression (passes/hoist.h): programs computing the same value share one buffer.
+  std::map<std::string, std::unique_ptr<backend::Buffer>> hoisted;
   std::mutex mutex;
   /// Advanced by everything that writes parameters (training steps, uploads, init_params):
   /// inference programs recompute their hoisted values (passes/hoist.h) when it moved.

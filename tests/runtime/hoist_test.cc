@@ -102,6 +102,38 @@ TEST_P(Hoist, MemoryReportCountsTheBf16Copies) {
   EXPECT_EQ(f32.memory_report().params, 256 * 512 * 4);
 }
 
+TEST_P(Hoist, SiblingProductsReadOneConcatenatedWeight) {
+  // Llama's q/k/v and gate/up projections each read the same normed rows: one product each
+  // group under bf16, over the concatenated bf16 copies; the cached logits are unchanged.
+  const nn::LlamaConfig c{.vocab = kVocab,
+                          .seq_len = 16,
+                          .layers = 2,
+                          .d_model = 64,
+                          .heads = 4,
+                          .kv_heads = 2,
+                          .mlp_hidden = 96};
+  nn::Llama model(c);
+  auto program = [&](bool optimize) {
+    return compile_forward(model, [&](Tensor ids, Tensor pos) { return model.logits_cached(ids, pos, 16); },
+                           {.inputs = {{"ids", {2, 1}, DType::kI32}, {"pos", {2}, DType::kI32}},
+                            .device = GetParam(),
+                            .optimize = optimize,
+                            .precision = Precision::kBf16});
+  };
+  Program merged = program(true);
+  merged.init_params(5);
+  int products = 0;
+  for (const ir::Node& n : detail::compiled_graph(merged).nodes()) products += n.op == ir::Op::kMatmul;
+  EXPECT_EQ(products, 4 * c.layers + 1);  // qkv, o, gate/up, down; the head
+  Program plain = program(false);
+  for (int32_t step = 0; step < 3; ++step) {  // the caches fill the same way
+    const std::vector<int32_t> ids{step + 1, 7 - step}, pos{step, step};
+    const Feeds feeds{{"ids", ids}, {"pos", pos}};
+    const std::vector<float> a = merged.run(feeds).f32(), b = plain.run(feeds).f32();
+    EXPECT_LT(rel_diff(a, b), 1e-5) << "step " << step;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, Hoist, ::testing::ValuesIn(testing::all_devices()),
                          [](const auto& info) { return testing::device_test_name(info.param); });
 

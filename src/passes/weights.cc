@@ -1,0 +1,157 @@
+// Inference rewrites of how products read their weights, ahead of hoisting (see hoist.h): a
+// cast of a transposed weight becomes the transpose of the cast weight, and products that share
+// their left operand read one concatenated weight. Both leave each value unchanged (a cast
+// commutes with a permute or reshape; a product's columns are independent of each other).
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "passes/hoist.h"
+#include "passes/rewrite.h"
+
+namespace tg::passes {
+
+using ir::Graph;
+using ir::Node;
+using ir::Op;
+
+namespace {
+
+bool layout_view(Op op) { return op == Op::kPermute || op == Op::kReshape; }
+
+/// Whether `id` depends on params, constants and aranges only.
+std::vector<char> fixed_nodes(const Graph& g) {
+  std::vector<char> fixed(static_cast<size_t>(g.size()), 0);
+  for (int32_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.inputs.empty()) {
+      fixed[static_cast<size_t>(id)] = n.op == Op::kParam || n.op == Op::kConstant || n.op == Op::kArange;
+      continue;
+    }
+    bool all = !ir::is_collective(n.op) && n.op != Op::kRandom;
+    for (int32_t x : n.inputs) all = all && fixed[static_cast<size_t>(x)];
+    fixed[static_cast<size_t>(id)] = all;
+  }
+  return fixed;
+}
+
+/// x [.., k] · wᵀ with w [n, k] a value computed from parameters alone (a weight's bf16 cast):
+/// w's id, else -1. A bare f32 parameter is left alone: its concatenation would be a second copy.
+int32_t weight_of(const Graph& g, const std::vector<char>& fixed, int32_t matmul) {
+  const Node& m = g.node(matmul);
+  if (m.op != Op::kMatmul || m.inputs[0] == m.inputs[1]) return -1;
+  const Node& b = g.node(m.inputs[1]);
+  if (b.op != Op::kPermute || b.shape.size() != 2 || b.attrs.axes != std::vector<int64_t>{1, 0}) return -1;
+  const int32_t w = b.inputs[0];
+  return fixed[static_cast<size_t>(w)] && !g.node(w).inputs.empty() &&
+                 !fixed[static_cast<size_t>(m.inputs[0])]
+             ? w
+             : -1;
+}
+
+}  // namespace
+
+Graph cast_weights_before_views(const Graph& graph, std::vector<int32_t>& remap) {
+  Graph out;
+  remap.assign(static_cast<size_t>(graph.size()), -1);
+  std::map<std::pair<int32_t, DType>, int32_t> casts;  // (param in out, dtype) → its cast
+  for (int32_t id = 0; id < graph.size(); ++id) {
+    Node n = graph.node(id);
+    for (int32_t& in : n.inputs) in = remap[static_cast<size_t>(in)];
+    if (n.op == Op::kCast) {
+      std::vector<int32_t> chain;  // views from the cast's input down to the param
+      int32_t x = n.inputs[0];
+      while (layout_view(out.node(x).op)) chain.push_back(x), x = out.node(x).inputs[0];
+      if (!chain.empty() && out.node(x).op == Op::kParam) {
+        auto [it, fresh] = casts.emplace(std::pair{x, n.dtype}, -1);
+        if (fresh) {
+          Node c = n;
+          c.inputs = {x};
+          c.shape = out.node(x).shape;
+          it->second = out.add_checked(std::move(c));
+        }
+        int32_t prev = it->second;
+        for (auto v = chain.rbegin(); v != chain.rend(); ++v) {
+          Node view = out.node(*v);
+          view.inputs = {prev};
+          view.dtype = n.dtype;
+          prev = out.add_checked(std::move(view));
+        }
+        remap[static_cast<size_t>(id)] = prev;
+        continue;
+      }
+    }
+    remap[static_cast<size_t>(id)] = out.add_checked(std::move(n));
+  }
+  carry_roots(graph, out, remap);
+  return out;
+}
+
+Graph merge_sibling_products(const Graph& graph, std::vector<int32_t>& remap) {
+  const std::vector<char> fixed = fixed_nodes(graph);
+  // Products x · wᵢᵀ of one x (same dtype, shape and k), by their first member.
+  std::map<std::tuple<int32_t, DType>, std::vector<int32_t>> by_operand;
+  for (int32_t id = 0; id < graph.size(); ++id)
+    if (const int32_t w = weight_of(graph, fixed, id); w >= 0)
+      by_operand[{graph.node(id).inputs[0], graph.node(w).dtype}].push_back(id);
+  std::map<int32_t, std::vector<int32_t>> siblings;  // first member → all members
+  for (auto& [key, members] : by_operand)
+    if (members.size() > 1) siblings[members[0]] = members;
+
+  Graph out;
+  remap.assign(static_cast<size_t>(graph.size()), -1);
+  // Copies `id` (and, for a fixed value, what it reads) unless already copied.
+  auto copy = [&](auto&& self, int32_t id) -> int32_t {
+    int32_t& r = remap[static_cast<size_t>(id)];
+    if (r >= 0) return r;
+    Node n = graph.node(id);
+    for (int32_t& in : n.inputs) in = self(self, in);
+    r = out.add_checked(std::move(n));
+    return r;
+  };
+  for (int32_t id = 0; id < graph.size(); ++id) {
+    if (remap[static_cast<size_t>(id)] >= 0) continue;  // a merged sibling, or pulled ahead
+    const auto group = siblings.find(id);
+    if (group == siblings.end()) {
+      copy(copy, id);
+      continue;
+    }
+    // concat(w₁, w₂, …) along n, transposed, one product, then each member's columns.
+    const Node& first = graph.node(id);
+    Node cat;
+    cat.op = Op::kConcat;
+    cat.attrs.axes = {0};
+    cat.loc = first.loc;
+    cat.stage = first.stage;
+    std::vector<int64_t> widths;
+    for (int32_t m : group->second) {
+      const int32_t w = weight_of(graph, fixed, m);
+      cat.inputs.push_back(copy(copy, w));  // fixed: pulled ahead with what it reads
+      widths.push_back(graph.node(w).shape[0]);
+    }
+    Node t = graph.node(first.inputs[1]);
+    t.inputs = {out.add(std::move(cat))};
+    Node product = first;
+    product.inputs = {copy(copy, first.inputs[0]), out.add(std::move(t))};
+    const int32_t all = out.add(std::move(product));
+    int64_t start = 0;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const int32_t m = group->second[i];
+      Node s;
+      s.op = Op::kSlice;
+      s.inputs = {all};
+      s.attrs.axes = {static_cast<int64_t>(first.shape.size()) - 1};
+      s.attrs.values = {static_cast<double>(start), 1.0};
+      s.loc = graph.node(m).loc;
+      s.stage = graph.node(m).stage;
+      s.shape = graph.node(m).shape;
+      s.dtype = graph.node(m).dtype;
+      remap[static_cast<size_t>(m)] = out.add_checked(std::move(s));
+      start += widths[i];
+    }
+  }
+  carry_roots(graph, out, remap);
+  return out;
+}
+
+}  // namespace tg::passes
