@@ -27,6 +27,8 @@ std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
 }  // namespace
 
+int64_t gemv_max_rows(bool bf16_weights) { return bf16_weights ? 4 : kMaxRows; }
+
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
   (void)a;
   return batch == 1 && m >= 1 && m <= kMaxRows && n >= 1 && k >= 32 && b.row_stride == 1 &&

@@ -152,7 +152,8 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
     norm_cols = g.node(c.norm).shape.back();
     norm_rows = g.node(c.norm).numel() / std::max<int64_t>(norm_cols, 1);
   }
-  p.gemv = !gemv_off && f32 && !options.tf32x3 && gemv_applies(p.bm, p.mm, p.nn, p.k, mats[0], mats[1]) &&
+  p.gemv = !gemv_off && f32 && !options.tf32x3 && p.mm <= gemv_max_rows(bf16) &&
+           gemv_applies(p.bm, p.mm, p.nn, p.k, mats[0], mats[1]) &&
            (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k && !p.expand[0]));
   // bf16 operands: gemv_kernel widens them as it reads; an absorbed cast leaves a in f32.
   ch.cast = c.cast >= 0 && p.gemv && !p.expand[0];

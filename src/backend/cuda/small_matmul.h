@@ -70,6 +70,9 @@ struct GemvNorm {
 struct GemvTypes {
   bool a_bf16 = false, b_bf16 = false, round_a = false;
 };
+/// The most rows gemv_kernel takes: 8 with f32 weights, fewer with bf16 ones (widening eight
+/// rows of x per 16-byte load of W costs more than cuBLASLt's bf16 product there).
+int64_t gemv_max_rows(bool bf16_weights);
 /// Whether gemv_kernel takes this product: one batch, at most 8 rows, b read down its columns
 /// (row_stride 1: the transpose of a row-major [n, k] weight).
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b);
