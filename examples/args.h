@@ -1,6 +1,8 @@
-// Command-line options of the examples: --name value pairs, and the flags --generate and --distributed.
+// Command-line options of the examples: --name value pairs, and the flags --generate,
+// --distributed, --merge and --check.
 #pragma once
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -8,14 +10,36 @@
 
 namespace example {
 
-/// --name value options (and the flags --generate and --distributed).
+/// --name value options (and the flags, which take no value).
 struct Args {
+  static bool is_flag(const std::string& k) {
+    return k == "generate" || k == "distributed" || k == "merge" || k == "check";
+  }
   std::map<std::string, std::string> kv;
   bool has(const std::string& k) const { return kv.count(k) > 0; }
   std::string get(const std::string& k, const std::string& fallback) const {
     return has(k) ? kv.at(k) : fallback;
   }
-  double num(const std::string& k, double fallback) const { return has(k) ? std::stod(kv.at(k)) : fallback; }
+  /// A number; anything else (or trailing text: "1e-3x") is an error naming the option.
+  double num(const std::string& k, double fallback) const {
+    if (!has(k)) return fallback;
+    const std::string& v = kv.at(k);
+    size_t used = 0;
+    double x = 0;
+    try {
+      x = std::stod(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size())
+      throw std::runtime_error("--" + k + " takes a number, not '" + v + "'");
+    return x;
+  }
+  /// Throws for an option not in `known` (a misspelt option would otherwise be ignored).
+  void allow_only(const std::set<std::string>& known) const {
+    for (const auto& [k, v] : kv)
+      if (!known.count(k)) throw std::runtime_error("unknown option --" + k);
+  }
 
   static Args parse(int argc, char** argv) {
     Args a;
@@ -24,7 +48,7 @@ struct Args {
       if (k.rfind("--", 0) != 0)
         throw std::runtime_error("unexpected argument " + k + " (options are --name value)");
       k = k.substr(2);
-      if (k == "generate" || k == "distributed") {
+      if (is_flag(k)) {
         a.kv[k] = "1";
       } else {
         if (i + 1 >= argc) throw std::runtime_error("--" + k + " needs a value");

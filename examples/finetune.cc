@@ -1,0 +1,586 @@
+// finetune: LoRA fine-tuning of a Hugging Face model folder (tg::pretrained::load) on a text
+// file. The base weights are frozen (TrainOptions::frozen = nn::lora_frozen) and only the
+// adapters train, so the optimizer keeps moments for them alone. It reports the held-out loss
+// before, during and after training, the training program's planned memory next to what full
+// fine-tuning's optimizer state would take, checks that every base weight is bit for bit the
+// file's after training, writes the adapters (a safetensors file with the library's parameter
+// names, which load_safetensors(…, {.partial = true}) takes back into the adapted model) and the
+// loss curve (SVG); with --merge it folds the adapters into the weights (nn::merge_lora), checks
+// the merged model's held-out loss against the adapted one's and continues a held-out prompt
+// greedily with it.
+//
+//   ./finetune --model <folder> --text <file.txt> [--targets q_proj,v_proj] [--rank 8]
+//              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
+//              [--batch 4] [--seq-len min(128, context)] [--holdout 0.1] [--eval-every steps/10]
+//              [--eval-batches 8]
+//              [--device cpu|cuda] [--precision fp32|bf16] [--seed 0]
+//              [--out finetune_adapter.safetensors] [--plot finetune_loss.svg]
+//              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
+//
+// The text is tokenized whole with the folder's tokenizer.json and split: the last --holdout of
+// its tokens are held out (windows of --seq-len tokens side by side), the rest gives training
+// windows at random offsets. --targets defaults to the family's usual choice: q_proj,v_proj for
+// Llama, qkv for GPT-2, in_proj,x_proj,out_proj for Mamba. --check turns the checks into the exit
+// code: the held-out loss must drop (by the fraction --min-drop, default 0: at all), the base
+// weights stay bit-identical, the adapter file read back as written and (with --merge) the
+// merged model give the adapted model's loss.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "loss_plot.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Params = std::map<std::string, tg::HostTensor>;
+using example::Args;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string bytes_str(int64_t bytes) {
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (b < (1 << 20))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  return buf;
+}
+
+// A number as %g writes it ("16", "0.1"), for metadata.
+std::string shortest(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+struct Options {
+  std::string folder, text, out, plot;
+  std::vector<std::string> targets;  // empty: the model family's default
+  int64_t rank = 8, steps = 100, batch = 4, seq = 0, eval_every = 0, eval_batches = 8, max_new_tokens = 32;
+  double alpha = 16, dropout = 0, lr = 2e-4, weight_decay = 0, holdout = 0.1, min_drop = 0;
+  uint32_t seed = 0;
+  tg::Device device;
+  tg::Precision precision = tg::Precision::kFp32;
+  bool merge = false, check = false;
+};
+
+int64_t whole(const Args& args, const std::string& name, int64_t fallback, int64_t min) {
+  const double v = args.num(name, static_cast<double>(fallback));
+  if (v != std::floor(v) || v < static_cast<double>(min) || v > 1e15)
+    throw std::runtime_error("--" + name + " takes a whole number of at least " + std::to_string(min) +
+                             ", not " + args.get(name, ""));
+  return static_cast<int64_t>(v);
+}
+
+std::vector<std::string> comma_list(const std::string& option, const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.empty()) throw std::runtime_error("--" + option + " has an empty entry: '" + text + "'");
+    out.push_back(item);
+  }
+  if (out.empty()) throw std::runtime_error("--" + option + " is empty");
+  return out;
+}
+
+Options parse(const Args& args) {
+  args.allow_only({"model",      "text",         "targets",        "rank",      "alpha",   "dropout",
+                   "steps",      "lr",           "weight-decay",   "batch",     "seq-len", "holdout",
+                   "eval-every", "eval-batches", "device",         "precision", "seed",    "out",
+                   "plot",       "merge",        "max-new-tokens", "check",     "min-drop"});
+  if (!args.has("model") || !args.has("text"))
+    throw std::runtime_error(
+        "usage: finetune --model <Hugging Face folder> --text <file.txt> [--targets q_proj,v_proj] [--rank "
+        "8] "
+        "[--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0] [--batch 4] [--seq-len 128] "
+        "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision fp32|bf16] "
+        "[--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] "
+        "[--max-new-tokens 32] [--check [--min-drop 0.1]]");
+  Options o;
+  o.folder = args.get("model", "");
+  o.text = args.get("text", "");
+  o.out = args.get("out", "finetune_adapter.safetensors");
+  o.plot = args.get("plot", "finetune_loss.svg");
+  if (args.has("targets")) o.targets = comma_list("targets", args.get("targets", ""));
+  o.rank = whole(args, "rank", o.rank, 1);
+  o.steps = whole(args, "steps", o.steps, 1);
+  o.batch = whole(args, "batch", o.batch, 1);
+  o.seq = args.has("seq-len") ? whole(args, "seq-len", 0, 1) : 0;
+  o.eval_every = whole(args, "eval-every", std::max<int64_t>(1, o.steps / 10), 1);
+  o.eval_batches = whole(args, "eval-batches", o.eval_batches, 1);
+  o.max_new_tokens = whole(args, "max-new-tokens", o.max_new_tokens, 1);
+  o.seed = static_cast<uint32_t>(whole(args, "seed", 0, 0));
+  o.alpha = args.num("alpha", o.alpha);
+  o.dropout = args.num("dropout", o.dropout);
+  o.lr = args.num("lr", o.lr);
+  o.weight_decay = args.num("weight-decay", o.weight_decay);
+  o.holdout = args.num("holdout", o.holdout);
+  o.min_drop = args.num("min-drop", o.min_drop);
+  if (!(std::isfinite(o.alpha) && o.alpha > 0)) throw std::runtime_error("--alpha must be a positive number");
+  if (!(o.dropout >= 0 && o.dropout < 1)) throw std::runtime_error("--dropout must be in [0, 1)");
+  if (!(std::isfinite(o.lr) && o.lr > 0)) throw std::runtime_error("--lr must be a positive number");
+  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay)))
+    throw std::runtime_error("--weight-decay must be a number >= 0");
+  if (!(o.holdout > 0 && o.holdout <= 0.5)) throw std::runtime_error("--holdout must be in (0, 0.5]");
+  if (!(o.min_drop >= 0 && o.min_drop < 1)) throw std::runtime_error("--min-drop must be in [0, 1)");
+  const std::string device = args.get("device", "auto");
+  if (device != "cpu" && device != "cuda" && device != "auto")
+    throw std::runtime_error("--device takes cpu, cuda or auto, not " + device);
+  o.device = args.device();
+  o.precision = args.precision();
+  if (o.precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32 or bf16");
+  o.merge = args.has("merge");
+  o.check = args.has("check");
+  return o;
+}
+
+std::string read_text(const std::string& path) {
+  if (!fs::exists(path)) throw std::runtime_error("--text " + path + ": no such file");
+  if (!fs::is_regular_file(path)) throw std::runtime_error("--text " + path + " is not a file");
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (!f) throw std::runtime_error("--text " + path + " cannot be read");
+  if (ss.str().empty()) throw std::runtime_error("--text " + path + " is empty");
+  return ss.str();
+}
+
+// ---- the text: training tokens and held-out windows ---------------------------------------
+struct Corpus {
+  std::vector<int32_t> train, held;
+};
+
+// The last `holdout` of the tokens (at least one window) are held out; the rest must hold one
+// batch of distinct windows.
+Corpus split(const std::vector<int32_t>& tokens, const Options& o) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t held =
+      std::max(o.seq + 1, static_cast<int64_t>(std::llround(o.holdout * static_cast<double>(n))));
+  const int64_t need = held + o.batch * o.seq + 1;
+  if (n < need)
+    throw std::runtime_error("--text " + o.text + " is too short: it is " + std::to_string(n) +
+                             " tokens, and one batch of " + std::to_string(o.batch) + " × " +
+                             std::to_string(o.seq) + " training tokens plus the held-out part (" +
+                             std::to_string(held) + " tokens) needs " + std::to_string(need) +
+                             " (give more text or lower --batch / --seq-len)");
+  const auto cut = tokens.end() - held;
+  return {{tokens.begin(), cut}, {cut, tokens.end()}};
+}
+
+// `batch` windows of `seq` tokens at random offsets, and the tokens after them ([batch, seq] each).
+void random_batch(const std::vector<int32_t>& tokens, const Options& o, std::mt19937& rng,
+                  std::vector<int32_t>& ids, std::vector<int32_t>& targets) {
+  std::uniform_int_distribution<int64_t> offset(0, static_cast<int64_t>(tokens.size()) - o.seq - 1);
+  ids.clear();
+  targets.clear();
+  for (int64_t b = 0; b < o.batch; ++b) {
+    const auto first = tokens.begin() + offset(rng);
+    ids.insert(ids.end(), first, first + o.seq);
+    targets.insert(targets.end(), first + 1, first + 1 + o.seq);
+  }
+}
+
+// The held-out windows side by side, in batches of the evaluation program's shape; rows past the
+// last window have ignored targets, and each batch's mean is weighted by the targets it counts.
+struct HeldOut {
+  std::vector<std::vector<int32_t>> ids, targets;  // per batch, [batch, seq]
+  std::vector<int64_t> counted;                    // targets that are not ignored, per batch
+  int64_t windows = 0;
+
+  HeldOut(const std::vector<int32_t>& tokens, const Options& o) {
+    constexpr int32_t kIgnore = -100;  // CrossEntropyOptions::ignore_index's default
+    windows = std::min((static_cast<int64_t>(tokens.size()) - 1) / o.seq, o.eval_batches * o.batch);
+    for (int64_t w = 0; w < windows; ++w) {
+      if (w % o.batch == 0) {
+        ids.emplace_back();
+        targets.emplace_back();
+        counted.push_back(0);
+      }
+      const auto first = tokens.begin() + w * o.seq;
+      ids.back().insert(ids.back().end(), first, first + o.seq);
+      targets.back().insert(targets.back().end(), first + 1, first + 1 + o.seq);
+      counted.back() += o.seq;
+    }
+    ids.back().resize(static_cast<size_t>(o.batch * o.seq), 0);
+    targets.back().resize(static_cast<size_t>(o.batch * o.seq), kIgnore);
+  }
+  double loss(tg::Program& eval) const {
+    double sum = 0;
+    int64_t n = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      sum += eval.run({{"ids", ids[i]}, {"targets", targets[i]}}).f32()[0] * static_cast<double>(counted[i]);
+      n += counted[i];
+    }
+    return sum / static_cast<double>(n);
+  }
+};
+
+// ---- the model -----------------------------------------------------------------------------
+std::vector<std::string> default_targets(const tg::pretrained::Model& lm) {
+  if (std::holds_alternative<tg::nn::LlamaConfig>(lm.config)) return {"q_proj", "v_proj"};
+  if (std::holds_alternative<tg::nn::GptConfig>(lm.config)) return {"qkv"};
+  return {"in_proj", "x_proj", "out_proj"};  // Mamba (its dt_proj's weight is read directly)
+}
+
+// Each target must name a Linear as nn::add_lora matches them (the whole path, or its end after
+// a '.'); otherwise the error lists the model's Linears by their last name.
+void check_targets(tg::Module& model, const std::string& architecture,
+                   const std::vector<std::string>& targets) {
+  std::vector<std::string> paths;
+  std::set<std::string> names;
+  for (tg::Module* m : model.modules())
+    if (dynamic_cast<tg::nn::Linear*>(m) != nullptr) {
+      paths.push_back(m->path());
+      names.insert(paths.back().substr(paths.back().rfind('.') + 1));
+    }
+  for (const std::string& t : targets) {
+    const bool found = std::any_of(paths.begin(), paths.end(), [&t](const std::string& p) {
+      return p == t || (p.size() > t.size() && p.ends_with(t) && p[p.size() - t.size() - 1] == '.');
+    });
+    if (found) continue;
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw std::runtime_error("unknown target '" + t + "': no nn::Linear of this " + architecture +
+                             " is named so (its Linears: " + list + ")");
+  }
+}
+
+// The same architecture without adapters, for the merged weights.
+std::unique_ptr<tg::Module> plain_module(const tg::pretrained::Model& lm) {
+  return std::visit(
+      [](const auto& config) -> std::unique_ptr<tg::Module> {
+        using C = std::decay_t<decltype(config)>;
+        if constexpr (std::is_same_v<C, tg::nn::LlamaConfig>) return std::make_unique<tg::nn::Llama>(config);
+        if constexpr (std::is_same_v<C, tg::nn::GptConfig>) return std::make_unique<tg::nn::Gpt>(config);
+        if constexpr (std::is_same_v<C, tg::nn::MambaLMConfig>)
+          return std::make_unique<tg::nn::MambaLM>(config);
+      },
+      lm.config);
+}
+
+std::pair<tg::Program, tg::Program> compile(const tg::pretrained::Model& lm, const Options& o,
+                                            const std::vector<std::string>& frozen) {
+  auto loss_fn = [&lm](tg::Tensor ids, tg::Tensor targets) {
+    return tg::cross_entropy(lm.logits(ids), targets);
+  };
+  const std::vector<tg::InputSpec> inputs{{"ids", {o.batch, o.seq}, tg::DType::kI32},
+                                          {"targets", {o.batch, o.seq}, tg::DType::kI32}};
+  const int64_t warmup = std::max<int64_t>(1, o.steps / 10);
+  tg::Program train = tg::compile_train(
+      *lm.module, loss_fn,
+      {.inputs = inputs,
+       .seed = o.seed,
+       .optimizer = tg::AdamW{.lr = o.lr, .weight_decay = o.weight_decay},
+       .schedule = tg::lr::warmup(warmup, tg::lr::cosine(std::max<int64_t>(1, o.steps - warmup), 0.1)),
+       .clip_grad_norm = 1.0,
+       .device = o.device,
+       .precision = o.precision,
+       .frozen = frozen});
+  tg::Program eval = tg::compile_forward(*lm.module, loss_fn,
+                                         {.inputs = inputs, .device = o.device, .precision = o.precision});
+  return {std::move(train), std::move(eval)};
+}
+
+// Trainable and total parameter counts, the planned memory, and the optimizer state against
+// full fine-tuning's (AdamW's two moments for every parameter).
+void report_memory(const tg::Program& train, const tg::Module& model, const std::set<std::string>& adapters) {
+  int64_t total = 0, trained = 0;
+  for (const tg::Param* p : model.parameters()) {
+    total += tg::numel(p->shape());
+    if (adapters.count(p->path())) trained += tg::numel(p->shape());
+  }
+  const tg::MemoryReport m = train.memory_report();
+  const int64_t value_bytes = m.params / total;  // per stored parameter value (4: f32)
+  std::printf("trainable: %lld adapter values of %lld (%.3f%%)\n", static_cast<long long>(trained),
+              static_cast<long long>(total),
+              100.0 * static_cast<double>(trained) / static_cast<double>(total));
+  std::printf("training program's planned memory:\n%s", m.to_string().c_str());
+  std::printf(
+      "optimizer state %s (AdamW's m and v of the adapters only); full fine-tuning of the %lld base "
+      "values would keep %s\n\n",
+      bytes_str(m.optimizer_state).c_str(), static_cast<long long>(total - trained),
+      bytes_str(2 * value_bytes * (total - trained)).c_str());
+}
+
+// The names of `want`'s (f32) tensors that `got` lacks or holds with other bits.
+std::vector<std::string> differing(const Params& want, const Params& got) {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : want) {
+    const auto it = got.find(name);
+    const size_t bytes = static_cast<size_t>(t.numel()) * sizeof(float);
+    if (it == got.end() || it->second.numel() != t.numel() ||
+        std::memcmp(it->second.data(), t.data(), bytes) != 0)
+      out.push_back(name);
+  }
+  return out;
+}
+
+// ---- training ------------------------------------------------------------------------------
+struct Curves {
+  loss_plot::Series train, held;
+};
+
+// The AdamW steps, with a line every --eval-every steps: the mean training loss since the last
+// line, the held-out loss and the training speed. Returns the last held-out loss.
+double train_adapters(const Options& o, tg::Program& train, tg::Program& eval, const Corpus& corpus,
+                      const HeldOut& held, Curves& curves) {
+  std::mt19937 rng(o.seed);
+  std::vector<int32_t> ids, targets;
+  double interval_sum = 0, eval_seconds = 0, held_loss = 0;
+  int64_t interval_steps = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= o.steps; ++step) {
+    random_batch(corpus.train, o, rng, ids, targets);
+    const double loss = train.step({{"ids", ids}, {"targets", targets}});
+    curves.train.emplace_back(static_cast<double>(step), loss);
+    interval_sum += loss;
+    ++interval_steps;
+    if (step % o.eval_every != 0 && step != o.steps) continue;
+    const double train_seconds = seconds_since(t0) - eval_seconds;
+    const auto te = std::chrono::steady_clock::now();
+    held_loss = held.loss(eval);
+    eval_seconds += seconds_since(te);
+    curves.held.emplace_back(static_cast<double>(step), held_loss);
+    std::printf("  step %5lld/%lld  train loss %.4f  held-out loss %.4f  %8.0f tokens/s\n",
+                static_cast<long long>(step), static_cast<long long>(o.steps),
+                interval_sum / static_cast<double>(interval_steps), held_loss,
+                static_cast<double>(step * o.batch * o.seq) / train_seconds);
+    std::fflush(stdout);
+    interval_sum = 0;
+    interval_steps = 0;
+  }
+  std::printf("trained %lld steps in %.1f s (%.1f s of it held-out evaluation)\n",
+              static_cast<long long>(o.steps), seconds_since(t0), eval_seconds);
+  return held_loss;
+}
+
+// Writes the adapter matrices with the run's settings as metadata and reads them back: true when
+// the file holds exactly those tensors, bit for bit.
+bool save_adapters(const Options& o, const tg::pretrained::Model& lm, const Params& params,
+                   const std::set<std::string>& adapters, const std::map<std::string, std::string>& results) {
+  Params out;
+  for (const std::string& name : adapters) out.emplace(name, params.at(name));
+  std::string targets;
+  for (const std::string& t : o.targets) targets += (targets.empty() ? "" : ",") + t;
+  std::map<std::string, std::string> meta = results;
+  meta.insert({{"program", "finetune"},
+               {"base_model", o.folder},
+               {"architecture", lm.architecture},
+               {"targets", targets},
+               {"rank", std::to_string(o.rank)},
+               {"alpha", shortest(o.alpha)},
+               {"dropout", shortest(o.dropout)},
+               {"steps", std::to_string(o.steps)}});
+  tg::save_safetensors(o.out, out, meta);
+  const Params back = tg::read_safetensors(o.out);
+  return back.size() == out.size() && differing(out, back).empty();
+}
+
+// ---- merging -------------------------------------------------------------------------------
+struct MergeResult {
+  double held_loss = 0;
+  std::vector<int32_t> prompt, continuation;
+};
+
+// The adapters folded into the weights, loaded into the architecture without adapters: its
+// held-out loss, and a greedy continuation of the held-out text's first tokens.
+MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& trained, const Options& o,
+                               const HeldOut& held, const tg::Tokenizer& tokenizer) {
+  tg::pretrained::Model merged{.folder = lm.folder,
+                               .architecture = lm.architecture,
+                               .config = lm.config,
+                               .module = plain_module(lm),
+                               .weights = tg::nn::merge_lora(*lm.module, trained),
+                               .context = lm.context,
+                               .eos_ids = lm.eos_ids};
+  MergeResult r;
+  const std::vector<int32_t>& text = held.ids.front();
+  r.prompt.assign(text.begin(),
+                  text.begin() + std::min<int64_t>({o.seq, 32, lm.context > 0 ? lm.context / 2 : 32}));
+  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
+  const int64_t max_new =
+      lm.context > 0 ? std::min(o.max_new_tokens, lm.context - prompt_len) : o.max_new_tokens;
+  auto loss_fn = [&merged](tg::Tensor ids, tg::Tensor targets) {
+    return tg::cross_entropy(merged.logits(ids), targets);
+  };
+  tg::Program eval = tg::compile_forward(
+      *merged.module, loss_fn,
+      {.inputs = {{"ids", {o.batch, o.seq}, tg::DType::kI32}, {"targets", {o.batch, o.seq}, tg::DType::kI32}},
+       .device = o.device,
+       .precision = o.precision});
+  tg::Generator gen(*merged.module, merged.step(),
+                    {.cache_len = prompt_len + max_new,
+                     .device = o.device,
+                     .precision = o.precision,
+                     .prefill = !merged.recurrent()});
+  merged.upload(gen.decode());  // shared with `eval`: one model on one device
+  r.held_loss = held.loss(eval);
+  tg::GenerateOptions greedy{.max_new_tokens = max_new, .temperature = 0};
+  if (tokenizer.eos_id())
+    greedy.stop_tokens = {*tokenizer.eos_id()};
+  else
+    greedy.stop_tokens = lm.eos_ids;
+  r.continuation = gen.generate(r.prompt, greedy);
+  return r;
+}
+
+// What the run reads: the tokenizer, the model and the text, checked against each other.
+struct Inputs {
+  tg::Tokenizer tokenizer;
+  tg::pretrained::Model lm;
+  Corpus corpus;
+};
+
+// Loads the folder and the text; fills in the defaults that depend on the model (--seq-len,
+// --targets) and checks everything before anything is compiled.
+Inputs load_inputs(Options& o) {
+  if (!fs::is_directory(o.folder)) throw std::runtime_error("--model " + o.folder + ": no such folder");
+  if (!fs::exists(fs::path(o.folder) / "tokenizer.json"))
+    throw std::runtime_error(
+        o.folder + " has no tokenizer.json: finetune needs the model's tokenizer beside its weights");
+  const std::string text = read_text(o.text);
+  tg::Tokenizer tokenizer = tg::Tokenizer::load(o.folder);
+  const auto t0 = std::chrono::steady_clock::now();
+  tg::pretrained::Model lm = tg::pretrained::load(o.folder);
+  if (o.seq == 0) o.seq = lm.context > 0 ? std::min<int64_t>(lm.context, 128) : 128;
+  if (lm.context > 0 && o.seq > lm.context)
+    throw std::runtime_error("--seq-len " + std::to_string(o.seq) +
+                             " is longer than the model's context of " + std::to_string(lm.context));
+  if (o.targets.empty()) o.targets = default_targets(lm);
+  check_targets(*lm.module, lm.architecture, o.targets);
+  const std::vector<int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);
+  const int64_t vocab = std::visit([](const auto& c) { return c.vocab; }, lm.config);
+  if (const auto top = std::max_element(tokens.begin(), tokens.end()); top != tokens.end() && *top >= vocab)
+    throw std::runtime_error("the tokenizer gives id " + std::to_string(*top) +
+                             ", past the model's vocabulary of " + std::to_string(vocab) +
+                             ": is tokenizer.json this model's?");
+  Corpus corpus = split(tokens, o);
+  std::printf("%s from %s, loaded in %.1f s; context %s\n", lm.architecture.c_str(), o.folder.c_str(),
+              seconds_since(t0),
+              lm.context > 0 ? std::to_string(lm.context).c_str() : "unlimited (recurrent)");
+  std::printf("%s: %zu bytes, %zu tokens: %zu to train on, %zu held out\n", o.text.c_str(), text.size(),
+              tokens.size(), corpus.train.size(), corpus.held.size());
+  return {std::move(tokenizer), std::move(lm), std::move(corpus)};
+}
+
+// Attaches the adapters and returns the parameters to freeze (everything else) and the adapters'.
+std::pair<std::vector<std::string>, std::set<std::string>> attach_adapters(tg::Module& model,
+                                                                           const Options& o) {
+  const std::vector<std::string> adapted =
+      tg::nn::add_lora(model, {.targets = o.targets, .rank = o.rank, .alpha = o.alpha, .dropout = o.dropout});
+  std::vector<std::string> frozen = tg::nn::lora_frozen(model);
+  std::set<std::string> adapters;
+  for (const tg::Param* p : model.parameters()) adapters.insert(p->path());
+  for (const std::string& f : frozen) adapters.erase(f);
+  std::string targets;
+  for (const std::string& t : o.targets) targets += (targets.empty() ? "" : ", ") + t;
+  std::printf("LoRA on %s: %zu Linears, rank %lld, alpha %g (scale %g), dropout %g\n", targets.c_str(),
+              adapted.size(), static_cast<long long>(o.rank), o.alpha, o.alpha / static_cast<double>(o.rank),
+              o.dropout);
+  return {std::move(frozen), std::move(adapters)};
+}
+
+// After training: the base weights' bits, the adapter file, the loss curve and, with --merge, the
+// merged model. Returns the checks that failed.
+std::vector<std::string> finish(const Options& o, const Inputs& in, const Params& trained,
+                                const std::set<std::string>& adapters, const HeldOut& held,
+                                const Curves& curves, double before, double after) {
+  std::vector<std::string> failures;
+  if (!(after < before * (1 - o.min_drop)))
+    failures.push_back(o.min_drop > 0 ? "the held-out loss dropped by less than --min-drop"
+                                      : "the held-out loss did not drop");
+  const std::vector<std::string> changed = differing(in.lm.weights, trained);
+  if (changed.empty()) {
+    std::printf("base weights: all %zu tensors bit-identical to the folder's\n", in.lm.weights.size());
+  } else {
+    std::printf("base weights: %zu of %zu tensors changed, the first %s\n", changed.size(),
+                in.lm.weights.size(), changed.front().c_str());
+    failures.push_back("base weights changed");
+  }
+  char before_text[32], after_text[32];
+  std::snprintf(before_text, sizeof before_text, "%.4f", before);
+  std::snprintf(after_text, sizeof after_text, "%.4f", after);
+  const bool saved =
+      save_adapters(o, in.lm, trained, adapters,
+                    {{"held_out_loss_before", before_text}, {"held_out_loss_after", after_text}});
+  std::printf("adapters: %zu tensors written to %s%s\n", adapters.size(), o.out.c_str(),
+              saved ? "" : " (they did NOT read back as written)");
+  if (!saved) failures.push_back("the adapter file did not read back as written");
+  char title[200];
+  std::snprintf(title, sizeof title, "LoRA (rank %lld) on %s: held-out %.3f → %.3f",
+                static_cast<long long>(o.rank), fs::path(o.text).filename().c_str(), before, after);
+  if (!loss_plot::write_svg(o.plot, title, curves.train, curves.held, before, "held-out loss before"))
+    throw std::runtime_error("cannot write " + o.plot);
+  std::printf("loss curve: %s\n", o.plot.c_str());
+  if (!o.merge) return failures;
+
+  const MergeResult m = merge_and_generate(in.lm, trained, o, held, in.tokenizer);
+  const double diff = std::fabs(m.held_loss - after) / after;
+  std::printf(
+      "\nmerged (W + (alpha/rank)·B·A, adapters dropped): held-out loss %.6f, adapted %.6f (relative %.1e)\n",
+      m.held_loss, after, diff);
+  if (diff > (o.precision == tg::Precision::kBf16 ? 2e-2 : 1e-4))
+    failures.push_back("the merged model's held-out loss differs from the adapted model's");
+  std::printf("greedy continuation of held-out text by the merged model:\n%s[%s]\n",
+              in.tokenizer.decode(m.prompt, /*skip_special=*/true).c_str(),
+              in.tokenizer.decode(m.continuation, /*skip_special=*/true).c_str());
+  return failures;
+}
+
+int run(Options o) {
+  const Inputs in = load_inputs(o);
+  const HeldOut held(in.corpus.held, o);
+  const auto [frozen, adapters] = attach_adapters(*in.lm.module, o);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [train, eval] = compile(in.lm, o, frozen);
+  train.init_params(o.seed);                              // the adapters' A (B starts at zero)
+  train.upload_params(in.lm.weights, {.partial = true});  // every base weight from the folder
+  std::printf("compiled for %s (%s) in %.1f s; batch %lld × %lld tokens, %lld steps, AdamW lr %g\n",
+              train.device().str().c_str(), o.precision == tg::Precision::kBf16 ? "bf16" : "fp32",
+              seconds_since(t0), static_cast<long long>(o.batch), static_cast<long long>(o.seq),
+              static_cast<long long>(o.steps), o.lr);
+  report_memory(train, *in.lm.module, adapters);
+
+  Curves curves;
+  const double before = held.loss(eval);
+  curves.held.emplace_back(0.0, before);
+  std::printf("held-out loss before fine-tuning: %.4f nats/token (%lld windows of %lld tokens)\n", before,
+              static_cast<long long>(held.windows), static_cast<long long>(o.seq));
+  const double after = train_adapters(o, train, eval, in.corpus, held, curves);
+  std::printf("held-out loss: %.4f before, %.4f after (%+.1f%%)\n", before, after,
+              100 * (after / before - 1));
+
+  const std::vector<std::string> failures =
+      finish(o, in, train.download_params(), adapters, held, curves, before, after);
+  for (const std::string& f : failures) std::printf("%s: %s\n", o.check ? "FAIL" : "warning", f.c_str());
+  if (o.check && failures.empty()) std::printf("check passed\n");
+  return o.check && !failures.empty() ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(Args::parse(argc, argv)));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "finetune: %s\n", e.what());
+    return 1;
+  }
+}
