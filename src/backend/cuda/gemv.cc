@@ -27,7 +27,7 @@ std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
 }  // namespace
 
-int64_t gemv_max_rows(bool bf16_weights) { return bf16_weights ? 4 : kMaxRows; }
+int64_t gemv_max_rows(bool bf16_weights) { return bf16_weights ? 1 : kMaxRows; }
 
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
   (void)a;

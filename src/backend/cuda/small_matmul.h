@@ -70,8 +70,8 @@ struct GemvNorm {
 struct GemvTypes {
   bool a_bf16 = false, b_bf16 = false, round_a = false;
 };
-/// The most rows gemv_kernel takes: 8 with f32 weights, fewer with bf16 ones (widening eight
-/// rows of x per 16-byte load of W costs more than cuBLASLt's bf16 product there).
+/// The most rows gemv_kernel takes in a program: 8 with f32 weights, 1 with bf16 ones (with two
+/// and more rows cuBLASLt's bf16 product is faster than widening every row per load of W).
 int64_t gemv_max_rows(bool bf16_weights);
 /// Whether gemv_kernel takes this product: one batch, at most 8 rows, b read down its columns
 /// (row_stride 1: the transpose of a row-major [n, k] weight).
