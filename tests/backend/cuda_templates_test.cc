@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cuda/executable.h"
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernel_sources.h"
@@ -265,8 +266,15 @@ TEST(CudaTemplatesNvrtc, EveryInstantiationCompiles) {
   std::string why;
   if (!tg::testing::have_nvrtc(why)) GTEST_SKIP() << "NVRTC not available, templates not compiled: " << why;
   const std::vector<Instance> instances = template_instances();
+  // As an sm_90 device compiles them: prepared for programmatic dependent launches (each kernel
+  // waits for the one before it and lets the next one start early; see cuda/executable.cc).
   std::vector<cuda::KernelSource> sources;
-  for (const Instance& i : instances) sources.push_back({i.name, i.source});
+  for (const Instance& i : instances) {
+    bool early = false;
+    sources.push_back({i.name, cuda::pdl_source(i.source, 9, early)});
+    EXPECT_TRUE(early) << i.label;
+    EXPECT_NE(sources.back().source.find("griddepcontrol.launch_dependents"), std::string::npos) << i.label;
+  }
   const std::vector<std::vector<char>> cubins = cuda::compile_cubins(sources, 9, 0);
   ASSERT_EQ(cubins.size(), instances.size());
   for (size_t i = 0; i < cubins.size(); ++i) EXPECT_FALSE(cubins[i].empty()) << instances[i].label;

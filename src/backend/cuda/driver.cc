@@ -101,6 +101,8 @@ const Loaded& loaded_driver() {
       bind(lib, d.cuEventRecord, "cuEventRecord", "libcuda");
       bind(lib, d.cuEventSynchronize, "cuEventSynchronize", "libcuda");
       bind(lib, d.cuEventElapsedTime, "cuEventElapsedTime_v2", "libcuda");
+      // Optional: programmatic dependent launches need it (CUDA 12+).
+      d.cuLaunchKernelEx = reinterpret_cast<decltype(d.cuLaunchKernelEx)>(dlsym(lib, "cuLaunchKernelEx"));
     } catch (const DeviceError& e) {
       l.error = e.what();
       return l;
@@ -410,9 +412,19 @@ Kernel& Kernel::operator=(Kernel&& o) noexcept {
 }
 
 void Kernel::launch(const unsigned grid[3], const unsigned block[3], unsigned shared_bytes, CUstream stream,
-                    void** args) const {
-  check(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
-                                stream, args, nullptr),
+                    void** args, bool early) const {
+  const Driver& d = driver();
+  if (early && d.cuLaunchKernelEx) {
+    CUlaunchAttribute attr{};
+    attr.id = kLaunchAttributeProgrammaticSerialization;
+    attr.value.value = 1;
+    const CUlaunchConfig config{grid[0],  grid[1],      grid[2], block[0], block[1],
+                                block[2], shared_bytes, stream,  &attr,    1};
+    check(d.cuLaunchKernelEx(&config, fn_, args, nullptr), "cuLaunchKernelEx");
+    return;
+  }
+  check(d.cuLaunchKernel(fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream,
+                         args, nullptr),
         "cuLaunchKernel");
 }
 

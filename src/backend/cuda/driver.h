@@ -25,6 +25,25 @@ using CUstream = struct CUstream_st*;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
 using CUevent = struct CUevent_st*;
+/// cuLaunchKernelEx's configuration (cuda.h's CUlaunchConfig and CUlaunchAttribute layouts).
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int value;  // e.g. programmatic stream serialization allowed
+  } value;
+};
+struct CUlaunchConfig {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  CUstream stream;
+  CUlaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+/// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: the kernel may start before the one
+/// before it in the stream ends (it waits for it with griddepcontrol.wait).
+constexpr int kLaunchAttributeProgrammaticSerialization = 6;
+
 using nvrtcResult = int;
 using nvrtcProgram = struct _nvrtcProgram*;
 
@@ -76,6 +95,7 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);  // null before CUDA 12
 };
 
 struct Nvrtc {
@@ -152,8 +172,10 @@ class Kernel {
   Kernel& operator=(const Kernel&) = delete;
   CUfunction get() const { return fn_; }
   /// args: pointers to each parameter's value, in order (cuLaunchKernel's kernelParams).
+  /// early: a programmatic dependent launch (the kernel waits for the one before it itself: see
+  /// pdl_source); ignored where the driver has no cuLaunchKernelEx.
   void launch(const unsigned grid[3], const unsigned block[3], unsigned shared_bytes, CUstream stream,
-              void** args) const;
+              void** args, bool early = false) const;
 
  private:
   CUmodule module_ = nullptr;

@@ -163,17 +163,48 @@ void CudaExecutable::enqueue_readback() {
   }
 }
 
+/// Programmatic dependent launch (sm_90+): each kernel lets the next one launch once all of its
+/// blocks run (griddepcontrol.launch_dependents), and waits for the one before it to finish and
+/// its writes to be visible (griddepcontrol.wait) before it reads or writes any memory, so the
+/// next kernel's launch and block scheduling overlap this one's tail instead of following it.
+/// A kernel that defines TG_PDL_OWN_WAIT places TG_PDL_WAIT() itself (gemv_kernel: after
+/// prefetching weights no kernel of the step writes) and gets only the trigger. Returns the source to
+/// compile, and in `early` whether it may be launched so; sources with other than one kernel stay as they
+/// are.
+std::string pdl_source(const std::string& source, int sm_major, bool& early) {
+  static const bool off = env::equals(env::Switch::kCudaPdl, "off");
+  early = false;
+  // The kernel's signature starts a line (a comment may quote one, after its "//").
+  const std::string sig = "extern \"C\" __global__";
+  size_t g = std::string::npos;
+  int kernels = 0;
+  for (size_t at = source.find(sig); at != std::string::npos; at = source.find(sig, at + 1))
+    if (at == 0 || source[at - 1] == '\n') g = at, ++kernels;
+  if (off || sm_major < 9 || kernels != 1) return source;
+  const size_t brace = source.find('{', g);
+  if (brace == std::string::npos) return source;
+  early = true;
+  const bool own_wait = source.find("#define TG_PDL_OWN_WAIT") != std::string::npos;
+  return "#define TG_PDL_WAIT() asm volatile(\"griddepcontrol.wait;\" ::: \"memory\")\n"
+         "#define TG_PDL_LAUNCH() asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\")\n" +
+         source.substr(0, brace + 1) + (own_wait ? " TG_PDL_LAUNCH();" : " TG_PDL_WAIT(); TG_PDL_LAUNCH();") +
+         source.substr(brace + 1);
+}
+
 void CudaExecutable::compile_kernels() {
   // Identical sources compile and load once.
   std::unordered_map<std::string, int32_t> unique;
   std::vector<KernelSource> sources;
   std::vector<unsigned> shared;
+  std::vector<char> early;
   for (Step& s : prog_.steps) {
     if (s.kind != Step::Kind::kKernel) continue;
     auto [it, fresh] = unique.emplace(s.launch.source, static_cast<int32_t>(sources.size()));
     if (fresh) {
-      sources.push_back({s.launch.name, s.launch.source});
+      bool e = false;
+      sources.push_back({s.launch.name, pdl_source(s.launch.source, ctx_->info.sm_major, e)});
       shared.push_back(s.launch.shared_bytes);
+      early.push_back(e);
     } else {
       shared[static_cast<size_t>(it->second)] =
           std::max(shared[static_cast<size_t>(it->second)], s.launch.shared_bytes);
@@ -183,6 +214,7 @@ void CudaExecutable::compile_kernels() {
   const std::vector<std::vector<char>> cubins =
       compile_cubins(sources, ctx_->info.sm_major, ctx_->info.sm_minor);
   for (size_t i = 0; i < cubins.size(); ++i) kernels_.emplace_back(cubins[i], sources[i].name, shared[i]);
+  kernel_early_ = std::move(early);
   // Sources are no longer needed (describe() names ops, not code).
   for (Step& s : prog_.steps) s.launch.source.clear();
 }
@@ -199,7 +231,8 @@ void CudaExecutable::enqueue_step(const Step& s, CUstream stream) {
       long long n = s.launch_n;
       if (s.launch_n >= 0) params.push_back(&n);
       kernels_[static_cast<size_t>(s.kernel)].launch(s.launch.grid, s.launch.block, s.launch.shared_bytes,
-                                                     stream, params.data());
+                                                     stream, params.data(),
+                                                     kernel_early_[static_cast<size_t>(s.kernel)] != 0);
       return;
     }
     case Step::Kind::kMatmul: {

@@ -27,6 +27,10 @@ struct CudaContext {
   void make_current() const;
 };
 
+/// `source` prepared for programmatic dependent launches on a device of `sm_major` (see
+/// executable.cc); `early` says whether the kernel may be launched as one.
+std::string pdl_source(const std::string& source, int sm_major, bool& early);
+
 class CudaExecutable final : public Executable {
  public:
   CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph& graph, const Bindings& bindings,
@@ -63,6 +67,7 @@ class CudaExecutable final : public Executable {
   bool uses_err_ = false;   // some kernel takes the error word (else it is neither reset nor read back)
   DeviceMemory workspace_;  // cuBLASLt
   std::vector<Kernel> kernels_;
+  std::vector<char> kernel_early_;  // per kernel: launched as a programmatic dependent launch
   // Inputs are staged in pinned host memory, double-buffered: while step i runs (uploading
   // from staging_[i % 2]), the host fills staging_[(i + 1) % 2] for the next step, so steps
   // that do not read their loss queue up without waiting. One captured graph per buffer.

@@ -81,6 +81,9 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   if (epi.residual) params += ", const float* __restrict__ residual";
   params += ", float* __restrict__ out";
   if (!affine) s += "constexpr const float* nw = nullptr;\nconstexpr const float* nb = nullptr;\n";
+  // Weights no kernel of the step writes may be read before the kernel before has ended.
+  if (types.b_fixed) s += "#define TG_PDL_OWN_WAIT\n";
+  s += "#ifndef TG_PDL_WAIT\n#define TG_PDL_WAIT()\n#endif\n";
   s += kernel_source("gemv.cuh", "helpers");
   s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";
   s += kernel_source("gemv.cuh", "start");

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/capabilities.h"
 #include "backend/cuda/small_matmul.h"
+#include "passes/hoist.h"
 #include "util/switches.h"
 
 namespace tg::backend::cuda {
@@ -157,7 +158,14 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
            (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k && !p.expand[0]));
   // bf16 operands: gemv_kernel widens them as it reads; an absorbed cast leaves a in f32.
   ch.cast = c.cast >= 0 && p.gemv && !p.expand[0];
-  p.types = {.a_bf16 = bf16 && !ch.cast, .b_bf16 = bf16, .round_a = ch.cast};
+  int32_t w = n.inputs[1];  // the weight behind its views: a parameter or a hoisted copy?
+  while (passes::is_view_op(g.node(w).op)) w = g.node(w).inputs[0];
+  const ir::Node& wn = g.node(w);
+  p.types = {.a_bf16 = bf16 && !ch.cast,
+             .b_bf16 = bf16,
+             .round_a = ch.cast,
+             .b_fixed = wn.op == ir::Op::kParam ||
+                        (wn.op == ir::Op::kState && wn.name.starts_with(passes::kHoistedPrefix))};
   ch.norm = c.norm >= 0 && p.gemv && (c.cast < 0 || ch.cast);
   ch.gelu = c.gelu >= 0 && p.gemv && (c.bias_add < 0 || ch.bias);
   // (·) + r, a residual connection: r rides in as cuBLASLt's C (beta = 1), when r lies dense in

@@ -67,8 +67,10 @@ struct GemvNorm {
 /// The storage of gemv_kernel's operands: f32 or bf16 each (bf16 rows of a and columns of b
 /// are widened as they are read; sums stay f32). round_a: a is f32 that the graph rounds to bf16
 /// before the product (an absorbed cast): each value is rounded as it is read, after the norm.
+/// b_fixed: b is a parameter or an inference program's hoisted weight, which no kernel of the
+/// step writes: with programmatic dependent launches its loads start before the kernel before ends.
 struct GemvTypes {
-  bool a_bf16 = false, b_bf16 = false, round_a = false;
+  bool a_bf16 = false, b_bf16 = false, round_a = false, b_fixed = false;
 };
 /// The most rows gemv_kernel takes in a program: 8 with f32 weights, 1 with bf16 ones (with two
 /// and more rows cuBLASLt's bf16 product is faster than widening every row per load of W).

@@ -14,6 +14,9 @@
 // AT, BT (the storage types of a and b: float, or unsigned short for bf16 bits), A_BF, B_BF
 // (whether they are bf16), A_RND (a is f32 that the graph rounds to bf16 before the product:
 // each value is rounded as it is read, after the norm);
+// TG_PDL_WAIT() (executable.cc's programmatic dependent launch; empty without it) precedes the
+// first read of a row: the weights' loads may be in flight before it, when no kernel of the step
+// writes them (TG_PDL_OWN_WAIT defined by the generator); else the kernel also waits first thing.
 // A_RS, A_CS (a's strides), B_CS (b's column stride), OUT_LD; NORM, LAYER, NW, NB (the norm and
 // its affine w, b), EPS; nw, nb as nullptr constants when the norm has no affine parameters.
 // @piece helpers
@@ -121,6 +124,7 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
         const int kk = (slice * 32 + lane) * 4 + u * KS * 128;
         wr[u] = kk < K ? __ldg((const float4*)(w + kk)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
+      TG_PDL_WAIT();  // the rows come from the kernel before
       row_stats(a, mean, rstd);
 #pragma unroll
       for (int u = 0; u < PRE; ++u) {
@@ -136,6 +140,7 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
         }
       }
     } else if (aligned) {
+      TG_PDL_WAIT();
       if (NORM) row_stats(a, mean, rstd);
 #pragma unroll 4
       for (int kk = (slice * 32 + lane) * 4; kk < K; kk += KS * 128) {
@@ -162,6 +167,7 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
         const int kk = (slice * 32 + lane) * 8 + u * KS * 256;
         wr[u] = kk < K ? __ldg((const uint4*)(w + kk)) : make_uint4(0u, 0u, 0u, 0u);
       }
+      TG_PDL_WAIT();  // the rows come from the kernel before
       if (NORM) row_stats(a, mean, rstd);
 #pragma unroll
       for (int u = 0; u < PRE; ++u) {
@@ -178,6 +184,7 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
         }
       }
     } else if (aligned) {
+      TG_PDL_WAIT();
       if (NORM) row_stats(a, mean, rstd);
 #pragma unroll 2
       for (int kk = (slice * 32 + lane) * 8; kk < K; kk += KS * 256) {
@@ -194,6 +201,7 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
     } else
 // @piece rows
     {
+      TG_PDL_WAIT();
       if (NORM) row_stats(a, mean, rstd);
 #pragma unroll 4
       for (int kk = slice * 32 + lane; kk < K; kk += KS * 32) {
