@@ -44,6 +44,10 @@ struct PrepareOptions {
   bool reuse_memory = true;  // buffers share arena space when their lifetimes do not overlap
   bool tf32 = false;         // f32 matrix products may round their inputs to TF32 (cuda)
   bool tf32x3 = false;       // large f32 products as three TF32 products (cuda; Precision::kTf32x3)
+  /// Kernels may start before the one before them ends (cuda: programmatic dependent launches).
+  /// Inference programs ask for it: their decode steps are chains of short kernels. Training
+  /// steps measured slower with it (their large kernels share the GPU with waiting blocks).
+  bool early_launch = false;
   /// The ranks that the graph's collectives (ir::is_collective) run over; required when it has any.
   dist::Communicator* communicator = nullptr;
 };

@@ -188,6 +188,7 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   prepare.fuse = prepare.reuse_memory = s.optimize;
   prepare.tf32 = s.tf32;
   prepare.tf32x3 = s.tf32x3;
+  prepare.early_launch = !s.train;
   prepare.communicator = s.comm;
   const backend::Bindings bindings = bind_leaves(s, v, v.graph);
   timer.mark("bindings + state alloc");

@@ -51,7 +51,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<CudaContext> ctx, const ir::Graph
     std::memset(staging, 0, static_cast<size_t>(prog_.input_bytes));
   }
   plan_readback();
-  compile_kernels();
+  compile_kernels(options.early_launch);
   phase("NVRTC (or cache) and load");
   tune_products();
   phase("cuBLASLt tuning");
@@ -191,7 +191,7 @@ std::string pdl_source(const std::string& source, int sm_major, bool& early) {
          source.substr(brace + 1);
 }
 
-void CudaExecutable::compile_kernels() {
+void CudaExecutable::compile_kernels(bool early_launch) {
   // Identical sources compile and load once.
   std::unordered_map<std::string, int32_t> unique;
   std::vector<KernelSource> sources;
@@ -202,7 +202,8 @@ void CudaExecutable::compile_kernels() {
     auto [it, fresh] = unique.emplace(s.launch.source, static_cast<int32_t>(sources.size()));
     if (fresh) {
       bool e = false;
-      sources.push_back({s.launch.name, pdl_source(s.launch.source, ctx_->info.sm_major, e)});
+      sources.push_back({s.launch.name, early_launch ? pdl_source(s.launch.source, ctx_->info.sm_major, e)
+                                                     : s.launch.source});
       shared.push_back(s.launch.shared_bytes);
       early.push_back(e);
     } else {

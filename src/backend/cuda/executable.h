@@ -45,7 +45,7 @@ class CudaExecutable final : public Executable {
 
  private:
   CUdeviceptr address(const Place& p) const;
-  void compile_kernels();
+  void compile_kernels(bool early_launch);  // early_launch: see PrepareOptions
   void tune_products();
   void plan_readback();
   void enqueue_step(const Step& s, CUstream stream);
