@@ -8,15 +8,33 @@
 //
 // --temperature 0 is greedy. Generation stops at the tokenizer's end-of-sequence token (else the
 // config's eos_token_id), after --max-new-tokens, or when prompt and text fill the model's
-// context. A prompt longer than the context is an error, as is a folder without tokenizer.json.
+// context. A prompt longer than the context is an error, as is a folder without tokenizer.json;
+// a prompt that fits but leaves less room than --max-new-tokens asks for is clamped, with a note
+// on stderr saying how many new tokens fit (--help says so too).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "args.h"
 
 namespace {
+
+constexpr const char* kUsage =
+    "usage: generate --model FOLDER --prompt TEXT [--max-new-tokens 100] [--temperature 0.8]\n"
+    "                [--top-k 0] [--top-p 0.95] [--seed 0] [--device cpu|cuda] [--precision fp32|bf16]\n"
+    "\n"
+    "Continues TEXT with a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
+    "tokenizer.json) of a LlamaForCausalLM, GPT2LMHeadModel or MambaForCausalLM, streaming the tokens.\n"
+    "--temperature 0 is greedy; --top-k 0 and --top-p 1 sample among every token.\n"
+    "\n"
+    "The context: a Llama or GPT-2 model reads at most its context of tokens (config.json's\n"
+    "max_position_embeddings or n_positions); a Mamba model has no such limit.\n"
+    "  * A prompt of more tokens than the context is an error.\n"
+    "  * A prompt that fits, but whose tokens plus --max-new-tokens exceed the context, is clamped:\n"
+    "    a note on stderr says how many new tokens fit, and generation stops when the context is full.\n"
+    "Generation also stops at the end-of-sequence token.\n";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -32,15 +50,28 @@ int64_t parameter_count(const tg::pretrained::Model& lm) {
 
 int main(int argc, char** argv) {
   try {
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+        std::printf("%s", kUsage);
+        return 0;
+      }
+    }
     const example::Args args = example::Args::parse(argc, argv);
-    if (!args.has("model") || !args.has("prompt"))
-      throw std::runtime_error(
-          "usage: generate --model <Hugging Face folder> --prompt TEXT [--max-new-tokens 100] [--temperature "
-          "0.8] "
-          "[--top-k 0] [--top-p 0.95] [--seed 0] [--device cpu|cuda] [--precision fp32|bf16]");
+    args.allow_only({"model", "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "device",
+                     "precision"});
+    if (!args.has("model") || !args.has("prompt")) {
+      std::fprintf(stderr, "generate: --model and --prompt are required\n%s", kUsage);
+      return 2;
+    }
+    const double max_new_arg = args.num("max-new-tokens", 100);
+    if (!(max_new_arg >= 1 && max_new_arg <= 1e9))
+      throw std::runtime_error("--max-new-tokens must be from 1 to 1e9, not " +
+                               args.get("max-new-tokens", ""));
+    const auto max_new = static_cast<int64_t>(max_new_arg);
     const std::string folder = args.get("model", "");
     // The tokenizer first: without it there is nothing to generate, however good the weights.
-    if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json"))
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json", ec))
       throw std::runtime_error(
           folder + " has no tokenizer.json: generate needs the model's tokenizer beside its weights");
     const tg::Tokenizer tokenizer = tg::Tokenizer::load(folder);
@@ -59,11 +90,20 @@ int main(int argc, char** argv) {
     const int64_t n = static_cast<int64_t>(ids.size());
     if (lm.context > 0 && n > lm.context)
       throw std::runtime_error("the prompt is " + std::to_string(n) +
-                               " tokens, more than the model's context of " + std::to_string(lm.context));
-    const int64_t max_new = static_cast<int64_t>(args.num("max-new-tokens", 100));
-    if (max_new < 1) throw std::runtime_error("--max-new-tokens must be at least 1");
+                               " tokens, more than the model's context of " + std::to_string(lm.context) +
+                               " (see --help)");
     // Caches only as long as this text needs (a Llama's context can be 128k positions).
     const int64_t cache_len = lm.context > 0 ? std::min(lm.context, n + max_new) : n + max_new;
+    if (n + max_new > cache_len) {
+      // tg::Generator stops a sequence once prompt and new tokens fill the cache; a prompt that
+      // fills it whole still gets one token (the last one sampled needs no position).
+      const int64_t fit = n < cache_len ? cache_len - n : 1;
+      std::fprintf(stderr,
+                   "generate: note: the prompt's %lld tokens and --max-new-tokens %lld exceed the model's "
+                   "context of %lld: at most %lld new token%s\n",
+                   static_cast<long long>(n), static_cast<long long>(max_new),
+                   static_cast<long long>(lm.context), static_cast<long long>(fit), fit == 1 ? "" : "s");
+    }
     const tg::Precision precision = args.precision();
     if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32 or bf16");
 

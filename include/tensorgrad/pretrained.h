@@ -13,10 +13,14 @@
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
 // Weights may be F32, BF16 or F16; they are converted to f32 exactly. Everything is checked
-// before a model is returned: a folder without config.json, another architecture, a config
-// value the library's model does not implement (a rope_scaling type, another activation), a
-// missing tensor, an extra one (but the attention-mask buffers GPT-2 files carry) and a shape
-// that differs are tg::CheckpointError naming the folder, the file and the tensor.
+// before a model is returned: a folder without config.json (or one that cannot be read),
+// another architecture, a config key that is missing or of another type (32.5 where an integer
+// belongs), a config value the library's model does not implement (a rope_scaling type, another
+// activation, sizes it refuses), a missing tensor, an extra one (but the attention-mask buffers
+// GPT-2 files carry), a shape or dtype that differs, and a safetensors file or index that is
+// corrupt or truncated are tg::CheckpointError naming the folder, the file and the tensor or
+// key, with what was expected and what was found. config.json is checked before any weights
+// are read.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -2,13 +2,14 @@
 // file or shards) → its parameters by name, with each family's renames and layout changes.
 #include "tensorgrad/pretrained.h"
 
-#include <cmath>
+#include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <set>
-#include <sstream>
+#include <system_error>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -31,82 +32,131 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
+// Whether `path` exists; a path that cannot be looked at (a folder without read or search
+// permission) is an error naming it, not a std::filesystem exception.
+bool has(const std::string& folder, const fs::path& path) {
+  std::error_code ec;
+  const bool found = fs::exists(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    fail(folder, "cannot look for " + path.filename().string() + ": " + ec.message());
+  return found;
+}
+
 json read_json(const std::string& folder, const fs::path& path) {
+  const std::string name = path.filename().string();
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec) fail(folder, "cannot look at " + name + ": " + ec.message());
+  if (!fs::is_regular_file(status)) fail(folder, name + " is not a regular file");
   std::ifstream in(path);
-  if (!in) fail(folder, "cannot open " + path.filename().string());
+  if (!in) fail(folder, "cannot open " + name + ": " + std::strerror(errno));
+  if (in.peek() == std::ifstream::traits_type::eof()) fail(folder, name + " is empty");
   try {
     return json::parse(in);
   } catch (const json::exception& e) {
-    fail(folder, path.filename().string() + " is not valid JSON: " + e.what());
+    fail(folder, name + " is not valid JSON: " + e.what());
   }
 }
 
+// What a config field of type T must be in the JSON.
+template <typename T>
+bool has_type(const json& v) {
+  if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
+  if constexpr (std::is_same_v<T, std::string>) return v.is_string();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return v.is_number_integer();
+  if constexpr (std::is_floating_point_v<T>) return v.is_number();
+  return false;
+}
+template <typename T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return "an integer";
+  return "a number";
+}
+
 // A config field: its value, `fallback` when missing or null, an error naming it when it has
-// another type.
+// another type (nlohmann would read 32.5 as 32 without a word).
 template <typename T>
 T field(const json& c, const std::string& folder, const char* key, T fallback) {
   if (!c.contains(key) || c[key].is_null()) return fallback;
-  try {
-    return c[key].get<T>();
-  } catch (const json::exception&) {
-    fail(folder, std::string("config.json: \"") + key + "\" is " + c[key].dump());
-  }
+  if (!has_type<T>(c[key]))
+    fail(folder,
+         std::string("config.json: \"") + key + "\" is " + c[key].dump() + ", expected " + type_name<T>());
+  return c[key].get<T>();
 }
-template <typename T>
-T required(const json& c, const std::string& folder, const char* key) {
-  if (!c.contains(key) || c[key].is_null()) fail(folder, std::string("config.json has no \"") + key + "\"");
-  return field<T>(c, folder, key, T{});
+// A size the model cannot do without: a positive integer.
+int64_t required(const json& c, const std::string& folder, const char* key) {
+  if (!c.contains(key) || c[key].is_null())
+    fail(folder, std::string("config.json has no \"") + key + "\" (a positive integer)");
+  const auto v = field<int64_t>(c, folder, key, 0);
+  if (v <= 0)
+    fail(folder, std::string("config.json: \"") + key + "\" is " + std::to_string(v) +
+                     ", expected a positive integer");
+  return v;
 }
+
+// The folder's tensors, and for messages the file each came from.
+struct Weights {
+  std::map<std::string, HostTensor> tensors;
+  std::map<std::string, std::string> file_of;  // tensor name → file name
+  std::string listing;                         // where a name is looked up: model.safetensors or the index
+};
 
 // Every tensor of the folder's weights: model.safetensors, or the shards that
 // model.safetensors.index.json's weight_map names (each shard read once; a tensor the index
 // names but its shard lacks is an error).
-std::map<std::string, HostTensor> read_weights(const std::string& folder) {
+Weights read_weights(const std::string& folder) {
   const fs::path dir(folder);
-  if (fs::exists(dir / "model.safetensors")) return read_safetensors((dir / "model.safetensors").string());
+  Weights w;
+  if (has(folder, dir / "model.safetensors")) {
+    w.listing = "model.safetensors";
+    w.tensors = read_safetensors((dir / w.listing).string());
+    for (const auto& [name, t] : w.tensors) w.file_of[name] = w.listing;
+    return w;
+  }
   const fs::path index = dir / "model.safetensors.index.json";
-  if (!fs::exists(index)) {
+  if (!has(folder, index)) {
     const bool bin =
-        fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json");
+        has(folder, dir / "pytorch_model.bin") || has(folder, dir / "pytorch_model.bin.index.json");
     fail(folder,
          std::string("no model.safetensors or model.safetensors.index.json") +
              (bin ? " (only pytorch_model.bin, which is not read: save it with safe_serialization=True)"
                   : ""));
   }
+  w.listing = index.filename().string();
   const json j = read_json(folder, index);
-  if (!j.contains("weight_map") || !j["weight_map"].is_object())
-    fail(folder, "model.safetensors.index.json has no weight_map object");
+  if (!j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
+    fail(folder, "model.safetensors.index.json has no weight_map object naming the tensors' shards");
   std::map<std::string, std::vector<std::string>> by_file;
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string())
-      fail(folder, "model.safetensors.index.json: \"" + name + "\" maps to " + file.dump());
+      fail(folder, "model.safetensors.index.json: \"" + name + "\" maps to " + file.dump() +
+                       ", expected a shard's file name");
     const std::string f = file.get<std::string>();
     if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
       fail(folder, "model.safetensors.index.json names a shard outside the folder: " + f);
     by_file[f].push_back(name);
   }
-  std::map<std::string, HostTensor> out;
   for (const auto& [file, names] : by_file) {
-    if (!fs::exists(dir / file))
-      fail(folder, "shard " + file + " (named by model.safetensors.index.json) is missing");
+    if (!has(folder, dir / file))
+      fail(folder, "shard " + file + " (named by model.safetensors.index.json for '" + names.front() + "'" +
+                       (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
+                       ") is missing");
     std::map<std::string, HostTensor> shard = read_safetensors((dir / file).string());
     for (const std::string& name : names) {
       auto it = shard.find(name);
       if (it == shard.end())
         fail(folder,
              "shard " + file + " has no tensor '" + name + "' (model.safetensors.index.json puts it there)");
-      out[name] = std::move(it->second);
+      w.tensors[name] = std::move(it->second);
+      w.file_of[name] = file;
       shard.erase(it);
     }
-    for (auto& [name, t] : shard) out.try_emplace(name, std::move(t));  // extras: judged with the others
+    for (auto& [name, t] : shard)  // extras: judged with the others
+      if (w.tensors.try_emplace(name, std::move(t)).second) w.file_of[name] = file;
   }
-  return out;
-}
-
-HostTensor to_f32(const std::string& folder, const std::string& name, const HostTensor& t) {
-  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
-    fail(folder, "tensor '" + name + "' is not a float tensor (F32, BF16 or F16)");
-  return t.to(DType::kF32);
+  return w;
 }
 
 HostTensor transpose2d(const HostTensor& t) {
@@ -126,39 +176,47 @@ struct Source {
   Layout layout = Layout::kSame;
 };
 
-// Fills `m.weights` for every parameter of m.module from `file` through `source_of` (the
+// "I32" for DType::kI32: the name the safetensors file gives it.
+std::string file_dtype(DType t) {
+  std::string s = dtype_name(t);
+  for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Fills `m.weights` for every parameter of m.module from `w` through `source_of` (the
 // parameter's name → where it is in the file). Tensors of the file that no parameter takes
-// are errors unless `ignorable` says otherwise.
-void map_weights(Model& m, std::map<std::string, HostTensor> file,
-                 const std::function<Source(const std::string&)>& source_of,
+// are errors unless `ignorable` says otherwise. Each tensor leaves `w` as it is taken, so the
+// file's copy and the f32 copy of a large model are not both held at once.
+void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
                  const std::function<bool(const std::string&)>& ignorable) {
-  std::set<std::string> used;
   for (const Param* p : m.module->parameters()) {
     const std::string path = p->path();
     const Source src = source_of(path);
-    auto it = file.find(src.name);
-    if (it == file.end())
-      fail(m.folder, "the weights have no tensor '" + src.name + "' (" + m.architecture +
-                         " needs it, shape " +
-                         shape_str(src.layout == Layout::kTransposed ? Shape{p->shape()[1], p->shape()[0]}
-                                                                     : p->shape()) +
-                         ")");
-    HostTensor t = to_f32(m.folder, src.name, it->second);
     Shape want = p->shape();
     if (src.layout == Layout::kTransposed) want = {p->shape()[1], p->shape()[0]};
     if (src.layout == Layout::kSqueezeMiddle) want = {p->shape()[0], 1, p->shape()[1]};
+    auto it = w.tensors.find(src.name);
+    if (it == w.tensors.end())
+      fail(m.folder, w.listing + ": no tensor '" + src.name + "' (" + m.architecture + " needs it, shape " +
+                         shape_str(want) + ")");
+    const std::string& file = w.file_of[src.name];
+    HostTensor t = std::move(it->second);
+    w.tensors.erase(it);
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
+      fail(m.folder, file + ": tensor '" + src.name + "' is not a float tensor (F32, BF16 or F16) but " +
+                         file_dtype(t.dtype()));
     if (t.shape() != want)
-      fail(m.folder, "tensor '" + src.name + "' has shape " + shape_str(t.shape()) + ", expected " +
+      fail(m.folder, file + ": tensor '" + src.name + "' has shape " + shape_str(t.shape()) + ", expected " +
                          shape_str(want) + " (from config.json)");
+    if (t.dtype() != DType::kF32) t = t.to(DType::kF32);
     if (src.layout == Layout::kTransposed) t = transpose2d(t);
     if (src.layout == Layout::kSqueezeMiddle) t = HostTensor::f32(std::move(t).f32(), p->shape());
     m.weights[path] = std::move(t);
-    used.insert(src.name);
   }
-  for (const auto& [name, t] : file) {
-    if (used.count(name) || ignorable(name)) continue;
-    fail(m.folder, "unexpected tensor '" + name + "' " + shape_str(t.shape()) + ": " + m.architecture +
-                       " as config.json describes it has no such parameter");
+  for (const auto& [name, t] : w.tensors) {
+    if (ignorable(name)) continue;
+    fail(m.folder, w.file_of[name] + ": unexpected tensor '" + name + "' " + shape_str(t.shape()) + ": " +
+                       m.architecture + " as config.json describes it has no such parameter");
   }
 }
 
@@ -168,8 +226,14 @@ bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::stri
   auto h = file.find(head), e = file.find(embedding);
   if (h == file.end()) return true;
   if (e == file.end() || h->second.shape() != e->second.shape()) return false;
-  const HostTensor a = h->second.to(DType::kF32), b = e->second.to(DType::kF32);
-  return std::memcmp(a.data(), b.data(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+  const auto is_float = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
+  if (h->second.dtype() != e->second.dtype()) {
+    if (!is_float(h->second.dtype()) || !is_float(e->second.dtype())) return false;
+    return tied_copy_ok({{head, h->second.to(DType::kF32)}, {embedding, e->second.to(DType::kF32)}}, head,
+                        embedding);
+  }
+  const auto bytes = static_cast<size_t>(h->second.numel() * dtype_size(h->second.dtype()));
+  return std::memcmp(h->second.data(), e->second.data(), bytes) == 0;
 }
 
 std::vector<int32_t> eos_of(const json& c) {
@@ -184,16 +248,16 @@ std::vector<int32_t> eos_of(const json& c) {
 }
 
 // ---- Llama ---------------------------------------------------------------------------------
-void load_llama(Model& m, const json& c, std::map<std::string, HostTensor> file) {
+void load_llama(Model& m, const json& c) {
   const std::string& f = m.folder;
   nn::LlamaConfig l;
-  l.vocab = required<int64_t>(c, f, "vocab_size");
-  l.d_model = required<int64_t>(c, f, "hidden_size");
-  l.mlp_hidden = required<int64_t>(c, f, "intermediate_size");
-  l.layers = required<int64_t>(c, f, "num_hidden_layers");
-  l.heads = required<int64_t>(c, f, "num_attention_heads");
+  l.vocab = required(c, f, "vocab_size");
+  l.d_model = required(c, f, "hidden_size");
+  l.mlp_hidden = required(c, f, "intermediate_size");
+  l.layers = required(c, f, "num_hidden_layers");
+  l.heads = required(c, f, "num_attention_heads");
   l.kv_heads = field<int64_t>(c, f, "num_key_value_heads", l.heads);
-  l.seq_len = required<int64_t>(c, f, "max_position_embeddings");
+  l.seq_len = required(c, f, "max_position_embeddings");
   l.rms_eps = field<double>(c, f, "rms_norm_eps", 1e-6);
   l.attention_bias = field<bool>(c, f, "attention_bias", false);
   l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
@@ -224,8 +288,9 @@ void load_llama(Model& m, const json& c, std::map<std::string, HostTensor> file)
   auto model = std::make_unique<nn::Llama>(l);
   m.config = l;
   m.module = std::move(model);
+  Weights file = read_weights(f);  // after every config.json check: a bad config reads no weights
   const bool tied = l.tied_head;
-  if (tied && !tied_copy_ok(file, "lm_head.weight", "model.embed_tokens.weight"))
+  if (tied && !tied_copy_ok(file.tensors, "lm_head.weight", "model.embed_tokens.weight"))
     fail(f,
          "config.json ties the head to the embedding, but lm_head.weight differs from "
          "model.embed_tokens.weight");
@@ -238,14 +303,14 @@ void load_llama(Model& m, const json& c, std::map<std::string, HostTensor> file)
 }
 
 // ---- GPT-2 ---------------------------------------------------------------------------------
-void load_gpt2(Model& m, const json& c, std::map<std::string, HostTensor> file) {
+void load_gpt2(Model& m, const json& c) {
   const std::string& f = m.folder;
   nn::GptConfig g;
-  g.vocab = required<int64_t>(c, f, "vocab_size");
-  g.d_model = required<int64_t>(c, f, "n_embd");
-  g.layers = required<int64_t>(c, f, "n_layer");
-  g.heads = required<int64_t>(c, f, "n_head");
-  g.seq_len = required<int64_t>(c, f, "n_positions");
+  g.vocab = required(c, f, "vocab_size");
+  g.d_model = required(c, f, "n_embd");
+  g.layers = required(c, f, "n_layer");
+  g.heads = required(c, f, "n_head");
+  g.seq_len = required(c, f, "n_positions");
   g.mlp_hidden = field<int64_t>(c, f, "n_inner", 4 * g.d_model);
   g.ln_eps = field<double>(c, f, "layer_norm_epsilon", 1e-5);
   g.tied_head = true;
@@ -261,10 +326,11 @@ void load_gpt2(Model& m, const json& c, std::map<std::string, HostTensor> file) 
   m.context = g.seq_len;
   m.config = g;
   m.module = std::make_unique<nn::Gpt>(g);
+  Weights file = read_weights(f);
   // Files saved from GPT2Model (the Hub's gpt2) lack the "transformer." prefix.
   std::string prefix = "transformer.";
-  if (!file.count("transformer.wte.weight") && file.count("wte.weight")) prefix = "";
-  if (!tied_copy_ok(file, "lm_head.weight", prefix + "wte.weight"))
+  if (!file.tensors.count("transformer.wte.weight") && file.tensors.count("wte.weight")) prefix = "";
+  if (!tied_copy_ok(file.tensors, "lm_head.weight", prefix + "wte.weight"))
     fail(f, "lm_head.weight differs from " + prefix + "wte.weight (GPT-2's head is tied to it)");
   // The library's name → the file's: blocks.<i>.{ln1, attn.qkv, attn.proj, ln2, fc, fc2}.
   auto source_of = [prefix](const std::string& p) -> Source {
@@ -290,12 +356,12 @@ void load_gpt2(Model& m, const json& c, std::map<std::string, HostTensor> file) 
 }
 
 // ---- Mamba ---------------------------------------------------------------------------------
-void load_mamba(Model& m, const json& c, std::map<std::string, HostTensor> file) {
+void load_mamba(Model& m, const json& c) {
   const std::string& f = m.folder;
   nn::MambaLMConfig mc;
-  mc.vocab = required<int64_t>(c, f, "vocab_size");
-  mc.d_model = required<int64_t>(c, f, "hidden_size");
-  mc.layers = required<int64_t>(c, f, "num_hidden_layers");
+  mc.vocab = required(c, f, "vocab_size");
+  mc.d_model = required(c, f, "hidden_size");
+  mc.layers = required(c, f, "num_hidden_layers");
   mc.d_state = field<int64_t>(c, f, "state_size", 16);
   mc.d_conv = field<int64_t>(c, f, "conv_kernel", 4);
   mc.expand = field<int64_t>(c, f, "expand", 2);
@@ -320,7 +386,8 @@ void load_mamba(Model& m, const json& c, std::map<std::string, HostTensor> file)
   m.context = 0;
   m.config = mc;
   m.module = std::make_unique<nn::MambaLM>(mc);
-  if (!tied_copy_ok(file, "lm_head.weight", "backbone.embeddings.weight"))
+  Weights file = read_weights(f);
+  if (!tied_copy_ok(file.tensors, "lm_head.weight", "backbone.embeddings.weight"))
     fail(f, "lm_head.weight differs from backbone.embeddings.weight (nn::MambaLM's head is tied to it)");
   auto source_of = [](const std::string& p) -> Source {
     if (p == "embedding.weight") return {"backbone.embeddings.weight"};
@@ -332,13 +399,37 @@ void load_mamba(Model& m, const json& c, std::map<std::string, HostTensor> file)
 
 struct Family {
   std::string architecture, model_type;
-  void (*load)(Model&, const json&, std::map<std::string, HostTensor>);
+  void (*load)(Model&, const json&);
 };
 const std::vector<Family>& families() {
   static const std::vector<Family> all{{"LlamaForCausalLM", "llama", load_llama},
                                        {"GPT2LMHeadModel", "gpt2", load_gpt2},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
+}
+
+// The family config.json names: architectures[0], else its model_type's.
+const Family& family_of(const std::string& folder, const json& c) {
+  std::string arch;
+  if (c.contains("architectures") && !c["architectures"].is_null()) {
+    const json& a = c["architectures"];
+    if (!a.is_array() || (!a.empty() && !a[0].is_string()))
+      fail(folder, "config.json: \"architectures\" is " + a.dump() +
+                       ", expected a list of class names such as [\"LlamaForCausalLM\"]");
+    if (!a.empty()) arch = a[0].get<std::string>();
+  }
+  const std::string type = field<std::string>(c, folder, "model_type", "");
+  for (const Family& f : families())
+    if (arch.empty() ? f.model_type == type : f.architecture == arch) return f;
+  std::string names;
+  for (const std::string& a : architectures()) names += (names.empty() ? "" : ", ") + a;
+  if (arch.empty() && type.empty())
+    fail(folder,
+         "config.json names no architecture (neither \"architectures\" nor \"model_type\"); supported: " +
+             names);
+  fail(folder, "config.json names the architecture " +
+                   (arch.empty() ? "by model_type \"" + type + "\"" : "\"" + arch + "\"") +
+                   ", which is not supported; supported: " + names);
 }
 
 }  // namespace
@@ -351,30 +442,27 @@ std::vector<std::string> architectures() {
 
 Model load(const std::string& folder) {
   const fs::path dir(folder);
-  if (!fs::is_directory(dir)) fail(folder, "not a folder");
-  if (!fs::exists(dir / "config.json")) fail(folder, "no config.json (a Hugging Face model folder has one)");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      fail(folder, "cannot look at the folder: " + ec.message());
+    fail(folder, "not a folder");
+  }
+  if (!has(folder, dir / "config.json")) fail(folder, "no config.json (a Hugging Face model folder has one)");
   const json c = read_json(folder, dir / "config.json");
   if (!c.is_object()) fail(folder, "config.json is not a JSON object");
-  // The architecture: architectures[0], else the model_type's.
-  std::string arch;
-  if (c.contains("architectures") && c["architectures"].is_array() && !c["architectures"].empty() &&
-      c["architectures"][0].is_string())
-    arch = c["architectures"][0].get<std::string>();
-  const std::string type = field<std::string>(c, folder, "model_type", "");
-  const Family* family = nullptr;
-  for (const Family& f : families())
-    if (arch.empty() ? f.model_type == type : f.architecture == arch) family = &f;
-  if (!family) {
-    std::string names;
-    for (const std::string& a : architectures()) names += (names.empty() ? "" : ", ") + a;
-    fail(folder, "config.json names the architecture \"" + (arch.empty() ? "model_type " + type : arch) +
-                     "\"; supported: " + names);
-  }
+  const Family& family = family_of(folder, c);
   Model m;
   m.folder = folder;
-  m.architecture = family->architecture;
+  m.architecture = family.architecture;
   m.eos_ids = eos_of(c);
-  family->load(m, c, read_weights(folder));
+  try {
+    family.load(m, c);
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {  // the model's own checks of the sizes config.json gives it
+    fail(folder, "config.json describes a " + m.architecture + " the library cannot build: " + e.what());
+  }
   return m;
 }
 

@@ -1,11 +1,15 @@
 // Reads a Hugging Face tokenizer.json into a Tokenizer::Impl, checking that every part of the
 // pipeline is one this tokenizer implements (see tokenizer.h) and naming what it found if not.
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
+#include "io/json.h"
 #include "tensorgrad/errors.h"
 #include "text/tokenizer_impl.h"
 
@@ -46,12 +50,16 @@ void set_token(Tokenizer::Impl& t, int64_t id, const std::string& token) {
 void read_model(Tokenizer::Impl& t, const json& model) {
   if (!model.is_object()) fail(t.file, "no \"model\" object");
   const std::string type = value_or<std::string>(model, "type", "BPE");
-  if (type != "BPE") fail(t.file, "model type \"" + type + "\" is not supported (only BPE)");
+  if (type != "BPE")
+    fail(t.file,
+         "model type \"" + type + "\" is not supported (only byte-level BPE, as GPT-2's and Llama 3's)");
   if (value_or<double>(model, "dropout", 0.0) != 0.0) fail(t.file, "BPE dropout is not supported");
   if (!value_or<std::string>(model, "continuing_subword_prefix", "").empty() ||
       !value_or<std::string>(model, "end_of_word_suffix", "").empty())
     fail(t.file, "continuing_subword_prefix / end_of_word_suffix are not supported (not byte-level BPE)");
-  if (value_or<bool>(model, "byte_fallback", false)) fail(t.file, "byte_fallback is not supported");
+  if (value_or<bool>(model, "byte_fallback", false))
+    fail(t.file,
+         "byte_fallback is not supported (SentencePiece-style BPE, as Llama 2's; only byte-level BPE is)");
   t.ignore_merges = value_or<bool>(model, "ignore_merges", false);
 
   if (!model.contains("vocab") || !model["vocab"].is_object())
@@ -174,14 +182,30 @@ std::optional<int32_t> added_special_named(const Tokenizer::Impl& t,
   return std::nullopt;
 }
 
+// Why `text` is not a tokenizer.json at all, in words, or "" when it parses as a JSON object.
+std::string not_json(const std::string& text, json& root) {
+  if (text.empty()) return "the file is empty";
+  // A text file is UTF-8 without NUL bytes; SentencePiece's tokenizer.model (a protobuf) is not.
+  const bool binary = text.find('\0') != std::string::npos || !io::is_valid_utf8(text);
+  if (binary) return "a binary file, not JSON (a SentencePiece tokenizer.model? only tokenizer.json is read)";
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return std::string("not valid JSON: ") + e.what();
+  }
+  if (!root.is_object())
+    return "not a JSON object but " + std::string(root.type_name()) + " (is it a tokenizer.json?)";
+  return "";
+}
+
 void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
-  const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object()) fail(t.file, "not a JSON object (is it a tokenizer.json?)");
+  json root;
+  if (const std::string why = not_json(text, root); !why.empty()) fail(t.file, why);
   if (!root.contains("model")) fail(t.file, "no \"model\": not a Hugging Face tokenizer.json");
   try {
+    read_model(t, root["model"]);  // first: another model type says the most about the file
     if (root.contains("normalizer") && !root["normalizer"].is_null())
       fail(t.file, "normalizer " + type_of(root["normalizer"]) + " is not supported");
-    read_model(t, root["model"]);
     if (root.contains("added_tokens")) read_added_tokens(t, root["added_tokens"]);
     if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null())
       fail(t.file, "no pre-tokenizer: not a byte-level BPE tokenizer");
@@ -210,9 +234,24 @@ void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
 Tokenizer Tokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "tokenizer.json").string() : path;
+  const bool folder = fs::is_directory(path, ec);
+  const std::string file = folder ? (fs::path(path) / "tokenizer.json").string() : path;
+  const fs::file_status status = fs::status(file, ec);
+  if (!fs::exists(status)) {
+    std::string why = ec ? ec.message() : "no such file";
+    if (folder) {  // what the folder holds instead
+      if (fs::exists(fs::path(path) / "tokenizer.model", ec))
+        why += "; the folder has tokenizer.model, a SentencePiece model, which is not read";
+      else if (fs::exists(fs::path(path) / "vocab.json", ec) && fs::exists(fs::path(path) / "merges.txt", ec))
+        why +=
+            "; the folder has vocab.json and merges.txt, which are not read: save the tokenizer "
+            "with transformers' save_pretrained to get tokenizer.json";
+    }
+    fail(file, "cannot open: " + why);
+  }
+  if (!fs::is_regular_file(status)) fail(file, "not a regular file");
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw TokenizerError("[Tokenizer::load] cannot open " + file);
+  if (!in) fail(file, std::string("cannot open: ") + std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
   auto impl = std::make_shared<Impl>();

@@ -204,7 +204,7 @@ TEST(Tokenizer, Errors) {
       EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
     }
   };
-  expect_error("not json {", "not a JSON object");
+  expect_error("not json {", "not valid JSON");
   expect_error(R"({"version": "1.0"})", "no \"model\"");
   expect_error(replaced(R"("type": "BPE")", R"("type": "WordPiece")"), "model type \"WordPiece\"");
   expect_error(
@@ -221,6 +221,94 @@ TEST(Tokenizer, Errors) {
   EXPECT_THROW(tok.decode(Ids{1, 14}), tg::InputError);
   EXPECT_THROW(tok.decode(Ids{-1}), tg::InputError);
   EXPECT_THROW(tok.id_to_token(100), tg::InputError);
+}
+
+// Files of another format, each a TokenizerError naming the file and what it is.
+std::string load_error(const std::string& path) {
+  try {
+    tg::Tokenizer::load(path);
+  } catch (const tg::TokenizerError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no TokenizerError for " << path;
+  return "";
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+// BERT's tokenizer.json: valid JSON, another model. Before, the normalizer was judged first
+// ("normalizer BertNormalizer is not supported"), which hid what the file is.
+TEST(TokenizerErrors, WordPieceFile) {
+  const std::string path = write_temp("wordpiece.json", R"({"version": "1.0", "added_tokens": [],
+    "normalizer": {"type": "BertNormalizer", "clean_text": true, "lowercase": true},
+    "pre_tokenizer": {"type": "BertPreTokenizer"}, "post_processor": null,
+    "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}})");
+  EXPECT_HAS(load_error(path), "model type \"WordPiece\" is not supported (only byte-level BPE");
+}
+
+// T5's and ALBERT's tokenizer.json: a Unigram model, whose vocab is a list of [piece, score].
+TEST(TokenizerErrors, UnigramFile) {
+  const std::string path = write_temp("unigram.json", R"({"version": "1.0", "added_tokens": [],
+    "normalizer": {"type": "Precompiled", "precompiled_charsmap": ""},
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"},
+    "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"},
+    "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["▁a", -1.5]]}})");
+  EXPECT_HAS(load_error(path), "model type \"Unigram\" is not supported (only byte-level BPE");
+}
+
+// Llama 2's tokenizer.json: BPE, but SentencePiece's (bytes as <0x41> tokens, not byte-level).
+TEST(TokenizerErrors, SentencePieceStyleBpe) {
+  const std::string path = write_temp("sp_bpe.json", R"({"version": "1.0", "added_tokens": [],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}]},
+    "pre_tokenizer": null, "decoder": {"type": "Sequence", "decoders": []},
+    "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "<0x41>": 1}, "merges": []}})");
+  EXPECT_HAS(load_error(path), "byte_fallback is not supported");
+}
+
+// SentencePiece's binary tokenizer.model (a protobuf) given as the tokenizer file.
+TEST(TokenizerErrors, SentencePieceModelBinary) {
+  // The start of a real one: field 1 (a piece) holding "<unk>", score 0, type 2 (unknown).
+  const char model[] = "\x0a\x0e\x0a\x05<unk>\x15\x00\x00\x00\x00\x18\x02";
+  const std::string path = write_temp("tokenizer.model", std::string(model, sizeof model - 1));
+  EXPECT_HAS(load_error(path), "a binary file, not JSON (a SentencePiece tokenizer.model?");
+  // A folder with tokenizer.model and no tokenizer.json says so.
+  const fs::path folder = fs::path(testing::TempDir()) / "tg_sentencepiece_folder";
+  fs::create_directories(folder);
+  std::ofstream(folder / "tokenizer.model", std::ios::binary) << "\x0a\x0b";
+  const std::string e = load_error(folder.string());
+  EXPECT_HAS(e, "tokenizer.json: cannot open: No such file or directory");
+  EXPECT_HAS(e, "the folder has tokenizer.model, a SentencePiece model, which is not read");
+  fs::remove_all(folder);
+}
+
+TEST(TokenizerErrors, EmptyFile) {
+  EXPECT_HAS(load_error(write_temp("empty.json", "")), "the file is empty");
+}
+
+// A download cut short: where the JSON breaks off.
+TEST(TokenizerErrors, TruncatedJson) {
+  const std::string tiny = read_file(kData + "/tiny.json");
+  const std::string e = load_error(write_temp("truncated.json", tiny.substr(0, tiny.size() / 2)));
+  EXPECT_HAS(e, "not valid JSON: ");
+  EXPECT_HAS(e, "unexpected end of input");
+}
+
+TEST(TokenizerErrors, JsonThatIsNotAnObject) {
+  EXPECT_HAS(load_error(write_temp("array.json", "[1, 2]")), "not a JSON object but array");
+  // GPT-2's vocab.json: an object, but not a tokenizer.json.
+  EXPECT_HAS(load_error(write_temp("vocab.json", R"({"a": 0, "b": 1})")),
+             "no \"model\": not a Hugging Face tokenizer.json");
+}
+
+TEST(TokenizerErrors, MissingFileOrADirectory) {
+  EXPECT_HAS(load_error(kData + "/no_such_file.json"), "cannot open: No such file or directory");
+  const fs::path dir = fs::path(testing::TempDir()) / "tg_tokenizer_dir" / "tokenizer.json";
+  fs::create_directories(dir);  // a folder whose tokenizer.json is itself a folder
+  EXPECT_HAS(load_error(dir.parent_path().string()), "tokenizer.json: not a regular file");
+  fs::remove_all(dir.parent_path());
 }
 
 // Ids from `tokenizers` itself, for the two tokenizers gen_tokenizer_golden.py trains.
