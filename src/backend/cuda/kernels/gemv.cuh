@@ -99,6 +99,17 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
   const float4 hi = xin4(__ldg((const float4*)(xf + kk + 4)), kk + 4, mean, rstd, nw, nb);
   v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
+// acc[i] += Σ_t wv[t] · x[i][kk + t] over the eight weights wv, for every row i.
+__device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, const float* mean, const float* rstd,
+                                      const float* nw, const float* nb, float* acc) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    float x[8];
+    xin8(a + i * A_RS, kk, mean[i], rstd[i], nw, nb, x);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) acc[i] = fmaf(wv[t], x[t], acc[i]);
+  }
+}
 // @piece start
   __shared__ float part[KS][CPB][M];
   float mean[M], rstd[M];
@@ -175,13 +186,7 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
         if (kk >= K) break;
         float wv[8];
         gemv_widen8(wr[u], wv);
-#pragma unroll
-        for (int i = 0; i < M; ++i) {
-          float x[8];
-          xin8(a + i * A_RS, kk, mean[i], rstd[i], nw, nb, x);
-#pragma unroll
-          for (int t = 0; t < 8; ++t) acc[i] = fmaf(wv[t], x[t], acc[i]);
-        }
+        rows8(wv, a, kk, mean, rstd, nw, nb, acc);
       }
     } else if (aligned) {
       TG_PDL_WAIT();
@@ -190,13 +195,7 @@ __device__ __forceinline__ void xin8(const AT* x, int kk, float mean, float rstd
       for (int kk = (slice * 32 + lane) * 8; kk < K; kk += KS * 256) {
         float wv[8];
         gemv_widen8(__ldg((const uint4*)(w + kk)), wv);
-#pragma unroll
-        for (int i = 0; i < M; ++i) {
-          float x[8];
-          xin8(a + i * A_RS, kk, mean[i], rstd[i], nw, nb, x);
-#pragma unroll
-          for (int t = 0; t < 8; ++t) acc[i] = fmaf(wv[t], x[t], acc[i]);
-        }
+        rows8(wv, a, kk, mean, rstd, nw, nb, acc);
       }
     } else
 // @piece rows
