@@ -96,6 +96,25 @@ TEST(CpuBf16Gemm, DotKernelLongKWideNTallM) {
   }
 }
 
+// A few rows against a [N, K] weight (a decode step's product): dot products, no packing. Every K
+// remainder of the 32-wide loads, rows 1..8, padded leading dimensions.
+void gemv_as_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                  const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
+  ASSERT_TRUE(!ta && tb);
+  gemv_bf16_dot(M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+TEST(CpuBf16Gemm, SkinnyDotProductsAgainstAWeight) {
+  if (!bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16";
+  std::mt19937 rng(11);
+  int64_t failures = 0;
+  for (int64_t M : {1, 2, 5, 8})
+    for (int64_t K : {1, 31, 32, 33, 64, 100, 768})
+      failures += check_gemm(gemv_as_gemm, {false, true, M, 37, K, M % 3, K % 5, M % 2}, 1e-5, rng) > 0;
+  EXPECT_EQ(failures, 0);
+  EXPECT_THROW(gemv_bf16_dot(9, 1, 1, nullptr, 1, nullptr, 1, nullptr, 1), Error);
+}
+
 TEST(CpuBf16Gemm, DotKernelDisjointRowRangesFromTwoThreads) {
   if (!bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16";
   const int64_t M = 256, N = 64, K = 96;

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "tensorgrad/dtype.h"
 #include "tensorgrad/errors.h"
@@ -186,6 +187,39 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C,
       (void)ldc;
   throw Error("[cpu] gemm_bf16_dot: no AVX512-BF16 on this architecture");
+#endif
+}
+
+#if defined(TG_X86)
+namespace {
+
+/// C[0:M, j] for one column j: M (≤ 8) dot products of length K.
+[[gnu::target("avx512bf16,avx512f,avx512bw,avx512vl")]] void gemv_column(int64_t M, int64_t K,
+                                                                         const uint16_t* A, int64_t lda,
+                                                                         const uint16_t* w, float* c,
+                                                                         int64_t ldc) {
+  __m512 acc[8];
+  for (int64_t i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 32) {
+    const auto mask = static_cast<__mmask32>(K - k >= 32 ? ~0u : (1u << (K - k)) - 1u);
+    const auto wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + k);
+    for (int64_t i = 0; i < M; ++i)
+      acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_maskz_loadu_epi16(mask, A + i * lda + k), wv);
+  }
+  for (int64_t i = 0; i < M; ++i) c[i * ldc] = _mm512_reduce_add_ps(acc[i]);
+}
+
+}  // namespace
+#endif
+
+void gemv_bf16_dot(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* W,
+                   int64_t ldw, float* C, int64_t ldc) {
+#if defined(TG_X86)
+  if (M > 8) throw Error("[cpu] gemv_bf16_dot takes at most 8 rows, got " + std::to_string(M));
+  for (int64_t j = 0; j < N; ++j) gemv_column(M, K, A, lda, W + j * ldw, C + j, ldc);
+#else
+  (void)M, (void)N, (void)K, (void)A, (void)lda, (void)W, (void)ldw, (void)C, (void)ldc;
+  throw Error("[cpu] gemv_bf16_dot: no AVX512-BF16 on this architecture");
 #endif
 }
 

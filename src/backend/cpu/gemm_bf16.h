@@ -41,6 +41,12 @@ bool bf16_kernel_enabled();
 void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
 
+/// C[M,N] = A[M,K] · Wᵀ for a few rows (M ≤ 8) against W stored [N,K] (a weight, trans_b), with
+/// no packing: each output is one dot product streamed with vdpbf16ps over the contiguous rows
+/// of A and W (a decode step's product, where packing W would read it three times). Only where
+/// bf16_dot_supported(); the sums are f32 as gemm_bf16_dot's, in another order.
+void gemv_bf16_dot(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* W,
+                   int64_t ldw, float* C, int64_t ldc);
 /// C = op(A)·op(B) as gemm_bf16_dot (same contract), on the fastest enabled kernel:
 /// gemm_bf16_amx where bf16_amx_enabled(), except products too narrow to fill a tile (M or
 /// N below 16) while vdpbf16ps is enabled; else gemm_bf16_dot. Only where bf16_kernel_enabled().

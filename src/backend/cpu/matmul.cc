@@ -59,7 +59,29 @@ void split_rows(int64_t m, int64_t n, int64_t k, bool may_fork, const Part& part
   }
 }
 
-/// One product C = op(A)·op(B) (beta 0), on sgemm_small split by rows or on OpenBLAS.
+/// Runs part(c0, c1) over column ranges [c0, c1) of op(B) and C covering [0, n), in whole
+/// 64-column blocks, one range per thread when may_fork and the product is big enough: the
+/// split for products of a few rows (a decode step's), which split_rows leaves on one thread.
+template <class Part>
+void split_cols(int64_t m, int64_t n, int64_t k, bool may_fork, const Part& part) {
+  const int threads = may_fork && m * n * k >= kParallelMacs ? std::max(1, omp_get_max_threads()) : 1;
+  const int64_t blocks = (n + 63) / 64, parts = std::min<int64_t>(threads, blocks);
+  if (parts <= 1) {
+    part(0, n);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(static_cast <int>(parts))
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t c0 = std::min(n, blocks * p / parts * 64), c1 = std::min(n, blocks * (p + 1) / parts * 64);
+    if (c1 > c0) part(c0, c1);
+  }
+}
+
+/// Rows below which a product splits its columns across the threads instead of its rows.
+constexpr int64_t kFewRows = 16;
+
+/// One product C = op(A)·op(B) (beta 0), on sgemm_small split by rows (by columns for a few
+/// rows) or on OpenBLAS.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
           int64_t ldb, float* C, int64_t ldc, bool may_fork) {
   // Two families go to threaded OpenBLAS: weight gradients (Aᵀ·B over a long K, large
@@ -73,17 +95,30 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int
                 blas_int(n), blas_int(k), 1.0f, A, blas_int(lda), B, blas_int(ldb), 0.0f, C, blas_int(ldc));
     return;
   }
+  if (m < kFewRows) {
+    split_cols(m, n, k, may_fork, [&](int64_t c0, int64_t c1) {
+      sgemm_small(ta, tb, m, c1 - c0, k, 1.0f, A, lda, tb ? B + c0 * ldb : B + c0, ldb, 0.0f, C + c0, ldc);
+    });
+    return;
+  }
   split_rows(m, n, k, may_fork, [&](int64_t r0, int64_t r1) {
     sgemm_small(ta, tb, r1 - r0, n, k, 1.0f, ta ? A + r0 : A + r0 * lda, lda, B, ldb, 0.0f, C + r0 * ldc,
                 ldc);
   });
 }
 
-/// The same product of bf16 operands: AMX or vdpbf16ps (gemm_bf16_kernel) split by rows where
-/// the CPU has one; else both
+/// The same product of bf16 operands: a few rows against a weight as dot products
+/// (gemv_bf16_dot) split by columns, others on AMX or vdpbf16ps (gemm_bf16_kernel) split by rows
+/// where the CPU has one; else both
 /// operands widened to f32 (exact) into per-thread memory and multiplied by gemm().
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float* C, int64_t ldc, bool may_fork) {
+  if (bf16_dot_enabled() && !ta && tb && m <= 8) {  // a few rows against a weight: no packing
+    split_cols(m, n, k, may_fork, [&](int64_t c0, int64_t c1) {
+      gemv_bf16_dot(m, c1 - c0, k, A, lda, B + c0 * ldb, ldb, C + c0, ldc);
+    });
+    return;
+  }
   if (bf16_kernel_enabled()) {
     split_rows(m, n, k, may_fork, [&](int64_t r0, int64_t r1) {
       gemm_bf16_kernel(ta, tb, r1 - r0, n, k, ta ? A + r0 : A + r0 * lda, lda, B, ldb, C + r0 * ldc, ldc);
