@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/storage.h"
 #include "test_util.h"
 
 namespace tg {
@@ -132,6 +133,32 @@ TEST_P(Hoist, SiblingProductsReadOneConcatenatedWeight) {
     const std::vector<float> a = merged.run(feeds).f32(), b = plain.run(feeds).f32();
     EXPECT_LT(rel_diff(a, b), 1e-5) << "step " << step;
   }
+}
+
+TEST_P(Hoist, ProgramsOfOneModelShareTheCopies) {
+  // A generator's prefill and decode programs (other input shapes, the same weights) keep one
+  // bf16 copy of each weight between them, not one each.
+  nn::Gpt model(config());
+  auto hoisted_leaves = [](const Program& p) {
+    int n = 0;
+    for (const ir::Node& node : detail::compiled_graph(p).nodes())
+      n += node.op == ir::Op::kState && node.name.starts_with("hoisted/");
+    return n;
+  };
+  Program a = logits_program(model, GetParam());
+  const auto store = detail::device_store(model, GetParam());
+  const size_t after_one = store->hoisted.size();
+  Program b = compile_forward(
+      model, [&](Tensor x) { return model.logits(x); },
+      {.inputs = {{"ids", {1, 3}, DType::kI32}}, .device = GetParam(), .precision = Precision::kBf16});
+  EXPECT_EQ(after_one, static_cast<size_t>(hoisted_leaves(a)));
+  EXPECT_EQ(hoisted_leaves(b), hoisted_leaves(a));
+  EXPECT_EQ(store->hoisted.size(), after_one);
+  const std::vector<int32_t> three{1, 2, 3};
+  b.init_params(4);
+  const std::vector<float> before = b.run({{"ids", three}}).f32();
+  run(a);  // a's prologue writes the shared copies again: same parameters, same values
+  EXPECT_EQ(b.run({{"ids", three}}).f32(), before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Hoist, ::testing::ValuesIn(testing::all_devices()),
