@@ -18,8 +18,9 @@ constexpr int64_t kSmallBytes = int64_t{4} << 20;  // expansions up to this size
 
 int64_t bytes_of(const ir::Node& n) { return n.numel() * dtype_size(n.dtype); }
 
-bool fixed_leaf(Op op) { return op == Op::kParam || op == Op::kConstant || op == Op::kArange; }
-bool any_leaf(Op op) { return fixed_leaf(op) || op == Op::kInput || op == Op::kState; }
+bool any_leaf(Op op) {
+  return op == Op::kParam || op == Op::kConstant || op == Op::kArange || op == Op::kInput || op == Op::kState;
+}
 
 /// `id`'s expression: ops, types, attributes and parameter names, recursively.
 std::string expression(const ir::Graph& g, int32_t id, std::vector<std::string>& memo) {
@@ -43,18 +44,7 @@ Hoisted hoist_parameter_values(const ir::Graph& input) {
   const ir::Graph graph = merge_sibling_products(cast_weights_before_views(input, first), second);
   const std::vector<int32_t> rewritten = compose(first, second);
   const auto size = static_cast<size_t>(graph.size());
-  // fixed[id]: the node's value depends on params, constants and aranges only.
-  std::vector<char> fixed(size, 0);
-  for (int32_t id = 0; id < graph.size(); ++id) {
-    const ir::Node& n = graph.node(id);
-    if (any_leaf(n.op)) {
-      fixed[static_cast<size_t>(id)] = fixed_leaf(n.op);
-      continue;
-    }
-    bool all = !ir::is_collective(n.op) && n.op != Op::kRandom && !n.inputs.empty();
-    for (int32_t x : n.inputs) all = all && fixed[static_cast<size_t>(x)];
-    fixed[static_cast<size_t>(id)] = all;
-  }
+  const std::vector<char> fixed = parameter_only(graph);  // values of parameters and constants alone
   // The fixed values a non-fixed node reads (through views: the view stays, its source goes).
   std::vector<char> hoist(size, 0);
   auto consider = [&](int32_t x) {

@@ -31,6 +31,10 @@ struct Hoisted {
   std::vector<std::string> keys;
 };
 
+/// Per node: whether its value depends on params, constants and aranges only (no input, state,
+/// random draw or collective on the way).
+std::vector<char> parameter_only(const ir::Graph& graph);
+
 /// Inference rewrites run first (weights.cc): a cast of a permuted or reshaped parameter becomes
 /// the permute/reshape of the cast parameter (its bf16 copy keeps the parameter's layout, which
 /// a decode step's skinny products read best), and products x·wᵢᵀ sharing x, with each wᵢ

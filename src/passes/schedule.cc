@@ -37,12 +37,8 @@ void Scheduler::split_waiting_casts() {
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     if (groups[gi].kind != KernelGroup::Kind::kElementwise || groups[gi].nodes.size() < 2) continue;
     for (int32_t c : groups[gi].nodes) {
+      if (!cast_feeds_product(c)) continue;
       const ir::Node& n = g_.node(c);
-      const int32_t reader = sole_reader(c);
-      if (n.op != Op::kCast || n.dtype != DType::kBF16 || g_.node(n.inputs[0]).dtype != DType::kF32 ||
-          reader < 0 || g_.node(reader).op != Op::kMatmul || g_.node(reader).inputs[0] != c ||
-          g_.node(reader).inputs[1] == c || !caps_.cast_deferrable(g_, c, reader))
-        continue;
       KernelGroup& grp = groups[gi];
       std::erase(grp.nodes, c);
       std::erase(grp.outputs, c);

@@ -90,15 +90,19 @@ int32_t Scheduler::left_operand_reader(int32_t id) const {
                                                                                                    : -1;
 }
 
-bool Scheduler::cast_waits(int32_t id) const {
+bool Scheduler::cast_feeds_product(int32_t id) const {
   const ir::Node& n = g_.node(id);
   if (n.op != Op::kCast || n.dtype != DType::kBF16 || g_.node(n.inputs[0]).dtype != DType::kF32) return false;
-  const int32_t group = s_.fusion.group_of[static_cast<size_t>(id)];
-  if (group < 0 || s_.fusion.groups[static_cast<size_t>(group)].nodes.size() != 1) return false;
   const int32_t reader = sole_reader(id);
   if (reader < 0 || g_.node(reader).op != Op::kMatmul) return false;
   const ir::Node& m = g_.node(reader);
   return m.inputs[0] == id && m.inputs[1] != id && caps_.cast_deferrable(g_, id, reader);
+}
+
+bool Scheduler::cast_waits(int32_t id) const {
+  const int32_t group = s_.fusion.group_of[static_cast<size_t>(id)];
+  return group >= 0 && s_.fusion.groups[static_cast<size_t>(group)].nodes.size() == 1 &&
+         cast_feeds_product(id);
 }
 
 ProductCandidates Scheduler::product_candidates(int32_t id) {

@@ -79,6 +79,9 @@ class Scheduler {
   /// elementwise group it was fused into, for a group of its own right after it: the product
   /// can then take it, and the norm's affine group before it can join the norm's step.
   void split_waiting_casts();
+  /// Whether `id` is a cast of f32 to bf16 that only a product reads, as its left operand, and
+  /// that the backend lets that product compute (Capabilities::cast_deferrable).
+  bool cast_feeds_product(int32_t id) const;
   /// Whether cast `id`, alone in its group, may be computed by the product that alone reads it.
   bool cast_waits(int32_t id) const;
   bool all_read(int32_t id, const std::vector<int64_t>& strides) const;

@@ -19,8 +19,9 @@ namespace {
 
 bool layout_view(Op op) { return op == Op::kPermute || op == Op::kReshape; }
 
-/// Whether `id` depends on params, constants and aranges only.
-std::vector<char> fixed_nodes(const Graph& g) {
+}  // namespace
+
+std::vector<char> parameter_only(const Graph& g) {
   std::vector<char> fixed(static_cast<size_t>(g.size()), 0);
   for (int32_t id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
@@ -34,6 +35,8 @@ std::vector<char> fixed_nodes(const Graph& g) {
   }
   return fixed;
 }
+
+namespace {
 
 /// x [.., k] · wᵀ with w [n, k] a value computed from parameters alone (a weight's bf16 cast):
 /// w's id, else -1. A bare f32 parameter is left alone: its concatenation would be a second copy.
@@ -88,7 +91,7 @@ Graph cast_weights_before_views(const Graph& graph, std::vector<int32_t>& remap)
 }
 
 Graph merge_sibling_products(const Graph& graph, std::vector<int32_t>& remap) {
-  const std::vector<char> fixed = fixed_nodes(graph);
+  const std::vector<char> fixed = parameter_only(graph);
   // Products x · wᵢᵀ of one x (same dtype, shape and k), by their first member.
   std::map<std::tuple<int32_t, DType>, std::vector<int32_t>> by_operand;
   for (int32_t id = 0; id < graph.size(); ++id)
