@@ -535,8 +535,7 @@ HostTensor Program::run(const Feeds& feeds, RunOptions options) {
         "[run] this program was compiled with compile_train; use step(), or compile_forward for inference");
   std::lock_guard lock(s.store->mutex);
   detail::Variant& v = detail::variant_for(s, options.captures != nullptr);
-  // Before the inputs are staged: a backend's programs may share the memory staging uses.
-  detail::refresh_hoisted(s, v);
+  detail::refresh_hoisted(s, v);  // the weights' copies first (the prologue reads no inputs)
   detail::set_inputs(s, v, feeds, "run");
   v.exec->execute();
   const ir::Node& out = v.graph.node(v.id(s.output));
