@@ -359,6 +359,19 @@ std::vector<GemvCase> gemv_cases() {
       {3, 1000, 333, 0, {}, 0, false, {}, {.b_bf16 = true, .round_a = true}},  // odd k: scalar loads
       {2, 300, 640, 3, {.bias = true}, 0, false, {}, {.a_bf16 = true, .b_bf16 = true}},  // ldb not a multiple
                                                                                          // of 8
+      // The staged kernel with a column split over four warps (TinyLlama's down projection), with
+      // columns left over after whole turns of the grid, and with f32 weights split four ways.
+      {1, 2048, 5632, 0, {.residual = true}, 0, false, {}, {.b_bf16 = true, .round_a = true}},
+      {1,
+       11270,
+       2048,
+       0,
+       {},
+       0,
+       false,
+       {.on = true, .layer = false, .w = true, .eps = 1e-6},
+       {.b_bf16 = true, .round_a = true}},
+      {2, 1000, 4096, 0, {.bias = true}, 0},
   };
 }
 

@@ -20,8 +20,10 @@
 namespace tg::backend::cuda {
 namespace {
 
-constexpr int kWarps = 8;        // per block
-constexpr int64_t kMaxRows = 8;  // rows of x (the batch of a decode step)
+constexpr int kWarps = 8;                 // per block
+constexpr int64_t kMaxRows = 8;           // rows of x (the batch of a decode step)
+constexpr int64_t kStagedFloats = 10240;  // rows the staged kernel holds in shared memory (40 KB)
+constexpr int kBlocksPerSm = 3;           // the staged kernel's grid (its launch bounds)
 
 std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
@@ -35,23 +37,59 @@ bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOpera
          b.col_stride >= k && n * k >= (int64_t{1} << 16);
 }
 
+namespace {
+
+/// The staged kernel's split of a column over warps, or 0 for the direct kernel. The staged
+/// kernel pays for its copy of the rows with one statistics pass per block (a direct kernel's
+/// warps each recompute a norm's) and with more weight bytes in flight: it is taken for normed
+/// rows, and for products too large for one wave of the direct kernel. Its split keeps each
+/// lane's loads of a column slice within kMaxLoads, then grows while the grid is under
+/// kBlocksPerSm blocks an SM and each slice still spans a load per lane.
+/// The direct kernel's warps per column: enough blocks to cover the GPU's SMs twice.
+int direct_split(int64_t n, int64_t k, int sm_count) {
+  int ks = 1;
+  while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < 2 * sm_count && k / (ks * 2) >= 256) ks *= 2;
+  return ks;
+}
+
+int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_count, int ks) {
+  constexpr int kMaxLoads = 4;
+  if (k % vpl != 0 || m * k > kStagedFloats) return 0;
+  if (ks > 0) return (k + ks * 32 * vpl - 1) / (ks * 32 * vpl) <= 2 * kMaxLoads ? ks : 0;
+  ks = 1;
+  while (ks <= kWarps && k > int64_t{ks} * 32 * vpl * kMaxLoads) ks *= 2;
+  if (ks > kWarps) return 0;
+  if (!norm && (n * direct_split(n, k, sm_count) + kWarps - 1) / kWarps <= 4 * sm_count) return 0;
+  while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < kBlocksPerSm * sm_count && k / (ks * 2) >= 32 * vpl)
+    ks *= 2;
+  return ks;
+}
+
+}  // namespace
+
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a,
                    const MatOperand& b, GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm, int ks,
                    GemvTypes types) {
   if (out_ld <= 0) out_ld = n;
-  // Warps per column: enough blocks to cover the GPU's SMs twice.
-  if (ks <= 0) {
-    ks = 1;
-    while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < 2 * sm_count && k / (ks * 2) >= 256) ks *= 2;
-  }
+  const int per = types.b_bf16 ? 8 : 4, a_per = types.a_bf16 ? 8 : 4;
+  const int staged_ks = staged_split(m, n, k, per, norm.on, sm_count, ks);
+  if (staged_ks > 0) ks = staged_ks;
+  if (ks <= 0) ks = direct_split(n, k, sm_count);
   const int cols_per_block = kWarps / ks;
   Launch l;
   l.name = name;
   l.block[0] = kWarps * 32;
-  l.grid[0] = static_cast<unsigned>((n + cols_per_block - 1) / cols_per_block);
+  // The staged kernel's loads of W per lane and column slice, and columns a warp takes a turn.
+  const int64_t pre = (k + ks * 32 * per - 1) / (ks * 32 * per);
+  const int64_t cols = staged_ks == 0 ? 1 : std::max<int64_t>(1, 8 / pre);
+  const int64_t column_blocks = (n + cols_per_block * cols - 1) / (cols_per_block * cols);
+  l.grid[0] = static_cast<unsigned>(column_blocks);
+  if (staged_ks > 0) {  // at most kBlocksPerSm blocks an SM, each taking the same number of turns
+    const int64_t turns = (column_blocks + kBlocksPerSm * sm_count - 1) / (kBlocksPerSm * sm_count);
+    l.grid[0] = static_cast<unsigned>((column_blocks + turns - 1) / turns);
+  }
   // 16-byte loads of W and x when K and the strides allow (alignment is checked at run time):
   // four f32 or eight bf16 values of W a load.
-  const int per = types.b_bf16 ? 8 : 4, a_per = types.a_bf16 ? 8 : 4;
   const bool vec = k % per == 0 && b.col_stride % per == 0 && a.col_stride == 1 && a.row_stride % a_per == 0;
   const bool affine = norm.on && (norm.w || norm.b);
   char eps[32];
@@ -60,7 +98,8 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
                   "] = x·W over k = " + std::to_string(k) +
                   (norm.on ? std::string(norm.layer ? ", x layer-normed" : ", x RMS-normed") : "") +
                   std::string(types.b_bf16 ? ", bf16 W" : "") + (types.a_bf16 ? ", bf16 x" : "") +
-                  (types.round_a ? ", x rounded to bf16" : "") + " (gemv.cc)\n";
+                  (types.round_a ? ", x rounded to bf16" : "") + (staged_ks > 0 ? ", rows staged" : "") +
+                  " (gemv.cc)\n";
   s += "constexpr int M = " + std::to_string(m) + ", N = " + std::to_string(n) +
        ", K = " + std::to_string(k) + ", KS = " + std::to_string(ks) +
        ", CPB = " + std::to_string(cols_per_block) + ", NT = " + std::to_string(kWarps * 32) + ";\n";
@@ -84,16 +123,24 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   // Weights no kernel of the step writes may be read before the kernel before has ended.
   if (types.b_fixed) s += "#define TG_PDL_OWN_WAIT\n";
   s += "#ifndef TG_PDL_WAIT\n#define TG_PDL_WAIT()\n#endif\n";
+  s += "#define EPI(y, i, j) {";
+  if (epi.bias) s += " y += bias[j];";
+  if (epi.residual) s += " y += residual[(i) * (long long)N + (j)];";
+  if (epi.gelu) s += " y = 0.5f * y * (1.0f + tanhf(0.7978845608028654f * (y + 0.044715f * y * y * y)));";
+  s += " }\n";
   s += kernel_source("gemv.cuh", "helpers");
-  s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";
-  s += kernel_source("gemv.cuh", "start");
-  if (vec) s += kernel_source("gemv.cuh", types.b_bf16 ? "vec8" : "vec");
-  s += kernel_source("gemv.cuh", "rows");
-  if (epi.bias) s += "    y += bias[j];\n";
-  if (epi.residual) s += "    y += residual[i * (long long)N + j];\n";
-  if (epi.gelu)
-    s += "    y = 0.5f * y * (1.0f + tanhf(0.7978845608028654f * (y + 0.044715f * y * y * y)));\n";
-  s += "    out[i * OUT_LD + j] = y;\n  }\n}\n";
+  if (staged_ks > 0) {
+    s += "constexpr int VPL = " + std::to_string(per) + ", PRE = " + std::to_string(pre) +
+         ", COLS = " + std::to_string(cols) + ";\n";
+    s += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kBlocksPerSm) + ") " + name +
+         "(" + params + ") {\n";
+    s += kernel_source("gemv.cuh", "staged");
+  } else {
+    s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";
+    s += kernel_source("gemv.cuh", "start");
+    if (vec) s += kernel_source("gemv.cuh", types.b_bf16 ? "vec8" : "vec");
+    s += kernel_source("gemv.cuh", "rows");
+  }
   l.source = std::move(s);
   return l;
 }

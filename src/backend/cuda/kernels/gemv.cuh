@@ -1,14 +1,19 @@
 // Skinny products out [M, N] = norm?(a) [M, K] · b [K, N] with M ≤ 8 (gemv.cc): one warp, or KS
 // warps splitting K, per output column, b streamed once down its columns, the rows of a read
 // alongside; optionally a layer/RMS norm of a's rows applied as they are read, and the epilogue.
-// Pieces, in the order the generator pastes them:
+// Two kernels share the helpers. The staged one (its rows fit in shared memory, K a multiple of
+// a 16-byte load of W) is one piece after the signature:
+//   staged   the rows staged in shared memory once per block, then each warp loops over its
+//            columns with the next column's W in flight (the decode step's products);
+// the direct one (more or longer rows) reads the rows from L1 per column, in pieces pasted in
+// this order:
 //   helpers  device functions, before the kernel;
 //   start    the kernel's first statements (after the signature the generator writes);
 //   vec      with 16-byte aligned rows possible (K % 4 == 0 and aligned strides) and f32 W: the
 //            float4 loop, ending in `else` so that the next piece is its fallback;
 //   vec8     the same for bf16 W (K % 8 == 0): eight weights per 16-byte load;
-//   rows     the scalar loop and the cross-warp sum, ending with `float y = acc[i];` — the
-//            generator then adds the epilogue lines (bias, residual, GELU) and the store.
+//   rows     the scalar loop, the cross-warp sum and the store, with EPI(y, i, j): the
+//            epilogue the generator defines (bias, residual, GELU).
 //
 // Defined before (gemv.cc): M, N, K, KS (warps splitting K), CPB (columns a block), NT;
 // AT, BT (the storage types of a and b: float, or unsigned short for bf16 bits), A_BF, B_BF
@@ -228,3 +233,157 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
   if (lane != 0 || j >= N) return;
   for (int i = 0; i < M; ++i) {
     float y = acc[i];
+    EPI(y, i, j);
+    out[i * OUT_LD + j] = y;
+  }
+}
+// @piece staged
+  // The rows are read once per block into shared memory as the product reads them (normalised,
+  // rounded), then every warp streams its columns of W against them, COLS columns a turn: W's
+  // loads for a warp's next turn are in flight while it sums the current one. Defined before
+  // (gemv.cc): VPL (values of W a 16-byte load), PRE (16-byte loads of W per lane and column
+  // slice), COLS, EPI(y, i, j).
+  __shared__ __align__(16) float xs[M * K];
+  __shared__ float red[NT / 32][2 * M];
+  __shared__ float part[2][KS][CPB * COLS][M];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int col = warp / KS, slice = warp % KS;
+  const long long step = (long long)gridDim.x * CPB * COLS;
+  const bool aligned = (((unsigned long long)b) & 15) == 0 && (B_CS % VPL) == 0;
+  uint4 wr[COLS][PRE], wn[COLS][PRE];
+  // The warp's column slices of a turn into `r` (zeros past K or past the last column).
+  auto load = [&](uint4 (*r)[PRE], long long j0) {
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) {
+      const long long j = j0 + c;
+      const BT* w = b + j * B_CS;
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) {
+        const int kk = (slice * 32 + lane) * VPL + u * KS * 32 * VPL;
+        if (j >= N || kk >= K) {
+          r[c][u] = make_uint4(0u, 0u, 0u, 0u);
+        } else if (aligned) {
+          r[c][u] = __ldcs((const uint4*)(w + kk));  // streamed: evict first
+        } else {
+          union {
+            uint4 q;
+            BT t[VPL];
+          } v;
+#pragma unroll
+          for (int e = 0; e < VPL; ++e) v.t[e] = w[kk + e];
+          r[c][u] = v.q;
+        }
+      }
+    }
+  };
+  long long base = (long long)blockIdx.x * CPB * COLS;
+  load(wr, base + col * COLS);
+  TG_PDL_WAIT();  // the rows come from the kernel before
+  // Stage the rows, with each row's sums of x − x₀ and (x − x₀)² for the norm.
+  float s[2 * M];
+#pragma unroll
+  for (int i = 0; i < 2 * M; ++i) s[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const float x0 = NORM && LAYER ? gemv_val(a[i * A_RS]) : 0.0f;
+    for (int kk = threadIdx.x; kk < K; kk += NT) {
+      const float v = gemv_val(a[i * A_RS + kk * A_CS]);
+      xs[i * K + kk] = v;
+      const float d = v - x0;
+      s[2 * i] += d;
+      s[2 * i + 1] = fmaf(d, d, s[2 * i + 1]);
+    }
+  }
+  if (NORM) {
+#pragma unroll
+    for (int i = 0; i < 2 * M; ++i) s[i] = warp_sum(s[i]);
+    if (lane == 0)
+      for (int i = 0; i < 2 * M; ++i) red[warp][i] = s[i];
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    float mean = 0.0f, rstd = 1.0f;
+    if (NORM) {
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int q = 0; q < NT / 32; ++q) s1 += red[q][2 * i], s2 += red[q][2 * i + 1];
+      s1 /= K, s2 /= K;
+      const float x0 = LAYER ? gemv_val(a[i * A_RS]) : 0.0f;
+      mean = LAYER ? x0 + s1 : 0.0f;
+      rstd = rsqrtf(fmaxf(LAYER ? s2 - s1 * s1 : s2, 0.0f) + EPS);
+    }
+    for (int kk = threadIdx.x; kk < K; kk += NT) xs[i * K + kk] = xin(xs[i * K + kk], kk, mean, rstd, nw, nb);
+  }
+  __syncthreads();
+  // Every warp of the block takes the same number of turns (the barrier of the slices' sum).
+  for (int turn = 0; base < N; base += step, ++turn) {
+    const long long j0 = base + col * COLS;
+    load(wn, j0 + step);
+    float acc[COLS][M];
+#pragma unroll
+    for (int c = 0; c < COLS; ++c)
+#pragma unroll
+      for (int i = 0; i < M; ++i) acc[c][i] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < PRE; ++u) {
+      const int kk = (slice * 32 + lane) * VPL + u * KS * 32 * VPL;
+      if (kk >= K) break;
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        const float4* x4 = (const float4*)(xs + i * K + kk);
+        float x[VPL];
+#pragma unroll
+        for (int h = 0; h < VPL / 4; ++h) {
+          const float4 q = x4[h];
+          x[4 * h] = q.x, x[4 * h + 1] = q.y, x[4 * h + 2] = q.z, x[4 * h + 3] = q.w;
+        }
+#pragma unroll
+        for (int c = 0; c < COLS; ++c) {
+          float wv[8];
+          if (B_BF) {
+            gemv_widen8(wr[c][u], wv);
+          } else {
+            wv[0] = __uint_as_float(wr[c][u].x), wv[1] = __uint_as_float(wr[c][u].y);
+            wv[2] = __uint_as_float(wr[c][u].z), wv[3] = __uint_as_float(wr[c][u].w);
+          }
+#pragma unroll
+          for (int t = 0; t < VPL; ++t) acc[c][i] = fmaf(wv[t], x[t], acc[c][i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < COLS; ++c)
+#pragma unroll
+      for (int i = 0; i < M; ++i) acc[c][i] = warp_sum(acc[c][i]);
+    bool mine = lane == 0;
+    if (KS > 1) {
+      if (lane == 0)
+        for (int c = 0; c < COLS; ++c)
+          for (int i = 0; i < M; ++i) part[turn & 1][slice][col * COLS + c][i] = acc[c][i];
+      __syncthreads();
+      mine = mine && slice == 0;
+      if (mine)
+        for (int c = 0; c < COLS; ++c)
+          for (int i = 0; i < M; ++i) {
+            float t = part[turn & 1][0][col * COLS + c][i];
+            for (int q = 1; q < KS; ++q) t += part[turn & 1][q][col * COLS + c][i];
+            acc[c][i] = t;
+          }
+    }
+    if (mine)
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        const long long j = j0 + c;
+        if (j < N)
+          for (int i = 0; i < M; ++i) {
+            float y = acc[c][i];
+            EPI(y, i, j);
+            out[i * OUT_LD + j] = y;
+          }
+      }
+#pragma unroll
+    for (int c = 0; c < COLS; ++c)
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) wr[c][u] = wn[c][u];
+  }
+}
