@@ -173,6 +173,10 @@ Tensor silu(const Tensor& x, Loc loc = Loc::current());
 Tensor softplus(const Tensor& x, Loc loc = Loc::current());
 /// silu(gate) ⊙ up.
 Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc = Loc::current());
+/// x·cos + rotate_half(x)·sin, rotate_half(x) = [−x₂, x₁] of x's halves along the last axis
+/// (D even; f32): the mixing step of rotary embeddings, one kernel. cos and sin broadcast to x's
+/// shape. rope and rope_at call it with their tables.
+Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Loc loc = Loc::current());
 /// Rotary position embedding (rotate-half form) of x [..., T, D] (D even) at positions
 /// offset…offset+T−1: x·cos θ + rotate_half(x)·sin θ with θ_{t,i} = t·base^(−2i/D).
 Tensor rope(const Tensor& x, double base = 10000.0, int64_t offset = 0, Loc loc = Loc::current());

@@ -115,6 +115,16 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       return {broadcast_to(n.attrs.keepdim ? g : keepdim_shape(g, n, in_shape[0], loc), in_shape[0], loc)};
     // y_i = Σ_{j ≤ i} x_j  ⇒  ∂L/∂x_j = Σ_{i ≥ j} g_i: the prefix sum in the other direction.
     case Op::kCumsum: return {cumsum(g, n.attrs.axes[0], !n.attrs.reverse, loc)};
+    case Op::kRotary: {
+      // y = x∘c + R(x)∘s with R(x) = [−x₂, x₁]; R's transpose is Rᵀ(z) = [z₂, −z₁], so
+      // ∂L/∂x = g∘c + Rᵀ(g∘s), ∂L/∂c = g∘x, ∂L/∂s = g∘R(x).
+      const int64_t d = in_shape[0].back(), h = d / 2;
+      auto halves = [&](const Tensor& z, bool negate_first) {
+        Tensor z1 = slice(z, -1, 0, h, 1, loc), z2 = slice(z, -1, h, d, 1, loc);
+        return negate_first ? concat({neg(z2, loc), z1}, -1, loc) : concat({z2, neg(z1, loc)}, -1, loc);
+      };
+      return {g * x(1) + halves(g * x(2), false), g * x(0), g * halves(x(0), true)};
+    }
     case Op::kMax:
     case Op::kMin: {
       // Gradient goes to the elements equal to the extremum, split evenly among ties.

@@ -340,22 +340,32 @@ std::pair<Tensor, Tensor> rope_tables(Graph& g, int64_t first, int64_t count, in
           constant_on(g, std::move(sin_table), {count, d}, DType::kF32, loc)};
 }
 
-/// x·cos + rotate_half(x)·sin, rotate_half(x) = [−x₂, x₁] of x's halves along the last axis.
-Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, const Loc& loc) {
-  const int64_t d = x.shape().back(), half = d / 2;
-  Tensor x1 = slice(x, -1, 0, half, 1, loc), x2 = slice(x, -1, half, d, 1, loc);
-  Tensor rotated = concat({neg(x2, loc), x1}, -1, loc);
-  return add(mul(x, cos, loc), mul(rotated, sin, loc), loc);
-}
-
 }  // namespace
+
+Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Loc loc) {
+  Arg ax(x, loc), ac(cos, loc), as(sin, loc);
+  Graph& g = graph_for("rotary", {&ax, &ac, &as}, loc);
+  if (x.rank() == 0 || x.shape().back() % 2 != 0)
+    api_fail("rotary", "needs x [..., D] with D even, got " + shape_str(x.shape()), loc);
+  if (x.dtype() != DType::kF32 || cos.dtype() != DType::kF32 || sin.dtype() != DType::kF32)
+    api_fail("rotary", "x, cos and sin must be f32", loc);
+  const Shape shape =
+      broadcast_shapes("rotary", broadcast_shapes("rotary", cos.shape(), sin.shape(), loc), x.shape(), loc);
+  if (shape != x.shape())
+    api_fail("rotary",
+             "cos " + shape_str(cos.shape()) + " and sin " + shape_str(sin.shape()) +
+                 " must broadcast to x " + shape_str(x.shape()),
+             loc);
+  Tensor c = broadcast_if_needed(cos, shape, loc), s = broadcast_if_needed(sin, shape, loc);
+  return emit(g, make_node(Op::kRotary, {x.id(), c.id(), s.id()}, loc));
+}
 
 Tensor rope(const Tensor& x, double base, int64_t offset, Loc loc) {
   Graph& g = graph_of("rope", x, loc);
   if (x.rank() < 2 || x.shape().back() % 2 != 0)
     api_fail("rope", "needs [..., T, D] with D even, got " + shape_str(x.shape()), loc);
   const auto [c, s] = rope_tables(g, offset, x.shape()[x.shape().size() - 2], x.shape().back(), base, loc);
-  return rotate(x, c, s, loc);
+  return rotary(x, c, s, loc);
 }
 
 Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, double base, Loc loc) {
@@ -373,7 +383,7 @@ Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, 
   // Each token's row of the tables, shared by the heads: [B, T, D] → [B, 1, T, D].
   Tensor c = unsqueeze(embedding(table_cos, positions, loc), 1, loc);
   Tensor s = unsqueeze(embedding(table_sin, positions, loc), 1, loc);
-  return rotate(x, c, s, loc);
+  return rotary(x, c, s, loc);
 }
 
 Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value, Loc loc) {

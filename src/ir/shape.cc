@@ -128,6 +128,16 @@ void infer(const Graph& g, Node& n) {
       n.dtype = in(1).dtype;
       return;
 
+    case Op::kRotary:
+      if (in(0).dtype != DType::kF32 || in(1).dtype != DType::kF32 || in(2).dtype != DType::kF32)
+        fail(g, n, "x, cos and sin must be f32");
+      if (in(0).shape != in(1).shape || in(0).shape != in(2).shape)
+        fail(g, n, "x, cos and sin must have identical shapes (the API broadcasts the tables)");
+      if (in(0).shape.empty() || in(0).shape.back() % 2 != 0) fail(g, n, "the last axis must have an even length");
+      n.shape = in(0).shape;
+      n.dtype = DType::kF32;
+      return;
+
     case Op::kSum:
     case Op::kMax:
     case Op::kMin:

@@ -369,6 +369,12 @@ TEST(NnKnownValues, UpdateSlice) {
                {1, 2, 7, 8, 9, 10});
 }
 
+TEST(NnKnownValues, Rotary) {
+  // x = [1, 2, 3, 4], cos = 0.5, sin = [1, 2, 3, 4]: [x₀c − x₂s₀, x₁c − x₃s₁, x₂c + x₀s₂, x₃c + x₁s₃]
+  expect_known([] { return rotary(cf({1, 2, 3, 4}, {1, 4}), cf({0.5, 0.5, 0.5, 0.5}, {1, 4}), cf({1, 2, 3, 4}, {1, 4})); },
+               {1, 4}, kF32, {-2.5, -7, 4.5, 10});
+}
+
 TEST(NnKnownValues, Normalisation) {
   expect_known([] { return layer_norm(cf({1, 2, 3, 4}, {1, 4}), Tensor(), Tensor(), 0.0); }, {1, 4}, kF32,
                {-1.3416407864998738, -0.4472135954999579, 0.4472135954999579, 1.3416407864998738}, 1e-6);

@@ -222,6 +222,9 @@ Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, co
 /// at the offsets pos (one, or one per index of axis 0). An offset out of range throws.
 Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_row, const std::byte* dst,
                          const std::byte* src, const int32_t* pos, std::byte* out);
+/// Rotary: out = x·cos + rotate_half(x)·sin over rows of the last axis (f32, any views; the
+/// last axis of each may be strided) → dense out of `shape`.
+Kernel make_rotary(const Shape& shape, const View& x, const View& cos, const View& sin, float* out);
 /// ScatterAdd: zeros of node.shape, then out[.., idx[i], ..] += src[i] for src and idx of
 /// src_shape (any views); each output element accumulates in index order on one thread.
 Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx,

@@ -193,6 +193,33 @@ Kernel make_update_slice(const ir::Node& node, const Shape& src_shape, bool per_
   };
 }
 
+Kernel make_rotary(const Shape& shape, const View& x, const View& cos, const View& sin, float* out) {
+  const int64_t d = shape.back(), h = d / 2, rows = numel(shape) / std::max<int64_t>(d, 1);
+  const size_t last = shape.size() - 1;
+  return [=] {
+#pragma omp parallel for schedule(static) if (rows * d > (int64_t{1} << 16))
+    for (int64_t r = 0; r < rows; ++r) {
+      // Each operand's offset of row r, from r's coordinates on the leading axes.
+      int64_t off[3] = {0, 0, 0}, rest = r;
+      for (size_t a = last; a-- > 0;) {
+        const int64_t c = rest % shape[a];
+        rest /= shape[a];
+        off[0] += c * x.strides[a], off[1] += c * cos.strides[a], off[2] += c * sin.strides[a];
+      }
+      const float* xr = reinterpret_cast<const float*>(x.data) + off[0];
+      const float* cr = reinterpret_cast<const float*>(cos.data) + off[1];
+      const float* sr = reinterpret_cast<const float*>(sin.data) + off[2];
+      const int64_t xs = x.strides[last], cs = cos.strides[last], ss = sin.strides[last];
+      float* o = out + r * d;
+      for (int64_t i = 0; i < h; ++i) {
+        const float x1 = xr[i * xs], x2 = xr[(i + h) * xs];
+        o[i] = x1 * cr[i * cs] - x2 * sr[i * ss];
+        o[i + h] = x2 * cr[(i + h) * cs] + x1 * sr[(i + h) * ss];
+      }
+    }
+  };
+}
+
 Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx,
                         float* out) {
   const auto axis = static_cast<size_t>(node.attrs.axes[0]);

@@ -105,6 +105,7 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
       return make_reduce(n, shape(0), in(0).data, out.data);
     case Op::kArgmax: return make_argmax(n, shape(0), g.node(n.inputs[0]).dtype, in(0).data, out.data);
     case Op::kCumsum: return make_cumsum(n, in(0).data, out.data);
+    case Op::kRotary: return make_rotary(n.shape, in(0), in(1), in(2), f32(out.data));
     case Op::kUnslice: {
       const auto axis = static_cast<size_t>(n.attrs.axes[0]);
       const auto start = static_cast<int64_t>(n.attrs.values[0]),

@@ -497,6 +497,26 @@ Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, c
   return per_element_kernel(name, params, t, numel(out_shape), narrow, body.str());
 }
 
+Launch rotary_kernel(const std::string& name, const Operand& x, const Operand& cos, const Operand& sin) {
+  const Shape& shape = x.shape;
+  const int64_t d = shape.back(), h = d / 2;
+  const bool narrow = narrow_index(numel(shape), shape, {x.strides, cos.strides, sin.strides});
+  const std::string sfx = narrow ? "u" : "LL";
+  std::ostringstream body;
+  // Element i of a row pairs with i + D/2 (first half, negated) or i − D/2 (second half).
+  body << "    const bool first = i % " << d << sfx << " < " << h << sfx << ";\n";
+  body << "    const IDX p = first ? i + " << h << sfx << " : i - " << h << sfx << ";\n";
+  body << "    const float xp = x[" << strided_offset(shape, x.strides, "p", sfx.c_str()) << "];\n";
+  body << "    return x[" << strided_offset(shape, x.strides, "i", sfx.c_str()) << "] * c["
+       << strided_offset(shape, cos.strides, "i", sfx.c_str()) << "] + (first ? -xp : xp) * s["
+       << strided_offset(shape, sin.strides, "i", sfx.c_str()) << "];\n";
+  return per_element_kernel(
+      name,
+      "const float* __restrict__ x, const float* __restrict__ c, const float* __restrict__ s, "
+      "float* __restrict__ out",
+      "float", numel(shape), narrow, body.str());
+}
+
 Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis,
                       int64_t start, int64_t step) {
   const std::string t = storage_type(in.dtype);

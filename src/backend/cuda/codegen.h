@@ -90,6 +90,9 @@ Launch product_kernel(const std::string& name, const Shape& shape, const std::ve
 /// out (dense, out_shape) = the inputs joined along `axis`. Params: (in0, …, in(k−1), out).
 Launch concat_kernel(const std::string& name, const std::vector<Operand>& ins, const Shape& out_shape,
                      int axis);
+/// out (dense f32) = x·cos + rotate_half(x)·sin over rows of the last axis, the three read
+/// through their strides (the tables broadcast). Params: (const float* x, cos, sin, float* out).
+Launch rotary_kernel(const std::string& name, const Operand& x, const Operand& cos, const Operand& sin);
 /// Slice's adjoint: zeros of out_shape with `in` at positions start, start+step, … along axis.
 /// Params: (const T* in, T* out).
 Launch unslice_kernel(const std::string& name, const Operand& in, const Shape& out_shape, int axis,

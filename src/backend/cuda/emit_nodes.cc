@@ -62,6 +62,9 @@ void Emitter::emit_node(const passes::Step& st) {
       add_kernel({id}, reduce_kernel(kName, op, op_in(0), axes, info_), {{in(0)}, {out}});
       return;
     }
+    case Op::kRotary:
+      add_kernel({id}, rotary_kernel(kName, op_in(0), op_in(1), op_in(2)), {{in(0)}, {in(1)}, {in(2)}, {out}});
+      return;
     case Op::kCumsum:
       add_kernel({id}, cumsum_kernel(kName, op_in(0), static_cast<int>(n.attrs.axes[0]), n.attrs.reverse),
                  {{in(0)}, {out}});

@@ -236,6 +236,16 @@ class RefExecutableImpl final : public RefExecutable {
         for (size_t i = 0; i < count; ++i) out[i] = in(0)[i] != 0.0 ? in(1)[i] : in(2)[i];
         return out;
 
+      case Op::kRotary: {
+        // x·cos + rotate_half(x)·sin; element i of a row pairs with i ± D/2.
+        const size_t d = static_cast<size_t>(n.shape.back()), h = d / 2;
+        for (size_t i = 0; i < count; ++i) {
+          const size_t c = i % d;
+          const double rotated = c < h ? -in(0)[i + h] : in(0)[i - h];
+          out[i] = to_dtype(in(0)[i] * in(1)[i] + rotated * in(2)[i], n.dtype);
+        }
+        return out;
+      }
       case Op::kSum: case Op::kMax: case Op::kMin: case Op::kArgmax:
         return reduce(n, in_node(0).shape, in(0));
       case Op::kCumsum: {
