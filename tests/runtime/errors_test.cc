@@ -82,6 +82,24 @@ TEST(Errors, CumsumRejectsBadAxesAndBool) {
   EXPECT_NE(msg.find("[cumsum] a scalar has no axis 0"), std::string::npos) << msg;
 }
 
+TEST(Errors, RotaryRejectsOddRowsOtherDtypesAndTablesThatDoNotBroadcast) {
+  Tiny m;
+  auto error_of = [&](std::function<tg::Tensor(tg::Tensor)> f, tg::Shape shape) {
+    return message_of<tg::ShapeError>(
+        [&] { tg::compile_forward(m, f, {.inputs = {{"a", shape}}, .device = tg::Device::ref()}); });
+  };
+  std::string msg = error_of([](tg::Tensor a) { return tg::rotary(a, a, a); }, {2, 5});
+  EXPECT_NE(msg.find("[rotary] needs x [..., D] with D even, got [2, 5]"), std::string::npos) << msg;
+  msg = error_of([](tg::Tensor a) { return tg::rotary(a, tg::slice(a, 0, 0, 1), tg::slice(a, 1, 0, 2)); }, {2, 4});
+  EXPECT_NE(msg.find("[rotary]"), std::string::npos) << msg;
+  msg = error_of([](tg::Tensor a) { return tg::rotary(a, tg::ones({3, 4}), tg::ones({3, 4})); }, {2, 4});
+  EXPECT_NE(msg.find("[rotary] cannot broadcast shapes [3, 4] and [2, 4]"), std::string::npos) << msg;
+  msg = error_of([](tg::Tensor a) { return tg::rotary(a, tg::ones({3, 2, 4}), tg::ones({3, 2, 4})); }, {2, 4});
+  EXPECT_NE(msg.find("must broadcast to x [2, 4]"), std::string::npos) << msg;
+  msg = error_of([](tg::Tensor a) { return tg::rotary(tg::cast(a, tg::DType::kI32), a, a); }, {2, 4});
+  EXPECT_NE(msg.find("[rotary] x, cos and sin must be f32"), std::string::npos) << msg;
+}
+
 tg::Program tiny_train(Tiny& m, tg::Device device = tg::Device::cpu()) {
   return tg::compile_train(
       m, [&](tg::Tensor x, tg::Tensor y) { return tg::mean(tg::pow(m.fc(x) - y, 2)); },
