@@ -116,6 +116,9 @@ class Capabilities {
   virtual std::vector<int64_t> norm_backward_scratch(const ir::Graph&, const Step&) const { return {}; }
   /// Whether update_slice writes the rows into its state in place when nothing else reads it.
   virtual bool update_rows_in_place() const { return false; }
+  /// Whether a pair of in-place row updates (update_rows_in_place's sibling) may read its two
+  /// sources through different strides (else they must share them).
+  virtual bool sibling_rows_any_strides() const { return false; }
 };
 
 struct ScheduleOptions {

@@ -235,7 +235,8 @@ bool Scheduler::place_update_rows(int32_t id) {
     size_t vu = 0;
     if (vn.inputs[2] == n.inputs[2] && vn.attrs.axes == n.attrs.axes && placed(vn.inputs[1]) &&
         g_.node(vn.inputs[0]).shape == g_.node(n.inputs[0]).shape && dst2.strides == dst.strides &&
-        g_.node(vn.inputs[1]).shape == g_.node(n.inputs[1]).shape && src2.strides == src.strides &&
+        g_.node(vn.inputs[1]).shape == g_.node(n.inputs[1]).shape &&
+        (caps_.sibling_rows_any_strides() || src2.strides == src.strides) &&
         g_.node(vn.inputs[1]).dtype == g_.node(n.inputs[1]).dtype && in_place(v, vu)) {
       st.fused.sibling = v;
       st.nodes.push_back(v);

@@ -152,9 +152,12 @@ std::vector<cuda::Launch> sample_launches() {
                                         dense(DType::kF32, {4, 12, 1, 64}), dense(DType::kI32, {4}), 2));
   ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}),
                                         dense(DType::kI32, {}), 0));
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}),
-                                        {DType::kF32, {4, 12, 1, 64}, {2304, 64, 2304, 1}},
-                                        dense(DType::kI32, {4}), 2, true));
+  const cuda::Operand qkv_rows{DType::kF32, {4, 12, 1, 64}, {2304, 64, 2304, 1}},
+      rotated_rows = dense(DType::kF32, {4, 12, 1, 64});
+  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), qkv_rows,
+                                        dense(DType::kI32, {4}), 2, &qkv_rows));
+  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), rotated_rows,
+                                        dense(DType::kI32, {4}), 2, &qkv_rows));
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kF32, {300, 32}),
                                         {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0));
   ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}),

@@ -54,9 +54,12 @@ std::vector<Instance> template_instances() {
   add("gather", cuda::gather_kernel("gather", dense(f32, {50, 64}), {i32, {200, 64}, {1, 0}}, 0));
   add("update_slice", cuda::update_slice_kernel("update_slice", dense(f32, {4, 12, 64, 64}),
                                                 dense(f32, {4, 12, 1, 64}), dense(i32, {4}), 2));
-  add("update_rows pair",
-      cuda::update_rows_kernel("update_rows", dense(f32, {4, 12, 64, 64}),
-                               {f32, {4, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(i32, {4}), 2, true));
+  const cuda::Operand qkv_rows{f32, {4, 12, 1, 64}, {2304, 64, 2304, 1}};
+  add("update_rows pair", cuda::update_rows_kernel("update_rows", dense(f32, {4, 12, 64, 64}), qkv_rows,
+                                                   dense(i32, {4}), 2, &qkv_rows));
+  add("update_rows pair, sources laid out apart",
+      cuda::update_rows_kernel("update_rows", dense(f32, {4, 12, 64, 64}), dense(f32, {4, 12, 1, 64}),
+                               dense(i32, {4}), 2, &qkv_rows));
   add("scatter_add",
       cuda::scatter_add_kernel("scatter_add", dense(f32, {300, 32}), {i32, {300, 32}, {1, 0}}, {50, 32}, 0));
   add("random", cuda::random_kernel("random", 1001, 0x123456789abcdefull));

@@ -74,6 +74,7 @@ class CudaCapabilities final : public passes::Capabilities {
   bool norm_backward(const ir::Graph& g, int32_t id) const override;
   std::vector<int64_t> norm_backward_scratch(const ir::Graph& g, const passes::Step& st) const override;
   bool update_rows_in_place() const override { return true; }
+  bool sibling_rows_any_strides() const override { return true; }
 
  private:
   passes::NodeLayout attention_layout(const ir::Graph& g, int32_t id,

@@ -2,6 +2,7 @@
 // and the fused steps the schedule made (norms with their affine or gradient neighbours,
 // KV-cache rows, attention, the selective scan).
 #include <algorithm>
+#include <optional>
 
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/emit.h"
@@ -202,10 +203,12 @@ void Emitter::emit_update_slice(const passes::Step& st) {
   std::vector<Arg> args;
   for (const passes::Place& p : st.in) args.push_back({place(p)});
   args.push_back(kErr);
-  const bool pair = st.fused.sibling >= 0;
+  std::optional<Operand> src2;
+  if (st.fused.sibling >= 0) src2 = operand(st.in[3], g_.node(st.fused.sibling).inputs[1]);
   add_kernel(st.nodes,
              update_rows_kernel(kName, operand(st.in[2], n.inputs[0]), operand(st.in[0], n.inputs[1]),
-                                operand(st.in[1], n.inputs[2]), static_cast<int>(n.attrs.axes[0]), pair),
+                                operand(st.in[1], n.inputs[2]), static_cast<int>(n.attrs.axes[0]),
+                                src2 ? &*src2 : nullptr),
              std::move(args));
 }
 

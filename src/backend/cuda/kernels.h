@@ -60,10 +60,11 @@ Launch update_slice_kernel(const std::string& name, const Operand& dst, const Op
                            const Operand& pos, int axis);
 /// update_slice in place: only src's rows are written into dst (dense) at the offsets; an
 /// offset out of range sets *err and writes nothing. Params: (const T* src, const int* pos, T* dst, int*
-/// err). `pair`: a second (src2, dst2) with the same shapes and strides at the same offsets (a layer's K and
-/// V caches) in the same launch; params (src, pos, dst, src2, dst2, err).
+/// err). `src2`: a second (src2, dst2) pair in the same launch, at the same offsets, dst2 laid out as dst
+/// and src2 of src's shape through its own strides (a layer's K and V caches); params (src, pos, dst, src2,
+/// dst2, err).
 Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos,
-                          int axis, bool pair = false);
+                          int axis, const Operand* src2 = nullptr);
 /// out (already zeroed by the executable, dense over out_shape) += src scattered along axis
 /// by idx (see ops.def ScatterAdd). f32 or i32. Params: (const T* src, const int* idx, T* out, int* err).
 Launch scatter_add_kernel(const std::string& name, const Operand& src, const Operand& idx,

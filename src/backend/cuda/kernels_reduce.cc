@@ -405,7 +405,8 @@ namespace {
 /// the rows [p, p + len) of the axis, else from dst) and update_rows_kernel (in_place: one
 /// thread per element of src, written into dst's rows). p: the offset of the element's row.
 Launch update_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos,
-                     int axis, bool in_place, bool pair = false) {
+                     int axis, bool in_place, const Operand* src2 = nullptr) {
+  const bool pair = src2 != nullptr;
   check_operand(dst, "update_slice_kernel");
   check_operand(src, "update_slice_kernel");
   const Operand& walked = in_place ? src : dst;
@@ -427,10 +428,16 @@ Launch update_kernel(const std::string& name, const Operand& dst, const Operand&
   s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
        "; i += (long long)gridDim.x * blockDim.x) {\n";
   // ca: the element's coordinate on the axis; every other coordinate moves dst and src alike.
-  s += "    long long rest = i, d_off = 0, s_off = 0, ca = 0;\n";
-  std::vector<int64_t> ds = dst.strides, ss = src.strides;
-  ds[ax] = ss[ax] = 0;
-  s += decompose("rest", walked.shape, axis, "ca", {{"d_off", ds}, {"s_off", ss}});
+  s += std::string("    long long rest = i, d_off = 0, s_off = 0, ") + (pair ? "s2_off = 0, " : "") +
+       "ca = 0;\n";
+  std::vector<int64_t> ds = dst.strides, ss = src.strides, ss2 = pair ? src2->strides : src.strides;
+  ds[ax] = ss[ax] = ss2[ax] = 0;
+  s += decompose(
+      "rest", walked.shape, axis, "ca",
+      pair ? std::vector<std::pair<std::string, std::vector<int64_t>>>{{"d_off", ds},
+                                                                       {"s_off", ss},
+                                                                       {"s2_off", ss2}}
+           : std::vector<std::pair<std::string, std::vector<int64_t>>>{{"d_off", ds}, {"s_off", ss}});
   if (!pos.shape.empty())
     s += "    const long long row = i / " + ll(n / std::max<int64_t>(walked.shape[0], 1)) + ";\n";
   s += "    const int p = pos[" + (pos.shape.empty() ? std::string("0") : "row * " + ll(pos.strides[0])) +
@@ -441,8 +448,8 @@ Launch update_kernel(const std::string& name, const Operand& dst, const Operand&
     s += "    if (!bad) dst[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src[s_off + ca * " +
          ll(src.strides[ax]) + "];\n";
     if (pair)
-      s += "    if (!bad) dst2[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src2[s_off + ca * " +
-           ll(src.strides[ax]) + "];\n";
+      s += "    if (!bad) dst2[d_off + (p + ca) * " + ll(dst.strides[ax]) + "] = src2[s2_off + ca * " +
+           ll(src2->strides[ax]) + "];\n";
   } else {
     s += "    const T old = dst[d_off + ca * " + ll(dst.strides[ax]) + "];\n";
     s += "    out[i] = !bad && ca >= p && ca < p + " + ll(len) + " ? src[s_off + (ca - p) * " +
@@ -461,8 +468,8 @@ Launch update_slice_kernel(const std::string& name, const Operand& dst, const Op
 }
 
 Launch update_rows_kernel(const std::string& name, const Operand& dst, const Operand& src, const Operand& pos,
-                          int axis, bool pair) {
-  return update_kernel(name, dst, src, pos, axis, true, pair);
+                          int axis, const Operand* src2) {
+  return update_kernel(name, dst, src, pos, axis, true, src2);
 }
 
 // Two schemes. Column (deterministic, no atomics): one thread per position of the non-scatter
