@@ -60,6 +60,12 @@ std::vector<Instance> template_instances() {
   add("update_rows pair, sources laid out apart",
       cuda::update_rows_kernel("update_rows", dense(f32, {4, 12, 64, 64}), dense(f32, {4, 12, 1, 64}),
                                dense(i32, {4}), 2, &qkv_rows));
+  add("rotary of a qkv view, tables broadcast",
+      cuda::rotary_kernel("rotary", {f32, {1, 16, 1, 64}, {2560, 64, 2560, 1}},
+                          {f32, {1, 16, 1, 64}, {0, 0, 64, 1}}, {f32, {1, 16, 1, 64}, {0, 0, 64, 1}}));
+  add("rotary odd count, 64-bit offsets",
+      cuda::rotary_kernel("rotary", dense(f32, {3, 1 << 30, 2}), dense(f32, {3, 1 << 30, 2}),
+                          dense(f32, {3, 1 << 30, 2})));
   add("scatter_add",
       cuda::scatter_add_kernel("scatter_add", dense(f32, {300, 32}), {i32, {300, 32}, {1, 0}}, {50, 32}, 0));
   add("random", cuda::random_kernel("random", 1001, 0x123456789abcdefull));

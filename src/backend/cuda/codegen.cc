@@ -502,17 +502,17 @@ Launch rotary_kernel(const std::string& name, const Operand& x, const Operand& c
   const int64_t d = shape.back(), h = d / 2;
   const bool narrow = narrow_index(numel(shape), shape, {x.strides, cos.strides, sin.strides});
   const std::string sfx = narrow ? "u" : "LL";
-  std::ostringstream body;
+  std::ostringstream body;  // (per_element_kernel's own locals are a, b, c, d, i, q)
   // Element i of a row pairs with i + D/2 (first half, negated) or i − D/2 (second half).
   body << "    const bool first = i % " << d << sfx << " < " << h << sfx << ";\n";
   body << "    const IDX p = first ? i + " << h << sfx << " : i - " << h << sfx << ";\n";
-  body << "    const float xp = x[" << strided_offset(shape, x.strides, "p", sfx.c_str()) << "];\n";
-  body << "    return x[" << strided_offset(shape, x.strides, "i", sfx.c_str()) << "] * c["
-       << strided_offset(shape, cos.strides, "i", sfx.c_str()) << "] + (first ? -xp : xp) * s["
+  body << "    const float xp = rx[" << strided_offset(shape, x.strides, "p", sfx.c_str()) << "];\n";
+  body << "    return rx[" << strided_offset(shape, x.strides, "i", sfx.c_str()) << "] * rc["
+       << strided_offset(shape, cos.strides, "i", sfx.c_str()) << "] + (first ? -xp : xp) * rs["
        << strided_offset(shape, sin.strides, "i", sfx.c_str()) << "];\n";
   return per_element_kernel(
       name,
-      "const float* __restrict__ x, const float* __restrict__ c, const float* __restrict__ s, "
+      "const float* __restrict__ rx, const float* __restrict__ rc, const float* __restrict__ rs, "
       "float* __restrict__ out",
       "float", numel(shape), narrow, body.str());
 }
