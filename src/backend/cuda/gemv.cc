@@ -39,12 +39,6 @@ bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOpera
 
 namespace {
 
-/// The staged kernel's split of a column over warps, or 0 for the direct kernel. The staged
-/// kernel pays for its copy of the rows with one statistics pass per block (a direct kernel's
-/// warps each recompute a norm's) and with more weight bytes in flight: it is taken for normed
-/// rows, and for products too large for one wave of the direct kernel. Its split keeps each
-/// lane's loads of a column slice within kMaxLoads, then grows while the grid is under
-/// kBlocksPerSm blocks an SM and each slice still spans a load per lane.
 /// The direct kernel's warps per column: enough blocks to cover the GPU's SMs twice.
 int direct_split(int64_t n, int64_t k, int sm_count) {
   int ks = 1;
@@ -52,6 +46,13 @@ int direct_split(int64_t n, int64_t k, int sm_count) {
   return ks;
 }
 
+/// The staged kernel's split of a column over warps, or 0 for the direct kernel. The staged
+/// kernel pays for its copy of the rows with one statistics pass per block (a direct kernel's
+/// warps each recompute a norm's) and keeps more weight bytes in flight; the direct kernel is
+/// taken only for products without a norm whose grid is one resident wave of three to four
+/// blocks an SM (its occupancy), where it measured faster in decode steps. The staged split
+/// keeps each lane's loads of a column slice within kMaxLoads, then grows while the grid is
+/// under kBlocksPerSm blocks an SM and each slice still spans a load per lane.
 int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_count, int ks) {
   constexpr int kMaxLoads = 4;
   if (k % vpl != 0 || m * k > kStagedFloats) return 0;
@@ -59,7 +60,10 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
   ks = 1;
   while (ks <= kWarps && k > int64_t{ks} * 32 * vpl * kMaxLoads) ks *= 2;
   if (ks > kWarps) return 0;
-  if (!norm && (n * direct_split(n, k, sm_count) + kWarps - 1) / kWarps <= 4 * sm_count) return 0;
+  if (!norm) {
+    const int64_t direct_grid = (n * direct_split(n, k, sm_count) + kWarps - 1) / kWarps;
+    if (direct_grid >= 3 * sm_count && direct_grid <= 4 * sm_count) return 0;
+  }
   while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < kBlocksPerSm * sm_count && k / (ks * 2) >= 32 * vpl)
     ks *= 2;
   return ks;
