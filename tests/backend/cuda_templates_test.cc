@@ -128,6 +128,12 @@ std::vector<Instance> template_instances() {
   add("gemv bf16 W and x",
       cuda::gemv_kernel("gemv_bf16", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0},
                         {true, true, true}, 0, kSms, {}, 0, {.a_bf16 = true, .b_bf16 = true}));
+  // Products without a norm whose direct grid is one resident wave take the direct kernel.
+  add("gemv direct", cuda::gemv_kernel("gemv_direct", 1, 2048, 2048, {1, 2048, 2048, 1, 0},
+                                       {2048, 2048, 1, 2048, 0}, {false, true, false}, 0, kSms));
+  add("gemv direct bf16 W",
+      cuda::gemv_kernel("gemv_direct_bf16", 1, 2048, 2048, {1, 2048, 2048, 1, 0}, {2048, 2048, 1, 2048, 0},
+                        {false, true, false}, 0, kSms, {}, 0, {.b_bf16 = true, .round_a = true}));
   add("gemv bf16 unaligned",
       cuda::gemv_kernel("gemv_bf16_odd", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
                         {false, false, false}, 1024, kSms, {}, 0, {.b_bf16 = true, .round_a = true}));
