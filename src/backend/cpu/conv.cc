@@ -260,52 +260,37 @@ bool tiling(const WindowGeom& g) {
 }
 
 /// max_pool2d over tiling windows, one plane: y, or (dy given) dx with dy at each window's
-/// first maximum and 0 elsewhere (including the rows and columns no window covers). A row of
-/// windows goes kChunk outputs at a time, tap by tap, so that the compare-and-select chains of
-/// different outputs are independent and the loads of a tap are one strided sweep of a row
-/// (KW > 0: the window width as a constant, so that the sweep vectorises; 0: g.win.kw).
-template <int KW>
-void max_pool_tiling(const WindowGeom& g, const float* x, const float* dy, float* out) {
-  constexpr int64_t kChunk = 256;
-  const int64_t kh = g.win.kh, kw = KW > 0 ? KW : g.win.kw, w = g.w;
-  float bv[kChunk];
-  int32_t best[kChunk];  // the tap (a·kw + b) of each output's maximum so far
-  for (int64_t i = 0; i < g.oh; ++i)
-    for (int64_t j0 = 0; j0 < g.ow; j0 += kChunk) {
-      const int64_t n = std::min(kChunk, g.ow - j0);
-      const float* base = x + i * kh * w + j0 * kw;
-      for (int64_t l = 0; l < n; ++l) bv[l] = base[l * kw], best[l] = 0;
-      for (int64_t a = 0; a < kh; ++a)
-        for (int64_t b = 0; b < kw; ++b) {
-          if (a == 0 && b == 0) continue;
-          const float* p = base + a * w + b;
-          const auto tap = static_cast<int32_t>(a * kw + b);
-          for (int64_t l = 0; l < n; ++l) {
-            // Take v when it is larger or a NaN, unless a NaN was taken already (branch-free).
-            const float v = p[l * kw];
-            const bool take = bv[l] == bv[l] && !(v <= bv[l]);
-            bv[l] = take ? v : bv[l];
-            best[l] = take ? tap : best[l];
-          }
+/// first maximum and 0 elsewhere (including the rows and columns no window covers). `corner`
+/// holds each output's window's first element (i·kh·W + j·kw). Outputs go 64 at a time, tap by
+/// tap, so that the compare-and-select chains of different outputs are independent (one
+/// output's taps form a serial chain), whatever the plane's width.
+void max_pool_tiling(const WindowGeom& g, const int32_t* corner, const float* x, const float* dy,
+                     float* out) {
+  constexpr int64_t kLanes = 64;
+  const int64_t kh = g.win.kh, kw = g.win.kw, outputs = g.oh * g.ow;
+  if (dy != nullptr) std::fill(out, out + g.h * g.w, 0.f);
+  float bv[kLanes];
+  int32_t best[kLanes];
+  for (int64_t o0 = 0; o0 < outputs; o0 += kLanes) {
+    const int64_t lanes = std::min(kLanes, outputs - o0);
+    const int32_t* at = corner + o0;
+    for (int64_t l = 0; l < lanes; ++l) bv[l] = x[at[l]], best[l] = at[l];
+    for (int64_t a = 0; a < kh; ++a)
+      for (int64_t b = 0; b < kw; ++b) {
+        const auto tap = static_cast<int32_t>(a * g.w + b);
+        for (int64_t l = 0; l < lanes; ++l) {
+          // Take v when it is larger or a NaN, unless a NaN was taken already (branch-free).
+          const float v = x[at[l] + tap];
+          const bool take = bv[l] == bv[l] && !(v <= bv[l]);
+          bv[l] = take ? v : bv[l];
+          best[l] = take ? at[l] + tap : best[l];
         }
-      if (dy == nullptr) {
-        std::copy(bv, bv + n, out + i * g.ow + j0);
-        continue;
       }
-      // Every element of these windows: dy at the window's maximum, else 0.
-      const float* d = dy + i * g.ow + j0;
-      for (int64_t a = 0; a < kh; ++a)
-        for (int64_t b = 0; b < kw; ++b) {
-          float* q = out + (i * kh + a) * w + j0 * kw + b;
-          const auto tap = static_cast<int32_t>(a * kw + b);
-          for (int64_t l = 0; l < n; ++l) q[l * kw] = best[l] == tap ? d[l] : 0.f;
-        }
-    }
-  if (dy == nullptr) return;
-  // The rows and columns no window covers.
-  const int64_t rows = g.oh * kh, cols = g.ow * kw;
-  for (int64_t r = 0; r < rows && cols < w; ++r) std::fill(out + r * w + cols, out + (r + 1) * w, 0.f);
-  std::fill(out + rows * w, out + g.h * w, 0.f);
+    if (dy == nullptr)
+      std::copy(bv, bv + lanes, out + o0);
+    else
+      for (int64_t l = 0; l < lanes; ++l) out[best[l]] = dy[o0 + l];
+  }
 }
 
 /// Sum of the window of output (i, j) in plane x (or, with dx, adds v to each of its
@@ -361,19 +346,19 @@ Kernel make_window(const ir::Node& node, const WindowGeom& g, DType dtype, const
     case Op::kMaxPool2d:
     case Op::kMaxPool2dGrad:
       if (tiling(g)) {
-        return [=] {
+        std::vector<int32_t> corner(static_cast<size_t>(oplane));
+        for (int64_t i = 0; i < g.oh; ++i)
+          for (int64_t j = 0; j < g.ow; ++j)
+            corner[static_cast<size_t>(i * g.ow + j)] =
+                static_cast<int32_t>(i * g.win.kh * g.w + j * g.win.kw);
+        return [=, corner = std::move(corner)] {
           const auto* x = reinterpret_cast<const float*>(a);
           const auto* dy = reinterpret_cast<const float*>(b);  // null forward
           const int64_t planes = g.n * g.c;
 #pragma omp parallel for schedule(static) if (planes * plane > (int64_t{1} << 15))
-          for (int64_t pl = 0; pl < planes; ++pl) {
-            const float* dyp = dy ? dy + pl * oplane : nullptr;
-            float* o = out + pl * (dy ? plane : oplane);
-            if (g.win.kw == 2)
-              max_pool_tiling<2>(g, x + pl * plane, dyp, o);
-            else
-              max_pool_tiling<0>(g, x + pl * plane, dyp, o);
-          }
+          for (int64_t pl = 0; pl < planes; ++pl)
+            max_pool_tiling(g, corner.data(), x + pl * plane, dy ? dy + pl * oplane : nullptr,
+                            out + pl * (dy ? plane : oplane));
         };
       }
       if (node.op == Op::kMaxPool2dGrad) break;
