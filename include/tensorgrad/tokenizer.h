@@ -1,15 +1,23 @@
-// Byte-level BPE tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as
-// the `tokenizers` library does for GPT-2 and Llama-3 style models:
+// BPE tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as the
+// `tokenizers` library does for GPT-2 and Llama 3 style (byte-level) and Llama 2 style
+// (SentencePiece-style) models:
 //
 //   tg::Tokenizer tok = tg::Tokenizer::load("models/gpt2");   // or ".../tokenizer.json"
 //   std::vector<int32_t> ids = tok.encode("Hello world");     // {15496, 995} for GPT-2
 //   std::string text = tok.decode(ids);                       // "Hello world"
 //
 // What a file may hold: model "BPE" (merges in either form, "a b" or ["a", "b"]; ignore_merges;
-// unk_token), no normalizer, the ByteLevel decoder, and as pre-tokenizer either ByteLevel
-// (add_prefix_space, use_regex: GPT-2's regex) or a Sequence of a Split on GPT-2's or Llama 3's
-// regex (behavior Isolated) then ByteLevel. Anything else is a TokenizerError naming the file and
-// what it found. Truncation and padding settings are not applied.
+// unk_token), and either
+//   - byte-level: no normalizer, the ByteLevel decoder, and as pre-tokenizer either ByteLevel
+//     (add_prefix_space, use_regex: GPT-2's regex) or a Sequence of a Split on GPT-2's or
+//     Llama 3's regex (behavior Isolated) then ByteLevel; or
+//   - SentencePiece-style (byte_fallback, fuse_unk): spaces spelled "▁" by a normalizer
+//     (Prepend("▁") and Replace(" ", "▁"): every segment between added tokens starts with a "▁")
+//     or by the Metaspace pre-tokenizer (prepend_scheme always / first / never, split); the
+//     decoder Metaspace or Replace("▁", " ") with ByteFallback, Fuse and Strip. A character
+//     outside the vocabulary becomes the <0xXX> tokens of its bytes (byte_fallback), else unk.
+// Anything else is a TokenizerError naming the file and what it found. Truncation and padding
+// settings are not applied.
 //
 // Added tokens (the file's "added_tokens") are found in the text before anything else, longest
 // match first, and become their own ids, as `tokenizers` does: "a<|endoftext|>b" is "a", the
@@ -22,9 +30,10 @@
 //
 // decode returns the bytes the tokens stand for. `tokenizers` replaces bytes that are not valid
 // UTF-8 (a multi-byte character cut between ids, or text that was never UTF-8) with U+FFFD;
-// here they are kept, so decode(encode(s)) == s for every string s. Text that is not valid UTF-8
-// is encoded as the bytes it is (each invalid byte a symbol that is neither letter, number nor
-// space).
+// here they are kept, so decode(encode(s)) == s for every string s with byte-level files, and
+// with SentencePiece-style ones whose encoding keeps every space (the Prepend/Replace
+// normalizer's). Text that is not valid UTF-8 is encoded as the bytes it is (each invalid byte a
+// symbol that is neither letter, number nor space).
 #pragma once
 #include <cstdint>
 #include <memory>

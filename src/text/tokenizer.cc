@@ -3,6 +3,8 @@
 // (Split regex, prefix space, ByteLevel regex, bytes spelled in the byte-level alphabet), each
 // word is merged by BPE, and the post-processor's special tokens go around the result.
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <limits>
 
 #include "tensorgrad/errors.h"
@@ -14,10 +16,12 @@ namespace {
 
 using Impl = Tokenizer::Impl;
 
-// A stretch of the text: an added token's id, or text still to tokenize.
+// A stretch of the text: an added token's id, or text still to tokenize (at_start: it begins
+// the text, for Metaspace's prepend_scheme "first").
 struct Segment {
   std::string_view text;
   std::optional<int32_t> added_id;
+  bool at_start = false;
 };
 
 bool space_at(std::string_view s, size_t offset) {
@@ -64,8 +68,48 @@ void split_added(const Impl& t, std::string_view s, bool normalized, std::vector
   if (done < s.size()) out.push_back({s.substr(done), std::nullopt});
 }
 
-// The ids of one word (a byte-level string): start from its characters, then repeatedly merge
-// the adjacent pair of lowest rank (the leftmost of equals) until no pair has a merge.
+// Merges `symbols` by BPE: repeatedly the adjacent pair of lowest rank (the leftmost of
+// equals) becomes its merged token, until no pair has a merge. A heap of candidate pairs over a
+// linked list of the symbols, entries checked when popped: O(n log n) in the word's length (a
+// SentencePiece-style file makes a whole line one word).
+void merge(const Impl& t, std::vector<int32_t>& symbols) {
+  const auto n = static_cast<int32_t>(symbols.size());
+  if (n < 2) return;
+  std::vector<int32_t> next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+  for (int32_t k = 0; k < n; ++k) next[k] = k + 1 < n ? k + 1 : -1, prev[k] = k - 1;
+  struct Candidate {
+    int32_t rank, pos, left, right;  // the pair (left, right) starting at symbol `pos`
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Candidate> heap;
+  auto push = [&](int32_t pos) {
+    if (pos < 0 || next[pos] < 0) return;
+    auto it = t.merges.find(Impl::pair_key(symbols[pos], symbols[next[pos]]));
+    if (it == t.merges.end()) return;
+    heap.push_back({it->second.rank, pos, symbols[pos], symbols[next[pos]]});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  for (int32_t k = 0; k + 1 < n; ++k) push(k);
+  std::vector<bool> dead(static_cast<size_t>(n), false);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const Candidate c = heap.back();
+    heap.pop_back();
+    const int32_t right = next[c.pos];
+    if (dead[c.pos] || right < 0 || symbols[c.pos] != c.left || symbols[right] != c.right) continue;
+    symbols[c.pos] = t.merges.at(Impl::pair_key(c.left, c.right)).id;
+    dead[right] = true;
+    next[c.pos] = next[right];
+    if (next[right] >= 0) prev[next[right]] = c.pos;
+    push(prev[c.pos]);
+    push(c.pos);
+  }
+  std::vector<int32_t> out;
+  for (int32_t k = 0; k >= 0; k = next[k]) out.push_back(symbols[k]);
+  symbols = std::move(out);
+}
+
+// The ids of one word (a byte-level string): its characters, merged.
 std::vector<int32_t> bpe(const Impl& t, const std::string& word) {
   if (t.ignore_merges) {
     if (auto it = t.ids.find(word); it != t.ids.end()) return {it->second};
@@ -79,33 +123,50 @@ std::vector<int32_t> bpe(const Impl& t, const std::string& word) {
       symbols.push_back(*t.unk_id);
     }  // else dropped, as `tokenizers` does without an unk_token
   }
-  while (symbols.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max(), best_id = -1;
-    size_t best_pos = 0;
-    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-      auto it = t.merges.find(Impl::pair_key(symbols[k], symbols[k + 1]));
-      if (it != t.merges.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank, best_id = it->second.id, best_pos = k;
-      }
-    }
-    if (best_id < 0) break;
-    symbols[best_pos] = best_id;
-    symbols.erase(symbols.begin() + best_pos + 1);
+  merge(t, symbols);
+  return symbols;
+}
+
+// The ids of one SentencePiece-style word (UTF-8 with "▁" for spaces): each character its token,
+// else its bytes' <0xXX> tokens (byte_fallback, when all exist), else unk (runs of unk fused
+// into one with fuse_unk), then merged.
+std::vector<int32_t> bpe_sentencepiece(const Impl& t, const std::string& word) {
+  if (t.ignore_merges) {
+    if (auto it = t.ids.find(word); it != t.ids.end()) return {it->second};
   }
+  std::vector<int32_t> symbols;
+  for (const auto& unit : text::decode_utf8(word)) {
+    if (auto it = t.ids.find(word.substr(unit.offset, unit.size)); it != t.ids.end()) {
+      symbols.push_back(it->second);
+      continue;
+    }
+    bool bytes = t.byte_fallback;
+    for (uint32_t b = 0; bytes && b < unit.size; ++b)
+      bytes = t.byte_ids[static_cast<uint8_t>(word[unit.offset + b])] >= 0;
+    if (bytes) {
+      for (uint32_t b = 0; b < unit.size; ++b)
+        symbols.push_back(t.byte_ids[static_cast<uint8_t>(word[unit.offset + b])]);
+    } else if (t.unk_id && !(t.fuse_unk && !symbols.empty() && symbols.back() == *t.unk_id)) {
+      symbols.push_back(*t.unk_id);
+    }
+  }
+  merge(t, symbols);
   return symbols;
 }
 
 void encode_word(const Impl& t, std::string_view bytes, std::vector<int32_t>& ids) {
-  const std::string word = text::to_byte_level(bytes);
-  {
+  const std::string word = t.sentencepiece ? std::string(bytes) : text::to_byte_level(bytes);
+  const bool cached = word.size() <= 256;  // a SentencePiece-style line is one word: not kept
+  if (cached) {
     std::lock_guard lock(t.cache_mutex);
     if (auto it = t.cache.find(word); it != t.cache.end()) {
       ids.insert(ids.end(), it->second.begin(), it->second.end());
       return;
     }
   }
-  std::vector<int32_t> word_ids = bpe(t, word);
+  std::vector<int32_t> word_ids = t.sentencepiece ? bpe_sentencepiece(t, word) : bpe(t, word);
   ids.insert(ids.end(), word_ids.begin(), word_ids.end());
+  if (!cached) return;
   std::lock_guard lock(t.cache_mutex);
   if (t.cache.size() >= 100000) t.cache.clear();  // bounded: a long stream of unseen words
   t.cache.emplace(word, std::move(word_ids));
@@ -122,6 +183,31 @@ void encode_piece(const Impl& t, std::string_view piece, std::vector<int32_t>& i
   for (std::string_view word : text::split(piece, text::SplitPattern::kGpt2)) encode_word(t, word, ids);
 }
 
+// `s` with every " " spelled as `meta`.
+std::string replace_spaces(const Impl& t, std::string_view s) {
+  std::string out;
+  for (char c : s) c == ' ' ? out += t.meta : out += c;
+  return out;
+}
+
+// The Metaspace pre-tokenizer on one segment (spaces as "▁", the prefix, the split into words
+// that each begin at a "▁"), then BPE per word. Without Metaspace the normalizer has already
+// spelled the segment and it is one word.
+void encode_sentencepiece(const Impl& t, std::string_view segment, bool at_start, std::vector<int32_t>& ids) {
+  if (!t.metaspace) return encode_word(t, segment, ids);
+  std::string s = replace_spaces(t, segment);
+  using P = Impl::Prepend;
+  const bool prepend = t.metaspace_prepend == P::kAlways || (t.metaspace_prepend == P::kFirst && at_start);
+  if (prepend && !s.starts_with(t.meta)) s = t.meta + s;
+  if (!t.metaspace_split) return encode_word(t, s, ids);
+  size_t begin = 0;
+  for (size_t at = s.find(t.meta, 1); at != std::string::npos; at = s.find(t.meta, at + t.meta.size())) {
+    encode_word(t, std::string_view(s).substr(begin, at - begin), ids);
+    begin = at;
+  }
+  if (begin < s.size()) encode_word(t, std::string_view(s).substr(begin), ids);
+}
+
 const Impl& checked(const std::shared_ptr<const Impl>& impl) {
   if (!impl) throw InputError("[Tokenizer] used before Tokenizer::load");
   return *impl;
@@ -131,22 +217,36 @@ const Impl& checked(const std::shared_ptr<const Impl>& impl) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   const Impl& t = checked(impl_);
-  // Added tokens matched on the raw text first, then those matched after normalization (there
-  // is no normalizer here, so the second pass sees the same text).
+  // Added tokens matched on the raw text first, then, after each remaining segment is normalized
+  // (SentencePiece-style files: "▁" prepended, spaces spelled "▁"), those matched on that.
   std::vector<Segment> raw, segments;
   split_added(t, text, /*normalized=*/false, raw);
+  std::deque<std::string> normalized;  // the normalized segments' storage (stable addresses)
   for (const Segment& s : raw) {
     if (s.added_id) {
       segments.push_back(s);
-    } else {
-      split_added(t, s.text, /*normalized=*/true, segments);
+      continue;
     }
+    std::string_view view = s.text;
+    if (t.normalize_prepend || t.normalize_replace) {
+      std::string& n =
+          normalized.emplace_back(t.normalize_replace ? replace_spaces(t, s.text) : std::string(s.text));
+      if (t.normalize_prepend && !n.empty()) n = t.meta + n;
+      view = n;
+    }
+    const size_t first = segments.size();
+    split_added(t, view, /*normalized=*/true, segments);
+    const bool at_start = s.text.data() == text.data();
+    for (size_t k = first; k < segments.size(); ++k)
+      segments[k].at_start = at_start && !segments[k].added_id && segments[k].text.data() == view.data();
   }
   std::vector<int32_t> ids;
   if (add_special) ids = t.prefix;
   for (const Segment& s : segments) {
     if (s.added_id) {
       ids.push_back(*s.added_id);
+    } else if (t.sentencepiece) {
+      if (!s.text.empty()) encode_sentencepiece(t, s.text, s.at_start, ids);
     } else if (t.split_pattern) {
       for (std::string_view piece : text::split(s.text, *t.split_pattern)) encode_piece(t, piece, ids);
     } else if (!s.text.empty()) {
@@ -157,8 +257,42 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
   return ids;
 }
 
+namespace {
+
+// SentencePiece-style decoding: "▁" read as a space, <0xXX> tokens as their byte (when the
+// model has byte_fallback), then the leading spaces the encoder's prefix added stripped.
+std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<const int32_t> ids,
+                                 bool skip_special) {
+  std::string out;
+  for (int32_t id : ids) {
+    const std::string& token = tok.id_to_token(id);
+    if (skip_special && t.special[id]) continue;
+    if (t.byte_fallback && token.size() == 6 && token.starts_with("<0x") && token.back() == '>') {
+      const int b = std::stoi(token.substr(3, 2), nullptr, 16);
+      if (t.byte_ids[static_cast<size_t>(b)] == id) {
+        out += static_cast<char>(b);
+        continue;
+      }
+    }
+    for (size_t at = 0; at < token.size();) {
+      if (token.compare(at, t.meta.size(), t.meta) == 0) {
+        out += ' ';
+        at += t.meta.size();
+      } else {
+        out += token[at++];
+      }
+    }
+  }
+  size_t strip = 0;
+  while (strip < static_cast<size_t>(t.strip_start) && strip < out.size() && out[strip] == ' ') ++strip;
+  return out.substr(strip);
+}
+
+}  // namespace
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   const Impl& t = checked(impl_);
+  if (t.sentencepiece) return decode_sentencepiece(*this, t, ids, skip_special);
   // The byte-level alphabet backwards: character → byte.
   static const std::unordered_map<char32_t, uint8_t> char_to_byte = [] {
     std::unordered_map<char32_t, uint8_t> m;

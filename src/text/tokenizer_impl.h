@@ -41,6 +41,25 @@ struct Tokenizer::Impl {
   bool add_prefix_space = false;  // a piece that does not start with " " gets one
   bool byte_level_regex = true;   // ByteLevel splits each piece on GPT-2's regex
 
+  // SentencePiece-style BPE (Llama 2, Mistral, TinyLlama) instead of byte-level: words are spelled
+  // in their own UTF-8 with spaces as `meta` ("▁"); a character outside the vocabulary becomes
+  // the <0xXX> tokens of its bytes (byte_fallback), else unk (consecutive ones fused: fuse_unk).
+  bool sentencepiece = false;
+  bool byte_fallback = false, fuse_unk = false;
+  std::vector<int32_t> byte_ids = std::vector<int32_t>(256, -1);  // <0xXX> → id; -1: none
+  std::string meta = "\xe2\x96\x81";                              // "▁"
+  // The normalizer (legacy files): `meta` before every non-empty segment, spaces replaced.
+  bool normalize_prepend = false, normalize_replace = false;
+  // The Metaspace pre-tokenizer (newer files): spaces replaced, `meta` prepended to a segment
+  // not starting with it (always, or only to the one at the text's start), optionally split
+  // into words that each begin at a `meta`.
+  enum class Prepend { kAlways, kFirst, kNever };
+  bool metaspace = false, metaspace_split = false;
+  Prepend metaspace_prepend = Prepend::kAlways;
+  // The decoder: `meta` read as a space, then up to strip_start leading spaces of the text
+  // removed (Strip's start, or Metaspace's prepend) — the prefix encoding added.
+  int strip_start = 0;
+
   // What encode(…, add_special = true) puts around the ids (TemplateProcessing's "single").
   std::vector<int32_t> prefix, suffix;
   std::optional<int32_t> bos, eos;

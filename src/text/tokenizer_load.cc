@@ -1,6 +1,7 @@
 // Reads a Hugging Face tokenizer.json into a Tokenizer::Impl, checking that every part of the
 // pipeline is one this tokenizer implements (see tokenizer.h) and naming what it found if not.
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -52,14 +53,15 @@ void read_model(Tokenizer::Impl& t, const json& model) {
   const std::string type = value_or<std::string>(model, "type", "BPE");
   if (type != "BPE")
     fail(t.file,
-         "model type \"" + type + "\" is not supported (only byte-level BPE, as GPT-2's and Llama 3's)");
+         "model type \"" + type +
+             "\" is not supported (only byte-level BPE, as GPT-2's and Llama 3's, and SentencePiece-style "
+             "BPE, as Llama 2's)");
   if (value_or<double>(model, "dropout", 0.0) != 0.0) fail(t.file, "BPE dropout is not supported");
   if (!value_or<std::string>(model, "continuing_subword_prefix", "").empty() ||
       !value_or<std::string>(model, "end_of_word_suffix", "").empty())
     fail(t.file, "continuing_subword_prefix / end_of_word_suffix are not supported (not byte-level BPE)");
-  if (value_or<bool>(model, "byte_fallback", false))
-    fail(t.file,
-         "byte_fallback is not supported (SentencePiece-style BPE, as Llama 2's; only byte-level BPE is)");
+  t.byte_fallback = value_or<bool>(model, "byte_fallback", false);
+  t.fuse_unk = value_or<bool>(model, "fuse_unk", false);
   t.ignore_merges = value_or<bool>(model, "ignore_merges", false);
 
   if (!model.contains("vocab") || !model["vocab"].is_object())
@@ -70,6 +72,11 @@ void read_model(Tokenizer::Impl& t, const json& model) {
   }
   if (const std::string unk = value_or<std::string>(model, "unk_token", ""); !unk.empty()) {
     if (auto it = t.ids.find(unk); it != t.ids.end()) t.unk_id = it->second;
+  }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    if (auto it = t.ids.find(name); it != t.ids.end()) t.byte_ids[static_cast<size_t>(b)] = it->second;
   }
 
   if (!model.contains("merges") || !model["merges"].is_array())
@@ -144,6 +151,80 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
                    " is not supported (ByteLevel, or a Sequence of a Split and ByteLevel)");
 }
 
+// The pattern string of a Replace normalizer or decoder ({"String": s}; a Regex is not read).
+std::string replace_pattern(const Tokenizer::Impl& t, const json& r) {
+  if (!r.contains("pattern") || !r["pattern"].contains("String"))
+    fail(t.file, "a Replace with a regex pattern is not supported: " + r.dump().substr(0, 200));
+  return r["pattern"]["String"].get<std::string>();
+}
+
+// SentencePiece-style normalizers: Prepend("▁") and Replace(" " → "▁"), alone or in a Sequence.
+void read_normalizer(Tokenizer::Impl& t, const json& n) {
+  const std::string type = type_of(n);
+  if (type == "Sequence") {
+    for (const json& step : n.at("normalizers")) read_normalizer(t, step);
+    return;
+  }
+  if (type == "Prepend" && value_or<std::string>(n, "prepend", "") == t.meta) {
+    t.normalize_prepend = true;
+    return;
+  }
+  if (type == "Replace" && replace_pattern(t, n) == " " &&
+      value_or<std::string>(n, "content", "") == t.meta) {
+    t.normalize_replace = true;
+    return;
+  }
+  fail(t.file,
+       "normalizer " + type_of(n) +
+           " is not supported (SentencePiece-style Prepend(\"▁\") and Replace(\" \", \"▁\"), or none): " +
+           n.dump().substr(0, 200));
+}
+
+void read_metaspace(Tokenizer::Impl& t, const json& p) {
+  t.metaspace = true;
+  if (value_or<std::string>(p, "replacement", t.meta) != t.meta)
+    fail(t.file, "a Metaspace replacement other than \"▁\" is not supported: " + p.dump().substr(0, 200));
+  t.metaspace_split = value_or<bool>(p, "split", true);
+  const std::string scheme = value_or<std::string>(
+      p, "prepend_scheme", value_or<bool>(p, "add_prefix_space", true) ? "always" : "never");
+  using P = Tokenizer::Impl::Prepend;
+  if (scheme != "always" && scheme != "first" && scheme != "never")
+    fail(t.file, "Metaspace prepend_scheme \"" + scheme + "\" is not always, first or never");
+  t.metaspace_prepend = scheme == "always" ? P::kAlways : scheme == "first" ? P::kFirst : P::kNever;
+}
+
+// SentencePiece-style decoders: Metaspace, or a Sequence of Replace("▁" → " "), ByteFallback,
+// Fuse and Strip(" ", start, 0).
+void read_sentencepiece_decoder(Tokenizer::Impl& t, const json& d) {
+  const std::string type = type_of(d);
+  if (type == "Metaspace") {
+    const std::string scheme = value_or<std::string>(
+        d, "prepend_scheme", value_or<bool>(d, "add_prefix_space", true) ? "always" : "never");
+    t.strip_start = scheme == "never" ? 0 : 1;
+    return;
+  }
+  bool replace = false;
+  if (type == "Sequence") {
+    for (const json& step : d.at("decoders")) {
+      const std::string s = type_of(step);
+      if (s == "Replace" && replace_pattern(t, step) == t.meta &&
+          value_or<std::string>(step, "content", "") == " ") {
+        replace = true;
+      } else if (s == "Strip" && value_or<std::string>(step, "content", " ") == " " &&
+                 value_or<int>(step, "stop", 0) == 0) {
+        t.strip_start = value_or<int>(step, "start", 0);
+      } else if (s != "ByteFallback" && s != "Fuse") {
+        fail(t.file, "decoder step " + step.dump().substr(0, 200) + " is not supported");
+      }
+    }
+  }
+  if (!replace)
+    fail(t.file,
+         "decoder " + d.dump().substr(0, 200) +
+             " is not supported for SentencePiece-style BPE (Metaspace, or Replace(\"▁\", \" \") with "
+             "ByteFallback, Fuse, Strip)");
+}
+
 // TemplateProcessing's "single": the special tokens before and after the sequence $A.
 void read_template(Tokenizer::Impl& t, const json& p) {
   bool after = false;
@@ -204,15 +285,29 @@ void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
   if (!root.contains("model")) fail(t.file, "no \"model\": not a Hugging Face tokenizer.json");
   try {
     read_model(t, root["model"]);  // first: another model type says the most about the file
-    if (root.contains("normalizer") && !root["normalizer"].is_null())
-      fail(t.file, "normalizer " + type_of(root["normalizer"]) + " is not supported");
-    if (root.contains("added_tokens")) read_added_tokens(t, root["added_tokens"]);
-    if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null())
-      fail(t.file, "no pre-tokenizer: not a byte-level BPE tokenizer");
-    read_pre_tokenizer(t, root["pre_tokenizer"]);
+    const json none;
+    const json& normalizer = root.contains("normalizer") ? root["normalizer"] : none;
+    const json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : none;
     const json decoder = root.contains("decoder") ? root["decoder"] : json();
-    if (type_of(decoder) != "ByteLevel")
-      fail(t.file, "decoder " + type_of(decoder) + " is not supported (ByteLevel)");
+    // SentencePiece-style: byte fallback, a normalizer, the Metaspace pre-tokenizer or none.
+    t.sentencepiece =
+        t.byte_fallback || !normalizer.is_null() || pre.is_null() || type_of(pre) == "Metaspace";
+    if (root.contains("added_tokens")) read_added_tokens(t, root["added_tokens"]);
+    if (t.sentencepiece) {
+      if (!normalizer.is_null()) read_normalizer(t, normalizer);
+      if (!pre.is_null() && type_of(pre) != "Metaspace")
+        fail(t.file, "pre-tokenizer " + type_of(pre) +
+                         " with SentencePiece-style BPE (byte_fallback or a normalizer) is not supported "
+                         "(Metaspace, or none)");
+      if (type_of(pre) == "Metaspace") read_metaspace(t, pre);
+      if (!t.normalize_replace && !t.metaspace)
+        fail(t.file, "no normalizer or pre-tokenizer spells spaces as \"▁\" (not a SentencePiece-style BPE)");
+      read_sentencepiece_decoder(t, decoder);
+    } else {
+      read_pre_tokenizer(t, pre);
+      if (type_of(decoder) != "ByteLevel")
+        fail(t.file, "decoder " + type_of(decoder) + " is not supported (ByteLevel)");
+    }
     if (root.contains("post_processor")) read_post_processor(t, root["post_processor"]);
   } catch (const json::exception& e) {
     fail(t.file, std::string("unexpected content: ") + e.what());

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tensorgrad/errors.h"
 #include "text/pretokenize.h"
 
@@ -94,6 +96,88 @@ TEST(Tokenizer, PrefixSpaceAndFolder) {
   EXPECT_EQ(tok.encode(" low"), Ids({10}));
   // Each segment beside an added token gets its own prefix space: " ab", <|endoftext|>, " low".
   EXPECT_EQ(tok.encode("ab<|endoftext|>low"), Ids({0, 11, 12, 10}));
+}
+
+// tiny_sp.json: a SentencePiece-style BPE as Llama 2's files are written (normalizer Prepend("▁")
+// + Replace(" ", "▁"), no pre-tokenizer, byte_fallback with all 256 <0xXX> tokens at 3 + byte,
+// fuse_unk, <s> prepended by the post-processor, decoder Replace + ByteFallback + Fuse + Strip).
+// Vocabulary beyond the bytes: ▁:259 h:260 e:261 l:262 o:263 w:264 r:265 d:266 ▁h:267 ll:268
+// ▁he:269 ▁hell:270 ▁hello:271 or:272 ▁w:273 ▁wor:274 ld:275 ▁world:276 é:277; merges by rank
+// 0 "▁ h", 1 "l l", 2 "▁h e", 3 "o r", 4 "▁he ll", 5 "▁ w", 6 "▁hell o", 7 "▁w or", 8 "l d",
+// 9 "▁wor ld".
+TEST(Tokenizer, SentencePieceStyleHandDerivedIds) {
+  const auto tok = tg::Tokenizer::load(kData + "/tiny_sp.json");
+  struct Case {
+    const char* text;
+    Ids ids;
+  };
+  const Case cases[] = {
+      // "▁hello▁world" is one word; merges in rank order: ▁h, ll, ▁he, or, ▁hell, ▁w, ▁hello,
+      // ▁wor, ld, ▁world.
+      {"hello world", {271, 276}},
+      // é is in the vocabulary; è (C3 A8) is not: its bytes' tokens 3 + 0xC3, 3 + 0xA8.
+      {"hé", {267, 277}},
+      {"hè", {267, 198, 171}},
+      // Two leading spaces: "▁▁▁hello"; the first two ▁ have no merge.
+      {"  hello", {259, 259, 271}},
+      // The added token is split out before normalization; "hi" then gets its own ▁ (i: 0x69).
+      {"<s>hi", {1, 267, 108}},
+      {"", {}},
+  };
+  for (const auto& c : cases) EXPECT_EQ(tok.encode(c.text), c.ids) << c.text;
+  EXPECT_EQ(tok.encode("hello world", true), Ids({1, 271, 276}));
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  // ▁ reads as a space, byte tokens as their bytes, one leading space stripped.
+  EXPECT_EQ(tok.decode(Ids{271, 276}), "hello world");
+  EXPECT_EQ(tok.decode(Ids{1, 271, 276}), "<s> hello world");
+  EXPECT_EQ(tok.decode(Ids{1, 271, 276}, /*skip_special=*/true), "hello world");
+  EXPECT_EQ(tok.decode(Ids{267, 198, 171}), "hè");
+  EXPECT_EQ(tok.decode(Ids{259, 259, 271}), "  hello");
+  for (const char* text : {"hello world", "  hello", "hè wörld ✓ 😀", "a\tb\nc", "héllo  "})
+    EXPECT_EQ(tok.decode(tok.encode(text)), text) << text;
+}
+
+// The same vocabulary with the newer files' Metaspace pre-tokenizer and decoder (no normalizer),
+// and without byte fallback (unknown characters to <unk>, runs of them fused).
+TEST(Tokenizer, SentencePieceStyleMetaspaceAndUnk) {
+  nlohmann::json j = nlohmann::json::parse(read_file(kData + "/tiny_sp.json"));
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", false}};
+  auto tok = tg::Tokenizer::load(write_temp("tiny_sp_meta.json", j.dump()));
+  EXPECT_EQ(tok.encode("hello world"), Ids({271, 276}));
+  // A segment already starting with ▁ gets no second one.
+  EXPECT_EQ(tok.encode(" hello"), Ids({271}));
+  // "first": only the segment at the start of the text is prefixed; after <s>, h e ll o.
+  EXPECT_EQ(tok.encode("<s>hello"), Ids({1, 260, 261, 268, 263}));
+  EXPECT_EQ(tok.decode(Ids{271, 276}), "hello world");
+  j["pre_tokenizer"]["split"] = true;  // words at each ▁: the same ids here
+  tok = tg::Tokenizer::load(write_temp("tiny_sp_split.json", j.dump()));
+  EXPECT_EQ(tok.encode("hello world"), Ids({271, 276}));
+  EXPECT_EQ(tok.encode("hello  world"), Ids({271, 259, 276}));
+
+  j["model"]["byte_fallback"] = false;
+  tok = tg::Tokenizer::load(write_temp("tiny_sp_unk.json", j.dump()));
+  EXPECT_EQ(tok.encode("hèè"), Ids({267, 0}));  // ▁ h <unk> <unk> → ▁h <unk>
+  j["model"]["fuse_unk"] = false;
+  tok = tg::Tokenizer::load(write_temp("tiny_sp_unk2.json", j.dump()));
+  EXPECT_EQ(tok.encode("hèè"), Ids({267, 0, 0}));
+}
+
+// BPE over a long SentencePiece-style word (a whole line) merges as the quadratic definition
+// does: a line of repeated words gives the repeated ids.
+TEST(Tokenizer, SentencePieceStyleLongLine) {
+  const auto tok = tg::Tokenizer::load(kData + "/tiny_sp.json");
+  std::string line;
+  Ids want;
+  for (int i = 0; i < 2000; ++i) {
+    line += i == 0 ? "hello" : " hello";
+    want.push_back(271);
+  }
+  EXPECT_EQ(tok.encode(line), want);
+  EXPECT_EQ(tok.decode(want), line);
 }
 
 struct SplitCase {
@@ -212,7 +296,8 @@ TEST(Tokenizer, Errors) {
   "post_processor")",
                R"({"type": "Whitespace"}, "post_processor")"),
       "pre-tokenizer Whitespace");
-  expect_error(replaced(R"("normalizer": null)", R"("normalizer": {"type": "NFC"})"), "normalizer NFC");
+  expect_error(replaced(R"("normalizer": null)", R"("normalizer": {"type": "NFC"})"),
+               "normalizer NFC is not supported");
   expect_error(replaced(R"("l o")", R"("l x")"), "\"x\", which is not in the vocab");
   expect_error(replaced(R"("Ġ": 0)", R"("Ġ": "zero")"), "unexpected content");
   EXPECT_THROW(tg::Tokenizer::load(kData + "/no_such_file.json"), tg::TokenizerError);
@@ -259,13 +344,32 @@ TEST(TokenizerErrors, UnigramFile) {
   EXPECT_HAS(load_error(path), "model type \"Unigram\" is not supported (only byte-level BPE");
 }
 
-// Llama 2's tokenizer.json: BPE, but SentencePiece's (bytes as <0x41> tokens, not byte-level).
-TEST(TokenizerErrors, SentencePieceStyleBpe) {
+// A SentencePiece-style file that never spells spaces as "▁" (a Prepend alone) is refused.
+TEST(TokenizerErrors, SentencePieceStyleBpeWithoutSpaces) {
   const std::string path = write_temp("sp_bpe.json", R"({"version": "1.0", "added_tokens": [],
     "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}]},
     "pre_tokenizer": null, "decoder": {"type": "Sequence", "decoders": []},
     "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "<0x41>": 1}, "merges": []}})");
-  EXPECT_HAS(load_error(path), "byte_fallback is not supported");
+  EXPECT_HAS(load_error(path), "no normalizer or pre-tokenizer spells spaces as \"▁\"");
+}
+
+// Parts of a SentencePiece-style pipeline this tokenizer does not implement, each named.
+TEST(TokenizerErrors, SentencePieceStyleUnsupportedParts) {
+  const nlohmann::json base = nlohmann::json::parse(read_file(kData + "/tiny_sp.json"));
+  auto error_with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json j = base;
+    j[key] = value;
+    return load_error(write_temp("sp_part.json", j.dump()));
+  };
+  EXPECT_HAS(error_with("decoder", {{"type", "ByteLevel"}}),
+             "decoder {\"type\":\"ByteLevel\"} is not supported");
+  EXPECT_HAS(error_with("pre_tokenizer", {{"type", "ByteLevel"}}),
+             "pre-tokenizer ByteLevel with SentencePiece-style BPE");
+  EXPECT_HAS(
+      error_with("normalizer", {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "▁"}}),
+      "a Replace with a regex pattern is not supported");
+  EXPECT_HAS(error_with("pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "_"}}),
+             "a Metaspace replacement other than");
 }
 
 // SentencePiece's binary tokenizer.model (a protobuf) given as the tokenizer file.
