@@ -389,6 +389,28 @@ TEST(NnKnownValues, Normalisation) {
                {2 * 0.848528137423857, -1.131370849898476}, 1e-6);
 }
 
+// max_pool2d's rule on ties and NaN (the CPU's tiling and 2×2 kernels against ref): the first
+// maximum in window order wins, a NaN wins and stays; the gradient goes to that one element.
+TEST(NnKnownValues, MaxPoolTiesAndNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Windows [[1, 3], [3, 2]] → 3 at (0, 1); [[NaN, 5], [7, NaN]] → the first NaN.
+  const std::vector<double> x = {1, 3, nan, 5, 3, 2, 7, nan};
+  expect_known([&] { return max_pool2d(cf(std::vector<float>(x.begin(), x.end()), {1, 1, 2, 4}), {.kernel = 2}); },
+               {1, 1, 1, 2}, kF32, {3, nan});
+  expect_grads({{1, 1, 2, 4}}, {x}, [](const Ts& t) { return sum(max_pool2d(t[0], {.kernel = 2})); },
+               {{0, 1, 1, 0, 0, 0, 0, 0}});
+  // Twenty windows of four equal values (16 and 4 across a vector): the first element takes it.
+  std::vector<double> ties(2 * 40), pooled(20), grad(ties.size(), 0.0);
+  for (int j = 0; j < 20; ++j) {
+    for (int r = 0; r < 2; ++r) ties[r * 40 + 2 * j] = ties[r * 40 + 2 * j + 1] = j % 5;
+    pooled[j] = j % 5;
+    grad[2 * j] = 1;
+  }
+  expect_known([&] { return max_pool2d(cf(std::vector<float>(ties.begin(), ties.end()), {1, 1, 2, 40}), {.kernel = 2}); },
+               {1, 1, 1, 20}, kF32, pooled);
+  expect_grads({{1, 1, 2, 40}}, {ties}, [](const Ts& t) { return sum(max_pool2d(t[0], {.kernel = 2})); }, {grad});
+}
+
 TEST(NnKnownValues, Indexing) {
   expect_known([] { return take_along_axis(cf({10, 11, 12, 20, 21, 22}, {2, 3}), ci({2, 0, 1, 1}, {2, 2}), 1); }, {2, 2},
                kF32, {12, 10, 21, 21});

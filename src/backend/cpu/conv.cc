@@ -6,6 +6,7 @@
 // with unit stride and no padding reads x in place. bf16 operands (mixed precision) stay bf16
 // through im2col into the AMX or vdpbf16ps GEMM where the CPU has one, else are widened to f32 first.
 // The pools are direct loops over the planes of [N·C, H, W].
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -293,6 +294,67 @@ void max_pool_tiling(const WindowGeom& g, const int32_t* corner, const float* x,
   }
 }
 
+/// The usual 2×2 pool (stride 2, no padding) on one plane with AVX-512, 16 outputs of a row a
+/// step: each input row pair loaded as 32 floats, split into even and odd columns, the four taps
+/// compared in max_pool_tiling's order with its rule (first maximum, a NaN wins). The gradient
+/// writes every covered element (dy at the window's maximum, else 0) by interleaving back.
+[[gnu::target("avx512f")]] void max_pool_2x2_avx512(const WindowGeom& g, const float* x, const float* dy,
+                                                    float* out) {
+  const int64_t w = g.w, ow = g.ow;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t i = 0; i < g.oh; ++i) {
+    const float* r0 = x + 2 * i * w;
+    const float* r1 = r0 + w;
+    for (int64_t j0 = 0; j0 < ow; j0 += 16) {
+      const int n = static_cast<int>(std::min<int64_t>(16, ow - j0));
+      const auto m_out = static_cast<__mmask16>((1u << n) - 1);
+      const auto m_lo = static_cast<__mmask16>((1u << std::min(2 * n, 16)) - 1);
+      const auto m_hi = static_cast<__mmask16>((1u << std::max(2 * n - 16, 0)) - 1);
+      __m512 taps[4];
+      for (int r = 0; r < 2; ++r) {
+        const float* p = (r == 0 ? r0 : r1) + 2 * j0;
+        const __m512 lo = _mm512_maskz_loadu_ps(m_lo, p), hi = _mm512_maskz_loadu_ps(m_hi, p + 16);
+        taps[2 * r] = _mm512_permutex2var_ps(lo, even, hi);
+        taps[2 * r + 1] = _mm512_permutex2var_ps(lo, odd, hi);
+      }
+      __m512 best = taps[0];
+      __m512i tap = _mm512_setzero_si512();
+      for (int t = 1; t < 4; ++t) {
+        // Take v when it is larger or a NaN, unless a NaN was taken already.
+        const __mmask16 take =
+            _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q) & _mm512_cmp_ps_mask(taps[t], best, _CMP_NLE_UQ);
+        best = _mm512_mask_mov_ps(best, take, taps[t]);
+        tap = _mm512_mask_mov_epi32(tap, take, _mm512_set1_epi32(t));
+      }
+      if (dy == nullptr) {
+        _mm512_mask_storeu_ps(out + i * ow + j0, m_out, best);
+        continue;
+      }
+      const __m512 d = _mm512_maskz_loadu_ps(m_out, dy + i * ow + j0);
+      for (int r = 0; r < 2; ++r) {
+        const __m512 e = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(tap, _mm512_set1_epi32(2 * r)), d);
+        const __m512 o = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(tap, _mm512_set1_epi32(2 * r + 1)), d);
+        float* q = out + (2 * i + r) * w + 2 * j0;
+        _mm512_mask_storeu_ps(q, m_lo, _mm512_permutex2var_ps(e, low, o));
+        _mm512_mask_storeu_ps(q + 16, m_hi, _mm512_permutex2var_ps(e, high, o));
+      }
+    }
+  }
+  if (dy == nullptr) return;
+  // The last column and row when W or H is odd: no window covers them.
+  for (int64_t r = 0; r < 2 * g.oh && 2 * ow < w; ++r)
+    std::fill(out + r * w + 2 * ow, out + (r + 1) * w, 0.f);
+  std::fill(out + 2 * g.oh * w, out + g.h * w, 0.f);
+}
+
+bool avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
 /// Sum of the window of output (i, j) in plane x (or, with dx, adds v to each of its
 /// elements), and the divisor avg_pool2d uses.
 float avg_window(const WindowGeom& g, const float* x, float* dx, float v, int64_t i, int64_t j) {
@@ -355,10 +417,16 @@ Kernel make_window(const ir::Node& node, const WindowGeom& g, DType dtype, const
           const auto* x = reinterpret_cast<const float*>(a);
           const auto* dy = reinterpret_cast<const float*>(b);  // null forward
           const int64_t planes = g.n * g.c;
+          const bool two = g.win.kh == 2 && g.win.kw == 2 && avx512();
 #pragma omp parallel for schedule(static) if (planes * plane > (int64_t{1} << 15))
-          for (int64_t pl = 0; pl < planes; ++pl)
-            max_pool_tiling(g, corner.data(), x + pl * plane, dy ? dy + pl * oplane : nullptr,
-                            out + pl * (dy ? plane : oplane));
+          for (int64_t pl = 0; pl < planes; ++pl) {
+            const float* dyp = dy ? dy + pl * oplane : nullptr;
+            float* o = out + pl * (dy ? plane : oplane);
+            if (two)
+              max_pool_2x2_avx512(g, x + pl * plane, dyp, o);
+            else
+              max_pool_tiling(g, corner.data(), x + pl * plane, dyp, o);
+          }
         };
       }
       if (node.op == Op::kMaxPool2dGrad) break;
