@@ -11,6 +11,7 @@
 // context. A prompt longer than the context is an error, as is a folder without tokenizer.json;
 // a prompt that fits but leaves less room than --max-new-tokens asks for is clamped, with a note
 // on stderr saying how many new tokens fit (--help says so too).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -123,13 +124,19 @@ int main(int argc, char** argv) {
       options.stop_tokens = {*tokenizer.eos_id()};
     else
       options.stop_tokens = lm.eos_ids;
-    // Each token's bytes as it comes: byte-level tokens concatenate to the text's bytes, so a
-    // character split over two tokens is whole once both are printed.
+    // The text as it grows: after each token, what decoding prompt and tokens so far adds to
+    // what is shown. Decoding the whole, not each token alone, keeps a SentencePiece-style
+    // token's leading space (a lone "▁world" decodes to "world"); bytes of a character split over
+    // two tokens are whole once both are printed.
     std::printf("%s", prompt.c_str());
     std::fflush(stdout);
-    options.on_token = [&tokenizer](int64_t, int32_t token) {
-      const std::string piece = tokenizer.decode(std::span<const int32_t>(&token, 1), /*skip_special=*/true);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::vector<int32_t> so_far = ids;
+    size_t shown = tokenizer.decode(so_far, /*skip_special=*/true).size();
+    options.on_token = [&](int64_t, int32_t token) {
+      so_far.push_back(token);
+      const std::string text = tokenizer.decode(so_far, /*skip_special=*/true);
+      if (text.size() > shown) std::fwrite(text.data() + shown, 1, text.size() - shown, stdout);
+      shown = std::max(shown, text.size());
       std::fflush(stdout);
       return true;
     };
