@@ -109,28 +109,11 @@ void merge(const Impl& t, std::vector<int32_t>& symbols) {
   symbols = std::move(out);
 }
 
-// The ids of one word (a byte-level string): its characters, merged.
+// The ids of one word (its byte-level spelling, or SentencePiece-style UTF-8 with "▁" for
+// spaces): each character its token, else the <0xXX> tokens of its bytes (byte_fallback, when
+// all exist), else unk (a run of them fused into one with fuse_unk; dropped without an
+// unk_token, as `tokenizers` does), then merged.
 std::vector<int32_t> bpe(const Impl& t, const std::string& word) {
-  if (t.ignore_merges) {
-    if (auto it = t.ids.find(word); it != t.ids.end()) return {it->second};
-  }
-  std::vector<int32_t> symbols;
-  for (const auto& unit : text::decode_utf8(word)) {
-    auto it = t.ids.find(word.substr(unit.offset, unit.size));
-    if (it != t.ids.end()) {
-      symbols.push_back(it->second);
-    } else if (t.unk_id) {
-      symbols.push_back(*t.unk_id);
-    }  // else dropped, as `tokenizers` does without an unk_token
-  }
-  merge(t, symbols);
-  return symbols;
-}
-
-// The ids of one SentencePiece-style word (UTF-8 with "▁" for spaces): each character its token,
-// else its bytes' <0xXX> tokens (byte_fallback, when all exist), else unk (runs of unk fused
-// into one with fuse_unk), then merged.
-std::vector<int32_t> bpe_sentencepiece(const Impl& t, const std::string& word) {
   if (t.ignore_merges) {
     if (auto it = t.ids.find(word); it != t.ids.end()) return {it->second};
   }
@@ -164,7 +147,7 @@ void encode_word(const Impl& t, std::string_view bytes, std::vector<int32_t>& id
       return;
     }
   }
-  std::vector<int32_t> word_ids = t.sentencepiece ? bpe_sentencepiece(t, word) : bpe(t, word);
+  std::vector<int32_t> word_ids = bpe(t, word);
   ids.insert(ids.end(), word_ids.begin(), word_ids.end());
   if (!cached) return;
   std::lock_guard lock(t.cache_mutex);
