@@ -1,10 +1,12 @@
 // Skinny products (see small_matmul.h): the decode step's x·Wᵀ with a handful of rows, where
 // the whole cost is reading W once. cuBLASLt's kernels reach only a fraction of the memory
-// bandwidth on these shapes; this kernel streams W with 16-byte loads, one warp (or KS
-// warps splitting K) per output column, reads the rows of x alongside (they stay in L1: every
-// warp of an SM reads the same few KB), and applies the bias, the residual and GELU in the same
-// pass. Optionally the rows are a layer/RMS norm's input: each block first computes the rows'
-// statistics (two passes, as the norm kernels) and normalises x as it reads it, so the norm
+// bandwidth on these shapes; these kernels stream W with 16-byte loads, one warp (or KS warps
+// splitting K) per output column, and apply the bias, the residual and GELU in the same pass.
+// Two of them: the staged kernel copies each block's rows into shared memory once (normalised
+// and rounded as the product reads them) and keeps several columns a warp in flight over a grid
+// of kBlocksPerSm blocks an SM; the direct kernel reads the rows from L1 per column (every warp
+// of an SM reads the same few KB), for products the staged one does not take (staged_split).
+// Optionally the rows are a layer/RMS norm's input, normalised as they are read, so the norm
 // needs no kernel of its own. W and x may be bf16 (a decode step under Precision::kBf16 reads the
 // weights' bf16 copies: half the bytes), and an f32 x may be rounded to bf16 as it is read (the
 // cast before the product, absorbed). Sums run in f32 in a fixed order: deterministic.
@@ -26,18 +28,6 @@ constexpr int64_t kStagedFloats = 10240;  // rows the staged kernel holds in sha
 constexpr int kBlocksPerSm = 3;           // the staged kernel's grid (its launch bounds)
 
 std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-
-}  // namespace
-
-int64_t gemv_max_rows(bool bf16_weights) { return bf16_weights ? 1 : kMaxRows; }
-
-bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
-  (void)a;
-  return batch == 1 && m >= 1 && m <= kMaxRows && n >= 1 && k >= 32 && b.row_stride == 1 &&
-         b.col_stride >= k && n * k >= (int64_t{1} << 16);
-}
-
-namespace {
 
 /// The direct kernel's warps per column: enough blocks to cover the GPU's SMs twice.
 int direct_split(int64_t n, int64_t k, int sm_count) {
@@ -70,6 +60,14 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
 }
 
 }  // namespace
+
+int64_t gemv_max_rows(bool bf16_weights) { return bf16_weights ? 1 : kMaxRows; }
+
+bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
+  (void)a;
+  return batch == 1 && m >= 1 && m <= kMaxRows && n >= 1 && k >= 32 && b.row_stride == 1 &&
+         b.col_stride >= k && n * k >= (int64_t{1} << 16);
+}
 
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a,
                    const MatOperand& b, GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm, int ks,
