@@ -26,6 +26,7 @@ namespace tg::env {
   X(kCudaNoSide, "TG_CUDA_NO_SIDE", "", "1: run every step on the main stream (no side steps beside the chain, collectives in it)")  \
   X(kCudaGemv, "TG_CUDA_GEMV", "", "off: decode-sized products (<= 8 rows) on cuBLASLt instead of gemv kernels")  \
   X(kCudaPdl, "TG_CUDA_PDL", "", "off: kernels start only after the one before them ends (no programmatic dependent launch)") \
+  X(kCudaConv, "TG_CUDA_CONV", "", "gather: conv ops as implicit GEMMs that gather from device memory, not from shared-memory tiles") \
   X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own") \
   X(kCheckFinite, "TG_CHECK_FINITE", "", "1 (cpu): check the f32 values every kernel writes; the first NaN or infinity is an error naming its op and where it was traced") \
   X(kCpuAmx, "TG_CPU_AMX", "", "off: bf16 products skip the AMX tiles (AVX512-BF16, else widened to f32, as on a CPU without AMX)") \

@@ -225,18 +225,25 @@ std::vector<Instance> template_instances() {
   ir::Window win{.kh = 3, .kw = 3, .sh = 2, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 2, .groups = 2};
   const ir::WindowGeom conv{8,  4, 9, 10, 6, ir::window_out(9, 3, 2, 1, 1), ir::window_out(10, 3, 1, 1, 2),
                             win};
-  for (ir::Op op : {ir::Op::kConv2d, ir::Op::kConv2dGradInput, ir::Op::kConv2dGradWeight})
-    for (DType t : {f32, DType::kBF16}) {
-      const cuda::ConvPlan plan = cuda::conv_kernels(std::string("conv") + ir::op_name(op), op, conv, t,
-                                                     false, tg::testing::sm90_device());
-      for (const cuda::Launch& l : plan.launches)
-        add(std::string("conv ") + ir::op_name(op) + " " + dtype_name(t), l);
-    }
+  // Gathering implicit GEMMs (SIMT and tensor cores) and shared-memory tiles (tf32 or bf16).
   const ir::WindowGeom wide{512, 32, 14, 14, 64, 14, 14, ir::Window{.kh = 3, .kw = 3, .ph = 1, .pw = 1}};
+  for (ir::Op op : {ir::Op::kConv2d, ir::Op::kConv2dGradInput, ir::Op::kConv2dGradWeight})
+    for (DType t : {f32, DType::kBF16})
+      for (bool tiles : {false, true})
+        for (const ir::WindowGeom& geom : {conv, wide}) {
+          const std::string what = std::string("conv ") + ir::op_name(op) + " " + dtype_name(t) +
+                                   (tiles ? " tiles" : " gather") + (&geom == &conv ? "" : " wide");
+          const cuda::ConvPlan plan = cuda::conv_kernels("conv", op, geom, t, /*tf32=*/&geom == &wide,
+                                                         tg::testing::sm90_device(), tiles);
+          for (const cuda::Launch& l : plan.launches) add(what, l);
+        }
   const cuda::ConvPlan split = cuda::conv_kernels("conv_gw_split", ir::Op::kConv2dGradWeight, wide, f32, true,
-                                                  tg::testing::sm90_device());
+                                                  tg::testing::sm90_device(), /*tiles=*/false);
   EXPECT_EQ(split.launches.size(), 2u) << "a long weight-gradient reduction is split";
-  for (const cuda::Launch& l : split.launches) add("conv grad_weight split", l);
+  const cuda::ConvPlan tiled_split = cuda::conv_kernels("conv_gw_tiles", ir::Op::kConv2dGradWeight, wide, f32,
+                                                        true, tg::testing::sm90_device(), /*tiles=*/true);
+  EXPECT_EQ(tiled_split.launches.size(), 2u) << "the tile kernels split a long weight gradient too";
+  EXPECT_GT(tiled_split.launches[0].shared_bytes, 48u * 1024) << "the tiles hold a whole 14 × 14 image";
   ir::Window pool{.kh = 3, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_pad = false};
   const ir::WindowGeom pg{2, 3, 7, 8, 3, ir::window_out(7, 3, 2, 1, 1), ir::window_out(8, 2, 2, 1, 1), pool};
   const ir::WindowGeom tiled{2, 3, 8, 6, 3, 4, 3, ir::Window{.kh = 2, .kw = 2, .sh = 2, .sw = 2}};

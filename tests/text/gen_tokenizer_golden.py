@@ -1,20 +1,33 @@
 #!/usr/bin/env python3
 """Golden ids for tests/text/tokenizer_test.cc from Hugging Face `tokenizers`.
 
-Trains two small byte-level BPE tokenizers (a vocabulary of 1000) on a text corpus, one with
-GPT-2's pre-tokenizer (ByteLevel with its regex) and one with Llama 3's (a Split on Llama 3's
-regex, then ByteLevel without a regex, BPE's ignore_merges and a <|begin_of_text|> template),
+Trains small BPE tokenizers (a vocabulary of 1000) on a text corpus:
+  gpt2:   byte-level, GPT-2's pre-tokenizer (ByteLevel with its regex);
+  llama3: byte-level, Llama 3's (a Split on Llama 3's regex, then ByteLevel without a regex, BPE's
+          ignore_merges and a <|begin_of_text|> template);
+  llama2: SentencePiece-style as Llama 2's file: a Prepend("▁") + Replace(" ", "▁") normalizer,
+          no pre-tokenizer, byte_fallback to <0x00>…<0xFF>, fuse_unk, a <s> template and the
+          Replace/ByteFallback/Fuse/Strip decoder;
+  metaspace: SentencePiece-style with the Metaspace pre-tokenizer (prepend_scheme "first",
+          split) and decoder instead of the normalizer;
 saves each as tests/data/tokenizer/<name>/tokenizer.json and writes the ids `tokenizers` gives
 for fixed test texts to tests/data/tokenizer/<name>/golden.txt, one case a line:
 
   <add_special 0|1> TAB <the text's UTF-8 bytes in hex> TAB <ids, space-separated>
+  TAB <the UTF-8 bytes of `tokenizers`' decode of those ids (special tokens kept), in hex>
+
+(Files written before the fourth field existed have three; the test then expects the decode to
+give back the text.)
 
 Corpus: the Debian fortunes (/usr/share/games/fortunes, `fortunes` package) when present, else
-a passage embedded here. Needs Python 3 and `pip install tokenizers`.
-Usage: python3 tests/text/gen_tokenizer_golden.py [output folder, default tests/data/tokenizer]
+a passage embedded here, or the file given with --corpus (one text a line). Needs Python 3 and
+`pip install tokenizers`.
+Usage: python3 tests/text/gen_tokenizer_golden.py [--only NAME,NAME] [--corpus FILE]
+       [output folder, default tests/data/tokenizer]
 """
+import argparse
+import json
 import os
-import sys
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -42,11 +55,15 @@ TEST_TEXTS = [
     "1 12 123 1234 12345 3.14159 -42",
     "a<|endoftext|>b <|begin_of_text|> c<|end_of_text|>",
     "'s 'S 't 're 've 'm 'll 'd 'x '",
+    "<s>a</s> <unk> \u2581lead \u2581\u2581 trail\u2581",
     "",
 ]
 
 
-def corpus():
+def corpus(path=None):
+    if path:
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f if line.strip()]
     folder = "/usr/share/games/fortunes"
     if os.path.isdir(folder):
         texts = []
@@ -61,7 +78,7 @@ def corpus():
     return FALLBACK_CORPUS.splitlines()
 
 
-def train(name, specials, llama3):
+def train(texts, specials, llama3):
     tok = Tokenizer(models.BPE(ignore_merges=True) if llama3 else models.BPE())
     if llama3:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -73,7 +90,7 @@ def train(name, specials, llama3):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus(), trainer)
+    tok.train_from_iterator(texts, trainer)
     if llama3:
         bos = specials[0]
         tok.post_processor = processors.TemplateProcessing(
@@ -81,11 +98,67 @@ def train(name, specials, llama3):
     return tok
 
 
+def train_sentencepiece(texts, metaspace):
+    """A SentencePiece-style BPE as Llama 2's tokenizer.json: words split at "▁" while training,
+    then <unk>, <s>, </s> and the 256 byte tokens first in the vocabulary, and the file's
+    normalizer, pre-tokenizer and decoder as converted Llama 2 (or Metaspace) files have them."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    # A small alphabet, so that rare characters fall back to their bytes.
+    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=120,
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    spec = json.loads(tok.to_str())
+    trained = sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for token, _ in trained:
+        if token not in vocab:
+            vocab[token] = len(vocab)
+    spec["model"]["vocab"] = vocab
+    spec["model"]["byte_fallback"] = True
+    spec["model"]["fuse_unk"] = True
+    for added in spec["added_tokens"]:
+        added["id"] = vocab[added["content"]]
+    template = {"single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    spec["post_processor"] = dict(type="TemplateProcessing", **template)
+    if metaspace:
+        spec["normalizer"] = None
+        spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                 "split": True}
+        spec["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
+    else:
+        spec["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+        spec["pre_tokenizer"] = None
+        spec["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    return Tokenizer.from_str(json.dumps(spec))
+
+
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data", "tokenizer")
-    configs = [("gpt2", ["<|endoftext|>"], False), ("llama3", ["<|begin_of_text|>", "<|end_of_text|>"], True)]
-    for name, specials, llama3 in configs:
-        tok = train(name, specials, llama3)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "data", "tokenizer"))
+    parser.add_argument("--only", default="gpt2,llama3,llama2,metaspace")
+    parser.add_argument("--corpus", default=None)
+    args = parser.parse_args()
+    texts = corpus(args.corpus)
+    configs = {
+        "gpt2": lambda: train(texts, ["<|endoftext|>"], False),
+        "llama3": lambda: train(texts, ["<|begin_of_text|>", "<|end_of_text|>"], True),
+        "llama2": lambda: train_sentencepiece(texts, metaspace=False),
+        "metaspace": lambda: train_sentencepiece(texts, metaspace=True),
+    }
+    for name in args.only.split(","):
+        tok = configs[name]()
+        out = args.out
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
         tok.save(os.path.join(folder, "tokenizer.json"))
@@ -93,7 +166,9 @@ def main():
         for text in TEST_TEXTS:
             for add_special in (False, True):
                 ids = tok.encode(text, add_special_tokens=add_special).ids
-                lines.append("%d\t%s\t%s" % (add_special, text.encode("utf-8").hex(), " ".join(map(str, ids))))
+                decoded = tok.decode(ids, skip_special_tokens=False)
+                lines.append("%d\t%s\t%s\t%s" % (add_special, text.encode("utf-8").hex(), " ".join(map(str, ids)),
+                                                  decoded.encode("utf-8").hex()))
         with open(os.path.join(folder, "golden.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
         print("%s: vocabulary of %d, %d cases" % (folder, tok.get_vocab_size(), len(lines)))

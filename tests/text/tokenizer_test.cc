@@ -415,9 +415,17 @@ TEST(TokenizerErrors, MissingFileOrADirectory) {
   fs::remove_all(dir.parent_path());
 }
 
-// Ids from `tokenizers` itself, for the two tokenizers gen_tokenizer_golden.py trains.
+// Ids from `tokenizers` itself, for the tokenizers gen_tokenizer_golden.py trains: two
+// byte-level (GPT-2's and Llama 3's pre-tokenizers) and two SentencePiece-style (Llama 2's
+// normalizer, and the Metaspace pre-tokenizer).
 TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
-  for (const char* name : {"gpt2", "llama3"}) {
+  const auto from_hex = [](const std::string& hex) {
+    std::string bytes;
+    for (size_t i = 0; i + 1 < hex.size(); i += 2)
+      bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    return bytes;
+  };
+  for (const char* name : {"gpt2", "llama3", "llama2", "metaspace"}) {
     const std::string folder = kData + "/" + name;
     if (!fs::exists(folder + "/golden.txt")) {
       GTEST_SKIP() << folder
@@ -429,20 +437,21 @@ TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
     std::string line;
     int cases = 0;
     while (std::getline(golden, line)) {
-      // <add_special> TAB <hex of the text's bytes> TAB <ids>
+      // <add_special> TAB <hex of the text's bytes> TAB <ids> [TAB <hex of tokenizers' decode>]
       std::istringstream fields(line);
-      std::string add_special, hex, ids_text;
+      std::string add_special, hex, ids_text, decoded_hex;
       std::getline(fields, add_special, '\t');
       std::getline(fields, hex, '\t');
-      std::getline(fields, ids_text);
-      std::string text;
-      for (size_t i = 0; i + 1 < hex.size(); i += 2)
-        text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+      std::getline(fields, ids_text, '\t');
+      const bool has_decoded = static_cast<bool>(std::getline(fields, decoded_hex));
+      const std::string text = from_hex(hex);
       Ids want;
       std::istringstream ids_stream(ids_text);
       for (int32_t id; ids_stream >> id;) want.push_back(id);
       EXPECT_EQ(tok.encode(text, add_special == "1"), want) << name << ": \"" << text << "\"";
-      if (add_special == "0") {
+      if (has_decoded) {
+        EXPECT_EQ(tok.decode(want), from_hex(decoded_hex)) << name << ": \"" << text << "\"";
+      } else if (add_special == "0") {
         EXPECT_EQ(tok.decode(want), text) << name;
       }
       ++cases;

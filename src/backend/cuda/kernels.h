@@ -239,8 +239,12 @@ struct ConvPlan {
   int64_t scratch_floats = 0;
   int64_t flops = 0;
 };
+/// Where the tile kernels apply (tensor-core products whose operand windows fit in shared
+/// memory; the input's gradient only at stride 1) and `tiles` is true, they are used; else the
+/// gathering implicit GEMMs. TG_CUDA_CONV=gather sets `tiles` false by default.
+bool conv_tiles_allowed();
 ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& geom, DType dtype, bool tf32,
-                      const DeviceInfo& dev);
+                      const DeviceInfo& dev, bool tiles = conv_tiles_allowed());
 /// max_pool2d, avg_pool2d or a gradient (f32, dense). Params (const float* a, const float* b,
 /// float* out): (x, unused, y), (x, dy, dx) for max's gradient, (dy, unused, dx) for avg's.
 Launch pool_kernel(const std::string& name, ir::Op op, const ir::WindowGeom& geom, const DeviceInfo& dev);

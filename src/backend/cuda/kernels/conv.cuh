@@ -233,6 +233,205 @@ __device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
     for (long long sp = 0; sp < SPLITS; ++sp) s += part[sp * TOTAL + i];
     out[i] = s;
   }
+// @piece tile_common
+// The conv ops as GEMMs whose gathered operand lives in shared memory (the "tile" kernels; the
+// generator picks them where their tiles fit, else the gemm pieces above). A block stages, per
+// chunk of k, a dense A tile As[BM][SA] (rows m, k contiguous, zeros past M and the chunk's k)
+// and a zero-padded window of planes Ss[SCH][CS] (RH rows of WP columns each); every gathered
+// operand is then B(k, n) = Ss[Ks[k] + noff(n)], an offset of k (the table Ks) plus one of n
+// (each thread's columns, in registers): no bounds checks and no index arithmetic in the k loop.
+//   FWD: block (band of RB output rows, BM output channels, group, IPB images); k = (c, a, b) in
+//        chunks of SCH input channels; the window holds the band's input rows, padding included:
+//        Ks = c·CS + a·DH·WP + b·DW, noff(i, j) = i·SH·WP + j·SW.
+//   GI (stride 1): block (band of RB input rows, BM input channels, group, IPB images); k =
+//        (o, a, b) in chunks of SCH output channels; the window holds dy's rows ih + PH − a·DH
+//        of the band: Ks = o·CS + (KH−1−a)·DH·WP + (KW−1−b)·DW, noff(ih, iw) = ih·WP + iw.
+//   GW:  block (BN columns (c, a, b), BM output channels, (group, split)); k = (image, pixel) in
+//        chunks of one band of RB output rows of one image; A = dy's band, the window x's rows of
+//        the band for the channels the block's columns touch (from C_LO):
+//        Ks = i·SH·WP + j·SW, noff(c, a, b) = (c − C_LO)·CS + a·DH·WP + b·DW.
+// FWD and GI with one chunk (NCH = 1) stage A once for all of the block's images. f32 operands
+// are copied with cp.async (zero-filled where out of range: many loads in flight without
+// registers), then rounded to tf32 in place; bf16 ones are widened through registers (exact in
+// tf32).
+// Warps: WR along m (MT row tiles of 16 each), WC along n (NT8 column tiles of 8 each), WR·WC = 8;
+// tf32 mma.sync m16n8k8 with f32 accumulators.
+// Defined before (besides the geometry and IN_T/in_ld): MODE, M, NN, BM, BN (= WC·NT8·8), WR, WC,
+// MT, NT8, RB, BANDS, RH, WP, CS, SCH, KS (the k of a chunk, rounded up to 8), SA (KS + 4), NCH
+// and IPB (FWD, GI: chunks of channels, images a block), SPLITS and CPS (GW: chunks a split),
+// TOTAL_CHUNKS (GW: N·BANDS).
+constexpr int KHW = KH * KW, P = OH * OW;
+constexpr bool ROUND = sizeof(IN_T) == 4;  // f32 operands: round to tf32 once staged
+__device__ __forceinline__ float to_tc(float v) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
+}
+// Rounds n staged f32 values to tf32 in place (cooperatively, between two barriers).
+__device__ __forceinline__ void round_staged(float* p, int n) {
+  for (int i = threadIdx.x; i < n; i += 256) p[i] = to_tc(p[i]);
+}
+// *dst = ok ? *src : 0, asynchronously for f32 (complete after cp.async.wait_all).
+__device__ __forceinline__ void stage1(float* dst, const float* src, bool ok) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void stage1(float* dst, const unsigned short* src, bool ok) {
+  *dst = ok ? in_ld(src) : 0.f;
+}
+__device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// @piece tile
+  // p0, p1, out as the gemm piece's. Dynamic shared memory: As, Ss, then Ks.
+  extern __shared__ float smem[];
+  float* As = smem;
+  float* Ss = As + BM * SA;
+  int* Ks = reinterpret_cast<int*>(Ss + SCH * CS);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int wm = (warp % WR) * (MT * 16), wn = (warp / WR) * (NT8 * 8);
+  const int m0 = blockIdx.y * BM;
+  // The block's place: FWD and GI a band, a group and IPB images; GW columns, a group, a split.
+  const int z = blockIdx.z;
+  const int grp = MODE == 2 ? z / SPLITS : z % G;
+  const int band = MODE == 2 ? 0 : blockIdx.x, n0 = MODE == 2 ? blockIdx.x * BN : 0;
+  const int c_lo = n0 / KHW;
+  // Columns of this band (FWD, GI) or of the block (GW) that exist.
+  const int rows_here = MODE == 1 ? min(RB, H - band * RB) : min(RB, OH - band * RB);
+  const int ncols = MODE == 0 ? rows_here * OW : MODE == 1 ? rows_here * W : min(BN, NN - n0);
+  int noff[NT8];
+#pragma unroll
+  for (int j = 0; j < NT8; ++j) {
+    const int n = wn + 8 * j + g;
+    int o = 0;
+    if (n < ncols) {
+      if (MODE == 0) o = n / OW * SH * WP + n % OW * SW;
+      if (MODE == 1) o = n / W * WP + n % W;
+      if (MODE == 2) {
+        const int col = n0 + n, tap = col % KHW;
+        o = (col / KHW - c_lo) * CS + tap / KW * DH * WP + tap % KW * DW;
+      }
+    }
+    noff[j] = o;
+  }
+  // The block's units of work: FWD, GI (image, chunk) pairs; GW chunks (one unit an image).
+  const int img0 = MODE == 2 ? 0 : z / G * IPB;
+  const int units = MODE == 2 ? min(CPS, TOTAL_CHUNKS - (z % SPLITS) * CPS) : min(IPB, N - img0) * NCH;
+  float acc[MT][NT8][4] = {};
+  for (int u = 0; u < units; ++u) {
+    // ---- stage the unit: As, Ss and Ks (kc: the chunk's k) ----
+    int kc;
+    if (MODE == 2) {
+      const int chunk = (z % SPLITS) * CPS + u, im = chunk / BANDS, r0 = chunk % BANDS * RB;
+      kc = min(RB, OH - r0) * OW;
+      const IN_T* dy = p1 + ((long long)im * O + grp * OG + m0) * P + r0 * OW;
+#pragma unroll 4
+      for (int e = tid; e < BM * KS; e += 256) {
+        const int m = e / KS, k = e % KS;
+        const bool ok = m0 + m < M && k < kc;
+        stage1(As + m * SA + k, ok ? dy + (long long)m * P + k : dy, ok);
+      }
+      const IN_T* x = p0 + ((long long)im * C + grp * CG + c_lo) * (H * W);
+#pragma unroll 4
+      for (int e = tid; e < SCH * RH * WP; e += 256) {
+        const int c = e / (RH * WP), r = e % (RH * WP) / WP, col = e % WP;
+        const int ih = r0 * SH - PH + r, iw = col - PW;
+        const bool ok = c_lo + c < CG && ih >= 0 && ih < H && iw >= 0 && iw < W;
+        stage1(Ss + c * CS + r * WP + col, ok ? x + (long long)c * (H * W) + ih * W + iw : x, ok);
+      }
+      for (int k = tid; k < KS; k += 256) Ks[k] = k < kc ? k / OW * SH * WP + k % OW * SW : 0;
+    } else {
+      const int img = img0 + u / NCH, chunk = u % NCH;
+      const int c0 = chunk * SCH, cc = min(SCH, (MODE == 0 ? CG : OG) - c0);
+      kc = cc * KHW;
+      if (NCH > 1 || u == 0) {  // A: the weights (FWD w[o][c][a][b], GI w[o][c][a][b] as [c][(o, a, b)])
+        const IN_T* w = p1 + (long long)grp * OG * (CG * KHW);
+#pragma unroll 4
+        for (int e = tid; e < BM * KS; e += 256) {
+          const int m = e / KS, k = e % KS;
+          const bool ok = m0 + m < M && k < kc;
+          const long long at = !ok          ? 0
+                               : MODE == 0 ? (long long)(m0 + m) * (CG * KHW) + c0 * KHW + k
+                                           : (long long)(c0 + k / KHW) * (CG * KHW) + (m0 + m) * KHW + k % KHW;
+          stage1(As + m * SA + k, w + at, ok);
+        }
+        for (int k = tid; k < KS; k += 256) {
+          const int c = k / KHW, a = k % KHW / KW, b = k % KW;
+          Ks[k] = k >= kc ? 0 : MODE == 0 ? c * CS + a * DH * WP + b * DW
+                                          : c * CS + (KH - 1 - a) * DH * WP + (KW - 1 - b) * DW;
+        }
+      }
+      // FWD: x's rows band·RB·SH − PH + r, columns col − PW. GI: dy's rows band·RB + PH − (KH−1)·DH
+      // + r, columns col + PW − (KW−1)·DW.
+      const int r0 = MODE == 0 ? band * RB * SH - PH : band * RB + PH - (KH - 1) * DH;
+      const int q0 = MODE == 0 ? -PW : PW - (KW - 1) * DW;
+      const int SH_ = MODE == 0 ? H : OH, SW_ = MODE == 0 ? W : OW;
+      const IN_T* src = MODE == 0 ? p0 + ((long long)img * C + grp * CG + c0) * (H * W)
+                                  : p0 + ((long long)img * O + grp * OG + c0) * P;
+#pragma unroll 4
+      for (int e = tid; e < SCH * RH * WP; e += 256) {
+        const int c = e / (RH * WP), r = e % (RH * WP) / WP, col = e % WP;
+        const int sr = r0 + r, sc = q0 + col;
+        const bool ok = c < cc && sr >= 0 && sr < SH_ && sc >= 0 && sc < SW_;
+        stage1(Ss + c * CS + r * WP + col, ok ? src + (long long)c * (SH_ * SW_) + sr * SW_ + sc : src, ok);
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+    if (ROUND) {
+      round_staged(MODE == 2 || NCH > 1 || u == 0 ? As : Ss, MODE == 2 || NCH > 1 || u == 0 ? BM * SA + SCH * CS : SCH * CS);
+      __syncthreads();
+    }
+    // ---- the chunk's products, all operands from shared memory: whole steps of 8, then the
+    // last, partial one with the k past kc masked (As is zero there; the mask keeps a NaN of Ss out) ----
+    const auto step = [&](int kk, bool masked) {
+      const int k0 = kk + t, k1 = k0 + 4;
+      const bool v0 = !masked || k0 < kc, v1 = !masked || k1 < kc;
+      const float* s0 = Ss + Ks[k0];
+      const float* s1 = Ss + Ks[k1];
+      unsigned a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float* ap = As + (wm + mt * 16 + g) * SA + k0;
+        a[mt][0] = __float_as_uint(ap[0]), a[mt][1] = __float_as_uint(ap[8 * SA]);
+        a[mt][2] = __float_as_uint(ap[4]), a[mt][3] = __float_as_uint(ap[8 * SA + 4]);
+      }
+#pragma unroll
+      for (int j = 0; j < NT8; ++j) {
+        const unsigned b0 = __float_as_uint(v0 ? s0[noff[j]] : 0.f), b1 = __float_as_uint(v1 ? s1[noff[j]] : 0.f);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_tf32(acc[mt][j], a[mt], b0, b1);
+      }
+    };
+    const int kfull = kc & ~7;
+#pragma unroll 2
+    for (int kk = 0; kk < kfull; kk += 8) step(kk, false);
+    if (kfull < kc) step(kfull, true);
+    __syncthreads();
+    if (MODE == 2 ? u + 1 < units : (u + 1) % NCH != 0) continue;
+    // ---- results: (m, n) of the block (FWD, GI: of this unit's image) ----
+    const int img = img0 + u / NCH;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < NT8; ++j)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const int m = m0 + wm + mt * 16 + g + (h >= 2 ? 8 : 0), n = wn + 8 * j + 2 * t + (h & 1);
+          const float v = acc[mt][j][h];
+          acc[mt][j][h] = 0.f;
+          if (m >= M || n >= ncols) continue;
+          if (MODE == 0) {
+            out[((long long)img * O + grp * OG + m) * P + band * RB * OW + n] = v;
+          } else if (MODE == 1) {
+            out[((long long)img * C + grp * CG + m) * (H * W) + band * RB * W + n] = v;
+          } else {
+            out[(long long)(z % SPLITS) * (O * NN) + (long long)(grp * OG + m) * NN + n0 + n] = v;
+          }
+        }
+  }
 // @piece pool_common
 // Helpers of the pool kernels (defined before: N, C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH,
 // DW (int), COUNT_PAD, MODE). TILING: the windows tile the input (stride = kernel, no padding
