@@ -15,7 +15,9 @@
 //     (Prepend("▁") and Replace(" ", "▁"): every segment between added tokens starts with a "▁")
 //     or by the Metaspace pre-tokenizer (prepend_scheme always / first / never, split); the
 //     decoder Metaspace or Replace("▁", " ") with ByteFallback, Fuse and Strip. A character
-//     outside the vocabulary becomes the <0xXX> tokens of its bytes (byte_fallback), else unk.
+//     outside the vocabulary becomes the <0xXX> tokens of its bytes (byte_fallback), else unk;
+//     decoding turns <0xXX> tokens back into bytes only where the decoder has a ByteFallback
+//     step (a Metaspace decoder leaves them as written, as `tokenizers` does).
 // Anything else is a TokenizerError naming the file and what it found. Truncation and padding
 // settings are not applied.
 //

@@ -243,14 +243,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
 namespace {
 
 // SentencePiece-style decoding: "▁" read as a space, <0xXX> tokens as their byte (when the
-// model has byte_fallback), then the leading spaces the encoder's prefix added stripped.
+// decoder has a ByteFallback step), then the leading spaces the encoder's prefix added stripped.
 std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<const int32_t> ids,
                                  bool skip_special) {
   std::string out;
   for (int32_t id : ids) {
     const std::string& token = tok.id_to_token(id);
     if (skip_special && t.special[id]) continue;
-    if (t.byte_fallback && token.size() == 6 && token.starts_with("<0x") && token.back() == '>') {
+    if (t.decode_bytes && token.size() == 6 && token.starts_with("<0x") && token.back() == '>') {
       const int b = std::stoi(token.substr(3, 2), nullptr, 16);
       if (t.byte_ids[static_cast<size_t>(b)] == id) {
         out += static_cast<char>(b);

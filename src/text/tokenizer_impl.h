@@ -56,8 +56,11 @@ struct Tokenizer::Impl {
   enum class Prepend { kAlways, kFirst, kNever };
   bool metaspace = false, metaspace_split = false;
   Prepend metaspace_prepend = Prepend::kAlways;
-  // The decoder: `meta` read as a space, then up to strip_start leading spaces of the text
-  // removed (Strip's start, or Metaspace's prepend) — the prefix encoding added.
+  // The decoder: `meta` read as a space, <0xXX> tokens as their byte where it has a
+  // ByteFallback step (else they stay as written, as `tokenizers` leaves them), then up to
+  // strip_start leading spaces of the text removed (Strip's start, or Metaspace's prepend) —
+  // the prefix encoding added.
+  bool decode_bytes = false;
   int strip_start = 0;
 
   // What encode(…, add_special = true) puts around the ids (TemplateProcessing's "single").

@@ -213,7 +213,9 @@ void read_sentencepiece_decoder(Tokenizer::Impl& t, const json& d) {
       } else if (s == "Strip" && value_or<std::string>(step, "content", " ") == " " &&
                  value_or<int>(step, "stop", 0) == 0) {
         t.strip_start = value_or<int>(step, "start", 0);
-      } else if (s != "ByteFallback" && s != "Fuse") {
+      } else if (s == "ByteFallback") {
+        t.decode_bytes = true;
+      } else if (s != "Fuse") {
         fail(t.file, "decoder step " + step.dump().substr(0, 200) + " is not supported");
       }
     }
