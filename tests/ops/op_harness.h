@@ -294,11 +294,13 @@ inline std::vector<double> from_host(DType t, const std::vector<std::byte>& byte
   return out;
 }
 
-/// Runs `graph` on `be` and returns every graph.outputs entry at host precision. The graph
-/// goes through dead-code elimination first, as the runtime does before prepare().
+/// Runs `graph` on `be` (prepared with `options`) and returns every graph.outputs entry at host
+/// precision. The graph goes through dead-code elimination first, as the runtime does before
+/// prepare().
 inline std::vector<std::vector<double>> run_graph(backend::Backend& be, const ir::Graph& graph,
                                                   const std::vector<int32_t>& inputs,
-                                                  const std::vector<HostTensor>& feeds) {
+                                                  const std::vector<HostTensor>& feeds,
+                                                  const backend::PrepareOptions& options = {}) {
   if (feeds.size() != inputs.size())
     throw std::logic_error("run_graph: one feed per input needed (the random key too)");
   std::vector<int32_t> remap;
@@ -306,7 +308,7 @@ inline std::vector<std::vector<double>> run_graph(backend::Backend& be, const ir
   for (const ir::Node& n : g.nodes())
     if (!be.supports(n.op))
       throw std::runtime_error(std::string(be.name()) + " backend does not support op " + ir::op_name(n.op));
-  std::unique_ptr<backend::Executable> exe = be.prepare(g, {});
+  std::unique_ptr<backend::Executable> exe = be.prepare(g, {}, options);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::vector<std::byte> bytes = to_host(feeds[i]);
     exe->set_input(remap[static_cast<size_t>(inputs[i])], bytes.data());
