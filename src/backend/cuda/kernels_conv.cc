@@ -50,7 +50,7 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 // apply: the gradient of the input with a stride, or tiles that do not fit in shared memory.
 struct TilePlan {
   int bm = 0, wr = 0, wc = 0, mt = 0, nt8 = 0;  // the block's m rows and its warps' tiles
-  int64_t rb = 0, bands = 0, rh = 0, wp = 0, cs = 0, sch = 0, ks = 0, nch = 0;
+  int64_t rb = 0, bands = 0, rh = 0, wp = 0, cs = 0, sch = 0, ks = 0, nch = 1;
   int64_t ipb = 1, splits = 1, cps = 0, total_chunks = 0, column_tiles = 1;
   int64_t smem_bytes = 0;
 };

@@ -258,8 +258,8 @@ __device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
 // tf32 mma.sync m16n8k8 with f32 accumulators.
 // Defined before (besides the geometry and IN_T/in_ld): MODE, M, NN, BM, BN (= WC·NT8·8), WR, WC,
 // MT, NT8, RB, BANDS, RH, WP, CS, SCH, KS (the k of a chunk, rounded up to 8), SA (KS + 4), NCH
-// and IPB (FWD, GI: chunks of channels, images a block), SPLITS and CPS (GW: chunks a split),
-// TOTAL_CHUNKS (GW: N·BANDS).
+// and IPB (FWD, GI: chunks of channels, images a block; 1 for GW), SPLITS and CPS (GW: chunks a
+// split), TOTAL_CHUNKS (GW: N·BANDS).
 constexpr int KHW = KH * KW, P = OH * OW;
 constexpr bool ROUND = sizeof(IN_T) == 4;  // f32 operands: round to tf32 once staged
 __device__ __forceinline__ float to_tc(float v) {
@@ -412,7 +412,7 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
     __syncthreads();
     if (MODE == 2 ? u + 1 < units : (u + 1) % NCH != 0) continue;
     // ---- results: (m, n) of the block (FWD, GI: of this unit's image) ----
-    const int img = img0 + u / NCH;
+    const int img = MODE == 2 ? 0 : img0 + u / NCH;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
