@@ -129,7 +129,9 @@ std::vector<Bf16Case> cases() {
       // over three column tiles; depthwise groups. Sums of hundreds of terms: kLargeSum.
       {"conv2d_dilated_rect",
        {uni({2, 3, 11, 10}), uni({5, 3, 3, 2})},
-       [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.padding = {2, 1}, .dilation = {2, 1}}); },
+       [](const Ts& x) {
+         return conv2d(x[0], x[1], Tensor(), {.padding = {2, 1}, .dilation = {2, 1}});
+       },
        kProduct,
        kProduct},
       {"conv2d_bands",
