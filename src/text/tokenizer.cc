@@ -2,6 +2,7 @@
 // its pipeline: added tokens are split out of the text, each remaining segment is pre-tokenized
 // (Split regex, prefix space, ByteLevel regex, bytes spelled in the byte-level alphabet), each
 // word is merged by BPE, and the post-processor's special tokens go around the result.
+#include <cctype>
 #include <algorithm>
 #include <deque>
 #include <functional>
@@ -250,7 +251,9 @@ std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<
   for (int32_t id : ids) {
     const std::string& token = tok.id_to_token(id);
     if (skip_special && t.special[id]) continue;
-    if (t.decode_bytes && token.size() == 6 && token.starts_with("<0x") && token.back() == '>') {
+    if (t.decode_bytes && token.size() == 6 && token.starts_with("<0x") && token.back() == '>' &&
+        std::isxdigit(static_cast<unsigned char>(token[3])) &&
+        std::isxdigit(static_cast<unsigned char>(token[4]))) {
       const int b = std::stoi(token.substr(3, 2), nullptr, 16);
       if (t.byte_ids[static_cast<size_t>(b)] == id) {
         out += static_cast<char>(b);

@@ -230,16 +230,17 @@ std::vector<Instance> template_instances() {
   for (ir::Op op : {ir::Op::kConv2d, ir::Op::kConv2dGradInput, ir::Op::kConv2dGradWeight})
     for (DType t : {f32, DType::kBF16})
       for (bool tiles : {false, true})
-        for (const ir::WindowGeom& geom : {conv, wide}) {
+        for (const bool is_wide : {false, true}) {  // the small one in exact f32, the wide one in tf32
           const std::string what = std::string("conv ") + ir::op_name(op) + " " + dtype_name(t) +
-                                   (tiles ? " tiles" : " gather") + (&geom == &conv ? "" : " wide");
-          const cuda::ConvPlan plan = cuda::conv_kernels("conv", op, geom, t, /*tf32=*/&geom == &wide,
-                                                         tg::testing::sm90_device(), tiles);
+                                   (tiles ? " tiles" : " gather") + (is_wide ? " wide" : "");
+          const cuda::ConvPlan plan = cuda::conv_kernels("conv", op, is_wide ? wide : conv, t,
+                                                         /*tf32=*/is_wide, tg::testing::sm90_device(), tiles);
           for (const cuda::Launch& l : plan.launches) add(what, l);
         }
   const cuda::ConvPlan split = cuda::conv_kernels("conv_gw_split", ir::Op::kConv2dGradWeight, wide, f32, true,
                                                   tg::testing::sm90_device(), /*tiles=*/false);
   EXPECT_EQ(split.launches.size(), 2u) << "a long weight-gradient reduction is split";
+  for (const cuda::Launch& l : split.launches) add("conv grad_weight split", l);
   const cuda::ConvPlan tiled_split = cuda::conv_kernels("conv_gw_tiles", ir::Op::kConv2dGradWeight, wide, f32,
                                                         true, tg::testing::sm90_device(), /*tiles=*/true);
   EXPECT_EQ(tiled_split.launches.size(), 2u) << "the tile kernels split a long weight gradient too";

@@ -200,17 +200,15 @@ std::vector<int64_t> CudaCapabilities::group_output_strides(const ir::Graph& g, 
   // bf16 rows whose length is not a multiple of 8 elements (16 bytes) leave cuBLASLt only its
   // slow unaligned kernels (GPT-2's 50257-wide logit gradient): write them padded, like the
   // f32 rows products write (padded_row), or to the next multiple of 8 when shorter. The
-  // padding is never read (products take the true extents). Values only convolutions and
-  // pools read stay dense: those kernels read planes whole (a 14-wide image row would otherwise
-  // be padded, then copied back to dense for them).
+  // padding is never read (products take the true extents). Values only convolutions read
+  // stay dense: those kernels read planes whole (a 14-wide image row would otherwise be padded,
+  // then copied back to dense for them). (Pools read f32 only.)
   const ir::Node& n = g.node(id);
   if (n.dtype != DType::kBF16 || n.shape.size() < 2 || n.shape.back() % 8 == 0) return {};
   const std::vector<int32_t> rs = readers(g, id);
   if (!rs.empty() && !escapes(g, id) && std::all_of(rs.begin(), rs.end(), [&](int32_t r) {
         const Op op = g.node(r).op;
-        return op == Op::kConv2d || op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight ||
-               op == Op::kMaxPool2d || op == Op::kMaxPool2dGrad || op == Op::kAvgPool2d ||
-               op == Op::kAvgPool2dGrad;
+        return op == Op::kConv2d || op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight;
       }))
     return {};
   const int64_t cols = n.shape.back();

@@ -58,7 +58,9 @@ struct TilePlan {
 std::optional<TilePlan> tile_plan(int mode, const ir::WindowGeom& g, const DeviceInfo& dev) {
   const ir::Window& w = g.win;
   if (mode == 1 && (w.sh != 1 || w.sw != 1)) return std::nullopt;
-  // Two blocks an SM, so that one stages while the other multiplies.
+  // Shared memory for two blocks an SM, so that one can stage while the other multiplies (the
+  // registers allow two where a thread holds up to 64 accumulators; with 72, the widest layout,
+  // ptxas gives cnn_fashion's conv2 weight gradient 175 registers: one block an SM).
   const int64_t budget = std::min<int64_t>(dev.smem_per_block, dev.smem_per_sm / 2 - 1024);
   const int64_t khw = w.kh * w.kw, m = mode == 1 ? g.cg() : g.og();
   TilePlan t;
@@ -204,7 +206,8 @@ bool conv_tiles_allowed() { return !env::equals(env::Switch::kCudaConv, "gather"
 
 ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& g, DType dtype, bool tf32,
                       const DeviceInfo& dev, bool tiles) {
-  if (g.n * g.c * g.h * g.w >= (int64_t{1} << 31) || g.n * g.o * g.oh * g.ow >= (int64_t{1} << 31))
+  if (g.n * g.c * g.h * g.w >= (int64_t{1} << 31) || g.n * g.o * g.oh * g.ow >= (int64_t{1} << 31) ||
+      g.o * g.k() >= (int64_t{1} << 31))
     throw Error("[cuda] conv2d: tensors of 2^31 elements or more are not supported yet");
   if (dtype != DType::kF32 && dtype != DType::kBF16)
     throw Error(std::string("[cuda] conv2d does not take ") + dtype_name(dtype));

@@ -14,7 +14,7 @@
 // Defined before: IN_T (float or unsigned short = bf16 bits) and in_ld; MODE (0 FWD, 1 GI,
 // 2 GW); M, NN (GEMM extents), KK (the k of one block: all of it, or one split's for GW),
 // KTOTAL (GW's whole k, N·OH·OW), SPLITS (long long); BM, BN, TC; the geometry N, C, H, W, O, OH,
-// OW, KH, KW, SH, SW, PH, PW, DH, DW, G, CG, OG (int). Piece gemm_common precedes the kernel;
+// OW, KH, KW, SH, SW, PH, PW, DH, DW, G, CG, OG (long long here; int for the tile pieces below). Piece gemm_common precedes the kernel;
 // piece gemm (or gemm_tc, with TC) is the body of
 //   extern "C" __global__ void <name>(const IN_T* p0, const IN_T* p1, float* out)
 // and piece splits the body of <name>(const float* part, float* out) (TOTAL = O·CG·KH·KW).
@@ -248,8 +248,8 @@ __device__ __forceinline__ void put(float* out, int z, int m, int n, float v) {
 //        of the band: Ks = o·CS + (KH−1−a)·DH·WP + (KW−1−b)·DW, noff(ih, iw) = ih·WP + iw.
 //   GW:  block (BN columns (c, a, b), BM output channels, (group, split)); k = (image, pixel) in
 //        chunks of one band of RB output rows of one image; A = dy's band, the window x's rows of
-//        the band for the channels the block's columns touch (from C_LO):
-//        Ks = i·SH·WP + j·SW, noff(c, a, b) = (c − C_LO)·CS + a·DH·WP + b·DW.
+//        the band for the channels the block's columns touch (from c_lo, the first column's):
+//        Ks = i·SH·WP + j·SW, noff(c, a, b) = (c − c_lo)·CS + a·DH·WP + b·DW.
 // FWD and GI with one chunk (NCH = 1) stage A once for all of the block's images. f32 operands
 // are copied with cp.async (zero-filled where out of range: many loads in flight without
 // registers), then rounded to tf32 in place; bf16 ones are widened through registers (exact in
