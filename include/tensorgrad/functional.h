@@ -146,6 +146,20 @@ struct Conv2dOptions {
 /// larger than the padded input, an empty output) is a ShapeError here.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Conv2dOptions options = {}, Loc loc = Loc::current());
+struct ConvTranspose2dOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;         // removed from each side of the full output
+  Size2 output_padding = 0;  // added on the bottom and right; must be smaller than the stride
+  Size2 dilation = 1;
+  int64_t groups = 1;
+};
+/// Transposed 2-D convolution (PyTorch's conv_transpose2d, the gradient of conv2d with respect
+/// to its input): x [N, Cin, H, W], weight [Cin, Cout/groups, KH, KW], optional bias [Cout] →
+/// [N, Cout, OH, OW] with OH = (H − 1)·stride − 2·padding + dilation·(KH − 1) + output_padding + 1
+/// (likewise OW). conv2d(y, weight) with the same stride, padding, dilation and groups maps
+/// [N, Cout, OH, OW] back to [N, Cin, H, W]. Mixed precision and errors as conv2d's.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        ConvTranspose2dOptions options = {}, Loc loc = Loc::current());
 struct Pool2dOptions {
   Size2 kernel;
   Size2 stride = 0;               // 0: the kernel

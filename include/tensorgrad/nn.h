@@ -163,6 +163,30 @@ class Conv2d : public Module {
   std::optional<Param> bias;
 };
 
+/// Transposed 2-D convolution with PyTorch's nn.ConvTranspose2d parameters: weight [in,
+/// out/groups, kh, kw] and bias [out], both U(±1/√(out/groups·kh·kw)) by default (PyTorch's
+/// kaiming_uniform(a=√5) takes the weight's second dimension as its fan-in).
+struct ConvTranspose2dLayerOptions {
+  Size2 stride = 1;
+  Size2 padding = 0;
+  Size2 output_padding = 0;
+  Size2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  std::optional<Init> weight_init = {};
+  std::optional<Init> bias_init = {};
+};
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(Module& parent, std::string name, int64_t in_channels, int64_t out_channels, Size2 kernel,
+                  ConvTranspose2dLayerOptions options = {});
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const int64_t in_channels, out_channels;
+  const ConvTranspose2dOptions conv;
+  Param weight;
+  std::optional<Param> bias;
+};
+
 /// Batch normalisation over N·H·W per channel of x [N, C, H, W] (any [N, C, ...]), as
 /// PyTorch's nn.BatchNorm2d: weight (ones) and bias (zeros) [C]; the running statistics are
 /// tg::state tensors "<path>.running_mean" (zeros) and "<path>.running_var" (ones). A training

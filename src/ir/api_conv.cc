@@ -1,5 +1,6 @@
-// Public ops of convolutional networks (functional.h): conv2d and the pools canonicalise their
-// options into an ir::Window; batch_norm is a composite of elementwise ops.
+// Public ops of convolutional networks (functional.h): conv2d, conv_transpose2d (conv2d's input
+// gradient as a forward op) and the pools canonicalise their options into an ir::Window;
+// batch_norm is a composite of elementwise ops.
 #include <optional>
 #include <utility>
 
@@ -92,6 +93,67 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                               w, {}, loc)
                   : window_op(g, Op::kConv2d, {x, weight}, w, {}, loc);
   if (bias.valid()) y = add(y, per_channel("conv2d", "bias", y, bias, loc), loc);
+  return y;
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dOptions o,
+                        Loc loc) {
+  Arg ax(x, loc), aw(weight, loc);
+  Graph& g = graph_for("conv_transpose2d", {&ax, &aw}, loc);
+  require_rank4("conv_transpose2d", x, loc);
+  if (weight.rank() != 4)
+    api_fail("conv_transpose2d",
+             "weight must be [Cin, Cout/groups, KH, KW], got " + shape_str(weight.shape()), loc);
+  const Shape &xs = x.shape(), &ws = weight.shape();
+  if (o.groups < 1) api_fail("conv_transpose2d", "groups must be >= 1", loc);
+  if (ws[0] != xs[1])
+    api_fail("conv_transpose2d",
+             "the weight " + shape_str(ws) + " is for " + std::to_string(ws[0]) + " input channels; x " +
+                 shape_str(xs) + " has " + std::to_string(xs[1]),
+             loc);
+  if (xs[1] % o.groups != 0)
+    api_fail(
+        "conv_transpose2d",
+        std::to_string(xs[1]) + " input channels do not divide into " + std::to_string(o.groups) + " groups",
+        loc);
+  const int64_t extent[2] = {xs[2], xs[3]}, k[2] = {ws[2], ws[3]}, s[2] = {o.stride.h, o.stride.w},
+                p[2] = {o.padding.h, o.padding.w}, op[2] = {o.output_padding.h, o.output_padding.w},
+                d[2] = {o.dilation.h, o.dilation.w};
+  int64_t out[2];
+  for (int a = 0; a < 2; ++a) {
+    const std::string axis = a ? "width" : "height";
+    if (s[a] < 1 || d[a] < 1 || p[a] < 0 || op[a] < 0 || k[a] < 1)
+      api_fail("conv_transpose2d",
+               "stride, dilation and the kernel must be >= 1, padding and output_padding >= 0 (" + axis + ")",
+               loc);
+    if (op[a] >= s[a])
+      api_fail("conv_transpose2d",
+               "output_padding " + std::to_string(op[a]) + " must be smaller than the stride " +
+                   std::to_string(s[a]) + " (" + axis + ")",
+               loc);
+    out[a] = (extent[a] - 1) * s[a] - 2 * p[a] + d[a] * (k[a] - 1) + op[a] + 1;
+    if (out[a] < 1)
+      api_fail("conv_transpose2d",
+               "the output " + axis + " would be " + std::to_string(out[a]) + " (padding " +
+                   std::to_string(p[a]) + " removes more than the full output)",
+               loc);
+  }
+  // The input's gradient of the conv2d that maps the result back to x's shape.
+  const Window w{.kh = k[0],
+                 .kw = k[1],
+                 .sh = s[0],
+                 .sw = s[1],
+                 .ph = p[0],
+                 .pw = p[1],
+                 .dh = d[0],
+                 .dw = d[1],
+                 .groups = o.groups};
+  const Shape ys{xs[0], ws[1] * o.groups, out[0], out[1]};
+  const bool bf16 = policy_wants_bf16(x) && policy_wants_bf16(weight);
+  Tensor y = bf16 ? window_op(g, Op::kConv2dGradInput,
+                              {cast(x, DType::kBF16, loc), cast(weight, DType::kBF16, loc)}, w, ys, loc)
+                  : window_op(g, Op::kConv2dGradInput, {x, weight}, w, ys, loc);
+  if (bias.valid()) y = add(y, per_channel("conv_transpose2d", "bias", y, bias, loc), loc);
   return y;
 }
 

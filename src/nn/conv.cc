@@ -1,4 +1,4 @@
-// nn::Conv2d, nn::BatchNorm2d and nn::Flatten.
+// nn::Conv2d, nn::ConvTranspose2d, nn::BatchNorm2d and nn::Flatten.
 #include <algorithm>
 #include <cmath>
 
@@ -13,7 +13,7 @@ std::string at(const Loc& loc) {
 }
 
 // PyTorch's nn.Conv2d default, kaiming_uniform(a=√5): U(±1/√fan_in), fan_in = in/groups·kh·kw,
-// for the weight and the bias.
+// for the weight and the bias (nn.ConvTranspose2d: the same with out for in).
 Init torch_conv_init(int64_t in, int64_t groups, Size2 kernel) {
   const int64_t fan_in =
       std::max<int64_t>(1, groups > 0 ? in / groups : in) * std::max<int64_t>(1, kernel.h * kernel.w);
@@ -45,6 +45,31 @@ Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
     throw ShapeError("[Conv2d] '" + path() + "' expects [N, " + std::to_string(in_channels) +
                      ", H, W], got " + shape_str(x.shape()) + at(loc));
   return conv2d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), conv, loc);
+}
+
+ConvTranspose2d::ConvTranspose2d(Module& parent, std::string name, int64_t in, int64_t out, Size2 kernel,
+                                 ConvTranspose2dLayerOptions o)
+    : Module(parent, std::move(name)),
+      in_channels(in),
+      out_channels(out),
+      conv{o.stride, o.padding, o.output_padding, o.dilation, o.groups},
+      weight(*this, "weight", {in, o.groups > 0 ? out / o.groups : out, kernel.h, kernel.w},
+             o.weight_init.value_or(torch_conv_init(out, o.groups, kernel))) {
+  if (in < 1 || out < 1 || kernel.h < 1 || kernel.w < 1 || o.groups < 1 || in % o.groups != 0 ||
+      out % o.groups != 0)
+    throw ShapeError("[ConvTranspose2d] '" + path() + "': " + std::to_string(in) + " → " +
+                     std::to_string(out) + " channels in " + std::to_string(o.groups) + " groups with a " +
+                     std::to_string(kernel.h) + "×" + std::to_string(kernel.w) +
+                     " kernel (channels must be positive multiples of groups)");
+  if (o.bias)
+    bias.emplace(*this, "bias", Shape{out}, o.bias_init.value_or(torch_conv_init(out, o.groups, kernel)));
+}
+
+Tensor ConvTranspose2d::operator()(const Tensor& x, Loc loc) const {
+  if (x.rank() != 4 || x.shape()[1] != in_channels)
+    throw ShapeError("[ConvTranspose2d] '" + path() + "' expects [N, " + std::to_string(in_channels) +
+                     ", H, W], got " + shape_str(x.shape()) + at(loc));
+  return conv_transpose2d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), conv, loc);
 }
 
 BatchNorm2d::BatchNorm2d(Module& parent, std::string name, int64_t c, BatchNormOptions o)

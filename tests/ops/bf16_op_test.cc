@@ -149,6 +149,19 @@ std::vector<Bf16Case> cases() {
        [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.padding = 1, .groups = 4}); },
        kProduct,
        kProduct},
+      // conv_transpose2d is conv2d's input gradient as a forward op (tiles at stride 1 on CUDA).
+      {"conv_transpose2d",
+       {uni({2, 4, 5, 5}), uni({4, 3, 3, 3})},
+       [](const Ts& x) { return conv_transpose2d(x[0], x[1], Tensor(), {.padding = 1}); },
+       kProduct,
+       kProduct},
+      {"conv_transpose2d_stride2",
+       {uni({2, 4, 5, 5}), uni({4, 3, 3, 3})},
+       [](const Ts& x) {
+         return conv_transpose2d(x[0], x[1], Tensor(), {.stride = 2, .padding = 1, .output_padding = 1});
+       },
+       kProduct,
+       kProduct},
       {"linear_residual",
        {uni({24, 64}), uni({64, 64}), uni({24, 64})},
        [](const Ts& x) { return x[2] + matmul(x[0], x[1]); },

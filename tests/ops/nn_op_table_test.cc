@@ -304,6 +304,15 @@ TEST(NnShapeErrors, ConvolutionalOps) {
   expect_shape_error({uni({1, 1, 4, 4}), uni({1, 3, 3})}, conv, "conv2d", "weight");
   expect_shape_error({uni({1, 2, 4, 4}), uni({3, 2, 3, 3}), uni({2})}, FN(conv2d(x[0], x[1], x[2])), "conv2d", "bias");
   expect_shape_error({ints({1, 1, 4, 4}), uni({1, 1, 3, 3})}, conv, "conv2d", "f32 or bf16");
+  // conv_transpose2d: weight [Cin, Cout/groups, KH, KW].
+  const BuildFn up = FN(conv_transpose2d(x[0], x[1]));
+  expect_shape_error({uni({1, 4, 3, 3}), uni({3, 2, 3, 3})}, up, "conv_transpose2d", "input channels");
+  expect_shape_error({uni({1, 4, 3, 3}), uni({4, 2, 3, 3})}, FN(conv_transpose2d(x[0], x[1], Tensor(), {.groups = 3})), "conv_transpose2d", "groups");
+  expect_shape_error({uni({1, 4, 3, 3}), uni({4, 2, 3, 3})}, FN(conv_transpose2d(x[0], x[1], Tensor(), {.stride = 2, .output_padding = 2})), "conv_transpose2d", "smaller than the stride");
+  expect_shape_error({uni({1, 4, 1, 1}), uni({4, 2, 1, 1})}, FN(conv_transpose2d(x[0], x[1], Tensor(), {.padding = 1})), "conv_transpose2d", "would be");
+  expect_shape_error({uni({4, 3, 3}), uni({4, 2, 3, 3})}, up, "conv_transpose2d", "[N, C, H, W]");
+  expect_shape_error({uni({1, 4, 3, 3}), uni({4, 2, 3})}, up, "conv_transpose2d", "weight");
+  expect_shape_error({uni({1, 4, 3, 3}), uni({4, 2, 3, 3}), uni({3})}, FN(conv_transpose2d(x[0], x[1], x[2])), "conv_transpose2d", "bias");
   expect_shape_error({uni({1, 1, 2, 2})}, FN(max_pool2d(x[0], {.kernel = 3})), "max_pool2d", "larger than the padded input");
   expect_shape_error({uni({1, 1, 6, 6})}, FN(max_pool2d(x[0], {.kernel = 2, .padding = 2})), "max_pool2d", "half the kernel");
   expect_shape_error({uni({6, 6})}, FN(avg_pool2d(x[0], {.kernel = 2})), "avg_pool2d", "[N, C, H, W]");
