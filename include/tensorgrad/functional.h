@@ -174,6 +174,19 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions options, Loc loc = Loc::current
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions options, Loc loc = Loc::current());
 /// Mean over H and W: [N, C, H, W] → [N, C].
 Tensor global_avg_pool2d(const Tensor& x, Loc loc = Loc::current());
+enum class InterpolateMode { kNearest, kBilinear };
+struct InterpolateOptions {
+  Size2 size = 0;    // the output's height and width; 0: ⌊input extent · scale⌋
+  double scale = 0;  // PyTorch's scale_factor (both axes), used when size is 0
+  InterpolateMode mode = InterpolateMode::kNearest;
+  bool align_corners = false;  // bilinear: corner pixels' centres map to corners (PyTorch's flag)
+};
+/// Resizes x [N, C, H, W] as PyTorch's F.interpolate (modes "nearest" and "bilinear"): each
+/// output pixel reads its source pixels (nearest: ⌊dst·in/out⌋; bilinear: the two neighbours
+/// along each axis of (dst + 0.5)·in/out − 0.5, clamped at 0, or dst·(in − 1)/(out − 1) with
+/// align_corners), with in/out replaced by 1/scale when the size comes from `scale`. Gathers
+/// along H then W (bilinear: each pair weighted), so gradients scatter back to the sources.
+Tensor interpolate(const Tensor& x, InterpolateOptions options, Loc loc = Loc::current());
 /// Batch normalisation of x [N, C, ...] over every axis but 1 with the given per-channel
 /// statistics: (x − mean) / √(var + eps) · weight + bias (weight, bias optional; each [C]).
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,
