@@ -3,6 +3,7 @@
 // their own kernels and backward; the rest are compositions of primitives (see ops.def for which is which).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "tensorgrad/tensor.h"
 
@@ -187,6 +188,20 @@ struct InterpolateOptions {
 /// align_corners), with in/out replaced by 1/scale when the size comes from `scale`. Gathers
 /// along H then W (bilinear: each pair weighted), so gradients scatter back to the sources.
 Tensor interpolate(const Tensor& x, InterpolateOptions options, Loc loc = Loc::current());
+/// PyTorch's adaptive_avg_pool2d: x [N, C, H, W] → [N, C, size.h, size.w], output (i, j) the mean
+/// of rows [⌊i·H/oh⌋, ⌈(i + 1)·H/oh⌉) and the likewise columns (windows may overlap).
+Tensor adaptive_avg_pool2d(const Tensor& x, Size2 size, Loc loc = Loc::current());
+enum class PadMode { kConstant, kReflect, kReplicate };
+struct PadOptions {
+  PadMode mode = PadMode::kConstant;
+  double value = 0;  // kConstant's fill
+};
+/// PyTorch's F.pad: `pads` holds (before, after) pairs from the last axis backwards
+/// ({left, right, top, bottom} pads W then H of an NCHW image). Constant fills with `value`;
+/// reflect mirrors about the edge element (padding below the axis' extent); replicate repeats
+/// the edge. Any rank and any number of trailing axes; pads are >= 0 (slice to crop).
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadOptions options = {},
+           Loc loc = Loc::current());
 /// Batch normalisation of x [N, C, ...] over every axis but 1 with the given per-channel
 /// statistics: (x − mean) / √(var + eps) · weight + bias (weight, bias optional; each [C]).
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,

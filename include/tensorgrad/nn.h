@@ -216,6 +216,18 @@ struct AvgPool2d {
   Pool2dOptions options;
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return avg_pool2d(x, options, loc); }
 };
+/// tg::interpolate with fixed options (PyTorch's nn.Upsample).
+struct Upsample {
+  InterpolateOptions options;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return interpolate(x, options, loc); }
+};
+/// tg::adaptive_avg_pool2d to a fixed size (PyTorch's nn.AdaptiveAvgPool2d).
+struct AdaptiveAvgPool2d {
+  Size2 size;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const {
+    return adaptive_avg_pool2d(x, size, loc);
+  }
+};
 /// [N, d1, d2, ...] → [N, d1·d2·...] (PyTorch's nn.Flatten with its default start_dim = 1).
 struct Flatten {
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;

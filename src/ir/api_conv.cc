@@ -1,13 +1,8 @@
 // Public ops of convolutional networks (functional.h): conv2d, conv_transpose2d (conv2d's input
 // gradient as a forward op) and the pools canonicalise their options into an ir::Window;
-// batch_norm and interpolate are composites (elementwise ops; gathers).
-#include <algorithm>
-#include <cmath>
+// batch_norm is a composite of elementwise ops. (Resizing and padding: api_resize.cc.)
 #include <optional>
-#include <span>
-#include <string>
 #include <utility>
-#include <vector>
 
 #include "ir/api_util.h"
 #include "tensorgrad/functional.h"
@@ -197,67 +192,6 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions options, Loc loc) {
 Tensor global_avg_pool2d(const Tensor& x, Loc loc) {
   require_rank4("global_avg_pool2d", x, loc);
   return mean(x, {2, 3}, /*keepdim=*/false, loc);
-}
-
-Tensor interpolate(const Tensor& x, InterpolateOptions o, Loc loc) {
-  require_rank4("interpolate", x, loc);
-  const bool by_size = o.size.h != 0 || o.size.w != 0;
-  if (by_size && (o.size.h < 1 || o.size.w < 1))
-    api_fail("interpolate",
-             "size must be at least 1×1, got " + std::to_string(o.size.h) + "×" + std::to_string(o.size.w),
-             loc);
-  if (!by_size && !(o.scale > 0)) api_fail("interpolate", "needs a size or a positive scale", loc);
-  if (o.align_corners && o.mode != InterpolateMode::kBilinear)
-    api_fail("interpolate", "align_corners applies to bilinear mode only (as PyTorch's)", loc);
-  Tensor y = x;
-  for (int64_t axis : {2, 3}) {
-    const int64_t in = x.shape()[static_cast<size_t>(axis)];
-    const int64_t out = by_size ? (axis == 2 ? o.size.h : o.size.w)
-                                : static_cast<int64_t>(std::floor(static_cast<double>(in) * o.scale));
-    if (out < 1)
-      api_fail("interpolate",
-               "the output would be empty along axis " + std::to_string(axis) + " (" + std::to_string(in) +
-                   " · " + std::to_string(o.scale) + ")",
-               loc);
-    // Source positions in f32, as PyTorch computes them for f32 tensors.
-    const float scale =
-        by_size ? static_cast<float>(in) / static_cast<float>(out) : static_cast<float>(1.0 / o.scale);
-    Shape s(4, 1);
-    s[static_cast<size_t>(axis)] = out;
-    std::vector<int32_t> i0(static_cast<size_t>(out)), i1(i0.size());
-    std::vector<float> l0(i0.size()), l1(i0.size());
-    for (int64_t d = 0; d < out; ++d) {
-      const size_t j = static_cast<size_t>(d);
-      if (o.mode == InterpolateMode::kNearest) {
-        const int64_t src = out == in       ? d
-                            : out == 2 * in ? d / 2
-                                            : static_cast<int64_t>(std::floor(static_cast<float>(d) * scale));
-        i0[j] = static_cast<int32_t>(std::min(src, in - 1));
-        continue;
-      }
-      float src = 0;
-      if (o.align_corners) {
-        src =
-            out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) * static_cast<float>(d) : 0.f;
-      } else {
-        src = std::max(scale * (static_cast<float>(d) + 0.5f) - 0.5f, 0.f);
-      }
-      const int64_t lo = std::min(static_cast<int64_t>(src), in - 1);
-      i0[j] = static_cast<int32_t>(lo);
-      i1[j] = static_cast<int32_t>(lo + (lo < in - 1 ? 1 : 0));
-      l1[j] = src - static_cast<float>(lo);
-      l0[j] = 1.f - l1[j];
-    }
-    const Tensor first = take_along_axis(y, constant(std::span<const int32_t>(i0), s, loc), axis, loc);
-    if (o.mode == InterpolateMode::kNearest) {
-      y = first;
-      continue;
-    }
-    const Tensor second = take_along_axis(y, constant(std::span<const int32_t>(i1), s, loc), axis, loc);
-    y = first * constant(std::span<const float>(l0), s, loc) +
-        second * constant(std::span<const float>(l1), s, loc);
-  }
-  return y;
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,

@@ -21,6 +21,22 @@ Init torch_conv_init(int64_t in, int64_t groups, Size2 kernel) {
   return init::uniform(-bound, bound);
 }
 
+// The channel and kernel checks of a convolution layer's construction and call.
+void check_channels(const char* layer, const std::string& path, int64_t in, int64_t out, Size2 kernel,
+                    int64_t groups) {
+  if (in < 1 || out < 1 || kernel.h < 1 || kernel.w < 1 || groups < 1 || in % groups != 0 ||
+      out % groups != 0)
+    throw ShapeError("[" + std::string(layer) + "] '" + path + "': " + std::to_string(in) + " → " +
+                     std::to_string(out) + " channels in " + std::to_string(groups) + " groups with a " +
+                     std::to_string(kernel.h) + "×" + std::to_string(kernel.w) +
+                     " kernel (channels must be positive multiples of groups)");
+}
+void check_input(const char* layer, const std::string& path, const Tensor& x, int64_t in, const Loc& loc) {
+  if (x.rank() != 4 || x.shape()[1] != in)
+    throw ShapeError("[" + std::string(layer) + "] '" + path + "' expects [N, " + std::to_string(in) +
+                     ", H, W], got " + shape_str(x.shape()) + at(loc));
+}
+
 }  // namespace
 
 Conv2d::Conv2d(Module& parent, std::string name, int64_t in, int64_t out, Size2 kernel, Conv2dLayerOptions o)
@@ -30,20 +46,13 @@ Conv2d::Conv2d(Module& parent, std::string name, int64_t in, int64_t out, Size2 
       conv{o.stride, o.padding, o.dilation, o.groups},
       weight(*this, "weight", {out, o.groups > 0 ? in / o.groups : in, kernel.h, kernel.w},
              o.weight_init.value_or(torch_conv_init(in, o.groups, kernel))) {
-  if (in < 1 || out < 1 || kernel.h < 1 || kernel.w < 1 || o.groups < 1 || in % o.groups != 0 ||
-      out % o.groups != 0)
-    throw ShapeError("[Conv2d] '" + path() + "': " + std::to_string(in) + " → " + std::to_string(out) +
-                     " channels in " + std::to_string(o.groups) + " groups with a " +
-                     std::to_string(kernel.h) + "×" + std::to_string(kernel.w) +
-                     " kernel (channels must be positive multiples of groups)");
+  check_channels("Conv2d", path(), in, out, kernel, o.groups);
   if (o.bias)
     bias.emplace(*this, "bias", Shape{out}, o.bias_init.value_or(torch_conv_init(in, o.groups, kernel)));
 }
 
 Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
-  if (x.rank() != 4 || x.shape()[1] != in_channels)
-    throw ShapeError("[Conv2d] '" + path() + "' expects [N, " + std::to_string(in_channels) +
-                     ", H, W], got " + shape_str(x.shape()) + at(loc));
+  check_input("Conv2d", path(), x, in_channels, loc);
   return conv2d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), conv, loc);
 }
 
@@ -55,20 +64,13 @@ ConvTranspose2d::ConvTranspose2d(Module& parent, std::string name, int64_t in, i
       conv{o.stride, o.padding, o.output_padding, o.dilation, o.groups},
       weight(*this, "weight", {in, o.groups > 0 ? out / o.groups : out, kernel.h, kernel.w},
              o.weight_init.value_or(torch_conv_init(out, o.groups, kernel))) {
-  if (in < 1 || out < 1 || kernel.h < 1 || kernel.w < 1 || o.groups < 1 || in % o.groups != 0 ||
-      out % o.groups != 0)
-    throw ShapeError("[ConvTranspose2d] '" + path() + "': " + std::to_string(in) + " → " +
-                     std::to_string(out) + " channels in " + std::to_string(o.groups) + " groups with a " +
-                     std::to_string(kernel.h) + "×" + std::to_string(kernel.w) +
-                     " kernel (channels must be positive multiples of groups)");
+  check_channels("ConvTranspose2d", path(), in, out, kernel, o.groups);
   if (o.bias)
     bias.emplace(*this, "bias", Shape{out}, o.bias_init.value_or(torch_conv_init(out, o.groups, kernel)));
 }
 
 Tensor ConvTranspose2d::operator()(const Tensor& x, Loc loc) const {
-  if (x.rank() != 4 || x.shape()[1] != in_channels)
-    throw ShapeError("[ConvTranspose2d] '" + path() + "' expects [N, " + std::to_string(in_channels) +
-                     ", H, W], got " + shape_str(x.shape()) + at(loc));
+  check_input("ConvTranspose2d", path(), x, in_channels, loc);
   return conv_transpose2d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), conv, loc);
 }
 
