@@ -202,6 +202,12 @@ struct PadOptions {
 /// the edge. Any rank and any number of trailing axes; pads are >= 0 (slice to crop).
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadOptions options = {},
            Loc loc = Loc::current());
+/// Group normalisation (PyTorch's group_norm): x [N, C, ...] in `groups` groups of C/groups
+/// channels, each (image, group) normalised over its channels and positions with its own mean
+/// and biased variance, then · weight + bias per channel (each [C], optional). The layer norm
+/// primitive over [N, groups, rest], so one fused kernel and its backward.
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
+                  double eps = 1e-5, Loc loc = Loc::current());
 /// Batch normalisation of x [N, C, ...] over every axis but 1 with the given per-channel
 /// statistics: (x − mean) / √(var + eps) · weight + bias (weight, bias optional; each [C]).
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,

@@ -207,6 +207,22 @@ class BatchNorm2d : public Module {
   std::optional<Param> weight, bias;
 };
 
+/// Group normalisation as PyTorch's nn.GroupNorm(groups, channels): weight (ones) and bias
+/// (zeros) [C] when affine; the same in training and inference (no running statistics).
+struct GroupNormOptions {
+  double eps = 1e-5;
+  bool affine = true;
+};
+class GroupNorm : public Module {
+ public:
+  GroupNorm(Module& parent, std::string name, int64_t groups, int64_t channels,
+            GroupNormOptions options = {});
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const int64_t groups, channels;
+  const GroupNormOptions options;
+  std::optional<Param> weight, bias;
+};
+
 /// tg::max_pool2d / avg_pool2d with fixed options.
 struct MaxPool2d {
   Pool2dOptions options;

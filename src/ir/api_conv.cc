@@ -1,6 +1,7 @@
 // Public ops of convolutional networks (functional.h): conv2d, conv_transpose2d (conv2d's input
 // gradient as a forward op) and the pools canonicalise their options into an ir::Window;
-// batch_norm is a composite of elementwise ops. (Resizing and padding: api_resize.cc.)
+// batch_norm and group_norm are composites (elementwise ops; the layer norm primitive).
+// (Resizing and padding: api_resize.cc.)
 #include <optional>
 #include <utility>
 
@@ -192,6 +193,23 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions options, Loc loc) {
 Tensor global_avg_pool2d(const Tensor& x, Loc loc) {
   require_rank4("global_avg_pool2d", x, loc);
   return mean(x, {2, 3}, /*keepdim=*/false, loc);
+}
+
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias, double eps,
+                  Loc loc) {
+  if (x.rank() < 2) api_fail("group_norm", "input must be [N, C, ...], got " + shape_str(x.shape()), loc);
+  const int64_t c = x.shape()[1];
+  if (groups < 1 || c % groups != 0)
+    api_fail("group_norm",
+             std::to_string(c) + " channels do not divide into " + std::to_string(groups) + " groups", loc);
+  if (!(eps >= 0)) api_fail("group_norm", "eps must be >= 0", loc);
+  const int64_t n = x.shape()[0];
+  Tensor y = reshape(layer_norm(reshape(x, {n, groups, x.numel() / std::max<int64_t>(n * groups, 1)}, loc),
+                                Tensor(), Tensor(), eps, loc),
+                     x.shape(), loc);
+  if (weight.valid()) y = y * per_channel("group_norm", "weight", x, weight, loc);
+  if (bias.valid()) y = y + per_channel("group_norm", "bias", x, bias, loc);
+  return y;
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight,

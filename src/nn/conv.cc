@@ -1,4 +1,4 @@
-// nn::Conv2d, nn::ConvTranspose2d, nn::BatchNorm2d and nn::Flatten.
+// nn::Conv2d, nn::ConvTranspose2d, nn::BatchNorm2d, nn::GroupNorm and nn::Flatten.
 #include <algorithm>
 #include <cmath>
 
@@ -83,6 +83,26 @@ BatchNorm2d::BatchNorm2d(Module& parent, std::string name, int64_t c, BatchNormO
     weight.emplace(*this, "weight", Shape{c}, init::constant(1.0));
     bias.emplace(*this, "bias", Shape{c}, init::constant(0.0));
   }
+}
+
+GroupNorm::GroupNorm(Module& parent, std::string name, int64_t g, int64_t c, GroupNormOptions o)
+    : Module(parent, std::move(name)), groups(g), channels(c), options(o) {
+  if (g < 1 || c < 1 || c % g != 0)
+    throw ShapeError("[GroupNorm] '" + path() + "': " + std::to_string(c) + " channels do not divide into " +
+                     std::to_string(g) + " groups");
+  if (!(o.eps >= 0)) throw InputError("[GroupNorm] '" + path() + "': eps must be >= 0");
+  if (o.affine) {
+    weight.emplace(*this, "weight", Shape{c}, init::constant(1.0));
+    bias.emplace(*this, "bias", Shape{c}, init::constant(0.0));
+  }
+}
+
+Tensor GroupNorm::operator()(const Tensor& x, Loc loc) const {
+  if (x.rank() < 2 || x.shape()[1] != channels)
+    throw ShapeError("[GroupNorm] '" + path() + "' expects [N, " + std::to_string(channels) + ", ...], got " +
+                     shape_str(x.shape()) + at(loc));
+  return group_norm(x, groups, weight ? weight->tensor(loc) : Tensor(), bias ? bias->tensor(loc) : Tensor(),
+                    options.eps, loc);
 }
 
 Tensor BatchNorm2d::operator()(const Tensor& x, Loc loc) const {

@@ -430,6 +430,7 @@ const std::vector<OpCase>& op_cases() {
       {"pad_reflect", {uni({1, 2, 4, 5})}, FN(pad(x[0], {2, 1, 1, 2}, {.mode = PadMode::kReflect})), {1, 2, 7, 8}, kF32, kExact, kGrad},
       {"pad_replicate", {uni({3, 4})}, FN(pad(x[0], {0, 3}, {.mode = PadMode::kReplicate})), {3, 7}, kF32, kExact, kGrad},
       {"pad_constant_value", {uni({2, 3, 4})}, FN(pad(x[0], {1, 0, 0, 2}, {.value = -1})), {2, 5, 5}, kF32, kExact, kGrad},
+      {"group_norm_affine", {uni({2, 4, 3, 2}), uni({4}), uni({4})}, FN(group_norm(x[0], 2, x[1], x[2])), {2, 4, 3, 2}, kF32, kTranscendental, kGrad},
       {"conv2d_batch1_wide", {uni({1, 16, 12, 12}), uni({8, 16, 3, 3}, -0.2, 0.2), uni({8})}, FN(conv2d(x[0], x[1], x[2], {.padding = 1})), {1, 8, 12, 12}, kF32, kLargeSum, kCpuOnly},
       {"conv2d_large_image_chunks", {uni({2, 3, 40, 40}), uni({4, 3, 5, 5}, -0.2, 0.2)}, FN(conv2d(x[0], x[1], Tensor(), {.padding = 2})), {2, 4, 40, 40}, kF32, kLargeSum, kCpuOnly},
       {"conv2d_second_derivative", {uni({2, 4, 5, 5}), uni({6, 2, 3, 3}), uni({2, 6, 3, 3}), uni({2, 4, 5, 5}), uni({6, 2, 3, 3})}, conv_gradient_dot, {}, kF32, kLargeSum, kGrad},
