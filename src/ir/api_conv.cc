@@ -72,6 +72,18 @@ std::optional<std::pair<Tensor, Tensor>> per_channel_shift(Graph& g, const Tenso
   return std::nullopt;
 }
 
+/// conv2d's or conv_transpose2d's window op of x and weight (both read as bf16 under the mixed
+/// precision policy, as a product's operands), then the per-channel bias.
+Tensor convolve(Graph& g, const char* name, Op op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Window& w, Shape shape, const Loc& loc) {
+  const bool bf16 = policy_wants_bf16(x) && policy_wants_bf16(weight);
+  Tensor y = bf16 ? window_op(g, op, {cast(x, DType::kBF16, loc), cast(weight, DType::kBF16, loc)}, w,
+                              std::move(shape), loc)
+                  : window_op(g, op, {x, weight}, w, std::move(shape), loc);
+  if (bias.valid()) y = add(y, per_channel(name, "bias", y, bias, loc), loc);
+  return y;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions o, Loc loc) {
@@ -89,12 +101,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                  .dh = o.dilation.h,
                  .dw = o.dilation.w,
                  .groups = o.groups};
-  const bool bf16 = policy_wants_bf16(x) && policy_wants_bf16(weight);
-  Tensor y = bf16 ? window_op(g, Op::kConv2d, {cast(x, DType::kBF16, loc), cast(weight, DType::kBF16, loc)},
-                              w, {}, loc)
-                  : window_op(g, Op::kConv2d, {x, weight}, w, {}, loc);
-  if (bias.valid()) y = add(y, per_channel("conv2d", "bias", y, bias, loc), loc);
-  return y;
+  return convolve(g, "conv2d", Op::kConv2d, x, weight, bias, w, {}, loc);
 }
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dOptions o,
@@ -150,12 +157,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                  .dw = d[1],
                  .groups = o.groups};
   const Shape ys{xs[0], ws[1] * o.groups, out[0], out[1]};
-  const bool bf16 = policy_wants_bf16(x) && policy_wants_bf16(weight);
-  Tensor y = bf16 ? window_op(g, Op::kConv2dGradInput,
-                              {cast(x, DType::kBF16, loc), cast(weight, DType::kBF16, loc)}, w, ys, loc)
-                  : window_op(g, Op::kConv2dGradInput, {x, weight}, w, ys, loc);
-  if (bias.valid()) y = add(y, per_channel("conv_transpose2d", "bias", y, bias, loc), loc);
-  return y;
+  return convolve(g, "conv_transpose2d", Op::kConv2dGradInput, x, weight, bias, w, ys, loc);
 }
 
 Tensor max_pool2d(const Tensor& x, Pool2dOptions options, Loc loc) {
