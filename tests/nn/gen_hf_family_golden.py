@@ -1,0 +1,88 @@
+"""tests/data/tiny_<family>: tiny random transformers models of the Llama family's relatives
+(save_pretrained folders) and their logits for fixed ids, for tests/io/pretrained_family_test.cc.
+
+    PYTHONPATH=tests/nn python3 tests/nn/gen_hf_family_golden.py [out dir] [--only name,...]
+
+Each model is built with transformers' own classes, its 1-d parameters (norm gains, biases)
+moved off their initial values so a lost one shows, then run in float32 on the CPU without a
+cache or mask. logits.safetensors holds "ids" I32 [B, T], "logits" F32 [B, T, vocab] and
+"inv_freq" F32 [head_dim / 2], the RoPE frequencies the model's rotary embedding really uses
+(after any rope scaling), and "greedy" I32 [1, 11], transformers' greedy `generate` of 8
+tokens after the first row's first 3 ids; its metadata holds that embedding's attention_scaling (YaRN's factor
+on cos and sin)."""
+import os
+import sys
+
+import torch
+import transformers as tf
+
+from golden_file import write_safetensors
+
+args = [a for a in sys.argv[1:] if not a.startswith("--only")]
+only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")), None)
+OUT = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "data")
+IDS = torch.tensor([[1, 5, 9, 13, 17, 21, 25], [60, 2, 33, 7, 7, 48, 0]])
+
+# Sizes every model shares: 64 tokens, width 32, 2 layers, 4 query heads over 2 KV heads.
+COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+              initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def rope(kind, **extra):
+    return {"rope_type": kind, "rope_theta": 10000.0, **extra}
+
+
+MODELS = {
+    # Llama 3.1's frequency rescaling with an 8-token original context, so that at head_dim 8
+    # one frequency is smoothed and three are divided by the factor; q/k/v/o biases, tied head.
+    "tiny_llama3": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
+        **COMMON, max_position_embeddings=16, attention_bias=True, tie_word_embeddings=True,
+        rope_parameters=rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                             original_max_position_embeddings=8))),
+    # Qwen2: biases on q/k/v only; the window is off (use_sliding_window false).
+    "tiny_qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(
+        **COMMON, max_position_embeddings=16, tie_word_embeddings=False, use_sliding_window=False,
+        sliding_window=4, rope_parameters=rope("default"))),
+    # Qwen3: RMSNorm over each head's q and k, a head_dim that is not hidden/heads, YaRN.
+    "tiny_qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(
+        **COMMON, head_dim=16, max_position_embeddings=32, tie_word_embeddings=True,
+        use_sliding_window=False,
+        rope_parameters=rope("yarn", factor=4.0, original_max_position_embeddings=8))),
+    # Mistral: a 16-token sliding window inside a 32-token context; linear position scaling.
+    "tiny_mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(
+        **COMMON, max_position_embeddings=32, sliding_window=16, tie_word_embeddings=False,
+        rope_parameters=rope("linear", factor=2.0))),
+    # Phi-3: fused qkv_proj and gate_up_proj.
+    "tiny_phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(
+        **COMMON, max_position_embeddings=16, original_max_position_embeddings=16,
+        sliding_window=None, tie_word_embeddings=False, rope_parameters=rope("default"))),
+    # Gemma: (1 + w) norms, the embedding scaled by sqrt(hidden), a tanh-GELU gate, head_dim 16.
+    "tiny_gemma": lambda: tf.GemmaForCausalLM(tf.GemmaConfig(
+        **COMMON, head_dim=16, max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=True, rope_parameters=rope("default"))),
+}
+
+for name, make in MODELS.items():
+    if only and name not in only:
+        continue
+    torch.manual_seed(0)
+    model = make().float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+        logits = model(input_ids=IDS, use_cache=False).logits.float()
+        # Greedy continuation of the first row's first 3 ids, 8 new tokens, with the cache.
+        greedy = model.generate(IDS[:1, :3], max_new_tokens=8, do_sample=False, min_new_tokens=8,
+                                eos_token_id=None, pad_token_id=0)
+    rotary = model.model.rotary_emb
+    inv_freq = rotary.inv_freq.float().cpu()
+    scaling = float(getattr(rotary, "attention_scaling", 1.0))
+    out = os.path.join(OUT, name)
+    model.save_pretrained(out, safe_serialization=True)
+    write_safetensors(os.path.join(out, "logits.safetensors"),
+                      {"ids": IDS.to(torch.int32), "logits": logits, "inv_freq": inv_freq,
+                       "greedy": greedy.to(torch.int32)},
+                      {"attention_scaling": repr(scaling), "transformers": tf.__version__})
+    print("wrote", out, tuple(logits.shape), "attention_scaling", scaling)
