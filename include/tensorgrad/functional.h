@@ -225,15 +225,50 @@ Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc = Loc::current());
 /// (D even; f32): the mixing step of rotary embeddings, one kernel. cos and sin broadcast to x's
 /// shape. rope and rope_at call it with their tables.
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Loc loc = Loc::current());
+/// How a model rescales RoPE's frequencies to stretch its context (Hugging Face's rope_type
+/// values; kNone is the plain rotation). See rope_frequencies for each rule.
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3, kYarn };
+  Type type = Type::kNone;
+  double factor = 1.0;           // how far the context is stretched (linear, llama3, yarn)
+  int64_t original_context = 0;  // the context the model was pretrained with (llama3, yarn)
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  double beta_fast = 32.0, beta_slow = 1.0;              // yarn: the ramp's ends, in rotations
+  bool truncate = true;                                  // yarn: ramp ends rounded outwards
+  /// yarn: cos and sin are multiplied by this; 0 derives it from factor (0.1·ln factor + 1, or
+  /// the ratio of that with mscale and with mscale_all_dim when both are given).
+  double attention_factor = 0.0;
+  double mscale = 0.0, mscale_all_dim = 0.0;
+};
+/// RoPE's per-pair frequencies (D/2 of them) and the factor on cos and sin, as Hugging Face's
+/// modeling_rope_utils computes them. Plain: inv_freq_i = base^(−2i/D), factor 1. kLinear:
+/// inv_freq / factor. kLlama3 (Llama 3.1): with wavelength λ = 2π/inv_freq and
+/// L = original_context, pairs with λ > L/low_freq_factor are divided by factor, those with
+/// λ < L/high_freq_factor kept, and those between blended by s = (L/λ − low)/(high − low):
+/// (1 − s)·inv_freq/factor + s·inv_freq. kYarn: a linear ramp over the pair index, from the
+/// dimension where L turns beta_fast times to the one where it turns beta_slow times, blends
+/// inv_freq (fast pairs, before the ramp) into inv_freq/factor (slow pairs, after it); cos and
+/// sin are scaled by attention_factor.
+struct RopeFrequencies {
+  std::vector<double> inv_freq;
+  double attention_factor = 1.0;
+};
+RopeFrequencies rope_frequencies(int64_t head_dim, double base, const RopeScaling& scaling = {});
 /// Rotary position embedding (rotate-half form) of x [..., T, D] (D even) at positions
 /// offset…offset+T−1: x·cos θ + rotate_half(x)·sin θ with θ_{t,i} = t·base^(−2i/D).
 Tensor rope(const Tensor& x, double base = 10000.0, int64_t offset = 0, Loc loc = Loc::current());
+/// rope with rescaled frequencies: θ_{t,i} = t·inv_freq_i of rope_frequencies(D, base, scaling),
+/// cos and sin times its attention_factor.
+Tensor rope(const Tensor& x, double base, const RopeScaling& scaling, int64_t offset = 0,
+            Loc loc = Loc::current());
 /// rope at positions known only when the program runs (KV-cached decoding): x [B, H, T, D]
 /// (D even), positions i32 [B, T] in [0, max_positions). The cos/sin rows are those of rope's
 /// table for positions 0 … max_positions − 1, gathered by position, so a token gets the same
 /// rotation as in rope. A position outside the table is an InputError when the program runs.
 Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, double base = 10000.0,
                Loc loc = Loc::current());
+Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, double base,
+               const RopeScaling& scaling, Loc loc = Loc::current());
 /// Zero (or `value`) padding of `axis` by `before` and `after` elements.
 Tensor pad(const Tensor& x, int64_t axis, int64_t before, int64_t after, double value = 0.0,
            Loc loc = Loc::current());

@@ -134,9 +134,11 @@ class LayerNorm : public Module {
 /// RMS norm over the last axis with a learned gain (ones).
 class RMSNorm : public Module {
  public:
-  RMSNorm(Module& parent, std::string name, int64_t dim, double eps = 1e-6);
+  /// plus_one: the gain is 1 + weight, with weight starting at zero (Gemma's RMSNorm).
+  RMSNorm(Module& parent, std::string name, int64_t dim, double eps = 1e-6, bool plus_one = false);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   const double eps;
+  const bool plus_one;
   Param weight;
 };
 
@@ -371,9 +373,22 @@ struct LlamaConfig {
   int64_t mlp_hidden = 0;
   double rms_eps = 1e-5;
   double rope_theta = 10000.0;
+  /// Llama 3.1's, linear or YaRN rescaling of the rotary frequencies (tg::rope_frequencies).
+  RopeScaling rope_scaling = {};
+  /// Each head's width; 0: d_model / heads (Qwen3, Gemma and Mistral Nemo set their own).
+  int64_t head_dim = 0;
   bool attention_bias = false;  // biases on q/k/v/o_proj
+  bool qkv_bias = false;        // biases on q/k/v_proj only (Qwen2)
   bool mlp_bias = false;        // biases on gate/up/down_proj
   bool tied_head = false;       // logits = x·embed_tokensᵀ (no lm_head)
+  /// RMSNorm (gain [head_dim], rms_eps) over each head's queries and keys before the rotation:
+  /// self_attn.q_norm / k_norm (Qwen3).
+  bool qk_norm = false;
+  /// The MLP's gate: silu (SwiGLU) or the tanh GELU (Gemma's GeGLU).
+  enum class Gate { kSilu, kGeluTanh } gate = Gate::kSilu;
+  /// Gemma's conventions: every RMSNorm scales by 1 + weight (its weights start at zero), and
+  /// the embeddings are multiplied by √d_model rounded to f32.
+  bool gemma = false;
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
   bool recompute = false;
 };
@@ -388,14 +403,21 @@ class LlamaAttention : public Module {
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const int64_t heads, kv_heads, head_dim;
   const double rope_theta;
+  const RopeScaling rope_scaling;
   Linear q_proj, k_proj, v_proj, o_proj;
+  std::unique_ptr<RMSNorm> q_norm, k_norm;  // with LlamaConfig::qk_norm
+
+ private:
+  Tensor queries_keys(const Tensor& x, bool keys, Loc loc) const;  // [B, heads, T, head_dim], unrotated
 };
 
-/// Llama's SwiGLU MLP: down_proj(silu(gate_proj(x)) · up_proj(x)).
+/// Llama's SwiGLU MLP: down_proj(silu(gate_proj(x)) · up_proj(x)); with Gate::kGeluTanh the gate
+/// is the tanh GELU (Gemma).
 class LlamaMlp : public Module {
  public:
   LlamaMlp(Module& parent, std::string name, const LlamaConfig& config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const LlamaConfig::Gate gate;
   Linear gate_proj, up_proj, down_proj;
 };
 
@@ -434,6 +456,7 @@ class Llama : public Module {
   const LlamaConfig config;
 
  private:
+  Tensor embed(const Tensor& ids, Loc loc) const;
   Tensor head(const Tensor& x, Loc loc) const;
   void build();
   std::unique_ptr<Embedding> embed_tokens_;

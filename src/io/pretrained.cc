@@ -11,16 +11,14 @@
 #include <system_error>
 #include <type_traits>
 
-#include <nlohmann/json.hpp>
-
+#include "io/pretrained_internal.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::pretrained {
-namespace {
+namespace detail {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 [[noreturn]] void fail(const std::string& folder, const std::string& what) {
   throw CheckpointError("[pretrained::load] " + folder + ": " + what);
@@ -30,6 +28,16 @@ std::string shape_str(const Shape& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+int64_t required(const json& c, const std::string& folder, const char* key) {
+  if (!c.contains(key) || c[key].is_null())
+    fail(folder, std::string("config.json has no \"") + key + "\" (a positive integer)");
+  const auto v = field<int64_t>(c, folder, key, 0);
+  if (v <= 0)
+    fail(folder, std::string("config.json: \"") + key + "\" is " + std::to_string(v) +
+                     ", expected a positive integer");
+  return v;
 }
 
 // Whether `path` exists; a path that cannot be looked at (a folder without read or search
@@ -57,51 +65,6 @@ json read_json(const std::string& folder, const fs::path& path) {
     fail(folder, name + " is not valid JSON: " + e.what());
   }
 }
-
-// What a config field of type T must be in the JSON.
-template <typename T>
-bool has_type(const json& v) {
-  if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
-  if constexpr (std::is_same_v<T, std::string>) return v.is_string();
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return v.is_number_integer();
-  if constexpr (std::is_floating_point_v<T>) return v.is_number();
-  return false;
-}
-template <typename T>
-const char* type_name() {
-  if constexpr (std::is_same_v<T, bool>) return "true or false";
-  if constexpr (std::is_same_v<T, std::string>) return "a string";
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return "an integer";
-  return "a number";
-}
-
-// A config field: its value, `fallback` when missing or null, an error naming it when it has
-// another type (nlohmann would read 32.5 as 32 without a word).
-template <typename T>
-T field(const json& c, const std::string& folder, const char* key, T fallback) {
-  if (!c.contains(key) || c[key].is_null()) return fallback;
-  if (!has_type<T>(c[key]))
-    fail(folder,
-         std::string("config.json: \"") + key + "\" is " + c[key].dump() + ", expected " + type_name<T>());
-  return c[key].get<T>();
-}
-// A size the model cannot do without: a positive integer.
-int64_t required(const json& c, const std::string& folder, const char* key) {
-  if (!c.contains(key) || c[key].is_null())
-    fail(folder, std::string("config.json has no \"") + key + "\" (a positive integer)");
-  const auto v = field<int64_t>(c, folder, key, 0);
-  if (v <= 0)
-    fail(folder, std::string("config.json: \"") + key + "\" is " + std::to_string(v) +
-                     ", expected a positive integer");
-  return v;
-}
-
-// The folder's tensors, and for messages the file each came from.
-struct Weights {
-  std::map<std::string, HostTensor> tensors;
-  std::map<std::string, std::string> file_of;  // tensor name → file name
-  std::string listing;                         // where a name is looked up: model.safetensors or the index
-};
 
 // Every tensor of the folder's weights: model.safetensors, or the shards that
 // model.safetensors.index.json's weight_map names (each shard read once; a tensor the index
@@ -167,14 +130,6 @@ HostTensor transpose2d(const HostTensor& t) {
     for (int64_t j = 0; j < c; ++j) out[static_cast<size_t>(j * r + i)] = in[static_cast<size_t>(i * c + j)];
   return HostTensor::f32(std::move(out), {c, r});
 }
-
-// How one parameter comes from the file: the file's name and a layout change (none: same
-// shape, copied).
-enum class Layout { kSame, kTransposed, kSqueezeMiddle };
-struct Source {
-  std::string name;
-  Layout layout = Layout::kSame;
-};
 
 // "I32" for DType::kI32: the name the safetensors file gives it.
 std::string file_dtype(DType t) {
@@ -245,61 +200,6 @@ std::vector<int32_t> eos_of(const json& c) {
     for (const json& v : e)
       if (v.is_number_integer()) out.push_back(v.get<int32_t>());
   return out;
-}
-
-// ---- Llama ---------------------------------------------------------------------------------
-void load_llama(Model& m, const json& c) {
-  const std::string& f = m.folder;
-  nn::LlamaConfig l;
-  l.vocab = required(c, f, "vocab_size");
-  l.d_model = required(c, f, "hidden_size");
-  l.mlp_hidden = required(c, f, "intermediate_size");
-  l.layers = required(c, f, "num_hidden_layers");
-  l.heads = required(c, f, "num_attention_heads");
-  l.kv_heads = field<int64_t>(c, f, "num_key_value_heads", l.heads);
-  l.seq_len = required(c, f, "max_position_embeddings");
-  l.rms_eps = field<double>(c, f, "rms_norm_eps", 1e-6);
-  l.attention_bias = field<bool>(c, f, "attention_bias", false);
-  l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
-  l.tied_head = field<bool>(c, f, "tie_word_embeddings", false);
-  const std::string act = field<std::string>(c, f, "hidden_act", "silu");
-  if (act != "silu") fail(f, "config.json: hidden_act \"" + act + "\" (nn::Llama's MLP is SwiGLU with silu)");
-  if (l.heads <= 0 || l.d_model % l.heads != 0)
-    fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
-                " is no multiple of num_attention_heads " + std::to_string(l.heads));
-  const int64_t head_dim = field<int64_t>(c, f, "head_dim", l.d_model / l.heads);
-  if (head_dim != l.d_model / l.heads)
-    fail(f, "config.json: head_dim " + std::to_string(head_dim) +
-                " differs from hidden_size / num_attention_heads (" + std::to_string(l.d_model / l.heads) +
-                "), which nn::Llama does not implement");
-  // RoPE: transformers 4.x writes rope_theta and rope_scaling, 5.x rope_parameters.
-  l.rope_theta = field<double>(c, f, "rope_theta", 10000.0);
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    if (!c.contains(key) || c[key].is_null()) continue;
-    const json& r = c[key];
-    if (!r.is_object()) fail(f, std::string("config.json: ") + key + " is " + r.dump());
-    if (r.contains("rope_theta")) l.rope_theta = field<double>(r, f, "rope_theta", l.rope_theta);
-    std::string type = field<std::string>(r, f, "rope_type", field<std::string>(r, f, "type", "default"));
-    if (type != "default")
-      fail(f, std::string("config.json: ") + key + " has rope_type \"" + type +
-                  "\"; only the default RoPE (no scaling) is implemented");
-  }
-  m.context = l.seq_len;
-  auto model = std::make_unique<nn::Llama>(l);
-  m.config = l;
-  m.module = std::move(model);
-  Weights file = read_weights(f);  // after every config.json check: a bad config reads no weights
-  const bool tied = l.tied_head;
-  if (tied && !tied_copy_ok(file.tensors, "lm_head.weight", "model.embed_tokens.weight"))
-    fail(f,
-         "config.json ties the head to the embedding, but lm_head.weight differs from "
-         "model.embed_tokens.weight");
-  map_weights(
-      m, std::move(file), [](const std::string& p) { return Source{p}; },
-      [tied](const std::string& n) {
-        // rotary_emb.inv_freq: a buffer old files carry, recomputed from rope_theta here.
-        return (tied && n == "lm_head.weight") || n.ends_with("rotary_emb.inv_freq");
-      });
 }
 
 // ---- GPT-2 ---------------------------------------------------------------------------------
@@ -402,9 +302,11 @@ struct Family {
   void (*load)(Model&, const json&);
 };
 const std::vector<Family>& families() {
-  static const std::vector<Family> all{{"LlamaForCausalLM", "llama", load_llama},
-                                       {"GPT2LMHeadModel", "gpt2", load_gpt2},
-                                       {"MambaForCausalLM", "mamba", load_mamba}};
+  static const std::vector<Family> all{
+      {"LlamaForCausalLM", "llama", load_llama_family}, {"MistralForCausalLM", "mistral", load_llama_family},
+      {"Qwen2ForCausalLM", "qwen2", load_llama_family}, {"Qwen3ForCausalLM", "qwen3", load_llama_family},
+      {"Phi3ForCausalLM", "phi3", load_llama_family},   {"GemmaForCausalLM", "gemma", load_llama_family},
+      {"GPT2LMHeadModel", "gpt2", load_gpt2},           {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
 
@@ -432,7 +334,9 @@ const Family& family_of(const std::string& folder, const json& c) {
                    ", which is not supported; supported: " + names);
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 std::vector<std::string> architectures() {
   std::vector<std::string> out;

@@ -1,8 +1,10 @@
 // Public NN ops (functional.h): the fused primitives' front doors, which canonicalise their
 // arguments, and the composites written with primitives.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <string>
 #include <utility>
 
 #include "ir/api_util.h"
@@ -324,20 +326,29 @@ Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc) { return mul(silu(g
 namespace {
 
 /// RoPE's cos and sin tables [count, d] for positions first … first + count − 1: entry (t, i)
-/// at angle t·base^(−2(i mod d/2)/d), each frequency used by both halves (rotate-half pairing).
+/// at angle t·inv_freq[i mod d/2], each frequency used by both halves (rotate-half pairing),
+/// both times the attention factor.
 std::pair<Tensor, Tensor> rope_tables(Graph& g, int64_t first, int64_t count, int64_t d, double base,
-                                      const Loc& loc) {
+                                      const RopeScaling& scaling, const Loc& loc) {
+  const RopeFrequencies f = rope_frequencies(d, base, scaling);
   const int64_t half = d / 2;
   std::vector<double> cos_table(static_cast<size_t>(count * d)), sin_table(cos_table.size());
   for (int64_t t = 0; t < count; ++t)
     for (int64_t i = 0; i < d; ++i) {
-      const double theta = static_cast<double>(first + t) *
-                           std::pow(base, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
-      cos_table[static_cast<size_t>(t * d + i)] = std::cos(theta);
-      sin_table[static_cast<size_t>(t * d + i)] = std::sin(theta);
+      const double theta = static_cast<double>(first + t) * f.inv_freq[static_cast<size_t>(i % half)];
+      cos_table[static_cast<size_t>(t * d + i)] = f.attention_factor * std::cos(theta);
+      sin_table[static_cast<size_t>(t * d + i)] = f.attention_factor * std::sin(theta);
     }
   return {constant_on(g, std::move(cos_table), {count, d}, DType::kF32, loc),
           constant_on(g, std::move(sin_table), {count, d}, DType::kF32, loc)};
+}
+
+// YaRN's ramp ends: the (fractional) pair dimension at which the original context turns
+// `rotations` times, D·ln(L / (2π·rotations)) / (2 ln base).
+double yarn_dimension(double rotations, int64_t d, double base, int64_t context) {
+  return static_cast<double>(d) *
+         std::log(static_cast<double>(context) / (rotations * 2.0 * std::numbers::pi)) /
+         (2.0 * std::log(base));
 }
 
 }  // namespace
@@ -360,15 +371,84 @@ Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Loc loc) {
   return emit(g, make_node(Op::kRotary, {x.id(), c.id(), s.id()}, loc));
 }
 
+RopeFrequencies rope_frequencies(int64_t d, double base, const RopeScaling& sc) {
+  using T = RopeScaling::Type;
+  const auto bad = [&](const std::string& why) { throw ShapeError("[rope_frequencies] " + why); };
+  if (d < 2 || d % 2 != 0) bad("head_dim must be even and >= 2, got " + std::to_string(d));
+  if (!(base > 1.0)) bad("base must be > 1");
+  if (sc.type != T::kNone && !(sc.factor >= 1.0)) bad("factor must be >= 1");
+  if ((sc.type == T::kLlama3 || sc.type == T::kYarn) && sc.original_context < 1)
+    bad("llama3 and yarn scaling need the original context (>= 1)");
+  if (sc.type == T::kLlama3 && !(sc.high_freq_factor > sc.low_freq_factor && sc.low_freq_factor > 0))
+    bad("llama3 scaling needs 0 < low_freq_factor < high_freq_factor");
+  const int64_t half = d / 2;
+  RopeFrequencies f;
+  f.inv_freq.resize(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    f.inv_freq[static_cast<size_t>(i)] =
+        std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  const double L = static_cast<double>(sc.original_context);
+  switch (sc.type) {
+    case T::kNone: break;
+    case T::kLinear:
+      for (double& w : f.inv_freq) w /= sc.factor;
+      break;
+    case T::kLlama3: {
+      const double long_wave = L / sc.low_freq_factor, short_wave = L / sc.high_freq_factor;
+      for (double& w : f.inv_freq) {
+        const double wavelength = 2.0 * std::numbers::pi / w;
+        if (wavelength > long_wave) {
+          w /= sc.factor;
+        } else if (wavelength >= short_wave) {
+          const double s = (L / wavelength - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
+          w = (1.0 - s) * w / sc.factor + s * w;
+        }
+      }
+      break;
+    }
+    case T::kYarn: {
+      double lo = yarn_dimension(sc.beta_fast, d, base, sc.original_context);
+      double hi = yarn_dimension(sc.beta_slow, d, base, sc.original_context);
+      if (sc.truncate) lo = std::floor(lo), hi = std::ceil(hi);
+      lo = std::max(lo, 0.0), hi = std::min(hi, static_cast<double>(d - 1));
+      if (lo == hi) hi += 0.001;
+      for (int64_t i = 0; i < half; ++i) {
+        // ramp 0 up to lo (fast pairs keep their frequency), 1 from hi (slow ones are divided).
+        const double ramp = std::clamp((static_cast<double>(i) - lo) / (hi - lo), 0.0, 1.0);
+        double& w = f.inv_freq[static_cast<size_t>(i)];
+        w = w / sc.factor * ramp + w * (1.0 - ramp);
+      }
+      const auto m = [&](double mscale) {
+        return sc.factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(sc.factor) + 1.0;
+      };
+      f.attention_factor = sc.attention_factor > 0                    ? sc.attention_factor
+                           : sc.mscale != 0 && sc.mscale_all_dim != 0 ? m(sc.mscale) / m(sc.mscale_all_dim)
+                                                                      : m(1.0);
+      break;
+    }
+  }
+  return f;
+}
+
 Tensor rope(const Tensor& x, double base, int64_t offset, Loc loc) {
+  return rope(x, base, RopeScaling{}, offset, loc);
+}
+
+Tensor rope(const Tensor& x, double base, const RopeScaling& scaling, int64_t offset, Loc loc) {
   Graph& g = graph_of("rope", x, loc);
   if (x.rank() < 2 || x.shape().back() % 2 != 0)
     api_fail("rope", "needs [..., T, D] with D even, got " + shape_str(x.shape()), loc);
-  const auto [c, s] = rope_tables(g, offset, x.shape()[x.shape().size() - 2], x.shape().back(), base, loc);
+  const auto [c, s] =
+      rope_tables(g, offset, x.shape()[x.shape().size() - 2], x.shape().back(), base, scaling, loc);
   return rotary(x, c, s, loc);
 }
 
 Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, double base, Loc loc) {
+  return rope_at(x, positions, max_positions, base, RopeScaling{}, loc);
+}
+
+Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, double base,
+               const RopeScaling& scaling, Loc loc) {
   Graph& g = graph_of("rope_at", x, loc);
   if (x.rank() != 4 || x.shape().back() % 2 != 0)
     api_fail("rope_at", "needs x [B, H, T, D] with D even, got " + shape_str(x.shape()), loc);
@@ -379,7 +459,7 @@ Tensor rope_at(const Tensor& x, const Tensor& positions, int64_t max_positions, 
                  dtype_name(positions.dtype()) + shape_str(positions.shape()),
              loc);
   if (max_positions < 1) api_fail("rope_at", "max_positions must be >= 1", loc);
-  const auto [table_cos, table_sin] = rope_tables(g, 0, max_positions, d, base, loc);
+  const auto [table_cos, table_sin] = rope_tables(g, 0, max_positions, d, base, scaling, loc);
   // Each token's row of the tables, shared by the heads: [B, T, D] → [B, 1, T, D].
   Tensor c = unsqueeze(embedding(table_cos, positions, loc), 1, loc);
   Tensor s = unsqueeze(embedding(table_sin, positions, loc), 1, loc);

@@ -20,11 +20,15 @@ Tensor LayerNorm::operator()(const Tensor& x, Loc loc) const {
   return layer_norm(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), eps, loc);
 }
 
-RMSNorm::RMSNorm(Module& parent, std::string name, int64_t dim, double eps_)
-    : Module(parent, std::move(name)), eps(eps_), weight(*this, "weight", {dim}, init::ones()) {}
+RMSNorm::RMSNorm(Module& parent, std::string name, int64_t dim, double eps_, bool plus_one_)
+    : Module(parent, std::move(name)),
+      eps(eps_),
+      plus_one(plus_one_),
+      weight(*this, "weight", {dim}, plus_one_ ? init::zeros() : init::ones()) {}
 
 Tensor RMSNorm::operator()(const Tensor& x, Loc loc) const {
-  return rms_norm(x, weight.tensor(loc), eps, loc);
+  Tensor w = weight.tensor(loc);
+  return rms_norm(x, plus_one ? add(w, 1.0, loc) : w, eps, loc);
 }
 
 }  // namespace tg::nn

@@ -1,5 +1,6 @@
 // The Llama-family decoder: RMSNorm pre-norm layers, RoPE grouped-query attention with separate
 // q/k/v/o projections and a SwiGLU MLP, under Hugging Face LlamaForCausalLM's parameter names.
+#include <cmath>
 #include <string>
 
 #include "nn/heads.h"
@@ -10,6 +11,7 @@ namespace tg::nn {
 namespace {
 
 int64_t kv_heads_of(const LlamaConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
+int64_t head_dim_of(const LlamaConfig& c) { return c.head_dim == 0 ? c.d_model / c.heads : c.head_dim; }
 
 /// Hugging Face's Llama init: weights normal(0.02), biases zeros.
 LinearOptions llama_linear(bool bias) {
@@ -24,17 +26,29 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
     : Module(parent, std::move(name)),
       heads(c.heads),
       kv_heads(kv_heads_of(c)),
-      head_dim(c.d_model / c.heads),
+      head_dim(head_dim_of(c)),
       rope_theta(c.rope_theta),
-      q_proj(*this, "q_proj", c.d_model, heads * head_dim, llama_linear(c.attention_bias)),
-      k_proj(*this, "k_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias)),
-      v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias)),
-      o_proj(*this, "o_proj", heads * head_dim, c.d_model, llama_linear(c.attention_bias)) {}
+      rope_scaling(c.rope_scaling),
+      q_proj(*this, "q_proj", c.d_model, heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
+      k_proj(*this, "k_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
+      v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
+      o_proj(*this, "o_proj", heads * head_dim, c.d_model, llama_linear(c.attention_bias)) {
+  if (c.qk_norm) {
+    q_norm = std::make_unique<RMSNorm>(*this, "q_norm", head_dim, c.rms_eps, c.gemma);
+    k_norm = std::make_unique<RMSNorm>(*this, "k_norm", head_dim, c.rms_eps, c.gemma);
+  }
+}
+
+Tensor LlamaAttention::queries_keys(const Tensor& x, bool keys, Loc loc) const {
+  Tensor t = split_heads((keys ? k_proj : q_proj)(x, loc), keys ? kv_heads : heads, loc);
+  const std::unique_ptr<RMSNorm>& norm = keys ? k_norm : q_norm;
+  return norm ? (*norm)(t, loc) : t;
+}
 
 Tensor LlamaAttention::operator()(const Tensor& x, Loc loc) const {
-  Tensor q = rope(split_heads(q_proj(x, loc), heads, loc), rope_theta, 0, loc);     // [B, H, T, D]
-  Tensor k = rope(split_heads(k_proj(x, loc), kv_heads, loc), rope_theta, 0, loc);  // [B, Hkv, T, D]
-  Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);                            // [B, Hkv, T, D]
+  Tensor q = rope(queries_keys(x, false, loc), rope_theta, rope_scaling, 0, loc);  // [B, H, T, D]
+  Tensor k = rope(queries_keys(x, true, loc), rope_theta, rope_scaling, 0, loc);   // [B, Hkv, T, D]
+  Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);                           // [B, Hkv, T, D]
   return o_proj(merge_heads(attention(q, k, v, {.causal = true}, loc), loc), loc);
 }
 
@@ -46,8 +60,8 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
                      ")");
   // The new tokens sit at pos[b] … pos[b] + T − 1: rotated there, their keys then cached.
   Tensor positions = token_positions(pos, T, loc);  // [B, T]
-  Tensor q = rope_at(split_heads(q_proj(x, loc), heads, loc), positions, cache_len, rope_theta, loc);
-  Tensor k = rope_at(split_heads(k_proj(x, loc), kv_heads, loc), positions, cache_len, rope_theta, loc);
+  Tensor q = rope_at(queries_keys(x, false, loc), positions, cache_len, rope_theta, rope_scaling, loc);
+  Tensor k = rope_at(queries_keys(x, true, loc), positions, cache_len, rope_theta, rope_scaling, loc);
   Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);
   Tensor k_cache = state(path() + ".k_cache", {B, kv_heads, cache_len, head_dim}),
          v_cache = state(path() + ".v_cache", {B, kv_heads, cache_len, head_dim});
@@ -59,19 +73,22 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
 
 LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c)
     : Module(parent, std::move(name)),
+      gate(c.gate),
       gate_proj(*this, "gate_proj", c.d_model, c.mlp_hidden, llama_linear(c.mlp_bias)),
       up_proj(*this, "up_proj", c.d_model, c.mlp_hidden, llama_linear(c.mlp_bias)),
       down_proj(*this, "down_proj", c.mlp_hidden, c.d_model, llama_linear(c.mlp_bias)) {}
 
 Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
-  return down_proj(swiglu(gate_proj(x, loc), up_proj(x, loc), loc), loc);
+  Tensor g = gate_proj(x, loc);
+  g = gate == LlamaConfig::Gate::kSilu ? silu(g, loc) : gelu(g, GeluApprox::kTanh, loc);
+  return down_proj(mul(g, up_proj(x, loc), loc), loc);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c)
     : Module(parent, std::move(name)),
-      input_layernorm(*this, "input_layernorm", c.d_model, c.rms_eps),
+      input_layernorm(*this, "input_layernorm", c.d_model, c.rms_eps, c.gemma),
       self_attn(*this, "self_attn", c),
-      post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps),
+      post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps, c.gemma),
       mlp(*this, "mlp", c) {}
 
 Tensor LlamaDecoderLayer::operator()(const Tensor& x, Loc loc) const {
@@ -94,21 +111,23 @@ void Llama::build() {
   const std::string where = "[Llama] '" + path() + "'";
   if (c.vocab <= 0 || c.seq_len <= 0 || c.layers <= 0 || c.mlp_hidden <= 0)
     throw ShapeError(where + ": vocab, seq_len, layers and mlp_hidden must be positive");
-  if (c.heads <= 0 || c.d_model <= 0 || c.d_model % c.heads != 0)
+  if (c.heads <= 0 || c.d_model <= 0 || c.head_dim < 0 || (c.head_dim == 0 && c.d_model % c.heads != 0))
     throw ShapeError(where + ": d_model " + std::to_string(c.d_model) +
-                     " must be a positive multiple of heads " + std::to_string(c.heads));
+                     " must be a positive multiple of heads " + std::to_string(c.heads) +
+                     " (or head_dim given), head_dim >= 0");
   const int64_t kv = kv_heads_of(c);
   if (kv <= 0 || c.heads % kv != 0)
     throw ShapeError(where + ": heads " + std::to_string(c.heads) + " must be a multiple of kv_heads " +
                      std::to_string(kv));
-  if ((c.d_model / c.heads) % 2 != 0)
+  if (head_dim_of(c) % 2 != 0)
     throw ShapeError(where + ": rotary positions need an even head size, got " +
-                     std::to_string(c.d_model / c.heads));
+                     std::to_string(head_dim_of(c)));
+  rope_frequencies(head_dim_of(c), c.rope_theta, c.rope_scaling);  // the scaling's own checks
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
   for (int64_t i = 0; i < c.layers; ++i)
     layers_.push_back(std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), c));
-  norm_ = std::make_unique<RMSNorm>(*this, "model.norm", c.d_model, c.rms_eps);
+  norm_ = std::make_unique<RMSNorm>(*this, "model.norm", c.d_model, c.rms_eps, c.gemma);
   if (!c.tied_head)
     lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, llama_linear(false));
 }
@@ -118,12 +137,18 @@ Tensor Llama::logits(const Tensor& ids, Loc loc) const {
     throw ShapeError("[Llama] '" + path() +
                      "' expects i32 ids [B, T] with T <= " + std::to_string(config.seq_len) + ", got " +
                      dtype_name(ids.dtype()) + shape_str(ids.shape()) + " (at " + at_of(loc) + ")");
-  Tensor x = (*embed_tokens_)(ids, loc);  // [B, T, d_model]
+  Tensor x = embed(ids, loc);  // [B, T, d_model]
   for (const auto& layer : layers_) {
     const Recompute region(config.recompute);
     x = (*layer)(x, loc);
   }
   return head(x, loc);
+}
+
+Tensor Llama::embed(const Tensor& ids, Loc loc) const {
+  Tensor x = (*embed_tokens_)(ids, loc);
+  // Gemma: × √d_model, the factor rounded to f32 first as Hugging Face's is.
+  return config.gemma ? mul(x, static_cast<double>(std::sqrt(static_cast<float>(config.d_model))), loc) : x;
 }
 
 Tensor Llama::head(const Tensor& x, Loc loc) const {
@@ -144,7 +169,7 @@ Tensor Llama::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_
   if (cache_len < 1 || cache_len > config.seq_len)
     throw ShapeError(where + ": a cache of " + std::to_string(cache_len) +
                      " positions; it must be 1 … seq_len " + std::to_string(config.seq_len));
-  Tensor x = (*embed_tokens_)(ids, loc);
+  Tensor x = embed(ids, loc);
   for (const auto& layer : layers_) x = layer->cached(x, pos, cache_len, loc);
   return head(x, loc);
 }

@@ -303,7 +303,9 @@ TEST(Pretrained, Errors) {
     dir.write("config.json", R"({"architectures": ["BertForMaskedLM"], "model_type": "bert"})");
     const std::string e = load_error(dir.str());
     EXPECT_HAS(e, "BertForMaskedLM");
-    EXPECT_HAS(e, "LlamaForCausalLM, GPT2LMHeadModel, MambaForCausalLM");
+    EXPECT_HAS(e,
+               "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+               "Phi3ForCausalLM, GemmaForCausalLM, GPT2LMHeadModel, MambaForCausalLM");
   }
   {
     TempFolder dir("no_weights");
@@ -344,9 +346,12 @@ TEST(Pretrained, Errors) {
   {
     TempFolder dir("rope");
     std::string scaled = config;
-    scaled.replace(scaled.find("\"default\""), 9, "\"yarn\"");
+    scaled.replace(scaled.find("\"default\""), 9, "\"dynamic\"");
     write_llama(dir, w, scaled);
-    EXPECT_HAS(load_error(dir.str()), "rope_type \"yarn\"");
+    EXPECT_HAS(load_error(dir.str()), "rope_type \"dynamic\"; implemented: default, linear, llama3 and yarn");
+    scaled.replace(scaled.find("\"dynamic\""), 9, "\"yarn\"");
+    write_llama(dir, w, scaled);
+    EXPECT_HAS(load_error(dir.str()), "rope_parameters (rope_type yarn) has no factor");
   }
   {
     // transformers 4.x: rope_theta at the top and rope_scaling beside it.
@@ -357,7 +362,16 @@ TEST(Pretrained, Errors) {
     old.replace(old.find("\"default\""), 9, "\"llama3\"");
     old.replace(old.find("\"rms_norm_eps\""), 14, "\"rope_theta\": 500000.0, \"rms_norm_eps\"");
     write_llama(dir, w, old);
-    EXPECT_HAS(load_error(dir.str()), "rope_scaling has rope_type \"llama3\"");
+    EXPECT_HAS(load_error(dir.str()), "rope_scaling (rope_type llama3) has no low_freq_factor");
+    old.replace(old.find("\"factor\": 8.0"), 13,
+                "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                "\"original_max_position_embeddings\": 8");
+    write_llama(dir, w, old);
+    const nn::LlamaConfig c = std::get<nn::LlamaConfig>(pretrained::load(dir.str()).config);
+    EXPECT_EQ(c.rope_theta, 500000.0);
+    EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
+    EXPECT_EQ(c.rope_scaling.factor, 8.0);
+    EXPECT_EQ(c.rope_scaling.original_context, 8);
   }
   {
     TempFolder dir("tied");

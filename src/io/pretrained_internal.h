@@ -1,0 +1,81 @@
+// What the loaders of tg::pretrained share (pretrained.cc: the folder, GPT-2 and Mamba;
+// pretrained_llama.cc: the Llama family): config.json fields, the folder's tensors, and the
+// mapping of a file's tensors onto a model's parameters.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include "tensorgrad/pretrained.h"
+
+namespace tg::pretrained::detail {
+
+using nlohmann::json;
+
+/// Throws CheckpointError("[pretrained::load] <folder>: <what>").
+[[noreturn]] void fail(const std::string& folder, const std::string& what);
+std::string shape_str(const Shape& s);
+
+// What a config field of type T must be in the JSON.
+template <typename T>
+bool has_type(const json& v) {
+  if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
+  if constexpr (std::is_same_v<T, std::string>) return v.is_string();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return v.is_number_integer();
+  if constexpr (std::is_floating_point_v<T>) return v.is_number();
+  return false;
+}
+template <typename T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return "an integer";
+  return "a number";
+}
+
+/// A config field: its value, `fallback` when missing or null, an error naming it when it has
+/// another type (nlohmann would read 32.5 as 32 without a word).
+template <typename T>
+T field(const json& c, const std::string& folder, const char* key, T fallback) {
+  if (!c.contains(key) || c[key].is_null()) return fallback;
+  if (!has_type<T>(c[key]))
+    fail(folder,
+         std::string("config.json: \"") + key + "\" is " + c[key].dump() + ", expected " + type_name<T>());
+  return c[key].get<T>();
+}
+/// A size the model cannot do without: a positive integer.
+int64_t required(const json& c, const std::string& folder, const char* key);
+
+/// The folder's tensors, and for messages the file each came from.
+struct Weights {
+  std::map<std::string, HostTensor> tensors;
+  std::map<std::string, std::string> file_of;  // tensor name → file name
+  std::string listing;                         // where a name is looked up: model.safetensors or the index
+};
+/// Every tensor of model.safetensors, or of the shards model.safetensors.index.json names.
+Weights read_weights(const std::string& folder);
+
+/// How one parameter comes from the file: the file's name and a layout change (none: same
+/// shape, copied).
+enum class Layout { kSame, kTransposed, kSqueezeMiddle };
+struct Source {
+  std::string name;
+  Layout layout = Layout::kSame;
+};
+/// Fills m.weights for every parameter of m.module from `w` (checked: present, a float
+/// tensor of the expected shape; converted to f32); tensors no parameter takes are errors
+/// unless `ignorable`.
+void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
+                 const std::function<bool(const std::string&)>& ignorable);
+/// A tied head's file may still hold the head; it must then equal the embedding it is tied to.
+bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,
+                  const std::string& embedding);
+
+/// The Llama family (pretrained_llama.cc): LlamaForCausalLM and the architectures that are
+/// Llama with a difference (Mistral, Qwen2, Qwen3, Phi-3, Gemma), by config.json's name.
+void load_llama_family(Model& m, const json& c);
+
+}  // namespace tg::pretrained::detail

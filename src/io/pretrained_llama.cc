@@ -1,0 +1,204 @@
+// The Llama family's folders → nn::Llama. LlamaForCausalLM, and the architectures that are
+// Llama with a few differences, each a flag of nn::LlamaConfig:
+//   MistralForCausalLM  no biases; a sliding window (see `window` below)
+//   Qwen2ForCausalLM    biases on q/k/v_proj only; a sliding window if use_sliding_window
+//   Qwen3ForCausalLM    RMSNorm over each head's q and k (q_norm, k_norm); head_dim of its own
+//   Phi3ForCausalLM     fused qkv_proj and gate_up_proj, split here into Llama's projections
+//   GemmaForCausalLM    (1 + w) norms, embeddings × √hidden, a tanh-GELU gate, tied head
+// RoPE: the plain rotation, or rope_type linear, llama3 or yarn (tg::RopeScaling), computed as
+// transformers computes it; dynamic, longrope and partial rotations are refused.
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/pretrained_internal.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::pretrained::detail {
+namespace {
+
+struct Flavor {
+  bool mistral = false, qwen2 = false, qwen3 = false, phi3 = false, gemma = false;
+};
+
+Flavor flavor_of(const std::string& architecture) {
+  return {.mistral = architecture == "MistralForCausalLM",
+          .qwen2 = architecture == "Qwen2ForCausalLM",
+          .qwen3 = architecture == "Qwen3ForCausalLM",
+          .phi3 = architecture == "Phi3ForCausalLM",
+          .gemma = architecture == "GemmaForCausalLM"};
+}
+
+// rope_scaling (transformers 4.x) or rope_parameters (5.x): the base and the rescaling.
+void read_rope(const json& c, const std::string& f, int64_t max_positions, nn::LlamaConfig& l) {
+  using T = RopeScaling::Type;
+  l.rope_theta = field<double>(c, f, "rope_theta", 10000.0);
+  const auto partial_ok = [&](const json& j) {
+    return field<double>(j, f, "partial_rotary_factor", 1.0) == 1.0;
+  };
+  if (!partial_ok(c)) fail(f, "config.json: partial_rotary_factor other than 1 is not implemented");
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!c.contains(key) || c[key].is_null()) continue;
+    const json& r = c[key];
+    const std::string where = std::string("config.json: ") + key;
+    if (!r.is_object()) fail(f, where + " is " + r.dump());
+    if (!partial_ok(r)) fail(f, where + ": partial_rotary_factor other than 1 is not implemented");
+    if (r.contains("rope_theta")) l.rope_theta = field<double>(r, f, "rope_theta", l.rope_theta);
+    const std::string type =
+        field<std::string>(r, f, "rope_type", field<std::string>(r, f, "type", "default"));
+    RopeScaling s;
+    const auto needed = [&](const char* name) {
+      if (!r.contains(name) || r[name].is_null()) fail(f, where + " (rope_type " + type + ") has no " + name);
+      return field<double>(r, f, name, 0.0);
+    };
+    if (type == "default") {
+      s.type = T::kNone;
+    } else if (type == "linear") {
+      s.type = T::kLinear;
+      s.factor = needed("factor");
+    } else if (type == "llama3") {
+      s.type = T::kLlama3;
+      s.factor = needed("factor");
+      s.low_freq_factor = needed("low_freq_factor");
+      s.high_freq_factor = needed("high_freq_factor");
+      s.original_context = static_cast<int64_t>(needed("original_max_position_embeddings"));
+    } else if (type == "yarn") {
+      s.type = T::kYarn;
+      s.factor = needed("factor");
+      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", 0);
+      // As transformers does: given the original context, the factor is the ratio of the
+      // context to it (DeepSeek-V3's convention), not the "factor" key.
+      if (s.original_context > 0)
+        s.factor = static_cast<double>(max_positions) / static_cast<double>(s.original_context);
+      else
+        s.original_context = max_positions;
+      s.beta_fast = field<double>(r, f, "beta_fast", 32.0);
+      s.beta_slow = field<double>(r, f, "beta_slow", 1.0);
+      s.truncate = field<bool>(r, f, "truncate", true);
+      s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
+      s.mscale = field<double>(r, f, "mscale", 0.0);
+      s.mscale_all_dim = field<double>(r, f, "mscale_all_dim", 0.0);
+    } else {
+      fail(f, where + " has rope_type \"" + type +
+                  "\"; implemented: default, linear, llama3 and yarn (not dynamic or longrope)");
+    }
+    l.rope_scaling = s;
+  }
+}
+
+// The longest sequence full causal attention computes exactly as the model does: a model with
+// a sliding window of W positions attends to all of the last W, so up to W tokens the two are
+// the same; beyond, they differ, and the library (full attention only) stops there.
+int64_t window(const json& c, const std::string& f, const Flavor& k) {
+  bool sliding = k.mistral || k.phi3;
+  if (k.qwen2 || k.qwen3) sliding = field<bool>(c, f, "use_sliding_window", false);
+  if (c.contains("layer_types") && c["layer_types"].is_array())
+    for (const json& t : c["layer_types"]) sliding = sliding || (t.is_string() && t == "sliding_attention");
+  return sliding ? field<int64_t>(c, f, "sliding_window", 0) : 0;
+}
+
+// Phi-3's fused projections → Llama's: qkv_proj rows [q | k | v], gate_up_proj rows [gate | up].
+void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, int64_t head_dim) {
+  const int64_t kv = l.kv_heads, d = l.d_model;
+  for (int64_t i = 0; i < l.layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    const auto split = [&](const std::string& fused,
+                           const std::vector<std::pair<std::string, int64_t>>& parts) {
+      int64_t rows = 0;
+      for (const auto& part : parts) rows += part.second;
+      const Shape want{rows, d};
+      auto it = w.tensors.find(fused);
+      if (it == w.tensors.end())
+        fail(m.folder, w.listing + ": no tensor '" + fused + "' (" + m.architecture + " needs it, shape " +
+                           shape_str(want) + ")");
+      const std::string file = w.file_of[fused];
+      const DType dt = it->second.dtype();
+      if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
+        fail(m.folder, file + ": tensor '" + fused + "' is not a float tensor (F32, BF16 or F16)");
+      if (it->second.shape() != want)
+        fail(m.folder, file + ": tensor '" + fused + "' has shape " + shape_str(it->second.shape()) +
+                           ", expected " + shape_str(want) + " (from config.json)");
+      const HostTensor all = it->second.to(DType::kF32);
+      w.tensors.erase(it);
+      const std::span<const float> v = all.f32();
+      int64_t first = 0;
+      for (const auto& [name, count] : parts) {
+        std::vector<float> rows_of(v.begin() + first * d, v.begin() + (first + count) * d);
+        w.tensors[layer + name] = HostTensor::f32(std::move(rows_of), {count, d});
+        w.file_of[layer + name] = file;
+        first += count;
+      }
+    };
+    split(layer + "self_attn.qkv_proj.weight", {{"self_attn.q_proj.weight", l.heads * head_dim},
+                                                {"self_attn.k_proj.weight", kv * head_dim},
+                                                {"self_attn.v_proj.weight", kv * head_dim}});
+    split(layer + "mlp.gate_up_proj.weight",
+          {{"mlp.gate_proj.weight", l.mlp_hidden}, {"mlp.up_proj.weight", l.mlp_hidden}});
+  }
+}
+
+}  // namespace
+
+void load_llama_family(Model& m, const json& c) {
+  const std::string& f = m.folder;
+  const Flavor k = flavor_of(m.architecture);
+  nn::LlamaConfig l;
+  l.vocab = required(c, f, "vocab_size");
+  l.d_model = required(c, f, "hidden_size");
+  l.mlp_hidden = required(c, f, "intermediate_size");
+  l.layers = required(c, f, "num_hidden_layers");
+  l.heads = required(c, f, "num_attention_heads");
+  l.kv_heads = field<int64_t>(c, f, "num_key_value_heads", l.heads);
+  const int64_t max_positions = required(c, f, "max_position_embeddings");
+  l.rms_eps = field<double>(c, f, "rms_norm_eps", k.phi3 ? 1e-5 : 1e-6);
+  l.tied_head = field<bool>(c, f, "tie_word_embeddings", k.gemma);
+  // Biases: Llama's attention_bias puts them on q/k/v/o (so do Qwen3's and Gemma's); Qwen2
+  // always has them on q/k/v alone; Mistral and Phi-3 have none.
+  l.qkv_bias = k.qwen2;
+  if (!k.qwen2 && !k.mistral && !k.phi3) l.attention_bias = field<bool>(c, f, "attention_bias", false);
+  if (m.architecture == "LlamaForCausalLM") l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
+  l.qk_norm = k.qwen3;
+  l.gemma = k.gemma;
+  if (k.gemma) {
+    // transformers reads hidden_activation (gelu_pytorch_tanh when it is null), not hidden_act.
+    const std::string act = field<std::string>(c, f, "hidden_activation", "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+      fail(f, "config.json: hidden_activation \"" + act + "\" (the Gemma MLP here gates with the tanh GELU)");
+    l.gate = nn::LlamaConfig::Gate::kGeluTanh;
+  } else {
+    const std::string act = field<std::string>(c, f, "hidden_act", "silu");
+    if (act != "silu")
+      fail(f, "config.json: hidden_act \"" + act + "\" (nn::Llama's MLP is SwiGLU with silu)");
+  }
+  if (!c.contains("head_dim") || c["head_dim"].is_null()) {
+    if (l.d_model % l.heads != 0)
+      fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
+                  " is no multiple of num_attention_heads " + std::to_string(l.heads) +
+                  " and head_dim is not given");
+  } else {
+    l.head_dim = required(c, f, "head_dim");
+  }
+  read_rope(c, f, max_positions, l);
+  const int64_t w = window(c, f, k);
+  l.seq_len = w > 0 && w < max_positions ? w : max_positions;
+  m.context = l.seq_len;
+  m.config = l;
+  m.module = std::make_unique<nn::Llama>(l);
+  const int64_t head_dim = l.head_dim > 0 ? l.head_dim : l.d_model / l.heads;
+  Weights file = read_weights(f);  // after every config.json check: a bad config reads no weights
+  if (k.phi3) split_fused(m, file, l, head_dim);
+  const bool tied = l.tied_head;
+  if (tied && !tied_copy_ok(file.tensors, "lm_head.weight", "model.embed_tokens.weight"))
+    fail(f,
+         "config.json ties the head to the embedding, but lm_head.weight differs from "
+         "model.embed_tokens.weight");
+  map_weights(
+      m, std::move(file), [](const std::string& p) { return Source{p}; },
+      [tied](const std::string& n) {
+        // rotary_emb.inv_freq: a buffer old files carry, recomputed from the config here.
+        return (tied && n == "lm_head.weight") || n.ends_with("rotary_emb.inv_freq");
+      });
+}
+
+}  // namespace tg::pretrained::detail
