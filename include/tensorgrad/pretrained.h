@@ -8,7 +8,12 @@
 //   lm.upload(gen.decode());   // programs of one model on one device share its parameters
 //
 // Supported (tg::pretrained::architectures()):
-//   LlamaForCausalLM  → nn::Llama    (names are Hugging Face's; GQA, biases, tied head)
+//   LlamaForCausalLM  → nn::Llama    (names are Hugging Face's; GQA, biases, tied head, RoPE
+//                                     scaling linear / llama3 / yarn)
+//   MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM
+//                     → nn::Llama    (with the flags of nn::LlamaConfig each needs; Phi-3's fused
+//                                     qkv_proj and gate_up_proj split by rows; a sliding window
+//                                     caps the context at its width, where full attention is exact)
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
@@ -40,7 +45,7 @@ namespace tg::pretrained {
 /// parameter names (f32, already in the library's layouts).
 struct Model {
   std::string folder;
-  /// config.json's architecture ("LlamaForCausalLM", "GPT2LMHeadModel", "MambaForCausalLM").
+  /// config.json's architecture ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel", …).
   std::string architecture;
   /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig or
   /// nn::MambaLMConfig.

@@ -7,9 +7,11 @@
 // greedy Generator gives transformers' greedy ids, and the KV-cached logits equal the full
 // forward on every prefix.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -108,6 +110,75 @@ TEST_P(Family, CachedLogitsEqualTheFullForwardOnEveryPrefix) {
   auto& model = static_cast<nn::Llama&>(*lm.module);
   for (const Device& device : tg::testing::all_devices())
     tg::testing::expect_cached_equals_full(model, config_of(lm).vocab, 12, 4, device);
+}
+
+// A copy of a fixture folder with its config.json edited (each `from` → `to`; each must occur)
+// and its weights as given, under the temp directory; removed at the end.
+struct EditedFolder {
+  EditedFolder(const std::string& fixture, const std::vector<std::pair<std::string, std::string>>& edits,
+               const std::map<std::string, HostTensor>* weights = nullptr)
+      : path(std::filesystem::temp_directory_path() /
+             ("tg_family_" + std::to_string(getpid()) + "_" + std::to_string(counter++))) {
+    const std::string src = std::string(TG_TEST_DATA_DIR) + "/" + fixture;
+    std::filesystem::create_directories(path);
+    std::ifstream in(src + "/config.json");
+    std::string config{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    for (const auto& [from, to] : edits) {
+      const size_t at = config.find(from);
+      EXPECT_NE(at, std::string::npos) << from;
+      if (at != std::string::npos) config.replace(at, from.size(), to);
+    }
+    std::ofstream(path / "config.json") << config;
+    save_safetensors((path / "model.safetensors").string(),
+                     weights ? *weights : read_safetensors(src + "/model.safetensors"));
+  }
+  ~EditedFolder() { std::filesystem::remove_all(path); }
+  std::string error() const {
+    return tg::testing::message_of<CheckpointError>([&] { pretrained::load(path.string()); });
+  }
+  std::filesystem::path path;
+  static inline int counter = 0;
+};
+
+#define EXPECT_HAS(text, part)                         \
+  do {                                                 \
+    const std::string t_ = (text);                     \
+    EXPECT_NE(t_.find(part), std::string::npos) << t_; \
+  } while (0)
+
+TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {
+  EXPECT_HAS(EditedFolder("tiny_phi3", {{"\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.5"}})
+                 .error(),
+             "partial_rotary_factor other than 1 is not implemented");
+  EXPECT_HAS(EditedFolder("tiny_phi3", {{"\"default\"", "\"longrope\""}}).error(),
+             "rope_type \"longrope\"; implemented: default, linear, llama3 and yarn");
+  EXPECT_HAS(EditedFolder("tiny_gemma", {{"\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                                          "\"hidden_activation\": \"gelu\""}})
+                 .error(),
+             "hidden_activation \"gelu\"");
+  EXPECT_HAS(EditedFolder("tiny_qwen3", {{"\"head_dim\": 16", "\"head_dim\": 0"}}).error(),
+             "\"head_dim\" is 0, expected a positive integer");
+  // A Qwen2 window in use caps the context as Mistral's does.
+  EditedFolder windowed("tiny_qwen2", {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"},
+                                       {"\"sliding_window\": null", "\"sliding_window\": 4"}});
+  EXPECT_EQ(pretrained::load(windowed.path.string()).context, 4);
+}
+
+TEST(FamilyErrors, PhiFusedTensorsAreChecked) {
+  const std::string dir = std::string(TG_TEST_DATA_DIR) + "/tiny_phi3";
+  std::map<std::string, HostTensor> w = read_safetensors(dir + "/model.safetensors");
+  w.erase("model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_HAS(
+      EditedFolder("tiny_phi3", {}, &w).error(),
+      "no tensor 'model.layers.1.self_attn.qkv_proj.weight' (Phi3ForCausalLM needs it, shape [64, 32])");
+  w = read_safetensors(dir + "/model.safetensors");
+  w["model.layers.0.mlp.gate_up_proj.weight"] = HostTensor(DType::kF32, {48, 32});
+  EXPECT_HAS(EditedFolder("tiny_phi3", {}, &w).error(),
+             "'model.layers.0.mlp.gate_up_proj.weight' has shape [48, 32], expected [96, 32]");
+  w = read_safetensors(dir + "/model.safetensors");
+  w["model.layers.0.self_attn.q_proj.weight"] = HostTensor(DType::kF32, {32, 32});
+  EXPECT_HAS(EditedFolder("tiny_phi3", {}, &w).error(),
+             "unexpected tensor 'model.layers.0.self_attn.q_proj.weight'");
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, Family, ::testing::ValuesIn(kCases),
