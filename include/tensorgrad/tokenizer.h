@@ -8,9 +8,9 @@
 //
 // What a file may hold: model "BPE" (merges in either form, "a b" or ["a", "b"]; ignore_merges;
 // unk_token), and either
-//   - byte-level: no normalizer, the ByteLevel decoder, and as pre-tokenizer either ByteLevel
-//     (add_prefix_space, use_regex: GPT-2's regex) or a Sequence of a Split on GPT-2's or
-//     Llama 3's regex (behavior Isolated) then ByteLevel; or
+//   - byte-level: no normalizer or NFC (Qwen2's, Qwen3's), the ByteLevel decoder, and as
+//     pre-tokenizer either ByteLevel (add_prefix_space, use_regex: GPT-2's regex) or a Sequence
+//     of a Split on GPT-2's, Llama 3's or Qwen2's regex (behavior Isolated) then ByteLevel; or
 //   - SentencePiece-style (byte_fallback, fuse_unk): spaces spelled "▁" by a normalizer
 //     (Prepend("▁") and Replace(" ", "▁"): every segment between added tokens starts with a "▁")
 //     or by the Metaspace pre-tokenizer (prepend_scheme always / first / never, split); the

@@ -1,6 +1,6 @@
-// Hand-written matchers for the two pre-tokenizer regexes. Each tries the regex's alternatives
-// in order at one position and returns where the first that matches ends, taking the same
-// backtracking choices a regex engine would (noted where it matters).
+// Hand-written matchers for the pre-tokenizer regexes (GPT-2's; Llama 3's and Qwen2's). Each
+// tries the regex's alternatives in order at one position and returns where the first that
+// matches ends, taking the same backtracking choices a regex engine would (noted where it matters).
 #include "text/pretokenize.h"
 
 #include "text/unicode.h"
@@ -60,15 +60,16 @@ size_t match_gpt2(const Units& t, size_t i) {
   return spaces(t, i);  // i is a space: the one class left
 }
 
-size_t match_llama3(const Units& t, size_t i) {
+// Llama 3's regex, and Qwen2's, which differs in taking digits one at a time (max_digits 1).
+size_t match_llama3(const Units& t, size_t i, size_t max_digits) {
   if (size_t end = contraction(t, i, true); end != i) return end;
   // [^\r\n\p{L}\p{N}]?\p{L}+: one leading character of any other kind, when letters follow.
   const bool may_lead = i < t.size() && !t.letter(i) && !t.number(i) && !t.newline(i);
   if (may_lead && t.letter(i + 1)) return t.run(i + 1, &Units::letter);
   if (t.letter(i)) return t.run(i, &Units::letter);
-  if (t.number(i)) {  // \p{N}{1,3}
+  if (t.number(i)) {  // \p{N}{1,3} (Qwen2: \p{N})
     size_t end = i + 1;
-    while (end < i + 3 && t.number(end)) ++end;
+    while (end < i + max_digits && t.number(end)) ++end;
     return end;
   }
   // ?[^\s\p{L}\p{N}]+[\r\n]*
@@ -91,6 +92,9 @@ std::string_view pattern_source(SplitPattern pattern) {
     case SplitPattern::kLlama3:
       return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
              R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case SplitPattern::kQwen2:
+      return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
+             R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
   }
   return {};
 }
@@ -99,7 +103,8 @@ std::vector<std::string_view> split(std::string_view text, SplitPattern pattern)
   const Units t{decode_utf8(text)};
   std::vector<std::string_view> pieces;
   for (size_t i = 0; i < t.size();) {
-    size_t end = pattern == SplitPattern::kGpt2 ? match_gpt2(t, i) : match_llama3(t, i);
+    size_t end = pattern == SplitPattern::kGpt2 ? match_gpt2(t, i)
+                                                : match_llama3(t, i, pattern == SplitPattern::kQwen2 ? 1 : 3);
     if (end <= i) end = i + 1;  // unreachable: every class is matched by some alternative
     const size_t begin_byte = t.u[i].offset;
     const size_t end_byte = end < t.size() ? t.u[end].offset : text.size();

@@ -14,7 +14,8 @@ namespace tg::text {
 ///   kGpt2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 ///   kLlama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 ///            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-enum class SplitPattern { kGpt2, kLlama3 };
+///   kQwen2:  Llama 3's with \p{N} for \p{N}{1,3}: digits one at a time (Qwen2, Qwen2.5, Qwen3)
+enum class SplitPattern { kGpt2, kLlama3, kQwen2 };
 
 /// The regex of `pattern` exactly as tokenizer.json spells it.
 std::string_view pattern_source(SplitPattern pattern);

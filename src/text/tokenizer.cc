@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "tensorgrad/errors.h"
+#include "text/nfc.h"
 #include "text/tokenizer_impl.h"
 #include "text/unicode.h"
 
@@ -202,7 +203,7 @@ const Impl& checked(const std::shared_ptr<const Impl>& impl) {
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   const Impl& t = checked(impl_);
   // Added tokens matched on the raw text first, then, after each remaining segment is normalized
-  // (SentencePiece-style files: "▁" prepended, spaces spelled "▁"), those matched on that.
+  // (NFC; SentencePiece-style files: "▁" prepended, spaces spelled "▁"), those matched on that.
   std::vector<Segment> raw, segments;
   split_added(t, text, /*normalized=*/false, raw);
   std::deque<std::string> normalized;  // the normalized segments' storage (stable addresses)
@@ -212,9 +213,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
       continue;
     }
     std::string_view view = s.text;
-    if (t.normalize_prepend || t.normalize_replace) {
-      std::string& n =
-          normalized.emplace_back(t.normalize_replace ? replace_spaces(t, s.text) : std::string(s.text));
+    if (t.normalize_nfc || t.normalize_prepend || t.normalize_replace) {
+      std::string& n = normalized.emplace_back(t.normalize_nfc ? text::nfc(s.text) : std::string(s.text));
+      if (t.normalize_replace) n = replace_spaces(t, n);
       if (t.normalize_prepend && !n.empty()) n = t.meta + n;
       view = n;
     }

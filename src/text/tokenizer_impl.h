@@ -50,6 +50,8 @@ struct Tokenizer::Impl {
   std::string meta = "\xe2\x96\x81";                              // "▁"
   // The normalizer (legacy files): `meta` before every non-empty segment, spaces replaced.
   bool normalize_prepend = false, normalize_replace = false;
+  // An NFC normalizer (Qwen2's byte-level files): applied before the other steps.
+  bool normalize_nfc = false;
   // The Metaspace pre-tokenizer (newer files): spaces replaced, `meta` prepended to a segment
   // not starting with it (always, or only to the one at the text's start), optionally split
   // into words that each begin at a `meta`.

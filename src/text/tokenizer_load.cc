@@ -140,11 +140,12 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
         split.contains("pattern") ? value_or<std::string>(split["pattern"], "Regex", "") : "";
     if (value_or<std::string>(split, "behavior", "") != "Isolated" || value_or<bool>(split, "invert", false))
       fail(t.file, "a Split pre-tokenizer must have behavior Isolated and not invert: " + split.dump());
-    for (auto pattern : {text::SplitPattern::kGpt2, text::SplitPattern::kLlama3}) {
+    for (auto pattern :
+         {text::SplitPattern::kGpt2, text::SplitPattern::kLlama3, text::SplitPattern::kQwen2}) {
       if (regex == text::pattern_source(pattern)) t.split_pattern = pattern;
     }
     if (!t.split_pattern)
-      fail(t.file, "the Split pre-tokenizer's pattern is not GPT-2's or Llama 3's regex: " + regex);
+      fail(t.file, "the Split pre-tokenizer's pattern is not GPT-2's, Llama 3's or Qwen2's regex: " + regex);
     return read_byte_level(t, (*steps)[1]);
   }
   fail(t.file, "pre-tokenizer " + (type == "Sequence" ? p.dump().substr(0, 200) : type) +
@@ -158,11 +159,16 @@ std::string replace_pattern(const Tokenizer::Impl& t, const json& r) {
   return r["pattern"]["String"].get<std::string>();
 }
 
-// SentencePiece-style normalizers: Prepend("▁") and Replace(" " → "▁"), alone or in a Sequence.
+// The normalizers read: SentencePiece-style Prepend("▁") and Replace(" " → "▁"), and NFC (first,
+// if with the others: it changes no space and no "▁"), alone or in a Sequence.
 void read_normalizer(Tokenizer::Impl& t, const json& n) {
   const std::string type = type_of(n);
   if (type == "Sequence") {
     for (const json& step : n.at("normalizers")) read_normalizer(t, step);
+    return;
+  }
+  if (type == "NFC") {
+    t.normalize_nfc = true;
     return;
   }
   if (type == "Prepend" && value_or<std::string>(n, "prepend", "") == t.meta) {
@@ -174,10 +180,11 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
     t.normalize_replace = true;
     return;
   }
-  fail(t.file,
-       "normalizer " + type_of(n) +
-           " is not supported (SentencePiece-style Prepend(\"▁\") and Replace(\" \", \"▁\"), or none): " +
-           n.dump().substr(0, 200));
+  fail(
+      t.file,
+      "normalizer " + type_of(n) +
+          " is not supported (NFC, SentencePiece-style Prepend(\"▁\") and Replace(\" \", \"▁\"), or none): " +
+          n.dump().substr(0, 200));
 }
 
 void read_metaspace(Tokenizer::Impl& t, const json& p) {
@@ -291,12 +298,13 @@ void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
     const json& normalizer = root.contains("normalizer") ? root["normalizer"] : none;
     const json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : none;
     const json decoder = root.contains("decoder") ? root["decoder"] : json();
-    // SentencePiece-style: byte fallback, a normalizer, the Metaspace pre-tokenizer or none.
-    t.sentencepiece =
-        t.byte_fallback || !normalizer.is_null() || pre.is_null() || type_of(pre) == "Metaspace";
+    if (!normalizer.is_null()) read_normalizer(t, normalizer);
+    // SentencePiece-style: byte fallback, a normalizer spelling spaces "▁", the Metaspace
+    // pre-tokenizer or none.
+    t.sentencepiece = t.byte_fallback || t.normalize_prepend || t.normalize_replace || pre.is_null() ||
+                      type_of(pre) == "Metaspace";
     if (root.contains("added_tokens")) read_added_tokens(t, root["added_tokens"]);
     if (t.sentencepiece) {
-      if (!normalizer.is_null()) read_normalizer(t, normalizer);
       if (!pre.is_null() && type_of(pre) != "Metaspace")
         fail(t.file, "pre-tokenizer " + type_of(pre) +
                          " with SentencePiece-style BPE (byte_fallback or a normalizer) is not supported "

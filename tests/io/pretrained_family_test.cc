@@ -89,6 +89,26 @@ TEST_P(Family, LogitsEqualTransformersOnEveryBackend) {
   }
 }
 
+// Under bf16 mixed precision the products round their operands to 8 significant bits: the
+// logits stay within that of transformers' f32 ones (and differ from them: bf16 is in use).
+TEST_P(Family, Bf16LogitsWithinItsRounding) {
+  const Case& c = GetParam();
+  const pretrained::Model lm = pretrained::load(dir_of(c));
+  const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
+  const HostTensor& ids = golden.at("ids");
+  for (const Device& device : tg::testing::all_devices()) {
+    Program p = compile_forward(
+        *lm.module, [&lm](Tensor x) { return lm.logits(x); },
+        {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = device, .precision = Precision::kBf16});
+    lm.upload(p);
+    const double d = tg::testing::rel_diff(p.run({{"ids", ids.i32()}}).f32(), golden.at("logits").f32());
+    EXPECT_GT(d, 1e-5) << c.folder << " on " << device.str();
+    EXPECT_LT(d, 3e-2) << c.folder << " on " << device.str();
+    std::printf("  %s bf16 on %s: relative logit difference to transformers' f32 %.2e\n", c.folder,
+                device.str().c_str(), d);
+  }
+}
+
 // transformers' greedy generate of 8 tokens after the first row's first 3 ids (with its cache).
 TEST_P(Family, GreedyGenerationEqualsTransformers) {
   const Case& c = GetParam();

@@ -10,6 +10,9 @@ Trains small BPE tokenizers (a vocabulary of 1000) on a text corpus:
           Replace/ByteFallback/Fuse/Strip decoder;
   metaspace: SentencePiece-style with the Metaspace pre-tokenizer (prepend_scheme "first",
           split) and decoder instead of the normalizer;
+  qwen2:  byte-level as Qwen2's and Qwen3's files: an NFC normalizer, a Split on Qwen2's regex
+          (Llama 3's, digits one at a time), ByteLevel without a regex, <|endoftext|>,
+          <|im_start|> and <|im_end|>; its cases add texts that NFC changes (QWEN2_TEXTS);
 saves each as tests/data/tokenizer/<name>/tokenizer.json and writes the ids `tokenizers` gives
 for fixed test texts to tests/data/tokenizer/<name>/golden.txt, one case a line:
 
@@ -29,10 +32,13 @@ import argparse
 import json
 import os
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 FALLBACK_CORPUS = """\
 It was the best of times, it was the worst of times, it was the age of wisdom, it was the age
@@ -59,6 +65,14 @@ TEST_TEXTS = [
     "",
 ]
 
+# Texts NFC changes: decomposed accents, marks out of canonical order, Hangul jamo, a singleton,
+# a composition exclusion; and chat markers.
+QWEN2_TEXTS = [
+    "Cafe\u0301 cre\u0300me bru\u0302le\u0301e, n\u0303, A\u030a \u212b",
+    "q\u0307\u0323 a\u0323\u0302 \u1100\u1161\u11a8\u1100\u1161 \u0958",
+    "<|im_start|>user\nWie geht's? Grüße aus Köln<|im_end|>\n<|im_start|>assistant\n",
+]
+
 
 def corpus(path=None):
     if path:
@@ -78,13 +92,16 @@ def corpus(path=None):
     return FALLBACK_CORPUS.splitlines()
 
 
-def train(texts, specials, llama3):
+def train(texts, specials, llama3, qwen2=False):
     tok = Tokenizer(models.BPE(ignore_merges=True) if llama3 else models.BPE())
-    if llama3:
+    if llama3 or qwen2:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN if qwen2 else LLAMA3_PATTERN), behavior="isolated",
+                                 invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
+    if qwen2:
+        tok.normalizer = normalizers.NFC()
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -155,6 +172,7 @@ def main():
         "llama3": lambda: train(texts, ["<|begin_of_text|>", "<|end_of_text|>"], True),
         "llama2": lambda: train_sentencepiece(texts, metaspace=False),
         "metaspace": lambda: train_sentencepiece(texts, metaspace=True),
+        "qwen2": lambda: train(texts, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False, qwen2=True),
     }
     for name in args.only.split(","):
         tok = configs[name]()
@@ -163,7 +181,7 @@ def main():
         os.makedirs(folder, exist_ok=True)
         tok.save(os.path.join(folder, "tokenizer.json"))
         lines = []
-        for text in TEST_TEXTS:
+        for text in TEST_TEXTS + (QWEN2_TEXTS if name == "qwen2" else []):
             for add_special in (False, True):
                 ids = tok.encode(text, add_special_tokens=add_special).ids
                 decoded = tok.decode(ids, skip_special_tokens=False)
