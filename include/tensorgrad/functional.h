@@ -228,7 +228,7 @@ Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Loc loc = L
 /// How a model rescales RoPE's frequencies to stretch its context (Hugging Face's rope_type
 /// values; kNone is the plain rotation). See rope_frequencies for each rule.
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3, kYarn };
+  enum class Type { kNone, kLinear, kLlama3, kYarn, kLongRope };
   Type type = Type::kNone;
   double factor = 1.0;           // how far the context is stretched (linear, llama3, yarn)
   int64_t original_context = 0;  // the context the model was pretrained with (llama3, yarn)
@@ -239,6 +239,9 @@ struct RopeScaling {
   /// the ratio of that with mscale and with mscale_all_dim when both are given).
   double attention_factor = 0.0;
   double mscale = 0.0, mscale_all_dim = 0.0;
+  /// longrope (Phi-3.5, Phi-4-mini): per-pair divisors of the frequencies within the original
+  /// context (transformers switches to long factors beyond it; the library stops there).
+  std::vector<double> short_factor = {};
 };
 /// RoPE's per-pair frequencies (D/2 of them) and the factor on cos and sin, as Hugging Face's
 /// modeling_rope_utils computes them. Plain: inv_freq_i = base^(−2i/D), factor 1. kLinear:
@@ -248,7 +251,8 @@ struct RopeScaling {
 /// (1 − s)·inv_freq/factor + s·inv_freq. kYarn: a linear ramp over the pair index, from the
 /// dimension where L turns beta_fast times to the one where it turns beta_slow times, blends
 /// inv_freq (fast pairs, before the ramp) into inv_freq/factor (slow pairs, after it); cos and
-/// sin are scaled by attention_factor.
+/// sin are scaled by attention_factor. kLongRope: inv_freq_i / short_factor_i, cos and sin
+/// scaled by attention_factor, else by √(1 + ln factor / ln L) (1 when factor ≤ 1).
 struct RopeFrequencies {
   std::vector<double> inv_freq;
   double attention_factor = 1.0;

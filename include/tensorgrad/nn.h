@@ -377,6 +377,9 @@ struct LlamaConfig {
   RopeScaling rope_scaling = {};
   /// Each head's width; 0: d_model / heads (Qwen3, Gemma and Mistral Nemo set their own).
   int64_t head_dim = 0;
+  /// RoPE rotates the first rotary_dim features of each head and passes the rest; 0: all
+  /// (Phi-4-mini's partial_rotary_factor 0.75 gives 3/4 of the head).
+  int64_t rotary_dim = 0;
   bool attention_bias = false;  // biases on q/k/v/o_proj
   bool qkv_bias = false;        // biases on q/k/v_proj only (Qwen2)
   bool mlp_bias = false;        // biases on gate/up/down_proj
@@ -401,7 +404,7 @@ class LlamaAttention : public Module {
   LlamaAttention(Module& parent, std::string name, const LlamaConfig& config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
-  const int64_t heads, kv_heads, head_dim;
+  const int64_t heads, kv_heads, head_dim, rotary_dim;
   const double rope_theta;
   const RopeScaling rope_scaling;
   Linear q_proj, k_proj, v_proj, o_proj;
@@ -409,6 +412,8 @@ class LlamaAttention : public Module {
 
  private:
   Tensor queries_keys(const Tensor& x, bool keys, Loc loc) const;  // [B, heads, T, head_dim], unrotated
+  // RoPE on the first rotary_dim features: `rotate` is rope or rope_at on that part.
+  Tensor rotated(const Tensor& t, const std::function<Tensor(const Tensor&)>& rotate, Loc loc) const;
 };
 
 /// Llama's SwiGLU MLP: down_proj(silu(gate_proj(x)) · up_proj(x)); with Gate::kGeluTanh the gate

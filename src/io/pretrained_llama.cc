@@ -3,10 +3,12 @@
 //   MistralForCausalLM  no biases; a sliding window (see `window` below)
 //   Qwen2ForCausalLM    biases on q/k/v_proj only; a sliding window if use_sliding_window
 //   Qwen3ForCausalLM    RMSNorm over each head's q and k (q_norm, k_norm); head_dim of its own
-//   Phi3ForCausalLM     fused qkv_proj and gate_up_proj, split here into Llama's projections
+//   Phi3ForCausalLM     fused qkv_proj and gate_up_proj, split here into Llama's projections;
+//                       a partial rotation (partial_rotary_factor); a sliding window
 //   GemmaForCausalLM    (1 + w) norms, embeddings × √hidden, a tanh-GELU gate, tied head
-// RoPE: the plain rotation, or rope_type linear, llama3 or yarn (tg::RopeScaling), computed as
-// transformers computes it; dynamic, longrope and partial rotations are refused.
+// RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
+// computed as transformers computes it; longrope caps the context at the original one (past it
+// transformers changes the frequencies). dynamic is refused.
 #include <span>
 #include <string>
 #include <utility>
@@ -30,20 +32,24 @@ Flavor flavor_of(const std::string& architecture) {
           .gemma = architecture == "GemmaForCausalLM"};
 }
 
+// What the RoPE settings add beyond l.rope_theta and l.rope_scaling.
+struct RopeRead {
+  double partial = 1.0;  // partial_rotary_factor: the fraction of each head rotated
+  int64_t context = 0;   // the longest sequence they are exact for (longrope); 0: no limit
+};
+
 // rope_scaling (transformers 4.x) or rope_parameters (5.x): the base and the rescaling.
-void read_rope(const json& c, const std::string& f, int64_t max_positions, nn::LlamaConfig& l) {
+RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, nn::LlamaConfig& l) {
   using T = RopeScaling::Type;
+  RopeRead out;
   l.rope_theta = field<double>(c, f, "rope_theta", 10000.0);
-  const auto partial_ok = [&](const json& j) {
-    return field<double>(j, f, "partial_rotary_factor", 1.0) == 1.0;
-  };
-  if (!partial_ok(c)) fail(f, "config.json: partial_rotary_factor other than 1 is not implemented");
+  out.partial = field<double>(c, f, "partial_rotary_factor", 1.0);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!c.contains(key) || c[key].is_null()) continue;
     const json& r = c[key];
     const std::string where = std::string("config.json: ") + key;
     if (!r.is_object()) fail(f, where + " is " + r.dump());
-    if (!partial_ok(r)) fail(f, where + ": partial_rotary_factor other than 1 is not implemented");
+    out.partial = field<double>(r, f, "partial_rotary_factor", out.partial);
     if (r.contains("rope_theta")) l.rope_theta = field<double>(r, f, "rope_theta", l.rope_theta);
     const std::string type =
         field<std::string>(r, f, "rope_type", field<std::string>(r, f, "type", "default"));
@@ -79,12 +85,31 @@ void read_rope(const json& c, const std::string& f, int64_t max_positions, nn::L
       s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
       s.mscale = field<double>(r, f, "mscale", 0.0);
       s.mscale_all_dim = field<double>(r, f, "mscale_all_dim", 0.0);
+    } else if (type == "longrope") {
+      // Short factors within the original context; transformers switches to the long ones
+      // past it, so the library's context ends there.
+      s.type = T::kLongRope;
+      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings",
+                                          field<int64_t>(c, f, "original_max_position_embeddings", 0));
+      if (s.original_context <= 0)
+        fail(f, where + " (rope_type longrope) has no original_max_position_embeddings");
+      s.factor = field<double>(r, f, "factor",
+                               static_cast<double>(max_positions) / static_cast<double>(s.original_context));
+      s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
+      if (!r.contains("short_factor") || !r["short_factor"].is_array())
+        fail(f, where + " (rope_type longrope) has no short_factor list");
+      for (const json& v : r["short_factor"]) {
+        if (!v.is_number()) fail(f, where + ": short_factor holds " + v.dump() + ", expected numbers");
+        s.short_factor.push_back(v.get<double>());
+      }
+      out.context = s.original_context;
     } else {
       fail(f, where + " has rope_type \"" + type +
-                  "\"; implemented: default, linear, llama3 and yarn (not dynamic or longrope)");
+                  "\"; implemented: default, linear, llama3, yarn and longrope (not dynamic)");
     }
     l.rope_scaling = s;
   }
+  return out;
 }
 
 // The longest sequence full causal attention computes exactly as the model does: a model with
@@ -182,9 +207,20 @@ void load_llama_family(Model& m, const json& c) {
   } else {
     l.head_dim = required(c, f, "head_dim");
   }
-  read_rope(c, f, max_positions, l);
-  const int64_t w = window(c, f, k);
-  l.seq_len = w > 0 && w < max_positions ? w : max_positions;
+  const RopeRead rope = read_rope(c, f, max_positions, l);
+  if (rope.partial != 1.0) {
+    // Only Phi-3's attention rotates part of a head (transformers' Llama and the others would
+    // fail on the shorter tables).
+    if (!k.phi3 || !(rope.partial > 0 && rope.partial < 1))
+      fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) + " is implemented for " +
+                  "Phi3ForCausalLM only, within (0, 1)");
+    const int64_t head = l.head_dim > 0 ? l.head_dim : l.d_model / l.heads;
+    l.rotary_dim = static_cast<int64_t>(static_cast<double>(head) * rope.partial);  // Python's int()
+  }
+  int64_t context = max_positions;
+  for (const int64_t limit : {window(c, f, k), rope.context})
+    if (limit > 0 && limit < context) context = limit;
+  l.seq_len = context;
   m.context = l.seq_len;
   m.config = l;
   m.module = std::make_unique<nn::Llama>(l);

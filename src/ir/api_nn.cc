@@ -377,8 +377,13 @@ RopeFrequencies rope_frequencies(int64_t d, double base, const RopeScaling& sc) 
   if (d < 2 || d % 2 != 0) bad("head_dim must be even and >= 2, got " + std::to_string(d));
   if (!(base > 1.0)) bad("base must be > 1");
   if (sc.type != T::kNone && !(sc.factor >= 1.0)) bad("factor must be >= 1");
-  if ((sc.type == T::kLlama3 || sc.type == T::kYarn) && sc.original_context < 1)
-    bad("llama3 and yarn scaling need the original context (>= 1)");
+  if ((sc.type == T::kLlama3 || sc.type == T::kYarn || sc.type == T::kLongRope) && sc.original_context < 1)
+    bad("llama3, yarn and longrope scaling need the original context (>= 1)");
+  if (sc.type == T::kLongRope &&
+      (static_cast<int64_t>(sc.short_factor.size()) != d / 2 ||
+       !std::all_of(sc.short_factor.begin(), sc.short_factor.end(), [](double f) { return f > 0; })))
+    bad("longrope needs " + std::to_string(d / 2) + " positive short factors (one per pair), got " +
+        std::to_string(sc.short_factor.size()));
   if (sc.type == T::kLlama3 && !(sc.high_freq_factor > sc.low_freq_factor && sc.low_freq_factor > 0))
     bad("llama3 scaling needs 0 < low_freq_factor < high_freq_factor");
   const int64_t half = d / 2;
@@ -424,6 +429,14 @@ RopeFrequencies rope_frequencies(int64_t d, double base, const RopeScaling& sc) 
       f.attention_factor = sc.attention_factor > 0                    ? sc.attention_factor
                            : sc.mscale != 0 && sc.mscale_all_dim != 0 ? m(sc.mscale) / m(sc.mscale_all_dim)
                                                                       : m(1.0);
+      break;
+    }
+    case T::kLongRope: {
+      for (int64_t i = 0; i < half; ++i)
+        f.inv_freq[static_cast<size_t>(i)] /= sc.short_factor[static_cast<size_t>(i)];
+      f.attention_factor = sc.attention_factor > 0 ? sc.attention_factor
+                           : sc.factor <= 1.0      ? 1.0
+                                                   : std::sqrt(1.0 + std::log(sc.factor) / std::log(L));
       break;
     }
   }

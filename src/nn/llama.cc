@@ -27,6 +27,7 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
       heads(c.heads),
       kv_heads(kv_heads_of(c)),
       head_dim(head_dim_of(c)),
+      rotary_dim(c.rotary_dim == 0 ? head_dim : c.rotary_dim),
       rope_theta(c.rope_theta),
       rope_scaling(c.rope_scaling),
       q_proj(*this, "q_proj", c.d_model, heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
@@ -45,10 +46,18 @@ Tensor LlamaAttention::queries_keys(const Tensor& x, bool keys, Loc loc) const {
   return norm ? (*norm)(t, loc) : t;
 }
 
+Tensor LlamaAttention::rotated(const Tensor& t, const std::function<Tensor(const Tensor&)>& rotate,
+                               Loc loc) const {
+  if (rotary_dim == head_dim) return rotate(t);
+  return concat({rotate(slice(t, -1, 0, rotary_dim, 1, loc)), slice(t, -1, rotary_dim, head_dim, 1, loc)}, -1,
+                loc);
+}
+
 Tensor LlamaAttention::operator()(const Tensor& x, Loc loc) const {
-  Tensor q = rope(queries_keys(x, false, loc), rope_theta, rope_scaling, 0, loc);  // [B, H, T, D]
-  Tensor k = rope(queries_keys(x, true, loc), rope_theta, rope_scaling, 0, loc);   // [B, Hkv, T, D]
-  Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);                           // [B, Hkv, T, D]
+  const auto rotate = [&](const Tensor& t) { return rope(t, rope_theta, rope_scaling, 0, loc); };
+  Tensor q = rotated(queries_keys(x, false, loc), rotate, loc);  // [B, H, T, D]
+  Tensor k = rotated(queries_keys(x, true, loc), rotate, loc);   // [B, Hkv, T, D]
+  Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);         // [B, Hkv, T, D]
   return o_proj(merge_heads(attention(q, k, v, {.causal = true}, loc), loc), loc);
 }
 
@@ -60,8 +69,11 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
                      ")");
   // The new tokens sit at pos[b] … pos[b] + T − 1: rotated there, their keys then cached.
   Tensor positions = token_positions(pos, T, loc);  // [B, T]
-  Tensor q = rope_at(queries_keys(x, false, loc), positions, cache_len, rope_theta, rope_scaling, loc);
-  Tensor k = rope_at(queries_keys(x, true, loc), positions, cache_len, rope_theta, rope_scaling, loc);
+  const auto rotate = [&](const Tensor& t) {
+    return rope_at(t, positions, cache_len, rope_theta, rope_scaling, loc);
+  };
+  Tensor q = rotated(queries_keys(x, false, loc), rotate, loc);
+  Tensor k = rotated(queries_keys(x, true, loc), rotate, loc);
   Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);
   Tensor k_cache = state(path() + ".k_cache", {B, kv_heads, cache_len, head_dim}),
          v_cache = state(path() + ".v_cache", {B, kv_heads, cache_len, head_dim});
@@ -119,10 +131,11 @@ void Llama::build() {
   if (kv <= 0 || c.heads % kv != 0)
     throw ShapeError(where + ": heads " + std::to_string(c.heads) + " must be a multiple of kv_heads " +
                      std::to_string(kv));
-  if (head_dim_of(c) % 2 != 0)
-    throw ShapeError(where + ": rotary positions need an even head size, got " +
-                     std::to_string(head_dim_of(c)));
-  rope_frequencies(head_dim_of(c), c.rope_theta, c.rope_scaling);  // the scaling's own checks
+  const int64_t rotary = c.rotary_dim == 0 ? head_dim_of(c) : c.rotary_dim;
+  if (rotary % 2 != 0 || rotary < 0 || rotary > head_dim_of(c))
+    throw ShapeError(where + ": rotary positions need an even rotary_dim within the head (" +
+                     std::to_string(head_dim_of(c)) + "), got " + std::to_string(rotary));
+  rope_frequencies(rotary, c.rope_theta, c.rope_scaling);  // the scaling's own checks
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
   for (int64_t i = 0; i < c.layers; ++i)

@@ -348,7 +348,8 @@ TEST(Pretrained, Errors) {
     std::string scaled = config;
     scaled.replace(scaled.find("\"default\""), 9, "\"dynamic\"");
     write_llama(dir, w, scaled);
-    EXPECT_HAS(load_error(dir.str()), "rope_type \"dynamic\"; implemented: default, linear, llama3 and yarn");
+    EXPECT_HAS(load_error(dir.str()),
+               "rope_type \"dynamic\"; implemented: default, linear, llama3, yarn and longrope");
     scaled.replace(scaled.find("\"dynamic\""), 9, "\"yarn\"");
     write_llama(dir, w, scaled);
     EXPECT_HAS(load_error(dir.str()), "rope_parameters (rope_type yarn) has no factor");

@@ -57,6 +57,13 @@ MODELS = {
     "tiny_phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(
         **COMMON, max_position_embeddings=16, original_max_position_embeddings=16,
         sliding_window=None, tie_word_embeddings=False, rope_parameters=rope("default"))),
+    # Phi-3.5 / Phi-4-mini style: LongRoPE (short factors up to the original 8-token context)
+    # on half of each head (partial_rotary_factor 0.5).
+    "tiny_phi3_longrope": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(
+        **COMMON, max_position_embeddings=32, original_max_position_embeddings=8,
+        sliding_window=None, tie_word_embeddings=False, partial_rotary_factor=0.5,
+        rope_parameters=rope("longrope", short_factor=[1.0, 1.5], long_factor=[2.0, 3.0],
+                             original_max_position_embeddings=8, partial_rotary_factor=0.5))),
     # Gemma: (1 + w) norms, the embedding scaled by sqrt(hidden), a tanh-GELU gate, head_dim 16.
     "tiny_gemma": lambda: tf.GemmaForCausalLM(tf.GemmaConfig(
         **COMMON, head_dim=16, max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh",
@@ -73,12 +80,13 @@ for name, make in MODELS.items():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
         logits = model(input_ids=IDS, use_cache=False).logits.float()
+        # Read before generate: past the original context longrope swaps in its long factors.
+        rotary = model.model.rotary_emb
+        inv_freq = rotary.inv_freq.float().cpu().clone()
+        scaling = float(getattr(rotary, "attention_scaling", 1.0))
         # Greedy continuation of the first row's first 3 ids, 8 new tokens, with the cache.
         greedy = model.generate(IDS[:1, :3], max_new_tokens=8, do_sample=False, min_new_tokens=8,
                                 eos_token_id=None, pad_token_id=0)
-    rotary = model.model.rotary_emb
-    inv_freq = rotary.inv_freq.float().cpu()
-    scaling = float(getattr(rotary, "attention_scaling", 1.0))
     out = os.path.join(OUT, name)
     model.save_pretrained(out, safe_serialization=True)
     write_safetensors(os.path.join(out, "logits.safetensors"),

@@ -91,8 +91,20 @@ TEST(Llama, ConfigurationAndShapeErrors) {
             std::string::npos);
   c = kConfig;
   c.d_model = 12;  // head size 3: no rotate-half pairs
-  EXPECT_NE(tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("even head size"),
+  EXPECT_NE(tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("even rotary_dim"),
             std::string::npos);
+  for (const int64_t rotary : {3, 10}) {  // odd; wider than the head of 8
+    c = kConfig;
+    c.rotary_dim = rotary;
+    EXPECT_NE(
+        tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("even rotary_dim within the head"),
+        std::string::npos);
+  }
+  c = kConfig;
+  c.rope_scaling = {.type = RopeScaling::Type::kLongRope, .original_context = 8, .short_factor = {1.0}};
+  EXPECT_NE(
+      tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("longrope needs 4 positive short"),
+      std::string::npos);
   nn::Llama model(kConfig);
   EXPECT_THROW(
       compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
