@@ -53,14 +53,48 @@ struct CrossEntropyOptions {
   int32_t ignore_index = -100;
   /// kMean averages over the targets that are not ignored (PyTorch's semantics; NaN if all are).
   Reduction reduction = Reduction::kMean;
+  /// ε in [0, 1]: the target distribution is (1 − ε) on the target plus ε/C on every class
+  /// (PyTorch's label_smoothing).
+  double label_smoothing = 0.0;
 };
 /// Cross-entropy of logits [..., C] against i32 targets [...] (PyTorch's F.cross_entropy
 /// with class indices). A target outside [0, C) that is not ignore_index is an error at run
 /// time on the cpu and ref backends (tg::InputError naming the op, the row and the value).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {},
                      Loc loc = Loc::current());
-/// Mean squared error, mean over all elements.
-Tensor mse_loss(const Tensor& prediction, const Tensor& target, Loc loc = Loc::current());
+// Losses as torch.nn.functional's: `target` broadcasts to `prediction`'s shape; kMean averages
+// over every element, kSum adds them, kNone returns them (src/ir/api_loss.cc).
+/// (p − t)².
+Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::kMean,
+                Loc loc = Loc::current());
+/// |p − t|.
+Tensor l1_loss(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::kMean,
+               Loc loc = Loc::current());
+/// d = p − t: ½d²/β where |d| < β, else |d| − ½β (β = 0: l1_loss, whose gradient at d = 0 is
+/// 0; PyTorch 1.13's smooth_l1 gives −1 there).
+Tensor smooth_l1_loss(const Tensor& prediction, const Tensor& target, double beta = 1.0,
+                      Reduction reduction = Reduction::kMean, Loc loc = Loc::current());
+/// d = p − t: ½d² where |d| < δ, else δ(|d| − ½δ).
+Tensor huber_loss(const Tensor& prediction, const Tensor& target, double delta = 1.0,
+                  Reduction reduction = Reduction::kMean, Loc loc = Loc::current());
+/// −(t·log p + (1 − t)·log(1 − p)) of probabilities p, each log clamped at −100 as PyTorch does.
+Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& target,
+                            Reduction reduction = Reduction::kMean, Loc loc = Loc::current());
+struct BceWithLogitsOptions {
+  /// Weight of the positive term, broadcast against the logits (one per class on the last
+  /// axis, typically); empty: 1.
+  Tensor pos_weight = {};
+  Reduction reduction = Reduction::kMean;
+};
+/// binary_cross_entropy of sigmoid(x) without its overflow: (1 − t)·x + (1 + (w − 1)·t)·softplus(−x)
+/// with w the pos_weight.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        BceWithLogitsOptions options = {}, Loc loc = Loc::current());
+/// −log_probs[..., target] with i32 targets [...] (classes on the last axis, as cross_entropy;
+/// PyTorch puts them on axis 1 beyond two dimensions); ignore_index and reduction as there,
+/// label_smoothing is not taken.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, CrossEntropyOptions options = {},
+                Loc loc = Loc::current());
 
 // ---- normalisation -------------------------------------------------------------------
 /// Layer norm over the last axis: (x − mean)/√(var + eps) · weight + bias (weight/bias may be
@@ -221,6 +255,21 @@ Tensor silu(const Tensor& x, Loc loc = Loc::current());
 Tensor softplus(const Tensor& x, Loc loc = Loc::current());
 /// silu(gate) ⊙ up.
 Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc = Loc::current());
+// PyTorch's, with its gradients at the kinks.
+/// x where x > 0, else slope·x.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, Loc loc = Loc::current());
+/// x where x > 0, else α(eˣ − 1).
+Tensor elu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
+/// x limited to [lo, hi] (gradient 1 on the closed interval, as torch.clamp); NaN stays NaN.
+Tensor clamp(const Tensor& x, double lo, double hi, Loc loc = Loc::current());
+/// 0 for x ≤ −3, 1 for x ≥ 3, x/6 + ½ between.
+Tensor hardsigmoid(const Tensor& x, Loc loc = Loc::current());
+/// x·(x + 3)/6 on [−3, 3), 0 below, x from 3.
+Tensor hardswish(const Tensor& x, Loc loc = Loc::current());
+/// x·tanh(softplus(x)).
+Tensor mish(const Tensor& x, Loc loc = Loc::current());
+/// log σ(x) = −softplus(−x), without overflow.
+Tensor logsigmoid(const Tensor& x, Loc loc = Loc::current());
 /// x·cos + rotate_half(x)·sin, rotate_half(x) = [−x₂, x₁] of x's halves along the last axis
 /// (D even; f32): the mixing step of rotary embeddings, one kernel. cos and sin broadcast to x's
 /// shape. rope and rope_at call it with their tables.

@@ -143,6 +143,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   Node n = make_node(Op::kCrossEntropy, {flat_logits.id(), flat_targets.id()}, loc);
   n.attrs.values = {static_cast<double>(options.ignore_index)};
   Tensor per_row = emit(g, std::move(n));
+  if (!(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0))
+    api_fail("cross_entropy", "label_smoothing must be in [0, 1]", loc);
+  if (options.label_smoothing > 0.0) {
+    // PyTorch's: (1 − ε)·(−log p_target) + ε·mean over the classes of −log p, 0 where ignored.
+    const double e = options.label_smoothing;
+    Tensor uniform = neg(mean(log_softmax(flat_logits, -1, false, loc), {-1}, false, loc), loc);
+    Tensor kept = ne(flat_targets, options.ignore_index, loc);
+    per_row = add(mul(per_row, 1.0 - e, loc), where(kept, mul(uniform, e, loc), 0.0, loc), loc);
+  }
   switch (options.reduction) {
     case Reduction::kNone: return reshape(per_row, batch, loc);
     case Reduction::kSum: return sum(per_row, {}, false, loc);
@@ -152,11 +161,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
     }
   }
   return per_row;
-}
-
-Tensor mse_loss(const Tensor& prediction, const Tensor& target, Loc loc) {
-  Tensor d = sub(prediction, target, loc);
-  return mean(mul(d, d, loc), {}, false, loc);
 }
 
 namespace {
@@ -322,6 +326,34 @@ Tensor softplus(const Tensor& x, Loc loc) {
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up, Loc loc) { return mul(silu(gate, loc), up, loc); }
+
+// The piecewise activations pick their branch with `where`, so each boundary point takes the
+// gradient PyTorch gives it (noted per function).
+Tensor leaky_relu(const Tensor& x, double negative_slope, Loc loc) {
+  return where(gt(x, 0.0, loc), x, mul(x, negative_slope, loc), loc);  // at 0: the slope
+}
+
+Tensor elu(const Tensor& x, double alpha, Loc loc) {
+  return where(gt(x, 0.0, loc), x, mul(sub(exp(x, loc), 1.0, loc), alpha, loc), loc);  // at 0: alpha
+}
+
+Tensor clamp(const Tensor& x, double lo, double hi, Loc loc) {
+  if (!(lo <= hi)) api_fail("clamp", "needs lo <= hi", loc);
+  return where(lt(x, lo, loc), lo, where(gt(x, hi, loc), hi, x, loc), loc);  // at lo, hi: 1; NaN stays
+}
+
+Tensor hardsigmoid(const Tensor& x, Loc loc) {  // at ±3: 0
+  return where(le(x, -3.0, loc), 0.0, where(ge(x, 3.0, loc), 1.0, add(div(x, 6.0, loc), 0.5, loc), loc), loc);
+}
+
+Tensor hardswish(const Tensor& x, Loc loc) {  // at −3: −½ (the middle piece's slope), at 3: 1
+  Tensor middle = div(mul(x, add(x, 3.0, loc), loc), 6.0, loc);
+  return where(lt(x, -3.0, loc), 0.0, where(lt(x, 3.0, loc), middle, x, loc), loc);
+}
+
+Tensor mish(const Tensor& x, Loc loc) { return mul(x, tanh(softplus(x, loc), loc), loc); }
+
+Tensor logsigmoid(const Tensor& x, Loc loc) { return neg(softplus(neg(x, loc), loc), loc); }
 
 namespace {
 

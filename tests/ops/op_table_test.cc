@@ -178,6 +178,13 @@ const std::vector<OpCase>& op_cases() {
       {"where_i32", {bools({3, 1}), ints({3, 4}), ints({4})}, FN(where(x[0], x[1], x[2])), {3, 4}, kI32, kExact, kNoGrad},
       {"where_i32_cond_is_cast", {ints({2, 3}, 0, 2), uni({2, 3}), uni({3})}, FN(where(x[0], x[1], x[2])), {2, 3}, kF32, kExact, kGrad},
       {"where_leaky_relu", {away0({2, 3}, 0.1, 2)}, FN(where(x[0] > 0, x[0], x[0] * 0.1)), {2, 3}, kF32, kArith, kGrad},
+      {"leaky_relu", {away0({2, 3}, 0.1, 2)}, FN(leaky_relu(x[0], 0.2)), {2, 3}, kF32, kArith, kGrad},
+      {"elu", {away0({2, 3}, 0.1, 2)}, FN(elu(x[0], 1.5)), {2, 3}, kF32, kTranscendental, kGrad},
+      {"clamp", {distinct({3, 4}, -2, 2)}, FN(clamp(x[0], -0.55, 0.65)), {3, 4}, kF32, kExact, kGrad},
+      {"hardsigmoid", {distinct({3, 4}, -5, 5)}, FN(hardsigmoid(x[0])), {3, 4}, kF32, kArith, kGrad},
+      {"hardswish", {distinct({3, 4}, -5, 5)}, FN(hardswish(x[0])), {3, 4}, kF32, kArith, kGrad},
+      {"mish", {uni({3, 4}, -4, 4)}, FN(mish(x[0])), {3, 4}, kF32, kTranscendental, kGrad},
+      {"logsigmoid", {uni({3, 4}, -30, 30)}, FN(logsigmoid(x[0])), {3, 4}, kF32, kTranscendental, kGrad},
 
       // ---- operators with numbers ----------------------------------------------------------
       {"scalar_two_x_plus_one", {uni({2, 3})}, FN(2.0f * x[0] + 1), {2, 3}, kF32, kArith, kGrad},
@@ -388,6 +395,14 @@ const std::vector<OpCase>& op_cases() {
       {"cross_entropy_rank1_logits", {uni({5}, -3, 3), indices({}, 5)}, FN(cross_entropy(x[0], x[1])), {}, kF32, kTranscendental, kGrad},
       {"mse_loss", {uni({2, 3}), uni({2, 3})}, FN(mse_loss(x[0], x[1])), {}, kF32, kReduce, kGrad},
       {"mse_loss_broadcast_target", {uni({3, 4}), uni({4})}, FN(mse_loss(x[0], x[1])), {}, kF32, kReduce, kGrad},
+      {"mse_loss_none", {uni({3, 4}), uni({4})}, FN(mse_loss(x[0], x[1], Reduction::kNone)), {3, 4}, kF32, kArith, kGrad},
+      {"l1_loss_sum", {distinct({3, 4}), distinct({3, 4})}, FN(l1_loss(x[0], x[1], Reduction::kSum)), {}, kF32, kReduce, kGrad},
+      {"smooth_l1_loss", {uni({3, 4}, -2, 2), uni({3, 4}, -2, 2)}, FN(smooth_l1_loss(x[0], x[1], 0.5)), {}, kF32, kReduce, kGrad},
+      {"huber_loss_none", {uni({3, 4}, -2, 2), uni({4}, -2, 2)}, FN(huber_loss(x[0], x[1], 0.7, Reduction::kNone)), {3, 4}, kF32, kArith, kGrad},
+      {"binary_cross_entropy", {uni({3, 4}, 0.05, 0.95), uni({3, 4}, 0, 1)}, FN(binary_cross_entropy(x[0], x[1])), {}, kF32, kTranscendental, kGrad},
+      {"bce_with_logits_pos_weight", {uni({3, 4}, -4, 4), uni({3, 4}, 0, 1), uni({4}, 0.5, 3)}, FN(binary_cross_entropy_with_logits(x[0], x[1], {.pos_weight = x[2]})), {}, kF32, kTranscendental, kGrad},
+      {"nll_loss_ignore", {uni({6, 5}, -4, 0), indices({6}, 5)}, FN(nll_loss(x[0], with_ignored(x[1], -100))), {}, kF32, kReduce, kGrad},
+      {"cross_entropy_label_smoothing", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100), {.label_smoothing = 0.2})), {}, kF32, kTranscendental, kGrad},
 
       // ---- NN: normalisation -------------------------------------------------------------------
       {"layer_norm_plain", {uni({3, 8}, -2, 2)}, FN(layer_norm(x[0], Tensor(), Tensor())), {3, 8}, kF32, kTranscendental, kGrad},
