@@ -5,13 +5,17 @@
 //   gpt2       GPT-2 124M shapes (gpt2_decode of ../shared/bench/README.md; peer: torch_peer.py)
 //   tinyllama  TinyLlama-1.1B shapes: 22 layers, d 2048, 32 heads, 4 KV heads, MLP 5632, vocab
 //              32000 (peer: bench/decode_peer_gpu.py, Hugging Face generate)
+//   qwen2      Qwen2.5-0.5B shapes: 24 layers, d 896, 14 heads, 2 KV heads, MLP 4864, vocab 151936,
+//              q/k/v biases, tied head (peer: the same script)
+//   qwen3      Qwen3-0.6B shapes: 28 layers, d 1024, 16 heads of 128 (2048 wide), 8 KV heads,
+//              MLP 3072, vocab 151936, q/k norms, tied head (peer: the same script)
 // With bf16 the products read bf16 weights and activations (Precision::kBf16; an inference
 // program keeps the weights' bf16 copies between runs, so they are read, not converted, per token).
 // Prints, in the torch_peer.py format, the whole generation's tokens/s (all sequences) and the
 // median per-token latency of the decode calls:
 //   <model>_decode <mode> <ms> ms/step <tokens/s> tokens/s
 //
-//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16] [gpt2|tinyllama] [batch]
+//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16] [gpt2|tinyllama|qwen2|qwen3] [batch]
 #include <tensorgrad/tensorgrad.h>
 
 #include "timing.h"
@@ -101,9 +105,11 @@ int main(int argc, char** argv) {
   s.prompt_len = 16;
   s.fresh = argc > 2 && std::stoll(argv[2]) > 0 ? std::stoll(argv[2]) : gpu ? 256 : 32;
   s.batch = argc > 5 ? std::stoll(argv[5]) : 1;
-  if ((arg4 != "gpt2" && arg4 != "tinyllama") || (arg3 != "fp32" && arg3 != "bf16") || s.batch < 1) {
-    std::fprintf(stderr,
-                 "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16] [gpt2|tinyllama] [batch]\n");
+  const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3";
+  if (!known || (arg3 != "fp32" && arg3 != "bf16") || s.batch < 1) {
+    std::fprintf(
+        stderr,
+        "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16] [gpt2|tinyllama|qwen2|qwen3] [batch]\n");
     return 2;
   }
   s.name = arg4 + "_decode";
@@ -115,13 +121,38 @@ int main(int argc, char** argv) {
     tg::nn::Gpt model(config);
     return bench(model, config.vocab, s);
   }
-  const tg::nn::LlamaConfig config{.vocab = 32000,
-                                   .seq_len = 2048,
-                                   .layers = 22,
-                                   .d_model = 2048,
-                                   .heads = 32,
-                                   .kv_heads = 4,
-                                   .mlp_hidden = 5632};
+  tg::nn::LlamaConfig config{.vocab = 32000,
+                             .seq_len = 2048,
+                             .layers = 22,
+                             .d_model = 2048,
+                             .heads = 32,
+                             .kv_heads = 4,
+                             .mlp_hidden = 5632};
+  if (arg4 == "qwen2")
+    config = {.vocab = 151936,
+              .seq_len = 2048,
+              .layers = 24,
+              .d_model = 896,
+              .heads = 14,
+              .kv_heads = 2,
+              .mlp_hidden = 4864,
+              .rms_eps = 1e-6,
+              .rope_theta = 1e6,
+              .qkv_bias = true,
+              .tied_head = true};
+  if (arg4 == "qwen3")
+    config = {.vocab = 151936,
+              .seq_len = 2048,
+              .layers = 28,
+              .d_model = 1024,
+              .heads = 16,
+              .kv_heads = 8,
+              .mlp_hidden = 3072,
+              .rms_eps = 1e-6,
+              .rope_theta = 1e6,
+              .head_dim = 128,
+              .tied_head = true,
+              .qk_norm = true};
   tg::nn::Llama model(config);
   return bench(model, config.vocab, s);
 }

@@ -7,7 +7,7 @@ each model's weight-bandwidth floor per token: the bytes of every weight a decod
 (all but the token embedding, of which it gathers one row per sequence, unless the head is tied
 to it) over that bandwidth.
 
-    python3 bench/decode_peer_gpu.py [--models gpt2,tinyllama] [--batches 1,8] [--new 256]
+    python3 bench/decode_peer_gpu.py [--models gpt2,tinyllama,qwen2,qwen3] [--batches 1,8] [--new 256]
                                      [--dtype bf16|fp32]
 """
 import argparse
@@ -46,6 +46,18 @@ def make(name):
     if name == 'gpt2':
         cfg = GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=50257)
         return GPT2LMHeadModel(cfg), 50257, True
+    if name == 'qwen2':  # Qwen2.5-0.5B shapes, as decode_bench's qwen2
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=2048,
+                          rope_theta=1e6, tie_word_embeddings=True)
+        return Qwen2ForCausalLM(cfg), 151936, True
+    if name == 'qwen3':  # Qwen3-0.6B shapes, as decode_bench's qwen3
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                          num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=2048,
+                          rope_theta=1e6, tie_word_embeddings=True)
+        return Qwen3ForCausalLM(cfg), 151936, True
     cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
                       num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048)
     return LlamaForCausalLM(cfg), 32000, False
