@@ -78,6 +78,8 @@ Tensor smooth_l1_loss(const Tensor& prediction, const Tensor& target, double bet
 Tensor huber_loss(const Tensor& prediction, const Tensor& target, double delta = 1.0,
                   Reduction reduction = Reduction::kMean, Loc loc = Loc::current());
 /// −(t·log p + (1 − t)·log(1 − p)) of probabilities p, each log clamped at −100 as PyTorch does.
+/// The gradient is the composite's: where p is 0 or 1 and t lies strictly between, PyTorch's
+/// (p − t)/max(p(1 − p), 1e-12) is ±t·1e12 while the clamped log gives that term none.
 Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& target,
                             Reduction reduction = Reduction::kMean, Loc loc = Loc::current());
 struct BceWithLogitsOptions {
@@ -149,9 +151,16 @@ struct AttentionOptions {
   bool causal = true;
   /// Default 1/√D.
   std::optional<double> scale = {};
+  /// Sliding window (causal only): the query at position p sees keys p − window < j ≤ p, the
+  /// last `window` positions itself included (Mistral's, Phi-3's, Qwen2's). 0: all of them.
+  int64_t window = 0;
+  /// Scores s become softcap·tanh(s / softcap) before the softmax (Gemma 2). 0: none.
+  double softcap = 0;
 };
 /// Scaled dot-product attention, q [B, Hq, T, D], k/v [B, Hkv, S, D] (grouped-query when
-/// Hkv < Hq). One fused primitive: no T×S score matrix is stored, forward or backward.
+/// Hkv < Hq); causal: query i sits at position i + S − T. One fused primitive: no T×S score
+/// matrix is stored, forward or backward. A window that hides keys (window < S) or a softcap
+/// makes it a composite of matmul, mask and softmax instead, which stores the scores.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options = {},
                  Loc loc = Loc::current());
 /// Attention of new queries over KV caches (inference): q [B, Hq, T, D], caches k/v
@@ -160,6 +169,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
 /// One fused kernel on every backend; no gradient. Default scale 1/√D.
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
                     std::optional<double> scale = {}, Loc loc = Loc::current());
+/// attention_at with a sliding window and a softcap (options.causal must be true): as
+/// `attention`, a window below S or a softcap runs as a composite over the whole cache.
+Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                    AttentionOptions options, Loc loc = Loc::current());
 
 // ---- convolutional networks (NCHW) ------------------------------------------------------
 /// A pair of extents (height, width); one number means both.
@@ -264,7 +277,8 @@ Tensor elu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
 Tensor clamp(const Tensor& x, double lo, double hi, Loc loc = Loc::current());
 /// 0 for x ≤ −3, 1 for x ≥ 3, x/6 + ½ between.
 Tensor hardsigmoid(const Tensor& x, Loc loc = Loc::current());
-/// x·(x + 3)/6 on [−3, 3), 0 below, x from 3.
+/// x·(x + 3)/6 on [−3, 3), 0 below, x from 3 (the gradient at 3 is 1, as PyTorch's CPU kernel
+/// gives it; its CUDA kernel gives 3/2).
 Tensor hardswish(const Tensor& x, Loc loc = Loc::current());
 /// x·tanh(softplus(x)).
 Tensor mish(const Tensor& x, Loc loc = Loc::current());
@@ -279,8 +293,8 @@ Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, Loc loc = L
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3, kYarn, kLongRope };
   Type type = Type::kNone;
-  double factor = 1.0;           // how far the context is stretched (linear, llama3, yarn)
-  int64_t original_context = 0;  // the context the model was pretrained with (llama3, yarn)
+  double factor = 1.0;           // how far the context is stretched (linear, llama3, yarn, longrope)
+  int64_t original_context = 0;  // the context the model was pretrained with (llama3, yarn, longrope)
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   double beta_fast = 32.0, beta_slow = 1.0;              // yarn: the ramp's ends, in rotations
   bool truncate = true;                                  // yarn: ramp ends rounded outwards

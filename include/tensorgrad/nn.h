@@ -373,7 +373,8 @@ struct LlamaConfig {
   int64_t mlp_hidden = 0;
   double rms_eps = 1e-5;
   double rope_theta = 10000.0;
-  /// Llama 3.1's, linear or YaRN rescaling of the rotary frequencies (tg::rope_frequencies).
+  /// Llama 3.1's, linear, YaRN or LongRoPE rescaling of the rotary frequencies
+  /// (tg::rope_frequencies).
   RopeScaling rope_scaling = {};
   /// Each head's width; 0: d_model / heads (Qwen3, Gemma and Mistral Nemo set their own).
   int64_t head_dim = 0;
@@ -387,13 +388,20 @@ struct LlamaConfig {
   /// RMSNorm (gain [head_dim], rms_eps) over each head's queries and keys before the rotation:
   /// self_attn.q_norm / k_norm (Qwen3).
   bool qk_norm = false;
-  /// The MLP's gate: silu (SwiGLU) or the tanh GELU (Gemma's GeGLU).
-  enum class Gate { kSilu, kGeluTanh } gate = Gate::kSilu;
+  /// Sliding-window attention (AttentionOptions::window) of `sliding_window` positions in the
+  /// layers `sliding_layers` marks (empty: every layer); 0: none (Mistral v0.1, Phi-3 mini, Qwen2).
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers = {};
+  /// The MLP's gate: silu (SwiGLU), the tanh GELU (Gemma's GeGLU) or the exact (erf) GELU.
+  enum class Gate { kSilu, kGeluTanh, kGelu } gate = Gate::kSilu;
   /// Gemma's conventions: every RMSNorm scales by 1 + weight (its weights start at zero), and
   /// the embeddings are multiplied by √d_model rounded to f32.
   bool gemma = false;
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
   bool recompute = false;
+
+  /// Each head's width: head_dim, or d_model / heads when that is 0.
+  int64_t head_size() const { return head_dim != 0 ? head_dim : heads != 0 ? d_model / heads : 0; }
 };
 
 /// Llama's attention on x [B, T, d_model]: separate q/k/v/o projections (`q_proj` …, PyTorch's
@@ -405,6 +413,7 @@ class LlamaAttention : public Module {
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const int64_t heads, kv_heads, head_dim, rotary_dim;
+  const int64_t window;  // this layer's sliding window; 0: none
   const double rope_theta;
   const RopeScaling rope_scaling;
   Linear q_proj, k_proj, v_proj, o_proj;
@@ -442,9 +451,11 @@ class LlamaDecoderLayer : public Module {
 /// A Llama-family decoder with Hugging Face LlamaForCausalLM's parameter names, so a state
 /// dict maps 1:1: model.embed_tokens.weight, model.layers.<i>.{input_layernorm,
 /// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}.weight (and
-/// .bias with the config's biases), model.norm.weight, lm_head.weight (untied only).
-/// Initialised as Hugging Face's: normal(0.02) for linears and embeddings, zero biases, ones
-/// for the norms. logits / loss / logits_cached behave as Gpt's (tg::Generator drives it).
+/// .bias with the config's biases; self_attn.{q,k}_norm.weight with qk_norm), model.norm.weight,
+/// lm_head.weight (untied only). Initialised as Hugging Face's: normal(0.02) for linears and
+/// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w).
+/// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it); a layer with a
+/// sliding window attends through AttentionOptions::window in both.
 class Llama : public Module {
  public:
   explicit Llama(LlamaConfig config);

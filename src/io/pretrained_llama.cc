@@ -1,14 +1,15 @@
 // The Llama family's folders → nn::Llama. LlamaForCausalLM, and the architectures that are
 // Llama with a few differences, each a flag of nn::LlamaConfig:
-//   MistralForCausalLM  no biases; a sliding window (see `window` below)
+//   MistralForCausalLM  no biases; a sliding window (see sliding_of below)
 //   Qwen2ForCausalLM    biases on q/k/v_proj only; a sliding window if use_sliding_window
 //   Qwen3ForCausalLM    RMSNorm over each head's q and k (q_norm, k_norm); head_dim of its own
 //   Phi3ForCausalLM     fused qkv_proj and gate_up_proj, split here into Llama's projections;
 //                       a partial rotation (partial_rotary_factor); a sliding window
-//   GemmaForCausalLM    (1 + w) norms, embeddings × √hidden, a tanh-GELU gate, tied head
+//   GemmaForCausalLM    (1 + w) norms, embeddings × √hidden, a GELU gate, tied head
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
-// computed as transformers computes it; longrope caps the context at the original one (past it
-// transformers changes the frequencies). dynamic is refused.
+// computed as transformers 5 computes it; longrope caps the context at the original one (past
+// it transformers changes the frequencies). dynamic is refused.
+#include <algorithm>
 #include <span>
 #include <string>
 #include <utility>
@@ -68,19 +69,17 @@ RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, n
       s.factor = needed("factor");
       s.low_freq_factor = needed("low_freq_factor");
       s.high_freq_factor = needed("high_freq_factor");
-      s.original_context = static_cast<int64_t>(needed("original_max_position_embeddings"));
+      needed("original_max_position_embeddings");
+      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", 0);
     } else if (type == "yarn") {
       s.type = T::kYarn;
-      s.factor = needed("factor");
-      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", 0);
-      // As transformers does: given the original context, the factor is the ratio of the
-      // context to it (DeepSeek-V3's convention), not the "factor" key.
-      if (s.original_context > 0)
-        s.factor = static_cast<double>(max_positions) / static_cast<double>(s.original_context);
-      else
-        s.original_context = max_positions;
-      s.beta_fast = field<double>(r, f, "beta_fast", 32.0);
-      s.beta_slow = field<double>(r, f, "beta_slow", 1.0);
+      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", max_positions);
+      // transformers 5: the factor key; without one, the context's ratio to the original.
+      s.factor = field<double>(r, f, "factor",
+                               static_cast<double>(max_positions) / static_cast<double>(s.original_context));
+      // 0 or null is the default, as transformers' `or`.
+      s.beta_fast = field<double>(r, f, "beta_fast", 0.0) == 0 ? 32.0 : field<double>(r, f, "beta_fast", 0.0);
+      s.beta_slow = field<double>(r, f, "beta_slow", 0.0) == 0 ? 1.0 : field<double>(r, f, "beta_slow", 0.0);
       s.truncate = field<bool>(r, f, "truncate", true);
       s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
       s.mscale = field<double>(r, f, "mscale", 0.0);
@@ -112,15 +111,39 @@ RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, n
   return out;
 }
 
-// The longest sequence full causal attention computes exactly as the model does: a model with
-// a sliding window of W positions attends to all of the last W, so up to W tokens the two are
-// the same; beyond, they differ, and the library (full attention only) stops there.
-int64_t window(const json& c, const std::string& f, const Flavor& k) {
-  bool sliding = k.mistral || k.phi3;
-  if (k.qwen2 || k.qwen3) sliding = field<bool>(c, f, "use_sliding_window", false);
-  if (c.contains("layer_types") && c["layer_types"].is_array())
-    for (const json& t : c["layer_types"]) sliding = sliding || (t.is_string() && t == "sliding_attention");
-  return sliding ? field<int64_t>(c, f, "sliding_window", 0) : 0;
+// Which layers attend through a sliding window, and how wide it is, as transformers decides:
+// layer_types when the file has it; else Mistral and Phi-3 slide in every layer, Qwen2 and
+// Qwen3 from max_window_layers on when use_sliding_window. A sliding_window key that is null
+// means none; a missing one is 4096 for Mistral, Qwen2 and Qwen3 (their configs' default).
+struct Sliding {
+  int64_t window = 0;
+  std::vector<bool> layers;
+};
+Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t layers) {
+  Sliding s;
+  if (c.contains("layer_types") && !c["layer_types"].is_null()) {
+    const json& t = c["layer_types"];
+    const auto bad = [&] {
+      fail(f, "config.json: layer_types is " + t.dump().substr(0, 200) + ", expected " +
+                  std::to_string(layers) + " of \"full_attention\" and \"sliding_attention\"");
+    };
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != layers) bad();
+    for (const json& e : t) {
+      if (!e.is_string() || (e != "full_attention" && e != "sliding_attention")) bad();
+      s.layers.push_back(e == "sliding_attention");
+    }
+  } else if (k.mistral || k.phi3) {
+    s.layers.assign(static_cast<size_t>(layers), true);
+  } else if ((k.qwen2 || k.qwen3) && field<bool>(c, f, "use_sliding_window", false)) {
+    const int64_t from = field<int64_t>(c, f, "max_window_layers", 28);
+    for (int64_t i = 0; i < layers; ++i) s.layers.push_back(i >= from);
+  }
+  if (std::find(s.layers.begin(), s.layers.end(), true) == s.layers.end()) return {};
+  const bool absent = !c.contains("sliding_window");
+  s.window =
+      absent ? (k.mistral || k.qwen2 || k.qwen3 ? 4096 : 0) : field<int64_t>(c, f, "sliding_window", 0);
+  if (s.window < 0) fail(f, "config.json: sliding_window " + std::to_string(s.window) + " is negative");
+  return s.window > 0 ? s : Sliding{};
 }
 
 // Phi-3's fused projections → Llama's: qkv_proj rows [q | k | v], gate_up_proj rows [gate | up].
@@ -188,24 +211,27 @@ void load_llama_family(Model& m, const json& c) {
   if (m.architecture == "LlamaForCausalLM") l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
   l.qk_norm = k.qwen3;
   l.gemma = k.gemma;
-  if (k.gemma) {
-    // transformers reads hidden_activation (gelu_pytorch_tanh when it is null), not hidden_act.
-    const std::string act = field<std::string>(c, f, "hidden_activation", "gelu_pytorch_tanh");
-    if (act != "gelu_pytorch_tanh" && act != "gelu_new")
-      fail(f, "config.json: hidden_activation \"" + act + "\" (the Gemma MLP here gates with the tanh GELU)");
-    l.gate = nn::LlamaConfig::Gate::kGeluTanh;
+  // The MLP's gate: hidden_act, as transformers 5 reads it (Gemma's too; its default the tanh GELU).
+  const std::string act = field<std::string>(c, f, "hidden_act", k.gemma ? "gelu_pytorch_tanh" : "silu");
+  using Gate = nn::LlamaConfig::Gate;
+  if (act == "silu") {
+    l.gate = Gate::kSilu;
+  } else if (act == "gelu_pytorch_tanh" || act == "gelu_new") {
+    l.gate = Gate::kGeluTanh;
+  } else if (act == "gelu") {
+    l.gate = Gate::kGelu;
   } else {
-    const std::string act = field<std::string>(c, f, "hidden_act", "silu");
-    if (act != "silu")
-      fail(f, "config.json: hidden_act \"" + act + "\" (nn::Llama's MLP is SwiGLU with silu)");
+    fail(f, "config.json: hidden_act \"" + act + "\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
   }
-  if (!c.contains("head_dim") || c["head_dim"].is_null()) {
-    if (l.d_model % l.heads != 0)
-      fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
-                  " is no multiple of num_attention_heads " + std::to_string(l.heads) +
-                  " and head_dim is not given");
-  } else {
+  // head_dim: given, else the family's default (Qwen3's 128, Gemma's 256), else hidden / heads.
+  if (c.contains("head_dim") && !c["head_dim"].is_null()) {
     l.head_dim = required(c, f, "head_dim");
+  } else if (k.qwen3 || k.gemma) {
+    l.head_dim = k.qwen3 ? 128 : 256;
+  } else if (l.d_model % l.heads != 0) {
+    fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
+                " is no multiple of num_attention_heads " + std::to_string(l.heads) +
+                " and head_dim is not given");
   }
   const RopeRead rope = read_rope(c, f, max_positions, l);
   if (rope.partial != 1.0) {
@@ -214,19 +240,20 @@ void load_llama_family(Model& m, const json& c) {
     if (!k.phi3 || !(rope.partial > 0 && rope.partial < 1))
       fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) + " is implemented for " +
                   "Phi3ForCausalLM only, within (0, 1)");
-    const int64_t head = l.head_dim > 0 ? l.head_dim : l.d_model / l.heads;
-    l.rotary_dim = static_cast<int64_t>(static_cast<double>(head) * rope.partial);  // Python's int()
+    l.rotary_dim = static_cast<int64_t>(static_cast<double>(l.head_size()) * rope.partial);  // Python's int()
+    if (l.rotary_dim < 2)
+      fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) +
+                  " rotates no pair of the " + std::to_string(l.head_size()) + " features of a head");
   }
-  int64_t context = max_positions;
-  for (const int64_t limit : {window(c, f, k), rope.context})
-    if (limit > 0 && limit < context) context = limit;
-  l.seq_len = context;
+  const Sliding sliding = sliding_of(c, f, k, l.layers);
+  l.sliding_window = sliding.window;
+  l.sliding_layers = sliding.layers;
+  l.seq_len = rope.context > 0 && rope.context < max_positions ? rope.context : max_positions;
   m.context = l.seq_len;
   m.config = l;
   m.module = std::make_unique<nn::Llama>(l);
-  const int64_t head_dim = l.head_dim > 0 ? l.head_dim : l.d_model / l.heads;
   Weights file = read_weights(f);  // after every config.json check: a bad config reads no weights
-  if (k.phi3) split_fused(m, file, l, head_dim);
+  if (k.phi3) split_fused(m, file, l, l.head_size());
   const bool tied = l.tied_head;
   if (tied && !tied_copy_ok(file.tensors, "lm_head.weight", "model.embed_tokens.weight"))
     fail(f,

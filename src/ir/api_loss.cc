@@ -9,11 +9,11 @@ namespace tg {
 using namespace ir;
 namespace {
 
-Tensor reduce(const Tensor& per_element, Reduction reduction) {
+Tensor reduce(const Tensor& per_element, Reduction reduction, const Loc& loc) {
   switch (reduction) {
     case Reduction::kNone: return per_element;
-    case Reduction::kSum: return sum(per_element);
-    case Reduction::kMean: return mean(per_element);
+    case Reduction::kSum: return sum(per_element, {}, false, loc);
+    case Reduction::kMean: return mean(per_element, {}, false, loc);
   }
   return per_element;
 }
@@ -42,20 +42,20 @@ Tensor difference(const char* op, const Tensor& prediction, const Tensor& target
 
 Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction, Loc loc) {
   Tensor d = difference("mse_loss", prediction, target, loc);
-  return reduce(mul(d, d, loc), reduction);
+  return reduce(mul(d, d, loc), reduction, loc);
 }
 
 Tensor l1_loss(const Tensor& prediction, const Tensor& target, Reduction reduction, Loc loc) {
-  return reduce(abs(difference("l1_loss", prediction, target, loc), loc), reduction);
+  return reduce(abs(difference("l1_loss", prediction, target, loc), loc), reduction, loc);
 }
 
 Tensor smooth_l1_loss(const Tensor& prediction, const Tensor& target, double beta, Reduction reduction,
                       Loc loc) {
   if (!(beta >= 0)) api_fail("smooth_l1_loss", "beta must be >= 0", loc);
   Tensor a = abs(difference("smooth_l1_loss", prediction, target, loc), loc);
-  if (beta == 0) return reduce(a, reduction);
+  if (beta == 0) return reduce(a, reduction, loc);
   Tensor inner = div(mul(mul(a, a, loc), 0.5, loc), beta, loc);
-  return reduce(where(lt(a, beta, loc), inner, sub(a, 0.5 * beta, loc), loc), reduction);
+  return reduce(where(lt(a, beta, loc), inner, sub(a, 0.5 * beta, loc), loc), reduction, loc);
 }
 
 Tensor huber_loss(const Tensor& prediction, const Tensor& target, double delta, Reduction reduction,
@@ -63,14 +63,15 @@ Tensor huber_loss(const Tensor& prediction, const Tensor& target, double delta, 
   if (!(delta > 0)) api_fail("huber_loss", "delta must be > 0", loc);
   Tensor a = abs(difference("huber_loss", prediction, target, loc), loc);
   Tensor inner = mul(mul(a, a, loc), 0.5, loc);
-  return reduce(where(lt(a, delta, loc), inner, mul(sub(a, 0.5 * delta, loc), delta, loc), loc), reduction);
+  return reduce(where(lt(a, delta, loc), inner, mul(sub(a, 0.5 * delta, loc), delta, loc), loc), reduction,
+                loc);
 }
 
 Tensor binary_cross_entropy(const Tensor& p, const Tensor& target, Reduction reduction, Loc loc) {
   difference("binary_cross_entropy", p, target, loc);  // the shape checks
   Tensor log_p = maximum(log(p, loc), -100.0, loc), log_q = maximum(log1p(neg(p, loc), loc), -100.0, loc);
   Tensor t = broadcast_to(target, p.shape(), loc);
-  return reduce(neg(add(mul(t, log_p, loc), mul(sub(1.0, t, loc), log_q, loc), loc), loc), reduction);
+  return reduce(neg(add(mul(t, log_p, loc), mul(sub(1.0, t, loc), log_q, loc), loc), loc), reduction, loc);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
@@ -85,7 +86,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
              loc);
   Tensor log_term = softplus(neg(logits, loc), loc);  // −log σ(x)
   if (w.valid()) log_term = mul(add(mul(sub(w, 1.0, loc), t, loc), 1.0, loc), log_term, loc);
-  return reduce(add(mul(sub(1.0, t, loc), logits, loc), log_term, loc), options.reduction);
+  return reduce(add(mul(sub(1.0, t, loc), logits, loc), log_term, loc), options.reduction, loc);
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
@@ -106,7 +107,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, CrossEntropyOpti
   Tensor per_row = where(kept, neg(picked, loc), 0.0, loc);
   if (options.reduction == Reduction::kMean)
     return div(sum(per_row, {}, false, loc), sum(cast(kept, DType::kF32, loc), {}, false, loc), loc);
-  return reduce(per_row, options.reduction);
+  return reduce(per_row, options.reduction, loc);
 }
 
 }  // namespace tg

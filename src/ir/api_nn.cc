@@ -140,11 +140,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
   const int64_t rows = numel(batch);
   Tensor flat_logits = reshape(cast(logits, DType::kF32, loc), {rows, logits.shape().back()}, loc);
   Tensor flat_targets = reshape(targets, {rows}, loc);
+  if (!(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0))
+    api_fail("cross_entropy", "label_smoothing must be in [0, 1]", loc);
   Node n = make_node(Op::kCrossEntropy, {flat_logits.id(), flat_targets.id()}, loc);
   n.attrs.values = {static_cast<double>(options.ignore_index)};
   Tensor per_row = emit(g, std::move(n));
-  if (!(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0))
-    api_fail("cross_entropy", "label_smoothing must be in [0, 1]", loc);
   if (options.label_smoothing > 0.0) {
     // PyTorch's: (1 − ε)·(−log p_target) + ε·mean over the classes of −log p, 0 where ignored.
     const double e = options.label_smoothing;
@@ -221,17 +221,97 @@ bool is_training() {
   return t != nullptr && t->training;
 }
 
+namespace {
+
+// Attention written out (a sliding window or a softcap): scores q·kᵀ·scale [B, Hkv, G, T, S]
+// with the G = Hq/Hkv query heads of each kv head side by side, softcapped, `allowed`
+// (broadcast to that) kept and the rest −∞, softmax over the keys, then ·v.
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed,
+                           double scale, double softcap, const Loc& loc) {
+  const int64_t B = q.shape()[0], Hq = q.shape()[1], T = q.shape()[2], D = q.shape()[3];
+  const int64_t Hkv = k.rank() == 4 ? k.shape()[1] : 0;
+  if (k.rank() != 4 || v.rank() != 4 || k.shape()[0] != B || k.shape()[3] != D || v.shape() != k.shape() ||
+      Hkv < 1 || Hq % Hkv != 0)
+    api_fail("attention",
+             "q [B, Hq, T, D] with k, v [B, Hkv, S, D] and Hq a multiple of Hkv, got q " +
+                 shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()),
+             loc);
+  Tensor qg = reshape(q, {B, Hkv, Hq / Hkv, T, D}, loc);
+  Tensor kt = unsqueeze(transpose(k, -2, -1, loc), 2, loc);  // [B, Hkv, 1, D, S]
+  Tensor scores = mul(matmul(qg, kt, loc), scale, loc);
+  if (softcap > 0) scores = mul(tanh(div(scores, softcap, loc), loc), softcap, loc);
+  if (allowed.valid()) scores = where(allowed, scores, -std::numeric_limits<double>::infinity(), loc);
+  Tensor out = matmul(softmax(scores, -1, false, loc), unsqueeze(v, 2, loc), loc);  // [B, Hkv, G, T, D]
+  return reshape(out, {B, Hq, T, D}, loc);
+}
+
+// Keys j a query at position p sees: j ≤ p, and j > p − window with a window.
+Tensor visible(const Tensor& query_pos, const Tensor& key_pos, int64_t window, const Loc& loc) {
+  Tensor seen = le(key_pos, query_pos, loc);
+  return window > 0
+             ? logical_and(seen, gt(key_pos, sub(query_pos, static_cast<double>(window), loc), loc), loc)
+             : seen;
+}
+
+}  // namespace
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options, Loc loc) {
   Arg aq(q, loc), ak(k, loc), av(v, loc);
   Graph& g = graph_for("attention", {&aq, &ak, &av}, loc);
   if (q.rank() != 4) api_fail("attention", "q must be [B, H, T, D], got " + shape_str(q.shape()), loc);
+  if (options.window < 0 || options.softcap < 0)
+    api_fail("attention", "window and softcap must be >= 0", loc);
+  if (options.window > 0 && !options.causal)
+    api_fail("attention", "a sliding window needs causal attention", loc);
+  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())));
+  if ((options.window > 0 && k.rank() == 4 && options.window < k.shape()[2]) || options.softcap > 0) {
+    Tensor allowed;
+    if (options.causal) {
+      const int64_t T = q.shape()[2], S = k.rank() == 4 ? k.shape()[2] : 0;
+      if (T > S) api_fail("attention", "a causal mask needs at least as many keys as queries", loc);
+      // Query i sits at position i + S − T: [T, 1] against the keys' [S].
+      Tensor query_pos = reshape(
+          arange(static_cast<double>(S - T), static_cast<double>(S), 1, DType::kI32, loc), {T, 1}, loc);
+      allowed =
+          visible(query_pos, arange(0, static_cast<double>(S), 1, DType::kI32, loc), options.window, loc);
+    }
+    return attention_composite(q, k, v, allowed, scale, options.softcap, loc);
+  }
   Node n = make_node(Op::kAttention, {q.id(), k.id(), v.id()}, loc);
   if (ir::policy_wants_bf16(q) && ir::policy_wants_bf16(k) && ir::policy_wants_bf16(v))
     n.inputs = {cast(q, DType::kBF16, loc).id(), cast(k, DType::kBF16, loc).id(),
                 cast(v, DType::kBF16, loc).id()};
   n.attrs.causal = options.causal;
-  n.attrs.values = {options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())))};
+  n.attrs.values = {scale};
   return result(g, emit(g, std::move(n)).id(), 0, loc);
+}
+
+Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                    AttentionOptions options, Loc loc) {
+  Arg aq(q, loc), ak(k, loc), av(v, loc), ap(pos, loc);
+  graph_for("attention_at", {&aq, &ak, &av, &ap}, loc);
+  if (!options.causal) api_fail("attention_at", "attends causally over its caches: causal must be true", loc);
+  if (options.window < 0 || options.softcap < 0)
+    api_fail("attention_at", "window and softcap must be >= 0", loc);
+  const bool windowed = options.window > 0 && k.rank() == 4 && options.window < k.shape()[2];
+  if (!windowed && options.softcap == 0) return attention_at(q, k, v, pos, options.scale, loc);
+  if (q.rank() != 4 || k.rank() != 4)
+    api_fail("attention_at", "q and the caches must be [B, H, T, D], [B, Hkv, S, D]", loc);
+  const int64_t B = q.shape()[0], T = q.shape()[2], S = k.shape()[2];
+  if (pos.dtype() != DType::kI32 || pos.shape() != Shape{B})
+    api_fail("attention_at", "pos must be i32 [" + std::to_string(B) + "], got " + shape_str(pos.shape()),
+             loc);
+  if (T > S) api_fail("attention_at", "more new queries than cache positions", loc);
+  // pos[b] + i per query, [B, 1, 1, T, 1] against the keys' [S]. The gather from an [S − T + 1]
+  // table of zeros checks, as the fused kernel does, that pos[b] is in [0, S − T].
+  Tensor in_range = reshape(embedding(zeros({S - T + 1, 1}, DType::kF32, loc), pos, loc), {B, 1, 1, 1}, loc);
+  Tensor query_pos = add(reshape(pos, {B, 1, 1, 1, 1}, loc),
+                         reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {T, 1}, loc), loc);
+  Tensor allowed =
+      visible(query_pos, arange(0, static_cast<double>(S), 1, DType::kI32, loc), options.window, loc);
+  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())));
+  Tensor out = attention_composite(q, k, v, allowed, scale, options.softcap, loc);
+  return add(out, in_range, loc);
 }
 
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
@@ -346,7 +426,7 @@ Tensor hardsigmoid(const Tensor& x, Loc loc) {  // at ±3: 0
   return where(le(x, -3.0, loc), 0.0, where(ge(x, 3.0, loc), 1.0, add(div(x, 6.0, loc), 0.5, loc), loc), loc);
 }
 
-Tensor hardswish(const Tensor& x, Loc loc) {  // at −3: −½ (the middle piece's slope), at 3: 1
+Tensor hardswish(const Tensor& x, Loc loc) {  // at −3: −½ (the middle piece's slope), at 3: 1 (PyTorch's CPU)
   Tensor middle = div(mul(x, add(x, 3.0, loc), loc), 6.0, loc);
   return where(lt(x, -3.0, loc), 0.0, where(lt(x, 3.0, loc), middle, x, loc), loc);
 }
@@ -408,7 +488,9 @@ RopeFrequencies rope_frequencies(int64_t d, double base, const RopeScaling& sc) 
   const auto bad = [&](const std::string& why) { throw ShapeError("[rope_frequencies] " + why); };
   if (d < 2 || d % 2 != 0) bad("head_dim must be even and >= 2, got " + std::to_string(d));
   if (!(base > 1.0)) bad("base must be > 1");
-  if (sc.type != T::kNone && !(sc.factor >= 1.0)) bad("factor must be >= 1");
+  if (sc.type != T::kNone && !(sc.factor > 0.0)) bad("factor must be > 0");
+  if (sc.type == T::kYarn && !(sc.beta_fast > 0.0 && sc.beta_slow > 0.0))
+    bad("yarn needs beta_fast, beta_slow > 0");
   if ((sc.type == T::kLlama3 || sc.type == T::kYarn || sc.type == T::kLongRope) && sc.original_context < 1)
     bad("llama3, yarn and longrope scaling need the original context (>= 1)");
   if (sc.type == T::kLongRope &&

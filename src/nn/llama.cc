@@ -11,7 +11,6 @@ namespace tg::nn {
 namespace {
 
 int64_t kv_heads_of(const LlamaConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
-int64_t head_dim_of(const LlamaConfig& c) { return c.head_dim == 0 ? c.d_model / c.heads : c.head_dim; }
 
 /// Hugging Face's Llama init: weights normal(0.02), biases zeros.
 LinearOptions llama_linear(bool bias) {
@@ -26,8 +25,9 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
     : Module(parent, std::move(name)),
       heads(c.heads),
       kv_heads(kv_heads_of(c)),
-      head_dim(head_dim_of(c)),
+      head_dim(c.head_size()),
       rotary_dim(c.rotary_dim == 0 ? head_dim : c.rotary_dim),
+      window(c.sliding_window),
       rope_theta(c.rope_theta),
       rope_scaling(c.rope_scaling),
       q_proj(*this, "q_proj", c.d_model, heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
@@ -58,7 +58,7 @@ Tensor LlamaAttention::operator()(const Tensor& x, Loc loc) const {
   Tensor q = rotated(queries_keys(x, false, loc), rotate, loc);  // [B, H, T, D]
   Tensor k = rotated(queries_keys(x, true, loc), rotate, loc);   // [B, Hkv, T, D]
   Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);         // [B, Hkv, T, D]
-  return o_proj(merge_heads(attention(q, k, v, {.causal = true}, loc), loc), loc);
+  return o_proj(merge_heads(attention(q, k, v, {.causal = true, .window = window}, loc), loc), loc);
 }
 
 Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
@@ -80,7 +80,8 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
   Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
   assign(k_cache, k_all, loc);
   assign(v_cache, v_all, loc);
-  return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, std::nullopt, loc), loc), loc);
+  return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, AttentionOptions{.window = window}, loc), loc),
+                loc);
 }
 
 LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c)
@@ -92,7 +93,9 @@ LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c)
 
 Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
   Tensor g = gate_proj(x, loc);
-  g = gate == LlamaConfig::Gate::kSilu ? silu(g, loc) : gelu(g, GeluApprox::kTanh, loc);
+  g = gate == LlamaConfig::Gate::kSilu       ? silu(g, loc)
+      : gate == LlamaConfig::Gate::kGeluTanh ? gelu(g, GeluApprox::kTanh, loc)
+                                             : gelu(g, GeluApprox::kErf, loc);
   return down_proj(mul(g, up_proj(x, loc), loc), loc);
 }
 
@@ -131,15 +134,23 @@ void Llama::build() {
   if (kv <= 0 || c.heads % kv != 0)
     throw ShapeError(where + ": heads " + std::to_string(c.heads) + " must be a multiple of kv_heads " +
                      std::to_string(kv));
-  const int64_t rotary = c.rotary_dim == 0 ? head_dim_of(c) : c.rotary_dim;
-  if (rotary % 2 != 0 || rotary < 0 || rotary > head_dim_of(c))
+  const int64_t rotary = c.rotary_dim == 0 ? c.head_size() : c.rotary_dim;
+  if (rotary % 2 != 0 || rotary < 0 || rotary > c.head_size())
     throw ShapeError(where + ": rotary positions need an even rotary_dim within the head (" +
-                     std::to_string(head_dim_of(c)) + "), got " + std::to_string(rotary));
+                     std::to_string(c.head_size()) + "), got " + std::to_string(rotary));
   rope_frequencies(rotary, c.rope_theta, c.rope_scaling);  // the scaling's own checks
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
-  for (int64_t i = 0; i < c.layers; ++i)
-    layers_.push_back(std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), c));
+  if (c.sliding_window < 0 ||
+      (!c.sliding_layers.empty() && static_cast<int64_t>(c.sliding_layers.size()) != c.layers))
+    throw ShapeError(where +
+                     ": sliding_window must be >= 0 and sliding_layers empty or one flag per layer (" +
+                     std::to_string(c.layers) + "), got " + std::to_string(c.sliding_layers.size()));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    LlamaConfig layer = c;  // the window only where the layer slides
+    if (!c.sliding_layers.empty() && !c.sliding_layers[static_cast<size_t>(i)]) layer.sliding_window = 0;
+    layers_.push_back(std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), layer));
+  }
   norm_ = std::make_unique<RMSNorm>(*this, "model.norm", c.d_model, c.rms_eps, c.gemma);
   if (!c.tied_head)
     lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, llama_linear(false));

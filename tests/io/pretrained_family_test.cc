@@ -28,14 +28,15 @@ using namespace tg;
 struct Case {
   const char* folder;
   const char* architecture;
-  int64_t context;  // what load() must report (Mistral's is its window)
+  int64_t context;  // what load() must report (longrope's is the original context)
 };
 
 const Case kCases[] = {
-    {"tiny_llama3", "LlamaForCausalLM", 16},     {"tiny_qwen2", "Qwen2ForCausalLM", 16},
-    {"tiny_qwen3", "Qwen3ForCausalLM", 32},      {"tiny_mistral", "MistralForCausalLM", 16},
-    {"tiny_phi3", "Phi3ForCausalLM", 16},        {"tiny_gemma", "GemmaForCausalLM", 16},
-    {"tiny_phi3_longrope", "Phi3ForCausalLM", 8}};
+    {"tiny_llama3", "LlamaForCausalLM", 16},      {"tiny_qwen2", "Qwen2ForCausalLM", 16},
+    {"tiny_qwen3", "Qwen3ForCausalLM", 64},       {"tiny_mistral", "MistralForCausalLM", 32},
+    {"tiny_phi3", "Phi3ForCausalLM", 16},         {"tiny_gemma", "GemmaForCausalLM", 16},
+    {"tiny_phi3_longrope", "Phi3ForCausalLM", 8}, {"tiny_mistral_window", "MistralForCausalLM", 32},
+    {"tiny_qwen2_window", "Qwen2ForCausalLM", 16}};
 
 std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 
@@ -51,7 +52,15 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   EXPECT_EQ(lm.eos_ids, std::vector<int32_t>{2});
   const nn::LlamaConfig& l = config_of(lm);
   const std::string name = c.folder;
-  EXPECT_EQ(l.qkv_bias, name == "tiny_qwen2");
+  EXPECT_EQ(l.qkv_bias, name.starts_with("tiny_qwen2"));
+  // Sliding windows: Mistral's in every layer (16 for tiny_mistral: its 7-token prompts do not
+  // reach it), Qwen2's from max_window_layers = 1 on; the others have none.
+  const int64_t window = name == "tiny_mistral" ? 16 : name.ends_with("_window") ? 3 : 0;
+  EXPECT_EQ(l.sliding_window, window);
+  const std::vector<bool> sliding = name == "tiny_qwen2_window"        ? std::vector<bool>{false, true}
+                                    : name.starts_with("tiny_mistral") ? std::vector<bool>{true, true}
+                                                                       : std::vector<bool>{};
+  EXPECT_EQ(l.sliding_layers, sliding);
   EXPECT_EQ(l.attention_bias, name == "tiny_llama3");
   EXPECT_EQ(l.qk_norm, name == "tiny_qwen3");
   EXPECT_EQ(l.gemma, name == "tiny_gemma");
@@ -185,16 +194,28 @@ TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {
              "rope_type \"dynamic\"; implemented: default, linear, llama3, yarn and longrope");
   EXPECT_HAS(EditedFolder("tiny_phi3_longrope", {{"1.5\n    ]", "1.5, 2.0\n    ]"}}).error(),
              "longrope needs 2 positive short factors (one per pair), got 3");
-  EXPECT_HAS(EditedFolder("tiny_gemma", {{"\"hidden_activation\": \"gelu_pytorch_tanh\"",
-                                          "\"hidden_activation\": \"gelu\""}})
-                 .error(),
-             "hidden_activation \"gelu\"");
+  EXPECT_HAS(
+      EditedFolder("tiny_gemma", {{"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"relu\""}})
+          .error(),
+      "hidden_act \"relu\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
   EXPECT_HAS(EditedFolder("tiny_qwen3", {{"\"head_dim\": 16", "\"head_dim\": 0"}}).error(),
              "\"head_dim\" is 0, expected a positive integer");
-  // A Qwen2 window in use caps the context as Mistral's does.
-  EditedFolder windowed("tiny_qwen2", {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"},
-                                       {"\"sliding_window\": null", "\"sliding_window\": 4"}});
-  EXPECT_EQ(pretrained::load(windowed.path.string()).context, 4);
+  EXPECT_HAS(EditedFolder("tiny_qwen2_window", {{"\"full_attention\"", "\"global\""}}).error(),
+             "layer_types is [\"global\",\"sliding_attention\"], expected 2 of \"full_attention\" and "
+             "\"sliding_attention\"");
+  EXPECT_HAS(EditedFolder("tiny_qwen2_window", {{"\"full_attention\",", ""}}).error(), "layer_types is");
+  // Without layer_types (transformers 4's files), Qwen2 slides from max_window_layers on, and a
+  // missing sliding_window is its 4096.
+  EditedFolder old_style("tiny_qwen2_window", {{"\"layer_types\"", "\"unused_layer_types\""},
+                                               {"\"max_window_layers\": 1", "\"max_window_layers\": 0"},
+                                               {"\"sliding_window\": 3,", ""}});
+  const nn::LlamaConfig l = std::get<nn::LlamaConfig>(pretrained::load(old_style.path.string()).config);
+  EXPECT_EQ(l.sliding_window, 4096);
+  EXPECT_EQ(l.sliding_layers, (std::vector<bool>{true, true}));
+  // Gemma's exact GELU (hidden_act "gelu") is the erf one.
+  EditedFolder erf("tiny_gemma", {{"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"gelu\""}});
+  EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(erf.path.string()).config).gate,
+            nn::LlamaConfig::Gate::kGelu);
 }
 
 TEST(FamilyErrors, PhiFusedTensorsAreChecked) {

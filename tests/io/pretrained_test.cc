@@ -350,9 +350,15 @@ TEST(Pretrained, Errors) {
     write_llama(dir, w, scaled);
     EXPECT_HAS(load_error(dir.str()),
                "rope_type \"dynamic\"; implemented: default, linear, llama3, yarn and longrope");
-    scaled.replace(scaled.find("\"dynamic\""), 9, "\"yarn\"");
+    scaled.replace(scaled.find("\"dynamic\""), 9, "\"linear\"");
     write_llama(dir, w, scaled);
-    EXPECT_HAS(load_error(dir.str()), "rope_parameters (rope_type yarn) has no factor");
+    EXPECT_HAS(load_error(dir.str()), "rope_parameters (rope_type linear) has no factor");
+    // YaRN without a factor takes the context's ratio to the original one (16 / 4).
+    scaled.replace(scaled.find("\"linear\""), 8, "\"yarn\", \"original_max_position_embeddings\": 4");
+    write_llama(dir, w, scaled);
+    const nn::LlamaConfig c = std::get<nn::LlamaConfig>(pretrained::load(dir.str()).config);
+    EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+    EXPECT_EQ(c.rope_scaling.factor, 4.0);
   }
   {
     // transformers 4.x: rope_theta at the top and rope_scaling beside it.

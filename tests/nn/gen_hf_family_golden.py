@@ -44,15 +44,24 @@ MODELS = {
     "tiny_qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(
         **COMMON, max_position_embeddings=16, tie_word_embeddings=False, use_sliding_window=False,
         sliding_window=4, rope_parameters=rope("default"))),
-    # Qwen3: RMSNorm over each head's q and k, a head_dim that is not hidden/heads, YaRN.
+    # Qwen3: RMSNorm over each head's q and k, a head_dim that is not hidden/heads, YaRN with
+    # a factor (4) other than the context's ratio to the original one (64 / 8).
     "tiny_qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(
-        **COMMON, head_dim=16, max_position_embeddings=32, tie_word_embeddings=True,
+        **COMMON, head_dim=16, max_position_embeddings=64, tie_word_embeddings=True,
         use_sliding_window=False,
         rope_parameters=rope("yarn", factor=4.0, original_max_position_embeddings=8))),
     # Mistral: a 16-token sliding window inside a 32-token context; linear position scaling.
     "tiny_mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(
         **COMMON, max_position_embeddings=32, sliding_window=16, tie_word_embeddings=False,
         rope_parameters=rope("linear", factor=2.0))),
+    # Sliding windows of 3 positions, so that the 7-token prompts and greedy decoding use them:
+    # Mistral's in every layer, Qwen2's from layer max_window_layers = 1 on.
+    "tiny_mistral_window": lambda: tf.MistralForCausalLM(tf.MistralConfig(
+        **COMMON, max_position_embeddings=32, sliding_window=3, tie_word_embeddings=False,
+        rope_parameters=rope("default"))),
+    "tiny_qwen2_window": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(
+        **COMMON, max_position_embeddings=16, tie_word_embeddings=False, use_sliding_window=True,
+        sliding_window=3, max_window_layers=1, rope_parameters=rope("default"))),
     # Phi-3: fused qkv_proj and gate_up_proj.
     "tiny_phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(
         **COMMON, max_position_embeddings=16, original_max_position_embeddings=16,

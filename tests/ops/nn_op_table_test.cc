@@ -557,4 +557,36 @@ TEST(NnKnownGradients, SoftmaxAndNorms) {
 }
 
 }  // namespace
+// Soft-capped, windowed attention against the formula computed here in double: scores
+// s = scale·q·k, capped to c·tanh(s/c), the query at position p seeing keys p − W < j ≤ p.
+TEST(NnKnownValues, AttentionWindowAndSoftcap) {
+  const std::vector<float> q = {0.9f, -1.3f, 2.1f, 0.4f, -0.7f, 1.6f}, k = {1.2f, 0.3f, -1.8f, 2.2f, 0.5f, -0.9f},
+                           v = {0.1f, 0.7f, -0.4f, 1.1f, 0.9f, -0.6f};
+  const int64_t T = 3, D = 2, W = 2;
+  const double scale = 0.8, cap = 1.5;
+  std::vector<double> want;
+  for (int64_t i = 0; i < T; ++i) {
+    std::vector<double> p(static_cast<size_t>(T), 0.0);
+    double total = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      if (j > i || j <= i - W) continue;
+      double s = 0;
+      for (int64_t d = 0; d < D; ++d) s += double(q[size_t(i * D + d)]) * double(k[size_t(j * D + d)]);
+      p[size_t(j)] = std::exp(cap * std::tanh(scale * s / cap));
+      total += p[size_t(j)];
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      double o = 0;
+      for (int64_t j = 0; j < T; ++j) o += p[size_t(j)] / total * double(v[size_t(j * D + d)]);
+      want.push_back(o);
+    }
+  }
+  expect_known(
+      [&] {
+        return attention(cf(q, {1, 1, T, D}), cf(k, {1, 1, T, D}), cf(v, {1, 1, T, D}),
+                         {.scale = scale, .window = W, .softcap = cap});
+      },
+      {1, 1, T, D}, kF32, want, 1e-6);
+}
+
 }  // namespace tg::op_test

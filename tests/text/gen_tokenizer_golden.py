@@ -100,10 +100,10 @@ def train(texts, specials, llama3, qwen2=False):
                                  invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
-    if qwen2:
-        tok.normalizer = normalizers.NFC()
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if qwen2:
+        tok.normalizer = normalizers.NFC()
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
