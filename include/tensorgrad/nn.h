@@ -397,6 +397,16 @@ struct LlamaConfig {
   /// Gemma's conventions: every RMSNorm scales by 1 + weight (its weights start at zero), and
   /// the embeddings are multiplied by √d_model rounded to f32.
   bool gemma = false;
+  /// Gemma 2 and 3: post_attention_layernorm normalises the attention's output before the
+  /// residual add, and pre_/post_feedforward_layernorm wrap the MLP likewise.
+  bool sandwich_norms = false;
+  /// The attention's scale; 0: 1/√head_dim (Gemma 2 and 3: query_pre_attn_scalar^−½).
+  double attention_scale = 0;
+  /// Soft caps c·tanh(x/c) on the attention scores and on the logits (Gemma 2); 0: none.
+  double attention_softcap = 0, logit_softcap = 0;
+  /// The sliding layers' own RoPE base, without rope_scaling (Gemma 3's local layers); 0: the
+  /// same rotation as the others.
+  double rope_local_theta = 0;
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
   bool recompute = false;
 
@@ -413,7 +423,8 @@ class LlamaAttention : public Module {
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   const int64_t heads, kv_heads, head_dim, rotary_dim;
-  const int64_t window;  // this layer's sliding window; 0: none
+  const int64_t window;         // this layer's sliding window; 0: none
+  const double scale, softcap;  // the attention's (AttentionOptions)
   const double rope_theta;
   const RopeScaling rope_scaling;
   Linear q_proj, k_proj, v_proj, o_proj;
@@ -421,6 +432,7 @@ class LlamaAttention : public Module {
 
  private:
   Tensor queries_keys(const Tensor& x, bool keys, Loc loc) const;  // [B, heads, T, head_dim], unrotated
+  AttentionOptions options() const;
   // RoPE on the first rotary_dim features: `rotate` is rope or rope_at on that part.
   Tensor rotated(const Tensor& t, const std::function<Tensor(const Tensor&)>& rotate, Loc loc) const;
 };
@@ -446,12 +458,17 @@ class LlamaDecoderLayer : public Module {
   LlamaAttention self_attn;
   RMSNorm post_attention_layernorm;
   LlamaMlp mlp;
+  std::unique_ptr<RMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich_norms
+
+ private:
+  Tensor residuals(const Tensor& x, const Tensor& attended, Loc loc) const;  // both residual adds
 };
 
 /// A Llama-family decoder with Hugging Face LlamaForCausalLM's parameter names, so a state
 /// dict maps 1:1: model.embed_tokens.weight, model.layers.<i>.{input_layernorm,
 /// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}.weight (and
-/// .bias with the config's biases; self_attn.{q,k}_norm.weight with qk_norm), model.norm.weight,
+/// .bias with the config's biases; self_attn.{q,k}_norm.weight with qk_norm;
+/// {pre,post}_feedforward_layernorm.weight with sandwich_norms), model.norm.weight,
 /// lm_head.weight (untied only). Initialised as Hugging Face's: normal(0.02) for linears and
 /// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w).
 /// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it); a layer with a

@@ -10,7 +10,8 @@
 // Supported (tg::pretrained::architectures()):
 //   LlamaForCausalLM  → nn::Llama    (names are Hugging Face's; GQA, biases, tied head, RoPE
 //                                     scaling linear / llama3 / yarn / longrope)
-//   MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM
+//   MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM,
+//   Gemma2ForCausalLM, Gemma3ForCausalLM
 //                     → nn::Llama    (with the flags of nn::LlamaConfig each needs; Phi-3's fused
 //                                     qkv_proj and gate_up_proj split by rows; sliding windows
 //                                     in the layers layer_types names; longrope's context ends

@@ -302,11 +302,16 @@ struct Family {
   void (*load)(Model&, const json&);
 };
 const std::vector<Family>& families() {
-  static const std::vector<Family> all{
-      {"LlamaForCausalLM", "llama", load_llama_family}, {"MistralForCausalLM", "mistral", load_llama_family},
-      {"Qwen2ForCausalLM", "qwen2", load_llama_family}, {"Qwen3ForCausalLM", "qwen3", load_llama_family},
-      {"Phi3ForCausalLM", "phi3", load_llama_family},   {"GemmaForCausalLM", "gemma", load_llama_family},
-      {"GPT2LMHeadModel", "gpt2", load_gpt2},           {"MambaForCausalLM", "mamba", load_mamba}};
+  static const std::vector<Family> all{{"LlamaForCausalLM", "llama", load_llama_family},
+                                       {"MistralForCausalLM", "mistral", load_llama_family},
+                                       {"Qwen2ForCausalLM", "qwen2", load_llama_family},
+                                       {"Qwen3ForCausalLM", "qwen3", load_llama_family},
+                                       {"Phi3ForCausalLM", "phi3", load_llama_family},
+                                       {"GemmaForCausalLM", "gemma", load_llama_family},
+                                       {"Gemma2ForCausalLM", "gemma2", load_llama_family},
+                                       {"Gemma3ForCausalLM", "gemma3_text", load_llama_family},
+                                       {"GPT2LMHeadModel", "gpt2", load_gpt2},
+                                       {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
 

@@ -6,10 +6,15 @@
 //   Phi3ForCausalLM     fused qkv_proj and gate_up_proj, split here into Llama's projections;
 //                       a partial rotation (partial_rotary_factor); a sliding window
 //   GemmaForCausalLM    (1 + w) norms, embeddings × √hidden, a GELU gate, tied head
+//   Gemma2ForCausalLM   Gemma's, with norms around both halves of each layer, soft caps on the
+//                       scores and logits, query_pre_attn_scalar, sliding windows
+//   Gemma3ForCausalLM   Gemma 2's without the caps, with q/k norms and the sliding layers'
+//                       own RoPE base
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
 // computed as transformers 5 computes it; longrope caps the context at the original one (past
 // it transformers changes the frequencies). dynamic is refused.
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <string>
 #include <utility>
@@ -22,7 +27,9 @@ namespace tg::pretrained::detail {
 namespace {
 
 struct Flavor {
-  bool mistral = false, qwen2 = false, qwen3 = false, phi3 = false, gemma = false;
+  bool mistral = false, qwen2 = false, qwen3 = false, phi3 = false;
+  bool gemma1 = false, gemma2 = false, gemma3 = false;
+  bool gemma() const { return gemma1 || gemma2 || gemma3; }
 };
 
 Flavor flavor_of(const std::string& architecture) {
@@ -30,7 +37,15 @@ Flavor flavor_of(const std::string& architecture) {
           .qwen2 = architecture == "Qwen2ForCausalLM",
           .qwen3 = architecture == "Qwen3ForCausalLM",
           .phi3 = architecture == "Phi3ForCausalLM",
-          .gemma = architecture == "GemmaForCausalLM"};
+          .gemma1 = architecture == "GemmaForCausalLM",
+          .gemma2 = architecture == "Gemma2ForCausalLM",
+          .gemma3 = architecture == "Gemma3ForCausalLM"};
+}
+
+// A number the family defaults when its key is missing, and that null turns off (0).
+double number_or(const json& c, const std::string& f, const char* key, double absent) {
+  if (!c.contains(key)) return absent;
+  return field<double>(c, f, key, 0.0);
 }
 
 // What the RoPE settings add beyond l.rope_theta and l.rope_scaling.
@@ -113,8 +128,9 @@ RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, n
 
 // Which layers attend through a sliding window, and how wide it is, as transformers decides:
 // layer_types when the file has it; else Mistral and Phi-3 slide in every layer, Qwen2 and
-// Qwen3 from max_window_layers on when use_sliding_window. A sliding_window key that is null
-// means none; a missing one is 4096 for Mistral, Qwen2 and Qwen3 (their configs' default).
+// Qwen3 from max_window_layers on when use_sliding_window, Gemma 2 in every other layer and
+// Gemma 3 in all but every sliding_window_pattern-th. A sliding_window key that is null means
+// none; a missing one is 4096 for those families (their configs' default).
 struct Sliding {
   int64_t window = 0;
   std::vector<bool> layers;
@@ -134,16 +150,45 @@ Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t
     }
   } else if (k.mistral || k.phi3) {
     s.layers.assign(static_cast<size_t>(layers), true);
+  } else if (k.gemma2 || k.gemma3) {  // Gemma 2: every other layer from the first; 3: all but every 6th
+    const int64_t pattern = k.gemma2 ? 2
+                                     : field<int64_t>(c, f, "sliding_window_pattern",
+                                                      field<int64_t>(c, f, "_sliding_window_pattern", 6));
+    for (int64_t i = 0; i < layers; ++i) s.layers.push_back(pattern <= 0 || (i + 1) % pattern != 0);
   } else if ((k.qwen2 || k.qwen3) && field<bool>(c, f, "use_sliding_window", false)) {
     const int64_t from = field<int64_t>(c, f, "max_window_layers", 28);
     for (int64_t i = 0; i < layers; ++i) s.layers.push_back(i >= from);
   }
   if (std::find(s.layers.begin(), s.layers.end(), true) == s.layers.end()) return {};
   const bool absent = !c.contains("sliding_window");
-  s.window =
-      absent ? (k.mistral || k.qwen2 || k.qwen3 ? 4096 : 0) : field<int64_t>(c, f, "sliding_window", 0);
+  s.window = absent ? (k.mistral || k.qwen2 || k.qwen3 || k.gemma2 || k.gemma3 ? 4096 : 0)
+                    : field<int64_t>(c, f, "sliding_window", 0);
   if (s.window < 0) fail(f, "config.json: sliding_window " + std::to_string(s.window) + " is negative");
   return s.window > 0 ? s : Sliding{};
+}
+
+// Gemma 3 rotates its sliding layers by a base of their own: transformers 5 nests the RoPE
+// settings per layer type ({"full_attention": …, "sliding_attention": …}), 4 gives
+// rope_local_base_freq. Sets l.rope_local_theta; returns config.json with the full layers'
+// settings where read_rope looks for them.
+json gemma3_global_rope(const json& c, const std::string& f, const Flavor& k, nn::LlamaConfig& l) {
+  if (!k.gemma3) return c;
+  const json* nested = c.contains("rope_parameters") && c["rope_parameters"].is_object() &&
+                               c["rope_parameters"].contains("full_attention")
+                           ? &c["rope_parameters"]
+                           : nullptr;
+  if (!nested) {
+    l.rope_local_theta = field<double>(c, f, "rope_local_base_freq", 10000.0);
+    return c;
+  }
+  json out = c;
+  out["rope_parameters"] = (*nested)["full_attention"];
+  const json local = nested->contains("sliding_attention") ? (*nested)["sliding_attention"] : json::object();
+  if (!local.is_object() || field<std::string>(local, f, "rope_type", "default") != "default")
+    fail(f, "config.json: rope_parameters.sliding_attention is " + local.dump().substr(0, 200) +
+                "; the sliding layers' RoPE must be the default one");
+  l.rope_local_theta = field<double>(local, f, "rope_theta", 10000.0);
+  return out;
 }
 
 // Phi-3's fused projections → Llama's: qkv_proj rows [q | k | v], gate_up_proj rows [gate | up].
@@ -203,16 +248,29 @@ void load_llama_family(Model& m, const json& c) {
   l.kv_heads = field<int64_t>(c, f, "num_key_value_heads", l.heads);
   const int64_t max_positions = required(c, f, "max_position_embeddings");
   l.rms_eps = field<double>(c, f, "rms_norm_eps", k.phi3 ? 1e-5 : 1e-6);
-  l.tied_head = field<bool>(c, f, "tie_word_embeddings", k.gemma);
+  l.tied_head = field<bool>(c, f, "tie_word_embeddings", k.gemma());
   // Biases: Llama's attention_bias puts them on q/k/v/o (so do Qwen3's and Gemma's); Qwen2
   // always has them on q/k/v alone; Mistral and Phi-3 have none.
   l.qkv_bias = k.qwen2;
   if (!k.qwen2 && !k.mistral && !k.phi3) l.attention_bias = field<bool>(c, f, "attention_bias", false);
   if (m.architecture == "LlamaForCausalLM") l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
-  l.qk_norm = k.qwen3;
-  l.gemma = k.gemma;
-  // The MLP's gate: hidden_act, as transformers 5 reads it (Gemma's too; its default the tanh GELU).
-  const std::string act = field<std::string>(c, f, "hidden_act", k.gemma ? "gelu_pytorch_tanh" : "silu");
+  l.qk_norm = k.qwen3 || k.gemma3;
+  l.gemma = k.gemma();
+  if (k.gemma2 || k.gemma3) {
+    // Gemma 2 and 3: norms around both halves of a layer, the scale query_pre_attn_scalar^-1/2,
+    // soft caps (Gemma 2's default 50 on the scores, 30 on the logits; null: none).
+    l.sandwich_norms = true;
+    const double scalar = field<double>(c, f, "query_pre_attn_scalar", 256.0);
+    if (!(scalar > 0)) fail(f, "config.json: query_pre_attn_scalar must be positive");
+    l.attention_scale = 1.0 / std::sqrt(scalar);
+    l.attention_softcap = number_or(c, f, "attn_logit_softcapping", k.gemma2 ? 50.0 : 0.0);
+    l.logit_softcap = number_or(c, f, "final_logit_softcapping", k.gemma2 ? 30.0 : 0.0);
+    if (l.attention_softcap < 0 || l.logit_softcap < 0) fail(f, "config.json: a negative soft cap");
+  }
+  // The MLP's gate: hidden_act, as transformers 5 reads it for Gemma too; Gemma 2 and 3 read
+  // hidden_activation. The Gemmas' default is the tanh GELU.
+  const char* act_key = k.gemma2 || k.gemma3 ? "hidden_activation" : "hidden_act";
+  const std::string act = field<std::string>(c, f, act_key, k.gemma() ? "gelu_pytorch_tanh" : "silu");
   using Gate = nn::LlamaConfig::Gate;
   if (act == "silu") {
     l.gate = Gate::kSilu;
@@ -221,19 +279,20 @@ void load_llama_family(Model& m, const json& c) {
   } else if (act == "gelu") {
     l.gate = Gate::kGelu;
   } else {
-    fail(f, "config.json: hidden_act \"" + act + "\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
+    fail(f, std::string("config.json: ") + act_key + " \"" + act +
+                "\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
   }
   // head_dim: given, else the family's default (Qwen3's 128, Gemma's 256), else hidden / heads.
   if (c.contains("head_dim") && !c["head_dim"].is_null()) {
     l.head_dim = required(c, f, "head_dim");
-  } else if (k.qwen3 || k.gemma) {
+  } else if (k.qwen3 || k.gemma()) {
     l.head_dim = k.qwen3 ? 128 : 256;
   } else if (l.d_model % l.heads != 0) {
     fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
                 " is no multiple of num_attention_heads " + std::to_string(l.heads) +
                 " and head_dim is not given");
   }
-  const RopeRead rope = read_rope(c, f, max_positions, l);
+  const RopeRead rope = read_rope(gemma3_global_rope(c, f, k, l), f, max_positions, l);
   if (rope.partial != 1.0) {
     // Only Phi-3's attention rotates part of a head (transformers' Llama and the others would
     // fail on the shorter tables).

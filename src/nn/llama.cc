@@ -28,6 +28,8 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
       head_dim(c.head_size()),
       rotary_dim(c.rotary_dim == 0 ? head_dim : c.rotary_dim),
       window(c.sliding_window),
+      scale(c.attention_scale),
+      softcap(c.attention_softcap),
       rope_theta(c.rope_theta),
       rope_scaling(c.rope_scaling),
       q_proj(*this, "q_proj", c.d_model, heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
@@ -53,12 +55,19 @@ Tensor LlamaAttention::rotated(const Tensor& t, const std::function<Tensor(const
                 loc);
 }
 
+AttentionOptions LlamaAttention::options() const {
+  return {.causal = true,
+          .scale = scale > 0 ? std::optional<double>(scale) : std::nullopt,
+          .window = window,
+          .softcap = softcap};
+}
+
 Tensor LlamaAttention::operator()(const Tensor& x, Loc loc) const {
   const auto rotate = [&](const Tensor& t) { return rope(t, rope_theta, rope_scaling, 0, loc); };
   Tensor q = rotated(queries_keys(x, false, loc), rotate, loc);  // [B, H, T, D]
   Tensor k = rotated(queries_keys(x, true, loc), rotate, loc);   // [B, Hkv, T, D]
   Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);         // [B, Hkv, T, D]
-  return o_proj(merge_heads(attention(q, k, v, {.causal = true, .window = window}, loc), loc), loc);
+  return o_proj(merge_heads(attention(q, k, v, options(), loc), loc), loc);
 }
 
 Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
@@ -80,8 +89,7 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
   Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
   assign(k_cache, k_all, loc);
   assign(v_cache, v_all, loc);
-  return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, AttentionOptions{.window = window}, loc), loc),
-                loc);
+  return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, options(), loc), loc), loc);
 }
 
 LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c)
@@ -104,16 +112,32 @@ LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const Lla
       input_layernorm(*this, "input_layernorm", c.d_model, c.rms_eps, c.gemma),
       self_attn(*this, "self_attn", c),
       post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps, c.gemma),
-      mlp(*this, "mlp", c) {}
+      mlp(*this, "mlp", c) {
+  if (c.sandwich_norms) {
+    pre_feedforward_layernorm =
+        std::make_unique<RMSNorm>(*this, "pre_feedforward_layernorm", c.d_model, c.rms_eps, c.gemma);
+    post_feedforward_layernorm =
+        std::make_unique<RMSNorm>(*this, "post_feedforward_layernorm", c.d_model, c.rms_eps, c.gemma);
+  }
+}
+
+// Llama: h = x + attn, out = h + mlp(post_attention_layernorm(h)). Sandwich (Gemma 2, 3):
+// h = x + post_attention_layernorm(attn), out = h + post_ff(mlp(pre_ff(h))).
+Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& attended, Loc loc) const {
+  if (!pre_feedforward_layernorm) {
+    Tensor h = add(x, attended, loc);
+    return add(h, mlp(post_attention_layernorm(h, loc), loc), loc);
+  }
+  Tensor h = add(x, post_attention_layernorm(attended, loc), loc);
+  return add(h, (*post_feedforward_layernorm)(mlp((*pre_feedforward_layernorm)(h, loc), loc), loc), loc);
+}
 
 Tensor LlamaDecoderLayer::operator()(const Tensor& x, Loc loc) const {
-  Tensor h = add(x, self_attn(input_layernorm(x, loc), loc), loc);
-  return add(h, mlp(post_attention_layernorm(h, loc), loc), loc);
+  return residuals(x, self_attn(input_layernorm(x, loc), loc), loc);
 }
 
 Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
-  Tensor h = add(x, self_attn.cached(input_layernorm(x, loc), pos, cache_len, loc), loc);
-  return add(h, mlp(post_attention_layernorm(h, loc), loc), loc);
+  return residuals(x, self_attn.cached(input_layernorm(x, loc), pos, cache_len, loc), loc);
 }
 
 Llama::Llama(LlamaConfig c) : config(c) { build(); }
@@ -147,8 +171,12 @@ void Llama::build() {
                      ": sliding_window must be >= 0 and sliding_layers empty or one flag per layer (" +
                      std::to_string(c.layers) + "), got " + std::to_string(c.sliding_layers.size()));
   for (int64_t i = 0; i < c.layers; ++i) {
-    LlamaConfig layer = c;  // the window only where the layer slides
+    LlamaConfig layer = c;  // the window (and Gemma 3's local RoPE) only where the layer slides
     if (!c.sliding_layers.empty() && !c.sliding_layers[static_cast<size_t>(i)]) layer.sliding_window = 0;
+    if (layer.sliding_window > 0 && c.rope_local_theta > 0) {
+      layer.rope_theta = c.rope_local_theta;
+      layer.rope_scaling = {};
+    }
     layers_.push_back(std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), layer));
   }
   norm_ = std::make_unique<RMSNorm>(*this, "model.norm", c.d_model, c.rms_eps, c.gemma);
@@ -177,8 +205,10 @@ Tensor Llama::embed(const Tensor& ids, Loc loc) const {
 
 Tensor Llama::head(const Tensor& x, Loc loc) const {
   Tensor y = (*norm_)(x, loc);
-  return lm_head_ ? (*lm_head_)(y, loc)
-                  : matmul(y, transpose(embed_tokens_->weight.tensor(loc), -2, -1, loc), loc);
+  Tensor logits = lm_head_ ? (*lm_head_)(y, loc)
+                           : matmul(y, transpose(embed_tokens_->weight.tensor(loc), -2, -1, loc), loc);
+  const double cap = config.logit_softcap;
+  return cap > 0 ? mul(tanh(div(logits, cap, loc), loc), cap, loc) : logits;
 }
 
 Tensor Llama::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, Loc loc) const {

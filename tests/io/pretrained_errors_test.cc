@@ -148,7 +148,7 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
   EXPECT_HAS(load_error(dir),
              "the architecture \"BertForMaskedLM\", which is not supported; supported: "
              "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-             "GemmaForCausalLM, GPT2LMHeadModel, MambaForCausalLM");
+             "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, GPT2LMHeadModel, MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "bert"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"bert\", which is not supported");
   dir.write("config.json", R"({"hidden_size": 32})");

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,15 +34,31 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"tiny_llama3", "LlamaForCausalLM", 16},      {"tiny_qwen2", "Qwen2ForCausalLM", 16},
-    {"tiny_qwen3", "Qwen3ForCausalLM", 64},       {"tiny_mistral", "MistralForCausalLM", 32},
-    {"tiny_phi3", "Phi3ForCausalLM", 16},         {"tiny_gemma", "GemmaForCausalLM", 16},
-    {"tiny_phi3_longrope", "Phi3ForCausalLM", 8}, {"tiny_mistral_window", "MistralForCausalLM", 32},
-    {"tiny_qwen2_window", "Qwen2ForCausalLM", 16}};
+    {"tiny_llama3", "LlamaForCausalLM", 16},       {"tiny_qwen2", "Qwen2ForCausalLM", 16},
+    {"tiny_qwen3", "Qwen3ForCausalLM", 64},        {"tiny_mistral", "MistralForCausalLM", 32},
+    {"tiny_phi3", "Phi3ForCausalLM", 16},          {"tiny_gemma", "GemmaForCausalLM", 16},
+    {"tiny_phi3_longrope", "Phi3ForCausalLM", 8},  {"tiny_mistral_window", "MistralForCausalLM", 32},
+    {"tiny_qwen2_window", "Qwen2ForCausalLM", 16}, {"tiny_gemma2", "Gemma2ForCausalLM", 16},
+    {"tiny_gemma3", "Gemma3ForCausalLM", 16}};
 
 std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 
 const nn::LlamaConfig& config_of(const pretrained::Model& lm) { return std::get<nn::LlamaConfig>(lm.config); }
+
+// The folder loaded as the model transformers ran for the fixture's numbers. tiny_gemma2's were
+// made with transformers' default (sdpa) attention, which leaves attn_logit_softcapping out;
+// so the comparisons run that model with the cap off, and the cap itself is checked against
+// its formula (nn_op_table_test's AttentionWindowAndSoftcap) and read here from config.json.
+pretrained::Model as_transformers_ran(const Case& c) {
+  pretrained::Model lm = pretrained::load(dir_of(c));
+  if (std::string(c.folder) == "tiny_gemma2") {
+    nn::LlamaConfig without_cap = std::get<nn::LlamaConfig>(lm.config);
+    without_cap.attention_softcap = 0;
+    lm.config = without_cap;
+    lm.module = std::make_unique<nn::Llama>(without_cap);
+  }
+  return lm;
+}
 
 class Family : public ::testing::TestWithParam<Case> {};
 
@@ -54,19 +72,27 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   const std::string name = c.folder;
   EXPECT_EQ(l.qkv_bias, name.starts_with("tiny_qwen2"));
   // Sliding windows: Mistral's in every layer (16 for tiny_mistral: its 7-token prompts do not
-  // reach it), Qwen2's from max_window_layers = 1 on; the others have none.
-  const int64_t window = name == "tiny_mistral" ? 16 : name.ends_with("_window") ? 3 : 0;
-  EXPECT_EQ(l.sliding_window, window);
+  // reach it), Qwen2's from max_window_layers = 1 on, Gemma 2's and 3's where layer_types says.
+  const bool windows_of_3 = name.ends_with("_window") || name == "tiny_gemma2" || name == "tiny_gemma3";
+  EXPECT_EQ(l.sliding_window, name == "tiny_mistral" ? 16 : windows_of_3 ? 3 : 0);
   const std::vector<bool> sliding = name == "tiny_qwen2_window"        ? std::vector<bool>{false, true}
                                     : name.starts_with("tiny_mistral") ? std::vector<bool>{true, true}
+                                    : name == "tiny_gemma2"            ? std::vector<bool>{true, false}
+                                    : name == "tiny_gemma3"            ? std::vector<bool>{true, false, true}
                                                                        : std::vector<bool>{};
   EXPECT_EQ(l.sliding_layers, sliding);
   EXPECT_EQ(l.attention_bias, name == "tiny_llama3");
-  EXPECT_EQ(l.qk_norm, name == "tiny_qwen3");
-  EXPECT_EQ(l.gemma, name == "tiny_gemma");
-  EXPECT_EQ(l.tied_head, name == "tiny_llama3" || name == "tiny_qwen3" || name == "tiny_gemma");
-  const int64_t head_dim = l.head_dim > 0 ? l.head_dim : l.d_model / l.heads;
-  EXPECT_EQ(head_dim, name == "tiny_qwen3" || name == "tiny_gemma" ? 16 : 8);
+  EXPECT_EQ(l.qk_norm, name == "tiny_qwen3" || name == "tiny_gemma3");
+  const bool gemma = name.starts_with("tiny_gemma"), gemma23 = name == "tiny_gemma2" || name == "tiny_gemma3";
+  EXPECT_EQ(l.gemma, gemma);
+  EXPECT_EQ(l.tied_head, name == "tiny_llama3" || name == "tiny_qwen3" || gemma);
+  EXPECT_EQ(l.sandwich_norms, gemma23);
+  EXPECT_DOUBLE_EQ(l.attention_scale, gemma23 ? 1.0 / std::sqrt(12.0) : 0.0);  // query_pre_attn_scalar 12
+  EXPECT_EQ(l.attention_softcap, name == "tiny_gemma2" ? 5.0 : 0.0);
+  EXPECT_EQ(l.logit_softcap, name == "tiny_gemma2" ? 3.0 : 0.0);
+  EXPECT_EQ(l.rope_local_theta, name == "tiny_gemma3" ? 10000.0 : 0.0);
+  const int64_t head_dim = l.head_size();
+  EXPECT_EQ(head_dim, name == "tiny_qwen3" || gemma ? 16 : 8);
   const int64_t rotary_dim = l.rotary_dim > 0 ? l.rotary_dim : head_dim;
   EXPECT_EQ(rotary_dim, name == "tiny_phi3_longrope" ? 4 : head_dim);
 
@@ -88,7 +114,7 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
 
 TEST_P(Family, LogitsEqualTransformersOnEveryBackend) {
   const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
+  const pretrained::Model lm = as_transformers_ran(c);
   const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
   const HostTensor& ids = golden.at("ids");
   for (const Device& device : tg::testing::all_devices()) {
@@ -106,7 +132,7 @@ TEST_P(Family, LogitsEqualTransformersOnEveryBackend) {
 // logits stay within that of transformers' f32 ones (and differ from them: bf16 is in use).
 TEST_P(Family, Bf16LogitsWithinItsRounding) {
   const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
+  const pretrained::Model lm = as_transformers_ran(c);
   const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
   const HostTensor& ids = golden.at("ids");
   for (const Device& device : tg::testing::all_devices()) {
@@ -127,7 +153,7 @@ TEST_P(Family, Bf16LogitsWithinItsRounding) {
 // its frequencies for the later ones).
 TEST_P(Family, GreedyGenerationEqualsTransformers) {
   const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
+  const pretrained::Model lm = as_transformers_ran(c);
   const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
   const std::span<const int32_t> hf = golden.at("greedy").i32();
   ASSERT_EQ(hf.size(), 11u);

@@ -305,7 +305,8 @@ TEST(Pretrained, Errors) {
     EXPECT_HAS(e, "BertForMaskedLM");
     EXPECT_HAS(e,
                "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-               "Phi3ForCausalLM, GemmaForCausalLM, GPT2LMHeadModel, MambaForCausalLM");
+               "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, GPT2LMHeadModel, "
+               "MambaForCausalLM");
   }
   {
     TempFolder dir("no_weights");

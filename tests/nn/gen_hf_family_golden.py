@@ -77,6 +77,20 @@ MODELS = {
     "tiny_gemma": lambda: tf.GemmaForCausalLM(tf.GemmaConfig(
         **COMMON, head_dim=16, max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh",
         tie_word_embeddings=True, rope_parameters=rope("default"))),
+    # Gemma 2: four norms a layer, attention logits soft-capped and the final ones too,
+    # query_pre_attn_scalar for the scale, sliding windows (3) in every other layer. transformers'
+    # default (sdpa) attention, which made the committed numbers, leaves the attention's soft cap
+    # out; pretrained_family_test compares with the cap off (see as_transformers_ran there).
+    "tiny_gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(
+        **COMMON, head_dim=16, max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=12, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+        sliding_window=3, tie_word_embeddings=True, rope_parameters=rope("default"))),
+    # Gemma 3 (text): q/k norms, windows (3) in 5 of every 6 layers with their own RoPE base.
+    "tiny_gemma3": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
+        **dict(COMMON, num_hidden_layers=3), head_dim=16, max_position_embeddings=16,
+        hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=12, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        tie_word_embeddings=True)),
 }
 
 for name, make in MODELS.items():
@@ -90,9 +104,11 @@ for name, make in MODELS.items():
                 p.add_(0.1 * torch.randn_like(p))
         logits = model(input_ids=IDS, use_cache=False).logits.float()
         # Read before generate: past the original context longrope swaps in its long factors.
+        # Gemma 3 keeps one table per layer type: the full-attention layers' is compared.
         rotary = model.model.rotary_emb
-        inv_freq = rotary.inv_freq.float().cpu().clone()
-        scaling = float(getattr(rotary, "attention_scaling", 1.0))
+        prefix = "full_attention_" if hasattr(rotary, "full_attention_inv_freq") else ""
+        inv_freq = getattr(rotary, prefix + "inv_freq").float().cpu().clone()
+        scaling = float(getattr(rotary, prefix + "attention_scaling", 1.0))
         # Greedy continuation of the first row's first 3 ids, 8 new tokens, with the cache.
         greedy = model.generate(IDS[:1, :3], max_new_tokens=8, do_sample=False, min_new_tokens=8,
                                 eos_token_id=None, pad_token_id=0)
