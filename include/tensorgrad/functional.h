@@ -152,7 +152,8 @@ struct AttentionOptions {
   /// Default 1/√D.
   std::optional<double> scale = {};
   /// Sliding window (causal only): the query at position p sees keys p − window < j ≤ p, the
-  /// last `window` positions itself included (Mistral's, Phi-3's, Qwen2's). 0: all of them.
+  /// last `window` positions itself included (Mistral's, Phi-3's, Qwen2's, Gemma 2's and 3's).
+  /// 0: all of them.
   int64_t window = 0;
   /// Scores s become softcap·tanh(s / softcap) before the softmax (Gemma 2). 0: none.
   double softcap = 0;
@@ -169,8 +170,11 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
 /// One fused kernel on every backend; no gradient. Default scale 1/√D.
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
                     std::optional<double> scale = {}, Loc loc = Loc::current());
-/// attention_at with a sliding window and a softcap (options.causal must be true): as
-/// `attention`, a window below S or a softcap runs as a composite over the whole cache.
+/// attention_at with a sliding window and a softcap (options.causal must be true; pass an
+/// AttentionOptions{…}, since a bare {} is ambiguous with the scale). A window below the cache
+/// length S or a softcap runs as a composite over the whole cache (with a gradient); under
+/// Precision::kBf16 it rounds q, k, v and the probabilities to bf16 as `attention` does, where
+/// the fused attention_at keeps f32.
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
                     AttentionOptions options, Loc loc = Loc::current());
 

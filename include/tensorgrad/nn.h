@@ -386,7 +386,7 @@ struct LlamaConfig {
   bool mlp_bias = false;        // biases on gate/up/down_proj
   bool tied_head = false;       // logits = x·embed_tokensᵀ (no lm_head)
   /// RMSNorm (gain [head_dim], rms_eps) over each head's queries and keys before the rotation:
-  /// self_attn.q_norm / k_norm (Qwen3).
+  /// self_attn.q_norm / k_norm (Qwen3; Gemma 3's, with `gemma`, scale by 1 + w).
   bool qk_norm = false;
   /// Sliding-window attention (AttentionOptions::window) of `sliding_window` positions in the
   /// layers `sliding_layers` marks (empty: every layer); 0: none (Mistral v0.1, Phi-3 mini, Qwen2).

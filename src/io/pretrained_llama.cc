@@ -84,8 +84,11 @@ RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, n
       s.factor = needed("factor");
       s.low_freq_factor = needed("low_freq_factor");
       s.high_freq_factor = needed("high_freq_factor");
-      needed("original_max_position_embeddings");
-      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", 0);
+      const double original = needed("original_max_position_embeddings");  // 8192 or 8192.0
+      if (original != std::floor(original) || original < 1 || original > 1e15)
+        fail(f, where + ": original_max_position_embeddings " + std::to_string(original) +
+                    " is not a positive integer");
+      s.original_context = static_cast<int64_t>(original);
     } else if (type == "yarn") {
       s.type = T::kYarn;
       s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", max_positions);
@@ -137,6 +140,8 @@ struct Sliding {
 };
 Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t layers) {
   Sliding s;
+  // Qwen's use_sliding_window false turns the window off whatever layer_types says.
+  if ((k.qwen2 || k.qwen3) && !field<bool>(c, f, "use_sliding_window", false)) return s;
   if (c.contains("layer_types") && !c["layer_types"].is_null()) {
     const json& t = c["layer_types"];
     const auto bad = [&] {
@@ -154,8 +159,10 @@ Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t
     const int64_t pattern = k.gemma2 ? 2
                                      : field<int64_t>(c, f, "sliding_window_pattern",
                                                       field<int64_t>(c, f, "_sliding_window_pattern", 6));
-    for (int64_t i = 0; i < layers; ++i) s.layers.push_back(pattern <= 0 || (i + 1) % pattern != 0);
-  } else if ((k.qwen2 || k.qwen3) && field<bool>(c, f, "use_sliding_window", false)) {
+    if (pattern <= 0)
+      fail(f, "config.json: sliding_window_pattern " + std::to_string(pattern) + " is not positive");
+    for (int64_t i = 0; i < layers; ++i) s.layers.push_back((i + 1) % pattern != 0);
+  } else if (k.qwen2 || k.qwen3) {
     const int64_t from = field<int64_t>(c, f, "max_window_layers", 28);
     for (int64_t i = 0; i < layers; ++i) s.layers.push_back(i >= from);
   }
@@ -256,20 +263,28 @@ void load_llama_family(Model& m, const json& c) {
   if (m.architecture == "LlamaForCausalLM") l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
   l.qk_norm = k.qwen3 || k.gemma3;
   l.gemma = k.gemma();
+  if (k.gemma() && field<bool>(c, f, "use_bidirectional_attention", false))
+    fail(
+        f,
+        "config.json: use_bidirectional_attention true (an encoder) is not implemented; nn::Llama is causal");
   if (k.gemma2 || k.gemma3) {
     // Gemma 2 and 3: norms around both halves of a layer, the scale query_pre_attn_scalar^-1/2,
     // soft caps (Gemma 2's default 50 on the scores, 30 on the logits; null: none).
     l.sandwich_norms = true;
-    const double scalar = field<double>(c, f, "query_pre_attn_scalar", 256.0);
-    if (!(scalar > 0)) fail(f, "config.json: query_pre_attn_scalar must be positive");
+    const double scalar = number_or(c, f, "query_pre_attn_scalar", 256.0);
+    if (!(scalar > 0)) fail(f, "config.json: query_pre_attn_scalar must be a positive number");
     l.attention_scale = 1.0 / std::sqrt(scalar);
     l.attention_softcap = number_or(c, f, "attn_logit_softcapping", k.gemma2 ? 50.0 : 0.0);
     l.logit_softcap = number_or(c, f, "final_logit_softcapping", k.gemma2 ? 30.0 : 0.0);
     if (l.attention_softcap < 0 || l.logit_softcap < 0) fail(f, "config.json: a negative soft cap");
   }
-  // The MLP's gate: hidden_act, as transformers 5 reads it for Gemma too; Gemma 2 and 3 read
-  // hidden_activation. The Gemmas' default is the tanh GELU.
-  const char* act_key = k.gemma2 || k.gemma3 ? "hidden_activation" : "hidden_act";
+  // The MLP's gate: hidden_act; the Gemmas' hidden_activation first where it is given (Gemma 2
+  // and 3 read only it; Gemma's files carry "hidden_act": "gelu" beside the tanh GELU they were
+  // trained with, which hidden_activation names). The Gemmas' default is the tanh GELU.
+  const bool activation_key =
+      k.gemma2 || k.gemma3 ||
+      (k.gemma1 && c.contains("hidden_activation") && !c["hidden_activation"].is_null());
+  const char* act_key = activation_key ? "hidden_activation" : "hidden_act";
   const std::string act = field<std::string>(c, f, act_key, k.gemma() ? "gelu_pytorch_tanh" : "silu");
   using Gate = nn::LlamaConfig::Gate;
   if (act == "silu") {

@@ -265,9 +265,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
     api_fail("attention", "a sliding window needs causal attention", loc);
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())));
   if ((options.window > 0 && k.rank() == 4 && options.window < k.shape()[2]) || options.softcap > 0) {
+    if (k.rank() != 4) api_fail("attention", "k must be [B, Hkv, S, D], got " + shape_str(k.shape()), loc);
     Tensor allowed;
     if (options.causal) {
-      const int64_t T = q.shape()[2], S = k.rank() == 4 ? k.shape()[2] : 0;
+      const int64_t T = q.shape()[2], S = k.shape()[2];
       if (T > S) api_fail("attention", "a causal mask needs at least as many keys as queries", loc);
       // Query i sits at position i + S − T: [T, 1] against the keys' [S].
       Tensor query_pos = reshape(

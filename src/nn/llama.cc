@@ -163,6 +163,10 @@ void Llama::build() {
     throw ShapeError(where + ": rotary positions need an even rotary_dim within the head (" +
                      std::to_string(c.head_size()) + "), got " + std::to_string(rotary));
   rope_frequencies(rotary, c.rope_theta, c.rope_scaling);  // the scaling's own checks
+  if (c.rope_local_theta != 0) rope_frequencies(rotary, c.rope_local_theta);
+  if (c.attention_scale < 0 || c.attention_softcap < 0 || c.logit_softcap < 0 || c.rope_local_theta < 0)
+    throw ShapeError(where +
+                     ": attention_scale, attention_softcap, logit_softcap and rope_local_theta must be >= 0");
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
   if (c.sliding_window < 0 ||

@@ -220,10 +220,14 @@ TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {
              "rope_type \"dynamic\"; implemented: default, linear, llama3, yarn and longrope");
   EXPECT_HAS(EditedFolder("tiny_phi3_longrope", {{"1.5\n    ]", "1.5, 2.0\n    ]"}}).error(),
              "longrope needs 2 positive short factors (one per pair), got 3");
-  EXPECT_HAS(
-      EditedFolder("tiny_gemma", {{"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"relu\""}})
-          .error(),
-      "hidden_act \"relu\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
+  EXPECT_HAS(EditedFolder("tiny_gemma", {{"\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                                          "\"hidden_activation\": \"relu\""}})
+                 .error(),
+             "hidden_activation \"relu\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
+  EXPECT_HAS(EditedFolder("tiny_gemma3", {{"\"use_bidirectional_attention\": false",
+                                           "\"use_bidirectional_attention\": true"}})
+                 .error(),
+             "use_bidirectional_attention true (an encoder) is not implemented");
   EXPECT_HAS(EditedFolder("tiny_qwen3", {{"\"head_dim\": 16", "\"head_dim\": 0"}}).error(),
              "\"head_dim\" is 0, expected a positive integer");
   EXPECT_HAS(EditedFolder("tiny_qwen2_window", {{"\"full_attention\"", "\"global\""}}).error(),
@@ -238,10 +242,24 @@ TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {
   const nn::LlamaConfig l = std::get<nn::LlamaConfig>(pretrained::load(old_style.path.string()).config);
   EXPECT_EQ(l.sliding_window, 4096);
   EXPECT_EQ(l.sliding_layers, (std::vector<bool>{true, true}));
-  // Gemma's exact GELU (hidden_act "gelu") is the erf one.
-  EditedFolder erf("tiny_gemma", {{"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"gelu\""}});
-  EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(erf.path.string()).config).gate,
+  // Gemma: hidden_activation first (the Hub's files say "hidden_act": "gelu" beside it), then
+  // hidden_act; "gelu" is the erf GELU.
+  const auto gate_of = [](const EditedFolder& d) {
+    return std::get<nn::LlamaConfig>(pretrained::load(d.path.string()).config).gate;
+  };
+  EXPECT_EQ(gate_of(EditedFolder("tiny_gemma",
+                                 {{"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"gelu\""}})),
+            nn::LlamaConfig::Gate::kGeluTanh);
+  EXPECT_EQ(gate_of(EditedFolder("tiny_gemma", {{"\"hidden_activation\": \"gelu_pytorch_tanh\"",
+                                                 "\"hidden_activation\": \"gelu\""}})),
             nn::LlamaConfig::Gate::kGelu);
+  EXPECT_EQ(gate_of(EditedFolder("tiny_gemma",
+                                 {{"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"gelu\""},
+                                  {"\"hidden_activation\": \"gelu_pytorch_tanh\"", "\"unused\": 0"}})),
+            nn::LlamaConfig::Gate::kGelu);
+  // Qwen's use_sliding_window false turns windows off even where layer_types names them.
+  EditedFolder off("tiny_qwen2_window", {{"\"use_sliding_window\": true", "\"use_sliding_window\": false"}});
+  EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(off.path.string()).config).sliding_window, 0);
 }
 
 TEST(FamilyErrors, PhiFusedTensorsAreChecked) {

@@ -557,36 +557,40 @@ TEST(NnKnownGradients, SoftmaxAndNorms) {
 }
 
 }  // namespace
-// Soft-capped, windowed attention against the formula computed here in double: scores
-// s = scale·q·k, capped to c·tanh(s/c), the query at position p seeing keys p − W < j ≤ p.
+// Soft-capped, windowed, grouped-query attention with fewer queries than keys, against the
+// formula computed here in double: scores s = scale·q·k capped to c·tanh(s/c); query i of head
+// h sits at position p = i + S − T, reads kv head h / (Hq / Hkv) and sees keys p − W < j ≤ p.
 TEST(NnKnownValues, AttentionWindowAndSoftcap) {
-  const std::vector<float> q = {0.9f, -1.3f, 2.1f, 0.4f, -0.7f, 1.6f}, k = {1.2f, 0.3f, -1.8f, 2.2f, 0.5f, -0.9f},
-                           v = {0.1f, 0.7f, -0.4f, 1.1f, 0.9f, -0.6f};
-  const int64_t T = 3, D = 2, W = 2;
+  const int64_t Hq = 2, Hkv = 1, T = 2, S = 3, D = 2, W = 2;
+  const std::vector<float> q = {0.9f, -1.3f, 2.1f, 0.4f, -0.7f, 1.6f, 1.1f, 0.2f},  // [1, 2, 2, 2]
+      k = {1.2f, 0.3f, -1.8f, 2.2f, 0.5f, -0.9f},                                  // [1, 1, 3, 2]
+      v = {0.1f, 0.7f, -0.4f, 1.1f, 0.9f, -0.6f};
   const double scale = 0.8, cap = 1.5;
   std::vector<double> want;
-  for (int64_t i = 0; i < T; ++i) {
-    std::vector<double> p(static_cast<size_t>(T), 0.0);
-    double total = 0;
-    for (int64_t j = 0; j < T; ++j) {
-      if (j > i || j <= i - W) continue;
-      double s = 0;
-      for (int64_t d = 0; d < D; ++d) s += double(q[size_t(i * D + d)]) * double(k[size_t(j * D + d)]);
-      p[size_t(j)] = std::exp(cap * std::tanh(scale * s / cap));
-      total += p[size_t(j)];
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t p = i + S - T, kv = h / (Hq / Hkv);
+      std::vector<double> e(static_cast<size_t>(S), 0.0);
+      double total = 0;
+      for (int64_t j = p - W + 1; j <= p; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d)
+          dot += double(q[size_t((h * T + i) * D + d)]) * double(k[size_t((kv * S + j) * D + d)]);
+        e[size_t(j)] = std::exp(cap * std::tanh(scale * dot / cap));
+        total += e[size_t(j)];
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j < S; ++j) o += e[size_t(j)] / total * double(v[size_t((kv * S + j) * D + d)]);
+        want.push_back(o);
+      }
     }
-    for (int64_t d = 0; d < D; ++d) {
-      double o = 0;
-      for (int64_t j = 0; j < T; ++j) o += p[size_t(j)] / total * double(v[size_t(j * D + d)]);
-      want.push_back(o);
-    }
-  }
   expect_known(
       [&] {
-        return attention(cf(q, {1, 1, T, D}), cf(k, {1, 1, T, D}), cf(v, {1, 1, T, D}),
+        return attention(cf(q, {1, Hq, T, D}), cf(k, {1, Hkv, S, D}), cf(v, {1, Hkv, S, D}),
                          {.scale = scale, .window = W, .softcap = cap});
       },
-      {1, 1, T, D}, kF32, want, 1e-6);
+      {1, Hq, T, D}, kF32, want, 1e-6);
 }
 
 }  // namespace tg::op_test
