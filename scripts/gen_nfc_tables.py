@@ -52,16 +52,15 @@ def main():
       % (sys.version.split()[0], unicodedata.unidata_version))
     w("// do not edit. %d combining-class ranges, %d decompositions, %d compositions.\n"
       % (len(ccc_rows), len(decomp), len(comp)))
-    w("constexpr CombiningRange kCombiningClass[] = {\n")
-    for first, last, c in ccc_rows:
-        w("    {0x%04X, 0x%04X, %d},\n" % (first, last, c))
-    w("};\nconstexpr Decomposition kDecomposition[] = {\n")
-    for cp, a, b in decomp:
-        w("    {0x%04X, 0x%04X, 0x%04X},\n" % (cp, a, b))
-    w("};\nconstexpr Composition kComposition[] = {\n")
-    for a, b, cp in comp:
-        w("    {0x%04X, 0x%04X, 0x%04X},\n" % (a, b, cp))
-    w("};\n")
+    def table(decl, entries, fmt, per_line):
+        w(decl + " = {\n")
+        for i in range(0, len(entries), per_line):
+            w("    " + " ".join(fmt % e + "," for e in entries[i:i + per_line]) + "\n")
+        w("};\n")
+
+    table("constexpr CombiningRange kCombiningClass[]", ccc_rows, "{0x%04X, 0x%04X, %d}", 6)
+    table("constexpr Decomposition kDecomposition[]", decomp, "{0x%04X, 0x%04X, 0x%04X}", 5)
+    table("constexpr Composition kComposition[]", comp, "{0x%04X, 0x%04X, 0x%04X}", 5)
 
 
 if __name__ == "__main__":

@@ -96,8 +96,9 @@ RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, n
       s.factor = field<double>(r, f, "factor",
                                static_cast<double>(max_positions) / static_cast<double>(s.original_context));
       // 0 or null is the default, as transformers' `or`.
-      s.beta_fast = field<double>(r, f, "beta_fast", 0.0) == 0 ? 32.0 : field<double>(r, f, "beta_fast", 0.0);
-      s.beta_slow = field<double>(r, f, "beta_slow", 0.0) == 0 ? 1.0 : field<double>(r, f, "beta_slow", 0.0);
+      const double fast = field<double>(r, f, "beta_fast", 0.0), slow = field<double>(r, f, "beta_slow", 0.0);
+      s.beta_fast = fast == 0 ? 32.0 : fast;
+      s.beta_slow = slow == 0 ? 1.0 : slow;
       s.truncate = field<bool>(r, f, "truncate", true);
       s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
       s.mscale = field<double>(r, f, "mscale", 0.0);
