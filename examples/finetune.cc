@@ -7,7 +7,9 @@
 // names, which load_safetensors(…, {.partial = true}) takes back into the adapted model) and the
 // loss curve (SVG); with --merge it folds the adapters into the weights (nn::merge_lora), checks
 // the merged model's held-out loss against the adapted one's and continues a held-out prompt
-// greedily with it.
+// greedily with it; with --save-model it also writes the merged model as a Hugging Face folder
+// of the source's architecture (tg::pretrained::save: transformers, and this library, load it)
+// and reads it back.
 //
 //   ./finetune --model <folder> --text <file.txt> [--targets q_proj,v_proj] [--rank 8]
 //              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
@@ -16,6 +18,7 @@
 //              [--device cpu|cuda] [--precision fp32|bf16] [--seed 0]
 //              [--out finetune_adapter.safetensors] [--plot finetune_loss.svg]
 //              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
+//              [--save-model <folder> [--save-dtype f32|bf16|f16]]
 //
 // The text is tokenized whole with the folder's tokenizer.json and split: the last --holdout of
 // its tokens are held out (windows of --seq-len tokens side by side), the rest gives training
@@ -23,7 +26,8 @@
 // Llama, qkv for GPT-2, in_proj,x_proj,out_proj for Mamba. --check turns the checks into the exit
 // code: the held-out loss must drop (by the fraction --min-drop, default 0: at all), the base
 // weights stay bit-identical, the adapter file read back as written and (with --merge) the
-// merged model give the adapted model's loss.
+// merged model give the adapted model's loss, and (with --save-model) the saved folder load back
+// with the merged weights (rounded to --save-dtype).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -68,13 +72,14 @@ std::string shortest(double v) {
 }
 
 struct Options {
-  std::string folder, text, out, plot;
+  std::string folder, text, out, plot, save_model;
   std::vector<std::string> targets;  // empty: the model family's default
   int64_t rank = 8, steps = 100, batch = 4, seq = 0, eval_every = 0, eval_batches = 8, max_new_tokens = 32;
   double alpha = 16, dropout = 0, lr = 2e-4, weight_decay = 0, holdout = 0.1, min_drop = 0;
   uint32_t seed = 0;
   tg::Device device;
   tg::Precision precision = tg::Precision::kFp32;
+  tg::DType save_dtype = tg::DType::kF32;
   bool merge = false, check = false;
 };
 
@@ -100,10 +105,11 @@ std::vector<std::string> comma_list(const std::string& option, const std::string
 }
 
 Options parse(const Args& args) {
-  args.allow_only({"model",      "text",         "targets",        "rank",      "alpha",   "dropout",
-                   "steps",      "lr",           "weight-decay",   "batch",     "seq-len", "holdout",
-                   "eval-every", "eval-batches", "device",         "precision", "seed",    "out",
-                   "plot",       "merge",        "max-new-tokens", "check",     "min-drop"});
+  args.allow_only({"model",          "text",    "targets",    "rank",         "alpha",
+                   "dropout",        "steps",   "lr",         "weight-decay", "batch",
+                   "seq-len",        "holdout", "eval-every", "eval-batches", "device",
+                   "precision",      "seed",    "out",        "plot",         "merge",
+                   "max-new-tokens", "check",   "min-drop",   "save-model",   "save-dtype"});
   if (!args.has("model") || !args.has("text"))
     throw std::runtime_error(
         "usage: finetune --model <Hugging Face folder> --text <file.txt> [--targets q_proj,v_proj] [--rank "
@@ -111,7 +117,8 @@ Options parse(const Args& args) {
         "[--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0] [--batch 4] [--seq-len 128] "
         "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision fp32|bf16] "
         "[--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] "
-        "[--max-new-tokens 32] [--check [--min-drop 0.1]]");
+        "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-model <folder> [--save-dtype "
+        "f32|bf16|f16]]");
   Options o;
   o.folder = args.get("model", "");
   o.text = args.get("text", "");
@@ -145,7 +152,17 @@ Options parse(const Args& args) {
   o.device = args.device();
   o.precision = args.precision();
   if (o.precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32 or bf16");
-  o.merge = args.has("merge");
+  o.save_model = args.get("save-model", "");
+  if (args.has("save-model") && o.save_model.empty()) throw std::runtime_error("--save-model needs a folder");
+  const std::string save_dtype = args.get("save-dtype", "f32");
+  if (save_dtype != "f32" && save_dtype != "bf16" && save_dtype != "f16")
+    throw std::runtime_error("--save-dtype takes f32, bf16 or f16, not " + save_dtype);
+  if (args.has("save-dtype") && !args.has("save-model"))
+    throw std::runtime_error("--save-dtype needs --save-model");
+  o.save_dtype = save_dtype == "bf16"  ? tg::DType::kBF16
+                 : save_dtype == "f16" ? tg::DType::kF16
+                                       : tg::DType::kF32;
+  o.merge = args.has("merge") || !o.save_model.empty();  // the folder holds the merged model
   o.check = args.has("check");
   return o;
 }
@@ -408,7 +425,8 @@ MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& tr
                                .module = plain_module(lm),
                                .weights = tg::nn::merge_lora(*lm.module, trained),
                                .context = lm.context,
-                               .eos_ids = lm.eos_ids};
+                               .eos_ids = lm.eos_ids,
+                               .config_json = lm.config_json};
   MergeResult r;
   const std::vector<int32_t>& text = held.ids.front();
   r.prompt.assign(text.begin(),
@@ -496,6 +514,27 @@ std::pair<std::vector<std::string>, std::set<std::string>> attach_adapters(tg::M
   return {std::move(frozen), std::move(adapters)};
 }
 
+// The merged model as a Hugging Face folder (save() folds the adapters in), read back: true when
+// load() gives every merged weight, rounded to --save-dtype, bit for bit.
+bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params& trained) {
+  tg::pretrained::save(lm, trained, o.save_model, {.dtype = o.save_dtype});
+  const Params merged = tg::nn::merge_lora(*lm.module, trained);
+  const tg::pretrained::Model back = tg::pretrained::load(o.save_model);
+  bool same = back.weights.size() == merged.size();
+  for (const auto& [name, t] : merged) {
+    auto it = back.weights.find(name);
+    if (it == back.weights.end()) return false;
+    const tg::HostTensor want = t.to(o.save_dtype).to(tg::DType::kF32);
+    same =
+        same && it->second.shape() == want.shape() &&
+        std::memcmp(it->second.data(), want.data(), static_cast<size_t>(want.numel()) * sizeof(float)) == 0;
+  }
+  std::printf("saved the merged model to %s (%s, %s weights)%s\n", o.save_model.c_str(),
+              back.architecture.c_str(), tg::dtype_name(o.save_dtype),
+              same ? "; it loads back with the merged weights" : "; it did NOT load back as written");
+  return same;
+}
+
 // After training: the base weights' bits, the adapter file, the loss curve and, with --merge, the
 // merged model. Returns the checks that failed.
 std::vector<std::string> finish(const Options& o, const Inputs& in, const Params& trained,
@@ -540,6 +579,8 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
   std::printf("greedy continuation of held-out text by the merged model:\n%s[%s]\n",
               in.tokenizer.decode(m.prompt, /*skip_special=*/true).c_str(),
               in.tokenizer.decode(m.continuation, /*skip_special=*/true).c_str());
+  if (!o.save_model.empty() && !save_merged(o, in.lm, trained))
+    failures.push_back("the saved folder did not load back with the merged weights");
   return failures;
 }
 

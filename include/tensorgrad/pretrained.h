@@ -61,6 +61,8 @@ struct Model {
   int64_t context = 0;
   /// config.json's eos_token_id(s), if it names any.
   std::vector<int32_t> eos_ids;
+  /// config.json as load() read it (or as from_config() wrote it): what save() writes back.
+  std::string config_json;
 
   /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward.
   Tensor logits(const Tensor& ids) const;
@@ -79,5 +81,42 @@ Model load(const std::string& folder);
 
 /// The architecture names load() takes.
 std::vector<std::string> architectures();
+
+struct SaveOptions {
+  /// The weights' dtype in the files: DType::kF32, kBF16 or kF16 (rounded to nearest even).
+  DType dtype = DType::kF32;
+  /// Shards of at most this many bytes (a tensor larger than that gets a shard of its own):
+  /// model-0000k-of-0000n.safetensors listed by model.safetensors.index.json, as
+  /// save_pretrained's max_shard_size writes them. 0: one model.safetensors.
+  int64_t max_shard_bytes = 0;
+};
+
+/// Writes `weights` (the model's parameters by its own names: a program's download_params(),
+/// m.weights, nn::merge_lora's result) into `folder` as a Hugging Face folder of
+/// m.architecture that transformers and load() read: config.json (m.config_json with its dtype
+/// set to options.dtype), the weights under the file's names and layouts (GPT-2's Conv1D
+/// [in, out], Phi-3's fused qkv_proj and gate_up_proj, Mamba's conv1d [D, 1, K]; a tied head
+/// is not written, as save_pretrained leaves it out), and the tokenizer and generation files
+/// of m.folder when it has them (tokenizer.json, tokenizer_config.json,
+/// special_tokens_map.json, generation_config.json, tokenizer.model, vocab.json, merges.txt,
+/// added_tokens.json, chat_template.jinja). A model with LoRA adapters (nn::add_lora) is
+/// written merged: adapter entries in `weights` are folded in by nn::merge_lora first. The
+/// folder is created if missing; weight files an earlier save left there (model.safetensors,
+/// its index, model-*-of-*.safetensors) are removed first. Errors are tg::CheckpointError:
+/// a parameter missing from `weights` or of another shape, an entry the model has no
+/// parameter for, a dtype other than those three, `folder` being m.folder, a file that cannot
+/// be written.
+void save(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,
+          const SaveOptions& options = {});
+
+/// A Model of a configuration of the library's own, to save() a model trained from scratch:
+/// the module built from `config`, config.json written for LlamaForCausalLM, GPT2LMHeadModel
+/// or MambaForCausalLM, no weights and no folder. A configuration that architecture cannot
+/// express (nn::LlamaConfig's Gemma, Qwen or window flags, a GPT with RoPE or without biases,
+/// …) is a tg::CheckpointError naming the field; save such a model through the Model load()
+/// returned for the folder it came from, whose config.json is kept.
+Model from_config(const nn::LlamaConfig& config);
+Model from_config(const nn::GptConfig& config);
+Model from_config(const nn::MambaLMConfig& config);
 
 }  // namespace tg::pretrained

@@ -202,6 +202,33 @@ std::vector<int32_t> eos_of(const json& c) {
   return out;
 }
 
+// GPT-2: the library's name → the file's. blocks.<i>.{ln1, attn.qkv, attn.proj, ln2, fc, fc2} are
+// h.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}; Conv1D keeps its weight as
+// [in, out], transposed to Linear's [out, in].
+Source gpt2_source(const std::string& prefix, const std::string& p) {
+  if (p.rfind("blocks.", 0) != 0) {
+    const std::string rest = p.rfind("lnf.", 0) == 0 ? "ln_f." + p.substr(4) : p;
+    return {prefix + rest};
+  }
+  const size_t dot = p.find('.', 7);
+  const std::string layer = p.substr(7, dot - 7), rest = p.substr(dot + 1);
+  static const std::map<std::string, std::string> names{
+      {"ln1", "ln_1"},    {"ln2", "ln_2"},      {"attn.qkv", "attn.c_attn"}, {"attn.proj", "attn.c_proj"},
+      {"fc", "mlp.c_fc"}, {"fc2", "mlp.c_proj"}};
+  const size_t last = rest.rfind('.');
+  const std::string module = rest.substr(0, last), leaf = rest.substr(last + 1);
+  const std::string hf = prefix + "h." + layer + "." + names.at(module) + "." + leaf;
+  const bool conv1d = leaf == "weight" && module != "ln1" && module != "ln2";
+  return {hf, conv1d ? Layout::kTransposed : Layout::kSame};
+}
+
+// Mamba: backbone.<the library's name>, the embedding renamed; conv1d [D, K] is [D, 1, K] there.
+Source mamba_source(const std::string& p) {
+  if (p == "embedding.weight") return {"backbone.embeddings.weight"};
+  if (p.ends_with("mixer.conv1d.weight")) return {"backbone." + p, Layout::kSqueezeMiddle};
+  return {"backbone." + p};
+}
+
 // ---- GPT-2 ---------------------------------------------------------------------------------
 void load_gpt2(Model& m, const json& c) {
   const std::string& f = m.folder;
@@ -232,24 +259,7 @@ void load_gpt2(Model& m, const json& c) {
   if (!file.tensors.count("transformer.wte.weight") && file.tensors.count("wte.weight")) prefix = "";
   if (!tied_copy_ok(file.tensors, "lm_head.weight", prefix + "wte.weight"))
     fail(f, "lm_head.weight differs from " + prefix + "wte.weight (GPT-2's head is tied to it)");
-  // The library's name → the file's: blocks.<i>.{ln1, attn.qkv, attn.proj, ln2, fc, fc2}.
-  auto source_of = [prefix](const std::string& p) -> Source {
-    if (p.rfind("blocks.", 0) != 0) {
-      const std::string rest = p.rfind("lnf.", 0) == 0 ? "ln_f." + p.substr(4) : p;
-      return {prefix + rest};
-    }
-    const size_t dot = p.find('.', 7);
-    const std::string layer = p.substr(7, dot - 7), rest = p.substr(dot + 1);
-    static const std::map<std::string, std::string> names{
-        {"ln1", "ln_1"},    {"ln2", "ln_2"},      {"attn.qkv", "attn.c_attn"}, {"attn.proj", "attn.c_proj"},
-        {"fc", "mlp.c_fc"}, {"fc2", "mlp.c_proj"}};
-    const size_t last = rest.rfind('.');
-    const std::string module = rest.substr(0, last), leaf = rest.substr(last + 1);
-    const std::string hf = prefix + "h." + layer + "." + names.at(module) + "." + leaf;
-    // Conv1D keeps its weight as [in, out]: transposed to Linear's [out, in].
-    const bool conv1d = leaf == "weight" && module != "ln1" && module != "ln2";
-    return {hf, conv1d ? Layout::kTransposed : Layout::kSame};
-  };
+  auto source_of = [&prefix](const std::string& p) { return gpt2_source(prefix, p); };
   map_weights(m, std::move(file), source_of, [](const std::string& n) {
     return n == "lm_head.weight" || n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias");
   });
@@ -289,12 +299,7 @@ void load_mamba(Model& m, const json& c) {
   Weights file = read_weights(f);
   if (!tied_copy_ok(file.tensors, "lm_head.weight", "backbone.embeddings.weight"))
     fail(f, "lm_head.weight differs from backbone.embeddings.weight (nn::MambaLM's head is tied to it)");
-  auto source_of = [](const std::string& p) -> Source {
-    if (p == "embedding.weight") return {"backbone.embeddings.weight"};
-    if (p.ends_with("mixer.conv1d.weight")) return {"backbone." + p, Layout::kSqueezeMiddle};
-    return {"backbone." + p};
-  };
-  map_weights(m, std::move(file), source_of, [](const std::string& n) { return n == "lm_head.weight"; });
+  map_weights(m, std::move(file), mamba_source, [](const std::string& n) { return n == "lm_head.weight"; });
 }
 
 struct Family {
@@ -365,6 +370,7 @@ Model load(const std::string& folder) {
   m.folder = folder;
   m.architecture = family.architecture;
   m.eos_ids = eos_of(c);
+  m.config_json = c.dump(2);
   try {
     family.load(m, c);
   } catch (const CheckpointError&) {

@@ -70,6 +70,17 @@ struct Source {
 /// unless `ignorable`.
 void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
                  const std::function<bool(const std::string&)>& ignorable);
+/// The file's name of a GPT-2 parameter (prefix "transformer." or "" for GPT2Model files) and
+/// of a Mamba one.
+Source gpt2_source(const std::string& prefix, const std::string& p);
+Source mamba_source(const std::string& p);
+/// A 2-D f32 tensor transposed.
+HostTensor transpose2d(const HostTensor& t);
+/// config.json's text for a configuration of the library's own (pretrained_save.cc).
+std::string config_json_of(const nn::LlamaConfig& c);
+std::string config_json_of(const nn::GptConfig& c);
+std::string config_json_of(const nn::MambaLMConfig& c);
+
 /// A tied head's file may still hold the head; it must then equal the embedding it is tied to.
 bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,
                   const std::string& embedding);

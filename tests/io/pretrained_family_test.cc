@@ -45,21 +45,6 @@ std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" +
 
 const nn::LlamaConfig& config_of(const pretrained::Model& lm) { return std::get<nn::LlamaConfig>(lm.config); }
 
-// The folder loaded as the model transformers ran for the fixture's numbers. tiny_gemma2's were
-// made with transformers' default (sdpa) attention, which leaves attn_logit_softcapping out;
-// so the comparisons run that model with the cap off, and the cap itself is checked against
-// its formula (nn_op_table_test's AttentionWindowAndSoftcap) and read here from config.json.
-pretrained::Model as_transformers_ran(const Case& c) {
-  pretrained::Model lm = pretrained::load(dir_of(c));
-  if (std::string(c.folder) == "tiny_gemma2") {
-    nn::LlamaConfig without_cap = std::get<nn::LlamaConfig>(lm.config);
-    without_cap.attention_softcap = 0;
-    lm.config = without_cap;
-    lm.module = std::make_unique<nn::Llama>(without_cap);
-  }
-  return lm;
-}
-
 class Family : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
@@ -114,7 +99,7 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
 
 TEST_P(Family, LogitsEqualTransformersOnEveryBackend) {
   const Case& c = GetParam();
-  const pretrained::Model lm = as_transformers_ran(c);
+  const pretrained::Model lm = pretrained::load(dir_of(c));
   const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
   const HostTensor& ids = golden.at("ids");
   for (const Device& device : tg::testing::all_devices()) {
@@ -132,7 +117,7 @@ TEST_P(Family, LogitsEqualTransformersOnEveryBackend) {
 // logits stay within that of transformers' f32 ones (and differ from them: bf16 is in use).
 TEST_P(Family, Bf16LogitsWithinItsRounding) {
   const Case& c = GetParam();
-  const pretrained::Model lm = as_transformers_ran(c);
+  const pretrained::Model lm = pretrained::load(dir_of(c));
   const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
   const HostTensor& ids = golden.at("ids");
   for (const Device& device : tg::testing::all_devices()) {
@@ -153,7 +138,7 @@ TEST_P(Family, Bf16LogitsWithinItsRounding) {
 // its frequencies for the later ones).
 TEST_P(Family, GreedyGenerationEqualsTransformers) {
   const Case& c = GetParam();
-  const pretrained::Model lm = as_transformers_ran(c);
+  const pretrained::Model lm = pretrained::load(dir_of(c));
   const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
   const std::span<const int32_t> hf = golden.at("greedy").i32();
   ASSERT_EQ(hf.size(), 11u);

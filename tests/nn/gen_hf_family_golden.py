@@ -78,9 +78,8 @@ MODELS = {
         **COMMON, head_dim=16, max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh",
         tie_word_embeddings=True, rope_parameters=rope("default"))),
     # Gemma 2: four norms a layer, attention logits soft-capped and the final ones too,
-    # query_pre_attn_scalar for the scale, sliding windows (3) in every other layer. transformers'
-    # default (sdpa) attention, which made the committed numbers, leaves the attention's soft cap
-    # out; pretrained_family_test compares with the cap off (see as_transformers_ran there).
+    # query_pre_attn_scalar for the scale, sliding windows (3) in every other layer. Run with
+    # eager attention (EAGER below): transformers' sdpa attention leaves the scores' soft cap out.
     "tiny_gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(
         **COMMON, head_dim=16, max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh",
         query_pre_attn_scalar=12, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
@@ -93,11 +92,16 @@ MODELS = {
         tie_word_embeddings=True)),
 }
 
+# Models whose attention transformers only computes in full with its eager implementation.
+EAGER = {"tiny_gemma2"}
+
 for name, make in MODELS.items():
     if only and name not in only:
         continue
     torch.manual_seed(0)
     model = make().float().eval()
+    if name in EAGER:
+        model.set_attn_implementation("eager")
     with torch.no_grad():
         for n, p in model.named_parameters():
             if p.dim() == 1:

@@ -1,0 +1,389 @@
+// tg::pretrained::save and from_config: the inverse of load. A model's parameters (the
+// library's names and layouts) → a Hugging Face folder of its architecture: config.json, the
+// weights under the file's names (pretrained.cc's gpt2_source and mamba_source read backwards;
+// Phi-3's projections fused again) in one safetensors file or shards with an index, and the
+// tokenizer files of the folder the model came from.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <system_error>
+
+#include "io/pretrained_internal.h"
+#include "tensorgrad/checkpoint.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::pretrained {
+namespace detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void save_fail(const std::string& folder, const std::string& what) {
+  throw CheckpointError("[pretrained::save] " + folder + ": " + what);
+}
+[[noreturn]] void cannot(const char* architecture, const std::string& what) {
+  throw CheckpointError(std::string("[pretrained::from_config] ") + architecture + " cannot express " + what +
+                        "; save a model with it through the Model load() gave for its folder");
+}
+
+const char* dtype_word(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
+}
+
+json rope_scaling_json(const RopeScaling& r) {
+  using T = RopeScaling::Type;
+  switch (r.type) {
+    case T::kNone: return nullptr;
+    case T::kLinear: return {{"rope_type", "linear"}, {"factor", r.factor}};
+    case T::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", r.factor},
+              {"low_freq_factor", r.low_freq_factor},
+              {"high_freq_factor", r.high_freq_factor},
+              {"original_max_position_embeddings", r.original_context}};
+    case T::kYarn: {
+      json y = {{"rope_type", "yarn"},
+                {"factor", r.factor},
+                {"original_max_position_embeddings", r.original_context},
+                {"beta_fast", r.beta_fast},
+                {"beta_slow", r.beta_slow},
+                {"truncate", r.truncate}};
+      if (r.attention_factor != 0) y["attention_factor"] = r.attention_factor;
+      if (r.mscale != 0) y["mscale"] = r.mscale;
+      if (r.mscale_all_dim != 0) y["mscale_all_dim"] = r.mscale_all_dim;
+      return y;
+    }
+    case T::kLongRope: break;
+  }
+  cannot("LlamaForCausalLM", "rope_scaling longrope (it needs long factors the library does not keep)");
+}
+
+}  // namespace
+
+// The keys of transformers 4 (rope_theta and rope_scaling at the top), which 5 reads as well.
+std::string config_json_of(const nn::LlamaConfig& c) {
+  const char* arch = "LlamaForCausalLM";
+  const auto refuse_if = [&](bool set, const char* what) {
+    if (set) cannot(arch, what);
+  };
+  refuse_if(c.gate != nn::LlamaConfig::Gate::kSilu, "a GELU gate (gate)");
+  refuse_if(c.qkv_bias, "biases on q/k/v alone (qkv_bias: Qwen2)");
+  refuse_if(c.qk_norm, "q/k norms (qk_norm: Qwen3, Gemma 3)");
+  refuse_if(c.gemma, "Gemma's (1 + w) norms and scaled embeddings (gemma)");
+  refuse_if(c.sandwich_norms, "norms around both halves of a layer (sandwich_norms)");
+  refuse_if(c.attention_softcap != 0 || c.logit_softcap != 0, "soft caps (attention_softcap, logit_softcap)");
+  refuse_if(c.rope_local_theta != 0, "a RoPE base of the sliding layers' own (rope_local_theta)");
+  refuse_if(c.sliding_window != 0, "sliding windows (sliding_window)");
+  refuse_if(c.rotary_dim != 0 && c.rotary_dim != c.head_size(), "a partial rotation (rotary_dim)");
+  const int64_t hd = c.head_size();
+  refuse_if(
+      c.attention_scale != 0 && std::abs(c.attention_scale * std::sqrt(static_cast<double>(hd)) - 1) > 1e-12,
+      "an attention scale other than 1/sqrt(head_dim) (attention_scale)");
+  const json j = {{"architectures", {arch}},
+                  {"model_type", "llama"},
+                  {"vocab_size", c.vocab},
+                  {"hidden_size", c.d_model},
+                  {"intermediate_size", c.mlp_hidden},
+                  {"num_hidden_layers", c.layers},
+                  {"num_attention_heads", c.heads},
+                  {"num_key_value_heads", c.kv_heads != 0 ? c.kv_heads : c.heads},
+                  {"head_dim", hd},
+                  {"max_position_embeddings", c.seq_len},
+                  {"rms_norm_eps", c.rms_eps},
+                  {"rope_theta", c.rope_theta},
+                  {"rope_scaling", rope_scaling_json(c.rope_scaling)},
+                  {"attention_bias", c.attention_bias},
+                  {"mlp_bias", c.mlp_bias},
+                  {"tie_word_embeddings", c.tied_head},
+                  {"hidden_act", "silu"},
+                  {"attention_dropout", 0.0},
+                  {"torch_dtype", "float32"}};
+  return j.dump(2);
+}
+
+std::string config_json_of(const nn::GptConfig& c) {
+  const char* arch = "GPT2LMHeadModel";
+  if (c.rotary) cannot(arch, "rotary positions (rotary)");
+  if (c.kv_heads != 0 && c.kv_heads != c.heads) cannot(arch, "grouped-query attention (kv_heads)");
+  if (!c.bias) cannot(arch, "layers without biases (bias false)");
+  if (!c.tied_head) cannot(arch, "an untied head (tied_head false)");
+  json j = {{"architectures", {arch}},
+            {"model_type", "gpt2"},
+            {"vocab_size", c.vocab},
+            {"n_positions", c.seq_len},
+            {"n_embd", c.d_model},
+            {"n_layer", c.layers},
+            {"n_head", c.heads},
+            {"n_inner", c.mlp_hidden != 0 ? json(c.mlp_hidden) : json(nullptr)},
+            {"layer_norm_epsilon", c.ln_eps},
+            {"activation_function", "gelu_new"},
+            {"attn_pdrop", c.dropout},
+            {"embd_pdrop", c.dropout},
+            {"resid_pdrop", c.dropout},
+            {"scale_attn_weights", true},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", "float32"}};
+  // GPT2Config's default bos/eos id (50256) is GPT-2's <|endoftext|>: not in a smaller vocabulary.
+  if (c.vocab <= 50256) j["bos_token_id"] = j["eos_token_id"] = nullptr;
+  return j.dump(2);
+}
+
+std::string config_json_of(const nn::MambaLMConfig& c) {
+  const json j = {{"architectures", {"MambaForCausalLM"}},
+                  {"model_type", "mamba"},
+                  {"vocab_size", c.vocab},
+                  {"hidden_size", c.d_model},
+                  {"num_hidden_layers", c.layers},
+                  {"state_size", c.d_state},
+                  {"conv_kernel", c.d_conv},
+                  {"expand", c.expand},
+                  {"intermediate_size", c.expand * c.d_model},
+                  {"time_step_rank", (c.d_model + 15) / 16},
+                  {"layer_norm_epsilon", c.norm_eps},
+                  {"use_bias", false},
+                  {"use_conv_bias", true},
+                  {"hidden_act", "silu"},
+                  {"tie_word_embeddings", true},
+                  {"torch_dtype", "float32"}};
+  return j.dump(2);
+}
+
+namespace {
+
+// The parameters of m.module save() writes: all but the LoRA adapters' (merged first).
+std::map<std::string, HostTensor> base_weights(const Model& m,
+                                               const std::map<std::string, HostTensor>& weights,
+                                               const std::string& folder) {
+  // The adapters' parameters by their documented names (nn::LoRA); the rest are the model's.
+  std::set<std::string> base, adapters;
+  for (const Param* p : m.module->parameters()) {
+    const std::string& n = p->path();
+    (n.ends_with(".lora_A.weight") || n.ends_with(".lora_B.weight") ? adapters : base).insert(n);
+  }
+  bool has_adapters = false;
+  for (const auto& [name, t] : weights) {
+    if (adapters.count(name)) {
+      has_adapters = true;
+      continue;
+    }
+    if (!base.count(name))
+      save_fail(folder, "'" + name + "' is no parameter of the " + m.architecture + " being saved");
+  }
+  std::map<std::string, HostTensor> out;
+  if (has_adapters) {
+    try {
+      out = nn::merge_lora(*m.module, weights);
+    } catch (const Error& e) {
+      save_fail(folder, std::string("merging the LoRA adapters: ") + e.what());
+    }
+  } else {
+    for (const auto& [name, t] : weights) out.emplace(name, t);
+  }
+  for (const Param* p : m.module->parameters()) {
+    if (adapters.count(p->path())) continue;
+    auto it = out.find(p->path());
+    if (it == out.end()) save_fail(folder, "no value for the parameter '" + p->path() + "'");
+    const DType dt = it->second.dtype();
+    if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
+      save_fail(folder, "'" + p->path() + "' is " + dtype_name(dt) + ", not a float tensor");
+    if (it->second.shape() != p->shape())
+      save_fail(folder, "'" + p->path() + "' has shape " + shape_str(it->second.shape()) +
+                            ", the model's is " + shape_str(p->shape()));
+    if (dt != DType::kF32) it->second = it->second.to(DType::kF32);
+  }
+  return out;
+}
+
+// Rows of `parts` (each [rows_i, d], f32) one after another: [Σ rows_i, d].
+HostTensor stack_rows(const std::vector<const HostTensor*>& parts) {
+  std::vector<float> out;
+  int64_t rows = 0;
+  for (const HostTensor* t : parts) {
+    const std::span<const float> v = t->f32();
+    out.insert(out.end(), v.begin(), v.end());
+    rows += t->shape()[0];
+  }
+  return HostTensor::f32(std::move(out), {rows, parts.front()->shape()[1]});
+}
+
+// The library's parameters → the file's tensors of m.architecture (f32).
+std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::string, HostTensor> w) {
+  std::map<std::string, HostTensor> out;
+  if (m.architecture == "GPT2LMHeadModel" || m.architecture == "MambaForCausalLM") {
+    const bool gpt2 = m.architecture == "GPT2LMHeadModel";
+    for (auto& [name, t] : w) {
+      const Source s = gpt2 ? gpt2_source("transformer.", name) : mamba_source(name);
+      if (s.layout == Layout::kTransposed) t = transpose2d(t);
+      if (s.layout == Layout::kSqueezeMiddle) {
+        const Shape shape{t.shape()[0], 1, t.shape()[1]};
+        t = HostTensor::f32(std::move(t).f32(), shape);
+      }
+      out[s.name] = std::move(t);
+    }
+    return out;
+  }
+  if (m.architecture == "Phi3ForCausalLM") {  // q/k/v and gate/up fused by rows again
+    const int64_t layers = std::get<nn::LlamaConfig>(m.config).layers;
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string l = "model.layers." + std::to_string(i) + ".";
+      const auto fuse = [&](const std::string& fused, const std::vector<std::string>& parts) {
+        std::vector<const HostTensor*> values;
+        for (const std::string& p : parts) values.push_back(&w.at(l + p));
+        out[l + fused] = stack_rows(values);
+        for (const std::string& p : parts) w.erase(l + p);
+      };
+      fuse("self_attn.qkv_proj.weight",
+           {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
+      fuse("mlp.gate_up_proj.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
+    }
+  }
+  for (auto& [name, t] : w) out[name] = std::move(t);  // the Llama family: the same names
+  return out;
+}
+
+// Greedy shards of at most max_bytes in name order (a larger tensor alone in its own).
+std::vector<std::map<std::string, HostTensor>> shards_of(std::map<std::string, HostTensor> tensors,
+                                                         int64_t max_bytes) {
+  std::vector<std::map<std::string, HostTensor>> shards(1);
+  int64_t bytes = 0;
+  for (auto& [name, t] : tensors) {
+    const int64_t size = t.numel() * dtype_size(t.dtype());
+    if (max_bytes > 0 && bytes > 0 && bytes + size > max_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().emplace(name, std::move(t));
+    bytes += size;
+  }
+  return shards;
+}
+
+void write_text(const std::string& folder, const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.flush()) save_fail(folder, "cannot write " + tmp.filename().string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) save_fail(folder, "cannot rename " + tmp.filename().string() + ": " + ec.message());
+}
+
+// Weight files an earlier save may have left: the loader prefers model.safetensors over an index.
+void remove_old_weights(const std::string& folder, const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool shard =
+        n.rfind("model-", 0) == 0 && n.ends_with(".safetensors") && n.find("-of-") != std::string::npos;
+    if (n == "model.safetensors" || n == "model.safetensors.index.json" || shard) {
+      fs::remove(e.path(), ec);
+      if (ec) save_fail(folder, "cannot remove the earlier " + n + ": " + ec.message());
+    }
+  }
+  if (ec) save_fail(folder, "cannot list the folder: " + ec.message());
+}
+
+}  // namespace
+}  // namespace detail
+
+using namespace detail;
+
+void save(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,
+          const SaveOptions& options) {
+  if (!m.module) save_fail(folder, "the Model has no module (load() or from_config() builds one)");
+  if (m.config_json.empty()) save_fail(folder, "the Model has no config.json text (config_json)");
+  if (options.dtype != DType::kF32 && options.dtype != DType::kBF16 && options.dtype != DType::kF16)
+    save_fail(folder,
+              std::string("SaveOptions::dtype ") + dtype_name(options.dtype) + ": expected f32, bf16 or f16");
+  if (options.max_shard_bytes < 0) save_fail(folder, "SaveOptions::max_shard_bytes is negative");
+  json config;
+  try {
+    config = json::parse(m.config_json);
+  } catch (const json::exception& e) {
+    save_fail(folder, std::string("config_json is not valid JSON: ") + e.what());
+  }
+  const fs::path dir(folder);
+  std::error_code ec;
+  if (!m.folder.empty() && fs::exists(dir, ec) && fs::equivalent(dir, fs::path(m.folder), ec))
+    save_fail(folder, "is the folder the model was loaded from; save into another one");
+  std::map<std::string, HostTensor> tensors = file_tensors(m, base_weights(m, weights, folder));
+  if (options.dtype != DType::kF32)
+    for (auto& [name, t] : tensors) t = t.to(options.dtype);
+
+  fs::create_directories(dir, ec);
+  if (ec) save_fail(folder, "cannot create the folder: " + ec.message());
+  remove_old_weights(folder, dir);
+  const std::map<std::string, std::string> meta{{"format", "pt"}};  // what transformers checks for
+  int64_t total = 0;
+  for (const auto& [name, t] : tensors) total += t.numel() * dtype_size(t.dtype());
+  std::vector<std::map<std::string, HostTensor>> shards =
+      shards_of(std::move(tensors), options.max_shard_bytes);
+  if (shards.size() == 1) {
+    save_safetensors((dir / "model.safetensors").string(), shards[0], meta);
+  } else {
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
+    const std::string n = std::to_string(shards.size());
+    for (size_t i = 0; i < shards.size(); ++i) {
+      std::string k = std::to_string(i + 1), of = n;
+      k.insert(0, 5 - std::min<size_t>(5, k.size()), '0');
+      of.insert(0, 5 - std::min<size_t>(5, of.size()), '0');
+      const std::string file = "model-" + k + "-of-" + of + ".safetensors";
+      for (const auto& [name, t] : shards[i]) index["weight_map"][name] = file;
+      save_safetensors((dir / file).string(), shards[i], meta);
+    }
+    write_text(folder, dir / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  // transformers 5 writes "dtype", 4 "torch_dtype": the key the file has, else both read this.
+  const char* word = dtype_word(options.dtype);
+  bool keyed = false;
+  for (const char* key : {"dtype", "torch_dtype"})
+    if (config.contains(key)) {
+      config[key] = word;
+      keyed = true;
+    }
+  if (!keyed) config["torch_dtype"] = word;
+  write_text(folder, dir / "config.json", config.dump(2) + "\n");
+  if (m.folder.empty()) return;
+  for (const char* name :
+       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+        "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"}) {
+    const fs::path from = fs::path(m.folder) / name;
+    if (!fs::is_regular_file(from, ec)) continue;
+    fs::copy_file(from, dir / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) save_fail(folder, std::string("cannot copy ") + name + " from " + m.folder + ": " + ec.message());
+  }
+}
+
+namespace {
+template <typename Config, typename Net>
+Model model_of(const Config& config, const char* architecture, int64_t context) {
+  Model m;
+  m.architecture = architecture;
+  m.config_json = config_json_of(config);  // checks first: a config it cannot write builds nothing
+  m.config = config;
+  m.module = std::make_unique<Net>(config);
+  m.context = context;
+  return m;
+}
+}  // namespace
+
+Model from_config(const nn::LlamaConfig& config) {
+  return model_of<nn::LlamaConfig, nn::Llama>(config, "LlamaForCausalLM", config.seq_len);
+}
+Model from_config(const nn::GptConfig& config) {
+  return model_of<nn::GptConfig, nn::Gpt>(config, "GPT2LMHeadModel", config.seq_len);
+}
+Model from_config(const nn::MambaLMConfig& config) {
+  return model_of<nn::MambaLMConfig, nn::MambaLM>(config, "MambaForCausalLM", 0);
+}
+
+}  // namespace tg::pretrained
