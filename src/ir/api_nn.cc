@@ -245,6 +245,43 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
   return reshape(out, {B, Hq, T, D}, loc);
 }
 
+// Self-attention (T = S) with a window W well below T, in blocks: queries in blocks of W
+// (positions iW … iW + W − 1, T padded to Tp = nb·W), each against the 2W keys from (i − 1)W
+// (k and v padded with W zero rows in front) — every key a query sees lies there. Scores
+// [B, Hkv, G, nb, W, 2W]: O(T·W) memory and work instead of the composite's O(T·S). Query a
+// of a block sees key c of its 2W when a < c ≤ a + W (position p − W < j ≤ p), except the
+// padding in front of block 0 (c < W there). Padded queries compute rows that are sliced off.
+Tensor attention_banded(const Tensor& q, const Tensor& k, const Tensor& v, int64_t W, double scale,
+                        double softcap, const Loc& loc) {
+  const int64_t B = q.shape()[0], Hq = q.shape()[1], T = q.shape()[2], D = q.shape()[3];
+  const int64_t Hkv = k.shape()[1], G = Hq / Hkv, nb = (T + W - 1) / W, Tp = nb * W;
+  const auto padded = [&](const Tensor& x, int64_t heads, int64_t front) {  // [.., front + T + (Tp − T), D]
+    std::vector<Tensor> parts;
+    if (front > 0) parts.push_back(zeros({B, heads, front, D}, x.dtype(), loc));
+    parts.push_back(x);
+    if (Tp > T) parts.push_back(zeros({B, heads, Tp - T, D}, x.dtype(), loc));
+    return parts.size() == 1 ? x : concat(std::span<const Tensor>(parts), 2, loc);
+  };
+  // The 2W keys of each query block: blocks i and i + 1 of the front-padded [nb + 1, W] blocks.
+  const auto two_blocks = [&](const Tensor& x) {  // [B, Hkv, 1, nb, 2W, D]
+    Tensor b = reshape(padded(x, Hkv, W), {B, Hkv, nb + 1, W, D}, loc);
+    Tensor pair = concat({slice(b, 2, 0, nb, 1, loc), slice(b, 2, 1, nb + 1, 1, loc)}, 3, loc);
+    return unsqueeze(pair, 2, loc);
+  };
+  Tensor qb = reshape(padded(q, Hq, 0), {B, Hkv, G, nb, W, D}, loc);
+  Tensor scores = mul(matmul(qb, transpose(two_blocks(k), -2, -1, loc), loc), scale, loc);  // [.., nb, W, 2W]
+  if (softcap > 0) scores = mul(tanh(div(scores, softcap, loc), loc), softcap, loc);
+  Tensor a = reshape(arange(0, static_cast<double>(W), 1, DType::kI32, loc), {W, 1}, loc);
+  Tensor c = arange(0, static_cast<double>(2 * W), 1, DType::kI32, loc);
+  Tensor block = reshape(arange(0, static_cast<double>(nb), 1, DType::kI32, loc), {nb, 1, 1}, loc);
+  Tensor band = logical_and(gt(c, a, loc), le(c, add(a, static_cast<double>(W), loc), loc), loc);  // [W, 2W]
+  Tensor real = logical_or(gt(block, 0.0, loc), ge(c, static_cast<double>(W), loc), loc);  // [nb, 1, 2W]
+  scores = where(logical_and(band, real, loc), scores, -std::numeric_limits<double>::infinity(), loc);
+  Tensor out = matmul(softmax(scores, -1, false, loc), two_blocks(v), loc);  // [B, Hkv, G, nb, W, D]
+  out = reshape(out, {B, Hq, Tp, D}, loc);
+  return Tp > T ? slice(out, 2, 0, T, 1, loc) : out;
+}
+
 // Keys j a query at position p sees: j ≤ p, and j > p − window with a window.
 Tensor visible(const Tensor& query_pos, const Tensor& key_pos, int64_t window, const Loc& loc) {
   Tensor seen = le(key_pos, query_pos, loc);
@@ -266,9 +303,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())));
   if ((options.window > 0 && k.rank() == 4 && options.window < k.shape()[2]) || options.softcap > 0) {
     if (k.rank() != 4) api_fail("attention", "k must be [B, Hkv, S, D], got " + shape_str(k.shape()), loc);
+    const int64_t T = q.shape()[2], S = k.shape()[2], W = options.window;
+    // Blocks when they hold fewer scores than the T × S of the composite below.
+    const bool same_shapes = k.shape()[0] == q.shape()[0] && k.shape()[3] == q.shape()[3] &&
+                             v.shape() == k.shape() && k.shape()[1] >= 1 && q.shape()[1] % k.shape()[1] == 0;
+    if (W > 0 && T == S && same_shapes && 2 * W * ((T + W - 1) / W) * W < T * S)
+      return attention_banded(q, k, v, W, scale, options.softcap, loc);
     Tensor allowed;
     if (options.causal) {
-      const int64_t T = q.shape()[2], S = k.shape()[2];
       if (T > S) api_fail("attention", "a causal mask needs at least as many keys as queries", loc);
       // Query i sits at position i + S − T: [T, 1] against the keys' [S].
       Tensor query_pos = reshape(

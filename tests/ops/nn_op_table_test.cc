@@ -557,40 +557,54 @@ TEST(NnKnownGradients, SoftmaxAndNorms) {
 }
 
 }  // namespace
-// Soft-capped, windowed, grouped-query attention with fewer queries than keys, against the
-// formula computed here in double: scores s = scale·q·k capped to c·tanh(s/c); query i of head
-// h sits at position p = i + S − T, reads kv head h / (Hq / Hkv) and sees keys p − W < j ≤ p.
+// Soft-capped, windowed, grouped-query attention against the formula computed here in double:
+// scores s = scale·q·k capped to c·tanh(s/c); query i of head h sits at position p = i + S − T,
+// reads kv head h / (Hq / Hkv) and sees keys p − W < j ≤ p. Fewer queries than keys (the
+// composite), and self-attention long enough for blocks of 2W keys (T = 10, padded to 12),
+// where no tensor of the graph holds the T × S scores of a head.
 TEST(NnKnownValues, AttentionWindowAndSoftcap) {
-  const int64_t Hq = 2, Hkv = 1, T = 2, S = 3, D = 2, W = 2;
-  const std::vector<float> q = {0.9f, -1.3f, 2.1f, 0.4f, -0.7f, 1.6f, 1.1f, 0.2f},  // [1, 2, 2, 2]
-      k = {1.2f, 0.3f, -1.8f, 2.2f, 0.5f, -0.9f},                                  // [1, 1, 3, 2]
-      v = {0.1f, 0.7f, -0.4f, 1.1f, 0.9f, -0.6f};
-  const double scale = 0.8, cap = 1.5;
-  std::vector<double> want;
-  for (int64_t h = 0; h < Hq; ++h)
-    for (int64_t i = 0; i < T; ++i) {
-      const int64_t p = i + S - T, kv = h / (Hq / Hkv);
-      std::vector<double> e(static_cast<size_t>(S), 0.0);
-      double total = 0;
-      for (int64_t j = p - W + 1; j <= p; ++j) {
-        double dot = 0;
-        for (int64_t d = 0; d < D; ++d)
-          dot += double(q[size_t((h * T + i) * D + d)]) * double(k[size_t((kv * S + j) * D + d)]);
-        e[size_t(j)] = std::exp(cap * std::tanh(scale * dot / cap));
-        total += e[size_t(j)];
+  struct Sizes {
+    int64_t Hq, Hkv, T, S, D, W;
+  };
+  for (const Sizes z : {Sizes{2, 1, 2, 3, 2, 2}, Sizes{4, 2, 10, 10, 3, 3}}) {
+    const auto values = [](int64_t n, double phase) {
+      std::vector<float> out;
+      for (int64_t i = 0; i < n; ++i) out.push_back(static_cast<float>(1.5 * std::sin(0.7 * double(i) + phase)));
+      return out;
+    };
+    const std::vector<float> q = values(z.Hq * z.T * z.D, 0.1), k = values(z.Hkv * z.S * z.D, 1.3),
+                             v = values(z.Hkv * z.S * z.D, 2.9);
+    const double scale = 0.8, cap = 1.5;
+    std::vector<double> want;
+    for (int64_t h = 0; h < z.Hq; ++h)
+      for (int64_t i = 0; i < z.T; ++i) {
+        const int64_t p = i + z.S - z.T, kv = h / (z.Hq / z.Hkv);
+        std::vector<double> e(static_cast<size_t>(z.S), 0.0);
+        double total = 0;
+        for (int64_t j = std::max<int64_t>(0, p - z.W + 1); j <= p; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < z.D; ++d)
+            dot += double(q[size_t((h * z.T + i) * z.D + d)]) * double(k[size_t((kv * z.S + j) * z.D + d)]);
+          e[size_t(j)] = std::exp(cap * std::tanh(scale * dot / cap));
+          total += e[size_t(j)];
+        }
+        for (int64_t d = 0; d < z.D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < z.S; ++j) o += e[size_t(j)] / total * double(v[size_t((kv * z.S + j) * z.D + d)]);
+          want.push_back(o);
+        }
       }
-      for (int64_t d = 0; d < D; ++d) {
-        double o = 0;
-        for (int64_t j = 0; j < S; ++j) o += e[size_t(j)] / total * double(v[size_t((kv * S + j) * D + d)]);
-        want.push_back(o);
-      }
+    const auto fn = [&] {
+      return attention(cf(q, {1, z.Hq, z.T, z.D}), cf(k, {1, z.Hkv, z.S, z.D}), cf(v, {1, z.Hkv, z.S, z.D}),
+                       {.scale = scale, .window = z.W, .softcap = cap});
+    };
+    expect_known(fn, {1, z.Hq, z.T, z.D}, kF32, want, 1e-6);
+    if (z.T == z.S) {
+      const Traced t = trace_fn({}, [&](const Ts&) { return fn(); });
+      for (const ir::Node& n : t.graph.nodes())
+        EXPECT_LT(numel(n.shape), z.Hq * z.T * z.S) << ir::op_name(n.op) << " holds all the scores";
     }
-  expect_known(
-      [&] {
-        return attention(cf(q, {1, Hq, T, D}), cf(k, {1, Hkv, S, D}), cf(v, {1, Hkv, S, D}),
-                         {.scale = scale, .window = W, .softcap = cap});
-      },
-      {1, Hq, T, D}, kF32, want, 1e-6);
+  }
 }
 
 }  // namespace tg::op_test

@@ -497,7 +497,11 @@ const std::vector<OpCase>& op_cases() {
       {"attention_at_head_dim_64", {uni({1, 6, 1, 64}), uni({1, 2, 40, 64}), uni({1, 2, 40, 64}), indices({1}, 40)}, FN(attention_at(x[0], x[1], x[2], x[3])), {1, 6, 1, 64}, kF32, kMatmul, kNoGrad},
       {"attention_at_head_dim_160", {uni({1, 1, 2, 160}), uni({1, 1, 5, 160}), uni({1, 1, 5, 160}), indices({1}, 4)}, FN(attention_at(x[0], x[1], x[2], x[3])), {1, 1, 2, 160}, kF32, kMatmul, kNoGrad},
       {"attention_gqa_causal", {uni({2, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 5, 8}, kF32, kMatmul, kGrad},
-      // A sliding window below S and a softcap run as the composite (matmul, mask, softmax).
+      // A sliding window below S and a softcap run as the composite (matmul, mask, softmax);
+      // self-attention with a window well below T in blocks of 2W keys (ir/api_nn.cc's
+      // attention_banded; T = 11 pads to 12), with W = 3 at T = 5 as the composite.
+      {"attention_window_banded_padded", {uni({1, 4, 11, 4}), uni({1, 2, 11, 4}), uni({1, 2, 11, 4})}, FN(attention(x[0], x[1], x[2], {.window = 3})), {1, 4, 11, 4}, kF32, kMatmul, kGrad},
+      {"attention_window_T_eq_S_composite", {uni({1, 2, 5, 8}), uni({1, 2, 5, 8}), uni({1, 2, 5, 8})}, FN(attention(x[0], x[1], x[2], {.window = 3})), {1, 2, 5, 8}, kF32, kMatmul, kGrad},
       {"attention_window_gqa_T_lt_S", {uni({2, 4, 5, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8})}, FN(attention(x[0], x[1], x[2], {.window = 3})), {2, 4, 5, 8}, kF32, kMatmul, kGrad},
       {"attention_softcap_noncausal", {uni({1, 2, 4, 8}, -2, 2), uni({1, 2, 5, 8}, -2, 2), uni({1, 2, 5, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false, .softcap = 2.0})), {1, 2, 4, 8}, kF32, kMatmul, kGrad},
       {"attention_window_softcap_scale", {uni({1, 2, 6, 8}, -2, 2), uni({1, 1, 6, 8}, -2, 2), uni({1, 1, 6, 8})}, FN(attention(x[0], x[1], x[2], {.scale = 0.5, .window = 2, .softcap = 1.5})), {1, 2, 6, 8}, kF32, kMatmul, kGrad},
