@@ -407,6 +407,22 @@ struct LlamaConfig {
   /// The sliding layers' own RoPE base, without rope_scaling (Gemma 3's local layers); 0: the
   /// same rotation as the others.
   double rope_local_theta = 0;
+  /// A mixture of experts in place of the MLP (Mixtral, Qwen2-MoE, Qwen3-MoE) in the layers
+  /// `moe_layers` marks (empty: every layer): a router `mlp.gate` [count, d_model] scores the
+  /// experts, softmax over them, the top_k most likely kept (renormalised to sum 1 with
+  /// `normalize`), and the output is Σ weight_e · expert_e(x) over those, each expert an MLP of
+  /// width `hidden` ("mlp.experts.<e>.{gate,up,down}_proj"); with shared_hidden > 0 a shared
+  /// expert of that width, scaled by sigmoid(mlp.shared_expert_gate(x)), is added (Qwen2-MoE).
+  /// Every expert runs on every token (weighted by zero where not chosen): exact, at count/top_k
+  /// times the products of a dispatch that runs each expert on its own tokens only.
+  struct Experts {
+    int64_t count = 0;  // 0: the dense MLP in every layer
+    int64_t top_k = 2;
+    int64_t hidden = 0;  // 0: mlp_hidden
+    bool normalize = true;
+    int64_t shared_hidden = 0;
+  } experts = {};
+  std::vector<bool> moe_layers = {};
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
   bool recompute = false;
 
@@ -441,10 +457,25 @@ class LlamaAttention : public Module {
 /// is the tanh GELU (Gemma).
 class LlamaMlp : public Module {
  public:
-  LlamaMlp(Module& parent, std::string name, const LlamaConfig& config);
+  /// Of width `hidden` (0: config.mlp_hidden).
+  LlamaMlp(Module& parent, std::string name, const LlamaConfig& config, int64_t hidden = 0);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   const LlamaConfig::Gate gate;
   Linear gate_proj, up_proj, down_proj;
+};
+
+/// A mixture of experts (LlamaConfig::Experts) as one layer's "mlp": x [..., d_model] → the
+/// same shape.
+class LlamaMoe : public Module {
+ public:
+  LlamaMoe(Module& parent, std::string name, const LlamaConfig& config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const int64_t top_k;
+  const bool normalize;
+  Linear gate;                                     // the router: [count, d_model], no bias
+  std::vector<std::unique_ptr<LlamaMlp>> experts;  // "experts.<e>"
+  std::unique_ptr<LlamaMlp> shared_expert;         // with shared_hidden
+  std::unique_ptr<Linear> shared_expert_gate;      // [1, d_model]
 };
 
 /// A pre-norm decoder layer: h = x + self_attn(input_layernorm(x)), then
@@ -457,7 +488,9 @@ class LlamaDecoderLayer : public Module {
   RMSNorm input_layernorm;
   LlamaAttention self_attn;
   RMSNorm post_attention_layernorm;
-  LlamaMlp mlp;
+  /// "mlp": the dense MLP, or in a layer of experts (LlamaConfig::experts) the mixture.
+  std::unique_ptr<LlamaMlp> mlp;
+  std::unique_ptr<LlamaMoe> moe;
   std::unique_ptr<RMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich_norms
 
  private:
@@ -468,7 +501,8 @@ class LlamaDecoderLayer : public Module {
 /// dict maps 1:1: model.embed_tokens.weight, model.layers.<i>.{input_layernorm,
 /// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}.weight (and
 /// .bias with the config's biases; self_attn.{q,k}_norm.weight with qk_norm;
-/// {pre,post}_feedforward_layernorm.weight with sandwich_norms), model.norm.weight,
+/// {pre,post}_feedforward_layernorm.weight with sandwich_norms; with experts, mlp.gate.weight,
+/// mlp.experts.<e>.{gate,up,down}_proj.weight and mlp.shared_expert*), model.norm.weight,
 /// lm_head.weight (untied only). Initialised as Hugging Face's: normal(0.02) for linears and
 /// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w).
 /// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it); a layer with a

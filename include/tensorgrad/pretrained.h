@@ -11,11 +11,14 @@
 //   LlamaForCausalLM  → nn::Llama    (names are Hugging Face's; GQA, biases, tied head, RoPE
 //                                     scaling linear / llama3 / yarn / longrope)
 //   MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM,
-//   Gemma2ForCausalLM, Gemma3ForCausalLM
+//   Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM,
+//   Qwen3MoeForCausalLM
 //                     → nn::Llama    (with the flags of nn::LlamaConfig each needs; Phi-3's fused
 //                                     qkv_proj and gate_up_proj split by rows; sliding windows
 //                                     in the layers layer_types names; longrope's context ends
-//                                     at its original one, past which transformers changes it)
+//                                     at its original one, past which transformers changes it;
+//                                     the MoE families' experts as LlamaConfig::experts,
+//                                     Mixtral's block_sparse_moe.experts.<e>.w1/w3/w2 renamed)
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])

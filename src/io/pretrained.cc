@@ -315,6 +315,9 @@ const std::vector<Family>& families() {
                                        {"GemmaForCausalLM", "gemma", load_llama_family},
                                        {"Gemma2ForCausalLM", "gemma2", load_llama_family},
                                        {"Gemma3ForCausalLM", "gemma3_text", load_llama_family},
+                                       {"MixtralForCausalLM", "mixtral", load_llama_family},
+                                       {"Qwen2MoeForCausalLM", "qwen2_moe", load_llama_family},
+                                       {"Qwen3MoeForCausalLM", "qwen3_moe", load_llama_family},
                                        {"GPT2LMHeadModel", "gpt2", load_gpt2},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;

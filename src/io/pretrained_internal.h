@@ -74,6 +74,8 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
 /// of a Mamba one.
 Source gpt2_source(const std::string& prefix, const std::string& p);
 Source mamba_source(const std::string& p);
+/// Mixtral's file name of an nn::Llama parameter (its experts under block_sparse_moe).
+Source mixtral_source(const std::string& p);
 /// A 2-D f32 tensor transposed.
 HostTensor transpose2d(const HostTensor& t);
 /// config.json's text for a configuration of the library's own (pretrained_save.cc).

@@ -10,6 +10,11 @@
 //                       scores and logits, query_pre_attn_scalar, sliding windows
 //   Gemma3ForCausalLM   Gemma 2's without the caps, with q/k norms and the sliding layers'
 //                       own RoPE base
+//   MixtralForCausalLM  Mistral with a mixture of experts in every layer (block_sparse_moe:
+//                       w1/w3/w2 are the experts' gate/up/down_proj), top-k renormalised
+//   Qwen2MoeForCausalLM Qwen2 with experts (and a gated shared expert) where decoder_sparse_step
+//                       and mlp_only_layers put them
+//   Qwen3MoeForCausalLM Qwen3 likewise, without the shared expert
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
 // computed as transformers 5 computes it; longrope caps the context at the original one (past
 // it transformers changes the frequencies). dynamic is refused.
@@ -29,17 +34,61 @@ namespace {
 struct Flavor {
   bool mistral = false, qwen2 = false, qwen3 = false, phi3 = false;
   bool gemma1 = false, gemma2 = false, gemma3 = false;
+  bool mixtral = false, qwen2_moe = false, qwen3_moe = false;
   bool gemma() const { return gemma1 || gemma2 || gemma3; }
 };
 
+// The MoE families read as their dense relatives (Mixtral as Mistral, Qwen-MoE as Qwen) plus
+// their experts.
 Flavor flavor_of(const std::string& architecture) {
-  return {.mistral = architecture == "MistralForCausalLM",
-          .qwen2 = architecture == "Qwen2ForCausalLM",
-          .qwen3 = architecture == "Qwen3ForCausalLM",
+  const bool mixtral = architecture == "MixtralForCausalLM",
+             qwen2_moe = architecture == "Qwen2MoeForCausalLM",
+             qwen3_moe = architecture == "Qwen3MoeForCausalLM";
+  return {.mistral = architecture == "MistralForCausalLM" || mixtral,
+          .qwen2 = architecture == "Qwen2ForCausalLM" || qwen2_moe,
+          .qwen3 = architecture == "Qwen3ForCausalLM" || qwen3_moe,
           .phi3 = architecture == "Phi3ForCausalLM",
           .gemma1 = architecture == "GemmaForCausalLM",
           .gemma2 = architecture == "Gemma2ForCausalLM",
-          .gemma3 = architecture == "Gemma3ForCausalLM"};
+          .gemma3 = architecture == "Gemma3ForCausalLM",
+          .mixtral = mixtral,
+          .qwen2_moe = qwen2_moe,
+          .qwen3_moe = qwen3_moe};
+}
+
+// The experts: Mixtral's num_local_experts in every layer (always renormalised); Qwen-MoE's
+// num_experts (transformers 5 writes Qwen3-MoE's as num_local_experts) of moe_intermediate_size
+// in layer i when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers,
+// renormalised with norm_topk_prob; Qwen2-MoE's gated shared expert.
+void read_experts(const json& c, const std::string& f, const Flavor& k, nn::LlamaConfig& l) {
+  if (!k.mixtral && !k.qwen2_moe && !k.qwen3_moe) return;
+  nn::LlamaConfig::Experts& x = l.experts;
+  x.count = k.mixtral || !c.contains("num_experts") ? required(c, f, "num_local_experts")
+                                                    : required(c, f, "num_experts");
+  x.top_k = required(c, f, "num_experts_per_tok");
+  if (x.top_k > x.count)
+    fail(f, "config.json: num_experts_per_tok " + std::to_string(x.top_k) + " is more than the " +
+                std::to_string(x.count) + " experts");
+  if (k.mixtral) return;  // every layer, experts of intermediate_size, renormalised
+  x.hidden = required(c, f, "moe_intermediate_size");
+  x.normalize = field<bool>(c, f, "norm_topk_prob", false);
+  if (k.qwen2_moe) x.shared_hidden = field<int64_t>(c, f, "shared_expert_intermediate_size", 0);
+  const int64_t step = field<int64_t>(c, f, "decoder_sparse_step", 1);
+  if (step < 1) fail(f, "config.json: decoder_sparse_step " + std::to_string(step) + " is not positive");
+  std::vector<bool> dense(static_cast<size_t>(l.layers), false);
+  if (c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null()) {
+    const json& only = c["mlp_only_layers"];
+    if (!only.is_array())
+      fail(f, "config.json: mlp_only_layers is " + only.dump() + ", expected a list of layers");
+    for (const json& i : only) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= l.layers)
+        fail(f, "config.json: mlp_only_layers holds " + i.dump() + ", not a layer of 0 … " +
+                    std::to_string(l.layers - 1));
+      dense[static_cast<size_t>(i.get<int64_t>())] = true;
+    }
+  }
+  for (int64_t i = 0; i < l.layers; ++i)
+    l.moe_layers.push_back(!dense[static_cast<size_t>(i)] && (i + 1) % step == 0);
 }
 
 // A number the family defaults when its key is missing, and that null turns off (0).
@@ -134,7 +183,7 @@ RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, n
 // layer_types when the file has it; else Mistral and Phi-3 slide in every layer, Qwen2 and
 // Qwen3 from max_window_layers on when use_sliding_window, Gemma 2 in every other layer and
 // Gemma 3 in all but every sliding_window_pattern-th. A sliding_window key that is null means
-// none; a missing one is 4096 for those families (their configs' default).
+// none; a missing one is 4096 for those families (their configs' default), none for Mixtral.
 struct Sliding {
   int64_t window = 0;
   std::vector<bool> layers;
@@ -169,7 +218,8 @@ Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t
   }
   if (std::find(s.layers.begin(), s.layers.end(), true) == s.layers.end()) return {};
   const bool absent = !c.contains("sliding_window");
-  s.window = absent ? (k.mistral || k.qwen2 || k.qwen3 || k.gemma2 || k.gemma3 ? 4096 : 0)
+  // (Mixtral's default is none.)
+  s.window = absent ? ((k.mistral && !k.mixtral) || k.qwen2 || k.qwen3 || k.gemma2 || k.gemma3 ? 4096 : 0)
                     : field<int64_t>(c, f, "sliding_window", 0);
   if (s.window < 0) fail(f, "config.json: sliding_window " + std::to_string(s.window) + " is negative");
   return s.window > 0 ? s : Sliding{};
@@ -244,6 +294,20 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, int64_t head_di
 
 }  // namespace
 
+// Mixtral's names: the layer's experts under block_sparse_moe, w1/w3/w2 for gate/up/down_proj.
+Source mixtral_source(const std::string& p) {
+  const size_t at = p.find(".mlp.");
+  if (at == std::string::npos) return {p};
+  std::string out = p.substr(0, at) + ".block_sparse_moe." + p.substr(at + 5);
+  for (const auto& [ours, theirs] : {std::pair<const char*, const char*>{".gate_proj.", ".w1."},
+                                     {".up_proj.", ".w3."},
+                                     {".down_proj.", ".w2."}}) {
+    const size_t i = out.find(ours);
+    if (i != std::string::npos) out.replace(i, std::string(ours).size(), theirs);
+  }
+  return {out};
+}
+
 void load_llama_family(Model& m, const json& c) {
   const std::string& f = m.folder;
   const Flavor k = flavor_of(m.architecture);
@@ -259,7 +323,7 @@ void load_llama_family(Model& m, const json& c) {
   l.tied_head = field<bool>(c, f, "tie_word_embeddings", k.gemma());
   // Biases: Llama's attention_bias puts them on q/k/v/o (so do Qwen3's and Gemma's); Qwen2
   // always has them on q/k/v alone; Mistral and Phi-3 have none.
-  l.qkv_bias = k.qwen2;
+  l.qkv_bias = k.qwen2 && (!k.qwen2_moe || field<bool>(c, f, "qkv_bias", true));
   if (!k.qwen2 && !k.mistral && !k.phi3) l.attention_bias = field<bool>(c, f, "attention_bias", false);
   if (m.architecture == "LlamaForCausalLM") l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
   l.qk_norm = k.qwen3 || k.gemma3;
@@ -301,7 +365,7 @@ void load_llama_family(Model& m, const json& c) {
   // head_dim: given, else the family's default (Qwen3's 128, Gemma's 256), else hidden / heads.
   if (c.contains("head_dim") && !c["head_dim"].is_null()) {
     l.head_dim = required(c, f, "head_dim");
-  } else if (k.qwen3 || k.gemma()) {
+  } else if ((k.qwen3 && !k.qwen3_moe) || k.gemma()) {  // Qwen3-MoE's default: hidden / heads
     l.head_dim = k.qwen3 ? 128 : 256;
   } else if (l.d_model % l.heads != 0) {
     fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
@@ -320,6 +384,7 @@ void load_llama_family(Model& m, const json& c) {
       fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) +
                   " rotates no pair of the " + std::to_string(l.head_size()) + " features of a head");
   }
+  read_experts(c, f, k, l);
   const Sliding sliding = sliding_of(c, f, k, l.layers);
   l.sliding_window = sliding.window;
   l.sliding_layers = sliding.layers;
@@ -334,8 +399,9 @@ void load_llama_family(Model& m, const json& c) {
     fail(f,
          "config.json ties the head to the embedding, but lm_head.weight differs from "
          "model.embed_tokens.weight");
+  const bool mixtral = k.mixtral;
   map_weights(
-      m, std::move(file), [](const std::string& p) { return Source{p}; },
+      m, std::move(file), [mixtral](const std::string& p) { return mixtral ? mixtral_source(p) : Source{p}; },
       [tied](const std::string& n) {
         // rotary_emb.inv_freq: a buffer old files carry, recomputed from the config here.
         return (tied && n == "lm_head.weight") || n.ends_with("rotary_emb.inv_freq");

@@ -82,6 +82,7 @@ std::string config_json_of(const nn::LlamaConfig& c) {
   refuse_if(c.rope_local_theta != 0, "a RoPE base of the sliding layers' own (rope_local_theta)");
   refuse_if(c.sliding_window != 0, "sliding windows (sliding_window)");
   refuse_if(c.rotary_dim != 0 && c.rotary_dim != c.head_size(), "a partial rotation (rotary_dim)");
+  refuse_if(c.experts.count > 0, "a mixture of experts (experts: Mixtral, Qwen-MoE)");
   const int64_t hd = c.head_size();
   refuse_if(
       c.attention_scale != 0 && std::abs(c.attention_scale * std::sqrt(static_cast<double>(hd)) - 1) > 1e-12,
@@ -244,7 +245,9 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
       fuse("mlp.gate_up_proj.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
     }
   }
-  for (auto& [name, t] : w) out[name] = std::move(t);  // the Llama family: the same names
+  const bool mixtral = m.architecture == "MixtralForCausalLM";
+  for (auto& [name, t] : w)
+    out[mixtral ? mixtral_source(name).name : name] = std::move(t);  // the Llama family
   return out;
 }
 

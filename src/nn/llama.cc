@@ -92,12 +92,12 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
   return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, options(), loc), loc), loc);
 }
 
-LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c)
+LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c, int64_t hidden)
     : Module(parent, std::move(name)),
       gate(c.gate),
-      gate_proj(*this, "gate_proj", c.d_model, c.mlp_hidden, llama_linear(c.mlp_bias)),
-      up_proj(*this, "up_proj", c.d_model, c.mlp_hidden, llama_linear(c.mlp_bias)),
-      down_proj(*this, "down_proj", c.mlp_hidden, c.d_model, llama_linear(c.mlp_bias)) {}
+      gate_proj(*this, "gate_proj", c.d_model, hidden ? hidden : c.mlp_hidden, llama_linear(c.mlp_bias)),
+      up_proj(*this, "up_proj", c.d_model, hidden ? hidden : c.mlp_hidden, llama_linear(c.mlp_bias)),
+      down_proj(*this, "down_proj", hidden ? hidden : c.mlp_hidden, c.d_model, llama_linear(c.mlp_bias)) {}
 
 Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
   Tensor g = gate_proj(x, loc);
@@ -107,12 +107,54 @@ Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
   return down_proj(mul(g, up_proj(x, loc), loc), loc);
 }
 
+LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
+    : Module(parent, std::move(name)),
+      top_k(c.experts.top_k),
+      normalize(c.experts.normalize),
+      gate(*this, "gate", c.d_model, c.experts.count, llama_linear(false)) {
+  for (int64_t e = 0; e < c.experts.count; ++e)
+    experts.push_back(std::make_unique<LlamaMlp>(*this, "experts." + std::to_string(e), c,
+                                                 c.experts.hidden ? c.experts.hidden : c.mlp_hidden));
+  if (c.experts.shared_hidden > 0) {
+    shared_expert = std::make_unique<LlamaMlp>(*this, "shared_expert", c, c.experts.shared_hidden);
+    shared_expert_gate =
+        std::make_unique<Linear>(*this, "shared_expert_gate", c.d_model, 1, llama_linear(false));
+  }
+}
+
+// The top_k experts by router probability, as k rounds of argmax with each winner struck out
+// (probabilities are ≥ 0, so −1 strikes): the first of equal ones wins, as torch.topk's order.
+Tensor LlamaMoe::operator()(const Tensor& x, Loc loc) const {
+  const int64_t count = static_cast<int64_t>(experts.size());
+  Tensor probs = softmax(gate(x, loc), -1, false, loc);  // [..., count]
+  Tensor ids = arange(0, static_cast<double>(count), 1, DType::kI32, loc);
+  Tensor remaining = probs, chosen;
+  for (int64_t i = 0; i < top_k; ++i) {
+    Tensor hit = eq(ids, argmax(remaining, -1, true, loc), loc);  // [..., count]
+    chosen = i == 0 ? hit : logical_or(chosen, hit, loc);
+    remaining = where(hit, -1.0, remaining, loc);
+  }
+  Tensor weights = where(chosen, probs, 0.0, loc);
+  if (normalize) weights = div(weights, sum(weights, {-1}, true, loc), loc);
+  Tensor out;
+  for (int64_t e = 0; e < count; ++e) {
+    Tensor term = mul(slice(weights, -1, e, e + 1, 1, loc), (*experts[static_cast<size_t>(e)])(x, loc), loc);
+    out = e == 0 ? term : add(out, term, loc);
+  }
+  if (shared_expert)
+    out = add(out, mul(sigmoid((*shared_expert_gate)(x, loc), loc), (*shared_expert)(x, loc), loc), loc);
+  return out;
+}
+
 LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c)
     : Module(parent, std::move(name)),
       input_layernorm(*this, "input_layernorm", c.d_model, c.rms_eps, c.gemma),
       self_attn(*this, "self_attn", c),
-      post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps, c.gemma),
-      mlp(*this, "mlp", c) {
+      post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps, c.gemma) {
+  if (c.experts.count > 0)
+    moe = std::make_unique<LlamaMoe>(*this, "mlp", c);
+  else
+    mlp = std::make_unique<LlamaMlp>(*this, "mlp", c);
   if (c.sandwich_norms) {
     pre_feedforward_layernorm =
         std::make_unique<RMSNorm>(*this, "pre_feedforward_layernorm", c.d_model, c.rms_eps, c.gemma);
@@ -124,6 +166,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const Lla
 // Llama: h = x + attn, out = h + mlp(post_attention_layernorm(h)). Sandwich (Gemma 2, 3):
 // h = x + post_attention_layernorm(attn), out = h + post_ff(mlp(pre_ff(h))).
 Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& attended, Loc loc) const {
+  const auto mlp = [this](const Tensor& h, Loc l) { return moe ? (*moe)(h, l) : (*this->mlp)(h, l); };
   if (!pre_feedforward_layernorm) {
     Tensor h = add(x, attended, loc);
     return add(h, mlp(post_attention_layernorm(h, loc), loc), loc);
@@ -174,8 +217,18 @@ void Llama::build() {
     throw ShapeError(where +
                      ": sliding_window must be >= 0 and sliding_layers empty or one flag per layer (" +
                      std::to_string(c.layers) + "), got " + std::to_string(c.sliding_layers.size()));
+  const LlamaConfig::Experts& x = c.experts;
+  if (x.count < 0 ||
+      (x.count > 0 && (x.top_k < 1 || x.top_k > x.count || x.hidden < 0 || x.shared_hidden < 0)) ||
+      (!c.moe_layers.empty() && static_cast<int64_t>(c.moe_layers.size()) != c.layers))
+    throw ShapeError(where +
+                     ": experts need count >= 0, 1 <= top_k <= count, hidden and shared_hidden >= 0, " +
+                     "and moe_layers empty or one flag per layer (" + std::to_string(c.layers) +
+                     "); got count " + std::to_string(x.count) + ", top_k " + std::to_string(x.top_k) + ", " +
+                     std::to_string(c.moe_layers.size()) + " moe_layers");
   for (int64_t i = 0; i < c.layers; ++i) {
     LlamaConfig layer = c;  // the window (and Gemma 3's local RoPE) only where the layer slides
+    if (!c.moe_layers.empty() && !c.moe_layers[static_cast<size_t>(i)]) layer.experts.count = 0;
     if (!c.sliding_layers.empty() && !c.sliding_layers[static_cast<size_t>(i)]) layer.sliding_window = 0;
     if (layer.sliding_window > 0 && c.rope_local_theta > 0) {
       layer.rope_theta = c.rope_local_theta;

@@ -2,7 +2,8 @@
 // (tests/nn/gen_hf_family_golden.py, run on the GPU machine): Llama with Llama 3.1's RoPE
 // rescaling, q/k/v/o biases and a tied head; Qwen2 (q/k/v biases); Qwen3 (q/k norms, its own
 // head_dim, YaRN); Mistral (a sliding window, linear RoPE scaling); Phi-3 (fused projections);
-// Gemma ((1 + w) norms, scaled embeddings, tanh-GELU gate). For each: the RoPE frequencies
+// Gemma ((1 + w) norms, scaled embeddings, tanh-GELU gate); Gemma 2 and 3; the mixtures of
+// experts Mixtral, Qwen2-MoE and Qwen3-MoE. For each: the RoPE frequencies
 // equal those transformers used, the logits equal transformers' on every backend (1e-4), a
 // greedy Generator gives transformers' greedy ids, and the KV-cached logits equal the full
 // forward on every prefix.
@@ -39,7 +40,8 @@ const Case kCases[] = {
     {"tiny_phi3", "Phi3ForCausalLM", 16},          {"tiny_gemma", "GemmaForCausalLM", 16},
     {"tiny_phi3_longrope", "Phi3ForCausalLM", 8},  {"tiny_mistral_window", "MistralForCausalLM", 32},
     {"tiny_qwen2_window", "Qwen2ForCausalLM", 16}, {"tiny_gemma2", "Gemma2ForCausalLM", 16},
-    {"tiny_gemma3", "Gemma3ForCausalLM", 16}};
+    {"tiny_gemma3", "Gemma3ForCausalLM", 16},      {"tiny_mixtral", "MixtralForCausalLM", 16},
+    {"tiny_qwen2_moe", "Qwen2MoeForCausalLM", 16}, {"tiny_qwen3_moe", "Qwen3MoeForCausalLM", 16}};
 
 std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 
@@ -67,7 +69,7 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
                                                                        : std::vector<bool>{};
   EXPECT_EQ(l.sliding_layers, sliding);
   EXPECT_EQ(l.attention_bias, name == "tiny_llama3");
-  EXPECT_EQ(l.qk_norm, name == "tiny_qwen3" || name == "tiny_gemma3");
+  EXPECT_EQ(l.qk_norm, name.starts_with("tiny_qwen3") || name == "tiny_gemma3");
   const bool gemma = name.starts_with("tiny_gemma"), gemma23 = name == "tiny_gemma2" || name == "tiny_gemma3";
   EXPECT_EQ(l.gemma, gemma);
   EXPECT_EQ(l.tied_head, name == "tiny_llama3" || name == "tiny_qwen3" || gemma);
@@ -77,7 +79,24 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   EXPECT_EQ(l.logit_softcap, name == "tiny_gemma2" ? 3.0 : 0.0);
   EXPECT_EQ(l.rope_local_theta, name == "tiny_gemma3" ? 10000.0 : 0.0);
   const int64_t head_dim = l.head_size();
-  EXPECT_EQ(head_dim, name == "tiny_qwen3" || gemma ? 16 : 8);
+  EXPECT_EQ(head_dim, name.starts_with("tiny_qwen3") || gemma ? 16 : 8);
+  // The mixtures of experts (gen_hf_family_golden.py): Mixtral's 4 of width 48, top 2
+  // renormalised, every layer; Qwen2-MoE's 6 of 24, top 3 as they are, a shared expert of 40,
+  // layer 1 dense; Qwen3-MoE's 6 of 24, top 2 renormalised, layer 0 dense.
+  const nn::LlamaConfig::Experts& x = l.experts;
+  const bool mixtral = name == "tiny_mixtral", qwen2_moe = name == "tiny_qwen2_moe",
+             qwen3_moe = name == "tiny_qwen3_moe";
+  EXPECT_EQ(x.count, mixtral ? 4 : qwen2_moe || qwen3_moe ? 6 : 0);
+  if (x.count > 0) {
+    EXPECT_EQ(x.top_k, qwen2_moe ? 3 : 2);
+    EXPECT_EQ(x.hidden, mixtral ? 0 : 24);
+    EXPECT_EQ(x.normalize, !qwen2_moe);
+    EXPECT_EQ(x.shared_hidden, qwen2_moe ? 40 : 0);
+    const std::vector<bool> moe_layers = mixtral     ? std::vector<bool>{}
+                                         : qwen2_moe ? std::vector<bool>{true, false}
+                                                     : std::vector<bool>{false, true};
+    EXPECT_EQ(l.moe_layers, moe_layers);
+  }
   const int64_t rotary_dim = l.rotary_dim > 0 ? l.rotary_dim : head_dim;
   EXPECT_EQ(rotary_dim, name == "tiny_phi3_longrope" ? 4 : head_dim);
 

@@ -305,7 +305,8 @@ TEST(Pretrained, Errors) {
     EXPECT_HAS(e, "BertForMaskedLM");
     EXPECT_HAS(e,
                "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-               "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, GPT2LMHeadModel, "
+               "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, "
+               "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GPT2LMHeadModel, "
                "MambaForCausalLM");
   }
   {

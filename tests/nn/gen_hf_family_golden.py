@@ -90,6 +90,21 @@ MODELS = {
         hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=12, sliding_window=3,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         tie_word_embeddings=True)),
+    # Mixtures of experts. Mixtral: 4 experts of intermediate_size in every layer, top 2
+    # renormalised. Qwen2-MoE: 6 experts of 24, top 3 not renormalised, a gated shared expert
+    # of 40, layer 1 dense (mlp_only_layers). Qwen3-MoE: 6 experts, top 2 renormalised, experts
+    # in every second layer (decoder_sparse_step 2: layer 0 dense), its own head_dim.
+    "tiny_mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(
+        **COMMON, max_position_embeddings=16, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=None, tie_word_embeddings=False, rope_parameters=rope("default"))),
+    "tiny_qwen2_moe": lambda: tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
+        **COMMON, max_position_embeddings=16, num_experts=6, num_experts_per_tok=3,
+        moe_intermediate_size=24, shared_expert_intermediate_size=40, mlp_only_layers=[1],
+        norm_topk_prob=False, tie_word_embeddings=False, rope_parameters=rope("default"))),
+    "tiny_qwen3_moe": lambda: tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+        **COMMON, head_dim=16, max_position_embeddings=16, num_experts=6, num_experts_per_tok=2,
+        moe_intermediate_size=24, decoder_sparse_step=2, norm_topk_prob=True,
+        tie_word_embeddings=False, rope_parameters=rope("default"))),
 }
 
 # Models whose attention transformers only computes in full with its eager implementation.
@@ -106,6 +121,8 @@ for name, make in MODELS.items():
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
+            if n.endswith("mlp.gate.weight"):  # routers (Qwen's start at zero): decisive choices
+                p.normal_(0.0, 1.0)
         logits = model(input_ids=IDS, use_cache=False).logits.float()
         # Read before generate: past the original context longrope swaps in its long factors.
         # Gemma 3 keeps one table per layer type: the full-attention layers' is compared.

@@ -115,57 +115,66 @@ TEST(Llama, ConfigurationAndShapeErrors) {
 }
 
 // d(loss)/dθ along a random ±1 direction u of each parameter tensor, autograd's Σ g·u against
-// (L(θ + h·u) − L(θ − h·u)) / 2h, on the double-precision reference with biases everywhere.
+// (L(θ + h·u) − L(θ − h·u)) / 2h, on the double-precision reference: with biases everywhere,
+// and with a mixture of experts (top 2 of 3, renormalised, a gated shared expert) in layer 0.
 TEST(Llama, GradientsMatchCentralDifferences) {
-  const nn::LlamaConfig c{.vocab = 11,
-                          .seq_len = 6,
-                          .layers = 2,
-                          .d_model = 8,
-                          .heads = 2,
-                          .kv_heads = 1,
-                          .mlp_hidden = 12,
-                          .rope_theta = 100.0,
-                          .attention_bias = true,
-                          .mlp_bias = true};
-  nn::Llama model(c);
-  Program ref = compile_train(model, [&model](Tensor ids, Tensor t) { return model.loss(ids, t); },
-                              {.inputs = {{"ids", {2, 5}, DType::kI32}, {"targets", {2, 5}, DType::kI32}},
-                               .optimizer = GradientsOnly{},
-                               .device = Device::ref()});
-  // Larger values than the init's make larger, better measured derivatives.
-  std::map<std::string, HostTensor> params = ref.download_params();
-  uint32_t seed = 1;
-  for (auto& [name, t] : params) {
-    std::vector<float> v = tg::testing::uniform_values(t.f32().size(), seed++);
-    if (name.find("norm") != std::string::npos)
-      for (float& x : v) x = 1.f + 0.3f * x;
-    t = HostTensor::f32(std::move(v), t.shape());
+  nn::LlamaConfig moe{
+      .vocab = 11, .seq_len = 6, .layers = 2, .d_model = 8, .heads = 2, .kv_heads = 1, .mlp_hidden = 12};
+  moe.experts = {.count = 3, .top_k = 2, .hidden = 6, .normalize = true, .shared_hidden = 5};
+  moe.moe_layers = {true, false};
+  for (const nn::LlamaConfig& c : {nn::LlamaConfig{.vocab = 11,
+                                  .seq_len = 6,
+                                  .layers = 2,
+                                  .d_model = 8,
+                                  .heads = 2,
+                                  .kv_heads = 1,
+                                  .mlp_hidden = 12,
+                                  .rope_theta = 100.0,
+                                  .attention_bias = true,
+                                  .mlp_bias = true},
+                                   moe}) {
+    nn::Llama model(c);
+    Program ref = compile_train(model, [&model](Tensor ids, Tensor t) { return model.loss(ids, t); },
+                                {.inputs = {{"ids", {2, 5}, DType::kI32}, {"targets", {2, 5}, DType::kI32}},
+                                 .optimizer = GradientsOnly{},
+                                 .device = Device::ref()});
+    // Larger values than the init's make larger, better measured derivatives.
+    std::map<std::string, HostTensor> params = ref.download_params();
+    uint32_t seed = 1;
+    for (auto& [name, t] : params) {
+      std::vector<float> v = tg::testing::uniform_values(t.f32().size(), seed++);
+      if (name.find("norm") != std::string::npos)
+        for (float& x : v) x = 1.f + 0.3f * x;
+      t = HostTensor::f32(std::move(v), t.shape());
+    }
+    ref.upload_params(params);
+    const std::vector<int32_t> ids{1, 4, 9, 2, 7, 3, 3, 10, 0, 5}, targets{4, 9, 2, 7, 1, 3, 10, 0, 5, 6};
+    const Feeds feeds{{"ids", ids}, {"targets", targets}};  // Feeds views the vectors
+    Captures grads;
+    ref.step(feeds, {.captures = &grads});
+    // The experts' choice is discontinuous (a top-k can flip within a step): smaller steps there.
+    const float h = c.experts.count ? 1e-4f : 1e-3f;
+    double worst = 0;
+    for (const auto& [name, t] : params) {
+      const std::vector<float> u = tg::testing::uniform_values(t.f32().size(), 100 + seed++);
+      const std::span<const float> g = grads.at("grad/" + name).f32();
+      double exact = 0;
+      for (size_t i = 0; i < u.size(); ++i) exact += double(g[i]) * (u[i] < 0 ? -1.0 : 1.0);
+      auto loss_at = [&](float step) {
+        std::vector<float> v(t.f32().begin(), t.f32().end());
+        for (size_t i = 0; i < v.size(); ++i) v[i] += u[i] < 0 ? -step : step;
+        ref.upload_params({{name, HostTensor::f32(std::move(v), t.shape())}}, {.partial = true});
+        return static_cast<double>(ref.step(feeds));
+      };
+      const double fd = (loss_at(h) - loss_at(-h)) / (2.0 * h);
+      ref.upload_params({{name, t}}, {.partial = true});
+      EXPECT_NEAR(exact, fd, 2e-3 * std::fabs(fd) + 2e-3)
+          << name << ": autograd " << exact << ", difference " << fd;
+      worst = std::max(worst, std::fabs(exact - fd) / std::max(std::fabs(fd), 1.0));
+    }
+    std::printf("  worst |autograd − central difference| / max(|difference|, 1): %.2e (%s)\n", worst,
+                c.experts.count ? "experts" : "biases");
   }
-  ref.upload_params(params);
-  const std::vector<int32_t> ids{1, 4, 9, 2, 7, 3, 3, 10, 0, 5}, targets{4, 9, 2, 7, 1, 3, 10, 0, 5, 6};
-  const Feeds feeds{{"ids", ids}, {"targets", targets}};  // Feeds views the vectors
-  Captures grads;
-  ref.step(feeds, {.captures = &grads});
-  const float h = 1e-3f;
-  double worst = 0;
-  for (const auto& [name, t] : params) {
-    const std::vector<float> u = tg::testing::uniform_values(t.f32().size(), 100 + seed++);
-    const std::span<const float> g = grads.at("grad/" + name).f32();
-    double exact = 0;
-    for (size_t i = 0; i < u.size(); ++i) exact += double(g[i]) * (u[i] < 0 ? -1.0 : 1.0);
-    auto loss_at = [&](float step) {
-      std::vector<float> v(t.f32().begin(), t.f32().end());
-      for (size_t i = 0; i < v.size(); ++i) v[i] += u[i] < 0 ? -step : step;
-      ref.upload_params({{name, HostTensor::f32(std::move(v), t.shape())}}, {.partial = true});
-      return static_cast<double>(ref.step(feeds));
-    };
-    const double fd = (loss_at(h) - loss_at(-h)) / (2.0 * h);
-    ref.upload_params({{name, t}}, {.partial = true});
-    EXPECT_NEAR(exact, fd, 2e-3 * std::fabs(fd) + 2e-3)
-        << name << ": autograd " << exact << ", difference " << fd;
-    worst = std::max(worst, std::fabs(exact - fd) / std::max(std::fabs(fd), 1.0));
-  }
-  std::printf("  worst |autograd − central difference| / max(|difference|, 1): %.2e\n", worst);
 }
 
 // Adam on one batch: the loss falls; with every layer a recompute region the losses are the same.
