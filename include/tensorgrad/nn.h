@@ -407,6 +407,15 @@ struct LlamaConfig {
   /// The sliding layers' own RoPE base, without rope_scaling (Gemma 3's local layers); 0: the
   /// same rotation as the others.
   double rope_local_theta = 0;
+  /// With qk_norm: one RMSNorm over all heads' features (q_norm [heads·head_dim], k_norm
+  /// [kv_heads·head_dim], before the heads are split: OLMo 2) instead of each head's.
+  bool qk_norm_whole = false;
+  /// OLMo 2: no input_layernorm; post_attention_layernorm normalises the attention's output and
+  /// post_feedforward_layernorm the MLP's, each before its residual add.
+  bool post_norms = false;
+  /// Granite: the embeddings × embedding_multiplier, each residual branch × residual_multiplier,
+  /// the logits ÷ logits_scaling (with attention_scale as its attention_multiplier).
+  double embedding_multiplier = 1.0, residual_multiplier = 1.0, logits_scaling = 1.0;
   /// A mixture of experts in place of the MLP (Mixtral, Qwen2-MoE, Qwen3-MoE) in the layers
   /// `moe_layers` marks (empty: every layer): a router `mlp.gate` [count, d_model] scores the
   /// experts, softmax over them, the top_k most likely kept (renormalised to sum 1 with
@@ -479,19 +488,21 @@ class LlamaMoe : public Module {
 };
 
 /// A pre-norm decoder layer: h = x + self_attn(input_layernorm(x)), then
-/// h + mlp(post_attention_layernorm(h)).
+/// h + mlp(post_attention_layernorm(h)) (LlamaConfig's sandwich_norms and post_norms place the
+/// norms otherwise).
 class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
-  RMSNorm input_layernorm;
+  std::unique_ptr<RMSNorm> input_layernorm;  // not with post_norms
   LlamaAttention self_attn;
   RMSNorm post_attention_layernorm;
   /// "mlp": the dense MLP, or in a layer of experts (LlamaConfig::experts) the mixture.
   std::unique_ptr<LlamaMlp> mlp;
   std::unique_ptr<LlamaMoe> moe;
   std::unique_ptr<RMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich_norms
+  double residual_multiplier = 1.0;                                                // Granite's
 
  private:
   Tensor residuals(const Tensor& x, const Tensor& attended, Loc loc) const;  // both residual adds

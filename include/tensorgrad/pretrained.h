@@ -12,7 +12,7 @@
 //                                     scaling linear / llama3 / yarn / longrope)
 //   MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM,
 //   Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM,
-//   Qwen3MoeForCausalLM
+//   Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM
 //                     → nn::Llama    (with the flags of nn::LlamaConfig each needs; Phi-3's fused
 //                                     qkv_proj and gate_up_proj split by rows; sliding windows
 //                                     in the layers layer_types names; longrope's context ends

@@ -318,6 +318,9 @@ const std::vector<Family>& families() {
                                        {"MixtralForCausalLM", "mixtral", load_llama_family},
                                        {"Qwen2MoeForCausalLM", "qwen2_moe", load_llama_family},
                                        {"Qwen3MoeForCausalLM", "qwen3_moe", load_llama_family},
+                                       {"GraniteForCausalLM", "granite", load_llama_family},
+                                       {"Olmo2ForCausalLM", "olmo2", load_llama_family},
+                                       {"Olmo3ForCausalLM", "olmo3", load_llama_family},
                                        {"GPT2LMHeadModel", "gpt2", load_gpt2},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;

@@ -15,6 +15,12 @@
 //   Qwen2MoeForCausalLM Qwen2 with experts (and a gated shared expert) where decoder_sparse_step
 //                       and mlp_only_layers put them
 //   Qwen3MoeForCausalLM Qwen3 likewise, without the shared expert
+//   GraniteForCausalLM  Llama with multipliers on the embeddings, the residual branches, the
+//                       attention's scale and (a divisor) the logits
+//   Olmo2ForCausalLM    norms after attention and MLP instead of before; q/k norms across the
+//                       heads
+//   Olmo3ForCausalLM    OLMo 2's with sliding windows where layer_types says, the RoPE settings
+//                       per layer type as Gemma 3's
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
 // computed as transformers 5 computes it; longrope caps the context at the original one (past
 // it transformers changes the frequencies). dynamic is refused.
@@ -35,6 +41,7 @@ struct Flavor {
   bool mistral = false, qwen2 = false, qwen3 = false, phi3 = false;
   bool gemma1 = false, gemma2 = false, gemma3 = false;
   bool mixtral = false, qwen2_moe = false, qwen3_moe = false;
+  bool granite = false, olmo2 = false, olmo3 = false;
   bool gemma() const { return gemma1 || gemma2 || gemma3; }
 };
 
@@ -53,7 +60,10 @@ Flavor flavor_of(const std::string& architecture) {
           .gemma3 = architecture == "Gemma3ForCausalLM",
           .mixtral = mixtral,
           .qwen2_moe = qwen2_moe,
-          .qwen3_moe = qwen3_moe};
+          .qwen3_moe = qwen3_moe,
+          .granite = architecture == "GraniteForCausalLM",
+          .olmo2 = architecture == "Olmo2ForCausalLM" || architecture == "Olmo3ForCausalLM",
+          .olmo3 = architecture == "Olmo3ForCausalLM"};
 }
 
 // The experts: Mixtral's num_local_experts in every layer (always renormalised); Qwen-MoE's
@@ -219,8 +229,9 @@ Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t
   if (std::find(s.layers.begin(), s.layers.end(), true) == s.layers.end()) return {};
   const bool absent = !c.contains("sliding_window");
   // (Mixtral's default is none.)
-  s.window = absent ? ((k.mistral && !k.mixtral) || k.qwen2 || k.qwen3 || k.gemma2 || k.gemma3 ? 4096 : 0)
-                    : field<int64_t>(c, f, "sliding_window", 0);
+  s.window =
+      absent ? ((k.mistral && !k.mixtral) || k.qwen2 || k.qwen3 || k.gemma2 || k.gemma3 || k.olmo3 ? 4096 : 0)
+             : field<int64_t>(c, f, "sliding_window", 0);
   if (s.window < 0) fail(f, "config.json: sliding_window " + std::to_string(s.window) + " is negative");
   return s.window > 0 ? s : Sliding{};
 }
@@ -230,13 +241,13 @@ Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t
 // rope_local_base_freq. Sets l.rope_local_theta; returns config.json with the full layers'
 // settings where read_rope looks for them.
 json gemma3_global_rope(const json& c, const std::string& f, const Flavor& k, nn::LlamaConfig& l) {
-  if (!k.gemma3) return c;
+  if (!k.gemma3 && !k.olmo3) return c;  // OLMo 3 nests its settings per layer type likewise
   const json* nested = c.contains("rope_parameters") && c["rope_parameters"].is_object() &&
                                c["rope_parameters"].contains("full_attention")
                            ? &c["rope_parameters"]
                            : nullptr;
   if (!nested) {
-    l.rope_local_theta = field<double>(c, f, "rope_local_base_freq", 10000.0);
+    if (k.gemma3) l.rope_local_theta = field<double>(c, f, "rope_local_base_freq", 10000.0);
     return c;
   }
   json out = c;
@@ -325,8 +336,21 @@ void load_llama_family(Model& m, const json& c) {
   // always has them on q/k/v alone; Mistral and Phi-3 have none.
   l.qkv_bias = k.qwen2 && (!k.qwen2_moe || field<bool>(c, f, "qkv_bias", true));
   if (!k.qwen2 && !k.mistral && !k.phi3) l.attention_bias = field<bool>(c, f, "attention_bias", false);
-  if (m.architecture == "LlamaForCausalLM") l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
-  l.qk_norm = k.qwen3 || k.gemma3;
+  if (m.architecture == "LlamaForCausalLM" || k.granite) l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
+  l.qk_norm = k.qwen3 || k.gemma3 || k.olmo2;
+  l.qk_norm_whole = k.olmo2;
+  l.post_norms = k.olmo2;
+  if (k.granite) {  // 1.0 when missing or null, as GraniteConfig's defaults
+    const auto multiplier = [&](const char* key) {
+      const double v = field<double>(c, f, key, 1.0);
+      if (!(v > 0)) fail(f, std::string("config.json: ") + key + " must be a positive number");
+      return v;
+    };
+    l.embedding_multiplier = multiplier("embedding_multiplier");
+    l.residual_multiplier = multiplier("residual_multiplier");
+    l.logits_scaling = multiplier("logits_scaling");
+    l.attention_scale = multiplier("attention_multiplier");
+  }
   l.gemma = k.gemma();
   if (k.gemma() && field<bool>(c, f, "use_bidirectional_attention", false))
     fail(

@@ -83,6 +83,9 @@ std::string config_json_of(const nn::LlamaConfig& c) {
   refuse_if(c.sliding_window != 0, "sliding windows (sliding_window)");
   refuse_if(c.rotary_dim != 0 && c.rotary_dim != c.head_size(), "a partial rotation (rotary_dim)");
   refuse_if(c.experts.count > 0, "a mixture of experts (experts: Mixtral, Qwen-MoE)");
+  refuse_if(c.post_norms || c.qk_norm_whole, "OLMo 2's norms (post_norms, qk_norm_whole)");
+  refuse_if(c.embedding_multiplier != 1 || c.residual_multiplier != 1 || c.logits_scaling != 1,
+            "Granite's multipliers (embedding_multiplier, residual_multiplier, logits_scaling)");
   const int64_t hd = c.head_size();
   refuse_if(
       c.attention_scale != 0 && std::abs(c.attention_scale * std::sqrt(static_cast<double>(hd)) - 1) > 1e-12,

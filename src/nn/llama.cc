@@ -37,15 +37,22 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
       v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
       o_proj(*this, "o_proj", heads * head_dim, c.d_model, llama_linear(c.attention_bias)) {
   if (c.qk_norm) {
-    q_norm = std::make_unique<RMSNorm>(*this, "q_norm", head_dim, c.rms_eps, c.gemma);
-    k_norm = std::make_unique<RMSNorm>(*this, "k_norm", head_dim, c.rms_eps, c.gemma);
+    const int64_t q_width = c.qk_norm_whole ? heads * head_dim : head_dim,
+                  k_width = c.qk_norm_whole ? kv_heads * head_dim : head_dim;
+    q_norm = std::make_unique<RMSNorm>(*this, "q_norm", q_width, c.rms_eps, c.gemma);
+    k_norm = std::make_unique<RMSNorm>(*this, "k_norm", k_width, c.rms_eps, c.gemma);
   }
 }
 
+// The projection, normalised per head (Qwen3, Gemma 3) or across the heads (OLMo 2: the norm's
+// width tells), split into heads.
 Tensor LlamaAttention::queries_keys(const Tensor& x, bool keys, Loc loc) const {
-  Tensor t = split_heads((keys ? k_proj : q_proj)(x, loc), keys ? kv_heads : heads, loc);
+  Tensor t = (keys ? k_proj : q_proj)(x, loc);
   const std::unique_ptr<RMSNorm>& norm = keys ? k_norm : q_norm;
-  return norm ? (*norm)(t, loc) : t;
+  const bool whole = norm && norm->weight.shape()[0] != head_dim;
+  if (whole) t = (*norm)(t, loc);
+  t = split_heads(t, keys ? kv_heads : heads, loc);
+  return norm && !whole ? (*norm)(t, loc) : t;
 }
 
 Tensor LlamaAttention::rotated(const Tensor& t, const std::function<Tensor(const Tensor&)>& rotate,
@@ -148,39 +155,48 @@ Tensor LlamaMoe::operator()(const Tensor& x, Loc loc) const {
 
 LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c)
     : Module(parent, std::move(name)),
-      input_layernorm(*this, "input_layernorm", c.d_model, c.rms_eps, c.gemma),
       self_attn(*this, "self_attn", c),
       post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps, c.gemma) {
+  if (!c.post_norms)
+    input_layernorm = std::make_unique<RMSNorm>(*this, "input_layernorm", c.d_model, c.rms_eps, c.gemma);
   if (c.experts.count > 0)
     moe = std::make_unique<LlamaMoe>(*this, "mlp", c);
   else
     mlp = std::make_unique<LlamaMlp>(*this, "mlp", c);
-  if (c.sandwich_norms) {
+  if (c.sandwich_norms)
     pre_feedforward_layernorm =
         std::make_unique<RMSNorm>(*this, "pre_feedforward_layernorm", c.d_model, c.rms_eps, c.gemma);
+  if (c.sandwich_norms || c.post_norms)
     post_feedforward_layernorm =
         std::make_unique<RMSNorm>(*this, "post_feedforward_layernorm", c.d_model, c.rms_eps, c.gemma);
-  }
+  residual_multiplier = c.residual_multiplier;
 }
 
 // Llama: h = x + attn, out = h + mlp(post_attention_layernorm(h)). Sandwich (Gemma 2, 3):
-// h = x + post_attention_layernorm(attn), out = h + post_ff(mlp(pre_ff(h))).
+// h = x + post_attention_layernorm(attn), out = h + post_ff(mlp(pre_ff(h))). Post (OLMo 2):
+// h = x + post_attention_layernorm(attn), out = h + post_ff(mlp(h)). Each branch is scaled by
+// residual_multiplier first (Granite; 1 elsewhere).
 Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& attended, Loc loc) const {
   const auto mlp = [this](const Tensor& h, Loc l) { return moe ? (*moe)(h, l) : (*this->mlp)(h, l); };
-  if (!pre_feedforward_layernorm) {
-    Tensor h = add(x, attended, loc);
-    return add(h, mlp(post_attention_layernorm(h, loc), loc), loc);
+  const auto branch = [&](const Tensor& t) {
+    return residual_multiplier == 1.0 ? t : mul(t, residual_multiplier, loc);
+  };
+  if (!post_feedforward_layernorm) {
+    Tensor h = add(x, branch(attended), loc);
+    return add(h, branch(mlp(post_attention_layernorm(h, loc), loc)), loc);
   }
-  Tensor h = add(x, post_attention_layernorm(attended, loc), loc);
-  return add(h, (*post_feedforward_layernorm)(mlp((*pre_feedforward_layernorm)(h, loc), loc), loc), loc);
+  Tensor h = add(x, branch(post_attention_layernorm(attended, loc)), loc);
+  Tensor in = pre_feedforward_layernorm ? (*pre_feedforward_layernorm)(h, loc) : h;
+  return add(h, branch((*post_feedforward_layernorm)(mlp(in, loc), loc)), loc);
 }
 
 Tensor LlamaDecoderLayer::operator()(const Tensor& x, Loc loc) const {
-  return residuals(x, self_attn(input_layernorm(x, loc), loc), loc);
+  return residuals(x, self_attn(input_layernorm ? (*input_layernorm)(x, loc) : x, loc), loc);
 }
 
 Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
-  return residuals(x, self_attn.cached(input_layernorm(x, loc), pos, cache_len, loc), loc);
+  return residuals(x, self_attn.cached(input_layernorm ? (*input_layernorm)(x, loc) : x, pos, cache_len, loc),
+                   loc);
 }
 
 Llama::Llama(LlamaConfig c) : config(c) { build(); }
@@ -210,6 +226,11 @@ void Llama::build() {
   if (c.attention_scale < 0 || c.attention_softcap < 0 || c.logit_softcap < 0 || c.rope_local_theta < 0)
     throw ShapeError(where +
                      ": attention_scale, attention_softcap, logit_softcap and rope_local_theta must be >= 0");
+  if (!(c.embedding_multiplier > 0) || !(c.residual_multiplier > 0) || !(c.logits_scaling > 0))
+    throw ShapeError(where + ": embedding_multiplier, residual_multiplier and logits_scaling must be > 0");
+  if (c.sandwich_norms && c.post_norms)
+    throw ShapeError(where + ": sandwich_norms and post_norms exclude each other");
+  if (c.qk_norm_whole && !c.qk_norm) throw ShapeError(where + ": qk_norm_whole needs qk_norm");
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
   if (c.sliding_window < 0 ||
@@ -257,13 +278,15 @@ Tensor Llama::logits(const Tensor& ids, Loc loc) const {
 Tensor Llama::embed(const Tensor& ids, Loc loc) const {
   Tensor x = (*embed_tokens_)(ids, loc);
   // Gemma: × √d_model, the factor rounded to f32 first as Hugging Face's is.
-  return config.gemma ? mul(x, static_cast<double>(std::sqrt(static_cast<float>(config.d_model))), loc) : x;
+  if (config.gemma) x = mul(x, static_cast<double>(std::sqrt(static_cast<float>(config.d_model))), loc);
+  return config.embedding_multiplier == 1.0 ? x : mul(x, config.embedding_multiplier, loc);
 }
 
 Tensor Llama::head(const Tensor& x, Loc loc) const {
   Tensor y = (*norm_)(x, loc);
   Tensor logits = lm_head_ ? (*lm_head_)(y, loc)
                            : matmul(y, transpose(embed_tokens_->weight.tensor(loc), -2, -1, loc), loc);
+  if (config.logits_scaling != 1.0) logits = div(logits, config.logits_scaling, loc);
   const double cap = config.logit_softcap;
   return cap > 0 ? mul(tanh(div(logits, cap, loc), loc), cap, loc) : logits;
 }

@@ -3,7 +3,8 @@
 // rescaling, q/k/v/o biases and a tied head; Qwen2 (q/k/v biases); Qwen3 (q/k norms, its own
 // head_dim, YaRN); Mistral (a sliding window, linear RoPE scaling); Phi-3 (fused projections);
 // Gemma ((1 + w) norms, scaled embeddings, tanh-GELU gate); Gemma 2 and 3; the mixtures of
-// experts Mixtral, Qwen2-MoE and Qwen3-MoE. For each: the RoPE frequencies
+// experts Mixtral, Qwen2-MoE and Qwen3-MoE; Granite's multipliers; OLMo 2's and 3's norms
+// after each branch. For each: the RoPE frequencies
 // equal those transformers used, the logits equal transformers' on every backend (1e-4), a
 // greedy Generator gives transformers' greedy ids, and the KV-cached logits equal the full
 // forward on every prefix.
@@ -41,7 +42,9 @@ const Case kCases[] = {
     {"tiny_phi3_longrope", "Phi3ForCausalLM", 8},  {"tiny_mistral_window", "MistralForCausalLM", 32},
     {"tiny_qwen2_window", "Qwen2ForCausalLM", 16}, {"tiny_gemma2", "Gemma2ForCausalLM", 16},
     {"tiny_gemma3", "Gemma3ForCausalLM", 16},      {"tiny_mixtral", "MixtralForCausalLM", 16},
-    {"tiny_qwen2_moe", "Qwen2MoeForCausalLM", 16}, {"tiny_qwen3_moe", "Qwen3MoeForCausalLM", 16}};
+    {"tiny_qwen2_moe", "Qwen2MoeForCausalLM", 16}, {"tiny_qwen3_moe", "Qwen3MoeForCausalLM", 16},
+    {"tiny_granite", "GraniteForCausalLM", 16},    {"tiny_olmo2", "Olmo2ForCausalLM", 16},
+    {"tiny_olmo3", "Olmo3ForCausalLM", 16}};
 
 std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 
@@ -60,24 +63,39 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   EXPECT_EQ(l.qkv_bias, name.starts_with("tiny_qwen2"));
   // Sliding windows: Mistral's in every layer (16 for tiny_mistral: its 7-token prompts do not
   // reach it), Qwen2's from max_window_layers = 1 on, Gemma 2's and 3's where layer_types says.
-  const bool windows_of_3 = name.ends_with("_window") || name == "tiny_gemma2" || name == "tiny_gemma3";
+  const bool windows_of_3 =
+      name.ends_with("_window") || name == "tiny_gemma2" || name == "tiny_gemma3" || name == "tiny_olmo3";
   EXPECT_EQ(l.sliding_window, name == "tiny_mistral" ? 16 : windows_of_3 ? 3 : 0);
   const std::vector<bool> sliding = name == "tiny_qwen2_window"        ? std::vector<bool>{false, true}
                                     : name.starts_with("tiny_mistral") ? std::vector<bool>{true, true}
                                     : name == "tiny_gemma2"            ? std::vector<bool>{true, false}
                                     : name == "tiny_gemma3"            ? std::vector<bool>{true, false, true}
+                                    : name == "tiny_olmo3"             ? std::vector<bool>{true, false}
                                                                        : std::vector<bool>{};
   EXPECT_EQ(l.sliding_layers, sliding);
-  EXPECT_EQ(l.attention_bias, name == "tiny_llama3");
-  EXPECT_EQ(l.qk_norm, name.starts_with("tiny_qwen3") || name == "tiny_gemma3");
+  EXPECT_EQ(l.attention_bias, name == "tiny_llama3" || name == "tiny_olmo2");
+  EXPECT_EQ(l.mlp_bias, name == "tiny_granite");
+  const bool olmo = name.starts_with("tiny_olmo");
+  EXPECT_EQ(l.qk_norm, name.starts_with("tiny_qwen3") || name == "tiny_gemma3" || olmo);
+  EXPECT_EQ(l.qk_norm_whole, olmo);
+  EXPECT_EQ(l.post_norms, olmo);
+  const bool granite = name == "tiny_granite";  // its multipliers (gen_hf_family_golden.py)
+  EXPECT_EQ(l.embedding_multiplier, granite ? 2.0 : 1.0);
+  EXPECT_EQ(l.residual_multiplier, granite ? 0.5 : 1.0);
+  EXPECT_EQ(l.logits_scaling, granite ? 4.0 : 1.0);
   const bool gemma = name.starts_with("tiny_gemma"), gemma23 = name == "tiny_gemma2" || name == "tiny_gemma3";
   EXPECT_EQ(l.gemma, gemma);
   EXPECT_EQ(l.tied_head, name == "tiny_llama3" || name == "tiny_qwen3" || gemma);
   EXPECT_EQ(l.sandwich_norms, gemma23);
-  EXPECT_DOUBLE_EQ(l.attention_scale, gemma23 ? 1.0 / std::sqrt(12.0) : 0.0);  // query_pre_attn_scalar 12
+  EXPECT_DOUBLE_EQ(l.attention_scale, gemma23   ? 1.0 / std::sqrt(12.0)
+                                      : granite ? 0.3
+                                                : 0.0);  // query_pre_attn_scalar 12
   EXPECT_EQ(l.attention_softcap, name == "tiny_gemma2" ? 5.0 : 0.0);
   EXPECT_EQ(l.logit_softcap, name == "tiny_gemma2" ? 3.0 : 0.0);
-  EXPECT_EQ(l.rope_local_theta, name == "tiny_gemma3" ? 10000.0 : 0.0);
+  EXPECT_EQ(l.rope_local_theta, name == "tiny_gemma3" || name == "tiny_olmo3" ? 10000.0 : 0.0);
+  if (name == "tiny_olmo3") {
+    EXPECT_EQ(l.rope_theta, 500.0);
+  }
   const int64_t head_dim = l.head_size();
   EXPECT_EQ(head_dim, name.starts_with("tiny_qwen3") || gemma ? 16 : 8);
   // The mixtures of experts (gen_hf_family_golden.py): Mixtral's 4 of width 48, top 2

@@ -59,10 +59,10 @@ nlohmann::json read_json(const fs::path& p) {
 }
 
 const char* const kFixtures[] = {
-    "tiny_llama",          "tiny_gpt2",         "tiny_mamba",  "tiny_llama3", "tiny_qwen2",
-    "tiny_qwen3",          "tiny_mistral",      "tiny_phi3",   "tiny_gemma",  "tiny_phi3_longrope",
-    "tiny_mistral_window", "tiny_qwen2_window", "tiny_gemma2", "tiny_gemma3", "tiny_mixtral",
-    "tiny_qwen2_moe",      "tiny_qwen3_moe"};
+    "tiny_llama",          "tiny_gpt2",         "tiny_mamba",   "tiny_llama3", "tiny_qwen2",
+    "tiny_qwen3",          "tiny_mistral",      "tiny_phi3",    "tiny_gemma",  "tiny_phi3_longrope",
+    "tiny_mistral_window", "tiny_qwen2_window", "tiny_gemma2",  "tiny_gemma3", "tiny_mixtral",
+    "tiny_qwen2_moe",      "tiny_qwen3_moe",    "tiny_granite", "tiny_olmo2",  "tiny_olmo3"};
 
 class Resave : public ::testing::TestWithParam<const char*> {};
 

@@ -105,6 +105,22 @@ MODELS = {
         **COMMON, head_dim=16, max_position_embeddings=16, num_experts=6, num_experts_per_tok=2,
         moe_intermediate_size=24, decoder_sparse_step=2, norm_topk_prob=True,
         tie_word_embeddings=False, rope_parameters=rope("default"))),
+    # Granite: multipliers on the embeddings (2), the residual branches (0.5), the attention's
+    # scale (0.3 for 1/sqrt(8)) and a divisor of the logits (4); MLP biases.
+    "tiny_granite": lambda: tf.GraniteForCausalLM(tf.GraniteConfig(
+        **COMMON, max_position_embeddings=16, embedding_multiplier=2.0, residual_multiplier=0.5,
+        attention_multiplier=0.3, logits_scaling=4.0, mlp_bias=True, tie_word_embeddings=False,
+        rope_parameters=rope("default"))),
+    # OLMo 2: norms after the attention and the MLP, q/k norms across the heads; attention biases.
+    "tiny_olmo2": lambda: tf.Olmo2ForCausalLM(tf.Olmo2Config(
+        **COMMON, max_position_embeddings=16, attention_bias=True, tie_word_embeddings=False,
+        rope_parameters=rope("default"))),
+    # OLMo 3: OLMo 2's with a window of 3 in layer 0 and the RoPE base per layer type.
+    "tiny_olmo3": lambda: tf.Olmo3ForCausalLM(tf.Olmo3Config(
+        **COMMON, max_position_embeddings=16, sliding_window=3, tie_word_embeddings=False,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": rope("default"),
+                         "full_attention": {"rope_type": "default", "rope_theta": 500.0}})),
 }
 
 # Models whose attention transformers only computes in full with its eager implementation.
