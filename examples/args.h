@@ -73,6 +73,8 @@ struct Args {
     return {.temperature = static_cast<float>(num("temperature", 0.8)),
             .top_k = static_cast<int32_t>(num("top-k", 0)),
             .top_p = static_cast<float>(num("top-p", 0.95)),
+            .min_p = static_cast<float>(num("min-p", 0)),
+            .repetition_penalty = static_cast<float>(num("repetition-penalty", 1)),
             .seed = static_cast<uint32_t>(num("seed", 0))};
   }
 };

@@ -3,7 +3,8 @@
 // to the terminal as it is sampled, then the speed in tokens/s.
 //
 //   ./generate --model <folder> --prompt "Once upon a time" [--max-new-tokens 100]
-//              [--temperature 0.8] [--top-k 0] [--top-p 0.95] [--seed 0]
+//              [--temperature 0.8] [--top-k 0] [--top-p 0.95] [--min-p 0]
+//              [--repetition-penalty 1] [--seed 0]
 //              [--device cpu|cuda] [--precision fp32|bf16]
 //
 // --temperature 0 is greedy. Generation stops at the tokenizer's end-of-sequence token (else the
@@ -24,11 +25,15 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: generate --model FOLDER --prompt TEXT [--max-new-tokens 100] [--temperature 0.8]\n"
-    "                [--top-k 0] [--top-p 0.95] [--seed 0] [--device cpu|cuda] [--precision fp32|bf16]\n"
+    "                [--top-k 0] [--top-p 0.95] [--min-p 0] [--repetition-penalty 1] [--seed 0]\n"
+    "                [--device cpu|cuda] [--precision fp32|bf16]\n"
     "\n"
     "Continues TEXT with a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
-    "tokenizer.json) of a LlamaForCausalLM, GPT2LMHeadModel or MambaForCausalLM, streaming the tokens.\n"
-    "--temperature 0 is greedy; --top-k 0 and --top-p 1 sample among every token.\n"
+    "tokenizer.json) of an architecture tg::pretrained::load takes (Llama and its relatives: Mistral,\n"
+    "Qwen, Phi-3, Gemma, Granite, OLMo, Mixtral, Qwen-MoE; GPT-2; Mamba), streaming the tokens.\n"
+    "--temperature 0 is greedy; --top-k 0, --top-p 1 and --min-p 0 sample among every token.\n"
+    "--repetition-penalty P > 1 makes every token already in the text less likely (Hugging Face's\n"
+    "rule: a logit s becomes s / P when positive, s * P otherwise).\n"
     "\n"
     "The context: a Llama or GPT-2 model reads at most its context of tokens (config.json's\n"
     "max_position_embeddings or n_positions); a Mamba model has no such limit.\n"
@@ -58,8 +63,8 @@ int main(int argc, char** argv) {
       }
     }
     const example::Args args = example::Args::parse(argc, argv);
-    args.allow_only({"model", "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "seed", "device",
-                     "precision"});
+    args.allow_only({"model", "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "min-p",
+                     "repetition-penalty", "seed", "device", "precision"});
     if (!args.has("model") || !args.has("prompt")) {
       std::fprintf(stderr, "generate: --model and --prompt are required\n%s", kUsage);
       return 2;

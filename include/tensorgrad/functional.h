@@ -17,6 +17,12 @@ namespace tg {
 /// PyTorch's gather / NumPy's take_along_axis: out[…, i, …] = x[…, idx[…, i, …], …] along
 /// `axis`; idx is i32 with x's rank (it broadcasts against x off the axis).
 Tensor take_along_axis(const Tensor& x, const Tensor& idx, int64_t axis, Loc loc = Loc::current());
+/// take_along_axis's adjoint (PyTorch's scatter_add onto zeros): zeros of src's shape with
+/// `size` along `axis`, each src[…, i, …] added at out[…, idx[…, i, …], …]; src f32 and idx
+/// i32 of one shape, repeated indices adding up (a histogram, a token's count). An index
+/// outside [0, size) is an error when the program runs. Its gradient is take_along_axis.
+Tensor scatter_add(const Tensor& src, const Tensor& idx, int64_t axis, int64_t size,
+                   Loc loc = Loc::current());
 /// Rows of `table` [V, …] selected by i32 ids of any shape → ids.shape + table.shape[1:].
 /// A gather, never a one-hot matmul; its gradient is a scatter-add into the table.
 Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current());
@@ -27,16 +33,16 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current(
 Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int64_t axis,
                     Loc loc = Loc::current());
 /// Decoding's sampling step, inside the program so only token ids leave the device: one id per
-/// row of `logits` [..., V] → i32 [...]. `params` is f32 [3] = {temperature, top_k, top_p}
-/// and `key` i32 [2] = {seed, counter}; pass them as inputs and one compiled program serves
-/// every setting and every step (tg::Generator does). temperature ≤ 0 is greedy (argmax);
-/// otherwise an exact draw from softmax(logits / temperature) restricted to the top_k largest
-/// logits (top_k in [1, V); 0 = off; ties at the cut are kept) and then to the nucleus of
-/// mass top_p (top_p < 1; 1 = off) — Hugging Face's order and rules. The draw is Gumbel-max
-/// over counter-based Philox uniforms, scored in double: the same key gives the same ids on
-/// every backend (barring ties within float rounding, e.g. a nucleus mass within an ulp of
-/// top_p), and a new counter gives an independent draw. NaN logits count as −inf.
-/// No gradient.
+/// row of `logits` [..., V] → i32 [...]. `params` is f32 [4] = {temperature, top_k, top_p,
+/// min_p} ([3]: min_p 0) and `key` i32 [2] = {seed, counter}; pass them as inputs and one
+/// compiled program serves every setting and every step (tg::Generator does). temperature ≤ 0
+/// is greedy (argmax); otherwise an exact draw from softmax(logits / temperature) restricted
+/// to the top_k largest logits (top_k in [1, V); 0 = off; ties at the cut are kept), then to
+/// the nucleus of mass top_p (top_p < 1; 1 = off), then to the tokens whose probability is at
+/// least min_p times the largest one's (min_p > 0; 0 = off) — Hugging Face's order and rules. The draw is
+/// Gumbel-max over counter-based Philox uniforms, scored in double: the same key gives the same ids on every
+/// backend (barring ties within float rounding, e.g. a nucleus mass within an ulp of top_p), and a new
+/// counter gives an independent draw. NaN logits count as −inf. No gradient.
 Tensor sample(const Tensor& logits, const Tensor& params, const Tensor& key, Loc loc = Loc::current());
 /// One-hot f32 encoding of i32 ids: ids.shape + [classes].
 Tensor one_hot(const Tensor& ids, int64_t classes, Loc loc = Loc::current());

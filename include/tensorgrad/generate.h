@@ -2,7 +2,8 @@
 // and a one-token decode program from the model (they share its parameters with the training
 // program on the same device), and generate() runs the prompt through the prefill once, then
 // the decode program once per new token. Sampling (greedy, temperature, top-k, top-p) happens
-// inside the programs (tg::sample); only the token ids come back to the host.
+// inside the programs (tg::sample; min_p too, and a repetition penalty kept with the caches as
+// the state "generator.seen" [batch, vocab]); only the token ids come back to the host.
 //
 //   tg::nn::Gpt model(config);
 //   tg::Generator gen(model, [&](tg::Tensor ids, tg::Tensor pos, int64_t cache_len) {
@@ -54,6 +55,13 @@ struct GenerateOptions {
   int32_t top_k = 0;
   /// Sample among the smallest set of most likely tokens holding this probability (1: all).
   float top_p = 1;
+  /// Then among the tokens at least min_p times as likely as the most likely one (0: all);
+  /// in [0, 1].
+  float min_p = 0;
+  /// Hugging Face's repetition penalty (Keskar et al. 2019): the logit s of every token already
+  /// in the sequence (prompt or generated) becomes s / penalty when s > 0 and s · penalty
+  /// otherwise, before any sampling (greedy too). 1: off; > 0.
+  float repetition_penalty = 1;
   /// The same seed, prompt and options give the same tokens, on every device.
   uint32_t seed = 0;
   /// A sequence ends when it samples one of these; the stop token is not returned.

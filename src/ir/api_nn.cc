@@ -63,13 +63,30 @@ Tensor update_slice(const Tensor& dst, const Tensor& src, const Tensor& pos, int
   return emit(g, std::move(n));
 }
 
+Tensor scatter_add(const Tensor& src, const Tensor& idx, int64_t axis, int64_t size, Loc loc) {
+  Arg as(src, loc), ai(idx, loc);
+  Graph& g = graph_for("scatter_add", {&as, &ai}, loc);
+  if (src.dtype() != DType::kF32 || idx.dtype() != DType::kI32 || src.shape() != idx.shape())
+    api_fail("scatter_add",
+             "src f32 and idx i32 of one shape, got " + std::string(dtype_name(src.dtype())) +
+                 shape_str(src.shape()) + " and " + dtype_name(idx.dtype()) + shape_str(idx.shape()),
+             loc);
+  const int64_t a = normalize_axis("scatter_add", axis, src.rank(), loc);
+  if (size < 1) api_fail("scatter_add", "size must be >= 1, got " + std::to_string(size), loc);
+  Node n = make_node(Op::kScatterAdd, {src.id(), idx.id()}, loc);
+  n.shape = src.shape();
+  n.shape[static_cast<size_t>(a)] = size;
+  n.attrs.axes = {a};
+  return emit(g, std::move(n));
+}
+
 Tensor sample(const Tensor& logits, const Tensor& params, const Tensor& key, Loc loc) {
   Arg al(logits, loc), ap(params, loc), ak(key, loc);
   Graph& g = graph_for("sample", {&al, &ap, &ak}, loc);
   if (logits.dtype() != DType::kF32) api_fail("sample", "logits must be f32", loc);
-  if (params.dtype() != DType::kF32 || params.shape() != Shape{3})
+  if (params.dtype() != DType::kF32 || (params.shape() != Shape{3} && params.shape() != Shape{4}))
     api_fail("sample",
-             "params must be f32 [3] = {temperature, top_k, top_p}, got " +
+             "params must be f32 [4] = {temperature, top_k, top_p, min_p} (or [3], min_p 0), got " +
                  std::string(dtype_name(params.dtype())) + " " + shape_str(params.shape()),
              loc);
   if (key.dtype() != DType::kI32 || key.shape() != Shape{2})
@@ -77,7 +94,9 @@ Tensor sample(const Tensor& logits, const Tensor& params, const Tensor& key, Loc
              "key must be i32 [2] = {seed, counter}, got " + std::string(dtype_name(key.dtype())) + " " +
                  shape_str(key.shape()),
              loc);
-  return emit(g, make_node(Op::kSample, {logits.id(), params.id(), key.id()}, loc));
+  const Tensor p4 =
+      params.shape() == Shape{4} ? params : concat({params, zeros({1}, DType::kF32, loc)}, 0, loc);
+  return emit(g, make_node(Op::kSample, {logits.id(), p4.id(), key.id()}, loc));
 }
 
 Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc) {

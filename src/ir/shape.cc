@@ -245,8 +245,8 @@ void infer(const Graph& g, Node& n) {
         fail(g, n, "logits need a last axis of at least one token");
       if (logits.shape.back() > (int64_t{1} << 30))
         fail(g, n, "a vocabulary above 2^30 tokens is not supported");
-      if (in(1).dtype != DType::kF32 || in(1).shape != Shape{3})
-        fail(g, n, "params must be f32 [3] = {temperature, top_k, top_p}");
+      if (in(1).dtype != DType::kF32 || in(1).shape != Shape{4})
+        fail(g, n, "params must be f32 [4] = {temperature, top_k, top_p, min_p}");
       if (in(2).dtype != DType::kI32 || in(2).shape != Shape{2})
         fail(g, n, "key must be i32 [2] = {seed, counter}");
       n.shape = Shape(logits.shape.begin(), logits.shape.end() - 1);

@@ -20,6 +20,24 @@
 #include "tensorgrad/functional.h"
 
 namespace tg {
+namespace {
+
+// The row of logits [B, V] to sample from: the repetition penalty (params[4]) on the tokens the
+// sequence holds so far, the state "generator.seen" [B, V] (1: seen) with the tokens `ids`
+// [B, T] at the positions `real` marks (f32 1 or 0) added first; then tg::sample with
+// params[0..4) = {temperature, top_k, top_p, min_p}.
+Tensor penalised_sample(const Tensor& logits, const Tensor& ids, const Tensor& real, const Tensor& params,
+                        const Tensor& key) {
+  const int64_t b = logits.shape()[0], v = logits.shape()[1];
+  Tensor seen = state("generator.seen", {b, v});
+  Tensor now = minimum(add(seen, scatter_add(real, ids, 1, v)), 1.0);
+  assign(seen, now);
+  Tensor penalty = slice(params, 0, 4, 5);
+  Tensor penalised = where(lt(logits, 0.0), mul(logits, penalty), div(logits, penalty));
+  return sample(where(gt(now, 0.0), penalised, logits), slice(params, 0, 0, 4), key);
+}
+
+}  // namespace
 
 Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : options_(std::move(options)) {
   GeneratorOptions& o = options_;
@@ -38,7 +56,7 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : o
     pre.inputs = {{"ids", {b, p}, DType::kI32},
                   {"pos", {b}, DType::kI32},
                   {"last", {b}, DType::kI32},
-                  {"params", {3}},
+                  {"params", {5}},
                   {"key", {2}, DType::kI32}};
     prefill_ = compile_forward(
         model,
@@ -49,18 +67,21 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : o
                              std::to_string(b) + ", " + std::to_string(p) + ", V], got " +
                              shape_str(logits.shape()));
           const Tensor row = take_along_axis(logits, reshape(last, {b, 1, 1}), 1);  // [B, 1, V]
-          return sample(reshape(row, {b, logits.shape()[2]}), params, key);
+          // The window's prompt tokens: positions up to `last` (the rest is padding).
+          const Tensor real =
+              cast(le(arange(0, static_cast<double>(p), 1, DType::kI32), reshape(last, {b, 1})), DType::kF32);
+          return penalised_sample(reshape(row, {b, logits.shape()[2]}), ids, real, params, key);
         },
         pre);
   }
   ForwardOptions dec = base;
   dec.inputs = {
-      {"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}, {"params", {3}}, {"key", {2}, DType::kI32}};
+      {"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}, {"params", {5}}, {"key", {2}, DType::kI32}};
   decode_ = compile_forward(
       model,
       [&](Tensor ids, Tensor pos, Tensor params, Tensor key) {
         const Tensor logits = step(ids, pos, cache);  // [B, 1, V]
-        return sample(reshape(logits, {b, logits.shape().back()}), params, key);
+        return penalised_sample(reshape(logits, {b, logits.shape().back()}), ids, ones({b, 1}), params, key);
       },
       dec);
 }
@@ -82,6 +103,12 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   if (!(options.top_p > 0 && options.top_p <= 1))
     throw InputError("[generate] top_p must be in (0, 1] (1: every token), got " +
                      std::to_string(options.top_p));
+  if (!(options.min_p >= 0 && options.min_p <= 1))
+    throw InputError("[generate] min_p must be in [0, 1] (0: every token), got " +
+                     std::to_string(options.min_p));
+  if (!(std::isfinite(options.repetition_penalty) && options.repetition_penalty > 0))
+    throw InputError("[generate] repetition_penalty must be finite and > 0 (1: off), got " +
+                     std::to_string(options.repetition_penalty));
   int64_t longest = 0;
   for (size_t i = 0; i < b; ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
@@ -92,7 +119,8 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
                        " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
     longest = std::max(longest, len);
   }
-  const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p};
+  const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p,
+                                  options.min_p, options.repetition_penalty};
   int32_t counter = 0;
   auto key = [&] { return std::vector<int32_t>{static_cast<int32_t>(options.seed), counter}; };
 

@@ -69,6 +69,53 @@ TEST_P(Generate, GreedyEqualsTheFullForward) {
     EXPECT_EQ(outs[i], greedy_by_full_forward(model3, prompts[i], 6, GetParam())) << "sequence " << i;
 }
 
+// Greedy with Hugging Face's repetition penalty, on the host from the plain forward: each
+// token already in the sequence has its logit s made s / penalty (s > 0) or s · penalty.
+std::vector<int32_t> penalised_greedy(nn::Gpt& model, std::vector<int32_t> seq, int64_t steps, float penalty,
+                                      Device device) {
+  Program full = compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
+                                 {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = device});
+  std::vector<int32_t> out;
+  while (static_cast<int64_t>(out.size()) < steps && static_cast<int64_t>(seq.size()) < kCache) {
+    std::vector<int32_t> padded = seq;
+    padded.resize(kCache, 0);
+    const std::vector<float> logits = full.run({{"ids", padded}}).f32();
+    std::vector<float> row(logits.begin() + static_cast<long>((seq.size() - 1) * kConfig.vocab),
+                           logits.begin() + static_cast<long>(seq.size() * kConfig.vocab));
+    std::vector<bool> seen(kConfig.vocab, false);
+    for (const int32_t t : seq) seen[static_cast<size_t>(t)] = true;
+    for (size_t i = 0; i < row.size(); ++i)
+      if (seen[i]) row[i] = row[i] > 0 ? row[i] / penalty : row[i] * penalty;
+    const auto best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    out.push_back(best);
+    seq.push_back(best);
+  }
+  return out;
+}
+
+// The penalty covers the prompt (through prefill windows, padding not counted, or token by
+// token without a prefill) and the tokens generated; it changes the continuation.
+TEST_P(Generate, RepetitionPenaltyEqualsTheHostRule) {
+  nn::Gpt model(kConfig);
+  const float penalty = 3.0f;
+  const std::vector<std::vector<int32_t>> prompts{prompt_of(7, 1), prompt_of(2, 2), prompt_of(5, 3)};
+  for (const bool prefill : {true, false}) {
+    Generator g(
+        model,
+        [&model](const Tensor& ids, const Tensor& pos, int64_t cache) {
+          return model.logits_cached(ids, pos, cache);
+        },
+        {.batch = 3, .cache_len = kCache, .prefill_len = 4, .device = GetParam(), .prefill = prefill});
+    g.decode().init_params(3);
+    const auto outs = g.generate(prompts, {.max_new_tokens = 10, .repetition_penalty = penalty});
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(outs[i], penalised_greedy(model, prompts[i], 10, penalty, GetParam()))
+          << "sequence " << i << (prefill ? " with" : " without") << " a prefill";
+      EXPECT_NE(outs[i], penalised_greedy(model, prompts[i], 10, 1.0f, GetParam())) << "sequence " << i;
+    }
+  }
+}
+
 TEST_P(Generate, SamplingRepeatsForASeed) {
   nn::Gpt model(kConfig);
   Generator g = make_generator(model, 2, 8, GetParam());
@@ -176,6 +223,11 @@ TEST(GenerateErrors, BadPromptsAndOptions) {
   expect_input_error([&] { g.generate(two, {.top_k = -5}); }, "top_k must be >= 0");
   for (const float p : {nan, -0.5f, 0.0f, 1.5f})
     expect_input_error([&] { g.generate(two, {.top_p = p}); }, "top_p must be in (0, 1]");
+  for (const float p : {nan, -0.1f, 1.5f})
+    expect_input_error([&] { g.generate(two, {.min_p = p}); }, "min_p must be in [0, 1]");
+  for (const float p : {nan, 0.0f, -2.0f, std::numeric_limits<float>::infinity()})
+    expect_input_error([&] { g.generate(two, {.repetition_penalty = p}); },
+                       "repetition_penalty must be finite and > 0");
 }
 
 }  // namespace

@@ -317,6 +317,9 @@ const std::vector<OpCase>& op_cases() {
       {"take_along_axis_neg_axis_3d", {uni({2, 3, 5}), indices({2, 3, 7}, 5)}, FN(take_along_axis(x[0], x[1], -1)), {2, 3, 7}, kF32, kExact, kGrad},
       {"take_along_axis_middle_axis", {uni({2, 4, 3}), indices({2, 6, 3}, 4)}, FN(take_along_axis(x[0], x[1], 1)), {2, 6, 3}, kF32, kExact, kGrad},
       {"take_along_axis_fewer_indices", {uni({4, 6}), indices({4, 2}, 6)}, FN(take_along_axis(x[0], x[1], 1)), {4, 2}, kF32, kExact, kGrad},
+      // scatter_add: repeated indices (7 into 5 slots) add up; its gradient is the gather.
+      {"scatter_add_axis1", {uni({3, 7}), indices({3, 7}, 5)}, FN(scatter_add(x[0], x[1], 1, 5)), {3, 5}, kF32, kReduce, kGrad},
+      {"scatter_add_axis0_3d", {uni({6, 2, 3}), indices({6, 2, 3}, 4)}, FN(scatter_add(x[0], x[1], 0, 4)), {4, 2, 3}, kF32, kReduce, kGrad},
       {"take_along_axis_broadcast_indices", {uni({3, 5}), indices({1, 7}, 5)}, FN(take_along_axis(x[0], x[1], 1)), {3, 7}, kF32, kExact, kGrad},
       {"take_along_axis_broadcast_indices_3d", {uni({2, 3, 4}), indices({1, 5, 1}, 3)}, FN(take_along_axis(x[0], x[1], 1)), {2, 5, 4}, kF32, kExact, kGrad},
       {"take_along_axis_i32_data", {ints({3, 4}), indices({3, 5}, 4)}, FN(take_along_axis(x[0], x[1], 1)), {3, 5}, kI32, kExact, kNoGrad},

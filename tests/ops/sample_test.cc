@@ -28,11 +28,11 @@ constexpr int64_t kV = 7;
 
 class Sample : public ::testing::TestWithParam<Device> {
  protected:
-  /// A program drawing one id per row of kRows copies of kLogits.
-  Program program() {
+  /// A program drawing one id per row of kRows copies of kLogits; params [3] or, with min_p, [4].
+  Program program(int64_t params = 3) {
     return compile_forward(
         model_, [](Tensor logits, Tensor params, Tensor key) { return sample(logits, params, key); },
-        {.inputs = {{"logits", {kRows, kV}}, {"params", {3}}, {"key", {2}, DType::kI32}},
+        {.inputs = {{"logits", {kRows, kV}}, {"params", {params}}, {"key", {2}, DType::kI32}},
          .device = GetParam()});
   }
   std::vector<int32_t> draw(Program& p, std::vector<float> params, std::vector<int32_t> key) {
@@ -115,6 +115,25 @@ TEST_P(Sample, TopPKeepsTheNucleus) {
                      "top-k 3, top-p 0.85");
 }
 
+// min_p keeps the tokens at least min_p times as likely as the most likely (at temperature T:
+// x ≥ max + T·ln min_p), after top-k and top-p as Hugging Face applies it.
+TEST_P(Sample, MinPKeepsTheLikelyEnough) {
+  Program p = program(4);
+  for (const auto& [t, min_p] : {std::pair{1.0, 0.3}, {2.0, 0.3}, {1.0, 0.05}}) {
+    std::vector<bool> keep(kV);
+    for (size_t i = 0; i < kV; ++i) keep[i] = std::exp((kLogits[i] - 2.0) / t) >= min_p;
+    expect_frequencies(
+        draw(p, {static_cast<float>(t), 0, 1, static_cast<float>(min_p)}, {5, static_cast<int32_t>(t * 10)}),
+        softmax_over(t, keep), "T " + std::to_string(t) + ", min-p " + std::to_string(min_p));
+  }
+  // top-p 0.6 keeps {2.0, 1.0, 1.0}; min-p 0.5 then only 2.0 (e^−1 < 0.5).
+  expect_frequencies(draw(p, {1, 0, 0.6f, 0.5f}, {6, 0}),
+                     softmax_over(1, {false, false, false, false, true, false, false}),
+                     "top-p 0.6, min-p 0.5");
+  // min-p 0 is off: every token, as with params [3].
+  expect_frequencies(draw(p, {1, 0, 1, 0}, {6, 1}), softmax_over(1, std::vector<bool>(kV, true)), "min-p 0");
+}
+
 TEST_P(Sample, GreedyIsTheFirstLargestAndKeysRepeat) {
   Program p = program();
   for (const int32_t id : draw(p, {0, 0, 1}, {9, 9})) ASSERT_EQ(id, 4);
@@ -173,7 +192,7 @@ TEST(SampleErrors, ShapesAndDtypes) {
       EXPECT_NE(std::string(e.what()).find("[sample]"), std::string::npos) << e.what();
     }
   };
-  expect_error({{"l", {2, 5}}, {"p", {2}}, {"k", {2}, DType::kI32}}, "params must be f32 [3]");
+  expect_error({{"l", {2, 5}}, {"p", {2}}, {"k", {2}, DType::kI32}}, "params must be f32 [4]");
   expect_error({{"l", {2, 5}}, {"p", {3}}, {"k", {2}}}, "key must be i32 [2]");
   expect_error({{"l", {2, 5}, DType::kI32}, {"p", {3}}, {"k", {2}, DType::kI32}}, "logits must be f32");
 }

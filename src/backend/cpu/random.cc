@@ -41,7 +41,7 @@ void uniforms(uint64_t seed, uint32_t key, int64_t begin, int64_t end, float* u)
 /// logit (nth_element), the nucleus cut walks the candidates sorted by logit, and the draw is
 /// Gumbel-max with the scores in double, as every backend computes them.
 int32_t sample_row(const float* x, int64_t vocab, double temperature, double top_k, double top_p,
-                   uint32_t seed, uint32_t counter, uint64_t first_element) {
+                   double min_p, uint32_t seed, uint32_t counter, uint64_t first_element) {
   std::vector<float> v(static_cast<size_t>(vocab));
   int64_t best = 0;
   for (int64_t i = 0; i < vocab; ++i) {
@@ -76,11 +76,13 @@ int32_t sample_row(const float* x, int64_t vocab, double temperature, double top
       a = b;
     }
   }
+  // min_p: probability ≥ min_p · the largest's, (x − m)/T ≥ ln min_p.
+  const double at_least = min_p > 0 ? m + temperature * std::log(min_p) : -INFINITY;
   double best_score = -INFINITY;
   int64_t pick = -1;
   for (int64_t i = 0; i < vocab; ++i) {
     const float xi = v[static_cast<size_t>(i)];
-    if (!(xi >= cut) || xi == -INFINITY) continue;  // −inf logits have no mass
+    if (!(xi >= cut) || xi == -INFINITY || static_cast<double>(xi) < at_least) continue;  // −inf: no mass
     const double u = philox_uniform(seed, counter, first_element + static_cast<uint64_t>(i));
     double score = static_cast<double>(xi) / temperature - std::log(-std::log(u));
     if (std::isnan(score)) score = -INFINITY;  // ∞/∞ at an infinite temperature
@@ -97,13 +99,13 @@ int32_t sample_row(const float* x, int64_t vocab, double temperature, double top
 Kernel make_sample(int64_t rows, int64_t vocab, const float* logits, const float* params, const int32_t* key,
                    int32_t* out) {
   return [=] {
-    const double temperature = params[0], top_k = params[1], top_p = params[2];
+    const double temperature = params[0], top_k = params[1], top_p = params[2], min_p = params[3];
     uint32_t seed, counter;
     std::memcpy(&seed, key, sizeof seed);
     std::memcpy(&counter, key + 1, sizeof counter);
 #pragma omp parallel for schedule(dynamic) if (rows > 1 && rows * vocab > (int64_t{1} << 14))
     for (int64_t r = 0; r < rows; ++r)
-      out[r] = sample_row(logits + r * vocab, vocab, temperature, top_k, top_p, seed, counter,
+      out[r] = sample_row(logits + r * vocab, vocab, temperature, top_k, top_p, min_p, seed, counter,
                           static_cast<uint64_t>(r * vocab));
   };
 }

@@ -94,7 +94,7 @@ Values update_slice(const Node& n, const Node& src_node, const Node& pos_node, c
 /// cut by rank and by cumulative mass, then Gumbel-max — in double.
 Values sample(const Node& n, const Values& x, const Values& params, const Values& key) {
   const auto v_len = static_cast<size_t>(n.numel() == 0 ? 1 : static_cast<int64_t>(x.size()) / n.numel());
-  const double temperature = params[0], top_k = params[1], top_p = params[2];
+  const double temperature = params[0], top_k = params[1], top_p = params[2], min_p = params[3];
   const auto seed = static_cast<uint32_t>(static_cast<int32_t>(key[0]));
   const auto counter = static_cast<uint32_t>(static_cast<int32_t>(key[1]));
   Values out(static_cast<size_t>(n.numel()));
@@ -140,6 +140,8 @@ Values sample(const Node& n, const Values& x, const Values& params, const Values
         a = b;
       }
     }
+    if (min_p > 0)  // probability ≥ min_p · the largest's: (v − m)/T ≥ ln min_p
+      for (size_t i = 0; i < v_len; ++i) keep[i] = keep[i] && v[i] >= m + temperature * std::log(min_p);
     double best_score = -INFINITY;
     size_t pick = v_len;
     for (size_t i = 0; i < v_len; ++i) {

@@ -2,7 +2,8 @@
 // row of logits. Every row-wide quantity is a block reduction in a fixed order. top-k: the
 // k-th largest logit by radix select over order-preserving 32-bit keys (four 8-bit passes);
 // top-p: the smallest key whose strictly larger candidates hold less than top_p of the mass, by
-// bisection over the key range; then Gumbel-max in double over the shared Philox stream.
+// bisection over the key range; min_p: a floor on the logits; then Gumbel-max in double over
+// the shared Philox stream.
 // Pieces: helpers (before the kernel); body (the kernel's body).
 //
 // Defined before (kernels_sample.cc): philox.cuh's functions; V (vocabulary), ROWS, NT; the
@@ -60,7 +61,7 @@ __device__ int block_argmax(double v, int i, double* shv, int* shi) {
   __shared__ unsigned int chosen[2];
   if (blockIdx.x >= ROWS) return;
   const float* x = logits + (long long)blockIdx.x * V;
-  const float temperature = params[0], top_k = params[1], top_p = params[2];
+  const float temperature = params[0], top_k = params[1], top_p = params[2], min_p = params[3];
   // Greedy (and the softmax's max): the first index of the largest logit.
   double best = -INFINITY;
   int at = V;
@@ -123,13 +124,15 @@ __device__ int block_argmax(double v, int i, double* shv, int* shi) {
     }
     cut = lo;
   }
-  // Gumbel-max over the candidates (keys >= cut).
+  // min_p: probability >= min_p times the largest's, (x - m)/T >= ln min_p.
+  const double at_least = min_p > 0.0f ? md + td * log((double)min_p) : -INFINITY;
+  // Gumbel-max over the candidates (keys >= cut, logits >= at_least).
   const unsigned int seed = (unsigned int)key[0], counter = (unsigned int)key[1];
   best = -INFINITY;
   at = V;
   for (int i = threadIdx.x; i < V; i += NT) {
     const float v = clean(x[i]);
-    if (okey(v) < cut || v == -INFINITY) continue;  // −inf logits have no mass
+    if (okey(v) < cut || v == -INFINITY || (double)v < at_least) continue;  // −inf logits have no mass
     const unsigned long long e = (unsigned long long)blockIdx.x * V + i;
     const uint4 w = philox_block_seeded(e >> 2, counter, seed, 0u);
     const unsigned int word = (e & 3) == 0 ? w.x : (e & 3) == 1 ? w.y : (e & 3) == 2 ? w.z : w.w;
