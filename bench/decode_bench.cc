@@ -15,7 +15,12 @@
 // median per-token latency of the decode calls:
 //   <model>_decode <mode> <ms> ms/step <tokens/s> tokens/s
 //
+// With a sixth argument `generator`, the same decoding through tg::Generator (its sample op,
+// min-p and repetition-penalty state included), greedy, with the penalty off and at 1.1:
+//   <model>_decode tg_generator_… <ms> ms/step <tokens/s> tokens/s
+//
 //   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16] [gpt2|tinyllama|qwen2|qwen3] [batch]
+//                  [generator]
 #include <tensorgrad/tensorgrad.h>
 
 #include "timing.h"
@@ -93,6 +98,39 @@ int bench(Model& model, int64_t vocab, const Setup& s) {
   return 0;
 }
 
+// The same decoding through tg::Generator: greedy, repetition penalty off and at 1.1.
+template <class Model>
+int bench_generator(Model& model, int64_t vocab, const Setup& s) {
+  tg::Generator gen(model,
+                    [&model](const tg::Tensor& ids, const tg::Tensor& pos, int64_t cache) {
+                      return model.logits_cached(ids, pos, cache);
+                    },
+                    {.batch = s.batch,
+                     .cache_len = s.prompt_len + s.fresh,
+                     .prefill_len = s.prompt_len,
+                     .device = s.device,
+                     .precision = s.precision});
+  gen.decode().init_params(0);
+  std::mt19937 rng(0);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(s.batch));
+  for (auto& p : prompts)
+    for (int64_t t = 0; t < s.prompt_len; ++t) p.push_back(tok(rng));
+  for (const float penalty : {1.0f, 1.1f}) {
+    const double sec = median_seconds_per_step(
+        [&] {
+          gen.generate(prompts, {.max_new_tokens = s.fresh, .temperature = 0, .repetition_penalty = penalty});
+        },
+        1, 1);
+    char mode[96];
+    std::snprintf(mode, sizeof mode, "tg_generator_penalty%.1f_b%lld%s", static_cast<double>(penalty),
+                  static_cast<long long>(s.batch), s.precision == tg::Precision::kBf16 ? "_bf16" : "");
+    std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", s.name.c_str(), mode, sec * 1e3,
+                static_cast<double>(s.fresh * s.batch) / sec);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,6 +143,7 @@ int main(int argc, char** argv) {
   s.prompt_len = 16;
   s.fresh = argc > 2 && std::stoll(argv[2]) > 0 ? std::stoll(argv[2]) : gpu ? 256 : 32;
   s.batch = argc > 5 ? std::stoll(argv[5]) : 1;
+  const bool generator = argc > 6 && std::string(argv[6]) == "generator";
   const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3";
   if (!known || (arg3 != "fp32" && arg3 != "bf16") || s.batch < 1) {
     std::fprintf(
@@ -119,7 +158,7 @@ int main(int argc, char** argv) {
     const tg::nn::GptConfig config{
         .vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12};
     tg::nn::Gpt model(config);
-    return bench(model, config.vocab, s);
+    return generator ? bench_generator(model, config.vocab, s) : bench(model, config.vocab, s);
   }
   tg::nn::LlamaConfig config{.vocab = 32000,
                              .seq_len = 2048,
@@ -154,5 +193,5 @@ int main(int argc, char** argv) {
               .tied_head = true,
               .qk_norm = true};
   tg::nn::Llama model(config);
-  return bench(model, config.vocab, s);
+  return generator ? bench_generator(model, config.vocab, s) : bench(model, config.vocab, s);
 }
