@@ -198,8 +198,12 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
     const passes::Buffer& ba = p.expand[0] ? none : buffers[static_cast<size_t>(in[0].buffer)];
     const passes::Buffer& bb = p.expand[1] ? none : buffers[static_cast<size_t>(in[1].buffer)];
     const passes::Place origin{};
+    // A product with an output edge of 64 or less (a decode step's few rows against a weight)
+    // reads its big operand once: a padded copy of it would triple that traffic every call.
+    const bool skinny = std::min(p.mm, p.nn) <= 64;
     if (pad_operand(pa, p.expand[0] ? origin : in[0], ba, tm, tk, tk != p.k, elem, copy_a) &&
-        pad_operand(pb, p.expand[1] ? origin : in[1], bb, tk, tn, tk != p.k, elem, copy_b)) {
+        pad_operand(pb, p.expand[1] ? origin : in[1], bb, tk, tn, tk != p.k, elem, copy_b) &&
+        !(skinny && (copy_a || copy_b))) {
       mats[0] = pa, mats[1] = pb;
       p.pad_copy[0] = copy_a, p.pad_copy[1] = copy_b;
       if (copy_a) ch.scratch.push_back(tm * tk * elem);
