@@ -159,6 +159,10 @@ Options parse(const Args& args) {
     throw std::runtime_error("--save-dtype takes f32, bf16 or f16, not " + save_dtype);
   if (args.has("save-dtype") && !args.has("save-model"))
     throw std::runtime_error("--save-dtype needs --save-model");
+  std::error_code ec;  // checked before training, not after it
+  if (!o.save_model.empty() && fs::exists(o.save_model, ec) && fs::equivalent(o.save_model, o.folder, ec))
+    throw std::runtime_error("--save-model " + o.save_model +
+                             " is the --model folder; save into another one");
   o.save_dtype = save_dtype == "bf16"  ? tg::DType::kBF16
                  : save_dtype == "f16" ? tg::DType::kF16
                                        : tg::DType::kF32;

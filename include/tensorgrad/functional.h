@@ -166,8 +166,10 @@ struct AttentionOptions {
 };
 /// Scaled dot-product attention, q [B, Hq, T, D], k/v [B, Hkv, S, D] (grouped-query when
 /// Hkv < Hq); causal: query i sits at position i + S − T. One fused primitive: no T×S score
-/// matrix is stored, forward or backward. A window that hides keys (window < S) or a softcap
-/// makes it a composite of matmul, mask and softmax instead, which stores the scores.
+/// matrix is stored, forward or backward. A window that hides keys (window < S) makes it a
+/// composite of matmuls, a mask and a softmax: for self-attention (T = S) with 2W·T < T², in
+/// blocks of W queries against their 2W keys (T·2W scores stored), else over all T × S scores,
+/// as with a softcap.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options = {},
                  Loc loc = Loc::current());
 /// Attention of new queries over KV caches (inference): q [B, Hq, T, D], caches k/v

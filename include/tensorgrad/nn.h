@@ -512,7 +512,9 @@ class LlamaDecoderLayer : public Module {
 /// dict maps 1:1: model.embed_tokens.weight, model.layers.<i>.{input_layernorm,
 /// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}.weight (and
 /// .bias with the config's biases; self_attn.{q,k}_norm.weight with qk_norm;
-/// {pre,post}_feedforward_layernorm.weight with sandwich_norms; with experts, mlp.gate.weight,
+/// {pre,post}_feedforward_layernorm.weight with sandwich_norms, post_feedforward_layernorm and no
+/// input_layernorm with post_norms, q/k norms of all heads' width with qk_norm_whole; with
+/// experts, mlp.gate.weight,
 /// mlp.experts.<e>.{gate,up,down}_proj.weight and mlp.shared_expert*), model.norm.weight,
 /// lm_head.weight (untied only). Initialised as Hugging Face's: normal(0.02) for linears and
 /// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w).

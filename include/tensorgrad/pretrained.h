@@ -103,7 +103,8 @@ struct SaveOptions {
 /// of m.folder when it has them (tokenizer.json, tokenizer_config.json,
 /// special_tokens_map.json, generation_config.json, tokenizer.model, vocab.json, merges.txt,
 /// added_tokens.json, chat_template.jinja). A model with LoRA adapters (nn::add_lora) is
-/// written merged: adapter entries in `weights` are folded in by nn::merge_lora first. The
+/// written merged: adapter entries in `weights` are folded in by nn::merge_lora first (all of
+/// them, or an error); `weights` without any are written as they are (nn::merge_lora's result). The
 /// folder is created if missing; weight files an earlier save left there (model.safetensors,
 /// its index, model-*-of-*.safetensors) are removed first. Errors are tg::CheckpointError:
 /// a parameter missing from `weights` or of another shape, an entry the model has no

@@ -215,6 +215,8 @@ Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t
     }
   } else if (k.mistral || k.phi3) {
     s.layers.assign(static_cast<size_t>(layers), true);
+  } else if (k.olmo3) {  // OLMo 3: three sliding layers, then a full one
+    for (int64_t i = 0; i < layers; ++i) s.layers.push_back((i + 1) % 4 != 0);
   } else if (k.gemma2 || k.gemma3) {  // Gemma 2: every other layer from the first; 3: all but every 6th
     const int64_t pattern = k.gemma2 ? 2
                                      : field<int64_t>(c, f, "sliding_window_pattern",
@@ -246,7 +248,7 @@ json gemma3_global_rope(const json& c, const std::string& f, const Flavor& k, nn
                                c["rope_parameters"].contains("full_attention")
                            ? &c["rope_parameters"]
                            : nullptr;
-  if (!nested) {
+  if (!nested) {  // (OLMo 3's sliding layers then rotate by the global base: load_llama_family)
     if (k.gemma3) l.rope_local_theta = field<double>(c, f, "rope_local_base_freq", 10000.0);
     return c;
   }
@@ -330,7 +332,8 @@ void load_llama_family(Model& m, const json& c) {
   l.heads = required(c, f, "num_attention_heads");
   l.kv_heads = field<int64_t>(c, f, "num_key_value_heads", l.heads);
   const int64_t max_positions = required(c, f, "max_position_embeddings");
-  l.rms_eps = field<double>(c, f, "rms_norm_eps", k.phi3 ? 1e-5 : 1e-6);
+  // The families' defaults: 1e-5 for Phi-3, Mixtral and OLMo, 1e-6 for the rest.
+  l.rms_eps = field<double>(c, f, "rms_norm_eps", k.phi3 || k.mixtral || k.olmo2 ? 1e-5 : 1e-6);
   l.tied_head = field<bool>(c, f, "tie_word_embeddings", k.gemma());
   // Biases: Llama's attention_bias puts them on q/k/v/o (so do Qwen3's and Gemma's); Qwen2
   // always has them on q/k/v alone; Mistral and Phi-3 have none.
@@ -343,7 +346,8 @@ void load_llama_family(Model& m, const json& c) {
   if (k.granite) {  // 1.0 when missing or null, as GraniteConfig's defaults
     const auto multiplier = [&](const char* key) {
       const double v = field<double>(c, f, key, 1.0);
-      if (!(v > 0)) fail(f, std::string("config.json: ") + key + " must be a positive number");
+      if (!(std::isfinite(v) && v > 0))
+        fail(f, std::string("config.json: ") + key + " must be a positive number");
       return v;
     };
     l.embedding_multiplier = multiplier("embedding_multiplier");
@@ -397,6 +401,9 @@ void load_llama_family(Model& m, const json& c) {
                 " and head_dim is not given");
   }
   const RopeRead rope = read_rope(gemma3_global_rope(c, f, k, l), f, max_positions, l);
+  // OLMo 3's sliding layers rotate plainly by the base when the settings are not per layer
+  // type (transformers' rope_scaling is its full layers' alone).
+  if (k.olmo3 && l.rope_local_theta == 0) l.rope_local_theta = l.rope_theta;
   if (rope.partial != 1.0) {
     // Only Phi-3's attention rotates part of a head (transformers' Llama and the others would
     // fail on the shorter tables).

@@ -130,7 +130,7 @@ LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
 }
 
 // The top_k experts by router probability, as k rounds of argmax with each winner struck out
-// (probabilities are ≥ 0, so −1 strikes): the first of equal ones wins, as torch.topk's order.
+// (probabilities are ≥ 0, so −1 strikes): of equal ones the lowest index wins.
 Tensor LlamaMoe::operator()(const Tensor& x, Loc loc) const {
   const int64_t count = static_cast<int64_t>(experts.size());
   Tensor probs = softmax(gate(x, loc), -1, false, loc);  // [..., count]
@@ -226,8 +226,10 @@ void Llama::build() {
   if (c.attention_scale < 0 || c.attention_softcap < 0 || c.logit_softcap < 0 || c.rope_local_theta < 0)
     throw ShapeError(where +
                      ": attention_scale, attention_softcap, logit_softcap and rope_local_theta must be >= 0");
-  if (!(c.embedding_multiplier > 0) || !(c.residual_multiplier > 0) || !(c.logits_scaling > 0))
-    throw ShapeError(where + ": embedding_multiplier, residual_multiplier and logits_scaling must be > 0");
+  const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!positive(c.embedding_multiplier) || !positive(c.residual_multiplier) || !positive(c.logits_scaling))
+    throw ShapeError(where +
+                     ": embedding_multiplier, residual_multiplier and logits_scaling must be finite and > 0");
   if (c.sandwich_norms && c.post_norms)
     throw ShapeError(where + ": sandwich_norms and post_norms exclude each other");
   if (c.qk_norm_whole && !c.qk_norm) throw ShapeError(where + ": qk_norm_whole needs qk_norm");

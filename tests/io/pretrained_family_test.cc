@@ -284,6 +284,37 @@ TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {
   EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(off.path.string()).config).sliding_window, 0);
 }
 
+// Older config files of the newer families, and what their loaders refuse.
+TEST(FamilyErrors, OlderConfigsAndExpertSettings) {
+  // OLMo 3 without per-layer-type RoPE settings or layer_types (transformers 4's files): the
+  // rescaling is the full layers' alone, the sliding ones rotate plainly by the base; three
+  // sliding layers, then a full one (both of these two are sliding).
+  EditedFolder olmo3("tiny_olmo3", {{"\"layer_types\"", "\"unused_layer_types\""},
+                                    {"\"rope_parameters\"",
+                                     "\"rope_theta\": 500.0, \"rope_scaling\": {\"rope_type\": "
+                                     "\"linear\", \"factor\": 2.0}, \"unused_rope\""}});
+  const nn::LlamaConfig l = std::get<nn::LlamaConfig>(pretrained::load(olmo3.path.string()).config);
+  EXPECT_EQ(l.rope_theta, 500.0);
+  EXPECT_EQ(l.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(l.rope_local_theta, 500.0);
+  EXPECT_EQ(l.sliding_layers, (std::vector<bool>{true, true}));
+  // A missing rms_norm_eps is the family's default: Mixtral's 1e-5.
+  EditedFolder mixtral("tiny_mixtral", {{"\"rms_norm_eps\"", "\"unused_eps\""}});
+  EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(mixtral.path.string()).config).rms_eps, 1e-5);
+  EXPECT_HAS(
+      EditedFolder("tiny_mixtral", {{"\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5"}}).error(),
+      "num_experts_per_tok 5 is more than the 4 experts");
+  EXPECT_HAS(
+      EditedFolder("tiny_qwen3_moe", {{"\"decoder_sparse_step\": 2", "\"decoder_sparse_step\": 0"}}).error(),
+      "decoder_sparse_step 0 is not positive");
+  EXPECT_HAS(
+      EditedFolder("tiny_qwen2_moe", {{"\"mlp_only_layers\": [\n    1\n  ]", "\"mlp_only_layers\": [7]"}})
+          .error(),
+      "mlp_only_layers holds 7, not a layer of 0 … 1");
+  EXPECT_HAS(EditedFolder("tiny_granite", {{"\"logits_scaling\": 4.0", "\"logits_scaling\": -4.0"}}).error(),
+             "logits_scaling must be a positive number");
+}
+
 TEST(FamilyErrors, PhiFusedTensorsAreChecked) {
   const std::string dir = std::string(TG_TEST_DATA_DIR) + "/tiny_phi3";
   std::map<std::string, HostTensor> w = read_safetensors(dir + "/model.safetensors");

@@ -163,17 +163,21 @@ INSTANTIATE_TEST_SUITE_P(Devices, Generate, ::testing::ValuesIn(devices()),
 // the double-precision reference (and cuda when this machine has a GPU).
 TEST(GenerateAcrossDevices, SameTokensForTheSameSeed) {
   const std::vector<std::vector<int32_t>> prompts{prompt_of(9, 7), prompt_of(4, 8)};
-  std::vector<std::vector<std::vector<int32_t>>> greedy, sampled;
+  std::vector<std::vector<std::vector<int32_t>>> greedy, sampled, cut;
   for (const Device& d : devices()) {
     nn::Gpt model(kConfig);
     Generator g = make_generator(model, 2, 4, d);
     greedy.push_back(g.generate(prompts, {.max_new_tokens = 10}));
     sampled.push_back(
         g.generate(prompts, {.max_new_tokens = 10, .temperature = 1.0f, .top_p = 0.9f, .seed = 11}));
+    cut.push_back(g.generate(  // min-p and the repetition penalty
+        prompts,
+        {.max_new_tokens = 10, .temperature = 1.5f, .min_p = 0.1f, .repetition_penalty = 1.3f, .seed = 12}));
   }
   for (size_t i = 1; i < greedy.size(); ++i) {
     EXPECT_EQ(greedy[i], greedy[0]) << tg::testing::device_test_name(devices()[i]);
     EXPECT_EQ(sampled[i], sampled[0]) << tg::testing::device_test_name(devices()[i]);
+    EXPECT_EQ(cut[i], cut[0]) << tg::testing::device_test_name(devices()[i]);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -105,6 +106,25 @@ TEST(Llama, ConfigurationAndShapeErrors) {
   EXPECT_NE(
       tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("longrope needs 4 positive short"),
       std::string::npos);
+  // Experts, norm placements and multipliers that cannot be built.
+  const auto error_of = [](const nn::LlamaConfig& bad) {
+    return tg::testing::message_of<ShapeError>([&] { nn::Llama m(bad); });
+  };
+  c = kConfig;
+  c.experts = {.count = 4, .top_k = 5};
+  EXPECT_NE(error_of(c).find("1 <= top_k <= count"), std::string::npos);
+  c.experts = {.count = 4, .top_k = 2};
+  c.moe_layers = {true};
+  EXPECT_NE(error_of(c).find("moe_layers empty or one flag per layer"), std::string::npos);
+  c = kConfig;
+  c.post_norms = c.sandwich_norms = true;
+  EXPECT_NE(error_of(c).find("sandwich_norms and post_norms exclude each other"), std::string::npos);
+  c = kConfig;
+  c.qk_norm_whole = true;
+  EXPECT_NE(error_of(c).find("qk_norm_whole needs qk_norm"), std::string::npos);
+  c = kConfig;
+  c.residual_multiplier = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of(c).find("must be finite and > 0"), std::string::npos);
   nn::Llama model(kConfig);
   EXPECT_THROW(
       compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },

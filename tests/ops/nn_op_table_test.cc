@@ -561,7 +561,7 @@ TEST(NnKnownGradients, SoftmaxAndNorms) {
 // scores s = scale·q·k capped to c·tanh(s/c); query i of head h sits at position p = i + S − T,
 // reads kv head h / (Hq / Hkv) and sees keys p − W < j ≤ p. Fewer queries than keys (the
 // composite), and self-attention long enough for blocks of 2W keys (T = 10, padded to 12),
-// where no tensor of the graph holds the T × S scores of a head.
+// where no tensor of the graph is as large as the heads' T × S scores together.
 TEST(NnKnownValues, AttentionWindowAndSoftcap) {
   struct Sizes {
     int64_t Hq, Hkv, T, S, D, W;

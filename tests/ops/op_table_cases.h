@@ -333,11 +333,14 @@ const std::vector<OpCase>& op_cases() {
       {"update_slice_per_row_prefill", {uni({2, 2, 8, 4}), uni({2, 2, 3, 4}), indices({2}, 6)}, FN(update_slice(x[0], x[1], x[2], -2)), {2, 2, 8, 4}, kF32, kExact, kNoGrad},
       {"update_slice_i32_whole", {ints({4, 3}), ints({4, 3}), indices({}, 1)}, FN(update_slice(x[0], x[1], x[2], 1)), {4, 3}, kI32, kExact, kNoGrad},
       {"update_slice_of_a_view", {uni({6, 4})}, FN(update_slice(transpose(x[0]), cf({7, 8, 9, 10}, {4, 1}), ci({2}, {}), 1)), {4, 6}, kF32, kExact, kNoGrad},
-      // sample: params {temperature, top_k, top_p}, key {seed, counter}; the same ids on every backend
+      // sample: params {temperature, top_k, top_p[, min_p]}, key {seed, counter}; the same ids on
+      // every backend
       {"sample_greedy", {uni({4, 37}, -3, 3)}, FN(sample(x[0], cf({0, 0, 1}, {3}), ci({7, 1}, {2}))), {4}, kI32, kExact, kNoGrad},
       {"sample_temperature", {uni({4, 37}, -3, 3)}, FN(sample(x[0], cf({0.8, 0, 1}, {3}), ci({7, 1}, {2}))), {4}, kI32, kExact, kNoGrad},
       {"sample_top_k", {uni({4, 37}, -3, 3)}, FN(sample(x[0], cf({1, 5, 1}, {3}), ci({7, 2}, {2}))), {4}, kI32, kExact, kNoGrad},
       {"sample_top_p", {uni({4, 37}, -3, 3)}, FN(sample(x[0], cf({1.3, 0, 0.7}, {3}), ci({3, 9}, {2}))), {4}, kI32, kExact, kNoGrad},
+      {"sample_min_p", {uni({4, 37}, -3, 3)}, FN(sample(x[0], cf({1.3, 0, 1, 0.2}, {4}), ci({3, 9}, {2}))), {4}, kI32, kExact, kNoGrad},
+      {"sample_min_p_above_one", {uni({4, 37}, -3, 3)}, FN(sample(x[0], cf({1, 0, 1, 2}, {4}), ci({3, 9}, {2}))), {4}, kI32, kExact, kNoGrad},
       {"sample_top_k_top_p_key_input", {uni({6, 37}, -3, 3), ints({2}, 0, 1000)}, FN(sample(x[0], cf({0.7, 9, 0.8}, {3}), x[1])), {6}, kI32, kExact, kNoGrad},
       {"sample_large_vocab", {uni({3, 3000}, -4, 4)}, FN(sample(x[0], cf({1, 50, 0.9}, {3}), ci({11, 4}, {2}))), {3}, kI32, kExact, kNoGrad},
       {"sample_ties_at_the_cuts", {ints({5, 40}, 0, 3, kF32)}, FN(sample(x[0], cf({1, 7, 0.5}, {3}), ci({5, 6}, {2}))), {5}, kI32, kExact, kNoGrad},

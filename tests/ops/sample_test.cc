@@ -126,10 +126,14 @@ TEST_P(Sample, MinPKeepsTheLikelyEnough) {
         draw(p, {static_cast<float>(t), 0, 1, static_cast<float>(min_p)}, {5, static_cast<int32_t>(t * 10)}),
         softmax_over(t, keep), "T " + std::to_string(t) + ", min-p " + std::to_string(min_p));
   }
-  // top-p 0.6 keeps {2.0, 1.0, 1.0}; min-p 0.5 then only 2.0 (e^−1 < 0.5).
-  expect_frequencies(draw(p, {1, 0, 0.6f, 0.5f}, {6, 0}),
-                     softmax_over(1, {false, false, false, false, true, false, false}),
-                     "top-p 0.6, min-p 0.5");
+  // Both cuts, each the tighter once. top-p 0.6 keeps {2.0, 1.0, 1.0} and min-p 0.05 five
+  // tokens: the three. top-p 0.95 keeps six and min-p 0.3 the three.
+  const std::vector<bool> three{true, false, false, false, true, false, true};
+  expect_frequencies(draw(p, {1, 0, 0.6f, 0.05f}, {6, 0}), softmax_over(1, three), "top-p 0.6, min-p 0.05");
+  expect_frequencies(draw(p, {1, 0, 0.95f, 0.3f}, {6, 2}), softmax_over(1, three), "top-p 0.95, min-p 0.3");
+  // min-p above 1 keeps the most likely token alone (never none).
+  expect_frequencies(draw(p, {1, 0, 1, 2}, {6, 3}),
+                     softmax_over(1, {false, false, false, false, true, false, false}), "min-p 2");
   // min-p 0 is off: every token, as with params [3].
   expect_frequencies(draw(p, {1, 0, 1, 0}, {6, 1}), softmax_over(1, std::vector<bool>(kV, true)), "min-p 0");
 }

@@ -77,7 +77,8 @@ int32_t sample_row(const float* x, int64_t vocab, double temperature, double top
     }
   }
   // min_p: probability ≥ min_p · the largest's, (x − m)/T ≥ ln min_p.
-  const double at_least = min_p > 0 ? m + temperature * std::log(min_p) : -INFINITY;
+  // The largest logits always stay (min_p > 1 keeps them alone).
+  const double at_least = min_p > 0 ? std::min(m, m + temperature * std::log(min_p)) : -INFINITY;
   double best_score = -INFINITY;
   int64_t pick = -1;
   for (int64_t i = 0; i < vocab; ++i) {

@@ -140,8 +140,9 @@ Values sample(const Node& n, const Values& x, const Values& params, const Values
         a = b;
       }
     }
-    if (min_p > 0)  // probability ≥ min_p · the largest's: (v − m)/T ≥ ln min_p
-      for (size_t i = 0; i < v_len; ++i) keep[i] = keep[i] && v[i] >= m + temperature * std::log(min_p);
+    if (min_p > 0)  // probability ≥ min_p · the largest's, (v − m)/T ≥ ln min_p; the largest always
+      for (size_t i = 0; i < v_len; ++i)
+        keep[i] = keep[i] && v[i] >= std::min(m, m + temperature * std::log(min_p));
     double best_score = -INFINITY;
     size_t pick = v_len;
     for (size_t i = 0; i < v_len; ++i) {

@@ -125,7 +125,8 @@ __device__ int block_argmax(double v, int i, double* shv, int* shi) {
     cut = lo;
   }
   // min_p: probability >= min_p times the largest's, (x - m)/T >= ln min_p.
-  const double at_least = min_p > 0.0f ? md + td * log((double)min_p) : -INFINITY;
+  // The largest logits always stay (min_p > 1 keeps them alone).
+  const double at_least = min_p > 0.0f ? fmin(md, md + td * log((double)min_p)) : -INFINITY;
   // Gumbel-max over the candidates (keys >= cut, logits >= at_least).
   const unsigned int seed = (unsigned int)key[0], counter = (unsigned int)key[1];
   best = -INFINITY;
