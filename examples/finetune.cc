@@ -421,13 +421,13 @@ struct MergeResult {
 
 // The adapters folded into the weights, loaded into the architecture without adapters: its
 // held-out loss, and a greedy continuation of the held-out text's first tokens.
-MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& trained, const Options& o,
-                               const HeldOut& held, const tg::Tokenizer& tokenizer) {
+MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& merged_weights,
+                               const Options& o, const HeldOut& held, const tg::Tokenizer& tokenizer) {
   tg::pretrained::Model merged{.folder = lm.folder,
                                .architecture = lm.architecture,
                                .config = lm.config,
                                .module = plain_module(lm),
-                               .weights = tg::nn::merge_lora(*lm.module, trained),
+                               .weights = merged_weights,
                                .context = lm.context,
                                .eos_ids = lm.eos_ids,
                                .config_json = lm.config_json};
@@ -518,11 +518,10 @@ std::pair<std::vector<std::string>, std::set<std::string>> attach_adapters(tg::M
   return {std::move(frozen), std::move(adapters)};
 }
 
-// The merged model as a Hugging Face folder (save() folds the adapters in), read back: true when
-// load() gives every merged weight, rounded to --save-dtype, bit for bit.
-bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params& trained) {
-  tg::pretrained::save(lm, trained, o.save_model, {.dtype = o.save_dtype});
-  const Params merged = tg::nn::merge_lora(*lm.module, trained);
+// The merged weights as a Hugging Face folder of lm's architecture, read back: true when load()
+// gives every merged weight, rounded to --save-dtype, bit for bit.
+bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params& merged) {
+  tg::pretrained::save(lm, merged, o.save_model, {.dtype = o.save_dtype});
   const tg::pretrained::Model back = tg::pretrained::load(o.save_model);
   bool same = back.weights.size() == merged.size();
   for (const auto& [name, t] : merged) {
@@ -573,7 +572,8 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
   std::printf("loss curve: %s\n", o.plot.c_str());
   if (!o.merge) return failures;
 
-  const MergeResult m = merge_and_generate(in.lm, trained, o, held, in.tokenizer);
+  const Params merged = tg::nn::merge_lora(*in.lm.module, trained);  // W + (alpha/rank)·B·A, once
+  const MergeResult m = merge_and_generate(in.lm, merged, o, held, in.tokenizer);
   const double diff = std::fabs(m.held_loss - after) / after;
   std::printf(
       "\nmerged (W + (alpha/rank)·B·A, adapters dropped): held-out loss %.6f, adapted %.6f (relative %.1e)\n",
@@ -583,7 +583,7 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
   std::printf("greedy continuation of held-out text by the merged model:\n%s[%s]\n",
               in.tokenizer.decode(m.prompt, /*skip_special=*/true).c_str(),
               in.tokenizer.decode(m.continuation, /*skip_special=*/true).c_str());
-  if (!o.save_model.empty() && !save_merged(o, in.lm, trained))
+  if (!o.save_model.empty() && !save_merged(o, in.lm, merged))
     failures.push_back("the saved folder did not load back with the merged weights");
   return failures;
 }
