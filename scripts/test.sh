@@ -18,7 +18,7 @@ bash scripts/configure.sh asan build-asan
 cmake --build build-asan -j "$jobs"
 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure --no-tests=error -j "$jobs"
 
-echo "== libFuzzer: the checkpoint, safetensors and JSON readers, 15 s each (clang 16, ASan + UBSan) =="
+echo "== libFuzzer: the checkpoint, safetensors and JSON readers, 10 s each (clang 16, ASan + UBSan) =="
 bash scripts/configure.sh fuzz build-fuzz
 cmake --build build-fuzz -j "$jobs"
 ctest --test-dir build-fuzz --output-on-failure --no-tests=error

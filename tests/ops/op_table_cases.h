@@ -71,9 +71,11 @@ Tensor attention_bthd(const Ts& x) {
   return attention(permute(x[0], {0, 2, 1, 3}), permute(x[1], {0, 2, 1, 3}), permute(x[2], {0, 2, 1, 3}));
 }
 
-const std::vector<OpCase>& op_cases() {
-  static const std::vector<OpCase> cases = {
-      // ---- elementwise unary ---------------------------------------------------------------
+// Each section of rows is built by a function of its own: GCC's time for one initializer list
+// grows faster than its length under the sanitizers (400+ rows in one function: minutes).
+// ---- elementwise unary ---------------------------------------------------------------
+std::vector<OpCase> unary_rows() {
+  return {
       {"neg", {uni({2, 3}, -2, 2)}, FN(neg(x[0])), {2, 3}, kF32, kExact, kGrad},
       {"neg_operator", {uni({3, 1, 4})}, FN(-x[0]), {3, 1, 4}, kF32, kExact, kGrad},
       {"neg_i32", {ints({2, 3})}, FN(neg(x[0])), {2, 3}, kI32, kExact, kNoGrad},
@@ -111,8 +113,12 @@ const std::vector<OpCase>& op_cases() {
       {"cast_i32_to_bool", {ints({2, 3}, -2, 2)}, FN(cast(x[0], kBool)), {2, 3}, kBool, kExact, kNoGrad},
       {"cast_bool_to_f32", {bools({2, 3})}, FN(cast(x[0], kF32)), {2, 3}, kF32, kExact, kNoGrad},
       {"cast_bool_to_i32", {bools({4})}, FN(cast(x[0], kI32)), {4}, kI32, kExact, kNoGrad},
+  };
+}
 
-      // ---- elementwise binary (NumPy broadcasting) ------------------------------------------
+// ---- elementwise binary (NumPy broadcasting) ------------------------------------------
+std::vector<OpCase> binary_rows() {
+  return {
       {"add_broadcast_row", {uni({2, 3}), uni({3})}, FN(add(x[0], x[1])), {2, 3}, kF32, kArith, kGrad},
       {"add_broadcast_both", {uni({2, 1, 4}), uni({3, 1})}, FN(x[0] + x[1]), {2, 3, 4}, kF32, kArith, kGrad},
       {"add_i32", {ints({2, 3}), ints({2, 1})}, FN(x[0] + x[1]), {2, 3}, kI32, kExact, kNoGrad},
@@ -135,8 +141,12 @@ const std::vector<OpCase>& op_cases() {
       {"minimum_broadcast", {distinct({3, 1}), distinct({1, 4})}, FN(minimum(x[0], x[1])), {3, 4}, kF32, kExact, kGrad},
       {"minimum_scalar_left", {distinct({5})}, FN(minimum(0.5, x[0])), {5}, kF32, kExact, kGrad},
       {"minimum_i32_ties", {ints({4}, 0, 2), ints({2, 4}, 0, 2)}, FN(minimum(x[0], x[1])), {2, 4}, kI32, kExact, kNoGrad},
+  };
+}
 
-      // ---- comparisons and logic -----------------------------------------------------------
+// ---- comparisons and logic -----------------------------------------------------------
+std::vector<OpCase> comparisons_rows() {
+  return {
       {"eq_f32_ties", {ints({2, 3}, 0, 2, kF32), ints({3}, 0, 2, kF32)}, FN(eq(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
       {"eq_i32_scalar", {ints({2, 3}, 0, 2)}, FN(eq(x[0], 1)), {2, 3}, kBool, kExact, kNoGrad},
       {"eq_bool", {bools({2, 3}), bools({2, 1})}, FN(eq(x[0], x[1])), {2, 3}, kBool, kExact, kNoGrad},
@@ -169,8 +179,12 @@ const std::vector<OpCase>& op_cases() {
       {"hardswish", {distinct({3, 4}, -5, 5)}, FN(hardswish(x[0])), {3, 4}, kF32, kArith, kGrad},
       {"mish", {uni({3, 4}, -4, 4)}, FN(mish(x[0])), {3, 4}, kF32, kTranscendental, kGrad},
       {"logsigmoid", {uni({3, 4}, -30, 30)}, FN(logsigmoid(x[0])), {3, 4}, kF32, kTranscendental, kGrad},
+  };
+}
 
-      // ---- operators with numbers ----------------------------------------------------------
+// ---- operators with numbers ----------------------------------------------------------
+std::vector<OpCase> number_operators_rows() {
+  return {
       {"scalar_two_x_plus_one", {uni({2, 3})}, FN(2.0f * x[0] + 1), {2, 3}, kF32, kArith, kGrad},
       {"scalar_one_minus_x", {uni({3, 1})}, FN(1 - x[0]), {3, 1}, kF32, kArith, kGrad},
       {"scalar_x_div_three", {uni({2, 3})}, FN(x[0] / 3), {2, 3}, kF32, kArith, kGrad},
@@ -179,8 +193,12 @@ const std::vector<OpCase>& op_cases() {
       {"scalar_i32_two_x_plus_one", {ints({2, 3})}, FN(2 * x[0] + 1), {2, 3}, kI32, kExact, kNoGrad},
       {"scalar_i32_plus_float_promotes", {ints({2, 3})}, FN(x[0] + 0.5), {2, 3}, kF32, kExact, kNoGrad},
       {"scalar_i32_div_int_promotes", {ints({2, 3})}, FN(x[0] / 2), {2, 3}, kF32, kExact, kNoGrad},
+  };
+}
 
-      // ---- reductions -----------------------------------------------------------------------
+// ---- reductions -----------------------------------------------------------------------
+std::vector<OpCase> reductions_rows() {
+  return {
       {"sum_all", {uni({2, 3, 4})}, FN(sum(x[0])), {}, kF32, kReduce, kGrad},
       {"sum_axis1", {uni({2, 3, 4})}, FN(sum(x[0], {1})), {2, 4}, kF32, kReduce, kGrad},
       {"sum_neg_axis_keepdim", {uni({2, 3, 4})}, FN(sum(x[0], {-1}, true)), {2, 3, 1}, kF32, kReduce, kGrad},
@@ -208,7 +226,12 @@ const std::vector<OpCase>& op_cases() {
       {"argmax_flat_keepdim", {distinct({2, 3})}, FN(argmax(x[0], std::nullopt, true)), {1, 1}, kI32, kExact, kNoGrad},
       {"argmax_i32_ties_first", {ints({4, 5}, 0, 2)}, FN(argmax(x[0], 1)), {4}, kI32, kExact, kNoGrad},
       {"argmax_bool", {bools({3, 4})}, FN(argmax(x[0], 0)), {4}, kI32, kExact, kNoGrad},
-      // ---- prefix sums ----------------------------------------------------------------------
+  };
+}
+
+// ---- prefix sums ----------------------------------------------------------------------
+std::vector<OpCase> prefix_sums_rows() {
+  return {
       {"cumsum_last", {uni({2, 3, 5})}, FN(cumsum(x[0], -1)), {2, 3, 5}, kF32, kReduce, kGrad},
       {"cumsum_middle", {uni({2, 4, 3})}, FN(cumsum(x[0], 1)), {2, 4, 3}, kF32, kReduce, kGrad},
       {"cumsum_first_reverse", {uni({5, 3})}, FN(cumsum(x[0], 0, true)), {5, 3}, kF32, kReduce, kGrad},
@@ -217,8 +240,12 @@ const std::vector<OpCase>& op_cases() {
       {"cumsum_of_permuted", {uni({3, 4, 2})}, FN(cumsum(permute(x[0], {2, 0, 1}), 2)), {2, 3, 4}, kF32, kReduce, kGrad},
       {"cumsum_i32", {ints({3, 6})}, FN(cumsum(x[0], 1)), {3, 6}, kI32, kExact, kNoGrad},
       {"cumsum_i32_reverse", {ints({4, 3})}, FN(cumsum(x[0], 0, true)), {4, 3}, kI32, kExact, kNoGrad},
+  };
+}
 
-      // ---- shape ------------------------------------------------------------------------------
+// ---- shape ------------------------------------------------------------------------------
+std::vector<OpCase> shape_rows() {
+  return {
       {"reshape", {uni({2, 3, 4})}, FN(reshape(x[0], {4, 6})), {4, 6}, kF32, kExact, kGrad},
       {"reshape_infer", {uni({2, 3, 4})}, FN(reshape(x[0], {-1, 4})), {6, 4}, kF32, kExact, kGrad},
       {"reshape_flatten", {uni({2, 3, 4})}, FN(reshape(x[0], {-1})), {24}, kF32, kExact, kGrad},
@@ -253,8 +280,12 @@ const std::vector<OpCase>& op_cases() {
       {"unsqueeze_neg", {uni({2, 3})}, FN(unsqueeze(x[0], -1)), {2, 3, 1}, kF32, kExact, kGrad},
       {"squeeze_middle", {uni({2, 1, 3})}, FN(squeeze(x[0], 1)), {2, 3}, kF32, kExact, kGrad},
       {"squeeze_neg", {uni({2, 3, 1})}, FN(squeeze(x[0], -1)), {2, 3}, kF32, kExact, kGrad},
+  };
+}
 
-      // ---- matmul -----------------------------------------------------------------------------
+// ---- matmul -----------------------------------------------------------------------------
+std::vector<OpCase> matmul_rows() {
+  return {
       {"matmul_2d", {uni({2, 3}), uni({3, 4})}, FN(matmul(x[0], x[1])), {2, 4}, kF32, kMatmul, kGrad},
       {"matmul_batch_broadcast", {uni({2, 1, 3, 4}), uni({5, 4, 2})}, FN(matmul(x[0], x[1])), {2, 5, 3, 2}, kF32, kMatmul, kGrad},
       {"matmul_batched_both", {uni({3, 2, 4}), uni({3, 4, 2})}, FN(matmul(x[0], x[1])), {3, 2, 2}, kF32, kMatmul, kGrad},
@@ -267,8 +298,12 @@ const std::vector<OpCase>& op_cases() {
       {"matmul_transposed_lhs", {uni({3, 2}), uni({3, 4})}, FN(matmul(transpose(x[0]), x[1])), {2, 4}, kF32, kMatmul, kGrad},
       {"matmul_batched_transposed", {uni({2, 4, 3}), uni({2, 4, 5})}, FN(matmul(transpose(x[0], 1, 2), x[1])), {2, 3, 5}, kF32, kMatmul, kGrad},
       {"matmul_i32_operands", {ints({2, 3}), ints({3, 2})}, FN(matmul(x[0], x[1])), {2, 2}, kF32, kExact, kNoGrad},
+  };
+}
 
-      // ---- leaves ----------------------------------------------------------------------------
+// ---- leaves ----------------------------------------------------------------------------
+std::vector<OpCase> leaves_rows() {
+  return {
       {"full_f32", {}, FN(full({2, 3}, 1.5)), {2, 3}, kF32, kExact, kNoGrad},
       {"full_i32", {}, FN(full({4}, -7, kI32)), {4}, kI32, kExact, kNoGrad},
       {"full_bool", {}, FN(full({2, 2}, 1, kBool)), {2, 2}, kBool, kExact, kNoGrad},
@@ -281,16 +316,24 @@ const std::vector<OpCase>& op_cases() {
       {"arange_negative_step", {}, FN(arange(5, 0, -2)), {3}, kI32, kExact, kNoGrad},
       {"leaves_with_input", {uni({2, 3})}, FN(x[0] * constant(kConstF32, {2, 3}) + full({3}, 0.5) - ones({2, 1})), {2, 3}, kF32, kArith, kGrad},
       {"arange_times_input", {uni({4})}, FN(x[0] * arange(0, 4)), {4}, kF32, kArith, kGrad},
+  };
+}
 
-      // ---- composites ------------------------------------------------------------------------
+// ---- composites ------------------------------------------------------------------------
+std::vector<OpCase> composites_rows() {
+  return {
       {"softmax", {uni({2, 3, 4}, -3, 3)}, softmax_last, {2, 3, 4}, kF32, kTranscendental, kGrad},
       {"log_softmax", {uni({3, 5}, -3, 3)}, log_softmax_last, {3, 5}, kF32, kTranscendental, kGrad},
       {"layer_norm", {uni({3, 4}, -2, 2), uni({4}, 0.5, 1.5), uni({4})}, layer_norm_last, {3, 4}, kF32, kTranscendental, kGrad},
       {"linear_tanh", {uni({3, 4}), uni({4, 2}), uni({2})}, linear_tanh, {3, 2}, kF32, kTranscendental, kGrad},
       {"mse", {uni({2, 3}), uni({2, 3})}, FN(mean((x[0] - x[1]) * (x[0] - x[1]))), {}, kF32, kReduce, kGrad},
+  };
+}
 
-      // ---- large: past the CPU backend's parallel grain (2^12 elements for libm ops, 2^15
-      // otherwise), so chunk boundaries fall inside broadcast, strided and reduced loops ----
+// ---- large: past the CPU backend's parallel grain (2^12 elements for libm ops, 2^15
+// otherwise), so chunk boundaries fall inside broadcast, strided and reduced loops ----
+std::vector<OpCase> large_rows() {
+  return {
       {"large_exp_broadcast", {uni({70, 130}, -2, 2), uni({130})}, FN(exp(x[0]) * x[1]), {70, 130}, kF32, kTranscendental, kNoGrad},
       {"large_add_broadcast_size1", {uni({20, 1, 60}), uni({1, 30, 60})}, FN(x[0] + x[1]), {20, 30, 60}, kF32, kArith, kCpuOnly},
       {"large_permute", {uni({20, 30, 60})}, FN(permute(x[0], {2, 0, 1})), {60, 20, 30}, kF32, kExact, kNoGrad},
@@ -308,8 +351,12 @@ const std::vector<OpCase>& op_cases() {
       {"large_cumsum_axis0_reverse", {uni({300, 270})}, FN(cumsum(x[0], 0, true)), {300, 270}, kF32, kLargeSum, kCpuOnly},
       {"large_cumsum_i32", {ints({3, 5000}, -1000, 1000)}, FN(cumsum(x[0], 1)), {3, 5000}, kI32, kExact, kNoGrad},
       {"large_matmul_batched", {uni({2, 65, 33}), uni({33, 47})}, FN(matmul(x[0], x[1])), {2, 65, 47}, kF32, kMatmul, kCpuOnly},
+  };
+}
 
-      // ---- NN: indexing (gather; scatter_add is its VJP) ---------------------------------------
+// ---- NN: indexing (gather; scatter_add is its VJP) ---------------------------------------
+std::vector<OpCase> nn_indexing_rows() {
+  return {
       // Indices with more entries than the indexed extent repeat, so the gradient's scatter-add
       // accumulates several contributions into one element.
       {"take_along_axis_axis1", {uni({3, 5}), indices({3, 7}, 5)}, FN(take_along_axis(x[0], x[1], 1)), {3, 7}, kF32, kExact, kGrad},
@@ -348,8 +395,12 @@ const std::vector<OpCase>& op_cases() {
       {"sample_rank3_of_a_view", {uni({11, 2, 3}, -2, 2)}, FN(sample(permute(x[0], {1, 2, 0}), cf({2, 0, 1}, {3}), ci({1, 1}, {2}))), {2, 3}, kI32, kExact, kNoGrad},
       {"one_hot", {indices({2, 3}, 5)}, FN(one_hot(x[0], 5)), {2, 3, 5}, kF32, kExact, kNoGrad},
       {"one_hot_times_input", {indices({4}, 3), uni({4, 3})}, FN(one_hot(x[0], 3) * x[1]), {4, 3}, kF32, kExact, kGrad},
+  };
+}
 
-      // ---- NN: softmax family --------------------------------------------------------------------
+// ---- NN: softmax family --------------------------------------------------------------------
+std::vector<OpCase> nn_softmax_rows() {
+  return {
       {"softmax_axis0", {uni({3, 4, 5}, -3, 3)}, FN(softmax(x[0], 0)), {3, 4, 5}, kF32, kTranscendental, kGrad},
       {"softmax_axis1", {uni({3, 4, 5}, -3, 3)}, FN(softmax(x[0], 1)), {3, 4, 5}, kF32, kTranscendental, kGrad},
       {"softmax_axis_last", {uni({3, 4, 5}, -3, 3)}, FN(softmax(x[0], -1)), {3, 4, 5}, kF32, kTranscendental, kGrad},
@@ -366,8 +417,12 @@ const std::vector<OpCase>& op_cases() {
       {"softmax_causal_4d", {uni({2, 2, 3, 4}, -3, 3)}, FN(softmax(x[0], -1, true)), {2, 2, 3, 4}, kF32, kTranscendental, kGrad},
       {"log_softmax_causal_T_lt_S", {uni({2, 4, 6}, -3, 3)}, FN(finite_part(log_softmax(x[0], -1, true))), {2, 4, 6}, kF32, kTranscendental, kGrad},
       {"log_softmax_causal_T_eq_S", {uni({3, 5, 5}, -3, 3)}, FN(finite_part(log_softmax(x[0], -1, true))), {3, 5, 5}, kF32, kTranscendental, kGrad},
+  };
+}
 
-      // ---- NN: losses --------------------------------------------------------------------------
+// ---- NN: losses --------------------------------------------------------------------------
+std::vector<OpCase> nn_losses_rows() {
+  return {
       {"cross_entropy_mean", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], x[1])), {}, kF32, kTranscendental, kGrad},
       {"cross_entropy_mean_ignore", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100))), {}, kF32, kTranscendental, kGrad},
       {"cross_entropy_sum_ignore", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100), {.reduction = Reduction::kSum})), {}, kF32, kTranscendental, kGrad},
@@ -393,8 +448,12 @@ const std::vector<OpCase>& op_cases() {
       {"bce_with_logits_pos_weight", {uni({3, 4}, -4, 4), uni({3, 4}, 0, 1), uni({4}, 0.5, 3)}, FN(binary_cross_entropy_with_logits(x[0], x[1], {.pos_weight = x[2]})), {}, kF32, kTranscendental, kGrad},
       {"nll_loss_ignore", {uni({6, 5}, -4, 0), indices({6}, 5)}, FN(nll_loss(x[0], with_ignored(x[1], -100))), {}, kF32, kReduce, kGrad},
       {"cross_entropy_label_smoothing", {uni({6, 5}, -3, 3), indices({6}, 5)}, FN(cross_entropy(x[0], with_ignored(x[1], -100), {.label_smoothing = 0.2})), {}, kF32, kTranscendental, kGrad},
+  };
+}
 
-      // ---- NN: normalisation -------------------------------------------------------------------
+// ---- NN: normalisation -------------------------------------------------------------------
+std::vector<OpCase> nn_normalisation_rows() {
+  return {
       {"layer_norm_plain", {uni({3, 8}, -2, 2)}, FN(layer_norm(x[0], Tensor(), Tensor())), {3, 8}, kF32, kTranscendental, kGrad},
       {"layer_norm_weight", {uni({3, 8}, -2, 2), uni({8}, 0.5, 1.5)}, FN(layer_norm(x[0], x[1], Tensor())), {3, 8}, kF32, kTranscendental, kGrad},
       {"layer_norm_bias", {uni({3, 8}, -2, 2), uni({8})}, FN(layer_norm(x[0], Tensor(), x[1])), {3, 8}, kF32, kTranscendental, kGrad},
@@ -405,16 +464,24 @@ const std::vector<OpCase>& op_cases() {
       {"rms_norm_weight", {uni({3, 8}, -2, 2), uni({8}, 0.5, 1.5)}, FN(rms_norm(x[0], x[1])), {3, 8}, kF32, kTranscendental, kGrad},
       {"rms_norm_weight_3d_eps", {uni({2, 3, 6}, -0.1, 0.1), uni({6})}, FN(rms_norm(x[0], x[1], 0.01)), {2, 3, 6}, kF32, kTranscendental, kGrad},
       {"rms_norm_rank1", {uni({7}, -2, 2)}, FN(rms_norm(x[0], Tensor())), {7}, kF32, kTranscendental, kGrad},
+  };
+}
 
-      // ---- NN: randomness (the runtime key is fed by the harness) --------------------------------
+// ---- NN: randomness (the runtime key is fed by the harness) --------------------------------
+std::vector<OpCase> nn_randomness_rows() {
+  return {
       // random_uniform's bits are a pure function of (seed, key, index): cpu equals ref exactly.
       {"random_uniform", {}, FN(random_uniform({4, 5})), {4, 5}, kF32, kExact, kNoGrad},
       {"random_uniform_two_sites", {uni({3, 4})}, FN(x[0] * random_uniform({3, 4}) + random_uniform({4})), {3, 4}, kF32, kArith, kGrad},
       {"dropout", {uni({4, 12})}, FN(dropout(x[0], 0.3)), {4, 12}, kF32, kArith, kGrad, true},
       {"dropout_of_transposed_view", {uni({6, 8})}, FN(dropout(transpose(x[0]), 0.5)), {8, 6}, kF32, kArith, kGrad, true},
       {"dropout_two_sites", {uni({3, 5})}, FN(dropout(x[0], 0.2) + dropout(x[0] * 2, 0.6)), {3, 5}, kF32, kArith, kGrad, true},
+  };
+}
 
-      // ---- NN: convolutional networks (NCHW; weights [O, C/groups, KH, KW]) -----------------------
+// ---- NN: convolutional networks (NCHW; weights [O, C/groups, KH, KW]) -----------------------
+std::vector<OpCase> nn_conv_rows() {
+  return {
       {"conv2d_basic", {uni({2, 3, 5, 6}), uni({4, 3, 3, 3})}, FN(conv2d(x[0], x[1])), {2, 4, 3, 4}, kF32, kMatmul, kGrad},
       {"conv2d_bias_pad1", {uni({1, 2, 5, 5}), uni({3, 2, 3, 3}), uni({3})}, FN(conv2d(x[0], x[1], x[2], {.padding = 1})), {1, 3, 5, 5}, kF32, kMatmul, kGrad},
       {"conv2d_stride2_pad1_odd", {uni({2, 2, 7, 6}), uni({3, 2, 3, 3})}, FN(conv2d(x[0], x[1], Tensor(), {.stride = 2, .padding = 1})), {2, 3, 4, 3}, kF32, kMatmul, kGrad},
@@ -455,8 +522,12 @@ const std::vector<OpCase>& op_cases() {
       {"batch_norm_given_statistics", {uni({2, 3, 4, 4}), uni({3}), uni({3}, 0.5, 1.5), uni({3}, 0.5, 1.5), uni({3})}, FN(batch_norm(x[0], x[1], x[2], x[3], x[4])), {2, 3, 4, 4}, kF32, kTranscendental, kGrad},
       {"conv_pool_stack", {uni({2, 1, 8, 8}), uni({4, 1, 3, 3}), uni({4}), uni({6, 4, 3, 3}, -0.3, 0.3)},
        FN(avg_pool2d(relu(conv2d(max_pool2d(relu(conv2d(x[0], x[1], x[2], {.padding = 1})), {.kernel = 2}), x[3], Tensor(), {.padding = 1})), {.kernel = 2})), {2, 6, 2, 2}, kF32, kLargeSum, kCpuOnly},
+  };
+}
 
-      // ---- NN: attention (q [B, Hq, T, D], k/v [B, Hkv, S, D]) -----------------------------------
+// ---- NN: attention (q [B, Hq, T, D], k/v [B, Hkv, S, D]) -----------------------------------
+std::vector<OpCase> nn_attention_rows() {
+  return {
       // Mamba: the selective scan (u, delta > 0, A < 0, B, C) and the causal depthwise convolution
       {"selective_scan_y", {uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).y), {2, 4, 7}, kF32, kTranscendental, kGrad},
       {"selective_scan_last_state", {uni({2, 4, 7}), uni({2, 4, 7}, 0.1, 0.8), uni({4, 3}, -1.5, -0.2), uni({2, 3, 7}), uni({2, 3, 7})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4]).last_state), {2, 4, 3}, kF32, kTranscendental, kGrad},
@@ -524,8 +595,12 @@ const std::vector<OpCase>& op_cases() {
       {"attention_single_key", {uni({1, 2, 3, 8}), uni({1, 2, 1, 8}), uni({1, 2, 1, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {1, 2, 3, 8}, kF32, kMatmul, kGrad},
       {"attention_odd_head_dim", {uni({1, 2, 3, 5}), uni({1, 2, 4, 5}), uni({1, 2, 4, 5})}, FN(attention(x[0], x[1], x[2])), {1, 2, 3, 5}, kF32, kMatmul, kGrad},
       {"attention_permuted_heads", {uni({1, 5, 4, 8}), uni({1, 5, 2, 8}), uni({1, 5, 2, 8})}, attention_bthd, {1, 4, 5, 8}, kF32, kMatmul, kGrad},
+  };
+}
 
-      // ---- NN: activations and small composites ------------------------------------------------
+// ---- NN: activations and small composites ------------------------------------------------
+std::vector<OpCase> nn_activations_rows() {
+  return {
       {"gelu_erf", {uni({3, 5}, -3, 3)}, FN(gelu(x[0])), {3, 5}, kF32, kTranscendental, kGrad},
       {"gelu_tanh", {uni({3, 5}, -3, 3)}, FN(gelu(x[0], GeluApprox::kTanh)), {3, 5}, kF32, kTranscendental, kGrad},
       {"silu", {uni({3, 5}, -4, 4)}, FN(silu(x[0])), {3, 5}, kF32, kTranscendental, kGrad},
@@ -543,9 +618,13 @@ const std::vector<OpCase>& op_cases() {
       {"pad_axis0_before_value", {uni({2, 3})}, FN(pad(x[0], 0, 3, 0, 0.5)), {5, 3}, kF32, kExact, kGrad},
       {"pad_neg_axis_after_value", {uni({2, 3, 4})}, FN(pad(x[0], -1, 0, 2, -1.0)), {2, 3, 6}, kF32, kExact, kGrad},
       {"pad_i32", {ints({2, 3})}, FN(pad(x[0], 1, 1, 1, 7)), {2, 5}, kI32, kExact, kNoGrad},
+  };
+}
 
-      // ---- NN, large: past the CPU kernels' blocking (attention row blocks of 64 queries,
-      // random chunks of 4096 elements, scatter-add blocks of 256 inner positions) ----------------
+// ---- NN, large: past the CPU kernels' blocking (attention row blocks of 64 queries,
+// random chunks of 4096 elements, scatter-add blocks of 256 inner positions) ----------------
+std::vector<OpCase> nn_large_rows() {
+  return {
       {"large_softmax_rows", {uni({70, 300}, -4, 4)}, FN(softmax(x[0])), {70, 300}, kF32, kTranscendental, kCpuOnly},
       {"large_log_softmax_axis0", {uni({300, 70}, -4, 4)}, FN(log_softmax(x[0], 0)), {300, 70}, kF32, kTranscendental, kCpuOnly},
       {"large_softmax_causal", {uni({2, 70, 90}, -4, 4)}, FN(softmax(x[0], -1, true)), {2, 70, 90}, kF32, kTranscendental, kCpuOnly},
@@ -570,6 +649,20 @@ const std::vector<OpCase>& op_cases() {
       {"large_attention_mqa_causal_T130_S140", {uni({1, 2, 130, 8}), uni({1, 1, 140, 8}), uni({1, 1, 140, 8})}, FN(attention(x[0], x[1], x[2])), {1, 2, 130, 8}, kF32, kMatmul, kCpuOnly},
       {"large_attention_permuted_heads_T70", {uni({2, 70, 4, 8}), uni({2, 70, 2, 8}), uni({2, 70, 2, 8})}, attention_bthd, {2, 4, 70, 8}, kF32, kMatmul, kCpuOnly},
   };
+}
+
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = [] {
+    std::vector<OpCase> all;
+    for (auto rows : {&unary_rows, &binary_rows, &comparisons_rows, &number_operators_rows, &reductions_rows,
+                      &prefix_sums_rows, &shape_rows, &matmul_rows, &leaves_rows, &composites_rows,
+                      &large_rows, &nn_indexing_rows, &nn_softmax_rows, &nn_losses_rows, &nn_normalisation_rows,
+                      &nn_randomness_rows, &nn_conv_rows, &nn_attention_rows, &nn_activations_rows, &nn_large_rows}) {
+      std::vector<OpCase> section = rows();
+      all.insert(all.end(), std::make_move_iterator(section.begin()), std::make_move_iterator(section.end()));
+    }
+    return all;
+  }();
   return cases;
 }
 
