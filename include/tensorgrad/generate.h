@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "tensorgrad/module.h"
@@ -74,6 +75,7 @@ struct GenerateOptions {
 class Generator {
  public:
   /// Compiles the prefill and decode programs of `model`'s cached step on options.device.
+  /// `model` must outlive the Generator.
   Generator(Module& model, CachedLm step, GeneratorOptions options = {});
 
   /// One continuation per prompt (exactly options.batch prompts, each of 1 to cache_len valid
@@ -84,14 +86,24 @@ class Generator {
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options = {});
 
   /// The programs (e.g. to init_params, load a checkpoint or describe() them); prefill() is
-  /// empty with GeneratorOptions{.prefill = false}.
-  Program& prefill() { return prefill_; }
-  Program& decode() { return decode_; }
+  /// empty with GeneratorOptions{.prefill = false}. They compute no repetition penalty: the
+  /// first generate() with repetition_penalty != 1 compiles a second pair that does, sharing
+  /// these programs' parameters and caches.
+  Program& prefill() { return plain_.prefill; }
+  Program& decode() { return plain_.decode; }
   const GeneratorOptions& options() const { return options_; }
 
  private:
+  struct Programs {
+    Program prefill, decode;
+  };
+  Programs compile_programs(bool penalised);
+
   GeneratorOptions options_;
-  Program prefill_, decode_;
+  Module* model_;  // must outlive the Generator (its programs read the model's parameters)
+  CachedLm step_;
+  Programs plain_;
+  std::optional<Programs> penalised_;
 };
 
 }  // namespace tg

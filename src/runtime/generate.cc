@@ -39,7 +39,8 @@ Tensor penalised_sample(const Tensor& logits, const Tensor& ids, const Tensor& r
 
 }  // namespace
 
-Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : options_(std::move(options)) {
+Generator::Generator(Module& model, CachedLm step, GeneratorOptions options)
+    : options_(std::move(options)), model_(&model), step_(std::move(step)) {
   GeneratorOptions& o = options_;
   if (o.batch < 1) throw InputError("[Generator] batch must be at least 1, got " + std::to_string(o.batch));
   if (o.cache_len < 1)
@@ -48,9 +49,23 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : o
   if (o.prefill_len < 1 || o.prefill_len > o.cache_len)
     throw InputError("[Generator] prefill_len must be in [1, cache_len = " + std::to_string(o.cache_len) +
                      "], got " + std::to_string(o.prefill_len));
-  if (!step) throw InputError("[Generator] the model step is empty");
+  if (!step_) throw InputError("[Generator] the model step is empty");
+  plain_ = compile_programs(false);
+}
+
+Generator::Programs Generator::compile_programs(bool penalised) {
+  const GeneratorOptions& o = options_;
   const int64_t b = o.batch, p = o.prefill_len, cache = o.cache_len;
+  const CachedLm& step = step_;
+  // The row of logits [B, V] to sample from, with params[0..4) = {temperature, top_k, top_p,
+  // min_p}, after the repetition penalty when the programs have one.
+  auto pick = [&](const Tensor& logits, const Tensor& ids, const Tensor& real, const Tensor& params,
+                  const Tensor& key) {
+    return penalised ? penalised_sample(logits, ids, real, params, key)
+                     : sample(logits, slice(params, 0, 0, 4), key);
+  };
   const ForwardOptions base{.device = o.device, .precision = o.precision};
+  Programs out;
   if (o.prefill) {
     ForwardOptions pre = base;
     pre.inputs = {{"ids", {b, p}, DType::kI32},
@@ -58,8 +73,8 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : o
                   {"last", {b}, DType::kI32},
                   {"params", {5}},
                   {"key", {2}, DType::kI32}};
-    prefill_ = compile_forward(
-        model,
+    out.prefill = compile_forward(
+        *model_,
         [&](Tensor ids, Tensor pos, Tensor last, Tensor params, Tensor key) {
           const Tensor logits = step(ids, pos, cache);  // [B, P, V]
           if (logits.rank() != 3 || logits.shape()[0] != b || logits.shape()[1] != p)
@@ -70,20 +85,21 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options) : o
           // The window's prompt tokens: positions up to `last` (the rest is padding).
           const Tensor real =
               cast(le(arange(0, static_cast<double>(p), 1, DType::kI32), reshape(last, {b, 1})), DType::kF32);
-          return penalised_sample(reshape(row, {b, logits.shape()[2]}), ids, real, params, key);
+          return pick(reshape(row, {b, logits.shape()[2]}), ids, real, params, key);
         },
         pre);
   }
   ForwardOptions dec = base;
   dec.inputs = {
       {"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}, {"params", {5}}, {"key", {2}, DType::kI32}};
-  decode_ = compile_forward(
-      model,
+  out.decode = compile_forward(
+      *model_,
       [&](Tensor ids, Tensor pos, Tensor params, Tensor key) {
         const Tensor logits = step(ids, pos, cache);  // [B, 1, V]
-        return penalised_sample(reshape(logits, {b, logits.shape().back()}), ids, ones({b, 1}), params, key);
+        return pick(reshape(logits, {b, logits.shape().back()}), ids, ones({b, 1}), params, key);
       },
       dec);
+  return out;
 }
 
 std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
@@ -124,7 +140,13 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   int32_t counter = 0;
   auto key = [&] { return std::vector<int32_t>{static_cast<int32_t>(options.seed), counter}; };
 
-  decode_.reset_state();
+  // Without a penalty the programs that never compute one run (the penalty costs a few
+  // kernels over [B, V] a step); the first call with one compiles the pair that does.
+  if (options.repetition_penalty != 1 && !penalised_) penalised_ = compile_programs(true);
+  Programs& run = options.repetition_penalty != 1 ? *penalised_ : plain_;
+  Program& prefill = run.prefill;
+  Program& decode = run.decode;
+  decode.reset_state();
   std::vector<std::vector<int32_t>> out(b);
   std::vector<bool> active(b, options.max_new_tokens > 0);
   // Takes the tokens just sampled for the sequences in `fresh`; false when the callback asks
@@ -157,8 +179,8 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
         pos[i] = static_cast<int32_t>(start);
         last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
       }
-      next = prefill_.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}})
-                 .i32();
+      next =
+          prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
     }
   }
   // An active sequence's newest token and its position.
@@ -184,7 +206,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
         }
         fresh[i] = s + 1 >= len;
       }
-      next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
+      next = decode.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
       ++counter;
       if (!take(next, fresh)) return out;
     }
@@ -195,7 +217,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     for (size_t i = 0; i < b; ++i)
       if (active[i]) newest(i, ids, pos);
     ++counter;
-    next = decode_.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
+    next = decode.run({{"ids", ids}, {"pos", pos}, {"params", params}, {"key", key()}}).i32();
     if (!take(next, std::vector<bool>(b, true))) return out;
   }
   return out;

@@ -121,6 +121,10 @@ TEST_P(Generate, RepetitionPenaltyEqualsTheHostRule) {
       EXPECT_EQ(outs[i], want[i]) << "sequence " << i << (prefill ? " with" : " without") << " a prefill";
       EXPECT_NE(outs[i], plain[i]) << "sequence " << i;
     }
+    // The same Generator without the penalty (the programs that compute none), then with it
+    // again: each call starts from empty caches and an empty record of the tokens seen.
+    EXPECT_EQ(g.generate(prompts, {.max_new_tokens = 8}), plain);
+    EXPECT_EQ(g.generate(prompts, {.max_new_tokens = 8, .repetition_penalty = penalty}), want);
   }
 }
 
