@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <system_error>
 
+#include "io/atomic_file.h"
 #include "io/pretrained_internal.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
@@ -86,6 +86,10 @@ std::string config_json_of(const nn::LlamaConfig& c) {
   refuse_if(c.post_norms || c.qk_norm_whole, "OLMo 2's norms (post_norms, qk_norm_whole)");
   refuse_if(c.embedding_multiplier != 1 || c.residual_multiplier != 1 || c.logits_scaling != 1,
             "Granite's multipliers (embedding_multiplier, residual_multiplier, logits_scaling)");
+  refuse_if(c.layer_norm, "LayerNorms (layer_norm: GPT-NeoX, Phi, StableLM)");
+  refuse_if(!c.gated_mlp, "an MLP without a gate (gated_mlp false)");
+  refuse_if(c.parallel != nn::LlamaConfig::Parallel::kNone, "a parallel layer (parallel)");
+  refuse_if(c.head_bias, "a bias on lm_head (head_bias: Phi)");
   const int64_t hd = c.head_size();
   refuse_if(
       c.attention_scale != 0 && std::abs(c.attention_scale * std::sqrt(static_cast<double>(hd)) - 1) > 1e-12,
@@ -248,6 +252,7 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
       fuse("mlp.gate_up_proj.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
     }
   }
+  if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));
   const bool mixtral = m.architecture == "MixtralForCausalLM";
   for (auto& [name, t] : w)
     out[mixtral ? mixtral_source(name).name : name] = std::move(t);  // the Llama family
@@ -272,15 +277,11 @@ std::vector<std::map<std::string, HostTensor>> shards_of(std::map<std::string, H
 }
 
 void write_text(const std::string& folder, const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) save_fail(folder, "cannot write " + tmp.filename().string());
+  try {
+    io::write_file_atomically(path.string(), text);
+  } catch (const std::exception& e) {
+    save_fail(folder, e.what());
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) save_fail(folder, "cannot rename " + tmp.filename().string() + ": " + ec.message());
 }
 
 // Weight files an earlier save may have left: the loader prefers model.safetensors over an index.

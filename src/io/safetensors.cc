@@ -7,9 +7,7 @@
 // contiguous, no overlaps, gaps or trailing bytes), and each problem becomes a
 // CheckpointError naming the file and the tensor. Writes go through a temporary file that
 // is fsynced and renamed over the target, so the target is never seen half-written.
-#include <atomic>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,13 +16,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <optional>
 #include <set>
 #include <system_error>
 #include <tuple>
 #include <utility>
 
+#include "io/atomic_file.h"
 #include "io/json.h"
 #include "tensorgrad/checkpoint.h"
 
@@ -327,85 +325,6 @@ auto rethrow_as_checkpoint_error(const Where& w, F&& body) {
 
 // ---- writing ----
 
-/// The temporary file of an atomic write: removed on destruction unless committed.
-class TempFile {
- public:
-  TempFile(const Where& w, std::string tmp_path) : w_(w), path_(std::move(tmp_path)) {
-    f_ = std::fopen(path_.c_str(), "wb");
-    if (!f_) fail(w_, "cannot create temporary file " + in_quotes(path_) + ": " + errno_text(errno));
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (f_) std::fclose(f_);
-    if (!committed_) std::remove(path_.c_str());
-  }
-
-  void write(const void* data, size_t n) {
-    if (n != 0 && std::fwrite(data, 1, n, f_) != n) fail_errno("cannot write " + in_quotes(path_));
-  }
-
-  /// Flushes to disk, closes and renames over `target`.
-  void commit(const std::string& target) {
-    if (std::fflush(f_) != 0) fail_errno("cannot write " + in_quotes(path_));
-    if (::fsync(::fileno(f_)) != 0) fail_errno("cannot sync " + in_quotes(path_));
-    const int rc = std::fclose(f_);
-    f_ = nullptr;
-    if (rc != 0) fail_errno("cannot close " + in_quotes(path_));
-    if (std::rename(path_.c_str(), target.c_str()) != 0)
-      fail_errno("cannot rename " + in_quotes(path_) + " to " + in_quotes(target));
-    committed_ = true;
-  }
-
- private:
-  [[noreturn]] void fail_errno(const std::string& what) {
-    const int err = errno;  // before anything else can change it
-    fail(w_, what + ": " + errno_text(err));
-  }
-
-  const Where& w_;
-  std::string path_;
-  std::FILE* f_ = nullptr;
-  bool committed_ = false;
-};
-
-/// Deletes `<path>.tmp.<pid>.<n>` files left by saves whose process has died (killed while
-/// writing): a temp file of a live process, this one included, may be a save in progress.
-void remove_orphaned_temp_files(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string prefix = target.filename().string() + ".tmp.";
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = name.substr(prefix.size());  // <pid>.<n>
-    const size_t dot = rest.find('.');
-    const auto digits = [](const std::string& t) {
-      return !t.empty() && t.size() < 19 &&
-             std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
-    };
-    if (dot == std::string::npos || !digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1))) continue;
-    const long long pid = std::stoll(rest.substr(0, dot));
-    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
-    std::error_code ignored;
-    fs::remove(it->path(), ignored);
-  }
-}
-
-/// Makes the rename itself durable. Best effort: some filesystems refuse fsync on a
-/// directory, and the checkpoint is complete either way.
-void sync_parent_directory(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
-}
-
 void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   for (const auto& [key, value] : metadata)
@@ -453,16 +372,12 @@ void write_safetensors(const Where& w, const std::map<std::string, HostTensor>& 
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
 
-  // pid + a per-process counter: concurrent saves to one path never share a temp file.
-  static std::atomic<uint64_t> counter{0};
-  remove_orphaned_temp_files(w.path);
-  TempFile tmp(w, w.path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-  tmp.write(prefix, sizeof prefix);
-  tmp.write(header.data(), header.size());
-  for (const auto& [name, t] : order)
-    tmp.write(t->data(), static_cast<size_t>(t->numel() * dtype_size(t->dtype())));
-  tmp.commit(w.path);
-  sync_parent_directory(w.path);
+  io::write_file_atomically(w.path, [&](const io::ByteSink& write) {
+    write(prefix, sizeof prefix);
+    write(header.data(), header.size());
+    for (const auto& [name, t] : order)
+      write(t->data(), static_cast<size_t>(t->numel() * dtype_size(t->dtype())));
+  });
 }
 
 }  // namespace

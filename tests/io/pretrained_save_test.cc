@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -58,11 +59,31 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(in);
 }
 
-const char* const kFixtures[] = {
-    "tiny_llama",          "tiny_gpt2",         "tiny_mamba",   "tiny_llama3", "tiny_qwen2",
-    "tiny_qwen3",          "tiny_mistral",      "tiny_phi3",    "tiny_gemma",  "tiny_phi3_longrope",
-    "tiny_mistral_window", "tiny_qwen2_window", "tiny_gemma2",  "tiny_gemma3", "tiny_mixtral",
-    "tiny_qwen2_moe",      "tiny_qwen3_moe",    "tiny_granite", "tiny_olmo2",  "tiny_olmo3"};
+const char* const kFixtures[] = {"tiny_llama",
+                                 "tiny_gpt2",
+                                 "tiny_mamba",
+                                 "tiny_llama3",
+                                 "tiny_qwen2",
+                                 "tiny_qwen3",
+                                 "tiny_mistral",
+                                 "tiny_phi3",
+                                 "tiny_gemma",
+                                 "tiny_phi3_longrope",
+                                 "tiny_mistral_window",
+                                 "tiny_qwen2_window",
+                                 "tiny_gemma2",
+                                 "tiny_gemma3",
+                                 "tiny_mixtral",
+                                 "tiny_qwen2_moe",
+                                 "tiny_qwen3_moe",
+                                 "tiny_granite",
+                                 "tiny_olmo2",
+                                 "tiny_olmo3",
+                                 "tiny_gpt_neox",
+                                 "tiny_gpt_neox_sequential",
+                                 "tiny_phi",
+                                 "tiny_stablelm",
+                                 "tiny_stablelm_parallel"};
 
 class Resave : public ::testing::TestWithParam<const char*> {};
 
@@ -330,6 +351,19 @@ TEST(PretrainedSave, ErrorsSayWhatIsWrong) {
   const nn::GptConfig rotary{
       .vocab = 64, .seq_len = 16, .layers = 1, .d_model = 32, .heads = 4, .rotary = true};
   expect_error([&] { pretrained::from_config(rotary); }, "GPT2LMHeadModel cannot express rotary positions");
+}
+
+// config.json goes through a temporary file renamed over it, as the weights do: when the
+// rename fails the error says so and no temporary file is left beside the weights.
+TEST(PretrainedSave, AFailedConfigWriteLeavesNoTemporaryFile) {
+  const pretrained::Model m = pretrained::load(fixture("tiny_gpt2"));
+  TempFolder out;
+  fs::create_directories(out.path / "config.json" / "child");  // rename cannot replace a non-empty folder
+  expect_error([&] { pretrained::save(m, m.weights, out.str()); }, "cannot rename");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out.path)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"}));
 }
 
 }  // namespace
