@@ -416,6 +416,18 @@ struct LlamaConfig {
   /// Granite: the embeddings × embedding_multiplier, each residual branch × residual_multiplier,
   /// the logits ÷ logits_scaling (with attention_scale as its attention_multiplier).
   double embedding_multiplier = 1.0, residual_multiplier = 1.0, logits_scaling = 1.0;
+  /// LayerNorm (weight and bias, ε = rms_eps) in place of every RMSNorm but the q/k norms (Phi,
+  /// GPT-NeoX, StableLM).
+  bool layer_norm = false;
+  /// false: an MLP without a gate, down_proj(act(up_proj(x))) with the activation `gate` names
+  /// (Phi's fc1/fc2, GPT-NeoX's dense_h_to_4h/dense_4h_to_h); no gate_proj.
+  bool gated_mlp = true;
+  /// A parallel layer: out = x + attn(input_layernorm(x)) + mlp(n(x)), n being input_layernorm
+  /// itself (kShared: Phi, StableLM with use_parallel_residual; no post_attention_layernorm) or
+  /// post_attention_layernorm (kSeparate: GPT-NeoX). kNone: the sequential layer.
+  enum class Parallel { kNone, kShared, kSeparate } parallel = Parallel::kNone;
+  /// A bias on lm_head (Phi).
+  bool head_bias = false;
   /// A mixture of experts in place of the MLP (Mixtral, Qwen2-MoE, Qwen3-MoE) in the layers
   /// `moe_layers` marks (empty: every layer): a router `mlp.gate` [count, d_model] scores the
   /// experts, softmax over them, the top_k most likely kept (renormalised to sum 1 with
@@ -462,15 +474,28 @@ class LlamaAttention : public Module {
   Tensor rotated(const Tensor& t, const std::function<Tensor(const Tensor&)>& rotate, Loc loc) const;
 };
 
+/// A Llama-family layer's norm over the last axis: RMSNorm (scaling by 1 + weight with
+/// LlamaConfig::gemma), or LayerNorm with a bias with LlamaConfig::layer_norm.
+class LlamaNorm : public Module {
+ public:
+  LlamaNorm(Module& parent, std::string name, int64_t dim, const LlamaConfig& config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const double eps;
+  const bool plus_one;  // gemma
+  Param weight;
+  std::optional<Param> bias;  // layer_norm
+};
+
 /// Llama's SwiGLU MLP: down_proj(silu(gate_proj(x)) · up_proj(x)); with Gate::kGeluTanh the gate
-/// is the tanh GELU (Gemma).
+/// is the tanh GELU (Gemma). Without LlamaConfig::gated_mlp: down_proj(act(up_proj(x))).
 class LlamaMlp : public Module {
  public:
   /// Of width `hidden` (0: config.mlp_hidden).
   LlamaMlp(Module& parent, std::string name, const LlamaConfig& config, int64_t hidden = 0);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   const LlamaConfig::Gate gate;
-  Linear gate_proj, up_proj, down_proj;
+  std::unique_ptr<Linear> gate_proj;  // with gated_mlp
+  Linear up_proj, down_proj;
 };
 
 /// A mixture of experts (LlamaConfig::Experts) as one layer's "mlp": x [..., d_model] → the
@@ -489,23 +514,25 @@ class LlamaMoe : public Module {
 
 /// A pre-norm decoder layer: h = x + self_attn(input_layernorm(x)), then
 /// h + mlp(post_attention_layernorm(h)) (LlamaConfig's sandwich_norms and post_norms place the
-/// norms otherwise).
+/// norms otherwise; its parallel adds both branches to x).
 class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
-  std::unique_ptr<RMSNorm> input_layernorm;  // not with post_norms
+  std::unique_ptr<LlamaNorm> input_layernorm;  // not with post_norms
   LlamaAttention self_attn;
-  RMSNorm post_attention_layernorm;
+  std::unique_ptr<LlamaNorm> post_attention_layernorm;  // not with Parallel::kShared
   /// "mlp": the dense MLP, or in a layer of experts (LlamaConfig::experts) the mixture.
   std::unique_ptr<LlamaMlp> mlp;
   std::unique_ptr<LlamaMoe> moe;
-  std::unique_ptr<RMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich_norms
-  double residual_multiplier = 1.0;                                                // Granite's
+  std::unique_ptr<LlamaNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich_norms
+  double residual_multiplier = 1.0;                                                  // Granite's
+  LlamaConfig::Parallel parallel = LlamaConfig::Parallel::kNone;
 
  private:
-  Tensor residuals(const Tensor& x, const Tensor& attended, Loc loc) const;  // both residual adds
+  // Both residual adds; `normed` is input_layernorm(x), `attended` the attention's output.
+  Tensor residuals(const Tensor& x, const Tensor& normed, const Tensor& attended, Loc loc) const;
 };
 
 /// A Llama-family decoder with Hugging Face LlamaForCausalLM's parameter names, so a state
@@ -516,7 +543,9 @@ class LlamaDecoderLayer : public Module {
 /// input_layernorm with post_norms, q/k norms of all heads' width with qk_norm_whole; with
 /// experts, mlp.gate.weight,
 /// mlp.experts.<e>.{gate,up,down}_proj.weight and mlp.shared_expert*), model.norm.weight,
-/// lm_head.weight (untied only). Initialised as Hugging Face's: normal(0.02) for linears and
+/// lm_head.weight (untied only; lm_head.bias with head_bias). With layer_norm every norm but
+/// q/k_norm has a .bias too; without gated_mlp there is no gate_proj; Parallel::kShared has no
+/// post_attention_layernorm. Initialised as Hugging Face's: normal(0.02) for linears and
 /// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w).
 /// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it); a layer with a
 /// sliding window attends through AttentionOptions::window in both.
@@ -541,7 +570,7 @@ class Llama : public Module {
   void build();
   std::unique_ptr<Embedding> embed_tokens_;
   std::vector<std::unique_ptr<LlamaDecoderLayer>> layers_;
-  std::unique_ptr<RMSNorm> norm_;
+  std::unique_ptr<LlamaNorm> norm_;
   std::unique_ptr<Linear> lm_head_;
 };
 

@@ -19,6 +19,10 @@
 //                                     at its original one, past which transformers changes it;
 //                                     the MoE families' experts as LlamaConfig::experts,
 //                                     Mixtral's block_sparse_moe.experts.<e>.w1/w3/w2 renamed)
+//   GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM
+//                     → nn::Llama    (LlamaConfig::layer_norm; GPT-NeoX's query_key_value split
+//                                     per head, its and Phi's MLP without a gate, their layers
+//                                     parallel; names mapped onto Llama's)
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
@@ -98,7 +102,8 @@ struct SaveOptions {
 /// m.weights, nn::merge_lora's result) into `folder` as a Hugging Face folder of
 /// m.architecture that transformers and load() read: config.json (m.config_json with its dtype
 /// set to options.dtype), the weights under the file's names and layouts (GPT-2's Conv1D
-/// [in, out], Phi-3's fused qkv_proj and gate_up_proj, Mamba's conv1d [D, 1, K]; a tied head
+/// [in, out], Phi-3's fused qkv_proj and gate_up_proj, GPT-NeoX's query_key_value fused per
+/// head, Mamba's conv1d [D, 1, K]; a tied head
 /// is not written, as save_pretrained leaves it out), and the tokenizer and generation files
 /// of m.folder when it has them (tokenizer.json, tokenizer_config.json,
 /// special_tokens_map.json, generation_config.json, tokenizer.model, vocab.json, merges.txt,

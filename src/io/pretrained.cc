@@ -321,6 +321,9 @@ const std::vector<Family>& families() {
                                        {"GraniteForCausalLM", "granite", load_llama_family},
                                        {"Olmo2ForCausalLM", "olmo2", load_llama_family},
                                        {"Olmo3ForCausalLM", "olmo3", load_llama_family},
+                                       {"GPTNeoXForCausalLM", "gpt_neox", load_layernorm_family},
+                                       {"PhiForCausalLM", "phi", load_layernorm_family},
+                                       {"StableLmForCausalLM", "stablelm", load_layernorm_family},
                                        {"GPT2LMHeadModel", "gpt2", load_gpt2},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;

@@ -87,8 +87,27 @@ std::string config_json_of(const nn::MambaLMConfig& c);
 bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,
                   const std::string& embedding);
 
+/// What config.json's RoPE settings add beyond l.rope_theta and l.rope_scaling, which
+/// read_rope sets (pretrained_llama.cc).
+struct RopeRead {
+  double partial = 1.0;  // partial_rotary_factor: the fraction of each head rotated
+  int64_t context = 0;   // the longest sequence they are exact for (longrope); 0: no limit
+};
+/// rope_theta and rope_scaling (transformers 4) or rope_parameters (5): the base and the
+/// rescaling, into l; the rotated fraction and the context limit returned.
+RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, nn::LlamaConfig& l);
+
 /// The Llama family (pretrained_llama.cc): LlamaForCausalLM and the architectures that are
 /// Llama with a difference (Mistral, Qwen2, Qwen3, Phi-3, Gemma), by config.json's name.
 void load_llama_family(Model& m, const json& c);
+
+/// The LayerNorm relatives (pretrained_neox.cc): GPTNeoXForCausalLM, PhiForCausalLM and
+/// StableLmForCausalLM, as nn::Llama with LlamaConfig::layer_norm.
+void load_layernorm_family(Model& m, const json& c);
+/// Whether `architecture` is one of them, and their file's tensors from the library's
+/// parameters (f32), for pretrained::save.
+bool is_layernorm_family(const std::string& architecture);
+std::map<std::string, HostTensor> layernorm_family_file_tensors(const Model& m,
+                                                                std::map<std::string, HostTensor> w);
 
 }  // namespace tg::pretrained::detail

@@ -107,88 +107,6 @@ double number_or(const json& c, const std::string& f, const char* key, double ab
   return field<double>(c, f, key, 0.0);
 }
 
-// What the RoPE settings add beyond l.rope_theta and l.rope_scaling.
-struct RopeRead {
-  double partial = 1.0;  // partial_rotary_factor: the fraction of each head rotated
-  int64_t context = 0;   // the longest sequence they are exact for (longrope); 0: no limit
-};
-
-// rope_scaling (transformers 4.x) or rope_parameters (5.x): the base and the rescaling.
-RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, nn::LlamaConfig& l) {
-  using T = RopeScaling::Type;
-  RopeRead out;
-  l.rope_theta = field<double>(c, f, "rope_theta", 10000.0);
-  out.partial = field<double>(c, f, "partial_rotary_factor", 1.0);
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    if (!c.contains(key) || c[key].is_null()) continue;
-    const json& r = c[key];
-    const std::string where = std::string("config.json: ") + key;
-    if (!r.is_object()) fail(f, where + " is " + r.dump());
-    out.partial = field<double>(r, f, "partial_rotary_factor", out.partial);
-    if (r.contains("rope_theta")) l.rope_theta = field<double>(r, f, "rope_theta", l.rope_theta);
-    const std::string type =
-        field<std::string>(r, f, "rope_type", field<std::string>(r, f, "type", "default"));
-    RopeScaling s;
-    const auto needed = [&](const char* name) {
-      if (!r.contains(name) || r[name].is_null()) fail(f, where + " (rope_type " + type + ") has no " + name);
-      return field<double>(r, f, name, 0.0);
-    };
-    if (type == "default") {
-      s.type = T::kNone;
-    } else if (type == "linear") {
-      s.type = T::kLinear;
-      s.factor = needed("factor");
-    } else if (type == "llama3") {
-      s.type = T::kLlama3;
-      s.factor = needed("factor");
-      s.low_freq_factor = needed("low_freq_factor");
-      s.high_freq_factor = needed("high_freq_factor");
-      const double original = needed("original_max_position_embeddings");  // 8192 or 8192.0
-      if (original != std::floor(original) || original < 1 || original > 1e15)
-        fail(f, where + ": original_max_position_embeddings " + std::to_string(original) +
-                    " is not a positive integer");
-      s.original_context = static_cast<int64_t>(original);
-    } else if (type == "yarn") {
-      s.type = T::kYarn;
-      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", max_positions);
-      // transformers 5: the factor key; without one, the context's ratio to the original.
-      s.factor = field<double>(r, f, "factor",
-                               static_cast<double>(max_positions) / static_cast<double>(s.original_context));
-      // 0 or null is the default, as transformers' `or`.
-      const double fast = field<double>(r, f, "beta_fast", 0.0), slow = field<double>(r, f, "beta_slow", 0.0);
-      s.beta_fast = fast == 0 ? 32.0 : fast;
-      s.beta_slow = slow == 0 ? 1.0 : slow;
-      s.truncate = field<bool>(r, f, "truncate", true);
-      s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
-      s.mscale = field<double>(r, f, "mscale", 0.0);
-      s.mscale_all_dim = field<double>(r, f, "mscale_all_dim", 0.0);
-    } else if (type == "longrope") {
-      // Short factors within the original context; transformers switches to the long ones
-      // past it, so the library's context ends there.
-      s.type = T::kLongRope;
-      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings",
-                                          field<int64_t>(c, f, "original_max_position_embeddings", 0));
-      if (s.original_context <= 0)
-        fail(f, where + " (rope_type longrope) has no original_max_position_embeddings");
-      s.factor = field<double>(r, f, "factor",
-                               static_cast<double>(max_positions) / static_cast<double>(s.original_context));
-      s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
-      if (!r.contains("short_factor") || !r["short_factor"].is_array())
-        fail(f, where + " (rope_type longrope) has no short_factor list");
-      for (const json& v : r["short_factor"]) {
-        if (!v.is_number()) fail(f, where + ": short_factor holds " + v.dump() + ", expected numbers");
-        s.short_factor.push_back(v.get<double>());
-      }
-      out.context = s.original_context;
-    } else {
-      fail(f, where + " has rope_type \"" + type +
-                  "\"; implemented: default, linear, llama3, yarn and longrope (not dynamic)");
-    }
-    l.rope_scaling = s;
-  }
-  return out;
-}
-
 // Which layers attend through a sliding window, and how wide it is, as transformers decides:
 // layer_types when the file has it; else Mistral and Phi-3 slide in every layer, Qwen2 and
 // Qwen3 from max_window_layers on when use_sliding_window, Gemma 2 in every other layer and
@@ -306,6 +224,82 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, int64_t head_di
 }
 
 }  // namespace
+
+// rope_scaling (transformers 4.x) or rope_parameters (5.x): the base and the rescaling.
+RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, nn::LlamaConfig& l) {
+  using T = RopeScaling::Type;
+  RopeRead out;
+  l.rope_theta = field<double>(c, f, "rope_theta", 10000.0);
+  out.partial = field<double>(c, f, "partial_rotary_factor", 1.0);
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!c.contains(key) || c[key].is_null()) continue;
+    const json& r = c[key];
+    const std::string where = std::string("config.json: ") + key;
+    if (!r.is_object()) fail(f, where + " is " + r.dump());
+    out.partial = field<double>(r, f, "partial_rotary_factor", out.partial);
+    if (r.contains("rope_theta")) l.rope_theta = field<double>(r, f, "rope_theta", l.rope_theta);
+    const std::string type =
+        field<std::string>(r, f, "rope_type", field<std::string>(r, f, "type", "default"));
+    RopeScaling s;
+    const auto needed = [&](const char* name) {
+      if (!r.contains(name) || r[name].is_null()) fail(f, where + " (rope_type " + type + ") has no " + name);
+      return field<double>(r, f, name, 0.0);
+    };
+    if (type == "default") {
+      s.type = T::kNone;
+    } else if (type == "linear") {
+      s.type = T::kLinear;
+      s.factor = needed("factor");
+    } else if (type == "llama3") {
+      s.type = T::kLlama3;
+      s.factor = needed("factor");
+      s.low_freq_factor = needed("low_freq_factor");
+      s.high_freq_factor = needed("high_freq_factor");
+      const double original = needed("original_max_position_embeddings");  // 8192 or 8192.0
+      if (original != std::floor(original) || original < 1 || original > 1e15)
+        fail(f, where + ": original_max_position_embeddings " + std::to_string(original) +
+                    " is not a positive integer");
+      s.original_context = static_cast<int64_t>(original);
+    } else if (type == "yarn") {
+      s.type = T::kYarn;
+      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings", max_positions);
+      // transformers 5: the factor key; without one, the context's ratio to the original.
+      s.factor = field<double>(r, f, "factor",
+                               static_cast<double>(max_positions) / static_cast<double>(s.original_context));
+      // 0 or null is the default, as transformers' `or`.
+      const double fast = field<double>(r, f, "beta_fast", 0.0), slow = field<double>(r, f, "beta_slow", 0.0);
+      s.beta_fast = fast == 0 ? 32.0 : fast;
+      s.beta_slow = slow == 0 ? 1.0 : slow;
+      s.truncate = field<bool>(r, f, "truncate", true);
+      s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
+      s.mscale = field<double>(r, f, "mscale", 0.0);
+      s.mscale_all_dim = field<double>(r, f, "mscale_all_dim", 0.0);
+    } else if (type == "longrope") {
+      // Short factors within the original context; transformers switches to the long ones
+      // past it, so the library's context ends there.
+      s.type = T::kLongRope;
+      s.original_context = field<int64_t>(r, f, "original_max_position_embeddings",
+                                          field<int64_t>(c, f, "original_max_position_embeddings", 0));
+      if (s.original_context <= 0)
+        fail(f, where + " (rope_type longrope) has no original_max_position_embeddings");
+      s.factor = field<double>(r, f, "factor",
+                               static_cast<double>(max_positions) / static_cast<double>(s.original_context));
+      s.attention_factor = field<double>(r, f, "attention_factor", 0.0);
+      if (!r.contains("short_factor") || !r["short_factor"].is_array())
+        fail(f, where + " (rope_type longrope) has no short_factor list");
+      for (const json& v : r["short_factor"]) {
+        if (!v.is_number()) fail(f, where + ": short_factor holds " + v.dump() + ", expected numbers");
+        s.short_factor.push_back(v.get<double>());
+      }
+      out.context = s.original_context;
+    } else {
+      fail(f, where + " has rope_type \"" + type +
+                  "\"; implemented: default, linear, llama3, yarn and longrope (not dynamic)");
+    }
+    l.rope_scaling = s;
+  }
+  return out;
+}
 
 // Mixtral's names: the layer's experts under block_sparse_moe, w1/w3/w2 for gate/up/down_proj.
 Source mixtral_source(const std::string& p) {

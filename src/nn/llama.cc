@@ -99,19 +99,36 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
   return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, options(), loc), loc), loc);
 }
 
+LlamaNorm::LlamaNorm(Module& parent, std::string name, int64_t dim, const LlamaConfig& c)
+    : Module(parent, std::move(name)),
+      eps(c.rms_eps),
+      plus_one(c.gemma),
+      weight(*this, "weight", {dim}, c.gemma ? init::zeros() : init::ones()) {
+  if (c.layer_norm) bias.emplace(*this, "bias", Shape{dim}, init::zeros());
+}
+
+Tensor LlamaNorm::operator()(const Tensor& x, Loc loc) const {
+  if (bias) return layer_norm(x, weight.tensor(loc), bias->tensor(loc), eps, loc);
+  Tensor w = weight.tensor(loc);
+  return rms_norm(x, plus_one ? add(w, 1.0, loc) : w, eps, loc);
+}
+
 LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c, int64_t hidden)
     : Module(parent, std::move(name)),
       gate(c.gate),
-      gate_proj(*this, "gate_proj", c.d_model, hidden ? hidden : c.mlp_hidden, llama_linear(c.mlp_bias)),
+      gate_proj(c.gated_mlp
+                    ? std::make_unique<Linear>(*this, "gate_proj", c.d_model, hidden ? hidden : c.mlp_hidden,
+                                               llama_linear(c.mlp_bias))
+                    : nullptr),
       up_proj(*this, "up_proj", c.d_model, hidden ? hidden : c.mlp_hidden, llama_linear(c.mlp_bias)),
       down_proj(*this, "down_proj", hidden ? hidden : c.mlp_hidden, c.d_model, llama_linear(c.mlp_bias)) {}
 
 Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
-  Tensor g = gate_proj(x, loc);
+  Tensor g = gate_proj ? (*gate_proj)(x, loc) : up_proj(x, loc);
   g = gate == LlamaConfig::Gate::kSilu       ? silu(g, loc)
       : gate == LlamaConfig::Gate::kGeluTanh ? gelu(g, GeluApprox::kTanh, loc)
                                              : gelu(g, GeluApprox::kErf, loc);
-  return down_proj(mul(g, up_proj(x, loc), loc), loc);
+  return down_proj(gate_proj ? mul(g, up_proj(x, loc), loc) : g, loc);
 }
 
 LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
@@ -154,49 +171,55 @@ Tensor LlamaMoe::operator()(const Tensor& x, Loc loc) const {
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c)
-    : Module(parent, std::move(name)),
-      self_attn(*this, "self_attn", c),
-      post_attention_layernorm(*this, "post_attention_layernorm", c.d_model, c.rms_eps, c.gemma) {
-  if (!c.post_norms)
-    input_layernorm = std::make_unique<RMSNorm>(*this, "input_layernorm", c.d_model, c.rms_eps, c.gemma);
+    : Module(parent, std::move(name)), self_attn(*this, "self_attn", c) {
+  if (!c.post_norms) input_layernorm = std::make_unique<LlamaNorm>(*this, "input_layernorm", c.d_model, c);
+  if (c.parallel != LlamaConfig::Parallel::kShared)
+    post_attention_layernorm = std::make_unique<LlamaNorm>(*this, "post_attention_layernorm", c.d_model, c);
   if (c.experts.count > 0)
     moe = std::make_unique<LlamaMoe>(*this, "mlp", c);
   else
     mlp = std::make_unique<LlamaMlp>(*this, "mlp", c);
   if (c.sandwich_norms)
-    pre_feedforward_layernorm =
-        std::make_unique<RMSNorm>(*this, "pre_feedforward_layernorm", c.d_model, c.rms_eps, c.gemma);
+    pre_feedforward_layernorm = std::make_unique<LlamaNorm>(*this, "pre_feedforward_layernorm", c.d_model, c);
   if (c.sandwich_norms || c.post_norms)
     post_feedforward_layernorm =
-        std::make_unique<RMSNorm>(*this, "post_feedforward_layernorm", c.d_model, c.rms_eps, c.gemma);
+        std::make_unique<LlamaNorm>(*this, "post_feedforward_layernorm", c.d_model, c);
   residual_multiplier = c.residual_multiplier;
+  parallel = c.parallel;
 }
 
 // Llama: h = x + attn, out = h + mlp(post_attention_layernorm(h)). Sandwich (Gemma 2, 3):
 // h = x + post_attention_layernorm(attn), out = h + post_ff(mlp(pre_ff(h))). Post (OLMo 2):
 // h = x + post_attention_layernorm(attn), out = h + post_ff(mlp(h)). Each branch is scaled by
-// residual_multiplier first (Granite; 1 elsewhere).
-Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& attended, Loc loc) const {
+// residual_multiplier first (Granite; 1 elsewhere). Parallel (Phi, GPT-NeoX): out = x + attn +
+// mlp(n(x)), n being input_layernorm (`normed`) or post_attention_layernorm.
+Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& normed, const Tensor& attended,
+                                    Loc loc) const {
   const auto mlp = [this](const Tensor& h, Loc l) { return moe ? (*moe)(h, l) : (*this->mlp)(h, l); };
   const auto branch = [&](const Tensor& t) {
     return residual_multiplier == 1.0 ? t : mul(t, residual_multiplier, loc);
   };
+  if (parallel != LlamaConfig::Parallel::kNone) {
+    Tensor in = post_attention_layernorm ? (*post_attention_layernorm)(x, loc) : normed;
+    return add(add(x, branch(attended), loc), branch(mlp(in, loc)), loc);
+  }
   if (!post_feedforward_layernorm) {
     Tensor h = add(x, branch(attended), loc);
-    return add(h, branch(mlp(post_attention_layernorm(h, loc), loc)), loc);
+    return add(h, branch(mlp((*post_attention_layernorm)(h, loc), loc)), loc);
   }
-  Tensor h = add(x, branch(post_attention_layernorm(attended, loc)), loc);
+  Tensor h = add(x, branch((*post_attention_layernorm)(attended, loc)), loc);
   Tensor in = pre_feedforward_layernorm ? (*pre_feedforward_layernorm)(h, loc) : h;
   return add(h, branch((*post_feedforward_layernorm)(mlp(in, loc), loc)), loc);
 }
 
 Tensor LlamaDecoderLayer::operator()(const Tensor& x, Loc loc) const {
-  return residuals(x, self_attn(input_layernorm ? (*input_layernorm)(x, loc) : x, loc), loc);
+  const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
+  return residuals(x, normed, self_attn(normed, loc), loc);
 }
 
 Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
-  return residuals(x, self_attn.cached(input_layernorm ? (*input_layernorm)(x, loc) : x, pos, cache_len, loc),
-                   loc);
+  const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
+  return residuals(x, normed, self_attn.cached(normed, pos, cache_len, loc), loc);
 }
 
 Llama::Llama(LlamaConfig c) : config(c) { build(); }
@@ -233,6 +256,10 @@ void Llama::build() {
   if (c.sandwich_norms && c.post_norms)
     throw ShapeError(where + ": sandwich_norms and post_norms exclude each other");
   if (c.qk_norm_whole && !c.qk_norm) throw ShapeError(where + ": qk_norm_whole needs qk_norm");
+  if (c.parallel != LlamaConfig::Parallel::kNone && (c.sandwich_norms || c.post_norms))
+    throw ShapeError(where + ": a parallel layer has no sandwich_norms or post_norms");
+  if (c.layer_norm && c.gemma) throw ShapeError(where + ": layer_norm excludes gemma's 1 + w norms");
+  if (c.head_bias && c.tied_head) throw ShapeError(where + ": head_bias needs an untied head (lm_head)");
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
   if (c.sliding_window < 0 ||
@@ -259,9 +286,9 @@ void Llama::build() {
     }
     layers_.push_back(std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), layer));
   }
-  norm_ = std::make_unique<RMSNorm>(*this, "model.norm", c.d_model, c.rms_eps, c.gemma);
+  norm_ = std::make_unique<LlamaNorm>(*this, "model.norm", c.d_model, c);
   if (!c.tied_head)
-    lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, llama_linear(false));
+    lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, llama_linear(c.head_bias));
 }
 
 Tensor Llama::logits(const Tensor& ids, Loc loc) const {

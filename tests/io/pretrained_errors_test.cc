@@ -150,7 +150,9 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "the architecture \"BertForMaskedLM\", which is not supported; supported: "
       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
       "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
-      "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, GPT2LMHeadModel, "
+      "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, GPTNeoXForCausalLM, "
+      "PhiForCausalLM, StableLmForCausalLM, "
+      "GPT2LMHeadModel, "
       "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "bert"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"bert\", which is not supported");

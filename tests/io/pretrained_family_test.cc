@@ -4,10 +4,10 @@
 // head_dim, YaRN); Mistral (a sliding window, linear RoPE scaling); Phi-3 (fused projections);
 // Gemma ((1 + w) norms, scaled embeddings, tanh-GELU gate); Gemma 2 and 3; the mixtures of
 // experts Mixtral, Qwen2-MoE and Qwen3-MoE; Granite's multipliers; OLMo 2's and 3's norms
-// after each branch. For each: the RoPE frequencies
-// equal those transformers used, the logits equal transformers' on every backend (1e-4), a
-// greedy Generator gives transformers' greedy ids, and the KV-cached logits equal the full
-// forward on every prefix.
+// after each branch; the LayerNorm relatives GPT-NeoX (parallel and sequential), Phi and
+// StableLM (sequential with q/k/v biases, and parallel), each rotating part of a head. For each: the RoPE
+// frequencies equal those transformers used, the logits equal transformers' on every backend (1e-4), a greedy
+// Generator gives transformers' greedy ids, and the KV-cached logits equal the full forward on every prefix.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -35,16 +35,28 @@ struct Case {
   int64_t context;  // what load() must report (longrope's is the original context)
 };
 
-const Case kCases[] = {
-    {"tiny_llama3", "LlamaForCausalLM", 16},       {"tiny_qwen2", "Qwen2ForCausalLM", 16},
-    {"tiny_qwen3", "Qwen3ForCausalLM", 64},        {"tiny_mistral", "MistralForCausalLM", 32},
-    {"tiny_phi3", "Phi3ForCausalLM", 16},          {"tiny_gemma", "GemmaForCausalLM", 16},
-    {"tiny_phi3_longrope", "Phi3ForCausalLM", 8},  {"tiny_mistral_window", "MistralForCausalLM", 32},
-    {"tiny_qwen2_window", "Qwen2ForCausalLM", 16}, {"tiny_gemma2", "Gemma2ForCausalLM", 16},
-    {"tiny_gemma3", "Gemma3ForCausalLM", 16},      {"tiny_mixtral", "MixtralForCausalLM", 16},
-    {"tiny_qwen2_moe", "Qwen2MoeForCausalLM", 16}, {"tiny_qwen3_moe", "Qwen3MoeForCausalLM", 16},
-    {"tiny_granite", "GraniteForCausalLM", 16},    {"tiny_olmo2", "Olmo2ForCausalLM", 16},
-    {"tiny_olmo3", "Olmo3ForCausalLM", 16}};
+const Case kCases[] = {{"tiny_llama3", "LlamaForCausalLM", 16},
+                       {"tiny_qwen2", "Qwen2ForCausalLM", 16},
+                       {"tiny_qwen3", "Qwen3ForCausalLM", 64},
+                       {"tiny_mistral", "MistralForCausalLM", 32},
+                       {"tiny_phi3", "Phi3ForCausalLM", 16},
+                       {"tiny_gemma", "GemmaForCausalLM", 16},
+                       {"tiny_phi3_longrope", "Phi3ForCausalLM", 8},
+                       {"tiny_mistral_window", "MistralForCausalLM", 32},
+                       {"tiny_qwen2_window", "Qwen2ForCausalLM", 16},
+                       {"tiny_gemma2", "Gemma2ForCausalLM", 16},
+                       {"tiny_gemma3", "Gemma3ForCausalLM", 16},
+                       {"tiny_mixtral", "MixtralForCausalLM", 16},
+                       {"tiny_qwen2_moe", "Qwen2MoeForCausalLM", 16},
+                       {"tiny_qwen3_moe", "Qwen3MoeForCausalLM", 16},
+                       {"tiny_granite", "GraniteForCausalLM", 16},
+                       {"tiny_olmo2", "Olmo2ForCausalLM", 16},
+                       {"tiny_olmo3", "Olmo3ForCausalLM", 16},
+                       {"tiny_gpt_neox", "GPTNeoXForCausalLM", 16},
+                       {"tiny_gpt_neox_sequential", "GPTNeoXForCausalLM", 16},
+                       {"tiny_phi", "PhiForCausalLM", 16},
+                       {"tiny_stablelm", "StableLmForCausalLM", 16},
+                       {"tiny_stablelm_parallel", "StableLmForCausalLM", 16}};
 
 std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 
@@ -60,7 +72,23 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   EXPECT_EQ(lm.eos_ids, std::vector<int32_t>{2});
   const nn::LlamaConfig& l = config_of(lm);
   const std::string name = c.folder;
-  EXPECT_EQ(l.qkv_bias, name.starts_with("tiny_qwen2"));
+  EXPECT_EQ(l.qkv_bias, name.starts_with("tiny_qwen2") || name == "tiny_stablelm");
+  // The LayerNorm relatives (gen_hf_family_golden.py): GPT-NeoX's MLP without a gate and
+  // biases everywhere, parallel on two norms in tiny_gpt_neox; Phi's likewise on one norm, its
+  // head biased; StableLM's SwiGLU, parallel on one norm in tiny_stablelm_parallel.
+  const bool neox = name.starts_with("tiny_gpt_neox"), phi = name == "tiny_phi",
+             stablelm = name.starts_with("tiny_stablelm");
+  using Parallel = nn::LlamaConfig::Parallel;
+  EXPECT_EQ(l.layer_norm, neox || phi || stablelm);
+  EXPECT_EQ(l.gated_mlp, !neox && !phi);
+  EXPECT_EQ(l.parallel, name == "tiny_gpt_neox"                   ? Parallel::kSeparate
+                        : phi || name == "tiny_stablelm_parallel" ? Parallel::kShared
+                                                                  : Parallel::kNone);
+  EXPECT_EQ(l.head_bias, phi);
+  EXPECT_EQ(l.gate, name == "tiny_gpt_neox"                     ? nn::LlamaConfig::Gate::kGelu
+                    : phi || name == "tiny_gpt_neox_sequential" ? nn::LlamaConfig::Gate::kGeluTanh
+                    : name.starts_with("tiny_gemma")            ? nn::LlamaConfig::Gate::kGeluTanh
+                                                                : nn::LlamaConfig::Gate::kSilu);
   // Sliding windows: Mistral's in every layer (16 for tiny_mistral: its 7-token prompts do not
   // reach it), Qwen2's from max_window_layers = 1 on, Gemma 2's and 3's where layer_types says.
   const bool windows_of_3 =
@@ -73,8 +101,8 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
                                     : name == "tiny_olmo3"             ? std::vector<bool>{true, false}
                                                                        : std::vector<bool>{};
   EXPECT_EQ(l.sliding_layers, sliding);
-  EXPECT_EQ(l.attention_bias, name == "tiny_llama3" || name == "tiny_olmo2");
-  EXPECT_EQ(l.mlp_bias, name == "tiny_granite");
+  EXPECT_EQ(l.attention_bias, name == "tiny_llama3" || name == "tiny_olmo2" || neox || phi);
+  EXPECT_EQ(l.mlp_bias, name == "tiny_granite" || neox || phi);
   const bool olmo = name.starts_with("tiny_olmo");
   EXPECT_EQ(l.qk_norm, name.starts_with("tiny_qwen3") || name == "tiny_gemma3" || olmo);
   EXPECT_EQ(l.qk_norm_whole, olmo);
@@ -93,7 +121,7 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   EXPECT_EQ(l.attention_softcap, name == "tiny_gemma2" ? 5.0 : 0.0);
   EXPECT_EQ(l.logit_softcap, name == "tiny_gemma2" ? 3.0 : 0.0);
   EXPECT_EQ(l.rope_local_theta, name == "tiny_gemma3" || name == "tiny_olmo3" ? 10000.0 : 0.0);
-  if (name == "tiny_olmo3") {
+  if (name == "tiny_olmo3" || name == "tiny_gpt_neox_sequential") {
     EXPECT_EQ(l.rope_theta, 500.0);
   }
   const int64_t head_dim = l.head_size();
@@ -116,7 +144,10 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
     EXPECT_EQ(l.moe_layers, moe_layers);
   }
   const int64_t rotary_dim = l.rotary_dim > 0 ? l.rotary_dim : head_dim;
-  EXPECT_EQ(rotary_dim, name == "tiny_phi3_longrope" ? 4 : head_dim);
+  // Partial rotations: half of each head of 8 (Phi-3 longrope, GPT-NeoX, Phi, StableLM
+  // parallel), a quarter (the sequential GPT-NeoX and StableLM).
+  const bool quarter = name == "tiny_gpt_neox_sequential" || name == "tiny_stablelm";
+  EXPECT_EQ(rotary_dim, quarter ? 2 : name == "tiny_phi3_longrope" || neox || phi || stablelm ? 4 : head_dim);
 
   const std::string logits = dir_of(c) + "/logits.safetensors";
   const HostTensor want = read_safetensors(logits).at("inv_freq");
@@ -330,6 +361,50 @@ TEST(FamilyErrors, PhiFusedTensorsAreChecked) {
   w["model.layers.0.self_attn.q_proj.weight"] = HostTensor(DType::kF32, {32, 32});
   EXPECT_HAS(EditedFolder("tiny_phi3", {}, &w).error(),
              "unexpected tensor 'model.layers.0.self_attn.q_proj.weight'");
+}
+
+// GPT-NeoX in transformers 4's words (rotary_pct, rotary_emb_base at the top) reads as 5's
+// rope_parameters; its old files' buffers (the causal mask attention.bias, masked_bias) are
+// skipped; the fused query_key_value is checked; q/k LayerNorms and unknown activations are
+// refused.
+TEST(FamilyErrors, LayerNormRelatives) {
+  const std::string neox_rope =
+      "\"rope_parameters\": {\n    \"partial_rotary_factor\": 0.25,\n    \"rope_theta\": 500.0,\n    "
+      "\"rope_type\": \"default\"\n  },";
+  EditedFolder old_neox("tiny_gpt_neox_sequential",
+                        {{neox_rope, "\"rotary_pct\": 0.25, \"rotary_emb_base\": 500.0,"}});
+  const nn::LlamaConfig l = std::get<nn::LlamaConfig>(pretrained::load(old_neox.path.string()).config);
+  EXPECT_EQ(l.rotary_dim, 2);
+  EXPECT_EQ(l.rope_theta, 500.0);
+  // Without any rotated fraction the family's default: a quarter of GPT-NeoX's heads.
+  EditedFolder bare("tiny_gpt_neox_sequential", {{neox_rope, ""}});
+  EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(bare.path.string()).config).rotary_dim, 2);
+
+  const std::string dir = std::string(TG_TEST_DATA_DIR) + "/tiny_gpt_neox";
+  std::map<std::string, HostTensor> w = read_safetensors(dir + "/model.safetensors");
+  w["gpt_neox.layers.0.attention.bias"] = HostTensor(DType::kBool, {1, 1, 16, 16});
+  w["gpt_neox.layers.0.attention.masked_bias"] = HostTensor(DType::kF32, {});
+  EXPECT_NO_THROW(pretrained::load(EditedFolder("tiny_gpt_neox", {}, &w).path.string()));
+  w = read_safetensors(dir + "/model.safetensors");
+  w["gpt_neox.layers.1.attention.query_key_value.weight"] = HostTensor(DType::kF32, {95, 32});
+  EXPECT_HAS(EditedFolder("tiny_gpt_neox", {}, &w).error(),
+             "'gpt_neox.layers.1.attention.query_key_value.weight' has shape [95, 32], expected [96, 32]");
+  w.erase("gpt_neox.layers.1.attention.query_key_value.weight");
+  EXPECT_HAS(EditedFolder("tiny_gpt_neox", {}, &w).error(),
+             "no tensor 'gpt_neox.layers.1.attention.query_key_value.weight' (GPTNeoXForCausalLM needs it");
+  EXPECT_HAS(
+      EditedFolder("tiny_gpt_neox", {{"\"hidden_act\": \"gelu\"", "\"hidden_act\": \"relu\""}}).error(),
+      "hidden_act \"relu\" (implemented: silu, gelu, gelu_new, gelu_pytorch_tanh)");
+  EXPECT_HAS(EditedFolder("tiny_phi", {{"\"qk_layernorm\": false", "\"qk_layernorm\": true"}}).error(),
+             "qk_layernorm true (LayerNorms over the queries and keys) is not implemented");
+  EXPECT_HAS(
+      EditedFolder("tiny_phi", {{"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true"}}).error(),
+      "tie_word_embeddings true is not implemented for Phi");
+  EXPECT_HAS(
+      EditedFolder("tiny_stablelm", {{"\"partial_rotary_factor\": 0.25,", "\"partial_rotary_factor\": 1.5,"},
+                                     {"\"partial_rotary_factor\": 0.25,", "\"partial_rotary_factor\": 1.5,"}})
+          .error(),
+      "partial_rotary_factor 1.500000 is not within (0, 1]");
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, Family, ::testing::ValuesIn(kCases),

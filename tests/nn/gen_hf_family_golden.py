@@ -29,6 +29,30 @@ COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_la
               initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
+# GPT-NeoX's own names for the shared sizes (multi-head attention: no KV-head count).
+NEOX = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, layer_norm_eps=1e-5, max_position_embeddings=16,
+            initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def partial(config, fraction, base=None):
+    """The fraction of each head RoPE rotates (and its base), wherever this transformers version
+    keeps them (rope_parameters in 5; partial_rotary_factor, rope_theta or GPT-NeoX's rotary_pct
+    and rotary_emb_base in 4)."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict):
+        params["partial_rotary_factor"] = fraction
+        if base is not None:
+            params["rope_theta"] = base
+    for key in ("partial_rotary_factor", "rotary_pct"):
+        if hasattr(config, key):
+            setattr(config, key, fraction)
+    for key in ("rope_theta", "rotary_emb_base"):
+        if base is not None and hasattr(config, key):
+            setattr(config, key, base)
+    return config
+
+
 def rope(kind, **extra):
     return {"rope_type": kind, "rope_theta": 10000.0, **extra}
 
@@ -121,6 +145,19 @@ MODELS = {
         layer_types=["sliding_attention", "full_attention"],
         rope_parameters={"sliding_attention": rope("default"),
                          "full_attention": {"rope_type": "default", "rope_theta": 500.0}})),
+    # The LayerNorm relatives: GPT-NeoX (Pythia) with its parallel layer and with the sequential
+    # one, Phi (one norm shared by both branches, a biased head), StableLM sequential (q/k/v
+    # biases) and parallel; each rotates part of a head.
+    "tiny_gpt_neox": lambda: tf.GPTNeoXForCausalLM(partial(tf.GPTNeoXConfig(
+        **NEOX, use_parallel_residual=True), 0.5)),
+    "tiny_gpt_neox_sequential": lambda: tf.GPTNeoXForCausalLM(partial(tf.GPTNeoXConfig(
+        **NEOX, use_parallel_residual=False, hidden_act="gelu_new"), 0.25, base=500.0)),
+    "tiny_phi": lambda: tf.PhiForCausalLM(partial(tf.PhiConfig(
+        **COMMON, max_position_embeddings=16, layer_norm_eps=1e-5), 0.5)),
+    "tiny_stablelm": lambda: tf.StableLmForCausalLM(partial(tf.StableLmConfig(
+        **COMMON, max_position_embeddings=16, layer_norm_eps=1e-5, use_qkv_bias=True), 0.25)),
+    "tiny_stablelm_parallel": lambda: tf.StableLmForCausalLM(partial(tf.StableLmConfig(
+        **COMMON, max_position_embeddings=16, layer_norm_eps=1e-5, use_parallel_residual=True), 0.5)),
 }
 
 # Models whose attention transformers only computes in full with its eager implementation.
@@ -142,7 +179,7 @@ for name, make in MODELS.items():
         logits = model(input_ids=IDS, use_cache=False).logits.float()
         # Read before generate: past the original context longrope swaps in its long factors.
         # Gemma 3 keeps one table per layer type: the full-attention layers' is compared.
-        rotary = model.model.rotary_emb
+        rotary = model.base_model.rotary_emb
         prefix = "full_attention_" if hasattr(rotary, "full_attention_inv_freq") else ""
         inv_freq = getattr(rotary, prefix + "inv_freq").float().cpu().clone()
         scaling = float(getattr(rotary, prefix + "attention_scaling", 1.0))
