@@ -33,6 +33,11 @@ struct CheckpointError : Error {
 struct TokenizerError : Error {
   using Error::Error;
 };
+/// A chat template that cannot be found, does not parse (line and column) or fails while
+/// rendering (its raise_exception() message, or a run-time error naming the line).
+struct TemplateError : Error {
+  using Error::Error;
+};
 /// Several processes that cannot start or keep working together: a launch variable missing or
 /// malformed, a rank that cannot be reached or never joins, a peer that exited. Names the rank
 /// and, for the rendezvous, host:port.

@@ -1,0 +1,213 @@
+// ChatTemplate: finding a model folder's chat template and special tokens, and rendering it with
+// the variables transformers' apply_chat_template passes (see include/tensorgrad/chat.h).
+#include "tensorgrad/chat.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+#include "tensorgrad/errors.h"
+#include "text/jinja.h"
+
+namespace tg {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+[[noreturn]] void fail_load(const std::string& file, const std::string& what) {
+  throw TemplateError("[ChatTemplate::load] " + file + ": " + what);
+}
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail_load(file.string(), "cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+json read_json(const fs::path& file) {
+  try {
+    return json::parse(read_text(file));
+  } catch (const json::exception& e) {
+    fail_load(file.string(), std::string("not valid JSON: ") + e.what());
+  }
+}
+
+// A special token as tokenizer_config.json writes it: a string, or an AddedToken object whose
+// "content" is the text.
+std::optional<std::string> token_field(const json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  const json& t = config[key];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_object() && t.contains("content") && t["content"].is_string())
+    return t["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// The template of a "chat_template" field: a string, or a list of {"name", "template"} where the
+// one named "default" is taken.
+std::string template_field(const json& field, const std::string& file) {
+  if (field.is_string()) return field.get<std::string>();
+  if (!field.is_array())
+    fail_load(file, "\"chat_template\" is neither a string nor a list of named templates");
+  std::string names;
+  for (const json& t : field) {
+    if (!t.is_object() || !t.contains("name") || !t.contains("template") || !t["name"].is_string() ||
+        !t["template"].is_string())
+      fail_load(file, "a \"chat_template\" list entry is not {\"name\": ..., \"template\": ...}");
+    if (t["name"] == "default") return t["template"].get<std::string>();
+    names += (names.empty() ? "" : ", ") + t["name"].get<std::string>();
+  }
+  fail_load(file, "\"chat_template\" has no template named \"default\" (it has: " + names + ")");
+}
+
+jinja::Value from_json(const ordered_json& j) {
+  switch (j.type()) {
+    case ordered_json::value_t::null: return jinja::Value::none();
+    case ordered_json::value_t::boolean: return jinja::Value(j.get<bool>());
+    case ordered_json::value_t::number_integer: return jinja::Value(j.get<int64_t>());
+    case ordered_json::value_t::number_unsigned: {
+      const auto u = j.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(INT64_MAX)) return jinja::Value(static_cast<int64_t>(u));
+      return jinja::Value(static_cast<double>(u));
+    }
+    case ordered_json::value_t::number_float: return jinja::Value(j.get<double>());
+    case ordered_json::value_t::string: return jinja::Value(j.get<std::string>());
+    case ordered_json::value_t::array: {
+      jinja::ValueList items;
+      for (const ordered_json& x : j) items.push_back(from_json(x));
+      return jinja::Value::list(std::move(items));
+    }
+    case ordered_json::value_t::object: {
+      jinja::Dict d;
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.items.emplace_back(jinja::Value(it.key()), from_json(it.value()));
+      return jinja::Value::dict(std::move(d));
+    }
+    default: throw TemplateError("[ChatTemplate::render_json] a JSON value of an unsupported type");
+  }
+}
+
+// The special tokens transformers passes to templates (its special_tokens_map), where set.
+void add_tokens(jinja::Dict& vars, const SpecialTokens& t) {
+  const std::pair<const char*, const std::optional<std::string>*> tokens[] = {
+      {"bos_token", &t.bos_token},  {"eos_token", &t.eos_token}, {"unk_token", &t.unk_token},
+      {"pad_token", &t.pad_token},  {"sep_token", &t.sep_token}, {"cls_token", &t.cls_token},
+      {"mask_token", &t.mask_token}};
+  for (const auto& [name, value] : tokens)
+    if (*value && !vars.find(jinja::Value(name)))
+      vars.items.emplace_back(jinja::Value(name), jinja::Value(**value));
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::parse(std::string_view source, SpecialTokens tokens) {
+  ChatTemplate t;
+  try {
+    t.template_ = jinja::Template::parse(source);
+  } catch (const TemplateError& e) {
+    throw TemplateError(std::string("[ChatTemplate::parse] ") + e.what());
+  }
+  t.source_ = std::string(source);
+  t.tokens_ = std::move(tokens);
+  return t;
+}
+
+ChatTemplate ChatTemplate::load(const std::string& folder) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) fail_load(folder, "not a folder");
+  const fs::path dir(folder);
+  const fs::path config_file = dir / "tokenizer_config.json";
+  const bool has_config = fs::is_regular_file(config_file, ec);
+  const json config = has_config ? read_json(config_file) : json::object();
+
+  std::string source, from;
+  if (fs::is_regular_file(dir / "chat_template.jinja", ec)) {
+    from = (dir / "chat_template.jinja").string();
+    source = read_text(from);
+  } else if (config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null()) {
+    from = config_file.string();
+    source = template_field(config["chat_template"], from);
+  } else if (fs::is_regular_file(dir / "chat_template.json", ec)) {  // a processor's
+    from = (dir / "chat_template.json").string();
+    const json j = read_json(from);
+    if (!j.is_object() || !j.contains("chat_template")) fail_load(from, "no \"chat_template\" in it");
+    source = template_field(j["chat_template"], from);
+  } else {
+    fail_load(folder, std::string("no chat template: the folder has no chat_template.jinja and ") +
+                          (has_config ? "its tokenizer_config.json has no \"chat_template\""
+                                      : "no tokenizer_config.json") +
+                          " (a base model without a chat template, or files saved without one)");
+  }
+
+  SpecialTokens tokens{
+      .bos_token = token_field(config, "bos_token"),
+      .eos_token = token_field(config, "eos_token"),
+      .unk_token = token_field(config, "unk_token"),
+      .pad_token = token_field(config, "pad_token"),
+      .sep_token = token_field(config, "sep_token"),
+      .cls_token = token_field(config, "cls_token"),
+      .mask_token = token_field(config, "mask_token"),
+  };
+  ChatTemplate t;
+  try {
+    t.template_ = jinja::Template::parse(source);
+  } catch (const TemplateError& e) {
+    fail_load(from, e.what());
+  }
+  t.source_ = std::move(source);
+  t.tokens_ = std::move(tokens);
+  return t;
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  jinja::ValueList list;
+  for (const ChatMessage& m : messages) {
+    jinja::Dict d;
+    d.items.emplace_back(jinja::Value("role"), jinja::Value(m.role));
+    d.items.emplace_back(jinja::Value("content"), jinja::Value(m.content));
+    list.push_back(jinja::Value::dict(std::move(d)));
+  }
+  jinja::Dict vars;
+  vars.items.emplace_back(jinja::Value("messages"), jinja::Value::list(std::move(list)));
+  vars.items.emplace_back(jinja::Value("tools"), jinja::Value::none());
+  vars.items.emplace_back(jinja::Value("documents"), jinja::Value::none());
+  vars.items.emplace_back(jinja::Value("add_generation_prompt"), jinja::Value(add_generation_prompt));
+  add_tokens(vars, tokens_);
+  try {
+    return template_->render(vars, jinja::Environment{clock_});
+  } catch (const TemplateError& e) {
+    throw TemplateError(std::string("[ChatTemplate::render] ") + e.what());
+  }
+}
+
+std::string ChatTemplate::render_json(std::string_view variables) const {
+  ordered_json j;
+  try {
+    j = ordered_json::parse(variables);
+  } catch (const ordered_json::exception& e) {
+    throw TemplateError(std::string("[ChatTemplate::render_json] the variables are not valid JSON: ") +
+                        e.what());
+  }
+  if (!j.is_object()) throw TemplateError("[ChatTemplate::render_json] the variables must be a JSON object");
+  jinja::Dict vars = from_json(j).dict_data();
+  for (const char* name : {"tools", "documents"})
+    if (!vars.find(jinja::Value(name))) vars.items.emplace_back(jinja::Value(name), jinja::Value::none());
+  if (!vars.find(jinja::Value("add_generation_prompt")))
+    vars.items.emplace_back(jinja::Value("add_generation_prompt"), jinja::Value(false));
+  add_tokens(vars, tokens_);
+  try {
+    return template_->render(vars, jinja::Environment{clock_});
+  } catch (const TemplateError& e) {
+    throw TemplateError(std::string("[ChatTemplate::render_json] ") + e.what());
+  }
+}
+
+}  // namespace tg
