@@ -1,5 +1,5 @@
 // Command-line options of the examples: --name value pairs, and the flags --generate,
-// --distributed, --merge and --check.
+// --distributed, --merge, --check and --chat.
 #pragma once
 #include <map>
 #include <set>
@@ -13,7 +13,7 @@ namespace example {
 /// --name value options (and the flags, which take no value).
 struct Args {
   static bool is_flag(const std::string& k) {
-    return k == "generate" || k == "distributed" || k == "merge" || k == "check";
+    return k == "generate" || k == "distributed" || k == "merge" || k == "check" || k == "chat";
   }
   std::map<std::string, std::string> kv;
   bool has(const std::string& k) const { return kv.count(k) > 0; }
