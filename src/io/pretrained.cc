@@ -138,6 +138,24 @@ std::string file_dtype(DType t) {
   return s;
 }
 
+HostTensor take_tensor(const Model& m, Weights& w, const std::string& name, const Shape& want,
+                       std::string& file) {
+  auto it = w.tensors.find(name);
+  if (it == w.tensors.end())
+    fail(m.folder, w.listing + ": no tensor '" + name + "' (" + m.architecture + " needs it, shape " +
+                       shape_str(want) + ")");
+  file = w.file_of[name];
+  const DType dt = it->second.dtype();
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
+    fail(m.folder, file + ": tensor '" + name + "' is not a float tensor (F32, BF16 or F16)");
+  if (it->second.shape() != want)
+    fail(m.folder, file + ": tensor '" + name + "' has shape " + shape_str(it->second.shape()) +
+                       ", expected " + shape_str(want) + " (from config.json)");
+  HostTensor out = it->second.to(DType::kF32);
+  w.tensors.erase(it);
+  return out;
+}
+
 // Fills `m.weights` for every parameter of m.module from `w` through `source_of` (the
 // parameter's name → where it is in the file). Tensors of the file that no parameter takes
 // are errors unless `ignorable` says otherwise. Each tensor leaves `w` as it is taken, so the

@@ -70,6 +70,10 @@ struct Source {
 /// unless `ignorable`.
 void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
                  const std::function<bool(const std::string&)>& ignorable);
+/// Takes the file's tensor `name` out of `w` as f32, checked as map_weights checks a parameter's
+/// (present, a float tensor, of shape `want`); `file` is set to the file it came from.
+HostTensor take_tensor(const Model& m, Weights& w, const std::string& name, const Shape& want,
+                       std::string& file);
 /// The file's name of a GPT-2 parameter (prefix "transformer." or "" for GPT2Model files) and
 /// of a Mamba one.
 Source gpt2_source(const std::string& prefix, const std::string& p);

@@ -190,19 +190,8 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, int64_t head_di
       int64_t rows = 0;
       for (const auto& part : parts) rows += part.second;
       const Shape want{rows, d};
-      auto it = w.tensors.find(fused);
-      if (it == w.tensors.end())
-        fail(m.folder, w.listing + ": no tensor '" + fused + "' (" + m.architecture + " needs it, shape " +
-                           shape_str(want) + ")");
-      const std::string file = w.file_of[fused];
-      const DType dt = it->second.dtype();
-      if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
-        fail(m.folder, file + ": tensor '" + fused + "' is not a float tensor (F32, BF16 or F16)");
-      if (it->second.shape() != want)
-        fail(m.folder, file + ": tensor '" + fused + "' has shape " + shape_str(it->second.shape()) +
-                           ", expected " + shape_str(want) + " (from config.json)");
-      const HostTensor all = it->second.to(DType::kF32);
-      w.tensors.erase(it);
+      std::string file;
+      const HostTensor all = take_tensor(m, w, fused, want, file);
       const std::span<const float> v = all.f32();
       int64_t first = 0;
       for (const auto& [name, count] : parts) {

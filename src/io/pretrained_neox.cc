@@ -102,19 +102,8 @@ void split_query_key_value(Model& m, Weights& w, const nn::LlamaConfig& l) {
       if (kind == "bias" && !l.attention_bias) continue;
       const std::string fused = at + "query_key_value." + kind;
       const Shape want = kind == "weight" ? Shape{rows, l.d_model} : Shape{rows};
-      auto it = w.tensors.find(fused);
-      if (it == w.tensors.end())
-        fail(m.folder, w.listing + ": no tensor '" + fused + "' (" + m.architecture + " needs it, shape " +
-                           shape_str(want) + ")");
-      const std::string file = w.file_of[fused];
-      const DType dt = it->second.dtype();
-      if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
-        fail(m.folder, file + ": tensor '" + fused + "' is not a float tensor (F32, BF16 or F16)");
-      if (it->second.shape() != want)
-        fail(m.folder, file + ": tensor '" + fused + "' has shape " + shape_str(it->second.shape()) +
-                           ", expected " + shape_str(want) + " (from config.json)");
-      std::vector<HostTensor> parts = unfuse_per_head(it->second.to(DType::kF32), l.heads, hd);
-      w.tensors.erase(it);
+      std::string file;
+      std::vector<HostTensor> parts = unfuse_per_head(take_tensor(m, w, fused, want, file), l.heads, hd);
       const char* names[] = {"q_proj.", "k_proj.", "v_proj."};
       for (size_t s = 0; s < 3; ++s) {
         w.tensors[at + names[s] + kind] = std::move(parts[s]);
