@@ -114,8 +114,11 @@ struct SaveOptions {
 /// its index, model-*-of-*.safetensors) are removed first. Errors are tg::CheckpointError:
 /// a parameter missing from `weights` or of another shape, an entry the model has no
 /// parameter for, a dtype other than those three, `folder` being m.folder, a file that cannot
-/// be written.
-void save(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,
+/// be written. `weights` is taken by value: pass a temporary (a program's download_params())
+/// or std::move it, and the files are written from those tensors, one tensor at a time
+/// converted or re-laid out, without a second copy of the model in memory (an lvalue is
+/// copied, the caller keeping it; merging adapters makes the merged copy).
+void save(const Model& m, std::map<std::string, HostTensor> weights, const std::string& folder,
           const SaveOptions& options = {});
 
 /// A Model of a configuration of the library's own, to save() a model trained from scratch:

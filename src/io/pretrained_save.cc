@@ -165,9 +165,9 @@ std::string config_json_of(const nn::MambaLMConfig& c) {
 
 namespace {
 
-// The parameters of m.module save() writes: all but the LoRA adapters' (merged first).
-std::map<std::string, HostTensor> base_weights(const Model& m,
-                                               const std::map<std::string, HostTensor>& weights,
+// The parameters of m.module save() writes: all but the LoRA adapters' (merged first), as f32.
+// `weights` is taken over: without adapters its tensors are the ones written.
+std::map<std::string, HostTensor> base_weights(const Model& m, std::map<std::string, HostTensor> weights,
                                                const std::string& folder) {
   // The adapters' parameters by their documented names (nn::LoRA); the rest are the model's.
   std::set<std::string> base, adapters;
@@ -192,7 +192,7 @@ std::map<std::string, HostTensor> base_weights(const Model& m,
       save_fail(folder, std::string("merging the LoRA adapters: ") + e.what());
     }
   } else {
-    for (const auto& [name, t] : weights) out.emplace(name, t);
+    out = std::move(weights);
   }
   for (const Param* p : m.module->parameters()) {
     if (adapters.count(p->path())) continue;
@@ -304,7 +304,7 @@ void remove_old_weights(const std::string& folder, const fs::path& dir) {
 
 using namespace detail;
 
-void save(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,
+void save(const Model& m, std::map<std::string, HostTensor> weights, const std::string& folder,
           const SaveOptions& options) {
   if (!m.module) save_fail(folder, "the Model has no module (load() or from_config() builds one)");
   if (m.config_json.empty()) save_fail(folder, "the Model has no config.json text (config_json)");
@@ -322,7 +322,7 @@ void save(const Model& m, const std::map<std::string, HostTensor>& weights, cons
   std::error_code ec;
   if (!m.folder.empty() && fs::exists(dir, ec) && fs::equivalent(dir, fs::path(m.folder), ec))
     save_fail(folder, "is the folder the model was loaded from; save into another one");
-  std::map<std::string, HostTensor> tensors = file_tensors(m, base_weights(m, weights, folder));
+  std::map<std::string, HostTensor> tensors = file_tensors(m, base_weights(m, std::move(weights), folder));
   if (options.dtype != DType::kF32)
     for (auto& [name, t] : tensors) t = t.to(options.dtype);
 
