@@ -19,10 +19,11 @@
 //                                     at its original one, past which transformers changes it;
 //                                     the MoE families' experts as LlamaConfig::experts,
 //                                     Mixtral's block_sparse_moe.experts.<e>.w1/w3/w2 renamed)
-//   GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM
+//   GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM
 //                     → nn::Llama    (LlamaConfig::layer_norm; GPT-NeoX's query_key_value split
-//                                     per head, its and Phi's MLP without a gate, their layers
-//                                     parallel; names mapped onto Llama's)
+//                                     per head; its, Phi's and StarCoder 2's MLP without a
+//                                     gate; GPT-NeoX's and Phi's layers parallel; names mapped
+//                                     onto Llama's)
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])

@@ -342,6 +342,7 @@ const std::vector<Family>& families() {
                                        {"GPTNeoXForCausalLM", "gpt_neox", load_layernorm_family},
                                        {"PhiForCausalLM", "phi", load_layernorm_family},
                                        {"StableLmForCausalLM", "stablelm", load_layernorm_family},
+                                       {"Starcoder2ForCausalLM", "starcoder2", load_layernorm_family},
                                        {"GPT2LMHeadModel", "gpt2", load_gpt2},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;

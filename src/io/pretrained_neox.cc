@@ -12,6 +12,9 @@
 //                        final_layernorm, and a biased lm_head.
 //   StableLmForCausalLM  Llama's names and SwiGLU MLP with LayerNorms, q/k/v biases with
 //                        use_qkv_bias, parallel on one norm with use_parallel_residual.
+//   Starcoder2ForCausalLM  Llama's attention names, an MLP c_fc → GELU → c_proj, biases on every
+//                        projection (use_bias), norm_epsilon, a sliding window in every layer
+//                        when sliding_window is set, a tied head by default; RoPE on whole heads.
 // Their q/k LayerNorms (qk_layernorm) are refused.
 #include <string>
 #include <utility>
@@ -23,12 +26,13 @@
 namespace tg::pretrained::detail {
 namespace {
 
-enum class Kind { kNeox, kPhi, kStableLm };
+enum class Kind { kNeox, kPhi, kStableLm, kStarcoder2 };
 
 Kind kind_of(const std::string& architecture) {
-  return architecture == "GPTNeoXForCausalLM" ? Kind::kNeox
-         : architecture == "PhiForCausalLM"   ? Kind::kPhi
-                                              : Kind::kStableLm;
+  return architecture == "GPTNeoXForCausalLM"      ? Kind::kNeox
+         : architecture == "PhiForCausalLM"        ? Kind::kPhi
+         : architecture == "Starcoder2ForCausalLM" ? Kind::kStarcoder2
+                                                   : Kind::kStableLm;
 }
 
 // Replaces the first `from` in s by `to`; false when s has none.
@@ -43,6 +47,10 @@ bool swap_part(std::string& s, const std::string& from, const std::string& to) {
 // query_key_value that load splits out (attention.q_proj …); no file holds them.
 std::string file_name_of(Kind k, std::string p) {
   if (k == Kind::kStableLm) return p;
+  if (k == Kind::kStarcoder2) {
+    swap_part(p, ".mlp.up_proj.", ".mlp.c_fc.") || swap_part(p, ".mlp.down_proj.", ".mlp.c_proj.");
+    return p;
+  }
   if (k == Kind::kPhi) {
     swap_part(p, ".self_attn.o_proj.", ".self_attn.dense.") || swap_part(p, ".mlp.up_proj.", ".mlp.fc1.") ||
         swap_part(p, ".mlp.down_proj.", ".mlp.fc2.") || swap_part(p, "model.norm.", "model.final_layernorm.");
@@ -122,7 +130,7 @@ nn::LlamaConfig::Gate gate_of(const std::string& f, const std::string& act) {
 }
 
 // transformers 4's GPT-NeoX names, and each family's default rotated fraction when the file
-// gives none (GPT-NeoX and StableLM rotate a quarter of each head, Phi half).
+// gives none (GPT-NeoX and StableLM rotate a quarter of each head, Phi half, StarCoder 2 all).
 json with_rope_defaults(const json& c, Kind k) {
   json out = c;
   if (!out.contains("rope_theta") && out.contains("rotary_emb_base"))
@@ -132,7 +140,7 @@ json with_rope_defaults(const json& c, Kind k) {
   const bool nested = out.contains("rope_parameters") && out["rope_parameters"].is_object() &&
                       out["rope_parameters"].contains("partial_rotary_factor");
   if (!out.contains("partial_rotary_factor") && !nested)
-    out["partial_rotary_factor"] = k == Kind::kPhi ? 0.5 : 0.25;
+    out["partial_rotary_factor"] = k == Kind::kPhi ? 0.5 : k == Kind::kStarcoder2 ? 1.0 : 0.25;
   return out;
 }
 
@@ -140,7 +148,7 @@ json with_rope_defaults(const json& c, Kind k) {
 
 bool is_layernorm_family(const std::string& architecture) {
   return architecture == "GPTNeoXForCausalLM" || architecture == "PhiForCausalLM" ||
-         architecture == "StableLmForCausalLM";
+         architecture == "StableLmForCausalLM" || architecture == "Starcoder2ForCausalLM";
 }
 
 void load_layernorm_family(Model& m, const json& config) {
@@ -158,8 +166,8 @@ void load_layernorm_family(Model& m, const json& config) {
   l.kv_heads = k == Kind::kNeox ? l.heads : field<int64_t>(c, f, "num_key_value_heads", l.heads);
   const int64_t max_positions = required(c, f, "max_position_embeddings");
   l.layer_norm = true;
-  l.rms_eps = field<double>(c, f, "layer_norm_eps", 1e-5);
-  l.tied_head = field<bool>(c, f, "tie_word_embeddings", false);
+  l.rms_eps = field<double>(c, f, k == Kind::kStarcoder2 ? "norm_epsilon" : "layer_norm_eps", 1e-5);
+  l.tied_head = field<bool>(c, f, "tie_word_embeddings", k == Kind::kStarcoder2);
   if (k != Kind::kNeox && field<bool>(c, f, "qk_layernorm", false))
     fail(f, "config.json: qk_layernorm true (LayerNorms over the queries and keys) is not implemented");
   if (l.d_model % l.heads != 0)
@@ -181,6 +189,14 @@ void load_layernorm_family(Model& m, const json& config) {
       l.parallel = Parallel::kShared;
       l.gate = gate_of(f, field<std::string>(c, f, "hidden_act", "gelu_new"));
       break;
+    case Kind::kStarcoder2:
+      l.attention_bias = l.mlp_bias = field<bool>(c, f, "use_bias", true);
+      l.gated_mlp = false;
+      l.gate = gate_of(f, field<std::string>(c, f, "hidden_act", "gelu_pytorch_tanh"));
+      l.sliding_window = field<int64_t>(c, f, "sliding_window", 0);
+      if (l.sliding_window < 0)
+        fail(f, "config.json: sliding_window " + std::to_string(l.sliding_window) + " is negative");
+      break;
     case Kind::kStableLm:
       l.qkv_bias = field<bool>(c, f, "use_qkv_bias", false);
       l.parallel = field<bool>(c, f, "use_parallel_residual", false) ? Parallel::kShared : Parallel::kNone;
@@ -190,8 +206,9 @@ void load_layernorm_family(Model& m, const json& config) {
   const RopeRead rope = read_rope(c, f, max_positions, l);
   if (!(rope.partial > 0 && rope.partial <= 1))
     fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) + " is not within (0, 1]");
-  l.rotary_dim = static_cast<int64_t>(static_cast<double>(l.head_size()) * rope.partial);  // Python's int()
-  if (l.rotary_dim < 2)
+  if (rope.partial != 1.0)
+    l.rotary_dim = static_cast<int64_t>(static_cast<double>(l.head_size()) * rope.partial);  // Python's int()
+  if (rope.partial != 1.0 && l.rotary_dim < 2)
     fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) +
                 " rotates no pair of the " + std::to_string(l.head_size()) + " features of a head");
   l.seq_len = rope.context > 0 && rope.context < max_positions ? rope.context : max_positions;

@@ -5,7 +5,8 @@
 // Gemma ((1 + w) norms, scaled embeddings, tanh-GELU gate); Gemma 2 and 3; the mixtures of
 // experts Mixtral, Qwen2-MoE and Qwen3-MoE; Granite's multipliers; OLMo 2's and 3's norms
 // after each branch; the LayerNorm relatives GPT-NeoX (parallel and sequential), Phi and
-// StableLM (sequential with q/k/v biases, and parallel), each rotating part of a head. For each: the RoPE
+// StableLM (sequential with q/k/v biases, and parallel), each rotating part of a head, and
+// StarCoder 2 (LayerNorms, an MLP without a gate, a window in every layer). For each: the RoPE
 // frequencies equal those transformers used, the logits equal transformers' on every backend (1e-4), a greedy
 // Generator gives transformers' greedy ids, and the KV-cached logits equal the full forward on every prefix.
 #include <gtest/gtest.h>
@@ -56,7 +57,8 @@ const Case kCases[] = {{"tiny_llama3", "LlamaForCausalLM", 16},
                        {"tiny_gpt_neox_sequential", "GPTNeoXForCausalLM", 16},
                        {"tiny_phi", "PhiForCausalLM", 16},
                        {"tiny_stablelm", "StableLmForCausalLM", 16},
-                       {"tiny_stablelm_parallel", "StableLmForCausalLM", 16}};
+                       {"tiny_stablelm_parallel", "StableLmForCausalLM", 16},
+                       {"tiny_starcoder2", "Starcoder2ForCausalLM", 16}};
 
 std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 
@@ -77,22 +79,22 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   // biases everywhere, parallel on two norms in tiny_gpt_neox; Phi's likewise on one norm, its
   // head biased; StableLM's SwiGLU, parallel on one norm in tiny_stablelm_parallel.
   const bool neox = name.starts_with("tiny_gpt_neox"), phi = name == "tiny_phi",
-             stablelm = name.starts_with("tiny_stablelm");
+             stablelm = name.starts_with("tiny_stablelm"), starcoder2 = name == "tiny_starcoder2";
   using Parallel = nn::LlamaConfig::Parallel;
-  EXPECT_EQ(l.layer_norm, neox || phi || stablelm);
-  EXPECT_EQ(l.gated_mlp, !neox && !phi);
+  EXPECT_EQ(l.layer_norm, neox || phi || stablelm || starcoder2);
+  EXPECT_EQ(l.gated_mlp, !neox && !phi && !starcoder2);
   EXPECT_EQ(l.parallel, name == "tiny_gpt_neox"                   ? Parallel::kSeparate
                         : phi || name == "tiny_stablelm_parallel" ? Parallel::kShared
                                                                   : Parallel::kNone);
   EXPECT_EQ(l.head_bias, phi);
-  EXPECT_EQ(l.gate, name == "tiny_gpt_neox"                     ? nn::LlamaConfig::Gate::kGelu
-                    : phi || name == "tiny_gpt_neox_sequential" ? nn::LlamaConfig::Gate::kGeluTanh
-                    : name.starts_with("tiny_gemma")            ? nn::LlamaConfig::Gate::kGeluTanh
-                                                                : nn::LlamaConfig::Gate::kSilu);
+  EXPECT_EQ(l.gate, name == "tiny_gpt_neox"                        ? nn::LlamaConfig::Gate::kGelu
+                    : phi || name == "tiny_gpt_neox_sequential"    ? nn::LlamaConfig::Gate::kGeluTanh
+                    : name.starts_with("tiny_gemma") || starcoder2 ? nn::LlamaConfig::Gate::kGeluTanh
+                                                                   : nn::LlamaConfig::Gate::kSilu);
   // Sliding windows: Mistral's in every layer (16 for tiny_mistral: its 7-token prompts do not
   // reach it), Qwen2's from max_window_layers = 1 on, Gemma 2's and 3's where layer_types says.
-  const bool windows_of_3 =
-      name.ends_with("_window") || name == "tiny_gemma2" || name == "tiny_gemma3" || name == "tiny_olmo3";
+  const bool windows_of_3 = name.ends_with("_window") || name == "tiny_gemma2" || name == "tiny_gemma3" ||
+                            name == "tiny_olmo3" || starcoder2;
   EXPECT_EQ(l.sliding_window, name == "tiny_mistral" ? 16 : windows_of_3 ? 3 : 0);
   const std::vector<bool> sliding = name == "tiny_qwen2_window"        ? std::vector<bool>{false, true}
                                     : name.starts_with("tiny_mistral") ? std::vector<bool>{true, true}
@@ -101,8 +103,8 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
                                     : name == "tiny_olmo3"             ? std::vector<bool>{true, false}
                                                                        : std::vector<bool>{};
   EXPECT_EQ(l.sliding_layers, sliding);
-  EXPECT_EQ(l.attention_bias, name == "tiny_llama3" || name == "tiny_olmo2" || neox || phi);
-  EXPECT_EQ(l.mlp_bias, name == "tiny_granite" || neox || phi);
+  EXPECT_EQ(l.attention_bias, name == "tiny_llama3" || name == "tiny_olmo2" || neox || phi || starcoder2);
+  EXPECT_EQ(l.mlp_bias, name == "tiny_granite" || neox || phi || starcoder2);
   const bool olmo = name.starts_with("tiny_olmo");
   EXPECT_EQ(l.qk_norm, name.starts_with("tiny_qwen3") || name == "tiny_gemma3" || olmo);
   EXPECT_EQ(l.qk_norm_whole, olmo);
@@ -113,7 +115,7 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   EXPECT_EQ(l.logits_scaling, granite ? 4.0 : 1.0);
   const bool gemma = name.starts_with("tiny_gemma"), gemma23 = name == "tiny_gemma2" || name == "tiny_gemma3";
   EXPECT_EQ(l.gemma, gemma);
-  EXPECT_EQ(l.tied_head, name == "tiny_llama3" || name == "tiny_qwen3" || gemma);
+  EXPECT_EQ(l.tied_head, name == "tiny_llama3" || name == "tiny_qwen3" || gemma || starcoder2);
   EXPECT_EQ(l.sandwich_norms, gemma23);
   EXPECT_DOUBLE_EQ(l.attention_scale, gemma23   ? 1.0 / std::sqrt(12.0)
                                       : granite ? 0.3

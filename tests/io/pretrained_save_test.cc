@@ -83,7 +83,8 @@ const char* const kFixtures[] = {"tiny_llama",
                                  "tiny_gpt_neox_sequential",
                                  "tiny_phi",
                                  "tiny_stablelm",
-                                 "tiny_stablelm_parallel"};
+                                 "tiny_stablelm_parallel",
+                                 "tiny_starcoder2"};
 
 class Resave : public ::testing::TestWithParam<const char*> {};
 

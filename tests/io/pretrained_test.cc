@@ -303,13 +303,14 @@ TEST(Pretrained, Errors) {
     dir.write("config.json", R"({"architectures": ["BertForMaskedLM"], "model_type": "bert"})");
     const std::string e = load_error(dir.str());
     EXPECT_HAS(e, "BertForMaskedLM");
-    EXPECT_HAS(e,
-               "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-               "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, "
-               "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, "
-               "Olmo3ForCausalLM, GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM, "
-               "GPT2LMHeadModel, "
-               "MambaForCausalLM");
+    EXPECT_HAS(
+        e,
+        "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+        "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, "
+        "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, "
+        "Olmo3ForCausalLM, GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM, "
+        "GPT2LMHeadModel, "
+        "MambaForCausalLM");
   }
   {
     TempFolder dir("no_weights");

@@ -158,6 +158,11 @@ MODELS = {
         **COMMON, max_position_embeddings=16, layer_norm_eps=1e-5, use_qkv_bias=True), 0.25)),
     "tiny_stablelm_parallel": lambda: tf.StableLmForCausalLM(partial(tf.StableLmConfig(
         **COMMON, max_position_embeddings=16, layer_norm_eps=1e-5, use_parallel_residual=True), 0.5)),
+    # StarCoder 2: LayerNorms, an MLP without a gate (c_fc, c_proj), biases everywhere
+    # (use_bias), a sliding window in every layer, a tied head.
+    "tiny_starcoder2": lambda: tf.Starcoder2ForCausalLM(tf.Starcoder2Config(
+        **NEOX, num_key_value_heads=2, norm_epsilon=1e-5, use_bias=True, sliding_window=3,
+        tie_word_embeddings=True)),
 }
 
 # Models whose attention transformers only computes in full with its eager implementation.
