@@ -55,7 +55,8 @@ constexpr const char* kUsage =
     "(chat_template.jinja, or tokenizer_config.json's chat_template). --prompt is then the user's\n"
     "message, put into the model's prompt format with --system as the system message; without\n"
     "--prompt each line of stdin is a user turn of one conversation (the model answers after each;\n"
-    "an empty line or the end of input ends it), within a context of at most 4096 tokens.\n";
+    "an empty line or the end of input ends it), within a context of at most 4096 tokens; when it\n"
+    "outgrows that, its oldest turns leave it (the system message stays).\n";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -110,9 +111,10 @@ void check_fits(int64_t n, int64_t max_new, int64_t context, int64_t cache_len, 
 }
 
 // Why a turn of `out` new tokens after n prompt tokens ended.
-const char* why_stopped(size_t out, int64_t max_new, int64_t n, int64_t cache_len) {
+const char* why_stopped(size_t out, int64_t max_new, int64_t n, int64_t context, int64_t cache_len) {
   if (static_cast<int64_t>(out) == max_new) return "--max-new-tokens";
-  return n + static_cast<int64_t>(out) >= cache_len ? "the model's context" : "end of sequence";
+  if (n + static_cast<int64_t>(out) < cache_len) return "end of sequence";
+  return cache_len == context ? "the model's context" : "the positions kept";
 }
 
 }  // namespace
@@ -179,17 +181,6 @@ int main(int argc, char** argv) {
     const tg::Precision precision = args.precision();
     if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32 or bf16");
 
-    t0 = std::chrono::steady_clock::now();
-    tg::Generator gen(*lm.module, lm.step(),
-                      {.cache_len = cache_len,
-                       .device = args.device(),
-                       .precision = precision,
-                       .prefill = !lm.recurrent()});
-    lm.upload(gen.decode());  // the prefill program shares the decode program's parameters
-    std::printf("compiled for %s in %.1f s", gen.decode().device().str().c_str(), seconds_since(t0));
-    std::printf(interactive ? "; one user turn per line, an empty line ends\n\n" : "; %lld prompt tokens\n\n",
-                static_cast<long long>(n));
-
     tg::GenerateOptions options = args.sampling();
     options.max_new_tokens = max_new;
     if (tokenizer.eos_id()) options.stop_tokens = {*tokenizer.eos_id()};
@@ -199,6 +190,21 @@ int main(int argc, char** argv) {
       if (const auto id = tokenizer.token_to_id(*templ->special_tokens().eos_token))
         options.stop_tokens.push_back(*id);
 
+    t0 = std::chrono::steady_clock::now();
+    tg::Generator gen(*lm.module, lm.step(),
+                      {.cache_len = cache_len,
+                       .device = args.device(),
+                       .precision = precision,
+                       .prefill = !lm.recurrent()});
+    lm.upload(gen.decode());  // the prefill program shares the decode program's parameters
+    gen.prepare(options);     // the repetition penalty's programs, if it asks for one
+    std::printf("compiled for %s in %.1f s", gen.decode().device().str().c_str(), seconds_since(t0));
+    if (interactive)
+      std::printf("; one user turn per line, an empty line ends\n\n");
+    else
+      std::printf(chat ? "; %lld prompt tokens from the chat template\n\n" : "; %lld prompt tokens\n\n",
+                  static_cast<long long>(n));
+
     if (!interactive) {
       if (!chat) std::printf("%s", args.get("prompt", "").c_str());
       std::fflush(stdout);
@@ -207,21 +213,32 @@ int main(int argc, char** argv) {
       const double s = seconds_since(t0);
       std::printf("\n\n%zu tokens in %.2f s: %.1f tokens/s (the prompt's prefill included; stopped by %s)\n",
                   out.size(), s, static_cast<double>(out.size()) / s,
-                  why_stopped(out.size(), max_new, n, cache_len));
+                  why_stopped(out.size(), max_new, n, lm.context, cache_len));
       return 0;
     }
-    // A conversation: each turn renders the whole of it again and generates the answer.
+    // A conversation: each turn renders the whole of it again and generates the answer. When it
+    // no longer leaves room for an answer, its oldest turns (after the system message) leave it.
+    const size_t first = messages.size();
     for (std::string line;
          std::printf("> "), std::fflush(stdout), std::getline(std::cin, line) && !line.empty();) {
       messages.push_back({"user", line});
-      const std::vector<int32_t> turn = tokenizer.encode(templ->render(messages), false);
+      std::vector<int32_t> turn = tokenizer.encode(templ->render(messages), false);
+      while (static_cast<int64_t>(turn.size()) >= cache_len && messages.size() - first > 1) {
+        // A user turn and its answer go together: templates may insist that roles alternate.
+        const auto at = messages.begin() + static_cast<std::ptrdiff_t>(first);
+        messages.erase(at, at + (messages[first + 1].role == "assistant" ? 2 : 1));
+        std::fprintf(stderr, "generate: note: the oldest turn left the conversation to fit %lld positions\n",
+                     static_cast<long long>(cache_len));
+        turn = tokenizer.encode(templ->render(messages), false);
+      }
       const auto tn = static_cast<int64_t>(turn.size());
       check_fits(tn, max_new, lm.context, cache_len, "the conversation");
       t0 = std::chrono::steady_clock::now();
       const std::vector<int32_t> out = stream(gen, tokenizer, turn, options);
       const double s = seconds_since(t0);
       std::printf("\n[%zu tokens, %.1f tokens/s; stopped by %s]\n", out.size(),
-                  static_cast<double>(out.size()) / s, why_stopped(out.size(), max_new, tn, cache_len));
+                  static_cast<double>(out.size()) / s,
+                  why_stopped(out.size(), max_new, tn, lm.context, cache_len));
       messages.push_back({"assistant", tokenizer.decode(out, /*skip_special=*/true)});
     }
     std::printf("\n");

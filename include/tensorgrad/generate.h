@@ -82,6 +82,9 @@ class Generator {
   /// token ids): the new tokens only, without the prompt. The model's caches are reset first.
   std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                              const GenerateOptions& options = {});
+  /// Compiles now what generate() with these options would compile on its first call (the
+  /// repetition penalty's programs), so that the call's time is decoding alone.
+  void prepare(const GenerateOptions& options);
   /// Batch-1 convenience: the continuation of one prompt.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options = {});
 

@@ -162,8 +162,11 @@ void load_layernorm_family(Model& m, const json& config) {
   l.mlp_hidden = required(c, f, "intermediate_size");
   l.layers = required(c, f, "num_hidden_layers");
   l.heads = required(c, f, "num_attention_heads");
-  // GPT-NeoX's attention has one key and value head per query head.
-  l.kv_heads = k == Kind::kNeox ? l.heads : field<int64_t>(c, f, "num_key_value_heads", l.heads);
+  // GPT-NeoX's attention has one key and value head per query head; StableLmConfig's default
+  // is 32 KV heads whatever the query heads, transformers' value for a file without the key.
+  l.kv_heads = k == Kind::kNeox
+                   ? l.heads
+                   : field<int64_t>(c, f, "num_key_value_heads", k == Kind::kStableLm ? 32 : l.heads);
   const int64_t max_positions = required(c, f, "max_position_embeddings");
   l.layer_norm = true;
   l.rms_eps = field<double>(c, f, k == Kind::kStarcoder2 ? "norm_epsilon" : "layer_norm_eps", 1e-5);
@@ -208,9 +211,10 @@ void load_layernorm_family(Model& m, const json& config) {
     fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) + " is not within (0, 1]");
   if (rope.partial != 1.0)
     l.rotary_dim = static_cast<int64_t>(static_cast<double>(l.head_size()) * rope.partial);  // Python's int()
-  if (rope.partial != 1.0 && l.rotary_dim < 2)
-    fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) +
-                " rotates no pair of the " + std::to_string(l.head_size()) + " features of a head");
+  if (rope.partial != 1.0 && (l.rotary_dim < 2 || l.rotary_dim % 2 != 0))
+    fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) + " rotates " +
+                std::to_string(l.rotary_dim) + " of the " + std::to_string(l.head_size()) +
+                " features of a head; RoPE needs a positive even count");
   l.seq_len = rope.context > 0 && rope.context < max_positions ? rope.context : max_positions;
   m.context = l.seq_len;
   m.config = l;

@@ -260,6 +260,8 @@ void Llama::build() {
     throw ShapeError(where + ": a parallel layer has no sandwich_norms or post_norms");
   if (c.layer_norm && c.gemma) throw ShapeError(where + ": layer_norm excludes gemma's 1 + w norms");
   if (c.head_bias && c.tied_head) throw ShapeError(where + ": head_bias needs an untied head (lm_head)");
+  if (c.experts.count > 0 && !c.gated_mlp)
+    throw ShapeError(where + ": experts are gated MLPs; gated_mlp false is for the dense MLP only");
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
   if (c.sliding_window < 0 ||

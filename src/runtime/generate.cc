@@ -142,7 +142,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
 
   // Without a penalty the programs that never compute one run (the penalty costs a few
   // kernels over [B, V] a step); the first call with one compiles the pair that does.
-  if (options.repetition_penalty != 1 && !penalised_) penalised_ = compile_programs(true);
+  prepare(options);
   Programs& run = options.repetition_penalty != 1 ? *penalised_ : plain_;
   Program& prefill = run.prefill;
   Program& decode = run.decode;
@@ -221,6 +221,10 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     if (!take(next, std::vector<bool>(b, true))) return out;
   }
   return out;
+}
+
+void Generator::prepare(const GenerateOptions& options) {
+  if (options.repetition_penalty != 1 && !penalised_) penalised_ = compile_programs(true);
 }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options) {

@@ -407,6 +407,12 @@ TEST(FamilyErrors, LayerNormRelatives) {
                                      {"\"partial_rotary_factor\": 0.25,", "\"partial_rotary_factor\": 1.5,"}})
           .error(),
       "partial_rotary_factor 1.500000 is not within (0, 1]");
+  // 0.375 of a head of 8 is 3 features: no whole number of pairs.
+  EXPECT_HAS(
+      EditedFolder("tiny_phi", {{"\"partial_rotary_factor\": 0.5,", "\"partial_rotary_factor\": 0.375,"},
+                                {"\"partial_rotary_factor\": 0.5,", "\"partial_rotary_factor\": 0.375,"}})
+          .error(),
+      "rotates 3 of the 8 features of a head; RoPE needs a positive even count");
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, Family, ::testing::ValuesIn(kCases),

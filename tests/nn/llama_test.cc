@@ -125,6 +125,20 @@ TEST(Llama, ConfigurationAndShapeErrors) {
   c = kConfig;
   c.residual_multiplier = std::numeric_limits<double>::infinity();
   EXPECT_NE(error_of(c).find("must be finite and > 0"), std::string::npos);
+  c = kConfig;
+  c.parallel = nn::LlamaConfig::Parallel::kShared;
+  c.post_norms = true;
+  EXPECT_NE(error_of(c).find("a parallel layer has no sandwich_norms or post_norms"), std::string::npos);
+  c = kConfig;
+  c.layer_norm = c.gemma = true;
+  EXPECT_NE(error_of(c).find("layer_norm excludes gemma"), std::string::npos);
+  c = kConfig;
+  c.head_bias = c.tied_head = true;
+  EXPECT_NE(error_of(c).find("head_bias needs an untied head"), std::string::npos);
+  c = kConfig;
+  c.experts = {.count = 2, .top_k = 1};
+  c.gated_mlp = false;
+  EXPECT_NE(error_of(c).find("experts are gated MLPs"), std::string::npos);
   nn::Llama model(kConfig);
   EXPECT_THROW(
       compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
@@ -142,6 +156,17 @@ TEST(Llama, GradientsMatchCentralDifferences) {
       .vocab = 11, .seq_len = 6, .layers = 2, .d_model = 8, .heads = 2, .kv_heads = 1, .mlp_hidden = 12};
   moe.experts = {.count = 3, .top_k = 2, .hidden = 6, .normalize = true, .shared_hidden = 5};
   moe.moe_layers = {true, false};
+  // GPT-NeoX's shape of layer: LayerNorms, an ungated MLP, parallel branches on two norms, a
+  // biased head, half of each head rotated.
+  nn::LlamaConfig neox{
+      .vocab = 11, .seq_len = 6, .layers = 2, .d_model = 8, .heads = 2, .kv_heads = 1, .mlp_hidden = 12};
+  neox.rotary_dim = 2;
+  neox.attention_bias = neox.mlp_bias = neox.head_bias = neox.layer_norm = true;
+  neox.gated_mlp = false;
+  neox.gate = nn::LlamaConfig::Gate::kGelu;
+  neox.parallel = nn::LlamaConfig::Parallel::kSeparate;
+  nn::LlamaConfig phi = neox;  // one norm shared by both branches
+  phi.parallel = nn::LlamaConfig::Parallel::kShared;
   for (const nn::LlamaConfig& c : {nn::LlamaConfig{.vocab = 11,
                                   .seq_len = 6,
                                   .layers = 2,
@@ -152,7 +177,7 @@ TEST(Llama, GradientsMatchCentralDifferences) {
                                   .rope_theta = 100.0,
                                   .attention_bias = true,
                                   .mlp_bias = true},
-                                   moe}) {
+                                   moe, neox, phi}) {
     nn::Llama model(c);
     Program ref = compile_train(model, [&model](Tensor ids, Tensor t) { return model.loss(ids, t); },
                                 {.inputs = {{"ids", {2, 5}, DType::kI32}, {"targets", {2, 5}, DType::kI32}},
@@ -193,7 +218,10 @@ TEST(Llama, GradientsMatchCentralDifferences) {
       worst = std::max(worst, std::fabs(exact - fd) / std::max(std::fabs(fd), 1.0));
     }
     std::printf("  worst |autograd − central difference| / max(|difference|, 1): %.2e (%s)\n", worst,
-                c.experts.count ? "experts" : "biases");
+                c.experts.count ? "experts"
+                : c.layer_norm  ? (c.parallel == nn::LlamaConfig::Parallel::kShared ? "parallel, one norm"
+                                                                                    : "parallel, two norms")
+                                : "biases");
   }
 }
 
