@@ -91,6 +91,9 @@ std::string config_json_of(const nn::MambaLMConfig& c);
 bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,
                   const std::string& embedding);
 
+/// The sizes every Llama-family config.json names the same way: vocab_size, hidden_size,
+/// intermediate_size, num_hidden_layers, num_attention_heads (each a positive integer).
+void read_llama_sizes(const json& c, const std::string& f, nn::LlamaConfig& l);
 /// What config.json's RoPE settings add beyond l.rope_theta and l.rope_scaling, which
 /// read_rope sets (pretrained_llama.cc).
 struct RopeRead {

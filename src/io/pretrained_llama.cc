@@ -304,15 +304,19 @@ Source mixtral_source(const std::string& p) {
   return {out};
 }
 
-void load_llama_family(Model& m, const json& c) {
-  const std::string& f = m.folder;
-  const Flavor k = flavor_of(m.architecture);
-  nn::LlamaConfig l;
+void read_llama_sizes(const json& c, const std::string& f, nn::LlamaConfig& l) {
   l.vocab = required(c, f, "vocab_size");
   l.d_model = required(c, f, "hidden_size");
   l.mlp_hidden = required(c, f, "intermediate_size");
   l.layers = required(c, f, "num_hidden_layers");
   l.heads = required(c, f, "num_attention_heads");
+}
+
+void load_llama_family(Model& m, const json& c) {
+  const std::string& f = m.folder;
+  const Flavor k = flavor_of(m.architecture);
+  nn::LlamaConfig l;
+  read_llama_sizes(c, f, l);
   l.kv_heads = field<int64_t>(c, f, "num_key_value_heads", l.heads);
   const int64_t max_positions = required(c, f, "max_position_embeddings");
   // The families' defaults: 1e-5 for Phi-3, Mixtral and OLMo, 1e-6 for the rest.

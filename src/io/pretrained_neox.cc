@@ -157,11 +157,7 @@ void load_layernorm_family(Model& m, const json& config) {
   const json c = with_rope_defaults(config, k);
   using Parallel = nn::LlamaConfig::Parallel;
   nn::LlamaConfig l;
-  l.vocab = required(c, f, "vocab_size");
-  l.d_model = required(c, f, "hidden_size");
-  l.mlp_hidden = required(c, f, "intermediate_size");
-  l.layers = required(c, f, "num_hidden_layers");
-  l.heads = required(c, f, "num_attention_heads");
+  read_llama_sizes(c, f, l);
   // GPT-NeoX's attention has one key and value head per query head; StableLmConfig's default
   // is 32 KV heads whatever the query heads, transformers' value for a file without the key.
   l.kv_heads = k == Kind::kNeox
