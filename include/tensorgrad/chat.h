@@ -10,7 +10,10 @@
 // The template is the folder's chat_template.jinja, else the "chat_template" of its
 // tokenizer_config.json (a string, or a list of {"name", "template"} of which "default" is
 // taken); the special tokens (bos_token, eos_token, unk_token, pad_token, sep_token, cls_token,
-// mask_token) come from tokenizer_config.json, each a string or an object with "content".
+// mask_token) come from tokenizer_config.json and special_tokens_map.json, each a string or an
+// object with "content": as transformers loads them, special_tokens_map.json is read only when
+// tokenizer_config.json has no "added_tokens_decoder" (configs saved by older transformers), and
+// then a token it sets replaces tokenizer_config.json's.
 // Rendering sees what transformers passes: `messages` (a list of {"role", "content"} dicts),
 // `add_generation_prompt`, `tools` and `documents` (none), and the special tokens present.
 // render_json() takes the variables as a JSON object instead, for messages with more than a
@@ -56,6 +59,11 @@
 // Errors are TemplateError: a folder without a template (saying what it holds), a template that
 // does not parse (line and column), and at render time raise_exception() (its message) or a
 // run-time error (an undefined function called, wrong operand types, ...), naming the line.
+// Hostile templates meet limits instead of exhausting the stack or memory: expressions and
+// blocks nest at most a few hundred levels deep (chains such as a + b + ... or x|f|g count),
+// as do values (lists, dicts) and evaluation (statements, expressions, macro calls, like
+// Python's recursion limit), and what can multiply sizes (repetition, padding, %-formatting,
+// concatenation, joins, the output) stops at 64 MiB.
 #pragma once
 #include <ctime>
 #include <functional>

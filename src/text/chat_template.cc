@@ -40,8 +40,8 @@ json read_json(const fs::path& file) {
   }
 }
 
-// A special token as tokenizer_config.json writes it: a string, or an AddedToken object whose
-// "content" is the text.
+// A special token as tokenizer_config.json and special_tokens_map.json write it: a string, or an
+// AddedToken object whose "content" is the text.
 std::optional<std::string> token_field(const json& config, const char* key) {
   if (!config.is_object() || !config.contains(key)) return std::nullopt;
   const json& t = config[key];
@@ -49,6 +49,13 @@ std::optional<std::string> token_field(const json& config, const char* key) {
   if (t.is_object() && t.contains("content") && t["content"].is_string())
     return t["content"].get<std::string>();
   return std::nullopt;
+}
+
+// A special token as transformers' tokenizers load it: from special_tokens_map.json where that
+// has the key, else from tokenizer_config.json. (transformers reads special_tokens_map.json
+// only for configs without "added_tokens_decoder"; the caller passes an empty map otherwise.)
+std::optional<std::string> special_token(const json& config, const json& map, const char* key) {
+  return map.is_object() && map.contains(key) ? token_field(map, key) : token_field(config, key);
 }
 
 // The template of a "chat_template" field: a string, or a list of {"name", "template"} where the
@@ -68,7 +75,12 @@ std::string template_field(const json& field, const std::string& file) {
   fail_load(file, "\"chat_template\" has no template named \"default\" (it has: " + names + ")");
 }
 
-jinja::Value from_json(const ordered_json& j) {
+// The value of a JSON document; deeper than templates' values may nest is an error (also one
+// that keeps this recursion within the stack).
+jinja::Value from_json(const ordered_json& j, int depth = 0) {
+  if (depth >= jinja::kMaxValueDepth && j.is_structured())
+    throw TemplateError("[ChatTemplate::render_json] the variables nest more than " +
+                        std::to_string(jinja::kMaxValueDepth) + " levels deep");
   switch (j.type()) {
     case ordered_json::value_t::null: return jinja::Value::none();
     case ordered_json::value_t::boolean: return jinja::Value(j.get<bool>());
@@ -82,13 +94,13 @@ jinja::Value from_json(const ordered_json& j) {
     case ordered_json::value_t::string: return jinja::Value(j.get<std::string>());
     case ordered_json::value_t::array: {
       jinja::ValueList items;
-      for (const ordered_json& x : j) items.push_back(from_json(x));
+      for (const ordered_json& x : j) items.push_back(from_json(x, depth + 1));
       return jinja::Value::list(std::move(items));
     }
     case ordered_json::value_t::object: {
       jinja::Dict d;
       for (auto it = j.begin(); it != j.end(); ++it)
-        d.items.emplace_back(jinja::Value(it.key()), from_json(it.value()));
+        d.items.emplace_back(jinja::Value(it.key()), from_json(it.value(), depth + 1));
       return jinja::Value::dict(std::move(d));
     }
     default: throw TemplateError("[ChatTemplate::render_json] a JSON value of an unsupported type");
@@ -147,14 +159,17 @@ ChatTemplate ChatTemplate::load(const std::string& folder) {
                           " (a base model without a chat template, or files saved without one)");
   }
 
+  const fs::path map_file = dir / "special_tokens_map.json";
+  const bool legacy = !(config.is_object() && config.contains("added_tokens_decoder"));
+  const json map = legacy && fs::is_regular_file(map_file, ec) ? read_json(map_file) : json::object();
   SpecialTokens tokens{
-      .bos_token = token_field(config, "bos_token"),
-      .eos_token = token_field(config, "eos_token"),
-      .unk_token = token_field(config, "unk_token"),
-      .pad_token = token_field(config, "pad_token"),
-      .sep_token = token_field(config, "sep_token"),
-      .cls_token = token_field(config, "cls_token"),
-      .mask_token = token_field(config, "mask_token"),
+      .bos_token = special_token(config, map, "bos_token"),
+      .eos_token = special_token(config, map, "eos_token"),
+      .unk_token = special_token(config, map, "unk_token"),
+      .pad_token = special_token(config, map, "pad_token"),
+      .sep_token = special_token(config, map, "sep_token"),
+      .cls_token = special_token(config, map, "cls_token"),
+      .mask_token = special_token(config, map, "mask_token"),
   };
   ChatTemplate t;
   try {

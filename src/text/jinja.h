@@ -66,7 +66,9 @@ class Value {
   static Value dict(Dict d);
   static Value object(std::shared_ptr<Object> o);
   static Value iterator(ValueList items, std::string type = "generator");
-  static Value function(std::string name, std::function<Value(Interp&, CallArgs&)> call);
+  /// A function; `bound` is the value it holds on to (a bound method's object), if any.
+  static Value function(std::string name, std::function<Value(Interp&, CallArgs&)> call,
+                        const Value* bound = nullptr);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -93,10 +95,15 @@ class Value {
   const Function& function_data() const { return *fn_; }
   /// Whether two values are the same object (namespaces, iterators, functions).
   bool same_object(const Value& o) const;
+  /// How deeply lists, tuples, dicts, iterators and bound methods nest inside this value (0 for a
+  /// scalar). Construction fails beyond kMaxValueDepth, so that operations recursing into a
+  /// value (repr, ==, <, destruction) stay within the stack.
+  int depth() const { return depth_; }
 
  private:
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  uint16_t depth_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;
@@ -151,6 +158,19 @@ struct RenderFailure {
   int line = 0;         // set by the innermost expression or statement that sees it
 };
 [[noreturn]] void fail(std::string message);
+
+/// The deepest nesting of containers a value may have (Python's repr and == would hit its
+/// recursion limit not much deeper).
+constexpr int kMaxValueDepth = 256;
+/// The most bytes a string, or items a list, one operation may produce: '%99999999s' % x,
+/// 'a' * n, center(n) and the like fail instead of exhausting memory.
+constexpr size_t kMaxProduced = size_t{64} << 20;
+/// Fails unless `size` (bytes of a string, or items of a list) is within kMaxProduced.
+void check_size(uint64_t size, const char* what);
+/// Fails unless `size` more bytes (or items) may be added to `have`.
+inline void check_grow(size_t have, uint64_t more, const char* what) {
+  check_size(more > kMaxProduced ? more : have + more, what);
+}
 
 // ---- Python semantics of values (jinja_value.cc) ----
 bool truthy(const Value& v);

@@ -37,7 +37,14 @@ Value lookup_path(const Value& item, const Value& attribute, const Value& fallba
       const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
       const bool digits =
           !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-      v = get_item(v, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+      // jinja2 turns a part of digits into an int; one too large for 64 bits indexes nothing.
+      const size_t significant =
+          digits ? part.size() - std::min(part.find_first_not_of('0'), part.size()) : 0;
+      const bool fits = digits && significant <= 18;
+      if (digits && !fits)
+        v = Value::undefined(type_name(v) + " object has no element " + part);
+      else
+        v = get_item(v, fits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
       if (dot == std::string::npos) break;
       pos = dot + 1;
     }
@@ -188,13 +195,13 @@ Value f_int(Interp&, const Value& v, CallArgs& args) {
 
 Value f_indent(Interp&, const Value& v, CallArgs& args) {
   const ValueList a = bind_args(args, {"width", "first", "blank"}, "indent");
-  const std::string indent =
-      a[0].is_string()
-          ? a[0].str()
-          : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(a[0], 4, "indent"))), ' ');
+  const int64_t width = a[0].is_string() ? 0 : std::max<int64_t>(0, int_arg(a[0], 4, "indent"));
+  check_size(static_cast<uint64_t>(width), "indent");
+  const std::string indent = a[0].is_string() ? a[0].str() : std::string(static_cast<size_t>(width), ' ');
   const std::vector<std::string> lines = py_splitlines(to_str(v) + "\n", false);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
+    check_grow(out.size(), 1 + indent.size() + lines[i].size(), "indent");
     if (i) out += "\n";
     if (i > 0 && (truthy(a[2]) || !lines[i].empty())) out += indent;
     out += lines[i];
@@ -219,6 +226,7 @@ Value f_join(Interp&, const Value& v, CallArgs& args) {
   for (const Value& item : iterate(v)) {
     out +=
         (first ? "" : sep) + to_str(a[1].is_undefined() || a[1].is_none() ? item : lookup_path(item, a[1]));
+    check_size(out.size(), "join");
     first = false;
   }
   return Value(std::move(out));
@@ -411,10 +419,9 @@ Value f_tojson(Interp&, const Value& v, CallArgs& args) {
   style.sort_keys = truthy(a[3]);
   if (!a[1].is_undefined() && !a[1].is_none()) {
     style.has_indent = true;
-    style.indent =
-        a[1].is_string()
-            ? a[1].str()
-            : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(a[1], 0, "tojson indent"))), ' ');
+    const int64_t width = a[1].is_string() ? 0 : std::max<int64_t>(0, int_arg(a[1], 0, "tojson indent"));
+    check_size(static_cast<uint64_t>(width), "tojson indent");
+    style.indent = a[1].is_string() ? a[1].str() : std::string(static_cast<size_t>(width), ' ');
     style.item_sep = ",";
   }
   if (!a[2].is_undefined() && !a[2].is_none()) {
@@ -438,7 +445,8 @@ Value f_truncate(Interp&, const Value& v, CallArgs& args) {
   const std::string end = a[2].is_undefined() ? "..." : to_str(a[2]);
   const int64_t n = static_cast<int64_t>(to_u32(s).size()), end_n = static_cast<int64_t>(to_u32(end).size());
   if (len < end_n) fail("expected length >= " + std::to_string(end_n) + ", got " + std::to_string(len));
-  if (n <= len + leeway) return Value(s);
+  if (leeway < 0) fail("expected leeway >= 0, got " + std::to_string(leeway));
+  if (len > INT64_MAX - leeway || n <= len + leeway) return Value(s);
   const std::string head = slice(Value(s), Value(), Value(len - end_n), Value()).str();
   if (truthy(a[1])) return Value(head + end);
   return Value(py_split(head, std::string(" "), 1, true)[0] + end);

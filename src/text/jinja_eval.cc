@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <new>
 #include <optional>
+#include <stdexcept>
 
 #include "tensorgrad/errors.h"
 #include "text/jinja.h"
@@ -50,18 +52,31 @@ ScopePtr child(const ScopePtr& parent) {
 enum class Flow { kNormal, kBreak, kContinue };
 
 constexpr int kMaxCallDepth = 256;
+// How deeply exec and eval may nest (statements in statements, expressions in expressions,
+// macro bodies in macro calls), as Python's recursion limit: a bound on the C++ stack the
+// render uses, small enough for 8 MB with AddressSanitizer's larger frames.
+constexpr int kMaxEvalDepth = 600;
+
+// Appends to the output, within kMaxProduced.
+void emit(std::string& out, const std::string& s) {
+  check_grow(out.size(), s.size(), "the rendered output");
+  out += s;
+}
 
 }  // namespace
 
 // Values may refer to each other in cycles (a macro captures the scope that holds it; a
 // namespace may hold itself), so the interpreter owns what could close a cycle: macros keep
 // their scope by a weak pointer while the interpreter keeps the scope alive, and namespaces are
-// emptied when the render ends.
+// emptied when the render ends. Loop objects and loop.changed's memories are emptied too, one
+// after the other: chains of them (a loop's previtem an earlier loop object, ...) of any length
+// are then freed without a recursion as deep as the chain.
 class Interp {
  public:
   explicit Interp(const Environment& env) : env_(env) {}
   ~Interp() {
     for (const auto& o : objects_) o->attrs.items.clear();
+    for (const auto& c : changed_cells_) c->reset();
   }
   Interp(const Interp&) = delete;
   Interp& operator=(const Interp&) = delete;
@@ -71,27 +86,73 @@ class Interp {
   Flow exec(const Body& body, const ScopePtr& scope);
   Value eval(const Expr& e, const ScopePtr& scope);
   /// Runs `body` in `scope` and returns what it printed.
-  std::string capture(const Body& body, const ScopePtr& scope);
+  [[gnu::noinline]] std::string capture(const Body& body, const ScopePtr& scope);
   Value call_macro(const Stmt& m, const ScopePtr& defined_in, CallArgs& args);
 
   std::string* out = nullptr;
 
  private:
   Flow exec_stmt(const Stmt& s, const ScopePtr& scope);
-  Flow exec_for(const Stmt& s, const ScopePtr& scope);
-  void assign(const Target& t, const Value& v, const ScopePtr& scope);
+  // Not inlined into the recursive exec_stmt and eval_expr, whose frames stay small (every
+  // level of a template's nesting costs one of each).
+  [[gnu::noinline]] Flow exec_for(const Stmt& s, const ScopePtr& scope);
+  [[gnu::noinline]] void assign(const Target& t, const Value& v, const ScopePtr& scope);
   Value eval_expr(const Expr& e, const ScopePtr& scope);
-  Value eval_call(const Expr& e, const ScopePtr& scope, const Value* caller = nullptr);
-  CallArgs eval_args(const Expr& e, const ScopePtr& scope, size_t first);
-  bool eval_compare(const Expr& e, const ScopePtr& scope);
-  Value make_macro(const Stmt& s, const ScopePtr& scope);
+  [[gnu::noinline]] Value eval_call(const Expr& e, const ScopePtr& scope, const Value* caller = nullptr);
+  [[gnu::noinline]] CallArgs eval_args(const Expr& e, const ScopePtr& scope, size_t first);
+  [[gnu::noinline]] bool eval_compare(const Expr& e, const ScopePtr& scope);
+  [[gnu::noinline]] Value make_macro(const Stmt& s, const ScopePtr& scope);
+  [[gnu::noinline]] ScopePtr bind_macro_args(const Stmt& m, const ScopePtr& defined_in, CallArgs& args);
+  [[gnu::noinline]] Value eval_name(const Expr& e, const ScopePtr& scope);
+  [[gnu::noinline]] Value eval_collection(const Expr& e, const ScopePtr& scope);
+  [[gnu::noinline]] Value eval_getitem(const Expr& e, const ScopePtr& scope);
+  [[gnu::noinline]] Value eval_filter_or_test(const Expr& e, const ScopePtr& scope);
+  [[gnu::noinline]] Value eval_unary(const Expr& e, const ScopePtr& scope);
+  [[gnu::noinline]] Value eval_concat(const Expr& e, const ScopePtr& scope);
+  [[gnu::noinline]] static Value missing_else(const Expr& e);
 
   const Environment& env_;
   Value subject_;  // what a filter block's or set block's filters apply to
   int depth_ = 0;
-  std::vector<ScopePtr> macro_scopes_;  // the scopes macros were defined in
-  std::vector<std::shared_ptr<Object>> objects_;
+  std::vector<ScopePtr> macro_scopes_;                                // the scopes macros were defined in
+  std::vector<std::shared_ptr<Object>> objects_;                      // namespaces and loop objects
+  std::vector<std::shared_ptr<std::optional<Value>>> changed_cells_;  // what loop.changed saw last
+  int eval_depth_ = 0;
 };
+
+namespace {
+
+// Counts one level of exec / eval nesting while it lives.
+class DepthGuard {
+ public:
+  explicit DepthGuard(int& depth) : depth_(depth) {
+    if (++depth_ > kMaxEvalDepth) {
+      --depth_;
+      fail(
+          "maximum recursion depth exceeded: the template nests expressions, statements and macro calls "
+          "more than " +
+          std::to_string(kMaxEvalDepth) + " deep");
+    }
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
+// A C++ exception from a library call (out of memory, a conversion out of range) as a
+// RenderFailure of the template line that ran it.
+[[noreturn]] void library_failure(const std::exception& e, int line) {
+  RenderFailure f;
+  f.message = dynamic_cast<const std::bad_alloc*>(&e) ? std::string("out of memory")
+                                                      : std::string("internal error: ") + e.what();
+  f.line = line;
+  throw f;
+}
+
+}  // namespace
 
 void own_object(Interp& in, std::shared_ptr<Object> o) { in.own(std::move(o)); }
 
@@ -99,10 +160,13 @@ Flow Interp::exec(const Body& body, const ScopePtr& scope) {
   for (const StmtPtr& s : body) {
     Flow f;
     try {
+      const DepthGuard guard(eval_depth_);
       f = exec_stmt(*s, scope);
     } catch (RenderFailure& failure) {
       if (!failure.line) failure.line = s->line;
       throw;
+    } catch (const std::exception& e) {
+      library_failure(e, s->line);
     }
     if (f != Flow::kNormal) return f;
   }
@@ -145,9 +209,9 @@ void Interp::assign(const Target& t, const Value& v, const ScopePtr& scope) {
 
 Flow Interp::exec_stmt(const Stmt& s, const ScopePtr& scope) {
   switch (s.kind) {
-    case StmtKind::kText: *out += s.text; break;
+    case StmtKind::kText: emit(*out, s.text); break;
     case StmtKind::kOutput:
-      for (const ExprPtr& e : s.exprs) *out += to_str(eval(*e, scope));
+      for (const ExprPtr& e : s.exprs) emit(*out, to_str(eval(*e, scope)));
       break;
     case StmtKind::kIf:
       for (size_t i = 0; i < s.exprs.size(); ++i)
@@ -167,12 +231,12 @@ Flow Interp::exec_stmt(const Stmt& s, const ScopePtr& scope) {
     case StmtKind::kMacro: scope->set(s.name, make_macro(s, scope)); break;
     case StmtKind::kCallBlock: {
       const Value caller = make_macro(s, scope);
-      *out += to_str(eval_call(*s.exprs[0], scope, &caller));
+      emit(*out, to_str(eval_call(*s.exprs[0], scope, &caller)));
       break;
     }
     case StmtKind::kFilterBlock:
       subject_ = Value(capture(s.bodies[0], child(scope)));
-      *out += to_str(eval(*s.exprs[0], scope));
+      emit(*out, to_str(eval(*s.exprs[0], scope)));
       break;
     case StmtKind::kWith: {
       ScopePtr inner = child(scope);
@@ -185,6 +249,44 @@ Flow Interp::exec_stmt(const Stmt& s, const ScopePtr& scope) {
   }
   return Flow::kNormal;
 }
+
+namespace {
+
+// The `loop` of iteration i over `items` (a function of its own: its many temporaries stay off
+// the stack while the loop body runs).
+[[gnu::noinline]] std::shared_ptr<Object> loop_object(
+    const ValueList& items, int64_t i, const std::shared_ptr<std::optional<Value>>& last_changed) {
+  const auto n = static_cast<int64_t>(items.size());
+  auto loop = std::make_shared<Object>();
+  loop->type = "LoopContext";
+  Dict& a = loop->attrs;
+  a.set("index", Value(i + 1));
+  a.set("index0", Value(i));
+  a.set("revindex", Value(n - i));
+  a.set("revindex0", Value(n - i - 1));
+  a.set("first", Value(i == 0));
+  a.set("last", Value(i == n - 1));
+  a.set("length", Value(n));
+  a.set("depth", Value(1));
+  a.set("depth0", Value(0));
+  a.set("previtem",
+        i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item"));
+  a.set("nextitem",
+        i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item"));
+  a.set("cycle", Value::function("loop.cycle", [i](Interp&, CallArgs& args) {
+          if (args.pos.empty()) fail("no items for cycling given");
+          return args.pos[static_cast<size_t>(i) % args.pos.size()];
+        }));
+  a.set("changed", Value::function("loop.changed", [last_changed](Interp&, CallArgs& args) {
+          Value now = Value::list(args.pos);
+          if (*last_changed && equals(**last_changed, now)) return Value(false);
+          *last_changed = std::move(now);
+          return Value(true);
+        }));
+  return loop;
+}
+
+}  // namespace
 
 Flow Interp::exec_for(const Stmt& s, const ScopePtr& scope) {
   ValueList items = iterate(eval(*s.exprs[0], scope));
@@ -203,35 +305,12 @@ Flow Interp::exec_for(const Stmt& s, const ScopePtr& scope) {
   }
   const auto n = static_cast<int64_t>(items.size());
   auto last_changed = std::make_shared<std::optional<Value>>();
+  changed_cells_.push_back(last_changed);
   for (int64_t i = 0; i < n; ++i) {
     ScopePtr iteration = child(scope);
     assign(s.target, items[static_cast<size_t>(i)], iteration);
-    auto loop = std::make_shared<Object>();
-    loop->type = "LoopContext";
-    Dict& a = loop->attrs;
-    a.set("index", Value(i + 1));
-    a.set("index0", Value(i));
-    a.set("revindex", Value(n - i));
-    a.set("revindex0", Value(n - i - 1));
-    a.set("first", Value(i == 0));
-    a.set("last", Value(i == n - 1));
-    a.set("length", Value(n));
-    a.set("depth", Value(1));
-    a.set("depth0", Value(0));
-    a.set("previtem",
-          i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item"));
-    a.set("nextitem",
-          i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item"));
-    a.set("cycle", Value::function("loop.cycle", [i](Interp&, CallArgs& args) {
-            if (args.pos.empty()) fail("no items for cycling given");
-            return args.pos[static_cast<size_t>(i) % args.pos.size()];
-          }));
-    a.set("changed", Value::function("loop.changed", [last_changed](Interp&, CallArgs& args) {
-            Value now = Value::list(args.pos);
-            if (*last_changed && equals(**last_changed, now)) return Value(false);
-            *last_changed = std::move(now);
-            return Value(true);
-          }));
+    auto loop = loop_object(items, i, last_changed);
+    own(loop);  // its previtem may be an earlier loop object: a chain to free without recursing
     iteration->set("loop", Value::object(loop));
     if (exec(s.bodies[0], iteration) == Flow::kBreak) break;
   }
@@ -251,8 +330,22 @@ Value Interp::make_macro(const Stmt& s, const ScopePtr& scope) {
 // macro's scope, so they may read earlier parameters); missing ones are undefined. Extra
 // arguments are an error unless the body reads `varargs` / `kwargs`.
 Value Interp::call_macro(const Stmt& m, const ScopePtr& defined_in, CallArgs& args) {
-  const std::string name = m.kind == StmtKind::kMacro ? m.name : "caller";
   if (depth_ >= kMaxCallDepth) fail("macro calls nest more than " + std::to_string(kMaxCallDepth) + " deep");
+  const ScopePtr scope = bind_macro_args(m, defined_in, args);
+  ++depth_;
+  std::string text;
+  try {
+    text = capture(m.bodies[0], scope);
+  } catch (...) {
+    --depth_;
+    throw;
+  }
+  --depth_;
+  return Value(std::move(text));
+}
+
+ScopePtr Interp::bind_macro_args(const Stmt& m, const ScopePtr& defined_in, CallArgs& args) {
+  const std::string name = m.kind == StmtKind::kMacro ? m.name : "caller";
   ScopePtr scope = child(defined_in);
   const size_t np = m.params.size();
   const size_t first_default = m.kind == StmtKind::kCallBlock ? 1 : 0;  // a call block's exprs[0] is its call
@@ -293,24 +386,18 @@ Value Interp::call_macro(const Stmt& m, const ScopePtr& defined_in, CallArgs& ar
     else
       scope->set(m.params[i], Value::undefined("parameter '" + m.params[i] + "' was not provided"));
   }
-  ++depth_;
-  std::string text;
-  try {
-    text = capture(m.bodies[0], scope);
-  } catch (...) {
-    --depth_;
-    throw;
-  }
-  --depth_;
-  return Value(std::move(text));
+  return scope;
 }
 
 Value Interp::eval(const Expr& e, const ScopePtr& scope) {
   try {
+    const DepthGuard guard(eval_depth_);
     return eval_expr(e, scope);
   } catch (RenderFailure& failure) {
     if (!failure.line) failure.line = e.line;
     throw;
+  } catch (const std::exception& ex) {
+    library_failure(ex, e.line);
   }
 }
 
@@ -354,64 +441,25 @@ bool Interp::eval_compare(const Expr& e, const ScopePtr& scope) {
   return true;
 }
 
+// The recursion of evaluation passes through here once per level of an expression: the cases
+// with many temporaries are functions of their own, so that this frame stays small (which
+// matters most under AddressSanitizer, which gives every temporary its own stack slot).
 Value Interp::eval_expr(const Expr& e, const ScopePtr& scope) {
   switch (e.op) {
     case ExprOp::kConst: return e.value;
-    case ExprOp::kName: {
-      if (const Value* v = scope->find(e.name)) return *v;
-      Value g = find_global(e.name, env_);
-      return g.is_undefined() ? Value::undefined("'" + e.name + "' is undefined") : g;
-    }
+    case ExprOp::kName: return eval_name(e, scope);
     case ExprOp::kSubject: return subject_;
     case ExprOp::kList:
-    case ExprOp::kTuple: {
-      ValueList items;
-      for (const ExprPtr& a : e.args) items.push_back(eval(*a, scope));
-      return e.op == ExprOp::kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
-    }
-    case ExprOp::kDict: {
-      Dict d;
-      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        Value k = eval(*e.args[i], scope);
-        require_hashable(k);
-        d.set(std::move(k), eval(*e.args[i + 1], scope));
-      }
-      return Value::dict(std::move(d));
-    }
+    case ExprOp::kTuple:
+    case ExprOp::kDict: return eval_collection(e, scope);
     case ExprOp::kGetattr: return get_attr(eval(*e.args[0], scope), e.name);
-    case ExprOp::kGetitem: {
-      const Value obj = eval(*e.args[0], scope);
-      const Expr& key = *e.args[1];
-      if (key.op != ExprOp::kSlice) return get_item(obj, eval(key, scope));
-      Value parts[3];
-      for (int i = 0; i < 3; ++i)
-        if (key.args[i]) parts[i] = eval(*key.args[i], scope);
-      return slice(obj, parts[0], parts[1], parts[2]);
-    }
+    case ExprOp::kGetitem: return eval_getitem(e, scope);
     case ExprOp::kSlice: fail("a slice is only allowed inside []");
     case ExprOp::kCall: return eval_call(e, scope);
-    case ExprOp::kFilter: {
-      if (!e.filter) fail("no filter named '" + e.name + "'");
-      const Value subject = eval(*e.args[0], scope);
-      CallArgs args = eval_args(e, scope, 1);
-      return e.filter(*this, subject, args);
-    }
-    case ExprOp::kTest: {
-      if (!e.test) fail("no test named '" + e.name + "'");
-      const Value subject = eval(*e.args[0], scope);
-      CallArgs args = eval_args(e, scope, 1);
-      return Value(e.test(*this, subject, args));
-    }
+    case ExprOp::kFilter:
+    case ExprOp::kTest: return eval_filter_or_test(e, scope);
     case ExprOp::kNeg:
-    case ExprOp::kPos: {
-      const Value v = eval(*e.args[0], scope);
-      if (v.is_undefined()) fail(v.str());
-      if (!v.is_number())
-        fail(std::string("bad operand type for unary ") + (e.op == ExprOp::kNeg ? "-" : "+") + ": '" +
-             type_name(v) + "'");
-      if (v.kind() == Value::Kind::kFloat) return e.op == ExprOp::kPos ? v : Value(-v.number());
-      return e.op == ExprOp::kPos ? Value(v.integer()) : binary(BinOp::kSub, Value(0), v);
-    }
+    case ExprOp::kPos: return eval_unary(e, scope);
     case ExprOp::kNot: return Value(!truthy(eval(*e.args[0], scope)));
     case ExprOp::kAnd:
     case ExprOp::kOr: {
@@ -423,19 +471,79 @@ Value Interp::eval_expr(const Expr& e, const ScopePtr& scope) {
       const Value left = eval(*e.args[0], scope);
       return binary(e.binop, left, eval(*e.args[1], scope));
     }
-    case ExprOp::kConcat: {
-      std::string s;
-      for (const ExprPtr& a : e.args) s += to_str(eval(*a, scope));
-      return Value(std::move(s));
-    }
+    case ExprOp::kConcat: return eval_concat(e, scope);
     case ExprOp::kCompare: return Value(eval_compare(e, scope));
     case ExprOp::kCond:
       if (truthy(eval(*e.args[1], scope))) return eval(*e.args[0], scope);
       if (e.args[2]) return eval(*e.args[2], scope);
-      return Value::undefined("the inline if-expression on line " + std::to_string(e.line) +
-                              " evaluated to false and no else section was defined.");
+      return missing_else(e);
   }
   fail("unknown expression");
+}
+
+Value Interp::eval_name(const Expr& e, const ScopePtr& scope) {
+  if (const Value* v = scope->find(e.name)) return *v;
+  Value g = find_global(e.name, env_);
+  return g.is_undefined() ? Value::undefined("'" + e.name + "' is undefined") : g;
+}
+
+Value Interp::eval_collection(const Expr& e, const ScopePtr& scope) {
+  if (e.op != ExprOp::kDict) {
+    ValueList items;
+    for (const ExprPtr& a : e.args) items.push_back(eval(*a, scope));
+    return e.op == ExprOp::kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  Dict d;
+  for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+    Value k = eval(*e.args[i], scope);
+    require_hashable(k);
+    d.set(std::move(k), eval(*e.args[i + 1], scope));
+  }
+  return Value::dict(std::move(d));
+}
+
+Value Interp::eval_getitem(const Expr& e, const ScopePtr& scope) {
+  const Value obj = eval(*e.args[0], scope);
+  const Expr& key = *e.args[1];
+  if (key.op != ExprOp::kSlice) return get_item(obj, eval(key, scope));
+  Value parts[3];
+  for (int i = 0; i < 3; ++i)
+    if (key.args[i]) parts[i] = eval(*key.args[i], scope);
+  return slice(obj, parts[0], parts[1], parts[2]);
+}
+
+Value Interp::eval_filter_or_test(const Expr& e, const ScopePtr& scope) {
+  const bool filter = e.op == ExprOp::kFilter;
+  if (filter ? !e.filter : !e.test)
+    fail(std::string("no ") + (filter ? "filter" : "test") + " named '" + e.name + "'");
+  const Value subject = eval(*e.args[0], scope);
+  CallArgs args = eval_args(e, scope, 1);
+  return filter ? e.filter(*this, subject, args) : Value(e.test(*this, subject, args));
+}
+
+Value Interp::eval_unary(const Expr& e, const ScopePtr& scope) {
+  const Value v = eval(*e.args[0], scope);
+  if (v.is_undefined()) fail(v.str());
+  if (!v.is_number())
+    fail(std::string("bad operand type for unary ") + (e.op == ExprOp::kNeg ? "-" : "+") + ": '" +
+         type_name(v) + "'");
+  if (v.kind() == Value::Kind::kFloat) return e.op == ExprOp::kPos ? v : Value(-v.number());
+  return e.op == ExprOp::kPos ? Value(v.integer()) : binary(BinOp::kSub, Value(0), v);
+}
+
+Value Interp::eval_concat(const Expr& e, const ScopePtr& scope) {
+  std::string s;
+  for (const ExprPtr& a : e.args) {
+    const std::string part = to_str(eval(*a, scope));
+    check_grow(s.size(), part.size(), "string concatenation");
+    s += part;
+  }
+  return Value(std::move(s));
+}
+
+Value Interp::missing_else(const Expr& e) {
+  return Value::undefined("the inline if-expression on line " + std::to_string(e.line) +
+                          " evaluated to false and no else section was defined.");
 }
 
 Value call_value(Interp& in, const Value& callee, CallArgs& args) {
@@ -455,6 +563,13 @@ std::string Template::render(const Dict& vars, const Environment& env) const {
   } catch (RenderFailure& f) {
     const std::string where = "line " + std::to_string(f.line) + ": ";
     throw TemplateError(where + (f.raised ? "the template raised an error: " : "") + f.message);
+  } catch (const std::bad_alloc&) {
+    throw TemplateError("the template used more memory than there is");
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A bug of the engine rather than of the template; still an error of this render.
+    throw TemplateError(std::string("the template failed to render: ") + e.what());
   }
   return out;
 }
@@ -494,6 +609,11 @@ std::pair<double, double> float_divmod(double x, double y) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  const uint64_t unit = seq.is_string() ? seq.str().size() : seq.items().size();
+  if (n > 0 && unit > 0)
+    check_size(
+        static_cast<uint64_t>(n) > kMaxProduced ? static_cast<uint64_t>(n) : unit * static_cast<uint64_t>(n),
+        "sequence repetition");
   if (seq.is_string()) {
     std::string s;
     for (int64_t i = 0; i < n; ++i) s += seq.str();
@@ -530,8 +650,12 @@ Value binary(BinOp op, const Value& a, const Value& b) {
         if (__builtin_add_overflow(a.integer(), b.integer(), &r)) overflow();
         return Value(r);
       }
-      if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
+      if (a.is_string() && b.is_string()) {
+        check_grow(a.str().size(), b.str().size(), "string concatenation");
+        return Value(a.str() + b.str());
+      }
       if (a.kind() == b.kind() && a.is_sequence()) {
+        check_grow(a.items().size(), b.items().size(), "list concatenation");
         ValueList out = a.items();
         out.insert(out.end(), b.items().begin(), b.items().end());
         return a.kind() == Value::Kind::kTuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));

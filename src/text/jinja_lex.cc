@@ -408,10 +408,15 @@ size_t Lexer::lex_string(size_t pos) {
         out += to_utf8(std::u32string(1, hex(i, 4)));
         i += 4;
         break;
-      case 'U':
-        out += to_utf8(std::u32string(1, hex(i, 8)));
+      case 'U': {
+        const char32_t cp = hex(i, 8);
+        // Python's unicode-escape codec rejects what is past the last code point (it keeps
+        // surrogates, as does this).
+        if (cp > 0x10FFFF) error(i - 2, "illegal Unicode character in a \\U escape (above U+10FFFF)");
+        out += to_utf8(std::u32string(1, cp));
         i += 8;
         break;
+      }
       default:
         if (e >= '0' && e <= '7') {
           char32_t v = static_cast<char32_t>(e - '0');

@@ -111,6 +111,7 @@ Value str_format(const std::string& fmt, CallArgs& args) {
       if (it == args.kw.end()) fail("KeyError: '" + field + "'");
       out += to_str(it->second);
     }
+    check_size(out.size(), "str.format");
     i = close;
   }
   return Value(std::move(out));
@@ -208,6 +209,7 @@ Value string_method(const std::string& self, const std::string& name, CallArgs& 
       if (!v.is_string())
         fail("sequence item " + std::to_string(i) + ": expected str instance, " + type_name(v) + " found");
       out += (i++ ? self : "") + v.str();
+      check_size(out.size(), "str.join");
     }
     return Value(std::move(out));
   }
@@ -261,43 +263,49 @@ Value find_method(const Value& obj, const std::string& name) {
   if (obj.is_dict()) {
     if (is_one_of(name, {"clear", "pop", "popitem", "setdefault", "update"})) return unsafe(name, obj);
     if (!is_one_of(name, {"get", "items", "keys", "values", "copy", "fromkeys"})) return Value();
-    return Value::function("dict." + name, [obj, name](Interp&, CallArgs& args) -> Value {
-      const Dict& d = obj.dict_data();
-      if (name == "get") {
-        const ValueList a = bind_args(args, {"key", "default"}, "dict.get");
-        require_hashable(a[0]);
-        const Value* v = d.find(a[0]);
-        return v ? *v : a[1].is_undefined() ? Value::none() : a[1];
-      }
-      bind_args(args, {}, ("dict." + name).c_str());
-      if (name == "copy") return obj;
-      ValueList out;
-      for (const auto& [k, v] : d.items)
-        out.push_back(name == "items" ? Value::tuple({k, v}) : name == "keys" ? k : v);
-      if (name == "fromkeys") fail("dict.fromkeys() is not supported");
-      return Value::list(std::move(out));
-    });
+    return Value::function(
+        "dict." + name,
+        [obj, name](Interp&, CallArgs& args) -> Value {
+          const Dict& d = obj.dict_data();
+          if (name == "get") {
+            const ValueList a = bind_args(args, {"key", "default"}, "dict.get");
+            require_hashable(a[0]);
+            const Value* v = d.find(a[0]);
+            return v ? *v : a[1].is_undefined() ? Value::none() : a[1];
+          }
+          bind_args(args, {}, ("dict." + name).c_str());
+          if (name == "copy") return obj;
+          ValueList out;
+          for (const auto& [k, v] : d.items)
+            out.push_back(name == "items" ? Value::tuple({k, v}) : name == "keys" ? k : v);
+          if (name == "fromkeys") fail("dict.fromkeys() is not supported");
+          return Value::list(std::move(out));
+        },
+        &obj);
   }
   if (obj.is_sequence()) {
     if (is_one_of(name, {"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"}))
       return obj.kind() == Value::Kind::kList ? unsafe(name, obj) : Value();
     if (!is_one_of(name, {"index", "count", "copy"}) || (name == "copy" && obj.kind() == Value::Kind::kTuple))
       return Value();
-    return Value::function(type_name(obj) + "." + name, [obj, name](Interp&, CallArgs& args) -> Value {
-      if (name == "copy") {
-        bind_args(args, {}, "list.copy");
-        return obj;
-      }
-      const ValueList a = bind_args(args, {"value"}, name.c_str());
-      int64_t count = 0;
-      for (size_t i = 0; i < obj.items().size(); ++i) {
-        if (!equals(obj.items()[i], a[0])) continue;
-        if (name == "index") return Value(static_cast<int64_t>(i));
-        ++count;
-      }
-      if (name == "index") fail(repr(a[0]) + " is not in " + type_name(obj));
-      return Value(count);
-    });
+    return Value::function(
+        type_name(obj) + "." + name,
+        [obj, name](Interp&, CallArgs& args) -> Value {
+          if (name == "copy") {
+            bind_args(args, {}, "list.copy");
+            return obj;
+          }
+          const ValueList a = bind_args(args, {"value"}, name.c_str());
+          int64_t count = 0;
+          for (size_t i = 0; i < obj.items().size(); ++i) {
+            if (!equals(obj.items()[i], a[0])) continue;
+            if (name == "index") return Value(static_cast<int64_t>(i));
+            ++count;
+          }
+          if (name == "index") fail(repr(a[0]) + " is not in " + type_name(obj));
+          return Value(count);
+        },
+        &obj);
   }
   return Value();
 }
@@ -316,11 +324,16 @@ Value make_range(Interp&, CallArgs& args) {
   if (args.pos[0].is_none() || args.pos[0].is_undefined()) fail("range() needs integers");
   const int64_t start = v[0], stop = v[1], step = v[2];
   if (step == 0) fail("range() arg 3 must not be zero");
-  const int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                             : (start > stop ? (start - stop - step - 1) / -step : 0);
+  // In unsigned arithmetic: stop - start and -step may not fit in an int64, and the items
+  // (which do, lying between start and stop) are computed modulo 2^64.
+  const auto ustart = static_cast<uint64_t>(start), ustop = static_cast<uint64_t>(stop);
+  const uint64_t span = step > 0 ? (stop > start ? ustop - ustart : 0) : (start > stop ? ustart - ustop : 0);
+  const uint64_t abs_step = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+  const uint64_t n = span == 0 ? 0 : (span - 1) / abs_step + 1;
   if (n > 100000) fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   ValueList out;
-  for (int64_t i = 0; i < n; ++i) out.emplace_back(start + i * step);
+  for (uint64_t i = 0; i < n; ++i)
+    out.emplace_back(static_cast<int64_t>(ustart + i * static_cast<uint64_t>(step)));
   return Value::list(std::move(out));
 }
 

@@ -18,15 +18,13 @@ namespace {
 
 ExprPtr make(ExprOp op, int line) {
   auto e = std::make_unique<Expr>();
-  e->op = op;
-  e->line = line;
+  e->op = op, e->line = line;
   return e;
 }
 
 StmtPtr make_stmt(StmtKind kind, int line) {
   auto s = std::make_unique<Stmt>();
-  s->kind = kind;
-  s->line = line;
+  s->kind = kind, s->line = line;
   return s;
 }
 
@@ -114,13 +112,20 @@ class Parser {
                           std::to_string(pending_[0].column) + ": " + pending_[0].what);
   }
 
-  // Counts one level of recursion for the scope it lives in.
-  struct Nest {
-    explicit Nest(Parser& p) : p(p) {
-      if (++p.nesting_ > kMaxNesting) p.error(p.cur(), "the template nests too deeply");
-    }
-    ~Nest() { --p.nesting_; }
+  // Counts one level of the tree's depth: the parser's recursion plus the left-deep chains its
+  // loops build (a.b.c, x|f|g, 1 + 2 + 3). Bounded, so that neither the parser nor the
+  // interpreter walking the tree nor the tree's destruction overflows the stack.
+  void link() {
+    if (++nesting_ > kMaxNesting) error(cur(), "the template nests too deeply");
+  }
+  struct Chain {  // restores the count on leaving its scope, ending the chains linked there
+    explicit Chain(Parser& p) : p(p), saved(p.nesting_) {}
+    ~Chain() { p.nesting_ = saved; }
     Parser& p;
+    int saved;
+  };
+  struct Nest : Chain {  // one level of recursion for the scope it lives in
+    explicit Nest(Parser& p) : Chain(p) { p.link(); }
   };
   static constexpr int kMaxNesting = 300;
 
@@ -155,6 +160,10 @@ class Parser {
   ExprPtr parse_slice_or_expr();
   void parse_call_args(Expr& call);
   ExprPtr parse_filter(ExprPtr node, bool start_inline);
+  ExprPtr parse_filter_chain(ExprPtr node, bool start_inline) {  // a block's filters: a chain of its own
+    const Chain chain(*this);
+    return parse_filter(std::move(node), start_inline);
+  }
   ExprPtr parse_test(ExprPtr node);
 
   std::vector<Token> toks_;
@@ -260,7 +269,7 @@ StmtPtr Parser::parse_statement() {
 StmtPtr Parser::parse_block_stmt(StmtKind kind, const char* end, int line) {
   auto s = make_stmt(kind, line);
   if (kind == StmtKind::kFilterBlock) {
-    s->exprs.push_back(parse_filter(make(ExprOp::kSubject, line), true));
+    s->exprs.push_back(parse_filter_chain(make(ExprOp::kSubject, line), true));
   } else if (kind == StmtKind::kWith) {
     while (cur().type != Tok::kBlockEnd) {
       if (!s->params.empty()) expect_op(",");
@@ -352,7 +361,7 @@ StmtPtr Parser::parse_set() {
     return s;
   }
   s->kind = StmtKind::kSetBlock;
-  s->exprs.push_back(is_op("|") ? parse_filter(make(ExprOp::kSubject, s->line), false) : nullptr);
+  s->exprs.push_back(is_op("|") ? parse_filter_chain(make(ExprOp::kSubject, s->line), false) : nullptr);
   open_.emplace_back("set", s->line);
   const bool soft = std::exchange(soft_, false);
   s->bodies.push_back(parse_statements({"endset"}, true));
@@ -433,6 +442,7 @@ ExprPtr Parser::parse_condexpr() {
   const size_t mark = pending_.size();
   ExprPtr then = parse_or();
   while (is_name("if")) {
+    link();
     const int line = next().line;
     const bool soft = std::exchange(soft_, true);
     auto e = make(ExprOp::kCond, line);
@@ -449,8 +459,10 @@ ExprPtr Parser::parse_condexpr() {
 }
 
 ExprPtr Parser::parse_or() {
+  const Chain chain(*this);
   ExprPtr left = parse_and();
   while (is_name("or")) {
+    link();
     auto e = make(ExprOp::kOr, next().line);
     e->args.push_back(std::move(left));
     e->args.push_back(parse_and());
@@ -460,8 +472,10 @@ ExprPtr Parser::parse_or() {
 }
 
 ExprPtr Parser::parse_and() {
+  const Chain chain(*this);
   ExprPtr left = parse_not();
   while (is_name("and")) {
+    link();
     auto e = make(ExprOp::kAnd, next().line);
     e->args.push_back(std::move(left));
     e->args.push_back(parse_not());
@@ -516,6 +530,7 @@ ExprPtr Parser::parse_compare() {
 // Levels: 0: + -, 1: ~, 2: * / // %, 3: **.
 ExprPtr Parser::parse_binary(int level) {
   if (level == 4) return parse_unary(true);
+  const Chain chain(*this);
   ExprPtr left = parse_binary(level + 1);
   while (true) {
     const Token& t = cur();
@@ -539,6 +554,7 @@ ExprPtr Parser::parse_binary(int level) {
       continue;
     }
     if (!op) break;
+    link();
     auto e = make(ExprOp::kBinary, next().line);
     e->binop = *op;
     e->args.push_back(std::move(left));
@@ -620,6 +636,7 @@ ExprPtr Parser::parse_collection(bool dict) {
 
 ExprPtr Parser::parse_postfix(ExprPtr node) {
   while (true) {
+    if (is_op(".") || is_op("[") || is_op("(")) link();
     if (is_op(".") || is_op("[")) {
       node = parse_subscript(std::move(node));
     } else if (is_op("(")) {
@@ -635,6 +652,7 @@ ExprPtr Parser::parse_postfix(ExprPtr node) {
 
 ExprPtr Parser::parse_filter_expr(ExprPtr node) {
   while (true) {
+    if (is_name("is") || is_op("(")) link();
     if (is_op("|")) {
       node = parse_filter(std::move(node), false);
     } else if (is_name("is")) {
@@ -732,6 +750,7 @@ ExprPtr Parser::parse_filter(ExprPtr node, bool start_inline) {
   while (is_op("|") || start_inline) {
     if (!start_inline) next();
     start_inline = false;
+    link();
     const Token& t = cur();
     auto e = make(ExprOp::kFilter, t.line);
     e->name = expect_name();

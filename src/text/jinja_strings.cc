@@ -167,6 +167,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     for (size_t i = 0; i <= u.size(); ++i) {
       if (count < 0 || done < count) out += repl, ++done;
       if (i < u.size()) out += to_utf8(std::u32string(1, u[i]));
+      check_size(out.size(), "str.replace");
     }
     return out;
   }
@@ -175,6 +176,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
        at = s.find(old, pos)) {
     out.append(s, pos, at - pos);
     out += repl;
+    check_size(out.size(), "str.replace");
     pos = at + old.size();
     ++done;
   }
@@ -187,6 +189,9 @@ std::string py_pad(const std::string& s, int64_t width, const std::string& fill,
   if (to_u32(fill).size() != 1) fail("The fill character must be exactly one character long");
   if (width <= n) return s;
   const int64_t pad = width - n;
+  check_size(static_cast<uint64_t>(pad) > kMaxProduced ? static_cast<uint64_t>(pad)
+                                                       : s.size() + static_cast<uint64_t>(pad) * fill.size(),
+             how.c_str());
   int64_t left = how == "ljust" ? 0 : how == "center" ? pad / 2 + (pad & width & 1) : pad;
   const auto repeat = [&](int64_t k) {
     std::string r;
@@ -197,6 +202,35 @@ std::string py_pad(const std::string& s, int64_t width, const std::string& fill,
     return s.substr(0, 1) + repeat(left) + s.substr(1);
   return repeat(left) + s + repeat(pad - left);
 }
+
+namespace {
+
+// snprintf(spec, v) into a string of the length it needs.
+template <typename T>
+std::string c_format(const std::string& spec, T v) {
+  const int n = std::snprintf(nullptr, 0, spec.c_str(), v);
+  if (n < 0) fail("%-format: the field is too wide");
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), spec.c_str(), v);
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+// The width and precision of a %-spec ("%-08.3"), each at most kMaxProduced: what is wider would
+// make a string too large (or overflow snprintf's int).
+void check_spec(const std::string& spec) {
+  uint64_t number = 0;
+  for (char c : spec) {
+    if (c >= '0' && c <= '9') {
+      number = number * 10 + static_cast<uint64_t>(c - '0');
+      if (number > kMaxProduced) check_size(number, "%-format field width or precision");
+    } else {
+      number = 0;
+    }
+  }
+}
+
+}  // namespace
 
 std::string printf_format(const std::string& fmt, const Value& rhs) {
   const ValueList args = rhs.kind() == Value::Kind::kTuple ? rhs.items() : ValueList{rhs};
@@ -222,32 +256,35 @@ std::string printf_format(const std::string& fmt, const Value& rhs) {
     }
     if (next >= args.size()) fail("not enough arguments for format string");
     const Value& a = args[next++];
-    char buf[512];
+    check_spec(spec);
+    std::string piece;
     if (conv == 's' || conv == 'r') {
       const std::string s = conv == 's' ? to_str(a) : repr(a);
-      if (spec == "%") {
-        out += s;
-        continue;
-      }
-      std::string padded(static_cast<size_t>(std::snprintf(nullptr, 0, (spec + "s").c_str(), s.c_str())) + 1,
-                         '\0');
-      padded.resize(
-          static_cast<size_t>(std::snprintf(padded.data(), padded.size(), (spec + "s").c_str(), s.c_str())));
-      out += padded;
-      continue;
+      piece = spec == "%" ? s : c_format(spec + "s", s.c_str());
     } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
       if (!a.is_number())
         fail(std::string("%") + conv + " format: a real number is required, not " + type_name(a));
-      const auto v =
-          static_cast<long long>(a.kind() == Value::Kind::kFloat ? std::trunc(a.number()) : a.integer());
-      std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), v);
+      long long v = 0;
+      if (a.kind() == Value::Kind::kFloat) {
+        const double f = std::trunc(a.number());
+        if (std::isnan(f)) fail("cannot convert float NaN to integer");
+        if (std::isinf(f)) fail("cannot convert float infinity to integer");
+        // Python prints any integer; here the float must fit in 64 bits.
+        if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+          fail(std::string("%") + conv + " format: " + format_float(a.number()) + " does not fit in 64 bits");
+        v = static_cast<long long>(f);
+      } else {
+        v = a.integer();
+      }
+      piece = c_format(spec + "ll" + (conv == 'i' ? 'd' : conv), v);
     } else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'g') {
       if (!a.is_number()) fail(std::string("must be real number, not ") + type_name(a));
-      std::snprintf(buf, sizeof buf, (spec + conv).c_str(), a.number());
+      piece = c_format(spec + conv, a.number());
     } else {
       fail(std::string("unsupported format character '") + conv + "'");
     }
-    out += buf;
+    check_grow(out.size(), piece.size(), "%-format");
+    out += piece;
   }
   // Python takes anything subscriptable on the right (a list, a dict, an undefined; not a tuple
   // or a string) for a mapping of %(name)s fields: unused, it is no error.

@@ -15,7 +15,26 @@ namespace tg::jinja {
 
 void fail(std::string message) { throw RenderFailure{std::move(message)}; }
 
+void check_size(uint64_t size, const char* what) {
+  if (size > kMaxProduced)
+    fail(std::string(what) + ": the result would be larger than " + std::to_string(kMaxProduced >> 20) +
+         " MiB (" + std::to_string(size) + " bytes or items), which templates may not produce");
+}
+
 // ---- Construction ----
+
+namespace {
+
+// One more than the deepest of `items`: the depth of a container holding them.
+uint16_t depth_of(const ValueList& items) {
+  int d = 0;
+  for (const Value& v : items) d = std::max(d, v.depth());
+  if (d >= kMaxValueDepth)
+    fail("values nest more than " + std::to_string(kMaxValueDepth) + " levels deep (lists, dicts or tuples)");
+  return static_cast<uint16_t>(d + 1);
+}
+
+}  // namespace
 
 Value Value::undefined(std::string hint) {
   Value v;
@@ -30,6 +49,7 @@ Value Value::none() {
 Value Value::list(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
+  v.depth_ = depth_of(items);
   v.list_ = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
@@ -41,6 +61,11 @@ Value Value::tuple(ValueList items) {
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::kDict;
+  int deepest = 0;
+  for (const auto& [key, x] : d.items) deepest = std::max({deepest, key.depth(), x.depth()});
+  if (deepest >= kMaxValueDepth)
+    fail("values nest more than " + std::to_string(kMaxValueDepth) + " levels deep (lists, dicts or tuples)");
+  v.depth_ = static_cast<uint16_t>(deepest + 1);
   v.dict_ = std::make_shared<const Dict>(std::move(d));
   return v;
 }
@@ -53,12 +78,14 @@ Value Value::object(std::shared_ptr<Object> o) {
 Value Value::iterator(ValueList items, std::string type) {
   Value v;
   v.kind_ = Kind::kIterator;
+  v.depth_ = depth_of(items);
   v.iter_ = std::make_shared<Iterator>(Iterator{std::move(items), 0, std::move(type)});
   return v;
 }
-Value Value::function(std::string name, std::function<Value(Interp&, CallArgs&)> call) {
+Value Value::function(std::string name, std::function<Value(Interp&, CallArgs&)> call, const Value* bound) {
   Value v;
   v.kind_ = Kind::kFunction;
+  if (bound) v.depth_ = depth_of({*bound});
   v.fn_ = std::make_shared<const Function>(Function{std::move(name), std::move(call)});
   return v;
 }
@@ -400,33 +427,57 @@ std::string repr_string(const std::string& s) {
 
 }  // namespace
 
-std::string repr(const Value& v) {
+namespace {
+
+// What repr / str are printing: the namespaces open around the current value (one that holds
+// itself prints as Python's dict does, "{...}") and how deep the recursion is.
+struct ReprState {
+  std::vector<const Object*> open;
+  int depth = 0;
+};
+
+std::string str_of(const Value& v, ReprState& st);
+
+std::string repr_of(const Value& v, ReprState& st) {
   using K = Value::Kind;
+  // Containers are capped at kMaxValueDepth; namespaces holding namespaces are not.
+  if (st.depth > 2 * kMaxValueDepth)
+    fail("maximum recursion depth exceeded while getting the repr of an object");
+  ++st.depth;
+  std::string out;
   switch (v.kind()) {
-    case K::kUndefined: return "Undefined";
-    case K::kString: return repr_string(v.str());
+    case K::kUndefined: out = "Undefined"; break;
+    case K::kString: out = repr_string(v.str()); break;
     case K::kList:
     case K::kTuple: {
       const bool tuple = v.kind() == K::kTuple;
-      std::string out = tuple ? "(" : "[";
-      for (size_t i = 0; i < v.items().size(); ++i) out += (i ? ", " : "") + repr(v.items()[i]);
+      out = tuple ? "(" : "[";
+      for (size_t i = 0; i < v.items().size(); ++i) {
+        out += (i ? ", " : "") + repr_of(v.items()[i], st);
+        check_size(out.size(), "repr");
+      }
       if (tuple && v.items().size() == 1) out += ",";
-      return out + (tuple ? ")" : "]");
+      out += tuple ? ")" : "]";
+      break;
     }
     case K::kDict: {
-      std::string out = "{";
+      out = "{";
       bool first = true;
       for (const auto& [k, x] : v.dict_data().items) {
-        out += (first ? "" : ", ") + repr(k) + ": " + repr(x);
+        out += (first ? "" : ", ") + repr_of(k, st) + ": " + repr_of(x, st);
+        check_size(out.size(), "repr");
         first = false;
       }
-      return out + "}";
+      out += "}";
+      break;
     }
-    default: return to_str(v);
+    default: out = str_of(v, st);
   }
+  --st.depth;
+  return out;
 }
 
-std::string to_str(const Value& v) {
+std::string str_of(const Value& v, ReprState& st) {
   using K = Value::Kind;
   switch (v.kind()) {
     case K::kUndefined: return "";
@@ -437,13 +488,31 @@ std::string to_str(const Value& v) {
     case K::kString: return v.str();
     case K::kObject: {
       const Object& o = v.object_data();
-      if (o.type == "Namespace") return "<Namespace " + repr(Value::dict(o.attrs)) + ">";
-      return "<" + o.type + " object>";
+      if (o.type != "Namespace") return "<" + o.type + " object>";
+      if (std::find(st.open.begin(), st.open.end(), &o) != st.open.end()) return "<Namespace {...}>";
+      st.open.push_back(&o);
+      std::string attrs = "{";
+      for (const auto& [k, x] : o.attrs.items)
+        attrs += (attrs.size() > 1 ? ", " : "") + repr_of(k, st) + ": " + repr_of(x, st);
+      st.open.pop_back();
+      return "<Namespace " + attrs + "}>";
     }
     case K::kIterator: return "<" + v.iterator_data().type + " object>";
     case K::kFunction: return "<function " + v.function_data().name + ">";
-    default: return repr(v);
+    default: return repr_of(v, st);
   }
+}
+
+}  // namespace
+
+std::string repr(const Value& v) {
+  ReprState st;
+  return repr_of(v, st);
+}
+
+std::string to_str(const Value& v) {
+  ReprState st;
+  return str_of(v, st);
 }
 
 // ---- Sequences ----
@@ -553,6 +622,7 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
 void json_value(std::string& out, const Value& v, const JsonStyle& style, int depth);
 
 void json_newline(std::string& out, const JsonStyle& style, int depth) {
+  check_grow(out.size(), 1 + style.indent.size() * static_cast<uint64_t>(depth), "tojson");
   out += '\n';
   for (int i = 0; i < depth; ++i) out += style.indent;
 }
@@ -705,8 +775,15 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   };
   const int64_t lo = adjust(index(start, "start"), st < 0 ? n - 1 : 0);
   const int64_t hi = adjust(index(stop, "stop"), st < 0 ? -1 : n);
+  // The number of picks first, in unsigned arithmetic: stepping i past hi could overflow for
+  // a huge step (and -st does for INT64_MIN). lo and hi lie in [-1, n], so lo + k * st does not.
+  const uint64_t span = st > 0 ? (hi > lo ? static_cast<uint64_t>(hi - lo) : 0)
+                               : (lo > hi ? static_cast<uint64_t>(lo - hi) : 0);
+  const uint64_t abs_step = st > 0 ? static_cast<uint64_t>(st) : 0 - static_cast<uint64_t>(st);
+  const uint64_t count = span == 0 ? 0 : (span - 1) / abs_step + 1;
   std::vector<size_t> picks;
-  for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) picks.push_back(static_cast<size_t>(i));
+  for (uint64_t k = 0; k < count; ++k)
+    picks.push_back(static_cast<size_t>(lo + static_cast<int64_t>(k) * st));
   if (obj.is_string()) {
     const std::u32string u = to_u32(obj.str());
     std::u32string out;

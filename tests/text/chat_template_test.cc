@@ -276,6 +276,147 @@ TEST(ChatTemplateEngine, Errors) {
       contains(error_of([] { tg::ChatTemplate::parse("{{ 1 }}").render_json("[1]"); }), "JSON object"));
 }
 
+// ---- Hostile templates: errors, never a crash ----
+
+// `n` copies of `part`.
+std::string repeat(const std::string& part, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += part;
+  return out;
+}
+
+TEST(ChatTemplateEngine, SlicesWithHugeSteps) {
+  // Python's results; stepping past the end must not overflow.
+  EXPECT_EQ(
+      render(
+          "{{ 'abc'[1::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807 - 1] }}|"
+          "{{ 'abc'[-9223372036854775807::9223372036854775807] }}|{{ 'abcdef'[5:0:-9223372036854775807] }}"),
+      "b|c|a|f");
+  EXPECT_EQ(render("{{ [1, 2, 3][-1::-9223372036854775807] }} {{ [1, 2, 3][0:3:9223372036854775807] }} "
+                   "{{ (1, 2, 3)[::-9223372036854775807 - 1] }} {{ 'abcdef'[::-2] }}"),
+            "[3] [1] (3,) fdb");
+}
+
+TEST(ChatTemplateEngine, LongChainsAreBoundedWhenParsed) {
+  // Chains of operators, attributes and filters build trees as deep as they are long.
+  EXPECT_EQ(render("{{ 1" + repeat(" + 1", 99) + " }}"), "100");
+  EXPECT_EQ(render("{{ ' x '" + repeat("|trim", 50) + " }}"), "x");
+  for (const std::string& source :
+       {"{{ 1" + repeat(" + 1", 200000) + " }}", "{{ 1" + repeat(" * 1", 200000) + " }}",
+        "{{ x" + repeat(" or x", 200000) + " }}", "{{ x" + repeat(" and x", 200000) + " }}",
+        "{{ x" + repeat(".b", 200000) + " }}", "{{ x" + repeat("[0]", 200000) + " }}",
+        "{{ x" + repeat("|trim", 200000) + " }}", "{{ x" + repeat("()", 200000) + " }}",
+        "{% filter trim" + repeat("|trim", 200000) + " %}{% endfilter %}",
+        "{{ 1 if x" + repeat(" if x", 200000) + " }}"}) {
+    const std::string e = error_of([&] { tg::ChatTemplate::parse(source); });
+    EXPECT_TRUE(contains(e, "line 1, column ")) << e;
+    EXPECT_TRUE(contains(e, "the template nests too deeply")) << e;
+  }
+}
+
+TEST(ChatTemplateEngine, NamespaceHoldingItself) {
+  // Printed as Python prints a dict that holds itself.
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}"),
+            "<Namespace {'x': <Namespace {...}>}>");
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.x = ns %}{{ [ns] }}"),
+            "[<Namespace {'a': 1, 'x': <Namespace {...}>}>]");
+}
+
+TEST(ChatTemplateEngine, DeepValuesAreBounded) {
+  const std::string loop = "{% set ns = namespace(x=[]) %}\n{% for i in range(100000) %}";
+  for (const char* step :
+       {"{% set ns.x = [ns.x] %}", "{% set ns.x = {'k': ns.x} %}", "{% set ns.x = (ns.x,) %}",
+        "{% set ns.x = [ns.x]|reverse %}", "{% set ns.x = {'k': ns.x}.get %}"}) {
+    const std::string e = error_of([&] { render(loop + step + "{% endfor %}{{ ns.x }}"); });
+    EXPECT_TRUE(contains(e, "line 2: values nest more than 256 levels deep")) << step << ": " << e;
+  }
+  EXPECT_EQ(
+      render("{% set ns = namespace(x=[]) %}{% for i in range(200) %}{% set ns.x = [ns.x] %}{% endfor %}"
+             "{{ ns.x|string|length }} {{ ns.x == ns.x }}"),
+      "402 True");
+  // Namespaces and loop objects may chain without bound; printing one is an error, freeing
+  // them is no recursion.
+  const std::string chain =
+      "{% set h = namespace(x=none) %}{% for i in range(30000) %}{% set h.x = namespace(x=h.x) %}{% endfor "
+      "%}";
+  EXPECT_EQ(render(chain + "done"), "done");
+  EXPECT_TRUE(
+      contains(error_of([&] { render(chain + "\n{{ h }}"); }), "line 2: maximum recursion depth exceeded"));
+  EXPECT_EQ(render("{% set h = namespace(x=none) %}{% for i in range(100000) %}{% for j in [h.x, 0] %}"
+                   "{% set h.x = loop %}{% endfor %}{% endfor %}done"),
+            "done");
+  EXPECT_EQ(
+      render("{% set h = namespace(x=none) %}{% for i in range(20000) %}{% for j in [0] %}"
+             "{% if loop.changed(h.x) %}{% endif %}{% set h.x = loop.changed %}{% endfor %}{% endfor %}done"),
+      "done");
+  // Variables from JSON nest no deeper than values may.
+  const std::string deep_json = "{\"x\": " + repeat("[", 100000) + repeat("]", 100000) + "}";
+  const std::string e = error_of([&] { render("{{ x }}", deep_json); });
+  EXPECT_TRUE(contains(e, "nest more than 256 levels deep")) << e;
+}
+
+TEST(ChatTemplateEngine, RecursionDepthIsBounded) {
+  EXPECT_EQ(render("{% macro m(n) %}{{ m(n - 1) if n > 0 else 'end' }}{% endmacro %}{{ m(20) }}"), "end");
+  // Macro calls 250 deep, each evaluating 200 nested expressions: deeper than the stack allows.
+  const std::string source = "{% macro m(n) %}{% if n > 0 %}\n{{ " + repeat("not ", 200) +
+                             "m(n - 1) }}{% endif %}{% endmacro %}{{ m(250) }}";
+  const std::string e = error_of([&] { render(source); });
+  EXPECT_TRUE(contains(e, "line 2: maximum recursion depth exceeded")) << e;
+  // Loops inside a recursive macro: the statements count too.
+  const std::string loops = error_of([] {
+    render(
+        "{% macro m(n) %}{% for i in [1] %}{% for j in [1] %}{% with k = 1 %}{% if true %}{{ m(n - 1) }}"
+        "{% endif %}{% endwith %}{% endfor %}{% endfor %}{% endmacro %}{{ m(250) }}");
+  });
+  EXPECT_TRUE(contains(loops, "maximum recursion depth exceeded")) << loops;
+}
+
+TEST(ChatTemplateEngine, HugeResultsAreErrors) {
+  const auto error = [](const std::string& source) {
+    const std::string e = error_of([&] { render("\n" + source); });
+    EXPECT_TRUE(contains(e, "line 2: ")) << source << ": " << e;
+    return e;
+  };
+  for (const char* source :
+       {"{{ '%9999999999s' % 'x' }}", "{{ '%.9999999999f' % 1.5 }}", "{{ 'ab' * 9999999999999 }}",
+        "{{ [1, 2] * 9999999999999 }}", "{{ 'x'|center(9999999999999) }}",
+        "{{ 'x'.ljust(9223372036854775807) }}", "{{ 'x'.zfill(99999999999) }}",
+        "{{ 'x\\ny'|indent(9999999999999, true) }}", "{{ [1]|tojson(indent=9999999999999) }}"}) {
+    const std::string e = error(source);
+    EXPECT_TRUE(contains(e, "larger than 64 MiB")) << source << ": " << e;
+  }
+  // Doubling a string: an error once past the limit, not an exhausted memory.
+  EXPECT_TRUE(
+      contains(error("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+                     "{% endfor %}"),
+               "larger than 64 MiB"));
+  EXPECT_TRUE(
+      contains(error("{{ range(-9223372036854775807, 9223372036854775807, 3)|length }}"), "Range too big"));
+  EXPECT_EQ(render("{{ range(0, 9223372036854775807, 9223372036854775807)|list }} "
+                   "{{ range(9223372036854775807, -9223372036854775807, -9223372036854775807)|list }}"),
+            "[0] [9223372036854775807, 0]");
+  EXPECT_EQ(render("{{ '%d' % 1e18 }} {{ '%5d|%-4s|%.2f' % (3, 'a', 2.5) }} {{ ('%300d' % 1)|length }}"),
+            "1000000000000000000     3|a   |2.50 300");
+  EXPECT_TRUE(contains(error("{{ '%d' % 1e300 }}"), "does not fit in 64 bits"));
+  EXPECT_TRUE(contains(error("{{ '%d' % (1e300 * 1e300) }}"), "cannot convert float infinity to integer"));
+  // An index too large for 64 bits finds nothing, as jinja2's getitem.
+  EXPECT_EQ(render("{{ [{'a': 1}]|map(attribute='99999999999999999999')|list }} "
+                   "{{ [[1, 2]]|map(attribute='0000000000000000000001')|list }}"),
+            "[Undefined] [2]");
+  EXPECT_EQ(render("{{ 'abc'|truncate(9223372036854775807) }} {{ 'abcdefghij'|truncate(5, "
+                   "leeway=9223372036854775807) }}"),
+            "abc abcdefghij");
+  EXPECT_TRUE(contains(error("{{ 'abc'|truncate(3, leeway=-1) }}"), "expected leeway >= 0, got -1"));
+}
+
+TEST(ChatTemplateEngine, UnicodeEscapesPastTheLastCodePoint) {
+  EXPECT_EQ(render("{{ '\\U0010FFFF' }}"), "\xF4\x8F\xBF\xBF");
+  const std::string e = error_of([] { tg::ChatTemplate::parse("{{ 'a' }}\n{{ '\\U00110000' }}"); });
+  EXPECT_TRUE(contains(e, "line 2, column ")) << e;
+  EXPECT_TRUE(contains(e, "illegal Unicode character")) << e;
+  EXPECT_FALSE(error_of([] { tg::ChatTemplate::parse("{{ '\\UFFFFFFFF' }}"); }).empty());
+}
+
 TEST(ChatTemplate, RenderPassesTransformersVariables) {
   tg::SpecialTokens tokens;
   tokens.bos_token = "<s>";
@@ -313,6 +454,19 @@ TEST(ChatTemplate, LoadFolderWithConfigListTakesDefault) {
   const auto t = tg::ChatTemplate::load(kData + "/folder_config_list");
   EXPECT_EQ(t.render(Messages{{"system", "S"}, {"user", "U"}}), "system: S\nuser: U\nassistant: ");
   EXPECT_EQ(t.render(Messages{{"user", "U"}}, false), "user: U\n");
+}
+
+TEST(ChatTemplate, LoadSpecialTokensMap) {
+  // A config without "added_tokens_decoder": special_tokens_map.json's tokens replace its own.
+  const auto t = tg::ChatTemplate::load(kData + "/folder_special_tokens_map");
+  EXPECT_EQ(t.special_tokens().bos_token, "<s>");
+  EXPECT_EQ(t.special_tokens().eos_token, "</s>");
+  EXPECT_EQ(t.special_tokens().mask_token, "<mask>");
+  EXPECT_FALSE(t.special_tokens().sep_token.has_value());
+  EXPECT_EQ(t.render(Messages{}), "<s>|</s>|<unk>|<pad>|<mask>|False");
+  // With "added_tokens_decoder" transformers does not read special_tokens_map.json.
+  const auto u = tg::ChatTemplate::load(kData + "/folder_special_tokens_map_unused");
+  EXPECT_EQ(u.render(Messages{}), "<s>|False");
 }
 
 TEST(ChatTemplate, LoadErrors) {
