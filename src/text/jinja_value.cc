@@ -10,6 +10,7 @@
 
 #include "tensorgrad/errors.h"
 #include "text/jinja.h"
+#include "text/unicode.h"
 
 namespace tg::jinja {
 
@@ -165,23 +166,10 @@ std::string to_utf8(std::u32string_view s) {
   std::string out;
   out.reserve(s.size());
   for (char32_t c : s) {
-    if (c >= 0xDC80 && c <= 0xDCFF) {
+    if (c >= 0xDC80 && c <= 0xDCFF)
       out += static_cast<char>(c - 0xDC00);
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
+    else
+      text::append_utf8(out, c);
   }
   return out;
 }
