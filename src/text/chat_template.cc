@@ -118,6 +118,17 @@ void add_tokens(jinja::Dict& vars, const SpecialTokens& t) {
       vars.items.emplace_back(jinja::Value(name), jinja::Value(**value));
 }
 
+// Renders `t` with `vars` and the special tokens the caller did not set; errors name `api`.
+std::string render_with(const jinja::Template& t, jinja::Dict vars, const SpecialTokens& tokens,
+                        const std::function<std::tm()>& clock, const char* api) {
+  add_tokens(vars, tokens);
+  try {
+    return t.render(vars, jinja::Environment{clock});
+  } catch (const TemplateError& e) {
+    throw TemplateError(std::string("[ChatTemplate::") + api + "] " + e.what());
+  }
+}
+
 }  // namespace
 
 ChatTemplate ChatTemplate::parse(std::string_view source, SpecialTokens tokens) {
@@ -195,12 +206,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
   vars.items.emplace_back(jinja::Value("tools"), jinja::Value::none());
   vars.items.emplace_back(jinja::Value("documents"), jinja::Value::none());
   vars.items.emplace_back(jinja::Value("add_generation_prompt"), jinja::Value(add_generation_prompt));
-  add_tokens(vars, tokens_);
-  try {
-    return template_->render(vars, jinja::Environment{clock_});
-  } catch (const TemplateError& e) {
-    throw TemplateError(std::string("[ChatTemplate::render] ") + e.what());
-  }
+  return render_with(*template_, std::move(vars), tokens_, clock_, "render");
 }
 
 std::string ChatTemplate::render_json(std::string_view variables) const {
@@ -217,12 +223,7 @@ std::string ChatTemplate::render_json(std::string_view variables) const {
     if (!vars.find(jinja::Value(name))) vars.items.emplace_back(jinja::Value(name), jinja::Value::none());
   if (!vars.find(jinja::Value("add_generation_prompt")))
     vars.items.emplace_back(jinja::Value("add_generation_prompt"), jinja::Value(false));
-  add_tokens(vars, tokens_);
-  try {
-    return template_->render(vars, jinja::Environment{clock_});
-  } catch (const TemplateError& e) {
-    throw TemplateError(std::string("[ChatTemplate::render_json] ") + e.what());
-  }
+  return render_with(*template_, std::move(vars), tokens_, clock_, "render_json");
 }
 
 }  // namespace tg

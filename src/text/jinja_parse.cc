@@ -146,8 +146,10 @@ class Parser {
     return with_condexpr ? parse_condexpr() : parse_or();
   }
   ExprPtr parse_condexpr();
-  ExprPtr parse_or();
-  ExprPtr parse_and();
+  ExprPtr parse_or() { return parse_logic(true); }
+  ExprPtr parse_and() { return parse_logic(false); }
+  // `or` chains of `and` chains of parse_not(): left-deep, each link counted (Chain, link()).
+  ExprPtr parse_logic(bool is_or);
   ExprPtr parse_not();
   ExprPtr parse_compare();
   ExprPtr parse_binary(int level);
@@ -458,27 +460,15 @@ ExprPtr Parser::parse_condexpr() {
   return then;
 }
 
-ExprPtr Parser::parse_or() {
+ExprPtr Parser::parse_logic(bool is_or) {
   const Chain chain(*this);
-  ExprPtr left = parse_and();
-  while (is_name("or")) {
+  const auto operand = [&] { return is_or ? parse_and() : parse_not(); };
+  ExprPtr left = operand();
+  while (is_name(is_or ? "or" : "and")) {
     link();
-    auto e = make(ExprOp::kOr, next().line);
+    auto e = make(is_or ? ExprOp::kOr : ExprOp::kAnd, next().line);
     e->args.push_back(std::move(left));
-    e->args.push_back(parse_and());
-    left = std::move(e);
-  }
-  return left;
-}
-
-ExprPtr Parser::parse_and() {
-  const Chain chain(*this);
-  ExprPtr left = parse_not();
-  while (is_name("and")) {
-    link();
-    auto e = make(ExprOp::kAnd, next().line);
-    e->args.push_back(std::move(left));
-    e->args.push_back(parse_not());
+    e->args.push_back(operand());
     left = std::move(e);
   }
   return left;
