@@ -8,11 +8,14 @@
 
 namespace tg {
 
-/// Programs compute in f32, i32 and bool, and hold bf16 copies of the operands of products and
-/// attention under mixed precision (Precision::kBf16; only casts, shape ops, matmul and
-/// attention read or make bf16 values). kF16 is a host format for now (HostTensor,
-/// safetensors, parameter upload and download, converting to and from f32).
+/// Programs compute in f32, i32 and bool, and hold bf16 or f16 copies of the operands of
+/// products and attention under mixed precision (Precision::kBf16 / kF16; only casts, shape
+/// ops, matmul, attention and convolutions read or make these half-precision values). On the
+/// host both are also formats of HostTensor, safetensors and parameter upload and download.
 enum class DType : uint8_t { kF32, kI32, kBool, kBF16, kF16 };
+
+/// The two 16-bit float types: storage of mixed precision's product operands, never arithmetic.
+constexpr bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
 /// Bytes per element on the host and in backend buffers (bool is one byte, 0 or 1).
 constexpr int64_t dtype_size(DType t) {
@@ -28,8 +31,6 @@ constexpr const char* dtype_name(DType t) {
   }
   return "?";
 }
-/// Whether a program may hold values of type `t` (f16 is a host format for now).
-constexpr bool compute_dtype(DType t) { return t != DType::kF16; }
 
 /// bfloat16 (the upper half of an f32): round to nearest, ties to even, as PyTorch converts
 /// (any NaN becomes 0x7FC0; overflow rounds to ±inf).

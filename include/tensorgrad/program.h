@@ -58,7 +58,12 @@ struct Device {
 /// in f32, and the parameters and optimizer moments stay f32: the bf16 operand of a weight is
 /// made from its f32 master every step. `keep_f32` (TrainOptions, ForwardOptions) exempts
 /// the products of chosen parameters. The README's "Mixed precision" table has the details.
-enum class Precision { kFp32, kTf32, kTf32x3, kBf16 };
+///
+/// kF16 is the same policy with IEEE half precision (10-bit mantissa, largest value 65504)
+/// in place of bf16. Its narrow range makes small gradients underflow, so a training program
+/// under kF16 scales the loss (TrainOptions::loss_scale, dynamic by default, as PyTorch's
+/// GradScaler) and skips steps whose gradients overflowed.
+enum class Precision { kFp32, kTf32, kTf32x3, kBf16, kF16 };
 
 /// A tensor's values on the host, row-major.
 class HostTensor {

@@ -20,8 +20,8 @@ std::vector<int32_t> append_gradients(ir::Graph& g, int32_t loss, std::span<cons
     if (w < count) needs[static_cast<size_t>(w)] = true;
   for (int32_t id = 0; id < count; ++id) {
     const ir::Node& n = g.node(id);
-    // f32 and bf16 values carry gradients (always f32: see the cast VJP).
-    const bool real = n.dtype == DType::kF32 || n.dtype == DType::kBF16;
+    // f32, bf16 and f16 values carry gradients (always f32: see the cast VJP).
+    const bool real = n.dtype == DType::kF32 || is_half(n.dtype);
     if (!real || n.op == ir::Op::kStopGradient) continue;
     for (int32_t in : n.inputs)
       needs[static_cast<size_t>(id)] = needs[static_cast<size_t>(id)] || needs[static_cast<size_t>(in)];

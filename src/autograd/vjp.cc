@@ -82,10 +82,11 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
     case Op::kCast:
     {
       // Only a float→float cast carries a gradient. Gradients are f32 whatever the value's
-      // dtype (a bf16 product operand's gradient is its product's f32 result), so the
+      // dtype (a bf16 or f16 product operand's gradient is its product's f32 result), so the
       // gradient passes through unrounded.
       const DType from = graph.node(n.inputs[0]).dtype;
-      const bool floats = (from == DType::kF32 || from == DType::kBF16) && (n.dtype == DType::kF32 || n.dtype == DType::kBF16);
+      const bool floats =
+          (from == DType::kF32 || is_half(from)) && (n.dtype == DType::kF32 || is_half(n.dtype));
       return {floats ? g : Tensor()};
     }
 
@@ -174,9 +175,10 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       // gradient from one product with the batch folded into the contraction,
       // dB = A₂ᵀ G₂ with A₂ = A as [Σbatch·m, k], G₂ = G as [Σbatch·m, n], instead of a
       // batch of products summed afterwards (which would materialise [batch, k, n]).
-      // bf16 operands (mixed precision): the incoming gradient is rounded to bf16 for both
-      // products, which accumulate in f32; dA and dB are f32.
-      const Tensor gm = graph.node(n.inputs[0]).dtype == DType::kBF16 ? cast(g, DType::kBF16, loc) : g;
+      // bf16 or f16 operands (mixed precision): the incoming gradient is rounded to their type
+      // for both products, which accumulate in f32; dA and dB are f32.
+      const DType half = graph.node(n.inputs[0]).dtype;
+      const Tensor gm = is_half(half) ? cast(g, half, loc) : g;
       Tensor da = sum_to(matmul(gm, transpose(x(1), -2, -1, loc), loc), in_shape[0], loc);
       if (in_shape[1].size() == 2 && in_shape[0].size() > 2) {
         const int64_t k = in_shape[0].back(), n_out = in_shape[1].back();
@@ -280,8 +282,10 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
     case Op::kAttention: {
       // One primitive gives dq, dk and dv, reading the forward's output and what it saved.
       const int32_t out = ir::result(graph, id, 0, loc).id(), saved = ir::result(graph, id, 1, loc).id();
-      // bf16 q, k, v (mixed precision): dout is rounded to bf16 too; dq, dk, dv are f32.
-      const Tensor dout = graph.node(n.inputs[0]).dtype == DType::kBF16 ? cast(g, DType::kBF16, loc) : g;
+      // bf16 or f16 q, k, v (mixed precision): dout is rounded to their type too; dq, dk, dv
+      // are f32.
+      const DType half = graph.node(n.inputs[0]).dtype;
+      const Tensor dout = is_half(half) ? cast(g, half, loc) : g;
       ir::Node gr =
           ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], dout.id(), out, saved}, loc);
       gr.attrs = n.attrs;
@@ -294,8 +298,10 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       //   conv2d(x, w):           dx = grad_input(g, w),   dw = grad_weight(x, g);
       //   grad_input(dy, w) = ∂B/∂x:   d dy = conv2d(g, w),  dw = grad_weight(g, dy);
       //   grad_weight(x, dy) = ∂B/∂w:  dx = grad_input(dy, g), d dy = conv2d(x, g).
-      // bf16 operands (mixed precision): g is rounded to bf16 as a product's gradient is.
-      const Tensor gm = graph.node(n.inputs[0]).dtype == DType::kBF16 ? cast(g, DType::kBF16, loc) : g;
+      // bf16 or f16 operands (mixed precision): g is rounded to their type as a product's
+      // gradient is.
+      const DType half = graph.node(n.inputs[0]).dtype;
+      const Tensor gm = is_half(half) ? cast(g, half, loc) : g;
       const ir::Window& w = n.attrs.window;
       auto conv = [&](const Tensor& a, const Tensor& b) {
         return ir::window_op(graph, Op::kConv2d, {a, b}, w, {}, loc);

@@ -72,14 +72,14 @@ std::optional<std::pair<Tensor, Tensor>> per_channel_shift(Graph& g, const Tenso
   return std::nullopt;
 }
 
-/// conv2d's or conv_transpose2d's window op of x and weight (both read as bf16 under the mixed
-/// precision policy, as a product's operands), then the per-channel bias.
+/// conv2d's or conv_transpose2d's window op of x and weight (both read as bf16 or f16 under
+/// the mixed precision policy, as a product's operands), then the per-channel bias.
 Tensor convolve(Graph& g, const char* name, Op op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                 const Window& w, Shape shape, const Loc& loc) {
-  const bool bf16 = policy_wants_bf16(x) && policy_wants_bf16(weight);
-  Tensor y = bf16 ? window_op(g, op, {cast(x, DType::kBF16, loc), cast(weight, DType::kBF16, loc)}, w,
-                              std::move(shape), loc)
-                  : window_op(g, op, {x, weight}, w, std::move(shape), loc);
+  const DType half = policy_operand_dtype(x);
+  Tensor y = half != DType::kF32 && policy_operand_dtype(weight) == half
+                 ? window_op(g, op, {cast(x, half, loc), cast(weight, half, loc)}, w, std::move(shape), loc)
+                 : window_op(g, op, {x, weight}, w, std::move(shape), loc);
   if (bias.valid()) y = add(y, per_channel(name, "bias", y, bias, loc), loc);
   return y;
 }

@@ -340,9 +340,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
     return attention_composite(q, k, v, allowed, scale, options.softcap, loc);
   }
   Node n = make_node(Op::kAttention, {q.id(), k.id(), v.id()}, loc);
-  if (ir::policy_wants_bf16(q) && ir::policy_wants_bf16(k) && ir::policy_wants_bf16(v))
-    n.inputs = {cast(q, DType::kBF16, loc).id(), cast(k, DType::kBF16, loc).id(),
-                cast(v, DType::kBF16, loc).id()};
+  const DType half = ir::policy_operand_dtype(q);
+  if (half != DType::kF32 && ir::policy_operand_dtype(k) == half && ir::policy_operand_dtype(v) == half)
+    n.inputs = {cast(q, half, loc).id(), cast(k, half, loc).id(), cast(v, half, loc).id()};
   n.attrs.causal = options.causal;
   n.attrs.values = {scale};
   return result(g, emit(g, std::move(n)).id(), 0, loc);

@@ -189,14 +189,16 @@ Tensor squeeze(const Tensor& x, int64_t axis, Loc loc) {
 Tensor matmul(const Arg& a, const Arg& b, Loc loc) {
   if (!a.is_tensor() || !b.is_tensor()) api_fail("matmul", "operands must be tensors", loc);
   Graph& g = graph_for("matmul", {&a, &b}, loc);
-  // Two bf16 operands multiply as bf16 (accumulating in f32); anything else as f32. Under
-  // mixed precision the trace's policy stores f32 operands as bf16 first.
-  const bool both_bf16 = a.tensor().dtype() == DType::kBF16 && b.tensor().dtype() == DType::kBF16;
-  Tensor ta = both_bf16 ? a.tensor() : cast(a.tensor(), DType::kF32, loc);
-  Tensor tb = both_bf16 ? b.tensor() : cast(b.tensor(), DType::kF32, loc);
-  if (ir::policy_wants_bf16(ta) && ir::policy_wants_bf16(tb)) {
-    ta = cast(ta, DType::kBF16, loc);
-    tb = cast(tb, DType::kBF16, loc);
+  // Two bf16 (or two f16) operands multiply as such (accumulating in f32); anything else as
+  // f32. Under mixed precision the trace's policy stores f32 operands as bf16 or f16 first.
+  const DType da = a.tensor().dtype();
+  const bool both_half = is_half(da) && b.tensor().dtype() == da;
+  Tensor ta = both_half ? a.tensor() : cast(a.tensor(), DType::kF32, loc);
+  Tensor tb = both_half ? b.tensor() : cast(b.tensor(), DType::kF32, loc);
+  const DType half = ir::policy_operand_dtype(ta);
+  if (half != DType::kF32 && ir::policy_operand_dtype(tb) == half) {
+    ta = cast(ta, half, loc);
+    tb = cast(tb, half, loc);
   }
   if (ta.rank() == 0 || tb.rank() == 0)
     api_fail("matmul",

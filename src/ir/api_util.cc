@@ -87,8 +87,8 @@ Tensor as_tensor(Graph& g, const Arg& a, DType dtype, const Loc& loc) {
 }
 
 DType promote(DType a, DType b) {
-  if (a == b) return a;  // two bf16 stay bf16 (for concat); arithmetic on them is refused
-  // bf16 with anything else computes in f32 (there is no bf16 arithmetic).
+  if (a == b) return a;  // two bf16 (f16) stay so (for concat); arithmetic on them is refused
+  // bf16 or f16 with anything else computes in f32 (there is no half-precision arithmetic).
   const auto floating = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
   if (floating(a) || floating(b)) return DType::kF32;
   if (a == DType::kI32 || b == DType::kI32) return DType::kI32;
@@ -103,7 +103,7 @@ DType common_dtype(const Arg& a, const Arg& b) {
   DType td = t.tensor().dtype();
   // Like PyTorch: a number only widens the tensor's category (bool → int → float).
   if (td == DType::kF32) return td;
-  if (td == DType::kBF16) return DType::kF32;
+  if (is_half(td)) return DType::kF32;
   DType sd = number_dtype(s);
   return td == DType::kBool ? sd : promote(td, sd);
 }

@@ -130,43 +130,45 @@ Graph::~Graph() {
 
 namespace {
 
-/// bf16 is the storage type of mixed precision's product operands, not an arithmetic type:
-/// a bf16 value is made by a cast or a shape op and read by casts, shape ops, matmul and
-/// attention (which accumulate in f32). Everything else computes in f32 after a cast.
-bool moves_bf16(Op op) {
+/// bf16 and f16 are the storage types of mixed precision's product operands, not arithmetic
+/// types: such a value is made by a cast or a shape op and read by casts, shape ops, matmul,
+/// attention and convolutions (which accumulate in f32). Everything else computes in f32
+/// after a cast.
+bool moves_half(Op op) {
   return op == Op::kCast || op == Op::kReshape || op == Op::kPermute || op == Op::kBroadcastTo ||
          op == Op::kSlice || op == Op::kConcat;
 }
 
-void check_bf16(const Graph& g, const Node& node) {
+void check_half(const Graph& g, const Node& node) {
   const char* name = op_info(node.op).name;
-  if (node.dtype == DType::kBF16 && node.inputs.empty())
+  const std::string dt = dtype_name(node.dtype);
+  if (is_half(node.dtype) && node.inputs.empty())
     throw ShapeError(
-        "[" + std::string(name) +
-        "] cannot be bf16: a program's inputs, parameters, states and constants are f32 "
-        "(convert bf16 data on the host with HostTensor::to(DType::kF32); Precision::kBf16 makes "
-        "the bf16 copies products need) (at " +
+        "[" + std::string(name) + "] cannot be " + dt +
+        ": a program's inputs, parameters, states and constants are f32 (convert " + dt +
+        " data on the host with HostTensor::to(DType::kF32); Precision::kBf16 and kF16 make the "
+        "half-precision copies products need) (at " +
         loc_str(node.loc) + ")");
-  if (node.dtype == DType::kBF16 && !moves_bf16(node.op))
-    throw ShapeError("[" + std::string(name) +
-                     "] cannot make a bf16 value: bf16 values come from a cast of f32 (as Precision::kBf16 "
-                     "makes them) and shape ops on those (at " +
+  if (is_half(node.dtype) && !moves_half(node.op))
+    throw ShapeError("[" + std::string(name) + "] cannot make a " + dt + " value: " + dt +
+                     " values come from a cast of f32 (as mixed precision makes them) and shape ops on "
+                     "those (at " +
                      loc_str(node.loc) + ")");
   if (node.op == Op::kCast && !node.inputs.empty()) {
     const DType from = g.node(node.inputs[0]).dtype;
-    if ((from == DType::kBF16 || node.dtype == DType::kBF16) && from != DType::kF32 &&
-        node.dtype != DType::kF32)
-      throw ShapeError("[cast] bf16 converts to and from f32 only, not " + std::string(dtype_name(from)) +
-                       " to " + dtype_name(node.dtype) + " (at " + loc_str(node.loc) + ")");
+    if ((is_half(from) || is_half(node.dtype)) && from != DType::kF32 && node.dtype != DType::kF32)
+      throw ShapeError("[cast] bf16 and f16 convert to and from f32 only, not " +
+                       std::string(dtype_name(from)) + " to " + dtype_name(node.dtype) + " (at " +
+                       loc_str(node.loc) + ")");
   }
-  const bool reads_bf16 = moves_bf16(node.op) || node.op == Op::kMatmul || node.op == Op::kAttention ||
+  const bool reads_half = moves_half(node.op) || node.op == Op::kMatmul || node.op == Op::kAttention ||
                           node.op == Op::kAttentionGrad || node.op == Op::kConv2d ||
                           node.op == Op::kConv2dGradInput || node.op == Op::kConv2dGradWeight;
   for (int32_t in : node.inputs)
-    if (g.node(in).dtype == DType::kBF16 && !reads_bf16)
-      throw ShapeError("[" + std::string(name) +
-                       "] does not read bf16 values: only casts, shape ops, matmul, attention and conv2d do; "
-                       "cast to f32 first (at " +
+    if (is_half(g.node(in).dtype) && !reads_half)
+      throw ShapeError("[" + std::string(name) + "] does not read " + dtype_name(g.node(in).dtype) +
+                       " values: only casts, shape ops, matmul, attention and conv2d do; cast to f32 "
+                       "first (at " +
                        loc_str(node.loc) + ")");
 }
 
@@ -197,12 +199,7 @@ int32_t Graph::add(Node node) {
   check_count();
   infer(*this, node);
   check_count();
-  if (!compute_dtype(node.dtype))
-    throw ShapeError("[" + std::string(info.name) + "] " + dtype_name(node.dtype) +
-                     " values cannot be part of a program yet: programs compute in f32, i32 and bool "
-                     "(convert f16 data on the host with HostTensor::to(DType::kF32)) (at " +
-                     loc_str(node.loc) + ")");
-  check_bf16(*this, node);
+  check_half(*this, node);
   node.stage = stage;
   node.recompute = recompute;
   return add_checked(std::move(node));

@@ -72,8 +72,8 @@ void infer(const Graph& g, Node& n) {
       if (!dtype_allowed(info.dtypes, in(i).dtype))
         fail(g, n,
              std::string("does not accept dtype ") + dtype_name(in(i).dtype) +
-                 (in(i).dtype == DType::kBF16
-                      ? " (only casts, shape ops, matmul, attention and conv2d read bf16: cast to f32 first)"
+                 (is_half(in(i).dtype)
+                      ? " (only casts, shape ops, matmul, attention and conv2d read bf16 and f16: cast to f32 first)"
                       : ""));
       if (in(i).shape != in(0).shape || in(i).dtype != in(0).dtype)
         fail(g, n, "inputs must have identical shapes and dtypes (the API broadcasts them)");
@@ -422,12 +422,13 @@ void infer(const Graph& g, Node& n) {
     case Op::kAttentionGrad: {
       const Shape& q = in(0).shape;
       const Shape& k = in(1).shape;
-      // q, k, v (and dout) are all f32 or all bf16 (mixed precision); out and saved are f32.
+      // q, k, v (and dout) are all f32, all bf16 or all f16 (mixed precision); out and saved
+      // are f32.
       const DType qt = in(0).dtype;
       for (size_t i = 0; i < std::min<size_t>(n.inputs.size(), 5); ++i) {
         const DType want = i == 4 ? DType::kF32 : qt;
-        if ((qt != DType::kF32 && qt != DType::kBF16) || in(i).dtype != want || in(i).shape.size() != 4)
-          fail(g, n, "operands must be [B, H, T, D], q, k, v and dout all f32 or all bf16, out f32");
+        if ((qt != DType::kF32 && !is_half(qt)) || in(i).dtype != want || in(i).shape.size() != 4)
+          fail(g, n, "operands must be [B, H, T, D], q, k, v and dout all f32, all bf16 or all f16, out f32");
       }
       if (k != in(2).shape) fail(g, n, "k and v must have one shape");
       if (q[0] != k[0] || q[3] != k[3]) fail(g, n, "batch and head size of q and k must match");
@@ -456,9 +457,10 @@ void infer(const Graph& g, Node& n) {
       const Shape& a = in(0).shape;
       const Shape& b = in(1).shape;
       if (a.size() < 2 || b.size() < 2) fail(g, n, "operands must have rank >= 2");
-      // Both f32, or both bf16 (mixed precision: the product accumulates and is stored in f32).
-      if (in(0).dtype != in(1).dtype || (in(0).dtype != DType::kF32 && in(0).dtype != DType::kBF16))
-        fail(g, n, "operands must be both f32 or both bf16");
+      // Both f32, both bf16 or both f16 (mixed precision: the product accumulates and is
+      // stored in f32).
+      if (in(0).dtype != in(1).dtype || (in(0).dtype != DType::kF32 && !is_half(in(0).dtype)))
+        fail(g, n, "operands must be both f32, both bf16 or both f16");
       if (a[a.size() - 1] != b[b.size() - 2])
         fail(g, n,
              "inner extents differ: " + std::to_string(a.back()) + " vs " + std::to_string(b[b.size() - 2]));

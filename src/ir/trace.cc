@@ -29,9 +29,10 @@ std::string unused_capture_name(const Trace& trace, const std::string& base) {
   return name;
 }
 
-bool policy_wants_bf16(const Tensor& x) {
+DType policy_operand_dtype(const Tensor& x) {
   const Trace* t = current_trace();
-  if (t == nullptr || !t->bf16 || x.graph() != &t->graph || x.dtype() != DType::kF32) return false;
+  if (t == nullptr || t->half == DType::kF32 || x.graph() != &t->graph || x.dtype() != DType::kF32)
+    return DType::kF32;
   // Follow shape ops back to where the value was computed; a kept parameter stays f32.
   int32_t id = x.id();
   for (;;) {
@@ -42,12 +43,12 @@ bool policy_wants_bf16(const Tensor& x) {
       id = n.inputs[0];
       continue;
     }
-    if (n.op != Op::kParam) return true;
+    if (n.op != Op::kParam) return t->half;
     for (const std::string& prefix : t->keep_f32) {
       const bool at_boundary = n.name.size() == prefix.size() || n.name[prefix.size()] == '.';
-      if (!prefix.empty() && n.name.rfind(prefix, 0) == 0 && at_boundary) return false;
+      if (!prefix.empty() && n.name.rfind(prefix, 0) == 0 && at_boundary) return DType::kF32;
     }
-    return true;
+    return t->half;
   }
 }
 

@@ -25,10 +25,11 @@ struct Trace {
   /// random op; and the next per-site seed, so two dropout sites draw different streams.
   int32_t rng_key = -1;
   uint64_t next_seed = 0;
-  /// Mixed precision (Precision::kBf16): matmul and attention cast their f32 operands to
-  /// bf16, except operands that are (shape ops of) a parameter whose path starts with one of
-  /// `keep_f32` (a module path such as "head", or a parameter's full path).
-  bool bf16 = false;
+  /// Mixed precision (Precision::kBf16 / kF16): matmul, attention and convolutions cast their
+  /// f32 operands to this type (kF32: no mixed precision), except operands that are (shape
+  /// ops of) a parameter whose path starts with one of `keep_f32` (a module path such as
+  /// "head", or a parameter's full path).
+  DType half = DType::kF32;
   std::vector<std::string> keep_f32;
   /// Gradient accumulation (TrainOptions::micro_batches) traces the function once per
   /// micro-batch: this one's index. Captures record the first micro-batch's values only.
@@ -66,9 +67,10 @@ inline constexpr const char* kRngKeyInput = "__rng_key";
 /// programs of a model; an optimizer's moments are per program).
 inline constexpr const char* kUserStatePrefix = "state:";
 
-/// Whether the current trace's precision policy stores operand `x` of a product or an
-/// attention as bf16 (see Trace::bf16).
-bool policy_wants_bf16(const Tensor& x);
+/// The type the current trace's precision policy stores operand `x` of a product, an
+/// attention or a convolution as: Trace::half (bf16 or f16), or kF32 where no mixed precision
+/// applies to it (see Trace::half).
+DType policy_operand_dtype(const Tensor& x);
 
 /// Appends `node` to `graph` (with inference) and returns its handle.
 Tensor emit(Graph& graph, Node node);

@@ -35,10 +35,10 @@ void infer_window(const Graph& g, Node& n) {
   auto in = [&](size_t i) -> const Node& { return g.node(n.inputs[i]); };
   const Window& w = n.attrs.window;
   const bool conv = is_conv(n.op);
-  // Operands: both f32, or (the conv ops, under Precision::kBf16) both bf16.
+  // Operands: both f32, or (the conv ops, under mixed precision) both bf16 or both f16.
   const DType dt = in(0).dtype;
-  if (dt != DType::kF32 && !(conv && dt == DType::kBF16))
-    shape_fail(g, n, conv ? "operands must be f32 or bf16" : "input must be f32");
+  if (dt != DType::kF32 && !(conv && is_half(dt)))
+    shape_fail(g, n, conv ? "operands must be f32, bf16 or f16" : "input must be f32");
   for (size_t i = 1; i < n.inputs.size(); ++i)
     if (in(i).dtype != dt) shape_fail(g, n, "operands must have one dtype");
   for (size_t i = 0; i < n.inputs.size(); ++i)

@@ -74,7 +74,7 @@ bool foldable(Op op) {
 
 /// The constant node `n` (an elementwise node whose inputs are in `out`) folds to, if any.
 std::optional<Node> fold(const Graph& out, const Node& n, int64_t limit) {
-  if (n.dtype == DType::kBF16) return std::nullopt;  // bf16 values are never leaves (graph.cc)
+  if (is_half(n.dtype)) return std::nullopt;  // bf16/f16 values are never leaves (graph.cc)
   std::vector<Values> in;
   bool fill = true;
   for (int32_t id : n.inputs) {

@@ -92,7 +92,7 @@ int32_t Scheduler::left_operand_reader(int32_t id) const {
 
 bool Scheduler::cast_feeds_product(int32_t id) const {
   const ir::Node& n = g_.node(id);
-  if (n.op != Op::kCast || n.dtype != DType::kBF16 || g_.node(n.inputs[0]).dtype != DType::kF32) return false;
+  if (n.op != Op::kCast || !is_half(n.dtype) || g_.node(n.inputs[0]).dtype != DType::kF32) return false;
   const int32_t reader = sole_reader(id);
   if (reader < 0 || g_.node(reader).op != Op::kMatmul) return false;
   const ir::Node& m = g_.node(reader);

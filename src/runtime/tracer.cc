@@ -38,7 +38,9 @@ Tracer::Tracer(const std::vector<InputSpec>& inputs, bool training, uint64_t see
                const std::vector<std::string>& keep_f32, const char* api)
     : api_(api) {
   t_.training = training;
-  t_.bf16 = precision == Precision::kBf16;
+  t_.half = precision == Precision::kBf16 ? DType::kBF16
+            : precision == Precision::kF16  ? DType::kF16
+                                            : DType::kF32;
   t_.keep_f32 = keep_f32;
   // Per-site seeds: consecutive integers starting from a 64-bit mix of the program seed, so
   // programs with different seeds draw unrelated streams.

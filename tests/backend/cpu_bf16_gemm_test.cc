@@ -151,7 +151,7 @@ std::vector<std::vector<double>> run_bf16(backend::Backend& be, const std::vecto
         y_out = y;
         return sum(y * constant(std::span<const float>(w), y.shape()));
       },
-      false, true);
+      false, DType::kBF16);
   const std::vector<HostTensor> feeds = make_feeds(inputs, t, seed);
   const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
   t.graph.outputs = {y_out.id()};

@@ -210,7 +210,7 @@ std::vector<std::vector<double>> run_case(backend::Backend& be, const Bf16Case& 
         y_out = y;
         return sum(y * constant(std::span<const float>(w), y.shape()));
       },
-      false, bf16);
+      false, bf16 ? DType::kBF16 : DType::kF32);
   const int32_t y = y_out.id();
   const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
   if (operands)
@@ -224,7 +224,7 @@ std::vector<std::vector<double>> run_case(backend::Backend& be, const Bf16Case& 
 
 TEST_P(Bf16Op, PolicyCastsTheOperands) {
   const Bf16Case& row = GetParam();
-  const Traced t = trace_fn(row.inputs, row.build, false, true);
+  const Traced t = trace_fn(row.inputs, row.build, false, DType::kBF16);
   int bf16_values = 0;
   for (const ir::Node& n : t.graph.nodes()) bf16_values += n.dtype == DType::kBF16;
   EXPECT_GT(bf16_values, 0) << t.graph.to_string();

@@ -209,12 +209,13 @@ constexpr int32_t kRowKey = 20240607;
 
 /// Traces `fn` over fresh kInput leaves the way compile_forward does (a Trace made current
 /// only while the function runs), or compile_train with `training`; graph.outputs = {result}.
-/// `bf16` traces under Precision::kBf16's policy (products and attention read bf16 copies).
+/// `half` (bf16 or f16) traces under Precision::kBf16's or kF16's policy (products and
+/// attention read copies of that type); kF32 traces without mixed precision.
 inline Traced trace_fn(const std::vector<InputSpec>& specs, const BuildFn& fn, bool training = false,
-                       bool bf16 = false) {
+                       DType half = DType::kF32) {
   ir::Trace trace;
   trace.training = training;
-  trace.bf16 = bf16;
+  trace.half = half;
   Traced t;
   Tensor result;
   {
