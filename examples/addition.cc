@@ -9,9 +9,10 @@
 // sample predictions, an attention map read back through captures, and a checkpoint saved
 // and reloaded into a fresh model with identical accuracy.
 //
-//   ./addition [steps=700] [max_final_loss] [--bf16] [--device cpu|cuda|ref]
+//   ./addition [steps=700] [max_final_loss] [--bf16 | --f16] [--device cpu|cuda|ref]
 // With a bound, exit 1 if the loss ends above it. --bf16 trains and predicts in mixed
-// precision (tg::Precision::kBf16); the default device is the fastest available.
+// precision (tg::Precision::kBf16), --f16 in f16 mixed precision with dynamic loss scaling
+// (tg::Precision::kF16); the default device is the fastest available.
 #include <tensorgrad/tensorgrad.h>
 
 #include <algorithm>
@@ -95,6 +96,8 @@ Settings parse(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--bf16") {
       s.precision = tg::Precision::kBf16;
+    } else if (a == "--f16") {
+      s.precision = tg::Precision::kF16;
     } else if (a == "--device" && i + 1 < argc) {
       const std::string d = argv[++i];
       s.device = d == "cuda" ? tg::Device::cuda() : d == "ref" ? tg::Device::ref() : tg::Device::cpu();
@@ -135,7 +138,9 @@ int main(int argc, char** argv) {
       "addition: 3-layer GPT (d 64, 4 heads) on a+b for a, b < 100: %zu training pairs, %zu held out; "
       "batch %lld, %d steps, AdamW lr 2e-3 with warmup + cosine, on %s in %s\n",
       train_set.size(), held_out.size(), static_cast<long long>(kBatch), steps, settings.device.str().c_str(),
-      settings.precision == tg::Precision::kBf16 ? "bf16 mixed precision" : "f32");
+      settings.precision == tg::Precision::kBf16  ? "bf16 mixed precision"
+      : settings.precision == tg::Precision::kF16 ? "f16 mixed precision with loss scaling"
+                                                  : "f32");
 
   Model model;
   auto train = tg::compile_train(

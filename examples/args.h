@@ -61,13 +61,14 @@ struct Args {
     const std::string d = get("device", "auto");
     return d == "cpu" ? tg::Device::cpu() : d == "cuda" ? tg::Device::cuda() : tg::Device::best();
   }
-  /// --precision fp32 (default), tf32 or bf16 (mixed precision).
+  /// --precision fp32 (default), tf32, bf16 or f16 (mixed precision; f16 with loss scaling).
   tg::Precision precision() const {
     const std::string p = get("precision", "fp32");
     if (p == "fp32") return tg::Precision::kFp32;
     if (p == "tf32") return tg::Precision::kTf32;
     if (p == "bf16") return tg::Precision::kBf16;
-    throw std::runtime_error("--precision takes fp32, tf32 or bf16, not " + p);
+    if (p == "f16") return tg::Precision::kF16;
+    throw std::runtime_error("--precision takes fp32, tf32, bf16 or f16, not " + p);
   }
   tg::GenerateOptions sampling() const {
     return {.temperature = static_cast<float>(num("temperature", 0.8)),

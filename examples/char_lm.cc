@@ -7,8 +7,8 @@
 // writes a checkpoint (parameters + vocabulary + configuration in its metadata), a loss-curve
 // SVG, and samples text from a prompt. `--generate` only loads a checkpoint and samples.
 //
-//   ./char_lm [--device cpu|cuda] [--config cpu|gpu] [--precision fp32|tf32|bf16] [--steps N] [--checkpoint
-//   char_lm.safetensors]
+//   ./char_lm [--device cpu|cuda] [--config cpu|gpu] [--precision fp32|tf32|bf16|f16] [--steps N]
+//   [--checkpoint char_lm.safetensors]
 //             [--plot char_lm_loss.svg] [--prompt TEXT] [--tokens 500] [--temperature 0.8]
 //             [--top-k 0] [--top-p 0.95] [--seed 0] [--generate] [--max-val-loss X]
 //             [--corpus /usr/share/games/fortunes]

@@ -10,7 +10,7 @@
 // channels), then linear 3136 → 128 → relu → dropout → linear 128 → 10; Adam with a cosine
 // learning-rate decay, shuffled mini-batches, pixels scaled to zero mean and unit variance.
 //
-//   ./fashion_mnist [--device cpu|cuda] [--precision fp32|tf32|bf16] [--epochs 5] [--batch 128]
+//   ./fashion_mnist [--device cpu|cuda] [--precision fp32|tf32|bf16|f16] [--epochs 5] [--batch 128]
 //                   [--lr 2e-3] [--train-limit N] [--data DIR] [--out fashion_mnist]
 //                   [--min-accuracy 0.91]
 // --train-limit trains on the first N training images only (a short run); --min-accuracy makes

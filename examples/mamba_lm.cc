@@ -3,7 +3,7 @@
 // tied head), then sampled through the recurrent decoder: one step program whose conv and SSM
 // states are tg::state tensors (tg::Generator with prefill = false).
 //
-//   ./mamba_lm [--device cpu] [--config cpu] [--precision fp32|tf32|bf16] [--steps N] [--checkpoint
+//   ./mamba_lm [--device cpu] [--config cpu] [--precision fp32|tf32|bf16|f16] [--steps N] [--checkpoint
 //   mamba_lm.safetensors]
 //              [--plot mamba_lm_loss.svg] [--prompt TEXT] [--tokens 500] [--temperature 0.8]
 //              [--top-k 0] [--top-p 0.95] [--seed 0] [--generate] [--max-val-loss X]

@@ -128,6 +128,23 @@ struct InputSpec {
   DType dtype = DType::kF32;
 };
 
+/// Dynamic loss scaling (TrainOptions::loss_scaling; PyTorch's torch.amp.GradScaler and its
+/// defaults). The backward starts from loss · scale, so gradients too small for f16 stay
+/// representable in the products' f16 operands; the gradients are divided by the scale
+/// before clipping and the update (captures show them unscaled). A step whose gradients hold a
+/// NaN or an infinity is skipped as with skip_nonfinite and multiplies the scale by
+/// backoff_factor; after growth_interval finite steps in a row it is multiplied by
+/// growth_factor. growth_factor = backoff_factor = 1 is a static scale. The scale lives on
+/// the device ("loss_scale" in training_state().moments, saved with checkpoints; Program::
+/// loss_scale() reads it); reset_optimizer() starts it again from init_scale.
+struct LossScaling {
+  bool enabled = true;
+  double init_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
 struct TrainOptions {
   std::vector<InputSpec> inputs = {};
   /// Seeds the program's random streams (dropout, random_uniform).
@@ -149,7 +166,11 @@ struct TrainOptions {
   /// Program::skipped_steps() and last_step_skipped() tell. Each step then reads one flag
   /// back from the device.
   bool skip_nonfinite = false;
-  /// Under Precision::kBf16: products and attention that read a parameter whose path starts
+  /// Empty: dynamic loss scaling with LossScaling's defaults under Precision::kF16 (whose
+  /// gradients underflow without it), none otherwise; `{.enabled = false}` turns it off.
+  /// Scaling implies skip_nonfinite.
+  std::optional<LossScaling> loss_scaling = {};
+  /// Under Precision::kBf16 or kF16: products and attention that read a parameter whose path starts
   /// with one of these (a module path such as "head", or a full parameter path such as
   /// "blocks.0.attn.qkv.weight") stay f32, operands and gradient alike.
   std::vector<std::string> keep_f32 = {};
@@ -307,6 +328,8 @@ class Program {
   /// Steps left untaken because their gradients were not finite (TrainOptions::skip_nonfinite).
   int64_t skipped_steps() const;
   bool last_step_skipped() const;
+  /// The loss scale the next step uses (TrainOptions::loss_scaling), 1 without scaling.
+  double loss_scale() const;
   /// Everything but the parameters that the next step depends on (train programs).
   TrainingState training_state() const;
   /// Restores a training_state() of a program with the same optimizer (kind and settings

@@ -143,12 +143,11 @@ void check_half(const Graph& g, const Node& node) {
   const char* name = op_info(node.op).name;
   const std::string dt = dtype_name(node.dtype);
   if (is_half(node.dtype) && node.inputs.empty())
-    throw ShapeError(
-        "[" + std::string(name) + "] cannot be " + dt +
-        ": a program's inputs, parameters, states and constants are f32 (convert " + dt +
-        " data on the host with HostTensor::to(DType::kF32); Precision::kBf16 and kF16 make the "
-        "half-precision copies products need) (at " +
-        loc_str(node.loc) + ")");
+    throw ShapeError("[" + std::string(name) + "] cannot be " + dt +
+                     ": a program's inputs, parameters, states and constants are f32 (convert " + dt +
+                     " data on the host with HostTensor::to(DType::kF32); Precision::kBf16 and kF16 make the "
+                     "half-precision copies products need) (at " +
+                     loc_str(node.loc) + ")");
   if (is_half(node.dtype) && !moves_half(node.op))
     throw ShapeError("[" + std::string(name) + "] cannot make a " + dt + " value: " + dt +
                      " values come from a cast of f32 (as mixed precision makes them) and shape ops on "

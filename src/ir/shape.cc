@@ -72,9 +72,9 @@ void infer(const Graph& g, Node& n) {
       if (!dtype_allowed(info.dtypes, in(i).dtype))
         fail(g, n,
              std::string("does not accept dtype ") + dtype_name(in(i).dtype) +
-                 (is_half(in(i).dtype)
-                      ? " (only casts, shape ops, matmul, attention and conv2d read bf16 and f16: cast to f32 first)"
-                      : ""));
+                 (is_half(in(i).dtype) ? " (only casts, shape ops, matmul, attention and conv2d read bf16 "
+                                         "and f16: cast to f32 first)"
+                                       : ""));
       if (in(i).shape != in(0).shape || in(i).dtype != in(0).dtype)
         fail(g, n, "inputs must have identical shapes and dtypes (the API broadcasts them)");
     }

@@ -200,7 +200,8 @@ void Scheduler::place_product(int32_t id) {
   for (int64_t bytes : ch.scratch) st.scratch.push_back(add_scratch(bytes));
   // The operands at their own element sizes (a product's bf16 weight moves 2 bytes an element).
   st.bytes = 0;
-  for (int32_t x : {n.inputs[0], n.inputs[1], id}) st.bytes += g_.node(x).numel() * dtype_size(g_.node(x).dtype);
+  for (int32_t x : {n.inputs[0], n.inputs[1], id})
+    st.bytes += g_.node(x).numel() * dtype_size(g_.node(x).dtype);
   s_.steps.push_back(std::move(st));
 }
 

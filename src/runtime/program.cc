@@ -12,6 +12,7 @@
 #include "distributed/communicator.h"
 #include "ir/api_util.h"
 #include "ir/trace.h"
+#include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "passes/dce.h"
 #include "passes/hoist.h"
@@ -65,6 +66,7 @@ struct ProgramState {
   int64_t steps = 0;
   optim::UpdatePlan plan;
   int32_t finite = -1;  // skip_nonfinite: full-graph id of the bool "every gradient is finite"
+  std::optional<LossScaling> loss_scaling;  // when enabled
   int64_t skipped = 0;
   bool last_skipped = false;
   std::map<std::string, std::unique_ptr<backend::Buffer>>
@@ -230,7 +232,7 @@ Variant& variant_for(ProgramState& s, bool captures) {
   });
   if (plain_has_all) return s.plain;
   if (!s.with_captures) {
-    std::vector<int32_t> keep;
+    std::vector<int32_t> keep = s.kept;  // what step() reads besides the loss (the finite flag)
     for (const auto& [name, id] : s.captures) keep.push_back(id);
     s.with_captures = std::make_unique<Variant>(lower(s, keep));
   }
@@ -363,6 +365,10 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   std::unordered_map<int32_t, int32_t> grad_of;  // param leaf → its (summed) gradient
   std::map<int32_t, int32_t> last_update;        // state leaf → the last value assigned to it
   Tensor loss;
+  // Loss scaling: each slice's backward starts from its loss · scale (loss_scale.h).
+  s->loss_scaling = optim::resolve_loss_scaling(options.loss_scaling, options.precision == Precision::kF16);
+  const optim::LossScale scale =
+      s->loss_scaling ? optim::loss_scale(g, *s->loss_scaling) : optim::LossScale{};
   for (int64_t i = 0; i < k; ++i) {
     tr.micro_batch = static_cast<int32_t>(i);
     g.stage = ir::Stage::kForward;
@@ -381,7 +387,8 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     for (const Param* p : tr.params)  // frozen ones are read but not differentiated (freeze.cc)
       if (frozen.count(p) == 0) leaves.push_back(tr.param_nodes.at(p));
     g.stage = ir::Stage::kBackward;
-    const std::vector<int32_t> grads = autograd::append_gradients(g, part.id(), leaves);
+    const Tensor seed = s->loss_scaling ? part * Tensor(&g, scale.value) : part;
+    const std::vector<int32_t> grads = autograd::append_gradients(g, seed.id(), leaves);
     for (size_t j = 0; j < leaves.size(); ++j) {
       if (grads[j] < 0) continue;
       auto [it, fresh] = grad_of.emplace(leaves[j], grads[j]);
@@ -398,6 +405,11 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     g.updates.clear();
   }
   for (const auto& [target, value] : last_update) g.updates.push_back({target, value});
+  if (s->loss_scaling) {
+    g.stage = ir::Stage::kBackward;
+    const Tensor unscale = 1.0 / Tensor(&g, scale.value);
+    for (auto& [leaf, grad] : grad_of) grad = (Tensor(&g, grad) * unscale).id();
+  }
   g.stage = ir::Stage::kForward;
   if (s->comm != nullptr) {
     // The loss every rank reports: the mean over the ranks.
@@ -434,24 +446,9 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   } else {
     s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
   }
-  if (options.skip_nonfinite && !t.graph.updates.empty()) {
-    // Σ sum(g·0) over every gradient is exactly 0 unless some element is NaN or ±inf; each
-    // update then keeps its target's value when it is not.
-    const Loc loc = Loc::current();
-    Tensor acc;
-    for (const optim::ParamGrad& p : pg) {
-      const Tensor z = sum(Tensor(&t.graph, p.grad) * 0.0, {}, false, loc);
-      acc = acc.valid() ? acc + z : z;
-    }
-    if (sharded) {  // each rank saw its part only: every rank must skip, or none
-      const int32_t sums = ir::emit(t.graph, ir::make_node(ir::Op::kAllReduce, {acc.id()}, loc)).id();
-      acc = ir::result(t.graph, sums, 0, loc);
-    }
-    const Tensor ok = eq(acc, 0.0, loc);
-    for (ir::Graph::Update& u : t.graph.updates) {
-      const Tensor target(&t.graph, u.target);
-      u.value = where(broadcast_to(ok, target.shape(), loc), Tensor(&t.graph, u.value), target, loc).id();
-    }
+  if ((options.skip_nonfinite && !t.graph.updates.empty()) || s->loss_scaling) {
+    const Tensor ok = optim::append_skip_nonfinite(t.graph, pg, sharded);
+    if (s->loss_scaling) optim::append_loss_scale_update(t.graph, scale, ok, *s->loss_scaling);
     s->finite = ok.id();
     s->kept.push_back(ok.id());
   }
@@ -657,6 +654,14 @@ int64_t Program::skipped_steps() const {
 bool Program::last_step_skipped() const {
   std::lock_guard lock(state().store->mutex);
   return state().last_skipped;
+}
+double Program::loss_scale() const {
+  detail::ProgramState& s = state();
+  std::lock_guard lock(s.store->mutex);
+  if (!s.loss_scaling) return 1.0;
+  float stored = 0;
+  s.store->backend->download(*s.state_buffers.at(optim::kLossScaleState), &stored);
+  return stored == 0 ? s.loss_scaling->init_scale : stored;
 }
 
 TrainingState Program::training_state() const {

@@ -9,7 +9,7 @@
 // an f32 sum of K exact products, so |C − Σ a·b| ≤ γ_K·Σ|a·b| with γ_K = K·u/(1 − K·u), u = 2^-24
 // (recursive summation, any order); the check allows (K + 1)·2^-24·Σ|a·b|.
 // The AMX path through matmul programs: cpu_bf16_gemm_test (MatmulProgramsOnEveryPathMatchRef),
-// and bf16_op_test / bf16_train_test, which run on it by default where AMX is.
+// and half_op_test / bf16_train_test, which run on it by default where AMX is.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -6,7 +6,7 @@
 //     whose padding must stay untouched, and two threads writing disjoint row ranges;
 //   - bf16 matmul programs (forward and gradients) on the CPU backend, on the AMX path, the
 //     vdpbf16ps path and the widening path, against the reference backend (batched, broadcast,
-//     transposed and thread-split products), at bf16_op_test's tolerance.
+//     transposed and thread-split products), at half_op_test's tolerance.
 // Tests of the vdpbf16ps kernel skip on CPUs without AVX512-BF16, the AMX path where AMX-BF16 is
 // missing (the AMX kernel's own tests: cpu_amx_gemm_test).
 #include <gtest/gtest.h>
@@ -166,7 +166,7 @@ TEST(CpuBf16Gemm, MatmulProgramsOnEveryPathMatchRef) {
     std::string name;
     std::vector<InputSpec> inputs;
     BuildFn build;
-    Tol tol{1e-5, 1e-6};  // bf16_op_test's: f32 accumulation of exact bf16 products
+    Tol tol{1e-5, 1e-6};  // half_op_test's: f32 accumulation of exact bf16 products
   };
   const std::vector<Row> rows = {
       {"square", {uni({48, 40}), uni({40, 56})}, [](const Ts& x) { return matmul(x[0], x[1]); }},

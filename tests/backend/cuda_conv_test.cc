@@ -10,7 +10,7 @@
 // its input gradient at |dy|, its weight gradient at |x|, |dy|: the same program fed absolute
 // values, on ref), each element must satisfy |cuda − ref| ≤ 1.1·(2^-10 + K·2^-24)·B + 1e-6 (the
 // 1.1 covers the 2^-22).
-// (bf16 programs: tests/ops/bf16_op_test.cc, exact products there.)
+// (bf16 programs: tests/ops/half_op_test.cc, exact products there.)
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -187,25 +187,27 @@ std::vector<Instance> template_instances() {
         cuda::attention_grad_kernels(name + "_grad", s, q, kv, kv, q, c.kept ? &q : nullptr);
     for (const cuda::Launch& l : plan.launches) add("attention grad " + c.tag + " " + l.name, l);
   }
-  // bf16 q, k, v and dout (widened on load; the forward's out stays f32): each path.
-  const AttentionCase bf16_cases[] = {
-      {"bf16 small causal", {2, 4, 2, 16, 16, 32, 0.17, true}, false},
-      {"bf16 tiled", {1, 2, 2, 200, 200, 200, 0.07, true}, true},
-      {"bf16 mma causal", {2, 4, 2, 300, 300, 64, 0.125, true}, false},
-      {"bf16 mma kept", {1, 4, 2, 600, 600, 128, 0.09, false}, true},
+  // bf16 and f16 q, k, v and dout (widened on load; the forward's out stays f32): each path.
+  const AttentionCase half_cases[] = {
+      {"small causal", {2, 4, 2, 16, 16, 32, 0.17, true}, false},
+      {"tiled", {1, 2, 2, 200, 200, 200, 0.07, true}, true},
+      {"mma causal", {2, 4, 2, 300, 300, 64, 0.125, true}, false},
+      {"mma kept", {1, 4, 2, 600, 600, 128, 0.09, false}, true},
   };
-  for (const AttentionCase& c : bf16_cases) {
-    cuda::AttentionShape s = c.s;
-    s.sm_count = kSms;
-    const cuda::Operand q = dense(DType::kBF16, {s.batch, s.q_heads, s.t, s.d}),
-                        kv = dense(DType::kBF16, {s.batch, s.kv_heads, s.s, s.d}),
-                        o = dense(f32, {s.batch, s.q_heads, s.t, s.d});
-    const std::string name = "attention_" + std::to_string(out.size());
-    add("attention " + c.tag, cuda::attention_kernel(name, s, q, kv, kv, o, c.kept));
-    const cuda::AttentionGradPlan plan =
-        cuda::attention_grad_kernels(name + "_grad", s, q, kv, kv, q, c.kept ? &o : nullptr);
-    for (const cuda::Launch& l : plan.launches) add("attention grad " + c.tag + " " + l.name, l);
-  }
+  for (DType half : {DType::kBF16, DType::kF16})
+    for (const AttentionCase& c : half_cases) {
+      cuda::AttentionShape s = c.s;
+      s.sm_count = kSms;
+      const cuda::Operand q = dense(half, {s.batch, s.q_heads, s.t, s.d}),
+                          kv = dense(half, {s.batch, s.kv_heads, s.s, s.d}),
+                          o = dense(f32, {s.batch, s.q_heads, s.t, s.d});
+      const std::string name = "attention_" + std::to_string(out.size());
+      const std::string tag = std::string(dtype_name(half)) + " " + c.tag;
+      add("attention " + tag, cuda::attention_kernel(name, s, q, kv, kv, o, c.kept));
+      const cuda::AttentionGradPlan plan =
+          cuda::attention_grad_kernels(name + "_grad", s, q, kv, kv, q, c.kept ? &o : nullptr);
+      for (const cuda::Launch& l : plan.launches) add("attention grad " + tag + " " + l.name, l);
+    }
 
   // The layout kernels of codegen.h.
   add("copy", cuda::copy_kernel("copy", {f32, {30, 20}, {1, 30}}));
@@ -213,6 +215,8 @@ std::vector<Instance> template_instances() {
   add("split_copy", cuda::split_copy_kernel("split_copy", 30, 20, 20, 1, 32, 24, false, 1, true));
   add("product", cuda::product_kernel("product", {8, 9}, {9, 1}, {0, 1}));
   add("product bf16", cuda::product_kernel("product_bf16", {8, 9}, {9, 1}, {0, 1}, DType::kBF16));
+  add("product f16", cuda::product_kernel("product_f16", {8, 9}, {9, 1}, {0, 1}, DType::kF16));
+  add("copy f16", cuda::copy_kernel("copy_f16", {DType::kF16, {30, 20}, {1, 30}}));
   add("copy bf16", cuda::copy_kernel("copy_bf16", {DType::kBF16, {30, 20}, {1, 30}}));
   add("concat bf16",
       cuda::concat_kernel("concat_bf16", {dense(DType::kBF16, {3, 4}), {DType::kBF16, {3, 2}, {1, 3}}},
@@ -228,7 +232,7 @@ std::vector<Instance> template_instances() {
   // Gathering implicit GEMMs (SIMT and tensor cores) and shared-memory tiles (tf32 or bf16).
   const ir::WindowGeom wide{512, 32, 14, 14, 64, 14, 14, ir::Window{.kh = 3, .kw = 3, .ph = 1, .pw = 1}};
   for (ir::Op op : {ir::Op::kConv2d, ir::Op::kConv2dGradInput, ir::Op::kConv2dGradWeight})
-    for (DType t : {f32, DType::kBF16})
+    for (DType t : {f32, DType::kBF16, DType::kF16})
       for (bool tiles : {false, true})
         for (const bool is_wide : {false, true}) {  // the small one in exact f32, the wide one in tf32
           const std::string what = std::string("conv ") + ir::op_name(op) + " " + dtype_name(t) +

@@ -303,7 +303,7 @@ TEST(NnShapeErrors, ConvolutionalOps) {
   expect_shape_error({uni({1, 4, 4}), uni({1, 1, 3, 3})}, conv, "conv2d", "[N, C, H, W]");
   expect_shape_error({uni({1, 1, 4, 4}), uni({1, 3, 3})}, conv, "conv2d", "weight");
   expect_shape_error({uni({1, 2, 4, 4}), uni({3, 2, 3, 3}), uni({2})}, FN(conv2d(x[0], x[1], x[2])), "conv2d", "bias");
-  expect_shape_error({ints({1, 1, 4, 4}), uni({1, 1, 3, 3})}, conv, "conv2d", "f32 or bf16");
+  expect_shape_error({ints({1, 1, 4, 4}), uni({1, 1, 3, 3})}, conv, "conv2d", "f32, bf16 or f16");
   // conv_transpose2d: weight [Cin, Cout/groups, KH, KW].
   const BuildFn up = FN(conv_transpose2d(x[0], x[1]));
   expect_shape_error({uni({1, 4, 3, 3}), uni({3, 2, 3, 3})}, up, "conv_transpose2d", "input channels");

@@ -30,8 +30,8 @@
 // itself; a pthreads-built one would run every call on its own pool, serialised on a lock,
 // so it is limited to one thread for the duration of the region and restored afterwards.
 //
-// bf16 q, k, v and dout (Precision::kBf16) are widened to dense f32 copies before each run;
-// everything above then runs in f32 on exactly those values.
+// bf16 or f16 q, k, v and dout (Precision::kBf16 / kF16) are widened (exactly) to dense f32
+// copies before each run; everything above then runs in f32 on exactly those values.
 #include <cblas.h>
 #include <omp.h>
 
@@ -440,27 +440,31 @@ void backward_blocks(const Geometry& g, const Operand& q, const Operand& k, cons
   }
 }
 
-/// A bf16 [B, H, rows, D] operand as make_attention receives it: strides as Operand's.
-struct Bf16Operand {
+/// A bf16 or f16 [B, H, rows, D] operand as make_attention receives it: strides as Operand's.
+struct HalfOperand {
   const uint16_t* data = nullptr;
   int64_t sb = 0, sh = 0, ld = 1;
   int64_t B = 0, H = 0, rows = 0, D = 0;
+  bool f16 = false;  // else bf16
 };
 
-Bf16Operand bf16_operand(const View& v, const Shape& shape) {
+HalfOperand half_operand(const View& v, const Shape& shape, DType dtype) {
   const Operand o = operand(v, shape);
-  return {
+  HalfOperand x{
       reinterpret_cast<const uint16_t*>(v.data), o.sb, o.sh, o.ld, shape[0], shape[1], shape[2], shape[3]};
+  x.f16 = dtype == DType::kF16;
+  return x;
 }
 
-int64_t dense_numel(const Bf16Operand& x) { return x.B * x.H * x.rows * x.D; }
+int64_t dense_numel(const HalfOperand& x) { return x.B * x.H * x.rows * x.D; }
 
 /// The f32 values of x (exact), dense [B, H, rows, D] at dst, as an Operand.
-Operand widen(const Bf16Operand& x, float* dst) {
+Operand widen(const HalfOperand& x, float* dst) {
   const int64_t heads = x.B * x.H, head = x.rows * x.D;
+  const auto widen_head = x.f16 ? widen_f16 : widen_bf16;
 #pragma omp parallel for schedule(static) if (heads > 1 && heads * head > kGrainCheap)
   for (int64_t bh = 0; bh < heads; ++bh)
-    widen_bf16(x.data + bh / x.H * x.sb + bh % x.H * x.sh, x.rows, x.D, x.ld, dst + bh * head);
+    widen_head(x.data + bh / x.H * x.sb + bh % x.H * x.sh, x.rows, x.D, x.ld, dst + bh * head);
   return {dst, x.H * head, head, checked_blas_int(std::max<int64_t>(1, x.D))};
 }
 
@@ -505,19 +509,19 @@ Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& k
       (direct ? backward_direct : backward_blocks)(g, q, k, v, dout, out, caller_scratch());
   };
   const size_t operands = backward ? 4 : 3;
-  if (dtype == DType::kBF16) {
-    // bf16 operands are widened (exactly) to dense f32 copies first: O(B·H·T·D) work against
-    // the kernel's O(B·H·T·S·D), and the f32 kernel then multiplies the same values.
-    std::vector<Bf16Operand> narrow;
+  if (is_half(dtype)) {
+    // bf16 and f16 operands are widened (exactly) to dense f32 copies first: O(B·H·T·D) work
+    // against the kernel's O(B·H·T·S·D), and the f32 kernel then multiplies the same values.
+    std::vector<HalfOperand> narrow;
     for (size_t i = 0; i < operands; ++i)
-      narrow.push_back(bf16_operand(in[i], i == 1 || i == 2 ? kv_shape : q_shape));
+      narrow.push_back(half_operand(in[i], i == 1 || i == 2 ? kv_shape : q_shape, dtype));
     return [=] {
       if (out_numel == 0 || (backward && g.D == 0)) return;
       int64_t total = 0;
-      for (const Bf16Operand& x : narrow) total += dense_numel(x);
+      for (const HalfOperand& x : narrow) total += dense_numel(x);
       float* dst = widened_scratch(total);
       std::vector<Operand> wide;
-      for (const Bf16Operand& x : narrow) {
+      for (const HalfOperand& x : narrow) {
         wide.push_back(widen(x, dst));
         dst += dense_numel(x);
       }

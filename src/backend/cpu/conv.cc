@@ -4,7 +4,8 @@
 // matrix); grad_input multiplies Wᵀ by dY into such a tile and scatters it back (col2im),
 // grad_weight accumulates dY·colᵀ into a per-thread partial summed at the end. A 1×1 window
 // with unit stride and no padding reads x in place. bf16 operands (mixed precision) stay bf16
-// through im2col into the AMX or vdpbf16ps GEMM where the CPU has one, else are widened to f32 first.
+// through im2col into the AMX or vdpbf16ps GEMM where the CPU has one, else are widened to f32 first;
+// f16 operands are always widened (there is no f16 product kernel here).
 // The pools are direct loops over the planes of [N·C, H, W].
 #include <immintrin.h>
 #include <omp.h>
@@ -101,11 +102,11 @@ void col2im(const WindowGeom& g, const float* col, int64_t i0, int64_t rows, flo
       }
 }
 
-/// An operand as f32: itself, or (bf16) widened into `buf`.
+/// An operand as f32: itself, or (bf16, f16) widened (exactly) into `buf`.
 const float* as_f32(DType dtype, const std::byte* p, int64_t n, std::vector<float>& buf) {
   if (dtype == DType::kF32) return reinterpret_cast<const float*>(p);
   buf.resize(static_cast<size_t>(n));
-  widen_bf16(reinterpret_cast<const uint16_t*>(p), 1, n, n, buf.data());
+  (dtype == DType::kF16 ? widen_f16 : widen_bf16)(reinterpret_cast<const uint16_t*>(p), 1, n, n, buf.data());
   return buf.data();
 }
 
@@ -217,7 +218,7 @@ void conv_grad_weight(const WindowGeom& g, const T* x, const T* dy, float* dw) {
 }
 
 /// Runs a conv op on f32 operands, or on bf16 ones: through AMX or vdpbf16ps where the CPU has one,
-/// else widened to f32 (the same products, exactly).
+/// else widened to f32 (the same products, exactly); f16 ones always widened to f32.
 template <class F>
 void with_operands(DType dtype, const std::byte* a, int64_t na, const std::byte* b, int64_t nb, F&& run) {
   if (dtype == DType::kBF16 && bf16_kernel_enabled())

@@ -206,7 +206,7 @@ struct BlasOperand {
 /// Whether the last two axes of `view` (extents rows × cols) are BLAS-addressable.
 std::optional<BlasOperand> blas_operand(const View& view, const Shape& shape);
 /// [..., m, k] @ [..., k, n] → dense f32 out of node.shape; both views must pass blas_operand.
-/// dtype: both operands' type, f32 or bf16 (accumulated in f32).
+/// dtype: both operands' type, f32, bf16 or f16 (accumulated in f32).
 Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, const Shape& b_shape,
                    const View& b, float* out, DType dtype = DType::kF32);
 
@@ -230,8 +230,8 @@ Kernel make_rotary(const Shape& shape, const View& x, const View& cos, const Vie
 Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View& src, const View& idx,
                         float* out);
 
-/// conv2d, the pools and their gradients (conv.cc): a (x, w, dy…) of `dtype` (f32, or bf16 for
-/// the conv ops), dense NCHW; b null for the one-operand ops.
+/// conv2d, the pools and their gradients (conv.cc): a (x, w, dy…) of `dtype` (f32, or bf16 or f16
+/// for the conv ops), dense NCHW; b null for the one-operand ops.
 Kernel make_window(const ir::Node& node, const ir::WindowGeom& geom, DType dtype, const std::byte* a,
                    const std::byte* b, float* out);
 
@@ -262,7 +262,7 @@ Kernel make_selective_scan(const ir::Node& node, const Shape& u_shape, const Sha
 Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
                          const std::vector<View>& in, float* out);
 /// Attention (q, k, v) / AttentionGrad (q, k, v, dout); every view passes attention_operand.
-/// dtype: the type of q, k, v and dout, f32 or bf16 (widened to f32 before each run).
+/// dtype: the type of q, k, v and dout, f32, bf16 or f16 (half ones widened to f32 before each run).
 Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
                       const std::vector<View>& in, float* out, DType dtype = DType::kF32);
 

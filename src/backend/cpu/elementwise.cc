@@ -1,9 +1,9 @@
 // Elementwise block functions of the CPU backend: one per (op, element type), generated from
 // the expression column of ops.def (TG_UNARY / TG_BINARY / TG_COMPARE rows) and instantiated
-// only for the element types each row allows, plus cast (bf16 only from and to f32) and where. A block
-// function maps n dense elements of its operands to n dense results, a loop the compiler vectorises; the
-// fused-group executor (fused.cc) chains them over cache-resident blocks. int32 is seen by
-// the expressions as WrapI32, whose + - * and negation wrap modulo 2^32 instead of being UB.
+// only for the element types each row allows, plus cast (bf16 and f16 only from and to f32) and where. A
+// block function maps n dense elements of its operands to n dense results, a loop the compiler vectorises;
+// the fused-group executor (fused.cc) chains them over cache-resident blocks. int32 is seen by the
+// expressions as WrapI32, whose + - * and negation wrap modulo 2^32 instead of being UB.
 #include <compare>
 #include <limits>
 #include <string>
@@ -11,7 +11,13 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/fastmath.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "tensorgrad/errors.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TG_X86 1
+#endif
 
 namespace tg::backend::cpu {
 namespace {
@@ -183,6 +189,49 @@ void cast_bf16_to_f32(std::byte* out, const std::byte* x, const std::byte*, cons
   for (int64_t j = 0; j < n; ++j) po[j] = static_cast<uint32_t>(pa[j]) << 16;
 }
 
+#if defined(TG_X86)
+/// f32 → f16 on F16C, 8 at a time; returns how many it converted (a multiple of 8). vcvtps2ph
+/// with immediate 0 rounds to nearest even whatever MXCSR says, writes f16 subnormals (FTZ does
+/// not apply to it) and rounds overflow to ±inf: IEEE, as tg::f16_from_f32. Only a NaN would
+/// differ (it keeps its payload, truncated): each NaN lane is first replaced by the quiet NaN
+/// 0x7FC00000 with its sign, which converts to 0x7E00 with that sign.
+[[gnu::target("avx,f16c")]] int64_t f32_to_f16_f16c(uint16_t* out, const float* x, int64_t n) {
+  const __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256 safe = _mm256_blendv_ps(v, _mm256_or_ps(_mm256_and_ps(v, sign), quiet), nan);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm256_cvtps_ph(safe, 0));
+  }
+  return j;
+}
+
+bool has_f16c() {
+  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+/// f32 → f16 exactly as tg::f16_from_f32 (round to nearest even, subnormals, overflow → ±inf,
+/// NaN → 0x7E00 with its sign), so the backends and the reference multiply the same f16
+/// operands: on F16C where the CPU has it, the tail (and other CPUs) one element at a time.
+void cast_f32_to_f16(std::byte* out, const std::byte* x, const std::byte*, const std::byte*, int64_t n) {
+  auto* po = reinterpret_cast<uint16_t*>(out);
+  auto* pa = reinterpret_cast<const float*>(x);
+  int64_t j = 0;
+#if defined(TG_X86)
+  if (has_f16c()) j = f32_to_f16_f16c(po, pa, n);
+#endif
+  for (; j < n; ++j) po[j] = f16_from_f32(pa[j]);
+}
+
+/// f16 → f32: exact (widen_f16, tg::f32_from_f16 bit for bit).
+void cast_f16_to_f32(std::byte* out, const std::byte* x, const std::byte*, const std::byte*, int64_t n) {
+  widen_f16(reinterpret_cast<const uint16_t*>(x), 1, n, n, reinterpret_cast<float*>(out));
+}
+
 template <class From>
 BlockFn cast_from(DType to) {
   switch (to) {
@@ -191,8 +240,10 @@ BlockFn cast_from(DType to) {
     case DType::kBool: return cast_block<uint8_t, From>;
     case DType::kBF16:
       if constexpr (std::is_same_v<From, float>) return cast_f32_to_bf16;
-      break;                  // the IR makes bf16 only from f32
-    case DType::kF16: break;  // a host format: never in a program
+      break;  // the IR makes bf16 only from f32
+    case DType::kF16:
+      if constexpr (std::is_same_v<From, float>) return cast_f32_to_f16;
+      break;  // the IR makes f16 only from f32
   }
   throw Error(std::string("[cpu] cast to ") + dtype_name(to));
 }
@@ -235,7 +286,9 @@ BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype) {
       case DType::kBF16:
         if (out_dtype == DType::kF32) return cast_bf16_to_f32;
         break;  // the IR reads bf16 into f32 only
-      case DType::kF16: break;
+      case DType::kF16:
+        if (out_dtype == DType::kF32) return cast_f16_to_f32;
+        break;  // the IR reads f16 into f32 only
     }
     throw Error(std::string("[cpu] cast from ") + dtype_name(in_dtype) + " to " + dtype_name(out_dtype));
   }

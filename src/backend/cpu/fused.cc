@@ -281,7 +281,7 @@ class Group {
     }
   }
 
-  /// n copies of the element at src, moved as raw 4-, 2- (bf16) or 1-byte words.
+  /// n copies of the element at src, moved as raw 4-, 2- (bf16, f16) or 1-byte words.
   template <class E>
   static void fill_as(std::byte* dst, const std::byte* src, int64_t n) {
     E v;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -228,6 +229,29 @@ void widen_bf16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, flo
     const uint16_t* s = src + r * ld;
     float* d = dst + r * cols;
     for (int64_t c = 0; c < cols; ++c) d[c] = f32_from_bf16(s[c]);
+  }
+}
+
+namespace {
+/// The bits of tg::f32_from_f16(h) without branches: a subnormal is mant · 2^-24 (an exact
+/// product of normal f32 values, so no denormal flushing can touch it), inf and NaN keep their
+/// payload, a normal number rebiases its exponent (15 → 127). All three are computed and the
+/// right one picked with masks: with ?: the compiler would guard the multiply with a branch
+/// (it may trap) and leave the loop scalar.
+inline uint32_t f32_bits_from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  const auto sub = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(mant)) * 0x1p-24f);
+  const uint32_t special = 0x7f800000u | (mant << 13), normal = ((exp + 112) << 23) | (mant << 13);
+  const uint32_t is_sub = 0u - (exp == 0), is_special = 0u - (exp == 31);
+  return sign | (sub & is_sub) | (special & is_special) | (normal & ~(is_sub | is_special));
+}
+}  // namespace
+
+void widen_f16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* s = src + r * ld;
+    float* d = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c) d[c] = std::bit_cast<float>(f32_bits_from_f16(s[c]));
   }
 }
 

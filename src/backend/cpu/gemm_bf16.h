@@ -1,4 +1,4 @@
-// Products of bf16 operands with f32 accumulation (matmul and attention under
+// Products of bf16 operands with f32 accumulation (matmul, attention and conv2d under
 // Precision::kBf16). Three paths compute the same mathematical value, Σ_k a_ik·b_kj over exact
 // bf16 products rounded into an f32 accumulator:
 //   - gemm_bf16_amx (gemm_amx.h): Intel AMX tiles (TDPBF16PS), where the CPU has AMX-BF16 and
@@ -9,7 +9,8 @@
 //   - widen_bf16 + an f32 GEMM: every other CPU (bf16 → f32 is exact, so the f32 kernel then
 //     multiplies the same values).
 // gemm_bf16_kernel picks between the first two (AMX > vdpbf16ps); callers widen where
-// bf16_kernel_enabled() is false.
+// bf16_kernel_enabled() is false. f16 operands (Precision::kF16) always take the third path,
+// through widen_f16: there is no f16 product kernel here.
 // Threading as in gemm_small.h: nothing inside, per-thread packing buffers, so calls from
 // several threads may write disjoint parts of C.
 #pragma once
@@ -55,5 +56,9 @@ void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 
 /// dst[r·cols + c] = f32(src[r·ld + c]) for a rows × cols matrix (exact).
 void widen_bf16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst);
+/// The same for f16 (IEEE binary16) words: tg::f32_from_f16 bit for bit, NaN payloads included,
+/// in a branch-free loop the compiler vectorises. f16 products (Precision::kF16) always take this
+/// path: there is no f16 product kernel here.
+void widen_f16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst);
 
 }  // namespace tg::backend::cpu

@@ -1,7 +1,7 @@
 // Memory and data movement for the CPU backend: aligned host memory, stride helpers, the
 // loop-nest collapsing that lets every strided kernel run as a few long inner loops, and
 // the one strided copy that materialises views (broadcast, permute, slice), scatters
-// unslice/concat pieces into place, and reads outputs back. Copies move raw 4-, 2- (bf16) or 1-byte
+// unslice/concat pieces into place, and reads outputs back. Copies move raw 4-, 2- (bf16, f16) or 1-byte
 // elements, so they need no per-dtype instantiation beyond the element size; a transpose
 // is copied in cache-sized tiles.
 #include <cstring>

@@ -107,19 +107,20 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int
   });
 }
 
-/// The same product of bf16 operands: a few rows against a weight as dot products
-/// (gemv_bf16_dot) split by columns, others on AMX or vdpbf16ps (gemm_bf16_kernel) split by rows
-/// where the CPU has one; else both
-/// operands widened to f32 (exact) into per-thread memory and multiplied by gemm().
-void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* A, int64_t lda,
+/// The same product of half operands held as uint16 words. bf16: a few rows against a weight as
+/// dot products (gemv_bf16_dot) split by columns, others on AMX or vdpbf16ps (gemm_bf16_kernel)
+/// split by rows where the CPU has one. Otherwise, and always for f16 (no f16 product kernel
+/// here), both operands are widened to f32 (exact) into per-thread memory and multiplied by gemm().
+void gemm_half(DType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float* C, int64_t ldc, bool may_fork) {
-  if (bf16_dot_enabled() && !ta && tb && m <= 8) {  // a few rows against a weight: no packing
+  const bool bf16 = dtype == DType::kBF16;
+  if (bf16 && bf16_dot_enabled() && !ta && tb && m <= 8) {  // a few rows against a weight: no packing
     split_cols(m, n, k, may_fork, [&](int64_t c0, int64_t c1) {
       gemv_bf16_dot(m, c1 - c0, k, A, lda, B + c0 * ldb, ldb, C + c0, ldc);
     });
     return;
   }
-  if (bf16_kernel_enabled()) {
+  if (bf16 && bf16_kernel_enabled()) {
     split_rows(m, n, k, may_fork, [&](int64_t r0, int64_t r1) {
       gemm_bf16_kernel(ta, tb, r1 - r0, n, k, ta ? A + r0 : A + r0 * lda, lda, B, ldb, C + r0 * ldc, ldc);
     });
@@ -129,8 +130,9 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
   wide_a.resize(static_cast<size_t>(a_rows * a_cols));
   wide_b.resize(static_cast<size_t>(b_rows * b_cols));
-  widen_bf16(A, a_rows, a_cols, lda, wide_a.data());
-  widen_bf16(B, b_rows, b_cols, ldb, wide_b.data());
+  const auto widen = bf16 ? widen_bf16 : widen_f16;
+  widen(A, a_rows, a_cols, lda, wide_a.data());
+  widen(B, b_rows, b_cols, ldb, wide_b.data());
   gemm(ta, tb, m, n, k, wide_a.data(), std::max<int64_t>(1, a_cols), wide_b.data(),
        std::max<int64_t>(1, b_cols), C, ldc, may_fork);
 }
@@ -190,7 +192,7 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
     a_off.resize(1);
     b_off.resize(1);
   }
-  const bool bf16 = dtype == DType::kBF16;
+  const bool half = is_half(dtype);
   const auto* A = reinterpret_cast<const float*>(a.data);
   const auto* B = reinterpret_cast<const float*>(b.data);
   const auto* A16 = reinterpret_cast<const uint16_t*>(a.data);
@@ -199,11 +201,11 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
   const auto count = static_cast<int64_t>(a_off.size());
   // Whether each product runs on one thread by itself (then several run side by side), or on
   // OpenBLAS, which brings its own threads.
-  const bool own_kernel = bf16 && bf16_kernel_enabled() ? true : sgemm_small_everywhere();
+  const bool own_kernel = dtype == DType::kBF16 && bf16_kernel_enabled() ? true : sgemm_small_everywhere();
   auto product = [=](int64_t bi, bool may_fork) {
     const auto at = static_cast<size_t>(bi);
-    if (bf16)
-      gemm_bf16(ta, tb, rows, n, k, A16 + a_off[at], lda, B16 + b_off[at], ldb, out + bi * c_step, ldc,
+    if (half)
+      gemm_half(dtype, ta, tb, rows, n, k, A16 + a_off[at], lda, B16 + b_off[at], ldb, out + bi * c_step, ldc,
                 may_fork);
     else
       gemm(ta, tb, rows, n, k, A + a_off[at], lda, B + b_off[at], ldb, out + bi * c_step, ldc, may_fork);

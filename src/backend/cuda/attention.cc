@@ -47,8 +47,9 @@
 //          m16n8k8 tf32), 16 rows per warp. AttentionShape::tiles overrides its tiles.
 //   bf16   bf16 q, k, v (and dout) and D ≤ 128: the tensor-core kernels with bf16 tiles and
 //          mma.sync m16n8k16 bf16 (kernels/attention_mma_bf16.cuh); P and dS are rounded to
-//          bf16 once for their products, as in FlashAttention-2. Every other path widens bf16
-//          operands to f32 as it loads them.
+//          bf16 once for their products, as in FlashAttention-2. f16 q, k, v take the same
+//          kernels with f16 tiles, f16 rounding and mma.sync m16n8k16 f16 (HALF_F16). Every
+//          other path widens bf16 and f16 operands to f32 as it loads them.
 // Every path is deterministic (no atomics): each output element is written by one thread.
 //
 // The device code is in kernels/attention_common.cuh, attention_tiled.cuh, attention_small.cuh
@@ -154,9 +155,10 @@ void check_shape(const AttentionShape& s, const Operand& q, const Operand& k, co
                 std::to_string(s.scale));
   if (s.t > (int64_t{1} << 30) || s.s > (int64_t{1} << 30))
     throw Error("[cuda] attention: sequence too long");
-  // q, k, v (and the backward's dout) share one element type, f32 or bf16; the forward's out is f32.
-  if (q.dtype != DType::kF32 && q.dtype != DType::kBF16)
-    throw Error(std::string("[cuda] attention: q is ") + dtype_name(q.dtype) + ", expected f32 or bf16");
+  // q, k, v (and the backward's dout) share one element type, f32, bf16 or f16; the forward's
+  // out is f32.
+  if (q.dtype != DType::kF32 && !is_half(q.dtype))
+    throw Error(std::string("[cuda] attention: q is ") + dtype_name(q.dtype) + ", expected f32, bf16 or f16");
   check_operand(q, {s.batch, s.q_heads, s.t, s.d}, "q", q.dtype);
   check_operand(k, {s.batch, s.kv_heads, s.s, s.d}, "k", q.dtype);
   check_operand(v, {s.batch, s.kv_heads, s.s, s.d}, "v", q.dtype);
@@ -173,7 +175,8 @@ std::string tiled(const char* kernel) {
   return piece("attention_tiled.cuh", "helpers") + piece("attention_tiled.cuh", kernel);
 }
 
-/// The element type of q, k, v and dout (IN_T) and its loads, widening bf16 to f32.
+/// The element type of q, k, v and dout (IN_T) and its loads, widening bf16 (or, after
+/// kF16Loads, f16) to f32.
 constexpr const char* kInputLoads =
     R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
 __device__ __forceinline__ float in_ld(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
@@ -185,14 +188,32 @@ __device__ __forceinline__ float4 in_ld4(const unsigned short* p) {
                      __uint_as_float(u.y & 0xffff0000u));
 }
 )";
+/// The loads of f16 operands (IN_T is their bits): widened exactly with cvt.f32.f16.
+constexpr const char* kF16Loads =
+    R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ float in_ld(const unsigned short* p) { return h2f(__ldg(p)); }
+__device__ __forceinline__ float4 in_ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 in_ld4(const unsigned short* p) {
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+  return make_float4(h2f((unsigned short)(u.x & 0xffffu)), h2f((unsigned short)(u.x >> 16)),
+                     h2f((unsigned short)(u.y & 0xffffu)), h2f((unsigned short)(u.y >> 16)));
+}
+)";
 
 /// The constants of the problem itself (shapes, strides, scale, mask), shared by every path.
 /// O0..O3 are the strides of the forward's out or of the backward's dout.
 std::string shape_constants(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
                             const Operand& o) {
-  std::string c = q.dtype == DType::kBF16 ? "typedef unsigned short IN_T;  // q, k, v, dout: bf16 bits\n"
-                                          : "typedef float IN_T;  // q, k, v, dout\n";
-  c += kInputLoads;
+  std::string c = q.dtype == DType::kBF16  ? "typedef unsigned short IN_T;  // q, k, v, dout: bf16 bits\n"
+                  : q.dtype == DType::kF16 ? "typedef unsigned short IN_T;  // q, k, v, dout: f16 bits\n"
+                                           : "typedef float IN_T;  // q, k, v, dout\n";
+  c += std::string("#define HALF_F16 ") + (q.dtype == DType::kF16 ? "1" : "0") + "\n";
+  c += q.dtype == DType::kF16 ? kF16Loads : kInputLoads;
   auto i = [&](const char* n, int64_t x) {
     c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n";
   };
@@ -303,10 +324,9 @@ struct MmaGeometry {
   int64_t warps, br, bc, dp, rs;
 };
 
-/// bf16 q, k, v take the tensor-core path too, in its bf16 form (attention_mma_bf16.cuh).
-bool use_mma(const AttentionShape& s, const Operand& q) {
-  return (s.tf32 || q.dtype == DType::kBF16) && s.d <= 128;
-}
+/// bf16 and f16 q, k, v take the tensor-core path too, in its 16-bit form
+/// (attention_mma_bf16.cuh).
+bool use_mma(const AttentionShape& s, const Operand& q) { return (s.tf32 || is_half(q.dtype)) && s.d <= 128; }
 
 /// bf16: tiles of bf16 (DP a multiple of 16, RS = DP + 8 elements; attention_mma_bf16.cuh).
 MmaGeometry mma_geometry(const AttentionShape& s, Kind kind, bool bf16) {
@@ -358,8 +378,8 @@ bool attention_operand_ok(const Operand& op) {
   // Any batch / head / row strides; unit stride along D keeps the staging loads coalesced
   // (16-byte loads where rows_vec finds the rows aligned, element loads otherwise, so no
   // alignment is needed).
-  return (op.dtype == DType::kF32 || op.dtype == DType::kBF16) && op.shape.size() == 4 &&
-         op.strides.size() == 4 && (op.strides[3] == 1 || op.shape[3] <= 1);
+  return (op.dtype == DType::kF32 || is_half(op.dtype)) && op.shape.size() == 4 && op.strides.size() == 4 &&
+         (op.strides[3] == 1 || op.shape[3] <= 1);
 }
 
 bool attention_keeps_stats(const AttentionShape& s) {
@@ -384,7 +404,7 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
   if (use_mma(s, q)) {
-    const bool bf16 = q.dtype == DType::kBF16;
+    const bool bf16 = is_half(q.dtype);  // bf16 or f16 tiles
     const MmaGeometry g = mma_geometry(s, Kind::kForward, bf16);
     std::string src = mma_constants(s, g, q, k, v, out) +
                       piece(bf16 ? "attention_mma_bf16.cuh" : "attention_mma.cuh", mma_piece(bf16)) +
@@ -457,7 +477,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     plan.launches.push_back(delta_kernel(name + "_delta", s, q, k, v, dout, *out));
   }
   if (use_mma(s, q)) {
-    const bool bf16 = q.dtype == DType::kBF16;
+    const bool bf16 = is_half(q.dtype);  // bf16 or f16 tiles
     const MmaGeometry gf = mma_geometry(s, Kind::kForward, bf16), gk = mma_geometry(s, Kind::kDkDv, bf16),
                       gq = mma_geometry(s, Kind::kDq, bf16);
     const std::string body = piece(bf16 ? "attention_mma_bf16.cuh" : "attention_mma.cuh", mma_piece(bf16));

@@ -197,14 +197,14 @@ passes::NodeLayout CudaCapabilities::layout(const ir::Graph& g, int32_t id,
 }
 
 std::vector<int64_t> CudaCapabilities::group_output_strides(const ir::Graph& g, int32_t id) const {
-  // bf16 rows whose length is not a multiple of 8 elements (16 bytes) leave cuBLASLt only its
+  // bf16 (f16) rows whose length is not a multiple of 8 elements (16 bytes) leave cuBLASLt only its
   // slow unaligned kernels (GPT-2's 50257-wide logit gradient): write them padded, like the
   // f32 rows products write (padded_row), or to the next multiple of 8 when shorter. The
   // padding is never read (products take the true extents). Values only convolutions read
   // stay dense: those kernels read planes whole (a 14-wide image row would otherwise be padded,
   // then copied back to dense for them). (Pools read f32 only.)
   const ir::Node& n = g.node(id);
-  if (n.dtype != DType::kBF16 || n.shape.size() < 2 || n.shape.back() % 8 == 0) return {};
+  if (!is_half(n.dtype) || n.shape.size() < 2 || n.shape.back() % 8 == 0) return {};
   const std::vector<int32_t> rs = readers(g, id);
   if (!rs.empty() && !escapes(g, id) && std::all_of(rs.begin(), rs.end(), [&](int32_t r) {
         const Op op = g.node(r).op;
@@ -287,8 +287,9 @@ bool CudaCapabilities::cast_deferrable(const ir::Graph& g, int32_t cast, int32_t
   static const bool off = env::equals(env::Switch::kCudaGemv, "off");
   const ir::Node &c = g.node(cast), &m = g.node(product);
   const int64_t k = c.shape.back(), rows = c.numel() / std::max<int64_t>(k, 1), n = m.shape.back();
-  // The shapes gemv_kernel takes (gemv_applies; the layouts are checked when the product is planned).
-  return !off && rows <= gemv_max_rows(true) && m.numel() == rows * n && k >= 32 &&
+  // The shapes gemv_kernel takes (gemv_applies; the layouts are checked when the product is
+  // planned); it rounds to bf16 only (f16 products run on cuBLASLt).
+  return !off && c.dtype == DType::kBF16 && rows <= gemv_max_rows(true) && m.numel() == rows * n && k >= 32 &&
          n * k >= (int64_t{1} << 16);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backend/cuda/kernel_sources.h"
 #include "ir/strides.h"
 #include "tensorgrad/errors.h"
 
@@ -43,39 +44,8 @@ std::string elementwise_kernel(ir::Op op, const std::string& name) {
 
 namespace {
 
-/// Device helpers every group kernel starts with: int32 arithmetic that wraps like the CPU's
-/// WrapI32 (signed overflow is undefined in CUDA C++ too), and float → int casts that
-/// saturate and send NaN to 0.
-constexpr const char* kPrelude = R"(struct W32 {
-  int v;
-  __device__ W32(int x) : v(x) {}
-  __device__ explicit operator int() const { return v; }
-};
-__device__ inline W32 operator-(W32 a) { return W32((int)(0u - (unsigned)a.v)); }
-__device__ inline W32 operator+(W32 a, W32 b) { return W32((int)((unsigned)a.v + (unsigned)b.v)); }
-__device__ inline W32 operator-(W32 a, W32 b) { return W32((int)((unsigned)a.v - (unsigned)b.v)); }
-__device__ inline W32 operator*(W32 a, W32 b) { return W32((int)((unsigned)a.v * (unsigned)b.v)); }
-__device__ inline bool operator<(W32 a, W32 b) { return a.v < b.v; }
-__device__ inline bool operator>(W32 a, W32 b) { return a.v > b.v; }
-__device__ inline bool operator<=(W32 a, W32 b) { return a.v <= b.v; }
-__device__ inline bool operator>=(W32 a, W32 b) { return a.v >= b.v; }
-__device__ inline bool operator==(W32 a, W32 b) { return a.v == b.v; }
-__device__ inline bool operator!=(W32 a, W32 b) { return a.v != b.v; }
-__device__ inline int tg_f2i(float x) {
-  if (!(x == x)) return 0;
-  if (x >= 2147483648.0f) return 2147483647;
-  if (x < -2147483648.0f) return (-2147483647 - 1);
-  return (int)x;
-}
-// bf16 (the upper half of an f32, stored as 16 bits): widening is exact; narrowing rounds to
-// nearest even and sends every NaN to 0x7FC0, as tg::bf16_from_f32 on the host.
-__device__ inline float tg_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
-__device__ inline unsigned short tg_f2bf(float x) {
-  const unsigned u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)0x7fc0;
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-)";
+/// Device helpers every group kernel starts with (kernels/prelude.cuh).
+std::string_view prelude() { return kernel_source("prelude.cuh", "prelude"); }
 
 const char* storage_type(DType t) {
   switch (t) {
@@ -83,7 +53,7 @@ const char* storage_type(DType t) {
     case DType::kI32: return "int";
     case DType::kBool: return "unsigned char";
     case DType::kBF16: return "unsigned short";  // raw bits; tg_bf2f / tg_f2bf convert
-    case DType::kF16: return "unsigned short";   // a host format: never in a program
+    case DType::kF16: return "unsigned short";   // raw bits; tg_h2f / tg_f2h convert
   }
   return "?";
 }
@@ -93,18 +63,20 @@ const char* compute_type(DType t) {
     case DType::kF32: return "float";
     case DType::kI32: return "W32";
     case DType::kBool: return "unsigned char";
-    case DType::kBF16:  // bf16 is read only by casts and shape ops (ir/graph.cc): no expression computes in
-                        // it
-    case DType::kF16: break;
+    case DType::kBF16:  // bf16 and f16 are read only by casts, shape ops and products
+    case DType::kF16:   // (ir/graph.cc): no expression computes in them
+      break;
   }
   return "?";
 }
 
 std::string cast_expr(DType from, DType to, const std::string& x) {
   if (from == to) return x;
-  // bf16 is cast only from and to f32 (ir/graph.cc).
+  // bf16 and f16 are cast only from and to f32 (ir/graph.cc).
   if (to == DType::kBF16) return "tg_f2bf(" + x + ")";
   if (from == DType::kBF16) return "tg_bf2f(" + x + ")";
+  if (to == DType::kF16) return "tg_f2h(" + x + ")";
+  if (from == DType::kF16) return "tg_h2f(" + x + ")";
   if (to == DType::kBool) return "(unsigned char)(" + x + " != 0)";
   if (to == DType::kI32 && from == DType::kF32) return "tg_f2i(" + x + ")";
   return std::string("(") + storage_type(to) + ")(" + x + ")";
@@ -224,7 +196,7 @@ GroupKernel fused_group_kernel(const ir::Graph& graph, const passes::KernelGroup
   // kGroupPerThread elements per thread, blockDim apart (each access still coalesced): one
   // element per thread keeps too few loads in flight to reach the memory bandwidth.
   const std::string per = std::to_string(kGroupPerThread);
-  k.source = std::string(kPrelude) + part.functions + part.body + "extern \"C\" __global__ void " + name +
+  k.source = std::string(prelude()) + part.functions + part.body + "extern \"C\" __global__ void " + name +
              "(" + part.params +
              "long long n) {\n  const long long base = (long long)blockIdx.x * blockDim.x * " + per +
              " + threadIdx.x;\n#pragma unroll\n  for (int k = 0; k < " + per +
@@ -263,7 +235,7 @@ Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const pas
   params.resize(params.size() - 2);  // the last ", "
   Launch l;
   l.name = name;
-  l.source = std::string(kPrelude) + functions + bodies + "extern \"C\" __global__ void " + name + "(" +
+  l.source = std::string(prelude()) + functions + bodies + "extern \"C\" __global__ void " + name + "(" +
              params + ") {\n  const long long b = blockIdx.x;\n" + dispatch + "}\n";
   l.block[0] = static_cast<unsigned>(kThreads);
   l.grid[0] = static_cast<unsigned>(first_block);
@@ -275,7 +247,7 @@ Launch batched_groups_kernel(const ir::Graph& graph, const std::vector<const pas
 namespace tg::backend::cuda {
 
 const char* cuda_type(DType t) { return storage_type(t); }
-const char* group_prelude() { return kPrelude; }
+std::string_view group_prelude() { return prelude(); }
 
 NodeCode group_node_code(const ir::Graph& graph, const passes::KernelGroup& group,
                          const std::function<std::string(int32_t)>& value, const std::string& indent) {
@@ -451,10 +423,12 @@ Launch product_kernel(const std::string& name, const Shape& shape, const std::ve
   l.name = name;
   const bool narrow = narrow_index(numel(shape), shape, {a_strides, b_strides});
   const char* sfx = narrow ? "u" : "LL";
-  const bool bf16 = operands == DType::kBF16;  // widened exactly, multiplied in f32
-  const std::string t = storage_type(operands), widen = bf16 ? "tg_bf2f" : "";
+  // bf16 and f16 operands are widened exactly and multiplied in f32.
+  const std::string t = storage_type(operands), widen = operands == DType::kBF16  ? "tg_bf2f"
+                                                        : operands == DType::kF16 ? "tg_h2f"
+                                                                                  : "";
   l.source =
-      std::string(bf16 ? kPrelude : "") +
+      (is_half(operands) ? std::string(prelude()) : std::string()) +
       kernel_head(name,
                   "const " + t + "* __restrict__ a, const " + t + "* __restrict__ b, float* __restrict__ out",
                   numel(shape), narrow) +

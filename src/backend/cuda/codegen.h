@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
@@ -58,7 +59,7 @@ bool narrow_index(int64_t n, const Shape& shape, const std::vector<std::vector<i
 const char* cuda_type(DType t);
 /// Device helpers every group kernel starts with: int32 arithmetic that wraps like the CPU's
 /// (struct W32; signed overflow is undefined in CUDA C++ too) and saturating float → int casts.
-const char* group_prelude();
+std::string_view group_prelude();
 /// A group's elementwise nodes as code: one device function per node (`f<id>`, its op's
 /// expression with T bound to the compute type) and one line per node computing `v<id>`
 /// (prefixed by `indent`). `value(id)` names an external input's register. Sums are skipped.

@@ -21,7 +21,7 @@ namespace {
 
 using Status = int;
 using Handle = void*;
-constexpr int kR32F = 0, kR16BF = 14;  // CUDA_R_32F, CUDA_R_16BF
+constexpr int kR32F = 0, kR16F = 2, kR16BF = 14;  // CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
 constexpr int kCompute32F = 68, kCompute32FTf32 = 77,
               kCompute32FBf16x9 = 78;  // CUBLAS_COMPUTE_32F(_FAST_TF32, _EMULATED_16BFX9)
 constexpr int kOpN = 0, kOpT = 1;
@@ -136,15 +136,16 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
     : flops_(2 * batch * m * n * k), bias_(with_bias) {
   const Lt& l = lt_checked();
   if (!lt_readable(a) || !lt_readable(b)) throw Error("[cuda] matmul operand layout cuBLASLt cannot read");
-  if (operands != DType::kF32 && operands != DType::kBF16)
+  if (operands != DType::kF32 && !is_half(operands))
     throw Error(std::string("[cuda] cuBLASLt products of ") + dtype_name(operands) + " operands");
-  const bool bf16 = operands == DType::kBF16;
-  // bf16 operands: exact products accumulated in f32 (CUDA_R_16BF A and B, CUDA_R_32F C and D).
-  const int compute = bf16                        ? kCompute32F
+  const bool half = is_half(operands);
+  // bf16 or f16 operands: exact products accumulated in f32 (CUDA_R_16BF or CUDA_R_16F A and
+  // B, CUDA_R_32F C and D).
+  const int compute = half                        ? kCompute32F
                       : mode == MathMode::kTf32   ? kCompute32FTf32
                       : mode == MathMode::kBf16x9 ? kCompute32FBf16x9
                                                   : kCompute32F;
-  const int ab_type = bf16 ? kR16BF : kR32F;
+  const int ab_type = operands == DType::kBF16 ? kR16BF : operands == DType::kF16 ? kR16F : kR32F;
   ok(l.desc_create(&desc_, compute, kR32F), "cublasLtMatmulDescCreate");
   // Cᵀ (n × m) = bᵀ (n × k) · aᵀ (k × m).
   const ColMajor lb = transposed_view(b), la = transposed_view(a);
@@ -205,7 +206,7 @@ LtMatmul::LtMatmul(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOper
          std::to_string(a.batch_stride) + "," + std::to_string(b.row_stride) + "," +
          std::to_string(b.col_stride) + "," + std::to_string(b.batch_stride) + "," +
          std::to_string(static_cast<int>(mode)) + "," + std::to_string(ldc) + "," +
-         std::to_string(with_bias) + (bf16 ? ",bf16" : "");
+         std::to_string(with_bias) + (half ? std::string(",") + dtype_name(operands) : "");
 }
 
 LtMatmul::~LtMatmul() {

@@ -33,6 +33,15 @@ constexpr const char* kLoads =
     R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
 __device__ __forceinline__ float in_ld(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
 )";
+// The same for f16 operands (IN_T holds their bits): widened exactly with cvt.f32.f16.
+constexpr const char* kF16Loads =
+    R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float in_ld(const unsigned short* p) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(__ldg(p)));
+  return f;
+}
+)";
 
 Launch grid_stride(const std::string& name, std::string source, int64_t total, const DeviceInfo& dev) {
   Launch l;
@@ -145,6 +154,7 @@ std::optional<TilePlan> tile_plan(int mode, const ir::WindowGeom& g, const Devic
 }
 
 std::string dtype_header(DType dtype) {
+  if (dtype == DType::kF16) return std::string("typedef unsigned short IN_T;  // f16 bits\n") + kF16Loads;
   return std::string(dtype == DType::kBF16 ? "typedef unsigned short IN_T;  // bf16 bits\n"
                                            : "typedef float IN_T;\n") +
          kLoads;
@@ -209,12 +219,12 @@ ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& 
   if (g.n * g.c * g.h * g.w >= (int64_t{1} << 31) || g.n * g.o * g.oh * g.ow >= (int64_t{1} << 31) ||
       g.o * g.k() >= (int64_t{1} << 31))
     throw Error("[cuda] conv2d: tensors of 2^31 elements or more are not supported yet");
-  if (dtype != DType::kF32 && dtype != DType::kBF16)
+  if (dtype != DType::kF32 && !is_half(dtype))
     throw Error(std::string("[cuda] conv2d does not take ") + dtype_name(dtype));
   const int mode = op == ir::Op::kConv2d ? 0 : op == ir::Op::kConv2dGradInput ? 1 : 2;
   const int64_t P = g.oh * g.ow, K = g.k();
   const std::optional<TilePlan> tp =
-      tiles && (tf32 || dtype == DType::kBF16) ? tile_plan(mode, g, dev) : std::nullopt;
+      tiles && (tf32 || is_half(dtype)) ? tile_plan(mode, g, dev) : std::nullopt;
   if (tp) return tile_kernels(name, mode, g, dtype, *tp, dev);
   int64_t m = 0, nn = 0, kk = 0, ktotal = 0, batch = 0, splits = 1;
   if (mode == 0) m = g.og(), nn = P, kk = K, batch = g.n * g.win.groups;
@@ -222,10 +232,10 @@ ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& 
   if (mode == 2) m = g.og(), nn = K, ktotal = g.n * P;
   // The smallest tiles that cover the problem's m and n (no threads idle on thin problems), up
   // to 64 × 64, or 64 × 128 on the tensor cores (wider SIMT tiles were slower: more registers a
-  // thread); 32 of k a stage. Tensor cores for tf32 products, and for bf16 operands (exact in
-  // tf32): 8 warps of 16 rows and at least one 8-column tile each. (Measurements: RESULTS.md.)
+  // thread); 32 of k a stage. Tensor cores for tf32 products, and for bf16 and f16 operands
+  // (exact in tf32): 8 warps of 16 rows and at least one 8-column tile each. (Measurements: RESULTS.md.)
   constexpr int bk = 32;
-  const bool tc_wanted = tf32 || dtype == DType::kBF16;
+  const bool tc_wanted = tf32 || is_half(dtype);
   const int bm = m <= 32 ? 32 : 64;
   const int bn = nn <= 16 ? 16 : nn <= 32 ? 32 : nn <= 64 || !tc_wanted ? 64 : 128;
   const bool tc = tc_wanted && bn / (8 * (8 / (bm / 16))) >= 1;

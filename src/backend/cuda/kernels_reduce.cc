@@ -44,7 +44,7 @@ const char* ctype(DType t) {
     case DType::kI32: return "int";
     case DType::kBool: return "unsigned char";
     case DType::kBF16:
-    case DType::kF16: break;  // reductions read no bf16 (ir/graph.cc); f16 is a host format
+    case DType::kF16: break;  // reductions read no bf16 or f16 (ir/graph.cc)
   }
   return "float";
 }

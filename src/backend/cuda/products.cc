@@ -109,10 +109,12 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   p.batch_shape = Shape(os.begin(), os.end() - 2);
   p.batch = numel(p.batch_shape);
   p.k = g.node(n.inputs[0]).shape.back();
-  // bf16 operands (both, ir/graph.cc) give an f32 result: cuBLASLt reads them as CUDA_R_16BF
-  // and accumulates in f32, as gemv_kernel does; the generated small kernels read f32 only.
+  // bf16 or f16 operands (both, ir/graph.cc) give an f32 result: cuBLASLt reads them as
+  // CUDA_R_16BF or CUDA_R_16F and accumulates in f32, as gemv_kernel does for bf16; the
+  // generated small kernels read f32 only. (f16 products never take gemv_kernel, which reads
+  // f32 and bf16 only.)
   p.operands = g.node(n.inputs[0]).dtype;
-  const bool bf16 = p.operands == DType::kBF16;
+  const bool bf16 = p.operands == DType::kBF16, half = is_half(p.operands);
   const int64_t elem = dtype_size(p.operands);
   if (p.k == 1) {  // an outer product: one elementwise kernel
     p.outer = true;
@@ -153,7 +155,7 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
     norm_cols = g.node(c.norm).shape.back();
     norm_rows = g.node(c.norm).numel() / std::max<int64_t>(norm_cols, 1);
   }
-  p.gemv = !gemv_off && f32 && !options.tf32x3 && p.mm <= gemv_max_rows(bf16) &&
+  p.gemv = !gemv_off && f32 && p.operands != DType::kF16 && !options.tf32x3 && p.mm <= gemv_max_rows(bf16) &&
            gemv_applies(p.bm, p.mm, p.nn, p.k, mats[0], mats[1]) &&
            (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k && !p.expand[0]));
   // bf16 operands: gemv_kernel widens them as it reads; an absorbed cast leaves a in f32.
@@ -172,23 +174,23 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
   // the output's layout.
   ch.residual = c.residual_add >= 0 && !ch.gelu && (c.bias_add < 0 || ch.bias) && p.bm == 1 && f32 &&
                 p.ld == p.nn && padded_row(p.mm) == p.mm &&
-                (ch.bias || bf16 || !small_matmul_preferred(p.bm, p.mm, p.nn, p.k));
+                (ch.bias || half || !small_matmul_preferred(p.bm, p.mm, p.nn, p.k));
   if (p.ld != p.nn) {
     ch.out_strides = row_padded_strides(os, p.ld);
     ch.out_bytes = aligned(p.mm * p.ld * 4);
   }
   if (p.gemv) return p;
   // Products of a few MFLOP run faster as one generated kernel than through cuBLASLt.
-  p.small = !bf16 && !ch.bias && !ch.residual && small_matmul_preferred(p.bm, p.mm, p.nn, p.k);
+  p.small = !half && !ch.bias && !ch.residual && small_matmul_preferred(p.bm, p.mm, p.nn, p.k);
   if (p.small) return p;
-  // TF32 and bf16 products with an extent of 1024 or more that is not a multiple of 64
+  // TF32, bf16 and f16 products with an extent of 1024 or more that is not a multiple of 64
   // (GPT-2's vocabulary of 50257) run several times slower on cuBLASLt than the same product
   // padded to the next multiple, which gets its aligned kernels. Pad m, n and k then: extra
   // rows and columns of the result are never read (the output buffer has room for them), and
   // a padded reduction axis reads zeros on both sides.
   p.pm = p.mm, p.pn = p.nn, p.pk = p.k;
   p.unpadded[0] = mats[0], p.unpadded[1] = mats[1];
-  if (((options.tf32 && f32) || bf16) && p.bm == 1 &&
+  if (((options.tf32 && f32) || half) && p.bm == 1 &&
       (padded_row(p.mm) != p.mm || padded_row(p.nn) != p.nn || padded_row(p.k) != p.k)) {
     MatOperand pa = mats[0], pb = mats[1];
     const int64_t tm = padded_row(p.mm), tn = p.ld, tk = padded_row(p.k);

@@ -1,5 +1,6 @@
 // The bf16 tensor-core attention path (bf16 q, k, v and dout, D ≤ 128): mma.sync m16n8k16 bf16
-// with f32 accumulators, the same three kernels and block scheme as attention_mma.cuh (16 rows
+// with f32 accumulators (and the same path for f16 operands when HALF_F16 is 1: f16 tiles,
+// f16 rounding of P and dS, mma.sync m16n8k16 f16; "bf16" below then reads "f16", 2^-8 2^-11), the same three kernels and block scheme as attention_mma.cuh (16 rows
 // a warp, BR = 16 · warps, tiles of BC columns; BC a multiple of 16). Tiles are staged in shared
 // memory as bf16 (exact: the operands are bf16), row-major with stride RS = DP + 8 elements
 // (DP = D rounded up to 16, zero padded), so RS / 2 ≡ 4 mod 8 words: the 32-bit fragment reads
@@ -11,7 +12,7 @@
 //    the k16 chunk j), and reads X [rows = P's columns][DP] with ldmatrix .trans, two 8-column
 //    output tiles at a time. Rounding P (the probabilities, dS) costs each term P·x a relative
 //    error of at most 2^-8, so an element of P·X errs by at most 2^-8 · Σ_j |P_j·x_j| beyond the
-//    f32 accumulation: 2^-8 · max|v| for a forward row (Σ_j P_j = 1); tests/ops/bf16_op_test.cc
+//    f32 accumulation: 2^-8 · max|v| for a forward row (Σ_j P_j = 1); tests/ops/half_op_test.cc
 //    checks the outputs and gradients against this bound.
 // Queries are staged unscaled; scores are multiplied by SCALE2 = scale·log2 e in f32, so the
 // softmax statistics are in base 2 as on the other paths, and dK = SCALE · dSᵀ Q.
@@ -28,14 +29,24 @@ typedef unsigned short bf16_t;
 // Two f32 as bf16 (round to nearest even) in one register: lo in the low half.
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   unsigned r;
+#if HALF_F16
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
   return r;
 }
 __device__ __forceinline__ unsigned ld_pair(const bf16_t* p) { return *reinterpret_cast<const unsigned*>(p); }
 __device__ __forceinline__ void mma16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if HALF_F16
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 // Four 8×8 bf16 matrices, transposed: lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void ldsm4t(unsigned (&r)[4], const bf16_t* p) {

@@ -11,7 +11,7 @@
 // splits k over SPLITS blocks whose partial sums a second kernel adds in a fixed order
 // (deterministic, no atomics).
 //
-// Defined before: IN_T (float or unsigned short = bf16 bits) and in_ld; MODE (0 FWD, 1 GI,
+// Defined before: IN_T (float, or unsigned short = bf16 or f16 bits) and in_ld; MODE (0 FWD, 1 GI,
 // 2 GW); M, NN (GEMM extents), KK (the k of one block: all of it, or one split's for GW),
 // KTOTAL (GW's whole k, N·OH·OW), SPLITS (long long); BM, BN, TC; the geometry N, C, H, W, O, OH,
 // OW, KH, KW, SH, SW, PH, PW, DH, DW, G, CG, OG (long long here; int for the tile pieces below). Piece gemm_common precedes the kernel;

@@ -1,6 +1,8 @@
-// Mixed precision op by op: every op that reads bf16 (casts, shape ops, matmul, attention),
-// traced under Precision::kBf16's policy, on each backend against the double-precision
-// reference running the same graph.
+// Mixed precision op by op: every op that reads bf16 or f16 (casts, shape ops, matmul,
+// attention, convolutions), traced under Precision::kBf16's and kF16's policy, on each backend
+// against the double-precision reference running the same graph. Every row runs in both types
+// ("bf16_…" and "f16_…"); below, "bf16" stands for either, with u = 2^-8 for bf16 (8
+// significant bits) and 2^-11 for f16 (11).
 //
 // The casts to bf16 round identically everywhere (round to nearest even), so backend and
 // reference multiply the same bf16 operands; what is left is how each accumulates. The
@@ -10,7 +12,8 @@
 //   cast, shape ops           0       0       rounding is exact and specified; copies are copies
 //   matmul (cpu)              1e-5    1e-6    f32 accumulation of exact bf16 products, any order
 //   matmul (cuda)             1e-5    1e-6    the same on the tensor cores (f32 accumulate)
-//   conv2d (cpu, cuda)        1e-5    1e-6    as matmul (CUDA: tf32 tensor cores, exact for bf16)
+//   conv2d (cpu, cuda)        1e-5    1e-6    as matmul (CUDA: tf32 tensor cores, exact for
+//                                               bf16 and f16)
 //   attention (cpu)           1e-5    1e-6    f32 softmax and f32 products of bf16 q, k, v
 //   attention (cuda)          the bf16 rounding bound below
 //   gradients                 as the forward, with an absolute floor of 1e-5 (the f32
@@ -18,7 +21,7 @@
 //
 // Attention on cuda (flash attention on the tensor cores, as FlashAttention-2) rounds the
 // probabilities P and dS = P ∘ (dP − delta) to bf16 once for their products with v, dout, q
-// and k. Rounding to bf16 (8 significant bits, to nearest) errs by at most u = 2^-8 relative,
+// and k. Rounding to bf16 (to nearest) errs by at most u relative,
 // so each term P·x of a sum errs by at most u·|P·x|; with P, dS the exact values (computed
 // here in double from the bf16 operands, dout = w rounded to bf16, scale s) the differences
 // from ref are bounded elementwise by
@@ -34,7 +37,7 @@
 // tensor-core kernels. Each cuda attention row prints its largest error and error / allowed.
 //
 // A second check measures the policy itself: the bf16 program's output and gradients on ref
-// against the f32 program's, normwise within 2^-7 (a few bf16 roundings of O(1) values).
+// against the f32 program's, normwise within 2u (a few roundings of O(1) values).
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -53,20 +56,22 @@ struct Flash {
   bool causal;
 };
 
-struct Bf16Case {
+struct HalfCase {
   std::string name;
+  DType half;  // the operands' type under the policy: bf16 or f16
   std::vector<InputSpec> inputs;
   BuildFn build;
   Tol cpu;
   Tol cuda;                         // rows without `flash`
   std::optional<Flash> flash = {};  // attention rows: the bound on cuda instead of `cuda`
 };
-void PrintTo(const Bf16Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const HalfCase& c, std::ostream* os) { *os << c.name; }
 
 constexpr Tol kProduct{1e-5, 1e-6};
 
-Bf16Case flash_case(std::string name, Shape q, Shape kv, bool causal) {
+HalfCase flash_case(std::string name, DType half, Shape q, Shape kv, bool causal) {
   return {std::move(name),
+          half,
           {uni(q), uni(kv), uni(kv)},
           [causal](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = causal}); },
           kProduct,
@@ -74,39 +79,47 @@ Bf16Case flash_case(std::string name, Shape q, Shape kv, bool causal) {
           Flash{causal}};
 }
 
-std::vector<Bf16Case> cases() {
-  return {
+/// The table's rows with `half` operands (names prefixed with the type).
+std::vector<HalfCase> cases(DType half) {
+  std::vector<HalfCase> rows{
       {"matmul",
+       half,
        {uni({5, 7}), uni({7, 3})},
        [](const Ts& x) { return matmul(x[0], x[1]); },
        kProduct,
        kProduct},
       {"matmul_long_k",
+       half,
        {uni({9, 300}), uni({300, 11})},
        [](const Ts& x) { return matmul(x[0], x[1]); },
        kProduct,
        kProduct},
       {"matmul_weight_broadcast",
+       half,
        {uni({2, 5, 16}), uni({16, 8})},
        [](const Ts& x) { return matmul(x[0], x[1]); },
        kProduct,
        kProduct},
       {"matmul_batched",
+       half,
        {uni({2, 3, 5, 6}), uni({2, 3, 6, 4})},
        [](const Ts& x) { return matmul(x[0], x[1]); },
        kProduct,
        kProduct},
       {"matmul_transposed",
+       half,
        {uni({6, 5}), uni({4, 6})},
        [](const Ts& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); },
        kProduct,
        kProduct},
       {"matmul_vector",
+       half,
        {uni({7}), uni({7, 3})},
        [](const Ts& x) { return matmul(x[0], x[1]); },
        kProduct,
        kProduct},
       {"linear_bias_gelu",
+       half,
        {uni({4, 6, 32}), uni({32, 48}), uni({48})},
        [](const Ts& x) { return gelu(matmul(x[0], x[1]) + x[2]); },
        kProduct,
@@ -114,11 +127,13 @@ std::vector<Bf16Case> cases() {
       // conv2d reads bf16 like a product: exact products (bf16 values are exact in the tf32 the
       // CUDA tensor cores take), f32 sums.
       {"conv2d",
+       half,
        {uni({2, 3, 7, 6}), uni({4, 3, 3, 3})},
        [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.padding = 1}); },
        kProduct,
        kProduct},
       {"conv2d_strided_grouped",
+       half,
        {uni({3, 4, 9, 9}), uni({6, 2, 3, 3})},
        [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.stride = 2, .groups = 2}); },
        kProduct,
@@ -128,6 +143,7 @@ std::vector<Bf16Case> cases() {
       // rows; channels in several chunks, output channels over two tiles and the weight gradient
       // over three column tiles; depthwise groups. Sums of hundreds of terms: kLargeSum.
       {"conv2d_dilated_rect",
+       half,
        {uni({2, 3, 11, 10}), uni({5, 3, 3, 2})},
        [](const Ts& x) {
          return conv2d(x[0], x[1], Tensor(), {.padding = {2, 1}, .dilation = {2, 1}});
@@ -135,27 +151,32 @@ std::vector<Bf16Case> cases() {
        kProduct,
        kProduct},
       {"conv2d_bands",
+       half,
        {uni({1, 2, 40, 40}), uni({3, 2, 5, 5})},
        [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.padding = 2}); },
        kLargeSum,
        kLargeSum},
       {"conv2d_channel_chunks",
+       half,
        {uni({1, 96, 6, 6}), uni({80, 96, 3, 3})},
        [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.padding = 1}); },
        kLargeSum,
        kLargeSum},
       {"conv2d_depthwise",
+       half,
        {uni({2, 4, 8, 8}), uni({4, 1, 3, 3})},
        [](const Ts& x) { return conv2d(x[0], x[1], Tensor(), {.padding = 1, .groups = 4}); },
        kProduct,
        kProduct},
       // conv_transpose2d is conv2d's input gradient as a forward op (tiles at stride 1 on CUDA).
       {"conv_transpose2d",
+       half,
        {uni({2, 4, 5, 5}), uni({4, 3, 3, 3})},
        [](const Ts& x) { return conv_transpose2d(x[0], x[1], Tensor(), {.padding = 1}); },
        kProduct,
        kProduct},
       {"conv_transpose2d_stride2",
+       half,
        {uni({2, 4, 5, 5}), uni({4, 3, 3, 3})},
        [](const Ts& x) {
          return conv_transpose2d(x[0], x[1], Tensor(), {.stride = 2, .padding = 1, .output_padding = 1});
@@ -163,26 +184,29 @@ std::vector<Bf16Case> cases() {
        kProduct,
        kProduct},
       {"linear_residual",
+       half,
        {uni({24, 64}), uni({64, 64}), uni({24, 64})},
        [](const Ts& x) { return x[2] + matmul(x[0], x[1]); },
        kProduct,
        kProduct},
-      flash_case("attention_causal", {2, 2, 9, 16}, {2, 2, 9, 16}, true),
-      flash_case("attention_gqa", {1, 4, 7, 8}, {1, 2, 7, 8}, true),
-      flash_case("attention_cross", {2, 2, 5, 16}, {2, 2, 12, 16}, false),
-      flash_case("attention_long", {1, 2, 130, 64}, {1, 2, 130, 64}, true),
+      flash_case("attention_causal", half, {2, 2, 9, 16}, {2, 2, 9, 16}, true),
+      flash_case("attention_gqa", half, {1, 4, 7, 8}, {1, 2, 7, 8}, true),
+      flash_case("attention_cross", half, {2, 2, 5, 16}, {2, 2, 12, 16}, false),
+      flash_case("attention_long", half, {1, 2, 130, 64}, {1, 2, 130, 64}, true),
       // The tensor-core kernels on grouped queries, fewer queries than keys (causal: query t
       // sees keys j ≤ t + S − T) and partial tiles.
-      flash_case("attention_long_gqa_cross", {1, 4, 70, 32}, {1, 2, 100, 32}, true),
+      flash_case("attention_long_gqa_cross", half, {1, 4, 70, 32}, {1, 2, 100, 32}, true),
       {"cast_round_trip",
+       half,
        {uni({3, 37}, -300, 300)},
-       [](const Ts& x) { return cast(cast(x[0], DType::kBF16), DType::kF32); },
+       [half](const Ts& x) { return cast(cast(x[0], half), DType::kF32); },
        kExact,
        kExact},
       {"shape_ops",
+       half,
        {uni({4, 6}), uni({4, 2})},
-       [](const Ts& x) {
-         Tensor a = cast(x[0], DType::kBF16), b = cast(x[1], DType::kBF16);
+       [half](const Ts& x) {
+         Tensor a = cast(x[0], half), b = cast(x[1], half);
          Tensor c = concat({slice(permute(a, {1, 0}), 0, 1, 5), transpose(b, 0, 1)}, 0);  // [6, 4]
          Tensor d = broadcast_to(reshape(c, {1, 24}), {3, 24});
          return cast(d, DType::kF32) * 2.0;
@@ -190,13 +214,21 @@ std::vector<Bf16Case> cases() {
        kExact,
        kExact},
   };
+  for (HalfCase& row : rows) row.name = std::string(dtype_name(half)) + "_" + row.name;
+  return rows;
 }
 
-class Bf16Op : public ::testing::TestWithParam<Bf16Case> {};
+std::vector<HalfCase> all_cases() {
+  std::vector<HalfCase> rows = cases(DType::kBF16), f16 = cases(DType::kF16);
+  rows.insert(rows.end(), f16.begin(), f16.end());
+  return rows;
+}
 
-/// Output and gradients (of sum(y·w) for fixed w) of a case traced with or without bf16;
-/// `operands`, when given, receives the inputs' values and then w.
-std::vector<std::vector<double>> run_case(backend::Backend& be, const Bf16Case& row, bool bf16,
+class HalfOp : public ::testing::TestWithParam<HalfCase> {};
+
+/// Output and gradients (of sum(y·w) for fixed w) of a case traced with its half type or in
+/// f32; `operands`, when given, receives the inputs' values and then w.
+std::vector<std::vector<double>> run_case(backend::Backend& be, const HalfCase& row, bool half,
                                           std::vector<std::vector<double>>* operands = nullptr) {
   Rng weight_rng(seed_of(row.name) ^ 0xbf16ull);
   Tensor y_out;
@@ -210,7 +242,7 @@ std::vector<std::vector<double>> run_case(backend::Backend& be, const Bf16Case& 
         y_out = y;
         return sum(y * constant(std::span<const float>(w), y.shape()));
       },
-      false, bf16 ? DType::kBF16 : DType::kF32);
+      false, half ? row.half : DType::kF32);
   const int32_t y = y_out.id();
   const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
   if (operands)
@@ -222,16 +254,20 @@ std::vector<std::vector<double>> run_case(backend::Backend& be, const Bf16Case& 
   return run_graph(be, t.graph, t.inputs, feeds);
 }
 
-TEST_P(Bf16Op, PolicyCastsTheOperands) {
-  const Bf16Case& row = GetParam();
-  const Traced t = trace_fn(row.inputs, row.build, false, DType::kBF16);
-  int bf16_values = 0;
-  for (const ir::Node& n : t.graph.nodes()) bf16_values += n.dtype == DType::kBF16;
-  EXPECT_GT(bf16_values, 0) << t.graph.to_string();
+TEST_P(HalfOp, PolicyCastsTheOperands) {
+  const HalfCase& row = GetParam();
+  const Traced t = trace_fn(row.inputs, row.build, false, row.half);
+  int half_values = 0, other = 0;
+  for (const ir::Node& n : t.graph.nodes()) {
+    half_values += n.dtype == row.half;
+    other += is_half(n.dtype) && n.dtype != row.half;
+  }
+  EXPECT_GT(half_values, 0) << t.graph.to_string();
+  EXPECT_EQ(other, 0) << t.graph.to_string();
 }
 
-TEST_P(Bf16Op, CpuMatchesRef) {
-  const Bf16Case& row = GetParam();
+TEST_P(HalfOp, CpuMatchesRef) {
+  const HalfCase& row = GetParam();
   auto ref = backend::make_ref_backend();
   auto cpu = backend::make_cpu_backend();
   const auto want = run_case(*ref, row, true);
@@ -244,14 +280,14 @@ TEST_P(Bf16Op, CpuMatchesRef) {
 }
 
 /// The table's elementwise bounds on |cuda − ref| for an attention row: out, dq, dk, dv (the
-/// order run_case returns them in), from q, k, v and w (`x`, rounded to bf16 here as the
-/// kernels read them).
-std::vector<std::vector<double>> flash_bound(const Bf16Case& row, std::vector<std::vector<double>> x) {
-  constexpr double u = 1.0 / 256;
+/// order run_case returns them in), from q, k, v and w (`x`, rounded to the row's type here as
+/// the kernels read them).
+std::vector<std::vector<double>> flash_bound(const HalfCase& row, std::vector<std::vector<double>> x) {
+  const double u = row.half == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
   const Shape &qs = row.inputs[0].shape, &ks = row.inputs[1].shape;
   const int64_t nb = qs[0], hq = qs[1], nt = qs[2], nd = qs[3], hkv = ks[1], ns = ks[2];
   for (std::vector<double>& values : x)
-    for (double& e : values) e = round_to(DType::kBF16, e);
+    for (double& e : values) e = round_to(row.half, e);
   const std::vector<double>&q = x[0], &k = x[1], &v = x[2], &g = x[3];
   const double scale = 1 / std::sqrt(static_cast<double>(nd));
   std::vector<double> bo(q.size()), bq(q.size()), bk(k.size()), bv(v.size()), p(ns), f(ns), o(nd), a(nd);
@@ -318,9 +354,9 @@ std::vector<std::vector<double>> flash_bound(const Bf16Case& row, std::vector<st
          << what << ": " << failures << " of " << got.size() << " beyond the bound" << bad.str();
 }
 
-TEST_P(Bf16Op, CudaMatchesRef) {
+TEST_P(HalfOp, CudaMatchesRef) {
   if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  const Bf16Case& row = GetParam();
+  const HalfCase& row = GetParam();
   auto ref = backend::make_ref_backend();
   auto gpu = backend::make_cuda_backend(0);
   std::vector<std::vector<double>> operands;
@@ -351,23 +387,24 @@ double normwise(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-TEST_P(Bf16Op, PolicyStaysCloseToF32) {
-  const Bf16Case& row = GetParam();
+TEST_P(HalfOp, PolicyStaysCloseToF32) {
+  const HalfCase& row = GetParam();
   auto ref = backend::make_ref_backend();
   const auto mixed = run_case(*ref, row, true);
   const auto full = run_case(*ref, row, false);
   ASSERT_EQ(mixed.size(), full.size());
   for (size_t i = 0; i < full.size(); ++i) {
     const double err = normwise(mixed[i], full[i]);
-    EXPECT_LT(err, 1.0 / 128) << (i == 0 ? "forward" : "gradient " + std::to_string(i));
-    // bf16 rounding must be visible: the policy is not a no-op (exact cases excepted).
+    EXPECT_LT(err, row.half == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024)
+        << (i == 0 ? "forward" : "gradient " + std::to_string(i));
+    // The rounding must be visible: the policy is not a no-op (exact cases excepted).
     if (i == 0 && row.cpu.rel > 0) {
       EXPECT_GT(err, 1e-6);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Table, Bf16Op, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Table, HalfOp, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(Bf16Rules, ArithmeticOnBf16IsRefusedWithAHint) {
@@ -391,6 +428,24 @@ TEST(Bf16Rules, ArithmeticOnBf16IsRefusedWithAHint) {
   const Tensor mixed = matmul(reshape(b, {2, 2}), reshape(x, {2, 2}));
   for (int32_t in : trace.graph.node(mixed.id()).inputs) EXPECT_EQ(trace.graph.node(in).dtype, DType::kF32);
   EXPECT_EQ(matmul(reshape(b, {2, 2}), reshape(b, {2, 2})).dtype(), DType::kF32);
+}
+
+TEST(HalfRules, F16FollowsTheSameRulesAndTheTwoTypesDoNotMix) {
+  ir::Trace trace;
+  ir::TraceScope scope(trace);
+  Tensor x = ir::named_leaf(trace.graph, ir::Op::kInput, "x", {4}, DType::kF32, Loc::current());
+  Tensor h = cast(x, DType::kF16), b = cast(x, DType::kBF16);
+  EXPECT_THROW((void)(h + h), ShapeError);
+  EXPECT_THROW((void)sum(h), ShapeError);
+  EXPECT_EQ((h + x).dtype(), DType::kF32);
+  EXPECT_THROW((void)cast(h, DType::kBF16), ShapeError);  // through f32 only
+  EXPECT_EQ(matmul(reshape(h, {2, 2}), reshape(h, {2, 2})).dtype(), DType::kF32);
+  // f16 with bf16 multiplies in f32: neither type is silently reinterpreted as the other.
+  const Tensor mixed = matmul(reshape(h, {2, 2}), reshape(b, {2, 2}));
+  for (int32_t in : trace.graph.node(mixed.id()).inputs) EXPECT_EQ(trace.graph.node(in).dtype, DType::kF32);
+  // A program's leaves cannot be f16 (the runtime converts f16 data on upload instead).
+  EXPECT_THROW((void)ir::named_leaf(trace.graph, ir::Op::kInput, "y", {4}, DType::kF16, Loc::current()),
+               ShapeError);
 }
 
 }  // namespace

@@ -1,0 +1,73 @@
+// Loss scaling and skipped steps as graph nodes (see loss_scale.h).
+#include "optim/loss_scale.h"
+
+#include <cmath>
+
+#include "ir/api_util.h"
+#include "tensorgrad/errors.h"
+#include "tensorgrad/functional.h"
+
+namespace tg::optim {
+
+std::optional<LossScaling> resolve_loss_scaling(const std::optional<LossScaling>& given, bool f16) {
+  const LossScaling o = given.value_or(LossScaling{.enabled = f16});
+  if (!o.enabled) return std::nullopt;
+  auto fail = [](const char* field, const char* want, double got) {
+    throw InputError(std::string("[TrainOptions] loss_scaling.") + field + " must be " + want + ", got " +
+                     std::to_string(got));
+  };
+  if (!(std::isfinite(o.init_scale) && o.init_scale > 0)) fail("init_scale", "finite and > 0", o.init_scale);
+  if (!(std::isfinite(o.growth_factor) && o.growth_factor >= 1))
+    fail("growth_factor", "finite and >= 1", o.growth_factor);
+  if (!(o.backoff_factor > 0 && o.backoff_factor <= 1)) fail("backoff_factor", "in (0, 1]", o.backoff_factor);
+  if (o.growth_interval < 1) fail("growth_interval", ">= 1", static_cast<double>(o.growth_interval));
+  return o;
+}
+
+namespace {
+
+Tensor state_scalar(ir::Graph& g, const char* name) {
+  return ir::named_leaf(g, ir::Op::kState, name, {}, DType::kF32, Loc::current());
+}
+
+}  // namespace
+
+LossScale loss_scale(ir::Graph& g, const LossScaling& o) {
+  const Tensor stored = state_scalar(g, kLossScaleState);
+  return {stored.id(), where(eq(stored, 0.0), o.init_scale, stored).id()};
+}
+
+Tensor append_skip_nonfinite(ir::Graph& g, std::span<const ParamGrad> params, bool all_ranks) {
+  const Loc loc = Loc::current();
+  Tensor acc;
+  for (const ParamGrad& p : params) {
+    const Tensor z = sum(Tensor(&g, p.grad) * 0.0, {}, false, loc);
+    acc = acc.valid() ? acc + z : z;
+  }
+  if (!acc.valid()) acc = full({}, 0.0, DType::kF32, loc);
+  if (all_ranks) {  // each rank saw its part only: every rank must skip, or none
+    const int32_t sums = ir::emit(g, ir::make_node(ir::Op::kAllReduce, {acc.id()}, loc)).id();
+    acc = ir::result(g, sums, 0, loc);
+  }
+  const Tensor ok = eq(acc, 0.0, loc);
+  for (ir::Graph::Update& u : g.updates) {
+    const Tensor target(&g, u.target);
+    u.value = where(broadcast_to(ok, target.shape(), loc), Tensor(&g, u.value), target, loc).id();
+  }
+  return ok;
+}
+
+void append_loss_scale_update(ir::Graph& g, const LossScale& ls, const Tensor& finite, const LossScaling& o) {
+  const Tensor scale(&g, ls.value);
+  // good' = finite ? good + 1 : 0; at growth_interval the scale grows and the count restarts.
+  const Tensor good = state_scalar(g, kLossScaleGoodSteps);
+  const Tensor counted = where(finite, good + 1.0, 0.0);
+  const Tensor grow = ge(counted, static_cast<double>(o.growth_interval));
+  const Tensor next = where(finite, where(grow, scale * o.growth_factor, scale), scale * o.backoff_factor);
+  // A scale that overflows f32 stays at the largest finite one (the gradients then overflow
+  // and it backs off again).
+  g.updates.push_back({ls.stored, minimum(next, 3.4028234663852886e38).id()});
+  g.updates.push_back({good.id(), where(grow, 0.0, counted).id()});
+}
+
+}  // namespace tg::optim

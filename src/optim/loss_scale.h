@@ -1,0 +1,45 @@
+// Loss scaling and the skipping of non-finite steps, as graph nodes of a training step
+// (TrainOptions::loss_scaling, skip_nonfinite). The scale is a state scalar of the program;
+// the step reads it, starts the backward from loss · scale, divides the gradients by it, and
+// updates it after the step (PyTorch's torch.amp.GradScaler, inside the graph: no host round
+// trip but the one flag step() reads to count skipped steps).
+#pragma once
+#include <optional>
+#include <span>
+
+#include "ir/graph.h"
+#include "optim/optimizer.h"
+#include "tensorgrad/program.h"
+
+namespace tg::optim {
+
+/// Name of the state scalar that holds the scale (in training_state().moments).
+inline constexpr const char* kLossScaleState = "loss_scale";
+/// Name of the state scalar counting finite steps since the scale last changed.
+inline constexpr const char* kLossScaleGoodSteps = "loss_scale.good_steps";
+
+/// TrainOptions::loss_scaling as it applies (empty: dynamic under f16, none otherwise;
+/// disabled: none); throws InputError naming the field when it is not usable.
+std::optional<LossScaling> resolve_loss_scaling(const std::optional<LossScaling>& given, bool f16);
+
+/// The scale this step uses (`value`): the state scalar kLossScaleState (`stored`), which
+/// starts at 0 as every optimizer state does (and again after reset_optimizer) and then reads
+/// as o.init_scale.
+/// Node ids (the graph may move between the trace and the update: Tensors would dangle).
+struct LossScale {
+  int32_t stored = -1, value = -1;
+};
+LossScale loss_scale(ir::Graph& g, const LossScaling& o);
+
+/// skip_nonfinite: the bool scalar "every gradient of `params` is finite" (Σ sum(g·0) is
+/// exactly 0 unless some element is NaN or ±inf; with `all_ranks`, summed over the ranks, whose
+/// parts differ), and every update of the graph rewritten to keep its target's value when it is
+/// not. Call after the optimizer's update is appended.
+Tensor append_skip_nonfinite(ir::Graph& g, std::span<const ParamGrad> params, bool all_ranks);
+
+/// The scale's own update, taken whether the step was skipped or not: × backoff_factor after a
+/// non-finite step; × growth_factor once growth_interval finite steps in a row have passed.
+void append_loss_scale_update(ir::Graph& g, const LossScale& scale, const Tensor& finite,
+                              const LossScaling& o);
+
+}  // namespace tg::optim
