@@ -5,7 +5,7 @@
 // 3 warm-up steps, then the median of 3 runs of 20 steps (5 on the CPU and for gpt2_124M).
 // Each step reads the loss back, as the peer's step synchronises at the end of its timing.
 //
-//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16] [recompute|zero]
+//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16|f16] [recompute|zero]
 // Started by a launcher (torchrun-style RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, one
 // process per GPU), every rank trains data-parallel on GPU LOCAL_RANK with the per-GPU batch of
 // the peer (weak scaling, as torch_ddp_peer.py): rank 0 prints the mode as ddp<N>_<mode> and the
@@ -14,7 +14,8 @@
 // mode then reads e.g. fp32+recompute, and the `planned_mib` line shows what it saves. `zero`
 // (data parallel only) shards the optimizer state over the ranks (TrainOptions::shard_optimizer).
 // bf16 is mixed precision (tg::Precision::kBf16), the peer's *_bf16_autocast modes; its CPU
-// products run on AMX where the CPU has it, on vdpbf16ps with TG_CPU_AMX=off.
+// products run on AMX where the CPU has it, on vdpbf16ps with TG_CPU_AMX=off. f16 is the same
+// policy in IEEE half precision with dynamic loss scaling (tg::Precision::kF16).
 #include <tensorgrad/tensorgrad.h>
 
 #include "backend/cpu/gemm_amx.h"
@@ -72,6 +73,7 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
   std::string mode = precision == tg::Precision::kTf32     ? "tf32"
                      : precision == tg::Precision::kTf32x3 ? "tf32x3"
                      : precision == tg::Precision::kBf16   ? "bf16"
+                     : precision == tg::Precision::kF16    ? "f16"
                                                            : "fp32";
   if (recompute) mode += "+recompute";
   if (zero) mode += "+zero";
@@ -100,13 +102,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt_bench: unknown option '%s' (recompute or zero)\n", extra.c_str());
     return 2;
   }
-  if (mode != "fp32" && mode != "tf32" && mode != "tf32x3" && mode != "bf16") {
-    std::fprintf(stderr, "gpt_bench: unknown precision '%s' (fp32, tf32, tf32x3 or bf16)\n", mode.c_str());
+  if (mode != "fp32" && mode != "tf32" && mode != "tf32x3" && mode != "bf16" && mode != "f16") {
+    std::fprintf(stderr, "gpt_bench: unknown precision '%s' (fp32, tf32, tf32x3, bf16 or f16)\n",
+                 mode.c_str());
     return 2;
   }
   const tg::Precision precision = mode == "tf32"     ? tg::Precision::kTf32
                                   : mode == "tf32x3" ? tg::Precision::kTf32x3
                                   : mode == "bf16"   ? tg::Precision::kBf16
+                                  : mode == "f16"    ? tg::Precision::kF16
                                                      : tg::Precision::kFp32;
   if (precision == tg::Precision::kBf16 && device.kind != tg::Device::Kind::kCuda)
     std::fprintf(stderr, "# bf16 CPU products on AMX: %s\n",

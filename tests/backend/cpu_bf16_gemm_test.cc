@@ -139,25 +139,7 @@ TEST(CpuBf16Gemm, DotKernelDisjointRowRangesFromTwoThreads) {
 /// Output and gradients (of sum(y·w), w fixed) of a bf16 program (Precision::kBf16's trace).
 std::vector<std::vector<double>> run_bf16(backend::Backend& be, const std::vector<op_test::InputSpec>& inputs,
                                           const op_test::BuildFn& build, uint64_t seed) {
-  using namespace op_test;
-  Rng weight_rng(seed ^ 0x77ull);
-  Tensor y_out;
-  Traced t = trace_fn(
-      inputs,
-      [&](const Ts& x) {
-        Tensor y = build(x);
-        std::vector<float> w(static_cast<size_t>(y.numel()));
-        for (float& v : w) v = static_cast<float>(weight_rng.uniform(-1.5, 1.5));
-        y_out = y;
-        return sum(y * constant(std::span<const float>(w), y.shape()));
-      },
-      false, DType::kBF16);
-  const std::vector<HostTensor> feeds = make_feeds(inputs, t, seed);
-  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
-  t.graph.outputs = {y_out.id()};
-  for (int32_t g : grads)
-    if (g >= 0) t.graph.outputs.push_back(g);
-  return run_graph(be, t.graph, t.inputs, feeds);
+  return op_test::run_weighted(be, seed, inputs, build, DType::kBF16, 0x77ull);
 }
 
 TEST(CpuBf16Gemm, MatmulProgramsOnEveryPathMatchRef) {

@@ -370,25 +370,7 @@ std::vector<F16Case> cases() {
 
 /// Output and (with row.grads) gradients of sum(y·w), w fixed, of a row traced under f16.
 std::vector<std::vector<double>> run_case(backend::Backend& be, const F16Case& row) {
-  Rng weight_rng(seed_of(row.name) ^ 0xf16ull);
-  Tensor y_out;
-  Traced t = trace_fn(
-      row.inputs,
-      [&](const Ts& x) {
-        Tensor y = row.build(x);
-        std::vector<float> w(static_cast<size_t>(y.numel()));
-        for (float& v : w) v = static_cast<float>(weight_rng.uniform(-1.5, 1.5));
-        y_out = y;
-        return sum(y * constant(std::span<const float>(w), y.shape()));
-      },
-      false, DType::kF16);
-  const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
-  const std::vector<int32_t> grads =
-      row.grads ? autograd::append_gradients(t.graph, t.out, t.inputs) : std::vector<int32_t>{};
-  t.graph.outputs = {y_out.id()};
-  for (int32_t g : grads)
-    if (g >= 0) t.graph.outputs.push_back(g);
-  return run_graph(be, t.graph, t.inputs, feeds);
+  return run_weighted(be, seed_of(row.name), row.inputs, row.build, DType::kF16, 0xf16ull, row.grads);
 }
 
 class F16Op : public ::testing::TestWithParam<F16Case> {};

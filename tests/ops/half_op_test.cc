@@ -230,28 +230,8 @@ class HalfOp : public ::testing::TestWithParam<HalfCase> {};
 /// f32; `operands`, when given, receives the inputs' values and then w.
 std::vector<std::vector<double>> run_case(backend::Backend& be, const HalfCase& row, bool half,
                                           std::vector<std::vector<double>>* operands = nullptr) {
-  Rng weight_rng(seed_of(row.name) ^ 0xbf16ull);
-  Tensor y_out;
-  Traced t = trace_fn(
-      row.inputs,
-      [&](const Ts& x) {
-        Tensor y = row.build(x);
-        std::vector<float> w(static_cast<size_t>(y.numel()));
-        for (float& v : w) v = static_cast<float>(weight_rng.uniform(-1.5, 1.5));
-        if (operands) operands->push_back(std::vector<double>(w.begin(), w.end()));
-        y_out = y;
-        return sum(y * constant(std::span<const float>(w), y.shape()));
-      },
-      false, half ? row.half : DType::kF32);
-  const int32_t y = y_out.id();
-  const std::vector<HostTensor> feeds = make_feeds(row.inputs, t, seed_of(row.name));
-  if (operands)
-    for (size_t i = 0; i < row.inputs.size(); ++i) operands->insert(operands->end() - 1, feeds[i].values);
-  const std::vector<int32_t> grads = autograd::append_gradients(t.graph, t.out, t.inputs);
-  t.graph.outputs = {y};
-  for (int32_t g : grads)
-    if (g >= 0) t.graph.outputs.push_back(g);
-  return run_graph(be, t.graph, t.inputs, feeds);
+  return run_weighted(be, seed_of(row.name), row.inputs, row.build, half ? row.half : DType::kF32, 0xbf16ull,
+                      true, operands);
 }
 
 TEST_P(HalfOp, PolicyCastsTheOperands) {

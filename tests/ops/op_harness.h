@@ -325,6 +325,39 @@ inline std::vector<std::vector<double>> run_graph(backend::Backend& be, const ir
   return outs;
 }
 
+/// y = build(inputs) traced with the `half` mixed-precision policy (kF32: none), and (with
+/// `grads`) the gradients of sum(y·w) for a fixed random w drawn from `seed` ^ `salt` (the
+/// inputs from `seed`), run on `be`: [y, d/dx0, …]. `operands`, when given, receives the
+/// inputs' values and then w.
+inline std::vector<std::vector<double>> run_weighted(backend::Backend& be, uint64_t seed,
+                                                     const std::vector<InputSpec>& inputs,
+                                                     const BuildFn& build, DType half, uint64_t salt,
+                                                     bool grads = true,
+                                                     std::vector<std::vector<double>>* operands = nullptr) {
+  Rng weight_rng(seed ^ salt);
+  Tensor y_out;
+  Traced t = trace_fn(
+      inputs,
+      [&](const Ts& x) {
+        Tensor y = build(x);
+        std::vector<float> w(static_cast<size_t>(y.numel()));
+        for (float& v : w) v = static_cast<float>(weight_rng.uniform(-1.5, 1.5));
+        if (operands) operands->push_back(std::vector<double>(w.begin(), w.end()));
+        y_out = y;
+        return sum(y * constant(std::span<const float>(w), y.shape()));
+      },
+      false, half);
+  const std::vector<HostTensor> feeds = make_feeds(inputs, t, seed);
+  if (operands)
+    for (size_t i = 0; i < inputs.size(); ++i) operands->insert(operands->end() - 1, feeds[i].values);
+  const std::vector<int32_t> gs =
+      grads ? autograd::append_gradients(t.graph, t.out, t.inputs) : std::vector<int32_t>{};
+  t.graph.outputs = {y_out.id()};
+  for (int32_t g : gs)
+    if (g >= 0) t.graph.outputs.push_back(g);
+  return run_graph(be, t.graph, t.inputs, feeds);
+}
+
 /// The oracle first, then the backend under test.
 inline std::vector<std::unique_ptr<backend::Backend>> both_backends() {
   std::vector<std::unique_ptr<backend::Backend>> out;
