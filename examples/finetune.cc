@@ -15,7 +15,7 @@
 //              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
 //              [--batch 4] [--seq-len min(128, context)] [--holdout 0.1] [--eval-every steps/10]
 //              [--eval-batches 8]
-//              [--device cpu|cuda] [--precision fp32|bf16] [--seed 0]
+//              [--device cpu|cuda] [--precision fp32|bf16|f16] [--seed 0]
 //              [--out finetune_adapter.safetensors] [--plot finetune_loss.svg]
 //              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
 //              [--save-model <folder> [--save-dtype f32|bf16|f16]]
@@ -115,7 +115,8 @@ Options parse(const Args& args) {
         "usage: finetune --model <Hugging Face folder> --text <file.txt> [--targets q_proj,v_proj] [--rank "
         "8] "
         "[--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0] [--batch 4] [--seq-len 128] "
-        "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision fp32|bf16] "
+        "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision "
+        "fp32|bf16|f16] "
         "[--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] "
         "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-model <folder> [--save-dtype "
         "f32|bf16|f16]]");
@@ -151,7 +152,7 @@ Options parse(const Args& args) {
     throw std::runtime_error("--device takes cpu, cuda or auto, not " + device);
   o.device = args.device();
   o.precision = args.precision();
-  if (o.precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32 or bf16");
+  if (o.precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32, bf16 or f16");
   o.save_model = args.get("save-model", "");
   if (args.has("save-model") && o.save_model.empty()) throw std::runtime_error("--save-model needs a folder");
   const std::string save_dtype = args.get("save-dtype", "f32");
@@ -578,7 +579,7 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
   std::printf(
       "\nmerged (W + (alpha/rank)·B·A, adapters dropped): held-out loss %.6f, adapted %.6f (relative %.1e)\n",
       m.held_loss, after, diff);
-  if (diff > (o.precision == tg::Precision::kBf16 ? 2e-2 : 1e-4))
+  if (diff > (o.precision != tg::Precision::kFp32 ? 2e-2 : 1e-4))
     failures.push_back("the merged model's held-out loss differs from the adapted model's");
   std::printf("greedy continuation of held-out text by the merged model:\n%s[%s]\n",
               in.tokenizer.decode(m.prompt, /*skip_special=*/true).c_str(),
@@ -598,7 +599,10 @@ int run(Options o) {
   train.init_params(o.seed);                              // the adapters' A (B starts at zero)
   train.upload_params(in.lm.weights, {.partial = true});  // every base weight from the folder
   std::printf("compiled for %s (%s) in %.1f s; batch %lld × %lld tokens, %lld steps, AdamW lr %g\n",
-              train.device().str().c_str(), o.precision == tg::Precision::kBf16 ? "bf16" : "fp32",
+              train.device().str().c_str(),
+              o.precision == tg::Precision::kBf16  ? "bf16"
+              : o.precision == tg::Precision::kF16 ? "f16"
+                                                   : "fp32",
               seconds_since(t0), static_cast<long long>(o.batch), static_cast<long long>(o.seq),
               static_cast<long long>(o.steps), o.lr);
   report_memory(train, *in.lm.module, adapters);

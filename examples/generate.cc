@@ -7,7 +7,7 @@
 //   ./generate --model <folder> --prompt "Once upon a time" [--max-new-tokens 100]
 //              [--temperature 0.8] [--top-k 0] [--top-p 0.95] [--min-p 0]
 //              [--repetition-penalty 1] [--seed 0]
-//              [--device cpu|cuda] [--precision fp32|bf16]
+//              [--device cpu|cuda] [--precision fp32|bf16|f16]
 //   ./generate --model <instruct folder> --chat [--system "Be brief."] [--prompt "Hi!"] …
 //
 // --temperature 0 is greedy. Generation stops at the tokenizer's end-of-sequence token (else the
@@ -32,7 +32,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: generate --model FOLDER --prompt TEXT [--max-new-tokens 100] [--temperature 0.8]\n"
     "                [--top-k 0] [--top-p 0.95] [--min-p 0] [--repetition-penalty 1] [--seed 0]\n"
-    "                [--device cpu|cuda] [--precision fp32|bf16]\n"
+    "                [--device cpu|cuda] [--precision fp32|bf16|f16]\n"
     "       generate --model FOLDER --chat [--system TEXT] [--prompt TEXT] [the options above]\n"
     "\n"
     "Continues TEXT with a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     const int64_t cache_len = lm.context > 0 ? std::min(lm.context, room) : room;
     if (!interactive) check_fits(n, max_new, lm.context, cache_len, "the prompt");
     const tg::Precision precision = args.precision();
-    if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32 or bf16");
+    if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32, bf16 or f16");
 
     tg::GenerateOptions options = args.sampling();
     options.max_new_tokens = max_new;

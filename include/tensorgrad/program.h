@@ -61,7 +61,7 @@ struct Device {
 ///
 /// kF16 is the same policy with IEEE half precision (10-bit mantissa, largest value 65504)
 /// in place of bf16. Its narrow range makes small gradients underflow, so a training program
-/// under kF16 scales the loss (TrainOptions::loss_scale, dynamic by default, as PyTorch's
+/// under kF16 scales the loss (TrainOptions::loss_scaling, dynamic by default, as PyTorch's
 /// GradScaler) and skips steps whose gradients overflowed.
 enum class Precision { kFp32, kTf32, kTf32x3, kBf16, kF16 };
 
@@ -136,7 +136,11 @@ struct InputSpec {
 /// backoff_factor; after growth_interval finite steps in a row it is multiplied by
 /// growth_factor. growth_factor = backoff_factor = 1 is a static scale. The scale lives on
 /// the device ("loss_scale" in training_state().moments, saved with checkpoints; Program::
-/// loss_scale() reads it); reset_optimizer() starts it again from init_scale.
+/// loss_scale() reads it); reset_optimizer() starts it again from init_scale. (A training_state
+/// is restored only into a program with the same scaling, on or off.) Under data parallelism
+/// the gradients are unscaled after their all_reduce; under ZeRO-1 before the reduce-scatter,
+/// which then waits for the whole backward. With GradientsOnly the step returns the gradients
+/// of an overflowing step as they are (inf or NaN) and does not count it.
 struct LossScaling {
   bool enabled = true;
   double init_scale = 65536.0;  // 2^16

@@ -16,11 +16,14 @@ std::optional<LossScaling> resolve_loss_scaling(const std::optional<LossScaling>
     throw InputError(std::string("[TrainOptions] loss_scaling.") + field + " must be " + want + ", got " +
                      std::to_string(got));
   };
-  if (!(std::isfinite(o.init_scale) && o.init_scale > 0)) fail("init_scale", "finite and > 0", o.init_scale);
+  if (!(o.init_scale > 0 && o.init_scale <= 3.4028234663852886e38))
+    fail("init_scale", "> 0 and at most the largest f32", o.init_scale);
   if (!(std::isfinite(o.growth_factor) && o.growth_factor >= 1))
     fail("growth_factor", "finite and >= 1", o.growth_factor);
   if (!(o.backoff_factor > 0 && o.backoff_factor <= 1)) fail("backoff_factor", "in (0, 1]", o.backoff_factor);
-  if (o.growth_interval < 1) fail("growth_interval", ">= 1", static_cast<double>(o.growth_interval));
+  // The count of good steps is an f32 state: exact up to 2^24.
+  if (o.growth_interval < 1 || o.growth_interval > (int64_t{1} << 24))
+    fail("growth_interval", "in [1, 2^24]", static_cast<double>(o.growth_interval));
   return o;
 }
 

@@ -405,11 +405,6 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     g.updates.clear();
   }
   for (const auto& [target, value] : last_update) g.updates.push_back({target, value});
-  if (s->loss_scaling) {
-    g.stage = ir::Stage::kBackward;
-    const Tensor unscale = 1.0 / Tensor(&g, scale.value);
-    for (auto& [leaf, grad] : grad_of) grad = (Tensor(&g, grad) * unscale).id();
-  }
   g.stage = ir::Stage::kForward;
   if (s->comm != nullptr) {
     // The loss every rank reports: the mean over the ranks.
@@ -428,6 +423,12 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   if (s->comm != nullptr && !sharded) {
     t.graph.stage = ir::Stage::kBackward;
     grads = optim::average_over_ranks(t.graph, grads, s->comm->size(), options.bucket_bytes);
+  }
+  if (s->loss_scaling) {  // after the all_reduces, which then read the backward's own values
+    t.graph.stage = ir::Stage::kBackward;
+    const Tensor unscale = 1.0 / Tensor(&t.graph, scale.value);
+    for (int32_t& gi : grads)
+      if (gi >= 0) gi = (Tensor(&t.graph, gi) * unscale).id();
   }
   std::vector<optim::ParamGrad> pg;
   for (size_t i = 0; i < t.params.size(); ++i) {
@@ -661,7 +662,7 @@ double Program::loss_scale() const {
   if (!s.loss_scaling) return 1.0;
   float stored = 0;
   s.store->backend->download(*s.state_buffers.at(optim::kLossScaleState), &stored);
-  return stored == 0 ? s.loss_scaling->init_scale : stored;
+  return stored == 0 ? static_cast<float>(s.loss_scaling->init_scale) : stored;
 }
 
 TrainingState Program::training_state() const {

@@ -151,6 +151,8 @@ TEST(LossScale, BadSettingsAreErrors) {
   expect_error({.backoff_factor = 0}, "backoff_factor");
   expect_error({.backoff_factor = 2}, "backoff_factor");
   expect_error({.growth_interval = 0}, "growth_interval");
+  expect_error({.init_scale = 1e39}, "init_scale");                              // beyond f32
+  expect_error({.growth_interval = (int64_t{1} << 24) + 1}, "growth_interval");  // an f32 count
 }
 
 }  // namespace
