@@ -5,7 +5,8 @@
 // 3 warm-up steps, then the median of 3 runs of 20 steps (5 on the CPU and for gpt2_124M).
 // Each step reads the loss back, as the peer's step synchronises at the end of its timing.
 //
-//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16|f16] [recompute|zero]
+//   ./gpt_bench [addition_3L,char_6L384,gpt2_124M] [cpu|cuda] [fp32|tf32|tf32x3|bf16|f16]
+//               [recompute|zero|skip|noscale]
 // Started by a launcher (torchrun-style RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, one
 // process per GPU), every rank trains data-parallel on GPU LOCAL_RANK with the per-GPU batch of
 // the peer (weak scaling, as torch_ddp_peer.py): rank 0 prints the mode as ddp<N>_<mode> and the
@@ -13,6 +14,8 @@
 // `recompute` recomputes every block's activations in the backward (GptConfig::recompute); the
 // mode then reads e.g. fp32+recompute, and the `planned_mib` line shows what it saves. `zero`
 // (data parallel only) shards the optimizer state over the ranks (TrainOptions::shard_optimizer).
+// `skip` turns on TrainOptions::skip_nonfinite; `noscale` turns f16's loss scaling off (what
+// the two cost).
 // bf16 is mixed precision (tg::Precision::kBf16), the peer's *_bf16_autocast modes; its CPU
 // products run on AMX where the CPU has it, on vdpbf16ps with TG_CPU_AMX=off. f16 is the same
 // policy in IEEE half precision with dynamic loss scaling (tg::Precision::kF16).
@@ -43,7 +46,8 @@ const Workload kWorkloads[] = {
     {"gpt2_124M", {.vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12}, 16, 16},
 };
 
-void run(const Workload& w, const tg::Device& device, tg::Precision precision, bool recompute, bool zero) {
+void run(const Workload& w, const tg::Device& device, tg::Precision precision, const std::string& extra) {
+  const bool recompute = extra == "recompute", zero = extra == "zero";
   const tg::distributed::World world = tg::distributed::world();
   const bool gpu = device.kind == tg::Device::Kind::kCuda;
   const int64_t B = gpu ? w.gpu_batch : w.cpu_batch, T = w.config.seq_len;
@@ -51,14 +55,17 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
   config.recompute = recompute;
   tg::nn::Gpt model(config);
   const auto t0 = std::chrono::steady_clock::now();
-  auto train =
-      tg::compile_train(model, [&](tg::Tensor ids, tg::Tensor targets) { return model.loss(ids, targets); },
-                        {.inputs = {{"ids", {B, T}, tg::DType::kI32}, {"targets", {B, T}, tg::DType::kI32}},
-                         .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
-                         .device = device,
-                         .precision = precision,
-                         .data_parallel = world.size > 1,
-                         .shard_optimizer = zero && world.size > 1});
+  auto train = tg::compile_train(
+      model, [&](tg::Tensor ids, tg::Tensor targets) { return model.loss(ids, targets); },
+      {.inputs = {{"ids", {B, T}, tg::DType::kI32}, {"targets", {B, T}, tg::DType::kI32}},
+       .optimizer = tg::AdamW{.lr = 3e-4, .weight_decay = 0.1},
+       .device = device,
+       .precision = precision,
+       .skip_nonfinite = extra == "skip",
+       .loss_scaling = extra == "noscale" ? std::optional<tg::LossScaling>(tg::LossScaling{.enabled = false})
+                                          : std::nullopt,
+       .data_parallel = world.size > 1,
+       .shard_optimizer = zero && world.size > 1});
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(0);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(w.config.vocab - 1));
@@ -75,8 +82,7 @@ void run(const Workload& w, const tg::Device& device, tg::Precision precision, b
                      : precision == tg::Precision::kBf16   ? "bf16"
                      : precision == tg::Precision::kF16    ? "f16"
                                                            : "fp32";
-  if (recompute) mode += "+recompute";
-  if (zero) mode += "+zero";
+  if (!extra.empty()) mode += "+" + extra;
   if (world.size > 1) mode = "ddp" + std::to_string(world.size) + "_" + mode;
   if (world.rank != 0) return;
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", w.name, mode.c_str(), sec * 1e3,
@@ -98,8 +104,9 @@ int main(int argc, char** argv) {
       argc > 2 && std::string(argv[2]) == "cuda" ? tg::Device::cuda(world.local_rank) : tg::Device::cpu();
   const std::string mode = argc > 3 ? argv[3] : "fp32";
   const std::string extra = argc > 4 ? argv[4] : "";
-  if (!extra.empty() && extra != "recompute" && extra != "zero") {
-    std::fprintf(stderr, "gpt_bench: unknown option '%s' (recompute or zero)\n", extra.c_str());
+  if (!extra.empty() && extra != "recompute" && extra != "zero" && extra != "skip" && extra != "noscale") {
+    std::fprintf(stderr, "gpt_bench: unknown option '%s' (recompute, zero, skip or noscale)\n",
+                 extra.c_str());
     return 2;
   }
   if (mode != "fp32" && mode != "tf32" && mode != "tf32x3" && mode != "bf16" && mode != "f16") {
@@ -123,7 +130,7 @@ int main(int argc, char** argv) {
     bool found = false;
     for (const Workload& w : kWorkloads)
       if (name == w.name) {
-        run(w, device, precision, extra == "recompute", extra == "zero");
+        run(w, device, precision, extra);
         found = true;
       }
     if (!found) std::fprintf(stderr, "gpt_bench: unknown workload '%s'\n", name.c_str());

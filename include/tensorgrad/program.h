@@ -136,8 +136,9 @@ struct InputSpec {
 /// backoff_factor; after growth_interval finite steps in a row it is multiplied by
 /// growth_factor. growth_factor = backoff_factor = 1 is a static scale. The scale lives on
 /// the device ("loss_scale" in training_state().moments, saved with checkpoints; Program::
-/// loss_scale() reads it); reset_optimizer() starts it again from init_scale. (A training_state
-/// is restored only into a program with the same scaling, on or off.) Under data parallelism
+/// loss_scale() reads it); reset_optimizer() starts it again from init_scale. A training_state
+/// saved without scaling restores into a program with it (the scale starts afresh), and the
+/// other way round (the scale is ignored). Under data parallelism
 /// the gradients are unscaled after their all_reduce; under ZeRO-1 before the reduce-scatter,
 /// which then waits for the whole backward. With GradientsOnly the step returns the gradients
 /// of an overflowing step as they are (inf or NaN) and does not count it.

@@ -60,6 +60,17 @@ Tensor append_skip_nonfinite(ir::Graph& g, std::span<const ParamGrad> params, bo
   return ok;
 }
 
+std::map<std::string, HostTensor> with_loss_scale_state(std::map<std::string, HostTensor> moments,
+                                                        bool scaling) {
+  for (const char* name : {kLossScaleState, kLossScaleGoodSteps}) {
+    if (!scaling)
+      moments.erase(name);
+    else if (moments.count(name) == 0)
+      moments.emplace(name, HostTensor(DType::kF32, {1}));
+  }
+  return moments;
+}
+
 void append_loss_scale_update(ir::Graph& g, const LossScale& ls, const Tensor& finite, const LossScaling& o) {
   const Tensor scale(&g, ls.value);
   // good' = finite ? good + 1 : 0; at growth_interval the scale grows and the count restarts.

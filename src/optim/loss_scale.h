@@ -4,7 +4,9 @@
 // updates it after the step (PyTorch's torch.amp.GradScaler, inside the graph: no host round
 // trip but the one flag step() reads to count skipped steps).
 #pragma once
+#include <map>
 #include <optional>
+#include <string>
 #include <span>
 
 #include "ir/graph.h"
@@ -36,6 +38,12 @@ LossScale loss_scale(ir::Graph& g, const LossScaling& o);
 /// parts differ), and every update of the graph rewritten to keep its target's value when it is
 /// not. Call after the optimizer's update is appended.
 Tensor append_skip_nonfinite(ir::Graph& g, std::span<const ParamGrad> params, bool all_ranks);
+
+/// A training_state's optimizer tensors as a program with (`scaling`) or without loss scaling
+/// restores them: the scale's two scalars dropped, or added as 0 (a fresh init_scale and
+/// count) where the state was saved without them.
+std::map<std::string, HostTensor> with_loss_scale_state(std::map<std::string, HostTensor> moments,
+                                                        bool scaling);
 
 /// The scale's own update, taken whether the step was skipped or not: × backoff_factor after a
 /// non-finite step; × growth_factor once growth_interval finite steps in a row have passed.

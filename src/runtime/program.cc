@@ -723,10 +723,10 @@ void Program::restore_training_state(const TrainingState& t) {
       if (mine.count(name) == 0)
         throw InputError(std::string(api) + "this program has no " + what + " '" + name + "'");
   };
-  check(t.moments, moments, "optimizer state");
+  const auto given = optim::with_loss_scale_state(t.moments, s.loss_scaling.has_value());
+  check(given, moments, "optimizer state");
   check(t.states, states, "state");
-  for (const auto& [name, value] : t.moments)
-    s.store->backend->upload(*moments.at(name).buffer, value.data());
+  for (const auto& [name, value] : given) s.store->backend->upload(*moments.at(name).buffer, value.data());
   for (const auto& [name, value] : t.states) s.store->backend->upload(*states.at(name).buffer, value.data());
   s.steps = t.steps;
   s.calls = t.calls;

@@ -125,6 +125,49 @@ TEST(LossScale, GrowsAfterTheIntervalAndIsSavedAndReset) {
   }
 }
 
+TEST(LossScale, StatesRestoreAcrossScalingOnAndOff) {
+  const LossScaling o{.init_scale = 1024, .growth_factor = 2, .growth_interval = 1};
+  Net a, b;
+  Program scaled = compile(a, Device::cpu(), Precision::kF16, 1.0 / 64, o, Adam{.lr = 1e-3});
+  Program plain = compile(b, Device::cpu(), Precision::kBf16, 1.0 / 64, std::nullopt, Adam{.lr = 1e-3});
+  for (int s = 0; s < 2; ++s) (void)scaled.step({{"x", kX}});
+  EXPECT_EQ(scaled.loss_scale(), 4096.0);
+  // With scaling into without: the moments and step count come over, the scale is dropped.
+  plain.restore_training_state(scaled.training_state());
+  EXPECT_EQ(plain.steps(), 2);
+  EXPECT_EQ(plain.training_state().moments.count("loss_scale"), 0u);
+  // Without into with: the scale starts again from init_scale.
+  scaled.restore_training_state(plain.training_state());
+  EXPECT_EQ(scaled.loss_scale(), 1024.0);
+  EXPECT_EQ(scaled.steps(), 2);
+}
+
+TEST(LossScale, MicroBatchesScaleEachSliceAlike) {
+  // The step over 2 slices equals the step over the whole batch (up to f32 summation order),
+  // scale included.
+  auto run = [](int64_t k) {
+    Net m;
+    Program p = compile_train(m, [&m](Tensor x) { return mean(m.fc(x) * m.fc(x)); },
+                              {.inputs = {{"x", {2, 4}}},
+                               .optimizer = SGD{.lr = 0.1},
+                               .device = Device::cpu(),
+                               .precision = Precision::kF16,
+                               .loss_scaling = LossScaling{.init_scale = 256, .growth_interval = 2},
+                               .micro_batches = k});
+    p.upload_params(kParams);
+    std::vector<float> losses;
+    for (int s = 0; s < 3; ++s) losses.push_back(p.step({{"x", kX}}));
+    EXPECT_EQ(p.loss_scale(), 512.0);
+    return std::pair{losses, p.download_params()};
+  };
+  const auto [whole, pw] = run(1);
+  const auto [sliced, ps] = run(2);
+  for (size_t s = 0; s < whole.size(); ++s) EXPECT_NEAR(sliced[s], whole[s], 1e-5 * std::abs(whole[s])) << s;
+  for (const auto& [name, t] : pw)
+    for (size_t i = 0; i < t.f32().size(); ++i)
+      EXPECT_NEAR(ps.at(name).f32()[i], t.f32()[i], 1e-5 + 1e-5 * std::abs(t.f32()[i])) << name << i;
+}
+
 TEST(LossScale, AStaticScaleNeverMovesAndFp32CanScaleToo) {
   Net m;
   Program p =

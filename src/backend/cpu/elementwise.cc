@@ -15,6 +15,7 @@
 #include "tensorgrad/errors.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define TG_X86 1
 #endif
@@ -209,7 +210,11 @@ void cast_bf16_to_f32(std::byte* out, const std::byte* x, const std::byte*, cons
 }
 
 bool has_f16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // F16C is CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports has no name for it).
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 && ((c >> 29) & 1u) != 0;
+  }();
   return has;
 }
 #endif
