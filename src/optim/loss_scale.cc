@@ -37,7 +37,11 @@ Tensor state_scalar(ir::Graph& g, const char* name) {
 
 LossScale loss_scale(ir::Graph& g, const LossScaling& o) {
   const Tensor stored = state_scalar(g, kLossScaleState);
-  return {stored.id(), where(eq(stored, 0.0), o.init_scale, stored).id()};
+  const Tensor value = where(eq(stored, 0.0), o.init_scale, stored);
+  // A scale that overflows f32 stays at the largest finite one (the gradients then overflow
+  // and it backs off again).
+  return {stored.id(), value.id(), (1.0 / value).id(),
+          minimum(value * o.growth_factor, 3.4028234663852886e38).id(), (value * o.backoff_factor).id()};
 }
 
 Tensor append_skip_nonfinite(ir::Graph& g, std::span<const ParamGrad> params, bool all_ranks) {
@@ -72,15 +76,13 @@ std::map<std::string, HostTensor> with_loss_scale_state(std::map<std::string, Ho
 }
 
 void append_loss_scale_update(ir::Graph& g, const LossScale& ls, const Tensor& finite, const LossScaling& o) {
-  const Tensor scale(&g, ls.value);
   // good' = finite ? good + 1 : 0; at growth_interval the scale grows and the count restarts.
   const Tensor good = state_scalar(g, kLossScaleGoodSteps);
   const Tensor counted = where(finite, good + 1.0, 0.0);
   const Tensor grow = ge(counted, static_cast<double>(o.growth_interval));
-  const Tensor next = where(finite, where(grow, scale * o.growth_factor, scale), scale * o.backoff_factor);
-  // A scale that overflows f32 stays at the largest finite one (the gradients then overflow
-  // and it backs off again).
-  g.updates.push_back({ls.stored, minimum(next, 3.4028234663852886e38).id()});
+  const Tensor next =
+      where(finite, where(grow, Tensor(&g, ls.grown), Tensor(&g, ls.value)), Tensor(&g, ls.backed_off));
+  g.updates.push_back({ls.stored, next.id()});
   g.updates.push_back({good.id(), where(grow, 0.0, counted).id()});
 }
 

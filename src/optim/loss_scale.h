@@ -26,10 +26,13 @@ std::optional<LossScaling> resolve_loss_scaling(const std::optional<LossScaling>
 
 /// The scale this step uses (`value`): the state scalar kLossScaleState (`stored`), which
 /// starts at 0 as every optimizer state does (and again after reset_optimizer) and then reads
-/// as o.init_scale.
-/// Node ids (the graph may move between the trace and the update: Tensors would dangle).
+/// as o.init_scale; with 1/scale (`unscale`) and the two candidates of the next scale
+/// (`grown`, `backed_off`). Everything computed from the scale alone is made here, at the
+/// start of the graph: fusion puts those scalar nodes in one group, and a constant made later
+/// (a later node id) would hold that group, and with it the whole backward, until the
+/// schedule reaches it. (Node ids: the graph may move between the trace and the update.)
 struct LossScale {
-  int32_t stored = -1, value = -1;
+  int32_t stored = -1, value = -1, unscale = -1, grown = -1, backed_off = -1;
 };
 LossScale loss_scale(ir::Graph& g, const LossScaling& o);
 

@@ -426,7 +426,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   }
   if (s->loss_scaling) {  // after the all_reduces, which then read the backward's own values
     t.graph.stage = ir::Stage::kBackward;
-    const Tensor unscale = 1.0 / Tensor(&t.graph, scale.value);
+    const Tensor unscale(&t.graph, scale.unscale);
     for (int32_t& gi : grads)
       if (gi >= 0) gi = (Tensor(&t.graph, gi) * unscale).id();
   }

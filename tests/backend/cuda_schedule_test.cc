@@ -134,3 +134,26 @@ TEST(CudaSchedule, Bf16ProductOperandsHaveAlignedRows) {
 }
 
 }  // namespace
+
+namespace {
+// f16 with its loss scaling, and any precision skipping non-finite steps, keep the fused
+// norm gradients: the unscaling and the finiteness check read the parameters' gradients
+// without splitting the groups the norm-backward match absorbs.
+TEST(CudaSchedule, LossScalingKeepsTheFusedNormGradients) {
+  for (const auto& [precision, skip] : {std::pair{Precision::kBf16, false}, std::pair{Precision::kBf16, true},
+                                        std::pair{Precision::kF16, false}}) {
+    nn::Gpt gpt({.vocab = 50, .seq_len = 16, .layers = 2, .d_model = 64, .heads = 4});
+    auto train = compile_train(gpt, [&](Tensor ids, Tensor targets) { return gpt.loss(ids, targets); },
+                               {.inputs = {{"ids", {4, 16}, DType::kI32}, {"targets", {4, 16}, DType::kI32}},
+                                .optimizer = AdamW{.lr = 1e-3},
+                                .device = Device::ref(),
+                                .precision = precision,
+                                .skip_nonfinite = skip});
+    const ir::Graph& g = gpt_training_graph(train);
+    const backend::cuda::CudaCapabilities caps(tg::testing::sm90_device(), {});
+    const passes::Schedule s = passes::schedule(g, caps);
+    EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.dw >= 0 && st.fused.db >= 0; }), 2 * 2 + 1)
+        << dtype_name(precision == Precision::kF16 ? DType::kF16 : DType::kBF16) << (skip ? " skip" : "");
+  }
+}
+}  // namespace
