@@ -66,38 +66,52 @@ struct Mlp : tg::Module {
 
 class DataParallel : public ::testing::TestWithParam<tg::Device> {};
 
+constexpr int64_t kBatch = 32;  // the global batch of the Mlp tests
+
+/// The Mlp's mean squared error on `rows` rows, trained with `options` (its inputs set here).
+tg::Program compile_mse(Mlp& m, int64_t rows, tg::TrainOptions options) {
+  options.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}};
+  return tg::compile_train(
+      m,
+      [&m](tg::Tensor x, tg::Tensor y) {
+        const tg::Tensor d = m.net(x) - y;
+        return tg::mean(d * d);
+      },
+      std::move(options));
+}
+
+/// `steps` steps of `one` over the whole batch and of `dp` over this rank's rows of it, on the
+/// same data each step: their losses agree to `rel`.
+void expect_same_losses(tg::Program& one, tg::Program& dp, int steps, double rel, const std::string& where) {
+  for (int step = 0; step < steps; ++step) {
+    const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
+               y = tg::testing::uniform_values(kBatch * 3, 200 + step);
+    const float l1 = one.step({{"x", x}, {"y", y}});
+    const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
+    EXPECT_NEAR(l2, l1, rel * std::fabs(l1)) << where << " step " << step;
+  }
+}
+
 // 20 AdamW steps with clipping (whose norm must be the global one): the two-rank run equals the
 // whole batch in one process, and with two micro-batches per rank too.
 TEST_P(DataParallel, TwoRanksEqualTheWholeBatch) {
-  constexpr int64_t kBatch = 32;
   const int64_t local = kBatch / tg::distributed::world().size;
   for (const int64_t micro : {1, 2}) {
     Mlp whole, shared;
     auto compile = [&](Mlp& m, int64_t rows, bool dp) {
-      return tg::compile_train(m,
-                               [&](tg::Tensor x, tg::Tensor y) {
-                                 const tg::Tensor d = m.net(x) - y;
-                                 return tg::mean(d * d);
-                               },
-                               {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
-                                .optimizer = tg::AdamW{.lr = 1e-2},
-                                .clip_grad_norm = 0.5,
-                                .device = device(GetParam()),
-                                .micro_batches = dp ? micro : 1,
-                                .data_parallel = dp});
+      return compile_mse(m, rows,
+                         {.optimizer = tg::AdamW{.lr = 1e-2},
+                          .clip_grad_norm = 0.5,
+                          .device = device(GetParam()),
+                          .micro_batches = dp ? micro : 1,
+                          .data_parallel = dp});
     };
     tg::Program one = compile(whole, kBatch, false), dp = compile(shared, local, true);
     const tg::ir::Graph& g = tg::detail::compiled_graph(dp);
     const auto sums = std::count_if(g.nodes().begin(), g.nodes().end(),
                                     [](const tg::ir::Node& n) { return n.op == tg::ir::Op::kAllReduce; });
     EXPECT_GE(sums, 2) << "the loss and at least one bucket of gradients";
-    for (int step = 0; step < 20; ++step) {
-      const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
-                 y = tg::testing::uniform_values(kBatch * 3, 200 + step);
-      const float l1 = one.step({{"x", x}, {"y", y}});
-      const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
-      EXPECT_NEAR(l2, l1, 1e-5 * std::fabs(l1)) << "micro " << micro << " step " << step;
-    }
+    expect_same_losses(one, dp, 20, 1e-5, "micro " + std::to_string(micro));
     EXPECT_LT(tg::testing::param_difference(dp, one), 1e-5) << "micro " << micro;
     EXPECT_TRUE(same_on_every_rank(dp)) << "micro " << micro;
   }
@@ -109,32 +123,20 @@ TEST_P(DataParallel, TwoRanksEqualTheWholeBatch) {
 // product, an exact power of two, so both runs round the same values to f16; what is left
 // is f32 summation order, and the rare f16 rounding it flips: a looser bound than f32's.
 TEST_P(DataParallel, F16WithLossScalingEqualsTheWholeBatch) {
-  constexpr int64_t kBatch = 32;
   const int64_t local = kBatch / tg::distributed::world().size;
   for (const bool zero : {false, true}) {
     Mlp whole, shared;
     auto compile = [&](Mlp& m, int64_t rows, bool dp) {
-      return tg::compile_train(m,
-                               [&](tg::Tensor x, tg::Tensor y) {
-                                 const tg::Tensor d = m.net(x) - y;
-                                 return tg::mean(d * d);
-                               },
-                               {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
-                                .optimizer = tg::AdamW{.lr = 1e-2},
-                                .clip_grad_norm = 0.5,
-                                .device = device(GetParam()),
-                                .precision = tg::Precision::kF16,
-                                .data_parallel = dp,
-                                .shard_optimizer = dp && zero});
+      return compile_mse(m, rows,
+                         {.optimizer = tg::AdamW{.lr = 1e-2},
+                          .clip_grad_norm = 0.5,
+                          .device = device(GetParam()),
+                          .precision = tg::Precision::kF16,
+                          .data_parallel = dp,
+                          .shard_optimizer = dp && zero});
     };
     tg::Program one = compile(whole, kBatch, false), dp = compile(shared, local, true);
-    for (int step = 0; step < 10; ++step) {
-      const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
-                 y = tg::testing::uniform_values(kBatch * 3, 200 + step);
-      const float l1 = one.step({{"x", x}, {"y", y}});
-      const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
-      EXPECT_NEAR(l2, l1, 1e-4 * std::fabs(l1)) << "zero " << zero << " step " << step;
-    }
+    expect_same_losses(one, dp, 10, 1e-4, zero ? "zero" : "plain");
     EXPECT_EQ(dp.loss_scale(), one.loss_scale()) << "zero " << zero;
     EXPECT_EQ(dp.skipped_steps(), one.skipped_steps()) << "zero " << zero;
     EXPECT_LT(tg::testing::param_difference(dp, one), 1e-4) << "zero " << zero;
@@ -184,38 +186,25 @@ int64_t count_ops(const tg::Program& p, tg::ir::Op op) {
 /// decay and whose biases do not; with the default buckets (one per weight-decay treatment)
 /// and with small ones (several per treatment), one and two micro-batches per rank.
 void expect_sharded_equals_whole(const tg::Device& dev, const tg::Optimizer& optimizer) {
-  constexpr int64_t kBatch = 32;
   const int64_t local = kBatch / tg::distributed::world().size;
   for (const auto& [bucket_bytes, micro] : {std::pair<int64_t, int64_t>{int64_t{25} << 20, 1}, {1024, 2}}) {
     Mlp whole, shared;
     auto compile = [&](Mlp& m, int64_t rows, bool dp) {
-      return tg::compile_train(
-          m,
-          [&](tg::Tensor x, tg::Tensor y) {
-            const tg::Tensor d = m.net(x) - y;
-            return tg::mean(d * d);
-          },
-          {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
-           .optimizer = optimizer,
-           .clip_grad_norm = 0.05,  // below the gradients' norm: clipping acts every step
-           .device = device(dev),
-           .micro_batches = dp ? micro : 1,
-           .data_parallel = dp,
-           .bucket_bytes = bucket_bytes,
-           .shard_optimizer = dp});
+      return compile_mse(m, rows,
+                         {.optimizer = optimizer,
+                          .clip_grad_norm = 0.05,  // below the gradients' norm: clipping acts every step
+                          .device = device(dev),
+                          .micro_batches = dp ? micro : 1,
+                          .data_parallel = dp,
+                          .bucket_bytes = bucket_bytes,
+                          .shard_optimizer = dp});
     };
     tg::Program one = compile(whole, kBatch, false), dp = compile(shared, local, true);
     const std::string where = "bucket_bytes " + std::to_string(bucket_bytes);
     EXPECT_GE(count_ops(dp, tg::ir::Op::kReduceScatter), 2) << where;
     EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kAllGather)) << where;
     EXPECT_EQ(count_ops(dp, tg::ir::Op::kReduceScatter), count_ops(dp, tg::ir::Op::kRankShard)) << where;
-    for (int step = 0; step < 20; ++step) {
-      const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
-                 y = tg::testing::uniform_values(kBatch * 3, 200 + step);
-      const float l1 = one.step({{"x", x}, {"y", y}});
-      const float l2 = dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
-      EXPECT_NEAR(l2, l1, 1e-5 * std::fabs(l1)) << where << " step " << step;
-    }
+    expect_same_losses(one, dp, 20, 1e-5, where);
     EXPECT_LT(tg::testing::param_difference(dp, one), 1e-5) << where;
     EXPECT_TRUE(same_on_every_rank(dp)) << where;
   }
@@ -263,32 +252,21 @@ TEST_P(DataParallel, ShardedOptimizerStateIsOneOverTheRanks) {
 // gradients are reduced and sharded; ten AdamW steps equal the whole batch in one process, the
 // frozen layer stays bit-identical, and the sharded state covers the trained parameters only.
 TEST_P(DataParallel, FrozenParamsAreNeitherReducedNorSharded) {
-  constexpr int64_t kBatch = 16;
   const int64_t ranks = tg::distributed::world().size;
   for (const bool sharded : {false, true}) {
     Mlp whole, shared;
     auto compile = [&](Mlp& m, int64_t rows, bool dp) {
-      return tg::compile_train(m,
-                               [&](tg::Tensor x, tg::Tensor y) {
-                                 const tg::Tensor d = m.net(x) - y;
-                                 return tg::mean(d * d);
-                               },
-                               {.inputs = {{"x", {rows, 6}}, {"y", {rows, 3}}},
-                                .optimizer = tg::AdamW{.lr = 1e-2, .weight_decay = 0.1},
-                                .device = device(GetParam()),
-                                .frozen = {"net.layers.0", "net.layers.2.bias"},
-                                .data_parallel = dp,
-                                .shard_optimizer = dp && sharded});
+      return compile_mse(m, rows,
+                         {.optimizer = tg::AdamW{.lr = 1e-2, .weight_decay = 0.1},
+                          .device = device(GetParam()),
+                          .frozen = {"net.layers.0", "net.layers.2.bias"},
+                          .data_parallel = dp,
+                          .shard_optimizer = dp && sharded});
     };
     tg::Program one = compile(whole, kBatch, false), dp = compile(shared, kBatch / ranks, true);
     const auto before = dp.download_params();
-    for (int step = 0; step < 10; ++step) {
-      const auto x = tg::testing::uniform_values(kBatch * 6, 300 + step),
-                 y = tg::testing::uniform_values(kBatch * 3, 400 + step);
-      one.step({{"x", x}, {"y", y}});
-      dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
-    }
     const std::string where = sharded ? "sharded" : "plain";
+    expect_same_losses(one, dp, 10, 1e-5, where);
     EXPECT_LT(tg::testing::param_difference(dp, one), 1e-5) << where;
     EXPECT_TRUE(same_on_every_rank(dp)) << where;
     const auto after = dp.download_params();
