@@ -134,7 +134,10 @@ struct InputSpec {
 /// before clipping and the update (captures show them unscaled). A step whose gradients hold a
 /// NaN or an infinity is skipped as with skip_nonfinite and multiplies the scale by
 /// backoff_factor; after growth_interval finite steps in a row it is multiplied by
-/// growth_factor. growth_factor = backoff_factor = 1 is a static scale. The scale lives on
+/// growth_factor, but never below 1 (init_scale must be at least 1): at 1 the products'
+/// gradients overflow f16 unscaled, which keep_f32 for that layer or bf16 answers, not a
+/// smaller scale (PyTorch's GradScaler has no floor). growth_factor = backoff_factor = 1 is
+/// a static scale. The scale lives on
 /// the device ("loss_scale" in training_state().moments, saved with checkpoints; Program::
 /// loss_scale() reads it); reset_optimizer() starts it again from init_scale. A training_state
 /// saved without scaling restores into a program with it (the scale starts afresh), and the

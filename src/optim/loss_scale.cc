@@ -1,7 +1,9 @@
 // Loss scaling and skipped steps as graph nodes (see loss_scale.h).
 #include "optim/loss_scale.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "ir/api_util.h"
 #include "tensorgrad/errors.h"
@@ -16,8 +18,10 @@ std::optional<LossScaling> resolve_loss_scaling(const std::optional<LossScaling>
     throw InputError(std::string("[TrainOptions] loss_scaling.") + field + " must be " + want + ", got " +
                      std::to_string(got));
   };
-  if (!(o.init_scale > 0 && o.init_scale <= 3.4028234663852886e38))
-    fail("init_scale", "> 0 and at most the largest f32", o.init_scale);
+  // At least 1: 1/scale then never overflows f32, so the scaled gradients (which the
+  // finiteness check reads) are finite exactly when the unscaled ones are.
+  if (!(o.init_scale >= 1 && o.init_scale <= 3.4028234663852886e38))
+    fail("init_scale", ">= 1 and at most the largest f32", o.init_scale);
   if (!(std::isfinite(o.growth_factor) && o.growth_factor >= 1))
     fail("growth_factor", "finite and >= 1", o.growth_factor);
   if (!(o.backoff_factor > 0 && o.backoff_factor <= 1)) fail("backoff_factor", "in (0, 1]", o.backoff_factor);
@@ -39,9 +43,22 @@ LossScale loss_scale(ir::Graph& g, const LossScaling& o) {
   const Tensor stored = state_scalar(g, kLossScaleState);
   const Tensor value = where(eq(stored, 0.0), o.init_scale, stored);
   // A scale that overflows f32 stays at the largest finite one (the gradients then overflow
-  // and it backs off again).
+  // and it backs off again); backing off stops at 1 (see resolve_loss_scaling).
   return {stored.id(), value.id(), (1.0 / value).id(),
-          minimum(value * o.growth_factor, 3.4028234663852886e38).id(), (value * o.backoff_factor).id()};
+          minimum(value * o.growth_factor, 3.4028234663852886e38).id(),
+          maximum(value * o.backoff_factor, 1.0).id()};
+}
+
+std::vector<int32_t> unscale(ir::Graph& g, std::vector<int32_t>& grads, const LossScale& ls) {
+  std::vector<int32_t> before = grads;
+  const Tensor factor(&g, ls.unscale);
+  // In the order the backward made the gradients (node ids), which ZeRO-1's buckets follow.
+  std::vector<size_t> order(grads.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return before[a] < before[b]; });
+  for (size_t i : order)
+    if (grads[i] >= 0) grads[i] = (Tensor(&g, grads[i]) * factor).id();
+  return before;
 }
 
 Tensor append_skip_nonfinite(ir::Graph& g, std::span<const ParamGrad> params, bool all_ranks) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 #include <span>
 
 #include "ir/graph.h"
@@ -36,6 +37,10 @@ struct LossScale {
 };
 LossScale loss_scale(ir::Graph& g, const LossScaling& o);
 
+/// Each gradient (node ids, -1 for none) divided by the scale, in place; returns the ids
+/// before (what the finiteness check may read instead).
+std::vector<int32_t> unscale(ir::Graph& g, std::vector<int32_t>& grads, const LossScale& ls);
+
 /// skip_nonfinite: the bool scalar "every gradient of `params` is finite" (Σ sum(g·0) is
 /// exactly 0 unless some element is NaN or ±inf; with `all_ranks`, summed over the ranks, whose
 /// parts differ), and every update of the graph rewritten to keep its target's value when it is
@@ -49,7 +54,8 @@ std::map<std::string, HostTensor> with_loss_scale_state(std::map<std::string, Ho
                                                         bool scaling);
 
 /// The scale's own update, taken whether the step was skipped or not: × backoff_factor after a
-/// non-finite step; × growth_factor once growth_interval finite steps in a row have passed.
+/// non-finite step (never below 1); × growth_factor once growth_interval finite steps in a row
+/// have passed.
 void append_loss_scale_update(ir::Graph& g, const LossScale& scale, const Tensor& finite,
                               const LossScaling& o);
 

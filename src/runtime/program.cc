@@ -420,21 +420,18 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   }
   // ZeRO-1 reduces the gradients bucket by bucket inside append_sharded_update instead.
   const bool sharded = s->comm != nullptr && options.shard_optimizer;
-  if (s->comm != nullptr && !sharded) {
-    t.graph.stage = ir::Stage::kBackward;
+  t.graph.stage = ir::Stage::kBackward;
+  if (s->comm != nullptr && !sharded)
     grads = optim::average_over_ranks(t.graph, grads, s->comm->size(), options.bucket_bytes);
-  }
-  if (s->loss_scaling) {  // after the all_reduces, which then read the backward's own values
-    t.graph.stage = ir::Stage::kBackward;
-    const Tensor unscale(&t.graph, scale.unscale);
-    for (int32_t& gi : grads)
-      if (gi >= 0) gi = (Tensor(&t.graph, gi) * unscale).id();
-  }
-  std::vector<optim::ParamGrad> pg;
+  // Unscaled after the all_reduces, which then read the backward's own values.
+  const std::vector<int32_t> scaled = s->loss_scaling ? optim::unscale(t.graph, grads, scale) : grads;
+  std::vector<optim::ParamGrad> pg, checked;  // checked: the scaled gradients (the same finiteness)
   for (size_t i = 0; i < t.params.size(); ++i) {
     if (grads[i] < 0) continue;  // does not affect the loss: left untouched, as PyTorch does
     pg.push_back({t.params[i].first, t.params[i].second, grads[i],
                   s->store->infos.at(t.params[i].first).decay, false});
+    checked.push_back(pg.back());
+    checked.back().grad = scaled[i];
     t.captures.emplace_back("grad/" + t.params[i].first, grads[i]);
     if (std::holds_alternative<GradientsOnly>(options.optimizer)) s->kept.push_back(grads[i]);
   }
@@ -448,7 +445,9 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     s->plan = optim::append_update(t.graph, pg, options.optimizer, options.clip_grad_norm);
   }
   if ((options.skip_nonfinite && !t.graph.updates.empty()) || s->loss_scaling) {
-    const Tensor ok = optim::append_skip_nonfinite(t.graph, pg, sharded);
+    // Unsharded, the check reads the scaled gradients: the unscaled ones keep one reader each
+    // (the update), into which their unscaling fuses.
+    const Tensor ok = optim::append_skip_nonfinite(t.graph, sharded ? pg : checked, sharded);
     if (s->loss_scaling) optim::append_loss_scale_update(t.graph, scale, ok, *s->loss_scaling);
     s->finite = ok.id();
     s->kept.push_back(ok.id());

@@ -144,6 +144,31 @@ TEST_P(DataParallel, F16WithLossScalingEqualsTheWholeBatch) {
   }
 }
 
+// Overflowing steps under data parallelism, plain and ZeRO-1: a scale of 2^40 overflows f16
+// (one rank's gradients are not the whole batch's, so no single-process run to compare with);
+// every rank skips the same steps and backs off alike, and the parameters stay equal.
+TEST_P(DataParallel, F16OverflowsAreSkippedOnEveryRank) {
+  for (const bool zero : {false, true}) {
+    Mlp shared;
+    tg::Program dp = compile_mse(shared, kBatch / tg::distributed::world().size,
+                                 {.optimizer = tg::AdamW{.lr = 1e-2},
+                                  .device = device(GetParam()),
+                                  .precision = tg::Precision::kF16,
+                                  .loss_scaling = tg::LossScaling{.init_scale = 0x1p40},
+                                  .data_parallel = true,
+                                  .shard_optimizer = zero});
+    for (int step = 0; step < 30; ++step) {
+      const auto x = tg::testing::uniform_values(kBatch * 6, 100 + step),
+                 y = tg::testing::uniform_values(kBatch * 3, 200 + step);
+      (void)dp.step({{"x", my_rows(x, 6)}, {"y", my_rows(y, 3)}});
+    }
+    EXPECT_GT(dp.skipped_steps(), 0) << "zero " << zero;
+    EXPECT_GT(dp.steps(), 0) << "zero " << zero;
+    EXPECT_LT(dp.loss_scale(), 0x1p40) << "zero " << zero;
+    EXPECT_TRUE(same_on_every_rank(dp)) << "zero " << zero;
+  }
+}
+
 // A transformer's gradients (GradientsOnly) after the all-reduce equal the whole batch's.
 TEST_P(DataParallel, GptGradientsEqualTheWholeBatch) {
   const tg::nn::GptConfig config{.vocab = 11, .seq_len = 8, .layers = 2, .d_model = 16, .heads = 2};

@@ -97,6 +97,20 @@ TEST(LossScale, AnOverflowSkipsTheStepAndBacksOff) {
   }
 }
 
+TEST(LossScale, BackingOffStopsAtOne) {
+  // c = 2^17: the gradient entering the product overflows f16 at any scale >= 1.
+  Net m;
+  Program p = compile(m, Device::cpu(), Precision::kF16, 131072.0, LossScaling{.init_scale = 4});
+  std::vector<double> scales;
+  for (int s = 0; s < 4; ++s) {
+    (void)p.step({{"x", kX}});
+    scales.push_back(p.loss_scale());
+  }
+  EXPECT_EQ(scales, (std::vector<double>{2, 1, 1, 1}));
+  EXPECT_EQ(p.skipped_steps(), 4);
+  EXPECT_EQ(p.steps(), 0);
+}
+
 TEST(LossScale, GrowsAfterTheIntervalAndIsSavedAndReset) {
   const LossScaling o{.init_scale = 1024, .growth_factor = 4, .backoff_factor = 0.25, .growth_interval = 3};
   for (const Device& d : testing::all_devices()) {
@@ -133,9 +147,17 @@ TEST(LossScale, StatesRestoreAcrossScalingOnAndOff) {
   for (int s = 0; s < 2; ++s) (void)scaled.step({{"x", kX}});
   EXPECT_EQ(scaled.loss_scale(), 4096.0);
   // With scaling into without: the moments and step count come over, the scale is dropped.
-  plain.restore_training_state(scaled.training_state());
+  const TrainingState saved = scaled.training_state();
+  plain.restore_training_state(saved);
   EXPECT_EQ(plain.steps(), 2);
-  EXPECT_EQ(plain.training_state().moments.count("loss_scale"), 0u);
+  const TrainingState got = plain.training_state();
+  EXPECT_EQ(got.moments.size() + 2, saved.moments.size());
+  EXPECT_EQ(got.moments.count("loss_scale") + got.moments.count("loss_scale.good_steps"), 0u);
+  for (const auto& [name, t] : got.moments) {
+    ASSERT_EQ(saved.moments.count(name), 1u) << name;
+    EXPECT_EQ(std::memcmp(t.data(), saved.moments.at(name).data(), static_cast<size_t>(t.numel()) * 4), 0)
+        << name;
+  }
   // Without into with: the scale starts again from init_scale.
   scaled.restore_training_state(plain.training_state());
   EXPECT_EQ(scaled.loss_scale(), 1024.0);
@@ -189,6 +211,7 @@ TEST(LossScale, BadSettingsAreErrors) {
     }
   };
   expect_error({.init_scale = 0}, "init_scale");
+  expect_error({.init_scale = 0.5}, "init_scale");  // below 1, unscaling could overflow f32
   expect_error({.init_scale = INFINITY}, "init_scale");
   expect_error({.growth_factor = 0.5}, "growth_factor");
   expect_error({.backoff_factor = 0}, "backoff_factor");
