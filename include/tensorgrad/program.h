@@ -131,20 +131,22 @@ struct InputSpec {
 /// Dynamic loss scaling (TrainOptions::loss_scaling; PyTorch's torch.amp.GradScaler and its
 /// defaults). The backward starts from loss · scale, so gradients too small for f16 stay
 /// representable in the products' f16 operands; the gradients are divided by the scale
-/// before clipping and the update (captures show them unscaled). A step whose gradients hold a
-/// NaN or an infinity is skipped as with skip_nonfinite and multiplies the scale by
-/// backoff_factor; after growth_interval finite steps in a row it is multiplied by
-/// growth_factor, but never below 1 (init_scale must be at least 1): at 1 the products'
-/// gradients overflow f16 unscaled, which keep_f32 for that layer or bf16 answers, not a
-/// smaller scale (PyTorch's GradScaler has no floor). growth_factor = backoff_factor = 1 is
-/// a static scale. The scale lives on
-/// the device ("loss_scale" in training_state().moments, saved with checkpoints; Program::
-/// loss_scale() reads it); reset_optimizer() starts it again from init_scale. A training_state
-/// saved without scaling restores into a program with it (the scale starts afresh), and the
-/// other way round (the scale is ignored). Under data parallelism
-/// the gradients are unscaled after their all_reduce; under ZeRO-1 before the reduce-scatter,
-/// which then waits for the whole backward. With GradientsOnly the step returns the gradients
-/// of an overflowing step as they are (inf or NaN) and does not count it.
+/// before clipping and the update (captures show them unscaled).
+///
+/// A step whose gradients hold a NaN or an infinity is skipped as with skip_nonfinite, and the
+/// scale is multiplied by backoff_factor, but never below 1 (init_scale must be at least 1
+/// too): at 1 the products' gradients overflow f16 unscaled, which keep_f32 for that layer or
+/// bf16 answers, not a smaller scale (PyTorch's GradScaler has no floor). After
+/// growth_interval finite steps in a row it is multiplied by growth_factor.
+/// growth_factor = backoff_factor = 1 is a static scale.
+///
+/// The scale lives on the device ("loss_scale" in training_state().moments, saved with
+/// checkpoints; Program::loss_scale() reads it); reset_optimizer() starts it again from
+/// init_scale. A training_state saved without scaling restores into a program with it (the
+/// scale starts afresh), and the other way round (the scale is ignored). Under data
+/// parallelism the gradients are unscaled after their all_reduce; under ZeRO-1 before the
+/// reduce-scatter, which then waits for the whole backward. With GradientsOnly the step returns
+/// the gradients of an overflowing step as they are (inf or NaN) and does not count it.
 struct LossScaling {
   bool enabled = true;
   double init_scale = 65536.0;  // 2^16
