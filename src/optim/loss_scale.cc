@@ -31,16 +31,8 @@ std::optional<LossScaling> resolve_loss_scaling(const std::optional<LossScaling>
   return o;
 }
 
-namespace {
-
-Tensor state_scalar(ir::Graph& g, const char* name) {
-  return ir::named_leaf(g, ir::Op::kState, name, {}, DType::kF32, Loc::current());
-}
-
-}  // namespace
-
 LossScale loss_scale(ir::Graph& g, const LossScaling& o) {
-  const Tensor stored = state_scalar(g, kLossScaleState);
+  const Tensor stored = state(g, kLossScaleState, {});
   const Tensor value = where(eq(stored, 0.0), o.init_scale, stored);
   // A scale that overflows f32 stays at the largest finite one (the gradients then overflow
   // and it backs off again); backing off stops at 1 (see resolve_loss_scaling).
@@ -94,7 +86,7 @@ std::map<std::string, HostTensor> with_loss_scale_state(std::map<std::string, Ho
 
 void append_loss_scale_update(ir::Graph& g, const LossScale& ls, const Tensor& finite, const LossScaling& o) {
   // good' = finite ? good + 1 : 0; at growth_interval the scale grows and the count restarts.
-  const Tensor good = state_scalar(g, kLossScaleGoodSteps);
+  const Tensor good = state(g, kLossScaleGoodSteps, {});
   const Tensor counted = where(finite, good + 1.0, 0.0);
   const Tensor grow = ge(counted, static_cast<double>(o.growth_interval));
   const Tensor next =

@@ -10,6 +10,11 @@
 #include "ir/api_util.h"
 
 namespace tg::optim {
+
+Tensor state(ir::Graph& g, const std::string& name, const Shape& shape) {
+  return ir::named_leaf(g, ir::Op::kState, name, shape, DType::kF32, Loc::current());
+}
+
 namespace {
 
 using ir::Graph;
@@ -19,10 +24,6 @@ Tensor scalar_input(Graph& g, UpdatePlan& plan, const std::string& name) {
   Tensor t = ir::named_leaf(g, ir::Op::kInput, plan.hyper_names.back(), {}, DType::kF32, Loc::current());
   plan.hyper_nodes.push_back(t.id());
   return t;
-}
-
-Tensor state(Graph& g, const std::string& name, const Shape& shape) {
-  return ir::named_leaf(g, ir::Op::kState, name, shape, DType::kF32, Loc::current());
 }
 
 void write(Graph& g, const Tensor& target, const Tensor& value) {

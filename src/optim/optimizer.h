@@ -10,6 +10,7 @@
 
 #include "ir/graph.h"
 #include "tensorgrad/optim.h"
+#include "tensorgrad/tensor.h"
 
 namespace tg::optim {
 
@@ -27,6 +28,9 @@ struct UpdatePlan {
   std::vector<std::string> hyper_names;
   std::vector<int32_t> hyper_nodes;
 };
+
+/// An f32 state leaf of the program (zero at the start and after reset_optimizer).
+Tensor state(ir::Graph& g, const std::string& name, const Shape& shape);
 
 /// `ranks` > 1: the params are this rank's shards of the whole (ZeRO-1), so the clipping norm
 /// sums the squares over the ranks (an all_reduce) before it is taken.
