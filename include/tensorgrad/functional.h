@@ -26,6 +26,25 @@ Tensor scatter_add(const Tensor& src, const Tensor& idx, int64_t axis, int64_t s
 /// Rows of `table` [V, …] selected by i32 ids of any shape → ids.shape + table.shape[1:].
 /// A gather, never a one-hot matmul; its gradient is a scatter-add into the table.
 Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current());
+/// A mixture's product: the rows of x [R, K] sorted by expert, expert e's rows offsets[e] ≤ r <
+/// offsets[e + 1] (offsets i32 [E + 1], rising from 0 to R) multiplied by its matrix w[e]:
+/// w [E, K, N] → y[r] = x[r]·w[e] ([R, N]); with transpose_w, w [E, N, K] (Linear's layout) →
+/// x[r]·w[e]ᵀ. Each expert's rows cost its own product only. Offsets that do not rise from 0 to R
+/// are an error when the program runs; no gradient reaches them. A bf16 or f16 operand makes the
+/// product half (the other is cast to its type, f32 accumulation); two f32 operands follow the
+/// precision policy, as matmul's do.
+Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, bool transpose_w = false,
+                      Loc loc = Loc::current());
+/// Where grouped_matmul wants each row: for expert ids i32 [R] in [0, experts), `position[r]` is
+/// row r's place once the rows are sorted by expert (stably: an expert's rows keep their order)
+/// and `offsets` [experts + 1] where each expert's rows begin. Sorted rows are
+/// scatter_add(rows, position) and back take_along_axis(sorted, position); both are exact
+/// (position is a permutation). An id outside [0, experts) is an error when the program runs.
+struct ExpertOrder {
+  Tensor position;  // i32 [R]
+  Tensor offsets;   // i32 [experts + 1]
+};
+ExpertOrder sort_by_expert(const Tensor& ids, int64_t experts, Loc loc = Loc::current());
 /// `dst` with `src` written at offset `pos` along `axis` (a KV cache's new rows): pos is an i32
 /// scalar, or one offset per index of axis 0 ([dst.shape[0]], axis > 0: per-sequence
 /// positions). Off the axis the extents match. An offset with pos < 0 or pos + src's extent >

@@ -434,14 +434,19 @@ struct LlamaConfig {
   /// `normalize`), and the output is Σ weight_e · expert_e(x) over those, each expert an MLP of
   /// width `hidden` ("mlp.experts.<e>.{gate,up,down}_proj"); with shared_hidden > 0 a shared
   /// expert of that width, scaled by sigmoid(mlp.shared_expert_gate(x)), is added (Qwen2-MoE).
-  /// Every expert runs on every token (weighted by zero where not chosen): exact, at count/top_k
-  /// times the products of a dispatch that runs each expert on its own tokens only.
   struct Experts {
     int64_t count = 0;  // 0: the dense MLP in every layer
     int64_t top_k = 2;
     int64_t hidden = 0;  // 0: mlp_hidden
     bool normalize = true;
     int64_t shared_hidden = 0;
+    /// How tokens reach their experts. kSorted: the (token, choice) rows are sorted by expert
+    /// (tg::sort_by_expert) and each expert's products run on its own rows only
+    /// (tg::grouped_matmul over the experts' weights stacked per layer; an inference program
+    /// computes the stack once, as it does a weight's bf16 copy). kDense: every expert runs on
+    /// every token, weighted by zero where not chosen: count/top_k times the products. Both are
+    /// exact; experts with biases or LoRA adapters run dense whatever this says.
+    enum class Dispatch { kSorted, kDense } dispatch = Dispatch::kSorted;
   } experts = {};
   std::vector<bool> moe_layers = {};
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
@@ -506,10 +511,17 @@ class LlamaMoe : public Module {
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
   const int64_t top_k;
   const bool normalize;
+  const LlamaConfig::Experts::Dispatch dispatch;
   Linear gate;                                     // the router: [count, d_model], no bias
   std::vector<std::unique_ptr<LlamaMlp>> experts;  // "experts.<e>"
   std::unique_ptr<LlamaMlp> shared_expert;         // with shared_hidden
   std::unique_ptr<Linear> shared_expert_gate;      // [1, d_model]
+
+ private:
+  bool sorted_dispatch() const;  // kSorted, and no expert has a bias or an adapter
+  // x [..., d_model], choice i32 [..., top_k] and their weights [..., top_k] → the mixture.
+  Tensor dense(const Tensor& x, const Tensor& choice, const Tensor& weights, Loc loc) const;
+  Tensor sorted(const Tensor& x, const Tensor& choice, const Tensor& weights, Loc loc) const;
 };
 
 /// A pre-norm decoder layer: h = x + self_attn(input_layernorm(x)), then

@@ -316,6 +316,28 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       if (n.op == Op::kConv2dGradInput) return {conv(gm, x(1)), grad_weight(gm, x(0))};
       return {grad_input(x(1), gm, in_shape[0]), conv(x(0), gm)};
     }
+    case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight: {
+      // Both are adjoints of one bilinear form B(x, w, dy) = Σ_r dy[r]·(x[r] w[e(r)]) (w's rows
+      // and columns as attrs.axes says; "other" below is the form with the other axis):
+      //   grouped_matmul(x, w):   dx = grouped_matmul(g, w) in the other form,
+      //                           dw = grad_weight(x, g);
+      //   grad_weight(x, dy):     dx = grouped_matmul(dy, g) in the other form,
+      //                           d dy = grouped_matmul(x, g).
+      // Half operands: g is rounded to their type, as a product's gradient is. No gradient
+      // reaches the offsets.
+      const DType half = graph.node(n.inputs[0]).dtype;
+      const Tensor gm = is_half(half) ? cast(g, half, loc) : g;
+      const int64_t axis = n.attrs.axes[0], other = 3 - axis;
+      auto product = [&](Op op, const Tensor& a, const Tensor& b, int64_t form) {
+        ir::Node p = ir::make_node(op, {a.id(), b.id(), n.inputs[2]}, loc);
+        p.attrs.axes = {form};
+        return ir::emit(graph, std::move(p));
+      };
+      if (n.op == Op::kGroupedMatmul)
+        return {product(Op::kGroupedMatmul, gm, x(1), other), product(Op::kGroupedMatmulGradWeight, x(0), gm, axis),
+                Tensor()};
+      return {product(Op::kGroupedMatmul, x(1), gm, other), product(Op::kGroupedMatmul, x(0), gm, axis), Tensor()};
+    }
     // max_pool2d routes g to each window's first arg-max (recomputed from x); avg_pool2d and
     // its adjoint are linear maps, each the other's transpose.
     case Op::kMaxPool2d: return {ir::window_op(graph, Op::kMaxPool2dGrad, {x(0), g}, n.attrs.window, {}, loc)};

@@ -162,13 +162,15 @@ void check_half(const Graph& g, const Node& node) {
   }
   const bool reads_half = moves_half(node.op) || node.op == Op::kMatmul || node.op == Op::kAttention ||
                           node.op == Op::kAttentionGrad || node.op == Op::kConv2d ||
+                          node.op == Op::kGroupedMatmul || node.op == Op::kGroupedMatmulGradWeight ||
                           node.op == Op::kConv2dGradInput || node.op == Op::kConv2dGradWeight;
   for (int32_t in : node.inputs)
     if (is_half(g.node(in).dtype) && !reads_half)
-      throw ShapeError("[" + std::string(name) + "] does not read " + dtype_name(g.node(in).dtype) +
-                       " values: only casts, shape ops, matmul, attention and conv2d do; cast to f32 "
-                       "first (at " +
-                       loc_str(node.loc) + ")");
+      throw ShapeError(
+          "[" + std::string(name) + "] does not read " + dtype_name(g.node(in).dtype) +
+          " values: only casts, shape ops, matmul, grouped_matmul, attention and conv2d do; cast to f32 "
+          "first (at " +
+          loc_str(node.loc) + ")");
 }
 
 }  // namespace

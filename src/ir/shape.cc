@@ -453,6 +453,39 @@ void infer(const Graph& g, Node& n) {
     case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
       infer_window(g, n);
       return;
+    case Op::kGroupedMatmul:
+    case Op::kGroupedMatmulGradWeight: {
+      // (x [R, K], w [E, N, K] or [E, K, N], offsets [E + 1]) or (x [R, K], dy [R, N], offsets).
+      const bool grad = n.op == Op::kGroupedMatmulGradWeight;
+      if (n.attrs.axes.size() != 1 || (n.attrs.axes[0] != 1 && n.attrs.axes[0] != 2))
+        fail(g, n, "needs attrs.axes {1} or {2} (the weight axis contracted with x's)");
+      const Node &x = in(0), &other = in(1), &offsets = in(2);
+      if (offsets.dtype != DType::kI32 || offsets.shape.size() != 1 || offsets.shape[0] < 2)
+        fail(g, n, "offsets must be i32 [experts + 1] with at least one expert, got " +
+                       std::string(dtype_name(offsets.dtype)) + shape_str(offsets.shape));
+      if (x.shape.size() != 2) fail(g, n, "x must be [rows, features], got " + shape_str(x.shape));
+      if (x.dtype != other.dtype || (x.dtype != DType::kF32 && !is_half(x.dtype)))
+        fail(g, n, "operands must be both f32, both bf16 or both f16");
+      const int64_t experts = offsets.shape[0] - 1, rows = x.shape[0], k = x.shape[1];
+      const bool w_nk = n.attrs.axes[0] == 2;  // w [E, N, K]
+      if (grad) {
+        if (other.shape.size() != 2 || other.shape[0] != rows)
+          fail(g, n, "dy must be [" + std::to_string(rows) + ", N] (x's rows), got " + shape_str(other.shape));
+        const int64_t cols = other.shape[1];
+        n.shape = w_nk ? Shape{experts, cols, k} : Shape{experts, k, cols};
+      } else {
+        const Shape& w = other.shape;
+        if (w.size() != 3 || w[0] != experts)
+          fail(g, n, "w must be [" + std::to_string(experts) + ", ., .] (one matrix per expert of offsets), got " +
+                         shape_str(w));
+        if (w[static_cast<size_t>(n.attrs.axes[0])] != k)
+          fail(g, n, "w " + shape_str(w) + " does not contract with x's " + std::to_string(k) + " features on axis " +
+                         std::to_string(n.attrs.axes[0]));
+        n.shape = {rows, w[w_nk ? 1 : 2]};
+      }
+      n.dtype = DType::kF32;
+      return;
+    }
     case Op::kMatmul: {
       const Shape& a = in(0).shape;
       const Shape& b = in(1).shape;

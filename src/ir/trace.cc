@@ -29,27 +29,41 @@ std::string unused_capture_name(const Trace& trace, const std::string& base) {
   return name;
 }
 
-DType policy_operand_dtype(const Tensor& x) {
-  const Trace* t = current_trace();
-  if (t == nullptr || t->half == DType::kF32 || x.graph() != &t->graph || x.dtype() != DType::kF32)
-    return DType::kF32;
-  // Follow shape ops back to where the value was computed; a kept parameter stays f32.
-  int32_t id = x.id();
+namespace {
+
+/// The policy's type for the f32 value `id` of t's graph: follow shape ops back to where the
+/// value was computed; a kept parameter stays f32, and so does a concat of values (a mixture's
+/// stacked experts) of which any is kept.
+DType policy_of(const Trace& t, int32_t id) {
   for (;;) {
-    const Node& n = t->graph.node(id);
+    const Node& n = t.graph.node(id);
     const bool moves = n.op == Op::kReshape || n.op == Op::kPermute || n.op == Op::kBroadcastTo ||
                        n.op == Op::kSlice || n.op == Op::kConcat;
     if (moves && n.inputs.size() == 1) {
       id = n.inputs[0];
       continue;
     }
-    if (n.op != Op::kParam) return t->half;
-    for (const std::string& prefix : t->keep_f32) {
+    if (n.op == Op::kConcat) {
+      for (int32_t in : n.inputs)
+        if (policy_of(t, in) == DType::kF32) return DType::kF32;
+      return t.half;
+    }
+    if (n.op != Op::kParam) return t.half;
+    for (const std::string& prefix : t.keep_f32) {
       const bool at_boundary = n.name.size() == prefix.size() || n.name[prefix.size()] == '.';
       if (!prefix.empty() && n.name.rfind(prefix, 0) == 0 && at_boundary) return DType::kF32;
     }
-    return t->half;
+    return t.half;
   }
+}
+
+}  // namespace
+
+DType policy_operand_dtype(const Tensor& x) {
+  const Trace* t = current_trace();
+  if (t == nullptr || t->half == DType::kF32 || x.graph() != &t->graph || x.dtype() != DType::kF32)
+    return DType::kF32;
+  return policy_of(*t, x.id());
 }
 
 Tensor emit(Graph& graph, Node node) { return Tensor(&graph, graph.add(std::move(node))); }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "ir/trace.h"
 #include "nn/heads.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/nn.h"
@@ -123,11 +124,18 @@ LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c, int64
       up_proj(*this, "up_proj", c.d_model, hidden ? hidden : c.mlp_hidden, llama_linear(c.mlp_bias)),
       down_proj(*this, "down_proj", hidden ? hidden : c.mlp_hidden, c.d_model, llama_linear(c.mlp_bias)) {}
 
+namespace {
+
+Tensor activate(LlamaConfig::Gate gate, const Tensor& g, const Loc& loc) {
+  return gate == LlamaConfig::Gate::kSilu       ? silu(g, loc)
+         : gate == LlamaConfig::Gate::kGeluTanh ? gelu(g, GeluApprox::kTanh, loc)
+                                                : gelu(g, GeluApprox::kErf, loc);
+}
+
+}  // namespace
+
 Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
-  Tensor g = gate_proj ? (*gate_proj)(x, loc) : up_proj(x, loc);
-  g = gate == LlamaConfig::Gate::kSilu       ? silu(g, loc)
-      : gate == LlamaConfig::Gate::kGeluTanh ? gelu(g, GeluApprox::kTanh, loc)
-                                             : gelu(g, GeluApprox::kErf, loc);
+  Tensor g = activate(gate, gate_proj ? (*gate_proj)(x, loc) : up_proj(x, loc), loc);
   return down_proj(gate_proj ? mul(g, up_proj(x, loc), loc) : g, loc);
 }
 
@@ -135,6 +143,7 @@ LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
     : Module(parent, std::move(name)),
       top_k(c.experts.top_k),
       normalize(c.experts.normalize),
+      dispatch(c.experts.dispatch),
       gate(*this, "gate", c.d_model, c.experts.count, llama_linear(false)) {
   for (int64_t e = 0; e < c.experts.count; ++e)
     experts.push_back(std::make_unique<LlamaMlp>(*this, "experts." + std::to_string(e), c,
@@ -149,25 +158,77 @@ LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
 // The top_k experts by router probability, as k rounds of argmax with each winner struck out
 // (probabilities are ≥ 0, so −1 strikes): of equal ones the lowest index wins.
 Tensor LlamaMoe::operator()(const Tensor& x, Loc loc) const {
-  const int64_t count = static_cast<int64_t>(experts.size());
+  const auto count = static_cast<int64_t>(experts.size());
   Tensor probs = softmax(gate(x, loc), -1, false, loc);  // [..., count]
   Tensor ids = arange(0, static_cast<double>(count), 1, DType::kI32, loc);
-  Tensor remaining = probs, chosen;
+  Tensor remaining = probs;
+  std::vector<Tensor> picks;  // each [..., 1]
   for (int64_t i = 0; i < top_k; ++i) {
-    Tensor hit = eq(ids, argmax(remaining, -1, true, loc), loc);  // [..., count]
-    chosen = i == 0 ? hit : logical_or(chosen, hit, loc);
-    remaining = where(hit, -1.0, remaining, loc);
+    picks.push_back(argmax(remaining, -1, true, loc));
+    remaining = where(eq(ids, picks.back(), loc), -1.0, remaining, loc);
   }
-  Tensor weights = where(chosen, probs, 0.0, loc);
+  Tensor choice = concat(picks, -1, loc);                    // [..., top_k] i32
+  Tensor weights = take_along_axis(probs, choice, -1, loc);  // [..., top_k]
   if (normalize) weights = div(weights, sum(weights, {-1}, true, loc), loc);
-  Tensor out;
-  for (int64_t e = 0; e < count; ++e) {
-    Tensor term = mul(slice(weights, -1, e, e + 1, 1, loc), (*experts[static_cast<size_t>(e)])(x, loc), loc);
-    out = e == 0 ? term : add(out, term, loc);
-  }
+  Tensor out = sorted_dispatch() ? sorted(x, choice, weights, loc) : dense(x, choice, weights, loc);
   if (shared_expert)
     out = add(out, mul(sigmoid((*shared_expert_gate)(x, loc), loc), (*shared_expert)(x, loc), loc), loc);
   return out;
+}
+
+bool LlamaMoe::sorted_dispatch() const {
+  if (dispatch == LlamaConfig::Experts::Dispatch::kDense) return false;
+  for (const auto& e : experts)
+    for (const Linear* l : {e->gate_proj.get(), &e->up_proj, &e->down_proj})
+      if (l->bias || l->lora() != nullptr) return false;
+  return true;
+}
+
+// Every expert on every token, weighted by zero where not chosen.
+Tensor LlamaMoe::dense(const Tensor& x, const Tensor& choice, const Tensor& weights, Loc loc) const {
+  Tensor out;
+  for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
+    Tensor w = sum(where(eq(choice, static_cast<double>(e), loc), weights, 0.0, loc), {-1}, true, loc);
+    Tensor term = mul(w, (*experts[static_cast<size_t>(e)])(x, loc), loc);
+    out = e == 0 ? term : add(out, term, loc);
+  }
+  return out;
+}
+
+// The R = tokens·top_k (token, choice) rows sorted by expert, each expert's three products on its
+// own rows (grouped_matmul over the experts' stacked weights), and the results back in row order,
+// summed over each token's choices with their weights.
+Tensor LlamaMoe::sorted(const Tensor& x, const Tensor& choice, const Tensor& weights, Loc loc) const {
+  const int64_t d = x.shape().back(), tokens = x.numel() / d, rows = tokens * top_k;
+  const ExpertOrder order =
+      sort_by_expert(reshape(choice, {rows}, loc), static_cast<int64_t>(experts.size()), loc);
+  Tensor place = unsqueeze(order.position, -1, loc);  // [R, 1]
+  Tensor xr = reshape(broadcast_to(unsqueeze(reshape(x, {tokens, d}, loc), 1, loc), {tokens, top_k, d}, loc),
+                      {rows, d}, loc);
+  Tensor xs = scatter_add(xr, broadcast_to(place, {rows, d}, loc), 0, rows, loc);
+  // [E, out, in]: each weight in the precision policy's type (the update's half copy under
+  // mixed precision), then stacked.
+  auto stacked = [&](auto pick) {
+    std::vector<Tensor> ws;
+    for (const auto& e : experts) ws.push_back(pick(*e).weight.tensor(loc));
+    DType type = ir::policy_operand_dtype(ws.front());
+    for (const Tensor& w : ws) type = ir::policy_operand_dtype(w) == type ? type : DType::kF32;
+    for (Tensor& w : ws) w = unsqueeze(type == DType::kF32 ? w : cast(w, type, loc), 0, loc);
+    return concat(ws, 0, loc);
+  };
+  const LlamaConfig::Gate act = experts.front()->gate;
+  Tensor g = grouped_matmul(xs, stacked([](const LlamaMlp& m) -> const Linear& { return *m.gate_proj; }),
+                            order.offsets, true, loc);
+  Tensor u = grouped_matmul(xs, stacked([](const LlamaMlp& m) -> const Linear& { return m.up_proj; }),
+                            order.offsets, true, loc);
+  Tensor ys = grouped_matmul(mul(activate(act, g, loc), u, loc),
+                             stacked([](const LlamaMlp& m) -> const Linear& { return m.down_proj; }),
+                             order.offsets, true, loc);                             // [R, d], sorted
+  Tensor y = reshape(take_along_axis(ys, place, 0, loc), {tokens, top_k, d}, loc);  // row order
+  Shape out_shape = x.shape();
+  return reshape(
+      sum(mul(y, unsqueeze(reshape(weights, {tokens, top_k}, loc), -1, loc), loc), {1}, false, loc),
+      out_shape, loc);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c)

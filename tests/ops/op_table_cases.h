@@ -71,6 +71,29 @@ Tensor attention_bthd(const Ts& x) {
   return attention(permute(x[0], {0, 2, 1, 3}), permute(x[1], {0, 2, 1, 3}), permute(x[2], {0, 2, 1, 3}));
 }
 
+/// Expert offsets (grouped_matmul's third operand) as an i32 constant.
+Tensor offsets(std::initializer_list<int32_t> o) {
+  const std::vector<int32_t> v(o);
+  return constant(std::span<const int32_t>(v), {static_cast<int64_t>(v.size())});
+}
+/// A mixture's round trip on rows x[0] [R, K] with expert ids x[1] [R] in [0, 3): sorted by
+/// expert, each expert's product with w x[2] [3, N, K], back in the rows' order.
+Tensor expert_round_trip(const Ts& x) {
+  const ExpertOrder order = sort_by_expert(x[1], 3);
+  const Tensor pos = broadcast_to(unsqueeze(order.position, -1), x[0].shape());
+  const Tensor sorted = scatter_add(x[0], pos, 0, x[0].shape()[0]);
+  const Tensor y = grouped_matmul(sorted, x[2], order.offsets, true);
+  return take_along_axis(y, unsqueeze(order.position, -1), 0);
+}
+/// grouped_matmul's second derivatives, as conv_gradient_dot: the gradients of
+/// Σ grouped_matmul(x, w)·u dotted with directions, so the row differentiates grad_weight.
+Tensor grouped_gradient_dot(const Ts& x) {
+  ir::Graph& g = *x[0].graph();
+  const Tensor l1 = sum(grouped_matmul(x[0], x[1], offsets({0, 3, 3, 5}), true) * x[2]);
+  const std::vector<int32_t> d = autograd::append_gradients(g, l1.id(), std::vector<int32_t>{x[0].id(), x[1].id()});
+  return sum(Tensor(&g, d[0]) * x[3]) + sum(Tensor(&g, d[1]) * x[4]);
+}
+
 // Each section of rows is built by a function of its own: GCC's time for one initializer list
 // grows faster than its length under the sanitizers (400+ rows in one function: minutes).
 // ---- elementwise unary ---------------------------------------------------------------
@@ -297,6 +320,16 @@ std::vector<OpCase> matmul_rows() {
       {"matmul_transposed_rhs", {uni({2, 3}), uni({4, 3})}, FN(matmul(x[0], transpose(x[1]))), {2, 4}, kF32, kMatmul, kGrad},
       {"matmul_transposed_lhs", {uni({3, 2}), uni({3, 4})}, FN(matmul(transpose(x[0]), x[1])), {2, 4}, kF32, kMatmul, kGrad},
       {"matmul_batched_transposed", {uni({2, 4, 3}), uni({2, 4, 5})}, FN(matmul(transpose(x[0], 1, 2), x[1])), {2, 3, 5}, kF32, kMatmul, kGrad},
+      // grouped_matmul: rows sorted by expert, an expert without rows, both weight layouts.
+      {"grouped_matmul_transposed_w", {uni({7, 3}), uni({3, 4, 3})}, FN(grouped_matmul(x[0], x[1], offsets({0, 2, 2, 7}), true)), {7, 4}, kF32, kMatmul, kGrad},
+      {"grouped_matmul_w_kn", {uni({6, 4}), uni({2, 4, 5})}, FN(grouped_matmul(x[0], x[1], offsets({0, 4, 6}))), {6, 5}, kF32, kMatmul, kGrad},
+      {"grouped_matmul_one_expert", {uni({5, 3}), uni({1, 2, 3})}, FN(grouped_matmul(x[0], x[1], offsets({0, 5}), true)), {5, 2}, kF32, kMatmul, kGrad},
+      {"grouped_matmul_all_rows_in_one", {uni({4, 3}), uni({3, 3, 2})}, FN(grouped_matmul(x[0], x[1], offsets({0, 0, 4, 4}))), {4, 2}, kF32, kMatmul, kGrad},
+      {"grouped_matmul_no_rows", {uni({0, 3}), uni({2, 4, 3})}, FN(grouped_matmul(x[0], x[1], offsets({0, 0, 0}), true)), {0, 4}, kF32, kExact, kNoGrad},
+      {"grouped_matmul_grad_weight_dot", {uni({5, 3}), uni({3, 4, 3}), uni({5, 4}), uni({5, 3}), uni({3, 4, 3})}, grouped_gradient_dot, {}, kF32, kReduce, kGrad},
+      {"sort_by_expert_position", {indices({9}, 4)}, FN(sort_by_expert(x[0], 4).position), {9}, kI32, kExact, kNoGrad},
+      {"sort_by_expert_offsets", {indices({9}, 4)}, FN(sort_by_expert(x[0], 4).offsets), {5}, kI32, kExact, kNoGrad},
+      {"expert_round_trip", {uni({8, 3}), indices({8}, 3), uni({3, 2, 3})}, expert_round_trip, {8, 2}, kF32, kMatmul, kGrad},
       {"matmul_i32_operands", {ints({2, 3}), ints({3, 2})}, FN(matmul(x[0], x[1])), {2, 2}, kF32, kExact, kNoGrad},
   };
 }
@@ -637,6 +670,9 @@ std::vector<OpCase> nn_large_rows() {
       {"large_take_along_axis0", {uni({50, 300}), indices({400, 300}, 50)}, FN(take_along_axis(x[0], x[1], 0)), {400, 300}, kF32, kExact, kCpuOnly},
       {"large_take_along_axis1", {uni({300, 100}), indices({300, 150}, 100)}, FN(take_along_axis(x[0], x[1], 1)), {300, 150}, kF32, kExact, kCpuOnly},
       {"large_random_uniform", {}, FN(random_uniform({3, 3001})), {3, 3001}, kF32, kExact, kNoGrad},
+      {"large_grouped_matmul_tiles", {uni({150, 70}), uni({5, 90, 70})}, FN(grouped_matmul(x[0], x[1], offsets({0, 40, 40, 100, 101, 150}), true)), {150, 90}, kF32, kLargeSum, kCpuOnly},
+      {"large_grouped_matmul_w_kn", {uni({130, 66}), uni({3, 66, 80})}, FN(grouped_matmul(x[0], x[1], offsets({0, 65, 65, 130}))), {130, 80}, kF32, kLargeSum, kCpuOnly},
+      {"large_grouped_matmul_decode", {uni({2, 300}), uni({8, 96, 300})}, FN(grouped_matmul(x[0], x[1], offsets({0, 0, 1, 1, 1, 2, 2, 2, 2}), true)), {2, 96}, kF32, kLargeSum, kCpuOnly},
       {"large_dropout", {uni({70, 131})}, FN(dropout(x[0], 0.1)), {70, 131}, kF32, kArith, kCpuOnly, true},
       {"large_dropout_of_transposed_view", {uni({70, 131})}, FN(dropout(transpose(x[0]), 0.4)), {131, 70}, kF32, kArith, kCpuOnly, true},
       {"large_attention_gqa_causal_T70", {uni({2, 4, 70, 8}), uni({2, 2, 70, 8}), uni({2, 2, 70, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 70, 8}, kF32, kMatmul, kCpuOnly},

@@ -210,6 +210,12 @@ std::optional<BlasOperand> blas_operand(const View& view, const Shape& shape);
 Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, const Shape& b_shape,
                    const View& b, float* out, DType dtype = DType::kF32);
 
+/// grouped_matmul (x, w, offsets) and its weight gradient (x, dy, offsets) over dense operands
+/// of `dtype` (f32, bf16 or f16): one product per expert on its rows. Offsets that do not rise
+/// from 0 to x's rows throw InputError.
+Kernel make_grouped_matmul(const ir::Node& node, const Shape& x_shape, const Shape& b_shape, DType dtype,
+                           const std::byte* x, const std::byte* b, const int32_t* offsets, float* out);
+
 // ---- NN primitives (indexing.cc, nn_kernels.cc, random.cc, attention.cc) ----------------
 // Errors found in the data (an index or target out of range) are recorded inside the
 // parallel loops and thrown as tg::InputError after them, never from inside a region.

@@ -226,4 +226,56 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
   };
 }
 
+Kernel make_grouped_matmul(const ir::Node& node, const Shape& x_shape, const Shape& b_shape, DType dtype,
+                           const std::byte* x, const std::byte* b, const int32_t* offsets, float* out) {
+  const bool grad = node.op == ir::Op::kGroupedMatmulGradWeight, w_nk = node.attrs.axes[0] == 2;
+  const int64_t rows = x_shape[0], k = x_shape[1], experts = grad ? node.shape[0] : b_shape[0];
+  const int64_t cols = grad ? b_shape[1] : node.shape[1];  // N
+  blas_int(rows), blas_int(k), blas_int(cols);
+  const int64_t esize = dtype_size(dtype);
+  // One product per expert, on its rows only:
+  //   forward:  out[rows of e] (m_e × N) = x[rows of e] (m_e × K) · op(w[e]),  op = ᵀ for w [E, N, K]
+  //   gradient: out[e] = dy[rows of e]ᵀ · x[rows of e] (N × K), or x[rows]ᵀ · dy[rows] (K × N).
+  auto product = [=](bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const std::byte* A, int64_t lda,
+                     const std::byte* B, int64_t ldb, float* C, int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    if (kk == 0) {
+      for (int64_t i = 0; i < m; ++i) std::memset(C + i * ldc, 0, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    if (is_half(dtype))
+      gemm_half(dtype, ta, tb, m, n, kk, reinterpret_cast<const uint16_t*>(A), lda,
+                reinterpret_cast<const uint16_t*>(B), ldb, C, ldc, true);
+    else
+      gemm(ta, tb, m, n, kk, reinterpret_cast<const float*>(A), lda, reinterpret_cast<const float*>(B), ldb,
+           C, ldc, true);
+  };
+  return [=] {
+    for (int64_t e = 0; e <= experts; ++e) {
+      const int32_t o = offsets[e], prev = e == 0 ? 0 : offsets[e - 1];
+      if (o < prev || o > rows || (e == 0 && o != 0) || (e == experts && o != rows))
+        throw InputError(std::string("[") + ir::op_name(node.op) + "] offsets must rise from 0 to " +
+                         std::to_string(rows) + " (x's rows); offsets[" + std::to_string(e) + "] is " +
+                         std::to_string(o));
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+      const std::byte* xs = x + r0 * k * esize;
+      if (!grad) {
+        product(false, w_nk, m, cols, k, xs, k, b + e * cols * k * esize, w_nk ? k : cols, out + r0 * cols,
+                cols);
+        continue;
+      }
+      const std::byte* dys = b + r0 * cols * esize;
+      float* oe = out + e * cols * k;
+      if (m == 0)
+        std::memset(oe, 0, static_cast<size_t>(cols * k) * sizeof(float));
+      else if (w_nk)
+        product(true, false, cols, k, m, dys, cols, xs, k, oe, k);
+      else
+        product(true, false, k, cols, m, xs, k, dys, cols, oe, cols);
+    }
+  };
+}
+
 }  // namespace tg::backend::cpu

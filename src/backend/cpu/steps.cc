@@ -29,7 +29,8 @@ class CpuCapabilities final : public passes::Capabilities {
       case Op::kSample: case Op::kSelectiveScan: case Op::kSelectiveScanGrad: case Op::kSoftmax: case Op::kLogSoftmax:
       case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
       case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
-      case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
+      case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad: case Op::kGroupedMatmul:
+      case Op::kGroupedMatmulGradWeight:
       case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:  // the engine sends flat buffers
         return is_contiguous(v, shape);
       case Op::kMatmul: return blas_operand(v, shape).has_value();
@@ -138,6 +139,9 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
     }
     case Op::kMatmul:
       return make_matmul(n.shape, shape(0), in(0), shape(1), in(1), f32(out.data), g.node(n.inputs[0]).dtype);
+    case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight:
+      return make_grouped_matmul(n, shape(0), shape(1), g.node(n.inputs[0]).dtype, in(0).data, in(1).data,
+                                 reinterpret_cast<const int32_t*>(in(2).data), f32(out.data));
     case Op::kGather: return make_gather(n, shape(0), in(0), in(1), out.data);
     case Op::kScatterAdd: return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));
     case Op::kUpdateSlice: {
@@ -271,6 +275,9 @@ int64_t step_flops(const ir::Graph& g, const passes::Step& st) {
   if (st.kind != passes::Step::Kind::kNode) return 0;
   const ir::Node& n = g.node(st.node);
   if (n.op == Op::kMatmul) return 2 * n.numel() * g.node(n.inputs[0]).shape.back();
+  if (n.op == Op::kGroupedMatmul) return 2 * n.numel() * g.node(n.inputs[0]).shape[1];  // 2·R·N·K
+  if (n.op == Op::kGroupedMatmulGradWeight)
+    return 2 * g.node(n.inputs[0]).shape[0] * (n.numel() / n.shape[0]);
   if (n.op != Op::kAttention && n.op != Op::kAttentionGrad && n.op != Op::kAttentionAt) return 0;
   const Shape &qs = g.node(n.inputs[0]).shape, &ks = g.node(n.inputs[1]).shape;
   if (n.op == Op::kAttentionAt) return 4 * numel(qs) * ks[2] / 2;

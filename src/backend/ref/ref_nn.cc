@@ -399,6 +399,46 @@ Values selective_scan(const Node& n, const std::vector<const Node*>& nodes,
   return out;
 }
 
+/// grouped_matmul (x, w, offsets) and its weight gradient (x, dy, offsets), as ops.def defines
+/// them: every row r of expert e, then every output element of that row (or of w[e]).
+Values grouped(const ir::Node& n, const std::vector<const ir::Node*>& in_nodes,
+               const std::vector<const Values*>& in) {
+  const Values &x = *in[0], &b = *in[1], &off = *in[2];
+  const int64_t rows = in_nodes[0]->shape[0], k = in_nodes[0]->shape[1];
+  const auto experts = static_cast<int64_t>(off.size()) - 1;
+  for (int64_t e = 0; e <= experts; ++e) {
+    const double o = off[static_cast<size_t>(e)], prev = e == 0 ? 0.0 : off[static_cast<size_t>(e - 1)];
+    if (o < prev || o > static_cast<double>(rows) || (e == 0 && o != 0) ||
+        (e == experts && o != static_cast<double>(rows)))
+      throw InputError(std::string("[") + ir::op_name(n.op) + "] offsets must rise from 0 to " +
+                       std::to_string(rows) + " (x's rows); offsets[" + std::to_string(e) + "] is " +
+                       std::to_string(static_cast<int64_t>(o)));
+  }
+  const bool w_nk = n.attrs.axes[0] == 2;
+  Values out(static_cast<size_t>(n.numel()), 0.0);
+  for (int64_t e = 0; e < experts; ++e)
+    for (auto r = static_cast<int64_t>(off[static_cast<size_t>(e)]); r < off[static_cast<size_t>(e + 1)];
+         ++r) {
+      const double* xr = x.data() + r * k;
+      if (n.op == Op::kGroupedMatmul) {
+        const int64_t cols = n.shape[1];
+        const double* we = b.data() + e * cols * k;
+        for (int64_t c = 0; c < cols; ++c) {
+          double acc = 0;  // w_nk: w[e, c, j]; else w[e, j, c]
+          for (int64_t j = 0; j < k; ++j) acc += xr[j] * (w_nk ? we[c * k + j] : we[j * cols + c]);
+          out[static_cast<size_t>(r * cols + c)] = acc;
+        }
+      } else {
+        const int64_t cols = in_nodes[1]->shape[1];
+        const double* dy = b.data() + r * cols;
+        double* oe = out.data() + e * cols * k;
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t j = 0; j < k; ++j) oe[w_nk ? c * k + j : j * cols + c] += dy[c] * xr[j];
+      }
+    }
+  return out;
+}
+
 }  // namespace
 
 Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes,
@@ -434,6 +474,8 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes,
     case Op::kAttentionAt: return attention(n, in_nodes, in);
     case Op::kSelectiveScan:
     case Op::kSelectiveScanGrad: return selective_scan(n, in_nodes, in);
+    case Op::kGroupedMatmul:
+    case Op::kGroupedMatmulGradWeight: return grouped(n, in_nodes, in);
     default: throw Error(std::string("[ref] ") + ir::op_name(n.op) + " is not an NN primitive");
   }
 }

@@ -1,0 +1,64 @@
+// Mixtures of experts (functional.h): the grouped product and the dispatch order it reads.
+#include <limits>
+#include <string>
+
+#include "ir/api_util.h"
+#include "tensorgrad/functional.h"
+
+namespace tg {
+using namespace ir;
+
+Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, bool transpose_w, Loc loc) {
+  Arg ax(x, loc), aw(w, loc), ao(offsets, loc);
+  Graph& g = graph_for("grouped_matmul", {&ax, &aw, &ao}, loc);
+  if (x.rank() != 2 || w.rank() != 3)
+    api_fail("grouped_matmul",
+             "x must be [rows, K] and w [experts, K, N] (or [experts, N, K] with transpose_w), got " +
+                 shape_str(x.shape()) + " and " + shape_str(w.shape()),
+             loc);
+  if (offsets.dtype() != DType::kI32 || offsets.rank() != 1 || offsets.shape()[0] != w.shape()[0] + 1)
+    api_fail("grouped_matmul",
+             "offsets must be i32 [" + std::to_string(w.shape()[0] + 1) + "] (experts + 1), got " +
+                 dtype_name(offsets.dtype()) + shape_str(offsets.shape()),
+             loc);
+  // As matmul: a half operand (a weight stored in bf16 or f16) makes the product half, the
+  // other operand cast to its type; two f32 operands follow the trace's precision policy.
+  DType type = is_half(w.dtype()) ? w.dtype() : is_half(x.dtype()) ? x.dtype() : DType::kF32;
+  Tensor tx = cast(x, type == DType::kF32 ? DType::kF32 : type, loc);
+  Tensor tw = cast(w, type == DType::kF32 ? DType::kF32 : type, loc);
+  if (type == DType::kF32) {
+    const DType half = policy_operand_dtype(tx);
+    if (half != DType::kF32 && policy_operand_dtype(tw) == half) {
+      tx = cast(tx, half, loc);
+      tw = cast(tw, half, loc);
+    }
+  }
+  Node n = make_node(Op::kGroupedMatmul, {tx.id(), tw.id(), offsets.id()}, loc);
+  n.attrs.axes = {transpose_w ? 2 : 1};
+  return emit(g, std::move(n));
+}
+
+ExpertOrder sort_by_expert(const Tensor& ids, int64_t experts, Loc loc) {
+  if (ids.dtype() != DType::kI32 || ids.rank() != 1)
+    api_fail("sort_by_expert",
+             "ids must be i32 [rows], got " + std::string(dtype_name(ids.dtype())) + shape_str(ids.shape()),
+             loc);
+  if (experts < 1 || experts > std::numeric_limits<int32_t>::max())
+    api_fail("sort_by_expert", "experts must be in [1, 2^31 - 1], got " + std::to_string(experts), loc);
+  // hit[r, e] = (ids[r] == e); its running count down the rows gives each row's place among its
+  // expert's rows (a stable counting sort, with static shapes: no host round trip).
+  Tensor hit =
+      cast(eq(unsqueeze(ids, -1, loc), arange(0, static_cast<double>(experts), 1, DType::kI32, loc), loc),
+           DType::kI32, loc);                                                                  // [R, E]
+  Tensor counts = sum(hit, {0}, false, loc);                                                   // [E]
+  Tensor ends = cumsum(counts, 0, false, loc);                                                 // [E]
+  Tensor seen = take_along_axis(cumsum(hit, 0, false, loc), unsqueeze(ids, -1, loc), 1, loc);  // [R, 1], ≥ 1
+  // An id outside [0, experts) fails in this gather when the program runs.
+  Tensor first = take_along_axis(sub(ends, counts, loc), ids, 0, loc);  // [R]
+  ExpertOrder order;
+  order.position = add(first, sub(reshape(seen, {ids.shape()[0]}, loc), 1, loc), loc);
+  order.offsets = concat({zeros({1}, DType::kI32, loc), ends}, 0, loc);
+  return order;
+}
+
+}  // namespace tg
