@@ -9,6 +9,11 @@
 //              q/k/v biases, tied head (peer: the same script)
 //   qwen3      Qwen3-0.6B shapes: 28 layers, d 1024, 16 heads of 128 (2048 wide), 8 KV heads,
 //              MLP 3072, vocab 151936, q/k norms, tied head (peer: the same script)
+//   moe        a mixture of experts in Qwen3-MoE's form, scaled to fit the CPU machine: 8 layers,
+//              d 1024, 16 heads, 4 KV heads, 32 experts of width 512, top 4 renormalised, vocab
+//              32000 (403 M expert parameters, 50 M of them active per token); each expert runs
+//              on its own tokens (Experts::Dispatch::kSorted). moe_dense: the same model with
+//              every expert on every token (kDense), the first tokens printed must agree.
 // With bf16 the products read bf16 weights and activations (Precision::kBf16; an inference
 // program keeps the weights' bf16 copies between runs, so they are read, not converted, per token).
 // Prints, in the torch_peer.py format, the whole generation's tokens/s (all sequences) and the
@@ -19,7 +24,8 @@
 // min-p and repetition-penalty state included), greedy, with the penalty off and at 1.1:
 //   <model>_decode tg_generator_… <ms> ms/step <tokens/s> tokens/s
 //
-//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16] [gpt2|tinyllama|qwen2|qwen3] [batch]
+//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16]
+//   [gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]
 //                  [generator]
 #include <tensorgrad/tensorgrad.h>
 
@@ -144,11 +150,12 @@ int main(int argc, char** argv) {
   s.fresh = argc > 2 && std::stoll(argv[2]) > 0 ? std::stoll(argv[2]) : gpu ? 256 : 32;
   s.batch = argc > 5 ? std::stoll(argv[5]) : 1;
   const bool generator = argc > 6 && std::string(argv[6]) == "generator";
-  const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3";
+  const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3" ||
+                     arg4 == "moe" || arg4 == "moe_dense";
   if (!known || (arg3 != "fp32" && arg3 != "bf16") || s.batch < 1) {
-    std::fprintf(
-        stderr,
-        "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16] [gpt2|tinyllama|qwen2|qwen3] [batch]\n");
+    std::fprintf(stderr,
+                 "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16] "
+                 "[gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]\n");
     return 2;
   }
   s.name = arg4 + "_decode";
@@ -192,6 +199,19 @@ int main(int argc, char** argv) {
               .head_dim = 128,
               .tied_head = true,
               .qk_norm = true};
+  if (arg4 == "moe" || arg4 == "moe_dense") {
+    config = {.vocab = 32000,
+              .seq_len = 2048,
+              .layers = 8,
+              .d_model = 1024,
+              .heads = 16,
+              .kv_heads = 4,
+              .mlp_hidden = 512,
+              .rms_eps = 1e-6,
+              .rope_theta = 1e6};
+    config.experts = {.count = 32, .top_k = 4, .hidden = 512, .normalize = true};
+    if (arg4 == "moe_dense") config.experts.dispatch = tg::nn::LlamaConfig::Experts::Dispatch::kDense;
+  }
   tg::nn::Llama model(config);
   return generator ? bench_generator(model, config.vocab, s) : bench(model, config.vocab, s);
 }

@@ -287,7 +287,16 @@ void Scheduler::place_node(int32_t id) {
   st.layout = caps_.layout(g_, id, st.in, s_.buffers);
   const NodeLayout& lay = st.layout;
   const Buffer::Category category = category_of(n);
-  Place out = lay.bytes >= 0 ? own(lay.bytes, n.dtype, category, n.shape) : own_node(id);
+  // A concat that only feeds an update (an inference prologue's stacked weights) writes its
+  // pieces straight into the update's target, as an elementwise group's output may.
+  int32_t target = -1;
+  const bool into_target = n.op == Op::kConcat && lay.bytes < 0 && lay.strides.empty() && !lay.zero_padding &&
+                           in_place_target(id, s_.fusion.group_of[static_cast<size_t>(id)], target);
+  Place out = into_target      ? s_.places[static_cast<size_t>(target)]
+              : lay.bytes >= 0 ? own(lay.bytes, n.dtype, category, n.shape)
+                               : own_node(id);
+  for (size_t u = 0; into_target && u < g_.updates.size(); ++u)
+    if (g_.updates[u].value == id) in_place_[u] = 1;
   if (!lay.strides.empty()) out.strides = lay.strides;
   if (lay.zero_padding && n.shape.size() >= 2) {
     s_.buffers[static_cast<size_t>(out.buffer)].pad_ld = out.strides[n.shape.size() - 2];

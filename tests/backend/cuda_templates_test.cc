@@ -249,6 +249,38 @@ std::vector<Instance> template_instances() {
                                                         true, tg::testing::sm90_device(), /*tiles=*/true);
   EXPECT_EQ(tiled_split.launches.size(), 2u) << "the tile kernels split a long weight gradient too";
   EXPECT_GT(tiled_split.launches[0].shared_bytes, 48u * 1024) << "the tiles hold a whole 14 × 14 image";
+  // Grouped products (mixtures of experts): each kernel in each operand type, both weight
+  // layouts, vector access and not, the gemv kernels' column groupings.
+  for (DType t : {f32, DType::kBF16, DType::kF16})
+    for (const bool w_nk : {true, false}) {
+      const std::string tag = std::string(dtype_name(t)) + (w_nk ? " nk" : " kn");
+      const std::string base = "grouped_" + std::to_string(out.size());
+      auto grouped = [&](const std::string& what, cuda::GroupedShape s, cuda::GroupedPath path) {
+        s.dtype = t, s.w_nk = w_nk;
+        add("grouped " + what + " " + tag,
+            cuda::grouped_matmul_kernel(base + "_" + std::to_string(out.size()), s,
+                                        tg::testing::sm90_device(), path));
+      };
+      grouped("tiles", {.rows = 4096, .k = 1024, .n = 768, .experts = 8, .aligned = true},
+              cuda::GroupedPath::kAuto);
+      grouped("tiles odd", {.rows = 300, .k = 77, .n = 51, .experts = 5}, cuda::GroupedPath::kTiles);
+      grouped("grad_weight",
+              {.rows = 4096, .k = 1024, .n = 768, .experts = 8, .grad_weight = true, .aligned = true},
+              cuda::GroupedPath::kAuto);
+      grouped("grad_weight odd", {.rows = 300, .k = 77, .n = 51, .experts = 5, .grad_weight = true},
+              cuda::GroupedPath::kAuto);
+      grouped("gemv decode", {.rows = 8, .k = 4096, .n = 1536, .experts = 128, .aligned = true},
+              cuda::GroupedPath::kAuto);
+      grouped("gemv wide", {.rows = 16, .k = 2048, .n = 6000, .experts = 64, .aligned = true},
+              cuda::GroupedPath::kGemv);
+      grouped("gemv odd", {.rows = 3, .k = 77, .n = 51, .experts = 4}, cuda::GroupedPath::kAuto);
+    }
+  EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4}));
+  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 17, .k = 64, .n = 64, .experts = 4}));
+  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4, .grad_weight = true}));
+  EXPECT_THROW(cuda::grouped_matmul_kernel("g", {.rows = 17, .k = 8, .n = 8, .experts = 2},
+                                           tg::testing::sm90_device(), cuda::GroupedPath::kGemv),
+               Error);
   ir::Window pool{.kh = 3, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_pad = false};
   const ir::WindowGeom pg{2, 3, 7, 8, 3, ir::window_out(7, 3, 2, 1, 1), ir::window_out(8, 2, 2, 1, 1), pool};
   const ir::WindowGeom tiled{2, 3, 8, 6, 3, 4, 3, ir::Window{.kh = 2, .kw = 2, .sh = 2, .sw = 2}};

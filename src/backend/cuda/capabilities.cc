@@ -127,6 +127,8 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
     case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
     case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
       return dense(g, n, index, strides);
+    case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight:  // x, w (dy), offsets
+      return dense(g, n, index, strides);
     case Op::kAllReduce: case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:
       // the collective engine sends flat, dense buffers
       return dense(g, n, index, strides);
@@ -200,15 +202,16 @@ std::vector<int64_t> CudaCapabilities::group_output_strides(const ir::Graph& g, 
   // bf16 (f16) rows whose length is not a multiple of 8 elements (16 bytes) leave cuBLASLt only its
   // slow unaligned kernels (GPT-2's 50257-wide logit gradient): write them padded, like the
   // f32 rows products write (padded_row), or to the next multiple of 8 when shorter. The
-  // padding is never read (products take the true extents). Values only convolutions read
-  // stay dense: those kernels read planes whole (a 14-wide image row would otherwise be padded,
-  // then copied back to dense for them). (Pools read f32 only.)
+  // padding is never read (products take the true extents). Values only convolutions or
+  // grouped products read stay dense: those kernels read dense operands (a 14-wide image row
+  // would otherwise be padded, then copied back to dense for them). (Pools read f32 only.)
   const ir::Node& n = g.node(id);
   if (!is_half(n.dtype) || n.shape.size() < 2 || n.shape.back() % 8 == 0) return {};
   const std::vector<int32_t> rs = readers(g, id);
   if (!rs.empty() && !escapes(g, id) && std::all_of(rs.begin(), rs.end(), [&](int32_t r) {
         const Op op = g.node(r).op;
-        return op == Op::kConv2d || op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight;
+        return op == Op::kConv2d || op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight ||
+               op == Op::kGroupedMatmul || op == Op::kGroupedMatmulGradWeight;
       }))
     return {};
   const int64_t cols = n.shape.back();

@@ -25,6 +25,19 @@ int64_t product(const Shape& s, size_t from, size_t to) {
   return p;
 }
 
+/// grouped_matmul (x, w, offsets) or its weight gradient (x, dy, offsets), as the kernel sees it.
+GroupedShape grouped_shape(const ir::Graph& g, const ir::Node& n) {
+  const Shape& xs = g.node(n.inputs[0]).shape;
+  GroupedShape s;
+  s.rows = xs[0], s.k = xs[1], s.experts = g.node(n.inputs[2]).shape[0] - 1;
+  s.w_nk = n.attrs.axes.at(0) == 2, s.grad_weight = n.op == Op::kGroupedMatmulGradWeight;
+  s.n = s.grad_weight ? g.node(n.inputs[1]).shape[1] : n.shape[1];
+  s.dtype = g.node(n.inputs[0]).dtype;
+  return s;
+}
+
+bool aligned16(const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; }
+
 }  // namespace
 
 void Emitter::emit_node(const passes::Step& st) {
@@ -81,6 +94,13 @@ void Emitter::emit_node(const passes::Step& st) {
       const Place part = place(st.scratch.at(0));  // the weight gradient's split partials
       add_kernel({id}, std::move(plan.launches[0]), {{in(0)}, {in(1)}, {part}}, plan.flops);
       add_kernel({id}, std::move(plan.launches[1]), {{part}, {out}});
+      return;
+    }
+    case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight: {
+      GroupedShape gs = grouped_shape(g_, n);
+      gs.aligned = aligned16(in(0)) && aligned16(in(1)) && aligned16(out);
+      add_kernel({id}, grouped_matmul_kernel(kName, gs, info_), {{in(0)}, {in(1)}, {in(2)}, {out}, kErr},
+                 2 * gs.rows * gs.n * gs.k);
       return;
     }
     case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:

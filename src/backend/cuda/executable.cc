@@ -470,7 +470,8 @@ void CudaExecutable::read_output(int32_t node, void* host) {
   if (err != 0)
     throw InputError(
         "[cuda] the step read an index out of range (a gather/scatter_add index, an update_slice offset, an "
-        "attention_at position or a cross_entropy target); "
+        "attention_at position, a cross_entropy target or grouped_matmul offsets that do not rise from 0 to "
+        "x's rows); "
         "run it on Device::cpu() for the exact position");
   const LoweredProgram::Node& s = prog_.nodes[static_cast<size_t>(node)];
   const auto bytes = static_cast<size_t>(numel(s.shape) * dtype_size(s.dtype));

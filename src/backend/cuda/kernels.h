@@ -249,4 +249,25 @@ ConvPlan conv_kernels(const std::string& name, ir::Op op, const ir::WindowGeom& 
 /// float* out): (x, unused, y), (x, dy, dx) for max's gradient, (dy, unused, dx) for avg's.
 Launch pool_kernel(const std::string& name, ir::Op op, const ir::WindowGeom& geom, const DeviceInfo& dev);
 
+// ---- mixtures of experts (kernels_grouped.cc) -----------------------------------------------
+/// grouped_matmul (grad_weight false) or grouped_matmul_grad_weight (ops.def) over dense
+/// operands: x [rows, k]; w [experts, n, k] (w_nk: attrs.axes {2}) or [experts, k, n]; dy
+/// [rows, n]; x and w (or dy) of `dtype` (f32, or bf16 / f16 bits), f32 accumulation and out.
+struct GroupedShape {
+  int64_t rows = 0, k = 0, n = 0, experts = 1;
+  bool w_nk = true, grad_weight = false;
+  DType dtype = DType::kF32;
+  bool aligned = false;  // x, w (dy) and out start 16-byte aligned: vector loads where rows allow
+};
+/// Which kernel: the forward's gemv kernels (rows ≤ 16; each expert matrix with rows is read
+/// once) or the 64 × 64 tiles (the forward over (expert, row tile) pairs, the weight gradient
+/// over (tile, expert)). kAuto: gemv for a forward of at most 16 rows (grouped_uses_gemv).
+enum class GroupedPath { kAuto, kTiles, kGemv };
+bool grouped_uses_gemv(const GroupedShape& s);
+/// One launch; offsets that do not rise from 0 to rows set *err (nothing is read out of
+/// bounds; the output is then undefined). Deterministic: fixed summation orders, no atomics.
+/// Params: (const IN_T* x, const IN_T* w_or_dy, const int* offsets, float* out, int* err).
+Launch grouped_matmul_kernel(const std::string& name, const GroupedShape& s, const DeviceInfo& dev,
+                             GroupedPath path = GroupedPath::kAuto);
+
 }  // namespace tg::backend::cuda
