@@ -1,8 +1,8 @@
 // Mixed precision op by op: every op that reads bf16 or f16 (casts, shape ops, matmul,
-// attention, convolutions), traced under Precision::kBf16's and kF16's policy, on each backend
-// against the double-precision reference running the same graph. Every row runs in both types
-// ("bf16_…" and "f16_…"); below, "bf16" stands for either, with u = 2^-8 for bf16 (8
-// significant bits) and 2^-11 for f16 (11).
+// grouped_matmul, attention, convolutions), traced under Precision::kBf16's and kF16's
+// policy, on each backend against the double-precision reference running the same graph.
+// Every row runs in both types ("bf16_…" and "f16_…"); below, "bf16" stands for either, with
+// u = 2^-8 for bf16 (8 significant bits) and 2^-11 for f16 (11).
 //
 // The casts to bf16 round identically everywhere (round to nearest even), so backend and
 // reference multiply the same bf16 operands; what is left is how each accumulates. The
@@ -12,6 +12,7 @@
 //   cast, shape ops           0       0       rounding is exact and specified; copies are copies
 //   matmul (cpu)              1e-5    1e-6    f32 accumulation of exact bf16 products, any order
 //   matmul (cuda)             1e-5    1e-6    the same on the tensor cores (f32 accumulate)
+//   grouped_matmul            1e-5    1e-6    as matmul (CUDA: f32 FMAs of the widened values)
 //   conv2d (cpu, cuda)        1e-5    1e-6    as matmul (CUDA: tf32 tensor cores, exact for
 //                                               bf16 and f16)
 //   attention (cpu)           1e-5    1e-6    f32 softmax and f32 products of bf16 q, k, v
@@ -69,6 +70,12 @@ void PrintTo(const HalfCase& c, std::ostream* os) { *os << c.name; }
 
 constexpr Tol kProduct{1e-5, 1e-6};
 
+/// grouped_matmul's offsets as an i32 constant.
+Tensor expert_offsets(std::initializer_list<int32_t> o) {
+  const std::vector<int32_t> v(o);
+  return constant(std::span<const int32_t>(v), {static_cast<int64_t>(v.size())});
+}
+
 HalfCase flash_case(std::string name, DType half, Shape q, Shape kv, bool causal) {
   return {std::move(name),
           half,
@@ -122,6 +129,26 @@ std::vector<HalfCase> cases(DType half) {
        half,
        {uni({4, 6, 32}), uni({32, 48}), uni({48})},
        [](const Ts& x) { return gelu(matmul(x[0], x[1]) + x[2]); },
+       kProduct,
+       kProduct},
+      // grouped_matmul reads bf16 like a product: an empty expert, a segment across the CUDA
+      // tiles, and a decode-sized call (two rows: the gemv kernels).
+      {"grouped_matmul",
+       half,
+       {uni({7, 24}), uni({3, 10, 24})},
+       [](const Ts& x) { return grouped_matmul(x[0], x[1], expert_offsets({0, 2, 2, 7}), true); },
+       kProduct,
+       kProduct},
+      {"grouped_matmul_tiles",
+       half,
+       {uni({130, 40}), uni({3, 40, 70})},
+       [](const Ts& x) { return grouped_matmul(x[0], x[1], expert_offsets({0, 65, 66, 130})); },
+       kProduct,
+       kProduct},
+      {"grouped_matmul_decode",
+       half,
+       {uni({2, 64}), uni({4, 48, 64})},
+       [](const Ts& x) { return grouped_matmul(x[0], x[1], expert_offsets({0, 0, 1, 1, 2}), true); },
        kProduct,
        kProduct},
       // conv2d reads bf16 like a product: exact products (bf16 values are exact in the tf32 the
