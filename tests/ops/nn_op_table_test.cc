@@ -227,6 +227,20 @@ TEST(NnInputErrors, AttentionAtPositionOutOfRange) {
                      {"[attention_at]", "position -1 of sequence 0"});
 }
 
+TEST(NnInputErrors, GroupedMatmulOffsetsThatDoNotRiseFromZeroToTheRows) {
+  const std::vector<InputSpec> specs = {uni({5, 3}), uni({3, 2, 3}), indices({4}, 6)};
+  const BuildFn gm = FN(grouped_matmul(x[0], x[1], x[2], true));
+  expect_input_error(specs, gm, 2, {0, 3, 2, 5}, {"[grouped_matmul]", "offsets must rise from 0 to 5", "offsets[2] is 2"});
+  expect_input_error(specs, gm, 2, {1, 2, 3, 5}, {"[grouped_matmul]", "offsets[0] is 1"});
+  expect_input_error(specs, gm, 2, {0, 2, 3, 4}, {"[grouped_matmul]", "offsets[3] is 4"});
+  expect_input_error(specs, gm, 2, {0, 2, 6, 5}, {"[grouped_matmul]", "offsets[2] is 6"});
+  // the weight gradient's kernel checks them as well
+  expect_input_error({uni({3, 2, 3}), uni({5, 3}), indices({4}, 6)}, FN(sum(grouped_matmul(x[1], x[0], x[2], true))), 2,
+                     {0, 3, 2, 5}, {"[grouped_matmul_grad_weight]", "offsets must rise from 0 to 5"}, /*with_gradient=*/true);
+  // an expert id outside [0, experts) fails in sort_by_expert's gather
+  expect_input_error({indices({4}, 3)}, FN(sort_by_expert(x[0], 3).position), 0, {0, 2, 3, 1}, {"[gather]", "index 3"});
+}
+
 // ---- trace-time shape errors ------------------------------------------------------------------------
 
 /// Tracing `fn` over `specs` throws a tg::ShapeError whose message names `op` (as "[op]"),
@@ -264,6 +278,19 @@ TEST(NnShapeErrors, UpdateSliceHasNoGradient) {
     EXPECT_NE(std::string(e.what()).find("no gradient"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("nn_op_table_test.cc"), std::string::npos) << e.what();
   }
+}
+
+TEST(NnShapeErrors, GroupedMatmul) {
+  const BuildFn gm = FN(grouped_matmul(x[0], x[1], x[2], true));
+  const BuildFn kn = FN(grouped_matmul(x[0], x[1], x[2]));
+  expect_shape_error({uni({5, 3}), uni({2, 4, 3}), indices({3}, 6)}, kn, "grouped_matmul", "does not contract with x's 3 features on axis 1");
+  expect_shape_error({uni({5, 3}), uni({2, 4, 5}), indices({3}, 6)}, gm, "grouped_matmul", "does not contract");
+  expect_shape_error({uni({5, 3}), uni({2, 4, 3}), indices({4}, 6)}, gm, "grouped_matmul", "offsets must be i32 [3] (experts + 1)");
+  expect_shape_error({uni({5, 3}), uni({2, 4, 3}), uni({3})}, gm, "grouped_matmul", "offsets must be i32");
+  expect_shape_error({uni({2, 5, 3}), uni({2, 4, 3}), indices({3}, 6)}, gm, "grouped_matmul", "x must be [rows, K]");
+  expect_shape_error({uni({5, 3}), uni({4, 3}), indices({3}, 6)}, gm, "grouped_matmul", "[5, 3] and [4, 3]");
+  expect_shape_error({indices({5}, 3)}, FN(sort_by_expert(x[0], 0).position), "sort_by_expert", "experts must be in [1");
+  expect_shape_error({uni({5})}, FN(sort_by_expert(x[0], 3).position), "sort_by_expert", "ids must be i32 [rows]");
 }
 
 TEST(NnShapeErrors, Attention) {
