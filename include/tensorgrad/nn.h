@@ -447,6 +447,13 @@ struct LlamaConfig {
     /// every token, weighted by zero where not chosen: count/top_k times the products. Both are
     /// exact; experts with biases or LoRA adapters run dense whatever this says.
     enum class Dispatch { kSorted, kDense } dispatch = Dispatch::kSorted;
+    /// Llama::loss adds aux_loss_coef times the load-balancing loss of Hugging Face's Mixtral
+    /// and Qwen-MoE (Switch Transformer's): over the tokens of every mixture layer together,
+    /// count · Σ_e f_e·P_e, with f_e the share of (token, choice) picks that went to expert e
+    /// (times top_k: Σ_e f_e = top_k) and P_e its mean router probability. Only P carries a
+    /// gradient. 0: off (the loaders set router_aux_loss_coef where config.json's
+    /// output_router_logits is true, as transformers adds it then).
+    double aux_loss_coef = 0.0;
   } experts = {};
   std::vector<bool> moe_layers = {};
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
@@ -503,12 +510,22 @@ class LlamaMlp : public Module {
   Linear up_proj, down_proj;
 };
 
+/// What a forward collects for the load-balancing loss (LlamaConfig::Experts::aux_loss_coef),
+/// summed over the mixture layers it passed: picks [count] (each expert's (token, choice)
+/// picks), probs [count] (each expert's router probabilities summed over the tokens), and the
+/// tokens counted.
+struct MoeRouting {
+  Tensor picks, probs;
+  int64_t tokens = 0;
+};
+
 /// A mixture of experts (LlamaConfig::Experts) as one layer's "mlp": x [..., d_model] → the
-/// same shape.
+/// same shape; with `routing`, its picks and probabilities are added there.
 class LlamaMoe : public Module {
  public:
   LlamaMoe(Module& parent, std::string name, const LlamaConfig& config);
-  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return forward(x, nullptr, loc); }
+  Tensor forward(const Tensor& x, MoeRouting* routing, Loc loc = Loc::current()) const;
   const int64_t top_k;
   const bool normalize;
   const LlamaConfig::Experts::Dispatch dispatch;
@@ -530,7 +547,9 @@ class LlamaMoe : public Module {
 class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config);
-  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return forward(x, nullptr, loc); }
+  /// With `routing`, a mixture layer adds its load-balancing statistics there.
+  Tensor forward(const Tensor& x, MoeRouting* routing, Loc loc = Loc::current()) const;
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
   std::unique_ptr<LlamaNorm> input_layernorm;  // not with post_norms
   LlamaAttention self_attn;
@@ -544,7 +563,8 @@ class LlamaDecoderLayer : public Module {
 
  private:
   // Both residual adds; `normed` is input_layernorm(x), `attended` the attention's output.
-  Tensor residuals(const Tensor& x, const Tensor& normed, const Tensor& attended, Loc loc) const;
+  Tensor residuals(const Tensor& x, const Tensor& normed, const Tensor& attended, MoeRouting* routing,
+                   Loc loc) const;
 };
 
 /// A Llama-family decoder with Hugging Face LlamaForCausalLM's parameter names, so a state
@@ -567,7 +587,8 @@ class Llama : public Module {
   Llama(Module& parent, std::string name, LlamaConfig config);
   /// ids [B, T] (i32, T ≤ seq_len) → logits [B, T, vocab].
   Tensor logits(const Tensor& ids, Loc loc = Loc::current()) const;
-  /// Mean cross-entropy of the logits of ids against targets [B, T] (ignore_index skipped).
+  /// Mean cross-entropy of the logits of ids against targets [B, T] (ignore_index skipped),
+  /// plus experts.aux_loss_coef times the load-balancing loss when that is not 0.
   Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100,
               Loc loc = Loc::current()) const;
   /// KV-cached logits (as Gpt::logits_cached): ids [B, T] at positions pos[b] … pos[b] + T − 1,
@@ -579,6 +600,7 @@ class Llama : public Module {
  private:
   Tensor embed(const Tensor& ids, Loc loc) const;
   Tensor head(const Tensor& x, Loc loc) const;
+  Tensor hidden(const Tensor& ids, MoeRouting* routing, Loc loc) const;  // the last layer's output
   void build();
   std::unique_ptr<Embedding> embed_tokens_;
   std::vector<std::unique_ptr<LlamaDecoderLayer>> layers_;

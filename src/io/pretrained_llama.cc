@@ -69,7 +69,8 @@ Flavor flavor_of(const std::string& architecture) {
 // The experts: Mixtral's num_local_experts in every layer (always renormalised); Qwen-MoE's
 // num_experts (transformers 5 writes Qwen3-MoE's as num_local_experts) of moe_intermediate_size
 // in layer i when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers,
-// renormalised with norm_topk_prob; Qwen2-MoE's gated shared expert.
+// renormalised with norm_topk_prob; Qwen2-MoE's gated shared expert. All: router_aux_loss_coef
+// where output_router_logits is true.
 void read_experts(const json& c, const std::string& f, const Flavor& k, nn::LlamaConfig& l) {
   if (!k.mixtral && !k.qwen2_moe && !k.qwen3_moe) return;
   nn::LlamaConfig::Experts& x = l.experts;
@@ -79,6 +80,9 @@ void read_experts(const json& c, const std::string& f, const Flavor& k, nn::Llam
   if (x.top_k > x.count)
     fail(f, "config.json: num_experts_per_tok " + std::to_string(x.top_k) + " is more than the " +
                 std::to_string(x.count) + " experts");
+  // transformers adds the load-balancing loss to the loss only with output_router_logits.
+  if (field<bool>(c, f, "output_router_logits", false))
+    x.aux_loss_coef = field<double>(c, f, "router_aux_loss_coef", 0.001);
   if (k.mixtral) return;  // every layer, experts of intermediate_size, renormalised
   x.hidden = required(c, f, "moe_intermediate_size");
   x.normalize = field<bool>(c, f, "norm_topk_prob", false);

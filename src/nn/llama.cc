@@ -157,7 +157,7 @@ LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
 
 // The top_k experts by router probability, as k rounds of argmax with each winner struck out
 // (probabilities are ≥ 0, so −1 strikes): of equal ones the lowest index wins.
-Tensor LlamaMoe::operator()(const Tensor& x, Loc loc) const {
+Tensor LlamaMoe::forward(const Tensor& x, MoeRouting* routing, Loc loc) const {
   const auto count = static_cast<int64_t>(experts.size());
   Tensor probs = softmax(gate(x, loc), -1, false, loc);  // [..., count]
   Tensor ids = arange(0, static_cast<double>(count), 1, DType::kI32, loc);
@@ -170,6 +170,14 @@ Tensor LlamaMoe::operator()(const Tensor& x, Loc loc) const {
   Tensor choice = concat(picks, -1, loc);                    // [..., top_k] i32
   Tensor weights = take_along_axis(probs, choice, -1, loc);  // [..., top_k]
   if (normalize) weights = div(weights, sum(weights, {-1}, true, loc), loc);
+  if (routing != nullptr) {
+    const int64_t tokens = x.numel() / x.shape().back();
+    Tensor picks = sum(reshape(one_hot(choice, count, loc), {tokens * top_k, count}, loc), {0}, false, loc);
+    Tensor mass = sum(reshape(probs, {tokens, count}, loc), {0}, false, loc);
+    routing->picks = routing->tokens == 0 ? picks : add(routing->picks, picks, loc);
+    routing->probs = routing->tokens == 0 ? mass : add(routing->probs, mass, loc);
+    routing->tokens += tokens;
+  }
   Tensor out = sorted_dispatch() ? sorted(x, choice, weights, loc) : dense(x, choice, weights, loc);
   if (shared_expert)
     out = add(out, mul(sigmoid((*shared_expert_gate)(x, loc), loc), (*shared_expert)(x, loc), loc), loc);
@@ -255,8 +263,10 @@ LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const Lla
 // residual_multiplier first (Granite; 1 elsewhere). Parallel (Phi, GPT-NeoX): out = x + attn +
 // mlp(n(x)), n being input_layernorm (`normed`) or post_attention_layernorm.
 Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& normed, const Tensor& attended,
-                                    Loc loc) const {
-  const auto mlp = [this](const Tensor& h, Loc l) { return moe ? (*moe)(h, l) : (*this->mlp)(h, l); };
+                                    MoeRouting* routing, Loc loc) const {
+  const auto mlp = [this, routing](const Tensor& h, Loc l) {
+    return moe ? moe->forward(h, routing, l) : (*this->mlp)(h, l);
+  };
   const auto branch = [&](const Tensor& t) {
     return residual_multiplier == 1.0 ? t : mul(t, residual_multiplier, loc);
   };
@@ -273,14 +283,14 @@ Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& normed, const
   return add(h, branch((*post_feedforward_layernorm)(mlp(in, loc), loc)), loc);
 }
 
-Tensor LlamaDecoderLayer::operator()(const Tensor& x, Loc loc) const {
+Tensor LlamaDecoderLayer::forward(const Tensor& x, MoeRouting* routing, Loc loc) const {
   const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
-  return residuals(x, normed, self_attn(normed, loc), loc);
+  return residuals(x, normed, self_attn(normed, loc), routing, loc);
 }
 
 Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
   const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
-  return residuals(x, normed, self_attn.cached(normed, pos, cache_len, loc), loc);
+  return residuals(x, normed, self_attn.cached(normed, pos, cache_len, loc), nullptr, loc);
 }
 
 Llama::Llama(LlamaConfig c) : config(c) { build(); }
@@ -354,7 +364,9 @@ void Llama::build() {
     lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, llama_linear(c.head_bias));
 }
 
-Tensor Llama::logits(const Tensor& ids, Loc loc) const {
+Tensor Llama::logits(const Tensor& ids, Loc loc) const { return head(hidden(ids, nullptr, loc), loc); }
+
+Tensor Llama::hidden(const Tensor& ids, MoeRouting* routing, Loc loc) const {
   if (ids.rank() != 2 || ids.dtype() != DType::kI32 || ids.shape()[1] > config.seq_len)
     throw ShapeError("[Llama] '" + path() +
                      "' expects i32 ids [B, T] with T <= " + std::to_string(config.seq_len) + ", got " +
@@ -362,9 +374,9 @@ Tensor Llama::logits(const Tensor& ids, Loc loc) const {
   Tensor x = embed(ids, loc);  // [B, T, d_model]
   for (const auto& layer : layers_) {
     const Recompute region(config.recompute);
-    x = (*layer)(x, loc);
+    x = layer->forward(x, routing, loc);
   }
-  return head(x, loc);
+  return x;
 }
 
 Tensor Llama::embed(const Tensor& ids, Loc loc) const {
@@ -400,8 +412,17 @@ Tensor Llama::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_
   return head(x, loc);
 }
 
+// The load-balancing term over every mixture layer's tokens together (MoeRouting):
+// count · Σ_e (picks_e / N)·(probs_e / N), N the tokens of all those layers.
 Tensor Llama::loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index, Loc loc) const {
-  return cross_entropy(logits(ids, loc), targets, {.ignore_index = ignore_index}, loc);
+  MoeRouting routing;
+  const bool balance = config.experts.aux_loss_coef != 0.0;
+  Tensor ce = cross_entropy(head(hidden(ids, balance ? &routing : nullptr, loc), loc), targets,
+                            {.ignore_index = ignore_index}, loc);
+  if (routing.tokens == 0) return ce;
+  const double n = static_cast<double>(routing.tokens), count = static_cast<double>(config.experts.count);
+  Tensor aux = mul(sum(mul(routing.picks, routing.probs, loc), {}, false, loc), count / (n * n), loc);
+  return add(ce, mul(aux, config.experts.aux_loss_coef, loc), loc);
 }
 
 }  // namespace tg::nn

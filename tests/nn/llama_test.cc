@@ -150,11 +150,13 @@ TEST(Llama, ConfigurationAndShapeErrors) {
 
 // d(loss)/dθ along a random ±1 direction u of each parameter tensor, autograd's Σ g·u against
 // (L(θ + h·u) − L(θ − h·u)) / 2h, on the double-precision reference: with biases everywhere,
-// and with a mixture of experts (top 2 of 3, renormalised, a gated shared expert) in layer 0.
+// and with a mixture of experts (top 2 of 3, renormalised, a gated shared expert, the
+// load-balancing loss) in layer 0.
 TEST(Llama, GradientsMatchCentralDifferences) {
   nn::LlamaConfig moe{
       .vocab = 11, .seq_len = 6, .layers = 2, .d_model = 8, .heads = 2, .kv_heads = 1, .mlp_hidden = 12};
-  moe.experts = {.count = 3, .top_k = 2, .hidden = 6, .normalize = true, .shared_hidden = 5};
+  moe.experts = {
+      .count = 3, .top_k = 2, .hidden = 6, .normalize = true, .shared_hidden = 5, .aux_loss_coef = 0.5};
   moe.moe_layers = {true, false};
   // GPT-NeoX's shape of layer: LayerNorms, an ungated MLP, parallel branches on two norms, a
   // biased head, half of each head rotated.
