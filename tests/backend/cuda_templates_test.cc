@@ -250,7 +250,8 @@ std::vector<Instance> template_instances() {
   EXPECT_EQ(tiled_split.launches.size(), 2u) << "the tile kernels split a long weight gradient too";
   EXPECT_GT(tiled_split.launches[0].shared_bytes, 48u * 1024) << "the tiles hold a whole 14 × 14 image";
   // Grouped products (mixtures of experts): each kernel in each operand type, both weight
-  // layouts, vector access and not, the gemv kernels' column groupings.
+  // layouts, vector access and not, the gemv kernels' column groupings and row chunks; 16-bit
+  // tiles on tensor cores (the default on sm_90) and on f32 FMAs.
   for (DType t : {f32, DType::kBF16, DType::kF16})
     for (const bool w_nk : {true, false}) {
       const std::string tag = std::string(dtype_name(t)) + (w_nk ? " nk" : " kn");
@@ -261,26 +262,46 @@ std::vector<Instance> template_instances() {
             cuda::grouped_matmul_kernel(base + "_" + std::to_string(out.size()), s,
                                         tg::testing::sm90_device(), path));
       };
-      grouped("tiles", {.rows = 4096, .k = 1024, .n = 768, .experts = 8, .aligned = true},
-              cuda::GroupedPath::kAuto);
-      grouped("tiles odd", {.rows = 300, .k = 77, .n = 51, .experts = 5}, cuda::GroupedPath::kTiles);
-      grouped("grad_weight",
-              {.rows = 4096, .k = 1024, .n = 768, .experts = 8, .grad_weight = true, .aligned = true},
-              cuda::GroupedPath::kAuto);
-      grouped("grad_weight odd", {.rows = 300, .k = 77, .n = 51, .experts = 5, .grad_weight = true},
-              cuda::GroupedPath::kAuto);
+      for (const cuda::GroupedPath tiles : {cuda::GroupedPath::kTiles, cuda::GroupedPath::kFmaTiles}) {
+        if (t == f32 && tiles == cuda::GroupedPath::kFmaTiles) continue;  // the same kernels
+        const std::string fma = tiles == cuda::GroupedPath::kFmaTiles ? " fma" : "";
+        grouped("tiles" + fma, {.rows = 4096, .k = 1024, .n = 768, .experts = 8, .aligned = true}, tiles);
+        grouped("tiles odd" + fma, {.rows = 300, .k = 77, .n = 51, .experts = 5}, tiles);
+        grouped("tiles even, not 16-byte" + fma,
+                {.rows = 300, .k = 76, .n = 50, .experts = 5, .aligned = true}, tiles);
+        grouped("grad_weight" + fma,
+                {.rows = 4096, .k = 1024, .n = 768, .experts = 8, .grad_weight = true, .aligned = true},
+                tiles);
+        grouped("grad_weight odd" + fma, {.rows = 300, .k = 77, .n = 51, .experts = 5, .grad_weight = true},
+                tiles);
+      }
       grouped("gemv decode", {.rows = 8, .k = 4096, .n = 1536, .experts = 128, .aligned = true},
               cuda::GroupedPath::kAuto);
       grouped("gemv wide", {.rows = 16, .k = 2048, .n = 6000, .experts = 64, .aligned = true},
               cuda::GroupedPath::kGemv);
+      grouped("gemv chunks", {.rows = 64, .k = 1024, .n = 512, .experts = 32, .aligned = true},
+              cuda::GroupedPath::kAuto);
       grouped("gemv odd", {.rows = 3, .k = 77, .n = 51, .experts = 4}, cuda::GroupedPath::kAuto);
     }
   EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4}));
-  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 17, .k = 64, .n = 64, .experts = 4}));
+  EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 64, .k = 64, .n = 64, .experts = 4}));
+  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 65, .k = 64, .n = 64, .experts = 4}));
   EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4, .grad_weight = true}));
-  EXPECT_THROW(cuda::grouped_matmul_kernel("g", {.rows = 17, .k = 8, .n = 8, .experts = 2},
-                                           tg::testing::sm90_device(), cuda::GroupedPath::kGemv),
-               Error);
+  EXPECT_THROW(
+      cuda::grouped_matmul_kernel("g", {.rows = 8, .k = 8, .n = 8, .experts = 2, .grad_weight = true},
+                                  tg::testing::sm90_device(), cuda::GroupedPath::kGemv),
+      Error);
+  // Tensor cores for 16-bit operands from sm_80 on; f32 stays on FMAs.
+  const cuda::GroupedShape half{.rows = 256, .k = 64, .n = 64, .experts = 4, .dtype = DType::kBF16};
+  EXPECT_TRUE(cuda::grouped_uses_tensor_cores(half, tg::testing::sm90_device()));
+  EXPECT_TRUE(cuda::grouped_uses_tensor_cores(half, tg::testing::sm90_device(8)));
+  EXPECT_FALSE(cuda::grouped_uses_tensor_cores(half, tg::testing::sm90_device(7)));
+  EXPECT_FALSE(cuda::grouped_uses_tensor_cores({.rows = 256, .k = 64, .n = 64, .experts = 4},
+                                               tg::testing::sm90_device()));
+  const std::string mma = cuda::grouped_matmul_kernel("g", half, tg::testing::sm90_device()).source,
+                    fma = cuda::grouped_matmul_kernel("g", half, tg::testing::sm90_device(7)).source;
+  EXPECT_NE(mma.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16"), std::string::npos);
+  EXPECT_EQ(fma.find("mma.sync"), std::string::npos);
   ir::Window pool{.kh = 3, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_pad = false};
   const ir::WindowGeom pg{2, 3, 7, 8, 3, ir::window_out(7, 3, 2, 1, 1), ir::window_out(8, 2, 2, 1, 1), pool};
   const ir::WindowGeom tiled{2, 3, 8, 6, 3, 4, 3, ir::Window{.kh = 2, .kw = 2, .sh = 2, .sw = 2}};

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -271,6 +272,56 @@ struct EditedFolder {
     const std::string t_ = (text);                     \
     EXPECT_NE(t_.find(part), std::string::npos) << t_; \
   } while (0)
+
+// transformers' load-balancing loss of the mixtures (gen_hf_moe_aux_golden.py writes
+// moe_aux_golden.txt): the fixtures' config.json leave output_router_logits false, so the loader
+// leaves the term off. With LlamaConfig::Experts::aux_loss_coef set, Llama::loss is
+// transformers' loss with labels (the next token's cross-entropy plus coef · aux), and coef 1
+// against coef 0 gives the auxiliary loss alone.
+TEST(MoeAuxLoss, EqualsTransformers) {
+  std::ifstream in(std::string(TG_TEST_DATA_DIR) + "/moe_aux_golden.txt");
+  ASSERT_TRUE(in) << "moe_aux_golden.txt missing";
+  std::string line;
+  int folders = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string folder;
+    double aux = 0, coef = 0, full = 0;
+    fields >> folder >> aux >> coef >> full;
+    const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + folder;
+    const pretrained::Model lm = pretrained::load(dir);
+    const nn::LlamaConfig loaded = std::get<nn::LlamaConfig>(lm.config);
+    EXPECT_EQ(loaded.experts.aux_loss_coef, 0.0) << folder;
+    const HostTensor ids = read_safetensors(dir + "/logits.safetensors").at("ids");
+    const int64_t batch = ids.shape()[0], length = ids.shape()[1];
+    std::vector<int32_t> targets(ids.i32().begin(), ids.i32().end());  // the next id; the last ignored
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t t = 0; t < length; ++t)
+        targets[static_cast<size_t>(b * length + t)] =
+            t + 1 < length ? ids.i32()[static_cast<size_t>(b * length + t + 1)] : -100;
+    for (const Device& device : tg::testing::all_devices()) {
+      std::vector<double> losses;
+      for (const double c : {0.0, 1.0, coef}) {
+        nn::LlamaConfig config = loaded;
+        config.experts.aux_loss_coef = c;
+        nn::Llama model(config);
+        Program p = compile_forward(model, [&model](Tensor i, Tensor t) { return model.loss(i, t); },
+                                    {.inputs = {{"ids", ids.shape(), DType::kI32}, {"targets", ids.shape(), DType::kI32}},
+                                     .device = device});
+        p.upload_params(lm.weights);
+        losses.push_back(p.run({{"ids", ids.i32()}, {"targets", targets}}).f32()[0]);
+      }
+      const std::string at = folder + " on " + device.str();
+      EXPECT_NEAR(losses[1] - losses[0], aux, 2e-5 * aux) << at;
+      EXPECT_NEAR(losses[2], full, 1e-5 * full) << at;
+      std::printf("  %s: aux %.7f (transformers %.7f), loss %.7f (transformers %.7f)\n", at.c_str(),
+                  losses[1] - losses[0], aux, losses[2], full);
+    }
+    ++folders;
+  }
+  EXPECT_EQ(folders, 3);
+}
 
 TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {
   EXPECT_HAS(

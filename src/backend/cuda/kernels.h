@@ -259,11 +259,14 @@ struct GroupedShape {
   DType dtype = DType::kF32;
   bool aligned = false;  // x, w (dy) and out start 16-byte aligned: vector loads where rows allow
 };
-/// Which kernel: the forward's gemv kernels (rows ≤ 16; each expert matrix with rows is read
-/// once) or the 64 × 64 tiles (the forward over (expert, row tile) pairs, the weight gradient
-/// over (tile, expert)). kAuto: gemv for a forward of at most 16 rows (grouped_uses_gemv).
-enum class GroupedPath { kAuto, kTiles, kGemv };
+/// Which kernel: the forward's gemv kernels (each expert matrix with rows is read once per 16
+/// of its rows) or the 64 × 64 tiles (the forward over (expert, row tile) pairs, the weight
+/// gradient over (tile, expert)); tiles of bf16 / f16 run on tensor cores on sm_80+
+/// (grouped_uses_tensor_cores), f32 ones on f32 FMAs. kAuto: gemv for a forward of at most 64
+/// rows (grouped_uses_gemv), else tiles. kFmaTiles: the f32 FMA tiles whatever the type.
+enum class GroupedPath { kAuto, kTiles, kGemv, kFmaTiles };
 bool grouped_uses_gemv(const GroupedShape& s);
+bool grouped_uses_tensor_cores(const GroupedShape& s, const DeviceInfo& dev);
 /// One launch; offsets that do not rise from 0 to rows set *err (nothing is read out of
 /// bounds; the output is then undefined). Deterministic: fixed summation orders, no atomics.
 /// Params: (const IN_T* x, const IN_T* w_or_dy, const int* offsets, float* out, int* err).
