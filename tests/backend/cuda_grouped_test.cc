@@ -1,8 +1,10 @@
 // The grouped-product kernels of the CUDA backend (kernels_grouped.cc: grouped_matmul and its
 // weight gradient) launched on random data in each operand type, weight layout and kernel
-// (tiles, gemv), with empty experts and segments that straddle tiles, against host loops in
-// double; offsets that do not rise from 0 to the rows set the error word. Without a GPU the
-// tests are skipped with a message saying why.
+// (tiles: on tensor cores for 16-bit operands where the GPU has them, and on f32 FMAs; gemv,
+// one chunk of rows or several), with empty experts, segments that straddle tiles, reduction
+// lengths that are not a multiple of the tensor cores' 16 (or of a vector's 8) and odd widths,
+// against host loops in double; offsets that do not rise from 0 to the rows set the error word.
+// Without a GPU the tests are skipped with a message saying why.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -16,6 +18,7 @@
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda_test_util.h"
 #include "tensorgrad/dtype.h"
 #include "tensorgrad/errors.h"
 
@@ -23,13 +26,6 @@ namespace {
 
 using namespace tg;
 namespace cuda = tg::backend::cuda;
-
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    const std::string why = cuda::unavailable_reason(0);                           \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why; \
-    cuda::open_device(0); /* its context current before any allocation */          \
-  } while (0)
 
 /// Values of `dtype` as the device holds them (f32, or 16-bit words) and as doubles.
 struct HostValues {
@@ -121,14 +117,26 @@ struct Case {
   cuda::GroupedPath path;
 };
 
-// Rows that straddle 64-row tiles, empty experts (first, middle, last), odd and aligned extents.
+// Rows that straddle 64-row tiles, empty experts (first, middle, last), odd and aligned extents;
+// K (the forward's reduction) and the rows of an expert (the weight gradient's) not multiples of
+// 16 or 32 (the tensor-core slabs) nor of 8 (a 16-byte vector), or multiples of 4 but not of 8.
+// Gemv: segments of more than 16 rows (several register chunks), up to 64 rows in all (kAuto:
+// gemv for w [E, N, K], tiles for w [E, K, N]).
 const Case kCases[] = {
     {"tiles odd", 77, 51, {70, 0, 130, 1, 99}, false, cuda::GroupedPath::kTiles},
     {"tiles aligned", 128, 96, {0, 65, 64, 71, 0}, true, cuda::GroupedPath::kTiles},
     {"tiles one expert", 40, 130, {150}, true, cuda::GroupedPath::kTiles},
+    {"tiles k tail", 200, 72, {33, 17, 0, 129, 64}, true, cuda::GroupedPath::kTiles},
+    {"tiles even, not 8", 76, 50, {63, 2, 95}, true, cuda::GroupedPath::kTiles},
+    {"tiles short k", 5, 9, {3, 66, 0, 20}, false, cuda::GroupedPath::kTiles},
+    {"fma tiles odd", 77, 51, {70, 0, 130, 1, 99}, false, cuda::GroupedPath::kFmaTiles},
+    {"fma tiles aligned", 128, 96, {0, 65, 64, 71, 0}, true, cuda::GroupedPath::kFmaTiles},
     {"gemv odd", 77, 51, {2, 0, 3, 1, 1, 0}, false, cuda::GroupedPath::kGemv},
     {"gemv aligned", 264, 200, {0, 2, 0, 5, 1, 0}, true, cuda::GroupedPath::kGemv},
     {"gemv all rows in one", 512, 72, {0, 16, 0}, true, cuda::GroupedPath::kGemv},
+    {"gemv chunks", 256, 136, {0, 40, 3, 0, 21}, true, cuda::GroupedPath::kGemv},
+    {"gemv chunks odd", 77, 51, {17, 0, 33, 1}, false, cuda::GroupedPath::kGemv},
+    {"auto, 64 rows in one", 128, 64, {64, 0}, true, cuda::GroupedPath::kAuto},
 };
 
 TEST(CudaGrouped, MatchesTheReference) {
@@ -138,7 +146,7 @@ TEST(CudaGrouped, MatchesTheReference) {
     for (const bool w_nk : {true, false})
       for (const bool grad : {false, true})
         for (const Case& c : kCases) {
-          if (grad && c.path == cuda::GroupedPath::kGemv) continue;
+          if (grad && c.path != cuda::GroupedPath::kTiles && c.path != cuda::GroupedPath::kFmaTiles) continue;
           const std::vector<int> off = offsets_of(c.counts);
           cuda::GroupedShape s{.rows = off.back(),
                                .k = c.k,
@@ -192,29 +200,40 @@ TEST(CudaGrouped, OffsetsThatDoNotRiseFromZeroToTheRowsSetTheErrorWord) {
       {0, 3, 6, 12},  // ends past them
       {0, -4, 6, 9},  // negative
   };
-  for (const bool grad : {false, true})
-    for (const cuda::GroupedPath path : {cuda::GroupedPath::kTiles, cuda::GroupedPath::kGemv}) {
-      if (grad && path == cuda::GroupedPath::kGemv) continue;
-      for (const bool w_nk : {true, false}) {
-        const cuda::GroupedShape s{
-            .rows = rows, .k = 40, .n = 24, .experts = 3, .w_nk = w_nk, .grad_weight = grad, .aligned = true};
-        const cuda::Launch l = cuda::grouped_matmul_kernel("grouped", s, cuda::open_device(0), path);
-        const cuda::Kernel k = compile(l);
-        const HostValues x = random_values(DType::kF32, rows * 40, 5),
-                         b = random_values(DType::kF32, grad ? rows * 24 : 3 * 24 * 40, 6);
-        const cuda::DeviceMemory dx = upload(x), db = upload(b), dout((grad ? 3 * 24 * 40 : rows * 24) * 4);
-        for (const std::vector<int>& off : bad) {
-          const cuda::DeviceMemory doff = upload_ints(off), derr = upload_ints({0});
-          launch(k, l, {dx.get(), db.get(), doff.get(), dout.get(), derr.get()});
-          cuda::check(cuda::driver().cuCtxSynchronize(), "cuCtxSynchronize");
-          int err = 0;
-          derr.download(&err, 4);
-          EXPECT_NE(err, 0) << "offsets " << off[0] << "," << off[1] << "," << off[2] << "," << off[3]
-                            << (grad ? " grad" : "")
-                            << (path == cuda::GroupedPath::kGemv ? " gemv" : " tiles");
+  for (const DType t : {DType::kF32, DType::kBF16})
+    for (const bool grad : {false, true})
+      for (const cuda::GroupedPath path :
+           {cuda::GroupedPath::kTiles, cuda::GroupedPath::kFmaTiles, cuda::GroupedPath::kGemv}) {
+        if (grad && path == cuda::GroupedPath::kGemv) continue;
+        if (t == DType::kF32 && path == cuda::GroupedPath::kFmaTiles) continue;  // kTiles' kernels
+        for (const bool w_nk : {true, false}) {
+          const cuda::GroupedShape s{.rows = rows,
+                                     .k = 40,
+                                     .n = 24,
+                                     .experts = 3,
+                                     .w_nk = w_nk,
+                                     .grad_weight = grad,
+                                     .dtype = t,
+                                     .aligned = true};
+          const cuda::Launch l = cuda::grouped_matmul_kernel("grouped", s, cuda::open_device(0), path);
+          const cuda::Kernel k = compile(l);
+          const HostValues x = random_values(t, rows * 40, 5),
+                           b = random_values(t, grad ? rows * 24 : 3 * 24 * 40, 6);
+          const cuda::DeviceMemory dx = upload(x), db = upload(b), dout((grad ? 3 * 24 * 40 : rows * 24) * 4);
+          for (const std::vector<int>& off : bad) {
+            const cuda::DeviceMemory doff = upload_ints(off), derr = upload_ints({0});
+            launch(k, l, {dx.get(), db.get(), doff.get(), dout.get(), derr.get()});
+            cuda::check(cuda::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+            int err = 0;
+            derr.download(&err, 4);
+            EXPECT_NE(err, 0) << "offsets " << off[0] << "," << off[1] << "," << off[2] << "," << off[3]
+                              << " " << dtype_name(t) << (grad ? " grad" : "")
+                              << (path == cuda::GroupedPath::kGemv       ? " gemv"
+                                  : path == cuda::GroupedPath::kFmaTiles ? " fma tiles"
+                                                                         : " tiles");
+          }
         }
       }
-    }
 }
 
 }  // namespace

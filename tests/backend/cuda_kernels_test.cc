@@ -31,13 +31,6 @@ namespace cuda = tg::backend::cuda;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    const std::string why = cuda::unavailable_reason(0);                           \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why; \
-    cuda::open_device(0); /* its context current before any allocation */          \
-  } while (0)
-
 std::vector<int64_t> dense_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];

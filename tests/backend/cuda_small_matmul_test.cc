@@ -25,13 +25,6 @@ namespace {
 using namespace tg;
 namespace cuda = tg::backend::cuda;
 
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    const std::string why = cuda::unavailable_reason(0);                           \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why; \
-    cuda::open_device(0);                                                          \
-  } while (0)
-
 using tg::testing::have_nvrtc;
 
 /// One product: shapes, layouts (row- or column-major with a padded leading dimension) and

@@ -283,23 +283,33 @@ std::vector<Instance> template_instances() {
               cuda::GroupedPath::kAuto);
       grouped("gemv odd", {.rows = 3, .k = 77, .n = 51, .experts = 4}, cuda::GroupedPath::kAuto);
     }
-  EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4}));
-  EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 64, .k = 64, .n = 64, .experts = 4}));
-  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 65, .k = 64, .n = 64, .experts = 4}));
-  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4, .grad_weight = true}));
+  const cuda::DeviceInfo sm90 = tg::testing::sm90_device(), sm75 = tg::testing::sm90_device(7);
+  EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4}, sm90));
+  EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 64, .k = 64, .n = 64, .experts = 4}, sm90));
+  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 65, .k = 64, .n = 64, .experts = 4}, sm90));
+  EXPECT_FALSE(
+      cuda::grouped_uses_gemv({.rows = 8, .k = 64, .n = 64, .experts = 4, .grad_weight = true}, sm90));
+  // w [E, K, N]: 16 rows, 8 where 16-bit tiles run on tensor cores.
+  EXPECT_TRUE(cuda::grouped_uses_gemv({.rows = 16, .k = 64, .n = 64, .experts = 4, .w_nk = false}, sm90));
+  EXPECT_FALSE(cuda::grouped_uses_gemv({.rows = 17, .k = 64, .n = 64, .experts = 4, .w_nk = false}, sm90));
+  EXPECT_FALSE(cuda::grouped_uses_gemv(
+      {.rows = 16, .k = 64, .n = 64, .experts = 4, .w_nk = false, .dtype = DType::kBF16}, sm90));
+  EXPECT_TRUE(cuda::grouped_uses_gemv(
+      {.rows = 8, .k = 64, .n = 64, .experts = 4, .w_nk = false, .dtype = DType::kF16}, sm90));
+  EXPECT_TRUE(cuda::grouped_uses_gemv(
+      {.rows = 16, .k = 64, .n = 64, .experts = 4, .w_nk = false, .dtype = DType::kBF16}, sm75));
   EXPECT_THROW(
       cuda::grouped_matmul_kernel("g", {.rows = 8, .k = 8, .n = 8, .experts = 2, .grad_weight = true},
                                   tg::testing::sm90_device(), cuda::GroupedPath::kGemv),
       Error);
   // Tensor cores for 16-bit operands from sm_80 on; f32 stays on FMAs.
   const cuda::GroupedShape half{.rows = 256, .k = 64, .n = 64, .experts = 4, .dtype = DType::kBF16};
-  EXPECT_TRUE(cuda::grouped_uses_tensor_cores(half, tg::testing::sm90_device()));
+  EXPECT_TRUE(cuda::grouped_uses_tensor_cores(half, sm90));
   EXPECT_TRUE(cuda::grouped_uses_tensor_cores(half, tg::testing::sm90_device(8)));
-  EXPECT_FALSE(cuda::grouped_uses_tensor_cores(half, tg::testing::sm90_device(7)));
-  EXPECT_FALSE(cuda::grouped_uses_tensor_cores({.rows = 256, .k = 64, .n = 64, .experts = 4},
-                                               tg::testing::sm90_device()));
-  const std::string mma = cuda::grouped_matmul_kernel("g", half, tg::testing::sm90_device()).source,
-                    fma = cuda::grouped_matmul_kernel("g", half, tg::testing::sm90_device(7)).source;
+  EXPECT_FALSE(cuda::grouped_uses_tensor_cores(half, sm75));
+  EXPECT_FALSE(cuda::grouped_uses_tensor_cores({.rows = 256, .k = 64, .n = 64, .experts = 4}, sm90));
+  const std::string mma = cuda::grouped_matmul_kernel("g", half, sm90).source,
+                    fma = cuda::grouped_matmul_kernel("g", half, sm75).source;
   EXPECT_NE(mma.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16"), std::string::npos);
   EXPECT_EQ(fma.find("mma.sync"), std::string::npos);
   ir::Window pool{.kh = 3, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_pad = false};

@@ -12,6 +12,16 @@
 #include "ir/graph.h"
 #include "tensorgrad/errors.h"
 
+/// Skips a GPU test with a message when this machine runs no CUDA device, else makes device
+/// 0's context current (before any allocation). For tests with `namespace cuda =
+/// tg::backend::cuda` in scope.
+#define REQUIRE_GPU()                                                              \
+  do {                                                                             \
+    const std::string why = cuda::unavailable_reason(0);                           \
+    if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why; \
+    cuda::open_device(0);                                                          \
+  } while (0)
+
 namespace tg::testing {
 
 /// Whether NVRTC loads here (the compile tests need no GPU); `why` says why not.

@@ -12,7 +12,7 @@
 //   cast, shape ops           0       0       rounding is exact and specified; copies are copies
 //   matmul (cpu)              1e-5    1e-6    f32 accumulation of exact bf16 products, any order
 //   matmul (cuda)             1e-5    1e-6    the same on the tensor cores (f32 accumulate)
-//   grouped_matmul            1e-5    1e-6    as matmul (CUDA: f32 FMAs of the widened values)
+//   grouped_matmul            1e-5    1e-6    as matmul (CUDA: tensor cores for bf16 and f16)
 //   conv2d (cpu, cuda)        1e-5    1e-6    as matmul (CUDA: tf32 tensor cores, exact for
 //                                               bf16 and f16)
 //   attention (cpu)           1e-5    1e-6    f32 softmax and f32 products of bf16 q, k, v

@@ -262,10 +262,11 @@ struct GroupedShape {
 /// Which kernel: the forward's gemv kernels (each expert matrix with rows is read once per 16
 /// of its rows) or the 64 × 64 tiles (the forward over (expert, row tile) pairs, the weight
 /// gradient over (tile, expert)); tiles of bf16 / f16 run on tensor cores on sm_80+
-/// (grouped_uses_tensor_cores), f32 ones on f32 FMAs. kAuto: gemv for a forward of at most 64
-/// rows (grouped_uses_gemv), else tiles. kFmaTiles: the f32 FMA tiles whatever the type.
+/// (grouped_uses_tensor_cores), f32 ones on f32 FMAs. kAuto: gemv for a forward of few rows
+/// (grouped_uses_gemv: at most 64 for w [E, N, K]; for w [E, K, N] 16, or 8 where the tiles run
+/// on tensor cores), else tiles. kFmaTiles: the f32 FMA tiles whatever the type.
 enum class GroupedPath { kAuto, kTiles, kGemv, kFmaTiles };
-bool grouped_uses_gemv(const GroupedShape& s);
+bool grouped_uses_gemv(const GroupedShape& s, const DeviceInfo& dev);
 bool grouped_uses_tensor_cores(const GroupedShape& s, const DeviceInfo& dev);
 /// One launch; offsets that do not rise from 0 to rows set *err (nothing is read out of
 /// bounds; the output is then undefined). Deterministic: fixed summation orders, no atomics.

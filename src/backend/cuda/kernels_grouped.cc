@@ -21,8 +21,10 @@ std::string flag(bool v) { return v ? "true" : "false"; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The forward takes the gemv kernels up to this many rows of x: an expert then has few rows,
-// and reading its matrix once a chunk beats tiles that are mostly empty.
-constexpr int64_t kGemvRows = 64;
+// and reading its matrix once a chunk beats tiles that are mostly empty. W_NK's gemv reads w[e]
+// along K in 16-byte pieces and beats the tiles up to about 128 rows (32 experts); w [E, K, N]'s
+// adds each row's slices through shared memory, and the tensor-core tiles beat it above 8.
+constexpr int64_t kGemvRows = 64, kGemvRowsKN = 16, kGemvRowsKNTensorCores = 8;
 // Rows of a segment the gemv kernels hold in registers at once.
 constexpr int64_t kGemvChunk = 16;
 
@@ -137,10 +139,15 @@ Launch gemv_kernel_of(const std::string& name, const GroupedShape& s, const Devi
 
 }  // namespace
 
-bool grouped_uses_gemv(const GroupedShape& s) { return !s.grad_weight && s.rows <= kGemvRows; }
-
 bool grouped_uses_tensor_cores(const GroupedShape& s, const DeviceInfo& dev) {
   return is_half(s.dtype) && dev.sm_major >= 8;
+}
+
+bool grouped_uses_gemv(const GroupedShape& s, const DeviceInfo& dev) {
+  const int64_t most = s.w_nk                              ? kGemvRows
+                       : grouped_uses_tensor_cores(s, dev) ? kGemvRowsKNTensorCores
+                                                           : kGemvRowsKN;
+  return !s.grad_weight && s.rows <= most;
 }
 
 Launch grouped_matmul_kernel(const std::string& name, const GroupedShape& s, const DeviceInfo& dev,
@@ -150,7 +157,7 @@ Launch grouped_matmul_kernel(const std::string& name, const GroupedShape& s, con
   const int64_t big = int64_t{1} << 31;
   if (s.rows >= big || s.k >= big || s.n >= big || s.experts < 1)
     throw Error("[cuda] grouped_matmul: extents of 2^31 or more are not supported");
-  const bool gemv = path == GroupedPath::kAuto ? grouped_uses_gemv(s) : path == GroupedPath::kGemv;
+  const bool gemv = path == GroupedPath::kAuto ? grouped_uses_gemv(s, dev) : path == GroupedPath::kGemv;
   if (gemv && s.grad_weight) throw Error("[cuda] grouped_matmul: the gemv kernels take only the forward");
   if (gemv) return gemv_kernel_of(name, s, dev);
   return tile_kernel(name, s, path != GroupedPath::kFmaTiles && grouped_uses_tensor_cores(s, dev));
