@@ -31,8 +31,8 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current(
 /// w [E, K, N] → y[r] = x[r]·w[e] ([R, N]); with transpose_w, w [E, N, K] (Linear's layout) →
 /// x[r]·w[e]ᵀ. Each expert's rows cost its own product only. Offsets that do not rise from 0 to R
 /// are an error when the program runs; no gradient reaches them. A bf16 or f16 operand makes the
-/// product half (the other is cast to its type, f32 accumulation); two f32 operands follow the
-/// precision policy, as matmul's do.
+/// product half (the other is cast to its type, f32 accumulation; matmul would compute such a
+/// pair in f32); two f32 operands follow the precision policy, as matmul's do.
 Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, bool transpose_w = false,
                       Loc loc = Loc::current());
 /// Where grouped_matmul wants each row: for expert ids i32 [R] in [0, experts), `position[r]` is

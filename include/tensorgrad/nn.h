@@ -445,14 +445,18 @@ struct LlamaConfig {
     /// (tg::grouped_matmul over the experts' weights stacked per layer; an inference program
     /// computes the stack once, as it does a weight's bf16 copy). kDense: every expert runs on
     /// every token, weighted by zero where not chosen: count/top_k times the products. Both are
-    /// exact; experts with biases or LoRA adapters run dense whatever this says.
+    /// exact; experts with biases or LoRA adapters run dense whatever this says. Under mixed
+    /// precision a layer's stack is half only if every expert's weights are: keeping one
+    /// expert in f32 (keep_f32) keeps the whole layer's experts in f32 here.
     enum class Dispatch { kSorted, kDense } dispatch = Dispatch::kSorted;
     /// Llama::loss adds aux_loss_coef times the load-balancing loss of Hugging Face's Mixtral
     /// and Qwen-MoE (Switch Transformer's): over the tokens of every mixture layer together,
     /// count · Σ_e f_e·P_e, with f_e the share of (token, choice) picks that went to expert e
     /// (times top_k: Σ_e f_e = top_k) and P_e its mean router probability. Only P carries a
-    /// gradient. 0: off (the loaders set router_aux_loss_coef where config.json's
-    /// output_router_logits is true, as transformers adds it then).
+    /// gradient. Every token counts, also those whose target is ignore_index (transformers
+    /// leaves out padding only when given an attention mask). 0: off (the loaders set
+    /// router_aux_loss_coef where config.json's output_router_logits is true, as transformers
+    /// adds it then).
     double aux_loss_coef = 0.0;
   } experts = {};
   std::vector<bool> moe_layers = {};

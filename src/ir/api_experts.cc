@@ -21,11 +21,12 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, b
              "offsets must be i32 [" + std::to_string(w.shape()[0] + 1) + "] (experts + 1), got " +
                  dtype_name(offsets.dtype()) + shape_str(offsets.shape()),
              loc);
-  // As matmul: a half operand (a weight stored in bf16 or f16) makes the product half, the
-  // other operand cast to its type; two f32 operands follow the trace's precision policy.
-  DType type = is_half(w.dtype()) ? w.dtype() : is_half(x.dtype()) ? x.dtype() : DType::kF32;
-  Tensor tx = cast(x, type == DType::kF32 ? DType::kF32 : type, loc);
-  Tensor tw = cast(w, type == DType::kF32 ? DType::kF32 : type, loc);
+  // A half operand (a mixture's stacked half weights) makes the product half, the other operand
+  // cast to its type (matmul would compute such a pair in f32); two f32 operands follow the
+  // trace's precision policy, as matmul's do.
+  const DType type = is_half(w.dtype()) ? w.dtype() : is_half(x.dtype()) ? x.dtype() : DType::kF32;
+  Tensor tx = cast(x, type, loc);
+  Tensor tw = cast(w, type, loc);
   if (type == DType::kF32) {
     const DType half = policy_operand_dtype(tx);
     if (half != DType::kF32 && policy_operand_dtype(tw) == half) {
@@ -49,12 +50,12 @@ ExpertOrder sort_by_expert(const Tensor& ids, int64_t experts, Loc loc) {
   // expert's rows (a stable counting sort, with static shapes: no host round trip).
   Tensor hit =
       cast(eq(unsqueeze(ids, -1, loc), arange(0, static_cast<double>(experts), 1, DType::kI32, loc), loc),
-           DType::kI32, loc);                                                                  // [R, E]
-  Tensor counts = sum(hit, {0}, false, loc);                                                   // [E]
-  Tensor ends = cumsum(counts, 0, false, loc);                                                 // [E]
-  Tensor seen = take_along_axis(cumsum(hit, 0, false, loc), unsqueeze(ids, -1, loc), 1, loc);  // [R, 1], ≥ 1
+           DType::kI32, loc);                   // [R, E]
+  Tensor counts = sum(hit, {0}, false, loc);    // [E]
+  Tensor ends = cumsum(counts, 0, false, loc);  // [E]
   // An id outside [0, experts) fails in this gather when the program runs.
-  Tensor first = take_along_axis(sub(ends, counts, loc), ids, 0, loc);  // [R]
+  Tensor seen = take_along_axis(cumsum(hit, 0, false, loc), unsqueeze(ids, -1, loc), 1, loc);  // [R, 1], ≥ 1
+  Tensor first = take_along_axis(sub(ends, counts, loc), ids, 0, loc);                         // [R]
   ExpertOrder order;
   order.position = add(first, sub(reshape(seen, {ids.shape()[0]}, loc), 1, loc), loc);
   order.offsets = concat({zeros({1}, DType::kI32, loc), ends}, 0, loc);

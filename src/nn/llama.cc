@@ -172,9 +172,9 @@ Tensor LlamaMoe::forward(const Tensor& x, MoeRouting* routing, Loc loc) const {
   if (normalize) weights = div(weights, sum(weights, {-1}, true, loc), loc);
   if (routing != nullptr) {
     const int64_t tokens = x.numel() / x.shape().back();
-    Tensor picks = sum(reshape(one_hot(choice, count, loc), {tokens * top_k, count}, loc), {0}, false, loc);
+    Tensor counts = sum(reshape(one_hot(choice, count, loc), {tokens * top_k, count}, loc), {0}, false, loc);
     Tensor mass = sum(reshape(probs, {tokens, count}, loc), {0}, false, loc);
-    routing->picks = routing->tokens == 0 ? picks : add(routing->picks, picks, loc);
+    routing->picks = routing->tokens == 0 ? counts : add(routing->picks, counts, loc);
     routing->probs = routing->tokens == 0 ? mass : add(routing->probs, mass, loc);
     routing->tokens += tokens;
   }

@@ -96,7 +96,13 @@ bool Scheduler::cast_feeds_product(int32_t id) const {
   const int32_t reader = sole_reader(id);
   if (reader < 0 || g_.node(reader).op != Op::kMatmul) return false;
   const ir::Node& m = g_.node(reader);
-  return m.inputs[0] == id && m.inputs[1] != id && caps_.cast_deferrable(g_, id, reader);
+  // Not when the cast reads a state or an updated value: an update written in place before the
+  // product could change it first (as for the deferred norm).
+  const int32_t source = view_source(n.inputs[0]);
+  const bool updated = g_.node(source).op == Op::kState ||
+                       std::any_of(g_.updates.begin(), g_.updates.end(),
+                                   [&](const ir::Graph::Update& u) { return u.target == source; });
+  return !updated && m.inputs[0] == id && m.inputs[1] != id && caps_.cast_deferrable(g_, id, reader);
 }
 
 bool Scheduler::cast_waits(int32_t id) const {

@@ -115,13 +115,14 @@ struct Case {
   std::vector<int> counts;  // rows per expert
   bool aligned;
   cuda::GroupedPath path;
+  bool one_sm = false;  // generate as for a GPU of one SM: the widest gemv blocks at any size
 };
 
 // Rows that straddle 64-row tiles, empty experts (first, middle, last), odd and aligned extents;
 // K (the forward's reduction) and the rows of an expert (the weight gradient's) not multiples of
 // 16 or 32 (the tensor-core slabs) nor of 8 (a 16-byte vector), or multiples of 4 but not of 8.
 // Gemv: segments of more than 16 rows (several register chunks), up to 64 rows in all (kAuto:
-// gemv for w [E, N, K], tiles for w [E, K, N]).
+// gemv for w [E, N, K], tiles for w [E, K, N]), and the widest column blocks.
 const Case kCases[] = {
     {"tiles odd", 77, 51, {70, 0, 130, 1, 99}, false, cuda::GroupedPath::kTiles},
     {"tiles aligned", 128, 96, {0, 65, 64, 71, 0}, true, cuda::GroupedPath::kTiles},
@@ -137,6 +138,9 @@ const Case kCases[] = {
     {"gemv chunks", 256, 136, {0, 40, 3, 0, 21}, true, cuda::GroupedPath::kGemv},
     {"gemv chunks odd", 77, 51, {17, 0, 33, 1}, false, cuda::GroupedPath::kGemv},
     {"auto, 64 rows in one", 128, 64, {64, 0}, true, cuda::GroupedPath::kAuto},
+    // w [E, K, N] gemv blocks of 512 columns (64 threads along N × 8): more than the block's
+    // threads, so each thread stores two.
+    {"gemv widest blocks", 64, 1032, {3, 0, 5}, true, cuda::GroupedPath::kGemv, true},
 };
 
 TEST(CudaGrouped, MatchesTheReference) {
@@ -163,7 +167,9 @@ TEST(CudaGrouped, MatchesTheReference) {
               random_values(t, static_cast<size_t>(grad ? s.rows * s.n : s.experts * s.n * s.k), seed++);
           std::vector<double> want, mag;
           reference(s, x.exact, b.exact, off, want, mag);
-          const cuda::Launch l = cuda::grouped_matmul_kernel("grouped", s, cuda::open_device(0), c.path);
+          cuda::DeviceInfo dev = cuda::open_device(0);
+          if (c.one_sm) dev.sm_count = 1;
+          const cuda::Launch l = cuda::grouped_matmul_kernel("grouped", s, dev, c.path);
           const cuda::DeviceMemory dx = upload(x), db = upload(b), doff = upload_ints(off),
                                    dout(std::max<size_t>(want.size() * 4, 16)), derr = upload_ints({0});
           // NaN everywhere first: every output element must be written.

@@ -306,9 +306,10 @@ TEST(MoeAuxLoss, EqualsTransformers) {
         nn::LlamaConfig config = loaded;
         config.experts.aux_loss_coef = c;
         nn::Llama model(config);
-        Program p = compile_forward(model, [&model](Tensor i, Tensor t) { return model.loss(i, t); },
-                                    {.inputs = {{"ids", ids.shape(), DType::kI32}, {"targets", ids.shape(), DType::kI32}},
-                                     .device = device});
+        Program p = compile_forward(
+            model, [&model](Tensor i, Tensor t) { return model.loss(i, t); },
+            {.inputs = {{"ids", ids.shape(), DType::kI32}, {"targets", ids.shape(), DType::kI32}},
+             .device = device});
         p.upload_params(lm.weights);
         losses.push_back(p.run({{"ids", ids.i32()}, {"targets", targets}}).f32()[0]);
       }
@@ -321,6 +322,19 @@ TEST(MoeAuxLoss, EqualsTransformers) {
     ++folders;
   }
   EXPECT_EQ(folders, 3);
+  // With output_router_logits true the loader takes router_aux_loss_coef (transformers' default
+  // 0.001 where it is absent).
+  const auto coef_of = [](const EditedFolder& d) {
+    return std::get<nn::LlamaConfig>(pretrained::load(d.path.string()).config).experts.aux_loss_coef;
+  };
+  EXPECT_EQ(coef_of(EditedFolder("tiny_mixtral",
+                                 {{"\"output_router_logits\": false", "\"output_router_logits\": true"},
+                                  {"\"router_aux_loss_coef\": 0.001", "\"router_aux_loss_coef\": 0.02"}})),
+            0.02);
+  EXPECT_EQ(coef_of(EditedFolder("tiny_qwen3_moe",
+                                 {{"\"output_router_logits\": false", "\"output_router_logits\": true"},
+                                  {"\"router_aux_loss_coef\": 0.001,", ""}})),
+            0.001);
 }
 
 TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {

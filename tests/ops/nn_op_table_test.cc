@@ -405,6 +405,27 @@ TEST(NnKnownValues, UpdateSlice) {
                {1, 2, 7, 8, 9, 10});
 }
 
+TEST(NnKnownValues, SortByExpertAndGroupedMatmul) {
+  // ids [2, 0, 2, 1] over 3 experts: sorted rows 1 (expert 0), 3 (expert 1), 0 then 2 (expert 2,
+  // in their order), so positions [2, 0, 3, 1] and offsets [0, 1, 2, 4].
+  expect_known([] { return sort_by_expert(ci({2, 0, 2, 1}, {4}), 3).position; }, {4}, kI32, {2, 0, 3, 1});
+  expect_known([] { return sort_by_expert(ci({2, 0, 2, 1}, {4}), 3).offsets; }, {4}, kI32, {0, 1, 2, 4});
+  // an expert without rows: ids [1, 1] over 3 experts
+  expect_known([] { return sort_by_expert(ci({1, 1}, {2}), 3).offsets; }, {4}, kI32, {0, 0, 2, 2});
+  // rows [1, 2], [3, 4], [5, 6] with offsets [0, 1, 3]: expert 0 = [[1, 0], [0, 1]] on row 0,
+  // expert 1 = [[0, 1], [1, 0]] (the columns swapped) on rows 1 and 2; either layout of w
+  // (both matrices are symmetric), then a non-symmetric expert 1 = [[1, 2], [3, 4]]:
+  // x·w = [3·1 + 4·3, 3·2 + 4·4], and x·wᵀ = [3·1 + 4·2, 3·3 + 4·4].
+  auto x = [] { return cf({1, 2, 3, 4, 5, 6}, {3, 2}); };
+  auto off = [] { return ci({0, 1, 3}, {3}); };
+  expect_known([&] { return grouped_matmul(x(), cf({1, 0, 0, 1, 0, 1, 1, 0}, {2, 2, 2}), off()); }, {3, 2}, kF32,
+               {1, 2, 4, 3, 6, 5});
+  expect_known([&] { return grouped_matmul(x(), cf({1, 0, 0, 1, 1, 2, 3, 4}, {2, 2, 2}), off()); }, {3, 2}, kF32,
+               {1, 2, 15, 22, 23, 34});
+  expect_known([&] { return grouped_matmul(x(), cf({1, 0, 0, 1, 1, 2, 3, 4}, {2, 2, 2}), off(), true); }, {3, 2}, kF32,
+               {1, 2, 11, 25, 17, 39});
+}
+
 TEST(NnKnownValues, Rotary) {
   // x = [1, 2, 3, 4], cos = 0.5, sin = [1, 2, 3, 4]: [x₀c − x₂s₀, x₁c − x₃s₁, x₂c + x₀s₂, x₃c + x₁s₃]
   expect_known([] { return rotary(cf({1, 2, 3, 4}, {1, 4}), cf({0.5, 0.5, 0.5, 0.5}, {1, 4}), cf({1, 2, 3, 4}, {1, 4})); },

@@ -352,10 +352,11 @@ __device__ __forceinline__ void store_tile(float* __restrict__ c, long long ldc,
         *reinterpret_cast<float4*>(&part[ks][tc * CW + c]) =
             make_float4(acc[r][c], acc[r][c + 1], acc[r][c + 2], acc[r][c + 3]);
       __syncthreads();
-      if (threadIdx.x < CW * TC && c0 + threadIdx.x < N) {
+      // CW·TC columns (up to 2·NT): each thread sums every NT-th of them.
+      for (int col = threadIdx.x; col < CW * TC && c0 + col < N; col += NT) {
         float s = 0.f;
-        for (int j = 0; j < KS; ++j) s += part[j][threadIdx.x];
-        out[(long long)(lo + r0 + r) * N + c0 + threadIdx.x] = s;
+        for (int j = 0; j < KS; ++j) s += part[j][col];
+        out[(long long)(lo + r0 + r) * N + c0 + col] = s;
       }
       __syncthreads();  // read before the next row overwrites part
     }
