@@ -129,8 +129,6 @@ std::string float_literal(double x) {
   return std::string("((float)") + buf + ")";
 }
 
-std::string ll(int64_t x) { return std::to_string(x) + "LL"; }
-
 void check_operand(const Operand& op, const Shape& want, const char* what, DType dtype) {
   if (op.dtype != dtype || op.shape != want || op.strides.size() != 4)
     throw Error(std::string("[cuda] attention: operand ") + what + " is " + dtype_name(op.dtype) +
@@ -281,8 +279,6 @@ Launch make_launch(const std::string& name, std::string source, const Geometry& 
 }
 
 int64_t row_tiles(int64_t n, const Geometry& g) { return (n + g.br - 1) / g.br; }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// The small-problem path (see kernels/attention_small.cuh): ng (kv groups per block) is 0 where it does not
 /// apply.

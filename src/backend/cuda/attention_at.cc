@@ -16,9 +16,7 @@
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
-namespace {
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-}  // namespace
+namespace {}  // namespace
 
 Launch attention_at_kernel(const std::string& name, const Operand& q, const Operand& k, const Operand& v,
                            const Operand& pos, double scale) {

@@ -31,6 +31,7 @@
 #include <sstream>
 
 #include "backend/cuda/codegen.h"
+#include "backend/cuda/kernel_sources.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
@@ -38,8 +39,6 @@ namespace {
 
 constexpr int kLanes = 32, kRows = 8, kThreads = kLanes * kRows;
 constexpr int64_t kMaxL = 4096, kMinL = 512;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// The group as the kernel sees it, checked against fused_sinks_kernel's contract.
 struct SinkGroup {

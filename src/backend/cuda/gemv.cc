@@ -27,8 +27,6 @@ constexpr int64_t kMaxRows = 8;           // rows of x (the batch of a decode st
 constexpr int64_t kStagedFloats = 10240;  // rows the staged kernel holds in shared memory (40 KB)
 constexpr int kBlocksPerSm = 3;           // the staged kernel's grid (its launch bounds)
 
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-
 /// The direct kernel's warps per column: enough blocks to cover the GPU's SMs twice.
 int direct_split(int64_t n, int64_t k, int sm_count) {
   int ks = 1;

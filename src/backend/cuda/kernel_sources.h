@@ -8,7 +8,9 @@
 // generator writes its constants, then pastes pieces, with the parts that depend on the
 // parameters (a kernel's name and parameter list, optional lines) written in C++ between them.
 #pragma once
+#include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace tg::backend::cuda {
@@ -24,5 +26,11 @@ std::span<const KernelPiece> kernel_pieces();
 
 /// The text of piece `piece` of kernels/<file>; throws Error naming both for an unknown piece.
 std::string_view kernel_source(std::string_view file, std::string_view piece);
+
+/// Helpers of the generators that write constants before the pieces: v as a long long literal
+/// ("123LL"), a C++ bool literal, and ⌈a / b⌉ (a grid's extent).
+inline std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
+inline std::string flag(bool v) { return v ? "true" : "false"; }
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace tg::backend::cuda

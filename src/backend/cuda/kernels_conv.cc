@@ -12,8 +12,6 @@
 namespace tg::backend::cuda {
 namespace {
 
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-
 // The geometry as constants: long long for the gemm pieces, int for the tile pieces (whose
 // tensors are below 2^31 elements, and whose index arithmetic is 32-bit).
 std::string geometry(const ir::WindowGeom& g, bool as_int = false) {

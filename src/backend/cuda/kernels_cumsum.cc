@@ -12,8 +12,6 @@
 namespace tg::backend::cuda {
 namespace {
 
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-
 /// `in_offset(o, a, j)`: o and j unravelled over the outer and inner axes of `in` (innermost
 /// first), each index times its axis's element stride.
 std::string offset_function(const Operand& in, int axis) {

@@ -16,10 +16,6 @@
 namespace tg::backend::cuda {
 namespace {
 
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-std::string flag(bool v) { return v ? "true" : "false"; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // The forward takes the gemv kernels up to this many rows of x: an expert then has few rows,
 // and reading its matrix once a chunk beats tiles that are mostly empty. W_NK's gemv reads w[e]
 // along K in 16-byte pieces and beats the tiles up to about 128 rows (32 experts); w [E, K, N]'s

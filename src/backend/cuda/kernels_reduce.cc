@@ -36,8 +36,6 @@ namespace {
 // than any GPU holds at once); each thread then loops over the rest.
 constexpr int64_t kMaxGrid = 4096;
 
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-
 const char* ctype(DType t) {
   switch (t) {
     case DType::kF32: return "float";
@@ -48,8 +46,6 @@ const char* ctype(DType t) {
   }
   return "float";
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 unsigned grid_for(int64_t work, int64_t block) {
   return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(work, block), 1, kMaxGrid));

@@ -30,8 +30,6 @@ namespace {
 constexpr int kMaxCache = 32;      // floats per thread per cached tensor (forward kernels)
 constexpr int kMaxCacheGrad = 16;  // gradients cache two tensors (x and dy)
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 struct RowPlan {
   int threads = 32;        // per row: 32 = a warp, else the whole block
   int rows_per_block = 8;  // warp rows only

@@ -17,8 +17,6 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row (capabilities.cc: norm_backward_blocks)
 
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
-
 }  // namespace
 
 Launch norm_backward_kernel(const std::string& name, int64_t rows, int64_t cols, double eps, bool layer,

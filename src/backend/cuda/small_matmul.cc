@@ -14,7 +14,6 @@
 namespace tg::backend::cuda {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 /// Stages of the cp.async ring buffer.
@@ -82,8 +81,6 @@ bool valid(const SmallMatmulConfig& c) {
   const int t = c.threads();
   return t >= 32 && t <= 1024 && t % 32 == 0;
 }
-
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 
 }  // namespace
 

@@ -62,6 +62,22 @@ __device__ __forceinline__ bool offsets_ok(const int* __restrict__ off) {
   }
   return !__syncthreads_or(bad);
 }
+// offsets_ok, with block (0, 0, 0) setting *err when they are bad; false: the block leaves.
+__device__ __forceinline__ bool checked(const int* __restrict__ off, int* err) {
+  if (offsets_ok(off)) return true;
+  if (threadIdx.x == 0 && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) *err = 1;
+  return false;
+}
+// The gemv kernels' expert e = blockIdx.y and its rows [lo, lo + ne); false: the block leaves.
+// Blocks of experts without rows leave at once (uniformly: before checked()'s barrier), block
+// (0, 0) checks the offsets regardless.
+__device__ __forceinline__ bool gemv_segment(const int* __restrict__ off, int* err, int& lo, int& ne) {
+  const int e = (int)blockIdx.y;
+  lo = __ldg(off + e);
+  ne = __ldg(off + e + 1) - lo;  // ≤ R once checked
+  if (ne == 0 && (blockIdx.x | blockIdx.y) != 0) return false;
+  return checked(off, err) && ne > 0;
+}
 // The forward tile kernels' (expert, TM-row tile) pair of this block, blockIdx.x counting the
 // pairs over the experts in order: warp 0 counts each expert's tiles ⌈rows / TM⌉, 32 experts
 // at a time (a shuffle scan), until the block's index falls in one. e = −1 past the last pair.
@@ -194,10 +210,7 @@ __device__ __forceinline__ void store_tile(float* __restrict__ c, long long ldc,
   }
 }
 // @piece tile_fwd
-  if (!offsets_ok(off)) {
-    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) *err = 1;
-    return;
-  }
+  if (!checked(off, err)) return;
   int e, tile_r0;
   row_tile<BM>(off, e, tile_r0);
   if (e < 0) return;  // past the last (expert, row tile) pair
@@ -210,10 +223,7 @@ __device__ __forceinline__ void store_tile(float* __restrict__ c, long long ldc,
   tile_product<true, VEC_A, W_NK, VEC_B>(a, K, rows, w, W_NK ? K : N, (int)(N - n0), (int)K, acc);
   store_tile<VEC_C>(out + r0 * N + n0, N, rows, (int)(N - n0), acc);
 // @piece tile_gw
-  if (!offsets_ok(off)) {
-    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) *err = 1;
-    return;
-  }
+  if (!checked(off, err)) return;
   // out[e] [P, Q]: W_NK Σ dy[r][p]·x[r][q] (P = N, Q = K), else Σ x[r][p]·dy[r][q] (P = K, Q = N);
   // both operands are read along the expert's rows (the reduction axis), m contiguous.
   constexpr long long P = W_NK ? N : K, Q = W_NK ? K : N;
@@ -227,15 +237,9 @@ __device__ __forceinline__ void store_tile(float* __restrict__ c, long long ldc,
                                            pb + (long long)lo * Q + q0, Q, (int)(Q - q0), rows, acc);
   store_tile<VEC_C>(out + (long long)e * P * Q + p0 * Q + q0, Q, (int)(P - p0), (int)(Q - q0), acc);
 // @piece gemv_nk
-  // Blocks of experts without rows leave at once (block (0, 0) checks the offsets regardless).
   const int e = (int)blockIdx.y;
-  const int lo = __ldg(off + e), ne = __ldg(off + e + 1) - lo;  // ne ≤ R once checked
-  if (ne == 0 && (blockIdx.x | blockIdx.y) != 0) return;
-  if (!offsets_ok(off)) {
-    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) *err = 1;
-    return;
-  }
-  if (ne == 0) return;
+  int lo, ne;
+  if (!gemv_segment(off, err, lo, ne)) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long n0 = ((long long)blockIdx.x * (NT / 32) + warp) * GC;  // this warp's first column
   if (n0 >= N) return;
@@ -294,15 +298,9 @@ __device__ __forceinline__ void store_tile(float* __restrict__ c, long long ldc,
     }
   }
 // @piece gemv_kn
-  // Blocks of experts without rows leave at once (block (0, 0) checks the offsets regardless).
   const int e = (int)blockIdx.y;
-  const int lo = __ldg(off + e), ne = __ldg(off + e + 1) - lo;  // ne ≤ R once checked
-  if (ne == 0 && (blockIdx.x | blockIdx.y) != 0) return;
-  if (!offsets_ok(off)) {
-    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) *err = 1;
-    return;
-  }
-  if (ne == 0) return;
+  int lo, ne;
+  if (!gemv_segment(off, err, lo, ne)) return;
   // Thread (ks, tc) = (tid / TC, tid % TC): columns n … n + CW − 1 at k ≡ ks (mod KS), so a
   // warp's load covers 32 / TC consecutive rows of w[e] × CW·TC columns.
   const int tc = threadIdx.x % TC, ks = threadIdx.x / TC;
