@@ -84,6 +84,14 @@ class Module {
   std::vector<Module*> modules();
   const Module& root() const;
 
+  /// Stores every parameter of rank ≥ 2 in this module and below (the products' weights,
+  /// embeddings, convolution kernels) as `dtype`: DType::kBF16 or kF16 (half the memory of
+  /// f32), or kF32 again. Vectors (biases, norms' gains) stay f32. A half-stored parameter
+  /// reads as its f32 value (exact), and the precision policy's products read the stored bf16
+  /// or f16 value itself, with no copy; a training program must leave it frozen. Call it
+  /// before the first program of the model is compiled (else an Error). See Param::set_dtype.
+  void store_params_as(DType dtype);
+
   /// Internal: the root's per-device parameter storage.
   std::shared_ptr<detail::ModelStorage> storage() const;
 
@@ -122,6 +130,14 @@ class Param {
 
   std::string path() const;  // "l1.weight"
   const Shape& shape() const { return shape_; }
+  /// How the value is stored on every device: f32 (the default), or bf16 or f16 for weights
+  /// only read (inference, frozen base weights under LoRA). Traced, a half-stored parameter
+  /// is its stored value cast to f32; under Precision::kBf16 (kF16) a product reads the
+  /// stored value directly. Uploads round f32 values to it; downloads return it.
+  DType dtype() const { return dtype_; }
+  /// Sets dtype(): kF32, kBF16 or kF16, before the first program of the model is compiled
+  /// (the storage is allocated then); afterwards, or another dtype, is an Error.
+  void set_dtype(DType dtype);
   const Init& init() const { return init_; }
   bool decay() const { return decay_; }
 
@@ -131,6 +147,7 @@ class Param {
   Shape shape_;
   Init init_;
   bool decay_;
+  DType dtype_ = DType::kF32;
 };
 
 }  // namespace tg

@@ -255,6 +255,10 @@ struct MemoryReport {
   int64_t arena = 0;                // the arena's planned size
   int64_t arena_without_reuse = 0;  // what it would be with one buffer per value
   int64_t all_tensors = 0;          // every tensor of the compiled graph at full size, no sharing
+  /// What the model holds on this device for all its programs together: every parameter as
+  /// stored (f32 masters included, Param::dtype), the inference programs' converted copies and
+  /// tg::state tensors (KV caches among them). Not part of planned_peak().
+  int64_t model_storage = 0;
   int64_t planned_peak() const { return params + optimizer_state + inputs + arena; }
   /// A small table, one line per kind, in MiB.
   std::string to_string() const;

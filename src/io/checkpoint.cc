@@ -93,9 +93,10 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
   for (const auto& [name, value] : params) {
     const auto it = current.find(name);
     if (it == current.end()) fail(path, "tensor '" + name + "' is not a parameter of the model");
-    if (value.dtype() != DType::kF32 || value.shape() != it->second.shape())
+    if (value.dtype() != it->second.dtype() || value.shape() != it->second.shape())
       fail(path, "tensor '" + name + "' is " + dtype_name(value.dtype()) + shape_str(value.shape()) +
-                     ", the model's parameter is f32" + shape_str(it->second.shape()));
+                     ", the model's parameter is " + dtype_name(it->second.dtype()) +
+                     shape_str(it->second.shape()));
   }
   for (const auto& [name, value] : current)
     if (params.count(name) == 0) fail(path, "parameter '" + name + "' is missing");

@@ -445,7 +445,7 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
                     join_names(program.param_names()) + ")");
       if (e.dtype != DType::kF32 && e.dtype != DType::kBF16 && e.dtype != DType::kF16)
         fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) +
-                    ", but model parameters are F32 (BF16 and F16 files are converted)");
+                    ", but model parameters are F32, BF16 or F16 (converted to the parameter's type)");
       if (e.shape != it->second.shape())
         fail(w, tensor_label(e.name) + " has shape " + shape_str(e.shape) +
                     ", but the model's parameter has shape " + shape_str(it->second.shape()));
@@ -468,7 +468,7 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
       program.write_state(it->first, it->second);
       it = tensors.erase(it);
     }
-    program.upload_params(tensors, {.partial = options.partial});  // bf16, f16 → f32
+    program.upload_params(tensors, {.partial = options.partial});  // converted to each parameter's type
   });
 }
 

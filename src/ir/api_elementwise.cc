@@ -60,10 +60,49 @@ Tensor reciprocal(const Tensor& x, Loc loc) { return unary(Op::kReciprocal, x, l
 Tensor logical_not(const Tensor& x, Loc loc) { return unary(Op::kLogicalNot, x, loc); }
 Tensor stop_gradient(const Tensor& x, Loc loc) { return unary(Op::kStopGradient, x, loc); }
 
+namespace {
+
+/// The f32 cast of a bf16 or f16 value that `x` is layout views of (a half-stored parameter as
+/// Param::tensor reads it, transposed or reshaped), else -1; `chain` gets the views, outermost
+/// first.
+int32_t widening_under_views(const Graph& g, int32_t x, std::vector<int32_t>& chain) {
+  for (;;) {
+    const Node& n = g.node(x);
+    if (n.op == Op::kCast && n.dtype == DType::kF32 && is_half(g.node(n.inputs[0]).dtype)) return x;
+    const bool view = n.op == Op::kReshape || n.op == Op::kPermute || n.op == Op::kBroadcastTo ||
+                      n.op == Op::kSlice;
+    if (!view || n.inputs.size() != 1) return -1;
+    chain.push_back(x);
+    x = n.inputs[0];
+  }
+}
+
+}  // namespace
+
+DType ir::widened_half(const Tensor& x) {
+  std::vector<int32_t> chain;
+  const int32_t c = widening_under_views(*x.graph(), x.id(), chain);
+  return c < 0 ? DType::kF32 : x.graph()->node(x.graph()->node(c).inputs[0]).dtype;
+}
+
 Tensor cast(const Tensor& x, DType to, Loc loc) {
   Arg ax(x, loc);
   Graph& g = graph_for("cast", {&ax}, loc);
   if (x.dtype() == to) return x;
+  // Widening a bf16 or f16 value to f32 and rounding it back is exact: read the value itself
+  // through the same views (a product under the precision policy reads a half-stored weight).
+  std::vector<int32_t> chain;
+  if (const int32_t c = is_half(to) ? widening_under_views(g, x.id(), chain) : -1;
+      c >= 0 && g.node(g.node(c).inputs[0]).dtype == to) {
+    int32_t v = g.node(c).inputs[0];
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      Node n = make_node(g.node(*it).op, {v}, loc);
+      n.attrs = g.node(*it).attrs;
+      n.shape = g.node(*it).shape;  // reshape's and broadcast_to's target
+      v = g.add(std::move(n));
+    }
+    return Tensor(&g, v);
+  }
   Node n = make_node(Op::kCast, {x.id()}, loc);
   n.attrs.dtype = to;
   return emit(g, std::move(n));

@@ -136,19 +136,20 @@ namespace {
 /// after a cast.
 bool moves_half(Op op) {
   return op == Op::kCast || op == Op::kReshape || op == Op::kPermute || op == Op::kBroadcastTo ||
-         op == Op::kSlice || op == Op::kConcat;
+         op == Op::kSlice || op == Op::kConcat || op == Op::kGather;
 }
 
 void check_half(const Graph& g, const Node& node) {
   const char* name = op_info(node.op).name;
   const std::string dt = dtype_name(node.dtype);
-  if (is_half(node.dtype) && node.inputs.empty())
+  if (is_half(node.dtype) && node.inputs.empty() && node.op != Op::kParam)
     throw ShapeError("[" + std::string(name) + "] cannot be " + dt +
-                     ": a program's inputs, parameters, states and constants are f32 (convert " + dt +
+                     ": a program's inputs, states and constants are f32, and parameters f32 unless stored "
+                     "as bf16 or f16 (Param::set_dtype) (convert " + dt +
                      " data on the host with HostTensor::to(DType::kF32); Precision::kBf16 and kF16 make the "
                      "half-precision copies products need) (at " +
                      loc_str(node.loc) + ")");
-  if (is_half(node.dtype) && !moves_half(node.op))
+  if (is_half(node.dtype) && !moves_half(node.op) && node.op != Op::kParam)
     throw ShapeError("[" + std::string(name) + "] cannot make a " + dt + " value: " + dt +
                      " values come from a cast of f32 (as mixed precision makes them) and shape ops on "
                      "those (at " +

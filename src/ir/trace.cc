@@ -32,13 +32,15 @@ std::string unused_capture_name(const Trace& trace, const std::string& base) {
 namespace {
 
 /// The policy's type for the f32 value `id` of t's graph: follow shape ops back to where the
-/// value was computed; a kept parameter stays f32, and so does a concat of values (a mixture's
-/// stacked experts) of which any is kept.
+/// value was computed; a kept parameter stays f32 (a half-stored one is widened exactly), and
+/// so does a concat of values (a mixture's stacked experts) of which any is kept.
 DType policy_of(const Trace& t, int32_t id) {
   for (;;) {
     const Node& n = t.graph.node(id);
+    // A half-stored parameter reads as the f32 cast of its leaf: follow that cast too.
+    const bool widened = n.op == Op::kCast && is_half(t.graph.node(n.inputs[0]).dtype);
     const bool moves = n.op == Op::kReshape || n.op == Op::kPermute || n.op == Op::kBroadcastTo ||
-                       n.op == Op::kSlice || n.op == Op::kConcat;
+                       n.op == Op::kSlice || n.op == Op::kConcat || widened;
     if (moves && n.inputs.size() == 1) {
       id = n.inputs[0];
       continue;

@@ -43,6 +43,8 @@ struct Trace {
   /// Parameters in first-use order and their leaf nodes.
   std::vector<const Param*> params;
   std::unordered_map<const Param*, int32_t> param_nodes;
+  /// A half-stored parameter's f32 reading (the cast of its leaf), what Param::tensor returns.
+  std::unordered_map<const Param*, int32_t> param_reads;
 };
 
 /// The trace being recorded on this thread, or nullptr.
@@ -71,6 +73,11 @@ inline constexpr const char* kUserStatePrefix = "state:";
 /// attention or a convolution as: Trace::half (bf16 or f16), or kF32 where no mixed precision
 /// applies to it (see Trace::half).
 DType policy_operand_dtype(const Tensor& x);
+
+/// bf16 or f16 when `x` (f32) is layout views (reshape, permute, broadcast, slice) of a value of
+/// that type widened to f32 (a half-stored parameter as Param::tensor reads it), else kF32:
+/// cast(x, that type) then reads the stored value through the same views, without rounding.
+DType widened_half(const Tensor& x);
 
 /// Appends `node` to `graph` (with inference) and returns its handle.
 Tensor emit(Graph& graph, Node node);

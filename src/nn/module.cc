@@ -3,6 +3,7 @@
 
 #include "ir/api_util.h"
 #include "ir/trace.h"
+#include "runtime/storage.h"
 #include "tensorgrad/module.h"
 
 namespace tg {
@@ -49,6 +50,12 @@ std::vector<Module*> Module::modules() {
   return out;
 }
 
+void Module::store_params_as(DType dtype) {
+  // Params are members of the (non-const) modules that declare them.
+  for (const Param* p : parameters())
+    if (p->shape().size() >= 2) const_cast<Param*>(p)->set_dtype(dtype);
+}
+
 std::vector<const Param*> Module::parameters() const {
   std::vector<const Param*> out;
   collect(out);
@@ -91,6 +98,19 @@ std::string Param::path() const {
   return p.empty() ? name_ : p + "." + name_;
 }
 
+void Param::set_dtype(DType dtype) {
+  if (dtype != DType::kF32 && !is_half(dtype))
+    throw Error("[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " +
+                dtype_name(dtype));
+  if (dtype == dtype_) return;
+  const std::shared_ptr<detail::ModelStorage> storage = owner_->storage();
+  std::lock_guard lock(storage->mutex);
+  if (!storage->devices.empty())
+    throw Error("[Param] '" + path() + "': set the storage dtype before the first program of the model is "
+                "compiled (its parameters are allocated then)");
+  dtype_ = dtype;
+}
+
 Param::operator Tensor() const { return tensor(); }
 
 Tensor Param::tensor(Loc loc) const {
@@ -98,12 +118,17 @@ Tensor Param::tensor(Loc loc) const {
   if (trace == nullptr)
     throw Error("[Param] '" + path() + "' used outside of compile_train/compile_forward (at " +
                 ir::loc_str(loc) + ")");
+  // A half-stored parameter reads as its f32 value (cast once per trace); a product under the
+  // precision policy casts that back to the stored type, which cast() folds to the leaf itself.
   auto it = trace->param_nodes.find(this);
-  if (it != trace->param_nodes.end()) return Tensor(&trace->graph, it->second);
-  Tensor t = ir::named_leaf(trace->graph, ir::Op::kParam, path(), shape_, DType::kF32, loc);
-  trace->param_nodes[this] = t.id();
-  trace->params.push_back(this);
-  return t;
+  if (it == trace->param_nodes.end()) {
+    const Tensor leaf = ir::named_leaf(trace->graph, ir::Op::kParam, path(), shape_, dtype_, loc);
+    it = trace->param_nodes.emplace(this, leaf.id()).first;
+    trace->params.push_back(this);
+    if (dtype_ != DType::kF32) trace->param_reads[this] = cast(leaf, DType::kF32, loc).id();
+  }
+  const auto read = trace->param_reads.find(this);
+  return Tensor(&trace->graph, read != trace->param_reads.end() ? read->second : it->second);
 }
 
 }  // namespace tg

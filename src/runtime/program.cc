@@ -384,8 +384,14 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     const Tensor part = k > 1 ? r * (1.0 / static_cast<double>(k)) : r;
     loss = loss.valid() ? loss + part : part;
     std::vector<int32_t> leaves;
-    for (const Param* p : tr.params)  // frozen ones are read but not differentiated (freeze.cc)
-      if (frozen.count(p) == 0) leaves.push_back(tr.param_nodes.at(p));
+    for (const Param* p : tr.params) {  // frozen ones are read but not differentiated (freeze.cc)
+      if (frozen.count(p) != 0) continue;
+      if (p->dtype() != DType::kF32)
+        throw InputError("[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
+                         " (Param::set_dtype, Module::store_params_as): only frozen parameters may be; list "
+                         "it in TrainOptions::frozen, or store it as f32 to train it");
+      leaves.push_back(tr.param_nodes.at(p));
+    }
     g.stage = ir::Stage::kBackward;
     const Tensor seed = s->loss_scaling ? part * Tensor(&g, scale.value) : part;
     const std::vector<int32_t> grads = autograd::append_gradients(g, seed.id(), leaves);
@@ -561,9 +567,9 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
     }
     const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16;
     if ((value.dtype() != DType::kF32 && !convertible) || value.shape() != it->second.shape)
-      throw InputError("[upload_params] parameter '" + name + "' expects f32" + shape_str(it->second.shape) +
-                       ", got " + dtype_name(value.dtype()) + shape_str(value.shape()) +
-                       " (bf16 and f16 values are converted to f32)");
+      throw InputError("[upload_params] parameter '" + name + "' expects " + dtype_name(it->second.dtype) +
+                       shape_str(it->second.shape) + ", got " + dtype_name(value.dtype()) +
+                       shape_str(value.shape()) + " (f32, bf16 and f16 values are converted)");
   }
   if (!options.partial)
     for (const auto& [name, info] : store.infos)
@@ -572,10 +578,13 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
                          "' (pass {.partial = true} to upload a subset)");
   ++store.version;
   for (const auto& [name, value] : params) {
-    if (value.dtype() == DType::kF32)
+    const DType stored = store.infos.at(name).dtype;  // f32, or a half-stored parameter's type
+    if (value.dtype() == stored)
       store.backend->upload(*store.buffers.at(name), value.data());
-    else
-      store.backend->upload(*store.buffers.at(name), value.to(DType::kF32).data());
+    else if (value.dtype() == DType::kF32 || stored == DType::kF32)
+      store.backend->upload(*store.buffers.at(name), value.to(stored).data());
+    else  // bf16 ↔ f16 through f32 (exact widening, one rounding)
+      store.backend->upload(*store.buffers.at(name), value.to(DType::kF32).to(stored).data());
   }
 }
 
@@ -584,7 +593,7 @@ std::map<std::string, HostTensor> Program::download_params() const {
   std::lock_guard lock(store.mutex);
   std::map<std::string, HostTensor> out;
   for (const auto& [name, info] : store.infos) {
-    HostTensor t(DType::kF32, info.shape);
+    HostTensor t(info.dtype, info.shape);  // as stored: f32, or bf16/f16 (Param::dtype)
     store.backend->download(*store.buffers.at(name), t.data());
     out.emplace(name, std::move(t));
   }
@@ -768,6 +777,10 @@ MemoryReport Program::memory_report() const {
   r.arena = m.arena;
   r.arena_without_reuse = m.no_reuse;
   for (const ir::Node& n : v.graph.nodes()) r.all_tensors += n.numel() * dtype_size(n.dtype);
+  detail::DeviceStore& store = *state().store;
+  std::lock_guard lock(store.mutex);
+  for (const auto* buffers : {&store.buffers, &store.hoisted, &store.states})
+    for (const auto& [name, buf] : *buffers) r.model_storage += buf->numel() * dtype_size(buf->dtype());
   return r;
 }
 
@@ -785,6 +798,7 @@ std::string MemoryReport::to_string() const {
   s += "  at its peak: activations " + mib(activations) + ", gradients " + mib(gradients) + ", optimizer " +
        mib(optimizer_temps) + ", scratch " + mib(scratch) + "\n";
   s += "planned peak     " + mib(planned_peak()) + "  (all tensors of the graph: " + mib(all_tensors) + ")\n";
+  s += "model storage    " + mib(model_storage) + "  (all its programs' parameters, copies and states)\n";
   return s;
 }
 

@@ -61,12 +61,20 @@ void DeviceStore::init_params(uint64_t seed) {
     const auto t0 = std::chrono::steady_clock::now();
     fill_init(info.init, values, info.shape, seed, path);
     const auto t1 = std::chrono::steady_clock::now();
-    backend->upload(*buffers.at(path), values.data());
+    upload_f32(*buffers.at(path), values);
     fill_s += std::chrono::duration<double>(t1 - t0).count();
     upload_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   if (env::is_set(env::Switch::kProfile))
     std::fprintf(stderr, "[compile]     fill %.1f ms, upload %.1f ms\n", fill_s * 1e3, upload_s * 1e3);
+}
+
+void DeviceStore::upload_f32(backend::Buffer& buf, std::span<const float> values) {
+  if (buf.dtype() == DType::kF32) return backend->upload(buf, values.data());
+  std::vector<uint16_t> half(values.size());  // a half-stored parameter: rounded to nearest even
+  for (size_t i = 0; i < values.size(); ++i)
+    half[i] = buf.dtype() == DType::kBF16 ? bf16_from_f32(values[i]) : f16_from_f32(values[i]);
+  backend->upload(buf, half.data());
 }
 
 std::shared_ptr<ModelStorage> make_model_storage() { return std::make_shared<ModelStorage>(); }
@@ -81,11 +89,11 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
     for (const Param* p : model.root().parameters()) {
       const std::string path = p->path();
       if (store->infos.count(path) != 0) continue;
-      store->infos[path] = {path, p->shape(), p->init(), p->decay()};
-      store->buffers[path] = store->backend->allocate(DType::kF32, numel(p->shape()));
+      store->infos[path] = {path, p->shape(), p->init(), p->decay(), p->dtype()};
+      store->buffers[path] = store->backend->allocate(p->dtype(), numel(p->shape()));
       std::vector<float> host(static_cast<size_t>(numel(p->shape())));
       fill_init(p->init(), host, p->shape(), 0, path);
-      store->backend->upload(*store->buffers[path], host.data());
+      store->upload_f32(*store->buffers[path], host);
       ++store->version;
     }
     return store;
@@ -106,8 +114,8 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
   for (const Param* p : model.root().parameters()) {
     const std::string path = p->path();
     if (fresh->infos.count(path) != 0) throw Error("[Module] two parameters are both named '" + path + "'");
-    fresh->infos[path] = {path, p->shape(), p->init(), p->decay()};
-    fresh->buffers[path] = fresh->backend->allocate(DType::kF32, numel(p->shape()));
+    fresh->infos[path] = {path, p->shape(), p->init(), p->decay(), p->dtype()};
+    fresh->buffers[path] = fresh->backend->allocate(p->dtype(), numel(p->shape()));
   }
   mark("allocate params");
   fresh->init_params(0);

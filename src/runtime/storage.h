@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "backend/backend.h"
@@ -22,6 +23,7 @@ struct ParamInfo {
   Shape shape;
   Init init;
   bool decay;
+  DType dtype = DType::kF32;  // Param::dtype(): how its buffer stores it
 };
 
 struct DeviceStore {
@@ -43,6 +45,9 @@ struct DeviceStore {
 
   /// Sets state `name` to its initial value.
   void reset_state(const std::string& name);
+
+  /// Writes f32 `values` into a parameter's buffer, rounded when it stores bf16 or f16.
+  void upload_f32(backend::Buffer& buf, std::span<const float> values);
 
   /// Fills every parameter from its Init with `seed` (see nn/init.cc).
   void init_params(uint64_t seed);

@@ -161,6 +161,7 @@ Kernel make_gather(const ir::Node& node, const Shape& x_shape, const View& x, co
                    std::byte* out) {
   switch (dtype_size(node.dtype)) {
     case 4: return gather_kernel<uint32_t>(node, x_shape, x, idx, out);
+    case 2: return gather_kernel<uint16_t>(node, x_shape, x, idx, out);  // a half-stored embedding
     case 1: return gather_kernel<uint8_t>(node, x_shape, x, idx, out);
     default: throw Error("[cpu] gather of an unsupported element size");
   }

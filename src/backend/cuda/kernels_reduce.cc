@@ -378,7 +378,8 @@ Launch gather_kernel(const std::string& name, const Operand& x, const Operand& i
   l.block[0] = 256;
   l.grid[0] = grid_for(n, 256);
   std::string s = "// gather along axis " + std::to_string(axis) + " (kernels_reduce.cc)\n";
-  s += std::string("typedef ") + ctype(x.dtype) + " T;\n";
+  // Moves bits only: a bf16 or f16 table (a half-stored embedding) gathers as 16-bit words.
+  s += std::string("typedef ") + (is_half(x.dtype) ? "unsigned short" : ctype(x.dtype)) + " T;\n";
   s += "extern \"C\" __global__ void " + name +
        "(const T* __restrict__ x, const int* __restrict__ idx, T* __restrict__ out, int* err) {\n";
   s += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < " + ll(n) +
@@ -389,7 +390,7 @@ Launch gather_kernel(const std::string& name, const Operand& x, const Operand& i
   xs[ax] = 0;
   s += decompose("rest", idx.shape, -1, "", {{"xo", xs}, {"io", idx.strides}});
   s += "    const int v = idx[io];\n";
-  s += "    if (v < 0 || v >= " + std::to_string(x.shape[ax]) + ") { *err = 1; out[i] = (T)0; continue; }\n";
+  s += "    if (v < 0 || v >= " + std::to_string(x.shape[ax]) + ") { *err = 1; out[i] = T(); continue; }\n";
   s += "    out[i] = x[xo + (long long)v * " + ll(x.strides[ax]) + "];\n  }\n}\n";
   l.source = std::move(s);
   return l;
