@@ -39,7 +39,8 @@ constexpr const char* kUsage =
     "tokenizer.json) of an architecture tg::pretrained::load takes (Llama and its relatives: Mistral,\n"
     "Qwen, Phi-3, Gemma, Granite, OLMo, Mixtral, Qwen-MoE, GPT-NeoX, Phi, StableLM, StarCoder 2;\n"
     "GPT-2; Mamba),\n"
-    "streaming the tokens.\n"
+    "streaming the tokens. Under --precision bf16 or f16 the model's matrices are held in that\n"
+    "type (a third of the memory of f32 weights and their converted copies).\n"
     "--temperature 0 is greedy; --top-k 0, --top-p 1 and --min-p 0 sample among every token.\n"
     "--repetition-penalty P > 1 makes every token already in the text less likely (Hugging Face's\n"
     "rule: a logit s becomes s / P when positive, s * P otherwise).\n"
@@ -152,8 +153,15 @@ int main(int argc, char** argv) {
     std::optional<tg::ChatTemplate> templ;
     if (chat) templ = tg::ChatTemplate::load(folder);
 
+    // Under --precision bf16 or f16 the matrices are held in that type: the products read them
+    // as they are, with no f32 master and no converted copy beside them (a third of the memory).
+    const tg::Precision precision = args.precision();
+    if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32, bf16 or f16");
+    const tg::DType held = precision == tg::Precision::kBf16  ? tg::DType::kBF16
+                           : precision == tg::Precision::kF16 ? tg::DType::kF16
+                                                              : tg::DType::kF32;
     auto t0 = std::chrono::steady_clock::now();
-    const tg::pretrained::Model lm = tg::pretrained::load(folder);
+    const tg::pretrained::Model lm = tg::pretrained::load(folder, {.dtype = held});
     std::printf("%s from %s: %.4g M parameters, context %s, loaded in %.1f s\n", lm.architecture.c_str(),
                 folder.c_str(), static_cast<double>(parameter_count(lm)) / 1e6,
                 lm.context > 0 ? std::to_string(lm.context).c_str() : "unlimited (recurrent)",
@@ -178,8 +186,6 @@ int main(int argc, char** argv) {
     const int64_t room = interactive ? 4096 : n + max_new;
     const int64_t cache_len = lm.context > 0 ? std::min(lm.context, room) : room;
     if (!interactive) check_fits(n, max_new, lm.context, cache_len, "the prompt");
-    const tg::Precision precision = args.precision();
-    if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32, bf16 or f16");
 
     tg::GenerateOptions options = args.sampling();
     options.max_new_tokens = max_new;
@@ -198,7 +204,9 @@ int main(int argc, char** argv) {
                        .prefill = !lm.recurrent()});
     lm.upload(gen.decode());  // the prefill program shares the decode program's parameters
     gen.prepare(options);     // the repetition penalty's programs, if it asks for one
-    std::printf("compiled for %s in %.1f s", gen.decode().device().str().c_str(), seconds_since(t0));
+    std::printf("compiled for %s in %.1f s; the model holds %.1f MiB there (%s matrices)",
+                gen.decode().device().str().c_str(), seconds_since(t0),
+                static_cast<double>(gen.decode().memory_report().model_storage) / (1 << 20), tg::dtype_name(held));
     if (interactive)
       std::printf("; one user turn per line, an empty line ends\n\n");
     else

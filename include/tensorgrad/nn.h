@@ -86,7 +86,8 @@ std::vector<std::string> lora_frozen(const Module& model);
 /// W ← W + (alpha/rank)·B·A for every adapter of `model`, and the adapter entries removed, so
 /// the result uploads into the same architecture built without adapters (PEFT's
 /// merge_and_unload). `params` must hold every adapted Linear's weight and both adapter
-/// matrices (an InputError otherwise).
+/// matrices (an InputError otherwise). A bf16 or f16 weight (a half-stored base) is merged in
+/// f32 and returned f32; a half-stored model rounds it back when it is uploaded.
 std::map<std::string, HostTensor> merge_lora(const Module& model, std::map<std::string, HostTensor> params);
 
 /// The inverse of merge_lora: W ← W − (alpha/rank)·B·A with A and B from `adapters` (e.g. the

@@ -27,7 +27,8 @@
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
-// Weights may be F32, BF16 or F16; they are converted to f32 exactly. Everything is checked
+// Weights may be F32, BF16 or F16; they are converted to f32 exactly (or held as bf16 or f16:
+// LoadOptions::dtype). Everything is checked
 // before a model is returned: a folder without config.json (or one that cannot be read),
 // another architecture, a config key that is missing or of another type (32.5 where an integer
 // belongs), a config value the library's model does not implement (a rope_scaling type, another
@@ -52,7 +53,7 @@
 namespace tg::pretrained {
 
 /// A loaded folder: the model, its configuration and its weights by the model's own
-/// parameter names (f32, already in the library's layouts).
+/// parameter names (already in the library's layouts; f32 unless LoadOptions::dtype says).
 struct Model {
   std::string folder;
   /// config.json's architecture ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel", …).
@@ -64,6 +65,8 @@ struct Model {
   std::unique_ptr<Module> module;
   /// Its parameters' values from the file, named as module->parameters() are.
   std::map<std::string, HostTensor> weights;
+  /// How the matrices are held (LoadOptions::dtype; the module stores them so on every device).
+  DType dtype = DType::kF32;
   /// Longest sequence the model takes (max_position_embeddings, n_positions); 0 for a
   /// recurrent model, which has no such limit.
   int64_t context = 0;
@@ -83,9 +86,19 @@ struct Model {
   void upload(Program& program) const { program.upload_params(weights); }
 };
 
+struct LoadOptions {
+  /// How the model's matrices (every parameter of rank ≥ 2: the products' weights and the
+  /// embeddings) are held, in `weights` and on every device (Module::store_params_as): kF32
+  /// (trainable), or kBF16 / kF16 for inference and LoRA fine-tuning over a frozen base. A
+  /// half type needs a third of the device memory under the matching Precision (no f32 master
+  /// and no converted copy) and half of it otherwise; vectors (norms, biases) stay f32. The
+  /// file's values are converted exactly when it holds that type, else rounded to nearest even.
+  DType dtype = DType::kF32;
+};
+
 /// Reads `folder` (config.json and its safetensors weights) into a Model. Throws
 /// tg::CheckpointError on anything it cannot map exactly (see the file comment).
-Model load(const std::string& folder);
+Model load(const std::string& folder, const LoadOptions& options = {});
 
 /// The architecture names load() takes.
 std::vector<std::string> architectures();

@@ -162,6 +162,7 @@ HostTensor take_tensor(const Model& m, Weights& w, const std::string& name, cons
 // file's copy and the f32 copy of a large model are not both held at once.
 void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
                  const std::function<bool(const std::string&)>& ignorable) {
+  m.module->store_params_as(m.dtype);  // a fresh module: no program has allocated it yet
   for (const Param* p : m.module->parameters()) {
     const std::string path = p->path();
     const Source src = source_of(path);
@@ -181,10 +182,12 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
     if (t.shape() != want)
       fail(m.folder, file + ": tensor '" + src.name + "' has shape " + shape_str(t.shape()) + ", expected " +
                          shape_str(want) + " (from config.json)");
-    if (t.dtype() != DType::kF32) t = t.to(DType::kF32);
+    // f32 for the layout changes; a matrix of the file's own half type stays as it is.
+    const DType stored = p->shape().size() >= 2 ? m.dtype : DType::kF32;
+    if (t.dtype() != stored || src.layout != Layout::kSame) t = t.to(DType::kF32);
     if (src.layout == Layout::kTransposed) t = transpose2d(t);
     if (src.layout == Layout::kSqueezeMiddle) t = HostTensor::f32(std::move(t).f32(), p->shape());
-    m.weights[path] = std::move(t);
+    m.weights[path] = t.dtype() == stored ? std::move(t) : t.to(stored);
   }
   for (const auto& [name, t] : w.tensors) {
     if (ignorable(name)) continue;
@@ -382,7 +385,9 @@ std::vector<std::string> architectures() {
   return out;
 }
 
-Model load(const std::string& folder) {
+Model load(const std::string& folder, const LoadOptions& options) {
+  if (options.dtype != DType::kF32 && !is_half(options.dtype))
+    fail(folder, std::string("LoadOptions::dtype is ") + dtype_name(options.dtype) + "; models load as f32, bf16 or f16");
   const fs::path dir(folder);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -399,6 +404,7 @@ Model load(const std::string& folder) {
   m.architecture = family.architecture;
   m.eos_ids = eos_of(c);
   m.config_json = c.dump(2);
+  m.dtype = options.dtype;  // map_weights converts each matrix as it is taken
   try {
     family.load(m, c);
   } catch (const CheckpointError&) {

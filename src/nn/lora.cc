@@ -113,6 +113,10 @@ void fold(const Module& model, std::map<std::string, HostTensor>& params,
     const int64_t out = l->out_features, in = l->in_features, r = lora.rank;
     const std::span<const float> a = find_f32(adapters, lora.A.path(), lora.A.shape(), api).f32();
     const std::span<const float> b = find_f32(adapters, lora.B.path(), lora.B.shape(), api).f32();
+    // A half-stored base weight (Param::set_dtype) is merged in f32: uploading the result into
+    // that model rounds it back.
+    if (auto it = params.find(l->weight.path()); it != params.end() && is_half(it->second.dtype()))
+      it->second = it->second.to(DType::kF32);
     find_f32(params, l->weight.path(), l->weight.shape(), api);
     std::span<float> w = params.at(l->weight.path()).f32();
     const double s = sign * lora.scale();

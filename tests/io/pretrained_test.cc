@@ -113,6 +113,42 @@ TEST(Pretrained, HalfPrecisionWeightsLoadAsTheirF32Values) {
   }
 }
 
+// LoadOptions::dtype: the matrices held as bf16 compute what the f32 model computes with its
+// matrices rounded to bf16 (products in f32 and under Precision::kBf16), for each layout the
+// loaders change (GPT-2's transposed Conv1D, Mamba's squeezed conv1d), on every backend.
+TEST(Pretrained, Bf16HeldMatricesEqualTheRoundedF32Model) {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_mamba"}) {
+    const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
+    const pretrained::Model held = pretrained::load(dir, {.dtype = DType::kBF16}), full = pretrained::load(dir);
+    EXPECT_EQ(held.dtype, DType::kBF16);
+    std::map<std::string, HostTensor> rounded = full.weights;
+    for (auto& [param, t] : rounded) {
+      EXPECT_EQ(held.weights.at(param).dtype(), t.shape().size() >= 2 ? DType::kBF16 : DType::kF32) << param;
+      if (t.shape().size() >= 2) t = t.to(DType::kBF16).to(DType::kF32);
+      EXPECT_EQ(0, tg::testing::rel_diff(held.weights.at(param).to(DType::kF32).f32(), t.f32())) << param;
+    }
+    const HostTensor ids = read_safetensors(dir + "/logits.safetensors").at("ids");
+    for (const Device& device : tg::testing::all_devices())
+      for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+        auto logits = [&](const pretrained::Model& lm, const std::map<std::string, HostTensor>& w) {
+          Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
+                                      {.inputs = {{"ids", ids.shape(), DType::kI32}},
+                                       .device = device,
+                                       .precision = precision});
+          p.upload_params(w);
+          return p.run({{"ids", ids.i32()}}).f32();
+        };
+        const std::vector<float> got = logits(held, held.weights);
+        EXPECT_LT(tg::testing::rel_diff(got, logits(full, rounded)), 2e-6)
+            << name << " on " << device.str() << (precision == Precision::kBf16 ? ", bf16 products" : "");
+        if (precision == Precision::kFp32) {  // the rounding is seen: not the unrounded model's logits
+          EXPECT_GT(tg::testing::rel_diff(got, logits(full, full.weights)), 1e-5) << name;
+        }
+      }
+  }
+  EXPECT_THROW(pretrained::load(kLlama, {.dtype = DType::kI32}), CheckpointError);
+}
+
 TEST(Pretrained, ShardedWeightsLoad) {
   const std::map<std::string, HostTensor> all = read_safetensors(kLlama + "/model.safetensors");
   TempFolder dir("sharded");
