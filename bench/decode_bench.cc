@@ -16,6 +16,8 @@
 //              every expert on every token (kDense), the first tokens printed must agree.
 // With bf16 the products read bf16 weights and activations (Precision::kBf16; an inference
 // program keeps the weights' bf16 copies between runs, so they are read, not converted, per token).
+// bf16held: the same with the matrices stored as bf16 (Module::store_params_as): no f32 masters
+// beside the copies, the products read the parameters themselves (the "model storage" printed).
 // Prints, in the torch_peer.py format, the whole generation's tokens/s (all sequences) and the
 // median per-token latency of the decode calls:
 //   <model>_decode <mode> <ms> ms/step <tokens/s> tokens/s
@@ -24,7 +26,7 @@
 // min-p and repetition-penalty state included), greedy, with the penalty off and at 1.1:
 //   <model>_decode tg_generator_… <ms> ms/step <tokens/s> tokens/s
 //
-//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16]
+//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16|bf16held]
 //   [gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]
 //                  [generator]
 #include <tensorgrad/tensorgrad.h>
@@ -45,10 +47,12 @@ struct Setup {
   tg::Precision precision;
   int64_t prompt_len, fresh, batch;
   std::string name, mode;
+  bool held = false;  // bf16held: the matrices stored as bf16 (Module::store_params_as)
 };
 
 template <class Model>
 int bench(Model& model, int64_t vocab, const Setup& s) {
+  if (s.held) model.store_params_as(tg::DType::kBF16);
   const int64_t cache = s.prompt_len + s.fresh, B = s.batch;
   // The greedy choice of each sequence's last position, in the graph: [B] i32.
   auto next_token = [&](tg::Tensor ids, tg::Tensor pos) {
@@ -96,8 +100,9 @@ int bench(Model& model, int64_t vocab, const Setup& s) {
   const double latency = per_token.empty() ? 0 : per_token[per_token.size() / 2];
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", s.name.c_str(), s.mode.c_str(), sec * 1e3,
               static_cast<double>(s.fresh * B) / sec);
-  std::printf("# %s per-token latency (median decode call) %.3f ms; compile_s %.2f; first tokens",
-              s.name.c_str(), latency * 1e3, compile_s);
+  std::printf("# %s per-token latency (median decode call) %.3f ms; compile_s %.2f; model storage %.1f MiB; first tokens",
+              s.name.c_str(), latency * 1e3, compile_s,
+              static_cast<double>(decode.memory_report().model_storage) / (1 << 20));
   for (size_t i = 0; i < std::min<size_t>(8, generated.size()); ++i) std::printf(" %d", generated[i]);
   std::printf("\n");
   report_compiled((s.name + "(decode program)").c_str(), decode);
@@ -107,6 +112,7 @@ int bench(Model& model, int64_t vocab, const Setup& s) {
 // The same decoding through tg::Generator: greedy, repetition penalty off and at 1.1.
 template <class Model>
 int bench_generator(Model& model, int64_t vocab, const Setup& s) {
+  if (s.held) model.store_params_as(tg::DType::kBF16);
   tg::Generator gen(model,
                     [&model](const tg::Tensor& ids, const tg::Tensor& pos, int64_t cache) {
                       return model.logits_cached(ids, pos, cache);
@@ -144,7 +150,8 @@ int main(int argc, char** argv) {
                     arg4 = argc > 4 ? argv[4] : "gpt2";
   Setup s;
   s.device = arg1 == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
-  const bool gpu = s.device.kind == tg::Device::Kind::kCuda, bf16 = arg3 == "bf16";
+  const bool gpu = s.device.kind == tg::Device::Kind::kCuda, bf16 = arg3 == "bf16" || arg3 == "bf16held";
+  s.held = arg3 == "bf16held";
   s.precision = bf16 ? tg::Precision::kBf16 : tg::Precision::kFp32;
   s.prompt_len = 16;
   s.fresh = argc > 2 && std::stoll(argv[2]) > 0 ? std::stoll(argv[2]) : gpu ? 256 : 32;
@@ -152,15 +159,15 @@ int main(int argc, char** argv) {
   const bool generator = argc > 6 && std::string(argv[6]) == "generator";
   const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3" ||
                      arg4 == "moe" || arg4 == "moe_dense";
-  if (!known || (arg3 != "fp32" && arg3 != "bf16") || s.batch < 1) {
+  if (!known || (arg3 != "fp32" && arg3 != "bf16" && arg3 != "bf16held") || s.batch < 1) {
     std::fprintf(stderr,
-                 "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16] "
+                 "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16|bf16held] "
                  "[gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]\n");
     return 2;
   }
   s.name = arg4 + "_decode";
   s.mode = std::string("tg_greedy_b") + std::to_string(s.batch) + "_" + std::to_string(s.fresh) + "tok" +
-           (bf16 ? "_bf16" : "");
+           (s.held ? "_bf16held" : bf16 ? "_bf16" : "");
   if (arg4 == "gpt2") {
     const tg::nn::GptConfig config{
         .vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12};

@@ -89,7 +89,8 @@ class HostTensor {
   /// First element as a double (for scalars).
   double item() const;
   /// The values as `dtype`: f32 to bf16 or f16 (round to nearest even, as PyTorch), or back
-  /// (exact); the same dtype is a copy. Throws InputError for other pairs.
+  /// (exact), or bf16 ↔ f16 (through f32: one rounding); the same dtype is a copy. Throws
+  /// InputError for other pairs.
   HostTensor to(DType dtype) const;
 
  private:

@@ -1,7 +1,8 @@
 // TrainOptions::frozen. compile_train leaves the matched parameters out of autograd's list of
 // leaves to differentiate: they stay graph leaves whose values the step reads, but without a
 // gradient they get no ParamGrad, hence no moments, no weight decay, no "grad/…" capture, no
-// place in data-parallel buckets or ZeRO shards, and no update writing their buffers.
+// place in data-parallel buckets or ZeRO shards, and no update writing their buffers. A
+// parameter stored as bf16 or f16 must be among them.
 #include "runtime/freeze.h"
 
 #include "tensorgrad/errors.h"
@@ -25,6 +26,12 @@ std::unordered_set<const Param*> frozen_params(const Module& model, const std::v
                        "' names no parameter or module of the model (give a path such as \"model.layers.0\" "
                        "or \"lm_head.weight\")");
   }
+  // The optimizer updates f32 values only: a parameter stored as bf16 or f16 must stay frozen.
+  for (const Param* p : all)
+    if (p->dtype() != DType::kF32 && out.count(p) == 0)
+      throw InputError("[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
+                       " (Param::set_dtype, Module::store_params_as): only frozen parameters may be; list it in "
+                       "TrainOptions::frozen, or store it as f32 to train it");
   return out;
 }
 

@@ -82,6 +82,7 @@ uint16_t HostTensor::half_at(int64_t i) const {
 
 HostTensor HostTensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
+  if (is_half(dtype) && is_half(dtype_)) return to(DType::kF32).to(dtype);  // exact widening, one rounding
   const bool half_to_f32 = (dtype_ == DType::kBF16 || dtype_ == DType::kF16) && dtype == DType::kF32;
   const bool f32_to_half = dtype_ == DType::kF32 && (dtype == DType::kBF16 || dtype == DType::kF16);
   if (!half_to_f32 && !f32_to_half)

@@ -384,14 +384,8 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
     const Tensor part = k > 1 ? r * (1.0 / static_cast<double>(k)) : r;
     loss = loss.valid() ? loss + part : part;
     std::vector<int32_t> leaves;
-    for (const Param* p : tr.params) {  // frozen ones are read but not differentiated (freeze.cc)
-      if (frozen.count(p) != 0) continue;
-      if (p->dtype() != DType::kF32)
-        throw InputError("[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
-                         " (Param::set_dtype, Module::store_params_as): only frozen parameters may be; list "
-                         "it in TrainOptions::frozen, or store it as f32 to train it");
-      leaves.push_back(tr.param_nodes.at(p));
-    }
+    for (const Param* p : tr.params)  // frozen ones are read but not differentiated (freeze.cc)
+      if (frozen.count(p) == 0) leaves.push_back(tr.param_nodes.at(p));
     g.stage = ir::Stage::kBackward;
     const Tensor seed = s->loss_scaling ? part * Tensor(&g, scale.value) : part;
     const std::vector<int32_t> grads = autograd::append_gradients(g, seed.id(), leaves);
@@ -579,12 +573,7 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
   ++store.version;
   for (const auto& [name, value] : params) {
     const DType stored = store.infos.at(name).dtype;  // f32, or a half-stored parameter's type
-    if (value.dtype() == stored)
-      store.backend->upload(*store.buffers.at(name), value.data());
-    else if (value.dtype() == DType::kF32 || stored == DType::kF32)
-      store.backend->upload(*store.buffers.at(name), value.to(stored).data());
-    else  // bf16 ↔ f16 through f32 (exact widening, one rounding)
-      store.backend->upload(*store.buffers.at(name), value.to(DType::kF32).to(stored).data());
+    store.backend->upload(*store.buffers.at(name), value.dtype() == stored ? value.data() : value.to(stored).data());
   }
 }
 
@@ -777,10 +766,7 @@ MemoryReport Program::memory_report() const {
   r.arena = m.arena;
   r.arena_without_reuse = m.no_reuse;
   for (const ir::Node& n : v.graph.nodes()) r.all_tensors += n.numel() * dtype_size(n.dtype);
-  detail::DeviceStore& store = *state().store;
-  std::lock_guard lock(store.mutex);
-  for (const auto* buffers : {&store.buffers, &store.hoisted, &store.states})
-    for (const auto& [name, buf] : *buffers) r.model_storage += buf->numel() * dtype_size(buf->dtype());
+  r.model_storage = state().store->bytes();
   return r;
 }
 

@@ -69,6 +69,14 @@ void DeviceStore::init_params(uint64_t seed) {
     std::fprintf(stderr, "[compile]     fill %.1f ms, upload %.1f ms\n", fill_s * 1e3, upload_s * 1e3);
 }
 
+int64_t DeviceStore::bytes() {
+  std::lock_guard lock(mutex);
+  int64_t total = 0;
+  for (const auto* held : {&buffers, &hoisted, &states})
+    for (const auto& [name, buf] : *held) total += buf->numel() * dtype_size(buf->dtype());
+  return total;
+}
+
 void DeviceStore::upload_f32(backend::Buffer& buf, std::span<const float> values) {
   if (buf.dtype() == DType::kF32) return backend->upload(buf, values.data());
   std::vector<uint16_t> half(values.size());  // a half-stored parameter: rounded to nearest even

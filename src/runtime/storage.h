@@ -46,6 +46,9 @@ struct DeviceStore {
   /// Sets state `name` to its initial value.
   void reset_state(const std::string& name);
 
+  /// Bytes of every buffer held here: parameters, hoisted values and states (takes the mutex).
+  int64_t bytes();
+
   /// Writes f32 `values` into a parameter's buffer, rounded when it stores bf16 or f16.
   void upload_f32(backend::Buffer& buf, std::span<const float> values);
 
