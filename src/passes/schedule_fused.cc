@@ -66,10 +66,20 @@ bool Scheduler::place_norm_affine(int32_t id) {
   const bool x_updated = g_.node(x_source).op == Op::kState ||
                          std::any_of(g_.updates.begin(), g_.updates.end(),
                                      [&](const ir::Graph::Update& u) { return u.target == x_source; });
-  if (!x_updated && caps_.norm_deferrable(g_, id) && left_operand_reader(last) >= 0)
+  if (!x_updated && caps_.norm_deferrable(g_, id) && read_as_left_operands(last))
     deferrable_norm_[static_cast<size_t>(last)] = static_cast<int32_t>(s_.steps.size());
   s_.steps.push_back(std::move(st));
   return true;
+}
+
+void Scheduler::keep_step(int32_t step) {
+  if (step < 0) return;
+  kept_steps_.insert(step);
+  s_.steps[static_cast<size_t>(step)].absorbed = false;
+}
+
+void Scheduler::absorb_step(int32_t step) {
+  if (kept_steps_.count(step) == 0) s_.steps[static_cast<size_t>(step)].absorbed = true;
 }
 
 void Scheduler::absorb(int32_t node, int32_t product) {
@@ -81,28 +91,35 @@ void Scheduler::absorb(int32_t node, int32_t product) {
   gi = s_.fusion.group_of[static_cast<size_t>(product)];
 }
 
-int32_t Scheduler::left_operand_reader(int32_t id) const {
-  int32_t reader = sole_reader(id);
-  if (reader >= 0 && g_.node(reader).op == Op::kCast) reader = cast_waits(reader) ? sole_reader(reader) : -1;
-  if (reader < 0 || g_.node(reader).op != Op::kMatmul) return -1;
-  const ir::Node& m = g_.node(reader);
-  return m.inputs[0] != m.inputs[1] && (m.inputs[0] == id || g_.node(m.inputs[0]).inputs[0] == id) ? reader
-                                                                                                   : -1;
+std::vector<int32_t> Scheduler::left_operand_products(int32_t id) const {
+  const auto& cs = s_.consumers[static_cast<size_t>(id)];
+  if (escapes(id) || cs.empty()) return {};
+  for (int32_t r : cs) {
+    const ir::Node& m = g_.node(r);
+    if (m.op != Op::kMatmul || m.inputs[0] != id || m.inputs[1] == id) return {};
+  }
+  return cs;
+}
+
+bool Scheduler::read_as_left_operands(int32_t id) const {
+  if (!left_operand_products(id).empty()) return true;
+  const int32_t reader = sole_reader(id);  // or through one cast to bf16 the products take
+  return reader >= 0 && g_.node(reader).op == Op::kCast && cast_waits(reader);
 }
 
 bool Scheduler::cast_feeds_product(int32_t id) const {
   const ir::Node& n = g_.node(id);
   if (n.op != Op::kCast || !is_half(n.dtype) || g_.node(n.inputs[0]).dtype != DType::kF32) return false;
-  const int32_t reader = sole_reader(id);
-  if (reader < 0 || g_.node(reader).op != Op::kMatmul) return false;
-  const ir::Node& m = g_.node(reader);
+  const std::vector<int32_t> readers = left_operand_products(id);
+  if (readers.empty()) return false;
   // Not when the cast reads a state or an updated value: an update written in place before the
   // product could change it first (as for the deferred norm).
   const int32_t source = view_source(n.inputs[0]);
   const bool updated = g_.node(source).op == Op::kState ||
                        std::any_of(g_.updates.begin(), g_.updates.end(),
                                    [&](const ir::Graph::Update& u) { return u.target == source; });
-  return !updated && m.inputs[0] == id && m.inputs[1] != id && caps_.cast_deferrable(g_, id, reader);
+  return !updated && std::all_of(readers.begin(), readers.end(),
+                                 [&](int32_t r) { return caps_.cast_deferrable(g_, id, r); });
 }
 
 bool Scheduler::cast_waits(int32_t id) const {
@@ -179,15 +196,22 @@ void Scheduler::place_product(int32_t id) {
     st.fused.residual_add = c.residual_add;
     st.in.push_back(s_.places[static_cast<size_t>(other_input(c.residual_add, y))]);
   }
-  if (ch.cast && c.cast_step >= 0) {
-    s_.steps[static_cast<size_t>(c.cast_step)].absorbed = true;
+  // A deferred cast or norm step may feed several products (q, k and v reading one normalised
+  // x): each that can computes it itself, and the step emits nothing unless one of them cannot
+  // (then it runs, and so does the norm step the cast reads).
+  const bool takes_cast = ch.cast && c.cast_step >= 0;
+  const bool takes_norm = ch.norm && c.norm_step >= 0 && (c.cast < 0 || ch.cast);
+  if (c.cast_step >= 0 && !takes_cast) keep_step(c.cast_step), keep_step(c.norm_step);
+  if (c.norm_step >= 0 && !takes_norm) keep_step(c.norm_step);
+  if (takes_cast) {
+    absorb_step(c.cast_step);
     st.fused.cast_step = c.cast_step;
     st.in[0] = s_.places[static_cast<size_t>(g_.node(c.cast).inputs[0])];
   }
-  if (ch.norm && c.norm_step >= 0 && (c.cast < 0 || ch.cast)) {
-    Step& norm = s_.steps[static_cast<size_t>(c.norm_step)];
-    norm.absorbed = true;
+  if (takes_norm) {
+    absorb_step(c.norm_step);
     st.fused.norm_step = c.norm_step;
+    const Step& norm = s_.steps[static_cast<size_t>(c.norm_step)];
     st.in.insert(st.in.end(), norm.in.begin(), norm.in.end());
   }
   for (int32_t x : {st.fused.bias_add, st.fused.gelu, st.fused.residual_add})

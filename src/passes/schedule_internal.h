@@ -1,6 +1,7 @@
 // The scheduler's working state, shared by schedule.cc (places and steps) and
 // schedule_arena.cc (outputs, updates, launches, the arena). Not part of the interface.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,17 +73,25 @@ class Scheduler {
   std::vector<char> absorbed_groups_;     // per group: run by a norm-gradient step
   std::vector<int32_t> deferrable_norm_;  // per node: the norm step whose value it is, or -1
   std::vector<int32_t> deferrable_cast_;  // per node: the cast group step whose value it is, or -1
-  /// The product that alone reads `id` as its left operand, directly or through a cast to bf16
-  /// that may wait for it (cast_waits); else -1.
-  int32_t left_operand_reader(int32_t id) const;
+  /// Every reader of `id` when all are products reading it as their left operand (and nothing
+  /// after the step reads it), else none.
+  std::vector<int32_t> left_operand_products(int32_t id) const;
+  /// Whether only products read `id` as their left operand, directly or through one cast to
+  /// bf16 that may wait for them (cast_waits): a norm step writing `id` may wait for them too.
+  bool read_as_left_operands(int32_t id) const;
+  /// A deferred norm or cast step that a product computes itself emits nothing (absorb_step),
+  /// unless another product reading it cannot (keep_step: it runs, whoever else absorbs it).
+  void absorb_step(int32_t step);
+  void keep_step(int32_t step);
+  std::set<int32_t> kept_steps_;
   /// A cast to bf16 that a product may read as it goes (Capabilities::cast_deferrable) leaves the
   /// elementwise group it was fused into, for a group of its own right after it: the product
   /// can then take it, and the norm's affine group before it can join the norm's step.
   void split_waiting_casts();
-  /// Whether `id` is a cast of f32 to bf16 that only a product reads, as its left operand, and
-  /// that the backend lets that product compute (Capabilities::cast_deferrable).
+  /// Whether `id` is a cast of f32 to bf16 that only products read, as their left operand, and
+  /// that the backend lets each of them compute (Capabilities::cast_deferrable).
   bool cast_feeds_product(int32_t id) const;
-  /// Whether cast `id`, alone in its group, may be computed by the product that alone reads it.
+  /// Whether cast `id`, alone in its group, may be computed by the products that read it.
   bool cast_waits(int32_t id) const;
   bool all_read(int32_t id, const std::vector<int64_t>& strides) const;
   /// Whether group `group`'s output `value` may be written over its update's target (set in

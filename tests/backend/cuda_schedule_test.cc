@@ -157,3 +157,40 @@ TEST(CudaSchedule, LossScalingKeepsTheFusedNormGradients) {
   }
 }
 }  // namespace
+
+namespace {
+// A decode step's RMSNorm read by several products (q, k and v; gate and up) is computed by
+// each of them (gemv_kernel normalises the rows it reads) and emits no kernel of its own: with
+// f32 weights (no concatenated copy is made), with weights held in bf16 (the products read the
+// parameters themselves) and with f32 masters under bf16 (one concatenated copy per group).
+TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
+  constexpr int64_t kLayers = 2;
+  for (const auto& [precision, held] : {std::pair{Precision::kFp32, false}, std::pair{Precision::kBf16, false},
+                                        std::pair{Precision::kBf16, true}}) {
+    nn::Llama model({.vocab = 256, .seq_len = 16, .layers = kLayers, .d_model = 512, .heads = 8, .kv_heads = 2,
+                     .mlp_hidden = 1024});
+    if (held) model.store_params_as(DType::kBF16);
+    auto decode = compile_forward(
+        model, [&](Tensor ids, Tensor pos) { return model.logits_cached(ids, pos, 16); },
+        {.inputs = {{"ids", {1, 1}, DType::kI32}, {"pos", {1}, DType::kI32}},
+         .device = Device::ref(),
+         .precision = precision});
+    const ir::Graph& g = detail::compiled_graph(decode);
+    const backend::cuda::CudaCapabilities caps(tg::testing::sm90_device(), {});
+    const passes::Schedule s = passes::schedule(g, caps);
+    const std::string label = std::string(precision == Precision::kFp32 ? "f32" : "bf16") + (held ? " held" : "");
+    // Every norm waits for the products that read it: none runs as a kernel of its own.
+    EXPECT_EQ(count_steps(s,
+                          [&](const Step& st) {
+                            return st.kind == Step::Kind::kNode && g.node(st.node).op == ir::Op::kRmsNorm &&
+                                   !st.absorbed;
+                          }),
+              0)
+        << label;
+    // Products computing a norm: per layer the attention's and the MLP's readers, and the head.
+    const int per_layer = precision == Precision::kBf16 && !held ? 2 : 3 + 2;
+    EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.norm_step >= 0; }), kLayers * per_layer + 1)
+        << label;
+  }
+}
+}  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <tensorgrad/tensorgrad.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -143,6 +144,20 @@ TEST(ParamDtypeTrain, LoRAOverAFrozenBf16BaseLeavesItBitIdentical) {
     EXPECT_EQ(0, std::memcmp(t.data(), after.at(name).data(), static_cast<size_t>(t.numel() * dtype_size(t.dtype()))))
         << name << " changed";
   }
+  // A training checkpoint keeps the base as stored: a fresh program of the same model resumes
+  // from it with the same next loss.
+  const std::string path = ::testing::TempDir() + "param_dtype_checkpoint.safetensors";
+  save_checkpoint(path, train);
+  EXPECT_EQ(read_safetensors(path).at("model.layers.0.self_attn.q_proj.weight").dtype(), DType::kBF16);
+  Program resumed = compile_train(model, loss,
+                                  {.inputs = inputs,
+                                   .optimizer = AdamW{.lr = 1e-2},
+                                   .device = Device::ref(),
+                                   .precision = Precision::kBf16,
+                                   .frozen = nn::lora_frozen(model)});
+  load_checkpoint(path, resumed);
+  EXPECT_NEAR(resumed.step(feeds), train.step(feeds), 1e-4);
+  std::remove(path.c_str());
   // Moments for the adapters alone: 2 × 4 bytes for each of their elements.
   int64_t adapters = 0;
   for (const auto& [name, t] : before)
