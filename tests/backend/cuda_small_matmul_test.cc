@@ -365,6 +365,16 @@ std::vector<GemvCase> gemv_cases() {
        {.on = true, .layer = false, .w = true, .eps = 1e-6},
        {.b_bf16 = true, .round_a = true}},
       {2, 1000, 4096, 0, {.bias = true}, 0},
+      // A narrow product reading a norm (TinyLlama's k or v projection): one column a turn.
+      {1,
+       256,
+       2048,
+       0,
+       {},
+       0,
+       false,
+       {.on = true, .layer = false, .w = true, .eps = 1e-6},
+       {.b_bf16 = true, .round_a = true}},
   };
 }
 

@@ -81,7 +81,10 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   l.block[0] = kWarps * 32;
   // The staged kernel's loads of W per lane and column slice, and columns a warp takes a turn.
   const int64_t pre = (k + ks * 32 * per - 1) / (ks * 32 * per);
-  const int64_t cols = staged_ks == 0 ? 1 : std::max<int64_t>(1, 8 / pre);
+  int64_t cols = staged_ks == 0 ? 1 : std::max<int64_t>(1, 8 / pre);
+  // A narrow product (a decode step's k or v projection, n = 256) takes fewer columns a turn
+  // rather than leave most SMs idle: its bandwidth grows with the blocks streaming it.
+  while (cols > 1 && (n + cols_per_block * cols - 1) / (cols_per_block * cols) < sm_count) cols /= 2;
   const int64_t column_blocks = (n + cols_per_block * cols - 1) / (cols_per_block * cols);
   l.grid[0] = static_cast<unsigned>(column_blocks);
   if (staged_ks > 0) {  // at most kBlocksPerSm blocks an SM, each taking the same number of turns
