@@ -1,6 +1,7 @@
 // finetune: LoRA fine-tuning of a Hugging Face model folder (tg::pretrained::load) on a text
 // file. The base weights are frozen (TrainOptions::frozen = nn::lora_frozen) and only the
-// adapters train, so the optimizer keeps moments for them alone. It reports the held-out loss
+// adapters train, so the optimizer keeps moments for them alone; under --precision bf16 or f16
+// the base is held in that type (pretrained::LoadOptions::dtype), a third of its f32 memory. It reports the held-out loss
 // before, during and after training, the training program's planned memory next to what full
 // fine-tuning's optimizer state would take, checks that every base weight is bit for bit the
 // file's after training, writes the adapters (a safetensors file with the library's parameter
@@ -62,6 +63,11 @@ std::string bytes_str(int64_t bytes) {
   else
     std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
   return buf;
+}
+
+// The type the frozen base is held in: the precision's half type, else f32.
+tg::DType held_type(tg::Precision p) {
+  return p == tg::Precision::kBf16 ? tg::DType::kBF16 : p == tg::Precision::kF16 ? tg::DType::kF16 : tg::DType::kF32;
 }
 
 // A number as %g writes it ("16", "0.1"), for metadata.
@@ -321,32 +327,34 @@ std::pair<tg::Program, tg::Program> compile(const tg::pretrained::Model& lm, con
 
 // Trainable and total parameter counts, the planned memory, and the optimizer state against
 // full fine-tuning's (AdamW's two moments for every parameter).
-void report_memory(const tg::Program& train, const tg::Module& model, const std::set<std::string>& adapters) {
+void report_memory(const tg::Program& train, const tg::Module& model, const std::set<std::string>& adapters,
+                   tg::Precision train_precision) {
   int64_t total = 0, trained = 0;
   for (const tg::Param* p : model.parameters()) {
     total += tg::numel(p->shape());
     if (adapters.count(p->path())) trained += tg::numel(p->shape());
   }
   const tg::MemoryReport m = train.memory_report();
-  const int64_t value_bytes = m.params / total;  // per stored parameter value (4: f32)
   std::printf("trainable: %lld adapter values of %lld (%.3f%%)\n", static_cast<long long>(trained),
               static_cast<long long>(total),
               100.0 * static_cast<double>(trained) / static_cast<double>(total));
   std::printf("training program's planned memory:\n%s", m.to_string().c_str());
   std::printf(
       "optimizer state %s (AdamW's m and v of the adapters only); full fine-tuning of the %lld base "
-      "values would keep %s\n\n",
+      "values would keep %s, and f32 weights to update\n",
       bytes_str(m.optimizer_state).c_str(), static_cast<long long>(total - trained),
-      bytes_str(2 * value_bytes * (total - trained)).c_str());
+      bytes_str(2 * 4 * (total - trained)).c_str());
+  std::printf("the model holds %s on %s (base matrices as %s)\n\n", bytes_str(m.model_storage).c_str(),
+              train.device().str().c_str(), tg::dtype_name(held_type(train_precision)));
 }
 
-// The names of `want`'s (f32) tensors that `got` lacks or holds with other bits.
+// The names of `want`'s tensors that `got` lacks or holds with another type or other bits.
 std::vector<std::string> differing(const Params& want, const Params& got) {
   std::vector<std::string> out;
   for (const auto& [name, t] : want) {
     const auto it = got.find(name);
-    const size_t bytes = static_cast<size_t>(t.numel()) * sizeof(float);
-    if (it == got.end() || it->second.numel() != t.numel() ||
+    const auto bytes = static_cast<size_t>(t.numel() * tg::dtype_size(t.dtype()));
+    if (it == got.end() || it->second.numel() != t.numel() || it->second.dtype() != t.dtype() ||
         std::memcmp(it->second.data(), t.data(), bytes) != 0)
       out.push_back(name);
   }
@@ -480,7 +488,9 @@ Inputs load_inputs(Options& o) {
   const std::string text = read_text(o.text);
   tg::Tokenizer tokenizer = tg::Tokenizer::load(o.folder);
   const auto t0 = std::chrono::steady_clock::now();
-  tg::pretrained::Model lm = tg::pretrained::load(o.folder);
+  // The base is frozen: under --precision bf16 or f16 it is held in that type (the products read
+  // it as stored), a third of the memory of f32 weights and their converted copies.
+  tg::pretrained::Model lm = tg::pretrained::load(o.folder, {.dtype = held_type(o.precision)});
   if (o.seq == 0) o.seq = lm.context > 0 ? std::min<int64_t>(lm.context, 128) : 128;
   if (lm.context > 0 && o.seq > lm.context)
     throw std::runtime_error("--seq-len " + std::to_string(o.seq) +
@@ -605,7 +615,7 @@ int run(Options o) {
                                                    : "fp32",
               seconds_since(t0), static_cast<long long>(o.batch), static_cast<long long>(o.seq),
               static_cast<long long>(o.steps), o.lr);
-  report_memory(train, *in.lm.module, adapters);
+  report_memory(train, *in.lm.module, adapters, o.precision);
 
   Curves curves;
   const double before = held.loss(eval);
