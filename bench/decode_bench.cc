@@ -100,9 +100,11 @@ int bench(Model& model, int64_t vocab, const Setup& s) {
   const double latency = per_token.empty() ? 0 : per_token[per_token.size() / 2];
   std::printf("%-22s %-26s %10.3f ms/step %14.1f tokens/s\n", s.name.c_str(), s.mode.c_str(), sec * 1e3,
               static_cast<double>(s.fresh * B) / sec);
-  std::printf("# %s per-token latency (median decode call) %.3f ms; compile_s %.2f; model storage %.1f MiB; first tokens",
-              s.name.c_str(), latency * 1e3, compile_s,
-              static_cast<double>(decode.memory_report().model_storage) / (1 << 20));
+  std::printf(
+      "# %s per-token latency (median decode call) %.3f ms; compile_s %.2f; model storage %.1f MiB; first "
+      "tokens",
+      s.name.c_str(), latency * 1e3, compile_s,
+      static_cast<double>(decode.memory_report().model_storage) / (1 << 20));
   for (size_t i = 0; i < std::min<size_t>(8, generated.size()); ++i) std::printf(" %d", generated[i]);
   std::printf("\n");
   report_compiled((s.name + "(decode program)").c_str(), decode);
@@ -167,7 +169,9 @@ int main(int argc, char** argv) {
   }
   s.name = arg4 + "_decode";
   s.mode = std::string("tg_greedy_b") + std::to_string(s.batch) + "_" + std::to_string(s.fresh) + "tok" +
-           (s.held ? "_bf16held" : bf16 ? "_bf16" : "");
+           (s.held ? "_bf16held"
+            : bf16 ? "_bf16"
+                   : "");
   if (arg4 == "gpt2") {
     const tg::nn::GptConfig config{
         .vocab = 50257, .seq_len = 1024, .layers = 12, .d_model = 768, .heads = 12};

@@ -1,8 +1,8 @@
 // finetune: LoRA fine-tuning of a Hugging Face model folder (tg::pretrained::load) on a text
 // file. The base weights are frozen (TrainOptions::frozen = nn::lora_frozen) and only the
 // adapters train, so the optimizer keeps moments for them alone; under --precision bf16 or f16
-// the base is held in that type (pretrained::LoadOptions::dtype), a third of its f32 memory. It reports the held-out loss
-// before, during and after training, the training program's planned memory next to what full
+// the base is held in that type (pretrained::LoadOptions::dtype), a third of its f32 memory. It reports the
+// held-out loss before, during and after training, the training program's planned memory next to what full
 // fine-tuning's optimizer state would take, checks that every base weight is bit for bit the
 // file's after training, writes the adapters (a safetensors file with the library's parameter
 // names, which load_safetensors(…, {.partial = true}) takes back into the adapted model) and the
@@ -67,7 +67,9 @@ std::string bytes_str(int64_t bytes) {
 
 // The type the frozen base is held in: the precision's half type, else f32.
 tg::DType held_type(tg::Precision p) {
-  return p == tg::Precision::kBf16 ? tg::DType::kBF16 : p == tg::Precision::kF16 ? tg::DType::kF16 : tg::DType::kF32;
+  return p == tg::Precision::kBf16  ? tg::DType::kBF16
+         : p == tg::Precision::kF16 ? tg::DType::kF16
+                                    : tg::DType::kF32;
 }
 
 // A number as %g writes it ("16", "0.1"), for metadata.

@@ -206,7 +206,8 @@ int main(int argc, char** argv) {
     gen.prepare(options);     // the repetition penalty's programs, if it asks for one
     std::printf("compiled for %s in %.1f s; the model holds %.1f MiB there (%s matrices)",
                 gen.decode().device().str().c_str(), seconds_since(t0),
-                static_cast<double>(gen.decode().memory_report().model_storage) / (1 << 20), tg::dtype_name(held));
+                static_cast<double>(gen.decode().memory_report().model_storage) / (1 << 20),
+                tg::dtype_name(held));
     if (interactive)
       std::printf("; one user turn per line, an empty line ends\n\n");
     else

@@ -387,7 +387,8 @@ std::vector<std::string> architectures() {
 
 Model load(const std::string& folder, const LoadOptions& options) {
   if (options.dtype != DType::kF32 && !is_half(options.dtype))
-    fail(folder, std::string("LoadOptions::dtype is ") + dtype_name(options.dtype) + "; models load as f32, bf16 or f16");
+    fail(folder, std::string("LoadOptions::dtype is ") + dtype_name(options.dtype) +
+                     "; models load as f32, bf16 or f16");
   const fs::path dir(folder);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {

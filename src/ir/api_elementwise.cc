@@ -69,8 +69,8 @@ int32_t widening_under_views(const Graph& g, int32_t x, std::vector<int32_t>& ch
   for (;;) {
     const Node& n = g.node(x);
     if (n.op == Op::kCast && n.dtype == DType::kF32 && is_half(g.node(n.inputs[0]).dtype)) return x;
-    const bool view = n.op == Op::kReshape || n.op == Op::kPermute || n.op == Op::kBroadcastTo ||
-                      n.op == Op::kSlice;
+    const bool view =
+        n.op == Op::kReshape || n.op == Op::kPermute || n.op == Op::kBroadcastTo || n.op == Op::kSlice;
     if (!view || n.inputs.size() != 1) return -1;
     chain.push_back(x);
     x = n.inputs[0];

@@ -108,9 +108,9 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc) {
   Tensor flat_ids = broadcast_to(reshape(ids, {ids.numel(), 1}, loc), {ids.numel(), row}, loc);
   // A half-stored table (Param::set_dtype) is gathered as stored and only its rows widened.
   const DType stored = ir::widened_half(flat_table);
-  Tensor rows = stored == DType::kF32
-                    ? take_along_axis(flat_table, flat_ids, 0, loc)  // [N, row]
-                    : cast(take_along_axis(cast(flat_table, stored, loc), flat_ids, 0, loc), DType::kF32, loc);
+  Tensor rows = stored == DType::kF32 ? take_along_axis(flat_table, flat_ids, 0, loc)  // [N, row]
+                                      : cast(take_along_axis(cast(flat_table, stored, loc), flat_ids, 0, loc),
+                                             DType::kF32, loc);
   Shape out = ids.shape();
   out.insert(out.end(), rest.begin(), rest.end());
   return reshape(rows, out, loc);

@@ -145,7 +145,8 @@ void check_half(const Graph& g, const Node& node) {
   if (is_half(node.dtype) && node.inputs.empty() && node.op != Op::kParam)
     throw ShapeError("[" + std::string(name) + "] cannot be " + dt +
                      ": a program's inputs, states and constants are f32, and parameters f32 unless stored "
-                     "as bf16 or f16 (Param::set_dtype) (convert " + dt +
+                     "as bf16 or f16 (Param::set_dtype) (convert " +
+                     dt +
                      " data on the host with HostTensor::to(DType::kF32); Precision::kBf16 and kF16 make the "
                      "half-precision copies products need) (at " +
                      loc_str(node.loc) + ")");

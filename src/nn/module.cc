@@ -106,7 +106,8 @@ void Param::set_dtype(DType dtype) {
   const std::shared_ptr<detail::ModelStorage> storage = owner_->storage();
   std::lock_guard lock(storage->mutex);
   if (!storage->devices.empty())
-    throw Error("[Param] '" + path() + "': set the storage dtype before the first program of the model is "
+    throw Error("[Param] '" + path() +
+                "': set the storage dtype before the first program of the model is "
                 "compiled (its parameters are allocated then)");
   dtype_ = dtype;
 }

@@ -29,9 +29,10 @@ std::unordered_set<const Param*> frozen_params(const Module& model, const std::v
   // The optimizer updates f32 values only: a parameter stored as bf16 or f16 must stay frozen.
   for (const Param* p : all)
     if (p->dtype() != DType::kF32 && out.count(p) == 0)
-      throw InputError("[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
-                       " (Param::set_dtype, Module::store_params_as): only frozen parameters may be; list it in "
-                       "TrainOptions::frozen, or store it as f32 to train it");
+      throw InputError(
+          "[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
+          " (Param::set_dtype, Module::store_params_as): only frozen parameters may be; list it in "
+          "TrainOptions::frozen, or store it as f32 to train it");
   return out;
 }
 

@@ -573,7 +573,8 @@ void Program::upload_params(const std::map<std::string, HostTensor>& params, Upl
   ++store.version;
   for (const auto& [name, value] : params) {
     const DType stored = store.infos.at(name).dtype;  // f32, or a half-stored parameter's type
-    store.backend->upload(*store.buffers.at(name), value.dtype() == stored ? value.data() : value.to(stored).data());
+    store.backend->upload(*store.buffers.at(name),
+                          value.dtype() == stored ? value.data() : value.to(stored).data());
   }
 }
 

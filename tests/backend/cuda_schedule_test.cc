@@ -165,20 +165,27 @@ namespace {
 // parameters themselves) and with f32 masters under bf16 (one concatenated copy per group).
 TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
   constexpr int64_t kLayers = 2;
-  for (const auto& [precision, held] : {std::pair{Precision::kFp32, false}, std::pair{Precision::kBf16, false},
-                                        std::pair{Precision::kBf16, true}}) {
-    nn::Llama model({.vocab = 256, .seq_len = 16, .layers = kLayers, .d_model = 512, .heads = 8, .kv_heads = 2,
+  for (const auto& [precision, held] :
+       {std::pair{Precision::kFp32, false}, std::pair{Precision::kBf16, false},
+        std::pair{Precision::kBf16, true}}) {
+    nn::Llama model({.vocab = 256,
+                     .seq_len = 16,
+                     .layers = kLayers,
+                     .d_model = 512,
+                     .heads = 8,
+                     .kv_heads = 2,
                      .mlp_hidden = 1024});
     if (held) model.store_params_as(DType::kBF16);
-    auto decode = compile_forward(
-        model, [&](Tensor ids, Tensor pos) { return model.logits_cached(ids, pos, 16); },
-        {.inputs = {{"ids", {1, 1}, DType::kI32}, {"pos", {1}, DType::kI32}},
-         .device = Device::ref(),
-         .precision = precision});
+    auto decode =
+        compile_forward(model, [&](Tensor ids, Tensor pos) { return model.logits_cached(ids, pos, 16); },
+                        {.inputs = {{"ids", {1, 1}, DType::kI32}, {"pos", {1}, DType::kI32}},
+                         .device = Device::ref(),
+                         .precision = precision});
     const ir::Graph& g = detail::compiled_graph(decode);
     const backend::cuda::CudaCapabilities caps(tg::testing::sm90_device(), {});
     const passes::Schedule s = passes::schedule(g, caps);
-    const std::string label = std::string(precision == Precision::kFp32 ? "f32" : "bf16") + (held ? " held" : "");
+    const std::string label =
+        std::string(precision == Precision::kFp32 ? "f32" : "bf16") + (held ? " held" : "");
     // Every norm waits for the products that read it: none runs as a kernel of its own.
     EXPECT_EQ(count_steps(s,
                           [&](const Step& st) {

@@ -119,7 +119,8 @@ TEST(Pretrained, HalfPrecisionWeightsLoadAsTheirF32Values) {
 TEST(Pretrained, Bf16HeldMatricesEqualTheRoundedF32Model) {
   for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_mamba"}) {
     const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
-    const pretrained::Model held = pretrained::load(dir, {.dtype = DType::kBF16}), full = pretrained::load(dir);
+    const pretrained::Model held = pretrained::load(dir, {.dtype = DType::kBF16}),
+                            full = pretrained::load(dir);
     EXPECT_EQ(held.dtype, DType::kBF16);
     std::map<std::string, HostTensor> rounded = full.weights;
     for (auto& [param, t] : rounded) {
@@ -131,10 +132,9 @@ TEST(Pretrained, Bf16HeldMatricesEqualTheRoundedF32Model) {
     for (const Device& device : tg::testing::all_devices())
       for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
         auto logits = [&](const pretrained::Model& lm, const std::map<std::string, HostTensor>& w) {
-          Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
-                                      {.inputs = {{"ids", ids.shape(), DType::kI32}},
-                                       .device = device,
-                                       .precision = precision});
+          Program p = compile_forward(
+              *lm.module, [&lm](Tensor x) { return lm.logits(x); },
+              {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = device, .precision = precision});
           p.upload_params(w);
           return p.run({{"ids", ids.i32()}}).f32();
         };
