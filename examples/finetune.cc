@@ -442,6 +442,8 @@ MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& me
                                .context = lm.context,
                                .eos_ids = lm.eos_ids,
                                .config_json = lm.config_json};
+  merged.module->store_params_as(lm.dtype);  // held as the base was (the merged weights rounded to it)
+  merged.dtype = lm.dtype;
   MergeResult r;
   const std::vector<int32_t>& text = held.ids.front();
   r.prompt.assign(text.begin(),
@@ -562,7 +564,8 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
                                       : "the held-out loss did not drop");
   const std::vector<std::string> changed = differing(in.lm.weights, trained);
   if (changed.empty()) {
-    std::printf("base weights: all %zu tensors bit-identical to the folder's\n", in.lm.weights.size());
+    std::printf("base weights: all %zu tensors bit-identical to the folder's (as loaded: %s)\n",
+                in.lm.weights.size(), tg::dtype_name(in.lm.dtype));
   } else {
     std::printf("base weights: %zu of %zu tensors changed, the first %s\n", changed.size(),
                 in.lm.weights.size(), changed.front().c_str());

@@ -85,11 +85,11 @@ class Module {
   const Module& root() const;
 
   /// Stores every parameter of rank ≥ 2 in this module and below (the products' weights,
-  /// embeddings, convolution kernels) as `dtype`: DType::kBF16 or kF16 (half the memory of
-  /// f32), or kF32 again. Vectors (biases, norms' gains) stay f32. A half-stored parameter
-  /// reads as its f32 value (exact), and the precision policy's products read the stored bf16
-  /// or f16 value itself, with no copy; a training program must leave it frozen. Call it
-  /// before the first program of the model is compiled (else an Error). See Param::set_dtype.
+  /// embeddings, convolution kernels, and any other matrix such as Mamba's A_log) as `dtype`:
+  /// DType::kBF16 or kF16 (half the memory of f32), or kF32 again. Vectors (biases, norms' gains) stay f32. A
+  /// half-stored parameter reads as its f32 value (exact), and the precision policy's products read the
+  /// stored bf16 or f16 value itself, with no copy; a training program must leave it frozen. Call it before
+  /// the first program of the model is compiled (else an Error). See Param::set_dtype.
   void store_params_as(DType dtype);
 
   /// Internal: the root's per-device parameter storage.

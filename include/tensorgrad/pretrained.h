@@ -89,10 +89,13 @@ struct Model {
 struct LoadOptions {
   /// How the model's matrices (every parameter of rank ≥ 2: the products' weights and the
   /// embeddings) are held, in `weights` and on every device (Module::store_params_as): kF32
-  /// (trainable), or kBF16 / kF16 for inference and LoRA fine-tuning over a frozen base. A
-  /// half type needs a third of the device memory under the matching Precision (no f32 master
-  /// and no converted copy) and half of it otherwise; vectors (norms, biases) stay f32. The
-  /// file's values are converted exactly when it holds that type, else rounded to nearest even.
+  /// (trainable), or kBF16 / kF16 for inference and LoRA fine-tuning over a frozen base. Under
+  /// the matching Precision a half type needs a third of the device memory of f32 weights and
+  /// their converted copies (the products read the stored values; a mixture's experts are still
+  /// stacked into one copy per layer); under kFp32 the products read them widened, kept or
+  /// widened per run (see README, "Weights held in bf16 or f16"). Vectors (norms, biases) stay f32. The
+  /// file's values are converted exactly when it holds that type, else rounded to nearest even
+  /// (a value beyond f16's range is a CheckpointError).
   DType dtype = DType::kF32;
 };
 

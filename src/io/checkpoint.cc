@@ -93,7 +93,10 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
   for (const auto& [name, value] : params) {
     const auto it = current.find(name);
     if (it == current.end()) fail(path, "tensor '" + name + "' is not a parameter of the model");
-    if (value.dtype() != it->second.dtype() || value.shape() != it->second.shape())
+    // Any float type loads, converted as upload_params converts (a checkpoint of the same model
+    // has the parameters' own types: resuming is exact).
+    const bool float_type = value.dtype() == DType::kF32 || is_half(value.dtype());
+    if (!float_type || value.shape() != it->second.shape())
       fail(path, "tensor '" + name + "' is " + dtype_name(value.dtype()) + shape_str(value.shape()) +
                      ", the model's parameter is " + dtype_name(it->second.dtype()) +
                      shape_str(it->second.shape()));

@@ -3,6 +3,7 @@
 #include "tensorgrad/pretrained.h"
 
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -187,7 +188,20 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
     if (t.dtype() != stored || src.layout != Layout::kSame) t = t.to(DType::kF32);
     if (src.layout == Layout::kTransposed) t = transpose2d(t);
     if (src.layout == Layout::kSqueezeMiddle) t = HostTensor::f32(std::move(t).f32(), p->shape());
-    m.weights[path] = t.dtype() == stored ? std::move(t) : t.to(stored);
+    if (t.dtype() == stored) {
+      m.weights[path] = std::move(t);
+      continue;
+    }
+    HostTensor held = t.to(stored);  // from f32
+    if (stored == DType::kF16) {     // f16 ends at 65504: a larger finite weight would become infinite
+      const HostTensor back = held.to(DType::kF32);
+      const std::span<const float> v = t.f32(), w = back.f32();
+      for (size_t i = 0; i < v.size(); ++i)
+        if (std::isfinite(v[i]) && !std::isfinite(w[i]))
+          fail(m.folder, file + ": tensor '" + src.name + "' holds " + std::to_string(v[i]) +
+                             ", beyond f16's range: load it as f32 or bf16");
+    }
+    m.weights[path] = std::move(held);
   }
   for (const auto& [name, t] : w.tensors) {
     if (ignorable(name)) continue;

@@ -39,14 +39,18 @@ std::vector<char> parameter_only(const Graph& g) {
 namespace {
 
 /// x [.., k] · wᵀ with w [n, k] a value computed from parameters alone (a weight's bf16 cast):
-/// w's id, else -1. A bare f32 parameter is left alone: its concatenation would be a second copy.
+/// w's id, else -1. A bare f32 parameter, or a bf16/f16-stored one read as f32, is left alone:
+/// its concatenation would be a second copy, larger than the weights it comes from.
 int32_t weight_of(const Graph& g, const std::vector<char>& fixed, int32_t matmul) {
   const Node& m = g.node(matmul);
   if (m.op != Op::kMatmul || m.inputs[0] == m.inputs[1]) return -1;
   const Node& b = g.node(m.inputs[1]);
   if (b.op != Op::kPermute || b.shape.size() != 2 || b.attrs.axes != std::vector<int64_t>{1, 0}) return -1;
   const int32_t w = b.inputs[0];
-  return fixed[static_cast<size_t>(w)] && !g.node(w).inputs.empty() &&
+  const Node& wn = g.node(w);
+  const bool widened_param =
+      wn.op == Op::kCast && g.node(wn.inputs[0]).op == Op::kParam && is_half(g.node(wn.inputs[0]).dtype);
+  return fixed[static_cast<size_t>(w)] && !wn.inputs.empty() && !widened_param &&
                  !fixed[static_cast<size_t>(m.inputs[0])]
              ? w
              : -1;

@@ -32,7 +32,8 @@ std::unordered_set<const Param*> frozen_params(const Module& model, const std::v
       throw InputError(
           "[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
           " (Param::set_dtype, Module::store_params_as): only frozen parameters may be; list it in "
-          "TrainOptions::frozen, or store it as f32 to train it");
+          "TrainOptions::frozen (and train adapters over it: nn::add_lora), or train a model whose "
+          "parameters are stored as f32");
   return out;
 }
 

@@ -199,5 +199,27 @@ TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
     EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.norm_step >= 0; }), kLayers * per_layer + 1)
         << label;
   }
+  // One KV head: the k and v products (64 columns) are too narrow for gemv_kernel, so the
+  // attention's norm runs as a step of its own for them while q still computes it itself.
+  nn::Llama narrow({.vocab = 256,
+                    .seq_len = 16,
+                    .layers = kLayers,
+                    .d_model = 512,
+                    .heads = 8,
+                    .kv_heads = 1,
+                    .mlp_hidden = 1024});
+  auto decode = compile_forward(
+      narrow, [&](Tensor ids, Tensor pos) { return narrow.logits_cached(ids, pos, 16); },
+      {.inputs = {{"ids", {1, 1}, DType::kI32}, {"pos", {1}, DType::kI32}}, .device = Device::ref()});
+  const ir::Graph& g = detail::compiled_graph(decode);
+  const passes::Schedule s =
+      passes::schedule(g, backend::cuda::CudaCapabilities(tg::testing::sm90_device(), {}));
+  EXPECT_EQ(count_steps(s,
+                        [&](const Step& st) {
+                          return st.kind == Step::Kind::kNode && g.node(st.node).op == ir::Op::kRmsNorm &&
+                                 !st.absorbed;
+                        }),
+            kLayers);
+  EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.norm_step >= 0; }), kLayers * (1 + 2) + 1);
 }
 }  // namespace

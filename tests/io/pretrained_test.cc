@@ -147,6 +147,15 @@ TEST(Pretrained, Bf16HeldMatricesEqualTheRoundedF32Model) {
       }
   }
   EXPECT_THROW(pretrained::load(kLlama, {.dtype = DType::kI32}), CheckpointError);
+  // A weight past f16's largest finite value is refused rather than made infinite.
+  std::map<std::string, HostTensor> w = read_safetensors(kLlama + "/model.safetensors");
+  w.at("model.layers.0.mlp.up_proj.weight").f32()[3] = 1e5f;
+  TempFolder dir("f16_overflow");
+  write_llama(dir, w);
+  EXPECT_HAS(
+      tg::testing::message_of<CheckpointError>([&] { pretrained::load(dir.str(), {.dtype = DType::kF16}); }),
+      "'model.layers.0.mlp.up_proj.weight' holds 100000");
+  EXPECT_NO_THROW(pretrained::load(dir.str(), {.dtype = DType::kBF16}));
 }
 
 TEST(Pretrained, ShardedWeightsLoad) {

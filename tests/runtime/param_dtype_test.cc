@@ -168,6 +168,17 @@ TEST_P(ParamDtypeTrain, LoRAOverAFrozenBf16BaseLeavesItBitIdentical) {
                      .precision = Precision::kBf16,
                      .frozen = nn::lora_frozen(model)});
   load_checkpoint(path, resumed);
+  // The same checkpoint loads into the model stored as f32 (the held values widened exactly).
+  nn::Llama wide(config());
+  nn::add_lora(wide, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
+  Program wide_train = compile_train(wide, [&](Tensor x, Tensor y) { return wide.loss(x, y); },
+                                     {.inputs = inputs,
+                                      .optimizer = AdamW{.lr = 1e-2},
+                                      .device = Device::cpu(),
+                                      .frozen = nn::lora_frozen(wide)});
+  load_checkpoint(path, wide_train);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_EQ(0, rel_diff(wide_train.download_params().at(q).f32(), after.at(q).to(DType::kF32).f32()));
   EXPECT_NEAR(resumed.step(feeds), train.step(feeds), 1e-4);
   std::remove(path.c_str());
   // Moments for the adapters alone: two values (4 bytes, 8 on ref) for each of their elements,
@@ -182,6 +193,42 @@ TEST_P(ParamDtypeTrain, LoRAOverAFrozenBf16BaseLeavesItBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, ParamDtypeTrain, ::testing::ValuesIn(testing::all_devices()),
                          [](const auto& info) { return testing::device_test_name(info.param); });
+
+// Under f32 products a held weight is widened where it is read. A LoRA step keeps less than the
+// f32 model: the backward widens each weight again instead of keeping the forward's f32 copy.
+// An inference program keeps the widened copies (hoisting; no concatenated q/k/v copy on top):
+// the held bf16 value and its f32 copy, 6 bytes a weight against the f32 model's 4.
+TEST(ParamDtypeMemory, HeldUnderF32Products) {
+  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
+                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  auto report = [&](bool held, bool training) {
+    nn::LlamaConfig c = config();
+    c.d_model = 256;
+    c.mlp_hidden = 512;
+    nn::Llama model(c);
+    if (held) model.store_params_as(DType::kBF16);
+    nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
+    auto loss = [&](Tensor x, Tensor y) { return model.loss(x, y); };
+    if (!training)
+      return compile_forward(model, [&](Tensor x) { return model.logits(x); },
+                             {.inputs = {inputs[0]}, .device = Device::cpu()})
+          .memory_report();
+    return compile_train(model, loss,
+                         {.inputs = inputs,
+                          .optimizer = AdamW{.lr = 1e-3},
+                          .device = Device::cpu(),
+                          .frozen = nn::lora_frozen(model)})
+        .memory_report();
+  };
+  for (const bool training : {false, true}) {
+    const MemoryReport f32 = report(false, training), held = report(true, training);
+    SCOPED_TRACE(training ? "LoRA step" : "inference");
+    if (training)
+      EXPECT_LT(held.model_storage + held.arena, f32.model_storage + f32.arena);
+    else
+      EXPECT_LE(held.model_storage, f32.model_storage * 3 / 2 + 4096);  // + the adapters' f32 copies
+  }
+}
 
 TEST(ParamDtypeErrors, SetBeforeTheFirstProgramAndOnlyFloatTypes) {
   nn::Llama model(config());
