@@ -177,6 +177,12 @@ void check_half(const Graph& g, const Node& node) {
 
 }  // namespace
 
+bool is_widened_param(const Graph& g, int32_t id) {
+  const Node& n = g.node(id);
+  return n.op == Op::kCast && n.dtype == DType::kF32 && g.node(n.inputs[0]).op == Op::kParam &&
+         is_half(g.node(n.inputs[0]).dtype);
+}
+
 int32_t Graph::add(Node node) {
   const OpInfo& info = op_info(node.op);
   if (info.arity >= 0 && static_cast<int>(node.inputs.size()) != info.arity)

@@ -174,4 +174,8 @@ std::optional<double> constant_value(const Graph& graph, int32_t id);
 /// Element k of a kConstant node (its values, or its one fill value) or of a kArange node.
 double constant_element(const Node& n, int64_t k);
 
+/// Whether node `id` of `g` is a bf16/f16-stored parameter read as f32 (the cast of its leaf that
+/// Param::tensor makes): a weight the passes neither copy nor keep widened.
+bool is_widened_param(const Graph& g, int32_t id);
+
 }  // namespace tg::ir

@@ -40,11 +40,12 @@ class Remat {
       Node n = g_.node(id);
       const bool backward = n.stage != ir::Stage::kForward;
       const bool backward_elementwise = backward && fusible(n.op);
+      // A held weight read as f32 (ir::is_widened_param) is widened again, not kept from the forward.
       for (int32_t& in : n.inputs) {
         if (backward && in_region(in))
           in = recompute(in);
         else
-          in = (backward_elementwise && eligible(in)) || (backward && widened_param(in))
+          in = (backward_elementwise && eligible(in)) || (backward && ir::is_widened_param(g_, in))
                    ? clone(in)
                    : remap[static_cast<size_t>(in)];
       }
@@ -98,14 +99,6 @@ class Remat {
 
   /// A forward elementwise value whose elementwise cone is small and rests on at most one
   /// full-size stored value (so recomputing never keeps more memory alive than storing it).
-  /// A bf16/f16-stored parameter read as f32 (Param::set_dtype): the backward widens it again
-  /// rather than keep an f32 copy of the weight from the forward.
-  bool widened_param(int32_t id) const {
-    const Node& n = g_.node(id);
-    return n.op == ir::Op::kCast && n.dtype == DType::kF32 && g_.node(n.inputs[0]).op == ir::Op::kParam &&
-           is_half(g_.node(n.inputs[0]).dtype);
-  }
-
   bool eligible(int32_t id) {
     if (auto it = eligible_.find(id); it != eligible_.end()) return it->second;
     const Node& n = g_.node(id);

@@ -201,7 +201,10 @@ void Scheduler::place_product(int32_t id) {
   // (then it runs, and so does the norm step the cast reads).
   const bool takes_cast = ch.cast && c.cast_step >= 0;
   const bool takes_norm = ch.norm && c.norm_step >= 0 && (c.cast < 0 || ch.cast);
-  if (c.cast_step >= 0 && !takes_cast) keep_step(c.cast_step), keep_step(c.norm_step);
+  if (c.cast_step >= 0 && !takes_cast) {
+    keep_step(c.cast_step);
+    keep_step(c.norm_step);
+  }
   if (c.norm_step >= 0 && !takes_norm) keep_step(c.norm_step);
   if (takes_cast) {
     absorb_step(c.cast_step);

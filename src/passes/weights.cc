@@ -47,10 +47,7 @@ int32_t weight_of(const Graph& g, const std::vector<char>& fixed, int32_t matmul
   const Node& b = g.node(m.inputs[1]);
   if (b.op != Op::kPermute || b.shape.size() != 2 || b.attrs.axes != std::vector<int64_t>{1, 0}) return -1;
   const int32_t w = b.inputs[0];
-  const Node& wn = g.node(w);
-  const bool widened_param =
-      wn.op == Op::kCast && g.node(wn.inputs[0]).op == Op::kParam && is_half(g.node(wn.inputs[0]).dtype);
-  return fixed[static_cast<size_t>(w)] && !wn.inputs.empty() && !widened_param &&
+  return fixed[static_cast<size_t>(w)] && !g.node(w).inputs.empty() && !ir::is_widened_param(g, w) &&
                  !fixed[static_cast<size_t>(m.inputs[0])]
              ? w
              : -1;

@@ -163,6 +163,13 @@ namespace {
 // each of them (gemv_kernel normalises the rows it reads) and emits no kernel of its own: with
 // f32 weights (no concatenated copy is made), with weights held in bf16 (the products read the
 // parameters themselves) and with f32 masters under bf16 (one concatenated copy per group).
+/// RMSNorm steps that run as kernels of their own (no product computes them).
+int norms_alone(const passes::Schedule& s, const ir::Graph& g) {
+  return count_steps(s, [&](const Step& st) {
+    return st.kind == Step::Kind::kNode && g.node(st.node).op == ir::Op::kRmsNorm && !st.absorbed;
+  });
+}
+
 TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
   constexpr int64_t kLayers = 2;
   for (const auto& [precision, held] :
@@ -187,13 +194,7 @@ TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
     const std::string label =
         std::string(precision == Precision::kFp32 ? "f32" : "bf16") + (held ? " held" : "");
     // Every norm waits for the products that read it: none runs as a kernel of its own.
-    EXPECT_EQ(count_steps(s,
-                          [&](const Step& st) {
-                            return st.kind == Step::Kind::kNode && g.node(st.node).op == ir::Op::kRmsNorm &&
-                                   !st.absorbed;
-                          }),
-              0)
-        << label;
+    EXPECT_EQ(norms_alone(s, g), 0) << label;
     // Products computing a norm: per layer the attention's and the MLP's readers, and the head.
     const int per_layer = precision == Precision::kBf16 && !held ? 2 : 3 + 2;
     EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.norm_step >= 0; }), kLayers * per_layer + 1)
@@ -214,12 +215,7 @@ TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
   const ir::Graph& g = detail::compiled_graph(decode);
   const passes::Schedule s =
       passes::schedule(g, backend::cuda::CudaCapabilities(tg::testing::sm90_device(), {}));
-  EXPECT_EQ(count_steps(s,
-                        [&](const Step& st) {
-                          return st.kind == Step::Kind::kNode && g.node(st.node).op == ir::Op::kRmsNorm &&
-                                 !st.absorbed;
-                        }),
-            kLayers);
+  EXPECT_EQ(norms_alone(s, g), kLayers);
   EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.norm_step >= 0; }), kLayers * (1 + 2) + 1);
 }
 }  // namespace
