@@ -13,6 +13,10 @@ Trains small BPE tokenizers (a vocabulary of 1000) on a text corpus:
   qwen2:  byte-level as Qwen2's and Qwen3's files: an NFC normalizer, a Split on Qwen2's regex
           (Llama 3's, digits one at a time), ByteLevel without a regex, <|endoftext|>,
           <|im_start|> and <|im_end|>; its cases add texts that NFC changes (QWEN2_TEXTS);
+  bert:   WordPiece as bert-base-uncased's file: the BertNormalizer (clean text, spaces around
+          CJK, lowercase, accents stripped), the BertPreTokenizer, "##" pieces, [CLS] $A [SEP]
+          as a TemplateProcessing and the WordPiece decoder; its cases add BERT_TEXTS;
+  bert_cased: the same cased (no lowercase, accents kept), its template as a BertProcessing;
 saves each as tests/data/tokenizer/<name>/tokenizer.json and writes the ids `tokenizers` gives
 for fixed test texts to tests/data/tokenizer/<name>/golden.txt, one case a line:
 
@@ -72,6 +76,39 @@ QWEN2_TEXTS = [
     "q\u0307\u0323 a\u0323\u0302 \u1100\u1161\u11a8\u1100\u1161 \u0958",
     "<|im_start|>user\nWie geht's? Grüße aus Köln<|im_end|>\n<|im_start|>assistant\n",
 ]
+
+# What BERT's normalizer and WordPiece do: controls dropped, CJK split, accents, case, a word of
+# more than 100 characters, pieces missing from the vocabulary, special tokens in the text.
+BERT_TEXTS = [
+    "Hello, WORLD! Don't stop-believing... (ok?)",
+    "Ca\u0301fe\u0301 CAF\u00c9 \u00c5ngstr\u00f6m na\u00efve \u0130stanbul \u1e9e Stra\u00dfe \u03a3\u039f\u03a6\u0399\u0391",
+    "ctrl\u0000chars\u0007here\ufffd\u200bzero\u00adsoft\u2028sep\u00a0nbsp\u3000wide",
+    "\u6211\u7231\u5317\u4eac\u5929\u5b89\u95e8 mixed\u4e2dtext \u3042\u3044 \ud55c\uad6d\uc5b4",
+    "x" * 101 + " " + "y" * 100,
+    "the [MASK] sat on the [MASK]. [CLS] [SEP] [PAD] [UNK] [mask]",
+    "zqxjkv qqqq \u2603\u2604 \U0001f600 \u00bd \u2116 \u00a7\u00b6 \u2014\u2013 \u00ab\u00bb \u201chi\u201d",
+]
+
+
+def train_wordpiece(texts, cased):
+    """A WordPiece tokenizer as BERT's tokenizer.json files are: [PAD] [UNK] [CLS] [SEP] [MASK]
+    first, the BertNormalizer and BertPreTokenizer, [CLS] $A [SEP] after encoding."""
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=not cased)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=1000, special_tokens=specials, limit_alphabet=200,
+                                        show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    if cased:
+        tok.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
+    else:
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    return tok
 
 
 def corpus(path=None):
@@ -173,6 +210,8 @@ def main():
         "llama2": lambda: train_sentencepiece(texts, metaspace=False),
         "metaspace": lambda: train_sentencepiece(texts, metaspace=True),
         "qwen2": lambda: train(texts, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False, qwen2=True),
+        "bert": lambda: train_wordpiece(texts, cased=False),
+        "bert_cased": lambda: train_wordpiece(texts, cased=True),
     }
     for name in args.only.split(","):
         tok = configs[name]()
@@ -181,7 +220,8 @@ def main():
         os.makedirs(folder, exist_ok=True)
         tok.save(os.path.join(folder, "tokenizer.json"))
         lines = []
-        for text in TEST_TEXTS + (QWEN2_TEXTS if name == "qwen2" else []):
+        extra = QWEN2_TEXTS if name == "qwen2" else BERT_TEXTS if name.startswith("bert") else []
+        for text in TEST_TEXTS + extra:
             for add_special in (False, True):
                 ids = tok.encode(text, add_special_tokens=add_special).ids
                 decoded = tok.decode(ids, skip_special_tokens=False)
