@@ -27,6 +27,11 @@
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
+//   BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM
+//                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
+//                                     when the file has one, LayerNorm.gamma/beta read as
+//                                     weight/bias, RoBERTa's lm_head mapped onto
+//                                     cls.predictions; see tensorgrad/bert.h)
 // Weights may be F32, BF16 or F16; they are converted to f32 exactly (or held as bf16 or f16:
 // LoadOptions::dtype). Everything is checked
 // before a model is returned: a folder without config.json (or one that cannot be read),
@@ -45,6 +50,7 @@
 #include <variant>
 #include <vector>
 
+#include "tensorgrad/bert.h"
 #include "tensorgrad/generate.h"
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/nn.h"
@@ -60,8 +66,8 @@ struct Model {
   std::string architecture;
   /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig or
   /// nn::MambaLMConfig.
-  std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig> config;
-  /// The model (an nn::Llama, nn::Gpt or nn::MambaLM): compile programs from it.
+  std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig> config;
+  /// The model (an nn::Llama, nn::Gpt, nn::MambaLM or nn::Bert): compile programs from it.
   std::unique_ptr<Module> module;
   /// Its parameters' values from the file, named as module->parameters() are.
   std::map<std::string, HostTensor> weights;
@@ -75,9 +81,10 @@ struct Model {
   /// config.json as load() read it (or as from_config() wrote it): what save() writes back.
   std::string config_json;
 
-  /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward.
+  /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward (a
+  /// BERT-family masked-LM: its mlm_logits without a mask; an encoder without that head throws).
   Tensor logits(const Tensor& ids) const;
-  /// The cached step tg::Generator drives (logits_cached of the model).
+  /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;
   /// A recurrent model (Mamba) steps one token at a time: GeneratorOptions{.prefill = false}.
   bool recurrent() const { return std::holds_alternative<nn::MambaLMConfig>(config); }

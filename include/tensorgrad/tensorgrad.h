@@ -1,6 +1,7 @@
 // tensorgrad: define, train and run neural networks natively in C++.
 // Include this one header; see README.md for a ten-minute tour.
 #pragma once
+#include "tensorgrad/bert.h"
 #include "tensorgrad/chat.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/distributed.h"

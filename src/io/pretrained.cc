@@ -361,6 +361,10 @@ const std::vector<Family>& families() {
                                        {"StableLmForCausalLM", "stablelm", load_layernorm_family},
                                        {"Starcoder2ForCausalLM", "starcoder2", load_layernorm_family},
                                        {"GPT2LMHeadModel", "gpt2", load_gpt2},
+                                       {"BertModel", "bert", load_bert_family},
+                                       {"BertForMaskedLM", "bert", load_bert_family},
+                                       {"RobertaModel", "roberta", load_bert_family},
+                                       {"RobertaForMaskedLM", "roberta", load_bert_family},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
@@ -440,11 +444,21 @@ Tensor Model::logits(const Tensor& ids) const {
           return static_cast<const nn::Gpt&>(*module).logits(ids);
         if constexpr (std::is_same_v<C, nn::MambaLMConfig>)
           return static_cast<const nn::MambaLM&>(*module).logits(ids);
+        if constexpr (std::is_same_v<C, nn::BertConfig>) {
+          const auto& bert = static_cast<const nn::Bert&>(*module);
+          if (!c.mlm_head)
+            throw Error("[pretrained::Model] " + architecture +
+                        " has no language-model head: use nn::Bert::hidden (and pooled) for its outputs");
+          return bert.mlm_logits(bert.hidden(ids));
+        }
       },
       config);
 }
 
 CachedLm Model::step() const {
+  if (std::holds_alternative<nn::BertConfig>(config))
+    throw Error("[pretrained::Model] " + architecture +
+                " is an encoder: it has no cached step to generate with");
   const Module* mod = module.get();
   return std::visit(
       [mod](const auto& c) -> CachedLm {
@@ -452,10 +466,14 @@ CachedLm Model::step() const {
         using M =
             std::conditional_t<std::is_same_v<C, nn::LlamaConfig>, nn::Llama,
                                std::conditional_t<std::is_same_v<C, nn::GptConfig>, nn::Gpt, nn::MambaLM>>;
-        const M* model = static_cast<const M*>(mod);
-        return [model](const Tensor& ids, const Tensor& pos, int64_t cache_len) {
-          return model->logits_cached(ids, pos, cache_len);
-        };
+        if constexpr (std::is_same_v<C, nn::BertConfig>) {
+          return {};  // refused above
+        } else {
+          const M* model = static_cast<const M*>(mod);
+          return [model](const Tensor& ids, const Tensor& pos, int64_t cache_len) {
+            return model->logits_cached(ids, pos, cache_len);
+          };
+        }
       },
       config);
 }

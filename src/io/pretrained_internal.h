@@ -117,4 +117,12 @@ bool is_layernorm_family(const std::string& architecture);
 std::map<std::string, HostTensor> layernorm_family_file_tensors(const Model& m,
                                                                 std::map<std::string, HostTensor> w);
 
+/// BERT-family encoders (pretrained_bert.cc): BertModel, BertForMaskedLM, RobertaModel and
+/// RobertaForMaskedLM as nn::Bert.
+void load_bert_family(Model& m, const json& c);
+bool is_bert_family(const std::string& architecture);
+/// The file's name of an nn::Bert parameter: `prefix` ("bert.", "roberta." or "") before the
+/// encoder's names; the masked-LM head as BERT's cls.predictions.* or RoBERTa's lm_head.*.
+Source bert_source(bool roberta, const std::string& prefix, const std::string& p);
+
 }  // namespace tg::pretrained::detail

@@ -84,7 +84,10 @@ const char* const kFixtures[] = {"tiny_llama",
                                  "tiny_phi",
                                  "tiny_stablelm",
                                  "tiny_stablelm_parallel",
-                                 "tiny_starcoder2"};
+                                 "tiny_starcoder2",
+                                 "tiny_bert",
+                                 "tiny_bert_pooler",
+                                 "tiny_roberta"};
 
 class Resave : public ::testing::TestWithParam<const char*> {};
 

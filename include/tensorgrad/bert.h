@@ -1,0 +1,101 @@
+// BERT-family encoders (BERT, RoBERTa, and the sentence-embedding models built on them:
+// all-MiniLM, BGE, E5, …) with Hugging Face's parameter names and layouts, so
+// tg::pretrained::load maps a BertModel / BertForMaskedLM / RobertaModel / RobertaForMaskedLM
+// folder onto it name by name:
+//
+//   embeddings.{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}
+//   encoder.layer.<i>.attention.self.{query, key, value}, attention.output.{dense, LayerNorm},
+//   encoder.layer.<i>.intermediate.dense, output.{dense, LayerNorm}
+//   pooler.dense                                    (BertConfig::pooler)
+//   cls.predictions.{transform.dense, transform.LayerNorm, bias}   (BertConfig::mlm_head; the
+//                                                    decoder is tied to word_embeddings)
+//
+// Post-norm layers: h = LayerNorm(x + attn(x)), then LayerNorm(h + W2·gelu(W1·h)). Attention is
+// bidirectional; an attention mask leaves padding keys out, as transformers' does (padding
+// queries still get outputs, which nothing should read).
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "tensorgrad/nn.h"
+
+namespace tg::nn {
+
+/// The sizes and variants of a BERT-family encoder. Named after config.json's fields
+/// (vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+/// max_position_embeddings, type_vocab_size, layer_norm_eps, hidden_act).
+struct BertConfig {
+  int64_t vocab = 30522, d_model = 768, layers = 12, heads = 12, mlp_hidden = 3072;
+  int64_t max_positions = 512, type_vocab = 2;
+  double ln_eps = 1e-12;
+  /// hidden_act: "gelu" is the erf GELU, "gelu_new" / "gelu_pytorch_tanh" the tanh one.
+  GeluApprox gelu = GeluApprox::kErf;
+  /// RoBERTa: a token's position is pad_id + 1 + the number of tokens that are not pad_id
+  /// before it (padding itself sits at pad_id), read from the ids; BERT (false): 0, 1, …, T − 1.
+  bool roberta_positions = false;
+  int32_t pad_id = 0;
+  /// pooler.dense: pooled() is tanh(dense(the first token's hidden state)) (BertModel's).
+  bool pooler = false;
+  /// The masked-LM head: mlm_logits(). RoBERTa's head applies the erf GELU whatever hidden_act
+  /// says (roberta_positions selects that too).
+  bool mlm_head = false;
+
+  /// The longest sequence: max_positions, less the pad_id + 1 positions RoBERTa skips.
+  int64_t context() const { return roberta_positions ? max_positions - pad_id - 1 : max_positions; }
+};
+
+/// One encoder layer (encoder.layer.<i>).
+class BertLayer : public Module {
+ public:
+  BertLayer(Module& parent, std::string name, const BertConfig& c);
+  /// x [B, T, d]; key_mask: bool [B, 1, 1, T] (true: a token), or none.
+  Tensor operator()(const Tensor& x, const std::optional<Tensor>& key_mask, Loc loc) const;
+
+  Module attention, self, attention_output, intermediate, output;
+  Linear query, key, value, attention_dense;
+  LayerNorm attention_norm;
+  Linear intermediate_dense, output_dense;
+  LayerNorm output_norm;
+
+ private:
+  int64_t heads_;
+  GeluApprox gelu_;
+};
+
+class Bert : public Module {
+ public:
+  explicit Bert(BertConfig config);
+  Bert(Module& parent, std::string name, BertConfig config);
+
+  /// The last layer's hidden states [B, T, d_model] for ids [B, T] (i32, T ≤ config.context()).
+  /// mask [B, T] (any numeric or bool type: nonzero marks a token, zero padding; transformers'
+  /// attention_mask) leaves padding out of every token's attention; without one every key is
+  /// seen. types [B, T] i32 (token_type_ids, < type_vocab) default to 0.
+  Tensor hidden(const Tensor& ids, const std::optional<Tensor>& mask = std::nullopt,
+                const std::optional<Tensor>& types = std::nullopt, Loc loc = Loc::current()) const;
+  /// BertModel's pooler_output [B, d_model] from hidden states (needs config.pooler).
+  Tensor pooled(const Tensor& hidden, Loc loc = Loc::current()) const;
+  /// The masked-LM logits [B, T, vocab] from hidden states (needs config.mlm_head).
+  Tensor mlm_logits(const Tensor& hidden, Loc loc = Loc::current()) const;
+
+  const BertConfig config;
+
+ private:
+  void build();
+  std::unique_ptr<Module> embeddings_, encoder_, pooler_, cls_, predictions_, transform_;
+  std::unique_ptr<Embedding> word_, position_, token_type_;
+  std::unique_ptr<LayerNorm> embedding_norm_, head_norm_;
+  std::vector<std::unique_ptr<BertLayer>> layers_;
+  std::unique_ptr<Linear> pooler_dense_, head_dense_;
+  std::optional<Param> head_bias_;
+};
+
+/// Sentence-transformers' mean pooling: the mean of hidden [B, T, d] over the tokens mask
+/// [B, T] marks (nonzero), [B, d].
+Tensor mean_pool(const Tensor& hidden, const Tensor& mask, Loc loc = Loc::current());
+/// x [..., d] divided by its L2 norm over the last axis (max(‖x‖, 1e-12), as
+/// torch.nn.functional.normalize): cosine similarity becomes a dot product.
+Tensor l2_normalize(const Tensor& x, Loc loc = Loc::current());
+
+}  // namespace tg::nn

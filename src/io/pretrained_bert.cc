@@ -1,0 +1,105 @@
+// BERT-family encoders → nn::Bert:
+//   BertModel, BertForMaskedLM         bert.* (BertModel files often without the prefix); the
+//                                      masked-LM head cls.predictions.{transform.dense,
+//                                      transform.LayerNorm, bias}, its decoder tied to the word
+//                                      embeddings; the pooler when the file has pooler.dense
+//   RobertaModel, RobertaForMaskedLM   roberta.*, positions counted from pad_token_id + 1; the
+//                                      head lm_head.{dense, layer_norm, bias} (the erf GELU)
+// The library's parameter names are BertModel's (nn::Bert). Older files' LayerNorm.gamma /
+// LayerNorm.beta are read as weight / bias, as transformers renames them; the position_ids
+// buffer some files carry and a tied decoder's copy are skipped. Relative position embeddings,
+// decoders (is_decoder, cross-attention) and an untied head are refused.
+#include <string>
+#include <utility>
+
+#include "io/pretrained_internal.h"
+#include "tensorgrad/bert.h"
+#include "tensorgrad/errors.h"
+
+namespace tg::pretrained::detail {
+namespace {
+
+// transformers' names for the old TensorFlow-converted LayerNorm parameters.
+void rename_gamma_beta(Weights& w) {
+  std::map<std::string, HostTensor> renamed;
+  for (auto& [name, t] : w.tensors) {
+    std::string to = name;
+    if (name.ends_with("LayerNorm.gamma")) to = name.substr(0, name.size() - 5) + "weight";
+    if (name.ends_with("LayerNorm.beta")) to = name.substr(0, name.size() - 4) + "bias";
+    if (to != name) w.file_of[to] = w.file_of[name];
+    renamed.emplace(to, std::move(t));
+  }
+  w.tensors = std::move(renamed);
+}
+
+}  // namespace
+
+Source bert_source(bool roberta, const std::string& prefix, const std::string& p) {
+  if (p.rfind("cls.", 0) != 0) return {prefix + p};
+  if (!roberta) return {p};
+  std::string rest = p.substr(16);  // after "cls.predictions."
+  if (rest.rfind("transform.", 0) == 0) rest = rest.substr(10);
+  if (rest.rfind("LayerNorm.", 0) == 0) rest = "layer_norm." + rest.substr(10);
+  return {"lm_head." + rest};
+}
+
+bool is_bert_family(const std::string& architecture) {
+  return architecture.rfind("Bert", 0) == 0 || architecture.rfind("Roberta", 0) == 0;
+}
+
+void load_bert_family(Model& m, const json& c) {
+  const std::string& f = m.folder;
+  const bool roberta = m.architecture.rfind("Roberta", 0) == 0;
+  const bool mlm = m.architecture.ends_with("ForMaskedLM");
+  nn::BertConfig b;
+  b.vocab = required(c, f, "vocab_size");
+  b.d_model = required(c, f, "hidden_size");
+  b.layers = required(c, f, "num_hidden_layers");
+  b.heads = required(c, f, "num_attention_heads");
+  b.mlp_hidden = required(c, f, "intermediate_size");
+  b.max_positions = field<int64_t>(c, f, "max_position_embeddings", 512);
+  b.type_vocab = field<int64_t>(c, f, "type_vocab_size", 2);
+  b.ln_eps = field<double>(c, f, "layer_norm_eps", 1e-12);
+  b.roberta_positions = roberta;
+  b.pad_id = static_cast<int32_t>(field<int64_t>(c, f, "pad_token_id", roberta ? 1 : 0));
+  b.mlm_head = mlm;
+  const std::string act = field<std::string>(c, f, "hidden_act", "gelu");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
+    b.gelu = GeluApprox::kTanh;
+  } else if (act != "gelu") {
+    fail(f, "config.json: hidden_act \"" + act +
+                "\" is not implemented by nn::Bert (gelu, gelu_new, gelu_pytorch_tanh)");
+  }
+  const std::string positions = field<std::string>(c, f, "position_embedding_type", "absolute");
+  if (positions != "absolute")
+    fail(f, "config.json: position_embedding_type \"" + positions + "\" is not implemented (absolute only)");
+  if (field<bool>(c, f, "is_decoder", false) || field<bool>(c, f, "add_cross_attention", false))
+    fail(f,
+         "config.json: is_decoder / add_cross_attention (a BERT decoder) is not implemented; nn::Bert is an "
+         "encoder");
+  if (mlm && !field<bool>(c, f, "tie_word_embeddings", true))
+    fail(f, "config.json: tie_word_embeddings false (an untied masked-LM decoder) is not implemented");
+
+  Weights file = read_weights(f);
+  rename_gamma_beta(file);
+  const std::string base = roberta ? "roberta." : "bert.";
+  // BertModel / RobertaModel files are usually saved without the prefix; heads' files with it.
+  const std::string prefix = file.tensors.count(base + "embeddings.word_embeddings.weight") ? base : "";
+  b.pooler = file.tensors.count(prefix + "pooler.dense.weight") > 0;
+  m.context = b.context();
+  m.config = b;
+  m.module = std::make_unique<nn::Bert>(b);
+
+  const std::string head = roberta ? "lm_head." : "cls.predictions.";
+  if (mlm &&
+      !tied_copy_ok(file.tensors, head + "decoder.weight", prefix + "embeddings.word_embeddings.weight"))
+    fail(f, head + "decoder.weight differs from " + prefix +
+                "embeddings.word_embeddings.weight (the masked-LM decoder is tied to it)");
+  const auto source_of = [&](const std::string& p) { return bert_source(roberta, prefix, p); };
+  map_weights(m, std::move(file), source_of, [&](const std::string& n) {
+    return n.ends_with("embeddings.position_ids") || n == head + "decoder.weight" ||
+           n == head + "decoder.bias";
+  });
+}
+
+}  // namespace tg::pretrained::detail

@@ -1,0 +1,176 @@
+// nn::Bert: BERT-family encoders (see tensorgrad/bert.h).
+#include "tensorgrad/bert.h"
+
+#include <cmath>
+
+#include "tensorgrad/errors.h"
+
+namespace tg::nn {
+namespace {
+
+// Hugging Face's BERT initialisation: normal(0.02) weights and embeddings, zero biases.
+LinearOptions bert_linear() {
+  return {.bias = true, .weight_init = init::normal(0.02), .bias_init = init::zeros()};
+}
+
+// [B, T, H·D] → [B, H, T, D].
+Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
+  const Shape& s = x.shape();
+  return permute(reshape(x, {s[0], s[1], heads, s[2] / heads}, loc), {0, 2, 1, 3}, loc);
+}
+
+void check_ids(const char* what, const Tensor& t, const Shape& want, const Loc& loc) {
+  if (t.shape() != want)
+    throw ShapeError(std::string("[Bert] ") + what + " has shape " + shape_str(t.shape()) + ", expected " +
+                     shape_str(want) + " (that of the ids) at " + loc.file_name() + ":" +
+                     std::to_string(loc.line()));
+}
+
+}  // namespace
+
+BertLayer::BertLayer(Module& parent, std::string name, const BertConfig& c)
+    : Module(parent, std::move(name)),
+      attention(*this, "attention"),
+      self(attention, "self"),
+      attention_output(attention, "output"),
+      intermediate(*this, "intermediate"),
+      output(*this, "output"),
+      query(self, "query", c.d_model, c.d_model, bert_linear()),
+      key(self, "key", c.d_model, c.d_model, bert_linear()),
+      value(self, "value", c.d_model, c.d_model, bert_linear()),
+      attention_dense(attention_output, "dense", c.d_model, c.d_model, bert_linear()),
+      attention_norm(attention_output, "LayerNorm", c.d_model, c.ln_eps),
+      intermediate_dense(intermediate, "dense", c.d_model, c.mlp_hidden, bert_linear()),
+      output_dense(output, "dense", c.mlp_hidden, c.d_model, bert_linear()),
+      output_norm(output, "LayerNorm", c.d_model, c.ln_eps),
+      heads_(c.heads),
+      gelu_(c.gelu) {}
+
+Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_mask, Loc loc) const {
+  const Shape& s = x.shape();
+  const Tensor q = split_heads(query(x, loc), heads_, loc);
+  const Tensor k = split_heads(key(x, loc), heads_, loc);
+  const Tensor v = split_heads(value(x, loc), heads_, loc);
+  Tensor a;
+  if (key_mask) {
+    // Scores of padding keys become −1e30 before the softmax: their weights are exactly 0 (a
+    // row always keeps the first token, [CLS] or <s>).
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s[2] / heads_));
+    const Tensor scores = mul(matmul(q, transpose(k, -2, -1, loc), loc), scale, loc);
+    a = matmul(softmax(where(*key_mask, scores, -1e30, loc), -1, false, loc), v, loc);
+  } else {
+    a = tg::attention(q, k, v, AttentionOptions{.causal = false}, loc);
+  }
+  a = reshape(permute(a, {0, 2, 1, 3}, loc), s, loc);
+  const Tensor h = attention_norm(add(x, attention_dense(a, loc), loc), loc);
+  const Tensor m = output_dense(gelu(intermediate_dense(h, loc), gelu_, loc), loc);
+  return output_norm(add(h, m, loc), loc);
+}
+
+Bert::Bert(BertConfig c) : config(c) { build(); }
+Bert::Bert(Module& parent, std::string name, BertConfig c) : Module(parent, std::move(name)), config(c) {
+  build();
+}
+
+void Bert::build() {
+  const BertConfig& c = config;
+  if (c.vocab <= 0 || c.d_model <= 0 || c.layers <= 0 || c.heads <= 0 || c.mlp_hidden <= 0 ||
+      c.type_vocab <= 0)
+    throw ShapeError("[Bert] vocab, d_model, layers, heads, mlp_hidden and type_vocab must be positive");
+  if (c.d_model % c.heads != 0)
+    throw ShapeError("[Bert] d_model " + std::to_string(c.d_model) + " is not divisible by heads " +
+                     std::to_string(c.heads));
+  if (c.context() <= 0)
+    throw ShapeError("[Bert] max_positions " + std::to_string(c.max_positions) + " leaves no position" +
+                     (c.roberta_positions ? " after the pad_id + 1 RoBERTa skips" : ""));
+  embeddings_ = std::make_unique<Module>(*this, "embeddings");
+  word_ =
+      std::make_unique<Embedding>(*embeddings_, "word_embeddings", c.vocab, c.d_model, init::normal(0.02));
+  position_ = std::make_unique<Embedding>(*embeddings_, "position_embeddings", c.max_positions, c.d_model,
+                                          init::normal(0.02));
+  token_type_ = std::make_unique<Embedding>(*embeddings_, "token_type_embeddings", c.type_vocab, c.d_model,
+                                            init::normal(0.02));
+  embedding_norm_ = std::make_unique<LayerNorm>(*embeddings_, "LayerNorm", c.d_model, c.ln_eps);
+  encoder_ = std::make_unique<Module>(*this, "encoder");
+  for (int64_t i = 0; i < c.layers; ++i)
+    layers_.push_back(std::make_unique<BertLayer>(*encoder_, "layer." + std::to_string(i), c));
+  if (c.pooler) {
+    pooler_ = std::make_unique<Module>(*this, "pooler");
+    pooler_dense_ = std::make_unique<Linear>(*pooler_, "dense", c.d_model, c.d_model, bert_linear());
+  }
+  if (c.mlm_head) {
+    cls_ = std::make_unique<Module>(*this, "cls");
+    predictions_ = std::make_unique<Module>(*cls_, "predictions");
+    transform_ = std::make_unique<Module>(*predictions_, "transform");
+    head_dense_ = std::make_unique<Linear>(*transform_, "dense", c.d_model, c.d_model, bert_linear());
+    head_norm_ = std::make_unique<LayerNorm>(*transform_, "LayerNorm", c.d_model, c.ln_eps);
+    head_bias_.emplace(*predictions_, "bias", Shape{c.vocab}, init::zeros());
+  }
+}
+
+Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const std::optional<Tensor>& types,
+                    Loc loc) const {
+  const BertConfig& c = config;
+  if (ids.shape().size() != 2 || ids.dtype() != DType::kI32)
+    throw ShapeError("[Bert] ids must be i32 [B, T], got " + std::string(dtype_name(ids.dtype())) + " " +
+                     shape_str(ids.shape()));
+  const int64_t B = ids.shape()[0], T = ids.shape()[1];
+  if (T > c.context())
+    throw ShapeError("[Bert] " + std::to_string(T) + " tokens is more than the model's " +
+                     std::to_string(c.context()) + " positions");
+  Tensor x = (*word_)(ids, loc);
+  if (c.roberta_positions) {
+    // create_position_ids_from_input_ids: pad_id + (running count of tokens) on tokens, pad_id on padding.
+    const Tensor token = cast(ne(ids, c.pad_id, loc), DType::kI32, loc);
+    const Tensor pos = add(mul(cumsum(token, 1, false, loc), token, loc), c.pad_id, loc);
+    x = add(x, (*position_)(pos, loc), loc);
+  } else {
+    x = add(x, slice(position_->weight.tensor(loc), 0, 0, T, 1, loc), loc);
+  }
+  if (types) {
+    check_ids("types", *types, ids.shape(), loc);
+    x = add(x, (*token_type_)(*types, loc), loc);
+  } else {
+    x = add(x, slice(token_type_->weight.tensor(loc), 0, 0, 1, 1, loc), loc);
+  }
+  x = (*embedding_norm_)(x, loc);
+  std::optional<Tensor> key_mask;
+  if (mask) {
+    check_ids("mask", *mask, ids.shape(), loc);
+    key_mask = reshape(ne(*mask, 0.0, loc), {B, 1, 1, T}, loc);
+  }
+  for (const auto& layer : layers_) x = (*layer)(x, key_mask, loc);
+  return x;
+}
+
+Tensor Bert::pooled(const Tensor& hidden, Loc loc) const {
+  if (!pooler_dense_) throw Error("[Bert] pooled(): this model has no pooler (BertConfig::pooler)");
+  const Shape& s = hidden.shape();
+  const Tensor first = reshape(slice(hidden, 1, 0, 1, 1, loc), {s[0], s[2]}, loc);
+  return tanh((*pooler_dense_)(first, loc), loc);
+}
+
+Tensor Bert::mlm_logits(const Tensor& hidden, Loc loc) const {
+  if (!head_dense_)
+    throw Error("[Bert] mlm_logits(): this model has no masked-LM head (BertConfig::mlm_head)");
+  const GeluApprox act = config.roberta_positions ? GeluApprox::kErf : config.gelu;
+  const Tensor h = (*head_norm_)(gelu((*head_dense_)(hidden, loc), act, loc), loc);
+  return add(matmul(h, transpose(word_->weight.tensor(loc), -2, -1, loc), loc), head_bias_->tensor(loc), loc);
+}
+
+Tensor mean_pool(const Tensor& hidden, const Tensor& mask, Loc loc) {
+  const Shape& s = hidden.shape();
+  if (s.size() != 3 || mask.shape() != Shape{s[0], s[1]})
+    throw ShapeError("[mean_pool] hidden [B, T, d] and mask [B, T] expected, got " + shape_str(s) + " and " +
+                     shape_str(mask.shape()));
+  const Tensor w = cast(ne(mask, 0.0, loc), DType::kF32, loc);  // [B, T]
+  const Tensor total = sum(mul(hidden, unsqueeze(w, 2, loc), loc), {1}, false, loc);
+  return div(total, maximum(sum(w, {1}, true, loc), 1e-9, loc), loc);
+}
+
+Tensor l2_normalize(const Tensor& x, Loc loc) {
+  const Tensor norm = sqrt(sum(mul(x, x, loc), {-1}, true, loc), loc);
+  return div(x, maximum(norm, 1e-12, loc), loc);
+}
+
+}  // namespace tg::nn

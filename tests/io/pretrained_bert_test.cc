@@ -1,0 +1,217 @@
+// BERT-family encoders against transformers 5.17: tiny random folders it wrote with what it
+// computed for a padded batch (tests/nn/gen_hf_bert_golden.py, run on the GPU machine):
+// tiny_bert (BertForMaskedLM, the erf GELU, the batch its WordPiece tokenizer padded),
+// tiny_bert_pooler (BertModel with its pooler, the tanh GELU, a sentence pair: token types 0
+// and 1) and tiny_roberta (RobertaForMaskedLM: positions counted past the padding id).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/pretrained.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+namespace fs = std::filesystem;
+
+std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
+
+const nn::Bert& bert_of(const pretrained::Model& m) { return static_cast<const nn::Bert&>(*m.module); }
+
+// The model's hidden states, and its head's output (masked-LM logits or the pooler's), for the
+// golden batch with its mask and token types, on `device` under `precision`.
+std::pair<std::vector<float>, std::vector<float>> outputs(const pretrained::Model& m,
+                                                          const std::map<std::string, HostTensor>& g,
+                                                          const Device& device, Precision precision) {
+  const Shape shape = g.at("ids").shape();
+  const nn::Bert& bert = bert_of(m);
+  const ForwardOptions options{
+      .inputs = {{"ids", shape, DType::kI32}, {"mask", shape, DType::kI32}, {"types", shape, DType::kI32}},
+      .device = device,
+      .precision = precision};
+  const Feeds feeds{{"ids", g.at("ids").i32()}, {"mask", g.at("mask").i32()}, {"types", g.at("types").i32()}};
+  Program hidden = compile_forward(
+      *m.module, [&](Tensor ids, Tensor mask, Tensor types) { return bert.hidden(ids, mask, types); },
+      options);
+  Program head = compile_forward(
+      *m.module,
+      [&](Tensor ids, Tensor mask, Tensor types) {
+        const Tensor h = bert.hidden(ids, mask, types);
+        return bert.config.mlm_head ? bert.mlm_logits(h) : bert.pooled(h);
+      },
+      options);
+  m.upload(hidden);
+  return {hidden.run(feeds).f32(), head.run(feeds).f32()};
+}
+
+struct Case {
+  const char* folder;
+  const char* architecture;
+  int64_t context;
+  const char* head;  // the golden file's entry for the head's output
+};
+const Case kCases[] = {{"tiny_bert", "BertForMaskedLM", 40, "logits"},
+                       {"tiny_bert_pooler", "BertModel", 40, "pooled"},
+                       {"tiny_roberta", "RobertaForMaskedLM", 16, "logits"}};
+
+class BertFamily : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BertFamily, ConfigIsTransformers) {
+  const Case& c = GetParam();
+  const pretrained::Model m = pretrained::load(dir_of(c.folder));
+  const std::string name = c.folder;
+  EXPECT_EQ(m.architecture, c.architecture);
+  EXPECT_EQ(m.context, c.context);
+  const nn::BertConfig& b = std::get<nn::BertConfig>(m.config);
+  EXPECT_EQ(b.d_model, 32);
+  EXPECT_EQ(b.layers, 2);
+  EXPECT_EQ(b.heads, 4);
+  EXPECT_EQ(b.mlp_hidden, 48);
+  EXPECT_EQ(b.vocab, name == "tiny_roberta" ? 64 : 1000);
+  EXPECT_EQ(b.type_vocab, name == "tiny_roberta" ? 1 : 2);
+  EXPECT_EQ(b.gelu, name == "tiny_bert_pooler" ? GeluApprox::kTanh : GeluApprox::kErf);
+  EXPECT_EQ(b.roberta_positions, name == "tiny_roberta");
+  EXPECT_EQ(b.pad_id, name == "tiny_roberta" ? 1 : 0);
+  EXPECT_EQ(b.pooler, name == "tiny_bert_pooler");
+  EXPECT_EQ(b.mlm_head, name != "tiny_bert_pooler");
+  EXPECT_DOUBLE_EQ(b.ln_eps, 1e-12);
+}
+
+TEST_P(BertFamily, OutputsEqualTransformersOnEveryBackend) {
+  const Case& c = GetParam();
+  const pretrained::Model m = pretrained::load(dir_of(c.folder));
+  const auto g = read_safetensors(dir_of(c.folder) + "/logits.safetensors");
+  for (const Device& device : tg::testing::all_devices()) {
+    const auto [hidden, head] = outputs(m, g, device, Precision::kFp32);
+    const double dh = tg::testing::rel_diff(hidden, g.at("hidden").f32());
+    const double dy = tg::testing::rel_diff(head, g.at(c.head).f32());
+    EXPECT_LT(dh, 1e-4) << c.folder << " hidden on " << device.str();
+    EXPECT_LT(dy, 1e-4) << c.folder << " " << c.head << " on " << device.str();
+    std::printf("  %s on %s: relative difference to transformers: hidden %.2e, %s %.2e\n", c.folder,
+                device.str().c_str(), dh, c.head, dy);
+  }
+}
+
+// Under bf16 mixed precision the products round their operands to 8 bits: within that of
+// transformers' f32 outputs, and not equal to them.
+TEST_P(BertFamily, Bf16WithinItsRounding) {
+  const Case& c = GetParam();
+  const pretrained::Model m = pretrained::load(dir_of(c.folder));
+  const auto g = read_safetensors(dir_of(c.folder) + "/logits.safetensors");
+  for (const Device& device : tg::testing::all_devices()) {
+    const auto [hidden, head] = outputs(m, g, device, Precision::kBf16);
+    const double d = tg::testing::rel_diff(hidden, g.at("hidden").f32());
+    EXPECT_GT(d, 1e-5) << c.folder << " on " << device.str();
+    EXPECT_LT(d, 3e-2) << c.folder << " on " << device.str();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Folders, BertFamily, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.folder);
+                         });
+
+// The mask's meaning, without transformers: the padded second row of tiny_bert's batch gives
+// the hidden states of that row alone, unpadded and unmasked, on its tokens.
+TEST(Bert, PaddingMaskedIsTheUnpaddedSequence) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_bert"));
+  const auto g = read_safetensors(dir_of("tiny_bert") + "/logits.safetensors");
+  const nn::Bert& bert = bert_of(m);
+  const Shape shape = g.at("ids").shape();
+  const int64_t T = shape[1], d = bert.config.d_model;
+  const std::span<const int32_t> mask = g.at("mask").i32();
+  int64_t row = -1, length = 0;
+  for (int64_t b = 0; b < shape[0]; ++b) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; ++t) n += mask[b * T + t] != 0;
+    if (n < T) row = b, length = n;
+  }
+  ASSERT_GE(row, 0) << "the golden batch has a padded row";
+  const std::vector<int32_t> alone(g.at("ids").i32().begin() + row * T,
+                                   g.at("ids").i32().begin() + row * T + length);
+  for (const Device& device : tg::testing::all_devices()) {
+    Program p = compile_forward(*m.module, [&](Tensor ids) { return bert.hidden(ids); },
+                                {.inputs = {{"ids", {1, length}, DType::kI32}}, .device = device});
+    m.upload(p);
+    const std::vector<float> got = p.run({{"ids", alone}}).f32();
+    const std::vector<float> want(g.at("hidden").f32().begin() + row * T * d,
+                                  g.at("hidden").f32().begin() + (row * T + length) * d);
+    EXPECT_LT(tg::testing::rel_diff(got, want), 1e-5) << device.str();
+  }
+}
+
+// Sentence-transformers' pooling: the mean over the tokens the mask marks, then unit length.
+TEST(Bert, MeanPoolAndNormalizeByHand) {
+  const std::vector<float> h{1, 2, 3, 4, 100, 100, 5, 6, 7, 8, 9, 10};  // [2, 3, 2]
+  const std::vector<int32_t> mask{1, 1, 0, 1, 1, 1};
+  Module none;
+  Program p =
+      compile_forward(none, [](Tensor x, Tensor m) { return nn::l2_normalize(nn::mean_pool(x, m)); },
+                      {.inputs = {{"h", {2, 3, 2}}, {"m", {2, 3}, DType::kI32}}, .device = Device::cpu()});
+  const std::vector<float> got = p.run({{"h", h}, {"m", mask}}).f32();
+  // Row 0: mean of (1,2), (3,4) = (2, 3); row 1: mean of (5,6), (7,8), (9,10) = (7, 8).
+  const double n0 = std::sqrt(13.0), n1 = std::sqrt(113.0);
+  const std::vector<float> want{static_cast<float>(2 / n0), static_cast<float>(3 / n0),
+                                static_cast<float>(7 / n1), static_cast<float>(8 / n1)};
+  EXPECT_LT(tg::testing::rel_diff(got, want), 1e-6);
+}
+
+TEST(Bert, Errors) {
+  const pretrained::Model pooler = pretrained::load(dir_of("tiny_bert_pooler"));
+  EXPECT_THROW(pooler.step(), Error);
+  const nn::Bert& bert = bert_of(pooler);
+  const auto compile = [&](auto fn, Shape shape) {
+    return compile_forward(*pooler.module, fn,
+                           {.inputs = {{"ids", shape, DType::kI32}}, .device = Device::ref()});
+  };
+  EXPECT_THROW(compile([&](Tensor ids) { return pooler.logits(ids); }, {1, 4}), Error);  // no masked-LM head
+  EXPECT_THROW(compile([&](Tensor ids) { return bert.mlm_logits(bert.hidden(ids)); }, {1, 4}), Error);
+  EXPECT_THROW(compile([&](Tensor ids) { return bert.hidden(ids); }, {1, 41}),
+               ShapeError);  // past 40 positions
+  EXPECT_THROW(compile([&](Tensor ids) { return bert.hidden(ids, ones({1, 5})); }, {1, 4}), ShapeError);
+  EXPECT_THROW(compile(
+                   [&](Tensor ids) {
+                     return bert.hidden(ids, std::nullopt, zeros({2, 4}, DType::kI32));
+                   },
+                   {1, 4}),
+               ShapeError);
+
+  // config.json values nn::Bert does not implement are CheckpointErrors naming the key.
+  const auto refused = [](const std::string& key, const std::string& value) {
+    const fs::path dir = fs::temp_directory_path() / ("tg_bert_bad_" + key);
+    fs::remove_all(dir);
+    fs::copy(dir_of("tiny_bert"), dir);
+    std::ifstream in(dir / "config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    // The key's value replaced where the file has it, else the key added first.
+    const std::regex existing("\"" + key + "\": [^,\n]*");
+    text = std::regex_search(text, existing)
+               ? std::regex_replace(text, existing, "\"" + key + "\": " + value)
+               : text.insert(text.find('{') + 1, "\n  \"" + key + "\": " + value + ",");
+    std::ofstream(dir / "config.json") << text;
+    std::string what;
+    try {
+      pretrained::load(dir.string());
+    } catch (const CheckpointError& e) {
+      what = e.what();
+    }
+    fs::remove_all(dir);
+    return what;
+  };
+  EXPECT_NE(refused("position_embedding_type", "\"relative_key\"").find("position_embedding_type"),
+            std::string::npos);
+  EXPECT_NE(refused("is_decoder", "true").find("is_decoder"), std::string::npos);
+  EXPECT_NE(refused("hidden_act", "\"relu\"").find("hidden_act \"relu\""), std::string::npos);
+  EXPECT_NE(refused("tie_word_embeddings", "false").find("tie_word_embeddings"), std::string::npos);
+}
+
+}  // namespace
