@@ -9,6 +9,9 @@
 //   pooler.dense                                    (BertConfig::pooler)
 //   cls.predictions.{transform.dense, transform.LayerNorm, bias}   (BertConfig::mlm_head; the
 //                                                    decoder is tied to word_embeddings)
+//   classifier                                      (BertConfig::labels: BERT's Linear on the
+//                                                    pooler's output; RoBERTa's
+//                                                    classifier.{dense, out_proj})
 //
 // Post-norm layers: h = LayerNorm(x + attn(x)), then LayerNorm(h + W2·gelu(W1·h)). Attention is
 // bidirectional; an attention mask leaves padding keys out, as transformers' does (padding
@@ -40,6 +43,10 @@ struct BertConfig {
   /// The masked-LM head: mlm_logits(). RoBERTa's head applies the erf GELU whatever hidden_act
   /// says (roberta_positions selects that too).
   bool mlm_head = false;
+  /// A sequence classifier with this many outputs (*ForSequenceClassification's num_labels):
+  /// classify(). BERT's reads the pooler's output (so it needs `pooler`), RoBERTa's the first
+  /// token's hidden state through classifier.dense and tanh. 0: none.
+  int64_t labels = 0;
 
   /// The longest sequence: max_positions, less the pad_id + 1 positions RoBERTa skips.
   int64_t context() const { return roberta_positions ? max_positions - pad_id - 1 : max_positions; }
@@ -78,16 +85,18 @@ class Bert : public Module {
   Tensor pooled(const Tensor& hidden, Loc loc = Loc::current()) const;
   /// The masked-LM logits [B, T, vocab] from hidden states (needs config.mlm_head).
   Tensor mlm_logits(const Tensor& hidden, Loc loc = Loc::current()) const;
+  /// The sequence classifier's logits [B, labels] from hidden states (needs config.labels).
+  Tensor classify(const Tensor& hidden, Loc loc = Loc::current()) const;
 
   const BertConfig config;
 
  private:
   void build();
-  std::unique_ptr<Module> embeddings_, encoder_, pooler_, cls_, predictions_, transform_;
+  std::unique_ptr<Module> embeddings_, encoder_, pooler_, cls_, predictions_, transform_, classifier_module_;
   std::unique_ptr<Embedding> word_, position_, token_type_;
   std::unique_ptr<LayerNorm> embedding_norm_, head_norm_;
   std::vector<std::unique_ptr<BertLayer>> layers_;
-  std::unique_ptr<Linear> pooler_dense_, head_dense_;
+  std::unique_ptr<Linear> pooler_dense_, head_dense_, classifier_, classifier_dense_;
   std::optional<Param> head_bias_;
 };
 

@@ -27,7 +27,7 @@
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
-//   BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM
+//   BertModel, BertForMaskedLM, BertForSequenceClassification, and the same of Roberta
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
 //                                     when the file has one, LayerNorm.gamma/beta read as
 //                                     weight/bias, RoBERTa's lm_head mapped onto
@@ -82,7 +82,8 @@ struct Model {
   std::string config_json;
 
   /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward (a
-  /// BERT-family masked-LM: its mlm_logits without a mask; an encoder without that head throws).
+  /// BERT-family masked-LM: its mlm_logits without a mask; a sequence classifier: its logits
+  /// [B, labels]; an encoder without either head throws).
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;

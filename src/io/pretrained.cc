@@ -365,6 +365,8 @@ const std::vector<Family>& families() {
                                        {"BertForMaskedLM", "bert", load_bert_family},
                                        {"RobertaModel", "roberta", load_bert_family},
                                        {"RobertaForMaskedLM", "roberta", load_bert_family},
+                                       {"BertForSequenceClassification", "bert", load_bert_family},
+                                       {"RobertaForSequenceClassification", "roberta", load_bert_family},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
@@ -446,6 +448,7 @@ Tensor Model::logits(const Tensor& ids) const {
           return static_cast<const nn::MambaLM&>(*module).logits(ids);
         if constexpr (std::is_same_v<C, nn::BertConfig>) {
           const auto& bert = static_cast<const nn::Bert&>(*module);
+          if (c.labels > 0) return bert.classify(bert.hidden(ids));
           if (!c.mlm_head)
             throw Error("[pretrained::Model] " + architecture +
                         " has no language-model head: use nn::Bert::hidden (and pooled) for its outputs");

@@ -5,6 +5,9 @@
 //                                      embeddings; the pooler when the file has pooler.dense
 //   RobertaModel, RobertaForMaskedLM   roberta.*, positions counted from pad_token_id + 1; the
 //                                      head lm_head.{dense, layer_norm, bias} (the erf GELU)
+//   BertForSequenceClassification,     classifier (BERT's on the pooler; RoBERTa's
+//   RobertaForSequenceClassification   classifier.{dense, out_proj} on the first token); the
+//                                      number of labels is id2label's (else num_labels, else 2)
 // The library's parameter names are BertModel's (nn::Bert). Older files' LayerNorm.gamma /
 // LayerNorm.beta are read as weight / bias, as transformers renames them; the position_ids
 // buffer some files carry and a tied decoder's copy are skipped. Relative position embeddings,
@@ -35,6 +38,7 @@ void rename_gamma_beta(Weights& w) {
 }  // namespace
 
 Source bert_source(bool roberta, const std::string& prefix, const std::string& p) {
+  if (p.rfind("classifier", 0) == 0) return {p};
   if (p.rfind("cls.", 0) != 0) return {prefix + p};
   if (!roberta) return {p};
   std::string rest = p.substr(16);  // after "cls.predictions."
@@ -51,6 +55,7 @@ void load_bert_family(Model& m, const json& c) {
   const std::string& f = m.folder;
   const bool roberta = m.architecture.rfind("Roberta", 0) == 0;
   const bool mlm = m.architecture.ends_with("ForMaskedLM");
+  const bool classifier = m.architecture.ends_with("ForSequenceClassification");
   nn::BertConfig b;
   b.vocab = required(c, f, "vocab_size");
   b.d_model = required(c, f, "hidden_size");
@@ -63,6 +68,13 @@ void load_bert_family(Model& m, const json& c) {
   b.roberta_positions = roberta;
   b.pad_id = static_cast<int32_t>(field<int64_t>(c, f, "pad_token_id", roberta ? 1 : 0));
   b.mlm_head = mlm;
+  if (classifier) {
+    b.labels = field<int64_t>(c, f, "num_labels", 2);
+    if (c.contains("id2label") && c["id2label"].is_object())
+      b.labels = static_cast<int64_t>(c["id2label"].size());
+    if (b.labels <= 0)
+      fail(f, "config.json: a sequence classifier with " + std::to_string(b.labels) + " labels");
+  }
   const std::string act = field<std::string>(c, f, "hidden_act", "gelu");
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
     b.gelu = GeluApprox::kTanh;
@@ -86,6 +98,8 @@ void load_bert_family(Model& m, const json& c) {
   // BertModel / RobertaModel files are usually saved without the prefix; heads' files with it.
   const std::string prefix = file.tensors.count(base + "embeddings.word_embeddings.weight") ? base : "";
   b.pooler = file.tensors.count(prefix + "pooler.dense.weight") > 0;
+  if (classifier && !roberta && !b.pooler)
+    fail(f, prefix + "pooler.dense.weight is missing: BERT's classifier reads the pooler's output");
   m.context = b.context();
   m.config = b;
   m.module = std::make_unique<nn::Bert>(b);

@@ -255,7 +255,7 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));
   if (is_bert_family(m.architecture)) {  // save_pretrained's prefix: none for the bare encoder
     const bool roberta = m.architecture.rfind("Roberta", 0) == 0;
-    const std::string prefix = !m.architecture.ends_with("ForMaskedLM") ? "" : roberta ? "roberta." : "bert.";
+    const std::string prefix = m.architecture.ends_with("Model") ? "" : roberta ? "roberta." : "bert.";
     for (auto& [name, t] : w) out[bert_source(roberta, prefix, name).name] = std::move(t);
     return out;
   }

@@ -106,6 +106,18 @@ void Bert::build() {
     head_norm_ = std::make_unique<LayerNorm>(*transform_, "LayerNorm", c.d_model, c.ln_eps);
     head_bias_.emplace(*predictions_, "bias", Shape{c.vocab}, init::zeros());
   }
+  if (c.labels < 0) throw ShapeError("[Bert] labels must be ≥ 0 (0: no classifier)");
+  if (c.labels > 0 && c.roberta_positions) {
+    classifier_module_ = std::make_unique<Module>(*this, "classifier");
+    classifier_dense_ =
+        std::make_unique<Linear>(*classifier_module_, "dense", c.d_model, c.d_model, bert_linear());
+    classifier_ =
+        std::make_unique<Linear>(*classifier_module_, "out_proj", c.d_model, c.labels, bert_linear());
+  } else if (c.labels > 0) {
+    if (!c.pooler)
+      throw Error("[Bert] BERT's classifier reads the pooler's output: set BertConfig::pooler too");
+    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
+  }
 }
 
 Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const std::optional<Tensor>& types,
@@ -156,6 +168,14 @@ Tensor Bert::mlm_logits(const Tensor& hidden, Loc loc) const {
   const GeluApprox act = config.roberta_positions ? GeluApprox::kErf : config.gelu;
   const Tensor h = (*head_norm_)(gelu((*head_dense_)(hidden, loc), act, loc), loc);
   return add(matmul(h, transpose(word_->weight.tensor(loc), -2, -1, loc), loc), head_bias_->tensor(loc), loc);
+}
+
+Tensor Bert::classify(const Tensor& hidden, Loc loc) const {
+  if (!classifier_) throw Error("[Bert] classify(): this model has no classifier (BertConfig::labels)");
+  if (!classifier_dense_) return (*classifier_)(pooled(hidden, loc), loc);
+  const Shape& s = hidden.shape();  // RoBERTa: the first token (<s>) through dense and tanh
+  const Tensor first = reshape(slice(hidden, 1, 0, 1, 1, loc), {s[0], s[2]}, loc);
+  return (*classifier_)(tanh((*classifier_dense_)(first, loc), loc), loc);
 }
 
 Tensor mean_pool(const Tensor& hidden, const Tensor& mask, Loc loc) {

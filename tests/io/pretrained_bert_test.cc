@@ -5,6 +5,7 @@
 // and 1) and tiny_roberta (RobertaForMaskedLM: positions counted past the padding id).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -45,7 +46,9 @@ std::pair<std::vector<float>, std::vector<float>> outputs(const pretrained::Mode
       *m.module,
       [&](Tensor ids, Tensor mask, Tensor types) {
         const Tensor h = bert.hidden(ids, mask, types);
-        return bert.config.mlm_head ? bert.mlm_logits(h) : bert.pooled(h);
+        return bert.config.labels > 0 ? bert.classify(h)
+               : bert.config.mlm_head ? bert.mlm_logits(h)
+                                      : bert.pooled(h);
       },
       options);
   m.upload(hidden);
@@ -60,7 +63,9 @@ struct Case {
 };
 const Case kCases[] = {{"tiny_bert", "BertForMaskedLM", 40, "logits"},
                        {"tiny_bert_pooler", "BertModel", 40, "pooled"},
-                       {"tiny_roberta", "RobertaForMaskedLM", 16, "logits"}};
+                       {"tiny_roberta", "RobertaForMaskedLM", 16, "logits"},
+                       {"tiny_bert_cls", "BertForSequenceClassification", 40, "logits"},
+                       {"tiny_roberta_cls", "RobertaForSequenceClassification", 16, "logits"}};
 
 class BertFamily : public ::testing::TestWithParam<Case> {};
 
@@ -68,6 +73,7 @@ TEST_P(BertFamily, ConfigIsTransformers) {
   const Case& c = GetParam();
   const pretrained::Model m = pretrained::load(dir_of(c.folder));
   const std::string name = c.folder;
+  const bool roberta = name.starts_with("tiny_roberta");
   EXPECT_EQ(m.architecture, c.architecture);
   EXPECT_EQ(m.context, c.context);
   const nn::BertConfig& b = std::get<nn::BertConfig>(m.config);
@@ -75,13 +81,14 @@ TEST_P(BertFamily, ConfigIsTransformers) {
   EXPECT_EQ(b.layers, 2);
   EXPECT_EQ(b.heads, 4);
   EXPECT_EQ(b.mlp_hidden, 48);
-  EXPECT_EQ(b.vocab, name == "tiny_roberta" ? 64 : 1000);
-  EXPECT_EQ(b.type_vocab, name == "tiny_roberta" ? 1 : 2);
+  EXPECT_EQ(b.vocab, roberta ? 64 : 1000);
+  EXPECT_EQ(b.type_vocab, roberta ? 1 : 2);
   EXPECT_EQ(b.gelu, name == "tiny_bert_pooler" ? GeluApprox::kTanh : GeluApprox::kErf);
-  EXPECT_EQ(b.roberta_positions, name == "tiny_roberta");
-  EXPECT_EQ(b.pad_id, name == "tiny_roberta" ? 1 : 0);
-  EXPECT_EQ(b.pooler, name == "tiny_bert_pooler");
-  EXPECT_EQ(b.mlm_head, name != "tiny_bert_pooler");
+  EXPECT_EQ(b.roberta_positions, roberta);
+  EXPECT_EQ(b.pad_id, roberta ? 1 : 0);
+  EXPECT_EQ(b.pooler, name == "tiny_bert_pooler" || name == "tiny_bert_cls");
+  EXPECT_EQ(b.mlm_head, name == "tiny_bert" || name == "tiny_roberta");
+  EXPECT_EQ(b.labels, name == "tiny_bert_cls" ? 3 : name == "tiny_roberta_cls" ? 2 : 0);
   EXPECT_DOUBLE_EQ(b.ln_eps, 1e-12);
 }
 
@@ -118,6 +125,58 @@ INSTANTIATE_TEST_SUITE_P(Folders, BertFamily, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.folder);
                          });
+
+// transformers' loss and the gradient of every parameter (its backward in eval mode): the
+// masked-LM loss over chosen positions of tiny_bert's padded batch, and tiny_bert_cls's
+// classification loss, on every backend.
+TEST(Bert, GradientsEqualTransformers) {
+  for (const char* folder : {"tiny_bert", "tiny_bert_cls"}) {
+    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const nn::Bert& bert = bert_of(m);
+    const Shape shape = g.at("ids").shape();
+    const bool mlm = bert.config.mlm_head;
+    for (const Device& device : tg::testing::all_devices()) {
+      Program p =
+          compile_train(*m.module,
+                        [&](Tensor ids, Tensor mask, Tensor types, Tensor labels) {
+                          const Tensor h = bert.hidden(ids, mask, types);
+                          return mlm ? cross_entropy(reshape(bert.mlm_logits(h), {-1, bert.config.vocab}),
+                                                     reshape(labels, {-1}))
+                                     : cross_entropy(bert.classify(h), labels);
+                        },
+                        {.inputs = {{"ids", shape, DType::kI32},
+                                    {"mask", shape, DType::kI32},
+                                    {"types", shape, DType::kI32},
+                                    {"labels", g.at("labels").shape(), DType::kI32}},
+                         .optimizer = GradientsOnly{},
+                         .device = device});
+      m.upload(p);
+      Captures caps;
+      const float loss = p.step({{"ids", g.at("ids").i32()},
+                                 {"mask", g.at("mask").i32()},
+                                 {"types", g.at("types").i32()},
+                                 {"labels", g.at("labels").i32()}},
+                                {.captures = &caps});
+      EXPECT_NEAR(loss, g.at("loss").f32()[0], 1e-5 * std::abs(g.at("loss").f32()[0]))
+          << folder << " on " << device.str();
+      for (const std::string& name : p.param_names()) {
+        const std::string file =
+            name.starts_with("cls.") || name.starts_with("classifier") ? name : "bert." + name;
+        if (name.ends_with("key.bias")) {
+          // Exactly zero: a key bias adds q·b to every score of a query's row, which the softmax
+          // takes away. Both sides hold only rounding there.
+          for (float v : caps.at("grad/" + name).f32())
+            EXPECT_LT(std::abs(v), 1e-6f) << folder << " " << name;
+          for (float v : g.at("grad/" + file).f32()) EXPECT_LT(std::abs(v), 1e-6f) << folder << " " << name;
+          continue;
+        }
+        EXPECT_LT(tg::testing::rel_diff(caps.at("grad/" + name).f32(), g.at("grad/" + file).f32()), 1e-4)
+            << folder << " on " << device.str() << ": gradient of " << name;
+      }
+    }
+  }
+}
 
 // The mask's meaning, without transformers: the padded second row of tiny_bert's batch gives
 // the hidden states of that row alone, unpadded and unmasked, on its tokens.

@@ -87,7 +87,9 @@ const char* const kFixtures[] = {"tiny_llama",
                                  "tiny_starcoder2",
                                  "tiny_bert",
                                  "tiny_bert_pooler",
-                                 "tiny_roberta"};
+                                 "tiny_roberta",
+                                 "tiny_bert_cls",
+                                 "tiny_roberta_cls"};
 
 class Resave : public ::testing::TestWithParam<const char*> {};
 

@@ -13,12 +13,18 @@ tokenizer gives for two texts padded to one length.
                      tanh GELU (hidden_act "gelu_new")
   tiny_roberta       RobertaForMaskedLM: positions counted from padding_idx + 1 over the tokens
                      that are not padding, one token type
+  tiny_bert_cls      BertForSequenceClassification, 3 labels (the pooler, then the classifier)
+  tiny_roberta_cls   RobertaForSequenceClassification, 2 labels (classifier.dense, tanh,
+                     classifier.out_proj on the first token)
 
 Each model's 1-d parameters (norm gains, biases) are moved off their initial values so that a
 lost one shows. logits.safetensors holds "ids", "mask", "types" I32 [B, T] and what the model
 gives for them in float32 on the CPU with that attention mask: "hidden" F32 [B, T, hidden]
-(last_hidden_state), and "logits" F32 [B, T, vocab] (masked-LM models) or "pooled" F32
-[B, hidden] (BertModel's pooler_output)."""
+(last_hidden_state), and "logits" F32 [B, T, vocab] (masked-LM models) or [B, labels]
+(classifiers) or "pooled" F32 [B, hidden] (BertModel's pooler_output). tiny_bert's and
+tiny_bert_cls's also hold transformers' loss for "labels" I32 ([B, T] with -100 where no token
+is predicted; [B] for the classifier) and the gradient of that loss for every parameter,
+"grad/<the file's name>", computed in eval mode (no dropout)."""
 import os
 import shutil
 import sys
@@ -55,6 +61,19 @@ def save(name, model, tensors, tokenizer=None):
         print(name, sorted(f.keys()))
 
 
+def gradients(model, ids, mask, types, labels, t):
+    """transformers' loss for `labels` and every parameter's gradient of it, into t."""
+    model.eval()
+    model.zero_grad()
+    out = model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels)
+    out.loss.backward()
+    t["labels"] = labels.int()
+    t["loss"] = out.loss.detach().reshape(1).float()
+    for name, p in model.named_parameters():
+        t["grad/" + name] = p.grad.float().clone()
+    return t
+
+
 def run(model, ids, mask, types, head):
     model.eval()
     with torch.no_grad():
@@ -79,7 +98,12 @@ def main():
     enc = tok.encode_batch(["The cat sat on the [MASK].", "Don't panic: 42 is the answer, isn't it?"])
     ids = torch.tensor([e.ids for e in enc])
     mask = torch.tensor([e.attention_mask for e in enc])
-    save("tiny_bert", mlm, run(mlm, ids, mask, torch.zeros_like(ids), "logits"), TOKENIZER)
+    # Predict the tokens at a few positions of each row (padding never).
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[0, 5], labels[1, 1], labels[1, 7] = ids[0, 2], 7, ids[1, 1], ids[1, 7]
+    types = torch.zeros_like(ids)
+    t = run(mlm, ids, mask, types, "logits")
+    save("tiny_bert", mlm, gradients(mlm, ids, mask, types, labels, t), TOKENIZER)
 
     base = tf.BertModel(tf.BertConfig(vocab_size=vocab, max_position_embeddings=40, type_vocab_size=2,
                                       hidden_act="gelu_new", **COMMON), add_pooling_layer=True)
@@ -89,6 +113,20 @@ def main():
     mask = torch.tensor([e.attention_mask for e in enc])
     types = torch.tensor([e.type_ids for e in enc])
     save("tiny_bert_pooler", base, run(base, ids, mask, types, "pooled"), TOKENIZER)
+
+    cls = tf.BertForSequenceClassification(tf.BertConfig(
+        vocab_size=vocab, max_position_embeddings=40, type_vocab_size=2, hidden_act="gelu", num_labels=3,
+        **COMMON))
+    perturb(cls)
+    t = run(cls, ids, mask, types, "logits")
+    save("tiny_bert_cls", cls, gradients(cls, ids, mask, types, torch.tensor([2, 0]), t), TOKENIZER)
+
+    roberta_cls = tf.RobertaForSequenceClassification(tf.RobertaConfig(
+        vocab_size=64, max_position_embeddings=16 + 2, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, hidden_act="gelu", num_labels=2, **COMMON))
+    perturb(roberta_cls)
+    rids = torch.tensor([[0, 5, 9, 13, 17, 21, 25, 2], [0, 60, 33, 7, 2, 1, 1, 1]])
+    save("tiny_roberta_cls", roberta_cls, run(roberta_cls, rids, (rids != 1).long(), torch.zeros_like(rids), "logits"))
 
     roberta = tf.RobertaForMaskedLM(tf.RobertaConfig(vocab_size=64, max_position_embeddings=16 + 2,
                                                      type_vocab_size=1, pad_token_id=1, bos_token_id=0,
