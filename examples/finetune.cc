@@ -300,6 +300,7 @@ std::unique_ptr<tg::Module> plain_module(const tg::pretrained::Model& lm) {
         if constexpr (std::is_same_v<C, tg::nn::GptConfig>) return std::make_unique<tg::nn::Gpt>(config);
         if constexpr (std::is_same_v<C, tg::nn::MambaLMConfig>)
           return std::make_unique<tg::nn::MambaLM>(config);
+        if constexpr (std::is_same_v<C, tg::nn::BertConfig>) return std::make_unique<tg::nn::Bert>(config);
       },
       lm.config);
 }
@@ -495,6 +496,8 @@ Inputs load_inputs(Options& o) {
   // The base is frozen: under --precision bf16 or f16 it is held in that type (the products read
   // it as stored), a third of the memory of f32 weights and their converted copies.
   tg::pretrained::Model lm = tg::pretrained::load(o.folder, {.dtype = held_type(o.precision)});
+  if (std::holds_alternative<tg::nn::BertConfig>(lm.config))
+    throw std::runtime_error(lm.architecture + " is an encoder: finetune trains causal language models on text");
   if (o.seq == 0) o.seq = lm.context > 0 ? std::min<int64_t>(lm.context, 128) : 128;
   if (lm.context > 0 && o.seq > lm.context)
     throw std::runtime_error("--seq-len " + std::to_string(o.seq) +

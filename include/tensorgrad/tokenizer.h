@@ -1,13 +1,16 @@
-// BPE tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as the
-// `tokenizers` library does for GPT-2 and Llama 3 style (byte-level) and Llama 2 style
-// (SentencePiece-style) models:
+// Tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as the
+// `tokenizers` library does for GPT-2 and Llama 3 style (byte-level BPE), Llama 2 style
+// (SentencePiece-style BPE) and BERT style (WordPiece) models:
 //
 //   tg::Tokenizer tok = tg::Tokenizer::load("models/gpt2");   // or ".../tokenizer.json"
 //   std::vector<int32_t> ids = tok.encode("Hello world");     // {15496, 995} for GPT-2
 //   std::string text = tok.decode(ids);                       // "Hello world"
 //
-// What a file may hold: model "BPE" (merges in either form, "a b" or ["a", "b"]; ignore_merges;
-// unk_token), and either
+// What a file may hold: model "WordPiece" (unk_token, continuing_subword_prefix,
+// max_input_chars_per_word) with the BertNormalizer (clean_text, handle_chinese_chars,
+// strip_accents, lowercase) or none, the BertPreTokenizer and the WordPiece decoder (prefix,
+// cleanup), as BERT, MiniLM, BGE and E5 files have them; or model "BPE" (merges in either form,
+// "a b" or ["a", "b"]; ignore_merges; unk_token), and either
 //   - byte-level: no normalizer or NFC (Qwen2's, Qwen3's), the ByteLevel decoder, and as
 //     pre-tokenizer either ByteLevel (add_prefix_space, use_regex: GPT-2's regex) or a Sequence
 //     of a Split on GPT-2's, Llama 3's or Qwen2's regex (behavior Isolated) then ByteLevel; or
@@ -25,8 +28,11 @@
 // match first, and become their own ids, as `tokenizers` does: "a<|endoftext|>b" is "a", the
 // token, "b". Their lstrip / rstrip flags are honoured; single_word is not.
 //
-// encode(text, add_special = true) adds what the file's TemplateProcessing post-processor puts
-// around a single sequence (Llama 3: <|begin_of_text|> first); GPT-2's files add nothing.
+// encode(text, add_special = true) adds what the file's post-processor (TemplateProcessing,
+// BertProcessing or RobertaProcessing) puts around a single sequence (Llama 3:
+// <|begin_of_text|> first; BERT: [CLS] first, [SEP] last); GPT-2's files add nothing.
+// encode_pair(a, b) encodes two sequences as its pair form does, with token type ids (BERT:
+// [CLS] a [SEP] b [SEP], types 0 up to the first [SEP], 1 after).
 // bos_id() / eos_id() name the template's first / last special token, else an added special
 // token called <|begin_of_text|> or <s> / <|end_of_text|>, </s> or <|endoftext|>.
 //
@@ -35,7 +41,10 @@
 // here they are kept, so decode(encode(s)) == s for every string s with byte-level files, and
 // with SentencePiece-style ones whose encoding keeps every space (the Prepend/Replace
 // normalizer's). Text that is not valid UTF-8 is encoded as the bytes it is (each invalid byte a
-// symbol that is neither letter, number nor space).
+// symbol that is neither letter, number nor space). WordPiece decoding gives what `tokenizers`
+// gives: "##" pieces joined to the word before, other tokens after a space, then the decoder's
+// cleanup ("hello , world" → "hello, world"); case, accents and spacing lost to normalization
+// stay lost.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -48,13 +57,26 @@
 
 namespace tg {
 
+/// Ids with their token type ids (the segment a BERT-style model embeds each token as).
+struct Encoding {
+  std::vector<int32_t> ids, type_ids;
+};
+
 class Tokenizer {
  public:
   /// Reads `path`: a tokenizer.json file, or a folder holding one. Throws TokenizerError.
   static Tokenizer load(const std::string& path);
 
-  /// The ids of `text`; with `add_special`, wrapped as the file's post-processor says.
+  /// The ids of `text`; with `add_special`, wrapped as the file's post-processor says. Throws
+  /// TokenizerError for a WordPiece word that needs an unk_token the vocabulary lacks.
   std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+  /// The ids of the pair (`a`, `b`), as sentence-pair models (cross-encoders, BERT's next
+  /// sentence prediction) take them, laid out and typed as the file's post-processor says for a
+  /// pair: TemplateProcessing's "pair", BertProcessing's [CLS] a [SEP] b [SEP] (types 0 to the
+  /// first [SEP], 1 after), RobertaProcessing's <s> a </s></s> b </s> (all 0); without a pair
+  /// form, a then b with types 0 and 1. Without `add_special` the special tokens are left out
+  /// and a and b keep their types (as `tokenizers` does: its template's, else 0 and 1).
+  Encoding encode_pair(std::string_view a, std::string_view b, bool add_special = true) const;
   /// The bytes `ids` stand for; with `skip_special`, special added tokens are left out.
   /// Throws InputError for an id that names no token.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;

@@ -1,5 +1,5 @@
-// NFC from the tables scripts/gen_nfc_tables.py writes (Python's unicodedata): combining
-// classes, canonical decompositions, and the pairs that compose.
+// NFC and NFD from the tables scripts/gen_nfc_tables.py writes (Python's unicodedata):
+// combining classes, canonical decompositions, and the pairs that compose.
 #include "text/nfc.h"
 
 #include <algorithm>
@@ -70,10 +70,9 @@ char32_t compose(char32_t a, char32_t b) {
   return it != std::end(kComposition) && it->first == a && it->second == b ? it->composite : 0;
 }
 
-// NFC of a run of code points: decomposed, each run of combining marks sorted by class
-// (stably), then every character composed with the last starter unless blocked (a character
-// between them of class 0 or of a class not below its own).
-void normalize(std::u32string& run, std::string& out) {
+// A run of code points decomposed canonically, each run of combining marks sorted by class
+// (stably): the NFD form.
+std::u32string decompose_run(const std::u32string& run) {
   std::u32string d;
   for (char32_t cp : run) decompose(cp, d);
   for (size_t i = 0; i < d.size();) {
@@ -87,6 +86,12 @@ void normalize(std::u32string& run, std::string& out) {
                      [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
     i = j;
   }
+  return d;
+}
+
+// Every character composed with the last starter unless blocked (a character between them of
+// class 0 or of a class not below its own): NFD to NFC.
+std::u32string compose_run(const std::u32string& d) {
   std::u32string c;
   size_t starter = std::u32string::npos;
   uint8_t last = 0;  // the class of the last character kept after the starter
@@ -102,28 +107,38 @@ void normalize(std::u32string& run, std::string& out) {
     last = cls;
     c.push_back(cp);
   }
-  for (char32_t cp : c) append_utf8(out, cp);
-  run.clear();
+  return c;
 }
 
-}  // namespace
-
-std::string nfc(std::string_view s) {
+// `s` in NFC (composed) or NFD. Bytes that are not valid UTF-8 are kept and end the run
+// of code points normalized together.
+std::string normalize(std::string_view s, bool composed) {
   if (std::all_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x80; }))
     return std::string(s);
   std::string out;
   out.reserve(s.size());
   std::u32string run;
+  const auto flush = [&] {
+    const std::u32string d = decompose_run(run);
+    for (char32_t cp : composed ? compose_run(d) : d) append_utf8(out, cp);
+    run.clear();
+  };
   for (const Unit& u : decode_utf8(s)) {
     if (u.valid) {
       run.push_back(u.cp);
       continue;
     }
-    normalize(run, out);
+    flush();
     out.push_back(static_cast<char>(u.cp));
   }
-  normalize(run, out);
+  flush();
   return out;
 }
+
+}  // namespace
+
+std::string nfc(std::string_view s) { return normalize(s, /*composed=*/true); }
+
+std::string nfd(std::string_view s) { return normalize(s, /*composed=*/false); }
 
 }  // namespace tg::text

@@ -1,5 +1,6 @@
-// Unicode normalization form C, as the NFC normalizer of `tokenizers` applies it to text
-// before pre-tokenization (Qwen2's and Qwen3's tokenizer.json have one).
+// Unicode normalization forms C and D: NFC as the NFC normalizer of `tokenizers` applies it to
+// text before pre-tokenization (Qwen2's and Qwen3's tokenizer.json have one), NFD as BERT's
+// normalizer does before it strips accents.
 #pragma once
 #include <string>
 #include <string_view>
@@ -10,5 +11,9 @@ namespace tg::text {
 /// marks, canonical composition; Hangul by arithmetic). Bytes that are not valid UTF-8 are
 /// kept as they are and block composition across them. ASCII text is returned unchanged.
 std::string nfc(std::string_view s);
+
+/// The NFD form of `s`: canonical decomposition (Hangul by arithmetic), then canonical ordering
+/// of combining marks; invalid bytes kept as in nfc.
+std::string nfd(std::string_view s);
 
 }  // namespace tg::text

@@ -1,7 +1,9 @@
-// Encoding and decoding with a loaded byte-level BPE tokenizer, in the order `tokenizers` runs
-// its pipeline: added tokens are split out of the text, each remaining segment is pre-tokenized
-// (Split regex, prefix space, ByteLevel regex, bytes spelled in the byte-level alphabet), each
-// word is merged by BPE, and the post-processor's special tokens go around the result.
+// Encoding and decoding with a loaded tokenizer, in the order `tokenizers` runs its pipeline:
+// added tokens are split out of the text, each remaining segment is normalized and
+// pre-tokenized (byte-level: Split regex, prefix space, ByteLevel regex, bytes spelled in the
+// byte-level alphabet; SentencePiece-style: "▁" for spaces; WordPiece: BERT's normalizer and
+// pre-tokenizer), each word becomes ids (BPE merges, or WordPiece's longest matches), and the
+// post-processor's special tokens go around the result.
 #include <cctype>
 #include <algorithm>
 #include <deque>
@@ -9,6 +11,7 @@
 #include <limits>
 
 #include "tensorgrad/errors.h"
+#include "text/bert_normalize.h"
 #include "text/nfc.h"
 #include "text/tokenizer_impl.h"
 #include "text/unicode.h"
@@ -193,17 +196,48 @@ void encode_sentencepiece(const Impl& t, std::string_view segment, bool at_start
   if (begin < s.size()) encode_word(t, std::string_view(s).substr(begin), ids);
 }
 
+// WordPiece on one word: unk when it has more than max_word_chars code points; else from the
+// left the longest vocabulary entry (after the first, spelled with the continuing prefix), and
+// unk for the whole word if some position has none.
+void encode_wordpiece(const Impl& t, std::string_view word, std::vector<int32_t>& ids) {
+  std::vector<size_t> bounds;  // where each code point (or invalid byte) starts, then the end
+  for (const auto& unit : text::decode_utf8(word)) bounds.push_back(unit.offset);
+  const size_t n = bounds.size();
+  bounds.push_back(word.size());
+  const size_t first = ids.size();
+  bool matched = n <= t.max_word_chars;
+  std::string piece;
+  for (size_t start = 0; matched && start < n;) {
+    size_t end = n;
+    for (; end > start; --end) {
+      piece = start > 0 ? t.continuing_prefix : std::string();
+      piece += word.substr(bounds[start], bounds[end] - bounds[start]);
+      if (auto it = t.ids.find(piece); it != t.ids.end()) {
+        ids.push_back(it->second);
+        break;
+      }
+    }
+    matched = end > start;
+    start = end;
+  }
+  if (matched) return;
+  ids.resize(first);
+  if (!t.unk_id)
+    throw TokenizerError("[Tokenizer::encode] " + t.file + ": the word \"" + std::string(word) +
+                         "\" needs the WordPiece unk_token \"" + t.unk_token +
+                         "\", which is not in the vocab");
+  ids.push_back(*t.unk_id);
+}
+
 const Impl& checked(const std::shared_ptr<const Impl>& impl) {
   if (!impl) throw InputError("[Tokenizer] used before Tokenizer::load");
   return *impl;
 }
 
-}  // namespace
-
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
-  const Impl& t = checked(impl_);
-  // Added tokens matched on the raw text first, then, after each remaining segment is normalized
-  // (NFC; SentencePiece-style files: "▁" prepended, spaces spelled "▁"), those matched on that.
+// The ids of `text` without the post-processor's special tokens. Added tokens are matched on
+// the raw text first, then, after each remaining segment is normalized (NFC; SentencePiece-style
+// files: "▁" prepended, spaces spelled "▁"; WordPiece: BERT's normalizer), those matched on that.
+std::vector<int32_t> encode_text(const Impl& t, std::string_view text) {
   std::vector<Segment> raw, segments;
   split_added(t, text, /*normalized=*/false, raw);
   std::deque<std::string> normalized;  // the normalized segments' storage (stable addresses)
@@ -213,7 +247,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
       continue;
     }
     std::string_view view = s.text;
-    if (t.normalize_nfc || t.normalize_prepend || t.normalize_replace) {
+    if (t.bert_normalizer) {
+      view = normalized.emplace_back(text::bert_normalize(s.text, *t.bert_normalizer));
+    } else if (t.normalize_nfc || t.normalize_prepend || t.normalize_replace) {
       std::string& n = normalized.emplace_back(t.normalize_nfc ? text::nfc(s.text) : std::string(s.text));
       if (t.normalize_replace) n = replace_spaces(t, n);
       if (t.normalize_prepend && !n.empty()) n = t.meta + n;
@@ -226,10 +262,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
       segments[k].at_start = at_start && !segments[k].added_id && segments[k].text.data() == view.data();
   }
   std::vector<int32_t> ids;
-  if (add_special) ids = t.prefix;
   for (const Segment& s : segments) {
     if (s.added_id) {
       ids.push_back(*s.added_id);
+    } else if (t.wordpiece) {
+      for (std::string_view word : text::bert_pre_tokenize(s.text)) encode_wordpiece(t, word, ids);
     } else if (t.sentencepiece) {
       if (!s.text.empty()) encode_sentencepiece(t, s.text, s.at_start, ids);
     } else if (t.split_pattern) {
@@ -238,11 +275,72 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
       encode_piece(t, s.text, ids);
     }
   }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
+  const Impl& t = checked(impl_);
+  std::vector<int32_t> ids = add_special ? t.prefix : std::vector<int32_t>();
+  const std::vector<int32_t> body = encode_text(t, text);
+  ids.insert(ids.end(), body.begin(), body.end());
   if (add_special) ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
   return ids;
 }
 
+Encoding Tokenizer::encode_pair(std::string_view a, std::string_view b, bool add_special) const {
+  const Impl& t = checked(impl_);
+  const std::vector<int32_t> sequences[2] = {encode_text(t, a), encode_text(t, b)};
+  Encoding out;
+  for (const Impl::PairPiece& piece : t.pair) {
+    if (piece.sequence < 0 && !add_special) continue;
+    const std::vector<int32_t>& ids = piece.sequence < 0 ? piece.ids : sequences[piece.sequence];
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    out.type_ids.insert(out.type_ids.end(), ids.size(), piece.type_id);
+  }
+  return out;
+}
+
 namespace {
+
+// `s` with every `from` replaced by `to`, left to right (as Rust's str::replace).
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = s.find(from, at)) != std::string_view::npos; at = hit + from.size()) {
+    out += s.substr(at, hit - at);
+    out += to;
+  }
+  out += s.substr(at);
+  return out;
+}
+
+// The WordPiece decoder: a token after the first loses the prefix ("##") or gets a leading " ";
+// with cleanup each token (its space included) then loses the spaces `tokenizers`' cleanup
+// removes before punctuation and in contractions.
+std::string decode_wordpiece(const Tokenizer& tok, const Impl& t, std::span<const int32_t> ids,
+                             bool skip_special) {
+  static constexpr std::pair<std::string_view, std::string_view> kCleanup[] = {
+      {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},    {" n't", "n't"},
+      {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+  };
+  std::string out;
+  bool first = true;
+  for (int32_t id : ids) {
+    const std::string& token = tok.id_to_token(id);
+    if (skip_special && t.special[id]) continue;
+    std::string piece = first                                ? token
+                        : token.starts_with(t.decode_prefix) ? token.substr(t.decode_prefix.size())
+                                                             : " " + token;
+    first = false;
+    if (t.decode_cleanup) {
+      for (const auto& [from, to] : kCleanup) piece = replace_all(piece, from, to);
+    }
+    out += piece;
+  }
+  return out;
+}
 
 // SentencePiece-style decoding: "▁" read as a space, <0xXX> tokens as their byte (when the
 // decoder has a ByteFallback step), then the leading spaces the encoder's prefix added stripped.
@@ -279,6 +377,7 @@ std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   const Impl& t = checked(impl_);
+  if (t.wordpiece) return decode_wordpiece(*this, t, ids, skip_special);
   if (t.sentencepiece) return decode_sentencepiece(*this, t, ids, skip_special);
   // The byte-level alphabet backwards: character → byte.
   static const std::unordered_map<char32_t, uint8_t> char_to_byte = [] {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensorgrad/tokenizer.h"
+#include "text/bert_normalize.h"
 #include "text/pretokenize.h"
 
 namespace tg {
@@ -65,9 +66,31 @@ struct Tokenizer::Impl {
   bool decode_bytes = false;
   int strip_start = 0;
 
-  // What encode(…, add_special = true) puts around the ids (TemplateProcessing's "single").
+  // WordPiece (BERT-family files) instead of BPE: the BertNormalizer (or none), the
+  // BertPreTokenizer, then per word the longest vocabulary entries from the left, those after
+  // the first spelled with `continuing_prefix`; a word of more than `max_word_chars` code points,
+  // or with a position where no entry matches, is `unk_token`.
+  bool wordpiece = false;
+  std::string continuing_prefix = "##", unk_token;
+  size_t max_word_chars = 100;
+  std::optional<text::BertNormalizer> bert_normalizer;
+  // The WordPiece decoder: tokens joined, a token after the first losing `decode_prefix` or
+  // else getting a leading " "; with cleanup, spaces before punctuation and in contractions
+  // removed per token.
+  std::string decode_prefix = "##";
+  bool decode_cleanup = true;
+
+  // What encode(…, add_special = true) puts around the ids (the post-processor's single form).
   std::vector<int32_t> prefix, suffix;
   std::optional<int32_t> bos, eos;
+  // The post-processor's pair form: sequences A and B and special tokens in order, each with
+  // its type id; without add_special only the sequences are kept, with their type ids.
+  struct PairPiece {
+    int sequence;  // 0: A, 1: B, -1: the special tokens `ids`
+    std::vector<int32_t> ids;
+    int32_t type_id;
+  };
+  std::vector<PairPiece> pair = {{0, {}, 0}, {1, {}, 1}};
 
   // Byte-pair merges of one word (its byte-level spelling) are the same every time: cached.
   mutable std::mutex cache_mutex;

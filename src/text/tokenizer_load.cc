@@ -48,14 +48,36 @@ void set_token(Tokenizer::Impl& t, int64_t id, const std::string& token) {
   t.assigned[id] = true;
 }
 
+void read_vocab(Tokenizer::Impl& t, const json& model, const std::string& type) {
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    fail(t.file, "the " + type + " model has no vocab object");
+  for (const auto& [token, id] : model["vocab"].items()) {
+    set_token(t, id.get<int64_t>(), token);
+    t.ids[token] = id.get<int32_t>();
+  }
+}
+
+void read_wordpiece(Tokenizer::Impl& t, const json& model) {
+  t.wordpiece = true;
+  t.unk_token = value_or<std::string>(model, "unk_token", "[UNK]");
+  t.continuing_prefix = value_or<std::string>(model, "continuing_subword_prefix", "##");
+  const int64_t max_chars = value_or<int64_t>(model, "max_input_chars_per_word", 100);
+  if (max_chars < 0) fail(t.file, "max_input_chars_per_word is " + std::to_string(max_chars));
+  t.max_word_chars = static_cast<size_t>(max_chars);
+  read_vocab(t, model, "WordPiece");
+  // A missing unk token is an error only when a word needs it (encode says so), as in `tokenizers`.
+  if (auto it = t.ids.find(t.unk_token); it != t.ids.end()) t.unk_id = it->second;
+}
+
 void read_model(Tokenizer::Impl& t, const json& model) {
   if (!model.is_object()) fail(t.file, "no \"model\" object");
   const std::string type = value_or<std::string>(model, "type", "BPE");
+  if (type == "WordPiece") return read_wordpiece(t, model);
   if (type != "BPE")
     fail(t.file,
          "model type \"" + type +
-             "\" is not supported (only byte-level BPE, as GPT-2's and Llama 3's, and SentencePiece-style "
-             "BPE, as Llama 2's)");
+             "\" is not supported (only byte-level BPE, as GPT-2's and Llama 3's, SentencePiece-style BPE, "
+             "as Llama 2's, and WordPiece, as BERT's)");
   if (value_or<double>(model, "dropout", 0.0) != 0.0) fail(t.file, "BPE dropout is not supported");
   if (!value_or<std::string>(model, "continuing_subword_prefix", "").empty() ||
       !value_or<std::string>(model, "end_of_word_suffix", "").empty())
@@ -64,12 +86,7 @@ void read_model(Tokenizer::Impl& t, const json& model) {
   t.fuse_unk = value_or<bool>(model, "fuse_unk", false);
   t.ignore_merges = value_or<bool>(model, "ignore_merges", false);
 
-  if (!model.contains("vocab") || !model["vocab"].is_object())
-    fail(t.file, "the BPE model has no vocab object");
-  for (const auto& [token, id] : model["vocab"].items()) {
-    set_token(t, id.get<int64_t>(), token);
-    t.ids[token] = id.get<int32_t>();
-  }
+  read_vocab(t, model, "BPE");
   if (const std::string unk = value_or<std::string>(model, "unk_token", ""); !unk.empty()) {
     if (auto it = t.ids.find(unk); it != t.ids.end()) t.unk_id = it->second;
   }
@@ -234,7 +251,16 @@ void read_sentencepiece_decoder(Tokenizer::Impl& t, const json& d) {
              "ByteFallback, Fuse, Strip)");
 }
 
-// TemplateProcessing's "single": the special tokens before and after the sequence $A.
+// The ids of a TemplateProcessing's special token `item` ({"SpecialToken": {"id": name, …}}).
+std::vector<int32_t> template_ids(const Tokenizer::Impl& t, const json& p, const json& item) {
+  const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+  if (!p.contains("special_tokens") || !p["special_tokens"].contains(name))
+    fail(t.file, "the post-processor names the special token \"" + name + "\" without its ids");
+  return p["special_tokens"][name].at("ids").get<std::vector<int32_t>>();
+}
+
+// TemplateProcessing: "single", the special tokens before and after the sequence $A, and
+// "pair", its pieces in order with their type ids.
 void read_template(Tokenizer::Impl& t, const json& p) {
   bool after = false;
   for (const json& item : p.at("single")) {
@@ -242,12 +268,44 @@ void read_template(Tokenizer::Impl& t, const json& p) {
       after = true;
       continue;
     }
-    const std::string name = item.at("SpecialToken").at("id").get<std::string>();
-    if (!p.contains("special_tokens") || !p["special_tokens"].contains(name))
-      fail(t.file, "the post-processor names the special token \"" + name + "\" without its ids");
-    for (const json& id : p["special_tokens"][name].at("ids"))
-      (after ? t.suffix : t.prefix).push_back(id.get<int32_t>());
+    for (int32_t id : template_ids(t, p, item)) (after ? t.suffix : t.prefix).push_back(id);
   }
+  if (!p.contains("pair") || p["pair"].is_null()) return;
+  std::vector<Tokenizer::Impl::PairPiece> pair;
+  int sequences[2] = {0, 0};  // how often A and B appear
+  for (const json& item : p["pair"]) {
+    if (!item.contains("Sequence")) {
+      pair.push_back({-1, template_ids(t, p, item), item.at("SpecialToken").value("type_id", 0)});
+      continue;
+    }
+    const json& seq = item["Sequence"];
+    const std::string id = seq.at("id").get<std::string>();
+    if (id != "A" && id != "B") fail(t.file, "the pair template names the sequence \"" + id + "\"");
+    ++sequences[id == "B"];
+    pair.push_back({id == "B" ? 1 : 0, {}, seq.value("type_id", 0)});
+  }
+  if (sequences[0] != 1 || sequences[1] != 1)
+    fail(t.file, "the pair template does not hold $A and $B once each: " + p["pair"].dump().substr(0, 200));
+  t.pair = std::move(pair);
+}
+
+// BertProcessing / RobertaProcessing: {"sep": ["[SEP]", id], "cls": ["[CLS]", id]}. Single:
+// cls A sep. Pair: BERT's cls A sep B sep with types 0 up to the first sep and 1 after;
+// RoBERTa's cls A sep sep B sep, every type 0 (with or without the special tokens).
+void read_bert_processing(Tokenizer::Impl& t, const json& p, bool roberta) {
+  const auto token_id = [&](const char* key) {
+    if (!p.contains(key) || !p[key].is_array() || p[key].size() != 2)
+      fail(t.file, "the post-processor's \"" + std::string(key) +
+                       "\" is not [token, id]: " + p.dump().substr(0, 200));
+    return p[key][1].get<int32_t>();
+  };
+  const int32_t cls = token_id("cls"), sep = token_id("sep");
+  t.prefix = {cls};
+  t.suffix = {sep};
+  if (roberta)
+    t.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep, sep}, 0}, {1, {}, 0}, {-1, {sep}, 0}};
+  else
+    t.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}, {1, {}, 1}, {-1, {sep}, 1}};
 }
 
 void read_post_processor(Tokenizer::Impl& t, const json& p) {
@@ -255,11 +313,60 @@ void read_post_processor(Tokenizer::Impl& t, const json& p) {
   const std::string type = type_of(p);
   if (type == "ByteLevel") return;  // offsets only
   if (type == "TemplateProcessing") return read_template(t, p);
+  if (type == "BertProcessing" || type == "RobertaProcessing")
+    return read_bert_processing(t, p, type == "RobertaProcessing");
   if (type == "Sequence") {
     for (const json& step : p.at("processors")) read_post_processor(t, step);
     return;
   }
-  fail(t.file, "post-processor " + type + " is not supported (ByteLevel, TemplateProcessing)");
+  fail(t.file, "post-processor " + type +
+                   " is not supported (ByteLevel, TemplateProcessing, BertProcessing, RobertaProcessing)");
+}
+
+// WordPiece's pipeline: the BertNormalizer or none, the BertPreTokenizer, the WordPiece decoder.
+void read_wordpiece_parts(Tokenizer::Impl& t, const json& normalizer, const json& pre, const json& decoder) {
+  if (!normalizer.is_null()) {
+    if (type_of(normalizer) != "BertNormalizer")
+      fail(t.file, "normalizer " + type_of(normalizer) +
+                       " with WordPiece is not supported (BertNormalizer, or none): " +
+                       normalizer.dump().substr(0, 200));
+    text::BertNormalizer n;
+    n.clean_text = value_or<bool>(normalizer, "clean_text", true);
+    n.handle_chinese_chars = value_or<bool>(normalizer, "handle_chinese_chars", true);
+    n.lowercase = value_or<bool>(normalizer, "lowercase", true);
+    n.strip_accents = value_or<bool>(normalizer, "strip_accents", n.lowercase);  // null: as lowercase
+    t.bert_normalizer = n;
+  }
+  if (type_of(pre) != "BertPreTokenizer")
+    fail(t.file, "pre-tokenizer " + type_of(pre) + " with WordPiece is not supported (BertPreTokenizer)");
+  if (type_of(decoder) != "WordPiece")
+    fail(t.file, "decoder " + type_of(decoder) + " with WordPiece is not supported (WordPiece)");
+  t.decode_prefix = value_or<std::string>(decoder, "prefix", "##");
+  t.decode_cleanup = value_or<bool>(decoder, "cleanup", true);
+}
+
+// Byte-level or SentencePiece-style BPE: which one the normalizer, pre-tokenizer and model say,
+// and the parts each allows.
+void read_bpe_parts(Tokenizer::Impl& t, const json& normalizer, const json& pre, const json& decoder) {
+  if (!normalizer.is_null()) read_normalizer(t, normalizer);
+  // SentencePiece-style: byte fallback, a normalizer spelling spaces "▁", the Metaspace
+  // pre-tokenizer or none.
+  t.sentencepiece = t.byte_fallback || t.normalize_prepend || t.normalize_replace || pre.is_null() ||
+                    type_of(pre) == "Metaspace";
+  if (t.sentencepiece) {
+    if (!pre.is_null() && type_of(pre) != "Metaspace")
+      fail(t.file, "pre-tokenizer " + type_of(pre) +
+                       " with SentencePiece-style BPE (byte_fallback or a normalizer) is not supported "
+                       "(Metaspace, or none)");
+    if (type_of(pre) == "Metaspace") read_metaspace(t, pre);
+    if (!t.normalize_replace && !t.metaspace)
+      fail(t.file, "no normalizer or pre-tokenizer spells spaces as \"▁\" (not a SentencePiece-style BPE)");
+    read_sentencepiece_decoder(t, decoder);
+  } else {
+    read_pre_tokenizer(t, pre);
+    if (type_of(decoder) != "ByteLevel")
+      fail(t.file, "decoder " + type_of(decoder) + " is not supported (ByteLevel)");
+  }
 }
 
 std::optional<int32_t> added_special_named(const Tokenizer::Impl& t,
@@ -298,25 +405,11 @@ void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
     const json& normalizer = root.contains("normalizer") ? root["normalizer"] : none;
     const json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : none;
     const json decoder = root.contains("decoder") ? root["decoder"] : json();
-    if (!normalizer.is_null()) read_normalizer(t, normalizer);
-    // SentencePiece-style: byte fallback, a normalizer spelling spaces "▁", the Metaspace
-    // pre-tokenizer or none.
-    t.sentencepiece = t.byte_fallback || t.normalize_prepend || t.normalize_replace || pre.is_null() ||
-                      type_of(pre) == "Metaspace";
     if (root.contains("added_tokens")) read_added_tokens(t, root["added_tokens"]);
-    if (t.sentencepiece) {
-      if (!pre.is_null() && type_of(pre) != "Metaspace")
-        fail(t.file, "pre-tokenizer " + type_of(pre) +
-                         " with SentencePiece-style BPE (byte_fallback or a normalizer) is not supported "
-                         "(Metaspace, or none)");
-      if (type_of(pre) == "Metaspace") read_metaspace(t, pre);
-      if (!t.normalize_replace && !t.metaspace)
-        fail(t.file, "no normalizer or pre-tokenizer spells spaces as \"▁\" (not a SentencePiece-style BPE)");
-      read_sentencepiece_decoder(t, decoder);
+    if (t.wordpiece) {
+      read_wordpiece_parts(t, normalizer, pre, decoder);
     } else {
-      read_pre_tokenizer(t, pre);
-      if (type_of(decoder) != "ByteLevel")
-        fail(t.file, "decoder " + type_of(decoder) + " is not supported (ByteLevel)");
+      read_bpe_parts(t, normalizer, pre, decoder);
     }
     if (root.contains("post_processor")) read_post_processor(t, root["post_processor"]);
   } catch (const json::exception& e) {
@@ -326,11 +419,12 @@ void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
                             : added_special_named(t, {"<|begin_of_text|>", "<s>"});
   t.eos = !t.suffix.empty() ? std::optional(t.suffix.back())
                             : added_special_named(t, {"<|end_of_text|>", "</s>", "<|endoftext|>"});
-  for (const auto* added : {&t.prefix, &t.suffix}) {
-    for (int32_t id : *added) {
-      if (id < 0 || static_cast<size_t>(id) >= t.tokens.size() || !t.assigned[id])
-        fail(t.file, "the post-processor adds the id " + std::to_string(id) + ", which names no token");
-    }
+  std::vector<int32_t> added = t.prefix;
+  added.insert(added.end(), t.suffix.begin(), t.suffix.end());
+  for (const auto& piece : t.pair) added.insert(added.end(), piece.ids.begin(), piece.ids.end());
+  for (int32_t id : added) {
+    if (id < 0 || static_cast<size_t>(id) >= t.tokens.size() || !t.assigned[id])
+      fail(t.file, "the post-processor adds the id " + std::to_string(id) + ", which names no token");
   }
 }
 

@@ -143,19 +143,19 @@ TEST(PretrainedErrors, ConfigTheModelCannotBuild) {
 }
 
 TEST(PretrainedErrors, UnsupportedArchitecture) {
-  Folder dir("bert");
-  dir.write("config.json", R"({"architectures": ["BertForMaskedLM"], "model_type": "bert"})");
+  Folder dir("t5");
+  dir.write("config.json", R"({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"})");
   EXPECT_HAS(
       load_error(dir),
-      "the architecture \"BertForMaskedLM\", which is not supported; supported: "
+      "the architecture \"T5ForConditionalGeneration\", which is not supported; supported: "
       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
       "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
       "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, GPTNeoXForCausalLM, "
       "PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM, "
-      "GPT2LMHeadModel, "
-      "MambaForCausalLM");
-  dir.write("config.json", R"({"model_type": "bert"})");
-  EXPECT_HAS(load_error(dir), "the architecture by model_type \"bert\", which is not supported");
+      "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
+      "BertForSequenceClassification, RobertaForSequenceClassification, MambaForCausalLM");
+  dir.write("config.json", R"({"model_type": "t5"})");
+  EXPECT_HAS(load_error(dir), "the architecture by model_type \"t5\", which is not supported");
   dir.write("config.json", R"({"hidden_size": 32})");
   EXPECT_HAS(load_error(dir),
              "config.json names no architecture (neither \"architectures\" nor \"model_type\")");

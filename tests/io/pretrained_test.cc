@@ -344,18 +344,18 @@ TEST(Pretrained, Errors) {
   }
   EXPECT_HAS(load_error("/nonexistent/tg_model"), "not a folder");
   {
-    TempFolder dir("bert");
-    dir.write("config.json", R"({"architectures": ["BertForMaskedLM"], "model_type": "bert"})");
+    TempFolder dir("t5");
+    dir.write("config.json", R"({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"})");
     const std::string e = load_error(dir.str());
-    EXPECT_HAS(e, "BertForMaskedLM");
+    EXPECT_HAS(e, "T5ForConditionalGeneration");
     EXPECT_HAS(
         e,
         "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
         "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, "
         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, "
         "Olmo3ForCausalLM, GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM, "
-        "GPT2LMHeadModel, "
-        "MambaForCausalLM");
+        "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
+        "BertForSequenceClassification, RobertaForSequenceClassification, MambaForCausalLM");
   }
   {
     TempFolder dir("no_weights");

@@ -12,6 +12,7 @@
 namespace {
 
 using tg::text::nfc;
+using tg::text::nfd;
 
 std::string from_hex(const std::string& hex) {
   std::string out;
@@ -36,6 +37,34 @@ TEST(Nfc, EqualsCPythonsUnicodedata) {
   EXPECT_EQ(cases, 5969);
   EXPECT_GT(changed, 3000);  // most of the random cases are not in NFC
   EXPECT_EQ(wrong, 0);
+}
+
+// NFD against the same strings: composing it again gives the NFC, and it is its own NFD.
+TEST(Nfd, ComposesBackToCPythonsNfc) {
+  std::ifstream in(std::string(TG_TEST_DATA_DIR) + "/nfc_golden.txt");
+  ASSERT_TRUE(in) << "tests/data/nfc_golden.txt is missing";
+  std::string line;
+  int wrong = 0;
+  while (std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    const std::string text = from_hex(line.substr(0, tab)), want = from_hex(line.substr(tab + 1));
+    const std::string d = nfd(text);
+    if ((nfc(d) != want || nfd(d) != d || nfd(want) != d) && ++wrong <= 5)
+      ADD_FAILURE() << "NFD of " << line.substr(0, tab) << " differs";
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(Nfd, RulesByName) {
+  EXPECT_EQ(nfd("plain ASCII, unchanged"), "plain ASCII, unchanged");
+  EXPECT_EQ(nfd("\u00e9"), "e\u0301");               // decomposed
+  EXPECT_EQ(nfd("\u1ead"), "a\u0323\u0302");         // recursively, marks in class order
+  EXPECT_EQ(nfd("q\u0307\u0323"), "q\u0323\u0307");  // marks sorted by class (220 < 230)
+  EXPECT_EQ(nfd("\u212b"), "A\u030a");               // a singleton, then Å
+  EXPECT_EQ(nfd("\uac01"), "\u1100\u1161\u11a8");    // Hangul LVT by arithmetic
+  EXPECT_EQ(nfd("\u00e9\xff\u00e9"),
+            "e\u0301\xff"
+            "e\u0301");  // an invalid byte kept
 }
 
 TEST(Nfc, RulesByName) {

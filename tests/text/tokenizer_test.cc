@@ -1,10 +1,11 @@
-// The byte-level BPE tokenizer: ids derived by hand on a tiny tokenizer.json, the two
-// pre-tokenizer regexes on hand-checked strings, round trips over any bytes, errors, and ids
-// from Hugging Face `tokenizers` (tests/text/gen_tokenizer_golden.py).
+// The BPE and WordPiece tokenizers: ids derived by hand on tiny tokenizer.json files, the
+// pre-tokenizer regexes on hand-checked strings, round trips over any bytes, pair encodings,
+// errors, and ids from Hugging Face `tokenizers` (tests/text/gen_tokenizer_golden.py).
 #include "tensorgrad/tokenizer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -180,6 +181,185 @@ TEST(Tokenizer, SentencePieceStyleLongLine) {
   EXPECT_EQ(tok.decode(want), line);
 }
 
+// A WordPiece tokenizer.json as BERT's files are, over a small vocabulary: [PAD] [UNK] [CLS]
+// [SEP] [MASK] as added special tokens 0-4, then un:5 ##aff:6 ##able:7 aff:8 ##a:9 a:10 b:11
+// ##b:12 cafe:13 café:14 !:15 ,:16 中:17; [CLS] $A [SEP] as BertProcessing; words of at most 10
+// code points. `cased`: no lowercasing and no accent stripping.
+nlohmann::json wordpiece_json(bool cased) {
+  nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
+  int32_t id = 0;
+  for (const char* token : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "aff",
+                            "##a", "a", "b", "##b", "cafe", "café", "!", ",", "中"}) {
+    if (id < 5) added.push_back({{"id", id}, {"content", token}, {"special", true}, {"normalized", false}});
+    vocab[token] = id++;
+  }
+  return {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "BertNormalizer"},
+        {"clean_text", true},
+        {"handle_chinese_chars", true},
+        {"strip_accents", nullptr},
+        {"lowercase", !cased}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor", {{"type", "BertProcessing"}, {"sep", {"[SEP]", 3}}, {"cls", {"[CLS]", 2}}}},
+      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+      {"model",
+       {{"type", "WordPiece"},
+        {"unk_token", "[UNK]"},
+        {"continuing_subword_prefix", "##"},
+        {"max_input_chars_per_word", 10},
+        {"vocab", vocab}}},
+  };
+}
+
+TEST(Tokenizer, WordPieceHandDerivedIds) {
+  const auto uncased = tg::Tokenizer::load(write_temp("wp_uncased.json", wordpiece_json(false).dump()));
+  const auto cased = tg::Tokenizer::load(write_temp("wp_cased.json", wordpiece_json(true).dump()));
+  struct Case {
+    const char* text;
+    Ids ids;
+  };
+  const Case both[] = {
+      // Longest match from the left: "un", then "##aff" (not "##a"), then "##able".
+      {"unaffable", {5, 6, 7}},
+      {"affable", {8, 7}},
+      {"unb", {5, 12}},
+      // "##c" is no entry: the whole word is unk, not "un" [UNK].
+      {"unc", {1}},
+      // "b" starts a word; "##b" only continues one: "bb" is b ##b, "ba" b ##a.
+      {"bb ba", {11, 12, 11, 9}},
+      // Ten code points is the most a word may have: eleven make it unk though every piece exists.
+      {"unaffableb", {5, 6, 7, 12}},
+      {"unaffablebb", {1}},
+      // Punctuation is a word of its own; whitespace (tab, newline, U+3000) only separates.
+      {"a,b!", {10, 16, 11, 15}},
+      {" a \t b\n\u3000a", {10, 11, 10}},
+      // CJK ideographs are spaced out before the split: "a 中 b", not one word "a中b".
+      {"a\u4e2db", {10, 17, 11}},
+      // Controls dropped; U+00A0 is a space.
+      {"a\u0007b\u00a0a", {10, 12, 10}},
+      // Added tokens are matched on the raw text, before normalization.
+      {"a[MASK]b", {10, 4, 11}},
+      {"", {}},
+  };
+  for (const auto& c : both) {
+    EXPECT_EQ(uncased.encode(c.text), c.ids) << c.text;
+    EXPECT_EQ(cased.encode(c.text), c.ids) << c.text;
+  }
+  // Uncased: lowercased, accents stripped (composed or not); cased: kept as they are.
+  EXPECT_EQ(uncased.encode("UnAffABLE"), Ids({5, 6, 7}));
+  EXPECT_EQ(cased.encode("UnAffABLE"), Ids({1}));
+  EXPECT_EQ(uncased.encode("caf\u00e9 CAF\u00c9 cafe\u0301"), Ids({13, 13, 13}));
+  EXPECT_EQ(cased.encode("caf\u00e9"), Ids({14}));
+  EXPECT_EQ(cased.encode("cafe\u0301"), Ids({1}));      // no NFC either: "cafe" + U+0301 is one word
+  EXPECT_EQ(uncased.encode("[mask]"), Ids({1, 1, 1}));  // "[", "mask", "]": none in the vocabulary
+  // BertProcessing: [CLS] $A [SEP].
+  EXPECT_EQ(uncased.encode("unb!", true), Ids({2, 5, 12, 15, 3}));
+  EXPECT_EQ(uncased.bos_id(), 2);
+  EXPECT_EQ(uncased.eos_id(), 3);
+
+  // The decoder: "##" pieces joined to the word before, other tokens after a " ", which the
+  // cleanup then removes before "!" and ",".
+  EXPECT_EQ(uncased.decode(Ids{5, 6, 7, 10, 16, 11, 15}), "unaffable a, b!");
+  EXPECT_EQ(uncased.decode(Ids{2, 5, 12, 3}), "[CLS] unb [SEP]");
+  EXPECT_EQ(uncased.decode(Ids{2, 5, 12, 3}, /*skip_special=*/true), "unb");
+  EXPECT_EQ(uncased.decode(Ids{12, 11}), "##b b");  // the first token keeps its prefix
+  nlohmann::json no_cleanup = wordpiece_json(false);
+  no_cleanup["decoder"]["cleanup"] = false;
+  const auto raw = tg::Tokenizer::load(write_temp("wp_no_cleanup.json", no_cleanup.dump()));
+  EXPECT_EQ(raw.decode(Ids{10, 16, 11, 15}), "a , b !");
+}
+
+// encode_pair lays a pair out as the file's post-processor says, with its type ids.
+TEST(Tokenizer, EncodePair) {
+  const std::string a = "Hello world, the [MASK] sat.", b = "Don't stop!";
+  const auto concat = [](std::initializer_list<Ids> parts) {
+    Ids out;
+    for (const Ids& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  const auto types = [](std::initializer_list<std::pair<size_t, int32_t>> runs) {
+    Ids out;
+    for (auto [n, type] : runs) out.insert(out.end(), n, type);
+    return out;
+  };
+  // bert: TemplateProcessing "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"; bert_cased: BertProcessing,
+  // the same layout. Without the special tokens A keeps type 0 and B type 1.
+  for (const char* name : {"bert", "bert_cased"}) {
+    const auto tok = tg::Tokenizer::load(kData + "/" + name);
+    const Ids ea = tok.encode(a), eb = tok.encode(b);
+    const int32_t cls = *tok.token_to_id("[CLS]"), sep = *tok.token_to_id("[SEP]");
+    const tg::Encoding e = tok.encode_pair(a, b);
+    EXPECT_EQ(e.ids, concat({{cls}, ea, {sep}, eb, {sep}})) << name;
+    EXPECT_EQ(e.type_ids, types({{ea.size() + 2, 0}, {eb.size() + 1, 1}})) << name;
+    const tg::Encoding plain = tok.encode_pair(a, b, /*add_special=*/false);
+    EXPECT_EQ(plain.ids, concat({ea, eb})) << name;
+    EXPECT_EQ(plain.type_ids, types({{ea.size(), 0}, {eb.size(), 1}})) << name;
+    EXPECT_EQ(tok.encode_pair("", "").ids, Ids({cls, sep, sep})) << name;
+  }
+  // llama3: "<|begin_of_text|> $A <|begin_of_text|> $B", every type 0 (B's too, as the template
+  // says, with or without the special tokens).
+  {
+    const auto tok = tg::Tokenizer::load(kData + "/llama3");
+    const Ids ea = tok.encode(a), eb = tok.encode(b);
+    const tg::Encoding e = tok.encode_pair(a, b);
+    EXPECT_EQ(e.ids, concat({{0}, ea, {0}, eb}));
+    EXPECT_EQ(e.type_ids, types({{ea.size() + eb.size() + 2, 0}}));
+    const tg::Encoding plain = tok.encode_pair(a, b, false);
+    EXPECT_EQ(plain.ids, concat({ea, eb}));
+    EXPECT_EQ(plain.type_ids, types({{ea.size() + eb.size(), 0}}));
+  }
+  // llama2: "<s>:0 $A:0 <s>:1 $B:1".
+  {
+    const auto tok = tg::Tokenizer::load(kData + "/llama2");
+    const Ids ea = tok.encode(a), eb = tok.encode(b);
+    const tg::Encoding e = tok.encode_pair(a, b);
+    EXPECT_EQ(e.ids, concat({{1}, ea, {1}, eb}));
+    EXPECT_EQ(e.type_ids, types({{ea.size() + 1, 0}, {eb.size() + 1, 1}}));
+  }
+  // gpt2: no pair form (a ByteLevel post-processor): A then B, types 0 and 1, either way.
+  {
+    const auto tok = tg::Tokenizer::load(kData + "/gpt2");
+    const Ids ea = tok.encode(a), eb = tok.encode(b);
+    for (bool add_special : {true, false}) {
+      const tg::Encoding e = tok.encode_pair(a, b, add_special);
+      EXPECT_EQ(e.ids, concat({ea, eb}));
+      EXPECT_EQ(e.type_ids, types({{ea.size(), 0}, {eb.size(), 1}}));
+    }
+  }
+  // RobertaProcessing: <s> A </s> </s> B </s>, every type 0.
+  {
+    nlohmann::json j = nlohmann::json::parse(read_file(kData + "/tiny.json"));
+    j["post_processor"] = {{"type", "RobertaProcessing"},
+                           {"sep", {"<|endoftext|>", 12}},
+                           {"cls", {"ab", 11}},
+                           {"trim_offsets", true},
+                           {"add_prefix_space", false}};
+    const auto tok = tg::Tokenizer::load(write_temp("tiny_roberta.json", j.dump()));
+    EXPECT_EQ(tok.encode("low", true), Ids({11, 9, 12}));
+    const tg::Encoding e = tok.encode_pair("low", "bca");
+    EXPECT_EQ(e.ids, Ids({11, 9, 12, 12, 13, 1, 12}));
+    EXPECT_EQ(e.type_ids, Ids(7, 0));
+    const tg::Encoding plain = tok.encode_pair("low", "bca", false);
+    EXPECT_EQ(plain.ids, Ids({9, 13, 1}));
+    EXPECT_EQ(plain.type_ids, Ids(3, 0));
+  }
+}
+
+// BERT's special tokens in text: "[MASK]" is the token wherever it stands, "[mask]" is not.
+TEST(Tokenizer, BertMaskInText) {
+  const auto tok = tg::Tokenizer::load(kData + "/bert");
+  const int32_t mask = *tok.token_to_id("[MASK]");
+  const Ids ids = tok.encode("the [MASK] sat");
+  EXPECT_EQ(ids.size(), tok.encode("the").size() + 1 + tok.encode("sat").size());
+  EXPECT_EQ(ids[tok.encode("the").size()], mask);
+  const Ids lower = tok.encode("the [mask] sat");
+  EXPECT_EQ(std::count(lower.begin(), lower.end(), mask), 0);
+  EXPECT_EQ(tok.decode(ids), "the [MASK] sat");
+}
+
 struct SplitCase {
   const char* text;
   Pieces pieces;
@@ -295,7 +475,7 @@ TEST(Tokenizer, Errors) {
   };
   expect_error("not json {", "not valid JSON");
   expect_error(R"({"version": "1.0"})", "no \"model\"");
-  expect_error(replaced(R"("type": "BPE")", R"("type": "WordPiece")"), "model type \"WordPiece\"");
+  expect_error(replaced(R"("type": "BPE")", R"("type": "Unigram")"), "model type \"Unigram\"");
   expect_error(
       replaced(R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
   "post_processor")",
@@ -327,16 +507,45 @@ std::string load_error(const std::string& path) {
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
-// BERT's tokenizer.json: valid JSON, another model. Before, the normalizer was judged first
-// ("normalizer BertNormalizer is not supported"), which hid what the file is.
-TEST(TokenizerErrors, WordPieceFile) {
-  const std::string path = write_temp("wordpiece.json", R"({"version": "1.0", "added_tokens": [],
+// A WordPiece file with parts other than BERT's: each named in the error.
+TEST(TokenizerErrors, WordPieceUnsupportedParts) {
+  const nlohmann::json base = nlohmann::json::parse(R"({"version": "1.0", "added_tokens": [],
     "normalizer": {"type": "BertNormalizer", "clean_text": true, "lowercase": true},
     "pre_tokenizer": {"type": "BertPreTokenizer"}, "post_processor": null,
     "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
     "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
               "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}})");
-  EXPECT_HAS(load_error(path), "model type \"WordPiece\" is not supported (only byte-level BPE");
+  // The file itself loads: "AB a b" is "ab" (a ##b), "a", and "b", which no entry starts.
+  const auto tok = tg::Tokenizer::load(write_temp("wordpiece.json", base.dump()));
+  EXPECT_EQ(tok.encode("AB a b"), Ids({1, 2, 1, 0}));
+  auto error_with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json j = base;
+    j[key] = value;
+    return load_error(write_temp("wp_part.json", j.dump()));
+  };
+  EXPECT_HAS(error_with("normalizer", {{"type", "NFKC"}}),
+             "normalizer NFKC with WordPiece is not supported (BertNormalizer, or none)");
+  EXPECT_HAS(error_with("normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}}}}),
+             "normalizer Sequence with WordPiece is not supported");
+  EXPECT_HAS(error_with("pre_tokenizer", {{"type", "Whitespace"}}),
+             "pre-tokenizer Whitespace with WordPiece is not supported (BertPreTokenizer)");
+  EXPECT_HAS(error_with("pre_tokenizer", nullptr), "pre-tokenizer null with WordPiece is not supported");
+  EXPECT_HAS(error_with("decoder", {{"type", "ByteLevel"}}),
+             "decoder ByteLevel with WordPiece is not supported (WordPiece)");
+  EXPECT_HAS(error_with("post_processor",
+                        {{"type", "BertProcessing"}, {"sep", {"[SEP]", 7}}, {"cls", {"[CLS]", 8}}}),
+             "the post-processor adds the id 8, which names no token");
+  // Without its unk token in the vocab the file loads; a word that needs it cannot be encoded.
+  nlohmann::json no_unk = base;
+  no_unk["model"]["unk_token"] = "<unk>";
+  const auto tok2 = tg::Tokenizer::load(write_temp("wp_no_unk.json", no_unk.dump()));
+  EXPECT_EQ(tok2.encode("ab"), Ids({1, 2}));
+  try {
+    tok2.encode("ab b");
+    ADD_FAILURE() << "no error for a word that needs the missing unk token";
+  } catch (const tg::TokenizerError& e) {
+    EXPECT_HAS(std::string(e.what()), "the word \"b\" needs the WordPiece unk_token \"<unk>\"");
+  }
 }
 
 // T5's and ALBERT's tokenizer.json: a Unigram model, whose vocab is a list of [piece, score].
@@ -347,6 +556,7 @@ TEST(TokenizerErrors, UnigramFile) {
     "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"},
     "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["▁a", -1.5]]}})");
   EXPECT_HAS(load_error(path), "model type \"Unigram\" is not supported (only byte-level BPE");
+  EXPECT_HAS(load_error(path), "and WordPiece, as BERT's)");
 }
 
 // A SentencePiece-style file that never spells spaces as "▁" (a Prepend alone) is refused.
@@ -420,9 +630,9 @@ TEST(TokenizerErrors, MissingFileOrADirectory) {
   fs::remove_all(dir.parent_path());
 }
 
-// Ids from `tokenizers` itself, for the tokenizers gen_tokenizer_golden.py trains: two
-// byte-level (GPT-2's and Llama 3's pre-tokenizers) and two SentencePiece-style (Llama 2's
-// normalizer, and the Metaspace pre-tokenizer).
+// Ids and decodes from `tokenizers` itself, for the tokenizers gen_tokenizer_golden.py trains:
+// byte-level (GPT-2's, Llama 3's and Qwen2's pre-tokenizers), SentencePiece-style (Llama 2's
+// normalizer, and the Metaspace pre-tokenizer) and WordPiece (uncased and cased BERT).
 TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
   const auto from_hex = [](const std::string& hex) {
     std::string bytes;
@@ -430,7 +640,7 @@ TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
       bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
     return bytes;
   };
-  for (const char* name : {"gpt2", "llama3", "llama2", "metaspace", "qwen2"}) {
+  for (const char* name : {"gpt2", "llama3", "llama2", "metaspace", "qwen2", "bert", "bert_cased"}) {
     const std::string folder = kData + "/" + name;
     if (!fs::exists(folder + "/golden.txt")) {
       GTEST_SKIP() << folder
