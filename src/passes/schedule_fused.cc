@@ -131,10 +131,15 @@ bool Scheduler::cast_waits(int32_t id) const {
 ProductCandidates Scheduler::product_candidates(int32_t id) {
   const ir::Node& n = g_.node(id);
   ProductCandidates c;
-  auto joinable = [&](int32_t x) {  // alone in its group, or in an elementwise one
+  // Alone in its group, or in an elementwise one that does not accumulate x: a reduction sink
+  // stays with the value it sums (the sinks kernel computes that value itself).
+  auto joinable = [&](int32_t x) {
     const KernelGroup& grp =
         s_.fusion.groups[static_cast<size_t>(s_.fusion.group_of[static_cast<size_t>(x)])];
-    return grp.nodes.size() == 1 || grp.kind == KernelGroup::Kind::kElementwise;
+    if (grp.nodes.size() == 1) return true;
+    return grp.kind == KernelGroup::Kind::kElementwise &&
+           std::none_of(grp.nodes.begin(), grp.nodes.end(),
+                        [&](int32_t m) { return g_.node(m).op == Op::kSum && g_.node(m).inputs[0] == x; });
   };
   int32_t a = n.inputs[0];
   if (const int32_t d = deferrable_cast_[static_cast<size_t>(a)];

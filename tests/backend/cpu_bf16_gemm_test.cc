@@ -146,7 +146,7 @@ TEST(CpuBf16Gemm, MatmulProgramsOnEveryPathMatchRef) {
   using namespace op_test;
   struct Row {
     std::string name;
-    std::vector<InputSpec> inputs;
+    std::vector<op_test::InputSpec> inputs;
     BuildFn build;
     Tol tol{1e-5, 1e-6};  // half_op_test's: f32 accumulation of exact bf16 products
   };

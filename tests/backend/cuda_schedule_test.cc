@@ -218,4 +218,51 @@ TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
   EXPECT_EQ(norms_alone(s, g), kLayers);
   EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.norm_step >= 0; }), kLayers * (1 + 2) + 1);
 }
+// Every Sum an elementwise group accumulates is a reduction sink of that group: an f32 value the
+// group computes, of the group's shape (what fused_sinks_kernel emits). A BERT classifier's
+// training step (padding mask, learned positions sliced to the sequence, token types, pooler)
+// once left a sink in a group that did not compute its input.
+TEST(CudaSchedule, SinksAreReductionsOfTheirOwnGroup) {
+  nn::Bert bert({.vocab = 60,
+                 .d_model = 384,
+                 .layers = 1,
+                 .heads = 6,
+                 .mlp_hidden = 1536,
+                 .max_positions = 64,
+                 .pooler = true,
+                 .labels = 3});
+  auto train = compile_train(bert,
+                             [&](Tensor ids, Tensor mask, Tensor labels) {
+                               return cross_entropy(bert.classify(bert.hidden(ids, mask)), labels);
+                             },
+                             {.inputs = {{"ids", {4, 64}, DType::kI32},
+                                         {"mask", {4, 64}, DType::kI32},
+                                         {"labels", {4}, DType::kI32}},
+                              .optimizer = AdamW{.lr = 1e-3},
+                              .device = Device::ref()});
+  const ir::Graph& g = detail::compiled_graph(train);
+  const backend::cuda::CudaCapabilities caps(tg::testing::sm90_device(), backend::PrepareOptions{});
+  const passes::Schedule s = passes::schedule(g, caps);
+  int sinks = 0;
+  for (const Step& st : s.steps) {
+    if (st.kind != Step::Kind::kGroup) continue;
+    Shape shape;
+    for (int32_t id : st.nodes)
+      if (g.node(id).op != ir::Op::kSum) shape = g.node(id).shape;
+    for (int32_t id : st.nodes) {
+      const ir::Node& n = g.node(id);
+      if (n.op != ir::Op::kSum) continue;
+      ++sinks;
+      const int32_t in = n.inputs[0];
+      EXPECT_TRUE(passes::reduction_sink(g, n)) << "sum %" << id;
+      EXPECT_NE(std::find(st.nodes.begin(), st.nodes.end(), in), st.nodes.end())
+          << "sum %" << id << " reads %" << in << " (" << ir::op_name(g.node(in).op)
+          << ") from outside its group";
+      EXPECT_EQ(g.node(in).shape, shape) << "sum %" << id;
+      EXPECT_EQ(g.node(in).dtype, DType::kF32) << "sum %" << id;
+    }
+  }
+  EXPECT_GT(sinks, 0);
+}
+
 }  // namespace
