@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <system_error>
@@ -33,11 +34,12 @@ constexpr const char* kUsage =
     "       embed --model FOLDER --fill \"TEXT WITH [MASK]\"\n"
     "\n"
     "Embeds each line of TEXTS (else a built-in set of sentences) with a BERT-family model folder\n"
-    "(BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM: config.json, model.safetensors,\n"
-    "tokenizer.json), pooling its hidden states over each text's tokens (mean, or the first token\n"
-    "with cls; default: the folder's 1_Pooling/config.json, else mean) into unit vectors, and\n"
-    "draws their cosine similarities; --query ranks the texts by similarity to TEXT instead.\n"
-    "A text longer than the model's context is cut to it, with a note.\n"
+    "(BertModel, BertForMaskedLM, BertForSequenceClassification and RoBERTa's three: config.json,\n"
+    "model.safetensors, tokenizer.json), pooling its hidden states over each text's tokens (mean,\n"
+    "or the first token with cls; default: the folder's 1_Pooling/config.json, else mean) into unit\n"
+    "vectors, and draws their cosine similarities; --query ranks the texts by similarity to TEXT.\n"
+    "A text longer than the model's context (or sentence_bert_config.json's max_seq_length) is\n"
+    "cut to it, with a note.\n"
     "--fill: the five likeliest tokens at each mask token of TEXT (a masked-LM folder).\n";
 
 const std::vector<std::string> kTexts = {
@@ -50,13 +52,35 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// sentence-transformers' 1_Pooling/config.json: "pooling_mode_cls_token": true means cls.
-std::string folder_pooling(const std::string& folder) {
-  std::ifstream in(std::filesystem::path(folder) / "1_Pooling" / "config.json");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t at = text.find("\"pooling_mode_cls_token\"");
-  if (at != std::string::npos && text.find("true", at) < text.find_first_of(",}", at)) return "cls";
-  return "mean";
+// What a sentence-transformers folder says about its pooling (1_Pooling/config.json: mean or
+// the first token; another mode is refused, not replaced) and its longest input
+// (sentence_bert_config.json's max_seq_length; 0 when it names none).
+struct SentenceConfig {
+  std::string pooling = "mean";
+  int64_t max_len = 0;
+};
+SentenceConfig sentence_config(const std::string& folder) {
+  namespace fs = std::filesystem;
+  SentenceConfig c;
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  };
+  if (const fs::path p = fs::path(folder) / "1_Pooling" / "config.json"; fs::exists(p)) {
+    const nlohmann::json j = read(p);
+    if (!j.is_object()) throw std::runtime_error(p.string() + " is not a JSON object");
+    for (const char* mode : {"pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
+                             "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"})
+      if (j.value(mode, false))
+        throw std::runtime_error(p.string() + ": " + mode + " is not implemented (mean or cls)");
+    if (j.value("pooling_mode_cls_token", false)) c.pooling = "cls";
+  }
+  if (const fs::path p = fs::path(folder) / "sentence_bert_config.json"; fs::exists(p)) {
+    const nlohmann::json j = read(p);
+    if (j.is_object() && j.contains("max_seq_length") && j["max_seq_length"].is_number_integer())
+      c.max_len = j["max_seq_length"].get<int64_t>();
+  }
+  return c;
 }
 
 // Ids of each text with the tokenizer's [CLS]/[SEP] (or <s>/</s>), cut to `context` tokens.
@@ -200,9 +224,10 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const tg::pretrained::Model m = tg::pretrained::load(folder);
     if (!std::holds_alternative<tg::nn::BertConfig>(m.config))
-      throw std::runtime_error(m.architecture +
-                               " is not a BERT-family encoder (BertModel, BertForMaskedLM, "
-                               "RobertaModel, RobertaForMaskedLM): for text generation use ./generate");
+      throw std::runtime_error(
+          m.architecture +
+          " is not a BERT-family encoder (BertModel, BertForMaskedLM, BertForSequenceClassification "
+          "or RoBERTa's): for text generation use ./generate");
     const auto& c = std::get<tg::nn::BertConfig>(m.config);
     std::printf("%s from %s: %lld layers, width %lld, %lld positions (loaded in %.2f s)\n",
                 m.architecture.c_str(), folder.c_str(), static_cast<long long>(c.layers),
@@ -218,7 +243,8 @@ int main(int argc, char** argv) {
         if (!line.empty()) texts.push_back(line);
       if (texts.empty()) throw std::runtime_error(args.get("file", "") + " has no text lines");
     }
-    const std::string pooling = args.get("pooling", folder_pooling(folder));
+    const SentenceConfig sc = sentence_config(folder);
+    const std::string pooling = args.get("pooling", sc.pooling);
     if (pooling != "mean" && pooling != "cls")
       throw std::runtime_error("--pooling takes mean or cls, not " + pooling);
     const double batch = args.num("batch", 32);
@@ -226,7 +252,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> all = texts;
     if (args.has("query")) all.push_back(args.get("query", ""));
     const auto t1 = std::chrono::steady_clock::now();
-    const auto e = embed(m, tokenize(tok, all, m.context), pooling, static_cast<int64_t>(batch), args);
+    const int64_t max_len = sc.max_len > 0 ? std::min(sc.max_len, m.context) : m.context;
+    const auto e = embed(m, tokenize(tok, all, max_len), pooling, static_cast<int64_t>(batch), args);
     const double s = seconds_since(t1);
     std::printf("embedded %zu texts (%s pooling) in %.3f s, compile included: %.1f texts/s\n", all.size(),
                 pooling.c_str(), s, static_cast<double>(all.size()) / s);

@@ -40,8 +40,23 @@ inline std::filesystem::path locate(const std::string& dir = kDir) {
   return dir;
 }
 
-/// Every fortune of every plain-text file of the directory (files without an extension;
-/// fortunes are separated by lines holding a single "%"), in file-name order.
+/// The fortunes of one file (separated by lines holding a single "%"), appended to `out`.
+inline void read_file(const std::filesystem::path& f, std::vector<std::string>& out) {
+  std::ifstream in(f, std::ios::binary);
+  std::string line, current;
+  while (std::getline(in, line)) {
+    if (line == "%") {
+      if (!current.empty()) out.push_back(current);
+      current.clear();
+    } else {
+      current += line + "\n";
+    }
+  }
+  if (!current.empty()) out.push_back(current);
+}
+
+/// Every fortune of every plain-text file of the directory (files without an extension), in
+/// file-name order.
 inline std::vector<std::string> read_all(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
@@ -49,19 +64,7 @@ inline std::vector<std::string> read_all(const std::filesystem::path& dir) {
     if (e.is_regular_file() && !e.path().has_extension()) files.push_back(e.path());
   std::sort(files.begin(), files.end());
   std::vector<std::string> out;
-  for (const fs::path& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::string line, current;
-    while (std::getline(in, line)) {
-      if (line == "%") {
-        if (!current.empty()) out.push_back(current);
-        current.clear();
-      } else {
-        current += line + "\n";
-      }
-    }
-    if (!current.empty()) out.push_back(current);
-  }
+  for (const fs::path& f : files) read_file(f, out);
   return out;
 }
 

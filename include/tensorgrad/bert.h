@@ -1,7 +1,7 @@
 // BERT-family encoders (BERT, RoBERTa, and the sentence-embedding models built on them:
 // all-MiniLM, BGE, E5, …) with Hugging Face's parameter names and layouts, so
-// tg::pretrained::load maps a BertModel / BertForMaskedLM / RobertaModel / RobertaForMaskedLM
-// folder onto it name by name:
+// tg::pretrained::load maps a BertModel, BertForMaskedLM or BertForSequenceClassification
+// folder (and RoBERTa's three) onto it name by name:
 //
 //   embeddings.{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}
 //   encoder.layer.<i>.attention.self.{query, key, value}, attention.output.{dense, LayerNorm},
@@ -100,6 +100,8 @@ class Bert : public Module {
   std::optional<Param> head_bias_;
 };
 
+/// The first token's hidden state ([CLS] or <s>) of hidden [B, T, d]: [B, d] (CLS pooling).
+Tensor first_token(const Tensor& hidden, Loc loc = Loc::current());
 /// Sentence-transformers' mean pooling: the mean of hidden [B, T, d] over the tokens mask
 /// [B, T] marks (nonzero), [B, d].
 Tensor mean_pool(const Tensor& hidden, const Tensor& mask, Loc loc = Loc::current());

@@ -18,6 +18,7 @@
 // narrowing (F64 → F32, I64 → I32) would change the values the file holds; convert on the
 // writing side (e.g. `tensor.float()` in PyTorch).
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 
@@ -45,6 +46,11 @@ void save_safetensors(const std::string& path, const std::map<std::string, HostT
 
 /// Reads and validates every tensor of a safetensors file.
 std::map<std::string, HostTensor> read_safetensors(const std::string& path);
+/// The same, leaving out the tensors of a dtype the library does not hold (I64, F64, U8, …)
+/// for which skip_unsupported(name) is true, instead of refusing the file: the int64
+/// position_ids buffers older transformers files carry, for instance.
+std::map<std::string, HostTensor> read_safetensors(
+    const std::string& path, const std::function<bool(const std::string&)>& skip_unsupported);
 
 /// Reads and validates a safetensors file's header and returns its "__metadata__" (empty
 /// when the file has none).

@@ -70,12 +70,18 @@ json read_json(const std::string& folder, const fs::path& path) {
 // Every tensor of the folder's weights: model.safetensors, or the shards that
 // model.safetensors.index.json's weight_map names (each shard read once; a tensor the index
 // names but its shard lacks is an error).
+namespace {
+// The int64 position_ids buffers transformers wrote into files before 4.31 (BERT's, RoBERTa's):
+// no model's parameter, and of a dtype the library does not hold.
+bool is_position_buffer(const std::string& name) { return name.ends_with("position_ids"); }
+}  // namespace
+
 Weights read_weights(const std::string& folder) {
   const fs::path dir(folder);
   Weights w;
   if (has(folder, dir / "model.safetensors")) {
     w.listing = "model.safetensors";
-    w.tensors = read_safetensors((dir / w.listing).string());
+    w.tensors = read_safetensors((dir / w.listing).string(), is_position_buffer);
     for (const auto& [name, t] : w.tensors) w.file_of[name] = w.listing;
     return w;
   }
@@ -107,7 +113,7 @@ Weights read_weights(const std::string& folder) {
       fail(folder, "shard " + file + " (named by model.safetensors.index.json for '" + names.front() + "'" +
                        (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
                        ") is missing");
-    std::map<std::string, HostTensor> shard = read_safetensors((dir / file).string());
+    std::map<std::string, HostTensor> shard = read_safetensors((dir / file).string(), is_position_buffer);
     for (const std::string& name : names) {
       auto it = shard.find(name);
       if (it == shard.end())

@@ -9,9 +9,12 @@
 //   RobertaForSequenceClassification   classifier.{dense, out_proj} on the first token); the
 //                                      number of labels is id2label's (else num_labels, else 2)
 // The library's parameter names are BertModel's (nn::Bert). Older files' LayerNorm.gamma /
-// LayerNorm.beta are read as weight / bias, as transformers renames them; the position_ids
-// buffer some files carry and a tied decoder's copy are skipped. Relative position embeddings,
-// decoders (is_decoder, cross-attention) and an untied head are refused.
+// LayerNorm.beta are read as weight / bias, as transformers renames them; what transformers
+// skips is skipped: the int64 position_ids buffer older files carry (read_weights), a tied
+// decoder's copy, and the next-sentence head cls.seq_relationship that pretraining checkpoints
+// (bert-base-uncased) keep. A file with the decoder's bias only gives it as the head's bias.
+// Relative position embeddings, decoders (is_decoder, cross-attention) and an untied head are
+// refused.
 #include <string>
 #include <utility>
 
@@ -110,9 +113,13 @@ void load_bert_family(Model& m, const json& c) {
     fail(f, head + "decoder.weight differs from " + prefix +
                 "embeddings.word_embeddings.weight (the masked-LM decoder is tied to it)");
   const auto source_of = [&](const std::string& p) { return bert_source(roberta, prefix, p); };
+  if (mlm && !file.tensors.count(head + "bias") && file.tensors.count(head + "decoder.bias")) {
+    file.tensors.emplace(head + "bias", file.tensors.at(head + "decoder.bias"));
+    file.file_of[head + "bias"] = file.file_of[head + "decoder.bias"];
+  }
   map_weights(m, std::move(file), source_of, [&](const std::string& n) {
-    return n.ends_with("embeddings.position_ids") || n == head + "decoder.weight" ||
-           n == head + "decoder.bias";
+    return n == head + "decoder.weight" || n == head + "decoder.bias" ||
+           n.starts_with("cls.seq_relationship.");
   });
 }
 

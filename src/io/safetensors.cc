@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -121,7 +122,20 @@ struct Entry {
   DType dtype = DType::kF32;
   Shape shape;
   uint64_t begin = 0, end = 0;
+  bool skipped = false;  // a dtype the library does not hold, left out at the caller's word
 };
+
+/// Which tensors of an unsupported dtype to leave out rather than refuse (none when empty).
+using SkipFn = std::function<bool(const std::string&)>;
+
+/// Bytes per element of the format's fixed-width dtypes the library does not hold.
+uint64_t format_dtype_bytes(const std::string& s) {
+  if (s == "F64" || s == "I64" || s == "U64" || s == "C64") return 8;
+  if (s == "I32" || s == "U32" || s == "F32") return 4;
+  if (s == "I16" || s == "U16" || s == "F16" || s == "BF16") return 2;
+  if (s == "U8" || s == "I8" || s == "BOOL" || s.starts_with("F8")) return 1;
+  return 0;  // F4, F6: sub-byte, never skipped
+}
 
 struct Header {
   std::vector<Entry> entries;  // sorted by data offset
@@ -173,7 +187,7 @@ std::string offsets_str(const Entry& e) {
   return "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
 }
 
-Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& v) {
+Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& v, const SkipFn& skip) {
   const std::string t = tensor_label(name) + ": ";
   if (!v.is_object()) fail(w, t + "header entry is not a JSON object");
   const io::JsonValue* dtype = v.find("dtype");
@@ -184,14 +198,17 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
   if (!offsets) fail(w, t + "header entry has no \"data_offsets\"");
 
   if (!dtype->is_string()) fail(w, t + "\"dtype\" is not a string");
-  const std::optional<DType> dt = dtype_from_file_name(dtype->string);
+  std::optional<DType> dt = dtype_from_file_name(dtype->string);
+  const uint64_t skipped_bytes = dt ? 0 : format_dtype_bytes(dtype->string);
+  const bool skipped = skipped_bytes > 0 && skip && skip(name);
+  if (skipped) dt = DType::kF32;  // unused: the entry only keeps its place in the layout
   if (!dt && is_format_dtype(dtype->string))
     fail(w,
          t + "dtype " + dtype->string +
              " is not supported (tensorgrad reads F32, BF16, F16, I32 and BOOL; convert when writing, e.g. "
              "tensor.float())");
   if (!dt) fail(w, t + "unknown dtype " + in_quotes(dtype->string));
-  Entry e{name, *dt, {}, 0, 0};
+  Entry e{name, *dt, {}, 0, 0, skipped};
 
   if (!shape->is_array()) fail(w, t + "\"shape\" is not an array");
   int64_t numel = 1;
@@ -201,7 +218,8 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
     e.shape.push_back(extent);
   }
   int64_t bytes = 0;
-  if (__builtin_mul_overflow(numel, dtype_size(*dt), &bytes)) fail(w, t + "shape is too large");
+  const int64_t element = skipped ? static_cast<int64_t>(skipped_bytes) : dtype_size(*dt);
+  if (__builtin_mul_overflow(numel, element, &bytes)) fail(w, t + "shape is too large");
 
   if (!offsets->is_array() || offsets->array.size() != 2)
     fail(w, t + "\"data_offsets\" is not an array of two integers");
@@ -251,7 +269,7 @@ void check_layout(const Where& w, std::vector<Entry>& entries, uint64_t data_siz
                 "; the data section must be exactly covered");
 }
 
-Header read_header(const Where& w, std::FILE* f, uint64_t file_size) {
+Header read_header(const Where& w, std::FILE* f, uint64_t file_size, const SkipFn& skip = {}) {
   if (file_size < 8)
     fail(w, "file is " + std::to_string(file_size) +
                 " bytes, shorter than the 8-byte header length (truncated?)");
@@ -286,7 +304,7 @@ Header read_header(const Where& w, std::FILE* f, uint64_t file_size) {
     if (name == kMetadataKey)
       parse_metadata(w, value, h.metadata);
     else
-      h.entries.push_back(parse_entry(w, name, value));
+      h.entries.push_back(parse_entry(w, name, value, skip));
   }
   check_layout(w, h.entries, file_size - h.data_start);
   return h;
@@ -295,6 +313,7 @@ Header read_header(const Where& w, std::FILE* f, uint64_t file_size) {
 std::map<std::string, HostTensor> read_tensors(const Where& w, std::FILE* f, const Header& h) {
   std::map<std::string, HostTensor> out;
   for (const Entry& e : h.entries) {
+    if (e.skipped) continue;
     HostTensor t(e.dtype, e.shape);
     read_exact(w, f, h.data_start + e.begin, t.data(), e.end - e.begin, tensor_label(e.name));
     if (e.dtype == DType::kBool) {
@@ -395,11 +414,16 @@ void save_safetensors(const std::string& path, const Program& program,
 }
 
 std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
+  return read_safetensors(path, {});
+}
+
+std::map<std::string, HostTensor> read_safetensors(
+    const std::string& path, const std::function<bool(const std::string&)>& skip_unsupported) {
   const Where w{"read_safetensors", path};
   return rethrow_as_checkpoint_error(w, [&] {
     uint64_t size = 0;
     File file = open_for_read(w, &size);
-    return read_tensors(w, file.get(), read_header(w, file.get(), size));
+    return read_tensors(w, file.get(), read_header(w, file.get(), size, skip_unsupported));
   });
 }
 

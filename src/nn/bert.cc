@@ -53,11 +53,15 @@ Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_m
   const Tensor v = split_heads(value(x, loc), heads_, loc);
   Tensor a;
   if (key_mask) {
-    // Scores of padding keys become −1e30 before the softmax: their weights are exactly 0 (a
-    // row always keeps the first token, [CLS] or <s>).
+    // Scores of padding keys become the lowest finite value of their type before the softmax
+    // (transformers' finfo.min): their weights are exactly 0 beside any token's, and a row
+    // without a token (a padding row of a batch) gets uniform weights rather than NaN.
     const double scale = 1.0 / std::sqrt(static_cast<double>(s[2] / heads_));
     const Tensor scores = mul(matmul(q, transpose(k, -2, -1, loc), loc), scale, loc);
-    a = matmul(softmax(where(*key_mask, scores, -1e30, loc), -1, false, loc), v, loc);
+    const double lowest = scores.dtype() == DType::kF16    ? -65504.0
+                          : scores.dtype() == DType::kBF16 ? -3.3895313892515355e38
+                                                           : -3.4028234663852886e38;
+    a = matmul(softmax(where(*key_mask, scores, lowest, loc), -1, false, loc), v, loc);
   } else {
     a = tg::attention(q, k, v, AttentionOptions{.causal = false}, loc);
   }
@@ -155,11 +159,15 @@ Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const 
   return x;
 }
 
+Tensor first_token(const Tensor& hidden, Loc loc) {
+  const Shape& s = hidden.shape();
+  if (s.size() != 3) throw ShapeError("[first_token] hidden [B, T, d] expected, got " + shape_str(s));
+  return reshape(slice(hidden, 1, 0, 1, 1, loc), {s[0], s[2]}, loc);
+}
+
 Tensor Bert::pooled(const Tensor& hidden, Loc loc) const {
   if (!pooler_dense_) throw Error("[Bert] pooled(): this model has no pooler (BertConfig::pooler)");
-  const Shape& s = hidden.shape();
-  const Tensor first = reshape(slice(hidden, 1, 0, 1, 1, loc), {s[0], s[2]}, loc);
-  return tanh((*pooler_dense_)(first, loc), loc);
+  return tanh((*pooler_dense_)(first_token(hidden, loc), loc), loc);
 }
 
 Tensor Bert::mlm_logits(const Tensor& hidden, Loc loc) const {
@@ -173,9 +181,8 @@ Tensor Bert::mlm_logits(const Tensor& hidden, Loc loc) const {
 Tensor Bert::classify(const Tensor& hidden, Loc loc) const {
   if (!classifier_) throw Error("[Bert] classify(): this model has no classifier (BertConfig::labels)");
   if (!classifier_dense_) return (*classifier_)(pooled(hidden, loc), loc);
-  const Shape& s = hidden.shape();  // RoBERTa: the first token (<s>) through dense and tanh
-  const Tensor first = reshape(slice(hidden, 1, 0, 1, 1, loc), {s[0], s[2]}, loc);
-  return (*classifier_)(tanh((*classifier_dense_)(first, loc), loc), loc);
+  // RoBERTa: the first token (<s>) through dense and tanh.
+  return (*classifier_)(tanh((*classifier_dense_)(first_token(hidden, loc), loc), loc), loc);
 }
 
 Tensor mean_pool(const Tensor& hidden, const Tensor& mask, Loc loc) {

@@ -5,6 +5,7 @@
 // and 1) and tiny_roberta (RobertaForMaskedLM: positions counted past the padding id).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -176,6 +177,64 @@ TEST(Bert, GradientsEqualTransformers) {
       }
     }
   }
+}
+
+// A safetensors file written byte by byte: entries of any format dtype (the library's writer
+// holds only its own), in order.
+struct RawTensor {
+  std::string name, dtype;
+  Shape shape;
+  std::string bytes;
+};
+void write_raw_safetensors(const fs::path& path, const std::vector<RawTensor>& tensors) {
+  std::string header = "{", data;
+  for (const RawTensor& t : tensors) {
+    std::string shape;
+    for (int64_t d : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" + t.dtype +
+              "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+              std::to_string(data.size() + t.bytes.size()) + "]}";
+    data += t.bytes;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+  out << header << data;
+}
+
+// What transformers skips when it loads a checkpoint is skipped here too: bert-base-uncased's
+// next-sentence head (cls.seq_relationship), the int64 position_ids buffer of files written
+// before transformers 4.31 (BGE's, MiniLM's), and a head bias stored as the decoder's only.
+TEST(Bert, LoadsWhatTransformersSkips) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_bert"));
+  const fs::path dir = fs::temp_directory_path() / "tg_bert_hub_layout";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(dir_of("tiny_bert") + "/config.json", dir / "config.json");
+  std::vector<RawTensor> raw;
+  for (const auto& [name, t] : read_safetensors(dir_of("tiny_bert") + "/model.safetensors")) {
+    const auto* p = static_cast<const char*>(t.data());
+    raw.push_back({name == "cls.predictions.bias" ? "cls.predictions.decoder.bias" : name, "F32", t.shape(),
+                   std::string(p, p + t.numel() * 4)});
+  }
+  std::string positions;
+  for (int64_t i = 0; i < 40; ++i)
+    for (int b = 0; b < 8; ++b) positions += static_cast<char>(b == 0 ? i : 0);
+  raw.push_back({"bert.embeddings.position_ids", "I64", {1, 40}, positions});
+  raw.push_back({"cls.seq_relationship.weight", "F32", {2, 32}, std::string(2 * 32 * 4, '\0')});
+  raw.push_back({"cls.seq_relationship.bias", "F32", {2}, std::string(2 * 4, '\0')});
+  write_raw_safetensors(dir / "model.safetensors", raw);
+  const pretrained::Model hub = pretrained::load(dir.string());
+  ASSERT_EQ(hub.weights.size(), m.weights.size());
+  for (const auto& [name, t] : m.weights) {
+    const std::span<const float> a = hub.weights.at(name).f32(), b = t.f32();
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
+  }
+  // Without the caller's word an int64 tensor is still refused, naming it.
+  EXPECT_THROW(read_safetensors((dir / "model.safetensors").string()), CheckpointError);
+  fs::remove_all(dir);
 }
 
 // The mask's meaning, without transformers: the padded second row of tiny_bert's batch gives
