@@ -1,7 +1,8 @@
 // BERT-family encoders (BERT, RoBERTa, and the sentence-embedding models built on them:
 // all-MiniLM, BGE, E5, …) with Hugging Face's parameter names and layouts, so
-// tg::pretrained::load maps a BertModel, BertForMaskedLM or BertForSequenceClassification
-// folder (and RoBERTa's three) onto it name by name:
+// tg::pretrained::load maps a BertModel, BertForMaskedLM, BertForSequenceClassification,
+// BertForTokenClassification or BertForQuestionAnswering folder (and RoBERTa's five) onto it
+// name by name:
 //
 //   embeddings.{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}
 //   encoder.layer.<i>.attention.self.{query, key, value}, attention.output.{dense, LayerNorm},
@@ -11,7 +12,9 @@
 //                                                    decoder is tied to word_embeddings)
 //   classifier                                      (BertConfig::labels: BERT's Linear on the
 //                                                    pooler's output; RoBERTa's
-//                                                    classifier.{dense, out_proj})
+//                                                    classifier.{dense, out_proj}; with
+//                                                    per_token a Linear on every token)
+//   qa_outputs                                      (BertConfig::qa_head)
 //
 // Post-norm layers: h = LayerNorm(x + attn(x)), then LayerNorm(h + W2·gelu(W1·h)). Attention is
 // bidirectional; an attention mask leaves padding keys out, as transformers' does (padding
@@ -47,6 +50,11 @@ struct BertConfig {
   /// classify(). BERT's reads the pooler's output (so it needs `pooler`), RoBERTa's the first
   /// token's hidden state through classifier.dense and tanh. 0: none.
   int64_t labels = 0;
+  /// The classifier reads every token's hidden state instead (*ForTokenClassification: a
+  /// Linear named classifier for BERT and RoBERTa alike); classify() gives [B, T, labels].
+  bool per_token = false;
+  /// qa_outputs (*ForQuestionAnswering): answer_span() gives every token's start and end logits.
+  bool qa_head = false;
 
   /// The longest sequence: max_positions, less the pad_id + 1 positions RoBERTa skips.
   int64_t context() const { return roberta_positions ? max_positions - pad_id - 1 : max_positions; }
@@ -85,8 +93,12 @@ class Bert : public Module {
   Tensor pooled(const Tensor& hidden, Loc loc = Loc::current()) const;
   /// The masked-LM logits [B, T, vocab] from hidden states (needs config.mlm_head).
   Tensor mlm_logits(const Tensor& hidden, Loc loc = Loc::current()) const;
-  /// The sequence classifier's logits [B, labels] from hidden states (needs config.labels).
+  /// The classifier's logits from hidden states (needs config.labels): [B, labels], or
+  /// [B, T, labels] with config.per_token.
   Tensor classify(const Tensor& hidden, Loc loc = Loc::current()) const;
+  /// Question answering's logits [B, T, 2] from hidden states: [..., 0] where the answer starts,
+  /// [..., 1] where it ends (needs config.qa_head).
+  Tensor answer_span(const Tensor& hidden, Loc loc = Loc::current()) const;
 
   const BertConfig config;
 
@@ -96,7 +108,7 @@ class Bert : public Module {
   std::unique_ptr<Embedding> word_, position_, token_type_;
   std::unique_ptr<LayerNorm> embedding_norm_, head_norm_;
   std::vector<std::unique_ptr<BertLayer>> layers_;
-  std::unique_ptr<Linear> pooler_dense_, head_dense_, classifier_, classifier_dense_;
+  std::unique_ptr<Linear> pooler_dense_, head_dense_, classifier_, classifier_dense_, qa_outputs_;
   std::optional<Param> head_bias_;
 };
 

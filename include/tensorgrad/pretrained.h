@@ -27,7 +27,8 @@
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
-//   BertModel, BertForMaskedLM, BertForSequenceClassification, and the same of Roberta
+//   BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
+//   BertForQuestionAnswering, and the same of Roberta
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
 //                                     when the file has one, LayerNorm.gamma/beta read as
 //                                     weight/bias, RoBERTa's lm_head mapped onto
@@ -82,8 +83,8 @@ struct Model {
   std::string config_json;
 
   /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward (a
-  /// BERT-family masked-LM: its mlm_logits without a mask; a sequence classifier: its logits
-  /// [B, labels]; an encoder without either head throws).
+  /// BERT-family masked-LM: its mlm_logits without a mask; a classifier: its logits [B, labels]
+  /// or [B, T, labels]; question answering: [B, T, 2]; an encoder without a head throws).
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;

@@ -373,6 +373,10 @@ const std::vector<Family>& families() {
                                        {"RobertaForMaskedLM", "roberta", load_bert_family},
                                        {"BertForSequenceClassification", "bert", load_bert_family},
                                        {"RobertaForSequenceClassification", "roberta", load_bert_family},
+                                       {"BertForTokenClassification", "bert", load_bert_family},
+                                       {"RobertaForTokenClassification", "roberta", load_bert_family},
+                                       {"BertForQuestionAnswering", "bert", load_bert_family},
+                                       {"RobertaForQuestionAnswering", "roberta", load_bert_family},
                                        {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
@@ -455,6 +459,7 @@ Tensor Model::logits(const Tensor& ids) const {
         if constexpr (std::is_same_v<C, nn::BertConfig>) {
           const auto& bert = static_cast<const nn::Bert&>(*module);
           if (c.labels > 0) return bert.classify(bert.hidden(ids));
+          if (c.qa_head) return bert.answer_span(bert.hidden(ids));
           if (!c.mlm_head)
             throw Error("[pretrained::Model] " + architecture +
                         " has no language-model head: use nn::Bert::hidden (and pooled) for its outputs");

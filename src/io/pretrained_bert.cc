@@ -8,6 +8,8 @@
 //   BertForSequenceClassification,     classifier (BERT's on the pooler; RoBERTa's
 //   RobertaForSequenceClassification   classifier.{dense, out_proj} on the first token); the
 //                                      number of labels is id2label's (else num_labels, else 2)
+//   Bert/RobertaForTokenClassification classifier on every token (labels as above)
+//   Bert/RobertaForQuestionAnswering   qa_outputs: start and end logits per token
 // The library's parameter names are BertModel's (nn::Bert). Older files' LayerNorm.gamma /
 // LayerNorm.beta are read as weight / bias, as transformers renames them; what transformers
 // skips is skipped: the int64 position_ids buffer older files carry (read_weights), a tied
@@ -41,7 +43,7 @@ void rename_gamma_beta(Weights& w) {
 }  // namespace
 
 Source bert_source(bool roberta, const std::string& prefix, const std::string& p) {
-  if (p.rfind("classifier", 0) == 0) return {p};
+  if (p.rfind("classifier", 0) == 0 || p.rfind("qa_outputs", 0) == 0) return {p};
   if (p.rfind("cls.", 0) != 0) return {prefix + p};
   if (!roberta) return {p};
   std::string rest = p.substr(16);  // after "cls.predictions."
@@ -58,7 +60,8 @@ void load_bert_family(Model& m, const json& c) {
   const std::string& f = m.folder;
   const bool roberta = m.architecture.rfind("Roberta", 0) == 0;
   const bool mlm = m.architecture.ends_with("ForMaskedLM");
-  const bool classifier = m.architecture.ends_with("ForSequenceClassification");
+  const bool per_token = m.architecture.ends_with("ForTokenClassification");
+  const bool classifier = m.architecture.ends_with("ForSequenceClassification") || per_token;
   nn::BertConfig b;
   b.vocab = required(c, f, "vocab_size");
   b.d_model = required(c, f, "hidden_size");
@@ -71,6 +74,8 @@ void load_bert_family(Model& m, const json& c) {
   b.roberta_positions = roberta;
   b.pad_id = static_cast<int32_t>(field<int64_t>(c, f, "pad_token_id", roberta ? 1 : 0));
   b.mlm_head = mlm;
+  b.per_token = per_token;
+  b.qa_head = m.architecture.ends_with("ForQuestionAnswering");
   if (classifier) {
     b.labels = field<int64_t>(c, f, "num_labels", 2);
     if (c.contains("id2label") && c["id2label"].is_object())
@@ -101,7 +106,7 @@ void load_bert_family(Model& m, const json& c) {
   // BertModel / RobertaModel files are usually saved without the prefix; heads' files with it.
   const std::string prefix = file.tensors.count(base + "embeddings.word_embeddings.weight") ? base : "";
   b.pooler = file.tensors.count(prefix + "pooler.dense.weight") > 0;
-  if (classifier && !roberta && !b.pooler)
+  if (classifier && !per_token && !roberta && !b.pooler)
     fail(f, prefix + "pooler.dense.weight is missing: BERT's classifier reads the pooler's output");
   m.context = b.context();
   m.config = b;

@@ -117,8 +117,8 @@ bool is_layernorm_family(const std::string& architecture);
 std::map<std::string, HostTensor> layernorm_family_file_tensors(const Model& m,
                                                                 std::map<std::string, HostTensor> w);
 
-/// BERT-family encoders (pretrained_bert.cc): BertModel, BertForMaskedLM,
-/// BertForSequenceClassification and RoBERTa's three as nn::Bert.
+/// BERT-family encoders (pretrained_bert.cc): BertModel, BertForMaskedLM and the sequence,
+/// token and question-answering heads, BERT's and RoBERTa's, as nn::Bert.
 void load_bert_family(Model& m, const json& c);
 bool is_bert_family(const std::string& architecture);
 /// The file's name of an nn::Bert parameter: `prefix` ("bert.", "roberta." or "") before the

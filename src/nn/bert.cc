@@ -111,7 +111,10 @@ void Bert::build() {
     head_bias_.emplace(*predictions_, "bias", Shape{c.vocab}, init::zeros());
   }
   if (c.labels < 0) throw ShapeError("[Bert] labels must be ≥ 0 (0: no classifier)");
-  if (c.labels > 0 && c.roberta_positions) {
+  if (c.per_token && c.labels <= 0) throw Error("[Bert] per_token needs labels > 0");
+  if (c.labels > 0 && c.per_token) {
+    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
+  } else if (c.labels > 0 && c.roberta_positions) {
     classifier_module_ = std::make_unique<Module>(*this, "classifier");
     classifier_dense_ =
         std::make_unique<Linear>(*classifier_module_, "dense", c.d_model, c.d_model, bert_linear());
@@ -122,6 +125,7 @@ void Bert::build() {
       throw Error("[Bert] BERT's classifier reads the pooler's output: set BertConfig::pooler too");
     classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
   }
+  if (c.qa_head) qa_outputs_ = std::make_unique<Linear>(*this, "qa_outputs", c.d_model, 2, bert_linear());
 }
 
 Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const std::optional<Tensor>& types,
@@ -180,9 +184,15 @@ Tensor Bert::mlm_logits(const Tensor& hidden, Loc loc) const {
 
 Tensor Bert::classify(const Tensor& hidden, Loc loc) const {
   if (!classifier_) throw Error("[Bert] classify(): this model has no classifier (BertConfig::labels)");
+  if (config.per_token) return (*classifier_)(hidden, loc);
   if (!classifier_dense_) return (*classifier_)(pooled(hidden, loc), loc);
   // RoBERTa: the first token (<s>) through dense and tanh.
   return (*classifier_)(tanh((*classifier_dense_)(first_token(hidden, loc), loc), loc), loc);
+}
+
+Tensor Bert::answer_span(const Tensor& hidden, Loc loc) const {
+  if (!qa_outputs_) throw Error("[Bert] answer_span(): this model has no qa_outputs (BertConfig::qa_head)");
+  return (*qa_outputs_)(hidden, loc);
 }
 
 Tensor mean_pool(const Tensor& hidden, const Tensor& mask, Loc loc) {

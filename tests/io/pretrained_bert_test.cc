@@ -48,6 +48,7 @@ std::pair<std::vector<float>, std::vector<float>> outputs(const pretrained::Mode
       [&](Tensor ids, Tensor mask, Tensor types) {
         const Tensor h = bert.hidden(ids, mask, types);
         return bert.config.labels > 0 ? bert.classify(h)
+               : bert.config.qa_head  ? bert.answer_span(h)
                : bert.config.mlm_head ? bert.mlm_logits(h)
                                       : bert.pooled(h);
       },
@@ -66,7 +67,10 @@ const Case kCases[] = {{"tiny_bert", "BertForMaskedLM", 40, "logits"},
                        {"tiny_bert_pooler", "BertModel", 40, "pooled"},
                        {"tiny_roberta", "RobertaForMaskedLM", 16, "logits"},
                        {"tiny_bert_cls", "BertForSequenceClassification", 40, "logits"},
-                       {"tiny_roberta_cls", "RobertaForSequenceClassification", 16, "logits"}};
+                       {"tiny_roberta_cls", "RobertaForSequenceClassification", 16, "logits"},
+                       {"tiny_bert_token", "BertForTokenClassification", 40, "logits"},
+                       {"tiny_bert_qa", "BertForQuestionAnswering", 40, "logits"},
+                       {"tiny_roberta_qa", "RobertaForQuestionAnswering", 16, "logits"}};
 
 class BertFamily : public ::testing::TestWithParam<Case> {};
 
@@ -89,7 +93,12 @@ TEST_P(BertFamily, ConfigIsTransformers) {
   EXPECT_EQ(b.pad_id, roberta ? 1 : 0);
   EXPECT_EQ(b.pooler, name == "tiny_bert_pooler" || name == "tiny_bert_cls");
   EXPECT_EQ(b.mlm_head, name == "tiny_bert" || name == "tiny_roberta");
-  EXPECT_EQ(b.labels, name == "tiny_bert_cls" ? 3 : name == "tiny_roberta_cls" ? 2 : 0);
+  EXPECT_EQ(b.labels, name == "tiny_bert_cls"      ? 3
+                      : name == "tiny_roberta_cls" ? 2
+                      : name == "tiny_bert_token"  ? 5
+                                                   : 0);
+  EXPECT_EQ(b.per_token, name == "tiny_bert_token");
+  EXPECT_EQ(b.qa_head, name.ends_with("_qa"));
   EXPECT_DOUBLE_EQ(b.ln_eps, 1e-12);
 }
 

@@ -153,7 +153,9 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, GPTNeoXForCausalLM, "
       "PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM, "
       "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
-      "BertForSequenceClassification, RobertaForSequenceClassification, MambaForCausalLM");
+      "BertForSequenceClassification, RobertaForSequenceClassification, BertForTokenClassification, "
+      "RobertaForTokenClassification, BertForQuestionAnswering, RobertaForQuestionAnswering, "
+      "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "t5"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"t5\", which is not supported");
   dir.write("config.json", R"({"hidden_size": 32})");

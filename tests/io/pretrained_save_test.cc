@@ -89,7 +89,10 @@ const char* const kFixtures[] = {"tiny_llama",
                                  "tiny_bert_pooler",
                                  "tiny_roberta",
                                  "tiny_bert_cls",
-                                 "tiny_roberta_cls"};
+                                 "tiny_roberta_cls",
+                                 "tiny_bert_token",
+                                 "tiny_bert_qa",
+                                 "tiny_roberta_qa"};
 
 class Resave : public ::testing::TestWithParam<const char*> {};
 

@@ -355,7 +355,9 @@ TEST(Pretrained, Errors) {
         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, "
         "Olmo3ForCausalLM, GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM, "
         "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
-        "BertForSequenceClassification, RobertaForSequenceClassification, MambaForCausalLM");
+        "BertForSequenceClassification, RobertaForSequenceClassification, BertForTokenClassification, "
+        "RobertaForTokenClassification, BertForQuestionAnswering, RobertaForQuestionAnswering, "
+        "MambaForCausalLM");
   }
   {
     TempFolder dir("no_weights");

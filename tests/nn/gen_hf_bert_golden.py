@@ -16,12 +16,16 @@ tokenizer gives for two texts padded to one length.
   tiny_bert_cls      BertForSequenceClassification, 3 labels (the pooler, then the classifier)
   tiny_roberta_cls   RobertaForSequenceClassification, 2 labels (classifier.dense, tanh,
                      classifier.out_proj on the first token)
+  tiny_bert_token    BertForTokenClassification, 5 labels (a classifier on every token)
+  tiny_bert_qa       BertForQuestionAnswering (qa_outputs: start and end logits per token)
+  tiny_roberta_qa    RobertaForQuestionAnswering
 
 Each model's 1-d parameters (norm gains, biases) are moved off their initial values so that a
 lost one shows. logits.safetensors holds "ids", "mask", "types" I32 [B, T] and what the model
 gives for them in float32 on the CPU with that attention mask: "hidden" F32 [B, T, hidden]
-(last_hidden_state), and "logits" F32 [B, T, vocab] (masked-LM models) or [B, labels]
-(classifiers) or "pooled" F32 [B, hidden] (BertModel's pooler_output). tiny_bert's and
+(last_hidden_state), and "logits" F32 [B, T, vocab] (masked-LM models), [B, labels]
+(sequence classifiers), [B, T, labels] (token classifiers), [B, T, 2] (question answering: start
+and end logits stacked) or "pooled" F32 [B, hidden] (BertModel's pooler_output). tiny_bert's and
 tiny_bert_cls's also hold transformers' loss for "labels" I32 ([B, T] with -100 where no token
 is predicted; [B] for the classifier) and the gradient of that loss for every parameter,
 "grad/<the file's name>", computed in eval mode (no dropout)."""
@@ -72,6 +76,14 @@ def gradients(model, ids, mask, types, labels, t):
     for name, p in model.named_parameters():
         t["grad/" + name] = p.grad.float().clone()
     return t
+
+
+def run_qa(model, ids, mask, types):
+    model.eval()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True)
+    return {"ids": ids.int(), "mask": mask.int(), "types": types.int(), "hidden": out.hidden_states[-1].float(),
+            "logits": torch.stack([out.start_logits, out.end_logits], -1).float()}
 
 
 def run(model, ids, mask, types, head):
@@ -127,6 +139,20 @@ def main():
     perturb(roberta_cls)
     rids = torch.tensor([[0, 5, 9, 13, 17, 21, 25, 2], [0, 60, 33, 7, 2, 1, 1, 1]])
     save("tiny_roberta_cls", roberta_cls, run(roberta_cls, rids, (rids != 1).long(), torch.zeros_like(rids), "logits"))
+
+    # Token classification and question answering: the sentence-pair batch (types 0 and 1).
+    bert_kw = dict(vocab_size=vocab, max_position_embeddings=40, type_vocab_size=2, hidden_act="gelu", **COMMON)
+    token = tf.BertForTokenClassification(tf.BertConfig(num_labels=5, **bert_kw))
+    perturb(token)
+    save("tiny_bert_token", token, run(token, ids, mask, types, "logits"), TOKENIZER)
+    qa = tf.BertForQuestionAnswering(tf.BertConfig(**bert_kw))
+    perturb(qa)
+    save("tiny_bert_qa", qa, run_qa(qa, ids, mask, types), TOKENIZER)
+    roberta_qa = tf.RobertaForQuestionAnswering(tf.RobertaConfig(
+        vocab_size=64, max_position_embeddings=16 + 2, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, hidden_act="gelu", **COMMON))
+    perturb(roberta_qa)
+    save("tiny_roberta_qa", roberta_qa, run_qa(roberta_qa, rids, (rids != 1).long(), torch.zeros_like(rids)))
 
     roberta = tf.RobertaForMaskedLM(tf.RobertaConfig(vocab_size=64, max_position_embeddings=16 + 2,
                                                      type_vocab_size=1, pad_token_id=1, bos_token_id=0,
