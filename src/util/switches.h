@@ -28,7 +28,7 @@ namespace tg::env {
   X(kCudaPdl, "TG_CUDA_PDL", "", "off: kernels start only after the one before them ends (no programmatic dependent launch)") \
   X(kCudaConv, "TG_CUDA_CONV", "", "gather: conv ops as implicit GEMMs that gather from device memory, not from shared-memory tiles") \
   X(kCudaGemvNorm, "TG_CUDA_GEMV_NORM", "", "off: the norm before a decode-sized product as a kernel of its own") \
-  X(kCheckFinite, "TG_CHECK_FINITE", "", "1 (cpu): check the f32 values every kernel writes; the first NaN or infinity is an error naming its op and where it was traced") \
+  X(kCheckFinite, "TG_CHECK_FINITE", "", "1 (cpu): check the float values (f32, bf16, f16) every kernel writes; the first NaN or infinity is an error naming its op and where it was traced") \
   X(kCpuAmx, "TG_CPU_AMX", "", "off: bf16 products skip the AMX tiles (AVX512-BF16, else widened to f32, as on a CPU without AMX)") \
   X(kRank, "RANK", "", "this process's rank among WORLD_SIZE (torchrun's launch variables, read by distributed::init)") \
   X(kWorldSize, "WORLD_SIZE", "", "how many processes train together") \

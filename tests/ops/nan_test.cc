@@ -152,4 +152,25 @@ TEST(NanGuard, CheckFiniteNamesTheFirstOpThatMadeANonFiniteValue) {
   ::unsetenv("TG_CHECK_FINITE");
 }
 
+// Half values are checked too: 80000 is finite in f32 and infinite in f16 (largest 65504), so
+// the cast to f16 is the first op that makes a non-finite value.
+TEST(NanGuard, CheckFiniteSeesHalfValues) {
+  struct Empty : tg::Module {
+  } m;
+  ::setenv("TG_CHECK_FINITE", "1", 1);
+  auto fn = [](tg::Tensor x) {
+    return tg::sum(tg::cast(tg::cast(x * 2.0, tg::DType::kF16), tg::DType::kF32));
+  };
+  tg::Program p =
+      tg::compile_forward(m, fn, {.inputs = {{"x", {3}}}, .device = tg::Device::cpu(), .optimize = false});
+  EXPECT_NO_THROW(p.run({{"x", std::vector<float>{1, 2, 3}}}));
+  const std::string msg = tg::testing::message_of<tg::Error>([&] {
+    p.run({{"x", std::vector<float>{1, 40000, 3}}});
+  });
+  EXPECT_NE(msg.find("= cast"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("f16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("inf"), std::string::npos) << msg;
+  ::unsetenv("TG_CHECK_FINITE");
+}
+
 }  // namespace

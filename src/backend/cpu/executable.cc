@@ -185,10 +185,18 @@ void CpuExecutable::check_finite(size_t kernel) const {
     for (int32_t id : made) {
       const NodeInfo& n = nodes_[static_cast<size_t>(id)];
       const passes::Place& p = schedule_.places[static_cast<size_t>(id)];
-      if (n.dtype != DType::kF32 || p.buffer < 0 || numel(n.shape) == 0) continue;
+      if ((n.dtype != DType::kF32 && !is_half(n.dtype)) || p.buffer < 0 || numel(n.shape) == 0) continue;
       std::vector<float> values(static_cast<size_t>(numel(n.shape)));
-      copy_now(n.dtype, n.shape, contiguous_view(reinterpret_cast<std::byte*>(values.data()), n.shape),
-               view(p));
+      if (n.dtype == DType::kF32) {
+        copy_now(n.dtype, n.shape, contiguous_view(reinterpret_cast<std::byte*>(values.data()), n.shape),
+                 view(p));
+      } else {  // bf16 / f16 (mixed precision): widened exactly
+        std::vector<uint16_t> half(values.size());
+        copy_now(n.dtype, n.shape, contiguous_view(reinterpret_cast<std::byte*>(half.data()), n.shape),
+                 view(p));
+        for (size_t e = 0; e < half.size(); ++e)
+          values[e] = n.dtype == DType::kBF16 ? f32_from_bf16(half[e]) : f32_from_f16(half[e]);
+      }
       for (size_t e = 0; e < values.size(); ++e)
         if (!std::isfinite(values[e]))
           throw Error("[cpu] TG_CHECK_FINITE: %" + std::to_string(id) + " = " + ir::op_name(n.op) +

@@ -56,7 +56,8 @@ class CpuExecutable final : public Executable {
   std::vector<Kernel> updates_;  // the update copies, after every launch
   std::vector<int64_t> step_flops_;
   MemoryStats memory_;
-  // TG_CHECK_FINITE=1: each kernel's f32 results are scanned after it runs (check_finite).
+  // TG_CHECK_FINITE=1: each kernel's float results (f32, bf16, f16) are scanned after it runs
+  // (check_finite).
   bool check_finite_ = false;
   std::vector<std::pair<size_t, size_t>> kernel_steps_;  // per kernel: its steps [first, last)
   void check_finite(size_t kernel) const;
