@@ -173,36 +173,6 @@ std::string tiled(const char* kernel) {
   return piece("attention_tiled.cuh", "helpers") + piece("attention_tiled.cuh", kernel);
 }
 
-/// The element type of q, k, v and dout (IN_T) and its loads, widening bf16 (or, after
-/// kF16Loads, f16) to f32.
-constexpr const char* kInputLoads =
-    R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
-__device__ __forceinline__ float in_ld(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
-// Four consecutive elements from p aligned to four of them.
-__device__ __forceinline__ float4 in_ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
-__device__ __forceinline__ float4 in_ld4(const unsigned short* p) {
-  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
-}
-)";
-/// The loads of f16 operands (IN_T is their bits): widened exactly with cvt.f32.f16.
-constexpr const char* kF16Loads =
-    R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
-__device__ __forceinline__ float h2f(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-__device__ __forceinline__ float in_ld(const unsigned short* p) { return h2f(__ldg(p)); }
-__device__ __forceinline__ float4 in_ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
-__device__ __forceinline__ float4 in_ld4(const unsigned short* p) {
-  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-  return make_float4(h2f((unsigned short)(u.x & 0xffffu)), h2f((unsigned short)(u.x >> 16)),
-                     h2f((unsigned short)(u.y & 0xffffu)), h2f((unsigned short)(u.y >> 16)));
-}
-)";
-
 /// The constants of the problem itself (shapes, strides, scale, mask), shared by every path.
 /// O0..O3 are the strides of the forward's out or of the backward's dout.
 std::string shape_constants(const AttentionShape& s, const Operand& q, const Operand& k, const Operand& v,
@@ -211,7 +181,8 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
                   : q.dtype == DType::kF16 ? "typedef unsigned short IN_T;  // q, k, v, dout: f16 bits\n"
                                            : "typedef float IN_T;  // q, k, v, dout\n";
   c += std::string("#define HALF_F16 ") + (q.dtype == DType::kF16 ? "1" : "0") + "\n";
-  c += q.dtype == DType::kF16 ? kF16Loads : kInputLoads;
+  c += kernel_source("prelude.cuh", "widen");
+  c += kernel_source("half_loads.cuh", "loads");
   auto i = [&](const char* n, int64_t x) {
     c += std::string("constexpr int ") + n + " = " + std::to_string(x) + ";\n";
   };

@@ -45,7 +45,11 @@ std::string elementwise_kernel(ir::Op op, const std::string& name) {
 namespace {
 
 /// Device helpers every group kernel starts with (kernels/prelude.cuh).
-std::string_view prelude() { return kernel_source("prelude.cuh", "prelude"); }
+std::string_view prelude() {
+  static const std::string text = std::string(kernel_source("prelude.cuh", "widen")) +
+                                  std::string(kernel_source("prelude.cuh", "prelude"));
+  return text;
+}
 
 const char* storage_type(DType t) {
   switch (t) {

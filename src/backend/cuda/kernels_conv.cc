@@ -27,20 +27,6 @@ std::string geometry(const ir::WindowGeom& g, bool as_int = false) {
   return s;
 }
 
-constexpr const char* kLoads =
-    R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
-__device__ __forceinline__ float in_ld(const unsigned short* p) { return __uint_as_float((unsigned)__ldg(p) << 16); }
-)";
-// The same for f16 operands (IN_T holds their bits): widened exactly with cvt.f32.f16.
-constexpr const char* kF16Loads =
-    R"(__device__ __forceinline__ float in_ld(const float* p) { return __ldg(p); }
-__device__ __forceinline__ float in_ld(const unsigned short* p) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(__ldg(p)));
-  return f;
-}
-)";
-
 Launch grid_stride(const std::string& name, std::string source, int64_t total, const DeviceInfo& dev) {
   Launch l;
   l.name = name;
@@ -152,10 +138,13 @@ std::optional<TilePlan> tile_plan(int mode, const ir::WindowGeom& g, const Devic
 }
 
 std::string dtype_header(DType dtype) {
-  if (dtype == DType::kF16) return std::string("typedef unsigned short IN_T;  // f16 bits\n") + kF16Loads;
-  return std::string(dtype == DType::kBF16 ? "typedef unsigned short IN_T;  // bf16 bits\n"
-                                           : "typedef float IN_T;\n") +
-         kLoads;
+  std::string h = dtype == DType::kF32   ? "typedef float IN_T;\n"
+                  : dtype == DType::kF16 ? "typedef unsigned short IN_T;  // f16 bits\n"
+                                         : "typedef unsigned short IN_T;  // bf16 bits\n";
+  h += std::string("#define HALF_F16 ") + (dtype == DType::kF16 ? "1" : "0") + "\n";
+  h += kernel_source("prelude.cuh", "widen");
+  h += kernel_source("half_loads.cuh", "loads");
+  return h;
 }
 
 // The second launch of a split weight gradient: the SPLITS partials summed in order.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/codegen.h"
 #include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/kernels.h"
 #include "tensorgrad/errors.h"
@@ -26,7 +27,7 @@ constexpr int64_t kGemvChunk = 16;
 
 std::string header(const GroupedShape& s, const char* what) {
   std::string h = std::string("// ") + what + " (kernels_grouped.cc)\n";
-  h += kernel_source("prelude.cuh", "prelude");
+  h += group_prelude();
   if (s.dtype == DType::kF32)
     h += "typedef float IN_T;\n__device__ __forceinline__ float in_f(float v) { return v; }\n";
   else

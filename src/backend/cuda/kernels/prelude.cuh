@@ -1,6 +1,16 @@
-// Device helpers every group kernel starts with (codegen.cc: prelude()): int32 arithmetic that
-// wraps like the CPU's WrapI32 (signed overflow is undefined in CUDA C++ too), float → int casts
-// that saturate and send NaN to 0, and the bf16 and f16 conversions.
+// Device helpers every group kernel starts with (codegen.cc: prelude(), both pieces): the bf16
+// and f16 conversions, int32 arithmetic that wraps like the CPU's WrapI32 (signed overflow is
+// undefined in CUDA C++ too) and float → int casts that saturate and send NaN to 0. The
+// attention and convolution kernels take the widening piece alone (half_loads.cuh).
+// @piece widen
+// bf16 (the upper half of an f32, stored as 16 bits) and f16 (IEEE binary16 bits) widen to f32
+// exactly.
+__device__ inline float tg_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+__device__ inline float tg_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
 // @piece prelude
 struct W32 {
   int v;
@@ -23,21 +33,15 @@ __device__ inline int tg_f2i(float x) {
   if (x < -2147483648.0f) return (-2147483647 - 1);
   return (int)x;
 }
-// bf16 (the upper half of an f32, stored as 16 bits): widening is exact; narrowing rounds to
-// nearest even and sends every NaN to 0x7FC0, as tg::bf16_from_f32 on the host.
-__device__ inline float tg_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+// Narrowing to bf16 rounds to nearest even and sends every NaN to 0x7FC0, as
+// tg::bf16_from_f32 on the host.
 __device__ inline unsigned short tg_f2bf(float x) {
   const unsigned u = __float_as_uint(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)0x7fc0;
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
-// f16 (IEEE binary16 bits): widening is exact; narrowing rounds to nearest even with
-// subnormals, overflows to inf, and sends a NaN to 0x7E00 with its sign, as tg::f16_from_f32.
-__device__ inline float tg_h2f(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
+// Narrowing to f16 rounds to nearest even with subnormals, overflows to inf, and sends a NaN
+// to 0x7E00 with its sign, as tg::f16_from_f32.
 __device__ inline unsigned short tg_f2h(float x) {
   const unsigned u = __float_as_uint(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)(((u >> 16) & 0x8000u) | 0x7e00u);
