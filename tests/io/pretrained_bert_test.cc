@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -319,11 +318,16 @@ TEST(Bert, Errors) {
     std::ifstream in(dir / "config.json");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     in.close();
-    // The key's value replaced where the file has it, else the key added first.
-    const std::regex existing("\"" + key + "\": [^,\n]*");
-    text = std::regex_search(text, existing)
-               ? std::regex_replace(text, existing, "\"" + key + "\": " + value)
-               : text.insert(text.find('{') + 1, "\n  \"" + key + "\": " + value + ",");
+    // The key's value replaced where the file has it (up to the end of its line, less a comma),
+    // else the key added first.
+    const std::string quoted = "\"" + key + "\": ";
+    if (const size_t at = text.find(quoted); at != std::string::npos) {
+      const size_t from = at + quoted.size(), line_end = text.find('\n', from);
+      const size_t to = text[line_end - 1] == ',' ? line_end - 1 : line_end;
+      text.replace(from, to - from, value);
+    } else {
+      text.insert(text.find('{') + 1, "\n  " + quoted + value + ",");
+    }
     std::ofstream(dir / "config.json") << text;
     std::string what;
     try {
