@@ -54,6 +54,7 @@ std::vector<Example> read_data(const example::Args& args, std::vector<std::strin
     int line_no = 0;
     for (std::string line; std::getline(in, line);) {
       ++line_no;
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
       if (line.empty()) continue;
       const size_t tab = line.find('\t');
       if (tab == std::string::npos || tab == 0)
@@ -75,10 +76,12 @@ std::vector<Example> read_data(const example::Args& args, std::vector<std::strin
       labels.push_back(name);
     }
   }
+  if (out.empty()) throw std::runtime_error("the data holds no examples");
   if (labels.size() < 2) throw std::runtime_error("the data names fewer than two labels");
   std::shuffle(out.begin(), out.end(), std::mt19937(1234));
-  if (const auto limit = static_cast<size_t>(args.num("limit", 0)); limit > 0 && limit < out.size())
-    out.resize(limit);
+  const double limit = args.num("limit", 0);
+  if (!(limit >= 0)) throw std::runtime_error("--limit must be 0 (every example) or positive");
+  if (limit > 0 && static_cast<size_t>(limit) < out.size()) out.resize(static_cast<size_t>(limit));
   return out;
 }
 
@@ -146,10 +149,15 @@ int main(int argc, char** argv) {
     // when it already has one of that size, else new, as transformers' num_labels does).
     tg::nn::BertConfig c = std::get<tg::nn::BertConfig>(base.config);
     c.mlm_head = false;
+    c.qa_head = false;
+    c.per_token = false;
     c.pooler = !c.roberta_positions;
     c.labels = K;
     auto model = std::make_unique<tg::nn::Bert>(c);
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(args.num("max-len", 64)), c.context());
+    const double max_len = args.num("max-len", 64);
+    if (!(max_len >= 2))
+      throw std::runtime_error("--max-len must be at least 2 (the [CLS] and [SEP] tokens)");
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(max_len), c.context());
     std::vector<std::vector<int32_t>> ids;
     for (const Example& e : data) {
       std::vector<int32_t> row = tok.encode(e.text, /*add_special=*/true);
@@ -258,6 +266,7 @@ int main(int argc, char** argv) {
       out.config = c;
       nlohmann::json j = nlohmann::json::parse(base.config_json);
       j["architectures"] = {out.architecture};
+      j.erase("problem_type");  // the base's, if it was a classifier: transformers infers it again
       j["id2label"] = nlohmann::json::object();
       j["label2id"] = nlohmann::json::object();
       for (size_t i = 0; i < labels.size(); ++i) {

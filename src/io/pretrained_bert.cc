@@ -12,7 +12,8 @@
 //   Bert/RobertaForQuestionAnswering   qa_outputs: start and end logits per token
 // The library's parameter names are BertModel's (nn::Bert). Older files' LayerNorm.gamma /
 // LayerNorm.beta are read as weight / bias, as transformers renames them; what transformers
-// skips is skipped: the int64 position_ids buffer older files carry (read_weights), a tied
+// skips is skipped: the position_ids buffer older files carry (int64: read_weights leaves it
+// out; converted to a type the library reads: skipped here), a tied
 // decoder's copy, and the next-sentence head cls.seq_relationship that pretraining checkpoints
 // (bert-base-uncased) keep. A file with the decoder's bias only gives it as the head's bias.
 // Relative position embeddings, decoders (is_decoder, cross-attention) and an untied head are
@@ -123,8 +124,8 @@ void load_bert_family(Model& m, const json& c) {
     file.file_of[head + "bias"] = file.file_of[head + "decoder.bias"];
   }
   map_weights(m, std::move(file), source_of, [&](const std::string& n) {
-    return n == head + "decoder.weight" || n == head + "decoder.bias" ||
-           n.starts_with("cls.seq_relationship.");
+    return n.ends_with("embeddings.position_ids") || n == head + "decoder.weight" ||
+           n == head + "decoder.bias" || n.starts_with("cls.seq_relationship.");
   });
 }
 

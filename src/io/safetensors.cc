@@ -130,6 +130,7 @@ using SkipFn = std::function<bool(const std::string&)>;
 
 /// Bytes per element of the format's fixed-width dtypes the library does not hold.
 uint64_t format_dtype_bytes(const std::string& s) {
+  if (!is_format_dtype(s)) return 0;
   if (s == "F64" || s == "I64" || s == "U64" || s == "C64") return 8;
   if (s == "I32" || s == "U32" || s == "F32") return 4;
   if (s == "I16" || s == "U16" || s == "F16" || s == "BF16") return 2;
