@@ -41,6 +41,13 @@ struct Args {
       if (!known.count(k)) throw std::runtime_error("unknown option --" + k);
   }
 
+  /// Whether the command line asks for the usage text (--help or -h anywhere).
+  static bool wants_help(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
+    return false;
+  }
+
   static Args parse(int argc, char** argv) {
     Args a;
     for (int i = 1; i < argc; ++i) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "args.h"
+#include "encoder_inputs.h"
 #include "fortunes.h"
 
 namespace {
@@ -118,11 +119,10 @@ void confusion(const std::vector<std::string>& labels, const std::vector<std::ve
 
 int main(int argc, char** argv) {
   try {
-    for (int i = 1; i < argc; ++i)
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-        std::printf("%s", kUsage);
-        return 0;
-      }
+    if (example::Args::wants_help(argc, argv)) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
     const example::Args args = example::Args::parse(argc, argv);
     args.allow_only({"model", "data", "epochs", "batch", "lr", "max-len", "limit", "device", "precision",
                      "save", "min-accuracy"});
@@ -158,16 +158,9 @@ int main(int argc, char** argv) {
     if (!(max_len >= 2))
       throw std::runtime_error("--max-len must be at least 2 (the [CLS] and [SEP] tokens)");
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(max_len), c.context());
-    std::vector<std::vector<int32_t>> ids;
-    for (const Example& e : data) {
-      std::vector<int32_t> row = tok.encode(e.text, /*add_special=*/true);
-      if (static_cast<int64_t>(row.size()) > T) {
-        const int32_t last = row.back();  // keep [SEP] / </s>
-        row.resize(static_cast<size_t>(T));
-        row.back() = last;
-      }
-      ids.push_back(std::move(row));
-    }
+    std::vector<std::string> texts;
+    for (const Example& e : data) texts.push_back(e.text);
+    const std::vector<std::vector<int32_t>> ids = example::encode_texts(tok, texts, T);
     const size_t held = std::max<size_t>(1, data.size() / 10), train_n = data.size() - held;
     if (train_n < static_cast<size_t>(batch))
       throw std::runtime_error("fewer training examples than --batch");

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "args.h"
+#include "encoder_inputs.h"
 
 namespace {
 
@@ -83,21 +84,14 @@ SentenceConfig sentence_config(const std::string& folder) {
   return c;
 }
 
-// Ids of each text with the tokenizer's [CLS]/[SEP] (or <s>/</s>), cut to `context` tokens.
+// Ids of each text, cut to `context` tokens with a note.
 std::vector<std::vector<int32_t>> tokenize(const tg::Tokenizer& tok, const std::vector<std::string>& texts,
                                            int64_t context) {
-  std::vector<std::vector<int32_t>> out;
-  for (const std::string& t : texts) {
-    std::vector<int32_t> ids = tok.encode(t, /*add_special=*/true);
-    if (static_cast<int64_t>(ids.size()) > context) {
-      std::fprintf(stderr, "note: a text of %zu tokens is cut to the model's context of %lld\n", ids.size(),
-                   static_cast<long long>(context));
-      const int32_t last = ids.back();  // keep the closing [SEP] / </s>
-      ids.resize(static_cast<size_t>(context));
-      ids.back() = last;
-    }
-    out.push_back(std::move(ids));
-  }
+  size_t cut = 0;
+  std::vector<std::vector<int32_t>> out = example::encode_texts(tok, texts, context, &cut);
+  if (cut > 0)
+    std::fprintf(stderr, "note: %zu text(s) cut to the model's context of %lld tokens\n", cut,
+                 static_cast<long long>(context));
   return out;
 }
 
@@ -204,11 +198,10 @@ int fill(const tg::pretrained::Model& m, const tg::Tokenizer& tok, const std::st
 
 int main(int argc, char** argv) {
   try {
-    for (int i = 1; i < argc; ++i)
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-        std::printf("%s", kUsage);
-        return 0;
-      }
+    if (example::Args::wants_help(argc, argv)) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
     const example::Args args = example::Args::parse(argc, argv);
     args.allow_only({"model", "file", "query", "pooling", "batch", "device", "precision", "fill"});
     if (!args.has("model")) {
