@@ -148,13 +148,17 @@ void save(const Model& m, std::map<std::string, HostTensor> weights, const std::
           const SaveOptions& options = {});
 
 /// A Model of a configuration of the library's own, to save() a model trained from scratch:
-/// the module built from `config`, config.json written for LlamaForCausalLM, GPT2LMHeadModel
-/// or MambaForCausalLM, no weights and no folder. A configuration that architecture cannot
-/// express (nn::LlamaConfig's Gemma, Qwen or window flags, a GPT with RoPE or without biases,
-/// …) is a tg::CheckpointError naming the field; save such a model through the Model load()
-/// returned for the folder it came from, whose config.json is kept.
+/// the module built from `config`, config.json written for LlamaForCausalLM, GPT2LMHeadModel,
+/// MambaForCausalLM or a BERT-family class, no weights and no folder. A configuration that architecture
+/// cannot express (nn::LlamaConfig's Gemma, Qwen or window flags, a GPT with RoPE or without biases, …) is a
+/// tg::CheckpointError naming the field; save such a model through the Model load() returned for the folder
+/// it came from, whose config.json is kept.
 Model from_config(const nn::LlamaConfig& config);
 Model from_config(const nn::GptConfig& config);
 Model from_config(const nn::MambaLMConfig& config);
+/// A BERT-family encoder: BertModel, BertForMaskedLM, Bert…ForSequenceClassification,
+/// …ForTokenClassification or …ForQuestionAnswering (Roberta… with roberta_positions) by the
+/// head it has (more than one is refused), labels named LABEL_0, LABEL_1, …
+Model from_config(const nn::BertConfig& config);
 
 }  // namespace tg::pretrained

@@ -86,6 +86,7 @@ HostTensor transpose2d(const HostTensor& t);
 std::string config_json_of(const nn::LlamaConfig& c);
 std::string config_json_of(const nn::GptConfig& c);
 std::string config_json_of(const nn::MambaLMConfig& c);
+std::string config_json_of(const nn::BertConfig& c);
 
 /// A tied head's file may still hold the head; it must then equal the embedding it is tied to.
 bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,

@@ -376,6 +376,53 @@ void save(const Model& m, std::map<std::string, HostTensor> weights, const std::
   }
 }
 
+namespace detail {
+
+// The transformers class of a BERT-family configuration: its head decides the name.
+std::string bert_architecture(const nn::BertConfig& c) {
+  const char* family = c.roberta_positions ? "Roberta" : "Bert";
+  const int heads = int{c.mlm_head} + int{c.labels > 0} + int{c.qa_head};
+  if (heads > 1)
+    cannot(family, "more than one head (mlm_head, labels, qa_head): a transformers class has one");
+  const char* head = c.qa_head      ? "ForQuestionAnswering"
+                     : c.labels > 0 ? (c.per_token ? "ForTokenClassification" : "ForSequenceClassification")
+                     : c.mlm_head   ? "ForMaskedLM"
+                                    : "Model";
+  return std::string(family) + head;
+}
+
+std::string config_json_of(const nn::BertConfig& c) {
+  json j = {{"architectures", {bert_architecture(c)}},
+            {"model_type", c.roberta_positions ? "roberta" : "bert"},
+            {"vocab_size", c.vocab},
+            {"hidden_size", c.d_model},
+            {"num_hidden_layers", c.layers},
+            {"num_attention_heads", c.heads},
+            {"intermediate_size", c.mlp_hidden},
+            {"max_position_embeddings", c.max_positions},
+            {"type_vocab_size", c.type_vocab},
+            {"layer_norm_eps", c.ln_eps},
+            {"hidden_act", c.gelu == GeluApprox::kErf ? "gelu" : "gelu_new"},
+            {"pad_token_id", c.pad_id},
+            {"position_embedding_type", "absolute"},
+            {"hidden_dropout_prob", 0.0},
+            {"attention_probs_dropout_prob", 0.0},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", "float32"}};
+  if (c.labels > 0) {
+    json id2label = json::object(), label2id = json::object();
+    for (int64_t i = 0; i < c.labels; ++i) {
+      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+      label2id["LABEL_" + std::to_string(i)] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+  }
+  return j.dump(2);
+}
+
+}  // namespace detail
+
 namespace {
 template <typename Config, typename Net>
 Model model_of(const Config& config, const char* architecture, int64_t context) {
@@ -397,6 +444,10 @@ Model from_config(const nn::GptConfig& config) {
 }
 Model from_config(const nn::MambaLMConfig& config) {
   return model_of<nn::MambaLMConfig, nn::MambaLM>(config, "MambaForCausalLM", 0);
+}
+Model from_config(const nn::BertConfig& config) {
+  const std::string architecture = detail::bert_architecture(config);
+  return model_of<nn::BertConfig, nn::Bert>(config, architecture.c_str(), config.context());
 }
 
 }  // namespace tg::pretrained

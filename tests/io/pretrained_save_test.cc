@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -288,6 +289,40 @@ TEST(PretrainedSave, MambaFromConfig) {
       t = HostTensor::f32(std::vector<float>(static_cast<size_t>(t.numel()), -0.5f), t.shape());
   const HostTensor ids = ids_for(c.vocab, 6);
   export_and_reload("mamba", m, w, ids, logits_of(m, w, ids), 1e-6);
+}
+
+// BERT-family encoders from the library's configuration: a BERT sequence classifier (pooler,
+// labels), a RoBERTa masked-LM (positions past the padding id) and a BERT question-answering
+// model; each folder loads back as that class with the same outputs. Two heads are refused.
+TEST(PretrainedSave, BertFamilyFromConfig) {
+  const nn::BertConfig base{
+      .vocab = 64, .d_model = 32, .layers = 2, .heads = 4, .mlp_hidden = 48, .max_positions = 20};
+  nn::BertConfig cls = base, mlm = base, qa = base;
+  cls.pooler = true, cls.labels = 3;
+  mlm.roberta_positions = true, mlm.pad_id = 1, mlm.type_vocab = 1, mlm.mlm_head = true,
+  mlm.gelu = GeluApprox::kTanh;
+  qa.qa_head = true;
+  for (const auto& [name, c, arch] : {std::tuple{"bert_cls", cls, "BertForSequenceClassification"},
+                                      std::tuple{"roberta_mlm", mlm, "RobertaForMaskedLM"},
+                                      std::tuple{"bert_qa", qa, "BertForQuestionAnswering"}}) {
+    const pretrained::Model m = pretrained::from_config(c);
+    EXPECT_EQ(m.architecture, arch);
+    const Params w = random_weights(*m.module, 4);
+    const HostTensor ids = ids_for(c.vocab, 6);
+    export_and_reload(name, m, w, ids, logits_of(m, w, ids), 1e-6);
+    TempFolder out;
+    pretrained::save(m, w, out.str());
+    const nn::BertConfig back = std::get<nn::BertConfig>(pretrained::load(out.str()).config);
+    EXPECT_EQ(back.labels, c.labels);
+    EXPECT_EQ(back.roberta_positions, c.roberta_positions);
+    EXPECT_EQ(back.pad_id, c.pad_id);
+    EXPECT_EQ(back.gelu, c.gelu);
+    EXPECT_EQ(back.pooler, c.pooler);
+    EXPECT_EQ(back.max_positions, 20);
+  }
+  nn::BertConfig two = base;
+  two.mlm_head = true, two.qa_head = true;
+  EXPECT_THROW(pretrained::from_config(two), CheckpointError);
 }
 
 // A fine-tuned family model (Phi-3: the fused projections written back) with LoRA adapters:
