@@ -44,6 +44,11 @@ def ranges(predicate):
     return out
 
 
+def packed(items, per_line=4):
+    """Table rows, several to a line (the tables stay a few hundred lines)."""
+    return ["    " + " ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+
+
 def norm(**kw):
     args = dict(clean_text=False, handle_chinese_chars=False, strip_accents=False, lowercase=False)
     args.update(kw)
@@ -51,8 +56,8 @@ def norm(**kw):
 
 
 def main():
-    clean, cjk, strip, lower = norm(clean_text=True), norm(handle_chinese_chars=True), norm(strip_accents=True), \
-        norm(lowercase=True)
+    clean, cjk, strip, lower_case = norm(clean_text=True), norm(handle_chinese_chars=True), \
+        norm(strip_accents=True), norm(lowercase=True)
     pre = pre_tokenizers.BertPreTokenizer()
 
     def pieces(cp):
@@ -62,7 +67,7 @@ def main():
 
     def emit(name, rows):
         out.append("constexpr CodeRange %s[] = {" % name)
-        out.extend("    {0x%04X, 0x%04X}," % r for r in rows)
+        out.extend(packed(["{0x%04X, 0x%04X}," % r for r in rows]))
         out.append("};")
 
     emit("kBertRemoved", ranges(lambda cp: clean.normalize_str(chr(cp)) == ""))
@@ -71,13 +76,15 @@ def main():
     emit("kBertPunct", ranges(lambda cp: len(pieces(cp)) == 3))
     emit("kBertMark", ranges(lambda cp: strip.normalize_str(chr(cp)) == ""))
     emit("kBertCjk", ranges(lambda cp: cjk.normalize_str(chr(cp)) == " " + chr(cp) + " "))
-    out.append("constexpr LowerCase kBertLower[] = {")
+    lower = []
     for cp in range(LAST + 1):
         if not is_scalar(cp):
             continue
-        low = lower.normalize_str(chr(cp))
+        low = lower_case.normalize_str(chr(cp))
         if low != chr(cp):
-            out.append("    {0x%04X, \"%s\"}," % (cp, "".join("\\x%02X" % b for b in low.encode("utf-8"))))
+            lower.append("{0x%04X, \"%s\"}," % (cp, "".join("\\x%02X" % b for b in low.encode("utf-8"))))
+    out.append("constexpr LowerCase kBertLower[] = {")
+    out.extend(packed(lower))
     out.append("};")
     sys.stdout.write("\n".join(out) + "\n")
 

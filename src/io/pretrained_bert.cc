@@ -53,10 +53,6 @@ Source bert_source(bool roberta, const std::string& prefix, const std::string& p
   return {"lm_head." + rest};
 }
 
-bool is_bert_family(const std::string& architecture) {
-  return architecture.rfind("Bert", 0) == 0 || architecture.rfind("Roberta", 0) == 0;
-}
-
 void load_bert_family(Model& m, const json& c) {
   const std::string& f = m.folder;
   const bool roberta = m.architecture.rfind("Roberta", 0) == 0;

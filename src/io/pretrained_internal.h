@@ -121,7 +121,6 @@ std::map<std::string, HostTensor> layernorm_family_file_tensors(const Model& m,
 /// BERT-family encoders (pretrained_bert.cc): BertModel, BertForMaskedLM and the sequence,
 /// token and question-answering heads, BERT's and RoBERTa's, as nn::Bert.
 void load_bert_family(Model& m, const json& c);
-bool is_bert_family(const std::string& architecture);
 /// The file's name of an nn::Bert parameter: `prefix` ("bert.", "roberta." or "") before the
 /// encoder's names; the masked-LM head as BERT's cls.predictions.* or RoBERTa's lm_head.*.
 Source bert_source(bool roberta, const std::string& prefix, const std::string& p);

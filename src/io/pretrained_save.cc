@@ -253,8 +253,9 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     }
   }
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));
-  if (is_bert_family(m.architecture)) {  // save_pretrained's prefix: none for the bare encoder
-    const bool roberta = m.architecture.rfind("Roberta", 0) == 0;
+  if (const auto* bert =
+          std::get_if<nn::BertConfig>(&m.config)) {  // save_pretrained's prefix: none for the bare encoder
+    const bool roberta = bert->roberta_positions;
     const std::string prefix = m.architecture.ends_with("Model") ? "" : roberta ? "roberta." : "bert.";
     for (auto& [name, t] : w) out[bert_source(roberta, prefix, name).name] = std::move(t);
     return out;
