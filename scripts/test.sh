@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc)
 # ctest runs $jobs tests at once, each with its own OpenMP team: threads that spin while waiting
-# would take the cores from the other tests (the training examples ran 3-5x slower side by side).
+# would take the cores from the other tests.
 export OMP_WAIT_POLICY=passive
 
 echo "== Release build + tests =="

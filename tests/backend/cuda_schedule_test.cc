@@ -219,9 +219,9 @@ TEST(CudaSchedule, DecodeProductsSharingANormEachComputeIt) {
   EXPECT_EQ(count_steps(s, [](const Step& st) { return st.fused.norm_step >= 0; }), kLayers * (1 + 2) + 1);
 }
 // Every Sum an elementwise group accumulates is a reduction sink of that group: an f32 value the
-// group computes, of the group's shape (what fused_sinks_kernel emits). A BERT classifier's
-// training step (padding mask, learned positions sliced to the sequence, token types, pooler)
-// once left a sink in a group that did not compute its input.
+// group computes, of the group's shape (what fused_sinks_kernel emits), also where a product
+// step could take that value as its residual add: a BERT classifier's training step (padding
+// mask, learned positions sliced to the sequence, token types, pooler) has such sums.
 TEST(CudaSchedule, SinksAreReductionsOfTheirOwnGroup) {
   nn::Bert bert({.vocab = 60,
                  .d_model = 384,
