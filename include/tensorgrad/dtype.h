@@ -12,14 +12,16 @@ namespace tg {
 /// products and attention under mixed precision (Precision::kBf16 / kF16; only casts, shape
 /// ops, matmul, attention and convolutions read or make these half-precision values). On the
 /// host both are also formats of HostTensor, safetensors and parameter upload and download.
-enum class DType : uint8_t { kF32, kI32, kBool, kBF16, kF16 };
+/// i8 is the storage of weights quantized to 8 bits (Module::store_params_as(DType::kI8)): a
+/// parameter, read only by shape ops and a cast to f32 that its scales multiply.
+enum class DType : uint8_t { kF32, kI32, kBool, kBF16, kF16, kI8 };
 
 /// The two 16-bit float types: storage of mixed precision's product operands, never arithmetic.
 constexpr bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
 /// Bytes per element on the host and in backend buffers (bool is one byte, 0 or 1).
 constexpr int64_t dtype_size(DType t) {
-  return t == DType::kBool ? 1 : t == DType::kBF16 || t == DType::kF16 ? 2 : 4;
+  return t == DType::kBool || t == DType::kI8 ? 1 : t == DType::kBF16 || t == DType::kF16 ? 2 : 4;
 }
 constexpr const char* dtype_name(DType t) {
   switch (t) {
@@ -28,6 +30,7 @@ constexpr const char* dtype_name(DType t) {
     case DType::kBool: return "bool";
     case DType::kBF16: return "bf16";
     case DType::kF16: return "f16";
+    case DType::kI8: return "i8";
   }
   return "?";
 }

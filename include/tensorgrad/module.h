@@ -90,7 +90,11 @@ class Module {
   /// half-stored parameter reads as its f32 value (exact), and the precision policy's products read the
   /// stored bf16 or f16 value itself, with no copy; a training program must leave it frozen. Call it before
   /// the first program of the model is compiled (else an Error). See Param::set_dtype.
-  void store_params_as(DType dtype);
+  ///
+  /// DType::kI8 quantizes the weights of every nn::Linear to 8 bits (Param::quantize_int8, in groups of
+  /// `group` values of each row; tensorgrad/quantize.h) and holds the other matrices (embeddings, tied
+  /// heads, convolutions, experts) as bf16: about a quarter of the f32 memory for a transformer.
+  void store_params_as(DType dtype, int64_t group = 32);
 
   /// Internal: the root's per-device parameter storage.
   std::shared_ptr<detail::ModelStorage> storage() const;
@@ -138,16 +142,34 @@ class Param {
   /// Sets dtype(): kF32, kBF16 or kF16, before the first program of the model is compiled
   /// (the storage is allocated then); afterwards, or another dtype, is an Error.
   void set_dtype(DType dtype);
+  /// Stores the parameter (rank ≥ 2) as int8 with one f32 scale per `group` consecutive values of
+  /// its last axis, which `group` must divide: dtype() becomes kI8 and a parameter "<name>_scale"
+  /// of shape [..., K / group] joins the owner (tensorgrad/quantize.h has the arithmetic). Traced,
+  /// the parameter reads as q · scale in f32, computed in every run (never held: that copy is what
+  /// the quantization saves); both must stay frozen in training. Uploading an f32, bf16 or f16
+  /// value quantizes it and writes the scales; downloads return the i8 values and the scales.
+  /// Before the first program of the model is compiled, as set_dtype.
+  void quantize_int8(int64_t group = 32);
+  /// The values per scale of a quantized parameter (0 for any other).
+  int64_t group() const { return group_; }
+  /// A quantized parameter's scales ("<name>_scale"), else nullptr.
+  const Param* scale() const { return scale_.get(); }
+  /// For a scale parameter: the quantized parameter it scales, else nullptr.
+  const Param* scales() const { return scales_; }
   const Init& init() const { return init_; }
   bool decay() const { return decay_; }
 
  private:
+  void check_unallocated(const char* what) const;
   Module* owner_;
   std::string name_;
   Shape shape_;
   Init init_;
   bool decay_;
   DType dtype_ = DType::kF32;
+  int64_t group_ = 0;
+  std::unique_ptr<Param> scale_;
+  const Param* scales_ = nullptr;
 };
 
 }  // namespace tg

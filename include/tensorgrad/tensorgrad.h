@@ -15,5 +15,6 @@
 #include "tensorgrad/generate.h"
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/program.h"
+#include "tensorgrad/quantize.h"
 #include "tensorgrad/tensor.h"
 #include "tensorgrad/tokenizer.h"

@@ -136,7 +136,8 @@ class NcclCommunicator final : public Communicator {
       case DType::kBF16: return kNcclBfloat16;
       case DType::kI32: return kNcclInt32;
       case DType::kBool:
-      case DType::kF16: break;
+      case DType::kF16:
+      case DType::kI8: break;
     }
     throw Error(std::string("[distributed] the NCCL engine's collectives take f32, bf16 or i32, not ") +
                 dtype_name(dtype));

@@ -95,7 +95,8 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
     if (it == current.end()) fail(path, "tensor '" + name + "' is not a parameter of the model");
     // Any float type loads, converted as upload_params converts (a checkpoint of the same model
     // has the parameters' own types: resuming is exact).
-    const bool float_type = value.dtype() == DType::kF32 || is_half(value.dtype());
+    const bool float_type = value.dtype() == DType::kF32 || is_half(value.dtype()) ||
+                            (value.dtype() == DType::kI8 && it->second.dtype() == DType::kI8);
     if (!float_type || value.shape() != it->second.shape())
       fail(path, "tensor '" + name + "' is " + dtype_name(value.dtype()) + shape_str(value.shape()) +
                      ", the model's parameter is " + dtype_name(it->second.dtype()) +

@@ -59,6 +59,7 @@ const char* file_dtype_name(DType t) {
     case DType::kBool: return "BOOL";
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
+    case DType::kI8: return "I8";
   }
   return "?";
 }
@@ -69,6 +70,7 @@ std::optional<DType> dtype_from_file_name(const std::string& s) {
   if (s == "BOOL") return DType::kBool;
   if (s == "BF16") return DType::kBF16;
   if (s == "F16") return DType::kF16;
+  if (s == "I8") return DType::kI8;
   return std::nullopt;
 }
 
@@ -85,10 +87,11 @@ bool is_format_dtype(const std::string& s) {
 int layout_rank(DType t) {
   switch (t) {
     case DType::kBool: return 0;
-    case DType::kF16: return 1;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 3;
-    case DType::kF32: return 4;
+    case DType::kI8: return 1;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 3;
+    case DType::kI32: return 4;
+    case DType::kF32: return 5;
   }
   return 0;
 }
@@ -206,7 +209,7 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
   if (!dt && is_format_dtype(dtype->string))
     fail(w,
          t + "dtype " + dtype->string +
-             " is not supported (tensorgrad reads F32, BF16, F16, I32 and BOOL; convert when writing, e.g. "
+             " is not supported (tensorgrad reads F32, BF16, F16, I32, I8 and BOOL; convert when writing, e.g. "
              "tensor.float())");
   if (!dt) fail(w, t + "unknown dtype " + in_quotes(dtype->string));
   Entry e{name, *dt, {}, 0, 0, skipped};
@@ -468,17 +471,31 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
       if (it == current.end())
         fail(w, tensor_label(e.name) + " is not a parameter of the model (its parameters: " +
                     join_names(program.param_names()) + ")");
-      if (e.dtype != DType::kF32 && e.dtype != DType::kBF16 && e.dtype != DType::kF16)
+      const bool quantized = e.dtype == DType::kI8 && it->second.dtype() == DType::kI8;
+      if (e.dtype != DType::kF32 && e.dtype != DType::kBF16 && e.dtype != DType::kF16 && !quantized)
         fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) +
-                    ", but model parameters are F32, BF16 or F16 (converted to the parameter's type)");
+                    ", but model parameters are F32, BF16 or F16 (converted to the parameter's type), or I8 "
+                    "for a parameter quantized to i8");
       if (e.shape != it->second.shape())
         fail(w, tensor_label(e.name) + " has shape " + shape_str(e.shape) +
                     ", but the model's parameter has shape " + shape_str(it->second.shape()));
     }
     if (!options.partial) {
       std::vector<std::string> missing;
+      // The scales of a quantized parameter the file holds as floats come from quantizing it.
+      std::set<std::string> float_in_file;
+      for (const Entry& e : h.entries)
+        if (e.dtype != DType::kI8) float_in_file.insert(e.name);
+      const auto quantized_from_file = [&](const std::string& name) {
+        const std::string suffix = "_scale";
+        if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+          return false;
+        const std::string base = name.substr(0, name.size() - suffix.size());
+        const auto b = current.find(base);
+        return b != current.end() && b->second.dtype() == DType::kI8 && float_in_file.count(base) != 0;
+      };
       for (const auto& [name, t] : current)
-        if (in_file.count(name) == 0) missing.push_back(name);
+        if (in_file.count(name) == 0 && !quantized_from_file(name)) missing.push_back(name);
       if (!missing.empty())
         fail(w, "missing parameter" + std::string(missing.size() > 1 ? "s " : " ") + join_names(missing) +
                     " (pass {.partial = true} to load a subset)");

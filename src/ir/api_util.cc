@@ -89,9 +89,10 @@ Tensor as_tensor(Graph& g, const Arg& a, DType dtype, const Loc& loc) {
 DType promote(DType a, DType b) {
   if (a == b) return a;  // two bf16 (f16) stay so (for concat); arithmetic on them is refused
   // bf16 or f16 with anything else computes in f32 (there is no half-precision arithmetic).
+  // i8 (quantized weights) reads as a number of its category: f32 or i32 with the other side.
   const auto floating = [](DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; };
   if (floating(a) || floating(b)) return DType::kF32;
-  if (a == DType::kI32 || b == DType::kI32) return DType::kI32;
+  if (a == DType::kI32 || b == DType::kI32 || a == DType::kI8 || b == DType::kI8) return DType::kI32;
   return DType::kBool;
 }
 
@@ -104,6 +105,7 @@ DType common_dtype(const Arg& a, const Arg& b) {
   // Like PyTorch: a number only widens the tensor's category (bool → int → float).
   if (td == DType::kF32) return td;
   if (is_half(td)) return DType::kF32;
+  if (td == DType::kI8) td = DType::kI32;
   DType sd = number_dtype(s);
   return td == DType::kBool ? sd : promote(td, sd);
 }

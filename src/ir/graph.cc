@@ -175,6 +175,23 @@ void check_half(const Graph& g, const Node& node) {
           loc_str(node.loc) + ")");
 }
 
+/// i8 is the storage of quantized weights (Module::store_params_as(DType::kI8)): a parameter,
+/// shape ops over it, and a cast to f32 (which its scales then multiply). Nothing computes in it.
+void check_int8(const Graph& g, const Node& node) {
+  const char* name = op_info(node.op).name;
+  const bool shape_op = moves_half(node.op) && node.op != Op::kCast;
+  if (node.dtype == DType::kI8 && node.op != Op::kParam && !shape_op)
+    throw ShapeError("[" + std::string(name) +
+                     "] cannot make an i8 value: i8 values are quantized weights (parameters stored as i8 by "
+                     "Module::store_params_as(DType::kI8)) and shape ops on them (at " +
+                     loc_str(node.loc) + ")");
+  for (int32_t in : node.inputs)
+    if (g.node(in).dtype == DType::kI8 && !shape_op && !(node.op == Op::kCast && node.dtype == DType::kF32))
+      throw ShapeError("[" + std::string(name) +
+                       "] does not read i8 values: only shape ops and a cast to f32 do (at " +
+                       loc_str(node.loc) + ")");
+}
+
 }  // namespace
 
 bool is_widened_param(const Graph& g, int32_t id) {
@@ -209,6 +226,7 @@ int32_t Graph::add(Node node) {
   infer(*this, node);
   check_count();
   check_half(*this, node);
+  check_int8(*this, node);
   node.stage = stage;
   node.recompute = recompute;
   return add_checked(std::move(node));

@@ -1,6 +1,7 @@
 // The op table's scalar expressions instantiated with T = double (see scalar.h).
 #include "ir/scalar.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tensorgrad/errors.h"
@@ -14,6 +15,7 @@ double to_dtype(double v, DType t) {
     case DType::kBool: return v != 0.0 ? 1.0 : 0.0;
     case DType::kBF16: return f32_from_bf16(bf16_from_f32(static_cast<float>(v)));
     case DType::kF16: return f32_from_f16(f16_from_f32(static_cast<float>(v)));
+    case DType::kI8: return std::clamp(std::trunc(v), -128.0, 127.0);
   }
   return v;
 }

@@ -4,7 +4,9 @@
 #include "ir/api_util.h"
 #include "ir/trace.h"
 #include "runtime/storage.h"
+#include "nn/init.h"
 #include "tensorgrad/module.h"
+#include "tensorgrad/nn.h"
 
 namespace tg {
 
@@ -50,10 +52,17 @@ std::vector<Module*> Module::modules() {
   return out;
 }
 
-void Module::store_params_as(DType dtype) {
+void Module::store_params_as(DType dtype, int64_t group) {
+  if (dtype == DType::kI8) {
+    // The Linears' weights are quantized; every other matrix is held as bf16.
+    for (Module* m : modules())
+      if (auto* linear = dynamic_cast<nn::Linear*>(m)) linear->weight.quantize_int8(group);
+    dtype = DType::kBF16;
+  }
   // Params are members of the (non-const) modules that declare them.
   for (const Param* p : parameters())
-    if (p->shape().size() >= 2) const_cast<Param*>(p)->set_dtype(dtype);
+    if (p->shape().size() >= 2 && p->dtype() != DType::kI8 && p->scales() == nullptr)
+      const_cast<Param*>(p)->set_dtype(dtype);
 }
 
 std::vector<const Param*> Module::parameters() const {
@@ -98,18 +107,42 @@ std::string Param::path() const {
   return p.empty() ? name_ : p + "." + name_;
 }
 
-void Param::set_dtype(DType dtype) {
-  if (dtype != DType::kF32 && !is_half(dtype))
-    throw Error("[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " +
-                dtype_name(dtype));
-  if (dtype == dtype_) return;
+void Param::check_unallocated(const char* what) const {
   const std::shared_ptr<detail::ModelStorage> storage = owner_->storage();
   std::lock_guard lock(storage->mutex);
   if (!storage->devices.empty())
-    throw Error("[Param] '" + path() +
-                "': set the storage dtype before the first program of the model is "
-                "compiled (its parameters are allocated then)");
+    throw Error("[Param] '" + path() + "': " + what +
+                " before the first program of the model is compiled (its parameters are allocated then)");
+}
+
+void Param::set_dtype(DType dtype) {
+  if (dtype != DType::kF32 && !is_half(dtype))
+    throw Error("[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " + dtype_name(dtype) +
+                (dtype == DType::kI8 ? " (Param::quantize_int8 stores one as i8 with its scales)" : ""));
+  if (dtype == dtype_) return;
+  if (scales_ != nullptr) throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter: f32");
+  check_unallocated("set the storage dtype");
+  if (dtype_ == DType::kI8)
+    throw Error("[Param] '" + path() + "' is quantized to i8: its storage type is fixed");
   dtype_ = dtype;
+}
+
+void Param::quantize_int8(int64_t group) {
+  if (dtype_ == DType::kI8 && group == group_) return;
+  if (shape_.size() < 2 || group <= 0 || shape_.back() % group != 0)
+    throw Error("[Param] '" + path() + "' " + shape_str(shape_) + ": quantization takes a matrix whose last axis " +
+                "groups of " + std::to_string(group) + " values divide (pick a group that divides " +
+                std::to_string(shape_.back()) + ")");
+  check_unallocated("quantize a parameter");
+  if (scales_ != nullptr) throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter");
+  if (dtype_ == DType::kI8) throw Error("[Param] '" + path() + "' is quantized already, in other groups");
+  Shape scale_shape = shape_;
+  scale_shape.back() /= group;
+  scale_ = std::make_unique<Param>(*owner_, name_ + "_scale", scale_shape, init::constant(0.0),
+                                   ParamOptions{.decay = false});
+  scale_->scales_ = this;
+  dtype_ = DType::kI8;
+  group_ = group;
 }
 
 Param::operator Tensor() const { return tensor(); }
@@ -126,10 +159,22 @@ Tensor Param::tensor(Loc loc) const {
     const Tensor leaf = ir::named_leaf(trace->graph, ir::Op::kParam, path(), shape_, dtype_, loc);
     it = trace->param_nodes.emplace(this, leaf.id()).first;
     trace->params.push_back(this);
-    if (dtype_ != DType::kF32) trace->param_reads[this] = cast(leaf, DType::kF32, loc).id();
+    if (dtype_ == DType::kI8) {
+      // q [..., K] · scale [..., K/G] as [..., K/G, G] · [..., K/G, 1], back to [..., K].
+      Shape grouped = shape_, per_group = scale_->shape();
+      grouped.back() /= group_;
+      grouped.push_back(group_);
+      per_group.push_back(1);
+      const Tensor values = cast(reshape(leaf, grouped, loc), DType::kF32, loc);
+      const Tensor w = mul(values, reshape(scale_->tensor(loc), per_group, loc), loc);
+      trace->param_reads[this] = reshape(w, shape_, loc).id();
+    } else if (dtype_ != DType::kF32) {
+      trace->param_reads[this] = cast(leaf, DType::kF32, loc).id();
+    }
   }
+  // (Found again: tracing the scales above may have rehashed param_nodes.)
   const auto read = trace->param_reads.find(this);
-  return Tensor(&trace->graph, read != trace->param_reads.end() ? read->second : it->second);
+  return Tensor(&trace->graph, read != trace->param_reads.end() ? read->second : trace->param_nodes.at(this));
 }
 
 }  // namespace tg

@@ -32,7 +32,7 @@ struct Hoisted {
 };
 
 /// Per node: whether its value depends on params, constants and aranges only (no input, state,
-/// random draw or collective on the way).
+/// random draw or collective on the way; i8 params, quantized weights, count as inputs).
 std::vector<char> parameter_only(const ir::Graph& graph);
 
 /// Inference rewrites run first (weights.cc): a cast of a permuted or reshaped parameter becomes

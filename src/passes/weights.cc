@@ -26,7 +26,10 @@ std::vector<char> parameter_only(const Graph& g) {
   for (int32_t id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
     if (n.inputs.empty()) {
-      fixed[static_cast<size_t>(id)] = n.op == Op::kParam || n.op == Op::kConstant || n.op == Op::kArange;
+      // An i8 (quantized) parameter is not: its dequantized value is recomputed in every run,
+      // since holding it would hold the full-precision copy the quantization saves.
+      fixed[static_cast<size_t>(id)] =
+          (n.op == Op::kParam && n.dtype != DType::kI8) || n.op == Op::kConstant || n.op == Op::kArange;
       continue;
     }
     bool all = !ir::is_collective(n.op) && n.op != Op::kRandom;

@@ -70,6 +70,7 @@ double HostTensor::item() const {
     case DType::kBool: return bytes_[0] != 0 ? 1.0 : 0.0;
     case DType::kBF16: return f32_from_bf16(half_at(0));
     case DType::kF16: return f32_from_f16(half_at(0));
+    case DType::kI8: return static_cast<int8_t>(bytes_[0]);
   }
   return 0;
 }
@@ -83,11 +84,18 @@ uint16_t HostTensor::half_at(int64_t i) const {
 HostTensor HostTensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
   if (is_half(dtype) && is_half(dtype_)) return to(DType::kF32).to(dtype);  // exact widening, one rounding
+  if (dtype_ == DType::kI8 && dtype == DType::kF32) {  // the integers themselves (not dequantized)
+    HostTensor out(dtype, shape_);
+    float* dst = reinterpret_cast<float*>(out.bytes_.data());
+    for (int64_t i = 0; i < numel(); ++i) dst[i] = static_cast<int8_t>(bytes_[static_cast<size_t>(i)]);
+    return out;
+  }
   const bool half_to_f32 = (dtype_ == DType::kBF16 || dtype_ == DType::kF16) && dtype == DType::kF32;
   const bool f32_to_half = dtype_ == DType::kF32 && (dtype == DType::kBF16 || dtype == DType::kF16);
   if (!half_to_f32 && !f32_to_half)
     throw InputError(std::string("[HostTensor] to(") + dtype_name(dtype) +
-                     "): converts between f32 and bf16 or f16, not from " + dtype_name(dtype_));
+                     "): converts between f32 and bf16 or f16 and from i8 to f32, not from " + dtype_name(dtype_) +
+                     (dtype == DType::kI8 ? " (tg::quantize_int8 makes i8 weights with their scales)" : ""));
   HostTensor out(dtype, shape_);
   const int64_t n = numel();
   if (half_to_f32) {

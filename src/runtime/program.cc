@@ -551,31 +551,7 @@ void Program::init_params(uint64_t seed) {
 void Program::upload_params(const std::map<std::string, HostTensor>& params, UploadOptions options) {
   detail::DeviceStore& store = *state().store;
   std::lock_guard lock(store.mutex);
-  for (const auto& [name, value] : params) {
-    auto it = store.infos.find(name);
-    if (it == store.infos.end()) {
-      std::string known;
-      for (const auto& kv : store.infos) known += (known.empty() ? "" : ", ") + kv.first;
-      throw InputError("[upload_params] unknown parameter '" + name +
-                       "'; the model's parameters are: " + known);
-    }
-    const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16;
-    if ((value.dtype() != DType::kF32 && !convertible) || value.shape() != it->second.shape)
-      throw InputError("[upload_params] parameter '" + name + "' expects " + dtype_name(it->second.dtype) +
-                       shape_str(it->second.shape) + ", got " + dtype_name(value.dtype()) +
-                       shape_str(value.shape()) + " (f32, bf16 and f16 values are converted)");
-  }
-  if (!options.partial)
-    for (const auto& [name, info] : store.infos)
-      if (params.count(name) == 0)
-        throw InputError("[upload_params] missing parameter '" + name +
-                         "' (pass {.partial = true} to upload a subset)");
-  ++store.version;
-  for (const auto& [name, value] : params) {
-    const DType stored = store.infos.at(name).dtype;  // f32, or a half-stored parameter's type
-    store.backend->upload(*store.buffers.at(name),
-                          value.dtype() == stored ? value.data() : value.to(stored).data());
-  }
+  store.upload(params, options.partial);
 }
 
 std::map<std::string, HostTensor> Program::download_params() const {
@@ -583,7 +559,7 @@ std::map<std::string, HostTensor> Program::download_params() const {
   std::lock_guard lock(store.mutex);
   std::map<std::string, HostTensor> out;
   for (const auto& [name, info] : store.infos) {
-    HostTensor t(info.dtype, info.shape);  // as stored: f32, or bf16/f16 (Param::dtype)
+    HostTensor t(info.dtype, info.shape);  // as stored: f32, bf16/f16, or i8 (Param::dtype)
     store.backend->download(*store.buffers.at(name), t.data());
     out.emplace(name, std::move(t));
   }

@@ -1,5 +1,7 @@
 // Devices, backends and the per-model parameter storage shared across programs.
 #include "runtime/storage.h"
+#include "tensorgrad/errors.h"
+#include "tensorgrad/quantize.h"
 #include "util/switches.h"
 
 #include <algorithm>
@@ -57,11 +59,12 @@ void DeviceStore::init_params(uint64_t seed) {
   const std::unique_ptr<float[]> host(new float[largest]);
   double fill_s = 0, upload_s = 0;
   for (auto& [path, info] : infos) {
+    if (!info.scales.empty()) continue;  // written with the i8 parameter it scales
     const std::span<float> values(host.get(), static_cast<size_t>(numel(info.shape)));
     const auto t0 = std::chrono::steady_clock::now();
     fill_init(info.init, values, info.shape, seed, path);
     const auto t1 = std::chrono::steady_clock::now();
-    upload_f32(*buffers.at(path), values);
+    upload_f32(path, values);
     fill_s += std::chrono::duration<double>(t1 - t0).count();
     upload_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
@@ -77,12 +80,69 @@ int64_t DeviceStore::bytes() {
   return total;
 }
 
-void DeviceStore::upload_f32(backend::Buffer& buf, std::span<const float> values) {
+void DeviceStore::upload_f32(const std::string& path, std::span<const float> values) {
+  backend::Buffer& buf = *buffers.at(path);
   if (buf.dtype() == DType::kF32) return backend->upload(buf, values.data());
+  if (buf.dtype() == DType::kI8) {
+    const ParamInfo& info = infos.at(path);
+    std::vector<int8_t> q(values.size());
+    std::vector<float> scale(values.size() / static_cast<size_t>(info.group));
+    quantize_int8(values, info.group, q.data(), scale.data());
+    backend->upload(buf, q.data());
+    return backend->upload(*buffers.at(info.scale), scale.data());
+  }
   std::vector<uint16_t> half(values.size());  // a half-stored parameter: rounded to nearest even
   for (size_t i = 0; i < values.size(); ++i)
     half[i] = buf.dtype() == DType::kBF16 ? bf16_from_f32(values[i]) : f16_from_f32(values[i]);
   backend->upload(buf, half.data());
+}
+
+ParamInfo param_info(const Param& p) {
+  return {p.path(),  p.shape(), p.init(), p.decay(), p.dtype(), p.group(),
+          p.scale() != nullptr ? p.scale()->path() : std::string(),
+          p.scales() != nullptr ? p.scales()->path() : std::string()};
+}
+
+void DeviceStore::upload(const std::map<std::string, HostTensor>& params, bool partial) {
+  for (const auto& [name, value] : params) {
+    auto it = infos.find(name);
+    if (it == infos.end()) {
+      std::string known;
+      for (const auto& kv : infos) known += (known.empty() ? "" : ", ") + kv.first;
+      throw InputError("[upload_params] unknown parameter '" + name + "'; the model's parameters are: " + known);
+    }
+    const ParamInfo& info = it->second;
+    const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16 ||
+                             (value.dtype() == DType::kI8 && info.dtype == DType::kI8);
+    if ((value.dtype() != DType::kF32 && !convertible) || value.shape() != info.shape)
+      throw InputError("[upload_params] parameter '" + name + "' expects " + dtype_name(info.dtype) +
+                       shape_str(info.shape) + ", got " + dtype_name(value.dtype()) + shape_str(value.shape()) +
+                       " (f32, bf16 and f16 values are converted" +
+                       (info.dtype == DType::kI8 ? ", and quantized with their scales" : "") + ")");
+    if (const auto w = info.scales.empty() ? params.end() : params.find(info.scales);
+        w != params.end() && w->second.dtype() != DType::kI8)
+      throw InputError("[upload_params] '" + name + "' holds the scales that quantizing the " +
+                       dtype_name(w->second.dtype()) + " value given for '" + info.scales +
+                       "' computes: give that value, or its i8 values with their scales");
+  }
+  // An i8 parameter given as floats is quantized here, which writes its scales.
+  const auto quantized_here = [&](const ParamInfo& info) {
+    const auto w = info.scales.empty() ? params.end() : params.find(info.scales);
+    return w != params.end() && w->second.dtype() != DType::kI8;
+  };
+  if (!partial)
+    for (const auto& [name, info] : infos)
+      if (params.count(name) == 0 && !quantized_here(info))
+        throw InputError("[upload_params] missing parameter '" + name +
+                         "' (pass {.partial = true} to upload a subset)");
+  ++version;
+  for (const auto& [name, value] : params) {
+    const DType stored = infos.at(name).dtype;  // f32, a half type, or i8 (quantized)
+    if (stored == DType::kI8 && value.dtype() != DType::kI8)
+      upload_f32(name, value.to(DType::kF32).f32());
+    else
+      backend->upload(*buffers.at(name), value.dtype() == stored ? value.data() : value.to(stored).data());
+  }
 }
 
 std::shared_ptr<ModelStorage> make_model_storage() { return std::make_shared<ModelStorage>(); }
@@ -92,16 +152,22 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
   std::lock_guard lock(storage->mutex);
   std::shared_ptr<DeviceStore>& store = storage->devices[device.str()];
   if (store) {
-    // Parameters declared after the first compile (a new head, say) join the store here.
+    // Parameters declared after the first compile (a new head, say) join the store here
+    // (allocated first, then filled: an i8 parameter's fill writes its scales too).
     std::lock_guard store_lock(store->mutex);
+    std::vector<const Param*> fresh;
     for (const Param* p : model.root().parameters()) {
       const std::string path = p->path();
       if (store->infos.count(path) != 0) continue;
-      store->infos[path] = {path, p->shape(), p->init(), p->decay(), p->dtype()};
+      store->infos[path] = param_info(*p);
       store->buffers[path] = store->backend->allocate(p->dtype(), numel(p->shape()));
+      fresh.push_back(p);
+    }
+    for (const Param* p : fresh) {
+      if (p->scales() != nullptr) continue;
       std::vector<float> host(static_cast<size_t>(numel(p->shape())));
-      fill_init(p->init(), host, p->shape(), 0, path);
-      store->upload_f32(*store->buffers[path], host);
+      fill_init(p->init(), host, p->shape(), 0, p->path());
+      store->upload_f32(p->path(), host);
       ++store->version;
     }
     return store;
@@ -122,7 +188,7 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
   for (const Param* p : model.root().parameters()) {
     const std::string path = p->path();
     if (fresh->infos.count(path) != 0) throw Error("[Module] two parameters are both named '" + path + "'");
-    fresh->infos[path] = {path, p->shape(), p->init(), p->decay(), p->dtype()};
+    fresh->infos[path] = param_info(*p);
     fresh->buffers[path] = fresh->backend->allocate(p->dtype(), numel(p->shape()));
   }
   mark("allocate params");

@@ -24,7 +24,13 @@ struct ParamInfo {
   Init init;
   bool decay;
   DType dtype = DType::kF32;  // Param::dtype(): how its buffer stores it
+  int64_t group = 0;          // Param::group(): values per scale of an i8 parameter
+  std::string scale;          // an i8 parameter's scales (Param::scale()), else empty
+  std::string scales;         // a scale parameter's i8 parameter (Param::scales()), else empty
 };
+
+/// What the store keeps of `p`.
+ParamInfo param_info(const Param& p);
 
 struct DeviceStore {
   Device device;
@@ -49,8 +55,12 @@ struct DeviceStore {
   /// Bytes of every buffer held here: parameters, hoisted values and states (takes the mutex).
   int64_t bytes();
 
-  /// Writes f32 `values` into a parameter's buffer, rounded when it stores bf16 or f16.
-  void upload_f32(backend::Buffer& buf, std::span<const float> values);
+  /// Writes f32 `values` into parameter `path`'s buffer: rounded when it stores bf16 or f16,
+  /// quantized when it stores i8 (its scale parameter's buffer written too).
+  void upload_f32(const std::string& path, std::span<const float> values);
+
+  /// Program::upload_params: checks every value against its parameter, then writes them all.
+  void upload(const std::map<std::string, HostTensor>& params, bool partial);
 
   /// Fills every parameter from its Init with `seed` (see nn/init.cc).
   void init_params(uint64_t seed);

@@ -147,6 +147,7 @@ inline double round_to(DType t, double v) {
     case DType::kBool: return v != 0 ? 1.0 : 0.0;
     case DType::kBF16: return f32_from_bf16(bf16_from_f32(static_cast<float>(v)));
     case DType::kF16: return f32_from_f16(f16_from_f32(static_cast<float>(v)));
+    case DType::kI8: return std::max(-128.0, std::min(127.0, std::trunc(v)));
   }
   return v;
 }

@@ -249,6 +249,7 @@ BlockFn cast_from(DType to) {
     case DType::kF16:
       if constexpr (std::is_same_v<From, float>) return cast_f32_to_f16;
       break;  // the IR makes f16 only from f32
+    case DType::kI8: break;  // i8 values are quantized parameters, never made
   }
   throw Error(std::string("[cpu] cast to ") + dtype_name(to));
 }
@@ -294,6 +295,9 @@ BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype) {
       case DType::kF16:
         if (out_dtype == DType::kF32) return cast_f16_to_f32;
         break;  // the IR reads f16 into f32 only
+      case DType::kI8:
+        if (out_dtype == DType::kF32) return cast_block<float, int8_t>;
+        break;  // the IR reads i8 into f32 only
     }
     throw Error(std::string("[cpu] cast from ") + dtype_name(in_dtype) + " to " + dtype_name(out_dtype));
   }
@@ -306,7 +310,8 @@ BlockFn block_function(ir::Op op, DType in_dtype, DType out_dtype) {
     case DType::kI32: return typed_block<WrapI32>(op);
     case DType::kBool: return typed_block<uint8_t>(op);
     case DType::kBF16:
-    case DType::kF16: break;
+    case DType::kF16:
+    case DType::kI8: break;
   }
   throw Error(std::string("[cpu] elementwise op on ") + dtype_name(in_dtype));
 }

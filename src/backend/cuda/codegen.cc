@@ -58,6 +58,7 @@ const char* storage_type(DType t) {
     case DType::kBool: return "unsigned char";
     case DType::kBF16: return "unsigned short";  // raw bits; tg_bf2f / tg_f2bf convert
     case DType::kF16: return "unsigned short";   // raw bits; tg_h2f / tg_f2h convert
+    case DType::kI8: return "signed char";       // quantized weights, read by casts to f32
   }
   return "?";
 }
@@ -69,6 +70,7 @@ const char* compute_type(DType t) {
     case DType::kBool: return "unsigned char";
     case DType::kBF16:  // bf16 and f16 are read only by casts, shape ops and products
     case DType::kF16:   // (ir/graph.cc): no expression computes in them
+    case DType::kI8:    // (nor in i8)
       break;
   }
   return "?";

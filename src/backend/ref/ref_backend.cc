@@ -130,6 +130,7 @@ class RefExecutableImpl final : public RefExecutable {
         case DType::kBool: v[i] = static_cast<const uint8_t*>(host)[i] != 0 ? 1.0 : 0.0; break;
         case DType::kBF16: v[i] = f32_from_bf16(static_cast<const uint16_t*>(host)[i]); break;
         case DType::kF16: v[i] = f32_from_f16(static_cast<const uint16_t*>(host)[i]); break;
+        case DType::kI8: v[i] = static_cast<const int8_t*>(host)[i]; break;
       }
     }
     values_[static_cast<size_t>(node)] = std::move(v);
@@ -184,6 +185,7 @@ class RefExecutableImpl final : public RefExecutable {
         case DType::kBool: static_cast<uint8_t*>(host)[i] = v[i] != 0.0 ? 1 : 0; break;
         case DType::kBF16: static_cast<uint16_t*>(host)[i] = bf16_from_f32(static_cast<float>(v[i])); break;
         case DType::kF16: static_cast<uint16_t*>(host)[i] = f16_from_f32(static_cast<float>(v[i])); break;
+        case DType::kI8: static_cast<int8_t*>(host)[i] = static_cast<int8_t>(v[i]); break;
       }
     }
   }
@@ -396,6 +398,7 @@ class RefBackend final : public Backend {
         case DType::kBool: d[i] = static_cast<const uint8_t*>(host)[i] != 0; break;
         case DType::kBF16: d[i] = f32_from_bf16(static_cast<const uint16_t*>(host)[i]); break;
         case DType::kF16: d[i] = f32_from_f16(static_cast<const uint16_t*>(host)[i]); break;
+        case DType::kI8: d[i] = static_cast<const int8_t*>(host)[i]; break;
       }
     }
   }
@@ -408,6 +411,7 @@ class RefBackend final : public Backend {
         case DType::kBool: static_cast<uint8_t*>(host)[i] = d[i] != 0 ? 1 : 0; break;
         case DType::kBF16: static_cast<uint16_t*>(host)[i] = bf16_from_f32(static_cast<float>(d[i])); break;
         case DType::kF16: static_cast<uint16_t*>(host)[i] = f16_from_f32(static_cast<float>(d[i])); break;
+        case DType::kI8: static_cast<int8_t*>(host)[i] = static_cast<int8_t>(d[i]); break;
       }
     }
   }

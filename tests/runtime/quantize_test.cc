@@ -1,0 +1,245 @@
+// Weights quantized to 8 bits (tensorgrad/quantize.h, Module::store_params_as(DType::kI8)): the host
+// arithmetic against its definition computed here in double; a quantized model must compute what
+// the f32 model computes with the dequantized weights, on every backend, in f32 and under the
+// precision policy, holding only the i8 values, their scales and the bf16 embeddings on the device;
+// LoRA trains over a quantized base and leaves it bit-identical; misuse is a clear error.
+#include <gtest/gtest.h>
+#include <tensorgrad/tensorgrad.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace tg {
+namespace {
+
+using testing::rel_diff;
+
+constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 48, kGroup = 16;
+
+nn::LlamaConfig config() {
+  return {.vocab = kVocab,
+          .seq_len = kSeq,
+          .layers = 2,
+          .d_model = 32,
+          .heads = 4,
+          .kv_heads = 2,
+          .mlp_hidden = 64,
+          .tied_head = false};
+}
+
+std::vector<int32_t> ids(int shift = 0) {
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < kBatch * kSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3 + shift) % kVocab));
+  return v;
+}
+
+Program logits_program(nn::Llama& model, Device device, Precision precision) {
+  return compile_forward(
+      model, [&](Tensor x) { return model.logits(x); },
+      {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}}, .device = device, .precision = precision});
+}
+
+TEST(QuantizeInt8, ScalesAndValuesFollowTheDefinition) {
+  // Three groups of 4: mixed signs, a group of zeros, one whose largest value is negative.
+  const HostTensor w = HostTensor::f32({0.5f, -1.0f, 0.25f, 0.003f, 0, 0, 0, 0, 2.0f, -8.0f, 7.9f, 1e-3f}, {2, 6});
+  const std::vector<float> v(w.f32().begin(), w.f32().end());
+  EXPECT_THROW(quantize_int8(w, 4), InputError);  // 4 does not divide 6
+  const QuantizedTensor qt = quantize_int8(HostTensor::f32(v, {3, 4}), 4);
+  ASSERT_EQ(qt.q.dtype(), DType::kI8);
+  ASSERT_EQ(qt.scale.shape(), (Shape{3, 1}));
+  const auto* q = static_cast<const int8_t*>(qt.q.data());
+  for (int g = 0; g < 3; ++g) {
+    double amax = 0;
+    for (int i = 0; i < 4; ++i) amax = std::max(amax, std::fabs(double(v[size_t(4 * g + i)])));
+    const double s = amax / 127;
+    EXPECT_NEAR(qt.scale.f32()[size_t(g)], s, 1e-7 * s) << "group " << g;
+    for (int i = 0; i < 4; ++i) {
+      const double x = v[size_t(4 * g + i)];
+      EXPECT_EQ(q[4 * g + i], s == 0 ? 0 : static_cast<int>(std::nearbyint(x / s))) << g << "," << i;
+      EXPECT_LE(std::fabs(q[4 * g + i] * s - x), s / 2 + 1e-7) << g << "," << i;
+    }
+  }
+  EXPECT_EQ(q[1], -127);  // the largest magnitude maps to ±127
+  EXPECT_EQ(q[9], -127);
+  const HostTensor back = dequantize_int8(qt.q, qt.scale);
+  for (int64_t i = 0; i < 12; ++i)
+    EXPECT_EQ(back.f32()[size_t(i)], float(q[i]) * qt.scale.f32()[size_t(i / 4)]);
+  EXPECT_THROW(dequantize_int8(qt.scale, qt.q), InputError);
+  EXPECT_THROW(quantize_int8(HostTensor::i32({1, 2}, {2}), 2), InputError);
+  // i8 values widen to their integers; nothing rounds into i8 but the quantizer.
+  EXPECT_EQ(qt.q.to(DType::kF32).f32()[1], -127.0f);
+  EXPECT_THROW(w.to(DType::kI8), InputError);
+}
+
+/// The f32 model's weights drawn by init_params(seed), and the same weights as a quantized model
+/// computes with them: every Linear's weight quantized and dequantized, the embeddings rounded to bf16.
+struct Weights {
+  std::map<std::string, HostTensor> f32, effective;
+};
+
+Weights weights(const nn::Llama& shape_of) {
+  nn::Llama model(config());
+  Program p = logits_program(model, Device::cpu(), Precision::kFp32);
+  p.init_params(7);
+  Weights w{p.download_params(), {}};
+  for (const Param* param : shape_of.parameters()) {
+    if (param->scales() != nullptr) continue;
+    const HostTensor& t = w.f32.at(param->path());
+    if (param->dtype() == DType::kI8) {
+      const QuantizedTensor qt = quantize_int8(t, param->group());
+      w.effective[param->path()] = dequantize_int8(qt.q, qt.scale);
+    } else {
+      w.effective[param->path()] = param->dtype() == DType::kBF16 ? t.to(DType::kBF16).to(DType::kF32) : t;
+    }
+  }
+  return w;
+}
+
+class Quantized : public ::testing::TestWithParam<Device> {};
+
+TEST_P(Quantized, ComputesTheDequantizedModel) {
+  const Device device = GetParam();
+  nn::Llama stored(config());
+  stored.store_params_as(DType::kI8, kGroup);
+  const Weights w = weights(stored);
+  int quantized = 0;
+  for (const Param* p : stored.parameters()) quantized += p->dtype() == DType::kI8;
+  EXPECT_EQ(quantized, 2 * 7 + 1);  // q, k, v, o, gate, up, down in each layer, and the head
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(precision == Precision::kFp32 ? "f32 products" : "bf16 products");
+    nn::Llama reference(config());
+    Program a = logits_program(reference, device, precision), b = logits_program(stored, device, precision);
+    a.upload_params(w.effective);
+    b.upload_params(w.f32);  // quantized as it is uploaded
+    // Downloads give the i8 values and scales the host quantizer makes, exactly.
+    const std::map<std::string, HostTensor> back = b.download_params();
+    for (const Param* p : stored.parameters()) {
+      if (p->dtype() != DType::kI8) continue;
+      const QuantizedTensor qt = quantize_int8(w.f32.at(p->path()), kGroup);
+      const HostTensor& q = back.at(p->path());
+      ASSERT_EQ(q.dtype(), DType::kI8) << p->path();
+      EXPECT_EQ(0, std::memcmp(q.data(), qt.q.data(), size_t(q.numel()))) << p->path();
+      EXPECT_EQ(0, rel_diff(back.at(p->scale()->path()).f32(), qt.scale.f32())) << p->path();
+    }
+    const std::vector<float> want = a.run({{"ids", ids()}}).f32(), got = b.run({{"ids", ids()}}).f32();
+    // The same products of the same values; only the kernels' order of accumulation may differ.
+    EXPECT_LT(rel_diff(got, want), precision == Precision::kFp32 ? 2e-6 : 1e-3);
+    EXPECT_GT(rel_diff(b.run({{"ids", ids(5)}}).f32(), got), 1e-3);  // the logits depend on the ids
+    // And close to the f32 model itself: 8 bits in groups of 16 lose little.
+    nn::Llama exact(config());
+    Program c = logits_program(exact, device, precision);
+    c.upload_params(w.f32);
+    EXPECT_LT(rel_diff(got, c.run({{"ids", ids()}}).f32()), 3e-2);
+  }
+}
+
+TEST_P(Quantized, HoldsTheInt8ValuesAndNoDequantizedCopy) {
+  nn::Llama stored(config());
+  stored.store_params_as(DType::kI8, kGroup);
+  int64_t expected = 0;
+  for (const Param* p : stored.parameters()) expected += numel(p->shape()) * dtype_size(p->dtype());
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    Program b = logits_program(stored, GetParam(), precision);
+    // Parameters alone: the dequantized weights live in the step's arena, never in a held copy.
+    EXPECT_EQ(b.memory_report().model_storage, expected);
+  }
+}
+
+TEST_P(Quantized, LoRAOverAQuantizedBaseLeavesItBitIdentical) {
+  nn::Llama model(config());
+  model.store_params_as(DType::kI8, kGroup);
+  nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
+  auto loss = [&](Tensor x, Tensor y) { return model.loss(x, y); };
+  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
+                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  try {
+    compile_train(model, loss, {.inputs = inputs, .optimizer = AdamW{.lr = 1e-2}, .device = GetParam()});
+    ADD_FAILURE() << "compile_train accepted trainable quantized parameters";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("_scale"), std::string::npos) << e.what();
+  }
+  Program train = compile_train(model, loss,
+                                {.inputs = inputs,
+                                 .optimizer = AdamW{.lr = 1e-2},
+                                 .device = GetParam(),
+                                 .precision = Precision::kBf16,
+                                 .frozen = nn::lora_frozen(model)});
+  train.init_params(2);
+  const std::map<std::string, HostTensor> before = train.download_params();
+  const std::vector<int32_t> x = ids(), y = ids(1);  // feeds borrow them
+  const Feeds feeds = {{"ids", x}, {"targets", y}};
+  const float first = train.step(feeds);
+  float last = first;
+  for (int i = 0; i < 30; ++i) last = train.step(feeds);
+  EXPECT_LT(last, 0.95f * first);
+  const std::map<std::string, HostTensor> after = train.download_params();
+  for (const auto& [name, t] : before) {
+    if (name.find("lora") != std::string::npos) continue;
+    EXPECT_EQ(0, std::memcmp(t.data(), after.at(name).data(), size_t(t.numel() * dtype_size(t.dtype()))))
+        << name << " changed";
+  }
+  // A checkpoint keeps the i8 values and scales as they are: a program on another backend
+  // resumes from it with the same next loss.
+  const std::string path = ::testing::TempDir() + "quantized_checkpoint.safetensors";
+  save_checkpoint(path, train);
+  EXPECT_EQ(read_safetensors(path).at("model.layers.0.self_attn.q_proj.weight").dtype(), DType::kI8);
+  Program resumed =
+      compile_train(model, loss,
+                    {.inputs = inputs,
+                     .optimizer = AdamW{.lr = 1e-2},
+                     .device = GetParam().kind == Device::Kind::kRef ? Device::cpu() : Device::ref(),
+                     .precision = Precision::kBf16,
+                     .frozen = nn::lora_frozen(model)});
+  load_checkpoint(path, resumed);
+  EXPECT_NEAR(resumed.step(feeds), train.step(feeds), 1e-3);
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Quantized, ::testing::ValuesIn(testing::all_devices()),
+                         [](const auto& info) { return testing::device_test_name(info.param); });
+
+TEST(QuantizeErrors, ClearMessages) {
+  nn::Llama model(config());
+  auto message = [](const auto& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  Param* found = nullptr;  // parameters are members of the model's (non-const) modules
+  for (const Param* p : model.parameters())
+    if (p->path() == "model.layers.0.self_attn.q_proj.weight") found = const_cast<Param*>(p);
+  ASSERT_NE(found, nullptr);
+  Param& w = *found;
+  EXPECT_NE(message([&] { w.set_dtype(DType::kI8); }).find("quantize_int8"), std::string::npos);
+  EXPECT_NE(message([&] { w.quantize_int8(5); }).find("pick a group that divides 32"), std::string::npos);
+  w.quantize_int8(8);
+  EXPECT_NE(message([&] { w.quantize_int8(16); }).find("quantized already"), std::string::npos);
+  EXPECT_NE(message([&] { w.set_dtype(DType::kBF16); }).find("fixed"), std::string::npos);
+  Program p = logits_program(model, Device::cpu(), Precision::kFp32);
+  EXPECT_NE(message([&] { model.store_params_as(DType::kI8); }).find("before the first program"),
+            std::string::npos);
+  // A float weight and the scales its quantization computes cannot both be given.
+  const std::string q = w.path(), scale = w.scale()->path();
+  std::map<std::string, HostTensor> both = {{q, HostTensor(DType::kF32, w.shape())},
+                                            {scale, HostTensor(DType::kF32, w.scale()->shape())}};
+  EXPECT_NE(message([&] { p.upload_params(both, {.partial = true}); }).find("holds the scales"),
+            std::string::npos);
+  // i8 values upload as they are (with or without their scales); i32 values are refused.
+  std::map<std::string, HostTensor> raw = {{q, HostTensor(DType::kI8, w.shape())}};
+  EXPECT_NO_THROW(p.upload_params(raw, {.partial = true}));
+  raw[q] = HostTensor(DType::kI32, w.shape());
+  EXPECT_NE(message([&] { p.upload_params(raw, {.partial = true}); }).find("quantized with their scales"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tg
