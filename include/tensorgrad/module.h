@@ -93,7 +93,8 @@ class Module {
   ///
   /// DType::kI8 quantizes the weights of every nn::Linear to 8 bits (Param::quantize_int8, in groups of
   /// `group` values of each row; tensorgrad/quantize.h) and holds the other matrices (embeddings, tied
-  /// heads, convolutions, experts) as bf16: about a quarter of the f32 memory for a transformer.
+  /// heads, convolutions, experts, and a Linear whose input width `group` does not divide, such as
+  /// Mamba's dt_proj) as bf16: about a quarter of the f32 memory for a transformer.
   void store_params_as(DType dtype, int64_t group = 32);
 
   /// Internal: the root's per-device parameter storage.

@@ -74,6 +74,8 @@ struct Model {
   std::map<std::string, HostTensor> weights;
   /// How the matrices are held (LoadOptions::dtype; the module stores them so on every device).
   DType dtype = DType::kF32;
+  /// LoadOptions::group: values per scale of the weights quantized under DType::kI8.
+  int64_t group = 32;
   /// Longest sequence the model takes (max_position_embeddings, n_positions); 0 for a
   /// recurrent model, which has no such limit.
   int64_t context = 0;
@@ -105,7 +107,14 @@ struct LoadOptions {
   /// widened per run (see README, "Weights held in bf16 or f16"). Vectors (norms, biases) stay f32. The
   /// file's values are converted exactly when it holds that type, else rounded to nearest even
   /// (a value beyond f16's range is a CheckpointError).
+  ///
+  /// kI8 quantizes every Linear's weight to 8 bits with an f32 scale per `group` values of a row
+  /// (Module::store_params_as(kI8), tensorgrad/quantize.h) and holds the embeddings (and a tied
+  /// head) as bf16: `weights` holds the i8 values and their "<name>_scale" entries. Inference and
+  /// LoRA over a frozen base; each product reads its weight dequantized in the step.
   DType dtype = DType::kF32;
+  /// Under kI8: values per scale (a Linear whose input width it does not divide is held as bf16).
+  int64_t group = 32;
 };
 
 /// Reads `folder` (config.json and its safetensors weights) into a Model. Throws

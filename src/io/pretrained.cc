@@ -15,6 +15,7 @@
 #include "io/pretrained_internal.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
+#include "tensorgrad/quantize.h"
 
 namespace tg::pretrained {
 namespace detail {
@@ -169,8 +170,9 @@ HostTensor take_tensor(const Model& m, Weights& w, const std::string& name, cons
 // file's copy and the f32 copy of a large model are not both held at once.
 void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
                  const std::function<bool(const std::string&)>& ignorable) {
-  m.module->store_params_as(m.dtype);  // a fresh module: no program has allocated it yet
+  m.module->store_params_as(m.dtype, m.group);  // a fresh module: no program has allocated it yet
   for (const Param* p : m.module->parameters()) {
+    if (p->scales() != nullptr) continue;  // made by quantizing the weight it scales
     const std::string path = p->path();
     const Source src = source_of(path);
     Shape want = p->shape();
@@ -190,12 +192,18 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
       fail(m.folder, file + ": tensor '" + src.name + "' has shape " + shape_str(t.shape()) + ", expected " +
                          shape_str(want) + " (from config.json)");
     // f32 for the layout changes; a matrix of the file's own half type stays as it is.
-    const DType stored = p->shape().size() >= 2 ? m.dtype : DType::kF32;
+    const DType stored = p->dtype();  // as store_params_as set it
     if (t.dtype() != stored || src.layout != Layout::kSame) t = t.to(DType::kF32);
     if (src.layout == Layout::kTransposed) t = transpose2d(t);
     if (src.layout == Layout::kSqueezeMiddle) t = HostTensor::f32(std::move(t).f32(), p->shape());
     if (t.dtype() == stored) {
       m.weights[path] = std::move(t);
+      continue;
+    }
+    if (stored == DType::kI8) {
+      QuantizedTensor qt = quantize_int8(t, p->group());
+      m.weights[path] = std::move(qt.q);
+      m.weights[p->scale()->path()] = std::move(qt.scale);
       continue;
     }
     HostTensor held = t.to(stored);  // from f32
@@ -416,9 +424,9 @@ std::vector<std::string> architectures() {
 }
 
 Model load(const std::string& folder, const LoadOptions& options) {
-  if (options.dtype != DType::kF32 && !is_half(options.dtype))
+  if (options.dtype != DType::kF32 && !is_half(options.dtype) && options.dtype != DType::kI8)
     fail(folder, std::string("LoadOptions::dtype is ") + dtype_name(options.dtype) +
-                     "; models load as f32, bf16 or f16");
+                     "; models load as f32, bf16, f16 or i8 (quantized)");
   const fs::path dir(folder);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -436,6 +444,7 @@ Model load(const std::string& folder, const LoadOptions& options) {
   m.eos_ids = eos_of(c);
   m.config_json = c.dump(2);
   m.dtype = options.dtype;  // map_weights converts each matrix as it is taken
+  m.group = options.group;
   try {
     family.load(m, c);
   } catch (const CheckpointError&) {

@@ -13,6 +13,7 @@
 #include "io/pretrained_internal.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
+#include "tensorgrad/quantize.h"
 
 namespace tg::pretrained {
 namespace detail {
@@ -195,9 +196,18 @@ std::map<std::string, HostTensor> base_weights(const Model& m, std::map<std::str
     out = std::move(weights);
   }
   for (const Param* p : m.module->parameters()) {
-    if (adapters.count(p->path())) continue;
+    if (adapters.count(p->path()) || p->scales() != nullptr) continue;  // scales: with their weight
     auto it = out.find(p->path());
     if (it == out.end()) save_fail(folder, "no value for the parameter '" + p->path() + "'");
+    if (it->second.dtype() == DType::kI8 && p->scale() != nullptr) {  // quantized: written dequantized
+      const auto scale = out.find(p->scale()->path());
+      if (scale == out.end()) save_fail(folder, "no value for the parameter '" + p->scale()->path() + "'");
+      try {
+        it->second = dequantize_int8(it->second, scale->second);
+      } catch (const Error& e) {
+        save_fail(folder, "'" + p->path() + "': " + e.what());
+      }
+    }
     const DType dt = it->second.dtype();
     if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
       save_fail(folder, "'" + p->path() + "' is " + dtype_name(dt) + ", not a float tensor");
@@ -206,6 +216,8 @@ std::map<std::string, HostTensor> base_weights(const Model& m, std::map<std::str
                             ", the model's is " + shape_str(p->shape()));
     if (dt != DType::kF32) it->second = it->second.to(DType::kF32);
   }
+  for (const Param* p : m.module->parameters())
+    if (p->scales() != nullptr) out.erase(p->path());
   return out;
 }
 

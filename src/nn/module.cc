@@ -54,9 +54,12 @@ std::vector<Module*> Module::modules() {
 
 void Module::store_params_as(DType dtype, int64_t group) {
   if (dtype == DType::kI8) {
-    // The Linears' weights are quantized; every other matrix is held as bf16.
+    // The Linears' weights are quantized where the group divides their rows (not Mamba's
+    // narrow dt_proj, say); every other matrix is held as bf16.
+    if (group <= 0) throw Error("[Module] store_params_as(kI8): the group must be positive, not " + std::to_string(group));
     for (Module* m : modules())
-      if (auto* linear = dynamic_cast<nn::Linear*>(m)) linear->weight.quantize_int8(group);
+      if (auto* linear = dynamic_cast<nn::Linear*>(m); linear != nullptr && linear->in_features % group == 0)
+        linear->weight.quantize_int8(group);
     dtype = DType::kBF16;
   }
   // Params are members of the (non-const) modules that declare them.

@@ -1,0 +1,86 @@
+// pretrained::load(folder, {.dtype = DType::kI8}): every Linear's weight quantized to 8 bits
+// (tensorgrad/quantize.h), the other matrices held as bf16. For each tiny folder transformers
+// wrote, the quantized model computes what the f32 model computes with the dequantized weights
+// (on every backend, f32 and bf16 products), stays near the f32 model's logits, and saves back
+// as an f32 folder of the dequantized weights.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+namespace fs = std::filesystem;
+
+/// The values the quantized model computes with, as f32 parameters of the unquantized model.
+std::map<std::string, HostTensor> effective_weights(const pretrained::Model& q) {
+  std::map<std::string, HostTensor> out;
+  for (const Param* p : q.module->parameters()) {
+    if (p->scales() != nullptr) continue;
+    const HostTensor& t = q.weights.at(p->path());
+    out[p->path()] = p->dtype() == DType::kI8 ? dequantize_int8(t, q.weights.at(p->scale()->path()))
+                                              : t.to(DType::kF32);
+  }
+  return out;
+}
+
+std::vector<float> logits(const pretrained::Model& lm, const std::map<std::string, HostTensor>& w,
+                          const HostTensor& ids, Device device, Precision precision) {
+  Program p = compile_forward(
+      *lm.module, [&lm](Tensor x) { return lm.logits(x); },
+      {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = device, .precision = precision});
+  p.upload_params(w);
+  return p.run({{"ids", ids.i32()}}).f32();
+}
+
+TEST(PretrainedQuantized, Int8FoldersComputeTheDequantizedModel) {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_mamba", "tiny_bert"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
+    const pretrained::Model q = pretrained::load(dir, {.dtype = DType::kI8, .group = 16}),
+                            full = pretrained::load(dir);
+    EXPECT_EQ(q.dtype, DType::kI8);
+    int quantized = 0;
+    for (const Param* p : q.module->parameters()) {
+      if (p->dtype() != DType::kI8) continue;
+      ++quantized;
+      EXPECT_EQ(q.weights.at(p->path()).dtype(), DType::kI8) << p->path();
+      EXPECT_EQ(q.weights.at(p->scale()->path()).shape().back() * 16, p->shape().back()) << p->path();
+    }
+    EXPECT_GT(quantized, 0);
+    const std::map<std::string, HostTensor> effective = effective_weights(q);
+    const std::map<std::string, HostTensor> golden = read_safetensors(dir + "/logits.safetensors");
+    const HostTensor& ids = golden.at("ids");
+    for (const Device& device : tg::testing::all_devices())
+      for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+        SCOPED_TRACE(device.str() + (precision == Precision::kBf16 ? ", bf16 products" : ""));
+        const std::vector<float> got = logits(q, q.weights, ids, device, precision);
+        EXPECT_LT(tg::testing::rel_diff(got, logits(full, effective, ids, device, precision)),
+                  precision == Precision::kFp32 ? 2e-6 : 2e-3);
+        if (precision == Precision::kFp32) {
+          const double d = tg::testing::rel_diff(got, logits(full, full.weights, ids, device, precision));
+          EXPECT_GT(d, 1e-5);  // the quantization is seen,
+          EXPECT_LT(d, 3e-2);  // and small
+          std::printf("  %s on %s: int8 logits against the f32 model's %.2e\n", name.c_str(), device.str().c_str(), d);
+        }
+      }
+    // save writes the dequantized weights as an f32 folder, which loads back as those values.
+    const fs::path out = fs::temp_directory_path() / ("tg_quantized_" + std::to_string(getpid()) + "_" + name);
+    pretrained::save(q, q.weights, out.string());
+    const pretrained::Model back = pretrained::load(out.string());
+    for (const auto& [param, t] : effective)
+      EXPECT_EQ(0, tg::testing::rel_diff(back.weights.at(param).f32(), t.f32())) << param;
+    fs::remove_all(out);
+  }
+  EXPECT_THROW(pretrained::load(std::string(TG_TEST_DATA_DIR) + "/tiny_llama", {.dtype = DType::kI8, .group = 0}),
+               Error);
+}
+
+}  // namespace
