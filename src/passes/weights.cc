@@ -61,34 +61,46 @@ int32_t weight_of(const Graph& g, const std::vector<char>& fixed, int32_t matmul
 Graph cast_weights_before_views(const Graph& graph, std::vector<int32_t>& remap) {
   Graph out;
   remap.assign(static_cast<size_t>(graph.size()), -1);
-  std::map<std::pair<int32_t, DType>, int32_t> casts;  // (param in out, dtype) → its cast
+  std::map<std::pair<int32_t, DType>, int32_t> casts;  // (weight in out, dtype) → its cast
+  // Per node of `out`: computed from parameters (i8 ones included) and constants alone. A
+  // quantized weight's dequantized value is such a node: its cast is taken before the views too.
+  std::vector<char> weight;
+  const auto add = [&](Node node) {
+    bool w = node.op == Op::kParam || node.op == Op::kConstant || node.op == Op::kArange;
+    if (!node.inputs.empty()) {
+      w = !ir::is_collective(node.op) && node.op != Op::kRandom;
+      for (int32_t in : node.inputs) w = w && weight[static_cast<size_t>(in)];
+    }
+    weight.push_back(static_cast<char>(w));
+    return out.add_checked(std::move(node));
+  };
   for (int32_t id = 0; id < graph.size(); ++id) {
     Node n = graph.node(id);
     for (int32_t& in : n.inputs) in = remap[static_cast<size_t>(in)];
     if (n.op == Op::kCast) {
-      std::vector<int32_t> chain;  // views from the cast's input down to the param
+      std::vector<int32_t> chain;  // views from the cast's input down to the weight
       int32_t x = n.inputs[0];
       while (layout_view(out.node(x).op)) chain.push_back(x), x = out.node(x).inputs[0];
-      if (!chain.empty() && out.node(x).op == Op::kParam) {
+      if (!chain.empty() && weight[static_cast<size_t>(x)] && out.node(x).dtype == DType::kF32) {
         auto [it, fresh] = casts.emplace(std::pair{x, n.dtype}, -1);
         if (fresh) {
           Node c = n;
           c.inputs = {x};
           c.shape = out.node(x).shape;
-          it->second = out.add_checked(std::move(c));
+          it->second = add(std::move(c));
         }
         int32_t prev = it->second;
         for (auto v = chain.rbegin(); v != chain.rend(); ++v) {
           Node view = out.node(*v);
           view.inputs = {prev};
           view.dtype = n.dtype;
-          prev = out.add_checked(std::move(view));
+          prev = add(std::move(view));
         }
         remap[static_cast<size_t>(id)] = prev;
         continue;
       }
     }
-    remap[static_cast<size_t>(id)] = out.add_checked(std::move(n));
+    remap[static_cast<size_t>(id)] = add(std::move(n));
   }
   carry_roots(graph, out, remap);
   return out;

@@ -176,14 +176,13 @@ Variant lower(ProgramState& s, const std::vector<int32_t>& keep) {
   timer.mark(s.optimize ? "passes::optimize" : "dce");
   passes::Hoisted hoisted;
   if (s.optimize && !s.train) {
+    // Its rewrites apply with nothing hoisted too (a quantized weight's cast before its views).
     hoisted = passes::hoist_parameter_values(v.graph);
-    if (hoisted.count > 0) {
-      v.graph = std::move(hoisted.main);
-      for (int32_t i = 0; i < hoisted.count; ++i)
-        v.hoisted[passes::kHoistedPrefix + std::to_string(i)] = hoisted.keys[static_cast<size_t>(i)];
-      for (int32_t& id : v.remap)
-        if (id >= 0) id = hoisted.remap[static_cast<size_t>(id)];
-    }
+    v.graph = std::move(hoisted.main);
+    for (int32_t i = 0; i < hoisted.count; ++i)
+      v.hoisted[passes::kHoistedPrefix + std::to_string(i)] = hoisted.keys[static_cast<size_t>(i)];
+    for (int32_t& id : v.remap)
+      if (id >= 0) id = hoisted.remap[static_cast<size_t>(id)];
     timer.mark("passes::hoist");
   }
   backend::PrepareOptions prepare;
