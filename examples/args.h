@@ -13,7 +13,8 @@ namespace example {
 /// --name value options (and the flags, which take no value).
 struct Args {
   static bool is_flag(const std::string& k) {
-    return k == "generate" || k == "distributed" || k == "merge" || k == "check" || k == "chat";
+    return k == "generate" || k == "distributed" || k == "merge" || k == "check" || k == "chat" ||
+           k == "int8";
   }
   std::map<std::string, std::string> kv;
   bool has(const std::string& k) const { return kv.count(k) > 0; }
