@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
                     arg4 = argc > 4 ? argv[4] : "gpt2";
   Setup s;
   s.device = arg1 == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
-  const bool gpu = s.device.kind == tg::Device::Kind::kCuda, bf16 = arg3 == "bf16" || arg3 == "bf16held" || arg3 == "int8";
+  const bool gpu = s.device.kind == tg::Device::Kind::kCuda,
+             bf16 = arg3 == "bf16" || arg3 == "bf16held" || arg3 == "int8";
   s.held = arg3 == "bf16held" ? tg::DType::kBF16 : arg3 == "int8" ? tg::DType::kI8 : tg::DType::kF32;
   s.precision = bf16 ? tg::Precision::kBf16 : tg::Precision::kFp32;
   s.prompt_len = 16;

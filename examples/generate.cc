@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     // as they are, with no f32 master and no converted copy beside them (a third of the memory).
     const tg::Precision precision = args.precision();
     if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32, bf16 or f16");
-    const tg::DType held = args.has("int8")                   ? tg::DType::kI8
+    const tg::DType held = args.has("int8")                    ? tg::DType::kI8
                            : precision == tg::Precision::kBf16 ? tg::DType::kBF16
                            : precision == tg::Precision::kF16  ? tg::DType::kF16
                                                                : tg::DType::kF32;

@@ -207,10 +207,10 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
   const bool skipped = skipped_bytes > 0 && skip && skip(name);
   if (skipped) dt = DType::kF32;  // unused: the entry only keeps its place in the layout
   if (!dt && is_format_dtype(dtype->string))
-    fail(w,
-         t + "dtype " + dtype->string +
-             " is not supported (tensorgrad reads F32, BF16, F16, I32, I8 and BOOL; convert when writing, e.g. "
-             "tensor.float())");
+    fail(w, t + "dtype " + dtype->string +
+                " is not supported (tensorgrad reads F32, BF16, F16, I32, I8 and BOOL; convert when writing, "
+                "e.g. "
+                "tensor.float())");
   if (!dt) fail(w, t + "unknown dtype " + in_quotes(dtype->string));
   Entry e{name, *dt, {}, 0, 0, skipped};
 
@@ -488,7 +488,8 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
         if (e.dtype != DType::kI8) float_in_file.insert(e.name);
       const auto quantized_from_file = [&](const std::string& name) {
         const std::string suffix = "_scale";
-        if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        if (name.size() <= suffix.size() ||
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
           return false;
         const std::string base = name.substr(0, name.size() - suffix.size());
         const auto b = current.find(base);

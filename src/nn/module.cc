@@ -56,7 +56,8 @@ void Module::store_params_as(DType dtype, int64_t group) {
   if (dtype == DType::kI8) {
     // The Linears' weights are quantized where the group divides their rows (not Mamba's
     // narrow dt_proj, say); every other matrix is held as bf16.
-    if (group <= 0) throw Error("[Module] store_params_as(kI8): the group must be positive, not " + std::to_string(group));
+    if (group <= 0)
+      throw Error("[Module] store_params_as(kI8): the group must be positive, not " + std::to_string(group));
     for (Module* m : modules())
       if (auto* linear = dynamic_cast<nn::Linear*>(m); linear != nullptr && linear->in_features % group == 0)
         linear->weight.quantize_int8(group);
@@ -120,10 +121,12 @@ void Param::check_unallocated(const char* what) const {
 
 void Param::set_dtype(DType dtype) {
   if (dtype != DType::kF32 && !is_half(dtype))
-    throw Error("[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " + dtype_name(dtype) +
+    throw Error("[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " +
+                dtype_name(dtype) +
                 (dtype == DType::kI8 ? " (Param::quantize_int8 stores one as i8 with its scales)" : ""));
   if (dtype == dtype_) return;
-  if (scales_ != nullptr) throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter: f32");
+  if (scales_ != nullptr)
+    throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter: f32");
   check_unallocated("set the storage dtype");
   if (dtype_ == DType::kI8)
     throw Error("[Param] '" + path() + "' is quantized to i8: its storage type is fixed");
@@ -133,9 +136,9 @@ void Param::set_dtype(DType dtype) {
 void Param::quantize_int8(int64_t group) {
   if (dtype_ == DType::kI8 && group == group_) return;
   if (shape_.size() < 2 || group <= 0 || shape_.back() % group != 0)
-    throw Error("[Param] '" + path() + "' " + shape_str(shape_) + ": quantization takes a matrix whose last axis " +
-                "groups of " + std::to_string(group) + " values divide (pick a group that divides " +
-                std::to_string(shape_.back()) + ")");
+    throw Error("[Param] '" + path() + "' " + shape_str(shape_) +
+                ": quantization takes a matrix whose last axis " + "groups of " + std::to_string(group) +
+                " values divide (pick a group that divides " + std::to_string(shape_.back()) + ")");
   check_unallocated("quantize a parameter");
   if (scales_ != nullptr) throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter");
   if (dtype_ == DType::kI8) throw Error("[Param] '" + path() + "' is quantized already, in other groups");

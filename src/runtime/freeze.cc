@@ -35,7 +35,8 @@ std::unordered_set<const Param*> frozen_params(const Module& model, const std::v
     if (p->dtype() != DType::kF32 && out.count(p) == 0)
       throw InputError(
           "[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
-          " (Param::set_dtype, quantize_int8, Module::store_params_as): only frozen parameters may be; list it in "
+          " (Param::set_dtype, quantize_int8, Module::store_params_as): only frozen parameters may be; list "
+          "it in "
           "TrainOptions::frozen (and train adapters over it: nn::add_lora), or train a model whose "
           "parameters are stored as f32");
   return out;

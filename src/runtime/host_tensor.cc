@@ -94,7 +94,8 @@ HostTensor HostTensor::to(DType dtype) const {
   const bool f32_to_half = dtype_ == DType::kF32 && (dtype == DType::kBF16 || dtype == DType::kF16);
   if (!half_to_f32 && !f32_to_half)
     throw InputError(std::string("[HostTensor] to(") + dtype_name(dtype) +
-                     "): converts between f32 and bf16 or f16 and from i8 to f32, not from " + dtype_name(dtype_) +
+                     "): converts between f32 and bf16 or f16 and from i8 to f32, not from " +
+                     dtype_name(dtype_) +
                      (dtype == DType::kI8 ? " (tg::quantize_int8 makes i8 weights with their scales)" : ""));
   HostTensor out(dtype, shape_);
   const int64_t n = numel();

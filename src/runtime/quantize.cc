@@ -48,9 +48,10 @@ HostTensor dequantize_int8(const HostTensor& q, const HostTensor& scale) {
   const bool shapes_fit = !qs.empty() && qs.size() == ss.size() && ss.back() > 0 &&
                           qs.back() % ss.back() == 0 && std::equal(qs.begin(), qs.end() - 1, ss.begin());
   if (q.dtype() != DType::kI8 || scale.dtype() != DType::kF32 || !shapes_fit)
-    throw InputError(std::string("[dequantize_int8] takes i8 values [..., K] and f32 scales [..., K / group], "
-                                 "got ") +
-                     dtype_name(q.dtype()) + shape_str(qs) + " and " + dtype_name(scale.dtype()) + shape_str(ss));
+    throw InputError(
+        std::string("[dequantize_int8] takes i8 values [..., K] and f32 scales [..., K / group], "
+                    "got ") +
+        dtype_name(q.dtype()) + shape_str(qs) + " and " + dtype_name(scale.dtype()) + shape_str(ss));
   const int64_t group = qs.back() / ss.back();
   HostTensor out(DType::kF32, qs);
   const auto* v = static_cast<const int8_t*>(q.data());

@@ -98,7 +98,12 @@ void DeviceStore::upload_f32(const std::string& path, std::span<const float> val
 }
 
 ParamInfo param_info(const Param& p) {
-  return {p.path(),  p.shape(), p.init(), p.decay(), p.dtype(), p.group(),
+  return {p.path(),
+          p.shape(),
+          p.init(),
+          p.decay(),
+          p.dtype(),
+          p.group(),
           p.scale() != nullptr ? p.scale()->path() : std::string(),
           p.scales() != nullptr ? p.scales()->path() : std::string()};
 }
@@ -109,15 +114,16 @@ void DeviceStore::upload(const std::map<std::string, HostTensor>& params, bool p
     if (it == infos.end()) {
       std::string known;
       for (const auto& kv : infos) known += (known.empty() ? "" : ", ") + kv.first;
-      throw InputError("[upload_params] unknown parameter '" + name + "'; the model's parameters are: " + known);
+      throw InputError("[upload_params] unknown parameter '" + name +
+                       "'; the model's parameters are: " + known);
     }
     const ParamInfo& info = it->second;
     const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16 ||
                              (value.dtype() == DType::kI8 && info.dtype == DType::kI8);
     if ((value.dtype() != DType::kF32 && !convertible) || value.shape() != info.shape)
       throw InputError("[upload_params] parameter '" + name + "' expects " + dtype_name(info.dtype) +
-                       shape_str(info.shape) + ", got " + dtype_name(value.dtype()) + shape_str(value.shape()) +
-                       " (f32, bf16 and f16 values are converted" +
+                       shape_str(info.shape) + ", got " + dtype_name(value.dtype()) +
+                       shape_str(value.shape()) + " (f32, bf16 and f16 values are converted" +
                        (info.dtype == DType::kI8 ? ", and quantized with their scales" : "") + ")");
     if (const auto w = info.scales.empty() ? params.end() : params.find(info.scales);
         w != params.end() && w->second.dtype() != DType::kI8)

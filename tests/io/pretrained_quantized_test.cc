@@ -25,8 +25,8 @@ std::map<std::string, HostTensor> effective_weights(const pretrained::Model& q) 
   for (const Param* p : q.module->parameters()) {
     if (p->scales() != nullptr) continue;
     const HostTensor& t = q.weights.at(p->path());
-    out[p->path()] = p->dtype() == DType::kI8 ? dequantize_int8(t, q.weights.at(p->scale()->path()))
-                                              : t.to(DType::kF32);
+    out[p->path()] =
+        p->dtype() == DType::kI8 ? dequantize_int8(t, q.weights.at(p->scale()->path())) : t.to(DType::kF32);
   }
   return out;
 }
@@ -68,19 +68,22 @@ TEST(PretrainedQuantized, Int8FoldersComputeTheDequantizedModel) {
           const double d = tg::testing::rel_diff(got, logits(full, full.weights, ids, device, precision));
           EXPECT_GT(d, 1e-5);  // the quantization is seen,
           EXPECT_LT(d, 3e-2);  // and small
-          std::printf("  %s on %s: int8 logits against the f32 model's %.2e\n", name.c_str(), device.str().c_str(), d);
+          std::printf("  %s on %s: int8 logits against the f32 model's %.2e\n", name.c_str(),
+                      device.str().c_str(), d);
         }
       }
     // save writes the dequantized weights as an f32 folder, which loads back as those values.
-    const fs::path out = fs::temp_directory_path() / ("tg_quantized_" + std::to_string(getpid()) + "_" + name);
+    const fs::path out =
+        fs::temp_directory_path() / ("tg_quantized_" + std::to_string(getpid()) + "_" + name);
     pretrained::save(q, q.weights, out.string());
     const pretrained::Model back = pretrained::load(out.string());
     for (const auto& [param, t] : effective)
       EXPECT_EQ(0, tg::testing::rel_diff(back.weights.at(param).f32(), t.f32())) << param;
     fs::remove_all(out);
   }
-  EXPECT_THROW(pretrained::load(std::string(TG_TEST_DATA_DIR) + "/tiny_llama", {.dtype = DType::kI8, .group = 0}),
-               Error);
+  EXPECT_THROW(
+      pretrained::load(std::string(TG_TEST_DATA_DIR) + "/tiny_llama", {.dtype = DType::kI8, .group = 0}),
+      Error);
 }
 
 }  // namespace

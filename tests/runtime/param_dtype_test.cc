@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/stored_weights.h"
 #include "test_util.h"
 
 namespace tg {
@@ -19,29 +20,12 @@ namespace {
 
 using testing::rel_diff;
 
-constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 48;
+constexpr int64_t kBatch = testing::kStoredBatch, kSeq = testing::kStoredSeq;
 
-nn::LlamaConfig config() {
-  return {.vocab = kVocab,
-          .seq_len = kSeq,
-          .layers = 2,
-          .d_model = 32,
-          .heads = 4,
-          .kv_heads = 2,
-          .mlp_hidden = 64,
-          .tied_head = true};
-}
-
-std::vector<int32_t> ids(int shift = 0) {
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < kBatch * kSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3 + shift) % kVocab));
-  return v;
-}
-
+nn::LlamaConfig config() { return testing::stored_config(/*tied_head=*/true); }
+std::vector<int32_t> ids(int shift = 0) { return testing::stored_ids(shift); }
 Program logits_program(nn::Llama& model, Device device, Precision precision) {
-  return compile_forward(
-      model, [&](Tensor x) { return model.logits(x); },
-      {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}}, .device = device, .precision = precision});
+  return testing::stored_logits_program(model, device, precision);
 }
 
 /// Weights drawn by init_params(seed) on the f32 model, each matrix rounded through `half`.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/stored_weights.h"
 #include "test_util.h"
 
 namespace tg {
@@ -20,34 +21,19 @@ namespace {
 
 using testing::rel_diff;
 
-constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 48, kGroup = 16;
+constexpr int64_t kBatch = testing::kStoredBatch, kSeq = testing::kStoredSeq;
+constexpr int64_t kGroup = 16;
 
-nn::LlamaConfig config() {
-  return {.vocab = kVocab,
-          .seq_len = kSeq,
-          .layers = 2,
-          .d_model = 32,
-          .heads = 4,
-          .kv_heads = 2,
-          .mlp_hidden = 64,
-          .tied_head = false};
-}
-
-std::vector<int32_t> ids(int shift = 0) {
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < kBatch * kSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3 + shift) % kVocab));
-  return v;
-}
-
+nn::LlamaConfig config() { return testing::stored_config(/*tied_head=*/false); }
+std::vector<int32_t> ids(int shift = 0) { return testing::stored_ids(shift); }
 Program logits_program(nn::Llama& model, Device device, Precision precision) {
-  return compile_forward(
-      model, [&](Tensor x) { return model.logits(x); },
-      {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}}, .device = device, .precision = precision});
+  return testing::stored_logits_program(model, device, precision);
 }
 
 TEST(QuantizeInt8, ScalesAndValuesFollowTheDefinition) {
   // Three groups of 4: mixed signs, a group of zeros, one whose largest value is negative.
-  const HostTensor w = HostTensor::f32({0.5f, -1.0f, 0.25f, 0.003f, 0, 0, 0, 0, 2.0f, -8.0f, 7.9f, 1e-3f}, {2, 6});
+  const HostTensor w =
+      HostTensor::f32({0.5f, -1.0f, 0.25f, 0.003f, 0, 0, 0, 0, 2.0f, -8.0f, 7.9f, 1e-3f}, {2, 6});
   const std::vector<float> v(w.f32().begin(), w.f32().end());
   EXPECT_THROW(quantize_int8(w, 4), InputError);  // 4 does not divide 6
   const QuantizedTensor qt = quantize_int8(HostTensor::f32(v, {3, 4}), 4);

@@ -248,7 +248,7 @@ BlockFn cast_from(DType to) {
       break;  // the IR makes bf16 only from f32
     case DType::kF16:
       if constexpr (std::is_same_v<From, float>) return cast_f32_to_f16;
-      break;  // the IR makes f16 only from f32
+      break;                 // the IR makes f16 only from f32
     case DType::kI8: break;  // i8 values are quantized parameters, never made
   }
   throw Error(std::string("[cpu] cast to ") + dtype_name(to));

@@ -61,7 +61,9 @@ void store_double(DType dtype, std::byte* dst, int64_t i, double v) {
     case DType::kBool: reinterpret_cast<uint8_t*>(dst)[i] = v != 0.0 ? 1 : 0; return;
     case DType::kBF16: reinterpret_cast<uint16_t*>(dst)[i] = bf16_from_f32(narrow_f32(v)); return;
     case DType::kF16: reinterpret_cast<uint16_t*>(dst)[i] = f16_from_f32(narrow_f32(v)); return;
-    case DType::kI8: reinterpret_cast<int8_t*>(dst)[i] = static_cast<int8_t>(std::clamp(v, -128.0, 127.0)); return;
+    case DType::kI8:
+      reinterpret_cast<int8_t*>(dst)[i] = static_cast<int8_t>(std::clamp(v, -128.0, 127.0));
+      return;
   }
 }
 

@@ -42,7 +42,7 @@ const char* ctype(DType t) {
     case DType::kI32: return "int";
     case DType::kBool: return "unsigned char";
     case DType::kBF16:
-    case DType::kF16: break;  // reductions read no bf16 or f16 (ir/graph.cc)
+    case DType::kF16: break;                // reductions read no bf16 or f16 (ir/graph.cc)
     case DType::kI8: return "signed char";  // copied by layout ops only
   }
   return "float";
