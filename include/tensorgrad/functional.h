@@ -35,6 +35,12 @@ Tensor embedding(const Tensor& table, const Tensor& ids, Loc loc = Loc::current(
 /// pair in f32); two f32 operands follow the precision policy, as matmul's do.
 Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, bool transpose_w = false,
                       Loc loc = Loc::current());
+/// x [..., K] · wᵀ with w [N, K] quantized to 8 bits: q i8 [N, K] and scale f32 [N, K / G], w =
+/// q · scale per group of G values of a row (tensorgrad/quantize.h) → f32 [..., N], reading the
+/// weight as stored. x is f32, bf16 or f16 (as the precision policy makes it). A quantized
+/// Linear's skinny products (decoding) become this op in inference programs by themselves; the
+/// gradient reaches x and scale, not q.
+Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, Loc loc = Loc::current());
 /// Where grouped_matmul wants each row: for expert ids i32 [R] in [0, experts), `position[r]` is
 /// row r's place once the rows are sorted by expert (stably: an expert's rows keep their order)
 /// and `offsets` [experts + 1] where each expert's rows begin. Sorted rows are

@@ -188,6 +188,18 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       return {da, sum_to(matmul(transpose(x(0), -2, -1, loc), gm, loc), in_shape[1], loc)};
     }
 
+    case Op::kQuantMatmul: {
+      // Y = X Wᵀ with W = q · scale (per group of G values of a row): dX = G W (W dequantized,
+      // f32), d scale[n, j] = Σ over group j of q[n, k] · (Gᵀ X)[n, k]; q (integers) gets none.
+      const int64_t rows_n = in_shape[1][0], k = in_shape[1][1], groups = in_shape[2][1];
+      const Tensor q = cast(reshape(x(1), {rows_n, groups, k / groups}, loc), DType::kF32, loc);
+      const Tensor w = reshape(mul(q, reshape(x(2), {rows_n, groups, 1}, loc), loc), {rows_n, k}, loc);
+      const Tensor xf = graph.node(n.inputs[0]).dtype == DType::kF32 ? x(0) : cast(x(0), DType::kF32, loc);
+      const Tensor dw = matmul(transpose(reshape(g, {-1, rows_n}, loc), -2, -1, loc), reshape(xf, {-1, k}, loc), loc);
+      const Tensor dscale = sum(mul(reshape(dw, {rows_n, groups, k / groups}, loc), q, loc), {2}, false, loc);
+      return {matmul(g, w, loc), Tensor(), dscale};
+    }
+
     case Op::kGather: {
       // Each output element read one input element: send its gradient back there, adding
       // where several outputs read the same element (an embedding row used twice).

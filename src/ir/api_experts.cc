@@ -1,4 +1,5 @@
-// Mixtures of experts (functional.h): the grouped product and the dispatch order it reads.
+// Mixtures of experts (functional.h): the grouped product and the dispatch order it reads; the
+// product over 8-bit weights.
 #include <limits>
 #include <string>
 
@@ -37,6 +38,14 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, b
   Node n = make_node(Op::kGroupedMatmul, {tx.id(), tw.id(), offsets.id()}, loc);
   n.attrs.axes = {transpose_w ? 2 : 1};
   return emit(g, std::move(n));
+}
+
+Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, Loc loc) {
+  Arg ax(x, loc), aq(q, loc), as(scale, loc);
+  Graph& g = graph_for("quant_matmul", {&ax, &aq, &as}, loc);
+  const DType half = policy_operand_dtype(x);
+  const Tensor tx = x.dtype() == DType::kF32 && half != DType::kF32 ? cast(x, half, loc) : x;
+  return emit(g, make_node(Op::kQuantMatmul, {tx.id(), q.id(), scale.id()}, loc));
 }
 
 ExpertOrder sort_by_expert(const Tensor& ids, int64_t experts, Loc loc) {

@@ -165,7 +165,8 @@ void check_half(const Graph& g, const Node& node) {
   const bool reads_half = moves_half(node.op) || node.op == Op::kMatmul || node.op == Op::kAttention ||
                           node.op == Op::kAttentionGrad || node.op == Op::kConv2d ||
                           node.op == Op::kGroupedMatmul || node.op == Op::kGroupedMatmulGradWeight ||
-                          node.op == Op::kConv2dGradInput || node.op == Op::kConv2dGradWeight;
+                          node.op == Op::kConv2dGradInput || node.op == Op::kConv2dGradWeight ||
+                          node.op == Op::kQuantMatmul;
   for (int32_t in : node.inputs)
     if (is_half(g.node(in).dtype) && !reads_half)
       throw ShapeError(
@@ -180,15 +181,17 @@ void check_half(const Graph& g, const Node& node) {
 void check_int8(const Graph& g, const Node& node) {
   const char* name = op_info(node.op).name;
   const bool shape_op = moves_half(node.op) && node.op != Op::kCast;
-  if (node.dtype == DType::kI8 && node.op != Op::kParam && !shape_op)
+  if (node.dtype == DType::kI8 && node.op != Op::kParam && node.op != Op::kInput && !shape_op)
     throw ShapeError("[" + std::string(name) +
                      "] cannot make an i8 value: i8 values are quantized weights (parameters stored as i8 by "
-                     "Module::store_params_as(DType::kI8)) and shape ops on them (at " +
+                     "Module::store_params_as(DType::kI8)), inputs, and shape ops on them (at " +
                      loc_str(node.loc) + ")");
+  const bool reads_int8 = shape_op || (node.op == Op::kCast && node.dtype == DType::kF32) ||
+                          node.op == Op::kQuantMatmul;
   for (int32_t in : node.inputs)
-    if (g.node(in).dtype == DType::kI8 && !shape_op && !(node.op == Op::kCast && node.dtype == DType::kF32))
+    if (g.node(in).dtype == DType::kI8 && !reads_int8)
       throw ShapeError("[" + std::string(name) +
-                       "] does not read i8 values: only shape ops and a cast to f32 do (at " +
+                       "] does not read i8 values: only shape ops, a cast to f32 and quant_matmul do (at " +
                        loc_str(node.loc) + ")");
 }
 

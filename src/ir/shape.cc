@@ -486,6 +486,22 @@ void infer(const Graph& g, Node& n) {
       n.dtype = DType::kF32;
       return;
     }
+    case Op::kQuantMatmul: {
+      const Node &x = in(0), &q = in(1), &scale = in(2);
+      if (x.shape.empty() || (x.dtype != DType::kF32 && !is_half(x.dtype)))
+        fail(g, n, "x must be f32, bf16 or f16 [..., K], got " + std::string(dtype_name(x.dtype)) + shape_str(x.shape));
+      if (q.dtype != DType::kI8 || q.shape.size() != 2 || q.shape[1] != x.shape.back())
+        fail(g, n, "q must be i8 [N, " + std::to_string(x.shape.back()) + "], got " + dtype_name(q.dtype) +
+                       shape_str(q.shape));
+      if (scale.dtype != DType::kF32 || scale.shape.size() != 2 || scale.shape[0] != q.shape[0] ||
+          scale.shape[1] <= 0 || q.shape[1] % scale.shape[1] != 0)
+        fail(g, n, "scale must be f32 [" + std::to_string(q.shape[0]) + ", K / group] for q " + shape_str(q.shape) +
+                       ", got " + dtype_name(scale.dtype) + shape_str(scale.shape));
+      n.shape = x.shape;
+      n.shape.back() = q.shape[0];
+      n.dtype = DType::kF32;
+      return;
+    }
     case Op::kMatmul: {
       const Shape& a = in(0).shape;
       const Shape& b = in(1).shape;

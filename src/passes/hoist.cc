@@ -40,9 +40,10 @@ std::string expression(const ir::Graph& g, int32_t id, std::vector<std::string>&
 }  // namespace
 
 Hoisted hoist_parameter_values(const ir::Graph& input) {
-  std::vector<int32_t> first, second;
-  const ir::Graph graph = merge_sibling_products(cast_weights_before_views(input, first), second);
-  const std::vector<int32_t> rewritten = compose(first, second);
+  std::vector<int32_t> first, second, third;
+  const ir::Graph graph =
+      quantized_products(merge_sibling_products(cast_weights_before_views(input, first), second), third);
+  const std::vector<int32_t> rewritten = compose(compose(first, second), third);
   const auto size = static_cast<size_t>(graph.size());
   const std::vector<char> fixed = parameter_only(graph);  // values of parameters and constants alone
   // The fixed values a non-fixed node reads (through views: the view stays, its source goes).

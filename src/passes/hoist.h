@@ -42,6 +42,11 @@ std::vector<char> parameter_only(const ir::Graph& graph);
 /// slice of its columns each (Llama's q/k/v and gate/up projections: one kernel, not three).
 ir::Graph cast_weights_before_views(const ir::Graph& graph, std::vector<int32_t>& remap);
 ir::Graph merge_sibling_products(const ir::Graph& graph, std::vector<int32_t>& remap);
+/// And a product of at most this many rows over a quantized Linear's weight (Param::quantize_int8:
+/// x · (q·scale)ᵀ, a decode step's) becomes quant_matmul(x, q, scale), which reads the 8-bit
+/// weight itself; larger ones keep the dequantized copy and a GEMM.
+inline constexpr int64_t kQuantizedProductRows = 16;
+ir::Graph quantized_products(const ir::Graph& graph, std::vector<int32_t>& remap);
 
 /// Splits an inference graph (no gradients, no optimizer). A value is hoisted when it is not a
 /// leaf or a view, is computed from params, constants and aranges only (no input, state or

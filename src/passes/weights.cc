@@ -173,4 +173,56 @@ Graph merge_sibling_products(const Graph& graph, std::vector<int32_t>& remap) {
   return out;
 }
 
+namespace {
+
+/// Stripped of views (broadcasts too) and casts: the node under `id`.
+int32_t under_views(const Graph& g, int32_t id) {
+  for (Op op = g.node(id).op; layout_view(op) || op == Op::kBroadcastTo || op == Op::kCast; op = g.node(id).op)
+    id = g.node(id).inputs[0];
+  return id;
+}
+
+/// The (q, scale) parameters of a quantized weight as Param::tensor reads it, transposed: `b` is
+/// permute{1,0} of reshape [N, K] of (a cast of) mul(cast f32 of q [N, K] as [N, g, G], scale
+/// [N, g] as [N, g, 1] broadcast), each view possibly with a cast around it. Else {-1, -1}.
+std::pair<int32_t, int32_t> quantized_weight(const Graph& g, int32_t b) {
+  const Node& t = g.node(b);
+  if (t.op != Op::kPermute || t.shape.size() != 2 || t.attrs.axes != std::vector<int64_t>{1, 0}) return {-1, -1};
+  const Node& m = g.node(under_views(g, t.inputs[0]));
+  if (m.op != Op::kMul || m.shape.size() != 3) return {-1, -1};
+  const int32_t qi = under_views(g, m.inputs[0]), si = under_views(g, m.inputs[1]);
+  const Node &q = g.node(qi), &s = g.node(si);
+  const int64_t rows = m.shape[0], groups = m.shape[1];
+  const bool ok = q.op == Op::kParam && q.dtype == DType::kI8 && q.shape == Shape{rows, groups * m.shape[2]} &&
+                  s.op == Op::kParam && s.dtype == DType::kF32 && s.shape == Shape{rows, groups} &&
+                  t.shape == Shape{q.shape[1], rows};
+  return ok ? std::pair{qi, si} : std::pair{-1, -1};
+}
+
+}  // namespace
+
+Graph quantized_products(const Graph& graph, std::vector<int32_t>& remap) {
+  Graph out;
+  remap.assign(static_cast<size_t>(graph.size()), -1);
+  for (int32_t id = 0; id < graph.size(); ++id) {
+    Node n = graph.node(id);
+    for (int32_t& in : n.inputs) in = remap[static_cast<size_t>(in)];
+    const Node& orig = graph.node(id);
+    if (orig.op == Op::kMatmul) {
+      const Shape& a = graph.node(orig.inputs[0]).shape;
+      const auto [q, scale] = quantized_weight(graph, orig.inputs[1]);
+      if (q >= 0 && numel(a) / a.back() <= kQuantizedProductRows) {
+        Node p = n;
+        p.op = Op::kQuantMatmul;
+        p.inputs = {n.inputs[0], remap[static_cast<size_t>(q)], remap[static_cast<size_t>(scale)]};
+        remap[static_cast<size_t>(id)] = out.add_checked(std::move(p));
+        continue;
+      }
+    }
+    remap[static_cast<size_t>(id)] = out.add_checked(std::move(n));
+  }
+  carry_roots(graph, out, remap);
+  return out;
+}
+
 }  // namespace tg::passes

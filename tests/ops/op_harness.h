@@ -271,6 +271,8 @@ inline std::vector<std::byte> to_host(const HostTensor& h) {
     } else if (h.dtype == DType::kI32) {
       const auto n = static_cast<int32_t>(v);
       std::memcpy(bytes.data() + 4 * i, &n, 4);
+    } else if (h.dtype == DType::kI8) {
+      bytes[i] = static_cast<std::byte>(static_cast<int8_t>(v));
     } else {
       bytes[i] = static_cast<std::byte>(v != 0 ? 1 : 0);
     }

@@ -326,6 +326,9 @@ std::vector<OpCase> matmul_rows() {
       {"grouped_matmul_one_expert", {uni({5, 3}), uni({1, 2, 3})}, FN(grouped_matmul(x[0], x[1], offsets({0, 5}), true)), {5, 2}, kF32, kMatmul, kGrad},
       {"grouped_matmul_all_rows_in_one", {uni({4, 3}), uni({3, 3, 2})}, FN(grouped_matmul(x[0], x[1], offsets({0, 0, 4, 4}))), {4, 2}, kF32, kMatmul, kGrad},
       {"grouped_matmul_no_rows", {uni({0, 3}), uni({2, 4, 3})}, FN(grouped_matmul(x[0], x[1], offsets({0, 0, 0}), true)), {0, 4}, kF32, kExact, kNoGrad},
+      // quant_matmul: x · (q·scale)ᵀ, groups of 32 (the 16-byte CUDA path) and of 4 (the scalar one).
+      {"quant_matmul", {uni({3, 64}), ints({5, 64}, -127, 127, DType::kI8), away0({5, 2}, 0.01, 0.05)}, FN(quant_matmul(x[0], x[1], x[2])), {3, 5}, kF32, kMatmul, kGrad},
+      {"quant_matmul_batched_groups_of_4", {uni({2, 2, 12}), ints({7, 12}, -127, 127, DType::kI8), away0({7, 3}, 0.01, 0.05)}, FN(quant_matmul(x[0], x[1], x[2])), {2, 2, 7}, kF32, kMatmul, kGrad},
       {"grouped_matmul_grad_weight_dot", {uni({5, 3}), uni({3, 4, 3}), uni({5, 4}), uni({5, 3}), uni({3, 4, 3})}, grouped_gradient_dot, {}, kF32, kReduce, kGrad},
       {"sort_by_expert_position", {indices({9}, 4)}, FN(sort_by_expert(x[0], 4).position), {9}, kI32, kExact, kNoGrad},
       {"sort_by_expert_offsets", {indices({9}, 4)}, FN(sort_by_expert(x[0], 4).offsets), {5}, kI32, kExact, kNoGrad},
@@ -672,6 +675,8 @@ std::vector<OpCase> nn_large_rows() {
       {"large_random_uniform", {}, FN(random_uniform({3, 3001})), {3, 3001}, kF32, kExact, kNoGrad},
       {"large_grouped_matmul_tiles", {uni({150, 70}), uni({5, 90, 70})}, FN(grouped_matmul(x[0], x[1], offsets({0, 40, 40, 100, 101, 150}), true)), {150, 90}, kF32, kLargeSum, kCpuOnly},
       {"large_grouped_matmul_w_kn", {uni({130, 66}), uni({3, 66, 80})}, FN(grouped_matmul(x[0], x[1], offsets({0, 65, 65, 130}))), {130, 80}, kF32, kLargeSum, kCpuOnly},
+      {"large_quant_matmul_decode", {uni({2, 2048}), ints({96, 2048}, -127, 127, DType::kI8), away0({96, 64}, 0.001, 0.01)}, FN(quant_matmul(x[0], x[1], x[2])), {2, 96}, kF32, kLargeSum, kCpuOnly},
+      {"large_quant_matmul_rows", {uni({40, 256}), ints({70, 256}, -20, 20, DType::kI8), away0({70, 8}, 0.001, 0.01)}, FN(quant_matmul(x[0], x[1], x[2])), {40, 70}, kF32, kLargeSum, kCpuOnly},
       {"large_grouped_matmul_decode", {uni({2, 300}), uni({8, 96, 300})}, FN(grouped_matmul(x[0], x[1], offsets({0, 0, 1, 1, 1, 2, 2, 2, 2}), true)), {2, 96}, kF32, kLargeSum, kCpuOnly},
       {"large_dropout", {uni({70, 131})}, FN(dropout(x[0], 0.1)), {70, 131}, kF32, kArith, kCpuOnly, true},
       {"large_dropout_of_transposed_view", {uni({70, 131})}, FN(dropout(transpose(x[0]), 0.4)), {131, 70}, kF32, kArith, kCpuOnly, true},

@@ -13,10 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "ir/graph.h"
 #include "runtime/stored_weights.h"
 #include "test_util.h"
 
 namespace tg {
+namespace detail {
+const ir::Graph& compiled_graph(const Program& program);
+}
 namespace {
 
 using testing::rel_diff;
@@ -89,6 +93,20 @@ Weights weights(const nn::Llama& shape_of) {
 
 class Quantized : public ::testing::TestWithParam<Device> {};
 
+Program batch_program(nn::Llama& model, int64_t batch, Device device, Precision precision) {
+  return compile_forward(
+      model, [&](Tensor x) { return model.logits(x); },
+      {.inputs = {{"ids", {batch, kSeq}, DType::kI32}}, .device = device, .precision = precision});
+}
+
+std::vector<int32_t> batch_ids(int64_t batch, int shift = 0) {
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < batch * kSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3 + shift) % 48));
+  return v;
+}
+
+// Both ways a product reads the quantized weight: quant_matmul (16 rows) and the dequantized copy
+// with a GEMM (64 rows).
 TEST_P(Quantized, ComputesTheDequantizedModel) {
   const Device device = GetParam();
   nn::Llama stored(config());
@@ -97,32 +115,70 @@ TEST_P(Quantized, ComputesTheDequantizedModel) {
   int quantized = 0;
   for (const Param* p : stored.parameters()) quantized += p->dtype() == DType::kI8;
   EXPECT_EQ(quantized, 2 * 7 + 1);  // q, k, v, o, gate, up, down in each layer, and the head
-  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    SCOPED_TRACE(precision == Precision::kFp32 ? "f32 products" : "bf16 products");
-    nn::Llama reference(config());
-    Program a = logits_program(reference, device, precision), b = logits_program(stored, device, precision);
-    a.upload_params(w.effective);
-    b.upload_params(w.f32);  // quantized as it is uploaded
-    // Downloads give the i8 values and scales the host quantizer makes, exactly.
-    const std::map<std::string, HostTensor> back = b.download_params();
-    for (const Param* p : stored.parameters()) {
-      if (p->dtype() != DType::kI8) continue;
-      const QuantizedTensor qt = quantize_int8(w.f32.at(p->path()), kGroup);
-      const HostTensor& q = back.at(p->path());
-      ASSERT_EQ(q.dtype(), DType::kI8) << p->path();
-      EXPECT_EQ(0, std::memcmp(q.data(), qt.q.data(), size_t(q.numel()))) << p->path();
-      EXPECT_EQ(0, rel_diff(back.at(p->scale()->path()).f32(), qt.scale.f32())) << p->path();
+  for (const int64_t batch : {kBatch, 4 * kBatch})
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(std::to_string(batch * kSeq) + " rows, " +
+                   (precision == Precision::kFp32 ? "f32 products" : "bf16 products"));
+      nn::Llama reference(config());
+      Program a = batch_program(reference, batch, device, precision), b = batch_program(stored, batch, device, precision);
+      a.upload_params(w.effective);
+      b.upload_params(w.f32);  // quantized as it is uploaded
+      // Downloads give the i8 values and scales the host quantizer makes, exactly.
+      const std::map<std::string, HostTensor> back = b.download_params();
+      for (const Param* p : stored.parameters()) {
+        if (p->dtype() != DType::kI8) continue;
+        const QuantizedTensor qt = quantize_int8(w.f32.at(p->path()), kGroup);
+        const HostTensor& q = back.at(p->path());
+        ASSERT_EQ(q.dtype(), DType::kI8) << p->path();
+        EXPECT_EQ(0, std::memcmp(q.data(), qt.q.data(), size_t(q.numel()))) << p->path();
+        EXPECT_EQ(0, rel_diff(back.at(p->scale()->path()).f32(), qt.scale.f32())) << p->path();
+      }
+      const std::vector<int32_t> x = batch_ids(batch), other = batch_ids(batch, 5);
+      const std::vector<float> want = a.run({{"ids", x}}).f32(), got = b.run({{"ids", x}}).f32();
+      if (precision == Precision::kFp32) {
+        // The same products of the same values; only the kernels' order of accumulation may differ.
+        EXPECT_LT(rel_diff(got, want), 2e-6);
+      } else if (batch == kBatch) {
+        // quant_matmul reads the dequantized weights in f32, where the copy's product rounds them
+        // to bf16: against the same program on the reference backend instead.
+        nn::Llama ref_model(config());
+        ref_model.store_params_as(DType::kI8, kGroup);
+        Program r = batch_program(ref_model, batch, Device::ref(), precision);
+        r.upload_params(w.f32);
+        EXPECT_LT(rel_diff(got, r.run({{"ids", x}}).f32()), 1e-5);
+      } else {
+        EXPECT_LT(rel_diff(got, want), 1e-3);
+      }
+      EXPECT_GT(rel_diff(b.run({{"ids", other}}).f32(), got), 1e-3);  // the logits depend on the ids
+      // And close to the f32 model itself: 8 bits in groups of 16 lose little.
+      nn::Llama exact(config());
+      Program c = batch_program(exact, batch, device, precision);
+      c.upload_params(w.f32);
+      EXPECT_LT(rel_diff(got, c.run({{"ids", x}}).f32()), 3e-2);
     }
-    const std::vector<float> want = a.run({{"ids", ids()}}).f32(), got = b.run({{"ids", ids()}}).f32();
-    // The same products of the same values; only the kernels' order of accumulation may differ.
-    EXPECT_LT(rel_diff(got, want), precision == Precision::kFp32 ? 2e-6 : 1e-3);
-    EXPECT_GT(rel_diff(b.run({{"ids", ids(5)}}).f32(), got), 1e-3);  // the logits depend on the ids
-    // And close to the f32 model itself: 8 bits in groups of 16 lose little.
-    nn::Llama exact(config());
-    Program c = logits_program(exact, device, precision);
-    c.upload_params(w.f32);
-    EXPECT_LT(rel_diff(got, c.run({{"ids", ids()}}).f32()), 3e-2);
-  }
+}
+
+// An inference program's products of at most kQuantizedProductRows rows (a decode step's) read
+// the i8 values and scales themselves (quant_matmul); wider ones dequantize and run a GEMM.
+TEST_P(Quantized, SkinnyProductsReadTheInt8WeightsThemselves) {
+  nn::Llama stored(config());
+  stored.store_params_as(DType::kI8, kGroup);
+  auto count = [&](int64_t batch) {
+    Program p = compile_forward(
+        stored, [&](Tensor x) { return stored.logits(x); },
+        {.inputs = {{"ids", {batch, kSeq}, DType::kI32}}, .device = GetParam(), .precision = Precision::kBf16});
+    const ir::Graph& g = detail::compiled_graph(p);
+    int products = 0, dequantized = 0;
+    for (const ir::Node& n : g.nodes()) {
+      products += n.op == ir::Op::kQuantMatmul;
+      dequantized += n.op == ir::Op::kCast && g.node(n.inputs[0]).dtype == DType::kI8;
+    }
+    return std::pair{products, dequantized};
+  };
+  EXPECT_EQ(count(kBatch), (std::pair{2 * 7 + 1, 0}));  // 16 rows
+  const auto [products, dequantized] = count(4 * kBatch);
+  EXPECT_EQ(products, 0);
+  EXPECT_GT(dequantized, 0);
 }
 
 TEST_P(Quantized, HoldsTheInt8ValuesAndNoDequantizedCopy) {

@@ -216,6 +216,11 @@ Kernel make_matmul(const Shape& out_shape, const Shape& a_shape, const View& a, 
 Kernel make_grouped_matmul(const ir::Node& node, const Shape& x_shape, const Shape& b_shape, DType dtype,
                            const std::byte* x, const std::byte* b, const int32_t* offsets, float* out);
 
+/// quant_matmul (quant_matmul.cc): dense x [..., K] of `x_dtype` (f32, bf16 or f16) times the
+/// transpose of the 8-bit weight q [cols, K] with `groups` f32 scales a row → dense out [..., cols].
+Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x, const int8_t* q, const float* scale,
+                         int64_t cols, int64_t groups, float* out);
+
 // ---- NN primitives (indexing.cc, nn_kernels.cc, random.cc, attention.cc) ----------------
 // Errors found in the data (an index or target out of range) are recorded inside the
 // parallel loops and thrown as tg::InputError after them, never from inside a region.

@@ -30,7 +30,7 @@ class CpuCapabilities final : public passes::Capabilities {
       case Op::kLayerNorm: case Op::kLayerNormGrad: case Op::kRmsNorm: case Op::kRmsNormGrad:
       case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: case Op::kMaxPool2d:
       case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad: case Op::kGroupedMatmul:
-      case Op::kGroupedMatmulGradWeight:
+      case Op::kGroupedMatmulGradWeight: case Op::kQuantMatmul:
       case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:  // the engine sends flat buffers
         return is_contiguous(v, shape);
       case Op::kMatmul: return blas_operand(v, shape).has_value();
@@ -142,6 +142,10 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
     case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight:
       return make_grouped_matmul(n, shape(0), shape(1), g.node(n.inputs[0]).dtype, in(0).data, in(1).data,
                                  reinterpret_cast<const int32_t*>(in(2).data), f32(out.data));
+    case Op::kQuantMatmul:
+      return make_quant_matmul(shape(0), g.node(n.inputs[0]).dtype, in(0).data,
+                               reinterpret_cast<const int8_t*>(in(1).data), reinterpret_cast<const float*>(in(2).data),
+                               shape(1)[0], shape(2)[1], f32(out.data));
     case Op::kGather: return make_gather(n, shape(0), in(0), in(1), out.data);
     case Op::kScatterAdd: return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));
     case Op::kUpdateSlice: {
@@ -276,6 +280,7 @@ int64_t step_flops(const ir::Graph& g, const passes::Step& st) {
   const ir::Node& n = g.node(st.node);
   if (n.op == Op::kMatmul) return 2 * n.numel() * g.node(n.inputs[0]).shape.back();
   if (n.op == Op::kGroupedMatmul) return 2 * n.numel() * g.node(n.inputs[0]).shape[1];  // 2·R·N·K
+  if (n.op == Op::kQuantMatmul) return 2 * n.numel() * g.node(n.inputs[0]).shape.back();
   if (n.op == Op::kGroupedMatmulGradWeight)
     return 2 * g.node(n.inputs[0]).shape[0] * (n.numel() / n.shape[0]);
   if (n.op != Op::kAttention && n.op != Op::kAttentionGrad && n.op != Op::kAttentionAt) return 0;

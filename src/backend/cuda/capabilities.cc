@@ -128,6 +128,7 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
     case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
       return dense(g, n, index, strides);
     case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight:  // x, w (dy), offsets
+    case Op::kQuantMatmul:                                        // x, q, scale
       return dense(g, n, index, strides);
     case Op::kAllReduce: case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:
       // the collective engine sends flat, dense buffers
@@ -211,7 +212,7 @@ std::vector<int64_t> CudaCapabilities::group_output_strides(const ir::Graph& g, 
   if (!rs.empty() && !escapes(g, id) && std::all_of(rs.begin(), rs.end(), [&](int32_t r) {
         const Op op = g.node(r).op;
         return op == Op::kConv2d || op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight ||
-               op == Op::kGroupedMatmul || op == Op::kGroupedMatmulGradWeight;
+               op == Op::kGroupedMatmul || op == Op::kGroupedMatmulGradWeight || op == Op::kQuantMatmul;
       }))
     return {};
   const int64_t cols = n.shape.back();

@@ -103,6 +103,15 @@ void Emitter::emit_node(const passes::Step& st) {
                  2 * gs.rows * gs.n * gs.k);
       return;
     }
+    case Op::kQuantMatmul: {
+      const Shape &xs = g_.node(n.inputs[0]).shape, &qs = g_.node(n.inputs[1]).shape;
+      const int64_t rows = numel(xs) / xs.back();
+      add_kernel({id},
+                 quant_matmul_kernel(kName, g_.node(n.inputs[0]).dtype, rows, qs[0], qs[1],
+                                     g_.node(n.inputs[2]).shape[1], aligned16(in(1)), aligned16(in(0))),
+                 {{in(0)}, {in(1)}, {in(2)}, {out}}, 2 * rows * qs[0] * qs[1]);
+      return;
+    }
     case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
       add_kernel({id}, pool_kernel(kName, n.op, ir::window_geom(g_, n), info_),
                  {{in(0)}, {n.inputs.size() > 1 ? in(1) : in(0)}, {out}});

@@ -336,7 +336,7 @@ class RefExecutableImpl final : public RefExecutable {
       case Op::kAttention: case Op::kAttentionGrad: case Op::kAttentionAt: case Op::kSelectiveScan:
       case Op::kSelectiveScanGrad: case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight:
       case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
-      case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight: {
+      case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight: case Op::kQuantMatmul: {
         std::vector<const Node*> nodes;
         std::vector<const Values*> vals;
         for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -439,6 +439,25 @@ Values grouped(const ir::Node& n, const std::vector<const ir::Node*>& in_nodes,
   return out;
 }
 
+/// quant_matmul (x [..., K], q [N, K], scale [N, K / G]): each output the sum over k of
+/// x · q · scale in double.
+Values quant_matmul(const ir::Node& n, const std::vector<const ir::Node*>& in_nodes,
+                    const std::vector<const Values*>& in) {
+  const Values &x = *in[0], &q = *in[1], &scale = *in[2];
+  const int64_t cols = in_nodes[1]->shape[0], k = in_nodes[1]->shape[1], groups = in_nodes[2]->shape[1];
+  const int64_t group = k / groups, rows = numel(in_nodes[0]->shape) / k;
+  Values out(static_cast<size_t>(n.numel()));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j < k; ++j)
+        acc += x[static_cast<size_t>(r * k + j)] * q[static_cast<size_t>(c * k + j)] *
+               scale[static_cast<size_t>(c * groups + j / group)];
+      out[static_cast<size_t>(r * cols + c)] = acc;
+    }
+  return out;
+}
+
 }  // namespace
 
 Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes,
@@ -476,6 +495,7 @@ Values compute_nn(const Node& n, const std::vector<const Node*>& in_nodes,
     case Op::kSelectiveScanGrad: return selective_scan(n, in_nodes, in);
     case Op::kGroupedMatmul:
     case Op::kGroupedMatmulGradWeight: return grouped(n, in_nodes, in);
+    case Op::kQuantMatmul: return quant_matmul(n, in_nodes, in);
     default: throw Error(std::string("[ref] ") + ir::op_name(n.op) + " is not an NN primitive");
   }
 }

@@ -1,0 +1,83 @@
+// quant_matmul (ops.def): out [ROWS, COLS] = x [ROWS, K] · (q · scale)ᵀ, q i8 [COLS, K] with one
+// f32 scale per GROUP values of a row (GROUPS = K / GROUP a row), f32 accumulation
+// (kernels_quant.cc). One warp per output column: its lanes stream the column's K bytes of q,
+// 16 at a time (VEC: K and GROUP multiples of 16, 16-byte aligned rows) or one at a time, each
+// value times its group's scale, against RB rows of x at a time (x read through L1: the few
+// rows of a decode step are shared by every warp), then a warp sum per row.
+//
+// Defined before: XT (x's storage type: float, or unsigned short for bf16/f16 bits), X_BF, X_H
+// (bf16 / f16 bits), ROWS, COLS, K, GROUP, GROUPS, RB (rows a pass, ≤ 8), WARPS (a block), VEC,
+// XVEC (x's rows 16-byte aligned too: x read in 16-byte loads), and tg_bf2f / tg_h2f (prelude.cuh's
+// widen piece). The pieces: `helpers`, then the body of
+//   extern "C" __global__ void <name>(const XT* x, const signed char* q, const float* scale, float* out)
+// @piece helpers
+__device__ __forceinline__ float qm_widen(XT v) {
+  return X_BF ? tg_bf2f((unsigned short)v) : X_H ? tg_h2f((unsigned short)v) : (float)v;
+}
+// Sixteen values of x from p, widened to f32 (16-byte loads when XVEC).
+__device__ __forceinline__ void qm_load16(const XT* p, float* v) {
+  if (XVEC && sizeof(XT) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 f = reinterpret_cast<const float4*>(p)[i];
+      v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+  } else if (XVEC) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[i];
+      const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[8 * i + j] = qm_widen((XT)(unsigned short)(w[j / 2] >> (16 * (j % 2))));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = qm_widen(p[i]);
+  }
+}
+// @piece body
+  const int lane = threadIdx.x & 31;
+  const long long c = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (c >= COLS) return;
+  const signed char* qc = q + c * K;
+  const float* sc = scale + c * GROUPS;
+  for (long long r0 = 0; r0 < ROWS; r0 += RB) {
+    float acc[RB];
+#pragma unroll
+    for (int r = 0; r < RB; ++r) acc[r] = 0.f;
+    if (VEC) {
+      for (long long k0 = (long long)lane * 16; k0 < K; k0 += 32 * 16) {
+        const int4 packed = *reinterpret_cast<const int4*>(qc + k0);
+        const float s = sc[k0 / GROUP];
+        const int words[4] = {packed.x, packed.y, packed.z, packed.w};
+        float w[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) w[i] = (float)(signed char)(words[i / 4] >> (8 * (i % 4))) * s;
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+          if (r0 + r >= ROWS) break;
+          float xv[16];
+          qm_load16(x + (r0 + r) * K + k0, xv);
+          float sum = 0.f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) sum += xv[i] * w[i];
+          acc[r] += sum;
+        }
+      }
+    } else {
+      for (long long k = lane; k < K; k += 32) {
+        const float w = (float)qc[k] * sc[k / GROUP];
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+          if (r0 + r >= ROWS) break;
+          acc[r] += qm_widen(x[(r0 + r) * K + k]) * w;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {
+      float v = acc[r];
+      for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+      if (lane == 0 && r0 + r < ROWS) out[(r0 + r) * COLS + c] = v;
+    }
+  }
