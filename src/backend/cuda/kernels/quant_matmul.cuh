@@ -46,6 +46,9 @@ __device__ __forceinline__ void qm_load16(const XT* p, float* v) {
 #pragma unroll
     for (int r = 0; r < RB; ++r) acc[r] = 0.f;
     if (VEC) {
+      // Unrolled so that several 16-byte loads of q are in flight per lane (a column is only a few
+      // kilobytes: latency, not bandwidth, bounds a loop that waits for each load in turn).
+#pragma unroll 4
       for (long long k0 = (long long)lane * 16; k0 < K; k0 += 32 * 16) {
         const int4 packed = *reinterpret_cast<const int4*>(qc + k0);
         const float s = sc[k0 / GROUP];
