@@ -186,8 +186,8 @@ void check_int8(const Graph& g, const Node& node) {
                      "] cannot make an i8 value: i8 values are quantized weights (parameters stored as i8 by "
                      "Module::store_params_as(DType::kI8)), inputs, and shape ops on them (at " +
                      loc_str(node.loc) + ")");
-  const bool reads_int8 = shape_op || (node.op == Op::kCast && node.dtype == DType::kF32) ||
-                          node.op == Op::kQuantMatmul;
+  const bool reads_int8 =
+      shape_op || (node.op == Op::kCast && node.dtype == DType::kF32) || node.op == Op::kQuantMatmul;
   for (int32_t in : node.inputs)
     if (g.node(in).dtype == DType::kI8 && !reads_int8)
       throw ShapeError("[" + std::string(name) +

@@ -177,7 +177,8 @@ namespace {
 
 /// Stripped of views (broadcasts too) and casts: the node under `id`.
 int32_t under_views(const Graph& g, int32_t id) {
-  for (Op op = g.node(id).op; layout_view(op) || op == Op::kBroadcastTo || op == Op::kCast; op = g.node(id).op)
+  for (Op op = g.node(id).op; layout_view(op) || op == Op::kBroadcastTo || op == Op::kCast;
+       op = g.node(id).op)
     id = g.node(id).inputs[0];
   return id;
 }
@@ -187,14 +188,16 @@ int32_t under_views(const Graph& g, int32_t id) {
 /// [N, g] as [N, g, 1] broadcast), each view possibly with a cast around it. Else {-1, -1}.
 std::pair<int32_t, int32_t> quantized_weight(const Graph& g, int32_t b) {
   const Node& t = g.node(b);
-  if (t.op != Op::kPermute || t.shape.size() != 2 || t.attrs.axes != std::vector<int64_t>{1, 0}) return {-1, -1};
+  if (t.op != Op::kPermute || t.shape.size() != 2 || t.attrs.axes != std::vector<int64_t>{1, 0})
+    return {-1, -1};
   const Node& m = g.node(under_views(g, t.inputs[0]));
   if (m.op != Op::kMul || m.shape.size() != 3) return {-1, -1};
   const int32_t qi = under_views(g, m.inputs[0]), si = under_views(g, m.inputs[1]);
   const Node &q = g.node(qi), &s = g.node(si);
   const int64_t rows = m.shape[0], groups = m.shape[1];
-  const bool ok = q.op == Op::kParam && q.dtype == DType::kI8 && q.shape == Shape{rows, groups * m.shape[2]} &&
-                  s.op == Op::kParam && s.dtype == DType::kF32 && s.shape == Shape{rows, groups} &&
+  const bool ok = q.op == Op::kParam && q.dtype == DType::kI8 &&
+                  q.shape == Shape{rows, groups * m.shape[2]} && s.op == Op::kParam &&
+                  s.dtype == DType::kF32 && s.shape == Shape{rows, groups} &&
                   t.shape == Shape{q.shape[1], rows};
   return ok ? std::pair{qi, si} : std::pair{-1, -1};
 }

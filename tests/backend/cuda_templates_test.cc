@@ -77,9 +77,12 @@ std::vector<Instance> template_instances() {
   add("cumsum lines", cuda::cumsum_kernel("cumsum_lines", dense(f32, {3, 40, 17}), 1, true));
   // quant_matmul: the 16-byte path (f32 and bf16 x), the scalar one (f16 x, groups of 4), many rows.
   add("quant_matmul vec f32", cuda::quant_matmul_kernel("quant_vec_f32", f32, 1, 2304, 768, 24, true, true));
-  add("quant_matmul vec bf16", cuda::quant_matmul_kernel("quant_vec_bf16", DType::kBF16, 8, 5632, 2048, 64, true, true));
-  add("quant_matmul vec, x unaligned", cuda::quant_matmul_kernel("quant_vec_x", DType::kBF16, 2, 64, 64, 2, true, false));
-  add("quant_matmul scalar f16", cuda::quant_matmul_kernel("quant_scalar_f16", DType::kF16, 3, 7, 12, 3, false, false));
+  add("quant_matmul vec bf16",
+      cuda::quant_matmul_kernel("quant_vec_bf16", DType::kBF16, 8, 5632, 2048, 64, true, true));
+  add("quant_matmul vec, x unaligned",
+      cuda::quant_matmul_kernel("quant_vec_x", DType::kBF16, 2, 64, 64, 2, true, false));
+  add("quant_matmul scalar f16",
+      cuda::quant_matmul_kernel("quant_scalar_f16", DType::kF16, 3, 7, 12, 3, false, false));
   add("quant_matmul rows", cuda::quant_matmul_kernel("quant_rows", f32, 40, 70, 256, 8, true, true));
 
   // Row kernels: cached rows (warp and block), streamed rows, columns, causal; norms with and

@@ -120,7 +120,8 @@ TEST_P(Quantized, ComputesTheDequantizedModel) {
       SCOPED_TRACE(std::to_string(batch * kSeq) + " rows, " +
                    (precision == Precision::kFp32 ? "f32 products" : "bf16 products"));
       nn::Llama reference(config());
-      Program a = batch_program(reference, batch, device, precision), b = batch_program(stored, batch, device, precision);
+      Program a = batch_program(reference, batch, device, precision),
+              b = batch_program(stored, batch, device, precision);
       a.upload_params(w.effective);
       b.upload_params(w.f32);  // quantized as it is uploaded
       // Downloads give the i8 values and scales the host quantizer makes, exactly.
@@ -165,9 +166,10 @@ TEST_P(Quantized, SkinnyProductsReadTheInt8WeightsThemselves) {
   nn::Llama stored(config());
   stored.store_params_as(DType::kI8, kGroup);
   auto count = [&](int64_t batch) {
-    Program p = compile_forward(
-        stored, [&](Tensor x) { return stored.logits(x); },
-        {.inputs = {{"ids", {batch, kSeq}, DType::kI32}}, .device = GetParam(), .precision = Precision::kBf16});
+    Program p = compile_forward(stored, [&](Tensor x) { return stored.logits(x); },
+                                {.inputs = {{"ids", {batch, kSeq}, DType::kI32}},
+                                 .device = GetParam(),
+                                 .precision = Precision::kBf16});
     const ir::Graph& g = detail::compiled_graph(p);
     int products = 0, dequantized = 0;
     for (const ir::Node& n : g.nodes()) {

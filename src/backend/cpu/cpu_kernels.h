@@ -218,8 +218,8 @@ Kernel make_grouped_matmul(const ir::Node& node, const Shape& x_shape, const Sha
 
 /// quant_matmul (quant_matmul.cc): dense x [..., K] of `x_dtype` (f32, bf16 or f16) times the
 /// transpose of the 8-bit weight q [cols, K] with `groups` f32 scales a row → dense out [..., cols].
-Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x, const int8_t* q, const float* scale,
-                         int64_t cols, int64_t groups, float* out);
+Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x, const int8_t* q,
+                         const float* scale, int64_t cols, int64_t groups, float* out);
 
 // ---- NN primitives (indexing.cc, nn_kernels.cc, random.cc, attention.cc) ----------------
 // Errors found in the data (an index or target out of range) are recorded inside the

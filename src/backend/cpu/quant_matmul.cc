@@ -1,8 +1,8 @@
 // quant_matmul of the CPU backend (ops.def): x [rows, K] · (q · scale)ᵀ with q i8 [N, K] and one
 // f32 scale per group of G values of a row. Decoding reads each weight once a token, so the
 // kernel reads the stored bytes (1 a weight, 4 a group) rather than a dequantized copy, widening
-// and scaling each weight in registers (AVX-512 where the build targets it, else plain loops). The columns are split across the threads; x (a few rows)
-// stays in cache.
+// and scaling each weight in registers (AVX-512 where the build targets it, else plain loops).
+// The columns are split across the threads; x (a few rows) stays in cache.
 #include <omp.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -23,8 +23,8 @@
 
 namespace tg::backend::cpu {
 
-Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x, const int8_t* q, const float* scale,
-                         int64_t cols, int64_t groups, float* out) {
+Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x, const int8_t* q,
+                         const float* scale, int64_t cols, int64_t groups, float* out) {
   const int64_t k = x_shape.back(), rows = numel(x_shape) / k, group = k / groups;
   return [=] {
     std::vector<float> widened;  // a half x, widened once (rows · K values)
@@ -41,8 +41,7 @@ Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x
     const int threads = cols * k >= (int64_t{1} << 16) ? omp_get_max_threads() : 1;
     // Chunks of 16 values share one scale when the group is a multiple of 16: each chunk's
     // weights are widened and scaled once, then multiply up to 4 rows of x into 16-wide
-    // accumulators (plain loops the compiler turns into vector FMAs); the rest goes one value
-    // at a time.
+    // accumulators; other groups go one value at a time.
     const int64_t vec_end = group % 16 == 0 ? k : 0;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t c = 0; c < cols; ++c) {
@@ -52,17 +51,45 @@ Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x
         const int64_t rb = std::min<int64_t>(4, rows - r0);
         float sums[4] = {};
 #if defined(__AVX512F__)
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int64_t k0 = 0; k0 < vec_end; k0 += 16) {
+        // Each row's accumulators stay in registers: a one-row pass (decoding) of its own, with
+        // two accumulators so that consecutive FMAs do not wait for each other; group by group,
+        // so that no chunk divides to find its scale.
+        const auto weights = [&](int64_t k0, __m512 sg) {
           const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qc + k0));
-          const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(packed)),
-                                         _mm512_set1_ps(sc[k0 / group]));
-#pragma GCC unroll 4
-          for (int r = 0; r < 4; ++r)
-            if (r < rb) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xs + (r0 + r) * k + k0), w, acc[r]);
+          return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(packed)), sg);
+        };
+        if (rb == 1) {
+          const float* xr = xs + r0 * k;
+          __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+          for (int64_t g0 = 0; g0 < vec_end; g0 += group) {
+            const __m512 sg = _mm512_set1_ps(sc[g0 / group]);
+            int64_t k0 = g0;
+            for (; k0 + 32 <= g0 + group; k0 += 32) {
+              a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xr + k0), weights(k0, sg), a0);
+              a1 = _mm512_fmadd_ps(_mm512_loadu_ps(xr + k0 + 16), weights(k0 + 16, sg), a1);
+            }
+            if (k0 < g0 + group) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xr + k0), weights(k0, sg), a0);
+          }
+          sums[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+        } else {
+          __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+                 a3 = _mm512_setzero_ps();
+          const float* x0 = xs + r0 * k;
+          const float *x1 = x0 + k, *x2 = x0 + (rb > 2 ? 2 : 0) * k, *x3 = x0 + (rb > 3 ? 3 : 0) * k;
+          for (int64_t g0 = 0; g0 < vec_end; g0 += group) {
+            const __m512 sg = _mm512_set1_ps(sc[g0 / group]);
+            for (int64_t k0 = g0; k0 < g0 + group; k0 += 16) {
+              const __m512 w = weights(k0, sg);
+              a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x0 + k0), w, a0);
+              a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x1 + k0), w, a1);
+              a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x2 + k0), w, a2);  // a row past rb repeats row 0:
+              a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x3 + k0), w, a3);  // computed, never stored
+            }
+          }
+          sums[0] = _mm512_reduce_add_ps(a0), sums[1] = _mm512_reduce_add_ps(a1);
+          sums[2] = _mm512_reduce_add_ps(a2), sums[3] = _mm512_reduce_add_ps(a3);
         }
-        for (int r = 0; r < 4; ++r) sums[r] = _mm512_reduce_add_ps(acc[r]);
-#else
+#else  // plain loops the compiler vectorises
         float acc[4][16] = {};
         for (int64_t k0 = 0; k0 < vec_end; k0 += 16) {
           const float sk = sc[k0 / group];

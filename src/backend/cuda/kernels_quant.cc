@@ -20,7 +20,8 @@ Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows,
   s += kernel_source("prelude.cuh", "widen");
   s += std::string("typedef ") + (x_dtype == DType::kF32 ? "float" : "unsigned short") + " XT;\n";
   s += std::string("constexpr bool X_BF = ") + (x_dtype == DType::kBF16 ? "true" : "false") +
-       ", X_H = " + (x_dtype == DType::kF16 ? "true" : "false") + ", VEC = " + (vec ? "true" : "false") + ", XVEC = " + (xvec ? "true" : "false") + ";\n";
+       ", X_H = " + (x_dtype == DType::kF16 ? "true" : "false") + ", VEC = " + (vec ? "true" : "false") +
+       ", XVEC = " + (xvec ? "true" : "false") + ";\n";
   s += "constexpr long long ROWS = " + ll(rows) + ", COLS = " + ll(cols) + ", K = " + ll(k) +
        ", GROUP = " + ll(group) + ", GROUPS = " + ll(groups) + ";\n";
   s += "constexpr int RB = " + std::to_string(std::clamp<int64_t>(rows, 1, 8)) +
