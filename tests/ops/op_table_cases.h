@@ -676,6 +676,7 @@ std::vector<OpCase> nn_large_rows() {
       {"large_grouped_matmul_tiles", {uni({150, 70}), uni({5, 90, 70})}, FN(grouped_matmul(x[0], x[1], offsets({0, 40, 40, 100, 101, 150}), true)), {150, 90}, kF32, kLargeSum, kCpuOnly},
       {"large_grouped_matmul_w_kn", {uni({130, 66}), uni({3, 66, 80})}, FN(grouped_matmul(x[0], x[1], offsets({0, 65, 65, 130}))), {130, 80}, kF32, kLargeSum, kCpuOnly},
       {"large_quant_matmul_decode", {uni({2, 2048}), ints({96, 2048}, -127, 127, DType::kI8), away0({96, 64}, 0.001, 0.01)}, FN(quant_matmul(x[0], x[1], x[2])), {2, 96}, kF32, kLargeSum, kCpuOnly},
+      {"large_quant_matmul_wide", {uni({3, 64}), ints({4101, 64}, -127, 127, DType::kI8), away0({4101, 2}, 0.001, 0.01)}, FN(quant_matmul(x[0], x[1], x[2])), {3, 4101}, kF32, kLargeSum, kCpuOnly},
       {"large_quant_matmul_rows", {uni({40, 256}), ints({70, 256}, -20, 20, DType::kI8), away0({70, 8}, 0.001, 0.01)}, FN(quant_matmul(x[0], x[1], x[2])), {40, 70}, kF32, kLargeSum, kCpuOnly},
       {"large_grouped_matmul_decode", {uni({2, 300}), uni({8, 96, 300})}, FN(grouped_matmul(x[0], x[1], offsets({0, 0, 1, 1, 1, 2, 2, 2, 2}), true)), {2, 96}, kF32, kLargeSum, kCpuOnly},
       {"large_dropout", {uni({70, 131})}, FN(dropout(x[0], 0.1)), {70, 131}, kF32, kArith, kCpuOnly, true},

@@ -1,5 +1,5 @@
 // CUDA kernel template for quant_matmul (ops.def; the device code is kernels/quant_matmul.cuh):
-// x [rows, K] · (q · scale)ᵀ over dense operands, one warp per output column.
+// x [rows, K] · (q · scale)ᵀ over dense operands, one warp per 1 to 4 output columns.
 #include <algorithm>
 #include <string>
 
@@ -24,8 +24,11 @@ Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows,
        ", XVEC = " + (xvec ? "true" : "false") + ";\n";
   s += "constexpr long long ROWS = " + ll(rows) + ", COLS = " + ll(cols) + ", K = " + ll(k) +
        ", GROUP = " + ll(group) + ", GROUPS = " + ll(groups) + ";\n";
+  // Columns a warp: up to 4 where there are enough columns to keep ~1024 warps busy (each warp
+  // then has that many 16-byte loads in flight and reads x once for them); one for narrow products.
+  const int64_t per_warp = std::clamp<int64_t>(cols / 1024, 1, 4);
   s += "constexpr int RB = " + std::to_string(std::clamp<int64_t>(rows, 1, 8)) +
-       ", WARPS = " + std::to_string(kWarps) + ";\n";
+       ", WARPS = " + std::to_string(kWarps) + ", CPW = " + std::to_string(per_warp) + ";\n";
   s += kernel_source("quant_matmul.cuh", "helpers");
   s += "extern \"C\" __global__ void " + name +
        "(const XT* x, const signed char* q, const float* scale, float* out) {\n";
@@ -35,7 +38,7 @@ Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows,
   l.name = name;
   l.source = std::move(s);
   l.block[0] = 32 * kWarps;
-  l.grid[0] = static_cast<unsigned>((cols + kWarps - 1) / kWarps);
+  l.grid[0] = static_cast<unsigned>((cols + kWarps * per_warp - 1) / (kWarps * per_warp));
   return l;
 }
 

@@ -1,12 +1,13 @@
 // quant_matmul (ops.def): out [ROWS, COLS] = x [ROWS, K] · (q · scale)ᵀ, q i8 [COLS, K] with one
 // f32 scale per GROUP values of a row (GROUPS = K / GROUP a row), f32 accumulation
-// (kernels_quant.cc). One warp per output column: its lanes stream the column's K bytes of q,
-// 16 at a time (VEC: K and GROUP multiples of 16, 16-byte aligned rows) or one at a time, each
-// value times its group's scale, against RB rows of x at a time (x read through L1: the few
-// rows of a decode step are shared by every warp), then a warp sum per row.
+// (kernels_quant.cc). One warp per CPW output columns: its lanes stream the columns' K bytes of
+// q, 16 at a time (VEC: K and GROUP multiples of 16, 16-byte aligned rows) or one at a time,
+// against RB rows of x at a time (x read through L1: the few rows of a decode step are shared by
+// every warp), then a warp sum per row and column.
 //
 // Defined before: XT (x's storage type: float, or unsigned short for bf16/f16 bits), X_BF, X_H
-// (bf16 / f16 bits), ROWS, COLS, K, GROUP, GROUPS, RB (rows a pass, ≤ 8), WARPS (a block), VEC,
+// (bf16 / f16 bits), ROWS, COLS, K, GROUP, GROUPS, RB (rows a pass, ≤ 8), WARPS (a block), CPW
+// (columns a warp), VEC,
 // XVEC (x's rows 16-byte aligned too: x read in 16-byte loads), and tg_bf2f / tg_h2f (prelude.cuh's
 // widen piece). The pieces: `helpers`, then the body of
 //   extern "C" __global__ void <name>(const XT* x, const signed char* q, const float* scale, float* out)
@@ -37,50 +38,66 @@ __device__ __forceinline__ void qm_load16(const XT* p, float* v) {
 }
 // @piece body
   const int lane = threadIdx.x & 31;
-  const long long c = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
-  if (c >= COLS) return;
-  const signed char* qc = q + c * K;
-  const float* sc = scale + c * GROUPS;
+  const long long c0 = ((long long)blockIdx.x * WARPS + (threadIdx.x >> 5)) * CPW;
+  if (c0 >= COLS) return;
+  // A column past COLS (the last warp's) repeats c0: computed, never stored.
+  long long cols[CPW];
+#pragma unroll
+  for (int j = 0; j < CPW; ++j) cols[j] = c0 + j < COLS ? c0 + j : c0;
   for (long long r0 = 0; r0 < ROWS; r0 += RB) {
-    float acc[RB];
+    float acc[RB][CPW];
 #pragma unroll
-    for (int r = 0; r < RB; ++r) acc[r] = 0.f;
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+      for (int j = 0; j < CPW; ++j) acc[r][j] = 0.f;
     if (VEC) {
-      // Unrolled so that several 16-byte loads of q are in flight per lane (a column is only a few
-      // kilobytes: latency, not bandwidth, bounds a loop that waits for each load in turn).
-#pragma unroll 4
+      // Each lane's chunk of every column of the warp is loaded before any is used (CPW 16-byte
+      // loads in flight, twice over with the unrolling): a column is a few kilobytes, so latency,
+      // not bandwidth, bounds a loop that waits for each load in turn. x's chunk is read once for
+      // the CPW columns; a chunk lies in one group, so its scale multiplies the chunk's sum.
+#pragma unroll 2
       for (long long k0 = (long long)lane * 16; k0 < K; k0 += 32 * 16) {
-        const int4 packed = *reinterpret_cast<const int4*>(qc + k0);
-        const float s = sc[k0 / GROUP];
-        const int words[4] = {packed.x, packed.y, packed.z, packed.w};
-        float w[16];
+        int4 packed[CPW];
+        float s[CPW];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) w[i] = (float)(signed char)(words[i / 4] >> (8 * (i % 4))) * s;
+        for (int j = 0; j < CPW; ++j) {
+          packed[j] = *reinterpret_cast<const int4*>(q + cols[j] * K + k0);
+          s[j] = scale[cols[j] * GROUPS + k0 / GROUP];
+        }
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
           if (r0 + r >= ROWS) break;
           float xv[16];
           qm_load16(x + (r0 + r) * K + k0, xv);
-          float sum = 0.f;
 #pragma unroll
-          for (int i = 0; i < 16; ++i) sum += xv[i] * w[i];
-          acc[r] += sum;
+          for (int j = 0; j < CPW; ++j) {
+            const int words[4] = {packed[j].x, packed[j].y, packed[j].z, packed[j].w};
+            float sum = 0.f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) sum += xv[i] * (float)(signed char)(words[i / 4] >> (8 * (i % 4)));
+            acc[r][j] += sum * s[j];
+          }
         }
       }
     } else {
       for (long long k = lane; k < K; k += 32) {
-        const float w = (float)qc[k] * sc[k / GROUP];
 #pragma unroll
-        for (int r = 0; r < RB; ++r) {
-          if (r0 + r >= ROWS) break;
-          acc[r] += qm_widen(x[(r0 + r) * K + k]) * w;
+        for (int j = 0; j < CPW; ++j) {
+          const float w = (float)q[cols[j] * K + k] * scale[cols[j] * GROUPS + k / GROUP];
+#pragma unroll
+          for (int r = 0; r < RB; ++r) {
+            if (r0 + r >= ROWS) break;
+            acc[r][j] += qm_widen(x[(r0 + r) * K + k]) * w;
+          }
         }
       }
     }
 #pragma unroll
-    for (int r = 0; r < RB; ++r) {
-      float v = acc[r];
-      for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-      if (lane == 0 && r0 + r < ROWS) out[(r0 + r) * COLS + c] = v;
-    }
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+      for (int j = 0; j < CPW; ++j) {
+        float v = acc[r][j];
+        for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+        if (lane == 0 && r0 + r < ROWS && c0 + j < COLS) out[(r0 + r) * COLS + c0 + j] = v;
+      }
   }
