@@ -19,7 +19,8 @@
 // bf16held: the same with the matrices stored as bf16 (Module::store_params_as): no f32 masters
 // beside the copies, the products read the parameters themselves (the "model storage" printed).
 // int8: every Linear's weight quantized to 8 bits in groups of 32 (store_params_as(kI8)), the
-// embeddings bf16, bf16 products over the weights dequantized in each step.
+// embeddings bf16, bf16 products; the decode step's products read the i8 weights (quant_matmul),
+// the prefill's a copy dequantized in the step.
 // Prints, in the torch_peer.py format, the whole generation's tokens/s (all sequences) and the
 // median per-token latency of the decode calls:
 //   <model>_decode <mode> <ms> ms/step <tokens/s> tokens/s

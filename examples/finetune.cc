@@ -69,7 +69,7 @@ std::string bytes_str(int64_t bytes) {
 // The type the frozen base is held in: i8 (its Linears quantized) with --int8, else the
 // precision's half type, else f32.
 tg::DType held_type(tg::Precision p, bool int8) {
-  return int8                       ? tg::DType::kI8
+  return int8                        ? tg::DType::kI8
          : p == tg::Precision::kBf16 ? tg::DType::kBF16
          : p == tg::Precision::kF16  ? tg::DType::kF16
                                      : tg::DType::kF32;
@@ -116,11 +116,11 @@ std::vector<std::string> comma_list(const std::string& option, const std::string
 }
 
 Options parse(const Args& args) {
-  args.allow_only({"model",          "text",    "targets",    "rank",         "alpha",
-                   "dropout",        "steps",   "lr",         "weight-decay", "batch",
-                   "seq-len",        "holdout", "eval-every", "eval-batches", "device",
-                   "precision",      "seed",    "out",        "plot",         "merge",
-                   "max-new-tokens", "check",   "min-drop",   "save-model",   "save-dtype",   "int8"});
+  args.allow_only({"model",      "text",         "targets",        "rank",      "alpha",    "dropout",
+                   "steps",      "lr",           "weight-decay",   "batch",     "seq-len",  "holdout",
+                   "eval-every", "eval-batches", "device",         "precision", "seed",     "out",
+                   "plot",       "merge",        "max-new-tokens", "check",     "min-drop", "save-model",
+                   "save-dtype", "int8"});
   if (!args.has("model") || !args.has("text"))
     throw std::runtime_error(
         "usage: finetune --model <Hugging Face folder> --text <file.txt> [--targets q_proj,v_proj] [--rank "
@@ -447,7 +447,8 @@ MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& me
                                .context = lm.context,
                                .eos_ids = lm.eos_ids,
                                .config_json = lm.config_json};
-  merged.module->store_params_as(lm.dtype, lm.group);  // held as the base was (the merged weights rounded to it)
+  merged.module->store_params_as(lm.dtype,
+                                 lm.group);  // held as the base was (the merged weights rounded to it)
   merged.dtype = lm.dtype;
   MergeResult r;
   const std::vector<int32_t>& text = held.ids.front();
@@ -501,7 +502,8 @@ Inputs load_inputs(Options& o) {
   // it as stored), a third of the memory of f32 weights and their converted copies.
   tg::pretrained::Model lm = tg::pretrained::load(o.folder, {.dtype = held_type(o.precision, o.int8)});
   if (std::holds_alternative<tg::nn::BertConfig>(lm.config))
-    throw std::runtime_error(lm.architecture + " is an encoder: finetune trains causal language models on text");
+    throw std::runtime_error(lm.architecture +
+                             " is an encoder: finetune trains causal language models on text");
   if (o.seq == 0) o.seq = lm.context > 0 ? std::min<int64_t>(lm.context, 128) : 128;
   if (lm.context > 0 && o.seq > lm.context)
     throw std::runtime_error("--seq-len " + std::to_string(o.seq) +
@@ -548,7 +550,8 @@ bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params
   // A quantized base's weights are written dequantized (q · scale), without their scales.
   Params expected;
   for (const auto& [name, t] : merged)
-    expected.emplace(name, t.dtype() == tg::DType::kI8 ? tg::dequantize_int8(t, merged.at(name + "_scale")) : t);
+    expected.emplace(name,
+                     t.dtype() == tg::DType::kI8 ? tg::dequantize_int8(t, merged.at(name + "_scale")) : t);
   for (const auto& [name, t] : merged)
     if (t.dtype() == tg::DType::kI8) expected.erase(name + "_scale");
   bool same = back.weights.size() == expected.size();

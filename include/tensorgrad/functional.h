@@ -37,8 +37,10 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, b
                       Loc loc = Loc::current());
 /// x [..., K] · wᵀ with w [N, K] quantized to 8 bits: q i8 [N, K] and scale f32 [N, K / G], w =
 /// q · scale per group of G values of a row (tensorgrad/quantize.h) → f32 [..., N], reading the
-/// weight as stored. x is f32, bf16 or f16 (as the precision policy makes it). A quantized
-/// Linear's skinny products (decoding) become this op in inference programs by themselves; the
+/// weight as stored. x is f32, bf16 or f16 (as the precision policy makes it). A matrix-vector
+/// kernel, for a few rows of x (each group of 8 rows reads q again). A quantized Linear's
+/// products of up to 16 rows become this op in inference programs by themselves (a quantized
+/// Param reads as its dequantized f32 value; q and scale here are i8 and f32 tensors); the
 /// gradient reaches x and scale, not q.
 Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, Loc loc = Loc::current());
 /// Where grouped_matmul wants each row: for expert ids i32 [R] in [0, experts), `position[r]` is

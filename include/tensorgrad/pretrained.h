@@ -110,8 +110,10 @@ struct LoadOptions {
   ///
   /// kI8 quantizes every Linear's weight to 8 bits with an f32 scale per `group` values of a row
   /// (Module::store_params_as(kI8), tensorgrad/quantize.h) and holds the embeddings (and a tied
-  /// head) as bf16: `weights` holds the i8 values and their "<name>_scale" entries. Inference and
-  /// LoRA over a frozen base; each product reads its weight dequantized in the step.
+  /// head, and a mixture's experts) as bf16: `weights` holds the i8 values and their
+  /// "<name>_scale" entries. Inference and LoRA over a frozen base: an inference program's products
+  /// of up to 16 rows (decoding) read the i8 values themselves (quant_matmul), wider ones a copy
+  /// dequantized in the step.
   DType dtype = DType::kF32;
   /// Under kI8: values per scale (a Linear whose input width it does not divide is held as bf16).
   int64_t group = 32;

@@ -27,6 +27,8 @@ QuantizedTensor quantize_int8(const HostTensor& w, int64_t group = 32);
 HostTensor dequantize_int8(const HostTensor& q, const HostTensor& scale);
 
 /// The arithmetic of quantize_int8 on raw arrays: w.size() values, w.size() / group scales.
+/// InputError when `group` does not divide w.size(), and for a value that is not finite (here and
+/// in the HostTensor form).
 void quantize_int8(std::span<const float> w, int64_t group, int8_t* q, float* scale);
 
 }  // namespace tg

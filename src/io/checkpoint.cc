@@ -102,8 +102,19 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
                      ", the model's parameter is " + dtype_name(it->second.dtype()) +
                      shape_str(it->second.shape()));
   }
+  // The scales of a quantized parameter the file holds as floats come from quantizing it (as
+  // upload_params and load_safetensors take them).
+  const auto quantized_from_file = [&](const std::string& name) {
+    if (!name.ends_with("_scale")) return false;
+    const std::string base = name.substr(0, name.size() - 6);
+    const auto b = current.find(base);
+    const auto f = params.find(base);
+    return b != current.end() && b->second.dtype() == DType::kI8 && f != params.end() &&
+           f->second.dtype() != DType::kI8;
+  };
   for (const auto& [name, value] : current)
-    if (params.count(name) == 0) fail(path, "parameter '" + name + "' is missing");
+    if (params.count(name) == 0 && !quantized_from_file(name))
+      fail(path, "parameter '" + name + "' is missing");
   const TrainingState before = program.training_state();
   try {
     program.restore_training_state(t);

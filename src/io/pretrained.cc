@@ -201,7 +201,12 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
       continue;
     }
     if (stored == DType::kI8) {
-      QuantizedTensor qt = quantize_int8(t, p->group());
+      QuantizedTensor qt;
+      try {
+        qt = quantize_int8(t, p->group());
+      } catch (const InputError& e) {  // a weight that is not finite
+        fail(m.folder, file + ": tensor '" + src.name + "' cannot be quantized: " + e.what());
+      }
       m.weights[path] = std::move(qt.q);
       m.weights[p->scale()->path()] = std::move(qt.scale);
       continue;
@@ -427,6 +432,8 @@ Model load(const std::string& folder, const LoadOptions& options) {
   if (options.dtype != DType::kF32 && !is_half(options.dtype) && options.dtype != DType::kI8)
     fail(folder, std::string("LoadOptions::dtype is ") + dtype_name(options.dtype) +
                      "; models load as f32, bf16, f16 or i8 (quantized)");
+  if (options.dtype == DType::kI8 && options.group <= 0)
+    fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; it must be positive");
   const fs::path dir(folder);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {

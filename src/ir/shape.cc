@@ -488,8 +488,9 @@ void infer(const Graph& g, Node& n) {
     }
     case Op::kQuantMatmul: {
       const Node &x = in(0), &q = in(1), &scale = in(2);
-      if (x.shape.empty() || (x.dtype != DType::kF32 && !is_half(x.dtype)))
-        fail(g, n, "x must be f32, bf16 or f16 [..., K], got " + std::string(dtype_name(x.dtype)) + shape_str(x.shape));
+      if (x.shape.empty() || x.shape.back() == 0 || (x.dtype != DType::kF32 && !is_half(x.dtype)))
+        fail(g, n, "x must be f32, bf16 or f16 [..., K] with K > 0, got " + std::string(dtype_name(x.dtype)) +
+                       shape_str(x.shape));
       if (q.dtype != DType::kI8 || q.shape.size() != 2 || q.shape[1] != x.shape.back())
         fail(g, n, "q must be i8 [N, " + std::to_string(x.shape.back()) + "], got " + dtype_name(q.dtype) +
                        shape_str(q.shape));

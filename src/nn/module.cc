@@ -1,5 +1,6 @@
 // Module tree bookkeeping and Param → Tensor conversion during tracing.
 #include <algorithm>
+#include <set>
 
 #include "ir/api_util.h"
 #include "ir/trace.h"
@@ -55,11 +56,18 @@ std::vector<Module*> Module::modules() {
 void Module::store_params_as(DType dtype, int64_t group) {
   if (dtype == DType::kI8) {
     // The Linears' weights are quantized where the group divides their rows (not Mamba's
-    // narrow dt_proj, say); every other matrix is held as bf16.
+    // narrow dt_proj, say) and they are not a mixture's experts; every other matrix is held as bf16.
     if (group <= 0)
       throw Error("[Module] store_params_as(kI8): the group must be positive, not " + std::to_string(group));
+    // A mixture's experts are stacked per layer for grouped_matmul (LlamaMoe): held as bf16.
+    std::set<const Module*> experts;
     for (Module* m : modules())
-      if (auto* linear = dynamic_cast<nn::Linear*>(m); linear != nullptr && linear->in_features % group == 0)
+      if (auto* moe = dynamic_cast<nn::LlamaMoe*>(m))
+        for (const auto& e : moe->experts)
+          for (Module* sub : e->modules()) experts.insert(sub);
+    for (Module* m : modules())
+      if (auto* linear = dynamic_cast<nn::Linear*>(m);
+          linear != nullptr && linear->in_features % group == 0 && experts.count(m) == 0)
         linear->weight.quantize_int8(group);
     dtype = DType::kBF16;
   }

@@ -175,31 +175,43 @@ Graph merge_sibling_products(const Graph& graph, std::vector<int32_t>& remap) {
 
 namespace {
 
-/// Stripped of views (broadcasts too) and casts: the node under `id`.
-int32_t under_views(const Graph& g, int32_t id) {
-  for (Op op = g.node(id).op; layout_view(op) || op == Op::kBroadcastTo || op == Op::kCast;
-       op = g.node(id).op)
-    id = g.node(id).inputs[0];
-  return id;
+/// `id`, or what it casts when it is a cast between float types (f32 and the half types).
+int32_t under_float_cast(const Graph& g, int32_t id) {
+  const Node& n = g.node(id);
+  const auto floating = [](DType t) { return t == DType::kF32 || is_half(t); };
+  return n.op == Op::kCast && floating(n.dtype) && floating(g.node(n.inputs[0]).dtype) ? n.inputs[0] : id;
 }
 
 /// The (q, scale) parameters of a quantized weight as Param::tensor reads it, transposed: `b` is
-/// permute{1,0} of reshape [N, K] of (a cast of) mul(cast f32 of q [N, K] as [N, g, G], scale
-/// [N, g] as [N, g, 1] broadcast), each view possibly with a cast around it. Else {-1, -1}.
+///   permute{1,0} of reshape [N, K] of mul(cast f32 of reshape [N, g, G] of q i8 [N, K],
+///                                        broadcast of reshape [N, g, 1] of scale f32 [N, g])
+/// with a float cast allowed above the permute, the reshape and the mul (the precision policy's
+/// cast to bf16, wherever the inference rewrites put it). Else {-1, -1}.
 std::pair<int32_t, int32_t> quantized_weight(const Graph& g, int32_t b) {
-  const Node& t = g.node(b);
-  if (t.op != Op::kPermute || t.shape.size() != 2 || t.attrs.axes != std::vector<int64_t>{1, 0})
-    return {-1, -1};
-  const Node& m = g.node(under_views(g, t.inputs[0]));
-  if (m.op != Op::kMul || m.shape.size() != 3) return {-1, -1};
-  const int32_t qi = under_views(g, m.inputs[0]), si = under_views(g, m.inputs[1]);
+  const std::pair<int32_t, int32_t> none{-1, -1};
+  const Node& t = g.node(under_float_cast(g, b));
+  if (t.op != Op::kPermute || t.shape.size() != 2 || t.attrs.axes != std::vector<int64_t>{1, 0}) return none;
+  const int64_t k = t.shape[0], rows = t.shape[1];
+  const Node& r = g.node(under_float_cast(g, t.inputs[0]));
+  if (r.op != Op::kReshape || r.shape != Shape{rows, k}) return none;
+  const Node& m = g.node(under_float_cast(g, r.inputs[0]));
+  if (m.op != Op::kMul || m.shape.size() != 3 || m.shape[0] != rows || m.shape[1] * m.shape[2] != k)
+    return none;
+  const int64_t groups = m.shape[1];
+  const Node& qc = g.node(m.inputs[0]);
+  if (qc.op != Op::kCast || qc.dtype != DType::kF32) return none;
+  const Node& qr = g.node(qc.inputs[0]);
+  if (qr.op != Op::kReshape || qr.shape != m.shape) return none;
+  const int32_t qi = qr.inputs[0];
+  int32_t sv = m.inputs[1];
+  if (g.node(sv).op == Op::kBroadcastTo) sv = g.node(sv).inputs[0];
+  const Node& sr = g.node(sv);
+  if (sr.op != Op::kReshape || sr.shape != Shape{rows, groups, 1}) return none;
+  const int32_t si = sr.inputs[0];
   const Node &q = g.node(qi), &s = g.node(si);
-  const int64_t rows = m.shape[0], groups = m.shape[1];
-  const bool ok = q.op == Op::kParam && q.dtype == DType::kI8 &&
-                  q.shape == Shape{rows, groups * m.shape[2]} && s.op == Op::kParam &&
-                  s.dtype == DType::kF32 && s.shape == Shape{rows, groups} &&
-                  t.shape == Shape{q.shape[1], rows};
-  return ok ? std::pair{qi, si} : std::pair{-1, -1};
+  const bool ok = q.op == Op::kParam && q.dtype == DType::kI8 && q.shape == Shape{rows, k} &&
+                  s.op == Op::kParam && s.dtype == DType::kF32 && s.shape == Shape{rows, groups};
+  return ok ? std::pair{qi, si} : none;
 }
 
 }  // namespace

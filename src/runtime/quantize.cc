@@ -11,10 +11,18 @@ namespace tg {
 
 void quantize_int8(std::span<const float> w, int64_t group, int8_t* q, float* scale) {
   const auto n = static_cast<int64_t>(w.size());
+  if (group <= 0 || n % group != 0)
+    throw InputError("[quantize_int8] groups of " + std::to_string(group) + " values must divide the " +
+                     std::to_string(n) + " values");
   for (int64_t g = 0; g * group < n; ++g) {
     const float* x = w.data() + g * group;
     float amax = 0;
-    for (int64_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[i]));
+    for (int64_t i = 0; i < group; ++i) {
+      if (!std::isfinite(x[i]))
+        throw InputError("[quantize_int8] value " + std::to_string(g * group + i) + " is " +
+                         std::to_string(x[i]) + ": only finite values quantize");
+      amax = std::max(amax, std::fabs(x[i]));
+    }
     const float s = amax / 127.0f;
     scale[g] = s;
     for (int64_t i = 0; i < group; ++i) {

@@ -24,11 +24,13 @@ Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows,
        ", XVEC = " + (xvec ? "true" : "false") + ";\n";
   s += "constexpr long long ROWS = " + ll(rows) + ", COLS = " + ll(cols) + ", K = " + ll(k) +
        ", GROUP = " + ll(group) + ", GROUPS = " + ll(groups) + ";\n";
-  // Columns a warp: up to 4 where there are enough columns to keep ~1024 warps busy (each warp
-  // then has that many 16-byte loads in flight and reads x once for them); one for narrow products.
-  const int64_t per_warp = std::clamp<int64_t>(cols / 1024, 1, 4);
+  // Columns a warp: with several rows of x, up to 4 where there are enough columns to keep ~1024
+  // warps busy (x's chunk, then read once for them, is the larger cost); with one or two rows one
+  // column a warp, its loop unrolled further instead (more warps, each with its loads in flight).
+  const int64_t per_warp = rows >= 4 ? std::clamp<int64_t>(cols / 1024, 1, 4) : 1;
   s += "constexpr int RB = " + std::to_string(std::clamp<int64_t>(rows, 1, 8)) +
-       ", WARPS = " + std::to_string(kWarps) + ", CPW = " + std::to_string(per_warp) + ";\n";
+       ", WARPS = " + std::to_string(kWarps) + ", CPW = " + std::to_string(per_warp) +
+       ", UNROLL = " + std::to_string(per_warp == 1 ? 4 : 2) + ";\n";
   s += kernel_source("quant_matmul.cuh", "helpers");
   s += "extern \"C\" __global__ void " + name +
        "(const XT* x, const signed char* q, const float* scale, float* out) {\n";

@@ -7,7 +7,7 @@
 //
 // Defined before: XT (x's storage type: float, or unsigned short for bf16/f16 bits), X_BF, X_H
 // (bf16 / f16 bits), ROWS, COLS, K, GROUP, GROUPS, RB (rows a pass, ≤ 8), WARPS (a block), CPW
-// (columns a warp), VEC,
+// (columns a warp), UNROLL (of the 16-byte loop), VEC,
 // XVEC (x's rows 16-byte aligned too: x read in 16-byte loads), and tg_bf2f / tg_h2f (prelude.cuh's
 // widen piece). The pieces: `helpers`, then the body of
 //   extern "C" __global__ void <name>(const XT* x, const signed char* q, const float* scale, float* out)
@@ -52,10 +52,10 @@ __device__ __forceinline__ void qm_load16(const XT* p, float* v) {
       for (int j = 0; j < CPW; ++j) acc[r][j] = 0.f;
     if (VEC) {
       // Each lane's chunk of every column of the warp is loaded before any is used (CPW 16-byte
-      // loads in flight, twice over with the unrolling): a column is a few kilobytes, so latency,
+      // loads in flight, UNROLL times over): a column is a few kilobytes, so latency,
       // not bandwidth, bounds a loop that waits for each load in turn. x's chunk is read once for
       // the CPW columns; a chunk lies in one group, so its scale multiplies the chunk's sum.
-#pragma unroll 2
+#pragma unroll UNROLL
       for (long long k0 = (long long)lane * 16; k0 < K; k0 += 32 * 16) {
         int4 packed[CPW];
         float s[CPW];
