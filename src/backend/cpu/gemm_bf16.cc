@@ -29,11 +29,7 @@
 #include <immintrin.h>
 #define TG_X86 1
 #endif
-// GCC 12's _mm512_undefined_* self-initialise (GCC bug 105593), as in gemm_small.cc.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backend/cpu/intrinsics.h"
 
 namespace tg::backend::cpu {
 namespace {

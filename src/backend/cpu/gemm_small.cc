@@ -22,12 +22,7 @@
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
-// GCC 12's _mm512_undefined_ps() self-initialises (`__m512 __Y = __Y;`), which -Wuninitialized
-// reports wherever a shuffle intrinsic using it is inlined (GCC bug 105593, fixed in 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backend/cpu/intrinsics.h"
 
 namespace tg::backend::cpu {
 namespace {

@@ -4,22 +4,13 @@
 // and scaling each weight in registers (AVX-512 where the build targets it, else plain loops).
 // The columns are split across the threads; x (a few rows) stays in cache.
 #include <omp.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/gemm_bf16.h"
-
-// GCC 12's _mm512_undefined_ps() self-initialises, which -Wmaybe-uninitialized reports where the
-// conversions inline (GCC bug 105593, fixed in 13), as in gemm_small.cc.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backend/cpu/intrinsics.h"
 
 namespace tg::backend::cpu {
 
