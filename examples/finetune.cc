@@ -550,10 +550,10 @@ bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params
   // A quantized base's weights are written dequantized (q · scale), without their scales.
   Params expected;
   for (const auto& [name, t] : merged)
-    expected.emplace(name,
-                     t.dtype() == tg::DType::kI8 ? tg::dequantize_int8(t, merged.at(name + "_scale")) : t);
+    expected.emplace(
+        name, t.dtype() == tg::DType::kI8 ? tg::dequantize_int8(t, merged.at(tg::scale_name(name))) : t);
   for (const auto& [name, t] : merged)
-    if (t.dtype() == tg::DType::kI8) expected.erase(name + "_scale");
+    if (t.dtype() == tg::DType::kI8) expected.erase(tg::scale_name(name));
   bool same = back.weights.size() == expected.size();
   for (const auto& [name, t] : expected) {
     auto it = back.weights.find(name);

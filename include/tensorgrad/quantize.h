@@ -8,10 +8,16 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "tensorgrad/program.h"
 
 namespace tg {
+
+/// The name of quantized parameter `weight`'s scales, "<weight>_scale" (Param::quantize_int8), and
+/// back: the weight a scales' name belongs to ("" for a name of no scales).
+std::string scale_name(const std::string& weight);
+std::string scaled_weight(const std::string& scale);
 
 /// A quantized tensor: q [..., K] (i8) and scale [..., K / group] (f32).
 struct QuantizedTensor {

@@ -9,6 +9,7 @@
 
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
+#include "tensorgrad/quantize.h"
 
 namespace tg {
 namespace {
@@ -105,8 +106,7 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
   // The scales of a quantized parameter the file holds as floats come from quantizing it (as
   // upload_params and load_safetensors take them).
   const auto quantized_from_file = [&](const std::string& name) {
-    if (!name.ends_with("_scale")) return false;
-    const std::string base = name.substr(0, name.size() - 6);
+    const std::string base = scaled_weight(name);
     const auto b = current.find(base);
     const auto f = params.find(base);
     return b != current.end() && b->second.dtype() == DType::kI8 && f != params.end() &&

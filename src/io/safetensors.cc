@@ -26,6 +26,7 @@
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "tensorgrad/checkpoint.h"
+#include "tensorgrad/quantize.h"
 
 namespace tg {
 namespace {
@@ -487,11 +488,7 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
       for (const Entry& e : h.entries)
         if (e.dtype != DType::kI8) float_in_file.insert(e.name);
       const auto quantized_from_file = [&](const std::string& name) {
-        const std::string suffix = "_scale";
-        if (name.size() <= suffix.size() ||
-            name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-          return false;
-        const std::string base = name.substr(0, name.size() - suffix.size());
+        const std::string base = scaled_weight(name);
         const auto b = current.find(base);
         return b != current.end() && b->second.dtype() == DType::kI8 && float_in_file.count(base) != 0;
       };

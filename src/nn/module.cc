@@ -8,6 +8,7 @@
 #include "nn/init.h"
 #include "tensorgrad/module.h"
 #include "tensorgrad/nn.h"
+#include "tensorgrad/quantize.h"
 
 namespace tg {
 
@@ -152,7 +153,7 @@ void Param::quantize_int8(int64_t group) {
   if (dtype_ == DType::kI8) throw Error("[Param] '" + path() + "' is quantized already, in other groups");
   Shape scale_shape = shape_;
   scale_shape.back() /= group;
-  scale_ = std::make_unique<Param>(*owner_, name_ + "_scale", scale_shape, init::constant(0.0),
+  scale_ = std::make_unique<Param>(*owner_, scale_name(name_), scale_shape, init::constant(0.0),
                                    ParamOptions{.decay = false});
   scale_->scales_ = this;
   dtype_ = DType::kI8;

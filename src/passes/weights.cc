@@ -21,21 +21,24 @@ bool layout_view(Op op) { return op == Op::kPermute || op == Op::kReshape; }
 
 }  // namespace
 
+namespace {
+/// Whether `n` is computed from parameters, constants and aranges alone, given that of the nodes
+/// before it; an i8 (quantized) parameter counts only with `quantized`.
+char from_parameters(const Node& n, const std::vector<char>& before, bool quantized) {
+  if (n.inputs.empty())
+    return (n.op == Op::kParam && (quantized || n.dtype != DType::kI8)) || n.op == Op::kConstant ||
+           n.op == Op::kArange;
+  bool all = !ir::is_collective(n.op) && n.op != Op::kRandom;
+  for (int32_t x : n.inputs) all = all && before[static_cast<size_t>(x)];
+  return static_cast<char>(all);
+}
+}  // namespace
+
 std::vector<char> parameter_only(const Graph& g) {
-  std::vector<char> fixed(static_cast<size_t>(g.size()), 0);
-  for (int32_t id = 0; id < g.size(); ++id) {
-    const Node& n = g.node(id);
-    if (n.inputs.empty()) {
-      // An i8 (quantized) parameter is not: its dequantized value is recomputed in every run,
-      // since holding it would hold the full-precision copy the quantization saves.
-      fixed[static_cast<size_t>(id)] =
-          (n.op == Op::kParam && n.dtype != DType::kI8) || n.op == Op::kConstant || n.op == Op::kArange;
-      continue;
-    }
-    bool all = !ir::is_collective(n.op) && n.op != Op::kRandom;
-    for (int32_t x : n.inputs) all = all && fixed[static_cast<size_t>(x)];
-    fixed[static_cast<size_t>(id)] = all;
-  }
+  // An i8 (quantized) parameter does not count: its dequantized value is recomputed in every run,
+  // since holding it would hold the full-precision copy the quantization saves.
+  std::vector<char> fixed;
+  for (const Node& n : g.nodes()) fixed.push_back(from_parameters(n, fixed, false));
   return fixed;
 }
 
@@ -66,12 +69,7 @@ Graph cast_weights_before_views(const Graph& graph, std::vector<int32_t>& remap)
   // quantized weight's dequantized value is such a node: its cast is taken before the views too.
   std::vector<char> weight;
   const auto add = [&](Node node) {
-    bool w = node.op == Op::kParam || node.op == Op::kConstant || node.op == Op::kArange;
-    if (!node.inputs.empty()) {
-      w = !ir::is_collective(node.op) && node.op != Op::kRandom;
-      for (int32_t in : node.inputs) w = w && weight[static_cast<size_t>(in)];
-    }
-    weight.push_back(static_cast<char>(w));
+    weight.push_back(from_parameters(node, weight, true));
     return out.add_checked(std::move(node));
   };
   for (int32_t id = 0; id < graph.size(); ++id) {

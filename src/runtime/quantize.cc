@@ -4,10 +4,22 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <string_view>
 
 #include "tensorgrad/errors.h"
 
 namespace tg {
+
+namespace {
+constexpr std::string_view kScaleSuffix = "_scale";
+}  // namespace
+
+std::string scale_name(const std::string& weight) { return weight + std::string(kScaleSuffix); }
+
+std::string scaled_weight(const std::string& scale) {
+  if (scale.size() <= kScaleSuffix.size() || !scale.ends_with(kScaleSuffix)) return "";
+  return scale.substr(0, scale.size() - kScaleSuffix.size());
+}
 
 void quantize_int8(std::span<const float> w, int64_t group, int8_t* q, float* scale) {
   const auto n = static_cast<int64_t>(w.size());

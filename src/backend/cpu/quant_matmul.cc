@@ -18,7 +18,7 @@ Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x
                          const float* scale, int64_t cols, int64_t groups, float* out) {
   const int64_t k = x_shape.back(), rows = numel(x_shape) / k, group = k / groups;
   return [=] {
-    std::vector<float> widened;  // a half x, widened once (rows · K values)
+    static thread_local std::vector<float> widened;  // a half x, widened once (rows · K values), reused
     const float* xs = reinterpret_cast<const float*>(x);
     if (x_dtype != DType::kF32) {
       widened.resize(static_cast<size_t>(rows * k));
