@@ -267,7 +267,7 @@ void Scheduler::place_single(int32_t id) {
     case Op::kLayerNorm: case Op::kRmsNorm:
       if (place_norm_affine(id)) return;
       break;
-    case Op::kMatmul: place_product(id); return;
+    case Op::kMatmul: case Op::kQuantMatmul: place_product(id); return;
     case Op::kUpdateSlice:
       if (place_update_rows(id)) return;
       break;

@@ -158,9 +158,9 @@ struct Step {
   std::vector<int32_t> nodes;  // what the step computes or serves (labels, profiles)
   // kNode: `in` one place per node input, `out` the node's place (then its results' own
   // buffers, NodeLayout::Result::own_bytes, in result order). Fused kNode steps (Step::Fused):
-  //   a product: a (the cast's f32 input when it absorbed the cast), b, then the bias, the
-  //     residual and the absorbed norm step's inputs, those present; out: the value of its
-  //     last epilogue node;
+  //   a product: a (the cast's f32 input when it absorbed the cast), b (a quant_matmul's q,
+  //     then its scale), then the bias, the residual and the absorbed norm step's inputs, those
+  //     present; out: the value of its last epilogue node;
   //   a norm with its affine group: x, w[, b]; out: the affine value;
   //   a norm gradient with its neighbours: x, dz[, w]; out: dx[, dw][, db];
   //   update_slice rows written in place: src, pos, dst[, the sibling's src, dst]; out: dst.

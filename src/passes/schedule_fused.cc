@@ -96,7 +96,8 @@ std::vector<int32_t> Scheduler::left_operand_products(int32_t id) const {
   if (escapes(id) || cs.empty()) return {};
   for (int32_t r : cs) {
     const ir::Node& m = g_.node(r);
-    if (m.op != Op::kMatmul || m.inputs[0] != id || m.inputs[1] == id) return {};
+    const bool product = m.op == Op::kMatmul || m.op == Op::kQuantMatmul;
+    if (!product || m.inputs[0] != id || m.inputs[1] == id) return {};
   }
   return cs;
 }
@@ -184,6 +185,7 @@ void Scheduler::place_product(int32_t id) {
   const ir::Node& n = g_.node(id);
   Step st = node_step(id);
   st.in = {readable(id, 0), readable(id, 1)};
+  if (n.op == Op::kQuantMatmul) st.in.push_back(readable(id, 2));  // the weight's scales
   const ProductCandidates c =
       options_.fuse && caps_.fuses_products() ? product_candidates(id) : ProductCandidates{};
   const ProductChoice ch = caps_.product(g_, id, st.in, s_.buffers, c);
@@ -238,8 +240,9 @@ void Scheduler::place_product(int32_t id) {
   for (int64_t bytes : ch.scratch) st.scratch.push_back(add_scratch(bytes));
   // The operands at their own element sizes (a product's bf16 weight moves 2 bytes an element).
   st.bytes = 0;
-  for (int32_t x : {n.inputs[0], n.inputs[1], id})
-    st.bytes += g_.node(x).numel() * dtype_size(g_.node(x).dtype);
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    st.bytes += g_.node(n.inputs[i]).numel() * dtype_size(g_.node(n.inputs[i]).dtype);
+  st.bytes += n.numel() * dtype_size(n.dtype);
   s_.steps.push_back(std::move(st));
 }
 

@@ -146,6 +146,22 @@ std::vector<Instance> template_instances() {
   add("gemv bf16 unaligned",
       cuda::gemv_kernel("gemv_bf16_odd", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
                         {false, false, false}, 1024, kSms, {}, 0, {.b_bf16 = true, .round_a = true}));
+  // int8 W (quant_matmul's q with its scales): staged with a norm and the rounding cast, staged
+  // with bf16 x and every epilogue, direct (eight rows of 2048), and groups of 8 (scalar loads).
+  add("gemv int8 W, x rms-normed and rounded",
+      cuda::gemv_kernel("gemv_i8_norm", 1, 2048, 2048, {1, 2048, 2048, 1, 0}, {2048, 2048, 1, 2048, 0},
+                        {false, true, false}, 0, kSms, {true, false, true, false, 1e-6}, 0,
+                        {.round_a = true, .b_fixed = true, .b_i8 = true, .group = 32}));
+  add("gemv int8 W, bf16 x",
+      cuda::gemv_kernel("gemv_i8_bf16", 4, 3072, 768, {4, 768, 768, 1, 0}, {768, 3072, 1, 768, 0},
+                        {true, true, true}, 0, kSms, {}, 0, {.a_bf16 = true, .b_i8 = true, .group = 64}));
+  add("gemv int8 W direct",
+      cuda::gemv_kernel("gemv_i8_direct", 8, 5632, 2048, {8, 2048, 2048, 1, 0}, {2048, 5632, 1, 2048, 0},
+                        {false, true, false}, 0, kSms, {true, false, true, false, 1e-6}, 0,
+                        {.round_a = true, .b_i8 = true, .group = 32}));
+  add("gemv int8 W, groups of 8",
+      cuda::gemv_kernel("gemv_i8_g8", 3, 1000, 336, {3, 336, 336, 1, 0}, {336, 1000, 1, 336, 0},
+                        {false, false, false}, 0, kSms, {}, 0, {.b_i8 = true, .group = 8}));
 
   // Selective scan: two or four states a thread, groups, vector rows, broadcast D and bias; the
   // backward's cotangent forms.

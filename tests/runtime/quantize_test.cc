@@ -191,6 +191,54 @@ TEST_P(Quantized, SkinnyProductsReadTheInt8WeightsThemselves) {
   EXPECT_GT(dequantized, 0);
 }
 
+/// A decode step's block in miniature: x + down(gelu(up(rms_norm(x)))), up with a bias.
+struct DecodeBlock : Module {
+  static constexpr int64_t kWidth = 256;
+  Param gain{*this, "gain", {kWidth}, init::normal(1.0, 0.2)};
+  nn::Linear up{*this, "up", kWidth, 2 * kWidth};
+  nn::Linear down{*this, "down", 2 * kWidth, kWidth, {.bias = false}};
+  Tensor forward(const Tensor& x) const {
+    return x + down(gelu(up(rms_norm(x, gain.tensor())), GeluApprox::kTanh));
+  }
+};
+
+// Products of a few rows over int8 weights with what a decode step fuses into them (the norm and
+// the rounding cast of x, the bias, GELU and the residual): every backend against the reference
+// backend's double sums. On CUDA one row runs as the skinny-product kernel with those fused.
+TEST_P(Quantized, DecodeShapedProductsMatchTheReference) {
+  DecodeBlock block;
+  block.store_params_as(DType::kI8, 32);
+  for (const int64_t rows : {1, 3, 8})
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows, " + (precision == Precision::kFp32 ? "f32" : "bf16"));
+      auto program = [&](Device device) {
+        Program p = compile_forward(
+            block, [&](Tensor x) { return block.forward(x); },
+            {.inputs = {{"x", {rows, DecodeBlock::kWidth}}}, .device = device, .precision = precision});
+        p.init_params(3);
+        return p;
+      };
+      Program got = program(GetParam()), want = program(Device::ref());
+      got.upload_params(want.download_params());
+      std::vector<float> x(size_t(rows * DecodeBlock::kWidth));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.37 * double(i)) * 2.0);
+      const std::vector<float> y = got.run({{"x", x}}).f32();
+      EXPECT_LT(rel_diff(y, want.run({{"x", x}}).f32()), precision == Precision::kFp32 ? 1e-5 : 1e-2);
+      EXPECT_GT(rel_diff(y, x), 1e-2);  // the block adds something to x
+      if (GetParam().kind == Device::Kind::kCuda && rows == 1) {
+        const std::string steps = got.describe();
+        std::string line;
+        for (size_t at = 0; (at = steps.find("quant_matmul", at)) != std::string::npos; ++at) {
+          const size_t from = steps.rfind('\n', at) + 1;
+          line = steps.substr(from, steps.find('\n', at) - from);
+          if (line.find("rms_norm") != std::string::npos) break;
+        }
+        EXPECT_NE(line.find("rms_norm"), std::string::npos) << "the norm is not fused:\n" << steps;
+        EXPECT_NE(steps.find("gelu_tanh"), std::string::npos);
+      }
+    }
+}
+
 TEST_P(Quantized, HoldsTheInt8ValuesAndNoDequantizedCopy) {
   nn::Llama stored(config());
   stored.store_params_as(DType::kI8, kGroup);

@@ -292,7 +292,8 @@ bool CudaCapabilities::cast_deferrable(const ir::Graph& g, int32_t cast, int32_t
   const ir::Node &c = g.node(cast), &m = g.node(product);
   const int64_t k = c.shape.back(), rows = c.numel() / std::max<int64_t>(k, 1), n = m.shape.back();
   // The shapes gemv_kernel takes (gemv_applies; the layouts are checked when the product is
-  // planned); it rounds to bf16 only (f16 products run on cuBLASLt).
+  // planned); it rounds to bf16 only (f16 products run on cuBLASLt). The product's weights are
+  // bf16, or a quant_matmul's int8.
   return !off && c.dtype == DType::kBF16 && rows <= gemv_max_rows(true) && m.numel() == rows * n && k >= 32 &&
          n * k >= (int64_t{1} << 16);
 }

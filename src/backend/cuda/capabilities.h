@@ -33,6 +33,7 @@ struct ProductPlan {
   MatOperand unpadded[2];             // the same before TF32 padding (what a padded copy reads)
   bool expand[2] = {false, false};    // read through a dense copy broadcast over the batch (scratch)
   bool pad_copy[2] = {false, false};  // TF32-padded through a zero-padded copy (scratch)
+  bool quant = false;                 // quant_matmul: gemv_kernel on its int8 q, else quant_matmul_kernel
   bool outer = false;                 // k = 1: one elementwise kernel
   bool gemv = false;                  // skinny: gemv_kernel (which may normalise the rows and apply a GELU)
   bool small = false;                 // small_matmul_kernel

@@ -13,6 +13,9 @@
 
 namespace tg::backend::cuda {
 
+/// Whether a place starts on a 16-byte boundary (the vector loads' alignment).
+inline bool aligned16(const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; }
+
 class Emitter {
  public:
   Emitter(const DeviceInfo& info, const ir::Graph& g, const passes::Schedule& s, const Bindings& bindings,
@@ -50,6 +53,10 @@ class Emitter {
 
   // ---- products (emit_products.cc) ----
   void emit_product(const passes::Step& st);
+  /// A product planned on gemv_kernel (p.gemv): a and b as its step reads them; `cast` the
+  /// absorbed cast node or -1.
+  void emit_gemv(const passes::Step& st, const ProductPlan& p, int32_t cast, const Place& a_place,
+                 const Place& b_place);
 
   const DeviceInfo& info_;
   const ir::Graph& g_;

@@ -36,8 +36,6 @@ GroupedShape grouped_shape(const ir::Graph& g, const ir::Node& n) {
   return s;
 }
 
-bool aligned16(const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; }
-
 }  // namespace
 
 void Emitter::emit_node(const passes::Step& st) {
@@ -83,7 +81,7 @@ void Emitter::emit_node(const passes::Step& st) {
       add_kernel({id}, cumsum_kernel(kName, op_in(0), static_cast<int>(n.attrs.axes[0]), n.attrs.reverse),
                  {{in(0)}, {out}});
       return;
-    case Op::kMatmul: emit_product(st); return;
+    case Op::kMatmul: case Op::kQuantMatmul: emit_product(st); return;
     case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: {
       ConvPlan plan =
           conv_kernels(kName, n.op, ir::window_geom(g_, n), g_.node(n.inputs[0]).dtype, options_.tf32, info_);
@@ -101,15 +99,6 @@ void Emitter::emit_node(const passes::Step& st) {
       gs.aligned = aligned16(in(0)) && aligned16(in(1)) && aligned16(out);
       add_kernel({id}, grouped_matmul_kernel(kName, gs, info_), {{in(0)}, {in(1)}, {in(2)}, {out}, kErr},
                  2 * gs.rows * gs.n * gs.k);
-      return;
-    }
-    case Op::kQuantMatmul: {
-      const Shape &xs = g_.node(n.inputs[0]).shape, &qs = g_.node(n.inputs[1]).shape;
-      const int64_t rows = numel(xs) / xs.back();
-      add_kernel({id},
-                 quant_matmul_kernel(kName, g_.node(n.inputs[0]).dtype, rows, qs[0], qs[1],
-                                     g_.node(n.inputs[2]).shape[1], aligned16(in(1)), aligned16(in(0))),
-                 {{in(0)}, {in(1)}, {in(2)}, {out}}, 2 * rows * qs[0] * qs[1]);
       return;
     }
     case Op::kMaxPool2d: case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
@@ -327,7 +316,6 @@ void Emitter::emit_scan(const passes::Step& st) {
     if ((i == 5 || i == 6) && s.size() == 1 && s[0] == 0) (i == 5 ? sh.d_stride : sh.bias_stride) = 0;
     args.push_back({place(st.in[i])});
   }
-  auto aligned16 = [](const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; };
   if (n.op == Op::kSelectiveScan) {
     // The saved states (result 2) have a buffer of their own when a gradient reads them.
     const bool keep = st.out.size() > 1;

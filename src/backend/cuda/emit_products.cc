@@ -1,7 +1,7 @@
 // The kernels of a product step (see emit.h): the plan is products.cc's, the same the schedule
 // asked for; here it becomes operand copies into the step's scratch, then gemv_kernel,
-// small_matmul_kernel, a product kernel for k = 1, or cuBLASLt (padded for TF32, or split
-// into three TF32 products).
+// small_matmul_kernel, a product kernel for k = 1, quant_matmul_kernel, or cuBLASLt (padded for
+// TF32, or split into three TF32 products).
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/emit.h"
 #include "backend/cuda/small_matmul.h"
@@ -35,6 +35,14 @@ void Emitter::emit_product(const passes::Step& st) {
   const ProductPlan p = plan_product(g_, id, {st.in[0], st.in[1]}, s_.buffers, c, info_, options_);
   const Place out = place(st.out[0]);
   const size_t rank = n.shape.size();
+  if (p.quant && !p.gemv) {  // quant_matmul's own kernel, nothing fused
+    const Place x = place(st.in[0]), q = place(st.in[1]);
+    add_kernel({id},
+               quant_matmul_kernel(kName, p.operands, p.mm, p.nn, p.k, g_.node(n.inputs[2]).shape[1],
+                                   aligned16(q), aligned16(x)),
+               {{x}, {q}, {place(st.in[2])}, {out}}, 2 * p.mm * p.nn * p.k);
+    return;
+  }
   if (p.outer) {  // out[.., i, j] = a[.., i, 0] · b[.., 0, j]
     std::vector<int64_t> as = strides_over_output(g_.node(n.inputs[0]).shape, st.in[0].strides, rank),
                          bs = strides_over_output(g_.node(n.inputs[1]).shape, st.in[1].strides, rank);
@@ -65,37 +73,7 @@ void Emitter::emit_product(const passes::Step& st) {
   const Place residual = st.fused.residual_add >= 0 ? place(st.in[next++]) : Place{};
   const int64_t flops = 2 * p.batch * p.m * p.nn * p.k;
   if (p.gemv) {
-    std::vector<Arg> args{{places[0]}};
-    MatOperand a = p.mats[0];
-    GemvNorm norm;
-    std::vector<int32_t> nodes;
-    if (c.cast >= 0) nodes.push_back(c.cast);
-    if (st.fused.norm_step >= 0) {  // the product reads the norm's input and normalises it
-      const passes::Step& ns = s_.steps[static_cast<size_t>(st.fused.norm_step)];
-      const ir::Node& f = g_.node(ns.node);
-      const bool with_b = ns.fused.add >= 0;
-      const Place x = place(st.in[next]), w = place(st.in[next + 1]), b = with_b ? place(st.in[next + 2]) : w;
-      args = {{x}, {w}, {b}};
-      a = MatOperand{p.mm, p.k, p.k, 1, 0};
-      norm = {.on = true,
-              .layer = f.op == ir::Op::kLayerNorm,
-              .w = true,
-              .b = with_b,
-              .eps = f.attrs.values.at(0)};
-      nodes = ns.nodes;
-    }
-    args.push_back({places[1]});
-    if (st.fused.bias_add >= 0) args.push_back({bias});
-    if (st.fused.residual_add >= 0) args.push_back({residual});
-    args.push_back({out});
-    nodes.insert(nodes.end(), st.nodes.begin(), st.nodes.end());
-    add_kernel(nodes,
-               gemv_kernel(kName, p.mm, p.nn, p.k, a, p.mats[1],
-                           {.bias = st.fused.bias_add >= 0,
-                            .residual = st.fused.residual_add >= 0,
-                            .gelu = st.fused.gelu >= 0},
-                           p.ld, info_.sm_count, norm, 0, p.types),
-               std::move(args), 2 * p.mm * p.nn * p.k);
+    emit_gemv(st, p, c.cast, places[0], places[1]);
     return;
   }
   if (p.small) {  // products of a few MFLOP: one generated kernel
@@ -166,6 +144,44 @@ void Emitter::emit_product(const passes::Step& st) {
   }
   prog_.steps.push_back(std::move(ls));
   step_launch_.push_back(launch_);
+}
+
+void Emitter::emit_gemv(const passes::Step& st, const ProductPlan& p, int32_t cast, const Place& a_place,
+                        const Place& b_place) {
+  const Place out = place(st.out[0]);
+  // The epilogue operands and the absorbed norm's, in the step's order (schedule.h).
+  size_t next = p.quant ? 3 : 2;
+  const Place bias = st.fused.bias_add >= 0 ? place(st.in[next++]) : Place{};
+  const Place residual = st.fused.residual_add >= 0 ? place(st.in[next++]) : Place{};
+  std::vector<Arg> args{{a_place}};
+  MatOperand a = p.mats[0];
+  GemvNorm norm;
+  std::vector<int32_t> nodes;
+  if (cast >= 0) nodes.push_back(cast);
+  if (st.fused.norm_step >= 0) {  // the product reads the norm's input and normalises it
+    const passes::Step& ns = s_.steps[static_cast<size_t>(st.fused.norm_step)];
+    const ir::Node& f = g_.node(ns.node);
+    const bool with_b = ns.fused.add >= 0;
+    const Place x = place(st.in[next]), w = place(st.in[next + 1]), b = with_b ? place(st.in[next + 2]) : w;
+    args = {{x}, {w}, {b}};
+    a = MatOperand{p.mm, p.k, p.k, 1, 0};
+    norm = {
+        .on = true, .layer = f.op == ir::Op::kLayerNorm, .w = true, .b = with_b, .eps = f.attrs.values.at(0)};
+    nodes = ns.nodes;
+  }
+  args.push_back({b_place});
+  if (p.quant) args.push_back({place(st.in[2])});  // the int8 weight's scales
+  if (st.fused.bias_add >= 0) args.push_back({bias});
+  if (st.fused.residual_add >= 0) args.push_back({residual});
+  args.push_back({out});
+  nodes.insert(nodes.end(), st.nodes.begin(), st.nodes.end());
+  add_kernel(nodes,
+             gemv_kernel(kName, p.mm, p.nn, p.k, a, p.mats[1],
+                         {.bias = st.fused.bias_add >= 0,
+                          .residual = st.fused.residual_add >= 0,
+                          .gelu = st.fused.gelu >= 0},
+                         p.ld, info_.sm_count, norm, 0, p.types),
+             std::move(args), 2 * p.mm * p.nn * p.k);
 }
 
 }  // namespace tg::backend::cuda

@@ -59,7 +59,7 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
 
 }  // namespace
 
-int64_t gemv_max_rows(bool bf16_weights) { return bf16_weights ? 1 : kMaxRows; }
+int64_t gemv_max_rows(bool narrow_weights) { return narrow_weights ? 1 : kMaxRows; }
 
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
   (void)a;
@@ -71,8 +71,10 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
                    const MatOperand& b, GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm, int ks,
                    GemvTypes types) {
   if (out_ld <= 0) out_ld = n;
-  const int per = types.b_bf16 ? 8 : 4, a_per = types.a_bf16 ? 8 : 4;
-  const int staged_ks = staged_split(m, n, k, per, norm.on, sm_count, ks);
+  const int per = types.b_i8 ? 16 : types.b_bf16 ? 8 : 4, a_per = types.a_bf16 ? 8 : 4;
+  // int8 W: a 16-byte load must lie in one scale group for the vector paths.
+  const bool whole_groups = !types.b_i8 || (types.group > 0 && types.group % 16 == 0);
+  const int staged_ks = whole_groups ? staged_split(m, n, k, per, norm.on, sm_count, ks) : 0;
   if (staged_ks > 0) ks = staged_ks;
   if (ks <= 0) ks = direct_split(n, k, sm_count);
   const int cols_per_block = kWarps / ks;
@@ -81,7 +83,9 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   l.block[0] = kWarps * 32;
   // The staged kernel's loads of W per lane and column slice, and columns a warp takes a turn.
   const int64_t pre = (k + ks * 32 * per - 1) / (ks * 32 * per);
-  int64_t cols = staged_ks == 0 ? 1 : std::max<int64_t>(1, 8 / pre);
+  // (Half as many for int8 W: a chunk widens to sixteen values and each load has its scale, in
+  // the registers the launch bounds leave.)
+  int64_t cols = staged_ks == 0 ? 1 : std::max<int64_t>(1, (types.b_i8 ? 4 : 8) / pre);
   // A narrow product (a decode step's k or v projection, n = 256) takes fewer columns a turn
   // rather than leave most SMs idle: its bandwidth grows with the blocks streaming it.
   while (cols > 1 && (n + cols_per_block * cols - 1) / (cols_per_block * cols) < sm_count) cols /= 2;
@@ -93,36 +97,46 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   }
   // 16-byte loads of W and x when K and the strides allow (alignment is checked at run time):
   // four f32 or eight bf16 values of W a load.
-  const bool vec = k % per == 0 && b.col_stride % per == 0 && a.col_stride == 1 && a.row_stride % a_per == 0;
+  const bool vec = whole_groups && k % per == 0 && b.col_stride % per == 0 && a.col_stride == 1 &&
+                   a.row_stride % a_per == 0;
   const bool affine = norm.on && (norm.w || norm.b);
   char eps[32];
   std::snprintf(eps, sizeof eps, "%.9e", norm.eps);
   std::string s = "// gemv: out[" + std::to_string(m) + ", " + std::to_string(n) +
                   "] = x·W over k = " + std::to_string(k) +
                   (norm.on ? std::string(norm.layer ? ", x layer-normed" : ", x RMS-normed") : "") +
-                  std::string(types.b_bf16 ? ", bf16 W" : "") + (types.a_bf16 ? ", bf16 x" : "") +
-                  (types.round_a ? ", x rounded to bf16" : "") + (staged_ks > 0 ? ", rows staged" : "") +
-                  " (gemv.cc)\n";
+                  std::string(types.b_bf16 ? ", bf16 W"
+                              : types.b_i8 ? ", int8 W"
+                                           : "") +
+                  (types.a_bf16 ? ", bf16 x" : "") + (types.round_a ? ", x rounded to bf16" : "") +
+                  (staged_ks > 0 ? ", rows staged" : "") + " (gemv.cc)\n";
   s += "constexpr int M = " + std::to_string(m) + ", N = " + std::to_string(n) +
        ", K = " + std::to_string(k) + ", KS = " + std::to_string(ks) +
        ", CPB = " + std::to_string(cols_per_block) + ", NT = " + std::to_string(kWarps * 32) + ";\n";
   s += "constexpr long long A_RS = " + ll(a.row_stride) + ", A_CS = " + ll(a.col_stride) +
        ", B_CS = " + ll(b.col_stride) + ", OUT_LD = " + ll(out_ld) + ";\n";
   s += std::string("typedef ") + (types.a_bf16 ? "unsigned short" : "float") + " AT;\ntypedef " +
-       (types.b_bf16 ? "unsigned short" : "float") + " BT;\n";
+       (types.b_i8     ? "signed char"
+        : types.b_bf16 ? "unsigned short"
+                       : "float") +
+       " BT;\n";
   s += std::string("constexpr bool A_BF = ") + (types.a_bf16 ? "true" : "false") +
-       ", B_BF = " + (types.b_bf16 ? "true" : "false") + ", A_RND = " + (types.round_a ? "true" : "false") +
-       ";\n";
+       ", B_BF = " + (types.b_bf16 ? "true" : "false") + ", B_I8 = " + (types.b_i8 ? "true" : "false") +
+       ", A_RND = " + (types.round_a ? "true" : "false") + ";\n";
+  const int64_t group = types.b_i8 ? types.group : 1;
+  s += "constexpr long long GROUP = " + ll(group) + ", GROUPS = " + ll(types.b_i8 ? k / group : 1) + ";\n";
   s += std::string("constexpr bool NORM = ") + (norm.on ? "true" : "false") +
        ", LAYER = " + (norm.layer ? "true" : "false") + ", NW = " + (norm.w ? "true" : "false") +
        ", NB = " + (norm.b ? "true" : "false") + ";\nconstexpr float EPS = " + eps + "f;\n";
   std::string params = "const AT* __restrict__ a";
   if (affine) params += ", const float* __restrict__ nw, const float* __restrict__ nb";
   params += ", const BT* __restrict__ b";
+  if (types.b_i8) params += ", const float* __restrict__ bs";
   if (epi.bias) params += ", const float* __restrict__ bias";
   if (epi.residual) params += ", const float* __restrict__ residual";
   params += ", float* __restrict__ out";
   if (!affine) s += "constexpr const float* nw = nullptr;\nconstexpr const float* nb = nullptr;\n";
+  if (!types.b_i8) s += "constexpr const float* bs = nullptr;\n";
   // Weights no kernel of the step writes may be read before the kernel before has ended.
   if (types.b_fixed) s += "#define TG_PDL_OWN_WAIT\n";
   s += "#ifndef TG_PDL_WAIT\n#define TG_PDL_WAIT()\n#endif\n";
@@ -141,7 +155,7 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   } else {
     s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";
     s += kernel_source("gemv.cuh", "start");
-    if (vec) s += kernel_source("gemv.cuh", types.b_bf16 ? "vec8" : "vec");
+    if (vec) s += kernel_source("gemv.cuh", types.b_i8 ? "vec16" : types.b_bf16 ? "vec8" : "vec");
     s += kernel_source("gemv.cuh", "rows");
   }
   l.source = std::move(s);

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/capabilities.h"
 #include "backend/cuda/small_matmul.h"
+#include "ir/strides.h"
 #include "passes/hoist.h"
 #include "util/switches.h"
 
@@ -88,6 +89,48 @@ bool pad_operand(MatOperand& mo, const passes::Place& p, const passes::Buffer& b
   return true;
 }
 
+/// quant_matmul x [..., k] · (q [n, k] · scale [n, k / group])ᵀ as a product step: gemv_kernel
+/// reading the int8 columns (with the decode step's fusions: the norm and the cast of x, the
+/// bias, GELU and residual epilogues) for one row of x (gemv_max_rows), else quant_matmul_kernel
+/// with nothing fused. Its output is dense [rows, n].
+ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
+                               const passes::ProductCandidates& c) {
+  static const bool gemv_off = env::equals(env::Switch::kCudaGemv, "off");
+  const ir::Node& n = g.node(id);
+  const ir::Node &x = g.node(n.inputs[0]), &q = g.node(n.inputs[1]), &scale = g.node(n.inputs[2]);
+  ProductPlan p;
+  passes::ProductChoice& ch = p.choice;
+  p.quant = true;
+  p.k = q.shape[1];
+  p.m = p.mm = x.numel() / p.k;
+  p.nn = p.ld = q.shape[0];
+  p.operands = x.dtype;
+  p.mats[0] = MatOperand{p.mm, p.k, p.k, 1, 0};
+  p.mats[1] = MatOperand{p.k, p.nn, 1, p.k, 0};  // q's rows are b's columns
+  const bool dense =
+      is_contiguous_strides(in[0].strides, x.shape) && is_contiguous_strides(in[1].strides, q.shape);
+  int64_t norm_rows = -1, norm_cols = -1;
+  if (c.norm >= 0) {
+    norm_cols = g.node(c.norm).shape.back();
+    norm_rows = g.node(c.norm).numel() / std::max<int64_t>(norm_cols, 1);
+  }
+  p.gemv = !gemv_off && dense && (x.dtype == DType::kF32 || x.dtype == DType::kBF16) &&
+           p.mm <= gemv_max_rows(true) && gemv_applies(1, p.mm, p.nn, p.k, p.mats[0], p.mats[1]) &&
+           (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k));
+  if (!p.gemv) return p;
+  ch.cast = c.cast >= 0;
+  ch.norm = c.norm >= 0 && (c.cast < 0 || ch.cast);
+  ch.bias = c.bias_add >= 0;
+  ch.gelu = c.gelu >= 0;
+  ch.residual = c.residual_add >= 0 && !ch.gelu;
+  p.types = {.a_bf16 = x.dtype == DType::kBF16 && !ch.cast,
+             .round_a = ch.cast,
+             .b_fixed = q.op == ir::Op::kParam,
+             .b_i8 = true,
+             .group = p.k / scale.shape[1]};
+  return p;
+}
+
 }  // namespace
 
 std::vector<int64_t> row_padded_strides(const Shape& shape, int64_t ld) {
@@ -101,6 +144,7 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
                          const std::vector<passes::Buffer>& buffers, const passes::ProductCandidates& c,
                          const DeviceInfo& info, const PrepareOptions& options) {
   const ir::Node& n = g.node(id);
+  if (n.op == ir::Op::kQuantMatmul) return plan_quant_product(g, id, in, c);
   const Shape& os = n.shape;
   const size_t rank = os.size();
   ProductPlan p;

@@ -69,19 +69,23 @@ struct GemvNorm {
 /// before the product (an absorbed cast): each value is rounded as it is read, after the norm.
 /// b_fixed: b is a parameter or an inference program's hoisted weight, which no kernel of the
 /// step writes: with programmatic dependent launches its loads start before the kernel before ends.
+/// b_i8: b is quant_matmul's int8 q (its [n, k] rows read as the columns of b [k, n]) with one
+/// f32 scale per `group` values of a column, passed after b.
 struct GemvTypes {
-  bool a_bf16 = false, b_bf16 = false, round_a = false, b_fixed = false;
+  bool a_bf16 = false, b_bf16 = false, round_a = false, b_fixed = false, b_i8 = false;
+  int64_t group = 0;
 };
-/// The most rows gemv_kernel takes in a program: 8 with f32 weights, 1 with bf16 ones (with two
-/// and more rows cuBLASLt's bf16 product is faster than widening every row per load of W).
-int64_t gemv_max_rows(bool bf16_weights);
+/// The most rows gemv_kernel takes in a program: 8 with f32 weights, 1 with bf16 or int8 ones
+/// (with two and more rows cuBLASLt's bf16 product, and quant_matmul_kernel's columns a warp for
+/// int8, are faster than widening every row per load of W: measured in decode steps).
+int64_t gemv_max_rows(bool narrow_weights);
 /// Whether gemv_kernel takes this product: one batch, at most 8 rows, b read down its columns
 /// (row_stride 1: the transpose of a row-major [n, k] weight).
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b);
 /// out [m, n] (rows out_ld apart, ≤ 0: n) = norm?(a) [m, k] · b [k, n] with the epilogue.
 /// Params: (const A* a, [const float* norm_w, const float* norm_b (both when either is on),]
-/// const B* b, [const float* bias], [const float* residual], float* out), A and B float or bf16
-/// bits as `types` says (a norm reads an f32 a).
+/// const B* b, [const float* scale (int8 b)], [const float* bias], [const float* residual],
+/// float* out), A and B float, bf16 bits or (B) int8 as `types` says (a norm reads an f32 a).
 /// `sm_count` (the device's SMs) sizes the split of each column over warps; `ks` > 0 forces the
 /// warps per output column instead (1, 2, 4, 8; for timing sweeps).
 Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, const MatOperand& a,

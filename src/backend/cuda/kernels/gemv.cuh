@@ -12,12 +12,15 @@
 //   vec      with 16-byte aligned rows possible (K % 4 == 0 and aligned strides) and f32 W: the
 //            float4 loop, ending in `else` so that the next piece is its fallback;
 //   vec8     the same for bf16 W (K % 8 == 0): eight weights per 16-byte load;
+//   vec16    the same for int8 W (K and GROUP multiples of 16): sixteen weights per load, the
+//            load's scale read with it;
 //   rows     the scalar loop, the cross-warp sum and the store, with EPI(y, i, j): the
 //            epilogue the generator defines (bias, residual, GELU).
 //
 // Defined before (gemv.cc): M, N, K, KS (warps splitting K), CPB (columns a block), NT;
-// AT, BT (the storage types of a and b: float, or unsigned short for bf16 bits), A_BF, B_BF
-// (whether they are bf16), A_RND (a is f32 that the graph rounds to bf16 before the product:
+// AT, BT (the storage types of a and b: float, unsigned short for bf16 bits, or signed char for
+// int8 weights), A_BF, B_BF (whether they are bf16), B_I8 (b is int8 with one f32 scale in bs
+// per GROUP values of a column, GROUPS a column: quant_matmul's q and scale), A_RND (a is f32 that the graph rounds to bf16 before the product:
 // each value is rounded as it is read, after the norm);
 // TG_PDL_WAIT() (executable.cc's programmatic dependent launch; empty without it) precedes the
 // first read of a row: the weights' loads may be in flight before it, when no kernel of the step
@@ -28,6 +31,7 @@
 __device__ __forceinline__ float gemv_widen(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 __device__ __forceinline__ float gemv_val(float v) { return v; }
 __device__ __forceinline__ float gemv_val(unsigned short h) { return gemv_widen(h); }
+__device__ __forceinline__ float gemv_val(signed char q) { return (float)q; }
 // x rounded to bf16 and widened back (nearest even, NaN → 0x7FC0), as the graph's cast does.
 __device__ __forceinline__ float gemv_rnd(float x) {
   if (!A_RND) return x;
@@ -43,6 +47,27 @@ __device__ __forceinline__ void gemv_widen8(uint4 q, float* v) {
     v[2 * t] = __uint_as_float(w[t] << 16);
     v[2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
   }
+}
+
+// Sixteen int8 weights (one 16-byte load) as exact floats: byte q + 128 (q ^ 0x80) placed in the
+// mantissa of 2²³ gives 2²³ + 128 + q, and subtracting 2²³ + 128 is exact. A byte permute and an
+// add instead of a conversion instruction (a quarter of the float rate).
+__device__ __forceinline__ void gemv_q16(uint4 q, float* v) {
+  const unsigned w[4] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u, q.w ^ 0x80808080u};
+#pragma unroll
+  for (int t = 0; t < 16; ++t)
+    v[t] = __uint_as_float(__byte_perm(w[t / 4], 0x4B000000u, 0x7440u | (t % 4))) - 8388736.0f;
+}
+// The same scaled by their group's scale.
+__device__ __forceinline__ void gemv_widen16(uint4 q, float scale, float* v) {
+  gemv_q16(q, v);
+#pragma unroll
+  for (int t = 0; t < 16; ++t) v[t] *= scale;
+}
+// Weight kk of column j (w = its first): widened, and scaled when int8.
+__device__ __forceinline__ float gemv_weight(const BT* w, const float* bs, long long j, int kk) {
+  const float v = gemv_val(__ldg(w + kk));
+  return B_I8 ? v * __ldg(bs + j * GROUPS + kk / GROUP) : v;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -203,13 +228,50 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
         rows8(wv, a, kk, mean, rstd, nw, nb, acc);
       }
     } else
+// @piece vec16
+    const bool aligned = ((((unsigned long long)w) | ((unsigned long long)a) | ((unsigned long long)nw) |
+                           ((unsigned long long)nb)) & 15) == 0;
+    constexpr int PRE = (K + KS * 512 - 1) / (KS * 512);  // 16-byte loads of W per lane
+    const float* sj = bs + j * GROUPS;                     // the column's scales
+    if (aligned && PRE <= 8) {
+      // W's loads and their scales go out first; the rows' statistics are computed meanwhile.
+      uint4 wr[PRE];
+      float sr[PRE];
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) {
+        const int kk = (slice * 32 + lane) * 16 + u * KS * 512;
+        wr[u] = kk < K ? __ldg((const uint4*)(w + kk)) : make_uint4(0u, 0u, 0u, 0u);
+        sr[u] = kk < K ? __ldg(sj + kk / GROUP) : 0.0f;
+      }
+      TG_PDL_WAIT();  // the rows come from the kernel before
+      if (NORM) row_stats(a, mean, rstd);
+#pragma unroll
+      for (int u = 0; u < PRE; ++u) {
+        const int kk = (slice * 32 + lane) * 16 + u * KS * 512;
+        if (kk >= K) break;
+        float wv[16];
+        gemv_widen16(wr[u], sr[u], wv);
+        rows8(wv, a, kk, mean, rstd, nw, nb, acc);
+        rows8(wv + 8, a, kk + 8, mean, rstd, nw, nb, acc);
+      }
+    } else if (aligned) {
+      TG_PDL_WAIT();
+      if (NORM) row_stats(a, mean, rstd);
+#pragma unroll 2
+      for (int kk = (slice * 32 + lane) * 16; kk < K; kk += KS * 512) {
+        float wv[16];
+        gemv_widen16(__ldg((const uint4*)(w + kk)), __ldg(sj + kk / GROUP), wv);
+        rows8(wv, a, kk, mean, rstd, nw, nb, acc);
+        rows8(wv + 8, a, kk + 8, mean, rstd, nw, nb, acc);
+      }
+    } else
 // @piece rows
     {
       TG_PDL_WAIT();
       if (NORM) row_stats(a, mean, rstd);
 #pragma unroll 4
       for (int kk = slice * 32 + lane; kk < K; kk += KS * 32) {
-        const float v = gemv_val(__ldg(w + kk));
+        const float v = gemv_weight(w, bs, j, kk);
 #pragma unroll
         for (int i = 0; i < M; ++i)
           acc[i] = fmaf(v, xin(gemv_val(__ldg(a + i * A_RS + kk * A_CS)), kk, mean[i], rstd[i], nw, nb), acc[i]);
@@ -241,9 +303,13 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
   // The rows are read once per block into shared memory as the product reads them (normalised,
   // rounded), then every warp streams its columns of W against them, COLS columns a turn: W's
   // loads for a warp's next turn are in flight while it sums the current one. Defined before
-  // (gemv.cc): VPL (values of W a 16-byte load), PRE (16-byte loads of W per lane and column
+  // (gemv.cc): VPL (values of W a 16-byte load: 4, 8 or 16), PRE (16-byte loads of W per lane and column
   // slice), COLS, EPI(y, i, j).
+  // Row i's value kk at xs[i * K + xs_at(kk)]: in order, except for int8 W (VPL 16), where the
+  // four float4 of each 16-value chunk lie K / 16 float4 apart, so that the lanes' reads of
+  // consecutive chunks are consecutive float4 (no bank conflicts).
   __shared__ __align__(16) float xs[M * K];
+  auto xs_at = [](int kk) { return VPL == 16 ? ((kk >> 2) & 3) * (K / 4) + ((kk >> 4) << 2) + (kk & 3) : kk; };
   __shared__ float red[NT / 32][2 * M];
   __shared__ float part[2][KS][CPB * COLS][M];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -251,8 +317,10 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
   const long long step = (long long)gridDim.x * CPB * COLS;
   const bool aligned = (((unsigned long long)b) & 15) == 0 && (B_CS % VPL) == 0;
   uint4 wr[COLS][PRE], wn[COLS][PRE];
-  // The warp's column slices of a turn into `r` (zeros past K or past the last column).
-  auto load = [&](uint4 (*r)[PRE], long long j0) {
+  float sr[COLS][PRE], sn[COLS][PRE];  // int8 W: each load's scale (a load lies in one group)
+  // The warp's column slices of a turn into `r` and their scales into `sc` (zeros past K or past
+  // the last column).
+  auto load = [&](uint4 (*r)[PRE], float (*sc)[PRE], long long j0) {
 #pragma unroll
     for (int c = 0; c < COLS; ++c) {
       const long long j = j0 + c;
@@ -260,6 +328,7 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
 #pragma unroll
       for (int u = 0; u < PRE; ++u) {
         const int kk = (slice * 32 + lane) * VPL + u * KS * 32 * VPL;
+        if (B_I8) sc[c][u] = j >= N || kk >= K ? 0.0f : __ldg(bs + j * GROUPS + kk / GROUP);
         if (j >= N || kk >= K) {
           r[c][u] = make_uint4(0u, 0u, 0u, 0u);
         } else if (aligned) {
@@ -277,7 +346,7 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
     }
   };
   long long base = (long long)blockIdx.x * CPB * COLS;
-  load(wr, base + col * COLS);
+  load(wr, sr, base + col * COLS);
   TG_PDL_WAIT();  // the rows come from the kernel before
   // Stage the rows, with each row's sums of x − x₀ and (x − x₀)² for the norm.
   float s[2 * M];
@@ -288,7 +357,7 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
     const float x0 = NORM && LAYER ? gemv_val(a[i * A_RS]) : 0.0f;
     for (int kk = threadIdx.x; kk < K; kk += NT) {
       const float v = gemv_val(a[i * A_RS + kk * A_CS]);
-      xs[i * K + kk] = v;
+      xs[i * K + xs_at(kk)] = v;
       const float d = v - x0;
       s[2 * i] += d;
       s[2 * i + 1] = fmaf(d, d, s[2 * i + 1]);
@@ -312,13 +381,14 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
       mean = LAYER ? x0 + s1 : 0.0f;
       rstd = rsqrtf(fmaxf(LAYER ? s2 - s1 * s1 : s2, 0.0f) + EPS);
     }
-    for (int kk = threadIdx.x; kk < K; kk += NT) xs[i * K + kk] = xin(xs[i * K + kk], kk, mean, rstd, nw, nb);
+    for (int kk = threadIdx.x; kk < K; kk += NT)
+      xs[i * K + xs_at(kk)] = xin(xs[i * K + xs_at(kk)], kk, mean, rstd, nw, nb);
   }
   __syncthreads();
   // Every warp of the block takes the same number of turns (the barrier of the slices' sum).
   for (int turn = 0; base < N; base += step, ++turn) {
     const long long j0 = base + col * COLS;
-    load(wn, j0 + step);
+    load(wn, sn, j0 + step);
     float acc[COLS][M];
 #pragma unroll
     for (int c = 0; c < COLS; ++c)
@@ -330,17 +400,24 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
       if (kk >= K) break;
 #pragma unroll
       for (int i = 0; i < M; ++i) {
-        const float4* x4 = (const float4*)(xs + i * K + kk);
+        const float4* x4 = (const float4*)(xs + i * K);
         float x[VPL];
 #pragma unroll
         for (int h = 0; h < VPL / 4; ++h) {
-          const float4 q = x4[h];
+          const float4 q = x4[xs_at(kk + 4 * h) / 4];
           x[4 * h] = q.x, x[4 * h + 1] = q.y, x[4 * h + 2] = q.z, x[4 * h + 3] = q.w;
         }
 #pragma unroll
         for (int c = 0; c < COLS; ++c) {
-          float wv[8];
-          if (B_BF) {
+          float wv[VPL];
+          if (B_I8) {  // the chunk's sum of q·x, times its scale
+            gemv_q16(wr[c][u], wv);
+            float d = 0.0f;
+#pragma unroll
+            for (int t = 0; t < VPL; ++t) d = fmaf(wv[t], x[t], d);
+            acc[c][i] = fmaf(sr[c][u], d, acc[c][i]);
+            continue;
+          } else if (B_BF) {
             gemv_widen8(wr[c][u], wv);
           } else {
             wv[0] = __uint_as_float(wr[c][u].x), wv[1] = __uint_as_float(wr[c][u].y);
@@ -384,6 +461,6 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
 #pragma unroll
     for (int c = 0; c < COLS; ++c)
 #pragma unroll
-      for (int u = 0; u < PRE; ++u) wr[c][u] = wn[c][u];
+      for (int u = 0; u < PRE; ++u) wr[c][u] = wn[c][u], sr[c][u] = sn[c][u];
   }
 }
