@@ -18,7 +18,8 @@
 //
 // Post-norm layers: h = LayerNorm(x + attn(x)), then LayerNorm(h + W2·gelu(W1·h)). Attention is
 // bidirectional; an attention mask leaves padding keys out, as transformers' does (padding
-// queries still get outputs, which nothing should read).
+// queries still get outputs, which nothing should read). Training programs apply transformers'
+// dropouts where the config asks for them (BertConfig::hidden_dropout and the two after it).
 #pragma once
 #include <memory>
 #include <optional>
@@ -55,9 +56,21 @@ struct BertConfig {
   bool per_token = false;
   /// qa_outputs (*ForQuestionAnswering): answer_span() gives every token's start and end logits.
   bool qa_head = false;
+  /// Dropout probabilities, as transformers applies them in training (tg::dropout: training
+  /// programs only; inference programs compute without them). hidden_dropout
+  /// (hidden_dropout_prob): after the embeddings' LayerNorm and after each layer's two dense
+  /// projections, before their residual LayerNorms. attention_dropout
+  /// (attention_probs_dropout_prob): on the attention weights; a training program then computes
+  /// softmax(q·kᵀ/√d)·v in steps rather than by the fused attention op. classifier_dropout
+  /// (config.json's classifier_dropout; negative, as its null: hidden_dropout): before
+  /// classify()'s projections (RoBERTa's: before both). pretrained::load reads all three; a
+  /// config built in code starts without dropout.
+  double hidden_dropout = 0.0, attention_dropout = 0.0, classifier_dropout = -1.0;
 
   /// The longest sequence: max_positions, less the pad_id + 1 positions RoBERTa skips.
   int64_t context() const { return roberta_positions ? max_positions - pad_id - 1 : max_positions; }
+  /// The classifier's dropout probability (classifier_dropout, or hidden_dropout when negative).
+  double classifier_p() const { return classifier_dropout < 0 ? hidden_dropout : classifier_dropout; }
 };
 
 /// One encoder layer (encoder.layer.<i>).
@@ -76,6 +89,7 @@ class BertLayer : public Module {
  private:
   int64_t heads_;
   GeluApprox gelu_;
+  double hidden_dropout_, attention_dropout_;
 };
 
 class Bert : public Module {

@@ -161,6 +161,11 @@ struct TrainOptions {
   std::vector<InputSpec> inputs = {};
   /// Seeds the program's random streams (dropout, random_uniform).
   uint64_t seed = 0;
+  /// false traces the function in evaluation mode, as inference programs are by default
+  /// (tg::is_training() false: no dropout, batch norm reads and keeps its running statistics),
+  /// and still trains it: PyTorch's model.eval() with gradients, e.g. to compare a step with
+  /// one computed so, or to fine-tune without a checkpoint's dropout.
+  bool training = true;
   Optimizer optimizer = Adam{};
   /// Factor on the optimizer's lr per step; empty = constant.
   Schedule schedule = {};

@@ -80,6 +80,10 @@ void load_bert_family(Model& m, const json& c) {
     if (b.labels <= 0)
       fail(f, "config.json: a sequence classifier with " + std::to_string(b.labels) + " labels");
   }
+  // transformers' defaults (0.1) when missing; a null classifier_dropout is hidden_dropout_prob.
+  b.hidden_dropout = field<double>(c, f, "hidden_dropout_prob", 0.1);
+  b.attention_dropout = field<double>(c, f, "attention_probs_dropout_prob", 0.1);
+  b.classifier_dropout = field<double>(c, f, "classifier_dropout", -1.0);
   const std::string act = field<std::string>(c, f, "hidden_act", "gelu");
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
     b.gelu = GeluApprox::kTanh;

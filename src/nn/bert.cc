@@ -44,7 +44,9 @@ BertLayer::BertLayer(Module& parent, std::string name, const BertConfig& c)
       output_dense(output, "dense", c.mlp_hidden, c.d_model, bert_linear()),
       output_norm(output, "LayerNorm", c.d_model, c.ln_eps),
       heads_(c.heads),
-      gelu_(c.gelu) {}
+      gelu_(c.gelu),
+      hidden_dropout_(c.hidden_dropout),
+      attention_dropout_(c.attention_dropout) {}
 
 Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_mask, Loc loc) const {
   const Shape& s = x.shape();
@@ -52,23 +54,26 @@ Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_m
   const Tensor k = split_heads(key(x, loc), heads_, loc);
   const Tensor v = split_heads(value(x, loc), heads_, loc);
   Tensor a;
-  if (key_mask) {
-    // Scores of padding keys become the lowest finite value of their type before the softmax
-    // (transformers' finfo.min): their weights are exactly 0 beside any token's, and a row
-    // without a token (a padding row of a batch) gets uniform weights rather than NaN.
+  if (key_mask || (attention_dropout_ > 0 && is_training())) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(s[2] / heads_));
-    const Tensor scores = mul(matmul(q, transpose(k, -2, -1, loc), loc), scale, loc);
-    const double lowest = scores.dtype() == DType::kF16    ? -65504.0
-                          : scores.dtype() == DType::kBF16 ? -3.3895313892515355e38
-                                                           : -3.4028234663852886e38;
-    a = matmul(softmax(where(*key_mask, scores, lowest, loc), -1, false, loc), v, loc);
+    Tensor scores = mul(matmul(q, transpose(k, -2, -1, loc), loc), scale, loc);
+    if (key_mask) {
+      // Scores of padding keys become the lowest finite value of their type before the softmax
+      // (transformers' finfo.min): their weights are exactly 0 beside any token's, and a row
+      // without a token (a padding row of a batch) gets uniform weights rather than NaN.
+      const double lowest = scores.dtype() == DType::kF16    ? -65504.0
+                            : scores.dtype() == DType::kBF16 ? -3.3895313892515355e38
+                                                             : -3.4028234663852886e38;
+      scores = where(*key_mask, scores, lowest, loc);
+    }
+    a = matmul(dropout(softmax(scores, -1, false, loc), attention_dropout_, loc), v, loc);
   } else {
     a = tg::attention(q, k, v, AttentionOptions{.causal = false}, loc);
   }
   a = reshape(permute(a, {0, 2, 1, 3}, loc), s, loc);
-  const Tensor h = attention_norm(add(x, attention_dense(a, loc), loc), loc);
+  const Tensor h = attention_norm(add(x, dropout(attention_dense(a, loc), hidden_dropout_, loc), loc), loc);
   const Tensor m = output_dense(gelu(intermediate_dense(h, loc), gelu_, loc), loc);
-  return output_norm(add(h, m, loc), loc);
+  return output_norm(add(h, dropout(m, hidden_dropout_, loc), loc), loc);
 }
 
 Bert::Bert(BertConfig c) : config(c) { build(); }
@@ -84,6 +89,9 @@ void Bert::build() {
   if (c.d_model % c.heads != 0)
     throw ShapeError("[Bert] d_model " + std::to_string(c.d_model) + " is not divisible by heads " +
                      std::to_string(c.heads));
+  for (const double p : {c.hidden_dropout, c.attention_dropout, c.classifier_p()})
+    if (!(p >= 0 && p < 1))
+      throw Error("[Bert] a dropout probability of " + std::to_string(p) + ": expected one in [0, 1)");
   if (c.context() <= 0)
     throw ShapeError("[Bert] max_positions " + std::to_string(c.max_positions) + " leaves no position" +
                      (c.roberta_positions ? " after the pad_id + 1 RoBERTa skips" : ""));
@@ -153,7 +161,7 @@ Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const 
   } else {
     x = add(x, slice(token_type_->weight.tensor(loc), 0, 0, 1, 1, loc), loc);
   }
-  x = (*embedding_norm_)(x, loc);
+  x = dropout((*embedding_norm_)(x, loc), c.hidden_dropout, loc);
   std::optional<Tensor> key_mask;
   if (mask) {
     check_ids("mask", *mask, ids.shape(), loc);
@@ -184,10 +192,12 @@ Tensor Bert::mlm_logits(const Tensor& hidden, Loc loc) const {
 
 Tensor Bert::classify(const Tensor& hidden, Loc loc) const {
   if (!classifier_) throw Error("[Bert] classify(): this model has no classifier (BertConfig::labels)");
-  if (config.per_token) return (*classifier_)(hidden, loc);
-  if (!classifier_dense_) return (*classifier_)(pooled(hidden, loc), loc);
+  const double p = config.classifier_p();
+  if (config.per_token) return (*classifier_)(dropout(hidden, p, loc), loc);
+  if (!classifier_dense_) return (*classifier_)(dropout(pooled(hidden, loc), p, loc), loc);
   // RoBERTa: the first token (<s>) through dense and tanh.
-  return (*classifier_)(tanh((*classifier_dense_)(first_token(hidden, loc), loc), loc), loc);
+  const Tensor h = tanh((*classifier_dense_)(dropout(first_token(hidden, loc), p, loc), loc), loc);
+  return (*classifier_)(dropout(h, p, loc), loc);
 }
 
 Tensor Bert::answer_span(const Tensor& hidden, Loc loc) const {

@@ -353,7 +353,7 @@ Program compile_train(Module& model, const TracedFn& fn, size_t arity, TrainOpti
   check_inputs(arity, options.inputs, "compile_train");
   const int64_t k = options.micro_batches;
   check_micro_batches(options.inputs, k);
-  Tracer tracer(options.inputs, /*training=*/true, options.seed, options.precision, options.keep_f32,
+  Tracer tracer(options.inputs, options.training, options.seed, options.precision, options.keep_f32,
                 "compile_train");
   ir::Trace& tr = tracer.trace();
   ir::Graph& g = tracer.graph();

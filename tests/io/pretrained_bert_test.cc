@@ -99,6 +99,11 @@ TEST_P(BertFamily, ConfigIsTransformers) {
   EXPECT_EQ(b.per_token, name == "tiny_bert_token");
   EXPECT_EQ(b.qa_head, name.ends_with("_qa"));
   EXPECT_DOUBLE_EQ(b.ln_eps, 1e-12);
+  // transformers' defaults, written out by save_pretrained; classifier_dropout null.
+  EXPECT_DOUBLE_EQ(b.hidden_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(b.attention_dropout, 0.1);
+  EXPECT_LT(b.classifier_dropout, 0.0);
+  EXPECT_DOUBLE_EQ(b.classifier_p(), 0.1);
 }
 
 TEST_P(BertFamily, OutputsEqualTransformersOnEveryBackend) {
@@ -158,6 +163,7 @@ TEST(Bert, GradientsEqualTransformers) {
                                     {"mask", shape, DType::kI32},
                                     {"types", shape, DType::kI32},
                                     {"labels", g.at("labels").shape(), DType::kI32}},
+                         .training = false,  // the golden gradients are eval mode's
                          .optimizer = GradientsOnly{},
                          .device = device});
       m.upload(p);
@@ -272,6 +278,63 @@ TEST(Bert, PaddingMaskedIsTheUnpaddedSequence) {
                                   g.at("hidden").f32().begin() + (row * T + length) * d);
     EXPECT_LT(tg::testing::rel_diff(got, want), 1e-5) << device.str();
   }
+}
+
+// transformers' dropouts: none in an evaluation-mode step (the golden gradients above) or with
+// every probability 0; each of the three alone changes a training step's loss, draws new masks
+// every step, and draws the same ones on every backend for the same seed. RoBERTa's classifier
+// has the classifier dropout twice.
+TEST(Bert, DropoutWhereTheConfigAsks) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_roberta_cls"));
+  const auto g = read_safetensors(dir_of("tiny_roberta_cls") + "/logits.safetensors");
+  const Shape shape = g.at("ids").shape();
+  std::vector<int32_t> labels;
+  for (int64_t b = 0; b < shape[0]; ++b) labels.push_back(static_cast<int32_t>(b % 2));
+  const Feeds feeds{{"ids", g.at("ids").i32()},
+                    {"mask", g.at("mask").i32()},
+                    {"types", g.at("types").i32()},
+                    {"labels", labels}};
+  // Two steps' losses (gradients only: the parameters stay as loaded).
+  auto losses = [&](const nn::BertConfig& c, Device device, bool training) {
+    nn::Bert bert(c);
+    Program p = compile_train(bert,
+                              [&](Tensor ids, Tensor mask, Tensor types, Tensor labels) {
+                                return cross_entropy(bert.classify(bert.hidden(ids, mask, types)), labels);
+                              },
+                              {.inputs = {{"ids", shape, DType::kI32},
+                                          {"mask", shape, DType::kI32},
+                                          {"types", shape, DType::kI32},
+                                          {"labels", {shape[0]}, DType::kI32}},
+                               .seed = 5,
+                               .training = training,
+                               .optimizer = GradientsOnly{},
+                               .device = device});
+    p.upload_params(m.weights);
+    const float first = p.step(feeds);
+    return std::pair{first, p.step(feeds)};
+  };
+  const nn::BertConfig loaded = std::get<nn::BertConfig>(m.config);
+  const auto [eval, eval_again] = losses(loaded, Device::cpu(), false);
+  EXPECT_EQ(eval, eval_again);
+  nn::BertConfig none = loaded;
+  none.hidden_dropout = none.attention_dropout = none.classifier_dropout = 0.0;
+  EXPECT_NEAR(losses(none, Device::cpu(), true).first, eval, 1e-6 * std::abs(eval));
+  for (int which = 0; which < 3; ++which) {
+    nn::BertConfig c = none;
+    (which == 0 ? c.hidden_dropout : which == 1 ? c.attention_dropout : c.classifier_dropout) = 0.3;
+    SCOPED_TRACE(which == 0 ? "hidden_dropout" : which == 1 ? "attention_dropout" : "classifier_dropout");
+    const auto [first, second] = losses(c, Device::cpu(), true);
+    EXPECT_GT(std::abs(first - eval), 1e-4 * std::abs(eval));
+    EXPECT_GT(std::abs(second - first), 1e-4 * std::abs(eval));
+    for (const Device& device : tg::testing::all_devices()) {
+      const auto [a, b] = losses(c, device, true);
+      EXPECT_NEAR(a, first, 1e-4 * std::abs(first)) << device.str();
+      EXPECT_NEAR(b, second, 1e-4 * std::abs(second)) << device.str();
+    }
+  }
+  nn::BertConfig bad = none;
+  bad.attention_dropout = 1.0;
+  EXPECT_THROW(nn::Bert{bad}, Error);
 }
 
 // Sentence-transformers' pooling: the mean over the tokens the mask marks, then unit length.
