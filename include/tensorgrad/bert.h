@@ -1,5 +1,6 @@
-// BERT-family encoders (BERT, RoBERTa, and the sentence-embedding models built on them:
-// all-MiniLM, BGE, E5, …) with Hugging Face's parameter names and layouts, so
+// BERT-family encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, and the sentence-embedding
+// models built on them: all-MiniLM, BGE, E5, …) with Hugging Face's parameter names and layouts
+// (DistilBERT's files are renamed onto BERT's as they load), so
 // tg::pretrained::load maps a BertModel, BertForMaskedLM, BertForSequenceClassification,
 // BertForTokenClassification or BertForQuestionAnswering folder (and RoBERTa's five) onto it
 // name by name:
@@ -15,6 +16,7 @@
 //                                                    classifier.{dense, out_proj}; with
 //                                                    per_token a Linear on every token)
 //   qa_outputs                                      (BertConfig::qa_head)
+//   pre_classifier, classifier                      (DistilBERT's sequence classifier)
 //
 // Post-norm layers: h = LayerNorm(x + attn(x)), then LayerNorm(h + W2·gelu(W1·h)). Attention is
 // bidirectional; an attention mask leaves padding keys out, as transformers' does (padding
@@ -31,7 +33,8 @@ namespace tg::nn {
 
 /// The sizes and variants of a BERT-family encoder. Named after config.json's fields
 /// (vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
-/// max_position_embeddings, type_vocab_size, layer_norm_eps, hidden_act).
+/// max_position_embeddings, type_vocab_size, layer_norm_eps, hidden_act). type_vocab 0: no
+/// token-type embeddings (DistilBERT).
 struct BertConfig {
   int64_t vocab = 30522, d_model = 768, layers = 12, heads = 12, mlp_hidden = 3072;
   int64_t max_positions = 512, type_vocab = 2;
@@ -56,6 +59,10 @@ struct BertConfig {
   bool per_token = false;
   /// qa_outputs (*ForQuestionAnswering): answer_span() gives every token's start and end logits.
   bool qa_head = false;
+  /// DistilBERT: no dropout after the attention's projection, and a sequence classifier that
+  /// reads relu(pre_classifier(first token)) (no pooler). Its files have no token types
+  /// (type_vocab 0) and their own names (pretrained::load maps them).
+  bool distil = false;
   /// Dropout probabilities, as transformers applies them in training (tg::dropout: training
   /// programs only; inference programs compute without them). hidden_dropout
   /// (hidden_dropout_prob): after the embeddings' LayerNorm and after each layer's two dense
@@ -66,6 +73,8 @@ struct BertConfig {
   /// classify()'s projections (RoBERTa's: before both). pretrained::load reads all three; a
   /// config built in code starts without dropout.
   double hidden_dropout = 0.0, attention_dropout = 0.0, classifier_dropout = -1.0;
+  /// Before answer_span()'s projection (DistilBERT's qa_dropout; BERT has none).
+  double qa_dropout = 0.0;
 
   /// The longest sequence: max_positions, less the pad_id + 1 positions RoBERTa skips.
   int64_t context() const { return roberta_positions ? max_positions - pad_id - 1 : max_positions; }
@@ -90,6 +99,7 @@ class BertLayer : public Module {
   int64_t heads_;
   GeluApprox gelu_;
   double hidden_dropout_, attention_dropout_;
+  bool distil_;
 };
 
 class Bert : public Module {
@@ -108,7 +118,7 @@ class Bert : public Module {
   /// The masked-LM logits [B, T, vocab] from hidden states (needs config.mlm_head).
   Tensor mlm_logits(const Tensor& hidden, Loc loc = Loc::current()) const;
   /// The classifier's logits from hidden states (needs config.labels): [B, labels], or
-  /// [B, T, labels] with config.per_token.
+  /// [B, T, labels] with config.per_token. DistilBERT's reads relu(pre_classifier(first token)).
   Tensor classify(const Tensor& hidden, Loc loc = Loc::current()) const;
   /// Question answering's logits [B, T, 2] from hidden states: [..., 0] where the answer starts,
   /// [..., 1] where it ends (needs config.qa_head).
@@ -122,7 +132,8 @@ class Bert : public Module {
   std::unique_ptr<Embedding> word_, position_, token_type_;
   std::unique_ptr<LayerNorm> embedding_norm_, head_norm_;
   std::vector<std::unique_ptr<BertLayer>> layers_;
-  std::unique_ptr<Linear> pooler_dense_, head_dense_, classifier_, classifier_dense_, qa_outputs_;
+  std::unique_ptr<Linear> pooler_dense_, head_dense_, classifier_, classifier_dense_, pre_classifier_,
+      qa_outputs_;
   std::optional<Param> head_bias_;
 };
 

@@ -28,7 +28,7 @@
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
 //   BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
-//   BertForQuestionAnswering, and the same of Roberta
+//   BertForQuestionAnswering, and the same of Roberta, XLMRoberta and DistilBert (renamed)
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
 //                                     when the file has one, LayerNorm.gamma/beta read as
 //                                     weight/bias, RoBERTa's lm_head mapped onto
@@ -168,7 +168,8 @@ Model from_config(const nn::LlamaConfig& config);
 Model from_config(const nn::GptConfig& config);
 Model from_config(const nn::MambaLMConfig& config);
 /// A BERT-family encoder: BertModel, BertForMaskedLM, Bert…ForSequenceClassification,
-/// …ForTokenClassification or …ForQuestionAnswering (Roberta… with roberta_positions) by the
+/// …ForTokenClassification or …ForQuestionAnswering (Roberta… with roberta_positions,
+/// DistilBert… with distil) by the
 /// head it has (more than one is refused), labels named LABEL_0, LABEL_1, …
 Model from_config(const nn::BertConfig& config);
 

@@ -16,6 +16,12 @@
 // out; converted to a type the library reads: skipped here), a tied
 // decoder's copy, and the next-sentence head cls.seq_relationship that pretraining checkpoints
 // (bert-base-uncased) keep. A file with the decoder's bias only gives it as the head's bias.
+//   XLMRoberta*                        RoBERTa's five under XLM-RoBERTa's names (the same layout)
+//   DistilBert* (the same five)        distilbert.*, renamed onto BERT's (distil_source): no token
+//                                      types, q_lin / k_lin / v_lin / out_lin, sa_layer_norm,
+//                                      ffn.lin1 / lin2, output_layer_norm; the head vocab_transform,
+//                                      vocab_layer_norm, vocab_projector (tied); the sequence
+//                                      classifier pre_classifier + classifier
 // Relative position embeddings, decoders (is_decoder, cross-attention) and an untied head are
 // refused.
 #include <string>
@@ -53,9 +59,85 @@ Source bert_source(bool roberta, const std::string& prefix, const std::string& p
   return {"lm_head." + rest};
 }
 
-void load_bert_family(Model& m, const json& c) {
+Source distil_source(const std::string& prefix, const std::string& p) {
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attention.self.query.", "attention.q_lin."},
+      {"attention.self.key.", "attention.k_lin."},
+      {"attention.self.value.", "attention.v_lin."},
+      {"attention.output.dense.", "attention.out_lin."},
+      {"attention.output.LayerNorm.", "sa_layer_norm."},
+      {"intermediate.dense.", "ffn.lin1."},
+      {"output.dense.", "ffn.lin2."},
+      {"output.LayerNorm.", "output_layer_norm."}};
+  static const std::pair<const char*, const char*> kHead[] = {
+      {"cls.predictions.transform.dense.", "vocab_transform."},
+      {"cls.predictions.transform.LayerNorm.", "vocab_layer_norm."},
+      {"cls.predictions.bias", "vocab_projector.bias"}};
+  for (const auto& [ours, theirs] : kHead)
+    if (p.starts_with(ours)) return {theirs + p.substr(std::string(ours).size())};
+  if (p.starts_with("encoder.layer.")) {
+    const size_t dot = p.find('.', 14);  // after the layer's number
+    const std::string rest = p.substr(dot + 1);
+    for (const auto& [ours, theirs] : kLayer)
+      if (rest.starts_with(ours))
+        return {prefix + "transformer.layer." + p.substr(14, dot - 14) + "." + theirs +
+                rest.substr(std::string(ours).size())};
+  }
+  if (p.starts_with("embeddings.")) return {prefix + p};
+  return {p};  // pre_classifier, classifier, qa_outputs
+}
+
+void load_distilbert(Model& m, const json& c) {
   const std::string& f = m.folder;
-  const bool roberta = m.architecture.rfind("Roberta", 0) == 0;
+  const bool mlm = m.architecture.ends_with("ForMaskedLM");
+  const bool per_token = m.architecture.ends_with("ForTokenClassification");
+  nn::BertConfig b;
+  b.distil = true;
+  b.vocab = required(c, f, "vocab_size");
+  b.d_model = required(c, f, "dim");
+  b.layers = required(c, f, "n_layers");
+  b.heads = required(c, f, "n_heads");
+  b.mlp_hidden = required(c, f, "hidden_dim");
+  b.max_positions = field<int64_t>(c, f, "max_position_embeddings", 512);
+  b.type_vocab = 0;
+  b.pad_id = static_cast<int32_t>(field<int64_t>(c, f, "pad_token_id", 0));
+  b.mlm_head = mlm;
+  b.per_token = per_token;
+  b.qa_head = m.architecture.ends_with("ForQuestionAnswering");
+  if (per_token || m.architecture.ends_with("ForSequenceClassification")) {
+    b.labels = field<int64_t>(c, f, "num_labels", 2);
+    if (c.contains("id2label") && c["id2label"].is_object())
+      b.labels = static_cast<int64_t>(c["id2label"].size());
+    if (b.labels <= 0) fail(f, "config.json: a classifier with " + std::to_string(b.labels) + " labels");
+  }
+  b.hidden_dropout = field<double>(c, f, "dropout", 0.1);
+  b.attention_dropout = field<double>(c, f, "attention_dropout", 0.1);
+  b.classifier_dropout = per_token ? b.hidden_dropout : field<double>(c, f, "seq_classif_dropout", 0.2);
+  b.qa_dropout = field<double>(c, f, "qa_dropout", 0.1);
+  const std::string act = field<std::string>(c, f, "activation", "gelu");
+  if (act != "gelu") fail(f, "config.json: activation \"" + act + "\" is not implemented by nn::Bert (gelu)");
+  if (mlm && !field<bool>(c, f, "tie_weights_", true))
+    fail(f, "config.json: tie_weights_ false (an untied masked-LM projector) is not implemented");
+
+  Weights file = read_weights(f);
+  const std::string prefix =
+      file.tensors.count("distilbert.embeddings.word_embeddings.weight") ? "distilbert." : "";
+  m.context = b.context();
+  m.config = b;
+  m.module = std::make_unique<nn::Bert>(b);
+  if (mlm &&
+      !tied_copy_ok(file.tensors, "vocab_projector.weight", prefix + "embeddings.word_embeddings.weight"))
+    fail(f, "vocab_projector.weight differs from " + prefix +
+                "embeddings.word_embeddings.weight (the masked-LM projector is tied to it)");
+  map_weights(
+      m, std::move(file), [&](const std::string& p) { return distil_source(prefix, p); },
+      [&](const std::string& n) { return n == "vocab_projector.weight"; });
+}
+
+void load_bert_family(Model& m, const json& c) {
+  if (m.architecture.starts_with("DistilBert")) return load_distilbert(m, c);
+  const std::string& f = m.folder;
+  const bool roberta = m.architecture.rfind("Roberta", 0) == 0 || m.architecture.rfind("XLMRoberta", 0) == 0;
   const bool mlm = m.architecture.ends_with("ForMaskedLM");
   const bool per_token = m.architecture.ends_with("ForTokenClassification");
   const bool classifier = m.architecture.ends_with("ForSequenceClassification") || per_token;

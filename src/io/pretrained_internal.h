@@ -119,10 +119,13 @@ std::map<std::string, HostTensor> layernorm_family_file_tensors(const Model& m,
                                                                 std::map<std::string, HostTensor> w);
 
 /// BERT-family encoders (pretrained_bert.cc): BertModel, BertForMaskedLM and the sequence,
-/// token and question-answering heads, BERT's and RoBERTa's, as nn::Bert.
+/// token and question-answering heads, BERT's, RoBERTa's, XLM-RoBERTa's and DistilBERT's, as
+/// nn::Bert.
 void load_bert_family(Model& m, const json& c);
 /// The file's name of an nn::Bert parameter: `prefix` ("bert.", "roberta." or "") before the
 /// encoder's names; the masked-LM head as BERT's cls.predictions.* or RoBERTa's lm_head.*.
 Source bert_source(bool roberta, const std::string& prefix, const std::string& p);
+/// The same for DistilBERT's files (`prefix` "distilbert." or ""), whose names differ.
+Source distil_source(const std::string& prefix, const std::string& p);
 
 }  // namespace tg::pretrained::detail

@@ -267,9 +267,11 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));
   if (const auto* bert =
           std::get_if<nn::BertConfig>(&m.config)) {  // save_pretrained's prefix: none for the bare encoder
-    const bool roberta = bert->roberta_positions;
-    const std::string prefix = m.architecture.ends_with("Model") ? "" : roberta ? "roberta." : "bert.";
-    for (auto& [name, t] : w) out[bert_source(roberta, prefix, name).name] = std::move(t);
+    const bool roberta = bert->roberta_positions, bare = m.architecture.ends_with("Model");
+    const std::string prefix = bare ? "" : bert->distil ? "distilbert." : roberta ? "roberta." : "bert.";
+    for (auto& [name, t] : w)
+      out[(bert->distil ? distil_source(prefix, name) : bert_source(roberta, prefix, name)).name] =
+          std::move(t);
     return out;
   }
   const bool mixtral = m.architecture == "MixtralForCausalLM";
@@ -393,7 +395,7 @@ namespace detail {
 
 // The transformers class of a BERT-family configuration: its head decides the name.
 std::string bert_architecture(const nn::BertConfig& c) {
-  const char* family = c.roberta_positions ? "Roberta" : "Bert";
+  const char* family = c.distil ? "DistilBert" : c.roberta_positions ? "Roberta" : "Bert";
   const int heads = int{c.mlm_head} + int{c.labels > 0} + int{c.qa_head};
   if (heads > 1)
     cannot(family, "more than one head (mlm_head, labels, qa_head): a transformers class has one");
@@ -404,24 +406,52 @@ std::string bert_architecture(const nn::BertConfig& c) {
   return std::string(family) + head;
 }
 
+// DistilBertConfig's fields (no token types, no pooler, the erf GELU, tied projector).
+json distil_config_json(const nn::BertConfig& c) {
+  if (c.type_vocab != 0 || c.roberta_positions || c.pooler || c.gelu != GeluApprox::kErf || c.ln_eps != 1e-12)
+    cannot("DistilBert",
+           "token types, RoBERTa positions, a pooler, the tanh GELU or a LayerNorm eps other than 1e-12");
+  return {{"architectures", {bert_architecture(c)}},
+          {"model_type", "distilbert"},
+          {"vocab_size", c.vocab},
+          {"dim", c.d_model},
+          {"n_layers", c.layers},
+          {"n_heads", c.heads},
+          {"hidden_dim", c.mlp_hidden},
+          {"max_position_embeddings", c.max_positions},
+          {"activation", "gelu"},
+          {"pad_token_id", c.pad_id},
+          {"dropout", c.hidden_dropout},
+          {"attention_dropout", c.attention_dropout},
+          {"seq_classif_dropout", c.classifier_p()},
+          {"qa_dropout", c.qa_dropout},
+          {"sinusoidal_pos_embds", false},
+          {"tie_weights_", true},
+          {"torch_dtype", "float32"}};
+}
+
 std::string config_json_of(const nn::BertConfig& c) {
-  json j = {{"architectures", {bert_architecture(c)}},
-            {"model_type", c.roberta_positions ? "roberta" : "bert"},
-            {"vocab_size", c.vocab},
-            {"hidden_size", c.d_model},
-            {"num_hidden_layers", c.layers},
-            {"num_attention_heads", c.heads},
-            {"intermediate_size", c.mlp_hidden},
-            {"max_position_embeddings", c.max_positions},
-            {"type_vocab_size", c.type_vocab},
-            {"layer_norm_eps", c.ln_eps},
-            {"hidden_act", c.gelu == GeluApprox::kErf ? "gelu" : "gelu_new"},
-            {"pad_token_id", c.pad_id},
-            {"position_embedding_type", "absolute"},
-            {"hidden_dropout_prob", 0.0},
-            {"attention_probs_dropout_prob", 0.0},
-            {"tie_word_embeddings", true},
-            {"torch_dtype", "float32"}};
+  json j = c.distil
+               ? distil_config_json(c)
+               : json{{"architectures", {bert_architecture(c)}},
+                      {"model_type", c.roberta_positions ? "roberta" : "bert"},
+                      {"vocab_size", c.vocab},
+                      {"hidden_size", c.d_model},
+                      {"num_hidden_layers", c.layers},
+                      {"num_attention_heads", c.heads},
+                      {"intermediate_size", c.mlp_hidden},
+                      {"max_position_embeddings", c.max_positions},
+                      {"type_vocab_size", c.type_vocab},
+                      {"layer_norm_eps", c.ln_eps},
+                      {"hidden_act", c.gelu == GeluApprox::kErf ? "gelu" : "gelu_new"},
+                      {"pad_token_id", c.pad_id},
+                      {"position_embedding_type", "absolute"},
+                      {"hidden_dropout_prob", c.hidden_dropout},
+                      {"attention_probs_dropout_prob", c.attention_dropout},
+                      {"classifier_dropout", c.classifier_dropout < 0 ? json() : json(c.classifier_dropout)},
+                      {"tie_word_embeddings", true},
+                      {"torch_dtype", "float32"}};
+  if (!c.distil && c.qa_dropout != 0) cannot("Bert", "qa_dropout (BERT's question answering has none)");
   if (c.labels > 0) {
     json id2label = json::object(), label2id = json::object();
     for (int64_t i = 0; i < c.labels; ++i) {

@@ -46,7 +46,8 @@ BertLayer::BertLayer(Module& parent, std::string name, const BertConfig& c)
       heads_(c.heads),
       gelu_(c.gelu),
       hidden_dropout_(c.hidden_dropout),
-      attention_dropout_(c.attention_dropout) {}
+      attention_dropout_(c.attention_dropout),
+      distil_(c.distil) {}
 
 Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_mask, Loc loc) const {
   const Shape& s = x.shape();
@@ -71,7 +72,9 @@ Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_m
     a = tg::attention(q, k, v, AttentionOptions{.causal = false}, loc);
   }
   a = reshape(permute(a, {0, 2, 1, 3}, loc), s, loc);
-  const Tensor h = attention_norm(add(x, dropout(attention_dense(a, loc), hidden_dropout_, loc), loc), loc);
+  const Tensor projected = attention_dense(a, loc);  // DistilBERT drops nothing here
+  const Tensor h =
+      attention_norm(add(x, distil_ ? projected : dropout(projected, hidden_dropout_, loc), loc), loc);
   const Tensor m = output_dense(gelu(intermediate_dense(h, loc), gelu_, loc), loc);
   return output_norm(add(h, dropout(m, hidden_dropout_, loc), loc), loc);
 }
@@ -84,12 +87,14 @@ Bert::Bert(Module& parent, std::string name, BertConfig c) : Module(parent, std:
 void Bert::build() {
   const BertConfig& c = config;
   if (c.vocab <= 0 || c.d_model <= 0 || c.layers <= 0 || c.heads <= 0 || c.mlp_hidden <= 0 ||
-      c.type_vocab <= 0)
-    throw ShapeError("[Bert] vocab, d_model, layers, heads, mlp_hidden and type_vocab must be positive");
+      c.type_vocab < 0)
+    throw ShapeError(
+        "[Bert] vocab, d_model, layers, heads and mlp_hidden must be positive, type_vocab ≥ 0 (0: no token "
+        "types)");
   if (c.d_model % c.heads != 0)
     throw ShapeError("[Bert] d_model " + std::to_string(c.d_model) + " is not divisible by heads " +
                      std::to_string(c.heads));
-  for (const double p : {c.hidden_dropout, c.attention_dropout, c.classifier_p()})
+  for (const double p : {c.hidden_dropout, c.attention_dropout, c.classifier_p(), c.qa_dropout})
     if (!(p >= 0 && p < 1))
       throw Error("[Bert] a dropout probability of " + std::to_string(p) + ": expected one in [0, 1)");
   if (c.context() <= 0)
@@ -100,8 +105,9 @@ void Bert::build() {
       std::make_unique<Embedding>(*embeddings_, "word_embeddings", c.vocab, c.d_model, init::normal(0.02));
   position_ = std::make_unique<Embedding>(*embeddings_, "position_embeddings", c.max_positions, c.d_model,
                                           init::normal(0.02));
-  token_type_ = std::make_unique<Embedding>(*embeddings_, "token_type_embeddings", c.type_vocab, c.d_model,
-                                            init::normal(0.02));
+  if (c.type_vocab > 0)
+    token_type_ = std::make_unique<Embedding>(*embeddings_, "token_type_embeddings", c.type_vocab, c.d_model,
+                                              init::normal(0.02));
   embedding_norm_ = std::make_unique<LayerNorm>(*embeddings_, "LayerNorm", c.d_model, c.ln_eps);
   encoder_ = std::make_unique<Module>(*this, "encoder");
   for (int64_t i = 0; i < c.layers; ++i)
@@ -121,6 +127,9 @@ void Bert::build() {
   if (c.labels < 0) throw ShapeError("[Bert] labels must be ≥ 0 (0: no classifier)");
   if (c.per_token && c.labels <= 0) throw Error("[Bert] per_token needs labels > 0");
   if (c.labels > 0 && c.per_token) {
+    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
+  } else if (c.labels > 0 && c.distil) {
+    pre_classifier_ = std::make_unique<Linear>(*this, "pre_classifier", c.d_model, c.d_model, bert_linear());
     classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
   } else if (c.labels > 0 && c.roberta_positions) {
     classifier_module_ = std::make_unique<Module>(*this, "classifier");
@@ -155,10 +164,13 @@ Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const 
   } else {
     x = add(x, slice(position_->weight.tensor(loc), 0, 0, T, 1, loc), loc);
   }
-  if (types) {
+  if (types && !token_type_) {
+    throw ShapeError("[Bert] token types given, but the model has none (type_vocab 0) at " +
+                     std::string(loc.file_name()) + ":" + std::to_string(loc.line()));
+  } else if (types) {
     check_ids("types", *types, ids.shape(), loc);
     x = add(x, (*token_type_)(*types, loc), loc);
-  } else {
+  } else if (token_type_) {
     x = add(x, slice(token_type_->weight.tensor(loc), 0, 0, 1, 1, loc), loc);
   }
   x = dropout((*embedding_norm_)(x, loc), c.hidden_dropout, loc);
@@ -194,6 +206,10 @@ Tensor Bert::classify(const Tensor& hidden, Loc loc) const {
   if (!classifier_) throw Error("[Bert] classify(): this model has no classifier (BertConfig::labels)");
   const double p = config.classifier_p();
   if (config.per_token) return (*classifier_)(dropout(hidden, p, loc), loc);
+  if (pre_classifier_) {  // DistilBERT
+    const Tensor h = relu((*pre_classifier_)(first_token(hidden, loc), loc), loc);
+    return (*classifier_)(dropout(h, p, loc), loc);
+  }
   if (!classifier_dense_) return (*classifier_)(dropout(pooled(hidden, loc), p, loc), loc);
   // RoBERTa: the first token (<s>) through dense and tanh.
   const Tensor h = tanh((*classifier_dense_)(dropout(first_token(hidden, loc), p, loc), loc), loc);
@@ -202,7 +218,7 @@ Tensor Bert::classify(const Tensor& hidden, Loc loc) const {
 
 Tensor Bert::answer_span(const Tensor& hidden, Loc loc) const {
   if (!qa_outputs_) throw Error("[Bert] answer_span(): this model has no qa_outputs (BertConfig::qa_head)");
-  return (*qa_outputs_)(hidden, loc);
+  return (*qa_outputs_)(dropout(hidden, config.qa_dropout, loc), loc);
 }
 
 Tensor mean_pool(const Tensor& hidden, const Tensor& mask, Loc loc) {

@@ -93,7 +93,13 @@ const char* const kFixtures[] = {"tiny_llama",
                                  "tiny_roberta_cls",
                                  "tiny_bert_token",
                                  "tiny_bert_qa",
-                                 "tiny_roberta_qa"};
+                                 "tiny_roberta_qa",
+                                 "tiny_distilbert",
+                                 "tiny_distilbert_base",
+                                 "tiny_distilbert_cls",
+                                 "tiny_distilbert_token",
+                                 "tiny_distilbert_qa",
+                                 "tiny_xlm_roberta"};
 
 class Resave : public ::testing::TestWithParam<const char*> {};
 
@@ -297,14 +303,17 @@ TEST(PretrainedSave, MambaFromConfig) {
 TEST(PretrainedSave, BertFamilyFromConfig) {
   const nn::BertConfig base{
       .vocab = 64, .d_model = 32, .layers = 2, .heads = 4, .mlp_hidden = 48, .max_positions = 20};
-  nn::BertConfig cls = base, mlm = base, qa = base;
+  nn::BertConfig cls = base, mlm = base, qa = base, distil = base;
   cls.pooler = true, cls.labels = 3;
+  distil.distil = true, distil.type_vocab = 0, distil.labels = 2, distil.hidden_dropout = 0.1;
   mlm.roberta_positions = true, mlm.pad_id = 1, mlm.type_vocab = 1, mlm.mlm_head = true,
   mlm.gelu = GeluApprox::kTanh;
   qa.qa_head = true;
-  for (const auto& [name, c, arch] : {std::tuple{"bert_cls", cls, "BertForSequenceClassification"},
-                                      std::tuple{"roberta_mlm", mlm, "RobertaForMaskedLM"},
-                                      std::tuple{"bert_qa", qa, "BertForQuestionAnswering"}}) {
+  for (const auto& [name, c, arch] :
+       {std::tuple{"bert_cls", cls, "BertForSequenceClassification"},
+        std::tuple{"roberta_mlm", mlm, "RobertaForMaskedLM"},
+        std::tuple{"bert_qa", qa, "BertForQuestionAnswering"},
+        std::tuple{"distil_cls", distil, "DistilBertForSequenceClassification"}}) {
     const pretrained::Model m = pretrained::from_config(c);
     EXPECT_EQ(m.architecture, arch);
     const Params w = random_weights(*m.module, 4);
@@ -319,6 +328,9 @@ TEST(PretrainedSave, BertFamilyFromConfig) {
     EXPECT_EQ(back.gelu, c.gelu);
     EXPECT_EQ(back.pooler, c.pooler);
     EXPECT_EQ(back.max_positions, 20);
+    EXPECT_EQ(back.distil, c.distil);
+    EXPECT_EQ(back.type_vocab, c.type_vocab);
+    EXPECT_DOUBLE_EQ(back.hidden_dropout, c.hidden_dropout);
   }
   nn::BertConfig two = base;
   two.mlm_head = true, two.qa_head = true;
