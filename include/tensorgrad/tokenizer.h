@@ -1,6 +1,7 @@
 // Tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as the
 // `tokenizers` library does for GPT-2 and Llama 3 style (byte-level BPE), Llama 2 style
-// (SentencePiece-style BPE) and BERT style (WordPiece) models:
+// (SentencePiece-style BPE), XLM-RoBERTa style (SentencePiece Unigram) and BERT style
+// (WordPiece) models:
 //
 //   tg::Tokenizer tok = tg::Tokenizer::load("models/gpt2");   // or ".../tokenizer.json"
 //   std::vector<int32_t> ids = tok.encode("Hello world");     // {15496, 995} for GPT-2
@@ -20,7 +21,12 @@
 //     decoder Metaspace or Replace("▁", " ") with ByteFallback, Fuse and Strip. A character
 //     outside the vocabulary becomes the <0xXX> tokens of its bytes (byte_fallback), else unk;
 //     decoding turns <0xXX> tokens back into bytes only where the decoder has a ByteFallback
-//     step (a Metaspace decoder leaves them as written, as `tokenizers` does).
+//     step (a Metaspace decoder leaves them as written, as `tokenizers` does);
+// or model "Unigram" (pieces with scores, unk_id, byte_fallback) with the Metaspace pre-tokenizer
+// and decoder, as SentencePiece models converted by transformers (XLM-RoBERTa, multilingual E5,
+// BGE-M3) have it: the normalizer a Sequence of Precompiled (SentencePiece's compiled rules,
+// such as nmt_nfkc: applied per grapheme cluster as `tokenizers` applies them), Strip and
+// Replace(regex " {2,}"), and each word split into the pieces of highest total score.
 // Anything else is a TokenizerError naming the file and what it found. Truncation and padding
 // settings are not applied.
 //

@@ -152,7 +152,7 @@ void encode_word(const Impl& t, std::string_view bytes, std::vector<int32_t>& id
       return;
     }
   }
-  std::vector<int32_t> word_ids = bpe(t, word);
+  std::vector<int32_t> word_ids = t.unigram ? t.unigram_ids(word) : bpe(t, word);
   ids.insert(ids.end(), word_ids.begin(), word_ids.end());
   if (!cached) return;
   std::lock_guard lock(t.cache_mutex);
@@ -249,8 +249,10 @@ std::vector<int32_t> encode_text(const Impl& t, std::string_view text) {
     std::string_view view = s.text;
     if (t.bert_normalizer) {
       view = normalized.emplace_back(text::bert_normalize(s.text, *t.bert_normalizer));
-    } else if (t.normalize_nfc || t.normalize_prepend || t.normalize_replace) {
-      std::string& n = normalized.emplace_back(t.normalize_nfc ? text::nfc(s.text) : std::string(s.text));
+    } else if (!t.normalize_steps.empty() || t.normalize_nfc || t.normalize_prepend || t.normalize_replace) {
+      std::string& n = normalized.emplace_back(t.normalize_steps.empty() ? std::string(s.text)
+                                                                         : t.apply_normalize_steps(s.text));
+      if (t.normalize_nfc) n = text::nfc(n);
       if (t.normalize_replace) n = replace_spaces(t, n);
       if (t.normalize_prepend && !n.empty()) n = t.meta + n;
       view = n;

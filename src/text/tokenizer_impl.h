@@ -2,6 +2,7 @@
 // (tokenizer_load.cc) and the encoder / decoder (tokenizer.cc).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "tensorgrad/tokenizer.h"
 #include "text/bert_normalize.h"
+#include "text/precompiled.h"
 #include "text/pretokenize.h"
 
 namespace tg {
@@ -53,6 +55,16 @@ struct Tokenizer::Impl {
   bool normalize_prepend = false, normalize_replace = false;
   // An NFC normalizer (Qwen2's byte-level files): applied before the other steps.
   bool normalize_nfc = false;
+  // Normalizer steps applied in their order before the flags above (SentencePiece Unigram files,
+  // as XLM-RoBERTa's): the precompiled rules, Strip (whitespace at either end), and a Replace of
+  // each run of two or more spaces (the regex " {2,}") by `content`.
+  struct NormalizeStep {
+    enum class Kind { kPrecompiled, kStrip, kReplaceSpaceRuns } kind;
+    std::shared_ptr<const text::PrecompiledCharsmap> charsmap;
+    bool left = false, right = false;
+    std::string content;
+  };
+  std::vector<NormalizeStep> normalize_steps;
   // The Metaspace pre-tokenizer (newer files): spaces replaced, `meta` prepended to a segment
   // not starting with it (always, or only to the one at the text's start), optionally split
   // into words that each begin at a `meta`.
@@ -65,6 +77,15 @@ struct Tokenizer::Impl {
   // the prefix encoding added.
   bool decode_bytes = false;
   int strip_start = 0;
+
+  // Unigram (SentencePiece's, XLM-RoBERTa's) instead of BPE: per word, the segmentation into
+  // vocabulary pieces with the highest total score (Viterbi over the word's bytes); a character
+  // no piece covers scores min_score − 10 and is unk (runs of them fused), or its <0xXX> pieces
+  // with byte_fallback. The SentencePiece-style fields above hold the rest of the pipeline.
+  bool unigram = false;
+  std::vector<double> scores;  // by id (model vocabulary)
+  double min_score = 0;
+  size_t max_piece_bytes = 0;
 
   // WordPiece (BERT-family files) instead of BPE: the BertNormalizer (or none), the
   // BertPreTokenizer, then per word the longest vocabulary entries from the left, those after
@@ -95,6 +116,11 @@ struct Tokenizer::Impl {
   // Byte-pair merges of one word (its byte-level spelling) are the same every time: cached.
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+
+  /// The ids of one SentencePiece-style word under the Unigram model (unigram.cc).
+  std::vector<int32_t> unigram_ids(std::string_view word) const;
+  /// `s` through normalize_steps, in order.
+  std::string apply_normalize_steps(std::string_view s) const;
 
   static uint64_t pair_key(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);

@@ -69,15 +69,54 @@ void read_wordpiece(Tokenizer::Impl& t, const json& model) {
   if (auto it = t.ids.find(t.unk_token); it != t.ids.end()) t.unk_id = it->second;
 }
 
+// <0xXX> pieces → byte_ids.
+void read_byte_pieces(Tokenizer::Impl& t) {
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    if (auto it = t.ids.find(name); it != t.ids.end()) t.byte_ids[static_cast<size_t>(b)] = it->second;
+  }
+}
+
+// A Unigram model: "vocab" [[piece, score], …] in id order, "unk_id", "byte_fallback".
+void read_unigram(Tokenizer::Impl& t, const json& model) {
+  t.unigram = true;
+  if (!model.contains("vocab") || !model["vocab"].is_array() || model["vocab"].empty())
+    fail(t.file, "the Unigram model has no vocab array");
+  const json& vocab = model["vocab"];
+  t.min_score = 0;
+  for (size_t id = 0; id < vocab.size(); ++id) {
+    const json& entry = vocab[id];
+    if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_number())
+      fail(t.file, "Unigram vocab entry " + std::to_string(id) + " is " + entry.dump().substr(0, 100) +
+                       ", not [piece, score]");
+    const std::string piece = entry[0].get<std::string>();
+    set_token(t, static_cast<int64_t>(id), piece);
+    t.ids.emplace(piece, static_cast<int32_t>(id));  // a repeated piece keeps its first id
+    t.scores.push_back(entry[1].get<double>());
+    t.min_score = std::min(t.min_score, t.scores.back());
+    t.max_piece_bytes = std::max(t.max_piece_bytes, piece.size());
+  }
+  if (model.contains("unk_id") && !model["unk_id"].is_null()) {
+    const int64_t unk = model["unk_id"].get<int64_t>();
+    if (unk < 0 || static_cast<size_t>(unk) >= vocab.size())
+      fail(t.file, "unk_id " + std::to_string(unk) + " is not an id of the vocab");
+    t.unk_id = static_cast<int32_t>(unk);
+  }
+  t.byte_fallback = value_or<bool>(model, "byte_fallback", false);
+  read_byte_pieces(t);
+}
+
 void read_model(Tokenizer::Impl& t, const json& model) {
   if (!model.is_object()) fail(t.file, "no \"model\" object");
   const std::string type = value_or<std::string>(model, "type", "BPE");
   if (type == "WordPiece") return read_wordpiece(t, model);
+  if (type == "Unigram") return read_unigram(t, model);
   if (type != "BPE")
     fail(t.file,
          "model type \"" + type +
              "\" is not supported (only byte-level BPE, as GPT-2's and Llama 3's, SentencePiece-style BPE, "
-             "as Llama 2's, and WordPiece, as BERT's)");
+             "as Llama 2's, Unigram, as XLM-RoBERTa's, and WordPiece, as BERT's)");
   if (value_or<double>(model, "dropout", 0.0) != 0.0) fail(t.file, "BPE dropout is not supported");
   if (!value_or<std::string>(model, "continuing_subword_prefix", "").empty() ||
       !value_or<std::string>(model, "end_of_word_suffix", "").empty())
@@ -90,11 +129,7 @@ void read_model(Tokenizer::Impl& t, const json& model) {
   if (const std::string unk = value_or<std::string>(model, "unk_token", ""); !unk.empty()) {
     if (auto it = t.ids.find(unk); it != t.ids.end()) t.unk_id = it->second;
   }
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof name, "<0x%02X>", b);
-    if (auto it = t.ids.find(name); it != t.ids.end()) t.byte_ids[static_cast<size_t>(b)] = it->second;
-  }
+  read_byte_pieces(t);
 
   if (!model.contains("merges") || !model["merges"].is_array())
     fail(t.file, "the BPE model has no merges array");
@@ -177,11 +212,43 @@ std::string replace_pattern(const Tokenizer::Impl& t, const json& r) {
 }
 
 // The normalizers read: SentencePiece-style Prepend("▁") and Replace(" " → "▁"), and NFC (first,
-// if with the others: it changes no space and no "▁"), alone or in a Sequence.
+// if with the others: it changes no space and no "▁"), alone or in a Sequence; and, before any of
+// those, the steps of Unigram files (Precompiled, Strip, Replace of the regex " {2,}").
 void read_normalizer(Tokenizer::Impl& t, const json& n) {
   const std::string type = type_of(n);
   if (type == "Sequence") {
     for (const json& step : n.at("normalizers")) read_normalizer(t, step);
+    return;
+  }
+  using Step = Tokenizer::Impl::NormalizeStep;
+  const bool regex = type == "Replace" && n.contains("pattern") && n["pattern"].contains("Regex");
+  if (type == "Precompiled" || type == "Strip" || regex) {
+    if (t.normalize_nfc || t.normalize_prepend || t.normalize_replace)
+      fail(t.file,
+           "normalizer " + type + " after NFC, Prepend or Replace(\" \") is not supported (only before)");
+    Step step{Step::Kind::kStrip, nullptr, false, false, ""};
+    if (type == "Precompiled") {
+      step.kind = Step::Kind::kPrecompiled;
+      const std::string blob = value_or<std::string>(n, "precompiled_charsmap", "");
+      if (blob.empty()) return;  // no rules: nothing changes
+      try {
+        step.charsmap =
+            std::make_shared<text::PrecompiledCharsmap>(text::PrecompiledCharsmap::from_base64(blob));
+      } catch (const std::invalid_argument& e) {
+        fail(t.file,
+             std::string("the Precompiled normalizer's precompiled_charsmap is malformed: ") + e.what());
+      }
+    } else if (type == "Strip") {
+      step.left = value_or<bool>(n, "strip_left", false);
+      step.right = value_or<bool>(n, "strip_right", false);
+    } else {
+      const std::string pattern = n["pattern"]["Regex"].get<std::string>();
+      if (pattern != " {2,}")
+        fail(t.file, "a Replace with the regex \"" + pattern + "\" is not supported (only \" {2,}\")");
+      step.kind = Step::Kind::kReplaceSpaceRuns;
+      step.content = value_or<std::string>(n, "content", "");
+    }
+    t.normalize_steps.push_back(std::move(step));
     return;
   }
   if (type == "NFC") {
@@ -197,11 +264,11 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
     t.normalize_replace = true;
     return;
   }
-  fail(
-      t.file,
-      "normalizer " + type_of(n) +
-          " is not supported (NFC, SentencePiece-style Prepend(\"▁\") and Replace(\" \", \"▁\"), or none): " +
-          n.dump().substr(0, 200));
+  fail(t.file, "normalizer " + type_of(n) +
+                   " is not supported (NFC, SentencePiece-style Prepend(\"▁\") and Replace(\" \", \"▁\"), "
+                   "Precompiled, "
+                   "Strip, Replace(\" {2,}\"), or none): " +
+                   n.dump().substr(0, 200));
 }
 
 void read_metaspace(Tokenizer::Impl& t, const json& p) {
@@ -351,8 +418,8 @@ void read_bpe_parts(Tokenizer::Impl& t, const json& normalizer, const json& pre,
   if (!normalizer.is_null()) read_normalizer(t, normalizer);
   // SentencePiece-style: byte fallback, a normalizer spelling spaces "▁", the Metaspace
   // pre-tokenizer or none.
-  t.sentencepiece = t.byte_fallback || t.normalize_prepend || t.normalize_replace || pre.is_null() ||
-                    type_of(pre) == "Metaspace";
+  t.sentencepiece = t.unigram || t.byte_fallback || t.normalize_prepend || t.normalize_replace ||
+                    pre.is_null() || type_of(pre) == "Metaspace";
   if (t.sentencepiece) {
     if (!pre.is_null() && type_of(pre) != "Metaspace")
       fail(t.file, "pre-tokenizer " + type_of(pre) +

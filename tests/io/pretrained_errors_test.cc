@@ -155,6 +155,10 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
       "BertForSequenceClassification, RobertaForSequenceClassification, BertForTokenClassification, "
       "RobertaForTokenClassification, BertForQuestionAnswering, RobertaForQuestionAnswering, "
+      "XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, "
+      "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
+      "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
+      "DistilBertForQuestionAnswering, "
       "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "t5"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"t5\", which is not supported");

@@ -357,6 +357,10 @@ TEST(Pretrained, Errors) {
         "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
         "BertForSequenceClassification, RobertaForSequenceClassification, BertForTokenClassification, "
         "RobertaForTokenClassification, BertForQuestionAnswering, RobertaForQuestionAnswering, "
+        "XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, "
+        "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
+        "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
+        "DistilBertForQuestionAnswering, "
         "MambaForCausalLM");
   }
   {

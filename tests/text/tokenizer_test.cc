@@ -475,7 +475,9 @@ TEST(Tokenizer, Errors) {
   };
   expect_error("not json {", "not valid JSON");
   expect_error(R"({"version": "1.0"})", "no \"model\"");
-  expect_error(replaced(R"("type": "BPE")", R"("type": "Unigram")"), "model type \"Unigram\"");
+  expect_error(replaced(R"("type": "BPE")", R"("type": "Unigram")"), "the Unigram model has no vocab array");
+  expect_error(replaced(R"("type": "BPE")", R"("type": "Unknown")"),
+               "model type \"Unknown\" is not supported");
   expect_error(
       replaced(R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
   "post_processor")",
@@ -549,14 +551,46 @@ TEST(TokenizerErrors, WordPieceUnsupportedParts) {
 }
 
 // T5's and ALBERT's tokenizer.json: a Unigram model, whose vocab is a list of [piece, score].
-TEST(TokenizerErrors, UnigramFile) {
-  const std::string path = write_temp("unigram.json", R"({"version": "1.0", "added_tokens": [],
-    "normalizer": {"type": "Precompiled", "precompiled_charsmap": ""},
-    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"},
-    "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"},
-    "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["▁a", -1.5]]}})");
-  EXPECT_HAS(load_error(path), "model type \"Unigram\" is not supported (only byte-level BPE");
-  EXPECT_HAS(load_error(path), "and WordPiece, as BERT's)");
+// A Unigram model by hand: the segmentation with the highest total score, unknown characters
+// at min_score − 10 fused into one unk, and malformed files named.
+TEST(Tokenizer, UnigramHandDerivedIds) {
+  const std::string json = R"({"version": "1.0", "added_tokens": [],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Precompiled", "precompiled_charsmap": ""},
+      {"type": "Strip", "strip_left": false, "strip_right": true},
+      {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "▁"}]},
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+    "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+    "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["▁", -2.0], ["a", -3.0], ["b", -3.0],
+      ["▁a", -4.0], ["ab", -4.5], ["▁ab", -9.0]]}})";
+  const auto tok = tg::Tokenizer::load(write_temp("unigram.json", json));
+  // "▁ab": ▁ + ab (−6.5) beats ▁a + b (−7), ▁ + a + b (−8) and ▁ab (−9).
+  EXPECT_EQ(tok.encode("ab"), (Ids{1, 5}));
+  // "▁ac": c is unknown (−9 − 10): ▁a + unk (−23) beats ▁ + a + unk (−24).
+  EXPECT_EQ(tok.encode("ac"), (Ids{4, 0}));
+  // Two unknown characters in a row are one unk; trailing spaces go (Strip), a run of spaces is
+  // one ▁ (then the start of the next word: "▁a", "▁b").
+  EXPECT_EQ(tok.encode("cc  "), (Ids{1, 0}));
+  EXPECT_EQ(tok.encode("a  b"), (Ids{4, 1, 3}));
+  EXPECT_EQ(tok.decode(Ids{1, 5, 4}), "ab a");
+
+  nlohmann::json base = nlohmann::json::parse(json);
+  auto error_with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json j = base;
+    j["model"][key] = value;
+    return load_error(write_temp("unigram_bad.json", j.dump()));
+  };
+  EXPECT_HAS(error_with("vocab", nlohmann::json::array({{"<unk>", 0.0}, {"a"}})),
+             "Unigram vocab entry 1 is [\"a\"], not [piece, score]");
+  EXPECT_HAS(error_with("unk_id", 7), "unk_id 7 is not an id of the vocab");
+  base["model"]["unk_id"] = nullptr;
+  const auto no_unk = tg::Tokenizer::load(write_temp("unigram_no_unk.json", base.dump()));
+  EXPECT_EQ(no_unk.encode("ab"), (Ids{1, 5}));
+  try {
+    no_unk.encode("ac");
+    ADD_FAILURE() << "an unknown character without unk_id was encoded";
+  } catch (const tg::TokenizerError& e) {
+    EXPECT_HAS(std::string(e.what()), "needs the Unigram model's unk_id");
+  }
 }
 
 // A SentencePiece-style file that never spells spaces as "▁" (a Prepend alone) is refused.
@@ -582,7 +616,9 @@ TEST(TokenizerErrors, SentencePieceStyleUnsupportedParts) {
              "pre-tokenizer ByteLevel with SentencePiece-style BPE");
   EXPECT_HAS(
       error_with("normalizer", {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "▁"}}),
-      "a Replace with a regex pattern is not supported");
+      "a Replace with the regex \" +\" is not supported (only \" {2,}\")");
+  EXPECT_HAS(error_with("normalizer", {{"type", "Precompiled"}, {"precompiled_charsmap", "A!B"}}),
+             "precompiled_charsmap is malformed");
   EXPECT_HAS(error_with("pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "_"}}),
              "a Metaspace replacement other than");
 }
@@ -632,7 +668,9 @@ TEST(TokenizerErrors, MissingFileOrADirectory) {
 
 // Ids and decodes from `tokenizers` itself, for the tokenizers gen_tokenizer_golden.py trains:
 // byte-level (GPT-2's, Llama 3's and Qwen2's pre-tokenizers), SentencePiece-style (Llama 2's
-// normalizer, and the Metaspace pre-tokenizer) and WordPiece (uncased and cased BERT).
+// normalizer, and the Metaspace pre-tokenizer) and WordPiece (uncased and cased BERT); and the
+// Unigram ones gen_unigram_golden.py makes as XLM-RoBERTa's (SentencePiece's nmt_nfkc rules as
+// a Precompiled normalizer), without and with byte fallback.
 TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
   const auto from_hex = [](const std::string& hex) {
     std::string bytes;
@@ -640,7 +678,8 @@ TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
       bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
     return bytes;
   };
-  for (const char* name : {"gpt2", "llama3", "llama2", "metaspace", "qwen2", "bert", "bert_cased"}) {
+  for (const char* name :
+       {"gpt2", "llama3", "llama2", "metaspace", "qwen2", "bert", "bert_cased", "xlmr", "xlmr_bytes"}) {
     const std::string folder = kData + "/" + name;
     if (!fs::exists(folder + "/golden.txt")) {
       GTEST_SKIP() << folder

@@ -1,0 +1,125 @@
+// The Unigram model's encoding of one word, and the normalizer steps Unigram files use (see
+// tokenizer_impl.h). The segmentation is `tokenizers`' (and SentencePiece's) Viterbi pass: at
+// each character boundary, every vocabulary piece starting there, shortest first, offers its
+// end the best score so far plus its own, and a later piece replaces an earlier one only with a
+// strictly higher total; a character that no single-character piece covers is offered as unk
+// with min_score − 10.
+#include <algorithm>
+
+#include "tensorgrad/errors.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
+
+namespace tg {
+
+std::vector<int32_t> Tokenizer::Impl::unigram_ids(std::string_view word) const {
+  constexpr double kUnkPenalty = 10.0;
+  struct Node {
+    int32_t id = -1;
+    double score = 0;
+    int64_t from = -1;  // where the best path's last piece starts; -1: not reached
+  };
+  const size_t n = word.size();
+  std::vector<Node> best(n + 1);
+  best[0].from = 0;
+  const double unk_score = min_score - kUnkPenalty;
+  std::string piece;
+  for (const text::Unit& u : text::decode_utf8(word)) {
+    const size_t at = u.offset;
+    const double here = best[at].score;
+    bool single = false;
+    for (size_t len = 1; len <= max_piece_bytes && at + len <= n; ++len) {
+      piece.assign(word.substr(at, len));
+      const auto it = ids.find(piece);
+      if (it == ids.end()) continue;
+      Node& target = best[at + len];
+      const double score = here + scores[static_cast<size_t>(it->second)];
+      if (target.from < 0 || score > target.score) target = {it->second, score, static_cast<int64_t>(at)};
+      single = single || len == u.size;
+    }
+    if (!single) {
+      Node& target = best[at + u.size];
+      const double score = here + unk_score;
+      if (target.from < 0 || score > target.score)
+        target = {unk_id ? *unk_id : -1, score, static_cast<int64_t>(at)};
+    }
+  }
+  // Back from the end: the pieces, a run of unknown ones fused into one string.
+  std::vector<std::string_view> pieces;
+  size_t fused_from = std::string_view::npos, fused_end = 0;
+  const auto flush = [&] {
+    if (fused_from != std::string_view::npos)
+      pieces.push_back(word.substr(fused_from, fused_end - fused_from));
+    fused_from = std::string_view::npos;
+  };
+  for (size_t end = n; end > 0;) {
+    const auto from = static_cast<size_t>(best[end].from);
+    if (unk_id && best[end].id == *unk_id) {
+      if (fused_from == std::string_view::npos) fused_end = end;
+      fused_from = from;
+    } else {
+      flush();
+      pieces.push_back(word.substr(from, end - from));
+    }
+    end = from;
+  }
+  flush();
+  std::reverse(pieces.begin(), pieces.end());
+  std::vector<int32_t> out;
+  for (const std::string_view text : pieces) {
+    if (auto it = ids.find(std::string(text)); it != ids.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    bool bytes = byte_fallback;
+    for (char c : text) bytes = bytes && byte_ids[static_cast<uint8_t>(c)] >= 0;
+    if (bytes) {
+      for (char c : text) out.push_back(byte_ids[static_cast<uint8_t>(c)]);
+    } else if (unk_id) {
+      out.push_back(*unk_id);
+    } else {
+      throw TokenizerError("[Tokenizer::encode] " + file + ": \"" + std::string(text) +
+                           "\" needs the Unigram model's unk_id, which the file does not give");
+    }
+  }
+  return out;
+}
+
+std::string Tokenizer::Impl::apply_normalize_steps(std::string_view s) const {
+  std::string text(s);
+  for (const NormalizeStep& step : normalize_steps) {
+    switch (step.kind) {
+      case NormalizeStep::Kind::kPrecompiled: text = step.charsmap->normalize(text); break;
+      case NormalizeStep::Kind::kStrip: {  // Unicode White_Space at either end (Rust's trim)
+        const std::vector<text::Unit> units = text::decode_utf8(text);
+        size_t first = 0, last = units.size();
+        while (step.left && first < last && units[first].cls == text::CharClass::kSpace) ++first;
+        while (step.right && last > first && units[last - 1].cls == text::CharClass::kSpace) --last;
+        const size_t begin = first < units.size() ? units[first].offset : text.size();
+        const size_t end = last > first ? units[last - 1].offset + units[last - 1].size : begin;
+        text = text.substr(begin, end - begin);
+        break;
+      }
+      case NormalizeStep::Kind::kReplaceSpaceRuns: {
+        std::string out;
+        for (size_t i = 0; i < text.size();) {
+          size_t j = i;
+          while (j < text.size() && text[j] == ' ') ++j;
+          if (j - i >= 2) {
+            out += step.content;
+          } else if (j > i) {
+            out += ' ';
+          } else {
+            out += text[j++];
+          }
+          i = j;
+        }
+        text = std::move(out);
+        break;
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace tg
