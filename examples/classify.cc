@@ -1,11 +1,13 @@
 // classify: fine-tunes a BERT-family Hugging Face folder (tg::pretrained::load: BERT, RoBERTa,
-// MiniLM, …) as a text classifier, as transformers' BertForSequenceClassification does: the
-// encoder's weights from the folder, a new classifier on top (BERT's on the pooler, RoBERTa's
-// on <s>), every weight trained with AdamW. The data is a file of "label<TAB>text" lines, or by
+// XLM-RoBERTa, DistilBERT, MiniLM, …) as a text classifier, as transformers'
+// BertForSequenceClassification does: the encoder's weights from the folder, a new classifier on
+// top (BERT's on the pooler, RoBERTa's on <s>, DistilBERT's through pre_classifier), every
+// weight trained with AdamW. The data is a file of "label<TAB>text" lines, or by
 // default a real task from the Debian fortunes corpus: which of four files (computers, science,
 // politics, men-women) a fortune comes from. Shows the loss, sequences/s and time left as it
 // trains, the held-out accuracy after each epoch and a confusion matrix, and with --save writes
-// the fine-tuned model as a BertForSequenceClassification folder transformers reads.
+// the fine-tuned model as a …ForSequenceClassification folder of its family that transformers
+// reads.
 //
 //   ./classify --model <folder> [--data labeled.tsv] [--epochs 3] [--batch 16] [--lr 5e-5]
 //              [--max-len 64] [--limit 0] [--device cpu|cuda] [--precision fp32|bf16]
@@ -38,7 +40,7 @@ constexpr const char* kUsage =
     "telling fortunes of the Debian corpus (computers, science, politics, men-women) apart. A tenth\n"
     "of the examples (by a fixed shuffle) is held out. Texts are cut to --max-len tokens; --limit N\n"
     "keeps the first N examples of the shuffle. --save writes a BertForSequenceClassification (or\n"
-    "Roberta…) folder with the labels in its config.json. --min-accuracy A exits with status 1\n"
+    "Roberta…, XLMRoberta…, DistilBert…) folder with the labels in its config.json. --min-accuracy A exits with status 1\n"
     "when the final held-out accuracy is below A (for tests).\n";
 
 struct Example {
@@ -151,7 +153,7 @@ int main(int argc, char** argv) {
     c.mlm_head = false;
     c.qa_head = false;
     c.per_token = false;
-    c.pooler = !c.roberta_positions;
+    c.pooler = !c.roberta_positions && !c.distil;  // BERT's classifier reads the pooler
     c.labels = K;
     auto model = std::make_unique<tg::nn::Bert>(c);
     const double max_len = args.num("max-len", 64);
@@ -254,8 +256,9 @@ int main(int argc, char** argv) {
 
     if (args.has("save")) {
       tg::pretrained::Model out;
-      out.architecture =
-          c.roberta_positions ? "RobertaForSequenceClassification" : "BertForSequenceClassification";
+      // The base's family (Bert, Roberta, XLMRoberta, DistilBert) with the classifier's head.
+      const size_t head = std::min(base.architecture.find("For"), base.architecture.find("Model"));
+      out.architecture = base.architecture.substr(0, head) + "ForSequenceClassification";
       out.config = c;
       nlohmann::json j = nlohmann::json::parse(base.config_json);
       j["architectures"] = {out.architecture};
