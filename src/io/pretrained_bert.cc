@@ -87,11 +87,26 @@ Source distil_source(const std::string& prefix, const std::string& p) {
   return {p};  // pre_classifier, classifier, qa_outputs
 }
 
+// The head the architecture names into b (…ForMaskedLM, …ForTokenClassification,
+// …ForSequenceClassification, …ForQuestionAnswering; none for …Model), with a classifier's
+// labels: id2label's count, else num_labels, else 2.
+void read_head(const Model& m, const json& c, nn::BertConfig& b) {
+  const std::string& a = m.architecture;
+  b.mlm_head = a.ends_with("ForMaskedLM");
+  b.per_token = a.ends_with("ForTokenClassification");
+  b.qa_head = a.ends_with("ForQuestionAnswering");
+  if (!b.per_token && !a.ends_with("ForSequenceClassification")) return;
+  b.labels = field<int64_t>(c, m.folder, "num_labels", 2);
+  if (c.contains("id2label") && c["id2label"].is_object())
+    b.labels = static_cast<int64_t>(c["id2label"].size());
+  if (b.labels <= 0) fail(m.folder, "config.json: a classifier with " + std::to_string(b.labels) + " labels");
+}
+
 void load_distilbert(Model& m, const json& c) {
   const std::string& f = m.folder;
-  const bool mlm = m.architecture.ends_with("ForMaskedLM");
-  const bool per_token = m.architecture.ends_with("ForTokenClassification");
   nn::BertConfig b;
+  read_head(m, c, b);
+  const bool mlm = b.mlm_head, per_token = b.per_token;
   b.distil = true;
   b.vocab = required(c, f, "vocab_size");
   b.d_model = required(c, f, "dim");
@@ -101,15 +116,6 @@ void load_distilbert(Model& m, const json& c) {
   b.max_positions = field<int64_t>(c, f, "max_position_embeddings", 512);
   b.type_vocab = 0;
   b.pad_id = static_cast<int32_t>(field<int64_t>(c, f, "pad_token_id", 0));
-  b.mlm_head = mlm;
-  b.per_token = per_token;
-  b.qa_head = m.architecture.ends_with("ForQuestionAnswering");
-  if (per_token || m.architecture.ends_with("ForSequenceClassification")) {
-    b.labels = field<int64_t>(c, f, "num_labels", 2);
-    if (c.contains("id2label") && c["id2label"].is_object())
-      b.labels = static_cast<int64_t>(c["id2label"].size());
-    if (b.labels <= 0) fail(f, "config.json: a classifier with " + std::to_string(b.labels) + " labels");
-  }
   b.hidden_dropout = field<double>(c, f, "dropout", 0.1);
   b.attention_dropout = field<double>(c, f, "attention_dropout", 0.1);
   b.classifier_dropout = per_token ? b.hidden_dropout : field<double>(c, f, "seq_classif_dropout", 0.2);
@@ -138,10 +144,9 @@ void load_bert_family(Model& m, const json& c) {
   if (m.architecture.starts_with("DistilBert")) return load_distilbert(m, c);
   const std::string& f = m.folder;
   const bool roberta = m.architecture.rfind("Roberta", 0) == 0 || m.architecture.rfind("XLMRoberta", 0) == 0;
-  const bool mlm = m.architecture.ends_with("ForMaskedLM");
-  const bool per_token = m.architecture.ends_with("ForTokenClassification");
-  const bool classifier = m.architecture.ends_with("ForSequenceClassification") || per_token;
   nn::BertConfig b;
+  read_head(m, c, b);
+  const bool mlm = b.mlm_head, classifier = b.labels > 0 && !b.per_token;
   b.vocab = required(c, f, "vocab_size");
   b.d_model = required(c, f, "hidden_size");
   b.layers = required(c, f, "num_hidden_layers");
@@ -152,16 +157,6 @@ void load_bert_family(Model& m, const json& c) {
   b.ln_eps = field<double>(c, f, "layer_norm_eps", 1e-12);
   b.roberta_positions = roberta;
   b.pad_id = static_cast<int32_t>(field<int64_t>(c, f, "pad_token_id", roberta ? 1 : 0));
-  b.mlm_head = mlm;
-  b.per_token = per_token;
-  b.qa_head = m.architecture.ends_with("ForQuestionAnswering");
-  if (classifier) {
-    b.labels = field<int64_t>(c, f, "num_labels", 2);
-    if (c.contains("id2label") && c["id2label"].is_object())
-      b.labels = static_cast<int64_t>(c["id2label"].size());
-    if (b.labels <= 0)
-      fail(f, "config.json: a sequence classifier with " + std::to_string(b.labels) + " labels");
-  }
   // transformers' defaults (0.1) when missing; a null classifier_dropout is hidden_dropout_prob.
   b.hidden_dropout = field<double>(c, f, "hidden_dropout_prob", 0.1);
   b.attention_dropout = field<double>(c, f, "attention_probs_dropout_prob", 0.1);
@@ -189,7 +184,7 @@ void load_bert_family(Model& m, const json& c) {
   // BertModel / RobertaModel files are usually saved without the prefix; heads' files with it.
   const std::string prefix = file.tensors.count(base + "embeddings.word_embeddings.weight") ? base : "";
   b.pooler = file.tensors.count(prefix + "pooler.dense.weight") > 0;
-  if (classifier && !per_token && !roberta && !b.pooler)
+  if (classifier && !roberta && !b.pooler)
     fail(f, prefix + "pooler.dense.weight is missing: BERT's classifier reads the pooler's output");
   m.context = b.context();
   m.config = b;

@@ -24,41 +24,15 @@ token classifier: [B, T, labels]; question answering: [B, T, 2], start and end s
 in float32 on the CPU in eval mode. tiny_distilbert's and tiny_distilbert_cls's also hold the loss
 for "labels" I32 and every parameter's gradient of it, "grad/<the file's name>" (eval mode: no
 dropout)."""
-import os
-import shutil
-import sys
-
 import torch
 import transformers as tf
 from tokenizers import Tokenizer
 
-from golden_file import write_safetensors
+from gen_hf_bert_golden import TOKENIZER, perturb, save  # the same output folder and tokenizer
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data")
-TOKENIZER = os.path.join(OUT, "tokenizer", "bert", "tokenizer.json")
 DISTIL = dict(dim=32, n_layers=2, n_heads=4, hidden_dim=48, initializer_range=0.1, max_position_embeddings=40,
               activation="gelu", dropout=0.1, attention_dropout=0.1, qa_dropout=0.1, seq_classif_dropout=0.2,
               attn_implementation="eager")
-
-
-def perturb(model):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
-
-
-def save(name, model, tensors, tokenizer=None):
-    folder = os.path.join(OUT, name)
-    os.makedirs(folder, exist_ok=True)
-    model.save_pretrained(folder, safe_serialization=True)
-    if tokenizer:
-        shutil.copy(tokenizer, os.path.join(folder, "tokenizer.json"))
-    write_safetensors(os.path.join(folder, "logits.safetensors"), tensors, {})
-    from safetensors import safe_open
-    with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
-        print(name, sorted(f.keys()))
 
 
 def run(model, ids, mask, with_loss=None):

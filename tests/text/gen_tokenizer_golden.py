@@ -197,6 +197,20 @@ def train_sentencepiece(texts, metaspace):
     return Tokenizer.from_str(json.dumps(spec))
 
 
+def write_golden(tok, folder, texts):
+    """folder/golden.txt: each text without and with the special tokens, in the format above."""
+    lines = []
+    for text in texts:
+        for add_special in (False, True):
+            ids = tok.encode(text, add_special_tokens=add_special).ids
+            decoded = tok.decode(ids, skip_special_tokens=False)
+            lines.append("%d\t%s\t%s\t%s" % (add_special, text.encode("utf-8").hex(), " ".join(map(str, ids)),
+                                              decoded.encode("utf-8").hex()))
+    with open(os.path.join(folder, "golden.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("%s: vocabulary of %d, %d cases" % (folder, tok.get_vocab_size(), len(lines)))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "data", "tokenizer"))
@@ -219,17 +233,8 @@ def main():
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
         tok.save(os.path.join(folder, "tokenizer.json"))
-        lines = []
         extra = QWEN2_TEXTS if name == "qwen2" else BERT_TEXTS if name.startswith("bert") else []
-        for text in TEST_TEXTS + extra:
-            for add_special in (False, True):
-                ids = tok.encode(text, add_special_tokens=add_special).ids
-                decoded = tok.decode(ids, skip_special_tokens=False)
-                lines.append("%d\t%s\t%s\t%s" % (add_special, text.encode("utf-8").hex(), " ".join(map(str, ids)),
-                                                  decoded.encode("utf-8").hex()))
-        with open(os.path.join(folder, "golden.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("%s: vocabulary of %d, %d cases" % (folder, tok.get_vocab_size(), len(lines)))
+        write_golden(tok, folder, TEST_TEXTS + extra)
 
 
 if __name__ == "__main__":

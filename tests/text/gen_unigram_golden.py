@@ -24,7 +24,7 @@ import sentencepiece as spm
 from tokenizers import Tokenizer
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gen_tokenizer_golden import BERT_TEXTS, QWEN2_TEXTS, TEST_TEXTS, corpus  # noqa: E402
+from gen_tokenizer_golden import BERT_TEXTS, QWEN2_TEXTS, TEST_TEXTS, corpus, write_golden  # noqa: E402
 
 # Lines in other scripts, so that the pieces cover them, and texts the normalizer changes:
 # fullwidth and compatibility forms, ligatures, circled and super/subscript digits, CRLF and
@@ -110,16 +110,7 @@ def main():
         with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
             json.dump(spec, f, ensure_ascii=False, indent=1)
         tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
-        lines = []
-        for text in TEST_TEXTS + QWEN2_TEXTS + BERT_TEXTS + MULTILINGUAL[:4] + NORMALIZE_TEXTS:
-            for add_special in (False, True):
-                ids = tok.encode(text, add_special_tokens=add_special).ids
-                decoded = tok.decode(ids, skip_special_tokens=False)
-                lines.append("%d\t%s\t%s\t%s" % (add_special, text.encode("utf-8").hex(), " ".join(map(str, ids)),
-                                                  decoded.encode("utf-8").hex()))
-        with open(os.path.join(folder, "golden.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("%s: vocabulary of %d, %d cases" % (folder, tok.get_vocab_size(), len(lines)))
+        write_golden(tok, folder, TEST_TEXTS + QWEN2_TEXTS + BERT_TEXTS + MULTILINGUAL[:4] + NORMALIZE_TEXTS)
 
 
 if __name__ == "__main__":
