@@ -137,7 +137,9 @@ void load_distilbert(Model& m, const json& c) {
                 "embeddings.word_embeddings.weight (the masked-LM projector is tied to it)");
   map_weights(
       m, std::move(file), [&](const std::string& p) { return distil_source(prefix, p); },
-      [&](const std::string& n) { return n == "vocab_projector.weight"; });
+      [&](const std::string& n) {
+        return n == "vocab_projector.weight" || n.ends_with("embeddings.position_ids");
+      });
 }
 
 void load_bert_family(Model& m, const json& c) {

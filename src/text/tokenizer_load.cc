@@ -1,10 +1,12 @@
 // Reads a Hugging Face tokenizer.json into a Tokenizer::Impl, checking that every part of the
 // pipeline is one this tokenizer implements (see tokenizer.h) and naming what it found if not.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <system_error>
 
@@ -84,7 +86,7 @@ void read_unigram(Tokenizer::Impl& t, const json& model) {
   if (!model.contains("vocab") || !model["vocab"].is_array() || model["vocab"].empty())
     fail(t.file, "the Unigram model has no vocab array");
   const json& vocab = model["vocab"];
-  t.min_score = 0;
+  t.min_score = std::numeric_limits<double>::infinity();
   for (size_t id = 0; id < vocab.size(); ++id) {
     const json& entry = vocab[id];
     if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_number())
@@ -92,7 +94,7 @@ void read_unigram(Tokenizer::Impl& t, const json& model) {
                        ", not [piece, score]");
     const std::string piece = entry[0].get<std::string>();
     set_token(t, static_cast<int64_t>(id), piece);
-    t.ids.emplace(piece, static_cast<int32_t>(id));  // a repeated piece keeps its first id
+    t.ids[piece] = static_cast<int32_t>(id);  // a repeated piece: its last id, as `tokenizers`
     t.scores.push_back(entry[1].get<double>());
     t.min_score = std::min(t.min_score, t.scores.back());
     t.max_piece_bytes = std::max(t.max_piece_bytes, piece.size());

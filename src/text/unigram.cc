@@ -40,8 +40,12 @@ std::vector<int32_t> Tokenizer::Impl::unigram_ids(std::string_view word) const {
     if (!single) {
       Node& target = best[at + u.size];
       const double score = here + unk_score;
-      if (target.from < 0 || score > target.score)
-        target = {unk_id ? *unk_id : -1, score, static_cast<int64_t>(at)};
+      if (target.from < 0 || score > target.score) {
+        if (!unk_id)  // as `tokenizers`, whether or not byte_fallback would spell it
+          throw TokenizerError("[Tokenizer::encode] " + file + ": \"" + std::string(word.substr(at, u.size)) +
+                               "\" has no piece of its own and the Unigram model has no unk_id");
+        target = {*unk_id, score, static_cast<int64_t>(at)};
+      }
     }
   }
   // Back from the end: the pieces, a run of unknown ones fused into one string.
@@ -75,11 +79,8 @@ std::vector<int32_t> Tokenizer::Impl::unigram_ids(std::string_view word) const {
     for (char c : text) bytes = bytes && byte_ids[static_cast<uint8_t>(c)] >= 0;
     if (bytes) {
       for (char c : text) out.push_back(byte_ids[static_cast<uint8_t>(c)]);
-    } else if (unk_id) {
-      out.push_back(*unk_id);
     } else {
-      throw TokenizerError("[Tokenizer::encode] " + file + ": \"" + std::string(text) +
-                           "\" needs the Unigram model's unk_id, which the file does not give");
+      out.push_back(*unk_id);  // a piece not in the vocabulary is an unknown one: unk_id is set
     }
   }
   return out;

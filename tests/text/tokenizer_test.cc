@@ -585,11 +585,21 @@ TEST(Tokenizer, UnigramHandDerivedIds) {
   base["model"]["unk_id"] = nullptr;
   const auto no_unk = tg::Tokenizer::load(write_temp("unigram_no_unk.json", base.dump()));
   EXPECT_EQ(no_unk.encode("ab"), (Ids{1, 5}));
+  // A repeated piece is its last id, as in `tokenizers`.
+  base["model"]["vocab"].push_back({"ab", -1.0});
+  EXPECT_EQ(tg::Tokenizer::load(write_temp("unigram_twice.json", base.dump())).encode("ab"), (Ids{1, 7}));
+  try {  // even with byte_fallback, `tokenizers` wants the unk_id for a character without a piece
+    base["model"]["byte_fallback"] = true;
+    tg::Tokenizer::load(write_temp("unigram_bytes_no_unk.json", base.dump())).encode("ac");
+    ADD_FAILURE() << "an unknown character without unk_id was encoded";
+  } catch (const tg::TokenizerError& e) {
+    EXPECT_HAS(std::string(e.what()), "has no piece of its own and the Unigram model has no unk_id");
+  }
   try {
     no_unk.encode("ac");
     ADD_FAILURE() << "an unknown character without unk_id was encoded";
   } catch (const tg::TokenizerError& e) {
-    EXPECT_HAS(std::string(e.what()), "needs the Unigram model's unk_id");
+    EXPECT_HAS(std::string(e.what()), "has no piece of its own and the Unigram model has no unk_id");
   }
 }
 

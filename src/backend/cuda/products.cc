@@ -123,9 +123,11 @@ ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector
   ch.bias = c.bias_add >= 0;
   ch.gelu = c.gelu >= 0;
   ch.residual = c.residual_add >= 0 && !ch.gelu;
+  // Both q and the scales must be values no kernel of the step writes for their loads to start
+  // before the kernel before ends (programmatic dependent launch).
   p.types = {.a_bf16 = x.dtype == DType::kBF16 && !ch.cast,
              .round_a = ch.cast,
-             .b_fixed = q.op == ir::Op::kParam,
+             .b_fixed = q.op == ir::Op::kParam && scale.op == ir::Op::kParam,
              .b_i8 = true,
              .group = p.k / scale.shape[1]};
   return p;
