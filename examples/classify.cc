@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "args.h"
-#include "encoder_inputs.h"
 #include "fortunes.h"
 
 namespace {
@@ -40,7 +39,8 @@ constexpr const char* kUsage =
     "telling fortunes of the Debian corpus (computers, science, politics, men-women) apart. A tenth\n"
     "of the examples (by a fixed shuffle) is held out. Texts are cut to --max-len tokens; --limit N\n"
     "keeps the first N examples of the shuffle. --save writes a BertForSequenceClassification (or\n"
-    "Roberta…, XLMRoberta…, DistilBert…) folder with the labels in its config.json. --min-accuracy A exits with status 1\n"
+    "Roberta…, XLMRoberta…, DistilBert…) folder with the labels in its config.json. --min-accuracy A exits "
+    "with status 1\n"
     "when the final held-out accuracy is below A (for tests).\n";
 
 struct Example {
@@ -162,7 +162,13 @@ int main(int argc, char** argv) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(max_len), c.context());
     std::vector<std::string> texts;
     for (const Example& e : data) texts.push_back(e.text);
-    const std::vector<std::vector<int32_t>> ids = example::encode_texts(tok, texts, T);
+    // Each text's ids, cut to T as `tokenizers` truncates ([CLS] and [SEP] kept).
+    const tg::EncodedBatch encoded = tok.encode_batch(texts, {.max_length = T, .pad_id = c.pad_id});
+    std::vector<std::vector<int32_t>> ids;
+    for (int64_t r = 0; r < encoded.rows; ++r) {
+      const auto row = encoded.ids.begin() + r * encoded.length;
+      ids.emplace_back(row, row + encoded.lengths[static_cast<size_t>(r)]);
+    }
     const size_t held = std::max<size_t>(1, data.size() / 10), train_n = data.size() - held;
     if (train_n < static_cast<size_t>(batch))
       throw std::runtime_error("fewer training examples than --batch");

@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "args.h"
-#include "encoder_inputs.h"
 
 namespace {
 
@@ -85,25 +84,23 @@ SentenceConfig sentence_config(const std::string& folder) {
   return c;
 }
 
-// Ids of each text, cut to `context` tokens with a note.
-std::vector<std::vector<int32_t>> tokenize(const tg::Tokenizer& tok, const std::vector<std::string>& texts,
-                                           int64_t context) {
-  size_t cut = 0;
-  std::vector<std::vector<int32_t>> out = example::encode_texts(tok, texts, context, &cut);
-  if (cut > 0)
-    std::fprintf(stderr, "note: %zu text(s) cut to the model's context of %lld tokens\n", cut,
-                 static_cast<long long>(context));
-  return out;
+// The texts as one batch padded with the model's pad_id (RoBERTa reads its positions off it),
+// cut to `context` tokens with a note.
+tg::EncodedBatch tokenize(const tg::Tokenizer& tok, const std::vector<std::string>& texts, int64_t context,
+                          int32_t pad) {
+  const tg::EncodedBatch b = tok.encode_batch(texts, {.max_length = context, .pad_id = pad});
+  if (b.truncated > 0)
+    std::fprintf(stderr, "note: %lld text(s) cut to the model's context of %lld tokens\n",
+                 static_cast<long long>(b.truncated), static_cast<long long>(context));
+  return b;
 }
 
-// One unit vector per text: batches of `batch` rows padded to the longest text (one program).
-std::vector<std::vector<float>> embed(const tg::pretrained::Model& m,
-                                      const std::vector<std::vector<int32_t>>& ids,
+// One unit vector per text: batches of `batch` rows of the padded texts (one program).
+std::vector<std::vector<float>> embed(const tg::pretrained::Model& m, const tg::EncodedBatch& texts,
                                       const std::string& pooling, int64_t batch, const example::Args& args) {
   const auto& bert = static_cast<const tg::nn::Bert&>(*m.module);
-  int64_t T = 1;
-  for (const auto& row : ids) T = std::max<int64_t>(T, static_cast<int64_t>(row.size()));
-  batch = std::min<int64_t>(batch, static_cast<int64_t>(ids.size()));
+  const int64_t T = texts.length, n = texts.rows;
+  batch = std::min<int64_t>(batch, n);
   tg::Program p = tg::compile_forward(
       *m.module,
       [&](tg::Tensor x, tg::Tensor mask) {
@@ -117,19 +114,16 @@ std::vector<std::vector<float>> embed(const tg::pretrained::Model& m,
        .device = args.device(),
        .precision = args.precision()});
   m.upload(p);
-  const int32_t pad = bert.config.pad_id;
   std::vector<std::vector<float>> out;
-  for (size_t first = 0; first < ids.size(); first += static_cast<size_t>(batch)) {
-    std::vector<int32_t> x(static_cast<size_t>(batch * T), pad), mask(x.size(), 0);
-    for (int64_t b = 0; b < batch && first + b < ids.size(); ++b)
-      for (size_t t = 0; t < ids[first + b].size(); ++t) {
-        x[b * T + t] = ids[first + b][t];
-        mask[b * T + t] = 1;
-      }
+  for (int64_t first = 0; first < n; first += batch) {
+    // The last batch's missing rows: padding, masked out.
+    std::vector<int32_t> x(static_cast<size_t>(batch * T), bert.config.pad_id), mask(x.size(), 0);
+    const int64_t rows = std::min(batch, n - first);
+    std::copy_n(texts.ids.begin() + first * T, rows * T, x.begin());
+    std::copy_n(texts.mask.begin() + first * T, rows * T, mask.begin());
     const std::vector<float> y = p.run({{"ids", x}, {"mask", mask}}).f32();
     const int64_t d = bert.config.d_model;
-    for (int64_t b = 0; b < batch && first + b < ids.size(); ++b)
-      out.emplace_back(y.begin() + b * d, y.begin() + (b + 1) * d);
+    for (int64_t b = 0; b < rows; ++b) out.emplace_back(y.begin() + b * d, y.begin() + (b + 1) * d);
   }
   return out;
 }
@@ -166,7 +160,7 @@ int fill(const tg::pretrained::Model& m, const tg::Tokenizer& tok, const std::st
   const auto& bert = static_cast<const tg::nn::Bert&>(*m.module);
   if (!bert.config.mlm_head)
     throw std::runtime_error(m.architecture + " has no masked-LM head: --fill needs a *ForMaskedLM folder");
-  std::vector<int32_t> ids = tokenize(tok, {text}, m.context)[0];
+  std::vector<int32_t> ids = tokenize(tok, {text}, m.context, bert.config.pad_id).ids;
   std::vector<size_t> masks;
   for (const char* name : {"[MASK]", "<mask>"})
     if (const auto id = tok.token_to_id(name))
@@ -247,7 +241,8 @@ int main(int argc, char** argv) {
     if (args.has("query")) all.push_back(args.get("query", ""));
     const auto t1 = std::chrono::steady_clock::now();
     const int64_t max_len = sc.max_len > 0 ? std::min(sc.max_len, m.context) : m.context;
-    const auto e = embed(m, tokenize(tok, all, max_len), pooling, static_cast<int64_t>(batch), args);
+    const int32_t pad = std::get<tg::nn::BertConfig>(m.config).pad_id;
+    const auto e = embed(m, tokenize(tok, all, max_len, pad), pooling, static_cast<int64_t>(batch), args);
     const double s = seconds_since(t1);
     std::printf("embedded %zu texts (%s pooling) in %.3f s, compile included: %.1f texts/s\n", all.size(),
                 pooling.c_str(), s, static_cast<double>(all.size()) / s);

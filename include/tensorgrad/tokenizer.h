@@ -27,8 +27,9 @@
 // BGE-M3) have it: the normalizer a Sequence of Precompiled (SentencePiece's compiled rules,
 // such as nmt_nfkc: applied per grapheme cluster as `tokenizers` applies them), Strip and
 // Replace(regex " {2,}"), and each word split into the pieces of highest total score.
-// Anything else is a TokenizerError naming the file and what it found. Truncation and padding
-// settings are not applied.
+// Anything else is a TokenizerError naming the file and what it found. The file's truncation and
+// padding settings are not applied by encode; encode_batch truncates and pads as asked (its
+// padding id defaults to the file's).
 //
 // Added tokens (the file's "added_tokens") are found in the text before anything else, longest
 // match first, and become their own ids, as `tokenizers` does: "a<|endoftext|>b" is "a", the
@@ -68,6 +69,28 @@ struct Encoding {
   std::vector<int32_t> ids, type_ids;
 };
 
+/// How encode_batch lays several texts out as one [rows, length] input.
+struct BatchOptions {
+  /// Wrap each text as the file's post-processor says (as encode's add_special).
+  bool add_special = true;
+  /// At most this many ids a row, special tokens included (0: no limit). A longer text keeps
+  /// its first ids and the post-processor's tokens around them, as `tokenizers` truncates.
+  int64_t max_length = 0;
+  /// Rows as long as max_length (with a limit) rather than as the longest text.
+  bool pad_to_max_length = false;
+  /// The padding id; default: the file's "padding" pad_id, else its [PAD], <pad> or <|pad|>
+  /// token (an InputError when it has none).
+  std::optional<int32_t> pad_id = {};
+};
+/// Texts as one padded batch: ids and mask are [rows, length], row-major, the mask 1 on tokens
+/// and 0 on padding (transformers' attention_mask, as nn::Bert::hidden takes it).
+struct EncodedBatch {
+  int64_t rows = 0, length = 0;
+  std::vector<int32_t> ids, mask;
+  std::vector<int64_t> lengths;  // tokens of each row before padding
+  int64_t truncated = 0;         // rows max_length cut
+};
+
 class Tokenizer {
  public:
   /// Reads `path`: a tokenizer.json file, or a folder holding one. Throws TokenizerError.
@@ -83,6 +106,11 @@ class Tokenizer {
   /// form, a then b with types 0 and 1. Without `add_special` the special tokens are left out
   /// and a and b keep their types (as `tokenizers` does: its template's, else 0 and 1).
   Encoding encode_pair(std::string_view a, std::string_view b, bool add_special = true) const;
+  /// Each text encoded (encode), cut to options.max_length and padded to one length, right
+  /// side, as `tokenizers`' encode_batch with truncation and padding enabled does.
+  EncodedBatch encode_batch(const std::vector<std::string>& texts, const BatchOptions& options = {}) const;
+  /// The padding id the file names (its "padding" settings, else a [PAD], <pad> or <|pad|> token).
+  std::optional<int32_t> pad_id() const;
   /// The bytes `ids` stand for; with `skip_special`, special added tokens are left out.
   /// Throws InputError for an id that names no token.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;

@@ -104,6 +104,7 @@ struct Tokenizer::Impl {
   // What encode(…, add_special = true) puts around the ids (the post-processor's single form).
   std::vector<int32_t> prefix, suffix;
   std::optional<int32_t> bos, eos;
+  std::optional<int32_t> pad;  // the "padding" settings' pad_id, else a [PAD] / <pad> / <|pad|> token
   // The post-processor's pair form: sequences A and B and special tokens in order, each with
   // its type id; without add_special only the sequences are kept, with their type ids.
   struct PairPiece {

@@ -488,6 +488,14 @@ void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
                             : added_special_named(t, {"<|begin_of_text|>", "<s>"});
   t.eos = !t.suffix.empty() ? std::optional(t.suffix.back())
                             : added_special_named(t, {"<|end_of_text|>", "</s>", "<|endoftext|>"});
+  if (root.contains("padding") && root["padding"].is_object() && root["padding"].contains("pad_id"))
+    t.pad = root["padding"]["pad_id"].get<int32_t>();
+  for (const char* name : {"[PAD]", "<pad>", "<|pad|>"}) {
+    if (t.pad) break;
+    for (const auto& a : t.added)
+      if (a.content == name) t.pad = a.id;
+    if (auto it = t.ids.find(name); !t.pad && it != t.ids.end()) t.pad = it->second;
+  }
   std::vector<int32_t> added = t.prefix;
   added.insert(added.end(), t.suffix.begin(), t.suffix.end());
   for (const auto& piece : t.pair) added.insert(added.end(), piece.ids.begin(), piece.ids.end());
