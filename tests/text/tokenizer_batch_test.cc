@@ -1,11 +1,16 @@
 // Tokenizer::encode_batch: texts as one padded [rows, length] batch. Each row must be encode()'s
 // ids of its text, cut as `tokenizers` truncates (the text's own ids to what the post-processor's
 // tokens leave of max_length, those tokens kept), padded on the right with the file's padding
-// token, with a mask of 1 on tokens; misuse is an InputError.
+// token, with a mask of 1 on tokens, as `tokenizers`' encode_batch gives them (golden batches of
+// tests/text/gen_batch_golden.py); misuse is an InputError.
 #include <gtest/gtest.h>
 #include <tensorgrad/tensorgrad.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -52,6 +57,51 @@ TEST(TokenizerBatch, CutsAndPadsAsTokenizers) {
       tok.encode_batch({"Hello world"}, {.max_length = 16, .pad_to_max_length = true, .pad_id = -7});
   EXPECT_EQ(wide.length, 16);
   EXPECT_EQ(wide.ids.back(), -7);
+}
+
+// Against `tokenizers`' own encode_batch with truncation and padding (gen_batch_golden.py): the
+// WordPiece and Unigram files, max_length 4, 8 and 64, an empty text among them.
+TEST(TokenizerBatch, MatchesHuggingFaceTokenizers) {
+  for (const char* name : {"bert", "xlmr"}) {
+    const auto tok = tg::Tokenizer::load(kData + "/" + name);
+    std::ifstream golden(kData + "/" + name + "/batch_golden.txt");
+    ASSERT_TRUE(golden) << name;
+    struct Row {
+      std::string text;
+      Ids ids, mask;
+    };
+    std::map<std::pair<int64_t, int32_t>, std::vector<Row>> batches;  // (max_length, pad) → rows
+    for (std::string line; std::getline(golden, line);) {
+      std::istringstream fields(line);
+      std::string max_length, pad, hex, ids, mask;
+      std::getline(fields, max_length, '\t');
+      std::getline(fields, pad, '\t');
+      std::getline(fields, hex, '\t');
+      std::getline(fields, ids, '\t');
+      std::getline(fields, mask);
+      Row r;
+      for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        r.text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+      std::istringstream is(ids), ms(mask);
+      for (int32_t v; is >> v;) r.ids.push_back(v);
+      for (int32_t v; ms >> v;) r.mask.push_back(v);
+      batches[{std::stoll(max_length), std::stoi(pad)}].push_back(r);
+    }
+    ASSERT_EQ(batches.size(), 3u) << name;
+    for (const auto& [key, rows] : batches) {
+      std::vector<std::string> texts;
+      for (const Row& r : rows) texts.push_back(r.text);
+      const tg::EncodedBatch b = tok.encode_batch(texts, {.max_length = key.first, .pad_id = key.second});
+      ASSERT_EQ(b.rows, static_cast<int64_t>(rows.size()));
+      for (size_t r = 0; r < rows.size(); ++r) {
+        EXPECT_EQ(row(b, static_cast<int64_t>(r)), rows[r].ids)
+            << name << " max_length " << key.first << " row " << r;
+        EXPECT_EQ(Ids(b.mask.begin() + static_cast<int64_t>(r) * b.length,
+                      b.mask.begin() + static_cast<int64_t>(r + 1) * b.length),
+                  rows[r].mask);
+      }
+    }
+  }
 }
 
 TEST(TokenizerBatch, Errors) {
