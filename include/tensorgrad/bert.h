@@ -96,10 +96,7 @@ class BertLayer : public Module {
   LayerNorm output_norm;
 
  private:
-  int64_t heads_;
-  GeluApprox gelu_;
-  double hidden_dropout_, attention_dropout_;
-  bool distil_;
+  BertConfig config_;  // the sizes, activation and dropouts the layer reads
 };
 
 class Bert : public Module {

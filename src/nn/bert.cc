@@ -43,20 +43,16 @@ BertLayer::BertLayer(Module& parent, std::string name, const BertConfig& c)
       intermediate_dense(intermediate, "dense", c.d_model, c.mlp_hidden, bert_linear()),
       output_dense(output, "dense", c.mlp_hidden, c.d_model, bert_linear()),
       output_norm(output, "LayerNorm", c.d_model, c.ln_eps),
-      heads_(c.heads),
-      gelu_(c.gelu),
-      hidden_dropout_(c.hidden_dropout),
-      attention_dropout_(c.attention_dropout),
-      distil_(c.distil) {}
+      config_(c) {}
 
 Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_mask, Loc loc) const {
   const Shape& s = x.shape();
-  const Tensor q = split_heads(query(x, loc), heads_, loc);
-  const Tensor k = split_heads(key(x, loc), heads_, loc);
-  const Tensor v = split_heads(value(x, loc), heads_, loc);
+  const Tensor q = split_heads(query(x, loc), config_.heads, loc);
+  const Tensor k = split_heads(key(x, loc), config_.heads, loc);
+  const Tensor v = split_heads(value(x, loc), config_.heads, loc);
   Tensor a;
-  if (key_mask || (attention_dropout_ > 0 && is_training())) {
-    const double scale = 1.0 / std::sqrt(static_cast<double>(s[2] / heads_));
+  if (key_mask || (config_.attention_dropout > 0 && is_training())) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s[2] / config_.heads));
     Tensor scores = mul(matmul(q, transpose(k, -2, -1, loc), loc), scale, loc);
     if (key_mask) {
       // Scores of padding keys become the lowest finite value of their type before the softmax
@@ -67,16 +63,16 @@ Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_m
                                                              : -3.4028234663852886e38;
       scores = where(*key_mask, scores, lowest, loc);
     }
-    a = matmul(dropout(softmax(scores, -1, false, loc), attention_dropout_, loc), v, loc);
+    a = matmul(dropout(softmax(scores, -1, false, loc), config_.attention_dropout, loc), v, loc);
   } else {
     a = tg::attention(q, k, v, AttentionOptions{.causal = false}, loc);
   }
   a = reshape(permute(a, {0, 2, 1, 3}, loc), s, loc);
   const Tensor projected = attention_dense(a, loc);  // DistilBERT drops nothing here
-  const Tensor h =
-      attention_norm(add(x, distil_ ? projected : dropout(projected, hidden_dropout_, loc), loc), loc);
-  const Tensor m = output_dense(gelu(intermediate_dense(h, loc), gelu_, loc), loc);
-  return output_norm(add(h, dropout(m, hidden_dropout_, loc), loc), loc);
+  const Tensor h = attention_norm(
+      add(x, config_.distil ? projected : dropout(projected, config_.hidden_dropout, loc), loc), loc);
+  const Tensor m = output_dense(gelu(intermediate_dense(h, loc), config_.gelu, loc), loc);
+  return output_norm(add(h, dropout(m, config_.hidden_dropout, loc), loc), loc);
 }
 
 Bert::Bert(BertConfig c) : config(c) { build(); }

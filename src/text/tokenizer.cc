@@ -280,16 +280,65 @@ std::vector<int32_t> encode_text(const Impl& t, std::string_view text) {
   return ids;
 }
 
-}  // namespace
-
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
-  const Impl& t = checked(impl_);
+// `body` with the post-processor's single-sequence tokens around it (add_special), or as it is.
+std::vector<int32_t> wrapped(const Impl& t, const std::vector<int32_t>& body, bool add_special) {
   std::vector<int32_t> ids = add_special ? t.prefix : std::vector<int32_t>();
-  const std::vector<int32_t> body = encode_text(t, text);
   ids.insert(ids.end(), body.begin(), body.end());
   if (add_special) ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
   return ids;
 }
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
+  const Impl& t = checked(impl_);
+  return wrapped(t, encode_text(t, text), add_special);
+}
+
+// Truncation follows `tokenizers`: the text's own ids are cut to what the post-processor's
+// tokens leave of max_length, then wrapped; rows are padded on the right.
+EncodedBatch Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                     const BatchOptions& options) const {
+  const Impl& t = checked(impl_);
+  const int64_t specials = options.add_special ? static_cast<int64_t>(t.prefix.size() + t.suffix.size()) : 0;
+  if (options.max_length < 0 || (options.max_length > 0 && options.max_length <= specials))
+    throw InputError("[Tokenizer::encode_batch] max_length " + std::to_string(options.max_length) +
+                     " leaves no room for a text beside the " + std::to_string(specials) + " special tokens");
+  if (options.pad_to_max_length && options.max_length == 0)
+    throw InputError("[Tokenizer::encode_batch] pad_to_max_length needs a max_length");
+  EncodedBatch out;
+  out.rows = static_cast<int64_t>(texts.size());
+  std::vector<std::vector<int32_t>> rows;
+  for (const std::string& text : texts) {
+    std::vector<int32_t> body = encode_text(t, text);
+    if (options.max_length > 0 && static_cast<int64_t>(body.size()) > options.max_length - specials) {
+      body.resize(static_cast<size_t>(options.max_length - specials));
+      ++out.truncated;
+    }
+    std::vector<int32_t> ids = wrapped(t, body, options.add_special);
+    out.lengths.push_back(static_cast<int64_t>(ids.size()));
+    out.length = std::max(out.length, out.lengths.back());
+    rows.push_back(std::move(ids));
+  }
+  if (options.pad_to_max_length) out.length = options.max_length;
+  const std::optional<int32_t> pad = options.pad_id ? options.pad_id : t.pad;
+  const bool padded =
+      std::any_of(out.lengths.begin(), out.lengths.end(), [&](int64_t n) { return n < out.length; });
+  if (padded && !pad)
+    throw InputError("[Tokenizer::encode_batch] " + t.file +
+                     " names no padding token ([PAD], <pad>, <|pad|> or a \"padding\" pad_id): pass "
+                     "BatchOptions::pad_id");
+  for (const std::vector<int32_t>& ids : rows) {
+    const auto n = static_cast<int64_t>(ids.size());
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    out.mask.insert(out.mask.end(), static_cast<size_t>(n), 1);
+    out.ids.insert(out.ids.end(), static_cast<size_t>(out.length - n), pad.value_or(0));
+    out.mask.insert(out.mask.end(), static_cast<size_t>(out.length - n), 0);
+  }
+  return out;
+}
+
+std::optional<int32_t> Tokenizer::pad_id() const { return checked(impl_).pad; }
 
 Encoding Tokenizer::encode_pair(std::string_view a, std::string_view b, bool add_special) const {
   const Impl& t = checked(impl_);

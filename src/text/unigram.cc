@@ -48,41 +48,37 @@ std::vector<int32_t> Tokenizer::Impl::unigram_ids(std::string_view word) const {
       }
     }
   }
-  // Back from the end: the pieces, a run of unknown ones fused into one string.
-  std::vector<std::string_view> pieces;
-  size_t fused_from = std::string_view::npos, fused_end = 0;
-  const auto flush = [&] {
-    if (fused_from != std::string_view::npos)
-      pieces.push_back(word.substr(fused_from, fused_end - fused_from));
-    fused_from = std::string_view::npos;
+  // Back from the end: each piece's id, a run of unknown characters fused into one string that is
+  // looked up whole, then spelled as <0xXX> pieces (byte_fallback) or unk, as `tokenizers` does.
+  std::vector<int32_t> out;
+  const auto unknown = [&](std::string_view text) {
+    const size_t first = out.size();
+    if (auto it = ids.find(std::string(text)); it != ids.end()) {
+      out.push_back(it->second);
+    } else if (byte_fallback && std::all_of(text.begin(), text.end(),
+                                            [&](char c) { return byte_ids[static_cast<uint8_t>(c)] >= 0; })) {
+      for (char c : text) out.push_back(byte_ids[static_cast<uint8_t>(c)]);
+    } else {
+      out.push_back(*unk_id);  // set: an unknown node needs it (above)
+    }
+    std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());  // reversed with the rest
   };
+  size_t fused_from = std::string_view::npos, fused_end = 0;
   for (size_t end = n; end > 0;) {
-    const auto from = static_cast<size_t>(best[end].from);
-    if (unk_id && best[end].id == *unk_id) {
+    const Node& node = best[end];
+    const auto from = static_cast<size_t>(node.from);
+    if (unk_id && node.id == *unk_id) {
       if (fused_from == std::string_view::npos) fused_end = end;
       fused_from = from;
     } else {
-      flush();
-      pieces.push_back(word.substr(from, end - from));
+      if (fused_from != std::string_view::npos) unknown(word.substr(fused_from, fused_end - fused_from));
+      fused_from = std::string_view::npos;
+      out.push_back(node.id);
     }
     end = from;
   }
-  flush();
-  std::reverse(pieces.begin(), pieces.end());
-  std::vector<int32_t> out;
-  for (const std::string_view text : pieces) {
-    if (auto it = ids.find(std::string(text)); it != ids.end()) {
-      out.push_back(it->second);
-      continue;
-    }
-    bool bytes = byte_fallback;
-    for (char c : text) bytes = bytes && byte_ids[static_cast<uint8_t>(c)] >= 0;
-    if (bytes) {
-      for (char c : text) out.push_back(byte_ids[static_cast<uint8_t>(c)]);
-    } else {
-      out.push_back(*unk_id);  // a piece not in the vocabulary is an unknown one: unk_id is set
-    }
-  }
+  if (fused_from != std::string_view::npos) unknown(word.substr(fused_from, fused_end - fused_from));
+  std::reverse(out.begin(), out.end());
   return out;
 }
 

@@ -67,15 +67,15 @@ void Emitter::emit_product(const passes::Step& st) {
                {{places[i]}, {copy}});
     places[i] = copy;
   }
-  // The epilogue operands and the absorbed norm's, in the step's order (schedule.h).
-  size_t next = 2;
-  const Place bias = st.fused.bias_add >= 0 ? place(st.in[next++]) : Place{};
-  const Place residual = st.fused.residual_add >= 0 ? place(st.in[next++]) : Place{};
-  const int64_t flops = 2 * p.batch * p.m * p.nn * p.k;
   if (p.gemv) {
     emit_gemv(st, p, c.cast, places[0], places[1]);
     return;
   }
+  // The epilogue operands, in the step's order (schedule.h).
+  size_t next = 2;
+  const Place bias = st.fused.bias_add >= 0 ? place(st.in[next++]) : Place{};
+  const Place residual = st.fused.residual_add >= 0 ? place(st.in[next++]) : Place{};
+  const int64_t flops = 2 * p.batch * p.m * p.nn * p.k;
   if (p.small) {  // products of a few MFLOP: one generated kernel
     add_kernel(
         {id},

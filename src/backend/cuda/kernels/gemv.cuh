@@ -416,15 +416,16 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
 #pragma unroll
             for (int t = 0; t < VPL; ++t) d = fmaf(wv[t], x[t], d);
             acc[c][i] = fmaf(sr[c][u], d, acc[c][i]);
-            continue;
-          } else if (B_BF) {
-            gemv_widen8(wr[c][u], wv);
           } else {
-            wv[0] = __uint_as_float(wr[c][u].x), wv[1] = __uint_as_float(wr[c][u].y);
-            wv[2] = __uint_as_float(wr[c][u].z), wv[3] = __uint_as_float(wr[c][u].w);
-          }
+            if (B_BF) {
+              gemv_widen8(wr[c][u], wv);
+            } else {
+              wv[0] = __uint_as_float(wr[c][u].x), wv[1] = __uint_as_float(wr[c][u].y);
+              wv[2] = __uint_as_float(wr[c][u].z), wv[3] = __uint_as_float(wr[c][u].w);
+            }
 #pragma unroll
-          for (int t = 0; t < VPL; ++t) acc[c][i] = fmaf(wv[t], x[t], acc[c][i]);
+            for (int t = 0; t < VPL; ++t) acc[c][i] = fmaf(wv[t], x[t], acc[c][i]);
+          }
         }
       }
     }
