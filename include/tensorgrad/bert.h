@@ -86,7 +86,7 @@ struct BertConfig {
 class BertLayer : public Module {
  public:
   BertLayer(Module& parent, std::string name, const BertConfig& c);
-  /// x [B, T, d]; key_mask: bool [B, 1, 1, T] (true: a token), or none.
+  /// x [B, T, d]; key_mask: bool [B, T] (true: a token), or none.
   Tensor operator()(const Tensor& x, const std::optional<Tensor>& key_mask, Loc loc) const;
 
   Module attention, self, attention_output, intermediate, output;
@@ -106,8 +106,9 @@ class Bert : public Module {
 
   /// The last layer's hidden states [B, T, d_model] for ids [B, T] (i32, T ≤ config.context()).
   /// mask [B, T] (any numeric or bool type: nonzero marks a token, zero padding; transformers'
-  /// attention_mask) leaves padding out of every token's attention; without one every key is
-  /// seen. types [B, T] i32 (token_type_ids, < type_vocab) default to 0.
+  /// attention_mask) leaves padding out of every token's attention (fused: the attention's key
+  /// mask; a row of padding only, which transformers would spread evenly, gets zeros there);
+  /// without one every key is seen. types [B, T] i32 (token_type_ids, < type_vocab) default to 0.
   Tensor hidden(const Tensor& ids, const std::optional<Tensor>& mask = std::nullopt,
                 const std::optional<Tensor>& types = std::nullopt, Loc loc = Loc::current()) const;
   /// BertModel's pooler_output [B, d_model] from hidden states (needs config.pooler).

@@ -190,6 +190,11 @@ struct AttentionOptions {
   int64_t window = 0;
   /// Scores s become softcap·tanh(s / softcap) before the softmax (Gemma 2). 0: none.
   double softcap = 0;
+  /// Keys to leave out, per sequence: [B, S] of any type, nonzero where a key may be seen
+  /// (transformers' attention_mask of a padded batch). A query left with no key (every key it
+  /// could see masked) gets zeros and passes no gradient. Stays one fused primitive (not with a
+  /// window or a softcap, which are composites and take it there).
+  std::optional<Tensor> key_mask = {};
 };
 /// Scaled dot-product attention, q [B, Hq, T, D], k/v [B, Hkv, S, D] (grouped-query when
 /// Hkv < Hq); causal: query i sits at position i + S − T. One fused primitive: no T×S score

@@ -300,10 +300,13 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       const Tensor dout = is_half(half) ? cast(g, half, loc) : g;
       ir::Node gr =
           ir::make_node(Op::kAttentionGrad, {n.inputs[0], n.inputs[1], n.inputs[2], dout.id(), out, saved}, loc);
+      if (ir::attention_masked(n)) gr.inputs.push_back(n.inputs[3]);  // the key mask: no gradient of its own
       gr.attrs = n.attrs;
       const int32_t grads = ir::emit(graph, std::move(gr)).id();
-      return {ir::result(graph, grads, 0, loc), ir::result(graph, grads, 1, loc),
-              ir::result(graph, grads, 2, loc)};
+      std::vector<Tensor> d{ir::result(graph, grads, 0, loc), ir::result(graph, grads, 1, loc),
+                            ir::result(graph, grads, 2, loc)};
+      d.resize(n.inputs.size());
+      return d;
     }
     case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight: {
       // The three are the adjoints of one bilinear form B(x, w, dy) = Σ dy·conv2d(x, w):

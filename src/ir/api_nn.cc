@@ -248,9 +248,12 @@ namespace {
 
 // Attention written out (a sliding window or a softcap): scores q·kᵀ·scale [B, Hkv, G, T, S]
 // with the G = Hq/Hkv query heads of each kv head side by side, softcapped, `allowed`
-// (broadcast to that) kept and the rest −∞, softmax over the keys, then ·v.
-Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed,
-                           double scale, double softcap, const Loc& loc) {
+// (broadcast to that) kept and the rest −∞, softmax over the keys, then ·v. With a key mask
+// `keys` (bool [B, S]) hidden scores are the lowest finite f32 instead, so that a query left
+// with no key has a finite softmax, and every hidden probability is then set to 0: such a
+// query gets zeros, as from the fused primitive.
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, Tensor allowed, double scale,
+                           double softcap, const Loc& loc, const Tensor& keys = {}) {
   const int64_t B = q.shape()[0], Hq = q.shape()[1], T = q.shape()[2], D = q.shape()[3];
   const int64_t Hkv = k.rank() == 4 ? k.shape()[1] : 0;
   if (k.rank() != 4 || v.rank() != 4 || k.shape()[0] != B || k.shape()[3] != D || v.shape() != k.shape() ||
@@ -263,9 +266,35 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
   Tensor kt = unsqueeze(transpose(k, -2, -1, loc), 2, loc);  // [B, Hkv, 1, D, S]
   Tensor scores = mul(matmul(qg, kt, loc), scale, loc);
   if (softcap > 0) scores = mul(tanh(div(scores, softcap, loc), loc), softcap, loc);
-  if (allowed.valid()) scores = where(allowed, scores, -std::numeric_limits<double>::infinity(), loc);
-  Tensor out = matmul(softmax(scores, -1, false, loc), unsqueeze(v, 2, loc), loc);  // [B, Hkv, G, T, D]
+  Tensor p;
+  if (keys.valid()) {
+    const Tensor kept = reshape(keys, {B, 1, 1, 1, k.shape()[2]}, loc);
+    allowed = allowed.valid() ? logical_and(allowed, kept, loc) : kept;
+    scores = where(allowed, scores, static_cast<double>(std::numeric_limits<float>::lowest()), loc);
+    p = where(allowed, softmax(scores, -1, false, loc), 0.0, loc);
+  } else {
+    if (allowed.valid()) scores = where(allowed, scores, -std::numeric_limits<double>::infinity(), loc);
+    p = softmax(scores, -1, false, loc);
+  }
+  Tensor out = matmul(p, unsqueeze(v, 2, loc), loc);  // [B, Hkv, G, T, D]
   return reshape(out, {B, Hq, T, D}, loc);
+}
+
+// AttentionOptions::key_mask as the primitive reads it: bool [B, S] (nonzero kept).
+Tensor key_mask_of(const std::optional<Tensor>& mask, const Tensor& q, const Tensor& k, const char* api,
+                   const Loc& loc) {
+  if (!mask) return {};
+  Arg am(*mask, loc), aq(q, loc);
+  graph_for(api, {&aq, &am}, loc);
+  if (q.rank() != 4 || k.rank() != 4)
+    api_fail(api,
+             "q and k must be [B, H, T or S, D] with a key mask, got q " + shape_str(q.shape()) + ", k " +
+                 shape_str(k.shape()),
+             loc);
+  const Shape want{q.shape()[0], k.shape()[2]};
+  if (mask->shape() != want)
+    api_fail(api, "key_mask must be [B, S] = " + shape_str(want) + ", got " + shape_str(mask->shape()), loc);
+  return mask->dtype() == DType::kBool ? *mask : ne(*mask, 0.0, loc);
 }
 
 // Self-attention (T = S) with a window W well below T, in blocks: queries in blocks of W
@@ -324,13 +353,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
   if (options.window > 0 && !options.causal)
     api_fail("attention", "a sliding window needs causal attention", loc);
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())));
+  const Tensor keys = key_mask_of(options.key_mask, q, k, "attention", loc);
   if ((options.window > 0 && k.rank() == 4 && options.window < k.shape()[2]) || options.softcap > 0) {
     if (k.rank() != 4) api_fail("attention", "k must be [B, Hkv, S, D], got " + shape_str(k.shape()), loc);
     const int64_t T = q.shape()[2], S = k.shape()[2], W = options.window;
-    // Blocks when they hold fewer scores than the T × S of the composite below.
+    // Blocks when they hold fewer scores than the T × S of the composite below (not with a key
+    // mask, whose keys the blocks would have to rearrange too).
     const bool same_shapes = k.shape()[0] == q.shape()[0] && k.shape()[3] == q.shape()[3] &&
                              v.shape() == k.shape() && k.shape()[1] >= 1 && q.shape()[1] % k.shape()[1] == 0;
-    if (W > 0 && T == S && same_shapes && 2 * W * ((T + W - 1) / W) * W < T * S)
+    if (W > 0 && T == S && same_shapes && !keys.valid() && 2 * W * ((T + W - 1) / W) * W < T * S)
       return attention_banded(q, k, v, W, scale, options.softcap, loc);
     Tensor allowed;
     if (options.causal) {
@@ -341,12 +372,13 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
       allowed =
           visible(query_pos, arange(0, static_cast<double>(S), 1, DType::kI32, loc), options.window, loc);
     }
-    return attention_composite(q, k, v, allowed, scale, options.softcap, loc);
+    return attention_composite(q, k, v, allowed, scale, options.softcap, loc, keys);
   }
   Node n = make_node(Op::kAttention, {q.id(), k.id(), v.id()}, loc);
   const DType half = ir::policy_operand_dtype(q);
   if (half != DType::kF32 && ir::policy_operand_dtype(k) == half && ir::policy_operand_dtype(v) == half)
     n.inputs = {cast(q, half, loc).id(), cast(k, half, loc).id(), cast(v, half, loc).id()};
+  if (keys.valid()) n.inputs.push_back(keys.id());
   n.attrs.causal = options.causal;
   n.attrs.values = {scale};
   return result(g, emit(g, std::move(n)).id(), 0, loc);
@@ -360,7 +392,9 @@ Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   if (options.window < 0 || options.softcap < 0)
     api_fail("attention_at", "window and softcap must be >= 0", loc);
   const bool windowed = options.window > 0 && k.rank() == 4 && options.window < k.shape()[2];
-  if (!windowed && options.softcap == 0) return attention_at(q, k, v, pos, options.scale, loc);
+  if (!windowed && options.softcap == 0 && !options.key_mask)
+    return attention_at(q, k, v, pos, options.scale, loc);
+  const Tensor keys = key_mask_of(options.key_mask, q, k, "attention_at", loc);
   if (q.rank() != 4 || k.rank() != 4)
     api_fail("attention_at", "q and the caches must be [B, H, T, D], [B, Hkv, S, D]", loc);
   const int64_t B = q.shape()[0], T = q.shape()[2], S = k.shape()[2];
@@ -376,7 +410,7 @@ Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   Tensor allowed =
       visible(query_pos, arange(0, static_cast<double>(S), 1, DType::kI32, loc), options.window, loc);
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())));
-  Tensor out = attention_composite(q, k, v, allowed, scale, options.softcap, loc);
+  Tensor out = attention_composite(q, k, v, allowed, scale, options.softcap, loc, keys);
   return add(out, in_range, loc);
 }
 

@@ -104,6 +104,9 @@ struct Node {
   int64_t numel() const { return tg::numel(shape); }
 };
 
+/// Whether an attention or attention_grad node carries a key mask: its last input, bool [B, S].
+inline bool attention_masked(const Node& n) { return n.inputs.size() == (n.op == Op::kAttention ? 4u : 7u); }
+
 /// Where result `index` of multi-output node `n` starts in its allocation, in elements.
 int64_t result_offset(const Node& n, size_t index);
 

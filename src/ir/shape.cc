@@ -425,7 +425,11 @@ void infer(const Graph& g, Node& n) {
       // q, k, v (and dout) are all f32, all bf16 or all f16 (mixed precision); out and saved
       // are f32.
       const DType qt = in(0).dtype;
-      for (size_t i = 0; i < std::min<size_t>(n.inputs.size(), 5); ++i) {
+      const size_t operands = n.op == Op::kAttention ? 3 : 6;
+      if (n.inputs.size() != operands && n.inputs.size() != operands + 1)
+        fail(g, n, "takes q, k, v" + std::string(n.op == Op::kAttention ? "" : ", dout, out, saved") +
+                       " and an optional key mask");
+      for (size_t i = 0; i < std::min<size_t>(operands, 5); ++i) {
         const DType want = i == 4 ? DType::kF32 : qt;
         if ((qt != DType::kF32 && !is_half(qt)) || in(i).dtype != want || in(i).shape.size() != 4)
           fail(g, n, "operands must be [B, H, T, D], q, k, v and dout all f32, all bf16 or all f16, out f32");
@@ -435,6 +439,8 @@ void infer(const Graph& g, Node& n) {
       if (k[1] == 0 || q[1] % k[1] != 0) fail(g, n, "q heads must be a multiple of kv heads");
       if (n.attrs.causal && q[2] > k[2]) fail(g, n, "a causal mask needs at least as many keys as queries");
       if (n.attrs.values.size() != 1) fail(g, n, "needs {scale}");
+      if (ir::attention_masked(n) && (in(operands).dtype != DType::kBool || in(operands).shape != Shape{q[0], k[2]}))
+        fail(g, n, "the key mask must be bool [B, S] = [" + std::to_string(q[0]) + ", " + std::to_string(k[2]) + "]");
       if (n.op == Op::kAttentionGrad) {
         if (in(3).shape != q) fail(g, n, "dout must have q's shape");
         if (in(4).shape != q) fail(g, n, "out must have q's shape");

@@ -51,7 +51,7 @@ Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_m
   const Tensor k = split_heads(key(x, loc), config_.heads, loc);
   const Tensor v = split_heads(value(x, loc), config_.heads, loc);
   Tensor a;
-  if (key_mask || (config_.attention_dropout > 0 && is_training())) {
+  if (config_.attention_dropout > 0 && is_training()) {  // dropout on the probabilities: in steps
     const double scale = 1.0 / std::sqrt(static_cast<double>(s[2] / config_.heads));
     Tensor scores = mul(matmul(q, transpose(k, -2, -1, loc), loc), scale, loc);
     if (key_mask) {
@@ -61,11 +61,11 @@ Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_m
       const double lowest = scores.dtype() == DType::kF16    ? -65504.0
                             : scores.dtype() == DType::kBF16 ? -3.3895313892515355e38
                                                              : -3.4028234663852886e38;
-      scores = where(*key_mask, scores, lowest, loc);
+      scores = where(reshape(*key_mask, {s[0], 1, 1, s[1]}, loc), scores, lowest, loc);
     }
     a = matmul(dropout(softmax(scores, -1, false, loc), config_.attention_dropout, loc), v, loc);
-  } else {
-    a = tg::attention(q, k, v, AttentionOptions{.causal = false}, loc);
+  } else {  // one fused primitive, padding keys left out by the mask
+    a = tg::attention(q, k, v, AttentionOptions{.causal = false, .key_mask = key_mask}, loc);
   }
   a = reshape(permute(a, {0, 2, 1, 3}, loc), s, loc);
   const Tensor projected = attention_dense(a, loc);  // DistilBERT drops nothing here
@@ -147,7 +147,7 @@ Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const 
   if (ids.shape().size() != 2 || ids.dtype() != DType::kI32)
     throw ShapeError("[Bert] ids must be i32 [B, T], got " + std::string(dtype_name(ids.dtype())) + " " +
                      shape_str(ids.shape()));
-  const int64_t B = ids.shape()[0], T = ids.shape()[1];
+  const int64_t T = ids.shape()[1];
   if (T > c.context())
     throw ShapeError("[Bert] " + std::to_string(T) + " tokens is more than the model's " +
                      std::to_string(c.context()) + " positions");
@@ -173,7 +173,7 @@ Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const 
   std::optional<Tensor> key_mask;
   if (mask) {
     check_ids("mask", *mask, ids.shape(), loc);
-    key_mask = reshape(ne(*mask, 0.0, loc), {B, 1, 1, T}, loc);
+    key_mask = ne(*mask, 0.0, loc);
   }
   for (const auto& layer : layers_) x = (*layer)(x, key_mask, loc);
   return x;

@@ -5,7 +5,9 @@
 // of one packed buffer, grouped-query heads, causal masks with T ≠ S, D ∈ {16, 64, 80, ...}.
 // The small-problem path and the TF32 tensor-core path (tolerance 2e-3) are checked the same
 // way. The output and its gradient (out, dout) are also checked as strided views: permuted
-// views of a [B, T, Hq, D] buffer and padded ones whose gaps must stay untouched.
+// views of a [B, T, Hq, D] buffer and padded ones whose gaps must stay untouched. With a key
+// mask (bool [B, S]) sequences 0, 1, 2 of a case keep random keys (key 0 hidden), a prefix,
+// and none: a query left with no key must get zeros and pass no gradient.
 // BenchmarkShapesTiming prints the time of the GPT-2, char and tiny shapes in fp32 and tf32
 // (not an assertion); TileSweep (TG_ATTN_SWEEP=1) times tile overrides. Without a GPU the GPU
 // tests are skipped with a message saying why.
@@ -50,6 +52,7 @@ struct Case {
   bool packed;             // q, k, v are head ranges of one [B, T, Hq + 2·Hkv, D] buffer (needs t == s)
   bool tf32 = false;       // AttentionShape::tf32: tensor cores, looser tolerance
   int layout = kDenseOut;  // of out and dout (see OutLayout)
+  bool masked = false;     // AttentionShape::key_mask (see make_problem)
 };
 
 std::string describe(const Case& c) {
@@ -62,6 +65,7 @@ std::string describe(const Case& c) {
   if (c.tf32) r += " tf32";
   if (c.layout == kPermutedOut) r += " out[B,T,H,D]";
   if (c.layout == kPaddedOut) r += " out-padded";
+  if (c.masked) r += " key-mask";
   return r;
 }
 
@@ -74,6 +78,7 @@ struct Problem {
   int64_t q_off = 0, k_off = 0, v_off = 0;  // elements into `data`
   int64_t o_off = 0, o_size = 0;            // the view's offset in its buffer, the buffer's size
   std::vector<float> data, dout;
+  std::vector<unsigned char> mask;  // [B, S] with c.masked
 };
 
 Problem make_problem(const Case& c, unsigned seed) {
@@ -112,6 +117,14 @@ Problem make_problem(const Case& c, unsigned seed) {
   for (float& x : p.data) x = normal(rng);
   p.dout.resize(static_cast<size_t>(numel(qs)));
   for (float& x : p.dout) x = normal(rng);
+  p.shape.key_mask = c.masked;
+  p.mask.assign(static_cast<size_t>(c.b * c.s), 1);
+  if (c.masked)
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t j = 0; j < c.s; ++j) {
+        const bool kept = b % 3 == 0 ? j > 0 && rng() % 4 != 0 : b % 3 == 1 && j < (c.s + 1) / 2;
+        p.mask[static_cast<size_t>(b * c.s + j)] = kept ? 1 : 0;
+      }
   return p;
 }
 
@@ -139,13 +152,19 @@ Reference reference(const Problem& p) {
         const size_t row = static_cast<size_t>(((b * c.hq + h) * c.t + t) * c.d);
         std::vector<double> prob(static_cast<size_t>(visible)), dp(static_cast<size_t>(visible));
         double mx = -INFINITY, total = 0, weighted = 0;
+        auto hidden = [&](int64_t j) { return p.mask[static_cast<size_t>(b * c.s + j)] == 0; };
         for (int64_t j = 0; j < visible; ++j) {
+          if (hidden(j)) {
+            prob[static_cast<size_t>(j)] = -INFINITY;
+            continue;
+          }
           double dot = 0;
           for (int64_t d = 0; d < c.d; ++d)
             dot += at(p.q, p.q_off, b, h, t, d) * at(p.k, p.k_off, b, g, j, d);
           prob[static_cast<size_t>(j)] = dot * scale;
           mx = std::max(mx, dot * scale);
         }
+        if (mx == -INFINITY) continue;  // no key left: out, dq 0, no gradient for any key
         for (double& x : prob) total += (x = std::exp(x - mx));
         for (double& x : prob) x /= total;
         for (int64_t j = 0; j < visible; ++j) {
@@ -366,6 +385,7 @@ TEST(CudaAttentionNvrtc, SourcesCompileForManyShapes) {
       {1, 1, 1, 16, 16, 512, true, false},
       {2, 4, 2, 130, 257, 64, true, false, false, kPermutedOut},
       {3, 6, 3, 20, 33, 7, true, false, false, kPaddedOut},
+      {3, 4, 2, 130, 257, 64, true, false, false, kDenseOut, true},
   };
   std::vector<cuda::KernelSource> all;
   int n = 0;
@@ -419,10 +439,11 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
     const int64_t nq = static_cast<int64_t>(p.dout.size());
     const int64_t ngrads = nq + 2 * p.c.b * p.c.hkv * p.c.s * p.c.d;
     const size_t no = static_cast<size_t>(p.o_size);
-    cuda::DeviceMemory data(p.data.size() * 4), dout(no * 4), out(no * 4),
+    cuda::DeviceMemory data(p.data.size() * 4), dout(no * 4), out(no * 4), mask(p.mask.size()),
         grads(static_cast<size_t>(ngrads) * 4),
         scratch(static_cast<size_t>(std::max<int64_t>(k.backward.scratch_floats, 1)) * 4);
     data.upload(p.data.data(), p.data.size() * 4);
+    mask.upload(p.mask.data(), p.mask.size());
     // out and dout in their layout. dout's gaps are NaN (reading one poisons the gradients);
     // out's elements are NaN (every one must be written), its gaps a pattern that must survive.
     const std::vector<size_t> pos = out_positions(p);
@@ -438,10 +459,11 @@ int run_cases(const std::vector<Case>& cases, double tol, const char* label) {
                       pv = data.get() + static_cast<cuda::CUdeviceptr>(p.v_off * 4),
                       po = out.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4),
                       pdo = dout.get() + static_cast<cuda::CUdeviceptr>(p.o_off * 4), pg = grads.get(),
-                      ps = scratch.get();
-    void* fwd_args[] = {&pq, &pk, &pv, &po, &ps};  // (ps only read by a forward that keeps statistics)
+                      ps = scratch.get(), pm = mask.get();
+    // ps is a parameter of a forward that keeps statistics only; the key mask comes last.
+    void* fwd_args[] = {&pq, &pk, &pv, &po, k.kept ? &ps : &pm, &pm};
     launch(k.forward, cubins[first[n]], fwd_args);
-    void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps};
+    void* bwd_args[] = {&pq, &pk, &pv, &pdo, &pg, &ps, &pm};
     void* delta_args[] = {&po, &pdo, &ps};
     for (size_t l = 0; l < k.backward.launches.size(); ++l)
       launch(k.backward.launches[l], cubins[first[n] + 1 + l],
@@ -528,6 +550,20 @@ TEST(CudaAttentionGpu, SmallProblemsMatchTheReference) {
   std::vector<Case> tf = small_cases();
   for (Case& c : tf) c.tf32 = true;
   EXPECT_EQ(run_cases(tf, 2e-3, "small_tf32"), 0);
+}
+
+// Key masks on every tiled and tensor-core kernel: the tiled cases with three sequences each
+// (random keys, a prefix, none; see make_problem), and short ones, which a mask keeps off the
+// small path.
+TEST(CudaAttentionGpu, KeyMaskMatchesTheReference) {
+  const std::string why = cuda::unavailable_reason(0);
+  if (!why.empty()) GTEST_SKIP() << "no usable GPU, GPU tests skipped: " << why;
+  std::vector<Case> cases = tiled_cases();
+  for (const size_t i : {size_t{0}, size_t{3}, size_t{7}}) cases.push_back(small_cases().at(i));
+  for (Case& c : cases) c.b = 3, c.masked = true;
+  EXPECT_EQ(run_cases(cases, 1e-4, "masked_fp32"), 0);
+  for (Case& c : cases) c.tf32 = true;
+  EXPECT_EQ(run_cases(cases, 2e-3, "masked_tf32"), 0);
 }
 
 TEST(CudaAttentionGpu, Tf32MatchesTheReferenceLoosely) {

@@ -52,9 +52,10 @@ namespace tg::op_test {
 namespace {
 
 /// An attention row's cuda check: within the bound of the table (attention(x0, x1, x2) with
-/// the default scale).
+/// the default scale; with `masked` x3 is the key mask, bool [B, S]).
 struct Flash {
   bool causal;
+  bool masked = false;
 };
 
 struct HalfCase {
@@ -76,14 +77,19 @@ Tensor expert_offsets(std::initializer_list<int32_t> o) {
   return constant(std::span<const int32_t>(v), {static_cast<int64_t>(v.size())});
 }
 
-HalfCase flash_case(std::string name, DType half, Shape q, Shape kv, bool causal) {
+HalfCase flash_case(std::string name, DType half, Shape q, Shape kv, bool causal, bool masked = false) {
+  std::vector<InputSpec> in{uni(q), uni(kv), uni(kv)};
+  if (masked) in.push_back(bools({kv[0], kv[2]}));
   return {std::move(name),
           half,
-          {uni(q), uni(kv), uni(kv)},
-          [causal](const Ts& x) { return attention(x[0], x[1], x[2], {.causal = causal}); },
+          std::move(in),
+          [causal, masked](const Ts& x) {
+            return attention(x[0], x[1], x[2],
+                             {.causal = causal, .key_mask = masked ? std::optional(x[3]) : std::nullopt});
+          },
           kProduct,
           kExact,
-          Flash{causal}};
+          Flash{causal, masked}};
 }
 
 /// The table's rows with `half` operands (names prefixed with the type).
@@ -136,19 +142,25 @@ std::vector<HalfCase> cases(DType half) {
       {"grouped_matmul",
        half,
        {uni({7, 24}), uni({3, 10, 24})},
-       [](const Ts& x) { return grouped_matmul(x[0], x[1], expert_offsets({0, 2, 2, 7}), true); },
+       [](const Ts& x) {
+         return grouped_matmul(x[0], x[1], expert_offsets({0, 2, 2, 7}), true);
+       },
        kProduct,
        kProduct},
       {"grouped_matmul_tiles",
        half,
        {uni({130, 40}), uni({3, 40, 70})},
-       [](const Ts& x) { return grouped_matmul(x[0], x[1], expert_offsets({0, 65, 66, 130})); },
+       [](const Ts& x) {
+         return grouped_matmul(x[0], x[1], expert_offsets({0, 65, 66, 130}));
+       },
        kProduct,
        kProduct},
       {"grouped_matmul_decode",
        half,
        {uni({2, 64}), uni({4, 48, 64})},
-       [](const Ts& x) { return grouped_matmul(x[0], x[1], expert_offsets({0, 0, 1, 1, 2}), true); },
+       [](const Ts& x) {
+         return grouped_matmul(x[0], x[1], expert_offsets({0, 0, 1, 1, 2}), true);
+       },
        kProduct,
        kProduct},
       // conv2d reads bf16 like a product: exact products (bf16 values are exact in the tf32 the
@@ -223,6 +235,9 @@ std::vector<HalfCase> cases(DType half) {
       // The tensor-core kernels on grouped queries, fewer queries than keys (causal: query t
       // sees keys j ≤ t + S − T) and partial tiles.
       flash_case("attention_long_gqa_cross", half, {1, 4, 70, 32}, {1, 2, 100, 32}, true),
+      // A random key mask (bool [B, S]) on the tensor-core kernels: hidden keys inside and across
+      // tiles, and causal queries left with no key (out 0, no gradient).
+      flash_case("attention_long_key_mask", half, {2, 4, 70, 32}, {2, 2, 100, 32}, true, true),
       {"cast_round_trip",
        half,
        {uni({3, 37}, -300, 300)},
@@ -295,7 +310,7 @@ std::vector<std::vector<double>> flash_bound(const HalfCase& row, std::vector<st
   const int64_t nb = qs[0], hq = qs[1], nt = qs[2], nd = qs[3], hkv = ks[1], ns = ks[2];
   for (std::vector<double>& values : x)
     for (double& e : values) e = round_to(row.half, e);
-  const std::vector<double>&q = x[0], &k = x[1], &v = x[2], &g = x[3];
+  const std::vector<double>&q = x[0], &k = x[1], &v = x[2], &g = x.back();  // x[3]: the key mask, if any
   const double scale = 1 / std::sqrt(static_cast<double>(nd));
   std::vector<double> bo(q.size()), bq(q.size()), bk(k.size()), bv(v.size()), p(ns), f(ns), o(nd), a(nd);
   for (int64_t b = 0; b < nb; ++b)
@@ -308,8 +323,10 @@ std::vector<std::vector<double>> flash_bound(const HalfCase& row, std::vector<st
         for (int64_t j = 0; j < seen; ++j) {
           p[j] = 0;
           for (int64_t d = 0; d < nd; ++d) p[j] += scale * q[qr + d] * k[k0 + j * nd + d];
+          if (row.flash->masked && x[3][static_cast<size_t>(b * ns + j)] == 0) p[j] = -HUGE_VAL;
           m = std::max(m, p[j]);
         }
+        if (m == -HUGE_VAL) continue;  // no key left: 0 out, no gradient
         for (int64_t j = 0; j < seen; ++j) l += (p[j] = std::exp(p[j] - m));
         std::fill(o.begin(), o.end(), 0.0);
         std::fill(a.begin(), a.end(), 0.0);

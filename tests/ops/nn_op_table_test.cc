@@ -10,6 +10,7 @@
 
 #include "backend/philox.h"
 #include "ops/op_harness.h"
+#include "test_util.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/functional.h"
 
@@ -534,6 +535,47 @@ TEST(NnKnownValues, Attention) {
     return attention(cf({1, 0}, {1, 1, 1, 2}), cf({0, 0, 1.0986122886681098f, 0}, {1, 1, 2, 2}), v(),
                      {.causal = true, .scale = 1.0});
   }, {1, 1, 1, 2}, kF32, {0.25 * 1 + 0.75 * 3, 0.25 * 2 + 0.75 * 4}, 1e-6);
+}
+
+// A key mask that keeps the first L_b keys of sequence b gives what attention over those L_b keys
+// alone gives (built here by slicing, with no mask), gradients included (the padding keys get
+// none). Causal with T = S: a query at t < L_b sees keys ≤ t as in the short sequence; one at
+// t ≥ L_b sees all L_b keys, as a non-causal query over them. On ref, cpu and (with a GPU) cuda.
+TEST(NnKnownValues, AttentionKeyMaskEqualsTheShorterSequences) {
+  const int64_t T = 5, lengths[2] = {3, 5};
+  const std::vector<InputSpec> in{uni({2, 2, T, 4}), uni({2, 1, T, 4}), uni({2, 1, T, 4})};
+  std::vector<std::unique_ptr<backend::Backend>> backends = both_backends();
+  if (tg::testing::gpu_skip_reason().empty()) backends.push_back(backend::make_cuda_backend(0));
+  for (const bool causal : {false, true}) {
+    const BuildFn masked = [&](const Ts& x) {
+      const Tensor mask = cf({1, 1, 1, 0, 0, 1, 1, 1, 1, 1}, {2, T});  // nonzero: kept
+      return attention(x[0], x[1], x[2], {.causal = causal, .key_mask = mask});
+    };
+    const BuildFn sliced = [&](const Ts& x) {
+      std::vector<Tensor> rows;
+      for (int64_t b = 0; b < 2; ++b) {
+        const int64_t n = lengths[b];
+        auto cut = [&](const Tensor& t, int64_t lo, int64_t hi) { return slice(slice(t, 0, b, b + 1), 2, lo, hi); };
+        const Tensor k = cut(x[1], 0, n), v = cut(x[2], 0, n);
+        if (!causal) {
+          rows.push_back(attention(cut(x[0], 0, T), k, v, {.causal = false}));
+        } else {
+          const Tensor early = attention(cut(x[0], 0, n), k, v);
+          rows.push_back(n == T ? early : concat({early, attention(cut(x[0], n, T), k, v, {.causal = false})}, 2));
+        }
+      }
+      return concat(std::span<const Tensor>(rows), 0);
+    };
+    for (const auto& be : backends) {
+      const auto want = run_weighted(*be, 11, in, sliced, kF32, 0x77);
+      const auto got = run_weighted(*be, 11, in, masked, kF32, 0x77);
+      ASSERT_EQ(got.size(), want.size());
+      const char* what[] = {"out", "dq", "dk", "dv"};
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_TRUE(all_close(got[i], want[i], {1e-5, 1e-6}))
+            << what[i] << (causal ? " causal" : "") << " on " << be->name();
+    }
+  }
 }
 
 // ---- hand-computed gradients ---------------------------------------------------------------------

@@ -610,6 +610,18 @@ std::vector<OpCase> nn_attention_rows() {
       {"attention_at_head_dim_64", {uni({1, 6, 1, 64}), uni({1, 2, 40, 64}), uni({1, 2, 40, 64}), indices({1}, 40)}, FN(attention_at(x[0], x[1], x[2], x[3])), {1, 6, 1, 64}, kF32, kMatmul, kNoGrad},
       {"attention_at_head_dim_160", {uni({1, 1, 2, 160}), uni({1, 1, 5, 160}), uni({1, 1, 5, 160}), indices({1}, 4)}, FN(attention_at(x[0], x[1], x[2], x[3])), {1, 1, 2, 160}, kF32, kMatmul, kNoGrad},
       {"attention_gqa_causal", {uni({2, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 5, 8}, kF32, kMatmul, kGrad},
+      // A key mask (bool [B, S]): hidden keys leave the softmax, and a query left with none gets 0
+      // (random masks leave some rows so: every causal row 0 whose key 0 is hidden). An i32 mask
+      // counts nonzero as kept. With a window or a softcap the mask joins the composite; on
+      // attention_at it makes the composite over the cache. The long row takes the CUDA tiled
+      // kernels with keys masked inside and across their 32-key tiles.
+      {"attention_key_mask_gqa", {uni({2, 4, 5, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8}), bools({2, 6})}, FN(attention(x[0], x[1], x[2], {.causal = false, .key_mask = x[3]})), {2, 4, 5, 8}, kF32, kMatmul, kGrad},
+      {"attention_key_mask_causal", {uni({3, 2, 6, 8}), uni({3, 2, 6, 8}), uni({3, 2, 6, 8}), bools({3, 6})}, FN(attention(x[0], x[1], x[2], {.key_mask = x[3]})), {3, 2, 6, 8}, kF32, kMatmul, kGrad},
+      {"attention_key_mask_i32", {uni({2, 2, 4, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8}), ints({2, 6}, -1, 1)}, FN(attention(x[0], x[1], x[2], {.key_mask = x[3]})), {2, 2, 4, 8}, kF32, kMatmul, kGrad},
+      {"attention_key_mask_window", {uni({2, 2, 6, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8}), bools({2, 6})}, FN(attention(x[0], x[1], x[2], {.window = 2, .key_mask = x[3]})), {2, 2, 6, 8}, kF32, kMatmul, kGrad},
+      {"attention_key_mask_softcap", {uni({2, 2, 4, 8}, -2, 2), uni({2, 1, 5, 8}, -2, 2), uni({2, 1, 5, 8}), bools({2, 5})}, FN(attention(x[0], x[1], x[2], {.causal = false, .softcap = 2.0, .key_mask = x[3]})), {2, 2, 4, 8}, kF32, kMatmul, kGrad},
+      {"attention_at_key_mask", {uni({2, 2, 2, 8}), uni({2, 2, 7, 8}), uni({2, 2, 7, 8}), indices({2}, 6), bools({2, 7})}, FN(attention_at(x[0], x[1], x[2], x[3], AttentionOptions{.key_mask = x[4]})), {2, 2, 2, 8}, kF32, kMatmul, kNoGrad},
+      {"attention_key_mask_long", {uni({2, 2, 70, 16}), uni({2, 2, 130, 16}), uni({2, 2, 130, 16}), bools({2, 130})}, FN(attention(x[0], x[1], x[2], {.causal = false, .key_mask = x[3]})), {2, 2, 70, 16}, kF32, kLargeSum, kCpuOnly},
       // A sliding window below S and a softcap run as the composite (matmul, mask, softmax);
       // self-attention with a window well below T in blocks of 2W keys (ir/api_nn.cc's
       // attention_banded; T = 11 pads to 12), with W = 3 at T = 5 as the composite.

@@ -9,7 +9,8 @@
 // Notation per (batch b, q head h, row block R), with kv head g = h / (Hq / Hkv) (GQA) and
 // only the first Sb keys visible to the block (Sb = S, or min(S, end(R) + S − T) causal):
 //   S_R = scale · Q_R K_gᵀ                    [rows, Sb]   sgemm
-//   P_R = softmax_rows(S_R), entries j > i + (S − T) masked to 0 when causal
+//   P_R = softmax_rows(S_R), entries j > i + (S − T) masked to 0 when causal, and the keys the
+//         key mask hides (bool [B, S]); a row with no key left is all 0
 //   O_R = P_R V_g                              [rows, D]    sgemm
 // Forward: one work unit per (b, h, R), all independent.
 //
@@ -85,6 +86,7 @@ struct Geometry {
   int64_t B = 0, Hq = 0, Hkv = 0, T = 0, S = 0, D = 0, group = 1, blocks = 0;
   bool causal = false;
   float scale = 1;
+  const uint8_t* keys = nullptr;  // the key mask, bool [B, S], or null
   /// Keys visible to some row of the block ending (exclusive) at query row r1.
   int64_t visible(int64_t r1) const { return causal ? std::min(S, r1 + (S - T)) : S; }
 };
@@ -144,27 +146,35 @@ inline double row_dot(const float* __restrict x, const float* __restrict y, int6
   return fixed_sum(n, [x, y](int64_t j) { return static_cast<double>(x[j]) * static_cast<double>(y[j]); });
 }
 
-/// Row softmax in place over the first `valid` of n entries; the rest become 0. With
-/// `normalise` false the row keeps exp(x − max) and 1/Σ is returned instead of applied.
+/// Row softmax in place over the first `valid` of n entries; the rest become 0, as does a row
+/// whose entries are all −∞ (every key masked). With `normalise` false the row keeps
+/// exp(x − max) and 1/Σ is returned instead of applied.
 inline float softmax_in_place(float* __restrict row, int64_t n, int64_t valid, bool normalise = true) {
   const float m = row_max(row, valid);
+  if (m == -std::numeric_limits<float>::infinity()) valid = 0;
   for (int64_t j = 0; j < valid; ++j) row[j] = fastmath::exp(row[j] - m);
-  const auto inv = static_cast<float>(1.0 / row_sum(row, valid));
+  const auto inv = valid == 0 ? 0.0f : static_cast<float>(1.0 / row_sum(row, valid));
   if (normalise)
     for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
   for (int64_t j = valid; j < n; ++j) row[j] = 0.0f;
   return inv;
 }
 
-/// P = masked row softmax of scale·Q Kᵀ over the first sb keys, for query rows [r0, r0+rows).
-void probabilities(const Geometry& g, const float* q, blasint ldq, const float* k, blasint ldk, int64_t r0,
-                   int64_t rows, int64_t sb, float* p) {
+/// P = masked row softmax of scale·Q Kᵀ over the first sb keys, for query rows [r0, r0+rows)
+/// of sequence b.
+void probabilities(const Geometry& g, int64_t b, const float* q, blasint ldq, const float* k, blasint ldk,
+                   int64_t r0, int64_t rows, int64_t sb, float* p) {
   const auto bsb = static_cast<blasint>(sb);
   gemm(CblasNoTrans, CblasTrans, static_cast<blasint>(rows), bsb, static_cast<blasint>(g.D), g.scale, q, ldq,
        k, ldk, 0.0f, p, bsb);
+  const uint8_t* keys = g.keys != nullptr ? g.keys + b * g.S : nullptr;
   for (int64_t ii = 0; ii < rows; ++ii) {
     const int64_t valid = g.causal ? std::min(sb, r0 + ii + (g.S - g.T) + 1) : sb;
-    softmax_in_place(p + ii * sb, sb, valid);
+    float* row = p + ii * sb;
+    if (keys != nullptr)
+      for (int64_t j = 0; j < valid; ++j)
+        if (keys[j] == 0) row[j] = -std::numeric_limits<float>::infinity();
+    softmax_in_place(row, sb, valid);
   }
 }
 
@@ -183,6 +193,7 @@ constexpr int64_t kHeads = 16;
 /// cost outweighs its products. The backward gathers 7 operands instead of 4, so it stops
 /// paying at smaller heads than the forward.
 bool direct_pays(const Geometry& g, bool backward) {
+  if (g.keys != nullptr) return false;  // the direct path takes no key mask
   return backward ? g.S * g.D <= 256 && g.D <= 16 : g.S * g.D <= 512 && g.D <= 32;
 }
 
@@ -384,7 +395,7 @@ void forward(const Geometry& g, const Operand& q, const Operand& k, const Operan
       continue;
     }
     float* p = scratch.thread_slice(parallel ? omp_get_thread_num() : 0);
-    probabilities(g, q.head(b, h) + r0 * q.ld, q.ld, k.head(b, kv), k.ld, r0, rows, sb, p);
+    probabilities(g, b, q.head(b, h) + r0 * q.ld, q.ld, k.head(b, kv), k.ld, r0, rows, sb, p);
     gemm(CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), bd, static_cast<blasint>(sb), 1.0f, p,
          static_cast<blasint>(sb), v.head(b, kv), v.ld, 0.0f, o, bd);
   }
@@ -421,7 +432,7 @@ void backward_blocks(const Geometry& g, const Operand& q, const Operand& k, cons
         const float* qr = q.head(b, h) + r0 * q.ld;
         const float* dor = dout.head(b, h) + r0 * dout.ld;
         const auto brows = static_cast<blasint>(rows), bsb = static_cast<blasint>(sb);
-        probabilities(g, qr, q.ld, kh, k.ld, r0, rows, sb, p);
+        probabilities(g, b, qr, q.ld, kh, k.ld, r0, rows, sb, p);
         // dV[0:sb] += Pᵀ dO
         gemm(CblasTrans, CblasNoTrans, bsb, bd, brows, 1.0f, p, bsb, dor, dout.ld, 1.0f, dv, bd);
         // dP = dO Vᵀ, then dS = P ∘ (dP − rowsum(P ∘ dP)) in place
@@ -484,7 +495,7 @@ bool attention_operand(const View& view, const Shape& shape) {
 }
 
 Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
-                      const std::vector<View>& in, float* out, DType dtype) {
+                      const std::vector<View>& in, float* out, DType dtype, const uint8_t* key_mask) {
   Geometry g;
   g.B = q_shape[0];
   g.Hq = q_shape[1];
@@ -496,6 +507,7 @@ Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& k
   g.blocks = (g.T + kRowBlock - 1) / kRowBlock;
   g.causal = node.attrs.causal;
   g.scale = static_cast<float>(node.attrs.values[0]);
+  g.keys = key_mask;
   checked_blas_int(kRowBlock * g.S);
   checked_blas_int(g.D);
   const int64_t out_numel = numel(node.shape);

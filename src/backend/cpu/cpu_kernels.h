@@ -274,7 +274,9 @@ Kernel make_attention_at(const ir::Node& node, const Shape& q_shape, const Shape
                          const std::vector<View>& in, float* out);
 /// Attention (q, k, v) / AttentionGrad (q, k, v, dout); every view passes attention_operand.
 /// dtype: the type of q, k, v and dout, f32, bf16 or f16 (half ones widened to f32 before each run).
+/// key_mask: the node's dense bool [B, S] key mask, or null.
 Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
-                      const std::vector<View>& in, float* out, DType dtype = DType::kF32);
+                      const std::vector<View>& in, float* out, DType dtype = DType::kF32,
+                      const uint8_t* key_mask = nullptr);
 
 }  // namespace tg::backend::cpu

@@ -37,6 +37,8 @@ class CpuCapabilities final : public passes::Capabilities {
       case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // dense logits; targets and dloss any view
         return index > 0 || is_contiguous(v, shape);
       case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout; out and saved are not read
+        if (ir::attention_masked(consumer) && index + 1 == consumer.inputs.size())
+          return is_contiguous(v, shape);  // the key mask
         return index >= 4 || attention_operand(v, shape);
       default:  // elementwise groups, copies, views, indexing, randomness, attention_at: any strides
         return true;
@@ -195,8 +197,10 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
     case Op::kAttention: case Op::kAttentionGrad: {
       // q, k, v (and dout): the backward recomputes the forward rather than read its output.
       std::vector<View> views;
-      for (size_t k = 0; k < std::min<size_t>(n.inputs.size(), 4); ++k) views.push_back(in(k));
-      return make_attention(n, shape(0), shape(1), views, f32(out.data), g.node(n.inputs[0]).dtype);
+      for (size_t k = 0; k < (n.op == Op::kAttention ? 3u : 4u); ++k) views.push_back(in(k));
+      const auto* keys = ir::attention_masked(n) ? reinterpret_cast<const uint8_t*>(in(n.inputs.size() - 1).data)
+                                                 : nullptr;
+      return make_attention(n, shape(0), shape(1), views, f32(out.data), g.node(n.inputs[0]).dtype, keys);
     }
     default:
       throw Error(std::string("[cpu] no kernel for ") + ir::op_name(n.op) + " %" + std::to_string(st.node));

@@ -34,10 +34,11 @@
 //     dq     rows = queries, columns = keys: P, dP = dO Vᵀ, dS as above, dQ += dS K · scale.
 // Causal masking (key j hidden from query i when j > i + S − T) skips the tiles that are
 // fully hidden and masks the rest element-wise; the blocks with the most tiles are numbered
-// first. Tiles move from global to shared memory through registers (Stage): the next tile's
-// loads are issued before the current tile is computed, 16 bytes at a time where an operand's
-// rows are aligned and element by element (coalesced along D) otherwise, so operands need no
-// alignment. AttentionShape::tiles overrides the tile geometry (tuning sweeps).
+// first. A key mask (bool [B, S], AttentionShape::key_mask) hides keys element-wise in every
+// tile; a query left with no key gets 0 and lse = +∞. Tiles move from global to shared memory through
+// registers (Stage): the next tile's loads are issued before the current tile is computed, 16 bytes at a time
+// where an operand's rows are aligned and element by element (coalesced along D) otherwise, so operands need
+// no alignment. AttentionShape::tiles overrides the tile geometry (tuning sweeps).
 //
 // Two other paths, chosen per node (see kernels/attention_small.cuh and kernels/attention_mma.cuh):
 //   small  T, S ≤ 64 and D ≤ 64 (backward D ≤ 32): whole (batch, kv head) groups per block in
@@ -205,6 +206,7 @@ std::string shape_constants(const AttentionShape& s, const Operand& q, const Ope
   c += std::string("constexpr bool CAUSAL = ") + (s.causal ? "true" : "false") + ";\n";
   c += std::string("constexpr bool GRADS_BTHD = ") + (s.grads_bthd ? "true" : "false") + ";\n";
   c += std::string("constexpr bool GRADS_PACKED = ") + (s.grads_packed ? "true" : "false") + ";\n";
+  c += std::string("constexpr bool MASKED = ") + (s.key_mask ? "true" : "false") + ";\n";
   l("GRS", (s.q_heads + 2 * s.kv_heads) * s.d);  // a packed gradient's row: [dq | dk | dv] of one token
   return c;
 }
@@ -224,11 +226,16 @@ std::string constants(const AttentionShape& s, const Geometry& g, const Operand&
 
 constexpr const char* kGradParams =
     "(const IN_T* __restrict__ q, const IN_T* __restrict__ k, const IN_T* __restrict__ v, "
-    "const IN_T* __restrict__ dout, float* __restrict__ grads, float* __restrict__ scratch)";
+    "const IN_T* __restrict__ dout, float* __restrict__ grads, float* __restrict__ scratch";
 
-std::string kernel_head(const std::string& name, const char* params) {
-  return "extern \"C\" __global__ void __launch_bounds__(NT) " + name + params;
+/// A kernel's head: `params` is the list without its closing parenthesis, to which the key
+/// mask is appended where the shape has one.
+std::string kernel_head(const std::string& name, const char* params, const AttentionShape& s) {
+  return "extern \"C\" __global__ void __launch_bounds__(NT) " + name + params +
+         (s.key_mask ? ", const unsigned char* __restrict__ kmask)" : ")");
 }
+/// The device functions' last argument: the key mask, or none.
+std::string mask_arg(const AttentionShape& s) { return s.key_mask ? "kmask" : "nullptr"; }
 
 Launch make_launch_raw(const std::string& name, std::string source, int64_t threads, int64_t blocks,
                        int64_t shared_floats) {
@@ -261,7 +268,7 @@ SmallPlan small_plan(const AttentionShape& s, bool backward) {
   SmallPlan p;
   const int64_t qpg = s.t * (s.q_heads / s.kv_heads), groups = s.batch * s.kv_heads;
   // Backward: a key thread keeps its k, v rows and dk, dv accumulators in registers (4·D).
-  if (s.t > 64 || s.s > 64 || s.d > (backward ? 32 : 64) || qpg > 256) return p;
+  if (s.key_mask || s.t > 64 || s.s > 64 || s.d > (backward ? 32 : 64) || qpg > 256) return p;
   p.ds = s.d + 1;
   auto floats = [&](int64_t ng) {
     return backward ? ng * (2 * qpg * p.ds + 2 * s.s * p.ds + 2 * qpg) : ng * 2 * s.s * p.ds;
@@ -358,16 +365,17 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
   check_shape(s, q, k, v, out, "out", DType::kF32);
   if (keep_stats && !attention_keeps_stats(s))
     throw Error("[cuda] attention: this shape's forward keeps no statistics");
-  const std::string call = keep_stats ? "<OUT_LSE>(q, k, v, out, nullptr, stats);\n}\n"
-                                      : "<OUT>(q, k, v, out, nullptr, nullptr);\n}\n";
+  const std::string call =
+      (keep_stats ? "<OUT_LSE>(q, k, v, out, nullptr, stats, " : "<OUT>(q, k, v, out, nullptr, nullptr, ") +
+      mask_arg(s) + ");\n}\n";
   const char* params =
       keep_stats ? "(const IN_T* __restrict__ q, const IN_T* __restrict__ k, const IN_T* __restrict__ v, "
-                   "float* __restrict__ out, float* __restrict__ stats)"
+                   "float* __restrict__ out, float* __restrict__ stats"
                  : "(const IN_T* __restrict__ q, const IN_T* __restrict__ k, const IN_T* __restrict__ v, "
-                   "float* __restrict__ out)";
+                   "float* __restrict__ out";
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
     std::string src = small_constants(s, sp, q, k, v, out) + piece("attention_small.cuh", "small") +
-                      kernel_head(name, params) + " {\n  small_forward(q, k, v, out);\n}\n";
+                      kernel_head(name, params, s) + " {\n  small_forward(q, k, v, out);\n}\n";
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
   if (use_mma(s, q)) {
@@ -375,12 +383,12 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
     const MmaGeometry g = mma_geometry(s, Kind::kForward, bf16);
     std::string src = mma_constants(s, g, q, k, v, out) +
                       piece(bf16 ? "attention_mma_bf16.cuh" : "attention_mma.cuh", mma_piece(bf16)) +
-                      kernel_head(name, params) + " {\n  mma_forward" + call;
+                      kernel_head(name, params, s) + " {\n  mma_forward" + call;
     return make_launch_raw(name, std::move(src), 32 * g.warps, ceil_div(s.t, g.br) * s.batch * s.q_heads,
                            mma_shared_floats(g, g.br + 2 * g.bc, 0, bf16));
   }
   const Geometry g = geometry(s, Kind::kForward);
-  std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params) +
+  std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params, s) +
                     " {\n  forward_rows" + call;
   return make_launch(name, std::move(src), g, row_tiles(s.t, g) * s.batch * s.q_heads,
                      g.dw * g.ts + 2 * g.bc * g.rs + g.warps * g.bc * g.ps);
@@ -396,8 +404,9 @@ Launch delta_kernel(const std::string& name, const AttentionShape& s, const Oper
                            ", P2 = " + ll(out.strides[2]) + ", P3 = " + ll(out.strides[3]) + ";\n";
   std::string src =
       "#define NT 256\n" + shape_constants(s, q, k, v, dout) + head +
-      kernel_head(
-          name, "(const float* __restrict__ out, const IN_T* __restrict__ dout, float* __restrict__ stats)") +
+      kernel_head(name,
+                  "(const float* __restrict__ out, const IN_T* __restrict__ dout, float* __restrict__ stats",
+                  AttentionShape{}) +
       R"( {
   const long long row = (long long)blockIdx.x * (NT / 32) + (threadIdx.x >> 5);
   if (row >= NROWS) return;
@@ -430,7 +439,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
     std::string src = small_constants(s, sp, q, k, v, dout) + piece("attention_small.cuh", "small") +
-                      kernel_head(name, kGradParams) +
+                      kernel_head(name, kGradParams, s) +
                       " {\n  (void)scratch;\n  small_backward(q, k, v, dout, grads);\n}\n";
     plan.launches.push_back(make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats));
     return plan;
@@ -449,46 +458,48 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
                       gq = mma_geometry(s, Kind::kDq, bf16);
     const std::string body = piece(bf16 ? "attention_mma_bf16.cuh" : "attention_mma.cuh", mma_piece(bf16));
     if (!out)
-      plan.launches.push_back(make_launch_raw(
-          stats,
-          mma_constants(s, gf, q, k, v, dout) + body + kernel_head(stats, kGradParams) +
-              " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
-          32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads,
-          mma_shared_floats(gf, gf.br + 2 * gf.bc, 0, bf16)));
-    plan.launches.push_back(make_launch_raw(dkdv,
-                                            mma_constants(s, gk, q, k, v, dout) + body +
-                                                kernel_head(dkdv, kGradParams) +
-                                                " {\n  mma_dkdv(q, k, v, dout, grads, scratch);\n}\n",
-                                            32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads,
-                                            mma_shared_floats(gk, 2 * gk.br + 2 * gk.bc, 2 * gk.bc, bf16)));
-    plan.launches.push_back(make_launch_raw(dq,
-                                            mma_constants(s, gq, q, k, v, dout) + body +
-                                                kernel_head(dq, kGradParams) +
-                                                " {\n  mma_dq(q, k, v, dout, grads, scratch);\n}\n",
-                                            32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads,
-                                            mma_shared_floats(gq, 2 * gq.br + 2 * gq.bc, 0, bf16)));
+      plan.launches.push_back(
+          make_launch_raw(stats,
+                          mma_constants(s, gf, q, k, v, dout) + body + kernel_head(stats, kGradParams, s) +
+                              " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch, " +
+                              mask_arg(s) + ");\n}\n",
+                          32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads,
+                          mma_shared_floats(gf, gf.br + 2 * gf.bc, 0, bf16)));
+    plan.launches.push_back(
+        make_launch_raw(dkdv,
+                        mma_constants(s, gk, q, k, v, dout) + body + kernel_head(dkdv, kGradParams, s) +
+                            " {\n  mma_dkdv(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
+                        32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads,
+                        mma_shared_floats(gk, 2 * gk.br + 2 * gk.bc, 2 * gk.bc, bf16)));
+    plan.launches.push_back(
+        make_launch_raw(dq,
+                        mma_constants(s, gq, q, k, v, dout) + body + kernel_head(dq, kGradParams, s) +
+                            " {\n  mma_dq(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
+                        32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads,
+                        mma_shared_floats(gq, 2 * gq.br + 2 * gq.bc, 0, bf16)));
     return plan;
   }
   const Geometry gf = geometry(s, Kind::kForward), gk = geometry(s, Kind::kDkDv), gq = geometry(s, Kind::kDq);
   if (!out)
     plan.launches.push_back(
         make_launch(stats,
-                    constants(s, gf, q, k, v, dout) + tiled("forward") + kernel_head(stats, kGradParams) +
-                        " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch);\n}\n",
+                    constants(s, gf, q, k, v, dout) + tiled("forward") + kernel_head(stats, kGradParams, s) +
+                        " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch, " +
+                        mask_arg(s) + ");\n}\n",
                     gf, row_tiles(s.t, gf) * s.batch * s.q_heads,
                     gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
   plan.launches.push_back(
       make_launch(dkdv,
-                  constants(s, gk, q, k, v, dout) + tiled("dkdv") + kernel_head(dkdv, kGradParams) +
-                      " {\n  dkdv_rows(q, k, v, dout, grads, scratch);\n}\n",
+                  constants(s, gk, q, k, v, dout) + tiled("dkdv") + kernel_head(dkdv, kGradParams, s) +
+                      " {\n  dkdv_rows(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
                   gk, row_tiles(s.s, gk) * s.batch * s.kv_heads,
                   2 * gk.dw * gk.ts + 2 * gk.bc * gk.rs + 2 * gk.bc + gk.warps * gk.bc * gk.ps));
-  plan.launches.push_back(make_launch(dq,
-                                      constants(s, gq, q, k, v, dout) + tiled("dq") +
-                                          kernel_head(dq, kGradParams) +
-                                          " {\n  dq_rows(q, k, v, dout, grads, scratch);\n}\n",
-                                      gq, row_tiles(s.t, gq) * s.batch * s.q_heads,
-                                      2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
+  plan.launches.push_back(
+      make_launch(dq,
+                  constants(s, gq, q, k, v, dout) + tiled("dq") + kernel_head(dq, kGradParams, s) +
+                      " {\n  dq_rows(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
+                  gq, row_tiles(s.t, gq) * s.batch * s.q_heads,
+                  2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
   return plan;
 }
 

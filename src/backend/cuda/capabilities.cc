@@ -113,6 +113,7 @@ AttentionShape attention_shape(const ir::Graph& g, int32_t id, const DeviceInfo&
   as.causal = n.attrs.causal;
   as.tf32 = options.tf32;
   as.sm_count = info.sm_count;
+  as.key_mask = ir::attention_masked(n);
   return as;
 }
 
@@ -135,7 +136,8 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
       return dense(g, n, index, strides);
     case Op::kCrossEntropy: case Op::kCrossEntropyGrad:  // logits may come with padded rows (padded_row)
       return dense(g, n, index, strides) || (index == 0 && row_stride_of(shape, strides) > 0);
-    case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout: unit stride along D
+    case Op::kAttention: case Op::kAttentionGrad:  // q, k, v, dout: unit stride along D; the key mask dense
+      if (ir::attention_masked(n) && index + 1 == n.inputs.size()) return dense(g, n, index, strides);
       return index >= 4 || attention_operand_ok(Operand{g.node(n.inputs[index]).dtype, shape, strides});
     case Op::kSelectiveScan: case Op::kSelectiveScanGrad: {
       const bool zeros = std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 0; });

@@ -366,6 +366,7 @@ void Emitter::emit_attention(const passes::Step& st) {
     std::vector<Arg> args{{place(st.in[0])}, {place(st.in[1])}, {place(st.in[2])}, {out}};
     const bool keep = st.out.size() > 1;  // the saved statistics have a buffer of their own
     if (keep) args.push_back({place(st.out[1])});
+    if (as.key_mask) args.push_back({place(st.in.back())});
     add_kernel({id}, attention_kernel(kName, as, q, k, v, Operand{DType::kF32, os, out_strides}, keep),
                std::move(args), flops);
     return;
@@ -380,6 +381,7 @@ void Emitter::emit_attention(const passes::Step& st) {
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     std::vector<Arg> args{{place(st.in[0])}, {place(st.in[1])}, {place(st.in[2])}, {place(st.in[3])}, {base},
                           {scratch}};
+    if (as.key_mask) args.push_back({place(st.in.back())});
     if (i == 0 && plan.delta_from_out) args = {{place(st.in[4])}, {place(st.in[3])}, {scratch}};
     add_kernel({id}, std::move(plan.launches[i]), std::move(args), 0);
   }

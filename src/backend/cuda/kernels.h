@@ -190,6 +190,10 @@ struct AttentionShape {
   bool grads_packed = false;
   /// The device's SM count (DeviceInfo): the short-sequence path sizes its blocks by it.
   int sm_count = 0;
+  /// A key mask, bool [B, S] (ops.def Attention): every kernel takes it as its last parameter,
+  /// `const unsigned char* kmask` (the delta kernel excepted). The short-sequence path takes
+  /// none, so such shapes run on the tiled kernels.
+  bool key_mask = false;
   /// Tuning sweeps only (empty: the built-in tiles): per kernel (f forward, k dk/dv, q dq),
   /// "f:<warps>,<rows>,<columns per thread>;…" on the fp32 tiled path or
   /// "f:<warps>,<key columns>;…" on the tensor-core path.

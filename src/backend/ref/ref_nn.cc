@@ -259,6 +259,8 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
   const double scale = n.attrs.values[0];
   const Values &q = *in[0], &k = *in[1], &v = *in[2];
   const bool grad = n.op == Op::kAttentionGrad;
+  // The key mask (bool [B, S]): a hidden key is left out of the query's softmax altogether.
+  const Values* keys = n.op != Op::kAttentionAt && ir::attention_masked(n) ? in.back() : nullptr;
   const int64_t nq = numel(qs), nk = numel(ks);
   Values out(static_cast<size_t>(grad ? nq + 2 * nk : nq), 0.0);
   auto qi = [&](int64_t b, int64_t h, int64_t t, int64_t d) {
@@ -280,40 +282,42 @@ Values attention(const Node& n, const std::vector<const Node*>& nodes, const std
                              std::to_string(T) + " queries over a cache of " + std::to_string(S) + ")");
           visible = p + t + 1;
         }
-        std::vector<double> p(static_cast<size_t>(visible));
+        std::vector<int64_t> js;  // the keys this query sees; none: output 0, no gradient
+        for (int64_t s = 0; s < visible; ++s)
+          if (keys == nullptr || (*keys)[static_cast<size_t>(b * S + s)] != 0) js.push_back(s);
+        const size_t nj = js.size();
+        std::vector<double> p(nj);
         double mx = -INFINITY, total = 0;
-        for (int64_t s = 0; s < visible; ++s) {
+        for (size_t j = 0; j < nj; ++j) {
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += q[qi(b, h, t, d)] * k[ki(b, kvh, s, d)];
-          p[static_cast<size_t>(s)] = dot * scale;
+          for (int64_t d = 0; d < D; ++d) dot += q[qi(b, h, t, d)] * k[ki(b, kvh, js[j], d)];
+          p[j] = dot * scale;
           mx = std::max(mx, dot * scale);
         }
         for (double& x : p) total += (x = std::exp(x - mx));
         for (double& x : p) x /= total;
         if (!grad) {
-          for (int64_t s = 0; s < visible; ++s)
-            for (int64_t d = 0; d < D; ++d)
-              out[qi(b, h, t, d)] += p[static_cast<size_t>(s)] * v[ki(b, kvh, s, d)];
+          for (size_t j = 0; j < nj; ++j)
+            for (int64_t d = 0; d < D; ++d) out[qi(b, h, t, d)] += p[j] * v[ki(b, kvh, js[j], d)];
           continue;
         }
         // dP_s = dO·v_s; dS_s = P_s (dP_s − Σ_s' P_s' dP_s'); dq = scale Σ dS_s k_s;
         // dk_s += scale dS_s q; dv_s += P_s dO.
         const Values& dout = *in[3];
-        std::vector<double> dp(static_cast<size_t>(visible));
+        std::vector<double> dp(nj);
         double weighted = 0;
-        for (int64_t s = 0; s < visible; ++s) {
+        for (size_t j = 0; j < nj; ++j) {
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += dout[qi(b, h, t, d)] * v[ki(b, kvh, s, d)];
-          dp[static_cast<size_t>(s)] = dot;
-          weighted += p[static_cast<size_t>(s)] * dot;
+          for (int64_t d = 0; d < D; ++d) dot += dout[qi(b, h, t, d)] * v[ki(b, kvh, js[j], d)];
+          dp[j] = dot;
+          weighted += p[j] * dot;
         }
-        for (int64_t s = 0; s < visible; ++s) {
-          const double ds = p[static_cast<size_t>(s)] * (dp[static_cast<size_t>(s)] - weighted);
+        for (size_t j = 0; j < nj; ++j) {
+          const double ds = p[j] * (dp[j] - weighted);
           for (int64_t d = 0; d < D; ++d) {
-            out[qi(b, h, t, d)] += scale * ds * k[ki(b, kvh, s, d)];
-            out[static_cast<size_t>(nq) + ki(b, kvh, s, d)] += scale * ds * q[qi(b, h, t, d)];
-            out[static_cast<size_t>(nq + nk) + ki(b, kvh, s, d)] +=
-                p[static_cast<size_t>(s)] * dout[qi(b, h, t, d)];
+            out[qi(b, h, t, d)] += scale * ds * k[ki(b, kvh, js[j], d)];
+            out[static_cast<size_t>(nq) + ki(b, kvh, js[j], d)] += scale * ds * q[qi(b, h, t, d)];
+            out[static_cast<size_t>(nq + nk) + ki(b, kvh, js[j], d)] += p[j] * dout[qi(b, h, t, d)];
           }
         }
       }

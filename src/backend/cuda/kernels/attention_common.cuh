@@ -8,7 +8,8 @@
 // (shape_constants): B, HQ, HKV, GRP = HQ/HKV, T, S, D, SHIFT = S − T; Q0..Q3, K0..K3, V0..V3 and
 // O0..O3 (element strides of q, k, v and of out / dout over [B, H, T or S, D]); NQ, NK, NROWS
 // (elements of dq, of dk and dv, query rows); SCALE, SCALE2 = SCALE·log2 e; CAUSAL, GRADS_BTHD,
-// GRADS_PACKED (the gradients' layout, kernels.h: AttentionShape) and GRS (a packed row).
+// GRADS_PACKED (the gradients' layout, kernels.h: AttentionShape), GRS (a packed row) and
+// MASKED (a key mask kmask, bool [B, S], is the kernels' last parameter).
 // @piece common
 
 #define NEG_INF (-__int_as_float(0x7f800000))
@@ -39,6 +40,19 @@ __device__ __forceinline__ void zero(float (&c)[M][N]) {
 
 // Whether key c is visible to query r.
 __device__ __forceinline__ bool visible(int r, int c) { return c < S && (!CAUSAL || c <= r + SHIFT); }
+
+// Whether the key mask keeps key c (< S) of sequence b: always without one (MASKED false). A
+// query whose every key is hidden gets 0 from the forward, which stores lse = +∞ for it, so
+// that the backward finds no probability in its row.
+__device__ __forceinline__ bool key_kept(const unsigned char* __restrict__ kmask, int b, int c) {
+  return !MASKED || kmask[(long long)b * S + c] != 0;
+}
+// 1 / Σ of a query row's exponentials, and its lse = m + log2 Σ (0 and +∞ for a row that saw
+// no key, which only a key mask makes).
+__device__ __forceinline__ float row_inverse(float total) { return MASKED && total == 0.f ? 0.f : 1.f / total; }
+__device__ __forceinline__ float row_lse(float m, float total) {
+  return MASKED && total == 0.f ? POS_INF : m + log2f(total);
+}
 
 // Keys [0, key_end(q0)) are visible to some query of the row tile starting at q0.
 __device__ __forceinline__ int key_end(int q0) {

@@ -91,7 +91,8 @@ __device__ __forceinline__ void for_cols(int t, int rr, F f) {
 template <int MODE>
 __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                             const IN_T* __restrict__ v, float* __restrict__ out,
-                                            const IN_T* __restrict__ dout, float* __restrict__ scratch) {
+                                            const IN_T* __restrict__ dout, float* __restrict__ scratch,
+                                            const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
   float* Ks = Qs + BR * RS;                     // [BC][RS]
@@ -118,12 +119,14 @@ __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN
     float s[NN][4];
     zero(s);
     mma_abt(s, Qw, Ks, g, t);
-    if (k0 + BC > S || (CAUSAL && k0 + BC - 1 > w0 + SHIFT)) {  // some key hidden from some row
+    if (MASKED || k0 + BC > S || (CAUSAL && k0 + BC - 1 > w0 + SHIFT)) {  // some key hidden from some row
 #pragma unroll
       for (int n = 0; n < NN; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!visible(ra + 8 * (e >> 1), k0 + 8 * n + 2 * t + (e & 1))) s[n][e] = NEG_INF;
+        for (int e = 0; e < 4; ++e) {
+          const int c = k0 + 8 * n + 2 * t + (e & 1);
+          if (!visible(ra + 8 * (e >> 1), c) || !key_kept(kmask, b, c)) s[n][e] = NEG_INF;
+        }
     }
     float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
@@ -155,17 +158,17 @@ __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int r = ra + 8 * rr;
-    const float total = lanes_sum<4>(l[rr]), inv = 1.f / total;
+    const float total = lanes_sum<4>(l[rr]), inv = row_inverse(total);
     const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row
     if (MODE != STATS) {
       if (r < T) for_cols(t, rr, [&](int col, int dn, int e) { out[row + col * O3] = o[dn][e] * inv; });
-      if (MODE == OUT_LSE && r < T && t == 0) scratch[bh * T + r] = m[rr] + log2f(total);
+      if (MODE == OUT_LSE && r < T && t == 0) scratch[bh * T + r] = row_lse(m[rr], total);
     } else {
       float dot = 0.f;
       if (r < T)
         for_cols(t, rr, [&](int col, int dn, int e) { dot = fmaf(o[dn][e] * inv, in_ld(dout + row + col * O3), dot); });
       dot = lanes_sum<4>(dot);
-      if (r < T && t == 0) store_stats(scratch, bh, r, m[rr] + log2f(total), dot);
+      if (r < T && t == 0) store_stats(scratch, bh, r, row_lse(m[rr], total), dot);
     }
   }
 }
@@ -175,7 +178,8 @@ __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN
 // rescaled by 1 / log2 e at the end.
 __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                          const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
-                                         float* __restrict__ grads, const float* __restrict__ scratch) {
+                                         float* __restrict__ grads, const float* __restrict__ scratch,
+                                         const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   float* Ks = reinterpret_cast<float*>(smem4);  // [BR][RS]
   float* Vs = Ks + BR * RS;                     // [BR][RS]
@@ -198,6 +202,8 @@ __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T*
   const float* Kw = Ks + warp * 16 * RS;
   const float* Vw = Vs + warp * 16 * RS;
   const int w0 = k0 + warp * 16, ka = w0 + g;  // keys ka and ka + 8
+  const bool kept[2] = {!MASKED || (ka < S && key_kept(kmask, b, ka)),  // by the key mask
+                        !MASKED || (ka + 8 < S && key_kept(kmask, b, ka + 8))};
   float dk[ND][4], dv[ND][4];
   zero(dk);
   zero(dv);
@@ -237,7 +243,8 @@ __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T*
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = 8 * n + 2 * t + (e & 1);
-          const float p = (full || ka + 8 * (e >> 1) <= q0 + c + SHIFT) ? fast_exp2(s[n][e] - Ls[c]) : 0.f;
+          const float p =
+              (full || ka + 8 * (e >> 1) <= q0 + c + SHIFT) && kept[e >> 1] ? fast_exp2(s[n][e] - Ls[c]) : 0.f;
           s[n][e] = p;
           dp[n][e] = p * (dp[n][e] - Ds[c]);
         }
@@ -256,7 +263,8 @@ __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T*
 
 __device__ __forceinline__ void mma_dq(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                        const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
-                                       float* __restrict__ grads, const float* __restrict__ scratch) {
+                                       float* __restrict__ grads, const float* __restrict__ scratch,
+                                       const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   float* Qs = reinterpret_cast<float*>(smem4);  // [BR][RS] queries · scale·log2 e
   float* Os = Qs + BR * RS;                     // [BR][RS] output gradients
@@ -293,13 +301,14 @@ __device__ __forceinline__ void mma_dq(const IN_T* __restrict__ q, const IN_T* _
     zero(dp);
     mma_abt(s, Qw, Ks, g, t);
     mma_abt(dp, Ow, Vs, g, t);
-    const bool full = k0 + BC <= S && (!CAUSAL || k0 + BC - 1 <= w0 + SHIFT);  // every key visible to every row
+    const bool full = !MASKED && k0 + BC <= S && (!CAUSAL || k0 + BC - 1 <= w0 + SHIFT);  // every key visible to every row
 #pragma unroll
     for (int n = 0; n < NN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int rr = e >> 1;
-        const float p = (full || visible(ra + 8 * rr, k0 + 8 * n + 2 * t + (e & 1))) ? fast_exp2(s[n][e] - lse[rr]) : 0.f;
+        const int c = k0 + 8 * n + 2 * t + (e & 1);
+        const float p = (full || (visible(ra + 8 * rr, c) && key_kept(kmask, b, c))) ? fast_exp2(s[n][e] - lse[rr]) : 0.f;
         dp[n][e] = p * (dp[n][e] - delta[rr]);
       }
     mma_px(dq, dp, Ks, g, t);

@@ -134,7 +134,8 @@ __device__ __forceinline__ void scale_scores(float (&s)[M][4]) {
 template <int MODE>
 __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                             const IN_T* __restrict__ v, float* __restrict__ out,
-                                            const IN_T* __restrict__ dout, float* __restrict__ scratch) {
+                                            const IN_T* __restrict__ dout, float* __restrict__ scratch,
+                                            const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   bf16_t* Qs = reinterpret_cast<bf16_t*>(smem4);  // [BR][RS] queries
   bf16_t* Ks = Qs + BR * RS;                      // [BC][RS]
@@ -173,12 +174,14 @@ __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN
     zero(s);
     mma_abt(s, Qw, Ks, g, t);
     scale_scores(s);
-    if (k0 + BC > S || (CAUSAL && k0 + BC - 1 > w0 + SHIFT)) {  // some key hidden from some row
+    if (MASKED || k0 + BC > S || (CAUSAL && k0 + BC - 1 > w0 + SHIFT)) {  // some key hidden from some row
 #pragma unroll
       for (int n = 0; n < NN; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!visible(ra + 8 * (e >> 1), k0 + 8 * n + 2 * t + (e & 1))) s[n][e] = NEG_INF;
+        for (int e = 0; e < 4; ++e) {
+          const int c = k0 + 8 * n + 2 * t + (e & 1);
+          if (!visible(ra + 8 * (e >> 1), c) || !key_kept(kmask, b, c)) s[n][e] = NEG_INF;
+        }
     }
     float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
@@ -210,17 +213,17 @@ __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int r = ra + 8 * rr;
-    const float total = lanes_sum<4>(l[rr]), inv = 1.f / total;
+    const float total = lanes_sum<4>(l[rr]), inv = row_inverse(total);
     const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row
     if (MODE != STATS) {
       if (r < T) for_cols(t, rr, [&](int col, int dn, int e) { out[row + col * O3] = o[dn][e] * inv; });
-      if (MODE == OUT_LSE && r < T && t == 0) scratch[bh * T + r] = m[rr] + log2f(total);
+      if (MODE == OUT_LSE && r < T && t == 0) scratch[bh * T + r] = row_lse(m[rr], total);
     } else {
       float dot = 0.f;
       if (r < T)
         for_cols(t, rr, [&](int col, int dn, int e) { dot = fmaf(o[dn][e] * inv, in_ld(dout + row + col * O3), dot); });
       dot = lanes_sum<4>(dot);
-      if (r < T && t == 0) store_stats(scratch, bh, r, m[rr] + log2f(total), dot);
+      if (r < T && t == 0) store_stats(scratch, bh, r, row_lse(m[rr], total), dot);
     }
   }
 }
@@ -228,7 +231,8 @@ __device__ __forceinline__ void mma_forward(const IN_T* __restrict__ q, const IN
 // dK, dV of BR keys of one (b, kv head) over every query of its group.
 __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                          const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
-                                         float* __restrict__ grads, const float* __restrict__ scratch) {
+                                         float* __restrict__ grads, const float* __restrict__ scratch,
+                                         const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   bf16_t* Ks = reinterpret_cast<bf16_t*>(smem4);  // [BR][RS]
   bf16_t* Vs = Ks + BR * RS;                      // [BR][RS]
@@ -251,6 +255,8 @@ __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T*
   const bf16_t* Kw = Ks + warp * 16 * RS;
   const bf16_t* Vw = Vs + warp * 16 * RS;
   const int w0 = k0 + warp * 16, ka = w0 + g;  // keys ka and ka + 8
+  const bool kept[2] = {!MASKED || (ka < S && key_kept(kmask, b, ka)),  // by the key mask
+                        !MASKED || (ka + 8 < S && key_kept(kmask, b, ka + 8))};
   float dk[ND][4], dv[ND][4];
   zero(dk);
   zero(dv);
@@ -290,8 +296,9 @@ __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T*
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = 8 * n + 2 * t + (e & 1);
-          const float p =
-              (full || ka + 8 * (e >> 1) <= q0 + c + SHIFT) ? fast_exp2(s[n][e] * SCALE2 - Ls[c]) : 0.f;
+          const float p = (full || ka + 8 * (e >> 1) <= q0 + c + SHIFT) && kept[e >> 1]
+                              ? fast_exp2(s[n][e] * SCALE2 - Ls[c])
+                              : 0.f;
           s[n][e] = p;
           dp[n][e] = p * (dp[n][e] - Ds[c]);
         }
@@ -309,7 +316,8 @@ __device__ __forceinline__ void mma_dkdv(const IN_T* __restrict__ q, const IN_T*
 
 __device__ __forceinline__ void mma_dq(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                        const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
-                                       float* __restrict__ grads, const float* __restrict__ scratch) {
+                                       float* __restrict__ grads, const float* __restrict__ scratch,
+                                       const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   bf16_t* Qs = reinterpret_cast<bf16_t*>(smem4);  // [BR][RS] queries
   bf16_t* Os = Qs + BR * RS;                      // [BR][RS] output gradients
@@ -357,13 +365,14 @@ __device__ __forceinline__ void mma_dq(const IN_T* __restrict__ q, const IN_T* _
     zero(dp);
     mma_abt(s, Qw, Ks, g, t);
     mma_abt(dp, Ow, Vs, g, t);
-    const bool full = k0 + BC <= S && (!CAUSAL || k0 + BC - 1 <= w0 + SHIFT);  // every key visible to every row
+    const bool full = !MASKED && k0 + BC <= S && (!CAUSAL || k0 + BC - 1 <= w0 + SHIFT);  // every key visible to every row
 #pragma unroll
     for (int n = 0; n < NN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int rr = e >> 1;
-        const float p = (full || visible(ra + 8 * rr, k0 + 8 * n + 2 * t + (e & 1)))
+        const int c = k0 + 8 * n + 2 * t + (e & 1);
+        const float p = (full || (visible(ra + 8 * rr, c) && key_kept(kmask, b, c)))
                             ? fast_exp2(s[n][e] * SCALE2 - lse[rr])
                             : 0.f;
         dp[n][e] = p * (dp[n][e] - delta[rr]);

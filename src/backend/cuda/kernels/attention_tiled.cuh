@@ -132,7 +132,8 @@ __device__ __forceinline__ void accumulate(float (&acc)[RPT][OC], const float* P
 template <int MODE>
 __device__ __forceinline__ void forward_rows(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                              const IN_T* __restrict__ v, float* __restrict__ out,
-                                             const IN_T* __restrict__ dout, float* __restrict__ scratch) {
+                                             const IN_T* __restrict__ dout, float* __restrict__ scratch,
+                                             const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   float* Qt = reinterpret_cast<float*>(smem4);  // [DW][TS]  queries, transposed, pre-scaled
   float* Ks = Qt + DW * TS;                     // [BC][RS]  keys
@@ -154,12 +155,15 @@ __device__ __forceinline__ void forward_rows(const IN_T* __restrict__ q, const I
     TG_STAGE_KEY_TILE();
     float s[RPT][CPT];
     score_tile(s, Qt, Ks, L);
+    bool kept[CPT];  // by the key mask
+#pragma unroll
+    for (int j = 0; j < CPT; ++j) kept[j] = !MASKED || (k0 + L.tx + 8 * j < S && key_kept(kmask, b, k0 + L.tx + 8 * j));
 #pragma unroll
     for (int i = 0; i < RPT; ++i) {  // online softmax, base 2
       float mx = NEG_INF;
 #pragma unroll
       for (int j = 0; j < CPT; ++j) {
-        if (!visible(r0 + i, k0 + L.tx + 8 * j)) s[i][j] = NEG_INF;
+        if (!visible(r0 + i, k0 + L.tx + 8 * j) || !kept[j]) s[i][j] = NEG_INF;
         mx = fmaxf(mx, s[i][j]);
       }
       const float mnew = fmaxf(m[i], lanes_max<8>(mx));
@@ -181,14 +185,14 @@ __device__ __forceinline__ void forward_rows(const IN_T* __restrict__ q, const I
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     const int r = r0 + i;
-    const float total = lanes_sum<8>(l[i]), inv = 1.f / total;
+    const float total = lanes_sum<8>(l[i]), inv = row_inverse(total);
     const long long row = b * O0 + h * O1 + (long long)r * O2;  // out / dout row (O3 = 1)
     if (MODE != STATS) {
       if (r < T)
 #pragma unroll
         for (int c = 0; c < OC; ++c)
           if (out_col(c, L.tx) < D) out[row + out_col(c, L.tx) * O3] = o[i][c] * inv;
-      if (MODE == OUT_LSE && r < T && L.tx == 0) scratch[bh * T + r] = m[i] + log2f(total);
+      if (MODE == OUT_LSE && r < T && L.tx == 0) scratch[bh * T + r] = row_lse(m[i], total);
     } else {
       float dot = 0.f;  // delta = Σ_d dO·O
       if (r < T)
@@ -196,7 +200,7 @@ __device__ __forceinline__ void forward_rows(const IN_T* __restrict__ q, const I
         for (int c = 0; c < OC; ++c)
           if (out_col(c, L.tx) < D) dot = fmaf(o[i][c] * inv, in_ld(dout + row + out_col(c, L.tx) * O3), dot);
       dot = lanes_sum<8>(dot);
-      if (r < T && L.tx == 0) store_stats(scratch, bh, r, m[i] + log2f(total), dot);
+      if (r < T && L.tx == 0) store_stats(scratch, bh, r, row_lse(m[i], total), dot);
     }
   }
 }
@@ -204,7 +208,8 @@ __device__ __forceinline__ void forward_rows(const IN_T* __restrict__ q, const I
 
 __device__ __forceinline__ void dkdv_rows(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                           const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
-                                          float* __restrict__ grads, const float* __restrict__ scratch) {
+                                          float* __restrict__ grads, const float* __restrict__ scratch,
+                                          const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   float* Kt = reinterpret_cast<float*>(smem4);  // [DW][TS]  keys, transposed
   float* Vt = Kt + DW * TS;                     // [DW][TS]  values, transposed
@@ -223,6 +228,9 @@ __device__ __forceinline__ void dkdv_rows(const IN_T* __restrict__ q, const IN_T
   zero(dk);
   zero(dv);
   const int c0 = k0 + L.ty * RPT;  // this thread's first key
+  bool kept[RPT];                   // its keys, by the key mask
+#pragma unroll
+  for (int i = 0; i < RPT; ++i) kept[i] = !MASKED || (c0 + i < S && key_kept(kmask, b, c0 + i));
   // Queries before q_begin see none of the tile's keys.
   const int q_begin = CAUSAL ? max(0, k0 - SHIFT) / BC * BC : 0;
   // Tiles staged without prefetching here: holding the next tile in registers would cost this
@@ -250,7 +258,7 @@ __device__ __forceinline__ void dkdv_rows(const IN_T* __restrict__ q, const IN_T
 #pragma unroll
         for (int j = 0; j < CPT; ++j) {
           const int r = q0 + L.tx + 8 * j;
-          s[i][j] = (!CAUSAL || c0 + i <= r + SHIFT) ? fast_exp2(s[i][j] * SCALE2 - Ls[L.tx + 8 * j]) : 0.f;
+          s[i][j] = (!CAUSAL || c0 + i <= r + SHIFT) && kept[i] ? fast_exp2(s[i][j] * SCALE2 - Ls[L.tx + 8 * j]) : 0.f;
         }
       store_tile(Pw, s, L);
       __syncwarp();
@@ -280,7 +288,8 @@ __device__ __forceinline__ void dkdv_rows(const IN_T* __restrict__ q, const IN_T
 
 __device__ __forceinline__ void dq_rows(const IN_T* __restrict__ q, const IN_T* __restrict__ k,
                                         const IN_T* __restrict__ v, const IN_T* __restrict__ dout,
-                                        float* __restrict__ grads, const float* __restrict__ scratch) {
+                                        float* __restrict__ grads, const float* __restrict__ scratch,
+                                        const unsigned char* __restrict__ kmask) {
   extern __shared__ float4 smem4[];
   float* Qt = reinterpret_cast<float*>(smem4);  // [DW][TS]  queries, transposed, pre-scaled
   float* Ot = Qt + DW * TS;                     // [DW][TS]  output gradients, transposed
@@ -313,11 +322,14 @@ __device__ __forceinline__ void dq_rows(const IN_T* __restrict__ q, const IN_T* 
     float p[RPT][CPT], dp[RPT][CPT];
     score_tile(p, Qt, Ks, L);
     score_tile(dp, Ot, Vs, L);
+    bool kept[CPT];  // by the key mask
+#pragma unroll
+    for (int j = 0; j < CPT; ++j) kept[j] = !MASKED || (k0 + L.tx + 8 * j < S && key_kept(kmask, b, k0 + L.tx + 8 * j));
 #pragma unroll
     for (int i = 0; i < RPT; ++i)
 #pragma unroll
       for (int j = 0; j < CPT; ++j) {
-        const float pij = visible(r0 + i, k0 + L.tx + 8 * j) ? fast_exp2(p[i][j] - lse[i]) : 0.f;
+        const float pij = visible(r0 + i, k0 + L.tx + 8 * j) && kept[j] ? fast_exp2(p[i][j] - lse[i]) : 0.f;
         dp[i][j] = pij * (dp[i][j] - delta[i]);  // dS
       }
     store_tile(Pw, dp, L);
