@@ -305,6 +305,7 @@ std::unique_ptr<tg::Module> plain_module(const tg::pretrained::Model& lm) {
         if constexpr (std::is_same_v<C, tg::nn::MambaLMConfig>)
           return std::make_unique<tg::nn::MambaLM>(config);
         if constexpr (std::is_same_v<C, tg::nn::BertConfig>) return std::make_unique<tg::nn::Bert>(config);
+        if constexpr (std::is_same_v<C, tg::nn::ViTConfig>) return std::make_unique<tg::nn::ViT>(config);
       },
       lm.config);
 }
@@ -501,7 +502,8 @@ Inputs load_inputs(Options& o) {
   // The base is frozen: under --precision bf16 or f16 it is held in that type (the products read
   // it as stored), a third of the memory of f32 weights and their converted copies.
   tg::pretrained::Model lm = tg::pretrained::load(o.folder, {.dtype = held_type(o.precision, o.int8)});
-  if (std::holds_alternative<tg::nn::BertConfig>(lm.config))
+  if (std::holds_alternative<tg::nn::BertConfig>(lm.config) ||
+      std::holds_alternative<tg::nn::ViTConfig>(lm.config))
     throw std::runtime_error(lm.architecture +
                              " is an encoder: finetune trains causal language models on text");
   if (o.seq == 0) o.seq = lm.context > 0 ? std::min<int64_t>(lm.context, 128) : 128;
@@ -511,7 +513,14 @@ Inputs load_inputs(Options& o) {
   if (o.targets.empty()) o.targets = default_targets(lm);
   check_targets(*lm.module, lm.architecture, o.targets);
   const std::vector<int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);
-  const int64_t vocab = std::visit([](const auto& c) { return c.vocab; }, lm.config);
+  const int64_t vocab = std::visit(
+      [](const auto& c) -> int64_t {
+        if constexpr (std::is_same_v<std::decay_t<decltype(c)>, tg::nn::ViTConfig>)
+          return 0;  // refused above
+        else
+          return c.vocab;
+      },
+      lm.config);
   if (const auto top = std::max_element(tokens.begin(), tokens.end()); top != tokens.end() && *top >= vocab)
     throw std::runtime_error("the tokenizer gives id " + std::to_string(*top) +
                              ", past the model's vocabulary of " + std::to_string(vocab) +

@@ -27,6 +27,9 @@
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
+//   ViTModel, ViTForImageClassification
+//                     → nn::ViT      (the prefix vit. optional, the pooler when the file has one;
+//                                     see tensorgrad/vit.h)
 //   BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
 //   BertForQuestionAnswering, and the same of Roberta, XLMRoberta and DistilBert (renamed)
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
@@ -56,6 +59,7 @@
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/nn.h"
 #include "tensorgrad/program.h"
+#include "tensorgrad/vit.h"
 
 namespace tg::pretrained {
 
@@ -67,7 +71,7 @@ struct Model {
   std::string architecture;
   /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig or
   /// nn::MambaLMConfig.
-  std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig> config;
+  std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig> config;
   /// The model (an nn::Llama, nn::Gpt, nn::MambaLM or nn::Bert): compile programs from it.
   std::unique_ptr<Module> module;
   /// Its parameters' values from the file, named as module->parameters() are.
@@ -86,7 +90,8 @@ struct Model {
 
   /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward (a
   /// BERT-family masked-LM: its mlm_logits without a mask; a classifier: its logits [B, labels]
-  /// or [B, T, labels]; question answering: [B, T, 2]; an encoder without a head throws).
+  /// or [B, T, labels]; question answering: [B, T, 2]; a ViT classifier: its logits [B, labels]
+  /// for pixels [B, C, H, W] in place of ids; an encoder without a head throws).
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;
@@ -172,5 +177,7 @@ Model from_config(const nn::MambaLMConfig& config);
 /// DistilBert… with distil) by the
 /// head it has (more than one is refused), labels named LABEL_0, LABEL_1, …
 Model from_config(const nn::BertConfig& config);
+/// A Vision Transformer: ViTForImageClassification with labels (no pooler), else ViTModel.
+Model from_config(const nn::ViTConfig& config);
 
 }  // namespace tg::pretrained

@@ -401,6 +401,8 @@ const std::vector<Family>& families() {
       {"DistilBertForSequenceClassification", "distilbert", load_bert_family},
       {"DistilBertForTokenClassification", "distilbert", load_bert_family},
       {"DistilBertForQuestionAnswering", "distilbert", load_bert_family},
+      {"ViTModel", "vit", load_vit},
+      {"ViTForImageClassification", "vit", load_vit},
       {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
@@ -492,12 +494,19 @@ Tensor Model::logits(const Tensor& ids) const {
                         " has no language-model head: use nn::Bert::hidden (and pooled) for its outputs");
           return bert.mlm_logits(bert.hidden(ids));
         }
+        if constexpr (std::is_same_v<C, nn::ViTConfig>) {
+          const auto& vit = static_cast<const nn::ViT&>(*module);
+          if (c.labels == 0)
+            throw Error("[pretrained::Model] " + architecture +
+                        " has no classifier: use nn::ViT::hidden (and pooled) for its outputs");
+          return vit.classify(vit.hidden(ids));
+        }
       },
       config);
 }
 
 CachedLm Model::step() const {
-  if (std::holds_alternative<nn::BertConfig>(config))
+  if (std::holds_alternative<nn::BertConfig>(config) || std::holds_alternative<nn::ViTConfig>(config))
     throw Error("[pretrained::Model] " + architecture +
                 " is an encoder: it has no cached step to generate with");
   const Module* mod = module.get();
@@ -507,7 +516,7 @@ CachedLm Model::step() const {
         using M =
             std::conditional_t<std::is_same_v<C, nn::LlamaConfig>, nn::Llama,
                                std::conditional_t<std::is_same_v<C, nn::GptConfig>, nn::Gpt, nn::MambaLM>>;
-        if constexpr (std::is_same_v<C, nn::BertConfig>) {
+        if constexpr (std::is_same_v<C, nn::BertConfig> || std::is_same_v<C, nn::ViTConfig>) {
           return {};  // refused above
         } else {
           const M* model = static_cast<const M*>(mod);

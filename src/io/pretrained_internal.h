@@ -87,6 +87,7 @@ std::string config_json_of(const nn::LlamaConfig& c);
 std::string config_json_of(const nn::GptConfig& c);
 std::string config_json_of(const nn::MambaLMConfig& c);
 std::string config_json_of(const nn::BertConfig& c);
+std::string config_json_of(const nn::ViTConfig& c);
 
 /// A tied head's file may still hold the head; it must then equal the embedding it is tied to.
 bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,
@@ -127,5 +128,10 @@ void load_bert_family(Model& m, const json& c);
 Source bert_source(bool roberta, const std::string& prefix, const std::string& p);
 /// The same for DistilBERT's files (`prefix` "distilbert." or ""), whose names differ.
 Source distil_source(const std::string& prefix, const std::string& p);
+
+/// Vision Transformers (pretrained_vit.cc): ViTModel and ViTForImageClassification as nn::ViT,
+/// and the file's name of a parameter (`prefix` "vit." or "" before the encoder's names).
+void load_vit(Model& m, const json& c);
+Source vit_source(const std::string& prefix, const std::string& p);
 
 }  // namespace tg::pretrained::detail

@@ -274,6 +274,11 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
           std::move(t);
     return out;
   }
+  if (std::holds_alternative<nn::ViTConfig>(m.config)) {  // save_pretrained's prefix: none for ViTModel
+    const std::string prefix = m.architecture == "ViTModel" ? "" : "vit.";
+    for (auto& [name, t] : w) out[vit_source(prefix, name).name] = std::move(t);
+    return out;
+  }
   const bool mixtral = m.architecture == "MixtralForCausalLM";
   for (auto& [name, t] : w)
     out[mixtral ? mixtral_source(name).name : name] = std::move(t);  // the Llama family
@@ -491,6 +496,10 @@ Model from_config(const nn::MambaLMConfig& config) {
 Model from_config(const nn::BertConfig& config) {
   const std::string architecture = detail::bert_architecture(config);
   return model_of<nn::BertConfig, nn::Bert>(config, architecture.c_str(), config.context());
+}
+Model from_config(const nn::ViTConfig& config) {
+  return model_of<nn::ViTConfig, nn::ViT>(
+      config, config.labels > 0 ? "ViTForImageClassification" : "ViTModel", config.tokens());
 }
 
 }  // namespace tg::pretrained

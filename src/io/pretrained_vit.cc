@@ -1,0 +1,105 @@
+// Vision Transformers → nn::ViT:
+//   ViTModel                     the encoder's names as they are (files usually without a
+//                                prefix); the pooler when the file has pooler.dense
+//   ViTForImageClassification    vit.* and classifier (on the [CLS] token); the number of labels
+//                                is id2label's (else num_labels, else 2)
+// Refused: images that are not square (image_size a pair), attention dropout (the fused
+// attention has none), a pooler of another activation or width than tanh over hidden_size.
+#include <string>
+#include <utility>
+
+#include "io/pretrained_internal.h"
+#include "tensorgrad/vit.h"
+
+namespace tg::pretrained::detail {
+
+Source vit_source(const std::string& prefix, const std::string& p) {
+  return {p.starts_with("classifier.") ? p : prefix + p};
+}
+
+void load_vit(Model& m, const json& c) {
+  const std::string& f = m.folder;
+  nn::ViTConfig v;
+  v.image_size = required(c, f, "image_size");
+  v.patch_size = required(c, f, "patch_size");
+  v.channels = field<int64_t>(c, f, "num_channels", 3);
+  v.d_model = required(c, f, "hidden_size");
+  v.layers = required(c, f, "num_hidden_layers");
+  v.heads = required(c, f, "num_attention_heads");
+  v.mlp_hidden = required(c, f, "intermediate_size");
+  v.ln_eps = field<double>(c, f, "layer_norm_eps", 1e-12);
+  v.qkv_bias = field<bool>(c, f, "qkv_bias", true);
+  v.hidden_dropout = field<double>(c, f, "hidden_dropout_prob", 0.0);
+  if (const double p = field<double>(c, f, "attention_probs_dropout_prob", 0.0); p != 0)
+    fail(f, "config.json: attention_probs_dropout_prob " + std::to_string(p) +
+                " is not implemented (nn::ViT's attention is the fused primitive, without dropout)");
+  const std::string act = field<std::string>(c, f, "hidden_act", "gelu");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
+    v.gelu = GeluApprox::kTanh;
+  } else if (act != "gelu") {
+    fail(f, "config.json: hidden_act \"" + act +
+                "\" is not implemented by nn::ViT (gelu, gelu_new, gelu_pytorch_tanh)");
+  }
+  if (m.architecture == "ViTForImageClassification") {
+    v.labels = field<int64_t>(c, f, "num_labels", 2);
+    if (c.contains("id2label") && c["id2label"].is_object())
+      v.labels = static_cast<int64_t>(c["id2label"].size());
+    if (v.labels <= 0) fail(f, "config.json: a classifier with " + std::to_string(v.labels) + " labels");
+  }
+
+  Weights file = read_weights(f);
+  const std::string prefix = file.tensors.count("vit.embeddings.cls_token") ? "vit." : "";
+  v.pooler = file.tensors.count(prefix + "pooler.dense.weight") > 0;
+  if (v.pooler) {
+    const std::string pooler_act = field<std::string>(c, f, "pooler_act", "tanh");
+    const int64_t width = field<int64_t>(c, f, "pooler_output_size", v.d_model);
+    if (pooler_act != "tanh" || width != v.d_model)
+      fail(f, "config.json: a pooler of " + pooler_act + " over " + std::to_string(width) +
+                  " outputs is not implemented (tanh over hidden_size)");
+  }
+  m.context = v.tokens();
+  m.config = v;
+  m.module = std::make_unique<nn::ViT>(v);
+  map_weights(
+      m, std::move(file), [&](const std::string& p) { return vit_source(prefix, p); },
+      [](const std::string&) { return false; });
+}
+
+// ViTConfig's fields: what load_vit reads.
+std::string config_json_of(const nn::ViTConfig& c) {
+  json j{{"architectures", {c.labels > 0 ? "ViTForImageClassification" : "ViTModel"}},
+         {"model_type", "vit"},
+         {"image_size", c.image_size},
+         {"patch_size", c.patch_size},
+         {"num_channels", c.channels},
+         {"hidden_size", c.d_model},
+         {"num_hidden_layers", c.layers},
+         {"num_attention_heads", c.heads},
+         {"intermediate_size", c.mlp_hidden},
+         {"layer_norm_eps", c.ln_eps},
+         {"hidden_act", c.gelu == GeluApprox::kErf ? "gelu" : "gelu_new"},
+         {"qkv_bias", c.qkv_bias},
+         {"hidden_dropout_prob", c.hidden_dropout},
+         {"attention_probs_dropout_prob", 0.0},
+         {"pooler_act", "tanh"},
+         {"pooler_output_size", c.d_model},
+         {"encoder_stride", c.patch_size},
+         {"torch_dtype", "float32"}};
+  if (c.labels > 0) {
+    if (c.pooler)
+      throw CheckpointError(
+          "[pretrained::from_config] ViTForImageClassification cannot express a pooler (its encoder has "
+          "none); "
+          "save a model with it through the Model load() gave for its folder");
+    json id2label = json::object(), label2id = json::object();
+    for (int64_t i = 0; i < c.labels; ++i) {
+      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+      label2id["LABEL_" + std::to_string(i)] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+  }
+  return j.dump(2);
+}
+
+}  // namespace tg::pretrained::detail
