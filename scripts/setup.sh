@@ -4,14 +4,15 @@
 # the fuzz targets, the `fortunes` text corpus that examples/char_lm trains on, and zlib with the
 # Fashion-MNIST images that examples/fashion_mnist trains on, and Open MPI (libopenmpi-dev,
 # openmpi-bin: the distributed runtime's engine between CPU processes, and mpirun for its tests),
-# and nlohmann-json (header only: reads Hugging Face tokenizer.json files).
+# nlohmann-json (header only: reads Hugging Face tokenizer.json files), and stb (libstb-dev: reads
+# and writes image files for the vision models).
 # Skips packages already present.
 set -euo pipefail
 # clang 16 with its runtime (libFuzzer) and OpenMP builds the fuzz targets (fuzz/).
 packages=(g++ cmake ninja-build libopenblas-dev libopenblas-openmp-dev libgtest-dev pkg-config fortunes
           zlib1g-dev dataset-fashion-mnist
           clang-16 libclang-rt-16-dev libomp-16-dev
-          libopenmpi-dev openmpi-bin nlohmann-json3-dev)
+          libopenmpi-dev openmpi-bin nlohmann-json3-dev libstb-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

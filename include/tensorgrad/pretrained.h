@@ -85,6 +85,8 @@ struct Model {
   int64_t context = 0;
   /// config.json's eos_token_id(s), if it names any.
   std::vector<int32_t> eos_ids;
+  /// A classifier's label names by output index (config.json's id2label); empty without one.
+  std::vector<std::string> label_names = {};
   /// config.json as load() read it (or as from_config() wrote it): what save() writes back.
   std::string config_json;
 

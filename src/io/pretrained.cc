@@ -407,6 +407,27 @@ const std::vector<Family>& families() {
   return all;
 }
 
+// id2label's names by index ({"0": "cat", "1": "dog"}); every index from 0 up must be there.
+std::vector<std::string> label_names_of(const std::string& folder, const json& c) {
+  if (!c.contains("id2label") || !c["id2label"].is_object()) return {};
+  const json& m = c["id2label"];
+  std::vector<std::string> names(m.size());
+  for (const auto& [key, value] : m.items()) {
+    size_t end = 0;
+    long index = -1;
+    try {
+      index = std::stol(key, &end);
+    } catch (const std::exception&) {
+      end = 0;
+    }
+    if (end != key.size() || index < 0 || static_cast<size_t>(index) >= names.size() || !value.is_string())
+      fail(folder, "config.json: id2label's entry \"" + key + "\": " + value.dump() +
+                       " (expected names for the indices 0 to " + std::to_string(names.size() - 1) + ")");
+    names[static_cast<size_t>(index)] = value.get<std::string>();
+  }
+  return names;
+}
+
 // The family config.json names: architectures[0], else its model_type's.
 const Family& family_of(const std::string& folder, const json& c) {
   std::string arch;
@@ -462,6 +483,7 @@ Model load(const std::string& folder, const LoadOptions& options) {
   m.folder = folder;
   m.architecture = family.architecture;
   m.eos_ids = eos_of(c);
+  m.label_names = label_names_of(folder, c);
   m.config_json = c.dump(2);
   m.dtype = options.dtype;  // map_weights converts each matrix as it is taken
   m.group = options.group;

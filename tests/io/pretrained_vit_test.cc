@@ -48,6 +48,8 @@ TEST(ViT, ConfigIsTransformers) {
     EXPECT_EQ(v.pooler, !cls);
     EXPECT_EQ(v.labels, cls ? 5 : 0);
     EXPECT_DOUBLE_EQ(v.ln_eps, 1e-12);
+    const std::vector<std::string> names{"LABEL_0", "LABEL_1", "LABEL_2", "LABEL_3", "LABEL_4"};
+    EXPECT_EQ(m.label_names, cls ? names : std::vector<std::string>());
   }
 }
 
