@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
         model, [&](tg::Tensor x) { return model.classify(model.hidden(x)); },
         {.inputs = {{"pixels", {batch, 3, 224, 224}, tg::DType::kF32}}, .device = device, .precision = prec});
     p.init_params(0);
-    const tg::Feeds feeds{{"pixels", images(batch)}};
+    const std::vector<float> pixels = images(batch);  // Feeds borrow their data: it must outlive them
+    const tg::Feeds feeds{{"pixels", pixels}};
     report("vit_infer", bf16, median_seconds_per_step([&] { p.run(feeds); }, warm, iters), batch);
   }
   if (which.find("train") != std::string::npos) {
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
          .device = device,
          .precision = prec});
     train.init_params(0);
-    const tg::Feeds feeds{{"pixels", images(batch)}, {"labels", labels}};
+    const std::vector<float> pixels = images(batch);
+    const tg::Feeds feeds{{"pixels", pixels}, {"labels", labels}};
     report("vit_train", bf16, median_seconds_per_step([&] { train.step(feeds); }, warm, iters), batch);
     std::printf("%-14s %-10s planned peak %.0f MiB\n", "vit_train", bf16 ? "tg_bf16" : "tg_fp32",
                 static_cast<double>(train.memory_report().planned_peak()) / (1 << 20));

@@ -158,7 +158,7 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, "
       "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
       "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
-      "DistilBertForQuestionAnswering, "
+      "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, "
       "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "t5"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"t5\", which is not supported");

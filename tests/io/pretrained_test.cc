@@ -360,7 +360,7 @@ TEST(Pretrained, Errors) {
         "XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, "
         "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
         "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
-        "DistilBertForQuestionAnswering, "
+        "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, "
         "MambaForCausalLM");
   }
   {
