@@ -88,6 +88,8 @@ std::string config_json_of(const nn::GptConfig& c);
 std::string config_json_of(const nn::MambaLMConfig& c);
 std::string config_json_of(const nn::BertConfig& c);
 std::string config_json_of(const nn::ViTConfig& c);
+/// A classifier's id2label and label2id (LABEL_0, LABEL_1, …), as transformers writes them.
+void add_labels(json& config, int64_t labels);
 
 /// A tied head's file may still hold the head; it must then equal the embedding it is tied to.
 bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,

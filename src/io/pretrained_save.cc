@@ -457,16 +457,18 @@ std::string config_json_of(const nn::BertConfig& c) {
                       {"tie_word_embeddings", true},
                       {"torch_dtype", "float32"}};
   if (!c.distil && c.qa_dropout != 0) cannot("Bert", "qa_dropout (BERT's question answering has none)");
-  if (c.labels > 0) {
-    json id2label = json::object(), label2id = json::object();
-    for (int64_t i = 0; i < c.labels; ++i) {
-      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
-      label2id["LABEL_" + std::to_string(i)] = i;
-    }
-    j["id2label"] = id2label;
-    j["label2id"] = label2id;
-  }
+  if (c.labels > 0) add_labels(j, c.labels);
   return j.dump(2);
+}
+
+void add_labels(json& config, int64_t labels) {
+  json id2label = json::object(), label2id = json::object();
+  for (int64_t i = 0; i < labels; ++i) {
+    id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+    label2id["LABEL_" + std::to_string(i)] = i;
+  }
+  config["id2label"] = id2label;
+  config["label2id"] = label2id;
 }
 
 }  // namespace detail

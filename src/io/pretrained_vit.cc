@@ -91,13 +91,7 @@ std::string config_json_of(const nn::ViTConfig& c) {
           "[pretrained::from_config] ViTForImageClassification cannot express a pooler (its encoder has "
           "none); "
           "save a model with it through the Model load() gave for its folder");
-    json id2label = json::object(), label2id = json::object();
-    for (int64_t i = 0; i < c.labels; ++i) {
-      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
-      label2id["LABEL_" + std::to_string(i)] = i;
-    }
-    j["id2label"] = id2label;
-    j["label2id"] = label2id;
+    add_labels(j, c.labels);
   }
   return j.dump(2);
 }

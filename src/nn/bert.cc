@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "nn/heads.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::nn {
@@ -11,12 +12,6 @@ namespace {
 // Hugging Face's BERT initialisation: normal(0.02) weights and embeddings, zero biases.
 LinearOptions bert_linear() {
   return {.bias = true, .weight_init = init::normal(0.02), .bias_init = init::zeros()};
-}
-
-// [B, T, H·D] → [B, H, T, D].
-Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
-  const Shape& s = x.shape();
-  return permute(reshape(x, {s[0], s[1], heads, s[2] / heads}, loc), {0, 2, 1, 3}, loc);
 }
 
 void check_ids(const char* what, const Tensor& t, const Shape& want, const Loc& loc) {
@@ -67,7 +62,7 @@ Tensor BertLayer::operator()(const Tensor& x, const std::optional<Tensor>& key_m
   } else {  // one fused primitive, padding keys left out by the mask
     a = tg::attention(q, k, v, AttentionOptions{.causal = false, .key_mask = key_mask}, loc);
   }
-  a = reshape(permute(a, {0, 2, 1, 3}, loc), s, loc);
+  a = merge_heads(a, loc);
   const Tensor projected = attention_dense(a, loc);  // DistilBERT drops nothing here
   const Tensor h = attention_norm(
       add(x, config_.distil ? projected : dropout(projected, config_.hidden_dropout, loc), loc), loc);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tensorgrad/bert.h"
+#include "nn/heads.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::nn {
@@ -13,12 +14,6 @@ namespace {
 // truncates at 2σ), zero biases.
 LinearOptions vit_linear(bool bias = true) {
   return {.bias = bias, .weight_init = init::normal(0.02), .bias_init = init::zeros()};
-}
-
-// [B, T, H·D] → [B, H, T, D].
-Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
-  const Shape& s = x.shape();
-  return permute(reshape(x, {s[0], s[1], heads, s[2] / heads}, loc), {0, 2, 1, 3}, loc);
 }
 
 }  // namespace
@@ -41,13 +36,11 @@ ViTLayer::ViTLayer(Module& parent, std::string name, const ViTConfig& c)
       config_(c) {}
 
 Tensor ViTLayer::operator()(const Tensor& x, Loc loc) const {
-  const Shape& s = x.shape();
   const Tensor n = norm_before(x, loc);
   const Tensor q = split_heads(query(n, loc), config_.heads, loc);
   const Tensor k = split_heads(key(n, loc), config_.heads, loc);
   const Tensor v = split_heads(value(n, loc), config_.heads, loc);
-  Tensor a = tg::attention(q, k, v, AttentionOptions{.causal = false}, loc);
-  a = reshape(permute(a, {0, 2, 1, 3}, loc), s, loc);
+  const Tensor a = merge_heads(tg::attention(q, k, v, AttentionOptions{.causal = false}, loc), loc);
   const Tensor h = add(x, dropout(attention_dense(a, loc), config_.hidden_dropout, loc), loc);
   const Tensor m = output_dense(gelu(intermediate_dense(norm_after(h, loc), loc), config_.gelu, loc), loc);
   return add(h, dropout(m, config_.hidden_dropout, loc), loc);
