@@ -32,31 +32,46 @@ Image read_image(const std::string& path, int channels = 3);
 /// Writes `image` (1 to 4 channels) as a PNG file; InputError when it cannot.
 void write_png(const Image& image, const std::string& path);
 
-/// `image` resized to height × width as Pillow's Image.resize(…, BILINEAR) does, to the bit: the
-/// triangle filter, stretched over the scale when shrinking (antialiased), applied across the
-/// rows and then down the columns with Pillow's fixed-point weights and its rounding to 8 bits
-/// after each pass. The same size returns a copy.
-Image resize_bilinear(const Image& image, int64_t height, int64_t width);
+/// Resampling filters, numbered as Pillow's (and preprocessor_config.json's "resample").
+enum class Resample { kBilinear = 2, kBicubic = 3 };
 
-/// What preprocessor_config.json asks for (transformers' ViTImageProcessor and the processors
-/// with its fields): resize to size (bilinear: resample 2), rescale by rescale_factor, normalize
-/// by image_mean and image_std, per channel, into pixel_values [B, C, H, W].
+/// `image` resized to height × width as Pillow's Image.resize does, to the bit: the filter
+/// (bilinear: the triangle 1 − |t| over |t| < 1; bicubic: Keys' cubic with a = −0.5 over |t| < 2)
+/// stretched over the scale when shrinking (antialiased), applied across the rows and then down
+/// the columns with Pillow's fixed-point weights and its rounding to 8 bits after each pass. The
+/// same size returns a copy.
+Image resize_image(const Image& image, int64_t height, int64_t width, Resample filter = Resample::kBilinear);
+
+/// What preprocessor_config.json asks for (transformers' ViT, DeiT and CLIP image processors and
+/// those with their fields): resize to size, or the shortest edge to shortest_edge with the
+/// other in proportion (rounded down, as transformers does), with the resample filter; crop the
+/// center to crop_size; rescale by rescale_factor; normalize by image_mean and image_std, per
+/// channel; into pixel_values [B, C, H, W].
 struct ImageProcessor {
   bool do_resize = true;
   int64_t height = 224, width = 224;
+  /// When positive: the shorter side becomes shortest_edge (height and width unused).
+  int64_t shortest_edge = 0;
+  Resample resample = Resample::kBilinear;
+  bool do_center_crop = false;
+  int64_t crop_height = 224, crop_width = 224;
   bool do_rescale = true;
   double rescale_factor = 1.0 / 255.0;
   bool do_normalize = true;
   std::vector<double> mean = {0.5, 0.5, 0.5}, std = {0.5, 0.5, 0.5};
 
   /// The folder's preprocessor_config.json. Without one: these defaults, with config.json's
-  /// image_size as the size when it names one. CheckpointError for a file it cannot follow (a
-  /// resampling other than bilinear, a center crop, a size given as shortest_edge, a mean or
-  /// std of another channel count, a field of the wrong type).
+  /// image_size as the size when it names one. A size given as one number is a square (as
+  /// ViTImageProcessor reads it) except for CLIPImageProcessor, whose number is the shortest
+  /// edge. CheckpointError for a file it cannot follow (a resampling other than bilinear and
+  /// bicubic, a size given as a longest edge, crop_pct, a mean or std of another channel count,
+  /// a field of the wrong type).
   static ImageProcessor load(const std::string& folder);
 
-  /// pixel_values f32 [B, C, height, width] for images of C = mean.size() channels (any sizes
-  /// when do_resize; else each must already be height × width). InputError otherwise.
+  /// pixel_values f32 [B, C, H, W] for images of C = mean.size() channels: H × W is the crop's
+  /// size, else the resized size, else the images' own. InputError for images whose sizes come
+  /// out different (a shortest-edge resize without a crop, or no resize), smaller than the crop,
+  /// or of another channel count.
   HostTensor operator()(std::span<const Image> images) const;
 };
 

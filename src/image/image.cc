@@ -26,12 +26,27 @@ struct Taps {
   int64_t stride = 0;
 };
 
-// Output sample i sits at (i + 0.5)·scale in the input (scale = in / out); the triangle filter
-// (1 − |t| for |t| < 1) is stretched by max(scale, 1), so a shrink averages over every input
-// sample it covers. The weights are normalised to sum to 1 before their conversion.
-Taps taps(int64_t in, int64_t out) {
+// Pillow's filters over their support: the triangle, and Keys' cubic with a = −0.5.
+double bilinear(double x) {
+  x = std::abs(x);
+  return x < 1 ? 1 - x : 0;
+}
+double bicubic(double x) {
+  constexpr double a = -0.5;
+  x = std::abs(x);
+  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0;
+}
+
+// Output sample i sits at (i + 0.5)·scale in the input (scale = in / out); the filter is
+// stretched by max(scale, 1), so a shrink averages over every input sample it covers. The
+// weights are normalised to sum to 1 before their conversion to fixed point.
+Taps taps(int64_t in, int64_t out, Resample filter) {
   const double scale = static_cast<double>(in) / static_cast<double>(out);
-  const double stretch = std::max(scale, 1.0), support = stretch, inverse = 1.0 / stretch;
+  const double stretch = std::max(scale, 1.0), inverse = 1.0 / stretch;
+  const double support = (filter == Resample::kBicubic ? 2.0 : 1.0) * stretch;
+  double (*const f)(double) = filter == Resample::kBicubic ? bicubic : bilinear;
   Taps t;
   t.stride = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
   t.weights.assign(static_cast<size_t>(out * t.stride), 0);
@@ -44,8 +59,7 @@ Taps taps(int64_t in, int64_t out) {
     const int64_t n = hi - lo;
     double total = 0;
     for (int64_t x = 0; x < n; ++x) {
-      const double d = std::abs((static_cast<double>(x + lo) - center + 0.5) * inverse);
-      k[static_cast<size_t>(x)] = d < 1 ? 1 - d : 0;
+      k[static_cast<size_t>(x)] = f((static_cast<double>(x + lo) - center + 0.5) * inverse);
       total += k[static_cast<size_t>(x)];
     }
     for (int64_t x = 0; x < n; ++x) {
@@ -65,8 +79,8 @@ uint8_t clip8(int64_t acc) {
 }
 
 // Resamples along the rows (horizontal) or down the columns.
-Image pass(const Image& in, int64_t out_size, bool horizontal) {
-  const Taps t = taps(horizontal ? in.width : in.height, out_size);
+Image pass(const Image& in, int64_t out_size, bool horizontal, Resample filter) {
+  const Taps t = taps(horizontal ? in.width : in.height, out_size, filter);
   Image out{horizontal ? in.height : out_size, horizontal ? out_size : in.width, in.channels, {}};
   out.pixels.resize(static_cast<size_t>(out.height * out.width * out.channels));
   for (int64_t y = 0; y < out.height; ++y)
@@ -97,13 +111,17 @@ void check_image(const Image& im, const char* api) {
 
 }  // namespace
 
-Image resize_bilinear(const Image& image, int64_t height, int64_t width) {
-  check_image(image, "resize_bilinear");
+Image resize_image(const Image& image, int64_t height, int64_t width, Resample filter) {
+  check_image(image, "resize_image");
   if (height <= 0 || width <= 0)
-    throw InputError("[resize_bilinear] the size must be positive, got " + std::to_string(height) + " × " +
+    throw InputError("[resize_image] the size must be positive, got " + std::to_string(height) + " × " +
                      std::to_string(width));
-  Image out = image.width != width ? pass(image, width, true) : image;  // across the rows first, as Pillow
-  return out.height != height ? pass(out, height, false) : out;
+  if (filter != Resample::kBilinear && filter != Resample::kBicubic)
+    throw InputError("[resize_image] resampling filter " + std::to_string(static_cast<int>(filter)) +
+                     ": bilinear (2) and bicubic (3) are implemented");
+  // Across the rows first, as Pillow.
+  Image out = image.width != width ? pass(image, width, true, filter) : image;
+  return out.height != height ? pass(out, height, false, filter) : out;
 }
 
 #ifdef TG_HAVE_STB

@@ -1,7 +1,9 @@
 // tg::ImageProcessor: preprocessor_config.json read, and transformers' image processing done.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "tensorgrad/errors.h"
 #include "tensorgrad/image.h"
@@ -48,6 +50,26 @@ std::vector<double> per_channel(const json& c, const std::string& file, const ch
     fail(file, std::string("\"") + key + "\" is " + v.dump() + ", expected a number per channel");
   return v.get<std::vector<double>>();
 }
+// A size as preprocessor_config.json gives it: {"height", "width"}, {"shortest_edge"} (into
+// `edge`), or one number, a square unless `number_is_edge`.
+void read_size(const json& s, const std::string& file, const char* key, bool number_is_edge, int64_t& height,
+               int64_t& width, int64_t* edge) {
+  if (s.is_number_integer() && !number_is_edge) {
+    height = width = s.get<int64_t>();
+  } else if (s.is_number_integer() && edge) {
+    *edge = s.get<int64_t>();
+  } else if (s.is_object() && s.size() == 2 && s.contains("height") && s.contains("width")) {
+    height = get<int64_t>(s, file, "height", 0);
+    width = get<int64_t>(s, file, "width", 0);
+  } else if (s.is_object() && s.size() == 1 && s.contains("shortest_edge") && edge) {
+    *edge = get<int64_t>(s, file, "shortest_edge", 0);
+  } else {
+    fail(file, std::string("\"") + key + "\" is " + s.dump() + ": {\"height\", \"width\"}" +
+                   (edge ? ", {\"shortest_edge\"}" : "") + " or one number is implemented");
+  }
+  if (height <= 0 || width <= 0 || (edge && *edge < 0) || (edge && s.contains("shortest_edge") && *edge == 0))
+    fail(file, std::string("\"") + key + "\" " + s.dump() + " is not a positive size");
+}
 
 }  // namespace
 
@@ -65,25 +87,23 @@ ImageProcessor ImageProcessor::load(const std::string& folder) {
   const std::string file = path.string();
   const json c = read_file(path);
   if (!c.is_object()) fail(file, "not a JSON object");
+  // A size of one number: CLIP's processor reads it as the shortest edge, the others as a square.
+  const bool clip =
+      (c.contains("image_processor_type") && c["image_processor_type"] == "CLIPImageProcessor") ||
+      (c.contains("feature_extractor_type") && c["feature_extractor_type"] == "CLIPFeatureExtractor");
   p.do_resize = get<bool>(c, file, "do_resize", true);
-  if (c.contains("size") && !c["size"].is_null()) {
-    const json& s = c["size"];
-    if (s.is_number_integer()) {
-      p.height = p.width = s.get<int64_t>();
-    } else if (s.is_object() && s.contains("height") && s.contains("width")) {
-      p.height = get<int64_t>(s, file, "height", 0);
-      p.width = get<int64_t>(s, file, "width", 0);
-    } else {
-      fail(file,
-           "\"size\" is " + s.dump() +
-               ": only {\"height\", \"width\"} (or one number) is implemented, not shortest/longest edges");
-    }
-    if (p.height <= 0 || p.width <= 0) fail(file, "\"size\" " + s.dump() + " is not a positive size");
-  }
-  if (const int64_t resample = get<int64_t>(c, file, "resample", 2); p.do_resize && resample != 2)
+  if (c.contains("size") && !c["size"].is_null())
+    read_size(c["size"], file, "size", clip, p.height, p.width, &p.shortest_edge);
+  const int64_t resample = get<int64_t>(c, file, "resample", 2);
+  if (p.do_resize && resample != 2 && resample != 3)
     fail(file, "\"resample\" " + std::to_string(resample) +
-                   " is not implemented (2, bilinear, is; 3 is bicubic, 1 Lanczos, 0 nearest)");
-  if (get<bool>(c, file, "do_center_crop", false)) fail(file, "\"do_center_crop\" true is not implemented");
+                   " is not implemented (2, bilinear, and 3, bicubic, are; 1 is Lanczos, 0 nearest)");
+  p.resample = resample == 3 ? Resample::kBicubic : Resample::kBilinear;
+  if (c.contains("crop_pct") && !c["crop_pct"].is_null())
+    fail(file, "\"crop_pct\" (a resize to size / crop_pct before the crop) is not implemented");
+  p.do_center_crop = get<bool>(c, file, "do_center_crop", false);
+  if (p.do_center_crop && c.contains("crop_size") && !c["crop_size"].is_null())
+    read_size(c["crop_size"], file, "crop_size", false, p.crop_height, p.crop_width, nullptr);
   p.do_rescale = get<bool>(c, file, "do_rescale", true);
   p.rescale_factor = get<double>(c, file, "rescale_factor", 1.0 / 255.0);
   p.do_normalize = get<bool>(c, file, "do_normalize", true);
@@ -95,36 +115,79 @@ ImageProcessor ImageProcessor::load(const std::string& folder) {
   return p;
 }
 
+namespace {
+
+std::string size_str(int64_t h, int64_t w) { return std::to_string(h) + " × " + std::to_string(w); }
+
+// transformers' shortest-edge resize: the shorter side becomes `edge`, the longer one
+// int(edge · long / short), rounded down.
+std::pair<int64_t, int64_t> shortest_edge_size(int64_t h, int64_t w, int64_t edge) {
+  const bool tall = w <= h;
+  const auto longer = static_cast<int64_t>(static_cast<double>(edge) * static_cast<double>(tall ? h : w) /
+                                           static_cast<double>(tall ? w : h));
+  return tall ? std::pair{longer, edge} : std::pair{edge, longer};
+}
+
+// The crop_h × crop_w window at the center, its corner at ((h − crop_h) / 2, (w − crop_w) / 2)
+// rounded down.
+Image center_crop(const Image& im, int64_t crop_h, int64_t crop_w) {
+  const int64_t top = (im.height - crop_h) / 2, left = (im.width - crop_w) / 2;
+  Image out{crop_h, crop_w, im.channels, {}};
+  out.pixels.reserve(static_cast<size_t>(crop_h * crop_w * im.channels));
+  for (int64_t y = 0; y < crop_h; ++y)
+    for (int64_t x = 0; x < crop_w; ++x)
+      for (int64_t c = 0; c < im.channels; ++c) out.pixels.push_back(im.at(top + y, left + x, c));
+  return out;
+}
+
+}  // namespace
+
 HostTensor ImageProcessor::operator()(std::span<const Image> images) const {
   const auto C = static_cast<int64_t>(mean.size());
   if (images.empty()) throw InputError("[ImageProcessor] no images");
   std::vector<float> out;
-  out.reserve(static_cast<size_t>(static_cast<int64_t>(images.size()) * C * height * width));
+  int64_t H = 0, W = 0;
   for (size_t i = 0; i < images.size(); ++i) {
     const Image& raw = images[i];
+    const std::string which =
+        "[ImageProcessor] image " + std::to_string(i) + " (" + size_str(raw.height, raw.width) + ")";
     if (raw.channels != C)
-      throw InputError("[ImageProcessor] image " + std::to_string(i) + " has " +
-                       std::to_string(raw.channels) + " channels; the processor normalizes " +
-                       std::to_string(C) + " (read_image(path, " + std::to_string(C) + "))");
-    if (!do_resize && (raw.height != height || raw.width != width))
-      throw InputError("[ImageProcessor] image " + std::to_string(i) + " is " + std::to_string(raw.height) +
-                       " × " + std::to_string(raw.width) + ", and the processor does not resize to " +
-                       std::to_string(height) + " × " + std::to_string(width));
-    const Image im = do_resize ? resize_bilinear(raw, height, width) : raw;
+      throw InputError(which + " has " + std::to_string(raw.channels) +
+                       " channels; the processor normalizes " + std::to_string(C) + " (read_image(path, " +
+                       std::to_string(C) + "))");
+    Image im = raw;
+    if (do_resize) {
+      const auto [h, w] = shortest_edge > 0 ? shortest_edge_size(raw.height, raw.width, shortest_edge)
+                                            : std::pair{height, width};
+      im = resize_image(raw, h, w, resample);
+    }
+    if (do_center_crop) {
+      if (im.height < crop_height || im.width < crop_width)
+        throw InputError(which + " is " + size_str(im.height, im.width) +
+                         " before the crop, smaller than its " + size_str(crop_height, crop_width));
+      im = center_crop(im, crop_height, crop_width);
+    }
+    if (i == 0) {
+      H = im.height, W = im.width;
+      out.reserve(static_cast<size_t>(static_cast<int64_t>(images.size()) * C * H * W));
+    } else if (im.height != H || im.width != W) {
+      throw InputError(which + " comes out " + size_str(im.height, im.width) + ", image 0 " + size_str(H, W) +
+                       ": one batch needs one size (resize to a fixed size, or crop)");
+    }
     // As transformers computes it: the rescale in double rounded to f32, then (x − mean) / std
     // in f32.
     for (int64_t c = 0; c < C; ++c) {
       const auto m = static_cast<float>(do_normalize ? mean[static_cast<size_t>(c)] : 0.0);
       const auto s = static_cast<float>(do_normalize ? std[static_cast<size_t>(c)] : 1.0);
-      for (int64_t y = 0; y < height; ++y)
-        for (int64_t x = 0; x < width; ++x) {
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t x = 0; x < W; ++x) {
           const double v = im.at(y, x, c);
           const auto r = static_cast<float>(do_rescale ? v * rescale_factor : v);
           out.push_back(do_normalize ? (r - m) / s : r);
         }
     }
   }
-  return HostTensor::f32(std::move(out), {static_cast<int64_t>(images.size()), C, height, width});
+  return HostTensor::f32(std::move(out), {static_cast<int64_t>(images.size()), C, H, W});
 }
 
 }  // namespace tg

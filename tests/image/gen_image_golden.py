@@ -8,12 +8,18 @@ for tests/image/image_test.cc; and tests/data/tiny_vit_cls/preprocessor_config.j
   resized.safetensors
                    "<h>x<w>" I32 [h, w, 3] (values 0-255): photo.png resized by Pillow's Image.resize with
                    BILINEAR (antialiased when shrinking) to 16 × 16, 7 × 40, 64 × 50 and 23 × 31
-                   (its own size: no resampling)
+                   (its own size: no resampling); "bicubic <h>x<w>": with BICUBIC, the first three
   pixels.safetensors
                    "pixels" F32 [2, 3, 16, 16]: ViTImageProcessor (the Pillow one, backend="pil")
                    of tiny_vit_cls on [photo.png, gray.png as RGB]; "logits" F32 [2, 5]: tiny_vit_cls on
                    them (float32, CPU); "fast_max_diff": how far the torchvision processor
                    (transformers 5's default) lands from those pixels, for the record
+  clip/, deit/     preprocessor_config.json of a CLIPImageProcessor (bicubic resize of the
+                   shortest edge to 18, center crop 16 × 16) and a DeiTImageProcessor (bicubic
+                   resize to 20 × 20, center crop 16 × 12), ImageNet's mean and std
+  crops.safetensors
+                   "clip", "deit" F32 [2, 3, 16, 16 or 12]: what each (its Pillow backend) makes
+                   of [photo.png, gray.png as RGB]
 """
 import os
 import sys
@@ -44,6 +50,9 @@ def main():
     resized = {}
     for (rh, rw) in [(16, 16), (7, 40), (64, 50), (23, 31)]:
         resized[f"{rh}x{rw}"] = torch.from_numpy(np.asarray(img.resize((rw, rh), Image.BILINEAR)).astype(np.int32))
+        if (rh, rw) != (23, 31):
+            resized[f"bicubic {rh}x{rw}"] = torch.from_numpy(
+                np.asarray(img.resize((rw, rh), Image.BICUBIC)).astype(np.int32))
     write_safetensors(os.path.join(folder, "resized.safetensors"), resized, {})
 
     vit = os.path.join(OUT, "tiny_vit_cls")
@@ -64,6 +73,20 @@ def main():
     write_safetensors(os.path.join(folder, "pixels.safetensors"),
                       {"pixels": pixels, "logits": logits, "fast_max_diff": diff.float()}, {})
     print(open(os.path.join(vit, "preprocessor_config.json")).read())
+
+    # Bicubic resampling, a shortest-edge resize and a center crop, as CLIP's and DeiT's
+    # processors do them (their folders hold only preprocessor_config.json).
+    crops = {}
+    for name, proc in [("clip", tf.CLIPImageProcessor(size={"shortest_edge": 18}, crop_size={"height": 16, "width": 16})),
+                       ("deit", tf.DeiTImageProcessor(size={"height": 20, "width": 20},
+                                                      crop_size={"height": 16, "width": 12}))]:
+        where = os.path.join(folder, name)
+        proc.save_pretrained(where)
+        pil = tf.AutoImageProcessor.from_pretrained(where, backend="pil")
+        crops[name] = pil(images=images, return_tensors="pt")["pixel_values"].float()
+        print(name, type(pil).__name__, tuple(crops[name].shape))
+        print(open(os.path.join(where, "preprocessor_config.json")).read())
+    write_safetensors(os.path.join(folder, "crops.safetensors"), crops, {})
 
 
 if __name__ == "__main__":

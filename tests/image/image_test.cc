@@ -1,6 +1,6 @@
 // Images for vision models against Pillow 12.3 and transformers 5.17 (tests/image/
 // gen_image_golden.py, run on the GPU machine): read_image of the PNGs Pillow wrote,
-// resize_bilinear against Pillow's Image.resize(BILINEAR) to the bit (shrinking, stretching,
+// resize_image against Pillow's Image.resize(BILINEAR) to the bit (shrinking, stretching,
 // both at once and the same size), and ImageProcessor against ViTImageProcessor (its Pillow
 // backend): pixel_values, and tiny_vit_cls's logits on them on every backend.
 #include <gtest/gtest.h>
@@ -55,16 +55,17 @@ TEST(Image, ReadErrorsNameTheFile) {
     }
   }
   EXPECT_THROW(read_image(data("image/photo.png"), 5), InputError);
-  EXPECT_THROW(resize_bilinear(Image{2, 2, 3, {1, 2, 3}}, 4, 4), InputError);
-  EXPECT_THROW(resize_bilinear(read_image(data("image/photo.png")), 0, 4), InputError);
+  EXPECT_THROW(resize_image(Image{2, 2, 3, {1, 2, 3}}, 4, 4), InputError);
+  EXPECT_THROW(resize_image(read_image(data("image/photo.png")), 0, 4), InputError);
 }
 
-TEST(Image, ResizeIsPillowsBilinear) {
+TEST(Image, ResizeIsPillows) {
   const Image photo = read_image(data("image/photo.png"));
   const auto g = read_safetensors(data("image/resized.safetensors"));
   for (const auto& [name, want] : g) {
     const int64_t h = want.shape()[0], w = want.shape()[1];
-    const Image got = resize_bilinear(photo, h, w);
+    const Image got =
+        resize_image(photo, h, w, name.starts_with("bicubic") ? Resample::kBicubic : Resample::kBilinear);
     ASSERT_EQ(got.height, h);
     ASSERT_EQ(got.width, w);
     const std::span<const int32_t> v = want.i32();
@@ -99,6 +100,30 @@ TEST(Image, ProcessorIsTransformers) {
   }
 }
 
+// Bicubic resampling, a shortest-edge resize and a center crop: CLIPImageProcessor's and
+// DeiTImageProcessor's pixel values, as transformers' Pillow backend computes them.
+TEST(Image, CropsAreTransformers) {
+  const std::vector<Image> images{read_image(data("image/photo.png")), read_image(data("image/gray.png"))};
+  const auto g = read_safetensors(data("image/crops.safetensors"));
+  const ImageProcessor clip = ImageProcessor::load(data("image/clip")),
+                       deit = ImageProcessor::load(data("image/deit"));
+  EXPECT_EQ(clip.shortest_edge, 18);
+  EXPECT_EQ(clip.resample, Resample::kBicubic);
+  EXPECT_TRUE(clip.do_center_crop);
+  EXPECT_EQ(deit.shortest_edge, 0);
+  EXPECT_EQ(deit.height, 20);
+  EXPECT_EQ(deit.crop_width, 12);
+  for (const auto& [name, p] :
+       {std::pair<std::string, const ImageProcessor*>{"clip", &clip}, {"deit", &deit}}) {
+    const HostTensor pixels = (*p)(images);
+    ASSERT_EQ(pixels.shape(), g.at(name).shape()) << name;
+    const std::span<const float> got = pixels.f32(), want = g.at(name).f32();
+    float worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    EXPECT_EQ(worst, 0.0f) << name << ": pixel_values differ from transformers' by up to " << worst;
+  }
+}
+
 TEST(Image, ProcessorConfigs) {
   const fs::path dir = fs::path(::testing::TempDir()) / "tg_image_processor";
   fs::create_directories(dir);
@@ -112,17 +137,28 @@ TEST(Image, ProcessorConfigs) {
   const ImageProcessor p =
       with(R"({"size": 24, "image_mean": 0.25, "image_std": [1, 2, 4], "do_rescale": false})");
   EXPECT_EQ(p.width, 24);
+  EXPECT_EQ(p.shortest_edge, 0);  // one number: a square, but the shortest edge for CLIP's processor
+  EXPECT_EQ(with(R"({"size": 24, "image_processor_type": "CLIPImageProcessor"})").shortest_edge, 24);
   EXPECT_EQ(p.mean, (std::vector<double>{0.25, 0.25, 0.25}));
   EXPECT_FALSE(p.do_rescale);
   for (const char* bad :
-       {R"({"resample": 3})", R"({"size": {"shortest_edge": 224}})", R"({"do_center_crop": true})",
+       {R"({"resample": 1})", R"({"size": {"longest_edge": 224}})", R"({"crop_pct": 0.875})",
+        R"({"do_center_crop": true, "crop_size": {"height": 0, "width": 4}})",
         R"({"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]})", R"({"do_resize": "yes"})", "not json"})
     EXPECT_THROW(with(bad), CheckpointError) << bad;
   // Images the processor cannot take.
-  ImageProcessor fixed = p;
-  fixed.do_resize = false;
   const Image photo = read_image(data("image/photo.png"));
-  EXPECT_THROW(fixed(std::span<const Image>(&photo, 1)), InputError);  // 23 × 31, not 24 × 24
+  const std::vector<Image> two{photo, read_image(data("image/gray.png"))};
+  ImageProcessor fixed = p;  // no resize: 23 × 31 and 12 × 9 in one batch
+  fixed.do_resize = false;
+  EXPECT_THROW(fixed(two), InputError);
+  ImageProcessor edge = p;  // a shortest-edge resize without a crop: 24 × 32 and 32 × 24
+  edge.shortest_edge = 24;
+  EXPECT_THROW(edge(two), InputError);
+  ImageProcessor crop = p;  // a crop larger than the resized image
+  crop.do_center_crop = true;
+  crop.crop_height = 30;
+  EXPECT_THROW(crop(two), InputError);
   const Image gray = read_image(data("image/gray.png"), 1);
   EXPECT_THROW(p(std::span<const Image>(&gray, 1)), InputError);  // one channel, not three
 }
