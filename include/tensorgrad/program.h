@@ -101,21 +101,41 @@ class HostTensor {
   std::vector<uint8_t> bytes_;
 };
 
-/// Borrowed input data: f32 from float, i32 from int32_t, bool from uint8_t (0/1).
+/// Input data: f32 from float, i32 from int32_t, bool from uint8_t (0/1). Spans, vectors and
+/// HostTensors named by the caller are borrowed (they must outlive the view); temporaries are
+/// moved into the view, which keeps them alive, so `Feeds f{{"x", make_batch()}}` stays valid.
 struct InputView {
   InputView(std::span<const float> v)
       : dtype(DType::kF32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}  // NOLINT
   InputView(const std::vector<float>& v) : InputView(std::span<const float>(v)) {}    // NOLINT
+  InputView(std::vector<float>&& v) : InputView(owning(std::move(v))) {}              // NOLINT
   InputView(std::span<const int32_t> v)
       : dtype(DType::kI32), data(v.data()), numel(static_cast<int64_t>(v.size())) {}    // NOLINT
   InputView(const std::vector<int32_t>& v) : InputView(std::span<const int32_t>(v)) {}  // NOLINT
+  InputView(std::vector<int32_t>&& v) : InputView(owning(std::move(v))) {}              // NOLINT
   InputView(std::span<const uint8_t> v)
       : dtype(DType::kBool), data(v.data()), numel(static_cast<int64_t>(v.size())) {}     // NOLINT
   InputView(const std::vector<uint8_t>& v) : InputView(std::span<const uint8_t>(v)) {}    // NOLINT
+  InputView(std::vector<uint8_t>&& v) : InputView(owning(std::move(v))) {}                // NOLINT
   InputView(const HostTensor& t) : dtype(t.dtype()), data(t.data()), numel(t.numel()) {}  // NOLINT
+  InputView(HostTensor&& t) {                                                             // NOLINT
+    auto held = std::make_shared<const HostTensor>(std::move(t));
+    dtype = held->dtype(), data = held->data(), numel = held->numel(), kept = std::move(held);
+  }
   DType dtype;
   const void* data;
   int64_t numel;
+  /// What the view owns (a temporary moved into it), or null.
+  std::shared_ptr<const void> kept = {};
+
+ private:
+  template <typename T>
+  static InputView owning(std::vector<T>&& v) {
+    auto held = std::make_shared<const std::vector<T>>(std::move(v));
+    InputView view{std::span<const T>(*held)};
+    view.kept = std::move(held);
+    return view;
+  }
 };
 
 struct Feed {

@@ -59,6 +59,28 @@ TEST(Program, InitIsSeededReproducibleAndDeviceIndependent) {
   EXPECT_EQ(va.at("gain").f32()[0], 1.0f);
 }
 
+// Feeds built from temporaries own them (a stored Feeds built from a function's result would
+// otherwise point at freed memory); named vectors and tensors are borrowed, not copied.
+TEST(Program, FeedsKeepTheTemporariesTheyAreBuiltFrom) {
+  const auto batch = [] { return std::vector<float>(kX); };
+  const tg::Feeds owned{{"x", batch()}};
+  const tg::Feeds tensor{{"x", tg::HostTensor::f32(batch(), {4, 2})}};
+  ASSERT_NE(owned[0].value.kept, nullptr);
+  ASSERT_NE(tensor[0].value.kept, nullptr);
+  const tg::HostTensor named = tg::HostTensor::f32(batch(), {4, 2});
+  const tg::Feeds borrowed{{"x", kX}, {"t", named}};
+  EXPECT_EQ(borrowed[0].value.kept, nullptr);
+  EXPECT_EQ(borrowed[0].value.data, kX.data());
+  EXPECT_EQ(borrowed[1].value.data, named.data());
+  std::vector<std::vector<float>> churn(64, std::vector<float>(8, -1.0f));  // reuse freed memory, if any
+  Net m;
+  tg::Program predict = tg::compile_forward(m, [&](tg::Tensor x) { return m(x); },
+                                            {.inputs = {{"x", {4, 2}}}, .device = tg::Device::cpu()});
+  const std::vector<float> want = predict.run({{"x", kX}}).f32();
+  EXPECT_EQ(predict.run(owned).f32(), want);
+  EXPECT_EQ(predict.run(tensor).f32(), want);
+}
+
 TEST(Program, ForwardProgramsShareTheTrainedParameters) {
   Net m;
   tg::Program train = make_train(m, tg::Device::cpu());
