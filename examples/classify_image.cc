@@ -1,6 +1,7 @@
 // classify_image: image classification with a Vision Transformer from a Hugging Face folder
-// (ViTForImageClassification: config.json, model.safetensors, preprocessor_config.json), e.g.
-// google/vit-base-patch16-224 and its ImageNet-1k labels.
+// (ViTForImageClassification or DeiT's classifiers: config.json, model.safetensors,
+// preprocessor_config.json), e.g. google/vit-base-patch16-224 or
+// facebook/deit-base-distilled-patch16-224 and their ImageNet-1k labels.
 //
 //   ./classify_image --model <folder> --images cat.jpg,dog.png [--top 5] [--batch 16]
 //                    [--device cpu|cuda] [--precision fp32|bf16]
@@ -26,7 +27,7 @@ constexpr const char* kUsage =
     "usage: classify_image --model FOLDER --images A.jpg[,B.png,...] [--top 5] [--batch 16]\n"
     "                      [--device cpu|cuda] [--precision fp32|bf16]\n"
     "\n"
-    "Classifies each image with a ViTForImageClassification folder (config.json,\n"
+    "Classifies each image with a ViTForImageClassification (or DeiT classifier) folder (config.json,\n"
     "model.safetensors and preprocessor_config.json, as transformers saves them): the images are\n"
     "resized and normalized as the folder's image processor says, and the TOP likeliest labels\n"
     "(config.json's id2label) of each are drawn as bars.\n";
@@ -74,13 +75,21 @@ int main(int argc, char** argv) {
     const tg::pretrained::Model m = tg::pretrained::load(folder);
     if (!std::holds_alternative<tg::nn::ViTConfig>(m.config) ||
         std::get<tg::nn::ViTConfig>(m.config).labels == 0)
-      throw std::runtime_error(m.architecture + " is not an image classifier (ViTForImageClassification)");
+      throw std::runtime_error(m.architecture +
+                               " is not an image classifier (ViTForImageClassification or DeiT's)");
     const tg::nn::ViTConfig& c = std::get<tg::nn::ViTConfig>(m.config);
     const tg::ImageProcessor processor = tg::ImageProcessor::load(folder);
-    if (processor.height != c.image_size || processor.width != c.image_size)
-      throw std::runtime_error("preprocessor_config.json resizes to " + std::to_string(processor.height) +
-                               " × " + std::to_string(processor.width) + ", but the model takes " +
-                               std::to_string(c.image_size) + " × " + std::to_string(c.image_size));
+    // What the processor gives: its crop, else its fixed resize (a shortest-edge resize without a
+    // crop gives each image its own size, which one program cannot take).
+    const bool fixed = processor.do_center_crop || (processor.do_resize && processor.shortest_edge == 0);
+    const int64_t out_h = processor.do_center_crop ? processor.crop_height : processor.height,
+                  out_w = processor.do_center_crop ? processor.crop_width : processor.width;
+    if (!fixed || out_h != c.image_size || out_w != c.image_size)
+      throw std::runtime_error("preprocessor_config.json gives " +
+                               (fixed ? std::to_string(out_h) + " × " + std::to_string(out_w) + " images"
+                                      : std::string("images of their own sizes")) +
+                               ", but the model takes " + std::to_string(c.image_size) + " × " +
+                               std::to_string(c.image_size));
     std::printf(
         "%s from %s: %lld layers, width %lld, %lld × %lld images in %lld-pixel patches, %lld labels\n",
         m.architecture.c_str(), folder.c_str(), static_cast<long long>(c.layers),

@@ -106,8 +106,9 @@ class Bert : public Module {
 
   /// The last layer's hidden states [B, T, d_model] for ids [B, T] (i32, T ≤ config.context()).
   /// mask [B, T] (any numeric or bool type: nonzero marks a token, zero padding; transformers'
-  /// attention_mask) leaves padding out of every token's attention (fused: the attention's key
-  /// mask; a row of padding only, which transformers would spread evenly, gets zeros there);
+  /// attention_mask) leaves padding out of every token's attention (the fused attention's key
+  /// mask: a row of padding only gets zeros, where transformers spreads its weights evenly, as
+  /// a training program with attention dropout does, which computes the attention in steps);
   /// without one every key is seen. types [B, T] i32 (token_type_ids, < type_vocab) default to 0.
   Tensor hidden(const Tensor& ids, const std::optional<Tensor>& mask = std::nullopt,
                 const std::optional<Tensor>& types = std::nullopt, Loc loc = Loc::current()) const;

@@ -1,4 +1,4 @@
-// Images for vision models: reading image files, Pillow's bilinear resize, and the
+// Images for vision models: reading image files, Pillow's bilinear and bicubic resizes, and the
 // preprocessing a Hugging Face folder's preprocessor_config.json describes (what transformers'
 // image processors do before a model such as nn::ViT sees pixel_values).
 //
@@ -35,7 +35,8 @@ void write_png(const Image& image, const std::string& path);
 /// Resampling filters, numbered as Pillow's (and preprocessor_config.json's "resample").
 enum class Resample { kBilinear = 2, kBicubic = 3 };
 
-/// `image` resized to height × width as Pillow's Image.resize does, to the bit: the filter
+/// `image` resized to height × width as Pillow's Image.resize does for gray and RGB images, to
+/// the bit (Pillow premultiplies the alpha of LA and RGBA images, which this does not): the filter
 /// (bilinear: the triangle 1 − |t| over |t| < 1; bicubic: Keys' cubic with a = −0.5 over |t| < 2)
 /// stretched over the scale when shrinking (antialiased), applied across the rows and then down
 /// the columns with Pillow's fixed-point weights and its rounding to 8 bits after each pass. The

@@ -27,9 +27,11 @@
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
 //   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
-//   ViTModel, ViTForImageClassification
-//                     → nn::ViT      (the prefix vit. optional, the pooler when the file has one;
-//                                     see tensorgrad/vit.h)
+//   ViTModel, ViTForImageClassification, DeiTModel, DeiTForImageClassification,
+//   DeiTForImageClassificationWithTeacher
+//                     → nn::ViT      (the prefix vit. / deit. optional, the pooler when the file
+//                                     has one, DeiT's distillation token and heads; see
+//                                     tensorgrad/vit.h)
 //   BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
 //   BertForQuestionAnswering, and the same of Roberta, XLMRoberta and DistilBert (renamed)
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
@@ -69,8 +71,8 @@ struct Model {
   std::string folder;
   /// config.json's architecture ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel", …).
   std::string architecture;
-  /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig or
-  /// nn::MambaLMConfig.
+  /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig,
+  /// nn::MambaLMConfig, nn::BertConfig or nn::ViTConfig.
   std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig> config;
   /// The model (an nn::Llama, nn::Gpt, nn::MambaLM or nn::Bert): compile programs from it.
   std::unique_ptr<Module> module;
@@ -179,7 +181,8 @@ Model from_config(const nn::MambaLMConfig& config);
 /// DistilBert… with distil) by the
 /// head it has (more than one is refused), labels named LABEL_0, LABEL_1, …
 Model from_config(const nn::BertConfig& config);
-/// A Vision Transformer: ViTForImageClassification with labels (no pooler), else ViTModel.
+/// A Vision Transformer: ViTForImageClassification with labels (no pooler), else ViTModel; with
+/// a distillation token DeiT's classes (…WithTeacher for the distillation head).
 Model from_config(const nn::ViTConfig& config);
 
 }  // namespace tg::pretrained

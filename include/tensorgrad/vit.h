@@ -9,6 +9,9 @@
 //   layernorm                                   (the final norm: hidden() ends with it)
 //   pooler.dense                                (ViTConfig::pooler: tanh(dense(the [CLS] state)))
 //   classifier                                  (ViTConfig::labels: on the [CLS] state)
+//   embeddings.distillation_token, cls_classifier, distillation_classifier
+//                                               (ViTConfig::distillation_token and
+//                                               distillation_head: DeiT's models)
 //
 // An image [B, C, H, W] (H = W = image_size) is cut into (image_size / patch)² patches, each
 // projected to d, with the learned [CLS] token in front and the position embeddings added. The
@@ -43,10 +46,15 @@ struct ViTConfig {
   /// hidden_dropout_prob: after the embeddings and each layer's attention and MLP projections,
   /// in training programs only.
   double hidden_dropout = 0.0;
+  /// DeiT's distillation token, after [CLS] (every DeiT* class of transformers has it).
+  bool distillation_token = false;
+  /// DeiTForImageClassificationWithTeacher's heads: the logits are the mean of cls_classifier on
+  /// [CLS] and distillation_classifier on the distillation token (needs both flags before it).
+  bool distillation_head = false;
 
-  /// Patches per image side and per image, and tokens per image ([CLS] first).
+  /// Patches per image side and per image, and tokens per image ([CLS], [DIST], then the patches).
   int64_t side() const { return image_size / patch_size; }
-  int64_t tokens() const { return side() * side() + 1; }
+  int64_t tokens() const { return side() * side() + 1 + (distillation_token ? 1 : 0); }
 };
 
 /// One encoder layer (encoder.layer.<i>).
@@ -76,7 +84,8 @@ class ViT : public Module {
   Tensor hidden(const Tensor& pixels, Loc loc = Loc::current()) const;
   /// ViTModel's pooler_output [B, d_model] from hidden states (needs config.pooler).
   Tensor pooled(const Tensor& hidden, Loc loc = Loc::current()) const;
-  /// The classifier's logits [B, labels] from hidden states (needs config.labels).
+  /// The classifier's logits [B, labels] from hidden states (needs config.labels; distilled: the
+  /// mean of the [CLS] and the distillation classifiers', as DeiT's inference).
   Tensor classify(const Tensor& hidden, Loc loc = Loc::current()) const;
 
   const ViTConfig config;
@@ -84,11 +93,11 @@ class ViT : public Module {
  private:
   void build();
   std::unique_ptr<Module> embeddings_, patch_embeddings_, encoder_, pooler_;
-  std::optional<Param> cls_token_, position_;
+  std::optional<Param> cls_token_, distillation_token_, position_;
   std::unique_ptr<Conv2d> projection_;
   std::vector<std::unique_ptr<ViTLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
-  std::unique_ptr<Linear> pooler_dense_, classifier_;
+  std::unique_ptr<Linear> pooler_dense_, classifier_, distillation_classifier_;
 };
 
 }  // namespace tg::nn

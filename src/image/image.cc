@@ -1,4 +1,4 @@
-// Image files through stb_image (Debian's libstb-dev), and Pillow's bilinear resize.
+// Image files through stb_image (Debian's libstb-dev), and Pillow's bilinear and bicubic resizes.
 #include "tensorgrad/image.h"
 
 #include <algorithm>

@@ -58,6 +58,7 @@ void read_size(const json& s, const std::string& file, const char* key, bool num
     height = width = s.get<int64_t>();
   } else if (s.is_number_integer() && edge) {
     *edge = s.get<int64_t>();
+    if (*edge <= 0) fail(file, std::string("\"") + key + "\" " + s.dump() + " is not a positive size");
   } else if (s.is_object() && s.size() == 2 && s.contains("height") && s.contains("width")) {
     height = get<int64_t>(s, file, "height", 0);
     width = get<int64_t>(s, file, "width", 0);
@@ -149,6 +150,14 @@ HostTensor ImageProcessor::operator()(std::span<const Image> images) const {
   int64_t H = 0, W = 0;
   for (size_t i = 0; i < images.size(); ++i) {
     const Image& raw = images[i];
+    if (raw.height <= 0 || raw.width <= 0 ||
+        raw.pixels.size() != static_cast<size_t>(raw.height * raw.width * raw.channels))
+      throw InputError("[ImageProcessor] image " + std::to_string(i) + " holds " +
+                       std::to_string(raw.pixels.size()) + " bytes for " + size_str(raw.height, raw.width) +
+                       " × " + std::to_string(raw.channels) + " channels (an empty or inconsistent Image)");
+    if ((do_resize && shortest_edge <= 0 && (height <= 0 || width <= 0)) ||
+        (do_center_crop && (crop_height <= 0 || crop_width <= 0)))
+      throw InputError("[ImageProcessor] the resize and crop sizes must be positive");
     const std::string which =
         "[ImageProcessor] image " + std::to_string(i) + " (" + size_str(raw.height, raw.width) + ")";
     if (raw.channels != C)

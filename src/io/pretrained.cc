@@ -403,12 +403,16 @@ const std::vector<Family>& families() {
       {"DistilBertForQuestionAnswering", "distilbert", load_bert_family},
       {"ViTModel", "vit", load_vit},
       {"ViTForImageClassification", "vit", load_vit},
+      {"DeiTModel", "deit", load_vit},
+      {"DeiTForImageClassification", "deit", load_vit},
+      {"DeiTForImageClassificationWithTeacher", "deit", load_vit},
       {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
 
 // id2label's names by index ({"0": "cat", "1": "dog"}); every index from 0 up must be there.
-std::vector<std::string> label_names_of(const std::string& folder, const json& c) {
+// A classifier's malformed id2label is an error; another model's (which reads none) is ignored.
+std::vector<std::string> label_names_of(const std::string& folder, const json& c, bool classifier) {
   if (!c.contains("id2label") || !c["id2label"].is_object()) return {};
   const json& m = c["id2label"];
   std::vector<std::string> names(m.size());
@@ -420,9 +424,11 @@ std::vector<std::string> label_names_of(const std::string& folder, const json& c
     } catch (const std::exception&) {
       end = 0;
     }
-    if (end != key.size() || index < 0 || static_cast<size_t>(index) >= names.size() || !value.is_string())
+    if (end != key.size() || index < 0 || static_cast<size_t>(index) >= names.size() || !value.is_string()) {
+      if (!classifier) return {};
       fail(folder, "config.json: id2label's entry \"" + key + "\": " + value.dump() +
                        " (expected names for the indices 0 to " + std::to_string(names.size() - 1) + ")");
+    }
     names[static_cast<size_t>(index)] = value.get<std::string>();
   }
   return names;
@@ -483,7 +489,7 @@ Model load(const std::string& folder, const LoadOptions& options) {
   m.folder = folder;
   m.architecture = family.architecture;
   m.eos_ids = eos_of(c);
-  m.label_names = label_names_of(folder, c);
+  m.label_names = label_names_of(folder, c, family.architecture.find("Classification") != std::string::npos);
   m.config_json = c.dump(2);
   m.dtype = options.dtype;  // map_weights converts each matrix as it is taken
   m.group = options.group;

@@ -135,5 +135,7 @@ Source distil_source(const std::string& prefix, const std::string& p);
 /// and the file's name of a parameter (`prefix` "vit." or "" before the encoder's names).
 void load_vit(Model& m, const json& c);
 Source vit_source(const std::string& prefix, const std::string& p);
+/// The transformers class of a ViT configuration: ViT's, or DeiT's with a distillation token.
+std::string vit_architecture(const nn::ViTConfig& c);
 
 }  // namespace tg::pretrained::detail

@@ -275,7 +275,9 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     return out;
   }
   if (std::holds_alternative<nn::ViTConfig>(m.config)) {  // save_pretrained's prefix: none for ViTModel
-    const std::string prefix = m.architecture == "ViTModel" ? "" : "vit.";
+    const std::string prefix = m.architecture.ends_with("Model")    ? ""
+                               : m.architecture.starts_with("DeiT") ? "deit."
+                                                                    : "vit.";
     for (auto& [name, t] : w) out[vit_source(prefix, name).name] = std::move(t);
     return out;
   }
@@ -500,8 +502,8 @@ Model from_config(const nn::BertConfig& config) {
   return model_of<nn::BertConfig, nn::Bert>(config, architecture.c_str(), config.context());
 }
 Model from_config(const nn::ViTConfig& config) {
-  return model_of<nn::ViTConfig, nn::ViT>(
-      config, config.labels > 0 ? "ViTForImageClassification" : "ViTModel", config.tokens());
+  const std::string architecture = detail::vit_architecture(config);
+  return model_of<nn::ViTConfig, nn::ViT>(config, architecture.c_str(), config.tokens());
 }
 
 }  // namespace tg::pretrained

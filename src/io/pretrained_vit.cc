@@ -3,6 +3,9 @@
 //                                prefix); the pooler when the file has pooler.dense
 //   ViTForImageClassification    vit.* and classifier (on the [CLS] token); the number of labels
 //                                is id2label's (else num_labels, else 2)
+//   DeiTModel, DeiTForImageClassification, DeiTForImageClassificationWithTeacher
+//                                the same under deit.*, with the distillation token; the
+//                                teacher class's cls_classifier and distillation_classifier
 // Refused: images that are not square (image_size a pair), attention dropout (the fused
 // attention has none), a pooler of another activation or width than tanh over hidden_size.
 #include <string>
@@ -14,7 +17,9 @@
 namespace tg::pretrained::detail {
 
 Source vit_source(const std::string& prefix, const std::string& p) {
-  return {p.starts_with("classifier.") ? p : prefix + p};
+  const bool head = p.starts_with("classifier.") || p.starts_with("cls_classifier.") ||
+                    p.starts_with("distillation_classifier.");
+  return {head ? p : prefix + p};
 }
 
 void load_vit(Model& m, const json& c) {
@@ -40,7 +45,8 @@ void load_vit(Model& m, const json& c) {
     fail(f, "config.json: hidden_act \"" + act +
                 "\" is not implemented by nn::ViT (gelu, gelu_new, gelu_pytorch_tanh)");
   }
-  if (m.architecture == "ViTForImageClassification") {
+  const bool deit = m.architecture.starts_with("DeiT");
+  if (m.architecture.find("ForImageClassification") != std::string::npos) {
     v.labels = field<int64_t>(c, f, "num_labels", 2);
     if (c.contains("id2label") && c["id2label"].is_object())
       v.labels = static_cast<int64_t>(c["id2label"].size());
@@ -48,7 +54,10 @@ void load_vit(Model& m, const json& c) {
   }
 
   Weights file = read_weights(f);
-  const std::string prefix = file.tensors.count("vit.embeddings.cls_token") ? "vit." : "";
+  const std::string base = deit ? "deit." : "vit.";
+  const std::string prefix = file.tensors.count(base + "embeddings.cls_token") ? base : "";
+  v.distillation_token = deit;
+  v.distillation_head = m.architecture == "DeiTForImageClassificationWithTeacher";
   v.pooler = file.tensors.count(prefix + "pooler.dense.weight") > 0;
   if (v.pooler) {
     const std::string pooler_act = field<std::string>(c, f, "pooler_act", "tanh");
@@ -65,10 +74,17 @@ void load_vit(Model& m, const json& c) {
       [](const std::string&) { return false; });
 }
 
+std::string vit_architecture(const nn::ViTConfig& c) {
+  if (c.distillation_token && !c.distillation_head && c.labels > 0) return "DeiTForImageClassification";
+  if (c.distillation_head) return "DeiTForImageClassificationWithTeacher";
+  if (c.distillation_token) return "DeiTModel";
+  return c.labels > 0 ? "ViTForImageClassification" : "ViTModel";
+}
+
 // ViTConfig's fields: what load_vit reads.
 std::string config_json_of(const nn::ViTConfig& c) {
-  json j{{"architectures", {c.labels > 0 ? "ViTForImageClassification" : "ViTModel"}},
-         {"model_type", "vit"},
+  json j{{"architectures", {vit_architecture(c)}},
+         {"model_type", c.distillation_token ? "deit" : "vit"},
          {"image_size", c.image_size},
          {"patch_size", c.patch_size},
          {"num_channels", c.channels},
@@ -88,9 +104,9 @@ std::string config_json_of(const nn::ViTConfig& c) {
   if (c.labels > 0) {
     if (c.pooler)
       throw CheckpointError(
-          "[pretrained::from_config] ViTForImageClassification cannot express a pooler (its encoder has "
-          "none); "
-          "save a model with it through the Model load() gave for its folder");
+          "[pretrained::from_config] " + vit_architecture(c) +
+          " cannot express a pooler (its encoder has none); save a model with it through the "
+          "Model load() gave for its folder");
     add_labels(j, c.labels);
   }
   return j.dump(2);

@@ -294,7 +294,10 @@ Tensor key_mask_of(const std::optional<Tensor>& mask, const Tensor& q, const Ten
   const Shape want{q.shape()[0], k.shape()[2]};
   if (mask->shape() != want)
     api_fail(api, "key_mask must be [B, S] = " + shape_str(want) + ", got " + shape_str(mask->shape()), loc);
-  return mask->dtype() == DType::kBool ? *mask : ne(*mask, 0.0, loc);
+  if (mask->dtype() == DType::kBool) return *mask;
+  // Comparisons read f32 and i32: other types (bf16, f16, i8) are widened first.
+  const bool direct = mask->dtype() == DType::kF32 || mask->dtype() == DType::kI32;
+  return ne(direct ? *mask : cast(*mask, DType::kF32, loc), 0.0, loc);
 }
 
 // Self-attention (T = S) with a window W well below T, in blocks: queries in blocks of W

@@ -448,6 +448,10 @@ void infer(const Graph& g, Node& n) {
         if (saved.op != Op::kResult || g.node(saved.inputs[0]).op != Op::kAttention ||
             saved.attrs.axes.at(0) != 1)
           fail(g, n, "saved must be an attention's second result");
+        const ir::Node& fwd = g.node(saved.inputs[0]);
+        if (ir::attention_masked(fwd) != ir::attention_masked(n) ||
+            (ir::attention_masked(n) && fwd.inputs.back() != n.inputs.back()))
+          fail(g, n, "must take its forward's key mask (or none, as the forward)");
         n.results = {{DType::kF32, q}, {DType::kF32, k}, {DType::kF32, k}};
       } else {
         n.results = {{DType::kF32, q}, {DType::kF32, {0}}};

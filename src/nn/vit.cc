@@ -70,6 +70,11 @@ void ViT::build() {
                 ": expected one in [0, 1)");
   embeddings_ = std::make_unique<Module>(*this, "embeddings");
   cls_token_.emplace(*embeddings_, "cls_token", Shape{1, 1, c.d_model}, init::normal(0.02));
+  if (c.distillation_head && (!c.distillation_token || c.labels == 0))
+    throw Error("[ViT] distillation_head needs distillation_token and labels");
+  if (c.distillation_token)
+    distillation_token_.emplace(*embeddings_, "distillation_token", Shape{1, 1, c.d_model},
+                                init::normal(0.02));
   position_.emplace(*embeddings_, "position_embeddings", Shape{1, c.tokens(), c.d_model}, init::normal(0.02));
   patch_embeddings_ = std::make_unique<Module>(*embeddings_, "patch_embeddings");
   projection_ = std::make_unique<Conv2d>(
@@ -84,8 +89,13 @@ void ViT::build() {
     pooler_ = std::make_unique<Module>(*this, "pooler");
     pooler_dense_ = std::make_unique<Linear>(*pooler_, "dense", c.d_model, c.d_model, vit_linear());
   }
-  if (c.labels > 0)
+  if (c.labels > 0 && c.distillation_head) {
+    classifier_ = std::make_unique<Linear>(*this, "cls_classifier", c.d_model, c.labels, vit_linear());
+    distillation_classifier_ =
+        std::make_unique<Linear>(*this, "distillation_classifier", c.d_model, c.labels, vit_linear());
+  } else if (c.labels > 0) {
     classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, vit_linear());
+  }
 }
 
 Tensor ViT::hidden(const Tensor& pixels, Loc loc) const {
@@ -96,11 +106,15 @@ Tensor ViT::hidden(const Tensor& pixels, Loc loc) const {
                      std::to_string(c.image_size) + ", " + std::to_string(c.image_size) + "], got " +
                      shape_str(s) + " at " + loc.file_name() + ":" + std::to_string(loc.line()));
   const int64_t B = s[0], n = c.side() * c.side();
-  // The patches' projections [B, d, side, side] as tokens [B, n, d], [CLS] in front.
+  // The patches' projections [B, d, side, side] as tokens [B, n, d], [CLS] (and DeiT's
+  // distillation token) in front.
   const Tensor patches =
       permute(reshape((*projection_)(pixels, loc), {B, c.d_model, n}, loc), {0, 2, 1}, loc);
-  const Tensor cls = broadcast_to(cls_token_->tensor(loc), {B, 1, c.d_model}, loc);
-  Tensor x = add(concat({cls, patches}, 1, loc), position_->tensor(loc), loc);
+  std::vector<Tensor> parts{broadcast_to(cls_token_->tensor(loc), {B, 1, c.d_model}, loc)};
+  if (distillation_token_)
+    parts.push_back(broadcast_to(distillation_token_->tensor(loc), {B, 1, c.d_model}, loc));
+  parts.push_back(patches);
+  Tensor x = add(concat(std::span<const Tensor>(parts), 1, loc), position_->tensor(loc), loc);
   x = dropout(x, c.hidden_dropout, loc);
   for (const auto& layer : layers_) x = (*layer)(x, loc);
   return (*norm_)(x, loc);
@@ -113,7 +127,11 @@ Tensor ViT::pooled(const Tensor& hidden, Loc loc) const {
 
 Tensor ViT::classify(const Tensor& hidden, Loc loc) const {
   if (!classifier_) throw Error("[ViT] classify(): this model has no classifier (ViTConfig::labels)");
-  return (*classifier_)(first_token(hidden, loc), loc);
+  const Tensor logits = (*classifier_)(first_token(hidden, loc), loc);
+  if (!distillation_classifier_) return logits;
+  const Shape& s = hidden.shape();
+  const Tensor dist = reshape(slice(hidden, 1, 1, 2, 1, loc), {s[0], s[2]}, loc);  // [DIST]
+  return mul(add(logits, (*distillation_classifier_)(dist, loc), loc), 0.5, loc);
 }
 
 }  // namespace tg::nn

@@ -158,7 +158,8 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, "
       "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
       "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
-      "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, "
+      "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, DeiTModel, "
+        "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, "
       "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "t5"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"t5\", which is not supported");

@@ -360,7 +360,8 @@ TEST(Pretrained, Errors) {
         "XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, "
         "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
         "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
-        "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, "
+        "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, DeiTModel, "
+        "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, "
         "MambaForCausalLM");
   }
   {

@@ -50,12 +50,21 @@ TEST(ViT, ConfigIsTransformers) {
     EXPECT_DOUBLE_EQ(v.ln_eps, 1e-12);
     const std::vector<std::string> names{"LABEL_0", "LABEL_1", "LABEL_2", "LABEL_3", "LABEL_4"};
     EXPECT_EQ(m.label_names, cls ? names : std::vector<std::string>());
+    EXPECT_FALSE(v.distillation_token);
   }
+  // DeiT's distilled classifier: [CLS], the distillation token, 16 patches.
+  const pretrained::Model deit = pretrained::load(dir_of("tiny_deit_distilled"));
+  EXPECT_EQ(deit.architecture, "DeiTForImageClassificationWithTeacher");
+  const nn::ViTConfig& d = std::get<nn::ViTConfig>(deit.config);
+  EXPECT_TRUE(d.distillation_token && d.distillation_head);
+  EXPECT_EQ(d.tokens(), 18);
+  EXPECT_EQ(d.labels, 4);
+  EXPECT_FALSE(d.pooler);
 }
 
 // Hidden states and the head's output (pooler or classifier) for the golden images.
 TEST(ViT, OutputsEqualTransformersOnEveryBackend) {
-  for (const char* folder : {"tiny_vit", "tiny_vit_cls"}) {
+  for (const char* folder : {"tiny_vit", "tiny_vit_cls", "tiny_deit_distilled"}) {
     const pretrained::Model m = pretrained::load(dir_of(folder));
     const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
     const nn::ViT& vit = vit_of(m);
@@ -146,7 +155,7 @@ bool same_weights(const pretrained::Model& a, const pretrained::Model& b) {
 
 TEST(ViT, SaveLoadsBack) {
   const fs::path out = fs::path(::testing::TempDir()) / "tg_vit_saved";
-  for (const char* folder : {"tiny_vit", "tiny_vit_cls"}) {
+  for (const char* folder : {"tiny_vit", "tiny_vit_cls", "tiny_deit_distilled"}) {
     const pretrained::Model m = pretrained::load(dir_of(folder));
     const nn::ViTConfig& v = std::get<nn::ViTConfig>(m.config);
     pretrained::save(m, m.weights, out.string());
@@ -157,10 +166,11 @@ TEST(ViT, SaveLoadsBack) {
       const pretrained::Model fresh = pretrained::from_config(v);
       pretrained::save(fresh, m.weights, out.string());
       const pretrained::Model again = pretrained::load(out.string());
-      EXPECT_EQ(again.architecture, "ViTForImageClassification");
+      EXPECT_EQ(again.architecture, m.architecture);
       EXPECT_TRUE(same_weights(again, m));
       const nn::ViTConfig& w = std::get<nn::ViTConfig>(again.config);
-      EXPECT_EQ(w.labels, 5);
+      EXPECT_EQ(w.labels, v.labels);
+      EXPECT_EQ(w.distillation_head, v.distillation_head);
       EXPECT_EQ(w.gelu, v.gelu);
       EXPECT_EQ(w.qkv_bias, v.qkv_bias);
     } else {

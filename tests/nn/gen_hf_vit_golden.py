@@ -8,6 +8,9 @@ tests/io/pretrained_vit_test.cc.
                  (qkv_bias false), the tanh GELU (hidden_act "gelu_new")
   tiny_vit_cls   ViTForImageClassification, 5 labels (a classifier on the [CLS] token's final
                  hidden state), the erf GELU
+  tiny_deit_distilled
+                 DeiTForImageClassificationWithTeacher, 4 labels: a distillation token after
+                 [CLS] (18 tokens), the mean of its two classifiers' logits
 
 Both see 16 × 16 images of 3 channels in 4 × 4 patches (16 patches and [CLS]: 17 tokens). Each
 model's 1-d parameters (norm gains, biases) and the [CLS] token are moved off their initial
@@ -36,7 +39,7 @@ def perturb(model):
     torch.manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1 or "cls_token" in name:
+            if p.dim() == 1 or "cls_token" in name or "distillation_token" in name:
                 p.add_(0.1 * torch.randn_like(p))
 
 
@@ -76,6 +79,16 @@ def main():
     for name, p in cls.named_parameters():
         t["grad/" + name] = p.grad.float().clone()
     save("tiny_vit_cls", cls, t)
+
+    # DeiT with its distillation token: [CLS] and [DIST] before the patches, the logits the
+    # mean of cls_classifier on [CLS] and distillation_classifier on [DIST].
+    deit = tf.DeiTForImageClassificationWithTeacher(tf.DeiTConfig(hidden_act="gelu", num_labels=4, **COMMON))
+    perturb(deit)
+    deit.eval()
+    with torch.no_grad():
+        out = deit(pixel_values=pixels)
+        hidden = deit.deit(pixel_values=pixels).last_hidden_state.float()
+    save("tiny_deit_distilled", deit, {"pixels": pixels, "hidden": hidden, "logits": out.logits.float()})
 
 
 if __name__ == "__main__":

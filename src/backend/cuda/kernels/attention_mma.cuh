@@ -9,7 +9,8 @@
 // 2t+1), so X is read as X[8n + 2t (+1)][8dn + g], again conflict-free. mma_forward<MODE>,
 // mma_dkdv and mma_dq mirror the fp32 path's kernels (attention_tiled.cuh). Tiles move through
 // registers (Stage): the next tile's loads are in flight while the current one is computed.
-// Only the tiles that cross the causal diagonal or the sequence end are masked element-wise.
+// Only the tiles that cross the causal diagonal or the sequence end are masked element-wise
+// (every tile, with a key mask).
 //
 // Defined before (attention.cc: mma_constants): NT, BR, BC, DP, RS; the problem's constants and
 // the shared helpers (attention_common.cuh). The generator appends the kernel that calls one of
