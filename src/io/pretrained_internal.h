@@ -135,6 +135,8 @@ Source distil_source(const std::string& prefix, const std::string& p);
 /// and the file's name of a parameter (`prefix` "vit." or "" before the encoder's names).
 void load_vit(Model& m, const json& c);
 Source vit_source(const std::string& prefix, const std::string& p);
+/// The prefix of a ViT class's encoder names in its files: "deit." for DeiT's classes, else "vit.".
+std::string vit_base(const std::string& architecture);
 /// The transformers class of a ViT configuration: ViT's, or DeiT's with a distillation token.
 std::string vit_architecture(const nn::ViTConfig& c);
 

@@ -275,9 +275,7 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     return out;
   }
   if (std::holds_alternative<nn::ViTConfig>(m.config)) {  // save_pretrained's prefix: none for ViTModel
-    const std::string prefix = m.architecture.ends_with("Model")    ? ""
-                               : m.architecture.starts_with("DeiT") ? "deit."
-                                                                    : "vit.";
+    const std::string prefix = m.architecture.ends_with("Model") ? "" : vit_base(m.architecture);
     for (auto& [name, t] : w) out[vit_source(prefix, name).name] = std::move(t);
     return out;
   }

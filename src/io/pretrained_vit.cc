@@ -16,6 +16,10 @@
 
 namespace tg::pretrained::detail {
 
+std::string vit_base(const std::string& architecture) {
+  return architecture.starts_with("DeiT") ? "deit." : "vit.";
+}
+
 Source vit_source(const std::string& prefix, const std::string& p) {
   const bool head = p.starts_with("classifier.") || p.starts_with("cls_classifier.") ||
                     p.starts_with("distillation_classifier.");
@@ -54,7 +58,7 @@ void load_vit(Model& m, const json& c) {
   }
 
   Weights file = read_weights(f);
-  const std::string base = deit ? "deit." : "vit.";
+  const std::string base = vit_base(m.architecture);
   const std::string prefix = file.tensors.count(base + "embeddings.cls_token") ? base : "";
   v.distillation_token = deit;
   v.distillation_head = m.architecture == "DeiTForImageClassificationWithTeacher";

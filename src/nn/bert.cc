@@ -9,11 +9,6 @@
 namespace tg::nn {
 namespace {
 
-// Hugging Face's BERT initialisation: normal(0.02) weights and embeddings, zero biases.
-LinearOptions bert_linear() {
-  return {.bias = true, .weight_init = init::normal(0.02), .bias_init = init::zeros()};
-}
-
 void check_ids(const char* what, const Tensor& t, const Shape& want, const Loc& loc) {
   if (t.shape() != want)
     throw ShapeError(std::string("[Bert] ") + what + " has shape " + shape_str(t.shape()) + ", expected " +
@@ -30,13 +25,13 @@ BertLayer::BertLayer(Module& parent, std::string name, const BertConfig& c)
       attention_output(attention, "output"),
       intermediate(*this, "intermediate"),
       output(*this, "output"),
-      query(self, "query", c.d_model, c.d_model, bert_linear()),
-      key(self, "key", c.d_model, c.d_model, bert_linear()),
-      value(self, "value", c.d_model, c.d_model, bert_linear()),
-      attention_dense(attention_output, "dense", c.d_model, c.d_model, bert_linear()),
+      query(self, "query", c.d_model, c.d_model, normal_linear(true)),
+      key(self, "key", c.d_model, c.d_model, normal_linear(true)),
+      value(self, "value", c.d_model, c.d_model, normal_linear(true)),
+      attention_dense(attention_output, "dense", c.d_model, c.d_model, normal_linear(true)),
       attention_norm(attention_output, "LayerNorm", c.d_model, c.ln_eps),
-      intermediate_dense(intermediate, "dense", c.d_model, c.mlp_hidden, bert_linear()),
-      output_dense(output, "dense", c.mlp_hidden, c.d_model, bert_linear()),
+      intermediate_dense(intermediate, "dense", c.d_model, c.mlp_hidden, normal_linear(true)),
+      output_dense(output, "dense", c.mlp_hidden, c.d_model, normal_linear(true)),
       output_norm(output, "LayerNorm", c.d_model, c.ln_eps),
       config_(c) {}
 
@@ -105,35 +100,37 @@ void Bert::build() {
     layers_.push_back(std::make_unique<BertLayer>(*encoder_, "layer." + std::to_string(i), c));
   if (c.pooler) {
     pooler_ = std::make_unique<Module>(*this, "pooler");
-    pooler_dense_ = std::make_unique<Linear>(*pooler_, "dense", c.d_model, c.d_model, bert_linear());
+    pooler_dense_ = std::make_unique<Linear>(*pooler_, "dense", c.d_model, c.d_model, normal_linear(true));
   }
   if (c.mlm_head) {
     cls_ = std::make_unique<Module>(*this, "cls");
     predictions_ = std::make_unique<Module>(*cls_, "predictions");
     transform_ = std::make_unique<Module>(*predictions_, "transform");
-    head_dense_ = std::make_unique<Linear>(*transform_, "dense", c.d_model, c.d_model, bert_linear());
+    head_dense_ = std::make_unique<Linear>(*transform_, "dense", c.d_model, c.d_model, normal_linear(true));
     head_norm_ = std::make_unique<LayerNorm>(*transform_, "LayerNorm", c.d_model, c.ln_eps);
     head_bias_.emplace(*predictions_, "bias", Shape{c.vocab}, init::zeros());
   }
   if (c.labels < 0) throw ShapeError("[Bert] labels must be ≥ 0 (0: no classifier)");
   if (c.per_token && c.labels <= 0) throw Error("[Bert] per_token needs labels > 0");
   if (c.labels > 0 && c.per_token) {
-    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
+    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, normal_linear(true));
   } else if (c.labels > 0 && c.distil) {
-    pre_classifier_ = std::make_unique<Linear>(*this, "pre_classifier", c.d_model, c.d_model, bert_linear());
-    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
+    pre_classifier_ =
+        std::make_unique<Linear>(*this, "pre_classifier", c.d_model, c.d_model, normal_linear(true));
+    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, normal_linear(true));
   } else if (c.labels > 0 && c.roberta_positions) {
     classifier_module_ = std::make_unique<Module>(*this, "classifier");
     classifier_dense_ =
-        std::make_unique<Linear>(*classifier_module_, "dense", c.d_model, c.d_model, bert_linear());
+        std::make_unique<Linear>(*classifier_module_, "dense", c.d_model, c.d_model, normal_linear(true));
     classifier_ =
-        std::make_unique<Linear>(*classifier_module_, "out_proj", c.d_model, c.labels, bert_linear());
+        std::make_unique<Linear>(*classifier_module_, "out_proj", c.d_model, c.labels, normal_linear(true));
   } else if (c.labels > 0) {
     if (!c.pooler)
       throw Error("[Bert] BERT's classifier reads the pooler's output: set BertConfig::pooler too");
-    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, bert_linear());
+    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, normal_linear(true));
   }
-  if (c.qa_head) qa_outputs_ = std::make_unique<Linear>(*this, "qa_outputs", c.d_model, 2, bert_linear());
+  if (c.qa_head)
+    qa_outputs_ = std::make_unique<Linear>(*this, "qa_outputs", c.d_model, 2, normal_linear(true));
 }
 
 Tensor Bert::hidden(const Tensor& ids, const std::optional<Tensor>& mask, const std::optional<Tensor>& types,

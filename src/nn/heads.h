@@ -1,12 +1,16 @@
-// Helpers shared by the attention layers (transformer.cc, llama.cc): splitting a projection
-// into heads and each new token's absolute position in KV-cached decoding.
+// Helpers shared by the transformer layers (transformer.cc, llama.cc, bert.cc, vit.cc): their
+// Linears' initialisation, splitting a projection into heads and each new token's absolute
+// position in KV-cached decoding.
 #pragma once
 #include <cstdint>
 
+#include "tensorgrad/nn.h"
 #include "tensorgrad/tensor.h"
 
 namespace tg::nn {
 
+/// Hugging Face's (and GPT-2's) Linear initialisation: weights normal(std), biases zeros.
+LinearOptions normal_linear(bool bias, double std = 0.02);
 /// [B, T, H·D] → [B, H, T, D]
 Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc);
 /// [B, H, T, D] → [B, T, H·D]

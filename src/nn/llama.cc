@@ -13,11 +13,6 @@ namespace {
 
 int64_t kv_heads_of(const LlamaConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
 
-/// Hugging Face's Llama init: weights normal(0.02), biases zeros.
-LinearOptions llama_linear(bool bias) {
-  return {.bias = bias, .weight_init = init::normal(0.02), .bias_init = init::zeros()};
-}
-
 std::string at_of(const Loc& loc) { return std::string(loc.file_name()) + ":" + std::to_string(loc.line()); }
 
 }  // namespace
@@ -33,10 +28,10 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
       softcap(c.attention_softcap),
       rope_theta(c.rope_theta),
       rope_scaling(c.rope_scaling),
-      q_proj(*this, "q_proj", c.d_model, heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
-      k_proj(*this, "k_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
-      v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, llama_linear(c.attention_bias || c.qkv_bias)),
-      o_proj(*this, "o_proj", heads * head_dim, c.d_model, llama_linear(c.attention_bias)) {
+      q_proj(*this, "q_proj", c.d_model, heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
+      k_proj(*this, "k_proj", c.d_model, kv_heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
+      v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
+      o_proj(*this, "o_proj", heads * head_dim, c.d_model, normal_linear(c.attention_bias)) {
   if (c.qk_norm) {
     const int64_t q_width = c.qk_norm_whole ? heads * head_dim : head_dim,
                   k_width = c.qk_norm_whole ? kv_heads * head_dim : head_dim;
@@ -119,10 +114,10 @@ LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c, int64
       gate(c.gate),
       gate_proj(c.gated_mlp
                     ? std::make_unique<Linear>(*this, "gate_proj", c.d_model, hidden ? hidden : c.mlp_hidden,
-                                               llama_linear(c.mlp_bias))
+                                               normal_linear(c.mlp_bias))
                     : nullptr),
-      up_proj(*this, "up_proj", c.d_model, hidden ? hidden : c.mlp_hidden, llama_linear(c.mlp_bias)),
-      down_proj(*this, "down_proj", hidden ? hidden : c.mlp_hidden, c.d_model, llama_linear(c.mlp_bias)) {}
+      up_proj(*this, "up_proj", c.d_model, hidden ? hidden : c.mlp_hidden, normal_linear(c.mlp_bias)),
+      down_proj(*this, "down_proj", hidden ? hidden : c.mlp_hidden, c.d_model, normal_linear(c.mlp_bias)) {}
 
 namespace {
 
@@ -144,14 +139,14 @@ LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
       top_k(c.experts.top_k),
       normalize(c.experts.normalize),
       dispatch(c.experts.dispatch),
-      gate(*this, "gate", c.d_model, c.experts.count, llama_linear(false)) {
+      gate(*this, "gate", c.d_model, c.experts.count, normal_linear(false)) {
   for (int64_t e = 0; e < c.experts.count; ++e)
     experts.push_back(std::make_unique<LlamaMlp>(*this, "experts." + std::to_string(e), c,
                                                  c.experts.hidden ? c.experts.hidden : c.mlp_hidden));
   if (c.experts.shared_hidden > 0) {
     shared_expert = std::make_unique<LlamaMlp>(*this, "shared_expert", c, c.experts.shared_hidden);
     shared_expert_gate =
-        std::make_unique<Linear>(*this, "shared_expert_gate", c.d_model, 1, llama_linear(false));
+        std::make_unique<Linear>(*this, "shared_expert_gate", c.d_model, 1, normal_linear(false));
   }
 }
 
@@ -361,7 +356,7 @@ void Llama::build() {
   }
   norm_ = std::make_unique<LlamaNorm>(*this, "model.norm", c.d_model, c);
   if (!c.tied_head)
-    lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, llama_linear(c.head_bias));
+    lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, normal_linear(c.head_bias));
 }
 
 Tensor Llama::logits(const Tensor& ids, Loc loc) const { return head(hidden(ids, nullptr, loc), loc); }

@@ -25,11 +25,11 @@ AttentionConfig checked(AttentionConfig c, const std::string& where) {
   return c;
 }
 
-LinearOptions gpt_linear(bool bias, double std) {
+}  // namespace
+
+LinearOptions normal_linear(bool bias, double std) {
   return {.bias = bias, .weight_init = init::normal(std), .bias_init = init::zeros()};
 }
-
-}  // namespace
 
 Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc) {
   const Shape& s = x.shape();
@@ -52,8 +52,8 @@ CausalSelfAttention::CausalSelfAttention(Module& parent, std::string name, Atten
       config(checked(c, path())),
       head_dim(c.d_model / c.heads),
       qkv(*this, "qkv", c.d_model, (c.heads + 2 * kv_heads_of(c)) * (c.d_model / c.heads),
-          gpt_linear(c.bias, 0.02)),
-      proj(*this, "proj", c.d_model, c.d_model, gpt_linear(c.bias, c.proj_init_std)) {}
+          normal_linear(c.bias, 0.02)),
+      proj(*this, "proj", c.d_model, c.d_model, normal_linear(c.bias, c.proj_init_std)) {}
 
 Tensor CausalSelfAttention::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() != 3 || x.shape()[2] != config.d_model)
@@ -132,9 +132,10 @@ TransformerBlock::TransformerBlock(Module& parent, std::string name, const GptCo
             .bias = c.bias,
             .proj_init_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers))}),
       ln2(*this, "ln2", c.d_model, c.ln_eps, c.bias),
-      fc(*this, "fc", c.d_model, c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, gpt_linear(c.bias, 0.02)),
+      fc(*this, "fc", c.d_model, c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden,
+         normal_linear(c.bias, 0.02)),
       fc2(*this, "fc2", c.mlp_hidden == 0 ? 4 * c.d_model : c.mlp_hidden, c.d_model,
-          gpt_linear(c.bias, 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers)))),
+          normal_linear(c.bias, 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers)))),
       drop{c.dropout} {}
 
 Tensor TransformerBlock::operator()(const Tensor& x, Loc loc) const {
@@ -162,7 +163,7 @@ void Gpt::build() {
     blocks_.push_back(std::make_unique<TransformerBlock>(*this, "blocks." + std::to_string(i), c));
   lnf_ = std::make_unique<LayerNorm>(*this, "lnf", c.d_model, c.ln_eps, c.bias);
   if (!c.tied_head)
-    head_ = std::make_unique<Linear>(*this, "head", c.d_model, c.vocab, gpt_linear(false, 0.02));
+    head_ = std::make_unique<Linear>(*this, "head", c.d_model, c.vocab, normal_linear(false, 0.02));
 }
 
 Tensor Gpt::logits(const Tensor& ids, Loc loc) const {

@@ -8,16 +8,6 @@
 #include "tensorgrad/errors.h"
 
 namespace tg::nn {
-namespace {
-
-// Hugging Face's ViT initialisation: normal(0.02) weights, tokens and positions (transformers
-// truncates at 2σ), zero biases.
-LinearOptions vit_linear(bool bias = true) {
-  return {.bias = bias, .weight_init = init::normal(0.02), .bias_init = init::zeros()};
-}
-
-}  // namespace
-
 ViTLayer::ViTLayer(Module& parent, std::string name, const ViTConfig& c)
     : Module(parent, std::move(name)),
       attention(*this, "attention"),
@@ -25,14 +15,14 @@ ViTLayer::ViTLayer(Module& parent, std::string name, const ViTConfig& c)
       attention_output(attention, "output"),
       intermediate(*this, "intermediate"),
       output(*this, "output"),
-      query(self, "query", c.d_model, c.d_model, vit_linear(c.qkv_bias)),
-      key(self, "key", c.d_model, c.d_model, vit_linear(c.qkv_bias)),
-      value(self, "value", c.d_model, c.d_model, vit_linear(c.qkv_bias)),
-      attention_dense(attention_output, "dense", c.d_model, c.d_model, vit_linear()),
+      query(self, "query", c.d_model, c.d_model, normal_linear(c.qkv_bias)),
+      key(self, "key", c.d_model, c.d_model, normal_linear(c.qkv_bias)),
+      value(self, "value", c.d_model, c.d_model, normal_linear(c.qkv_bias)),
+      attention_dense(attention_output, "dense", c.d_model, c.d_model, normal_linear(true)),
       norm_before(*this, "layernorm_before", c.d_model, c.ln_eps),
       norm_after(*this, "layernorm_after", c.d_model, c.ln_eps),
-      intermediate_dense(intermediate, "dense", c.d_model, c.mlp_hidden, vit_linear()),
-      output_dense(output, "dense", c.mlp_hidden, c.d_model, vit_linear()),
+      intermediate_dense(intermediate, "dense", c.d_model, c.mlp_hidden, normal_linear(true)),
+      output_dense(output, "dense", c.mlp_hidden, c.d_model, normal_linear(true)),
       config_(c) {}
 
 Tensor ViTLayer::operator()(const Tensor& x, Loc loc) const {
@@ -68,6 +58,8 @@ void ViT::build() {
   if (!(c.hidden_dropout >= 0 && c.hidden_dropout < 1))
     throw Error("[ViT] a dropout probability of " + std::to_string(c.hidden_dropout) +
                 ": expected one in [0, 1)");
+  // Hugging Face's initialisation: normal(0.02) weights, tokens and positions (transformers
+  // truncates at 2σ), zero biases.
   embeddings_ = std::make_unique<Module>(*this, "embeddings");
   cls_token_.emplace(*embeddings_, "cls_token", Shape{1, 1, c.d_model}, init::normal(0.02));
   if (c.distillation_head && (!c.distillation_token || c.labels == 0))
@@ -87,14 +79,14 @@ void ViT::build() {
   norm_ = std::make_unique<LayerNorm>(*this, "layernorm", c.d_model, c.ln_eps);
   if (c.pooler) {
     pooler_ = std::make_unique<Module>(*this, "pooler");
-    pooler_dense_ = std::make_unique<Linear>(*pooler_, "dense", c.d_model, c.d_model, vit_linear());
+    pooler_dense_ = std::make_unique<Linear>(*pooler_, "dense", c.d_model, c.d_model, normal_linear(true));
   }
   if (c.labels > 0 && c.distillation_head) {
-    classifier_ = std::make_unique<Linear>(*this, "cls_classifier", c.d_model, c.labels, vit_linear());
+    classifier_ = std::make_unique<Linear>(*this, "cls_classifier", c.d_model, c.labels, normal_linear(true));
     distillation_classifier_ =
-        std::make_unique<Linear>(*this, "distillation_classifier", c.d_model, c.labels, vit_linear());
+        std::make_unique<Linear>(*this, "distillation_classifier", c.d_model, c.labels, normal_linear(true));
   } else if (c.labels > 0) {
-    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, vit_linear());
+    classifier_ = std::make_unique<Linear>(*this, "classifier", c.d_model, c.labels, normal_linear(true));
   }
 }
 
