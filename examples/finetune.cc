@@ -306,6 +306,7 @@ std::unique_ptr<tg::Module> plain_module(const tg::pretrained::Model& lm) {
           return std::make_unique<tg::nn::MambaLM>(config);
         if constexpr (std::is_same_v<C, tg::nn::BertConfig>) return std::make_unique<tg::nn::Bert>(config);
         if constexpr (std::is_same_v<C, tg::nn::ViTConfig>) return std::make_unique<tg::nn::ViT>(config);
+        if constexpr (std::is_same_v<C, tg::nn::ClipConfig>) return std::make_unique<tg::nn::Clip>(config);
       },
       lm.config);
 }
@@ -503,7 +504,8 @@ Inputs load_inputs(Options& o) {
   // it as stored), a third of the memory of f32 weights and their converted copies.
   tg::pretrained::Model lm = tg::pretrained::load(o.folder, {.dtype = held_type(o.precision, o.int8)});
   if (std::holds_alternative<tg::nn::BertConfig>(lm.config) ||
-      std::holds_alternative<tg::nn::ViTConfig>(lm.config))
+      std::holds_alternative<tg::nn::ViTConfig>(lm.config) ||
+      std::holds_alternative<tg::nn::ClipConfig>(lm.config))
     throw std::runtime_error(lm.architecture +
                              " is an encoder: finetune trains causal language models on text");
   if (o.seq == 0) o.seq = lm.context > 0 ? std::min<int64_t>(lm.context, 128) : 128;
@@ -515,7 +517,8 @@ Inputs load_inputs(Options& o) {
   const std::vector<int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);
   const int64_t vocab = std::visit(
       [](const auto& c) -> int64_t {
-        if constexpr (std::is_same_v<std::decay_t<decltype(c)>, tg::nn::ViTConfig>)
+        using C = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<C, tg::nn::ViTConfig> || std::is_same_v<C, tg::nn::ClipConfig>)
           return 0;  // refused above
         else
           return c.vocab;

@@ -32,6 +32,10 @@
 //                     → nn::ViT      (the prefix vit. / deit. optional, the pooler when the file
 //                                     has one, DeiT's distillation token and heads; see
 //                                     tensorgrad/vit.h)
+//   CLIPModel, CLIPTextModel, CLIPTextModelWithProjection, CLIPVisionModel,
+//   CLIPVisionModelWithProjection
+//                     → nn::Clip     (names as in the file; both towers or one, with or without
+//                                     the projections; see tensorgrad/clip.h)
 //   BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
 //   BertForQuestionAnswering, and the same of Roberta, XLMRoberta and DistilBert (renamed)
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
@@ -57,6 +61,7 @@
 #include <vector>
 
 #include "tensorgrad/bert.h"
+#include "tensorgrad/clip.h"
 #include "tensorgrad/generate.h"
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/nn.h"
@@ -72,9 +77,12 @@ struct Model {
   /// config.json's architecture ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel", …).
   std::string architecture;
   /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig,
-  /// nn::MambaLMConfig, nn::BertConfig or nn::ViTConfig.
-  std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig> config;
-  /// The model (an nn::Llama, nn::Gpt, nn::MambaLM or nn::Bert): compile programs from it.
+  /// nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig or nn::ClipConfig.
+  std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig,
+               nn::ClipConfig>
+      config;
+  /// The model (an nn::Llama, nn::Gpt, nn::MambaLM, nn::Bert, nn::ViT or nn::Clip): compile
+  /// programs from it.
   std::unique_ptr<Module> module;
   /// Its parameters' values from the file, named as module->parameters() are.
   std::map<std::string, HostTensor> weights;
@@ -95,7 +103,9 @@ struct Model {
   /// ids [B, T] (i32, T ≤ context) → logits [B, T, vocab], to trace in compile_forward (a
   /// BERT-family masked-LM: its mlm_logits without a mask; a classifier: its logits [B, labels]
   /// or [B, T, labels]; question answering: [B, T, 2]; a ViT classifier: its logits [B, labels]
-  /// for pixels [B, C, H, W] in place of ids; an encoder without a head throws).
+  /// for pixels [B, C, H, W] in place of ids; an encoder without a head throws, and so does
+  /// CLIP, which takes texts and images: use nn::Clip's text_features, image_features and
+  /// logits_per_image).
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;
@@ -184,5 +194,8 @@ Model from_config(const nn::BertConfig& config);
 /// A Vision Transformer: ViTForImageClassification with labels (no pooler), else ViTModel; with
 /// a distillation token DeiT's classes (…WithTeacher for the distillation head).
 Model from_config(const nn::ViTConfig& config);
+/// CLIP: CLIPModel with both towers, else CLIPTextModel / CLIPVisionModel, …WithProjection
+/// with ClipConfig::projections.
+Model from_config(const nn::ClipConfig& config);
 
 }  // namespace tg::pretrained

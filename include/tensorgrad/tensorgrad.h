@@ -4,6 +4,7 @@
 #include "tensorgrad/bert.h"
 #include "tensorgrad/chat.h"
 #include "tensorgrad/checkpoint.h"
+#include "tensorgrad/clip.h"
 #include "tensorgrad/distributed.h"
 #include "tensorgrad/dtype.h"
 #include "tensorgrad/errors.h"

@@ -1,5 +1,5 @@
 // Tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as the
-// `tokenizers` library does for GPT-2 and Llama 3 style (byte-level BPE), Llama 2 style
+// `tokenizers` library does for GPT-2, Llama 3 and CLIP style (byte-level BPE), Llama 2 style
 // (SentencePiece-style BPE), XLM-RoBERTa style (SentencePiece Unigram) and BERT style
 // (WordPiece) models:
 //
@@ -11,10 +11,14 @@
 // max_input_chars_per_word) with the BertNormalizer (clean_text, handle_chinese_chars,
 // strip_accents, lowercase) or none, the BertPreTokenizer and the WordPiece decoder (prefix,
 // cleanup), as BERT, MiniLM, BGE and E5 files have them; or model "BPE" (merges in either form,
-// "a b" or ["a", "b"]; ignore_merges; unk_token), and either
-//   - byte-level: no normalizer or NFC (Qwen2's, Qwen3's), the ByteLevel decoder, and as
-//     pre-tokenizer either ByteLevel (add_prefix_space, use_regex: GPT-2's regex) or a Sequence
-//     of a Split on GPT-2's, Llama 3's or Qwen2's regex (behavior Isolated) then ByteLevel; or
+// "a b" or ["a", "b"]; ignore_merges; unk_token; continuing_subword_prefix "" or none), and either
+//   - byte-level: as normalizer none, NFC (Qwen2's, Qwen3's) or CLIP's Sequence of NFC,
+//     Replace(regex "\s+" → " ") and Lowercase (each code point by its own lowercase mapping, as
+//     `tokenizers` does: "Σ" is always "σ"); the ByteLevel decoder; and as pre-tokenizer either
+//     ByteLevel (add_prefix_space, use_regex: GPT-2's regex) or a Sequence of a Split on GPT-2's,
+//     Llama 3's or Qwen2's regex (behavior Isolated) or on CLIP's (behavior Removed, invert: the
+//     whitespace between words dropped) then ByteLevel. The model may have an end_of_word_suffix
+//     (CLIP's "</w>"), appended to each word's last character before merging; or
 //   - SentencePiece-style (byte_fallback, fuse_unk): spaces spelled "▁" by a normalizer
 //     (Prepend("▁") and Replace(" ", "▁"): every segment between added tokens starts with a "▁")
 //     or by the Metaspace pre-tokenizer (prepend_scheme always / first / never, split); the
@@ -45,13 +49,16 @@
 //
 // decode returns the bytes the tokens stand for. `tokenizers` replaces bytes that are not valid
 // UTF-8 (a multi-byte character cut between ids, or text that was never UTF-8) with U+FFFD;
-// here they are kept, so decode(encode(s)) == s for every string s with byte-level files, and
-// with SentencePiece-style ones whose encoding keeps every space (the Prepend/Replace
-// normalizer's). Text that is not valid UTF-8 is encoded as the bytes it is (each invalid byte a
-// symbol that is neither letter, number nor space). WordPiece decoding gives what `tokenizers`
-// gives: "##" pieces joined to the word before, other tokens after a space, then the decoder's
-// cleanup ("hello , world" → "hello, world"); case, accents and spacing lost to normalization
-// stay lost.
+// here they are kept, so decode(encode(s)) == s for every string s with byte-level files
+// without a normalizer, and with SentencePiece-style ones whose encoding keeps every space (the
+// Prepend/Replace normalizer's). Text that is not valid UTF-8 is encoded as the bytes it is
+// (each invalid byte a symbol that is neither letter, number nor space). WordPiece decoding
+// gives what `tokenizers` gives: "##" pieces joined to the word before, other tokens after a
+// space, then the decoder's cleanup ("hello , world" → "hello, world"); case, accents and
+// spacing lost to normalization stay lost. With an end_of_word_suffix (CLIP's) decode gives
+// what transformers' CLIPTokenizer gives: each "</w>" a space, then whitespace at either end
+// stripped ("A photo of a CAT." → "a photo of a cat ."); `tokenizers` alone would keep the
+// "</w>".
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -406,6 +406,11 @@ const std::vector<Family>& families() {
       {"DeiTModel", "deit", load_vit},
       {"DeiTForImageClassification", "deit", load_vit},
       {"DeiTForImageClassificationWithTeacher", "deit", load_vit},
+      {"CLIPModel", "clip", load_clip},
+      {"CLIPTextModel", "clip_text_model", load_clip},
+      {"CLIPTextModelWithProjection", "clip_text_model", load_clip},
+      {"CLIPVisionModel", "clip_vision_model", load_clip},
+      {"CLIPVisionModelWithProjection", "clip_vision_model", load_clip},
       {"MambaForCausalLM", "mamba", load_mamba}};
   return all;
 }
@@ -529,12 +534,18 @@ Tensor Model::logits(const Tensor& ids) const {
                         " has no classifier: use nn::ViT::hidden (and pooled) for its outputs");
           return vit.classify(vit.hidden(ids));
         }
+        if constexpr (std::is_same_v<C, nn::ClipConfig>) {
+          throw Error("[pretrained::Model] " + architecture +
+                      " takes texts and images: use nn::Clip's text_features, image_features and "
+                      "logits_per_image");
+        }
       },
       config);
 }
 
 CachedLm Model::step() const {
-  if (std::holds_alternative<nn::BertConfig>(config) || std::holds_alternative<nn::ViTConfig>(config))
+  if (std::holds_alternative<nn::BertConfig>(config) || std::holds_alternative<nn::ViTConfig>(config) ||
+      std::holds_alternative<nn::ClipConfig>(config))
     throw Error("[pretrained::Model] " + architecture +
                 " is an encoder: it has no cached step to generate with");
   const Module* mod = module.get();
@@ -544,7 +555,8 @@ CachedLm Model::step() const {
         using M =
             std::conditional_t<std::is_same_v<C, nn::LlamaConfig>, nn::Llama,
                                std::conditional_t<std::is_same_v<C, nn::GptConfig>, nn::Gpt, nn::MambaLM>>;
-        if constexpr (std::is_same_v<C, nn::BertConfig> || std::is_same_v<C, nn::ViTConfig>) {
+        if constexpr (std::is_same_v<C, nn::BertConfig> || std::is_same_v<C, nn::ViTConfig> ||
+                      std::is_same_v<C, nn::ClipConfig>) {
           return {};  // refused above
         } else {
           const M* model = static_cast<const M*>(mod);

@@ -88,6 +88,7 @@ std::string config_json_of(const nn::GptConfig& c);
 std::string config_json_of(const nn::MambaLMConfig& c);
 std::string config_json_of(const nn::BertConfig& c);
 std::string config_json_of(const nn::ViTConfig& c);
+std::string config_json_of(const nn::ClipConfig& c);
 /// A classifier's id2label and label2id (LABEL_0, LABEL_1, …), as transformers writes them.
 void add_labels(json& config, int64_t labels);
 
@@ -139,5 +140,10 @@ Source vit_source(const std::string& prefix, const std::string& p);
 std::string vit_base(const std::string& architecture);
 /// The transformers class of a ViT configuration: ViT's, or DeiT's with a distillation token.
 std::string vit_architecture(const nn::ViTConfig& c);
+
+/// CLIP (pretrained_clip.cc): CLIPModel and the one-tower classes as nn::Clip (the file's names
+/// are the module's), and the transformers class of a configuration.
+void load_clip(Model& m, const json& c);
+std::string clip_architecture(const nn::ClipConfig& c);
 
 }  // namespace tg::pretrained::detail

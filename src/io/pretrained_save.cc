@@ -279,6 +279,7 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     for (auto& [name, t] : w) out[vit_source(prefix, name).name] = std::move(t);
     return out;
   }
+  if (std::holds_alternative<nn::ClipConfig>(m.config)) return w;  // the file's names are the module's
   const bool mixtral = m.architecture == "MixtralForCausalLM";
   for (auto& [name, t] : w)
     out[mixtral ? mixtral_source(name).name : name] = std::move(t);  // the Llama family
@@ -502,6 +503,13 @@ Model from_config(const nn::BertConfig& config) {
 Model from_config(const nn::ViTConfig& config) {
   const std::string architecture = detail::vit_architecture(config);
   return model_of<nn::ViTConfig, nn::ViT>(config, architecture.c_str(), config.tokens());
+}
+Model from_config(const nn::ClipConfig& config) {
+  const std::string architecture = detail::clip_architecture(config);
+  Model m = model_of<nn::ClipConfig, nn::Clip>(
+      config, architecture.c_str(), config.has_text ? config.text.positions : config.vision.tokens());
+  if (config.has_text) m.eos_ids = {config.text.eos_id};
+  return m;
 }
 
 }  // namespace tg::pretrained

@@ -59,6 +59,20 @@ std::string clean_and_space_cjk(std::string_view s, const BertNormalizer& option
 
 }  // namespace
 
+std::string lowercase(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const Unit& u : decode_utf8(s)) {
+    const char* lower = u.valid ? lowercase_of(u.cp) : nullptr;
+    if (lower) {
+      out += lower;
+    } else {
+      out.append(s, u.offset, u.size);
+    }
+  }
+  return out;
+}
+
 std::string bert_normalize(std::string_view s, const BertNormalizer& options) {
   std::string text = clean_and_space_cjk(s, options);
   if (options.strip_accents) text = nfd(text);

@@ -1,8 +1,9 @@
 // BERT's normalizer and pre-tokenizer, as the BertNormalizer and BertPreTokenizer of Hugging
 // Face `tokenizers` apply them in WordPiece tokenizer.json files (bert-base-uncased and -cased,
-// MiniLM, BGE, E5, …). Which code points are controls, whitespace, punctuation, marks or CJK,
-// and how each lowercases, comes from tables read off `tokenizers` itself
-// (bert_tables.inc, scripts/gen_bert_tables.py), so the ids agree with it.
+// MiniLM, BGE, E5, …), and the Lowercase normalizer (CLIP's), which lowercases as BERT's does.
+// Which code points are controls, whitespace, punctuation, marks or CJK, and how each
+// lowercases, comes from tables read off `tokenizers` itself (bert_tables.inc,
+// scripts/gen_bert_tables.py), so the ids agree with it.
 #pragma once
 #include <string>
 #include <string_view>
@@ -20,6 +21,12 @@ struct BertNormalizer {
 
 /// `s` normalized as `options` say. Bytes that are not valid UTF-8 are kept as they are.
 std::string bert_normalize(std::string_view s, const BertNormalizer& options);
+
+/// `s` lowercased as `tokenizers`' Lowercase normalizer (and BertNormalizer's lowercase) does it:
+/// each code point by its own full lowercase mapping, which may be several code points
+/// ("İ" → "i̇"), with no context ("Σ" is "σ" at a word's end too: Rust's char::to_lowercase, not
+/// str::to_lowercase). Bytes that are not valid UTF-8 are kept as they are.
+std::string lowercase(std::string_view s);
 
 /// The words of `s` as BertPreTokenizer splits it: at whitespace (which is dropped), and with
 /// every punctuation character a word of its own. Views into `s`; none is empty.

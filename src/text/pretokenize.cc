@@ -1,5 +1,5 @@
-// Hand-written matchers for the pre-tokenizer regexes (GPT-2's; Llama 3's and Qwen2's). Each
-// tries the regex's alternatives in order at one position and returns where the first that
+// Hand-written matchers for the pre-tokenizer regexes (GPT-2's; Llama 3's and Qwen2's; CLIP's).
+// Each tries the regex's alternatives in order at one position and returns where the first that
 // matches ends, taking the same backtracking choices a regex engine would (noted where it matters).
 #include "text/pretokenize.h"
 
@@ -83,6 +83,28 @@ size_t match_llama3(const Units& t, size_t i, size_t max_digits) {
   return spaces(t, i);
 }
 
+// CLIP's regex at i: its two special tokens spelled out, the contractions, a run of letters, one
+// number, a run of other characters; i itself at whitespace, which no alternative matches.
+size_t match_clip(const Units& t, std::string_view text, size_t i) {
+  for (std::string_view special : {"<|startoftext|>", "<|endoftext|>"}) {
+    if (text.substr(t.u[i].offset).starts_with(special)) return i + special.size();  // ASCII: a unit a byte
+  }
+  if (size_t end = contraction(t, i, false); end != i) return end;
+  if (t.letter(i)) return t.run(i, &Units::letter);
+  if (t.number(i)) return i + 1;
+  return t.run(i, &Units::other);
+}
+
+size_t match(const Units& t, std::string_view text, size_t i, SplitPattern pattern) {
+  switch (pattern) {
+    case SplitPattern::kGpt2: return match_gpt2(t, i);
+    case SplitPattern::kLlama3: return match_llama3(t, i, 3);
+    case SplitPattern::kQwen2: return match_llama3(t, i, 1);
+    case SplitPattern::kClip: return match_clip(t, text, i);
+  }
+  return i;
+}
+
 }  // namespace
 
 std::string_view pattern_source(SplitPattern pattern) {
@@ -95,6 +117,8 @@ std::string_view pattern_source(SplitPattern pattern) {
     case SplitPattern::kQwen2:
       return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
              R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case SplitPattern::kClip:
+      return R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
   }
   return {};
 }
@@ -103,9 +127,11 @@ std::vector<std::string_view> split(std::string_view text, SplitPattern pattern)
   const Units t{decode_utf8(text)};
   std::vector<std::string_view> pieces;
   for (size_t i = 0; i < t.size();) {
-    size_t end = pattern == SplitPattern::kGpt2 ? match_gpt2(t, i)
-                                                : match_llama3(t, i, pattern == SplitPattern::kQwen2 ? 1 : 3);
-    if (end <= i) end = i + 1;  // unreachable: every class is matched by some alternative
+    const size_t end = match(t, text, i, pattern);
+    if (end <= i) {  // no match here: whitespace, under CLIP's regex only, which is dropped
+      ++i;
+      continue;
+    }
     const size_t begin_byte = t.u[i].offset;
     const size_t end_byte = end < t.size() ? t.u[end].offset : text.size();
     pieces.push_back(text.substr(begin_byte, end_byte - begin_byte));

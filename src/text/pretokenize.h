@@ -1,6 +1,6 @@
-// The pre-tokenizer pieces of byte-level BPE: the regexes GPT-2 and Llama 3 split text with,
-// written as scanners over code points, and the byte-level alphabet that spells every byte as a
-// printable character.
+// The pre-tokenizer pieces of byte-level BPE: the regexes GPT-2, Llama 3, Qwen2 and CLIP split
+// text with, written as scanners over code points, and the byte-level alphabet that spells every
+// byte as a printable character.
 #pragma once
 #include <array>
 #include <string>
@@ -15,13 +15,17 @@ namespace tg::text {
 ///   kLlama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 ///            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 ///   kQwen2:  Llama 3's with \p{N} for \p{N}{1,3}: digits one at a time (Qwen2, Qwen2.5, Qwen3)
-enum class SplitPattern { kGpt2, kLlama3, kQwen2 };
+///   kClip:   <\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|
+///            [^\s\p{L}\p{N}]+
+/// The first three match every character; CLIP's matches every character but whitespace.
+enum class SplitPattern { kGpt2, kLlama3, kQwen2, kClip };
 
 /// The regex of `pattern` exactly as tokenizer.json spells it.
 std::string_view pattern_source(SplitPattern pattern);
 
-/// Splits `text` into the regex's consecutive matches (behavior "Isolated": every match is a
-/// piece). Every character matches one of the alternatives, so the pieces cover `text`.
+/// The regex's matches in `text`, in order. For kGpt2, kLlama3 and kQwen2 they cover `text`
+/// (as a Split with behavior "Isolated" cuts it); for kClip the whitespace between them is left
+/// out (as a Split with behavior "Removed" and invert, CLIP's, drops it).
 std::vector<std::string_view> split(std::string_view text, SplitPattern pattern);
 
 /// GPT-2's byte-level alphabet: printable bytes (!..~, ¡..¬, ®..ÿ) stand for themselves, the

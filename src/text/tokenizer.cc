@@ -12,7 +12,6 @@
 
 #include "tensorgrad/errors.h"
 #include "text/bert_normalize.h"
-#include "text/nfc.h"
 #include "text/tokenizer_impl.h"
 #include "text/unicode.h"
 
@@ -115,16 +114,19 @@ void merge(const Impl& t, std::vector<int32_t>& symbols) {
 }
 
 // The ids of one word (its byte-level spelling, or SentencePiece-style UTF-8 with "▁" for
-// spaces): each character its token, else the <0xXX> tokens of its bytes (byte_fallback, when
-// all exist), else unk (a run of them fused into one with fuse_unk; dropped without an
-// unk_token, as `tokenizers` does), then merged.
+// spaces): each character its token (the last one spelled with the end_of_word_suffix), else
+// the <0xXX> tokens of its bytes (byte_fallback, when all exist), else unk (a run of them fused
+// into one with fuse_unk; dropped without an unk_token, as `tokenizers` does), then merged.
 std::vector<int32_t> bpe(const Impl& t, const std::string& word) {
   if (t.ignore_merges) {
     if (auto it = t.ids.find(word); it != t.ids.end()) return {it->second};
   }
   std::vector<int32_t> symbols;
-  for (const auto& unit : text::decode_utf8(word)) {
-    if (auto it = t.ids.find(word.substr(unit.offset, unit.size)); it != t.ids.end()) {
+  const std::vector<text::Unit> units = text::decode_utf8(word);
+  for (const auto& unit : units) {
+    std::string symbol = word.substr(unit.offset, unit.size);
+    if (&unit == &units.back()) symbol += t.end_of_word_suffix;
+    if (auto it = t.ids.find(symbol); it != t.ids.end()) {
       symbols.push_back(it->second);
       continue;
     }
@@ -235,8 +237,9 @@ const Impl& checked(const std::shared_ptr<const Impl>& impl) {
 }
 
 // The ids of `text` without the post-processor's special tokens. Added tokens are matched on
-// the raw text first, then, after each remaining segment is normalized (NFC; SentencePiece-style
-// files: "▁" prepended, spaces spelled "▁"; WordPiece: BERT's normalizer), those matched on that.
+// the raw text first, then, after each remaining segment is normalized (normalize_steps, as NFC
+// or CLIP's whitespace and Lowercase; SentencePiece-style files: "▁" prepended, spaces spelled
+// "▁"; WordPiece: BERT's normalizer), those matched on that.
 std::vector<int32_t> encode_text(const Impl& t, std::string_view text) {
   std::vector<Segment> raw, segments;
   split_added(t, text, /*normalized=*/false, raw);
@@ -249,10 +252,8 @@ std::vector<int32_t> encode_text(const Impl& t, std::string_view text) {
     std::string_view view = s.text;
     if (t.bert_normalizer) {
       view = normalized.emplace_back(text::bert_normalize(s.text, *t.bert_normalizer));
-    } else if (!t.normalize_steps.empty() || t.normalize_nfc || t.normalize_prepend || t.normalize_replace) {
-      std::string& n = normalized.emplace_back(t.normalize_steps.empty() ? std::string(s.text)
-                                                                         : t.apply_normalize_steps(s.text));
-      if (t.normalize_nfc) n = text::nfc(n);
+    } else if (!t.normalize_steps.empty() || t.normalize_prepend || t.normalize_replace) {
+      std::string& n = normalized.emplace_back(t.apply_normalize_steps(s.text));
       if (t.normalize_replace) n = replace_spaces(t, n);
       if (t.normalize_prepend && !n.empty()) n = t.meta + n;
       view = n;
@@ -424,6 +425,23 @@ std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<
   return out.substr(strip);
 }
 
+// What transformers' CLIPTokenizer makes of the ByteLevel decoder's text: each end-of-word
+// suffix a space, then whitespace at either end stripped (Python's str.strip: Unicode
+// White_Space and U+001C..U+001F).
+std::string suffix_as_space(std::string_view decoded, std::string_view suffix) {
+  const std::string text = replace_all(decoded, suffix, " ");
+  const auto space = [](const text::Unit& u) {
+    return u.valid && (u.cls == text::CharClass::kSpace || (u.cp >= 0x1C && u.cp <= 0x1F));
+  };
+  const std::vector<text::Unit> units = text::decode_utf8(text);
+  size_t first = 0, last = units.size();
+  while (first < last && space(units[first])) ++first;
+  while (last > first && space(units[last - 1])) --last;
+  if (first == last) return "";
+  return text.substr(units[first].offset,
+                     units[last - 1].offset + units[last - 1].size - units[first].offset);
+}
+
 }  // namespace
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
@@ -454,7 +472,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     }
     out += byte_level ? bytes : token;
   }
-  return out;
+  return t.end_of_word_suffix.empty() ? out : suffix_as_space(out, t.end_of_word_suffix);
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(checked(impl_).tokens.size()); }

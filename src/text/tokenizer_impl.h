@@ -36,6 +36,9 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> ids;  // model vocabulary only
   std::unordered_map<uint64_t, Merge> merges;    // key: (left id << 32) | right id
   bool ignore_merges = false;                    // a word that is a token is that token, merges or not
+  // Appended to a word's last character before merging ("cat" → c, a, t</w>: CLIP's "</w>"), and
+  // read as a space when decoding; "" for none.
+  std::string end_of_word_suffix;
   std::optional<int32_t> unk_id;
   std::vector<AddedToken> added;
 
@@ -53,13 +56,20 @@ struct Tokenizer::Impl {
   std::string meta = "\xe2\x96\x81";                              // "▁"
   // The normalizer (legacy files): `meta` before every non-empty segment, spaces replaced.
   bool normalize_prepend = false, normalize_replace = false;
-  // An NFC normalizer (Qwen2's byte-level files): applied before the other steps.
-  bool normalize_nfc = false;
-  // Normalizer steps applied in their order before the flags above (SentencePiece Unigram files,
-  // as XLM-RoBERTa's): the precompiled rules, Strip (whitespace at either end), and a Replace of
-  // each run of two or more spaces (the regex " {2,}") by `content`.
+  // Normalizer steps applied in their order before the flags above (normalize_steps.cc): the
+  // precompiled rules, Strip (whitespace at either end) and a Replace of each run of two or more
+  // spaces (the regex " {2,}") by `content` (SentencePiece Unigram files, as XLM-RoBERTa's); NFC
+  // (Qwen2's); a Replace of each run of whitespace (the regex "\s+") by `content` and Lowercase
+  // (CLIP's, after NFC).
   struct NormalizeStep {
-    enum class Kind { kPrecompiled, kStrip, kReplaceSpaceRuns } kind;
+    enum class Kind {
+      kPrecompiled,
+      kStrip,
+      kReplaceSpaceRuns,
+      kNfc,
+      kReplaceWhitespaceRuns,
+      kLowercase
+    } kind;
     std::shared_ptr<const text::PrecompiledCharsmap> charsmap;
     bool left = false, right = false;
     std::string content;

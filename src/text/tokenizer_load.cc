@@ -115,14 +115,16 @@ void read_model(Tokenizer::Impl& t, const json& model) {
   if (type == "WordPiece") return read_wordpiece(t, model);
   if (type == "Unigram") return read_unigram(t, model);
   if (type != "BPE")
-    fail(t.file,
-         "model type \"" + type +
-             "\" is not supported (only byte-level BPE, as GPT-2's and Llama 3's, SentencePiece-style BPE, "
-             "as Llama 2's, Unigram, as XLM-RoBERTa's, and WordPiece, as BERT's)");
+    fail(t.file, "model type \"" + type +
+                     "\" is not supported (only byte-level BPE, as GPT-2's, Llama 3's and CLIP's, "
+                     "SentencePiece-style BPE, as Llama 2's, Unigram, as XLM-RoBERTa's, and WordPiece, as "
+                     "BERT's)");
   if (value_or<double>(model, "dropout", 0.0) != 0.0) fail(t.file, "BPE dropout is not supported");
-  if (!value_or<std::string>(model, "continuing_subword_prefix", "").empty() ||
-      !value_or<std::string>(model, "end_of_word_suffix", "").empty())
-    fail(t.file, "continuing_subword_prefix / end_of_word_suffix are not supported (not byte-level BPE)");
+  // CLIP's files have continuing_subword_prefix "" (none) and end_of_word_suffix "</w>".
+  if (const std::string prefix = value_or<std::string>(model, "continuing_subword_prefix", "");
+      !prefix.empty())
+    fail(t.file, "a BPE continuing_subword_prefix (\"" + prefix + "\") is not supported (only \"\" or none)");
+  t.end_of_word_suffix = value_or<std::string>(model, "end_of_word_suffix", "");
   t.byte_fallback = value_or<bool>(model, "byte_fallback", false);
   t.fuse_unk = value_or<bool>(model, "fuse_unk", false);
   t.ignore_merges = value_or<bool>(model, "ignore_merges", false);
@@ -192,14 +194,23 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
     const json& split = (*steps)[0];
     const std::string regex =
         split.contains("pattern") ? value_or<std::string>(split["pattern"], "Regex", "") : "";
-    if (value_or<std::string>(split, "behavior", "") != "Isolated" || value_or<bool>(split, "invert", false))
-      fail(t.file, "a Split pre-tokenizer must have behavior Isolated and not invert: " + split.dump());
-    for (auto pattern :
-         {text::SplitPattern::kGpt2, text::SplitPattern::kLlama3, text::SplitPattern::kQwen2}) {
+    for (auto pattern : {text::SplitPattern::kGpt2, text::SplitPattern::kLlama3, text::SplitPattern::kQwen2,
+                         text::SplitPattern::kClip}) {
       if (regex == text::pattern_source(pattern)) t.split_pattern = pattern;
     }
     if (!t.split_pattern)
-      fail(t.file, "the Split pre-tokenizer's pattern is not GPT-2's, Llama 3's or Qwen2's regex: " + regex);
+      fail(t.file,
+           "the Split pre-tokenizer's pattern is not GPT-2's, Llama 3's, Qwen2's or CLIP's regex: " + regex);
+    // The pieces text::split gives: the matches, which cover the text but for CLIP's regex.
+    // "Removed" with invert keeps exactly the matches; "Isolated" keeps what lies between them
+    // too, which is nothing for the covering regexes.
+    const std::string behavior = value_or<std::string>(split, "behavior", "");
+    const bool invert = value_or<bool>(split, "invert", false);
+    const bool covering = *t.split_pattern != text::SplitPattern::kClip;
+    if (!(behavior == "Removed" && invert) && !(behavior == "Isolated" && !invert && covering))
+      fail(t.file, std::string("a Split pre-tokenizer must have behavior Removed and invert") +
+                       (covering ? ", or behavior Isolated and not invert: " : " on CLIP's regex: ") +
+                       split.dump().substr(0, 300));
     return read_byte_level(t, (*steps)[1]);
   }
   fail(t.file, "pre-tokenizer " + (type == "Sequence" ? p.dump().substr(0, 200) : type) +
@@ -213,9 +224,10 @@ std::string replace_pattern(const Tokenizer::Impl& t, const json& r) {
   return r["pattern"]["String"].get<std::string>();
 }
 
-// The normalizers read: SentencePiece-style Prepend("▁") and Replace(" " → "▁"), and NFC (first,
-// if with the others: it changes no space and no "▁"), alone or in a Sequence; and, before any of
-// those, the steps of Unigram files (Precompiled, Strip, Replace of the regex " {2,}").
+// The normalizers read: SentencePiece-style Prepend("▁") and Replace(" " → "▁"), alone or in a
+// Sequence; and, before those, the steps applied in the file's order: those of Unigram files
+// (Precompiled, Strip, Replace of the regex " {2,}"), NFC (also after Prepend and Replace: it
+// changes no space and no "▁"), and CLIP's (Replace of the regex "\s+", Lowercase).
 void read_normalizer(Tokenizer::Impl& t, const json& n) {
   const std::string type = type_of(n);
   if (type == "Sequence") {
@@ -224,12 +236,13 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
   }
   using Step = Tokenizer::Impl::NormalizeStep;
   const bool regex = type == "Replace" && n.contains("pattern") && n["pattern"].contains("Regex");
-  if (type == "Precompiled" || type == "Strip" || regex) {
-    if (t.normalize_nfc || t.normalize_prepend || t.normalize_replace)
-      fail(t.file,
-           "normalizer " + type + " after NFC, Prepend or Replace(\" \") is not supported (only before)");
+  if (type == "Precompiled" || type == "Strip" || regex || type == "NFC" || type == "Lowercase") {
+    if (type != "NFC" && (t.normalize_prepend || t.normalize_replace))
+      fail(t.file, "normalizer " + type + " after Prepend or Replace(\" \") is not supported (only before)");
     Step step{Step::Kind::kStrip, nullptr, false, false, ""};
-    if (type == "Precompiled") {
+    if (type == "NFC" || type == "Lowercase") {
+      step.kind = type == "NFC" ? Step::Kind::kNfc : Step::Kind::kLowercase;
+    } else if (type == "Precompiled") {
       step.kind = Step::Kind::kPrecompiled;
       const std::string blob = value_or<std::string>(n, "precompiled_charsmap", "");
       if (blob.empty()) return;  // no rules: nothing changes
@@ -245,16 +258,13 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
       step.right = value_or<bool>(n, "strip_right", false);
     } else {
       const std::string pattern = n["pattern"]["Regex"].get<std::string>();
-      if (pattern != " {2,}")
-        fail(t.file, "a Replace with the regex \"" + pattern + "\" is not supported (only \" {2,}\")");
-      step.kind = Step::Kind::kReplaceSpaceRuns;
+      if (pattern != " {2,}" && pattern != "\\s+")
+        fail(t.file,
+             "a Replace with the regex \"" + pattern + "\" is not supported (only \" {2,}\" and \"\\s+\")");
+      step.kind = pattern == " {2,}" ? Step::Kind::kReplaceSpaceRuns : Step::Kind::kReplaceWhitespaceRuns;
       step.content = value_or<std::string>(n, "content", "");
     }
     t.normalize_steps.push_back(std::move(step));
-    return;
-  }
-  if (type == "NFC") {
-    t.normalize_nfc = true;
     return;
   }
   if (type == "Prepend" && value_or<std::string>(n, "prepend", "") == t.meta) {
@@ -267,9 +277,9 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
     return;
   }
   fail(t.file, "normalizer " + type_of(n) +
-                   " is not supported (NFC, SentencePiece-style Prepend(\"▁\") and Replace(\" \", \"▁\"), "
-                   "Precompiled, "
-                   "Strip, Replace(\" {2,}\"), or none): " +
+                   " is not supported (NFC, Lowercase, SentencePiece-style Prepend(\"▁\") and "
+                   "Replace(\" \", \"▁\"), Precompiled, Strip, Replace(\" {2,}\") and Replace(\"\\s+\"), "
+                   "or none): " +
                    n.dump().substr(0, 200));
 }
 
@@ -430,6 +440,9 @@ void read_bpe_parts(Tokenizer::Impl& t, const json& normalizer, const json& pre,
     if (type_of(pre) == "Metaspace") read_metaspace(t, pre);
     if (!t.normalize_replace && !t.metaspace)
       fail(t.file, "no normalizer or pre-tokenizer spells spaces as \"▁\" (not a SentencePiece-style BPE)");
+    if (!t.end_of_word_suffix.empty())
+      fail(t.file, "a BPE end_of_word_suffix (\"" + t.end_of_word_suffix +
+                       "\") is supported only with byte-level BPE, not SentencePiece-style");
     read_sentencepiece_decoder(t, decoder);
   } else {
     read_pre_tokenizer(t, pre);

@@ -1,9 +1,8 @@
-// The Unigram model's encoding of one word, and the normalizer steps Unigram files use (see
-// tokenizer_impl.h). The segmentation is `tokenizers`' (and SentencePiece's) Viterbi pass: at
-// each character boundary, every vocabulary piece starting there, shortest first, offers its
-// end the best score so far plus its own, and a later piece replaces an earlier one only with a
-// strictly higher total; a character that no single-character piece covers is offered as unk
-// with min_score − 10.
+// The Unigram model's encoding of one word (see tokenizer_impl.h). The segmentation is
+// `tokenizers`' (and SentencePiece's) Viterbi pass: at each character boundary, every vocabulary
+// piece starting there, shortest first, offers its end the best score so far plus its own, and a
+// later piece replaces an earlier one only with a strictly higher total; a character that no
+// single-character piece covers is offered as unk with min_score − 10.
 #include <algorithm>
 
 #include "tensorgrad/errors.h"
@@ -80,43 +79,6 @@ std::vector<int32_t> Tokenizer::Impl::unigram_ids(std::string_view word) const {
   if (fused_from != std::string_view::npos) unknown(word.substr(fused_from, fused_end - fused_from));
   std::reverse(out.begin(), out.end());
   return out;
-}
-
-std::string Tokenizer::Impl::apply_normalize_steps(std::string_view s) const {
-  std::string text(s);
-  for (const NormalizeStep& step : normalize_steps) {
-    switch (step.kind) {
-      case NormalizeStep::Kind::kPrecompiled: text = step.charsmap->normalize(text); break;
-      case NormalizeStep::Kind::kStrip: {  // Unicode White_Space at either end (Rust's trim)
-        const std::vector<text::Unit> units = text::decode_utf8(text);
-        size_t first = 0, last = units.size();
-        while (step.left && first < last && units[first].cls == text::CharClass::kSpace) ++first;
-        while (step.right && last > first && units[last - 1].cls == text::CharClass::kSpace) --last;
-        const size_t begin = first < units.size() ? units[first].offset : text.size();
-        const size_t end = last > first ? units[last - 1].offset + units[last - 1].size : begin;
-        text = text.substr(begin, end - begin);
-        break;
-      }
-      case NormalizeStep::Kind::kReplaceSpaceRuns: {
-        std::string out;
-        for (size_t i = 0; i < text.size();) {
-          size_t j = i;
-          while (j < text.size() && text[j] == ' ') ++j;
-          if (j - i >= 2) {
-            out += step.content;
-          } else if (j > i) {
-            out += ' ';
-          } else {
-            out += text[j++];
-          }
-          i = j;
-        }
-        text = std::move(out);
-        break;
-      }
-    }
-  }
-  return text;
 }
 
 }  // namespace tg

@@ -159,7 +159,8 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
       "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
       "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, DeiTModel, "
-        "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, "
+      "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, CLIPModel, CLIPTextModel, "
+      "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
       "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "t5"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"t5\", which is not supported");
