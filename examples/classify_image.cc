@@ -1,15 +1,19 @@
-// classify_image: image classification with a Vision Transformer from a Hugging Face folder
-// (ViTForImageClassification or DeiT's classifiers: config.json, model.safetensors,
-// preprocessor_config.json), e.g. google/vit-base-patch16-224 or
-// facebook/deit-base-distilled-patch16-224 and their ImageNet-1k labels.
+// classify_image: image classification from a Hugging Face folder, with a classifier or zero-shot.
+//   - a Vision Transformer classifier (ViTForImageClassification or DeiT's: config.json,
+//     model.safetensors, preprocessor_config.json), e.g. google/vit-base-patch16-224 or
+//     facebook/deit-base-distilled-patch16-224 and their ImageNet-1k labels;
+//   - CLIP (CLIPModel, e.g. openai/clip-vit-base-patch32, with its tokenizer.json): zero-shot,
+//     over labels given on the command line, each put into a caption ("a photo of a {}.") and
+//     scored by the similarity of the caption's and the image's embeddings.
 //
 //   ./classify_image --model <folder> --images cat.jpg,dog.png [--top 5] [--batch 16]
+//                    [--labels cat,dog,car] [--template "a photo of a {}."]
 //                    [--device cpu|cuda] [--precision fp32|bf16]
 //
 // Each image (PNG, JPEG, BMP, GIF, TGA or PNM, read as RGB) is resized and normalized as the
-// folder's preprocessor_config.json says (tg::ImageProcessor: what transformers' ViT image
-// processor computes, to the bit), the model's logits become probabilities, and the likeliest
-// labels (config.json's id2label) are drawn as bars.
+// folder's preprocessor_config.json says (tg::ImageProcessor: what transformers' image
+// processors compute, to the bit), the model's logits become probabilities, and the likeliest
+// labels are drawn as bars.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,12 +29,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: classify_image --model FOLDER --images A.jpg[,B.png,...] [--top 5] [--batch 16]\n"
+    "                      [--labels A,B,...] [--template \"a photo of a {}.\"]\n"
     "                      [--device cpu|cuda] [--precision fp32|bf16]\n"
     "\n"
     "Classifies each image with a ViTForImageClassification (or DeiT classifier) folder (config.json,\n"
-    "model.safetensors and preprocessor_config.json, as transformers saves them): the images are\n"
-    "resized and normalized as the folder's image processor says, and the TOP likeliest labels\n"
-    "(config.json's id2label) of each are drawn as bars.\n";
+    "model.safetensors and preprocessor_config.json, as transformers saves them), over its labels\n"
+    "(config.json's id2label); or with a CLIPModel folder (and its tokenizer.json) over --labels,\n"
+    "each put into --template's caption. The images are resized and normalized as the folder's image\n"
+    "processor says, and the TOP likeliest labels of each are drawn as bars.\n";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -50,6 +56,109 @@ std::string bar(double p, int width) {
   return s + std::string(static_cast<size_t>(width + 1 - units / 8 - (units % 8 ? 1 : 0)), ' ');
 }
 
+// The image side the folder's processor gives: its crop, else its fixed resize (a
+// shortest-edge resize without a crop gives each image its own size, which one program cannot
+// take); it must be the model's.
+void check_processor(const tg::ImageProcessor& processor, int64_t image_size) {
+  const bool fixed = processor.do_center_crop || (processor.do_resize && processor.shortest_edge == 0);
+  const int64_t out_h = processor.do_center_crop ? processor.crop_height : processor.height,
+                out_w = processor.do_center_crop ? processor.crop_width : processor.width;
+  if (!fixed || out_h != image_size || out_w != image_size)
+    throw std::runtime_error("preprocessor_config.json gives " +
+                             (fixed ? std::to_string(out_h) + " × " + std::to_string(out_w) + " images"
+                                    : std::string("images of their own sizes")) +
+                             ", but the model takes " + std::to_string(image_size) + " × " +
+                             std::to_string(image_size));
+}
+
+// What main runs for either kind of model: a program from pixels [B, C, S, S] to probabilities
+// [B, labels], and the labels' names.
+struct Classifier {
+  tg::Program program;
+  std::vector<std::string> labels;
+  int64_t channels = 3, image_size = 0;
+};
+
+Classifier vit_classifier(const tg::pretrained::Model& m, const example::Args& args, int64_t B) {
+  const tg::nn::ViTConfig& c = std::get<tg::nn::ViTConfig>(m.config);
+  if (c.labels == 0)
+    throw std::runtime_error(m.architecture + " is not an image classifier (it has no classifier)");
+  if (args.has("labels"))
+    throw std::runtime_error("--labels is for CLIP; " + m.architecture + " has its own");
+  std::printf("%s from %s: %lld layers, width %lld, %lld × %lld images in %lld-pixel patches, %lld labels\n",
+              m.architecture.c_str(), m.folder.c_str(), static_cast<long long>(c.layers),
+              static_cast<long long>(c.d_model), static_cast<long long>(c.image_size),
+              static_cast<long long>(c.image_size), static_cast<long long>(c.patch_size),
+              static_cast<long long>(c.labels));
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < c.labels; ++i)
+    names.push_back(static_cast<size_t>(i) < m.label_names.size() ? m.label_names[static_cast<size_t>(i)]
+                                                                  : "label " + std::to_string(i));
+  tg::Program p = tg::compile_forward(
+      *m.module, [&](tg::Tensor pixels) { return tg::softmax(m.logits(pixels), -1); },
+      {.inputs = {{"pixels", {B, c.channels, c.image_size, c.image_size}, tg::DType::kF32}},
+       .device = args.device(),
+       .precision = args.precision()});
+  m.upload(p);
+  return {std::move(p), names, c.channels, c.image_size};
+}
+
+// CLIP zero-shot: each label's caption tokenized, padded with the end-of-text id (masked) to the
+// longest; the probabilities are the softmax over the captions of logits_per_image.
+Classifier clip_classifier(const tg::pretrained::Model& m, const std::string& folder,
+                           const example::Args& args, int64_t B) {
+  const tg::nn::ClipConfig& c = std::get<tg::nn::ClipConfig>(m.config);
+  if (!c.has_text || !c.has_vision || !c.projections)
+    throw std::runtime_error(m.architecture + " has one tower: zero-shot classification needs a CLIPModel");
+  const std::vector<std::string> labels = split(args.get("labels", ""));
+  if (labels.size() < 2)
+    throw std::runtime_error("CLIP classifies zero-shot: give --labels A,B[,...] (two or more)");
+  const std::string tmpl = args.get("template", "a photo of a {}.");
+  const size_t slot = tmpl.find("{}");
+  if (slot == std::string::npos) throw std::runtime_error("--template must hold {} where the label goes");
+  const tg::Tokenizer tok = tg::Tokenizer::load(folder);
+  std::vector<std::vector<int32_t>> captions;
+  size_t T = 0;
+  for (const std::string& label : labels) {
+    std::string text = tmpl;
+    text.replace(slot, 2, label);
+    captions.push_back(tok.encode(text, /*add_special=*/true));
+    T = std::max(T, captions.back().size());
+  }
+  if (static_cast<int64_t>(T) > c.text.positions)
+    throw std::runtime_error("a caption of " + std::to_string(T) + " tokens is longer than the model's " +
+                             std::to_string(c.text.positions) + " positions");
+  const int64_t N = static_cast<int64_t>(labels.size()), L = static_cast<int64_t>(T);
+  std::vector<int32_t> ids(labels.size() * T, c.text.eos_id), mask(labels.size() * T, 0);
+  for (size_t n = 0; n < captions.size(); ++n)
+    for (size_t t = 0; t < captions[n].size(); ++t) {
+      ids[n * T + t] = captions[n][t];
+      mask[n * T + t] = 1;
+    }
+  std::printf(
+      "%s from %s: text %lld layers × %lld, image %lld layers × %lld, %lld × %lld images; %lld captions as "
+      "\"%s\"\n",
+      m.architecture.c_str(), m.folder.c_str(), static_cast<long long>(c.text.encoder.layers),
+      static_cast<long long>(c.text.encoder.d_model), static_cast<long long>(c.vision.encoder.layers),
+      static_cast<long long>(c.vision.encoder.d_model), static_cast<long long>(c.vision.image_size),
+      static_cast<long long>(c.vision.image_size), static_cast<long long>(N), tmpl.c_str());
+  const auto& clip = static_cast<const tg::nn::Clip&>(*m.module);
+  tg::Program p = tg::compile_forward(
+      *m.module,
+      [&](tg::Tensor pixels) {
+        const tg::Tensor text = clip.text_features(tg::constant(std::span<const int32_t>(ids), {N, L}),
+                                                   tg::constant(std::span<const int32_t>(mask), {N, L}));
+        return tg::softmax(clip.logits_per_image(clip.image_features(pixels), text), -1);
+      },
+      {.inputs = {{"pixels",
+                   {B, c.vision.channels, c.vision.image_size, c.vision.image_size},
+                   tg::DType::kF32}},
+       .device = args.device(),
+       .precision = args.precision()});
+  m.upload(p);
+  return {std::move(p), labels, c.vision.channels, c.vision.image_size};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,7 +168,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const example::Args args = example::Args::parse(argc, argv);
-    args.allow_only({"model", "images", "top", "batch", "device", "precision"});
+    args.allow_only({"model", "images", "top", "batch", "labels", "template", "device", "precision"});
     if (!args.has("model") || !args.has("images")) {
       std::fprintf(stderr, "classify_image: --model and --images are required\n%s", kUsage);
       return 2;
@@ -73,64 +182,37 @@ int main(int argc, char** argv) {
 
     const auto t0 = std::chrono::steady_clock::now();
     const tg::pretrained::Model m = tg::pretrained::load(folder);
-    if (!std::holds_alternative<tg::nn::ViTConfig>(m.config) ||
-        std::get<tg::nn::ViTConfig>(m.config).labels == 0)
-      throw std::runtime_error(m.architecture +
-                               " is not an image classifier (ViTForImageClassification or DeiT's)");
-    const tg::nn::ViTConfig& c = std::get<tg::nn::ViTConfig>(m.config);
-    const tg::ImageProcessor processor = tg::ImageProcessor::load(folder);
-    // What the processor gives: its crop, else its fixed resize (a shortest-edge resize without a
-    // crop gives each image its own size, which one program cannot take).
-    const bool fixed = processor.do_center_crop || (processor.do_resize && processor.shortest_edge == 0);
-    const int64_t out_h = processor.do_center_crop ? processor.crop_height : processor.height,
-                  out_w = processor.do_center_crop ? processor.crop_width : processor.width;
-    if (!fixed || out_h != c.image_size || out_w != c.image_size)
-      throw std::runtime_error("preprocessor_config.json gives " +
-                               (fixed ? std::to_string(out_h) + " × " + std::to_string(out_w) + " images"
-                                      : std::string("images of their own sizes")) +
-                               ", but the model takes " + std::to_string(c.image_size) + " × " +
-                               std::to_string(c.image_size));
-    std::printf(
-        "%s from %s: %lld layers, width %lld, %lld × %lld images in %lld-pixel patches, %lld labels\n",
-        m.architecture.c_str(), folder.c_str(), static_cast<long long>(c.layers),
-        static_cast<long long>(c.d_model), static_cast<long long>(c.image_size),
-        static_cast<long long>(c.image_size), static_cast<long long>(c.patch_size),
-        static_cast<long long>(c.labels));
-
+    const bool vit = std::holds_alternative<tg::nn::ViTConfig>(m.config);
+    if (!vit && !std::holds_alternative<tg::nn::ClipConfig>(m.config))
+      throw std::runtime_error(
+          m.architecture + " is not an image classifier (ViTForImageClassification, DeiT's or CLIPModel)");
     std::vector<tg::Image> images;
     for (const std::string& p : paths) images.push_back(tg::read_image(p));
     const int64_t B = std::min<int64_t>(batch, static_cast<int64_t>(images.size()));
-    tg::Program classify = tg::compile_forward(
-        *m.module, [&](tg::Tensor pixels) { return tg::softmax(m.logits(pixels), -1); },
-        {.inputs = {{"pixels", {B, c.channels, c.image_size, c.image_size}, tg::DType::kF32}},
-         .device = args.device(),
-         .precision = args.precision()});
-    m.upload(classify);
-    std::printf("compiled for %s in %.2f s (loading included)\n", classify.device().str().c_str(),
+    Classifier classifier = vit ? vit_classifier(m, args, B) : clip_classifier(m, folder, args, B);
+    const tg::ImageProcessor processor = tg::ImageProcessor::load(folder);
+    check_processor(processor, classifier.image_size);
+    std::printf("compiled for %s in %.2f s (loading included)\n", classifier.program.device().str().c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
     const auto t1 = std::chrono::steady_clock::now();
+    const size_t K = classifier.labels.size();
     for (size_t first = 0; first < images.size(); first += static_cast<size_t>(B)) {
       // A last, shorter batch is filled up with copies of its last image (their rows unread).
       std::vector<tg::Image> chunk;
       for (size_t i = first; i < first + static_cast<size_t>(B); ++i)
         chunk.push_back(images[std::min(i, images.size() - 1)]);
-      const tg::HostTensor probs = classify.run({{"pixels", processor(chunk).f32()}});
-      const std::span<const float> p = probs.f32();
+      const tg::HostTensor probs = classifier.program.run({{"pixels", processor(chunk).f32()}});
       for (size_t i = first; i < std::min(images.size(), first + static_cast<size_t>(B)); ++i) {
-        const std::span<const float> row =
-            p.subspan((i - first) * static_cast<size_t>(c.labels), static_cast<size_t>(c.labels));
+        const std::span<const float> row = probs.f32().subspan((i - first) * K, K);
         std::vector<size_t> order(row.size());
         std::iota(order.begin(), order.end(), 0);
         std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return row[a] > row[b]; });
         std::printf("%s (%lld × %lld):\n", paths[i].c_str(), static_cast<long long>(images[i].height),
                     static_cast<long long>(images[i].width));
-        for (size_t k = 0; k < std::min(top, order.size()); ++k) {
-          const size_t label = order[k];
-          const std::string name =
-              label < m.label_names.size() ? m.label_names[label] : "label " + std::to_string(label);
-          std::printf("  %6.3f %s%s\n", row[label], bar(row[label], 30).c_str(), name.c_str());
-        }
+        for (size_t k = 0; k < std::min(top, order.size()); ++k)
+          std::printf("  %6.3f %s%s\n", row[order[k]], bar(row[order[k]], 30).c_str(),
+                      classifier.labels[order[k]].c_str());
       }
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
