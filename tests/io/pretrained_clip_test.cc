@@ -111,6 +111,33 @@ TEST(Clip, OutputsEqualTransformersOnEveryBackend) {
   }
 }
 
+// The README's zero-shot example on the tiny CLIP: captions padded by encode_batch with the
+// end-of-text id, an image through the folder's processor; the probabilities transformers gives
+// (tests/nn/clip_zero_shot_reference.py prints them to three places).
+TEST(Clip, ZeroShotAsTheReadmeShows) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_clip"));
+  const auto& clip = static_cast<const nn::Clip&>(*m.module);
+  const Tokenizer tok = Tokenizer::load(dir_of("tiny_clip"));
+  const EncodedBatch text = tok.encode_batch({"a photo of a cat.", "a photo of a dog.", "a photo of a car."},
+                                             {.pad_id = tok.eos_id()});
+  const std::vector<Image> images{read_image(dir_of("image/photo.png"))};
+  const HostTensor pixels = ImageProcessor::load(dir_of("tiny_clip"))(images);
+  const Shape captions{text.rows, text.length};
+  Program p = compile_forward(
+      *m.module,
+      [&](Tensor x, Tensor ids, Tensor mask) {
+        return softmax(clip.logits_per_image(clip.image_features(x), clip.text_features(ids, mask)), -1);
+      },
+      {.inputs = {{"pixels", pixels.shape(), DType::kF32},
+                  {"ids", captions, DType::kI32},
+                  {"mask", captions, DType::kI32}}});
+  m.upload(p);
+  const HostTensor probs = p.run({{"pixels", pixels.f32()}, {"ids", text.ids}, {"mask", text.mask}});
+  ASSERT_EQ(probs.shape(), (Shape{1, 3}));
+  const float want[] = {0.379f, 0.307f, 0.314f};  // cat, dog, car
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(probs.f32()[i], want[i], 6e-4) << i;
+}
+
 // CLIPTextModelWithProjection and CLIPVisionModelWithProjection hold the same towers.
 TEST(Clip, OneTowerClassesEqualTransformers) {
   const pretrained::Model text = pretrained::load(dir_of("tiny_clip_text"));
