@@ -19,8 +19,10 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "args.h"
@@ -77,6 +79,8 @@ struct Classifier {
   tg::Program program;
   std::vector<std::string> labels;
   int64_t channels = 3, image_size = 0;
+  /// CLIP's: the captions' features, the program's "text" input.
+  std::optional<tg::HostTensor> text = {};
 };
 
 Classifier vit_classifier(const tg::pretrained::Model& m, const example::Args& args, int64_t B) {
@@ -103,8 +107,9 @@ Classifier vit_classifier(const tg::pretrained::Model& m, const example::Args& a
   return {std::move(p), names, c.channels, c.image_size};
 }
 
-// CLIP zero-shot: each label's caption tokenized, padded with the end-of-text id (masked) to the
-// longest; the probabilities are the softmax over the captions of logits_per_image.
+// CLIP zero-shot: the labels' captions padded with the end-of-text token (masked) into one
+// batch, their features computed once; the probabilities are the softmax over the captions of
+// logits_per_image.
 Classifier clip_classifier(const tg::pretrained::Model& m, const std::string& folder,
                            const example::Args& args, int64_t B) {
   const tg::nn::ClipConfig& c = std::get<tg::nn::ClipConfig>(m.config);
@@ -116,47 +121,43 @@ Classifier clip_classifier(const tg::pretrained::Model& m, const std::string& fo
   const std::string tmpl = args.get("template", "a photo of a {}.");
   const size_t slot = tmpl.find("{}");
   if (slot == std::string::npos) throw std::runtime_error("--template must hold {} where the label goes");
+  std::vector<std::string> texts;
+  for (const std::string& label : labels) texts.push_back(std::string(tmpl).replace(slot, 2, label));
   const tg::Tokenizer tok = tg::Tokenizer::load(folder);
-  std::vector<std::vector<int32_t>> captions;
-  size_t T = 0;
-  for (const std::string& label : labels) {
-    std::string text = tmpl;
-    text.replace(slot, 2, label);
-    captions.push_back(tok.encode(text, /*add_special=*/true));
-    T = std::max(T, captions.back().size());
-  }
-  if (static_cast<int64_t>(T) > c.text.positions)
-    throw std::runtime_error("a caption of " + std::to_string(T) + " tokens is longer than the model's " +
-                             std::to_string(c.text.positions) + " positions");
-  const int64_t N = static_cast<int64_t>(labels.size()), L = static_cast<int64_t>(T);
-  std::vector<int32_t> ids(labels.size() * T, c.text.eos_id), mask(labels.size() * T, 0);
-  for (size_t n = 0; n < captions.size(); ++n)
-    for (size_t t = 0; t < captions[n].size(); ++t) {
-      ids[n * T + t] = captions[n][t];
-      mask[n * T + t] = 1;
-    }
+  const tg::EncodedBatch captions = tok.encode_batch(texts, {.pad_id = tok.eos_id()});
+  if (captions.length > c.text.positions)
+    throw std::runtime_error("a caption of " + std::to_string(captions.length) +
+                             " tokens is longer than the model's " + std::to_string(c.text.positions) +
+                             " positions");
   std::printf(
-      "%s from %s: text %lld layers × %lld, image %lld layers × %lld, %lld × %lld images; %lld captions as "
+      "%s from %s: text %lld layers × %lld, image %lld layers × %lld, %lld × %lld images; %zu captions as "
       "\"%s\"\n",
       m.architecture.c_str(), m.folder.c_str(), static_cast<long long>(c.text.encoder.layers),
       static_cast<long long>(c.text.encoder.d_model), static_cast<long long>(c.vision.encoder.layers),
       static_cast<long long>(c.vision.encoder.d_model), static_cast<long long>(c.vision.image_size),
-      static_cast<long long>(c.vision.image_size), static_cast<long long>(N), tmpl.c_str());
+      static_cast<long long>(c.vision.image_size), labels.size(), tmpl.c_str());
   const auto& clip = static_cast<const tg::nn::Clip&>(*m.module);
+  const tg::Shape shape{captions.rows, captions.length};
+  const tg::ForwardOptions options{.device = args.device(), .precision = args.precision()};
+  tg::ForwardOptions text_options = options;
+  text_options.inputs = {{"ids", shape, tg::DType::kI32}, {"mask", shape, tg::DType::kI32}};
+  tg::Program text = tg::compile_forward(
+      *m.module, [&](tg::Tensor ids, tg::Tensor mask) { return clip.text_features(ids, mask); },
+      text_options);
+  m.upload(text);
+  const tg::HostTensor features = text.run({{"ids", captions.ids}, {"mask", captions.mask}});
+  tg::ForwardOptions image_options = options;
+  image_options.inputs = {
+      {"pixels", {B, c.vision.channels, c.vision.image_size, c.vision.image_size}, tg::DType::kF32},
+      {"text", features.shape(), tg::DType::kF32}};
   tg::Program p = tg::compile_forward(
       *m.module,
-      [&](tg::Tensor pixels) {
-        const tg::Tensor text = clip.text_features(tg::constant(std::span<const int32_t>(ids), {N, L}),
-                                                   tg::constant(std::span<const int32_t>(mask), {N, L}));
-        return tg::softmax(clip.logits_per_image(clip.image_features(pixels), text), -1);
+      [&](tg::Tensor pixels, tg::Tensor t) {
+        return tg::softmax(clip.logits_per_image(clip.image_features(pixels), t), -1);
       },
-      {.inputs = {{"pixels",
-                   {B, c.vision.channels, c.vision.image_size, c.vision.image_size},
-                   tg::DType::kF32}},
-       .device = args.device(),
-       .precision = args.precision()});
+      image_options);
   m.upload(p);
-  return {std::move(p), labels, c.vision.channels, c.vision.image_size};
+  return {std::move(p), labels, c.vision.channels, c.vision.image_size, features};
 }
 
 }  // namespace
@@ -186,10 +187,10 @@ int main(int argc, char** argv) {
     if (!vit && !std::holds_alternative<tg::nn::ClipConfig>(m.config))
       throw std::runtime_error(
           m.architecture + " is not an image classifier (ViTForImageClassification, DeiT's or CLIPModel)");
+    const int64_t B = std::min<int64_t>(batch, static_cast<int64_t>(paths.size()));
+    Classifier classifier = vit ? vit_classifier(m, args, B) : clip_classifier(m, folder, args, B);
     std::vector<tg::Image> images;
     for (const std::string& p : paths) images.push_back(tg::read_image(p));
-    const int64_t B = std::min<int64_t>(batch, static_cast<int64_t>(images.size()));
-    Classifier classifier = vit ? vit_classifier(m, args, B) : clip_classifier(m, folder, args, B);
     const tg::ImageProcessor processor = tg::ImageProcessor::load(folder);
     check_processor(processor, classifier.image_size);
     std::printf("compiled for %s in %.2f s (loading included)\n", classifier.program.device().str().c_str(),
@@ -202,7 +203,10 @@ int main(int argc, char** argv) {
       std::vector<tg::Image> chunk;
       for (size_t i = first; i < first + static_cast<size_t>(B); ++i)
         chunk.push_back(images[std::min(i, images.size() - 1)]);
-      const tg::HostTensor probs = classifier.program.run({{"pixels", processor(chunk).f32()}});
+      const tg::HostTensor pixels = processor(chunk);  // Feeds borrow their data
+      tg::Feeds feeds{{"pixels", pixels.f32()}};
+      if (classifier.text) feeds.push_back(tg::Feed{"text", std::as_const(*classifier.text).f32()});
+      const tg::HostTensor probs = classifier.program.run(feeds);
       for (size_t i = first; i < std::min(images.size(), first + static_cast<size_t>(B)); ++i) {
         const std::span<const float> row = probs.f32().subspan((i - first) * K, K);
         std::vector<size_t> order(row.size());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -38,8 +39,10 @@ inline std::vector<tg::Device> all_devices() {
   return d;
 }
 
-/// max |a − b| over max |b|: a norm-wise relative difference of two same-length rows.
+/// max |a − b| over max |b|: a norm-wise relative difference of two same-length rows (rows of
+/// different lengths: infinity).
 inline double rel_diff(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double worst = 0, scale = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));

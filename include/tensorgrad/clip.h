@@ -41,7 +41,9 @@ struct ClipEncoderConfig {
 
 struct ClipTextConfig {
   ClipEncoderConfig encoder = {};
-  /// vocab_size, max_position_embeddings (the longest text), eos_token_id.
+  /// vocab_size, max_position_embeddings (the longest text), eos_token_id (where the text is
+  /// pooled; 2, as configs written before transformers fixed the field say, pools at each row's
+  /// largest id instead, which in CLIP's vocabulary is the end-of-text token too).
   int64_t vocab = 49408, positions = 77;
   int32_t eos_id = 49407;
 };

@@ -12,12 +12,14 @@
 // strip_accents, lowercase) or none, the BertPreTokenizer and the WordPiece decoder (prefix,
 // cleanup), as BERT, MiniLM, BGE and E5 files have them; or model "BPE" (merges in either form,
 // "a b" or ["a", "b"]; ignore_merges; unk_token; continuing_subword_prefix "" or none), and either
-//   - byte-level: as normalizer none, NFC (Qwen2's, Qwen3's) or CLIP's Sequence of NFC,
-//     Replace(regex "\s+" → " ") and Lowercase (each code point by its own lowercase mapping, as
-//     `tokenizers` does: "Σ" is always "σ"); the ByteLevel decoder; and as pre-tokenizer either
-//     ByteLevel (add_prefix_space, use_regex: GPT-2's regex) or a Sequence of a Split on GPT-2's,
-//     Llama 3's or Qwen2's regex (behavior Isolated) or on CLIP's (behavior Removed, invert: the
-//     whitespace between words dropped) then ByteLevel. The model may have an end_of_word_suffix
+//   - byte-level: as normalizer none, or NFC, Replace(regex "\s+" → " ") and Lowercase alone or
+//     in a Sequence, applied in the file's order (Qwen2's and Qwen3's: NFC; CLIP's: all three;
+//     Lowercase maps each code point by its own lowercase mapping, as `tokenizers` does: "Σ" is
+//     always "σ"); the ByteLevel decoder; and as pre-tokenizer either ByteLevel (add_prefix_space,
+//     use_regex: GPT-2's regex) or a Sequence of a Split then ByteLevel, the Split on GPT-2's,
+//     Llama 3's or Qwen2's regex (behavior Isolated, or Removed with invert) or on CLIP's, with or
+//     without its special-token alternatives (behavior Removed, invert: the whitespace between
+//     words dropped). The model may have an end_of_word_suffix
 //     (CLIP's "</w>"), appended to each word's last character before merging; or
 //   - SentencePiece-style (byte_fallback, fuse_unk): spaces spelled "▁" by a normalizer
 //     (Prepend("▁") and Replace(" ", "▁"): every segment between added tokens starts with a "▁")

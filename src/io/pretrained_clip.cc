@@ -86,7 +86,8 @@ void load_clip(Model& m, const json& c) {
     cc.vision = vision_of(c, f);
   }
   m.context = cc.has_text ? cc.text.positions : cc.vision.tokens();
-  if (cc.has_text) m.eos_ids = {cc.text.eos_id};
+  // An eos_token_id of 2 is no token's id (old configs, see ClipTextConfig::eos_id).
+  if (cc.has_text && cc.text.eos_id != 2) m.eos_ids = {cc.text.eos_id};
   m.config = cc;
   m.module = std::make_unique<nn::Clip>(cc);
   map_weights(

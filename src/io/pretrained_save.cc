@@ -508,7 +508,7 @@ Model from_config(const nn::ClipConfig& config) {
   const std::string architecture = detail::clip_architecture(config);
   Model m = model_of<nn::ClipConfig, nn::Clip>(
       config, architecture.c_str(), config.has_text ? config.text.positions : config.vision.tokens());
-  if (config.has_text) m.eos_ids = {config.text.eos_id};
+  if (config.has_text && config.text.eos_id != 2) m.eos_ids = {config.text.eos_id};
   return m;
 }
 

@@ -105,7 +105,7 @@ void Clip::build_text() {
   token_embedding_ = std::make_unique<Embedding>(*text_embeddings_, "token_embedding", t.vocab,
                                                  t.encoder.d_model, init::normal(0.02));
   text_positions_ = std::make_unique<Embedding>(*text_embeddings_, "position_embedding", t.positions,
-                                                t.encoder.d_model, init::normal(0.01));
+                                                t.encoder.d_model, init::normal(0.02));
   text_encoder_ = std::make_unique<Module>(*text_model_, "encoder");
   for (int64_t i = 0; i < t.encoder.layers; ++i)
     text_layers_.push_back(
@@ -163,7 +163,13 @@ Tensor Clip::text_hidden(const Tensor& ids, const std::optional<Tensor>& mask, L
 }
 
 Tensor Clip::text_pooled(const Tensor& hidden, const Tensor& ids, Loc loc) const {
+  if (!text_model_) throw Error("[Clip] text_pooled(): this model has no text tower" + where(loc));
   const Shape& s = hidden.shape();
+  if (s.size() != 3 || ids.shape().size() != 2 || ids.dtype() != DType::kI32 || ids.shape()[0] != s[0] ||
+      ids.shape()[1] != s[1] || s[2] != config.text.encoder.d_model)
+    throw ShapeError("[Clip] text_pooled takes hidden [B, T, " + std::to_string(config.text.encoder.d_model) +
+                     "] and their i32 ids [B, T], got " + shape_str(s) + " and " + shape_str(ids.shape()) +
+                     where(loc));
   // transformers' rule: eos_token_id 2 (configs older than the field's fix) takes the largest
   // id's position, else the first end-of-text token's.
   const Tensor index =
@@ -188,8 +194,8 @@ Tensor Clip::vision_hidden(const Tensor& pixels, Loc loc) const {
     throw ShapeError("[Clip] pixels must be [B, " + std::to_string(v.channels) + ", " +
                      std::to_string(v.image_size) + ", " + std::to_string(v.image_size) + "], got " +
                      shape_str(s) + where(loc));
-  const int64_t B = s[0], d = v.encoder.d_model, n = v.tokens() - 1;
-  const Tensor patches = permute(reshape((*patch_embedding_)(pixels, loc), {B, d, n}, loc), {0, 2, 1}, loc);
+  const int64_t B = s[0], d = v.encoder.d_model;
+  const Tensor patches = patch_tokens(*patch_embedding_, pixels, loc);
   const Tensor cls = broadcast_to(reshape(class_embedding_->tensor(loc), {1, 1, d}, loc), {B, 1, d}, loc);
   const Tensor x =
       add(concat(std::vector<Tensor>{cls, patches}, 1, loc), vision_positions_->weight.tensor(loc), loc);
@@ -210,10 +216,8 @@ Tensor Clip::image_features(const Tensor& pixels, Loc loc) const {
 Tensor Clip::logits_per_image(const Tensor& image_features, const Tensor& text_features, Loc loc) const {
   if (!logit_scale_)
     throw Error("[Clip] logits_per_image(): this model has no logit_scale (CLIPModel's)" + where(loc));
-  const auto unit = [&](const Tensor& x) {
-    return mul(x, rsqrt(sum(mul(x, x, loc), {-1}, /*keepdim=*/true, loc), loc), loc);
-  };
-  const Tensor sim = matmul(unit(image_features), transpose(unit(text_features), 0, 1, loc), loc);
+  const Tensor sim =
+      matmul(l2_normalize(image_features, loc), transpose(l2_normalize(text_features, loc), 0, 1, loc), loc);
   return mul(sim, exp(logit_scale_->tensor(loc), loc), loc);
 }
 

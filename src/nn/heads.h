@@ -1,6 +1,6 @@
-// Helpers shared by the transformer layers (transformer.cc, llama.cc, bert.cc, vit.cc): their
-// Linears' initialisation, splitting a projection into heads and each new token's absolute
-// position in KV-cached decoding.
+// Helpers shared by the transformer layers (transformer.cc, llama.cc, bert.cc, vit.cc, clip.cc):
+// their Linears' initialisation, splitting a projection into heads, image patches as tokens and
+// each new token's absolute position in KV-cached decoding.
 #pragma once
 #include <cstdint>
 
@@ -15,6 +15,9 @@ LinearOptions normal_linear(bool bias, double std = 0.02);
 Tensor split_heads(const Tensor& x, int64_t heads, const Loc& loc);
 /// [B, H, T, D] → [B, T, H·D]
 Tensor merge_heads(const Tensor& x, const Loc& loc);
+/// A Vision Transformer's patches as tokens: the patch projection (a Conv2d with kernel = stride
+/// = patch) of pixels [B, C, H, W] → [B, d, h, w], then [B, h·w, d] in row-major patch order.
+Tensor patch_tokens(const Conv2d& projection, const Tensor& pixels, const Loc& loc);
 /// Positions of the new tokens of KV-cached decoding: pos i32 [B] → pos[b] + t, i32 [B, tokens].
 Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc);
 

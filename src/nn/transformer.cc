@@ -41,6 +41,12 @@ Tensor merge_heads(const Tensor& x, const Loc& loc) {
   return reshape(permute(x, {0, 2, 1, 3}, loc), {s[0], s[2], s[1] * s[3]}, loc);
 }
 
+Tensor patch_tokens(const Conv2d& projection, const Tensor& pixels, const Loc& loc) {
+  const Tensor p = projection(pixels, loc);  // [B, d, side, side]
+  const Shape& s = p.shape();
+  return permute(reshape(p, {s[0], s[1], s[2] * s[3]}, loc), {0, 2, 1}, loc);
+}
+
 Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc) {
   const int64_t B = pos.shape()[0];
   return add(reshape(pos, {B, 1}, loc),

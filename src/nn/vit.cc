@@ -97,11 +97,9 @@ Tensor ViT::hidden(const Tensor& pixels, Loc loc) const {
     throw ShapeError("[ViT] pixels must be [B, " + std::to_string(c.channels) + ", " +
                      std::to_string(c.image_size) + ", " + std::to_string(c.image_size) + "], got " +
                      shape_str(s) + " at " + loc.file_name() + ":" + std::to_string(loc.line()));
-  const int64_t B = s[0], n = c.side() * c.side();
-  // The patches' projections [B, d, side, side] as tokens [B, n, d], [CLS] (and DeiT's
-  // distillation token) in front.
-  const Tensor patches =
-      permute(reshape((*projection_)(pixels, loc), {B, c.d_model, n}, loc), {0, 2, 1}, loc);
+  const int64_t B = s[0];
+  // The patches as tokens [B, n, d], [CLS] (and DeiT's distillation token) in front.
+  const Tensor patches = patch_tokens(*projection_, pixels, loc);
   std::vector<Tensor> parts{broadcast_to(cls_token_->tensor(loc), {B, 1, c.d_model}, loc)};
   if (distillation_token_)
     parts.push_back(broadcast_to(distillation_token_->tensor(loc), {B, 1, c.d_model}, loc));

@@ -14,17 +14,6 @@ using Step = Tokenizer::Impl::NormalizeStep;
 
 bool is_space(const text::Unit& u) { return u.cls == text::CharClass::kSpace; }
 
-// Whitespace at either end removed (Rust's trim_start / trim_end).
-std::string strip(const std::string& text, bool left, bool right) {
-  const std::vector<text::Unit> units = text::decode_utf8(text);
-  size_t first = 0, last = units.size();
-  while (left && first < last && is_space(units[first])) ++first;
-  while (right && last > first && is_space(units[last - 1])) --last;
-  const size_t begin = first < units.size() ? units[first].offset : text.size();
-  const size_t end = last > first ? units[last - 1].offset + units[last - 1].size : begin;
-  return text.substr(begin, end - begin);
-}
-
 // Each run of two or more " " replaced by `content` (the regex " {2,}").
 std::string replace_space_runs(const std::string& text, const std::string& content) {
   std::string out;
@@ -66,7 +55,7 @@ std::string Tokenizer::Impl::apply_normalize_steps(std::string_view s) const {
   for (const NormalizeStep& step : normalize_steps) {
     switch (step.kind) {
       case Step::Kind::kPrecompiled: text = step.charsmap->normalize(text); break;
-      case Step::Kind::kStrip: text = strip(text, step.left, step.right); break;
+      case Step::Kind::kStrip: text = text::trim(text, step.left, step.right); break;
       case Step::Kind::kReplaceSpaceRuns: text = replace_space_runs(text, step.content); break;
       case Step::Kind::kNfc: text = text::nfc(text); break;
       case Step::Kind::kReplaceWhitespaceRuns: text = replace_whitespace_runs(text, step.content); break;

@@ -85,9 +85,10 @@ size_t match_llama3(const Units& t, size_t i, size_t max_digits) {
 
 // CLIP's regex at i: its two special tokens spelled out, the contractions, a run of letters, one
 // number, a run of other characters; i itself at whitespace, which no alternative matches.
-size_t match_clip(const Units& t, std::string_view text, size_t i) {
+size_t match_clip(const Units& t, std::string_view text, size_t i, bool specials) {
   for (std::string_view special : {"<|startoftext|>", "<|endoftext|>"}) {
-    if (text.substr(t.u[i].offset).starts_with(special)) return i + special.size();  // ASCII: a unit a byte
+    if (specials && text.substr(t.u[i].offset).starts_with(special))
+      return i + special.size();  // ASCII: a unit a byte
   }
   if (size_t end = contraction(t, i, false); end != i) return end;
   if (t.letter(i)) return t.run(i, &Units::letter);
@@ -100,7 +101,8 @@ size_t match(const Units& t, std::string_view text, size_t i, SplitPattern patte
     case SplitPattern::kGpt2: return match_gpt2(t, i);
     case SplitPattern::kLlama3: return match_llama3(t, i, 3);
     case SplitPattern::kQwen2: return match_llama3(t, i, 1);
-    case SplitPattern::kClip: return match_clip(t, text, i);
+    case SplitPattern::kClip: return match_clip(t, text, i, true);
+    case SplitPattern::kClipPlain: return match_clip(t, text, i, false);
   }
   return i;
 }
@@ -119,6 +121,7 @@ std::string_view pattern_source(SplitPattern pattern) {
              R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
     case SplitPattern::kClip:
       return R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
+    case SplitPattern::kClipPlain: return R"('s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
   }
   return {};
 }

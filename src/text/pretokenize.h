@@ -17,14 +17,16 @@ namespace tg::text {
 ///   kQwen2:  Llama 3's with \p{N} for \p{N}{1,3}: digits one at a time (Qwen2, Qwen2.5, Qwen3)
 ///   kClip:   <\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|
 ///            [^\s\p{L}\p{N}]+
-/// The first three match every character; CLIP's matches every character but whitespace.
-enum class SplitPattern { kGpt2, kLlama3, kQwen2, kClip };
+///   kClipPlain: CLIP's without its two special-token alternatives, as transformers 4's converter
+///            wrote it (the files of openai/clip-* and the text encoders built on them)
+/// The first three match every character; CLIP's match every character but whitespace.
+enum class SplitPattern { kGpt2, kLlama3, kQwen2, kClip, kClipPlain };
 
 /// The regex of `pattern` exactly as tokenizer.json spells it.
 std::string_view pattern_source(SplitPattern pattern);
 
 /// The regex's matches in `text`, in order. For kGpt2, kLlama3 and kQwen2 they cover `text`
-/// (as a Split with behavior "Isolated" cuts it); for kClip the whitespace between them is left
+/// (as a Split with behavior "Isolated" cuts it); for CLIP's the whitespace between them is left
 /// out (as a Split with behavior "Removed" and invert, CLIP's, drops it).
 std::vector<std::string_view> split(std::string_view text, SplitPattern pattern);
 

@@ -429,17 +429,7 @@ std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<
 // suffix a space, then whitespace at either end stripped (Python's str.strip: Unicode
 // White_Space and U+001C..U+001F).
 std::string suffix_as_space(std::string_view decoded, std::string_view suffix) {
-  const std::string text = replace_all(decoded, suffix, " ");
-  const auto space = [](const text::Unit& u) {
-    return u.valid && (u.cls == text::CharClass::kSpace || (u.cp >= 0x1C && u.cp <= 0x1F));
-  };
-  const std::vector<text::Unit> units = text::decode_utf8(text);
-  size_t first = 0, last = units.size();
-  while (first < last && space(units[first])) ++first;
-  while (last > first && space(units[last - 1])) --last;
-  if (first == last) return "";
-  return text.substr(units[first].offset,
-                     units[last - 1].offset + units[last - 1].size - units[first].offset);
+  return text::trim(replace_all(decoded, suffix, " "), true, true, /*python=*/true);
 }
 
 }  // namespace

@@ -195,7 +195,7 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
     const std::string regex =
         split.contains("pattern") ? value_or<std::string>(split["pattern"], "Regex", "") : "";
     for (auto pattern : {text::SplitPattern::kGpt2, text::SplitPattern::kLlama3, text::SplitPattern::kQwen2,
-                         text::SplitPattern::kClip}) {
+                         text::SplitPattern::kClip, text::SplitPattern::kClipPlain}) {
       if (regex == text::pattern_source(pattern)) t.split_pattern = pattern;
     }
     if (!t.split_pattern)
@@ -206,7 +206,8 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
     // too, which is nothing for the covering regexes.
     const std::string behavior = value_or<std::string>(split, "behavior", "");
     const bool invert = value_or<bool>(split, "invert", false);
-    const bool covering = *t.split_pattern != text::SplitPattern::kClip;
+    const bool covering =
+        *t.split_pattern != text::SplitPattern::kClip && *t.split_pattern != text::SplitPattern::kClipPlain;
     if (!(behavior == "Removed" && invert) && !(behavior == "Isolated" && !invert && covering))
       fail(t.file, std::string("a Split pre-tokenizer must have behavior Removed and invert") +
                        (covering ? ", or behavior Isolated and not invert: " : " on CLIP's regex: ") +

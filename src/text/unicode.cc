@@ -93,4 +93,17 @@ void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
+std::string trim(std::string_view s, bool left, bool right, bool python) {
+  const auto space = [python](const Unit& u) {
+    return u.valid && (u.cls == CharClass::kSpace || (python && u.cp >= 0x1C && u.cp <= 0x1F));
+  };
+  const std::vector<Unit> units = decode_utf8(s);
+  size_t first = 0, last = units.size();
+  while (left && first < last && space(units[first])) ++first;
+  while (right && last > first && space(units[last - 1])) --last;
+  if (first == last) return "";
+  return std::string(
+      s.substr(units[first].offset, units[last - 1].offset + units[last - 1].size - units[first].offset));
+}
+
 }  // namespace tg::text

@@ -3,6 +3,7 @@
 // well-formed sequence is a unit of its own, marked invalid, so the text's bytes are all kept.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -28,5 +29,9 @@ std::vector<Unit> decode_utf8(std::string_view s);
 
 /// Appends the UTF-8 bytes of `cp` (a scalar value) to `out`.
 void append_utf8(std::string& out, char32_t cp);
+
+/// `s` without the whitespace (\s) at its start (`left`) and end (`right`): Rust's trim_start /
+/// trim_end; `python` also strips U+001C..U+001F, as Python's str.strip does.
+std::string trim(std::string_view s, bool left, bool right, bool python = false);
 
 }  // namespace tg::text

@@ -25,7 +25,7 @@ std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_
 const nn::Clip& clip_of(const pretrained::Model& m) { return static_cast<const nn::Clip&>(*m.module); }
 
 // x / ‖x‖ along the last axis (transformers' text_embeds and image_embeds).
-Tensor unit(const Tensor& x) { return mul(x, rsqrt(sum(mul(x, x), {-1}, true))); }
+Tensor unit(const Tensor& x) { return nn::l2_normalize(x); }
 
 TEST(Clip, ConfigIsTransformers) {
   const pretrained::Model m = pretrained::load(dir_of("tiny_clip"));
@@ -104,7 +104,7 @@ TEST(Clip, OutputsEqualTransformersOnEveryBackend) {
            .device = device});
       m.upload(p);
       const double d = tg::testing::rel_diff(p.run(feeds).f32(), g.at(o.golden).f32());
-      EXPECT_LT(d, 1e-4) << o.golden << " on " << device.str();
+      EXPECT_LT(d, 1e-5) << o.golden << " on " << device.str();
       std::printf("  %s on %s: relative difference to transformers %.2e\n", o.golden, device.str().c_str(),
                   d);
     }
@@ -148,7 +148,7 @@ TEST(Clip, OneTowerClassesEqualTransformers) {
   text.upload(pt);
   EXPECT_LT(tg::testing::rel_diff(pt.run({{"ids", gt.at("ids").i32()}, {"mask", gt.at("mask").i32()}}).f32(),
                                   gt.at("text_features").f32()),
-            1e-4);
+            1e-5);
   const pretrained::Model vision = pretrained::load(dir_of("tiny_clip_vision"));
   const auto gv = read_safetensors(dir_of("tiny_clip_vision") + "/logits.safetensors");
   Program pv = compile_forward(*vision.module, [&](Tensor px) { return clip_of(vision).image_features(px); },
@@ -209,7 +209,8 @@ fs::path edited_copy(const std::string& name, const std::string& from, const std
 }
 
 // Configs written before transformers fixed eos_token_id say 2: the pooled token is then the one
-// of the largest id (the end-of-text token in CLIP's vocabulary, here too).
+// of the largest id (the end-of-text token in CLIP's vocabulary, here too: the golden rows agree
+// with transformers'; a row without one shows which rule pooled).
 TEST(Clip, OldConfigsPoolTheLargestId) {
   const pretrained::Model m = pretrained::load(
       edited_copy("tg_clip_legacy", "\"eos_token_id\": 748", "\"eos_token_id\": 2").string());
@@ -221,7 +222,23 @@ TEST(Clip, OldConfigsPoolTheLargestId) {
   m.upload(p);
   EXPECT_LT(tg::testing::rel_diff(p.run({{"ids", g.at("ids").i32()}, {"mask", g.at("mask").i32()}}).f32(),
                                   g.at("legacy_text_features").f32()),
-            1e-4);
+            1e-5);
+  // A row without the end-of-text token, whose largest id (600) is at position 1: the old rule
+  // pools there, the current one at position 0 (no token is end-of-text: the first position).
+  const pretrained::Model current = pretrained::load(dir_of("tiny_clip"));
+  const std::vector<int32_t> row{5, 600, 3, 9, 7};
+  for (const auto& [model, at] : {std::pair{&m, 1}, std::pair{&current, 0}}) {
+    const nn::Clip& clip = clip_of(*model);
+    Program hidden = compile_forward(*model->module, [&](Tensor ids) { return clip.text_hidden(ids); },
+                                     {.inputs = {{"ids", {1, 5}, DType::kI32}}});
+    Program pooled = compile_forward(*model->module,
+                                     [&](Tensor ids) { return clip.text_pooled(clip.text_hidden(ids), ids); },
+                                     {.inputs = {{"ids", {1, 5}, DType::kI32}}});
+    model->upload(hidden);
+    const HostTensor h = hidden.run({{"ids", row}});
+    const int64_t d = clip.config.text.encoder.d_model;
+    EXPECT_EQ(tg::testing::rel_diff(pooled.run({{"ids", row}}).f32(), h.f32().subspan(at * d, d)), 0.0) << at;
+  }
 }
 
 bool same_weights(const pretrained::Model& a, const pretrained::Model& b) {

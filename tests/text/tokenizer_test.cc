@@ -410,21 +410,6 @@ TEST(Pretokenize, Llama3Regex) {
             (Pieces{"In", " ", "202", "4", ",", " x", "123", "45"}));
 }
 
-// CLIP's regex: whitespace is dropped, numbers are one digit each, its special tokens are whole,
-// and contractions are lower case only (the text is lowercased before).
-TEST(Pretokenize, ClipRegex) {
-  const SplitCase cases[] = {
-      {"  a\tphoto\n\n of  ", {"a", "photo", "of"}},
-      {"<|startoftext|>it's 2024!!'s 'M",
-       {"<|startoftext|>", "it", "'s", "2", "0", "2", "4", "!!'", "s", "'", "M"}},
-      {"x<|endoftext|>y <|end", {"x", "<|endoftext|>", "y", "<|", "end"}},
-      {"über ½ 日本語\u00a0\u3000ok", {"über", "½", "日本語", "ok"}},
-      {"a\xff\xfe b", {"a", "\xff\xfe", "b"}},
-  };
-  for (const auto& c : cases)
-    EXPECT_EQ(tg::text::split(c.text, tg::text::SplitPattern::kClip), c.pieces) << c.text;
-}
-
 // A tokenizer.json with the whole byte-level alphabet (ids 0..255) and a few merges, for the
 // pre-tokenizer given.
 std::string byte_level_json(const std::string& pre_tokenizer) {
@@ -646,41 +631,6 @@ TEST(TokenizerErrors, SentencePieceStyleUnsupportedParts) {
              "precompiled_charsmap is malformed");
   EXPECT_HAS(error_with("pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "_"}}),
              "a Metaspace replacement other than");
-}
-
-// CLIP's file: case and whitespace normalized away, each word's last symbol spelled with "</w>",
-// which decode reads as a space; a nonempty continuing_subword_prefix and a Split on CLIP's
-// regex that keeps the whitespace are refused.
-TEST(Tokenizer, ClipEndOfWordSuffix) {
-  const auto tok = tg::Tokenizer::load(kData + "/clip");
-  // a</w> p h o to</w> of</w> a</w> c a t</w> .</w> (tests/data/tokenizer/clip/golden.txt)
-  const Ids ids = {320, 79, 592, 83, 334, 515, 320, 66, 64, 339, 269};
-  EXPECT_EQ(tok.encode("a photo of a cat."), ids);
-  EXPECT_EQ(tok.encode("A photo of a CAT."), ids);
-  EXPECT_EQ(tok.encode(" \tA  PHOTO\nof a\u3000Cat. "), ids);
-  EXPECT_EQ(tok.id_to_token(ids.back()), ".</w>");
-  EXPECT_EQ(tok.decode(ids), "a photo of a cat .");
-  Ids wrapped = {747};
-  wrapped.insert(wrapped.end(), ids.begin(), ids.end());
-  wrapped.push_back(748);
-  EXPECT_EQ(tok.encode("A photo of a CAT.", true), wrapped);
-  EXPECT_EQ(tok.decode(wrapped), "<|startoftext|>a photo of a cat . <|endoftext|>");
-  EXPECT_EQ(tok.decode(wrapped, /*skip_special=*/true), "a photo of a cat .");
-  EXPECT_EQ(tok.bos_id(), 747);
-  EXPECT_EQ(tok.eos_id(), 748);
-  // Lowercase maps each code point alone, as `tokenizers` does: a final Σ is σ, not ς.
-  EXPECT_EQ(tok.encode("ΟΔΟΣ"), tok.encode("οδοσ"));
-  EXPECT_NE(tok.encode("ΟΔΟΣ"), tok.encode("οδος"));
-  const nlohmann::json base = nlohmann::json::parse(read_file(kData + "/clip/tokenizer.json"));
-  nlohmann::json prefixed = base;
-  prefixed["model"]["continuing_subword_prefix"] = "##";
-  EXPECT_HAS(load_error(write_temp("clip_prefix.json", prefixed.dump())),
-             "a BPE continuing_subword_prefix (\"##\") is not supported (only \"\" or none)");
-  nlohmann::json isolated = base;
-  isolated["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Isolated";
-  isolated["pre_tokenizer"]["pretokenizers"][0]["invert"] = false;
-  EXPECT_HAS(load_error(write_temp("clip_isolated.json", isolated.dump())),
-             "a Split pre-tokenizer must have behavior Removed and invert on CLIP's regex");
 }
 
 // SentencePiece's binary tokenizer.model (a protobuf) given as the tokenizer file.
