@@ -307,6 +307,7 @@ std::unique_ptr<tg::Module> plain_module(const tg::pretrained::Model& lm) {
         if constexpr (std::is_same_v<C, tg::nn::BertConfig>) return std::make_unique<tg::nn::Bert>(config);
         if constexpr (std::is_same_v<C, tg::nn::ViTConfig>) return std::make_unique<tg::nn::ViT>(config);
         if constexpr (std::is_same_v<C, tg::nn::ClipConfig>) return std::make_unique<tg::nn::Clip>(config);
+        if constexpr (std::is_same_v<C, tg::nn::T5Config>) return std::make_unique<tg::nn::T5>(config);
       },
       lm.config);
 }
@@ -505,9 +506,10 @@ Inputs load_inputs(Options& o) {
   tg::pretrained::Model lm = tg::pretrained::load(o.folder, {.dtype = held_type(o.precision, o.int8)});
   if (std::holds_alternative<tg::nn::BertConfig>(lm.config) ||
       std::holds_alternative<tg::nn::ViTConfig>(lm.config) ||
-      std::holds_alternative<tg::nn::ClipConfig>(lm.config))
+      std::holds_alternative<tg::nn::ClipConfig>(lm.config) ||
+      std::holds_alternative<tg::nn::T5Config>(lm.config))
     throw std::runtime_error(lm.architecture +
-                             " is an encoder: finetune trains causal language models on text");
+                             " is not a causal language model: finetune trains those on text");
   if (o.seq == 0) o.seq = lm.context > 0 ? std::min<int64_t>(lm.context, 128) : 128;
   if (lm.context > 0 && o.seq > lm.context)
     throw std::runtime_error("--seq-len " + std::to_string(o.seq) +

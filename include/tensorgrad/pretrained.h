@@ -36,6 +36,9 @@
 //   CLIPVisionModelWithProjection
 //                     → nn::Clip     (names as in the file; both towers or one, with or without
 //                                     the projections; see tensorgrad/clip.h)
+//   T5ForConditionalGeneration, T5EncoderModel
+//                     → nn::T5       (names as in the file; the stacks' embed_tokens copies must
+//                                     equal shared; see tensorgrad/t5.h)
 //   BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
 //   BertForQuestionAnswering, and the same of Roberta, XLMRoberta and DistilBert (renamed)
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
@@ -66,6 +69,7 @@
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/nn.h"
 #include "tensorgrad/program.h"
+#include "tensorgrad/t5.h"
 #include "tensorgrad/vit.h"
 
 namespace tg::pretrained {
@@ -77,12 +81,12 @@ struct Model {
   /// config.json's architecture ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel", …).
   std::string architecture;
   /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig,
-  /// nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig or nn::ClipConfig.
+  /// nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig, nn::ClipConfig or nn::T5Config.
   std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig,
-               nn::ClipConfig>
+               nn::ClipConfig, nn::T5Config>
       config;
-  /// The model (an nn::Llama, nn::Gpt, nn::MambaLM, nn::Bert, nn::ViT or nn::Clip): compile
-  /// programs from it.
+  /// The model (an nn::Llama, nn::Gpt, nn::MambaLM, nn::Bert, nn::ViT, nn::Clip or nn::T5):
+  /// compile programs from it.
   std::unique_ptr<Module> module;
   /// Its parameters' values from the file, named as module->parameters() are.
   std::map<std::string, HostTensor> weights;
@@ -105,7 +109,8 @@ struct Model {
   /// or [B, T, labels]; question answering: [B, T, 2]; a ViT classifier: its logits [B, labels]
   /// for pixels [B, C, H, W] in place of ids; an encoder without a head throws, and so does
   /// CLIP, which takes texts and images: use nn::Clip's text_features, image_features and
-  /// logits_per_image).
+  /// logits_per_image; and T5, whose decoder reads its encoder: use nn::T5's encode, decode and
+  /// logits).
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;
@@ -197,5 +202,7 @@ Model from_config(const nn::ViTConfig& config);
 /// CLIP: CLIPModel with both towers, else CLIPTextModel / CLIPVisionModel, …WithProjection
 /// with ClipConfig::projections.
 Model from_config(const nn::ClipConfig& config);
+/// T5: T5ForConditionalGeneration, or T5EncoderModel without a decoder.
+Model from_config(const nn::T5Config& config);
 
 }  // namespace tg::pretrained

@@ -18,6 +18,7 @@
 #include "tensorgrad/mamba.h"
 #include "tensorgrad/program.h"
 #include "tensorgrad/quantize.h"
+#include "tensorgrad/t5.h"
 #include "tensorgrad/tensor.h"
 #include "tensorgrad/tokenizer.h"
 #include "tensorgrad/vit.h"

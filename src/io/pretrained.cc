@@ -406,6 +406,8 @@ const std::vector<Family>& families() {
       {"DeiTModel", "deit", load_vit},
       {"DeiTForImageClassification", "deit", load_vit},
       {"DeiTForImageClassificationWithTeacher", "deit", load_vit},
+      {"T5ForConditionalGeneration", "t5", load_t5},
+      {"T5EncoderModel", "t5", load_t5},
       {"CLIPModel", "clip", load_clip},
       {"CLIPTextModel", "clip_text_model", load_clip},
       {"CLIPTextModelWithProjection", "clip_text_model", load_clip},
@@ -539,13 +541,17 @@ Tensor Model::logits(const Tensor& ids) const {
                       " takes texts and images: use nn::Clip's text_features, image_features and "
                       "logits_per_image");
         }
+        if constexpr (std::is_same_v<C, nn::T5Config>) {
+          throw Error("[pretrained::Model] " + architecture +
+                      " is an encoder-decoder: use nn::T5's encode, decode and logits");
+        }
       },
       config);
 }
 
 CachedLm Model::step() const {
   if (std::holds_alternative<nn::BertConfig>(config) || std::holds_alternative<nn::ViTConfig>(config) ||
-      std::holds_alternative<nn::ClipConfig>(config))
+      std::holds_alternative<nn::ClipConfig>(config) || std::holds_alternative<nn::T5Config>(config))
     throw Error("[pretrained::Model] " + architecture +
                 " is an encoder: it has no cached step to generate with");
   const Module* mod = module.get();
@@ -556,7 +562,7 @@ CachedLm Model::step() const {
             std::conditional_t<std::is_same_v<C, nn::LlamaConfig>, nn::Llama,
                                std::conditional_t<std::is_same_v<C, nn::GptConfig>, nn::Gpt, nn::MambaLM>>;
         if constexpr (std::is_same_v<C, nn::BertConfig> || std::is_same_v<C, nn::ViTConfig> ||
-                      std::is_same_v<C, nn::ClipConfig>) {
+                      std::is_same_v<C, nn::ClipConfig> || std::is_same_v<C, nn::T5Config>) {
           return {};  // refused above
         } else {
           const M* model = static_cast<const M*>(mod);

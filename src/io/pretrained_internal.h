@@ -89,6 +89,7 @@ std::string config_json_of(const nn::MambaLMConfig& c);
 std::string config_json_of(const nn::BertConfig& c);
 std::string config_json_of(const nn::ViTConfig& c);
 std::string config_json_of(const nn::ClipConfig& c);
+std::string config_json_of(const nn::T5Config& c);
 /// A classifier's id2label and label2id (LABEL_0, LABEL_1, …), as transformers writes them.
 void add_labels(json& config, int64_t labels);
 
@@ -145,5 +146,10 @@ std::string vit_architecture(const nn::ViTConfig& c);
 /// are the module's), and the transformers class of a configuration.
 void load_clip(Model& m, const json& c);
 std::string clip_architecture(const nn::ClipConfig& c);
+
+/// T5 (pretrained_t5.cc): T5ForConditionalGeneration and T5EncoderModel as nn::T5, and the file's
+/// tensors of its parameters (an untied model's embed_tokens copies added).
+void load_t5(Model& m, const json& c);
+std::map<std::string, HostTensor> t5_file_tensors(const Model& m, std::map<std::string, HostTensor> w);
 
 }  // namespace tg::pretrained::detail

@@ -280,6 +280,7 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     return out;
   }
   if (std::holds_alternative<nn::ClipConfig>(m.config)) return w;  // the file's names are the module's
+  if (std::holds_alternative<nn::T5Config>(m.config)) return t5_file_tensors(m, std::move(w));
   const bool mixtral = m.architecture == "MixtralForCausalLM";
   for (auto& [name, t] : w)
     out[mixtral ? mixtral_source(name).name : name] = std::move(t);  // the Llama family
@@ -503,6 +504,12 @@ Model from_config(const nn::BertConfig& config) {
 Model from_config(const nn::ViTConfig& config) {
   const std::string architecture = detail::vit_architecture(config);
   return model_of<nn::ViTConfig, nn::ViT>(config, architecture.c_str(), config.tokens());
+}
+Model from_config(const nn::T5Config& config) {
+  Model m = model_of<nn::T5Config, nn::T5>(
+      config, config.decoder ? "T5ForConditionalGeneration" : "T5EncoderModel", 0);
+  m.eos_ids = {config.eos_id};
+  return m;
 }
 Model from_config(const nn::ClipConfig& config) {
   const std::string architecture = detail::clip_architecture(config);

@@ -159,7 +159,8 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
       "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
       "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, DeiTModel, "
-      "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, CLIPModel, CLIPTextModel, "
+      "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, T5ForConditionalGeneration, "
+      "T5EncoderModel, CLIPModel, CLIPTextModel, "
       "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
       "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "t5"})");

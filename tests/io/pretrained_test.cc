@@ -361,7 +361,8 @@ TEST(Pretrained, Errors) {
         "XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, DistilBertModel, "
         "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
         "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, DeiTModel, "
-        "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, CLIPModel, CLIPTextModel, "
+        "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, T5ForConditionalGeneration, "
+        "T5EncoderModel, CLIPModel, CLIPTextModel, "
         "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
         "MambaForCausalLM");
   }

@@ -1,0 +1,117 @@
+// T5 (Raffel et al. 2020) and the checkpoints in its layout (Flan-T5, T5 v1.1, the T5 encoders of
+// text-to-image models): an encoder-decoder transformer with Hugging Face's parameter names, so
+// tg::pretrained::load maps a T5ForConditionalGeneration or T5EncoderModel folder onto it:
+//
+//   shared                                           the token embedding of both stacks
+//   encoder.block.<i>.layer.0.SelfAttention.{q, k, v, o}, layer.0.layer_norm
+//   encoder.block.0.layer.0.SelfAttention.relative_attention_bias   [buckets, heads]
+//   encoder.block.<i>.layer.1.DenseReluDense.{wi | wi_0, wi_1, wo}, layer.1.layer_norm
+//   encoder.final_layer_norm
+//   decoder.block.<i>.layer.0.SelfAttention.…, layer.1.EncDecAttention.{q, k, v, o},
+//   layer.1.layer_norm, layer.2.DenseReluDense.…, layer.2.layer_norm; decoder.final_layer_norm
+//   lm_head                                          (untied models; tied ones read shared)
+//
+// Each sublayer is pre-norm with T5's norm (RMS, no bias, no mean): h = x + sublayer(norm(x)).
+// Attention has no 1/√d scaling and adds a learned bias per head for the bucketed relative
+// position of key and query (bidirectional buckets in the encoder, causal ones in the decoder;
+// block 0 of each stack holds the table, every block adds it); cross-attention has none. The
+// feed-forward is wo(act(wi x)) or, gated (Flan-T5, v1.1), wo(act(wi_0 x) · wi_1 x). A tied head
+// scales the decoder's output by d_model^-½ first. Training programs apply dropout where
+// transformers does (embeddings, each sublayer's output, inside the feed-forward, the attention
+// probabilities, after each final norm). The attention is a composite (scores stored): T5's
+// position bias is an additive term the fused kernel does not take.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "tensorgrad/nn.h"
+
+namespace tg::nn {
+
+/// The feed-forward's activation: dense_act_fn (relu, gelu: erf, gelu_new: tanh, silu).
+enum class T5Activation { kRelu, kGelu, kGeluTanh, kSilu };
+
+/// Named after config.json's fields.
+struct T5Config {
+  /// vocab_size, d_model, d_kv (each head's width), d_ff, num_heads, num_layers,
+  /// num_decoder_layers.
+  int64_t vocab = 32128, d_model = 512, d_kv = 64, d_ff = 2048, heads = 8, layers = 6, decoder_layers = 6;
+  /// relative_attention_num_buckets, relative_attention_max_distance.
+  int64_t buckets = 32, max_distance = 128;
+  double eps = 1e-6;
+  /// feed_forward_proj "gated-…" (wi_0, wi_1) and its activation.
+  bool gated = false;
+  T5Activation act = T5Activation::kRelu;
+  /// tie_word_embeddings: the head reads `shared` (no lm_head); scale_decoder_outputs (by default
+  /// as tied): the decoder's output times d_model^-½ before the head.
+  bool tied = true, scale_decoder_outputs = true;
+  /// A decoder and head (T5ForConditionalGeneration); false: the encoder alone (T5EncoderModel).
+  bool decoder = true;
+  /// dropout_rate, in training programs only.
+  double dropout = 0.0;
+  /// decoder_start_token_id, eos_token_id, pad_token_id.
+  int32_t start_id = 0, eos_id = 1, pad_id = 0;
+};
+
+/// T5's attention sublayer's projections (…SelfAttention or …EncDecAttention).
+class T5Attention : public Module {
+ public:
+  T5Attention(Module& parent, std::string name, const T5Config& c, bool position_bias);
+  /// Queries from x [B, T, d], keys and values from kv [B, S, d]; bias [1, H, T, S] added to the
+  /// scores (or none); keep bool [B or 1, 1, T or 1, S]: which keys each query sees.
+  Tensor operator()(const Tensor& x, const Tensor& kv, const std::optional<Tensor>& bias, const Tensor& keep,
+                    Loc loc) const;
+  Linear q, k, v, o;
+  std::unique_ptr<Embedding> relative_attention_bias;
+
+ private:
+  T5Config config_;
+};
+
+/// DenseReluDense: wo(act(wi x)) or wo(act(wi_0 x) · wi_1 x).
+class T5FeedForward : public Module {
+ public:
+  T5FeedForward(Module& parent, std::string name, const T5Config& c);
+  Tensor operator()(const Tensor& x, Loc loc) const;
+  std::unique_ptr<Linear> wi, wi_0, wi_1, wo;
+
+ private:
+  T5Config config_;
+};
+
+class T5 : public Module {
+ public:
+  explicit T5(T5Config config);
+  T5(Module& parent, std::string name, T5Config config);
+  ~T5() override;
+
+  /// The encoder's last_hidden_state [B, S, d] (after its final norm) for ids i32 [B, S]; mask
+  /// [B, S] (transformers' attention_mask, any type, nonzero kept) leaves padding keys out.
+  Tensor encode(const Tensor& ids, const std::optional<Tensor>& mask = std::nullopt,
+                Loc loc = Loc::current()) const;
+  /// The decoder's last_hidden_state [B, T, d] for decoder_ids i32 [B, T] (the start token, then
+  /// the target so far) over encoder_hidden [B, S, d]; encoder_mask as encode's mask.
+  Tensor decode(const Tensor& decoder_ids, const Tensor& encoder_hidden,
+                const std::optional<Tensor>& encoder_mask = std::nullopt, Loc loc = Loc::current()) const;
+  /// The head's logits [B, T, vocab] for decoder hidden states.
+  Tensor logits(const Tensor& decoder_hidden, Loc loc = Loc::current()) const;
+
+  /// Teacher forcing's decoder input for labels [B, T] (row-major, -100 where ignored): each row
+  /// shifted right behind the start token, -100 read as the pad id (transformers' _shift_right).
+  std::vector<int32_t> shift_right(std::span<const int32_t> labels, int64_t rows) const;
+
+  const T5Config config;
+
+ private:
+  void build();
+  struct Stack;
+  Tensor embed(const Tensor& ids, Loc loc) const;
+  std::unique_ptr<Embedding> shared_;
+  std::unique_ptr<Stack> encoder_, decoder_;
+  std::unique_ptr<Linear> lm_head_;
+};
+
+}  // namespace tg::nn

@@ -1,0 +1,269 @@
+// T5 against transformers 5.17: tiny random folders it wrote with what it computed for two padded
+// source texts and their targets (tests/nn/gen_hf_t5_golden.py, run on the GPU machine):
+// tiny_t5 (the original T5: ReLU, the head tied to shared and the decoder's output scaled),
+// tiny_flan_t5 (gated tanh GELU, an untied head) and tiny_t5_encoder (T5EncoderModel), on every
+// backend: the encoder's states, the logits, the loss and every gradient, greedy decoding, the
+// tokenizer's ids, a save that gives the same files back, and the clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tensorgrad/pretrained.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+namespace fs = std::filesystem;
+
+std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
+const nn::T5& t5_of(const pretrained::Model& m) { return static_cast<const nn::T5&>(*m.module); }
+
+TEST(T5, ConfigIsTransformers) {
+  const pretrained::Model t5 = pretrained::load(dir_of("tiny_t5"));
+  EXPECT_EQ(t5.architecture, "T5ForConditionalGeneration");
+  const nn::T5Config& c = std::get<nn::T5Config>(t5.config);
+  EXPECT_EQ(c.vocab, 305);
+  EXPECT_EQ(c.d_model, 32);
+  EXPECT_EQ(c.d_kv, 8);
+  EXPECT_EQ(c.d_ff, 48);
+  EXPECT_EQ(c.heads, 4);
+  EXPECT_EQ(c.layers, 2);
+  EXPECT_EQ(c.decoder_layers, 2);
+  EXPECT_EQ(c.buckets, 8);
+  EXPECT_EQ(c.max_distance, 20);
+  EXPECT_FALSE(c.gated);
+  EXPECT_EQ(c.act, nn::T5Activation::kRelu);
+  EXPECT_TRUE(c.tied && c.scale_decoder_outputs && c.decoder);
+  EXPECT_DOUBLE_EQ(c.dropout, 0.1);
+  EXPECT_EQ(t5.eos_ids, std::vector<int32_t>{1});
+  const pretrained::Model flan = pretrained::load(dir_of("tiny_flan_t5"));
+  const nn::T5Config& f = std::get<nn::T5Config>(flan.config);
+  EXPECT_TRUE(f.gated && !f.tied && !f.scale_decoder_outputs);
+  EXPECT_EQ(f.act, nn::T5Activation::kGeluTanh);
+  const pretrained::Model enc = pretrained::load(dir_of("tiny_t5_encoder"));
+  EXPECT_EQ(enc.architecture, "T5EncoderModel");
+  EXPECT_FALSE(std::get<nn::T5Config>(enc.config).decoder);
+}
+
+// The folder's tokenizer gives the ids transformers fed the model (before padding).
+TEST(T5, TokenizerGivesTheGoldenIds) {
+  const auto g = read_safetensors(dir_of("tiny_t5") + "/logits.safetensors");
+  const Tokenizer tok = Tokenizer::load(dir_of("tiny_t5"));
+  const std::vector<std::string> texts{"translate English to German: The house is wonderful.",
+                                       "summarize: studies have shown that owning a dog is good for you"};
+  const int64_t S = g.at("ids").shape()[1];
+  for (size_t b = 0; b < texts.size(); ++b) {
+    std::vector<int32_t> want;
+    for (int64_t s = 0; s < S; ++s)
+      if (g.at("mask").i32()[b * S + s] != 0) want.push_back(g.at("ids").i32()[b * S + s]);
+    EXPECT_EQ(tok.encode(texts[b], /*add_special=*/true), want) << texts[b];
+  }
+}
+
+Feeds feeds_of(const std::map<std::string, HostTensor>& g, bool decoder) {
+  Feeds f{{"ids", g.at("ids").i32()}, {"mask", g.at("mask").i32()}};
+  if (decoder) f.push_back({"decoder_ids", g.at("decoder_ids").i32()});
+  return f;
+}
+
+std::vector<InputSpec> inputs_of(const std::map<std::string, HostTensor>& g, bool decoder) {
+  std::vector<InputSpec> in{{"ids", g.at("ids").shape(), DType::kI32},
+                            {"mask", g.at("mask").shape(), DType::kI32}};
+  if (decoder) in.push_back({"decoder_ids", g.at("decoder_ids").shape(), DType::kI32});
+  return in;
+}
+
+TEST(T5, OutputsEqualTransformersOnEveryBackend) {
+  for (const char* folder : {"tiny_t5", "tiny_flan_t5", "tiny_t5_encoder"}) {
+    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const nn::T5& t5 = t5_of(m);
+    const bool decoder = t5.config.decoder;
+    for (const Device& device : tg::testing::all_devices()) {
+      Program hidden =
+          compile_forward(*m.module, [&](Tensor ids, Tensor mask) { return t5.encode(ids, mask); },
+                          {.inputs = inputs_of(g, false), .device = device});
+      m.upload(hidden);
+      const double dh =
+          tg::testing::rel_diff(hidden.run(feeds_of(g, false)).f32(), g.at("encoder_hidden").f32());
+      EXPECT_LT(dh, 1e-5) << folder << " encoder on " << device.str();
+      double dl = 0;
+      if (decoder) {
+        Program logits = compile_forward(*m.module,
+                                         [&](Tensor ids, Tensor mask, Tensor dec) {
+                                           return t5.logits(t5.decode(dec, t5.encode(ids, mask), mask));
+                                         },
+                                         {.inputs = inputs_of(g, true), .device = device});
+        dl = tg::testing::rel_diff(logits.run(feeds_of(g, true)).f32(), g.at("logits").f32());
+        EXPECT_LT(dl, 1e-5) << folder << " logits on " << device.str();
+      }
+      std::printf("  %s on %s: relative difference to transformers: encoder %.2e, logits %.2e\n", folder,
+                  device.str().c_str(), dh, dl);
+    }
+  }
+}
+
+// The loss of teacher forcing and every gradient; transformers 5 keeps an untied model's
+// encoder.embed_tokens and decoder.embed_tokens apart from shared (equal values), so shared's
+// gradient here is the sum of theirs.
+TEST(T5, GradientsEqualTransformers) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_flan_t5"));
+  const auto g = read_safetensors(dir_of("tiny_flan_t5") + "/logits.safetensors");
+  const nn::T5& t5 = t5_of(m);
+  // The decoder's input is the labels shifted right behind the start token.
+  EXPECT_EQ(t5.shift_right(g.at("labels").i32(), 2),
+            std::vector<int32_t>(g.at("decoder_ids").i32().begin(), g.at("decoder_ids").i32().end()));
+  std::vector<InputSpec> inputs = inputs_of(g, true);
+  inputs.push_back({"labels", g.at("labels").shape(), DType::kI32});
+  Feeds feeds = feeds_of(g, true);
+  feeds.push_back({"labels", g.at("labels").i32()});
+  for (const Device& device : tg::testing::all_devices()) {
+    Program p =
+        compile_train(*m.module,
+                      [&](Tensor ids, Tensor mask, Tensor dec, Tensor labels) {
+                        return cross_entropy(t5.logits(t5.decode(dec, t5.encode(ids, mask), mask)), labels);
+                      },
+                      {.inputs = inputs, .optimizer = GradientsOnly{}, .device = device});
+    m.upload(p);
+    Captures caps;
+    const float loss = p.step(feeds, {.captures = &caps});
+    const float want = g.at("loss").f32()[0];
+    EXPECT_NEAR(loss, want, 1e-5 * std::abs(want)) << device.str();
+    for (const std::string& name : p.param_names()) {
+      std::vector<float> expected(g.count("grad/" + name) ? g.at("grad/" + name).f32().size() : 0);
+      if (name == "shared.weight") {
+        const auto e = g.at("grad/encoder.embed_tokens.weight").f32(),
+                   d = g.at("grad/decoder.embed_tokens.weight").f32();
+        expected.resize(e.size());
+        for (size_t i = 0; i < e.size(); ++i) expected[i] = e[i] + d[i];
+      } else {
+        const auto w = g.at("grad/" + name).f32();
+        expected.assign(w.begin(), w.end());
+      }
+      EXPECT_LT(tg::testing::rel_diff(caps.at("grad/" + name).f32(), expected), 1e-4)
+          << device.str() << ": gradient of " << name;
+    }
+  }
+}
+
+// Greedy decoding as transformers' generate(max_new_tokens = min_new_tokens = 8): the encoder
+// once, then a decoder program over 9 positions (the start token and 8 new ones; causal, so a
+// position's logits do not see the ones after it), end-of-sequence held back until the 8th.
+TEST(T5, GreedyDecodingEqualsTransformers) {
+  for (const char* folder : {"tiny_t5", "tiny_flan_t5"}) {
+    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const nn::T5& t5 = t5_of(m);
+    const int64_t B = 2, S = g.at("ids").shape()[1], T = g.at("generated").shape()[1], d = t5.config.d_model;
+    for (const Device& device : tg::testing::all_devices()) {
+      Program encode =
+          compile_forward(*m.module, [&](Tensor ids, Tensor mask) { return t5.encode(ids, mask); },
+                          {.inputs = inputs_of(g, false), .device = device});
+      Program step = compile_forward(
+          *m.module,
+          [&](Tensor dec, Tensor hidden, Tensor mask) { return t5.logits(t5.decode(dec, hidden, mask)); },
+          {.inputs = {{"dec", {B, T}, DType::kI32},
+                      {"hidden", {B, S, d}, DType::kF32},
+                      {"mask", {B, S}, DType::kI32}},
+           .device = device});
+      m.upload(encode);
+      const HostTensor hidden = encode.run(feeds_of(g, false));
+      std::vector<int32_t> dec(static_cast<size_t>(B * T), t5.config.pad_id);
+      for (int64_t b = 0; b < B; ++b) dec[static_cast<size_t>(b * T)] = t5.config.start_id;
+      const int64_t V = t5.config.vocab;
+      for (int64_t t = 0; t + 1 < T; ++t) {
+        const HostTensor logits =
+            step.run({{"dec", dec}, {"hidden", hidden.f32()}, {"mask", g.at("mask").i32()}});
+        for (int64_t b = 0; b < B; ++b) {
+          const std::span<const float> row = logits.f32().subspan(static_cast<size_t>((b * T + t) * V), V);
+          int32_t best = -1;
+          for (int32_t v = 0; v < V; ++v)
+            if (v != t5.config.eos_id && (best < 0 || row[v] > row[best])) best = v;
+          dec[static_cast<size_t>(b * T + t + 1)] = best;
+        }
+      }
+      EXPECT_EQ(dec, std::vector<int32_t>(g.at("generated").i32().begin(), g.at("generated").i32().end()))
+          << folder << " on " << device.str();
+    }
+  }
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(T5, SaveWritesTheSameFiles) {
+  const fs::path out = fs::path(::testing::TempDir()) / "tg_t5_saved";
+  for (const char* folder : {"tiny_t5", "tiny_flan_t5", "tiny_t5_encoder"}) {
+    const pretrained::Model m = pretrained::load(dir_of(folder));
+    pretrained::save(m, m.weights, out.string());
+    EXPECT_EQ(file_bytes(out / "model.safetensors"),
+              file_bytes(fs::path(dir_of(folder)) / "model.safetensors"))
+        << folder << ": the file save_pretrained wrote, byte for byte";
+    const pretrained::Model fresh = pretrained::from_config(std::get<nn::T5Config>(m.config));
+    EXPECT_EQ(fresh.architecture, m.architecture);
+    pretrained::save(fresh, m.weights, out.string());
+    const pretrained::Model again = pretrained::load(out.string());
+    const nn::T5Config& a = std::get<nn::T5Config>(again.config);
+    const nn::T5Config& c = std::get<nn::T5Config>(m.config);
+    EXPECT_TRUE(a.gated == c.gated && a.act == c.act && a.tied == c.tied && a.decoder == c.decoder) << folder;
+    EXPECT_EQ(a.buckets, c.buckets);
+    EXPECT_EQ(again.weights.size(), m.weights.size());
+  }
+}
+
+// Copies a folder with `from` replaced by `to` in its config.json.
+fs::path edited_copy(const std::string& folder, const std::string& from, const std::string& to) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "tg_t5_bad";
+  fs::create_directories(dir);
+  fs::copy_file(dir_of(folder) + "/model.safetensors", dir / "model.safetensors",
+                fs::copy_options::overwrite_existing);
+  std::string c = file_bytes(dir_of(folder) + "/config.json");
+  EXPECT_NE(c.find(from), std::string::npos) << from;
+  if (c.find(from) != std::string::npos) c.replace(c.find(from), from.size(), to);
+  std::ofstream(dir / "config.json") << c;
+  return dir;
+}
+
+TEST(T5, Errors) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_t5"));
+  const nn::T5& t5 = t5_of(m);
+  EXPECT_THROW(m.logits(Tensor()), Error);
+  EXPECT_THROW(m.step(), Error);
+  EXPECT_THROW(compile_forward(*m.module, [&](Tensor ids) { return t5.encode(ids); },
+                               {.inputs = {{"ids", {2, 5}, DType::kF32}}}),
+               ShapeError);
+  EXPECT_THROW(compile_forward(*m.module, [&](Tensor ids, Tensor mask) { return t5.encode(ids, mask); },
+                               {.inputs = {{"ids", {2, 5}, DType::kI32}, {"mask", {2, 4}, DType::kI32}}}),
+               ShapeError);
+  EXPECT_THROW(compile_forward(*m.module, [&](Tensor dec, Tensor h) { return t5.decode(dec, h); },
+                               {.inputs = {{"dec", {2, 5}, DType::kI32}, {"h", {3, 4, 32}, DType::kF32}}}),
+               ShapeError);
+  const pretrained::Model enc = pretrained::load(dir_of("tiny_t5_encoder"));
+  EXPECT_THROW(t5_of(enc).logits(Tensor()), Error);
+  for (const auto& [folder, from, to, says] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           {"tiny_t5", "\"feed_forward_proj\": \"relu\"", "\"feed_forward_proj\": \"gated-tanh\"",
+            "feed_forward_proj"},
+           {"tiny_t5", "\"is_decoder\": false", "\"is_decoder\": true", "is_decoder"},
+           {"tiny_t5", "\"d_kv\": 8", "\"d_kv\": 16", "SelfAttention.q.weight"},
+           {"tiny_flan_t5", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
+            "lm_head.weight"}}) {
+    try {
+      pretrained::load(edited_copy(folder, from, to).string());
+      ADD_FAILURE() << "loaded with " << to;
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
