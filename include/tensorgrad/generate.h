@@ -70,6 +70,9 @@ struct GenerateOptions {
   /// Called with each new token as it is produced: (sequence index, token). Returning false
   /// ends the whole generation.
   std::function<bool(int64_t sequence, int32_t token)> on_token = {};
+
+  /// Throws InputError naming the first setting out of its range (as generate() does).
+  void check() const;
 };
 
 class Generator {

@@ -27,7 +27,9 @@
 #include <span>
 #include <vector>
 
+#include "tensorgrad/generate.h"
 #include "tensorgrad/nn.h"
+#include "tensorgrad/program.h"
 
 namespace tg::nn {
 
@@ -115,3 +117,47 @@ class T5 : public Module {
 };
 
 }  // namespace tg::nn
+
+namespace tg {
+
+struct T5GeneratorOptions {
+  /// Sources encoded and decoded together (generate() takes exactly this many).
+  int64_t batch = 1;
+  /// The longest source in tokens (shorter ones are padded and masked).
+  int64_t source_len = 512;
+  /// The most tokens generated per sequence: the decoder program runs over this many positions
+  /// and the start token.
+  int64_t max_new_tokens = 128;
+  Device device = Device::best();
+  Precision precision = Precision::kFp32;
+};
+
+/// Decoding with an nn::T5: the encoder runs once per call, then a decoder program over the start
+/// token and max_new_tokens positions runs once per new token, sampling the next one inside the
+/// program (tg::sample: greedy, temperature, top-k, top-p, min-p). The decoder attends causally,
+/// so the positions not yet written change nothing; each step recomputes the positions before it
+/// (no KV cache: a step costs the whole window's decoder pass).
+class T5Generator {
+ public:
+  /// `model` must outlive the generator; upload its weights to encoder() (its programs on one
+  /// device share them).
+  T5Generator(const nn::T5& model, T5GeneratorOptions options = {});
+
+  /// One output per source (exactly options.batch sources, each of 1 to source_len ids, as the
+  /// tokenizer's encode(text, true) gives them): the new tokens without the start token, ending
+  /// before the first stop token (default: the model's eos_id). GenerateOptions' max_new_tokens
+  /// is capped by the generator's; a repetition penalty is not implemented (InputError).
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& sources,
+                                             const GenerateOptions& options = {});
+
+  Program& encoder() { return encoder_; }
+  Program& decoder() { return decoder_; }
+  const T5GeneratorOptions& options() const { return options_; }
+
+ private:
+  const nn::T5* model_;
+  T5GeneratorOptions options_;
+  Program encoder_, decoder_;
+};
+
+}  // namespace tg

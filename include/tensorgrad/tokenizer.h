@@ -1,6 +1,6 @@
 // Tokenizers read from a Hugging Face `tokenizer.json`, encoding and decoding as the
 // `tokenizers` library does for GPT-2, Llama 3 and CLIP style (byte-level BPE), Llama 2 style
-// (SentencePiece-style BPE), XLM-RoBERTa style (SentencePiece Unigram) and BERT style
+// (SentencePiece-style BPE), XLM-RoBERTa and T5 style (SentencePiece Unigram) and BERT style
 // (WordPiece) models:
 //
 //   tg::Tokenizer tok = tg::Tokenizer::load("models/gpt2");   // or ".../tokenizer.json"
@@ -23,16 +23,22 @@
 //     (CLIP's "</w>"), appended to each word's last character before merging; or
 //   - SentencePiece-style (byte_fallback, fuse_unk): spaces spelled "▁" by a normalizer
 //     (Prepend("▁") and Replace(" ", "▁"): every segment between added tokens starts with a "▁")
-//     or by the Metaspace pre-tokenizer (prepend_scheme always / first / never, split); the
-//     decoder Metaspace or Replace("▁", " ") with ByteFallback, Fuse and Strip. A character
-//     outside the vocabulary becomes the <0xXX> tokens of its bytes (byte_fallback), else unk;
+//     or by the Metaspace pre-tokenizer (prepend_scheme always / first / never, split), alone
+//     or after WhitespaceSplit in a Sequence (T5's older files: the text cut at Unicode
+//     whitespace, which is dropped, and each word given its own "▁"); the decoder Metaspace
+//     (which drops every "▁" of the first token, as `tokenizers` does) or Replace("▁", " ")
+//     with ByteFallback, Fuse and Strip. A character outside the vocabulary becomes the
+//     <0xXX> tokens of its bytes (byte_fallback), else unk;
 //     decoding turns <0xXX> tokens back into bytes only where the decoder has a ByteFallback
 //     step (a Metaspace decoder leaves them as written, as `tokenizers` does);
 // or model "Unigram" (pieces with scores, unk_id, byte_fallback) with the Metaspace pre-tokenizer
-// and decoder, as SentencePiece models converted by transformers (XLM-RoBERTa, multilingual E5,
-// BGE-M3) have it: the normalizer a Sequence of Precompiled (SentencePiece's compiled rules,
+// (alone, or after WhitespaceSplit as in the older T5 / Flan-T5 files) and decoder, as
+// SentencePiece models converted by transformers (XLM-RoBERTa, multilingual E5, BGE-M3, T5,
+// Flan-T5) have it: the normalizer a Sequence of Precompiled (SentencePiece's compiled rules,
 // such as nmt_nfkc: applied per grapheme cluster as `tokenizers` applies them), Strip and
-// Replace(regex " {2,}"), and each word split into the pieces of highest total score.
+// Replace(regex " {2,}"), and each word split into the pieces of highest total score. T5's
+// sentinels <extra_id_0> … <extra_id_99> are added special tokens (one id each), and its
+// template appends </s> with add_special.
 // Anything else is a TokenizerError naming the file and what it found. The file's truncation and
 // padding settings are not applied by encode; encode_batch truncates and pads as asked (its
 // padding id defaults to the file's).

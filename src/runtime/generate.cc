@@ -102,6 +102,22 @@ Generator::Programs Generator::compile_programs(bool penalised) {
   return out;
 }
 
+void GenerateOptions::check() const {
+  if (max_new_tokens < 0) throw InputError("[generate] max_new_tokens must be >= 0");
+  if (!(std::isfinite(temperature) && temperature >= 0))
+    throw InputError("[generate] temperature must be finite and >= 0 (0: greedy), got " +
+                     std::to_string(temperature));
+  if (top_k < 0)
+    throw InputError("[generate] top_k must be >= 0 (0: every token), got " + std::to_string(top_k));
+  if (!(top_p > 0 && top_p <= 1))
+    throw InputError("[generate] top_p must be in (0, 1] (1: every token), got " + std::to_string(top_p));
+  if (!(min_p >= 0 && min_p <= 1))
+    throw InputError("[generate] min_p must be in [0, 1] (0: every token), got " + std::to_string(min_p));
+  if (!(std::isfinite(repetition_penalty) && repetition_penalty > 0))
+    throw InputError("[generate] repetition_penalty must be finite and > 0 (1: off), got " +
+                     std::to_string(repetition_penalty));
+}
+
 std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                       const GenerateOptions& options) {
   const GeneratorOptions& o = options_;
@@ -110,21 +126,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   if (prompts.size() != b)
     throw InputError("[generate] this Generator decodes " + std::to_string(b) + " sequence(s) at once; got " +
                      std::to_string(prompts.size()) + " prompt(s)");
-  if (options.max_new_tokens < 0) throw InputError("[generate] max_new_tokens must be >= 0");
-  if (!(std::isfinite(options.temperature) && options.temperature >= 0))
-    throw InputError("[generate] temperature must be finite and >= 0 (0: greedy), got " +
-                     std::to_string(options.temperature));
-  if (options.top_k < 0)
-    throw InputError("[generate] top_k must be >= 0 (0: every token), got " + std::to_string(options.top_k));
-  if (!(options.top_p > 0 && options.top_p <= 1))
-    throw InputError("[generate] top_p must be in (0, 1] (1: every token), got " +
-                     std::to_string(options.top_p));
-  if (!(options.min_p >= 0 && options.min_p <= 1))
-    throw InputError("[generate] min_p must be in [0, 1] (0: every token), got " +
-                     std::to_string(options.min_p));
-  if (!(std::isfinite(options.repetition_penalty) && options.repetition_penalty > 0))
-    throw InputError("[generate] repetition_penalty must be finite and > 0 (1: off), got " +
-                     std::to_string(options.repetition_penalty));
+  options.check();
   int64_t longest = 0;
   for (size_t i = 0; i < b; ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());

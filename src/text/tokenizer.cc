@@ -181,10 +181,8 @@ std::string replace_spaces(const Impl& t, std::string_view s) {
 }
 
 // The Metaspace pre-tokenizer on one segment (spaces as "▁", the prefix, the split into words
-// that each begin at a "▁"), then BPE per word. Without Metaspace the normalizer has already
-// spelled the segment and it is one word.
-void encode_sentencepiece(const Impl& t, std::string_view segment, bool at_start, std::vector<int32_t>& ids) {
-  if (!t.metaspace) return encode_word(t, segment, ids);
+// that each begin at a "▁"), then BPE or Unigram per word.
+void encode_metaspace(const Impl& t, std::string_view segment, bool at_start, std::vector<int32_t>& ids) {
   std::string s = replace_spaces(t, segment);
   using P = Impl::Prepend;
   const bool prepend = t.metaspace_prepend == P::kAlways || (t.metaspace_prepend == P::kFirst && at_start);
@@ -196,6 +194,24 @@ void encode_sentencepiece(const Impl& t, std::string_view segment, bool at_start
     begin = at;
   }
   if (begin < s.size()) encode_word(t, std::string_view(s).substr(begin), ids);
+}
+
+// A SentencePiece-style segment: through Metaspace, first cut at whitespace (dropped) with
+// WhitespaceSplit, each word on its own ("first" prepends only to a word at the text's very
+// start). Without Metaspace the normalizer has already spelled the segment and it is one word.
+void encode_sentencepiece(const Impl& t, std::string_view segment, bool at_start, std::vector<int32_t>& ids) {
+  if (!t.metaspace) return encode_word(t, segment, ids);
+  if (!t.whitespace_split) return encode_metaspace(t, segment, at_start, ids);
+  size_t begin = 0;  // where the current word starts
+  const auto flush = [&](size_t end) {
+    if (end > begin) encode_metaspace(t, segment.substr(begin, end - begin), at_start && begin == 0, ids);
+  };
+  for (const text::Unit& u : text::decode_utf8(segment)) {
+    if (u.cls != text::CharClass::kSpace) continue;
+    flush(u.offset);
+    begin = u.offset + u.size;
+  }
+  flush(segment.size());
 }
 
 // WordPiece on one word: unk when it has more than max_word_chars code points; else from the
@@ -394,14 +410,18 @@ std::string decode_wordpiece(const Tokenizer& tok, const Impl& t, std::span<cons
   return out;
 }
 
-// SentencePiece-style decoding: "▁" read as a space, <0xXX> tokens as their byte (when the
-// decoder has a ByteFallback step), then the leading spaces the encoder's prefix added stripped.
+// SentencePiece-style decoding: "▁" read as a space (the Metaspace decoder: dropped from the
+// first token), <0xXX> tokens as their byte (when the decoder has a ByteFallback step), then the
+// leading spaces the encoder's prefix added stripped (a Strip step).
 std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<const int32_t> ids,
                                  bool skip_special) {
   std::string out;
+  bool first = true;
   for (int32_t id : ids) {
     const std::string& token = tok.id_to_token(id);
     if (skip_special && t.special[id]) continue;
+    const bool drop_meta = first && t.decode_drop_first_meta;
+    first = false;
     if (t.decode_bytes && token.size() == 6 && token.starts_with("<0x") && token.back() == '>' &&
         std::isxdigit(static_cast<unsigned char>(token[3])) &&
         std::isxdigit(static_cast<unsigned char>(token[4]))) {
@@ -413,7 +433,7 @@ std::string decode_sentencepiece(const Tokenizer& tok, const Impl& t, std::span<
     }
     for (size_t at = 0; at < token.size();) {
       if (token.compare(at, t.meta.size(), t.meta) == 0) {
-        out += ' ';
+        if (!drop_meta) out += ' ';
         at += t.meta.size();
       } else {
         out += token[at++];

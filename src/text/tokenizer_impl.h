@@ -81,12 +81,18 @@ struct Tokenizer::Impl {
   enum class Prepend { kAlways, kFirst, kNever };
   bool metaspace = false, metaspace_split = false;
   Prepend metaspace_prepend = Prepend::kAlways;
+  // WhitespaceSplit before Metaspace (a Sequence of the two, T5's older files): each segment is
+  // cut at whitespace (Unicode White_Space, as Rust's char::is_whitespace), which is dropped,
+  // and each word then goes through Metaspace on its own, so every word gets its own `meta`.
+  bool whitespace_split = false;
   // The decoder: `meta` read as a space, <0xXX> tokens as their byte where it has a
   // ByteFallback step (else they stay as written, as `tokenizers` leaves them), then up to
-  // strip_start leading spaces of the text removed (Strip's start, or Metaspace's prepend) —
-  // the prefix encoding added.
+  // strip_start leading spaces of the text removed (Strip's start) — the prefix encoding added.
+  // The Metaspace decoder (prepend_scheme other than never) instead drops every `meta` of the
+  // first token (after skipped special tokens), as `tokenizers` does: decode_drop_first_meta.
   bool decode_bytes = false;
   int strip_start = 0;
+  bool decode_drop_first_meta = false;
 
   // Unigram (SentencePiece's, XLM-RoBERTa's) instead of BPE: per word, the segmentation into
   // vocabulary pieces with the highest total score (Viterbi over the word's bytes); a character

@@ -215,7 +215,8 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
     return read_byte_level(t, (*steps)[1]);
   }
   fail(t.file, "pre-tokenizer " + (type == "Sequence" ? p.dump().substr(0, 200) : type) +
-                   " is not supported (ByteLevel, or a Sequence of a Split and ByteLevel)");
+                   " is not supported (ByteLevel, or a Sequence of a Split and ByteLevel; for "
+                   "SentencePiece-style models Metaspace, or a Sequence of WhitespaceSplit and Metaspace)");
 }
 
 // The pattern string of a Replace normalizer or decoder ({"String": s}; a Regex is not read).
@@ -304,7 +305,7 @@ void read_sentencepiece_decoder(Tokenizer::Impl& t, const json& d) {
   if (type == "Metaspace") {
     const std::string scheme = value_or<std::string>(
         d, "prepend_scheme", value_or<bool>(d, "add_prefix_space", true) ? "always" : "never");
-    t.strip_start = scheme == "never" ? 0 : 1;
+    t.decode_drop_first_meta = scheme != "never";
     return;
   }
   bool replace = false;
@@ -425,20 +426,38 @@ void read_wordpiece_parts(Tokenizer::Impl& t, const json& normalizer, const json
   t.decode_cleanup = value_or<bool>(decoder, "cleanup", true);
 }
 
+// The Metaspace pre-tokenizer of `pre`: `pre` itself, or the second step of a Sequence of
+// WhitespaceSplit then Metaspace (T5's older files; whitespace_split says which); else null.
+const json* metaspace_of(const json& pre, bool& whitespace_split) {
+  whitespace_split = false;
+  if (type_of(pre) == "Metaspace") return &pre;
+  if (type_of(pre) != "Sequence" || !pre.contains("pretokenizers")) return nullptr;
+  const json& steps = pre["pretokenizers"];
+  if (!steps.is_array() || steps.size() != 2 || type_of(steps[0]) != "WhitespaceSplit" ||
+      type_of(steps[1]) != "Metaspace")
+    return nullptr;
+  whitespace_split = true;
+  return &steps[1];
+}
+
 // Byte-level or SentencePiece-style BPE: which one the normalizer, pre-tokenizer and model say,
 // and the parts each allows.
 void read_bpe_parts(Tokenizer::Impl& t, const json& normalizer, const json& pre, const json& decoder) {
   if (!normalizer.is_null()) read_normalizer(t, normalizer);
   // SentencePiece-style: byte fallback, a normalizer spelling spaces "▁", the Metaspace
-  // pre-tokenizer or none.
+  // pre-tokenizer (after WhitespaceSplit, or alone) or none.
+  bool whitespace_split = false;
+  const json* metaspace = metaspace_of(pre, whitespace_split);
   t.sentencepiece = t.unigram || t.byte_fallback || t.normalize_prepend || t.normalize_replace ||
-                    pre.is_null() || type_of(pre) == "Metaspace";
+                    pre.is_null() || metaspace;
   if (t.sentencepiece) {
-    if (!pre.is_null() && type_of(pre) != "Metaspace")
-      fail(t.file, "pre-tokenizer " + type_of(pre) +
-                       " with SentencePiece-style BPE (byte_fallback or a normalizer) is not supported "
-                       "(Metaspace, or none)");
-    if (type_of(pre) == "Metaspace") read_metaspace(t, pre);
+    if (!pre.is_null() && !metaspace)
+      fail(t.file, "pre-tokenizer " +
+                       (type_of(pre) == "Sequence" ? pre.dump().substr(0, 200) : type_of(pre)) +
+                       " with SentencePiece-style BPE (byte_fallback or a normalizer) or Unigram is not "
+                       "supported (Metaspace, a Sequence of WhitespaceSplit and Metaspace, or none)");
+    if (metaspace) read_metaspace(t, *metaspace);
+    t.whitespace_split = whitespace_split;
     if (!t.normalize_replace && !t.metaspace)
       fail(t.file, "no normalizer or pre-tokenizer spells spaces as \"▁\" (not a SentencePiece-style BPE)");
     if (!t.end_of_word_suffix.empty())

@@ -195,6 +195,31 @@ TEST(T5, GreedyDecodingEqualsTransformers) {
   }
 }
 
+// T5Generator gives the same tokens (transformers' greedy choice never fell on end-of-sequence
+// in these 8 steps, so its min_new_tokens changed nothing) and samples reproducibly.
+TEST(T5, GeneratorEqualsTransformers) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_flan_t5"));
+  const auto g = read_safetensors(dir_of("tiny_flan_t5") + "/logits.safetensors");
+  const int64_t S = g.at("ids").shape()[1], T = g.at("generated").shape()[1];
+  std::vector<std::vector<int32_t>> sources(2);
+  for (size_t b = 0; b < 2; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      if (g.at("mask").i32()[b * S + s] != 0) sources[b].push_back(g.at("ids").i32()[b * S + s]);
+  for (const Device& device : tg::testing::all_devices()) {
+    T5Generator gen(t5_of(m), {.batch = 2, .source_len = S + 3, .max_new_tokens = 12, .device = device});
+    m.upload(gen.encoder());
+    const auto out = gen.generate(sources, {.max_new_tokens = T - 1});
+    for (size_t b = 0; b < 2; ++b) {
+      const auto want = g.at("generated").i32().subspan(b * T + 1, T - 1);
+      EXPECT_EQ(out[b], std::vector<int32_t>(want.begin(), want.end())) << device.str() << " row " << b;
+    }
+    const GenerateOptions sampled{.max_new_tokens = 6, .temperature = 1.0f, .top_k = 20, .seed = 7};
+    EXPECT_EQ(gen.generate(sources, sampled), gen.generate(sources, sampled)) << device.str();
+    EXPECT_THROW(gen.generate({sources[0]}), InputError);
+    EXPECT_THROW(gen.generate(sources, {.repetition_penalty = 1.2f}), InputError);
+  }
+}
+
 std::string file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tensorgrad/errors.h"
+#include "text/golden_ids.h"
 #include "text/pretokenize.h"
 
 namespace {
@@ -681,14 +682,9 @@ TEST(TokenizerErrors, MissingFileOrADirectory) {
 // normalizer, and the Metaspace pre-tokenizer) and WordPiece (uncased and cased BERT); and the
 // Unigram ones gen_unigram_golden.py makes as XLM-RoBERTa's (SentencePiece's nmt_nfkc rules as
 // a Precompiled normalizer), without and with byte fallback; and CLIP's, which
-// tests/nn/gen_hf_clip_golden.py makes, its decodes transformers' CLIPTokenizer's.
+// tests/nn/gen_hf_clip_golden.py makes, its decodes transformers' CLIPTokenizer's. (T5's are
+// checked in tokenizer_t5_test.cc.)
 TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
-  const auto from_hex = [](const std::string& hex) {
-    std::string bytes;
-    for (size_t i = 0; i + 1 < hex.size(); i += 2)
-      bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-    return bytes;
-  };
   for (const char* name : {"gpt2", "llama3", "llama2", "metaspace", "qwen2", "bert", "bert_cased", "xlmr",
                            "xlmr_bytes", "clip"}) {
     const std::string folder = kData + "/" + name;
@@ -698,30 +694,16 @@ TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
                    << "where `tokenizers` is installed";
     }
     const auto tok = tg::Tokenizer::load(folder);
-    std::ifstream golden(folder + "/golden.txt");
-    std::string line;
-    int cases = 0;
-    while (std::getline(golden, line)) {
-      // <add_special> TAB <hex of the text's bytes> TAB <ids> [TAB <hex of tokenizers' decode>]
-      std::istringstream fields(line);
-      std::string add_special, hex, ids_text, decoded_hex;
-      std::getline(fields, add_special, '\t');
-      std::getline(fields, hex, '\t');
-      std::getline(fields, ids_text, '\t');
-      const bool has_decoded = static_cast<bool>(std::getline(fields, decoded_hex));
-      const std::string text = from_hex(hex);
-      Ids want;
-      std::istringstream ids_stream(ids_text);
-      for (int32_t id; ids_stream >> id;) want.push_back(id);
-      EXPECT_EQ(tok.encode(text, add_special == "1"), want) << name << ": \"" << text << "\"";
-      if (has_decoded) {
-        EXPECT_EQ(tok.decode(want), from_hex(decoded_hex)) << name << ": \"" << text << "\"";
-      } else if (add_special == "0") {
-        EXPECT_EQ(tok.decode(want), text) << name;
+    const std::vector<tg_test::GoldenCase> cases = tg_test::read_golden(folder + "/golden.txt");
+    for (const tg_test::GoldenCase& c : cases) {
+      EXPECT_EQ(tok.encode(c.text, c.add_special), c.ids) << name << ": \"" << c.text << "\"";
+      if (c.decoded) {
+        EXPECT_EQ(tok.decode(c.ids), *c.decoded) << name << ": \"" << c.text << "\"";
+      } else if (!c.add_special) {
+        EXPECT_EQ(tok.decode(c.ids), c.text) << name;
       }
-      ++cases;
     }
-    EXPECT_GT(cases, 0) << folder;
+    EXPECT_GT(cases.size(), 0u) << folder;
   }
 }
 

@@ -1,0 +1,93 @@
+// tg::T5Generator: sampled or greedy decoding with nn::T5 (see tensorgrad/t5.h).
+#include <algorithm>
+#include <string>
+
+#include "tensorgrad/errors.h"
+#include "tensorgrad/t5.h"
+
+namespace tg {
+
+T5Generator::T5Generator(const nn::T5& model, T5GeneratorOptions o) : model_(&model), options_(o) {
+  if (!model.config.decoder) throw Error("[T5Generator] the model has no decoder (T5EncoderModel)");
+  if (o.batch <= 0 || o.source_len <= 0 || o.max_new_tokens <= 0)
+    throw InputError("[T5Generator] batch, source_len and max_new_tokens must be positive");
+  const int64_t B = o.batch, S = o.source_len, T = o.max_new_tokens + 1, d = model.config.d_model;
+  auto& module = const_cast<nn::T5&>(model);  // programs read the model's parameters, never write them
+  encoder_ = compile_forward(module, [&](Tensor ids, Tensor mask) { return model.encode(ids, mask); },
+                             {.inputs = {{"ids", {B, S}, DType::kI32}, {"mask", {B, S}, DType::kI32}},
+                              .device = o.device,
+                              .precision = o.precision});
+  // The next token of every sequence from the logits at its position pos[b].
+  decoder_ =
+      compile_forward(module,
+                      [&](Tensor dec, Tensor hidden, Tensor mask, Tensor pos, Tensor params, Tensor key) {
+                        const Tensor logits = model.logits(model.decode(dec, hidden, mask));  // [B, T, V]
+                        const int64_t V = logits.shape()[2];
+                        const Tensor at = broadcast_to(reshape(pos, {B, 1, 1}), {B, 1, V});
+                        return sample(reshape(take_along_axis(logits, at, 1), {B, V}), params, key);
+                      },
+                      {.inputs = {{"dec", {B, T}, DType::kI32},
+                                  {"hidden", {B, S, d}, DType::kF32},
+                                  {"mask", {B, S}, DType::kI32},
+                                  {"pos", {B}, DType::kI32},
+                                  {"params", {4}, DType::kF32},
+                                  {"key", {2}, DType::kI32}},
+                       .device = o.device,
+                       .precision = o.precision});
+}
+
+std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::vector<int32_t>>& sources,
+                                                        const GenerateOptions& options) {
+  options.check();
+  if (options.repetition_penalty != 1)
+    throw InputError("[T5Generator] a repetition penalty is not implemented (repetition_penalty must be 1)");
+  const T5GeneratorOptions& o = options_;
+  const auto B = static_cast<size_t>(o.batch);
+  const auto S = static_cast<size_t>(o.source_len), T = static_cast<size_t>(o.max_new_tokens + 1);
+  if (sources.size() != B)
+    throw InputError("[T5Generator] this generator decodes " + std::to_string(B) +
+                     " source(s) at once; got " + std::to_string(sources.size()));
+  std::vector<int32_t> ids(B * S, model_->config.pad_id), mask(B * S, 0);
+  for (size_t b = 0; b < B; ++b) {
+    if (sources[b].empty() || sources[b].size() > S)
+      throw InputError("[T5Generator] source " + std::to_string(b) + " has " +
+                       std::to_string(sources[b].size()) + " tokens; 1 to source_len = " + std::to_string(S) +
+                       " fit");
+    std::copy(sources[b].begin(), sources[b].end(), ids.begin() + static_cast<std::ptrdiff_t>(b * S));
+    std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(b * S), sources[b].size(), 1);
+  }
+  const HostTensor hidden = encoder_.run({{"ids", ids}, {"mask", mask}});
+  const std::vector<int32_t> stops =
+      options.stop_tokens.empty() ? std::vector<int32_t>{model_->config.eos_id} : options.stop_tokens;
+  const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p,
+                                  options.min_p};
+  const auto steps = static_cast<size_t>(std::min<int64_t>(options.max_new_tokens, o.max_new_tokens));
+  std::vector<int32_t> dec(B * T, model_->config.pad_id);
+  for (size_t b = 0; b < B; ++b) dec[b * T] = model_->config.start_id;
+  std::vector<std::vector<int32_t>> out(B);
+  std::vector<bool> active(B, steps > 0);
+  for (size_t t = 0; t < steps && std::count(active.begin(), active.end(), true) > 0; ++t) {
+    const std::vector<int32_t> pos(B, static_cast<int32_t>(t));
+    const std::vector<int32_t> key{static_cast<int32_t>(options.seed), static_cast<int32_t>(t)};
+    const HostTensor next = decoder_.run({{"dec", dec},
+                                          {"hidden", hidden.f32()},
+                                          {"mask", mask},
+                                          {"pos", pos},
+                                          {"params", params},
+                                          {"key", key}});
+    for (size_t b = 0; b < B; ++b) {
+      if (!active[b]) continue;
+      const int32_t token = next.i32()[b];
+      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        active[b] = false;
+        continue;
+      }
+      dec[b * T + t + 1] = token;
+      out[b].push_back(token);
+      if (options.on_token && !options.on_token(static_cast<int64_t>(b), token)) return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace tg
