@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     const tg::pretrained::Model m = tg::pretrained::load(folder);
     if (!std::holds_alternative<tg::nn::T5Config>(m.config) || !std::get<tg::nn::T5Config>(m.config).decoder)
       throw std::runtime_error(m.architecture + " is not a T5ForConditionalGeneration");
-    const auto& t5 = static_cast<const tg::nn::T5&>(*m.module);
+    auto& t5 = static_cast<tg::nn::T5&>(*m.module);
     const tg::nn::T5Config& c = t5.config;
     const tg::Tokenizer tok = tg::Tokenizer::load(folder);
     std::vector<std::string> prompts;

@@ -18,8 +18,9 @@
 // feed-forward is wo(act(wi x)) or, gated (Flan-T5, v1.1), wo(act(wi_0 x) · wi_1 x). A tied head
 // scales the decoder's output by d_model^-½ first. Training programs apply dropout where
 // transformers does (embeddings, each sublayer's output, inside the feed-forward, the attention
-// probabilities, after each final norm). The attention is a composite (scores stored): T5's
-// position bias is an additive term the fused kernel does not take.
+// probabilities, after each final norm). Self-attention is a composite (its scores stored): T5's
+// position bias is an additive term the fused kernel does not take; cross-attention has none and
+// runs fused (but in training programs with dropout).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -58,6 +59,14 @@ struct T5Config {
   int32_t start_id = 0, eos_id = 1, pad_id = 0;
 };
 
+/// What the decoder's cross-attention reads: the encoder's states [B, S, d], its mask [B, S] (or
+/// none) and that mask as keep [B, 1, 1, S].
+struct T5Memory {
+  Tensor hidden;
+  std::optional<Tensor> mask;
+  Tensor keep;
+};
+
 /// T5's attention sublayer's projections (…SelfAttention or …EncDecAttention).
 class T5Attention : public Module {
  public:
@@ -66,6 +75,9 @@ class T5Attention : public Module {
   /// scores (or none); keep bool [B or 1, 1, T or 1, S]: which keys each query sees.
   Tensor operator()(const Tensor& x, const Tensor& kv, const std::optional<Tensor>& bias, const Tensor& keep,
                     Loc loc) const;
+  /// Cross-attention over the encoder's states: no position bias, so the fused attention (no
+  /// scores stored), but for training programs with dropout, which drop probabilities.
+  Tensor over_memory(const Tensor& x, const T5Memory& memory, Loc loc) const;
   Linear q, k, v, o;
   std::unique_ptr<Embedding> relative_attention_bias;
 
@@ -134,14 +146,16 @@ struct T5GeneratorOptions {
 
 /// Decoding with an nn::T5: the encoder runs once per call, then a decoder program over the start
 /// token and max_new_tokens positions runs once per new token, sampling the next one inside the
-/// program (tg::sample: greedy, temperature, top-k, top-p, min-p). The decoder attends causally,
-/// so the positions not yet written change nothing; each step recomputes the positions before it
-/// (no KV cache: a step costs the whole window's decoder pass).
+/// program (tg::sample: greedy, temperature, top-k, top-p, min-p) from the logits at the newest
+/// position. The decoder attends causally, so the positions not yet written change nothing; but
+/// every step runs the decoder over the whole window, written or not, and the cross-attention's
+/// keys and values again (no KV cache): a step costs one decoder pass over max_new_tokens + 1
+/// positions. Precision::kF16 is refused (T5's activations overflow f16; bf16 is fine).
 class T5Generator {
  public:
-  /// `model` must outlive the generator; upload its weights to encoder() (its programs on one
-  /// device share them).
-  T5Generator(const nn::T5& model, T5GeneratorOptions options = {});
+  /// Compiles the programs from `model` (its parameters, not a reference to it, stay with them);
+  /// upload its weights to encoder() (its programs on one device share them).
+  T5Generator(nn::T5& model, T5GeneratorOptions options = {});
 
   /// One output per source (exactly options.batch sources, each of 1 to source_len ids, as the
   /// tokenizer's encode(text, true) gives them): the new tokens without the start token, ending
@@ -155,7 +169,7 @@ class T5Generator {
   const T5GeneratorOptions& options() const { return options_; }
 
  private:
-  const nn::T5* model_;
+  nn::T5Config config_;
   T5GeneratorOptions options_;
   Program encoder_, decoder_;
 };

@@ -543,7 +543,7 @@ Tensor Model::logits(const Tensor& ids) const {
         }
         if constexpr (std::is_same_v<C, nn::T5Config>) {
           throw Error("[pretrained::Model] " + architecture +
-                      " is an encoder-decoder: use nn::T5's encode, decode and logits");
+                      " is a T5: use nn::T5's encode, decode and logits (and tg::T5Generator to decode)");
         }
       },
       config);
@@ -553,7 +553,7 @@ CachedLm Model::step() const {
   if (std::holds_alternative<nn::BertConfig>(config) || std::holds_alternative<nn::ViTConfig>(config) ||
       std::holds_alternative<nn::ClipConfig>(config) || std::holds_alternative<nn::T5Config>(config))
     throw Error("[pretrained::Model] " + architecture +
-                " is an encoder: it has no cached step to generate with");
+                " has no cached step to generate with (an encoder, CLIP or T5: see tg::T5Generator)");
   const Module* mod = module.get();
   return std::visit(
       [mod](const auto& c) -> CachedLm {

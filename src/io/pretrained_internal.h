@@ -93,6 +93,9 @@ std::string config_json_of(const nn::T5Config& c);
 /// A classifier's id2label and label2id (LABEL_0, LABEL_1, …), as transformers writes them.
 void add_labels(json& config, int64_t labels);
 
+/// config.json's eos_token_id: none, one id, or a list of them.
+std::vector<int32_t> eos_of(const json& c);
+
 /// A tied head's file may still hold the head; it must then equal the embedding it is tied to.
 bool tied_copy_ok(const std::map<std::string, HostTensor>& file, const std::string& head,
                   const std::string& embedding);

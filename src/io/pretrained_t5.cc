@@ -29,30 +29,34 @@ void load_t5(Model& m, const json& c) {
   t.dropout = field<double>(c, f, "dropout_rate", 0.1);
   t.start_id = field<int32_t>(c, f, "decoder_start_token_id", 0);
   t.pad_id = field<int32_t>(c, f, "pad_token_id", 0);
-  t.eos_id = field<int32_t>(c, f, "eos_token_id", 1);
+  const std::vector<int32_t> eos = eos_of(c);
+  t.eos_id = eos.empty() ? 1 : eos.front();
   if (field<bool>(c, f, "is_decoder", false))
     fail(f, "config.json: is_decoder true (a T5 decoder alone) is not implemented");
-  // feed_forward_proj: "relu", "gelu", "gated-gelu" (the tanh GELU, as transformers reads it), …
+  // feed_forward_proj: "relu", "gated-gelu" (…), its activation by name; transformers reads
+  // "gated-gelu" as the tanh GELU, and a dense_act_fn in the file (transformers 4 lets it) as the
+  // activation.
   const std::string proj = field<std::string>(c, f, "feed_forward_proj", "relu");
   t.gated = proj.starts_with("gated-");
-  const std::string act = t.gated ? proj.substr(6) : proj;
+  const std::string named = t.gated ? proj.substr(6) : proj;
+  const std::string act = field<std::string>(c, f, "dense_act_fn", proj == "gated-gelu" ? "gelu_new" : named);
   if (act == "relu") {
     t.act = nn::T5Activation::kRelu;
   } else if (act == "gelu") {
-    t.act = t.gated ? nn::T5Activation::kGeluTanh : nn::T5Activation::kGelu;
-  } else if (act == "gelu_new") {
+    t.act = nn::T5Activation::kGelu;
+  } else if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
     t.act = nn::T5Activation::kGeluTanh;
-  } else if (act == "silu") {
+  } else if (act == "silu" || act == "swish") {
     t.act = nn::T5Activation::kSilu;
   } else {
-    fail(f, "config.json: feed_forward_proj \"" + proj +
-                "\" is not implemented by nn::T5 (relu, gelu, gelu_new, silu, each optionally gated-)");
+    fail(f, "config.json: the feed-forward activation \"" + act + "\" (feed_forward_proj \"" + proj +
+                "\") is not implemented by nn::T5 (relu, gelu, gelu_new, gelu_pytorch_tanh, silu, swish)");
   }
   t.tied = field<bool>(c, f, "tie_word_embeddings", true);
   t.scale_decoder_outputs = field<bool>(c, f, "scale_decoder_outputs", t.tied);
   t.decoder = m.architecture == "T5ForConditionalGeneration";
   m.context = 0;  // relative positions: no limit of the model's own
-  m.eos_ids = {t.eos_id};
+  m.eos_ids = eos.empty() ? std::vector<int32_t>{t.eos_id} : eos;
   m.config = t;
   m.module = std::make_unique<nn::T5>(t);
 
@@ -77,12 +81,9 @@ std::string config_json_of(const nn::T5Config& t) {
   switch (t.act) {
     case nn::T5Activation::kRelu: act = "relu"; break;
     case nn::T5Activation::kGelu: act = "gelu"; break;
-    case nn::T5Activation::kGeluTanh: act = t.gated ? "gelu" : "gelu_new"; break;
+    case nn::T5Activation::kGeluTanh: act = "gelu_new"; break;
     case nn::T5Activation::kSilu: act = "silu"; break;
   }
-  if (t.act == nn::T5Activation::kGelu && t.gated)
-    throw CheckpointError(
-        "[pretrained::from_config] a gated erf GELU: transformers reads \"gated-gelu\" as the tanh GELU");
   const json j{{"architectures", {t.decoder ? "T5ForConditionalGeneration" : "T5EncoderModel"}},
                {"model_type", "t5"},
                {"vocab_size", t.vocab},
@@ -95,7 +96,9 @@ std::string config_json_of(const nn::T5Config& t) {
                {"relative_attention_num_buckets", t.buckets},
                {"relative_attention_max_distance", t.max_distance},
                {"layer_norm_epsilon", t.eps},
-               {"feed_forward_proj", (t.gated ? "gated-" : "") + act},
+               {"feed_forward_proj",
+                t.gated ? (t.act == nn::T5Activation::kGeluTanh ? "gated-gelu" : "gated-" + act) : act},
+               {"dense_act_fn", act},
                {"tie_word_embeddings", t.tied},
                {"scale_decoder_outputs", t.scale_decoder_outputs},
                {"dropout_rate", t.dropout},

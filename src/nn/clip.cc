@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "ir/graph.h"
 #include "nn/heads.h"
 #include "tensorgrad/bert.h"
 #include "tensorgrad/errors.h"
@@ -36,9 +37,7 @@ void check_encoder(const ClipEncoderConfig& c, const char* tower) {
                      " is not divisible by its heads " + std::to_string(c.heads));
 }
 
-std::string where(const Loc& loc) {
-  return std::string(" at ") + loc.file_name() + ":" + std::to_string(loc.line());
-}
+std::string at(const Loc& loc) { return " at " + ir::loc_str(loc); }
 
 }  // namespace
 
@@ -147,29 +146,29 @@ Tensor Clip::encode(const std::vector<std::unique_ptr<ClipLayer>>& layers, Tenso
 }
 
 Tensor Clip::text_hidden(const Tensor& ids, const std::optional<Tensor>& mask, Loc loc) const {
-  if (!text_model_) throw Error("[Clip] text_hidden(): this model has no text tower" + where(loc));
+  if (!text_model_) throw Error("[Clip] text_hidden(): this model has no text tower" + at(loc));
   const Shape& s = ids.shape();
   if (s.size() != 2 || ids.dtype() != DType::kI32)
-    throw ShapeError("[Clip] ids must be i32 [B, T], got " + shape_str(s) + where(loc));
+    throw ShapeError("[Clip] ids must be i32 [B, T], got " + shape_str(s) + at(loc));
   if (s[1] > config.text.positions)
     throw ShapeError("[Clip] a text of " + std::to_string(s[1]) + " tokens is longer than the model's " +
-                     std::to_string(config.text.positions) + " positions" + where(loc));
+                     std::to_string(config.text.positions) + " positions" + at(loc));
   if (mask && mask->shape() != s)
     throw ShapeError("[Clip] the mask must be " + shape_str(s) + " as the ids, got " +
-                     shape_str(mask->shape()) + where(loc));
+                     shape_str(mask->shape()) + at(loc));
   const Tensor positions = slice(text_positions_->weight.tensor(loc), 0, 0, s[1], 1, loc);
   const Tensor x = add((*token_embedding_)(ids, loc), positions, loc);
   return (*final_layer_norm_)(encode(text_layers_, x, /*causal=*/true, mask, loc), loc);
 }
 
 Tensor Clip::text_pooled(const Tensor& hidden, const Tensor& ids, Loc loc) const {
-  if (!text_model_) throw Error("[Clip] text_pooled(): this model has no text tower" + where(loc));
+  if (!text_model_) throw Error("[Clip] text_pooled(): this model has no text tower" + at(loc));
   const Shape& s = hidden.shape();
   if (s.size() != 3 || ids.shape().size() != 2 || ids.dtype() != DType::kI32 || ids.shape()[0] != s[0] ||
       ids.shape()[1] != s[1] || s[2] != config.text.encoder.d_model)
     throw ShapeError("[Clip] text_pooled takes hidden [B, T, " + std::to_string(config.text.encoder.d_model) +
                      "] and their i32 ids [B, T], got " + shape_str(s) + " and " + shape_str(ids.shape()) +
-                     where(loc));
+                     at(loc));
   // transformers' rule: eos_token_id 2 (configs older than the field's fix) takes the largest
   // id's position, else the first end-of-text token's.
   const Tensor index =
@@ -181,19 +180,18 @@ Tensor Clip::text_pooled(const Tensor& hidden, const Tensor& ids, Loc loc) const
 }
 
 Tensor Clip::text_features(const Tensor& ids, const std::optional<Tensor>& mask, Loc loc) const {
-  if (!text_projection_)
-    throw Error("[Clip] text_features(): this model has no text_projection" + where(loc));
+  if (!text_projection_) throw Error("[Clip] text_features(): this model has no text_projection" + at(loc));
   return (*text_projection_)(text_pooled(text_hidden(ids, mask, loc), ids, loc), loc);
 }
 
 Tensor Clip::vision_hidden(const Tensor& pixels, Loc loc) const {
-  if (!vision_model_) throw Error("[Clip] vision_hidden(): this model has no vision tower" + where(loc));
+  if (!vision_model_) throw Error("[Clip] vision_hidden(): this model has no vision tower" + at(loc));
   const ClipVisionConfig& v = config.vision;
   const Shape& s = pixels.shape();
   if (s.size() != 4 || s[1] != v.channels || s[2] != v.image_size || s[3] != v.image_size)
     throw ShapeError("[Clip] pixels must be [B, " + std::to_string(v.channels) + ", " +
                      std::to_string(v.image_size) + ", " + std::to_string(v.image_size) + "], got " +
-                     shape_str(s) + where(loc));
+                     shape_str(s) + at(loc));
   const int64_t B = s[0], d = v.encoder.d_model;
   const Tensor patches = patch_tokens(*patch_embedding_, pixels, loc);
   const Tensor cls = broadcast_to(reshape(class_embedding_->tensor(loc), {1, 1, d}, loc), {B, 1, d}, loc);
@@ -203,19 +201,19 @@ Tensor Clip::vision_hidden(const Tensor& pixels, Loc loc) const {
 }
 
 Tensor Clip::vision_pooled(const Tensor& hidden, Loc loc) const {
-  if (!post_layernorm_) throw Error("[Clip] vision_pooled(): this model has no vision tower" + where(loc));
+  if (!post_layernorm_) throw Error("[Clip] vision_pooled(): this model has no vision tower" + at(loc));
   return (*post_layernorm_)(first_token(hidden, loc), loc);
 }
 
 Tensor Clip::image_features(const Tensor& pixels, Loc loc) const {
   if (!visual_projection_)
-    throw Error("[Clip] image_features(): this model has no visual_projection" + where(loc));
+    throw Error("[Clip] image_features(): this model has no visual_projection" + at(loc));
   return (*visual_projection_)(vision_pooled(vision_hidden(pixels, loc), loc), loc);
 }
 
 Tensor Clip::logits_per_image(const Tensor& image_features, const Tensor& text_features, Loc loc) const {
   if (!logit_scale_)
-    throw Error("[Clip] logits_per_image(): this model has no logit_scale (CLIPModel's)" + where(loc));
+    throw Error("[Clip] logits_per_image(): this model has no logit_scale (CLIPModel's)" + at(loc));
   const Tensor sim =
       matmul(l2_normalize(image_features, loc), transpose(l2_normalize(text_features, loc), 0, 1, loc), loc);
   return mul(sim, exp(logit_scale_->tensor(loc), loc), loc);
@@ -225,7 +223,7 @@ Tensor Clip::contrastive_loss(const Tensor& logits_per_image, Loc loc) {
   const Shape& s = logits_per_image.shape();
   if (s.size() != 2 || s[0] != s[1])
     throw ShapeError("[Clip] contrastive_loss needs square logits [N, N] (image i with text i), got " +
-                     shape_str(s) + where(loc));
+                     shape_str(s) + at(loc));
   const Tensor targets = arange(0, static_cast<double>(s[0]), 1, DType::kI32, loc);
   const Tensor image_loss = cross_entropy(logits_per_image, targets, {}, loc);
   const Tensor text_loss = cross_entropy(transpose(logits_per_image, 0, 1, loc), targets, {}, loc);

@@ -6,15 +6,14 @@
 #include <limits>
 #include <string>
 
+#include "ir/graph.h"
 #include "nn/heads.h"
 #include "tensorgrad/errors.h"
 
 namespace tg::nn {
 namespace {
 
-std::string where(const Loc& loc) {
-  return std::string(" at ") + loc.file_name() + ":" + std::to_string(loc.line());
-}
+std::string at(const Loc& loc) { return " at " + ir::loc_str(loc); }
 
 // transformers' _relative_position_bucket for key position minus query position `rel`: exact
 // buckets for the nearest max_exact distances, logarithmic ones up to max_distance, the last
@@ -82,6 +81,17 @@ Tensor T5Attention::operator()(const Tensor& x, const Tensor& kv, const std::opt
   return o(merge_heads(matmul(p, vh, loc), loc), loc);
 }
 
+Tensor T5Attention::over_memory(const Tensor& x, const T5Memory& memory, Loc loc) const {
+  // Training with dropout drops attention probabilities, which only the composite has.
+  if (is_training() && config_.dropout > 0) return (*this)(x, memory.hidden, std::nullopt, memory.keep, loc);
+  const Tensor qh = split_heads(q(x, loc), config_.heads, loc);
+  const Tensor kh = split_heads(k(memory.hidden, loc), config_.heads, loc);
+  const Tensor vh = split_heads(v(memory.hidden, loc), config_.heads, loc);
+  const Tensor a = tg::attention(
+      qh, kh, vh, AttentionOptions{.causal = false, .scale = 1.0, .key_mask = memory.mask}, loc);
+  return o(merge_heads(a, loc), loc);
+}
+
 T5FeedForward::T5FeedForward(Module& parent, std::string name, const T5Config& c)
     : Module(parent, std::move(name)), config_(c) {
   const double in_std = inv_sqrt(static_cast<double>(c.d_model));
@@ -118,14 +128,14 @@ struct T5Block : Module {
     ff_norm = std::make_unique<RMSNorm>(*ff_layer, "layer_norm", c.d_model, c.eps);
   }
 
-  Tensor operator()(Tensor x, const std::optional<Tensor>& bias, const Tensor& keep, const Tensor* memory,
-                    const Tensor* memory_keep, Loc loc) const {
+  Tensor operator()(Tensor x, const std::optional<Tensor>& bias, const Tensor& keep, const T5Memory* memory,
+                    Loc loc) const {
     const double p = config.dropout;
     const Tensor n = (*self_norm)(x, loc);
     x = add(x, dropout((*self_attention)(n, n, bias, keep, loc), p, loc), loc);
     if (cross_attention) {
       const Tensor c = (*cross_norm)(x, loc);
-      x = add(x, dropout((*cross_attention)(c, *memory, std::nullopt, *memory_keep, loc), p, loc), loc);
+      x = add(x, dropout(cross_attention->over_memory(c, *memory, loc), p, loc), loc);
     }
     return add(x, dropout((*ff)((*ff_norm)(x, loc), loc), p, loc), loc);
   }
@@ -160,11 +170,10 @@ struct T5::Stack {
     return reshape(permute(b, {2, 0, 1}, loc), {1, c.heads, T, S}, loc);
   }
 
-  Tensor operator()(Tensor x, const Tensor& keep, const T5Config& c, const Tensor* memory,
-                    const Tensor* memory_keep, Loc loc) const {
+  Tensor operator()(Tensor x, const Tensor& keep, const T5Config& c, const T5Memory* memory, Loc loc) const {
     const Tensor bias = position_bias(x.shape()[1], x.shape()[1], c, loc);
     x = dropout(x, c.dropout, loc);
-    for (const auto& block : blocks) x = (*block)(x, bias, keep, memory, memory_keep, loc);
+    for (const auto& block : blocks) x = (*block)(x, bias, keep, memory, loc);
     return dropout((*final_layer_norm)(x, loc), c.dropout, loc);
   }
 
@@ -181,11 +190,16 @@ T5::~T5() = default;
 void T5::build() {
   const T5Config& c = config;
   if (c.vocab <= 0 || c.d_model <= 0 || c.d_kv <= 0 || c.d_ff <= 0 || c.heads <= 0 || c.layers <= 0 ||
-      (c.decoder && c.decoder_layers <= 0) || c.buckets < 2 || c.max_distance <= c.buckets / 4)
-    throw ShapeError(
-        "[T5] vocab, d_model, d_kv, d_ff, heads, layers and decoder_layers must be positive, buckets at "
-        "least 2 "
-        "and max_distance beyond the exact buckets");
+      (c.decoder && c.decoder_layers <= 0))
+    throw ShapeError("[T5] vocab, d_model, d_kv, d_ff, heads, layers and decoder_layers must be positive");
+  // The logarithmic buckets start past the exact ones: buckets / 4 of them each way in the
+  // encoder, buckets / 2 in the causal decoder; max_distance must lie beyond.
+  const int64_t exact = c.decoder ? c.buckets / 2 : c.buckets / 4;
+  if (c.buckets < 4 || c.max_distance <= exact)
+    throw ShapeError("[T5] relative_attention_num_buckets " + std::to_string(c.buckets) +
+                     " and relative_attention_max_distance " + std::to_string(c.max_distance) +
+                     ": at least 4 buckets, and a distance beyond the " + std::to_string(exact) +
+                     " exact ones");
   if (!(c.dropout >= 0 && c.dropout < 1))
     throw Error("[T5] a dropout probability of " + std::to_string(c.dropout) + ": expected one in [0, 1)");
   shared_ = std::make_unique<Embedding>(*this, "shared", c.vocab, c.d_model, init::normal(1.0));
@@ -198,7 +212,7 @@ void T5::build() {
 
 Tensor T5::embed(const Tensor& ids, Loc loc) const {
   if (ids.shape().size() != 2 || ids.dtype() != DType::kI32)
-    throw ShapeError("[T5] ids must be i32 [B, T], got " + shape_str(ids.shape()) + where(loc));
+    throw ShapeError("[T5] ids must be i32 [B, T], got " + shape_str(ids.shape()) + at(loc));
   return (*shared_)(ids, loc);
 }
 
@@ -208,38 +222,38 @@ Tensor keep_of(const std::optional<Tensor>& mask, const Shape& ids, Loc loc) {
   if (!mask) return full({1, 1, 1, ids[1]}, 1.0, DType::kBool, loc);
   if (mask->shape() != ids)
     throw ShapeError("[T5] the mask must be " + shape_str(ids) + " as the ids, got " +
-                     shape_str(mask->shape()) + where(loc));
+                     shape_str(mask->shape()) + at(loc));
   return reshape(ne(*mask, 0, loc), {ids[0], 1, 1, ids[1]}, loc);
 }
 }  // namespace
 
 Tensor T5::encode(const Tensor& ids, const std::optional<Tensor>& mask, Loc loc) const {
   const Tensor x = embed(ids, loc);
-  return (*encoder_)(x, keep_of(mask, ids.shape(), loc), config, nullptr, nullptr, loc);
+  return (*encoder_)(x, keep_of(mask, ids.shape(), loc), config, nullptr, loc);
 }
 
 Tensor T5::decode(const Tensor& decoder_ids, const Tensor& encoder_hidden,
                   const std::optional<Tensor>& encoder_mask, Loc loc) const {
-  if (!decoder_) throw Error("[T5] decode(): this model has no decoder (T5EncoderModel)" + where(loc));
+  if (!decoder_) throw Error("[T5] decode(): this model has no decoder (T5EncoderModel)" + at(loc));
   const Shape& h = encoder_hidden.shape();
   if (h.size() != 3 || h[2] != config.d_model)
     throw ShapeError("[T5] encoder_hidden must be [B, S, " + std::to_string(config.d_model) + "], got " +
-                     shape_str(h) + where(loc));
+                     shape_str(h) + at(loc));
   const Tensor x = embed(decoder_ids, loc);
   if (decoder_ids.shape()[0] != h[0])
     throw ShapeError("[T5] decoder_ids " + shape_str(decoder_ids.shape()) + " and encoder_hidden " +
-                     shape_str(h) + " differ in batch" + where(loc));
+                     shape_str(h) + " differ in batch" + at(loc));
   const int64_t T = decoder_ids.shape()[1];
   const Tensor causal =
       reshape(le(reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {1, T}, loc),
                  reshape(arange(0, static_cast<double>(T), 1, DType::kI32, loc), {T, 1}, loc), loc),
               {1, 1, T, T}, loc);
-  const Tensor memory_keep = keep_of(encoder_mask, {h[0], h[1]}, loc);
-  return (*decoder_)(x, causal, config, &encoder_hidden, &memory_keep, loc);
+  const T5Memory memory{encoder_hidden, encoder_mask, keep_of(encoder_mask, {h[0], h[1]}, loc)};
+  return (*decoder_)(x, causal, config, &memory, loc);
 }
 
 Tensor T5::logits(const Tensor& decoder_hidden, Loc loc) const {
-  if (!decoder_) throw Error("[T5] logits(): this model has no decoder (T5EncoderModel)" + where(loc));
+  if (!decoder_) throw Error("[T5] logits(): this model has no decoder (T5EncoderModel)" + at(loc));
   Tensor h = decoder_hidden;
   if (config.scale_decoder_outputs) h = mul(h, inv_sqrt(static_cast<double>(config.d_model)), loc);
   if (lm_head_) return (*lm_head_)(h, loc);

@@ -7,24 +7,26 @@
 
 namespace tg {
 
-T5Generator::T5Generator(const nn::T5& model, T5GeneratorOptions o) : model_(&model), options_(o) {
+T5Generator::T5Generator(nn::T5& model, T5GeneratorOptions o) : config_(model.config), options_(o) {
   if (!model.config.decoder) throw Error("[T5Generator] the model has no decoder (T5EncoderModel)");
   if (o.batch <= 0 || o.source_len <= 0 || o.max_new_tokens <= 0)
     throw InputError("[T5Generator] batch, source_len and max_new_tokens must be positive");
+  if (o.precision == Precision::kF16)
+    throw InputError("[T5Generator] Precision::kF16: T5's activations overflow f16 (use kBf16 or kFp32)");
   const int64_t B = o.batch, S = o.source_len, T = o.max_new_tokens + 1, d = model.config.d_model;
-  auto& module = const_cast<nn::T5&>(model);  // programs read the model's parameters, never write them
-  encoder_ = compile_forward(module, [&](Tensor ids, Tensor mask) { return model.encode(ids, mask); },
+  encoder_ = compile_forward(model, [&](Tensor ids, Tensor mask) { return model.encode(ids, mask); },
                              {.inputs = {{"ids", {B, S}, DType::kI32}, {"mask", {B, S}, DType::kI32}},
                               .device = o.device,
                               .precision = o.precision});
-  // The next token of every sequence from the logits at its position pos[b].
+  // The next token of every sequence from the logits at its position pos[b] (the head on that
+  // position's state alone).
   decoder_ =
-      compile_forward(module,
+      compile_forward(model,
                       [&](Tensor dec, Tensor hidden, Tensor mask, Tensor pos, Tensor params, Tensor key) {
-                        const Tensor logits = model.logits(model.decode(dec, hidden, mask));  // [B, T, V]
-                        const int64_t V = logits.shape()[2];
-                        const Tensor at = broadcast_to(reshape(pos, {B, 1, 1}), {B, 1, V});
-                        return sample(reshape(take_along_axis(logits, at, 1), {B, V}), params, key);
+                        const Tensor states = model.decode(dec, hidden, mask);  // [B, T, d]
+                        const Tensor at = broadcast_to(reshape(pos, {B, 1, 1}), {B, 1, d});
+                        const Tensor logits = model.logits(take_along_axis(states, at, 1));  // [B, 1, V]
+                        return sample(reshape(logits, {B, logits.shape()[2]}), params, key);
                       },
                       {.inputs = {{"dec", {B, T}, DType::kI32},
                                   {"hidden", {B, S, d}, DType::kF32},
@@ -47,7 +49,7 @@ std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::v
   if (sources.size() != B)
     throw InputError("[T5Generator] this generator decodes " + std::to_string(B) +
                      " source(s) at once; got " + std::to_string(sources.size()));
-  std::vector<int32_t> ids(B * S, model_->config.pad_id), mask(B * S, 0);
+  std::vector<int32_t> ids(B * S, config_.pad_id), mask(B * S, 0);
   for (size_t b = 0; b < B; ++b) {
     if (sources[b].empty() || sources[b].size() > S)
       throw InputError("[T5Generator] source " + std::to_string(b) + " has " +
@@ -58,12 +60,12 @@ std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::v
   }
   const HostTensor hidden = encoder_.run({{"ids", ids}, {"mask", mask}});
   const std::vector<int32_t> stops =
-      options.stop_tokens.empty() ? std::vector<int32_t>{model_->config.eos_id} : options.stop_tokens;
+      options.stop_tokens.empty() ? std::vector<int32_t>{config_.eos_id} : options.stop_tokens;
   const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p,
                                   options.min_p};
   const auto steps = static_cast<size_t>(std::min<int64_t>(options.max_new_tokens, o.max_new_tokens));
-  std::vector<int32_t> dec(B * T, model_->config.pad_id);
-  for (size_t b = 0; b < B; ++b) dec[b * T] = model_->config.start_id;
+  std::vector<int32_t> dec(B * T, config_.pad_id);
+  for (size_t b = 0; b < B; ++b) dec[b * T] = config_.start_id;
   std::vector<std::vector<int32_t>> out(B);
   std::vector<bool> active(B, steps > 0);
   for (size_t t = 0; t < steps && std::count(active.begin(), active.end(), true) > 0; ++t) {
