@@ -12,10 +12,11 @@ median of three runs (torch_peer.py's protocol).
     python3 bench/bert_peer.py [--device cuda|cpu] [--modes eager_fp32,eager_bf16,compile_bf16]
 """
 import argparse
-import time
 
 import torch
 import transformers as tf
+
+from peer_timing import median_seconds
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--device', default='cuda')
@@ -39,25 +40,6 @@ def batch(full):
             ids[i, n:] = 0
             mask[i, n:] = 0
     return ids.to(dev), mask.to(dev), (torch.arange(B) % 2).to(dev)
-
-
-def sync():
-    if gpu:
-        torch.cuda.synchronize()
-
-
-def median_seconds(step):
-    for _ in range(WARM):
-        step()
-    sync()
-    runs = []
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(ITERS):
-            step()
-        sync()
-        runs.append((time.perf_counter() - t) / ITERS)
-    return sorted(runs)[1]
 
 
 def config(labels=0):
@@ -93,7 +75,7 @@ for mode in args.modes.split(','):
                     pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
                 return torch.nn.functional.normalize(pooled.float(), dim=-1)
         step = torch.compile(embed) if compiled else embed
-        report('bert_' + workload, mode, median_seconds(step))
+        report('bert_' + workload, mode, median_seconds(step, WARM, ITERS, gpu))
     if 'train' in args.workloads:
         model = tf.BertForSequenceClassification(config(2)).to(dev).train()
         for m in model.modules():  # the same function as bert_bench's: no dropout
@@ -111,7 +93,7 @@ for mode in args.modes.split(','):
             opt.zero_grad(set_to_none=True)
             fwd().backward()
             opt.step()
-        report('bert_train', mode, median_seconds(train_step))
+        report('bert_train', mode, median_seconds(train_step, WARM, ITERS, gpu))
         if gpu:
             print('%-14s %-14s peak %.0f MiB' % ('bert_train', mode, torch.cuda.max_memory_allocated() / 2**20))
             torch.cuda.reset_peak_memory_stats()

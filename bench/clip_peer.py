@@ -13,10 +13,11 @@ transformers' sdpa attention. Timing: warm-up steps, then the median of three ru
     python3 bench/clip_peer.py [--device cuda|cpu] [--modes eager_fp32,eager_bf16,compile_bf16]
 """
 import argparse
-import time
 
 import torch
 import transformers as tf
+
+from peer_timing import median_seconds
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--device', default='cuda')
@@ -27,25 +28,6 @@ dev = torch.device(args.device)
 gpu = args.device == 'cuda'
 WARM, ITERS = (5, 20) if gpu else (1, 2)
 TOKENS = 77
-
-
-def sync():
-    if gpu:
-        torch.cuda.synchronize()
-
-
-def median_seconds(step):
-    for _ in range(WARM):
-        step()
-    sync()
-    runs = []
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(ITERS):
-            step()
-        sync()
-        runs.append((time.perf_counter() - t) / ITERS)
-    return sorted(runs)[1]
 
 
 def batch(n, eos):
@@ -76,7 +58,7 @@ for mode in args.modes.split(','):
             with torch.no_grad():
                 return m(input_ids=ids, attention_mask=mask, pixel_values=x).logits_per_image
         step = torch.compile(infer) if compiled else infer
-        report('clip_infer', mode, median_seconds(step), n)
+        report('clip_infer', mode, median_seconds(step, WARM, ITERS, gpu), n)
     if 'train' in args.workloads:
         n = 32 if gpu else 2
         m = tf.CLIPModel(config).to(dev).train()
@@ -92,7 +74,7 @@ for mode in args.modes.split(','):
             opt.zero_grad(set_to_none=True)
             fwd().backward()
             opt.step()
-        report('clip_train', mode, median_seconds(train_step), n)
+        report('clip_train', mode, median_seconds(train_step, WARM, ITERS, gpu), n)
         if gpu:
             print('%-14s %-14s peak %.0f MiB' % ('clip_train', mode, torch.cuda.max_memory_allocated() / 2**20))
             torch.cuda.reset_peak_memory_stats()

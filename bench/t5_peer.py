@@ -11,10 +11,11 @@ median of three runs (torch_peer.py's protocol).
     python3 bench/t5_peer.py [--device cuda|cpu] [--modes eager_fp32,eager_bf16,compile_bf16]
 """
 import argparse
-import time
 
 import torch
 import transformers as tf
+
+from peer_timing import median_seconds
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--device', default='cuda')
@@ -24,25 +25,6 @@ args = ap.parse_args()
 dev = torch.device(args.device)
 gpu = args.device == 'cuda'
 SOURCE, TARGET = 256, 64
-
-
-def sync():
-    if gpu:
-        torch.cuda.synchronize()
-
-
-def median_seconds(step, warm, iters):
-    for _ in range(warm):
-        step()
-    sync()
-    runs = []
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(iters):
-            step()
-        sync()
-        runs.append((time.perf_counter() - t) / iters)
-    return sorted(runs)[1]
 
 
 def model():
@@ -73,7 +55,7 @@ for mode in args.modes.split(','):
             opt.zero_grad(set_to_none=True)
             fwd().backward()
             opt.step()
-        sec = median_seconds(train_step, 3 if gpu else 1, 10 if gpu else 1)
+        sec = median_seconds(train_step, 3 if gpu else 1, 10 if gpu else 1, gpu)
         print('%-14s %-14s %10.3f ms/step %10.1f tok/s' % ('t5_train', mode, sec * 1e3, B * (SOURCE + TARGET) / sec),
               flush=True)
         if gpu:
@@ -89,5 +71,5 @@ for mode in args.modes.split(','):
             with torch.no_grad():
                 return m.generate(input_ids=ids, max_new_tokens=TARGET, min_new_tokens=TARGET, do_sample=False,
                                   num_beams=1)
-        sec = median_seconds(gen, 1, 3 if gpu else 1)
+        sec = median_seconds(gen, 1, 3 if gpu else 1, gpu)
         print('%-14s %-14s %10.3f ms/step %10.1f tok/s' % ('t5_generate', mode, sec * 1e3, TARGET / sec), flush=True)

@@ -12,10 +12,11 @@ warm-up steps, then the median of three runs (torch_peer.py's protocol).
     python3 bench/vit_peer.py [--device cuda|cpu] [--modes eager_fp32,eager_bf16,compile_bf16]
 """
 import argparse
-import time
 
 import torch
 import transformers as tf
+
+from peer_timing import median_seconds
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--device', default='cuda')
@@ -25,25 +26,6 @@ args = ap.parse_args()
 dev = torch.device(args.device)
 gpu = args.device == 'cuda'
 WARM, ITERS = (5, 20) if gpu else (1, 2)
-
-
-def sync():
-    if gpu:
-        torch.cuda.synchronize()
-
-
-def median_seconds(step):
-    for _ in range(WARM):
-        step()
-    sync()
-    runs = []
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(ITERS):
-            step()
-        sync()
-        runs.append((time.perf_counter() - t) / ITERS)
-    return sorted(runs)[1]
 
 
 def model():
@@ -69,7 +51,7 @@ for mode in args.modes.split(','):
             with torch.no_grad():
                 return m(pixel_values=x).logits
         step = torch.compile(infer) if compiled else infer
-        report('vit_infer', mode, median_seconds(step), B)
+        report('vit_infer', mode, median_seconds(step, WARM, ITERS, gpu), B)
     if 'train' in args.workloads:
         B = 32 if gpu else 2
         m = model().train()
@@ -86,7 +68,7 @@ for mode in args.modes.split(','):
             opt.zero_grad(set_to_none=True)
             fwd().backward()
             opt.step()
-        report('vit_train', mode, median_seconds(train_step), B)
+        report('vit_train', mode, median_seconds(train_step, WARM, ITERS, gpu), B)
         if gpu:
             print('%-14s %-14s peak %.0f MiB' % ('vit_train', mode, torch.cuda.max_memory_allocated() / 2**20))
             torch.cuda.reset_peak_memory_stats()

@@ -14,6 +14,7 @@
 
 #include "tensorgrad/pretrained.h"
 #include "tensorgrad/tensorgrad.h"
+#include "io/folder_util.h"
 #include "test_util.h"
 
 namespace {
@@ -21,7 +22,11 @@ namespace {
 using namespace tg;
 namespace fs = std::filesystem;
 
-std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
+using tg_test::data_dir;
+using tg_test::edited_copy;
+using tg_test::file_bytes;
+using tg_test::same_weights;
+const auto dir_of = data_dir;
 const nn::Clip& clip_of(const pretrained::Model& m) { return static_cast<const nn::Clip&>(*m.module); }
 
 // x / ‖x‖ along the last axis (transformers' text_embeds and image_embeds).
@@ -194,26 +199,12 @@ TEST(Clip, ContrastiveGradientsEqualTransformers) {
   }
 }
 
-// Copies tiny_clip with `from` replaced by `to` in its config.json.
-fs::path edited_copy(const std::string& name, const std::string& from, const std::string& to) {
-  const fs::path dir = fs::path(::testing::TempDir()) / name;
-  fs::create_directories(dir);
-  fs::copy_file(dir_of("tiny_clip") + "/model.safetensors", dir / "model.safetensors",
-                fs::copy_options::overwrite_existing);
-  std::ifstream in(dir_of("tiny_clip") + "/config.json");
-  std::string c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(c.find(from), std::string::npos) << from;
-  if (c.find(from) != std::string::npos) c.replace(c.find(from), from.size(), to);
-  std::ofstream(dir / "config.json") << c;
-  return dir;
-}
-
 // Configs written before transformers fixed eos_token_id say 2: the pooled token is then the one
 // of the largest id (the end-of-text token in CLIP's vocabulary, here too: the golden rows agree
 // with transformers'; a row without one shows which rule pooled).
 TEST(Clip, OldConfigsPoolTheLargestId) {
   const pretrained::Model m = pretrained::load(
-      edited_copy("tg_clip_legacy", "\"eos_token_id\": 748", "\"eos_token_id\": 2").string());
+      edited_copy("tiny_clip", "tg_clip_legacy", "\"eos_token_id\": 748", "\"eos_token_id\": 2").string());
   EXPECT_EQ(std::get<nn::ClipConfig>(m.config).text.eos_id, 2);
   const auto g = read_safetensors(dir_of("tiny_clip") + "/logits.safetensors");
   Program p = compile_forward(
@@ -239,21 +230,6 @@ TEST(Clip, OldConfigsPoolTheLargestId) {
     const int64_t d = clip.config.text.encoder.d_model;
     EXPECT_EQ(tg::testing::rel_diff(pooled.run({{"ids", row}}).f32(), h.f32().subspan(at * d, d)), 0.0) << at;
   }
-}
-
-bool same_weights(const pretrained::Model& a, const pretrained::Model& b) {
-  if (a.weights.size() != b.weights.size()) return false;
-  for (const auto& [name, t] : a.weights) {
-    if (!b.weights.count(name) || b.weights.at(name).shape() != t.shape()) return false;
-    const std::span<const float> x = t.f32(), y = b.weights.at(name).f32();
-    if (!std::equal(x.begin(), x.end(), y.begin())) return false;
-  }
-  return true;
-}
-
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 TEST(Clip, SaveLoadsBack) {
@@ -313,7 +289,7 @@ TEST(Clip, Errors) {
            {"\"projection_dim\": 24,\n  \"text_config\"", "\"projection_dim\": 20,\n  \"text_config\"",
             "projection"}}) {
     try {
-      pretrained::load(edited_copy("tg_clip_bad", from, to).string());
+      pretrained::load(edited_copy("tiny_clip", "tg_clip_bad", from, to).string());
       ADD_FAILURE() << "loaded with " << to;
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();

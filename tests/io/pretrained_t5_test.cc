@@ -16,6 +16,7 @@
 
 #include "tensorgrad/pretrained.h"
 #include "tensorgrad/tensorgrad.h"
+#include "io/folder_util.h"
 #include "test_util.h"
 
 namespace {
@@ -23,7 +24,9 @@ namespace {
 using namespace tg;
 namespace fs = std::filesystem;
 
-std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
+using tg_test::edited_copy;
+using tg_test::file_bytes;
+const auto dir_of = tg_test::data_dir;
 const nn::T5& t5_of(const pretrained::Model& m) { return static_cast<const nn::T5&>(*m.module); }
 
 TEST(T5, ConfigIsTransformers) {
@@ -257,11 +260,6 @@ TEST(T5, GeneratorEqualsTransformers) {
   }
 }
 
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 TEST(T5, SaveWritesTheSameFiles) {
   const fs::path out = fs::path(::testing::TempDir()) / "tg_t5_saved";
   for (const char* folder : {"tiny_t5", "tiny_flan_t5", "tiny_t5_encoder"}) {
@@ -280,19 +278,6 @@ TEST(T5, SaveWritesTheSameFiles) {
     EXPECT_EQ(a.buckets, c.buckets);
     EXPECT_EQ(again.weights.size(), m.weights.size());
   }
-}
-
-// Copies a folder with `from` replaced by `to` in its config.json.
-fs::path edited_copy(const std::string& folder, const std::string& from, const std::string& to) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "tg_t5_bad";
-  fs::create_directories(dir);
-  fs::copy_file(dir_of(folder) + "/model.safetensors", dir / "model.safetensors",
-                fs::copy_options::overwrite_existing);
-  std::string c = file_bytes(dir_of(folder) + "/config.json");
-  EXPECT_NE(c.find(from), std::string::npos) << from;
-  if (c.find(from) != std::string::npos) c.replace(c.find(from), from.size(), to);
-  std::ofstream(dir / "config.json") << c;
-  return dir;
 }
 
 TEST(T5, Errors) {
@@ -328,7 +313,7 @@ TEST(T5, Errors) {
            {"tiny_flan_t5", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
             "lm_head.weight"}}) {
     try {
-      pretrained::load(edited_copy(folder, from, to).string());
+      pretrained::load(edited_copy(folder, "tg_t5_bad", from, to).string());
       ADD_FAILURE() << "loaded with " << to;
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();

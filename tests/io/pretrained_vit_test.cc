@@ -17,12 +17,14 @@
 
 #include "tensorgrad/pretrained.h"
 #include "tensorgrad/tensorgrad.h"
+#include "io/folder_util.h"
 #include "test_util.h"
 
 namespace {
 
 using namespace tg;
 namespace fs = std::filesystem;
+using tg_test::same_weights;
 
 std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
 
@@ -143,16 +145,6 @@ TEST(ViT, GradientsEqualTransformers) {
 // save() writes the file's names and config back: loading the saved folder gives the same
 // configuration and weights. So does a model of the same configuration from from_config (its
 // config.json written by the library).
-bool same_weights(const pretrained::Model& a, const pretrained::Model& b) {
-  if (a.weights.size() != b.weights.size()) return false;
-  for (const auto& [name, t] : a.weights) {
-    if (!b.weights.count(name) || b.weights.at(name).shape() != t.shape()) return false;
-    const std::span<const float> x = t.f32(), y = b.weights.at(name).f32();
-    if (!std::equal(x.begin(), x.end(), y.begin())) return false;
-  }
-  return true;
-}
-
 TEST(ViT, SaveLoadsBack) {
   const fs::path out = fs::path(::testing::TempDir()) / "tg_vit_saved";
   for (const char* folder : {"tiny_vit", "tiny_vit_cls", "tiny_deit_distilled"}) {

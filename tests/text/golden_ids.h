@@ -1,7 +1,9 @@
-// Reads the golden.txt files of tests/data/tokenizer/*: ids and decodes that Hugging Face
-// `tokenizers` gives for test texts (written by tests/text/gen_tokenizer_golden.py's
-// write_golden), shared by the tokenizer tests.
+// What the tokenizer tests share: the golden.txt files of tests/data/tokenizer/* (ids and decodes
+// that Hugging Face `tokenizers` gives for test texts, written by tests/text/gen_tokenizer_golden.py's
+// write_golden), and reading, writing and loading test files.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
@@ -10,7 +12,37 @@
 #include <string>
 #include <vector>
 
+#include "tensorgrad/errors.h"
+#include "tensorgrad/tokenizer.h"
+
 namespace tg_test {
+
+/// `content` written to a file of the test's temporary folder; its path.
+inline std::string write_temp(const std::string& name, const std::string& content) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::stringstream s;
+  s << std::ifstream(path, std::ios::binary).rdbuf();
+  return s.str();
+}
+
+/// The TokenizerError loading `path` gives (a test failure when it loads).
+inline std::string load_error(const std::string& path) {
+  try {
+    tg::Tokenizer::load(path);
+  } catch (const tg::TokenizerError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no TokenizerError for " << path;
+  return "";
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 /// The bytes a string of hex digit pairs spells ("4869" → "Hi").
 inline std::string from_hex(const std::string& hex) {

@@ -12,6 +12,7 @@
 
 #include "tensorgrad/errors.h"
 #include "tensorgrad/tokenizer.h"
+#include "text/golden_ids.h"
 #include "text/pretokenize.h"
 
 namespace {
@@ -21,29 +22,9 @@ using Pieces = std::vector<std::string_view>;
 
 const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
 
-std::string write_temp(const std::string& name, const std::string& content) {
-  const std::string path = testing::TempDir() + name;
-  std::ofstream(path, std::ios::binary) << content;
-  return path;
-}
-
-std::string read_file(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path, std::ios::binary).rdbuf();
-  return s.str();
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    tg::Tokenizer::load(path);
-  } catch (const tg::TokenizerError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no TokenizerError for " << path;
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+using tg_test::load_error;
+using tg_test::read_file;
+using tg_test::write_temp;
 
 struct SplitCase {
   const char* text;

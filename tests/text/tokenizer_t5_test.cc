@@ -21,29 +21,16 @@ using Ids = std::vector<int32_t>;
 const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
 const char* const kLayouts[] = {"t5", "t5_legacy"};
 
-nlohmann::json read_json(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path, std::ios::binary).rdbuf();
-  return nlohmann::json::parse(s.str());
-}
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(tg_test::read_file(path)); }
 
 // `j` written to a temporary file and loaded.
 tg::Tokenizer load_json(const std::string& name, const nlohmann::json& j) {
-  const std::string path = testing::TempDir() + name;
-  std::ofstream(path, std::ios::binary) << j.dump();
-  return tg::Tokenizer::load(path);
+  return tg::Tokenizer::load(tg_test::write_temp(name, j.dump()));
 }
 
 std::string load_error(const std::string& name, const nlohmann::json& j) {
-  try {
-    load_json(name, j);
-  } catch (const tg::TokenizerError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return tg_test::load_error(tg_test::write_temp(name, j.dump()));
 }
-
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 // Each golden.txt line: the ids `tokenizers` gives with and without the template's </s>, and its
 // decode of them (skip_special_tokens=False).

@@ -24,17 +24,9 @@ using Pieces = std::vector<std::string_view>;
 
 const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
 
-std::string write_temp(const std::string& name, const std::string& content) {
-  const std::string path = testing::TempDir() + name;
-  std::ofstream(path, std::ios::binary) << content;
-  return path;
-}
-
-std::string read_file(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path, std::ios::binary).rdbuf();
-  return s.str();
-}
+using tg_test::load_error;
+using tg_test::read_file;
+using tg_test::write_temp;
 
 // tiny.json: vocabulary Ġ:0 a:1 b:2 c:3 l:4 o:5 w:6 Ġl:7 lo:8 low:9 Ġlow:10 ab:11 bc:13, the
 // added special token <|endoftext|>:12, merges by rank 0 "l o", 1 "lo w", 2 "Ġ l", 3 "Ġ low",
@@ -495,20 +487,6 @@ TEST(Tokenizer, Errors) {
   EXPECT_THROW(tok.decode(Ids{-1}), tg::InputError);
   EXPECT_THROW(tok.id_to_token(100), tg::InputError);
 }
-
-// Files of another format, each a TokenizerError naming the file and what it is.
-std::string load_error(const std::string& path) {
-  try {
-    tg::Tokenizer::load(path);
-  } catch (const tg::TokenizerError& e) {
-    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no TokenizerError for " << path;
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 // A WordPiece file with parts other than BERT's: each named in the error.
 TEST(TokenizerErrors, WordPieceUnsupportedParts) {
