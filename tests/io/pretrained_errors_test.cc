@@ -143,11 +143,11 @@ TEST(PretrainedErrors, ConfigTheModelCannotBuild) {
 }
 
 TEST(PretrainedErrors, UnsupportedArchitecture) {
-  Folder dir("t5");
-  dir.write("config.json", R"({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"})");
+  Folder dir("bart");
+  dir.write("config.json", R"({"architectures": ["BartForConditionalGeneration"], "model_type": "bart"})");
   EXPECT_HAS(
       load_error(dir),
-      "the architecture \"T5ForConditionalGeneration\", which is not supported; supported: "
+      "the architecture \"BartForConditionalGeneration\", which is not supported; supported: "
       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
       "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
       "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, GPTNeoXForCausalLM, "
@@ -163,8 +163,8 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "T5EncoderModel, CLIPModel, CLIPTextModel, "
       "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
       "MambaForCausalLM");
-  dir.write("config.json", R"({"model_type": "t5"})");
-  EXPECT_HAS(load_error(dir), "the architecture by model_type \"t5\", which is not supported");
+  dir.write("config.json", R"({"model_type": "bart"})");
+  EXPECT_HAS(load_error(dir), "the architecture by model_type \"bart\", which is not supported");
   dir.write("config.json", R"({"hidden_size": 32})");
   EXPECT_HAS(load_error(dir),
              "config.json names no architecture (neither \"architectures\" nor \"model_type\")");

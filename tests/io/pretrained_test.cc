@@ -344,10 +344,10 @@ TEST(Pretrained, Errors) {
   }
   EXPECT_HAS(load_error("/nonexistent/tg_model"), "not a folder");
   {
-    TempFolder dir("t5");
-    dir.write("config.json", R"({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"})");
+    TempFolder dir("bart");
+    dir.write("config.json", R"({"architectures": ["BartForConditionalGeneration"], "model_type": "bart"})");
     const std::string e = load_error(dir.str());
-    EXPECT_HAS(e, "T5ForConditionalGeneration");
+    EXPECT_HAS(e, "BartForConditionalGeneration");
     EXPECT_HAS(
         e,
         "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
