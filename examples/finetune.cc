@@ -308,6 +308,8 @@ std::unique_ptr<tg::Module> plain_module(const tg::pretrained::Model& lm) {
         if constexpr (std::is_same_v<C, tg::nn::ViTConfig>) return std::make_unique<tg::nn::ViT>(config);
         if constexpr (std::is_same_v<C, tg::nn::ClipConfig>) return std::make_unique<tg::nn::Clip>(config);
         if constexpr (std::is_same_v<C, tg::nn::T5Config>) return std::make_unique<tg::nn::T5>(config);
+        if constexpr (std::is_same_v<C, tg::nn::WhisperConfig>)
+          return std::make_unique<tg::nn::Whisper>(config);
       },
       lm.config);
 }

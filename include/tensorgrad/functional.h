@@ -238,6 +238,17 @@ struct Conv2dOptions {
 /// larger than the padded input, an empty output) is a ShapeError here.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Conv2dOptions options = {}, Loc loc = Loc::current());
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;  // zeros on each side
+  int64_t dilation = 1;
+  int64_t groups = 1;
+};
+/// 1-D convolution (PyTorch's conv1d): x [N, C, L], weight [O, C/groups, K], optional bias [O] →
+/// [N, O, OL] with OL = ⌊(L + 2·padding − dilation·(K − 1) − 1) / stride⌋ + 1: conv2d over a
+/// height of one, with its precision and errors.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              Conv1dOptions options = {}, Loc loc = Loc::current());
 struct ConvTranspose2dOptions {
   Size2 stride = 1;
   Size2 padding = 0;         // removed from each side of the full output

@@ -166,6 +166,28 @@ class Conv2d : public Module {
   std::optional<Param> bias;
 };
 
+/// 1-D convolution with PyTorch's nn.Conv1d parameters: weight [out, in/groups, k] and bias [out],
+/// both U(±1/√(in/groups·k)) by default. x [N, in, L] → [N, out, OL] (tg::conv1d).
+struct Conv1dLayerOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  std::optional<Init> weight_init = {};
+  std::optional<Init> bias_init = {};
+};
+class Conv1d : public Module {
+ public:
+  Conv1d(Module& parent, std::string name, int64_t in_channels, int64_t out_channels, int64_t kernel,
+         Conv1dLayerOptions options = {});
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  const int64_t in_channels, out_channels;
+  const Conv1dOptions conv;
+  Param weight;
+  std::optional<Param> bias;
+};
+
 /// Transposed 2-D convolution with PyTorch's nn.ConvTranspose2d parameters: weight [in,
 /// out/groups, kh, kw] and bias [out], both U(±1/√(out/groups·kh·kw)) by default (PyTorch's
 /// kaiming_uniform(a=√5) takes the weight's second dimension as its fan-in).

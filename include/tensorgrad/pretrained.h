@@ -39,6 +39,8 @@
 //   T5ForConditionalGeneration, T5EncoderModel
 //                     → nn::T5       (names as in the file; the stacks' embed_tokens copies must
 //                                     equal shared; see tensorgrad/t5.h)
+//   WhisperForConditionalGeneration
+//                     → nn::Whisper  (names as in the file, the head tied; see tensorgrad/whisper.h)
 //   BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
 //   BertForQuestionAnswering, and the same of Roberta, XLMRoberta and DistilBert (renamed)
 //                     → nn::Bert     (encoders; the prefix bert. / roberta. optional, the pooler
@@ -71,6 +73,7 @@
 #include "tensorgrad/program.h"
 #include "tensorgrad/t5.h"
 #include "tensorgrad/vit.h"
+#include "tensorgrad/whisper.h"
 
 namespace tg::pretrained {
 
@@ -81,11 +84,13 @@ struct Model {
   /// config.json's architecture ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel", …).
   std::string architecture;
   /// The library's configuration of the model built: nn::LlamaConfig, nn::GptConfig,
-  /// nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig, nn::ClipConfig or nn::T5Config.
+  /// nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig, nn::ClipConfig, nn::T5Config or
+  /// nn::WhisperConfig.
   std::variant<nn::LlamaConfig, nn::GptConfig, nn::MambaLMConfig, nn::BertConfig, nn::ViTConfig,
-               nn::ClipConfig, nn::T5Config>
+               nn::ClipConfig, nn::T5Config, nn::WhisperConfig>
       config;
-  /// The model (an nn::Llama, nn::Gpt, nn::MambaLM, nn::Bert, nn::ViT, nn::Clip or nn::T5):
+  /// The model (an nn::Llama, nn::Gpt, nn::MambaLM, nn::Bert, nn::ViT, nn::Clip, nn::T5 or
+  /// nn::Whisper):
   /// compile programs from it.
   std::unique_ptr<Module> module;
   /// Its parameters' values from the file, named as module->parameters() are.
@@ -109,8 +114,8 @@ struct Model {
   /// or [B, T, labels]; question answering: [B, T, 2]; a ViT classifier: its logits [B, labels]
   /// for pixels [B, C, H, W] in place of ids; an encoder without a head throws, and so does
   /// CLIP, which takes texts and images: use nn::Clip's text_features, image_features and
-  /// logits_per_image; and T5, whose decoder reads its encoder: use nn::T5's encode, decode and
-  /// logits).
+  /// logits_per_image; and T5 and Whisper, whose decoders read their encoders: use their encode,
+  /// decode and logits).
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;
@@ -167,18 +172,17 @@ struct SaveOptions {
 /// head, Mamba's conv1d [D, 1, K]; a tied head
 /// is not written, as save_pretrained leaves it out), and the tokenizer and generation files
 /// of m.folder when it has them (tokenizer.json, tokenizer_config.json,
-/// special_tokens_map.json, generation_config.json, tokenizer.model, vocab.json, merges.txt,
-/// added_tokens.json, chat_template.jinja). A model with LoRA adapters (nn::add_lora) is
-/// written merged: adapter entries in `weights` are folded in by nn::merge_lora first (all of
-/// them, or an error); `weights` without any are written as they are (nn::merge_lora's result). The
-/// folder is created if missing; weight files an earlier save left there (model.safetensors,
-/// its index, model-*-of-*.safetensors) are removed first. Errors are tg::CheckpointError:
-/// a parameter missing from `weights` or of another shape, an entry the model has no
-/// parameter for, a dtype other than those three, `folder` being m.folder, a file that cannot
-/// be written. `weights` is taken by value: pass a temporary (a program's download_params())
-/// or std::move it, and the files are written from those tensors, one tensor at a time
-/// converted or re-laid out, without a second copy of the model in memory (an lvalue is
-/// copied, the caller keeping it; merging adapters makes the merged copy).
+/// special_tokens_map.json, generation_config.json, preprocessor_config.json, tokenizer.model, vocab.json,
+/// merges.txt, added_tokens.json, chat_template.jinja). A model with LoRA adapters (nn::add_lora) is written
+/// merged: adapter entries in `weights` are folded in by nn::merge_lora first (all of them, or an error);
+/// `weights` without any are written as they are (nn::merge_lora's result). The folder is created if missing;
+/// weight files an earlier save left there (model.safetensors, its index, model-*-of-*.safetensors) are
+/// removed first. Errors are tg::CheckpointError: a parameter missing from `weights` or of another shape, an
+/// entry the model has no parameter for, a dtype other than those three, `folder` being m.folder, a file that
+/// cannot be written. `weights` is taken by value: pass a temporary (a program's download_params()) or
+/// std::move it, and the files are written from those tensors, one tensor at a time converted or re-laid out,
+/// without a second copy of the model in memory (an lvalue is copied, the caller keeping it; merging adapters
+/// makes the merged copy).
 void save(const Model& m, std::map<std::string, HostTensor> weights, const std::string& folder,
           const SaveOptions& options = {});
 
@@ -204,5 +208,7 @@ Model from_config(const nn::ViTConfig& config);
 Model from_config(const nn::ClipConfig& config);
 /// T5: T5ForConditionalGeneration, or T5EncoderModel without a decoder.
 Model from_config(const nn::T5Config& config);
+/// Whisper: WhisperForConditionalGeneration.
+Model from_config(const nn::WhisperConfig& config);
 
 }  // namespace tg::pretrained

@@ -1,6 +1,7 @@
 // tensorgrad: define, train and run neural networks natively in C++.
 // Include this one header; see README.md for a ten-minute tour.
 #pragma once
+#include "tensorgrad/audio.h"
 #include "tensorgrad/bert.h"
 #include "tensorgrad/chat.h"
 #include "tensorgrad/checkpoint.h"
@@ -22,3 +23,4 @@
 #include "tensorgrad/tensor.h"
 #include "tensorgrad/tokenizer.h"
 #include "tensorgrad/vit.h"
+#include "tensorgrad/whisper.h"

@@ -408,6 +408,7 @@ const std::vector<Family>& families() {
       {"DeiTForImageClassificationWithTeacher", "deit", load_vit},
       {"T5ForConditionalGeneration", "t5", load_t5},
       {"T5EncoderModel", "t5", load_t5},
+      {"WhisperForConditionalGeneration", "whisper", load_whisper},
       {"CLIPModel", "clip", load_clip},
       {"CLIPTextModel", "clip_text_model", load_clip},
       {"CLIPTextModelWithProjection", "clip_text_model", load_clip},
@@ -545,15 +546,24 @@ Tensor Model::logits(const Tensor& ids) const {
           throw Error("[pretrained::Model] " + architecture +
                       " is a T5: use nn::T5's encode, decode and logits (and tg::T5Generator to decode)");
         }
+        if constexpr (std::is_same_v<C, nn::WhisperConfig>) {
+          throw Error(
+              "[pretrained::Model] " + architecture +
+              " reads audio: use nn::Whisper's encode, decode and logits (and tg::WhisperGenerator to "
+              "transcribe)");
+        }
       },
       config);
 }
 
 CachedLm Model::step() const {
   if (std::holds_alternative<nn::BertConfig>(config) || std::holds_alternative<nn::ViTConfig>(config) ||
-      std::holds_alternative<nn::ClipConfig>(config) || std::holds_alternative<nn::T5Config>(config))
-    throw Error("[pretrained::Model] " + architecture +
-                " has no cached step to generate with (an encoder, CLIP or T5: see tg::T5Generator)");
+      std::holds_alternative<nn::ClipConfig>(config) || std::holds_alternative<nn::T5Config>(config) ||
+      std::holds_alternative<nn::WhisperConfig>(config))
+    throw Error(
+        "[pretrained::Model] " + architecture +
+        " has no cached step to generate with (an encoder, CLIP, T5 or Whisper: see tg::T5Generator and "
+        "tg::WhisperGenerator)");
   const Module* mod = module.get();
   return std::visit(
       [mod](const auto& c) -> CachedLm {
@@ -562,7 +572,8 @@ CachedLm Model::step() const {
             std::conditional_t<std::is_same_v<C, nn::LlamaConfig>, nn::Llama,
                                std::conditional_t<std::is_same_v<C, nn::GptConfig>, nn::Gpt, nn::MambaLM>>;
         if constexpr (std::is_same_v<C, nn::BertConfig> || std::is_same_v<C, nn::ViTConfig> ||
-                      std::is_same_v<C, nn::ClipConfig> || std::is_same_v<C, nn::T5Config>) {
+                      std::is_same_v<C, nn::ClipConfig> || std::is_same_v<C, nn::T5Config> ||
+                      std::is_same_v<C, nn::WhisperConfig>) {
           return {};  // refused above
         } else {
           const M* model = static_cast<const M*>(mod);

@@ -90,6 +90,7 @@ std::string config_json_of(const nn::BertConfig& c);
 std::string config_json_of(const nn::ViTConfig& c);
 std::string config_json_of(const nn::ClipConfig& c);
 std::string config_json_of(const nn::T5Config& c);
+std::string config_json_of(const nn::WhisperConfig& c);
 /// A classifier's id2label and label2id (LABEL_0, LABEL_1, …), as transformers writes them.
 void add_labels(json& config, int64_t labels);
 
@@ -154,5 +155,9 @@ std::string clip_architecture(const nn::ClipConfig& c);
 /// tensors of its parameters (an untied model's embed_tokens copies added).
 void load_t5(Model& m, const json& c);
 std::map<std::string, HostTensor> t5_file_tensors(const Model& m, std::map<std::string, HostTensor> w);
+
+/// Whisper (pretrained_whisper.cc): WhisperForConditionalGeneration as nn::Whisper (the file's names
+/// are the module's; the head tied).
+void load_whisper(Model& m, const json& c);
 
 }  // namespace tg::pretrained::detail

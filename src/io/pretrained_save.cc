@@ -281,6 +281,7 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
   }
   if (std::holds_alternative<nn::ClipConfig>(m.config)) return w;  // the file's names are the module's
   if (std::holds_alternative<nn::T5Config>(m.config)) return t5_file_tensors(m, std::move(w));
+  if (std::holds_alternative<nn::WhisperConfig>(m.config)) return w;  // the file's names are the module's
   const bool mixtral = m.architecture == "MixtralForCausalLM";
   for (auto& [name, t] : w)
     out[mixtral ? mixtral_source(name).name : name] = std::move(t);  // the Llama family
@@ -388,9 +389,9 @@ void save(const Model& m, std::map<std::string, HostTensor> weights, const std::
   if (!keyed) config["torch_dtype"] = word;
   write_text(folder, dir / "config.json", config.dump(2) + "\n");
   if (m.folder.empty()) return;
-  for (const char* name :
-       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-        "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"}) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json", "preprocessor_config.json", "tokenizer.model",
+                           "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"}) {
     const fs::path from = fs::path(m.folder) / name;
     if (!fs::is_regular_file(from, ec)) continue;
     fs::copy_file(from, dir / name, fs::copy_options::overwrite_existing, ec);
@@ -508,6 +509,12 @@ Model from_config(const nn::ViTConfig& config) {
 Model from_config(const nn::T5Config& config) {
   Model m = model_of<nn::T5Config, nn::T5>(
       config, config.decoder ? "T5ForConditionalGeneration" : "T5EncoderModel", 0);
+  m.eos_ids = {config.eos_id};
+  return m;
+}
+Model from_config(const nn::WhisperConfig& config) {
+  Model m = model_of<nn::WhisperConfig, nn::Whisper>(config, "WhisperForConditionalGeneration",
+                                                     config.target_positions);
   m.eos_ids = {config.eos_id};
   return m;
 }

@@ -104,6 +104,17 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   return convolve(g, "conv2d", Op::kConv2d, x, weight, bias, w, {}, loc);
 }
 
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv1dOptions o, Loc loc) {
+  if (x.rank() != 3) api_fail("conv1d", "x must be [N, C, L], got " + shape_str(x.shape()), loc);
+  if (weight.rank() != 3)
+    api_fail("conv1d", "weight must be [O, C/groups, K], got " + shape_str(weight.shape()), loc);
+  const Tensor y = conv2d(
+      unsqueeze(x, 2, loc), unsqueeze(weight, 2, loc), bias,
+      {.stride = {1, o.stride}, .padding = {0, o.padding}, .dilation = {1, o.dilation}, .groups = o.groups},
+      loc);
+  return squeeze(y, 2, loc);
+}
+
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dOptions o,
                         Loc loc) {
   Arg ax(x, loc), aw(weight, loc);

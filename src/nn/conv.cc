@@ -1,4 +1,4 @@
-// nn::Conv2d, nn::ConvTranspose2d, nn::BatchNorm2d, nn::GroupNorm and nn::Flatten.
+// nn::Conv1d, nn::Conv2d, nn::ConvTranspose2d, nn::BatchNorm2d, nn::GroupNorm and nn::Flatten.
 #include <algorithm>
 #include <cmath>
 
@@ -54,6 +54,26 @@ Conv2d::Conv2d(Module& parent, std::string name, int64_t in, int64_t out, Size2 
 Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
   check_input("Conv2d", path(), x, in_channels, loc);
   return conv2d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), conv, loc);
+}
+
+Conv1d::Conv1d(Module& parent, std::string name, int64_t in, int64_t out, int64_t kernel,
+               Conv1dLayerOptions o)
+    : Module(parent, std::move(name)),
+      in_channels(in),
+      out_channels(out),
+      conv{o.stride, o.padding, o.dilation, o.groups},
+      weight(*this, "weight", {out, o.groups > 0 ? in / o.groups : in, kernel},
+             o.weight_init.value_or(torch_conv_init(in, o.groups, {1, kernel}))) {
+  check_channels("Conv1d", path(), in, out, {1, kernel}, o.groups);
+  if (o.bias)
+    bias.emplace(*this, "bias", Shape{out}, o.bias_init.value_or(torch_conv_init(in, o.groups, {1, kernel})));
+}
+
+Tensor Conv1d::operator()(const Tensor& x, Loc loc) const {
+  if (x.rank() != 3 || x.shape()[1] != in_channels)
+    throw ShapeError("[Conv1d] '" + path() + "' expects [N, " + std::to_string(in_channels) + ", L], got " +
+                     shape_str(x.shape()) + at(loc));
+  return conv1d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), conv, loc);
 }
 
 ConvTranspose2d::ConvTranspose2d(Module& parent, std::string name, int64_t in, int64_t out, Size2 kernel,

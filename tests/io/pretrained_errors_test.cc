@@ -160,7 +160,7 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
       "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, DeiTModel, "
       "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, T5ForConditionalGeneration, "
-      "T5EncoderModel, CLIPModel, CLIPTextModel, "
+      "T5EncoderModel, WhisperForConditionalGeneration, CLIPModel, CLIPTextModel, "
       "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
       "MambaForCausalLM");
   dir.write("config.json", R"({"model_type": "bart"})");

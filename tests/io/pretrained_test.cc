@@ -362,7 +362,7 @@ TEST(Pretrained, Errors) {
         "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification, "
         "DistilBertForQuestionAnswering, ViTModel, ViTForImageClassification, DeiTModel, "
         "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, T5ForConditionalGeneration, "
-        "T5EncoderModel, CLIPModel, CLIPTextModel, "
+        "T5EncoderModel, WhisperForConditionalGeneration, CLIPModel, CLIPTextModel, "
         "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
         "MambaForCausalLM");
   }

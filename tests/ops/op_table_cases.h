@@ -600,6 +600,8 @@ std::vector<OpCase> nn_attention_rows() {
       {"selective_scan_small_delta_softplus", {uni({1, 3, 9}), uni({1, 3, 9}, -30, -8), uni({3, 2}, -1.0, -0.1), uni({1, 2, 9}), uni({1, 2, 9}), uni({3}, -1, 1)},
        FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.D = x[5], .delta_softplus = true}).y), {1, 3, 9}, kF32, kTranscendental, kGrad},
       {"selective_scan_large_delta_softplus", {uni({1, 2, 4}), uni({1, 2, 4}, 90, 120), uni({2, 2}, -1.0, -0.1), uni({1, 2, 4}), uni({1, 2, 4})}, FN(selective_scan(x[0], x[1], x[2], x[3], x[4], {.delta_softplus = true}).y), {1, 2, 4}, kF32, kTranscendental, kNoGrad},
+      {"conv1d_stride2_pad1", {uni({2, 3, 9}), uni({4, 3, 3}), uni({4})}, FN(conv1d(x[0], x[1], x[2], {.stride = 2, .padding = 1})), {2, 4, 5}, kF32, kReduce, kGrad},
+      {"conv1d_grouped_dilated", {uni({1, 4, 10}), uni({6, 2, 2})}, FN(conv1d(x[0], x[1], Tensor(), {.dilation = 3, .groups = 2})), {1, 6, 7}, kF32, kReduce, kGrad},
       {"causal_conv1d", {uni({2, 3, 9}), uni({3, 4}), uni({3})}, FN(causal_conv1d(x[0], x[1], x[2])), {2, 3, 9}, kF32, kReduce, kGrad},
       {"causal_conv1d_no_bias_k1", {uni({1, 2, 5}), uni({2, 1})}, FN(causal_conv1d(x[0], x[1])), {1, 2, 5}, kF32, kReduce, kGrad},
       {"causal_conv1d_k_longer_than_l", {uni({1, 2, 3}), uni({2, 5}), uni({2})}, FN(causal_conv1d(x[0], x[1], x[2])), {1, 2, 3}, kF32, kReduce, kGrad},
