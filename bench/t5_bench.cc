@@ -4,7 +4,7 @@
 //   t5_train     one AdamW step of teacher-forced fine-tuning: sources of 256 tokens, targets of
 //                64. 16 pairs on a GPU, 1 on the CPU.
 //   t5_generate  greedy decoding of 64 new tokens for one source of 256 tokens (tg::T5Generator:
-//                the encoder once, then the decoder over the whole 65-position window a token).
+//                the encoder once, then a KV-cached one-token step a token).
 // Under bf16, training runs under Precision::kBf16 (f32 masters); decoding holds the weights in
 // bf16. The peer is bench/t5_peer.py (transformers' T5ForConditionalGeneration, generate() with
 // its KV cache). Prints, in the torch_peer.py format:

@@ -5,7 +5,8 @@
 // window's text is printed as the decoder writes it.
 //
 //   ./transcribe --model <folder> --audio speech.wav [--language en] [--task transcribe|translate]
-//                [--max-new-tokens 224] [--temperature 0] [--seed 0] [--device cpu|cuda]
+//                [--max-new-tokens 224] [--temperature 0] [--top-k 0] [--top-p 1] [--seed 0] [--device
+//                cpu|cuda]
 //                [--precision fp32|bf16] [--spectrogram mel.png] [--ids]
 //
 // --spectrogram draws the first window's log-mel spectrogram (what the encoder sees: time to the
@@ -24,8 +25,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: transcribe --model FOLDER --audio FILE.wav [--language CODE] [--task transcribe|translate]\n"
-    "                  [--max-new-tokens 224] [--temperature 0] [--seed 0] [--device cpu|cuda]\n"
-    "                  [--precision fp32|bf16] [--spectrogram FILE.png] [--ids]\n"
+    "                  [--max-new-tokens 224] [--temperature 0] [--top-k 0] [--top-p 1] [--seed 0]\n"
+    "                  [--device cpu|cuda] [--precision fp32|bf16] [--spectrogram FILE.png] [--ids]\n"
     "\n"
     "Transcribes a WAV file (any sample rate and channel count: resampled, channels averaged) with a\n"
     "WhisperForConditionalGeneration folder, one window of the model's chunk length (30 s) at a\n"
@@ -64,8 +65,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const example::Args args = example::Args::parse(argc, argv);
-    args.allow_only({"model", "audio", "language", "task", "max-new-tokens", "temperature", "seed", "device",
-                     "precision", "spectrogram", "ids"});
+    args.allow_only({"model", "audio", "language", "task", "max-new-tokens", "temperature", "top-k", "top-p",
+                     "seed", "device", "precision", "spectrogram", "ids"});
     if (!args.has("model") || !args.has("audio")) {
       std::fprintf(stderr, "transcribe: --model and --audio are required\n%s", kUsage);
       return 2;
@@ -106,13 +107,15 @@ int main(int argc, char** argv) {
                 gen.encoder().device().str().c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
-    // The text so far, printed as it grows (a token may end inside a character: printed once whole).
+    // The text so far, printed as it grows (the new bytes each token adds).
     std::vector<int32_t> tokens;
     std::string shown;
     tg::TranscribeOptions options{.language = args.get("language", ""),
                                   .task = args.get("task", "transcribe"),
                                   .max_new_tokens = static_cast<int64_t>(args.num("max-new-tokens", 224)),
                                   .temperature = static_cast<float>(args.num("temperature", 0)),
+                                  .top_k = static_cast<int32_t>(args.num("top-k", 0)),
+                                  .top_p = static_cast<float>(args.num("top-p", 1)),
                                   .seed = static_cast<uint32_t>(args.num("seed", 0)),
                                   .on_token = [&](int64_t, int32_t token) {
                                     tokens.push_back(token);
@@ -124,7 +127,6 @@ int main(int argc, char** argv) {
                                     }
                                     return true;
                                   }};
-    if (options.max_new_tokens < 1) throw std::runtime_error("--max-new-tokens must be at least 1");
     const auto t1 = std::chrono::steady_clock::now();
     const tg::Transcript t = gen.transcribe({&audio, 1}, options).front();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();

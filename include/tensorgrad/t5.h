@@ -113,6 +113,21 @@ class T5 : public Module {
   /// The head's logits [B, T, vocab] for decoder hidden states.
   Tensor logits(const Tensor& decoder_hidden, Loc loc = Loc::current()) const;
 
+  /// Cached decoding, in two programs of one model. remember() writes each decoder block's
+  /// cross-attention keys and values of encoder_hidden [B, S, d] into the states
+  /// "<block>.layer.1.EncDecAttention.k_memory" / "v_memory" [B, heads, S, d_kv], and encoder_mask
+  /// (nonzero kept; none: every key) into "decoder.memory_mask" f32 [B, S]; it returns
+  /// encoder_hidden. logits_cached() is the step over them (a tg::CachedLm but for the encoder
+  /// length source_len, the S remember() was given): the logits of decoder ids [B, T] at positions
+  /// pos[b] … pos[b] + T − 1, their self-attention keys and values cached in
+  /// "<block>.layer.0.SelfAttention.k_cache" / "v_cache" [B, heads, cache_len, d_kv], each query
+  /// scoring the cached keys before it with the position bias of block 0's table (a composite over
+  /// the cache_len keys: T5's bias is an additive term the fused kernel does not take).
+  Tensor remember(const Tensor& encoder_hidden, const std::optional<Tensor>& encoder_mask = std::nullopt,
+                  Loc loc = Loc::current()) const;
+  Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, int64_t source_len,
+                       Loc loc = Loc::current()) const;
+
   /// Teacher forcing's decoder input for labels [B, T] (row-major, -100 where ignored): each row
   /// shifted right behind the start token, -100 read as the pad id (transformers' _shift_right).
   std::vector<int32_t> shift_right(std::span<const int32_t> labels, int64_t rows) const;
@@ -137,20 +152,19 @@ struct T5GeneratorOptions {
   int64_t batch = 1;
   /// The longest source in tokens (shorter ones are padded and masked).
   int64_t source_len = 512;
-  /// The most tokens generated per sequence: the decoder program runs over this many positions
-  /// and the start token.
+  /// The most tokens generated per sequence: the self-attention caches hold this many positions
+  /// and the start token's.
   int64_t max_new_tokens = 128;
   Device device = Device::best();
   Precision precision = Precision::kFp32;
 };
 
-/// Decoding with an nn::T5: the encoder runs once per call, then a decoder program over the start
-/// token and max_new_tokens positions runs once per new token, sampling the next one inside the
-/// program (tg::sample: greedy, temperature, top-k, top-p, min-p) from the logits at the newest
-/// position. The decoder attends causally, so the positions not yet written change nothing; but
-/// every step runs the decoder over the whole window, written or not, and the cross-attention's
-/// keys and values again (no KV cache): a step costs one decoder pass over max_new_tokens + 1
-/// positions. Precision::kF16 is refused (T5's activations overflow f16; bf16 is fine).
+/// Decoding with an nn::T5: the encoder runs once per call (a program that also writes the
+/// decoder's cross-attention keys and values, T5::remember), then a one-token step
+/// (T5::logits_cached, self-attention keys and values cached for the start token and
+/// max_new_tokens positions) runs once per token, sampling the next one inside the program
+/// (tg::sample: greedy, temperature, top-k, top-p, min-p). Precision::kF16 is refused (T5's
+/// activations overflow f16; bf16 is fine).
 class T5Generator {
  public:
   /// Compiles the programs from `model` (its parameters, not a reference to it, stay with them);

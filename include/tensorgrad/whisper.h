@@ -40,7 +40,8 @@ struct WhisperConfig {
   int64_t decoder_layers = 6, decoder_heads = 8, decoder_ffn = 2048;
   /// max_source_positions (the encoder's states: half the input frames), max_target_positions.
   int64_t source_positions = 1500, target_positions = 448;
-  /// scale_embedding: the decoder's token embeddings times √d_model.
+  /// scale_embedding: read and written back, but not applied, as transformers' Whisper defines
+  /// an embedding scale from it and never uses it.
   bool scale_embedding = false;
   /// dropout (embeddings and each sublayer's output), attention_dropout (the attention
   /// probabilities), activation_dropout (inside the feed-forward): training programs only.
@@ -121,7 +122,11 @@ struct WhisperTokens {
   std::map<std::string, int32_t> languages;
   /// Never generated (suppress_tokens); not generated first (begin_suppress_tokens).
   std::vector<int32_t> suppress, begin_suppress;
+  /// The language forced_decoder_ids pins (a fine-tune for one language), used when a
+  /// transcription names none; empty: detected.
+  std::string forced_language = {};
 
+  /// is_multilingual false (or no lang_to_id) makes an English-only model: no languages, no tasks.
   /// CheckpointError when the folder names no start token or has a malformed list.
   static WhisperTokens load(const std::string& folder);
   bool multilingual() const { return !languages.empty(); }
@@ -140,10 +145,14 @@ struct TranscribeOptions {
   std::string language = {};
   /// "transcribe" or "translate" (into English).
   std::string task = "transcribe";
-  /// New tokens per window at most (the prompt's and these fit target_positions).
+  /// New tokens per window at most: 1 to target_positions minus the prompt (4 tokens, 2 for
+  /// English-only models), else an InputError (as transformers' generate()). 224 is Whisper's
+  /// usual limit (half its 448 positions).
   int64_t max_new_tokens = 224;
   /// Sampling as GenerateOptions' (0: greedy, as transformers' default); seed likewise.
   float temperature = 0;
+  int32_t top_k = 0;
+  float top_p = 1, min_p = 0;
   uint32_t seed = 0;
   /// Each new text token as it is produced: (clip, token). Returning false ends the call.
   std::function<bool(int64_t clip, int32_t token)> on_token = {};
@@ -151,8 +160,8 @@ struct TranscribeOptions {
 
 /// What transcribe() found for one clip.
 struct Transcript {
-  std::string language;         // the code given or detected ("" for English-only models)
-  std::vector<int32_t> tokens;  // the text's tokens, every window's in order, no special tokens
+  std::string language;         // the code given, pinned or detected ("" for English-only models)
+  std::vector<int32_t> tokens;  // every window's new tokens in order, without the prompt and <|endoftext|>
 };
 
 /// Transcription with an nn::Whisper, decoded as transformers' generate() does for audio of up to
@@ -161,15 +170,18 @@ struct Transcript {
 /// (Whisper::logits_cached, self-attention keys and values cached) for each prompt token
 /// (<|startoftranscript|>, the language, the task, <|notimestamps|>) and each new one, sampled in
 /// the step with the suppressed tokens masked. Longer audio is cut into consecutive windows, each
-/// transcribed on its own (its language detected again, without the previous window's text as a
-/// prompt; words cut by a window's edge may be lost), without timestamps.
+/// transcribed on its own in the language of the first (given, pinned or detected there), without
+/// the previous window's text as a prompt and without timestamps: words cut by a window's edge
+/// may be lost, and each window's log-mel values are scaled to its own loudest (transformers'
+/// long-form decoding seeks by timestamps over features of the whole recording).
 class WhisperGenerator {
  public:
   WhisperGenerator(nn::Whisper& model, WhisperTokens tokens, LogMelFeatures features,
                    WhisperGeneratorOptions options = {});
 
-  /// One transcript per clip (exactly options.batch clips, at features.sample_rate). InputError
-  /// for a language or task the model does not have, or a clip at another sample rate.
+  /// One transcript per clip (exactly options.batch clips, at features.sample_rate; a clip may be
+  /// empty, and clips of different lengths end at their own last window). InputError for a
+  /// language or task the model does not have, or a clip at another sample rate.
   std::vector<Transcript> transcribe(std::span<const Audio> clips, const TranscribeOptions& options = {});
   /// The same from input_features [batch, mels, frames] of one window each (LogMelFeatures' output).
   std::vector<Transcript> transcribe_features(const HostTensor& features,
@@ -181,6 +193,9 @@ class WhisperGenerator {
   Program& step() { return step_; }
 
  private:
+  // One window of every clip: languages[b] forced ("" detects), sampling keys from key_base on.
+  std::vector<Transcript> decode_window(const HostTensor& features, const std::vector<std::string>& languages,
+                                        const TranscribeOptions& options, uint32_t key_base);
   nn::WhisperConfig config_;
   WhisperTokens tokens_;
   LogMelFeatures features_;

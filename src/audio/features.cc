@@ -94,7 +94,9 @@ LogMelFeatures LogMelFeatures::load(const std::string& folder) {
   f.hop = positive(c, file, "hop_length", f.hop);
   f.sample_rate = positive(c, file, "sampling_rate", f.sample_rate);
   f.chunk_length = positive(c, file, "chunk_length", f.chunk_length);
-  if (f.n_fft < 2 || f.hop > f.n_samples()) fail(file, "n_fft below 2 or hop_length beyond the chunk");
+  if (f.n_fft < 2 || f.n_fft % 2 != 0 || f.hop > f.n_samples())
+    fail(file, "n_fft " + std::to_string(f.n_fft) + " and hop_length " + std::to_string(f.hop) +
+                   ": an even n_fft of at least 2 and a hop within the chunk are implemented");
   return f;
 }
 

@@ -63,6 +63,7 @@ Audio read_wav(const std::string& path) {
   if (raw.size() < 12 || std::memcmp(raw.data(), "RIFF", 4) != 0 ||
       std::memcmp(raw.data() + 8, "WAVE", 4) != 0)
     fail(path, "not a RIFF WAVE file");
+  const uint32_t riff_size = u32(raw.data() + 4);
   int channels = 0, bits = 0, tag = 0;
   int64_t rate = 0;
   const uint8_t* data = nullptr;
@@ -73,8 +74,10 @@ Audio read_wav(const std::string& path) {
     size_t size = u32(chunk + 4);
     const size_t left = raw.size() - at - 8;
     const bool is_data = std::memcmp(chunk, "data", 4) == 0;
-    // Streaming writers leave the data size unknown (0 or 0xFFFFFFFF): the rest of the file.
-    if (is_data && (size == 0 || size == 0xFFFFFFFFu)) size = left;
+    // Streaming writers leave the sizes unknown (0xFFFFFFFF, or 0 in the RIFF header too): the
+    // data is the rest of the file. Otherwise a data chunk of 0 bytes is empty.
+    if (is_data && (size == 0xFFFFFFFFu || (size == 0 && (riff_size == 0 || riff_size == 0xFFFFFFFFu))))
+      size = left;
     if (size > left)
       fail(path, "the \"" + std::string(reinterpret_cast<const char*>(chunk), 4) + "\" chunk is truncated");
     if (std::memcmp(chunk, "fmt ", 4) == 0) {

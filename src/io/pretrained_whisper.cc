@@ -177,6 +177,21 @@ WhisperTokens WhisperTokens::load(const std::string& folder) {
       if (task == "translate") t.translate = value.get<int32_t>();
     }
   }
+  if (const json* v = find(files, "is_multilingual", &file); v && *v == false) {
+    t.languages.clear();  // an English-only model: its prompt has no language and no task
+    t.transcribe = t.translate = -1;
+  }
+  // forced_decoder_ids [[1, <|lang|> or null], [2, <|task|>], …]: a language pinned at position 1.
+  if (const json* v = find(files, "forced_decoder_ids", &file); v && v->is_array()) {
+    for (const json& pair : *v) {
+      if (!pair.is_array() || pair.size() != 2 || pair[0] != 1 || !pair[1].is_number_integer()) continue;
+      for (const auto& [code, id] : t.languages)
+        if (id == pair[1].get<int32_t>()) t.forced_language = code;
+      if (t.forced_language.empty())
+        tokens_fail(file, "forced_decoder_ids puts " + pair[1].dump() +
+                              " at position 1, which is not a language token");
+    }
+  }
   if (t.multilingual() && (t.transcribe < 0 || t.translate < 0))
     tokens_fail(folder, "a multilingual model (lang_to_id) without task_to_id's transcribe and translate");
   return t;

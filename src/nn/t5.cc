@@ -140,6 +140,40 @@ struct T5Block : Module {
     return add(x, dropout((*ff)((*ff_norm)(x, loc), loc), p, loc), loc);
   }
 
+  // KV-cached decoding of x [B, T, d] at positions pos[b] …: self-attention over the cache_len
+  // cached keys with `bias` [B, H, T, cache_len] and `keep` [B, 1, T, cache_len] (the keys at or
+  // before each query), cross-attention over the remembered encoder states.
+  Tensor cached(Tensor x, const Tensor& pos, int64_t cache_len, const Tensor& bias, const Tensor& keep,
+                const Tensor& memory_mask, Loc loc) const {
+    const int64_t S = memory_mask.shape()[1];
+    const T5Attention& a = *self_attention;
+    const int64_t B = x.shape()[0], H = config.heads, dk = config.d_kv;
+    const Tensor n = (*self_norm)(x, loc);
+    const Tensor k_cache = state(a.path() + ".k_cache", {B, H, cache_len, dk}, DType::kF32, 0.0, loc);
+    const Tensor v_cache = state(a.path() + ".v_cache", {B, H, cache_len, dk}, DType::kF32, 0.0, loc);
+    const Tensor k_all = update_slice(k_cache, split_heads(a.k(n, loc), H, loc), pos, 2, loc);
+    const Tensor v_all = update_slice(v_cache, split_heads(a.v(n, loc), H, loc), pos, 2, loc);
+    assign(k_cache, k_all, loc);
+    assign(v_cache, v_all, loc);
+    Tensor scores =
+        add(matmul(split_heads(a.q(n, loc), H, loc), transpose(k_all, -2, -1, loc), loc), bias, loc);
+    scores = where(keep, scores, std::numeric_limits<float>::lowest(), loc);
+    x = add(x, a.o(merge_heads(matmul(softmax(scores, -1, false, loc), v_all, loc), loc), loc), loc);
+    const T5Attention& c = *cross_attention;
+    const Tensor q = split_heads(c.q((*cross_norm)(x, loc), loc), H, loc);
+    const Tensor y =
+        tg::attention(q, memory_state("k", B, S, loc), memory_state("v", B, S, loc),
+                      AttentionOptions{.causal = false, .scale = 1.0, .key_mask = memory_mask}, loc);
+    x = add(x, c.o(merge_heads(y, loc), loc), loc);
+    return add(x, (*ff)((*ff_norm)(x, loc), loc), loc);
+  }
+
+  // The states holding this block's cross-attention keys or values of the remembered encoder output.
+  Tensor memory_state(const char* which, int64_t B, int64_t S, Loc loc) const {
+    return state(cross_attention->path() + "." + which + "_memory", {B, config.heads, S, config.d_kv},
+                 DType::kF32, 0.0, loc);
+  }
+
   Module self_layer;
   std::unique_ptr<Module> cross_layer, ff_layer;
   std::unique_ptr<T5Attention> self_attention, cross_attention;
@@ -168,6 +202,20 @@ struct T5::Stack {
     const Tensor b =
         embedding(table, constant(std::span<const int32_t>(index), {T, S}, loc), loc);  // [T, S, H]
     return reshape(permute(b, {2, 0, 1}, loc), {1, c.heads, T, S}, loc);
+  }
+
+  // The position bias [B, H, T, L] of queries at positions qp i32 [B, T] over a cache's keys
+  // 0 … L − 1: each pair's bucket from a table of them (exact in f32), then block 0's bias for it.
+  Tensor cached_bias(const Tensor& qp, int64_t L, const T5Config& c, Loc loc) const {
+    std::vector<float> index(static_cast<size_t>(L * L));
+    for (int64_t p = 0; p < L; ++p)
+      for (int64_t j = 0; j < L; ++j)
+        index[static_cast<size_t>(p * L + j)] =
+            static_cast<float>(bucket(j - p, !decoder, c.buckets, c.max_distance));
+    const Tensor rows =
+        cast(embedding(constant(std::span<const float>(index), {L, L}, loc), qp, loc), DType::kI32, loc);
+    const Tensor table = blocks.front()->self_attention->relative_attention_bias->weight.tensor(loc);
+    return permute(embedding(table, rows, loc), {0, 3, 1, 2}, loc);  // [B, T, L, H] → [B, H, T, L]
   }
 
   Tensor operator()(Tensor x, const Tensor& keep, const T5Config& c, const T5Memory* memory, Loc loc) const {
@@ -258,6 +306,50 @@ Tensor T5::logits(const Tensor& decoder_hidden, Loc loc) const {
   if (config.scale_decoder_outputs) h = mul(h, inv_sqrt(static_cast<double>(config.d_model)), loc);
   if (lm_head_) return (*lm_head_)(h, loc);
   return matmul(h, transpose(shared_->weight.tensor(loc), 0, 1, loc), loc);
+}
+
+Tensor T5::remember(const Tensor& encoder_hidden, const std::optional<Tensor>& encoder_mask, Loc loc) const {
+  if (!decoder_) throw Error("[T5] remember(): this model has no decoder (T5EncoderModel)" + at(loc));
+  const Shape& h = encoder_hidden.shape();
+  if (h.size() != 3 || h[2] != config.d_model)
+    throw ShapeError("[T5] remember() takes the encoder's output [B, S, " + std::to_string(config.d_model) +
+                     "], got " + shape_str(h) + at(loc));
+  const Tensor mask = encoder_mask ? cast(ne(*encoder_mask, 0, loc), DType::kF32, loc)
+                                   : full({h[0], h[1]}, 1.0, DType::kF32, loc);
+  if (mask.shape() != Shape{h[0], h[1]})
+    throw ShapeError("[T5] the mask must be [" + std::to_string(h[0]) + ", " + std::to_string(h[1]) +
+                     "], got " + shape_str(mask.shape()) + at(loc));
+  assign(state("decoder.memory_mask", {h[0], h[1]}, DType::kF32, 0.0, loc), mask, loc);
+  for (const auto& block : decoder_->blocks) {
+    const T5Attention& a = *block->cross_attention;
+    assign(block->memory_state("k", h[0], h[1], loc),
+           split_heads(a.k(encoder_hidden, loc), config.heads, loc), loc);
+    assign(block->memory_state("v", h[0], h[1], loc),
+           split_heads(a.v(encoder_hidden, loc), config.heads, loc), loc);
+  }
+  return encoder_hidden;
+}
+
+Tensor T5::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len, int64_t source_len,
+                         Loc loc) const {
+  if (!decoder_) throw Error("[T5] logits_cached(): this model has no decoder (T5EncoderModel)" + at(loc));
+  const Tensor x = embed(ids, loc);
+  const int64_t B = ids.shape()[0], T = ids.shape()[1];
+  if (pos.dtype() != DType::kI32 || pos.shape() != Shape{B})
+    throw ShapeError("[T5] positions must be i32 [" + std::to_string(B) + "], got " +
+                     dtype_name(pos.dtype()) + shape_str(pos.shape()) + at(loc));
+  if (cache_len < T || source_len < 1)
+    throw ShapeError("[T5] a cache of " + std::to_string(cache_len) + " positions for " + std::to_string(T) +
+                     " new tokens over " + std::to_string(source_len) + " encoder states" + at(loc));
+  const Tensor qp = token_positions(pos, T, loc);  // [B, T]
+  const Tensor bias = decoder_->cached_bias(qp, cache_len, config, loc);
+  const Tensor keep =
+      le(reshape(arange(0, static_cast<double>(cache_len), 1, DType::kI32, loc), {1, 1, 1, cache_len}, loc),
+         reshape(qp, {B, 1, T, 1}, loc), loc);  // [B, 1, T, cache_len]: keys at or before the query
+  const Tensor mask = state("decoder.memory_mask", {B, source_len}, DType::kF32, 0.0, loc);
+  Tensor h = x;
+  for (const auto& block : decoder_->blocks) h = block->cached(h, pos, cache_len, bias, keep, mask, loc);
+  return logits((*decoder_->final_layer_norm)(h, loc), loc);
 }
 
 std::vector<int32_t> T5::shift_right(std::span<const int32_t> labels, int64_t rows) const {

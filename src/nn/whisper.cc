@@ -224,7 +224,6 @@ Tensor Whisper::decode(const Tensor& ids, const Tensor& encoder_hidden, Loc loc)
   const Decoder& d = *decoder_;
   const int64_t T = ids.shape()[1];
   Tensor x = d.embed_tokens(ids, loc);
-  if (config.scale_embedding) x = mul(x, std::sqrt(static_cast<double>(config.d_model)), loc);
   x = add(x, slice(d.embed_positions.weight.tensor(loc), 0, 0, T, 1, loc), loc);
   x = tg::dropout(x, config.dropout, loc);
   for (const auto& layer : d.layers) x = (*layer)(x, &encoder_hidden, loc);
@@ -263,7 +262,6 @@ Tensor Whisper::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cach
                      std::to_string(config.target_positions) + at(loc));
   const Decoder& d = *decoder_;
   Tensor x = d.embed_tokens(ids, loc);
-  if (config.scale_embedding) x = mul(x, std::sqrt(static_cast<double>(config.d_model)), loc);
   x = add(x, embedding(d.embed_positions.weight.tensor(loc), token_positions(pos, T, loc), loc), loc);
   for (const auto& layer : d.layers) x = layer->cached(x, pos, cache_len, loc);
   return logits((*d.layer_norm)(x, loc), loc);

@@ -13,29 +13,24 @@ T5Generator::T5Generator(nn::T5& model, T5GeneratorOptions o) : config_(model.co
     throw InputError("[T5Generator] batch, source_len and max_new_tokens must be positive");
   if (o.precision == Precision::kF16)
     throw InputError("[T5Generator] Precision::kF16: T5's activations overflow f16 (use kBf16 or kFp32)");
-  const int64_t B = o.batch, S = o.source_len, T = o.max_new_tokens + 1, d = model.config.d_model;
-  encoder_ = compile_forward(model, [&](Tensor ids, Tensor mask) { return model.encode(ids, mask); },
-                             {.inputs = {{"ids", {B, S}, DType::kI32}, {"mask", {B, S}, DType::kI32}},
+  const int64_t B = o.batch, S = o.source_len, T = o.max_new_tokens + 1, V = model.config.vocab;
+  encoder_ = compile_forward(
+      model, [&](Tensor ids, Tensor mask) { return model.remember(model.encode(ids, mask), mask); },
+      {.inputs = {{"ids", {B, S}, DType::kI32}, {"mask", {B, S}, DType::kI32}},
+       .device = o.device,
+       .precision = o.precision});
+  // One token per sequence at position pos[b] (the caches hold the start token and T − 1 more).
+  decoder_ = compile_forward(model,
+                             [&](Tensor ids, Tensor pos, Tensor params, Tensor key) {
+                               const Tensor logits = model.logits_cached(ids, pos, T, S);  // [B, 1, V]
+                               return sample(reshape(logits, {B, V}), params, key);
+                             },
+                             {.inputs = {{"ids", {B, 1}, DType::kI32},
+                                         {"pos", {B}, DType::kI32},
+                                         {"params", {4}, DType::kF32},
+                                         {"key", {2}, DType::kI32}},
                               .device = o.device,
                               .precision = o.precision});
-  // The next token of every sequence from the logits at its position pos[b] (the head on that
-  // position's state alone).
-  decoder_ =
-      compile_forward(model,
-                      [&](Tensor dec, Tensor hidden, Tensor mask, Tensor pos, Tensor params, Tensor key) {
-                        const Tensor states = model.decode(dec, hidden, mask);  // [B, T, d]
-                        const Tensor at = broadcast_to(reshape(pos, {B, 1, 1}), {B, 1, d});
-                        const Tensor logits = model.logits(take_along_axis(states, at, 1));  // [B, 1, V]
-                        return sample(reshape(logits, {B, logits.shape()[2]}), params, key);
-                      },
-                      {.inputs = {{"dec", {B, T}, DType::kI32},
-                                  {"hidden", {B, S, d}, DType::kF32},
-                                  {"mask", {B, S}, DType::kI32},
-                                  {"pos", {B}, DType::kI32},
-                                  {"params", {4}, DType::kF32},
-                                  {"key", {2}, DType::kI32}},
-                       .device = o.device,
-                       .precision = o.precision});
 }
 
 std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::vector<int32_t>>& sources,
@@ -45,7 +40,7 @@ std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::v
     throw InputError("[T5Generator] a repetition penalty is not implemented (repetition_penalty must be 1)");
   const T5GeneratorOptions& o = options_;
   const auto B = static_cast<size_t>(o.batch);
-  const auto S = static_cast<size_t>(o.source_len), T = static_cast<size_t>(o.max_new_tokens + 1);
+  const auto S = static_cast<size_t>(o.source_len);
   if (sources.size() != B)
     throw InputError("[T5Generator] this generator decodes " + std::to_string(B) +
                      " source(s) at once; got " + std::to_string(sources.size()));
@@ -58,25 +53,19 @@ std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::v
     std::copy(sources[b].begin(), sources[b].end(), ids.begin() + static_cast<std::ptrdiff_t>(b * S));
     std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(b * S), sources[b].size(), 1);
   }
-  const HostTensor hidden = encoder_.run({{"ids", ids}, {"mask", mask}});
+  encoder_.run({{"ids", ids}, {"mask", mask}});
   const std::vector<int32_t> stops =
       options.stop_tokens.empty() ? std::vector<int32_t>{config_.eos_id} : options.stop_tokens;
   const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p,
                                   options.min_p};
   const auto steps = static_cast<size_t>(std::min<int64_t>(options.max_new_tokens, o.max_new_tokens));
-  std::vector<int32_t> dec(B * T, config_.pad_id);
-  for (size_t b = 0; b < B; ++b) dec[b * T] = config_.start_id;
+  std::vector<int32_t> last(B, config_.start_id);
   std::vector<std::vector<int32_t>> out(B);
   std::vector<bool> active(B, steps > 0);
   for (size_t t = 0; t < steps && std::count(active.begin(), active.end(), true) > 0; ++t) {
     const std::vector<int32_t> pos(B, static_cast<int32_t>(t));
     const std::vector<int32_t> key{static_cast<int32_t>(options.seed), static_cast<int32_t>(t)};
-    const HostTensor next = decoder_.run({{"dec", dec},
-                                          {"hidden", hidden.f32()},
-                                          {"mask", mask},
-                                          {"pos", pos},
-                                          {"params", params},
-                                          {"key", key}});
+    const HostTensor next = decoder_.run({{"ids", last}, {"pos", pos}, {"params", params}, {"key", key}});
     for (size_t b = 0; b < B; ++b) {
       if (!active[b]) continue;
       const int32_t token = next.i32()[b];
@@ -84,7 +73,7 @@ std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::v
         active[b] = false;
         continue;
       }
-      dec[b * T + t + 1] = token;
+      last[b] = token;
       out[b].push_back(token);
       if (options.on_token && !options.on_token(static_cast<int64_t>(b), token)) return out;
     }

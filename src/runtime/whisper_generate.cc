@@ -42,6 +42,13 @@ WhisperGenerator::WhisperGenerator(nn::Whisper& model, WhisperTokens tokens, Log
                            .precision = o.precision});
 }
 
+namespace {
+// The languages a call transcribes in: the one it names, else the model's pinned one, else "" (detect).
+std::vector<std::string> languages_of(const TranscribeOptions& o, const WhisperTokens& t, size_t B) {
+  return std::vector<std::string>(B, o.language.empty() ? t.forced_language : o.language);
+}
+}  // namespace
+
 std::vector<Transcript> WhisperGenerator::transcribe(std::span<const Audio> clips,
                                                      const TranscribeOptions& options) {
   const auto B = static_cast<size_t>(options_.batch);
@@ -52,6 +59,7 @@ std::vector<Transcript> WhisperGenerator::transcribe(std::span<const Audio> clip
   size_t windows = 1;
   for (const Audio& a : clips) windows = std::max(windows, (a.samples.size() + N - 1) / N);
   std::vector<Transcript> out(B);
+  std::vector<std::string> languages = languages_of(options, tokens_, B);
   std::vector<Audio> window(B);
   for (size_t w = 0; w < windows; ++w) {
     std::vector<bool> has(B);
@@ -71,10 +79,11 @@ std::vector<Transcript> WhisperGenerator::transcribe(std::span<const Audio> clip
         stopped = !options.on_token(clip, token);
         return !stopped;
       };
-    const std::vector<Transcript> part = transcribe_features(features_(window), o);
+    const auto key_base = static_cast<uint32_t>(w * static_cast<size_t>(config_.target_positions));
+    const std::vector<Transcript> part = decode_window(features_(window), languages, o, key_base);
     for (size_t b = 0; b < B; ++b) {
       if (!has[b]) continue;
-      if (w == 0) out[b].language = part[b].language;
+      if (w == 0) out[b].language = languages[b] = part[b].language;  // later windows keep the first's
       out[b].tokens.insert(out[b].tokens.end(), part[b].tokens.begin(), part[b].tokens.end());
     }
     if (stopped) break;
@@ -84,14 +93,24 @@ std::vector<Transcript> WhisperGenerator::transcribe(std::span<const Audio> clip
 
 std::vector<Transcript> WhisperGenerator::transcribe_features(const HostTensor& features,
                                                               const TranscribeOptions& options) {
+  return decode_window(features, languages_of(options, tokens_, static_cast<size_t>(options_.batch)), options,
+                       0);
+}
+
+std::vector<Transcript> WhisperGenerator::decode_window(const HostTensor& features,
+                                                        const std::vector<std::string>& languages,
+                                                        const TranscribeOptions& options, uint32_t key_base) {
   const auto B = static_cast<size_t>(options_.batch);
   const auto V = static_cast<size_t>(config_.vocab);
   const Shape want{options_.batch, config_.mels, 2 * config_.source_positions};
   if (features.dtype() != DType::kF32 || features.shape() != want)
     throw InputError("[WhisperGenerator] input_features must be f32 " + shape_str(want) + ", got " +
                      dtype_name(features.dtype()) + shape_str(features.shape()));
-  GenerateOptions sampling{.temperature = options.temperature, .seed = options.seed};
-  sampling.check();
+  GenerateOptions{.temperature = options.temperature,
+                  .top_k = options.top_k,
+                  .top_p = options.top_p,
+                  .min_p = options.min_p}
+      .check();
   if (options.task != "transcribe" && options.task != "translate")
     throw InputError("[WhisperGenerator] the task \"" + options.task + "\": transcribe or translate");
   if (!tokens_.multilingual() && (!options.language.empty() || options.task != "transcribe"))
@@ -102,40 +121,49 @@ std::vector<Transcript> WhisperGenerator::transcribe_features(const HostTensor& 
     throw InputError("[WhisperGenerator] the language \"" + options.language +
                      "\" is not one of the model's: " + codes);
   }
+  const int64_t P = tokens_.multilingual() ? 4 : 2, room = config_.target_positions - P;
+  if (options.max_new_tokens < 1 || options.max_new_tokens > room)
+    throw InputError("[WhisperGenerator] max_new_tokens " + std::to_string(options.max_new_tokens) +
+                     ": 1 to " + std::to_string(room) + " fit the model's " +
+                     std::to_string(config_.target_positions) + " positions after the prompt of " +
+                     std::to_string(P));
   encoder_.run({{"features", features}});
 
   constexpr float kNever = std::numeric_limits<float>::lowest();
-  const std::vector<float> open(B * V, 0.0f);
   const auto masked = [&](const std::vector<int32_t>& ids, std::vector<float> base) {
     for (size_t b = 0; b < B; ++b)
       for (const int32_t id : ids)
-        if (id >= 0 && static_cast<size_t>(id) < V) base[b * V + static_cast<size_t>(id)] = kNever;
+        base[b * V + static_cast<size_t>(id)] = kNever;  // ids checked at construction
     return base;
   };
-  const std::vector<float> suppress = masked(tokens_.suppress, open);
+  const std::vector<float> suppress = masked(tokens_.suppress, std::vector<float>(B * V, 0.0f));
   const std::vector<float> first = masked(tokens_.begin_suppress, suppress);
-  const std::vector<float> greedy{0.0f, 0.0f, 1.0f, 0.0f}, params{options.temperature, 0.0f, 1.0f, 0.0f};
-  uint32_t calls = 0;
+  const std::vector<float> greedy{0.0f, 0.0f, 1.0f, 0.0f};
+  const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p,
+                                  options.min_p};
+  uint32_t calls = key_base;
   // One step: token ids[b] at position p for every sequence; the next token of each.
-  const auto step = [&](const std::vector<int32_t>& ids, int32_t p, const std::vector<float>& b,
+  const auto step = [&](const std::vector<int32_t>& ids, int32_t p, const std::vector<float>& bias,
                         const std::vector<float>& how) {
     const std::vector<int32_t> pos(B, p),
         key{static_cast<int32_t>(options.seed), static_cast<int32_t>(calls++)};
-    return step_.run({{"ids", ids}, {"pos", pos}, {"bias", b}, {"params", how}, {"key", key}}).i32();
+    return step_.run({{"ids", ids}, {"pos", pos}, {"bias", bias}, {"params", how}, {"key", key}}).i32();
   };
 
   std::vector<Transcript> out(B);
   std::vector<std::vector<int32_t>> prompt(B, std::vector<int32_t>{tokens_.start});
   int32_t p = 0;
   if (tokens_.multilingual()) {
-    std::vector<int32_t> lang(B, options.language.empty() ? -1 : tokens_.languages.at(options.language));
-    if (options.language.empty()) {  // detect: the most likely language token after the start token
+    std::vector<int32_t> lang(B);
+    for (size_t b = 0; b < B; ++b) lang[b] = languages[b].empty() ? -1 : tokens_.languages.at(languages[b]);
+    if (std::count(lang.begin(), lang.end(), -1) >
+        0) {  // detect: the likeliest language token after the start
       std::vector<float> only(B * V, kNever);
       for (size_t b = 0; b < B; ++b)
-        for (const auto& [code, id] : tokens_.languages)
-          if (id >= 0 && static_cast<size_t>(id) < V) only[b * V + static_cast<size_t>(id)] = 0.0f;
+        for (const auto& [code, id] : tokens_.languages) only[b * V + static_cast<size_t>(id)] = 0.0f;
       const std::vector<int32_t> found = step(std::vector<int32_t>(B, tokens_.start), p++, only, greedy);
-      lang.assign(found.begin(), found.end());
+      for (size_t b = 0; b < B; ++b)
+        if (lang[b] < 0) lang[b] = found[b];
     }
     for (size_t b = 0; b < B; ++b) {
       for (const auto& [code, id] : tokens_.languages)
@@ -145,10 +173,6 @@ std::vector<Transcript> WhisperGenerator::transcribe_features(const HostTensor& 
     }
   }
   for (size_t b = 0; b < B; ++b) prompt[b].push_back(tokens_.no_timestamps);
-  const auto P = static_cast<int32_t>(prompt[0].size());
-  const int64_t room = config_.target_positions - P;
-  const int64_t steps = std::min<int64_t>(options.max_new_tokens, room);
-  if (steps <= 0) return out;
   // The prompt's tokens (the last one's step samples the first new token, begin-suppressed).
   std::vector<int32_t> ids(B), next;
   for (; p < P; ++p) {
@@ -166,7 +190,7 @@ std::vector<Transcript> WhisperGenerator::transcribe_features(const HostTensor& 
       out[b].tokens.push_back(next[b]);
       if (options.on_token && !options.on_token(static_cast<int64_t>(b), next[b])) return out;
     }
-    if (t + 1 >= steps || std::count(active.begin(), active.end(), true) == 0) break;
+    if (t + 1 >= options.max_new_tokens || std::count(active.begin(), active.end(), true) == 0) break;
     for (size_t b = 0; b < B; ++b) ids[b] = active[b] ? next[b] : tokens_.eos;
     next = step(ids, p++, suppress, params);
   }

@@ -127,6 +127,22 @@ TEST(Wav, ErrorsNameTheProblem) {
   EXPECT_THROW(read_wav("/nonexistent/tg.wav"), InputError);
 }
 
+// A data chunk of 0 bytes is empty (the chunks after it are not audio); a streaming writer's
+// unknown sizes (0xFFFFFFFF) mean the rest of the file.
+TEST(Wav, EmptyAndStreamedDataChunks) {
+  std::string empty = wav(1, 1, 16, 8000, "") + "LIST";
+  put(empty, 4, 4);
+  empty += "junk";
+  EXPECT_TRUE(read_wav(write_temp("tg_empty.wav", empty)).samples.empty());
+  std::string pcm16;
+  for (const int v : {100, -200, 300}) put(pcm16, static_cast<uint64_t>(static_cast<int64_t>(v)), 2);
+  std::string streamed = wav(1, 1, 16, 8000, pcm16);
+  const size_t data = streamed.find("data");
+  for (const size_t at : {size_t{4}, data + 4}) streamed.replace(at, 4, std::string(4, '\xff'));
+  EXPECT_EQ(read_wav(write_temp("tg_streamed.wav", streamed)).samples,
+            (std::vector<float>{100 / 32768.0f, -200 / 32768.0f, 300 / 32768.0f}));
+}
+
 Audio sine(double hz, int64_t rate, double seconds) {
   Audio a{.sample_rate = rate, .samples = {}};
   for (int64_t i = 0; i < static_cast<int64_t>(seconds * static_cast<double>(rate)); ++i)
@@ -172,14 +188,21 @@ TEST(LogMel, FeaturesEqualTransformers) {
   // transformers' own torch and numpy paths differ by 7e-5 on these clips (float32 STFTs).
   EXPECT_LT(worst, 2e-4);
   std::printf("  largest difference to transformers' log-mel features: %.2e\n", worst);
-  // The Slaney filters: each a triangle of area 2 / (its width in Hz) × (bins per Hz)… checked
-  // through the features above; here only that each band is non-negative and somewhere positive.
+  // Slaney's normalization gives every triangle an area of one (in Hz): summed over the 40-Hz
+  // bins, each band comes within the sampling's error of it.
   const std::vector<double> filters = f.mel_filters();
   for (int64_t m = 0; m < f.n_mels; ++m) {
-    double sum = 0;
-    for (int64_t k = 0; k <= f.n_fft / 2; ++k) sum += filters[static_cast<size_t>(k * f.n_mels + m)];
-    EXPECT_GT(sum, 0) << "band " << m;
+    double area = 0;
+    for (int64_t k = 0; k <= f.n_fft / 2; ++k) area += filters[static_cast<size_t>(k * f.n_mels + m)] * 40.0;
+    EXPECT_NEAR(area, 1.0, 0.1) << "band " << m;
   }
+  // A clip longer than the window is cut to it.
+  Audio longer = clips[0];
+  longer.samples.resize(static_cast<size_t>(f.n_samples()) + 5000, 0.25f);
+  Audio cut = longer;
+  cut.samples.resize(static_cast<size_t>(f.n_samples()));
+  const HostTensor a = f({&longer, 1}), b = f({&cut, 1});
+  EXPECT_TRUE(std::equal(a.f32().begin(), a.f32().end(), b.f32().begin()));
   Audio loud = clips[0];
   loud.sample_rate = 8000;
   EXPECT_THROW(f({&loud, 1}), InputError);
@@ -192,6 +215,7 @@ TEST(LogMel, PreprocessorConfigErrors) {
            {R"({"feature_extractor_type": "Wav2Vec2FeatureExtractor"})", "Wav2Vec2FeatureExtractor"},
            {R"({"dither": 0.5})", "\"dither\" 0.5"},
            {R"({"hop_length": 0})", "\"hop_length\" is 0"},
+           {R"({"n_fft": 401})", "an even n_fft"},
            {"{", "not JSON"}}) {
     std::ofstream(dir / "preprocessor_config.json") << text;
     try {

@@ -225,6 +225,40 @@ TEST(T5, GreedyDecodingEqualsTransformers) {
   }
 }
 
+// The cached step (one token per call: its keys and values cached, the position bias of each
+// query over the cache, the encoder's states and padding mask remembered) gives the full
+// decoder's logits at every position, a cache longer than the text included.
+TEST(T5, CachedStepEqualsTheFullDecoder) {
+  for (const char* folder : {"tiny_t5", "tiny_flan_t5"}) {
+    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const nn::T5& t5 = t5_of(m);
+    const int64_t B = 2, S = g.at("ids").shape()[1], T = g.at("decoder_ids").shape()[1], V = t5.config.vocab;
+    for (const Device& device : tg::testing::all_devices()) {
+      Program enc = compile_forward(
+          *m.module, [&](Tensor ids, Tensor mask) { return t5.remember(t5.encode(ids, mask), mask); },
+          {.inputs = inputs_of(g, false), .device = device});
+      Program step = compile_forward(
+          *m.module, [&](Tensor ids, Tensor pos) { return t5.logits_cached(ids, pos, T + 5, S); },
+          {.inputs = {{"ids", {B, 1}, DType::kI32}, {"pos", {B}, DType::kI32}}, .device = device});
+      m.upload(enc);
+      enc.run(feeds_of(g, false));
+      double worst = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const std::vector<int32_t> ids{g.at("decoder_ids").i32()[t], g.at("decoder_ids").i32()[T + t]};
+        const std::vector<int32_t> pos(2, static_cast<int32_t>(t));
+        const HostTensor got = step.run({{"ids", ids}, {"pos", pos}});
+        for (int64_t b = 0; b < B; ++b) {
+          const auto want = g.at("logits").f32().subspan(static_cast<size_t>((b * T + t) * V), V);
+          worst =
+              std::max(worst, tg::testing::rel_diff(got.f32().subspan(static_cast<size_t>(b * V), V), want));
+        }
+      }
+      EXPECT_LT(worst, 1e-5) << folder << " on " << device.str();
+    }
+  }
+}
+
 // T5Generator gives the same tokens (transformers' greedy choice never fell on end-of-sequence
 // in these 8 steps, so its min_new_tokens changed nothing) and samples reproducibly.
 TEST(T5, GeneratorEqualsTransformers) {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -209,6 +210,85 @@ TEST(Whisper, GeneratorEqualsTransformers) {
   }
 }
 
+// Clips of two windows and of one, together: each window transcribed on its own in the language
+// detected in the clip's first window (chirp.wav: "de", tones.wav: "en"), an ended clip's empty
+// window neither reported nor kept.
+TEST(Whisper, ClipsOfDifferentLengthsGoInWindows) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const LogMelFeatures features = LogMelFeatures::load(dir_of("tiny_whisper"));
+  const WhisperTokens tokens = WhisperTokens::load(dir_of("tiny_whisper"));
+  const Audio chirp = read_wav(dir_of("audio") + "/chirp.wav"),
+              tones = read_wav(dir_of("audio") + "/tones.wav");
+  // Another model for batch 1: a model's states (the caches) have one shape on a device.
+  const pretrained::Model m1 = pretrained::load(dir_of("tiny_whisper"));
+  WhisperGenerator one(whisper_of(m1), tokens, features, {.device = Device::cpu()});
+  m1.upload(one.encoder());
+  const auto alone = [&](const Audio& a, const std::string& language) {
+    return one.transcribe({&a, 1}, {.language = language, .max_new_tokens = 6})[0].tokens;
+  };
+  Audio two = chirp;  // chirp, silence to the window's end, then tones
+  two.samples.resize(static_cast<size_t>(features.n_samples()), 0.0f);
+  two.samples.insert(two.samples.end(), tones.samples.begin(), tones.samples.end());
+  WhisperGenerator gen(whisper_of(m), tokens, features, {.batch = 2, .device = Device::cpu()});
+  m.upload(gen.encoder());
+  int64_t reported = 0;
+  const std::vector<Audio> clips{two, tones};
+  const auto out = gen.transcribe(clips, {.max_new_tokens = 6, .on_token = [&](int64_t clip, int32_t) {
+                                            reported += clip == 1;
+                                            return true;
+                                          }});
+  EXPECT_EQ(out[0].language, "de");
+  std::vector<int32_t> want = alone(chirp, "de"), second = alone(tones, "de");
+  want.insert(want.end(), second.begin(), second.end());
+  EXPECT_EQ(out[0].tokens, want) << "the second window in the first's language";
+  EXPECT_EQ(out[1].language, "en");
+  EXPECT_EQ(out[1].tokens, alone(tones, "en"));
+  EXPECT_EQ(reported, static_cast<int64_t>(out[1].tokens.size()));
+  for (const int64_t bad : {0, 29})  // 32 positions, 4 of them the prompt's
+    EXPECT_THROW(gen.transcribe(clips, {.max_new_tokens = bad}), InputError) << bad;
+  EXPECT_NO_THROW(gen.transcribe(clips, {.max_new_tokens = 28}));
+}
+
+// generation_config.json's forced_decoder_ids pin a language; is_multilingual false makes an
+// English-only model (prompt <|startoftranscript|> <|notimestamps|>).
+TEST(Whisper, GenerationConfigPinsTheLanguageOrEnglishOnly) {
+  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const auto with = [&](const std::string& from, const std::string& to) {
+    const fs::path dir = fs::path(::testing::TempDir()) / "tg_whisper_gen";
+    fs::create_directories(dir);
+    std::string g = file_bytes(dir_of("tiny_whisper") + "/generation_config.json");
+    EXPECT_NE(g.find(from), std::string::npos) << from;
+    g.replace(g.find(from), from.size(), to);
+    std::ofstream(dir / "generation_config.json") << g;
+    return WhisperTokens::load(dir.string());
+  };
+  const WhisperTokens pinned = with(
+      "\"is_multilingual\": true", "\"is_multilingual\": true, \"forced_decoder_ids\": [[1, 404], [2, 406]]");
+  EXPECT_EQ(pinned.forced_language, "fr");
+  const LogMelFeatures features = LogMelFeatures::load(dir_of("tiny_whisper"));
+  const Audio chirp = read_wav(dir_of("audio") + "/chirp.wav");
+  WhisperGenerator gen(whisper_of(m), pinned, features, {.device = Device::cpu()});
+  m.upload(gen.encoder());
+  const Transcript fr = gen.transcribe({&chirp, 1}, {.max_new_tokens = 5})[0];
+  EXPECT_EQ(fr.language, "fr");
+  EXPECT_EQ(fr.tokens, gen.transcribe({&chirp, 1}, {.language = "fr", .max_new_tokens = 5})[0].tokens);
+  const WhisperTokens english = with("\"is_multilingual\": true", "\"is_multilingual\": false");
+  EXPECT_FALSE(english.multilingual());
+  WhisperGenerator en(whisper_of(m), english, features, {.device = Device::cpu()});
+  const Transcript t = en.transcribe({&chirp, 1}, {.max_new_tokens = 30})[0];
+  EXPECT_EQ(t.language, "");
+  EXPECT_FALSE(t.tokens.empty());
+  EXPECT_THROW(en.transcribe({&chirp, 1}, {.language = "en"}), InputError);
+  EXPECT_THROW(en.transcribe({&chirp, 1}, {.max_new_tokens = 31}), InputError)
+      << "30 fit after 2 prompt tokens";
+  try {
+    with("\"is_multilingual\": true", "\"is_multilingual\": true, \"forced_decoder_ids\": [[1, 406]]");
+    ADD_FAILURE() << "a task token pinned as the language";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a language token"), std::string::npos) << e.what();
+  }
+}
+
 // Audio longer than a window: each window of chunk_length seconds is transcribed on its own.
 TEST(Whisper, LongAudioGoesInWindows) {
   const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
@@ -272,6 +352,25 @@ TEST(Whisper, Errors) {
                ShapeError);
   EXPECT_THROW(WhisperGenerator(whisper_of(m), WhisperTokens::load(dir_of("tiny_whisper")), LogMelFeatures{}),
                InputError);  // 3000 frames of the default extractor
+  {                          // scale_embedding is read but, as in transformers, not applied: the same logits
+    const pretrained::Model scaled =
+        pretrained::load(edited_copy("tiny_whisper", "tg_whisper_scaled", "\"scale_embedding\": false",
+                                     "\"scale_embedding\": true")
+                             .string());
+    EXPECT_TRUE(std::get<nn::WhisperConfig>(scaled.config).scale_embedding);
+    const auto g = golden();
+    const nn::Whisper& sw = whisper_of(scaled);
+    Program p = compile_forward(*scaled.module,
+                                [&](Tensor f, Tensor ids) { return sw.logits(sw.decode(ids, sw.encode(f))); },
+                                {.inputs = {{"features", g.at("features").shape()},
+                                            {"ids", g.at("decoder_ids").shape(), DType::kI32}},
+                                 .device = Device::cpu()});
+    scaled.upload(p);
+    EXPECT_LT(tg::testing::rel_diff(
+                  p.run({{"features", g.at("features").f32()}, {"ids", g.at("decoder_ids").i32()}}).f32(),
+                  g.at("logits").f32()),
+              1e-5);
+  }
   for (const auto& [from, to, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"\"activation_function\": \"gelu\"", "\"activation_function\": \"relu\"",
             "activation_function \"relu\""},
