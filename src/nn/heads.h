@@ -1,8 +1,11 @@
-// Helpers shared by the transformer layers (transformer.cc, llama.cc, bert.cc, vit.cc, clip.cc):
-// their Linears' initialisation, splitting a projection into heads, image patches as tokens and
-// each new token's absolute position in KV-cached decoding.
+// Helpers shared by the transformer layers (transformer.cc, llama.cc, bert.cc, vit.cc, clip.cc,
+// t5.cc, whisper.cc): their Linears' initialisation, splitting a projection into heads, image
+// patches as tokens, each new token's absolute position in KV-cached decoding and the
+// encoder-decoders' teacher-forcing input.
 #pragma once
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "tensorgrad/nn.h"
 #include "tensorgrad/tensor.h"
@@ -20,5 +23,10 @@ Tensor merge_heads(const Tensor& x, const Loc& loc);
 Tensor patch_tokens(const Conv2d& projection, const Tensor& pixels, const Loc& loc);
 /// Positions of the new tokens of KV-cached decoding: pos i32 [B] → pos[b] + t, i32 [B, tokens].
 Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc);
+/// An encoder-decoder's teacher-forcing input for labels [rows, T] (row-major, -100 where ignored):
+/// each row shifted right behind start_id, -100 read as pad_id (transformers' shift_tokens_right).
+/// `model` names the caller in the InputError for labels that are not `rows` equal rows.
+std::vector<int32_t> shift_tokens_right(std::span<const int32_t> labels, int64_t rows, int32_t start_id,
+                                        int32_t pad_id, const char* model);
 
 }  // namespace tg::nn

@@ -353,19 +353,7 @@ Tensor T5::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len
 }
 
 std::vector<int32_t> T5::shift_right(std::span<const int32_t> labels, int64_t rows) const {
-  if (rows <= 0 || labels.size() % static_cast<size_t>(rows) != 0)
-    throw InputError("[T5] shift_right: " + std::to_string(labels.size()) + " labels are not " +
-                     std::to_string(rows) + " equal rows");
-  const size_t T = labels.size() / static_cast<size_t>(rows);
-  std::vector<int32_t> out(labels.size());
-  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
-    out[r * T] = config.start_id;
-    for (size_t t = 1; t < T; ++t) {
-      const int32_t l = labels[r * T + t - 1];
-      out[r * T + t] = l == -100 ? config.pad_id : l;
-    }
-  }
-  return out;
+  return shift_tokens_right(labels, rows, config.start_id, config.pad_id, "T5");
 }
 
 }  // namespace tg::nn

@@ -47,6 +47,23 @@ Tensor patch_tokens(const Conv2d& projection, const Tensor& pixels, const Loc& l
   return permute(reshape(p, {s[0], s[1], s[2] * s[3]}, loc), {0, 2, 1}, loc);
 }
 
+std::vector<int32_t> shift_tokens_right(std::span<const int32_t> labels, int64_t rows, int32_t start_id,
+                                        int32_t pad_id, const char* model) {
+  if (rows <= 0 || labels.size() % static_cast<size_t>(rows) != 0)
+    throw InputError("[" + std::string(model) + "] shift_right: " + std::to_string(labels.size()) +
+                     " labels are not " + std::to_string(rows) + " equal rows");
+  const size_t T = labels.size() / static_cast<size_t>(rows);
+  std::vector<int32_t> out(labels.size());
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
+    out[r * T] = start_id;
+    for (size_t t = 1; t < T; ++t) {
+      const int32_t l = labels[r * T + t - 1];
+      out[r * T + t] = l == -100 ? pad_id : l;
+    }
+  }
+  return out;
+}
+
 Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc) {
   const int64_t B = pos.shape()[0];
   return add(reshape(pos, {B, 1}, loc),
