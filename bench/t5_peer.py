@@ -15,7 +15,7 @@ import argparse
 import torch
 import transformers as tf
 
-from peer_timing import median_seconds
+from peer_timing import median_seconds, print_peak, train_seconds
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--device', default='cuda')
@@ -50,17 +50,10 @@ for mode in args.modes.split(','):
             with torch.autocast(args.device, dtype=torch.bfloat16, enabled=bf16):
                 return m(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
         fwd = torch.compile(forward) if compiled else forward
-
-        def train_step():
-            opt.zero_grad(set_to_none=True)
-            fwd().backward()
-            opt.step()
-        sec = median_seconds(train_step, 3 if gpu else 1, 10 if gpu else 1, gpu)
+        sec = train_seconds(fwd, opt, gpu)
         print('%-14s %-14s %10.3f ms/step %10.1f tok/s' % ('t5_train', mode, sec * 1e3, B * (SOURCE + TARGET) / sec),
               flush=True)
-        if gpu:
-            print('%-14s %-14s peak %.0f MiB' % ('t5_train', mode, torch.cuda.max_memory_allocated() / 2**20))
-            torch.cuda.reset_peak_memory_stats()
+        print_peak('t5_train', mode, gpu, 14)
     if 'generate' in args.workloads and not compiled:
         m = model().eval()
         if bf16:

@@ -16,7 +16,7 @@ import argparse
 import torch
 import transformers as tf
 
-from peer_timing import median_seconds
+from peer_timing import median_seconds, print_peak, train_seconds
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--device', default='cuda')
@@ -56,17 +56,10 @@ for mode in args.modes.split(','):
             with torch.autocast(args.device, dtype=torch.bfloat16, enabled=bf16):
                 return m(input_features=features, labels=labels).loss
         fwd = torch.compile(forward) if compiled else forward
-
-        def train_step():
-            opt.zero_grad(set_to_none=True)
-            fwd().backward()
-            opt.step()
-        sec = median_seconds(train_step, 3 if gpu else 1, 10 if gpu else 1, gpu)
+        sec = train_seconds(fwd, opt, gpu)
         print('%-19s %-14s %10.3f ms/step %10.1f audio-s/s' % ('whisper_train', mode, sec * 1e3, B * 30 / sec),
               flush=True)
-        if gpu:
-            print('%-19s %-14s peak %.0f MiB' % ('whisper_train', mode, torch.cuda.max_memory_allocated() / 2**20))
-            torch.cuda.reset_peak_memory_stats()
+        print_peak('whisper_train', mode, gpu, 19)
     if 'transcribe' in args.workloads and not compiled:
         m = model().eval()
         if bf16:
