@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> tokens;
     std::string shown;
     tg::TranscribeOptions options{.language = args.get("language", ""),
-                                  .task = args.get("task", "transcribe"),
+                                  .task = args.get("task", ""),
                                   .max_new_tokens = static_cast<int64_t>(args.num("max-new-tokens", 224)),
                                   .temperature = static_cast<float>(args.num("temperature", 0)),
                                   .top_k = static_cast<int32_t>(args.num("top-k", 0)),

@@ -116,7 +116,7 @@ class T5 : public Module {
   /// Cached decoding, in two programs of one model. remember() writes each decoder block's
   /// cross-attention keys and values of encoder_hidden [B, S, d] into the states
   /// "<block>.layer.1.EncDecAttention.k_memory" / "v_memory" [B, heads, S, d_kv], and encoder_mask
-  /// (nonzero kept; none: every key) into "decoder.memory_mask" f32 [B, S]; it returns
+  /// (nonzero kept; none: every key) into "<decoder>.memory_mask" f32 [B, S]; it returns
   /// encoder_hidden. logits_cached() is the step over them (a tg::CachedLm but for the encoder
   /// length source_len, the S remember() was given): the logits of decoder ids [B, T] at positions
   /// pos[b] … pos[b] + T − 1, their self-attention keys and values cached in

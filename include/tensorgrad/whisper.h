@@ -125,6 +125,9 @@ struct WhisperTokens {
   /// The language forced_decoder_ids pins (a fine-tune for one language), used when a
   /// transcription names none; empty: detected.
   std::string forced_language = {};
+  /// "translate" when forced_decoder_ids pins <|translate|>: the task of a transcription that
+  /// names none; empty: transcribe.
+  std::string forced_task = {};
 
   /// is_multilingual false (or no lang_to_id) makes an English-only model: no languages, no tasks.
   /// CheckpointError when the folder names no start token or has a malformed list.
@@ -143,8 +146,9 @@ struct TranscribeOptions {
   /// A language code ("en", "de", …) of a multilingual model; empty: detected per clip (the most
   /// likely language token after <|startoftranscript|>). English-only models take none.
   std::string language = {};
-  /// "transcribe" or "translate" (into English).
-  std::string task = "transcribe";
+  /// "transcribe" or "translate" (into English); empty: the model's pinned task
+  /// (WhisperTokens::forced_task), else transcribe.
+  std::string task = {};
   /// New tokens per window at most: 1 to target_positions minus the prompt (4 tokens, 2 for
   /// English-only models), else an InputError (as transformers' generate()). 224 is Whisper's
   /// usual limit (half its 448 positions).

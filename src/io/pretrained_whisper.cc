@@ -181,15 +181,25 @@ WhisperTokens WhisperTokens::load(const std::string& folder) {
     t.languages.clear();  // an English-only model: its prompt has no language and no task
     t.transcribe = t.translate = -1;
   }
-  // forced_decoder_ids [[1, <|lang|> or null], [2, <|task|>], …]: a language pinned at position 1.
+  // forced_decoder_ids (the older way to pin the prompt): [[1, <|lang|> or null], [2, <|task|>],
+  // [3, <|notimestamps|>]] for multilingual models, [[1, <|notimestamps|>]] for English-only ones.
+  // A language or task found there is the default of a transcription that names none.
   if (const json* v = find(files, "forced_decoder_ids", &file); v && v->is_array()) {
     for (const json& pair : *v) {
-      if (!pair.is_array() || pair.size() != 2 || pair[0] != 1 || !pair[1].is_number_integer()) continue;
-      for (const auto& [code, id] : t.languages)
-        if (id == pair[1].get<int32_t>()) t.forced_language = code;
-      if (t.forced_language.empty())
-        tokens_fail(file, "forced_decoder_ids puts " + pair[1].dump() +
-                              " at position 1, which is not a language token");
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() ||
+          !pair[1].is_number_integer())
+        continue;  // [1, null]: no language pinned
+      const int32_t id = pair[1].get<int32_t>();
+      bool known = id == t.no_timestamps || (t.multilingual() && (id == t.transcribe || id == t.translate));
+      for (const auto& [code, lang] : t.languages)
+        if (lang == id) {
+          t.forced_language = code;
+          known = true;
+        }
+      if (t.multilingual() && id == t.translate) t.forced_task = "translate";
+      if (!known)
+        tokens_fail(file, "forced_decoder_ids puts " + pair[1].dump() + " at position " + pair[0].dump() +
+                              ", which is not a language, task or <|notimestamps|> token");
     }
   }
   if (t.multilingual() && (t.transcribe < 0 || t.translate < 0))

@@ -204,16 +204,19 @@ struct T5::Stack {
     return reshape(permute(b, {2, 0, 1}, loc), {1, c.heads, T, S}, loc);
   }
 
-  // The position bias [B, H, T, L] of queries at positions qp i32 [B, T] over a cache's keys
-  // 0 … L − 1: each pair's bucket from a table of them (exact in f32), then block 0's bias for it.
+  // The position bias [B, H, T, L] of the causal decoder's queries at positions qp i32 [B, T] over
+  // a cache's keys 0 … L − 1: the bucket of the distance max(p − j, 0) (keys after a query are
+  // masked anyway) from a table of L of them (exact in f32), then block 0's bias for it.
   Tensor cached_bias(const Tensor& qp, int64_t L, const T5Config& c, Loc loc) const {
-    std::vector<float> index(static_cast<size_t>(L * L));
-    for (int64_t p = 0; p < L; ++p)
-      for (int64_t j = 0; j < L; ++j)
-        index[static_cast<size_t>(p * L + j)] =
-            static_cast<float>(bucket(j - p, !decoder, c.buckets, c.max_distance));
+    std::vector<float> by_distance(static_cast<size_t>(L));
+    for (int64_t d = 0; d < L; ++d)
+      by_distance[static_cast<size_t>(d)] = static_cast<float>(bucket(-d, false, c.buckets, c.max_distance));
+    const Shape& q = qp.shape();
+    const Tensor keys = reshape(arange(0, static_cast<double>(L), 1, DType::kI32, loc), {1, 1, L}, loc);
+    const Tensor distance = maximum(sub(reshape(qp, {q[0], q[1], 1}, loc), keys, loc), 0, loc);  // [B, T, L]
+    const Tensor table_of = constant(std::span<const float>(by_distance), {L, 1}, loc);
     const Tensor rows =
-        cast(embedding(constant(std::span<const float>(index), {L, L}, loc), qp, loc), DType::kI32, loc);
+        cast(reshape(embedding(table_of, distance, loc), {q[0], q[1], L}, loc), DType::kI32, loc);
     const Tensor table = blocks.front()->self_attention->relative_attention_bias->weight.tensor(loc);
     return permute(embedding(table, rows, loc), {0, 3, 1, 2}, loc);  // [B, T, L, H] → [B, H, T, L]
   }
@@ -319,7 +322,7 @@ Tensor T5::remember(const Tensor& encoder_hidden, const std::optional<Tensor>& e
   if (mask.shape() != Shape{h[0], h[1]})
     throw ShapeError("[T5] the mask must be [" + std::to_string(h[0]) + ", " + std::to_string(h[1]) +
                      "], got " + shape_str(mask.shape()) + at(loc));
-  assign(state("decoder.memory_mask", {h[0], h[1]}, DType::kF32, 0.0, loc), mask, loc);
+  assign(state(decoder_->module.path() + ".memory_mask", {h[0], h[1]}, DType::kF32, 0.0, loc), mask, loc);
   for (const auto& block : decoder_->blocks) {
     const T5Attention& a = *block->cross_attention;
     assign(block->memory_state("k", h[0], h[1], loc),
@@ -346,7 +349,7 @@ Tensor T5::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len
   const Tensor keep =
       le(reshape(arange(0, static_cast<double>(cache_len), 1, DType::kI32, loc), {1, 1, 1, cache_len}, loc),
          reshape(qp, {B, 1, T, 1}, loc), loc);  // [B, 1, T, cache_len]: keys at or before the query
-  const Tensor mask = state("decoder.memory_mask", {B, source_len}, DType::kF32, 0.0, loc);
+  const Tensor mask = state(decoder_->module.path() + ".memory_mask", {B, source_len}, DType::kF32, 0.0, loc);
   Tensor h = x;
   for (const auto& block : decoder_->blocks) h = block->cached(h, pos, cache_len, bias, keep, mask, loc);
   return logits((*decoder_->final_layer_norm)(h, loc), loc);

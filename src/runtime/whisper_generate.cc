@@ -17,10 +17,19 @@ WhisperGenerator::WhisperGenerator(nn::Whisper& model, WhisperTokens tokens, Log
     throw InputError("[WhisperGenerator] the features are " + std::to_string(features.n_mels) +
                      " mel bins × " + std::to_string(features.frames()) + " frames; the model reads " +
                      std::to_string(c.mels) + " × " + std::to_string(2 * c.source_positions));
-  for (const int32_t id : {tokens_.start, tokens_.eos, tokens_.no_timestamps})
+  // Every id the steps feed or mask (the masks index their rows by these ids).
+  std::vector<int32_t> ids{tokens_.start, tokens_.eos, tokens_.no_timestamps};
+  if (tokens_.multilingual()) ids.insert(ids.end(), {tokens_.transcribe, tokens_.translate});
+  for (const auto& [code, id] : tokens_.languages) ids.push_back(id);
+  ids.insert(ids.end(), tokens_.suppress.begin(), tokens_.suppress.end());
+  ids.insert(ids.end(), tokens_.begin_suppress.begin(), tokens_.begin_suppress.end());
+  for (const int32_t id : ids)
     if (id < 0 || id >= c.vocab)
-      throw InputError("[WhisperGenerator] the special token " + std::to_string(id) +
-                       " is outside the vocabulary of " + std::to_string(c.vocab));
+      throw InputError("[WhisperGenerator] the token " + std::to_string(id) +
+                       " of the WhisperTokens is outside the vocabulary of " + std::to_string(c.vocab));
+  if (!tokens_.forced_language.empty() && !tokens_.languages.count(tokens_.forced_language))
+    throw InputError("[WhisperGenerator] the pinned language \"" + tokens_.forced_language +
+                     "\" is not one of the model's");
   const int64_t B = o.batch, V = c.vocab, L = c.target_positions;
   encoder_ = compile_forward(model, [&](Tensor f) { return model.remember(model.encode(f)); },
                              {.inputs = {{"features", {B, c.mels, 2 * c.source_positions}}},
@@ -111,9 +120,12 @@ std::vector<Transcript> WhisperGenerator::decode_window(const HostTensor& featur
                   .top_p = options.top_p,
                   .min_p = options.min_p}
       .check();
-  if (options.task != "transcribe" && options.task != "translate")
-    throw InputError("[WhisperGenerator] the task \"" + options.task + "\": transcribe or translate");
-  if (!tokens_.multilingual() && (!options.language.empty() || options.task != "transcribe"))
+  const std::string task = !options.task.empty()         ? options.task
+                           : tokens_.forced_task.empty() ? "transcribe"
+                                                         : tokens_.forced_task;
+  if (task != "transcribe" && task != "translate")
+    throw InputError("[WhisperGenerator] the task \"" + task + "\": transcribe or translate");
+  if (!tokens_.multilingual() && (!options.language.empty() || task != "transcribe"))
     throw InputError("[WhisperGenerator] this model is English-only: no language and no task but transcribe");
   if (!options.language.empty() && !tokens_.languages.count(options.language)) {
     std::string codes;
@@ -169,7 +181,7 @@ std::vector<Transcript> WhisperGenerator::decode_window(const HostTensor& featur
       for (const auto& [code, id] : tokens_.languages)
         if (id == lang[b]) out[b].language = code;
       prompt[b].push_back(lang[b]);
-      prompt[b].push_back(options.task == "translate" ? tokens_.translate : tokens_.transcribe);
+      prompt[b].push_back(task == "translate" ? tokens_.translate : tokens_.transcribe);
     }
   }
   for (size_t b = 0; b < B; ++b) prompt[b].push_back(tokens_.no_timestamps);

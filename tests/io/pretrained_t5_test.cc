@@ -243,17 +243,33 @@ TEST(T5, CachedStepEqualsTheFullDecoder) {
           {.inputs = {{"ids", {B, 1}, DType::kI32}, {"pos", {B}, DType::kI32}}, .device = device});
       m.upload(enc);
       enc.run(feeds_of(g, false));
+      // Row 1 runs a step behind row 0 (each sequence at its own position; a row at its last or
+      // first position writes the same keys again), so one call reads two different positions.
       double worst = 0;
-      for (int64_t t = 0; t < T; ++t) {
-        const std::vector<int32_t> ids{g.at("decoder_ids").i32()[t], g.at("decoder_ids").i32()[T + t]};
-        const std::vector<int32_t> pos(2, static_cast<int32_t>(t));
+      for (int64_t call = 0; call <= T; ++call) {
+        const int64_t at[2] = {std::min(call, T - 1), std::max<int64_t>(call - 1, 0)};
+        const std::vector<int32_t> ids{g.at("decoder_ids").i32()[at[0]],
+                                       g.at("decoder_ids").i32()[T + at[1]]};
+        const std::vector<int32_t> pos{static_cast<int32_t>(at[0]), static_cast<int32_t>(at[1])};
         const HostTensor got = step.run({{"ids", ids}, {"pos", pos}});
         for (int64_t b = 0; b < B; ++b) {
-          const auto want = g.at("logits").f32().subspan(static_cast<size_t>((b * T + t) * V), V);
+          const auto want = g.at("logits").f32().subspan(static_cast<size_t>((b * T + at[b]) * V), V);
           worst =
               std::max(worst, tg::testing::rel_diff(got.f32().subspan(static_cast<size_t>(b * V), V), want));
         }
       }
+      // Three tokens in one call (a prefill) from position 0.
+      Program prefill = compile_forward(
+          *m.module, [&](Tensor ids, Tensor pos) { return t5.logits_cached(ids, pos, T + 5, S); },
+          {.inputs = {{"ids", {B, 3}, DType::kI32}, {"pos", {B}, DType::kI32}}, .device = device});
+      std::vector<int32_t> three;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < 3; ++t) three.push_back(g.at("decoder_ids").i32()[b * T + t]);
+      const HostTensor got = prefill.run({{"ids", three}, {"pos", std::vector<int32_t>{0, 0}}});
+      for (int64_t b = 0; b < B; ++b)
+        worst = std::max(worst, tg::testing::rel_diff(
+                                    got.f32().subspan(static_cast<size_t>(b * 3 * V), 3 * V),
+                                    g.at("logits").f32().subspan(static_cast<size_t>(b * T * V), 3 * V)));
       EXPECT_LT(worst, 1e-5) << folder << " on " << device.str();
     }
   }

@@ -265,6 +265,12 @@ TEST(Whisper, GenerationConfigPinsTheLanguageOrEnglishOnly) {
   const WhisperTokens pinned = with(
       "\"is_multilingual\": true", "\"is_multilingual\": true, \"forced_decoder_ids\": [[1, 404], [2, 406]]");
   EXPECT_EQ(pinned.forced_language, "fr");
+  EXPECT_EQ(pinned.forced_task, "");
+  const WhisperTokens translating =
+      with("\"is_multilingual\": true",
+           "\"is_multilingual\": true, \"forced_decoder_ids\": [[1, null], [2, 405]]");
+  EXPECT_EQ(translating.forced_language, "");
+  EXPECT_EQ(translating.forced_task, "translate");
   const LogMelFeatures features = LogMelFeatures::load(dir_of("tiny_whisper"));
   const Audio chirp = read_wav(dir_of("audio") + "/chirp.wav");
   WhisperGenerator gen(whisper_of(m), pinned, features, {.device = Device::cpu()});
@@ -272,7 +278,13 @@ TEST(Whisper, GenerationConfigPinsTheLanguageOrEnglishOnly) {
   const Transcript fr = gen.transcribe({&chirp, 1}, {.max_new_tokens = 5})[0];
   EXPECT_EQ(fr.language, "fr");
   EXPECT_EQ(fr.tokens, gen.transcribe({&chirp, 1}, {.language = "fr", .max_new_tokens = 5})[0].tokens);
-  const WhisperTokens english = with("\"is_multilingual\": true", "\"is_multilingual\": false");
+  WhisperGenerator tr(whisper_of(m), translating, features, {.device = Device::cpu()});
+  EXPECT_EQ(
+      tr.transcribe({&chirp, 1}, {.language = "fr", .max_new_tokens = 5})[0].tokens,
+      gen.transcribe({&chirp, 1}, {.language = "fr", .task = "translate", .max_new_tokens = 5})[0].tokens);
+  // As the English-only (.en) checkpoints' files: <|notimestamps|> forced at position 1.
+  const WhisperTokens english =
+      with("\"is_multilingual\": true", "\"is_multilingual\": false, \"forced_decoder_ids\": [[1, 410]]");
   EXPECT_FALSE(english.multilingual());
   WhisperGenerator en(whisper_of(m), english, features, {.device = Device::cpu()});
   const Transcript t = en.transcribe({&chirp, 1}, {.max_new_tokens = 30})[0];
@@ -282,10 +294,11 @@ TEST(Whisper, GenerationConfigPinsTheLanguageOrEnglishOnly) {
   EXPECT_THROW(en.transcribe({&chirp, 1}, {.max_new_tokens = 31}), InputError)
       << "30 fit after 2 prompt tokens";
   try {
-    with("\"is_multilingual\": true", "\"is_multilingual\": true, \"forced_decoder_ids\": [[1, 406]]");
-    ADD_FAILURE() << "a task token pinned as the language";
+    with("\"is_multilingual\": true", "\"is_multilingual\": true, \"forced_decoder_ids\": [[1, 300]]");
+    ADD_FAILURE() << "a text token pinned in the prompt";
   } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("not a language token"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a language, task or <|notimestamps|> token"), std::string::npos)
+        << e.what();
   }
 }
 
