@@ -14,11 +14,16 @@ T5Generator::T5Generator(nn::T5& model, T5GeneratorOptions o) : config_(model.co
   if (o.precision == Precision::kF16)
     throw InputError("[T5Generator] Precision::kF16: T5's activations overflow f16 (use kBf16 or kFp32)");
   const int64_t B = o.batch, S = o.source_len, T = o.max_new_tokens + 1, V = model.config.vocab;
-  encoder_ = compile_forward(
-      model, [&](Tensor ids, Tensor mask) { return model.remember(model.encode(ids, mask), mask); },
-      {.inputs = {{"ids", {B, S}, DType::kI32}, {"mask", {B, S}, DType::kI32}},
-       .device = o.device,
-       .precision = o.precision});
+  encoder_ = compile_forward(model,
+                             [&](Tensor ids, Tensor mask) {
+                               // The states are what this program is for; its output is one position of each
+                               // sequence's states (not the whole [B, S, d], which every call would copy to
+                               // the host for nothing).
+                               return slice(model.remember(model.encode(ids, mask), mask), 1, 0, 1, 1);
+                             },
+                             {.inputs = {{"ids", {B, S}, DType::kI32}, {"mask", {B, S}, DType::kI32}},
+                              .device = o.device,
+                              .precision = o.precision});
   // One token per sequence at position pos[b] (the caches hold the start token and T − 1 more).
   decoder_ = compile_forward(model,
                              [&](Tensor ids, Tensor pos, Tensor params, Tensor key) {

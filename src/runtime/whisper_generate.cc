@@ -31,10 +31,13 @@ WhisperGenerator::WhisperGenerator(nn::Whisper& model, WhisperTokens tokens, Log
     throw InputError("[WhisperGenerator] the pinned language \"" + tokens_.forced_language +
                      "\" is not one of the model's");
   const int64_t B = o.batch, V = c.vocab, L = c.target_positions;
-  encoder_ = compile_forward(model, [&](Tensor f) { return model.remember(model.encode(f)); },
-                             {.inputs = {{"features", {B, c.mels, 2 * c.source_positions}}},
-                              .device = o.device,
-                              .precision = o.precision});
+  // The states are what this program is for; its output is one position of each clip's encoder
+  // states (not the whole [B, S, d], which every window would copy to the host for nothing).
+  encoder_ =
+      compile_forward(model, [&](Tensor f) { return slice(model.remember(model.encode(f)), 1, 0, 1, 1); },
+                      {.inputs = {{"features", {B, c.mels, 2 * c.source_positions}}},
+                       .device = o.device,
+                       .precision = o.precision});
   // One token per sequence: the next one sampled from the logits plus `bias` (0, or the lowest
   // float for a token that must not come next).
   step_ = compile_forward(model,
