@@ -1,5 +1,6 @@
 // generate: text from a Hugging Face model folder (config.json, model.safetensors or its shards,
-// tokenizer.json) — a Llama-family, GPT-2 or Mamba checkpoint (tg::pretrained::load) — streamed
+// tokenizer.json) — a Llama-family, GPT-2 or Mamba checkpoint (tg::pretrained::load) — or from a
+// llama.cpp GGUF file (a Llama, Qwen2 or Qwen3 model with its tokenizer in its metadata), streamed
 // to the terminal as it is sampled, then the speed in tokens/s. With --chat the text is a
 // conversation with an instruction-tuned model, in the prompt format of the folder's chat
 // template (tg::ChatTemplate): one turn with --prompt, or turn after turn read from stdin.
@@ -38,7 +39,8 @@ constexpr const char* kUsage =
     "Continues TEXT with a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
     "tokenizer.json) of an architecture tg::pretrained::load takes (Llama and its relatives: Mistral,\n"
     "Qwen, Phi-3, Gemma, Granite, OLMo, Mixtral, Qwen-MoE, GPT-NeoX, Phi, StableLM, StarCoder 2;\n"
-    "GPT-2; Mamba),\n"
+    "GPT-2; Mamba), or a llama.cpp GGUF file (FOLDER then names the .gguf file: a Llama, Qwen2 or\n"
+    "Qwen3 model in F32, F16, BF16 or ggml's quantized types, read as their values),\n"
     "streaming the tokens. Under --precision bf16 or f16 the model's matrices are held in that\n"
     "type (a third of the memory of f32 weights and their converted copies). --int8 quantizes\n"
     "the weights of the products to 8 bits (a scale per 32 values; the embeddings held as bf16):\n"
@@ -148,7 +150,8 @@ int main(int argc, char** argv) {
     // The tokenizer and the template first: without them there is nothing to generate, however
     // good the weights.
     std::error_code ec;
-    if (!std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json", ec))
+    const bool gguf = std::filesystem::is_regular_file(folder, ec);  // its tokenizer is in its metadata
+    if (!gguf && !std::filesystem::exists(std::filesystem::path(folder) / "tokenizer.json", ec))
       throw std::runtime_error(
           folder + " has no tokenizer.json: generate needs the model's tokenizer beside its weights");
     const tg::Tokenizer tokenizer = tg::Tokenizer::load(folder);

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <type_traits>
 
+#include "io/gguf.h"
 #include "io/pretrained_internal.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
@@ -78,6 +79,7 @@ bool is_position_buffer(const std::string& name) { return name.ends_with("positi
 }  // namespace
 
 Weights read_weights(const std::string& folder) {
+  if (io::is_gguf(folder)) return gguf_weights(folder);
   const fs::path dir(folder);
   Weights w;
   if (has(folder, dir / "model.safetensors")) {
@@ -484,13 +486,15 @@ Model load(const std::string& folder, const LoadOptions& options) {
     fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; it must be positive");
   const fs::path dir(folder);
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
+  const bool gguf = io::is_gguf(folder);
+  if (!gguf && !fs::is_directory(dir, ec)) {
     if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
       fail(folder, "cannot look at the folder: " + ec.message());
-    fail(folder, "not a folder");
+    fail(folder, fs::exists(dir, ec) ? "neither a folder nor a GGUF file" : "no such folder or file");
   }
-  if (!has(folder, dir / "config.json")) fail(folder, "no config.json (a Hugging Face model folder has one)");
-  const json c = read_json(folder, dir / "config.json");
+  if (!gguf && !has(folder, dir / "config.json"))
+    fail(folder, "no config.json (a Hugging Face model folder has one)");
+  const json c = gguf ? gguf_config(folder) : read_json(folder, dir / "config.json");
   if (!c.is_object()) fail(folder, "config.json is not a JSON object");
   const Family& family = family_of(folder, c);
   Model m;

@@ -55,8 +55,18 @@ struct Weights {
   std::map<std::string, std::string> file_of;  // tensor name → file name
   std::string listing;                         // where a name is looked up: model.safetensors or the index
 };
-/// Every tensor of model.safetensors, or of the shards model.safetensors.index.json names.
+/// Every tensor of model.safetensors, or of the shards model.safetensors.index.json names; for a
+/// GGUF file, its tensors as gguf_weights gives them.
 Weights read_weights(const std::string& folder);
+
+/// A GGUF file (pretrained_gguf.cc) as the Hugging Face folder it was converted from: the
+/// config.json its metadata describes, and its tensors by that folder's names and layouts
+/// (dequantized to f32; F16 and BF16 as they are).
+json gguf_config(const std::string& path);
+Weights gguf_weights(const std::string& path);
+/// The files of that folder a GGUF file's metadata holds, by name: tokenizer.json (when it has a
+/// tokenizer) and chat_template.jinja (when it has a chat template).
+std::map<std::string, std::string> gguf_side_files(const std::string& path);
 
 /// How one parameter comes from the file: the file's name and a layout change (none: same
 /// shape, copied).

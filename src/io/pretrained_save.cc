@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "io/atomic_file.h"
+#include "io/gguf.h"
 #include "io/pretrained_internal.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
@@ -389,6 +390,10 @@ void save(const Model& m, std::map<std::string, HostTensor> weights, const std::
   if (!keyed) config["torch_dtype"] = word;
   write_text(folder, dir / "config.json", config.dump(2) + "\n");
   if (m.folder.empty()) return;
+  if (io::is_gguf(m.folder)) {  // the tokenizer and chat template of its metadata
+    for (const auto& [name, text] : gguf_side_files(m.folder)) write_text(folder, dir / name, text);
+    return;
+  }
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                            "generation_config.json", "preprocessor_config.json", "tokenizer.model",
                            "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"}) {

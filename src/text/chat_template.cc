@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.h"
 #include "tensorgrad/errors.h"
 #include "text/jinja.h"
 
@@ -143,9 +144,48 @@ ChatTemplate ChatTemplate::parse(std::string_view source, SpecialTokens tokens) 
   return t;
 }
 
+namespace {
+
+// A GGUF file's template (tokenizer.chat_template) and special tokens (the tokens whose ids
+// tokenizer.ggml.<bos|eos|unknown|padding|seperator|cls|mask>_token_id name).
+ChatTemplate load_gguf(const std::string& path) {
+  io::GgufFile g;
+  try {
+    g = io::read_gguf(path);
+  } catch (const CheckpointError& e) {
+    throw TemplateError(std::string("[ChatTemplate::load] ") + e.what());
+  }
+  const auto it = g.meta.find("tokenizer.chat_template");
+  if (it == g.meta.end() || !it->is_string())
+    fail_load(path, "no chat template: the GGUF file has no tokenizer.chat_template (a base model?)");
+  const json* tokens = g.meta.contains("tokenizer.ggml.tokens") ? &g.meta["tokenizer.ggml.tokens"] : nullptr;
+  const auto token = [&](const char* key) -> std::optional<std::string> {
+    const auto id = g.meta.find(std::string("tokenizer.ggml.") + key + "_token_id");
+    if (tokens == nullptr || id == g.meta.end() || !id->is_number_unsigned() ||
+        id->get<size_t>() >= tokens->size())
+      return std::nullopt;
+    const json& t = (*tokens)[id->get<size_t>()];
+    return t.is_string() ? std::optional(t.get<std::string>()) : std::nullopt;
+  };
+  try {
+    return ChatTemplate::parse(it->get<std::string>(), {.bos_token = token("bos"),
+                                                        .eos_token = token("eos"),
+                                                        .unk_token = token("unknown"),
+                                                        .pad_token = token("padding"),
+                                                        .sep_token = token("seperator"),
+                                                        .cls_token = token("cls"),
+                                                        .mask_token = token("mask")});
+  } catch (const TemplateError& e) {
+    fail_load(path, e.what());
+  }
+}
+
+}  // namespace
+
 ChatTemplate ChatTemplate::load(const std::string& folder) {
   std::error_code ec;
-  if (!fs::is_directory(folder, ec)) fail_load(folder, "not a folder");
+  if (io::is_gguf(folder)) return load_gguf(folder);
+  if (!fs::is_directory(folder, ec)) fail_load(folder, "neither a folder nor a GGUF file");
   const fs::path dir(folder);
   const fs::path config_file = dir / "tokenizer_config.json";
   const bool has_config = fs::is_regular_file(config_file, ec);

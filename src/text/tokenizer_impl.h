@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/gguf.h"
 #include "tensorgrad/tokenizer.h"
 #include "text/bert_normalize.h"
 #include "text/precompiled.h"
@@ -143,5 +144,11 @@ struct Tokenizer::Impl {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
 };
+
+namespace text {
+/// The tokenizer.json that describes the tokenizer of a GGUF file's metadata
+/// (tokenizer_gguf.cc). Throws TokenizerError for one it cannot describe.
+nlohmann::json tokenizer_json_of_gguf(const io::GgufFile& g);
+}  // namespace text
 
 }  // namespace tg

@@ -497,9 +497,7 @@ std::string not_json(const std::string& text, json& root) {
   return "";
 }
 
-void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
-  json root;
-  if (const std::string why = not_json(text, root); !why.empty()) fail(t.file, why);
+void read_tokenizer_root(Tokenizer::Impl& t, const json& root) {
   if (!root.contains("model")) fail(t.file, "no \"model\": not a Hugging Face tokenizer.json");
   try {
     read_model(t, root["model"]);  // first: another model type says the most about the file
@@ -542,6 +540,18 @@ void read_tokenizer_json(Tokenizer::Impl& t, const std::string& text) {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
+  if (io::is_gguf(path)) {
+    auto impl = std::make_shared<Impl>();
+    impl->file = path;
+    json root;
+    try {
+      root = text::tokenizer_json_of_gguf(io::read_gguf(path));
+    } catch (const CheckpointError& e) {  // the GGUF reader's: "<path>: <what>"
+      throw TokenizerError(std::string("[Tokenizer::load] ") + e.what());
+    }
+    read_tokenizer_root(*impl, root);
+    return Tokenizer(std::move(impl));
+  }
   std::error_code ec;
   const bool folder = fs::is_directory(path, ec);
   const std::string file = folder ? (fs::path(path) / "tokenizer.json").string() : path;
@@ -565,7 +575,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
   text << in.rdbuf();
   auto impl = std::make_shared<Impl>();
   impl->file = file;
-  read_tokenizer_json(*impl, text.str());
+  json root;
+  if (const std::string why = not_json(text.str(), root); !why.empty()) fail(file, why);
+  read_tokenizer_root(*impl, root);
   return Tokenizer(std::move(impl));
 }
 

@@ -1,0 +1,249 @@
+// GGUF files (llama.cpp's models) read as the Hugging Face folder they were converted from:
+// their metadata becomes that folder's config.json and their tensors get its names and
+// layouts, so the Llama family's loader maps them as it maps a folder's.
+//
+// llama.cpp's converter (convert_hf_to_gguf.py) renames every tensor (model.layers.N.self_attn.q_proj
+// → blk.N.attn_q, …) and, for the architecture "llama" only, reorders the rows of each head of
+// q_proj and k_proj so that the two halves its rotate-half RoPE pairs (i, i + D/2) become
+// adjacent rows (2i, 2i + 1), the pairing of ggml's own rotation. Reading undoes both. Llama 3.1's
+// RoPE rescaling is stored as the per-pair divisors it produces (the tensor rope_freqs.weight),
+// not as its parameters: it becomes a rope_scaling that divides each pair's frequency by its
+// divisor (transformers' longrope with factor 1, which is exactly that).
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "io/gguf.h"
+#include "io/pretrained_internal.h"
+#include "text/tokenizer_impl.h"
+
+namespace tg::pretrained::detail {
+namespace {
+
+struct Arch {
+  const char* gguf;          // general.architecture
+  const char* architecture;  // the transformers class
+  bool permuted;             // q and k rows reordered for ggml's RoPE pairing
+};
+constexpr Arch kArchs[] = {
+    {"llama", "LlamaForCausalLM", true},
+    {"qwen2", "Qwen2ForCausalLM", false},
+    {"qwen3", "Qwen3ForCausalLM", false},
+};
+
+std::string arch_list() {
+  std::string s;
+  for (const Arch& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.gguf);
+  return s;
+}
+
+// The GGUF reader's errors ("<path>: <what>") as load()'s.
+template <typename F>
+auto reading(F&& f) {
+  try {
+    return f();
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(std::string("[pretrained::load] ") + e.what());
+  }
+}
+
+const Arch& arch_of(const io::GgufFile& g) {
+  const auto it = g.meta.find("general.architecture");
+  if (it == g.meta.end() || !it->is_string())
+    fail(g.path, "no general.architecture (a string) in the metadata");
+  const std::string name = it->get<std::string>();
+  for (const Arch& a : kArchs)
+    if (name == a.gguf) return a;
+  fail(g.path, "general.architecture is \"" + name + "\"; the GGUF architectures read: " + arch_list());
+}
+
+// A metadata value of the model's architecture ("<arch>.<key>"), checked to be a positive
+// integer (a per-layer list, as some files hold for head counts, is refused).
+int64_t size_of(const io::GgufFile& g, const std::string& key, int64_t fallback = -1) {
+  const auto it = g.meta.find(key);
+  if (it == g.meta.end()) {
+    if (fallback >= 0) return fallback;
+    fail(g.path, "the metadata has no " + key);
+  }
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0)
+    fail(g.path, key + " is " + it->dump().substr(0, 80) + ", expected a positive integer");
+  return it->get<int64_t>();
+}
+
+double number_of(const io::GgufFile& g, const std::string& key, double fallback) {
+  const auto it = g.meta.find(key);
+  if (it == g.meta.end()) return fallback;
+  if (!it->is_number()) fail(g.path, key + " is " + it->dump().substr(0, 80) + ", expected a number");
+  return it->get<double>();
+}
+
+const io::GgufTensor* tensor_named(const io::GgufFile& g, const std::string& name) {
+  for (const io::GgufTensor& t : g.tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// The transformers name of a GGUF tensor of the Llama family ("" for rope_freqs, which is
+// configuration); a name it does not know is kept, for map_weights to report.
+std::string hf_name(const std::string& n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  for (const auto& [from, to] : kTop)
+    if (n == from) return to;
+  if (!n.starts_with("blk.")) return n;
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string::npos) return n;
+  const std::string layer = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm.", "input_layernorm."},    {"ffn_norm.", "post_attention_layernorm."},
+      {"attn_q.", "self_attn.q_proj."},      {"attn_k.", "self_attn.k_proj."},
+      {"attn_v.", "self_attn.v_proj."},      {"attn_output.", "self_attn.o_proj."},
+      {"attn_q_norm.", "self_attn.q_norm."}, {"attn_k_norm.", "self_attn.k_norm."},
+      {"ffn_gate.", "mlp.gate_proj."},       {"ffn_up.", "mlp.up_proj."},
+      {"ffn_down.", "mlp.down_proj."}};
+  for (const auto& [from, to] : kLayer)
+    if (rest.starts_with(from)) return "model.layers." + layer + "." + to + rest.substr(std::strlen(from));
+  return n;
+}
+
+// Undoes the converter's row order of q or k (rows [heads · D], any trailing extent): within a
+// head, file row 2i + s holds the model's row s · D/2 + i.
+HostTensor unpermute(const HostTensor& t, int64_t heads, const std::string& path, const std::string& name) {
+  const int64_t rows = t.shape()[0];
+  if (heads <= 0 || rows % (2 * heads) != 0)
+    fail(path, "tensor '" + name + "' has " + std::to_string(rows) + " rows, not " + std::to_string(heads) +
+                   " heads of an even size");
+  const int64_t half = rows / heads / 2;
+  const size_t row_bytes = static_cast<size_t>(t.numel() / rows) * (t.dtype() == DType::kF32 ? 4 : 2);
+  HostTensor out(t.dtype(), t.shape());
+  const auto* src = static_cast<const uint8_t*>(t.data());
+  auto* dst = static_cast<uint8_t*>(out.data());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t s = 0; s < 2; ++s) {
+        const int64_t file_row = h * 2 * half + 2 * i + s, model_row = h * 2 * half + s * half + i;
+        std::memcpy(dst + model_row * row_bytes, src + file_row * row_bytes, row_bytes);
+      }
+  return out;
+}
+
+}  // namespace
+
+json gguf_config(const std::string& path) {
+  const io::GgufFile g = reading([&] { return io::read_gguf(path); });
+  const Arch& a = arch_of(g);
+  const std::string p = std::string(a.gguf) + ".";
+  json c = json::object();
+  c["architectures"] = json::array({a.architecture});
+  c["model_type"] = a.gguf;
+  const io::GgufTensor* embed = tensor_named(g, "token_embd.weight");
+  if (embed == nullptr || embed->shape.size() != 2)
+    fail(path, "no 2-D tensor token_embd.weight (the embedding)");
+  int64_t vocab = embed->shape[0];
+  if (g.meta.contains("tokenizer.ggml.tokens") && g.meta["tokenizer.ggml.tokens"].is_array())
+    vocab = static_cast<int64_t>(g.meta["tokenizer.ggml.tokens"].size());
+  c["vocab_size"] = size_of(g, p + "vocab_size", vocab);
+  c["hidden_size"] = size_of(g, p + "embedding_length");
+  c["intermediate_size"] = size_of(g, p + "feed_forward_length");
+  c["num_hidden_layers"] = size_of(g, p + "block_count");
+  const int64_t heads = size_of(g, p + "attention.head_count");
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = size_of(g, p + "attention.head_count_kv", heads);
+  c["max_position_embeddings"] = size_of(g, p + "context_length");
+  c["rms_norm_eps"] = number_of(g, p + "attention.layer_norm_rms_epsilon", 1e-6);
+  const int64_t head_dim = size_of(g, p + "attention.key_length", c["hidden_size"].get<int64_t>() / heads);
+  if (size_of(g, p + "attention.value_length", head_dim) != head_dim)
+    fail(path, p + "attention.value_length differs from the key length (not implemented)");
+  c["head_dim"] = head_dim;
+  if (size_of(g, p + "rope.dimension_count", head_dim) != head_dim)
+    fail(path, p + "rope.dimension_count " + std::to_string(size_of(g, p + "rope.dimension_count")) +
+                   " rotates part of each head of " + std::to_string(head_dim) + " (not implemented for " +
+                   a.gguf + ")");
+  c["tie_word_embeddings"] = tensor_named(g, "output.weight") == nullptr;
+  if (std::string(a.gguf) == "llama") c["attention_bias"] = tensor_named(g, "blk.0.attn_q.bias") != nullptr;
+  json rope = {{"rope_theta", number_of(g, p + "rope.freq_base", 10000.0)}, {"rope_type", "default"}};
+  const std::string scaling =
+      g.meta.contains(p + "rope.scaling.type") ? g.meta[p + "rope.scaling.type"].get<std::string>() : "none";
+  if (scaling == "linear") {
+    rope["rope_type"] = "linear";
+    rope["factor"] = number_of(g, p + "rope.scaling.factor", 1.0);
+  } else if (scaling == "yarn") {
+    rope["rope_type"] = "yarn";
+    rope["factor"] = number_of(g, p + "rope.scaling.factor", 1.0);
+    rope["original_max_position_embeddings"] = size_of(g, p + "rope.scaling.original_context_length");
+  } else if (scaling != "none") {
+    fail(path, p + "rope.scaling.type is \"" + scaling + "\" (read: none, linear, yarn)");
+  }
+  if (const io::GgufTensor* f = tensor_named(g, "rope_freqs.weight")) {
+    if (rope["rope_type"] != "default")
+      fail(path, "rope_freqs.weight beside " + p + "rope.scaling.type " + scaling);
+    if (f->shape != Shape{head_dim / 2} || f->type != 0)
+      fail(path, "rope_freqs.weight is not an F32 vector of " + std::to_string(head_dim / 2) + " divisors");
+    std::ifstream in(path, std::ios::binary);
+    const HostTensor t = reading([&] { return io::read_gguf_tensor(g, *f, in); });
+    json divisors = json::array();
+    for (float v : t.f32()) {
+      if (!(v > 0))
+        fail(path, "rope_freqs.weight holds " + std::to_string(v) + ", expected positive divisors");
+      divisors.push_back(v);
+    }
+    rope["rope_type"] = "longrope";
+    rope["short_factor"] = divisors;
+    rope["long_factor"] = divisors;
+    rope["factor"] = 1.0;
+    rope["original_max_position_embeddings"] = c["max_position_embeddings"];
+  }
+  c["rope_parameters"] = rope;
+  for (const auto& [key, field] : {std::pair<const char*, const char*>{"bos", "bos_token_id"},
+                                   {"eos", "eos_token_id"},
+                                   {"padding", "pad_token_id"}}) {
+    const std::string k = std::string("tokenizer.ggml.") + key + "_token_id";
+    if (g.meta.contains(k)) c[field] = size_of(g, k, 0);
+  }
+  return c;
+}
+
+Weights gguf_weights(const std::string& path) {
+  const io::GgufFile g = reading([&] { return io::read_gguf(path); });
+  const Arch& a = arch_of(g);
+  const std::string p = std::string(a.gguf) + ".";
+  const int64_t heads = size_of(g, p + "attention.head_count");
+  const int64_t kv_heads = size_of(g, p + "attention.head_count_kv", heads);
+  const std::string file = std::filesystem::path(path).filename().string();
+  Weights w;
+  w.listing = file;
+  std::ifstream in(path, std::ios::binary);
+  for (const io::GgufTensor& t : g.tensors) {
+    if (t.name == "rope_freqs.weight") continue;  // configuration (gguf_config)
+    HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
+    const std::string name = hf_name(t.name);
+    if (a.permuted && name.find(".self_attn.q_proj.") != std::string::npos)
+      v = unpermute(v, heads, path, t.name);
+    if (a.permuted && name.find(".self_attn.k_proj.") != std::string::npos)
+      v = unpermute(v, kv_heads, path, t.name);
+    w.file_of[name] = file + " (" + t.name + ", " + io::ggml_type_name(t.type) + ")";
+    w.tensors[name] = std::move(v);
+  }
+  return w;
+}
+
+std::map<std::string, std::string> gguf_side_files(const std::string& path) {
+  const io::GgufFile g = reading([&] { return io::read_gguf(path); });
+  std::map<std::string, std::string> files;
+  if (g.meta.contains("tokenizer.ggml.model")) {
+    try {
+      files["tokenizer.json"] = text::tokenizer_json_of_gguf(g).dump(2) + "\n";
+    } catch (const TokenizerError& e) {
+      fail(path, std::string("its tokenizer cannot be written as tokenizer.json: ") + e.what());
+    } catch (const json::exception& e) {  // a token that is not UTF-8
+      fail(path, std::string("its tokenizer cannot be written as tokenizer.json: ") + e.what());
+    }
+  }
+  if (g.meta.contains("tokenizer.chat_template") && g.meta["tokenizer.chat_template"].is_string())
+    files["chat_template.jinja"] = g.meta["tokenizer.chat_template"].get<std::string>();
+  return files;
+}
+
+}  // namespace tg::pretrained::detail

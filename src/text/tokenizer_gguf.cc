@@ -1,0 +1,211 @@
+// The tokenizer a GGUF file carries in its metadata (tokenizer.ggml.*), as the tokenizer.json
+// that describes the same tokenizer, which Tokenizer::load then reads as it reads a file:
+//   tokenizer.ggml.model "gpt2": byte-level BPE (tokens, merges); the pre-tokenizer named by
+//     tokenizer.ggml.pre: GPT-2's regex ("default", "gpt-2"), Llama 3's Split ("llama-bpe", with
+//     BPE's ignore_merges as Llama 3's file has it) or Qwen2's (NFC first, "qwen2");
+//   tokenizer.ggml.model "llama": SentencePiece BPE (Llama 2, Mistral, TinyLlama): tokens with
+//     scores, where merging a pair is allowed when the pair spells a token and the pair whose
+//     token scores highest merges first. As merges: every split of a token into two tokens,
+//     ranked by the token's score (highest first; ties by the parts' ids), as transformers'
+//     SentencePiece converters derive them; "▁" for spaces (and before the text unless
+//     tokenizer.ggml.add_space_prefix is false), <0xXX> byte tokens for the rest.
+// Token types (tokenizer.ggml.token_type): 1 normal, 2 unknown, 3 control, 4 user-defined,
+// 5 unused, 6 byte. Control and unknown tokens are special added tokens, user-defined ones
+// added tokens that are not special. BOS (and EOS) are put around encode(…, true)'s ids when
+// tokenizer.ggml.add_bos_token (add_eos_token) says so; without the key, BOS is added for
+// SentencePiece and Llama 3 vocabularies, as llama.cpp does.
+#include <algorithm>
+#include <tuple>
+
+#include "tensorgrad/errors.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
+
+namespace tg::text {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kMeta = "\xe2\x96\x81";  // "▁"
+
+enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw TokenizerError("[Tokenizer::load] " + path + ": " + what);
+}
+
+const json& array_of(const io::GgufFile& g, const std::string& key, size_t n, bool strings) {
+  const auto it = g.meta.find(key);
+  if (it == g.meta.end() || !it->is_array()) fail(g.path, "the metadata has no array " + key);
+  if (n != 0 && it->size() != n)
+    fail(g.path,
+         key + " has " + std::to_string(it->size()) + " entries, tokenizer.ggml.tokens " + std::to_string(n));
+  for (const json& v : *it)
+    if (strings ? !v.is_string() : !v.is_number()) fail(g.path, key + " holds " + v.dump().substr(0, 40));
+  return *it;
+}
+
+std::optional<int64_t> id_of(const io::GgufFile& g, const std::string& key, size_t vocab) {
+  const auto it = g.meta.find(key);
+  if (it == g.meta.end()) return std::nullopt;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<uint64_t>() >= vocab)
+    fail(g.path, key + " is " + it->dump() + ", not an id of the " + std::to_string(vocab) + " tokens");
+  return it->get<int64_t>();
+}
+
+bool flag(const io::GgufFile& g, const std::string& key, bool fallback) {
+  const auto it = g.meta.find(key);
+  if (it == g.meta.end()) return fallback;
+  if (!it->is_boolean()) fail(g.path, key + " is " + it->dump() + ", expected true or false");
+  return it->get<bool>();
+}
+
+// TemplateProcessing that puts `bos` before and `eos` after the sequence (either may be absent).
+json template_of(const std::vector<std::string>& tokens, std::optional<int64_t> bos,
+                 std::optional<int64_t> eos) {
+  json single = json::array(), pair = json::array(), specials = json::object();
+  const auto special = [&](int64_t id, int type) {
+    const std::string& t = tokens[static_cast<size_t>(id)];
+    specials[t] = {{"id", t}, {"ids", {id}}, {"tokens", {t}}};
+    return json{{"SpecialToken", {{"id", t}, {"type_id", type}}}};
+  };
+  for (int s = 0; s < 2; ++s) {
+    json& form = s == 0 ? single : pair;
+    for (int seq = 0; seq <= s; ++seq) {
+      if (bos) form.push_back(special(*bos, seq));
+      form.push_back({{"Sequence", {{"id", seq == 0 ? "A" : "B"}, {"type_id", seq}}}});
+      if (eos) form.push_back(special(*eos, seq));
+    }
+  }
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+}
+
+// SentencePiece BPE's merges: every split of a token (at a character boundary) into two
+// tokens, ranked by the token's score, highest first, then by the parts' ids.
+json merges_from_scores(const std::vector<std::string>& tokens, const std::vector<int>& types,
+                        const json& scores, const std::unordered_map<std::string, int64_t>& ids) {
+  std::vector<std::tuple<double, int64_t, int64_t>> found;  // (−score, left id, right id)
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    if (types[id] != kNormal && types[id] != kUserDefined) continue;
+    const std::string& t = tokens[id];
+    const std::vector<Unit> units = decode_utf8(t);
+    for (size_t u = 1; u < units.size(); ++u) {
+      const size_t cut = units[u].offset;
+      const auto l = ids.find(t.substr(0, cut)), r = ids.find(t.substr(cut));
+      if (l != ids.end() && r != ids.end())
+        found.emplace_back(-scores[id].get<double>(), l->second, r->second);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  json merges = json::array();
+  for (const auto& [score, l, r] : found)
+    merges.push_back({tokens[static_cast<size_t>(l)], tokens[static_cast<size_t>(r)]});
+  return merges;
+}
+
+}  // namespace
+
+json tokenizer_json_of_gguf(const io::GgufFile& g) {
+  const auto model_it = g.meta.find("tokenizer.ggml.model");
+  if (model_it == g.meta.end() || !model_it->is_string())
+    fail(g.path, "the GGUF file holds no tokenizer (tokenizer.ggml.model)");
+  const std::string model = model_it->get<std::string>();
+  if (model != "gpt2" && model != "llama")
+    fail(g.path, "tokenizer.ggml.model \"" + model +
+                     "\" (read: gpt2, the byte-level BPE, and llama, SentencePiece's)");
+  const json& token_list = array_of(g, "tokenizer.ggml.tokens", 0, true);
+  const size_t n = token_list.size();
+  std::vector<std::string> tokens(n);
+  std::vector<int> types(n, kNormal);
+  for (size_t i = 0; i < n; ++i) tokens[i] = token_list[i].get<std::string>();
+  if (g.meta.contains("tokenizer.ggml.token_type")) {
+    const json& t = array_of(g, "tokenizer.ggml.token_type", n, false);
+    for (size_t i = 0; i < n; ++i) types[i] = t[i].get<int>();
+  }
+  const bool spm = model == "llama";
+  const std::string pre =
+      g.meta.contains("tokenizer.ggml.pre") ? g.meta["tokenizer.ggml.pre"].get<std::string>() : "default";
+  if (!spm && pre != "default" && pre != "gpt-2" && pre != "llama-bpe" && pre != "qwen2")
+    fail(g.path, "tokenizer.ggml.pre \"" + pre + "\" (read: default, gpt-2, llama-bpe, qwen2)");
+
+  json vocab = json::object(), added = json::array();
+  std::unordered_map<std::string, int64_t> ids;
+  for (size_t i = 0; i < n; ++i) {
+    if (ids.emplace(tokens[i], static_cast<int64_t>(i)).second) vocab[tokens[i]] = i;
+    if (types[i] == kControl || types[i] == kUnknown || types[i] == kUserDefined)
+      added.push_back({{"id", i},
+                       {"content", tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", types[i] != kUserDefined}});
+  }
+  const auto bos = id_of(g, "tokenizer.ggml.bos_token_id", n),
+             eos = id_of(g, "tokenizer.ggml.eos_token_id", n);
+  const auto unk = id_of(g, "tokenizer.ggml.unknown_token_id", n);
+  const bool add_bos = flag(g, "tokenizer.ggml.add_bos_token", spm || pre == "llama-bpe");
+  const bool add_eos = flag(g, "tokenizer.ggml.add_eos_token", false);
+  json root = json::object();
+  root["version"] = "1.0";
+  root["added_tokens"] = added;
+  root["post_processor"] =
+      add_bos || add_eos ? template_of(tokens, add_bos ? bos : std::nullopt, add_eos ? eos : std::nullopt)
+                         : json();
+  json m = {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"vocab", vocab}};
+  if (spm) {
+    const json& scores = array_of(g, "tokenizer.ggml.scores", n, false);
+    json normalizers = json::array();
+    if (flag(g, "tokenizer.ggml.add_space_prefix", true))
+      normalizers.push_back({{"type", "Prepend"}, {"prepend", kMeta}});
+    normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}});
+    root["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
+    root["pre_tokenizer"] = nullptr;
+    root["decoder"] = {{"type", "Sequence"},
+                       {"decoders",
+                        {{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
+                         {{"type", "ByteFallback"}},
+                         {{"type", "Fuse"}},
+                         {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+    m["merges"] = merges_from_scores(tokens, types, scores, ids);
+    m["unk_token"] = unk ? json(tokens[static_cast<size_t>(*unk)]) : json();
+    m["fuse_unk"] = true;
+    m["byte_fallback"] = true;
+    m["ignore_merges"] = false;
+  } else {
+    json merges = array_of(g, "tokenizer.ggml.merges", 0, true);
+    const json byte_level = {{"type", "ByteLevel"},
+                             {"add_prefix_space", false},
+                             {"trim_offsets", true},
+                             {"use_regex", pre == "default" || pre == "gpt-2"}};
+    if (pre == "llama-bpe" || pre == "qwen2") {
+      const json split = {{"type", "Split"},
+                          {"pattern", {{"Regex", pre == "qwen2" ? kQwen2Regex : kLlama3Regex}}},
+                          {"behavior", "Isolated"},
+                          {"invert", false}};
+      root["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
+    } else {
+      root["pre_tokenizer"] = byte_level;
+    }
+    root["normalizer"] = pre == "qwen2" ? json{{"type", "NFC"}} : json();
+    root["decoder"] = {
+        {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+    m["merges"] = std::move(merges);
+    m["unk_token"] = nullptr;
+    m["fuse_unk"] = false;
+    m["byte_fallback"] = false;
+    m["ignore_merges"] = pre == "llama-bpe";
+  }
+  root["model"] = std::move(m);
+  return root;
+}
+
+}  // namespace tg::text

@@ -1,0 +1,241 @@
+// GGUF files (llama.cpp's format): models, their tokenizers and chat templates, every block type
+// read, and the errors. Fixtures: tests/data/gguf, written from the tests' Hugging Face folders by
+// tests/io/gen_gguf_fixtures.py (a GGUF writer and numpy dequantizers of its own).
+#include "io/gguf.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../text/golden_ids.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+namespace fs = std::filesystem;
+
+const std::string kData = TG_TEST_DATA_DIR;
+const std::string kGguf = kData + "/gguf";
+
+std::vector<float> logits_of(const pretrained::Model& lm, const HostTensor& ids, Device device) {
+  Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
+                              {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = device});
+  lm.upload(p);
+  return p.run({{"ids", ids.i32()}}).f32();
+}
+
+// The largest |a − b| over the largest |b|.
+double max_rel(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, top = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+    top = std::max(top, static_cast<double>(std::abs(b[i])));
+  }
+  return top > 0 ? diff / top : diff;
+}
+
+class GgufDevices : public ::testing::TestWithParam<Device> {};
+
+// Each GGUF, converted as llama.cpp converts (q/k rows reordered for "llama", Llama 3.1's RoPE as
+// rope_freqs.weight, Qwen3's yarn and head size as metadata), gives the logits transformers
+// computed for its folder.
+TEST_P(GgufDevices, ModelsGiveTransformersLogits) {
+  for (const char* name : {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3"}) {
+    const pretrained::Model lm = pretrained::load(kGguf + "/" + name + ".gguf");
+    const pretrained::Model folder = pretrained::load(kData + "/" + name);
+    EXPECT_EQ(lm.architecture, folder.architecture) << name;
+    EXPECT_EQ(lm.context, folder.context) << name;
+    EXPECT_EQ(lm.eos_ids, folder.eos_ids) << name;
+    const auto golden = read_safetensors(kData + "/" + name + "/logits.safetensors");
+    const double d =
+        tg::testing::rel_diff(logits_of(lm, golden.at("ids"), GetParam()), golden.at("logits").f32());
+    EXPECT_LT(d, 1e-4) << name;
+    std::printf("  %s on %s: relative logit difference to transformers %.2e\n", name,
+                GetParam().str().c_str(), d);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, GgufDevices, ::testing::ValuesIn(tg::testing::all_devices()),
+                         [](const auto& info) { return info.param.str(); });
+
+// Every block type read gives the values numpy's dequantizer gives for the same random blocks
+// (to a rounding: ggml's d·s·q − m may be fused into one multiply-add).
+TEST(Gguf, BlockTypesDequantizeAsNumpy) {
+  const io::GgufFile g = io::read_gguf(kGguf + "/blocks.gguf");
+  const auto expected = read_safetensors(kGguf + "/blocks_expected.safetensors");
+  ASSERT_EQ(g.tensors.size(), 10u);
+  std::ifstream in(g.path, std::ios::binary);
+  for (const io::GgufTensor& t : g.tensors) {
+    const HostTensor v = io::read_gguf_tensor(g, t, in);
+    EXPECT_EQ(v.shape(), (Shape{2, 512})) << t.name;
+    EXPECT_LT(max_rel(v.f32(), expected.at(t.name).f32()), 1e-6)
+        << t.name << " (" << io::ggml_type_name(t.type) << ")";
+  }
+}
+
+// A model whose matrices are Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16 and BF16 loads as their values,
+// by transformers' names and layouts; its logits stay near the f32 model's.
+TEST(Gguf, QuantizedModelLoadsItsDequantizedValues) {
+  const pretrained::Model lm = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
+  const auto expected = read_safetensors(kGguf + "/tiny_llama_quant_expected.safetensors");
+  ASSERT_EQ(lm.weights.size(), expected.size());
+  for (const auto& [name, want] : expected) {
+    ASSERT_TRUE(lm.weights.count(name)) << name;
+    EXPECT_LT(max_rel(lm.weights.at(name).to(DType::kF32).f32(), want.f32()), 1e-6) << name;
+  }
+  const auto golden = read_safetensors(kData + "/tiny_llama/logits.safetensors");
+  const double d =
+      tg::testing::rel_diff(logits_of(lm, golden.at("ids"), Device::cpu()), golden.at("logits").f32());
+  EXPECT_LT(d, 0.2);
+  EXPECT_GT(d, 1e-4);  // the quantization did change the model
+  std::printf("  quantized tiny_llama: relative logit difference to the f32 model %.3f\n", d);
+}
+
+// Under LoadOptions{kI8, group 32} a Q8_0 matrix keeps its integers and scales: ggml's quantizer
+// maps each block's largest magnitude to ±127, and quantize_int8 finds the same scale again.
+TEST(Gguf, Q8_0MatricesLoadAsInt8Exactly) {
+  const pretrained::Model f32 = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
+  const pretrained::Model i8 =
+      pretrained::load(kGguf + "/tiny_llama_quant.gguf", {.dtype = DType::kI8, .group = 32});
+  for (const char* name :
+       {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight", "lm_head.weight"}) {
+    const HostTensor& q = i8.weights.at(name);
+    ASSERT_EQ(q.dtype(), DType::kI8) << name;
+    const HostTensor back = dequantize_int8(q, i8.weights.at(std::string(name) + "_scale"));
+    const std::span<const float> a = back.f32(), b = f32.weights.at(name).f32();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << name << " [" << i << "]";
+  }
+}
+
+// Each tokenizer as GGUF metadata encodes the golden texts as `tokenizers` does with the
+// tokenizer.json it came from, and decodes them back the same way.
+TEST(Gguf, TokenizersEncodeAsTheirTokenizerJson) {
+  for (const char* name : {"gpt2", "llama3", "qwen2", "llama2"}) {
+    const Tokenizer tok = Tokenizer::load(kGguf + "/tok_" + name + ".gguf");
+    const Tokenizer json = Tokenizer::load(kData + "/tokenizer/" + name);
+    EXPECT_EQ(tok.vocab_size(), json.vocab_size()) << name;
+    const auto cases = tg_test::read_golden(kData + "/tokenizer/" + name + "/golden.txt");
+    ASSERT_GT(cases.size(), 10u) << name;
+    for (const tg_test::GoldenCase& c : cases) {
+      const std::vector<int32_t> ids = tok.encode(c.text, c.add_special);
+      EXPECT_EQ(ids, c.ids) << name << ": \"" << c.text << "\" add_special " << c.add_special;
+      if (c.decoded) {
+        EXPECT_EQ(tok.decode(ids), *c.decoded) << name << ": \"" << c.text << "\"";
+      }
+    }
+  }
+  // The model file's tokenizer (tiny_llama's stand-in byte-level BPE) and chat template.
+  const std::string model = kGguf + "/tiny_llama.gguf";
+  const Tokenizer tok = Tokenizer::load(model), json = Tokenizer::load(kData + "/tiny_llama");
+  for (const char* text : {"the cat sat, didn't it?", "hello world 42."})
+    EXPECT_EQ(tok.encode(text, true), json.encode(text, true)) << text;
+  const std::vector<ChatMessage> chat = {{"system", "be brief"}, {"user", "what is it"}};
+  EXPECT_EQ(ChatTemplate::load(model).render(chat), ChatTemplate::load(kData + "/tiny_llama").render(chat));
+}
+
+// Saved as a Hugging Face folder, a GGUF model gives transformers' logits again, with a
+// tokenizer.json and the chat template written from its metadata.
+TEST(Gguf, SavesAsAHuggingFaceFolder) {
+  const fs::path dir = fs::temp_directory_path() / ("tg_gguf_save_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const pretrained::Model lm = pretrained::load(kGguf + "/tiny_llama.gguf");
+  pretrained::save(lm, lm.weights, dir.string());
+  const pretrained::Model back = pretrained::load(dir.string());
+  const auto golden = read_safetensors(kData + "/tiny_llama/logits.safetensors");
+  EXPECT_LT(
+      tg::testing::rel_diff(logits_of(back, golden.at("ids"), Device::cpu()), golden.at("logits").f32()),
+      1e-4);
+  EXPECT_EQ(Tokenizer::load(dir.string()).encode("the cat", true),
+            Tokenizer::load(kData + "/tiny_llama").encode("the cat", true));
+  EXPECT_NO_THROW(ChatTemplate::load(dir.string()));
+  fs::remove_all(dir);
+}
+
+// A small GGUF writer for the error cases.
+struct Writer {
+  std::string bytes = "GGUF";
+  template <typename T>
+  Writer& put(T v) {
+    bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
+  }
+  Writer& str(const std::string& s) {
+    put<uint64_t>(s.size());
+    bytes += s;
+    return *this;
+  }
+  // Header, one string key-value, one tensor of `ne` (innermost first) and `type` at offset 0.
+  static std::string file(const std::string& arch, uint32_t type, std::vector<uint64_t> ne,
+                          uint64_t data_bytes, uint32_t version = 3) {
+    Writer w;
+    w.put<uint32_t>(version).put<uint64_t>(1).put<uint64_t>(1);
+    w.str("general.architecture").put<uint32_t>(8).str(arch);
+    w.str("token_embd.weight").put<uint32_t>(static_cast<uint32_t>(ne.size()));
+    for (uint64_t e : ne) w.put<uint64_t>(e);
+    w.put<uint32_t>(type).put<uint64_t>(0);
+    w.bytes.resize((w.bytes.size() + 31) / 32 * 32, '\0');
+    w.bytes.append(data_bytes, '\0');
+    return w.bytes;
+  }
+};
+
+std::string write(const std::string& name, const std::string& bytes) {
+  const std::string path =
+      (fs::temp_directory_path() / ("tg_gguf_" + std::to_string(getpid()) + "_" + name)).string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(Gguf, Errors) {
+  const auto load_error = [](const std::string& path) {
+    const std::string e = error_of<CheckpointError>([&] { pretrained::load(path); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_EQ(e.find("[pretrained::load] [pretrained::load]"), std::string::npos) << e;
+    fs::remove(path);
+    return e;
+  };
+  // Truncated anywhere: in the metadata, in the tensor infos, in the data.
+  const std::string whole = tg_test::read_file(kGguf + "/tiny_llama.gguf");
+  EXPECT_HAS(load_error(write("cut", whole.substr(0, 3))), "neither a folder nor a GGUF file");
+  EXPECT_HAS(load_error(write("cut", whole.substr(0, 30))),
+             "the tensor count 21 is more than the file can hold");
+  for (size_t cut : {size_t{2000}, whole.size() - 100})
+    EXPECT_HAS(load_error(write("cut", whole.substr(0, cut))), "truncated");
+  EXPECT_HAS(load_error(write("v1", Writer::file("llama", 0, {32, 64}, 8192, 1))), "GGUF version 1");
+  EXPECT_HAS(load_error(write("arch", Writer::file("gpt2", 0, {32, 64}, 8192))),
+             "general.architecture is \"gpt2\"; the GGUF architectures read: llama, qwen2, qwen3");
+  EXPECT_HAS(load_error(write("iq", Writer::file("llama", 16, {256, 4}, 1024))),
+             "is IQ2_XXS, which is not read");
+  EXPECT_HAS(load_error(write("blocks", Writer::file("llama", 12, {32, 4}, 1024))),
+             "Q4_K with rows of 32 values, not whole blocks of 256");
+  EXPECT_HAS(load_error(write("sizes", Writer::file("llama", 0, {32, 64}, 8192))),
+             "no llama.embedding_length");
+  // A model file without a tokenizer or a chat template.
+  const std::string blocks = kGguf + "/blocks.gguf";
+  EXPECT_HAS(error_of<TokenizerError>([&] { Tokenizer::load(blocks); }), "holds no tokenizer");
+  EXPECT_HAS(error_of<TemplateError>([&] { ChatTemplate::load(kGguf + "/tok_gpt2.gguf"); }),
+             "no tokenizer.chat_template");
+}
+
+}  // namespace
