@@ -91,8 +91,9 @@ struct SpecialTokens {
 
 class ChatTemplate {
  public:
-  /// Reads a model folder's template and special tokens (see above). Throws TemplateError when
-  /// the folder has no template, or it does not parse.
+  /// Reads a model folder's template and special tokens (see above), or a llama.cpp GGUF
+  /// file's (tokenizer.chat_template, and the tokens its tokenizer.ggml.*_token_id keys name).
+  /// Throws TemplateError when there is no template, or it does not parse.
   static ChatTemplate load(const std::string& folder);
   /// A template from its source text; `tokens` gives bos_token etc. Throws TemplateError
   /// (line and column) when it does not parse.

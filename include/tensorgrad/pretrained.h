@@ -47,6 +47,12 @@
 //                                     when the file has one, LayerNorm.gamma/beta read as
 //                                     weight/bias, RoBERTa's lm_head mapped onto
 //                                     cls.predictions; see tensorgrad/bert.h)
+// A llama.cpp GGUF file loads too (load("model.gguf")): general.architecture llama, qwen2 or
+// qwen3 as LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM, its metadata read as the
+// config.json it was converted from and its tensors renamed back (blk.N.attn_q → model.layers.N.
+// self_attn.q_proj, …; the architecture llama's q and k rows returned to transformers' order),
+// each F32, F16, BF16 or one of ggml's block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
+// Q4_K, Q5_K and Q6_K, dequantized to its values (then held as LoadOptions::dtype says).
 // Weights may be F32, BF16 or F16; they are converted to f32 exactly (or held as bf16 or f16:
 // LoadOptions::dtype). Everything is checked
 // before a model is returned: a folder without config.json (or one that cannot be read),
@@ -148,8 +154,8 @@ struct LoadOptions {
   int64_t group = 32;
 };
 
-/// Reads `folder` (config.json and its safetensors weights) into a Model. Throws
-/// tg::CheckpointError on anything it cannot map exactly (see the file comment).
+/// Reads `folder` (config.json and its safetensors weights), or a GGUF file, into a Model.
+/// Throws tg::CheckpointError on anything it cannot map exactly (see the file comment).
 Model load(const std::string& folder, const LoadOptions& options = {});
 
 /// The architecture names load() takes.
@@ -171,7 +177,8 @@ struct SaveOptions {
 /// [in, out], Phi-3's fused qkv_proj and gate_up_proj, GPT-NeoX's query_key_value fused per
 /// head, Mamba's conv1d [D, 1, K]; a tied head
 /// is not written, as save_pretrained leaves it out), and the tokenizer and generation files
-/// of m.folder when it has them (tokenizer.json, tokenizer_config.json,
+/// of m.folder when it has them (a GGUF file's: tokenizer.json and chat_template.jinja written
+/// from its metadata) (tokenizer.json, tokenizer_config.json,
 /// special_tokens_map.json, generation_config.json, preprocessor_config.json, tokenizer.model, vocab.json,
 /// merges.txt, added_tokens.json, chat_template.jinja). A model with LoRA adapters (nn::add_lora) is written
 /// merged: adapter entries in `weights` are folded in by nn::merge_lora first (all of them, or an error);

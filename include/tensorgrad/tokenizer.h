@@ -108,7 +108,11 @@ struct EncodedBatch {
 
 class Tokenizer {
  public:
-  /// Reads `path`: a tokenizer.json file, or a folder holding one. Throws TokenizerError.
+  /// Reads `path`: a tokenizer.json file, or a folder holding one; or a llama.cpp GGUF file,
+  /// whose tokenizer.ggml.* metadata describes a byte-level BPE ("gpt2", with the pre-tokenizer
+  /// of GPT-2, Llama 3 or Qwen2) or a SentencePiece BPE ("llama": pieces with scores, the
+  /// higher-scoring merge first) and is read as the tokenizer.json it was converted from.
+  /// Throws TokenizerError.
   static Tokenizer load(const std::string& path);
 
   /// The ids of `text`; with `add_special`, wrapped as the file's post-processor says. Throws
