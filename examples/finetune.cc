@@ -11,7 +11,8 @@
 // the merged model's held-out loss against the adapted one's and continues a held-out prompt
 // greedily with it; with --save-model it also writes the merged model as a Hugging Face folder
 // of the source's architecture (tg::pretrained::save: transformers, and this library, load it)
-// and reads it back.
+// and reads it back. --model may also name a llama.cpp GGUF file (its tokenizer in its metadata;
+// --save-model then writes a Hugging Face folder with the tokenizer.json that describes it).
 //
 //   ./finetune --model <folder> --text <file.txt> [--targets q_proj,v_proj] [--rank 8]
 //              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
@@ -123,7 +124,8 @@ Options parse(const Args& args) {
                    "save-dtype", "int8"});
   if (!args.has("model") || !args.has("text"))
     throw std::runtime_error(
-        "usage: finetune --model <Hugging Face folder> --text <file.txt> [--targets q_proj,v_proj] [--rank "
+        "usage: finetune --model <Hugging Face folder or GGUF file> --text <file.txt> [--targets "
+        "q_proj,v_proj] [--rank "
         "8] "
         "[--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0] [--batch 4] [--seq-len 128] "
         "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision "
@@ -496,8 +498,10 @@ struct Inputs {
 // Loads the folder and the text; fills in the defaults that depend on the model (--seq-len,
 // --targets) and checks everything before anything is compiled.
 Inputs load_inputs(Options& o) {
-  if (!fs::is_directory(o.folder)) throw std::runtime_error("--model " + o.folder + ": no such folder");
-  if (!fs::exists(fs::path(o.folder) / "tokenizer.json"))
+  const bool gguf = fs::is_regular_file(o.folder);  // a GGUF file: its tokenizer is in its metadata
+  if (!gguf && !fs::is_directory(o.folder))
+    throw std::runtime_error("--model " + o.folder + ": no such folder or GGUF file");
+  if (!gguf && !fs::exists(fs::path(o.folder) / "tokenizer.json"))
     throw std::runtime_error(
         o.folder + " has no tokenizer.json: finetune needs the model's tokenizer beside its weights");
   const std::string text = read_text(o.text);
