@@ -1,6 +1,7 @@
 // The GGUF reader (see gguf.h for the layout).
 #include "io/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -110,7 +111,6 @@ json value(Reader& r, uint32_t type, const std::string& key, const std::string& 
         fail(path, "key '" + key + "': an array of the unknown value type " + std::to_string(item));
       const uint64_t n = r.count("an array's length", min_bytes_of(item));
       json a = json::array();
-      a.get_ref<json::array_t&>().reserve(n);
       for (uint64_t i = 0; i < n; ++i) a.push_back(value(r, item, key, path, depth + 1));
       return a;
     }
@@ -158,6 +158,8 @@ GgufFile read_gguf(const std::string& path) {
   r.bytes(magic, 4, "the magic");
   if (std::memcmp(magic, "GGUF", 4) != 0) fail(path, "not a GGUF file (it does not start with \"GGUF\")");
   g.version = r.scalar<uint32_t>("the version");
+  if (g.version > 0xFFFF && (g.version & 0xFFFF) == 0)
+    fail(path, "a big-endian GGUF file (its version reads byte-swapped); only little-endian files are read");
   if (g.version != 2 && g.version != 3)
     fail(path, "GGUF version " + std::to_string(g.version) + " (versions 2 and 3 are read)");
   const uint64_t n_tensors = r.count("the tensor count", 24);
@@ -217,6 +219,13 @@ GgufFile read_gguf(const std::string& path) {
                      std::to_string(t.offset) + ") runs past the end of the file");
     t.offset += data;
   }
+  // Tensors do not overlap (as ggml writes them): no file holds more values than its bytes.
+  std::vector<const GgufTensor*> by_offset;
+  for (const GgufTensor& t : g.tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i - 1]->offset + by_offset[i - 1]->bytes > by_offset[i]->offset)
+      fail(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
   return g;
 }
 

@@ -57,6 +57,16 @@ const Arch& arch_of(const io::GgufFile& g) {
   fail(g.path, "general.architecture is \"" + name + "\"; the GGUF architectures read: " + arch_list());
 }
 
+// A metadata value for a message: its JSON, cut short; bytes that are not UTF-8 replaced.
+std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 80); }
+
+std::string string_of(const io::GgufFile& g, const std::string& key, const std::string& fallback) {
+  const auto it = g.meta.find(key);
+  if (it == g.meta.end()) return fallback;
+  if (!it->is_string()) fail(g.path, key + " is " + shown(*it) + ", expected a string");
+  return it->get<std::string>();
+}
+
 // A metadata value of the model's architecture ("<arch>.<key>"), checked to be a positive
 // integer (a per-layer list, as some files hold for head counts, is refused).
 int64_t size_of(const io::GgufFile& g, const std::string& key, int64_t fallback = -1) {
@@ -66,14 +76,14 @@ int64_t size_of(const io::GgufFile& g, const std::string& key, int64_t fallback 
     fail(g.path, "the metadata has no " + key);
   }
   if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-    fail(g.path, key + " is " + it->dump().substr(0, 80) + ", expected a positive integer");
+    fail(g.path, key + " is " + shown(*it) + ", expected a positive integer");
   return it->get<int64_t>();
 }
 
 double number_of(const io::GgufFile& g, const std::string& key, double fallback) {
   const auto it = g.meta.find(key);
   if (it == g.meta.end()) return fallback;
-  if (!it->is_number()) fail(g.path, key + " is " + it->dump().substr(0, 80) + ", expected a number");
+  if (!it->is_number()) fail(g.path, key + " is " + shown(*it) + ", expected a number");
   return it->get<double>();
 }
 
@@ -141,10 +151,7 @@ json gguf_config(const std::string& path) {
   const io::GgufTensor* embed = tensor_named(g, "token_embd.weight");
   if (embed == nullptr || embed->shape.size() != 2)
     fail(path, "no 2-D tensor token_embd.weight (the embedding)");
-  int64_t vocab = embed->shape[0];
-  if (g.meta.contains("tokenizer.ggml.tokens") && g.meta["tokenizer.ggml.tokens"].is_array())
-    vocab = static_cast<int64_t>(g.meta["tokenizer.ggml.tokens"].size());
-  c["vocab_size"] = size_of(g, p + "vocab_size", vocab);
+  c["vocab_size"] = size_of(g, p + "vocab_size", embed->shape[0]);  // the embedding's rows without the key
   c["hidden_size"] = size_of(g, p + "embedding_length");
   c["intermediate_size"] = size_of(g, p + "feed_forward_length");
   c["num_hidden_layers"] = size_of(g, p + "block_count");
@@ -164,8 +171,7 @@ json gguf_config(const std::string& path) {
   c["tie_word_embeddings"] = tensor_named(g, "output.weight") == nullptr;
   if (std::string(a.gguf) == "llama") c["attention_bias"] = tensor_named(g, "blk.0.attn_q.bias") != nullptr;
   json rope = {{"rope_theta", number_of(g, p + "rope.freq_base", 10000.0)}, {"rope_type", "default"}};
-  const std::string scaling =
-      g.meta.contains(p + "rope.scaling.type") ? g.meta[p + "rope.scaling.type"].get<std::string>() : "none";
+  const std::string scaling = string_of(g, p + "rope.scaling.type", "none");
   if (scaling == "linear") {
     rope["rope_type"] = "linear";
     rope["factor"] = number_of(g, p + "rope.scaling.factor", 1.0);
@@ -200,7 +206,11 @@ json gguf_config(const std::string& path) {
                                    {"eos", "eos_token_id"},
                                    {"padding", "pad_token_id"}}) {
     const std::string k = std::string("tokenizer.ggml.") + key + "_token_id";
-    if (g.meta.contains(k)) c[field] = size_of(g, k, 0);
+    const auto it = g.meta.find(k);
+    if (it == g.meta.end()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= c["vocab_size"].get<int64_t>())
+      fail(path, k + " is " + shown(*it) + ", not an id of the " + c["vocab_size"].dump() + " tokens");
+    c[field] = it->get<int64_t>();
   }
   return c;
 }

@@ -1,8 +1,9 @@
 // The tokenizer a GGUF file carries in its metadata (tokenizer.ggml.*), as the tokenizer.json
 // that describes the same tokenizer, which Tokenizer::load then reads as it reads a file:
 //   tokenizer.ggml.model "gpt2": byte-level BPE (tokens, merges); the pre-tokenizer named by
-//     tokenizer.ggml.pre: GPT-2's regex ("default", "gpt-2"), Llama 3's Split ("llama-bpe", with
-//     BPE's ignore_merges as Llama 3's file has it) or Qwen2's (NFC first, "qwen2");
+//     tokenizer.ggml.pre: GPT-2's regex ("gpt-2"), Llama 3's Split ("llama-bpe", "llama3",
+//     "llama-v3", with BPE's ignore_merges as Llama 3's file has it) or Qwen2's (NFC first,
+//     "qwen2", "deepseek-r1-qwen"); llama.cpp's default (no key), another split, is not read;
 //   tokenizer.ggml.model "llama": SentencePiece BPE (Llama 2, Mistral, TinyLlama): tokens with
 //     scores, where merging a pair is allowed when the pair spells a token and the pair whose
 //     token scores highest merges first. As merges: every split of a token into two tokens,
@@ -15,6 +16,7 @@
 // tokenizer.ggml.add_bos_token (add_eos_token) says so; without the key, BOS is added for
 // SentencePiece and Llama 3 vocabularies, as llama.cpp does.
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "tensorgrad/errors.h"
@@ -45,7 +47,7 @@ const json& array_of(const io::GgufFile& g, const std::string& key, size_t n, bo
     fail(g.path,
          key + " has " + std::to_string(it->size()) + " entries, tokenizer.ggml.tokens " + std::to_string(n));
   for (const json& v : *it)
-    if (strings ? !v.is_string() : !v.is_number()) fail(g.path, key + " holds " + v.dump().substr(0, 40));
+    if (strings ? !v.is_string() : !v.is_number()) fail(g.path, key + " holds " + v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40));
   return *it;
 }
 
@@ -53,7 +55,7 @@ std::optional<int64_t> id_of(const io::GgufFile& g, const std::string& key, size
   const auto it = g.meta.find(key);
   if (it == g.meta.end()) return std::nullopt;
   if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<uint64_t>() >= vocab)
-    fail(g.path, key + " is " + it->dump() + ", not an id of the " + std::to_string(vocab) + " tokens");
+    fail(g.path, key + " is " + it->dump(-1, ' ', false, json::error_handler_t::replace) + ", not an id of the " + std::to_string(vocab) + " tokens");
   return it->get<int64_t>();
 }
 
@@ -124,13 +126,22 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
   for (size_t i = 0; i < n; ++i) tokens[i] = token_list[i].get<std::string>();
   if (g.meta.contains("tokenizer.ggml.token_type")) {
     const json& t = array_of(g, "tokenizer.ggml.token_type", n, false);
-    for (size_t i = 0; i < n; ++i) types[i] = t[i].get<int>();
+    for (size_t i = 0; i < n; ++i) {
+      if (!t[i].is_number_integer() || t[i].get<int64_t>() < kNormal || t[i].get<int64_t>() > kByte)
+        fail(g.path, "tokenizer.ggml.token_type holds " + t[i].dump() + " (types 1 to 6)");
+      types[i] = t[i].get<int>();
+    }
   }
   const bool spm = model == "llama";
-  const std::string pre =
-      g.meta.contains("tokenizer.ggml.pre") ? g.meta["tokenizer.ggml.pre"].get<std::string>() : "default";
-  if (!spm && pre != "default" && pre != "gpt-2" && pre != "llama-bpe" && pre != "qwen2")
-    fail(g.path, "tokenizer.ggml.pre \"" + pre + "\" (read: default, gpt-2, llama-bpe, qwen2)");
+  const auto pre_it = g.meta.find("tokenizer.ggml.pre");
+  if (pre_it != g.meta.end() && !pre_it->is_string()) fail(g.path, "tokenizer.ggml.pre is not a string");
+  std::string pre = pre_it != g.meta.end() ? pre_it->get<std::string>() : "default";
+  // llama.cpp's other names of the same pre-tokenizers.
+  if (pre == "llama3" || pre == "llama-v3") pre = "llama-bpe";
+  if (pre == "deepseek-r1-qwen") pre = "qwen2";
+  if (!spm && pre != "gpt-2" && pre != "llama-bpe" && pre != "qwen2")
+    fail(g.path, "tokenizer.ggml.pre \"" + pre + "\" (read: gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen" +
+                     (pre == "default" ? "; a file without the key has llama.cpp's default split, not GPT-2's" : "") + ")");
 
   json vocab = json::object(), added = json::array();
   std::unordered_map<std::string, int64_t> ids;
@@ -163,6 +174,8 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
             {"vocab", vocab}};
   if (spm) {
     const json& scores = array_of(g, "tokenizer.ggml.scores", n, false);
+    for (const json& v : scores)
+      if (!std::isfinite(v.get<double>())) fail(g.path, "tokenizer.ggml.scores holds a score that is not finite");
     json normalizers = json::array();
     if (flag(g, "tokenizer.ggml.add_space_prefix", true))
       normalizers.push_back({{"type", "Prepend"}, {"prepend", kMeta}});
@@ -185,7 +198,7 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
     const json byte_level = {{"type", "ByteLevel"},
                              {"add_prefix_space", false},
                              {"trim_offsets", true},
-                             {"use_regex", pre == "default" || pre == "gpt-2"}};
+                             {"use_regex", pre == "gpt-2"}};
     if (pre == "llama-bpe" || pre == "qwen2") {
       const json split = {{"type", "Split"},
                           {"pattern", {{"Regex", pre == "qwen2" ? kQwen2Regex : kLlama3Regex}}},

@@ -18,8 +18,9 @@ tokenizer.ggml.* arrays. Written into tests/data/gguf/:
   blocks.gguf           one tensor per quantized type read (2 × 512 values of random blocks with
                         sane f16 scales), and blocks_expected.safetensors their values (numpy)
   tok_<name>.gguf       tests/data/tokenizer/<name>/tokenizer.json as GGUF tokenizer metadata (no
-                        tensors): gpt2, llama3, qwen2 (type gpt2, pre default / llama-bpe / qwen2),
-                        llama2 (type llama: tokens with scores, the merge order as scores)
+                        tensors): gpt2, llama3, qwen2 (type gpt2, pre gpt-2 / llama-bpe / qwen2),
+                        llama2 (type llama: tokens with scores, the merge order as scores), and
+                        gpt2_no_pre (gpt2's without tokenizer.ggml.pre: llama.cpp's default, refused)
 
 Usage: /usr/bin/python3 tests/io/gen_gguf_fixtures.py   (needs python3-numpy)
 """
@@ -116,7 +117,8 @@ def quantize(ttype, w):
         if ttype == Q8_0:
             amax = np.abs(b).max()
             d = amax / 127
-            q = np.round(b * (1 / d if d else 0)).astype(np.int8)
+            v = b * (1 / d if d else 0)
+            q = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int8)  # roundf: halves away from zero
             blocks.append(f16_bits(d).tobytes() + q.tobytes())
         elif ttype in (Q4_0, Q5_0):  # d from the value of largest magnitude, sign kept
             top = 8 if ttype == Q4_0 else 16
@@ -343,7 +345,7 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
         f = rope_freqs(c, head_dim)
         tensors.append(("rope_freqs.weight", F32, [len(f)], f.tobytes()))
     if tokenizer:
-        kvs += tokenizer_kvs(tokenizer)
+        kvs += tokenizer_kvs(*tokenizer)
     if chat:
         kvs.append(("tokenizer.chat_template", STRING, open(chat).read()))
     write_gguf(os.path.join(OUT, name + ("_quant" if types else "") + ".gguf"), kvs, tensors)
@@ -362,7 +364,7 @@ def tokenizer_kvs(path, pre=None):
         special[a["id"]] = a["special"]
     n = max(ids.values()) + 1
     tokens = ["[PAD%d]" % i for i in range(n)]
-    types = [4] * n  # ids nothing names: user-defined padding, as the converter writes them
+    types = [5] * n  # ids nothing names: unused [PADi] tokens, as the converter writes them
     for tok, i in ids.items():
         tokens[i] = tok
         types[i] = 1
@@ -388,7 +390,8 @@ def tokenizer_kvs(path, pre=None):
         kvs.append(("tokenizer.ggml.bos_token_id", U32, ids["<s>"]))
         kvs.append(("tokenizer.ggml.eos_token_id", U32, ids["</s>"]))
     else:
-        kvs.append(("tokenizer.ggml.pre", STRING, pre or "default"))
+        if pre:  # no key: llama.cpp's default pre-tokenizer
+            kvs.append(("tokenizer.ggml.pre", STRING, pre))
         kvs.append(("tokenizer.ggml.merges", ARRAY, (STRING, merges)))
         post = t.get("post_processor") or {}
         bos = [p["SpecialToken"]["id"] for p in post.get("single", []) if "SpecialToken" in p]
@@ -401,7 +404,7 @@ def tokenizer_kvs(path, pre=None):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    convert_model("tiny_llama", "llama", tokenizer=os.path.join(ROOT, "tiny_llama", "tokenizer.json"),
+    convert_model("tiny_llama", "llama", tokenizer=(os.path.join(ROOT, "tiny_llama", "tokenizer.json"), "gpt-2"),
                   chat=os.path.join(ROOT, "tiny_llama", "chat_template.jinja"))
     convert_model("tiny_llama3", "llama")
     convert_model("tiny_qwen2", "qwen2")
@@ -420,10 +423,11 @@ def main():
         values[name] = dequantize(ttype, raw).reshape(2, 512)
     write_gguf(os.path.join(OUT, "blocks.gguf"), [("general.architecture", STRING, "none")], tensors)
     write_safetensors(os.path.join(OUT, "blocks_expected.safetensors"), values)
-    for name, pre in (("gpt2", "gpt-2"), ("llama3", "llama-bpe"), ("qwen2", "qwen2"), ("llama2", None)):
+    for name, pre, out in (("gpt2", "gpt-2", "gpt2"), ("llama3", "llama-bpe", "llama3"), ("qwen2", "qwen2", "qwen2"),
+                           ("llama2", None, "llama2"), ("gpt2", None, "gpt2_no_pre")):
         kvs = [("general.architecture", STRING, "none")]
         kvs += tokenizer_kvs(os.path.join(ROOT, "tokenizer", name, "tokenizer.json"), pre)
-        write_gguf(os.path.join(OUT, "tok_%s.gguf" % name), kvs, [])
+        write_gguf(os.path.join(OUT, "tok_%s.gguf" % out), kvs, [])
 
 
 if __name__ == "__main__":

@@ -148,6 +148,15 @@ TEST(Gguf, TokenizersEncodeAsTheirTokenizerJson) {
 TEST(Gguf, SavesAsAHuggingFaceFolder) {
   const fs::path dir = fs::temp_directory_path() / ("tg_gguf_save_" + std::to_string(getpid()));
   fs::remove_all(dir);
+  for (const char* name : {"tiny_llama3", "tiny_qwen3"}) {  // Llama 3.1's divisors, Qwen3's yarn
+    const pretrained::Model m = pretrained::load(kGguf + "/" + name + ".gguf");
+    pretrained::save(m, m.weights, dir.string());
+    const auto want = read_safetensors(kData + "/" + name + "/logits.safetensors");
+    const pretrained::Model saved = pretrained::load(dir.string());
+    EXPECT_LT(tg::testing::rel_diff(logits_of(saved, want.at("ids"), Device::cpu()), want.at("logits").f32()),
+              1e-4)
+        << name;
+  }
   const pretrained::Model lm = pretrained::load(kGguf + "/tiny_llama.gguf");
   pretrained::save(lm, lm.weights, dir.string());
   const pretrained::Model back = pretrained::load(dir.string());
@@ -174,15 +183,18 @@ struct Writer {
     bytes += s;
     return *this;
   }
-  // Header, one string key-value, one tensor of `ne` (innermost first) and `type` at offset 0.
+  // Header, one string key-value, `tensors` tensors of `ne` (innermost first) and `type`, all at
+  // offset 0 (token_embd.weight, then copies).
   static std::string file(const std::string& arch, uint32_t type, std::vector<uint64_t> ne,
-                          uint64_t data_bytes, uint32_t version = 3) {
+                          uint64_t data_bytes, uint32_t version = 3, int tensors = 1) {
     Writer w;
-    w.put<uint32_t>(version).put<uint64_t>(1).put<uint64_t>(1);
+    w.put<uint32_t>(version).put<uint64_t>(static_cast<uint64_t>(tensors)).put<uint64_t>(1);
     w.str("general.architecture").put<uint32_t>(8).str(arch);
-    w.str("token_embd.weight").put<uint32_t>(static_cast<uint32_t>(ne.size()));
-    for (uint64_t e : ne) w.put<uint64_t>(e);
-    w.put<uint32_t>(type).put<uint64_t>(0);
+    for (int i = 0; i < tensors; ++i) {
+      w.str(i == 0 ? "token_embd.weight" : "copy").put<uint32_t>(static_cast<uint32_t>(ne.size()));
+      for (uint64_t e : ne) w.put<uint64_t>(e);
+      w.put<uint32_t>(type).put<uint64_t>(0);
+    }
     w.bytes.resize((w.bytes.size() + 31) / 32 * 32, '\0');
     w.bytes.append(data_bytes, '\0');
     return w.bytes;
@@ -236,6 +248,13 @@ TEST(Gguf, Errors) {
   EXPECT_HAS(error_of<TokenizerError>([&] { Tokenizer::load(blocks); }), "holds no tokenizer");
   EXPECT_HAS(error_of<TemplateError>([&] { ChatTemplate::load(kGguf + "/tok_gpt2.gguf"); }),
              "no tokenizer.chat_template");
+  EXPECT_HAS(
+      error_of<TokenizerError>([&] { Tokenizer::load(kGguf + "/tok_gpt2_no_pre.gguf"); }),
+      "tokenizer.ggml.pre \"default\" (read: gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen; a file "
+      "without the key has llama.cpp's default split, not GPT-2's)");
+  // Two tensors over the same bytes.
+  EXPECT_HAS(load_error(write("overlap", Writer::file("llama", 0, {32, 64}, 8192, 3, 2))),
+             "tensors 'token_embd.weight' and 'copy' overlap");
 }
 
 }  // namespace
