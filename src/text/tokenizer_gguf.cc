@@ -40,14 +40,16 @@ enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnu
   throw TokenizerError("[Tokenizer::load] " + path + ": " + what);
 }
 
-const json& array_of(const io::GgufFile& g, const std::string& key, size_t n, bool strings) {
+const json& array_of(const io::GgufFile& g, const char* key, size_t n, bool strings) {
   const auto it = g.meta.find(key);
-  if (it == g.meta.end() || !it->is_array()) fail(g.path, "the metadata has no array " + key);
+  if (it == g.meta.end() || !it->is_array()) fail(g.path, "the metadata has no array " + std::string(key));
   if (n != 0 && it->size() != n)
-    fail(g.path,
-         key + " has " + std::to_string(it->size()) + " entries, tokenizer.ggml.tokens " + std::to_string(n));
+    fail(g.path, std::string(key) + " has " + std::to_string(it->size()) +
+                     " entries, tokenizer.ggml.tokens " + std::to_string(n));
   for (const json& v : *it)
-    if (strings ? !v.is_string() : !v.is_number()) fail(g.path, key + " holds " + v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40));
+    if (strings ? !v.is_string() : !v.is_number())
+      fail(g.path, std::string(key) + " holds " +
+                       v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40));
   return *it;
 }
 
@@ -55,7 +57,8 @@ std::optional<int64_t> id_of(const io::GgufFile& g, const std::string& key, size
   const auto it = g.meta.find(key);
   if (it == g.meta.end()) return std::nullopt;
   if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<uint64_t>() >= vocab)
-    fail(g.path, key + " is " + it->dump(-1, ' ', false, json::error_handler_t::replace) + ", not an id of the " + std::to_string(vocab) + " tokens");
+    fail(g.path, key + " is " + it->dump(-1, ' ', false, json::error_handler_t::replace) +
+                     ", not an id of the " + std::to_string(vocab) + " tokens");
   return it->get<int64_t>();
 }
 
@@ -140,8 +143,10 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
   if (pre == "llama3" || pre == "llama-v3") pre = "llama-bpe";
   if (pre == "deepseek-r1-qwen") pre = "qwen2";
   if (!spm && pre != "gpt-2" && pre != "llama-bpe" && pre != "qwen2")
-    fail(g.path, "tokenizer.ggml.pre \"" + pre + "\" (read: gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen" +
-                     (pre == "default" ? "; a file without the key has llama.cpp's default split, not GPT-2's" : "") + ")");
+    fail(g.path,
+         "tokenizer.ggml.pre \"" + pre + "\" (read: gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen" +
+             (pre == "default" ? "; a file without the key has llama.cpp's default split, not GPT-2's" : "") +
+             ")");
 
   json vocab = json::object(), added = json::array();
   std::unordered_map<std::string, int64_t> ids;
@@ -175,7 +180,8 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
   if (spm) {
     const json& scores = array_of(g, "tokenizer.ggml.scores", n, false);
     for (const json& v : scores)
-      if (!std::isfinite(v.get<double>())) fail(g.path, "tokenizer.ggml.scores holds a score that is not finite");
+      if (!std::isfinite(v.get<double>()))
+        fail(g.path, "tokenizer.ggml.scores holds a score that is not finite");
     json normalizers = json::array();
     if (flag(g, "tokenizer.ggml.add_space_prefix", true))
       normalizers.push_back({{"type", "Prepend"}, {"prepend", kMeta}});

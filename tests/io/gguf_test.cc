@@ -65,7 +65,7 @@ TEST_P(GgufDevices, ModelsGiveTransformersLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, GgufDevices, ::testing::ValuesIn(tg::testing::all_devices()),
-                         [](const auto& info) { return info.param.str(); });
+                         [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
 // Every block type read gives the values numpy's dequantizer gives for the same random blocks
 // (to a rounding: ggml's d·s·q − m may be fused into one multiply-add).
@@ -208,20 +208,9 @@ std::string write(const std::string& name, const std::string& bytes) {
   return path;
 }
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
 TEST(Gguf, Errors) {
   const auto load_error = [](const std::string& path) {
-    const std::string e = error_of<CheckpointError>([&] { pretrained::load(path); });
+    const std::string e = tg::testing::message_of<CheckpointError>([&] { pretrained::load(path); });
     EXPECT_NE(e.find(path), std::string::npos) << e;
     EXPECT_EQ(e.find("[pretrained::load] [pretrained::load]"), std::string::npos) << e;
     fs::remove(path);
@@ -245,11 +234,11 @@ TEST(Gguf, Errors) {
              "no llama.embedding_length");
   // A model file without a tokenizer or a chat template.
   const std::string blocks = kGguf + "/blocks.gguf";
-  EXPECT_HAS(error_of<TokenizerError>([&] { Tokenizer::load(blocks); }), "holds no tokenizer");
-  EXPECT_HAS(error_of<TemplateError>([&] { ChatTemplate::load(kGguf + "/tok_gpt2.gguf"); }),
+  EXPECT_HAS(tg::testing::message_of<TokenizerError>([&] { Tokenizer::load(blocks); }), "holds no tokenizer");
+  EXPECT_HAS(tg::testing::message_of<TemplateError>([&] { ChatTemplate::load(kGguf + "/tok_gpt2.gguf"); }),
              "no tokenizer.chat_template");
   EXPECT_HAS(
-      error_of<TokenizerError>([&] { Tokenizer::load(kGguf + "/tok_gpt2_no_pre.gguf"); }),
+      tg::testing::message_of<TokenizerError>([&] { Tokenizer::load(kGguf + "/tok_gpt2_no_pre.gguf"); }),
       "tokenizer.ggml.pre \"default\" (read: gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen; a file "
       "without the key has llama.cpp's default split, not GPT-2's)");
   // Two tensors over the same bytes.

@@ -342,7 +342,7 @@ TEST(Pretrained, Errors) {
     TempFolder dir("no_config");
     EXPECT_HAS(load_error(dir.str()), "no config.json");
   }
-  EXPECT_HAS(load_error("/nonexistent/tg_model"), "not a folder");
+  EXPECT_HAS(load_error("/nonexistent/tg_model"), "no such folder or file");
   {
     TempFolder dir("bart");
     dir.write("config.json", R"({"architectures": ["BartForConditionalGeneration"], "model_type": "bart"})");

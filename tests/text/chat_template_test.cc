@@ -477,7 +477,8 @@ TEST(ChatTemplate, LoadErrors) {
   const std::string bad = error_of([] { tg::ChatTemplate::load(kData + "/folder_bad_template"); });
   EXPECT_TRUE(contains(bad, "folder_bad_template/chat_template.jinja: line 3")) << bad;
   EXPECT_TRUE(contains(bad, "to close the 'if' at line 3")) << bad;
-  EXPECT_TRUE(contains(error_of([] { tg::ChatTemplate::load(kData + "/no_such_folder"); }), "not a folder"));
+  EXPECT_TRUE(contains(error_of([] { tg::ChatTemplate::load(kData + "/no_such_folder"); }),
+                       "neither a folder nor a GGUF file"));
 }
 
 // ---- Goldens from Python's jinja2 ----
