@@ -26,10 +26,16 @@ struct Arch {
   bool permuted;             // q and k rows reordered for ggml's RoPE pairing
 };
 constexpr Arch kArchs[] = {
-    {"llama", "LlamaForCausalLM", true},
-    {"qwen2", "Qwen2ForCausalLM", false},
-    {"qwen3", "Qwen3ForCausalLM", false},
+    {"llama", "LlamaForCausalLM", true},        {"qwen2", "Qwen2ForCausalLM", false},
+    {"qwen3", "Qwen3ForCausalLM", false},       {"qwen2moe", "Qwen2MoeForCausalLM", false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", false},
 };
+
+// A "llama" file with experts is Mixtral's (llama.cpp files Mixtral as llama).
+bool is_mixtral(const io::GgufFile& g, const Arch& a) {
+  return std::string(a.gguf) == "llama" && g.meta.contains("llama.expert_count") &&
+         g.meta["llama.expert_count"].is_number_integer() && g.meta["llama.expert_count"].get<int64_t>() > 0;
+}
 
 std::string arch_list() {
   std::string s;
@@ -58,7 +64,9 @@ const Arch& arch_of(const io::GgufFile& g) {
 }
 
 // A metadata value for a message: its JSON, cut short; bytes that are not UTF-8 replaced.
-std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 80); }
+std::string shown(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 80);
+}
 
 std::string string_of(const io::GgufFile& g, const std::string& key, const std::string& fallback) {
   const auto it = g.meta.find(key);
@@ -93,9 +101,63 @@ const io::GgufTensor* tensor_named(const io::GgufFile& g, const std::string& nam
   return nullptr;
 }
 
+// A mixture's settings: Mixtral's experts in every layer, or Qwen's where the file has them
+// (a layer without ffn_gate_exps is dense: mlp_only_layers), of expert_feed_forward_length,
+// with Qwen2-MoE's shared expert. llama.cpp renormalises the chosen experts' weights for
+// Qwen3-MoE and not for Qwen2-MoE, whatever the model was trained with: so does the config.
+void read_experts(const io::GgufFile& g, const Arch& a, bool mixtral, json& c) {
+  const std::string p = std::string(a.gguf) + ".";
+  const int64_t count = size_of(g, p + "expert_count");
+  c[mixtral ? "num_local_experts" : "num_experts"] = count;
+  c["num_experts_per_tok"] = size_of(g, p + "expert_used_count");
+  if (mixtral) return;
+  c["moe_intermediate_size"] = size_of(g, p + "expert_feed_forward_length");
+  if (std::string(a.gguf) == "qwen2moe")
+    c["shared_expert_intermediate_size"] = size_of(g, p + "expert_shared_feed_forward_length", 0);
+  c["norm_topk_prob"] = std::string(a.gguf) == "qwen3moe";
+  c["decoder_sparse_step"] = 1;
+  json dense = json::array();
+  for (int64_t i = 0; i < c["num_hidden_layers"].get<int64_t>(); ++i)
+    if (tensor_named(g, "blk." + std::to_string(i) + ".ffn_gate_exps.weight") == nullptr) dense.push_back(i);
+  c["mlp_only_layers"] = dense;
+  if (std::string(a.gguf) == "qwen2moe") c["qkv_bias"] = tensor_named(g, "blk.0.attn_q.bias") != nullptr;
+  if (!g.meta.contains(p + "feed_forward_length")) c["intermediate_size"] = c["moe_intermediate_size"];
+}
+
+// ffn_gate_exps, ffn_up_exps and ffn_down_exps ([experts, rows, columns]) as transformers' one
+// matrix per expert; false for any other tensor.
+bool split_experts(const io::GgufTensor& t, HostTensor v, bool mixtral, const std::string& file, Weights& w) {
+  static const std::pair<const char*, const char*> kParts[] = {{".ffn_gate_exps.weight", "gate_proj"},
+                                                               {".ffn_up_exps.weight", "up_proj"},
+                                                               {".ffn_down_exps.weight", "down_proj"}};
+  static const std::map<std::string, std::string> kMixtral = {
+      {"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}};
+  for (const auto& [suffix, part] : kParts) {
+    if (!t.name.starts_with("blk.") || !t.name.ends_with(suffix)) continue;
+    const std::string layer = t.name.substr(4, t.name.size() - 4 - std::strlen(suffix));
+    if (v.shape().size() != 3) fail(file, "tensor '" + t.name + "' is not [experts, rows, columns]");
+    const Shape one = {v.shape()[1], v.shape()[2]};
+    const size_t bytes = static_cast<size_t>(numel(one)) * (v.dtype() == DType::kF32 ? 4 : 2);
+    for (int64_t e = 0; e < v.shape()[0]; ++e) {
+      HostTensor m(v.dtype(), one);
+      std::memcpy(m.data(), static_cast<const uint8_t*>(v.data()) + static_cast<size_t>(e) * bytes, bytes);
+      const std::string name =
+          "model.layers." + layer +
+          (mixtral ? ".block_sparse_moe.experts." + std::to_string(e) + "." + kMixtral.at(part)
+                   : ".mlp.experts." + std::to_string(e) + "." + part) +
+          ".weight";
+      w.file_of[name] =
+          file + " (" + t.name + " [" + std::to_string(e) + "], " + io::ggml_type_name(t.type) + ")";
+      w.tensors[name] = std::move(m);
+    }
+    return true;
+  }
+  return false;
+}
+
 // The transformers name of a GGUF tensor of the Llama family ("" for rope_freqs, which is
 // configuration); a name it does not know is kept, for map_weights to report.
-std::string hf_name(const std::string& n) {
+std::string hf_name(const std::string& n, bool mixtral) {
   static const std::pair<const char*, const char*> kTop[] = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -106,13 +168,24 @@ std::string hf_name(const std::string& n) {
   const size_t dot = n.find('.', 4);
   if (dot == std::string::npos) return n;
   const std::string layer = n.substr(4, dot - 4), rest = n.substr(dot + 1);
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"attn_norm.", "input_layernorm."},    {"ffn_norm.", "post_attention_layernorm."},
-      {"attn_q.", "self_attn.q_proj."},      {"attn_k.", "self_attn.k_proj."},
-      {"attn_v.", "self_attn.v_proj."},      {"attn_output.", "self_attn.o_proj."},
-      {"attn_q_norm.", "self_attn.q_norm."}, {"attn_k_norm.", "self_attn.k_norm."},
-      {"ffn_gate.", "mlp.gate_proj."},       {"ffn_up.", "mlp.up_proj."},
-      {"ffn_down.", "mlp.down_proj."}};
+  const std::pair<const char*, const char*> kLayer[] = {
+      // not static: the router's name depends on `mixtral`
+      {"attn_norm.", "input_layernorm."},
+      {"ffn_norm.", "post_attention_layernorm."},
+      {"attn_q.", "self_attn.q_proj."},
+      {"attn_k.", "self_attn.k_proj."},
+      {"attn_v.", "self_attn.v_proj."},
+      {"attn_output.", "self_attn.o_proj."},
+      {"attn_q_norm.", "self_attn.q_norm."},
+      {"attn_k_norm.", "self_attn.k_norm."},
+      {"ffn_gate.", "mlp.gate_proj."},
+      {"ffn_up.", "mlp.up_proj."},
+      {"ffn_down.", "mlp.down_proj."},
+      {"ffn_gate_inp_shexp.", "mlp.shared_expert_gate."},
+      {"ffn_gate_shexp.", "mlp.shared_expert.gate_proj."},
+      {"ffn_up_shexp.", "mlp.shared_expert.up_proj."},
+      {"ffn_down_shexp.", "mlp.shared_expert.down_proj."},
+      {"ffn_gate_inp.", mixtral ? "block_sparse_moe.gate." : "mlp.gate."}};
   for (const auto& [from, to] : kLayer)
     if (rest.starts_with(from)) return "model.layers." + layer + "." + to + rest.substr(std::strlen(from));
   return n;
@@ -146,7 +219,8 @@ json gguf_config(const std::string& path) {
   const Arch& a = arch_of(g);
   const std::string p = std::string(a.gguf) + ".";
   json c = json::object();
-  c["architectures"] = json::array({a.architecture});
+  const bool mixtral = is_mixtral(g, a);
+  c["architectures"] = json::array({mixtral ? "MixtralForCausalLM" : a.architecture});
   c["model_type"] = a.gguf;
   const io::GgufTensor* embed = tensor_named(g, "token_embd.weight");
   if (embed == nullptr || embed->shape.size() != 2)
@@ -169,6 +243,7 @@ json gguf_config(const std::string& path) {
                    " rotates part of each head of " + std::to_string(head_dim) + " (not implemented for " +
                    a.gguf + ")");
   c["tie_word_embeddings"] = tensor_named(g, "output.weight") == nullptr;
+  if (mixtral || std::string(a.gguf).ends_with("moe")) read_experts(g, a, mixtral, c);
   if (std::string(a.gguf) == "llama") c["attention_bias"] = tensor_named(g, "blk.0.attn_q.bias") != nullptr;
   json rope = {{"rope_theta", number_of(g, p + "rope.freq_base", 10000.0)}, {"rope_type", "default"}};
   const std::string scaling = string_of(g, p + "rope.scaling.type", "none");
@@ -208,7 +283,8 @@ json gguf_config(const std::string& path) {
     const std::string k = std::string("tokenizer.ggml.") + key + "_token_id";
     const auto it = g.meta.find(k);
     if (it == g.meta.end()) continue;
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= c["vocab_size"].get<int64_t>())
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() >= c["vocab_size"].get<int64_t>())
       fail(path, k + " is " + shown(*it) + ", not an id of the " + c["vocab_size"].dump() + " tokens");
     c[field] = it->get<int64_t>();
   }
@@ -225,10 +301,16 @@ Weights gguf_weights(const std::string& path) {
   Weights w;
   w.listing = file;
   std::ifstream in(path, std::ios::binary);
+  const bool mixtral = is_mixtral(g, a);
   for (const io::GgufTensor& t : g.tensors) {
     if (t.name == "rope_freqs.weight") continue;  // configuration (gguf_config)
     HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
-    const std::string name = hf_name(t.name);
+    if (split_experts(t, v, mixtral, file, w)) continue;
+    const std::string name = hf_name(t.name, mixtral);
+    if (t.name.ends_with(".ffn_gate_inp_shexp.weight") && v.shape().size() == 1) {  // [hidden] → [1, hidden]
+      const int64_t n = v.numel();
+      v = HostTensor::f32(v.to(DType::kF32).f32(), {1, n});
+    }
     if (a.permuted && name.find(".self_attn.q_proj.") != std::string::npos)
       v = unpermute(v, heads, path, t.name);
     if (a.permuted && name.find(".self_attn.k_proj.") != std::string::npos)

@@ -11,6 +11,10 @@ tokenizer.ggml.* arrays. Written into tests/data/gguf/:
   tiny_llama.gguf       tests/data/tiny_llama (F32), its tokenizer.json (gpt2 type) and chat template
   tiny_llama3.gguf      tests/data/tiny_llama3 (F32, biases, tied head, rope_freqs.weight)
   tiny_qwen2.gguf, tiny_qwen3.gguf   the same folders (F32; Qwen3's yarn as rope.scaling.*)
+  tiny_mixtral.gguf, tiny_qwen2_moe.gguf, tiny_qwen3_moe.gguf   the mixtures (F32; each layer's experts
+                        stacked into ffn_gate/up/down_exps, the router ffn_gate_inp, Qwen2-MoE's
+                        shared expert *_shexp; their dense layers keep ffn_gate/up/down, which
+                        llama.cpp itself would not load)
   tiny_llama_quant.gguf tiny_llama with its matrices in Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16 and
                         BF16 (quantized by ggml's reference rules), and
   tiny_llama_quant_expected.safetensors  their values dequantized by numpy, by transformers' names
@@ -26,6 +30,7 @@ Usage: /usr/bin/python3 tests/io/gen_gguf_fixtures.py   (needs python3-numpy)
 """
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -245,7 +250,13 @@ LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
                "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-               "mlp.down_proj": "ffn_down"}
+               "mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp", "block_sparse_moe.gate": "ffn_gate_inp",
+               "mlp.shared_expert_gate": "ffn_gate_inp_shexp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+               "mlp.shared_expert.up_proj": "ffn_up_shexp", "mlp.shared_expert.down_proj": "ffn_down_shexp"}
+# One matrix per expert in transformers' files, one [experts, rows, columns] tensor per layer in GGUF.
+EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight")
+EXPERT_PART = {"gate_proj": "ffn_gate_exps", "w1": "ffn_gate_exps", "up_proj": "ffn_up_exps", "w3": "ffn_up_exps",
+               "down_proj": "ffn_down_exps", "w2": "ffn_down_exps"}
 
 
 def gguf_name(hf):
@@ -296,6 +307,13 @@ def model_kvs(folder, arch):
     if rope["rope_type"] == "yarn":
         kvs += [(p + "rope.scaling.type", STRING, "yarn"), (p + "rope.scaling.factor", F32V, rope["factor"]),
                 (p + "rope.scaling.original_context_length", U32, rope["original_max_position_embeddings"])]
+    experts = c.get("num_experts") or c.get("num_local_experts")
+    if experts:
+        kvs += [(p + "expert_count", U32, experts), (p + "expert_used_count", U32, c["num_experts_per_tok"])]
+        if "moe_intermediate_size" in c:
+            kvs.append((p + "expert_feed_forward_length", U32, c["moe_intermediate_size"]))
+        if c.get("shared_expert_intermediate_size"):
+            kvs.append((p + "expert_shared_feed_forward_length", U32, c["shared_expert_intermediate_size"]))
     for key, field in (("bos", "bos_token_id"), ("eos", "eos_token_id")):
         if c.get(field) is not None:
             kvs.append(("tokenizer.ggml.%s_token_id" % key, U32, c[field]))
@@ -326,9 +344,15 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
     folder = os.path.join(ROOT, name)
     c, head_dim, kvs = model_kvs(folder, arch)
     weights = read_safetensors(os.path.join(folder, "model.safetensors"))
-    tensors, values = [], {}
+    tensors, values, stacks = [], {}, {}
     for hf in sorted(weights):
         w = weights[hf]
+        m = EXPERT.fullmatch(hf)
+        if m:
+            stacks.setdefault("blk.%s.%s.weight" % (m.group(1), EXPERT_PART[m.group(3)]), {})[int(m.group(2))] = w
+            continue
+        if hf.endswith("shared_expert_gate.weight"):  # llama.cpp's [hidden]
+            w = w.reshape(-1)
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
             w = permute(w, c["num_attention_heads"] if ".q_proj." in hf else c["num_key_value_heads"])
         ttype = (types or {}).get(gguf_name(hf).split(".", 2)[-1] if hf.startswith("model.layers") else gguf_name(hf), F32)
@@ -341,6 +365,9 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
             heads = c["num_attention_heads"] if ".q_proj." in hf else c["num_key_value_heads"]
             v = v.reshape(heads, v.shape[0] // heads // 2, 2, *v.shape[1:]).swapaxes(1, 2).reshape(v.shape)
         values[hf] = v
+    for stacked in sorted(stacks):
+        w = np.stack([stacks[stacked][e] for e in sorted(stacks[stacked])])
+        tensors.append((stacked, F32, list(w.shape), w.astype(np.float32).tobytes()))
     if c["rope_parameters"]["rope_type"] == "llama3":
         f = rope_freqs(c, head_dim)
         tensors.append(("rope_freqs.weight", F32, [len(f)], f.tobytes()))
@@ -409,6 +436,9 @@ def main():
     convert_model("tiny_llama3", "llama")
     convert_model("tiny_qwen2", "qwen2")
     convert_model("tiny_qwen3", "qwen3")
+    convert_model("tiny_mixtral", "llama")
+    convert_model("tiny_qwen2_moe", "qwen2moe")
+    convert_model("tiny_qwen3_moe", "qwen3moe")
     quant = {"attn_q.weight": Q8_0, "attn_k.weight": Q4_0, "attn_v.weight": Q4_1, "attn_output.weight": Q5_0,
              "ffn_gate.weight": Q5_1, "ffn_up.weight": Q8_0, "ffn_down.weight": F16, "token_embd.weight": BF16,
              "output.weight": Q8_0}
