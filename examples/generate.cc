@@ -1,7 +1,7 @@
 // generate: text from a Hugging Face model folder (config.json, model.safetensors or its shards,
 // tokenizer.json) — a Llama-family, GPT-2 or Mamba checkpoint (tg::pretrained::load) — or from a
-// llama.cpp GGUF file (Llama, Mixtral, Qwen2, Qwen3 or Qwen-MoE, its tokenizer in its metadata), streamed
-// to the terminal as it is sampled, then the speed in tokens/s. With --chat the text is a
+// llama.cpp GGUF file (Llama, Mixtral, Qwen2, Qwen3, Qwen-MoE or Phi-3, its tokenizer in its metadata),
+// streamed to the terminal as it is sampled, then the speed in tokens/s. With --chat the text is a
 // conversation with an instruction-tuned model, in the prompt format of the folder's chat
 // template (tg::ChatTemplate): one turn with --prompt, or turn after turn read from stdin.
 //
@@ -40,7 +40,8 @@ constexpr const char* kUsage =
     "tokenizer.json) of an architecture tg::pretrained::load takes (Llama and its relatives: Mistral,\n"
     "Qwen, Phi-3, Gemma, Granite, OLMo, Mixtral, Qwen-MoE, GPT-NeoX, Phi, StableLM, StarCoder 2;\n"
     "GPT-2; Mamba), or a llama.cpp GGUF file (FOLDER then names the .gguf file: a Llama, Mixtral,\n"
-    "Qwen2, Qwen3 or Qwen-MoE model in F32, F16, BF16 or ggml's quantized types, read as their values),\n"
+    "Qwen2, Qwen3, Qwen-MoE or Phi-3 model in F32, F16, BF16 or ggml's quantized types, read as\n"
+    "their values),\n"
     "streaming the tokens. Under --precision bf16 or f16 the model's matrices are held in that\n"
     "type (a third of the memory of f32 weights and their converted copies). --int8 quantizes\n"
     "the weights of the products to 8 bits (a scale per 32 values; the embeddings held as bf16):\n"

@@ -9,6 +9,7 @@
 // RoPE rescaling is stored as the per-pair divisors it produces (the tensor rope_freqs.weight),
 // not as its parameters: it becomes a rope_scaling that divides each pair's frequency by its
 // divisor (transformers' longrope with factor 1, which is exactly that).
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +29,7 @@ struct Arch {
 constexpr Arch kArchs[] = {
     {"llama", "LlamaForCausalLM", true},        {"qwen2", "Qwen2ForCausalLM", false},
     {"qwen3", "Qwen3ForCausalLM", false},       {"qwen2moe", "Qwen2MoeForCausalLM", false},
-    {"qwen3moe", "Qwen3MoeForCausalLM", false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", false}, {"phi3", "Phi3ForCausalLM", false},
 };
 
 // A "llama" file with experts is Mixtral's (llama.cpp files Mixtral as llama).
@@ -157,7 +158,7 @@ bool split_experts(const io::GgufTensor& t, HostTensor v, bool mixtral, const st
 
 // The transformers name of a GGUF tensor of the Llama family ("" for rope_freqs, which is
 // configuration); a name it does not know is kept, for map_weights to report.
-std::string hf_name(const std::string& n, bool mixtral) {
+std::string hf_name(const std::string& n, bool mixtral, bool phi3) {
   static const std::pair<const char*, const char*> kTop[] = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -179,7 +180,8 @@ std::string hf_name(const std::string& n, bool mixtral) {
       {"attn_q_norm.", "self_attn.q_norm."},
       {"attn_k_norm.", "self_attn.k_norm."},
       {"ffn_gate.", "mlp.gate_proj."},
-      {"ffn_up.", "mlp.up_proj."},
+      {"attn_qkv.", "self_attn.qkv_proj."},
+      {"ffn_up.", phi3 ? "mlp.gate_up_proj." : "mlp.up_proj."},
       {"ffn_down.", "mlp.down_proj."},
       {"ffn_gate_inp_shexp.", "mlp.shared_expert_gate."},
       {"ffn_gate_shexp.", "mlp.shared_expert.gate_proj."},
@@ -212,6 +214,73 @@ HostTensor unpermute(const HostTensor& t, int64_t heads, const std::string& path
   return out;
 }
 
+// A vector of positive divisors the file stores as an F32 tensor (rope_freqs, rope_factors_*).
+json divisors_of(const io::GgufFile& g, const io::GgufTensor& f, int64_t n) {
+  if (f.shape != Shape{n} || f.type != 0)
+    fail(g.path, f.name + " is not an F32 vector of " + std::to_string(n) + " divisors");
+  std::ifstream in(g.path, std::ios::binary);
+  const HostTensor t = reading([&] { return io::read_gguf_tensor(g, f, in); });
+  json d = json::array();
+  for (float v : t.f32()) {
+    if (!(v > 0) || !std::isfinite(v))
+      fail(g.path, f.name + " holds " + std::to_string(v) + ", expected positive divisors");
+    d.push_back(v);
+  }
+  return d;
+}
+
+// RoPE's settings as rope_parameters: the base, linear or yarn rescaling from rope.scaling.*,
+// Llama 3.1's divisors (rope_freqs), Phi-3's longrope (rope_factors_short/long with the original
+// context and attention factor) and its partial rotation (rope.dimension_count below the head,
+// into c's partial_rotary_factor).
+json rope_of(const io::GgufFile& g, const Arch& a, json& c, int64_t head_dim) {
+  const std::string p = std::string(a.gguf) + ".", &path = g.path;
+  const bool phi3 = std::string(a.gguf) == "phi3";
+  const int64_t rotated = size_of(g, p + "rope.dimension_count", head_dim);
+  if (rotated != head_dim) {
+    if (!phi3 || rotated > head_dim || rotated % 2 != 0)
+      fail(path, p + "rope.dimension_count " + std::to_string(rotated) + " rotates part of each head of " +
+                     std::to_string(head_dim) + " (implemented for phi3 only)");
+    c["partial_rotary_factor"] = static_cast<double>(rotated) / static_cast<double>(head_dim);
+  }
+  json rope = {{"rope_theta", number_of(g, p + "rope.freq_base", 10000.0)}, {"rope_type", "default"}};
+  const std::string scaling = string_of(g, p + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    rope["rope_type"] = "linear";
+    rope["factor"] = number_of(g, p + "rope.scaling.factor", 1.0);
+  } else if (scaling == "yarn") {
+    rope["rope_type"] = "yarn";
+    rope["factor"] = number_of(g, p + "rope.scaling.factor", 1.0);
+    rope["original_max_position_embeddings"] = size_of(g, p + "rope.scaling.original_context_length");
+  } else if (scaling != "none") {
+    fail(path, p + "rope.scaling.type is \"" + scaling + "\" (read: none, linear, yarn)");
+  }
+  if (const io::GgufTensor* f = tensor_named(g, "rope_freqs.weight")) {
+    if (rope["rope_type"] != "default")
+      fail(path, "rope_freqs.weight beside " + p + "rope.scaling.type " + scaling);
+    const json divisors = divisors_of(g, *f, rotated / 2);
+    rope["rope_type"] = "longrope";
+    rope["short_factor"] = divisors;
+    rope["long_factor"] = divisors;
+    rope["factor"] = 1.0;
+    rope["original_max_position_embeddings"] = c["max_position_embeddings"];
+  }
+  const io::GgufTensor *long_f = tensor_named(g, "rope_factors_long.weight"),
+                       *short_f = tensor_named(g, "rope_factors_short.weight");
+  if (long_f != nullptr || short_f != nullptr) {
+    if (!phi3 || long_f == nullptr || short_f == nullptr || rope["rope_type"] != "default")
+      fail(path, "rope_factors_long/short.weight: read for phi3, both of them, without other rescaling");
+    rope["rope_type"] = "longrope";
+    rope["short_factor"] = divisors_of(g, *short_f, rotated / 2);
+    rope["long_factor"] = divisors_of(g, *long_f, rotated / 2);
+    rope["original_max_position_embeddings"] = size_of(g, p + "rope.scaling.original_context_length");
+    c["original_max_position_embeddings"] = rope["original_max_position_embeddings"];
+    if (g.meta.contains(p + "rope.scaling.attn_factor"))
+      rope["attention_factor"] = number_of(g, p + "rope.scaling.attn_factor", 1.0);
+  }
+  return rope;
+}
+
 }  // namespace
 
 json gguf_config(const std::string& path) {
@@ -238,45 +307,14 @@ json gguf_config(const std::string& path) {
   if (size_of(g, p + "attention.value_length", head_dim) != head_dim)
     fail(path, p + "attention.value_length differs from the key length (not implemented)");
   c["head_dim"] = head_dim;
-  if (size_of(g, p + "rope.dimension_count", head_dim) != head_dim)
-    fail(path, p + "rope.dimension_count " + std::to_string(size_of(g, p + "rope.dimension_count")) +
-                   " rotates part of each head of " + std::to_string(head_dim) + " (not implemented for " +
-                   a.gguf + ")");
   c["tie_word_embeddings"] = tensor_named(g, "output.weight") == nullptr;
+  if (std::string(a.gguf) == "phi3") {  // a window in every layer, or none
+    const auto w = g.meta.find(p + "attention.sliding_window");
+    c["sliding_window"] = w == g.meta.end() ? json() : json(size_of(g, p + "attention.sliding_window"));
+  }
   if (mixtral || std::string(a.gguf).ends_with("moe")) read_experts(g, a, mixtral, c);
   if (std::string(a.gguf) == "llama") c["attention_bias"] = tensor_named(g, "blk.0.attn_q.bias") != nullptr;
-  json rope = {{"rope_theta", number_of(g, p + "rope.freq_base", 10000.0)}, {"rope_type", "default"}};
-  const std::string scaling = string_of(g, p + "rope.scaling.type", "none");
-  if (scaling == "linear") {
-    rope["rope_type"] = "linear";
-    rope["factor"] = number_of(g, p + "rope.scaling.factor", 1.0);
-  } else if (scaling == "yarn") {
-    rope["rope_type"] = "yarn";
-    rope["factor"] = number_of(g, p + "rope.scaling.factor", 1.0);
-    rope["original_max_position_embeddings"] = size_of(g, p + "rope.scaling.original_context_length");
-  } else if (scaling != "none") {
-    fail(path, p + "rope.scaling.type is \"" + scaling + "\" (read: none, linear, yarn)");
-  }
-  if (const io::GgufTensor* f = tensor_named(g, "rope_freqs.weight")) {
-    if (rope["rope_type"] != "default")
-      fail(path, "rope_freqs.weight beside " + p + "rope.scaling.type " + scaling);
-    if (f->shape != Shape{head_dim / 2} || f->type != 0)
-      fail(path, "rope_freqs.weight is not an F32 vector of " + std::to_string(head_dim / 2) + " divisors");
-    std::ifstream in(path, std::ios::binary);
-    const HostTensor t = reading([&] { return io::read_gguf_tensor(g, *f, in); });
-    json divisors = json::array();
-    for (float v : t.f32()) {
-      if (!(v > 0))
-        fail(path, "rope_freqs.weight holds " + std::to_string(v) + ", expected positive divisors");
-      divisors.push_back(v);
-    }
-    rope["rope_type"] = "longrope";
-    rope["short_factor"] = divisors;
-    rope["long_factor"] = divisors;
-    rope["factor"] = 1.0;
-    rope["original_max_position_embeddings"] = c["max_position_embeddings"];
-  }
-  c["rope_parameters"] = rope;
+  c["rope_parameters"] = rope_of(g, a, c, head_dim);
   for (const auto& [key, field] : {std::pair<const char*, const char*>{"bos", "bos_token_id"},
                                    {"eos", "eos_token_id"},
                                    {"padding", "pad_token_id"}}) {
@@ -303,10 +341,11 @@ Weights gguf_weights(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   const bool mixtral = is_mixtral(g, a);
   for (const io::GgufTensor& t : g.tensors) {
-    if (t.name == "rope_freqs.weight") continue;  // configuration (gguf_config)
+    if (t.name == "rope_freqs.weight" || t.name.starts_with("rope_factors_"))
+      continue;  // configuration (gguf_config)
     HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
     if (split_experts(t, v, mixtral, file, w)) continue;
-    const std::string name = hf_name(t.name, mixtral);
+    const std::string name = hf_name(t.name, mixtral, std::string(a.gguf) == "phi3");
     if (t.name.ends_with(".ffn_gate_inp_shexp.weight") && v.shape().size() == 1) {  // [hidden] → [1, hidden]
       const int64_t n = v.numel();
       v = HostTensor::f32(v.to(DType::kF32).f32(), {1, n});

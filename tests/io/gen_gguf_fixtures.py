@@ -11,6 +11,9 @@ tokenizer.ggml.* arrays. Written into tests/data/gguf/:
   tiny_llama.gguf       tests/data/tiny_llama (F32), its tokenizer.json (gpt2 type) and chat template
   tiny_llama3.gguf      tests/data/tiny_llama3 (F32, biases, tied head, rope_freqs.weight)
   tiny_qwen2.gguf, tiny_qwen3.gguf   the same folders (F32; Qwen3's yarn as rope.scaling.*)
+  tiny_phi3.gguf, tiny_phi3_longrope.gguf   Phi-3's (fused attn_qkv, ffn_up holding gate and up;
+                        longrope as rope_factors_long/short.weight, a partial rotation as
+                        rope.dimension_count)
   tiny_mixtral.gguf, tiny_qwen2_moe.gguf, tiny_qwen3_moe.gguf   the mixtures (F32; each layer's experts
                         stacked into ffn_gate/up/down_exps, the router ffn_gate_inp, Qwen2-MoE's
                         shared expert *_shexp; their dense layers keep ffn_gate/up/down, which
@@ -250,7 +253,8 @@ LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
                "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-               "mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp", "block_sparse_moe.gate": "ffn_gate_inp",
+               "mlp.down_proj": "ffn_down", "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
+               "mlp.gate": "ffn_gate_inp", "block_sparse_moe.gate": "ffn_gate_inp",
                "mlp.shared_expert_gate": "ffn_gate_inp_shexp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
                "mlp.shared_expert.up_proj": "ffn_up_shexp", "mlp.shared_expert.down_proj": "ffn_down_shexp"}
 # One matrix per expert in transformers' files, one [experts, rows, columns] tensor per layer in GGUF.
@@ -300,10 +304,18 @@ def model_kvs(folder, arch):
            (p + "attention.layer_norm_rms_epsilon", F32V, c["rms_norm_eps"]),
            (p + "rope.freq_base", F32V, c["rope_parameters"]["rope_theta"]), (p + "vocab_size", U32, c["vocab_size"])]
     head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    kvs.append((p + "rope.dimension_count", U32, head_dim))
+    rope = c["rope_parameters"]
+    partial = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))
+    kvs.append((p + "rope.dimension_count", U32, int(head_dim * partial)))
+    if arch == "phi3" and c.get("sliding_window"):
+        kvs.append((p + "attention.sliding_window", U32, c["sliding_window"]))
+    if rope["rope_type"] == "longrope":  # Phi-3: the factors are tensors (convert_model)
+        orig, ctx = rope["original_max_position_embeddings"], c["max_position_embeddings"]
+        scale = ctx / orig
+        attn = 1.0 if scale <= 1.0 else float(np.sqrt(1 + np.log(scale) / np.log(orig)))
+        kvs += [(p + "rope.scaling.original_context_length", U32, orig), (p + "rope.scaling.attn_factor", F32V, attn)]
     if head_dim != c["hidden_size"] // c["num_attention_heads"]:
         kvs += [(p + "attention.key_length", U32, head_dim), (p + "attention.value_length", U32, head_dim)]
-    rope = c["rope_parameters"]
     if rope["rope_type"] == "yarn":
         kvs += [(p + "rope.scaling.type", STRING, "yarn"), (p + "rope.scaling.factor", F32V, rope["factor"]),
                 (p + "rope.scaling.original_context_length", U32, rope["original_max_position_embeddings"])]
@@ -368,6 +380,10 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
     for stacked in sorted(stacks):
         w = np.stack([stacks[stacked][e] for e in sorted(stacks[stacked])])
         tensors.append((stacked, F32, list(w.shape), w.astype(np.float32).tobytes()))
+    if c["rope_parameters"]["rope_type"] == "longrope":
+        for kind in ("long", "short"):
+            f = np.array(c["rope_parameters"][kind + "_factor"], dtype=np.float32)
+            tensors.append(("rope_factors_%s.weight" % kind, F32, [len(f)], f.tobytes()))
     if c["rope_parameters"]["rope_type"] == "llama3":
         f = rope_freqs(c, head_dim)
         tensors.append(("rope_freqs.weight", F32, [len(f)], f.tobytes()))
@@ -437,6 +453,8 @@ def main():
     convert_model("tiny_qwen2", "qwen2")
     convert_model("tiny_qwen3", "qwen3")
     convert_model("tiny_mixtral", "llama")
+    convert_model("tiny_phi3", "phi3")
+    convert_model("tiny_phi3_longrope", "phi3")
     convert_model("tiny_qwen2_moe", "qwen2moe")
     convert_model("tiny_qwen3_moe", "qwen3moe")
     quant = {"attn_q.weight": Q8_0, "attn_k.weight": Q4_0, "attn_v.weight": Q4_1, "attn_output.weight": Q5_0,

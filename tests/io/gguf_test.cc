@@ -49,8 +49,8 @@ class GgufDevices : public ::testing::TestWithParam<Device> {};
 // rope_freqs.weight, Qwen3's yarn and head size as metadata), gives the logits transformers
 // computed for its folder.
 TEST_P(GgufDevices, ModelsGiveTransformersLogits) {
-  for (const char* name :
-       {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3", "tiny_mixtral", "tiny_qwen2_moe", "tiny_qwen3_moe"}) {
+  for (const char* name : {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3", "tiny_mixtral",
+                           "tiny_qwen2_moe", "tiny_qwen3_moe", "tiny_phi3", "tiny_phi3_longrope"}) {
     const pretrained::Model lm = pretrained::load(kGguf + "/" + name + ".gguf");
     const pretrained::Model folder = pretrained::load(kData + "/" + name);
     EXPECT_EQ(lm.architecture, folder.architecture) << name;
