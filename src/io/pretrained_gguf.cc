@@ -30,7 +30,11 @@ constexpr Arch kArchs[] = {
     {"llama", "LlamaForCausalLM", true},        {"qwen2", "Qwen2ForCausalLM", false},
     {"qwen3", "Qwen3ForCausalLM", false},       {"qwen2moe", "Qwen2MoeForCausalLM", false},
     {"qwen3moe", "Qwen3MoeForCausalLM", false}, {"phi3", "Phi3ForCausalLM", false},
+    {"gemma", "GemmaForCausalLM", false},       {"gemma2", "Gemma2ForCausalLM", false},
+    {"gemma3", "Gemma3ForCausalLM", false},
 };
+
+bool is_gemma(const Arch& a) { return std::string(a.gguf).starts_with("gemma"); }
 
 // A "llama" file with experts is Mixtral's (llama.cpp files Mixtral as llama).
 bool is_mixtral(const io::GgufFile& g, const Arch& a) {
@@ -96,6 +100,29 @@ double number_of(const io::GgufFile& g, const std::string& key, double fallback)
   return it->get<double>();
 }
 
+// What llama.cpp derives for Gemma 2 and 3 rather than reads from the file: the attention scale
+// (head_dim^-1/2, but (hidden / heads)^-1/2 for the 27B models: 46 and 62 layers), the soft
+// caps (Gemma 2: the file's, else 50 and 30; Gemma 3: none), the windowed layers (Gemma 2:
+// every other one from the first; Gemma 3: 5 of every 6) and Gemma 3's local RoPE base 10000.
+void read_gemma(const io::GgufFile& g, const Arch& a, json& c) {
+  const std::string p = std::string(a.gguf) + ".";
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  const bool gemma2 = std::string(a.gguf) == "gemma2", gemma3 = std::string(a.gguf) == "gemma3";
+  if (!gemma2 && !gemma3) return;
+  const int64_t layers = c["num_hidden_layers"].get<int64_t>();
+  const bool big = (gemma2 && layers == 46) || (gemma3 && layers == 62);
+  c["query_pre_attn_scalar"] = big ? c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>()
+                                   : c["head_dim"].get<int64_t>();
+  c["attn_logit_softcapping"] = gemma2 ? json(number_of(g, p + "attn_logit_softcapping", 50.0)) : json();
+  c["final_logit_softcapping"] = gemma2 ? json(number_of(g, p + "final_logit_softcapping", 30.0)) : json();
+  c["sliding_window"] = size_of(g, p + "attention.sliding_window");
+  json types = json::array();
+  for (int64_t i = 0; i < layers; ++i)
+    types.push_back((gemma2 ? i % 2 == 0 : i % 6 < 5) ? "sliding_attention" : "full_attention");
+  c["layer_types"] = types;
+  if (gemma3) c["model_type"] = "gemma3_text";
+}
+
 const io::GgufTensor* tensor_named(const io::GgufFile& g, const std::string& name) {
   for (const io::GgufTensor& t : g.tensors)
     if (t.name == name) return &t;
@@ -158,7 +185,8 @@ bool split_experts(const io::GgufTensor& t, HostTensor v, bool mixtral, const st
 
 // The transformers name of a GGUF tensor of the Llama family ("" for rope_freqs, which is
 // configuration); a name it does not know is kept, for map_weights to report.
-std::string hf_name(const std::string& n, bool mixtral, bool phi3) {
+std::string hf_name(const std::string& n, const std::string& arch, bool mixtral) {
+  const bool phi3 = arch == "phi3", sandwich = arch == "gemma2" || arch == "gemma3";
   static const std::pair<const char*, const char*> kTop[] = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -170,9 +198,11 @@ std::string hf_name(const std::string& n, bool mixtral, bool phi3) {
   if (dot == std::string::npos) return n;
   const std::string layer = n.substr(4, dot - 4), rest = n.substr(dot + 1);
   const std::pair<const char*, const char*> kLayer[] = {
-      // not static: the router's name depends on `mixtral`
+      // not static: names depend on the architecture
       {"attn_norm.", "input_layernorm."},
-      {"ffn_norm.", "post_attention_layernorm."},
+      {"ffn_norm.", sandwich ? "pre_feedforward_layernorm." : "post_attention_layernorm."},
+      {"post_attention_norm.", "post_attention_layernorm."},
+      {"post_ffw_norm.", "post_feedforward_layernorm."},
       {"attn_q.", "self_attn.q_proj."},
       {"attn_k.", "self_attn.k_proj."},
       {"attn_v.", "self_attn.v_proj."},
@@ -314,7 +344,11 @@ json gguf_config(const std::string& path) {
   }
   if (mixtral || std::string(a.gguf).ends_with("moe")) read_experts(g, a, mixtral, c);
   if (std::string(a.gguf) == "llama") c["attention_bias"] = tensor_named(g, "blk.0.attn_q.bias") != nullptr;
+  if (is_gemma(a)) read_gemma(g, a, c);
   c["rope_parameters"] = rope_of(g, a, c, head_dim);
+  if (std::string(a.gguf) == "gemma3")  // the global layers' settings from the file, the local base fixed
+    c["rope_parameters"] = {{"full_attention", c["rope_parameters"]},
+                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
   for (const auto& [key, field] : {std::pair<const char*, const char*>{"bos", "bos_token_id"},
                                    {"eos", "eos_token_id"},
                                    {"padding", "pad_token_id"}}) {
@@ -345,7 +379,12 @@ Weights gguf_weights(const std::string& path) {
       continue;  // configuration (gguf_config)
     HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
     if (split_experts(t, v, mixtral, file, w)) continue;
-    const std::string name = hf_name(t.name, mixtral, std::string(a.gguf) == "phi3");
+    const std::string name = hf_name(t.name, a.gguf, mixtral);
+    if (is_gemma(a) && t.name.ends_with("norm.weight")) {  // the converter stored 1 + w, ggml's norm gain
+      HostTensor f = v.to(DType::kF32);
+      for (float& x : f.f32()) x -= 1.0f;
+      v = std::move(f);
+    }
     if (t.name.ends_with(".ffn_gate_inp_shexp.weight") && v.shape().size() == 1) {  // [hidden] → [1, hidden]
       const int64_t n = v.numel();
       v = HostTensor::f32(v.to(DType::kF32).f32(), {1, n});

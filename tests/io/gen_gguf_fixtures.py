@@ -11,6 +11,9 @@ tokenizer.ggml.* arrays. Written into tests/data/gguf/:
   tiny_llama.gguf       tests/data/tiny_llama (F32), its tokenizer.json (gpt2 type) and chat template
   tiny_llama3.gguf      tests/data/tiny_llama3 (F32, biases, tied head, rope_freqs.weight)
   tiny_qwen2.gguf, tiny_qwen3.gguf   the same folders (F32; Qwen3's yarn as rope.scaling.*)
+  tiny_gemma.gguf       tests/data/tiny_gemma (norm gains stored as 1 + w, as the converter stores them)
+  tiny_gemma2.gguf, tiny_gemma3.gguf   tests/data/gguf/src_gemma2 and src_gemma3, tiny folders with the
+                        settings llama.cpp derives rather than reads (gen_gguf_gemma_golden.py)
   tiny_phi3.gguf, tiny_phi3_longrope.gguf   Phi-3's (fused attn_qkv, ffn_up holding gate and up;
                         longrope as rope_factors_long/short.weight, a partial rotation as
                         rope.dimension_count)
@@ -263,13 +266,19 @@ EXPERT_PART = {"gate_proj": "ffn_gate_exps", "w1": "ffn_gate_exps", "up_proj": "
                "down_proj": "ffn_down_exps", "w2": "ffn_down_exps"}
 
 
-def gguf_name(hf):
+# Gemma 2's and 3's four norms a layer (Gemma's and the rest: the two of LAYER_NAMES).
+SANDWICH_NAMES = dict(LAYER_NAMES, post_attention_layernorm="post_attention_norm",
+                      pre_feedforward_layernorm="ffn_norm", post_feedforward_layernorm="post_ffw_norm")
+
+
+def gguf_name(hf, arch="llama"):
+    names = SANDWICH_NAMES if arch in ("gemma2", "gemma3") else LAYER_NAMES
     top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
            "lm_head.weight": "output.weight"}
     if hf in top:
         return top[hf]
     parts = hf.split(".")  # model.layers.N.<module…>.<weight|bias>
-    return "blk.%s.%s.%s" % (parts[2], LAYER_NAMES[".".join(parts[3:-1])], parts[-1])
+    return "blk.%s.%s.%s" % (parts[2], names[".".join(parts[3:-1])], parts[-1])
 
 
 def raw_of(ttype, w):
@@ -302,9 +311,17 @@ def model_kvs(folder, arch):
            (p + "attention.head_count", U32, c["num_attention_heads"]),
            (p + "attention.head_count_kv", U32, c["num_key_value_heads"]),
            (p + "attention.layer_norm_rms_epsilon", F32V, c["rms_norm_eps"]),
-           (p + "rope.freq_base", F32V, c["rope_parameters"]["rope_theta"]), (p + "vocab_size", U32, c["vocab_size"])]
+           (p + "vocab_size", U32, c["vocab_size"])]
     head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    rope = c["rope_parameters"]
+    rope = c["rope_parameters"].get("full_attention", c["rope_parameters"])  # Gemma 3: its global layers'
+    kvs.append((p + "rope.freq_base", F32V, rope["rope_theta"]))
+    if rope["rope_type"] == "linear":
+        kvs += [(p + "rope.scaling.type", STRING, "linear"), (p + "rope.scaling.factor", F32V, rope["factor"])]
+    if arch in ("gemma2", "gemma3"):
+        kvs.append((p + "attention.sliding_window", U32, c["sliding_window"]))
+    if arch == "gemma2":
+        kvs += [(p + "attn_logit_softcapping", F32V, c["attn_logit_softcapping"]),
+                (p + "final_logit_softcapping", F32V, c["final_logit_softcapping"])]
     partial = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))
     kvs.append((p + "rope.dimension_count", U32, int(head_dim * partial)))
     if arch == "phi3" and c.get("sliding_window"):
@@ -352,7 +369,7 @@ def rope_freqs(c, head_dim):
     return np.array(out, dtype=np.float32)
 
 
-def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=None):
+def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=None, out=None):
     folder = os.path.join(ROOT, name)
     c, head_dim, kvs = model_kvs(folder, arch)
     weights = read_safetensors(os.path.join(folder, "model.safetensors"))
@@ -365,13 +382,16 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
             continue
         if hf.endswith("shared_expert_gate.weight"):  # llama.cpp's [hidden]
             w = w.reshape(-1)
+        if arch.startswith("gemma") and hf.endswith("norm.weight"):  # ggml's gain: 1 + w
+            w = w + np.float32(1)
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
             w = permute(w, c["num_attention_heads"] if ".q_proj." in hf else c["num_key_value_heads"])
-        ttype = (types or {}).get(gguf_name(hf).split(".", 2)[-1] if hf.startswith("model.layers") else gguf_name(hf), F32)
+        name_in_file = gguf_name(hf, arch)
+        ttype = (types or {}).get(name_in_file.split(".", 2)[-1] if hf.startswith("model.layers") else name_in_file, F32)
         if w.ndim == 1:
             ttype = F32
         raw = raw_of(ttype, w)
-        tensors.append((gguf_name(hf), ttype, list(w.shape), raw))
+        tensors.append((name_in_file, ttype, list(w.shape), raw))
         v = value_of(ttype, raw, w.shape)
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):  # back to transformers' rows
             heads = c["num_attention_heads"] if ".q_proj." in hf else c["num_key_value_heads"]
@@ -380,18 +400,18 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
     for stacked in sorted(stacks):
         w = np.stack([stacks[stacked][e] for e in sorted(stacks[stacked])])
         tensors.append((stacked, F32, list(w.shape), w.astype(np.float32).tobytes()))
-    if c["rope_parameters"]["rope_type"] == "longrope":
+    if c["rope_parameters"].get("rope_type") == "longrope":
         for kind in ("long", "short"):
             f = np.array(c["rope_parameters"][kind + "_factor"], dtype=np.float32)
             tensors.append(("rope_factors_%s.weight" % kind, F32, [len(f)], f.tobytes()))
-    if c["rope_parameters"]["rope_type"] == "llama3":
+    if c["rope_parameters"].get("rope_type") == "llama3":
         f = rope_freqs(c, head_dim)
         tensors.append(("rope_freqs.weight", F32, [len(f)], f.tobytes()))
     if tokenizer:
         kvs += tokenizer_kvs(*tokenizer)
     if chat:
         kvs.append(("tokenizer.chat_template", STRING, open(chat).read()))
-    write_gguf(os.path.join(OUT, name + ("_quant" if types else "") + ".gguf"), kvs, tensors)
+    write_gguf(os.path.join(OUT, (out or name) + ("_quant" if types else "") + ".gguf"), kvs, tensors)
     if expected:
         write_safetensors(os.path.join(OUT, expected), values)
 
@@ -453,6 +473,9 @@ def main():
     convert_model("tiny_qwen2", "qwen2")
     convert_model("tiny_qwen3", "qwen3")
     convert_model("tiny_mixtral", "llama")
+    convert_model("tiny_gemma", "gemma")
+    convert_model("gguf/src_gemma2", "gemma2", out="tiny_gemma2")
+    convert_model("gguf/src_gemma3", "gemma3", out="tiny_gemma3")
     convert_model("tiny_phi3", "phi3")
     convert_model("tiny_phi3_longrope", "phi3")
     convert_model("tiny_qwen2_moe", "qwen2moe")

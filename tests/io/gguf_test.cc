@@ -49,14 +49,19 @@ class GgufDevices : public ::testing::TestWithParam<Device> {};
 // rope_freqs.weight, Qwen3's yarn and head size as metadata), gives the logits transformers
 // computed for its folder.
 TEST_P(GgufDevices, ModelsGiveTransformersLogits) {
-  for (const char* name : {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3", "tiny_mixtral",
-                           "tiny_qwen2_moe", "tiny_qwen3_moe", "tiny_phi3", "tiny_phi3_longrope"}) {
+  for (const char* name :
+       {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3", "tiny_mixtral", "tiny_qwen2_moe",
+        "tiny_qwen3_moe", "tiny_phi3", "tiny_phi3_longrope", "tiny_gemma", "tiny_gemma2", "tiny_gemma3"}) {
+    // Gemma 2 and 3: folders with the settings llama.cpp derives for a GGUF file.
+    const std::string source = std::string(name) == "tiny_gemma2"   ? kGguf + "/src_gemma2"
+                               : std::string(name) == "tiny_gemma3" ? kGguf + "/src_gemma3"
+                                                                    : kData + "/" + name;
     const pretrained::Model lm = pretrained::load(kGguf + "/" + name + ".gguf");
-    const pretrained::Model folder = pretrained::load(kData + "/" + name);
+    const pretrained::Model folder = pretrained::load(source);
     EXPECT_EQ(lm.architecture, folder.architecture) << name;
     EXPECT_EQ(lm.context, folder.context) << name;
     EXPECT_EQ(lm.eos_ids, folder.eos_ids) << name;
-    const auto golden = read_safetensors(kData + "/" + name + "/logits.safetensors");
+    const auto golden = read_safetensors(source + "/logits.safetensors");
     const double d =
         tg::testing::rel_diff(logits_of(lm, golden.at("ids"), GetParam()), golden.at("logits").f32());
     EXPECT_LT(d, 1e-4) << name;
