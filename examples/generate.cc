@@ -1,9 +1,9 @@
 // generate: text from a Hugging Face model folder (config.json, model.safetensors or its shards,
 // tokenizer.json) — a Llama-family, GPT-2 or Mamba checkpoint (tg::pretrained::load) — or from a
-// llama.cpp GGUF file (Llama, Mixtral, Qwen2, Qwen3, Qwen-MoE, Phi-3 or Gemma 1-3, its tokenizer in
-// its metadata), streamed to the terminal as it is sampled, then the speed in tokens/s. With --chat the text
-// is a conversation with an instruction-tuned model, in the prompt format of the folder's chat template
-// (tg::ChatTemplate): one turn with --prompt, or turn after turn read from stdin.
+// llama.cpp GGUF file (Llama, Mixtral, Qwen2, Qwen3, Qwen-MoE, Phi-3, Gemma 1-3 or GPT-2, its
+// tokenizer in its metadata), streamed to the terminal as it is sampled, then the speed in tokens/s. With
+// --chat the text is a conversation with an instruction-tuned model, in the prompt format of the folder's
+// chat template (tg::ChatTemplate): one turn with --prompt, or turn after turn read from stdin.
 //
 //   ./generate --model <folder> --prompt "Once upon a time" [--max-new-tokens 100]
 //              [--temperature 0.8] [--top-k 0] [--top-p 0.95] [--min-p 0]
@@ -40,7 +40,8 @@ constexpr const char* kUsage =
     "tokenizer.json) of an architecture tg::pretrained::load takes (Llama and its relatives: Mistral,\n"
     "Qwen, Phi-3, Gemma, Granite, OLMo, Mixtral, Qwen-MoE, GPT-NeoX, Phi, StableLM, StarCoder 2;\n"
     "GPT-2; Mamba), or a llama.cpp GGUF file (FOLDER then names the .gguf file: a Llama, Mixtral,\n"
-    "Qwen2, Qwen3, Qwen-MoE, Phi-3 or Gemma model in F32, F16, BF16 or ggml's quantized types, read as\n"
+    "Qwen2, Qwen3, Qwen-MoE, Phi-3, Gemma or GPT-2 model in F32, F16, BF16 or ggml's quantized types, read "
+    "as\n"
     "their values),\n"
     "streaming the tokens. Under --precision bf16 or f16 the model's matrices are held in that\n"
     "type (a third of the memory of f32 weights and their converted copies). --int8 quantizes\n"

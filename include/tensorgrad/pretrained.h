@@ -48,8 +48,8 @@
 //                                     weight/bias, RoBERTa's lm_head mapped onto
 //                                     cls.predictions; see tensorgrad/bert.h)
 // A llama.cpp GGUF file loads too (load("model.gguf")): general.architecture llama (with experts:
-// Mixtral), qwen2, qwen3, qwen2moe, qwen3moe, phi3, gemma, gemma2 or gemma3 as the transformers class
-// of each, its metadata read as the
+// Mixtral), qwen2, qwen3, qwen2moe, qwen3moe, phi3, gemma, gemma2, gemma3 or gpt2 as the transformers
+// class of each, its metadata read as the
 // config.json it was converted from and its tensors renamed back (blk.N.attn_q → model.layers.N.
 // self_attn.q_proj, …; the architecture llama's q and k rows returned to transformers' order),
 // each F32, F16, BF16 or one of ggml's block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,

@@ -1,6 +1,6 @@
 // GGUF files (llama.cpp's models) read as the Hugging Face folder they were converted from:
 // their metadata becomes that folder's config.json and their tensors get its names and
-// layouts, so the Llama family's loader maps them as it maps a folder's.
+// layouts, so the loaders map them as they map a folder's (the Llama family's, GPT-2's).
 //
 // llama.cpp's converter (convert_hf_to_gguf.py) renames every tensor (model.layers.N.self_attn.q_proj
 // → blk.N.attn_q, …) and, for the architecture "llama" only, reorders the rows of each head of
@@ -8,7 +8,10 @@
 // adjacent rows (2i, 2i + 1), the pairing of ggml's own rotation. Reading undoes both. Llama 3.1's
 // RoPE rescaling is stored as the per-pair divisors it produces (the tensor rope_freqs.weight),
 // not as its parameters: it becomes a rope_scaling that divides each pair's frequency by its
-// divisor (transformers' longrope with factor 1, which is exactly that).
+// divisor (transformers' longrope with factor 1, which is exactly that). The other changes the
+// converter makes are undone too: a mixture's experts stacked into one tensor per layer, Gemma's
+// norm gains stored as 1 + w, GPT-2's Conv1D weights transposed; what llama.cpp derives rather
+// than stores (Gemma's attention scale and windowed layers) is derived as it derives it.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -31,7 +34,7 @@ constexpr Arch kArchs[] = {
     {"qwen3", "Qwen3ForCausalLM", false},       {"qwen2moe", "Qwen2MoeForCausalLM", false},
     {"qwen3moe", "Qwen3MoeForCausalLM", false}, {"phi3", "Phi3ForCausalLM", false},
     {"gemma", "GemmaForCausalLM", false},       {"gemma2", "Gemma2ForCausalLM", false},
-    {"gemma3", "Gemma3ForCausalLM", false},
+    {"gemma3", "Gemma3ForCausalLM", false},     {"gpt2", "GPT2LMHeadModel", false},
 };
 
 bool is_gemma(const Arch& a) { return std::string(a.gguf).starts_with("gemma"); }
@@ -311,11 +314,54 @@ json rope_of(const io::GgufFile& g, const Arch& a, json& c, int64_t head_dim) {
   return rope;
 }
 
+// GPT-2's config.json (GPT2LMHeadModel: tied head, the tanh GELU).
+json gpt2_config(const io::GgufFile& g) {
+  json c = {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"activation_function", "gelu_new"},
+            {"tie_word_embeddings", true}};
+  const io::GgufTensor* embed = tensor_named(g, "token_embd.weight");
+  if (embed == nullptr || embed->shape.size() != 2)
+    fail(g.path, "no 2-D tensor token_embd.weight (the embedding)");
+  c["vocab_size"] = size_of(g, "gpt2.vocab_size", embed->shape[0]);
+  c["n_embd"] = size_of(g, "gpt2.embedding_length");
+  c["n_layer"] = size_of(g, "gpt2.block_count");
+  c["n_head"] = size_of(g, "gpt2.attention.head_count");
+  c["n_positions"] = size_of(g, "gpt2.context_length");
+  c["n_inner"] = size_of(g, "gpt2.feed_forward_length", 4 * c["n_embd"].get<int64_t>());
+  c["layer_norm_epsilon"] = number_of(g, "gpt2.attention.layer_norm_epsilon", 1e-5);
+  for (const char* key : {"bos", "eos"}) {
+    const std::string k = std::string("tokenizer.ggml.") + key + "_token_id";
+    if (g.meta.contains(k)) c[std::string(key) + "_token_id"] = g.meta[k];
+  }
+  return c;
+}
+
+// GPT-2's file names of its GGUF tensors (GPT2LMHeadModel's, under transformer.).
+std::string gpt2_name(const std::string& n) {
+  static const std::map<std::string, std::string> kTop = {{"token_embd.weight", "transformer.wte.weight"},
+                                                          {"position_embd.weight", "transformer.wpe.weight"},
+                                                          {"output_norm.weight", "transformer.ln_f.weight"},
+                                                          {"output_norm.bias", "transformer.ln_f.bias"},
+                                                          {"output.weight", "lm_head.weight"}};
+  if (const auto it = kTop.find(n); it != kTop.end()) return it->second;
+  if (!n.starts_with("blk.")) return n;
+  const size_t dot = n.find('.', 4), last = n.rfind('.');
+  if (dot == std::string::npos || last <= dot) return n;
+  static const std::map<std::string, std::string> kLayer = {
+      {"attn_norm", "ln_1"}, {"attn_qkv", "attn.c_attn"}, {"attn_output", "attn.c_proj"},
+      {"ffn_norm", "ln_2"},  {"ffn_up", "mlp.c_fc"},      {"ffn_down", "mlp.c_proj"}};
+  const auto it = kLayer.find(n.substr(dot + 1, last - dot - 1));
+  if (it == kLayer.end()) return n;
+  return "transformer.h." + n.substr(4, dot - 4) + "." + it->second + n.substr(last);
+}
+
 }  // namespace
 
 json gguf_config(const std::string& path) {
   const io::GgufFile g = reading([&] { return io::read_gguf(path); });
   const Arch& a = arch_of(g);
+  if (std::string(a.gguf) == "gpt2") return gpt2_config(g);
   const std::string p = std::string(a.gguf) + ".";
   json c = json::object();
   const bool mixtral = is_mixtral(g, a);
@@ -368,7 +414,7 @@ Weights gguf_weights(const std::string& path) {
   const Arch& a = arch_of(g);
   const std::string p = std::string(a.gguf) + ".";
   const int64_t heads = size_of(g, p + "attention.head_count");
-  const int64_t kv_heads = size_of(g, p + "attention.head_count_kv", heads);
+  const int64_t kv_heads = a.permuted ? size_of(g, p + "attention.head_count_kv", heads) : heads;
   const std::string file = std::filesystem::path(path).filename().string();
   Weights w;
   w.listing = file;
@@ -379,7 +425,10 @@ Weights gguf_weights(const std::string& path) {
       continue;  // configuration (gguf_config)
     HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
     if (split_experts(t, v, mixtral, file, w)) continue;
-    const std::string name = hf_name(t.name, a.gguf, mixtral);
+    const std::string name =
+        std::string(a.gguf) == "gpt2" ? gpt2_name(t.name) : hf_name(t.name, a.gguf, mixtral);
+    if (std::string(a.gguf) == "gpt2" && v.shape().size() == 2 && t.name.starts_with("blk."))
+      v = transpose2d(v.to(DType::kF32));                  // back to GPT-2's Conv1D [in, out]
     if (is_gemma(a) && t.name.ends_with("norm.weight")) {  // the converter stored 1 + w, ggml's norm gain
       HostTensor f = v.to(DType::kF32);
       for (float& x : f.f32()) x -= 1.0f;

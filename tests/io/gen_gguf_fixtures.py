@@ -14,6 +14,7 @@ tokenizer.ggml.* arrays. Written into tests/data/gguf/:
   tiny_gemma.gguf       tests/data/tiny_gemma (norm gains stored as 1 + w, as the converter stores them)
   tiny_gemma2.gguf, tiny_gemma3.gguf   tests/data/gguf/src_gemma2 and src_gemma3, tiny folders with the
                         settings llama.cpp derives rather than reads (gen_gguf_gemma_golden.py)
+  tiny_gpt2.gguf        tests/data/tiny_gpt2 (Conv1D weights transposed to [out, in], the head tied)
   tiny_phi3.gguf, tiny_phi3_longrope.gguf   Phi-3's (fused attn_qkv, ffn_up holding gate and up;
                         longrope as rope_factors_long/short.weight, a partial rotation as
                         rope.dimension_count)
@@ -416,6 +417,37 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
         write_safetensors(os.path.join(OUT, expected), values)
 
 
+GPT2_NAMES = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+              "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+
+
+def convert_gpt2(name):
+    """GPT-2 as the converter writes it: Conv1D weights ([in, out]) transposed to ggml's [out, in]."""
+    folder = os.path.join(ROOT, name)
+    c = json.load(open(os.path.join(folder, "config.json")))
+    kvs = [("general.architecture", STRING, "gpt2"), ("gpt2.context_length", U32, c["n_positions"]),
+           ("gpt2.embedding_length", U32, c["n_embd"]), ("gpt2.block_count", U32, c["n_layer"]),
+           ("gpt2.feed_forward_length", U32, c.get("n_inner") or 4 * c["n_embd"]),
+           ("gpt2.attention.head_count", U32, c["n_head"]),
+           ("gpt2.attention.layer_norm_epsilon", F32V, c["layer_norm_epsilon"]),
+           ("tokenizer.ggml.bos_token_id", U32, c["bos_token_id"]), ("tokenizer.ggml.eos_token_id", U32, c["eos_token_id"])]
+    tensors = []
+    for hf, w in sorted(read_safetensors(os.path.join(folder, "model.safetensors")).items()):
+        if hf.endswith((".attn.bias", ".attn.masked_bias")) or hf == "lm_head.weight":
+            continue
+        top = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
+               "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias"}
+        if hf in top:
+            gname = top[hf]
+        else:
+            parts = hf.split(".")  # transformer.h.N.<module…>.<weight|bias>
+            gname = "blk.%s.%s.%s" % (parts[2], GPT2_NAMES[".".join(parts[3:-1])], parts[-1])
+            if w.ndim == 2:
+                w = w.T.copy()
+        tensors.append((gname, F32, list(w.shape), w.astype(np.float32).tobytes()))
+    write_gguf(os.path.join(OUT, name + ".gguf"), kvs, tensors)
+
+
 # ---- tokenizers ----
 def tokenizer_kvs(path, pre=None):
     t = json.load(open(path))
@@ -476,6 +508,7 @@ def main():
     convert_model("tiny_gemma", "gemma")
     convert_model("gguf/src_gemma2", "gemma2", out="tiny_gemma2")
     convert_model("gguf/src_gemma3", "gemma3", out="tiny_gemma3")
+    convert_gpt2("tiny_gpt2")
     convert_model("tiny_phi3", "phi3")
     convert_model("tiny_phi3_longrope", "phi3")
     convert_model("tiny_qwen2_moe", "qwen2moe")

@@ -49,9 +49,9 @@ class GgufDevices : public ::testing::TestWithParam<Device> {};
 // rope_freqs.weight, Qwen3's yarn and head size as metadata), gives the logits transformers
 // computed for its folder.
 TEST_P(GgufDevices, ModelsGiveTransformersLogits) {
-  for (const char* name :
-       {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3", "tiny_mixtral", "tiny_qwen2_moe",
-        "tiny_qwen3_moe", "tiny_phi3", "tiny_phi3_longrope", "tiny_gemma", "tiny_gemma2", "tiny_gemma3"}) {
+  for (const char* name : {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3", "tiny_mixtral",
+                           "tiny_qwen2_moe", "tiny_qwen3_moe", "tiny_phi3", "tiny_phi3_longrope",
+                           "tiny_gemma", "tiny_gemma2", "tiny_gemma3", "tiny_gpt2"}) {
     // Gemma 2 and 3: folders with the settings llama.cpp derives for a GGUF file.
     const std::string source = std::string(name) == "tiny_gemma2"   ? kGguf + "/src_gemma2"
                                : std::string(name) == "tiny_gemma3" ? kGguf + "/src_gemma3"
@@ -230,8 +230,9 @@ TEST(Gguf, Errors) {
   for (size_t cut : {size_t{2000}, whole.size() - 100})
     EXPECT_HAS(load_error(write("cut", whole.substr(0, cut))), "truncated");
   EXPECT_HAS(load_error(write("v1", Writer::file("llama", 0, {32, 64}, 8192, 1))), "GGUF version 1");
-  EXPECT_HAS(load_error(write("arch", Writer::file("gpt2", 0, {32, 64}, 8192))),
-             "general.architecture is \"gpt2\"; the GGUF architectures read: llama, qwen2, qwen3");
+  EXPECT_HAS(load_error(write("arch", Writer::file("bert", 0, {32, 64}, 8192))),
+             "general.architecture is \"bert\"; the GGUF architectures read: llama, qwen2, qwen3, qwen2moe, "
+             "qwen3moe, phi3, gemma, gemma2, gemma3, gpt2");
   EXPECT_HAS(load_error(write("iq", Writer::file("llama", 16, {256, 4}, 1024))),
              "is IQ2_XXS, which is not read");
   EXPECT_HAS(load_error(write("blocks", Writer::file("llama", 12, {32, 4}, 1024))),
