@@ -150,6 +150,7 @@ std::string file_dtype(DType t) {
 
 HostTensor take_tensor(const Model& m, Weights& w, const std::string& name, const Shape& want,
                        std::string& file) {
+  w.materialize(name);
   auto it = w.tensors.find(name);
   if (it == w.tensors.end())
     fail(m.folder, w.listing + ": no tensor '" + name + "' (" + m.architecture + " needs it, shape " +
@@ -180,6 +181,7 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
     Shape want = p->shape();
     if (src.layout == Layout::kTransposed) want = {p->shape()[1], p->shape()[0]};
     if (src.layout == Layout::kSqueezeMiddle) want = {p->shape()[0], 1, p->shape()[1]};
+    w.materialize(src.name);
     auto it = w.tensors.find(src.name);
     if (it == w.tensors.end())
       fail(m.folder, w.listing + ": no tensor '" + src.name + "' (" + m.architecture + " needs it, shape " +
@@ -227,6 +229,11 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
   for (const auto& [name, t] : w.tensors) {
     if (ignorable(name)) continue;
     fail(m.folder, w.file_of[name] + ": unexpected tensor '" + name + "' " + shape_str(t.shape()) + ": " +
+                       m.architecture + " as config.json describes it has no such parameter");
+  }
+  for (const auto& [name, d] : w.deferred) {
+    if (ignorable(name)) continue;
+    fail(m.folder, w.file_of[name] + ": unexpected tensor '" + name + "' " + shape_str(d.shape) + ": " +
                        m.architecture + " as config.json describes it has no such parameter");
   }
 }

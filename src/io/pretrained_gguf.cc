@@ -412,24 +412,19 @@ json gguf_config(const std::string& path) {
 Weights gguf_weights(const std::string& path) {
   const io::GgufFile g = reading([&] { return io::read_gguf(path); });
   const Arch& a = arch_of(g);
-  const std::string p = std::string(a.gguf) + ".";
+  const std::string p = std::string(a.gguf) + ".", arch = a.gguf;
   const int64_t heads = size_of(g, p + "attention.head_count");
   const int64_t kv_heads = a.permuted ? size_of(g, p + "attention.head_count_kv", heads) : heads;
   const std::string file = std::filesystem::path(path).filename().string();
-  Weights w;
-  w.listing = file;
-  std::ifstream in(path, std::ios::binary);
-  const bool mixtral = is_mixtral(g, a);
-  for (const io::GgufTensor& t : g.tensors) {
-    if (t.name == "rope_freqs.weight" || t.name.starts_with("rope_factors_"))
-      continue;  // configuration (gguf_config)
-    HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
-    if (split_experts(t, v, mixtral, file, w)) continue;
-    const std::string name =
-        std::string(a.gguf) == "gpt2" ? gpt2_name(t.name) : hf_name(t.name, a.gguf, mixtral);
-    if (std::string(a.gguf) == "gpt2" && v.shape().size() == 2 && t.name.starts_with("blk."))
-      v = transpose2d(v.to(DType::kF32));                  // back to GPT-2's Conv1D [in, out]
-    if (is_gemma(a) && t.name.ends_with("norm.weight")) {  // the converter stored 1 + w, ggml's norm gain
+  const bool mixtral = is_mixtral(g, a), gemma = is_gemma(a), permuted = a.permuted;
+  // A tensor's transformers name and its values in transformers' layout.
+  const auto name_of = [&](const io::GgufTensor& t) {
+    return arch == "gpt2" ? gpt2_name(t.name) : hf_name(t.name, arch, mixtral);
+  };
+  const auto layout = [=](const io::GgufTensor& t, const std::string& name, HostTensor v) {
+    if (arch == "gpt2" && v.shape().size() == 2 && t.name.starts_with("blk."))
+      v = transpose2d(v.to(DType::kF32));            // back to GPT-2's Conv1D [in, out]
+    if (gemma && t.name.ends_with("norm.weight")) {  // the converter stored 1 + w, ggml's norm gain
       HostTensor f = v.to(DType::kF32);
       for (float& x : f.f32()) x -= 1.0f;
       v = std::move(f);
@@ -438,12 +433,42 @@ Weights gguf_weights(const std::string& path) {
       const int64_t n = v.numel();
       v = HostTensor::f32(v.to(DType::kF32).f32(), {1, n});
     }
-    if (a.permuted && name.find(".self_attn.q_proj.") != std::string::npos)
+    if (permuted && name.find(".self_attn.q_proj.") != std::string::npos)
       v = unpermute(v, heads, path, t.name);
-    if (a.permuted && name.find(".self_attn.k_proj.") != std::string::npos)
+    if (permuted && name.find(".self_attn.k_proj.") != std::string::npos)
       v = unpermute(v, kv_heads, path, t.name);
+    return v;
+  };
+  Weights w;
+  w.listing = file;
+  std::ifstream in(path, std::ios::binary);
+  for (const io::GgufTensor& t : g.tensors) {
+    if (t.name == "rope_freqs.weight" || t.name.starts_with("rope_factors_"))
+      continue;  // configuration (gguf_config)
+    const std::string name = name_of(t);
     w.file_of[name] = file + " (" + t.name + ", " + io::ggml_type_name(t.type) + ")";
-    w.tensors[name] = std::move(v);
+    // A matrix is read when map_weights takes it, so that a quantized model is never held whole
+    // in f32; the tensors a loader looks at beforehand (Phi-3's fused ones, GPT-2's embedding)
+    // and the stacked experts, split here, are read now.
+    const bool now =
+        t.shape.size() != 2 ||
+        (arch == "phi3" && (t.name.ends_with("attn_qkv.weight") || t.name.ends_with("ffn_up.weight"))) ||
+        (arch == "gpt2" && !t.name.starts_with("blk."));
+    if (!now) {
+      Shape shape = t.shape;
+      if (arch == "gpt2") std::swap(shape[0], shape[1]);
+      w.deferred[name] = {shape, [t, name, layout, file = g.path]() {
+                            std::ifstream f(file, std::ios::binary);
+                            io::GgufFile header;
+                            header.path = file;
+                            return layout(t, name,
+                                          reading([&] { return io::read_gguf_tensor(header, t, f); }));
+                          }};
+      continue;
+    }
+    HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
+    if (split_experts(t, v, mixtral, file, w)) continue;
+    w.tensors[name] = layout(t, name, std::move(v));
   }
   return w;
 }

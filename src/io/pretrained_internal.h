@@ -54,6 +54,21 @@ struct Weights {
   std::map<std::string, HostTensor> tensors;
   std::map<std::string, std::string> file_of;  // tensor name → file name
   std::string listing;                         // where a name is looked up: model.safetensors or the index
+  /// Tensors read only when map_weights or take_tensor takes them (a GGUF file's matrices,
+  /// dequantized one at a time): their shape and how to read them.
+  struct Deferred {
+    Shape shape;
+    std::function<HostTensor()> read;
+  };
+  std::map<std::string, Deferred> deferred;
+  /// Moves a deferred tensor into `tensors` (read now); false when `name` is not deferred.
+  bool materialize(const std::string& name) {
+    const auto d = deferred.find(name);
+    if (d == deferred.end()) return false;
+    tensors[name] = d->second.read();
+    deferred.erase(d);
+    return true;
+  }
 };
 /// Every tensor of model.safetensors, or of the shards model.safetensors.index.json names; for a
 /// GGUF file, its tensors as gguf_weights gives them.
