@@ -104,9 +104,10 @@ double number_of(const io::GgufFile& g, const std::string& key, double fallback)
 }
 
 // What llama.cpp derives for Gemma 2 and 3 rather than reads from the file: the attention scale
-// (head_dim^-1/2, but (hidden / heads)^-1/2 for the 27B models: 46 and 62 layers), the soft
-// caps (Gemma 2: the file's, else 50 and 30; Gemma 3: none), the windowed layers (Gemma 2:
-// every other one from the first; Gemma 3: 5 of every 6) and Gemma 3's local RoPE base 10000.
+// (head_dim^-1/2, but (hidden / heads)^-1/2 for the 27B models: 46 and 62 layers), the soft caps
+// (Gemma 2: the file's, else 50 and 30; Gemma 3: a final one if the file has it), the windowed
+// layers (Gemma 2: every other one from the first, a window of 4096 without the key; Gemma 3:
+// 5 of every 6, none without a window or with 0) and Gemma 3's local RoPE base 10000.
 void read_gemma(const io::GgufFile& g, const Arch& a, json& c) {
   const std::string p = std::string(a.gguf) + ".";
   c["hidden_activation"] = "gelu_pytorch_tanh";
@@ -117,11 +118,16 @@ void read_gemma(const io::GgufFile& g, const Arch& a, json& c) {
   c["query_pre_attn_scalar"] = big ? c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>()
                                    : c["head_dim"].get<int64_t>();
   c["attn_logit_softcapping"] = gemma2 ? json(number_of(g, p + "attn_logit_softcapping", 50.0)) : json();
-  c["final_logit_softcapping"] = gemma2 ? json(number_of(g, p + "final_logit_softcapping", 30.0)) : json();
-  c["sliding_window"] = size_of(g, p + "attention.sliding_window");
+  const bool final_cap = gemma2 || g.meta.contains(p + "final_logit_softcapping");  // Gemma 3's optional
+  c["final_logit_softcapping"] = final_cap ? json(number_of(g, p + "final_logit_softcapping", 30.0)) : json();
+  // The window: Gemma 2's default 4096; Gemma 3 without one (or 0) has no windowed layers.
+  const auto key = g.meta.find(p + "attention.sliding_window");
+  const bool windowed =
+      gemma2 || (key != g.meta.end() && !(key->is_number_integer() && key->get<int64_t>() == 0));
+  c["sliding_window"] = windowed ? json(size_of(g, p + "attention.sliding_window", 4096)) : json();
   json types = json::array();
   for (int64_t i = 0; i < layers; ++i)
-    types.push_back((gemma2 ? i % 2 == 0 : i % 6 < 5) ? "sliding_attention" : "full_attention");
+    types.push_back(windowed && (gemma2 ? i % 2 == 0 : i % 6 < 5) ? "sliding_attention" : "full_attention");
   c["layer_types"] = types;
   if (gemma3) c["model_type"] = "gemma3_text";
 }
@@ -156,8 +162,10 @@ void read_experts(const io::GgufFile& g, const Arch& a, bool mixtral, json& c) {
 }
 
 // ffn_gate_exps, ffn_up_exps and ffn_down_exps ([experts, rows, columns]) as transformers' one
-// matrix per expert; false for any other tensor.
-bool split_experts(const io::GgufTensor& t, HostTensor v, bool mixtral, const std::string& file, Weights& w) {
+// matrix per expert, each deferred: an expert's rows are whole blocks of its own, read and
+// dequantized when the loader takes it. False for any other tensor.
+bool split_experts(const io::GgufTensor& t, bool mixtral, const std::string& path, const std::string& file,
+                   Weights& w) {
   static const std::pair<const char*, const char*> kParts[] = {{".ffn_gate_exps.weight", "gate_proj"},
                                                                {".ffn_up_exps.weight", "up_proj"},
                                                                {".ffn_down_exps.weight", "down_proj"}};
@@ -166,20 +174,26 @@ bool split_experts(const io::GgufTensor& t, HostTensor v, bool mixtral, const st
   for (const auto& [suffix, part] : kParts) {
     if (!t.name.starts_with("blk.") || !t.name.ends_with(suffix)) continue;
     const std::string layer = t.name.substr(4, t.name.size() - 4 - std::strlen(suffix));
-    if (v.shape().size() != 3) fail(file, "tensor '" + t.name + "' is not [experts, rows, columns]");
-    const Shape one = {v.shape()[1], v.shape()[2]};
-    const size_t bytes = static_cast<size_t>(numel(one)) * (v.dtype() == DType::kF32 ? 4 : 2);
-    for (int64_t e = 0; e < v.shape()[0]; ++e) {
-      HostTensor m(v.dtype(), one);
-      std::memcpy(m.data(), static_cast<const uint8_t*>(v.data()) + static_cast<size_t>(e) * bytes, bytes);
+    if (t.shape.size() != 3) fail(path, "tensor '" + t.name + "' is not [experts, rows, columns]");
+    const auto experts = static_cast<uint64_t>(t.shape[0]);
+    for (uint64_t e = 0; e < experts; ++e) {
+      io::GgufTensor one = t;  // expert e's slice: its bytes are a contiguous, whole-block part
+      one.name = t.name + "[" + std::to_string(e) + "]";
+      one.shape = {t.shape[1], t.shape[2]};
+      one.bytes = t.bytes / experts;
+      one.offset = t.offset + e * one.bytes;
       const std::string name =
           "model.layers." + layer +
           (mixtral ? ".block_sparse_moe.experts." + std::to_string(e) + "." + kMixtral.at(part)
                    : ".mlp.experts." + std::to_string(e) + "." + part) +
           ".weight";
-      w.file_of[name] =
-          file + " (" + t.name + " [" + std::to_string(e) + "], " + io::ggml_type_name(t.type) + ")";
-      w.tensors[name] = std::move(m);
+      w.file_of[name] = file + " (" + one.name + ", " + io::ggml_type_name(t.type) + ")";
+      w.deferred[name] = {one.shape, [one, path]() {
+                            std::ifstream f(path, std::ios::binary);
+                            io::GgufFile header;
+                            header.path = path;
+                            return reading([&] { return io::read_gguf_tensor(header, one, f); });
+                          }};
     }
     return true;
   }
@@ -386,7 +400,8 @@ json gguf_config(const std::string& path) {
   c["tie_word_embeddings"] = tensor_named(g, "output.weight") == nullptr;
   if (std::string(a.gguf) == "phi3") {  // a window in every layer, or none
     const auto w = g.meta.find(p + "attention.sliding_window");
-    c["sliding_window"] = w == g.meta.end() ? json() : json(size_of(g, p + "attention.sliding_window"));
+    const bool none = w == g.meta.end() || (w->is_number_integer() && w->get<int64_t>() == 0);  // Phi-4: 0
+    c["sliding_window"] = none ? json() : json(size_of(g, p + "attention.sliding_window"));
   }
   if (mixtral || std::string(a.gguf).ends_with("moe")) read_experts(g, a, mixtral, c);
   if (std::string(a.gguf) == "llama") c["attention_bias"] = tensor_named(g, "blk.0.attn_q.bias") != nullptr;
@@ -447,13 +462,12 @@ Weights gguf_weights(const std::string& path) {
       continue;  // configuration (gguf_config)
     const std::string name = name_of(t);
     w.file_of[name] = file + " (" + t.name + ", " + io::ggml_type_name(t.type) + ")";
-    // A matrix is read when map_weights takes it, so that a quantized model is never held whole
-    // in f32; the tensors a loader looks at beforehand (Phi-3's fused ones, GPT-2's embedding)
-    // and the stacked experts, split here, are read now.
-    const bool now =
-        t.shape.size() != 2 ||
-        (arch == "phi3" && (t.name.ends_with("attn_qkv.weight") || t.name.ends_with("ffn_up.weight"))) ||
-        (arch == "gpt2" && !t.name.starts_with("blk."));
+    // A matrix (an expert's too) is read when the loader takes it, so that a quantized model is
+    // never held whole in f32; vectors, and GPT-2's embeddings, which its loader looks at first,
+    // are read now. GPT-2's output.weight is the copy of token_embd the converter always writes
+    // (quantized apart from it): the head is tied, so it is left out.
+    if (arch == "gpt2" && t.name == "output.weight") continue;
+    const bool now = t.shape.size() != 2 || (arch == "gpt2" && !t.name.starts_with("blk."));
     if (!now) {
       Shape shape = t.shape;
       if (arch == "gpt2") std::swap(shape[0], shape[1]);
@@ -466,8 +480,8 @@ Weights gguf_weights(const std::string& path) {
                           }};
       continue;
     }
+    if (split_experts(t, mixtral, path, file, w)) continue;
     HostTensor v = reading([&] { return io::read_gguf_tensor(g, t, in); });
-    if (split_experts(t, v, mixtral, file, w)) continue;
     w.tensors[name] = layout(t, name, std::move(v));
   }
   return w;

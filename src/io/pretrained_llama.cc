@@ -199,7 +199,7 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, int64_t head_di
       const std::span<const float> v = all.f32();
       int64_t first = 0;
       for (const auto& [name, count] : parts) {
-        if (w.tensors.count(layer + name))
+        if (w.tensors.count(layer + name) || w.deferred.count(layer + name))
           fail(m.folder, w.file_of[layer + name] + ": unexpected tensor '" + layer + name +
                              "' beside the fused '" + fused + "' that " + m.architecture + " splits into it");
         std::vector<float> rows_of(v.begin() + first * d, v.begin() + (first + count) * d);

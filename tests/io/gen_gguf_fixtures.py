@@ -26,6 +26,8 @@ tokenizer.ggml.* arrays. Written into tests/data/gguf/:
                         BF16 (quantized by ggml's reference rules), and
   tiny_llama_quant_expected.safetensors  their values dequantized by numpy, by transformers' names
                         and layouts (q/k rows back in transformers' order)
+  tiny_qwen2_moe_quant.gguf  tiny_qwen2_moe with its stacked experts in Q8_0, Q4_1 and F16, and
+  tiny_qwen2_moe_quant_expected.safetensors  every weight's value by transformers' names (per expert)
   blocks.gguf           one tensor per quantized type read (2 × 512 values of random blocks with
                         sane f16 scales), and blocks_expected.safetensors their values (numpy)
   tok_<name>.gguf       tests/data/tokenizer/<name>/tokenizer.json as GGUF tokenizer metadata (no
@@ -325,8 +327,8 @@ def model_kvs(folder, arch):
                 (p + "final_logit_softcapping", F32V, c["final_logit_softcapping"])]
     partial = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))
     kvs.append((p + "rope.dimension_count", U32, int(head_dim * partial)))
-    if arch == "phi3" and c.get("sliding_window"):
-        kvs.append((p + "attention.sliding_window", U32, c["sliding_window"]))
+    if arch == "phi3":  # no window: 0, as the converter writes it for Phi-4
+        kvs.append((p + "attention.sliding_window", U32, c.get("sliding_window") or 0))
     if rope["rope_type"] == "longrope":  # Phi-3: the factors are tensors (convert_model)
         orig, ctx = rope["original_max_position_embeddings"], c["max_position_embeddings"]
         scale = ctx / orig
@@ -400,7 +402,14 @@ def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=No
         values[hf] = v
     for stacked in sorted(stacks):
         w = np.stack([stacks[stacked][e] for e in sorted(stacks[stacked])])
-        tensors.append((stacked, F32, list(w.shape), w.astype(np.float32).tobytes()))
+        ttype = (types or {}).get(stacked.split(".", 2)[-1], F32)
+        raw = raw_of(ttype, w)
+        tensors.append((stacked, ttype, list(w.shape), raw))
+        layer, part = stacked.split(".")[1], stacked.split(".")[2]
+        v = value_of(ttype, raw, w.shape)
+        for e in range(w.shape[0]):
+            leaf = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}[part]
+            values["model.layers.%s.mlp.experts.%d.%s.weight" % (layer, e, leaf)] = v[e]
     if c["rope_parameters"].get("rope_type") == "longrope":
         for kind in ("long", "short"):
             f = np.array(c["rope_parameters"][kind + "_factor"], dtype=np.float32)
@@ -435,6 +444,8 @@ def convert_gpt2(name):
     for hf, w in sorted(read_safetensors(os.path.join(folder, "model.safetensors")).items()):
         if hf.endswith((".attn.bias", ".attn.masked_bias")) or hf == "lm_head.weight":
             continue
+        if hf == "transformer.wte.weight":  # the converter's copy for the head, quantized apart from it
+            tensors.append(("output.weight", Q8_0, list(w.shape), raw_of(Q8_0, w)))
         top = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
                "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias"}
         if hf in top:
@@ -517,6 +528,9 @@ def main():
              "ffn_gate.weight": Q5_1, "ffn_up.weight": Q8_0, "ffn_down.weight": F16, "token_embd.weight": BF16,
              "output.weight": Q8_0}
     convert_model("tiny_llama", "llama", types=quant, expected="tiny_llama_quant_expected.safetensors")
+    quant_moe = {"ffn_gate_exps.weight": Q8_0, "ffn_up_exps.weight": Q4_1, "ffn_down_exps.weight": F16,
+                 "attn_q.weight": Q5_0}
+    convert_model("tiny_qwen2_moe", "qwen2moe", types=quant_moe, expected="tiny_qwen2_moe_quant_expected.safetensors")
     rng = np.random.default_rng(7)
     tensors, values = [], {}
     for ttype, name in ((Q4_0, "q4_0"), (Q4_1, "q4_1"), (Q5_0, "q5_0"), (Q5_1, "q5_1"), (Q8_0, "q8_0"),

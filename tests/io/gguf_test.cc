@@ -90,14 +90,19 @@ TEST(Gguf, BlockTypesDequantizeAsNumpy) {
 
 // A model whose matrices are Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16 and BF16 loads as their values,
 // by transformers' names and layouts; its logits stay near the f32 model's.
+// So does a mixture whose stacked experts are Q8_0, Q4_1 and F16, each expert's slice read
+// alone.
 TEST(Gguf, QuantizedModelLoadsItsDequantizedValues) {
-  const pretrained::Model lm = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
-  const auto expected = read_safetensors(kGguf + "/tiny_llama_quant_expected.safetensors");
-  ASSERT_EQ(lm.weights.size(), expected.size());
-  for (const auto& [name, want] : expected) {
-    ASSERT_TRUE(lm.weights.count(name)) << name;
-    EXPECT_LT(max_rel(lm.weights.at(name).to(DType::kF32).f32(), want.f32()), 1e-6) << name;
+  for (const char* name : {"tiny_qwen2_moe_quant", "tiny_llama_quant"}) {
+    const pretrained::Model m = pretrained::load(kGguf + "/" + name + ".gguf");
+    const auto expected = read_safetensors(kGguf + "/" + name + "_expected.safetensors");
+    ASSERT_EQ(m.weights.size(), expected.size()) << name;
+    for (const auto& [weight, want] : expected) {
+      ASSERT_TRUE(m.weights.count(weight)) << weight;
+      EXPECT_LT(max_rel(m.weights.at(weight).to(DType::kF32).f32(), want.f32()), 1e-6) << weight;
+    }
   }
+  const pretrained::Model lm = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
   const auto golden = read_safetensors(kData + "/tiny_llama/logits.safetensors");
   const double d =
       tg::testing::rel_diff(logits_of(lm, golden.at("ids"), Device::cpu()), golden.at("logits").f32());
