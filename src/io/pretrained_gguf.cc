@@ -12,6 +12,7 @@
 // converter makes are undone too: a mixture's experts stacked into one tensor per layer, Gemma's
 // norm gains stored as 1 + w, GPT-2's Conv1D weights transposed; what llama.cpp derives rather
 // than stores (Gemma's attention scale and windowed layers) is derived as it derives it.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -420,6 +421,19 @@ json gguf_config(const std::string& path) {
         it->get<int64_t>() >= c["vocab_size"].get<int64_t>())
       fail(path, k + " is " + shown(*it) + ", not an id of the " + c["vocab_size"].dump() + " tokens");
     c[field] = it->get<int64_t>();
+  }
+  // Chat models' end-of-turn tokens end generation too (Llama 3's <|eot_id|>, <|eom_id|>), as
+  // their generation_config.json lists them beside eos_token_id.
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    const auto it = g.meta.find(key);
+    if (it == g.meta.end() || !it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() >= c["vocab_size"].get<int64_t>())
+      continue;
+    json ids = !c.contains("eos_token_id")    ? json::array()
+               : c["eos_token_id"].is_array() ? c["eos_token_id"]
+                                              : json::array({c["eos_token_id"]});
+    if (std::find(ids.begin(), ids.end(), *it) == ids.end()) ids.push_back(it->get<int64_t>());
+    c["eos_token_id"] = ids.size() == 1 ? ids[0] : ids;
   }
   return c;
 }

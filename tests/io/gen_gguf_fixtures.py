@@ -10,7 +10,8 @@ tokenizer.ggml.* arrays. Written into tests/data/gguf/:
 
   tiny_llama.gguf       tests/data/tiny_llama (F32), its tokenizer.json (gpt2 type) and chat template
   tiny_llama3.gguf      tests/data/tiny_llama3 (F32, biases, tied head, rope_freqs.weight)
-  tiny_qwen2.gguf, tiny_qwen3.gguf   the same folders (F32; Qwen3's yarn as rope.scaling.*)
+  tiny_qwen2.gguf, tiny_qwen3.gguf   the same folders (F32; Qwen3's yarn as rope.scaling.*; Qwen2's with
+                        an end-of-turn id, 3, beside its eos)
   tiny_gemma.gguf       tests/data/tiny_gemma (norm gains stored as 1 + w, as the converter stores them)
   tiny_gemma2.gguf, tiny_gemma3.gguf   tests/data/gguf/src_gemma2 and src_gemma3, tiny folders with the
                         settings llama.cpp derives rather than reads (gen_gguf_gemma_golden.py)
@@ -372,9 +373,10 @@ def rope_freqs(c, head_dim):
     return np.array(out, dtype=np.float32)
 
 
-def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=None, out=None):
+def convert_model(name, arch, types=None, expected=None, tokenizer=None, chat=None, out=None, extra=()):
     folder = os.path.join(ROOT, name)
     c, head_dim, kvs = model_kvs(folder, arch)
+    kvs += list(extra)
     weights = read_safetensors(os.path.join(folder, "model.safetensors"))
     tensors, values, stacks = [], {}, {}
     for hf in sorted(weights):
@@ -513,7 +515,7 @@ def main():
     convert_model("tiny_llama", "llama", tokenizer=(os.path.join(ROOT, "tiny_llama", "tokenizer.json"), "gpt-2"),
                   chat=os.path.join(ROOT, "tiny_llama", "chat_template.jinja"))
     convert_model("tiny_llama3", "llama")
-    convert_model("tiny_qwen2", "qwen2")
+    convert_model("tiny_qwen2", "qwen2", extra=[("tokenizer.ggml.eot_token_id", U32, 3)])  # an end of turn
     convert_model("tiny_qwen3", "qwen3")
     convert_model("tiny_mixtral", "llama")
     convert_model("tiny_gemma", "gemma")
