@@ -12,7 +12,9 @@
 // greedily with it; with --save-model it also writes the merged model as a Hugging Face folder
 // of the source's architecture (tg::pretrained::save: transformers, and this library, load it)
 // and reads it back. --model may also name a llama.cpp GGUF file (its tokenizer in its metadata;
-// --save-model then writes a Hugging Face folder with the tokenizer.json that describes it).
+// --save-model then writes a Hugging Face folder with the tokenizer.json that describes it). With
+// --save-gguf the merged model (a Llama, Qwen2 or Qwen3) is also written as a GGUF file for
+// llama.cpp and ollama (tg::pretrained::save_gguf; F16 matrices, or --gguf-type) and read back.
 //
 //   ./finetune --model <folder> --text <file.txt> [--targets q_proj,v_proj] [--rank 8]
 //              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
@@ -22,6 +24,7 @@
 //              [--out finetune_adapter.safetensors] [--plot finetune_loss.svg]
 //              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
 //              [--save-model <folder> [--save-dtype f32|bf16|f16]]
+//              [--save-gguf <file.gguf> [--gguf-type f16|bf16|f32|q8_0]]
 //
 // The text is tokenized whole with the folder's tokenizer.json and split: the last --holdout of
 // its tokens are held out (windows of --seq-len tokens side by side), the rest gives training
@@ -84,14 +87,14 @@ std::string shortest(double v) {
 }
 
 struct Options {
-  std::string folder, text, out, plot, save_model;
+  std::string folder, text, out, plot, save_model, save_gguf;
   std::vector<std::string> targets;  // empty: the model family's default
   int64_t rank = 8, steps = 100, batch = 4, seq = 0, eval_every = 0, eval_batches = 8, max_new_tokens = 32;
   double alpha = 16, dropout = 0, lr = 2e-4, weight_decay = 0, holdout = 0.1, min_drop = 0;
   uint32_t seed = 0;
   tg::Device device;
   tg::Precision precision = tg::Precision::kFp32;
-  tg::DType save_dtype = tg::DType::kF32;
+  tg::DType save_dtype = tg::DType::kF32, gguf_dtype = tg::DType::kF16;
   bool merge = false, check = false, int8 = false;
 };
 
@@ -121,7 +124,7 @@ Options parse(const Args& args) {
                    "steps",      "lr",           "weight-decay",   "batch",     "seq-len",  "holdout",
                    "eval-every", "eval-batches", "device",         "precision", "seed",     "out",
                    "plot",       "merge",        "max-new-tokens", "check",     "min-drop", "save-model",
-                   "save-dtype", "int8"});
+                   "save-dtype", "int8",         "save-gguf",      "gguf-type"});
   if (!args.has("model") || !args.has("text"))
     throw std::runtime_error(
         "usage: finetune --model <Hugging Face folder or GGUF file> --text <file.txt> [--targets "
@@ -131,7 +134,9 @@ Options parse(const Args& args) {
         "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision "
         "fp32|bf16|f16] [--int8] "
         "[--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] "
-        "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-model <folder> [--save-dtype "
+        "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-gguf <file> [--gguf-type "
+        "f16|bf16|f32|q8_0]] "
+        "[--save-model <folder> [--save-dtype "
         "f32|bf16|f16]]");
   Options o;
   o.folder = args.get("model", "");
@@ -180,7 +185,19 @@ Options parse(const Args& args) {
   o.save_dtype = save_dtype == "bf16"  ? tg::DType::kBF16
                  : save_dtype == "f16" ? tg::DType::kF16
                                        : tg::DType::kF32;
-  o.merge = args.has("merge") || !o.save_model.empty();  // the folder holds the merged model
+  o.save_gguf = args.get("save-gguf", "");
+  if (args.has("save-gguf") && o.save_gguf.empty()) throw std::runtime_error("--save-gguf needs a file name");
+  const std::string gguf_type = args.get("gguf-type", "f16");
+  if (gguf_type != "f32" && gguf_type != "bf16" && gguf_type != "f16" && gguf_type != "q8_0")
+    throw std::runtime_error("--gguf-type takes f32, bf16, f16 or q8_0, not " + gguf_type);
+  if (args.has("gguf-type") && !args.has("save-gguf"))
+    throw std::runtime_error("--gguf-type needs --save-gguf");
+  o.gguf_dtype = gguf_type == "q8_0"   ? tg::DType::kI8
+                 : gguf_type == "bf16" ? tg::DType::kBF16
+                 : gguf_type == "f32"  ? tg::DType::kF32
+                                       : tg::DType::kF16;
+  // The files hold the merged model.
+  o.merge = args.has("merge") || !o.save_model.empty() || !o.save_gguf.empty();
   o.check = args.has("check");
   o.int8 = args.has("int8");
   return o;
@@ -589,6 +606,40 @@ bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params
   return same;
 }
 
+// The merged model as a llama.cpp GGUF file (pretrained::save_gguf), read back: true when load()
+// gives every merged weight as written (an f32 file: bit for bit; else within its rounding) and
+// the file's tokenizer encodes the text as the model's does.
+bool save_merged_gguf(const Options& o, const Inputs& in, const Params& merged) {
+  tg::pretrained::save_gguf(in.lm, merged, o.save_gguf, {.dtype = o.gguf_dtype});
+  const tg::pretrained::Model back = tg::pretrained::load(o.save_gguf);
+  const double tolerance = o.gguf_dtype == tg::DType::kF32   ? 0
+                           : o.gguf_dtype == tg::DType::kF16 ? 1e-3
+                                                             : 1e-2;
+  bool same = true;
+  for (const auto& [name, t] : back.weights) {
+    auto it = merged.find(name);
+    if (it == merged.end()) return false;
+    const tg::HostTensor want = it->second.dtype() == tg::DType::kI8
+                                    ? tg::dequantize_int8(it->second, merged.at(tg::scale_name(name)))
+                                    : it->second.to(tg::DType::kF32);
+    const tg::HostTensor got = t.to(tg::DType::kF32);
+    const std::span<const float> a = got.f32(), b = want.f32();
+    double diff = 0, top = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+      diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i]))),
+      top = std::max(top, static_cast<double>(std::abs(b[i])));
+    same = same && a.size() == b.size() && diff <= tolerance * top;
+  }
+  const std::string sample = "the cat sat.";
+  same = same && tg::Tokenizer::load(o.save_gguf).encode(sample, true) == in.tokenizer.encode(sample, true);
+  std::printf("saved the merged model as GGUF to %s (%s, %s matrices)%s\n", o.save_gguf.c_str(),
+              back.architecture.c_str(),
+              o.gguf_dtype == tg::DType::kI8 ? "Q8_0" : tg::dtype_name(o.gguf_dtype),
+              same ? "; it loads back with the merged weights and the tokenizer"
+                   : "; it did NOT load back as written");
+  return same;
+}
+
 // After training: the base weights' bits, the adapter file, the loss curve and, with --merge, the
 // merged model. Returns the checks that failed.
 std::vector<std::string> finish(const Options& o, const Inputs& in, const Params& trained,
@@ -637,6 +688,8 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
               in.tokenizer.decode(m.continuation, /*skip_special=*/true).c_str());
   if (!o.save_model.empty() && !save_merged(o, in.lm, merged))
     failures.push_back("the saved folder did not load back with the merged weights");
+  if (!o.save_gguf.empty() && !save_merged_gguf(o, in, merged))
+    failures.push_back("the GGUF file did not load back with the merged model's tokens and weights");
   return failures;
 }
 

@@ -194,6 +194,28 @@ struct SaveOptions {
 void save(const Model& m, std::map<std::string, HostTensor> weights, const std::string& folder,
           const SaveOptions& options = {});
 
+struct GgufOptions {
+  /// The matrices' type in the file: DType::kF32, kF16, kBF16, or kI8 for ggml's Q8_0 (a scale
+  /// per 32 values of a row; a matrix whose rows are not whole blocks of 32 is written F16).
+  /// Vectors (norms, biases) are F32, as llama.cpp's converter writes them.
+  DType dtype = DType::kF16;
+};
+
+/// Writes `weights` (as save() takes them: LoRA adapters merged, quantized weights dequantized)
+/// as the GGUF file llama.cpp's converter would write for the model's Hugging Face folder, for
+/// llama.cpp, ollama and load(): LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM as the
+/// architectures llama, qwen2 and qwen3 (their sizes, RoPE settings and Llama 3.1's rescaling as
+/// rope_freqs.weight; for llama the rows of q and k put in ggml's RoPE pairing), with the
+/// tokenizer of m.folder (its tokenizer.json: byte-level BPE with GPT-2's, Llama 3's or Qwen2's
+/// pre-tokenizer, or SentencePiece-style BPE with its merge ranks as scores; or the
+/// tokenizer.ggml.* keys of the GGUF file m was loaded from) and its chat template. Errors are
+/// tg::CheckpointError: another architecture, a configuration those cannot express (windows,
+/// experts, Gemma's or OLMo's norms, …, named), a tokenizer GGUF cannot describe, an F16 value
+/// beyond F16's range, a file that cannot be written (written atomically: a failed write leaves
+/// `path` as it was).
+void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const std::string& path,
+               const GgufOptions& options = {});
+
 /// A Model of a configuration of the library's own, to save() a model trained from scratch:
 /// the module built from `config`, config.json written for LlamaForCausalLM, GPT2LMHeadModel,
 /// MambaForCausalLM or a BERT-family class, no weights and no folder. A configuration that architecture

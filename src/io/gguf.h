@@ -11,7 +11,9 @@
 // against the file's size before it allocates or reads.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <istream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,46 @@ std::string ggml_type_name(uint32_t type);
 
 /// The types read_gguf_tensor reads, for messages: "F32, F16, BF16, Q4_0, …".
 std::string ggml_types_read();
+
+/// GGUF's value types.
+enum GgufValueType : uint32_t {
+  kGgufU8,
+  kGgufI8,
+  kGgufU16,
+  kGgufI16,
+  kGgufU32,
+  kGgufI32,
+  kGgufF32,
+  kGgufBool,
+  kGgufString,
+  kGgufArray,
+  kGgufU64,
+  kGgufI64,
+  kGgufF64
+};
+
+/// A key-value to write: its value type (an array's: kGgufArray and the items' type) and value.
+struct GgufKv {
+  std::string key;
+  uint32_t type = kGgufString;
+  nlohmann::json value;
+  uint32_t item = kGgufString;
+};
+/// A tensor to write: name, ggml type, shape (outermost first), byte count, and its bytes, made
+/// when it is written (one tensor in memory at a time).
+struct GgufOut {
+  std::string name;
+  uint32_t type = 0;
+  Shape shape;
+  uint64_t bytes = 0;
+  std::function<std::vector<uint8_t>()> data;
+};
+/// Writes a GGUF version 3 file (alignment 32), atomically (io/atomic_file.h). Throws
+/// CheckpointError ("<path>: <what>").
+void write_gguf(const std::string& path, const std::vector<GgufKv>& kvs, const std::vector<GgufOut>& tensors);
+/// ggml's Q8_0 blocks of `values` (a multiple of 32 of them), by its reference rule: per block
+/// d = max|x| / 127 (stored as f16), q = x · (1/d) rounded half away from zero.
+std::vector<uint8_t> quantize_q8_0(std::span<const float> values);
 
 /// Dequantizes `blocks` whole blocks of ggml type `type` from `src` into `dst` (blocks ×
 /// the type's block size floats). For the quantized types only (gguf_quants.cc).

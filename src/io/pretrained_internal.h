@@ -82,6 +82,10 @@ Weights gguf_weights(const std::string& path);
 /// The files of that folder a GGUF file's metadata holds, by name: tokenizer.json (when it has a
 /// tokenizer) and chat_template.jinja (when it has a chat template).
 std::map<std::string, std::string> gguf_side_files(const std::string& path);
+/// The model's parameters as save() writes them (pretrained_save.cc): LoRA adapters merged,
+/// quantized weights dequantized, every tensor f32 and checked against the model's shapes.
+std::map<std::string, HostTensor> merged_f32_weights(const Model& m, std::map<std::string, HostTensor> weights,
+                                                     const std::string& path);
 
 /// How one parameter comes from the file: the file's name and a layout change (none: same
 /// shape, copied).

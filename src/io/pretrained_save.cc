@@ -330,6 +330,12 @@ void remove_old_weights(const std::string& folder, const fs::path& dir) {
 }
 
 }  // namespace
+
+std::map<std::string, HostTensor> merged_f32_weights(const Model& m,
+                                                     std::map<std::string, HostTensor> weights,
+                                                     const std::string& path) {
+  return base_weights(m, std::move(weights), path);
+}
 }  // namespace detail
 
 using namespace detail;

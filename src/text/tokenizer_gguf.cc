@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "tensorgrad/errors.h"
+#include "text/pretokenize.h"
 #include "text/tokenizer_impl.h"
 #include "text/unicode.h"
 
@@ -28,10 +29,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kLlama3Regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kQwen2Regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kMeta = "\xe2\x96\x81";  // "▁"
 
 enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
@@ -207,7 +204,9 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
                              {"use_regex", pre == "gpt-2"}};
     if (pre == "llama-bpe" || pre == "qwen2") {
       const json split = {{"type", "Split"},
-                          {"pattern", {{"Regex", pre == "qwen2" ? kQwen2Regex : kLlama3Regex}}},
+                          {"pattern",
+                           {{"Regex", std::string(pattern_source(pre == "qwen2" ? SplitPattern::kQwen2
+                                                                                : SplitPattern::kLlama3))}}},
                           {"behavior", "Isolated"},
                           {"invert", false}};
       root["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
@@ -225,6 +224,113 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
   }
   root["model"] = std::move(m);
   return root;
+}
+
+namespace {
+
+// tokenizer.json's id of each token (the model's vocabulary and the added tokens), and which of
+// those are special.
+void ids_of(const json& root, std::map<int64_t, std::string>& tokens, std::map<int64_t, bool>& special) {
+  for (const auto& [token, id] : root["model"]["vocab"].items()) tokens[id.get<int64_t>()] = token;
+  if (root.contains("added_tokens"))
+    for (const json& a : root["added_tokens"]) {
+      tokens[a["id"].get<int64_t>()] = a["content"].get<std::string>();
+      special[a["id"].get<int64_t>()] = a.value("special", false);
+    }
+}
+
+// The pre-tokenizer's name in GGUF, from tokenizer.json's (byte-level BPE).
+std::string pre_name_of(const json& pre) {
+  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true)) return "gpt-2";
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre["pretokenizers"].size() == 2) {
+    const json& split = pre["pretokenizers"][0];
+    const std::string regex = split.contains("pattern") && split["pattern"].contains("Regex")
+                                  ? split["pattern"]["Regex"].get<std::string>()
+                                  : "";
+    if (regex == pattern_source(SplitPattern::kLlama3)) return "llama-bpe";
+    if (regex == pattern_source(SplitPattern::kQwen2)) return "qwen2";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& file) {
+  const auto refuse = [&](const std::string& what) { fail(file, "cannot be written to GGUF: " + what); };
+  if (!root.contains("model") || root["model"].value("type", "") != "BPE")
+    refuse("only BPE tokenizers (byte-level, or SentencePiece-style with byte_fallback) are");
+  const json& model = root["model"];
+  std::map<int64_t, std::string> by_id;
+  std::map<int64_t, bool> special;
+  ids_of(root, by_id, special);
+  if (by_id.empty()) refuse("no tokens");
+  const auto n = static_cast<size_t>(by_id.rbegin()->first + 1);
+  json tokens = json::array(), types = json::array();
+  std::unordered_map<std::string, int64_t> id_of_token;
+  for (size_t i = 0; i < n; ++i) {
+    const auto it = by_id.find(static_cast<int64_t>(i));
+    tokens.push_back(it == by_id.end() ? "[PAD" + std::to_string(i) + "]" : it->second);
+    types.push_back(it == by_id.end()           ? kUnused
+                    : !special.count(it->first) ? kNormal
+                    : special[it->first]        ? kControl
+                                                : kUserDefined);
+    if (it != by_id.end()) id_of_token.emplace(it->second, it->first);
+  }
+  std::vector<std::string> merges;
+  for (const json& m : model["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>()
+                                   : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  std::vector<io::GgufKv> kvs;
+  const bool spm = model.value("byte_fallback", false);
+  // encode(…, true)'s BOS: the post-processor's leading special token.
+  std::optional<int64_t> bos;
+  if (root.contains("post_processor") && root["post_processor"].is_object() &&
+      root["post_processor"].value("type", "") == "TemplateProcessing") {
+    const json& first = root["post_processor"]["single"][0];
+    if (first.contains("SpecialToken")) {
+      const auto it = id_of_token.find(first["SpecialToken"]["id"].get<std::string>());
+      if (it != id_of_token.end()) bos = it->second;
+    }
+  }
+  if (spm) {
+    // Scores that rank merges as the file does: a token made by the merge of rank r scores −r.
+    std::unordered_map<std::string, size_t> made;
+    for (size_t r = 0; r < merges.size(); ++r) {
+      std::string joined = merges[r];
+      joined.erase(joined.find(' '), 1);
+      made.emplace(joined, r);
+    }
+    json scores = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& t = tokens[i].get_ref<const std::string&>();
+      const auto it = made.find(t);
+      scores.push_back(it == made.end() ? -1e9 : -static_cast<double>(it->second));
+      if (t.size() == 6 && t.starts_with("<0x") && t.back() == '>' && types[i] == kNormal) types[i] = kByte;
+    }
+    if (model.contains("unk_token") && model["unk_token"].is_string()) {
+      const auto it = id_of_token.find(model["unk_token"].get<std::string>());
+      if (it != id_of_token.end()) {
+        types[static_cast<size_t>(it->second)] = kUnknown;
+        kvs.push_back({"tokenizer.ggml.unknown_token_id", io::kGgufU32, it->second});
+      }
+    }
+    const json& norm = root.contains("normalizer") ? root["normalizer"] : json();
+    const bool prepend = norm.is_object() && norm.dump().find("\"Prepend\"") != std::string::npos;
+    kvs.insert(kvs.begin(), {{"tokenizer.ggml.model", io::kGgufString, "llama"},
+                             {"tokenizer.ggml.add_space_prefix", io::kGgufBool, prepend}});
+    kvs.push_back({"tokenizer.ggml.scores", io::kGgufArray, scores, io::kGgufF32});
+  } else {
+    const std::string pre = pre_name_of(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json());
+    if (pre.empty()) refuse("a byte-level pre-tokenizer other than GPT-2's, Llama 3's or Qwen2's");
+    kvs.push_back({"tokenizer.ggml.model", io::kGgufString, "gpt2"});
+    kvs.push_back({"tokenizer.ggml.pre", io::kGgufString, pre});
+    kvs.push_back({"tokenizer.ggml.merges", io::kGgufArray, merges, io::kGgufString});
+  }
+  kvs.push_back({"tokenizer.ggml.tokens", io::kGgufArray, tokens, io::kGgufString});
+  kvs.push_back({"tokenizer.ggml.token_type", io::kGgufArray, types, io::kGgufI32});
+  if (bos) kvs.push_back({"tokenizer.ggml.bos_token_id", io::kGgufU32, *bos});
+  kvs.push_back({"tokenizer.ggml.add_bos_token", io::kGgufBool, bos.has_value()});
+  return kvs;
 }
 
 }  // namespace tg::text

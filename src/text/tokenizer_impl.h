@@ -149,6 +149,11 @@ namespace text {
 /// The tokenizer.json that describes the tokenizer of a GGUF file's metadata
 /// (tokenizer_gguf.cc). Throws TokenizerError for one it cannot describe.
 nlohmann::json tokenizer_json_of_gguf(const io::GgufFile& g);
+/// The other way: the tokenizer.ggml.* key-values that describe a tokenizer.json's tokenizer
+/// (`root`, read from `file`): a byte-level BPE with GPT-2's, Llama 3's or Qwen2's
+/// pre-tokenizer, or a SentencePiece-style BPE (its merge ranks as scores). Throws
+/// TokenizerError for one GGUF cannot describe.
+std::vector<io::GgufKv> gguf_tokenizer_kvs(const nlohmann::json& root, const std::string& file);
 }  // namespace text
 
 }  // namespace tg

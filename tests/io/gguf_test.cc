@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../text/golden_ids.h"
+#include "text/tokenizer_impl.h"
 #include "tensorgrad/tensorgrad.h"
 #include "test_util.h"
 
@@ -258,6 +259,90 @@ TEST(Gguf, Errors) {
   // Two tensors over the same bytes.
   EXPECT_HAS(load_error(write("overlap", Writer::file("llama", 0, {32, 64}, 8192, 3, 2))),
              "tensors 'token_embd.weight' and 'copy' overlap");
+}
+
+}  // namespace
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("tg_gguf_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+// save_gguf writes what load reads back: transformers' logits again (f32), the tokenizer and the
+// chat template; Llama 3.1's rescaling as rope_freqs.weight, Qwen3's yarn as rope.scaling.*.
+TEST(GgufSave, RoundTripsThroughLoad) {
+  for (const char* name : {"tiny_llama", "tiny_llama3", "tiny_qwen2", "tiny_qwen3"}) {
+    const pretrained::Model lm = pretrained::load(kData + "/" + name);
+    const std::string path = temp_path(std::string(name) + ".gguf");
+    pretrained::save_gguf(lm, lm.weights, path, {.dtype = DType::kF32});
+    const pretrained::Model back = pretrained::load(path);
+    EXPECT_EQ(back.architecture, lm.architecture);
+    EXPECT_EQ(back.eos_ids, lm.eos_ids) << name;
+    const auto golden = read_safetensors(kData + "/" + name + "/logits.safetensors");
+    EXPECT_LT(
+        tg::testing::rel_diff(logits_of(back, golden.at("ids"), Device::cpu()), golden.at("logits").f32()),
+        1e-4)
+        << name;
+    if (std::string(name) == "tiny_llama") {
+      for (const char* text : {"the cat sat, didn't it?", "hello world 42."})
+        EXPECT_EQ(Tokenizer::load(path).encode(text, true),
+                  Tokenizer::load(kData + "/tiny_llama").encode(text, true));
+      const std::vector<ChatMessage> chat = {{"system", "be brief"}, {"user", "what is it"}};
+      EXPECT_EQ(ChatTemplate::load(path).render(chat),
+                ChatTemplate::load(kData + "/tiny_llama").render(chat));
+    }
+    fs::remove(path);
+  }
+}
+
+// Q8_0: ggml's quantizer, whose integers and scales a kI8 load keeps; F16 and BF16 round.
+TEST(GgufSave, HalfAndQ8_0Matrices) {
+  const pretrained::Model lm = pretrained::load(kData + "/tiny_llama");
+  const auto golden = read_safetensors(kData + "/tiny_llama/logits.safetensors");
+  for (DType dt : {DType::kF16, DType::kBF16, DType::kI8}) {
+    const std::string path = temp_path("tiny_llama_half.gguf");
+    pretrained::save_gguf(lm, lm.weights, path, {.dtype = dt});
+    const pretrained::Model back = pretrained::load(path);
+    const double d =
+        tg::testing::rel_diff(logits_of(back, golden.at("ids"), Device::cpu()), golden.at("logits").f32());
+    EXPECT_LT(d, dt == DType::kF16 ? 2e-3 : 3e-2) << dtype_name(dt);
+    EXPECT_GT(d, 1e-6) << dtype_name(dt);  // rounded
+    if (dt == DType::kI8) {
+      const pretrained::Model i8 = pretrained::load(path, {.dtype = DType::kI8, .group = 32});
+      const char* w = "model.layers.1.mlp.up_proj.weight";
+      const HostTensor deq = dequantize_int8(i8.weights.at(w), i8.weights.at(std::string(w) + "_scale"));
+      EXPECT_EQ(max_rel(deq.f32(), back.weights.at(w).f32()), 0.0);
+    }
+    fs::remove(path);
+  }
+}
+
+// Each tokenizer fixture written as GGUF metadata encodes the golden texts as its tokenizer.json.
+TEST(GgufSave, TokenizerMetadataEncodesAsTheFile) {
+  for (const char* name : {"gpt2", "llama3", "qwen2", "llama2"}) {
+    const std::string file = kData + "/tokenizer/" + name + "/tokenizer.json";
+    const std::string path = temp_path(std::string("tok_") + name + ".gguf");
+    io::write_gguf(path, text::gguf_tokenizer_kvs(nlohmann::json::parse(tg_test::read_file(file)), file), {});
+    const Tokenizer tok = Tokenizer::load(path);
+    for (const tg_test::GoldenCase& c : tg_test::read_golden(kData + "/tokenizer/" + name + "/golden.txt"))
+      EXPECT_EQ(tok.encode(c.text, c.add_special), c.ids) << name << ": \"" << c.text << "\"";
+    fs::remove(path);
+  }
+}
+
+TEST(GgufSave, Errors) {
+  const auto error = [](const pretrained::Model& m, DType dt = DType::kF16) {
+    return tg::testing::message_of<CheckpointError>(
+        [&] { pretrained::save_gguf(m, m.weights, temp_path("bad.gguf"), {.dtype = dt}); });
+  };
+  EXPECT_HAS(error(pretrained::load(kData + "/tiny_gemma")),
+             "GemmaForCausalLM is not written as GGUF (written: LlamaForCausalLM, Qwen2ForCausalLM, "
+             "Qwen3ForCausalLM)");
+  EXPECT_HAS(error(pretrained::load(kData + "/tiny_qwen2_window")),
+             "GGUF's qwen2 cannot express sliding windows");
+  EXPECT_HAS(error(pretrained::load(kData + "/tiny_llama"), DType::kI32), "GgufOptions::dtype is i32");
+  EXPECT_FALSE(fs::exists(temp_path("bad.gguf")));
 }
 
 }  // namespace
