@@ -202,13 +202,14 @@ struct GgufOptions {
 };
 
 /// Writes `weights` (as save() takes them: LoRA adapters merged, quantized weights dequantized)
-/// as the GGUF file llama.cpp's converter would write for the model's Hugging Face folder, for
-/// llama.cpp, ollama and load(): LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM as the
+/// as a GGUF file in the layout llama.cpp's converter writes for the model's Hugging Face folder,
+/// for llama.cpp, ollama and load(): LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM as the
 /// architectures llama, qwen2 and qwen3 (their sizes, RoPE settings and Llama 3.1's rescaling as
 /// rope_freqs.weight; for llama the rows of q and k put in ggml's RoPE pairing), with the
 /// tokenizer of m.folder (its tokenizer.json: byte-level BPE with GPT-2's, Llama 3's or Qwen2's
-/// pre-tokenizer, or SentencePiece-style BPE with its merge ranks as scores; or the
-/// tokenizer.ggml.* keys of the GGUF file m was loaded from) and its chat template. Errors are
+/// pre-tokenizer, or SentencePiece-style BPE with its merge ranks as scores, padded to the
+/// model's vocabulary; or the tokenizer.ggml.* keys of the GGUF file m was loaded from; without
+/// one, the vocabulary type "none") and its chat template, m.eos_ids as eos, eot and eom. Errors are
 /// tg::CheckpointError: another architecture, a configuration those cannot express (windows,
 /// experts, Gemma's or OLMo's norms, …, named), a tokenizer GGUF cannot describe, an F16 value
 /// beyond F16's range, a file that cannot be written (written atomically: a failed write leaves

@@ -84,7 +84,7 @@ struct GgufKv {
   uint32_t item = kGgufString;
 };
 /// A tensor to write: name, ggml type, shape (outermost first), byte count, and its bytes, made
-/// when it is written (one tensor in memory at a time).
+/// when it is written (one tensor's file bytes in memory at a time).
 struct GgufOut {
   std::string name;
   uint32_t type = 0;

@@ -44,6 +44,7 @@ std::string inexpressible(const nn::LlamaConfig& l, const std::string& arch) {
        "Granite's multipliers"},
       {l.rope_local_theta != 0, "a second RoPE base"},
       {l.qk_norm && arch != "qwen3", "q/k norms outside qwen3"},
+      {l.attention_bias && arch == "qwen3", "attention biases in qwen3"},
   };
   for (const auto& [bad, what] : checks)
     if (bad) return what;
@@ -61,7 +62,8 @@ std::vector<float> rope_kvs(const nn::LlamaConfig& l, const std::string& arch, c
     kvs.push_back({p + "rope.scaling.type", io::kGgufString, "linear"});
     kvs.push_back({p + "rope.scaling.factor", io::kGgufF32, r.factor});
   } else if (r.type == T::kYarn) {
-    if (r.beta_fast != 32 || r.beta_slow != 1 || r.attention_factor != 0 || r.mscale != 0 || !r.truncate)
+    if (r.beta_fast != 32 || r.beta_slow != 1 || r.attention_factor != 0 || r.mscale != 0 ||
+        r.mscale_all_dim != 0 || !r.truncate)
       fail(path, "yarn with settings other than its defaults cannot be written");
     kvs.push_back({p + "rope.scaling.type", io::kGgufString, "yarn"});
     kvs.push_back({p + "rope.scaling.factor", io::kGgufF32, r.factor});
@@ -99,7 +101,7 @@ GgufKv typed(const std::string& key, const json& v) {
 }
 
 // The tokenizer's and chat template's key-values of the folder or GGUF file `source`.
-std::vector<GgufKv> tokenizer_kvs(const std::string& source, const std::string& path) {
+std::vector<GgufKv> tokenizer_kvs(const std::string& source, const std::string& path, int64_t vocab) {
   std::vector<GgufKv> kvs;
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -107,13 +109,18 @@ std::vector<GgufKv> tokenizer_kvs(const std::string& source, const std::string& 
     const io::GgufFile g = io::read_gguf(source);
     for (const auto& [key, v] : g.meta.items())
       if (key.starts_with("tokenizer.")) kvs.push_back(typed(key, v));
+    if (!g.meta.contains("tokenizer.ggml.model"))
+      kvs.push_back({"tokenizer.ggml.model", io::kGgufString, "none"});
     return kvs;
   }
   const fs::path file = fs::path(source) / "tokenizer.json";
-  if (source.empty() || !fs::is_regular_file(file, ec)) return kvs;
+  if (source.empty() || !fs::is_regular_file(file, ec)) {  // llama.cpp's vocabulary type "none"
+    kvs.push_back({"tokenizer.ggml.model", io::kGgufString, "none"});
+    return kvs;
+  }
   try {
     std::ifstream in(file);
-    kvs = text::gguf_tokenizer_kvs(json::parse(in), file.string());
+    kvs = text::gguf_tokenizer_kvs(json::parse(in), file.string(), vocab);
   } catch (const json::exception& e) {
     fail(path, file.string() + " is not valid JSON: " + e.what());
   } catch (const TokenizerError& e) {
@@ -206,7 +213,7 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
       {p + "vocab_size", io::kGgufU32, l.vocab},
   };
   const std::vector<float> divisors = rope_kvs(l, arch, path, kvs);
-  std::vector<GgufKv> tokenizer = tokenizer_kvs(m.folder, path);
+  std::vector<GgufKv> tokenizer = tokenizer_kvs(m.folder, path, l.vocab);
   const auto has = [&](const std::string& key) {
     return std::any_of(tokenizer.begin(), tokenizer.end(), [&](const GgufKv& kv) { return kv.key == key; });
   };
@@ -215,8 +222,11 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
         {"pad_token_id", "tokenizer.ggml.padding_token_id"}})
     if (!has(key) && config.contains(field) && config[field].is_number_unsigned())
       tokenizer.push_back({key, io::kGgufU32, config[field]});
-  if (!has("tokenizer.ggml.eos_token_id") && !m.eos_ids.empty())
-    tokenizer.push_back({"tokenizer.ggml.eos_token_id", io::kGgufU32, m.eos_ids.front()});
+  // The ids that end generation: eos, then end-of-turn and end-of-message (Llama 3.1's three).
+  const char* const ends[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                              "tokenizer.ggml.eom_token_id"};
+  for (size_t i = 0; i < m.eos_ids.size() && i < 3; ++i)
+    if (!has(ends[i])) tokenizer.push_back({ends[i], io::kGgufU32, m.eos_ids[i]});
   kvs.insert(kvs.end(), tokenizer.begin(), tokenizer.end());
 
   // The tensors: token_embd, the layers in order, output_norm, output; then rope_freqs.
@@ -251,6 +261,9 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
                          values->erase(hf);  // written once: the memory goes with it
                          if (heads > 0) t = permute_rows(t, heads);
                          const std::span<const float> x = t.f32();
+                         for (float v : x)
+                           if (!std::isfinite(v))
+                             throw CheckpointError("tensor '" + name + "' holds " + std::to_string(v));
                          if (type == 8) return io::quantize_q8_0(x);
                          std::vector<uint8_t> out(x.size() * (type == 0 ? 4 : 2));
                          if (type == 0) std::memcpy(out.data(), x.data(), out.size());

@@ -253,9 +253,31 @@ std::string pre_name_of(const json& pre) {
   return "";
 }
 
+// Whether a SentencePiece-style tokenizer.json puts "▁" before the text: a Prepend("▁")
+// normalizer (alone or in a Sequence), or a Metaspace pre-tokenizer whose prepend_scheme is not
+// "never" (older files: add_prefix_space).
+bool space_prefix(const json& root) {
+  const auto steps = [](const json& j, const char* list) {
+    std::vector<json> out;
+    if (!j.is_object()) return out;
+    if (j.value("type", "") == "Sequence")
+      for (const json& s : j.value(list, json::array())) out.push_back(s);
+    else
+      out.push_back(j);
+    return out;
+  };
+  for (const json& n : steps(root.value("normalizer", json()), "normalizers"))
+    if (n.value("type", "") == "Prepend" && n.value("prepend", "") == kMeta) return true;
+  for (const json& p : steps(root.value("pre_tokenizer", json()), "pretokenizers"))
+    if (p.value("type", "") == "Metaspace")
+      return p.contains("prepend_scheme") ? p["prepend_scheme"] != "never"
+                                          : p.value("add_prefix_space", true);
+  return false;
+}
+
 }  // namespace
 
-std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& file) {
+std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& file, int64_t vocab) {
   const auto refuse = [&](const std::string& what) { fail(file, "cannot be written to GGUF: " + what); };
   if (!root.contains("model") || root["model"].value("type", "") != "BPE")
     refuse("only BPE tokenizers (byte-level, or SentencePiece-style with byte_fallback) are");
@@ -264,7 +286,12 @@ std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& 
   std::map<int64_t, bool> special;
   ids_of(root, by_id, special);
   if (by_id.empty()) refuse("no tokens");
-  const auto n = static_cast<size_t>(by_id.rbegin()->first + 1);
+  if (vocab > 0 && by_id.rbegin()->first >= vocab)
+    refuse("it has the id " + std::to_string(by_id.rbegin()->first) + ", beyond the model's vocabulary of " +
+           std::to_string(vocab));
+  // Padded to the model's vocabulary (the embedding's rows) with unused [PADi] tokens, as the
+  // converter pads it: llama.cpp sizes the embedding by the token count.
+  const auto n = static_cast<size_t>(std::max(by_id.rbegin()->first + 1, vocab));
   json tokens = json::array(), types = json::array();
   std::unordered_map<std::string, int64_t> id_of_token;
   for (size_t i = 0; i < n; ++i) {
@@ -282,11 +309,16 @@ std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& 
                                    : m[0].get<std::string>() + " " + m[1].get<std::string>());
   std::vector<io::GgufKv> kvs;
   const bool spm = model.value("byte_fallback", false);
-  // encode(…, true)'s BOS: the post-processor's leading special token.
+  // encode(…, true)'s BOS: the leading special token of the post-processor's template (itself,
+  // or a step of a Sequence, as Llama 3's ByteLevel + TemplateProcessing).
   std::optional<int64_t> bos;
-  if (root.contains("post_processor") && root["post_processor"].is_object() &&
-      root["post_processor"].value("type", "") == "TemplateProcessing") {
-    const json& first = root["post_processor"]["single"][0];
+  const json* post = root.contains("post_processor") ? &root["post_processor"] : nullptr;
+  if (post != nullptr && post->is_object() && post->value("type", "") == "Sequence")
+    for (const json& step : post->value("processors", json::array()))
+      if (step.value("type", "") == "TemplateProcessing") post = &step;
+  if (post != nullptr && post->is_object() && post->value("type", "") == "TemplateProcessing" &&
+      !(*post)["single"].empty()) {
+    const json& first = (*post)["single"][0];
     if (first.contains("SpecialToken")) {
       const auto it = id_of_token.find(first["SpecialToken"]["id"].get<std::string>());
       if (it != id_of_token.end()) bos = it->second;
@@ -304,7 +336,9 @@ std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& 
     for (size_t i = 0; i < n; ++i) {
       const std::string& t = tokens[i].get_ref<const std::string&>();
       const auto it = made.find(t);
-      scores.push_back(it == made.end() ? -1e9 : -static_cast<double>(it->second));
+      scores.push_back(types[i] == kUnused ? -1000.0
+                       : it == made.end()  ? -1e9
+                                           : -static_cast<double>(it->second));
       if (t.size() == 6 && t.starts_with("<0x") && t.back() == '>' && types[i] == kNormal) types[i] = kByte;
     }
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
@@ -314,8 +348,7 @@ std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& 
         kvs.push_back({"tokenizer.ggml.unknown_token_id", io::kGgufU32, it->second});
       }
     }
-    const json& norm = root.contains("normalizer") ? root["normalizer"] : json();
-    const bool prepend = norm.is_object() && norm.dump().find("\"Prepend\"") != std::string::npos;
+    const bool prepend = space_prefix(root);
     kvs.insert(kvs.begin(), {{"tokenizer.ggml.model", io::kGgufString, "llama"},
                              {"tokenizer.ggml.add_space_prefix", io::kGgufBool, prepend}});
     kvs.push_back({"tokenizer.ggml.scores", io::kGgufArray, scores, io::kGgufF32});

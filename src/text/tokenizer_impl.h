@@ -151,9 +151,10 @@ namespace text {
 nlohmann::json tokenizer_json_of_gguf(const io::GgufFile& g);
 /// The other way: the tokenizer.ggml.* key-values that describe a tokenizer.json's tokenizer
 /// (`root`, read from `file`): a byte-level BPE with GPT-2's, Llama 3's or Qwen2's
-/// pre-tokenizer, or a SentencePiece-style BPE (its merge ranks as scores). Throws
-/// TokenizerError for one GGUF cannot describe.
-std::vector<io::GgufKv> gguf_tokenizer_kvs(const nlohmann::json& root, const std::string& file);
+/// pre-tokenizer, or a SentencePiece-style BPE (its merge ranks as scores), its tokens padded
+/// to `vocab` (the model's vocabulary; 0: not padded). Throws TokenizerError for one GGUF cannot
+/// describe, or ids beyond `vocab`.
+std::vector<io::GgufKv> gguf_tokenizer_kvs(const nlohmann::json& root, const std::string& file, int64_t vocab = 0);
 }  // namespace text
 
 }  // namespace tg
