@@ -242,7 +242,8 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
     order.emplace_back(name, param->path());
   }
   std::vector<io::GgufOut> tensors;
-  for (const auto& [name, hf] : order) {
+  for (const auto& entry : order) {
+    const std::string name = entry.first, hf = entry.second;  // plain names: lambdas capture them
     const HostTensor& v = values->at(hf);
     const bool matrix = v.shape().size() == 2;
     const int64_t cols = matrix ? v.shape()[1] : 0;
