@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorgrad/nn.h"
@@ -23,6 +25,11 @@ Tensor merge_heads(const Tensor& x, const Loc& loc);
 Tensor patch_tokens(const Conv2d& projection, const Tensor& pixels, const Loc& loc);
 /// Positions of the new tokens of KV-cached decoding: pos i32 [B] → pos[b] + t, i32 [B, tokens].
 Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc);
+/// The encoder-decoders' self-attention cache: k and v [B, H, T, D] written at positions
+/// pos… of the states "<path>.k_cache" / "<path>.v_cache" (f32 [B, H, cache_len, D]); returns
+/// the whole caches after the write (the keys and values the query attends over).
+std::pair<Tensor, Tensor> append_kv_cache(const std::string& path, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos, int64_t cache_len, const Loc& loc);
 /// An encoder-decoder's teacher-forcing input for labels [rows, T] (row-major, -100 where ignored):
 /// each row shifted right behind start_id, -100 read as pad_id (transformers' shift_tokens_right).
 /// `model` names the caller in the InputError for labels that are not `rows` equal rows.

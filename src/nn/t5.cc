@@ -147,14 +147,10 @@ struct T5Block : Module {
                 const Tensor& memory_mask, Loc loc) const {
     const int64_t S = memory_mask.shape()[1];
     const T5Attention& a = *self_attention;
-    const int64_t B = x.shape()[0], H = config.heads, dk = config.d_kv;
+    const int64_t B = x.shape()[0], H = config.heads;
     const Tensor n = (*self_norm)(x, loc);
-    const Tensor k_cache = state(a.path() + ".k_cache", {B, H, cache_len, dk}, DType::kF32, 0.0, loc);
-    const Tensor v_cache = state(a.path() + ".v_cache", {B, H, cache_len, dk}, DType::kF32, 0.0, loc);
-    const Tensor k_all = update_slice(k_cache, split_heads(a.k(n, loc), H, loc), pos, 2, loc);
-    const Tensor v_all = update_slice(v_cache, split_heads(a.v(n, loc), H, loc), pos, 2, loc);
-    assign(k_cache, k_all, loc);
-    assign(v_cache, v_all, loc);
+    const auto [k_all, v_all] = append_kv_cache(a.path(), split_heads(a.k(n, loc), H, loc),
+                                                split_heads(a.v(n, loc), H, loc), pos, cache_len, loc);
     Tensor scores =
         add(matmul(split_heads(a.q(n, loc), H, loc), transpose(k_all, -2, -1, loc), loc), bias, loc);
     scores = where(keep, scores, std::numeric_limits<float>::lowest(), loc);

@@ -70,6 +70,18 @@ Tensor token_positions(const Tensor& pos, int64_t tokens, const Loc& loc) {
              reshape(arange(0, static_cast<double>(tokens), 1, DType::kI32, loc), {1, tokens}, loc), loc);
 }
 
+std::pair<Tensor, Tensor> append_kv_cache(const std::string& path, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos, int64_t cache_len, const Loc& loc) {
+  Shape shape = k.shape();
+  shape[2] = cache_len;
+  const Tensor k_cache = state(path + ".k_cache", shape, DType::kF32, 0.0, loc);
+  const Tensor v_cache = state(path + ".v_cache", shape, DType::kF32, 0.0, loc);
+  Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
+  assign(k_cache, k_all, loc);
+  assign(v_cache, v_all, loc);
+  return {std::move(k_all), std::move(v_all)};
+}
+
 CausalSelfAttention::CausalSelfAttention(Module& parent, std::string name, AttentionConfig c)
     : Module(parent, std::move(name)),
       config(checked(c, path())),

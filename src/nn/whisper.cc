@@ -105,15 +105,12 @@ struct WhisperLayer : Module {
 
   // KV-cached decoding of x [B, T, d] at positions pos[b] … (see Whisper::logits_cached).
   Tensor cached(Tensor x, const Tensor& pos, int64_t cache_len, Loc loc) const {
-    const int64_t B = x.shape()[0], H = config.decoder_heads, dh = config.d_model / H;
+    const int64_t B = x.shape()[0], H = config.decoder_heads;
     const Tensor n = self_attn_layer_norm(x, loc);
     const Tensor q = split_heads(self_attn.q_proj(n, loc), H, loc);
-    const Tensor k_cache = state(self_attn.path() + ".k_cache", {B, H, cache_len, dh}, DType::kF32, 0.0, loc);
-    const Tensor v_cache = state(self_attn.path() + ".v_cache", {B, H, cache_len, dh}, DType::kF32, 0.0, loc);
-    const Tensor k_all = update_slice(k_cache, split_heads(self_attn.k_proj(n, loc), H, loc), pos, 2, loc);
-    const Tensor v_all = update_slice(v_cache, split_heads(self_attn.v_proj(n, loc), H, loc), pos, 2, loc);
-    assign(k_cache, k_all, loc);
-    assign(v_cache, v_all, loc);
+    const auto [k_all, v_all] =
+        append_kv_cache(self_attn.path(), split_heads(self_attn.k_proj(n, loc), H, loc),
+                        split_heads(self_attn.v_proj(n, loc), H, loc), pos, cache_len, loc);
     x = add(x,
             self_attn.out_proj(merge_heads(attention_at(q, k_all, v_all, pos, std::nullopt, loc), loc), loc),
             loc);
