@@ -43,6 +43,10 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, b
 /// Param reads as its dequantized f32 value; q and scale here are i8 and f32 tensors); the
 /// gradient reaches x and scale, not q.
 Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, Loc loc = Loc::current());
+/// The 4-bit form: q i8 [N, K / 2] (codes c packed two a byte), w = c · scale + offset
+/// (Param::quantize_int4; tensorgrad/quantize.h).
+Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& offset,
+                    Loc loc = Loc::current());
 /// Where grouped_matmul wants each row: for expert ids i32 [R] in [0, experts), `position[r]` is
 /// row r's place once the rows are sorted by expert (stably: an expert's rows keep their order)
 /// and `offsets` [experts + 1] where each expert's rows begin. Sorted rows are

@@ -94,8 +94,10 @@ class Module {
   /// DType::kI8 quantizes the weights of every nn::Linear to 8 bits (Param::quantize_int8, in groups of
   /// `group` values of each row; tensorgrad/quantize.h) and holds the other matrices (embeddings, tied
   /// heads, convolutions, experts, and a Linear whose input width `group` does not divide, such as
-  /// Mamba's dt_proj) as bf16: about a quarter of the f32 memory for a transformer.
-  void store_params_as(DType dtype, int64_t group = 32);
+  /// Mamba's dt_proj) as bf16: about a quarter of the f32 memory for a transformer. With `bits`
+  /// 4 the Linears' weights are quantized to 4 bits instead (Param::quantize_int4: codes packed two
+  /// to a byte with a scale and an offset per group), about 0.75 bytes a weight at groups of 32.
+  void store_params_as(DType dtype, int64_t group = 32, int bits = 8);
 
   /// Internal: the root's per-device parameter storage.
   std::shared_ptr<detail::ModelStorage> storage() const;
@@ -151,17 +153,30 @@ class Param {
   /// value quantizes it and writes the scales; downloads return the i8 values and the scales.
   /// Before the first program of the model is compiled, as set_dtype.
   void quantize_int8(int64_t group = 32);
+  /// Stores the parameter (rank ≥ 2) as 4-bit codes packed two to a byte, with one f32 scale and
+  /// one f32 offset per `group` consecutive values of its last axis (`group` even, dividing it):
+  /// dtype() becomes kI8, bits() 4, stored_shape() [..., K / 2], and parameters "<name>_scale" and
+  /// "<name>_offset" of shape [..., K / group] join the owner (tensorgrad/quantize.h). Read, frozen,
+  /// uploaded and downloaded as quantize_int8's (downloads give the packed bytes).
+  void quantize_int4(int64_t group = 32);
   /// The values per scale of a quantized parameter (0 for any other).
   int64_t group() const { return group_; }
+  /// A quantized parameter's bits a value: 8 or 4 (0 for any other).
+  int bits() const { return bits_; }
+  /// The shape of the stored values: shape(), except for 4 bits ([..., K / 2] bytes).
+  Shape stored_shape() const;
   /// A quantized parameter's scales ("<name>_scale"), else nullptr.
   const Param* scale() const { return scale_.get(); }
-  /// For a scale parameter: the quantized parameter it scales, else nullptr.
+  /// A 4-bit parameter's offsets ("<name>_offset"), else nullptr.
+  const Param* offset() const { return offset_.get(); }
+  /// For a scale or offset parameter: the quantized parameter it belongs to, else nullptr.
   const Param* scales() const { return scales_; }
   const Init& init() const { return init_; }
   bool decay() const { return decay_; }
 
  private:
   void check_unallocated(const char* what) const;
+  void quantize(int64_t group, int bits);
   Module* owner_;
   std::string name_;
   Shape shape_;
@@ -169,7 +184,8 @@ class Param {
   bool decay_;
   DType dtype_ = DType::kF32;
   int64_t group_ = 0;
-  std::unique_ptr<Param> scale_;
+  int bits_ = 0;
+  std::unique_ptr<Param> scale_, offset_;
   const Param* scales_ = nullptr;
 };
 

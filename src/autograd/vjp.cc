@@ -189,14 +189,20 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
     }
 
     case Op::kQuantMatmul: {
-      // Y = X Wᵀ with W = q · scale (per group of G values of a row): dX = G W (W dequantized,
-      // f32), d scale[n, j] = Σ over group j of q[n, k] · (Gᵀ X)[n, k]; q (integers) gets none.
-      const int64_t rows_n = in_shape[1][0], k = in_shape[1][1], groups = in_shape[2][1];
-      const Tensor q = cast(reshape(x(1), {rows_n, groups, k / groups}, loc), DType::kF32, loc);
-      const Tensor w = reshape(mul(q, reshape(x(2), {rows_n, groups, 1}, loc), loc), {rows_n, k}, loc);
+      // Y = X Wᵀ with W = q · scale (+ offset, 4 bits) per group of G values of a row: dX = G W
+      // (W dequantized, f32), d scale[n, j] = Σ over group j of q[n, k] · (Gᵀ X)[n, k], d offset
+      // the same sum without q; q (integers) gets none.
+      const bool four = n.inputs.size() == 4;
+      const int64_t rows_n = in_shape[1][0], k = in_shape[0].back(), groups = in_shape[2][1];
+      const Shape grouped{rows_n, groups, k / groups};
+      const Tensor q = four ? ir::unpack_int4(x(1), grouped, loc) : cast(reshape(x(1), grouped, loc), DType::kF32, loc);
+      Tensor w = mul(q, reshape(x(2), {rows_n, groups, 1}, loc), loc);
+      if (four) w = add(w, reshape(x(3), {rows_n, groups, 1}, loc), loc);
+      w = reshape(w, {rows_n, k}, loc);
       const Tensor xf = graph.node(n.inputs[0]).dtype == DType::kF32 ? x(0) : cast(x(0), DType::kF32, loc);
-      const Tensor dw = matmul(transpose(reshape(g, {-1, rows_n}, loc), -2, -1, loc), reshape(xf, {-1, k}, loc), loc);
-      const Tensor dscale = sum(mul(reshape(dw, {rows_n, groups, k / groups}, loc), q, loc), {2}, false, loc);
+      const Tensor dw = reshape(matmul(transpose(reshape(g, {-1, rows_n}, loc), -2, -1, loc), reshape(xf, {-1, k}, loc), loc), grouped, loc);
+      const Tensor dscale = sum(mul(dw, q, loc), {2}, false, loc);
+      if (four) return {matmul(g, w, loc), Tensor(), dscale, sum(dw, {2}, false, loc)};
       return {matmul(g, w, loc), Tensor(), dscale};
     }
 

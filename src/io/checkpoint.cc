@@ -96,12 +96,12 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
     if (it == current.end()) fail(path, "tensor '" + name + "' is not a parameter of the model");
     // Any float type loads, converted as upload_params converts (a checkpoint of the same model
     // has the parameters' own types: resuming is exact).
-    const bool float_type = value.dtype() == DType::kF32 || is_half(value.dtype()) ||
-                            (value.dtype() == DType::kI8 && it->second.dtype() == DType::kI8);
-    if (!float_type || value.shape() != it->second.shape())
+    const bool as_stored = value.dtype() == DType::kI8 && it->second.dtype() == DType::kI8;
+    const bool float_type = value.dtype() == DType::kF32 || is_half(value.dtype()) || as_stored;
+    const Shape want = as_stored ? it->second.shape() : dequantized_shape(name, it->second.shape(), current);
+    if (!float_type || value.shape() != want)
       fail(path, "tensor '" + name + "' is " + dtype_name(value.dtype()) + shape_str(value.shape()) +
-                     ", the model's parameter is " + dtype_name(it->second.dtype()) +
-                     shape_str(it->second.shape()));
+                     ", the model's parameter is " + dtype_name(it->second.dtype()) + shape_str(want));
   }
   // The scales of a quantized parameter the file holds as floats come from quantizing it (as
   // upload_params and load_safetensors take them).

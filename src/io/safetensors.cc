@@ -477,9 +477,11 @@ void load_safetensors(const std::string& path, Program& program, LoadOptions opt
         fail(w, tensor_label(e.name) + " is " + file_dtype_name(e.dtype) +
                     ", but model parameters are F32, BF16 or F16 (converted to the parameter's type), or I8 "
                     "for a parameter quantized to i8");
-      if (e.shape != it->second.shape())
+      const Shape want =
+          quantized ? it->second.shape() : dequantized_shape(e.name, it->second.shape(), current);
+      if (e.shape != want)
         fail(w, tensor_label(e.name) + " has shape " + shape_str(e.shape) +
-                    ", but the model's parameter has shape " + shape_str(it->second.shape()));
+                    ", but the model's parameter has shape " + shape_str(want));
     }
     if (!options.partial) {
       std::vector<std::string> missing;

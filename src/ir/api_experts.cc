@@ -48,6 +48,26 @@ Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, Loc l
   return emit(g, make_node(Op::kQuantMatmul, {tx.id(), q.id(), scale.id()}, loc));
 }
 
+Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& offset, Loc loc) {
+  Arg ax(x, loc), aq(q, loc), as(scale, loc), ao(offset, loc);
+  Graph& g = graph_for("quant_matmul", {&ax, &aq, &as, &ao}, loc);
+  const DType half = policy_operand_dtype(x);
+  const Tensor tx = x.dtype() == DType::kF32 && half != DType::kF32 ? cast(x, half, loc) : x;
+  return emit(g, make_node(Op::kQuantMatmul, {tx.id(), q.id(), scale.id(), offset.id()}, loc));
+}
+
+namespace ir {
+Tensor unpack_int4(const Tensor& packed, const Shape& out, const Loc& loc) {
+  const Tensor s = cast(packed, DType::kF32, loc);
+  const Tensor b = where(lt(s, 0.0, loc), add(s, 256.0, loc), s, loc);
+  const Tensor high = cast(cast(mul(b, 1.0 / 16, loc), DType::kI32, loc), DType::kF32, loc);
+  const Tensor low = sub(b, mul(high, 16.0, loc), loc);
+  Shape pair = packed.shape();
+  pair.push_back(1);
+  return reshape(concat({reshape(low, pair, loc), reshape(high, pair, loc)}, -1, loc), out, loc);
+}
+}  // namespace ir
+
 ExpertOrder sort_by_expert(const Tensor& ids, int64_t experts, Loc loc) {
   if (ids.dtype() != DType::kI32 || ids.rank() != 1)
     api_fail("sort_by_expert",

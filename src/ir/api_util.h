@@ -30,6 +30,12 @@ DType promote(DType a, DType b);
 /// The dtype a binary op computes in, from its operands (numbers adapt to tensors).
 DType common_dtype(const Arg& a, const Arg& b);
 
+/// The 4-bit codes of `packed` (i8 bytes [..., K/2], Param::quantize_int4's layout) as f32 of
+/// shape `out` (K values a row, in any grouping of the last axes): byte b = s + 256·[s < 0] of its
+/// signed value s, high code trunc(b/16), low code b − 16·high; codes 2j (low) and 2j + 1 (high)
+/// side by side. passes/weights.cc recognises this form under a quantized product.
+Tensor unpack_int4(const Tensor& packed, const Shape& out, const Loc& loc);
+
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b, const Loc& loc);
 /// Inserts a broadcast_to unless `t` already has `shape`.
 Tensor broadcast_if_needed(const Tensor& t, const Shape& shape, const Loc& loc);

@@ -497,17 +497,25 @@ void infer(const Graph& g, Node& n) {
       return;
     }
     case Op::kQuantMatmul: {
+      if (n.inputs.size() != 3 && n.inputs.size() != 4)
+        fail(g, n, "takes (x, q, scale) or, for 4 bits, (x, q, scale, offset), not " +
+                       std::to_string(n.inputs.size()) + " inputs");
       const Node &x = in(0), &q = in(1), &scale = in(2);
+      const bool four = n.inputs.size() == 4;
       if (x.shape.empty() || x.shape.back() == 0 || (x.dtype != DType::kF32 && !is_half(x.dtype)))
         fail(g, n, "x must be f32, bf16 or f16 [..., K] with K > 0, got " + std::string(dtype_name(x.dtype)) +
                        shape_str(x.shape));
-      if (q.dtype != DType::kI8 || q.shape.size() != 2 || q.shape[1] != x.shape.back())
-        fail(g, n, "q must be i8 [N, " + std::to_string(x.shape.back()) + "], got " + dtype_name(q.dtype) +
-                       shape_str(q.shape));
+      const int64_t k = x.shape.back();
+      if (q.dtype != DType::kI8 || q.shape.size() != 2 || q.shape[1] * (four ? 2 : 1) != k)
+        fail(g, n, "q must be i8 [N, " + (four ? std::to_string(k) + " / 2] (4-bit codes, two a byte)" : std::to_string(k) + "]") +
+                       ", got " + dtype_name(q.dtype) + shape_str(q.shape));
       if (scale.dtype != DType::kF32 || scale.shape.size() != 2 || scale.shape[0] != q.shape[0] ||
-          scale.shape[1] <= 0 || q.shape[1] % scale.shape[1] != 0)
-        fail(g, n, "scale must be f32 [" + std::to_string(q.shape[0]) + ", K / group] for q " + shape_str(q.shape) +
-                       ", got " + dtype_name(scale.dtype) + shape_str(scale.shape));
+          scale.shape[1] <= 0 || k % scale.shape[1] != 0 || (four && (k / scale.shape[1]) % 2 != 0))
+        fail(g, n, "scale must be f32 [" + std::to_string(q.shape[0]) + ", K / group] for K = " + std::to_string(k) +
+                       (four ? " (an even group)" : "") + ", got " + dtype_name(scale.dtype) + shape_str(scale.shape));
+      if (four && (in(3).dtype != DType::kF32 || in(3).shape != scale.shape))
+        fail(g, n, "offset must be f32 " + shape_str(scale.shape) + " as the scales, got " + dtype_name(in(3).dtype) +
+                       shape_str(in(3).shape));
       n.shape = x.shape;
       n.shape.back() = q.shape[0];
       n.dtype = DType::kF32;

@@ -54,12 +54,20 @@ std::vector<Module*> Module::modules() {
   return out;
 }
 
-void Module::store_params_as(DType dtype, int64_t group) {
+void Module::store_params_as(DType dtype, int64_t group, int bits) {
+  if (bits != 8 && bits != 4)
+    throw Error("[Module] store_params_as: quantized weights take 8 or 4 bits, not " + std::to_string(bits));
+  if (bits == 4 && dtype != DType::kI8)
+    throw Error(std::string("[Module] store_params_as: 4 bits are a quantization, DType::kI8, not ") +
+                dtype_name(dtype));
   if (dtype == DType::kI8) {
     // The Linears' weights are quantized where the group divides their rows (not Mamba's
     // narrow dt_proj, say) and they are not a mixture's experts; every other matrix is held as bf16.
     if (group <= 0)
       throw Error("[Module] store_params_as(kI8): the group must be positive, not " + std::to_string(group));
+    if (bits == 4 && group % 2 != 0)
+      throw Error("[Module] store_params_as(kI8, 4 bits): the group must be even, not " +
+                  std::to_string(group));
     // A mixture's experts are stacked per layer for grouped_matmul (LlamaMoe): held as bf16.
     std::set<const Module*> experts;
     for (Module* m : modules())
@@ -69,7 +77,7 @@ void Module::store_params_as(DType dtype, int64_t group) {
     for (Module* m : modules())
       if (auto* linear = dynamic_cast<nn::Linear*>(m);
           linear != nullptr && linear->in_features % group == 0 && experts.count(m) == 0)
-        linear->weight.quantize_int8(group);
+        bits == 4 ? linear->weight.quantize_int4(group) : linear->weight.quantize_int8(group);
     dtype = DType::kBF16;
   }
   // Params are members of the (non-const) modules that declare them.
@@ -142,22 +150,40 @@ void Param::set_dtype(DType dtype) {
   dtype_ = dtype;
 }
 
-void Param::quantize_int8(int64_t group) {
-  if (dtype_ == DType::kI8 && group == group_) return;
-  if (shape_.size() < 2 || group <= 0 || shape_.back() % group != 0)
+void Param::quantize(int64_t group, int bits) {
+  if (dtype_ == DType::kI8 && group == group_ && bits == bits_) return;
+  if (shape_.size() < 2 || group <= 0 || shape_.back() % group != 0 || (bits == 4 && group % 2 != 0))
     throw Error("[Param] '" + path() + "' " + shape_str(shape_) +
                 ": quantization takes a matrix whose last axis " + "groups of " + std::to_string(group) +
-                " values divide (pick a group that divides " + std::to_string(shape_.back()) + ")");
+                " values divide (pick a" + (bits == 4 ? "n even" : "") + " group that divides " +
+                std::to_string(shape_.back()) + ")");
   check_unallocated("quantize a parameter");
   if (scales_ != nullptr) throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter");
-  if (dtype_ == DType::kI8) throw Error("[Param] '" + path() + "' is quantized already, in other groups");
+  if (dtype_ == DType::kI8)
+    throw Error("[Param] '" + path() + "' is quantized already, to " + std::to_string(bits_) +
+                " bits in groups of " + std::to_string(group_));
   Shape scale_shape = shape_;
   scale_shape.back() /= group;
-  scale_ = std::make_unique<Param>(*owner_, scale_name(name_), scale_shape, init::constant(0.0),
-                                   ParamOptions{.decay = false});
-  scale_->scales_ = this;
+  const auto beside = [&](const std::string& name) {
+    auto p = std::make_unique<Param>(*owner_, name, scale_shape, init::constant(0.0),
+                                     ParamOptions{.decay = false});
+    p->scales_ = this;
+    return p;
+  };
+  scale_ = beside(scale_name(name_));
+  if (bits == 4) offset_ = beside(offset_name(name_));
   dtype_ = DType::kI8;
   group_ = group;
+  bits_ = bits;
+}
+
+void Param::quantize_int8(int64_t group) { quantize(group, 8); }
+void Param::quantize_int4(int64_t group) { quantize(group, 4); }
+
+Shape Param::stored_shape() const {
+  Shape s = shape_;
+  if (bits_ == 4) s.back() /= 2;
+  return s;
 }
 
 Param::operator Tensor() const { return tensor(); }
@@ -171,17 +197,20 @@ Tensor Param::tensor(Loc loc) const {
   // precision policy casts that back to the stored type, which cast() folds to the leaf itself.
   auto it = trace->param_nodes.find(this);
   if (it == trace->param_nodes.end()) {
-    const Tensor leaf = ir::named_leaf(trace->graph, ir::Op::kParam, path(), shape_, dtype_, loc);
+    const Tensor leaf = ir::named_leaf(trace->graph, ir::Op::kParam, path(), stored_shape(), dtype_, loc);
     it = trace->param_nodes.emplace(this, leaf.id()).first;
     trace->params.push_back(this);
     if (dtype_ == DType::kI8) {
-      // q [..., K] · scale [..., K/G] as [..., K/G, G] · [..., K/G, 1], back to [..., K].
+      // q [..., K] · scale [..., K/G] as [..., K/G, G] · [..., K/G, 1], back to [..., K]; 4 bits:
+      // codes [..., K/G, G] unpacked from the leaf's bytes (passes/weights.cc matches this form).
       Shape grouped = shape_, per_group = scale_->shape();
       grouped.back() /= group_;
       grouped.push_back(group_);
       per_group.push_back(1);
-      const Tensor values = cast(reshape(leaf, grouped, loc), DType::kF32, loc);
-      const Tensor w = mul(values, reshape(scale_->tensor(loc), per_group, loc), loc);
+      const Tensor values = bits_ == 4 ? ir::unpack_int4(leaf, grouped, loc)
+                                       : cast(reshape(leaf, grouped, loc), DType::kF32, loc);
+      Tensor w = mul(values, reshape(scale_->tensor(loc), per_group, loc), loc);
+      if (bits_ == 4) w = add(w, reshape(offset_->tensor(loc), per_group, loc), loc);
       trace->param_reads[this] = reshape(w, shape_, loc).id();
     } else if (dtype_ != DType::kF32) {
       trace->param_reads[this] = cast(leaf, DType::kF32, loc).id();

@@ -185,7 +185,8 @@ void Scheduler::place_product(int32_t id) {
   const ir::Node& n = g_.node(id);
   Step st = node_step(id);
   st.in = {readable(id, 0), readable(id, 1)};
-  if (n.op == Op::kQuantMatmul) st.in.push_back(readable(id, 2));  // the weight's scales
+  if (n.op == Op::kQuantMatmul)  // the weight's scales (and a 4-bit one's offsets)
+    for (size_t i = 2; i < n.inputs.size(); ++i) st.in.push_back(readable(id, i));
   const ProductCandidates c =
       options_.fuse && caps_.fuses_products() ? product_candidates(id) : ProductCandidates{};
   const ProductChoice ch = caps_.product(g_, id, st.in, s_.buffers, c);

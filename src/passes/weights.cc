@@ -180,36 +180,75 @@ int32_t under_float_cast(const Graph& g, int32_t id) {
   return n.op == Op::kCast && floating(n.dtype) && floating(g.node(n.inputs[0]).dtype) ? n.inputs[0] : id;
 }
 
-/// The (q, scale) parameters of a quantized weight as Param::tensor reads it, transposed: `b` is
-///   permute{1,0} of reshape [N, K] of mul(cast f32 of reshape [N, g, G] of q i8 [N, K],
-///                                        broadcast of reshape [N, g, 1] of scale f32 [N, g])
-/// with a float cast allowed above the permute, the reshape and the mul (the precision policy's
-/// cast to bf16, wherever the inference rewrites put it). Else {-1, -1}.
-std::pair<int32_t, int32_t> quantized_weight(const Graph& g, int32_t b) {
-  const std::pair<int32_t, int32_t> none{-1, -1};
+/// The f32 parameter [rows, groups] that `v` spreads over [rows, groups, G]: v is (a broadcast of)
+/// reshape [rows, groups, 1] of it. Else -1.
+int32_t per_group(const Graph& g, int32_t v, int64_t rows, int64_t groups) {
+  if (g.node(v).op == Op::kBroadcastTo) v = g.node(v).inputs[0];
+  const Node& r = g.node(v);
+  if (r.op != Op::kReshape || r.shape != Shape{rows, groups, 1}) return -1;
+  const Node& p = g.node(r.inputs[0]);
+  return p.op == Op::kParam && p.dtype == DType::kF32 && p.shape == Shape{rows, groups} ? r.inputs[0] : -1;
+}
+
+/// The i8 parameter [rows, k / 2] whose 4-bit codes `codes` [rows, groups, G] are, as
+/// ir::unpack_int4 computes them: reshape of concat(reshape of low, reshape of high) along the
+/// last axis, low = sub(where(lt(s, 0), s + 256, s), ·) and high a cast of a cast, s the cast to
+/// f32 of the parameter. Else -1.
+int32_t packed_codes(const Graph& g, const Node& codes, int64_t rows, int64_t k) {
+  if (codes.op != Op::kReshape) return -1;
+  const Node& c = g.node(codes.inputs[0]);
+  if (c.op != Op::kConcat || c.inputs.size() != 2 || c.shape != Shape{rows, k / 2, 2}) return -1;
+  const Node &lr = g.node(c.inputs[0]), &hr = g.node(c.inputs[1]);
+  if (lr.op != Op::kReshape || hr.op != Op::kReshape) return -1;
+  const Node &low = g.node(lr.inputs[0]), &high = g.node(hr.inputs[0]);
+  if (low.op != Op::kSub || high.op != Op::kCast || g.node(high.inputs[0]).op != Op::kCast) return -1;
+  const Node& w = g.node(low.inputs[0]);
+  if (w.op != Op::kWhere) return -1;
+  const Node& s = g.node(w.inputs[2]);
+  if (s.op != Op::kCast || s.dtype != DType::kF32) return -1;
+  const Node& q = g.node(s.inputs[0]);
+  return q.op == Op::kParam && q.dtype == DType::kI8 && q.shape == Shape{rows, k / 2} ? s.inputs[0] : -1;
+}
+
+/// The parameters of a quantized weight as Param::tensor reads it, transposed: `b` is
+///   permute{1,0} of reshape [N, K] of mul(codes [N, g, G], broadcast of reshape [N, g, 1] of scale f32 [N,
+///   g])
+/// with codes the cast to f32 of reshape [N, g, G] of q i8 [N, K] (8 bits), or, for 4 bits, that
+/// mul plus the offsets spread alike and the codes unpacked from q i8 [N, K / 2] (ir::unpack_int4);
+/// a float cast is allowed above the permute, the reshape, the add and the mul (the precision
+/// policy's cast to bf16, wherever the inference rewrites put it). Else all -1.
+struct QuantizedWeight {
+  int32_t q = -1, scale = -1, offset = -1;
+};
+QuantizedWeight quantized_weight(const Graph& g, int32_t b) {
   const Node& t = g.node(under_float_cast(g, b));
-  if (t.op != Op::kPermute || t.shape.size() != 2 || t.attrs.axes != std::vector<int64_t>{1, 0}) return none;
+  if (t.op != Op::kPermute || t.shape.size() != 2 || t.attrs.axes != std::vector<int64_t>{1, 0}) return {};
   const int64_t k = t.shape[0], rows = t.shape[1];
   const Node& r = g.node(under_float_cast(g, t.inputs[0]));
-  if (r.op != Op::kReshape || r.shape != Shape{rows, k}) return none;
-  const Node& m = g.node(under_float_cast(g, r.inputs[0]));
-  if (m.op != Op::kMul || m.shape.size() != 3 || m.shape[0] != rows || m.shape[1] * m.shape[2] != k)
-    return none;
-  const int64_t groups = m.shape[1];
-  const Node& qc = g.node(m.inputs[0]);
-  if (qc.op != Op::kCast || qc.dtype != DType::kF32) return none;
-  const Node& qr = g.node(qc.inputs[0]);
-  if (qr.op != Op::kReshape || qr.shape != m.shape) return none;
-  const int32_t qi = qr.inputs[0];
-  int32_t sv = m.inputs[1];
-  if (g.node(sv).op == Op::kBroadcastTo) sv = g.node(sv).inputs[0];
-  const Node& sr = g.node(sv);
-  if (sr.op != Op::kReshape || sr.shape != Shape{rows, groups, 1}) return none;
-  const int32_t si = sr.inputs[0];
-  const Node &q = g.node(qi), &s = g.node(si);
-  const bool ok = q.op == Op::kParam && q.dtype == DType::kI8 && q.shape == Shape{rows, k} &&
-                  s.op == Op::kParam && s.dtype == DType::kF32 && s.shape == Shape{rows, groups};
-  return ok ? std::pair{qi, si} : none;
+  if (r.op != Op::kReshape || r.shape != Shape{rows, k}) return {};
+  const Node* m = &g.node(under_float_cast(g, r.inputs[0]));
+  QuantizedWeight out;
+  if (m->op == Op::kAdd && m->shape.size() == 3) {  // 4 bits: + offset
+    const int64_t groups = m->shape[1];
+    out.offset = per_group(g, m->inputs[1], rows, groups);
+    m = &g.node(under_float_cast(g, m->inputs[0]));
+    if (out.offset < 0) return {};
+  }
+  if (m->op != Op::kMul || m->shape.size() != 3 || m->shape[0] != rows || m->shape[1] * m->shape[2] != k)
+    return {};
+  const int64_t groups = m->shape[1];
+  out.scale = per_group(g, m->inputs[1], rows, groups);
+  const Node& codes = g.node(m->inputs[0]);
+  if (out.offset >= 0) {
+    out.q = packed_codes(g, codes, rows, k);
+  } else if (codes.op == Op::kCast && codes.dtype == DType::kF32) {
+    const Node& qr = g.node(codes.inputs[0]);
+    const Node& q = g.node(qr.inputs.empty() ? codes.inputs[0] : qr.inputs[0]);
+    if (qr.op == Op::kReshape && qr.shape == m->shape && q.op == Op::kParam && q.dtype == DType::kI8 &&
+        q.shape == Shape{rows, k})
+      out.q = qr.inputs[0];
+  }
+  return out.q >= 0 && out.scale >= 0 ? out : QuantizedWeight{};
 }
 
 }  // namespace
@@ -223,11 +262,12 @@ Graph quantized_products(const Graph& graph, std::vector<int32_t>& remap) {
     const Node& orig = graph.node(id);
     if (orig.op == Op::kMatmul) {
       const Shape& a = graph.node(orig.inputs[0]).shape;
-      const auto [q, scale] = quantized_weight(graph, orig.inputs[1]);
-      if (q >= 0 && numel(a) / a.back() <= kQuantizedProductRows) {
+      const QuantizedWeight w = quantized_weight(graph, orig.inputs[1]);
+      if (w.q >= 0 && numel(a) / a.back() <= kQuantizedProductRows) {
         Node p = n;
         p.op = Op::kQuantMatmul;
-        p.inputs = {n.inputs[0], remap[static_cast<size_t>(q)], remap[static_cast<size_t>(scale)]};
+        p.inputs = {n.inputs[0], remap[static_cast<size_t>(w.q)], remap[static_cast<size_t>(w.scale)]};
+        if (w.offset >= 0) p.inputs.push_back(remap[static_cast<size_t>(w.offset)]);
         remap[static_cast<size_t>(id)] = out.add_checked(std::move(p));
         continue;
       }

@@ -29,13 +29,15 @@ std::unordered_set<const Param*> frozen_params(const Module& model, const std::v
   // The optimizer updates f32 values only: a parameter stored as bf16 or f16 must stay frozen.
   for (const Param* p : all)
     if (p->scales() != nullptr && out.count(p) == 0)
-      throw InputError("[compile_train] parameter '" + p->path() + "' holds the scales of the quantized '" +
+      throw InputError("[compile_train] parameter '" + p->path() + "' holds the " +
+                       (p->scales()->offset() == p ? "offsets" : "scales") + " of the quantized '" +
                        p->scales()->path() + "': freeze it with it (TrainOptions::frozen)");
   for (const Param* p : all)
     if (p->dtype() != DType::kF32 && out.count(p) == 0)
       throw InputError(
           "[compile_train] parameter '" + p->path() + "' is stored as " + dtype_name(p->dtype()) +
-          " (Param::set_dtype, quantize_int8, Module::store_params_as): only frozen parameters may be; list "
+          " (Param::set_dtype, quantize_int8, quantize_int4, Module::store_params_as): only frozen "
+          "parameters may be; list "
           "it in "
           "TrainOptions::frozen (and train adapters over it: nn::add_lora), or train a model whose "
           "parameters are stored as f32");

@@ -558,7 +558,7 @@ std::map<std::string, HostTensor> Program::download_params() const {
   std::lock_guard lock(store.mutex);
   std::map<std::string, HostTensor> out;
   for (const auto& [name, info] : store.infos) {
-    HostTensor t(info.dtype, info.shape);  // as stored: f32, bf16/f16, or i8 (Param::dtype)
+    HostTensor t(info.dtype, info.stored);  // as stored: f32, bf16/f16, or i8 (Param::dtype, stored_shape)
     store.backend->download(*store.buffers.at(name), t.data());
     out.emplace(name, std::move(t));
   }

@@ -85,9 +85,15 @@ void DeviceStore::upload_f32(const std::string& path, std::span<const float> val
   if (buf.dtype() == DType::kF32) return backend->upload(buf, values.data());
   if (buf.dtype() == DType::kI8) {
     const ParamInfo& info = infos.at(path);
-    std::vector<int8_t> q(values.size());
-    std::vector<float> scale(values.size() / static_cast<size_t>(info.group));
-    quantize_int8(values, info.group, q.data(), scale.data());
+    std::vector<int8_t> q(info.bits == 4 ? values.size() / 2 : values.size());
+    std::vector<float> scale(values.size() / static_cast<size_t>(info.group)), offset;
+    if (info.bits == 4) {
+      offset.resize(scale.size());
+      quantize_int4(values, info.group, reinterpret_cast<uint8_t*>(q.data()), scale.data(), offset.data());
+      backend->upload(*buffers.at(info.offset), offset.data());
+    } else {
+      quantize_int8(values, info.group, q.data(), scale.data());
+    }
     backend->upload(buf, q.data());
     return backend->upload(*buffers.at(info.scale), scale.data());
   }
@@ -100,11 +106,14 @@ void DeviceStore::upload_f32(const std::string& path, std::span<const float> val
 ParamInfo param_info(const Param& p) {
   return {p.path(),
           p.shape(),
+          p.stored_shape(),
           p.init(),
           p.decay(),
           p.dtype(),
           p.group(),
+          p.bits(),
           p.scale() != nullptr ? p.scale()->path() : std::string(),
+          p.offset() != nullptr ? p.offset()->path() : std::string(),
           p.scales() != nullptr ? p.scales()->path() : std::string()};
 }
 
@@ -118,16 +127,20 @@ void DeviceStore::upload(const std::map<std::string, HostTensor>& params, bool p
                        "'; the model's parameters are: " + known);
     }
     const ParamInfo& info = it->second;
-    const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16 ||
-                             (value.dtype() == DType::kI8 && info.dtype == DType::kI8);
-    if ((value.dtype() != DType::kF32 && !convertible) || value.shape() != info.shape)
+    const bool as_stored = value.dtype() == DType::kI8 && info.dtype == DType::kI8;
+    const bool convertible = value.dtype() == DType::kBF16 || value.dtype() == DType::kF16 || as_stored;
+    if ((value.dtype() != DType::kF32 && !convertible) ||
+        value.shape() != (as_stored ? info.stored : info.shape))
       throw InputError("[upload_params] parameter '" + name + "' expects " + dtype_name(info.dtype) +
-                       shape_str(info.shape) + ", got " + dtype_name(value.dtype()) +
+                       shape_str(info.stored) + ", got " + dtype_name(value.dtype()) +
                        shape_str(value.shape()) + " (f32, bf16 and f16 values are converted" +
-                       (info.dtype == DType::kI8 ? ", and quantized with their scales" : "") + ")");
+                       (info.dtype == DType::kI8
+                            ? ", and quantized with their scales, given as " + shape_str(info.shape)
+                            : std::string()) +
+                       ")");
     if (const auto w = info.scales.empty() ? params.end() : params.find(info.scales);
         w != params.end() && w->second.dtype() != DType::kI8)
-      throw InputError("[upload_params] '" + name + "' holds the scales that quantizing the " +
+      throw InputError("[upload_params] '" + name + "' holds the scales or offsets that quantizing the " +
                        dtype_name(w->second.dtype()) + " value given for '" + info.scales +
                        "' computes: give that value, or its i8 values with their scales");
   }
@@ -143,7 +156,7 @@ void DeviceStore::upload(const std::map<std::string, HostTensor>& params, bool p
                          "' (pass {.partial = true} to upload a subset)");
   ++version;
   for (const auto& [name, value] : params) {
-    const DType stored = infos.at(name).dtype;  // f32, a half type, or i8 (quantized)
+    const DType stored = infos.at(name).dtype;  // f32, a half type, or i8 (quantized: 8 or 4 bits)
     if (stored == DType::kI8 && value.dtype() != DType::kI8)
       upload_f32(name, value.to(DType::kF32).f32());
     else
@@ -166,7 +179,7 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
       const std::string path = p->path();
       if (store->infos.count(path) != 0) continue;
       store->infos[path] = param_info(*p);
-      store->buffers[path] = store->backend->allocate(p->dtype(), numel(p->shape()));
+      store->buffers[path] = store->backend->allocate(p->dtype(), numel(p->stored_shape()));
       fresh.push_back(p);
     }
     for (const Param* p : fresh) {
@@ -195,7 +208,7 @@ std::shared_ptr<DeviceStore> device_store(const Module& model, const Device& dev
     const std::string path = p->path();
     if (fresh->infos.count(path) != 0) throw Error("[Module] two parameters are both named '" + path + "'");
     fresh->infos[path] = param_info(*p);
-    fresh->buffers[path] = fresh->backend->allocate(p->dtype(), numel(p->shape()));
+    fresh->buffers[path] = fresh->backend->allocate(p->dtype(), numel(p->stored_shape()));
   }
   mark("allocate params");
   fresh->init_params(0);

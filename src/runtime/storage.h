@@ -20,13 +20,16 @@ namespace tg::detail {
 /// What the store remembers of a Param (the Module may be destroyed before its programs).
 struct ParamInfo {
   std::string path;
-  Shape shape;
+  Shape shape;   // Param::shape(): the values' (a quantized parameter's dequantized) shape
+  Shape stored;  // Param::stored_shape(): the buffer's (a 4-bit parameter's packed bytes)
   Init init;
   bool decay;
   DType dtype = DType::kF32;  // Param::dtype(): how its buffer stores it
   int64_t group = 0;          // Param::group(): values per scale of an i8 parameter
+  int bits = 0;               // Param::bits(): 8 or 4 for an i8 parameter
   std::string scale;          // an i8 parameter's scales (Param::scale()), else empty
-  std::string scales;         // a scale parameter's i8 parameter (Param::scales()), else empty
+  std::string offset;         // a 4-bit parameter's offsets (Param::offset()), else empty
+  std::string scales;         // a scale or offset parameter's i8 parameter (Param::scales()), else empty
 };
 
 /// What the store keeps of `p`.

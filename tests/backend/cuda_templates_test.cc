@@ -76,14 +76,22 @@ std::vector<Instance> template_instances() {
       cuda::cumsum_kernel("cumsum_rows_rev", {i32, {300, 70}, {1, 300}}, 1, true));
   add("cumsum lines", cuda::cumsum_kernel("cumsum_lines", dense(f32, {3, 40, 17}), 1, true));
   // quant_matmul: the 16-byte path (f32 and bf16 x), the scalar one (f16 x, groups of 4), many rows.
-  add("quant_matmul vec f32", cuda::quant_matmul_kernel("quant_vec_f32", f32, 1, 2304, 768, 24, true, true));
+  add("quant_matmul vec f32",
+      cuda::quant_matmul_kernel("quant_vec_f32", f32, 1, 2304, 768, 24, false, true, true));
   add("quant_matmul vec bf16",
-      cuda::quant_matmul_kernel("quant_vec_bf16", DType::kBF16, 8, 5632, 2048, 64, true, true));
+      cuda::quant_matmul_kernel("quant_vec_bf16", DType::kBF16, 8, 5632, 2048, 64, false, true, true));
   add("quant_matmul vec, x unaligned",
-      cuda::quant_matmul_kernel("quant_vec_x", DType::kBF16, 2, 64, 64, 2, true, false));
+      cuda::quant_matmul_kernel("quant_vec_x", DType::kBF16, 2, 64, 64, 2, false, true, false));
   add("quant_matmul scalar f16",
-      cuda::quant_matmul_kernel("quant_scalar_f16", DType::kF16, 3, 7, 12, 3, false, false));
-  add("quant_matmul rows", cuda::quant_matmul_kernel("quant_rows", f32, 40, 70, 256, 8, true, true));
+      cuda::quant_matmul_kernel("quant_scalar_f16", DType::kF16, 3, 7, 12, 3, false, false, false));
+  add("quant_matmul rows", cuda::quant_matmul_kernel("quant_rows", f32, 40, 70, 256, 8, false, true, true));
+  // 4 bits: the vector path (f32 and bf16 x) and the scalar one (groups of 2).
+  add("quant_matmul 4-bit vec",
+      cuda::quant_matmul_kernel("quant4_vec", f32, 1, 2304, 768, 24, true, true, true));
+  add("quant_matmul 4-bit vec bf16 rows",
+      cuda::quant_matmul_kernel("quant4_vec_bf16", DType::kBF16, 8, 512, 2048, 64, true, true, true));
+  add("quant_matmul 4-bit scalar",
+      cuda::quant_matmul_kernel("quant4_scalar", f32, 3, 7, 12, 6, true, false, false));
 
   // Row kernels: cached rows (warp and block), streamed rows, columns, causal; norms with and
   // without the affine epilogue, and their gradients.

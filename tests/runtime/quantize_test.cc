@@ -1,8 +1,9 @@
-// Weights quantized to 8 bits (tensorgrad/quantize.h, Module::store_params_as(DType::kI8)): the host
-// arithmetic against its definition computed here in double; a quantized model must compute what
-// the f32 model computes with the dequantized weights, on every backend, in f32 and under the
-// precision policy, holding only the i8 values, their scales and the bf16 embeddings on the device;
-// LoRA trains over a quantized base and leaves it bit-identical; misuse is a clear error.
+// Weights quantized to 8 and 4 bits (tensorgrad/quantize.h, Module::store_params_as(DType::kI8[, group,
+// 4])): the host arithmetic against its definition computed here in double; a quantized model must
+// compute what the f32 model computes with the dequantized weights, on every backend, in f32 and
+// under the precision policy, holding only the i8 values (or packed 4-bit codes), their scales (and
+// offsets) and the bf16 embeddings on the device; LoRA trains over a quantized base and leaves it
+// bit-identical; misuse is a clear error.
 #include <gtest/gtest.h>
 #include <tensorgrad/tensorgrad.h>
 
@@ -366,6 +367,227 @@ TEST(QuantizeErrors, ClearMessages) {
   EXPECT_NO_THROW(p.upload_params(raw, {.partial = true}));
   raw[q] = HostTensor(DType::kI32, w.shape());
   EXPECT_NE(message([&] { p.upload_params(raw, {.partial = true}); }).find("quantized with their scales"),
+            std::string::npos);
+}
+
+// ---- 4 bits -------------------------------------------------------------------------------
+
+TEST(QuantizeInt4, CodesScalesAndOffsetsFollowTheDefinition) {
+  // Two groups of 6: mixed values; a constant group (scale 0).
+  const std::vector<float> v = {0.5f, -1.0f, 0.25f, 0.003f, 2.0f, -0.7f, 3, 3, 3, 3, 3, 3};
+  const Quantized4Tensor qt = quantize_int4(HostTensor::f32(v, {2, 6}), 6);
+  ASSERT_EQ(qt.q.dtype(), DType::kI8);
+  ASSERT_EQ(qt.q.shape(), (Shape{2, 3}));
+  ASSERT_EQ(qt.scale.shape(), (Shape{2, 1}));
+  ASSERT_EQ(qt.offset.shape(), (Shape{2, 1}));
+  const auto* bytes = static_cast<const uint8_t*>(qt.q.data());
+  const HostTensor back = dequantize_int4(qt.q, qt.scale, qt.offset);
+  ASSERT_EQ(back.shape(), (Shape{2, 6}));
+  for (int g = 0; g < 2; ++g) {
+    double lo = 1e9, hi = -1e9;
+    for (int i = 0; i < 6; ++i)
+      lo = std::min(lo, double(v[size_t(6 * g + i)])), hi = std::max(hi, double(v[size_t(6 * g + i)]));
+    const double s = (hi - lo) / 15;
+    EXPECT_NEAR(qt.scale.f32()[size_t(g)], s, 1e-7 * s) << "group " << g;
+    EXPECT_EQ(qt.offset.f32()[size_t(g)], float(lo)) << "group " << g;
+    for (int i = 0; i < 6; ++i) {
+      const int j = 6 * g + i;
+      const int code = (bytes[j / 2] >> (4 * (j % 2))) & 15;  // value 2j in byte j's low nibble
+      EXPECT_EQ(code, s == 0 ? 0 : static_cast<int>(std::nearbyint((v[size_t(j)] - lo) / s))) << j;
+      EXPECT_LE(std::fabs(code * s + lo - v[size_t(j)]), s / 2 + 1e-6) << j;
+      EXPECT_NEAR(back.f32()[size_t(j)], code * s + lo, 1e-6) << j;
+    }
+  }
+  EXPECT_EQ(bytes[0] >> 4, 0);                                             // the minimum, −1
+  EXPECT_EQ(bytes[2] & 15, 15);                                            // the maximum, 2
+  EXPECT_THROW(quantize_int4(HostTensor::f32(v, {2, 6}), 3), InputError);  // an odd group
+  EXPECT_THROW(quantize_int4(HostTensor::f32(v, {3, 4}), 8), InputError);  // 8 does not divide 4
+  EXPECT_THROW(quantize_int4(HostTensor::f32({1, NAN}, {2}), 2), InputError);
+  EXPECT_THROW(dequantize_int4(qt.q, qt.scale, qt.q), InputError);
+}
+
+/// The f32 weights drawn by init_params(7), and what the 4-bit model computes with: every
+/// quantized Linear's weight quantized and dequantized, the other matrices rounded to bf16.
+Weights weights4(const nn::Llama& shape_of) {
+  Weights w = weights(shape_of);  // (its i8 entries are redone below)
+  for (const Param* param : shape_of.parameters())
+    if (param->bits() == 4) {
+      const Quantized4Tensor qt = quantize_int4(w.f32.at(param->path()), param->group());
+      w.effective[param->path()] = dequantize_int4(qt.q, qt.scale, qt.offset);
+    }
+  return w;
+}
+
+class Quantized4 : public ::testing::TestWithParam<Device> {};
+
+// Both ways a product reads a 4-bit weight: quant_matmul over the packed codes (16 rows) and the
+// dequantized copy with a GEMM (64 rows).
+TEST_P(Quantized4, ComputesTheDequantizedModel) {
+  const Device device = GetParam();
+  nn::Llama stored(config());
+  stored.store_params_as(DType::kI8, kGroup, 4);
+  const Weights w = weights4(stored);
+  int quantized = 0;
+  for (const Param* p : stored.parameters()) quantized += p->bits() == 4;
+  EXPECT_EQ(quantized, 2 * 7 + 1);
+  for (const int64_t batch : {kBatch, 4 * kBatch}) {
+    SCOPED_TRACE(std::to_string(batch * kSeq) + " rows");
+    nn::Llama reference(config());
+    Program a = batch_program(reference, batch, device, Precision::kFp32),
+            b = batch_program(stored, batch, device, Precision::kFp32);
+    a.upload_params(w.effective);
+    b.upload_params(w.f32);  // quantized as it is uploaded
+    const std::map<std::string, HostTensor> back = b.download_params();
+    for (const Param* p : stored.parameters()) {
+      if (p->bits() != 4) continue;
+      const Quantized4Tensor qt = quantize_int4(w.f32.at(p->path()), kGroup);
+      const HostTensor& q = back.at(p->path());
+      ASSERT_EQ(q.shape(), p->stored_shape()) << p->path();
+      EXPECT_EQ(0, std::memcmp(q.data(), qt.q.data(), size_t(q.numel()))) << p->path();
+      EXPECT_EQ(0, rel_diff(back.at(p->offset()->path()).f32(), qt.offset.f32())) << p->path();
+    }
+    const std::vector<int32_t> x = batch_ids(batch);
+    const std::vector<float> got = b.run({{"ids", x}}).f32();
+    EXPECT_LT(rel_diff(got, a.run({{"ids", x}}).f32()), 2e-6);
+    // Under the precision policy, against the same program on the reference backend.
+    Program bf = batch_program(stored, batch, device, Precision::kBf16);
+    nn::Llama ref_model(config());
+    ref_model.store_params_as(DType::kI8, kGroup, 4);
+    Program r = batch_program(ref_model, batch, Device::ref(), Precision::kBf16);
+    r.upload_params(w.f32);
+    EXPECT_LT(rel_diff(bf.run({{"ids", x}}).f32(), r.run({{"ids", x}}).f32()), 1e-2);
+    // And near the f32 model: 4 bits in groups of 16 lose more than 8, still little.
+    nn::Llama exact(config());
+    Program c = batch_program(exact, batch, device, Precision::kFp32);
+    c.upload_params(w.f32);
+    EXPECT_LT(rel_diff(got, c.run({{"ids", x}}).f32()), 0.3);
+    // The skinny program reads the codes themselves; the wide one dequantizes.
+    int products = 0;
+    for (const ir::Node& n : detail::compiled_graph(b).nodes())
+      products += n.op == ir::Op::kQuantMatmul && n.inputs.size() == 4;
+    EXPECT_EQ(products, batch == kBatch ? 2 * 7 + 1 : 0);
+  }
+}
+
+// Decode-shaped products (rows 1, 3, 8; widths 256 and 512, groups of 32: the vector paths) against
+// the reference backend's double sums.
+TEST_P(Quantized4, DecodeShapedProductsMatchTheReference) {
+  DecodeBlock block;
+  block.store_params_as(DType::kI8, 32, 4);
+  for (const int64_t rows : {1, 3, 8})
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows, " + (precision == Precision::kFp32 ? "f32" : "bf16"));
+      auto program = [&](Device device) {
+        Program p = compile_forward(
+            block, [&](Tensor x) { return block.forward(x); },
+            {.inputs = {{"x", {rows, DecodeBlock::kWidth}}}, .device = device, .precision = precision});
+        p.init_params(3);
+        return p;
+      };
+      Program got = program(GetParam()), want = program(Device::ref());
+      got.upload_params(want.download_params());
+      std::vector<float> x(size_t(rows * DecodeBlock::kWidth));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.37 * double(i)) * 2.0);
+      const std::vector<float> y = got.run({{"x", x}}).f32();
+      EXPECT_LT(rel_diff(y, want.run({{"x", x}}).f32()), precision == Precision::kFp32 ? 1e-5 : 1e-2);
+      EXPECT_GT(rel_diff(y, x), 1e-2);
+    }
+}
+
+TEST_P(Quantized4, HoldsThePackedCodesAndNoDequantizedCopy) {
+  nn::Llama stored(config());
+  stored.store_params_as(DType::kI8, kGroup, 4);
+  int64_t expected = 0;
+  for (const Param* p : stored.parameters()) expected += numel(p->stored_shape()) * dtype_size(p->dtype());
+  Program b = logits_program(stored, GetParam(), Precision::kBf16);
+  EXPECT_EQ(b.memory_report().model_storage, expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Quantized4, ::testing::ValuesIn(testing::all_devices()),
+                         [](const auto& info) { return testing::device_test_name(info.param); });
+
+// LoRA over a 4-bit base: the base stays bit-identical, a checkpoint keeps the packed codes, and an
+// f32 checkpoint loads into the 4-bit model (quantized as it loads).
+TEST(Quantize4Training, LoRAAndCheckpoints) {
+  nn::Llama model(config());
+  model.store_params_as(DType::kI8, kGroup, 4);
+  nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
+  auto loss = [&](Tensor x, Tensor y) { return model.loss(x, y); };
+  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
+                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  const auto message = testing::message_of<InputError>([&] {
+    compile_train(model, loss, {.inputs = inputs, .optimizer = AdamW{.lr = 1e-2}, .device = Device::cpu()});
+  });
+  EXPECT_NE(message.find("q_proj.weight_"), std::string::npos) << message;
+  auto train_program = [&](Device device) {
+    return compile_train(model, loss,
+                         {.inputs = inputs,
+                          .optimizer = AdamW{.lr = 1e-2},
+                          .device = device,
+                          .frozen = nn::lora_frozen(model)});
+  };
+  Program train = train_program(Device::cpu());
+  train.init_params(2);
+  const std::map<std::string, HostTensor> before = train.download_params();
+  const std::vector<int32_t> x = ids(), y = ids(1);
+  const Feeds feeds = {{"ids", x}, {"targets", y}};
+  const float first = train.step(feeds);
+  float last = first;
+  for (int i = 0; i < 30; ++i) last = train.step(feeds);
+  EXPECT_LT(last, 0.95f * first);
+  const std::map<std::string, HostTensor> after = train.download_params();
+  for (const auto& [name, t] : before) {
+    if (name.find("lora") != std::string::npos) continue;
+    EXPECT_EQ(0, std::memcmp(t.data(), after.at(name).data(), size_t(t.numel() * dtype_size(t.dtype()))))
+        << name;
+  }
+  const std::string path = ::testing::TempDir() + "quantized4_checkpoint.safetensors";
+  save_checkpoint(path, train);
+  EXPECT_EQ(read_safetensors(path).at("model.layers.0.self_attn.q_proj.weight").shape(), (Shape{32, 16}));
+  Program resumed = train_program(Device::ref());
+  load_checkpoint(path, resumed);
+  EXPECT_NEAR(resumed.step(feeds), train.step(feeds), 1e-3);
+  // An f32 checkpoint of the same model (the dequantized weights as floats) loads too.
+  nn::Llama full(config());
+  nn::add_lora(full, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
+  Program f = compile_train(full, [&](Tensor a, Tensor b) { return full.loss(a, b); },
+                            {.inputs = inputs,
+                             .optimizer = AdamW{.lr = 1e-2},
+                             .device = Device::cpu(),
+                             .frozen = nn::lora_frozen(full)});
+  f.init_params(4);
+  save_checkpoint(path, f);
+  load_checkpoint(path, resumed);
+  const std::string w = "model.layers.1.mlp.down_proj.weight";
+  const Quantized4Tensor want = quantize_int4(f.download_params().at(w), kGroup);
+  EXPECT_EQ(0, std::memcmp(resumed.download_params().at(w).data(), want.q.data(), size_t(want.q.numel())));
+  std::remove(path.c_str());
+}
+
+TEST(Quantize4Errors, ClearMessages) {
+  nn::Llama model(config());
+  Param* w = nullptr;
+  for (const Param* p : model.parameters())
+    if (p->path() == "model.layers.0.self_attn.q_proj.weight") w = const_cast<Param*>(p);
+  ASSERT_NE(w, nullptr);
+  EXPECT_NE(testing::message_of<Error>([&] { w->quantize_int4(3); }).find("pick an even group"),
+            std::string::npos);
+  EXPECT_NE(
+      testing::message_of<Error>([&] { model.store_params_as(DType::kBF16, 32, 4); }).find("DType::kI8"),
+      std::string::npos);
+  EXPECT_NE(testing::message_of<Error>([&] { model.store_params_as(DType::kI8, 32, 3); }).find("8 or 4 bits"),
+            std::string::npos);
+  w->quantize_int4(8);
+  EXPECT_NE(testing::message_of<Error>([&] { w->quantize_int8(8); }).find("quantized already, to 4 bits"),
+            std::string::npos);
+  EXPECT_EQ(w->stored_shape(), (Shape{32, 16}));
+  Program p = logits_program(model, Device::cpu(), Precision::kFp32);
+  // Packed bytes upload as [32, 16]; floats as [32, 32]; packed bytes of the float shape are refused.
+  EXPECT_NO_THROW(p.upload_params({{w->path(), HostTensor(DType::kI8, {32, 16})}}, {.partial = true}));
+  EXPECT_NO_THROW(p.upload_params({{w->path(), HostTensor(DType::kF32, {32, 32})}}, {.partial = true}));
+  EXPECT_NE(testing::message_of<InputError>([&] {
+              p.upload_params({{w->path(), HostTensor(DType::kI8, {32, 32})}}, {.partial = true});
+            }).find("expects i8[32, 16]"),
             std::string::npos);
 }
 

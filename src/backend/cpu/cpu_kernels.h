@@ -217,9 +217,10 @@ Kernel make_grouped_matmul(const ir::Node& node, const Shape& x_shape, const Sha
                            const std::byte* x, const std::byte* b, const int32_t* offsets, float* out);
 
 /// quant_matmul (quant_matmul.cc): dense x [..., K] of `x_dtype` (f32, bf16 or f16) times the
-/// transpose of the 8-bit weight q [cols, K] with `groups` f32 scales a row → dense out [..., cols].
+/// transpose of the 8-bit weight q [cols, K] with `groups` f32 scales a row → dense out [..., cols];
+/// with `offset` (else null), of the 4-bit weight whose codes q [cols, K / 2] packs (ops.def).
 Kernel make_quant_matmul(const Shape& x_shape, DType x_dtype, const std::byte* x, const int8_t* q,
-                         const float* scale, int64_t cols, int64_t groups, float* out);
+                         const float* scale, const float* offset, int64_t cols, int64_t groups, float* out);
 
 // ---- NN primitives (indexing.cc, nn_kernels.cc, random.cc, attention.cc) ----------------
 // Errors found in the data (an index or target out of range) are recorded inside the

@@ -147,6 +147,7 @@ Kernel node_kernel(const ir::Graph& g, const passes::Step& st, const ViewOf& vie
     case Op::kQuantMatmul:
       return make_quant_matmul(shape(0), g.node(n.inputs[0]).dtype, in(0).data,
                                reinterpret_cast<const int8_t*>(in(1).data), reinterpret_cast<const float*>(in(2).data),
+                               n.inputs.size() == 4 ? reinterpret_cast<const float*>(in(3).data) : nullptr,
                                shape(1)[0], shape(2)[1], f32(out.data));
     case Op::kGather: return make_gather(n, shape(0), in(0), in(1), out.data);
     case Op::kScatterAdd: return make_scatter_add(n, shape(0), in(0), in(1), f32(out.data));

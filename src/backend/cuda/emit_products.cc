@@ -36,11 +36,12 @@ void Emitter::emit_product(const passes::Step& st) {
   const Place out = place(st.out[0]);
   const size_t rank = n.shape.size();
   if (p.quant && !p.gemv) {  // quant_matmul's own kernel, nothing fused
-    const Place x = place(st.in[0]), q = place(st.in[1]);
+    const Place x = place(st.in[0]), q = place(st.in[1]), scale = place(st.in[2]);
+    const bool four = n.inputs.size() == 4;
     add_kernel({id},
-               quant_matmul_kernel(kName, p.operands, p.mm, p.nn, p.k, g_.node(n.inputs[2]).shape[1],
+               quant_matmul_kernel(kName, p.operands, p.mm, p.nn, p.k, g_.node(n.inputs[2]).shape[1], four,
                                    aligned16(q), aligned16(x)),
-               {{x}, {q}, {place(st.in[2])}, {out}}, 2 * p.mm * p.nn * p.k);
+               {{x}, {q}, {scale}, {four ? place(st.in[3]) : scale}, {out}}, 2 * p.mm * p.nn * p.k);
     return;
   }
   if (p.outer) {  // out[.., i, j] = a[.., i, 0] · b[.., 0, j]

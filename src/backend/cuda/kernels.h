@@ -280,10 +280,11 @@ Launch grouped_matmul_kernel(const std::string& name, const GroupedShape& s, con
 
 // ---- quant_matmul (kernels_quant.cc) -------------------------------------------------------
 /// x [rows, k] (f32, bf16 or f16, dense) · (q · scale)ᵀ with q i8 [cols, k] and `groups` f32 scales
-/// a row (dense) → f32 [rows, cols]. `q_aligned`, `x_aligned`: the buffers start 16-byte aligned
-/// (the 16-byte loads need k and the group multiples of 16 too). Params: (const XT* x, const
-/// signed char* q, const float* scale, float* out).
+/// a row (dense) → f32 [rows, cols]; `four`: x · (c · scale + offset)ᵀ with 4-bit codes c packed in
+/// q [cols, k / 2]. `q_aligned`, `x_aligned`: the buffers start 16-byte aligned (the vector loads
+/// need k and the group multiples of 16 too). Params: (const XT* x, const signed char* q, const
+/// float* scale, const float* offset (read when `four`), float* out).
 Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows, int64_t cols, int64_t k,
-                           int64_t groups, bool q_aligned, bool x_aligned);
+                           int64_t groups, bool four, bool q_aligned, bool x_aligned);
 
 }  // namespace tg::backend::cuda

@@ -10,7 +10,7 @@
 namespace tg::backend::cuda {
 
 Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows, int64_t cols, int64_t k,
-                           int64_t groups, bool q_aligned, bool x_aligned) {
+                           int64_t groups, bool four, bool q_aligned, bool x_aligned) {
   if (x_dtype != DType::kF32 && !is_half(x_dtype))
     throw Error(std::string("[cuda] quant_matmul does not take x of ") + dtype_name(x_dtype));
   const int64_t group = k / groups;
@@ -21,7 +21,8 @@ Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows,
   s += std::string("typedef ") + (x_dtype == DType::kF32 ? "float" : "unsigned short") + " XT;\n";
   s += std::string("constexpr bool X_BF = ") + (x_dtype == DType::kBF16 ? "true" : "false") +
        ", X_H = " + (x_dtype == DType::kF16 ? "true" : "false") + ", VEC = " + (vec ? "true" : "false") +
-       ", XVEC = " + (xvec ? "true" : "false") + ";\n";
+       ", XVEC = " + (xvec ? "true" : "false") + ", FOUR = " + (four ? "true" : "false") + ";\n";
+
   s += "constexpr long long ROWS = " + ll(rows) + ", COLS = " + ll(cols) + ", K = " + ll(k) +
        ", GROUP = " + ll(group) + ", GROUPS = " + ll(groups) + ";\n";
   // Columns a warp: with several rows of x, up to 4 where there are enough columns to keep ~1024
@@ -33,7 +34,7 @@ Launch quant_matmul_kernel(const std::string& name, DType x_dtype, int64_t rows,
        ", UNROLL = " + std::to_string(per_warp == 1 ? 4 : 2) + ";\n";
   s += kernel_source("quant_matmul.cuh", "helpers");
   s += "extern \"C\" __global__ void " + name +
-       "(const XT* x, const signed char* q, const float* scale, float* out) {\n";
+       "(const XT* x, const signed char* q, const float* scale, const float* offset, float* out) {\n";
   s += kernel_source("quant_matmul.cuh", "body");
   s += "}\n";
   Launch l;

@@ -101,7 +101,7 @@ ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector
   ProductPlan p;
   passes::ProductChoice& ch = p.choice;
   p.quant = true;
-  p.k = q.shape[1];
+  p.k = x.shape.back();
   p.m = p.mm = x.numel() / p.k;
   p.nn = p.ld = q.shape[0];
   p.operands = x.dtype;
@@ -114,8 +114,10 @@ ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector
     norm_cols = g.node(c.norm).shape.back();
     norm_rows = g.node(c.norm).numel() / std::max<int64_t>(norm_cols, 1);
   }
-  p.gemv = !gemv_off && dense && (x.dtype == DType::kF32 || x.dtype == DType::kBF16) &&
-           p.mm <= gemv_max_rows(true) && gemv_applies(1, p.mm, p.nn, p.k, p.mats[0], p.mats[1]) &&
+  // (gemv_kernel reads 8-bit weights only: 4-bit ones take quant_matmul_kernel.)
+  p.gemv = !gemv_off && dense && n.inputs.size() == 3 &&
+           (x.dtype == DType::kF32 || x.dtype == DType::kBF16) && p.mm <= gemv_max_rows(true) &&
+           gemv_applies(1, p.mm, p.nn, p.k, p.mats[0], p.mats[1]) &&
            (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k));
   if (!p.gemv) return p;
   ch.cast = c.cast >= 0;

@@ -444,19 +444,25 @@ Values grouped(const ir::Node& n, const std::vector<const ir::Node*>& in_nodes,
 }
 
 /// quant_matmul (x [..., K], q [N, K], scale [N, K / G]): each output the sum over k of
-/// x · q · scale in double.
+/// x · q · scale in double; with offsets (4 bits, q the packed bytes [N, K / 2]), of
+/// x · (c · scale + offset) with c the code of value k (byte k / 2's low nibble for even k).
 Values quant_matmul(const ir::Node& n, const std::vector<const ir::Node*>& in_nodes,
                     const std::vector<const Values*>& in) {
   const Values &x = *in[0], &q = *in[1], &scale = *in[2];
-  const int64_t cols = in_nodes[1]->shape[0], k = in_nodes[1]->shape[1], groups = in_nodes[2]->shape[1];
+  const bool four = in.size() == 4;
+  const int64_t cols = in_nodes[1]->shape[0], k = in_nodes[0]->shape.back(), groups = in_nodes[2]->shape[1];
   const int64_t group = k / groups, rows = numel(in_nodes[0]->shape) / k;
+  const auto weight = [&](int64_t c, int64_t j) {
+    const auto g = static_cast<size_t>(c * groups + j / group);
+    if (!four) return q[static_cast<size_t>(c * k + j)] * scale[g];
+    const auto byte = static_cast<uint8_t>(static_cast<int8_t>(q[static_cast<size_t>(c * (k / 2) + j / 2)]));
+    return ((byte >> (4 * (j % 2))) & 15) * scale[g] + (*in[3])[g];
+  };
   Values out(static_cast<size_t>(n.numel()));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       double acc = 0;
-      for (int64_t j = 0; j < k; ++j)
-        acc += x[static_cast<size_t>(r * k + j)] * q[static_cast<size_t>(c * k + j)] *
-               scale[static_cast<size_t>(c * groups + j / group)];
+      for (int64_t j = 0; j < k; ++j) acc += x[static_cast<size_t>(r * k + j)] * weight(c, j);
       out[static_cast<size_t>(r * cols + c)] = acc;
     }
   return out;

@@ -1,16 +1,19 @@
 // quant_matmul (ops.def): out [ROWS, COLS] = x [ROWS, K] · (q · scale)ᵀ, q i8 [COLS, K] with one
 // f32 scale per GROUP values of a row (GROUPS = K / GROUP a row), f32 accumulation
-// (kernels_quant.cc). One warp per CPW output columns: its lanes stream the columns' K bytes of
-// q, 16 at a time (VEC: K and GROUP multiples of 16, 16-byte aligned rows) or one at a time,
+// (kernels_quant.cc); FOUR: x · (c · scale + offset)ᵀ with the 4-bit codes c packed two a byte in
+// q [COLS, K / 2] (c[2j] the low nibble of byte j). One warp per CPW output columns: its lanes
+// stream the columns' bytes of q, 16 values at a time (VEC: K and GROUP multiples of 16, rows
+// aligned to their 16 values' bytes) or one at a time,
 // against RB rows of x at a time (x read through L1: the few rows of a decode step are shared by
 // every warp), then a warp sum per row and column.
 //
 // Defined before: XT (x's storage type: float, or unsigned short for bf16/f16 bits), X_BF, X_H
 // (bf16 / f16 bits), ROWS, COLS, K, GROUP, GROUPS, RB (rows a pass, ≤ 8), WARPS (a block), CPW
-// (columns a warp), UNROLL (of the 16-byte loop), VEC,
+// (columns a warp), UNROLL (of the 16-value loop), FOUR, VEC,
 // XVEC (x's rows 16-byte aligned too: x read in 16-byte loads), and tg_bf2f / tg_h2f (prelude.cuh's
 // widen piece). The pieces: `helpers`, then the body of
-//   extern "C" __global__ void <name>(const XT* x, const signed char* q, const float* scale, float* out)
+//   extern "C" __global__ void <name>(const XT* x, const signed char* q, const float* scale,
+//                                     const float* offset (read when FOUR), float* out)
 // @piece helpers
 __device__ __forceinline__ float qm_widen(XT v) {
   return X_BF ? tg_bf2f((unsigned short)v) : X_H ? tg_h2f((unsigned short)v) : (float)v;
@@ -36,6 +39,8 @@ __device__ __forceinline__ void qm_load16(const XT* p, float* v) {
     for (int i = 0; i < 16; ++i) v[i] = qm_widen(p[i]);
   }
 }
+// The code of value i (0 ≤ i < 16) of a 16-value chunk of 4-bit codes, words w (8 bytes).
+__device__ __forceinline__ int qm_code(const unsigned* w, int i) { return (w[i / 8] >> (4 * (i % 8))) & 15; }
 // @piece body
   const int lane = threadIdx.x & 31;
   const long long c0 = ((long long)blockIdx.x * WARPS + (threadIdx.x >> 5)) * CPW;
@@ -58,10 +63,17 @@ __device__ __forceinline__ void qm_load16(const XT* p, float* v) {
 #pragma unroll UNROLL
       for (long long k0 = (long long)lane * 16; k0 < K; k0 += 32 * 16) {
         int4 packed[CPW];
-        float s[CPW];
+        float s[CPW], o[CPW];
 #pragma unroll
         for (int j = 0; j < CPW; ++j) {
-          packed[j] = *reinterpret_cast<const int4*>(q + cols[j] * K + k0);
+          if (FOUR) {
+            const uint2 half = *reinterpret_cast<const uint2*>(q + cols[j] * (K / 2) + k0 / 2);
+            packed[j] = make_int4((int)half.x, (int)half.y, 0, 0);
+            o[j] = offset[cols[j] * GROUPS + k0 / GROUP];
+          } else {
+            packed[j] = *reinterpret_cast<const int4*>(q + cols[j] * K + k0);
+            o[j] = 0.f;
+          }
           s[j] = scale[cols[j] * GROUPS + k0 / GROUP];
         }
 #pragma unroll
@@ -72,10 +84,16 @@ __device__ __forceinline__ void qm_load16(const XT* p, float* v) {
 #pragma unroll
           for (int j = 0; j < CPW; ++j) {
             const int words[4] = {packed[j].x, packed[j].y, packed[j].z, packed[j].w};
-            float sum = 0.f;
+            float sum = 0.f, xsum = 0.f;  // Σ x·q, and Σ x (which the offset multiplies)
+            if (FOUR) {
+              const unsigned w[2] = {(unsigned)words[0], (unsigned)words[1]};
 #pragma unroll
-            for (int i = 0; i < 16; ++i) sum += xv[i] * (float)(signed char)(words[i / 4] >> (8 * (i % 4)));
-            acc[r][j] += sum * s[j];
+              for (int i = 0; i < 16; ++i) sum += xv[i] * (float)qm_code(w, i), xsum += xv[i];
+            } else {
+#pragma unroll
+              for (int i = 0; i < 16; ++i) sum += xv[i] * (float)(signed char)(words[i / 4] >> (8 * (i % 4)));
+            }
+            acc[r][j] += sum * s[j] + xsum * o[j];
           }
         }
       }
@@ -83,7 +101,10 @@ __device__ __forceinline__ void qm_load16(const XT* p, float* v) {
       for (long long k = lane; k < K; k += 32) {
 #pragma unroll
         for (int j = 0; j < CPW; ++j) {
-          const float w = (float)q[cols[j] * K + k] * scale[cols[j] * GROUPS + k / GROUP];
+          const long long g = cols[j] * GROUPS + k / GROUP;
+          const float w = FOUR ? (float)((((unsigned char)q[cols[j] * (K / 2) + k / 2]) >> (4 * (k % 2))) & 15) * scale[g] +
+                                     offset[g]
+                               : (float)q[cols[j] * K + k] * scale[g];
 #pragma unroll
           for (int r = 0; r < RB; ++r) {
             if (r0 + r >= ROWS) break;
