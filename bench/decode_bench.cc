@@ -20,7 +20,8 @@
 // beside the copies, the products read the parameters themselves (the "model storage" printed).
 // int8: every Linear's weight quantized to 8 bits in groups of 32 (store_params_as(kI8)), the
 // embeddings bf16, bf16 products; the decode step's products read the i8 weights (quant_matmul),
-// the prefill's a copy dequantized in the step.
+// the prefill's a copy dequantized in the step. int4: the same with 4-bit weights (store_params_as(kI8,
+// 32, 4): packed codes with a scale and an offset per 32 values).
 // Prints, in the torch_peer.py format, the whole generation's tokens/s (all sequences) and the
 // median per-token latency of the decode calls:
 //   <model>_decode <mode> <ms> ms/step <tokens/s> tokens/s
@@ -29,7 +30,7 @@
 // min-p and repetition-penalty state included), greedy, with the penalty off and at 1.1:
 //   <model>_decode tg_generator_… <ms> ms/step <tokens/s> tokens/s
 //
-//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16|bf16held|int8]
+//   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16|bf16held|int8|int4]
 //   [gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]
 //                  [generator]
 #include <tensorgrad/tensorgrad.h>
@@ -50,12 +51,13 @@ struct Setup {
   tg::Precision precision;
   int64_t prompt_len, fresh, batch;
   std::string name, mode;
-  tg::DType held = tg::DType::kF32;  // bf16held, int8: how the matrices are stored (store_params_as)
+  tg::DType held = tg::DType::kF32;  // bf16held, int8, int4: how the matrices are stored (store_params_as)
+  int bits = 8;                       // int4: 4
 };
 
 template <class Model>
 int bench(Model& model, int64_t vocab, const Setup& s) {
-  if (s.held != tg::DType::kF32) model.store_params_as(s.held);
+  if (s.held != tg::DType::kF32) model.store_params_as(s.held, 32, s.bits);
   const int64_t cache = s.prompt_len + s.fresh, B = s.batch;
   // The greedy choice of each sequence's last position, in the graph: [B] i32.
   auto next_token = [&](tg::Tensor ids, tg::Tensor pos) {
@@ -117,7 +119,7 @@ int bench(Model& model, int64_t vocab, const Setup& s) {
 // The same decoding through tg::Generator: greedy, repetition penalty off and at 1.1.
 template <class Model>
 int bench_generator(Model& model, int64_t vocab, const Setup& s) {
-  if (s.held != tg::DType::kF32) model.store_params_as(s.held);
+  if (s.held != tg::DType::kF32) model.store_params_as(s.held, 32, s.bits);
   tg::Generator gen(model,
                     [&model](const tg::Tensor& ids, const tg::Tensor& pos, int64_t cache) {
                       return model.logits_cached(ids, pos, cache);
@@ -156,8 +158,11 @@ int main(int argc, char** argv) {
   Setup s;
   s.device = arg1 == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
   const bool gpu = s.device.kind == tg::Device::Kind::kCuda,
-             bf16 = arg3 == "bf16" || arg3 == "bf16held" || arg3 == "int8";
-  s.held = arg3 == "bf16held" ? tg::DType::kBF16 : arg3 == "int8" ? tg::DType::kI8 : tg::DType::kF32;
+             bf16 = arg3 == "bf16" || arg3 == "bf16held" || arg3 == "int8" || arg3 == "int4";
+  s.held = arg3 == "bf16held"                     ? tg::DType::kBF16
+           : arg3 == "int8" || arg3 == "int4" ? tg::DType::kI8
+                                              : tg::DType::kF32;
+  s.bits = arg3 == "int4" ? 4 : 8;
   s.precision = bf16 ? tg::Precision::kBf16 : tg::Precision::kFp32;
   s.prompt_len = 16;
   s.fresh = argc > 2 && std::stoll(argv[2]) > 0 ? std::stoll(argv[2]) : gpu ? 256 : 32;
@@ -165,16 +170,17 @@ int main(int argc, char** argv) {
   const bool generator = argc > 6 && std::string(argv[6]) == "generator";
   const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3" ||
                      arg4 == "moe" || arg4 == "moe_dense";
-  if (!known || (arg3 != "fp32" && arg3 != "bf16" && arg3 != "bf16held" && arg3 != "int8") || s.batch < 1) {
+  if (!known || (arg3 != "fp32" && arg3 != "bf16" && arg3 != "bf16held" && arg3 != "int8" && arg3 != "int4") ||
+      s.batch < 1) {
     std::fprintf(stderr,
-                 "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16|bf16held|int8] "
+                 "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16|bf16held|int8|int4] "
                  "[gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]\n");
     return 2;
   }
   s.name = arg4 + "_decode";
   s.mode = std::string("tg_greedy_b") + std::to_string(s.batch) + "_" + std::to_string(s.fresh) + "tok" +
            (s.held == tg::DType::kBF16 ? "_bf16held"
-            : s.held == tg::DType::kI8 ? "_int8"
+            : s.held == tg::DType::kI8 ? (s.bits == 4 ? "_int4" : "_int8")
             : bf16                     ? "_bf16"
                                        : "");
   if (arg4 == "gpt2") {

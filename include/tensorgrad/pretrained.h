@@ -104,8 +104,10 @@ struct Model {
   std::map<std::string, HostTensor> weights;
   /// How the matrices are held (LoadOptions::dtype; the module stores them so on every device).
   DType dtype = DType::kF32;
-  /// LoadOptions::group: values per scale of the weights quantized under DType::kI8.
+  /// LoadOptions::group and bits: values per scale, and bits a value, of the weights quantized
+  /// under DType::kI8.
   int64_t group = 32;
+  int bits = 8;
   /// Longest sequence the model takes (max_position_embeddings, n_positions); 0 for a
   /// recurrent model, which has no such limit.
   int64_t context = 0;
@@ -149,10 +151,14 @@ struct LoadOptions {
   /// head, and a mixture's experts) as bf16: `weights` holds the i8 values and their
   /// "<name>_scale" entries. Inference and LoRA over a frozen base: an inference program's products
   /// of up to 16 rows (decoding) read the i8 values themselves (quant_matmul), wider ones a copy
-  /// dequantized in the step.
+  /// dequantized in the step. With `bits` 4 the Linears' weights are quantized to 4 bits instead
+  /// (Param::quantize_int4: "<name>_scale" and "<name>_offset" entries beside the packed codes);
+  /// a GGUF file's Q4_0, Q4_1 and Q4_K matrices are taken as they are, exactly.
   DType dtype = DType::kF32;
   /// Under kI8: values per scale (a Linear whose input width it does not divide is held as bf16).
   int64_t group = 32;
+  /// Under kI8: 8 or 4 bits a weight.
+  int bits = 8;
 };
 
 /// Reads `folder` (config.json and its safetensors weights), or a GGUF file, into a Model.

@@ -29,6 +29,12 @@ std::string scaled_weight(const std::string& scale);
 /// The name of a 4-bit parameter's offsets, "<weight>_offset" (Param::quantize_int4).
 std::string offset_name(const std::string& weight);
 
+/// The f32 values of the quantized parameter `name` of `bits` (8 or 4) whose stored values are `q`,
+/// with its scales (and offsets) taken from `values` (download_params' map, say): dequantize_int8 or
+/// dequantize_int4. InputError naming what is missing or misshapen.
+HostTensor dequantize_param(const std::string& name, int bits, const HostTensor& q,
+                            const std::map<std::string, HostTensor>& values);
+
 /// The shape of the values a quantized parameter stored as `stored` (its i8 values, or a 4-bit
 /// one's packed bytes, as downloaded) holds: the same, or [..., 2 · K/2] where `params` has
 /// offsets for `name` (4 bits).

@@ -173,7 +173,7 @@ HostTensor take_tensor(const Model& m, Weights& w, const std::string& name, cons
 // file's copy and the f32 copy of a large model are not both held at once.
 void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
                  const std::function<bool(const std::string&)>& ignorable) {
-  m.module->store_params_as(m.dtype, m.group);  // a fresh module: no program has allocated it yet
+  m.module->store_params_as(m.dtype, m.group, m.bits);  // a fresh module: no program has allocated it yet
   for (const Param* p : m.module->parameters()) {
     if (p->scales() != nullptr) continue;  // made by quantizing the weight it scales
     const std::string path = p->path();
@@ -205,14 +205,20 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
       continue;
     }
     if (stored == DType::kI8) {
-      QuantizedTensor qt;
       try {
-        qt = quantize_int8(t, p->group());
+        if (p->bits() == 4) {
+          Quantized4Tensor qt = quantize_int4(t, p->group());
+          m.weights[path] = std::move(qt.q);
+          m.weights[p->scale()->path()] = std::move(qt.scale);
+          m.weights[p->offset()->path()] = std::move(qt.offset);
+        } else {
+          QuantizedTensor qt = quantize_int8(t, p->group());
+          m.weights[path] = std::move(qt.q);
+          m.weights[p->scale()->path()] = std::move(qt.scale);
+        }
       } catch (const InputError& e) {  // a weight that is not finite
         fail(m.folder, file + ": tensor '" + src.name + "' cannot be quantized: " + e.what());
       }
-      m.weights[path] = std::move(qt.q);
-      m.weights[p->scale()->path()] = std::move(qt.scale);
       continue;
     }
     HostTensor held = t.to(stored);  // from f32
@@ -491,6 +497,10 @@ Model load(const std::string& folder, const LoadOptions& options) {
                      "; models load as f32, bf16, f16 or i8 (quantized)");
   if (options.dtype == DType::kI8 && options.group <= 0)
     fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; it must be positive");
+  if (options.bits != 8 && (options.bits != 4 || options.dtype != DType::kI8))
+    fail(folder, "LoadOptions::bits is " + std::to_string(options.bits) + "; weights quantize (DType::kI8) to 8 or 4 bits");
+  if (options.bits == 4 && options.group % 2 != 0)
+    fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; 4 bits need an even group");
   const fs::path dir(folder);
   std::error_code ec;
   const bool gguf = io::is_gguf(folder);
@@ -512,6 +522,7 @@ Model load(const std::string& folder, const LoadOptions& options) {
   m.config_json = c.dump(2);
   m.dtype = options.dtype;  // map_weights converts each matrix as it is taken
   m.group = options.group;
+  m.bits = options.bits;
   try {
     family.load(m, c);
   } catch (const CheckpointError&) {

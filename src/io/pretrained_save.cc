@@ -201,10 +201,8 @@ std::map<std::string, HostTensor> base_weights(const Model& m, std::map<std::str
     auto it = out.find(p->path());
     if (it == out.end()) save_fail(folder, "no value for the parameter '" + p->path() + "'");
     if (it->second.dtype() == DType::kI8 && p->scale() != nullptr) {  // quantized: written dequantized
-      const auto scale = out.find(p->scale()->path());
-      if (scale == out.end()) save_fail(folder, "no value for the parameter '" + p->scale()->path() + "'");
       try {
-        it->second = dequantize_int8(it->second, scale->second);
+        it->second = dequantize_param(p->path(), p->bits(), it->second, out);
       } catch (const Error& e) {
         save_fail(folder, "'" + p->path() + "': " + e.what());
       }

@@ -118,16 +118,17 @@ void fold(const Module& model, std::map<std::string, HostTensor>& params,
     // that model rounds it back.
     if (auto it = params.find(l->weight.path()); it != params.end() && is_half(it->second.dtype()))
       it->second = it->second.to(DType::kF32);
-    // A quantized one (Param::quantize_int8) too, dequantized; its scales go (uploading the
-    // merged f32 weight into that model quantizes it again).
+    // A quantized one (Param::quantize_int8, quantize_int4) too, dequantized; its scales and
+    // offsets go (uploading the merged f32 weight into that model quantizes it again).
     if (auto it = params.find(l->weight.path()); it != params.end() && it->second.dtype() == DType::kI8) {
-      const std::string scale = l->weight.scale() != nullptr ? l->weight.scale()->path() : "";
-      const auto s = params.find(scale);
-      if (s == params.end())
-        throw InputError(std::string("[") + api + "] missing '" + scale + "', the scales of the i8 '" +
-                         l->weight.path() + "'");
-      it->second = dequantize_int8(it->second, s->second);
-      params.erase(s);
+      const std::string name = l->weight.path();
+      try {
+        it->second = dequantize_param(name, l->weight.bits() == 4 ? 4 : 8, it->second, params);
+      } catch (const InputError& e) {
+        throw InputError(std::string("[") + api + "] " + std::string(e.what()).substr(std::string("[dequantize] ").size()));
+      }
+      params.erase(scale_name(name));
+      params.erase(offset_name(name));
     }
     find_f32(params, l->weight.path(), l->weight.shape(), api);
     std::span<float> w = params.at(l->weight.path()).f32();

@@ -48,6 +48,19 @@ std::string scaled_weight(const std::string& scale) {
 }
 std::string offset_name(const std::string& weight) { return weight + std::string(kOffsetSuffix); }
 
+HostTensor dequantize_param(const std::string& name, int bits, const HostTensor& q,
+                            const std::map<std::string, HostTensor>& values) {
+  const auto find = [&](const std::string& part) -> const HostTensor& {
+    const auto it = values.find(part);
+    if (it == values.end())
+      throw InputError("[dequantize] missing '" + part + "', the " + (part == offset_name(name) ? "offsets" : "scales") +
+                       " of the quantized '" + name + "'");
+    return it->second;
+  };
+  return bits == 4 ? dequantize_int4(q, find(scale_name(name)), find(offset_name(name)))
+                   : dequantize_int8(q, find(scale_name(name)));
+}
+
 Shape dequantized_shape(const std::string& name, const Shape& stored,
                         const std::map<std::string, HostTensor>& params) {
   Shape s = stored;
