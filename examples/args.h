@@ -14,7 +14,7 @@ namespace example {
 struct Args {
   static bool is_flag(const std::string& k) {
     return k == "generate" || k == "distributed" || k == "merge" || k == "check" || k == "chat" ||
-           k == "int8" || k == "ids";
+           k == "int8" || k == "int4" || k == "ids";
   }
   std::map<std::string, std::string> kv;
   bool has(const std::string& k) const { return kv.count(k) > 0; }

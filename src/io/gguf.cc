@@ -229,12 +229,34 @@ GgufFile read_gguf(const std::string& path) {
   return g;
 }
 
-HostTensor read_gguf_tensor(const GgufFile& file, const GgufTensor& t, std::istream& in) {
+namespace {
+std::vector<uint8_t> raw_bytes(const GgufFile& file, const GgufTensor& t, std::istream& in) {
   std::vector<uint8_t> raw(t.bytes);
   in.clear();
   in.seekg(static_cast<std::streamoff>(t.offset));
   in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
   if (!in) fail(file.path, "cannot read tensor '" + t.name + "'");
+  return raw;
+}
+}  // namespace
+
+Quantized4Tensor read_gguf_tensor_int4(const GgufFile& file, const GgufTensor& t, std::istream& in) {
+  if (!ggml_is_int4(t.type) || t.shape.empty() || t.shape.back() % ggml_block(t.type).values != 0)
+    fail(file.path, "tensor '" + t.name + "' (" + ggml_type_name(t.type) + shape_str(t.shape) +
+                        ") is not of a 4-bit type (Q4_0, Q4_1, Q4_K) in whole blocks a row");
+  const std::vector<uint8_t> raw = raw_bytes(file, t, in);
+  Shape packed = t.shape, groups = t.shape;
+  packed.back() /= 2;
+  groups.back() /= 32;  // whole blocks of 32 or 256 values a row (read_gguf checks the extents)
+  Quantized4Tensor out{HostTensor(DType::kI8, packed), HostTensor(DType::kF32, groups),
+                       HostTensor(DType::kF32, groups)};
+  ggml_as_int4(t.type, raw.data(), numel(t.shape) / ggml_block(t.type).values,
+               static_cast<uint8_t*>(out.q.data()), out.scale.f32().data(), out.offset.f32().data());
+  return out;
+}
+
+HostTensor read_gguf_tensor(const GgufFile& file, const GgufTensor& t, std::istream& in) {
+  const std::vector<uint8_t> raw = raw_bytes(file, t, in);
   if (t.type == kF32 || t.type == kF16 || t.type == kBF16) {
     HostTensor h(t.type == kF32 ? DType::kF32 : t.type == kF16 ? DType::kF16 : DType::kBF16, t.shape);
     std::memcpy(h.data(), raw.data(), raw.size());

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tensorgrad/program.h"
+#include "tensorgrad/quantize.h"
 
 namespace tg::io {
 
@@ -102,6 +103,16 @@ std::vector<uint8_t> quantize_q8_0(std::span<const float> values);
 /// Dequantizes `blocks` whole blocks of ggml type `type` from `src` into `dst` (blocks ×
 /// the type's block size floats). For the quantized types only (gguf_quants.cc).
 void dequantize_ggml(uint32_t type, const uint8_t* src, int64_t blocks, float* dst);
+/// Q4_0, Q4_1 and Q4_K blocks as 4-bit codes with a scale and an offset per 32 values, exactly
+/// (tensorgrad/quantize.h's layout: `q` blocks × 16 bytes, `scale` and `offset` blocks × 1 or × 8
+/// floats). False, writing nothing, for any other type (gguf_quants.cc).
+bool ggml_as_int4(uint32_t type, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float* offset);
+/// Whether ggml_as_int4 takes `type`.
+bool ggml_is_int4(uint32_t type);
+
+/// A Q4_0, Q4_1 or Q4_K tensor's values as 4-bit codes (ggml_as_int4). Throws CheckpointError.
+Quantized4Tensor read_gguf_tensor_int4(const GgufFile& file, const GgufTensor& t, std::istream& in);
+
 /// Values and bytes per block of a type read_gguf_tensor reads; {0, 0} for any other.
 struct GgmlBlock {
   int64_t values = 0, bytes = 0;

@@ -187,7 +187,60 @@ void q6_k(const uint8_t* b, float* y) {  // ql[128], qh[64], scales[16] signed, 
   }
 }
 
+// Codes c[0..31] of one group packed as quantize.h packs them: c[2j] in byte j's low nibble.
+void pack_group(const int* c, uint8_t* q) {
+  for (int j = 0; j < 16; ++j) q[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
+}
+
+// One Q4_0 or Q4_1 block as one group: (q − 8)·d = q·d + (−8d) and q·d + m, both exact in f32
+// (a 4-bit integer times an f16 value).
+void int4_of_q4_01(const uint8_t* b, bool with_min, uint8_t* q, float* scale, float* offset) {
+  const float d = half_at(b);
+  *scale = d;
+  *offset = with_min ? half_at(b + 2) : -8.0f * d;
+  const uint8_t* qs = b + (with_min ? 4 : 2);
+  int c[32];
+  for (int j = 0; j < 16; ++j) c[j] = qs[j] & 0xF, c[j + 16] = qs[j] >> 4;
+  pack_group(c, q);
+}
+
+// One Q4_K block as 8 groups: d·s·q − dmin·m with scale d·s and offset −dmin·m per 32 values,
+// as q4_k computes them.
+void int4_of_q4_k(const uint8_t* b, uint8_t* q, float* scale, float* offset) {
+  const float d = half_at(b), dmin = half_at(b + 2);
+  const uint8_t *scales = b + 4, *qs = b + 16;
+  for (int j = 0; j < 4; ++j, qs += 32) {
+    for (int h = 0; h < 2; ++h) {
+      int sc, m;
+      scale_min_k4(2 * j + h, scales, sc, m);
+      scale[2 * j + h] = d * static_cast<float>(sc);
+      offset[2 * j + h] = -(dmin * static_cast<float>(m));
+      int c[32];
+      for (int l = 0; l < 32; ++l) c[l] = h == 0 ? qs[l] & 0xF : qs[l] >> 4;
+      pack_group(c, q + 16 * (2 * j + h));
+    }
+  }
+}
+
 }  // namespace
+
+bool ggml_is_int4(uint32_t type) { return type == kQ4_0 || type == kQ4_1 || type == kQ4_K; }
+
+bool ggml_as_int4(uint32_t type, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale,
+                  float* offset) {
+  if (!ggml_is_int4(type)) return false;
+  const GgmlBlock blk = ggml_block(type);
+  const int64_t groups = blk.values / 32;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t* b = src + i * blk.bytes;
+    uint8_t* qi = q + i * groups * 16;
+    if (type == kQ4_K)
+      int4_of_q4_k(b, qi, scale + i * groups, offset + i * groups);
+    else
+      int4_of_q4_01(b, type == kQ4_1, qi, scale + i, offset + i);
+  }
+  return true;
+}
 
 GgmlBlock ggml_block(uint32_t type) {
   switch (type) {

@@ -181,6 +181,21 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
     Shape want = p->shape();
     if (src.layout == Layout::kTransposed) want = {p->shape()[1], p->shape()[0]};
     if (src.layout == Layout::kSqueezeMiddle) want = {p->shape()[0], 1, p->shape()[1]};
+    // A GGUF file's 4-bit matrix becomes a 4-bit parameter in groups of 32 as it is, exactly.
+    if (p->bits() == 4 && p->group() == 32 && src.layout == Layout::kSame) {
+      if (std::optional<Quantized4Tensor> q4 = w.take_int4(src.name)) {
+        if (q4->q.shape() != p->stored_shape()) {
+          Shape found = q4->q.shape();
+          found.back() *= 2;
+          fail(m.folder, w.file_of[src.name] + ": tensor '" + src.name + "' has shape " + shape_str(found) +
+                             ", expected " + shape_str(want) + " (from config.json)");
+        }
+        m.weights[path] = std::move(q4->q);
+        m.weights[p->scale()->path()] = std::move(q4->scale);
+        m.weights[p->offset()->path()] = std::move(q4->offset);
+        continue;
+      }
+    }
     w.materialize(src.name);
     auto it = w.tensors.find(src.name);
     if (it == w.tensors.end())
@@ -498,7 +513,8 @@ Model load(const std::string& folder, const LoadOptions& options) {
   if (options.dtype == DType::kI8 && options.group <= 0)
     fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; it must be positive");
   if (options.bits != 8 && (options.bits != 4 || options.dtype != DType::kI8))
-    fail(folder, "LoadOptions::bits is " + std::to_string(options.bits) + "; weights quantize (DType::kI8) to 8 or 4 bits");
+    fail(folder, "LoadOptions::bits is " + std::to_string(options.bits) +
+                     "; weights quantize (DType::kI8) to 8 or 4 bits");
   if (options.bits == 4 && options.group % 2 != 0)
     fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; 4 bits need an even group");
   const fs::path dir(folder);

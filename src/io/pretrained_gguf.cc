@@ -189,12 +189,14 @@ bool split_experts(const io::GgufTensor& t, bool mixtral, const std::string& pat
                    : ".mlp.experts." + std::to_string(e) + "." + part) +
           ".weight";
       w.file_of[name] = file + " (" + one.name + ", " + io::ggml_type_name(t.type) + ")";
-      w.deferred[name] = {one.shape, [one, path]() {
+      w.deferred[name] = {one.shape,
+                          [one, path]() {
                             std::ifstream f(path, std::ios::binary);
                             io::GgufFile header;
                             header.path = path;
                             return reading([&] { return io::read_gguf_tensor(header, one, f); });
-                          }};
+                          },
+                          {}};
     }
     return true;
   }
@@ -249,7 +251,7 @@ HostTensor unpermute(const HostTensor& t, int64_t heads, const std::string& path
     fail(path, "tensor '" + name + "' has " + std::to_string(rows) + " rows, not " + std::to_string(heads) +
                    " heads of an even size");
   const int64_t half = rows / heads / 2;
-  const size_t row_bytes = static_cast<size_t>(t.numel() / rows) * (t.dtype() == DType::kF32 ? 4 : 2);
+  const size_t row_bytes = static_cast<size_t>(t.numel() / rows * dtype_size(t.dtype()));
   HostTensor out(t.dtype(), t.shape());
   const auto* src = static_cast<const uint8_t*>(t.data());
   auto* dst = static_cast<uint8_t*>(out.data());
@@ -485,13 +487,26 @@ Weights gguf_weights(const std::string& path) {
     if (!now) {
       Shape shape = t.shape;
       if (arch == "gpt2") std::swap(shape[0], shape[1]);
-      w.deferred[name] = {shape, [t, name, layout, file = g.path]() {
+      w.deferred[name] = {shape,
+                          [t, name, layout, file = g.path]() {
                             std::ifstream f(file, std::ios::binary);
                             io::GgufFile header;
                             header.path = file;
                             return layout(t, name,
                                           reading([&] { return io::read_gguf_tensor(header, t, f); }));
-                          }};
+                          },
+                          {}};
+      // 4-bit blocks kept as codes: the same rows, each part laid out as the values would be
+      // (Llama's q and k rows reordered; no other layout change touches a 4-bit matrix).
+      if (io::ggml_is_int4(t.type) && arch != "gpt2")
+        w.deferred[name].read_int4 = [t, name, layout, file = g.path]() {
+          std::ifstream f(file, std::ios::binary);
+          io::GgufFile header;
+          header.path = file;
+          Quantized4Tensor q = reading([&] { return io::read_gguf_tensor_int4(header, t, f); });
+          return Quantized4Tensor{layout(t, name, std::move(q.q)), layout(t, name, std::move(q.scale)),
+                                  layout(t, name, std::move(q.offset))};
+        };
       continue;
     }
     if (split_experts(t, mixtral, path, file, w)) continue;

@@ -4,12 +4,14 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include "tensorgrad/pretrained.h"
+#include "tensorgrad/quantize.h"
 
 namespace tg::pretrained::detail {
 
@@ -59,8 +61,19 @@ struct Weights {
   struct Deferred {
     Shape shape;
     std::function<HostTensor()> read;
+    /// A GGUF file's Q4_0, Q4_1 or Q4_K matrix as 4-bit codes with a scale and an offset per 32
+    /// values (Param::quantize_int4's layout, exactly), else empty.
+    std::function<Quantized4Tensor()> read_int4;
   };
   std::map<std::string, Deferred> deferred;
+  /// Takes a deferred tensor as its 4-bit codes (read now); nothing when it has none.
+  std::optional<Quantized4Tensor> take_int4(const std::string& name) {
+    const auto d = deferred.find(name);
+    if (d == deferred.end() || !d->second.read_int4) return std::nullopt;
+    Quantized4Tensor out = d->second.read_int4();
+    deferred.erase(d);
+    return out;
+  }
   /// Moves a deferred tensor into `tensors` (read now); false when `name` is not deferred.
   bool materialize(const std::string& name) {
     const auto d = deferred.find(name);
@@ -84,7 +97,8 @@ Weights gguf_weights(const std::string& path);
 std::map<std::string, std::string> gguf_side_files(const std::string& path);
 /// The model's parameters as save() writes them (pretrained_save.cc): LoRA adapters merged,
 /// quantized weights dequantized, every tensor f32 and checked against the model's shapes.
-std::map<std::string, HostTensor> merged_f32_weights(const Model& m, std::map<std::string, HostTensor> weights,
+std::map<std::string, HostTensor> merged_f32_weights(const Model& m,
+                                                     std::map<std::string, HostTensor> weights,
                                                      const std::string& path);
 
 /// How one parameter comes from the file: the file's name and a layout change (none: same

@@ -131,6 +131,54 @@ TEST(Gguf, Q8_0MatricesLoadAsInt8Exactly) {
   }
 }
 
+// Q4_0, Q4_1 and Q4_K blocks are 4-bit codes with a scale and an offset per 32 values exactly:
+// their dequantization is ggml's, to the bit. Under LoadOptions{kI8, group 32, 4 bits} such a
+// matrix is taken as it is (Llama's k rows reordered too); other matrices are quantized from their
+// values, and the model computes what its f32 load computes with those values.
+TEST(Gguf, FourBitBlocksLoadAsInt4Exactly) {
+  const io::GgufFile g = io::read_gguf(kGguf + "/blocks.gguf");
+  std::ifstream in(g.path, std::ios::binary);
+  int four = 0;
+  for (const io::GgufTensor& t : g.tensors) {
+    if (!io::ggml_is_int4(t.type)) {
+      EXPECT_THROW(io::read_gguf_tensor_int4(g, t, in), CheckpointError) << t.name;
+      continue;
+    }
+    ++four;
+    const Quantized4Tensor q = io::read_gguf_tensor_int4(g, t, in);
+    const HostTensor want = io::read_gguf_tensor(g, t, in), got = dequantize_int4(q.q, q.scale, q.offset);
+    ASSERT_EQ(got.shape(), want.shape()) << t.name;
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_EQ(got.f32()[size_t(i)], want.f32()[size_t(i)]) << t.name << " [" << i << "]";
+  }
+  EXPECT_EQ(four, 3);
+  const pretrained::Model f32 = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
+  const pretrained::Model q4 =
+      pretrained::load(kGguf + "/tiny_llama_quant.gguf", {.dtype = DType::kI8, .group = 32, .bits = 4});
+  // attn_k is Q4_0 (rows reordered), attn_v Q4_1 in the file.
+  for (const char* name :
+       {"model.layers.0.self_attn.k_proj.weight", "model.layers.1.self_attn.v_proj.weight"}) {
+    const HostTensor back = dequantize_param(name, 4, q4.weights.at(name), q4.weights);
+    const std::span<const float> a = back.f32(), b = f32.weights.at(name).f32();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << name << " [" << i << "]";
+  }
+  // The 4-bit model against the f32 model given the values it holds.
+  std::map<std::string, HostTensor> held;
+  for (const Param* p : q4.module->parameters())
+    if (p->scales() == nullptr)
+      held[p->path()] = p->bits() == 4 ? dequantize_param(p->path(), 4, q4.weights.at(p->path()), q4.weights)
+                                       : q4.weights.at(p->path()).to(DType::kF32);
+  pretrained::Model same = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
+  same.weights = held;
+  const auto golden = read_safetensors(kData + "/tiny_llama/logits.safetensors");
+  const std::vector<float> got = logits_of(q4, golden.at("ids"), Device::cpu());
+  EXPECT_LT(tg::testing::rel_diff(got, logits_of(same, golden.at("ids"), Device::cpu())), 1e-5);
+  const double d = tg::testing::rel_diff(got, golden.at("logits").f32());
+  EXPECT_LT(d, 0.3);
+  std::printf("  tiny_llama_quant in 4 bits: relative logit difference to the f32 model %.3f\n", d);
+}
+
 // Each tokenizer as GGUF metadata encodes the golden texts as `tokenizers` does with the
 // tokenizer.json it came from, and decodes them back the same way.
 TEST(Gguf, TokenizersEncodeAsTheirTokenizerJson) {
