@@ -1,5 +1,5 @@
-// pretrained::load(folder, {.dtype = DType::kI8}): every Linear's weight quantized to 8 bits
-// (tensorgrad/quantize.h), the other matrices held as bf16. For each tiny folder transformers
+// pretrained::load(folder, {.dtype = DType::kI8[, .bits = 4]}): every Linear's weight quantized to
+// 8 (or 4) bits (tensorgrad/quantize.h), the other matrices held as bf16. For each tiny folder transformers
 // wrote, the quantized model computes what the f32 model computes with the dequantized weights
 // (on every backend; under bf16 products, what the reference backend computes), stays near the
 // f32 model's logits, and saves back
@@ -26,8 +26,7 @@ std::map<std::string, HostTensor> effective_weights(const pretrained::Model& q) 
   for (const Param* p : q.module->parameters()) {
     if (p->scales() != nullptr) continue;
     const HostTensor& t = q.weights.at(p->path());
-    out[p->path()] =
-        p->dtype() == DType::kI8 ? dequantize_int8(t, q.weights.at(p->scale()->path())) : t.to(DType::kF32);
+    out[p->path()] = p->dtype() == DType::kI8 ? dequantize_param(p->path(), p->bits(), t, q.weights) : t.to(DType::kF32);
   }
   return out;
 }
@@ -41,11 +40,18 @@ std::vector<float> logits(const pretrained::Model& lm, const std::map<std::strin
   return p.run({{"ids", ids.i32()}}).f32();
 }
 
-TEST(PretrainedQuantized, Int8FoldersComputeTheDequantizedModel) {
-  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_mamba", "tiny_bert", "tiny_qwen2_moe"}) {
-    SCOPED_TRACE(name);
+struct Case {
+  std::string name;
+  int bits;
+};
+
+TEST(PretrainedQuantized, QuantizedFoldersComputeTheDequantizedModel) {
+  for (const auto& [name, bits] : {Case{"tiny_llama", 8}, Case{"tiny_gpt2", 8}, Case{"tiny_mamba", 8},
+                                   Case{"tiny_bert", 8}, Case{"tiny_qwen2_moe", 8}, Case{"tiny_llama", 4},
+                                   Case{"tiny_gpt2", 4}}) {
+    SCOPED_TRACE(name + ", " + std::to_string(bits) + " bits");
     const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
-    const pretrained::Model q = pretrained::load(dir, {.dtype = DType::kI8, .group = 16}),
+    const pretrained::Model q = pretrained::load(dir, {.dtype = DType::kI8, .group = 16, .bits = bits}),
                             full = pretrained::load(dir);
     EXPECT_EQ(q.dtype, DType::kI8);
     int quantized = 0;
@@ -57,6 +63,8 @@ TEST(PretrainedQuantized, Int8FoldersComputeTheDequantizedModel) {
       if (p->dtype() != DType::kI8) continue;
       ++quantized;
       EXPECT_EQ(q.weights.at(p->path()).dtype(), DType::kI8) << p->path();
+      EXPECT_EQ(p->bits(), bits) << p->path();
+      EXPECT_EQ(q.weights.at(p->path()).shape(), p->stored_shape()) << p->path();
       EXPECT_EQ(q.weights.at(p->scale()->path()).shape().back() * 16, p->shape().back()) << p->path();
     }
     EXPECT_GT(quantized, 0);
@@ -77,10 +85,10 @@ TEST(PretrainedQuantized, Int8FoldersComputeTheDequantizedModel) {
                   precision == Precision::kFp32 ? 2e-6 : 1e-2);
         if (precision == Precision::kFp32) {
           const double d = tg::testing::rel_diff(got, logits(full, full.weights, ids, device, precision));
-          EXPECT_GT(d, 1e-5);  // the quantization is seen,
-          EXPECT_LT(d, 3e-2);  // and small
-          std::printf("  %s on %s: int8 logits against the f32 model's %.2e\n", name.c_str(),
-                      device.str().c_str(), d);
+          EXPECT_GT(d, 1e-5);                     // the quantization is seen,
+          EXPECT_LT(d, bits == 8 ? 3e-2 : 0.25);  // and small
+          std::printf("  %s on %s: int%d logits against the f32 model's %.2e\n", name.c_str(),
+                      device.str().c_str(), bits, d);
         }
       }
     // save writes the dequantized weights as an f32 folder, which loads back as those values.
