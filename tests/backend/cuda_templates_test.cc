@@ -154,6 +154,19 @@ std::vector<Instance> template_instances() {
   add("gemv bf16 unaligned",
       cuda::gemv_kernel("gemv_bf16_odd", 3, 1000, 333, {3, 333, 1, 3, 0}, {333, 1000, 1, 333, 0},
                         {false, false, false}, 1024, kSms, {}, 0, {.b_bf16 = true, .round_a = true}));
+  // 4-bit W (codes, scales and offsets): staged with a norm and the rounding cast, and with bf16 x
+  // and every epilogue.
+  add("gemv 4-bit W, x rms-normed and rounded",
+      cuda::gemv_kernel("gemv_i4_norm", 1, 2048, 2048, {1, 2048, 2048, 1, 0}, {2048, 2048, 1, 2048, 0},
+                        {false, true, false}, 0, kSms, {true, false, true, false, 1e-5}, 0,
+                        {.round_a = true, .b_fixed = true, .b_i8 = true, .b_i4 = true, .group = 32}));
+  add("gemv 4-bit W, bf16 x", cuda::gemv_kernel("gemv_i4_bf16", 1, 5632, 2048, {1, 2048, 2048, 1, 0},
+                                                {2048, 5632, 1, 2048, 0}, {true, true, true}, 0, kSms, {}, 0,
+                                                {.a_bf16 = true, .b_i8 = true, .b_i4 = true, .group = 64}));
+  EXPECT_THROW(
+      cuda::gemv_kernel("gemv_i4_wide", 1, 64, 16384, {1, 16384, 16384, 1, 0}, {16384, 64, 1, 16384, 0},
+                        {false, false, false}, 0, kSms, {}, 0, {.b_i8 = true, .b_i4 = true, .group = 32}),
+      Error);
   // int8 W (quant_matmul's q with its scales): staged with a norm and the rounding cast, staged
   // with bf16 x and every epilogue, direct (eight rows of 2048), and groups of 8 (scalar loads).
   add("gemv int8 W, x rms-normed and rounded",

@@ -470,7 +470,8 @@ TEST_P(Quantized4, ComputesTheDequantizedModel) {
 }
 
 // Decode-shaped products (rows 1, 3, 8; widths 256 and 512, groups of 32: the vector paths) against
-// the reference backend's double sums.
+// the reference backend's double sums. On CUDA one row runs as the skinny-product kernel with the
+// norm, the cast, the bias, GELU and the residual fused.
 TEST_P(Quantized4, DecodeShapedProductsMatchTheReference) {
   DecodeBlock block;
   block.store_params_as(DType::kI8, 32, 4);
@@ -491,6 +492,16 @@ TEST_P(Quantized4, DecodeShapedProductsMatchTheReference) {
       const std::vector<float> y = got.run({{"x", x}}).f32();
       EXPECT_LT(rel_diff(y, want.run({{"x", x}}).f32()), precision == Precision::kFp32 ? 1e-5 : 1e-2);
       EXPECT_GT(rel_diff(y, x), 1e-2);
+      if (GetParam().kind == Device::Kind::kCuda && rows == 1) {  // the skinny-product kernel, norm fused
+        const std::string steps = got.describe();
+        bool fused = false;
+        for (size_t at = 0; (at = steps.find("quant_matmul", at)) != std::string::npos; ++at) {
+          const size_t from = steps.rfind('\n', at) + 1;
+          fused =
+              fused || steps.substr(from, steps.find('\n', at) - from).find("rms_norm") != std::string::npos;
+        }
+        EXPECT_TRUE(fused) << "the norm is not fused:\n" << steps;
+      }
     }
 }
 

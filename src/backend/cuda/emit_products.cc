@@ -151,7 +151,7 @@ void Emitter::emit_gemv(const passes::Step& st, const ProductPlan& p, int32_t ca
                         const Place& b_place) {
   const Place out = place(st.out[0]);
   // The epilogue operands and the absorbed norm's, in the step's order (schedule.h).
-  size_t next = p.quant ? 3 : 2;
+  size_t next = p.quant ? (p.types.b_i4 ? 4 : 3) : 2;
   const Place bias = st.fused.bias_add >= 0 ? place(st.in[next++]) : Place{};
   const Place residual = st.fused.residual_add >= 0 ? place(st.in[next++]) : Place{};
   std::vector<Arg> args{{a_place}};
@@ -171,7 +171,8 @@ void Emitter::emit_gemv(const passes::Step& st, const ProductPlan& p, int32_t ca
     nodes = ns.nodes;
   }
   args.push_back({b_place});
-  if (p.quant) args.push_back({place(st.in[2])});  // the int8 weight's scales
+  if (p.quant) args.push_back({place(st.in[2])});       // the int8 weight's scales
+  if (p.types.b_i4) args.push_back({place(st.in[3])});  // and a 4-bit one's offsets
   if (st.fused.bias_add >= 0) args.push_back({bias});
   if (st.fused.residual_add >= 0) args.push_back({residual});
   args.push_back({out});

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/kernel_sources.h"
 #include "backend/cuda/small_matmul.h"
+#include "tensorgrad/errors.h"
 
 namespace tg::backend::cuda {
 namespace {
@@ -41,6 +42,7 @@ int direct_split(int64_t n, int64_t k, int sm_count) {
 /// blocks an SM (its occupancy), where it measured faster in decode steps. The staged split
 /// keeps each lane's loads of a column slice within kMaxLoads, then grows while the grid is
 /// under kBlocksPerSm blocks an SM and each slice still spans a load per lane.
+/// (4-bit weights, vpl 32, have no direct kernel: only the first two conditions hold for them.)
 int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_count, int ks) {
   constexpr int kMaxLoads = 4;
   if (k % vpl != 0 || m * k > kStagedFloats) return 0;
@@ -48,7 +50,7 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
   ks = 1;
   while (ks <= kWarps && k > int64_t{ks} * 32 * vpl * kMaxLoads) ks *= 2;
   if (ks > kWarps) return 0;
-  if (!norm) {
+  if (!norm && vpl != 32) {
     const int64_t direct_grid = (n * direct_split(n, k, sm_count) + kWarps - 1) / kWarps;
     if (direct_grid >= 3 * sm_count && direct_grid <= 4 * sm_count) return 0;
   }
@@ -61,6 +63,10 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
 
 int64_t gemv_max_rows(bool narrow_weights) { return narrow_weights ? 1 : kMaxRows; }
 
+bool gemv_takes_int4(int64_t m, int64_t n, int64_t k, int64_t group, bool norm, int sm_count) {
+  return group > 0 && group % 32 == 0 && k % 32 == 0 && staged_split(m, n, k, 32, norm, sm_count, 0) > 0;
+}
+
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
   (void)a;
   return batch == 1 && m >= 1 && m <= kMaxRows && n >= 1 && k >= 32 && b.row_stride == 1 &&
@@ -71,10 +77,12 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
                    const MatOperand& b, GemvEpilogue epi, int64_t out_ld, int sm_count, GemvNorm norm, int ks,
                    GemvTypes types) {
   if (out_ld <= 0) out_ld = n;
-  const int per = types.b_i8 ? 16 : types.b_bf16 ? 8 : 4, a_per = types.a_bf16 ? 8 : 4;
+  const int per = types.b_i4 ? 32 : types.b_i8 ? 16 : types.b_bf16 ? 8 : 4, a_per = types.a_bf16 ? 8 : 4;
   // int8 W: a 16-byte load must lie in one scale group for the vector paths.
-  const bool whole_groups = !types.b_i8 || (types.group > 0 && types.group % 16 == 0);
+  const bool whole_groups = !types.b_i8 || (types.group > 0 && types.group % per == 0);
   const int staged_ks = whole_groups ? staged_split(m, n, k, per, norm.on, sm_count, ks) : 0;
+  if (types.b_i4 && staged_ks == 0)
+    throw Error("[cuda] gemv_kernel: 4-bit weights take the staged kernel only (gemv_takes_int4)");
   if (staged_ks > 0) ks = staged_ks;
   if (ks <= 0) ks = direct_split(n, k, sm_count);
   const int cols_per_block = kWarps / ks;
@@ -106,6 +114,7 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
                   "] = x·W over k = " + std::to_string(k) +
                   (norm.on ? std::string(norm.layer ? ", x layer-normed" : ", x RMS-normed") : "") +
                   std::string(types.b_bf16 ? ", bf16 W"
+                              : types.b_i4 ? ", 4-bit W"
                               : types.b_i8 ? ", int8 W"
                                            : "") +
                   (types.a_bf16 ? ", bf16 x" : "") + (types.round_a ? ", x rounded to bf16" : "") +
@@ -114,7 +123,8 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
        ", K = " + std::to_string(k) + ", KS = " + std::to_string(ks) +
        ", CPB = " + std::to_string(cols_per_block) + ", NT = " + std::to_string(kWarps * 32) + ";\n";
   s += "constexpr long long A_RS = " + ll(a.row_stride) + ", A_CS = " + ll(a.col_stride) +
-       ", B_CS = " + ll(b.col_stride) + ", OUT_LD = " + ll(out_ld) + ";\n";
+       ", B_CS = " + ll(types.b_i4 ? b.col_stride / 2 : b.col_stride) + ", OUT_LD = " + ll(out_ld) +
+       ";  // (4-bit W: bytes)\n";
   s += std::string("typedef ") + (types.a_bf16 ? "unsigned short" : "float") + " AT;\ntypedef " +
        (types.b_i8     ? "signed char"
         : types.b_bf16 ? "unsigned short"
@@ -122,7 +132,8 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
        " BT;\n";
   s += std::string("constexpr bool A_BF = ") + (types.a_bf16 ? "true" : "false") +
        ", B_BF = " + (types.b_bf16 ? "true" : "false") + ", B_I8 = " + (types.b_i8 ? "true" : "false") +
-       ", A_RND = " + (types.round_a ? "true" : "false") + ";\n";
+       ", B_I4 = " + (types.b_i4 ? "true" : "false") + ", A_RND = " + (types.round_a ? "true" : "false") +
+       ";\n";
   const int64_t group = types.b_i8 ? types.group : 1;
   s += "constexpr long long GROUP = " + ll(group) + ", GROUPS = " + ll(types.b_i8 ? k / group : 1) + ";\n";
   s += std::string("constexpr bool NORM = ") + (norm.on ? "true" : "false") +
@@ -132,11 +143,13 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   if (affine) params += ", const float* __restrict__ nw, const float* __restrict__ nb";
   params += ", const BT* __restrict__ b";
   if (types.b_i8) params += ", const float* __restrict__ bs";
+  if (types.b_i4) params += ", const float* __restrict__ bo";
   if (epi.bias) params += ", const float* __restrict__ bias";
   if (epi.residual) params += ", const float* __restrict__ residual";
   params += ", float* __restrict__ out";
   if (!affine) s += "constexpr const float* nw = nullptr;\nconstexpr const float* nb = nullptr;\n";
   if (!types.b_i8) s += "constexpr const float* bs = nullptr;\n";
+  if (!types.b_i4) s += "constexpr const float* bo = nullptr;\n";
   // Weights no kernel of the step writes may be read before the kernel before has ended.
   if (types.b_fixed) s += "#define TG_PDL_OWN_WAIT\n";
   s += "#ifndef TG_PDL_WAIT\n#define TG_PDL_WAIT()\n#endif\n";

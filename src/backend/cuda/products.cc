@@ -94,7 +94,7 @@ bool pad_operand(MatOperand& mo, const passes::Place& p, const passes::Buffer& b
 /// bias, GELU and residual epilogues) for one row of x (gemv_max_rows), else quant_matmul_kernel
 /// with nothing fused. Its output is dense [rows, n].
 ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector<passes::Place>& in,
-                               const passes::ProductCandidates& c) {
+                               const passes::ProductCandidates& c, const DeviceInfo& info) {
   static const bool gemv_off = env::equals(env::Switch::kCudaGemv, "off");
   const ir::Node& n = g.node(id);
   const ir::Node &x = g.node(n.inputs[0]), &q = g.node(n.inputs[1]), &scale = g.node(n.inputs[2]);
@@ -114,11 +114,13 @@ ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector
     norm_cols = g.node(c.norm).shape.back();
     norm_rows = g.node(c.norm).numel() / std::max<int64_t>(norm_cols, 1);
   }
-  // (gemv_kernel reads 8-bit weights only: 4-bit ones take quant_matmul_kernel.)
-  p.gemv = !gemv_off && dense && n.inputs.size() == 3 &&
-           (x.dtype == DType::kF32 || x.dtype == DType::kBF16) && p.mm <= gemv_max_rows(true) &&
-           gemv_applies(1, p.mm, p.nn, p.k, p.mats[0], p.mats[1]) &&
-           (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k));
+  // 4-bit weights take gemv_kernel where its staged kernel does, else quant_matmul_kernel.
+  const bool four = n.inputs.size() == 4;
+  const int64_t group = p.k / scale.shape[1];
+  p.gemv = !gemv_off && dense && (x.dtype == DType::kF32 || x.dtype == DType::kBF16) &&
+           p.mm <= gemv_max_rows(true) && gemv_applies(1, p.mm, p.nn, p.k, p.mats[0], p.mats[1]) &&
+           (c.norm < 0 || (norm_rows == p.mm && norm_cols == p.k)) &&
+           (!four || gemv_takes_int4(p.mm, p.nn, p.k, group, c.norm >= 0, info.sm_count));
   if (!p.gemv) return p;
   ch.cast = c.cast >= 0;
   ch.norm = c.norm >= 0 && (c.cast < 0 || ch.cast);
@@ -131,7 +133,8 @@ ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector
              .round_a = ch.cast,
              .b_fixed = q.op == ir::Op::kParam && scale.op == ir::Op::kParam,
              .b_i8 = true,
-             .group = p.k / scale.shape[1]};
+             .b_i4 = four,
+             .group = group};
   return p;
 }
 
@@ -148,7 +151,7 @@ ProductPlan plan_product(const ir::Graph& g, int32_t id, const std::vector<passe
                          const std::vector<passes::Buffer>& buffers, const passes::ProductCandidates& c,
                          const DeviceInfo& info, const PrepareOptions& options) {
   const ir::Node& n = g.node(id);
-  if (n.op == ir::Op::kQuantMatmul) return plan_quant_product(g, id, in, c);
+  if (n.op == ir::Op::kQuantMatmul) return plan_quant_product(g, id, in, c, info);
   const Shape& os = n.shape;
   const size_t rank = os.size();
   ProductPlan p;

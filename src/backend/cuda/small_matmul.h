@@ -70,11 +70,16 @@ struct GemvNorm {
 /// b_fixed: b is a parameter or an inference program's hoisted weight, which no kernel of the
 /// step writes: with programmatic dependent launches its loads start before the kernel before ends.
 /// b_i8: b is quant_matmul's int8 q (its [n, k] rows read as the columns of b [k, n]) with one
-/// f32 scale per `group` values of a column, passed after b.
+/// f32 scale per `group` values of a column, passed after b; b_i4 (with b_i8): q holds 4-bit codes
+/// packed two a byte, and an f32 offset per group is passed after the scales (staged kernel only:
+/// gemv_takes_int4).
 struct GemvTypes {
-  bool a_bf16 = false, b_bf16 = false, round_a = false, b_fixed = false, b_i8 = false;
+  bool a_bf16 = false, b_bf16 = false, round_a = false, b_fixed = false, b_i8 = false, b_i4 = false;
   int64_t group = 0;
 };
+/// Whether gemv_kernel takes a product of 4-bit weights (the staged kernel: the rows fit in shared
+/// memory, K and the group multiples of 32, the codes' rows 16-byte aligned).
+bool gemv_takes_int4(int64_t m, int64_t n, int64_t k, int64_t group, bool norm, int sm_count);
 /// The most rows gemv_kernel takes in a program: 8 with f32 weights, 1 with bf16 or int8 ones
 /// (with two and more rows cuBLASLt's bf16 product, and quant_matmul_kernel's columns a warp for
 /// int8, are faster than widening every row per load of W: measured in decode steps).
@@ -84,7 +89,8 @@ int64_t gemv_max_rows(bool narrow_weights);
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b);
 /// out [m, n] (rows out_ld apart, ≤ 0: n) = norm?(a) [m, k] · b [k, n] with the epilogue.
 /// Params: (const A* a, [const float* norm_w, const float* norm_b (both when either is on),]
-/// const B* b, [const float* scale (int8 b)], [const float* bias], [const float* residual],
+/// const B* b, [const float* scale (int8 b)], [const float* offset (4-bit b)], [const float* bias],
+/// [const float* residual],
 /// float* out), A and B float, bf16 bits or (B) int8 as `types` says (a norm reads an f32 a).
 /// `sm_count` (the device's SMs) sizes the split of each column over warps; `ks` > 0 forces the
 /// warps per output column instead (1, 2, 4, 8; for timing sweeps).

@@ -20,7 +20,9 @@
 // Defined before (gemv.cc): M, N, K, KS (warps splitting K), CPB (columns a block), NT;
 // AT, BT (the storage types of a and b: float, unsigned short for bf16 bits, or signed char for
 // int8 weights), A_BF, B_BF (whether they are bf16), B_I8 (b is int8 with one f32 scale in bs
-// per GROUP values of a column, GROUPS a column: quant_matmul's q and scale), A_RND (a is f32 that the graph rounds to bf16 before the product:
+// per GROUP values of a column, GROUPS a column: quant_matmul's q and scale), B_I4 (with B_I8:
+// b's bytes are 4-bit codes, two a byte, B_CS bytes a column, with an f32 offset in bo per
+// group; the staged kernel only, VPL 32), A_RND (a is f32 that the graph rounds to bf16 before the product:
 // each value is rounded as it is read, after the norm);
 // TG_PDL_WAIT() (executable.cc's programmatic dependent launch; empty without it) precedes the
 // first read of a row: the weights' loads may be in flight before it, when no kernel of the step
@@ -57,6 +59,12 @@ __device__ __forceinline__ void gemv_q16(uint4 q, float* v) {
 #pragma unroll
   for (int t = 0; t < 16; ++t)
     v[t] = __uint_as_float(__byte_perm(w[t / 4], 0x4B000000u, 0x7440u | (t % 4))) - 8388736.0f;
+}
+// Thirty-two 4-bit codes (one 16-byte load; code t in nibble t % 8 of word t / 8) as exact floats:
+// the nibble placed in the mantissa of 2²³, less 2²³.
+__device__ __forceinline__ float gemv_code(uint4 q, int t) {
+  const unsigned w = t < 8 ? q.x : t < 16 ? q.y : t < 24 ? q.z : q.w;
+  return __uint_as_float(((w >> (4 * (t % 8))) & 0xFu) | 0x4B000000u) - 8388608.0f;
 }
 // The same scaled by their group's scale.
 __device__ __forceinline__ void gemv_widen16(uint4 q, float scale, float* v) {
@@ -315,12 +323,15 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int col = warp / KS, slice = warp % KS;
   const long long step = (long long)gridDim.x * CPB * COLS;
-  const bool aligned = (((unsigned long long)b) & 15) == 0 && (B_CS % VPL) == 0;
+  // A load's bytes: VPL values, or (4 bits) 16 bytes of 32 codes.
+  constexpr int BPL = B_I4 ? 16 : VPL, DIV = B_I4 ? 2 : 1;
+  const bool aligned = (((unsigned long long)b) & 15) == 0 && (B_CS % BPL) == 0;
   uint4 wr[COLS][PRE], wn[COLS][PRE];
   float sr[COLS][PRE], sn[COLS][PRE];  // int8 W: each load's scale (a load lies in one group)
-  // The warp's column slices of a turn into `r` and their scales into `sc` (zeros past K or past
-  // the last column).
-  auto load = [&](uint4 (*r)[PRE], float (*sc)[PRE], long long j0) {
+  float orr[COLS][PRE], onx[COLS][PRE];  // 4-bit W: each load's offset
+  // The warp's column slices of a turn into `r`, their scales into `sc` and offsets into `of`
+  // (zeros past K or past the last column).
+  auto load = [&](uint4 (*r)[PRE], float (*sc)[PRE], float (*of)[PRE], long long j0) {
 #pragma unroll
     for (int c = 0; c < COLS; ++c) {
       const long long j = j0 + c;
@@ -329,24 +340,25 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
       for (int u = 0; u < PRE; ++u) {
         const int kk = (slice * 32 + lane) * VPL + u * KS * 32 * VPL;
         if (B_I8) sc[c][u] = j >= N || kk >= K ? 0.0f : __ldg(bs + j * GROUPS + kk / GROUP);
+        if (B_I4) of[c][u] = j >= N || kk >= K ? 0.0f : __ldg(bo + j * GROUPS + kk / GROUP);
         if (j >= N || kk >= K) {
           r[c][u] = make_uint4(0u, 0u, 0u, 0u);
         } else if (aligned) {
-          r[c][u] = __ldcs((const uint4*)(w + kk));  // streamed: evict first
+          r[c][u] = __ldcs((const uint4*)(w + kk / DIV));  // streamed: evict first
         } else {
           union {
             uint4 q;
-            BT t[VPL];
+            BT t[BPL];
           } v;
 #pragma unroll
-          for (int e = 0; e < VPL; ++e) v.t[e] = w[kk + e];
+          for (int e = 0; e < BPL; ++e) v.t[e] = w[kk / DIV + e];
           r[c][u] = v.q;
         }
       }
     }
   };
   long long base = (long long)blockIdx.x * CPB * COLS;
-  load(wr, sr, base + col * COLS);
+  load(wr, sr, orr, base + col * COLS);
   TG_PDL_WAIT();  // the rows come from the kernel before
   // Stage the rows, with each row's sums of x − x₀ and (x − x₀)² for the norm.
   float s[2 * M];
@@ -388,7 +400,7 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
   // Every warp of the block takes the same number of turns (the barrier of the slices' sum).
   for (int turn = 0; base < N; base += step, ++turn) {
     const long long j0 = base + col * COLS;
-    load(wn, sn, j0 + step);
+    load(wn, sn, onx, j0 + step);
     float acc[COLS][M];
 #pragma unroll
     for (int c = 0; c < COLS; ++c)
@@ -410,7 +422,12 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
 #pragma unroll
         for (int c = 0; c < COLS; ++c) {
           float wv[VPL];
-          if (B_I8) {  // the chunk's sum of q·x, times its scale
+          if (B_I4) {  // the chunk's sums of c·x and of x, times its scale and its offset
+            float d = 0.0f, xsum = 0.0f;
+#pragma unroll
+            for (int t = 0; t < VPL; ++t) d = fmaf(gemv_code(wr[c][u], t), x[t], d), xsum += x[t];
+            acc[c][i] = fmaf(orr[c][u], xsum, fmaf(sr[c][u], d, acc[c][i]));
+          } else if (B_I8) {  // the chunk's sum of q·x, times its scale
             gemv_q16(wr[c][u], wv);
             float d = 0.0f;
 #pragma unroll
@@ -462,6 +479,6 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
 #pragma unroll
     for (int c = 0; c < COLS; ++c)
 #pragma unroll
-      for (int u = 0; u < PRE; ++u) wr[c][u] = wn[c][u], sr[c][u] = sn[c][u];
+      for (int u = 0; u < PRE; ++u) wr[c][u] = wn[c][u], sr[c][u] = sn[c][u], orr[c][u] = onx[c][u];
   }
 }
