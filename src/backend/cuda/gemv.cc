@@ -92,8 +92,8 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   // The staged kernel's loads of W per lane and column slice, and columns a warp takes a turn.
   const int64_t pre = (k + ks * 32 * per - 1) / (ks * 32 * per);
   // (Half as many for int8 W: a chunk widens to sixteen values and each load has its scale, in
-  // the registers the launch bounds leave; a quarter for 4-bit W, thirty-two values a load.)
-  int64_t cols = staged_ks == 0 ? 1 : std::max<int64_t>(1, (types.b_i4 ? 2 : types.b_i8 ? 4 : 8) / pre);
+  // the registers the launch bounds leave.)
+  int64_t cols = staged_ks == 0 ? 1 : std::max<int64_t>(1, (types.b_i8 ? 4 : 8) / pre);
   // A narrow product (a decode step's k or v projection, n = 256) takes fewer columns a turn
   // rather than leave most SMs idle: its bandwidth grows with the blocks streaming it.
   while (cols > 1 && (n + cols_per_block * cols - 1) / (cols_per_block * cols) < sm_count) cols /= 2;

@@ -413,31 +413,6 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
 #pragma unroll
       for (int i = 0; i < M; ++i) {
         const float4* x4 = (const float4*)(xs + i * K);
-        if (B_I4) {
-          // Each column's sum of c·x and the row's sum of x over the 32 values, in two halves of
-          // 16 (fewer live registers), then times the load's scale and offset.
-          float d[COLS], xsum = 0.0f;
-#pragma unroll
-          for (int c = 0; c < COLS; ++c) d[c] = 0.0f;
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float x[16];
-#pragma unroll
-            for (int h = 0; h < 4; ++h) {
-              const float4 q = x4[(kk + 16 * half) / 4 + h];
-              x[4 * h] = q.x, x[4 * h + 1] = q.y, x[4 * h + 2] = q.z, x[4 * h + 3] = q.w;
-            }
-#pragma unroll
-            for (int t = 0; t < 16; ++t) xsum += x[t];
-#pragma unroll
-            for (int c = 0; c < COLS; ++c)
-#pragma unroll
-              for (int t = 0; t < 16; ++t) d[c] = fmaf(gemv_code(wr[c][u], 16 * half + t), x[t], d[c]);
-          }
-#pragma unroll
-          for (int c = 0; c < COLS; ++c) acc[c][i] = fmaf(orr[c][u], xsum, fmaf(sr[c][u], d[c], acc[c][i]));
-          continue;
-        }
         float x[VPL];
 #pragma unroll
         for (int h = 0; h < VPL / 4; ++h) {
@@ -447,7 +422,12 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
 #pragma unroll
         for (int c = 0; c < COLS; ++c) {
           float wv[VPL];
-          if (B_I8) {  // the chunk's sum of q·x, times its scale
+          if (B_I4) {  // the chunk's sums of c·x and of x, times its scale and its offset
+            float d = 0.0f, xsum = 0.0f;
+#pragma unroll
+            for (int t = 0; t < VPL; ++t) d = fmaf(gemv_code(wr[c][u], t), x[t], d), xsum += x[t];
+            acc[c][i] = fmaf(orr[c][u], xsum, fmaf(sr[c][u], d, acc[c][i]));
+          } else if (B_I8) {  // the chunk's sum of q·x, times its scale
             gemv_q16(wr[c][u], wv);
             float d = 0.0f;
 #pragma unroll
