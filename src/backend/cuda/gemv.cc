@@ -64,7 +64,12 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
 int64_t gemv_max_rows(bool narrow_weights) { return narrow_weights ? 1 : kMaxRows; }
 
 bool gemv_takes_int4(int64_t m, int64_t n, int64_t k, int64_t group, bool norm, int sm_count) {
-  return group > 0 && group % 32 == 0 && k % 32 == 0 && staged_split(m, n, k, 32, norm, sm_count, 0) > 0;
+  // Products of fewer than 2^22 weights only: on the H200 the staged kernel decodes GPT-2 (every
+  // product ≤ 2.4M weights) faster than quant_matmul_kernel, by its fusions, but TinyLlama's (4.2M
+  // to 11.5M) slower, where the 32 codes a load cost more registers and instructions than its
+  // three blocks an SM hide (bench/RESULTS.md, 2026-11-30).
+  return group > 0 && group % 32 == 0 && k % 32 == 0 && n * k < (int64_t{1} << 22) &&
+         staged_split(m, n, k, 32, norm, sm_count, 0) > 0;
 }
 
 bool gemv_applies(int64_t batch, int64_t m, int64_t n, int64_t k, const MatOperand& a, const MatOperand& b) {
