@@ -2,7 +2,7 @@
 // file. The base weights are frozen (TrainOptions::frozen = nn::lora_frozen) and only the
 // adapters train, so the optimizer keeps moments for them alone; under --precision bf16 or f16
 // the base is held in that type (pretrained::LoadOptions::dtype), a third of its f32 memory, and
-// with --int8 its Linears are quantized to 8 bits (about a quarter). It reports the
+// with --int8 its Linears are quantized to 8 bits (about a quarter; --int4: 4 bits). It reports the
 // held-out loss before, during and after training, the training program's planned memory next to what full
 // fine-tuning's optimizer state would take, checks that every base weight is bit for bit the
 // file's after training, writes the adapters (a safetensors file with the library's parameter
@@ -20,7 +20,7 @@
 //              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
 //              [--batch 4] [--seq-len min(128, context)] [--holdout 0.1] [--eval-every steps/10]
 //              [--eval-batches 8]
-//              [--device cpu|cuda] [--precision fp32|bf16|f16] [--int8] [--seed 0]
+//              [--device cpu|cuda] [--precision fp32|bf16|f16] [--int8 | --int4] [--seed 0]
 //              [--out finetune_adapter.safetensors] [--plot finetune_loss.svg]
 //              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
 //              [--save-model <folder> [--save-dtype f32|bf16|f16]]
@@ -70,7 +70,7 @@ std::string bytes_str(int64_t bytes) {
   return buf;
 }
 
-// The type the frozen base is held in: i8 (its Linears quantized) with --int8, else the
+// The type the frozen base is held in: i8 (its Linears quantized) with --int8 or --int4, else the
 // precision's half type, else f32.
 tg::DType held_type(tg::Precision p, bool int8) {
   return int8                        ? tg::DType::kI8
@@ -96,6 +96,7 @@ struct Options {
   tg::Precision precision = tg::Precision::kFp32;
   tg::DType save_dtype = tg::DType::kF32, gguf_dtype = tg::DType::kF16;
   bool merge = false, check = false, int8 = false;
+  int bits = 8;  // --int4: 4
 };
 
 int64_t whole(const Args& args, const std::string& name, int64_t fallback, int64_t min) {
@@ -124,7 +125,7 @@ Options parse(const Args& args) {
                    "steps",      "lr",           "weight-decay",   "batch",     "seq-len",  "holdout",
                    "eval-every", "eval-batches", "device",         "precision", "seed",     "out",
                    "plot",       "merge",        "max-new-tokens", "check",     "min-drop", "save-model",
-                   "save-dtype", "int8",         "save-gguf",      "gguf-type"});
+                   "save-dtype", "int8",         "save-gguf",      "gguf-type", "int4"});
   if (!args.has("model") || !args.has("text"))
     throw std::runtime_error(
         "usage: finetune --model <Hugging Face folder or GGUF file> --text <file.txt> [--targets "
@@ -132,7 +133,7 @@ Options parse(const Args& args) {
         "8] "
         "[--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0] [--batch 4] [--seq-len 128] "
         "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision "
-        "fp32|bf16|f16] [--int8] "
+        "fp32|bf16|f16] [--int8 | --int4] "
         "[--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] "
         "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-gguf <file> [--gguf-type "
         "f16|bf16|f32|q8_0]] "
@@ -199,7 +200,9 @@ Options parse(const Args& args) {
   // The files hold the merged model.
   o.merge = args.has("merge") || !o.save_model.empty() || !o.save_gguf.empty();
   o.check = args.has("check");
-  o.int8 = args.has("int8");
+  if (args.has("int8") && args.has("int4")) throw std::runtime_error("--int8 and --int4 exclude each other");
+  o.int8 = args.has("int8") || args.has("int4");
+  o.bits = args.has("int4") ? 4 : 8;
   return o;
 }
 
@@ -471,9 +474,10 @@ MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& me
                                .context = lm.context,
                                .eos_ids = lm.eos_ids,
                                .config_json = lm.config_json};
-  merged.module->store_params_as(lm.dtype,
-                                 lm.group);  // held as the base was (the merged weights rounded to it)
+  // Held as the base was (the merged weights rounded or quantized to it).
+  merged.module->store_params_as(lm.dtype, lm.group, lm.bits);
   merged.dtype = lm.dtype;
+  merged.bits = lm.bits;
   MergeResult r;
   const std::vector<int32_t>& text = held.ids.front();
   r.prompt.assign(text.begin(),
@@ -526,7 +530,8 @@ Inputs load_inputs(Options& o) {
   const auto t0 = std::chrono::steady_clock::now();
   // The base is frozen: under --precision bf16 or f16 it is held in that type (the products read
   // it as stored), a third of the memory of f32 weights and their converted copies.
-  tg::pretrained::Model lm = tg::pretrained::load(o.folder, {.dtype = held_type(o.precision, o.int8)});
+  tg::pretrained::Model lm =
+      tg::pretrained::load(o.folder, {.dtype = held_type(o.precision, o.int8), .bits = o.bits});
   if (std::holds_alternative<tg::nn::BertConfig>(lm.config) ||
       std::holds_alternative<tg::nn::ViTConfig>(lm.config) ||
       std::holds_alternative<tg::nn::ClipConfig>(lm.config) ||
@@ -579,18 +584,23 @@ std::pair<std::vector<std::string>, std::set<std::string>> attach_adapters(tg::M
   return {std::move(frozen), std::move(adapters)};
 }
 
+// The values of quantized weight `name` of `weights` (4 bits where it has offsets).
+tg::HostTensor dequantized(const std::string& name, const Params& weights) {
+  return tg::dequantize_param(name, weights.count(tg::offset_name(name)) ? 4 : 8, weights.at(name), weights);
+}
+
 // The merged weights as a Hugging Face folder of lm's architecture, read back: true when load()
 // gives every merged weight, rounded to --save-dtype, bit for bit.
 bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params& merged) {
   tg::pretrained::save(lm, merged, o.save_model, {.dtype = o.save_dtype});
   const tg::pretrained::Model back = tg::pretrained::load(o.save_model);
-  // A quantized base's weights are written dequantized (q · scale), without their scales.
+  // A quantized base's weights are written dequantized, without their scales (and offsets).
   Params expected;
   for (const auto& [name, t] : merged)
-    expected.emplace(
-        name, t.dtype() == tg::DType::kI8 ? tg::dequantize_int8(t, merged.at(tg::scale_name(name))) : t);
+    expected.emplace(name, t.dtype() == tg::DType::kI8 ? dequantized(name, merged) : t);
   for (const auto& [name, t] : merged)
-    if (t.dtype() == tg::DType::kI8) expected.erase(tg::scale_name(name));
+    if (t.dtype() == tg::DType::kI8)
+      expected.erase(tg::scale_name(name)), expected.erase(tg::offset_name(name));
   bool same = back.weights.size() == expected.size();
   for (const auto& [name, t] : expected) {
     auto it = back.weights.find(name);
@@ -619,9 +629,8 @@ bool save_merged_gguf(const Options& o, const Inputs& in, const Params& merged) 
   for (const auto& [name, t] : back.weights) {
     auto it = merged.find(name);
     if (it == merged.end()) return false;
-    const tg::HostTensor want = it->second.dtype() == tg::DType::kI8
-                                    ? tg::dequantize_int8(it->second, merged.at(tg::scale_name(name)))
-                                    : it->second.to(tg::DType::kF32);
+    const tg::HostTensor want =
+        it->second.dtype() == tg::DType::kI8 ? dequantized(name, merged) : it->second.to(tg::DType::kF32);
     const tg::HostTensor got = t.to(tg::DType::kF32);
     const std::span<const float> a = got.f32(), b = want.f32();
     double diff = 0, top = 0;
