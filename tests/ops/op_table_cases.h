@@ -329,6 +329,10 @@ std::vector<OpCase> matmul_rows() {
       // quant_matmul: x · (q·scale)ᵀ, groups of 32 (the 16-byte CUDA path) and of 4 (the scalar one).
       {"quant_matmul", {uni({3, 64}), ints({5, 64}, -127, 127, DType::kI8), away0({5, 2}, 0.01, 0.05)}, FN(quant_matmul(x[0], x[1], x[2])), {3, 5}, kF32, kMatmul, kGrad},
       {"quant_matmul_batched_groups_of_4", {uni({2, 2, 12}), ints({7, 12}, -127, 127, DType::kI8), away0({7, 3}, 0.01, 0.05)}, FN(quant_matmul(x[0], x[1], x[2])), {2, 2, 7}, kF32, kMatmul, kGrad},
+      // 4 bits: x · (c·scale + offset)ᵀ with the codes packed two a byte (any byte), groups of 32
+      // (the vector paths) and of 4.
+      {"quant_matmul_4bit", {uni({3, 64}), ints({5, 32}, -128, 127, DType::kI8), away0({5, 2}, 0.01, 0.05), uni({5, 2})}, FN(quant_matmul(x[0], x[1], x[2], x[3])), {3, 5}, kF32, kMatmul, kGrad},
+      {"quant_matmul_4bit_groups_of_4", {uni({2, 2, 12}), ints({7, 6}, -128, 127, DType::kI8), away0({7, 3}, 0.01, 0.05), uni({7, 3})}, FN(quant_matmul(x[0], x[1], x[2], x[3])), {2, 2, 7}, kF32, kMatmul, kGrad},
       {"grouped_matmul_grad_weight_dot", {uni({5, 3}), uni({3, 4, 3}), uni({5, 4}), uni({5, 3}), uni({3, 4, 3})}, grouped_gradient_dot, {}, kF32, kReduce, kGrad},
       {"sort_by_expert_position", {indices({9}, 4)}, FN(sort_by_expert(x[0], 4).position), {9}, kI32, kExact, kNoGrad},
       {"sort_by_expert_offsets", {indices({9}, 4)}, FN(sort_by_expert(x[0], 4).offsets), {5}, kI32, kExact, kNoGrad},
