@@ -69,9 +69,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The model's values: a quantized weight counts its shape's (not its stored bytes), its scales and
+// offsets none.
 int64_t parameter_count(const tg::pretrained::Model& lm) {
   int64_t n = 0;
-  for (const auto& [name, t] : lm.weights) n += t.numel();
+  for (const tg::Param* p : lm.module->parameters())
+    if (p->scales() == nullptr) n += tg::numel(p->shape());
   return n;
 }
 

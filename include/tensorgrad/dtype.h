@@ -12,8 +12,8 @@ namespace tg {
 /// products and attention under mixed precision (Precision::kBf16 / kF16; only casts, shape
 /// ops, matmul, attention and convolutions read or make these half-precision values). On the
 /// host both are also formats of HostTensor, safetensors and parameter upload and download.
-/// i8 is the storage of weights quantized to 8 bits (Module::store_params_as(DType::kI8)): a
-/// parameter, read only by shape ops and a cast to f32 that its scales multiply.
+/// i8 is the storage of weights quantized to 8 or 4 bits (Module::store_params_as(DType::kI8[, group,
+/// 4]); 4-bit codes two a byte): a parameter, read only by shape ops, quant_matmul and a cast to f32.
 enum class DType : uint8_t { kF32, kI32, kBool, kBF16, kF16, kI8 };
 
 /// The two 16-bit float types: storage of mixed precision's product operands, never arithmetic.

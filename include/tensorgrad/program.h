@@ -90,7 +90,8 @@ class HostTensor {
   double item() const;
   /// The values as `dtype`: f32 to bf16 or f16 (round to nearest even, as PyTorch), or back
   /// (exact), or bf16 ↔ f16 (through f32: one rounding); i8 to f32 gives the integers themselves
-  /// (a quantized weight's values are tg::dequantize_int8 of them and its scales); the same dtype
+  /// (a quantized weight's values are tg::dequantize_param of them: for 4 bits these are the
+  /// packed bytes of two codes each); the same dtype
   /// is a copy. Throws InputError for other pairs.
   HostTensor to(DType dtype) const;
 

@@ -36,8 +36,8 @@ HostTensor dequantize_param(const std::string& name, int bits, const HostTensor&
                             const std::map<std::string, HostTensor>& values);
 
 /// The shape of the values a quantized parameter stored as `stored` (its i8 values, or a 4-bit
-/// one's packed bytes, as downloaded) holds: the same, or [..., 2 · K/2] where `params` has
-/// offsets for `name` (4 bits).
+/// one's packed bytes, as downloaded) holds: the same, or [..., 2 · K/2] where `params` holds
+/// `name` as i8 with offsets (4 bits).
 Shape dequantized_shape(const std::string& name, const Shape& stored,
                         const std::map<std::string, HostTensor>& params);
 

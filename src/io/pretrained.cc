@@ -512,9 +512,11 @@ Model load(const std::string& folder, const LoadOptions& options) {
                      "; models load as f32, bf16, f16 or i8 (quantized)");
   if (options.dtype == DType::kI8 && options.group <= 0)
     fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; it must be positive");
-  if (options.bits != 8 && (options.bits != 4 || options.dtype != DType::kI8))
-    fail(folder, "LoadOptions::bits is " + std::to_string(options.bits) +
-                     "; weights quantize (DType::kI8) to 8 or 4 bits");
+  if (options.bits != 8 && options.bits != 4)
+    fail(folder, "LoadOptions::bits is " + std::to_string(options.bits) + "; weights quantize to 8 or 4 bits");
+  if (options.bits == 4 && options.dtype != DType::kI8)
+    fail(folder, std::string("LoadOptions::bits is 4 with .dtype ") + dtype_name(options.dtype) +
+                     "; 4 bits are a quantization: set .dtype = DType::kI8 too");
   if (options.bits == 4 && options.group % 2 != 0)
     fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; 4 bits need an even group");
   const fs::path dir(folder);

@@ -176,8 +176,9 @@ void check_half(const Graph& g, const Node& node) {
           loc_str(node.loc) + ")");
 }
 
-/// i8 is the storage of quantized weights (Module::store_params_as(DType::kI8)): a parameter,
-/// shape ops over it, and a cast to f32 (which its scales then multiply). Nothing computes in it.
+/// i8 is the storage of quantized weights (Module::store_params_as(DType::kI8), 8 or 4 bits): a
+/// parameter, shape ops over it, quant_matmul, and a cast to f32 (which its scales then multiply,
+/// after ir::unpack_int4's arithmetic for 4 bits). Nothing computes in it.
 void check_int8(const Graph& g, const Node& node) {
   const char* name = op_info(node.op).name;
   const bool shape_op = moves_half(node.op) && node.op != Op::kCast;

@@ -506,6 +506,7 @@ void infer(const Graph& g, Node& n) {
         fail(g, n, "x must be f32, bf16 or f16 [..., K] with K > 0, got " + std::string(dtype_name(x.dtype)) +
                        shape_str(x.shape));
       const int64_t k = x.shape.back();
+      if (four && k % 2 != 0) fail(g, n, "4-bit codes pack two values a byte: K must be even, got " + std::to_string(k));
       if (q.dtype != DType::kI8 || q.shape.size() != 2 || q.shape[1] * (four ? 2 : 1) != k)
         fail(g, n, "q must be i8 [N, " + (four ? std::to_string(k) + " / 2] (4-bit codes, two a byte)" : std::to_string(k) + "]") +
                        ", got " + dtype_name(q.dtype) + shape_str(q.shape));

@@ -125,7 +125,7 @@ void fold(const Module& model, std::map<std::string, HostTensor>& params,
       try {
         it->second = dequantize_param(name, l->weight.bits() == 4 ? 4 : 8, it->second, params);
       } catch (const InputError& e) {
-        throw InputError(std::string("[") + api + "] " + std::string(e.what()).substr(std::string("[dequantize] ").size()));
+        throw InputError(std::string("[") + api + "] '" + name + "': " + e.what());
       }
       params.erase(scale_name(name));
       params.erase(offset_name(name));

@@ -140,7 +140,7 @@ void Param::set_dtype(DType dtype) {
   if (dtype != DType::kF32 && !is_half(dtype))
     throw Error("[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " +
                 dtype_name(dtype) +
-                (dtype == DType::kI8 ? " (Param::quantize_int8 stores one as i8 with its scales)" : ""));
+                (dtype == DType::kI8 ? " (Param::quantize_int8 and quantize_int4 store one as i8 with its scales)" : ""));
   if (dtype == dtype_) return;
   if (scales_ != nullptr)
     throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter: f32");
@@ -152,6 +152,9 @@ void Param::set_dtype(DType dtype) {
 
 void Param::quantize(int64_t group, int bits) {
   if (dtype_ == DType::kI8 && group == group_ && bits == bits_) return;
+  if (bits == 4 && shape_.size() >= 2 && shape_.back() % 2 != 0)
+    throw Error("[Param] '" + path() + "' " + shape_str(shape_) +
+                ": 4 bits pack two values a byte, so the last axis must be even");
   if (shape_.size() < 2 || group <= 0 || shape_.back() % group != 0 || (bits == 4 && group % 2 != 0))
     throw Error("[Param] '" + path() + "' " + shape_str(shape_) +
                 ": quantization takes a matrix whose last axis " + "groups of " + std::to_string(group) +

@@ -43,8 +43,8 @@ std::vector<char> parameter_only(const ir::Graph& graph);
 ir::Graph cast_weights_before_views(const ir::Graph& graph, std::vector<int32_t>& remap);
 ir::Graph merge_sibling_products(const ir::Graph& graph, std::vector<int32_t>& remap);
 /// And a product of at most this many rows over a quantized Linear's weight (Param::quantize_int8:
-/// x · (q·scale)ᵀ, a decode step's) becomes quant_matmul(x, q, scale), which reads the 8-bit
-/// weight itself; larger ones keep the dequantized copy and a GEMM.
+/// x · (q·scale)ᵀ, a decode step's; quantize_int4: with offsets) becomes quant_matmul(x, q, scale[,
+/// offset]), which reads the 8- or 4-bit weight itself; larger ones keep the dequantized copy and a GEMM.
 inline constexpr int64_t kQuantizedProductRows = 16;
 ir::Graph quantized_products(const ir::Graph& graph, std::vector<int32_t>& remap);
 

@@ -96,7 +96,7 @@ HostTensor HostTensor::to(DType dtype) const {
     throw InputError(std::string("[HostTensor] to(") + dtype_name(dtype) +
                      "): converts between f32 and bf16 or f16 and from i8 to f32, not from " +
                      dtype_name(dtype_) +
-                     (dtype == DType::kI8 ? " (tg::quantize_int8 makes i8 weights with their scales)" : ""));
+                     (dtype == DType::kI8 ? " (tg::quantize_int8 and quantize_int4 make i8 weights with their scales)" : ""));
   HostTensor out(dtype, shape_);
   const int64_t n = numel();
   if (half_to_f32) {

@@ -64,7 +64,9 @@ HostTensor dequantize_param(const std::string& name, int bits, const HostTensor&
 Shape dequantized_shape(const std::string& name, const Shape& stored,
                         const std::map<std::string, HostTensor>& params) {
   Shape s = stored;
-  if (!s.empty() && params.count(offset_name(name)) != 0) s.back() *= 2;
+  const auto it = params.find(name);
+  if (!s.empty() && it != params.end() && it->second.dtype() == DType::kI8 && params.count(offset_name(name)) != 0)
+    s.back() *= 2;
   return s;
 }
 

@@ -135,7 +135,8 @@ void DeviceStore::upload(const std::map<std::string, HostTensor>& params, bool p
                        shape_str(info.stored) + ", got " + dtype_name(value.dtype()) +
                        shape_str(value.shape()) + " (f32, bf16 and f16 values are converted" +
                        (info.dtype == DType::kI8
-                            ? ", and quantized with their scales, given as " + shape_str(info.shape)
+                            ? ", and quantized with their scales, given as " + shape_str(info.shape) +
+                                  (info.bits == 4 ? "; i8 values are the 4-bit codes, two a byte" : "")
                             : std::string()) +
                        ")");
     if (const auto w = info.scales.empty() ? params.end() : params.find(info.scales);

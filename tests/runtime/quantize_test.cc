@@ -581,7 +581,12 @@ TEST(Quantize4Errors, ClearMessages) {
   for (const Param* p : model.parameters())
     if (p->path() == "model.layers.0.self_attn.q_proj.weight") w = const_cast<Param*>(p);
   ASSERT_NE(w, nullptr);
-  EXPECT_NE(testing::message_of<Error>([&] { w->quantize_int4(3); }).find("pick an even group"),
+  EXPECT_NE(testing::message_of<Error>([&] { w->quantize_int4(1); }).find("pick an even group"),
+            std::string::npos);
+  struct Odd : Module {
+    Param w{*this, "w", {4, 3}};
+  } odd;
+  EXPECT_NE(testing::message_of<Error>([&] { odd.w.quantize_int4(3); }).find("last axis must be even"),
             std::string::npos);
   EXPECT_NE(
       testing::message_of<Error>([&] { model.store_params_as(DType::kBF16, 32, 4); }).find("DType::kI8"),

@@ -129,7 +129,7 @@ bool CudaCapabilities::reads(const ir::Graph& g, const ir::Node& n, size_t index
     case Op::kMaxPool2dGrad: case Op::kAvgPool2d: case Op::kAvgPool2dGrad:
       return dense(g, n, index, strides);
     case Op::kGroupedMatmul: case Op::kGroupedMatmulGradWeight:  // x, w (dy), offsets
-    case Op::kQuantMatmul:                                        // x, q, scale
+    case Op::kQuantMatmul:                                        // x, q, scale[, offset]
       return dense(g, n, index, strides);
     case Op::kAllReduce: case Op::kReduceScatter: case Op::kAllGather: case Op::kRankShard:
       // the collective engine sends flat, dense buffers

@@ -64,10 +64,10 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
 int64_t gemv_max_rows(bool narrow_weights) { return narrow_weights ? 1 : kMaxRows; }
 
 bool gemv_takes_int4(int64_t m, int64_t n, int64_t k, int64_t group, bool norm, int sm_count) {
-  // Products of fewer than 2^22 weights only: on the H200 the staged kernel decodes GPT-2 (every
-  // product ≤ 2.4M weights) faster than quant_matmul_kernel, by its fusions, but TinyLlama's (4.2M
-  // to 11.5M) slower, where the 32 codes a load cost more registers and instructions than its
-  // three blocks an SM hide (bench/RESULTS.md, 2026-11-30).
+  // Products of fewer than 2^22 weights only: for small products the fusions pay; for larger
+  // ones quant_matmul_kernel's warp per column streams the codes faster than the staged kernel,
+  // whose 32 codes a load cost registers and instructions its three blocks an SM do not hide
+  // (measured: bench/RESULTS.md).
   return group > 0 && group % 32 == 0 && k % 32 == 0 && n * k < (int64_t{1} << 22) &&
          staged_split(m, n, k, 32, norm, sm_count, 0) > 0;
 }

@@ -131,7 +131,8 @@ ProductPlan plan_quant_product(const ir::Graph& g, int32_t id, const std::vector
   // before the kernel before ends (programmatic dependent launch).
   p.types = {.a_bf16 = x.dtype == DType::kBF16 && !ch.cast,
              .round_a = ch.cast,
-             .b_fixed = q.op == ir::Op::kParam && scale.op == ir::Op::kParam,
+             .b_fixed = q.op == ir::Op::kParam && scale.op == ir::Op::kParam &&
+                        (!four || g.node(n.inputs[3]).op == ir::Op::kParam),
              .b_i8 = true,
              .b_i4 = four,
              .group = group};
