@@ -313,11 +313,13 @@ __device__ __forceinline__ void rows8(const float* wv, const AT* a, int kk, cons
   // loads for a warp's next turn are in flight while it sums the current one. Defined before
   // (gemv.cc): VPL (values of W a 16-byte load: 4, 8 or 16), PRE (16-byte loads of W per lane and column
   // slice), COLS, EPI(y, i, j).
-  // Row i's value kk at xs[i * K + xs_at(kk)]: in order, except for int8 W (VPL 16), where the
-  // four float4 of each 16-value chunk lie K / 16 float4 apart, so that the lanes' reads of
-  // consecutive chunks are consecutive float4 (no bank conflicts).
+  // Row i's value kk at xs[i * K + xs_at(kk)]: in order, except for int8 and 4-bit W (VPL 16, 32),
+  // where the VPL / 4 float4 of each VPL-value chunk lie K / VPL float4 apart, so that the lanes'
+  // reads of consecutive chunks are consecutive float4 (no bank conflicts).
   __shared__ __align__(16) float xs[M * K];
-  auto xs_at = [](int kk) { return VPL == 16 ? ((kk >> 2) & 3) * (K / 4) + ((kk >> 4) << 2) + (kk & 3) : kk; };
+  auto xs_at = [](int kk) {
+    return VPL >= 16 ? ((kk >> 2) & (VPL / 4 - 1)) * (K / (VPL / 4)) + ((kk / VPL) << 2) + (kk & 3) : kk;
+  };
   __shared__ float red[NT / 32][2 * M];
   __shared__ float part[2][KS][CPB * COLS][M];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
