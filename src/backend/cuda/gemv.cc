@@ -64,11 +64,11 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
 int64_t gemv_max_rows(bool narrow_weights) { return narrow_weights ? 1 : kMaxRows; }
 
 bool gemv_takes_int4(int64_t m, int64_t n, int64_t k, int64_t group, bool norm, int sm_count) {
-  // Products of fewer than 2^22 weights only: for small products the fusions pay; for larger
+  // Products of fewer than 2^23 weights only: for small products the fusions pay; for larger
   // ones quant_matmul_kernel's warp per column streams the codes faster than the staged kernel,
   // whose 32 codes a load cost registers and instructions its three blocks an SM do not hide
   // (measured: bench/RESULTS.md).
-  return group > 0 && group % 32 == 0 && k % 32 == 0 && n * k < (int64_t{1} << 22) &&
+  return group > 0 && group % 32 == 0 && k % 32 == 0 && n * k < (int64_t{1} << 23) &&
          staged_split(m, n, k, 32, norm, sm_count, 0) > 0;
 }
 

@@ -78,7 +78,7 @@ struct GemvTypes {
   int64_t group = 0;
 };
 /// Whether gemv_kernel takes a product of 4-bit weights (the staged kernel: the rows fit in shared
-/// memory, K and the group multiples of 32, fewer than 2^22 weights).
+/// memory, K and the group multiples of 32, fewer than 2^23 weights).
 bool gemv_takes_int4(int64_t m, int64_t n, int64_t k, int64_t group, bool norm, int sm_count);
 /// The most rows gemv_kernel takes in a program: 8 with f32 weights, 1 with bf16 or int8 ones
 /// (with two and more rows cuBLASLt's bf16 product, and quant_matmul_kernel's columns a warp for
