@@ -203,30 +203,31 @@ struct DecodeBlock : Module {
   }
 };
 
-// Products of a few rows over int8 weights with what a decode step fuses into them (the norm and
-// the rounding cast of x, the bias, GELU and the residual): every backend against the reference
-// backend's double sums. On CUDA one row runs as the skinny-product kernel with those fused.
-TEST_P(Quantized, DecodeShapedProductsMatchTheReference) {
+// Products of a few rows over 8- or 4-bit weights with what a decode step fuses into them (the
+// norm and the rounding cast of x, the bias, GELU and the residual; widths 256 and 512, groups of
+// 32: the vector paths): `device` against the reference backend's double sums. On CUDA one row runs
+// as the skinny-product kernel with those fused.
+void decode_block_matches_reference(Device device, int bits) {
   DecodeBlock block;
-  block.store_params_as(DType::kI8, 32);
+  block.store_params_as(DType::kI8, 32, bits);
   for (const int64_t rows : {1, 3, 8})
     for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
       SCOPED_TRACE(std::to_string(rows) + " rows, " + (precision == Precision::kFp32 ? "f32" : "bf16"));
-      auto program = [&](Device device) {
+      auto program = [&](Device on) {
         Program p = compile_forward(
             block, [&](Tensor x) { return block.forward(x); },
-            {.inputs = {{"x", {rows, DecodeBlock::kWidth}}}, .device = device, .precision = precision});
+            {.inputs = {{"x", {rows, DecodeBlock::kWidth}}}, .device = on, .precision = precision});
         p.init_params(3);
         return p;
       };
-      Program got = program(GetParam()), want = program(Device::ref());
+      Program got = program(device), want = program(Device::ref());
       got.upload_params(want.download_params());
       std::vector<float> x(size_t(rows * DecodeBlock::kWidth));
       for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.37 * double(i)) * 2.0);
       const std::vector<float> y = got.run({{"x", x}}).f32();
       EXPECT_LT(rel_diff(y, want.run({{"x", x}}).f32()), precision == Precision::kFp32 ? 1e-5 : 1e-2);
       EXPECT_GT(rel_diff(y, x), 1e-2);  // the block adds something to x
-      if (GetParam().kind == Device::Kind::kCuda && rows == 1) {
+      if (device.kind == Device::Kind::kCuda && rows == 1) {
         const std::string steps = got.describe();
         std::string line;
         for (size_t at = 0; (at = steps.find("quant_matmul", at)) != std::string::npos; ++at) {
@@ -240,6 +241,8 @@ TEST_P(Quantized, DecodeShapedProductsMatchTheReference) {
     }
 }
 
+TEST_P(Quantized, DecodeShapedProductsMatchTheReference) { decode_block_matches_reference(GetParam(), 8); }
+
 TEST_P(Quantized, HoldsTheInt8ValuesAndNoDequantizedCopy) {
   nn::Llama stored(config());
   stored.store_params_as(DType::kI8, kGroup);
@@ -249,6 +252,22 @@ TEST_P(Quantized, HoldsTheInt8ValuesAndNoDequantizedCopy) {
     Program b = logits_program(stored, GetParam(), precision);
     // Parameters alone: the dequantized weights live in the step's arena, never in a held copy.
     EXPECT_EQ(b.memory_report().model_storage, expected);
+  }
+}
+
+/// Trains `train` (LoRA over a quantized base, its parameters drawn) 30 steps on `feeds`: the loss
+/// falls, and every parameter but the adapters stays bit-identical.
+void trains_only_the_adapters(Program& train, const Feeds& feeds) {
+  const std::map<std::string, HostTensor> before = train.download_params();
+  const float first = train.step(feeds);
+  float last = first;
+  for (int i = 0; i < 30; ++i) last = train.step(feeds);
+  EXPECT_LT(last, 0.95f * first);
+  const std::map<std::string, HostTensor> after = train.download_params();
+  for (const auto& [name, t] : before) {
+    if (name.find("lora") != std::string::npos) continue;
+    EXPECT_EQ(0, std::memcmp(t.data(), after.at(name).data(), size_t(t.numel() * dtype_size(t.dtype()))))
+        << name << " changed";
   }
 }
 
@@ -272,19 +291,9 @@ TEST_P(Quantized, LoRAOverAQuantizedBaseLeavesItBitIdentical) {
                                  .precision = Precision::kBf16,
                                  .frozen = nn::lora_frozen(model)});
   train.init_params(2);
-  const std::map<std::string, HostTensor> before = train.download_params();
   const std::vector<int32_t> x = ids(), y = ids(1);  // feeds borrow them
   const Feeds feeds = {{"ids", x}, {"targets", y}};
-  const float first = train.step(feeds);
-  float last = first;
-  for (int i = 0; i < 30; ++i) last = train.step(feeds);
-  EXPECT_LT(last, 0.95f * first);
-  const std::map<std::string, HostTensor> after = train.download_params();
-  for (const auto& [name, t] : before) {
-    if (name.find("lora") != std::string::npos) continue;
-    EXPECT_EQ(0, std::memcmp(t.data(), after.at(name).data(), size_t(t.numel() * dtype_size(t.dtype()))))
-        << name << " changed";
-  }
+  trains_only_the_adapters(train, feeds);
   // A checkpoint keeps the i8 values and scales as they are: a program on another backend
   // resumes from it with the same next loss.
   const std::string path = ::testing::TempDir() + "quantized_checkpoint.safetensors";
@@ -469,41 +478,7 @@ TEST_P(Quantized4, ComputesTheDequantizedModel) {
   }
 }
 
-// Decode-shaped products (rows 1, 3, 8; widths 256 and 512, groups of 32: the vector paths) against
-// the reference backend's double sums. On CUDA one row runs as the skinny-product kernel with the
-// norm, the cast, the bias, GELU and the residual fused.
-TEST_P(Quantized4, DecodeShapedProductsMatchTheReference) {
-  DecodeBlock block;
-  block.store_params_as(DType::kI8, 32, 4);
-  for (const int64_t rows : {1, 3, 8})
-    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-      SCOPED_TRACE(std::to_string(rows) + " rows, " + (precision == Precision::kFp32 ? "f32" : "bf16"));
-      auto program = [&](Device device) {
-        Program p = compile_forward(
-            block, [&](Tensor x) { return block.forward(x); },
-            {.inputs = {{"x", {rows, DecodeBlock::kWidth}}}, .device = device, .precision = precision});
-        p.init_params(3);
-        return p;
-      };
-      Program got = program(GetParam()), want = program(Device::ref());
-      got.upload_params(want.download_params());
-      std::vector<float> x(size_t(rows * DecodeBlock::kWidth));
-      for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.37 * double(i)) * 2.0);
-      const std::vector<float> y = got.run({{"x", x}}).f32();
-      EXPECT_LT(rel_diff(y, want.run({{"x", x}}).f32()), precision == Precision::kFp32 ? 1e-5 : 1e-2);
-      EXPECT_GT(rel_diff(y, x), 1e-2);
-      if (GetParam().kind == Device::Kind::kCuda && rows == 1) {  // the skinny-product kernel, norm fused
-        const std::string steps = got.describe();
-        bool fused = false;
-        for (size_t at = 0; (at = steps.find("quant_matmul", at)) != std::string::npos; ++at) {
-          const size_t from = steps.rfind('\n', at) + 1;
-          fused =
-              fused || steps.substr(from, steps.find('\n', at) - from).find("rms_norm") != std::string::npos;
-        }
-        EXPECT_TRUE(fused) << "the norm is not fused:\n" << steps;
-      }
-    }
-}
+TEST_P(Quantized4, DecodeShapedProductsMatchTheReference) { decode_block_matches_reference(GetParam(), 4); }
 
 TEST_P(Quantized4, HoldsThePackedCodesAndNoDequantizedCopy) {
   nn::Llama stored(config());
@@ -539,19 +514,9 @@ TEST(Quantize4Training, LoRAAndCheckpoints) {
   };
   Program train = train_program(Device::cpu());
   train.init_params(2);
-  const std::map<std::string, HostTensor> before = train.download_params();
   const std::vector<int32_t> x = ids(), y = ids(1);
   const Feeds feeds = {{"ids", x}, {"targets", y}};
-  const float first = train.step(feeds);
-  float last = first;
-  for (int i = 0; i < 30; ++i) last = train.step(feeds);
-  EXPECT_LT(last, 0.95f * first);
-  const std::map<std::string, HostTensor> after = train.download_params();
-  for (const auto& [name, t] : before) {
-    if (name.find("lora") != std::string::npos) continue;
-    EXPECT_EQ(0, std::memcmp(t.data(), after.at(name).data(), size_t(t.numel() * dtype_size(t.dtype()))))
-        << name;
-  }
+  trains_only_the_adapters(train, feeds);
   const std::string path = ::testing::TempDir() + "quantized4_checkpoint.safetensors";
   save_checkpoint(path, train);
   EXPECT_EQ(read_safetensors(path).at("model.layers.0.self_attn.q_proj.weight").shape(), (Shape{32, 16}));
