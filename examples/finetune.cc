@@ -24,7 +24,7 @@
 //              [--out finetune_adapter.safetensors] [--plot finetune_loss.svg]
 //              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
 //              [--save-model <folder> [--save-dtype f32|bf16|f16]]
-//              [--save-gguf <file.gguf> [--gguf-type f16|bf16|f32|q8_0]]
+//              [--save-gguf <file.gguf> [--gguf-type f16|bf16|f32|q8_0|q4_0]]
 //
 // The text is tokenized whole with the folder's tokenizer.json and split: the last --holdout of
 // its tokens are held out (windows of --seq-len tokens side by side), the rest gives training
@@ -95,6 +95,7 @@ struct Options {
   tg::Device device;
   tg::Precision precision = tg::Precision::kFp32;
   tg::DType save_dtype = tg::DType::kF32, gguf_dtype = tg::DType::kF16;
+  int gguf_bits = 8;  // --gguf-type q4_0: 4
   bool merge = false, check = false, int8 = false;
   int bits = 8;  // --int4: 4
 };
@@ -136,7 +137,7 @@ Options parse(const Args& args) {
         "fp32|bf16|f16] [--int8 | --int4] "
         "[--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] "
         "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-gguf <file> [--gguf-type "
-        "f16|bf16|f32|q8_0]] "
+        "f16|bf16|f32|q8_0|q4_0]] "
         "[--save-model <folder> [--save-dtype "
         "f32|bf16|f16]]");
   Options o;
@@ -189,14 +190,16 @@ Options parse(const Args& args) {
   o.save_gguf = args.get("save-gguf", "");
   if (args.has("save-gguf") && o.save_gguf.empty()) throw std::runtime_error("--save-gguf needs a file name");
   const std::string gguf_type = args.get("gguf-type", "f16");
-  if (gguf_type != "f32" && gguf_type != "bf16" && gguf_type != "f16" && gguf_type != "q8_0")
-    throw std::runtime_error("--gguf-type takes f32, bf16, f16 or q8_0, not " + gguf_type);
+  if (gguf_type != "f32" && gguf_type != "bf16" && gguf_type != "f16" && gguf_type != "q8_0" &&
+      gguf_type != "q4_0")
+    throw std::runtime_error("--gguf-type takes f32, bf16, f16, q8_0 or q4_0, not " + gguf_type);
   if (args.has("gguf-type") && !args.has("save-gguf"))
     throw std::runtime_error("--gguf-type needs --save-gguf");
-  o.gguf_dtype = gguf_type == "q8_0"   ? tg::DType::kI8
-                 : gguf_type == "bf16" ? tg::DType::kBF16
-                 : gguf_type == "f32"  ? tg::DType::kF32
-                                       : tg::DType::kF16;
+  o.gguf_bits = gguf_type == "q4_0" ? 4 : 8;
+  o.gguf_dtype = gguf_type == "q8_0" || gguf_type == "q4_0" ? tg::DType::kI8
+                 : gguf_type == "bf16"                      ? tg::DType::kBF16
+                 : gguf_type == "f32"                       ? tg::DType::kF32
+                                                            : tg::DType::kF16;
   // The files hold the merged model.
   o.merge = args.has("merge") || !o.save_model.empty() || !o.save_gguf.empty();
   o.check = args.has("check");
@@ -620,10 +623,12 @@ bool save_merged(const Options& o, const tg::pretrained::Model& lm, const Params
 // gives every merged weight as written (an f32 file: bit for bit; else within its rounding) and
 // the file's tokenizer encodes the text as the model's does.
 bool save_merged_gguf(const Options& o, const Inputs& in, const Params& merged) {
-  tg::pretrained::save_gguf(in.lm, merged, o.save_gguf, {.dtype = o.gguf_dtype});
+  tg::pretrained::save_gguf(in.lm, merged, o.save_gguf, {.dtype = o.gguf_dtype, .bits = o.gguf_bits});
   const tg::pretrained::Model back = tg::pretrained::load(o.save_gguf);
+  // Relative to each matrix's largest value: Q4_0 moves a value by up to its block's max / 8.
   const double tolerance = o.gguf_dtype == tg::DType::kF32   ? 0
                            : o.gguf_dtype == tg::DType::kF16 ? 1e-3
+                           : o.gguf_bits == 4                ? 0.13
                                                              : 1e-2;
   bool same = true;
   for (const auto& [name, t] : back.weights) {
@@ -641,11 +646,12 @@ bool save_merged_gguf(const Options& o, const Inputs& in, const Params& merged) 
   }
   const std::string sample = "the cat sat.";
   same = same && tg::Tokenizer::load(o.save_gguf).encode(sample, true) == in.tokenizer.encode(sample, true);
-  std::printf("saved the merged model as GGUF to %s (%s, %s matrices)%s\n", o.save_gguf.c_str(),
-              back.architecture.c_str(),
-              o.gguf_dtype == tg::DType::kI8 ? "Q8_0" : tg::dtype_name(o.gguf_dtype),
-              same ? "; it loads back with the merged weights and the tokenizer"
-                   : "; it did NOT load back as written");
+  std::printf(
+      "saved the merged model as GGUF to %s (%s, %s matrices)%s\n", o.save_gguf.c_str(),
+      back.architecture.c_str(),
+      o.gguf_dtype == tg::DType::kI8 ? (o.gguf_bits == 4 ? "Q4_0" : "Q8_0") : tg::dtype_name(o.gguf_dtype),
+      same ? "; it loads back with the merged weights and the tokenizer"
+           : "; it did NOT load back as written");
   return same;
 }
 

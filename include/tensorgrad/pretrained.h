@@ -205,6 +205,9 @@ struct GgufOptions {
   /// per 32 values of a row; a matrix whose rows are not whole blocks of 32 is written F16).
   /// Vectors (norms, biases) are F32, as llama.cpp's converter writes them.
   DType dtype = DType::kF16;
+  /// Under kI8: 8 (Q8_0) or 4 (ggml's Q4_0: 4-bit codes and an f16 scale per 32 values, by ggml's
+  /// reference quantizer).
+  int bits = 8;
 };
 
 /// Writes `weights` (as save() takes them: LoRA adapters merged, quantized weights dequantized)

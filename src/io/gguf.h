@@ -99,6 +99,9 @@ void write_gguf(const std::string& path, const std::vector<GgufKv>& kvs, const s
 /// ggml's Q8_0 blocks of `values` (a multiple of 32 of them), by its reference rule: per block
 /// d = max|x| / 127 (stored as f16), q = x · (1/d) rounded half away from zero.
 std::vector<uint8_t> quantize_q8_0(std::span<const float> values);
+/// ggml's Q4_0 blocks of `values` (a multiple of 32), by its reference rule: per block the value m
+/// of largest magnitude gives d = m / −8 (stored as f16), q = min(15, trunc(x / d + 8.5)).
+std::vector<uint8_t> quantize_q4_0(std::span<const float> values);
 
 /// Dequantizes `blocks` whole blocks of ggml type `type` from `src` into `dst` (blocks ×
 /// the type's block size floats). For the quantized types only (gguf_quants.cc).

@@ -95,6 +95,25 @@ void write_gguf(const std::string& path, const std::vector<GgufKv>& kvs,
   }
 }
 
+std::vector<uint8_t> quantize_q4_0(std::span<const float> values) {
+  std::vector<uint8_t> out(values.size() / 32 * 18);
+  for (size_t b = 0; b < values.size() / 32; ++b) {
+    const float* x = values.data() + b * 32;
+    float amax = 0, m = 0;
+    for (int j = 0; j < 32; ++j)
+      if (std::abs(x[j]) > amax) amax = std::abs(x[j]), m = x[j];
+    const float d = m / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    uint8_t* block = out.data() + b * 18;
+    const uint16_t h = f16_from_f32(d);
+    std::memcpy(block, &h, 2);
+    const auto code = [&](float v) {
+      return std::min(15, static_cast<int>(static_cast<int8_t>(v * id + 8.5f)));
+    };
+    for (int j = 0; j < 16; ++j) block[2 + j] = static_cast<uint8_t>(code(x[j]) | (code(x[j + 16]) << 4));
+  }
+  return out;
+}
+
 std::vector<uint8_t> quantize_q8_0(std::span<const float> values) {
   std::vector<uint8_t> out(values.size() / 32 * 34);
   for (size_t b = 0; b < values.size() / 32; ++b) {

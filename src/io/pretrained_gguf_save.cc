@@ -181,7 +181,11 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
   const DType dt = options.dtype;
   if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16 && dt != DType::kI8)
     fail(path, std::string("GgufOptions::dtype is ") + dtype_name(dt) +
-                   "; GGUF matrices are written as f32, f16, bf16 or i8 (Q8_0)");
+                   "; GGUF matrices are written as f32, f16, bf16 or i8 (Q8_0, or Q4_0 with .bits = 4)");
+  if (options.bits != 8 && (options.bits != 4 || dt != DType::kI8))
+    fail(path, "GgufOptions::bits is " + std::to_string(options.bits) +
+                   "; matrices quantize (.dtype = DType::kI8) to 8 bits (Q8_0) or 4 (Q4_0)");
+  const bool q4 = options.bits == 4;
   const std::string arch = m.architecture == "LlamaForCausalLM"   ? "llama"
                            : m.architecture == "Qwen2ForCausalLM" ? "qwen2"
                            : m.architecture == "Qwen3ForCausalLM" ? "qwen3"
@@ -195,7 +199,11 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
   const std::string p = arch + ".";
   const int64_t kv_heads = l.kv_heads != 0 ? l.kv_heads : l.heads;
   const json config = json::parse(m.config_json.empty() ? "{}" : m.config_json);
-  const uint32_t file_type = dt == DType::kF32 ? 0 : dt == DType::kF16 ? 1 : dt == DType::kI8 ? 7 : 32;
+  // llama.cpp's file types: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_Q4_0, MOSTLY_BF16.
+  const uint32_t file_type = dt == DType::kF32   ? 0
+                             : dt == DType::kF16 ? 1
+                             : dt == DType::kI8  ? (q4 ? 2 : 7)
+                                                 : 32;
   std::vector<GgufKv> kvs = {
       {"general.architecture", io::kGgufString, arch},
       {"general.name", io::kGgufString, std::filesystem::path(m.folder).filename().string()},
@@ -250,8 +258,8 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
     const uint32_t type = !matrix                              ? 0
                           : dt == DType::kF32                  ? 0
                           : dt == DType::kBF16                 ? 30
-                          : dt == DType::kI8 && cols % 32 == 0 ? 8
-                                                               : 1;  // F16 (and Q8_0's fallback)
+                          : dt == DType::kI8 && cols % 32 == 0 ? (q4 ? 2 : 8)
+                                                               : 1;  // F16 (and Q8_0's, Q4_0's fallback)
     const bool q = hf.find(".self_attn.q_proj.") != std::string::npos,
                k = hf.find(".self_attn.k_proj.") != std::string::npos;
     const int64_t heads = arch == "llama" && (q || k) ? (q ? l.heads : kv_heads) : 0;
@@ -266,6 +274,7 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
                            if (!std::isfinite(v))
                              throw CheckpointError("tensor '" + name + "' holds " + std::to_string(v));
                          if (type == 8) return io::quantize_q8_0(x);
+                         if (type == 2) return io::quantize_q4_0(x);
                          std::vector<uint8_t> out(x.size() * (type == 0 ? 4 : 2));
                          if (type == 0) std::memcpy(out.data(), x.data(), out.size());
                          for (size_t i = 0; type != 0 && i < x.size(); ++i) {

@@ -53,8 +53,9 @@ HostTensor dequantize_param(const std::string& name, int bits, const HostTensor&
   const auto find = [&](const std::string& part) -> const HostTensor& {
     const auto it = values.find(part);
     if (it == values.end())
-      throw InputError("[dequantize] missing '" + part + "', the " + (part == offset_name(name) ? "offsets" : "scales") +
-                       " of the quantized '" + name + "'");
+      throw InputError("[dequantize] missing '" + part + "', the " +
+                       (part == offset_name(name) ? "offsets" : "scales") + " of the quantized '" + name +
+                       "'");
     return it->second;
   };
   return bits == 4 ? dequantize_int4(q, find(scale_name(name)), find(offset_name(name)))
@@ -65,7 +66,8 @@ Shape dequantized_shape(const std::string& name, const Shape& stored,
                         const std::map<std::string, HostTensor>& params) {
   Shape s = stored;
   const auto it = params.find(name);
-  if (!s.empty() && it != params.end() && it->second.dtype() == DType::kI8 && params.count(offset_name(name)) != 0)
+  if (!s.empty() && it != params.end() && it->second.dtype() == DType::kI8 &&
+      params.count(offset_name(name)) != 0)
     s.back() *= 2;
   return s;
 }
@@ -126,15 +128,15 @@ void quantize_int4(std::span<const float> w, int64_t group, uint8_t* q, float* s
   for (int64_t g = 0; g * group < n; ++g) {
     const float* x = w.data() + g * group;
     check_finite("quantize_int4", x, group, g * group);
-    const auto [lo, hi] = std::minmax_element(x, x + group);
-    const float s = (*hi - *lo) / 15.0f;
-    scale[g] = s, offset[g] = *lo;
+    // (No structured binding: clang 16 with OpenMP refuses the lambda below capturing one.)
+    const auto range = std::minmax_element(x, x + group);
+    const float lo = *range.first, s = (*range.second - lo) / 15.0f;
+    scale[g] = s, offset[g] = lo;
     uint8_t* bytes = q + g * group / 2;
     for (int64_t i = 0; i < group; i += 2) {
       // Ties to even (nearbyint); the clamp only catches a last-bit error of the division.
       const auto code = [&](float v) {
-        return static_cast<uint8_t>(s == 0.0f ? 0.0f
-                                              : std::clamp(std::nearbyint((v - *lo) / s), 0.0f, 15.0f));
+        return static_cast<uint8_t>(s == 0.0f ? 0.0f : std::clamp(std::nearbyint((v - lo) / s), 0.0f, 15.0f));
       };
       bytes[i / 2] = static_cast<uint8_t>(code(x[i]) | (code(x[i + 1]) << 4));
     }

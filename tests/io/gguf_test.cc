@@ -366,6 +366,47 @@ TEST(GgufSave, HalfAndQ8_0Matrices) {
   }
 }
 
+// Q4_0 (.bits = 4): ggml's rule, each value within its block's d = max|x| / 8 (and d's f16
+// rounding) of the written one, rows of 48 values written F16; loaded in 4 bits, exactly its codes.
+TEST(GgufSave, Q4_0Matrices) {
+  const pretrained::Model lm = pretrained::load(kData + "/tiny_llama");
+  const std::string path = temp_path("tiny_llama_q4.gguf");
+  pretrained::save_gguf(lm, lm.weights, path, {.dtype = DType::kI8, .bits = 4});
+  const io::GgufFile g = io::read_gguf(path);
+  int q4 = 0;
+  for (const io::GgufTensor& t : g.tensors) {
+    if (t.shape.size() != 2) continue;
+    EXPECT_EQ(t.type, t.shape[1] % 32 == 0 ? 2u : 1u) << t.name;
+    q4 += t.type == 2;
+  }
+  EXPECT_GT(q4, 8);
+  const pretrained::Model back = pretrained::load(path);
+  for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.gate_proj.weight"}) {
+    const std::span<const float> a = lm.weights.at(name).f32(), b = back.weights.at(name).f32();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t block = 0; block < a.size() / 32; ++block) {
+      float amax = 0;
+      for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(a[block * 32 + j]));
+      for (size_t j = 0; j < 32; ++j)
+        ASSERT_LE(std::abs(a[block * 32 + j] - b[block * 32 + j]), amax / 8 * 1.01f)
+            << name << " [" << block * 32 + j << "]";
+    }
+  }
+  const pretrained::Model four = pretrained::load(path, {.dtype = DType::kI8, .bits = 4});
+  const char* w = "model.layers.1.mlp.up_proj.weight";
+  EXPECT_EQ(max_rel(dequantize_param(w, 4, four.weights.at(w), four.weights).f32(), back.weights.at(w).f32()),
+            0.0);
+  const auto golden = read_safetensors(kData + "/tiny_llama/logits.safetensors");
+  const double d =
+      tg::testing::rel_diff(logits_of(back, golden.at("ids"), Device::cpu()), golden.at("logits").f32());
+  EXPECT_LT(d, 0.5);  // Q4_0 of a tiny random model: 31 % (the values' bounds above are the real check)
+  EXPECT_GT(d, 1e-3);
+  EXPECT_HAS(tg::testing::message_of<CheckpointError>(
+                 [&] { pretrained::save_gguf(lm, lm.weights, path, {.dtype = DType::kF16, .bits = 4}); }),
+             "GgufOptions::bits is 4");
+  fs::remove(path);
+}
+
 // Each tokenizer fixture written as GGUF metadata encodes the golden texts as its tokenizer.json.
 // A Metaspace tokenizer with prepend_scheme "first" (newer Llama 2 and Mistral files) puts "▁"
 // before the text only where it does not start with a space and not after special tokens; GGUF's
