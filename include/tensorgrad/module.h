@@ -97,6 +97,8 @@ class Module {
   /// Mamba's dt_proj) as bf16: about a quarter of the f32 memory for a transformer. With `bits`
   /// 4 the Linears' weights are quantized to 4 bits instead (Param::quantize_int4: codes packed two
   /// to a byte with a scale and an offset per group), about 0.75 bytes a weight at groups of 32.
+  /// A weight quantized already (Param::quantize_int8 or quantize_int4) keeps its form, so that
+  /// chosen Linears can be given 8 bits and the rest 4.
   void store_params_as(DType dtype, int64_t group = 32, int bits = 8);
 
   /// Internal: the root's per-device parameter storage.

@@ -112,6 +112,9 @@ void dequantize_ggml(uint32_t type, const uint8_t* src, int64_t blocks, float* d
 bool ggml_as_int4(uint32_t type, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float* offset);
 /// Whether ggml_as_int4 takes `type`.
 bool ggml_is_int4(uint32_t type);
+/// The bits a value of a block-quantized type holds (Q2_K 2 … Q8_0 8; the scales not counted); 0
+/// for F32, F16, BF16 and the types read_gguf_tensor does not read.
+int ggml_bits(uint32_t type);
 
 /// A Q4_0, Q4_1 or Q4_K tensor's values as 4-bit codes (ggml_as_int4). Throws CheckpointError.
 Quantized4Tensor read_gguf_tensor_int4(const GgufFile& file, const GgufTensor& t, std::istream& in);

@@ -226,6 +226,22 @@ void int4_of_q4_k(const uint8_t* b, uint8_t* q, float* scale, float* offset) {
 
 bool ggml_is_int4(uint32_t type) { return type == kQ4_0 || type == kQ4_1 || type == kQ4_K; }
 
+int ggml_bits(uint32_t type) {
+  switch (type) {
+    case kQ2_K: return 2;
+    case kQ3_K: return 3;
+    case kQ4_0:
+    case kQ4_1:
+    case kQ4_K: return 4;
+    case kQ5_0:
+    case kQ5_1:
+    case kQ5_K: return 5;
+    case kQ6_K: return 6;
+    case kQ8_0: return 8;
+    default: return 0;
+  }
+}
+
 bool ggml_as_int4(uint32_t type, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale,
                   float* offset) {
   if (!ggml_is_int4(type)) return false;

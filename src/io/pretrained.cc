@@ -173,7 +173,19 @@ HostTensor take_tensor(const Model& m, Weights& w, const std::string& name, cons
 // file's copy and the f32 copy of a large model are not both held at once.
 void map_weights(Model& m, Weights w, const std::function<Source(const std::string&)>& source_of,
                  const std::function<bool(const std::string&)>& ignorable) {
-  m.module->store_params_as(m.dtype, m.group, m.bits);  // a fresh module: no program has allocated it yet
+  // Under 4 bits, a matrix the file holds in more bits (a Q4_K_M file's Q6_K matrices, Q5 and Q8_0
+  // ones) keeps 8, as llama.cpp keeps its mix of precisions; the rest take 4. A fresh module: no
+  // program has allocated it yet.
+  if (m.dtype == DType::kI8 && m.bits == 4)
+    for (Module* sub : m.module->modules()) {
+      auto* linear = dynamic_cast<nn::Linear*>(sub);
+      if (linear == nullptr || linear->in_features % m.group != 0 ||
+          linear->weight.path().find(".experts.") != std::string::npos)
+        continue;
+      const auto d = w.deferred.find(source_of(linear->weight.path()).name);
+      if (d != w.deferred.end() && d->second.file_bits > 4) linear->weight.quantize_int8(m.group);
+    }
+  m.module->store_params_as(m.dtype, m.group, m.bits);
   for (const Param* p : m.module->parameters()) {
     if (p->scales() != nullptr) continue;  // made by quantizing the weight it scales
     const std::string path = p->path();
@@ -513,7 +525,8 @@ Model load(const std::string& folder, const LoadOptions& options) {
   if (options.dtype == DType::kI8 && options.group <= 0)
     fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; it must be positive");
   if (options.bits != 8 && options.bits != 4)
-    fail(folder, "LoadOptions::bits is " + std::to_string(options.bits) + "; weights quantize to 8 or 4 bits");
+    fail(folder,
+         "LoadOptions::bits is " + std::to_string(options.bits) + "; weights quantize to 8 or 4 bits");
   if (options.bits == 4 && options.dtype != DType::kI8)
     fail(folder, std::string("LoadOptions::bits is 4 with .dtype ") + dtype_name(options.dtype) +
                      "; 4 bits are a quantization: set .dtype = DType::kI8 too");

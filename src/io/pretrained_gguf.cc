@@ -496,6 +496,7 @@ Weights gguf_weights(const std::string& path) {
                                           reading([&] { return io::read_gguf_tensor(header, t, f); }));
                           },
                           {}};
+      w.deferred[name].file_bits = io::ggml_bits(t.type);
       // 4-bit blocks kept as codes: the same rows, each part laid out as the values would be
       // (Llama's q and k rows reordered; no other layout change touches a 4-bit matrix).
       if (io::ggml_is_int4(t.type) && arch != "gpt2")

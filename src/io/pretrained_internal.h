@@ -64,6 +64,8 @@ struct Weights {
     /// A GGUF file's Q4_0, Q4_1 or Q4_K matrix as 4-bit codes with a scale and an offset per 32
     /// values (Param::quantize_int4's layout, exactly), else empty.
     std::function<Quantized4Tensor()> read_int4;
+    /// The bits a value of the file's block type (2 to 8: Q2_K … Q8_0), 0 for F32, F16 and BF16.
+    int file_bits = 0;
   };
   std::map<std::string, Deferred> deferred;
   /// Takes a deferred tensor as its 4-bit codes (read now); nothing when it has none.

@@ -74,9 +74,11 @@ void Module::store_params_as(DType dtype, int64_t group, int bits) {
       if (auto* moe = dynamic_cast<nn::LlamaMoe*>(m))
         for (const auto& e : moe->experts)
           for (Module* sub : e->modules()) experts.insert(sub);
+    // A weight quantized already (Param::quantize_int8 or quantize_int4) keeps its form.
     for (Module* m : modules())
       if (auto* linear = dynamic_cast<nn::Linear*>(m);
-          linear != nullptr && linear->in_features % group == 0 && experts.count(m) == 0)
+          linear != nullptr && linear->in_features % group == 0 && experts.count(m) == 0 &&
+          linear->weight.dtype() != DType::kI8)
         bits == 4 ? linear->weight.quantize_int4(group) : linear->weight.quantize_int8(group);
     dtype = DType::kBF16;
   }
@@ -138,9 +140,10 @@ void Param::check_unallocated(const char* what) const {
 
 void Param::set_dtype(DType dtype) {
   if (dtype != DType::kF32 && !is_half(dtype))
-    throw Error("[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " +
-                dtype_name(dtype) +
-                (dtype == DType::kI8 ? " (Param::quantize_int8 and quantize_int4 store one as i8 with its scales)" : ""));
+    throw Error(
+        "[Param] '" + path() + "': parameters are stored as f32, bf16 or f16, not " + dtype_name(dtype) +
+        (dtype == DType::kI8 ? " (Param::quantize_int8 and quantize_int4 store one as i8 with its scales)"
+                             : ""));
   if (dtype == dtype_) return;
   if (scales_ != nullptr)
     throw Error("[Param] '" + path() + "' holds the scales of a quantized parameter: f32");

@@ -133,8 +133,9 @@ TEST(Gguf, Q8_0MatricesLoadAsInt8Exactly) {
 
 // Q4_0, Q4_1 and Q4_K blocks are 4-bit codes with a scale and an offset per 32 values exactly:
 // their dequantization is ggml's, to the bit. Under LoadOptions{kI8, group 32, 4 bits} such a
-// matrix is taken as it is (Llama's k rows reordered too); other matrices are quantized from their
-// values, and the model computes what its f32 load computes with those values.
+// matrix is taken as it is (Llama's k rows reordered too); a matrix the file holds in more bits
+// (Q5_0, Q5_1, Q8_0) keeps 8 (Q8_0's integers exactly); and the model computes what its f32 load
+// computes with the values it holds.
 TEST(Gguf, FourBitBlocksLoadAsInt4Exactly) {
   const io::GgufFile g = io::read_gguf(kGguf + "/blocks.gguf");
   std::ifstream in(g.path, std::ios::binary);
@@ -155,10 +156,17 @@ TEST(Gguf, FourBitBlocksLoadAsInt4Exactly) {
   const pretrained::Model f32 = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
   const pretrained::Model q4 =
       pretrained::load(kGguf + "/tiny_llama_quant.gguf", {.dtype = DType::kI8, .group = 32, .bits = 4});
-  // attn_k is Q4_0 (rows reordered), attn_v Q4_1 in the file.
-  for (const char* name :
-       {"model.layers.0.self_attn.k_proj.weight", "model.layers.1.self_attn.v_proj.weight"}) {
-    const HostTensor back = dequantize_param(name, 4, q4.weights.at(name), q4.weights);
+  // attn_k is Q4_0 (rows reordered), attn_v Q4_1, attn_q and ffn_up Q8_0 in the file.
+  std::map<std::string, int> bits;
+  for (const Param* p : q4.module->parameters()) bits[p->path()] = p->bits();
+  EXPECT_EQ(bits.at("model.layers.0.self_attn.k_proj.weight"), 4);
+  EXPECT_EQ(bits.at("model.layers.1.self_attn.v_proj.weight"), 4);
+  EXPECT_EQ(bits.at("model.layers.0.self_attn.o_proj.weight"), 8);  // Q5_0
+  EXPECT_EQ(bits.at("model.layers.1.mlp.gate_proj.weight"), 8);     // Q5_1
+  EXPECT_EQ(bits.at("lm_head.weight"), 8);                          // Q8_0
+  for (const char* name : {"model.layers.0.self_attn.k_proj.weight", "model.layers.1.self_attn.v_proj.weight",
+                           "model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight"}) {
+    const HostTensor back = dequantize_param(name, bits.at(name), q4.weights.at(name), q4.weights);
     const std::span<const float> a = back.f32(), b = f32.weights.at(name).f32();
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << name << " [" << i << "]";
@@ -167,8 +175,9 @@ TEST(Gguf, FourBitBlocksLoadAsInt4Exactly) {
   std::map<std::string, HostTensor> held;
   for (const Param* p : q4.module->parameters())
     if (p->scales() == nullptr)
-      held[p->path()] = p->bits() == 4 ? dequantize_param(p->path(), 4, q4.weights.at(p->path()), q4.weights)
-                                       : q4.weights.at(p->path()).to(DType::kF32);
+      held[p->path()] = p->bits() != 0
+                            ? dequantize_param(p->path(), p->bits(), q4.weights.at(p->path()), q4.weights)
+                            : q4.weights.at(p->path()).to(DType::kF32);
   pretrained::Model same = pretrained::load(kGguf + "/tiny_llama_quant.gguf");
   same.weights = held;
   const auto golden = read_safetensors(kData + "/tiny_llama/logits.safetensors");
