@@ -195,7 +195,7 @@ std::vector<Tensor> vjp(ir::Graph& graph, int32_t id, std::span<const Tensor> do
       const bool four = n.inputs.size() == 4;
       const int64_t rows_n = in_shape[1][0], k = in_shape[0].back(), groups = in_shape[2][1];
       const Shape grouped{rows_n, groups, k / groups};
-      const Tensor q = four ? ir::unpack_int4(x(1), grouped, loc) : cast(reshape(x(1), grouped, loc), DType::kF32, loc);
+      const Tensor q = ir::quantized_values(x(1), grouped, four ? 4 : 8, loc);
       Tensor w = mul(q, reshape(x(2), {rows_n, groups, 1}, loc), loc);
       if (four) w = add(w, reshape(x(3), {rows_n, groups, 1}, loc), loc);
       w = reshape(w, {rows_n, k}, loc);

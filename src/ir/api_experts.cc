@@ -40,20 +40,24 @@ Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets, b
   return emit(g, std::move(n));
 }
 
+namespace {
+/// quant_matmul's x as the product reads it: cast to the precision policy's operand type.
+Tensor policy_x(const Tensor& x, const Loc& loc) {
+  const DType half = policy_operand_dtype(x);
+  return x.dtype() == DType::kF32 && half != DType::kF32 ? cast(x, half, loc) : x;
+}
+}  // namespace
+
 Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, Loc loc) {
   Arg ax(x, loc), aq(q, loc), as(scale, loc);
   Graph& g = graph_for("quant_matmul", {&ax, &aq, &as}, loc);
-  const DType half = policy_operand_dtype(x);
-  const Tensor tx = x.dtype() == DType::kF32 && half != DType::kF32 ? cast(x, half, loc) : x;
-  return emit(g, make_node(Op::kQuantMatmul, {tx.id(), q.id(), scale.id()}, loc));
+  return emit(g, make_node(Op::kQuantMatmul, {policy_x(x, loc).id(), q.id(), scale.id()}, loc));
 }
 
 Tensor quant_matmul(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& offset, Loc loc) {
   Arg ax(x, loc), aq(q, loc), as(scale, loc), ao(offset, loc);
   Graph& g = graph_for("quant_matmul", {&ax, &aq, &as, &ao}, loc);
-  const DType half = policy_operand_dtype(x);
-  const Tensor tx = x.dtype() == DType::kF32 && half != DType::kF32 ? cast(x, half, loc) : x;
-  return emit(g, make_node(Op::kQuantMatmul, {tx.id(), q.id(), scale.id(), offset.id()}, loc));
+  return emit(g, make_node(Op::kQuantMatmul, {policy_x(x, loc).id(), q.id(), scale.id(), offset.id()}, loc));
 }
 
 namespace ir {
@@ -65,6 +69,10 @@ Tensor unpack_int4(const Tensor& packed, const Shape& out, const Loc& loc) {
   Shape pair = packed.shape();
   pair.push_back(1);
   return reshape(concat({reshape(low, pair, loc), reshape(high, pair, loc)}, -1, loc), out, loc);
+}
+
+Tensor quantized_values(const Tensor& q, const Shape& out, int bits, const Loc& loc) {
+  return bits == 4 ? unpack_int4(q, out, loc) : cast(reshape(q, out, loc), DType::kF32, loc);
 }
 }  // namespace ir
 

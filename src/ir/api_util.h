@@ -35,6 +35,10 @@ DType common_dtype(const Arg& a, const Arg& b);
 /// signed value s, high code trunc(b/16), low code b − 16·high; codes 2j (low) and 2j + 1 (high)
 /// side by side. passes/weights.cc recognises this form under a quantized product.
 Tensor unpack_int4(const Tensor& packed, const Shape& out, const Loc& loc);
+/// A quantized weight's integers as f32 of shape `out` [..., K/G, G]: its i8 values reshaped and
+/// cast (8 bits), or unpack_int4 of its packed codes (4 bits). Param::tensor and quant_matmul's
+/// VJP read the weight so.
+Tensor quantized_values(const Tensor& q, const Shape& out, int bits, const Loc& loc);
 
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b, const Loc& loc);
 /// Inserts a broadcast_to unless `t` already has `shape`.

@@ -213,8 +213,7 @@ Tensor Param::tensor(Loc loc) const {
       grouped.back() /= group_;
       grouped.push_back(group_);
       per_group.push_back(1);
-      const Tensor values = bits_ == 4 ? ir::unpack_int4(leaf, grouped, loc)
-                                       : cast(reshape(leaf, grouped, loc), DType::kF32, loc);
+      const Tensor values = ir::quantized_values(leaf, grouped, bits_, loc);
       Tensor w = mul(values, reshape(scale_->tensor(loc), per_group, loc), loc);
       if (bits_ == 4) w = add(w, reshape(offset_->tensor(loc), per_group, loc), loc);
       trace->param_reads[this] = reshape(w, shape_, loc).id();
