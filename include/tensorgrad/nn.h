@@ -37,6 +37,7 @@ class Linear : public Module {
 
  private:
   friend void attach_lora(Linear& linear, int64_t rank, double alpha, double dropout);
+  friend void remove_lora(Module& model);
   std::unique_ptr<LoRA> lora_;
 };
 
@@ -78,6 +79,14 @@ struct LoRAOptions {
 /// before compiling (a model already compiled gets the new parameters at its next compile,
 /// initialised from the seed 0 stream). A Linear that already has an adapter is an InputError.
 std::vector<std::string> add_lora(Module& model, const LoRAOptions& options);
+
+/// Attaches one adapter (rank, alpha, dropout as in LoRAOptions) to `linear`; an InputError if
+/// it has one already.
+void attach_lora(Linear& linear, int64_t rank, double alpha, double dropout);
+
+/// Removes every adapter of `model` (after merge_lora folded them into the weights): programs
+/// compiled afterwards run the plain Linears. Programs compiled before keep theirs.
+void remove_lora(Module& model);
 
 /// TrainOptions::frozen for LoRA fine-tuning: every parameter of `model` except the adapters'.
 std::vector<std::string> lora_frozen(const Module& model);

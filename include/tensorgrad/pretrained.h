@@ -251,4 +251,55 @@ Model from_config(const nn::T5Config& config);
 /// Whisper: WhisperForConditionalGeneration.
 Model from_config(const nn::WhisperConfig& config);
 
+// ---- PEFT LoRA adapters ------------------------------------------------------------------
+// An adapter folder as PEFT's save_pretrained writes it: adapter_config.json (peft_type "LORA",
+// r, lora_alpha, use_rslora, rank_pattern, alpha_pattern, lora_dropout, target_modules, …) and
+// adapter_model.safetensors, whose "base_model.model.<module>.lora_A.weight" [r, in] and
+// ".lora_B.weight" [out, r] adapt the transformers module <module> by (alpha/r)·B·A
+// (alpha/√r under rsLoRA), and whose other tensors (modules_to_save, trained biases) replace the
+// base's of that name. Modules the library splits (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's
+// query_key_value) and GPT-2's Conv1D map as save() maps their weights.
+
+struct AdapterLoadOptions {
+  /// Fold the adapters into the weights (W + (alpha/r)·B·A, PEFT's merge_and_unload) and
+  /// attach nothing: the model runs as fast as the base. Quantized weights are quantized again
+  /// after merging (a rounding the unmerged adapter does not have); half-stored ones rounded
+  /// back to their type.
+  bool merge = false;
+};
+
+/// Reads a PEFT LoRA adapter folder onto `m`: attaches an nn::LoRA of the adapter's rank and
+/// scaling to every nn::Linear it adapts (all of a fused module's parts share its A and take
+/// their rows of B) and adds the adapters' values and the replaced tensors to m.weights; or, with
+/// `merge`, folds them into m.weights. Call it before compiling programs of m.module (a program
+/// compiled before does not see the adapters). Returns the adapted Linears' paths. Errors are
+/// tg::CheckpointError naming the folder and the tensor or field: no adapter_config.json (or
+/// only adapter_model.bin), another peft_type, variants the library does not run (DoRA,
+/// lora_bias, adapters on embeddings or on parameters, layer_replication, …), a module the model
+/// has no Linear for, shapes that do not match, a Linear that has an adapter already.
+std::vector<std::string> load_adapter(Model& m, const std::string& folder, const AdapterLoadOptions& options = {});
+
+struct AdapterSaveOptions {
+  /// The tensors' dtype in adapter_model.safetensors: DType::kF32, kBF16 or kF16.
+  DType dtype = DType::kF32;
+  /// adapter_config.json's base_model_name_or_path; empty: m.folder.
+  std::string base_model = {};
+  /// Modules of the library's model trained in full beside the adapters (a classifier head:
+  /// "classifier"), by path: their parameters are written whole under the file's names, and
+  /// their file names listed as PEFT's modules_to_save.
+  std::vector<std::string> modules_to_save = {};
+};
+
+/// Writes the LoRA adapters of m.module (nn::add_lora or load_adapter), their values taken from
+/// `weights` (a program's download_params(); other entries are ignored), as a PEFT adapter folder
+/// that peft's PeftModel.from_pretrained and load_adapter read over m's Hugging Face folder.
+/// Adapters on Linears the file fuses (Phi-3's q/k/v_proj, GPT-NeoX's) are written as one adapter
+/// of the fused module whose rank is the sum of the parts' (A stacked, B block-diagonal), which
+/// computes the same product; ranks and scalings that differ from the first module's go into
+/// rank_pattern and alpha_pattern. The folder is created if missing. Errors are
+/// tg::CheckpointError: no adapters, a missing or misshapen adapter value, an adapted Linear the
+/// file has no module for.
+void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,
+                  const AdapterSaveOptions& options = {});
+
 }  // namespace tg::pretrained

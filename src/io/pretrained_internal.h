@@ -22,8 +22,8 @@ using nlohmann::json;
 std::string shape_str(const Shape& s);
 
 // What a config field of type T must be in the JSON.
-template <typename T>
-bool has_type(const json& v) {
+template <typename T, typename Json>
+bool has_type(const Json& v) {
   if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
   if constexpr (std::is_same_v<T, std::string>) return v.is_string();
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return v.is_number_integer();
@@ -102,6 +102,11 @@ std::map<std::string, std::string> gguf_side_files(const std::string& path);
 std::map<std::string, HostTensor> merged_f32_weights(const Model& m,
                                                      std::map<std::string, HostTensor> weights,
                                                      const std::string& path);
+
+/// The library's parameters (by its names and layouts, f32) → the file's tensors of
+/// m.architecture, as save() writes them (pretrained_save.cc): renamed, GPT-2's Conv1D weights
+/// transposed, fused projections stacked again. Rows move, values are not changed.
+std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::string, HostTensor> w);
 
 /// How one parameter comes from the file: the file's name and a layout change (none: same
 /// shape, copied).

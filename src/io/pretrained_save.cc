@@ -232,7 +232,8 @@ HostTensor stack_rows(const std::vector<const HostTensor*>& parts) {
   return HostTensor::f32(std::move(out), {rows, parts.front()->shape()[1]});
 }
 
-// The library's parameters → the file's tensors of m.architecture (f32).
+}  // namespace
+
 std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::string, HostTensor> w) {
   std::map<std::string, HostTensor> out;
   if (m.architecture == "GPT2LMHeadModel" || m.architecture == "MambaForCausalLM") {
@@ -286,6 +287,8 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     out[mixtral ? mixtral_source(name).name : name] = std::move(t);  // the Llama family
   return out;
 }
+
+namespace {
 
 // Greedy shards of at most max_bytes in name order (a larger tensor alone in its own).
 std::vector<std::map<std::string, HostTensor>> shards_of(std::map<std::string, HostTensor> tensors,

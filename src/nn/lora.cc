@@ -34,6 +34,13 @@ void attach_lora(Linear& linear, int64_t rank, double alpha, double dropout) {
   linear.lora_ = std::make_unique<LoRA>(linear, rank, alpha, dropout);
 }
 
+void remove_lora(Module& model) {
+  std::vector<Linear*> linears;  // first all of them: a removed adapter's modules leave the tree
+  for (Module* m : model.modules())
+    if (auto* l = dynamic_cast<Linear*>(m); l != nullptr && l->lora_) linears.push_back(l);
+  for (Linear* l : linears) l->lora_.reset();
+}
+
 namespace {
 bool targeted(const std::string& path, const std::string& target) {
   if (target.empty()) return false;
