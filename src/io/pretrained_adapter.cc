@@ -526,9 +526,17 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
     if (!placed.count(l))
       save_fail(folder, "'" + l->path() + "' has no module of its own in " + m.architecture + "'s files");
 
-  // adapter_config.json: the first module's rank and alpha, the others' where they differ.
-  const int64_t r = out.front().rank;
-  const double alpha = out.front().alpha;
+  // adapter_config.json.
+  // The most common rank and alpha are the defaults; the rest go into the patterns.
+  const auto most_common = [&](auto field) {
+    std::map<decltype(field(out.front())), int> count;
+    for (const FileAdapter& f : out) ++count[field(f)];
+    return std::max_element(count.begin(), count.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; })
+        ->first;
+  };
+  const int64_t r = most_common([](const FileAdapter& f) { return f.rank; });
+  const double alpha = most_common([](const FileAdapter& f) { return f.alpha; });
   ordered_json rank_pattern = ordered_json::object(), alpha_pattern = ordered_json::object();
   std::set<std::string> names, suffixes;
   for (const FileAdapter& f : out) {
