@@ -15,6 +15,8 @@
 // --save-model then writes a Hugging Face folder with the tokenizer.json that describes it). With
 // --save-gguf the merged model (a Llama, Qwen2 or Qwen3) is also written as a GGUF file for
 // llama.cpp and ollama (tg::pretrained::save_gguf; F16 matrices, or --gguf-type) and read back.
+// --save-adapter writes the adapters as a PEFT adapter folder (tg::pretrained::save_adapter: peft's
+// PeftModel.from_pretrained and generate --adapter read it) and reads it back onto the base.
 //
 //   ./finetune --model <folder> --text <file.txt> [--targets q_proj,v_proj] [--rank 8]
 //              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
@@ -25,6 +27,7 @@
 //              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
 //              [--save-model <folder> [--save-dtype f32|bf16|f16]]
 //              [--save-gguf <file.gguf> [--gguf-type f16|bf16|f32|q8_0|q4_0]]
+//              [--save-adapter <folder>]
 //
 // The text is tokenized whole with the folder's tokenizer.json and split: the last --holdout of
 // its tokens are held out (windows of --seq-len tokens side by side), the rest gives training
@@ -87,7 +90,7 @@ std::string shortest(double v) {
 }
 
 struct Options {
-  std::string folder, text, out, plot, save_model, save_gguf;
+  std::string folder, text, out, plot, save_model, save_gguf, save_adapter;
   std::vector<std::string> targets;  // empty: the model family's default
   int64_t rank = 8, steps = 100, batch = 4, seq = 0, eval_every = 0, eval_batches = 8, max_new_tokens = 32;
   double alpha = 16, dropout = 0, lr = 2e-4, weight_decay = 0, holdout = 0.1, min_drop = 0;
@@ -126,7 +129,7 @@ Options parse(const Args& args) {
                    "steps",      "lr",           "weight-decay",   "batch",     "seq-len",  "holdout",
                    "eval-every", "eval-batches", "device",         "precision", "seed",     "out",
                    "plot",       "merge",        "max-new-tokens", "check",     "min-drop", "save-model",
-                   "save-dtype", "int8",         "save-gguf",      "gguf-type", "int4"});
+                   "save-dtype", "int8",         "save-gguf",      "gguf-type", "int4",     "save-adapter"});
   if (!args.has("model") || !args.has("text"))
     throw std::runtime_error(
         "usage: finetune --model <Hugging Face folder or GGUF file> --text <file.txt> [--targets "
@@ -139,7 +142,7 @@ Options parse(const Args& args) {
         "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-gguf <file> [--gguf-type "
         "f16|bf16|f32|q8_0|q4_0]] "
         "[--save-model <folder> [--save-dtype "
-        "f32|bf16|f16]]");
+        "f32|bf16|f16]] [--save-adapter <folder>]");
   Options o;
   o.folder = args.get("model", "");
   o.text = args.get("text", "");
@@ -187,6 +190,9 @@ Options parse(const Args& args) {
   o.save_dtype = save_dtype == "bf16"  ? tg::DType::kBF16
                  : save_dtype == "f16" ? tg::DType::kF16
                                        : tg::DType::kF32;
+  o.save_adapter = args.get("save-adapter", "");
+  if (args.has("save-adapter") && o.save_adapter.empty())
+    throw std::runtime_error("--save-adapter needs a folder");
   o.save_gguf = args.get("save-gguf", "");
   if (args.has("save-gguf") && o.save_gguf.empty()) throw std::runtime_error("--save-gguf needs a file name");
   const std::string gguf_type = args.get("gguf-type", "f16");
@@ -459,6 +465,34 @@ bool save_adapters(const Options& o, const tg::pretrained::Model& lm, const Para
   return back.size() == out.size() && differing(out, back).empty();
 }
 
+// The adapters as a PEFT folder, read back onto a fresh copy of the base: true when the weights it
+// gives merged equal the trained adapters' merged (a module the file fuses holds its parts'
+// adapters side by side, which sums the same terms).
+bool save_peft_adapter(const Options& o, const tg::pretrained::Model& lm, const Params& trained) {
+  tg::pretrained::save_adapter(lm, trained, o.save_adapter, {.base_model = o.folder});
+  tg::pretrained::Model back = tg::pretrained::load(o.folder, {.dtype = lm.dtype, .bits = lm.bits});
+  const size_t adapted = tg::pretrained::load_adapter(back, o.save_adapter).size();
+  const Params want = tg::nn::merge_lora(*lm.module, trained),
+               got = tg::nn::merge_lora(*back.module, back.weights);
+  double worst = 0;
+  for (const auto& [name, t] : want) {
+    const auto it = got.find(name);
+    if (it == got.end()) return false;
+    if (t.dtype() == tg::DType::kI8) continue;  // a quantized base's unadapted weights: as loaded
+    const tg::HostTensor a = it->second.to(tg::DType::kF32), b = t.to(tg::DType::kF32);
+    double diff = 0, top = 0;
+    for (size_t i = 0; i < a.f32().size() && i < b.f32().size(); ++i)
+      diff = std::max(diff, static_cast<double>(std::abs(a.f32()[i] - b.f32()[i]))),
+      top = std::max(top, static_cast<double>(std::abs(b.f32()[i])));
+    worst = a.numel() != b.numel() ? 1.0 : std::max(worst, top > 0 ? diff / top : diff);
+  }
+  std::printf(
+      "adapters: a PEFT folder in %s; read back onto the base, its %zu adapted Linears merged are the "
+      "trained ones within %.1e\n",
+      o.save_adapter.c_str(), adapted, worst);
+  return worst < 1e-5;
+}
+
 // ---- merging -------------------------------------------------------------------------------
 struct MergeResult {
   double held_loss = 0;
@@ -682,6 +716,8 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
   std::printf("adapters: %zu tensors written to %s%s\n", adapters.size(), o.out.c_str(),
               saved ? "" : " (they did NOT read back as written)");
   if (!saved) failures.push_back("the adapter file did not read back as written");
+  if (!o.save_adapter.empty() && !save_peft_adapter(o, in.lm, trained))
+    failures.push_back("the PEFT adapter folder did not read back as trained");
   char title[200];
   std::snprintf(title, sizeof title, "LoRA (rank %lld) on %s: held-out %.3f → %.3f",
                 static_cast<long long>(o.rank), fs::path(o.text).filename().c_str(), before, after);

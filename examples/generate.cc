@@ -8,7 +8,7 @@
 //   ./generate --model <folder> --prompt "Once upon a time" [--max-new-tokens 100]
 //              [--temperature 0.8] [--top-k 0] [--top-p 0.95] [--min-p 0]
 //              [--repetition-penalty 1] [--seed 0]
-//              [--device cpu|cuda] [--precision fp32|bf16|f16]
+//              [--device cpu|cuda] [--precision fp32|bf16|f16] [--adapter <PEFT folder>]
 //   ./generate --model <instruct folder> --chat [--system "Be brief."] [--prompt "Hi!"] …
 //
 // --temperature 0 is greedy. Generation stops at the tokenizer's end-of-sequence token (else the
@@ -34,6 +34,7 @@ constexpr const char* kUsage =
     "usage: generate --model FOLDER --prompt TEXT [--max-new-tokens 100] [--temperature 0.8]\n"
     "                [--top-k 0] [--top-p 0.95] [--min-p 0] [--repetition-penalty 1] [--seed 0]\n"
     "                [--device cpu|cuda] [--precision fp32|bf16|f16] [--int8 | --int4]\n"
+    "                [--adapter ADAPTER_FOLDER]\n"
     "       generate --model FOLDER --chat [--system TEXT] [--prompt TEXT] [the options above]\n"
     "\n"
     "Continues TEXT with a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
@@ -47,6 +48,9 @@ constexpr const char* kUsage =
     "the weights of the products to 8 bits (a scale per 32 values; the embeddings held as bf16):\n"
     "less memory than bf16; decoding reads them as stored. --int4 quantizes them to 4 bits (a scale\n"
     "and an offset per 32 values; a GGUF file's Q4_0, Q4_1 and Q4_K matrices kept exactly).\n"
+    "--adapter reads a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors:\n"
+    "peft's save_pretrained, or finetune --save-adapter) onto the model, folded into its weights\n"
+    "(kept apart over --int8 or --int4 weights, which merging would quantize again).\n"
     "--temperature 0 is greedy; --top-k 0, --top-p 1 and --min-p 0 sample among every token.\n"
     "--repetition-penalty P > 1 makes every token already in the text less likely (Hugging Face's\n"
     "rule: a logit s becomes s / P when positive, s * P otherwise).\n"
@@ -139,7 +143,8 @@ int main(int argc, char** argv) {
     }
     const example::Args args = example::Args::parse(argc, argv);
     args.allow_only({"model", "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "min-p",
-                     "repetition-penalty", "seed", "device", "precision", "chat", "system", "int8", "int4"});
+                     "repetition-penalty", "seed", "device", "precision", "chat", "system", "int8", "int4",
+                     "adapter"});
     const bool chat = args.has("chat");
     if (!args.has("model") || (!args.has("prompt") && !chat)) {
       std::fprintf(stderr, "generate: --model and --prompt (or --chat) are required\n%s", kUsage);
@@ -167,14 +172,22 @@ int main(int argc, char** argv) {
     // as they are, with no f32 master and no converted copy beside them (a third of the memory).
     const tg::Precision precision = args.precision();
     if (precision == tg::Precision::kTf32) throw std::runtime_error("--precision takes fp32, bf16 or f16");
-    if (args.has("int8") && args.has("int4")) throw std::runtime_error("--int8 and --int4 exclude each other");
+    if (args.has("int8") && args.has("int4"))
+      throw std::runtime_error("--int8 and --int4 exclude each other");
     const tg::DType held = args.has("int8") || args.has("int4") ? tg::DType::kI8
-                           : precision == tg::Precision::kBf16 ? tg::DType::kBF16
-                           : precision == tg::Precision::kF16  ? tg::DType::kF16
-                                                               : tg::DType::kF32;
+                           : precision == tg::Precision::kBf16  ? tg::DType::kBF16
+                           : precision == tg::Precision::kF16   ? tg::DType::kF16
+                                                                : tg::DType::kF32;
     auto t0 = std::chrono::steady_clock::now();
-    const tg::pretrained::Model lm =
+    tg::pretrained::Model lm =
         tg::pretrained::load(folder, {.dtype = held, .bits = args.has("int4") ? 4 : 8});
+    if (args.has("adapter")) {
+      const std::string adapter = args.get("adapter", "");
+      const bool merge = held != tg::DType::kI8;
+      const std::vector<std::string> adapted = tg::pretrained::load_adapter(lm, adapter, {.merge = merge});
+      std::printf("LoRA adapter %s on %zu Linears (%s)\n", adapter.c_str(), adapted.size(),
+                  merge ? "folded into the weights" : "kept apart from the quantized weights");
+    }
     std::printf("%s from %s: %.4g M parameters, context %s, loaded in %.1f s\n", lm.architecture.c_str(),
                 folder.c_str(), static_cast<double>(parameter_count(lm)) / 1e6,
                 lm.context > 0 ? std::to_string(lm.context).c_str() : "unlimited (recurrent)",
