@@ -227,14 +227,15 @@ struct Adapter {
   HostTensor A, B;
 };
 
-}  // namespace
-}  // namespace detail
+// adapter_config.json's fields that change what the adapter computes.
+struct AdapterConfig {
+  ordered_json json;
+  int64_t r;
+  double alpha, dropout;
+  bool rslora;
+};
 
-using namespace detail;
-
-std::vector<std::string> load_adapter(Model& m, const std::string& folder,
-                                      const AdapterLoadOptions& options) {
-  if (!m.module) load_fail(folder, "the Model has no module (load() builds one)");
+AdapterConfig read_adapter_config(const std::string& folder) {
   const fs::path dir(folder);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) load_fail(folder, "is not a folder");
@@ -269,6 +270,21 @@ std::vector<std::string> load_adapter(Model& m, const std::string& folder,
   if (!(dropout >= 0 && dropout < 1))
     load_fail(folder, "adapter_config.json: lora_dropout must be in [0, 1)");
 
+  return {c, r_default, alpha_default, dropout, rslora};
+}
+
+// adapter_model.safetensors: each module's lora_A and lora_B (by the transformers module name), and
+// the tensors trained in full (modules_to_save, trained biases) by their names.
+struct AdapterTensors {
+  std::map<std::string, std::pair<std::optional<HostTensor>, std::optional<HostTensor>>> modules;
+  std::map<std::string, HostTensor> replaced;
+};
+
+AdapterTensors read_adapter_tensors(const std::string& folder) {
+  const fs::path dir(folder);
+  std::error_code ec;
+  AdapterTensors out;
+  auto& [modules, replaced] = out;
   const fs::path file = dir / "adapter_model.safetensors";
   if (!fs::is_regular_file(file, ec))
     load_fail(folder,
@@ -276,8 +292,6 @@ std::vector<std::string> load_adapter(Model& m, const std::string& folder,
                   ? "holds adapter_model.bin, a pickle the library does not read: save the adapter with "
                     "safe_serialization=True (adapter_model.safetensors)"
                   : "no adapter_model.safetensors");
-  std::map<std::string, std::pair<std::optional<HostTensor>, std::optional<HostTensor>>> modules;  // → (A, B)
-  std::map<std::string, HostTensor> replaced;  // modules_to_save, trained biases
   for (auto& [key, t] : read_safetensors(file.string())) {
     if (!key.starts_with(kPrefix))
       load_fail(folder,
@@ -301,6 +315,24 @@ std::vector<std::string> load_adapter(Model& m, const std::string& folder,
     }
     replaced[name] = std::move(t);
   }
+  return out;
+}
+
+}  // namespace
+}  // namespace detail
+
+using namespace detail;
+
+std::vector<std::string> load_adapter(Model& m, const std::string& folder,
+                                      const AdapterLoadOptions& options) {
+  if (!m.module) load_fail(folder, "the Model has no module (load() builds one)");
+  const AdapterConfig config = read_adapter_config(folder);
+  AdapterTensors file = read_adapter_tensors(folder);
+  auto& [modules, replaced] = file;
+  const ordered_json& c = config.json;
+  const int64_t r_default = config.r;
+  const double alpha_default = config.alpha, dropout = config.dropout;
+  const bool rslora = config.rslora;
   if (modules.empty() && replaced.empty()) load_fail(folder, "adapter_model.safetensors holds no adapter");
 
   const std::map<std::string, Traced> trace = trace_rows(m);
@@ -412,6 +444,9 @@ ordered_json task_type_of(const std::string& architecture) {
   return nullptr;
 }
 
+using ByWeight = std::map<const Param*, const nn::Linear*>;                     // adapted Linears
+using Values = std::map<const nn::Linear*, std::pair<HostTensor, HostTensor>>;  // their A and B, f32
+
 // An adapter of one module of the file.
 struct FileAdapter {
   std::string module;
@@ -419,6 +454,61 @@ struct FileAdapter {
   double alpha;  // PEFT's: alpha / rank is the scaling
   HostTensor A, B;
 };
+
+// The adapter of a module of the file fused from several Linears (`parts`: the adapted ones, in
+// order). Parts that all share one A (as load_adapter gives them) keep it, their B rows side by
+// side; otherwise A stacks the parts' and B is block-diagonal, each part's scaling folded into its
+// block, which sums the same terms at the rank of their sum.
+FileAdapter fused_adapter(const std::string& module, const Traced& t,
+                          const std::vector<const nn::Linear*>& parts, const ByWeight& adapted,
+                          const Values& ab) {
+  const nn::Linear* first = parts.front();
+  const auto rows = static_cast<int64_t>(t.rows.size());
+  // A fused module whose parts all share one A (as load_adapter gives them): that A, B by rows.
+  std::set<const Param*> distinct;
+  for (const Origin& o : t.rows) distinct.insert(o.param);
+  bool shared = distinct.size() == parts.size();
+  for (const nn::Linear* l : parts)
+    shared = shared && l->lora()->rank == first->lora()->rank && l->lora()->alpha == first->lora()->alpha &&
+             std::equal(ab.at(l).first.f32().begin(), ab.at(l).first.f32().end(),
+                        ab.at(first).first.f32().begin());
+  if (shared) {
+    std::vector<float> b;
+    for (const Origin& o : t.rows) {
+      const std::span<const float> v = ab.at(adapted.at(o.param)).second.f32();
+      const int64_t r = first->lora()->rank;
+      b.insert(b.end(), v.begin() + o.row * r, v.begin() + (o.row + 1) * r);
+    }
+    return {module, first->lora()->rank, first->lora()->alpha, ab.at(first).first,
+            HostTensor::f32(std::move(b), {rows, first->lora()->rank})};
+  }
+  // Otherwise A stacked, B block-diagonal, each part's scaling folded into its block.
+  const double scale = first->lora()->scale();
+  int64_t rank = 0;
+  std::map<const nn::Linear*, int64_t> offset;
+  std::vector<float> a;
+  for (const nn::Linear* l : parts) {
+    offset[l] = rank;
+    rank += l->lora()->rank;
+    const std::span<const float> v = ab.at(l).first.f32();
+    a.insert(a.end(), v.begin(), v.end());
+  }
+  std::vector<float> b(size_t(rows * rank), 0.0f);
+  for (int64_t j = 0; j < rows; ++j) {
+    const Origin& o = t.rows[size_t(j)];
+    const auto l = adapted.find(o.param);
+    if (l == adapted.end()) continue;  // a part without an adapter: zero rows
+    const nn::LoRA& lora = *l->second->lora();
+    const std::span<const float> v = ab.at(l->second).second.f32();
+    const double fold = lora.scale() / scale;
+    for (int64_t k = 0; k < lora.rank; ++k)
+      b[size_t(j * rank + offset[l->second] + k)] =
+          static_cast<float>(fold * v[size_t(o.row * lora.rank + k)]);
+  }
+  return {module, rank, scale * static_cast<double>(rank),
+          HostTensor::f32(std::move(a), {rank, first->in_features}),
+          HostTensor::f32(std::move(b), {rows, rank})};
+}
 
 ordered_json number(double x) {
   if (x == std::floor(x) && std::abs(x) < 1e15) return static_cast<int64_t>(x);
@@ -435,8 +525,8 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
     save_fail(folder, std::string("AdapterSaveOptions::dtype ") + dtype_name(options.dtype) +
                           ": expected f32, bf16 or f16");
   // The adapters' values, f32, by Linear.
-  std::map<const Param*, const nn::Linear*> adapted;
-  std::map<const nn::Linear*, std::pair<HostTensor, HostTensor>> ab;
+  ByWeight adapted;
+  Values ab;
   for (const auto& [w, l] : linears_by_weight(*m.module)) {
     if (l->lora() == nullptr) continue;
     adapted[w] = l;
@@ -476,51 +566,7 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
       out.push_back({module, first->lora()->rank, first->lora()->alpha, ab[first].first, ab[first].second});
       continue;
     }
-    const auto rows = static_cast<int64_t>(t.rows.size());
-    // A fused module whose parts all share one A (as load_adapter gives them): that A, B by rows.
-    std::set<const Param*> distinct;
-    for (const Origin& o : t.rows) distinct.insert(o.param);
-    bool shared = distinct.size() == parts.size();
-    for (const nn::Linear* l : parts)
-      shared = shared && l->lora()->rank == first->lora()->rank && l->lora()->alpha == first->lora()->alpha &&
-               std::equal(ab[l].first.f32().begin(), ab[l].first.f32().end(), ab[first].first.f32().begin());
-    if (shared) {
-      std::vector<float> b;
-      for (const Origin& o : t.rows) {
-        const std::span<const float> v = ab[adapted.at(o.param)].second.f32();
-        const int64_t r = first->lora()->rank;
-        b.insert(b.end(), v.begin() + o.row * r, v.begin() + (o.row + 1) * r);
-      }
-      out.push_back({module, first->lora()->rank, first->lora()->alpha, ab[first].first,
-                     HostTensor::f32(std::move(b), {rows, first->lora()->rank})});
-      continue;
-    }
-    // Otherwise A stacked, B block-diagonal, each part's scaling folded into its block.
-    const double scale = first->lora()->scale();
-    int64_t rank = 0;
-    std::map<const nn::Linear*, int64_t> offset;
-    std::vector<float> a;
-    for (const nn::Linear* l : parts) {
-      offset[l] = rank;
-      rank += l->lora()->rank;
-      const std::span<const float> v = ab[l].first.f32();
-      a.insert(a.end(), v.begin(), v.end());
-    }
-    std::vector<float> b(size_t(rows * rank), 0.0f);
-    for (int64_t j = 0; j < rows; ++j) {
-      const Origin& o = t.rows[size_t(j)];
-      const auto l = adapted.find(o.param);
-      if (l == adapted.end()) continue;  // a part without an adapter: zero rows
-      const nn::LoRA& lora = *l->second->lora();
-      const std::span<const float> v = ab[l->second].second.f32();
-      const double fold = lora.scale() / scale;
-      for (int64_t k = 0; k < lora.rank; ++k)
-        b[size_t(j * rank + offset[l->second] + k)] =
-            static_cast<float>(fold * v[size_t(o.row * lora.rank + k)]);
-    }
-    out.push_back({module, rank, scale * static_cast<double>(rank),
-                   HostTensor::f32(std::move(a), {rank, first->in_features}),
-                   HostTensor::f32(std::move(b), {rows, rank})});
+    out.push_back(fused_adapter(module, t, parts, adapted, ab));
   }
   for (const auto& [w, l] : adapted)
     if (!placed.count(l))
