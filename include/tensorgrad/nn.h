@@ -81,7 +81,7 @@ struct LoRAOptions {
 std::vector<std::string> add_lora(Module& model, const LoRAOptions& options);
 
 /// Attaches one adapter (rank, alpha, dropout as in LoRAOptions) to `linear`; an InputError if
-/// it has one already.
+/// it has one already or a setting is out of its range.
 void attach_lora(Linear& linear, int64_t rank, double alpha, double dropout);
 
 /// Removes every adapter of `model` (after merge_lora folded them into the weights): programs

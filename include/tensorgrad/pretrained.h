@@ -272,7 +272,8 @@ struct AdapterLoadOptions {
 /// scaling to every nn::Linear it adapts (all of a fused module's parts share its A and take
 /// their rows of B) and adds the adapters' values and the replaced tensors to m.weights; or, with
 /// `merge`, folds them into m.weights. Call it before compiling programs of m.module (a program
-/// compiled before does not see the adapters). Returns the adapted Linears' paths. Errors are
+/// compiled before does not see the adapters). Returns the adapted Linears' paths. The model
+/// changes only once every check passed. Errors are
 /// tg::CheckpointError naming the folder and the tensor or field: no adapter_config.json (or
 /// only adapter_model.bin), another peft_type, variants the library does not run (DoRA,
 /// lora_bias, adapters on embeddings or on parameters, layer_replication, …), a module the model
@@ -295,8 +296,8 @@ struct AdapterSaveOptions {
 /// that peft's PeftModel.from_pretrained and load_adapter read over m's Hugging Face folder.
 /// Adapters on Linears the file fuses (Phi-3's q/k/v_proj, GPT-NeoX's) are written as one adapter
 /// of the fused module whose rank is the sum of the parts' (A stacked, B block-diagonal), which
-/// computes the same product; ranks and scalings that differ from the first module's go into
-/// rank_pattern and alpha_pattern. The folder is created if missing. Errors are
+/// computes the same product; the most common rank and alpha are the config's r and lora_alpha,
+/// the others go into rank_pattern and alpha_pattern by module name. The folder is created if missing. Errors are
 /// tg::CheckpointError: no adapters, a missing or misshapen adapter value, an adapted Linear the
 /// file has no module for.
 void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,

@@ -55,7 +55,9 @@ struct Traced {
 // from [rows, 2]. The n-th element of a 1-D parameter is n + 1.
 constexpr int64_t kLow = 4096;
 
-// Every file tensor of m.architecture whose rows are rows of the model's parameters.
+// Every file tensor of m.architecture whose rows are rows of the model's parameters. Only rows
+// are traced: file_tensors moves whole rows (renames, transposes, fusions by rows), never an
+// input column, so an adapter's A applies to a Linear as it applies to the file's module.
 std::map<std::string, Traced> trace_rows(const Model& m) {
   std::vector<Origin> rows2, rows1;
   std::map<std::string, HostTensor> labels;
@@ -81,6 +83,8 @@ std::map<std::string, Traced> trace_rows(const Model& m) {
       v.assign(static_cast<size_t>(numel(s)), 0.0f);  // not traced
     labels[p->path()] = HostTensor::f32(std::move(v), s);
   }
+  if (rows1.size() >= (size_t(1) << 24))  // f32 counts exactly to 2^24
+    throw CheckpointError("[pretrained] " + m.folder + ": too many vector elements to map adapters onto");
   const auto odd = [](float x) { return x >= 1 && std::fmod(x, 2.0f) == 1.0f && x < 16777216.0f; };
   const auto row2 = [&](float hi, float lo, Traced& t) {
     if (!odd(hi) || !(lo <= -1 && lo >= -static_cast<float>(kLow))) return false;
@@ -165,8 +169,9 @@ T by_pattern(const ordered_json& patterns, const std::string& module, T fallback
         load_fail(folder, "adapter_config.json: the pattern \"" + key + "\" is not a regular expression");
       }
     if (!hit) continue;
-    if (!value.is_number())
-      load_fail(folder, "adapter_config.json: the pattern \"" + key + "\" gives no number");
+    if (std::is_integral_v<T> ? !value.is_number_integer() : !value.is_number())
+      load_fail(folder, "adapter_config.json: the pattern \"" + key + "\" gives " + value.dump() + ", not " +
+                            (std::is_integral_v<T> ? "an integer" : "a number"));
     return value.template get<T>();
   }
   return fallback;
@@ -305,7 +310,8 @@ AdapterTensors read_adapter_tensors(const std::string& folder) {
     for (const char* part : {".lora_A.weight", ".lora_B.weight"})
       if (name.ends_with(part)) {
         const std::string module = name.substr(0, name.size() - std::strlen(part));
-        (part[6] == 'A' ? modules[module].first : modules[module].second) = float_tensor(folder, key, t, 2);
+        auto& slot = std::string(part) == ".lora_A.weight" ? modules[module].first : modules[module].second;
+        slot = float_tensor(folder, key, t, 2);
       }
     if (name.find(".lora_") != std::string::npos) {
       if (!is_adapter_param(name))
@@ -318,40 +324,37 @@ AdapterTensors read_adapter_tensors(const std::string& folder) {
   return out;
 }
 
-}  // namespace
-}  // namespace detail
-
-using namespace detail;
-
-std::vector<std::string> load_adapter(Model& m, const std::string& folder,
-                                      const AdapterLoadOptions& options) {
-  if (!m.module) load_fail(folder, "the Model has no module (load() builds one)");
-  const AdapterConfig config = read_adapter_config(folder);
-  AdapterTensors file = read_adapter_tensors(folder);
-  auto& [modules, replaced] = file;
-  const ordered_json& c = config.json;
-  const int64_t r_default = config.r;
-  const double alpha_default = config.alpha, dropout = config.dropout;
-  const bool rslora = config.rslora;
-  if (modules.empty() && replaced.empty()) load_fail(folder, "adapter_model.safetensors holds no adapter");
-
-  const std::map<std::string, Traced> trace = trace_rows(m);
+// Each adapted module's adapter on the Linears it maps to: every part of a fused module takes the
+// module's A and its rows of B. Checked whole before the model changes.
+std::vector<Adapter> adapters_of(
+    const Model& m, const AdapterConfig& config,
+    const std::map<std::string, std::pair<std::optional<HostTensor>, std::optional<HostTensor>>>& modules,
+    const std::map<std::string, Traced>& trace, const std::string& folder) {
   const std::map<const Param*, nn::Linear*> linears = linears_by_weight(*m.module);
+  const ordered_json none = ordered_json::object();
+  const ordered_json& c = config.json;
+  const ordered_json& ranks = c.contains("rank_pattern") ? c["rank_pattern"] : none;
+  const ordered_json& alphas = c.contains("alpha_pattern") ? c["alpha_pattern"] : none;
   std::vector<Adapter> adapters;
-  for (auto& [module, ab] : modules) {
+  std::set<const nn::Linear*> taken;
+  for (const auto& [module, ab] : modules) {
     if (!ab.first || !ab.second)
       load_fail(folder, "adapter_model.safetensors: '" + module + "' has lora_" + (ab.first ? "A" : "B") +
                             " without its lora_" + (ab.first ? "B" : "A"));
     const HostTensor &A = *ab.first, &B = *ab.second;
     const int64_t r = A.shape()[0];
+    if (r < 1) load_fail(folder, "adapter_model.safetensors: '" + module + ".lora_A.weight' has rank 0");
     if (B.shape()[1] != r)
       load_fail(folder, "adapter_model.safetensors: '" + module + ".lora_B.weight' has shape " +
                             shape_str(B.shape()) + ", but its lora_A has rank " + std::to_string(r));
-    if (const auto want = by_pattern<int64_t>(c["rank_pattern"], module, r_default, folder); want != r)
+    if (const auto want = by_pattern<int64_t>(ranks, module, config.r, folder); want != r)
       load_fail(folder, "adapter_config.json gives '" + module + "' rank " + std::to_string(want) +
                             ", but its lora_A has " + std::to_string(r) + " rows");
-    const auto alpha = by_pattern<double>(c["alpha_pattern"], module, alpha_default, folder);
-    const double scale = rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+    const auto alpha = by_pattern<double>(alphas, module, config.alpha, folder);
+    if (!std::isfinite(alpha))
+      load_fail(folder, "adapter_config.json: the alpha of '" + module + "' is not finite");
+    const double scale =
+        config.rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
     const auto t = trace.find(module + ".weight");
     if (t == trace.end())
       load_fail(folder, "the adapter adapts '" + module + "', which " + m.architecture + " has no weight '" +
@@ -382,12 +385,51 @@ std::vector<std::string> load_adapter(Model& m, const std::string& folder,
         load_fail(folder, "adapter_model.safetensors: '" + module + ".lora_A.weight' has shape " +
                               shape_str(A.shape()) + ", expected [" + std::to_string(r) + ", " +
                               std::to_string(linear->in_features) + "]");
-      if (linear->lora() != nullptr)
+      if (linear->lora() != nullptr || !taken.insert(linear).second)
         load_fail(folder,
                   "'" + linear->path() + "' has a LoRA adapter already (merge it or load a fresh model)");
       adapters.push_back({linear, r, scale * static_cast<double>(r), A, take_rows(B, rows)});
     }
   }
+  return adapters;
+}
+
+// The adapted Linear's weight with the adapter folded in, f32: W + (alpha/r)·B·A, the sum in double.
+HostTensor merged_weight(const Model& m, const Adapter& a, const std::string& folder) {
+  const Param& w = a.linear->weight;
+  const auto it = m.weights.find(w.path());
+  if (it == m.weights.end()) load_fail(folder, "merge: the Model's weights hold no '" + w.path() + "'");
+  HostTensor out = it->second.dtype() == DType::kI8
+                       ? dequantize_param(w.path(), w.bits() == 4 ? 4 : 8, it->second, m.weights)
+                       : it->second.to(DType::kF32);
+  const int64_t rows = a.linear->out_features, cols = a.linear->in_features, r = a.rank;
+  const std::span<const float> A = a.A.f32(), B = a.B.f32();
+  const std::span<float> W = out.f32();
+  const double s = a.alpha / static_cast<double>(r);
+  for (int64_t o = 0; o < rows; ++o)
+    for (int64_t i = 0; i < cols; ++i) {
+      double acc = 0;
+      for (int64_t k = 0; k < r; ++k) acc += double(B[size_t(o * r + k)]) * double(A[size_t(k * cols + i)]);
+      W[size_t(o * cols + i)] = static_cast<float>(double(W[size_t(o * cols + i)]) + s * acc);
+    }
+  return out;
+}
+
+}  // namespace
+}  // namespace detail
+
+using namespace detail;
+
+std::vector<std::string> load_adapter(Model& m, const std::string& folder,
+                                      const AdapterLoadOptions& options) {
+  if (!m.module) load_fail(folder, "the Model has no module (load() builds one)");
+  const AdapterConfig config = read_adapter_config(folder);
+  AdapterTensors file = read_adapter_tensors(folder);
+  auto& [modules, replaced] = file;
+  if (modules.empty() && replaced.empty()) load_fail(folder, "adapter_model.safetensors holds no adapter");
+
+  const std::map<std::string, Traced> trace = trace_rows(m);
+  std::vector<Adapter> adapters = adapters_of(m, config, modules, trace, folder);
   // Tensors trained in full: each must be one parameter of the model, whole.
   std::vector<std::pair<const Param*, HostTensor>> values;
   for (auto& [name, t] : replaced) {
@@ -405,28 +447,23 @@ std::vector<std::string> load_adapter(Model& m, const std::string& folder,
                             shape_str(t.shape()) + ", the model's is " + shape_str(p->shape()));
     values.emplace_back(p, std::move(v));
   }
+  // Merged: W + (alpha/r)·B·A of each adapter, computed whole before anything is stored.
+  std::vector<std::pair<const Param*, HostTensor>> merged;
   if (options.merge)
-    for (Module* sub : m.module->modules())
-      if (auto* l = dynamic_cast<nn::Linear*>(sub); l != nullptr && l->lora() != nullptr)
-        load_fail(folder,
-                  "merge: the model has LoRA adapters already ('" + l->path() + "'); load without merge");
+    for (const Adapter& a : adapters) merged.emplace_back(&a.linear->weight, merged_weight(m, a, folder));
 
   // Every check passed: now change the model.
   for (auto& [p, v] : values) store_as_param(*p, std::move(v), m.weights);
   std::vector<std::string> paths;
+  for (Adapter& a : adapters) paths.push_back(a.linear->path());
+  if (options.merge) {
+    for (auto& [p, v] : merged) store_as_param(*p, std::move(v), m.weights);
+    return paths;
+  }
   for (Adapter& a : adapters) {
-    nn::attach_lora(*a.linear, a.rank, a.alpha, dropout);
+    nn::attach_lora(*a.linear, a.rank, a.alpha, config.dropout);
     m.weights[a.linear->lora()->A.path()] = std::move(a.A);
     m.weights[a.linear->lora()->B.path()] = std::move(a.B);
-    paths.push_back(a.linear->path());
-  }
-  if (options.merge) {
-    m.weights = nn::merge_lora(*m.module, std::move(m.weights));
-    nn::remove_lora(*m.module);
-    for (const Adapter& a : adapters) {  // merged in f32: back to how the model holds the weight
-      const Param& w = a.linear->weight;
-      if (w.dtype() != DType::kF32) store_as_param(w, std::move(m.weights.at(w.path())), m.weights);
-    }
   }
   return paths;
 }
@@ -482,8 +519,9 @@ FileAdapter fused_adapter(const std::string& module, const Traced& t,
     return {module, first->lora()->rank, first->lora()->alpha, ab.at(first).first,
             HostTensor::f32(std::move(b), {rows, first->lora()->rank})};
   }
-  // Otherwise A stacked, B block-diagonal, each part's scaling folded into its block.
-  const double scale = first->lora()->scale();
+  // Otherwise A stacked, B block-diagonal, each part's scaling folded into its block (relative to
+  // the first part's, or absolutely when that is 0).
+  const double scale = first->lora()->scale() != 0 ? first->lora()->scale() : 1.0;
   int64_t rank = 0;
   std::map<const nn::Linear*, int64_t> offset;
   std::vector<float> a;

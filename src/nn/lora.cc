@@ -31,6 +31,10 @@ Tensor LoRA::operator()(const Tensor& x, Loc loc) const {
 
 void attach_lora(Linear& linear, int64_t rank, double alpha, double dropout) {
   if (linear.lora_) throw InputError("[add_lora] '" + linear.path() + "' already has a LoRA adapter");
+  if (rank < 1) throw InputError("[add_lora] rank must be at least 1, got " + std::to_string(rank));
+  if (!std::isfinite(alpha)) throw InputError("[add_lora] alpha must be finite");
+  if (!(dropout >= 0 && dropout < 1))
+    throw InputError("[add_lora] dropout must be in [0, 1), got " + std::to_string(dropout));
   linear.lora_ = std::make_unique<LoRA>(linear, rank, alpha, dropout);
 }
 
@@ -62,7 +66,7 @@ std::vector<const Linear*> adapted(const Module& model) {
 
 std::vector<std::string> add_lora(Module& model, const LoRAOptions& options) {
   if (options.targets.empty()) throw InputError("[add_lora] targets is empty: name the Linears to adapt");
-  if (options.rank < 1)
+  if (options.rank < 1)  // checked before any Linear changes (attach_lora checks each again)
     throw InputError("[add_lora] rank must be at least 1, got " + std::to_string(options.rank));
   if (!std::isfinite(options.alpha)) throw InputError("[add_lora] alpha must be finite");
   if (!(options.dropout >= 0 && options.dropout < 1))
