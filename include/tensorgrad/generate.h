@@ -75,6 +75,44 @@ struct GenerateOptions {
   void check() const;
 };
 
+/// When beam search stops (Hugging Face's early_stopping).
+enum class BeamStop {
+  /// false: once the best running beam, scored at its current length, cannot beat the worst of
+  /// `beams` finished hypotheses.
+  kHeuristic,
+  /// true: as soon as `beams` hypotheses have finished.
+  kFull,
+  /// "never": the heuristic, with the longest length a beam could still reach when
+  /// length_penalty > 0.
+  kNever,
+};
+
+/// Beam search (no sampling), as Hugging Face's generate(num_beams = beams, do_sample = False):
+/// each step extends every running beam by every token, keeps the best 2·beams continuations
+/// (more with several stop tokens) by summed log-probability, moves those that end (a stop token,
+/// or the last token allowed) among the best `beams` of them into the finished hypotheses, and
+/// runs on with the best `beams` that do not end.
+struct BeamSearchOptions {
+  /// At least 1.
+  int64_t max_new_tokens = 128;
+  /// A finished hypothesis scores its summed log-probability over (its new tokens, the stop token
+  /// counted)^length_penalty: > 0 favours longer hypotheses, < 0 shorter ones.
+  float length_penalty = 1;
+  BeamStop stop = BeamStop::kHeuristic;
+  /// Tokens that end a hypothesis (not returned); empty: it ends at max_new_tokens only.
+  std::vector<int32_t> stop_tokens = {};
+
+  /// Throws InputError naming the first setting out of its range.
+  void check() const;
+};
+
+/// One hypothesis of a beam search.
+struct BeamHypothesis {
+  std::vector<int32_t> tokens;  // the new tokens, without the stop token
+  float score = 0;              // as BeamSearchOptions::length_penalty says
+  bool ended = false;           // by a stop token (else by the length limit)
+};
+
 class Generator {
  public:
   /// Compiles the prefill and decode programs of `model`'s cached step on options.device.
@@ -90,6 +128,12 @@ class Generator {
   void prepare(const GenerateOptions& options);
   /// Batch-1 convenience: the continuation of one prompt.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options = {});
+  /// Beam search over one prompt with as many beams as the Generator's batch: its `batch`
+  /// hypotheses, best first (each beam is one sequence of the programs; a step reorders the
+  /// caches on the device when beams trade places). The first call compiles the programs that
+  /// return log-probabilities and reorder the caches. A hypothesis ends at the cache's end too.
+  std::vector<BeamHypothesis> beam_search(const std::vector<int32_t>& prompt,
+                                          const BeamSearchOptions& options = {});
 
   /// The programs (e.g. to init_params, load a checkpoint or describe() them); prefill() is
   /// empty with GeneratorOptions{.prefill = false}. They compute no repetition penalty: the
@@ -104,12 +148,19 @@ class Generator {
     Program prefill, decode;
   };
   Programs compile_programs(bool penalised);
+  // beam_search's: prefill and decode ending in log_softmax instead of sample, and the cache
+  // reordering.
+  struct BeamPrograms {
+    Program prefill, decode, reorder;
+  };
+  BeamPrograms compile_beam_programs();
 
   GeneratorOptions options_;
   Module* model_;  // must outlive the Generator (its programs read the model's parameters)
   CachedLm step_;
   Programs plain_;
   std::optional<Programs> penalised_;
+  std::optional<BeamPrograms> beam_;
 };
 
 }  // namespace tg

@@ -167,8 +167,9 @@ struct T5GeneratorOptions {
 /// activations overflow f16; bf16 is fine).
 class T5Generator {
  public:
-  /// Compiles the programs from `model` (its parameters, not a reference to it, stay with them);
-  /// upload its weights to encoder() (its programs on one device share them).
+  /// Compiles the programs from `model` (its parameters stay with them; beam_search's first call
+  /// compiles two more from it); upload its weights to encoder() (its programs on one device
+  /// share them).
   T5Generator(nn::T5& model, T5GeneratorOptions options = {});
 
   /// One output per source (exactly options.batch sources, each of 1 to source_len ids, as the
@@ -177,6 +178,11 @@ class T5Generator {
   /// is capped by the generator's; a repetition penalty is not implemented (InputError).
   std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& sources,
                                              const GenerateOptions& options = {});
+  /// Beam search (Generator::beam_search) over one source with as many beams as options.batch:
+  /// the hypotheses, best first. Stop tokens default to the model's eos_id; max_new_tokens is
+  /// capped by the generator's. The first call compiles its programs from the model, which must
+  /// still exist then.
+  std::vector<BeamHypothesis> beam_search(const std::vector<int32_t>& source, BeamSearchOptions options = {});
 
   Program& encoder() { return encoder_; }
   Program& decoder() { return decoder_; }
@@ -186,6 +192,8 @@ class T5Generator {
   nn::T5Config config_;
   T5GeneratorOptions options_;
   Program encoder_, decoder_;
+  nn::T5* model_;  // for beam_search's programs, compiled on its first call
+  std::optional<Program> beam_decoder_, beam_reorder_;
 };
 
 }  // namespace tg

@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/beam_search.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/functional.h"
 
@@ -223,6 +224,82 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     if (!take(next, std::vector<bool>(b, true))) return out;
   }
   return out;
+}
+
+Generator::BeamPrograms Generator::compile_beam_programs() {
+  const GeneratorOptions& o = options_;
+  const int64_t b = o.batch, p = o.prefill_len, cache = o.cache_len;
+  const ForwardOptions base{.device = o.device, .precision = o.precision};
+  BeamPrograms out;
+  if (o.prefill) {
+    ForwardOptions pre = base;
+    pre.inputs = {{"ids", {b, p}, DType::kI32}, {"pos", {b}, DType::kI32}, {"last", {b}, DType::kI32}};
+    out.prefill = compile_forward(
+        *model_,
+        [&](Tensor ids, Tensor pos, Tensor last) {
+          const Tensor logits = step_(ids, pos, cache);  // [B, P, V]
+          const Tensor row = take_along_axis(logits, reshape(last, {b, 1, 1}), 1);
+          return log_softmax(cast(reshape(row, {b, logits.shape()[2]}), DType::kF32));
+        },
+        pre);
+  }
+  ForwardOptions dec = base;
+  dec.inputs = {{"ids", {b, 1}, DType::kI32}, {"pos", {b}, DType::kI32}};
+  out.decode = compile_forward(
+      *model_,
+      [&](Tensor ids, Tensor pos) {
+        const Tensor logits = step_(ids, pos, cache);  // [B, 1, V]
+        return log_softmax(cast(reshape(logits, {b, logits.shape().back()}), DType::kF32));
+      },
+      dec);
+  out.decode.reset_state();  // the caches exist from here on: the reordering reads their shapes
+  out.reorder = detail::compile_reorder(*model_, out.decode, b, o.device);
+  return out;
+}
+
+std::vector<BeamHypothesis> Generator::beam_search(const std::vector<int32_t>& prompt,
+                                                   const BeamSearchOptions& options) {
+  options.check();
+  const GeneratorOptions& o = options_;
+  const int64_t b = o.batch, p = o.prefill_len, cache = o.cache_len;
+  const auto len = static_cast<int64_t>(prompt.size());
+  if (len == 0) throw InputError("[beam_search] the prompt is empty (it needs at least one token)");
+  if (len > cache)
+    throw InputError("[beam_search] the prompt has " + std::to_string(len) +
+                     " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
+  if (!beam_) beam_ = compile_beam_programs();
+  BeamPrograms& run = *beam_;
+  run.decode.reset_state();
+  BeamSearchOptions bounded = options;  // the last token needs no position of its own
+  bounded.max_new_tokens = std::min(options.max_new_tokens, cache - len + 1);
+  const auto rows = static_cast<size_t>(b);
+  detail::BeamModel model;
+  model.beams = b;
+  model.next = [&](const std::vector<int32_t>& tokens, int64_t step) {
+    HostTensor out;
+    if (step > 0) {  // each beam's newest token at its position
+      const std::vector<int32_t> pos(rows, static_cast<int32_t>(len + step - 1));
+      out = run.decode.run({{"ids", tokens}, {"pos", pos}});
+    } else if (o.prefill) {  // the prompt in windows, as generate() runs it, in every row
+      for (int64_t c = 0; c * p < len; ++c) {
+        const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
+        std::vector<int32_t> ids(rows * static_cast<size_t>(p), 0);
+        for (size_t i = 0; i < rows; ++i)
+          for (int64_t t = 0; t < p && start + t < len; ++t)
+            ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompt[static_cast<size_t>(start + t)];
+        const std::vector<int32_t> pos(rows, static_cast<int32_t>(start)),
+            last(rows, static_cast<int32_t>(std::min(len - 1 - start, p - 1)));
+        out = run.prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}});
+      }
+    } else {  // the prompt one token at a time
+      for (int64_t t = 0; t < len; ++t)
+        out = run.decode.run({{"ids", std::vector<int32_t>(rows, prompt[static_cast<size_t>(t)])},
+                              {"pos", std::vector<int32_t>(rows, static_cast<int32_t>(t))}});
+    }
+    return std::move(out).f32();
+  };
+  model.reorder = [&](const std::vector<int32_t>& parents) { run.reorder.run({{"parents", parents}}); };
+  return detail::beam_search(model, bounded);
 }
 
 void Generator::prepare(const GenerateOptions& options) {

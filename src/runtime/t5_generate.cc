@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/beam_search.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/t5.h"
 
 namespace tg {
 
-T5Generator::T5Generator(nn::T5& model, T5GeneratorOptions o) : config_(model.config), options_(o) {
+T5Generator::T5Generator(nn::T5& model, T5GeneratorOptions o)
+    : config_(model.config), options_(o), model_(&model) {
   if (!model.config.decoder) throw Error("[T5Generator] the model has no decoder (T5EncoderModel)");
   if (o.batch <= 0 || o.source_len <= 0 || o.max_new_tokens <= 0)
     throw InputError("[T5Generator] batch, source_len and max_new_tokens must be positive");
@@ -84,6 +86,49 @@ std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::v
     }
   }
   return out;
+}
+
+std::vector<BeamHypothesis> T5Generator::beam_search(const std::vector<int32_t>& source,
+                                                     BeamSearchOptions options) {
+  options.check();
+  const T5GeneratorOptions& o = options_;
+  const int64_t B = o.batch, S = o.source_len, T = o.max_new_tokens + 1, V = config_.vocab;
+  if (source.empty() || static_cast<int64_t>(source.size()) > S)
+    throw InputError("[T5Generator] the source has " + std::to_string(source.size()) +
+                     " tokens; 1 to source_len = " + std::to_string(S) + " fit");
+  if (!beam_decoder_) {  // the step ending in log-probabilities, and the cache reordering
+    nn::T5& model = *model_;
+    beam_decoder_ = compile_forward(
+        model,
+        [&](Tensor ids, Tensor pos) {
+          return log_softmax(cast(reshape(model.logits_cached(ids, pos, T, S), {B, V}), DType::kF32));
+        },
+        {.inputs = {{"ids", {B, 1}, DType::kI32}, {"pos", {B}, DType::kI32}},
+         .device = o.device,
+         .precision = o.precision});
+    beam_decoder_->reset_state();
+    beam_reorder_ = detail::compile_reorder(model, *beam_decoder_, B, o.device);
+  }
+  const auto rows = static_cast<size_t>(B);
+  std::vector<int32_t> ids(rows * static_cast<size_t>(S), config_.pad_id), mask(ids.size(), 0);
+  for (size_t b = 0; b < rows; ++b) {  // the source in every row
+    std::copy(source.begin(), source.end(),
+              ids.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(S)));
+    std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(S)), source.size(), 1);
+  }
+  encoder_.run({{"ids", ids}, {"mask", mask}});
+  if (options.stop_tokens.empty()) options.stop_tokens = {config_.eos_id};
+  options.max_new_tokens = std::min(options.max_new_tokens, o.max_new_tokens);
+  detail::BeamModel m;
+  m.beams = B;
+  m.next = [&](const std::vector<int32_t>& tokens, int64_t step) {
+    const std::vector<int32_t> pos(rows, static_cast<int32_t>(step));
+    return beam_decoder_
+        ->run({{"ids", step == 0 ? std::vector<int32_t>(rows, config_.start_id) : tokens}, {"pos", pos}})
+        .f32();
+  };
+  m.reorder = [&](const std::vector<int32_t>& parents) { beam_reorder_->run({{"parents", parents}}); };
+  return detail::beam_search(m, options);
 }
 
 }  // namespace tg

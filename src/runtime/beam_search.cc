@@ -1,0 +1,155 @@
+// Beam search (beam_search.h): the bookkeeping of transformers 5's generate(num_beams = N,
+// do_sample = False) for one prompt, and the program that reorders a model's caches.
+//
+// A step scores every continuation of every running beam, acc = score[b] + log p(t | beam b),
+// and keeps the best K = max(2, 1 + stop tokens) · N of them. A continuation "ends" when its
+// token is a stop token or it is the last token allowed. Among the best N continuations, those
+// that end become finished hypotheses scored acc / (new tokens)^length_penalty, and the best N of
+// all finished ones are kept; the best N continuations that do not end run on (an ended one
+// scores −1e9 there, as in transformers, so it runs on only when nothing else can). The search
+// stops when every kept continuation ended, when (BeamStop::kFull) N hypotheses have finished,
+// or when the best running beam, scored at its length, cannot beat the worst of N finished ones.
+#include "runtime/beam_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "tensorgrad/errors.h"
+#include "tensorgrad/functional.h"
+
+namespace tg {
+
+void BeamSearchOptions::check() const {
+  if (max_new_tokens < 1)
+    throw InputError("[beam_search] max_new_tokens must be at least 1, got " +
+                     std::to_string(max_new_tokens));
+  if (!std::isfinite(length_penalty))
+    throw InputError("[beam_search] length_penalty must be finite, got " + std::to_string(length_penalty));
+}
+
+namespace detail {
+namespace {
+
+constexpr float kNone = -1.0e9f;  // transformers' score of a beam or slot that is not there
+
+struct Candidate {
+  int64_t parent;
+  int32_t token;
+  float acc;
+  bool ends, stopped;  // ends: by a stop token (stopped) or at the length limit
+};
+
+// The best k continuations of the running beams, best first (ties: the lower beam, then token).
+std::vector<Candidate> best_continuations(const std::vector<float>& logp, const std::vector<float>& score,
+                                          int64_t vocab, int64_t k, int64_t length,
+                                          const BeamSearchOptions& o) {
+  const auto n = static_cast<int64_t>(score.size());
+  std::vector<float> acc(static_cast<size_t>(n * vocab));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t t = 0; t < vocab; ++t)
+      acc[size_t(b * vocab + t)] = logp[size_t(b * vocab + t)] + score[size_t(b)];
+  std::vector<int64_t> order(acc.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+    return acc[size_t(a)] > acc[size_t(b)] || (acc[size_t(a)] == acc[size_t(b)] && a < b);
+  });
+  std::vector<Candidate> out;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t at = order[size_t(i)];
+    const auto token = static_cast<int32_t>(at % vocab);
+    const bool stopped = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), token) != o.stop_tokens.end();
+    out.push_back({at / vocab, token, acc[size_t(at)], stopped || length >= o.max_new_tokens, stopped});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<BeamHypothesis> beam_search(const BeamModel& m, const BeamSearchOptions& o) {
+  o.check();
+  const int64_t n = m.beams;
+  std::vector<float> logp = m.next({}, 0);
+  const auto v = static_cast<int64_t>(logp.size()) / n;  // the vocabulary
+  const int64_t k = std::min(std::max<int64_t>(2, 1 + static_cast<int64_t>(o.stop_tokens.size())) * n, n * v);
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(n));
+  std::vector<float> score(static_cast<size_t>(n), kNone);
+  score[0] = 0;                          // one beam at first: the others would repeat it
+  std::vector<BeamHypothesis> finished;  // at most n, best first
+  bool improvable = true;
+  for (int64_t step = 0;; ++step) {
+    const int64_t length = step + 1;  // new tokens once this step's is taken
+    const std::vector<Candidate> cands = best_continuations(logp, score, v, k, length, o);
+    // Finished: the continuations that end among the best n, while they can still count.
+    const bool full = static_cast<int64_t>(finished.size()) == n;
+    if (improvable && !(full && o.stop == BeamStop::kFull)) {
+      for (int64_t i = 0; i < n; ++i) {
+        const Candidate& c = cands[size_t(i)];
+        if (!c.ends) continue;
+        BeamHypothesis h{seqs[size_t(c.parent)],
+                         static_cast<float>(c.acc / std::pow(double(length), o.length_penalty)), c.stopped};
+        if (!c.stopped) h.tokens.push_back(c.token);
+        // After the equal scores already kept, as transformers' top-k over (kept, new) finds them.
+        const auto at = std::upper_bound(finished.begin(), finished.end(), h.score,
+                                         [](float s, const BeamHypothesis& x) { return s > x.score; });
+        finished.insert(at, std::move(h));
+        if (static_cast<int64_t>(finished.size()) > n) finished.pop_back();
+      }
+    }
+    // Running: the best n continuations, an ended one scored −1e9 lower.
+    std::vector<size_t> order(cands.size());
+    std::iota(order.begin(), order.end(), 0);
+    const auto running_score = [&](size_t i) { return cands[i].acc + (cands[i].ends ? kNone : 0.0f); };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return running_score(a) > running_score(b); });
+    std::vector<std::vector<int32_t>> next_seqs;
+    std::vector<int32_t> parents, tokens;
+    for (int64_t i = 0; i < n; ++i) {
+      const Candidate& c = cands[order[size_t(i)]];
+      next_seqs.push_back(seqs[size_t(c.parent)]);
+      next_seqs.back().push_back(c.token);
+      score[size_t(i)] = running_score(order[size_t(i)]);
+      parents.push_back(static_cast<int32_t>(c.parent));
+      tokens.push_back(c.token);
+    }
+    seqs = std::move(next_seqs);
+    // Can a running beam still beat the worst finished hypothesis?
+    const double best_length =
+        o.stop == BeamStop::kNever && o.length_penalty > 0 ? double(o.max_new_tokens) : double(length);
+    const float best = static_cast<float>(score[0] / std::pow(best_length, o.length_penalty));
+    improvable = improvable && (static_cast<int64_t>(finished.size()) < n || best > finished.back().score);
+    const bool all_end = std::all_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.ends; });
+    const bool done = static_cast<int64_t>(finished.size()) == n && o.stop == BeamStop::kFull;
+    if (!improvable || done || all_end) break;
+    m.reorder(parents);
+    logp = m.next(tokens, step + 1);
+  }
+  return finished;
+}
+
+Program compile_reorder(Module& model, Program& with, int64_t rows, const Device& device) {
+  struct Cache {
+    std::string name;
+    Shape shape;
+    DType dtype;
+  };
+  std::vector<Cache> caches;
+  for (const std::string& name : with.state_names()) {
+    const HostTensor value = with.read_state(name);
+    if (!value.shape().empty() && value.shape()[0] == rows)
+      caches.push_back({name, value.shape(), value.dtype()});
+  }
+  return compile_forward(model,
+                         [&](Tensor parents) {
+                           for (const Cache& c : caches) {
+                             const Tensor s = state(c.name, c.shape, c.dtype);
+                             assign(s, reshape(embedding(reshape(s, {rows, -1}), parents), c.shape));
+                           }
+                           return cast(parents, DType::kF32);
+                         },
+                         {.inputs = {{"parents", {rows}, DType::kI32}}, .device = device});
+}
+
+}  // namespace detail
+}  // namespace tg

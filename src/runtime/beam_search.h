@@ -1,0 +1,31 @@
+// Beam search (generate.h's BeamSearchOptions) over any cached model: the host bookkeeping of
+// running beams and finished hypotheses, and the program that reorders a model's caches when
+// beams trade places. tg::Generator and tg::T5Generator drive it.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "tensorgrad/generate.h"
+
+namespace tg::detail {
+
+/// The model a beam search drives: `beams` sequences decoded together.
+struct BeamModel {
+  int64_t beams = 1;
+  /// Log-probabilities [beams, vocab] of each beam's next token: at step 0 after the prompt
+  /// (`tokens` empty; every beam the same), then after feeding beam i its newest token tokens[i].
+  std::function<std::vector<float>(const std::vector<int32_t>& tokens, int64_t step)> next;
+  /// Beam i continues from beam parents[i]: its caches become that beam's.
+  std::function<void(const std::vector<int32_t>& parents)> reorder;
+};
+
+/// Hugging Face's beam search (transformers 5's generate with num_beams, do_sample = False) over
+/// `model`: the finished hypotheses, best first. Scores are summed in f32 as there.
+std::vector<BeamHypothesis> beam_search(const BeamModel& model, const BeamSearchOptions& options);
+
+/// A program of `model` on `device` with one input, "parents" i32 [rows]: every state of `with`
+/// (its caches) whose first axis has `rows` rows gets row parents[i] as its row i, on the device.
+/// `with` must have been run or reset (its states exist).
+Program compile_reorder(Module& model, Program& with, int64_t rows, const Device& device);
+
+}  // namespace tg::detail

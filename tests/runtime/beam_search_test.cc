@@ -1,0 +1,129 @@
+// Beam search (Generator::beam_search, T5Generator::beam_search) against transformers'
+// generate(num_beams, do_sample = False) on the tiny models (tests/data/beam_golden.safetensors,
+// tests/nn/gen_hf_beam_golden.py): every returned hypothesis, its tokens, how it ended and its
+// score, for five settings (beams 2 to 4, length penalties 0.5 to 2, each way of stopping, and an
+// end token the models favour so that hypotheses end on the way), on every backend; and the
+// bookkeeping alone over a model of fixed log-probabilities, where the best hypothesis is known.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "runtime/beam_search.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+using Params = std::map<std::string, HostTensor>;
+
+std::string data(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
+
+const Params& golden() {
+  static const Params g = read_safetensors(data("beam_golden.safetensors"));
+  return g;
+}
+
+// A case's settings as transformers ran them.
+BeamSearchOptions settings(const std::string& model, const std::string& c, int64_t& beams) {
+  const auto cases =
+      nlohmann::json::parse(read_safetensors_metadata(data("beam_golden.safetensors")).at("cases"));
+  const auto& s = cases.at(c);
+  beams = s.at("num_beams").get<int64_t>();
+  const auto& stop = s.at("early_stopping");
+  return {.max_new_tokens = s.at("max_new_tokens").get<int64_t>(),
+          .length_penalty = s.at("length_penalty").get<float>(),
+          .stop = stop.is_boolean() && stop.get<bool>() ? BeamStop::kFull : BeamStop::kHeuristic,
+          .stop_tokens = {golden().at(model + "." + c + ".eos").i32()[0]}};
+}
+
+void expect_golden(const std::vector<BeamHypothesis>& got, const std::string& model, const std::string& c,
+                   const std::string& where) {
+  const HostTensor& seqs = golden().at(model + "." + c + ".sequences");
+  const auto scores = golden().at(model + "." + c + ".scores").f32();
+  const auto ended = golden().at(model + "." + c + ".ended").i32();
+  const auto n = static_cast<size_t>(seqs.shape()[0]), len = static_cast<size_t>(seqs.shape()[1]);
+  ASSERT_EQ(got.size(), n) << where;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int32_t> want;
+    for (size_t t = 0; t < len && seqs.i32()[i * len + t] >= 0; ++t) want.push_back(seqs.i32()[i * len + t]);
+    EXPECT_EQ(got[i].tokens, want) << where << " hypothesis " << i;
+    EXPECT_EQ(got[i].ended, ended[i] != 0) << where << " hypothesis " << i;
+    EXPECT_NEAR(got[i].score, scores[i], 1e-4 * std::abs(scores[i]) + 1e-5) << where << " hypothesis " << i;
+  }
+}
+
+const char* const kCases[] = {"a", "b", "c", "d", "e"};
+
+class BeamSearch : public ::testing::TestWithParam<Device> {};
+
+TEST_P(BeamSearch, DecodersEqualTransformers) {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_qwen2"}) {
+    const auto p = golden().at(name + ".prompt").i32();
+    const std::vector<int32_t> prompt(p.begin(), p.end());
+    for (const std::string c : kCases) {
+      const pretrained::Model lm = pretrained::load(data(name));  // a model's caches have one batch
+      int64_t beams = 0;
+      const BeamSearchOptions options = settings(name, c, beams);
+      Generator gen(*lm.module, lm.step(), {.batch = beams, .cache_len = 16, .device = GetParam()});
+      lm.upload(gen.decode());
+      expect_golden(gen.beam_search(prompt, options), name, c,
+                    name + " case " + c + " on " + GetParam().str());
+    }
+  }
+}
+
+TEST_P(BeamSearch, T5EqualsTransformers) {
+  const auto p = golden().at("tiny_flan_t5.prompt").i32();
+  const std::vector<int32_t> source(p.begin(), p.end());
+  for (const std::string c : kCases) {
+    const pretrained::Model m = pretrained::load(data("tiny_flan_t5"));  // a model's caches have one batch
+    int64_t beams = 0;
+    const BeamSearchOptions options = settings("tiny_flan_t5", c, beams);
+    T5Generator gen(static_cast<nn::T5&>(*m.module), {.batch = beams,
+                                                      .source_len = static_cast<int64_t>(source.size()),
+                                                      .max_new_tokens = 12,
+                                                      .device = GetParam()});
+    m.upload(gen.encoder());
+    expect_golden(gen.beam_search(source, options), "tiny_flan_t5", c,
+                  "case " + c + " on " + GetParam().str());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, BeamSearch, ::testing::ValuesIn(tg::testing::all_devices()),
+                         [](const ::testing::TestParamInfo<Device>& info) {
+                           return tg::testing::device_test_name(info.param);
+                         });
+
+// The bookkeeping over fixed log-probabilities (3 tokens; token 2 ends): after token 0 (or the
+// prompt) token 0 has log p −0.1, token 1 −2.5, token 2 −3.0; after token 1, token 0 has −1.0.
+// With 2 beams and 3 new tokens the beams run on {0} and {1}, then {0, 0} and {0, 1}; at the
+// length limit the best two continuations, {0, 0, 0} (−0.3) and {0, 0, 1} (−2.7), finish, scored
+// over their 3 tokens: −0.1 and −0.9. The end token never ranks among the best two.
+TEST(BeamSearchBookkeeping, FixedModel) {
+  detail::BeamModel m;
+  m.beams = 2;
+  std::vector<int32_t> reordered;
+  m.next = [](const std::vector<int32_t>& tokens, int64_t) {
+    std::vector<float> out;
+    for (size_t i = 0; i < 2; ++i)
+      out.insert(out.end(), {!tokens.empty() && tokens[i] == 1 ? -1.0f : -0.1f, -2.5f, -3.0f});
+    return out;
+  };
+  m.reorder = [&](const std::vector<int32_t>& parents) {
+    reordered.insert(reordered.end(), parents.begin(), parents.end());
+  };
+  const std::vector<BeamHypothesis> h =
+      detail::beam_search(m, {.max_new_tokens = 3, .length_penalty = 1, .stop_tokens = {2}});
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].tokens, (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_FALSE(h[0].ended);
+  EXPECT_NEAR(h[0].score, -0.1, 1e-6);
+  EXPECT_EQ(h[1].tokens, (std::vector<int32_t>{0, 0, 1}));
+  EXPECT_NEAR(h[1].score, -0.9, 1e-6);
+  EXPECT_EQ(reordered.size(), 4u);  // two steps after the first, one parent per beam each
+  EXPECT_THROW(detail::beam_search(m, {.max_new_tokens = 0}), InputError);
+}
+
+}  // namespace
