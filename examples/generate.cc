@@ -9,6 +9,7 @@
 //              [--temperature 0.8] [--top-k 0] [--top-p 0.95] [--min-p 0]
 //              [--repetition-penalty 1] [--seed 0]
 //              [--device cpu|cuda] [--precision fp32|bf16|f16] [--adapter <PEFT folder>]
+//              [--beams 4 [--length-penalty 1]]
 //   ./generate --model <instruct folder> --chat [--system "Be brief."] [--prompt "Hi!"] …
 //
 // --temperature 0 is greedy. Generation stops at the tokenizer's end-of-sequence token (else the
@@ -34,7 +35,7 @@ constexpr const char* kUsage =
     "usage: generate --model FOLDER --prompt TEXT [--max-new-tokens 100] [--temperature 0.8]\n"
     "                [--top-k 0] [--top-p 0.95] [--min-p 0] [--repetition-penalty 1] [--seed 0]\n"
     "                [--device cpu|cuda] [--precision fp32|bf16|f16] [--int8 | --int4]\n"
-    "                [--adapter ADAPTER_FOLDER]\n"
+    "                [--adapter ADAPTER_FOLDER] [--beams N [--length-penalty 1]]\n"
     "       generate --model FOLDER --chat [--system TEXT] [--prompt TEXT] [the options above]\n"
     "\n"
     "Continues TEXT with a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
@@ -51,6 +52,8 @@ constexpr const char* kUsage =
     "--adapter reads a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors:\n"
     "peft's save_pretrained, or finetune --save-adapter) onto the model, folded into its weights\n"
     "(kept apart over --int8 or --int4 weights, which merging would quantize again).\n"
+    "--beams N searches N beams instead of sampling (Hugging Face's num_beams): it prints every\n"
+    "hypothesis with its score (summed log-probability over length^--length-penalty), best first.\n"
     "--temperature 0 is greedy; --top-k 0, --top-p 1 and --min-p 0 sample among every token.\n"
     "--repetition-penalty P > 1 makes every token already in the text less likely (Hugging Face's\n"
     "rule: a logit s becomes s / P when positive, s * P otherwise).\n"
@@ -144,7 +147,7 @@ int main(int argc, char** argv) {
     const example::Args args = example::Args::parse(argc, argv);
     args.allow_only({"model", "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "min-p",
                      "repetition-penalty", "seed", "device", "precision", "chat", "system", "int8", "int4",
-                     "adapter"});
+                     "adapter", "beams", "length-penalty"});
     const bool chat = args.has("chat");
     if (!args.has("model") || (!args.has("prompt") && !chat)) {
       std::fprintf(stderr, "generate: --model and --prompt (or --chat) are required\n%s", kUsage);
@@ -222,9 +225,19 @@ int main(int argc, char** argv) {
       if (const auto id = tokenizer.token_to_id(*templ->special_tokens().eos_token))
         options.stop_tokens.push_back(*id);
 
+    const int64_t beams = args.has("beams") ? static_cast<int64_t>(args.num("beams", 1)) : 0;
+    if (args.has("beams") && (beams < 1 || beams > 64 || interactive))
+      throw std::runtime_error("--beams takes 1 to 64 beams, with --prompt");
+    if (args.has("length-penalty") && !args.has("beams"))
+      throw std::runtime_error("--length-penalty needs --beams");
+    if (beams > 0 && (args.has("temperature") || args.has("top-k") || args.has("top-p") ||
+                      args.has("min-p") || args.has("repetition-penalty")))
+      throw std::runtime_error("--beams searches without sampling: drop the sampling options");
+
     t0 = std::chrono::steady_clock::now();
     tg::Generator gen(*lm.module, lm.step(),
-                      {.cache_len = cache_len,
+                      {.batch = std::max<int64_t>(beams, 1),
+                       .cache_len = cache_len,
                        .device = args.device(),
                        .precision = precision,
                        .prefill = !lm.recurrent()});
@@ -240,6 +253,21 @@ int main(int argc, char** argv) {
       std::printf(chat ? "; %lld prompt tokens from the chat template\n\n" : "; %lld prompt tokens\n\n",
                   static_cast<long long>(n));
 
+    if (beams > 0) {
+      t0 = std::chrono::steady_clock::now();
+      const std::vector<tg::BeamHypothesis> found =
+          gen.beam_search(ids, {.max_new_tokens = max_new,
+                                .length_penalty = static_cast<float>(args.num("length-penalty", 1)),
+                                .stop_tokens = options.stop_tokens});
+      const double s = seconds_since(t0);
+      for (size_t i = 0; i < found.size(); ++i)
+        std::printf("[%zu] score %.4f, %zu tokens%s:\n%s%s\n\n", i + 1, found[i].score,
+                    found[i].tokens.size(), found[i].ended ? ", ended" : "",
+                    chat ? "" : args.get("prompt", "").c_str(),
+                    tokenizer.decode(found[i].tokens, /*skip_special=*/true).c_str());
+      std::printf("%zu hypotheses of %lld beams in %.2f s\n", found.size(), static_cast<long long>(beams), s);
+      return 0;
+    }
     if (!interactive) {
       if (!chat) std::printf("%s", args.get("prompt", "").c_str());
       std::fflush(stdout);

@@ -4,9 +4,11 @@
 //
 //   ./text2text --model <folder> --prompt "translate English to German: The house is wonderful."
 //               [--max-new-tokens 64] [--temperature 0] [--top-k 0] [--top-p 1] [--seed 0]
-//               [--device cpu|cuda] [--precision fp32|bf16] [--ids]
+//               [--device cpu|cuda] [--precision fp32|bf16] [--ids] [--beams 4 [--length-penalty 1]]
 //
 // Without --prompt every line of stdin is one prompt. --ids also prints the generated token ids.
+// --beams N searches N beams (Hugging Face's num_beams, as translation usually runs T5) and
+// prints the best hypothesis.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -20,11 +22,12 @@ namespace {
 constexpr const char* kUsage =
     "usage: text2text --model FOLDER [--prompt TEXT] [--max-new-tokens 64] [--temperature 0]\n"
     "                 [--top-k 0] [--top-p 1] [--min-p 0] [--seed 0] [--device cpu|cuda]\n"
-    "                 [--precision fp32|bf16] [--ids]\n"
+    "                 [--precision fp32|bf16] [--ids] [--beams N [--length-penalty 1]]\n"
     "\n"
     "Runs a T5ForConditionalGeneration folder (T5, Flan-T5: config.json, model.safetensors and\n"
     "tokenizer.json) on each prompt (--prompt, else every line of stdin) and prints its answer:\n"
-    "greedy with --temperature 0 (the default), else sampled.\n";
+    "greedy with --temperature 0 (the default), else sampled; --beams N searches N beams instead\n"
+    "(the best hypothesis by summed log-probability over length^--length-penalty).\n";
 
 }  // namespace
 
@@ -36,7 +39,7 @@ int main(int argc, char** argv) {
     }
     const example::Args args = example::Args::parse(argc, argv);
     args.allow_only({"model", "prompt", "max-new-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
-                     "device", "precision", "ids"});
+                     "device", "precision", "ids", "beams", "length-penalty"});
     if (!args.has("model")) {
       std::fprintf(stderr, "text2text: --model is required\n%s", kUsage);
       return 2;
@@ -48,6 +51,13 @@ int main(int argc, char** argv) {
     sampling.temperature = static_cast<float>(args.num("temperature", 0));
     sampling.top_p = static_cast<float>(args.num("top-p", 1));
     sampling.max_new_tokens = max_new;
+    const int64_t beams = args.has("beams") ? static_cast<int64_t>(args.num("beams", 1)) : 0;
+    if (args.has("beams") && (beams < 1 || beams > 64))
+      throw std::runtime_error("--beams takes 1 to 64 beams");
+    if (args.has("length-penalty") && !args.has("beams"))
+      throw std::runtime_error("--length-penalty needs --beams");
+    if (beams > 0 && (args.has("temperature") || args.has("top-k") || args.has("top-p") || args.has("min-p")))
+      throw std::runtime_error("--beams searches without sampling: drop the sampling options");
 
     const auto t0 = std::chrono::steady_clock::now();
     const tg::pretrained::Model m = tg::pretrained::load(folder);
@@ -70,7 +80,7 @@ int main(int argc, char** argv) {
       sources.push_back(tok.encode(p, /*add_special=*/true));
       longest = std::max<int64_t>(longest, static_cast<int64_t>(sources.back().size()));
     }
-    tg::T5Generator gen(t5, {.batch = 1,
+    tg::T5Generator gen(t5, {.batch = std::max<int64_t>(beams, 1),
                              .source_len = longest,
                              .max_new_tokens = max_new,
                              .device = args.device(),
@@ -84,7 +94,13 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::printf("> %s\n", prompts[i].c_str());
       const auto t1 = std::chrono::steady_clock::now();
-      const std::vector<int32_t> out = gen.generate({sources[i]}, sampling).front();
+      const std::vector<int32_t> out =
+          beams > 0 ? gen.beam_search(sources[i],
+                                      {.max_new_tokens = max_new,
+                                       .length_penalty = static_cast<float>(args.num("length-penalty", 1))})
+                          .front()
+                          .tokens
+                    : gen.generate({sources[i]}, sampling).front();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
       std::printf("%s\n", tok.decode(out, /*skip_special=*/true).c_str());
       if (args.has("ids")) {

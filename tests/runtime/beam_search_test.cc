@@ -91,6 +91,63 @@ TEST_P(BeamSearch, T5EqualsTransformers) {
   }
 }
 
+// The cached search, its caches reordered on the device, equals the same search over the model
+// without caches: each step's log-probabilities from a full forward of every beam's whole text,
+// beams reordered on the host. Mamba (its prompt one token at a time, its recurrent states
+// reordered) and Llama (prefill and KV caches).
+TEST_P(BeamSearch, CachedEqualsFullForward) {
+  for (const std::string name : {"tiny_llama", "tiny_mamba"}) {
+    const pretrained::Model lm = pretrained::load(data(name));
+    const int64_t beams = 3, window = 12;
+    const std::vector<int32_t> prompt{3, 17, 42};
+    const BeamSearchOptions options{.max_new_tokens = 8, .length_penalty = 0.8f, .stop_tokens = {5, 9}};
+    Program full = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
+                                   {.inputs = {{"ids", {beams, window}, DType::kI32}}, .device = GetParam()});
+    lm.upload(full);
+    std::vector<std::vector<int32_t>> texts(static_cast<size_t>(beams), prompt);
+    detail::BeamModel ref;
+    ref.beams = beams;
+    ref.next = [&](const std::vector<int32_t>& tokens, int64_t) {
+      std::vector<int32_t> ids(static_cast<size_t>(beams * window), 0);
+      for (size_t i = 0; i < texts.size(); ++i) {
+        if (!tokens.empty()) texts[i].push_back(tokens[i]);
+        std::copy(texts[i].begin(), texts[i].end(), ids.begin() + static_cast<std::ptrdiff_t>(i) * window);
+      }
+      const std::vector<float> logits = full.run({{"ids", ids}}).f32();
+      const auto vocab = static_cast<int64_t>(logits.size()) / (beams * window);
+      std::vector<float> out;
+      for (size_t i = 0; i < texts.size(); ++i) {  // log_softmax of the row of the text's last token
+        const auto row =
+            logits.begin() +
+            (static_cast<int64_t>(i) * window + static_cast<int64_t>(texts[i].size()) - 1) * vocab;
+        const double top = *std::max_element(row, row + vocab);
+        double sum = 0;
+        for (int64_t t = 0; t < vocab; ++t) sum += std::exp(double(row[t]) - top);
+        for (int64_t t = 0; t < vocab; ++t)
+          out.push_back(static_cast<float>(double(row[t]) - top - std::log(sum)));
+      }
+      return out;
+    };
+    ref.reorder = [&](const std::vector<int32_t>& parents) {
+      const auto old = texts;
+      for (size_t i = 0; i < texts.size(); ++i) texts[i] = old[static_cast<size_t>(parents[i])];
+    };
+    const std::vector<BeamHypothesis> want = detail::beam_search(ref, options);
+    Generator gen(*lm.module, lm.step(),
+                  {.batch = beams, .cache_len = window, .device = GetParam(), .prefill = !lm.recurrent()});
+    lm.upload(gen.decode());
+    const std::vector<BeamHypothesis> got = gen.beam_search(prompt, options);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << name << " hypothesis " << i;
+      EXPECT_EQ(got[i].ended, want[i].ended) << name << " hypothesis " << i;
+      EXPECT_NEAR(got[i].score, want[i].score, 1e-5 * std::abs(want[i].score) + 1e-6) << name;
+    }
+    // The second search over the same Generator starts afresh.
+    EXPECT_EQ(gen.beam_search(prompt, options)[0].tokens, got[0].tokens) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, BeamSearch, ::testing::ValuesIn(tg::testing::all_devices()),
                          [](const ::testing::TestParamInfo<Device>& info) {
                            return tg::testing::device_test_name(info.param);
