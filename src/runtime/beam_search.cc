@@ -122,7 +122,9 @@ std::vector<BeamHypothesis> beam_search(const BeamModel& m, const BeamSearchOpti
     const bool all_end = std::all_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.ends; });
     const bool done = static_cast<int64_t>(finished.size()) == n && o.stop == BeamStop::kFull;
     if (!improvable || done || all_end) break;
-    m.reorder(parents);
+    bool moved = false;  // beams that kept their places need no copy of the caches
+    for (size_t i = 0; i < parents.size(); ++i) moved = moved || parents[i] != static_cast<int32_t>(i);
+    if (moved) m.reorder(parents);
     logp = m.next(tokens, step + 1);
   }
   return finished;

@@ -179,7 +179,9 @@ TEST(BeamSearchBookkeeping, FixedModel) {
   EXPECT_NEAR(h[0].score, -0.1, 1e-6);
   EXPECT_EQ(h[1].tokens, (std::vector<int32_t>{0, 0, 1}));
   EXPECT_NEAR(h[1].score, -0.9, 1e-6);
-  EXPECT_EQ(reordered.size(), 4u);  // two steps after the first, one parent per beam each
+  // After each of the first two steps both beams continue beam 0 ({0} and {1}, then {0, 0} and
+  // {0, 1}): parents [0, 0] twice; the last step ends the search without a reordering.
+  EXPECT_EQ(reordered, (std::vector<int32_t>{0, 0, 0, 0}));
   EXPECT_THROW(detail::beam_search(m, {.max_new_tokens = 0}), InputError);
 }
 
