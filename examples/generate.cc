@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       const std::vector<tg::BeamHypothesis> found =
           gen.beam_search(ids, {.max_new_tokens = max_new,
-                                .length_penalty = static_cast<float>(args.num("length-penalty", 1)),
+                                .length_penalty = args.num("length-penalty", 1),
                                 .stop_tokens = options.stop_tokens});
       const double s = seconds_since(t0);
       for (size_t i = 0; i < found.size(); ++i)

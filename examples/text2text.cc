@@ -94,13 +94,17 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::printf("> %s\n", prompts[i].c_str());
       const auto t1 = std::chrono::steady_clock::now();
-      const std::vector<int32_t> out =
-          beams > 0 ? gen.beam_search(sources[i],
-                                      {.max_new_tokens = max_new,
-                                       .length_penalty = static_cast<float>(args.num("length-penalty", 1))})
-                          .front()
-                          .tokens
-                    : gen.generate({sources[i]}, sampling).front();
+      std::vector<int32_t> out;
+      if (beams > 0) {
+        const tg::BeamHypothesis best =
+            gen.beam_search(sources[i],
+                            {.max_new_tokens = max_new, .length_penalty = args.num("length-penalty", 1)})
+                .front();
+        std::printf("(the best of %lld beams: score %.4f)\n", static_cast<long long>(beams), best.score);
+        out = best.tokens;
+      } else {
+        out = gen.generate({sources[i]}, sampling).front();
+      }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
       std::printf("%s\n", tok.decode(out, /*skip_special=*/true).c_str());
       if (args.has("ids")) {

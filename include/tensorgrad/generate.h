@@ -97,7 +97,7 @@ struct BeamSearchOptions {
   int64_t max_new_tokens = 128;
   /// A finished hypothesis scores its summed log-probability over (its new tokens, the stop token
   /// counted)^length_penalty: > 0 favours longer hypotheses, < 0 shorter ones.
-  float length_penalty = 1;
+  double length_penalty = 1;
   BeamStop stop = BeamStop::kHeuristic;
   /// Tokens that end a hypothesis (not returned); empty: it ends at max_new_tokens only.
   std::vector<int32_t> stop_tokens = {};
@@ -130,8 +130,12 @@ class Generator {
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const GenerateOptions& options = {});
   /// Beam search over one prompt with as many beams as the Generator's batch: its `batch`
   /// hypotheses, best first (each beam is one sequence of the programs; a step reorders the
-  /// caches on the device when beams trade places). The first call compiles the programs that
-  /// return log-probabilities and reorder the caches. A hypothesis ends at the cache's end too.
+  /// states the decode step assigns, its caches, on the device when beams trade places: the
+  /// model's caches must have the batch on their first axis). The first call compiles the
+  /// programs that return log-probabilities and reorder the caches. A hypothesis also ends at the
+  /// cache's end: at most cache_len − prompt + 1 new tokens. The logits are searched as the model
+  /// gives them (a folder's generation_config.json processors, such as no_repeat_ngram_size, are
+  /// not applied).
   std::vector<BeamHypothesis> beam_search(const std::vector<int32_t>& prompt,
                                           const BeamSearchOptions& options = {});
 

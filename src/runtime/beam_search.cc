@@ -16,6 +16,8 @@
 #include <numeric>
 #include <string>
 
+#include "ir/graph.h"
+#include "ir/trace.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/functional.h"
 
@@ -48,8 +50,12 @@ std::vector<Candidate> best_continuations(const std::vector<float>& logp, const 
   const auto n = static_cast<int64_t>(score.size());
   std::vector<float> acc(static_cast<size_t>(n * vocab));
   for (int64_t b = 0; b < n; ++b)
-    for (int64_t t = 0; t < vocab; ++t)
-      acc[size_t(b * vocab + t)] = logp[size_t(b * vocab + t)] + score[size_t(b)];
+    for (int64_t t = 0; t < vocab; ++t) {
+      const float l = logp[size_t(b * vocab + t)];
+      if (std::isnan(l))
+        throw Error("[beam_search] the model gave a NaN log-probability (beam " + std::to_string(b) + ")");
+      acc[size_t(b * vocab + t)] = l + score[size_t(b)];
+    }
   std::vector<int64_t> order(acc.size());
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
@@ -87,8 +93,10 @@ std::vector<BeamHypothesis> beam_search(const BeamModel& m, const BeamSearchOpti
       for (int64_t i = 0; i < n; ++i) {
         const Candidate& c = cands[size_t(i)];
         if (!c.ends) continue;
+        // transformers divides the f32 sum by the f32 of a double power.
         BeamHypothesis h{seqs[size_t(c.parent)],
-                         static_cast<float>(c.acc / std::pow(double(length), o.length_penalty)), c.stopped};
+                         c.acc / static_cast<float>(std::pow(double(length), o.length_penalty)), c.stopped};
+        if (h.score < kNone) continue;  // an ended beam's descendant: an empty slot beats it
         if (!c.stopped) h.tokens.push_back(c.token);
         // After the equal scores already kept, as transformers' top-k over (kept, new) finds them.
         const auto at = std::upper_bound(finished.begin(), finished.end(), h.score,
@@ -117,8 +125,9 @@ std::vector<BeamHypothesis> beam_search(const BeamModel& m, const BeamSearchOpti
     // Can a running beam still beat the worst finished hypothesis?
     const double best_length =
         o.stop == BeamStop::kNever && o.length_penalty > 0 ? double(o.max_new_tokens) : double(length);
-    const float best = static_cast<float>(score[0] / std::pow(best_length, o.length_penalty));
-    improvable = improvable && (static_cast<int64_t>(finished.size()) < n || best > finished.back().score);
+    const float best = score[0] / static_cast<float>(std::pow(best_length, o.length_penalty));
+    const float worst = static_cast<int64_t>(finished.size()) == n ? finished.back().score : kNone;
+    improvable = improvable && best > worst;
     const bool all_end = std::all_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.ends; });
     const bool done = static_cast<int64_t>(finished.size()) == n && o.stop == BeamStop::kFull;
     if (!improvable || done || all_end) break;
@@ -130,22 +139,31 @@ std::vector<BeamHypothesis> beam_search(const BeamModel& m, const BeamSearchOpti
   return finished;
 }
 
-Program compile_reorder(Module& model, Program& with, int64_t rows, const Device& device) {
+Program compile_reorder(Module& model, const Program& with, int64_t rows, const Device& device) {
   struct Cache {
     std::string name;
     Shape shape;
     DType dtype;
+    double initial;
   };
+  // The states `with` assigns: its caches (read-only states, such as an encoder's memory that the
+  // same source gave every row, need no reordering).
   std::vector<Cache> caches;
-  for (const std::string& name : with.state_names()) {
-    const HostTensor value = with.read_state(name);
-    if (!value.shape().empty() && value.shape()[0] == rows)
-      caches.push_back({name, value.shape(), value.dtype()});
+  const ir::Graph& g = compiled_graph(with);
+  const std::string prefix = ir::kUserStatePrefix;
+  for (const ir::Graph::Update& u : g.updates) {
+    const ir::Node& n = g.node(u.target);
+    if (n.op != ir::Op::kState || n.name.rfind(prefix, 0) != 0) continue;
+    const std::string name = n.name.substr(prefix.size());
+    if (n.shape.empty() || n.shape[0] != rows)
+      throw Error("[beam_search] the cache '" + name + "' is " + shape_str(n.shape) + ": a cache of " +
+                  std::to_string(rows) + " beams must have them on its first axis");
+    caches.push_back({name, n.shape, n.dtype, n.attrs.values.empty() ? 0.0 : n.attrs.values[0]});
   }
   return compile_forward(model,
                          [&](Tensor parents) {
                            for (const Cache& c : caches) {
-                             const Tensor s = state(c.name, c.shape, c.dtype);
+                             const Tensor s = state(c.name, c.shape, c.dtype, c.initial);
                              assign(s, reshape(embedding(reshape(s, {rows, -1}), parents), c.shape));
                            }
                            return cast(parents, DType::kF32);

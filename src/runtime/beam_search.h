@@ -23,9 +23,9 @@ struct BeamModel {
 /// `model`: the finished hypotheses, best first. Scores are summed in f32 as there.
 std::vector<BeamHypothesis> beam_search(const BeamModel& model, const BeamSearchOptions& options);
 
-/// A program of `model` on `device` with one input, "parents" i32 [rows]: every state of `with`
-/// (its caches) whose first axis has `rows` rows gets row parents[i] as its row i, on the device.
-/// `with` must have been run or reset (its states exist).
-Program compile_reorder(Module& model, Program& with, int64_t rows, const Device& device);
+/// A program of `model` on `device` with one input, "parents" i32 [rows]: every state `with`
+/// assigns (its caches, each with the beams on its first axis, else an Error) gets row
+/// parents[i] as its row i, on the device. States `with` only reads are left alone.
+Program compile_reorder(Module& model, const Program& with, int64_t rows, const Device& device);
 
 }  // namespace tg::detail

@@ -252,7 +252,6 @@ Generator::BeamPrograms Generator::compile_beam_programs() {
         return log_softmax(cast(reshape(logits, {b, logits.shape().back()}), DType::kF32));
       },
       dec);
-  out.decode.reset_state();  // the caches exist from here on: the reordering reads their shapes
   out.reorder = detail::compile_reorder(*model_, out.decode, b, o.device);
   return out;
 }

@@ -106,7 +106,6 @@ std::vector<BeamHypothesis> T5Generator::beam_search(const std::vector<int32_t>&
         {.inputs = {{"ids", {B, 1}, DType::kI32}, {"pos", {B}, DType::kI32}},
          .device = o.device,
          .precision = o.precision});
-    beam_decoder_->reset_state();
     beam_reorder_ = detail::compile_reorder(model, *beam_decoder_, B, o.device);
   }
   const auto rows = static_cast<size_t>(B);

@@ -8,8 +8,9 @@ returned hypothesis's new tokens, best first, -1 after its end (the end token it
 kept), "<model>.<case>.ended" I32 [beams] 1 where the end token ended it, and "<model>.<case>.scores" F32 [beams] their scores (sum of log-probabilities over
 length ** length_penalty, transformers' sequences_scores). The prompt ("<model>.prompt" I32) is
 the decoder-only models' input ids, T5's source ids. The metadata holds each case's settings as
-JSON, and "<model>.<case>.eos" I32 [1] the token that ends a hypothesis: 2 (the tiny models'
-eos), or in cases d and e a token the model favours, so that hypotheses end on the way."""
+JSON, and "<model>.<case>.eos" I32 [n] the tokens that end a hypothesis: 2 (the tiny models'
+eos), or from case d on a token the model favours (and in f both), so that hypotheses end on the
+way."""
 import json
 import os
 import sys
@@ -30,6 +31,11 @@ CASES = {
     # The end token is one the model favours (FREQUENT), so that hypotheses end on the way.
     "d": dict(num_beams=3, max_new_tokens=8, length_penalty=1.0, early_stopping=False, frequent=True),
     "e": dict(num_beams=4, max_new_tokens=8, length_penalty=0.7, early_stopping=True, frequent=True),
+    # early_stopping "never", with a negative and a positive length penalty; f ends at either of
+    # two tokens (the favoured one and 2), so that 3 · beams continuations are kept a step.
+    "f": dict(num_beams=3, max_new_tokens=8, length_penalty=-0.5, early_stopping="never", frequent=True,
+              two_eos=True),
+    "g": dict(num_beams=4, max_new_tokens=7, length_penalty=1.5, early_stopping="never", frequent=True),
 }
 FREQUENT = {"tiny_llama": 54, "tiny_gpt2": 35, "tiny_qwen2": 12, "tiny_flan_t5": 84}
 
@@ -56,6 +62,7 @@ for name, (auto, prompt) in MODELS.items():
     for case, settings in CASES.items():
         settings = dict(settings)
         eos = FREQUENT[name] if settings.pop("frequent", False) else EOS
+        eos = [eos, EOS] if settings.pop("two_eos", False) else [eos]
         with torch.no_grad():
             out = model.generate(input_ids=prompt[None], attention_mask=torch.ones_like(prompt)[None],
                                  do_sample=False, num_return_sequences=settings["num_beams"],
@@ -69,7 +76,7 @@ for name, (auto, prompt) in MODELS.items():
         for i, s in enumerate(seqs.tolist()):
             kept = []
             for t in s:
-                if t == eos:
+                if t in eos:
                     ended[i] = 1
                     break
                 kept.append(t)
@@ -77,7 +84,7 @@ for name, (auto, prompt) in MODELS.items():
         tensors[f"{name}.{case}.sequences"] = rows
         tensors[f"{name}.{case}.scores"] = out.sequences_scores.float()
         tensors[f"{name}.{case}.ended"] = ended
-        tensors[f"{name}.{case}.eos"] = torch.tensor([eos], dtype=torch.int32)
+        tensors[f"{name}.{case}.eos"] = torch.tensor(eos, dtype=torch.int32)
         print(name, case, rows.tolist(), ended.tolist(), [round(x, 4) for x in out.sequences_scores.tolist()])
 meta["cases"] = json.dumps(CASES)
 meta["transformers"] = tf.__version__

@@ -32,10 +32,13 @@ BeamSearchOptions settings(const std::string& model, const std::string& c, int64
   const auto& s = cases.at(c);
   beams = s.at("num_beams").get<int64_t>();
   const auto& stop = s.at("early_stopping");
+  const auto eos = golden().at(model + "." + c + ".eos").i32();
   return {.max_new_tokens = s.at("max_new_tokens").get<int64_t>(),
-          .length_penalty = s.at("length_penalty").get<float>(),
-          .stop = stop.is_boolean() && stop.get<bool>() ? BeamStop::kFull : BeamStop::kHeuristic,
-          .stop_tokens = {golden().at(model + "." + c + ".eos").i32()[0]}};
+          .length_penalty = s.at("length_penalty").get<double>(),
+          .stop = stop.is_string()                        ? BeamStop::kNever
+                  : stop.is_boolean() && stop.get<bool>() ? BeamStop::kFull
+                                                          : BeamStop::kHeuristic,
+          .stop_tokens = std::vector<int32_t>(eos.begin(), eos.end())};
 }
 
 void expect_golden(const std::vector<BeamHypothesis>& got, const std::string& model, const std::string& c,
@@ -54,7 +57,7 @@ void expect_golden(const std::vector<BeamHypothesis>& got, const std::string& mo
   }
 }
 
-const char* const kCases[] = {"a", "b", "c", "d", "e"};
+const char* const kCases[] = {"a", "b", "c", "d", "e", "f", "g"};
 
 class BeamSearch : public ::testing::TestWithParam<Device> {};
 
@@ -100,7 +103,11 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
     const pretrained::Model lm = pretrained::load(data(name));
     const int64_t beams = 3, window = 12;
     const std::vector<int32_t> prompt{3, 17, 42};
-    const BeamSearchOptions options{.max_new_tokens = 8, .length_penalty = 0.8f, .stop_tokens = {5, 9}};
+    // A cache of 9 positions holds 7 new tokens after the 3 of the prompt (the last one needs no
+    // position), not 8; the prompt goes through a prefill window of 2 twice.
+    const BeamSearchOptions options{.max_new_tokens = 8, .length_penalty = 0.8, .stop_tokens = {5, 9}};
+    BeamSearchOptions clamped = options;
+    clamped.max_new_tokens = 7;
     Program full = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
                                    {.inputs = {{"ids", {beams, window}, DType::kI32}}, .device = GetParam()});
     lm.upload(full);
@@ -132,9 +139,10 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
       const auto old = texts;
       for (size_t i = 0; i < texts.size(); ++i) texts[i] = old[static_cast<size_t>(parents[i])];
     };
-    const std::vector<BeamHypothesis> want = detail::beam_search(ref, options);
-    Generator gen(*lm.module, lm.step(),
-                  {.batch = beams, .cache_len = window, .device = GetParam(), .prefill = !lm.recurrent()});
+    const std::vector<BeamHypothesis> want = detail::beam_search(ref, clamped);
+    Generator gen(
+        *lm.module, lm.step(),
+        {.batch = beams, .cache_len = 9, .prefill_len = 2, .device = GetParam(), .prefill = !lm.recurrent()});
     lm.upload(gen.decode());
     const std::vector<BeamHypothesis> got = gen.beam_search(prompt, options);
     ASSERT_EQ(got.size(), want.size()) << name;
@@ -144,7 +152,12 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
       EXPECT_NEAR(got[i].score, want[i].score, 1e-5 * std::abs(want[i].score) + 1e-6) << name;
     }
     // The second search over the same Generator starts afresh.
-    EXPECT_EQ(gen.beam_search(prompt, options)[0].tokens, got[0].tokens) << name;
+    const std::vector<BeamHypothesis> again = gen.beam_search(prompt, options);
+    ASSERT_EQ(again.size(), got.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(again[i].tokens, got[i].tokens) << name;
+      EXPECT_EQ(again[i].score, got[i].score) << name;
+    }
   }
 }
 
@@ -172,7 +185,7 @@ TEST(BeamSearchBookkeeping, FixedModel) {
     reordered.insert(reordered.end(), parents.begin(), parents.end());
   };
   const std::vector<BeamHypothesis> h =
-      detail::beam_search(m, {.max_new_tokens = 3, .length_penalty = 1, .stop_tokens = {2}});
+      detail::beam_search(m, {.max_new_tokens = 3, .length_penalty = 1.0, .stop_tokens = {2}});
   ASSERT_EQ(h.size(), 2u);
   EXPECT_EQ(h[0].tokens, (std::vector<int32_t>{0, 0, 0}));
   EXPECT_FALSE(h[0].ended);
