@@ -30,9 +30,13 @@
 // min-p and repetition-penalty state included), greedy, with the penalty off and at 1.1:
 //   <model>_decode tg_generator_… <ms> ms/step <tokens/s> tokens/s
 //
+// With `beam` instead, beam search of `batch` beams over one prompt (Generator::beam_search, no
+// stop token: every step runs) against greedy decoding of `batch` prompts, per step:
+//   <model>_decode tg_beam_search_<beams> <ms> ms/step <steps/s> steps/s
+//
 //   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16|bf16held|int8|int4]
 //   [gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]
-//                  [generator]
+//                  [generator | beam]
 #include <tensorgrad/tensorgrad.h>
 
 #include "timing.h"
@@ -52,7 +56,8 @@ struct Setup {
   int64_t prompt_len, fresh, batch;
   std::string name, mode;
   tg::DType held = tg::DType::kF32;  // bf16held, int8, int4: how the matrices are stored (store_params_as)
-  int bits = 8;                       // int4: 4
+  int bits = 8;                      // int4: 4
+  bool beam = false;                 // sixth argument `beam`: beam search of `batch` beams
 };
 
 template <class Model>
@@ -135,6 +140,18 @@ int bench_generator(Model& model, int64_t vocab, const Setup& s) {
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(s.batch));
   for (auto& p : prompts)
     for (int64_t t = 0; t < s.prompt_len; ++t) p.push_back(tok(rng));
+  if (s.beam) {  // beam search over the first prompt, against greedy decoding of `batch` prompts
+    const double greedy = median_seconds_per_step(
+        [&] { gen.generate(prompts, {.max_new_tokens = s.fresh, .temperature = 0}); }, 1, 1);
+    const double beam =
+        median_seconds_per_step([&] { gen.beam_search(prompts.front(), {.max_new_tokens = s.fresh}); }, 1, 1);
+    for (const auto& [mode, sec] :
+         {std::pair{"tg_generator_greedy_b", greedy}, std::pair{"tg_beam_search_", beam}})
+      std::printf("%-22s %s%lld%-10s %10.3f ms/step %14.1f steps/s\n", s.name.c_str(), mode,
+                  static_cast<long long>(s.batch), s.precision == tg::Precision::kBf16 ? "_bf16" : "",
+                  sec * 1e3 / static_cast<double>(s.fresh), static_cast<double>(s.fresh) / sec);
+    return 0;
+  }
   for (const float penalty : {1.0f, 1.1f}) {
     const double sec = median_seconds_per_step(
         [&] {
@@ -152,14 +169,14 @@ int bench_generator(Model& model, int64_t vocab, const Setup& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const std::string arg1 = argc > 1 ? argv[1] : "cpu", arg3 = argc > 3 ? argv[3] : "fp32",
                     arg4 = argc > 4 ? argv[4] : "gpt2";
   Setup s;
   s.device = arg1 == "cuda" ? tg::Device::cuda() : tg::Device::cpu();
   const bool gpu = s.device.kind == tg::Device::Kind::kCuda,
              bf16 = arg3 == "bf16" || arg3 == "bf16held" || arg3 == "int8" || arg3 == "int4";
-  s.held = arg3 == "bf16held"                     ? tg::DType::kBF16
+  s.held = arg3 == "bf16held"                 ? tg::DType::kBF16
            : arg3 == "int8" || arg3 == "int4" ? tg::DType::kI8
                                               : tg::DType::kF32;
   s.bits = arg3 == "int4" ? 4 : 8;
@@ -167,10 +184,12 @@ int main(int argc, char** argv) {
   s.prompt_len = 16;
   s.fresh = argc > 2 && std::stoll(argv[2]) > 0 ? std::stoll(argv[2]) : gpu ? 256 : 32;
   s.batch = argc > 5 ? std::stoll(argv[5]) : 1;
-  const bool generator = argc > 6 && std::string(argv[6]) == "generator";
+  s.beam = argc > 6 && std::string(argv[6]) == "beam";
+  const bool generator = argc > 6 && (std::string(argv[6]) == "generator" || s.beam);
   const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3" ||
                      arg4 == "moe" || arg4 == "moe_dense";
-  if (!known || (arg3 != "fp32" && arg3 != "bf16" && arg3 != "bf16held" && arg3 != "int8" && arg3 != "int4") ||
+  if (!known ||
+      (arg3 != "fp32" && arg3 != "bf16" && arg3 != "bf16held" && arg3 != "int8" && arg3 != "int4") ||
       s.batch < 1) {
     std::fprintf(stderr,
                  "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16|bf16held|int8|int4] "
@@ -236,4 +255,13 @@ int main(int argc, char** argv) {
   }
   tg::nn::Llama model(config);
   return generator ? bench_generator(model, config.vocab, s) : bench(model, config.vocab, s);
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "decode_bench: %s\n", e.what());
+    return 1;
+  }
 }

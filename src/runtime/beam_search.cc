@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <string>
 
 #include "ir/graph.h"
@@ -43,30 +44,32 @@ struct Candidate {
   bool ends, stopped;  // ends: by a stop token (stopped) or at the length limit
 };
 
-// The best k continuations of the running beams, best first (ties: the lower beam, then token).
+// The best k continuations of the running beams, best first (ties: the lower beam, then token):
+// one pass over the beams × vocabulary sums, keeping the k best in order.
 std::vector<Candidate> best_continuations(const std::vector<float>& logp, const std::vector<float>& score,
                                           int64_t vocab, int64_t k, int64_t length,
                                           const BeamSearchOptions& o) {
   const auto n = static_cast<int64_t>(score.size());
-  std::vector<float> acc(static_cast<size_t>(n * vocab));
+  std::vector<std::pair<float, int64_t>> best;  // (sum, beam · vocab + token), best first
+  best.reserve(static_cast<size_t>(k + 1));
   for (int64_t b = 0; b < n; ++b)
     for (int64_t t = 0; t < vocab; ++t) {
       const float l = logp[size_t(b * vocab + t)];
       if (std::isnan(l))
         throw Error("[beam_search] the model gave a NaN log-probability (beam " + std::to_string(b) + ")");
-      acc[size_t(b * vocab + t)] = l + score[size_t(b)];
+      const float acc = l + score[size_t(b)];
+      if (static_cast<int64_t>(best.size()) == k && !(acc > best.back().first))
+        continue;  // later index loses ties
+      auto at = best.end();
+      while (at != best.begin() && (at - 1)->first < acc) --at;
+      best.insert(at, {acc, b * vocab + t});
+      if (static_cast<int64_t>(best.size()) > k) best.pop_back();
     }
-  std::vector<int64_t> order(acc.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-    return acc[size_t(a)] > acc[size_t(b)] || (acc[size_t(a)] == acc[size_t(b)] && a < b);
-  });
   std::vector<Candidate> out;
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t at = order[size_t(i)];
+  for (const auto& [acc, at] : best) {
     const auto token = static_cast<int32_t>(at % vocab);
     const bool stopped = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), token) != o.stop_tokens.end();
-    out.push_back({at / vocab, token, acc[size_t(at)], stopped || length >= o.max_new_tokens, stopped});
+    out.push_back({at / vocab, token, acc, stopped || length >= o.max_new_tokens, stopped});
   }
   return out;
 }

@@ -391,6 +391,10 @@ std::vector<OpCase> large_rows() {
       {"large_cumsum_axis0_reverse", {uni({300, 270})}, FN(cumsum(x[0], 0, true)), {300, 270}, kF32, kLargeSum, kCpuOnly},
       {"large_cumsum_i32", {ints({3, 5000}, -1000, 1000)}, FN(cumsum(x[0], 1)), {3, 5000}, kI32, kExact, kNoGrad},
       {"large_matmul_batched", {uni({2, 65, 33}), uni({33, 47})}, FN(matmul(x[0], x[1])), {2, 65, 47}, kF32, kMatmul, kCpuOnly},
+      // Rows of a Llama vocabulary (32000) and of 20000: 1024 threads a row on cuda, too wide to
+      // cache in registers.
+      {"large_log_softmax_32000", {uni({2, 32000}, -3, 3)}, FN(log_softmax(x[0])), {2, 32000}, kF32, kTranscendental, kNoGrad},
+      {"large_softmax_20000", {uni({3, 20000}, -3, 3)}, FN(softmax(x[0])), {3, 20000}, kF32, kTranscendental, kNoGrad},
   };
 }
 

@@ -43,7 +43,8 @@ int cache_for(int64_t cols, int threads, bool vec) {
 }
 
 /// Threads per row and register cache. Warp rows while a lane's share fits the cache; else
-/// the smallest block giving ≤ 8 values per thread; else 1024 threads, cached while it fits.
+/// the smallest block giving ≤ 8 values per thread; else 1024 threads, cached while half the
+/// cache holds a thread's share.
 RowPlan plan_rows(int64_t cols, int max_cache, bool streamed) {
   RowPlan p;
   p.vec = cols % 4 == 0;
@@ -64,8 +65,10 @@ RowPlan plan_rows(int64_t cols, int max_cache, bool streamed) {
       return p;
     }
   }
+  // 1024 threads leave a thread 64 registers: half the cache at most (a full one, 32 floats of
+  // x alone, failed to launch: "too many resources requested"), else streamed.
   p.threads = 1024;
-  p.cache = cache_for(cols, 1024, p.vec) <= max_cache ? cache_for(cols, 1024, p.vec) : 0;
+  p.cache = cache_for(cols, 1024, p.vec) <= max_cache / 2 ? cache_for(cols, 1024, p.vec) : 0;
   return p;
 }
 
