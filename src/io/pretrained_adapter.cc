@@ -506,7 +506,7 @@ FileAdapter fused_adapter(const std::string& module, const Traced& t,
                           const Values& ab) {
   const nn::Linear* first = parts.front();
   const auto rows = static_cast<int64_t>(t.rows.size());
-  // A fused module whose parts all share one A (as load_adapter gives them): that A, B by rows.
+  // Parts sharing one A: that A, B by rows.
   std::set<const Param*> distinct;
   for (const Origin& o : t.rows) distinct.insert(o.param);
   bool shared = distinct.size() == parts.size();
@@ -553,6 +553,19 @@ FileAdapter fused_adapter(const std::string& module, const Traced& t,
           HostTensor::f32(std::move(b), {rows, rank})};
 }
 
+// `p`'s value in `weights` as f32: present, and a float tensor of its shape (a quantized weight's
+// integers are not its values).
+HostTensor value_of(const std::map<std::string, HostTensor>& weights, const Param& p,
+                    const std::string& folder) {
+  const auto it = weights.find(p.path());
+  if (it == weights.end()) save_fail(folder, "no value for '" + p.path() + "' in the weights given");
+  if (it->second.shape() != p.shape() || !(it->second.dtype() == DType::kF32 || is_half(it->second.dtype())))
+    save_fail(folder, "'" + p.path() + "' is " + dtype_name(it->second.dtype()) +
+                          shape_str(it->second.shape()) + ", expected a float tensor " +
+                          shape_str(p.shape()));
+  return it->second.to(DType::kF32);
+}
+
 ordered_json number(double x) {
   if (x == std::floor(x) && std::abs(x) < 1e15) return static_cast<int64_t>(x);
   return x;
@@ -573,16 +586,7 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
   for (const auto& [w, l] : linears_by_weight(*m.module)) {
     if (l->lora() == nullptr) continue;
     adapted[w] = l;
-    for (const Param* p : {&l->lora()->A, &l->lora()->B}) {
-      const auto it = weights.find(p->path());
-      if (it == weights.end()) save_fail(folder, "no value for '" + p->path() + "' in the weights given");
-      if (it->second.shape() != p->shape() ||
-          !(it->second.dtype() == DType::kF32 || is_half(it->second.dtype())))
-        save_fail(folder, "'" + p->path() + "' is " + dtype_name(it->second.dtype()) +
-                              shape_str(it->second.shape()) + ", expected a float tensor " +
-                              shape_str(p->shape()));
-      (p == &l->lora()->A ? ab[l].first : ab[l].second) = it->second.to(DType::kF32);
-    }
+    ab[l] = {value_of(weights, l->lora()->A, folder), value_of(weights, l->lora()->B, folder)};
   }
   if (adapted.empty())
     save_fail(folder, "the model has no LoRA adapters (nn::add_lora or load_adapter attaches them)");
@@ -671,17 +675,10 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
       if (is_adapter_param(p->path()) || p->scales() != nullptr) continue;
       const auto file = std::find_if(traced.begin(), traced.end(),
                                      [&](const auto& t) { return whole_param(t.second) == p; });
-      const auto it = weights.find(p->path());
       if (file == traced.end())
         save_fail(folder, "modules_to_save: '" + p->path() + "' is no tensor of its own in " +
                               m.architecture + "'s files");
-      if (it == weights.end()) save_fail(folder, "no value for '" + p->path() + "' in the weights given");
-      if (it->second.shape() != p->shape() ||
-          !(it->second.dtype() == DType::kF32 || is_half(it->second.dtype())))
-        save_fail(folder, "'" + p->path() + "' is " + dtype_name(it->second.dtype()) +
-                              shape_str(it->second.shape()) + ", expected a float tensor " +
-                              shape_str(p->shape()) + " (quantized weights cannot be saved whole)");
-      HostTensor v = it->second.to(DType::kF32);
+      HostTensor v = value_of(weights, *p, folder);
       if (file->second.transposed) v = transpose2d(v);
       tensors[kPrefix + file->first] = v.to(options.dtype);
       saved_modules.insert(file->first.substr(0, file->first.rfind('.')));
