@@ -138,6 +138,12 @@ class Generator {
   /// not applied).
   std::vector<BeamHypothesis> beam_search(const std::vector<int32_t>& prompt,
                                           const BeamSearchOptions& options = {});
+  /// Beam search over several prompts at once, batch / prompts.size() beams each (prompt p's in
+  /// rows p·beams …): each prompt's hypotheses, as one search of it alone would find them. A
+  /// recurrent model (prefill false) takes prompts of one length; the cache bounds every search
+  /// by the longest prompt.
+  std::vector<std::vector<BeamHypothesis>> beam_search(const std::vector<std::vector<int32_t>>& prompts,
+                                                       const BeamSearchOptions& options = {});
 
   /// The programs (e.g. to init_params, load a checkpoint or describe() them); prefill() is
   /// empty with GeneratorOptions{.prefill = false}. They compute no repetition penalty: the

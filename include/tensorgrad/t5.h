@@ -183,6 +183,9 @@ class T5Generator {
   /// capped by the generator's. The first call compiles its programs from the model, which must
   /// still exist then.
   std::vector<BeamHypothesis> beam_search(const std::vector<int32_t>& source, BeamSearchOptions options = {});
+  /// The same over several sources at once, batch / sources.size() beams each.
+  std::vector<std::vector<BeamHypothesis>> beam_search(const std::vector<std::vector<int32_t>>& sources,
+                                                       BeamSearchOptions options = {});
 
   Program& encoder() { return encoder_; }
   Program& decoder() { return decoder_; }

@@ -76,38 +76,22 @@ std::vector<Candidate> best_continuations(const std::vector<float>& logp, const 
 
 }  // namespace
 
-std::vector<BeamHypothesis> beam_search(const BeamModel& m, const BeamSearchOptions& o) {
-  o.check();
-  const int64_t n = m.beams;
-  std::vector<float> logp = m.next({}, 0);
-  const auto v = static_cast<int64_t>(logp.size()) / n;  // the vocabulary
-  const int64_t k = std::min(std::max<int64_t>(2, 1 + static_cast<int64_t>(o.stop_tokens.size())) * n, n * v);
-  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(n));
-  std::vector<float> score(static_cast<size_t>(n), kNone);
-  score[0] = 0;                          // one beam at first: the others would repeat it
-  std::vector<BeamHypothesis> finished;  // at most n, best first
-  bool improvable = true;
-  for (int64_t step = 0;; ++step) {
-    const int64_t length = step + 1;  // new tokens once this step's is taken
-    const std::vector<Candidate> cands = best_continuations(logp, score, v, k, length, o);
-    // Finished: the continuations that end among the best n, while they can still count.
-    const bool full = static_cast<int64_t>(finished.size()) == n;
-    if (improvable && !(full && o.stop == BeamStop::kFull)) {
-      for (int64_t i = 0; i < n; ++i) {
-        const Candidate& c = cands[size_t(i)];
-        if (!c.ends) continue;
-        // transformers divides the f32 sum by the f32 of a double power.
-        BeamHypothesis h{seqs[size_t(c.parent)],
-                         c.acc / static_cast<float>(std::pow(double(length), o.length_penalty)), c.stopped};
-        if (h.score < kNone) continue;  // an ended beam's descendant: an empty slot beats it
-        if (!c.stopped) h.tokens.push_back(c.token);
-        // After the equal scores already kept, as transformers' top-k over (kept, new) finds them.
-        const auto at = std::upper_bound(finished.begin(), finished.end(), h.score,
-                                         [](float s, const BeamHypothesis& x) { return s > x.score; });
-        finished.insert(at, std::move(h));
-        if (static_cast<int64_t>(finished.size()) > n) finished.pop_back();
-      }
-    }
+namespace {
+
+// One prompt's search: its running beams and finished hypotheses.
+class Search {
+ public:
+  Search(int64_t beams, const BeamSearchOptions& o)
+      : n_(beams), o_(o), seqs_(static_cast<size_t>(beams)), score_(static_cast<size_t>(beams), kNone) {
+    score_[0] = 0;  // one beam at first: the others would repeat it
+  }
+
+  // One step over the beams' log-probabilities `logp` [beams, vocab] with k continuations kept:
+  // the next tokens and (local) parents of the running beams; false when the search is over.
+  bool step(const std::vector<float>& logp, int64_t vocab, int64_t k, int64_t length,
+            std::vector<int32_t>& tokens, std::vector<int32_t>& parents) {
+    const std::vector<Candidate> cands = best_continuations(logp, score_, vocab, k, length, o_);
+    finish(cands, length);
     // Running: the best n continuations, an ended one scored −1e9 lower.
     std::vector<size_t> order(cands.size());
     std::iota(order.begin(), order.end(), 0);
@@ -115,31 +99,93 @@ std::vector<BeamHypothesis> beam_search(const BeamModel& m, const BeamSearchOpti
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return running_score(a) > running_score(b); });
     std::vector<std::vector<int32_t>> next_seqs;
-    std::vector<int32_t> parents, tokens;
-    for (int64_t i = 0; i < n; ++i) {
+    tokens.clear();
+    parents.clear();
+    for (int64_t i = 0; i < n_; ++i) {
       const Candidate& c = cands[order[size_t(i)]];
-      next_seqs.push_back(seqs[size_t(c.parent)]);
+      next_seqs.push_back(seqs_[size_t(c.parent)]);
       next_seqs.back().push_back(c.token);
-      score[size_t(i)] = running_score(order[size_t(i)]);
+      score_[size_t(i)] = running_score(order[size_t(i)]);
       parents.push_back(static_cast<int32_t>(c.parent));
       tokens.push_back(c.token);
     }
-    seqs = std::move(next_seqs);
+    seqs_ = std::move(next_seqs);
     // Can a running beam still beat the worst finished hypothesis?
     const double best_length =
-        o.stop == BeamStop::kNever && o.length_penalty > 0 ? double(o.max_new_tokens) : double(length);
-    const float best = score[0] / static_cast<float>(std::pow(best_length, o.length_penalty));
-    const float worst = static_cast<int64_t>(finished.size()) == n ? finished.back().score : kNone;
-    improvable = improvable && best > worst;
+        o_.stop == BeamStop::kNever && o_.length_penalty > 0 ? double(o_.max_new_tokens) : double(length);
+    const float best = score_[0] / static_cast<float>(std::pow(best_length, o_.length_penalty));
+    const bool full = static_cast<int64_t>(finished_.size()) == n_;
+    improvable_ = improvable_ && best > (full ? finished_.back().score : kNone);
     const bool all_end = std::all_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.ends; });
-    const bool done = static_cast<int64_t>(finished.size()) == n && o.stop == BeamStop::kFull;
-    if (!improvable || done || all_end) break;
+    return improvable_ && !(full && o_.stop == BeamStop::kFull) && !all_end;
+  }
+
+  std::vector<BeamHypothesis>& finished() { return finished_; }
+
+ private:
+  // The continuations that end among the best n join the finished hypotheses, while they can
+  // still count.
+  void finish(const std::vector<Candidate>& cands, int64_t length) {
+    const bool full = static_cast<int64_t>(finished_.size()) == n_;
+    if (!improvable_ || (full && o_.stop == BeamStop::kFull)) return;
+    for (int64_t i = 0; i < n_; ++i) {
+      const Candidate& c = cands[size_t(i)];
+      if (!c.ends) continue;
+      // transformers divides the f32 sum by the f32 of a double power.
+      BeamHypothesis h{seqs_[size_t(c.parent)],
+                       c.acc / static_cast<float>(std::pow(double(length), o_.length_penalty)), c.stopped};
+      if (h.score < kNone) continue;  // an ended beam's descendant: an empty slot beats it
+      if (!c.stopped) h.tokens.push_back(c.token);
+      // After the equal scores already kept, as transformers' top-k over (kept, new) finds them.
+      const auto at = std::upper_bound(finished_.begin(), finished_.end(), h.score,
+                                       [](float s, const BeamHypothesis& x) { return s > x.score; });
+      finished_.insert(at, std::move(h));
+      if (static_cast<int64_t>(finished_.size()) > n_) finished_.pop_back();
+    }
+  }
+
+  int64_t n_;
+  const BeamSearchOptions& o_;
+  std::vector<std::vector<int32_t>> seqs_;
+  std::vector<float> score_;
+  std::vector<BeamHypothesis> finished_;  // at most n, best first
+  bool improvable_ = true;
+};
+
+}  // namespace
+
+std::vector<std::vector<BeamHypothesis>> beam_search(const BeamModel& m, const BeamSearchOptions& o) {
+  o.check();
+  const int64_t n = m.beams, rows = m.prompts * m.beams;
+  std::vector<float> logp = m.next({}, 0);
+  const auto v = static_cast<int64_t>(logp.size()) / rows;  // the vocabulary
+  const int64_t k = std::min(std::max<int64_t>(2, 1 + static_cast<int64_t>(o.stop_tokens.size())) * n, n * v);
+  std::vector<Search> searches;
+  for (int64_t p = 0; p < m.prompts; ++p) searches.emplace_back(n, o);
+  std::vector<bool> running(static_cast<size_t>(m.prompts), true);
+  // Every row's newest token and the row it continues (a finished search's rows idle in place).
+  std::vector<int32_t> tokens(static_cast<size_t>(rows), 0), parents(static_cast<size_t>(rows));
+  std::vector<int32_t> local_tokens, local_parents;
+  for (int64_t step = 0;; ++step) {
+    std::iota(parents.begin(), parents.end(), 0);
+    for (int64_t p = 0; p < m.prompts; ++p) {
+      if (!running[size_t(p)]) continue;
+      const std::vector<float> rows_of(logp.begin() + p * n * v, logp.begin() + (p + 1) * n * v);
+      running[size_t(p)] = searches[size_t(p)].step(rows_of, v, k, step + 1, local_tokens, local_parents);
+      for (int64_t i = 0; i < n; ++i) {
+        tokens[size_t(p * n + i)] = local_tokens[size_t(i)];
+        parents[size_t(p * n + i)] = static_cast<int32_t>(p * n) + local_parents[size_t(i)];
+      }
+    }
+    if (std::none_of(running.begin(), running.end(), [](bool r) { return r; })) break;
     bool moved = false;  // beams that kept their places need no copy of the caches
     for (size_t i = 0; i < parents.size(); ++i) moved = moved || parents[i] != static_cast<int32_t>(i);
     if (moved) m.reorder(parents);
     logp = m.next(tokens, step + 1);
   }
-  return finished;
+  std::vector<std::vector<BeamHypothesis>> out;
+  for (Search& search : searches) out.push_back(std::move(search.finished()));
+  return out;
 }
 
 Program compile_reorder(Module& model, const Program& with, int64_t rows, const Device& device) {

@@ -9,19 +9,22 @@
 
 namespace tg::detail {
 
-/// The model a beam search drives: `beams` sequences decoded together.
+/// The model a beam search drives: `prompts` × `beams` rows decoded together, prompt p's beams in
+/// rows p·beams … (p + 1)·beams − 1.
 struct BeamModel {
-  int64_t beams = 1;
-  /// Log-probabilities [beams, vocab] of each beam's next token: at step 0 after the prompt
-  /// (`tokens` empty; every beam the same), then after feeding beam i its newest token tokens[i].
+  int64_t beams = 1, prompts = 1;
+  /// Log-probabilities [rows, vocab] of each row's next token: at step 0 after the prompts
+  /// (`tokens` empty; a prompt's beams the same), then after feeding row i its newest token
+  /// tokens[i] (a finished search's rows are fed their last token again and ignored).
   std::function<std::vector<float>(const std::vector<int32_t>& tokens, int64_t step)> next;
-  /// Beam i continues from beam parents[i]: its caches become that beam's.
+  /// Row i continues from row parents[i]: its caches become that row's.
   std::function<void(const std::vector<int32_t>& parents)> reorder;
 };
 
 /// Hugging Face's beam search (transformers 5's generate with num_beams, do_sample = False) over
-/// `model`: the finished hypotheses, best first. Scores are summed in f32 as there.
-std::vector<BeamHypothesis> beam_search(const BeamModel& model, const BeamSearchOptions& options);
+/// `model`: each prompt's finished hypotheses, best first. Scores are summed in f32 as there.
+std::vector<std::vector<BeamHypothesis>> beam_search(const BeamModel& model,
+                                                     const BeamSearchOptions& options);
 
 /// A program of `model` on `device` with one input, "parents" i32 [rows]: every state `with`
 /// assigns (its caches, each with the beams on its first axis, else an Error) gets row

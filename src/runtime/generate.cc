@@ -256,49 +256,81 @@ Generator::BeamPrograms Generator::compile_beam_programs() {
   return out;
 }
 
-std::vector<BeamHypothesis> Generator::beam_search(const std::vector<int32_t>& prompt,
-                                                   const BeamSearchOptions& options) {
+std::vector<std::vector<BeamHypothesis>> Generator::beam_search(
+    const std::vector<std::vector<int32_t>>& prompts, const BeamSearchOptions& options) {
   options.check();
   const GeneratorOptions& o = options_;
   const int64_t b = o.batch, p = o.prefill_len, cache = o.cache_len;
-  const auto len = static_cast<int64_t>(prompt.size());
-  if (len == 0) throw InputError("[beam_search] the prompt is empty (it needs at least one token)");
-  if (len > cache)
-    throw InputError("[beam_search] the prompt has " + std::to_string(len) +
-                     " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
+  const auto count = static_cast<int64_t>(prompts.size());
+  if (count == 0 || b % count != 0)
+    throw InputError("[beam_search] this Generator decodes " + std::to_string(b) +
+                     " rows: " + std::to_string(prompts.size()) +
+                     " prompt(s) do not share them out (beams = batch / prompts)");
+  const int64_t beams = b / count;
+  int64_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto len = static_cast<int64_t>(prompts[i].size());
+    if (len == 0)
+      throw InputError("[beam_search] prompt " + std::to_string(i) + " is empty (it needs a token)");
+    if (len > cache)
+      throw InputError("[beam_search] prompt " + std::to_string(i) + " has " + std::to_string(len) +
+                       " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
+    if (!o.prefill && len != static_cast<int64_t>(prompts[0].size()))
+      throw InputError(
+          "[beam_search] a recurrent model (GeneratorOptions::prefill false) searches prompts of "
+          "one length at a time: prompt " +
+          std::to_string(i) + " has " + std::to_string(len) + " tokens, prompt 0 " +
+          std::to_string(prompts[0].size()));
+    longest = std::max(longest, len);
+  }
   if (!beam_) beam_ = compile_beam_programs();
   BeamPrograms& run = *beam_;
   run.decode.reset_state();
   BeamSearchOptions bounded = options;  // the last token needs no position of its own
-  bounded.max_new_tokens = std::min(options.max_new_tokens, cache - len + 1);
+  bounded.max_new_tokens = std::min(options.max_new_tokens, cache - longest + 1);
   const auto rows = static_cast<size_t>(b);
+  const auto prompt_of = [&](size_t row) -> const std::vector<int32_t>& {
+    return prompts[row / size_t(beams)];
+  };
   detail::BeamModel model;
-  model.beams = b;
+  model.beams = beams;
+  model.prompts = count;
   model.next = [&](const std::vector<int32_t>& tokens, int64_t step) {
     HostTensor out;
-    if (step > 0) {  // each beam's newest token at its position
-      const std::vector<int32_t> pos(rows, static_cast<int32_t>(len + step - 1));
+    if (step > 0) {  // each row's newest token at its position
+      std::vector<int32_t> pos(rows);
+      for (size_t i = 0; i < rows; ++i) pos[i] = static_cast<int32_t>(prompt_of(i).size() + size_t(step) - 1);
       out = run.decode.run({{"ids", tokens}, {"pos", pos}});
-    } else if (o.prefill) {  // the prompt in windows, as generate() runs it, in every row
-      for (int64_t c = 0; c * p < len; ++c) {
-        const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
-        std::vector<int32_t> ids(rows * static_cast<size_t>(p), 0);
-        for (size_t i = 0; i < rows; ++i)
+    } else if (o.prefill) {  // the prompts in windows, as generate() runs them, each in its beams' rows
+      for (int64_t c = 0; c * p < longest; ++c) {
+        std::vector<int32_t> ids(rows * static_cast<size_t>(p), 0), pos(rows), last(rows);
+        for (size_t i = 0; i < rows; ++i) {
+          const std::vector<int32_t>& prompt = prompt_of(i);
+          const auto len = static_cast<int64_t>(prompt.size());
+          const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
           for (int64_t t = 0; t < p && start + t < len; ++t)
             ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompt[static_cast<size_t>(start + t)];
-        const std::vector<int32_t> pos(rows, static_cast<int32_t>(start)),
-            last(rows, static_cast<int32_t>(std::min(len - 1 - start, p - 1)));
+          pos[i] = static_cast<int32_t>(start);
+          last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
+        }
         out = run.prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}});
       }
-    } else {  // the prompt one token at a time
-      for (int64_t t = 0; t < len; ++t)
-        out = run.decode.run({{"ids", std::vector<int32_t>(rows, prompt[static_cast<size_t>(t)])},
-                              {"pos", std::vector<int32_t>(rows, static_cast<int32_t>(t))}});
+    } else {  // the prompts (of one length) one token at a time
+      for (size_t t = 0; t < prompts[0].size(); ++t) {
+        std::vector<int32_t> ids(rows);
+        for (size_t i = 0; i < rows; ++i) ids[i] = prompt_of(i)[t];
+        out = run.decode.run({{"ids", ids}, {"pos", std::vector<int32_t>(rows, static_cast<int32_t>(t))}});
+      }
     }
     return std::move(out).f32();
   };
   model.reorder = [&](const std::vector<int32_t>& parents) { run.reorder.run({{"parents", parents}}); };
   return detail::beam_search(model, bounded);
+}
+
+std::vector<BeamHypothesis> Generator::beam_search(const std::vector<int32_t>& prompt,
+                                                   const BeamSearchOptions& options) {
+  return beam_search(std::vector<std::vector<int32_t>>{prompt}, options).front();
 }
 
 void Generator::prepare(const GenerateOptions& options) {

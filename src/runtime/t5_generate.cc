@@ -88,14 +88,21 @@ std::vector<std::vector<int32_t>> T5Generator::generate(const std::vector<std::v
   return out;
 }
 
-std::vector<BeamHypothesis> T5Generator::beam_search(const std::vector<int32_t>& source,
-                                                     BeamSearchOptions options) {
+std::vector<std::vector<BeamHypothesis>> T5Generator::beam_search(
+    const std::vector<std::vector<int32_t>>& sources, BeamSearchOptions options) {
   options.check();
   const T5GeneratorOptions& o = options_;
   const int64_t B = o.batch, S = o.source_len, T = o.max_new_tokens + 1, V = config_.vocab;
-  if (source.empty() || static_cast<int64_t>(source.size()) > S)
-    throw InputError("[T5Generator] the source has " + std::to_string(source.size()) +
-                     " tokens; 1 to source_len = " + std::to_string(S) + " fit");
+  const auto count = static_cast<int64_t>(sources.size());
+  if (count == 0 || B % count != 0)
+    throw InputError("[T5Generator] this generator decodes " + std::to_string(B) +
+                     " rows: " + std::to_string(sources.size()) +
+                     " source(s) do not share them out (beams = batch / sources)");
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (sources[i].empty() || static_cast<int64_t>(sources[i].size()) > S)
+      throw InputError("[T5Generator] source " + std::to_string(i) + " has " +
+                       std::to_string(sources[i].size()) + " tokens; 1 to source_len = " + std::to_string(S) +
+                       " fit");
   if (!beam_decoder_) {  // the step ending in log-probabilities, and the cache reordering
     nn::T5& model = *model_;
     beam_decoder_ = compile_forward(
@@ -108,18 +115,20 @@ std::vector<BeamHypothesis> T5Generator::beam_search(const std::vector<int32_t>&
          .precision = o.precision});
     beam_reorder_ = detail::compile_reorder(model, *beam_decoder_, B, o.device);
   }
-  const auto rows = static_cast<size_t>(B);
+  const auto rows = static_cast<size_t>(B), beams = static_cast<size_t>(B / count);
   std::vector<int32_t> ids(rows * static_cast<size_t>(S), config_.pad_id), mask(ids.size(), 0);
-  for (size_t b = 0; b < rows; ++b) {  // the source in every row
+  for (size_t r = 0; r < rows; ++r) {  // each source in its beams' rows
+    const std::vector<int32_t>& source = sources[r / beams];
     std::copy(source.begin(), source.end(),
-              ids.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(S)));
-    std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(S)), source.size(), 1);
+              ids.begin() + static_cast<std::ptrdiff_t>(r * static_cast<size_t>(S)));
+    std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(r * static_cast<size_t>(S)), source.size(), 1);
   }
   encoder_.run({{"ids", ids}, {"mask", mask}});
   if (options.stop_tokens.empty()) options.stop_tokens = {config_.eos_id};
   options.max_new_tokens = std::min(options.max_new_tokens, o.max_new_tokens);
   detail::BeamModel m;
-  m.beams = B;
+  m.beams = B / count;
+  m.prompts = count;
   m.next = [&](const std::vector<int32_t>& tokens, int64_t step) {
     const std::vector<int32_t> pos(rows, static_cast<int32_t>(step));
     return beam_decoder_
@@ -128,6 +137,11 @@ std::vector<BeamHypothesis> T5Generator::beam_search(const std::vector<int32_t>&
   };
   m.reorder = [&](const std::vector<int32_t>& parents) { beam_reorder_->run({{"parents", parents}}); };
   return detail::beam_search(m, options);
+}
+
+std::vector<BeamHypothesis> T5Generator::beam_search(const std::vector<int32_t>& source,
+                                                     BeamSearchOptions options) {
+  return beam_search(std::vector<std::vector<int32_t>>{source}, std::move(options)).front();
 }
 
 }  // namespace tg

@@ -139,7 +139,7 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
       const auto old = texts;
       for (size_t i = 0; i < texts.size(); ++i) texts[i] = old[static_cast<size_t>(parents[i])];
     };
-    const std::vector<BeamHypothesis> want = detail::beam_search(ref, clamped);
+    const std::vector<BeamHypothesis> want = detail::beam_search(ref, clamped).front();
     Generator gen(
         *lm.module, lm.step(),
         {.batch = beams, .cache_len = 9, .prefill_len = 2, .device = GetParam(), .prefill = !lm.recurrent()});
@@ -159,6 +159,64 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
       EXPECT_EQ(again[i].score, got[i].score) << name;
     }
   }
+}
+
+// Several prompts searched at once (beams = batch / prompts; prompts of different lengths, so
+// different positions and prefill windows per row) find what each finds searched alone: the
+// Llama family with a prefill, Mamba one token at a time (prompts of one length), Flan-T5 over
+// several sources.
+TEST_P(BeamSearch, SeveralPromptsEqualEachAlone) {
+  const std::vector<std::vector<int32_t>> prompts{{3, 17, 42}, {5, 9, 11, 2, 30}, {61}};
+  const BeamSearchOptions options{.max_new_tokens = 6, .length_penalty = 1.2, .stop_tokens = {7}};
+  const auto expect_same = [](const std::vector<BeamHypothesis>& got, const std::vector<BeamHypothesis>& want,
+                              const std::string& where) {
+    ASSERT_EQ(got.size(), want.size()) << where;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << where << " hypothesis " << i;
+      EXPECT_EQ(got[i].ended, want[i].ended) << where << " hypothesis " << i;
+      EXPECT_NEAR(got[i].score, want[i].score, 1e-5 * std::abs(want[i].score) + 1e-6) << where;
+    }
+  };
+  for (const std::string name : {"tiny_llama", "tiny_mamba"}) {
+    const bool mamba = name == "tiny_mamba";
+    const std::vector<std::vector<int32_t>> these =
+        mamba ? std::vector<std::vector<int32_t>>{{3, 17, 42}, {5, 9, 11}, {61, 1, 8}} : prompts;
+    const pretrained::Model all = pretrained::load(data(name));
+    Generator together(
+        *all.module, all.step(),
+        {.batch = 6, .cache_len = 12, .prefill_len = 4, .device = GetParam(), .prefill = !mamba});
+    all.upload(together.decode());
+    const auto found = together.beam_search(these, options);
+    ASSERT_EQ(found.size(), these.size());
+    const pretrained::Model one = pretrained::load(data(name));
+    Generator alone(*one.module, one.step(),
+                    {.batch = 2, .cache_len = 12, .prefill_len = 4, .device = GetParam(), .prefill = !mamba});
+    one.upload(alone.decode());
+    for (size_t p = 0; p < these.size(); ++p)
+      expect_same(found[p], alone.beam_search(these[p], options), name + " prompt " + std::to_string(p));
+    EXPECT_THROW(together.beam_search(std::vector<std::vector<int32_t>>(4, {1, 2})),
+                 InputError);  // 6 rows / 4
+    if (mamba) {               // prompts of different lengths
+      EXPECT_THROW(together.beam_search({{1, 2}, {3}, {4, 5}}), InputError);
+    }
+  }
+  const pretrained::Model all = pretrained::load(data("tiny_flan_t5"));
+  const auto p = golden().at("tiny_flan_t5.prompt").i32();
+  const std::vector<std::vector<int32_t>> sources{std::vector<int32_t>(p.begin(), p.end()),
+                                                  {19, 116, 187, 1}};
+  T5Generator together(
+      static_cast<nn::T5&>(*all.module),
+      {.batch = 4, .source_len = static_cast<int64_t>(p.size()), .max_new_tokens = 8, .device = GetParam()});
+  all.upload(together.encoder());
+  const auto found = together.beam_search(sources, {.max_new_tokens = 8, .length_penalty = 1.0});
+  const pretrained::Model one = pretrained::load(data("tiny_flan_t5"));
+  T5Generator alone(
+      static_cast<nn::T5&>(*one.module),
+      {.batch = 2, .source_len = static_cast<int64_t>(p.size()), .max_new_tokens = 8, .device = GetParam()});
+  one.upload(alone.encoder());
+  for (size_t i = 0; i < sources.size(); ++i)
+    expect_same(found[i], alone.beam_search(sources[i], {.max_new_tokens = 8, .length_penalty = 1.0}),
+                "tiny_flan_t5 source " + std::to_string(i));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, BeamSearch, ::testing::ValuesIn(tg::testing::all_devices()),
@@ -185,7 +243,7 @@ TEST(BeamSearchBookkeeping, FixedModel) {
     reordered.insert(reordered.end(), parents.begin(), parents.end());
   };
   const std::vector<BeamHypothesis> h =
-      detail::beam_search(m, {.max_new_tokens = 3, .length_penalty = 1.0, .stop_tokens = {2}});
+      detail::beam_search(m, {.max_new_tokens = 3, .length_penalty = 1.0, .stop_tokens = {2}}).front();
   ASSERT_EQ(h.size(), 2u);
   EXPECT_EQ(h[0].tokens, (std::vector<int32_t>{0, 0, 0}));
   EXPECT_FALSE(h[0].ended);
