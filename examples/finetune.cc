@@ -16,18 +16,17 @@
 // --save-gguf the merged model (a Llama, Qwen2 or Qwen3) is also written as a GGUF file for
 // llama.cpp and ollama (tg::pretrained::save_gguf; F16 matrices, or --gguf-type) and read back.
 // --save-adapter writes the adapters as a PEFT adapter folder (tg::pretrained::save_adapter: peft's
-// PeftModel.from_pretrained and generate --adapter read it) and reads it back onto the base.
+// PeftModel.from_pretrained and generate --adapter read it) and reads it back onto the base;
+// --adapter starts from one (tg::pretrained::load_adapter) instead of fresh adapters.
 //
-//   ./finetune --model <folder> --text <file.txt> [--targets q_proj,v_proj] [--rank 8]
-//              [--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0]
+//   ./finetune --model <folder> --text <file.txt> [--targets q_proj,v_proj] [--rank 8] [--alpha 16]
+//              [--dropout 0] [--adapter <PEFT folder>] [--steps 100] [--lr 2e-4] [--weight-decay 0]
 //              [--batch 4] [--seq-len min(128, context)] [--holdout 0.1] [--eval-every steps/10]
-//              [--eval-batches 8]
-//              [--device cpu|cuda] [--precision fp32|bf16|f16] [--int8 | --int4] [--seed 0]
-//              [--out finetune_adapter.safetensors] [--plot finetune_loss.svg]
-//              [--merge] [--max-new-tokens 32] [--check [--min-drop 0.1]]
+//              [--eval-batches 8] [--device cpu|cuda] [--precision fp32|bf16|f16] [--int8 | --int4]
+//              [--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge]
+//              [--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-adapter <folder>]
 //              [--save-model <folder> [--save-dtype f32|bf16|f16]]
 //              [--save-gguf <file.gguf> [--gguf-type f16|bf16|f32|q8_0|q4_0]]
-//              [--save-adapter <folder>]
 //
 // The text is tokenized whole with the folder's tokenizer.json and split: the last --holdout of
 // its tokens are held out (windows of --seq-len tokens side by side), the rest gives training
@@ -52,12 +51,16 @@
 
 #include "args.h"
 #include "loss_plot.h"
+#include "weight_checks.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using Params = std::map<std::string, tg::HostTensor>;
 using example::Args;
+using weight_checks::dequantized;
+using weight_checks::differing;
+using weight_checks::Params;
+using weight_checks::relative_diff;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -91,6 +94,7 @@ std::string shortest(double v) {
 
 struct Options {
   std::string folder, text, out, plot, save_model, save_gguf, save_adapter;
+  std::string init_adapter;          // --adapter: a PEFT folder to start from
   std::vector<std::string> targets;  // empty: the model family's default
   int64_t rank = 8, steps = 100, batch = 4, seq = 0, eval_every = 0, eval_batches = 8, max_new_tokens = 32;
   double alpha = 16, dropout = 0, lr = 2e-4, weight_decay = 0, holdout = 0.1, min_drop = 0;
@@ -129,20 +133,19 @@ Options parse(const Args& args) {
                    "steps",      "lr",           "weight-decay",   "batch",     "seq-len",  "holdout",
                    "eval-every", "eval-batches", "device",         "precision", "seed",     "out",
                    "plot",       "merge",        "max-new-tokens", "check",     "min-drop", "save-model",
-                   "save-dtype", "int8",         "save-gguf",      "gguf-type", "int4",     "save-adapter"});
+                   "save-dtype", "int8",         "save-gguf",      "gguf-type", "int4",     "save-adapter",
+                   "adapter"});
   if (!args.has("model") || !args.has("text"))
     throw std::runtime_error(
         "usage: finetune --model <Hugging Face folder or GGUF file> --text <file.txt> [--targets "
-        "q_proj,v_proj] [--rank "
-        "8] "
-        "[--alpha 16] [--dropout 0] [--steps 100] [--lr 2e-4] [--weight-decay 0] [--batch 4] [--seq-len 128] "
-        "[--holdout 0.1] [--eval-every 10] [--eval-batches 8] [--device cpu|cuda] [--precision "
-        "fp32|bf16|f16] [--int8 | --int4] "
-        "[--seed 0] [--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] "
-        "[--max-new-tokens 32] [--check [--min-drop 0.1]] [--save-gguf <file> [--gguf-type "
-        "f16|bf16|f32|q8_0|q4_0]] "
-        "[--save-model <folder> [--save-dtype "
-        "f32|bf16|f16]] [--save-adapter <folder>]");
+        "q_proj,v_proj] "
+        "[--rank 8] [--alpha 16] [--dropout 0] [--adapter <PEFT folder to start from>] [--steps 100] [--lr "
+        "2e-4] "
+        "[--weight-decay 0] [--batch 4] [--seq-len 128] [--holdout 0.1] [--eval-every 10] [--eval-batches 8] "
+        "[--device cpu|cuda] [--precision fp32|bf16|f16] [--int8 | --int4] [--seed 0] "
+        "[--out finetune_adapter.safetensors] [--plot finetune_loss.svg] [--merge] [--max-new-tokens 32] "
+        "[--check [--min-drop 0.1]] [--save-gguf <file> [--gguf-type f16|bf16|f32|q8_0|q4_0]] "
+        "[--save-model <folder> [--save-dtype f32|bf16|f16]] [--save-adapter <folder>]");
   Options o;
   o.folder = args.get("model", "");
   o.text = args.get("text", "");
@@ -190,6 +193,10 @@ Options parse(const Args& args) {
   o.save_dtype = save_dtype == "bf16"  ? tg::DType::kBF16
                  : save_dtype == "f16" ? tg::DType::kF16
                                        : tg::DType::kF32;
+  o.init_adapter = args.get("adapter", "");
+  for (const char* set : {"targets", "rank", "alpha", "dropout"})
+    if (args.has("adapter") && args.has(set))
+      throw std::runtime_error(std::string("--") + set + ": --adapter's adapter_config.json sets it");
   o.save_adapter = args.get("save-adapter", "");
   if (args.has("save-adapter") && o.save_adapter.empty())
     throw std::runtime_error("--save-adapter needs a folder");
@@ -391,19 +398,6 @@ void report_memory(const tg::Program& train, const tg::Module& model, const std:
               train.device().str().c_str(), tg::dtype_name(held));
 }
 
-// The names of `want`'s tensors that `got` lacks or holds with another type or other bits.
-std::vector<std::string> differing(const Params& want, const Params& got) {
-  std::vector<std::string> out;
-  for (const auto& [name, t] : want) {
-    const auto it = got.find(name);
-    const auto bytes = static_cast<size_t>(t.numel() * tg::dtype_size(t.dtype()));
-    if (it == got.end() || it->second.numel() != t.numel() || it->second.dtype() != t.dtype() ||
-        std::memcmp(it->second.data(), t.data(), bytes) != 0)
-      out.push_back(name);
-  }
-  return out;
-}
-
 // ---- training ------------------------------------------------------------------------------
 struct Curves {
   loss_plot::Series train, held;
@@ -455,11 +449,14 @@ bool save_adapters(const Options& o, const tg::pretrained::Model& lm, const Para
   meta.insert({{"program", "finetune"},
                {"base_model", o.folder},
                {"architecture", lm.architecture},
-               {"targets", targets},
-               {"rank", std::to_string(o.rank)},
-               {"alpha", shortest(o.alpha)},
-               {"dropout", shortest(o.dropout)},
                {"steps", std::to_string(o.steps)}});
+  if (!o.init_adapter.empty())  // the settings are its adapter_config.json's
+    meta["adapter"] = o.init_adapter;
+  else
+    meta.insert({{"targets", targets},
+                 {"rank", std::to_string(o.rank)},
+                 {"alpha", shortest(o.alpha)},
+                 {"dropout", shortest(o.dropout)}});
   tg::save_safetensors(o.out, out, meta);
   const Params back = tg::read_safetensors(o.out);
   return back.size() == out.size() && differing(out, back).empty();
@@ -479,12 +476,7 @@ bool save_peft_adapter(const Options& o, const tg::pretrained::Model& lm, const 
     const auto it = got.find(name);
     if (it == got.end()) return false;
     if (t.dtype() == tg::DType::kI8) continue;  // a quantized base's unadapted weights: as loaded
-    const tg::HostTensor a = it->second.to(tg::DType::kF32), b = t.to(tg::DType::kF32);
-    double diff = 0, top = 0;
-    for (size_t i = 0; i < a.f32().size() && i < b.f32().size(); ++i)
-      diff = std::max(diff, static_cast<double>(std::abs(a.f32()[i] - b.f32()[i]))),
-      top = std::max(top, static_cast<double>(std::abs(b.f32()[i])));
-    worst = a.numel() != b.numel() ? 1.0 : std::max(worst, top > 0 ? diff / top : diff);
+    worst = std::max(worst, relative_diff(it->second, t));
   }
   std::printf(
       "adapters: a PEFT folder in %s; read back onto the base, its %zu adapted Linears merged are the "
@@ -579,8 +571,8 @@ Inputs load_inputs(Options& o) {
   if (lm.context > 0 && o.seq > lm.context)
     throw std::runtime_error("--seq-len " + std::to_string(o.seq) +
                              " is longer than the model's context of " + std::to_string(lm.context));
-  if (o.targets.empty()) o.targets = default_targets(lm);
-  check_targets(*lm.module, lm.architecture, o.targets);
+  if (o.targets.empty() && o.init_adapter.empty()) o.targets = default_targets(lm);
+  if (o.init_adapter.empty()) check_targets(*lm.module, lm.architecture, o.targets);
   const std::vector<int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);
   const int64_t vocab = std::visit(
       [](const auto& c) -> int64_t {
@@ -605,25 +597,28 @@ Inputs load_inputs(Options& o) {
 }
 
 // Attaches the adapters and returns the parameters to freeze (everything else) and the adapters'.
-std::pair<std::vector<std::string>, std::set<std::string>> attach_adapters(tg::Module& model,
+std::pair<std::vector<std::string>, std::set<std::string>> attach_adapters(tg::pretrained::Model& lm,
                                                                            const Options& o) {
+  tg::Module& model = *lm.module;
   const std::vector<std::string> adapted =
-      tg::nn::add_lora(model, {.targets = o.targets, .rank = o.rank, .alpha = o.alpha, .dropout = o.dropout});
+      o.init_adapter.empty()
+          ? tg::nn::add_lora(model,
+                             {.targets = o.targets, .rank = o.rank, .alpha = o.alpha, .dropout = o.dropout})
+          : tg::pretrained::load_adapter(lm, o.init_adapter);  // its values join lm.weights
   std::vector<std::string> frozen = tg::nn::lora_frozen(model);
   std::set<std::string> adapters;
   for (const tg::Param* p : model.parameters()) adapters.insert(p->path());
   for (const std::string& f : frozen) adapters.erase(f);
   std::string targets;
   for (const std::string& t : o.targets) targets += (targets.empty() ? "" : ", ") + t;
-  std::printf("LoRA on %s: %zu Linears, rank %lld, alpha %g (scale %g), dropout %g\n", targets.c_str(),
-              adapted.size(), static_cast<long long>(o.rank), o.alpha, o.alpha / static_cast<double>(o.rank),
-              o.dropout);
+  if (!o.init_adapter.empty())
+    std::printf("LoRA from %s: %zu Linears, ranks and scalings from its adapter_config.json\n",
+                o.init_adapter.c_str(), adapted.size());
+  else
+    std::printf("LoRA on %s: %zu Linears, rank %lld, alpha %g (scale %g), dropout %g\n", targets.c_str(),
+                adapted.size(), static_cast<long long>(o.rank), o.alpha,
+                o.alpha / static_cast<double>(o.rank), o.dropout);
   return {std::move(frozen), std::move(adapters)};
-}
-
-// The values of quantized weight `name` of `weights` (4 bits where it has offsets).
-tg::HostTensor dequantized(const std::string& name, const Params& weights) {
-  return tg::dequantize_param(name, weights.count(tg::offset_name(name)) ? 4 : 8, weights.at(name), weights);
 }
 
 // The merged weights as a Hugging Face folder of lm's architecture, read back: true when load()
@@ -670,13 +665,7 @@ bool save_merged_gguf(const Options& o, const Inputs& in, const Params& merged) 
     if (it == merged.end()) return false;
     const tg::HostTensor want =
         it->second.dtype() == tg::DType::kI8 ? dequantized(name, merged) : it->second.to(tg::DType::kF32);
-    const tg::HostTensor got = t.to(tg::DType::kF32);
-    const std::span<const float> a = got.f32(), b = want.f32();
-    double diff = 0, top = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-      diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i]))),
-      top = std::max(top, static_cast<double>(std::abs(b[i])));
-    same = same && a.size() == b.size() && diff <= tolerance * top;
+    same = same && relative_diff(t, want) <= tolerance;
   }
   const std::string sample = "the cat sat.";
   same = same && tg::Tokenizer::load(o.save_gguf).encode(sample, true) == in.tokenizer.encode(sample, true);
@@ -698,13 +687,16 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
   if (!(after < before * (1 - o.min_drop)))
     failures.push_back(o.min_drop > 0 ? "the held-out loss dropped by less than --min-drop"
                                       : "the held-out loss did not drop");
-  const std::vector<std::string> changed = differing(in.lm.weights, trained);
+  // The base: every loaded tensor but --adapter's start values.
+  const std::vector<std::string> changed = differing(in.lm.weights, trained, adapters);
+  const size_t base = static_cast<size_t>(std::count_if(
+      in.lm.weights.begin(), in.lm.weights.end(), [&](const auto& w) { return !adapters.count(w.first); }));
   if (changed.empty()) {
-    std::printf("base weights: all %zu tensors bit-identical to the folder's (as loaded: %s)\n",
-                in.lm.weights.size(), tg::dtype_name(in.lm.dtype));
+    std::printf("base weights: all %zu tensors bit-identical to the folder's (as loaded: %s)\n", base,
+                tg::dtype_name(in.lm.dtype));
   } else {
-    std::printf("base weights: %zu of %zu tensors changed, the first %s\n", changed.size(),
-                in.lm.weights.size(), changed.front().c_str());
+    std::printf("base weights: %zu of %zu tensors changed, the first %s\n", changed.size(), base,
+                changed.front().c_str());
     failures.push_back("base weights changed");
   }
   char before_text[32], after_text[32];
@@ -745,14 +737,14 @@ std::vector<std::string> finish(const Options& o, const Inputs& in, const Params
 }
 
 int run(Options o) {
-  const Inputs in = load_inputs(o);
+  Inputs in = load_inputs(o);
   const HeldOut held(in.corpus.held, o);
-  const auto [frozen, adapters] = attach_adapters(*in.lm.module, o);
+  const auto [frozen, adapters] = attach_adapters(in.lm, o);
 
   const auto t0 = std::chrono::steady_clock::now();
   auto [train, eval] = compile(in.lm, o, frozen);
   train.init_params(o.seed);                              // the adapters' A (B starts at zero)
-  train.upload_params(in.lm.weights, {.partial = true});  // every base weight from the folder
+  train.upload_params(in.lm.weights, {.partial = true});  // the base weights (and --adapter's values)
   std::printf("compiled for %s (%s) in %.1f s; batch %lld × %lld tokens, %lld steps, AdamW lr %g\n",
               train.device().str().c_str(),
               o.precision == tg::Precision::kBf16  ? "bf16"
