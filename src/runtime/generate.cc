@@ -38,6 +38,36 @@ Tensor penalised_sample(const Tensor& logits, const Tensor& ids, const Tensor& r
   return sample(where(gt(now, 0.0), penalised, logits), slice(params, 0, 0, 4), key);
 }
 
+// Checks every prompt (1 to cache tokens) and returns the longest one's length; `api` names the
+// caller in the errors.
+int64_t longest_prompt(const std::vector<std::vector<int32_t>>& prompts, int64_t cache, const char* api) {
+  int64_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto len = static_cast<int64_t>(prompts[i].size());
+    if (len == 0)
+      throw InputError(std::string("[") + api + "] prompt " + std::to_string(i) +
+                       " is empty (it needs at least one token)");
+    if (len > cache)
+      throw InputError(std::string("[") + api + "] prompt " + std::to_string(i) + " has " +
+                       std::to_string(len) +
+                       " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
+    longest = std::max(longest, len);
+  }
+  return longest;
+}
+
+// Row `row` of prefill window c (P tokens) for `prompt`: its tokens from s(c) (the file comment's
+// rule) into ids[row·P …], their first position and the row of the prompt's last token in it.
+void window_row(const std::vector<int32_t>& prompt, int64_t c, int64_t p, size_t row,
+                std::vector<int32_t>& ids, std::vector<int32_t>& pos, std::vector<int32_t>& last) {
+  const auto len = static_cast<int64_t>(prompt.size());
+  const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
+  for (int64_t t = 0; t < p && start + t < len; ++t)
+    ids[row * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompt[static_cast<size_t>(start + t)];
+  pos[row] = static_cast<int32_t>(start);
+  last[row] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
+}
+
 }  // namespace
 
 Generator::Generator(Module& model, CachedLm step, GeneratorOptions options)
@@ -128,16 +158,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     throw InputError("[generate] this Generator decodes " + std::to_string(b) + " sequence(s) at once; got " +
                      std::to_string(prompts.size()) + " prompt(s)");
   options.check();
-  int64_t longest = 0;
-  for (size_t i = 0; i < b; ++i) {
-    const auto len = static_cast<int64_t>(prompts[i].size());
-    if (len == 0)
-      throw InputError("[generate] prompt " + std::to_string(i) + " is empty (it needs at least one token)");
-    if (len > cache)
-      throw InputError("[generate] prompt " + std::to_string(i) + " has " + std::to_string(len) +
-                       " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
-    longest = std::max(longest, len);
-  }
+  const int64_t longest = longest_prompt(prompts, cache, "generate");
   const std::vector<float> params{options.temperature, static_cast<float>(options.top_k), options.top_p,
                                   options.min_p, options.repetition_penalty};
   int32_t counter = 0;
@@ -173,15 +194,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   if (o.prefill) {
     for (int64_t c = 0; c * p < longest; ++c) {
       std::vector<int32_t> ids(static_cast<size_t>(o.batch * p), 0), pos(b), last(b);
-      for (size_t i = 0; i < b; ++i) {
-        const auto len = static_cast<int64_t>(prompts[i].size());
-        const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
-        for (int64_t t = 0; t < p && start + t < len; ++t)
-          ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] =
-              prompts[i][static_cast<size_t>(start + t)];
-        pos[i] = static_cast<int32_t>(start);
-        last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
-      }
+      for (size_t i = 0; i < b; ++i) window_row(prompts[i], c, p, i, ids, pos, last);
       next =
           prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
     }
@@ -267,21 +280,15 @@ std::vector<std::vector<BeamHypothesis>> Generator::beam_search(
                      " rows: " + std::to_string(prompts.size()) +
                      " prompt(s) do not share them out (beams = batch / prompts)");
   const int64_t beams = b / count;
-  int64_t longest = 0;
+  const int64_t longest = longest_prompt(prompts, cache, "beam_search");
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
-    if (len == 0)
-      throw InputError("[beam_search] prompt " + std::to_string(i) + " is empty (it needs a token)");
-    if (len > cache)
-      throw InputError("[beam_search] prompt " + std::to_string(i) + " has " + std::to_string(len) +
-                       " tokens, more than the cache holds (cache_len = " + std::to_string(cache) + ")");
     if (!o.prefill && len != static_cast<int64_t>(prompts[0].size()))
       throw InputError(
           "[beam_search] a recurrent model (GeneratorOptions::prefill false) searches prompts of "
           "one length at a time: prompt " +
           std::to_string(i) + " has " + std::to_string(len) + " tokens, prompt 0 " +
           std::to_string(prompts[0].size()));
-    longest = std::max(longest, len);
   }
   if (!beam_) beam_ = compile_beam_programs();
   BeamPrograms& run = *beam_;
@@ -304,15 +311,7 @@ std::vector<std::vector<BeamHypothesis>> Generator::beam_search(
     } else if (o.prefill) {  // the prompts in windows, as generate() runs them, each in its beams' rows
       for (int64_t c = 0; c * p < longest; ++c) {
         std::vector<int32_t> ids(rows * static_cast<size_t>(p), 0), pos(rows), last(rows);
-        for (size_t i = 0; i < rows; ++i) {
-          const std::vector<int32_t>& prompt = prompt_of(i);
-          const auto len = static_cast<int64_t>(prompt.size());
-          const int64_t start = std::min(c * p, std::max<int64_t>(len - p, 0));
-          for (int64_t t = 0; t < p && start + t < len; ++t)
-            ids[i * static_cast<size_t>(p) + static_cast<size_t>(t)] = prompt[static_cast<size_t>(start + t)];
-          pos[i] = static_cast<int32_t>(start);
-          last[i] = static_cast<int32_t>(std::min(len - 1 - start, p - 1));
-        }
+        for (size_t i = 0; i < rows; ++i) window_row(prompt_of(i), c, p, i, ids, pos, last);
         out = run.prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}});
       }
     } else {  // the prompts (of one length) one token at a time
