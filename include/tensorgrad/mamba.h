@@ -1,8 +1,9 @@
-// Mamba (selective state-space) layers: the Mamba mixer block and a Mamba language model, with
-// the parameter names, layouts and initialisation of state-spaces/mamba (`Mamba`,
-// `MambaLMHeadModel`), so weights move between the two by name (the depthwise conv's weight is
-// [D, K] here, PyTorch's [D, 1, K]).
+// Mamba (selective state-space) layers: the Mamba and Mamba-2 mixer blocks and a Mamba language
+// model of either, with the parameter names, layouts and initialisation of state-spaces/mamba
+// (`Mamba`, `MambaLMHeadModel`) and of transformers' Mamba2Mixer, so weights move between them by
+// name (the depthwise conv's weight is [D, K] here, PyTorch's [D, 1, K]).
 #pragma once
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,51 @@ class Mamba : public Module {
   Linear out_proj;
 };
 
+struct Mamba2Config {
+  int64_t d_model = 0;
+  int64_t d_state = 128;
+  int64_t d_conv = 4;
+  int64_t expand = 2;
+  int64_t head_dim = 64;   ///< channels per head: d_inner = expand · d_model = heads · head_dim
+  int64_t groups = 1;      ///< groups of B and C (n_groups); head h reads group h / (heads / groups)
+  double norm_eps = 1e-5;  ///< the gated RMSNorm before out_proj
+  double dt_min = 0.001, dt_max = 0.1, dt_init_floor = 1e-4;
+  /// Δ clamped to [dt_limit_min, dt_limit_max] after the softplus (time_step_limit).
+  double dt_limit_min = 0.0, dt_limit_max = std::numeric_limits<double>::infinity();
+  bool conv_bias = true;
+  bool bias = false;           ///< in_proj and out_proj
+  int64_t rescale_layers = 1;  ///< as MambaConfig's
+};
+
+/// The Mamba-2 mixer (SSD, Dao and Gu 2024), as transformers' Mamba2Mixer computes it:
+///   in_proj(x) = [z (d_inner), xBC (d_inner + 2·groups·d_state), dt (heads)]
+///   xBC ← silu(causal conv1d(xBC)) = [u (d_inner), B (groups·d_state), C (groups·d_state)]
+///   y = selective scan of u with Δ = clamp(softplus(dt + dt_bias)) per head, A = −exp(A_log)
+///       per head (one decay for the head's channels and states), B and C by group, D per head
+///   out = out_proj(RMSNorm(y · silu(z)))   (the norm over all of d_inner, weight `norm.weight`)
+/// x [B, L, d_model] → [B, L, d_model]. Parameters: in_proj, conv1d (over xBC), dt_bias, A_log
+/// and D [heads], norm, out_proj. The scan is Mamba's selective_scan with each head's Δ, decay
+/// and skip repeated over its head_dim channels.
+class Mamba2 : public Module {
+ public:
+  Mamba2(Module& parent, std::string name, Mamba2Config config);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  /// One recurrent step, as Mamba::step: x [B, 1, d_model] → [B, 1, d_model], with the states
+  /// "<path>.conv_state" [B, conv channels, d_conv − 1] and "<path>.ssm_state" [B, d_inner, d_state].
+  Tensor step(const Tensor& x, Loc loc = Loc::current()) const;
+  const Mamba2Config config;
+  const int64_t d_inner, heads, conv_channels;
+  Linear in_proj;
+  CausalConv1d conv1d;
+  Param dt_bias, A_log, D;
+  RMSNorm norm;
+  Linear out_proj;
+
+ private:
+  // Δ [B, heads, …] from dt: softplus(dt + dt_bias), clamped to the limits when they bind.
+  Tensor clamp_dt(const Tensor& dt, Loc loc) const;
+};
+
 struct MambaLMConfig {
   int64_t vocab = 0;
   int64_t layers = 0;
@@ -63,11 +109,21 @@ struct MambaLMConfig {
   /// Recompute every layer's activations in the backward instead of storing them (each
   /// residual block is a tg::Recompute region; see GptConfig::recompute).
   bool recompute = false;
+  /// 1: Mamba mixers (MambaForCausalLM); 2: Mamba-2 mixers (Mamba2ForCausalLM) with the fields
+  /// below.
+  int version = 1;
+  int64_t head_dim = 64;  ///< Mamba-2: channels per head
+  int64_t groups = 1;     ///< Mamba-2: groups of B and C
+  /// Mamba-2: Δ's clamp (time_step_limit).
+  double dt_limit_min = 0.0, dt_limit_max = std::numeric_limits<double>::infinity();
+  bool bias = false;      ///< the mixers' in_proj and out_proj biases
+  bool conv_bias = true;  ///< the mixers' conv1d bias
+  bool tied_head = true;  ///< false: a separate head, lm_head.weight [vocab, d_model]
 };
 
-/// Embedding → layers of pre-RMSNorm residual Mamba blocks (h += mixer(norm(h))) → RMSNorm →
-/// logits through the embedding (tied head). Parameters: embedding.weight,
-/// layers.<i>.norm.weight, layers.<i>.mixer.*, norm_f.weight.
+/// Embedding → layers of pre-RMSNorm residual Mamba (or Mamba-2) blocks (h += mixer(norm(h))) →
+/// RMSNorm → logits through the embedding (tied head) or lm_head. Parameters: embedding.weight,
+/// layers.<i>.norm.weight, layers.<i>.mixer.*, norm_f.weight[, lm_head.weight].
 class MambaLM : public Module {
  public:
   explicit MambaLM(MambaLMConfig config);
@@ -77,7 +133,7 @@ class MambaLM : public Module {
   /// Mean next-token cross-entropy of logits(ids) against targets [B, L] (ignore_index skipped).
   Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100,
               Loc loc = Loc::current()) const;
-  /// One recurrent step: ids [B, 1] → logits [B, 1, vocab], through every layer's Mamba::step.
+  /// One recurrent step: ids [B, 1] → logits [B, 1, vocab], through every layer's mixer step.
   Tensor logits_step(const Tensor& ids, Loc loc = Loc::current()) const;
   /// logits_step in tg::Generator's CachedLm form (positions and cache length are not needed by
   /// a recurrent model): use it with GeneratorOptions{.prefill = false}. More than one token at
@@ -89,13 +145,18 @@ class MambaLM : public Module {
  private:
   struct Layer : Module {
     Layer(Module& parent, std::string name, const MambaLMConfig& c, int64_t layers);
+    Tensor mix(const Tensor& x, Loc loc) const { return mamba ? (*mamba)(x, loc) : (*mamba2)(x, loc); }
+    Tensor step(const Tensor& x, Loc loc) const { return mamba ? mamba->step(x, loc) : mamba2->step(x, loc); }
     RMSNorm norm;
-    Mamba mixer;
+    std::unique_ptr<Mamba> mamba;    // version 1, named "mixer"
+    std::unique_ptr<Mamba2> mamba2;  // version 2, named "mixer"
   };
   void build();
+  Tensor head(const Tensor& h, Loc loc) const;
   std::unique_ptr<Embedding> embedding_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<RMSNorm> norm_f_;
+  std::unique_ptr<Linear> lm_head_;  // untied heads only
 };
 
 }  // namespace tg::nn

@@ -26,7 +26,9 @@
 //                                     onto Llama's)
 //   GPT2LMHeadModel   → nn::Gpt      (Conv1D weights [in, out] transposed to Linear's [out, in];
 //                                     c_attn → qkv, c_proj → proj, c_fc → fc, mlp.c_proj → fc2)
-//   MambaForCausalLM  → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K])
+//   MambaForCausalLM, Mamba2ForCausalLM
+//                     → nn::MambaLM  (backbone.* without the prefix; conv1d [D, 1, K] → [D, K];
+//                                     Mamba-2: MambaLMConfig::version 2, nn::Mamba2 mixers)
 //   ViTModel, ViTForImageClassification, DeiTModel, DeiTForImageClassification,
 //   DeiTForImageClassificationWithTeacher
 //                     → nn::ViT      (the prefix vit. / deit. optional, the pooler when the file
@@ -278,7 +280,8 @@ struct AdapterLoadOptions {
 /// only adapter_model.bin), another peft_type, variants the library does not run (DoRA,
 /// lora_bias, adapters on embeddings or on parameters, layer_replication, …), a module the model
 /// has no Linear for, shapes that do not match, a Linear that has an adapter already.
-std::vector<std::string> load_adapter(Model& m, const std::string& folder, const AdapterLoadOptions& options = {});
+std::vector<std::string> load_adapter(Model& m, const std::string& folder,
+                                      const AdapterLoadOptions& options = {});
 
 struct AdapterSaveOptions {
   /// The tensors' dtype in adapter_model.safetensors: DType::kF32, kBF16 or kF16.
@@ -297,9 +300,9 @@ struct AdapterSaveOptions {
 /// Adapters on Linears the file fuses (Phi-3's q/k/v_proj, GPT-NeoX's) are written as one adapter
 /// of the fused module whose rank is the sum of the parts' (A stacked, B block-diagonal), which
 /// computes the same product; the most common rank and alpha are the config's r and lora_alpha,
-/// the others go into rank_pattern and alpha_pattern by module name. The folder is created if missing. Errors are
-/// tg::CheckpointError: no adapters, a missing or misshapen adapter value, an adapted Linear the
-/// file has no module for.
+/// the others go into rank_pattern and alpha_pattern by module name. The folder is created if missing. Errors
+/// are tg::CheckpointError: no adapters, a missing or misshapen adapter value, an adapted Linear the file has
+/// no module for.
 void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,
                   const AdapterSaveOptions& options = {});
 

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <system_error>
 #include <type_traits>
 
@@ -53,6 +55,40 @@ bool has(const std::string& folder, const fs::path& path) {
   return found;
 }
 
+// Python's json module writes an infinite float as a bare Infinity (-Infinity, NaN), which JSON
+// lacks and transformers 4 leaves in config.json (Mamba-2's time_step_limit): such a token outside
+// the strings becomes transformers 5's {"__float__": "Infinity"}, which the fields that may be
+// infinite read (config_float).
+std::string python_floats_as_objects(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      out += ch;
+      if (ch == '\\' && i + 1 < text.size())
+        out += text[++i];
+      else if (ch == '"')
+        in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    bool replaced = false;
+    for (const char* token : {"-Infinity", "Infinity", "NaN"}) {
+      const std::string_view t(token);
+      if (text.compare(i, t.size(), t) == 0) {
+        out += "{\"__float__\": \"" + std::string(t) + "\"}";
+        i += t.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += ch;
+  }
+  return out;
+}
+
 json read_json(const std::string& folder, const fs::path& path) {
   const std::string name = path.filename().string();
   std::error_code ec;
@@ -63,7 +99,7 @@ json read_json(const std::string& folder, const fs::path& path) {
   if (!in) fail(folder, "cannot open " + name + ": " + std::strerror(errno));
   if (in.peek() == std::ifstream::traits_type::eof()) fail(folder, name + " is empty");
   try {
-    return json::parse(in);
+    return json::parse(python_floats_as_objects(std::string(std::istreambuf_iterator<char>(in), {})));
   } catch (const json::exception& e) {
     fail(folder, name + " is not valid JSON: " + e.what());
   }
@@ -318,9 +354,11 @@ Source gpt2_source(const std::string& prefix, const std::string& p) {
   return {hf, conv1d ? Layout::kTransposed : Layout::kSame};
 }
 
-// Mamba: backbone.<the library's name>, the embedding renamed; conv1d [D, K] is [D, 1, K] there.
+// Mamba and Mamba-2: backbone.<the library's name>, the embedding renamed, an untied head as it
+// is; conv1d [D, K] is [D, 1, K] there.
 Source mamba_source(const std::string& p) {
   if (p == "embedding.weight") return {"backbone.embeddings.weight"};
+  if (p == "lm_head.weight") return {p};
   if (p.ends_with("mixer.conv1d.weight")) return {"backbone." + p, Layout::kSqueezeMiddle};
   return {"backbone." + p};
 }
@@ -361,17 +399,57 @@ void load_gpt2(Model& m, const json& c) {
   });
 }
 
-// ---- Mamba ---------------------------------------------------------------------------------
-void load_mamba(Model& m, const json& c) {
-  const std::string& f = m.folder;
-  nn::MambaLMConfig mc;
+// ---- Mamba and Mamba-2 ------------------------------------------------------------------
+// The options both read: biases, the conv's bias, a tied or untied head, the activation.
+void mamba_options(nn::MambaLMConfig& mc, const json& c, const std::string& f, bool tied_by_default) {
   mc.vocab = required(c, f, "vocab_size");
   mc.d_model = required(c, f, "hidden_size");
   mc.layers = required(c, f, "num_hidden_layers");
-  mc.d_state = field<int64_t>(c, f, "state_size", 16);
   mc.d_conv = field<int64_t>(c, f, "conv_kernel", 4);
   mc.expand = field<int64_t>(c, f, "expand", 2);
   mc.norm_eps = field<double>(c, f, "layer_norm_epsilon", 1e-5);
+  mc.bias = field<bool>(c, f, "use_bias", false);
+  mc.conv_bias = field<bool>(c, f, "use_conv_bias", true);
+  mc.tied_head = field<bool>(c, f, "tie_word_embeddings", tied_by_default);
+  const std::string act = field<std::string>(c, f, "hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    fail(f, "config.json: hidden_act \"" + act + "\" (the Mamba mixers use silu)");
+}
+
+// A number of config.json that may be infinite: a JSON number, or transformers 5's
+// {"__float__": "Infinity"} (read_json writes Python's bare Infinity so).
+double config_float(const json& v, const std::string& f, const std::string& what) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_object() && v.contains("__float__") && v["__float__"].is_string()) {
+    const std::string text = v["__float__"].get<std::string>();
+    if (text == "Infinity") return std::numeric_limits<double>::infinity();
+    if (text == "-Infinity") return -std::numeric_limits<double>::infinity();
+  }
+  fail(f, "config.json: " + what + " is " + v.dump() + ", expected a number");
+}
+
+// Builds the nn::MambaLM and maps the file onto it (mamba_source's names).
+void map_mamba(Model& m, const nn::MambaLMConfig& mc) {
+  const std::string& f = m.folder;
+  m.context = 0;
+  m.config = mc;
+  m.module = std::make_unique<nn::MambaLM>(mc);
+  Weights file = read_weights(f);
+  if (mc.tied_head && !tied_copy_ok(file.tensors, "lm_head.weight", "backbone.embeddings.weight"))
+    fail(f,
+         "lm_head.weight differs from backbone.embeddings.weight (tie_word_embeddings is true: the head is "
+         "tied "
+         "to it)");
+  const bool tied = mc.tied_head;
+  map_weights(m, std::move(file), mamba_source,
+              [tied](const std::string& n) { return tied && n == "lm_head.weight"; });
+}
+
+void load_mamba(Model& m, const json& c) {
+  const std::string& f = m.folder;
+  nn::MambaLMConfig mc;
+  mamba_options(mc, c, f, true);
+  mc.d_state = field<int64_t>(c, f, "state_size", 16);
   const int64_t inner = field<int64_t>(c, f, "intermediate_size", mc.expand * mc.d_model);
   if (inner != mc.expand * mc.d_model)
     fail(f, "config.json: intermediate_size " + std::to_string(inner) + " is not expand · hidden_size");
@@ -380,22 +458,30 @@ void load_mamba(Model& m, const json& c) {
       c["time_step_rank"].get<int64_t>() != auto_rank)
     fail(f, "config.json: time_step_rank " + c["time_step_rank"].dump() +
                 " (nn::MambaLM uses ceil(hidden_size / 16) = " + std::to_string(auto_rank) + ")");
-  if (field<bool>(c, f, "use_bias", false))
-    fail(f, "config.json: use_bias true (in_proj/out_proj biases) is not implemented by nn::MambaLM");
-  if (!field<bool>(c, f, "use_conv_bias", true))
-    fail(f, "config.json: use_conv_bias false is not implemented by nn::MambaLM");
-  if (!field<bool>(c, f, "tie_word_embeddings", true))
-    fail(f,
-         "config.json: tie_word_embeddings false (an untied Mamba head) is not implemented by nn::MambaLM");
-  const std::string act = field<std::string>(c, f, "hidden_act", "silu");
-  if (act != "silu") fail(f, "config.json: hidden_act \"" + act + "\" (Mamba's mixer uses silu)");
-  m.context = 0;
-  m.config = mc;
-  m.module = std::make_unique<nn::MambaLM>(mc);
-  Weights file = read_weights(f);
-  if (!tied_copy_ok(file.tensors, "lm_head.weight", "backbone.embeddings.weight"))
-    fail(f, "lm_head.weight differs from backbone.embeddings.weight (nn::MambaLM's head is tied to it)");
-  map_weights(m, std::move(file), mamba_source, [](const std::string& n) { return n == "lm_head.weight"; });
+  map_mamba(m, mc);
+}
+
+// Mamba2ForCausalLM (transformers' Mamba2Mixer): heads of head_dim channels, B and C in n_groups.
+void load_mamba2(Model& m, const json& c) {
+  const std::string& f = m.folder;
+  nn::MambaLMConfig mc;
+  mc.version = 2;
+  mamba_options(mc, c, f, false);
+  mc.d_state = field<int64_t>(c, f, "state_size", 128);
+  mc.head_dim = field<int64_t>(c, f, "head_dim", 64);
+  mc.groups = field<int64_t>(c, f, "n_groups", 8);
+  const int64_t heads = field<int64_t>(c, f, "num_heads", 128);
+  if (heads * mc.head_dim != mc.expand * mc.d_model)
+    fail(f, "config.json: num_heads · head_dim = " + std::to_string(heads * mc.head_dim) +
+                " is not expand · hidden_size = " + std::to_string(mc.expand * mc.d_model));
+  if (c.contains("time_step_limit") && !c["time_step_limit"].is_null()) {
+    const json& limit = c["time_step_limit"];
+    if (!limit.is_array() || limit.size() != 2)
+      fail(f, "config.json: time_step_limit is " + limit.dump() + ", expected [min, max]");
+    mc.dt_limit_min = config_float(limit[0], f, "time_step_limit[0]");
+    mc.dt_limit_max = config_float(limit[1], f, "time_step_limit[1]");
+  }
+  map_mamba(m, mc);
 }
 
 struct Family {
@@ -456,7 +542,8 @@ const std::vector<Family>& families() {
       {"CLIPTextModelWithProjection", "clip_text_model", load_clip},
       {"CLIPVisionModel", "clip_vision_model", load_clip},
       {"CLIPVisionModelWithProjection", "clip_vision_model", load_clip},
-      {"MambaForCausalLM", "mamba", load_mamba}};
+      {"MambaForCausalLM", "mamba", load_mamba},
+      {"Mamba2ForCausalLM", "mamba2", load_mamba2}};
   return all;
 }
 

@@ -146,22 +146,33 @@ std::string config_json_of(const nn::GptConfig& c) {
 }
 
 std::string config_json_of(const nn::MambaLMConfig& c) {
-  const json j = {{"architectures", {"MambaForCausalLM"}},
-                  {"model_type", "mamba"},
-                  {"vocab_size", c.vocab},
-                  {"hidden_size", c.d_model},
-                  {"num_hidden_layers", c.layers},
-                  {"state_size", c.d_state},
-                  {"conv_kernel", c.d_conv},
-                  {"expand", c.expand},
-                  {"intermediate_size", c.expand * c.d_model},
-                  {"time_step_rank", (c.d_model + 15) / 16},
-                  {"layer_norm_epsilon", c.norm_eps},
-                  {"use_bias", false},
-                  {"use_conv_bias", true},
-                  {"hidden_act", "silu"},
-                  {"tie_word_embeddings", true},
-                  {"torch_dtype", "float32"}};
+  json j = {{"vocab_size", c.vocab},
+            {"hidden_size", c.d_model},
+            {"num_hidden_layers", c.layers},
+            {"state_size", c.d_state},
+            {"conv_kernel", c.d_conv},
+            {"expand", c.expand},
+            {"layer_norm_epsilon", c.norm_eps},
+            {"use_bias", c.bias},
+            {"use_conv_bias", c.conv_bias},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", c.tied_head},
+            {"torch_dtype", "float32"}};
+  if (c.version == 2) {
+    j["architectures"] = {"Mamba2ForCausalLM"};
+    j["model_type"] = "mamba2";
+    j["head_dim"] = c.head_dim;
+    j["num_heads"] = c.expand * c.d_model / c.head_dim;
+    j["n_groups"] = c.groups;
+    // transformers 5's spelling of an infinite limit (Python's json would write a bare Infinity).
+    const auto limit = [](double v) { return std::isinf(v) ? json{{"__float__", "Infinity"}} : json(v); };
+    j["time_step_limit"] = {limit(c.dt_limit_min), limit(c.dt_limit_max)};
+  } else {
+    j["architectures"] = {"MambaForCausalLM"};
+    j["model_type"] = "mamba";
+    j["intermediate_size"] = c.expand * c.d_model;
+    j["time_step_rank"] = (c.d_model + 15) / 16;
+  }
   return j.dump(2);
 }
 
@@ -236,7 +247,8 @@ HostTensor stack_rows(const std::vector<const HostTensor*>& parts) {
 
 std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::string, HostTensor> w) {
   std::map<std::string, HostTensor> out;
-  if (m.architecture == "GPT2LMHeadModel" || m.architecture == "MambaForCausalLM") {
+  if (m.architecture == "GPT2LMHeadModel" || m.architecture == "MambaForCausalLM" ||
+      m.architecture == "Mamba2ForCausalLM") {
     const bool gpt2 = m.architecture == "GPT2LMHeadModel";
     for (auto& [name, t] : w) {
       const Source s = gpt2 ? gpt2_source("transformer.", name) : mamba_source(name);
@@ -508,7 +520,8 @@ Model from_config(const nn::GptConfig& config) {
   return model_of<nn::GptConfig, nn::Gpt>(config, "GPT2LMHeadModel", config.seq_len);
 }
 Model from_config(const nn::MambaLMConfig& config) {
-  return model_of<nn::MambaLMConfig, nn::MambaLM>(config, "MambaForCausalLM", 0);
+  return model_of<nn::MambaLMConfig, nn::MambaLM>(
+      config, config.version == 2 ? "Mamba2ForCausalLM" : "MambaForCausalLM", 0);
 }
 Model from_config(const nn::BertConfig& config) {
   const std::string architecture = detail::bert_architecture(config);

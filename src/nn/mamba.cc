@@ -1,8 +1,9 @@
-// Mamba layers (mamba.h): the mixer and the language model, written with tensorgrad ops and the
-// selective_scan primitive. Initialisation follows state-spaces/mamba: PyTorch's Linear and
-// Conv1d defaults, dt_proj's weight U(±dt_rank^−½) and bias the inverse softplus of a dt drawn
-// log-uniformly in [dt_min, dt_max] (floored), A_log = log(1 … N) per channel, D = 1, and
-// out_proj's weight divided by √layers; A_log and D carry no weight decay.
+// Mamba layers (mamba.h): the Mamba and Mamba-2 mixers and the language model, written with
+// tensorgrad ops and the selective_scan primitive. Initialisation follows state-spaces/mamba:
+// PyTorch's Linear and Conv1d defaults, dt_proj's weight U(±dt_rank^−½) and bias (Mamba-2:
+// dt_bias) the inverse softplus of a dt drawn log-uniformly in [dt_min, dt_max] (floored),
+// A_log = log(1 … N) per channel (Mamba-2: log(1 … heads), as transformers), D = 1, and
+// out_proj's weight divided by √layers; A_log, D and dt_bias carry no weight decay.
 #include "tensorgrad/mamba.h"
 
 #include <cmath>
@@ -24,8 +25,10 @@ MambaConfig checked(MambaConfig c) {
   return c;
 }
 
-/// dt_proj.bias: softplus⁻¹(dt) with dt = exp(U·(log dt_max − log dt_min) + log dt_min) ≥ floor.
-Init dt_bias_init(const MambaConfig& c) {
+/// dt_proj.bias (Mamba-2: dt_bias): softplus⁻¹(dt) with dt = exp(U·(log dt_max − log dt_min) +
+/// log dt_min) ≥ floor.
+template <typename Config>
+Init dt_bias_init(const Config& c) {
   return init::callable([c](std::span<float> values, const Shape&, uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -35,6 +38,28 @@ Init dt_bias_init(const MambaConfig& c) {
       v = static_cast<float>(dt + std::log(-std::expm1(-dt)));
     }
   });
+}
+
+/// U(±1/√(fan_in · layers)): out_proj's init, rescaled by the number of layers.
+Init out_proj_init(int64_t fan_in, int64_t layers) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in * std::max<int64_t>(layers, 1)));
+  return init::uniform(-bound, bound);
+}
+
+Mamba2Config checked(Mamba2Config c) {
+  if (c.d_model <= 0 || c.d_state <= 0 || c.d_conv <= 0 || c.expand <= 0 || c.head_dim <= 0 || c.groups <= 0)
+    throw Error("[Mamba2] d_model, d_state, d_conv, expand, head_dim and groups must be positive");
+  const int64_t inner = c.expand * c.d_model;
+  if (inner % c.head_dim != 0)
+    throw Error("[Mamba2] d_inner = expand · d_model = " + std::to_string(inner) +
+                " is not a multiple of head_dim " + std::to_string(c.head_dim));
+  if ((inner / c.head_dim) % c.groups != 0)
+    throw Error("[Mamba2] " + std::to_string(inner / c.head_dim) + " heads do not split into " +
+                std::to_string(c.groups) + " groups");
+  if (!(c.dt_min > 0 && c.dt_max >= c.dt_min)) throw Error("[Mamba2] needs 0 < dt_min <= dt_max");
+  if (!(c.dt_limit_min <= c.dt_limit_max) || c.dt_limit_max <= 0)
+    throw Error("[Mamba2] needs dt_limit_min <= dt_limit_max and dt_limit_max > 0");
+  return c;
 }
 
 }  // namespace
@@ -75,12 +100,7 @@ Mamba::Mamba(Module& parent, std::string name, MambaConfig c)
             {.decay = false}),
       D(*this, "D", {c.expand * c.d_model}, init::ones(), {.decay = false}),
       out_proj(*this, "out_proj", c.expand * c.d_model, c.d_model,
-               {.bias = c.bias,
-                .weight_init = init::uniform(
-                    -1.0 / std::sqrt(static_cast<double>(c.expand * c.d_model *
-                                                         std::max<int64_t>(c.rescale_layers, 1))),
-                    1.0 / std::sqrt(static_cast<double>(c.expand * c.d_model *
-                                                        std::max<int64_t>(c.rescale_layers, 1))))}) {}
+               {.bias = c.bias, .weight_init = out_proj_init(c.expand * c.d_model, c.rescale_layers)}) {}
 
 Tensor Mamba::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() != 3 || x.shape()[2] != config.d_model)
@@ -138,15 +158,129 @@ Tensor Mamba::step(const Tensor& x, Loc loc) const {
   return reshape(out_proj(y, loc), {batch, 1, config.d_model}, loc);
 }
 
-MambaLM::Layer::Layer(Module& parent, std::string name, const MambaLMConfig& c, int64_t layers)
+Mamba2::Mamba2(Module& parent, std::string name, Mamba2Config c)
     : Module(parent, std::move(name)),
-      norm(*this, "norm", c.d_model, c.norm_eps),
-      mixer(*this, "mixer",
-            {.d_model = c.d_model,
-             .d_state = c.d_state,
-             .d_conv = c.d_conv,
-             .expand = c.expand,
-             .rescale_layers = layers}) {}
+      config(checked(c)),
+      d_inner(c.expand * c.d_model),
+      heads(c.expand * c.d_model / c.head_dim),
+      conv_channels(c.expand * c.d_model + 2 * c.groups * c.d_state),
+      in_proj(*this, "in_proj", c.d_model, 2 * d_inner + 2 * c.groups * c.d_state + heads, {.bias = c.bias}),
+      conv1d(*this, "conv1d", conv_channels, c.d_conv, c.conv_bias),
+      dt_bias(*this, "dt_bias", {heads}, dt_bias_init(c), {.decay = false}),
+      A_log(*this, "A_log", {heads}, init::callable([](std::span<float> values, const Shape&, uint64_t) {
+        for (size_t i = 0; i < values.size(); ++i)  // A = −(1 … heads), transformers' init
+          values[i] = static_cast<float>(std::log(static_cast<double>(i + 1)));
+      }),
+            {.decay = false}),
+      D(*this, "D", {heads}, init::ones(), {.decay = false}),
+      norm(*this, "norm", d_inner, c.norm_eps),
+      out_proj(*this, "out_proj", d_inner, c.d_model,
+               {.bias = c.bias, .weight_init = out_proj_init(d_inner, c.rescale_layers)}) {}
+
+Tensor Mamba2::clamp_dt(const Tensor& dt, Loc loc) const {
+  const int64_t rank = dt.rank();
+  Shape bias_shape(static_cast<size_t>(rank - 1), 1);  // [heads, 1, …] against dt's [B, heads, …]
+  bias_shape[0] = heads;
+  const Tensor delta = softplus(add(dt, reshape(dt_bias.tensor(loc), bias_shape, loc), loc), loc);
+  // softplus is ≥ 0: a lower limit ≤ 0 and an infinite upper one change nothing.
+  if (config.dt_limit_min <= 0 && std::isinf(config.dt_limit_max)) return delta;
+  return clamp(delta, config.dt_limit_min, config.dt_limit_max, loc);
+}
+
+Tensor Mamba2::operator()(const Tensor& x, Loc loc) const {
+  if (x.rank() != 3 || x.shape()[2] != config.d_model)
+    throw ShapeError("[Mamba2] '" + path() + "' expects [B, L, " + std::to_string(config.d_model) +
+                     "], got " + shape_str(x.shape()) + " (at " + loc.file_name() + ":" +
+                     std::to_string(loc.line()) + ")");
+  const int64_t batch = x.shape()[0], len = x.shape()[1], n = config.d_state, g = config.groups;
+  const int64_t di = d_inner, p = config.head_dim, gn = g * n;
+  const Tensor proj = in_proj(x, loc);  // [B, L, di + conv_channels + heads]
+  const Tensor z = permute(slice(proj, 2, 0, di, 1, loc), {0, 2, 1}, loc);
+  const Tensor xbc =
+      silu(conv1d(permute(slice(proj, 2, di, di + conv_channels, 1, loc), {0, 2, 1}, loc), loc), loc);
+  const Tensor u = slice(xbc, 1, 0, di, 1, loc);  // [B, di, L], channel h·head_dim + p
+  const Tensor Bm = reshape(slice(xbc, 1, di, di + gn, 1, loc), {batch, g, n, len}, loc);
+  const Tensor Cm = reshape(slice(xbc, 1, di + gn, di + 2 * gn, 1, loc), {batch, g, n, len}, loc);
+  const Tensor dt =
+      permute(slice(proj, 2, di + conv_channels, di + conv_channels + heads, 1, loc), {0, 2, 1}, loc);
+  // A head's Δ, decay and skip, repeated over its head_dim channels.
+  const auto per_channel = [&](const Tensor& v) {  // [heads] → [di]
+    return reshape(broadcast_to(reshape(v, {heads, 1}, loc), {heads, p}, loc), {di}, loc);
+  };
+  const Tensor delta = reshape(
+      broadcast_to(reshape(clamp_dt(dt, loc), {batch, heads, 1, len}, loc), {batch, heads, p, len}, loc),
+      {batch, di, len}, loc);
+  const Tensor A = reshape(
+      broadcast_to(reshape(neg(exp(A_log.tensor(loc), loc), loc), {heads, 1, 1}, loc), {heads, p, n}, loc),
+      {di, n}, loc);
+  const SelectiveScanResult s =
+      selective_scan(u, delta, A, Bm, Cm, {.D = per_channel(D.tensor(loc)), .z = z}, loc);
+  return out_proj(norm(permute(s.y, {0, 2, 1}, loc), loc), loc);
+}
+
+Tensor Mamba2::step(const Tensor& x, Loc loc) const {
+  if (x.rank() != 3 || x.shape()[1] != 1 || x.shape()[2] != config.d_model)
+    throw ShapeError("[Mamba2] '" + path() + "' steps one token: expects [B, 1, " +
+                     std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
+                     loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  const int64_t batch = x.shape()[0], n = config.d_state, g = config.groups, k = config.d_conv;
+  const int64_t di = d_inner, p = config.head_dim, gn = g * n, hg = heads / g;
+  const Tensor proj = reshape(in_proj(x, loc), {batch, di + conv_channels + heads}, loc);
+  const Tensor z = slice(proj, 1, 0, di, 1, loc);
+  // The conv's window: its last k − 1 inputs (state) and this one.
+  Tensor window = reshape(slice(proj, 1, di, di + conv_channels, 1, loc), {batch, conv_channels, 1}, loc);
+  if (k > 1) {
+    const Tensor conv_state = state(path() + ".conv_state", {batch, conv_channels, k - 1});
+    window = concat({conv_state, window}, 2, loc);
+    assign(conv_state, slice(window, 2, 1, k, 1, loc), loc);
+  }
+  Tensor xc = sum(mul(window, conv1d.weight.tensor(loc), loc), {2}, false, loc);  // [B, conv_channels]
+  if (conv1d.bias) xc = add(xc, conv1d.bias->tensor(loc), loc);
+  const Tensor xa = silu(xc, loc);
+  // [B, groups, heads per group, head_dim, d_state]: a group's B and C against its heads' states.
+  const Tensor u = reshape(slice(xa, 1, 0, di, 1, loc), {batch, g, hg, p, 1}, loc);
+  const Tensor Bm = reshape(slice(xa, 1, di, di + gn, 1, loc), {batch, g, 1, 1, n}, loc);
+  const Tensor Cm = reshape(slice(xa, 1, di + gn, di + 2 * gn, 1, loc), {batch, g, 1, 1, n}, loc);
+  const Tensor delta =
+      reshape(clamp_dt(slice(proj, 1, di + conv_channels, di + conv_channels + heads, 1, loc), loc),
+              {batch, g, hg, 1, 1}, loc);
+  const Tensor A = reshape(neg(exp(A_log.tensor(loc), loc), loc), {g, hg, 1, 1}, loc);
+  const Tensor h = state(path() + ".ssm_state", {batch, di, n});
+  const Tensor h_new = add(mul(exp(mul(delta, A, loc), loc), reshape(h, {batch, g, hg, p, n}, loc), loc),
+                           mul(mul(delta, u, loc), Bm, loc), loc);
+  assign(h, reshape(h_new, {batch, di, n}, loc), loc);
+  Tensor y = sum(mul(h_new, Cm, loc), {4}, false, loc);  // [B, g, hg, p]
+  y = add(y, mul(reshape(u, {batch, g, hg, p}, loc), reshape(D.tensor(loc), {g, hg, 1}, loc), loc), loc);
+  y = mul(reshape(y, {batch, di}, loc), silu(z, loc), loc);
+  return reshape(out_proj(norm(y, loc), loc), {batch, 1, config.d_model}, loc);
+}
+
+MambaLM::Layer::Layer(Module& parent, std::string name, const MambaLMConfig& c, int64_t layers)
+    : Module(parent, std::move(name)), norm(*this, "norm", c.d_model, c.norm_eps) {
+  if (c.version == 1)
+    mamba = std::make_unique<Mamba>(*this, "mixer",
+                                    MambaConfig{.d_model = c.d_model,
+                                                .d_state = c.d_state,
+                                                .d_conv = c.d_conv,
+                                                .expand = c.expand,
+                                                .conv_bias = c.conv_bias,
+                                                .bias = c.bias,
+                                                .rescale_layers = layers});
+  else
+    mamba2 = std::make_unique<Mamba2>(*this, "mixer",
+                                      Mamba2Config{.d_model = c.d_model,
+                                                   .d_state = c.d_state,
+                                                   .d_conv = c.d_conv,
+                                                   .expand = c.expand,
+                                                   .head_dim = c.head_dim,
+                                                   .groups = c.groups,
+                                                   .norm_eps = c.norm_eps,
+                                                   .dt_limit_min = c.dt_limit_min,
+                                                   .dt_limit_max = c.dt_limit_max,
+                                                   .conv_bias = c.conv_bias,
+                                                   .bias = c.bias,
+                                                   .rescale_layers = layers});
+}
 
 MambaLM::MambaLM(MambaLMConfig c) : config(c) { build(); }
 MambaLM::MambaLM(Module& parent, std::string name, MambaLMConfig c)
@@ -158,10 +292,19 @@ void MambaLM::build() {
   const MambaLMConfig& c = config;
   if (c.vocab <= 0 || c.layers <= 0 || c.d_model <= 0)
     throw Error("[MambaLM] vocab, layers and d_model must be positive");
+  if (c.version != 1 && c.version != 2)
+    throw Error("[MambaLM] version is 1 (Mamba) or 2 (Mamba-2), got " + std::to_string(c.version));
   embedding_ = std::make_unique<Embedding>(*this, "embedding", c.vocab, c.d_model, init::normal(0.02));
   for (int64_t i = 0; i < c.layers; ++i)
     layers_.push_back(std::make_unique<Layer>(*this, "layers." + std::to_string(i), c, c.layers));
   norm_f_ = std::make_unique<RMSNorm>(*this, "norm_f", c.d_model, c.norm_eps);
+  if (!c.tied_head) lm_head_ = std::make_unique<Linear>(*this, "lm_head", c.d_model, c.vocab, no_bias());
+}
+
+Tensor MambaLM::head(const Tensor& h, Loc loc) const {
+  const Tensor normed = (*norm_f_)(h, loc);
+  if (lm_head_) return (*lm_head_)(normed, loc);
+  return matmul(normed, transpose(embedding_->weight.tensor(loc), 0, 1, loc), loc);
 }
 
 Tensor MambaLM::logits(const Tensor& ids, Loc loc) const {
@@ -172,9 +315,9 @@ Tensor MambaLM::logits(const Tensor& ids, Loc loc) const {
   Tensor h = (*embedding_)(ids, loc);
   for (const auto& layer : layers_) {
     const Recompute region(config.recompute);
-    h = add(h, layer->mixer(layer->norm(h, loc), loc), loc);
+    h = add(h, layer->mix(layer->norm(h, loc), loc), loc);
   }
-  return matmul((*norm_f_)(h, loc), transpose(embedding_->weight.tensor(loc), 0, 1, loc), loc);
+  return head(h, loc);
 }
 
 Tensor MambaLM::logits_step(const Tensor& ids, Loc loc) const {
@@ -184,8 +327,8 @@ Tensor MambaLM::logits_step(const Tensor& ids, Loc loc) const {
                      std::to_string(loc.line()) +
                      "); with tg::Generator, set GeneratorOptions{.prefill = false}");
   Tensor h = (*embedding_)(ids, loc);
-  for (const auto& layer : layers_) h = add(h, layer->mixer.step(layer->norm(h, loc), loc), loc);
-  return matmul((*norm_f_)(h, loc), transpose(embedding_->weight.tensor(loc), 0, 1, loc), loc);
+  for (const auto& layer : layers_) h = add(h, layer->step(layer->norm(h, loc), loc), loc);
+  return head(h, loc);
 }
 
 Tensor MambaLM::logits_cached(const Tensor& ids, const Tensor&, int64_t, Loc loc) const {

@@ -364,7 +364,7 @@ TEST(Pretrained, Errors) {
         "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, T5ForConditionalGeneration, "
         "T5EncoderModel, WhisperForConditionalGeneration, CLIPModel, CLIPTextModel, "
         "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
-        "MambaForCausalLM");
+        "MambaForCausalLM, Mamba2ForCausalLM");
   }
   {
     TempFolder dir("no_weights");

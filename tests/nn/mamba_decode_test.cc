@@ -18,6 +18,21 @@ using namespace tg;
 
 const nn::MambaLMConfig kConfig{
     .vocab = 19, .layers = 2, .d_model = 16, .d_state = 4, .d_conv = 4, .expand = 2};
+// Mamba-2: 4 heads of 8 channels, B and C in 2 groups, Δ clamped (the limit binds for some
+// steps), biases, no conv bias, an untied head.
+const nn::MambaLMConfig kConfig2{.vocab = 19,
+                                 .layers = 2,
+                                 .d_model = 16,
+                                 .d_state = 4,
+                                 .d_conv = 3,
+                                 .expand = 2,
+                                 .version = 2,
+                                 .head_dim = 8,
+                                 .groups = 2,
+                                 .dt_limit_max = 0.05,
+                                 .bias = true,
+                                 .conv_bias = false,
+                                 .tied_head = false};
 
 class MambaDecode : public ::testing::TestWithParam<Device> {};
 
@@ -25,18 +40,19 @@ using tg::testing::rel_diff;
 
 TEST_P(MambaDecode, StepsGiveTheFullForwardOnEveryPrefix) {
   constexpr int64_t kLen = 9;
-  for (const int64_t batch : {int64_t{1}, int64_t{3}}) {
-    SCOPED_TRACE("batch " + std::to_string(batch));
-    nn::MambaLM model(kConfig);
+  for (const auto& [config, batch] : {std::pair{kConfig, int64_t{1}}, std::pair{kConfig, int64_t{3}},
+                                      std::pair{kConfig2, int64_t{1}}, std::pair{kConfig2, int64_t{3}}}) {
+    SCOPED_TRACE("Mamba-" + std::to_string(config.version) + ", batch " + std::to_string(batch));
+    nn::MambaLM model(config);
     Program full = compile_forward(model, [&](Tensor ids) { return model.logits(ids); },
                                    {.inputs = {{"ids", {batch, kLen}, DType::kI32}}, .device = GetParam()});
     Program step = compile_forward(model, [&](Tensor ids) { return model.logits_step(ids); },
                                    {.inputs = {{"ids", {batch, 1}, DType::kI32}}, .device = GetParam()});
     full.init_params(5);
     std::vector<int32_t> ids(static_cast<size_t>(batch * kLen));
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % kConfig.vocab);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % config.vocab);
     const std::vector<float> want = full.run({{"ids", ids}}).f32();
-    const auto V = static_cast<size_t>(kConfig.vocab);
+    const auto V = static_cast<size_t>(config.vocab);
     double worst = 0;
     step.reset_state();
     for (int64_t t = 0; t < kLen; ++t) {
@@ -48,8 +64,8 @@ TEST_P(MambaDecode, StepsGiveTheFullForwardOnEveryPrefix) {
         worst = std::max(worst, rel_diff(g, w));
       }
     }
-    std::printf("  %s batch %lld: worst relative logit difference %.2e\n", GetParam().str().c_str(),
-                static_cast<long long>(batch), worst);
+    std::printf("  %s Mamba-%d batch %lld: worst relative logit difference %.2e\n", GetParam().str().c_str(),
+                config.version, static_cast<long long>(batch), worst);
     EXPECT_LE(worst, 1e-5);
   }
 }

@@ -1,0 +1,183 @@
+// Mamba-2 checkpoints (Mamba2ForCausalLM) and the Mamba options transformers writes (in/out
+// projection biases, no conv bias, untied heads, time_step_limit), against tests/data/tiny_mamba2,
+// tiny_mamba2_tied and tiny_mamba_untied (tests/nn/gen_hf_mamba2_golden.py, transformers 5.17):
+// the logits to 1e-4 on every backend; the loss with the ids as labels and every parameter's
+// gradient of it to 1e-4; tg::Generator's greedy tokens (one token at a time through the
+// states) equal transformers' cached generate; and the errors of configs the library cannot build.
+// (pretrained_save_test writes the three folders back byte for byte.)
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/tensorgrad.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace tg;
+namespace fs = std::filesystem;
+
+const char* const kFolders[] = {"tiny_mamba2", "tiny_mamba2_tied", "tiny_mamba_untied"};
+
+std::string fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The file's name of a parameter of nn::MambaLM (the mapping the README documents).
+std::string file_name(const std::string& p) {
+  if (p == "embedding.weight") return "backbone.embeddings.weight";
+  if (p == "lm_head.weight") return p;
+  return "backbone." + p;
+}
+
+// ids [B, T] → its first T − 1 columns, or its last T − 1 (transformers' shifted labels).
+HostTensor columns(const HostTensor& ids, bool last) {
+  const int64_t b = ids.shape()[0], t = ids.shape()[1];
+  const std::span<const int32_t> all = ids.i32();
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = last ? 1 : 0; j < (last ? t : t - 1); ++j)
+      out.push_back(all[static_cast<size_t>(i * t + j)]);
+  return HostTensor::i32(std::move(out), {b, t - 1});
+}
+
+class Mamba2Pretrained : public ::testing::TestWithParam<Device> {};
+
+TEST_P(Mamba2Pretrained, LogitsLossAndGradientsEqualTransformers) {
+  for (const std::string name : kFolders) {
+    SCOPED_TRACE(name);
+    const pretrained::Model lm = pretrained::load(fixture(name));
+    const auto golden = read_safetensors(fixture(name) + "/logits.safetensors");
+    const HostTensor& ids = golden.at("ids");
+    {
+      Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
+                                  {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = GetParam()});
+      lm.upload(p);
+      const double d = tg::testing::rel_diff(p.run({{"ids", ids.i32()}}).f32(), golden.at("logits").f32());
+      EXPECT_LT(d, 1e-4);
+      std::printf("  %s on %s: relative logit difference to transformers %.2e\n", name.c_str(),
+                  GetParam().str().c_str(), d);
+    }
+    const auto& model = static_cast<const nn::MambaLM&>(*lm.module);
+    const HostTensor in = columns(ids, false), targets = columns(ids, true);
+    Program train =
+        compile_train(*lm.module, [&model](Tensor i, Tensor t) { return model.loss(i, t); },
+                      {.inputs = {{"ids", in.shape(), DType::kI32}, {"targets", in.shape(), DType::kI32}},
+                       .optimizer = GradientsOnly{},
+                       .device = GetParam()});
+    lm.upload(train);
+    Captures caps;
+    const float loss = train.step({{"ids", in.i32()}, {"targets", targets.i32()}}, {.captures = &caps});
+    const float want = golden.at("loss").f32()[0];
+    EXPECT_LT(std::abs(loss - want) / want, 1e-5) << loss << " vs transformers' " << want;
+    size_t compared = 0;
+    double worst = 0;
+    for (const auto& [param, value] : lm.weights) {
+      const std::string g = "grad/" + file_name(param);
+      ASSERT_TRUE(golden.count(g)) << g;
+      const double e = tg::testing::rel_diff(caps.at("grad/" + param).f32(), golden.at(g).f32());
+      EXPECT_LT(e, 1e-4) << "gradient of " << param;
+      worst = std::max(worst, e);
+      ++compared;
+    }
+    size_t theirs = 0;
+    for (const auto& [n, t] : golden) theirs += n.starts_with("grad/");
+    EXPECT_EQ(compared, theirs);  // every gradient transformers has, ours has
+    std::printf("  %s on %s: loss %.7f (transformers %.7f), worst gradient error %.2e\n", name.c_str(),
+                GetParam().str().c_str(), loss, want, worst);
+  }
+}
+
+TEST_P(Mamba2Pretrained, GreedyTokensEqualTransformersGenerate) {
+  for (const std::string name : kFolders) {
+    SCOPED_TRACE(name);
+    const pretrained::Model lm = pretrained::load(fixture(name));
+    ASSERT_TRUE(lm.recurrent());
+    const auto golden = read_safetensors(fixture(name) + "/logits.safetensors");
+    const std::span<const int32_t> all = golden.at("greedy").i32();
+    const std::vector<int32_t> prompt(golden.at("prompt").i32().begin(), golden.at("prompt").i32().end());
+    const std::vector<int32_t> want(all.begin() + static_cast<long>(prompt.size()), all.end());
+    Generator gen(*lm.module, lm.step(), {.cache_len = 16, .device = GetParam(), .prefill = false});
+    lm.upload(gen.decode());
+    EXPECT_EQ(gen.generate(prompt, {.max_new_tokens = static_cast<int64_t>(want.size())}), want);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Mamba2Pretrained, ::testing::ValuesIn(tg::testing::all_devices()),
+                         [](const auto& info) { return tg::testing::device_test_name(info.param); });
+
+TEST(Mamba2Pretrained, ReadsTheConfig) {
+  const pretrained::Model lm = pretrained::load(fixture("tiny_mamba2"));
+  EXPECT_EQ(lm.architecture, "Mamba2ForCausalLM");
+  const auto& c = std::get<nn::MambaLMConfig>(lm.config);
+  EXPECT_EQ(c.version, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.groups, 2);
+  EXPECT_FALSE(c.tied_head);
+  EXPECT_TRUE(std::isinf(c.dt_limit_max));
+  const pretrained::Model tied_lm = pretrained::load(fixture("tiny_mamba2_tied"));
+  const auto& tied = std::get<nn::MambaLMConfig>(tied_lm.config);
+  EXPECT_TRUE(tied.tied_head && tied.bias && !tied.conv_bias);
+  EXPECT_EQ(tied.dt_limit_max, 0.05);
+}
+
+// A fresh folder under the temp directory holding tiny_mamba2's weights and `config`.
+struct Folder {
+  explicit Folder(const std::string& config)
+      : path(fs::temp_directory_path() / ("tg_mamba2_" + std::to_string(getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+    std::ofstream(path / "config.json") << config;
+    fs::copy_file(fixture("tiny_mamba2") + "/model.safetensors", path / "model.safetensors");
+  }
+  ~Folder() { fs::remove_all(path); }
+  fs::path path;
+};
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+// transformers 4 (Python's json) writes an infinite limit as a bare Infinity, which JSON lacks.
+TEST(Mamba2Pretrained, ReadsPythonsBareInfinity) {
+  const std::string config = slurp(fixture("tiny_mamba2") + "/config.json");
+  const std::string five = "{\n      \"__float__\": \"Infinity\"\n    }";
+  const Folder dir(replaced(config, five, "Infinity"));
+  const pretrained::Model lm = pretrained::load(dir.path.string());
+  EXPECT_TRUE(std::isinf(std::get<nn::MambaLMConfig>(lm.config).dt_limit_max));
+}
+
+TEST(Mamba2Pretrained, Errors) {
+  const std::string config = slurp(fixture("tiny_mamba2") + "/config.json");
+  const auto error = [](const std::string& text) {
+    const Folder dir(text);
+    return tg::testing::message_of<CheckpointError>([&] { pretrained::load(dir.path.string()); });
+  };
+  const auto has = [](const std::string& text, const std::string& part) {
+    EXPECT_NE(text.find(part), std::string::npos) << text;
+  };
+  has(error(replaced(config, "\"head_dim\": 16", "\"head_dim\": 8")),
+      "num_heads · head_dim = 32 is not expand · hidden_size = 64");
+  has(error(replaced(config, "\"n_groups\": 2", "\"n_groups\": 3")), "4 heads do not split into 3 groups");
+  has(error(replaced(config, "\"time_step_limit\": [", "\"time_step_limit\": [0.0, ")),
+      "time_step_limit is [0.0,0.0,{\"__float__\":\"Infinity\"}], expected [min, max]");
+  has(error(replaced(config, "\"time_step_limit\": [\n    0.0", "\"time_step_limit\": [\n    \"0\"")),
+      "time_step_limit[0] is \"0\", expected a number");
+  has(error(replaced(config, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"")), "hidden_act \"gelu\"");
+  // Said to be tied, but the file's head is not the embedding.
+  has(error(replaced(config, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true")),
+      "lm_head.weight differs from backbone.embeddings.weight");
+}
+
+}  // namespace

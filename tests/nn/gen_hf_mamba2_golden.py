@@ -1,0 +1,52 @@
+"""tests/data/tiny_mamba2, tiny_mamba2_tied and tiny_mamba_untied: tiny random transformers
+Mamba-2 and Mamba models (save_pretrained) with the options a checkpoint may set, their logits
+for IDS, the loss transformers computes with IDS as labels and every parameter's gradient of it
+(by the file's names), and their greedy continuation of PROMPT (transformers' cached decoding), for
+tests/io/pretrained_mamba2_test.cc. PYTHONPATH=tests/nn python3 this.py [out dir]
+
+tiny_mamba2: 4 heads of 16 channels, B and C in 2 groups, an untied head, chunk_size 4 (so the
+7-token forward crosses transformers' chunks); tiny_mamba2_tied: one group, a tied head, in/out
+projection biases, no conv bias and dt clamped to time_step_limit (0, 0.05); tiny_mamba_untied:
+Mamba-1 with the biases and the untied head the library used to refuse."""
+import os, sys
+import torch
+from transformers import Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM
+from golden_file import write_safetensors
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data")
+IDS = torch.tensor([[1, 5, 9, 13, 17, 21, 25], [60, 2, 33, 7, 7, 48, 0]])
+PROMPT = torch.tensor([[3, 17, 42]])
+MODELS = {
+    "tiny_mamba2": lambda: Mamba2ForCausalLM(Mamba2Config(
+        vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2, conv_kernel=4, expand=2,
+        num_heads=4, head_dim=16, n_groups=2, chunk_size=4, layer_norm_epsilon=1e-5,
+        use_bias=False, use_conv_bias=True, tie_word_embeddings=False, initializer_range=0.1)),
+    "tiny_mamba2_tied": lambda: Mamba2ForCausalLM(Mamba2Config(
+        vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2, conv_kernel=3, expand=2,
+        num_heads=8, head_dim=8, n_groups=1, chunk_size=256, layer_norm_epsilon=1e-6,
+        use_bias=True, use_conv_bias=False, time_step_limit=(0.0, 0.05), tie_word_embeddings=True,
+        initializer_range=0.1)),
+    "tiny_mamba_untied": lambda: MambaForCausalLM(MambaConfig(
+        vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2, conv_kernel=4, expand=2,
+        layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=False, tie_word_embeddings=False,
+        initializer_range=0.1)),
+}
+for name, make in MODELS.items():
+    torch.manual_seed(0)
+    model = make().float().eval()
+    with torch.no_grad():  # every 1-d parameter moved off its init: a lost or misplaced one shows
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+        logits = model(input_ids=IDS, use_cache=False).logits.float()
+        greedy = model.generate(PROMPT, max_new_tokens=8, do_sample=False, min_new_tokens=8)
+    loss = model(input_ids=IDS, labels=IDS, use_cache=False).loss
+    loss.backward()
+    grads = {"grad/" + n: p.grad.float() for n, p in model.named_parameters()}
+    out = os.path.join(OUT, name)
+    model.save_pretrained(out, safe_serialization=True)
+    write_safetensors(os.path.join(out, "logits.safetensors"),
+                      {"ids": IDS.to(torch.int32), "logits": logits,
+                       "prompt": PROMPT.to(torch.int32), "greedy": greedy.to(torch.int32),
+                       "loss": loss.detach().reshape(1).float(), **grads}, {})
+    print("wrote", out, tuple(logits.shape), greedy.tolist())
