@@ -31,8 +31,9 @@
 // The text is tokenized whole with the folder's tokenizer.json and split: the last --holdout of
 // its tokens are held out (windows of --seq-len tokens side by side), the rest gives training
 // windows at random offsets. --targets defaults to the family's usual choice: q_proj,v_proj for
-// Llama, qkv for GPT-2, in_proj,x_proj,out_proj for Mamba (in_proj,out_proj for Mamba-2). --check
-// turns the checks into the exit code: the held-out loss must drop (by the fraction --min-drop,
+// Llama, qkv for GPT-2, in_proj,x_proj,out_proj for Mamba (in_proj,out_proj for Mamba-2, and
+// both Llama's and those for a hybrid such as Granite 4.0-H). --check turns the checks into the
+// exit code: the held-out loss must drop (by the fraction --min-drop,
 // default 0: at all), the base weights stay bit-identical, the adapter file read back as written
 // and (with --merge) the merged model give the adapted model's loss, and (with --save-model) the
 // saved folder load back with the merged weights (rounded to --save-dtype).
@@ -305,6 +306,8 @@ struct HeldOut {
 
 // ---- the model -----------------------------------------------------------------------------
 std::vector<std::string> default_targets(const tg::pretrained::Model& lm) {
+  if (lm.recurrent() && std::holds_alternative<tg::nn::LlamaConfig>(lm.config))
+    return {"q_proj", "v_proj", "in_proj", "out_proj"};  // a hybrid's attention and Mamba-2 layers
   if (std::holds_alternative<tg::nn::LlamaConfig>(lm.config)) return {"q_proj", "v_proj"};
   if (std::holds_alternative<tg::nn::GptConfig>(lm.config)) return {"qkv"};
   if (std::get<tg::nn::MambaLMConfig>(lm.config).version == 2) return {"in_proj", "out_proj"};  // Mamba-2

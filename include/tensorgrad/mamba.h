@@ -53,22 +53,6 @@ class Mamba : public Module {
   Linear out_proj;
 };
 
-struct Mamba2Config {
-  int64_t d_model = 0;
-  int64_t d_state = 128;
-  int64_t d_conv = 4;
-  int64_t expand = 2;
-  int64_t head_dim = 64;   ///< channels per head: d_inner = expand · d_model = heads · head_dim
-  int64_t groups = 1;      ///< groups of B and C (n_groups); head h reads group h / (heads / groups)
-  double norm_eps = 1e-5;  ///< the gated RMSNorm before out_proj
-  double dt_min = 0.001, dt_max = 0.1, dt_init_floor = 1e-4;
-  /// Δ clamped to [dt_limit_min, dt_limit_max] after the softplus (time_step_limit).
-  double dt_limit_min = 0.0, dt_limit_max = std::numeric_limits<double>::infinity();
-  bool conv_bias = true;
-  bool bias = false;           ///< in_proj and out_proj
-  int64_t rescale_layers = 1;  ///< as MambaConfig's
-};
-
 /// The Mamba-2 mixer (SSD, Dao and Gu 2024), as transformers' Mamba2Mixer computes it:
 ///   in_proj(x) = [z (d_inner), xBC (d_inner + 2·groups·d_state), dt (heads)]
 ///   xBC ← silu(causal conv1d(xBC)) = [u (d_inner), B (groups·d_state), C (groups·d_state)]

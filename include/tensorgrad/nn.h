@@ -2,6 +2,7 @@
 // state dict moves between the two unchanged.
 #pragma once
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -389,6 +390,24 @@ class Gpt : public Module {
   std::unique_ptr<Linear> head_;
 };
 
+/// The Mamba-2 mixer's configuration (nn::Mamba2, tensorgrad/mamba.h; the hybrid layers of
+/// LlamaConfig::mamba_layers).
+struct Mamba2Config {
+  int64_t d_model = 0;
+  int64_t d_state = 128;
+  int64_t d_conv = 4;
+  int64_t expand = 2;
+  int64_t head_dim = 64;   ///< channels per head: d_inner = expand · d_model = heads · head_dim
+  int64_t groups = 1;      ///< groups of B and C (n_groups); head h reads group h / (heads / groups)
+  double norm_eps = 1e-5;  ///< the gated RMSNorm before out_proj
+  double dt_min = 0.001, dt_max = 0.1, dt_init_floor = 1e-4;
+  /// Δ clamped to [dt_limit_min, dt_limit_max] after the softplus (time_step_limit).
+  double dt_limit_min = 0.0, dt_limit_max = std::numeric_limits<double>::infinity();
+  bool conv_bias = true;
+  bool bias = false;           ///< in_proj and out_proj
+  int64_t rescale_layers = 1;  ///< out_proj's init divided by √this (the number of layers)
+};
+
 // ---- Llama-family decoders ----------------------------------------------------------------
 /// A Llama-family decoder's sizes, named after Hugging Face's LlamaConfig where they match
 /// (hidden_size = d_model, num_attention_heads = heads, num_key_value_heads = kv_heads,
@@ -494,6 +513,15 @@ struct LlamaConfig {
   std::vector<bool> moe_layers = {};
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
   bool recompute = false;
+  /// No positional encoding: attention without RoPE (Granite 4.0-H's "nope").
+  bool nope = false;
+  /// Hybrid models (Granite 4.0-H): the layers marked here mix with a Mamba-2 block, `mamba`
+  /// (nn::Mamba2 configured by `mamba`, its d_model and norm_eps taken from this config), in
+  /// place of self_attn; empty: none. Such a model decodes one token at a time
+  /// (GeneratorOptions{.prefill = false}): logits_cached takes T = 1 and steps the blocks'
+  /// conv and SSM states beside the attention layers' KV caches.
+  std::vector<bool> mamba_layers = {};
+  Mamba2Config mamba = {};
 
   /// Each head's width: head_dim, or d_model / heads when that is 0.
   int64_t head_size() const { return head_dim != 0 ? head_dim : heads != 0 ? d_model / heads : 0; }
@@ -512,6 +540,7 @@ class LlamaAttention : public Module {
   const double scale, softcap;  // the attention's (AttentionOptions)
   const double rope_theta;
   const RopeScaling rope_scaling;
+  const bool nope;  // no rotation (LlamaConfig::nope)
   Linear q_proj, k_proj, v_proj, o_proj;
   std::unique_ptr<RMSNorm> q_norm, k_norm;  // with LlamaConfig::qk_norm
 
@@ -577,18 +606,24 @@ class LlamaMoe : public Module {
   Tensor sorted(const Tensor& x, const Tensor& choice, const Tensor& weights, Loc loc) const;
 };
 
+class Mamba2;
+
 /// A pre-norm decoder layer: h = x + self_attn(input_layernorm(x)), then
 /// h + mlp(post_attention_layernorm(h)) (LlamaConfig's sandwich_norms and post_norms place the
-/// norms otherwise; its parallel adds both branches to x).
+/// norms otherwise; its parallel adds both branches to x). With `mamba`, a Mamba-2 block mixes
+/// the tokens in self_attn's place.
+
 class LlamaDecoderLayer : public Module {
  public:
-  LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config);
+  LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config, bool mamba = false);
+  ~LlamaDecoderLayer() override;
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return forward(x, nullptr, loc); }
   /// With `routing`, a mixture layer adds its load-balancing statistics there.
   Tensor forward(const Tensor& x, MoeRouting* routing, Loc loc = Loc::current()) const;
   Tensor cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc = Loc::current()) const;
-  std::unique_ptr<LlamaNorm> input_layernorm;  // not with post_norms
-  LlamaAttention self_attn;
+  std::unique_ptr<LlamaNorm> input_layernorm;           // not with post_norms
+  std::unique_ptr<LlamaAttention> self_attn;            // the mixer: self-attention,
+  std::unique_ptr<Mamba2> mamba;                        // or a Mamba-2 block (LlamaConfig::mamba_layers)
   std::unique_ptr<LlamaNorm> post_attention_layernorm;  // not with Parallel::kShared
   /// "mlp": the dense MLP, or in a layer of experts (LlamaConfig::experts) the mixture.
   std::unique_ptr<LlamaMlp> mlp;
@@ -613,10 +648,11 @@ class LlamaDecoderLayer : public Module {
 /// mlp.experts.<e>.{gate,up,down}_proj.weight and mlp.shared_expert*), model.norm.weight,
 /// lm_head.weight (untied only; lm_head.bias with head_bias). With layer_norm every norm but
 /// q/k_norm has a .bias too; without gated_mlp there is no gate_proj; Parallel::kShared has no
-/// post_attention_layernorm. Initialised as Hugging Face's: normal(0.02) for linears and
+/// post_attention_layernorm; a layer of mamba_layers has model.layers.<i>.mamba.* (nn::Mamba2)
+/// instead of self_attn. Initialised as Hugging Face's: normal(0.02) for linears and
 /// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w).
-/// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it); a layer with a
-/// sliding window attends through AttentionOptions::window in both.
+/// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it; a hybrid one token
+/// at a time); a layer with a sliding window attends through AttentionOptions::window in both.
 class Llama : public Module {
  public:
   explicit Llama(LlamaConfig config);

@@ -67,6 +67,7 @@
 // key, with what was expected and what was found. config.json is checked before any weights
 // are read.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -130,8 +131,13 @@ struct Model {
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;
-  /// A recurrent model (Mamba) steps one token at a time: GeneratorOptions{.prefill = false}.
-  bool recurrent() const { return std::holds_alternative<nn::MambaLMConfig>(config); }
+  /// A recurrent model (Mamba, or a hybrid with Mamba-2 layers) steps one token at a time:
+  /// GeneratorOptions{.prefill = false}.
+  bool recurrent() const {
+    if (const auto* l = std::get_if<nn::LlamaConfig>(&config))
+      return std::find(l->mamba_layers.begin(), l->mamba_layers.end(), true) != l->mamba_layers.end();
+    return std::holds_alternative<nn::MambaLMConfig>(config);
+  }
   /// Sets every parameter of a program compiled from `module` (and so of every program of it
   /// on that device) to `weights`.
   void upload(Program& program) const { program.upload_params(weights); }

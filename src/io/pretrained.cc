@@ -45,6 +45,29 @@ int64_t required(const json& c, const std::string& folder, const char* key) {
   return v;
 }
 
+namespace {
+// A number of config.json that may be infinite: a JSON number, or transformers 5's
+// {"__float__": "Infinity"} (read_json writes Python's bare Infinity so).
+double config_float(const json& v, const std::string& f, const std::string& what) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_object() && v.contains("__float__") && v["__float__"].is_string()) {
+    const std::string text = v["__float__"].get<std::string>();
+    if (text == "Infinity") return std::numeric_limits<double>::infinity();
+    if (text == "-Infinity") return -std::numeric_limits<double>::infinity();
+  }
+  fail(f, "config.json: " + what + " is " + v.dump() + ", expected a number");
+}
+}  // namespace
+
+void read_time_step_limit(const json& c, const std::string& folder, double& lo, double& hi) {
+  if (!c.contains("time_step_limit") || c["time_step_limit"].is_null()) return;
+  const json& limit = c["time_step_limit"];
+  if (!limit.is_array() || limit.size() != 2)
+    fail(folder, "config.json: time_step_limit is " + limit.dump() + ", expected [min, max]");
+  lo = config_float(limit[0], folder, "time_step_limit[0]");
+  hi = config_float(limit[1], folder, "time_step_limit[1]");
+}
+
 // Whether `path` exists; a path that cannot be looked at (a folder without read or search
 // permission) is an error naming it, not a std::filesystem exception.
 bool has(const std::string& folder, const fs::path& path) {
@@ -416,18 +439,6 @@ void mamba_options(nn::MambaLMConfig& mc, const json& c, const std::string& f, b
     fail(f, "config.json: hidden_act \"" + act + "\" (the Mamba mixers use silu)");
 }
 
-// A number of config.json that may be infinite: a JSON number, or transformers 5's
-// {"__float__": "Infinity"} (read_json writes Python's bare Infinity so).
-double config_float(const json& v, const std::string& f, const std::string& what) {
-  if (v.is_number()) return v.get<double>();
-  if (v.is_object() && v.contains("__float__") && v["__float__"].is_string()) {
-    const std::string text = v["__float__"].get<std::string>();
-    if (text == "Infinity") return std::numeric_limits<double>::infinity();
-    if (text == "-Infinity") return -std::numeric_limits<double>::infinity();
-  }
-  fail(f, "config.json: " + what + " is " + v.dump() + ", expected a number");
-}
-
 // Builds the nn::MambaLM and maps the file onto it (mamba_source's names).
 void map_mamba(Model& m, const nn::MambaLMConfig& mc) {
   const std::string& f = m.folder;
@@ -474,13 +485,7 @@ void load_mamba2(Model& m, const json& c) {
   if (heads * mc.head_dim != mc.expand * mc.d_model)
     fail(f, "config.json: num_heads · head_dim = " + std::to_string(heads * mc.head_dim) +
                 " is not expand · hidden_size = " + std::to_string(mc.expand * mc.d_model));
-  if (c.contains("time_step_limit") && !c["time_step_limit"].is_null()) {
-    const json& limit = c["time_step_limit"];
-    if (!limit.is_array() || limit.size() != 2)
-      fail(f, "config.json: time_step_limit is " + limit.dump() + ", expected [min, max]");
-    mc.dt_limit_min = config_float(limit[0], f, "time_step_limit[0]");
-    mc.dt_limit_max = config_float(limit[1], f, "time_step_limit[1]");
-  }
+  read_time_step_limit(c, f, mc.dt_limit_min, mc.dt_limit_max);
   map_mamba(m, mc);
 }
 
@@ -504,6 +509,7 @@ const std::vector<Family>& families() {
       {"GraniteForCausalLM", "granite", load_llama_family},
       {"Olmo2ForCausalLM", "olmo2", load_llama_family},
       {"Olmo3ForCausalLM", "olmo3", load_llama_family},
+      {"GraniteMoeHybridForCausalLM", "granitemoehybrid", load_llama_family},
       {"GPTNeoXForCausalLM", "gpt_neox", load_layernorm_family},
       {"PhiForCausalLM", "phi", load_layernorm_family},
       {"StableLmForCausalLM", "stablelm", load_layernorm_family},

@@ -50,6 +50,9 @@ T field(const json& c, const std::string& folder, const char* key, T fallback) {
 }
 /// A size the model cannot do without: a positive integer.
 int64_t required(const json& c, const std::string& folder, const char* key);
+/// A Mamba-2 block's time_step_limit ([min, max], a bound a number or transformers 5's
+/// {"__float__": "Infinity"}) into lo and hi; left as they are when config.json has none.
+void read_time_step_limit(const json& c, const std::string& folder, double& lo, double& hi);
 
 /// The folder's tensors, and for messages the file each came from.
 struct Weights {

@@ -21,6 +21,12 @@
 //                       heads
 //   Olmo3ForCausalLM    OLMo 2's with sliding windows where layer_types says, the RoPE settings
 //                       per layer type as Gemma 3's
+//   GraniteMoeHybridForCausalLM
+//                       Granite 4.0-H: Granite's multipliers; Mamba-2 blocks (`mamba`) in place
+//                       of the attention where layer_types says; attention without RoPE
+//                       ("nope") unless position_embedding_type is "rope"; the shared MLP's fused
+//                       input_linear split into gate/up_proj, output_linear as down_proj. Dense
+//                       only (num_local_experts 0).
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
 // computed as transformers 5 computes it; longrope caps the context at the original one (past
 // it transformers changes the frequencies). dynamic is refused.
@@ -41,7 +47,7 @@ struct Flavor {
   bool mistral = false, qwen2 = false, qwen3 = false, phi3 = false;
   bool gemma1 = false, gemma2 = false, gemma3 = false;
   bool mixtral = false, qwen2_moe = false, qwen3_moe = false;
-  bool granite = false, olmo2 = false, olmo3 = false;
+  bool granite = false, olmo2 = false, olmo3 = false, granite_hybrid = false;
   bool gemma() const { return gemma1 || gemma2 || gemma3; }
 };
 
@@ -61,9 +67,10 @@ Flavor flavor_of(const std::string& architecture) {
           .mixtral = mixtral,
           .qwen2_moe = qwen2_moe,
           .qwen3_moe = qwen3_moe,
-          .granite = architecture == "GraniteForCausalLM",
+          .granite = architecture == "GraniteForCausalLM" || architecture == "GraniteMoeHybridForCausalLM",
           .olmo2 = architecture == "Olmo2ForCausalLM" || architecture == "Olmo3ForCausalLM",
-          .olmo3 = architecture == "Olmo3ForCausalLM"};
+          .olmo3 = architecture == "Olmo3ForCausalLM",
+          .granite_hybrid = architecture == "GraniteMoeHybridForCausalLM"};
 }
 
 // The experts: Mixtral's num_local_experts in every layer (always renormalised); Qwen-MoE's
@@ -184,36 +191,91 @@ json gemma3_global_rope(const json& c, const std::string& f, const Flavor& k, nn
   return out;
 }
 
-// Phi-3's fused projections → Llama's: qkv_proj rows [q | k | v], gate_up_proj rows [gate | up].
-void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, int64_t head_dim) {
-  const int64_t kv = l.kv_heads, d = l.d_model;
+// Splits the file's [rows, cols] tensor `fused` by rows into `parts` (a name and a row count
+// each), which take its place in `w`.
+void split_rows(Model& m, Weights& w, const std::string& fused, int64_t cols,
+                const std::vector<std::pair<std::string, int64_t>>& parts) {
+  int64_t rows = 0;
+  for (const auto& part : parts) rows += part.second;
+  std::string file;
+  const HostTensor all = take_tensor(m, w, fused, {rows, cols}, file);
+  const std::span<const float> v = all.f32();
+  int64_t first = 0;
+  for (const auto& [name, count] : parts) {
+    if (w.tensors.count(name) || w.deferred.count(name))
+      fail(m.folder, w.file_of[name] + ": unexpected tensor '" + name + "' beside the fused '" + fused +
+                         "' that " + m.architecture + " splits into it");
+    std::vector<float> rows_of(v.begin() + first * cols, v.begin() + (first + count) * cols);
+    w.tensors[name] = HostTensor::f32(std::move(rows_of), {count, cols});
+    w.file_of[name] = file;
+    first += count;
+  }
+}
+
+// Phi-3's fused projections → Llama's: qkv_proj rows [q | k | v], gate_up_proj rows [gate | up];
+// Granite 4.0-H's shared_mlp.input_linear rows [gate | up].
+void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, const Flavor& k) {
+  const int64_t kv = l.kv_heads, d = l.d_model, head_dim = l.head_size();
   for (int64_t i = 0; i < l.layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i) + ".";
-    const auto split = [&](const std::string& fused,
-                           const std::vector<std::pair<std::string, int64_t>>& parts) {
-      int64_t rows = 0;
-      for (const auto& part : parts) rows += part.second;
-      const Shape want{rows, d};
-      std::string file;
-      const HostTensor all = take_tensor(m, w, fused, want, file);
-      const std::span<const float> v = all.f32();
-      int64_t first = 0;
-      for (const auto& [name, count] : parts) {
-        if (w.tensors.count(layer + name) || w.deferred.count(layer + name))
-          fail(m.folder, w.file_of[layer + name] + ": unexpected tensor '" + layer + name +
-                             "' beside the fused '" + fused + "' that " + m.architecture + " splits into it");
-        std::vector<float> rows_of(v.begin() + first * d, v.begin() + (first + count) * d);
-        w.tensors[layer + name] = HostTensor::f32(std::move(rows_of), {count, d});
-        w.file_of[layer + name] = file;
-        first += count;
-      }
-    };
-    split(layer + "self_attn.qkv_proj.weight", {{"self_attn.q_proj.weight", l.heads * head_dim},
-                                                {"self_attn.k_proj.weight", kv * head_dim},
-                                                {"self_attn.v_proj.weight", kv * head_dim}});
-    split(layer + "mlp.gate_up_proj.weight",
-          {{"mlp.gate_proj.weight", l.mlp_hidden}, {"mlp.up_proj.weight", l.mlp_hidden}});
+    if (k.phi3)
+      split_rows(m, w, layer + "self_attn.qkv_proj.weight", d,
+                 {{layer + "self_attn.q_proj.weight", l.heads * head_dim},
+                  {layer + "self_attn.k_proj.weight", kv * head_dim},
+                  {layer + "self_attn.v_proj.weight", kv * head_dim}});
+    split_rows(
+        m, w, layer + (k.phi3 ? "mlp.gate_up_proj.weight" : "shared_mlp.input_linear.weight"), d,
+        {{layer + "mlp.gate_proj.weight", l.mlp_hidden}, {layer + "mlp.up_proj.weight", l.mlp_hidden}});
   }
+}
+
+// Granite 4.0-H: the layers' mixers (layer_types, or layers_block_type before transformers 5:
+// "mamba" or "linear_attention" for a Mamba-2 block, "attention" or "full_attention"; every layer
+// a block without either, as transformers), the blocks' sizes, and RoPE or no positions.
+void read_hybrid(const json& c, const std::string& f, nn::LlamaConfig& l) {
+  if (field<int64_t>(c, f, "num_local_experts", 0) > 0)
+    fail(f, "config.json: num_local_experts " + c["num_local_experts"].dump() +
+                ": the Granite 4.0 hybrids with a mixture of experts are not implemented (the dense ones, "
+                "num_local_experts 0, are)");
+  l.mlp_hidden = required(c, f, "shared_intermediate_size");
+  const std::string positions = field<std::string>(c, f, "position_embedding_type", "nope");
+  if (positions != "rope" && positions != "nope")
+    fail(f, "config.json: position_embedding_type \"" + positions + "\" (implemented: rope, nope)");
+  l.nope = positions == "nope";
+  const char* key = c.contains("layer_types") ? "layer_types" : "layers_block_type";
+  l.mamba_layers.assign(static_cast<size_t>(l.layers), true);
+  if (c.contains(key) && !c[key].is_null()) {
+    const json& t = c[key];
+    const auto bad = [&] {
+      fail(f, std::string("config.json: ") + key + " is " + t.dump().substr(0, 200) + ", expected " +
+                  std::to_string(l.layers) + " of \"mamba\" and \"attention\"");
+    };
+    if (!t.is_array() || static_cast<int64_t>(t.size()) != l.layers) bad();
+    for (size_t i = 0; i < t.size(); ++i) {
+      const json& e = t[i];
+      if (e == "mamba" || e == "linear_attention") continue;
+      if (e != "attention" && e != "full_attention") bad();
+      l.mamba_layers[i] = false;
+    }
+  }
+  nn::Mamba2Config& b = l.mamba;
+  b.expand = field<int64_t>(c, f, "mamba_expand", 2);
+  const int64_t heads = field<int64_t>(c, f, "mamba_n_heads", 128), inner = b.expand * l.d_model;
+  if (heads <= 0 || inner % heads != 0)
+    fail(f, "config.json: mamba_n_heads " + std::to_string(heads) +
+                " does not divide mamba_expand · hidden_size = " + std::to_string(inner));
+  const bool auto_head =
+      !c.contains("mamba_d_head") || c["mamba_d_head"].is_null() || c["mamba_d_head"] == "auto";
+  b.head_dim = auto_head ? inner / heads : required(c, f, "mamba_d_head");
+  if (b.head_dim * heads != inner)
+    fail(f, "config.json: mamba_n_heads · mamba_d_head = " + std::to_string(heads * b.head_dim) +
+                " is not mamba_expand · hidden_size = " + std::to_string(inner));
+  b.groups = field<int64_t>(c, f, "mamba_n_groups", 1);
+  b.d_state = field<int64_t>(c, f, "mamba_d_state", 256);
+  b.d_conv = field<int64_t>(c, f, "mamba_d_conv", 4);
+  b.conv_bias = field<bool>(c, f, "mamba_conv_bias", true);
+  b.bias = field<bool>(c, f, "mamba_proj_bias", false);
+  read_time_step_limit(c, f, b.dt_limit_min, b.dt_limit_max);
 }
 
 }  // namespace
@@ -407,23 +469,34 @@ void load_llama_family(Model& m, const json& c) {
                   " rotates no pair of the " + std::to_string(l.head_size()) + " features of a head");
   }
   read_experts(c, f, k, l);
-  const Sliding sliding = sliding_of(c, f, k, l.layers);
-  l.sliding_window = sliding.window;
-  l.sliding_layers = sliding.layers;
+  if (k.granite_hybrid) {
+    read_hybrid(c, f, l);  // (layer_types names the mixers, not windows)
+  } else {
+    const Sliding sliding = sliding_of(c, f, k, l.layers);
+    l.sliding_window = sliding.window;
+    l.sliding_layers = sliding.layers;
+  }
   l.seq_len = rope.context > 0 && rope.context < max_positions ? rope.context : max_positions;
   m.context = l.seq_len;
   m.config = l;
   m.module = std::make_unique<nn::Llama>(l);
   Weights file = read_weights(f);  // after every config.json check: a bad config reads no weights
-  if (k.phi3) split_fused(m, file, l, l.head_size());
+  if (k.phi3 || k.granite_hybrid) split_fused(m, file, l, k);
   const bool tied = l.tied_head;
   if (tied && !tied_copy_ok(file.tensors, "lm_head.weight", "model.embed_tokens.weight"))
     fail(f,
          "config.json ties the head to the embedding, but lm_head.weight differs from "
          "model.embed_tokens.weight");
-  const bool mixtral = k.mixtral;
+  const bool mixtral = k.mixtral, hybrid = k.granite_hybrid;
   map_weights(
-      m, std::move(file), [mixtral](const std::string& p) { return mixtral ? mixtral_source(p) : Source{p}; },
+      m, std::move(file),
+      [mixtral, hybrid](const std::string& p) {
+        if (hybrid && p.ends_with(".mlp.down_proj.weight"))  // Granite 4.0-H's shared MLP
+          return Source{p.substr(0, p.size() - std::string("mlp.down_proj.weight").size()) +
+                        "shared_mlp.output_linear.weight"};
+        if (hybrid && p.ends_with(".mamba.conv1d.weight")) return Source{p, Layout::kSqueezeMiddle};
+        return mixtral ? mixtral_source(p) : Source{p};
+      },
       [tied](const std::string& n) {
         // rotary_emb.inv_freq: a buffer old files carry, recomputed from the config here.
         return (tied && n == "lm_head.weight") || n.ends_with("rotary_emb.inv_freq");

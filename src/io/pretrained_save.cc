@@ -92,6 +92,9 @@ std::string config_json_of(const nn::LlamaConfig& c) {
   refuse_if(!c.gated_mlp, "an MLP without a gate (gated_mlp false)");
   refuse_if(c.parallel != nn::LlamaConfig::Parallel::kNone, "a parallel layer (parallel)");
   refuse_if(c.head_bias, "a bias on lm_head (head_bias: Phi)");
+  refuse_if(c.nope, "attention without positions (nope)");
+  refuse_if(std::find(c.mamba_layers.begin(), c.mamba_layers.end(), true) != c.mamba_layers.end(),
+            "Mamba-2 layers (mamba_layers: Granite 4.0-H)");
   const int64_t hd = c.head_size();
   refuse_if(
       c.attention_scale != 0 && std::abs(c.attention_scale * std::sqrt(static_cast<double>(hd)) - 1) > 1e-12,
@@ -261,7 +264,10 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     }
     return out;
   }
-  if (m.architecture == "Phi3ForCausalLM") {  // q/k/v and gate/up fused by rows again
+  // Phi-3: q/k/v and gate/up fused by rows again. Granite 4.0-H: gate/up fused into the shared
+  // MLP's input_linear, down_proj its output_linear, the Mamba-2 blocks' conv1d [D, 1, K].
+  const bool hybrid = m.architecture == "GraniteMoeHybridForCausalLM";
+  if (m.architecture == "Phi3ForCausalLM" || hybrid) {
     const int64_t layers = std::get<nn::LlamaConfig>(m.config).layers;
     for (int64_t i = 0; i < layers; ++i) {
       const std::string l = "model.layers." + std::to_string(i) + ".";
@@ -271,9 +277,19 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
         out[l + fused] = stack_rows(values);
         for (const std::string& p : parts) w.erase(l + p);
       };
-      fuse("self_attn.qkv_proj.weight",
-           {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
-      fuse("mlp.gate_up_proj.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
+      if (!hybrid)
+        fuse("self_attn.qkv_proj.weight",
+             {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
+      fuse(hybrid ? "shared_mlp.input_linear.weight" : "mlp.gate_up_proj.weight",
+           {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
+      if (!hybrid) continue;
+      out[l + "shared_mlp.output_linear.weight"] = std::move(w.at(l + "mlp.down_proj.weight"));
+      w.erase(l + "mlp.down_proj.weight");
+      if (const auto conv = w.find(l + "mamba.conv1d.weight"); conv != w.end()) {
+        const Shape shape{conv->second.shape()[0], 1, conv->second.shape()[1]};
+        out[conv->first] = HostTensor::f32(std::move(conv->second).f32(), shape);
+        w.erase(conv);
+      }
     }
   }
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));

@@ -1,11 +1,14 @@
 // The Llama-family decoder: RMSNorm pre-norm layers, RoPE grouped-query attention with separate
-// q/k/v/o projections and a SwiGLU MLP, under Hugging Face LlamaForCausalLM's parameter names.
+// q/k/v/o projections and a SwiGLU MLP, under Hugging Face LlamaForCausalLM's parameter names;
+// hybrid models swap the attention of some layers for a Mamba-2 block.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "ir/trace.h"
 #include "nn/heads.h"
 #include "tensorgrad/errors.h"
+#include "tensorgrad/mamba.h"
 #include "tensorgrad/nn.h"
 
 namespace tg::nn {
@@ -28,6 +31,7 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
       softcap(c.attention_softcap),
       rope_theta(c.rope_theta),
       rope_scaling(c.rope_scaling),
+      nope(c.nope),
       q_proj(*this, "q_proj", c.d_model, heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
       k_proj(*this, "k_proj", c.d_model, kv_heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
       v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
@@ -53,6 +57,7 @@ Tensor LlamaAttention::queries_keys(const Tensor& x, bool keys, Loc loc) const {
 
 Tensor LlamaAttention::rotated(const Tensor& t, const std::function<Tensor(const Tensor&)>& rotate,
                                Loc loc) const {
+  if (nope) return t;
   if (rotary_dim == head_dim) return rotate(t);
   return concat({rotate(slice(t, -1, 0, rotary_dim, 1, loc)), slice(t, -1, rotary_dim, head_dim, 1, loc)}, -1,
                 loc);
@@ -234,9 +239,17 @@ Tensor LlamaMoe::sorted(const Tensor& x, const Tensor& choice, const Tensor& wei
       out_shape, loc);
 }
 
-LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c)
-    : Module(parent, std::move(name)), self_attn(*this, "self_attn", c) {
+LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c, bool with_mamba)
+    : Module(parent, std::move(name)) {
   if (!c.post_norms) input_layernorm = std::make_unique<LlamaNorm>(*this, "input_layernorm", c.d_model, c);
+  if (with_mamba) {
+    Mamba2Config m = c.mamba;
+    m.d_model = c.d_model;
+    m.norm_eps = c.rms_eps;
+    mamba = std::make_unique<Mamba2>(*this, "mamba", m);
+  } else {
+    self_attn = std::make_unique<LlamaAttention>(*this, "self_attn", c);
+  }
   if (c.parallel != LlamaConfig::Parallel::kShared)
     post_attention_layernorm = std::make_unique<LlamaNorm>(*this, "post_attention_layernorm", c.d_model, c);
   if (c.experts.count > 0)
@@ -278,14 +291,19 @@ Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& normed, const
   return add(h, branch((*post_feedforward_layernorm)(mlp(in, loc), loc)), loc);
 }
 
+LlamaDecoderLayer::~LlamaDecoderLayer() = default;
+
 Tensor LlamaDecoderLayer::forward(const Tensor& x, MoeRouting* routing, Loc loc) const {
   const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
-  return residuals(x, normed, self_attn(normed, loc), routing, loc);
+  return residuals(x, normed, mamba ? (*mamba)(normed, loc) : (*self_attn)(normed, loc), routing, loc);
 }
 
+// A Mamba-2 block steps its states by the one token (Llama::logits_cached checks T = 1).
 Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
   const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
-  return residuals(x, normed, self_attn.cached(normed, pos, cache_len, loc), nullptr, loc);
+  return residuals(x, normed,
+                   mamba ? mamba->step(normed, loc) : self_attn->cached(normed, pos, cache_len, loc), nullptr,
+                   loc);
 }
 
 Llama::Llama(LlamaConfig c) : config(c) { build(); }
@@ -344,6 +362,9 @@ void Llama::build() {
                      "and moe_layers empty or one flag per layer (" + std::to_string(c.layers) +
                      "); got count " + std::to_string(x.count) + ", top_k " + std::to_string(x.top_k) + ", " +
                      std::to_string(c.moe_layers.size()) + " moe_layers");
+  if (!c.mamba_layers.empty() && static_cast<int64_t>(c.mamba_layers.size()) != c.layers)
+    throw ShapeError(where + ": mamba_layers must be empty or one flag per layer (" +
+                     std::to_string(c.layers) + "), got " + std::to_string(c.mamba_layers.size()));
   for (int64_t i = 0; i < c.layers; ++i) {
     LlamaConfig layer = c;  // the window (and Gemma 3's local RoPE) only where the layer slides
     if (!c.moe_layers.empty() && !c.moe_layers[static_cast<size_t>(i)]) layer.experts.count = 0;
@@ -352,7 +373,9 @@ void Llama::build() {
       layer.rope_theta = c.rope_local_theta;
       layer.rope_scaling = {};
     }
-    layers_.push_back(std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), layer));
+    const bool mamba = !c.mamba_layers.empty() && c.mamba_layers[static_cast<size_t>(i)];
+    layers_.push_back(
+        std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), layer, mamba));
   }
   norm_ = std::make_unique<LlamaNorm>(*this, "model.norm", c.d_model, c);
   if (!c.tied_head)
@@ -402,6 +425,11 @@ Tensor Llama::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_
   if (cache_len < 1 || cache_len > config.seq_len)
     throw ShapeError(where + ": a cache of " + std::to_string(cache_len) +
                      " positions; it must be 1 … seq_len " + std::to_string(config.seq_len));
+  if (ids.shape()[1] != 1 &&
+      std::find(config.mamba_layers.begin(), config.mamba_layers.end(), true) != config.mamba_layers.end())
+    throw ShapeError(where + " has Mamba-2 layers, which step one token at a time: expects ids [B, 1], got " +
+                     shape_str(ids.shape()) + " (at " + at_of(loc) +
+                     "); with tg::Generator, set GeneratorOptions{.prefill = false}");
   Tensor x = embed(ids, loc);
   for (const auto& layer : layers_) x = layer->cached(x, pos, cache_len, loc);
   return head(x, loc);

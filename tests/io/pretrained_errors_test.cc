@@ -150,7 +150,8 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "the architecture \"BartForConditionalGeneration\", which is not supported; supported: "
       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
       "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
-      "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, GPTNeoXForCausalLM, "
+      "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, "
+      "GraniteMoeHybridForCausalLM, GPTNeoXForCausalLM, "
       "PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM, "
       "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
       "BertForSequenceClassification, RobertaForSequenceClassification, BertForTokenClassification, "
@@ -162,7 +163,7 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "DeiTForImageClassification, DeiTForImageClassificationWithTeacher, T5ForConditionalGeneration, "
       "T5EncoderModel, WhisperForConditionalGeneration, CLIPModel, CLIPTextModel, "
       "CLIPTextModelWithProjection, CLIPVisionModel, CLIPVisionModelWithProjection, "
-      "MambaForCausalLM");
+      "MambaForCausalLM, Mamba2ForCausalLM");
   dir.write("config.json", R"({"model_type": "bart"})");
   EXPECT_HAS(load_error(dir), "the architecture by model_type \"bart\", which is not supported");
   dir.write("config.json", R"({"hidden_size": 32})");

@@ -1,10 +1,12 @@
-// Mamba-2 checkpoints (Mamba2ForCausalLM) and the Mamba options transformers writes (in/out
-// projection biases, no conv bias, untied heads, time_step_limit), against tests/data/tiny_mamba2,
-// tiny_mamba2_tied and tiny_mamba_untied (tests/nn/gen_hf_mamba2_golden.py, transformers 5.17):
+// Mamba-2 checkpoints (Mamba2ForCausalLM), the Mamba options transformers writes (in/out
+// projection biases, no conv bias, untied heads, time_step_limit) and the Granite 4.0 hybrids
+// (GraniteMoeHybridForCausalLM: Mamba-2 and attention layers), against tests/data/tiny_mamba2,
+// tiny_mamba2_tied, tiny_mamba_untied and tiny_granite_hybrid(_rope)
+// (tests/nn/gen_hf_mamba2_golden.py, transformers 5.17):
 // the logits to 1e-4 on every backend; the loss with the ids as labels and every parameter's
 // gradient of it to 1e-4; tg::Generator's greedy tokens (one token at a time through the
 // states) equal transformers' cached generate; and the errors of configs the library cannot build.
-// (pretrained_save_test writes the three folders back byte for byte.)
+// (pretrained_save_test writes the folders back byte for byte.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "io/pretrained_internal.h"
 #include "tensorgrad/tensorgrad.h"
 #include "test_util.h"
 
@@ -23,20 +26,14 @@ namespace {
 using namespace tg;
 namespace fs = std::filesystem;
 
-const char* const kFolders[] = {"tiny_mamba2", "tiny_mamba2_tied", "tiny_mamba_untied"};
+const char* const kFolders[] = {"tiny_mamba2", "tiny_mamba2_tied", "tiny_mamba_untied", "tiny_granite_hybrid",
+                                "tiny_granite_hybrid_rope"};
 
 std::string fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// The file's name of a parameter of nn::MambaLM (the mapping the README documents).
-std::string file_name(const std::string& p) {
-  if (p == "embedding.weight") return "backbone.embeddings.weight";
-  if (p == "lm_head.weight") return p;
-  return "backbone." + p;
 }
 
 // ids [B, T] → its first T − 1 columns, or its last T − 1 (transformers' shifted labels).
@@ -67,10 +64,13 @@ TEST_P(Mamba2Pretrained, LogitsLossAndGradientsEqualTransformers) {
       std::printf("  %s on %s: relative logit difference to transformers %.2e\n", name.c_str(),
                   GetParam().str().c_str(), d);
     }
-    const auto& model = static_cast<const nn::MambaLM&>(*lm.module);
     const HostTensor in = columns(ids, false), targets = columns(ids, true);
+    const int64_t vocab = golden.at("logits").shape()[2];
     Program train =
-        compile_train(*lm.module, [&model](Tensor i, Tensor t) { return model.loss(i, t); },
+        compile_train(*lm.module,
+                      [&](Tensor i, Tensor t) {
+                        return cross_entropy(reshape(lm.logits(i), {-1, vocab}), reshape(t, {-1}));
+                      },
                       {.inputs = {{"ids", in.shape(), DType::kI32}, {"targets", in.shape(), DType::kI32}},
                        .optimizer = GradientsOnly{},
                        .device = GetParam()});
@@ -79,13 +79,17 @@ TEST_P(Mamba2Pretrained, LogitsLossAndGradientsEqualTransformers) {
     const float loss = train.step({{"ids", in.i32()}, {"targets", targets.i32()}}, {.captures = &caps});
     const float want = golden.at("loss").f32()[0];
     EXPECT_LT(std::abs(loss - want) / want, 1e-5) << loss << " vs transformers' " << want;
+    // Our gradients under the file's names and layouts (save()'s mapping: fused and renamed).
+    std::map<std::string, HostTensor> ours;
+    for (const auto& [param, value] : lm.weights) ours[param] = caps.at("grad/" + param);
     size_t compared = 0;
     double worst = 0;
-    for (const auto& [param, value] : lm.weights) {
-      const std::string g = "grad/" + file_name(param);
+    for (const auto& [name, grad] : pretrained::detail::file_tensors(lm, std::move(ours))) {
+      const std::string g = "grad/" + name;
       ASSERT_TRUE(golden.count(g)) << g;
-      const double e = tg::testing::rel_diff(caps.at("grad/" + param).f32(), golden.at(g).f32());
-      EXPECT_LT(e, 1e-4) << "gradient of " << param;
+      EXPECT_EQ(grad.shape(), golden.at(g).shape()) << g;
+      const double e = tg::testing::rel_diff(grad.f32(), golden.at(g).f32());
+      EXPECT_LT(e, 1e-4) << "gradient of " << name;
       worst = std::max(worst, e);
       ++compared;
     }
@@ -128,16 +132,26 @@ TEST(Mamba2Pretrained, ReadsTheConfig) {
   const auto& tied = std::get<nn::MambaLMConfig>(tied_lm.config);
   EXPECT_TRUE(tied.tied_head && tied.bias && !tied.conv_bias);
   EXPECT_EQ(tied.dt_limit_max, 0.05);
+  const pretrained::Model hybrid = pretrained::load(fixture("tiny_granite_hybrid"));
+  EXPECT_TRUE(hybrid.recurrent());
+  const auto& l = std::get<nn::LlamaConfig>(hybrid.config);
+  EXPECT_EQ(l.mamba_layers, (std::vector<bool>{true, false, true}));
+  EXPECT_TRUE(l.nope);
+  EXPECT_EQ(l.mlp_hidden, 48);
+  EXPECT_EQ(l.mamba.head_dim, 16);
+  EXPECT_EQ(l.residual_multiplier, 0.5);
+  const pretrained::Model rope = pretrained::load(fixture("tiny_granite_hybrid_rope"));
+  EXPECT_FALSE(std::get<nn::LlamaConfig>(rope.config).nope);
 }
 
-// A fresh folder under the temp directory holding tiny_mamba2's weights and `config`.
+// A fresh folder under the temp directory holding a fixture's weights and `config`.
 struct Folder {
-  explicit Folder(const std::string& config)
+  explicit Folder(const std::string& config, const std::string& from = "tiny_mamba2")
       : path(fs::temp_directory_path() / ("tg_mamba2_" + std::to_string(getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
     std::ofstream(path / "config.json") << config;
-    fs::copy_file(fixture("tiny_mamba2") + "/model.safetensors", path / "model.safetensors");
+    fs::copy_file(fixture(from) + "/model.safetensors", path / "model.safetensors");
   }
   ~Folder() { fs::remove_all(path); }
   fs::path path;
@@ -160,8 +174,8 @@ TEST(Mamba2Pretrained, ReadsPythonsBareInfinity) {
 
 TEST(Mamba2Pretrained, Errors) {
   const std::string config = slurp(fixture("tiny_mamba2") + "/config.json");
-  const auto error = [](const std::string& text) {
-    const Folder dir(text);
+  const auto error = [](const std::string& text, const std::string& from = "tiny_mamba2") {
+    const Folder dir(text, from);
     return tg::testing::message_of<CheckpointError>([&] { pretrained::load(dir.path.string()); });
   };
   const auto has = [](const std::string& text, const std::string& part) {
@@ -178,6 +192,23 @@ TEST(Mamba2Pretrained, Errors) {
   // Said to be tied, but the file's head is not the embedding.
   has(error(replaced(config, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true")),
       "lm_head.weight differs from backbone.embeddings.weight");
+
+  const std::string granite = slurp(fixture("tiny_granite_hybrid") + "/config.json");
+  const auto hybrid_error = [&](const std::string& text) { return error(text, "tiny_granite_hybrid"); };
+  has(hybrid_error(replaced(granite, "\"num_local_experts\": 0", "\"num_local_experts\": 4")),
+      "the Granite 4.0 hybrids with a mixture of experts are not implemented");
+  has(hybrid_error(replaced(granite, "\"full_attention\"", "\"sliding_attention\"")),
+      "expected 3 of \"mamba\" and \"attention\"");
+  has(hybrid_error(replaced(granite, "\"position_embedding_type\": \"nope\"",
+                            "\"position_embedding_type\": \"alibi\"")),
+      "position_embedding_type \"alibi\" (implemented: rope, nope)");
+  has(hybrid_error(replaced(granite, "\"mamba_d_head\": 16", "\"mamba_d_head\": 8")),
+      "mamba_n_heads · mamba_d_head = 32 is not mamba_expand · hidden_size = 64");
+  // transformers 4's names of the layer types, in an order the file's layers do not have.
+  const std::string swapped = replaced(
+      replaced(replaced(granite, "\"full_attention\"", "\"mamba\""), "\"linear_attention\"", "\"attention\""),
+      "\"linear_attention\"", "\"attention\"");
+  has(hybrid_error(swapped), "no tensor 'model.layers.0.self_attn.q_proj.weight'");
 }
 
 }  // namespace

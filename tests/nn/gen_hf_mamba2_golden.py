@@ -1,16 +1,21 @@
-"""tests/data/tiny_mamba2, tiny_mamba2_tied and tiny_mamba_untied: tiny random transformers
-Mamba-2 and Mamba models (save_pretrained) with the options a checkpoint may set, their logits
+"""tests/data/tiny_mamba2, tiny_mamba2_tied, tiny_mamba_untied and tiny_granite_hybrid(_rope): tiny
+random transformers Mamba-2, Mamba and Granite 4.0 hybrid models (save_pretrained) with the options a checkpoint may set, their logits
 for IDS, the loss transformers computes with IDS as labels and every parameter's gradient of it
 (by the file's names), and their greedy continuation of PROMPT (transformers' cached decoding), for
-tests/io/pretrained_mamba2_test.cc. PYTHONPATH=tests/nn python3 this.py [out dir]
+tests/io/pretrained_mamba2_test.cc. PYTHONPATH=tests/nn python3 this.py [out dir [names]]
 
 tiny_mamba2: 4 heads of 16 channels, B and C in 2 groups, an untied head, chunk_size 4 (so the
 7-token forward crosses transformers' chunks); tiny_mamba2_tied: one group, a tied head, in/out
 projection biases, no conv bias and dt clamped to time_step_limit (0, 0.05); tiny_mamba_untied:
-Mamba-1 with the biases and the untied head the library used to refuse."""
+Mamba-1 with the biases and the untied head the library used to refuse. The Granite 4.0 hybrids
+(GraniteMoeHybridForCausalLM, dense): tiny_granite_hybrid, Mamba-2 and attention layers without
+positional encoding ("nope"), Granite's multipliers, grouped-query attention and a tied head;
+tiny_granite_hybrid_rope with RoPE, B and C in 2 groups, projection biases, no conv bias and an
+untied head. Arguments after the out dir: the names to write (default: all)."""
 import os, sys
 import torch
-from transformers import Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM
+from transformers import (GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, Mamba2Config,
+                          Mamba2ForCausalLM, MambaConfig, MambaForCausalLM)
 from golden_file import write_safetensors
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data")
@@ -30,8 +35,28 @@ MODELS = {
         vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2, conv_kernel=4, expand=2,
         layer_norm_epsilon=1e-5, use_bias=True, use_conv_bias=False, tie_word_embeddings=False,
         initializer_range=0.1)),
+    "tiny_granite_hybrid": lambda: GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, shared_intermediate_size=48,
+        num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"], num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, num_local_experts=0,
+        position_embedding_type="nope", embedding_multiplier=2.0, residual_multiplier=0.5,
+        attention_multiplier=0.2, logits_scaling=3.0, tie_word_embeddings=True,
+        mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4,
+        mamba_expand=2, mamba_chunk_size=4, initializer_range=0.1)),
+    "tiny_granite_hybrid_rope": lambda: GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, shared_intermediate_size=40,
+        num_hidden_layers=3, layer_types=["attention", "mamba", "mamba"], num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=32, rms_norm_eps=1e-6, num_local_experts=0,
+        position_embedding_type="rope", rope_theta=500.0, embedding_multiplier=1.5,
+        residual_multiplier=0.7, attention_multiplier=0.25, logits_scaling=2.0,
+        tie_word_embeddings=False, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=2,
+        mamba_d_state=8, mamba_d_conv=3, mamba_expand=2, mamba_conv_bias=False,
+        mamba_proj_bias=True, initializer_range=0.1)),
 }
+ONLY = sys.argv[2:]
 for name, make in MODELS.items():
+    if ONLY and name not in ONLY:
+        continue
     torch.manual_seed(0)
     model = make().float().eval()
     with torch.no_grad():  # every 1-d parameter moved off its init: a lost or misplaced one shows

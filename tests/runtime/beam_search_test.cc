@@ -174,7 +174,10 @@ TEST_P(BeamSearch, SeveralPromptsEqualEachAlone) {
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].tokens, want[i].tokens) << where << " hypothesis " << i;
       EXPECT_EQ(got[i].ended, want[i].ended) << where << " hypothesis " << i;
-      EXPECT_NEAR(got[i].score, want[i].score, 1e-5 * std::abs(want[i].score) + 1e-6) << where;
+      // Rows of a batch run through products of other shapes (and Flan-T5's sources padded to
+      // the longest), so their log-probabilities round differently: up to ~5e-6 apart on the
+      // 2-core CPU after a few steps, where a wrong reordering moves them by 1e-2 and more.
+      EXPECT_NEAR(got[i].score, want[i].score, 1e-4 * std::abs(want[i].score) + 1e-5) << where;
     }
   };
   for (const std::string name : {"tiny_llama", "tiny_mamba"}) {
