@@ -484,7 +484,8 @@ struct LlamaConfig {
   /// experts, softmax over them, the top_k most likely kept (renormalised to sum 1 with
   /// `normalize`), and the output is Σ weight_e · expert_e(x) over those, each expert an MLP of
   /// width `hidden` ("mlp.experts.<e>.{gate,up,down}_proj"); with shared_hidden > 0 a shared
-  /// expert of that width, scaled by sigmoid(mlp.shared_expert_gate(x)), is added (Qwen2-MoE).
+  /// expert of that width, scaled by sigmoid(mlp.shared_expert_gate(x)) (Qwen2-MoE) or not
+  /// (shared_gate false), is added.
   struct Experts {
     int64_t count = 0;  // 0: the dense MLP in every layer
     int64_t top_k = 2;
@@ -509,6 +510,9 @@ struct LlamaConfig {
     /// router_aux_loss_coef where config.json's output_router_logits is true, as transformers
     /// adds it then).
     double aux_loss_coef = 0.0;
+    /// false: the shared expert is added as it is, without shared_expert_gate (Granite 4.0-H's
+    /// shared_mlp beside its experts).
+    bool shared_gate = true;
   } experts = {};
   std::vector<bool> moe_layers = {};
   /// Each decoder layer a tg::Recompute region (as GptConfig::recompute).
@@ -597,7 +601,7 @@ class LlamaMoe : public Module {
   Linear gate;                                     // the router: [count, d_model], no bias
   std::vector<std::unique_ptr<LlamaMlp>> experts;  // "experts.<e>"
   std::unique_ptr<LlamaMlp> shared_expert;         // with shared_hidden
-  std::unique_ptr<Linear> shared_expert_gate;      // [1, d_model]
+  std::unique_ptr<Linear> shared_expert_gate;      // [1, d_model], with shared_gate
 
  private:
   bool sorted_dispatch() const;  // kSorted, and no expert has a bias or an adapter

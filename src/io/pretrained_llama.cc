@@ -25,8 +25,9 @@
 //                       Granite 4.0-H: Granite's multipliers; Mamba-2 blocks (`mamba`) in place
 //                       of the attention where layer_types says; attention without RoPE
 //                       ("nope") unless position_embedding_type is "rope"; the shared MLP's fused
-//                       input_linear split into gate/up_proj, output_linear as down_proj. Dense
-//                       only (num_local_experts 0).
+//                       input_linear split into gate/up_proj, output_linear as down_proj; with
+//                       experts, their stacked tensors split per expert and the shared MLP
+//                       their ungated shared expert.
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
 // computed as transformers 5 computes it; longrope caps the context at the original one (past
 // it transformers changes the frequencies). dynamic is refused.
@@ -212,6 +213,35 @@ void split_rows(Model& m, Weights& w, const std::string& fused, int64_t cols,
   }
 }
 
+// Granite 4.0-H's experts: block_sparse_moe.input_linear [E, 2·I, d] holds each expert's gate
+// and up rows, output_linear [E, d, I] its down_proj → mlp.experts.<e>.{gate,up,down}_proj.
+void split_experts(Model& m, Weights& w, const std::string& layer, const nn::LlamaConfig& l) {
+  const int64_t count = l.experts.count, hidden = l.experts.hidden, d = l.d_model;
+  std::string file;
+  const HostTensor in =
+      take_tensor(m, w, layer + "block_sparse_moe.input_linear.weight", {count, 2 * hidden, d}, file);
+  const HostTensor out =
+      take_tensor(m, w, layer + "block_sparse_moe.output_linear.weight", {count, d, hidden}, file);
+  const std::span<const float> a = in.f32(), b = out.f32();
+  for (int64_t e = 0; e < count; ++e) {
+    const std::string expert = layer + "mlp.experts." + std::to_string(e) + ".";
+    const auto put = [&](const std::string& name, std::span<const float> values, Shape shape) {
+      if (w.tensors.count(expert + name) || w.deferred.count(expert + name))
+        fail(m.folder, w.file_of[expert + name] + ": unexpected tensor '" + expert + name + "' beside " +
+                           layer + "block_sparse_moe's, which " + m.architecture + " splits into it");
+      w.tensors[expert + name] =
+          HostTensor::f32(std::vector<float>(values.begin(), values.end()), std::move(shape));
+      w.file_of[expert + name] = file;
+    };
+    const std::span<const float> rows =
+        a.subspan(static_cast<size_t>(e * 2 * hidden * d), static_cast<size_t>(2 * hidden * d));
+    put("gate_proj.weight", rows.first(static_cast<size_t>(hidden * d)), {hidden, d});
+    put("up_proj.weight", rows.last(static_cast<size_t>(hidden * d)), {hidden, d});
+    put("down_proj.weight", b.subspan(static_cast<size_t>(e * d * hidden), static_cast<size_t>(d * hidden)),
+        {d, hidden});
+  }
+}
+
 // Phi-3's fused projections → Llama's: qkv_proj rows [q | k | v], gate_up_proj rows [gate | up];
 // Granite 4.0-H's shared_mlp.input_linear rows [gate | up].
 void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, const Flavor& k) {
@@ -223,9 +253,16 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, const Flavor& k
                  {{layer + "self_attn.q_proj.weight", l.heads * head_dim},
                   {layer + "self_attn.k_proj.weight", kv * head_dim},
                   {layer + "self_attn.v_proj.weight", kv * head_dim}});
-    split_rows(
-        m, w, layer + (k.phi3 ? "mlp.gate_up_proj.weight" : "shared_mlp.input_linear.weight"), d,
-        {{layer + "mlp.gate_proj.weight", l.mlp_hidden}, {layer + "mlp.up_proj.weight", l.mlp_hidden}});
+    if (k.phi3) {
+      split_rows(
+          m, w, layer + "mlp.gate_up_proj.weight", d,
+          {{layer + "mlp.gate_proj.weight", l.mlp_hidden}, {layer + "mlp.up_proj.weight", l.mlp_hidden}});
+      continue;
+    }
+    const std::string shared = layer + (l.experts.count > 0 ? "mlp.shared_expert." : "mlp.");
+    split_rows(m, w, layer + "shared_mlp.input_linear.weight", d,
+               {{shared + "gate_proj.weight", l.mlp_hidden}, {shared + "up_proj.weight", l.mlp_hidden}});
+    if (l.experts.count > 0) split_experts(m, w, layer, l);
   }
 }
 
@@ -233,11 +270,24 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, const Flavor& k
 // "mamba" or "linear_attention" for a Mamba-2 block, "attention" or "full_attention"; every layer
 // a block without either, as transformers), the blocks' sizes, and RoPE or no positions.
 void read_hybrid(const json& c, const std::string& f, nn::LlamaConfig& l) {
-  if (field<int64_t>(c, f, "num_local_experts", 0) > 0)
-    fail(f, "config.json: num_local_experts " + c["num_local_experts"].dump() +
-                ": the Granite 4.0 hybrids with a mixture of experts are not implemented (the dense ones, "
-                "num_local_experts 0, are)");
   l.mlp_hidden = required(c, f, "shared_intermediate_size");
+  // Experts (block_sparse_moe) beside the shared MLP, which is then their ungated shared expert;
+  // the router's softmax over the top k logits is the renormalised top k of the softmax.
+  nn::LlamaConfig::Experts& x = l.experts;
+  x.count = field<int64_t>(c, f, "num_local_experts", 0);
+  if (x.count < 0) fail(f, "config.json: num_local_experts " + std::to_string(x.count) + " is negative");
+  if (x.count > 0) {
+    x.top_k = required(c, f, "num_experts_per_tok");
+    if (x.top_k > x.count)
+      fail(f, "config.json: num_experts_per_tok " + std::to_string(x.top_k) + " is more than the " +
+                  std::to_string(x.count) + " experts");
+    x.hidden = required(c, f, "intermediate_size");
+    x.normalize = true;
+    x.shared_hidden = l.mlp_hidden;
+    x.shared_gate = false;
+    if (field<bool>(c, f, "output_router_logits", false))
+      x.aux_loss_coef = field<double>(c, f, "router_aux_loss_coef", 0.001);
+  }
   const std::string positions = field<std::string>(c, f, "position_embedding_type", "nope");
   if (positions != "rope" && positions != "nope")
     fail(f, "config.json: position_embedding_type \"" + positions + "\" (implemented: rope, nope)");
@@ -370,6 +420,20 @@ Source mixtral_source(const std::string& p) {
   return {out};
 }
 
+// Granite 4.0-H's names: the shared MLP's down_proj (mlp. or, beside experts,
+// mlp.shared_expert.) is shared_mlp.output_linear, the router block_sparse_moe.router.layer;
+// the Mamba-2 blocks' conv1d is [D, 1, K] in the file. (The fused and stacked tensors are split
+// into the library's names before: split_fused.)
+Source granite_hybrid_source(const std::string& p) {
+  const auto layer_of = [&](const std::string& tail) { return p.substr(0, p.size() - tail.size()); };
+  for (const char* tail : {"mlp.down_proj.weight", "mlp.shared_expert.down_proj.weight"})
+    if (p.ends_with(tail)) return {layer_of(tail) + "shared_mlp.output_linear.weight"};
+  if (p.ends_with("mlp.gate.weight"))
+    return {layer_of("mlp.gate.weight") + "block_sparse_moe.router.layer.weight"};
+  if (p.ends_with(".mamba.conv1d.weight")) return {p, Layout::kSqueezeMiddle};
+  return {p};
+}
+
 void read_llama_sizes(const json& c, const std::string& f, nn::LlamaConfig& l) {
   l.vocab = required(c, f, "vocab_size");
   l.d_model = required(c, f, "hidden_size");
@@ -491,10 +555,7 @@ void load_llama_family(Model& m, const json& c) {
   map_weights(
       m, std::move(file),
       [mixtral, hybrid](const std::string& p) {
-        if (hybrid && p.ends_with(".mlp.down_proj.weight"))  // Granite 4.0-H's shared MLP
-          return Source{p.substr(0, p.size() - std::string("mlp.down_proj.weight").size()) +
-                        "shared_mlp.output_linear.weight"};
-        if (hybrid && p.ends_with(".mamba.conv1d.weight")) return Source{p, Layout::kSqueezeMiddle};
+        if (hybrid) return granite_hybrid_source(p);
         return mixtral ? mixtral_source(p) : Source{p};
       },
       [tied](const std::string& n) {

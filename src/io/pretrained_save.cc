@@ -246,6 +246,55 @@ HostTensor stack_rows(const std::vector<const HostTensor*>& parts) {
   return HostTensor::f32(std::move(out), {rows, parts.front()->shape()[1]});
 }
 
+// `parts` of `w` stacked by rows into out[fused] (and taken out of `w`).
+void fuse_rows(std::map<std::string, HostTensor>& w, std::map<std::string, HostTensor>& out,
+               const std::string& fused, const std::vector<std::string>& parts) {
+  std::vector<const HostTensor*> values;
+  for (const std::string& p : parts) values.push_back(&w.at(p));
+  out[fused] = stack_rows(values);
+  for (const std::string& p : parts) w.erase(p);
+}
+
+// Granite 4.0-H: the shared MLP's gate/up fused into shared_mlp.input_linear, the experts'
+// stacked into block_sparse_moe.input_linear [E, 2·I, d] (gate rows, then up, per expert) and
+// output_linear [E, d, I]; the rest renamed as granite_hybrid_source names them.
+std::map<std::string, HostTensor> granite_hybrid_file_tensors(const Model& m,
+                                                              std::map<std::string, HostTensor> w) {
+  const nn::LlamaConfig& c = std::get<nn::LlamaConfig>(m.config);
+  std::map<std::string, HostTensor> out;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    const std::string shared = l + (c.experts.count > 0 ? "mlp.shared_expert." : "mlp.");
+    fuse_rows(w, out, l + "shared_mlp.input_linear.weight",
+              {shared + "gate_proj.weight", shared + "up_proj.weight"});
+    if (c.experts.count == 0) continue;
+    std::vector<float> in, down;
+    for (int64_t e = 0; e < c.experts.count; ++e) {
+      const std::string x = l + "mlp.experts." + std::to_string(e) + ".";
+      const auto append = [&](std::vector<float>& to, const std::string& name) {
+        const std::span<const float> v = w.at(name).f32();
+        to.insert(to.end(), v.begin(), v.end());
+        w.erase(name);
+      };
+      append(in, x + "gate_proj.weight");
+      append(in, x + "up_proj.weight");
+      append(down, x + "down_proj.weight");
+    }
+    const int64_t e = c.experts.count, hidden = c.experts.hidden, d = c.d_model;
+    out[l + "block_sparse_moe.input_linear.weight"] = HostTensor::f32(std::move(in), {e, 2 * hidden, d});
+    out[l + "block_sparse_moe.output_linear.weight"] = HostTensor::f32(std::move(down), {e, d, hidden});
+  }
+  for (auto& [name, t] : w) {
+    const Source s = granite_hybrid_source(name);
+    if (s.layout == Layout::kSqueezeMiddle) {
+      const Shape shape{t.shape()[0], 1, t.shape()[1]};
+      t = HostTensor::f32(std::move(t).f32(), shape);
+    }
+    out[s.name] = std::move(t);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::string, HostTensor> w) {
@@ -264,34 +313,18 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     }
     return out;
   }
-  // Phi-3: q/k/v and gate/up fused by rows again. Granite 4.0-H: gate/up fused into the shared
-  // MLP's input_linear, down_proj its output_linear, the Mamba-2 blocks' conv1d [D, 1, K].
-  const bool hybrid = m.architecture == "GraniteMoeHybridForCausalLM";
-  if (m.architecture == "Phi3ForCausalLM" || hybrid) {
+  if (m.architecture == "Phi3ForCausalLM") {  // q/k/v and gate/up fused by rows again
     const int64_t layers = std::get<nn::LlamaConfig>(m.config).layers;
     for (int64_t i = 0; i < layers; ++i) {
       const std::string l = "model.layers." + std::to_string(i) + ".";
-      const auto fuse = [&](const std::string& fused, const std::vector<std::string>& parts) {
-        std::vector<const HostTensor*> values;
-        for (const std::string& p : parts) values.push_back(&w.at(l + p));
-        out[l + fused] = stack_rows(values);
-        for (const std::string& p : parts) w.erase(l + p);
-      };
-      if (!hybrid)
-        fuse("self_attn.qkv_proj.weight",
-             {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
-      fuse(hybrid ? "shared_mlp.input_linear.weight" : "mlp.gate_up_proj.weight",
-           {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
-      if (!hybrid) continue;
-      out[l + "shared_mlp.output_linear.weight"] = std::move(w.at(l + "mlp.down_proj.weight"));
-      w.erase(l + "mlp.down_proj.weight");
-      if (const auto conv = w.find(l + "mamba.conv1d.weight"); conv != w.end()) {
-        const Shape shape{conv->second.shape()[0], 1, conv->second.shape()[1]};
-        out[conv->first] = HostTensor::f32(std::move(conv->second).f32(), shape);
-        w.erase(conv);
-      }
+      fuse_rows(
+          w, out, l + "self_attn.qkv_proj.weight",
+          {l + "self_attn.q_proj.weight", l + "self_attn.k_proj.weight", l + "self_attn.v_proj.weight"});
+      fuse_rows(w, out, l + "mlp.gate_up_proj.weight",
+                {l + "mlp.gate_proj.weight", l + "mlp.up_proj.weight"});
     }
   }
+  if (m.architecture == "GraniteMoeHybridForCausalLM") return granite_hybrid_file_tensors(m, std::move(w));
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));
   if (const auto* bert =
           std::get_if<nn::BertConfig>(&m.config)) {  // save_pretrained's prefix: none for the bare encoder

@@ -150,8 +150,9 @@ LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
                                                  c.experts.hidden ? c.experts.hidden : c.mlp_hidden));
   if (c.experts.shared_hidden > 0) {
     shared_expert = std::make_unique<LlamaMlp>(*this, "shared_expert", c, c.experts.shared_hidden);
-    shared_expert_gate =
-        std::make_unique<Linear>(*this, "shared_expert_gate", c.d_model, 1, normal_linear(false));
+    if (c.experts.shared_gate)
+      shared_expert_gate =
+          std::make_unique<Linear>(*this, "shared_expert_gate", c.d_model, 1, normal_linear(false));
   }
 }
 
@@ -179,8 +180,11 @@ Tensor LlamaMoe::forward(const Tensor& x, MoeRouting* routing, Loc loc) const {
     routing->tokens += tokens;
   }
   Tensor out = sorted_dispatch() ? sorted(x, choice, weights, loc) : dense(x, choice, weights, loc);
-  if (shared_expert)
-    out = add(out, mul(sigmoid((*shared_expert_gate)(x, loc), loc), (*shared_expert)(x, loc), loc), loc);
+  if (shared_expert) {
+    Tensor shared = (*shared_expert)(x, loc);
+    if (shared_expert_gate) shared = mul(sigmoid((*shared_expert_gate)(x, loc), loc), shared, loc);
+    out = add(out, shared, loc);
+  }
   return out;
 }
 

@@ -26,8 +26,8 @@ namespace {
 using namespace tg;
 namespace fs = std::filesystem;
 
-const char* const kFolders[] = {"tiny_mamba2", "tiny_mamba2_tied", "tiny_mamba_untied", "tiny_granite_hybrid",
-                                "tiny_granite_hybrid_rope"};
+const char* const kFolders[] = {"tiny_mamba2",         "tiny_mamba2_tied",         "tiny_mamba_untied",
+                                "tiny_granite_hybrid", "tiny_granite_hybrid_rope", "tiny_granite_hybrid_moe"};
 
 std::string fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
 
@@ -142,6 +142,13 @@ TEST(Mamba2Pretrained, ReadsTheConfig) {
   EXPECT_EQ(l.residual_multiplier, 0.5);
   const pretrained::Model rope = pretrained::load(fixture("tiny_granite_hybrid_rope"));
   EXPECT_FALSE(std::get<nn::LlamaConfig>(rope.config).nope);
+  const pretrained::Model moe = pretrained::load(fixture("tiny_granite_hybrid_moe"));
+  const nn::LlamaConfig::Experts& x = std::get<nn::LlamaConfig>(moe.config).experts;
+  EXPECT_EQ(x.count, 4);
+  EXPECT_EQ(x.top_k, 2);
+  EXPECT_EQ(x.hidden, 24);
+  EXPECT_EQ(x.shared_hidden, 32);
+  EXPECT_FALSE(x.shared_gate);
 }
 
 // A fresh folder under the temp directory holding a fixture's weights and `config`.
@@ -195,8 +202,12 @@ TEST(Mamba2Pretrained, Errors) {
 
   const std::string granite = slurp(fixture("tiny_granite_hybrid") + "/config.json");
   const auto hybrid_error = [&](const std::string& text) { return error(text, "tiny_granite_hybrid"); };
-  has(hybrid_error(replaced(granite, "\"num_local_experts\": 0", "\"num_local_experts\": 4")),
-      "the Granite 4.0 hybrids with a mixture of experts are not implemented");
+  has(hybrid_error(replaced(granite, "\"num_local_experts\": 0", "\"num_local_experts\": -1")),
+      "num_local_experts -1 is negative");
+  has(error(replaced(slurp(fixture("tiny_granite_hybrid_moe") + "/config.json"), "\"num_experts_per_tok\": 2",
+                     "\"num_experts_per_tok\": 5"),
+            "tiny_granite_hybrid_moe"),
+      "num_experts_per_tok 5 is more than the 4 experts");
   has(hybrid_error(replaced(granite, "\"full_attention\"", "\"sliding_attention\"")),
       "expected 3 of \"mamba\" and \"attention\"");
   has(hybrid_error(replaced(granite, "\"position_embedding_type\": \"nope\"",

@@ -8,10 +8,10 @@ tiny_mamba2: 4 heads of 16 channels, B and C in 2 groups, an untied head, chunk_
 7-token forward crosses transformers' chunks); tiny_mamba2_tied: one group, a tied head, in/out
 projection biases, no conv bias and dt clamped to time_step_limit (0, 0.05); tiny_mamba_untied:
 Mamba-1 with the biases and the untied head the library used to refuse. The Granite 4.0 hybrids
-(GraniteMoeHybridForCausalLM, dense): tiny_granite_hybrid, Mamba-2 and attention layers without
+(GraniteMoeHybridForCausalLM): tiny_granite_hybrid, Mamba-2 and attention layers without
 positional encoding ("nope"), Granite's multipliers, grouped-query attention and a tied head;
 tiny_granite_hybrid_rope with RoPE, B and C in 2 groups, projection biases, no conv bias and an
-untied head. Arguments after the out dir: the names to write (default: all)."""
+untied head; tiny_granite_hybrid_moe with 4 experts (top 2) beside the shared MLP. Arguments after the out dir: the names to write (default: all)."""
 import os, sys
 import torch
 from transformers import (GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, Mamba2Config,
@@ -52,8 +52,29 @@ MODELS = {
         tie_word_embeddings=False, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=2,
         mamba_d_state=8, mamba_d_conv=3, mamba_expand=2, mamba_conv_bias=False,
         mamba_proj_bias=True, initializer_range=0.1)),
+    "tiny_granite_hybrid_moe": lambda: GraniteMoeHybridForCausalLM(GraniteMoeHybridConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=24, shared_intermediate_size=32,
+        num_hidden_layers=2, layer_types=["mamba", "attention"], num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, num_local_experts=4,
+        num_experts_per_tok=2, position_embedding_type="nope", embedding_multiplier=2.0,
+        residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=3.0,
+        tie_word_embeddings=True, mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1,
+        mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, initializer_range=0.1)),
 }
 ONLY = sys.argv[2:]
+# transformers 5 holds GraniteMoeHybrid's experts and router under other names than the file's.
+RENAMED = {".block_sparse_moe.router.weight": ".block_sparse_moe.router.layer.weight",
+           ".block_sparse_moe.experts.gate_up_proj": ".block_sparse_moe.input_linear.weight",
+           ".block_sparse_moe.experts.down_proj": ".block_sparse_moe.output_linear.weight"}
+
+
+def file_name(n):
+    for ours, theirs in RENAMED.items():
+        if n.endswith(ours):
+            return n[: -len(ours)] + theirs
+    return n
+
+
 for name, make in MODELS.items():
     if ONLY and name not in ONLY:
         continue
@@ -67,7 +88,7 @@ for name, make in MODELS.items():
         greedy = model.generate(PROMPT, max_new_tokens=8, do_sample=False, min_new_tokens=8)
     loss = model(input_ids=IDS, labels=IDS, use_cache=False).loss
     loss.backward()
-    grads = {"grad/" + n: p.grad.float() for n, p in model.named_parameters()}
+    grads = {"grad/" + file_name(n): p.grad.float() for n, p in model.named_parameters()}
     out = os.path.join(OUT, name)
     model.save_pretrained(out, safe_serialization=True)
     write_safetensors(os.path.join(out, "logits.safetensors"),
