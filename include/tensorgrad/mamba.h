@@ -29,6 +29,9 @@ class CausalConv1d : public Module {
  public:
   CausalConv1d(Module& parent, std::string name, int64_t channels, int64_t kernel, bool bias = true);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+  /// One step for inference: x [B, D] (this position's inputs) → [B, D], the last K − 1 inputs
+  /// kept in the state `state_name` [B, D, K − 1] (zeros at first).
+  Tensor step(const Tensor& x, const std::string& state_name, Loc loc = Loc::current()) const;
   Param weight;
   std::optional<Param> bias;
 };

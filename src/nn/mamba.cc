@@ -79,6 +79,19 @@ Tensor CausalConv1d::operator()(const Tensor& x, Loc loc) const {
   return causal_conv1d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), loc);
 }
 
+Tensor CausalConv1d::step(const Tensor& x, const std::string& state_name, Loc loc) const {
+  const int64_t batch = x.shape()[0], channels = weight.shape()[0], k = weight.shape()[1];
+  // The window: the last k − 1 inputs (the state) and this one.
+  Tensor window = reshape(x, {batch, channels, 1}, loc);
+  if (k > 1) {
+    const Tensor conv_state = state(state_name, {batch, channels, k - 1});
+    window = concat({conv_state, window}, 2, loc);
+    assign(conv_state, slice(window, 2, 1, k, 1, loc), loc);
+  }
+  const Tensor y = sum(mul(window, weight.tensor(loc), loc), {2}, false, loc);
+  return bias ? add(y, bias->tensor(loc), loc) : y;
+}
+
 Mamba::Mamba(Module& parent, std::string name, MambaConfig c)
     : Module(parent, std::move(name)),
       config(checked(c)),
@@ -130,19 +143,10 @@ Tensor Mamba::step(const Tensor& x, Loc loc) const {
     throw ShapeError("[Mamba] '" + path() + "' steps one token: expects [B, 1, " +
                      std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
                      loc.file_name() + ":" + std::to_string(loc.line()) + ")");
-  const int64_t batch = x.shape()[0], n = config.d_state, r = dt_rank, di = d_inner, k = config.d_conv;
+  const int64_t batch = x.shape()[0], n = config.d_state, r = dt_rank, di = d_inner;
   const Tensor xz = reshape(in_proj(x, loc), {batch, 2 * di}, loc);
   const Tensor xs = slice(xz, 1, 0, di, 1, loc), z = slice(xz, 1, di, 2 * di, 1, loc);
-  // The conv's window: its last k − 1 inputs (state) and this one.
-  Tensor window = reshape(xs, {batch, di, 1}, loc);
-  if (k > 1) {
-    const Tensor conv_state = state(path() + ".conv_state", {batch, di, k - 1});
-    window = concat({conv_state, window}, 2, loc);
-    assign(conv_state, slice(window, 2, 1, k, 1, loc), loc);
-  }
-  Tensor xc = sum(mul(window, conv1d.weight.tensor(loc), loc), {2}, false, loc);  // [B, di]
-  if (conv1d.bias) xc = add(xc, conv1d.bias->tensor(loc), loc);
-  const Tensor xa = silu(xc, loc);
+  const Tensor xa = silu(conv1d.step(xs, path() + ".conv_state", loc), loc);        // [B, di]
   const Tensor x_dbl = x_proj(xa, loc);                                             // [B, r + 2n]
   const Tensor delta = softplus(dt_proj(slice(x_dbl, 1, 0, r, 1, loc), loc), loc);  // [B, di], bias inside
   const Tensor Bm = reshape(slice(x_dbl, 1, r, r + n, 1, loc), {batch, 1, n}, loc);
@@ -223,20 +227,13 @@ Tensor Mamba2::step(const Tensor& x, Loc loc) const {
     throw ShapeError("[Mamba2] '" + path() + "' steps one token: expects [B, 1, " +
                      std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
                      loc.file_name() + ":" + std::to_string(loc.line()) + ")");
-  const int64_t batch = x.shape()[0], n = config.d_state, g = config.groups, k = config.d_conv;
+  const int64_t batch = x.shape()[0], n = config.d_state, g = config.groups;
   const int64_t di = d_inner, p = config.head_dim, gn = g * n, hg = heads / g;
   const Tensor proj = reshape(in_proj(x, loc), {batch, di + conv_channels + heads}, loc);
   const Tensor z = slice(proj, 1, 0, di, 1, loc);
-  // The conv's window: its last k − 1 inputs (state) and this one.
-  Tensor window = reshape(slice(proj, 1, di, di + conv_channels, 1, loc), {batch, conv_channels, 1}, loc);
-  if (k > 1) {
-    const Tensor conv_state = state(path() + ".conv_state", {batch, conv_channels, k - 1});
-    window = concat({conv_state, window}, 2, loc);
-    assign(conv_state, slice(window, 2, 1, k, 1, loc), loc);
-  }
-  Tensor xc = sum(mul(window, conv1d.weight.tensor(loc), loc), {2}, false, loc);  // [B, conv_channels]
-  if (conv1d.bias) xc = add(xc, conv1d.bias->tensor(loc), loc);
-  const Tensor xa = silu(xc, loc);
+  const Tensor xa =
+      silu(conv1d.step(slice(proj, 1, di, di + conv_channels, 1, loc), path() + ".conv_state", loc),
+           loc);  // [B, conv_channels]
   // [B, groups, heads per group, head_dim, d_state]: a group's B and C against its heads' states.
   const Tensor u = reshape(slice(xa, 1, 0, di, 1, loc), {batch, g, hg, p, 1}, loc);
   const Tensor Bm = reshape(slice(xa, 1, di, di + gn, 1, loc), {batch, g, 1, 1, n}, loc);
