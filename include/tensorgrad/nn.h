@@ -616,7 +616,6 @@ class Mamba2;
 /// h + mlp(post_attention_layernorm(h)) (LlamaConfig's sandwich_norms and post_norms place the
 /// norms otherwise; its parallel adds both branches to x). With `mamba`, a Mamba-2 block mixes
 /// the tokens in self_attn's place.
-
 class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config, bool mamba = false);
@@ -654,7 +653,8 @@ class LlamaDecoderLayer : public Module {
 /// q/k_norm has a .bias too; without gated_mlp there is no gate_proj; Parallel::kShared has no
 /// post_attention_layernorm; a layer of mamba_layers has model.layers.<i>.mamba.* (nn::Mamba2)
 /// instead of self_attn. Initialised as Hugging Face's: normal(0.02) for linears and
-/// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w).
+/// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w);
+/// the Mamba-2 blocks as nn::Mamba2 initialises itself.
 /// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it; a hybrid one token
 /// at a time); a layer with a sliding window attends through AttentionOptions::window in both.
 class Llama : public Module {

@@ -44,6 +44,9 @@ std::string inexpressible(const nn::LlamaConfig& l, const std::string& arch) {
        "Granite's multipliers"},
       {l.rope_local_theta != 0, "a second RoPE base"},
       {l.qk_norm && arch != "qwen3", "q/k norms outside qwen3"},
+      {l.nope, "attention without positions (nope)"},
+      {std::find(l.mamba_layers.begin(), l.mamba_layers.end(), true) != l.mamba_layers.end(),
+       "Mamba-2 layers"},
       {l.attention_bias && arch == "qwen3", "attention biases in qwen3"},
   };
   for (const auto& [bad, what] : checks)

@@ -136,6 +136,8 @@ Source mixtral_source(const std::string& p);
 /// Granite 4.0-H's file name of a parameter (pretrained_llama.cc) once the fused and stacked
 /// tensors are split: the shared MLP's down_proj, the router, the Mamba-2 blocks' conv1d.
 Source granite_hybrid_source(const std::string& p);
+/// Bamba's file name of an nn::Llama parameter.
+Source bamba_source(const std::string& p);
 /// A 2-D f32 tensor transposed.
 HostTensor transpose2d(const HostTensor& t);
 /// config.json's text for a configuration of the library's own (pretrained_save.cc).

@@ -28,6 +28,8 @@
 //                       input_linear split into gate/up_proj, output_linear as down_proj; with
 //                       experts, their stacked tensors split per expert and the shared MLP
 //                       their ungated shared expert.
+//   BambaForCausalLM    the same blocks (in every layer but attn_layer_indices) under Bamba's
+//                       names (pre_ff_layernorm, feed_forward, final_layernorm), partial RoPE.
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
 // computed as transformers 5 computes it; longrope caps the context at the original one (past
 // it transformers changes the frequencies). dynamic is refused.
@@ -48,7 +50,8 @@ struct Flavor {
   bool mistral = false, qwen2 = false, qwen3 = false, phi3 = false;
   bool gemma1 = false, gemma2 = false, gemma3 = false;
   bool mixtral = false, qwen2_moe = false, qwen3_moe = false;
-  bool granite = false, olmo2 = false, olmo3 = false, granite_hybrid = false;
+  bool granite = false, olmo2 = false, olmo3 = false, granite_hybrid = false, bamba = false;
+  bool hybrid() const { return granite_hybrid || bamba; }
   bool gemma() const { return gemma1 || gemma2 || gemma3; }
 };
 
@@ -71,7 +74,8 @@ Flavor flavor_of(const std::string& architecture) {
           .granite = architecture == "GraniteForCausalLM" || architecture == "GraniteMoeHybridForCausalLM",
           .olmo2 = architecture == "Olmo2ForCausalLM" || architecture == "Olmo3ForCausalLM",
           .olmo3 = architecture == "Olmo3ForCausalLM",
-          .granite_hybrid = architecture == "GraniteMoeHybridForCausalLM"};
+          .granite_hybrid = architecture == "GraniteMoeHybridForCausalLM",
+          .bamba = architecture == "BambaForCausalLM"};
 }
 
 // The experts: Mixtral's num_local_experts in every layer (always renormalised); Qwen-MoE's
@@ -217,15 +221,16 @@ void split_rows(Model& m, Weights& w, const std::string& fused, int64_t cols,
 // and up rows, output_linear [E, d, I] its down_proj → mlp.experts.<e>.{gate,up,down}_proj.
 void split_experts(Model& m, Weights& w, const std::string& layer, const nn::LlamaConfig& l) {
   const int64_t count = l.experts.count, hidden = l.experts.hidden, d = l.d_model;
-  std::string file;
+  std::string in_file, out_file;
   const HostTensor in =
-      take_tensor(m, w, layer + "block_sparse_moe.input_linear.weight", {count, 2 * hidden, d}, file);
+      take_tensor(m, w, layer + "block_sparse_moe.input_linear.weight", {count, 2 * hidden, d}, in_file);
   const HostTensor out =
-      take_tensor(m, w, layer + "block_sparse_moe.output_linear.weight", {count, d, hidden}, file);
+      take_tensor(m, w, layer + "block_sparse_moe.output_linear.weight", {count, d, hidden}, out_file);
   const std::span<const float> a = in.f32(), b = out.f32();
   for (int64_t e = 0; e < count; ++e) {
     const std::string expert = layer + "mlp.experts." + std::to_string(e) + ".";
-    const auto put = [&](const std::string& name, std::span<const float> values, Shape shape) {
+    const auto put = [&](const std::string& name, std::span<const float> values, Shape shape,
+                         const std::string& file) {
       if (w.tensors.count(expert + name) || w.deferred.count(expert + name))
         fail(m.folder, w.file_of[expert + name] + ": unexpected tensor '" + expert + name + "' beside " +
                            layer + "block_sparse_moe's, which " + m.architecture + " splits into it");
@@ -235,10 +240,10 @@ void split_experts(Model& m, Weights& w, const std::string& layer, const nn::Lla
     };
     const std::span<const float> rows =
         a.subspan(static_cast<size_t>(e * 2 * hidden * d), static_cast<size_t>(2 * hidden * d));
-    put("gate_proj.weight", rows.first(static_cast<size_t>(hidden * d)), {hidden, d});
-    put("up_proj.weight", rows.last(static_cast<size_t>(hidden * d)), {hidden, d});
+    put("gate_proj.weight", rows.first(static_cast<size_t>(hidden * d)), {hidden, d}, in_file);
+    put("up_proj.weight", rows.last(static_cast<size_t>(hidden * d)), {hidden, d}, in_file);
     put("down_proj.weight", b.subspan(static_cast<size_t>(e * d * hidden), static_cast<size_t>(d * hidden)),
-        {d, hidden});
+        {d, hidden}, out_file);
   }
 }
 
@@ -266,11 +271,34 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, const Flavor& k
   }
 }
 
+// A hybrid's Mamba-2 blocks (Granite 4.0-H's and Bamba's mamba_* fields, time_step_limit).
+void read_mamba_blocks(const json& c, const std::string& f, nn::LlamaConfig& l) {
+  nn::Mamba2Config& b = l.mamba;
+  b.expand = field<int64_t>(c, f, "mamba_expand", 2);
+  const int64_t heads = field<int64_t>(c, f, "mamba_n_heads", 128), inner = b.expand * l.d_model;
+  if (heads <= 0 || inner % heads != 0)
+    fail(f, "config.json: mamba_n_heads " + std::to_string(heads) +
+                " does not divide mamba_expand · hidden_size = " + std::to_string(inner));
+  const bool auto_head =
+      !c.contains("mamba_d_head") || c["mamba_d_head"].is_null() || c["mamba_d_head"] == "auto";
+  b.head_dim = auto_head ? inner / heads : required(c, f, "mamba_d_head");
+  if (b.head_dim * heads != inner)
+    fail(f, "config.json: mamba_n_heads · mamba_d_head = " + std::to_string(heads * b.head_dim) +
+                " is not mamba_expand · hidden_size = " + std::to_string(inner));
+  b.groups = field<int64_t>(c, f, "mamba_n_groups", 1);
+  b.d_state = field<int64_t>(c, f, "mamba_d_state", 256);
+  b.d_conv = field<int64_t>(c, f, "mamba_d_conv", 4);
+  b.conv_bias = field<bool>(c, f, "mamba_conv_bias", true);
+  b.bias = field<bool>(c, f, "mamba_proj_bias", false);
+  read_time_step_limit(c, f, b.dt_limit_min, b.dt_limit_max);
+}
+
 // Granite 4.0-H: the layers' mixers (layer_types, or layers_block_type before transformers 5:
 // "mamba" or "linear_attention" for a Mamba-2 block, "attention" or "full_attention"; every layer
-// a block without either, as transformers), the blocks' sizes, and RoPE or no positions.
-void read_hybrid(const json& c, const std::string& f, nn::LlamaConfig& l) {
-  l.mlp_hidden = required(c, f, "shared_intermediate_size");
+// a block without either, as transformers), the shared MLP and experts, RoPE or no positions.
+void read_granite_hybrid(const json& c, const std::string& f, nn::LlamaConfig& l) {
+  l.mlp_hidden = field<int64_t>(c, f, "shared_intermediate_size", 1024);  // GraniteMoeHybridConfig's default
+  if (l.mlp_hidden <= 0) fail(f, "config.json: shared_intermediate_size must be positive");
   // Experts (block_sparse_moe) beside the shared MLP, which is then their ungated shared expert;
   // the router's softmax over the top k logits is the renormalised top k of the softmax.
   nn::LlamaConfig::Experts& x = l.experts;
@@ -292,7 +320,8 @@ void read_hybrid(const json& c, const std::string& f, nn::LlamaConfig& l) {
   if (positions != "rope" && positions != "nope")
     fail(f, "config.json: position_embedding_type \"" + positions + "\" (implemented: rope, nope)");
   l.nope = positions == "nope";
-  const char* key = c.contains("layer_types") ? "layer_types" : "layers_block_type";
+  const char* key =
+      c.contains("layer_types") && !c["layer_types"].is_null() ? "layer_types" : "layers_block_type";
   l.mamba_layers.assign(static_cast<size_t>(l.layers), true);
   if (c.contains(key) && !c[key].is_null()) {
     const json& t = c[key];
@@ -308,24 +337,25 @@ void read_hybrid(const json& c, const std::string& f, nn::LlamaConfig& l) {
       l.mamba_layers[i] = false;
     }
   }
-  nn::Mamba2Config& b = l.mamba;
-  b.expand = field<int64_t>(c, f, "mamba_expand", 2);
-  const int64_t heads = field<int64_t>(c, f, "mamba_n_heads", 128), inner = b.expand * l.d_model;
-  if (heads <= 0 || inner % heads != 0)
-    fail(f, "config.json: mamba_n_heads " + std::to_string(heads) +
-                " does not divide mamba_expand · hidden_size = " + std::to_string(inner));
-  const bool auto_head =
-      !c.contains("mamba_d_head") || c["mamba_d_head"].is_null() || c["mamba_d_head"] == "auto";
-  b.head_dim = auto_head ? inner / heads : required(c, f, "mamba_d_head");
-  if (b.head_dim * heads != inner)
-    fail(f, "config.json: mamba_n_heads · mamba_d_head = " + std::to_string(heads * b.head_dim) +
-                " is not mamba_expand · hidden_size = " + std::to_string(inner));
-  b.groups = field<int64_t>(c, f, "mamba_n_groups", 1);
-  b.d_state = field<int64_t>(c, f, "mamba_d_state", 256);
-  b.d_conv = field<int64_t>(c, f, "mamba_d_conv", 4);
-  b.conv_bias = field<bool>(c, f, "mamba_conv_bias", true);
-  b.bias = field<bool>(c, f, "mamba_proj_bias", false);
-  read_time_step_limit(c, f, b.dt_limit_min, b.dt_limit_max);
+  read_mamba_blocks(c, f, l);
+}
+
+// Bamba: a Mamba-2 block in every layer but attn_layer_indices; the attention rotates the
+// first partial_rotary_factor of each head (load_llama_family).
+void read_bamba(const json& c, const std::string& f, nn::LlamaConfig& l) {
+  l.mamba_layers.assign(static_cast<size_t>(l.layers), true);
+  if (c.contains("attn_layer_indices") && !c["attn_layer_indices"].is_null()) {
+    const json& t = c["attn_layer_indices"];
+    if (!t.is_array())
+      fail(f, "config.json: attn_layer_indices is " + t.dump() + ", expected a list of layers");
+    for (const json& i : t) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= l.layers)
+        fail(f, "config.json: attn_layer_indices holds " + i.dump() + ", not a layer of 0 … " +
+                    std::to_string(l.layers - 1));
+      l.mamba_layers[static_cast<size_t>(i.get<int64_t>())] = false;
+    }
+  }
+  read_mamba_blocks(c, f, l);
 }
 
 }  // namespace
@@ -434,6 +464,21 @@ Source granite_hybrid_source(const std::string& p) {
   return {p};
 }
 
+// Bamba's names: post_attention_layernorm is pre_ff_layernorm, the MLP feed_forward, the final
+// norm final_layernorm; the Mamba-2 blocks' conv1d is [D, 1, K] in the file.
+Source bamba_source(const std::string& p) {
+  if (p == "model.norm.weight") return {"model.final_layernorm.weight"};
+  if (p.ends_with(".mamba.conv1d.weight")) return {p, Layout::kSqueezeMiddle};
+  std::string out = p;
+  for (const auto& [ours, theirs] :
+       {std::pair<const char*, const char*>{".post_attention_layernorm.", ".pre_ff_layernorm."},
+        {".mlp.", ".feed_forward."}}) {
+    const size_t at = out.find(ours);
+    if (at != std::string::npos) out.replace(at, std::string(ours).size(), theirs);
+  }
+  return {out};
+}
+
 void read_llama_sizes(const json& c, const std::string& f, nn::LlamaConfig& l) {
   l.vocab = required(c, f, "vocab_size");
   l.d_model = required(c, f, "hidden_size");
@@ -456,7 +501,8 @@ void load_llama_family(Model& m, const json& c) {
   // always has them on q/k/v alone; Mistral and Phi-3 have none.
   l.qkv_bias = k.qwen2 && (!k.qwen2_moe || field<bool>(c, f, "qkv_bias", true));
   if (!k.qwen2 && !k.mistral && !k.phi3) l.attention_bias = field<bool>(c, f, "attention_bias", false);
-  if (m.architecture == "LlamaForCausalLM" || k.granite) l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
+  if (m.architecture == "LlamaForCausalLM" || k.granite || k.bamba)
+    l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
   l.qk_norm = k.qwen3 || k.gemma3 || k.olmo2;
   l.qk_norm_whole = k.olmo2;
   l.post_norms = k.olmo2;
@@ -524,7 +570,7 @@ void load_llama_family(Model& m, const json& c) {
   if (rope.partial != 1.0) {
     // Only Phi-3's attention rotates part of a head (transformers' Llama and the others would
     // fail on the shorter tables).
-    if (!k.phi3 || !(rope.partial > 0 && rope.partial < 1))
+    if (!(k.phi3 || k.bamba) || !(rope.partial > 0 && rope.partial < 1))
       fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) + " is implemented for " +
                   "Phi3ForCausalLM only, within (0, 1)");
     l.rotary_dim = static_cast<int64_t>(static_cast<double>(l.head_size()) * rope.partial);  // Python's int()
@@ -534,7 +580,9 @@ void load_llama_family(Model& m, const json& c) {
   }
   read_experts(c, f, k, l);
   if (k.granite_hybrid) {
-    read_hybrid(c, f, l);  // (layer_types names the mixers, not windows)
+    read_granite_hybrid(c, f, l);  // (layer_types names the mixers, not windows)
+  } else if (k.bamba) {
+    read_bamba(c, f, l);
   } else {
     const Sliding sliding = sliding_of(c, f, k, l.layers);
     l.sliding_window = sliding.window;
@@ -551,11 +599,12 @@ void load_llama_family(Model& m, const json& c) {
     fail(f,
          "config.json ties the head to the embedding, but lm_head.weight differs from "
          "model.embed_tokens.weight");
-  const bool mixtral = k.mixtral, hybrid = k.granite_hybrid;
+  const bool mixtral = k.mixtral, hybrid = k.granite_hybrid, bamba = k.bamba;
   map_weights(
       m, std::move(file),
-      [mixtral, hybrid](const std::string& p) {
+      [mixtral, hybrid, bamba](const std::string& p) {
         if (hybrid) return granite_hybrid_source(p);
+        if (bamba) return bamba_source(p);
         return mixtral ? mixtral_source(p) : Source{p};
       },
       [tied](const std::string& n) {

@@ -168,7 +168,9 @@ std::string config_json_of(const nn::MambaLMConfig& c) {
     j["num_heads"] = c.expand * c.d_model / c.head_dim;
     j["n_groups"] = c.groups;
     // transformers 5's spelling of an infinite limit (Python's json would write a bare Infinity).
-    const auto limit = [](double v) { return std::isinf(v) ? json{{"__float__", "Infinity"}} : json(v); };
+    const auto limit = [](double v) {
+      return std::isinf(v) ? json{{"__float__", v < 0 ? "-Infinity" : "Infinity"}} : json(v);
+    };
     j["time_step_limit"] = {limit(c.dt_limit_min), limit(c.dt_limit_max)};
   } else {
     j["architectures"] = {"MambaForCausalLM"};
@@ -246,6 +248,19 @@ HostTensor stack_rows(const std::vector<const HostTensor*>& parts) {
   return HostTensor::f32(std::move(out), {rows, parts.front()->shape()[1]});
 }
 
+// Every tensor of `w` into `out` under its file name (a Mamba-2 block's conv1d as [D, 1, K]).
+void renamed(std::map<std::string, HostTensor> w, std::map<std::string, HostTensor>& out,
+             Source (*source)(const std::string&)) {
+  for (auto& [name, t] : w) {
+    const Source s = source(name);
+    if (s.layout == Layout::kSqueezeMiddle) {
+      const Shape shape{t.shape()[0], 1, t.shape()[1]};
+      t = HostTensor::f32(std::move(t).f32(), shape);
+    }
+    out[s.name] = std::move(t);
+  }
+}
+
 // `parts` of `w` stacked by rows into out[fused] (and taken out of `w`).
 void fuse_rows(std::map<std::string, HostTensor>& w, std::map<std::string, HostTensor>& out,
                const std::string& fused, const std::vector<std::string>& parts) {
@@ -280,18 +295,16 @@ std::map<std::string, HostTensor> granite_hybrid_file_tensors(const Model& m,
       append(in, x + "up_proj.weight");
       append(down, x + "down_proj.weight");
     }
-    const int64_t e = c.experts.count, hidden = c.experts.hidden, d = c.d_model;
-    out[l + "block_sparse_moe.input_linear.weight"] = HostTensor::f32(std::move(in), {e, 2 * hidden, d});
-    out[l + "block_sparse_moe.output_linear.weight"] = HostTensor::f32(std::move(down), {e, d, hidden});
+    // The widths from the tensors themselves (save_adapter traces this with narrower label
+    // tensors: pretrained_adapter.cc).
+    const int64_t e = c.experts.count, in_cols = static_cast<int64_t>(in.size()) / (e * 2 * c.experts.hidden),
+                  down_cols = static_cast<int64_t>(down.size()) / (e * c.d_model);
+    out[l + "block_sparse_moe.input_linear.weight"] =
+        HostTensor::f32(std::move(in), {e, 2 * c.experts.hidden, in_cols});
+    out[l + "block_sparse_moe.output_linear.weight"] =
+        HostTensor::f32(std::move(down), {e, c.d_model, down_cols});
   }
-  for (auto& [name, t] : w) {
-    const Source s = granite_hybrid_source(name);
-    if (s.layout == Layout::kSqueezeMiddle) {
-      const Shape shape{t.shape()[0], 1, t.shape()[1]};
-      t = HostTensor::f32(std::move(t).f32(), shape);
-    }
-    out[s.name] = std::move(t);
-  }
+  renamed(std::move(w), out, granite_hybrid_source);
   return out;
 }
 
@@ -325,6 +338,10 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     }
   }
   if (m.architecture == "GraniteMoeHybridForCausalLM") return granite_hybrid_file_tensors(m, std::move(w));
+  if (m.architecture == "BambaForCausalLM") {
+    renamed(std::move(w), out, bamba_source);
+    return out;
+  }
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));
   if (const auto* bert =
           std::get_if<nn::BertConfig>(&m.config)) {  // save_pretrained's prefix: none for the bare encoder

@@ -226,18 +226,26 @@ TEST_P(OwnAdapters, ReadBackToTheSameLogits) {
   }
 }
 
-const Own kOwn[] = {{"own_phi3",
-                     "tiny_phi3",
-                     {{.targets = {"q_proj", "k_proj"}, .rank = 4, .alpha = 8},
-                      {.targets = {"gate_proj"}, .rank = 2, .alpha = 3},
-                      {.targets = {"o_proj"}, .rank = 3, .alpha = 6}}},
-                    {"own_neox", "tiny_gpt_neox", {{.targets = {"q_proj", "v_proj"}, .rank = 2, .alpha = 4}}},
-                    {"own_gpt2", "tiny_gpt2", {{.targets = {"qkv", "fc"}, .rank = 4, .alpha = 16}}},
-                    {"own_llama",
-                     "tiny_llama",
-                     {{.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8},
-                      {.targets = {"down_proj"}, .rank = 2, .alpha = 8},
-                      {.targets = {"model.layers.1.self_attn.o_proj"}, .rank = 4, .alpha = 2}}}};
+const Own kOwn[] = {
+    {"own_phi3",
+     "tiny_phi3",
+     {{.targets = {"q_proj", "k_proj"}, .rank = 4, .alpha = 8},
+      {.targets = {"gate_proj"}, .rank = 2, .alpha = 3},
+      {.targets = {"o_proj"}, .rank = 3, .alpha = 6}}},
+    {"own_neox", "tiny_gpt_neox", {{.targets = {"q_proj", "v_proj"}, .rank = 2, .alpha = 4}}},
+    // Hybrids: the attention, the Mamba-2 blocks' projections and (Granite 4.0-H
+    // with experts) the shared expert, whose gate and up the file fuses.
+    {"own_granite_moe",
+     "tiny_granite_hybrid_moe",
+     {{.targets = {"q_proj", "in_proj", "out_proj"}, .rank = 4, .alpha = 8},
+      {.targets = {"shared_expert.gate_proj"}, .rank = 2, .alpha = 3}}},
+    {"own_bamba", "tiny_bamba", {{.targets = {"v_proj", "in_proj", "up_proj"}, .rank = 2, .alpha = 4}}},
+    {"own_gpt2", "tiny_gpt2", {{.targets = {"qkv", "fc"}, .rank = 4, .alpha = 16}}},
+    {"own_llama",
+     "tiny_llama",
+     {{.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8},
+      {.targets = {"down_proj"}, .rank = 2, .alpha = 8},
+      {.targets = {"model.layers.1.self_attn.o_proj"}, .rank = 4, .alpha = 2}}}};
 
 INSTANTIATE_TEST_SUITE_P(Models, OwnAdapters, ::testing::ValuesIn(kOwn),
                          [](const ::testing::TestParamInfo<Own>& info) {

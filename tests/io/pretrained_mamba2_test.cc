@@ -1,7 +1,7 @@
 // Mamba-2 checkpoints (Mamba2ForCausalLM), the Mamba options transformers writes (in/out
 // projection biases, no conv bias, untied heads, time_step_limit) and the Granite 4.0 hybrids
-// (GraniteMoeHybridForCausalLM: Mamba-2 and attention layers), against tests/data/tiny_mamba2,
-// tiny_mamba2_tied, tiny_mamba_untied and tiny_granite_hybrid(_rope)
+// (GraniteMoeHybridForCausalLM: Mamba-2 and attention layers) and Bamba, against tests/data/tiny_mamba2,
+// tiny_mamba2_tied, tiny_mamba_untied, tiny_granite_hybrid(_rope, _moe) and tiny_bamba
 // (tests/nn/gen_hf_mamba2_golden.py, transformers 5.17):
 // the logits to 1e-4 on every backend; the loss with the ids as labels and every parameter's
 // gradient of it to 1e-4; tg::Generator's greedy tokens (one token at a time through the
@@ -27,7 +27,8 @@ using namespace tg;
 namespace fs = std::filesystem;
 
 const char* const kFolders[] = {"tiny_mamba2",         "tiny_mamba2_tied",         "tiny_mamba_untied",
-                                "tiny_granite_hybrid", "tiny_granite_hybrid_rope", "tiny_granite_hybrid_moe"};
+                                "tiny_granite_hybrid", "tiny_granite_hybrid_rope", "tiny_granite_hybrid_moe",
+                                "tiny_bamba"};
 
 std::string fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
 
@@ -149,6 +150,11 @@ TEST(Mamba2Pretrained, ReadsTheConfig) {
   EXPECT_EQ(x.hidden, 24);
   EXPECT_EQ(x.shared_hidden, 32);
   EXPECT_FALSE(x.shared_gate);
+  const pretrained::Model bamba = pretrained::load(fixture("tiny_bamba"));
+  const auto& b = std::get<nn::LlamaConfig>(bamba.config);
+  EXPECT_EQ(b.mamba_layers, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(b.rotary_dim, 4);  // half of each 8-wide head
+  EXPECT_EQ(b.mamba.groups, 2);
 }
 
 // A fresh folder under the temp directory holding a fixture's weights and `config`.

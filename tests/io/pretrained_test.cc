@@ -354,7 +354,7 @@ TEST(Pretrained, Errors) {
         "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, "
         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, "
         "Olmo3ForCausalLM, "
-        "GraniteMoeHybridForCausalLM, GPTNeoXForCausalLM, PhiForCausalLM, "
+        "GraniteMoeHybridForCausalLM, BambaForCausalLM, GPTNeoXForCausalLM, PhiForCausalLM, "
         "StableLmForCausalLM, Starcoder2ForCausalLM, "
         "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
         "BertForSequenceClassification, RobertaForSequenceClassification, BertForTokenClassification, "

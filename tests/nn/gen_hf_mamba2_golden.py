@@ -1,5 +1,6 @@
-"""tests/data/tiny_mamba2, tiny_mamba2_tied, tiny_mamba_untied and tiny_granite_hybrid(_rope): tiny
-random transformers Mamba-2, Mamba and Granite 4.0 hybrid models (save_pretrained) with the options a checkpoint may set, their logits
+"""tests/data/tiny_mamba2, tiny_mamba2_tied, tiny_mamba_untied, tiny_granite_hybrid(_rope, _moe)
+and tiny_bamba: tiny random transformers Mamba-2, Mamba and hybrid models (save_pretrained) with
+the options a checkpoint may set, their logits
 for IDS, the loss transformers computes with IDS as labels and every parameter's gradient of it
 (by the file's names), and their greedy continuation of PROMPT (transformers' cached decoding), for
 tests/io/pretrained_mamba2_test.cc. PYTHONPATH=tests/nn python3 this.py [out dir [names]]
@@ -11,11 +12,13 @@ Mamba-1 with the biases and the untied head the library used to refuse. The Gran
 (GraniteMoeHybridForCausalLM): tiny_granite_hybrid, Mamba-2 and attention layers without
 positional encoding ("nope"), Granite's multipliers, grouped-query attention and a tied head;
 tiny_granite_hybrid_rope with RoPE, B and C in 2 groups, projection biases, no conv bias and an
-untied head; tiny_granite_hybrid_moe with 4 experts (top 2) beside the shared MLP. Arguments after the out dir: the names to write (default: all)."""
+untied head; tiny_granite_hybrid_moe with 4 experts (top 2) beside the shared MLP. tiny_bamba:
+BambaForCausalLM, the same blocks under Bamba's names, with partial RoPE in its attention layer. Arguments after the out dir: the names to write (default: all)."""
 import os, sys
 import torch
-from transformers import (GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, Mamba2Config,
-                          Mamba2ForCausalLM, MambaConfig, MambaForCausalLM)
+from transformers import (BambaConfig, BambaForCausalLM, GraniteMoeHybridConfig,
+                          GraniteMoeHybridForCausalLM, Mamba2Config, Mamba2ForCausalLM, MambaConfig,
+                          MambaForCausalLM)
 from golden_file import write_safetensors
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data")
@@ -60,6 +63,12 @@ MODELS = {
         residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=3.0,
         tie_word_embeddings=True, mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1,
         mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, initializer_range=0.1)),
+    "tiny_bamba": lambda: BambaForCausalLM(BambaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=3,
+        attn_layer_indices=[1], num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=300.0, tie_word_embeddings=False,
+        mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4,
+        mamba_expand=2, mamba_chunk_size=4, initializer_range=0.1)),
 }
 ONLY = sys.argv[2:]
 # transformers 5 holds GraniteMoeHybrid's experts and router under other names than the file's.
