@@ -42,8 +42,9 @@ struct GeneratorOptions {
   Device device = Device::best();
   Precision precision = Precision::kFp32;
   /// false: no prefill program; prompts go through the decode program one token at a time.
-  /// Needed by recurrent models (nn::MambaLM), whose state a padded or repeated window would
-  /// corrupt; any model works this way, one call per prompt token.
+  /// Needed by recurrent models (nn::MambaLM, the hybrids of pretrained::Model::recurrent()),
+  /// whose state a padded or repeated window would corrupt; any model works this way, one call
+  /// per prompt token.
   bool prefill = true;
 };
 

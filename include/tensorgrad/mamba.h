@@ -61,7 +61,8 @@ class Mamba : public Module {
 ///   xBC ← silu(causal conv1d(xBC)) = [u (d_inner), B (groups·d_state), C (groups·d_state)]
 ///   y = selective scan of u with Δ = clamp(softplus(dt + dt_bias)) per head, A = −exp(A_log)
 ///       per head (one decay for the head's channels and states), B and C by group, D per head
-///   out = out_proj(RMSNorm(y · silu(z)))   (the norm over all of d_inner, weight `norm.weight`)
+///   out = out_proj(RMSNorm(y · silu(z)))   (the norm over all of d_inner, or over each of
+///                                          norm_groups groups apart; weight `norm.weight`)
 /// x [B, L, d_model] → [B, L, d_model]. Parameters: in_proj, conv1d (over xBC), dt_bias, A_log
 /// and D [heads], norm, out_proj. The scan is Mamba's selective_scan with each head's Δ, decay
 /// and skip repeated over its head_dim channels.
@@ -83,6 +84,8 @@ class Mamba2 : public Module {
  private:
   // Δ [B, heads, …] from dt: softplus(dt + dt_bias), clamped to the limits when they bind.
   Tensor clamp_dt(const Tensor& dt, Loc loc) const;
+  // RMSNorm of the gated y [..., d_inner] over all channels or per norm group, times norm.weight.
+  Tensor gated_norm(const Tensor& y, Loc loc) const;
 };
 
 struct MambaLMConfig {

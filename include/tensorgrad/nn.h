@@ -397,9 +397,14 @@ struct Mamba2Config {
   int64_t d_state = 128;
   int64_t d_conv = 4;
   int64_t expand = 2;
-  int64_t head_dim = 64;   ///< channels per head: d_inner = expand · d_model = heads · head_dim
+  int64_t head_dim = 64;   ///< channels per head: d_inner = heads · head_dim
   int64_t groups = 1;      ///< groups of B and C (n_groups); head h reads group h / (heads / groups)
   double norm_eps = 1e-5;  ///< the gated RMSNorm before out_proj
+  /// The block's channels: 0 for expand · d_model (Nemotron-H sets heads · head_dim apart).
+  int64_t d_inner = 0;
+  /// The gated RMSNorm normalises each of this many groups of channels apart (Nemotron-H's
+  /// n_groups; transformers' Mamba-2, Bamba and Granite 4.0-H normalise all: 1).
+  int64_t norm_groups = 1;
   double dt_min = 0.001, dt_max = 0.1, dt_init_floor = 1e-4;
   /// Δ clamped to [dt_limit_min, dt_limit_max] after the softplus (time_step_limit).
   double dt_limit_min = 0.0, dt_limit_max = std::numeric_limits<double>::infinity();
@@ -444,7 +449,7 @@ struct LlamaConfig {
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers = {};
   /// The MLP's gate: silu (SwiGLU), the tanh GELU (Gemma's GeGLU) or the exact (erf) GELU.
-  enum class Gate { kSilu, kGeluTanh, kGelu } gate = Gate::kSilu;
+  enum class Gate { kSilu, kGeluTanh, kGelu, kRelu2 } gate = Gate::kSilu;  // kRelu2: relu(x)² (Nemotron-H)
   /// Gemma's conventions: every RMSNorm scales by 1 + weight (its weights start at zero), and
   /// the embeddings are multiplied by √d_model rounded to f32.
   bool gemma = false;
@@ -526,6 +531,11 @@ struct LlamaConfig {
   /// conv and SSM states beside the attention layers' KV caches.
   std::vector<bool> mamba_layers = {};
   Mamba2Config mamba = {};
+  /// What each layer holds (empty: kFull in every layer). kFull: the mixer (self_attn or mamba)
+  /// then the MLP, each with its residual; kMixer: the mixer alone, kMlp: the MLP alone, each after
+  /// input_layernorm with one residual (Nemotron-H's layers, one block each).
+  enum class Block { kFull, kMixer, kMlp };
+  std::vector<Block> blocks = {};
 
   /// Each head's width: head_dim, or d_model / heads when that is 0.
   int64_t head_size() const { return head_dim != 0 ? head_dim : heads != 0 ? d_model / heads : 0; }
@@ -618,7 +628,8 @@ class Mamba2;
 /// the tokens in self_attn's place.
 class LlamaDecoderLayer : public Module {
  public:
-  LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config, bool mamba = false);
+  LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config, bool mamba = false,
+                    LlamaConfig::Block block = LlamaConfig::Block::kFull);
   ~LlamaDecoderLayer() override;
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const { return forward(x, nullptr, loc); }
   /// With `routing`, a mixture layer adds its load-balancing statistics there.
@@ -634,11 +645,13 @@ class LlamaDecoderLayer : public Module {
   std::unique_ptr<LlamaNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich_norms
   double residual_multiplier = 1.0;                                                  // Granite's
   LlamaConfig::Parallel parallel = LlamaConfig::Parallel::kNone;
+  const LlamaConfig::Block block;
 
  private:
   // Both residual adds; `normed` is input_layernorm(x), `attended` the attention's output.
   Tensor residuals(const Tensor& x, const Tensor& normed, const Tensor& attended, MoeRouting* routing,
                    Loc loc) const;
+  Tensor single(const Tensor& x, const Tensor& out, Loc loc) const;  // a one-block layer's residual
 };
 
 /// A Llama-family decoder with Hugging Face LlamaForCausalLM's parameter names, so a state

@@ -13,14 +13,15 @@
 //   MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM,
 //   Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM,
 //   Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM,
-//   GraniteMoeHybridForCausalLM, BambaForCausalLM
+//   GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM
 //                     → nn::Llama    (with the flags of nn::LlamaConfig each needs; Phi-3's fused
 //                                     qkv_proj and gate_up_proj split by rows; sliding windows
 //                                     in the layers layer_types names; longrope's context ends
 //                                     at its original one, past which transformers changes it;
 //                                     the MoE families' experts as LlamaConfig::experts,
 //                                     Mixtral's block_sparse_moe.experts.<e>.w1/w3/w2 renamed;
-//                                     the hybrids' Mamba-2 blocks as LlamaConfig::mamba_layers)
+//                                     the hybrids' Mamba-2 blocks as LlamaConfig::mamba_layers,
+//                                     Nemotron-H's one-block layers as LlamaConfig::blocks)
 //   GPTNeoXForCausalLM, PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM
 //                     → nn::Llama    (LlamaConfig::layer_norm; GPT-NeoX's query_key_value split
 //                                     per head; its, Phi's and StarCoder 2's MLP without a

@@ -511,6 +511,7 @@ const std::vector<Family>& families() {
       {"Olmo3ForCausalLM", "olmo3", load_llama_family},
       {"GraniteMoeHybridForCausalLM", "granitemoehybrid", load_llama_family},
       {"BambaForCausalLM", "bamba", load_llama_family},
+      {"NemotronHForCausalLM", "nemotron_h", load_llama_family},
       {"GPTNeoXForCausalLM", "gpt_neox", load_layernorm_family},
       {"PhiForCausalLM", "phi", load_layernorm_family},
       {"StableLmForCausalLM", "stablelm", load_layernorm_family},

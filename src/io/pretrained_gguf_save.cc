@@ -37,7 +37,7 @@ std::string inexpressible(const nn::LlamaConfig& l, const std::string& arch) {
       {l.rotary_dim != 0, "a partial rotation"},
       {l.post_norms || l.qk_norm_whole, "OLMo's norms"},
       {l.attention_softcap != 0 || l.logit_softcap != 0, "soft caps"},
-      {l.gate != G::kSilu, "a GELU gate"},
+      {l.gate != G::kSilu, "a gate other than SiLU"},
       {l.mlp_bias || l.head_bias, "MLP or head biases"},
       {l.embedding_multiplier != 1 || l.residual_multiplier != 1 || l.logits_scaling != 1 ||
            l.attention_scale != 0,
@@ -45,6 +45,7 @@ std::string inexpressible(const nn::LlamaConfig& l, const std::string& arch) {
       {l.rope_local_theta != 0, "a second RoPE base"},
       {l.qk_norm && arch != "qwen3", "q/k norms outside qwen3"},
       {l.nope, "attention without positions (nope)"},
+      {!l.blocks.empty(), "one-block layers (Nemotron-H)"},
       {std::find(l.mamba_layers.begin(), l.mamba_layers.end(), true) != l.mamba_layers.end(),
        "Mamba-2 layers"},
       {l.attention_bias && arch == "qwen3", "attention biases in qwen3"},

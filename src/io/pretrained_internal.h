@@ -138,6 +138,8 @@ Source mixtral_source(const std::string& p);
 Source granite_hybrid_source(const std::string& p);
 /// Bamba's file name of an nn::Llama parameter.
 Source bamba_source(const std::string& p);
+/// Nemotron-H's file name of an nn::Llama parameter.
+Source nemotron_h_source(const std::string& p);
 /// A 2-D f32 tensor transposed.
 HostTensor transpose2d(const HostTensor& t);
 /// config.json's text for a configuration of the library's own (pretrained_save.cc).

@@ -30,6 +30,9 @@
 //                       their ungated shared expert.
 //   BambaForCausalLM    the same blocks (in every layer but attn_layer_indices) under Bamba's
 //                       names (pre_ff_layernorm, feed_forward, final_layernorm), partial RoPE.
+//   NemotronHForCausalLM one block a layer (LlamaConfig::blocks: a Mamba-2 block with its norm
+//                       per group, attention without RoPE, or a squared-ReLU MLP) under
+//                       backbone.layers.<i>.{norm, mixer}.
 // RoPE: the plain rotation, or rope_type linear, llama3, yarn or longrope (tg::RopeScaling),
 // computed as transformers 5 computes it; longrope caps the context at the original one (past
 // it transformers changes the frequencies). dynamic is refused.
@@ -51,7 +54,7 @@ struct Flavor {
   bool gemma1 = false, gemma2 = false, gemma3 = false;
   bool mixtral = false, qwen2_moe = false, qwen3_moe = false;
   bool granite = false, olmo2 = false, olmo3 = false, granite_hybrid = false, bamba = false;
-  bool hybrid() const { return granite_hybrid || bamba; }
+  bool nemotron_h = false;
   bool gemma() const { return gemma1 || gemma2 || gemma3; }
 };
 
@@ -75,7 +78,8 @@ Flavor flavor_of(const std::string& architecture) {
           .olmo2 = architecture == "Olmo2ForCausalLM" || architecture == "Olmo3ForCausalLM",
           .olmo3 = architecture == "Olmo3ForCausalLM",
           .granite_hybrid = architecture == "GraniteMoeHybridForCausalLM",
-          .bamba = architecture == "BambaForCausalLM"};
+          .bamba = architecture == "BambaForCausalLM",
+          .nemotron_h = architecture == "NemotronHForCausalLM"};
 }
 
 // The experts: Mixtral's num_local_experts in every layer (always renormalised); Qwen-MoE's
@@ -358,6 +362,59 @@ void read_bamba(const json& c, const std::string& f, nn::LlamaConfig& l) {
   read_mamba_blocks(c, f, l);
 }
 
+// Nemotron-H: one block a layer (layers_block_type, or hybrid_override_pattern before
+// transformers 5: "M" a Mamba-2 block, "*" attention, "-" the MLP; mixtures of experts, "moe" or
+// "E", are refused), attention without RoPE, the blocks' channels mamba_num_heads ·
+// mamba_head_dim with their norm per group, Δ at least time_step_min.
+void read_nemotron_h(const json& c, const std::string& f, nn::LlamaConfig& l) {
+  using B = nn::LlamaConfig::Block;
+  l.nope = true;
+  l.gated_mlp = false;
+  l.mamba_layers.assign(static_cast<size_t>(l.layers), false);
+  l.blocks.assign(static_cast<size_t>(l.layers), B::kMixer);
+  std::vector<std::string> kinds;
+  if (c.contains("layers_block_type") && c["layers_block_type"].is_array()) {
+    for (const json& e : c["layers_block_type"])
+      kinds.push_back(e.is_string() ? e.get<std::string>() : e.dump());
+  } else if (c.contains("hybrid_override_pattern") && c["hybrid_override_pattern"].is_string()) {
+    for (const char ch : c["hybrid_override_pattern"].get<std::string>())
+      kinds.push_back(ch == 'M'   ? "linear_attention"
+                      : ch == '*' ? "full_attention"
+                      : ch == '-' ? "mlp"
+                      : ch == 'E' ? "moe"
+                                  : std::string(1, ch));
+  } else {
+    fail(f, "config.json has neither layers_block_type nor hybrid_override_pattern");
+  }
+  if (static_cast<int64_t>(kinds.size()) != l.layers)
+    fail(f, "config.json names " + std::to_string(kinds.size()) + " layer types for " +
+                std::to_string(l.layers) + " layers");
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == "linear_attention" || kinds[i] == "mamba") {
+      l.mamba_layers[i] = true;
+    } else if (kinds[i] == "mlp") {
+      l.blocks[i] = B::kMlp;
+    } else if (kinds[i] != "full_attention" && kinds[i] != "attention") {
+      fail(f, "config.json: layer " + std::to_string(i) + " is \"" + kinds[i] +
+                  "\" (implemented: linear_attention, full_attention, mlp; not the mixtures of experts)");
+    }
+  }
+  const std::string act = field<std::string>(c, f, "mamba_hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    fail(f, "config.json: mamba_hidden_act \"" + act + "\" (implemented: silu)");
+  nn::Mamba2Config& b = l.mamba;
+  const int64_t heads = required(c, f, "mamba_num_heads");
+  b.head_dim = required(c, f, "mamba_head_dim");
+  b.d_inner = heads * b.head_dim;
+  b.groups = field<int64_t>(c, f, "n_groups", 8);
+  b.norm_groups = b.groups;
+  b.d_state = field<int64_t>(c, f, "ssm_state_size", 128);
+  b.d_conv = field<int64_t>(c, f, "conv_kernel", 4);
+  b.conv_bias = field<bool>(c, f, "use_conv_bias", true);
+  b.bias = field<bool>(c, f, "use_bias", false);
+  b.dt_limit_min = field<double>(c, f, "time_step_min", 0.001);  // transformers' mixer: (min, ∞)
+}
+
 }  // namespace
 
 // rope_scaling (transformers 4.x) or rope_parameters (5.x): the base and the rescaling.
@@ -479,6 +536,23 @@ Source bamba_source(const std::string& p) {
   return {out};
 }
 
+// Nemotron-H's names: backbone.embeddings, backbone.layers.<i>.norm and .mixer (whatever the
+// block: self_attn, mamba or mlp here), backbone.norm_f; the Mamba-2 blocks' conv1d [D, 1, K].
+Source nemotron_h_source(const std::string& p) {
+  if (p == "model.embed_tokens.weight") return {"backbone.embeddings.weight"};
+  if (p == "model.norm.weight") return {"backbone.norm_f.weight"};
+  if (!p.starts_with("model.layers.")) return {p};
+  std::string out = "backbone." + p.substr(6);
+  for (const auto& [ours, theirs] : {std::pair<const char*, const char*>{".input_layernorm.", ".norm."},
+                                     {".self_attn.", ".mixer."},
+                                     {".mamba.", ".mixer."},
+                                     {".mlp.", ".mixer."}}) {
+    const size_t at = out.find(ours);
+    if (at != std::string::npos) out.replace(at, std::string(ours).size(), theirs);
+  }
+  return {out, p.ends_with(".mamba.conv1d.weight") ? Layout::kSqueezeMiddle : Layout::kSame};
+}
+
 void read_llama_sizes(const json& c, const std::string& f, nn::LlamaConfig& l) {
   l.vocab = required(c, f, "vocab_size");
   l.d_model = required(c, f, "hidden_size");
@@ -487,21 +561,35 @@ void read_llama_sizes(const json& c, const std::string& f, nn::LlamaConfig& l) {
   l.heads = required(c, f, "num_attention_heads");
 }
 
-void load_llama_family(Model& m, const json& c) {
+void load_llama_family(Model& m, const json& config) {
   const std::string& f = m.folder;
   const Flavor k = flavor_of(m.architecture);
+  // transformers 5 writes Nemotron-H's config without num_hidden_layers: its layer list says.
+  json counted;
+  if (k.nemotron_h && !config.contains("num_hidden_layers")) {
+    counted = config;
+    if (config.contains("layers_block_type") && config["layers_block_type"].is_array())
+      counted["num_hidden_layers"] = config["layers_block_type"].size();
+    else if (config.contains("hybrid_override_pattern") && config["hybrid_override_pattern"].is_string())
+      counted["num_hidden_layers"] = config["hybrid_override_pattern"].get<std::string>().size();
+  }
+  const json& c = counted.is_null() ? config : counted;
   nn::LlamaConfig l;
   read_llama_sizes(c, f, l);
   l.kv_heads = field<int64_t>(c, f, "num_key_value_heads", l.heads);
   const int64_t max_positions = required(c, f, "max_position_embeddings");
   // The families' defaults: 1e-5 for Phi-3, Mixtral and OLMo, 1e-6 for the rest.
-  l.rms_eps = field<double>(c, f, "rms_norm_eps", k.phi3 || k.mixtral || k.olmo2 ? 1e-5 : 1e-6);
+  l.rms_eps = k.nemotron_h
+                  ? field<double>(c, f, "layer_norm_epsilon", 1e-5)
+                  : field<double>(c, f, "rms_norm_eps", k.phi3 || k.mixtral || k.olmo2 ? 1e-5 : 1e-6);
   l.tied_head = field<bool>(c, f, "tie_word_embeddings", k.gemma());
   // Biases: Llama's attention_bias puts them on q/k/v/o (so do Qwen3's and Gemma's); Qwen2
   // always has them on q/k/v alone; Mistral and Phi-3 have none.
   l.qkv_bias = k.qwen2 && (!k.qwen2_moe || field<bool>(c, f, "qkv_bias", true));
-  if (!k.qwen2 && !k.mistral && !k.phi3) l.attention_bias = field<bool>(c, f, "attention_bias", false);
-  if (m.architecture == "LlamaForCausalLM" || k.granite || k.bamba)
+  // (Nemotron-H's attention has none, whatever attention_bias says: transformers builds it so.)
+  if (!k.qwen2 && !k.mistral && !k.phi3 && !k.nemotron_h)
+    l.attention_bias = field<bool>(c, f, "attention_bias", false);
+  if (m.architecture == "LlamaForCausalLM" || k.granite || k.bamba || k.nemotron_h)
     l.mlp_bias = field<bool>(c, f, "mlp_bias", false);
   l.qk_norm = k.qwen3 || k.gemma3 || k.olmo2;
   l.qk_norm_whole = k.olmo2;
@@ -540,7 +628,7 @@ void load_llama_family(Model& m, const json& c) {
   const bool activation_key =
       k.gemma2 || k.gemma3 ||
       (k.gemma1 && c.contains("hidden_activation") && !c["hidden_activation"].is_null());
-  const char* act_key = activation_key ? "hidden_activation" : "hidden_act";
+  const char* act_key = activation_key ? "hidden_activation" : k.nemotron_h ? "mlp_hidden_act" : "hidden_act";
   const std::string act = field<std::string>(c, f, act_key, k.gemma() ? "gelu_pytorch_tanh" : "silu");
   using Gate = nn::LlamaConfig::Gate;
   if (act == "silu") {
@@ -549,9 +637,11 @@ void load_llama_family(Model& m, const json& c) {
     l.gate = Gate::kGeluTanh;
   } else if (act == "gelu") {
     l.gate = Gate::kGelu;
+  } else if (act == "relu2") {
+    l.gate = Gate::kRelu2;
   } else {
     fail(f, std::string("config.json: ") + act_key + " \"" + act +
-                "\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
+                "\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new, relu2)");
   }
   // head_dim: given, else the family's default (Qwen3's 128, Gemma's 256), else hidden / heads.
   if (c.contains("head_dim") && !c["head_dim"].is_null()) {
@@ -583,6 +673,8 @@ void load_llama_family(Model& m, const json& c) {
     read_granite_hybrid(c, f, l);  // (layer_types names the mixers, not windows)
   } else if (k.bamba) {
     read_bamba(c, f, l);
+  } else if (k.nemotron_h) {
+    read_nemotron_h(c, f, l);
   } else {
     const Sliding sliding = sliding_of(c, f, k, l.layers);
     l.sliding_window = sliding.window;
@@ -599,12 +691,13 @@ void load_llama_family(Model& m, const json& c) {
     fail(f,
          "config.json ties the head to the embedding, but lm_head.weight differs from "
          "model.embed_tokens.weight");
-  const bool mixtral = k.mixtral, hybrid = k.granite_hybrid, bamba = k.bamba;
+  const bool mixtral = k.mixtral, hybrid = k.granite_hybrid, bamba = k.bamba, nemotron = k.nemotron_h;
   map_weights(
       m, std::move(file),
-      [mixtral, hybrid, bamba](const std::string& p) {
+      [mixtral, hybrid, bamba, nemotron](const std::string& p) {
         if (hybrid) return granite_hybrid_source(p);
         if (bamba) return bamba_source(p);
+        if (nemotron) return nemotron_h_source(p);
         return mixtral ? mixtral_source(p) : Source{p};
       },
       [tied](const std::string& n) {

@@ -75,7 +75,7 @@ std::string config_json_of(const nn::LlamaConfig& c) {
   const auto refuse_if = [&](bool set, const char* what) {
     if (set) cannot(arch, what);
   };
-  refuse_if(c.gate != nn::LlamaConfig::Gate::kSilu, "a GELU gate (gate)");
+  refuse_if(c.gate != nn::LlamaConfig::Gate::kSilu, "a gate other than SiLU (gate)");
   refuse_if(c.qkv_bias, "biases on q/k/v alone (qkv_bias: Qwen2)");
   refuse_if(c.qk_norm, "q/k norms (qk_norm: Qwen3, Gemma 3)");
   refuse_if(c.gemma, "Gemma's (1 + w) norms and scaled embeddings (gemma)");
@@ -93,6 +93,7 @@ std::string config_json_of(const nn::LlamaConfig& c) {
   refuse_if(c.parallel != nn::LlamaConfig::Parallel::kNone, "a parallel layer (parallel)");
   refuse_if(c.head_bias, "a bias on lm_head (head_bias: Phi)");
   refuse_if(c.nope, "attention without positions (nope)");
+  refuse_if(!c.blocks.empty(), "one-block layers (blocks: Nemotron-H)");
   refuse_if(std::find(c.mamba_layers.begin(), c.mamba_layers.end(), true) != c.mamba_layers.end(),
             "Mamba-2 layers (mamba_layers: Granite 4.0-H)");
   const int64_t hd = c.head_size();
@@ -338,8 +339,8 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     }
   }
   if (m.architecture == "GraniteMoeHybridForCausalLM") return granite_hybrid_file_tensors(m, std::move(w));
-  if (m.architecture == "BambaForCausalLM") {
-    renamed(std::move(w), out, bamba_source);
+  if (m.architecture == "BambaForCausalLM" || m.architecture == "NemotronHForCausalLM") {
+    renamed(std::move(w), out, m.architecture == "BambaForCausalLM" ? bamba_source : nemotron_h_source);
     return out;
   }
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));

@@ -127,9 +127,16 @@ LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c, int64
 namespace {
 
 Tensor activate(LlamaConfig::Gate gate, const Tensor& g, const Loc& loc) {
-  return gate == LlamaConfig::Gate::kSilu       ? silu(g, loc)
-         : gate == LlamaConfig::Gate::kGeluTanh ? gelu(g, GeluApprox::kTanh, loc)
-                                                : gelu(g, GeluApprox::kErf, loc);
+  switch (gate) {
+    case LlamaConfig::Gate::kSilu: return silu(g, loc);
+    case LlamaConfig::Gate::kGeluTanh: return gelu(g, GeluApprox::kTanh, loc);
+    case LlamaConfig::Gate::kGelu: return gelu(g, GeluApprox::kErf, loc);
+    case LlamaConfig::Gate::kRelu2: {
+      const Tensor r = relu(g, loc);
+      return mul(r, r, loc);
+    }
+  }
+  return g;
 }
 
 }  // namespace
@@ -243,9 +250,16 @@ Tensor LlamaMoe::sorted(const Tensor& x, const Tensor& choice, const Tensor& wei
       out_shape, loc);
 }
 
-LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c, bool with_mamba)
-    : Module(parent, std::move(name)) {
+LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& c, bool with_mamba,
+                                     LlamaConfig::Block block)
+    : Module(parent, std::move(name)), block(block) {
   if (!c.post_norms) input_layernorm = std::make_unique<LlamaNorm>(*this, "input_layernorm", c.d_model, c);
+  residual_multiplier = c.residual_multiplier;
+  parallel = c.parallel;
+  if (block == LlamaConfig::Block::kMlp) {  // one block: the MLP after input_layernorm
+    mlp = std::make_unique<LlamaMlp>(*this, "mlp", c);
+    return;
+  }
   if (with_mamba) {
     Mamba2Config m = c.mamba;
     m.d_model = c.d_model;
@@ -254,6 +268,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const Lla
   } else {
     self_attn = std::make_unique<LlamaAttention>(*this, "self_attn", c);
   }
+  if (block == LlamaConfig::Block::kMixer) return;  // one block: the mixer after input_layernorm
   if (c.parallel != LlamaConfig::Parallel::kShared)
     post_attention_layernorm = std::make_unique<LlamaNorm>(*this, "post_attention_layernorm", c.d_model, c);
   if (c.experts.count > 0)
@@ -265,8 +280,6 @@ LlamaDecoderLayer::LlamaDecoderLayer(Module& parent, std::string name, const Lla
   if (c.sandwich_norms || c.post_norms)
     post_feedforward_layernorm =
         std::make_unique<LlamaNorm>(*this, "post_feedforward_layernorm", c.d_model, c);
-  residual_multiplier = c.residual_multiplier;
-  parallel = c.parallel;
 }
 
 // Llama: h = x + attn, out = h + mlp(post_attention_layernorm(h)). Sandwich (Gemma 2, 3):
@@ -297,17 +310,26 @@ Tensor LlamaDecoderLayer::residuals(const Tensor& x, const Tensor& normed, const
 
 LlamaDecoderLayer::~LlamaDecoderLayer() = default;
 
+// A one-block layer (Nemotron-H): x + block(input_layernorm(x)).
+Tensor LlamaDecoderLayer::single(const Tensor& x, const Tensor& out, Loc loc) const {
+  return add(x, residual_multiplier == 1.0 ? out : mul(out, residual_multiplier, loc), loc);
+}
+
 Tensor LlamaDecoderLayer::forward(const Tensor& x, MoeRouting* routing, Loc loc) const {
   const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
-  return residuals(x, normed, mamba ? (*mamba)(normed, loc) : (*self_attn)(normed, loc), routing, loc);
+  if (block == LlamaConfig::Block::kMlp) return single(x, (*mlp)(normed, loc), loc);
+  const Tensor mixed = mamba ? (*mamba)(normed, loc) : (*self_attn)(normed, loc);
+  if (block == LlamaConfig::Block::kMixer) return single(x, mixed, loc);
+  return residuals(x, normed, mixed, routing, loc);
 }
 
 // A Mamba-2 block steps its states by the one token (Llama::logits_cached checks T = 1).
 Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
   const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
-  return residuals(x, normed,
-                   mamba ? mamba->step(normed, loc) : self_attn->cached(normed, pos, cache_len, loc), nullptr,
-                   loc);
+  if (block == LlamaConfig::Block::kMlp) return single(x, (*mlp)(normed, loc), loc);
+  const Tensor mixed = mamba ? mamba->step(normed, loc) : self_attn->cached(normed, pos, cache_len, loc);
+  if (block == LlamaConfig::Block::kMixer) return single(x, mixed, loc);
+  return residuals(x, normed, mixed, nullptr, loc);
 }
 
 Llama::Llama(LlamaConfig c) : config(c) { build(); }
@@ -366,6 +388,11 @@ void Llama::build() {
                      "and moe_layers empty or one flag per layer (" + std::to_string(c.layers) +
                      "); got count " + std::to_string(x.count) + ", top_k " + std::to_string(x.top_k) + ", " +
                      std::to_string(c.moe_layers.size()) + " moe_layers");
+  if (!c.blocks.empty() && static_cast<int64_t>(c.blocks.size()) != c.layers)
+    throw ShapeError(where + ": blocks must be empty or one per layer (" + std::to_string(c.layers) +
+                     "), got " + std::to_string(c.blocks.size()));
+  if (!c.blocks.empty() && (c.sandwich_norms || c.post_norms || c.parallel != LlamaConfig::Parallel::kNone))
+    throw ShapeError(where + ": one-block layers (blocks) have no sandwich_norms, post_norms or parallel");
   if (!c.mamba_layers.empty() && static_cast<int64_t>(c.mamba_layers.size()) != c.layers)
     throw ShapeError(where + ": mamba_layers must be empty or one flag per layer (" +
                      std::to_string(c.layers) + "), got " + std::to_string(c.mamba_layers.size()));
@@ -378,8 +405,10 @@ void Llama::build() {
       layer.rope_scaling = {};
     }
     const bool mamba = !c.mamba_layers.empty() && c.mamba_layers[static_cast<size_t>(i)];
+    const LlamaConfig::Block block =
+        c.blocks.empty() ? LlamaConfig::Block::kFull : c.blocks[static_cast<size_t>(i)];
     layers_.push_back(
-        std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), layer, mamba));
+        std::make_unique<LlamaDecoderLayer>(*this, "model.layers." + std::to_string(i), layer, mamba, block));
   }
   norm_ = std::make_unique<LlamaNorm>(*this, "model.norm", c.d_model, c);
   if (!c.tied_head)

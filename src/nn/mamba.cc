@@ -49,10 +49,14 @@ Init out_proj_init(int64_t fan_in, int64_t layers) {
 Mamba2Config checked(Mamba2Config c) {
   if (c.d_model <= 0 || c.d_state <= 0 || c.d_conv <= 0 || c.expand <= 0 || c.head_dim <= 0 || c.groups <= 0)
     throw Error("[Mamba2] d_model, d_state, d_conv, expand, head_dim and groups must be positive");
-  const int64_t inner = c.expand * c.d_model;
+  if (c.d_inner < 0 || c.norm_groups <= 0) throw Error("[Mamba2] needs d_inner >= 0 and norm_groups > 0");
+  const int64_t inner = c.d_inner > 0 ? c.d_inner : c.expand * c.d_model;
   if (inner % c.head_dim != 0)
-    throw Error("[Mamba2] d_inner = expand · d_model = " + std::to_string(inner) +
-                " is not a multiple of head_dim " + std::to_string(c.head_dim));
+    throw Error("[Mamba2] d_inner " + std::to_string(inner) + " is not a multiple of head_dim " +
+                std::to_string(c.head_dim));
+  if (inner % c.norm_groups != 0)
+    throw Error("[Mamba2] d_inner " + std::to_string(inner) + " does not split into " +
+                std::to_string(c.norm_groups) + " norm groups");
   if ((inner / c.head_dim) % c.groups != 0)
     throw Error("[Mamba2] " + std::to_string(inner / c.head_dim) + " heads do not split into " +
                 std::to_string(c.groups) + " groups");
@@ -165,9 +169,9 @@ Tensor Mamba::step(const Tensor& x, Loc loc) const {
 Mamba2::Mamba2(Module& parent, std::string name, Mamba2Config c)
     : Module(parent, std::move(name)),
       config(checked(c)),
-      d_inner(c.expand * c.d_model),
-      heads(c.expand * c.d_model / c.head_dim),
-      conv_channels(c.expand * c.d_model + 2 * c.groups * c.d_state),
+      d_inner(c.d_inner > 0 ? c.d_inner : c.expand * c.d_model),
+      heads(d_inner / c.head_dim),
+      conv_channels(d_inner + 2 * c.groups * c.d_state),
       in_proj(*this, "in_proj", c.d_model, 2 * d_inner + 2 * c.groups * c.d_state + heads, {.bias = c.bias}),
       conv1d(*this, "conv1d", conv_channels, c.d_conv, c.conv_bias),
       dt_bias(*this, "dt_bias", {heads}, dt_bias_init(c), {.decay = false}),
@@ -189,6 +193,17 @@ Tensor Mamba2::clamp_dt(const Tensor& dt, Loc loc) const {
   // softplus is ≥ 0: a lower limit ≤ 0 and an infinite upper one change nothing.
   if (config.dt_limit_min <= 0 && std::isinf(config.dt_limit_max)) return delta;
   return clamp(delta, config.dt_limit_min, config.dt_limit_max, loc);
+}
+
+Tensor Mamba2::gated_norm(const Tensor& y, Loc loc) const {
+  if (config.norm_groups == 1) return norm(y, loc);
+  Shape grouped = y.shape();  // [..., d_inner] → [..., groups, d_inner / groups]
+  grouped.back() = config.norm_groups;
+  grouped.push_back(d_inner / config.norm_groups);
+  const Tensor t = reshape(y, grouped, loc);
+  const Tensor scaled =
+      mul(t, rsqrt(add(mean(mul(t, t, loc), {-1}, true, loc), config.norm_eps, loc), loc), loc);
+  return mul(reshape(scaled, y.shape(), loc), norm.weight.tensor(loc), loc);
 }
 
 Tensor Mamba2::operator()(const Tensor& x, Loc loc) const {
@@ -219,7 +234,7 @@ Tensor Mamba2::operator()(const Tensor& x, Loc loc) const {
       {di, n}, loc);
   const SelectiveScanResult s =
       selective_scan(u, delta, A, Bm, Cm, {.D = per_channel(D.tensor(loc)), .z = z}, loc);
-  return out_proj(norm(permute(s.y, {0, 2, 1}, loc), loc), loc);
+  return out_proj(gated_norm(permute(s.y, {0, 2, 1}, loc), loc), loc);
 }
 
 Tensor Mamba2::step(const Tensor& x, Loc loc) const {
@@ -249,7 +264,7 @@ Tensor Mamba2::step(const Tensor& x, Loc loc) const {
   Tensor y = sum(mul(h_new, Cm, loc), {4}, false, loc);  // [B, g, hg, p]
   y = add(y, mul(reshape(u, {batch, g, hg, p}, loc), reshape(D.tensor(loc), {g, hg, 1}, loc), loc), loc);
   y = mul(reshape(y, {batch, di}, loc), silu(z, loc), loc);
-  return reshape(out_proj(norm(y, loc), loc), {batch, 1, config.d_model}, loc);
+  return reshape(out_proj(gated_norm(y, loc), loc), {batch, 1, config.d_model}, loc);
 }
 
 MambaLM::Layer::Layer(Module& parent, std::string name, const MambaLMConfig& c, int64_t layers)

@@ -151,7 +151,7 @@ TEST(PretrainedErrors, UnsupportedArchitecture) {
       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
       "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, "
       "Qwen3MoeForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, "
-      "GraniteMoeHybridForCausalLM, BambaForCausalLM, GPTNeoXForCausalLM, "
+      "GraniteMoeHybridForCausalLM, BambaForCausalLM, NemotronHForCausalLM, GPTNeoXForCausalLM, "
       "PhiForCausalLM, StableLmForCausalLM, Starcoder2ForCausalLM, "
       "GPT2LMHeadModel, BertModel, BertForMaskedLM, RobertaModel, RobertaForMaskedLM, "
       "BertForSequenceClassification, RobertaForSequenceClassification, BertForTokenClassification, "

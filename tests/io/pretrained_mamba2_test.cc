@@ -1,12 +1,11 @@
 // Mamba-2 checkpoints (Mamba2ForCausalLM), the Mamba options transformers writes (in/out
 // projection biases, no conv bias, untied heads, time_step_limit) and the Granite 4.0 hybrids
-// (GraniteMoeHybridForCausalLM: Mamba-2 and attention layers) and Bamba, against tests/data/tiny_mamba2,
-// tiny_mamba2_tied, tiny_mamba_untied, tiny_granite_hybrid(_rope, _moe) and tiny_bamba
-// (tests/nn/gen_hf_mamba2_golden.py, transformers 5.17):
-// the logits to 1e-4 on every backend; the loss with the ids as labels and every parameter's
-// gradient of it to 1e-4; tg::Generator's greedy tokens (one token at a time through the
-// states) equal transformers' cached generate; and the errors of configs the library cannot build.
-// (pretrained_save_test writes the folders back byte for byte.)
+// (GraniteMoeHybridForCausalLM: Mamba-2 and attention layers), Bamba and Nemotron-H, against
+// tests/data/tiny_mamba2, tiny_mamba2_tied, tiny_mamba_untied, tiny_granite_hybrid(_rope, _moe), tiny_bamba
+// and tiny_nemotron_h (tests/nn/gen_hf_mamba2_golden.py, transformers 5.17): the logits to 1e-4 on every
+// backend; the loss with the ids as labels and every parameter's gradient of it to 1e-4; tg::Generator's
+// greedy tokens (one token at a time through the states) equal transformers' cached generate; and the errors
+// of configs the library cannot build. (pretrained_save_test writes the folders back byte for byte.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,7 +27,7 @@ namespace fs = std::filesystem;
 
 const char* const kFolders[] = {"tiny_mamba2",         "tiny_mamba2_tied",         "tiny_mamba_untied",
                                 "tiny_granite_hybrid", "tiny_granite_hybrid_rope", "tiny_granite_hybrid_moe",
-                                "tiny_bamba"};
+                                "tiny_bamba",          "tiny_nemotron_h"};
 
 std::string fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
 
@@ -117,6 +116,33 @@ TEST_P(Mamba2Pretrained, GreedyTokensEqualTransformersGenerate) {
   }
 }
 
+// The hybrids held in bf16 and in 8 bits (their Mamba-2 blocks' in_proj/out_proj quantized, the
+// conv and the vectors as they are held) give transformers' f32 logits to the rounding, and
+// decode through their states.
+TEST_P(Mamba2Pretrained, HybridsHeldInHalfAndEightBits) {
+  for (const std::string name : {"tiny_granite_hybrid_moe", "tiny_nemotron_h"}) {
+    const auto golden = read_safetensors(fixture(name) + "/logits.safetensors");
+    const HostTensor& ids = golden.at("ids");
+    for (const DType dtype : {DType::kBF16, DType::kI8}) {
+      SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)));
+      const pretrained::Model lm = pretrained::load(fixture(name), {.dtype = dtype});
+      Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
+                                  {.inputs = {{"ids", ids.shape(), DType::kI32}},
+                                   .device = GetParam(),
+                                   .precision = Precision::kBf16});
+      lm.upload(p);
+      const double d = tg::testing::rel_diff(p.run({{"ids", ids.i32()}}).f32(), golden.at("logits").f32());
+      EXPECT_LT(d, 3e-2);
+      std::printf("  %s %s on %s: relative logit difference to transformers' f32 %.2e\n", name.c_str(),
+                  dtype_name(dtype), GetParam().str().c_str(), d);
+      Generator gen(*lm.module, lm.step(),
+                    {.cache_len = 16, .device = GetParam(), .precision = Precision::kBf16, .prefill = false});
+      lm.upload(gen.decode());
+      EXPECT_EQ(gen.generate(std::vector<int32_t>{3, 17, 42}, {.max_new_tokens = 4}).size(), 4u);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, Mamba2Pretrained, ::testing::ValuesIn(tg::testing::all_devices()),
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
@@ -155,6 +181,16 @@ TEST(Mamba2Pretrained, ReadsTheConfig) {
   EXPECT_EQ(b.mamba_layers, (std::vector<bool>{true, false, true}));
   EXPECT_EQ(b.rotary_dim, 4);  // half of each 8-wide head
   EXPECT_EQ(b.mamba.groups, 2);
+  const pretrained::Model nemotron = pretrained::load(fixture("tiny_nemotron_h"));
+  const auto& n = std::get<nn::LlamaConfig>(nemotron.config);
+  using B = nn::LlamaConfig::Block;
+  EXPECT_EQ(n.blocks, (std::vector<B>{B::kMixer, B::kMixer, B::kMlp, B::kMixer, B::kMlp}));
+  EXPECT_EQ(n.mamba_layers, (std::vector<bool>{true, false, false, true, false}));
+  EXPECT_EQ(n.mamba.d_inner, 48);
+  EXPECT_EQ(n.mamba.norm_groups, 2);
+  EXPECT_EQ(n.mamba.dt_limit_min, 0.02);
+  EXPECT_TRUE(n.nope);
+  EXPECT_EQ(n.gate, nn::LlamaConfig::Gate::kRelu2);
 }
 
 // A fresh folder under the temp directory holding a fixture's weights and `config`.
@@ -226,6 +262,21 @@ TEST(Mamba2Pretrained, Errors) {
       replaced(replaced(granite, "\"full_attention\"", "\"mamba\""), "\"linear_attention\"", "\"attention\""),
       "\"linear_attention\"", "\"attention\"");
   has(hybrid_error(swapped), "no tensor 'model.layers.0.self_attn.q_proj.weight'");
+
+  const std::string nemotron = slurp(fixture("tiny_nemotron_h") + "/config.json");
+  has(error(replaced(nemotron, "\"mlp\",\n    \"linear_attention\"", "\"moe\",\n    \"linear_attention\""),
+            "tiny_nemotron_h"),
+      "layer 2 is \"moe\" (implemented: linear_attention, full_attention, mlp; not the mixtures of experts)");
+  // transformers 4's hybrid_override_pattern in place of the list reads the same layers.
+  {
+    std::string pattern = nemotron;
+    const size_t from = pattern.find("\"layers_block_type\"");
+    const size_t to = pattern.find("]", from) + 1;
+    pattern.replace(from, to - from, "\"hybrid_override_pattern\": \"M*-M-\"");
+    const Folder dir(pattern, "tiny_nemotron_h");
+    EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(dir.path.string()).config).blocks,
+              std::get<nn::LlamaConfig>(pretrained::load(fixture("tiny_nemotron_h")).config).blocks);
+  }
 }
 
 }  // namespace

@@ -13,12 +13,15 @@ Mamba-1 with the biases and the untied head the library used to refuse. The Gran
 positional encoding ("nope"), Granite's multipliers, grouped-query attention and a tied head;
 tiny_granite_hybrid_rope with RoPE, B and C in 2 groups, projection biases, no conv bias and an
 untied head; tiny_granite_hybrid_moe with 4 experts (top 2) beside the shared MLP. tiny_bamba:
-BambaForCausalLM, the same blocks under Bamba's names, with partial RoPE in its attention layer. Arguments after the out dir: the names to write (default: all)."""
+BambaForCausalLM, the same blocks under Bamba's names, with partial RoPE in its attention layer.
+tiny_nemotron_h: NemotronHForCausalLM, one mixer a layer (Mamba-2 with its norm per group of
+channels and Δ ≥ time_step_min, attention without RoPE, a squared-ReLU MLP), 48 channels in the
+Mamba-2 blocks where expand · hidden is 64. Arguments after the out dir: the names to write (default: all)."""
 import os, sys
 import torch
 from transformers import (BambaConfig, BambaForCausalLM, GraniteMoeHybridConfig,
                           GraniteMoeHybridForCausalLM, Mamba2Config, Mamba2ForCausalLM, MambaConfig,
-                          MambaForCausalLM)
+                          MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM)
 from golden_file import write_safetensors
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data")
@@ -69,6 +72,13 @@ MODELS = {
         max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=300.0, tie_word_embeddings=False,
         mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4,
         mamba_expand=2, mamba_chunk_size=4, initializer_range=0.1)),
+    "tiny_nemotron_h": lambda: NemotronHForCausalLM(NemotronHConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=5,
+        hybrid_override_pattern="M*-M-", num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        mlp_hidden_act="relu2", max_position_embeddings=32, layer_norm_epsilon=1e-5,
+        tie_word_embeddings=False, mamba_num_heads=4, mamba_head_dim=12, n_groups=2,
+        ssm_state_size=8, conv_kernel=4, expand=2, chunk_size=4, time_step_min=0.02,
+        use_bias=False, use_conv_bias=True, initializer_range=0.1)),
 }
 ONLY = sys.argv[2:]
 # transformers 5 holds GraniteMoeHybrid's experts and router under other names than the file's.
@@ -77,11 +87,16 @@ RENAMED = {".block_sparse_moe.router.weight": ".block_sparse_moe.router.layer.we
            ".block_sparse_moe.experts.down_proj": ".block_sparse_moe.output_linear.weight"}
 
 
-def file_name(n):
+# and Nemotron-H's backbone under "model." (its file says "backbone.").
+PREFIXED = {"tiny_nemotron_h": ("model.", "backbone.")}
+
+
+def file_name(n, model):
     for ours, theirs in RENAMED.items():
         if n.endswith(ours):
             return n[: -len(ours)] + theirs
-    return n
+    held, written = PREFIXED.get(model, ("", ""))
+    return written + n[len(held):] if held and n.startswith(held) else n
 
 
 for name, make in MODELS.items():
@@ -97,7 +112,7 @@ for name, make in MODELS.items():
         greedy = model.generate(PROMPT, max_new_tokens=8, do_sample=False, min_new_tokens=8)
     loss = model(input_ids=IDS, labels=IDS, use_cache=False).loss
     loss.backward()
-    grads = {"grad/" + file_name(n): p.grad.float() for n, p in model.named_parameters()}
+    grads = {"grad/" + file_name(n, name): p.grad.float() for n, p in model.named_parameters()}
     out = os.path.join(OUT, name)
     model.save_pretrained(out, safe_serialization=True)
     write_safetensors(os.path.join(out, "logits.safetensors"),
