@@ -349,7 +349,7 @@ TEST(FamilyErrors, WhatTheLibraryDoesNotImplementIsRefused) {
   EXPECT_HAS(EditedFolder("tiny_gemma", {{"\"hidden_activation\": \"gelu_pytorch_tanh\"",
                                           "\"hidden_activation\": \"relu\""}})
                  .error(),
-             "hidden_activation \"relu\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new)");
+             "hidden_activation \"relu\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new, relu2)");
   EXPECT_HAS(EditedFolder("tiny_gemma3", {{"\"use_bidirectional_attention\": false",
                                            "\"use_bidirectional_attention\": true"}})
                  .error(),
