@@ -449,7 +449,9 @@ struct LlamaConfig {
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers = {};
   /// The MLP's gate: silu (SwiGLU), the tanh GELU (Gemma's GeGLU) or the exact (erf) GELU.
-  enum class Gate { kSilu, kGeluTanh, kGelu, kRelu2 } gate = Gate::kSilu;  // kRelu2: relu(x)² (Nemotron-H)
+  /// The MLP's activation: of the gate, or with gated_mlp false of up_proj's output (kRelu2,
+  /// relu(x)², is Nemotron-H's there).
+  enum class Gate { kSilu, kGeluTanh, kGelu, kRelu2 } gate = Gate::kSilu;
   /// Gemma's conventions: every RMSNorm scales by 1 + weight (its weights start at zero), and
   /// the embeddings are multiplied by √d_model rounded to f32.
   bool gemma = false;
@@ -625,7 +627,8 @@ class Mamba2;
 /// A pre-norm decoder layer: h = x + self_attn(input_layernorm(x)), then
 /// h + mlp(post_attention_layernorm(h)) (LlamaConfig's sandwich_norms and post_norms place the
 /// norms otherwise; its parallel adds both branches to x). With `mamba`, a Mamba-2 block mixes
-/// the tokens in self_attn's place.
+/// the tokens in self_attn's place. A one-block layer (LlamaConfig::blocks) holds input_layernorm
+/// and its mixer (kMixer) or its mlp (kMlp) only: x + block(input_layernorm(x)).
 class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(Module& parent, std::string name, const LlamaConfig& config, bool mamba = false,

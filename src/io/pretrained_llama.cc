@@ -275,8 +275,12 @@ void split_fused(Model& m, Weights& w, const nn::LlamaConfig& l, const Flavor& k
   }
 }
 
-// A hybrid's Mamba-2 blocks (Granite 4.0-H's and Bamba's mamba_* fields, time_step_limit).
+// A hybrid's Mamba-2 blocks (Granite 4.0-H's and Bamba's mamba_* fields, time_step_limit). Their
+// conv's activation is hidden_act, which nn::Mamba2 has as SiLU only.
 void read_mamba_blocks(const json& c, const std::string& f, nn::LlamaConfig& l) {
+  if (l.gate != nn::LlamaConfig::Gate::kSilu)
+    fail(f, "config.json: hidden_act " + c["hidden_act"].dump() +
+                " is also the Mamba-2 blocks' conv activation, which is SiLU only here");
   nn::Mamba2Config& b = l.mamba;
   b.expand = field<int64_t>(c, f, "mamba_expand", 2);
   const int64_t heads = field<int64_t>(c, f, "mamba_n_heads", 128), inner = b.expand * l.d_model;
@@ -403,16 +407,24 @@ void read_nemotron_h(const json& c, const std::string& f, nn::LlamaConfig& l) {
   if (act != "silu" && act != "swish")
     fail(f, "config.json: mamba_hidden_act \"" + act + "\" (implemented: silu)");
   nn::Mamba2Config& b = l.mamba;
+  // The older names (mamba_n_groups, …) win where given, as NemotronHConfig reads them.
+  const auto key = [&](const char* old_name, const char* name) {
+    return c.contains(old_name) ? old_name : name;
+  };
   const int64_t heads = required(c, f, "mamba_num_heads");
   b.head_dim = required(c, f, "mamba_head_dim");
   b.d_inner = heads * b.head_dim;
-  b.groups = field<int64_t>(c, f, "n_groups", 8);
+  b.groups = field<int64_t>(c, f, key("mamba_n_groups", "n_groups"), 8);
+  if (b.groups <= 0 || heads % b.groups != 0)
+    fail(f, "config.json: " + std::to_string(heads) + " Mamba heads do not split into " +
+                std::to_string(b.groups) + " groups (n_groups)");
   b.norm_groups = b.groups;
   b.d_state = field<int64_t>(c, f, "ssm_state_size", 128);
-  b.d_conv = field<int64_t>(c, f, "conv_kernel", 4);
-  b.conv_bias = field<bool>(c, f, "use_conv_bias", true);
+  b.d_conv = field<int64_t>(c, f, key("mamba_d_conv", "conv_kernel"), 4);
+  b.conv_bias = field<bool>(c, f, key("mamba_conv_bias", "use_conv_bias"), true);
   b.bias = field<bool>(c, f, "use_bias", false);
-  b.dt_limit_min = field<double>(c, f, "time_step_min", 0.001);  // transformers' mixer: (min, ∞)
+  // transformers' mixer clamps Δ to (time_step_min, ∞) in its PyTorch path.
+  b.dt_limit_min = field<double>(c, f, key("mamba_dt_min", "time_step_min"), 0.001);
 }
 
 }  // namespace
@@ -561,6 +573,41 @@ void read_llama_sizes(const json& c, const std::string& f, nn::LlamaConfig& l) {
   l.heads = required(c, f, "num_attention_heads");
 }
 
+// head_dim: given (Nemotron-H's older attention_head_dim too), else the family's default
+// (Qwen3's and Nemotron-H's 128, Gemma's 256), else hidden / heads. Then RoPE (read_rope) and a
+// partial rotation: Phi-3's and Bamba's partial_rotary_factor (BambaConfig fixes it at 0.5 whatever
+// the file says; the Hub's Bamba configs carry attn_rotary_emb instead, which transformers ignores).
+RopeRead read_head_and_rope(const json& c, const std::string& f, const Flavor& k, int64_t max_positions,
+                            nn::LlamaConfig& l) {
+  const char* head_key = k.nemotron_h && !c.contains("head_dim") ? "attention_head_dim" : "head_dim";
+  if (c.contains(head_key) && !c[head_key].is_null()) {
+    l.head_dim = required(c, f, head_key);
+  } else if ((k.qwen3 && !k.qwen3_moe) || k.gemma() || k.nemotron_h) {  // Qwen3-MoE's: hidden / heads
+    l.head_dim = k.gemma() ? 256 : 128;
+  } else if (l.d_model % l.heads != 0) {
+    fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
+                " is no multiple of num_attention_heads " + std::to_string(l.heads) +
+                " and head_dim is not given");
+  }
+  const RopeRead rope = read_rope(gemma3_global_rope(c, f, k, l), f, max_positions, l);
+  // OLMo 3's sliding layers rotate plainly by the base when the settings are not per layer
+  // type (transformers' rope_scaling is its full layers' alone).
+  if (k.olmo3 && l.rope_local_theta == 0) l.rope_local_theta = l.rope_theta;
+  const double partial = k.bamba ? 0.5 : rope.partial;
+  if (partial != 1.0) {
+    // Only Phi-3's and Bamba's attention rotate part of a head (transformers' Llama and the
+    // others would fail on the shorter tables).
+    if (!(k.phi3 || k.bamba) || !(partial > 0 && partial < 1))
+      fail(f, "config.json: partial_rotary_factor " + std::to_string(partial) +
+                  " is implemented for Phi3ForCausalLM only, within (0, 1)");
+    l.rotary_dim = static_cast<int64_t>(static_cast<double>(l.head_size()) * partial);  // Python's int()
+    if (l.rotary_dim < 2)
+      fail(f, "config.json: partial_rotary_factor " + std::to_string(partial) + " rotates no pair of the " +
+                  std::to_string(l.head_size()) + " features of a head");
+  }
+  return rope;
+}
+
 void load_llama_family(Model& m, const json& config) {
   const std::string& f = m.folder;
   const Flavor k = flavor_of(m.architecture);
@@ -643,31 +690,7 @@ void load_llama_family(Model& m, const json& config) {
     fail(f, std::string("config.json: ") + act_key + " \"" + act +
                 "\" (implemented: silu, gelu, gelu_pytorch_tanh, gelu_new, relu2)");
   }
-  // head_dim: given, else the family's default (Qwen3's 128, Gemma's 256), else hidden / heads.
-  if (c.contains("head_dim") && !c["head_dim"].is_null()) {
-    l.head_dim = required(c, f, "head_dim");
-  } else if ((k.qwen3 && !k.qwen3_moe) || k.gemma()) {  // Qwen3-MoE's default: hidden / heads
-    l.head_dim = k.qwen3 ? 128 : 256;
-  } else if (l.d_model % l.heads != 0) {
-    fail(f, "config.json: hidden_size " + std::to_string(l.d_model) +
-                " is no multiple of num_attention_heads " + std::to_string(l.heads) +
-                " and head_dim is not given");
-  }
-  const RopeRead rope = read_rope(gemma3_global_rope(c, f, k, l), f, max_positions, l);
-  // OLMo 3's sliding layers rotate plainly by the base when the settings are not per layer
-  // type (transformers' rope_scaling is its full layers' alone).
-  if (k.olmo3 && l.rope_local_theta == 0) l.rope_local_theta = l.rope_theta;
-  if (rope.partial != 1.0) {
-    // Only Phi-3's attention rotates part of a head (transformers' Llama and the others would
-    // fail on the shorter tables).
-    if (!(k.phi3 || k.bamba) || !(rope.partial > 0 && rope.partial < 1))
-      fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) + " is implemented for " +
-                  "Phi3ForCausalLM only, within (0, 1)");
-    l.rotary_dim = static_cast<int64_t>(static_cast<double>(l.head_size()) * rope.partial);  // Python's int()
-    if (l.rotary_dim < 2)
-      fail(f, "config.json: partial_rotary_factor " + std::to_string(rope.partial) +
-                  " rotates no pair of the " + std::to_string(l.head_size()) + " features of a head");
-  }
+  const RopeRead rope = read_head_and_rope(c, f, k, max_positions, l);
   read_experts(c, f, k, l);
   if (k.granite_hybrid) {
     read_granite_hybrid(c, f, l);  // (layer_types names the mixers, not windows)
@@ -687,10 +710,9 @@ void load_llama_family(Model& m, const json& config) {
   Weights file = read_weights(f);  // after every config.json check: a bad config reads no weights
   if (k.phi3 || k.granite_hybrid) split_fused(m, file, l, k);
   const bool tied = l.tied_head;
-  if (tied && !tied_copy_ok(file.tensors, "lm_head.weight", "model.embed_tokens.weight"))
-    fail(f,
-         "config.json ties the head to the embedding, but lm_head.weight differs from "
-         "model.embed_tokens.weight");
+  const std::string embed = k.nemotron_h ? "backbone.embeddings.weight" : "model.embed_tokens.weight";
+  if (tied && !tied_copy_ok(file.tensors, "lm_head.weight", embed))
+    fail(f, "config.json ties the head to the embedding, but lm_head.weight differs from " + embed);
   const bool mixtral = k.mixtral, hybrid = k.granite_hybrid, bamba = k.bamba, nemotron = k.nemotron_h;
   map_weights(
       m, std::move(file),

@@ -391,8 +391,14 @@ void Llama::build() {
   if (!c.blocks.empty() && static_cast<int64_t>(c.blocks.size()) != c.layers)
     throw ShapeError(where + ": blocks must be empty or one per layer (" + std::to_string(c.layers) +
                      "), got " + std::to_string(c.blocks.size()));
-  if (!c.blocks.empty() && (c.sandwich_norms || c.post_norms || c.parallel != LlamaConfig::Parallel::kNone))
-    throw ShapeError(where + ": one-block layers (blocks) have no sandwich_norms, post_norms or parallel");
+  if (!c.blocks.empty() &&
+      (c.sandwich_norms || c.post_norms || c.parallel != LlamaConfig::Parallel::kNone || c.experts.count > 0))
+    throw ShapeError(where +
+                     ": one-block layers (blocks) have no sandwich_norms, post_norms, parallel or experts");
+  for (size_t i = 0; i < c.blocks.size() && i < c.mamba_layers.size(); ++i)
+    if (c.blocks[i] == LlamaConfig::Block::kMlp && c.mamba_layers[i])
+      throw ShapeError(where + ": layer " + std::to_string(i) +
+                       " is an MLP block (blocks) and a Mamba-2 layer");
   if (!c.mamba_layers.empty() && static_cast<int64_t>(c.mamba_layers.size()) != c.layers)
     throw ShapeError(where + ": mamba_layers must be empty or one flag per layer (" +
                      std::to_string(c.layers) + "), got " + std::to_string(c.mamba_layers.size()));

@@ -221,6 +221,26 @@ TEST(Mamba2Pretrained, ReadsPythonsBareInfinity) {
   EXPECT_TRUE(std::isinf(std::get<nn::MambaLMConfig>(lm.config).dt_limit_max));
 }
 
+// Older spellings the configuration classes still read: Bamba's rotation is half of each head
+// without partial_rotary_factor (BambaConfig fixes it); Nemotron-H's mamba_n_groups and
+// attention_head_dim.
+TEST(Mamba2Pretrained, OlderConfigs) {
+  std::string bamba = slurp(fixture("tiny_bamba") + "/config.json");
+  bamba = replaced(bamba, "\"partial_rotary_factor\": 0.5,\n  \"rms_norm_eps\"", "\"rms_norm_eps\"");
+  bamba = replaced(bamba, "\"partial_rotary_factor\": 0.5,", "");
+  {
+    const Folder dir(bamba, "tiny_bamba");
+    EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(dir.path.string()).config).rotary_dim, 4);
+  }
+  std::string nemotron = slurp(fixture("tiny_nemotron_h") + "/config.json");
+  nemotron = replaced(nemotron, "\"n_groups\": 2", "\"mamba_n_groups\": 2");
+  nemotron = replaced(nemotron, "\"head_dim\": 8", "\"attention_head_dim\": 8");
+  const Folder dir(nemotron, "tiny_nemotron_h");
+  const auto& c = std::get<nn::LlamaConfig>(pretrained::load(dir.path.string()).config);
+  EXPECT_EQ(c.mamba.groups, 2);
+  EXPECT_EQ(c.head_dim, 8);
+}
+
 TEST(Mamba2Pretrained, Errors) {
   const std::string config = slurp(fixture("tiny_mamba2") + "/config.json");
   const auto error = [](const std::string& text, const std::string& from = "tiny_mamba2") {
