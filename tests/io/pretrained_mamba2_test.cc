@@ -236,7 +236,8 @@ TEST(Mamba2Pretrained, OlderConfigs) {
   nemotron = replaced(nemotron, "\"n_groups\": 2", "\"mamba_n_groups\": 2");
   nemotron = replaced(nemotron, "\"head_dim\": 8", "\"attention_head_dim\": 8");
   const Folder dir(nemotron, "tiny_nemotron_h");
-  const auto& c = std::get<nn::LlamaConfig>(pretrained::load(dir.path.string()).config);
+  const pretrained::Model lm = pretrained::load(dir.path.string());
+  const auto& c = std::get<nn::LlamaConfig>(lm.config);
   EXPECT_EQ(c.mamba.groups, 2);
   EXPECT_EQ(c.head_dim, 8);
 }
