@@ -20,7 +20,9 @@
 // element whose clipped gradient is near eps (blocks.1.fc.weight[57, 30] here: raw gradient
 // 1.2e-7, about eps after clipping by 1/14) moves by an amount that depends on its gradient's
 // rounding; float32 PyTorch puts it 5.8e-4 off float64, which the sketch of that matrix
-// dilutes (the cpu backend's worst parameter error, ~7e-5, is in that matrix's sketch).
+// dilutes (the cpu backend's worst parameter error is in that matrix's sketch: ~7e-5 with
+// AVX-512 kernels, 1.16e-4 with AVX2 ones in the -O1 sanitizer build on an AMD EPYC). The
+// parameters' elementwise limit is therefore kParamTol, below float32 PyTorch's own 5.8e-4.
 //
 // One slice is exempt from the parameter comparison: the key bias (the middle third of each
 // attn.qkv.bias). Softmax is invariant to it (q·(k + b) shifts a query's scores by q·b), so
@@ -54,6 +56,7 @@ static_assert(std::endian::native == std::endian::little, "the golden file's pay
 constexpr int kSteps = 3;
 constexpr int64_t kBatch = 4, kSeq = 8;
 constexpr double kRelTol = 1e-4;
+constexpr double kParamTol = 3e-4;  // the parameters' elementwise limit (see the top)
 // Elementwise errors are relative to max(|b|, floor·rms(b)): an element much smaller than its
 // tensor's typical magnitude is judged by the absolute error that float32 rounding of its
 // (larger) terms allows. See the calibration above.
@@ -325,8 +328,10 @@ class Summary : public ::testing::Environment {
                       e.normwise);
         else
           std::printf(
-              "[ gpt      ] %-4s %-34s max norm-wise rel error %.3g, max elementwise %.3g (limit %.0e)\n",
-              device.c_str(), cat.c_str(), e.normwise, e.elementwise, kRelTol);
+              "[ gpt      ] %-4s %-34s max norm-wise rel error %.3g, max elementwise %.3g (limits %.0e, "
+              "%.0e)\n",
+              device.c_str(), cat.c_str(), e.normwise, e.elementwise, kRelTol,
+              cat.rfind("params", 0) == 0 ? kParamTol : kRelTol);
   }
 };
 [[maybe_unused]] ::testing::Environment* const summary_env = ::testing::AddGlobalTestEnvironment(new Summary);
@@ -356,7 +361,7 @@ class Checker {
   // `exclude_key_bias`: leave the key slice of each attn.qkv.bias out (see the top).
   void tensors(const std::string& category, const tg::Captures& got,
                const std::map<std::string, Stored>& want, const std::string& prefix, double floor_frac,
-               const std::string& where, bool exclude_key_bias = false) {
+               const std::string& where, bool exclude_key_bias = false, double elementwise_tol = kRelTol) {
     for (const auto& [name, w] : want) {
       auto it = got.find(prefix + name);
       if (it == got.end()) {
@@ -367,17 +372,18 @@ class Checker {
       Exclude exclude;
       if (exclude_key_bias && is_qkv_bias(name)) exclude = {kConfig.d_model, 2 * kConfig.d_model};
       Err e = compare(it->second, w, g_, floor_frac, exclude, detail);
-      record(category, e, where + " " + prefix + name, detail);
+      record(category, e, where + " " + prefix + name, detail, elementwise_tol);
     }
   }
 
  private:
-  void record(const std::string& category, const Err& e, const std::string& where,
-              const std::string& detail) {
+  void record(const std::string& category, const Err& e, const std::string& where, const std::string& detail,
+              double elementwise_tol = kRelTol) {
     worst_by_device()[device_][category].merge(e);
-    if (!(e.normwise < kRelTol) || !(e.elementwise < kRelTol))
-      ADD_FAILURE() << device_ << " " << where << ": norm-wise relative error " << e.normwise
-                    << ", elementwise " << e.elementwise << " (limit " << kRelTol << ") " << detail;
+    if (!(e.normwise < kRelTol) || !(e.elementwise < elementwise_tol))
+      ADD_FAILURE() << device_ << " " << where << ": norm-wise relative error " << e.normwise << " (limit "
+                    << kRelTol << "), elementwise " << e.elementwise << " (limit " << elementwise_tol << ") "
+                    << detail;
   }
   const Golden& g_;
   std::string device_;
@@ -482,7 +488,8 @@ TEST_P(GptParity, ThreeAdamWStepsMatchPyTorch) {
     }
     const auto params = train.download_params();
     tg::Captures param_caps(params.begin(), params.end());
-    check.tensors("params after step (floor 0.1)", param_caps, want.params, "", kFloorStep1, where, true);
+    check.tensors("params after step (floor 0.1)", param_caps, want.params, "", kFloorStep1, where, true,
+                  kParamTol);
 
     // The key biases: a zero gradient up to rounding, and a bounded drift (see the top).
     lr_sum += kLr * std::min(1.0, static_cast<double>(k) / 3.0);

@@ -429,9 +429,19 @@ void check_gpt_passes_on_and_off(tg::Device device, double tol) {
     const float b = p_off.step({{"ids", ids}, {"targets", targets}});
     EXPECT_NEAR(a, b, tol * std::fabs(b));
   }
+  // The key bias (the k slice of each attn.qkv.bias) has an exactly-zero gradient (softmax is
+  // invariant to it), so AdamW moves it by g/(|g| + eps) of rounding noise, which differs
+  // between any two programs that round differently: it is held to the sum of the lrs
+  // (gpt_parity_test says more).
+  const int64_t head = config.d_model / config.heads, k_begin = config.d_model,
+                k_end = k_begin + config.kv_heads * head;
   const auto pa = p_on.download_params(), pb = p_off.download_params();
   for (const auto& [name, t] : pa)
-    for (size_t i = 0; i < t.f32().size(); ++i) ASSERT_NEAR(t.f32()[i], pb.at(name).f32()[i], tol) << name;
+    for (size_t i = 0; i < t.f32().size(); ++i) {
+      const bool key_bias = name.ends_with("attn.qkv.bias") && static_cast<int64_t>(i) >= k_begin &&
+                            static_cast<int64_t>(i) < k_end;
+      ASSERT_NEAR(t.f32()[i], pb.at(name).f32()[i], key_bias ? 3 * 1e-2 : tol) << name << "[" << i << "]";
+    }
 }
 
 TEST(Rewrite, GptTrainingStepsAgreeWithPassesOnAndOff) {
