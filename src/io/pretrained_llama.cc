@@ -38,6 +38,7 @@
 // it transformers changes the frequencies). dynamic is refused.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <utility>
@@ -505,18 +506,22 @@ RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, n
   return out;
 }
 
+// `p` with the first occurrence of each `ours` replaced by its `theirs`, in order.
+std::string with_parts_renamed(std::string p,
+                               std::initializer_list<std::pair<const char*, const char*>> parts) {
+  for (const auto& [ours, theirs] : parts) {
+    const size_t at = p.find(ours);
+    if (at != std::string::npos) p.replace(at, std::string(ours).size(), theirs);
+  }
+  return p;
+}
+
 // Mixtral's names: the layer's experts under block_sparse_moe, w1/w3/w2 for gate/up/down_proj.
 Source mixtral_source(const std::string& p) {
   const size_t at = p.find(".mlp.");
   if (at == std::string::npos) return {p};
-  std::string out = p.substr(0, at) + ".block_sparse_moe." + p.substr(at + 5);
-  for (const auto& [ours, theirs] : {std::pair<const char*, const char*>{".gate_proj.", ".w1."},
-                                     {".up_proj.", ".w3."},
-                                     {".down_proj.", ".w2."}}) {
-    const size_t i = out.find(ours);
-    if (i != std::string::npos) out.replace(i, std::string(ours).size(), theirs);
-  }
-  return {out};
+  return {with_parts_renamed(p.substr(0, at) + ".block_sparse_moe." + p.substr(at + 5),
+                             {{".gate_proj.", ".w1."}, {".up_proj.", ".w3."}, {".down_proj.", ".w2."}})};
 }
 
 // Granite 4.0-H's names: the shared MLP's down_proj (mlp. or, beside experts,
@@ -538,14 +543,8 @@ Source granite_hybrid_source(const std::string& p) {
 Source bamba_source(const std::string& p) {
   if (p == "model.norm.weight") return {"model.final_layernorm.weight"};
   if (p.ends_with(".mamba.conv1d.weight")) return {p, Layout::kSqueezeMiddle};
-  std::string out = p;
-  for (const auto& [ours, theirs] :
-       {std::pair<const char*, const char*>{".post_attention_layernorm.", ".pre_ff_layernorm."},
-        {".mlp.", ".feed_forward."}}) {
-    const size_t at = out.find(ours);
-    if (at != std::string::npos) out.replace(at, std::string(ours).size(), theirs);
-  }
-  return {out};
+  return {with_parts_renamed(
+      p, {{".post_attention_layernorm.", ".pre_ff_layernorm."}, {".mlp.", ".feed_forward."}})};
 }
 
 // Nemotron-H's names: backbone.embeddings, backbone.layers.<i>.norm and .mixer (whatever the
@@ -554,14 +553,10 @@ Source nemotron_h_source(const std::string& p) {
   if (p == "model.embed_tokens.weight") return {"backbone.embeddings.weight"};
   if (p == "model.norm.weight") return {"backbone.norm_f.weight"};
   if (!p.starts_with("model.layers.")) return {p};
-  std::string out = "backbone." + p.substr(6);
-  for (const auto& [ours, theirs] : {std::pair<const char*, const char*>{".input_layernorm.", ".norm."},
-                                     {".self_attn.", ".mixer."},
-                                     {".mamba.", ".mixer."},
-                                     {".mlp.", ".mixer."}}) {
-    const size_t at = out.find(ours);
-    if (at != std::string::npos) out.replace(at, std::string(ours).size(), theirs);
-  }
+  const std::string out = with_parts_renamed("backbone." + p.substr(6), {{".input_layernorm.", ".norm."},
+                                                                         {".self_attn.", ".mixer."},
+                                                                         {".mamba.", ".mixer."},
+                                                                         {".mlp.", ".mixer."}});
   return {out, p.ends_with(".mamba.conv1d.weight") ? Layout::kSqueezeMiddle : Layout::kSame};
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <system_error>
 
@@ -249,11 +250,13 @@ HostTensor stack_rows(const std::vector<const HostTensor*>& parts) {
   return HostTensor::f32(std::move(out), {rows, parts.front()->shape()[1]});
 }
 
-// Every tensor of `w` into `out` under its file name (a Mamba-2 block's conv1d as [D, 1, K]).
+// Every tensor of `w` into `out` under its file name and layout (GPT-2's Conv1D transposed, a
+// Mamba conv1d as [D, 1, K]).
 void renamed(std::map<std::string, HostTensor> w, std::map<std::string, HostTensor>& out,
-             Source (*source)(const std::string&)) {
+             const std::function<Source(const std::string&)>& source) {
   for (auto& [name, t] : w) {
     const Source s = source(name);
+    if (s.layout == Layout::kTransposed) t = transpose2d(t);
     if (s.layout == Layout::kSqueezeMiddle) {
       const Shape shape{t.shape()[0], 1, t.shape()[1]};
       t = HostTensor::f32(std::move(t).f32(), shape);
@@ -316,15 +319,8 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
   if (m.architecture == "GPT2LMHeadModel" || m.architecture == "MambaForCausalLM" ||
       m.architecture == "Mamba2ForCausalLM") {
     const bool gpt2 = m.architecture == "GPT2LMHeadModel";
-    for (auto& [name, t] : w) {
-      const Source s = gpt2 ? gpt2_source("transformer.", name) : mamba_source(name);
-      if (s.layout == Layout::kTransposed) t = transpose2d(t);
-      if (s.layout == Layout::kSqueezeMiddle) {
-        const Shape shape{t.shape()[0], 1, t.shape()[1]};
-        t = HostTensor::f32(std::move(t).f32(), shape);
-      }
-      out[s.name] = std::move(t);
-    }
+    renamed(std::move(w), out,
+            [gpt2](const std::string& p) { return gpt2 ? gpt2_source("transformer.", p) : mamba_source(p); });
     return out;
   }
   if (m.architecture == "Phi3ForCausalLM") {  // q/k/v and gate/up fused by rows again
