@@ -53,7 +53,6 @@ text_lm::Built build(const std::string& config, int64_t vocab) {
       .eval_every = 250,
       .eval_batches = gpu ? 32 : 16,
       .lr = gpu ? 1e-3 : 2e-3,
-      .prefill = true,
       .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.gpt.loss(ids, targets); },
       .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos,
                    int64_t n) { return m.gpt.logits_cached(ids, pos, n); }};

@@ -527,10 +527,7 @@ MergeResult merge_and_generate(const tg::pretrained::Model& lm, const Params& me
        .device = o.device,
        .precision = o.precision});
   tg::Generator gen(*merged.module, merged.step(),
-                    {.cache_len = prompt_len + max_new,
-                     .device = o.device,
-                     .precision = o.precision,
-                     .prefill = !merged.recurrent()});
+                    {.cache_len = prompt_len + max_new, .device = o.device, .precision = o.precision});
   merged.upload(gen.decode());  // shared with `eval`: one model on one device
   r.held_loss = held.loss(eval);
   tg::GenerateOptions greedy{.max_new_tokens = max_new, .temperature = 0};

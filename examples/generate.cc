@@ -239,8 +239,7 @@ int main(int argc, char** argv) {
                       {.batch = std::max<int64_t>(beams, 1),
                        .cache_len = cache_len,
                        .device = args.device(),
-                       .precision = precision,
-                       .prefill = !lm.recurrent()});
+                       .precision = precision});
     lm.upload(gen.decode());  // the prefill program shares the decode program's parameters
     gen.prepare(options);     // the repetition penalty's programs, if it asks for one
     std::printf("compiled for %s in %.1f s; the model holds %.1f MiB there (%s matrices)",

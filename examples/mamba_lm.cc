@@ -1,7 +1,7 @@
 // mamba_lm: the char_lm task (the Debian `fortunes` corpus, character level) with a Mamba
 // language model (nn::MambaLM: selective state-space mixers, pre-RMSNorm residual blocks, a
 // tied head), then sampled through the recurrent decoder: one step program whose conv and SSM
-// states are tg::state tensors (tg::Generator with prefill = false).
+// states are tg::state tensors (tg::Generator prefills the prompt's whole windows, then steps).
 //
 //   ./mamba_lm [--device cpu] [--config cpu] [--precision fp32|tf32|bf16|f16] [--steps N] [--checkpoint
 //   mamba_lm.safetensors]
@@ -42,7 +42,7 @@ text_lm::Built build(const std::string& config, int64_t vocab) {
       .eval_every = 250,
       .eval_batches = 16,
       .lr = 2e-3,
-      .prefill = false,
+      .decoder = "recurrent",
       .loss = [&m](const tg::Tensor& ids, const tg::Tensor& targets) { return m.lm.loss(ids, targets); },
       .step = [&m](const tg::Tensor& ids, const tg::Tensor& pos,
                    int64_t n) { return m.lm.logits_cached(ids, pos, n); }};

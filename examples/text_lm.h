@@ -29,7 +29,7 @@ struct Setup {
   std::string model_line;   // printed: "GPT, 4 layers, d 192, …"
   int64_t seq = 128, batch = 16, steps = 1000, warmup = 100, eval_every = 250, eval_batches = 16;
   double lr = 1e-3;
-  bool prefill = true;  // tg::GeneratorOptions::prefill (false for recurrent models)
+  std::string decoder = "KV-cached";  // printed before the sample: how the model decodes
   std::function<tg::Tensor(const tg::Tensor& ids, const tg::Tensor& targets)> loss;
   tg::CachedLm step;
 };
@@ -69,12 +69,7 @@ inline void sample_text(tg::Generator& gen, const fortunes::Vocab& vocab, const 
 
 inline tg::Generator generator(tg::Module& model, const Setup& s, tg::Device device,
                                tg::Precision precision) {
-  return tg::Generator(model, s.step,
-                       {.cache_len = s.seq,
-                        .prefill_len = s.prefill ? 0 : 1,
-                        .device = device,
-                        .precision = precision,
-                        .prefill = s.prefill});
+  return tg::Generator(model, s.step, {.cache_len = s.seq, .device = device, .precision = precision});
 }
 
 /// --generate: samples from the checkpoint's parameters (the model was built from its metadata).
@@ -237,7 +232,7 @@ inline int train(const Args& args, const Setup& s, tg::Module& model, const fort
   const int64_t tokens = static_cast<int64_t>(args.num("tokens", 500));
   std::printf("\nsample (temperature %.2f, top-p %.2f, seed %u), through the %s decoder:\n\n",
               static_cast<double>(sampling.temperature), static_cast<double>(sampling.top_p), sampling.seed,
-              s.prefill ? "KV-cached" : "recurrent");
+              s.decoder.c_str());
   const auto ts = std::chrono::steady_clock::now();
   sample_text(gen, corpus.vocab, args.get("prompt", ""), tokens, sampling);
   std::printf("\n(%lld characters in %.2f s; total time %.1f s)\n", static_cast<long long>(tokens),

@@ -42,9 +42,12 @@ struct GeneratorOptions {
   Device device = Device::best();
   Precision precision = Precision::kFp32;
   /// false: no prefill program; prompts go through the decode program one token at a time.
-  /// Needed by recurrent models (nn::MambaLM, the hybrids of pretrained::Model::recurrent()),
-  /// whose state a padded or repeated window would corrupt; any model works this way, one call
-  /// per prompt token.
+  /// A model with Mamba layers (nn::Mamba or nn::Mamba2 modules: nn::MambaLM, the hybrids of
+  /// pretrained::Model::recurrent()) advances its state by every token it is given, so a padded
+  /// or repeated window would corrupt it: the Generator sees those layers and prefills such a
+  /// model in whole windows only (those that every prompt fills), then feeds the rest of each
+  /// prompt, fewer than prefill_len tokens of the shortest, through the decode program. A model with a
+  /// recurrent state of another kind (a tg::state each token advances) needs prefill = false.
   bool prefill = true;
 };
 
@@ -141,7 +144,7 @@ class Generator {
                                           const BeamSearchOptions& options = {});
   /// Beam search over several prompts at once, batch / prompts.size() beams each (prompt p's in
   /// rows p·beams …): each prompt's hypotheses, as one search of it alone would find them. A
-  /// recurrent model (prefill false) takes prompts of one length; the cache bounds every search
+  /// recurrent model (or prefill false) takes prompts of one length; the cache bounds every search
   /// by the longest prompt.
   std::vector<std::vector<BeamHypothesis>> beam_search(const std::vector<std::vector<int32_t>>& prompts,
                                                        const BeamSearchOptions& options = {});
@@ -172,6 +175,10 @@ class Generator {
   Programs plain_;
   std::optional<Programs> penalised_;
   std::optional<BeamPrograms> beam_;
+  bool recurrent_ = false;  // the model has Mamba layers (see GeneratorOptions::prefill)
+  // How many tokens of every prompt the prefill program takes (all of the longest; a recurrent
+  // model's whole windows; none without prefill): the decode program feeds the rest.
+  int64_t prefilled(const std::vector<std::vector<int32_t>>& prompts) const;
 };
 
 }  // namespace tg

@@ -32,6 +32,9 @@ class CausalConv1d : public Module {
   /// One step for inference: x [B, D] (this position's inputs) → [B, D], the last K − 1 inputs
   /// kept in the state `state_name` [B, D, K − 1] (zeros at first).
   Tensor step(const Tensor& x, const std::string& state_name, Loc loc = Loc::current()) const;
+  /// T steps at once (a prompt window): x [B, D, T] → [B, D, T], as T calls of step() would
+  /// give, reading and updating the same state.
+  Tensor steps(const Tensor& x, const std::string& state_name, Loc loc = Loc::current()) const;
   Param weight;
   std::optional<Param> bias;
 };
@@ -42,10 +45,13 @@ class Mamba : public Module {
  public:
   Mamba(Module& parent, std::string name, MambaConfig config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
-  /// One recurrent step for inference: x [B, 1, d_model] → [B, 1, d_model], reading and updating
-  /// the states "<path>.conv_state" [B, d_inner, d_conv − 1] (the last inputs of the conv) and
-  /// "<path>.ssm_state" [B, d_inner, d_state] (tg::state: zeros at first, reset_state() for a
-  /// new sequence). Steps from zero states give the full forward's outputs, token by token.
+  /// Recurrent steps for inference: x [B, T, d_model] → [B, T, d_model], the next T tokens of
+  /// each sequence, reading and updating the states "<path>.conv_state" [B, d_inner, d_conv − 1]
+  /// (the last inputs of the conv) and "<path>.ssm_state" [B, d_inner, d_state] (tg::state: zeros
+  /// at first, reset_state() for a new sequence). Steps from zero states give the full forward's
+  /// outputs, token by token or in windows. T = 1 is the decode step; T > 1 (a prompt window)
+  /// runs the window's scan in parallel from zero and adds the carried state's part, decayed by
+  /// exp(A · Σ Δ) up to each token.
   Tensor step(const Tensor& x, Loc loc = Loc::current()) const;
   const MambaConfig config;
   const int64_t d_inner, dt_rank;
@@ -54,6 +60,16 @@ class Mamba : public Module {
   Linear x_proj, dt_proj;
   Param A_log, D;
   Linear out_proj;
+
+ private:
+  // The scan (no z gate) of the conv's activated output xa [B, d_inner, L], with Δ before its
+  // bias and softplus [B, d_inner, L] and C [B, d_state, L].
+  struct Scanned {
+    SelectiveScanResult scan;
+    Tensor delta, C;
+  };
+  Scanned scan(const Tensor& xa, Loc loc) const;
+  Tensor window(const Tensor& x, Loc loc) const;  // step() for T > 1
 };
 
 /// The Mamba-2 mixer (SSD, Dao and Gu 2024), as transformers' Mamba2Mixer computes it:
@@ -70,7 +86,7 @@ class Mamba2 : public Module {
  public:
   Mamba2(Module& parent, std::string name, Mamba2Config config);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
-  /// One recurrent step, as Mamba::step: x [B, 1, d_model] → [B, 1, d_model], with the states
+  /// Recurrent steps, as Mamba::step: x [B, T, d_model] → [B, T, d_model], with the states
   /// "<path>.conv_state" [B, conv channels, d_conv − 1] and "<path>.ssm_state" [B, d_inner, d_state].
   Tensor step(const Tensor& x, Loc loc = Loc::current()) const;
   const Mamba2Config config;
@@ -86,6 +102,18 @@ class Mamba2 : public Module {
   Tensor clamp_dt(const Tensor& dt, Loc loc) const;
   // RMSNorm of the gated y [..., d_inner] over all channels or per norm group, times norm.weight.
   Tensor gated_norm(const Tensor& y, Loc loc) const;
+  // in_proj's output [B, L, ·] → the conv's input xBC [B, conv channels, L].
+  Tensor conv_input(const Tensor& proj, Loc loc) const;
+  // The scan (no z gate) from in_proj's output and the conv's activated xBC [B, conv channels,
+  // L], with Δ per head [B, heads, L] and C [B, groups, d_state, L].
+  struct Scanned {
+    SelectiveScanResult scan;
+    Tensor delta, C;
+  };
+  Scanned scan(const Tensor& proj, const Tensor& xbc, Loc loc) const;
+  // y [B, d_inner, L] → gated by z (from proj), normed, out_proj'd: [B, L, d_model].
+  Tensor finish(const Tensor& proj, const Tensor& y, Loc loc) const;
+  Tensor window(const Tensor& x, Loc loc) const;  // step() for T > 1
 };
 
 struct MambaLMConfig {
@@ -123,11 +151,12 @@ class MambaLM : public Module {
   /// Mean next-token cross-entropy of logits(ids) against targets [B, L] (ignore_index skipped).
   Tensor loss(const Tensor& ids, const Tensor& targets, int32_t ignore_index = -100,
               Loc loc = Loc::current()) const;
-  /// One recurrent step: ids [B, 1] → logits [B, 1, vocab], through every layer's mixer step.
+  /// Recurrent steps: ids [B, T] (the next T tokens of each sequence) → logits [B, T, vocab],
+  /// through every layer's mixer step (Mamba::step), from and into the layers' states.
   Tensor logits_step(const Tensor& ids, Loc loc = Loc::current()) const;
   /// logits_step in tg::Generator's CachedLm form (positions and cache length are not needed by
-  /// a recurrent model): use it with GeneratorOptions{.prefill = false}. More than one token at
-  /// once is a ShapeError.
+  /// a recurrent model). The Generator sees the Mamba layers and gives prompts to its prefill
+  /// program in whole windows only.
   Tensor logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_len,
                        Loc loc = Loc::current()) const;
   const MambaLMConfig config;

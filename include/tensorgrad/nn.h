@@ -528,9 +528,9 @@ struct LlamaConfig {
   bool nope = false;
   /// Hybrid models (Granite 4.0-H): the layers marked here mix with a Mamba-2 block, `mamba`
   /// (nn::Mamba2 configured by `mamba`, its d_model and norm_eps taken from this config), in
-  /// place of self_attn; empty: none. Such a model decodes one token at a time
-  /// (GeneratorOptions{.prefill = false}): logits_cached takes T = 1 and steps the blocks'
-  /// conv and SSM states beside the attention layers' KV caches.
+  /// place of self_attn; empty: none. logits_cached steps the blocks' conv and SSM states by
+  /// its T tokens beside the attention layers' KV caches, so its windows must follow each other
+  /// without overlap (tg::Generator gives them so to a model with Mamba layers).
   std::vector<bool> mamba_layers = {};
   Mamba2Config mamba = {};
   /// What each layer holds (empty: kFull in every layer). kFull: the mixer (self_attn or mamba)
@@ -671,8 +671,8 @@ class LlamaDecoderLayer : public Module {
 /// instead of self_attn. Initialised as Hugging Face's: normal(0.02) for linears and
 /// embeddings, zero biases, ones for the norms (zeros with `gemma`, whose norms scale by 1 + w);
 /// the Mamba-2 blocks as nn::Mamba2 initialises itself.
-/// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it; a hybrid one token
-/// at a time); a layer with a sliding window attends through AttentionOptions::window in both.
+/// logits / loss / logits_cached behave as Gpt's (tg::Generator drives it; a hybrid's windows
+/// must not overlap); a layer with a sliding window attends through AttentionOptions::window in both.
 class Llama : public Module {
  public:
   explicit Llama(LlamaConfig config);

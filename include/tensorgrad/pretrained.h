@@ -4,7 +4,7 @@
 // model of this library and maps every tensor onto its parameters:
 //
 //   tg::pretrained::Model lm = tg::pretrained::load("TinyLlama-1.1B");
-//   tg::Generator gen(*lm.module, lm.step(), {.cache_len = 256, .prefill = !lm.recurrent()});
+//   tg::Generator gen(*lm.module, lm.step(), {.cache_len = 256});
 //   lm.upload(gen.decode());   // programs of one model on one device share its parameters
 //
 // Supported (tg::pretrained::architectures()):
@@ -134,8 +134,8 @@ struct Model {
   Tensor logits(const Tensor& ids) const;
   /// The cached step tg::Generator drives (logits_cached of the model). An encoder throws.
   CachedLm step() const;
-  /// A recurrent model (Mamba, or a hybrid with Mamba-2 layers) steps one token at a time:
-  /// GeneratorOptions{.prefill = false}.
+  /// A recurrent model (Mamba, or a hybrid with Mamba-2 layers): its cached step advances the
+  /// layers' states by every token it is given (tg::Generator prefills it in whole windows).
   bool recurrent() const {
     if (const auto* l = std::get_if<nn::LlamaConfig>(&config))
       return std::find(l->mamba_layers.begin(), l->mamba_layers.end(), true) != l->mamba_layers.end();

@@ -323,7 +323,7 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x, MoeRouting* routing, Loc loc)
   return residuals(x, normed, mixed, routing, loc);
 }
 
-// A Mamba-2 block steps its states by the one token (Llama::logits_cached checks T = 1).
+// A Mamba-2 block steps its states by the T tokens (Mamba2::step).
 Tensor LlamaDecoderLayer::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
   const Tensor normed = input_layernorm ? (*input_layernorm)(x, loc) : x;
   if (block == LlamaConfig::Block::kMlp) return single(x, (*mlp)(normed, loc), loc);
@@ -464,11 +464,6 @@ Tensor Llama::logits_cached(const Tensor& ids, const Tensor& pos, int64_t cache_
   if (cache_len < 1 || cache_len > config.seq_len)
     throw ShapeError(where + ": a cache of " + std::to_string(cache_len) +
                      " positions; it must be 1 … seq_len " + std::to_string(config.seq_len));
-  if (ids.shape()[1] != 1 &&
-      std::find(config.mamba_layers.begin(), config.mamba_layers.end(), true) != config.mamba_layers.end())
-    throw ShapeError(where + " has Mamba-2 layers, which step one token at a time: expects ids [B, 1], got " +
-                     shape_str(ids.shape()) + " (at " + at_of(loc) +
-                     "); with tg::Generator, set GeneratorOptions{.prefill = false}");
   Tensor x = embed(ids, loc);
   for (const auto& layer : layers_) x = layer->cached(x, pos, cache_len, loc);
   return head(x, loc);

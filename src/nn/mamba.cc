@@ -96,6 +96,17 @@ Tensor CausalConv1d::step(const Tensor& x, const std::string& state_name, Loc lo
   return bias ? add(y, bias->tensor(loc), loc) : y;
 }
 
+Tensor CausalConv1d::steps(const Tensor& x, const std::string& state_name, Loc loc) const {
+  const int64_t batch = x.shape()[0], channels = weight.shape()[0], k = weight.shape()[1], len = x.shape()[2];
+  if (k == 1) return (*this)(x, loc);
+  // The state's k − 1 inputs, then the window's; the conv's first k − 1 outputs (over the zero
+  // padding) are dropped, and the last k − 1 inputs are the new state.
+  const Tensor conv_state = state(state_name, {batch, channels, k - 1});
+  const Tensor all = concat({conv_state, x}, 2, loc);
+  assign(conv_state, slice(all, 2, len, len + k - 1, 1, loc), loc);
+  return slice((*this)(all, loc), 2, k - 1, len + k - 1, 1, loc);
+}
+
 Mamba::Mamba(Module& parent, std::string name, MambaConfig c)
     : Module(parent, std::move(name)),
       config(checked(c)),
@@ -124,11 +135,16 @@ Tensor Mamba::operator()(const Tensor& x, Loc loc) const {
     throw ShapeError("[Mamba] '" + path() + "' expects [B, L, " + std::to_string(config.d_model) + "], got " +
                      shape_str(x.shape()) + " (at " + loc.file_name() + ":" + std::to_string(loc.line()) +
                      ")");
-  const int64_t n = config.d_state, r = dt_rank, di = d_inner;
+  const int64_t di = d_inner;
   const Tensor xz = permute(in_proj(x, loc), {0, 2, 1}, loc);  // [B, 2·di, L]
-  const Tensor xs = silu(conv1d(slice(xz, 1, 0, di, 1, loc), loc), loc);
-  const Tensor z = slice(xz, 1, di, 2 * di, 1, loc);
-  const Tensor x_dbl = x_proj(permute(xs, {0, 2, 1}, loc), loc);  // [B, L, r + 2n]
+  const Tensor xa = silu(conv1d(slice(xz, 1, 0, di, 1, loc), loc), loc);
+  const Tensor y = mul(scan(xa, loc).scan.y, silu(slice(xz, 1, di, 2 * di, 1, loc), loc), loc);
+  return out_proj(permute(y, {0, 2, 1}, loc), loc);
+}
+
+Mamba::Scanned Mamba::scan(const Tensor& xa, Loc loc) const {
+  const int64_t n = config.d_state, r = dt_rank;
+  const Tensor x_dbl = x_proj(permute(xa, {0, 2, 1}, loc), loc);  // [B, L, r + 2n]
   // dt_proj's product here; its bias is the scan's delta_bias (inside the softplus).
   const Tensor delta =
       permute(matmul(slice(x_dbl, 2, 0, r, 1, loc), transpose(dt_proj.weight.tensor(loc), 0, 1, loc), loc),
@@ -136,17 +152,18 @@ Tensor Mamba::operator()(const Tensor& x, Loc loc) const {
   const Tensor Bm = permute(slice(x_dbl, 2, r, r + n, 1, loc), {0, 2, 1}, loc);  // [B, n, L]
   const Tensor Cm = permute(slice(x_dbl, 2, r + n, r + 2 * n, 1, loc), {0, 2, 1}, loc);
   const Tensor A = neg(exp(A_log.tensor(loc), loc), loc);
-  const SelectiveScanResult s = selective_scan(
-      xs, delta, A, Bm, Cm,
-      {.D = D.tensor(loc), .z = z, .delta_bias = dt_proj.bias->tensor(loc), .delta_softplus = true}, loc);
-  return out_proj(permute(s.y, {0, 2, 1}, loc), loc);
+  return {selective_scan(
+              xa, delta, A, Bm, Cm,
+              {.D = D.tensor(loc), .delta_bias = dt_proj.bias->tensor(loc), .delta_softplus = true}, loc),
+          delta, Cm};
 }
 
 Tensor Mamba::step(const Tensor& x, Loc loc) const {
-  if (x.rank() != 3 || x.shape()[1] != 1 || x.shape()[2] != config.d_model)
-    throw ShapeError("[Mamba] '" + path() + "' steps one token: expects [B, 1, " +
+  if (x.rank() != 3 || x.shape()[1] < 1 || x.shape()[2] != config.d_model)
+    throw ShapeError("[Mamba] '" + path() + "' steps tokens: expects [B, T, " +
                      std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
                      loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  if (x.shape()[1] > 1) return window(x, loc);
   const int64_t batch = x.shape()[0], n = config.d_state, r = dt_rank, di = d_inner;
   const Tensor xz = reshape(in_proj(x, loc), {batch, 2 * di}, loc);
   const Tensor xs = slice(xz, 1, 0, di, 1, loc), z = slice(xz, 1, di, 2 * di, 1, loc);
@@ -164,6 +181,32 @@ Tensor Mamba::step(const Tensor& x, Loc loc) const {
   Tensor y = add(sum(mul(h_new, Cm, loc), {2}, false, loc), mul(xa, D.tensor(loc), loc), loc);
   y = mul(y, silu(z, loc), loc);
   return reshape(out_proj(y, loc), {batch, 1, config.d_model}, loc);
+}
+
+// T > 1 tokens from the states h₀ (ssm) and the conv's. The scan is linear in its state: from
+// h₀, h_l = h_l|₀ + exp(A·c_l) ⊙ h₀ with c_l = Δ_0 + … + Δ_l, where h_l|₀ is the scan's from
+// zero over the window. So y_l gains Σ_n C_l,n · exp(A_n·c_l) · h₀_n, and the last h_l is the
+// new state.
+Tensor Mamba::window(const Tensor& x, Loc loc) const {
+  const int64_t batch = x.shape()[0], len = x.shape()[1], n = config.d_state, di = d_inner;
+  const Tensor xz = permute(in_proj(x, loc), {0, 2, 1}, loc);  // [B, 2·di, T]
+  const Tensor xa = silu(conv1d.steps(slice(xz, 1, 0, di, 1, loc), path() + ".conv_state", loc), loc);
+  const Scanned sc = scan(xa, loc);
+  const Tensor delta = softplus(add(sc.delta, reshape(dt_proj.bias->tensor(loc), {di, 1}, loc), loc), loc);
+  const Tensor A = neg(exp(A_log.tensor(loc), loc), loc);  // [di, n]
+  const Tensor h0 = state(path() + ".ssm_state", {batch, di, n});
+  const Tensor decay = exp(
+      mul(reshape(cumsum(delta, 2, false, loc), {batch, di, len, 1}, loc), reshape(A, {di, 1, n}, loc), loc),
+      loc);  // [B, di, T, n]
+  const Tensor c = reshape(permute(sc.C, {0, 2, 1}, loc), {batch, 1, len, n}, loc);
+  const Tensor carried =
+      sum(mul(mul(decay, reshape(h0, {batch, di, 1, n}, loc), loc), c, loc), {3}, false, loc);
+  assign(h0,
+         add(sc.scan.last_state,
+             mul(reshape(slice(decay, 2, len - 1, len, 1, loc), {batch, di, n}, loc), h0, loc), loc),
+         loc);
+  const Tensor y = mul(add(sc.scan.y, carried, loc), silu(slice(xz, 1, di, 2 * di, 1, loc), loc), loc);
+  return out_proj(permute(y, {0, 2, 1}, loc), loc);
 }
 
 Mamba2::Mamba2(Module& parent, std::string name, Mamba2Config c)
@@ -211,37 +254,47 @@ Tensor Mamba2::operator()(const Tensor& x, Loc loc) const {
     throw ShapeError("[Mamba2] '" + path() + "' expects [B, L, " + std::to_string(config.d_model) +
                      "], got " + shape_str(x.shape()) + " (at " + loc.file_name() + ":" +
                      std::to_string(loc.line()) + ")");
-  const int64_t batch = x.shape()[0], len = x.shape()[1], n = config.d_state, g = config.groups;
-  const int64_t di = d_inner, p = config.head_dim, gn = g * n;
   const Tensor proj = in_proj(x, loc);  // [B, L, di + conv_channels + heads]
-  const Tensor z = permute(slice(proj, 2, 0, di, 1, loc), {0, 2, 1}, loc);
-  const Tensor xbc =
-      silu(conv1d(permute(slice(proj, 2, di, di + conv_channels, 1, loc), {0, 2, 1}, loc), loc), loc);
+  const Tensor xbc = silu(conv1d(conv_input(proj, loc), loc), loc);
+  return finish(proj, scan(proj, xbc, loc).scan.y, loc);
+}
+
+Tensor Mamba2::conv_input(const Tensor& proj, Loc loc) const {
+  return permute(slice(proj, 2, d_inner, d_inner + conv_channels, 1, loc), {0, 2, 1}, loc);
+}
+
+Tensor Mamba2::finish(const Tensor& proj, const Tensor& y, Loc loc) const {
+  const Tensor z = permute(slice(proj, 2, 0, d_inner, 1, loc), {0, 2, 1}, loc);
+  return out_proj(gated_norm(permute(mul(y, silu(z, loc), loc), {0, 2, 1}, loc), loc), loc);
+}
+
+Mamba2::Scanned Mamba2::scan(const Tensor& proj, const Tensor& xbc, Loc loc) const {
+  const int64_t batch = proj.shape()[0], len = proj.shape()[1], n = config.d_state, g = config.groups;
+  const int64_t di = d_inner, p = config.head_dim, gn = g * n;
   const Tensor u = slice(xbc, 1, 0, di, 1, loc);  // [B, di, L], channel h·head_dim + p
   const Tensor Bm = reshape(slice(xbc, 1, di, di + gn, 1, loc), {batch, g, n, len}, loc);
   const Tensor Cm = reshape(slice(xbc, 1, di + gn, di + 2 * gn, 1, loc), {batch, g, n, len}, loc);
-  const Tensor dt =
-      permute(slice(proj, 2, di + conv_channels, di + conv_channels + heads, 1, loc), {0, 2, 1}, loc);
+  const Tensor dh = clamp_dt(
+      permute(slice(proj, 2, di + conv_channels, di + conv_channels + heads, 1, loc), {0, 2, 1}, loc), loc);
   // A head's Δ, decay and skip, repeated over its head_dim channels.
   const auto per_channel = [&](const Tensor& v) {  // [heads] → [di]
     return reshape(broadcast_to(reshape(v, {heads, 1}, loc), {heads, p}, loc), {di}, loc);
   };
-  const Tensor delta = reshape(
-      broadcast_to(reshape(clamp_dt(dt, loc), {batch, heads, 1, len}, loc), {batch, heads, p, len}, loc),
-      {batch, di, len}, loc);
+  const Tensor delta =
+      reshape(broadcast_to(reshape(dh, {batch, heads, 1, len}, loc), {batch, heads, p, len}, loc),
+              {batch, di, len}, loc);
   const Tensor A = reshape(
       broadcast_to(reshape(neg(exp(A_log.tensor(loc), loc), loc), {heads, 1, 1}, loc), {heads, p, n}, loc),
       {di, n}, loc);
-  const SelectiveScanResult s =
-      selective_scan(u, delta, A, Bm, Cm, {.D = per_channel(D.tensor(loc)), .z = z}, loc);
-  return out_proj(gated_norm(permute(s.y, {0, 2, 1}, loc), loc), loc);
+  return {selective_scan(u, delta, A, Bm, Cm, {.D = per_channel(D.tensor(loc))}, loc), dh, Cm};
 }
 
 Tensor Mamba2::step(const Tensor& x, Loc loc) const {
-  if (x.rank() != 3 || x.shape()[1] != 1 || x.shape()[2] != config.d_model)
-    throw ShapeError("[Mamba2] '" + path() + "' steps one token: expects [B, 1, " +
+  if (x.rank() != 3 || x.shape()[1] < 1 || x.shape()[2] != config.d_model)
+    throw ShapeError("[Mamba2] '" + path() + "' steps tokens: expects [B, T, " +
                      std::to_string(config.d_model) + "], got " + shape_str(x.shape()) + " (at " +
                      loc.file_name() + ":" + std::to_string(loc.line()) + ")");
+  if (x.shape()[1] > 1) return window(x, loc);
   const int64_t batch = x.shape()[0], n = config.d_state, g = config.groups;
   const int64_t di = d_inner, p = config.head_dim, gn = g * n, hg = heads / g;
   const Tensor proj = reshape(in_proj(x, loc), {batch, di + conv_channels + heads}, loc);
@@ -265,6 +318,29 @@ Tensor Mamba2::step(const Tensor& x, Loc loc) const {
   y = add(y, mul(reshape(u, {batch, g, hg, p}, loc), reshape(D.tensor(loc), {g, hg, 1}, loc), loc), loc);
   y = mul(reshape(y, {batch, di}, loc), silu(z, loc), loc);
   return reshape(out_proj(gated_norm(y, loc), loc), {batch, 1, config.d_model}, loc);
+}
+
+// T > 1 tokens from the states, as Mamba::window; a head's decay is one number, so the carried
+// state's part of y is exp(A_h·c_l) times the product of h₀ [.., head_dim, n] with C [n, T].
+Tensor Mamba2::window(const Tensor& x, Loc loc) const {
+  const int64_t batch = x.shape()[0], len = x.shape()[1], n = config.d_state, g = config.groups;
+  const int64_t di = d_inner, p = config.head_dim;
+  const Tensor proj = in_proj(x, loc);  // [B, T, di + conv_channels + heads]
+  const Tensor xbc = silu(conv1d.steps(conv_input(proj, loc), path() + ".conv_state", loc), loc);
+  const Scanned sc = scan(proj, xbc, loc);
+  const Tensor h0 = state(path() + ".ssm_state", {batch, di, n});
+  const Tensor Ah = reshape(neg(exp(A_log.tensor(loc), loc), loc), {heads, 1}, loc);
+  const Tensor decay = exp(mul(cumsum(sc.delta, 2, false, loc), Ah, loc), loc);  // [B, heads, T]
+  const Tensor hc = matmul(reshape(h0, {batch, g, di / g, n}, loc), sc.C, loc);  // [B, g, di / g, T]
+  const Tensor carried =
+      reshape(mul(reshape(hc, {batch, heads, p, len}, loc), reshape(decay, {batch, heads, 1, len}, loc), loc),
+              {batch, di, len}, loc);
+  const Tensor last = reshape(slice(decay, 2, len - 1, len, 1, loc), {batch, heads, 1, 1}, loc);
+  assign(h0,
+         add(sc.scan.last_state,
+             reshape(mul(reshape(h0, {batch, heads, p, n}, loc), last, loc), {batch, di, n}, loc), loc),
+         loc);
+  return finish(proj, add(sc.scan.y, carried, loc), loc);
 }
 
 MambaLM::Layer::Layer(Module& parent, std::string name, const MambaLMConfig& c, int64_t layers)
@@ -333,11 +409,10 @@ Tensor MambaLM::logits(const Tensor& ids, Loc loc) const {
 }
 
 Tensor MambaLM::logits_step(const Tensor& ids, Loc loc) const {
-  if (ids.rank() != 2 || ids.dtype() != DType::kI32 || ids.shape()[1] != 1)
-    throw ShapeError("[MambaLM] '" + path() + "' steps one token per sequence: expects i32 ids [B, 1], got " +
+  if (ids.rank() != 2 || ids.dtype() != DType::kI32 || ids.shape()[1] < 1)
+    throw ShapeError("[MambaLM] '" + path() + "' steps tokens: expects i32 ids [B, T], got " +
                      dtype_name(ids.dtype()) + shape_str(ids.shape()) + " (at " + loc.file_name() + ":" +
-                     std::to_string(loc.line()) +
-                     "); with tg::Generator, set GeneratorOptions{.prefill = false}");
+                     std::to_string(loc.line()) + ")");
   Tensor h = (*embedding_)(ids, loc);
   for (const auto& layer : layers_) h = add(h, layer->step(layer->norm(h, loc), loc), loc);
   return head(h, loc);

@@ -9,6 +9,10 @@
 // prompt and are overwritten by the decode steps before any query can see them (attention
 // reads positions ≤ its own). The token is sampled at each sequence's last prompt position
 // (the `last` input picks that row of the window's logits).
+//
+// A model with Mamba layers takes neither pads nor repeats (its state would advance by them): it
+// gets the whole windows every prompt fills (c·P + P ≤ the shortest prompt's length), and the
+// decode program takes each prompt's remaining tokens one at a time.
 #include "tensorgrad/generate.h"
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include "runtime/beam_search.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/functional.h"
+#include "tensorgrad/mamba.h"
 
 namespace tg {
 namespace {
@@ -81,6 +86,9 @@ Generator::Generator(Module& model, CachedLm step, GeneratorOptions options)
     throw InputError("[Generator] prefill_len must be in [1, cache_len = " + std::to_string(o.cache_len) +
                      "], got " + std::to_string(o.prefill_len));
   if (!step_) throw InputError("[Generator] the model step is empty");
+  for (Module* m : model_->modules())
+    recurrent_ =
+        recurrent_ || dynamic_cast<nn::Mamba*>(m) != nullptr || dynamic_cast<nn::Mamba2*>(m) != nullptr;
   plain_ = compile_programs(false);
 }
 
@@ -191,25 +199,32 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     return true;
   };
   std::vector<int32_t> next;
-  if (o.prefill) {
-    for (int64_t c = 0; c * p < longest; ++c) {
-      std::vector<int32_t> ids(static_cast<size_t>(o.batch * p), 0), pos(b), last(b);
-      for (size_t i = 0; i < b; ++i) window_row(prompts[i], c, p, i, ids, pos, last);
-      next =
-          prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
-    }
+  const int64_t fed = prefilled(prompts);
+  for (int64_t c = 0; c * p < fed; ++c) {
+    std::vector<int32_t> ids(static_cast<size_t>(o.batch * p), 0), pos(b), last(b);
+    for (size_t i = 0; i < b; ++i) window_row(prompts[i], c, p, i, ids, pos, last);
+    // A recurrent model's window draws with the key of the step that decodes its last token
+    // without a prefill (so both ways sample alike).
+    if (recurrent_) counter = static_cast<int32_t>((c + 1) * p - 1);
+    next =
+        prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}, {"params", params}, {"key", key()}}).i32();
   }
   // An active sequence's newest token and its position.
   auto newest = [&](size_t i, std::vector<int32_t>& ids, std::vector<int32_t>& pos) {
     ids[i] = out[i].back();
     pos[i] = static_cast<int32_t>(prompts[i].size() + out[i].size() - 1);
   };
-  if (o.prefill) {
-    if (!take(next, std::vector<bool>(b, true))) return out;
-  } else {
-    // Every prompt token through the decode program; the sequences with shorter prompts start
-    // generating meanwhile (a sequence's sampled token is new from its last prompt token on).
-    for (int64_t s = 0; s < longest; ++s) {
+  if (fed > 0) {  // the sequences whose prompts the prefill took whole have their first token
+    std::vector<bool> whole(b);
+    for (size_t i = 0; i < b; ++i) whole[i] = static_cast<int64_t>(prompts[i].size()) <= fed;
+    if (!take(next, whole)) return out;
+  }
+  if (fed < longest) {
+    // The prompt tokens from `fed` on through the decode program; the sequences with shorter
+    // prompts start generating meanwhile (a sequence's sampled token is new from its last prompt
+    // token on). Step s draws with the key it has when no prefill runs.
+    counter = static_cast<int32_t>(fed);
+    for (int64_t s = fed; s < longest; ++s) {
       std::vector<int32_t> ids(b, 0), pos(b, 0);
       std::vector<bool> fresh(b, false);
       for (size_t i = 0; i < b; ++i) {
@@ -237,6 +252,18 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     if (!take(next, std::vector<bool>(b, true))) return out;
   }
   return out;
+}
+
+int64_t Generator::prefilled(const std::vector<std::vector<int32_t>>& prompts) const {
+  if (!options_.prefill) return 0;
+  size_t longest = 0, shortest = prompts.front().size();
+  for (const auto& prompt : prompts) {
+    longest = std::max(longest, prompt.size());
+    shortest = std::min(shortest, prompt.size());
+  }
+  if (!recurrent_) return static_cast<int64_t>(longest);
+  const int64_t p = options_.prefill_len;
+  return static_cast<int64_t>(shortest) / p * p;
 }
 
 Generator::BeamPrograms Generator::compile_beam_programs() {
@@ -283,13 +310,14 @@ std::vector<std::vector<BeamHypothesis>> Generator::beam_search(
   const int64_t longest = longest_prompt(prompts, cache, "beam_search");
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
-    if (!o.prefill && len != static_cast<int64_t>(prompts[0].size()))
+    if ((!o.prefill || recurrent_) && len != static_cast<int64_t>(prompts[0].size()))
       throw InputError(
-          "[beam_search] a recurrent model (GeneratorOptions::prefill false) searches prompts of "
+          "[beam_search] a recurrent model (or GeneratorOptions::prefill false) searches prompts of "
           "one length at a time: prompt " +
           std::to_string(i) + " has " + std::to_string(len) + " tokens, prompt 0 " +
           std::to_string(prompts[0].size()));
   }
+  const int64_t fed = prefilled(prompts);
   if (!beam_) beam_ = compile_beam_programs();
   BeamPrograms& run = *beam_;
   run.decode.reset_state();
@@ -308,14 +336,14 @@ std::vector<std::vector<BeamHypothesis>> Generator::beam_search(
       std::vector<int32_t> pos(rows);
       for (size_t i = 0; i < rows; ++i) pos[i] = static_cast<int32_t>(prompt_of(i).size() + size_t(step) - 1);
       out = run.decode.run({{"ids", tokens}, {"pos", pos}});
-    } else if (o.prefill) {  // the prompts in windows, as generate() runs them, each in its beams' rows
-      for (int64_t c = 0; c * p < longest; ++c) {
+    } else {  // the prompts in windows, as generate() runs them, each in its beams' rows
+      for (int64_t c = 0; c * p < fed; ++c) {
         std::vector<int32_t> ids(rows * static_cast<size_t>(p), 0), pos(rows), last(rows);
         for (size_t i = 0; i < rows; ++i) window_row(prompt_of(i), c, p, i, ids, pos, last);
         out = run.prefill.run({{"ids", ids}, {"pos", pos}, {"last", last}});
       }
-    } else {  // the prompts (of one length) one token at a time
-      for (size_t t = 0; t < prompts[0].size(); ++t) {
+      // the rest of the prompts (of one length) one token at a time
+      for (auto t = static_cast<size_t>(fed); t < prompts[0].size(); ++t) {
         std::vector<int32_t> ids(rows);
         for (size_t i = 0; i < rows; ++i) ids[i] = prompt_of(i)[t];
         out = run.decode.run({{"ids", ids}, {"pos", std::vector<int32_t>(rows, static_cast<int32_t>(t))}});

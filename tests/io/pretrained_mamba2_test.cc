@@ -4,7 +4,8 @@
 // tests/data/tiny_mamba2, tiny_mamba2_tied, tiny_mamba_untied, tiny_granite_hybrid(_rope, _moe), tiny_bamba
 // and tiny_nemotron_h (tests/nn/gen_hf_mamba2_golden.py, transformers 5.17): the logits to 1e-4 on every
 // backend; the loss with the ids as labels and every parameter's gradient of it to 1e-4; tg::Generator's
-// greedy tokens (one token at a time through the states) equal transformers' cached generate; and the errors
+// greedy tokens (token by token through the states, or prefilled in windows) equal transformers' cached
+// generate, and the cached step over windows gives transformers' logits; and the errors
 // of configs the library cannot build. (pretrained_save_test writes the folders back byte for byte.)
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -110,9 +111,61 @@ TEST_P(Mamba2Pretrained, GreedyTokensEqualTransformersGenerate) {
     const std::span<const int32_t> all = golden.at("greedy").i32();
     const std::vector<int32_t> prompt(golden.at("prompt").i32().begin(), golden.at("prompt").i32().end());
     const std::vector<int32_t> want(all.begin() + static_cast<long>(prompt.size()), all.end());
-    Generator gen(*lm.module, lm.step(), {.cache_len = 16, .device = GetParam(), .prefill = false});
-    lm.upload(gen.decode());
-    EXPECT_EQ(gen.generate(prompt, {.max_new_tokens = static_cast<int64_t>(want.size())}), want);
+    // Token by token, and with a window of 2 prefilled (the third prompt token through the
+    // decode program).
+    for (const bool prefill : {false, true}) {
+      Generator gen(*lm.module, lm.step(),
+                    {.cache_len = 16, .prefill_len = 2, .device = GetParam(), .prefill = prefill});
+      lm.upload(gen.decode());
+      EXPECT_EQ(gen.generate(prompt, {.max_new_tokens = static_cast<int64_t>(want.size())}), want)
+          << (prefill ? "prefilled" : "token by token");
+    }
+  }
+}
+
+// The cached step over windows of 3, 3 and 1 tokens (attention layers at positions 0, 3, 6;
+// Mamba layers from their states) gives transformers' logits of the whole sequence.
+TEST_P(Mamba2Pretrained, WindowsGiveTransformersLogits) {
+  for (const std::string name : kFolders) {
+    SCOPED_TRACE(name);
+    const pretrained::Model lm = pretrained::load(fixture(name));
+    const auto golden = read_safetensors(fixture(name) + "/logits.safetensors");
+    const HostTensor& ids = golden.at("ids");
+    const int64_t b = ids.shape()[0], len = ids.shape()[1], v = golden.at("logits").shape()[2];
+    const CachedLm step = lm.step();
+    auto compile = [&](int64_t t) {
+      Program p = compile_forward(
+          *lm.module, [&](Tensor x, Tensor pos) { return step(x, pos, len); },
+          {.inputs = {{"ids", {b, t}, DType::kI32}, {"pos", {b}, DType::kI32}}, .device = GetParam()});
+      lm.upload(p);
+      return p;
+    };
+    Program window = compile(3), one = compile(1);
+    window.reset_state();
+    double worst = 0;
+    for (int64_t start = 0; start < len;) {
+      const int64_t t = start + 3 <= len ? 3 : 1;
+      std::vector<int32_t> cols;
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t j = 0; j < t; ++j) cols.push_back(ids.i32()[static_cast<size_t>(r * len + start + j)]);
+      const std::vector<float> got =
+          (t == 3 ? window : one)
+              .run({{"ids", cols},
+                    {"pos", std::vector<int32_t>(static_cast<size_t>(b), static_cast<int32_t>(start))}})
+              .f32();
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t j = 0; j < t; ++j) {
+          const auto at = static_cast<size_t>((r * t + j) * v),
+                     want_at = static_cast<size_t>((r * len + start + j) * v);
+          worst = std::max(worst, tg::testing::rel_diff(
+                                      std::span(got).subspan(at, static_cast<size_t>(v)),
+                                      golden.at("logits").f32().subspan(want_at, static_cast<size_t>(v))));
+        }
+      start += t;
+    }
+    EXPECT_LT(worst, 1e-4);
+    std::printf("  %s on %s, windows of 3: worst relative logit difference %.2e\n", name.c_str(),
+                GetParam().str().c_str(), worst);
   }
 }
 

@@ -1,7 +1,9 @@
 // Recurrent decoding of nn::MambaLM: the one-token step program (conv and SSM states as
 // tg::state) gives, token after token, the logits the full forward gives on every prefix — one
-// sequence and three at once; and tg::Generator in token-by-token mode (prefill = false)
-// continues prompts of different lengths exactly as the full forward's argmax does.
+// sequence and three at once; windows of several tokens from the states (a prompt's prefill)
+// give them too, window after window and with one-token steps after them; and tg::Generator,
+// token by token (prefill = false) and prefilling whole windows, continues prompts of different
+// lengths exactly as the full forward's argmax does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,38 +72,89 @@ TEST_P(MambaDecode, StepsGiveTheFullForwardOnEveryPrefix) {
   }
 }
 
+// Windows of 4 tokens from the states: the first from zero states, the second from the first's
+// (conv inputs across the boundary, a carried SSM state), then one-token steps after them.
+TEST_P(MambaDecode, WindowsGiveTheFullForward) {
+  constexpr int64_t kLen = 10, kWindow = 4;
+  for (const auto& [config, batch] : {std::pair{kConfig, int64_t{1}}, std::pair{kConfig, int64_t{3}},
+                                      std::pair{kConfig2, int64_t{1}}, std::pair{kConfig2, int64_t{3}}}) {
+    SCOPED_TRACE("Mamba-" + std::to_string(config.version) + ", batch " + std::to_string(batch));
+    nn::MambaLM model(config);
+    Program full = compile_forward(model, [&](Tensor ids) { return model.logits(ids); },
+                                   {.inputs = {{"ids", {batch, kLen}, DType::kI32}}, .device = GetParam()});
+    Program window =
+        compile_forward(model, [&](Tensor ids) { return model.logits_step(ids); },
+                        {.inputs = {{"ids", {batch, kWindow}, DType::kI32}}, .device = GetParam()});
+    Program step = compile_forward(model, [&](Tensor ids) { return model.logits_step(ids); },
+                                   {.inputs = {{"ids", {batch, 1}, DType::kI32}}, .device = GetParam()});
+    full.init_params(6);
+    std::vector<int32_t> ids(static_cast<size_t>(batch * kLen));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 5 + 2) % config.vocab);
+    const std::vector<float> want = full.run({{"ids", ids}}).f32();
+    const auto V = static_cast<size_t>(config.vocab);
+    double worst = 0;
+    window.reset_state();  // the programs share the model's states
+    for (int64_t t = 0; t < kLen;) {
+      const int64_t n = t + kWindow <= 2 * kWindow ? kWindow : 1;
+      std::vector<int32_t> cols;
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t j = 0; j < n; ++j) cols.push_back(ids[static_cast<size_t>(b * kLen + t + j)]);
+      const std::vector<float> got = (n > 1 ? window : step).run({{"ids", cols}}).f32();
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t j = 0; j < n; ++j) {
+          const std::span<const float> g(got.data() + (b * n + j) * V, V),
+              w(want.data() + (b * kLen + t + j) * V, V);
+          worst = std::max(worst, rel_diff(g, w));
+        }
+      t += n;
+    }
+    std::printf("  %s Mamba-%d batch %lld, windows of %lld: worst relative logit difference %.2e\n",
+                GetParam().str().c_str(), config.version, static_cast<long long>(batch),
+                static_cast<long long>(kWindow), worst);
+    EXPECT_LE(worst, 1e-5);
+  }
+}
+
+// Prompts of 8 and 6 tokens with windows of 3: two windows each (the shorter prompt whole, its
+// first token sampled by the prefill), the rest of the longer token by token.
 TEST_P(MambaDecode, GeneratorContinuesAsTheFullForward) {
-  nn::MambaLM model(kConfig);
-  constexpr int64_t kCache = 16;
-  Generator gen(
-      model,
-      [&model](const Tensor& ids, const Tensor& pos, int64_t n) { return model.logits_cached(ids, pos, n); },
-      {.batch = 2, .cache_len = kCache, .device = GetParam(), .prefill = false});
-  gen.decode().init_params(9);
-  Program full = compile_forward(model, [&](Tensor ids) { return model.logits(ids); },
-                                 {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = GetParam()});
-  const std::vector<std::vector<int32_t>> prompts{{3, 1, 4, 1, 5}, {9, 2}};
-  const auto outs = gen.generate(prompts, {.max_new_tokens = 6});
-  for (size_t s = 0; s < prompts.size(); ++s)
-    EXPECT_EQ(outs[s], tg::testing::greedy_by_full_forward(full, prompts[s], 6, kCache, kConfig.vocab))
-        << "sequence " << s;
-  // Sampling repeats for a seed.
-  const GenerateOptions o{.max_new_tokens = 8, .temperature = 1.0f, .top_k = 8, .seed = 3};
-  EXPECT_EQ(gen.generate(prompts, o), gen.generate(prompts, o));
+  for (const auto& config : {kConfig, kConfig2}) {
+    SCOPED_TRACE("Mamba-" + std::to_string(config.version));
+    nn::MambaLM model(config);
+    constexpr int64_t kCache = 16;
+    const CachedLm lm = [&model](const Tensor& ids, const Tensor& pos, int64_t n) {
+      return model.logits_cached(ids, pos, n);
+    };
+    Generator tokens(model, lm, {.batch = 2, .cache_len = kCache, .device = GetParam(), .prefill = false});
+    Generator windows(model, lm, {.batch = 2, .cache_len = kCache, .prefill_len = 3, .device = GetParam()});
+    tokens.decode().init_params(9);
+    Program full = compile_forward(model, [&](Tensor ids) { return model.logits(ids); },
+                                   {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = GetParam()});
+    const std::vector<std::vector<int32_t>> prompts{{3, 1, 4, 1, 5, 9, 2, 6}, {9, 2, 7, 7, 1, 8}};
+    for (Generator* gen : {&tokens, &windows}) {
+      const auto outs = gen->generate(prompts, {.max_new_tokens = 6});
+      for (size_t s = 0; s < prompts.size(); ++s)
+        EXPECT_EQ(outs[s], tg::testing::greedy_by_full_forward(full, prompts[s], 6, kCache, config.vocab))
+            << "sequence " << s << (gen == &windows ? ", prefilled in windows" : ", token by token");
+    }
+    // Sampling repeats for a seed, and the decode steps draw the same keys either way.
+    const GenerateOptions o{.max_new_tokens = 8, .temperature = 1.0f, .top_k = 8, .seed = 3};
+    const auto sampled = tokens.generate(prompts, o);
+    EXPECT_EQ(sampled, tokens.generate(prompts, o));
+    EXPECT_EQ(sampled, windows.generate(prompts, o));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MambaDecode, ::testing::ValuesIn(tg::testing::all_devices()),
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
-TEST(MambaDecodeErrors, StepTakesOneToken) {
+TEST(MambaDecodeErrors, StepTakesI32Ids) {
   nn::MambaLM model(kConfig);
-  try {
+  const std::string what = tg::testing::message_of<ShapeError>([&] {
     compile_forward(model, [&](Tensor ids) { return model.logits_step(ids); },
-                    {.inputs = {{"ids", {1, 3}, DType::kI32}}, .device = Device::cpu()});
-    ADD_FAILURE() << "no ShapeError";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("prefill = false"), std::string::npos) << e.what();
-  }
+                    {.inputs = {{"ids", {1, 3}}}, .device = Device::cpu()});
+  });
+  EXPECT_NE(what.find("expects i32 ids [B, T], got f32[1, 3]"), std::string::npos) << what;
 }
 
 }  // namespace

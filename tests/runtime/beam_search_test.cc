@@ -96,15 +96,16 @@ TEST_P(BeamSearch, T5EqualsTransformers) {
 
 // The cached search, its caches reordered on the device, equals the same search over the model
 // without caches: each step's log-probabilities from a full forward of every beam's whole text,
-// beams reordered on the host. Mamba (its prompt one token at a time, its recurrent states
-// reordered) and Llama (prefill and KV caches).
+// beams reordered on the host. Mamba (a window of its prompt, then a token at a time, its recurrent
+// states reordered) and Llama (prefill and KV caches).
 TEST_P(BeamSearch, CachedEqualsFullForward) {
   for (const std::string name : {"tiny_llama", "tiny_mamba"}) {
     const pretrained::Model lm = pretrained::load(data(name));
     const int64_t beams = 3, window = 12;
     const std::vector<int32_t> prompt{3, 17, 42};
     // A cache of 9 positions holds 7 new tokens after the 3 of the prompt (the last one needs no
-    // position), not 8; the prompt goes through a prefill window of 2 twice.
+    // position), not 8; Llama's prompt goes through a prefill window of 2 twice, Mamba's through
+    // one window and the decode program.
     const BeamSearchOptions options{.max_new_tokens = 8, .length_penalty = 0.8, .stop_tokens = {5, 9}};
     BeamSearchOptions clamped = options;
     clamped.max_new_tokens = 7;
@@ -140,9 +141,8 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
       for (size_t i = 0; i < texts.size(); ++i) texts[i] = old[static_cast<size_t>(parents[i])];
     };
     const std::vector<BeamHypothesis> want = detail::beam_search(ref, clamped).front();
-    Generator gen(
-        *lm.module, lm.step(),
-        {.batch = beams, .cache_len = 9, .prefill_len = 2, .device = GetParam(), .prefill = !lm.recurrent()});
+    Generator gen(*lm.module, lm.step(),
+                  {.batch = beams, .cache_len = 9, .prefill_len = 2, .device = GetParam()});
     lm.upload(gen.decode());
     const std::vector<BeamHypothesis> got = gen.beam_search(prompt, options);
     ASSERT_EQ(got.size(), want.size()) << name;
@@ -163,8 +163,8 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
 
 // Several prompts searched at once (beams = batch / prompts; prompts of different lengths, so
 // different positions and prefill windows per row) find what each finds searched alone: the
-// Llama family with a prefill, Mamba one token at a time (prompts of one length), Flan-T5 over
-// several sources.
+// Llama family with a prefill, Mamba (prompts of one length) with a window of 4 and 2 tokens one
+// at a time, Flan-T5 over several sources.
 TEST_P(BeamSearch, SeveralPromptsEqualEachAlone) {
   const std::vector<std::vector<int32_t>> prompts{{3, 17, 42}, {5, 9, 11, 2, 30}, {61}};
   const BeamSearchOptions options{.max_new_tokens = 6, .length_penalty = 1.2, .stop_tokens = {7}};
@@ -183,17 +183,19 @@ TEST_P(BeamSearch, SeveralPromptsEqualEachAlone) {
   for (const std::string name : {"tiny_llama", "tiny_mamba"}) {
     const bool mamba = name == "tiny_mamba";
     const std::vector<std::vector<int32_t>> these =
-        mamba ? std::vector<std::vector<int32_t>>{{3, 17, 42}, {5, 9, 11}, {61, 1, 8}} : prompts;
+        mamba ? std::vector<std::vector<int32_t>>{{3, 17, 42, 8, 1, 30},
+                                                  {5, 9, 11, 2, 2, 6},
+                                                  {61, 1, 8, 4, 9, 3}}
+              : prompts;
     const pretrained::Model all = pretrained::load(data(name));
-    Generator together(
-        *all.module, all.step(),
-        {.batch = 6, .cache_len = 12, .prefill_len = 4, .device = GetParam(), .prefill = !mamba});
+    Generator together(*all.module, all.step(),
+                       {.batch = 6, .cache_len = 12, .prefill_len = 4, .device = GetParam()});
     all.upload(together.decode());
     const auto found = together.beam_search(these, options);
     ASSERT_EQ(found.size(), these.size());
     const pretrained::Model one = pretrained::load(data(name));
     Generator alone(*one.module, one.step(),
-                    {.batch = 2, .cache_len = 12, .prefill_len = 4, .device = GetParam(), .prefill = !mamba});
+                    {.batch = 2, .cache_len = 12, .prefill_len = 4, .device = GetParam()});
     one.upload(alone.decode());
     for (size_t p = 0; p < these.size(); ++p)
       expect_same(found[p], alone.beam_search(these[p], options), name + " prompt " + std::to_string(p));
