@@ -141,7 +141,9 @@ TEST_P(ParamDtypeTrain, LoRAOverAFrozenBf16BaseLeavesItBitIdentical) {
   }
   // A training checkpoint keeps the base as stored: a fresh program of the same model resumes
   // from it with the same next loss.
-  const std::string path = ::testing::TempDir() + "param_dtype_checkpoint.safetensors";
+  // One file per device: ctest runs the devices' cases side by side.
+  const std::string path = ::testing::TempDir() + "param_dtype_checkpoint_" +
+                           testing::device_test_name(GetParam()) + ".safetensors";
   save_checkpoint(path, train);
   EXPECT_EQ(read_safetensors(path).at("model.layers.0.self_attn.q_proj.weight").dtype(), DType::kBF16);
   Program resumed =

@@ -296,7 +296,9 @@ TEST_P(Quantized, LoRAOverAQuantizedBaseLeavesItBitIdentical) {
   trains_only_the_adapters(train, feeds);
   // A checkpoint keeps the i8 values and scales as they are: a program on another backend
   // resumes from it with the same next loss.
-  const std::string path = ::testing::TempDir() + "quantized_checkpoint.safetensors";
+  // One file per device: ctest runs the devices' cases side by side.
+  const std::string path =
+      ::testing::TempDir() + "quantized_checkpoint_" + testing::device_test_name(GetParam()) + ".safetensors";
   save_checkpoint(path, train);
   EXPECT_EQ(read_safetensors(path).at("model.layers.0.self_attn.q_proj.weight").dtype(), DType::kI8);
   Program resumed =
