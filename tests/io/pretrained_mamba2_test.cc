@@ -188,10 +188,16 @@ TEST_P(Mamba2Pretrained, HybridsHeldInHalfAndEightBits) {
       EXPECT_LT(d, 3e-2);
       std::printf("  %s %s on %s: relative logit difference to transformers' f32 %.2e\n", name.c_str(),
                   dtype_name(dtype), GetParam().str().c_str(), d);
-      Generator gen(*lm.module, lm.step(),
-                    {.cache_len = 16, .device = GetParam(), .precision = Precision::kBf16, .prefill = false});
-      lm.upload(gen.decode());
-      EXPECT_EQ(gen.generate(std::vector<int32_t>{3, 17, 42}, {.max_new_tokens = 4}).size(), 4u);
+      for (const bool prefill : {false, true}) {  // token by token, and a window of 2 first
+        Generator gen(*lm.module, lm.step(),
+                      {.cache_len = 16,
+                       .prefill_len = 2,
+                       .device = GetParam(),
+                       .precision = Precision::kBf16,
+                       .prefill = prefill});
+        lm.upload(gen.decode());
+        EXPECT_EQ(gen.generate(std::vector<int32_t>{3, 17, 42}, {.max_new_tokens = 4}).size(), 4u);
+      }
     }
   }
 }
