@@ -1,7 +1,8 @@
 // Text generation with a KV-cached language model: tg::Generator compiles a prefill program
 // and a one-token decode program from the model (they share its parameters with the training
-// program on the same device), and generate() runs the prompt through the prefill once, then
-// the decode program once per new token. Sampling (greedy, temperature, top-k, top-p) happens
+// program on the same device), and generate() runs the prompt through the prefill once (a
+// model with Mamba layers: its whole windows, the rest through the decode program), then the
+// decode program once per new token. Sampling (greedy, temperature, top-k, top-p) happens
 // inside the programs (tg::sample; min_p too, and a repetition penalty kept with the caches as
 // the state "generator.seen" [batch, vocab]); only the token ids come back to the host.
 //
@@ -37,7 +38,8 @@ struct GeneratorOptions {
   /// gets one new token).
   int64_t cache_len = 256;
   /// Prompt tokens per prefill call (≤ cache_len); a longer prompt goes through in windows.
-  /// 0: min(64, cache_len).
+  /// 0: min(64, cache_len). (A model with Mamba layers prefills whole windows only: a prompt
+  /// shorter than one goes through the decode program.)
   int64_t prefill_len = 0;
   Device device = Device::best();
   Precision precision = Precision::kFp32;

@@ -219,11 +219,13 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     for (size_t i = 0; i < b; ++i) whole[i] = static_cast<int64_t>(prompts[i].size()) <= fed;
     if (!take(next, whole)) return out;
   }
+  // From here step s draws with the key it has when no prefill runs (a prefill of an attention
+  // model keeps its own keys, from 0).
+  if (recurrent_ || fed < longest) counter = static_cast<int32_t>(fed);
   if (fed < longest) {
     // The prompt tokens from `fed` on through the decode program; the sequences with shorter
     // prompts start generating meanwhile (a sequence's sampled token is new from its last prompt
-    // token on). Step s draws with the key it has when no prefill runs.
-    counter = static_cast<int32_t>(fed);
+    // token on).
     for (int64_t s = fed; s < longest; ++s) {
       std::vector<int32_t> ids(b, 0), pos(b, 0);
       std::vector<bool> fresh(b, false);

@@ -315,8 +315,8 @@ TEST(Pretrained, Gpt2AndMambaFoldersGiveTransformersLogits) {
            "machine with transformers";
 }
 
-// lm.step() drives tg::Generator for each family (Mamba one token at a time): greedy tokens
-// equal greedy by the full forward of the loaded weights.
+// lm.step() drives tg::Generator for each family (Mamba's 5-token prompt as windows of 2 from
+// its states and a token): greedy tokens equal greedy by the full forward of the loaded weights.
 TEST(Pretrained, GeneratorGreedyEqualsFullForward) {
   for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_mamba"}) {
     const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
@@ -326,10 +326,9 @@ TEST(Pretrained, GeneratorGreedyEqualsFullForward) {
     Program full = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
                                    {.inputs = {{"ids", {1, window}, DType::kI32}}, .device = Device::cpu()});
     lm.upload(full);
-    const std::vector<int32_t> prompt{3, 17, 42};
+    const std::vector<int32_t> prompt{3, 17, 42, 8, 1};
     const std::vector<int32_t> want = tg::testing::greedy_by_full_forward(full, prompt, 6, window, vocab);
-    Generator gen(*lm.module, lm.step(),
-                  {.cache_len = window, .device = Device::cpu(), .prefill = !lm.recurrent()});
+    Generator gen(*lm.module, lm.step(), {.cache_len = window, .prefill_len = 2, .device = Device::cpu()});
     lm.upload(gen.decode());
     EXPECT_EQ(gen.generate(prompt, {.max_new_tokens = 6}), want) << name;
   }

@@ -119,11 +119,17 @@ TEST_P(MambaDecode, GeneratorContinuesAsTheFullForward) {
         EXPECT_EQ(outs[s], tg::testing::greedy_by_full_forward(full, prompts[s], 6, kCache, config.vocab))
             << "sequence " << s << (gen == &windows ? ", prefilled in windows" : ", token by token");
     }
-    // Sampling repeats for a seed, and the decode steps draw the same keys either way.
-    const GenerateOptions o{.max_new_tokens = 8, .temperature = 1.0f, .top_k = 8, .seed = 3};
-    const auto sampled = tokens.generate(prompts, o);
-    EXPECT_EQ(sampled, tokens.generate(prompts, o));
-    EXPECT_EQ(sampled, windows.generate(prompts, o));
+    // Sampling repeats for a seed, and the decode steps draw the same keys either way: also when
+    // the prefill takes every prompt whole (6 and 6 tokens), with and without a penalty.
+    for (const auto& these : {prompts, std::vector<std::vector<int32_t>>{prompts[1], prompts[1]}})
+      for (const float penalty : {1.0f, 1.3f}) {
+        const GenerateOptions o{
+            .max_new_tokens = 8, .temperature = 1.0f, .top_k = 8, .repetition_penalty = penalty, .seed = 3};
+        const auto sampled = tokens.generate(these, o);
+        EXPECT_EQ(sampled, tokens.generate(these, o));
+        EXPECT_EQ(sampled, windows.generate(these, o))
+            << these[0].size() << " and " << these[1].size() << " tokens, penalty " << penalty;
+      }
   }
 }
 

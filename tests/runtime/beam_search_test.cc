@@ -102,10 +102,10 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
   for (const std::string name : {"tiny_llama", "tiny_mamba"}) {
     const pretrained::Model lm = pretrained::load(data(name));
     const int64_t beams = 3, window = 12;
-    const std::vector<int32_t> prompt{3, 17, 42};
-    // A cache of 9 positions holds 7 new tokens after the 3 of the prompt (the last one needs no
-    // position), not 8; Llama's prompt goes through a prefill window of 2 twice, Mamba's through
-    // one window and the decode program.
+    const std::vector<int32_t> prompt{3, 17, 42, 8, 1};
+    // A cache of 11 positions holds 7 new tokens after the 5 of the prompt (the last one needs no
+    // position), not 8; Llama's prompt goes through prefill windows of 2 three times, Mamba's
+    // through two (the second from the first's states) and the decode program.
     const BeamSearchOptions options{.max_new_tokens = 8, .length_penalty = 0.8, .stop_tokens = {5, 9}};
     BeamSearchOptions clamped = options;
     clamped.max_new_tokens = 7;
@@ -142,7 +142,7 @@ TEST_P(BeamSearch, CachedEqualsFullForward) {
     };
     const std::vector<BeamHypothesis> want = detail::beam_search(ref, clamped).front();
     Generator gen(*lm.module, lm.step(),
-                  {.batch = beams, .cache_len = 9, .prefill_len = 2, .device = GetParam()});
+                  {.batch = beams, .cache_len = 11, .prefill_len = 2, .device = GetParam()});
     lm.upload(gen.decode());
     const std::vector<BeamHypothesis> got = gen.beam_search(prompt, options);
     ASSERT_EQ(got.size(), want.size()) << name;
