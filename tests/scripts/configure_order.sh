@@ -27,5 +27,9 @@ grep -q '^TG_SANITIZE:BOOL=ON' "$scratch/CMakeCache.txt" || fail "demo then asan
 bash "$root/scripts/configure.sh" release "$scratch"
 grep -q '^TG_SANITIZE:BOOL=OFF' "$scratch/CMakeCache.txt" || fail "asan then release: TG_SANITIZE is still ON"
 grep -q '^CMAKE_CXX_FLAGS:STRING=$' "$scratch/CMakeCache.txt" || fail "asan then release: the sanitizer's -O1 flags were kept"
+grep -q '^TG_CTEST_PER_CASE:BOOL=ON' "$scratch/CMakeCache.txt" || fail "asan then release: a test per binary was kept"
+# Options after the folder are set after the profile's (scripts/test.sh: a test per binary).
+bash "$root/scripts/configure.sh" release "$scratch" -DTG_CTEST_PER_CASE=OFF
+grep -q '^TG_CTEST_PER_CASE:BOOL=OFF' "$scratch/CMakeCache.txt" || fail "release with -DTG_CTEST_PER_CASE=OFF: still ON"
 rm -rf "$scratch"
 echo "configure_order: demo/test configures in either order keep the targets each command needs"
