@@ -29,6 +29,8 @@ struct Image {
 /// InputError naming the file and what is wrong with it (missing, not an image, truncated); Error
 /// when the library was built without stb_image (Debian: libstb-dev).
 Image read_image(const std::string& path, int channels = 3);
+/// Whether read_image and write_png work in this build (it found stb_image).
+bool image_files_supported();
 /// Writes `image` (1 to 4 channels) as a PNG file; InputError when it cannot.
 void write_png(const Image& image, const std::string& path);
 

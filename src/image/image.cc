@@ -124,6 +124,14 @@ Image resize_image(const Image& image, int64_t height, int64_t width, Resample f
   return out.height != height ? pass(out, height, false, filter) : out;
 }
 
+bool image_files_supported() {
+#ifdef TG_HAVE_STB
+  return true;
+#else
+  return false;
+#endif
+}
+
 #ifdef TG_HAVE_STB
 
 Image read_image(const std::string& path, int channels) {

@@ -23,7 +23,24 @@ namespace fs = std::filesystem;
 
 std::string data(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
 
+// Image files need stb_image (libstb-dev, which scripts/setup.sh installs); a build without it
+// skips the tests that read or write them, and checks that the error says how to get it.
+#define SKIP_WITHOUT_IMAGE_FILES() \
+  if (!image_files_supported()) GTEST_SKIP() << "this build of tensorgrad has no stb_image"
+
+TEST(Image, WithoutStbReadingSaysHowToGetIt) {
+  if (image_files_supported()) GTEST_SKIP() << "this build reads image files";
+  try {
+    read_image(data("image/photo.png"));
+    ADD_FAILURE() << "read an image without stb_image";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("libstb-dev"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(write_png(Image{1, 1, 1, {0}}, "x.png"), Error);
+}
+
 TEST(Image, ReadsPngAndWritesItBack) {
+  SKIP_WITHOUT_IMAGE_FILES();
   const Image photo = read_image(data("image/photo.png"));
   EXPECT_EQ(photo.height, 23);
   EXPECT_EQ(photo.width, 31);
@@ -46,6 +63,7 @@ TEST(Image, ReadsPngAndWritesItBack) {
 }
 
 TEST(Image, ReadErrorsNameTheFile) {
+  SKIP_WITHOUT_IMAGE_FILES();
   for (const std::string& bad : {data("image/missing.png"), data("tiny_vit_cls/config.json")}) {
     try {
       read_image(bad);
@@ -60,6 +78,7 @@ TEST(Image, ReadErrorsNameTheFile) {
 }
 
 TEST(Image, ResizeIsPillows) {
+  SKIP_WITHOUT_IMAGE_FILES();
   const Image photo = read_image(data("image/photo.png"));
   const auto g = read_safetensors(data("image/resized.safetensors"));
   for (const auto& [name, want] : g) {
@@ -76,6 +95,7 @@ TEST(Image, ResizeIsPillows) {
 }
 
 TEST(Image, ProcessorIsTransformers) {
+  SKIP_WITHOUT_IMAGE_FILES();
   const ImageProcessor p = ImageProcessor::load(data("tiny_vit_cls"));
   EXPECT_EQ(p.height, 16);
   EXPECT_EQ(p.width, 16);
@@ -103,6 +123,7 @@ TEST(Image, ProcessorIsTransformers) {
 // Bicubic resampling, a shortest-edge resize and a center crop: CLIPImageProcessor's and
 // DeiTImageProcessor's pixel values, as transformers' Pillow backend computes them.
 TEST(Image, CropsAreTransformers) {
+  SKIP_WITHOUT_IMAGE_FILES();
   const std::vector<Image> images{read_image(data("image/photo.png")), read_image(data("image/gray.png"))};
   const auto g = read_safetensors(data("image/crops.safetensors"));
   const ImageProcessor clip = ImageProcessor::load(data("image/clip")),
@@ -125,6 +146,7 @@ TEST(Image, CropsAreTransformers) {
 }
 
 TEST(Image, ProcessorConfigs) {
+  SKIP_WITHOUT_IMAGE_FILES();
   const fs::path dir = fs::path(::testing::TempDir()) / "tg_image_processor";
   fs::create_directories(dir);
   fs::remove(dir / "preprocessor_config.json");
