@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <span>
@@ -98,4 +100,17 @@ std::string message_of(F&& fn) {
   return "";
 }
 
+/// A whole file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 }  // namespace tg::testing
+
+/// Expects the string `text` (evaluated once) to contain `part`, and prints it when it does not.
+#define EXPECT_HAS(text, part)                         \
+  do {                                                 \
+    const std::string t_ = (text);                     \
+    EXPECT_NE(t_.find(part), std::string::npos) << t_; \
+  } while (0)

@@ -18,14 +18,14 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using cd = std::complex<double>;
 
-[[noreturn]] void fail(const std::string& file, const std::string& what) {
+[[noreturn]] void audio_fail(const std::string& file, const std::string& what) {
   throw CheckpointError("[LogMelFeatures::load] " + file + ": " + what);
 }
 
 int64_t positive(const json& c, const std::string& file, const char* key, int64_t fallback) {
   if (!c.contains(key) || c[key].is_null()) return fallback;
   if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
-    fail(file, std::string("\"") + key + "\" is " + c[key].dump() + ", expected a positive integer");
+    audio_fail(file, std::string("\"") + key + "\" is " + c[key].dump() + ", expected a positive integer");
   return c[key].get<int64_t>();
 }
 
@@ -75,28 +75,29 @@ LogMelFeatures LogMelFeatures::load(const std::string& folder) {
   if (!fs::exists(path)) return f;
   const std::string file = path.string();
   std::ifstream in(path);
-  if (!in) fail(file, "cannot be read");
+  if (!in) audio_fail(file, "cannot be read");
   json c;
   try {
     c = json::parse(in);
   } catch (const json::exception& e) {
-    fail(file, std::string("not JSON: ") + e.what());
+    audio_fail(file, std::string("not JSON: ") + e.what());
   }
-  if (!c.is_object()) fail(file, "not a JSON object");
+  if (!c.is_object()) audio_fail(file, "not a JSON object");
   if (c.contains("feature_extractor_type") && c["feature_extractor_type"] != "WhisperFeatureExtractor")
-    fail(file, "feature_extractor_type " + c["feature_extractor_type"].dump() +
-                   " is not implemented (WhisperFeatureExtractor is)");
+    audio_fail(file, "feature_extractor_type " + c["feature_extractor_type"].dump() +
+                         " is not implemented (WhisperFeatureExtractor is)");
   for (const char* key : {"dither", "do_normalize"})
     if (c.contains(key) && !c[key].is_null() && c[key] != 0.0 && c[key] != false)
-      fail(file, std::string("\"") + key + "\" " + c[key].dump() + " is not implemented (0 / false is)");
+      audio_fail(file,
+                 std::string("\"") + key + "\" " + c[key].dump() + " is not implemented (0 / false is)");
   f.n_mels = positive(c, file, "feature_size", f.n_mels);
   f.n_fft = positive(c, file, "n_fft", f.n_fft);
   f.hop = positive(c, file, "hop_length", f.hop);
   f.sample_rate = positive(c, file, "sampling_rate", f.sample_rate);
   f.chunk_length = positive(c, file, "chunk_length", f.chunk_length);
   if (f.n_fft < 2 || f.n_fft % 2 != 0 || f.hop > f.n_samples())
-    fail(file, "n_fft " + std::to_string(f.n_fft) + " and hop_length " + std::to_string(f.hop) +
-                   ": an even n_fft of at least 2 and a hop within the chunk are implemented");
+    audio_fail(file, "n_fft " + std::to_string(f.n_fft) + " and hop_length " + std::to_string(f.hop) +
+                         ": an even n_fft of at least 2 and a hop within the chunk are implemented");
   return f;
 }
 

@@ -12,7 +12,7 @@
 namespace tg {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void wav_fail(const std::string& path, const std::string& what) {
   throw InputError("[read_wav] " + path + ": " + what);
 }
 
@@ -58,11 +58,11 @@ void put16(std::string& s, uint16_t v) {
 
 Audio read_wav(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot be opened");
+  if (!in) wav_fail(path, "cannot be opened");
   const std::vector<uint8_t> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (raw.size() < 12 || std::memcmp(raw.data(), "RIFF", 4) != 0 ||
       std::memcmp(raw.data() + 8, "WAVE", 4) != 0)
-    fail(path, "not a RIFF WAVE file");
+    wav_fail(path, "not a RIFF WAVE file");
   const uint32_t riff_size = u32(raw.data() + 4);
   int channels = 0, bits = 0, tag = 0;
   int64_t rate = 0;
@@ -79,15 +79,16 @@ Audio read_wav(const std::string& path) {
     if (is_data && (size == 0xFFFFFFFFu || (size == 0 && (riff_size == 0 || riff_size == 0xFFFFFFFFu))))
       size = left;
     if (size > left)
-      fail(path, "the \"" + std::string(reinterpret_cast<const char*>(chunk), 4) + "\" chunk is truncated");
+      wav_fail(path,
+               "the \"" + std::string(reinterpret_cast<const char*>(chunk), 4) + "\" chunk is truncated");
     if (std::memcmp(chunk, "fmt ", 4) == 0) {
-      if (size < 16) fail(path, "the \"fmt \" chunk is shorter than 16 bytes");
+      if (size < 16) wav_fail(path, "the \"fmt \" chunk is shorter than 16 bytes");
       tag = u16(chunk + 8);
       channels = u16(chunk + 10);
       rate = u32(chunk + 12);
       bits = u16(chunk + 22);
       if (tag == 0xFFFE) {  // WAVE_FORMAT_EXTENSIBLE: the encoding is its sub-format GUID's first two bytes
-        if (size < 40) fail(path, "a WAVE_FORMAT_EXTENSIBLE \"fmt \" chunk shorter than 40 bytes");
+        if (size < 40) wav_fail(path, "a WAVE_FORMAT_EXTENSIBLE \"fmt \" chunk shorter than 40 bytes");
         tag = u16(chunk + 8 + 24);
       }
     } else if (is_data) {
@@ -96,16 +97,17 @@ Audio read_wav(const std::string& path) {
     }
     at += 8 + size + (size & 1);  // chunks are padded to an even size
   }
-  if (tag == 0) fail(path, "no \"fmt \" chunk");
-  if (!data) fail(path, at < raw.size() ? "truncated (a chunk's header is cut off)" : "no \"data\" chunk");
+  if (tag == 0) wav_fail(path, "no \"fmt \" chunk");
+  if (!data)
+    wav_fail(path, at < raw.size() ? "truncated (a chunk's header is cut off)" : "no \"data\" chunk");
   const bool is_float = tag == 3;
   if (tag != 1 && tag != 3)
-    fail(path,
-         "encoding " + std::to_string(tag) + " is not implemented (1, integer PCM, and 3, IEEE float, are)");
+    wav_fail(path, "encoding " + std::to_string(tag) +
+                       " is not implemented (1, integer PCM, and 3, IEEE float, are)");
   if (is_float ? (bits != 32 && bits != 64) : (bits != 8 && bits != 16 && bits != 24 && bits != 32))
-    fail(path,
-         std::to_string(bits) + "-bit " + (is_float ? "float" : "PCM") + " samples are not implemented");
-  if (channels <= 0 || rate <= 0) fail(path, "no channels or no sample rate in the \"fmt \" chunk");
+    wav_fail(path,
+             std::to_string(bits) + "-bit " + (is_float ? "float" : "PCM") + " samples are not implemented");
+  if (channels <= 0 || rate <= 0) wav_fail(path, "no channels or no sample rate in the \"fmt \" chunk");
   const size_t frame = static_cast<size_t>(channels) * static_cast<size_t>(bits / 8);
   Audio audio;
   audio.sample_rate = rate;

@@ -15,7 +15,7 @@ namespace {
 
 using env::Switch;
 
-[[noreturn]] void fail(const std::string& message) {
+[[noreturn]] void launch_fail(const std::string& message) {
   throw DistributedError("[distributed::init] " + message);
 }
 
@@ -27,7 +27,7 @@ std::optional<int> integer(Switch s, int lo, int hi, const std::string& what) {
   errno = 0;
   const long long n = std::strtoll(v.c_str(), &end, 10);
   if (errno != 0 || end == v.c_str() || *end != '\0' || n < lo || n > hi)
-    fail(std::string(env::info(s).name) + "='" + v + "' is not " + what);
+    launch_fail(std::string(env::info(s).name) + "='" + v + "' is not " + what);
   return static_cast<int>(n);
 }
 
@@ -88,12 +88,12 @@ LaunchEnv read_launch_env() {
       " (torchrun-style launches set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; mpirun sets "
       "its own)";
   if (!size)
-    fail("WORLD_SIZE is not set, but " + std::string(rank ? rank_name : "another launch variable") + " is" +
-         launch_help);
-  if (!rank) fail("RANK is not set, but " + std::string(size_name) + " is" + launch_help);
+    launch_fail("WORLD_SIZE is not set, but " + std::string(rank ? rank_name : "another launch variable") +
+                " is" + launch_help);
+  if (!rank) launch_fail("RANK is not set, but " + std::string(size_name) + " is" + launch_help);
   if (*rank >= *size)
-    fail(std::string(rank_name) + "=" + std::to_string(*rank) + " is not below " + size_name + "=" +
-         std::to_string(*size));
+    launch_fail(std::string(rank_name) + "=" + std::to_string(*rank) + " is not below " + size_name + "=" +
+                std::to_string(*size));
   e.rank = *rank;
   e.size = *size;
   const char* local_name = "LOCAL_RANK";
@@ -108,14 +108,14 @@ LaunchEnv read_launch_env() {
 double timeout_seconds(double fallback) {
   if (!env::is_set(Switch::kDistTimeout)) {
     if (!(fallback > 0))
-      fail("InitOptions::timeout_s = " + std::to_string(fallback) + " is not a positive number");
+      launch_fail("InitOptions::timeout_s = " + std::to_string(fallback) + " is not a positive number");
     return fallback;
   }
   const std::string v = env::value(Switch::kDistTimeout);
   char* end = nullptr;
   const double t = std::strtod(v.c_str(), &end);
   if (end == v.c_str() || *end != '\0' || !(t > 0) || t > 1e9)
-    fail("TG_DIST_TIMEOUT='" + v + "' is not a positive number of seconds");
+    launch_fail("TG_DIST_TIMEOUT='" + v + "' is not a positive number of seconds");
   return t;
 }
 
@@ -126,12 +126,12 @@ Communicator* world() { return state != nullptr ? state->comm.get() : nullptr; }
 namespace tg::distributed {
 
 const World& init(InitOptions options) {
-  using dist::fail;
+  using dist::launch_fail;
   if (dist::state != nullptr)
     throw Error("[distributed::init] called twice: this process already joined a world of " +
                 std::to_string(dist::state->world.size) + " (call finalize() first)");
   if (options.engine != "auto" && options.engine != "mpi" && options.engine != "nccl")
-    fail("unknown engine '" + options.engine + "' (mpi, nccl or auto)");
+    launch_fail("unknown engine '" + options.engine + "' (mpi, nccl or auto)");
   const double timeout_s = dist::timeout_seconds(options.timeout_s);
   const dist::LaunchEnv env = dist::read_launch_env();
   auto state = std::make_unique<dist::State>();

@@ -30,7 +30,9 @@ using Clock = std::chrono::steady_clock;
 
 std::string errno_text(int e) { return std::generic_category().message(e); }
 
-[[noreturn]] void fail(const std::string& message) { throw DistributedError("[distributed] " + message); }
+[[noreturn]] void store_fail(const std::string& message) {
+  throw DistributedError("[distributed] " + message);
+}
 
 /// Milliseconds left before `until` for poll(), at least 0.
 int millis_left(Clock::time_point until) {
@@ -45,7 +47,7 @@ bool wait_ready(int fd, short events, Clock::time_point until) {
     const int r = ::poll(&p, 1, millis_left(until));
     if (r > 0) return true;
     if (r == 0) return false;
-    if (errno != EINTR) fail(std::string("poll failed: ") + errno_text(errno));
+    if (errno != EINTR) store_fail(std::string("poll failed: ") + errno_text(errno));
   }
 }
 
@@ -136,7 +138,7 @@ void TcpGroup::listen_and_accept() {
     addr_len = sizeof(sockaddr_in6);
   } else {  // a kernel without IPv6
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) fail("rank 0 could not open a socket: " + errno_text(errno));
+    if (fd < 0) store_fail("rank 0 could not open a socket: " + errno_text(errno));
     auto* a4 = reinterpret_cast<sockaddr_in*>(&addr);
     a4->sin_family = AF_INET;
     a4->sin_addr.s_addr = htonl(INADDR_ANY);
@@ -152,11 +154,11 @@ void TcpGroup::listen_and_accept() {
   ::setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
     const int e = errno;
-    fail("rank 0 could not listen at " + where() + ": " + errno_text(e) +
-         (e == EADDRINUSE ? " (another job on this port? set MASTER_PORT to a free one)" : ""));
+    store_fail("rank 0 could not listen at " + where() + ": " + errno_text(e) +
+               (e == EADDRINUSE ? " (another job on this port? set MASTER_PORT to a free one)" : ""));
   }
   if (::listen(listen_fd, size_ + 16) != 0)
-    fail("rank 0 could not listen at " + where() + ": " + errno_text(errno));
+    store_fail("rank 0 could not listen at " + where() + ": " + errno_text(errno));
   set_socket_options(listen_fd);
 
   int joined = 1;
@@ -165,8 +167,8 @@ void TcpGroup::listen_and_accept() {
       std::vector<int> missing;
       for (int r = 1; r < size_; ++r)
         if (fds_[static_cast<size_t>(r)] < 0) missing.push_back(r);
-      fail("rank 0 waited " + seconds() + " at " + where() + " for " + rank_list(missing) +
-           " to join (not started, or cannot reach this host and port?)");
+      store_fail("rank 0 waited " + seconds() + " at " + where() + " for " + rank_list(missing) +
+                 " to join (not started, or cannot reach this host and port?)");
     }
     const int peer = ::accept(listen_fd, nullptr, nullptr);
     if (peer < 0) continue;  // the client gave up between poll and accept
@@ -196,7 +198,7 @@ void TcpGroup::listen_and_accept() {
       problem = "two processes joined as rank " + std::to_string(r);
     if (!problem.empty()) {
       ::close(peer);
-      fail("rank 0 at " + where() + ": " + problem);
+      store_fail("rank 0 at " + where() + ": " + problem);
     }
     fds_[static_cast<size_t>(r)] = peer;
     ++joined;
@@ -242,8 +244,8 @@ void TcpGroup::connect_to_rank0() {
     if (found != nullptr) ::freeaddrinfo(found);
     if (fd >= 0) break;
     if (Clock::now() >= until)
-      fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + where() + " within " +
-           seconds() + ": " + last_error);
+      store_fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + where() + " within " +
+                 seconds() + ": " + last_error);
     // Rank 0 may not be listening yet: try again shortly.
     std::this_thread::sleep_for(
         std::min<Clock::duration>(std::chrono::milliseconds(100), until - Clock::now()));
@@ -268,13 +270,13 @@ void TcpGroup::send_to(int fd, int peer_rank, const Header& h, const void* paylo
     while (sent < part.size) {
       const int64_t n = transfer(fd, const_cast<uint8_t*>(part.data) + sent, part.size - sent, true);
       if (n < 0)
-        fail("rank " + std::to_string(rank_) + ": rank " + std::to_string(peer_rank) +
-             " closed its connection" + (peer_rank == 0 ? " at " + where() : std::string()) +
-             " (did it exit?) during " + what);
+        store_fail("rank " + std::to_string(rank_) + ": rank " + std::to_string(peer_rank) +
+                   " closed its connection" + (peer_rank == 0 ? " at " + where() : std::string()) +
+                   " (did it exit?) during " + what);
       sent += static_cast<size_t>(n);
       if (n == 0 && !wait_ready(fd, POLLOUT, until))
-        fail("rank " + std::to_string(rank_) + " waited " + seconds() + " in " + what + " to send to rank " +
-             std::to_string(peer_rank));
+        store_fail("rank " + std::to_string(rank_) + " waited " + seconds() + " in " + what +
+                   " to send to rank " + std::to_string(peer_rank));
     }
   }
 }
@@ -293,12 +295,12 @@ void TcpGroup::receive_from_all(Kind kind, uint8_t* out, uint64_t bytes, bool ga
     std::vector<pollfd> polls;
     for (const Incoming& in : pending) polls.push_back({fds_[static_cast<size_t>(in.rank)], POLLIN, 0});
     const int ready = ::poll(polls.data(), polls.size(), millis_left(until));
-    if (ready < 0 && errno != EINTR) fail(std::string("poll failed: ") + errno_text(errno));
+    if (ready < 0 && errno != EINTR) store_fail(std::string("poll failed: ") + errno_text(errno));
     if (ready == 0) {
       std::vector<int> missing;
       for (const Incoming& in : pending) missing.push_back(in.rank);
-      fail("rank 0 waited " + seconds() + " in " + what + " for " + rank_list(missing) +
-           " (stuck, or behind in an earlier step?)");
+      store_fail("rank 0 waited " + seconds() + " in " + what + " for " + rank_list(missing) +
+                 " (stuck, or behind in an earlier step?)");
     }
     for (size_t i = 0; i < pending.size(); ++i) {
       if (polls[i].revents == 0) continue;
@@ -311,14 +313,14 @@ void TcpGroup::receive_from_all(Kind kind, uint8_t* out, uint64_t bytes, bool ga
       const size_t want = in_header ? sizeof(Header) - in.got : sizeof(Header) + bytes - in.got;
       const int64_t n = transfer(fd, dst, want, false);
       if (n < 0)
-        fail("rank 0: rank " + std::to_string(in.rank) + " closed its connection (did it exit?) during " +
-             what);
+        store_fail("rank 0: rank " + std::to_string(in.rank) +
+                   " closed its connection (did it exit?) during " + what);
       in.got += static_cast<size_t>(n);
       if (in_header && in.got == sizeof(Header) && (in.header.kind != kind || in.header.bytes != bytes))
-        fail("rank 0: rank " + std::to_string(in.rank) + " is in " + kind_name(in.header.kind) + " of " +
-             std::to_string(in.header.bytes) + " bytes while rank 0 is in " + what + " of " +
-             std::to_string(bytes) +
-             " bytes (every rank must make the same control exchanges in the same order)");
+        store_fail("rank 0: rank " + std::to_string(in.rank) + " is in " + kind_name(in.header.kind) +
+                   " of " + std::to_string(in.header.bytes) + " bytes while rank 0 is in " + what + " of " +
+                   std::to_string(bytes) +
+                   " bytes (every rank must make the same control exchanges in the same order)");
     }
     std::erase_if(pending, [&](const Incoming& in) { return in.got == sizeof(Header) + bytes; });
   }
@@ -333,20 +335,20 @@ void TcpGroup::receive_from_rank0(Kind kind, void* out, uint64_t bytes, const ch
     size_t got = 0;
     while (got < size) {
       if (!wait_ready(fd, POLLIN, until))
-        fail("rank " + std::to_string(rank_) + " waited " + seconds() + " in " + what + " for rank 0 at " +
-             where());
+        store_fail("rank " + std::to_string(rank_) + " waited " + seconds() + " in " + what +
+                   " for rank 0 at " + where());
       const int64_t n = transfer(fd, dst + got, size - got, false);
       if (n < 0)
-        fail("rank " + std::to_string(rank_) + ": rank 0 at " + where() +
-             " closed its connection (did it exit?) during " + what);
+        store_fail("rank " + std::to_string(rank_) + ": rank 0 at " + where() +
+                   " closed its connection (did it exit?) during " + what);
       got += static_cast<size_t>(n);
     }
   };
   read(reinterpret_cast<uint8_t*>(&h), sizeof h);
   if (h.magic != kMagic || h.kind != kind || h.bytes != bytes)
-    fail("rank " + std::to_string(rank_) + " is in " + what + " (" + std::to_string(bytes) +
-         " bytes back) while rank 0 is in " + kind_name(h.kind) + " (" + std::to_string(h.bytes) +
-         " bytes back; every rank must make the same control exchanges in the same order)");
+    store_fail("rank " + std::to_string(rank_) + " is in " + what + " (" + std::to_string(bytes) +
+               " bytes back) while rank 0 is in " + kind_name(h.kind) + " (" + std::to_string(h.bytes) +
+               " bytes back; every rank must make the same control exchanges in the same order)");
   read(static_cast<uint8_t*>(out), bytes);
 }
 
@@ -378,7 +380,7 @@ void TcpGroup::exchange(Kind kind, const void* in, void* out, uint64_t bytes, co
 }
 
 void TcpGroup::all_gather(const void* in, void* out, int64_t bytes) {
-  if (bytes < 0) fail("all_gather_bytes of " + std::to_string(bytes) + " bytes");
+  if (bytes < 0) store_fail("all_gather_bytes of " + std::to_string(bytes) + " bytes");
   exchange(Kind::kAllGather, in, out, static_cast<uint64_t>(bytes), "all_gather_bytes");
 }
 

@@ -14,17 +14,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& file, const std::string& what) {
+[[noreturn]] void processor_fail(const std::string& file, const std::string& what) {
   throw CheckpointError("[ImageProcessor::load] " + file + ": " + what);
 }
 
 json read_file(const fs::path& path) {
   std::ifstream in(path);
-  if (!in) fail(path.string(), "cannot be read");
+  if (!in) processor_fail(path.string(), "cannot be read");
   try {
     return json::parse(in);
   } catch (const json::exception& e) {
-    fail(path.string(), std::string("not JSON: ") + e.what());
+    processor_fail(path.string(), std::string("not JSON: ") + e.what());
   }
 }
 
@@ -36,7 +36,8 @@ T get(const json& c, const std::string& file, const char* key, T fallback) {
                   : std::is_integral_v<T>       ? v.is_number_integer()
                   : std::is_floating_point_v<T> ? v.is_number()
                                                 : false;
-  if (!ok) fail(file, std::string("\"") + key + "\" is " + v.dump() + ", which is not what it should be");
+  if (!ok)
+    processor_fail(file, std::string("\"") + key + "\" is " + v.dump() + ", which is not what it should be");
   return v.get<T>();
 }
 
@@ -47,7 +48,7 @@ std::vector<double> per_channel(const json& c, const std::string& file, const ch
   if (v.is_number()) return std::vector<double>(fallback.size(), v.get<double>());
   if (!v.is_array() || v.empty() ||
       !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number(); }))
-    fail(file, std::string("\"") + key + "\" is " + v.dump() + ", expected a number per channel");
+    processor_fail(file, std::string("\"") + key + "\" is " + v.dump() + ", expected a number per channel");
   return v.get<std::vector<double>>();
 }
 // A size as preprocessor_config.json gives it: {"height", "width"}, {"shortest_edge"} (into
@@ -58,18 +59,19 @@ void read_size(const json& s, const std::string& file, const char* key, bool num
     height = width = s.get<int64_t>();
   } else if (s.is_number_integer() && edge) {
     *edge = s.get<int64_t>();
-    if (*edge <= 0) fail(file, std::string("\"") + key + "\" " + s.dump() + " is not a positive size");
+    if (*edge <= 0)
+      processor_fail(file, std::string("\"") + key + "\" " + s.dump() + " is not a positive size");
   } else if (s.is_object() && s.size() == 2 && s.contains("height") && s.contains("width")) {
     height = get<int64_t>(s, file, "height", 0);
     width = get<int64_t>(s, file, "width", 0);
   } else if (s.is_object() && s.size() == 1 && s.contains("shortest_edge") && edge) {
     *edge = get<int64_t>(s, file, "shortest_edge", 0);
   } else {
-    fail(file, std::string("\"") + key + "\" is " + s.dump() + ": {\"height\", \"width\"}" +
-                   (edge ? ", {\"shortest_edge\"}" : "") + " or one number is implemented");
+    processor_fail(file, std::string("\"") + key + "\" is " + s.dump() + ": {\"height\", \"width\"}" +
+                             (edge ? ", {\"shortest_edge\"}" : "") + " or one number is implemented");
   }
   if (height <= 0 || width <= 0 || (edge && *edge < 0) || (edge && s.contains("shortest_edge") && *edge == 0))
-    fail(file, std::string("\"") + key + "\" " + s.dump() + " is not a positive size");
+    processor_fail(file, std::string("\"") + key + "\" " + s.dump() + " is not a positive size");
 }
 
 }  // namespace
@@ -87,7 +89,7 @@ ImageProcessor ImageProcessor::load(const std::string& folder) {
   }
   const std::string file = path.string();
   const json c = read_file(path);
-  if (!c.is_object()) fail(file, "not a JSON object");
+  if (!c.is_object()) processor_fail(file, "not a JSON object");
   // A size of one number: CLIP's processor reads it as the shortest edge, the others as a square.
   const bool clip =
       (c.contains("image_processor_type") && c["image_processor_type"] == "CLIPImageProcessor") ||
@@ -97,11 +99,12 @@ ImageProcessor ImageProcessor::load(const std::string& folder) {
     read_size(c["size"], file, "size", clip, p.height, p.width, &p.shortest_edge);
   const int64_t resample = get<int64_t>(c, file, "resample", 2);
   if (p.do_resize && resample != 2 && resample != 3)
-    fail(file, "\"resample\" " + std::to_string(resample) +
-                   " is not implemented (2, bilinear, and 3, bicubic, are; 1 is Lanczos, 0 nearest)");
+    processor_fail(file,
+                   "\"resample\" " + std::to_string(resample) +
+                       " is not implemented (2, bilinear, and 3, bicubic, are; 1 is Lanczos, 0 nearest)");
   p.resample = resample == 3 ? Resample::kBicubic : Resample::kBilinear;
   if (c.contains("crop_pct") && !c["crop_pct"].is_null())
-    fail(file, "\"crop_pct\" (a resize to size / crop_pct before the crop) is not implemented");
+    processor_fail(file, "\"crop_pct\" (a resize to size / crop_pct before the crop) is not implemented");
   p.do_center_crop = get<bool>(c, file, "do_center_crop", false);
   if (p.do_center_crop && c.contains("crop_size") && !c["crop_size"].is_null())
     read_size(c["crop_size"], file, "crop_size", false, p.crop_height, p.crop_width, nullptr);
@@ -111,8 +114,8 @@ ImageProcessor ImageProcessor::load(const std::string& folder) {
   p.mean = per_channel(c, file, "image_mean", p.mean);
   p.std = per_channel(c, file, "image_std", p.std);
   if (p.mean.size() != p.std.size())
-    fail(file, "image_mean has " + std::to_string(p.mean.size()) + " channels, image_std " +
-                   std::to_string(p.std.size()));
+    processor_fail(file, "image_mean has " + std::to_string(p.mean.size()) + " channels, image_std " +
+                             std::to_string(p.std.size()));
   return p;
 }
 

@@ -20,7 +20,7 @@ constexpr const char* kStatePrefix = "__tg/state/";
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void checkpoint_fail(const std::string& path, const std::string& what) {
   throw CheckpointError("[load_checkpoint] " + path + ": " + what);
 }
 
@@ -58,25 +58,25 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
   try {
     meta = read_safetensors_metadata(path);
     if (meta.count("__tg.format") == 0 || meta.at("__tg.format") != kFormat)
-      fail(path, "not a training checkpoint (no \"__tg.format\": \"" + std::string(kFormat) +
-                     "\" metadata; load parameters alone with load_safetensors)");
+      checkpoint_fail(path, "not a training checkpoint (no \"__tg.format\": \"" + std::string(kFormat) +
+                                "\" metadata; load parameters alone with load_safetensors)");
     tensors = read_safetensors(path);
   } catch (const CheckpointError& e) {
     const std::string what = e.what();
     throw CheckpointError(starts_with(what, "[load_checkpoint]") ? what : "[load_checkpoint] " + what);
   }
   for (const char* key : {"__tg.optimizer", "__tg.steps", "__tg.calls", "__tg.lr"})
-    if (meta.count(key) == 0) fail(path, std::string("metadata '") + key + "' is missing");
+    if (meta.count(key) == 0) checkpoint_fail(path, std::string("metadata '") + key + "' is missing");
   TrainingState t;
   t.optimizer = meta.at("__tg.optimizer");
   char* end = nullptr;
   t.steps = std::strtoll(meta.at("__tg.steps").c_str(), &end, 10);
-  if (*end != '\0' || t.steps < 0) fail(path, "metadata '__tg.steps' is not a step count");
+  if (*end != '\0' || t.steps < 0) checkpoint_fail(path, "metadata '__tg.steps' is not a step count");
   const unsigned long long calls = std::strtoull(meta.at("__tg.calls").c_str(), &end, 10);
-  if (*end != '\0' || calls > UINT32_MAX) fail(path, "metadata '__tg.calls' is not a call count");
+  if (*end != '\0' || calls > UINT32_MAX) checkpoint_fail(path, "metadata '__tg.calls' is not a call count");
   t.calls = static_cast<uint32_t>(calls);
   t.lr = std::strtod(meta.at("__tg.lr").c_str(), &end);
-  if (*end != '\0') fail(path, "metadata '__tg.lr' is not a number");
+  if (*end != '\0') checkpoint_fail(path, "metadata '__tg.lr' is not a number");
 
   std::map<std::string, HostTensor> params;
   for (auto& [name, value] : tensors) {
@@ -85,7 +85,7 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
     else if (starts_with(name, kStatePrefix))
       t.states.emplace(name.substr(std::string(kStatePrefix).size()), std::move(value));
     else if (starts_with(name, "__tg/"))
-      fail(path, "unknown training tensor '" + name + "'");
+      checkpoint_fail(path, "unknown training tensor '" + name + "'");
     else
       params.emplace(name, std::move(value));
   }
@@ -93,15 +93,16 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
   const std::map<std::string, HostTensor> current = program.download_params();
   for (const auto& [name, value] : params) {
     const auto it = current.find(name);
-    if (it == current.end()) fail(path, "tensor '" + name + "' is not a parameter of the model");
+    if (it == current.end()) checkpoint_fail(path, "tensor '" + name + "' is not a parameter of the model");
     // Any float type loads, converted as upload_params converts (a checkpoint of the same model
     // has the parameters' own types: resuming is exact).
     const bool as_stored = value.dtype() == DType::kI8 && it->second.dtype() == DType::kI8;
     const bool float_type = value.dtype() == DType::kF32 || is_half(value.dtype()) || as_stored;
     const Shape want = as_stored ? it->second.shape() : dequantized_shape(name, it->second.shape(), current);
     if (!float_type || value.shape() != want)
-      fail(path, "tensor '" + name + "' is " + dtype_name(value.dtype()) + shape_str(value.shape()) +
-                     ", the model's parameter is " + dtype_name(it->second.dtype()) + shape_str(want));
+      checkpoint_fail(path, "tensor '" + name + "' is " + dtype_name(value.dtype()) +
+                                shape_str(value.shape()) + ", the model's parameter is " +
+                                dtype_name(it->second.dtype()) + shape_str(want));
   }
   // The scales of a quantized parameter the file holds as floats come from quantizing it (as
   // upload_params and load_safetensors take them).
@@ -114,14 +115,14 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Prog
   };
   for (const auto& [name, value] : current)
     if (params.count(name) == 0 && !quantized_from_file(name))
-      fail(path, "parameter '" + name + "' is missing");
+      checkpoint_fail(path, "parameter '" + name + "' is missing");
   const TrainingState before = program.training_state();
   try {
     program.restore_training_state(t);
   } catch (const InputError& e) {
     const std::string what = e.what();
     const std::string tag = "[restore_training_state] ";
-    fail(path, starts_with(what, tag.c_str()) ? what.substr(tag.size()) : what);
+    checkpoint_fail(path, starts_with(what, tag.c_str()) ? what.substr(tag.size()) : what);
   }
   try {
     program.upload_params(params);

@@ -18,7 +18,7 @@ using nlohmann::json;
 
 constexpr uint32_t kF32 = 0, kF16 = 1, kBF16 = 30;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void gguf_fail(const std::string& path, const std::string& what) {
   throw CheckpointError(path + ": " + what);
 }
 
@@ -29,10 +29,11 @@ class Reader {
 
   void bytes(void* dst, uint64_t n, const char* what) {
     if (n > size_ - pos_)
-      fail(path_, std::string("truncated: ") + what + " needs " + std::to_string(n) + " bytes at offset " +
-                      std::to_string(pos_) + ", the file has " + std::to_string(size_ - pos_) + " left");
+      gguf_fail(path_, std::string("truncated: ") + what + " needs " + std::to_string(n) +
+                           " bytes at offset " + std::to_string(pos_) + ", the file has " +
+                           std::to_string(size_ - pos_) + " left");
     in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-    if (!in_) fail(path_, std::string("cannot read ") + what);
+    if (!in_) gguf_fail(path_, std::string("cannot read ") + what);
     pos_ += n;
   }
   template <typename T>
@@ -44,7 +45,7 @@ class Reader {
   std::string string(const char* what) {
     const auto n = scalar<uint64_t>(what);
     if (n > size_ - pos_)
-      fail(path_, std::string("truncated: ") + what + " of " + std::to_string(n) + " bytes");
+      gguf_fail(path_, std::string("truncated: ") + what + " of " + std::to_string(n) + " bytes");
     std::string s(n, '\0');
     bytes(s.data(), n, what);
     return s;
@@ -53,7 +54,7 @@ class Reader {
   uint64_t count(const char* what, uint64_t min_bytes) {
     const auto n = scalar<uint64_t>(what);
     if (min_bytes > 0 && n > (size_ - pos_) / min_bytes)
-      fail(path_, std::string(what) + " " + std::to_string(n) + " is more than the file can hold");
+      gguf_fail(path_, std::string(what) + " " + std::to_string(n) + " is more than the file can hold");
     return n;
   }
   uint64_t pos() const { return pos_; }
@@ -97,7 +98,7 @@ json value(Reader& r, uint32_t type, const std::string& key, const std::string& 
     case kF32v: return r.scalar<float>("an f32");
     case kBool: {
       const auto b = r.scalar<uint8_t>("a bool");
-      if (b > 1) fail(path, "key '" + key + "': a bool of value " + std::to_string(b));
+      if (b > 1) gguf_fail(path, "key '" + key + "': a bool of value " + std::to_string(b));
       return b == 1;
     }
     case kString: return r.string("a string");
@@ -105,16 +106,16 @@ json value(Reader& r, uint32_t type, const std::string& key, const std::string& 
     case kI64: return r.scalar<int64_t>("an i64");
     case kF64: return r.scalar<double>("an f64");
     case kArray: {
-      if (depth > 0) fail(path, "key '" + key + "': an array of arrays (not read)");
+      if (depth > 0) gguf_fail(path, "key '" + key + "': an array of arrays (not read)");
       const auto item = r.scalar<uint32_t>("an array's item type");
       if (item > kF64)
-        fail(path, "key '" + key + "': an array of the unknown value type " + std::to_string(item));
+        gguf_fail(path, "key '" + key + "': an array of the unknown value type " + std::to_string(item));
       const uint64_t n = r.count("an array's length", min_bytes_of(item));
       json a = json::array();
       for (uint64_t i = 0; i < n; ++i) a.push_back(value(r, item, key, path, depth + 1));
       return a;
     }
-    default: fail(path, "key '" + key + "': the unknown value type " + std::to_string(type));
+    default: gguf_fail(path, "key '" + key + "': the unknown value type " + std::to_string(type));
   }
 }
 
@@ -148,26 +149,28 @@ bool is_gguf(const std::string& path) {
 GgufFile read_gguf(const std::string& path) {
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) fail(path, "cannot read: " + ec.message());
+  if (ec) gguf_fail(path, "cannot read: " + ec.message());
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open");
+  if (!in) gguf_fail(path, "cannot open");
   Reader r(in, path, size);
   GgufFile g;
   g.path = path;
   char magic[4];
   r.bytes(magic, 4, "the magic");
-  if (std::memcmp(magic, "GGUF", 4) != 0) fail(path, "not a GGUF file (it does not start with \"GGUF\")");
+  if (std::memcmp(magic, "GGUF", 4) != 0)
+    gguf_fail(path, "not a GGUF file (it does not start with \"GGUF\")");
   g.version = r.scalar<uint32_t>("the version");
   if (g.version > 0xFFFF && (g.version & 0xFFFF) == 0)
-    fail(path, "a big-endian GGUF file (its version reads byte-swapped); only little-endian files are read");
+    gguf_fail(path,
+              "a big-endian GGUF file (its version reads byte-swapped); only little-endian files are read");
   if (g.version != 2 && g.version != 3)
-    fail(path, "GGUF version " + std::to_string(g.version) + " (versions 2 and 3 are read)");
+    gguf_fail(path, "GGUF version " + std::to_string(g.version) + " (versions 2 and 3 are read)");
   const uint64_t n_tensors = r.count("the tensor count", 24);
   const uint64_t n_kv = r.count("the key-value count", 13);
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = r.string("a key");
     const auto type = r.scalar<uint32_t>("a value type");
-    if (g.meta.contains(key)) fail(path, "the key '" + key + "' twice");
+    if (g.meta.contains(key)) gguf_fail(path, "the key '" + key + "' twice");
     g.meta[key] = value(r, type, key, path, 0);
   }
   uint64_t alignment = 32;
@@ -175,7 +178,7 @@ GgufFile read_gguf(const std::string& path) {
     const json& a = g.meta["general.alignment"];
     if (!a.is_number_unsigned() || a.get<uint64_t>() == 0 ||
         (a.get<uint64_t>() & (a.get<uint64_t>() - 1)) != 0)
-      fail(path, "general.alignment is " + a.dump() + ", not a power of two");
+      gguf_fail(path, "general.alignment is " + a.dump() + ", not a power of two");
     alignment = a.get<uint64_t>();
   }
   std::set<std::string> names;
@@ -183,16 +186,16 @@ GgufFile read_gguf(const std::string& path) {
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
     t.name = r.string("a tensor name");
-    if (!names.insert(t.name).second) fail(path, "the tensor '" + t.name + "' twice");
+    if (!names.insert(t.name).second) gguf_fail(path, "the tensor '" + t.name + "' twice");
     const auto rank = r.scalar<uint32_t>("a tensor's rank");
     if (rank == 0 || rank > 4)
-      fail(path, "tensor '" + t.name + "' has rank " + std::to_string(rank) + " (1 to 4)");
+      gguf_fail(path, "tensor '" + t.name + "' has rank " + std::to_string(rank) + " (1 to 4)");
     std::vector<int64_t> ne(rank);
     uint64_t numel = 1;
     for (uint32_t d = 0; d < rank; ++d) {
       const auto e = r.scalar<uint64_t>("a tensor's extent");
       if (e == 0 || e > (uint64_t{1} << 40) || numel > (uint64_t{1} << 50) / e)
-        fail(path, "tensor '" + t.name + "' has the extent " + std::to_string(e));
+        gguf_fail(path, "tensor '" + t.name + "' has the extent " + std::to_string(e));
       numel *= e;
       ne[d] = static_cast<int64_t>(e);
     }
@@ -200,23 +203,25 @@ GgufFile read_gguf(const std::string& path) {
     t.type = r.scalar<uint32_t>("a tensor's type");
     const GgmlBlock blk = ggml_block(t.type);
     if (blk.values == 0)
-      fail(path, "tensor '" + t.name + "' is " + ggml_type_name(t.type) +
-                     ", which is not read (the types read: " + ggml_types_read() + ")");
+      gguf_fail(path, "tensor '" + t.name + "' is " + ggml_type_name(t.type) +
+                          ", which is not read (the types read: " + ggml_types_read() + ")");
     if (ne[0] % blk.values != 0)
-      fail(path, "tensor '" + t.name + "' is " + ggml_type_name(t.type) + " with rows of " +
-                     std::to_string(ne[0]) + " values, not whole blocks of " + std::to_string(blk.values));
+      gguf_fail(path, "tensor '" + t.name + "' is " + ggml_type_name(t.type) + " with rows of " +
+                          std::to_string(ne[0]) + " values, not whole blocks of " +
+                          std::to_string(blk.values));
     t.bytes = numel / static_cast<uint64_t>(blk.values) * static_cast<uint64_t>(blk.bytes);
     t.offset = r.scalar<uint64_t>("a tensor's offset");
     if (t.offset % alignment != 0)
-      fail(path, "tensor '" + t.name + "' is at offset " + std::to_string(t.offset) +
-                     ", not a multiple of the alignment " + std::to_string(alignment));
+      gguf_fail(path, "tensor '" + t.name + "' is at offset " + std::to_string(t.offset) +
+                          ", not a multiple of the alignment " + std::to_string(alignment));
     g.tensors.push_back(std::move(t));
   }
   const uint64_t data = (r.pos() + alignment - 1) / alignment * alignment;
   for (GgufTensor& t : g.tensors) {
     if (t.offset > size || data > size - t.offset || t.bytes > size - data - t.offset)
-      fail(path, "truncated: tensor '" + t.name + "' (" + std::to_string(t.bytes) + " bytes at data offset " +
-                     std::to_string(t.offset) + ") runs past the end of the file");
+      gguf_fail(path, "truncated: tensor '" + t.name + "' (" + std::to_string(t.bytes) +
+                          " bytes at data offset " + std::to_string(t.offset) +
+                          ") runs past the end of the file");
     t.offset += data;
   }
   // Tensors do not overlap (as ggml writes them): no file holds more values than its bytes.
@@ -225,7 +230,7 @@ GgufFile read_gguf(const std::string& path) {
   std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
   for (size_t i = 1; i < by_offset.size(); ++i)
     if (by_offset[i - 1]->offset + by_offset[i - 1]->bytes > by_offset[i]->offset)
-      fail(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
+      gguf_fail(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
   return g;
 }
 
@@ -235,15 +240,15 @@ std::vector<uint8_t> raw_bytes(const GgufFile& file, const GgufTensor& t, std::i
   in.clear();
   in.seekg(static_cast<std::streamoff>(t.offset));
   in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
-  if (!in) fail(file.path, "cannot read tensor '" + t.name + "'");
+  if (!in) gguf_fail(file.path, "cannot read tensor '" + t.name + "'");
   return raw;
 }
 }  // namespace
 
 Quantized4Tensor read_gguf_tensor_int4(const GgufFile& file, const GgufTensor& t, std::istream& in) {
   if (!ggml_is_int4(t.type) || t.shape.empty() || t.shape.back() % ggml_block(t.type).values != 0)
-    fail(file.path, "tensor '" + t.name + "' (" + ggml_type_name(t.type) + shape_str(t.shape) +
-                        ") is not of a 4-bit type (Q4_0, Q4_1, Q4_K) in whole blocks a row");
+    gguf_fail(file.path, "tensor '" + t.name + "' (" + ggml_type_name(t.type) + shape_str(t.shape) +
+                             ") is not of a 4-bit type (Q4_0, Q4_1, Q4_K) in whole blocks a row");
   const std::vector<uint8_t> raw = raw_bytes(file, t, in);
   Shape packed = t.shape, groups = t.shape;
   packed.back() /= 2;

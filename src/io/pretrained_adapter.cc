@@ -36,7 +36,7 @@ const std::string kPrefix = "base_model.model.";  // PeftModel's, before the tra
 [[noreturn]] void load_fail(const std::string& folder, const std::string& what) {
   throw CheckpointError("[pretrained::load_adapter] " + folder + ": " + what);
 }
-[[noreturn]] void save_fail(const std::string& folder, const std::string& what) {
+[[noreturn]] void adapter_save_fail(const std::string& folder, const std::string& what) {
   throw CheckpointError("[pretrained::save_adapter] " + folder + ": " + what);
 }
 
@@ -558,11 +558,11 @@ FileAdapter fused_adapter(const std::string& module, const Traced& t,
 HostTensor value_of(const std::map<std::string, HostTensor>& weights, const Param& p,
                     const std::string& folder) {
   const auto it = weights.find(p.path());
-  if (it == weights.end()) save_fail(folder, "no value for '" + p.path() + "' in the weights given");
+  if (it == weights.end()) adapter_save_fail(folder, "no value for '" + p.path() + "' in the weights given");
   if (it->second.shape() != p.shape() || !(it->second.dtype() == DType::kF32 || is_half(it->second.dtype())))
-    save_fail(folder, "'" + p.path() + "' is " + dtype_name(it->second.dtype()) +
-                          shape_str(it->second.shape()) + ", expected a float tensor " +
-                          shape_str(p.shape()));
+    adapter_save_fail(folder, "'" + p.path() + "' is " + dtype_name(it->second.dtype()) +
+                                  shape_str(it->second.shape()) + ", expected a float tensor " +
+                                  shape_str(p.shape()));
   return it->second.to(DType::kF32);
 }
 
@@ -576,10 +576,10 @@ ordered_json number(double x) {
 
 void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weights, const std::string& folder,
                   const AdapterSaveOptions& options) {
-  if (!m.module) save_fail(folder, "the Model has no module (load() or from_config() builds one)");
+  if (!m.module) adapter_save_fail(folder, "the Model has no module (load() or from_config() builds one)");
   if (options.dtype != DType::kF32 && options.dtype != DType::kBF16 && options.dtype != DType::kF16)
-    save_fail(folder, std::string("AdapterSaveOptions::dtype ") + dtype_name(options.dtype) +
-                          ": expected f32, bf16 or f16");
+    adapter_save_fail(folder, std::string("AdapterSaveOptions::dtype ") + dtype_name(options.dtype) +
+                                  ": expected f32, bf16 or f16");
   // The adapters' values, f32, by Linear.
   ByWeight adapted;
   Values ab;
@@ -589,7 +589,7 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
     ab[l] = {value_of(weights, l->lora()->A, folder), value_of(weights, l->lora()->B, folder)};
   }
   if (adapted.empty())
-    save_fail(folder, "the model has no LoRA adapters (nn::add_lora or load_adapter attaches them)");
+    adapter_save_fail(folder, "the model has no LoRA adapters (nn::add_lora or load_adapter attaches them)");
 
   std::vector<FileAdapter> out;
   std::set<const nn::Linear*> placed;
@@ -617,7 +617,8 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
   }
   for (const auto& [w, l] : adapted)
     if (!placed.count(l))
-      save_fail(folder, "'" + l->path() + "' has no module of its own in " + m.architecture + "'s files");
+      adapter_save_fail(folder,
+                        "'" + l->path() + "' has no module of its own in " + m.architecture + "'s files");
 
   // adapter_config.json.
   // The most common rank and alpha are the defaults; the rest go into the patterns.
@@ -670,14 +671,14 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
     Module* sub = nullptr;
     for (Module* s : m.module->modules())
       if (s->path() == name) sub = s;
-    if (sub == nullptr) save_fail(folder, "modules_to_save: the model has no module '" + name + "'");
+    if (sub == nullptr) adapter_save_fail(folder, "modules_to_save: the model has no module '" + name + "'");
     for (const Param* p : sub->parameters()) {
       if (is_adapter_param(p->path()) || p->scales() != nullptr) continue;
       const auto file = std::find_if(traced.begin(), traced.end(),
                                      [&](const auto& t) { return whole_param(t.second) == p; });
       if (file == traced.end())
-        save_fail(folder, "modules_to_save: '" + p->path() + "' is no tensor of its own in " +
-                              m.architecture + "'s files");
+        adapter_save_fail(folder, "modules_to_save: '" + p->path() + "' is no tensor of its own in " +
+                                      m.architecture + "'s files");
       HostTensor v = value_of(weights, *p, folder);
       if (file->second.transposed) v = transpose2d(v);
       tensors[kPrefix + file->first] = v.to(options.dtype);
@@ -693,14 +694,14 @@ void save_adapter(const Model& m, const std::map<std::string, HostTensor>& weigh
   const fs::path dir(folder);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) save_fail(folder, "cannot create the folder: " + ec.message());
+  if (ec) adapter_save_fail(folder, "cannot create the folder: " + ec.message());
   try {
     save_safetensors((dir / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
     io::write_file_atomically((dir / "adapter_config.json").string(), config.dump(2) + "\n");
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {
-    save_fail(folder, e.what());
+    adapter_save_fail(folder, e.what());
   }
 }
 

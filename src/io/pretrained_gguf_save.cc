@@ -21,7 +21,7 @@ namespace {
 using detail::json;
 using io::GgufKv;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void gguf_save_fail(const std::string& path, const std::string& what) {
   throw CheckpointError("[pretrained::save_gguf] " + path + ": " + what);
 }
 
@@ -68,12 +68,12 @@ std::vector<float> rope_kvs(const nn::LlamaConfig& l, const std::string& arch, c
   } else if (r.type == T::kYarn) {
     if (r.beta_fast != 32 || r.beta_slow != 1 || r.attention_factor != 0 || r.mscale != 0 ||
         r.mscale_all_dim != 0 || !r.truncate)
-      fail(path, "yarn with settings other than its defaults cannot be written");
+      gguf_save_fail(path, "yarn with settings other than its defaults cannot be written");
     kvs.push_back({p + "rope.scaling.type", io::kGgufString, "yarn"});
     kvs.push_back({p + "rope.scaling.factor", io::kGgufF32, r.factor});
     kvs.push_back({p + "rope.scaling.original_context_length", io::kGgufU32, r.original_context});
   } else if (r.type == T::kLlama3 || (r.type == T::kLongRope && r.factor == 1.0 && r.attention_factor == 0)) {
-    if (arch != "llama") fail(path, "per-pair RoPE divisors are written for llama only");
+    if (arch != "llama") gguf_save_fail(path, "per-pair RoPE divisors are written for llama only");
     const int64_t d = l.head_size();
     const std::vector<double> plain = rope_frequencies(d, l.rope_theta).inv_freq,
                               scaled = rope_frequencies(d, l.rope_theta, r).inv_freq;
@@ -81,7 +81,7 @@ std::vector<float> rope_kvs(const nn::LlamaConfig& l, const std::string& arch, c
     for (size_t i = 0; i < plain.size(); ++i) divisors.push_back(static_cast<float>(plain[i] / scaled[i]));
     return divisors;
   } else if (r.type != T::kNone) {
-    fail(path, "this RoPE rescaling (longrope) cannot be written for " + arch);
+    gguf_save_fail(path, "this RoPE rescaling (longrope) cannot be written for " + arch);
   }
   return {};
 }
@@ -126,9 +126,9 @@ std::vector<GgufKv> tokenizer_kvs(const std::string& source, const std::string& 
     std::ifstream in(file);
     kvs = text::gguf_tokenizer_kvs(json::parse(in), file.string(), vocab);
   } catch (const json::exception& e) {
-    fail(path, file.string() + " is not valid JSON: " + e.what());
+    gguf_save_fail(path, file.string() + " is not valid JSON: " + e.what());
   } catch (const TokenizerError& e) {
-    fail(path, e.what());
+    gguf_save_fail(path, e.what());
   }
   try {
     kvs.push_back({"tokenizer.chat_template", io::kGgufString, ChatTemplate::load(source).source()});
@@ -184,22 +184,24 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
                const GgufOptions& options) {
   const DType dt = options.dtype;
   if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16 && dt != DType::kI8)
-    fail(path, std::string("GgufOptions::dtype is ") + dtype_name(dt) +
-                   "; GGUF matrices are written as f32, f16, bf16 or i8 (Q8_0, or Q4_0 with .bits = 4)");
+    gguf_save_fail(path,
+                   std::string("GgufOptions::dtype is ") + dtype_name(dt) +
+                       "; GGUF matrices are written as f32, f16, bf16 or i8 (Q8_0, or Q4_0 with .bits = 4)");
   if (options.bits != 8 && (options.bits != 4 || dt != DType::kI8))
-    fail(path, "GgufOptions::bits is " + std::to_string(options.bits) +
-                   "; matrices quantize (.dtype = DType::kI8) to 8 bits (Q8_0) or 4 (Q4_0)");
+    gguf_save_fail(path, "GgufOptions::bits is " + std::to_string(options.bits) +
+                             "; matrices quantize (.dtype = DType::kI8) to 8 bits (Q8_0) or 4 (Q4_0)");
   const bool q4 = options.bits == 4;
   const std::string arch = m.architecture == "LlamaForCausalLM"   ? "llama"
                            : m.architecture == "Qwen2ForCausalLM" ? "qwen2"
                            : m.architecture == "Qwen3ForCausalLM" ? "qwen3"
                                                                   : "";
   if (arch.empty() || !std::holds_alternative<nn::LlamaConfig>(m.config))
-    fail(path, m.architecture +
-                   " is not written as GGUF (written: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+    gguf_save_fail(
+        path, m.architecture +
+                  " is not written as GGUF (written: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
   const nn::LlamaConfig& l = std::get<nn::LlamaConfig>(m.config);
   if (const std::string what = inexpressible(l, arch); !what.empty())
-    fail(path, "GGUF's " + arch + " cannot express " + what);
+    gguf_save_fail(path, "GGUF's " + arch + " cannot express " + what);
   const std::string p = arch + ".";
   const int64_t kv_heads = l.kv_heads != 0 ? l.kv_heads : l.heads;
   const json config = json::parse(m.config_json.empty() ? "{}" : m.config_json);
@@ -250,7 +252,7 @@ void save_gguf(const Model& m, std::map<std::string, HostTensor> weights, const 
         param->path().ends_with("lora_B.weight"))
       continue;
     const std::string name = gguf_name(param->path());
-    if (name.empty()) fail(path, "the parameter '" + param->path() + "' has no GGUF name");
+    if (name.empty()) gguf_save_fail(path, "the parameter '" + param->path() + "' has no GGUF name");
     order.emplace_back(name, param->path());
   }
   std::vector<io::GgufOut> tensors;

@@ -43,6 +43,7 @@ double eval_unary(Op op, double a) {
 double eval_binary(Op op, double a, double b) {
   using T = double;
   using std::pow;
+  using std::tanh;  // gelu_tanh_grad
   // clang-format off
   switch (op) {
 #define TG_BINARY(Name, str, dtypes, expr) case Op::k##Name: return expr;

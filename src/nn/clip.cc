@@ -37,8 +37,6 @@ void check_encoder(const ClipEncoderConfig& c, const char* tower) {
                      " is not divisible by its heads " + std::to_string(c.heads));
 }
 
-std::string at(const Loc& loc) { return " at " + ir::loc_str(loc); }
-
 }  // namespace
 
 ClipLayer::ClipLayer(Module& parent, std::string name, const ClipEncoderConfig& c)

@@ -8,7 +8,7 @@
 namespace tg::nn {
 namespace {
 
-std::string at(const Loc& loc) {
+std::string conv_at(const Loc& loc) {
   return " (at " + std::string(loc.file_name()) + ":" + std::to_string(loc.line()) + ")";
 }
 
@@ -34,7 +34,7 @@ void check_channels(const char* layer, const std::string& path, int64_t in, int6
 void check_input(const char* layer, const std::string& path, const Tensor& x, int64_t in, const Loc& loc) {
   if (x.rank() != 4 || x.shape()[1] != in)
     throw ShapeError("[" + std::string(layer) + "] '" + path + "' expects [N, " + std::to_string(in) +
-                     ", H, W], got " + shape_str(x.shape()) + at(loc));
+                     ", H, W], got " + shape_str(x.shape()) + conv_at(loc));
 }
 
 }  // namespace
@@ -72,7 +72,7 @@ Conv1d::Conv1d(Module& parent, std::string name, int64_t in, int64_t out, int64_
 Tensor Conv1d::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() != 3 || x.shape()[1] != in_channels)
     throw ShapeError("[Conv1d] '" + path() + "' expects [N, " + std::to_string(in_channels) + ", L], got " +
-                     shape_str(x.shape()) + at(loc));
+                     shape_str(x.shape()) + conv_at(loc));
   return conv1d(x, weight.tensor(loc), bias ? bias->tensor(loc) : Tensor(), conv, loc);
 }
 
@@ -120,7 +120,7 @@ GroupNorm::GroupNorm(Module& parent, std::string name, int64_t g, int64_t c, Gro
 Tensor GroupNorm::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() < 2 || x.shape()[1] != channels)
     throw ShapeError("[GroupNorm] '" + path() + "' expects [N, " + std::to_string(channels) + ", ...], got " +
-                     shape_str(x.shape()) + at(loc));
+                     shape_str(x.shape()) + conv_at(loc));
   return group_norm(x, groups, weight ? weight->tensor(loc) : Tensor(), bias ? bias->tensor(loc) : Tensor(),
                     options.eps, loc);
 }
@@ -128,7 +128,7 @@ Tensor GroupNorm::operator()(const Tensor& x, Loc loc) const {
 Tensor BatchNorm2d::operator()(const Tensor& x, Loc loc) const {
   if (x.rank() < 2 || x.shape()[1] != channels)
     throw ShapeError("[BatchNorm2d] '" + path() + "' expects [N, " + std::to_string(channels) +
-                     ", ...], got " + shape_str(x.shape()) + at(loc));
+                     ", ...], got " + shape_str(x.shape()) + conv_at(loc));
   const Tensor running_mean = state(path() + ".running_mean", {channels}, DType::kF32, 0.0, loc);
   const Tensor running_var = state(path() + ".running_var", {channels}, DType::kF32, 1.0, loc);
   const Tensor w = weight ? weight->tensor(loc) : Tensor(), b = bias ? bias->tensor(loc) : Tensor();
@@ -138,7 +138,7 @@ Tensor BatchNorm2d::operator()(const Tensor& x, Loc loc) const {
   const int64_t m = x.numel() / channels;
   if (m < 2)
     throw ShapeError("[BatchNorm2d] '" + path() + "' needs more than one value per channel to train, got " +
-                     shape_str(x.shape()) + at(loc));
+                     shape_str(x.shape()) + conv_at(loc));
   const Tensor mean_b = mean(x, axes, /*keepdim=*/false, loc);
   Shape kept(static_cast<size_t>(x.rank()), 1);
   kept[1] = channels;
@@ -159,7 +159,7 @@ Tensor BatchNorm2d::operator()(const Tensor& x, Loc loc) const {
 }
 
 Tensor Flatten::operator()(const Tensor& x, Loc loc) const {
-  if (x.rank() < 1) throw ShapeError("[Flatten] needs at least one axis" + at(loc));
+  if (x.rank() < 1) throw ShapeError("[Flatten] needs at least one axis" + conv_at(loc));
   return reshape(x, {x.shape()[0], -1}, loc);
 }
 

@@ -14,6 +14,8 @@
 
 namespace tg::nn {
 
+/// " at <file>:<line>" of a trace location, the tail of the layers' error messages.
+std::string at(const Loc& loc);
 /// Hugging Face's (and GPT-2's) Linear initialisation: weights normal(std), biases zeros.
 LinearOptions normal_linear(bool bias, double std = 0.02);
 /// [B, T, H·D] → [B, H, T, D]

@@ -13,8 +13,6 @@
 namespace tg::nn {
 namespace {
 
-std::string at(const Loc& loc) { return " at " + ir::loc_str(loc); }
-
 // transformers' _relative_position_bucket for key position minus query position `rel`: exact
 // buckets for the nearest max_exact distances, logarithmic ones up to max_distance, the last
 // bucket beyond; bidirectional splits the buckets between keys before and after the query.

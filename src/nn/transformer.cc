@@ -27,6 +27,8 @@ AttentionConfig checked(AttentionConfig c, const std::string& where) {
 
 }  // namespace
 
+std::string at(const Loc& loc) { return " at " + ir::loc_str(loc); }
+
 LinearOptions normal_linear(bool bias, double std) {
   return {.bias = bias, .weight_init = init::normal(std), .bias_init = init::zeros()};
 }

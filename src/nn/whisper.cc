@@ -12,7 +12,6 @@
 namespace tg::nn {
 namespace {
 
-std::string at(const Loc& loc) { return " at " + ir::loc_str(loc); }
 constexpr double kEps = 1e-5;  // nn.LayerNorm's default, which Whisper keeps
 
 // Whisper's sinusoidal positions: row t is [sin(t·f_i), cos(t·f_i)] over d/2 frequencies

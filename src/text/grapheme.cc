@@ -10,11 +10,11 @@
 namespace tg::text {
 namespace {
 
-struct Range {
+struct BreakRange {
   char32_t first, last;
   uint8_t props;
 };
-constexpr Range kRanges[] = {
+constexpr BreakRange kBreakRanges[] = {
 #include "text/grapheme_tables.inc"
 };
 
@@ -25,10 +25,10 @@ struct Props {
 };
 
 Props props_of(char32_t cp) {
-  const auto* end = std::end(kRanges);
-  const auto* it =
-      std::upper_bound(std::begin(kRanges), end, cp, [](char32_t c, const Range& r) { return c < r.first; });
-  if (it == std::begin(kRanges) || cp > (it - 1)->last) return {};
+  const auto* end = std::end(kBreakRanges);
+  const auto* it = std::upper_bound(std::begin(kBreakRanges), end, cp,
+                                    [](char32_t c, const BreakRange& r) { return c < r.first; });
+  if (it == std::begin(kBreakRanges) || cp > (it - 1)->last) return {};
   const uint8_t p = (it - 1)->props;
   return {static_cast<GraphemeBreak>(p & 15), (p & 16) != 0, static_cast<uint8_t>((p >> 5) & 3)};
 }

@@ -18,8 +18,8 @@
 
 namespace tg::jinja {
 
-namespace {
-
+// A template's variable scopes (outside the unnamed namespace: Interp, declared in jinja.h,
+// holds them).
 struct Scope;
 using ScopePtr = std::shared_ptr<Scope>;
 
@@ -42,6 +42,8 @@ struct Scope {
     vars.emplace_back(name, std::move(v));
   }
 };
+
+namespace {
 
 ScopePtr child(const ScopePtr& parent) {
   auto s = std::make_shared<Scope>();

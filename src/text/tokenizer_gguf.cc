@@ -33,20 +33,21 @@ constexpr const char* kMeta = "\xe2\x96\x81";  // "▁"
 
 enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void gguf_tokenizer_fail(const std::string& path, const std::string& what) {
   throw TokenizerError("[Tokenizer::load] " + path + ": " + what);
 }
 
 const json& array_of(const io::GgufFile& g, const char* key, size_t n, bool strings) {
   const auto it = g.meta.find(key);
-  if (it == g.meta.end() || !it->is_array()) fail(g.path, "the metadata has no array " + std::string(key));
+  if (it == g.meta.end() || !it->is_array())
+    gguf_tokenizer_fail(g.path, "the metadata has no array " + std::string(key));
   if (n != 0 && it->size() != n)
-    fail(g.path, std::string(key) + " has " + std::to_string(it->size()) +
-                     " entries, tokenizer.ggml.tokens " + std::to_string(n));
+    gguf_tokenizer_fail(g.path, std::string(key) + " has " + std::to_string(it->size()) +
+                                    " entries, tokenizer.ggml.tokens " + std::to_string(n));
   for (const json& v : *it)
     if (strings ? !v.is_string() : !v.is_number())
-      fail(g.path, std::string(key) + " holds " +
-                       v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40));
+      gguf_tokenizer_fail(g.path, std::string(key) + " holds " +
+                                      v.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40));
   return *it;
 }
 
@@ -54,15 +55,15 @@ std::optional<int64_t> id_of(const io::GgufFile& g, const std::string& key, size
   const auto it = g.meta.find(key);
   if (it == g.meta.end()) return std::nullopt;
   if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<uint64_t>() >= vocab)
-    fail(g.path, key + " is " + it->dump(-1, ' ', false, json::error_handler_t::replace) +
-                     ", not an id of the " + std::to_string(vocab) + " tokens");
+    gguf_tokenizer_fail(g.path, key + " is " + it->dump(-1, ' ', false, json::error_handler_t::replace) +
+                                    ", not an id of the " + std::to_string(vocab) + " tokens");
   return it->get<int64_t>();
 }
 
 bool flag(const io::GgufFile& g, const std::string& key, bool fallback) {
   const auto it = g.meta.find(key);
   if (it == g.meta.end()) return fallback;
-  if (!it->is_boolean()) fail(g.path, key + " is " + it->dump() + ", expected true or false");
+  if (!it->is_boolean()) gguf_tokenizer_fail(g.path, key + " is " + it->dump() + ", expected true or false");
   return it->get<bool>();
 }
 
@@ -114,11 +115,11 @@ json merges_from_scores(const std::vector<std::string>& tokens, const std::vecto
 json tokenizer_json_of_gguf(const io::GgufFile& g) {
   const auto model_it = g.meta.find("tokenizer.ggml.model");
   if (model_it == g.meta.end() || !model_it->is_string())
-    fail(g.path, "the GGUF file holds no tokenizer (tokenizer.ggml.model)");
+    gguf_tokenizer_fail(g.path, "the GGUF file holds no tokenizer (tokenizer.ggml.model)");
   const std::string model = model_it->get<std::string>();
   if (model != "gpt2" && model != "llama")
-    fail(g.path, "tokenizer.ggml.model \"" + model +
-                     "\" (read: gpt2, the byte-level BPE, and llama, SentencePiece's)");
+    gguf_tokenizer_fail(g.path, "tokenizer.ggml.model \"" + model +
+                                    "\" (read: gpt2, the byte-level BPE, and llama, SentencePiece's)");
   const json& token_list = array_of(g, "tokenizer.ggml.tokens", 0, true);
   const size_t n = token_list.size();
   std::vector<std::string> tokens(n);
@@ -128,22 +129,24 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
     const json& t = array_of(g, "tokenizer.ggml.token_type", n, false);
     for (size_t i = 0; i < n; ++i) {
       if (!t[i].is_number_integer() || t[i].get<int64_t>() < kNormal || t[i].get<int64_t>() > kByte)
-        fail(g.path, "tokenizer.ggml.token_type holds " + t[i].dump() + " (types 1 to 6)");
+        gguf_tokenizer_fail(g.path, "tokenizer.ggml.token_type holds " + t[i].dump() + " (types 1 to 6)");
       types[i] = t[i].get<int>();
     }
   }
   const bool spm = model == "llama";
   const auto pre_it = g.meta.find("tokenizer.ggml.pre");
-  if (pre_it != g.meta.end() && !pre_it->is_string()) fail(g.path, "tokenizer.ggml.pre is not a string");
+  if (pre_it != g.meta.end() && !pre_it->is_string())
+    gguf_tokenizer_fail(g.path, "tokenizer.ggml.pre is not a string");
   std::string pre = pre_it != g.meta.end() ? pre_it->get<std::string>() : "default";
   // llama.cpp's other names of the same pre-tokenizers.
   if (pre == "llama3" || pre == "llama-v3") pre = "llama-bpe";
   if (pre == "deepseek-r1-qwen") pre = "qwen2";
   if (!spm && pre != "gpt-2" && pre != "llama-bpe" && pre != "qwen2")
-    fail(g.path,
-         "tokenizer.ggml.pre \"" + pre + "\" (read: gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen" +
-             (pre == "default" ? "; a file without the key has llama.cpp's default split, not GPT-2's" : "") +
-             ")");
+    gguf_tokenizer_fail(
+        g.path,
+        "tokenizer.ggml.pre \"" + pre + "\" (read: gpt-2, llama-bpe, llama3, qwen2, deepseek-r1-qwen" +
+            (pre == "default" ? "; a file without the key has llama.cpp's default split, not GPT-2's" : "") +
+            ")");
 
   json vocab = json::object(), added = json::array();
   std::unordered_map<std::string, int64_t> ids;
@@ -178,7 +181,7 @@ json tokenizer_json_of_gguf(const io::GgufFile& g) {
     const json& scores = array_of(g, "tokenizer.ggml.scores", n, false);
     for (const json& v : scores)
       if (!std::isfinite(v.get<double>()))
-        fail(g.path, "tokenizer.ggml.scores holds a score that is not finite");
+        gguf_tokenizer_fail(g.path, "tokenizer.ggml.scores holds a score that is not finite");
     json normalizers = json::array();
     if (flag(g, "tokenizer.ggml.add_space_prefix", true))
       normalizers.push_back({{"type", "Prepend"}, {"prepend", kMeta}});
@@ -278,7 +281,9 @@ bool space_prefix(const json& root) {
 }  // namespace
 
 std::vector<io::GgufKv> gguf_tokenizer_kvs(const json& root, const std::string& file, int64_t vocab) {
-  const auto refuse = [&](const std::string& what) { fail(file, "cannot be written to GGUF: " + what); };
+  const auto refuse = [&](const std::string& what) {
+    gguf_tokenizer_fail(file, "cannot be written to GGUF: " + what);
+  };
   if (!root.contains("model") || root["model"].value("type", "") != "BPE")
     refuse("only BPE tokenizers (byte-level, or SentencePiece-style with byte_fallback) are");
   const json& model = root["model"];

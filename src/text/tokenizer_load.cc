@@ -24,7 +24,7 @@ using nlohmann::json;
 // Ids above this are taken for a broken file rather than allocated for.
 constexpr int64_t kMaxId = int64_t{1} << 24;
 
-[[noreturn]] void fail(const std::string& file, const std::string& what) {
+[[noreturn]] void tokenizer_fail(const std::string& file, const std::string& what) {
   throw TokenizerError("[Tokenizer::load] " + file + ": " + what);
 }
 
@@ -40,7 +40,8 @@ T value_or(const json& j, const char* key, T fallback) {
 }
 
 void set_token(Tokenizer::Impl& t, int64_t id, const std::string& token) {
-  if (id < 0 || id >= kMaxId) fail(t.file, "token \"" + token + "\" has the id " + std::to_string(id));
+  if (id < 0 || id >= kMaxId)
+    tokenizer_fail(t.file, "token \"" + token + "\" has the id " + std::to_string(id));
   if (static_cast<size_t>(id) >= t.tokens.size()) {
     t.tokens.resize(id + 1);
     t.assigned.resize(id + 1, false);
@@ -52,7 +53,7 @@ void set_token(Tokenizer::Impl& t, int64_t id, const std::string& token) {
 
 void read_vocab(Tokenizer::Impl& t, const json& model, const std::string& type) {
   if (!model.contains("vocab") || !model["vocab"].is_object())
-    fail(t.file, "the " + type + " model has no vocab object");
+    tokenizer_fail(t.file, "the " + type + " model has no vocab object");
   for (const auto& [token, id] : model["vocab"].items()) {
     set_token(t, id.get<int64_t>(), token);
     t.ids[token] = id.get<int32_t>();
@@ -64,7 +65,7 @@ void read_wordpiece(Tokenizer::Impl& t, const json& model) {
   t.unk_token = value_or<std::string>(model, "unk_token", "[UNK]");
   t.continuing_prefix = value_or<std::string>(model, "continuing_subword_prefix", "##");
   const int64_t max_chars = value_or<int64_t>(model, "max_input_chars_per_word", 100);
-  if (max_chars < 0) fail(t.file, "max_input_chars_per_word is " + std::to_string(max_chars));
+  if (max_chars < 0) tokenizer_fail(t.file, "max_input_chars_per_word is " + std::to_string(max_chars));
   t.max_word_chars = static_cast<size_t>(max_chars);
   read_vocab(t, model, "WordPiece");
   // A missing unk token is an error only when a word needs it (encode says so), as in `tokenizers`.
@@ -84,14 +85,14 @@ void read_byte_pieces(Tokenizer::Impl& t) {
 void read_unigram(Tokenizer::Impl& t, const json& model) {
   t.unigram = true;
   if (!model.contains("vocab") || !model["vocab"].is_array() || model["vocab"].empty())
-    fail(t.file, "the Unigram model has no vocab array");
+    tokenizer_fail(t.file, "the Unigram model has no vocab array");
   const json& vocab = model["vocab"];
   t.min_score = std::numeric_limits<double>::infinity();
   for (size_t id = 0; id < vocab.size(); ++id) {
     const json& entry = vocab[id];
     if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_number())
-      fail(t.file, "Unigram vocab entry " + std::to_string(id) + " is " + entry.dump().substr(0, 100) +
-                       ", not [piece, score]");
+      tokenizer_fail(t.file, "Unigram vocab entry " + std::to_string(id) + " is " +
+                                 entry.dump().substr(0, 100) + ", not [piece, score]");
     const std::string piece = entry[0].get<std::string>();
     set_token(t, static_cast<int64_t>(id), piece);
     t.ids[piece] = static_cast<int32_t>(id);  // a repeated piece: its last id, as `tokenizers`
@@ -102,7 +103,7 @@ void read_unigram(Tokenizer::Impl& t, const json& model) {
   if (model.contains("unk_id") && !model["unk_id"].is_null()) {
     const int64_t unk = model["unk_id"].get<int64_t>();
     if (unk < 0 || static_cast<size_t>(unk) >= vocab.size())
-      fail(t.file, "unk_id " + std::to_string(unk) + " is not an id of the vocab");
+      tokenizer_fail(t.file, "unk_id " + std::to_string(unk) + " is not an id of the vocab");
     t.unk_id = static_cast<int32_t>(unk);
   }
   t.byte_fallback = value_or<bool>(model, "byte_fallback", false);
@@ -110,20 +111,22 @@ void read_unigram(Tokenizer::Impl& t, const json& model) {
 }
 
 void read_model(Tokenizer::Impl& t, const json& model) {
-  if (!model.is_object()) fail(t.file, "no \"model\" object");
+  if (!model.is_object()) tokenizer_fail(t.file, "no \"model\" object");
   const std::string type = value_or<std::string>(model, "type", "BPE");
   if (type == "WordPiece") return read_wordpiece(t, model);
   if (type == "Unigram") return read_unigram(t, model);
   if (type != "BPE")
-    fail(t.file, "model type \"" + type +
-                     "\" is not supported (only byte-level BPE, as GPT-2's, Llama 3's and CLIP's, "
-                     "SentencePiece-style BPE, as Llama 2's, Unigram, as XLM-RoBERTa's, and WordPiece, as "
-                     "BERT's)");
-  if (value_or<double>(model, "dropout", 0.0) != 0.0) fail(t.file, "BPE dropout is not supported");
+    tokenizer_fail(t.file,
+                   "model type \"" + type +
+                       "\" is not supported (only byte-level BPE, as GPT-2's, Llama 3's and CLIP's, "
+                       "SentencePiece-style BPE, as Llama 2's, Unigram, as XLM-RoBERTa's, and WordPiece, as "
+                       "BERT's)");
+  if (value_or<double>(model, "dropout", 0.0) != 0.0) tokenizer_fail(t.file, "BPE dropout is not supported");
   // CLIP's files have continuing_subword_prefix "" (none) and end_of_word_suffix "</w>".
   if (const std::string prefix = value_or<std::string>(model, "continuing_subword_prefix", "");
       !prefix.empty())
-    fail(t.file, "a BPE continuing_subword_prefix (\"" + prefix + "\") is not supported (only \"\" or none)");
+    tokenizer_fail(
+        t.file, "a BPE continuing_subword_prefix (\"" + prefix + "\") is not supported (only \"\" or none)");
   t.end_of_word_suffix = value_or<std::string>(model, "end_of_word_suffix", "");
   t.byte_fallback = value_or<bool>(model, "byte_fallback", false);
   t.fuse_unk = value_or<bool>(model, "fuse_unk", false);
@@ -136,11 +139,12 @@ void read_model(Tokenizer::Impl& t, const json& model) {
   read_byte_pieces(t);
 
   if (!model.contains("merges") || !model["merges"].is_array())
-    fail(t.file, "the BPE model has no merges array");
+    tokenizer_fail(t.file, "the BPE model has no merges array");
   const auto id_of = [&](const std::string& token, size_t rank) {
     auto it = t.ids.find(token);
     if (it == t.ids.end())
-      fail(t.file, "merge " + std::to_string(rank) + " names \"" + token + "\", which is not in the vocab");
+      tokenizer_fail(t.file,
+                     "merge " + std::to_string(rank) + " names \"" + token + "\", which is not in the vocab");
     return it->second;
   };
   const json& merges = model["merges"];
@@ -151,12 +155,12 @@ void read_model(Tokenizer::Impl& t, const json& model) {
       const std::string s = m.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        fail(t.file, "merge " + std::to_string(rank) + " \"" + s + "\" is not two tokens");
+        tokenizer_fail(t.file, "merge " + std::to_string(rank) + " \"" + s + "\" is not two tokens");
       left = s.substr(0, space), right = s.substr(space + 1);
     } else if (m.is_array() && m.size() == 2) {  // ["left", "right"]
       left = m[0].get<std::string>(), right = m[1].get<std::string>();
     } else {
-      fail(t.file, "merge " + std::to_string(rank) + " is " + m.dump());
+      tokenizer_fail(t.file, "merge " + std::to_string(rank) + " is " + m.dump());
     }
     const uint64_t key = Tokenizer::Impl::pair_key(id_of(left, rank), id_of(right, rank));
     t.merges[key] = {.rank = static_cast<int32_t>(rank), .id = id_of(left + right, rank)};
@@ -174,7 +178,8 @@ void read_added_tokens(Tokenizer::Impl& t, const json& added) {
         .rstrip = value_or<bool>(a, "rstrip", false),
         .normalized = value_or<bool>(a, "normalized", true),
     };
-    if (token.content.empty()) fail(t.file, "added token " + std::to_string(token.id) + " is empty");
+    if (token.content.empty())
+      tokenizer_fail(t.file, "added token " + std::to_string(token.id) + " is empty");
     set_token(t, token.id, token.content);
     t.special[token.id] = token.special;
     t.added.push_back(std::move(token));
@@ -199,8 +204,9 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
       if (regex == text::pattern_source(pattern)) t.split_pattern = pattern;
     }
     if (!t.split_pattern)
-      fail(t.file,
-           "the Split pre-tokenizer's pattern is not GPT-2's, Llama 3's, Qwen2's or CLIP's regex: " + regex);
+      tokenizer_fail(
+          t.file,
+          "the Split pre-tokenizer's pattern is not GPT-2's, Llama 3's, Qwen2's or CLIP's regex: " + regex);
     // The pieces text::split gives: the matches, which cover the text but for CLIP's regex.
     // "Removed" with invert keeps exactly the matches; "Isolated" keeps what lies between them
     // too, which is nothing for the covering regexes.
@@ -209,20 +215,22 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
     const bool covering =
         *t.split_pattern != text::SplitPattern::kClip && *t.split_pattern != text::SplitPattern::kClipPlain;
     if (!(behavior == "Removed" && invert) && !(behavior == "Isolated" && !invert && covering))
-      fail(t.file, std::string("a Split pre-tokenizer must have behavior Removed and invert") +
-                       (covering ? ", or behavior Isolated and not invert: " : " on CLIP's regex: ") +
-                       split.dump().substr(0, 300));
+      tokenizer_fail(t.file,
+                     std::string("a Split pre-tokenizer must have behavior Removed and invert") +
+                         (covering ? ", or behavior Isolated and not invert: " : " on CLIP's regex: ") +
+                         split.dump().substr(0, 300));
     return read_byte_level(t, (*steps)[1]);
   }
-  fail(t.file, "pre-tokenizer " + (type == "Sequence" ? p.dump().substr(0, 200) : type) +
-                   " is not supported (ByteLevel, or a Sequence of a Split and ByteLevel; for "
-                   "SentencePiece-style models Metaspace, or a Sequence of WhitespaceSplit and Metaspace)");
+  tokenizer_fail(t.file,
+                 "pre-tokenizer " + (type == "Sequence" ? p.dump().substr(0, 200) : type) +
+                     " is not supported (ByteLevel, or a Sequence of a Split and ByteLevel; for "
+                     "SentencePiece-style models Metaspace, or a Sequence of WhitespaceSplit and Metaspace)");
 }
 
 // The pattern string of a Replace normalizer or decoder ({"String": s}; a Regex is not read).
 std::string replace_pattern(const Tokenizer::Impl& t, const json& r) {
   if (!r.contains("pattern") || !r["pattern"].contains("String"))
-    fail(t.file, "a Replace with a regex pattern is not supported: " + r.dump().substr(0, 200));
+    tokenizer_fail(t.file, "a Replace with a regex pattern is not supported: " + r.dump().substr(0, 200));
   return r["pattern"]["String"].get<std::string>();
 }
 
@@ -240,7 +248,8 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
   const bool regex = type == "Replace" && n.contains("pattern") && n["pattern"].contains("Regex");
   if (type == "Precompiled" || type == "Strip" || regex || type == "NFC" || type == "Lowercase") {
     if (type != "NFC" && (t.normalize_prepend || t.normalize_replace))
-      fail(t.file, "normalizer " + type + " after Prepend or Replace(\" \") is not supported (only before)");
+      tokenizer_fail(
+          t.file, "normalizer " + type + " after Prepend or Replace(\" \") is not supported (only before)");
     Step step{Step::Kind::kStrip, nullptr, false, false, ""};
     if (type == "NFC" || type == "Lowercase") {
       step.kind = type == "NFC" ? Step::Kind::kNfc : Step::Kind::kLowercase;
@@ -252,8 +261,9 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
         step.charsmap =
             std::make_shared<text::PrecompiledCharsmap>(text::PrecompiledCharsmap::from_base64(blob));
       } catch (const std::invalid_argument& e) {
-        fail(t.file,
-             std::string("the Precompiled normalizer's precompiled_charsmap is malformed: ") + e.what());
+        tokenizer_fail(
+            t.file,
+            std::string("the Precompiled normalizer's precompiled_charsmap is malformed: ") + e.what());
       }
     } else if (type == "Strip") {
       step.left = value_or<bool>(n, "strip_left", false);
@@ -261,8 +271,8 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
     } else {
       const std::string pattern = n["pattern"]["Regex"].get<std::string>();
       if (pattern != " {2,}" && pattern != "\\s+")
-        fail(t.file,
-             "a Replace with the regex \"" + pattern + "\" is not supported (only \" {2,}\" and \"\\s+\")");
+        tokenizer_fail(t.file, "a Replace with the regex \"" + pattern +
+                                   "\" is not supported (only \" {2,}\" and \"\\s+\")");
       step.kind = pattern == " {2,}" ? Step::Kind::kReplaceSpaceRuns : Step::Kind::kReplaceWhitespaceRuns;
       step.content = value_or<std::string>(n, "content", "");
     }
@@ -278,23 +288,25 @@ void read_normalizer(Tokenizer::Impl& t, const json& n) {
     t.normalize_replace = true;
     return;
   }
-  fail(t.file, "normalizer " + type_of(n) +
-                   " is not supported (NFC, Lowercase, SentencePiece-style Prepend(\"▁\") and "
-                   "Replace(\" \", \"▁\"), Precompiled, Strip, Replace(\" {2,}\") and Replace(\"\\s+\"), "
-                   "or none): " +
-                   n.dump().substr(0, 200));
+  tokenizer_fail(t.file,
+                 "normalizer " + type_of(n) +
+                     " is not supported (NFC, Lowercase, SentencePiece-style Prepend(\"▁\") and "
+                     "Replace(\" \", \"▁\"), Precompiled, Strip, Replace(\" {2,}\") and Replace(\"\\s+\"), "
+                     "or none): " +
+                     n.dump().substr(0, 200));
 }
 
 void read_metaspace(Tokenizer::Impl& t, const json& p) {
   t.metaspace = true;
   if (value_or<std::string>(p, "replacement", t.meta) != t.meta)
-    fail(t.file, "a Metaspace replacement other than \"▁\" is not supported: " + p.dump().substr(0, 200));
+    tokenizer_fail(t.file,
+                   "a Metaspace replacement other than \"▁\" is not supported: " + p.dump().substr(0, 200));
   t.metaspace_split = value_or<bool>(p, "split", true);
   const std::string scheme = value_or<std::string>(
       p, "prepend_scheme", value_or<bool>(p, "add_prefix_space", true) ? "always" : "never");
   using P = Tokenizer::Impl::Prepend;
   if (scheme != "always" && scheme != "first" && scheme != "never")
-    fail(t.file, "Metaspace prepend_scheme \"" + scheme + "\" is not always, first or never");
+    tokenizer_fail(t.file, "Metaspace prepend_scheme \"" + scheme + "\" is not always, first or never");
   t.metaspace_prepend = scheme == "always" ? P::kAlways : scheme == "first" ? P::kFirst : P::kNever;
 }
 
@@ -321,22 +333,22 @@ void read_sentencepiece_decoder(Tokenizer::Impl& t, const json& d) {
       } else if (s == "ByteFallback") {
         t.decode_bytes = true;
       } else if (s != "Fuse") {
-        fail(t.file, "decoder step " + step.dump().substr(0, 200) + " is not supported");
+        tokenizer_fail(t.file, "decoder step " + step.dump().substr(0, 200) + " is not supported");
       }
     }
   }
   if (!replace)
-    fail(t.file,
-         "decoder " + d.dump().substr(0, 200) +
-             " is not supported for SentencePiece-style BPE (Metaspace, or Replace(\"▁\", \" \") with "
-             "ByteFallback, Fuse, Strip)");
+    tokenizer_fail(
+        t.file, "decoder " + d.dump().substr(0, 200) +
+                    " is not supported for SentencePiece-style BPE (Metaspace, or Replace(\"▁\", \" \") with "
+                    "ByteFallback, Fuse, Strip)");
 }
 
 // The ids of a TemplateProcessing's special token `item` ({"SpecialToken": {"id": name, …}}).
 std::vector<int32_t> template_ids(const Tokenizer::Impl& t, const json& p, const json& item) {
   const std::string name = item.at("SpecialToken").at("id").get<std::string>();
   if (!p.contains("special_tokens") || !p["special_tokens"].contains(name))
-    fail(t.file, "the post-processor names the special token \"" + name + "\" without its ids");
+    tokenizer_fail(t.file, "the post-processor names the special token \"" + name + "\" without its ids");
   return p["special_tokens"][name].at("ids").get<std::vector<int32_t>>();
 }
 
@@ -361,12 +373,13 @@ void read_template(Tokenizer::Impl& t, const json& p) {
     }
     const json& seq = item["Sequence"];
     const std::string id = seq.at("id").get<std::string>();
-    if (id != "A" && id != "B") fail(t.file, "the pair template names the sequence \"" + id + "\"");
+    if (id != "A" && id != "B") tokenizer_fail(t.file, "the pair template names the sequence \"" + id + "\"");
     ++sequences[id == "B"];
     pair.push_back({id == "B" ? 1 : 0, {}, seq.value("type_id", 0)});
   }
   if (sequences[0] != 1 || sequences[1] != 1)
-    fail(t.file, "the pair template does not hold $A and $B once each: " + p["pair"].dump().substr(0, 200));
+    tokenizer_fail(t.file,
+                   "the pair template does not hold $A and $B once each: " + p["pair"].dump().substr(0, 200));
   t.pair = std::move(pair);
 }
 
@@ -376,8 +389,8 @@ void read_template(Tokenizer::Impl& t, const json& p) {
 void read_bert_processing(Tokenizer::Impl& t, const json& p, bool roberta) {
   const auto token_id = [&](const char* key) {
     if (!p.contains(key) || !p[key].is_array() || p[key].size() != 2)
-      fail(t.file, "the post-processor's \"" + std::string(key) +
-                       "\" is not [token, id]: " + p.dump().substr(0, 200));
+      tokenizer_fail(t.file, "the post-processor's \"" + std::string(key) +
+                                 "\" is not [token, id]: " + p.dump().substr(0, 200));
     return p[key][1].get<int32_t>();
   };
   const int32_t cls = token_id("cls"), sep = token_id("sep");
@@ -400,17 +413,18 @@ void read_post_processor(Tokenizer::Impl& t, const json& p) {
     for (const json& step : p.at("processors")) read_post_processor(t, step);
     return;
   }
-  fail(t.file, "post-processor " + type +
-                   " is not supported (ByteLevel, TemplateProcessing, BertProcessing, RobertaProcessing)");
+  tokenizer_fail(t.file,
+                 "post-processor " + type +
+                     " is not supported (ByteLevel, TemplateProcessing, BertProcessing, RobertaProcessing)");
 }
 
 // WordPiece's pipeline: the BertNormalizer or none, the BertPreTokenizer, the WordPiece decoder.
 void read_wordpiece_parts(Tokenizer::Impl& t, const json& normalizer, const json& pre, const json& decoder) {
   if (!normalizer.is_null()) {
     if (type_of(normalizer) != "BertNormalizer")
-      fail(t.file, "normalizer " + type_of(normalizer) +
-                       " with WordPiece is not supported (BertNormalizer, or none): " +
-                       normalizer.dump().substr(0, 200));
+      tokenizer_fail(t.file, "normalizer " + type_of(normalizer) +
+                                 " with WordPiece is not supported (BertNormalizer, or none): " +
+                                 normalizer.dump().substr(0, 200));
     text::BertNormalizer n;
     n.clean_text = value_or<bool>(normalizer, "clean_text", true);
     n.handle_chinese_chars = value_or<bool>(normalizer, "handle_chinese_chars", true);
@@ -419,9 +433,10 @@ void read_wordpiece_parts(Tokenizer::Impl& t, const json& normalizer, const json
     t.bert_normalizer = n;
   }
   if (type_of(pre) != "BertPreTokenizer")
-    fail(t.file, "pre-tokenizer " + type_of(pre) + " with WordPiece is not supported (BertPreTokenizer)");
+    tokenizer_fail(t.file,
+                   "pre-tokenizer " + type_of(pre) + " with WordPiece is not supported (BertPreTokenizer)");
   if (type_of(decoder) != "WordPiece")
-    fail(t.file, "decoder " + type_of(decoder) + " with WordPiece is not supported (WordPiece)");
+    tokenizer_fail(t.file, "decoder " + type_of(decoder) + " with WordPiece is not supported (WordPiece)");
   t.decode_prefix = value_or<std::string>(decoder, "prefix", "##");
   t.decode_cleanup = value_or<bool>(decoder, "cleanup", true);
 }
@@ -452,22 +467,23 @@ void read_bpe_parts(Tokenizer::Impl& t, const json& normalizer, const json& pre,
                     pre.is_null() || metaspace;
   if (t.sentencepiece) {
     if (!pre.is_null() && !metaspace)
-      fail(t.file, "pre-tokenizer " +
-                       (type_of(pre) == "Sequence" ? pre.dump().substr(0, 200) : type_of(pre)) +
-                       " with SentencePiece-style BPE (byte_fallback or a normalizer) or Unigram is not "
-                       "supported (Metaspace, a Sequence of WhitespaceSplit and Metaspace, or none)");
+      tokenizer_fail(
+          t.file, "pre-tokenizer " + (type_of(pre) == "Sequence" ? pre.dump().substr(0, 200) : type_of(pre)) +
+                      " with SentencePiece-style BPE (byte_fallback or a normalizer) or Unigram is not "
+                      "supported (Metaspace, a Sequence of WhitespaceSplit and Metaspace, or none)");
     if (metaspace) read_metaspace(t, *metaspace);
     t.whitespace_split = whitespace_split;
     if (!t.normalize_replace && !t.metaspace)
-      fail(t.file, "no normalizer or pre-tokenizer spells spaces as \"▁\" (not a SentencePiece-style BPE)");
+      tokenizer_fail(t.file,
+                     "no normalizer or pre-tokenizer spells spaces as \"▁\" (not a SentencePiece-style BPE)");
     if (!t.end_of_word_suffix.empty())
-      fail(t.file, "a BPE end_of_word_suffix (\"" + t.end_of_word_suffix +
-                       "\") is supported only with byte-level BPE, not SentencePiece-style");
+      tokenizer_fail(t.file, "a BPE end_of_word_suffix (\"" + t.end_of_word_suffix +
+                                 "\") is supported only with byte-level BPE, not SentencePiece-style");
     read_sentencepiece_decoder(t, decoder);
   } else {
     read_pre_tokenizer(t, pre);
     if (type_of(decoder) != "ByteLevel")
-      fail(t.file, "decoder " + type_of(decoder) + " is not supported (ByteLevel)");
+      tokenizer_fail(t.file, "decoder " + type_of(decoder) + " is not supported (ByteLevel)");
   }
 }
 
@@ -498,7 +514,7 @@ std::string not_json(const std::string& text, json& root) {
 }
 
 void read_tokenizer_root(Tokenizer::Impl& t, const json& root) {
-  if (!root.contains("model")) fail(t.file, "no \"model\": not a Hugging Face tokenizer.json");
+  if (!root.contains("model")) tokenizer_fail(t.file, "no \"model\": not a Hugging Face tokenizer.json");
   try {
     read_model(t, root["model"]);  // first: another model type says the most about the file
     const json none;
@@ -513,7 +529,7 @@ void read_tokenizer_root(Tokenizer::Impl& t, const json& root) {
     }
     if (root.contains("post_processor")) read_post_processor(t, root["post_processor"]);
   } catch (const json::exception& e) {
-    fail(t.file, std::string("unexpected content: ") + e.what());
+    tokenizer_fail(t.file, std::string("unexpected content: ") + e.what());
   }
   t.bos = !t.prefix.empty() ? std::optional(t.prefix.front())
                             : added_special_named(t, {"<|begin_of_text|>", "<s>"});
@@ -532,7 +548,8 @@ void read_tokenizer_root(Tokenizer::Impl& t, const json& root) {
   for (const auto& piece : t.pair) added.insert(added.end(), piece.ids.begin(), piece.ids.end());
   for (int32_t id : added) {
     if (id < 0 || static_cast<size_t>(id) >= t.tokens.size() || !t.assigned[id])
-      fail(t.file, "the post-processor adds the id " + std::to_string(id) + ", which names no token");
+      tokenizer_fail(t.file,
+                     "the post-processor adds the id " + std::to_string(id) + ", which names no token");
   }
 }
 
@@ -566,17 +583,17 @@ Tokenizer Tokenizer::load(const std::string& path) {
             "; the folder has vocab.json and merges.txt, which are not read: save the tokenizer "
             "with transformers' save_pretrained to get tokenizer.json";
     }
-    fail(file, "cannot open: " + why);
+    tokenizer_fail(file, "cannot open: " + why);
   }
-  if (!fs::is_regular_file(status)) fail(file, "not a regular file");
+  if (!fs::is_regular_file(status)) tokenizer_fail(file, "not a regular file");
   std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file, std::string("cannot open: ") + std::strerror(errno));
+  if (!in) tokenizer_fail(file, std::string("cannot open: ") + std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
   auto impl = std::make_shared<Impl>();
   impl->file = file;
   json root;
-  if (const std::string why = not_json(text.str(), root); !why.empty()) fail(file, why);
+  if (const std::string why = not_json(text.str(), root); !why.empty()) tokenizer_fail(file, why);
   read_tokenizer_root(*impl, root);
   return Tokenizer(std::move(impl));
 }

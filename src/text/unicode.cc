@@ -9,12 +9,12 @@
 namespace tg::text {
 namespace {
 
-struct Range {
+struct CategoryRange {
   char32_t first, last;
   CharClass cls;
 };
 
-constexpr Range kRanges[] = {
+constexpr CategoryRange kCategoryRanges[] = {
 #include "text/unicode_tables.inc"
 };
 
@@ -51,9 +51,9 @@ int sequence_at(std::string_view s, size_t i, char32_t& cp) {
 
 CharClass char_class(char32_t cp) {
   // The last range that starts at or before cp.
-  const Range* it = std::upper_bound(std::begin(kRanges), std::end(kRanges), cp,
-                                     [](char32_t c, const Range& r) { return c < r.first; });
-  if (it == std::begin(kRanges)) return CharClass::kOther;
+  const CategoryRange* it = std::upper_bound(std::begin(kCategoryRanges), std::end(kCategoryRanges), cp,
+                                             [](char32_t c, const CategoryRange& r) { return c < r.first; });
+  if (it == std::begin(kCategoryRanges)) return CharClass::kOther;
   --it;
   return cp <= it->last ? it->cls : CharClass::kOther;
 }

@@ -22,8 +22,8 @@ using ir::Graph;
 using ir::Node;
 using ir::Op;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kFloatInf = std::numeric_limits<float>::infinity();
+constexpr float kFloatNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kMaxRel = 5e-7;  // ~4 ulp
 
 /// Runs the unary `op` on `xs` through the CPU backend.
@@ -68,7 +68,7 @@ double max_error(Op op, const std::vector<float>& xs, float* worst_x) {
     const double g = got[i];
     double e;
     if (std::isinf(static_cast<float>(want))) {
-      e = g == static_cast<float>(want) ? 0 : kInf;
+      e = g == static_cast<float>(want) ? 0 : kFloatInf;
     } else if (std::abs(want) < std::numeric_limits<float>::min()) {
       e = std::abs(g - want) / std::numeric_limits<float>::min() * kMaxRel;
     } else {
@@ -113,8 +113,9 @@ TEST(CpuFastMath, TanhSmallArgumentsKeepRelativeAccuracy) {
 }
 
 TEST(CpuFastMath, SpecialValues) {
-  const std::vector<float> xs = {0.0f,    -0.0f,   kInf,    -kInf,    kNaN,   88.72f,  88.73f, 200.0f, -87.5f,
-                                 -100.0f, -103.9f, -104.5f, -1000.0f, 1e-40f, -1e-40f, 9.5f,   -9.5f};
+  const std::vector<float> xs = {0.0f,     -0.0f,  kFloatInf, -kFloatInf, kFloatNaN, 88.72f,
+                                 88.73f,   200.0f, -87.5f,    -100.0f,    -103.9f,   -104.5f,
+                                 -1000.0f, 1e-40f, -1e-40f,   9.5f,       -9.5f};
   const std::vector<float> e = run_unary(Op::kExp, xs), t = run_unary(Op::kTanh, xs),
                            s = run_unary(Op::kSigmoid, xs);
   for (size_t i = 0; i < xs.size(); ++i) {

@@ -40,7 +40,7 @@ struct ConvCase {
 };
 void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
 
-std::vector<ConvCase> cases() {
+std::vector<ConvCase> conv_cases() {
   return {
       {"cnn_layer2", {8, 32, 14, 14}, {64, 32, 3, 3}, {.padding = 1}},
       {"cnn_layer1_k9", {6, 1, 28, 28}, {32, 1, 3, 3}, {.padding = 1}},
@@ -231,7 +231,7 @@ TEST(CudaConvLayout, Bf16OperandsOfConvolutionsAreDense) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaConvTf32, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaConvTf32, ::testing::ValuesIn(conv_cases()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

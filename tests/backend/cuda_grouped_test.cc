@@ -109,7 +109,7 @@ std::vector<int> offsets_of(const std::vector<int>& counts) {
   return off;
 }
 
-struct Case {
+struct GroupCase {
   std::string tag;
   int64_t k, n;
   std::vector<int> counts;  // rows per expert
@@ -123,7 +123,7 @@ struct Case {
 // 16 or 32 (the tensor-core slabs) nor of 8 (a 16-byte vector), or multiples of 4 but not of 8.
 // Gemv: segments of more than 16 rows (several register chunks), up to 64 rows in all (kAuto:
 // gemv for w [E, N, K], tiles for w [E, K, N]), and the widest column blocks.
-const Case kCases[] = {
+const GroupCase kCases[] = {
     {"tiles odd", 77, 51, {70, 0, 130, 1, 99}, false, cuda::GroupedPath::kTiles},
     {"tiles aligned", 128, 96, {0, 65, 64, 71, 0}, true, cuda::GroupedPath::kTiles},
     {"tiles one expert", 40, 130, {150}, true, cuda::GroupedPath::kTiles},
@@ -149,7 +149,7 @@ TEST(CudaGrouped, MatchesTheReference) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
     for (const bool w_nk : {true, false})
       for (const bool grad : {false, true})
-        for (const Case& c : kCases) {
+        for (const GroupCase& c : kCases) {
           if (grad && c.path != cuda::GroupedPath::kTiles && c.path != cuda::GroupedPath::kFmaTiles) continue;
           const std::vector<int> off = offsets_of(c.counts);
           cuda::GroupedShape s{.rows = off.back(),

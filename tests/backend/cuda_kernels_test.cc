@@ -31,7 +31,7 @@ namespace cuda = tg::backend::cuda;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::vector<int64_t> dense_strides(const Shape& s) {
+std::vector<int64_t> contiguous_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
   return st;
@@ -43,7 +43,7 @@ std::string str(const Shape& s) {
   return out + "]";
 }
 
-cuda::Operand dense(DType t, const Shape& s) { return {t, s, dense_strides(s)}; }
+cuda::Operand dense_operand(DType t, const Shape& s) { return {t, s, contiguous_strides(s)}; }
 
 /// Number of elements a strided operand spans (its buffer size).
 int64_t span(const cuda::Operand& op) {
@@ -121,49 +121,60 @@ std::vector<cuda::Launch> sample_launches() {
   auto name = [&n] { return "k" + std::to_string(n++); };
   for (const char* op : {"sum", "max", "min", "argmax"}) {
     for (DType t : {DType::kF32, DType::kI32}) {
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {37, 1000}), {1}, tg::testing::sm90_device()));
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {4, 50304}), {1}, tg::testing::sm90_device()));
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {3000, 64}), {0}, tg::testing::sm90_device()));
-      ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {6, 513, 7}), {1}, tg::testing::sm90_device()));
+      ls.push_back(
+          cuda::reduce_kernel(name(), op, dense_operand(t, {37, 1000}), {1}, tg::testing::sm90_device()));
+      ls.push_back(
+          cuda::reduce_kernel(name(), op, dense_operand(t, {4, 50304}), {1}, tg::testing::sm90_device()));
+      ls.push_back(
+          cuda::reduce_kernel(name(), op, dense_operand(t, {3000, 64}), {0}, tg::testing::sm90_device()));
+      ls.push_back(
+          cuda::reduce_kernel(name(), op, dense_operand(t, {6, 513, 7}), {1}, tg::testing::sm90_device()));
       if (std::string(op) != "argmax") {
         ls.push_back(
-            cuda::reduce_kernel(name(), op, dense(t, {5, 6, 7}), {0, 2}, tg::testing::sm90_device()));
-        ls.push_back(cuda::reduce_kernel(name(), op, dense(t, {1}), {0}, tg::testing::sm90_device()));
+            cuda::reduce_kernel(name(), op, dense_operand(t, {5, 6, 7}), {0, 2}, tg::testing::sm90_device()));
+        ls.push_back(cuda::reduce_kernel(name(), op, dense_operand(t, {1}), {0}, tg::testing::sm90_device()));
       }
     }
   }
   ls.push_back(
       cuda::reduce_kernel(name(), "sum", {DType::kF32, {48, 64}, {1, 48}}, {1}, tg::testing::sm90_device()));
   ls.push_back(
-      cuda::gather_kernel(name(), dense(DType::kF32, {50, 64}), {DType::kI32, {200, 64}, {1, 0}}, 0));
-  ls.push_back(cuda::gather_kernel(name(), dense(DType::kI32, {7, 9, 5}), dense(DType::kI32, {7, 4, 5}), 1));
-  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}),
-                                         dense(DType::kF32, {4, 12, 1, 64}), dense(DType::kI32, {4}), 2));
-  ls.push_back(cuda::update_slice_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}),
-                                         dense(DType::kI32, {}), 0));
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}),
-                                        dense(DType::kF32, {4, 12, 1, 64}), dense(DType::kI32, {4}), 2));
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kI32, {5, 3}), dense(DType::kI32, {2, 3}),
-                                        dense(DType::kI32, {}), 0));
+      cuda::gather_kernel(name(), dense_operand(DType::kF32, {50, 64}), {DType::kI32, {200, 64}, {1, 0}}, 0));
+  ls.push_back(cuda::gather_kernel(name(), dense_operand(DType::kI32, {7, 9, 5}),
+                                   dense_operand(DType::kI32, {7, 4, 5}), 1));
+  ls.push_back(cuda::update_slice_kernel(name(), dense_operand(DType::kF32, {4, 12, 1024, 64}),
+                                         dense_operand(DType::kF32, {4, 12, 1, 64}),
+                                         dense_operand(DType::kI32, {4}), 2));
+  ls.push_back(cuda::update_slice_kernel(name(), dense_operand(DType::kI32, {5, 3}),
+                                         dense_operand(DType::kI32, {2, 3}), dense_operand(DType::kI32, {}),
+                                         0));
+  ls.push_back(cuda::update_rows_kernel(name(), dense_operand(DType::kF32, {4, 12, 1024, 64}),
+                                        dense_operand(DType::kF32, {4, 12, 1, 64}),
+                                        dense_operand(DType::kI32, {4}), 2));
+  ls.push_back(cuda::update_rows_kernel(name(), dense_operand(DType::kI32, {5, 3}),
+                                        dense_operand(DType::kI32, {2, 3}), dense_operand(DType::kI32, {}),
+                                        0));
   const cuda::Operand qkv_rows{DType::kF32, {4, 12, 1, 64}, {2304, 64, 2304, 1}},
-      rotated_rows = dense(DType::kF32, {4, 12, 1, 64});
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), qkv_rows,
-                                        dense(DType::kI32, {4}), 2, &qkv_rows));
-  ls.push_back(cuda::update_rows_kernel(name(), dense(DType::kF32, {4, 12, 1024, 64}), rotated_rows,
-                                        dense(DType::kI32, {4}), 2, &qkv_rows));
-  ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kF32, {300, 32}),
+      rotated_rows = dense_operand(DType::kF32, {4, 12, 1, 64});
+  ls.push_back(cuda::update_rows_kernel(name(), dense_operand(DType::kF32, {4, 12, 1024, 64}), qkv_rows,
+                                        dense_operand(DType::kI32, {4}), 2, &qkv_rows));
+  ls.push_back(cuda::update_rows_kernel(name(), dense_operand(DType::kF32, {4, 12, 1024, 64}), rotated_rows,
+                                        dense_operand(DType::kI32, {4}), 2, &qkv_rows));
+  ls.push_back(cuda::scatter_add_kernel(name(), dense_operand(DType::kF32, {300, 32}),
                                         {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0));
-  ls.push_back(cuda::scatter_add_kernel(name(), dense(DType::kI32, {4000, 5}), dense(DType::kI32, {4000, 5}),
-                                        {4000, 9}, 1));
+  ls.push_back(cuda::scatter_add_kernel(name(), dense_operand(DType::kI32, {4000, 5}),
+                                        dense_operand(DType::kI32, {4000, 5}), {4000, 9}, 1));
   ls.push_back(cuda::random_kernel(name(), 1001, 0x123456789abcdefull));
   // The layout kernels in 32-bit and (offsets past 2^31) 64-bit index arithmetic.
   ls.push_back(cuda::unslice_kernel(name(), {DType::kF32, {5, 3}, {0, 0}}, {5, 9}, 1, 2, 3));
-  ls.push_back(cuda::unslice_kernel(name(), dense(DType::kI32, {4, 3}), {6, 3}, 0, 0, 1));
-  ls.push_back(cuda::unslice_kernel(name(), dense(DType::kF32, {70000, 20000}), {70000, 40000}, 1, 1, 2));
+  ls.push_back(cuda::unslice_kernel(name(), dense_operand(DType::kI32, {4, 3}), {6, 3}, 0, 0, 1));
   ls.push_back(
-      cuda::concat_kernel(name(), {dense(DType::kF32, {3, 4}), {DType::kF32, {3, 2}, {1, 3}}}, {3, 6}, 1));
+      cuda::unslice_kernel(name(), dense_operand(DType::kF32, {70000, 20000}), {70000, 40000}, 1, 1, 2));
   ls.push_back(cuda::concat_kernel(
-      name(), {dense(DType::kF32, {70000, 20000}), dense(DType::kF32, {70000, 20000})}, {140000, 20000}, 0));
+      name(), {dense_operand(DType::kF32, {3, 4}), {DType::kF32, {3, 2}, {1, 3}}}, {3, 6}, 1));
+  ls.push_back(cuda::concat_kernel(
+      name(), {dense_operand(DType::kF32, {70000, 20000}), dense_operand(DType::kF32, {70000, 20000})},
+      {140000, 20000}, 0));
   ls.push_back(cuda::copy_kernel(name(), {DType::kF32, {30, 20}, {1, 30}}));
   ls.push_back(cuda::copy_kernel(name(), {DType::kF32, {70000, 40000}, {1, 70000}}));
   ls.push_back(cuda::product_kernel(name(), {8, 9}, {9, 1}, {0, 1}));
@@ -185,12 +196,12 @@ std::vector<cuda::Launch> sample_launches() {
     ls.push_back(cuda::scan_backward_kernel(name(), sh));
   }
   ls.push_back(cuda::attention_at_kernel(
-      name(), {DType::kF32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense(DType::kF32, {2, 4, 272, 64}),
-      dense(DType::kF32, {2, 4, 272, 64}), dense(DType::kI32, {2}), 0.125));
-  ls.push_back(cuda::attention_at_kernel(name(), dense(DType::kF32, {1, 2, 5, 200}),
-                                         dense(DType::kF32, {1, 2, 9, 200}),
-                                         dense(DType::kF32, {1, 2, 9, 200}), dense(DType::kI32, {1}), 0.07));
-  ls.push_back(cuda::dropout_kernel(name(), dense(DType::kF32, {1003}), 0.3, 7));
+      name(), {DType::kF32, {2, 12, 1, 64}, {2304, 64, 2304, 1}}, dense_operand(DType::kF32, {2, 4, 272, 64}),
+      dense_operand(DType::kF32, {2, 4, 272, 64}), dense_operand(DType::kI32, {2}), 0.125));
+  ls.push_back(cuda::attention_at_kernel(
+      name(), dense_operand(DType::kF32, {1, 2, 5, 200}), dense_operand(DType::kF32, {1, 2, 9, 200}),
+      dense_operand(DType::kF32, {1, 2, 9, 200}), dense_operand(DType::kI32, {1}), 0.07));
+  ls.push_back(cuda::dropout_kernel(name(), dense_operand(DType::kF32, {1003}), 0.3, 7));
   ls.push_back(cuda::dropout_kernel(name(), {DType::kF32, {20, 30}, {1, 20}}, 0.5, 7));
   for (bool log : {false, true}) {
     ls.push_back(cuda::softmax_kernel(name(), 37, 1000, 1, log, false, 1));
@@ -333,20 +344,20 @@ struct ReduceCase {
 
 std::vector<ReduceCase> reduce_cases(DType t) {
   return {
-      {dense(t, {37, 1000}), {1}},       // inner, warp per output, 16-byte loads
-      {dense(t, {37, 1001}), {1}},       // inner, odd length
-      {dense(t, {4, 50304}), {1}},       // inner, few long outputs: chunked blocks
-      {dense(t, {1000003}), {0}},        // everything: chunked blocks
-      {dense(t, {3000, 64}), {0}},       // outer (bias gradient): column scheme, chunked
-      {dense(t, {6, 513, 7}), {1}},      // middle
-      {dense(t, {5, 6, 7}), {0, 2}},     // two separate axes
-      {dense(t, {2, 3, 4}), {0, 1, 2}},  // all of a small tensor
-      {dense(t, {1}), {0}},              // one element
-      {dense(t, {9, 1, 4}), {1}},        // an extent-1 axis
-      {{t, {48, 64}, {1, 48}}, {1}},     // transposed view
-      {{t, {48, 64}, {1, 48}}, {0}},     // transposed view, the other axis
-      {{t, {5, 300}, {1, 0}}, {1}},      // broadcast along the reduced axis
-      {{t, {300, 5}, {0, 1}}, {1}},      // broadcast along the kept axis
+      {dense_operand(t, {37, 1000}), {1}},       // inner, warp per output, 16-byte loads
+      {dense_operand(t, {37, 1001}), {1}},       // inner, odd length
+      {dense_operand(t, {4, 50304}), {1}},       // inner, few long outputs: chunked blocks
+      {dense_operand(t, {1000003}), {0}},        // everything: chunked blocks
+      {dense_operand(t, {3000, 64}), {0}},       // outer (bias gradient): column scheme, chunked
+      {dense_operand(t, {6, 513, 7}), {1}},      // middle
+      {dense_operand(t, {5, 6, 7}), {0, 2}},     // two separate axes
+      {dense_operand(t, {2, 3, 4}), {0, 1, 2}},  // all of a small tensor
+      {dense_operand(t, {1}), {0}},              // one element
+      {dense_operand(t, {9, 1, 4}), {1}},        // an extent-1 axis
+      {{t, {48, 64}, {1, 48}}, {1}},             // transposed view
+      {{t, {48, 64}, {1, 48}}, {0}},             // transposed view, the other axis
+      {{t, {5, 300}, {1, 0}}, {1}},              // broadcast along the reduced axis
+      {{t, {300, 5}, {0, 1}}, {1}},              // broadcast along the kept axis
   };
 }
 
@@ -367,13 +378,13 @@ TEST(CudaKernels, ReductionsMatchTheReference) {
   }
   // A base pointer off the 16-byte grid: the 4-wide loads must step aside.
   const std::vector<float> buf = random_floats(37 * 1000 + 1, 13);
-  check_reduce("sum", buf, dense(DType::kF32, {37, 1000}), {1}, 1);
-  check_reduce("argmax", buf, dense(DType::kF32, {4, 9000}), {1}, 1);
+  check_reduce("sum", buf, dense_operand(DType::kF32, {37, 1000}), {1}, 1);
+  check_reduce("argmax", buf, dense_operand(DType::kF32, {4, 9000}), {1}, 1);
 }
 
 TEST(CudaKernels, BiasGradientAndFullSumsAreDeterministic) {
   REQUIRE_GPU();
-  const cuda::Operand in = dense(DType::kF32, {16384, 768});
+  const cuda::Operand in = dense_operand(DType::kF32, {16384, 768});
   const std::vector<float> buf = random_floats(16384 * 768, 21);
   check_reduce("sum", buf, in, {0});
   const cuda::DeviceMemory din = to_device(buf), dout(768 * 4);
@@ -387,7 +398,7 @@ TEST(CudaKernels, BiasGradientAndFullSumsAreDeterministic) {
       ASSERT_EQ(std::memcmp(got.data(), first.data(), 768 * 4), 0) << "run " << rep << " differs";
   }
   // A full sum (a loss): chunk partials merged by the last block, the same bits every run.
-  const cuda::Operand all = dense(DType::kF32, {1 << 22});
+  const cuda::Operand all = dense_operand(DType::kF32, {1 << 22});
   const std::vector<float> big = random_floats(1 << 22, 22);
   check_reduce("sum", big, all, {0});
   const cuda::DeviceMemory dbig = to_device(big), dsum(4);
@@ -422,8 +433,8 @@ TEST(CudaKernels, ReductionsHandleNaNAsTheReference) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) xt[static_cast<size_t>(c * rows + r)] = at(r, c);
     for (const char* op : {"max", "min", "argmax", "sum"}) {
-      check_reduce(op, x, dense(DType::kF32, {rows, cols}), {1});
-      check_reduce(op, xt, dense(DType::kF32, {cols, rows}), {0});
+      check_reduce(op, x, dense_operand(DType::kF32, {rows, cols}), {1});
+      check_reduce(op, xt, dense_operand(DType::kF32, {cols, rows}), {0});
     }
   }
 }
@@ -447,7 +458,7 @@ TEST(CudaKernels, GatherMatchesTheReference) {
   REQUIRE_GPU();
   // Embedding lookup: token ids [200] broadcast along the feature axis.
   {
-    const cuda::Operand xo = dense(DType::kF32, {50, 64}), io{DType::kI32, {200, 64}, {1, 0}};
+    const cuda::Operand xo = dense_operand(DType::kF32, {50, 64}), io{DType::kI32, {200, 64}, {1, 0}};
     const std::vector<float> x = random_floats(50 * 64, 41);
     const std::vector<int> idx = random_ints(200, 42, 0, 49);
     const std::vector<double> want = ref_gather(x, xo, idx, io, 0);
@@ -460,7 +471,7 @@ TEST(CudaKernels, GatherMatchesTheReference) {
   }
   // take_along_axis of i32 along a middle axis, x a transposed view; then a bad index.
   {
-    const cuda::Operand xo{DType::kI32, {7, 9, 5}, {1, 35, 7}}, io = dense(DType::kI32, {7, 4, 5});
+    const cuda::Operand xo{DType::kI32, {7, 9, 5}, {1, 35, 7}}, io = dense_operand(DType::kI32, {7, 4, 5});
     const std::vector<int> x = random_ints(7 * 9 * 5, 43, -1000, 1000);
     std::vector<int> idx = random_ints(7 * 4 * 5, 44, 0, 8);
     const std::vector<double> want = ref_gather(x, xo, idx, io, 1);
@@ -483,8 +494,9 @@ TEST(CudaKernels, GatherMatchesTheReference) {
 TEST(CudaKernels, UpdateSliceWritesPerRowOffsetsAndFlagsBadOnes) {
   REQUIRE_GPU();
   // A KV cache [2, 3, 6, 4] gets one new row per sequence at that sequence's position.
-  const cuda::Operand dst_o = dense(DType::kF32, {2, 3, 6, 4}), src_o = dense(DType::kF32, {2, 3, 1, 4}),
-                      pos_o = dense(DType::kI32, {2});
+  const cuda::Operand dst_o = dense_operand(DType::kF32, {2, 3, 6, 4}),
+                      src_o = dense_operand(DType::kF32, {2, 3, 1, 4}),
+                      pos_o = dense_operand(DType::kI32, {2});
   const std::vector<float> dst = random_floats(2 * 3 * 6 * 4, 51), src = random_floats(2 * 3 * 4, 52);
   const cuda::DeviceMemory dd = to_device(dst), ds = to_device(src), dout(dst.size() * 4);
   for (const std::vector<int>& pos : {std::vector<int>{5, 0}, std::vector<int>{2, 6}}) {
@@ -518,7 +530,7 @@ void check_scatter(const cuda::Operand& so, const cuda::Operand& io, const Shape
                                      static_cast<int>(out_shape[static_cast<size_t>(axis)]) - 1);
   if (bad_index) idx[idx.size() / 2] = static_cast<int>(out_shape[static_cast<size_t>(axis)]);
   std::vector<double> want(static_cast<size_t>(numel(out_shape)), 0.0), mag(want.size(), 0.0);
-  const std::vector<int64_t> ost = dense_strides(out_shape);
+  const std::vector<int64_t> ost = contiguous_strides(out_shape);
   for (int64_t i = 0; i < numel(so.shape); ++i) {
     std::vector<int64_t> c = unravel(i, so.shape);
     const T v = src[static_cast<size_t>(offset_of(c, so.strides))];
@@ -542,17 +554,20 @@ void check_scatter(const cuda::Operand& so, const cuda::Operand& io, const Shape
 TEST(CudaKernels, ScatterAddMatchesTheReference) {
   REQUIRE_GPU();
   // Embedding backward (atomic scheme): [300, 32] rows into a [50, 32] table by broadcast ids.
-  check_scatter<float>(dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 51,
-                       false);
-  check_scatter<int>(dense(DType::kI32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 52, false);
+  check_scatter<float>(dense_operand(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0,
+                       51, false);
+  check_scatter<int>(dense_operand(DType::kI32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 52,
+                     false);
   // Along the last axis (column scheme), src a transposed view.
-  check_scatter<float>({DType::kF32, {4000, 5}, {1, 4000}}, dense(DType::kI32, {4000, 5}), {4000, 9}, 1, 53,
-                       false);
-  check_scatter<int>(dense(DType::kI32, {3, 4, 5}), dense(DType::kI32, {3, 4, 5}), {3, 2, 5}, 1, 54, false);
+  check_scatter<float>({DType::kF32, {4000, 5}, {1, 4000}}, dense_operand(DType::kI32, {4000, 5}), {4000, 9},
+                       1, 53, false);
+  check_scatter<int>(dense_operand(DType::kI32, {3, 4, 5}), dense_operand(DType::kI32, {3, 4, 5}), {3, 2, 5},
+                     1, 54, false);
   // Bad indices set err in both schemes.
-  check_scatter<float>(dense(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0, 55,
-                       true);
-  check_scatter<float>(dense(DType::kF32, {4000, 5}), dense(DType::kI32, {4000, 5}), {4000, 9}, 1, 56, true);
+  check_scatter<float>(dense_operand(DType::kF32, {300, 32}), {DType::kI32, {300, 32}, {1, 0}}, {50, 32}, 0,
+                       55, true);
+  check_scatter<float>(dense_operand(DType::kF32, {4000, 5}), dense_operand(DType::kI32, {4000, 5}),
+                       {4000, 9}, 1, 56, true);
 }
 
 // ---- randomness -----------------------------------------------------------------------------
@@ -574,10 +589,10 @@ TEST(CudaKernels, RandomIsBitIdenticalToPhilox) {
 TEST(CudaKernels, DropoutMatchesTheReference) {
   REQUIRE_GPU();
   for (const auto& [x_op, p] :
-       std::vector<std::pair<cuda::Operand, double>>{{dense(DType::kF32, {1003}), 0.3},
-                                                     {dense(DType::kF32, {64, 128}), 0.1},
+       std::vector<std::pair<cuda::Operand, double>>{{dense_operand(DType::kF32, {1003}), 0.3},
+                                                     {dense_operand(DType::kF32, {64, 128}), 0.1},
                                                      {{DType::kF32, {20, 30}, {1, 20}}, 0.5},
-                                                     {dense(DType::kF32, {17}), 0.0}}) {
+                                                     {dense_operand(DType::kF32, {17}), 0.0}}) {
     const uint64_t seed = 99;
     const int key = 17;
     const int64_t n = numel(x_op.shape);
@@ -820,27 +835,27 @@ TEST(CudaKernels, DISABLED_Throughput) {
   };
   const auto f = [](int64_t n) { return 4.0 * static_cast<double>(n); };
   report("sum [16384, 768] over 0 (bias grad)",
-         time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 768}), {0},
+         time_us(cuda::reduce_kernel("k", "sum", dense_operand(DType::kF32, {16384, 768}), {0},
                                      tg::testing::sm90_device()),
                  {a.get(), c.get()}),
          f(16384 * 768));
   report("sum [16384, 50304] over 1",
-         time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {1},
+         time_us(cuda::reduce_kernel("k", "sum", dense_operand(DType::kF32, {16384, 50304}), {1},
                                      tg::testing::sm90_device()),
                  {a.get(), c.get()}),
          f(big));
   report("sum [16384, 50304] over 0",
-         time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {16384, 50304}), {0},
+         time_us(cuda::reduce_kernel("k", "sum", dense_operand(DType::kF32, {16384, 50304}), {0},
                                      tg::testing::sm90_device()),
                  {a.get(), c.get()}),
          f(big));
-  report(
-      "sum of 64M (all)",
-      time_us(cuda::reduce_kernel("k", "sum", dense(DType::kF32, {1 << 26}), {0}, tg::testing::sm90_device()),
-              {a.get(), c.get()}),
-      f(1 << 26));
+  report("sum of 64M (all)",
+         time_us(cuda::reduce_kernel("k", "sum", dense_operand(DType::kF32, {1 << 26}), {0},
+                                     tg::testing::sm90_device()),
+                 {a.get(), c.get()}),
+         f(1 << 26));
   report("argmax [16384, 50304] over 1",
-         time_us(cuda::reduce_kernel("k", "argmax", dense(DType::kF32, {16384, 50304}), {1},
+         time_us(cuda::reduce_kernel("k", "argmax", dense_operand(DType::kF32, {16384, 50304}), {1},
                                      tg::testing::sm90_device()),
                  {a.get(), c.get()}),
          f(big));
@@ -872,18 +887,18 @@ TEST(CudaKernels, DISABLED_Throughput) {
          time_us(cuda::rms_norm_grad_kernel("k", 16384, 3072, 1e-5), {a.get(), b.get(), c.get()}),
          3 * f(16384 * 3072));
   report("dropout 64M",
-         time_us(cuda::dropout_kernel("k", dense(DType::kF32, {1 << 26}), 0.1, 5),
+         time_us(cuda::dropout_kernel("k", dense_operand(DType::kF32, {1 << 26}), 0.1, 5),
                  {a.get(), key.get(), c.get()}),
          2 * f(1 << 26));
   report("random 64M", time_us(cuda::random_kernel("k", 1 << 26, 5), {key.get(), c.get()}), f(1 << 26));
   const cuda::DeviceMemory ids = to_device(random_ints(16384, 2, 0, 50303));
   report("gather [16384, 768] from [50304, 768]",
-         time_us(cuda::gather_kernel("k", dense(DType::kF32, {50304, 768}),
+         time_us(cuda::gather_kernel("k", dense_operand(DType::kF32, {50304, 768}),
                                      {DType::kI32, {16384, 768}, {1, 0}}, 0),
                  {a.get(), ids.get(), c.get(), err.get()}),
          2 * f(16384 * 768));
   report("scatter_add [16384, 768] into [50304, 768]",
-         time_us(cuda::scatter_add_kernel("k", dense(DType::kF32, {16384, 768}),
+         time_us(cuda::scatter_add_kernel("k", dense_operand(DType::kF32, {16384, 768}),
                                           {DType::kI32, {16384, 768}, {1, 0}}, {50304, 768}, 0),
                  {a.get(), ids.get(), c.get(), err.get()}),
          2 * f(16384 * 768));

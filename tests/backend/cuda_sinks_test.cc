@@ -75,7 +75,7 @@ std::vector<std::vector<float>> random_feeds(const Built& b, uint64_t seed) {
   return feeds;
 }
 
-std::vector<int64_t> dense_strides(const Shape& s) {
+std::vector<int64_t> sink_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (size_t k = s.size(); k-- > 1;) st[k - 1] = st[k] * s[k];
   return st;
@@ -158,7 +158,7 @@ struct GpuRun {
         st.ptrs.push_back(
             mem.emplace(o, cuda::DeviceMemory(static_cast<size_t>(std::max<int64_t>(1, n.numel()) * 4)))
                 .first->second.get());
-        place[o] = {o, dense_strides(n.shape)};
+        place[o] = {o, sink_strides(n.shape)};
       }
       for (int32_t s : sinks) {
         const ir::Node& n = graph.node(s);
@@ -167,7 +167,7 @@ struct GpuRun {
         cuda::DeviceMemory m(nan.size() * 4);
         m.upload(nan.data(), nan.size() * 4);
         st.ptrs.push_back(mem.emplace(s, std::move(m)).first->second.get());
-        place[s] = {s, dense_strides(n.shape)};
+        place[s] = {s, sink_strides(n.shape)};
       }
       steps.push_back(std::move(st));
     }
@@ -183,12 +183,12 @@ struct GpuRun {
   }
 };
 
-struct Reference {
+struct SinkReference {
   std::map<int32_t, std::vector<float>> values;  // outputs and every sink's input
 };
 
 /// The reference backend's outputs, plus the inputs of the graph's sums (for tolerances).
-Reference reference(Built& b, const std::vector<std::vector<float>>& feeds) {
+SinkReference reference(Built& b, const std::vector<std::vector<float>>& feeds) {
   ir::Graph& g = b.trace.graph;
   const std::vector<int32_t> outputs = g.outputs;
   for (int32_t id = 0; id < g.size(); ++id)
@@ -198,7 +198,7 @@ Reference reference(Built& b, const std::vector<std::vector<float>>& feeds) {
   auto exe = ref->prepare(g, {});
   for (size_t i = 0; i < b.inputs.size(); ++i) exe->set_input(b.inputs[i], feeds[i].data());
   exe->execute();
-  Reference r;
+  SinkReference r;
   for (int32_t o : g.outputs) {
     std::vector<float> v(static_cast<size_t>(g.node(o).numel()));
     exe->read_output(o, v.data());
@@ -214,7 +214,7 @@ std::unique_ptr<GpuRun> check_against_reference(Built& b, uint64_t seed, const s
                                                 const cuda::SinkTuning& tuning = {}) {
   const ir::Graph& g = b.trace.graph;
   const auto feeds = random_feeds(b, seed);
-  const Reference ref = reference(b, feeds);
+  const SinkReference ref = reference(b, feeds);
   auto run = std::make_unique<GpuRun>();
   run->prepare(g, b, feeds, tuning);
   EXPECT_GE(run->sink_groups, 1) << what << ": fusion made no group with a sink\n" << g.to_string();
@@ -284,7 +284,7 @@ TEST(CudaSinksNvrtc, GeneratedSinkKernelsCompile) {
       std::vector<std::vector<int64_t>> strides;
       const Shape& gs = g.node(group.nodes.front()).shape;
       for (int32_t in : cuda::group_inputs(g, group)) {
-        std::vector<int64_t> st = dense_strides(gs);
+        std::vector<int64_t> st = sink_strides(gs);
         if (g.node(in).op == ir::Op::kBroadcastTo) st[0] = 0;  // a broadcast input: strided reads
         strides.push_back(st);
       }

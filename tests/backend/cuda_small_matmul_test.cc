@@ -29,7 +29,7 @@ using tg::testing::have_nvrtc;
 
 /// One product: shapes, layouts (row- or column-major with a padded leading dimension) and
 /// batch strides (0 = broadcast).
-struct Case {
+struct SmallCase {
   int64_t batch, m, n, k;
   bool a_row, b_row;
   int64_t pad = 0;  // extra leading-dimension elements of both operands
@@ -88,16 +88,16 @@ struct Case {
   }
 };
 
-std::vector<Case> layout_cases() {
+std::vector<SmallCase> layout_cases() {
   const std::vector<std::vector<int64_t>> sizes = {
       {1, 1, 1},     {7, 33, 100},   {33, 7, 1},     {100, 64, 7},   {64, 100, 33},
       {4096, 7, 33}, {7, 4096, 64},  {33, 64, 4096}, {1, 100, 4096}, {100, 1, 64},
       {64, 64, 64},  {4096, 64, 16}, {64, 1, 100},   {1, 7, 7}};
-  std::vector<Case> cases;
+  std::vector<SmallCase> cases;
   int i = 0;
   for (const auto& s : sizes)
     for (int lay = 0; lay < 4; ++lay, ++i) {
-      Case c{1, s[0], s[1], s[2], (lay & 1) != 0, (lay & 2) != 0};
+      SmallCase c{1, s[0], s[1], s[2], (lay & 1) != 0, (lay & 2) != 0};
       c.pad = (i % 3 == 1) ? 3 : 0;
       c.out_pad = (i % 5 == 2) ? 5 : 0;
       cases.push_back(c);
@@ -105,35 +105,35 @@ std::vector<Case> layout_cases() {
   return cases;
 }
 
-std::vector<Case> batch_cases() {
-  std::vector<Case> cases;
+std::vector<SmallCase> batch_cases() {
+  std::vector<SmallCase> cases;
   for (int lay = 0; lay < 4; ++lay) {
-    Case c{3, 33, 65, 100, (lay & 1) != 0, (lay & 2) != 0};
+    SmallCase c{3, 33, 65, 100, (lay & 1) != 0, (lay & 2) != 0};
     c.a_bcast = lay == 1;
     c.b_bcast = lay != 1;
     c.out_pad = lay == 2 ? 3 : 0;
     c.pad = lay == 3 ? 2 : 0;
     cases.push_back(c);
   }
-  cases.push_back(Case{512, 8, 64, 64, true, true, 0, false, false, 0});
-  cases.push_back(Case{512, 8, 8, 64, true, false, 0, false, true, 0});
-  cases.push_back(Case{5, 7, 33, 1000, false, true, 1, false, false, 2});
+  cases.push_back(SmallCase{512, 8, 64, 64, true, true, 0, false, false, 0});
+  cases.push_back(SmallCase{512, 8, 8, 64, true, false, 0, false, true, 0});
+  cases.push_back(SmallCase{5, 7, 33, 1000, false, true, 1, false, false, 2});
   return cases;
 }
 
 /// Every split-K path and tile shape, forced.
-std::vector<Case> config_cases() {
+std::vector<SmallCase> config_cases() {
   const std::vector<cuda::SmallMatmulConfig> cfgs = {
       {64, 64, 32, 4, 4, 1, 1}, {32, 64, 32, 2, 4, 1, 1},  {64, 32, 16, 4, 2, 2, 1}, {32, 32, 64, 4, 4, 4, 8},
       {32, 32, 32, 4, 4, 2, 4}, {64, 128, 16, 4, 8, 1, 1}, {16, 16, 16, 1, 1, 1, 2}, {8, 64, 32, 1, 2, 4, 1},
       {32, 32, 64, 4, 4, 8, 8}, {64, 64, 32, 4, 4, 1, 8}};
-  std::vector<Case> cases;
+  std::vector<SmallCase> cases;
   int i = 0;
   for (const auto& cfg : cfgs)
     for (const std::vector<int64_t>& s :
          {std::vector<int64_t>{64, 256, 4096}, std::vector<int64_t>{33, 100, 777}})
       for (int lay : {0, 3}) {
-        Case c{(i % 3 == 2) ? 2 : 1, s[0], s[1], s[2], (lay & 1) != 0, (lay & 2) != 0};
+        SmallCase c{(i % 3 == 2) ? 2 : 1, s[0], s[1], s[2], (lay & 1) != 0, (lay & 2) != 0};
         c.cfg = cfg;
         c.explicit_cfg = true;
         c.out_pad = (i % 4 == 1) ? 1 : 0;
@@ -148,8 +148,8 @@ TEST(CudaSmallMatmulNvrtc, SourcesCompile) {
   if (!have_nvrtc(why)) GTEST_SKIP() << "NVRTC not available: " << why;
   std::vector<cuda::KernelSource> ks;
   int i = 0;
-  for (const std::vector<Case>& group : {layout_cases(), batch_cases(), config_cases()})
-    for (const Case& c : group) {
+  for (const std::vector<SmallCase>& group : {layout_cases(), batch_cases(), config_cases()})
+    for (const SmallCase& c : group) {
       const std::string name = "smm" + std::to_string(i++);
       const cuda::Launch l = c.launch(name);
       EXPECT_EQ(l.name, name);
@@ -182,7 +182,7 @@ TEST(CudaSmallMatmulNvrtc, ConfigChoicesAreValid) {
 
 // ---- GPU ----------------------------------------------------------------------------------
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
+std::vector<float> uniform_floats(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   std::vector<float> v(n);
@@ -193,7 +193,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 constexpr float kSentinel = 1234.5f;
 
 /// Runs every case (compiled together) and checks each against a host product in double.
-void check_cases(const std::vector<Case>& cases, const std::string& label) {
+void check_cases(const std::vector<SmallCase>& cases, const std::string& label) {
   const cuda::DeviceInfo info = cuda::open_device(0);
   std::vector<cuda::Launch> launches;
   std::vector<cuda::KernelSource> srcs;
@@ -203,12 +203,12 @@ void check_cases(const std::vector<Case>& cases, const std::string& label) {
   }
   const auto cubins = cuda::compile_cubins(srcs, info.sm_major, info.sm_minor);
   for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const Case& c = cases[ci];
+    const SmallCase& c = cases[ci];
     const cuda::MatOperand A = c.a(), B = c.b();
-    const int64_t na = Case::span(A, c.batch), nb = Case::span(B, c.batch);
+    const int64_t na = SmallCase::span(A, c.batch), nb = SmallCase::span(B, c.batch);
     const int64_t no = c.batch * c.m * c.ors();
-    const std::vector<float> ha = random_floats(static_cast<size_t>(na), 11 + static_cast<uint32_t>(ci));
-    const std::vector<float> hb = random_floats(static_cast<size_t>(nb), 97 + static_cast<uint32_t>(ci));
+    const std::vector<float> ha = uniform_floats(static_cast<size_t>(na), 11 + static_cast<uint32_t>(ci));
+    const std::vector<float> hb = uniform_floats(static_cast<size_t>(nb), 97 + static_cast<uint32_t>(ci));
     std::vector<float> ho(static_cast<size_t>(no), kSentinel);
     cuda::DeviceMemory da(static_cast<size_t>(na) * 4), db(static_cast<size_t>(nb) * 4),
         dout(static_cast<size_t>(no) * 4);
@@ -273,14 +273,14 @@ TEST(CudaSmallMatmul, Deterministic) {
   const cuda::DeviceInfo info = cuda::open_device(0);
   for (const cuda::SmallMatmulConfig& cfg :
        {cuda::SmallMatmulConfig{32, 32, 64, 4, 4, 4, 8}, cuda::small_matmul_config(1, 64, 256, 4096, info)}) {
-    Case c{1, 64, 256, 4096, false, true};
+    SmallCase c{1, 64, 256, 4096, false, true};
     c.cfg = cfg;
     c.explicit_cfg = true;
     const cuda::Launch l = c.launch("smm_det");
     const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name,
                             l.shared_bytes);
-    const std::vector<float> ha = random_floats(static_cast<size_t>(Case::span(c.a(), 1)), 5);
-    const std::vector<float> hb = random_floats(static_cast<size_t>(Case::span(c.b(), 1)), 6);
+    const std::vector<float> ha = uniform_floats(static_cast<size_t>(SmallCase::span(c.a(), 1)), 5);
+    const std::vector<float> hb = uniform_floats(static_cast<size_t>(SmallCase::span(c.b(), 1)), 6);
     cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dout(static_cast<size_t>(c.m * c.n) * 4);
     da.upload(ha.data(), ha.size() * 4);
     db.upload(hb.data(), hb.size() * 4);
@@ -410,12 +410,12 @@ TEST(CudaGemv, MatchesTheHostProductWithEpilogues) {
     const cuda::Launch l = gemv_launch(c, "gemv_check");
     const cuda::Kernel kern(cuda::compile_cubin(l.source, l.name, info.sm_major, info.sm_minor), l.name,
                             l.shared_bytes);
-    const std::vector<float> hnw = random_floats(static_cast<size_t>(c.k), 13),
-                             hnb = random_floats(static_cast<size_t>(c.k), 15);
-    std::vector<float> ha = random_floats(static_cast<size_t>(c.m * c.k), 3 + static_cast<uint32_t>(ci)),
-                       hb = random_floats(static_cast<size_t>(c.n * ldb), 5 + static_cast<uint32_t>(ci));
-    const std::vector<float> hbias = random_floats(static_cast<size_t>(c.n), 7),
-                             hres = random_floats(static_cast<size_t>(c.m * c.n), 9);
+    const std::vector<float> hnw = uniform_floats(static_cast<size_t>(c.k), 13),
+                             hnb = uniform_floats(static_cast<size_t>(c.k), 15);
+    std::vector<float> ha = uniform_floats(static_cast<size_t>(c.m * c.k), 3 + static_cast<uint32_t>(ci)),
+                       hb = uniform_floats(static_cast<size_t>(c.n * ldb), 5 + static_cast<uint32_t>(ci));
+    const std::vector<float> hbias = uniform_floats(static_cast<size_t>(c.n), 7),
+                             hres = uniform_floats(static_cast<size_t>(c.m * c.n), 9);
     std::vector<float> ho(static_cast<size_t>(c.m * ld), kSentinel);
     // bf16 operands go up as bf16 bits; the host product reads the same rounded values.
     auto to_bf16 = [](std::vector<float>& v) {
@@ -549,8 +549,8 @@ TEST(CudaGemv, DISABLED_Timing) {
   };
   for (const Shape3 sh : {Shape3{1, 2304, 768}, Shape3{1, 768, 768}, Shape3{1, 3072, 768},
                           Shape3{1, 768, 3072}, Shape3{1, 50257, 768}, Shape3{4, 3072, 768}}) {
-    const std::vector<float> ha = random_floats(static_cast<size_t>(sh.m * sh.k), 1),
-                             hb = random_floats(static_cast<size_t>(sh.n * sh.k), 2);
+    const std::vector<float> ha = uniform_floats(static_cast<size_t>(sh.m * sh.k), 1),
+                             hb = uniform_floats(static_cast<size_t>(sh.n * sh.k), 2);
     cuda::DeviceMemory da(ha.size() * 4), db(hb.size() * 4), dout(static_cast<size_t>(sh.m * sh.n) * 4),
         dv(static_cast<size_t>(sh.k) * 4);
     da.upload(ha.data(), ha.size() * 4);
@@ -595,7 +595,7 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
       std::getenv("TG_SMM_SWEEP") == nullptr || std::string(std::getenv("TG_SMM_SWEEP")) != "0";
   // (batch, m, n, k, a row-major, b row-major): forward x·W, backward dY·Wᵀ (b column-major)
   // and weight gradients Xᵀ·dY (a column-major), then larger ones for the crossover.
-  const std::vector<Case> shapes = {
+  const std::vector<SmallCase> shapes = {
       {1, 4096, 64, 64, true, true},   {1, 4096, 256, 64, true, true},  {1, 4096, 64, 256, true, true},
       {1, 4096, 192, 16, true, true},  {1, 4096, 64, 256, true, false}, {1, 4096, 256, 64, true, false},
       {1, 4096, 16, 192, true, false}, {1, 4096, 64, 64, true, false},  {1, 64, 256, 4096, false, true},
@@ -621,7 +621,7 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
   std::vector<Item> items;
   std::vector<cuda::KernelSource> srcs;
   for (size_t s = 0; s < shapes.size(); ++s) {
-    const Case& c = shapes[s];
+    const SmallCase& c = shapes[s];
     const cuda::SmallMatmulConfig chosen = cuda::small_matmul_config(c.batch, c.m, c.n, c.k, info);
     items.push_back({s, chosen, true,
                      cuda::small_matmul_kernel("smm_t" + std::to_string(items.size()), c.batch, c.m, c.n, c.k,
@@ -646,13 +646,13 @@ TEST(CudaSmallMatmul, TimingVsCublasLt) {
   size_t next = 0;
   int wins = 0, total = 0;
   for (size_t s = 0; s < shapes.size(); ++s) {
-    const Case& c = shapes[s];
+    const SmallCase& c = shapes[s];
     const cuda::MatOperand A = c.a(), B = c.b();
-    cuda::DeviceMemory da(static_cast<size_t>(Case::span(A, c.batch)) * 4),
-        db(static_cast<size_t>(Case::span(B, c.batch)) * 4),
+    cuda::DeviceMemory da(static_cast<size_t>(SmallCase::span(A, c.batch)) * 4),
+        db(static_cast<size_t>(SmallCase::span(B, c.batch)) * 4),
         dout(static_cast<size_t>(c.batch * c.m * c.ors()) * 4);
     {
-      const std::vector<float> ha = random_floats(da.bytes() / 4, 1), hb = random_floats(db.bytes() / 4, 2);
+      const std::vector<float> ha = uniform_floats(da.bytes() / 4, 1), hb = uniform_floats(db.bytes() / 4, 2);
       da.upload(ha.data(), da.bytes());
       db.upload(hb.data(), db.bytes());
     }

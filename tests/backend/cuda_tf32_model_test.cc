@@ -21,8 +21,8 @@ using namespace tg;
 
 using tg::testing::GptStepResult;
 
-GptStepResult one_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
-                       std::map<std::string, HostTensor>* initial) {
+GptStepResult tf32_step(Device device, Precision precision, const std::map<std::string, HostTensor>* start,
+                        std::map<std::string, HostTensor>* initial) {
   return tg::testing::gpt_sgd_step({.vocab = 1100, .seq_len = 64, .layers = 1, .d_model = 64, .heads = 2}, 16,
                                    device, precision, start, initial);
 }
@@ -30,8 +30,8 @@ GptStepResult one_step(Device device, Precision precision, const std::map<std::s
 TEST(CudaTf32, PaddedVocabularyGptMatchesRef) {
   if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   std::map<std::string, HostTensor> params;
-  const GptStepResult want = one_step(Device::ref(), Precision::kFp32, nullptr, &params);
-  const GptStepResult got = one_step(Device::cuda(), Precision::kTf32, &params, nullptr);
+  const GptStepResult want = tf32_step(Device::ref(), Precision::kFp32, nullptr, &params);
+  const GptStepResult got = tf32_step(Device::cuda(), Precision::kTf32, &params, nullptr);
   EXPECT_NEAR(got.loss, want.loss, 2e-3 * std::abs(want.loss));
   for (const auto& [name, g] : want.grads) {
     const std::vector<float>& h = got.grads.at(name);

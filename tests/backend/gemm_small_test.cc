@@ -21,14 +21,14 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kPadSentinel = -12345.0f;
 
-struct Case {
+struct GemmCase {
   bool ta, tb;
   int64_t M, N, K;
   float alpha, beta;
   int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // extra elements per stored row
 };
 
-std::string describe(const Case& c) {
+std::string describe_gemm(const GemmCase& c) {
   return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " M=" + std::to_string(c.M) +
          " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " alpha=" + std::to_string(c.alpha) +
          " beta=" + std::to_string(c.beta) + " pads=" + std::to_string(c.pad_a) + "," +
@@ -36,7 +36,7 @@ std::string describe(const Case& c) {
 }
 
 /// Runs one case; returns the number of mismatching elements (reports the first few).
-int64_t check(const Case& c, std::mt19937& rng) {
+int64_t check_gemm(const GemmCase& c, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
   const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
@@ -70,13 +70,13 @@ int64_t check(const Case& c, std::mt19937& rng) {
       const double got = C[i * ldc + j];
       if (!(std::fabs(got - ref) <= tol * mag + 1e-30)) {
         if (++bad <= 3)
-          ADD_FAILURE() << describe(c) << ": C[" << i << "," << j << "] = " << got << ", want " << ref
+          ADD_FAILURE() << describe_gemm(c) << ": C[" << i << "," << j << "] = " << got << ", want " << ref
                         << " (tol " << tol * mag << ")";
       }
     }
     for (int64_t j = c.N; j < ldc; ++j)
       if (i * ldc + j < static_cast<int64_t>(C.size()) && C[i * ldc + j] != kPadSentinel) {
-        if (++bad <= 3) ADD_FAILURE() << describe(c) << ": padding C[" << i << "," << j << "] written";
+        if (++bad <= 3) ADD_FAILURE() << describe_gemm(c) << ": padding C[" << i << "," << j << "] written";
       }
   }
   return bad;
@@ -97,12 +97,12 @@ TEST(CpuSgemmSmall, AllTransposesOddSizes) {
           // At most one extent past the 64-wide blocks at a time: every large extent still meets
           // every small one, and the cubic reference stays cheap under the sanitizers.
           if ((M >= 100) + (N >= 100) + (K >= 100) >= 2) continue;
-          Case c{t & 1 ? true : false, t & 2 ? true : false, M, N, K, alphas[idx % 4], betas[idx % 4]};
+          GemmCase c{t & 1 ? true : false, t & 2 ? true : false, M, N, K, alphas[idx % 4], betas[idx % 4]};
           c.pad_a = pads[idx % 3];
           c.pad_b = pads[(idx / 3) % 3];
           c.pad_c = pads[(idx / 9) % 3];
           ++idx;
-          failures += check(c, rng) > 0;
+          failures += check_gemm(c, rng) > 0;
           ASSERT_LT(failures, 10) << "stopping after 10 failing cases";
         }
   EXPECT_EQ(failures, 0);
@@ -117,8 +117,8 @@ TEST(CpuSgemmSmall, EveryAlphaBetaVariantOnEdgeSizes) {
       for (int64_t N : {1, 15, 17, 33, 64})
         for (int64_t K : {1, 16, 31})
           for (auto [alpha, beta] : ab) {
-            Case c{t & 1 ? true : false, t & 2 ? true : false, M, N, K, alpha, beta, 5, 1, 7};
-            EXPECT_EQ(check(c, rng), 0);
+            GemmCase c{t & 1 ? true : false, t & 2 ? true : false, M, N, K, alpha, beta, 5, 1, 7};
+            EXPECT_EQ(check_gemm(c, rng), 0);
           }
 }
 
@@ -126,11 +126,11 @@ TEST(CpuSgemmSmall, LongKAndWideN) {
   std::mt19937 rng(7);
   for (int t = 0; t < 4; ++t) {
     const bool ta = t & 1, tb = t & 2;
-    EXPECT_EQ(check({ta, tb, 64, 72, 4096, 1.0f, 0.0f}, rng), 0);  // 16 K blocks (weight-gradient shape)
-    EXPECT_EQ(check({ta, tb, 19, 45, 300, 1.0f, 0.5f, 2, 0, 1}, rng), 0);  // two balanced K blocks
-    EXPECT_EQ(check({ta, tb, 5, 2100, 9, 1.0f, 1.0f, 0, 3, 0}, rng), 0);   // two N blocks
-    EXPECT_EQ(check({ta, tb, 300, 40, 20, 1.0f, 0.0f}, rng), 0);           // three M blocks
-    EXPECT_EQ(check({ta, tb, 1, 1, 1000, 1.0f, 0.0f, 4, 4, 4}, rng), 0);   // dot product
+    EXPECT_EQ(check_gemm({ta, tb, 64, 72, 4096, 1.0f, 0.0f}, rng), 0);  // 16 K blocks (weight-gradient shape)
+    EXPECT_EQ(check_gemm({ta, tb, 19, 45, 300, 1.0f, 0.5f, 2, 0, 1}, rng), 0);  // two balanced K blocks
+    EXPECT_EQ(check_gemm({ta, tb, 5, 2100, 9, 1.0f, 1.0f, 0, 3, 0}, rng), 0);   // two N blocks
+    EXPECT_EQ(check_gemm({ta, tb, 300, 40, 20, 1.0f, 0.0f}, rng), 0);           // three M blocks
+    EXPECT_EQ(check_gemm({ta, tb, 1, 1, 1000, 1.0f, 0.0f, 4, 4, 4}, rng), 0);   // dot product
   }
 }
 

@@ -17,6 +17,7 @@ namespace {
 
 using namespace tg;
 namespace fs = std::filesystem;
+using tg::testing::slurp;
 using Params = std::map<std::string, HostTensor>;
 
 std::string data(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
@@ -66,21 +67,21 @@ bool has_adapters(const Module& model) {
   return false;
 }
 
-struct Case {
+struct AdapterCase {
   const char* adapter;
   const char* base;
   size_t adapted;  // Linears the adapter reaches
 };
-const Case kCases[] = {{"peft_llama", "tiny_llama", 14}, {"peft_gpt2", "tiny_gpt2", 8},
-                       {"peft_phi3", "tiny_phi3", 12},   {"peft_neox", "tiny_gpt_neox", 8},
-                       {"peft_mamba", "tiny_mamba", 2},  {"peft_bert_cls", "tiny_bert_cls", 4}};
+const AdapterCase kCases[] = {{"peft_llama", "tiny_llama", 14}, {"peft_gpt2", "tiny_gpt2", 8},
+                              {"peft_phi3", "tiny_phi3", 12},   {"peft_neox", "tiny_gpt_neox", 8},
+                              {"peft_mamba", "tiny_mamba", 2},  {"peft_bert_cls", "tiny_bert_cls", 4}};
 
-class PeftAdapters : public ::testing::TestWithParam<Case> {};
+class PeftAdapters : public ::testing::TestWithParam<AdapterCase> {};
 
 // peft's own logits, on every backend; the adapter moves them far from the base's (so a lost
 // adapter shows).
 TEST_P(PeftAdapters, GivePeftLogits) {
-  const Case& c = GetParam();
+  const AdapterCase& c = GetParam();
   const Params golden = read_safetensors(data(c.adapter) + "/logits.safetensors");
   const Params base = read_safetensors(data(c.base) + "/logits.safetensors");
   EXPECT_GT(tg::testing::rel_diff(golden.at("logits").f32(), base.at("logits").f32()), 0.1);
@@ -97,7 +98,7 @@ TEST_P(PeftAdapters, GivePeftLogits) {
 
 // Merged into the weights, nothing attached: the same logits.
 TEST_P(PeftAdapters, MergedGivesTheSameLogits) {
-  const Case& c = GetParam();
+  const AdapterCase& c = GetParam();
   const Params golden = read_safetensors(data(c.adapter) + "/logits.safetensors");
   pretrained::Model m = pretrained::load(data(c.base));
   pretrained::load_adapter(m, data(c.adapter), {.merge = true});
@@ -152,7 +153,7 @@ TEST(PeftAdapter, OverAHalfOrQuantizedBase) {
 // Written back, the adapter is the file it was read from: every tensor equal (a fused module's
 // parts share the file's A and so are written as that one module again), the same rank and scaling.
 TEST_P(PeftAdapters, SavesBackAsRead) {
-  const Case& c = GetParam();
+  const AdapterCase& c = GetParam();
   pretrained::Model m = pretrained::load(data(c.base));
   pretrained::load_adapter(m, data(c.adapter));
   TempFolder dir(c.adapter);
@@ -177,7 +178,7 @@ TEST_P(PeftAdapters, SavesBackAsRead) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PeftAdapters, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& info) {
+                         [](const ::testing::TestParamInfo<AdapterCase>& info) {
                            return std::string(info.param.adapter);
                          });
 
@@ -253,13 +254,6 @@ INSTANTIATE_TEST_SUITE_P(Models, OwnAdapters, ::testing::ValuesIn(kOwn),
                          });
 
 // ---- errors --------------------------------------------------------------------------------
-
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // A copy of tests/data/peft_llama with its config's `from` replaced by `to` (when given) and its
 // tensors changed by `edit`.

@@ -23,7 +23,7 @@ namespace {
 using namespace tg;
 namespace fs = std::filesystem;
 
-std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
+std::string bert_dir(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
 
 const nn::Bert& bert_of(const pretrained::Model& m) { return static_cast<const nn::Bert&>(*m.module); }
 
@@ -56,26 +56,26 @@ std::pair<std::vector<float>, std::vector<float>> outputs(const pretrained::Mode
   return {hidden.run(feeds).f32(), head.run(feeds).f32()};
 }
 
-struct Case {
+struct BertCase {
   const char* folder;
   const char* architecture;
   int64_t context;
   const char* head;  // the golden file's entry for the head's output
 };
-const Case kCases[] = {{"tiny_bert", "BertForMaskedLM", 40, "logits"},
-                       {"tiny_bert_pooler", "BertModel", 40, "pooled"},
-                       {"tiny_roberta", "RobertaForMaskedLM", 16, "logits"},
-                       {"tiny_bert_cls", "BertForSequenceClassification", 40, "logits"},
-                       {"tiny_roberta_cls", "RobertaForSequenceClassification", 16, "logits"},
-                       {"tiny_bert_token", "BertForTokenClassification", 40, "logits"},
-                       {"tiny_bert_qa", "BertForQuestionAnswering", 40, "logits"},
-                       {"tiny_roberta_qa", "RobertaForQuestionAnswering", 16, "logits"}};
+const BertCase kBertCases[] = {{"tiny_bert", "BertForMaskedLM", 40, "logits"},
+                               {"tiny_bert_pooler", "BertModel", 40, "pooled"},
+                               {"tiny_roberta", "RobertaForMaskedLM", 16, "logits"},
+                               {"tiny_bert_cls", "BertForSequenceClassification", 40, "logits"},
+                               {"tiny_roberta_cls", "RobertaForSequenceClassification", 16, "logits"},
+                               {"tiny_bert_token", "BertForTokenClassification", 40, "logits"},
+                               {"tiny_bert_qa", "BertForQuestionAnswering", 40, "logits"},
+                               {"tiny_roberta_qa", "RobertaForQuestionAnswering", 16, "logits"}};
 
-class BertFamily : public ::testing::TestWithParam<Case> {};
+class BertFamily : public ::testing::TestWithParam<BertCase> {};
 
 TEST_P(BertFamily, ConfigIsTransformers) {
-  const Case& c = GetParam();
-  const pretrained::Model m = pretrained::load(dir_of(c.folder));
+  const BertCase& c = GetParam();
+  const pretrained::Model m = pretrained::load(bert_dir(c.folder));
   const std::string name = c.folder;
   const bool roberta = name.starts_with("tiny_roberta");
   EXPECT_EQ(m.architecture, c.architecture);
@@ -107,9 +107,9 @@ TEST_P(BertFamily, ConfigIsTransformers) {
 }
 
 TEST_P(BertFamily, OutputsEqualTransformersOnEveryBackend) {
-  const Case& c = GetParam();
-  const pretrained::Model m = pretrained::load(dir_of(c.folder));
-  const auto g = read_safetensors(dir_of(c.folder) + "/logits.safetensors");
+  const BertCase& c = GetParam();
+  const pretrained::Model m = pretrained::load(bert_dir(c.folder));
+  const auto g = read_safetensors(bert_dir(c.folder) + "/logits.safetensors");
   for (const Device& device : tg::testing::all_devices()) {
     const auto [hidden, head] = outputs(m, g, device, Precision::kFp32);
     const double dh = tg::testing::rel_diff(hidden, g.at("hidden").f32());
@@ -124,9 +124,9 @@ TEST_P(BertFamily, OutputsEqualTransformersOnEveryBackend) {
 // Under bf16 mixed precision the products round their operands to 8 bits: within that of
 // transformers' f32 outputs, and not equal to them.
 TEST_P(BertFamily, Bf16WithinItsRounding) {
-  const Case& c = GetParam();
-  const pretrained::Model m = pretrained::load(dir_of(c.folder));
-  const auto g = read_safetensors(dir_of(c.folder) + "/logits.safetensors");
+  const BertCase& c = GetParam();
+  const pretrained::Model m = pretrained::load(bert_dir(c.folder));
+  const auto g = read_safetensors(bert_dir(c.folder) + "/logits.safetensors");
   for (const Device& device : tg::testing::all_devices()) {
     const auto [hidden, head] = outputs(m, g, device, Precision::kBf16);
     const double d = tg::testing::rel_diff(hidden, g.at("hidden").f32());
@@ -135,8 +135,8 @@ TEST_P(BertFamily, Bf16WithinItsRounding) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Folders, BertFamily, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& info) {
+INSTANTIATE_TEST_SUITE_P(Folders, BertFamily, ::testing::ValuesIn(kBertCases),
+                         [](const ::testing::TestParamInfo<BertCase>& info) {
                            return std::string(info.param.folder);
                          });
 
@@ -145,8 +145,8 @@ INSTANTIATE_TEST_SUITE_P(Folders, BertFamily, ::testing::ValuesIn(kCases),
 // classification loss, on every backend.
 TEST(Bert, GradientsEqualTransformers) {
   for (const char* folder : {"tiny_bert", "tiny_bert_cls"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
-    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const pretrained::Model m = pretrained::load(bert_dir(folder));
+    const auto g = read_safetensors(bert_dir(folder) + "/logits.safetensors");
     const nn::Bert& bert = bert_of(m);
     const Shape shape = g.at("ids").shape();
     const bool mlm = bert.config.mlm_head;
@@ -222,13 +222,13 @@ void write_raw_safetensors(const fs::path& path, const std::vector<RawTensor>& t
 // next-sentence head (cls.seq_relationship), the int64 position_ids buffer of files written
 // before transformers 4.31 (BGE's, MiniLM's), and a head bias stored as the decoder's only.
 TEST(Bert, LoadsWhatTransformersSkips) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_bert"));
+  const pretrained::Model m = pretrained::load(bert_dir("tiny_bert"));
   const fs::path dir = fs::temp_directory_path() / "tg_bert_hub_layout";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  fs::copy_file(dir_of("tiny_bert") + "/config.json", dir / "config.json");
+  fs::copy_file(bert_dir("tiny_bert") + "/config.json", dir / "config.json");
   std::vector<RawTensor> raw;
-  for (const auto& [name, t] : read_safetensors(dir_of("tiny_bert") + "/model.safetensors")) {
+  for (const auto& [name, t] : read_safetensors(bert_dir("tiny_bert") + "/model.safetensors")) {
     const auto* p = static_cast<const char*>(t.data());
     raw.push_back({name == "cls.predictions.bias" ? "cls.predictions.decoder.bias" : name, "F32", t.shape(),
                    std::string(p, p + t.numel() * 4)});
@@ -254,8 +254,8 @@ TEST(Bert, LoadsWhatTransformersSkips) {
 // The mask's meaning, without transformers: the padded second row of tiny_bert's batch gives
 // the hidden states of that row alone, unpadded and unmasked, on its tokens.
 TEST(Bert, PaddingMaskedIsTheUnpaddedSequence) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_bert"));
-  const auto g = read_safetensors(dir_of("tiny_bert") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(bert_dir("tiny_bert"));
+  const auto g = read_safetensors(bert_dir("tiny_bert") + "/logits.safetensors");
   const nn::Bert& bert = bert_of(m);
   const Shape shape = g.at("ids").shape();
   const int64_t T = shape[1], d = bert.config.d_model;
@@ -285,8 +285,8 @@ TEST(Bert, PaddingMaskedIsTheUnpaddedSequence) {
 // every step, and draws the same ones on every backend for the same seed. RoBERTa's classifier
 // has the classifier dropout twice.
 TEST(Bert, DropoutWhereTheConfigAsks) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_roberta_cls"));
-  const auto g = read_safetensors(dir_of("tiny_roberta_cls") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(bert_dir("tiny_roberta_cls"));
+  const auto g = read_safetensors(bert_dir("tiny_roberta_cls") + "/logits.safetensors");
   const Shape shape = g.at("ids").shape();
   std::vector<int32_t> labels;
   for (int64_t b = 0; b < shape[0]; ++b) labels.push_back(static_cast<int32_t>(b % 2));
@@ -354,7 +354,7 @@ TEST(Bert, MeanPoolAndNormalizeByHand) {
 }
 
 TEST(Bert, Errors) {
-  const pretrained::Model pooler = pretrained::load(dir_of("tiny_bert_pooler"));
+  const pretrained::Model pooler = pretrained::load(bert_dir("tiny_bert_pooler"));
   EXPECT_THROW(pooler.step(), Error);
   const nn::Bert& bert = bert_of(pooler);
   const auto compile = [&](auto fn, Shape shape) {
@@ -377,7 +377,7 @@ TEST(Bert, Errors) {
   const auto refused = [](const std::string& key, const std::string& value) {
     const fs::path dir = fs::temp_directory_path() / ("tg_bert_bad_" + key);
     fs::remove_all(dir);
-    fs::copy(dir_of("tiny_bert"), dir);
+    fs::copy(bert_dir("tiny_bert"), dir);
     std::ifstream in(dir / "config.json");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     in.close();

@@ -26,14 +26,14 @@ using tg_test::data_dir;
 using tg_test::edited_copy;
 using tg_test::file_bytes;
 using tg_test::same_weights;
-const auto dir_of = data_dir;
+const auto clip_dir = data_dir;
 const nn::Clip& clip_of(const pretrained::Model& m) { return static_cast<const nn::Clip&>(*m.module); }
 
 // x / ‖x‖ along the last axis (transformers' text_embeds and image_embeds).
 Tensor unit(const Tensor& x) { return nn::l2_normalize(x); }
 
 TEST(Clip, ConfigIsTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_clip"));
+  const pretrained::Model m = pretrained::load(clip_dir("tiny_clip"));
   EXPECT_EQ(m.architecture, "CLIPModel");
   const nn::ClipConfig& c = std::get<nn::ClipConfig>(m.config);
   EXPECT_TRUE(c.has_text && c.has_vision && c.projections);
@@ -51,10 +51,10 @@ TEST(Clip, ConfigIsTransformers) {
   EXPECT_EQ(c.vision.tokens(), 17);
   EXPECT_EQ(m.context, 24);
   EXPECT_EQ(m.eos_ids, std::vector<int32_t>{748});
-  const pretrained::Model text = pretrained::load(dir_of("tiny_clip_text"));
+  const pretrained::Model text = pretrained::load(clip_dir("tiny_clip_text"));
   const nn::ClipConfig& t = std::get<nn::ClipConfig>(text.config);
   EXPECT_TRUE(t.has_text && !t.has_vision && t.projections);
-  const pretrained::Model vision = pretrained::load(dir_of("tiny_clip_vision"));
+  const pretrained::Model vision = pretrained::load(clip_dir("tiny_clip_vision"));
   const nn::ClipConfig& v = std::get<nn::ClipConfig>(vision.config);
   EXPECT_TRUE(!v.has_text && v.has_vision && v.projections);
   EXPECT_EQ(vision.context, 17);
@@ -62,8 +62,8 @@ TEST(Clip, ConfigIsTransformers) {
 
 // The folder's tokenizer gives the ids transformers fed the model (before padding).
 TEST(Clip, TokenizerGivesTheGoldenIds) {
-  const auto g = read_safetensors(dir_of("tiny_clip") + "/logits.safetensors");
-  const Tokenizer tok = Tokenizer::load(dir_of("tiny_clip"));
+  const auto g = read_safetensors(clip_dir("tiny_clip") + "/logits.safetensors");
+  const Tokenizer tok = Tokenizer::load(clip_dir("tiny_clip"));
   const std::vector<std::string> texts{"a photo of a cat", "two dogs playing in the snow"};
   const int64_t T = g.at("ids").shape()[1];
   for (size_t b = 0; b < texts.size(); ++b) {
@@ -80,8 +80,8 @@ struct Output {
 };
 
 TEST(Clip, OutputsEqualTransformersOnEveryBackend) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_clip"));
-  const auto g = read_safetensors(dir_of("tiny_clip") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(clip_dir("tiny_clip"));
+  const auto g = read_safetensors(clip_dir("tiny_clip") + "/logits.safetensors");
   const nn::Clip& clip = clip_of(m);
   const std::vector<Output> outputs{
       {"text_hidden",
@@ -121,13 +121,13 @@ TEST(Clip, OutputsEqualTransformersOnEveryBackend) {
 // (tests/nn/clip_zero_shot_reference.py prints them to three places).
 TEST(Clip, ZeroShotAsTheReadmeShows) {
   if (!image_files_supported()) GTEST_SKIP() << "this build of tensorgrad has no stb_image to read photo.png";
-  const pretrained::Model m = pretrained::load(dir_of("tiny_clip"));
+  const pretrained::Model m = pretrained::load(clip_dir("tiny_clip"));
   const auto& clip = static_cast<const nn::Clip&>(*m.module);
-  const Tokenizer tok = Tokenizer::load(dir_of("tiny_clip"));
+  const Tokenizer tok = Tokenizer::load(clip_dir("tiny_clip"));
   const EncodedBatch text = tok.encode_batch({"a photo of a cat.", "a photo of a dog.", "a photo of a car."},
                                              {.pad_id = tok.eos_id()});
-  const std::vector<Image> images{read_image(dir_of("image/photo.png"))};
-  const HostTensor pixels = ImageProcessor::load(dir_of("tiny_clip"))(images);
+  const std::vector<Image> images{read_image(clip_dir("image/photo.png"))};
+  const HostTensor pixels = ImageProcessor::load(clip_dir("tiny_clip"))(images);
   const Shape captions{text.rows, text.length};
   Program p = compile_forward(
       *m.module,
@@ -146,8 +146,8 @@ TEST(Clip, ZeroShotAsTheReadmeShows) {
 
 // CLIPTextModelWithProjection and CLIPVisionModelWithProjection hold the same towers.
 TEST(Clip, OneTowerClassesEqualTransformers) {
-  const pretrained::Model text = pretrained::load(dir_of("tiny_clip_text"));
-  const auto gt = read_safetensors(dir_of("tiny_clip_text") + "/logits.safetensors");
+  const pretrained::Model text = pretrained::load(clip_dir("tiny_clip_text"));
+  const auto gt = read_safetensors(clip_dir("tiny_clip_text") + "/logits.safetensors");
   Program pt = compile_forward(
       *text.module, [&](Tensor ids, Tensor mask) { return clip_of(text).text_features(ids, mask); },
       {.inputs = {{"ids", gt.at("ids").shape(), DType::kI32}, {"mask", gt.at("mask").shape(), DType::kI32}}});
@@ -155,8 +155,8 @@ TEST(Clip, OneTowerClassesEqualTransformers) {
   EXPECT_LT(tg::testing::rel_diff(pt.run({{"ids", gt.at("ids").i32()}, {"mask", gt.at("mask").i32()}}).f32(),
                                   gt.at("text_features").f32()),
             1e-5);
-  const pretrained::Model vision = pretrained::load(dir_of("tiny_clip_vision"));
-  const auto gv = read_safetensors(dir_of("tiny_clip_vision") + "/logits.safetensors");
+  const pretrained::Model vision = pretrained::load(clip_dir("tiny_clip_vision"));
+  const auto gv = read_safetensors(clip_dir("tiny_clip_vision") + "/logits.safetensors");
   Program pv = compile_forward(*vision.module, [&](Tensor px) { return clip_of(vision).image_features(px); },
                                {.inputs = {{"pixels", gv.at("pixels").shape(), DType::kF32}}});
   vision.upload(pv);
@@ -168,8 +168,8 @@ TEST(Clip, OneTowerClassesEqualTransformers) {
 }
 
 TEST(Clip, ContrastiveGradientsEqualTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_clip"));
-  const auto g = read_safetensors(dir_of("tiny_clip") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(clip_dir("tiny_clip"));
+  const auto g = read_safetensors(clip_dir("tiny_clip") + "/logits.safetensors");
   const nn::Clip& clip = clip_of(m);
   for (const Device& device : tg::testing::all_devices()) {
     Program p = compile_train(*m.module,
@@ -207,7 +207,7 @@ TEST(Clip, OldConfigsPoolTheLargestId) {
   const pretrained::Model m = pretrained::load(
       edited_copy("tiny_clip", "tg_clip_legacy", "\"eos_token_id\": 748", "\"eos_token_id\": 2").string());
   EXPECT_EQ(std::get<nn::ClipConfig>(m.config).text.eos_id, 2);
-  const auto g = read_safetensors(dir_of("tiny_clip") + "/logits.safetensors");
+  const auto g = read_safetensors(clip_dir("tiny_clip") + "/logits.safetensors");
   Program p = compile_forward(
       *m.module, [&](Tensor ids, Tensor mask) { return clip_of(m).text_features(ids, mask); },
       {.inputs = {{"ids", g.at("ids").shape(), DType::kI32}, {"mask", g.at("mask").shape(), DType::kI32}}});
@@ -217,7 +217,7 @@ TEST(Clip, OldConfigsPoolTheLargestId) {
             1e-5);
   // A row without the end-of-text token, whose largest id (600) is at position 1: the old rule
   // pools there, the current one at position 0 (no token is end-of-text: the first position).
-  const pretrained::Model current = pretrained::load(dir_of("tiny_clip"));
+  const pretrained::Model current = pretrained::load(clip_dir("tiny_clip"));
   const std::vector<int32_t> row{5, 600, 3, 9, 7};
   for (const auto& [model, at] : {std::pair{&m, 1}, std::pair{&current, 0}}) {
     const nn::Clip& clip = clip_of(*model);
@@ -236,13 +236,13 @@ TEST(Clip, OldConfigsPoolTheLargestId) {
 TEST(Clip, SaveLoadsBack) {
   const fs::path out = fs::path(::testing::TempDir()) / "tg_clip_saved";
   for (const char* folder : {"tiny_clip", "tiny_clip_text", "tiny_clip_vision"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const pretrained::Model m = pretrained::load(clip_dir(folder));
     pretrained::save(m, m.weights, out.string());
     const pretrained::Model back = pretrained::load(out.string());
     EXPECT_EQ(back.architecture, m.architecture) << folder;
     EXPECT_TRUE(same_weights(back, m)) << folder;
     EXPECT_EQ(file_bytes(out / "model.safetensors"),
-              file_bytes(fs::path(dir_of(folder)) / "model.safetensors"))
+              file_bytes(fs::path(clip_dir(folder)) / "model.safetensors"))
         << folder << ": the file save_pretrained wrote, byte for byte";
     // A configuration of the library's own: config.json written by from_config.
     const pretrained::Model fresh = pretrained::from_config(std::get<nn::ClipConfig>(m.config));
@@ -260,7 +260,7 @@ TEST(Clip, SaveLoadsBack) {
 }
 
 TEST(Clip, Errors) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_clip"));
+  const pretrained::Model m = pretrained::load(clip_dir("tiny_clip"));
   const nn::Clip& clip = clip_of(m);
   for (const Shape& bad : {Shape{2, 3, 32, 32}, Shape{2, 1, 16, 16}, Shape{3, 16, 16}})
     EXPECT_THROW(compile_forward(*m.module, [&](Tensor x) { return clip.vision_hidden(x); },

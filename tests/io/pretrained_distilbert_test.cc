@@ -21,25 +21,25 @@ namespace {
 using namespace tg;
 namespace fs = std::filesystem;
 
-std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
-const nn::Bert& bert_of(const pretrained::Model& m) { return static_cast<const nn::Bert&>(*m.module); }
+std::string distil_dir(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
+const nn::Bert& distilbert_of(const pretrained::Model& m) { return static_cast<const nn::Bert&>(*m.module); }
 
-struct Case {
+struct DistilCase {
   const char* folder;
   const char* architecture;
 };
-const Case kCases[] = {{"tiny_distilbert", "DistilBertForMaskedLM"},
-                       {"tiny_distilbert_base", "DistilBertModel"},
-                       {"tiny_distilbert_cls", "DistilBertForSequenceClassification"},
-                       {"tiny_distilbert_token", "DistilBertForTokenClassification"},
-                       {"tiny_distilbert_qa", "DistilBertForQuestionAnswering"},
-                       {"tiny_xlm_roberta", "XLMRobertaForMaskedLM"}};
+const DistilCase kDistilCases[] = {{"tiny_distilbert", "DistilBertForMaskedLM"},
+                                   {"tiny_distilbert_base", "DistilBertModel"},
+                                   {"tiny_distilbert_cls", "DistilBertForSequenceClassification"},
+                                   {"tiny_distilbert_token", "DistilBertForTokenClassification"},
+                                   {"tiny_distilbert_qa", "DistilBertForQuestionAnswering"},
+                                   {"tiny_xlm_roberta", "XLMRobertaForMaskedLM"}};
 
-class Encoders : public ::testing::TestWithParam<Case> {};
+class Encoders : public ::testing::TestWithParam<DistilCase> {};
 
 TEST_P(Encoders, ConfigIsTransformers) {
-  const Case& c = GetParam();
-  const pretrained::Model m = pretrained::load(dir_of(c.folder));
+  const DistilCase& c = GetParam();
+  const pretrained::Model m = pretrained::load(distil_dir(c.folder));
   EXPECT_EQ(m.architecture, c.architecture);
   const nn::BertConfig& b = std::get<nn::BertConfig>(m.config);
   const bool distil = std::string(c.folder).starts_with("tiny_distilbert");
@@ -65,10 +65,10 @@ TEST_P(Encoders, ConfigIsTransformers) {
 
 // The hidden states and the head's output for the golden padded batch, to 1e-4 on every backend.
 TEST_P(Encoders, OutputsEqualTransformersOnEveryBackend) {
-  const Case& c = GetParam();
-  const pretrained::Model m = pretrained::load(dir_of(c.folder));
-  const auto g = read_safetensors(dir_of(c.folder) + "/logits.safetensors");
-  const nn::Bert& bert = bert_of(m);
+  const DistilCase& c = GetParam();
+  const pretrained::Model m = pretrained::load(distil_dir(c.folder));
+  const auto g = read_safetensors(distil_dir(c.folder) + "/logits.safetensors");
+  const nn::Bert& bert = distilbert_of(m);
   const Shape shape = g.at("ids").shape();
   const Feeds feeds{{"ids", g.at("ids").i32()}, {"mask", g.at("mask").i32()}};
   for (const Device& device : tg::testing::all_devices()) {
@@ -95,7 +95,7 @@ TEST_P(Encoders, OutputsEqualTransformersOnEveryBackend) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Folders, Encoders, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Folders, Encoders, ::testing::ValuesIn(kDistilCases),
                          [](const auto& info) { return std::string(info.param.folder); });
 
 // transformers' loss and the gradient of every parameter (eval mode: training = false), through
@@ -108,9 +108,9 @@ TEST(DistilBert, GradientsEqualTransformers) {
       {"encoder.layer.1.output.LayerNorm.bias", "distilbert.transformer.layer.1.output_layer_norm.bias"},
       {"embeddings.position_embeddings.weight", "distilbert.embeddings.position_embeddings.weight"}};
   for (const char* folder : {"tiny_distilbert", "tiny_distilbert_cls"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
-    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
-    const nn::Bert& bert = bert_of(m);
+    const pretrained::Model m = pretrained::load(distil_dir(folder));
+    const auto g = read_safetensors(distil_dir(folder) + "/logits.safetensors");
+    const nn::Bert& bert = distilbert_of(m);
     const Shape shape = g.at("ids").shape();
     const bool mlm = bert.config.mlm_head;
     for (const Device& device : tg::testing::all_devices()) {
@@ -160,7 +160,7 @@ TEST(DistilBert, GradientsEqualTransformers) {
 fs::path with_config(const fs::path& out, const std::string& folder, const std::string& key,
                      const std::string& value) {
   fs::create_directories(out);
-  for (const auto& e : fs::directory_iterator(dir_of(folder)))
+  for (const auto& e : fs::directory_iterator(distil_dir(folder)))
     fs::copy_file(e.path(), out / e.path().filename(), fs::copy_options::overwrite_existing);
   std::ifstream in(out / "config.json");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -173,8 +173,8 @@ fs::path with_config(const fs::path& out, const std::string& folder, const std::
 }
 
 TEST(DistilBert, Errors) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_distilbert_cls"));
-  const nn::Bert& bert = bert_of(m);
+  const pretrained::Model m = pretrained::load(distil_dir("tiny_distilbert_cls"));
+  const nn::Bert& bert = distilbert_of(m);
   try {  // DistilBERT has no token types
     compile_forward(
         *m.module, [&](Tensor ids, Tensor types) { return bert.hidden(ids, std::nullopt, types); },

@@ -21,15 +21,9 @@ namespace {
 
 using namespace tg;
 namespace fs = std::filesystem;
+using tg::testing::slurp;
 
 const std::string kLlama = std::string(TG_TEST_DATA_DIR) + "/tiny_llama";
-
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // A copy of the tiny Llama folder (config.json, model.safetensors) under the temp directory,
 // removed at the end of the test; each test breaks one thing in it.

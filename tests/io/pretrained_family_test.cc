@@ -31,45 +31,45 @@ namespace {
 
 using namespace tg;
 
-struct Case {
+struct FamilyCase {
   const char* folder;
   const char* architecture;
   int64_t context;  // what load() must report (longrope's is the original context)
 };
 
-const Case kCases[] = {{"tiny_llama3", "LlamaForCausalLM", 16},
-                       {"tiny_qwen2", "Qwen2ForCausalLM", 16},
-                       {"tiny_qwen3", "Qwen3ForCausalLM", 64},
-                       {"tiny_mistral", "MistralForCausalLM", 32},
-                       {"tiny_phi3", "Phi3ForCausalLM", 16},
-                       {"tiny_gemma", "GemmaForCausalLM", 16},
-                       {"tiny_phi3_longrope", "Phi3ForCausalLM", 8},
-                       {"tiny_mistral_window", "MistralForCausalLM", 32},
-                       {"tiny_qwen2_window", "Qwen2ForCausalLM", 16},
-                       {"tiny_gemma2", "Gemma2ForCausalLM", 16},
-                       {"tiny_gemma3", "Gemma3ForCausalLM", 16},
-                       {"tiny_mixtral", "MixtralForCausalLM", 16},
-                       {"tiny_qwen2_moe", "Qwen2MoeForCausalLM", 16},
-                       {"tiny_qwen3_moe", "Qwen3MoeForCausalLM", 16},
-                       {"tiny_granite", "GraniteForCausalLM", 16},
-                       {"tiny_olmo2", "Olmo2ForCausalLM", 16},
-                       {"tiny_olmo3", "Olmo3ForCausalLM", 16},
-                       {"tiny_gpt_neox", "GPTNeoXForCausalLM", 16},
-                       {"tiny_gpt_neox_sequential", "GPTNeoXForCausalLM", 16},
-                       {"tiny_phi", "PhiForCausalLM", 16},
-                       {"tiny_stablelm", "StableLmForCausalLM", 16},
-                       {"tiny_stablelm_parallel", "StableLmForCausalLM", 16},
-                       {"tiny_starcoder2", "Starcoder2ForCausalLM", 16}};
+const FamilyCase kFamilyCases[] = {{"tiny_llama3", "LlamaForCausalLM", 16},
+                                   {"tiny_qwen2", "Qwen2ForCausalLM", 16},
+                                   {"tiny_qwen3", "Qwen3ForCausalLM", 64},
+                                   {"tiny_mistral", "MistralForCausalLM", 32},
+                                   {"tiny_phi3", "Phi3ForCausalLM", 16},
+                                   {"tiny_gemma", "GemmaForCausalLM", 16},
+                                   {"tiny_phi3_longrope", "Phi3ForCausalLM", 8},
+                                   {"tiny_mistral_window", "MistralForCausalLM", 32},
+                                   {"tiny_qwen2_window", "Qwen2ForCausalLM", 16},
+                                   {"tiny_gemma2", "Gemma2ForCausalLM", 16},
+                                   {"tiny_gemma3", "Gemma3ForCausalLM", 16},
+                                   {"tiny_mixtral", "MixtralForCausalLM", 16},
+                                   {"tiny_qwen2_moe", "Qwen2MoeForCausalLM", 16},
+                                   {"tiny_qwen3_moe", "Qwen3MoeForCausalLM", 16},
+                                   {"tiny_granite", "GraniteForCausalLM", 16},
+                                   {"tiny_olmo2", "Olmo2ForCausalLM", 16},
+                                   {"tiny_olmo3", "Olmo3ForCausalLM", 16},
+                                   {"tiny_gpt_neox", "GPTNeoXForCausalLM", 16},
+                                   {"tiny_gpt_neox_sequential", "GPTNeoXForCausalLM", 16},
+                                   {"tiny_phi", "PhiForCausalLM", 16},
+                                   {"tiny_stablelm", "StableLmForCausalLM", 16},
+                                   {"tiny_stablelm_parallel", "StableLmForCausalLM", 16},
+                                   {"tiny_starcoder2", "Starcoder2ForCausalLM", 16}};
 
-std::string dir_of(const Case& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
+std::string family_dir(const FamilyCase& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 
 const nn::LlamaConfig& config_of(const pretrained::Model& lm) { return std::get<nn::LlamaConfig>(lm.config); }
 
-class Family : public ::testing::TestWithParam<Case> {};
+class Family : public ::testing::TestWithParam<FamilyCase> {};
 
 TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
-  const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
+  const FamilyCase& c = GetParam();
+  const pretrained::Model lm = pretrained::load(family_dir(c));
   EXPECT_EQ(lm.architecture, c.architecture);
   EXPECT_EQ(lm.context, c.context);
   EXPECT_EQ(lm.eos_ids, std::vector<int32_t>{2});
@@ -152,7 +152,7 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
   const bool quarter = name == "tiny_gpt_neox_sequential" || name == "tiny_stablelm";
   EXPECT_EQ(rotary_dim, quarter ? 2 : name == "tiny_phi3_longrope" || neox || phi || stablelm ? 4 : head_dim);
 
-  const std::string logits = dir_of(c) + "/logits.safetensors";
+  const std::string logits = family_dir(c) + "/logits.safetensors";
   const HostTensor want = read_safetensors(logits).at("inv_freq");
   const double want_scaling = std::stod(read_safetensors_metadata(logits).at("attention_scaling"));
   const RopeFrequencies got = rope_frequencies(rotary_dim, l.rope_theta, l.rope_scaling);
@@ -169,9 +169,9 @@ TEST_P(Family, ConfigAndRopeFrequenciesAreTransformers) {
 }
 
 TEST_P(Family, LogitsEqualTransformersOnEveryBackend) {
-  const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
-  const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
+  const FamilyCase& c = GetParam();
+  const pretrained::Model lm = pretrained::load(family_dir(c));
+  const std::map<std::string, HostTensor> golden = read_safetensors(family_dir(c) + "/logits.safetensors");
   const HostTensor& ids = golden.at("ids");
   for (const Device& device : tg::testing::all_devices()) {
     Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
@@ -190,9 +190,9 @@ TEST_P(Family, LogitsEqualTransformersOnEveryBackend) {
 // the weights' 16-bit copies and merge products that read the same rows: those paths run in
 // both types.)
 TEST_P(Family, HalfLogitsWithinTheirRounding) {
-  const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
-  const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
+  const FamilyCase& c = GetParam();
+  const pretrained::Model lm = pretrained::load(family_dir(c));
+  const std::map<std::string, HostTensor> golden = read_safetensors(family_dir(c) + "/logits.safetensors");
   const HostTensor& ids = golden.at("ids");
   for (const Device& device : tg::testing::all_devices())
     for (const auto& [precision, low, bound] :
@@ -214,9 +214,9 @@ TEST_P(Family, HalfLogitsWithinTheirRounding) {
 // as far as the context goes (the longrope model's 8 positions hold 3 + 5: transformers changes
 // its frequencies for the later ones).
 TEST_P(Family, GreedyGenerationEqualsTransformers) {
-  const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
-  const std::map<std::string, HostTensor> golden = read_safetensors(dir_of(c) + "/logits.safetensors");
+  const FamilyCase& c = GetParam();
+  const pretrained::Model lm = pretrained::load(family_dir(c));
+  const std::map<std::string, HostTensor> golden = read_safetensors(family_dir(c) + "/logits.safetensors");
   const std::span<const int32_t> hf = golden.at("greedy").i32();
   ASSERT_EQ(hf.size(), 11u);
   const int64_t cache = std::min<int64_t>(12, lm.context), new_tokens = std::min<int64_t>(8, cache - 3);
@@ -230,8 +230,8 @@ TEST_P(Family, GreedyGenerationEqualsTransformers) {
 }
 
 TEST_P(Family, CachedLogitsEqualTheFullForwardOnEveryPrefix) {
-  const Case& c = GetParam();
-  const pretrained::Model lm = pretrained::load(dir_of(c));
+  const FamilyCase& c = GetParam();
+  const pretrained::Model lm = pretrained::load(family_dir(c));
   // The check runs 10 positions; the longrope model's cached path is what its greedy test drives.
   if (lm.context < 10) GTEST_SKIP() << c.folder << ": a context of " << lm.context << " positions";
   auto& model = static_cast<nn::Llama&>(*lm.module);
@@ -266,12 +266,6 @@ struct EditedFolder {
   std::filesystem::path path;
   static inline int counter = 0;
 };
-
-#define EXPECT_HAS(text, part)                         \
-  do {                                                 \
-    const std::string t_ = (text);                     \
-    EXPECT_NE(t_.find(part), std::string::npos) << t_; \
-  } while (0)
 
 // transformers' load-balancing loss of the mixtures (gen_hf_moe_aux_golden.py writes
 // moe_aux_golden.txt): the fixtures' config.json leave output_router_logits false, so the loader
@@ -486,7 +480,7 @@ TEST(FamilyErrors, LayerNormRelatives) {
       "rotates 3 of the 8 features of a head; RoPE needs a positive even count");
 }
 
-INSTANTIATE_TEST_SUITE_P(Folders, Family, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Folders, Family, ::testing::ValuesIn(kFamilyCases),
                          [](const auto& info) { return std::string(info.param.folder).substr(5); });
 
 }  // namespace

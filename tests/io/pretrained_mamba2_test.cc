@@ -25,17 +25,13 @@ namespace {
 
 using namespace tg;
 namespace fs = std::filesystem;
+using tg::testing::slurp;
 
 const char* const kFolders[] = {"tiny_mamba2",         "tiny_mamba2_tied",         "tiny_mamba_untied",
                                 "tiny_granite_hybrid", "tiny_granite_hybrid_rope", "tiny_granite_hybrid_moe",
                                 "tiny_bamba",          "tiny_nemotron_h"};
 
 std::string fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // ids [B, T] → its first T − 1 columns, or its last T − 1 (transformers' shifted labels).
 HostTensor columns(const HostTensor& ids, bool last) {
@@ -253,15 +249,15 @@ TEST(Mamba2Pretrained, ReadsTheConfig) {
 }
 
 // A fresh folder under the temp directory holding a fixture's weights and `config`.
-struct Folder {
-  explicit Folder(const std::string& config, const std::string& from = "tiny_mamba2")
+struct Mamba2Folder {
+  explicit Mamba2Folder(const std::string& config, const std::string& from = "tiny_mamba2")
       : path(fs::temp_directory_path() / ("tg_mamba2_" + std::to_string(getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
     std::ofstream(path / "config.json") << config;
     fs::copy_file(fixture(from) + "/model.safetensors", path / "model.safetensors");
   }
-  ~Folder() { fs::remove_all(path); }
+  ~Mamba2Folder() { fs::remove_all(path); }
   fs::path path;
 };
 
@@ -275,7 +271,7 @@ std::string replaced(std::string text, const std::string& from, const std::strin
 TEST(Mamba2Pretrained, ReadsPythonsBareInfinity) {
   const std::string config = slurp(fixture("tiny_mamba2") + "/config.json");
   const std::string five = "{\n      \"__float__\": \"Infinity\"\n    }";
-  const Folder dir(replaced(config, five, "Infinity"));
+  const Mamba2Folder dir(replaced(config, five, "Infinity"));
   const pretrained::Model lm = pretrained::load(dir.path.string());
   EXPECT_TRUE(std::isinf(std::get<nn::MambaLMConfig>(lm.config).dt_limit_max));
 }
@@ -288,13 +284,13 @@ TEST(Mamba2Pretrained, OlderConfigs) {
   bamba = replaced(bamba, "\"partial_rotary_factor\": 0.5,\n  \"rms_norm_eps\"", "\"rms_norm_eps\"");
   bamba = replaced(bamba, "\"partial_rotary_factor\": 0.5,", "");
   {
-    const Folder dir(bamba, "tiny_bamba");
+    const Mamba2Folder dir(bamba, "tiny_bamba");
     EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(dir.path.string()).config).rotary_dim, 4);
   }
   std::string nemotron = slurp(fixture("tiny_nemotron_h") + "/config.json");
   nemotron = replaced(nemotron, "\"n_groups\": 2", "\"mamba_n_groups\": 2");
   nemotron = replaced(nemotron, "\"head_dim\": 8", "\"attention_head_dim\": 8");
-  const Folder dir(nemotron, "tiny_nemotron_h");
+  const Mamba2Folder dir(nemotron, "tiny_nemotron_h");
   const pretrained::Model lm = pretrained::load(dir.path.string());
   const auto& c = std::get<nn::LlamaConfig>(lm.config);
   EXPECT_EQ(c.mamba.groups, 2);
@@ -304,7 +300,7 @@ TEST(Mamba2Pretrained, OlderConfigs) {
 TEST(Mamba2Pretrained, Errors) {
   const std::string config = slurp(fixture("tiny_mamba2") + "/config.json");
   const auto error = [](const std::string& text, const std::string& from = "tiny_mamba2") {
-    const Folder dir(text, from);
+    const Mamba2Folder dir(text, from);
     return tg::testing::message_of<CheckpointError>([&] { pretrained::load(dir.path.string()); });
   };
   const auto has = [](const std::string& text, const std::string& part) {
@@ -353,7 +349,7 @@ TEST(Mamba2Pretrained, Errors) {
     const size_t from = pattern.find("\"layers_block_type\"");
     const size_t to = pattern.find("]", from) + 1;
     pattern.replace(from, to - from, "\"hybrid_override_pattern\": \"M*-M-\"");
-    const Folder dir(pattern, "tiny_nemotron_h");
+    const Mamba2Folder dir(pattern, "tiny_nemotron_h");
     EXPECT_EQ(std::get<nn::LlamaConfig>(pretrained::load(dir.path.string()).config).blocks,
               std::get<nn::LlamaConfig>(pretrained::load(fixture("tiny_nemotron_h")).config).blocks);
   }

@@ -26,7 +26,8 @@ std::map<std::string, HostTensor> effective_weights(const pretrained::Model& q) 
   for (const Param* p : q.module->parameters()) {
     if (p->scales() != nullptr) continue;
     const HostTensor& t = q.weights.at(p->path());
-    out[p->path()] = p->dtype() == DType::kI8 ? dequantize_param(p->path(), p->bits(), t, q.weights) : t.to(DType::kF32);
+    out[p->path()] =
+        p->dtype() == DType::kI8 ? dequantize_param(p->path(), p->bits(), t, q.weights) : t.to(DType::kF32);
   }
   return out;
 }
@@ -40,15 +41,16 @@ std::vector<float> logits(const pretrained::Model& lm, const std::map<std::strin
   return p.run({{"ids", ids.i32()}}).f32();
 }
 
-struct Case {
+struct QuantCase {
   std::string name;
   int bits;
 };
 
 TEST(PretrainedQuantized, QuantizedFoldersComputeTheDequantizedModel) {
-  for (const auto& [name, bits] : {Case{"tiny_llama", 8}, Case{"tiny_gpt2", 8}, Case{"tiny_mamba", 8},
-                                   Case{"tiny_bert", 8}, Case{"tiny_qwen2_moe", 8}, Case{"tiny_llama", 4},
-                                   Case{"tiny_gpt2", 4}}) {
+  for (const auto& [name, bits] :
+       {QuantCase{"tiny_llama", 8}, QuantCase{"tiny_gpt2", 8}, QuantCase{"tiny_mamba", 8},
+        QuantCase{"tiny_bert", 8}, QuantCase{"tiny_qwen2_moe", 8}, QuantCase{"tiny_llama", 4},
+        QuantCase{"tiny_gpt2", 4}}) {
     SCOPED_TRACE(name + ", " + std::to_string(bits) + " bits");
     const std::string dir = std::string(TG_TEST_DATA_DIR) + "/" + name;
     const pretrained::Model q = pretrained::load(dir, {.dtype = DType::kI8, .group = 16, .bits = bits}),

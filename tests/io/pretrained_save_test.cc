@@ -30,16 +30,17 @@ namespace {
 
 using namespace tg;
 namespace fs = std::filesystem;
+using tg::testing::slurp;
 using Params = std::map<std::string, HostTensor>;
 
-std::string fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
+std::string save_fixture(const std::string& name) { return std::string(TG_TEST_DATA_DIR) + "/" + name; }
 
 // A fresh folder under the temp directory, removed at the end.
-struct TempFolder {
-  TempFolder()
+struct SaveFolder {
+  SaveFolder()
       : path(fs::temp_directory_path() /
              ("tg_save_" + std::to_string(getpid()) + "_" + std::to_string(n++))) {}
-  ~TempFolder() { fs::remove_all(path); }
+  ~SaveFolder() { fs::remove_all(path); }
   std::string str() const { return path.string(); }
   fs::path path;
   static inline int n = 0;
@@ -48,11 +49,6 @@ struct TempFolder {
 // The same floats, bit for bit.
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 nlohmann::json read_json(const fs::path& p) {
@@ -115,10 +111,10 @@ class Resave : public ::testing::TestWithParam<const char*> {};
 // heads' files hold no lm_head, as save_pretrained leaves it out: the whole file is equal).
 TEST_P(Resave, WritesTransformersFileBack) {
   const std::string name = GetParam();
-  const pretrained::Model m = pretrained::load(fixture(name));
-  TempFolder out;
+  const pretrained::Model m = pretrained::load(save_fixture(name));
+  SaveFolder out;
   pretrained::save(m, m.weights, out.str());
-  const Params theirs = read_safetensors(fixture(name) + "/model.safetensors");
+  const Params theirs = read_safetensors(save_fixture(name) + "/model.safetensors");
   const Params ours = read_safetensors((out.path / "model.safetensors").string());
   std::set<std::string> expected;
   for (const auto& [n, t] : theirs) {
@@ -139,9 +135,10 @@ TEST_P(Resave, WritesTransformersFileBack) {
   }
   EXPECT_EQ(read_safetensors_metadata((out.path / "model.safetensors").string()).at("format"), "pt");
   // The whole file too: the same header, order and padding as the safetensors writer's.
-  EXPECT_EQ(slurp(out.path / "model.safetensors"), slurp(fixture(name) + "/model.safetensors")) << name;
+  EXPECT_EQ(slurp(out.path / "model.safetensors"), slurp(save_fixture(name) + "/model.safetensors")) << name;
   for (const char* file : {"tokenizer.json", "generation_config.json"})
-    EXPECT_EQ(fs::exists(out.path / file), fs::exists(fixture(name) + "/" + file)) << name << " " << file;
+    EXPECT_EQ(fs::exists(out.path / file), fs::exists(save_fixture(name) + "/" + file))
+        << name << " " << file;
 
   // And load() reads it into the same model.
   const pretrained::Model back = pretrained::load(out.str());
@@ -157,9 +154,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Resave, ::testing::ValuesIn(kFixtures),
 
 // bf16 and f16 files hold each weight rounded to nearest even, and config.json says so.
 TEST(PretrainedSave, HalfPrecisionRoundsEachWeight) {
-  const pretrained::Model m = pretrained::load(fixture("tiny_phi3"));
+  const pretrained::Model m = pretrained::load(save_fixture("tiny_phi3"));
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    TempFolder out;
+    SaveFolder out;
     pretrained::save(m, m.weights, out.str(), {.dtype = dt});
     for (const auto& [n, t] : read_safetensors((out.path / "model.safetensors").string()))
       EXPECT_EQ(t.dtype(), dt) << n;
@@ -173,8 +170,8 @@ TEST(PretrainedSave, HalfPrecisionRoundsEachWeight) {
 // Shards as save_pretrained's max_shard_size: an index naming every tensor's shard, the total
 // size; saving again unsharded removes the shards.
 TEST(PretrainedSave, ShardsWithAnIndex) {
-  const pretrained::Model m = pretrained::load(fixture("tiny_llama"));
-  TempFolder out;
+  const pretrained::Model m = pretrained::load(save_fixture("tiny_llama"));
+  SaveFolder out;
   pretrained::save(m, m.weights, out.str(), {.max_shard_bytes = 16 * 1024});
   const nlohmann::json index = read_json(out.path / "model.safetensors.index.json");
   std::set<std::string> files;
@@ -232,7 +229,7 @@ void export_and_reload(const std::string& name, const pretrained::Model& m, cons
                        const HostTensor& ids, const HostTensor& want, double tol,
                        const pretrained::SaveOptions& options = {}) {
   const char* keep = std::getenv("TG_EXPORT_DIR");
-  TempFolder temp;
+  SaveFolder temp;
   const fs::path dir = keep ? fs::path(keep) / name : temp.path;
   pretrained::save(m, weights, dir.string(), options);
   const pretrained::Model back = pretrained::load(dir.string());
@@ -273,7 +270,7 @@ TEST(PretrainedSave, LlamaFromConfig) {
   const HostTensor ids = ids_for(c.vocab, 6);
   export_and_reload("llama", m, w, ids, logits_of(m, rounded(w, DType::kBF16), ids), 1e-6,
                     {.dtype = DType::kBF16});
-  TempFolder out;
+  SaveFolder out;
   pretrained::save(m, w, out.str());
   const nn::LlamaConfig back = std::get<nn::LlamaConfig>(pretrained::load(out.str()).config);
   EXPECT_EQ(back.kv_heads, 2);
@@ -327,7 +324,7 @@ TEST(PretrainedSave, BertFamilyFromConfig) {
     const Params w = random_weights(*m.module, 4);
     const HostTensor ids = ids_for(c.vocab, 6);
     export_and_reload(name, m, w, ids, logits_of(m, w, ids), 1e-6);
-    TempFolder out;
+    SaveFolder out;
     pretrained::save(m, w, out.str());
     const nn::BertConfig back = std::get<nn::BertConfig>(pretrained::load(out.str()).config);
     EXPECT_EQ(back.labels, c.labels);
@@ -348,7 +345,7 @@ TEST(PretrainedSave, BertFamilyFromConfig) {
 // A fine-tuned family model (Phi-3: the fused projections written back) with LoRA adapters:
 // saved merged, it gives the adapted model's logits.
 TEST(PretrainedSave, LoraAdaptersAreMerged) {
-  pretrained::Model m = pretrained::load(fixture("tiny_phi3"));
+  pretrained::Model m = pretrained::load(save_fixture("tiny_phi3"));
   nn::add_lora(*m.module, {.targets = {"q_proj", "down_proj"}, .rank = 4});
   Params w = m.weights;
   for (const Param* p : m.module->parameters())
@@ -381,8 +378,8 @@ void expect_error(const std::function<void()>& f, const std::string& what) {
 }
 
 TEST(PretrainedSave, ErrorsSayWhatIsWrong) {
-  const pretrained::Model m = pretrained::load(fixture("tiny_llama"));
-  TempFolder out;
+  const pretrained::Model m = pretrained::load(save_fixture("tiny_llama"));
+  SaveFolder out;
   Params missing = m.weights;
   missing.erase("model.norm.weight");
   expect_error([&] { pretrained::save(m, missing, out.str()); },
@@ -401,7 +398,7 @@ TEST(PretrainedSave, ErrorsSayWhatIsWrong) {
                "'model.norm.weight' is i32, not a float tensor");
   expect_error([&] { pretrained::save(m, m.weights, out.str(), {.dtype = DType::kI32}); },
                "SaveOptions::dtype i32");
-  expect_error([&] { pretrained::save(m, m.weights, fixture("tiny_llama")); },
+  expect_error([&] { pretrained::save(m, m.weights, save_fixture("tiny_llama")); },
                "the folder the model was loaded from");
   EXPECT_FALSE(fs::exists(out.path / "config.json"));  // nothing written before the checks pass
 
@@ -420,8 +417,8 @@ TEST(PretrainedSave, ErrorsSayWhatIsWrong) {
 // config.json goes through a temporary file renamed over it, as the weights do: when the
 // rename fails the error says so and no temporary file is left beside the weights.
 TEST(PretrainedSave, AFailedConfigWriteLeavesNoTemporaryFile) {
-  const pretrained::Model m = pretrained::load(fixture("tiny_gpt2"));
-  TempFolder out;
+  const pretrained::Model m = pretrained::load(save_fixture("tiny_gpt2"));
+  SaveFolder out;
   fs::create_directories(out.path / "config.json" / "child");  // rename cannot replace a non-empty folder
   expect_error([&] { pretrained::save(m, m.weights, out.str()); }, "cannot rename");
   std::vector<std::string> names;

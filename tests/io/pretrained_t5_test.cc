@@ -26,11 +26,11 @@ namespace fs = std::filesystem;
 
 using tg_test::edited_copy;
 using tg_test::file_bytes;
-const auto dir_of = tg_test::data_dir;
+const auto t5_dir = tg_test::data_dir;
 const nn::T5& t5_of(const pretrained::Model& m) { return static_cast<const nn::T5&>(*m.module); }
 
 TEST(T5, ConfigIsTransformers) {
-  const pretrained::Model t5 = pretrained::load(dir_of("tiny_t5"));
+  const pretrained::Model t5 = pretrained::load(t5_dir("tiny_t5"));
   EXPECT_EQ(t5.architecture, "T5ForConditionalGeneration");
   const nn::T5Config& c = std::get<nn::T5Config>(t5.config);
   EXPECT_EQ(c.vocab, 305);
@@ -47,19 +47,19 @@ TEST(T5, ConfigIsTransformers) {
   EXPECT_TRUE(c.tied && c.scale_decoder_outputs && c.decoder);
   EXPECT_DOUBLE_EQ(c.dropout, 0.1);
   EXPECT_EQ(t5.eos_ids, std::vector<int32_t>{1});
-  const pretrained::Model flan = pretrained::load(dir_of("tiny_flan_t5"));
+  const pretrained::Model flan = pretrained::load(t5_dir("tiny_flan_t5"));
   const nn::T5Config& f = std::get<nn::T5Config>(flan.config);
   EXPECT_TRUE(f.gated && !f.tied && !f.scale_decoder_outputs);
   EXPECT_EQ(f.act, nn::T5Activation::kGeluTanh);
-  const pretrained::Model enc = pretrained::load(dir_of("tiny_t5_encoder"));
+  const pretrained::Model enc = pretrained::load(t5_dir("tiny_t5_encoder"));
   EXPECT_EQ(enc.architecture, "T5EncoderModel");
   EXPECT_FALSE(std::get<nn::T5Config>(enc.config).decoder);
 }
 
 // The folder's tokenizer gives the ids transformers fed the model (before padding).
 TEST(T5, TokenizerGivesTheGoldenIds) {
-  const auto g = read_safetensors(dir_of("tiny_t5") + "/logits.safetensors");
-  const Tokenizer tok = Tokenizer::load(dir_of("tiny_t5"));
+  const auto g = read_safetensors(t5_dir("tiny_t5") + "/logits.safetensors");
+  const Tokenizer tok = Tokenizer::load(t5_dir("tiny_t5"));
   const std::vector<std::string> texts{"translate English to German: The house is wonderful.",
                                        "summarize: studies have shown that owning a dog is good for you"};
   const int64_t S = g.at("ids").shape()[1];
@@ -86,8 +86,8 @@ std::vector<InputSpec> inputs_of(const std::map<std::string, HostTensor>& g, boo
 
 TEST(T5, OutputsEqualTransformersOnEveryBackend) {
   for (const char* folder : {"tiny_t5", "tiny_flan_t5", "tiny_t5_encoder"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
-    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const pretrained::Model m = pretrained::load(t5_dir(folder));
+    const auto g = read_safetensors(t5_dir(folder) + "/logits.safetensors");
     const nn::T5& t5 = t5_of(m);
     const bool decoder = t5.config.decoder;
     for (const Device& device : tg::testing::all_devices()) {
@@ -118,8 +118,8 @@ TEST(T5, OutputsEqualTransformersOnEveryBackend) {
 // encoder.embed_tokens and decoder.embed_tokens apart from shared (equal values), so shared's
 // gradient here is the sum of theirs.
 TEST(T5, GradientsEqualTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_flan_t5"));
-  const auto g = read_safetensors(dir_of("tiny_flan_t5") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(t5_dir("tiny_flan_t5"));
+  const auto g = read_safetensors(t5_dir("tiny_flan_t5") + "/logits.safetensors");
   const nn::T5& t5 = t5_of(m);
   // The decoder's input is the labels shifted right behind the start token.
   EXPECT_EQ(t5.shift_right(g.at("labels").i32(), 2),
@@ -161,8 +161,8 @@ TEST(T5, GradientsEqualTransformers) {
 // batch with AdamW brings the loss well down, and an inference program of the trained weights
 // (no dropout) agrees.
 TEST(T5, TiedModelWithDropoutTrains) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_t5"));
-  const auto g = read_safetensors(dir_of("tiny_t5") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(t5_dir("tiny_t5"));
+  const auto g = read_safetensors(t5_dir("tiny_t5") + "/logits.safetensors");
   const nn::T5& t5 = t5_of(m);
   std::vector<InputSpec> inputs = inputs_of(g, true);
   inputs.push_back({"labels", g.at("labels").shape(), DType::kI32});
@@ -188,8 +188,8 @@ TEST(T5, TiedModelWithDropoutTrains) {
 // position's logits do not see the ones after it), end-of-sequence held back until the 8th.
 TEST(T5, GreedyDecodingEqualsTransformers) {
   for (const char* folder : {"tiny_t5", "tiny_flan_t5"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
-    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const pretrained::Model m = pretrained::load(t5_dir(folder));
+    const auto g = read_safetensors(t5_dir(folder) + "/logits.safetensors");
     const nn::T5& t5 = t5_of(m);
     const int64_t B = 2, S = g.at("ids").shape()[1], T = g.at("generated").shape()[1], d = t5.config.d_model;
     for (const Device& device : tg::testing::all_devices()) {
@@ -230,8 +230,8 @@ TEST(T5, GreedyDecodingEqualsTransformers) {
 // decoder's logits at every position, a cache longer than the text included.
 TEST(T5, CachedStepEqualsTheFullDecoder) {
   for (const char* folder : {"tiny_t5", "tiny_flan_t5"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
-    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const pretrained::Model m = pretrained::load(t5_dir(folder));
+    const auto g = read_safetensors(t5_dir(folder) + "/logits.safetensors");
     const nn::T5& t5 = t5_of(m);
     const int64_t B = 2, S = g.at("ids").shape()[1], T = g.at("decoder_ids").shape()[1], V = t5.config.vocab;
     for (const Device& device : tg::testing::all_devices()) {
@@ -278,8 +278,8 @@ TEST(T5, CachedStepEqualsTheFullDecoder) {
 // T5Generator gives the same tokens (transformers' greedy choice never fell on end-of-sequence
 // in these 8 steps, so its min_new_tokens changed nothing) and samples reproducibly.
 TEST(T5, GeneratorEqualsTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_flan_t5"));
-  const auto g = read_safetensors(dir_of("tiny_flan_t5") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(t5_dir("tiny_flan_t5"));
+  const auto g = read_safetensors(t5_dir("tiny_flan_t5") + "/logits.safetensors");
   const int64_t S = g.at("ids").shape()[1], T = g.at("generated").shape()[1];
   std::vector<std::vector<int32_t>> sources(2);
   for (size_t b = 0; b < 2; ++b)
@@ -313,10 +313,10 @@ TEST(T5, GeneratorEqualsTransformers) {
 TEST(T5, SaveWritesTheSameFiles) {
   const fs::path out = fs::path(::testing::TempDir()) / "tg_t5_saved";
   for (const char* folder : {"tiny_t5", "tiny_flan_t5", "tiny_t5_encoder"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const pretrained::Model m = pretrained::load(t5_dir(folder));
     pretrained::save(m, m.weights, out.string());
     EXPECT_EQ(file_bytes(out / "model.safetensors"),
-              file_bytes(fs::path(dir_of(folder)) / "model.safetensors"))
+              file_bytes(fs::path(t5_dir(folder)) / "model.safetensors"))
         << folder << ": the file save_pretrained wrote, byte for byte";
     const pretrained::Model fresh = pretrained::from_config(std::get<nn::T5Config>(m.config));
     EXPECT_EQ(fresh.architecture, m.architecture);
@@ -331,7 +331,7 @@ TEST(T5, SaveWritesTheSameFiles) {
 }
 
 TEST(T5, Errors) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_t5"));
+  const pretrained::Model m = pretrained::load(t5_dir("tiny_t5"));
   const nn::T5& t5 = t5_of(m);
   for (const auto& call :
        {std::function<void()>([&] { m.logits(Tensor()); }), std::function<void()>([&] { m.step(); })}) {
@@ -351,7 +351,7 @@ TEST(T5, Errors) {
   EXPECT_THROW(compile_forward(*m.module, [&](Tensor dec, Tensor h) { return t5.decode(dec, h); },
                                {.inputs = {{"dec", {2, 5}, DType::kI32}, {"h", {3, 4, 32}, DType::kF32}}}),
                ShapeError);
-  const pretrained::Model enc = pretrained::load(dir_of("tiny_t5_encoder"));
+  const pretrained::Model enc = pretrained::load(t5_dir("tiny_t5_encoder"));
   EXPECT_THROW(t5_of(enc).logits(Tensor()), Error);
   for (const auto& [folder, from, to, says] :
        std::vector<std::tuple<std::string, std::string, std::string, std::string>>{

@@ -24,52 +24,46 @@ namespace {
 
 using namespace tg;
 namespace fs = std::filesystem;
+using tg::testing::slurp;
 
-const std::string kLlama = std::string(TG_TEST_DATA_DIR) + "/tiny_llama";
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+const std::string kTinyLlama = std::string(TG_TEST_DATA_DIR) + "/tiny_llama";
 
 // A fresh folder under the temp directory, removed at the end of the test.
-struct TempFolder {
-  explicit TempFolder(const std::string& name)
+struct PretrainedFolder {
+  explicit PretrainedFolder(const std::string& name)
       : path(fs::temp_directory_path() / ("tg_pretrained_" + std::to_string(getpid()) + "_" + name)) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
-  ~TempFolder() { fs::remove_all(path); }
+  ~PretrainedFolder() { fs::remove_all(path); }
   void write(const std::string& file, const std::string& text) const { std::ofstream(path / file) << text; }
   std::string str() const { return path.string(); }
   fs::path path;
 };
 
 // The tiny Llama folder with its weights replaced by `weights` and its config by `config`.
-void write_llama(const TempFolder& dir, const std::map<std::string, HostTensor>& weights,
-                 const std::string& config = slurp(kLlama + "/config.json")) {
+void write_llama(const PretrainedFolder& dir, const std::map<std::string, HostTensor>& weights,
+                 const std::string& config = slurp(kTinyLlama + "/config.json")) {
   dir.write("config.json", config);
   save_safetensors((dir.path / "model.safetensors").string(), weights);
 }
 
 // Logits of `lm` for the golden ids, on `device`.
-std::vector<float> logits_of(const pretrained::Model& lm, const HostTensor& ids, Device device) {
+std::vector<float> llama_logits_of(const pretrained::Model& lm, const HostTensor& ids, Device device) {
   Program p = compile_forward(*lm.module, [&lm](Tensor x) { return lm.logits(x); },
                               {.inputs = {{"ids", ids.shape(), DType::kI32}}, .device = device});
   lm.upload(p);
   return p.run({{"ids", ids.i32()}}).f32();
 }
 
-std::string load_error(const std::string& folder) {
+std::string llama_load_error(const std::string& folder) {
   return tg::testing::message_of<CheckpointError>([&] { pretrained::load(folder); });
 }
-
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 class PretrainedDevices : public ::testing::TestWithParam<Device> {};
 
 TEST_P(PretrainedDevices, LlamaFolderGivesTransformersLogits) {
-  const pretrained::Model lm = pretrained::load(kLlama);
+  const pretrained::Model lm = pretrained::load(kTinyLlama);
   EXPECT_EQ(lm.architecture, "LlamaForCausalLM");
   ASSERT_TRUE(std::holds_alternative<nn::LlamaConfig>(lm.config));
   const nn::LlamaConfig& c = std::get<nn::LlamaConfig>(lm.config);
@@ -78,9 +72,9 @@ TEST_P(PretrainedDevices, LlamaFolderGivesTransformersLogits) {
   EXPECT_EQ(lm.context, 16);
   EXPECT_EQ(lm.eos_ids, std::vector<int32_t>{2});
   EXPECT_FALSE(lm.recurrent());
-  const std::map<std::string, HostTensor> golden = read_safetensors(kLlama + "/logits.safetensors");
+  const std::map<std::string, HostTensor> golden = read_safetensors(kTinyLlama + "/logits.safetensors");
   const double d =
-      tg::testing::rel_diff(logits_of(lm, golden.at("ids"), GetParam()), golden.at("logits").f32());
+      tg::testing::rel_diff(llama_logits_of(lm, golden.at("ids"), GetParam()), golden.at("logits").f32());
   EXPECT_LT(d, 1e-4);
   std::printf("  %s: relative logit difference to transformers %.2e\n", GetParam().str().c_str(), d);
 }
@@ -89,13 +83,13 @@ INSTANTIATE_TEST_SUITE_P(Devices, PretrainedDevices, ::testing::ValuesIn(tg::tes
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
 TEST(Pretrained, HalfPrecisionWeightsLoadAsTheirF32Values) {
-  const std::map<std::string, HostTensor> f32 = read_safetensors(kLlama + "/model.safetensors");
-  const std::map<std::string, HostTensor> golden = read_safetensors(kLlama + "/logits.safetensors");
-  const pretrained::Model ref = pretrained::load(kLlama);
-  const std::vector<float> want = logits_of(ref, golden.at("ids"), Device::cpu());
+  const std::map<std::string, HostTensor> f32 = read_safetensors(kTinyLlama + "/model.safetensors");
+  const std::map<std::string, HostTensor> golden = read_safetensors(kTinyLlama + "/logits.safetensors");
+  const pretrained::Model ref = pretrained::load(kTinyLlama);
+  const std::vector<float> want = llama_logits_of(ref, golden.at("ids"), Device::cpu());
   // bf16 keeps 8 significant bits, f16 11: the logits move by about that much.
   for (const auto& [dtype, tolerance] : {std::pair{DType::kBF16, 2e-2}, std::pair{DType::kF16, 3e-3}}) {
-    TempFolder dir(dtype == DType::kBF16 ? "bf16" : "f16");
+    PretrainedFolder dir(dtype == DType::kBF16 ? "bf16" : "f16");
     std::map<std::string, HostTensor> half;
     for (const auto& [name, t] : f32) half[name] = t.to(dtype);
     write_llama(dir, half);
@@ -105,7 +99,7 @@ TEST(Pretrained, HalfPrecisionWeightsLoadAsTheirF32Values) {
       const std::span<const float> got = lm.weights.at(name).f32(), expected = exact.f32();
       EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin(), expected.end())) << name;
     }
-    const double d = tg::testing::rel_diff(logits_of(lm, golden.at("ids"), Device::cpu()), want);
+    const double d = tg::testing::rel_diff(llama_logits_of(lm, golden.at("ids"), Device::cpu()), want);
     EXPECT_GT(d, 0);
     EXPECT_LT(d, tolerance);
     std::printf("  %s weights: relative logit difference to f32's %.2e\n",
@@ -146,11 +140,11 @@ TEST(Pretrained, Bf16HeldMatricesEqualTheRoundedF32Model) {
         }
       }
   }
-  EXPECT_THROW(pretrained::load(kLlama, {.dtype = DType::kI32}), CheckpointError);
+  EXPECT_THROW(pretrained::load(kTinyLlama, {.dtype = DType::kI32}), CheckpointError);
   // A weight past f16's largest finite value is refused rather than made infinite.
-  std::map<std::string, HostTensor> w = read_safetensors(kLlama + "/model.safetensors");
+  std::map<std::string, HostTensor> w = read_safetensors(kTinyLlama + "/model.safetensors");
   w.at("model.layers.0.mlp.up_proj.weight").f32()[3] = 1e5f;
-  TempFolder dir("f16_overflow");
+  PretrainedFolder dir("f16_overflow");
   write_llama(dir, w);
   EXPECT_HAS(
       tg::testing::message_of<CheckpointError>([&] { pretrained::load(dir.str(), {.dtype = DType::kF16}); }),
@@ -159,9 +153,9 @@ TEST(Pretrained, Bf16HeldMatricesEqualTheRoundedF32Model) {
 }
 
 TEST(Pretrained, ShardedWeightsLoad) {
-  const std::map<std::string, HostTensor> all = read_safetensors(kLlama + "/model.safetensors");
-  TempFolder dir("sharded");
-  dir.write("config.json", slurp(kLlama + "/config.json"));
+  const std::map<std::string, HostTensor> all = read_safetensors(kTinyLlama + "/model.safetensors");
+  PretrainedFolder dir("sharded");
+  dir.write("config.json", slurp(kTinyLlama + "/config.json"));
   std::map<std::string, HostTensor> shard[2];
   std::string index = "{\"metadata\": {}, \"weight_map\": {";
   int i = 0;
@@ -178,7 +172,7 @@ TEST(Pretrained, ShardedWeightsLoad) {
   save_safetensors((dir.path / "model-00002-of-00002.safetensors").string(), shard[1]);
   dir.write("model.safetensors.index.json", index);
   const pretrained::Model lm = pretrained::load(dir.str());
-  const pretrained::Model one = pretrained::load(kLlama);
+  const pretrained::Model one = pretrained::load(kTinyLlama);
   ASSERT_EQ(lm.weights.size(), one.weights.size());
   for (const auto& [name, t] : one.weights) {
     const std::span<const float> a = lm.weights.at(name).f32(), b = t.f32();
@@ -186,7 +180,7 @@ TEST(Pretrained, ShardedWeightsLoad) {
   }
   // A shard the index names but the folder lacks.
   fs::remove(dir.path / "model-00002-of-00002.safetensors");
-  EXPECT_HAS(load_error(dir.str()), "model-00002-of-00002.safetensors");
+  EXPECT_HAS(llama_load_error(dir.str()), "model-00002-of-00002.safetensors");
 }
 
 // GPT-2's names and Conv1D layout ([in, out]), written here: the loader's renames and
@@ -216,7 +210,7 @@ TEST(Pretrained, Gpt2NamesAndConv1dLayoutMapOntoGpt) {
   put("transformer.ln_f.bias", {d});
   put("transformer.h.0.attn.bias", {1, 1, n, n});        // the causal-mask buffer: ignored
   w["lm_head.weight"] = w.at("transformer.wte.weight");  // tied: equal to wte
-  TempFolder dir("gpt2");
+  PretrainedFolder dir("gpt2");
   const std::string config =
       R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 11, "n_embd": 8,
           "n_layer": 1, "n_head": 2, "n_positions": 6, "n_inner": null, "layer_norm_epsilon": 1e-5,
@@ -241,18 +235,18 @@ TEST(Pretrained, Gpt2NamesAndConv1dLayoutMapOntoGpt) {
   EXPECT_EQ(lm.weights.at("blocks.0.fc2.weight").shape(), (Shape{d, inner}));
   EXPECT_EQ(HostTensor(lm.weights.at("blocks.0.ln2.bias")).f32(),
             HostTensor(w.at("transformer.h.0.ln_2.bias")).f32());
-  EXPECT_EQ(logits_of(lm, HostTensor::i32({1, 2, 3}, {1, 3}), Device::cpu()).size(), 3u * v);
+  EXPECT_EQ(llama_logits_of(lm, HostTensor::i32({1, 2, 3}, {1, 3}), Device::cpu()).size(), 3u * v);
   // A tied head that differs from wte.
   w["lm_head.weight"] = HostTensor::f32(tg::testing::uniform_values(static_cast<size_t>(v * d), 99), {v, d});
   save_safetensors((dir.path / "model.safetensors").string(), w);
-  EXPECT_HAS(load_error(dir.str()), "lm_head.weight differs");
+  EXPECT_HAS(llama_load_error(dir.str()), "lm_head.weight differs");
   // Another activation.
   w.erase("lm_head.weight");
   save_safetensors((dir.path / "model.safetensors").string(), w);
   std::string relu = config;
   relu.replace(relu.find("gelu_new"), 8, "relu");
   dir.write("config.json", relu);
-  EXPECT_HAS(load_error(dir.str()), "activation_function \"relu\"");
+  EXPECT_HAS(llama_load_error(dir.str()), "activation_function \"relu\"");
 }
 
 // MambaForCausalLM's names (backbone.*) and conv1d [D, 1, K] map onto nn::MambaLM.
@@ -276,7 +270,7 @@ TEST(Pretrained, MambaNamesMapOntoMambaLM) {
   put(l + "mixer.D", {inner});
   put(l + "mixer.out_proj.weight", {d, inner});
   put("backbone.norm_f.weight", {d});
-  TempFolder dir("mamba");
+  PretrainedFolder dir("mamba");
   dir.write("config.json", R"({"architectures": ["MambaForCausalLM"], "model_type": "mamba", "vocab_size": 11,
       "hidden_size": 8, "num_hidden_layers": 1, "state_size": 4, "conv_kernel": 4, "expand": 2,
       "intermediate_size": 16, "time_step_rank": 1, "use_bias": false, "use_conv_bias": true,
@@ -289,7 +283,7 @@ TEST(Pretrained, MambaNamesMapOntoMambaLM) {
   EXPECT_EQ(lm.weights.at("layers.0.mixer.conv1d.weight").shape(), (Shape{inner, k}));
   EXPECT_EQ(HostTensor(lm.weights.at("layers.0.mixer.conv1d.weight")).f32(),
             HostTensor(w.at(l + "mixer.conv1d.weight")).f32());  // [D, 1, K] → [D, K], same values
-  EXPECT_EQ(logits_of(lm, HostTensor::i32({1, 2, 3}, {1, 3}), Device::cpu()).size(), 3u * v);
+  EXPECT_EQ(llama_logits_of(lm, HostTensor::i32({1, 2, 3}, {1, 3}), Device::cpu()).size(), 3u * v);
 }
 
 // transformers' own tiny GPT-2 and Mamba (tests/nn/gen_hf_golden.py): the same logits.
@@ -303,7 +297,7 @@ TEST(Pretrained, Gpt2AndMambaFoldersGiveTransformersLogits) {
     const std::map<std::string, HostTensor> golden = read_safetensors(dir + "/logits.safetensors");
     for (const Device& device : tg::testing::all_devices()) {
       const double d =
-          tg::testing::rel_diff(logits_of(lm, golden.at("ids"), device), golden.at("logits").f32());
+          tg::testing::rel_diff(llama_logits_of(lm, golden.at("ids"), device), golden.at("logits").f32());
       EXPECT_LT(d, 1e-4) << name << " on " << device.str();
       std::printf("  %s on %s: relative logit difference to transformers %.2e\n", name.c_str(),
                   device.str().c_str(), d);
@@ -335,17 +329,17 @@ TEST(Pretrained, GeneratorGreedyEqualsFullForward) {
 }
 
 TEST(Pretrained, Errors) {
-  const std::map<std::string, HostTensor> w = read_safetensors(kLlama + "/model.safetensors");
-  const std::string config = slurp(kLlama + "/config.json");
+  const std::map<std::string, HostTensor> w = read_safetensors(kTinyLlama + "/model.safetensors");
+  const std::string config = slurp(kTinyLlama + "/config.json");
   {
-    TempFolder dir("no_config");
-    EXPECT_HAS(load_error(dir.str()), "no config.json");
+    PretrainedFolder dir("no_config");
+    EXPECT_HAS(llama_load_error(dir.str()), "no config.json");
   }
-  EXPECT_HAS(load_error("/nonexistent/tg_model"), "no such folder or file");
+  EXPECT_HAS(llama_load_error("/nonexistent/tg_model"), "no such folder or file");
   {
-    TempFolder dir("bart");
+    PretrainedFolder dir("bart");
     dir.write("config.json", R"({"architectures": ["BartForConditionalGeneration"], "model_type": "bart"})");
-    const std::string e = load_error(dir.str());
+    const std::string e = llama_load_error(dir.str());
     EXPECT_HAS(e, "BartForConditionalGeneration");
     EXPECT_HAS(
         e,
@@ -369,51 +363,51 @@ TEST(Pretrained, Errors) {
         "MambaForCausalLM, Mamba2ForCausalLM");
   }
   {
-    TempFolder dir("no_weights");
+    PretrainedFolder dir("no_weights");
     dir.write("config.json", config);
-    EXPECT_HAS(load_error(dir.str()), "no model.safetensors");
+    EXPECT_HAS(llama_load_error(dir.str()), "no model.safetensors");
   }
   {
-    TempFolder dir("missing");
+    PretrainedFolder dir("missing");
     std::map<std::string, HostTensor> less = w;
     less.erase("model.layers.1.mlp.up_proj.weight");
     write_llama(dir, less);
-    const std::string e = load_error(dir.str());
+    const std::string e = llama_load_error(dir.str());
     EXPECT_HAS(e, "no tensor 'model.layers.1.mlp.up_proj.weight'");
     EXPECT_HAS(e, "[48, 32]");
   }
   {
-    TempFolder dir("extra");
+    PretrainedFolder dir("extra");
     std::map<std::string, HostTensor> more = w;
     more["model.layers.0.self_attn.q_proj.bias"] = HostTensor(DType::kF32, {32});
     write_llama(dir, more);
-    EXPECT_HAS(load_error(dir.str()), "unexpected tensor 'model.layers.0.self_attn.q_proj.bias' [32]");
+    EXPECT_HAS(llama_load_error(dir.str()), "unexpected tensor 'model.layers.0.self_attn.q_proj.bias' [32]");
   }
   {
-    TempFolder dir("shape");
+    PretrainedFolder dir("shape");
     std::map<std::string, HostTensor> wrong = w;
     wrong["model.layers.0.mlp.down_proj.weight"] = HostTensor(DType::kF32, {48, 32});
     write_llama(dir, wrong);
-    const std::string e = load_error(dir.str());
+    const std::string e = llama_load_error(dir.str());
     EXPECT_HAS(e, "'model.layers.0.mlp.down_proj.weight' has shape [48, 32], expected [32, 48]");
   }
   {
-    TempFolder dir("int");
+    PretrainedFolder dir("int");
     std::map<std::string, HostTensor> wrong = w;
     wrong["model.norm.weight"] = HostTensor(DType::kI32, {32});
     write_llama(dir, wrong);
-    EXPECT_HAS(load_error(dir.str()), "'model.norm.weight' is not a float tensor");
+    EXPECT_HAS(llama_load_error(dir.str()), "'model.norm.weight' is not a float tensor");
   }
   {
-    TempFolder dir("rope");
+    PretrainedFolder dir("rope");
     std::string scaled = config;
     scaled.replace(scaled.find("\"default\""), 9, "\"dynamic\"");
     write_llama(dir, w, scaled);
-    EXPECT_HAS(load_error(dir.str()),
+    EXPECT_HAS(llama_load_error(dir.str()),
                "rope_type \"dynamic\"; implemented: default, linear, llama3, yarn and longrope");
     scaled.replace(scaled.find("\"dynamic\""), 9, "\"linear\"");
     write_llama(dir, w, scaled);
-    EXPECT_HAS(load_error(dir.str()), "rope_parameters (rope_type linear) has no factor");
+    EXPECT_HAS(llama_load_error(dir.str()), "rope_parameters (rope_type linear) has no factor");
     // YaRN without a factor takes the context's ratio to the original one (16 / 4).
     scaled.replace(scaled.find("\"linear\""), 8, "\"yarn\", \"original_max_position_embeddings\": 4");
     write_llama(dir, w, scaled);
@@ -423,14 +417,14 @@ TEST(Pretrained, Errors) {
   }
   {
     // transformers 4.x: rope_theta at the top and rope_scaling beside it.
-    TempFolder dir("rope4");
+    PretrainedFolder dir("rope4");
     std::string old = config;
     old.replace(old.find("\"rope_parameters\""), 17, "\"rope_scaling\"");
     old.replace(old.find("\"rope_theta\": 10000.0"), 21, "\"factor\": 8.0");
     old.replace(old.find("\"default\""), 9, "\"llama3\"");
     old.replace(old.find("\"rms_norm_eps\""), 14, "\"rope_theta\": 500000.0, \"rms_norm_eps\"");
     write_llama(dir, w, old);
-    EXPECT_HAS(load_error(dir.str()), "rope_scaling (rope_type llama3) has no low_freq_factor");
+    EXPECT_HAS(llama_load_error(dir.str()), "rope_scaling (rope_type llama3) has no low_freq_factor");
     old.replace(old.find("\"factor\": 8.0"), 13,
                 "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
                 "\"original_max_position_embeddings\": 8");
@@ -442,11 +436,11 @@ TEST(Pretrained, Errors) {
     EXPECT_EQ(c.rope_scaling.original_context, 8);
   }
   {
-    TempFolder dir("tied");
+    PretrainedFolder dir("tied");
     std::string tied = config;
     tied.replace(tied.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": true");
     write_llama(dir, w, tied);  // lm_head.weight differs from embed_tokens
-    EXPECT_HAS(load_error(dir.str()), "lm_head.weight differs");
+    EXPECT_HAS(llama_load_error(dir.str()), "lm_head.weight differs");
     std::map<std::string, HostTensor> no_head = w;
     no_head.erase("lm_head.weight");
     write_llama(dir, no_head, tied);
@@ -455,9 +449,9 @@ TEST(Pretrained, Errors) {
     EXPECT_EQ(lm.weights.count("lm_head.weight"), 0u);
   }
   {
-    TempFolder dir("bad_json");
+    PretrainedFolder dir("bad_json");
     dir.write("config.json", "{\"model_type\": ");
-    EXPECT_HAS(load_error(dir.str()), "config.json is not valid JSON");
+    EXPECT_HAS(llama_load_error(dir.str()), "config.json is not valid JSON");
   }
 }
 

@@ -26,13 +26,13 @@ using namespace tg;
 namespace fs = std::filesystem;
 using tg_test::same_weights;
 
-std::string dir_of(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
+std::string vit_dir(const std::string& folder) { return std::string(TG_TEST_DATA_DIR) + "/" + folder; }
 
 const nn::ViT& vit_of(const pretrained::Model& m) { return static_cast<const nn::ViT&>(*m.module); }
 
 TEST(ViT, ConfigIsTransformers) {
   for (const char* folder : {"tiny_vit", "tiny_vit_cls"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const pretrained::Model m = pretrained::load(vit_dir(folder));
     const bool cls = std::string(folder) == "tiny_vit_cls";
     EXPECT_EQ(m.architecture, cls ? "ViTForImageClassification" : "ViTModel");
     const nn::ViTConfig& v = std::get<nn::ViTConfig>(m.config);
@@ -55,7 +55,7 @@ TEST(ViT, ConfigIsTransformers) {
     EXPECT_FALSE(v.distillation_token);
   }
   // DeiT's distilled classifier: [CLS], the distillation token, 16 patches.
-  const pretrained::Model deit = pretrained::load(dir_of("tiny_deit_distilled"));
+  const pretrained::Model deit = pretrained::load(vit_dir("tiny_deit_distilled"));
   EXPECT_EQ(deit.architecture, "DeiTForImageClassificationWithTeacher");
   const nn::ViTConfig& d = std::get<nn::ViTConfig>(deit.config);
   EXPECT_TRUE(d.distillation_token && d.distillation_head);
@@ -67,8 +67,8 @@ TEST(ViT, ConfigIsTransformers) {
 // Hidden states and the head's output (pooler or classifier) for the golden images.
 TEST(ViT, OutputsEqualTransformersOnEveryBackend) {
   for (const char* folder : {"tiny_vit", "tiny_vit_cls", "tiny_deit_distilled"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
-    const auto g = read_safetensors(dir_of(folder) + "/logits.safetensors");
+    const pretrained::Model m = pretrained::load(vit_dir(folder));
+    const auto g = read_safetensors(vit_dir(folder) + "/logits.safetensors");
     const nn::ViT& vit = vit_of(m);
     const bool cls = vit.config.labels > 0;
     const char* head = cls ? "logits" : "pooled";
@@ -113,8 +113,8 @@ std::string memory_name(const std::string& p) {
 }
 
 TEST(ViT, GradientsEqualTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_vit_cls"));
-  const auto g = read_safetensors(dir_of("tiny_vit_cls") + "/logits.safetensors");
+  const pretrained::Model m = pretrained::load(vit_dir("tiny_vit_cls"));
+  const auto g = read_safetensors(vit_dir("tiny_vit_cls") + "/logits.safetensors");
   const nn::ViT& vit = vit_of(m);
   for (const Device& device : tg::testing::all_devices()) {
     Program p = compile_train(
@@ -148,7 +148,7 @@ TEST(ViT, GradientsEqualTransformers) {
 TEST(ViT, SaveLoadsBack) {
   const fs::path out = fs::path(::testing::TempDir()) / "tg_vit_saved";
   for (const char* folder : {"tiny_vit", "tiny_vit_cls", "tiny_deit_distilled"}) {
-    const pretrained::Model m = pretrained::load(dir_of(folder));
+    const pretrained::Model m = pretrained::load(vit_dir(folder));
     const nn::ViTConfig& v = std::get<nn::ViTConfig>(m.config);
     pretrained::save(m, m.weights, out.string());
     const pretrained::Model back = pretrained::load(out.string());
@@ -172,7 +172,7 @@ TEST(ViT, SaveLoadsBack) {
 }
 
 TEST(ViT, Errors) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_vit_cls"));
+  const pretrained::Model m = pretrained::load(vit_dir("tiny_vit_cls"));
   const nn::ViT& vit = vit_of(m);
   // Images of another size or channel count.
   for (const Shape& bad : {Shape{2, 3, 32, 32}, Shape{2, 1, 16, 16}, Shape{3, 16, 16}})
@@ -184,9 +184,9 @@ TEST(ViT, Errors) {
   // What the loader refuses, each naming the field.
   const fs::path dir = fs::path(::testing::TempDir()) / "tg_vit_bad";
   fs::create_directories(dir);
-  fs::copy_file(dir_of("tiny_vit_cls") + "/model.safetensors", dir / "model.safetensors",
+  fs::copy_file(vit_dir("tiny_vit_cls") + "/model.safetensors", dir / "model.safetensors",
                 fs::copy_options::overwrite_existing);
-  std::ifstream in(dir_of("tiny_vit_cls") + "/config.json");
+  std::ifstream in(vit_dir("tiny_vit_cls") + "/config.json");
   const std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (const auto& [from, to, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"\"attention_probs_dropout_prob\": 0.0", "\"attention_probs_dropout_prob\": 0.1",

@@ -25,10 +25,10 @@ namespace fs = std::filesystem;
 
 using tg_test::edited_copy;
 using tg_test::file_bytes;
-const auto dir_of = tg_test::data_dir;
+const auto whisper_dir = tg_test::data_dir;
 nn::Whisper& whisper_of(const pretrained::Model& m) { return static_cast<nn::Whisper&>(*m.module); }
 std::map<std::string, HostTensor> golden() {
-  return read_safetensors(dir_of("tiny_whisper") + "/logits.safetensors");
+  return read_safetensors(whisper_dir("tiny_whisper") + "/logits.safetensors");
 }
 
 // transformers' generated ids of one row, up to its first <|endoftext|>.
@@ -41,7 +41,7 @@ std::vector<int32_t> row_until_eos(const HostTensor& t, int64_t row, int32_t eos
 }
 
 TEST(Whisper, ConfigAndTokensAreTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   EXPECT_EQ(m.architecture, "WhisperForConditionalGeneration");
   const nn::WhisperConfig& c = std::get<nn::WhisperConfig>(m.config);
   EXPECT_EQ(c.vocab, 411);
@@ -54,7 +54,7 @@ TEST(Whisper, ConfigAndTokensAreTransformers) {
   EXPECT_EQ(c.target_positions, 32);
   EXPECT_EQ(c.start_id, 401);
   EXPECT_EQ(m.context, 32);
-  const WhisperTokens t = WhisperTokens::load(dir_of("tiny_whisper"));
+  const WhisperTokens t = WhisperTokens::load(whisper_dir("tiny_whisper"));
   EXPECT_EQ(t.start, 401);
   EXPECT_EQ(t.eos, 400);
   EXPECT_EQ(t.no_timestamps, 410);
@@ -63,13 +63,13 @@ TEST(Whisper, ConfigAndTokensAreTransformers) {
   EXPECT_EQ(t.languages, (std::map<std::string, int32_t>{{"de", 403}, {"en", 402}, {"fr", 404}}));
   EXPECT_EQ(t.suppress, (std::vector<int32_t>{407, 408, 409, 0, 30}));
   EXPECT_EQ(t.begin_suppress, (std::vector<int32_t>{220, 400}));
-  const LogMelFeatures f = LogMelFeatures::load(dir_of("tiny_whisper"));
+  const LogMelFeatures f = LogMelFeatures::load(whisper_dir("tiny_whisper"));
   EXPECT_EQ(f.chunk_length, 2);
   EXPECT_EQ(f.frames(), 200);
 }
 
 TEST(Whisper, OutputsEqualTransformersOnEveryBackend) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   const auto g = golden();
   const nn::Whisper& w = whisper_of(m);
   const Shape fs = g.at("features").shape(), ds = g.at("decoder_ids").shape();
@@ -95,7 +95,7 @@ TEST(Whisper, OutputsEqualTransformersOnEveryBackend) {
 // Teacher forcing: the labels shifted right behind <|startoftranscript|>; the loss and the gradient
 // of every trained parameter (the encoder's sinusoidal positions are frozen, as in transformers).
 TEST(Whisper, GradientsEqualTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   const auto g = golden();
   const nn::Whisper& w = whisper_of(m);
   const Shape ls = g.at("labels").shape();
@@ -135,7 +135,7 @@ TEST(Whisper, GradientsEqualTransformers) {
 // The cached step (one token per call, its keys and values cached, the encoder's remembered)
 // gives the full decoder's logits at every position.
 TEST(Whisper, CachedStepEqualsTheFullDecoder) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   const auto g = golden();
   const nn::Whisper& w = whisper_of(m);
   const int64_t B = 2, T = g.at("decoder_ids").shape()[1], V = w.config.vocab;
@@ -163,12 +163,12 @@ TEST(Whisper, CachedStepEqualsTheFullDecoder) {
 }
 
 TEST(Whisper, GeneratorEqualsTransformers) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   const auto g = golden();
-  const WhisperTokens tokens = WhisperTokens::load(dir_of("tiny_whisper"));
-  const LogMelFeatures features = LogMelFeatures::load(dir_of("tiny_whisper"));
-  const std::vector<Audio> clips{read_wav(dir_of("audio") + "/chirp.wav"),
-                                 read_wav(dir_of("audio") + "/tones.wav")};
+  const WhisperTokens tokens = WhisperTokens::load(whisper_dir("tiny_whisper"));
+  const LogMelFeatures features = LogMelFeatures::load(whisper_dir("tiny_whisper"));
+  const std::vector<Audio> clips{read_wav(whisper_dir("audio") + "/chirp.wav"),
+                                 read_wav(whisper_dir("audio") + "/tones.wav")};
   const std::vector<std::string> codes{"de", "en"};  // transformers' detect_language: 403, 402
   ASSERT_EQ(g.at("languages").i32()[0], 403);
   ASSERT_EQ(g.at("languages").i32()[1], 402);
@@ -214,13 +214,13 @@ TEST(Whisper, GeneratorEqualsTransformers) {
 // detected in the clip's first window (chirp.wav: "de", tones.wav: "en"), an ended clip's empty
 // window neither reported nor kept.
 TEST(Whisper, ClipsOfDifferentLengthsGoInWindows) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
-  const LogMelFeatures features = LogMelFeatures::load(dir_of("tiny_whisper"));
-  const WhisperTokens tokens = WhisperTokens::load(dir_of("tiny_whisper"));
-  const Audio chirp = read_wav(dir_of("audio") + "/chirp.wav"),
-              tones = read_wav(dir_of("audio") + "/tones.wav");
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
+  const LogMelFeatures features = LogMelFeatures::load(whisper_dir("tiny_whisper"));
+  const WhisperTokens tokens = WhisperTokens::load(whisper_dir("tiny_whisper"));
+  const Audio chirp = read_wav(whisper_dir("audio") + "/chirp.wav"),
+              tones = read_wav(whisper_dir("audio") + "/tones.wav");
   // Another model for batch 1: a model's states (the caches) have one shape on a device.
-  const pretrained::Model m1 = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m1 = pretrained::load(whisper_dir("tiny_whisper"));
   WhisperGenerator one(whisper_of(m1), tokens, features, {.device = Device::cpu()});
   m1.upload(one.encoder());
   const auto alone = [&](const Audio& a, const std::string& language) {
@@ -252,11 +252,11 @@ TEST(Whisper, ClipsOfDifferentLengthsGoInWindows) {
 // generation_config.json's forced_decoder_ids pin a language; is_multilingual false makes an
 // English-only model (prompt <|startoftranscript|> <|notimestamps|>).
 TEST(Whisper, GenerationConfigPinsTheLanguageOrEnglishOnly) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   const auto with = [&](const std::string& from, const std::string& to) {
     const fs::path dir = fs::path(::testing::TempDir()) / "tg_whisper_gen";
     fs::create_directories(dir);
-    std::string g = file_bytes(dir_of("tiny_whisper") + "/generation_config.json");
+    std::string g = file_bytes(whisper_dir("tiny_whisper") + "/generation_config.json");
     EXPECT_NE(g.find(from), std::string::npos) << from;
     g.replace(g.find(from), from.size(), to);
     std::ofstream(dir / "generation_config.json") << g;
@@ -271,8 +271,8 @@ TEST(Whisper, GenerationConfigPinsTheLanguageOrEnglishOnly) {
            "\"is_multilingual\": true, \"forced_decoder_ids\": [[1, null], [2, 405]]");
   EXPECT_EQ(translating.forced_language, "");
   EXPECT_EQ(translating.forced_task, "translate");
-  const LogMelFeatures features = LogMelFeatures::load(dir_of("tiny_whisper"));
-  const Audio chirp = read_wav(dir_of("audio") + "/chirp.wav");
+  const LogMelFeatures features = LogMelFeatures::load(whisper_dir("tiny_whisper"));
+  const Audio chirp = read_wav(whisper_dir("audio") + "/chirp.wav");
   WhisperGenerator gen(whisper_of(m), pinned, features, {.device = Device::cpu()});
   m.upload(gen.encoder());
   const Transcript fr = gen.transcribe({&chirp, 1}, {.max_new_tokens = 5})[0];
@@ -304,12 +304,12 @@ TEST(Whisper, GenerationConfigPinsTheLanguageOrEnglishOnly) {
 
 // Audio longer than a window: each window of chunk_length seconds is transcribed on its own.
 TEST(Whisper, LongAudioGoesInWindows) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
-  const LogMelFeatures features = LogMelFeatures::load(dir_of("tiny_whisper"));
-  WhisperGenerator gen(whisper_of(m), WhisperTokens::load(dir_of("tiny_whisper")), features,
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
+  const LogMelFeatures features = LogMelFeatures::load(whisper_dir("tiny_whisper"));
+  WhisperGenerator gen(whisper_of(m), WhisperTokens::load(whisper_dir("tiny_whisper")), features,
                        {.device = Device::cpu()});
   m.upload(gen.encoder());
-  const Audio chirp = read_wav(dir_of("audio") + "/chirp.wav");
+  const Audio chirp = read_wav(whisper_dir("audio") + "/chirp.wav");
   Audio twice = chirp;
   twice.samples.resize(static_cast<size_t>(features.n_samples()),
                        0.0f);  // the first window: chirp, then silence
@@ -326,13 +326,13 @@ TEST(Whisper, LongAudioGoesInWindows) {
 
 TEST(Whisper, SaveWritesTheSameFiles) {
   const fs::path out = fs::path(::testing::TempDir()) / "tg_whisper_saved";
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   pretrained::save(m, m.weights, out.string());
   EXPECT_EQ(file_bytes(out / "model.safetensors"),
-            file_bytes(fs::path(dir_of("tiny_whisper")) / "model.safetensors"))
+            file_bytes(fs::path(whisper_dir("tiny_whisper")) / "model.safetensors"))
       << "the file save_pretrained wrote, byte for byte";
   for (const char* name : {"preprocessor_config.json", "generation_config.json", "tokenizer.json"})
-    EXPECT_EQ(file_bytes(out / name), file_bytes(fs::path(dir_of("tiny_whisper")) / name)) << name;
+    EXPECT_EQ(file_bytes(out / name), file_bytes(fs::path(whisper_dir("tiny_whisper")) / name)) << name;
   const pretrained::Model fresh = pretrained::from_config(std::get<nn::WhisperConfig>(m.config));
   EXPECT_EQ(fresh.architecture, m.architecture);
   pretrained::save(fresh, m.weights, out.string());
@@ -342,7 +342,7 @@ TEST(Whisper, SaveWritesTheSameFiles) {
 }
 
 TEST(Whisper, Errors) {
-  const pretrained::Model m = pretrained::load(dir_of("tiny_whisper"));
+  const pretrained::Model m = pretrained::load(whisper_dir("tiny_whisper"));
   const nn::Whisper& w = whisper_of(m);
   for (const auto& call :
        {std::function<void()>([&] { m.logits(Tensor()); }), std::function<void()>([&] { m.step(); })}) {
@@ -363,9 +363,10 @@ TEST(Whisper, Errors) {
   EXPECT_THROW(compile_forward(*m.module, [&](Tensor f, Tensor ids) { return w.decode(ids, w.encode(f)); },
                                {.inputs = {{"features", {1, 80, 200}}, {"ids", {1, 33}, DType::kI32}}}),
                ShapeError);
-  EXPECT_THROW(WhisperGenerator(whisper_of(m), WhisperTokens::load(dir_of("tiny_whisper")), LogMelFeatures{}),
-               InputError);  // 3000 frames of the default extractor
-  {                          // scale_embedding is read but, as in transformers, not applied: the same logits
+  EXPECT_THROW(
+      WhisperGenerator(whisper_of(m), WhisperTokens::load(whisper_dir("tiny_whisper")), LogMelFeatures{}),
+      InputError);  // 3000 frames of the default extractor
+  {                 // scale_embedding is read but, as in transformers, not applied: the same logits
     const pretrained::Model scaled =
         pretrained::load(edited_copy("tiny_whisper", "tg_whisper_scaled", "\"scale_embedding\": false",
                                      "\"scale_embedding\": true")

@@ -19,7 +19,7 @@ namespace {
 
 using namespace tg;
 
-const std::string kGolden = std::string(TG_TEST_DATA_DIR) + "/conv_transpose_golden.safetensors";
+const std::string kTransposeGolden = std::string(TG_TEST_DATA_DIR) + "/conv_transpose_golden.safetensors";
 
 /// The golden's decoder with PyTorch's names.
 struct Decoder : Module {
@@ -34,8 +34,8 @@ struct Decoder : Module {
 class ConvTransposeParity : public ::testing::TestWithParam<Device> {};
 
 TEST_P(ConvTransposeParity, LossAndGradientsMatchPyTorch) {
-  const std::map<std::string, HostTensor> t = read_safetensors(kGolden);
-  const std::map<std::string, std::string> meta = read_safetensors_metadata(kGolden);
+  const std::map<std::string, HostTensor> t = read_safetensors(kTransposeGolden);
+  const std::map<std::string, std::string> meta = read_safetensors_metadata(kTransposeGolden);
   Decoder net;
   std::map<std::string, HostTensor> params;
   for (const auto& [name, v] : t)

@@ -19,14 +19,14 @@ namespace {
 
 using namespace tg;
 
-const nn::GptConfig kConfig{
+const nn::GptConfig kDecodeConfig{
     .vocab = 37, .seq_len = 16, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2, .tied_head = false};
-constexpr int64_t kCache = 12;
+constexpr int64_t kDecodeCache = 12;
 
-std::vector<Device> devices() { return tg::testing::all_devices(); }
+std::vector<Device> decode_devices() { return tg::testing::all_devices(); }
 
 Program cached_program(nn::Gpt& model, int64_t batch, int64_t tokens, Device device) {
-  return tg::testing::cached_program(model, batch, tokens, kCache, device);
+  return tg::testing::cached_program(model, batch, tokens, kDecodeCache, device);
 }
 
 class GptDecode : public ::testing::TestWithParam<Device> {};
@@ -34,37 +34,38 @@ class GptDecode : public ::testing::TestWithParam<Device> {};
 TEST_P(GptDecode, MatchesTheFullForwardOnEveryPrefix) {
   for (const int64_t batch : {int64_t{1}, int64_t{4}}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
-    nn::Gpt model(kConfig);
-    tg::testing::expect_cached_equals_full(model, kConfig.vocab, kCache, batch, GetParam());
+    nn::Gpt model(kDecodeConfig);
+    tg::testing::expect_cached_equals_full(model, kDecodeConfig.vocab, kDecodeCache, batch, GetParam());
   }
 }
 
 // Rotary positions (a base other than the default): the queries and new keys are rotated at
 // their own positions pos[b] + i, so the cached logits again equal the full forward's.
 TEST_P(GptDecode, RotaryMatchesTheFullForwardOnEveryPrefix) {
-  nn::GptConfig rotary = kConfig;
+  nn::GptConfig rotary = kDecodeConfig;
   rotary.rotary = true;
   rotary.rope_theta = 500.0;
   for (const int64_t batch : {int64_t{1}, int64_t{4}}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     nn::Gpt model(rotary);
-    tg::testing::expect_cached_equals_full(model, rotary.vocab, kCache, batch, GetParam());
+    tg::testing::expect_cached_equals_full(model, rotary.vocab, kDecodeCache, batch, GetParam());
   }
 }
 
 TEST_P(GptDecode, BadInputsAreClearErrors) {
-  nn::Gpt model(kConfig);
+  nn::Gpt model(kDecodeConfig);
   // A prompt longer than the cache: at compile time.
   EXPECT_NE(tg::testing::message_of<ShapeError>([&] {
-              cached_program(model, 1, kCache + 1, GetParam());
+              cached_program(model, 1, kDecodeCache + 1, GetParam());
             }).find("do not fit"),
             std::string::npos);
   // A position past the cache: when the program runs.
   Program decode = cached_program(model, 2, 1, GetParam());
   EXPECT_NO_THROW(
-      decode.run({{"ids", std::vector<int32_t>{1, 2}}, {"pos", std::vector<int32_t>{0, kCache - 1}}}));
-  EXPECT_THROW(decode.run({{"ids", std::vector<int32_t>{1, 2}}, {"pos", std::vector<int32_t>{0, kCache}}}),
-               InputError);
+      decode.run({{"ids", std::vector<int32_t>{1, 2}}, {"pos", std::vector<int32_t>{0, kDecodeCache - 1}}}));
+  EXPECT_THROW(
+      decode.run({{"ids", std::vector<int32_t>{1, 2}}, {"pos", std::vector<int32_t>{0, kDecodeCache}}}),
+      InputError);
   // The wrong batch size: the feed is checked against the program's inputs.
   EXPECT_THROW(decode.run({{"ids", std::vector<int32_t>{1, 2, 3}}, {"pos", std::vector<int32_t>{0, 1, 2}}}),
                InputError);
@@ -75,12 +76,12 @@ TEST_P(GptDecode, BadInputsAreClearErrors) {
   // Positions must be one per sequence.
   EXPECT_THROW(
       compile_forward(
-          model, [&model](Tensor ids, Tensor pos) { return model.logits_cached(ids, pos, kCache); },
+          model, [&model](Tensor ids, Tensor pos) { return model.logits_cached(ids, pos, kDecodeCache); },
           {.inputs = {{"ids", {2, 1}, DType::kI32}, {"pos", {}, DType::kI32}}, .device = GetParam()}),
       ShapeError);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, GptDecode, ::testing::ValuesIn(devices()),
+INSTANTIATE_TEST_SUITE_P(Devices, GptDecode, ::testing::ValuesIn(decode_devices()),
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
 }  // namespace

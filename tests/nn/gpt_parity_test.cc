@@ -65,7 +65,7 @@ constexpr double kFloorLaterGrads = 1.0;  // gradients of steps 2 and 3
 constexpr double kKeyBiasGradRatio = 1e-5;
 constexpr double kLr = 3e-3;
 
-const tg::nn::GptConfig kConfig{.vocab = 16, .seq_len = kSeq, .layers = 3, .d_model = 64, .heads = 4};
+const tg::nn::GptConfig kParityConfig{.vocab = 16, .seq_len = kSeq, .layers = 3, .d_model = 64, .heads = 4};
 
 // ---- the shared generator ---------------------------------------------------------------
 
@@ -108,7 +108,7 @@ struct GoldenStep {
   std::map<std::string, Stored> grads, captures, params;
 };
 
-struct Golden {
+struct GptGolden {
   int64_t full_max = 0, samples = 0, sample_stride = 0;
   uint64_t row_sign_seed = 0, col_sign_seed = 0, init_seed = 0;
   std::vector<int32_t> ids, targets;
@@ -138,10 +138,10 @@ std::vector<T> read_payload(std::istream& file, int64_t n, const std::string& li
   return v;
 }
 
-Golden parse_golden(const std::string& path) {
+GptGolden parse_golden(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) throw std::runtime_error("cannot open " + path + " (run tests/nn/gen_gpt_golden.py)");
-  Golden g;
+  GptGolden g;
   bool ended = false;
   std::string line;
   while (!ended && std::getline(file, line)) {
@@ -200,12 +200,12 @@ Golden parse_golden(const std::string& path) {
   return g;
 }
 
-const Golden& golden() {
-  static const std::pair<Golden, std::string> loaded = [] {
+const GptGolden& golden() {
+  static const std::pair<GptGolden, std::string> loaded = [] {
     try {
       return std::make_pair(parse_golden(std::string(TG_TEST_DATA_DIR) + "/gpt_golden.bin"), std::string());
     } catch (const std::exception& e) {
-      return std::make_pair(Golden{}, std::string(e.what()));
+      return std::make_pair(GptGolden{}, std::string(e.what()));
     }
   }();
   if (!loaded.second.empty()) throw std::runtime_error(loaded.second);
@@ -213,7 +213,7 @@ const Golden& golden() {
 }
 
 // The initial parameters, drawn exactly as gen_gpt_golden.py draws them.
-std::map<std::string, tg::HostTensor> initial_params(const Golden& g) {
+std::map<std::string, tg::HostTensor> initial_params(const GptGolden& g) {
   SplitMix64 rng{g.init_seed};
   std::map<std::string, tg::HostTensor> out;
   for (const InitSpec& s : g.init) {
@@ -274,7 +274,7 @@ struct Exclude {
   int64_t begin = 0, end = 0;
 };
 
-Err compare(const tg::HostTensor& got_tensor, const Stored& want, const Golden& g, double floor_frac,
+Err compare(const tg::HostTensor& got_tensor, const Stored& want, const GptGolden& g, double floor_frac,
             Exclude exclude, std::string& detail) {
   if (got_tensor.shape() != want.shape) {
     detail = "shape " + tg::shape_str(got_tensor.shape()) + " vs PyTorch " + tg::shape_str(want.shape);
@@ -338,7 +338,7 @@ class Summary : public ::testing::Environment {
 
 class Checker {
  public:
-  Checker(const Golden& g, std::string device) : g_(g), device_(std::move(device)) {}
+  Checker(const GptGolden& g, std::string device) : g_(g), device_(std::move(device)) {}
 
   void scalar(const std::string& category, double got, double want, const std::string& where) {
     const double err = nan_to_inf(std::abs(got - want) / std::abs(want));
@@ -370,7 +370,7 @@ class Checker {
       }
       std::string detail;
       Exclude exclude;
-      if (exclude_key_bias && is_qkv_bias(name)) exclude = {kConfig.d_model, 2 * kConfig.d_model};
+      if (exclude_key_bias && is_qkv_bias(name)) exclude = {kParityConfig.d_model, 2 * kParityConfig.d_model};
       Err e = compare(it->second, w, g_, floor_frac, exclude, detail);
       record(category, e, where + " " + prefix + name, detail, elementwise_tol);
     }
@@ -385,7 +385,7 @@ class Checker {
                     << kRelTol << "), elementwise " << e.elementwise << " (limit " << elementwise_tol << ") "
                     << detail;
   }
-  const Golden& g_;
+  const GptGolden& g_;
   std::string device_;
 };
 
@@ -399,7 +399,7 @@ tg::AdamW adamw(double lr, double weight_decay) {
 // ---- the tests ----------------------------------------------------------------------------
 
 TEST(GptGoldenFile, IsCompleteAndInitReproduces) {
-  const Golden& g = golden();
+  const GptGolden& g = golden();
   EXPECT_EQ(g.ids.size(), static_cast<size_t>(kBatch * kSeq));
   EXPECT_EQ(g.targets.size(), static_cast<size_t>(kBatch * kSeq));
   EXPECT_TRUE(std::count(g.targets.begin(), g.targets.end(), -100) > 0)
@@ -410,10 +410,10 @@ TEST(GptGoldenFile, IsCompleteAndInitReproduces) {
     EXPECT_EQ(s.grads.size(), g.init.size());
     EXPECT_EQ(s.params.size(), g.init.size());
   }
-  EXPECT_EQ(g.steps[0].captures.size(), static_cast<size_t>(kConfig.layers));
+  EXPECT_EQ(g.steps[0].captures.size(), static_cast<size_t>(kParityConfig.layers));
 
   // The model's parameters are exactly the generator's, in the same order.
-  tg::nn::Gpt gpt(kConfig);
+  tg::nn::Gpt gpt(kParityConfig);
   std::vector<std::string> names;
   for (const tg::Param* p : gpt.parameters()) names.push_back(p->path());
   std::vector<std::string> golden_names;
@@ -445,13 +445,13 @@ TEST(GptGoldenFile, IsCompleteAndInitReproduces) {
 class GptParity : public ::testing::TestWithParam<tg::Device> {};
 
 TEST_P(GptParity, ThreeAdamWStepsMatchPyTorch) {
-  const Golden& g = golden();
+  const GptGolden& g = golden();
   const tg::Device device = GetParam();
   if (device.kind == tg::Device::Kind::kCuda)
     if (const std::string why = tg::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string dev = device.str();
 
-  tg::nn::Gpt gpt(kConfig);
+  tg::nn::Gpt gpt(kParityConfig);
   tg::Program train = tg::compile_train(
       gpt, [&](tg::Tensor ids, tg::Tensor targets) { return gpt.loss(ids, targets, -100); },
       {.inputs = {{"ids", {kBatch, kSeq}, tg::DType::kI32}, {"targets", {kBatch, kSeq}, tg::DType::kI32}},
@@ -493,8 +493,8 @@ TEST_P(GptParity, ThreeAdamWStepsMatchPyTorch) {
 
     // The key biases: a zero gradient up to rounding, and a bounded drift (see the top).
     lr_sum += kLr * std::min(1.0, static_cast<double>(k) / 3.0);
-    const int64_t d = kConfig.d_model;
-    for (int64_t layer = 0; layer < kConfig.layers; ++layer) {
+    const int64_t d = kParityConfig.d_model;
+    for (int64_t layer = 0; layer < kParityConfig.layers; ++layer) {
       const std::string name = "blocks." + std::to_string(layer) + ".attn.qkv.bias";
       auto grad = caps.find("grad/" + name);
       auto param = params.find(name);

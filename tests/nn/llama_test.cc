@@ -26,11 +26,11 @@ namespace {
 using namespace tg;
 
 // transformers' tiny fixture sizes (gen_llama_golden.py): GQA with 4 query and 2 kv heads.
-const nn::LlamaConfig kConfig{
+const nn::LlamaConfig kLlamaConfig{
     .vocab = 64, .seq_len = 16, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2, .mlp_hidden = 48};
-constexpr int64_t kCache = 12;
+constexpr int64_t kLlamaCache = 12;
 
-std::vector<Device> devices() { return tg::testing::all_devices(); }
+std::vector<Device> llama_devices() { return tg::testing::all_devices(); }
 
 std::map<std::string, Shape> shapes_of(const nn::Llama& model) {
   std::map<std::string, Shape> out;
@@ -53,16 +53,16 @@ TEST(Llama, ParametersAreHuggingFacesNamesAndShapes) {
     want[l + "mlp.up_proj.weight"] = {48, 32};
     want[l + "mlp.down_proj.weight"] = {32, 48};
   }
-  nn::Llama untied(kConfig);
+  nn::Llama untied(kLlamaConfig);
   EXPECT_EQ(shapes_of(untied), want);
   // Tied: the head is embed_tokens, no lm_head.
-  nn::LlamaConfig tied_config = kConfig;
+  nn::LlamaConfig tied_config = kLlamaConfig;
   tied_config.tied_head = true;
   nn::Llama tied(tied_config);
   want.erase("lm_head.weight");
   EXPECT_EQ(shapes_of(tied), want);
   // Biases: q/k/v/o_proj with attention_bias, gate/up/down_proj with mlp_bias.
-  nn::LlamaConfig biased = kConfig;
+  nn::LlamaConfig biased = kLlamaConfig;
   biased.attention_bias = biased.mlp_bias = true;
   const std::map<std::string, Shape> with_bias = shapes_of(nn::Llama(biased));
   EXPECT_EQ(with_bias.size(), want.size() + 1 + 2 * 7);
@@ -71,7 +71,7 @@ TEST(Llama, ParametersAreHuggingFacesNamesAndShapes) {
 }
 
 TEST(Llama, InitialisesAsHuggingFace) {
-  nn::Llama model(kConfig);
+  nn::Llama model(kLlamaConfig);
   Program p = compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
                               {.inputs = {{"ids", {2, 7}, DType::kI32}}, .device = Device::cpu()});
   p.init_params(1);
@@ -86,22 +86,22 @@ TEST(Llama, InitialisesAsHuggingFace) {
 }
 
 TEST(Llama, ConfigurationAndShapeErrors) {
-  nn::LlamaConfig c = kConfig;
+  nn::LlamaConfig c = kLlamaConfig;
   c.kv_heads = 3;  // 4 heads are no multiple of 3
   EXPECT_NE(tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("multiple of kv_heads"),
             std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.d_model = 12;  // head size 3: no rotate-half pairs
   EXPECT_NE(tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("even rotary_dim"),
             std::string::npos);
   for (const int64_t rotary : {3, 10}) {  // odd; wider than the head of 8
-    c = kConfig;
+    c = kLlamaConfig;
     c.rotary_dim = rotary;
     EXPECT_NE(
         tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("even rotary_dim within the head"),
         std::string::npos);
   }
-  c = kConfig;
+  c = kLlamaConfig;
   c.rope_scaling = {.type = RopeScaling::Type::kLongRope, .original_context = 8, .short_factor = {1.0}};
   EXPECT_NE(
       tg::testing::message_of<ShapeError>([&] { nn::Llama m(c); }).find("longrope needs 4 positive short"),
@@ -110,42 +110,43 @@ TEST(Llama, ConfigurationAndShapeErrors) {
   const auto error_of = [](const nn::LlamaConfig& bad) {
     return tg::testing::message_of<ShapeError>([&] { nn::Llama m(bad); });
   };
-  c = kConfig;
+  c = kLlamaConfig;
   c.experts = {.count = 4, .top_k = 5};
   EXPECT_NE(error_of(c).find("1 <= top_k <= count"), std::string::npos);
   c.experts = {.count = 4, .top_k = 2};
   c.moe_layers = {true};
   EXPECT_NE(error_of(c).find("moe_layers empty or one flag per layer"), std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.post_norms = c.sandwich_norms = true;
   EXPECT_NE(error_of(c).find("sandwich_norms and post_norms exclude each other"), std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.qk_norm_whole = true;
   EXPECT_NE(error_of(c).find("qk_norm_whole needs qk_norm"), std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.residual_multiplier = std::numeric_limits<double>::infinity();
   EXPECT_NE(error_of(c).find("must be finite and > 0"), std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.parallel = nn::LlamaConfig::Parallel::kShared;
   c.post_norms = true;
   EXPECT_NE(error_of(c).find("a parallel layer has no sandwich_norms or post_norms"), std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.layer_norm = c.gemma = true;
   EXPECT_NE(error_of(c).find("layer_norm excludes gemma"), std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.head_bias = c.tied_head = true;
   EXPECT_NE(error_of(c).find("head_bias needs an untied head"), std::string::npos);
-  c = kConfig;
+  c = kLlamaConfig;
   c.experts = {.count = 2, .top_k = 1};
   c.gated_mlp = false;
   EXPECT_NE(error_of(c).find("experts are gated MLPs"), std::string::npos);
-  nn::Llama model(kConfig);
-  EXPECT_THROW(
-      compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
-                      {.inputs = {{"ids", {1, kConfig.seq_len + 1}, DType::kI32}}, .device = Device::cpu()}),
-      ShapeError);
-  EXPECT_THROW(tg::testing::cached_program(model, 1, 1, kConfig.seq_len + 1, Device::cpu()), ShapeError);
-  EXPECT_THROW(tg::testing::cached_program(model, 1, kCache + 1, kCache, Device::cpu()), ShapeError);
+  nn::Llama model(kLlamaConfig);
+  EXPECT_THROW(compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
+                               {.inputs = {{"ids", {1, kLlamaConfig.seq_len + 1}, DType::kI32}},
+                                .device = Device::cpu()}),
+               ShapeError);
+  EXPECT_THROW(tg::testing::cached_program(model, 1, 1, kLlamaConfig.seq_len + 1, Device::cpu()), ShapeError);
+  EXPECT_THROW(tg::testing::cached_program(model, 1, kLlamaCache + 1, kLlamaCache, Device::cpu()),
+               ShapeError);
 }
 
 // d(loss)/dθ along a random ±1 direction u of each parameter tensor, autograd's Σ g·u against
@@ -274,7 +275,7 @@ TEST(Llama, SortedAndDenseDispatchAgree) {
 TEST(Llama, TrainingLowersTheLoss) {
   std::vector<std::vector<float>> losses;
   for (const bool recompute : {false, true}) {
-    nn::LlamaConfig c = kConfig;
+    nn::LlamaConfig c = kLlamaConfig;
     c.recompute = recompute;
     nn::Llama model(c);
     Program train = compile_train(model, [&model](Tensor ids, Tensor t) { return model.loss(ids, t); },
@@ -299,28 +300,28 @@ class LlamaDevices : public ::testing::TestWithParam<Device> {};
 TEST_P(LlamaDevices, CachedLogitsMatchTheFullForwardOnEveryPrefix) {
   for (const int64_t batch : {int64_t{1}, int64_t{4}}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
-    nn::Llama model(kConfig);
-    tg::testing::expect_cached_equals_full(model, kConfig.vocab, kCache, batch, GetParam());
+    nn::Llama model(kLlamaConfig);
+    tg::testing::expect_cached_equals_full(model, kLlamaConfig.vocab, kLlamaCache, batch, GetParam());
   }
 }
 
 TEST_P(LlamaDevices, GreedyGenerationEqualsTheFullForward) {
-  nn::LlamaConfig c = kConfig;
+  nn::LlamaConfig c = kLlamaConfig;
   c.tied_head = true;
   nn::Llama model(c);
   Generator g(model,
               [&model](const Tensor& ids, const Tensor& pos, int64_t cache) {
                 return model.logits_cached(ids, pos, cache);
               },
-              {.batch = 2, .cache_len = kCache, .prefill_len = 4, .device = GetParam()});
+              {.batch = 2, .cache_len = kLlamaCache, .prefill_len = 4, .device = GetParam()});
   g.prefill().init_params(5);
   const std::vector<std::vector<int32_t>> prompts{{3, 17, 42, 5, 9, 60}, {11, 2}};
   const std::vector<std::vector<int32_t>> outs = g.generate(prompts, {.max_new_tokens = 5});
   Program full = compile_forward(model, [&model](Tensor ids) { return model.logits(ids); },
-                                 {.inputs = {{"ids", {1, kCache}, DType::kI32}}, .device = GetParam()});
+                                 {.inputs = {{"ids", {1, kLlamaCache}, DType::kI32}}, .device = GetParam()});
   ASSERT_EQ(outs.size(), 2u);
   for (size_t i = 0; i < 2; ++i)
-    EXPECT_EQ(outs[i], tg::testing::greedy_by_full_forward(full, prompts[i], 5, kCache, c.vocab))
+    EXPECT_EQ(outs[i], tg::testing::greedy_by_full_forward(full, prompts[i], 5, kLlamaCache, c.vocab))
         << "prompt " << i;
 }
 
@@ -353,7 +354,7 @@ TEST_P(LlamaDevices, LogitsEqualTransformers) {
   std::printf("  %s: relative logit difference to transformers %.2e\n", GetParam().str().c_str(), d);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, LlamaDevices, ::testing::ValuesIn(devices()),
+INSTANTIATE_TEST_SUITE_P(Devices, LlamaDevices, ::testing::ValuesIn(llama_devices()),
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace {
 
 using namespace tg;
 
-struct Net : Module {
+struct LoraNet : Module {
   nn::Linear fc1{*this, "fc1", 4, 8};
   nn::Linear fc2{*this, "fc2", 8, 2};
   Tensor loss(const Tensor& x, const Tensor& y) const { return mse_loss(fc2(tanh(fc1(x))), y); }
@@ -44,7 +44,7 @@ std::vector<float> values(const std::map<std::string, HostTensor>& params, const
   return {v.begin(), v.end()};
 }
 
-Program train_net(Net& net, const Device& device, std::vector<std::string> frozen,
+Program train_net(LoraNet& net, const Device& device, std::vector<std::string> frozen,
                   int64_t micro_batches = 1) {
   return compile_train(net, [&net](Tensor x, Tensor y) { return net.loss(x, y); },
                        {.inputs = {{"x", {4, 4}}, {"y", {4, 2}}},
@@ -56,7 +56,7 @@ Program train_net(Net& net, const Device& device, std::vector<std::string> froze
 
 TEST_P(LoraDevices, FrozenParamsGetNoGradientNoMomentsAndStayBitIdentical) {
   for (const int64_t k : {int64_t{1}, int64_t{2}}) {
-    Net net;
+    LoraNet net;
     Program all = train_net(net, GetParam(), {}, k);
     Program p = train_net(net, GetParam(), {"fc1", "fc2.bias"}, k);
     p.init_params(3);
@@ -82,7 +82,7 @@ TEST_P(LoraDevices, FrozenParamsGetNoGradientNoMomentsAndStayBitIdentical) {
 }
 
 TEST(Lora, FrozenEntryMatchingNothingIsAnInputError) {
-  Net net;
+  LoraNet net;
   EXPECT_THROW(train_net(net, Device::ref(), {"fc3"}), InputError);
   EXPECT_THROW(train_net(net, Device::ref(), {"fc"}), InputError);  // not at a '.' boundary
   EXPECT_THROW(train_net(net, Device::ref(), {"fc1.weigh"}), InputError);
@@ -97,11 +97,11 @@ TEST(Lora, FrozenEntryMatchingNothingIsAnInputError) {
 }
 
 // ---- LoRA on the tiny Llama --------------------------------------------------------------
-const nn::LlamaConfig kConfig{
+const nn::LlamaConfig kLoraConfig{
     .vocab = 64, .seq_len = 16, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2, .mlp_hidden = 48};
 
 TEST(Lora, AddLoraNamesParamsAsPeftAndChecksTargets) {
-  nn::Llama model(kConfig);
+  nn::Llama model(kLoraConfig);
   const std::vector<std::string> adapted = nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4});
   EXPECT_EQ(adapted.size(), 4u);
   std::map<std::string, Shape> shapes;
@@ -114,7 +114,7 @@ TEST(Lora, AddLoraNamesParamsAsPeftAndChecksTargets) {
   EXPECT_THROW(nn::add_lora(model, {.targets = {"q_proj"}}), InputError);  // already adapted
   EXPECT_THROW(nn::add_lora(model, {.targets = {"proj"}}), InputError);    // names no Linear
   EXPECT_THROW(nn::add_lora(model, {.targets = {"k_proj"}, .rank = 0}), InputError);
-  nn::Llama plain(kConfig);
+  nn::Llama plain(kLoraConfig);
   EXPECT_THROW(nn::lora_frozen(plain), InputError);
 }
 
@@ -127,7 +127,7 @@ Program logits_program(nn::Llama& model, const Device& device, int64_t t) {
 }
 
 TEST_P(LoraDevices, FreshAdapterLeavesLogitsUnchanged) {
-  nn::Llama base(kConfig), adapted(kConfig);
+  nn::Llama base(kLoraConfig), adapted(kLoraConfig);
   nn::add_lora(adapted, {.targets = {"q_proj", "v_proj", "down_proj"}, .rank = 4, .alpha = 8});
   Program b = logits_program(base, GetParam(), 10), a = logits_program(adapted, GetParam(), 10);
   b.init_params(5);
@@ -149,7 +149,7 @@ std::vector<int32_t> pattern(int64_t offset, int64_t n) {
 TEST_P(LoraDevices, FineTuneLowersHeldOutLossKeepsBaseAndMerges) {
   if (!std::filesystem::exists(tiny_llama())) GTEST_SKIP() << tiny_llama() << " is missing";
   constexpr int64_t T = 12;
-  nn::Llama model(kConfig);
+  nn::Llama model(kLoraConfig);
   nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
   auto loss_fn = [&model](Tensor ids, Tensor targets) { return model.loss(ids, targets); };
   Program train = compile_train(model, loss_fn,
@@ -191,7 +191,7 @@ TEST_P(LoraDevices, FineTuneLowersHeldOutLossKeepsBaseAndMerges) {
   // Merged into a model without adapters: the adapter form's logits, to float rounding.
   const std::map<std::string, HostTensor> merged = nn::merge_lora(model, after);
   EXPECT_EQ(merged.size() + 8, after.size());
-  nn::Llama plain(kConfig);
+  nn::Llama plain(kLoraConfig);
   Program a = logits_program(model, GetParam(), T), m = logits_program(plain, GetParam(), T);
   m.upload_params(merged);
   const std::vector<float> want = a.run({{"ids", held_ids}}).f32(), got = m.run({{"ids", held_ids}}).f32();

@@ -21,9 +21,9 @@
 namespace tg::op_test {
 namespace {
 
-const std::string kGolden = std::string(TG_TEST_DATA_DIR) + "/loss_golden.safetensors";
+const std::string kLossGolden = std::string(TG_TEST_DATA_DIR) + "/loss_golden.safetensors";
 
-HostTensor feed(const tg::HostTensor& h) {
+HostTensor loss_feed(const tg::HostTensor& h) {
   if (h.dtype() == DType::kI32) return {DType::kI32, {h.i32().begin(), h.i32().end()}};
   return {DType::kF32, {h.f32().begin(), h.f32().end()}};
 }
@@ -57,8 +57,8 @@ Tensor call(const std::string& fn, const io::JsonValue& p, const Ts& v, Reductio
 }
 
 TEST(LossParity, OutputsAndGradientsMatchPyTorch) {
-  const std::map<std::string, tg::HostTensor> t = tg::read_safetensors(kGolden);
-  const io::JsonValue cases = io::parse_json(tg::read_safetensors_metadata(kGolden).at("cases"));
+  const std::map<std::string, tg::HostTensor> t = tg::read_safetensors(kLossGolden);
+  const io::JsonValue cases = io::parse_json(tg::read_safetensors_metadata(kLossGolden).at("cases"));
   std::vector<std::unique_ptr<backend::Backend>> backends = both_backends();
   if (tg::testing::gpu_skip_reason().empty()) backends.push_back(backend::make_cuda_backend(0));
   ASSERT_EQ(cases.array.size(), 19u);
@@ -75,7 +75,7 @@ TEST(LossParity, OutputsAndGradientsMatchPyTorch) {
     for (const std::string& k : fed) {
       const tg::HostTensor& h = t.at(name + "/" + k);
       specs.push_back(h.dtype() == DType::kI32 ? ints(h.shape()) : uni(h.shape()));
-      feeds.push_back(feed(h));
+      feeds.push_back(loss_feed(h));
     }
     int32_t none = -1, mean_id = -1, sum_id = -1;
     Traced tr = trace_fn(specs, [&](const Ts& in) {

@@ -19,7 +19,7 @@ namespace {
 
 using namespace tg;
 
-const nn::MambaLMConfig kConfig{
+const nn::MambaLMConfig kMambaConfig{
     .vocab = 19, .layers = 2, .d_model = 16, .d_state = 4, .d_conv = 4, .expand = 2};
 // Mamba-2: 4 heads of 8 channels, B and C in 2 groups, Δ clamped (the limit binds for some
 // steps), biases, no conv bias, an untied head.
@@ -82,8 +82,9 @@ double worst_over_chunks(const nn::MambaLMConfig& config, int64_t batch, const s
 // One token at a time over 9 tokens; windows of 4 tokens, the first from zero states, the second
 // from the first's (conv inputs across the boundary, a carried SSM state), then one-token steps.
 TEST_P(MambaDecode, StepsGiveTheFullForwardOnEveryPrefix) {
-  for (const auto& [config, batch] : {std::pair{kConfig, int64_t{1}}, std::pair{kConfig, int64_t{3}},
-                                      std::pair{kConfig2, int64_t{1}}, std::pair{kConfig2, int64_t{3}}}) {
+  for (const auto& [config, batch] :
+       {std::pair{kMambaConfig, int64_t{1}}, std::pair{kMambaConfig, int64_t{3}},
+        std::pair{kConfig2, int64_t{1}}, std::pair{kConfig2, int64_t{3}}}) {
     for (const std::vector<int64_t>& chunks :
          {std::vector<int64_t>(9, 1), std::vector<int64_t>{4, 4, 1, 1}}) {
       SCOPED_TRACE("Mamba-" + std::to_string(config.version) + ", batch " + std::to_string(batch) +
@@ -100,7 +101,7 @@ TEST_P(MambaDecode, StepsGiveTheFullForwardOnEveryPrefix) {
 // Prompts of 8 and 6 tokens with windows of 3: two windows each (the shorter prompt whole, its
 // first token sampled by the prefill), the rest of the longer token by token.
 TEST_P(MambaDecode, GeneratorContinuesAsTheFullForward) {
-  for (const auto& config : {kConfig, kConfig2}) {
+  for (const auto& config : {kMambaConfig, kConfig2}) {
     SCOPED_TRACE("Mamba-" + std::to_string(config.version));
     nn::MambaLM model(config);
     constexpr int64_t kCache = 16;
@@ -137,7 +138,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, MambaDecode, ::testing::ValuesIn(tg::testing::
                          [](const auto& info) { return tg::testing::device_test_name(info.param); });
 
 TEST(MambaDecodeErrors, StepTakesI32Ids) {
-  nn::MambaLM model(kConfig);
+  nn::MambaLM model(kMambaConfig);
   const std::string what = tg::testing::message_of<ShapeError>([&] {
     compile_forward(model, [&](Tensor ids) { return model.logits_step(ids); },
                     {.inputs = {{"ids", {1, 3}}}, .device = Device::cpu()});

@@ -17,13 +17,13 @@ namespace {
 
 using namespace tg;
 
-const std::string kGolden = std::string(TG_TEST_DATA_DIR) + "/mamba_golden.safetensors";
+const std::string kMambaGolden = std::string(TG_TEST_DATA_DIR) + "/mamba_golden.safetensors";
 
 class MambaParity : public ::testing::TestWithParam<Device> {};
 
 TEST_P(MambaParity, LossAndEveryGradientMatchPyTorch) {
-  const auto golden = read_safetensors(kGolden);
-  const auto meta = read_safetensors_metadata(kGolden);
+  const auto golden = read_safetensors(kMambaGolden);
+  const auto meta = read_safetensors_metadata(kMambaGolden);
   nn::MambaLM model({.vocab = std::stoll(meta.at("vocab")),
                      .layers = std::stoll(meta.at("layers")),
                      .d_model = std::stoll(meta.at("d_model")),

@@ -22,13 +22,13 @@
 namespace tg::op_test {
 namespace {
 
-const std::string kGolden = std::string(TG_TEST_DATA_DIR) + "/resize_golden.safetensors";
+const std::string kResizeGolden = std::string(TG_TEST_DATA_DIR) + "/resize_golden.safetensors";
 
-std::vector<float> to_f32(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+std::vector<float> resize_to_f32(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
 TEST(ResizeParity, InterpolateAdaptivePoolAndPadMatchPyTorch) {
-  const std::map<std::string, tg::HostTensor> t = tg::read_safetensors(kGolden);
-  const io::JsonValue cases = io::parse_json(tg::read_safetensors_metadata(kGolden).at("cases"));
+  const std::map<std::string, tg::HostTensor> t = tg::read_safetensors(kResizeGolden);
+  const io::JsonValue cases = io::parse_json(tg::read_safetensors_metadata(kResizeGolden).at("cases"));
   const tg::HostTensor& x = t.at("x");
   std::vector<std::unique_ptr<backend::Backend>> backends = both_backends();
   if (tg::testing::gpu_skip_reason().empty()) backends.push_back(backend::make_cuda_backend(0));
@@ -76,8 +76,10 @@ TEST(ResizeParity, InterpolateAdaptivePoolAndPadMatchPyTorch) {
                                  {{DType::kF32, {x.f32().begin(), x.f32().end()}},
                                   {DType::kF32, {dy.f32().begin(), dy.f32().end()}}});
       ASSERT_EQ(got[0].size(), y.f32().size()) << name << ": output shape";
-      EXPECT_LT(tg::testing::rel_diff(to_f32(got[0]), y.f32()), 1e-5) << name << " y on " << be->name();
-      EXPECT_LT(tg::testing::rel_diff(to_f32(got[1]), dx.f32()), 1e-5) << name << " dx on " << be->name();
+      EXPECT_LT(tg::testing::rel_diff(resize_to_f32(got[0]), y.f32()), 1e-5)
+          << name << " y on " << be->name();
+      EXPECT_LT(tg::testing::rel_diff(resize_to_f32(got[1]), dx.f32()), 1e-5)
+          << name << " dx on " << be->name();
     }
   }
 }

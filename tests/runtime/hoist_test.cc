@@ -20,19 +20,22 @@ namespace {
 
 using testing::rel_diff;
 
-constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 32;
+constexpr int64_t kHoistBatch = 2, kHoistSeq = 8, kVocab = 32;
 
-nn::GptConfig config() { return {.vocab = kVocab, .seq_len = kSeq, .layers = 2, .d_model = 64, .heads = 4}; }
+nn::GptConfig config() {
+  return {.vocab = kVocab, .seq_len = kHoistSeq, .layers = 2, .d_model = 64, .heads = 4};
+}
 
 std::vector<int32_t> ids() {
   std::vector<int32_t> v;
-  for (int64_t i = 0; i < kBatch * kSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3) % kVocab));
+  for (int64_t i = 0; i < kHoistBatch * kHoistSeq; ++i)
+    v.push_back(static_cast<int32_t>((i * 7 + 3) % kVocab));
   return v;
 }
 
 Program logits_program(nn::Gpt& model, Device device, bool optimize = true) {
   return compile_forward(model, [&](Tensor x) { return model.logits(x); },
-                         {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}},
+                         {.inputs = {{"ids", {kHoistBatch, kHoistSeq}, DType::kI32}},
                           .device = device,
                           .optimize = optimize,
                           .precision = Precision::kBf16});
@@ -64,11 +67,11 @@ TEST_P(Hoist, Bf16WeightsAreReadNotConvertedPerRun) {
 TEST_P(Hoist, ParameterChangesReachTheHoistedCopies) {
   nn::Gpt model(config());
   Program infer = logits_program(model, GetParam());
-  Program train = compile_train(
-      model, [&](Tensor x, Tensor y) { return model.loss(x, y); },
-      {.inputs = {{"ids", {kBatch, kSeq}, DType::kI32}, {"targets", {kBatch, kSeq}, DType::kI32}},
-       .optimizer = SGD{.lr = 0.5},
-       .device = GetParam()});
+  Program train = compile_train(model, [&](Tensor x, Tensor y) { return model.loss(x, y); },
+                                {.inputs = {{"ids", {kHoistBatch, kHoistSeq}, DType::kI32},
+                                            {"targets", {kHoistBatch, kHoistSeq}, DType::kI32}},
+                                 .optimizer = SGD{.lr = 0.5},
+                                 .device = GetParam()});
   infer.init_params(1);
   const std::vector<float> before = run(infer);
   // Each change, then the long-lived program against one compiled after it.

@@ -17,12 +17,12 @@ namespace {
 
 using tg::testing::message_of;
 
-struct Net : tg::Module {
+struct MisuseNet : tg::Module {
   tg::nn::Linear fc{*this, "fc", 2, 2};
 };
 
 TEST(Misuse, TensorKeptFromAnEarlierTraceIsRejected) {
-  Net m;
+  MisuseNet m;
   tg::Tensor cached;
   auto fn = [&](tg::Tensor x) {
     if (!cached.valid()) cached = x * 2.0;
@@ -36,7 +36,7 @@ TEST(Misuse, TensorKeptFromAnEarlierTraceIsRejected) {
 }
 
 TEST(Misuse, EveryUseOfAStaleTensorIsAShapeError) {
-  Net m;
+  MisuseNet m;
   tg::Tensor kept;
   tg::compile_forward(m, [&](tg::Tensor x) { return kept = m.fc(x); }, {.inputs = {{"x", {1, 2}}}});
   // Outside any trace: reading it, and ops on it (which used to dereference a freed graph).
@@ -56,7 +56,7 @@ TEST(Misuse, EveryUseOfAStaleTensorIsAShapeError) {
 }
 
 TEST(Misuse, ParametersDeclaredAfterTheFirstCompileJoinTheStore) {
-  Net m;
+  MisuseNet m;
   auto first = tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {1, 2}}}});
   tg::nn::Linear head(m, "head", 2, 3);
   auto second =
@@ -111,7 +111,7 @@ TEST(Misuse, EmptyAndDefaultObjectsThrowInsteadOfCrashing) {
   tg::HostTensor empty;
   EXPECT_EQ(empty.numel(), 0);
   EXPECT_THROW((void)empty.item(), tg::InputError);
-  Net m;
+  MisuseNet m;
   auto fwd = tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {1, 2}}}});
   EXPECT_THROW(fwd.upload_params({{"fc.bias", tg::HostTensor{}}}, {.partial = true}), tg::InputError);
   tg::Program nothing;
@@ -120,7 +120,7 @@ TEST(Misuse, EmptyAndDefaultObjectsThrowInsteadOfCrashing) {
 }
 
 TEST(Misuse, BadDeclarationsAndArguments) {
-  Net m;
+  MisuseNet m;
   std::string msg = message_of<tg::InputError>([&] {
     tg::compile_forward(m, [&](tg::Tensor x) { return m.fc(x); }, {.inputs = {{"x", {-1, 2}}}});
   });
@@ -148,7 +148,7 @@ TEST(Misuse, BadDeclarationsAndArguments) {
 }
 
 TEST(Misuse, ArangeInfersItsDtypeLikePyTorch) {
-  Net m;
+  MisuseNet m;
   auto ints = tg::compile_forward(m, [&](tg::Tensor) { return tg::arange(0, 4); }, {.inputs = {{"u", {1}}}});
   auto floats =
       tg::compile_forward(m, [&](tg::Tensor) { return tg::arange(0, 1, 0.25); }, {.inputs = {{"u", {1}}}});
@@ -162,7 +162,7 @@ TEST(Misuse, ArangeInfersItsDtypeLikePyTorch) {
 TEST(Misuse, OptimizerSettingsAreValidatedAtCompile) {
   const double nan = std::nan("");
   auto compile = [](tg::Optimizer opt, std::optional<double> clip = {}) {
-    Net m;
+    MisuseNet m;
     tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.fc(x)); },
                       {.inputs = {{"x", {1, 2}}}, .optimizer = std::move(opt), .clip_grad_norm = clip});
   };
@@ -194,7 +194,7 @@ TEST(Misuse, OptimizerSettingsAreValidatedAtCompile) {
 TEST(Misuse, OverflowingSizesAreShapeErrorsWithNames) {
   // A one_hot of 2^40 classes used to allocate a host array of that many values.
   const std::string msg = message_of<tg::ShapeError>([] {
-    Net m;
+    MisuseNet m;
     tg::compile_forward(m, [](tg::Tensor ids) { return tg::one_hot(ids, int64_t{1} << 40); },
                         {.inputs = {{"ids", {2}, tg::DType::kI32}}, .device = tg::Device::cpu()});
   });
@@ -206,7 +206,7 @@ TEST(Misuse, OverflowingSizesAreShapeErrorsWithNames) {
   EXPECT_NE(pmsg.find("'enormous'"), std::string::npos) << pmsg;
   EXPECT_NE(pmsg.find("too large"), std::string::npos) << pmsg;
   // A large but legal one_hot traces without a host array (its classes are an arange).
-  Net m;
+  MisuseNet m;
   auto p = tg::compile_forward(m, [](tg::Tensor ids) { return tg::sum(tg::one_hot(ids, 5)); },
                                {.inputs = {{"ids", {3}, tg::DType::kI32}}, .device = tg::Device::cpu()});
   EXPECT_EQ(p.run({{"ids", std::vector<int32_t>{0, 4, 2}}}).item(), 3.0);
@@ -214,7 +214,7 @@ TEST(Misuse, OverflowingSizesAreShapeErrorsWithNames) {
 
 TEST(Misuse, ConcurrentCompilesAndStepsMatchSerialOnes) {
   // Serial: two models trained one after the other.
-  auto train = [](Net& m, int steps) {
+  auto train = [](MisuseNet& m, int steps) {
     auto p = tg::compile_train(
         m, [&m](tg::Tensor x) { return tg::mean(tg::relu(m.fc(x))); },
         {.inputs = {{"x", {1, 2}}}, .optimizer = tg::Adam{.lr = 0.1}, .device = tg::Device::cpu()});
@@ -223,10 +223,10 @@ TEST(Misuse, ConcurrentCompilesAndStepsMatchSerialOnes) {
     for (int s = 0; s < steps; ++s) losses.push_back(p.step({{"x", std::vector<float>{1.0f + s, -0.5f}}}));
     return losses;
   };
-  Net a;
+  MisuseNet a;
   const std::vector<float> serial = train(a, 20);
   // Concurrent: each thread traces, compiles and trains its own model.
-  Net c, d;
+  MisuseNet c, d;
   std::vector<float> lc, ld;
   std::thread t1([&] { lc = train(c, 20); }), t2([&] { ld = train(d, 20); });
   t1.join();
@@ -234,7 +234,7 @@ TEST(Misuse, ConcurrentCompilesAndStepsMatchSerialOnes) {
   EXPECT_EQ(lc, serial);
   EXPECT_EQ(ld, serial);
   // Two threads stepping one program take turns: every step is counted once.
-  Net e;
+  MisuseNet e;
   auto shared = tg::compile_train(
       e, [&e](tg::Tensor x) { return tg::mean(e.fc(x)); },
       {.inputs = {{"x", {1, 2}}}, .optimizer = tg::SGD{.lr = 0.01}, .device = tg::Device::cpu()});
@@ -248,7 +248,7 @@ TEST(Misuse, ConcurrentCompilesAndStepsMatchSerialOnes) {
 }
 
 TEST(Misuse, AScheduleReturningNanStopsTheStep) {
-  Net m;
+  MisuseNet m;
   auto train = tg::compile_train(m, [&](tg::Tensor x) { return tg::mean(m.fc(x)); },
                                  {.inputs = {{"x", {1, 2}}},
                                   .optimizer = tg::SGD{.lr = 0.1},

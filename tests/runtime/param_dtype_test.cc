@@ -20,17 +20,17 @@ namespace {
 
 using testing::rel_diff;
 
-constexpr int64_t kBatch = testing::kStoredBatch, kSeq = testing::kStoredSeq;
+constexpr int64_t kDtypeBatch = testing::kStoredBatch, kDtypeSeq = testing::kStoredSeq;
 
-nn::LlamaConfig config() { return testing::stored_config(/*tied_head=*/true); }
-std::vector<int32_t> ids(int shift = 0) { return testing::stored_ids(shift); }
+nn::LlamaConfig dtype_config() { return testing::stored_config(/*tied_head=*/true); }
+std::vector<int32_t> dtype_ids(int shift = 0) { return testing::stored_ids(shift); }
 Program logits_program(nn::Llama& model, Device device, Precision precision) {
   return testing::stored_logits_program(model, device, precision);
 }
 
 /// Weights drawn by init_params(seed) on the f32 model, each matrix rounded through `half`.
 std::map<std::string, HostTensor> rounded_weights(Device device, DType half) {
-  nn::Llama f32_model(config());
+  nn::Llama f32_model(dtype_config());
   Program p = logits_program(f32_model, device, Precision::kFp32);
   p.init_params(7);
   std::map<std::string, HostTensor> w = p.download_params();
@@ -52,7 +52,7 @@ TEST_P(ParamDtype, HalfStoredMatricesComputeTheRoundedModel) {
   const Precision policy = half == DType::kBF16 ? Precision::kBf16 : Precision::kF16;
   for (const Precision precision : {Precision::kFp32, policy}) {
     SCOPED_TRACE(precision == Precision::kFp32 ? "f32 products" : "half products");
-    nn::Llama reference(config()), stored(config());
+    nn::Llama reference(dtype_config()), stored(dtype_config());
     stored.store_params_as(half);
     Program a = logits_program(reference, device, precision), b = logits_program(stored, device, precision);
     a.upload_params(w);
@@ -64,17 +64,19 @@ TEST_P(ParamDtype, HalfStoredMatricesComputeTheRoundedModel) {
       const HostTensor widened = t.to(DType::kF32);
       EXPECT_EQ(0, rel_diff(widened.f32(), w.at(name).f32())) << name;
     }
-    const std::vector<float> want = a.run({{"ids", ids()}}).f32(), got = b.run({{"ids", ids()}}).f32();
+    const std::vector<float> want = a.run({{"ids", dtype_ids()}}).f32(),
+                             got = b.run({{"ids", dtype_ids()}}).f32();
     // The same products of the same values; only the kernels' order of accumulation may differ.
     EXPECT_LT(rel_diff(got, want), 2e-6);
-    EXPECT_GT(rel_diff(b.run({{"ids", ids(5)}}).f32(), got), 1e-3);  // the logits depend on the ids
+    EXPECT_GT(rel_diff(b.run({{"ids", dtype_ids(5)}}).f32(), got),
+              1e-3);  // the logits depend on the ids
   }
 }
 
 TEST_P(ParamDtype, NoF32CopyOfAHalfStoredMatrixUnderThePolicy) {
   const auto [device, half] = GetParam();
   const Precision policy = half == DType::kBF16 ? Precision::kBf16 : Precision::kF16;
-  nn::Llama reference(config()), stored(config());
+  nn::Llama reference(dtype_config()), stored(dtype_config());
   stored.store_params_as(half);
   Program a = logits_program(reference, device, policy), b = logits_program(stored, device, policy);
   int64_t matrices = 0, vectors = 0;
@@ -104,12 +106,12 @@ INSTANTIATE_TEST_SUITE_P(Devices, ParamDtype, ::testing::ValuesIn(cases()), [](c
 class ParamDtypeTrain : public ::testing::TestWithParam<Device> {};
 
 TEST_P(ParamDtypeTrain, LoRAOverAFrozenBf16BaseLeavesItBitIdentical) {
-  nn::Llama model(config());
+  nn::Llama model(dtype_config());
   model.store_params_as(DType::kBF16);
   nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
   auto loss = [&](Tensor x, Tensor y) { return model.loss(x, y); };
-  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
-                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  const std::vector<InputSpec> inputs = {{"ids", {kDtypeBatch, kDtypeSeq}, DType::kI32},
+                                         {"targets", {kDtypeBatch, kDtypeSeq}, DType::kI32}};
   // Training a half-stored parameter is refused, naming it.
   try {
     compile_train(model, loss, {.inputs = inputs, .optimizer = AdamW{.lr = 1e-2}, .device = GetParam()});
@@ -125,7 +127,7 @@ TEST_P(ParamDtypeTrain, LoRAOverAFrozenBf16BaseLeavesItBitIdentical) {
                                  .frozen = nn::lora_frozen(model)});
   train.init_params(2);
   const std::map<std::string, HostTensor> before = train.download_params();
-  const std::vector<int32_t> x = ids(), y = ids(1);
+  const std::vector<int32_t> x = dtype_ids(), y = dtype_ids(1);
   const Feeds feeds = {{"ids", x}, {"targets", y}};
   const float first = train.step(feeds);
   float last = first;
@@ -155,7 +157,7 @@ TEST_P(ParamDtypeTrain, LoRAOverAFrozenBf16BaseLeavesItBitIdentical) {
                      .frozen = nn::lora_frozen(model)});
   load_checkpoint(path, resumed);
   // The same checkpoint loads into the model stored as f32 (the held values widened exactly).
-  nn::Llama wide(config());
+  nn::Llama wide(dtype_config());
   nn::add_lora(wide, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
   Program wide_train = compile_train(wide, [&](Tensor x, Tensor y) { return wide.loss(x, y); },
                                      {.inputs = inputs,
@@ -185,10 +187,10 @@ INSTANTIATE_TEST_SUITE_P(Devices, ParamDtypeTrain, ::testing::ValuesIn(testing::
 // An inference program keeps the widened copies (hoisting; no concatenated q/k/v copy on top):
 // the held bf16 value and its f32 copy, 6 bytes a weight against the f32 model's 4.
 TEST(ParamDtypeMemory, HeldUnderF32Products) {
-  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
-                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  const std::vector<InputSpec> inputs = {{"ids", {kDtypeBatch, kDtypeSeq}, DType::kI32},
+                                         {"targets", {kDtypeBatch, kDtypeSeq}, DType::kI32}};
   auto report = [&](bool held, bool training) {
-    nn::LlamaConfig c = config();
+    nn::LlamaConfig c = dtype_config();
     c.d_model = 256;
     c.mlp_hidden = 512;
     nn::Llama model(c);
@@ -217,7 +219,7 @@ TEST(ParamDtypeMemory, HeldUnderF32Products) {
 }
 
 TEST(ParamDtypeErrors, SetBeforeTheFirstProgramAndOnlyFloatTypes) {
-  nn::Llama model(config());
+  nn::Llama model(dtype_config());
   EXPECT_THROW(model.store_params_as(DType::kI32), Error);
   Program p = logits_program(model, Device::cpu(), Precision::kFp32);
   try {

@@ -26,12 +26,12 @@ namespace {
 
 using testing::rel_diff;
 
-constexpr int64_t kBatch = testing::kStoredBatch, kSeq = testing::kStoredSeq;
+constexpr int64_t kQuantBatch = testing::kStoredBatch, kQuantSeq = testing::kStoredSeq;
 constexpr int64_t kGroup = 16;
 
-nn::LlamaConfig config() { return testing::stored_config(/*tied_head=*/false); }
-std::vector<int32_t> ids(int shift = 0) { return testing::stored_ids(shift); }
-Program logits_program(nn::Llama& model, Device device, Precision precision) {
+nn::LlamaConfig quant_config() { return testing::stored_config(/*tied_head=*/false); }
+std::vector<int32_t> quant_ids(int shift = 0) { return testing::stored_ids(shift); }
+Program quant_logits_program(nn::Llama& model, Device device, Precision precision) {
   return testing::stored_logits_program(model, device, precision);
 }
 
@@ -81,8 +81,8 @@ struct Weights {
 };
 
 Weights weights(const nn::Llama& shape_of) {
-  nn::Llama model(config());
-  Program p = logits_program(model, Device::cpu(), Precision::kFp32);
+  nn::Llama model(quant_config());
+  Program p = quant_logits_program(model, Device::cpu(), Precision::kFp32);
   p.init_params(7);
   Weights w{p.download_params(), {}};
   for (const Param* param : shape_of.parameters()) {
@@ -103,12 +103,12 @@ class Quantized : public ::testing::TestWithParam<Device> {};
 Program batch_program(nn::Llama& model, int64_t batch, Device device, Precision precision) {
   return compile_forward(
       model, [&](Tensor x) { return model.logits(x); },
-      {.inputs = {{"ids", {batch, kSeq}, DType::kI32}}, .device = device, .precision = precision});
+      {.inputs = {{"ids", {batch, kQuantSeq}, DType::kI32}}, .device = device, .precision = precision});
 }
 
 std::vector<int32_t> batch_ids(int64_t batch, int shift = 0) {
   std::vector<int32_t> v;
-  for (int64_t i = 0; i < batch * kSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3 + shift) % 48));
+  for (int64_t i = 0; i < batch * kQuantSeq; ++i) v.push_back(static_cast<int32_t>((i * 7 + 3 + shift) % 48));
   return v;
 }
 
@@ -116,17 +116,17 @@ std::vector<int32_t> batch_ids(int64_t batch, int shift = 0) {
 // with a GEMM (64 rows).
 TEST_P(Quantized, ComputesTheDequantizedModel) {
   const Device device = GetParam();
-  nn::Llama stored(config());
+  nn::Llama stored(quant_config());
   stored.store_params_as(DType::kI8, kGroup);
   const Weights w = weights(stored);
   int quantized = 0;
   for (const Param* p : stored.parameters()) quantized += p->dtype() == DType::kI8;
   EXPECT_EQ(quantized, 2 * 7 + 1);  // q, k, v, o, gate, up, down in each layer, and the head
-  for (const int64_t batch : {kBatch, 4 * kBatch})
+  for (const int64_t batch : {kQuantBatch, 4 * kQuantBatch})
     for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-      SCOPED_TRACE(std::to_string(batch * kSeq) + " rows, " +
+      SCOPED_TRACE(std::to_string(batch * kQuantSeq) + " rows, " +
                    (precision == Precision::kFp32 ? "f32 products" : "bf16 products"));
-      nn::Llama reference(config());
+      nn::Llama reference(quant_config());
       Program a = batch_program(reference, batch, device, precision),
               b = batch_program(stored, batch, device, precision);
       a.upload_params(w.effective);
@@ -146,12 +146,12 @@ TEST_P(Quantized, ComputesTheDequantizedModel) {
       if (precision == Precision::kFp32) {
         // The same products of the same values; only the kernels' order of accumulation may differ.
         EXPECT_LT(rel_diff(got, want), 2e-6);
-      } else if (batch == kBatch) {
+      } else if (batch == kQuantBatch) {
         EXPECT_LT(rel_diff(got, want), 3e-2);  // the dequantized model with its weights rounded to bf16
         // quant_matmul reads the dequantized weights in f32, where the copy's product rounds them
         // to bf16: against the same program on the reference backend instead (its double sums
         // may round an activation to the neighbouring bf16 value, 2⁻⁸ apart).
-        nn::Llama ref_model(config());
+        nn::Llama ref_model(quant_config());
         ref_model.store_params_as(DType::kI8, kGroup);
         Program r = batch_program(ref_model, batch, Device::ref(), precision);
         r.upload_params(w.f32);
@@ -159,9 +159,10 @@ TEST_P(Quantized, ComputesTheDequantizedModel) {
       } else {
         EXPECT_LT(rel_diff(got, want), 1e-3);
       }
-      EXPECT_GT(rel_diff(b.run({{"ids", other}}).f32(), got), 1e-3);  // the logits depend on the ids
+      EXPECT_GT(rel_diff(b.run({{"ids", other}}).f32(), got),
+                1e-3);  // the logits depend on the ids
       // And close to the f32 model itself: 8 bits in groups of 16 lose little.
-      nn::Llama exact(config());
+      nn::Llama exact(quant_config());
       Program c = batch_program(exact, batch, device, precision);
       c.upload_params(w.f32);
       EXPECT_LT(rel_diff(got, c.run({{"ids", x}}).f32()), 3e-2);
@@ -171,11 +172,11 @@ TEST_P(Quantized, ComputesTheDequantizedModel) {
 // An inference program's products of at most kQuantizedProductRows rows (a decode step's) read
 // the i8 values and scales themselves (quant_matmul); wider ones dequantize and run a GEMM.
 TEST_P(Quantized, SkinnyProductsReadTheInt8WeightsThemselves) {
-  nn::Llama stored(config());
+  nn::Llama stored(quant_config());
   stored.store_params_as(DType::kI8, kGroup);
   auto count = [&](int64_t batch) {
     Program p = compile_forward(stored, [&](Tensor x) { return stored.logits(x); },
-                                {.inputs = {{"ids", {batch, kSeq}, DType::kI32}},
+                                {.inputs = {{"ids", {batch, kQuantSeq}, DType::kI32}},
                                  .device = GetParam(),
                                  .precision = Precision::kBf16});
     const ir::Graph& g = detail::compiled_graph(p);
@@ -186,8 +187,8 @@ TEST_P(Quantized, SkinnyProductsReadTheInt8WeightsThemselves) {
     }
     return std::pair{products, dequantized};
   };
-  EXPECT_EQ(count(kBatch), (std::pair{2 * 7 + 1, 0}));  // 16 rows
-  const auto [products, dequantized] = count(4 * kBatch);
+  EXPECT_EQ(count(kQuantBatch), (std::pair{2 * 7 + 1, 0}));  // 16 rows
+  const auto [products, dequantized] = count(4 * kQuantBatch);
   EXPECT_EQ(products, 0);
   EXPECT_GT(dequantized, 0);
 }
@@ -244,12 +245,12 @@ void decode_block_matches_reference(Device device, int bits) {
 TEST_P(Quantized, DecodeShapedProductsMatchTheReference) { decode_block_matches_reference(GetParam(), 8); }
 
 TEST_P(Quantized, HoldsTheInt8ValuesAndNoDequantizedCopy) {
-  nn::Llama stored(config());
+  nn::Llama stored(quant_config());
   stored.store_params_as(DType::kI8, kGroup);
   int64_t expected = 0;
   for (const Param* p : stored.parameters()) expected += numel(p->shape()) * dtype_size(p->dtype());
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    Program b = logits_program(stored, GetParam(), precision);
+    Program b = quant_logits_program(stored, GetParam(), precision);
     // Parameters alone: the dequantized weights live in the step's arena, never in a held copy.
     EXPECT_EQ(b.memory_report().model_storage, expected);
   }
@@ -272,12 +273,12 @@ void trains_only_the_adapters(Program& train, const Feeds& feeds) {
 }
 
 TEST_P(Quantized, LoRAOverAQuantizedBaseLeavesItBitIdentical) {
-  nn::Llama model(config());
+  nn::Llama model(quant_config());
   model.store_params_as(DType::kI8, kGroup);
   nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
   auto loss = [&](Tensor x, Tensor y) { return model.loss(x, y); };
-  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
-                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  const std::vector<InputSpec> inputs = {{"ids", {kQuantBatch, kQuantSeq}, DType::kI32},
+                                         {"targets", {kQuantBatch, kQuantSeq}, DType::kI32}};
   try {
     compile_train(model, loss, {.inputs = inputs, .optimizer = AdamW{.lr = 1e-2}, .device = GetParam()});
     ADD_FAILURE() << "compile_train accepted trainable quantized parameters";
@@ -291,7 +292,7 @@ TEST_P(Quantized, LoRAOverAQuantizedBaseLeavesItBitIdentical) {
                                  .precision = Precision::kBf16,
                                  .frozen = nn::lora_frozen(model)});
   train.init_params(2);
-  const std::vector<int32_t> x = ids(), y = ids(1);  // feeds borrow them
+  const std::vector<int32_t> x = quant_ids(), y = quant_ids(1);  // feeds borrow them
   const Feeds feeds = {{"ids", x}, {"targets", y}};
   trains_only_the_adapters(train, feeds);
   // A checkpoint keeps the i8 values and scales as they are: a program on another backend
@@ -319,8 +320,8 @@ INSTANTIATE_TEST_SUITE_P(Devices, Quantized, ::testing::ValuesIn(testing::all_de
 // A checkpoint of the f32 model loads into the quantized one: its weights are quantized as they
 // load, and the scales they make need not be in the file (as upload_params and load_safetensors).
 TEST(QuantizeCheckpoint, AnF32CheckpointLoadsIntoTheQuantizedModel) {
-  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
-                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  const std::vector<InputSpec> inputs = {{"ids", {kQuantBatch, kQuantSeq}, DType::kI32},
+                                         {"targets", {kQuantBatch, kQuantSeq}, DType::kI32}};
   auto train_program = [&](nn::Llama& m) {
     nn::add_lora(m, {.targets = {"q_proj"}, .rank = 2, .alpha = 4});
     return compile_train(m, [&](Tensor x, Tensor y) { return m.loss(x, y); },
@@ -329,7 +330,7 @@ TEST(QuantizeCheckpoint, AnF32CheckpointLoadsIntoTheQuantizedModel) {
                           .device = Device::cpu(),
                           .frozen = nn::lora_frozen(m)});
   };
-  nn::Llama full(config()), quantized(config());
+  nn::Llama full(quant_config()), quantized(quant_config());
   quantized.store_params_as(DType::kI8, kGroup);
   Program a = train_program(full), b = train_program(quantized);
   a.init_params(4);
@@ -345,7 +346,7 @@ TEST(QuantizeCheckpoint, AnF32CheckpointLoadsIntoTheQuantizedModel) {
 }
 
 TEST(QuantizeErrors, ClearMessages) {
-  nn::Llama model(config());
+  nn::Llama model(quant_config());
   auto message = [](const auto& f) {
     try {
       f();
@@ -364,7 +365,7 @@ TEST(QuantizeErrors, ClearMessages) {
   w.quantize_int8(8);
   EXPECT_NE(message([&] { w.quantize_int8(16); }).find("quantized already"), std::string::npos);
   EXPECT_NE(message([&] { w.set_dtype(DType::kBF16); }).find("fixed"), std::string::npos);
-  Program p = logits_program(model, Device::cpu(), Precision::kFp32);
+  Program p = quant_logits_program(model, Device::cpu(), Precision::kFp32);
   EXPECT_NE(message([&] { model.store_params_as(DType::kI8); }).find("before the first program"),
             std::string::npos);
   // A float weight and the scales its quantization computes cannot both be given.
@@ -435,15 +436,15 @@ class Quantized4 : public ::testing::TestWithParam<Device> {};
 // dequantized copy with a GEMM (64 rows).
 TEST_P(Quantized4, ComputesTheDequantizedModel) {
   const Device device = GetParam();
-  nn::Llama stored(config());
+  nn::Llama stored(quant_config());
   stored.store_params_as(DType::kI8, kGroup, 4);
   const Weights w = weights4(stored);
   int quantized = 0;
   for (const Param* p : stored.parameters()) quantized += p->bits() == 4;
   EXPECT_EQ(quantized, 2 * 7 + 1);
-  for (const int64_t batch : {kBatch, 4 * kBatch}) {
-    SCOPED_TRACE(std::to_string(batch * kSeq) + " rows");
-    nn::Llama reference(config());
+  for (const int64_t batch : {kQuantBatch, 4 * kQuantBatch}) {
+    SCOPED_TRACE(std::to_string(batch * kQuantSeq) + " rows");
+    nn::Llama reference(quant_config());
     Program a = batch_program(reference, batch, device, Precision::kFp32),
             b = batch_program(stored, batch, device, Precision::kFp32);
     a.upload_params(w.effective);
@@ -462,13 +463,13 @@ TEST_P(Quantized4, ComputesTheDequantizedModel) {
     EXPECT_LT(rel_diff(got, a.run({{"ids", x}}).f32()), 2e-6);
     // Under the precision policy, against the same program on the reference backend.
     Program bf = batch_program(stored, batch, device, Precision::kBf16);
-    nn::Llama ref_model(config());
+    nn::Llama ref_model(quant_config());
     ref_model.store_params_as(DType::kI8, kGroup, 4);
     Program r = batch_program(ref_model, batch, Device::ref(), Precision::kBf16);
     r.upload_params(w.f32);
     EXPECT_LT(rel_diff(bf.run({{"ids", x}}).f32(), r.run({{"ids", x}}).f32()), 1e-2);
     // And near the f32 model: 4 bits in groups of 16 lose more than 8, still little.
-    nn::Llama exact(config());
+    nn::Llama exact(quant_config());
     Program c = batch_program(exact, batch, device, Precision::kFp32);
     c.upload_params(w.f32);
     EXPECT_LT(rel_diff(got, c.run({{"ids", x}}).f32()), 0.3);
@@ -476,18 +477,18 @@ TEST_P(Quantized4, ComputesTheDequantizedModel) {
     int products = 0;
     for (const ir::Node& n : detail::compiled_graph(b).nodes())
       products += n.op == ir::Op::kQuantMatmul && n.inputs.size() == 4;
-    EXPECT_EQ(products, batch == kBatch ? 2 * 7 + 1 : 0);
+    EXPECT_EQ(products, batch == kQuantBatch ? 2 * 7 + 1 : 0);
   }
 }
 
 TEST_P(Quantized4, DecodeShapedProductsMatchTheReference) { decode_block_matches_reference(GetParam(), 4); }
 
 TEST_P(Quantized4, HoldsThePackedCodesAndNoDequantizedCopy) {
-  nn::Llama stored(config());
+  nn::Llama stored(quant_config());
   stored.store_params_as(DType::kI8, kGroup, 4);
   int64_t expected = 0;
   for (const Param* p : stored.parameters()) expected += numel(p->stored_shape()) * dtype_size(p->dtype());
-  Program b = logits_program(stored, GetParam(), Precision::kBf16);
+  Program b = quant_logits_program(stored, GetParam(), Precision::kBf16);
   EXPECT_EQ(b.memory_report().model_storage, expected);
 }
 
@@ -497,12 +498,12 @@ INSTANTIATE_TEST_SUITE_P(Devices, Quantized4, ::testing::ValuesIn(testing::all_d
 // LoRA over a 4-bit base: the base stays bit-identical, a checkpoint keeps the packed codes, and an
 // f32 checkpoint loads into the 4-bit model (quantized as it loads).
 TEST(Quantize4Training, LoRAAndCheckpoints) {
-  nn::Llama model(config());
+  nn::Llama model(quant_config());
   model.store_params_as(DType::kI8, kGroup, 4);
   nn::add_lora(model, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
   auto loss = [&](Tensor x, Tensor y) { return model.loss(x, y); };
-  const std::vector<InputSpec> inputs = {{"ids", {kBatch, kSeq}, DType::kI32},
-                                         {"targets", {kBatch, kSeq}, DType::kI32}};
+  const std::vector<InputSpec> inputs = {{"ids", {kQuantBatch, kQuantSeq}, DType::kI32},
+                                         {"targets", {kQuantBatch, kQuantSeq}, DType::kI32}};
   const auto message = testing::message_of<InputError>([&] {
     compile_train(model, loss, {.inputs = inputs, .optimizer = AdamW{.lr = 1e-2}, .device = Device::cpu()});
   });
@@ -516,7 +517,7 @@ TEST(Quantize4Training, LoRAAndCheckpoints) {
   };
   Program train = train_program(Device::cpu());
   train.init_params(2);
-  const std::vector<int32_t> x = ids(), y = ids(1);
+  const std::vector<int32_t> x = quant_ids(), y = quant_ids(1);
   const Feeds feeds = {{"ids", x}, {"targets", y}};
   trains_only_the_adapters(train, feeds);
   const std::string path = ::testing::TempDir() + "quantized4_checkpoint.safetensors";
@@ -526,7 +527,7 @@ TEST(Quantize4Training, LoRAAndCheckpoints) {
   load_checkpoint(path, resumed);
   EXPECT_NEAR(resumed.step(feeds), train.step(feeds), 1e-3);
   // An f32 checkpoint of the same model (the dequantized weights as floats) loads too.
-  nn::Llama full(config());
+  nn::Llama full(quant_config());
   nn::add_lora(full, {.targets = {"q_proj", "v_proj"}, .rank = 4, .alpha = 8});
   Program f = compile_train(full, [&](Tensor a, Tensor b) { return full.loss(a, b); },
                             {.inputs = inputs,
@@ -543,7 +544,7 @@ TEST(Quantize4Training, LoRAAndCheckpoints) {
 }
 
 TEST(Quantize4Errors, ClearMessages) {
-  nn::Llama model(config());
+  nn::Llama model(quant_config());
   Param* w = nullptr;
   for (const Param* p : model.parameters())
     if (p->path() == "model.layers.0.self_attn.q_proj.weight") w = const_cast<Param*>(p);
@@ -564,7 +565,7 @@ TEST(Quantize4Errors, ClearMessages) {
   EXPECT_NE(testing::message_of<Error>([&] { w->quantize_int8(8); }).find("quantized already, to 4 bits"),
             std::string::npos);
   EXPECT_EQ(w->stored_shape(), (Shape{32, 16}));
-  Program p = logits_program(model, Device::cpu(), Precision::kFp32);
+  Program p = quant_logits_program(model, Device::cpu(), Precision::kFp32);
   // Packed bytes upload as [32, 16]; floats as [32, 32]; packed bytes of the float shape are refused.
   EXPECT_NO_THROW(p.upload_params({{w->path(), HostTensor(DType::kI8, {32, 16})}}, {.partial = true}));
   EXPECT_NO_THROW(p.upload_params({{w->path(), HostTensor(DType::kF32, {32, 32})}}, {.partial = true}));

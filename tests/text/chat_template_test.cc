@@ -20,9 +20,9 @@ namespace {
 using nlohmann::ordered_json;
 using Messages = std::vector<tg::ChatMessage>;
 
-const std::string kData = std::string(TG_TEST_DATA_DIR) + "/chat_templates";
+const std::string kTemplates = std::string(TG_TEST_DATA_DIR) + "/chat_templates";
 
-std::string read_file(const std::string& path) {
+std::string read_template(const std::string& path) {
   std::stringstream s;
   s << std::ifstream(path, std::ios::binary).rdbuf();
   return s.str();
@@ -435,7 +435,7 @@ TEST(ChatTemplate, RenderPassesTransformersVariables) {
 // ---- Model folders ----
 
 TEST(ChatTemplate, LoadFolderWithJinjaFile) {
-  const auto t = tg::ChatTemplate::load(kData + "/folder_jinja");
+  const auto t = tg::ChatTemplate::load(kTemplates + "/folder_jinja");
   EXPECT_EQ(t.special_tokens().bos_token, "<s>");
   EXPECT_EQ(t.special_tokens().eos_token, "</s>");
   EXPECT_EQ(t.special_tokens().unk_token, "<unk>");
@@ -446,38 +446,38 @@ TEST(ChatTemplate, LoadFolderWithJinjaFile) {
 }
 
 TEST(ChatTemplate, LoadFolderWithConfigString) {
-  const auto t = tg::ChatTemplate::load(kData + "/folder_config_string");
+  const auto t = tg::ChatTemplate::load(kTemplates + "/folder_config_string");
   EXPECT_EQ(t.render(Messages{{"user", "Hi"}}), "<|begin|><|user|>\nHi<|end|>\n<|assistant|>\n<|pad|>False");
 }
 
 TEST(ChatTemplate, LoadFolderWithConfigListTakesDefault) {
-  const auto t = tg::ChatTemplate::load(kData + "/folder_config_list");
+  const auto t = tg::ChatTemplate::load(kTemplates + "/folder_config_list");
   EXPECT_EQ(t.render(Messages{{"system", "S"}, {"user", "U"}}), "system: S\nuser: U\nassistant: ");
   EXPECT_EQ(t.render(Messages{{"user", "U"}}, false), "user: U\n");
 }
 
 TEST(ChatTemplate, LoadSpecialTokensMap) {
   // A config without "added_tokens_decoder": special_tokens_map.json's tokens replace its own.
-  const auto t = tg::ChatTemplate::load(kData + "/folder_special_tokens_map");
+  const auto t = tg::ChatTemplate::load(kTemplates + "/folder_special_tokens_map");
   EXPECT_EQ(t.special_tokens().bos_token, "<s>");
   EXPECT_EQ(t.special_tokens().eos_token, "</s>");
   EXPECT_EQ(t.special_tokens().mask_token, "<mask>");
   EXPECT_FALSE(t.special_tokens().sep_token.has_value());
   EXPECT_EQ(t.render(Messages{}), "<s>|</s>|<unk>|<pad>|<mask>|False");
   // With "added_tokens_decoder" transformers does not read special_tokens_map.json.
-  const auto u = tg::ChatTemplate::load(kData + "/folder_special_tokens_map_unused");
+  const auto u = tg::ChatTemplate::load(kTemplates + "/folder_special_tokens_map_unused");
   EXPECT_EQ(u.render(Messages{}), "<s>|False");
 }
 
 TEST(ChatTemplate, LoadErrors) {
-  const std::string none = error_of([] { tg::ChatTemplate::load(kData + "/folder_no_template"); });
+  const std::string none = error_of([] { tg::ChatTemplate::load(kTemplates + "/folder_no_template"); });
   EXPECT_TRUE(contains(none, "[ChatTemplate::load]")) << none;
   EXPECT_TRUE(contains(none, "no chat template")) << none;
   EXPECT_TRUE(contains(none, "tokenizer_config.json has no \"chat_template\"")) << none;
-  const std::string bad = error_of([] { tg::ChatTemplate::load(kData + "/folder_bad_template"); });
+  const std::string bad = error_of([] { tg::ChatTemplate::load(kTemplates + "/folder_bad_template"); });
   EXPECT_TRUE(contains(bad, "folder_bad_template/chat_template.jinja: line 3")) << bad;
   EXPECT_TRUE(contains(bad, "to close the 'if' at line 3")) << bad;
-  EXPECT_TRUE(contains(error_of([] { tg::ChatTemplate::load(kData + "/no_such_folder"); }),
+  EXPECT_TRUE(contains(error_of([] { tg::ChatTemplate::load(kTemplates + "/no_such_folder"); }),
                        "neither a folder nor a GGUF file"));
 }
 
@@ -485,7 +485,7 @@ TEST(ChatTemplate, LoadErrors) {
 
 class Goldens : public testing::Test {
  protected:
-  static void SetUpTestSuite() { golden_ = ordered_json::parse(read_file(kData + "/goldens.json")); }
+  static void SetUpTestSuite() { golden_ = ordered_json::parse(read_template(kTemplates + "/goldens.json")); }
 
   static tg::SpecialTokens tokens() {
     tg::SpecialTokens t;
@@ -498,7 +498,7 @@ class Goldens : public testing::Test {
   }
 
   static tg::ChatTemplate load_template(const std::string& name, const tg::SpecialTokens& t) {
-    auto chat = tg::ChatTemplate::parse(read_file(kData + "/templates/" + name), t);
+    auto chat = tg::ChatTemplate::parse(read_template(kTemplates + "/templates/" + name), t);
     chat.set_clock(golden_clock);
     return chat;
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensorgrad/errors.h"
+#include "test_util.h"
 #include "tensorgrad/tokenizer.h"
 
 namespace tg_test {
@@ -41,8 +42,6 @@ inline std::string load_error(const std::string& path) {
   ADD_FAILURE() << "no TokenizerError for " << path;
   return "";
 }
-
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 /// The bytes a string of hex digit pairs spells ("4869" → "Hi").
 inline std::string from_hex(const std::string& hex) {

@@ -15,7 +15,7 @@
 
 namespace {
 
-const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
+const std::string kBatchData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
 using Ids = std::vector<int32_t>;
 
 Ids row(const tg::EncodedBatch& b, int64_t r) {
@@ -23,7 +23,7 @@ Ids row(const tg::EncodedBatch& b, int64_t r) {
 }
 
 TEST(TokenizerBatch, CutsAndPadsAsTokenizers) {
-  const auto tok = tg::Tokenizer::load(kData + "/bert");
+  const auto tok = tg::Tokenizer::load(kBatchData + "/bert");
   const std::string longer = "Don't panic: 42 is the answer, isn't it? The cat sat on the mat.";
   const Ids cls_a = tok.encode("Hello world", true), body = tok.encode(longer, false);
   ASSERT_GT(body.size(), 6u);
@@ -63,8 +63,8 @@ TEST(TokenizerBatch, CutsAndPadsAsTokenizers) {
 // WordPiece and Unigram files, max_length 4, 8 and 64, an empty text among them.
 TEST(TokenizerBatch, MatchesHuggingFaceTokenizers) {
   for (const char* name : {"bert", "xlmr"}) {
-    const auto tok = tg::Tokenizer::load(kData + "/" + name);
-    std::ifstream golden(kData + "/" + name + "/batch_golden.txt");
+    const auto tok = tg::Tokenizer::load(kBatchData + "/" + name);
+    std::ifstream golden(kBatchData + "/" + name + "/batch_golden.txt");
     ASSERT_TRUE(golden) << name;
     struct Row {
       std::string text;
@@ -105,12 +105,12 @@ TEST(TokenizerBatch, MatchesHuggingFaceTokenizers) {
 }
 
 TEST(TokenizerBatch, Errors) {
-  const auto bert = tg::Tokenizer::load(kData + "/bert");
+  const auto bert = tg::Tokenizer::load(kBatchData + "/bert");
   EXPECT_THROW(bert.encode_batch({"a"}, {.max_length = 2}), tg::InputError);  // only [CLS] and [SEP]
   EXPECT_THROW(bert.encode_batch({"a"}, {.pad_to_max_length = true}), tg::InputError);
   EXPECT_THROW(bert.encode_batch({"a"}, {.max_length = -1}), tg::InputError);
   // GPT-2's file names no padding token: padding needs one given.
-  const auto gpt2 = tg::Tokenizer::load(kData + "/gpt2");
+  const auto gpt2 = tg::Tokenizer::load(kBatchData + "/gpt2");
   EXPECT_FALSE(gpt2.pad_id().has_value());
   EXPECT_EQ(gpt2.encode_batch({"same", "same"}).length, static_cast<int64_t>(gpt2.encode("same").size()));
   try {

@@ -20,7 +20,7 @@ namespace {
 using Ids = std::vector<int32_t>;
 using Pieces = std::vector<std::string_view>;
 
-const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
+const std::string kClipData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
 
 using tg_test::load_error;
 using tg_test::read_file;
@@ -61,8 +61,8 @@ TEST(Pretokenize, ClipPlainRegex) {
 // Both spellings give the same ids: the special tokens are taken out of the text before the
 // split, and what is left splits alike.
 TEST(Tokenizer, ClipPlainSpellingEncodesAlike) {
-  const auto tok = tg::Tokenizer::load(kData + "/clip");
-  nlohmann::json plain = nlohmann::json::parse(read_file(kData + "/clip/tokenizer.json"));
+  const auto tok = tg::Tokenizer::load(kClipData + "/clip");
+  nlohmann::json plain = nlohmann::json::parse(read_file(kClipData + "/clip/tokenizer.json"));
   plain["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
       std::string(tg::text::pattern_source(tg::text::SplitPattern::kClipPlain));
   plain["pre_tokenizer"]["pretokenizers"][1].erase("use_regex");  // the converter left the default
@@ -78,7 +78,7 @@ TEST(Tokenizer, ClipPlainSpellingEncodesAlike) {
 // which decode reads as a space; a nonempty continuing_subword_prefix and a Split on CLIP's
 // regex that keeps the whitespace are refused.
 TEST(Tokenizer, ClipEndOfWordSuffix) {
-  const auto tok = tg::Tokenizer::load(kData + "/clip");
+  const auto tok = tg::Tokenizer::load(kClipData + "/clip");
   // a</w> p h o to</w> of</w> a</w> c a t</w> .</w> (tests/data/tokenizer/clip/golden.txt)
   const Ids ids = {320, 79, 592, 83, 334, 515, 320, 66, 64, 339, 269};
   EXPECT_EQ(tok.encode("a photo of a cat."), ids);
@@ -97,7 +97,7 @@ TEST(Tokenizer, ClipEndOfWordSuffix) {
   // Lowercase maps each code point alone, as `tokenizers` does: a final Σ is σ, not ς.
   EXPECT_EQ(tok.encode("ΟΔΟΣ"), tok.encode("οδοσ"));
   EXPECT_NE(tok.encode("ΟΔΟΣ"), tok.encode("οδος"));
-  const nlohmann::json base = nlohmann::json::parse(read_file(kData + "/clip/tokenizer.json"));
+  const nlohmann::json base = nlohmann::json::parse(read_file(kClipData + "/clip/tokenizer.json"));
   nlohmann::json prefixed = base;
   prefixed["model"]["continuing_subword_prefix"] = "##";
   EXPECT_HAS(load_error(write_temp("clip_prefix.json", prefixed.dump())),

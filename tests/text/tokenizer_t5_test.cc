@@ -18,7 +18,7 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
+const std::string kT5Data = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
 const char* const kLayouts[] = {"t5", "t5_legacy"};
 
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(tg_test::read_file(path)); }
@@ -36,8 +36,8 @@ std::string load_error(const std::string& name, const nlohmann::json& j) {
 // decode of them (skip_special_tokens=False).
 TEST(TokenizerT5, MatchesHuggingFaceTokenizers) {
   for (const char* name : kLayouts) {
-    const auto tok = tg::Tokenizer::load(kData + "/" + name);
-    const std::vector<tg_test::GoldenCase> cases = tg_test::read_golden(kData + "/" + name + "/golden.txt");
+    const auto tok = tg::Tokenizer::load(kT5Data + "/" + name);
+    const std::vector<tg_test::GoldenCase> cases = tg_test::read_golden(kT5Data + "/" + name + "/golden.txt");
     for (const tg_test::GoldenCase& c : cases) {
       EXPECT_EQ(tok.encode(c.text, c.add_special), c.ids) << name << ": \"" << c.text << "\"";
       ASSERT_TRUE(c.decoded) << name;
@@ -53,7 +53,7 @@ TEST(TokenizerT5, MatchesHuggingFaceTokenizers) {
 // "▁b" too (−6.03 against −7.86).
 TEST(TokenizerT5, ExtraIdsAndTemplate) {
   for (const char* name : kLayouts) {
-    const auto tok = tg::Tokenizer::load(kData + "/" + name);
+    const auto tok = tg::Tokenizer::load(kT5Data + "/" + name);
     EXPECT_EQ(tok.encode("a b"), (Ids{234, 226})) << name;
     EXPECT_EQ(tok.encode("<extra_id_0>"), (Ids{304})) << name;
     EXPECT_EQ(tok.encode("<extra_id_9>"), (Ids{295})) << name;
@@ -89,8 +89,8 @@ TEST(TokenizerT5, ExtraIdsAndTemplate) {
 // spaces one ▁) runs of spaces, tabs and newlines already come out alike in both layouts; U+0085
 // (NEL) is whitespace the rules keep, so only WhitespaceSplit separates the words around it.
 TEST(TokenizerT5, LegacyWhitespaceSplit) {
-  const auto legacy = tg::Tokenizer::load(kData + "/t5_legacy");
-  const auto current = tg::Tokenizer::load(kData + "/t5");
+  const auto legacy = tg::Tokenizer::load(kT5Data + "/t5_legacy");
+  const auto current = tg::Tokenizer::load(kT5Data + "/t5");
   for (const char* text : {"a b", " a \t\n\n  b \n", "a\t\tb", "\n\na\r\nb\n", "a  \t  b   "}) {
     EXPECT_EQ(legacy.encode(text), (Ids{234, 226})) << text;
     EXPECT_EQ(current.encode(text), (Ids{234, 226})) << text;
@@ -105,7 +105,7 @@ TEST(TokenizerT5, LegacyWhitespaceSplit) {
 
   // Without the normalizer the split alone: "a\tb\n c" is the words a, b, c, each ▁-prefixed,
   // against Metaspace's "▁a\tb\n", "▁c" (tab and newline unknown, not fused: b between them).
-  nlohmann::json j = read_json(kData + "/t5_legacy/tokenizer.json");
+  nlohmann::json j = read_json(kT5Data + "/t5_legacy/tokenizer.json");
   j["normalizer"] = nullptr;
   EXPECT_EQ(load_json("t5_legacy_raw.json", j).encode("a\tb\n c"), (Ids{234, 226, 70}));
   EXPECT_EQ(load_json("t5_legacy_raw.json", j).encode(" \t\n"), Ids{});
@@ -114,7 +114,7 @@ TEST(TokenizerT5, LegacyWhitespaceSplit) {
 
   // prepend_scheme "first" after WhitespaceSplit: only a word at the very start of the text
   // gets the ▁ ("b" alone is b, 74; "a" after a space is a, 8).
-  j = read_json(kData + "/t5_legacy/tokenizer.json");
+  j = read_json(kT5Data + "/t5_legacy/tokenizer.json");
   j["pre_tokenizer"]["pretokenizers"][1] = {
       {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", true}};
   const auto first = load_json("t5_legacy_first.json", j);
@@ -125,7 +125,7 @@ TEST(TokenizerT5, LegacyWhitespaceSplit) {
 // `tokenizers`' Metaspace decoder drops every ▁ of the first token rather than reading them as
 // spaces (the prefix its pre-tokenizer added); a piece with a ▁ inside shows it.
 TEST(TokenizerT5, MetaspaceDecoderFirstToken) {
-  nlohmann::json j = read_json(kData + "/t5_legacy/tokenizer.json");
+  nlohmann::json j = read_json(kT5Data + "/t5_legacy/tokenizer.json");
   j["added_tokens"] = nlohmann::json::array();
   j["post_processor"] = nullptr;
   j["model"]["vocab"] = nlohmann::json::array();
@@ -144,7 +144,7 @@ TEST(TokenizerT5, MetaspaceDecoderFirstToken) {
 
 // Pre-tokenizers around Metaspace other than one WhitespaceSplit before it are named.
 TEST(TokenizerT5, UnsupportedPreTokenizers) {
-  const nlohmann::json base = read_json(kData + "/t5_legacy/tokenizer.json");
+  const nlohmann::json base = read_json(kT5Data + "/t5_legacy/tokenizer.json");
   const nlohmann::json split = {{"type", "WhitespaceSplit"}};
   const nlohmann::json meta = base["pre_tokenizer"]["pretokenizers"][1];
   const auto error_with = [&](const nlohmann::json& pre) {

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 using Pieces = std::vector<std::string_view>;
 
-const std::string kData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
+const std::string kTokenizerData = std::string(TG_TEST_DATA_DIR) + "/tokenizer";
 
 using tg_test::load_error;
 using tg_test::read_file;
@@ -32,7 +32,7 @@ using tg_test::write_temp;
 // added special token <|endoftext|>:12, merges by rank 0 "l o", 1 "lo w", 2 "Ġ l", 3 "Ġ low",
 // 4 "a b", 5 "b c"; GPT-2's ByteLevel pre-tokenizer without a prefix space.
 TEST(Tokenizer, HandDerivedIds) {
-  const auto tok = tg::Tokenizer::load(kData + "/tiny.json");
+  const auto tok = tg::Tokenizer::load(kTokenizerData + "/tiny.json");
   EXPECT_EQ(tok.vocab_size(), 14);
   struct Case {
     const char* text;
@@ -76,7 +76,7 @@ TEST(Tokenizer, HandDerivedIds) {
 
 // add_prefix_space puts " " before a piece that does not start with one; the folder form of load.
 TEST(Tokenizer, PrefixSpaceAndFolder) {
-  std::string json = read_file(kData + "/tiny.json");
+  std::string json = read_file(kTokenizerData + "/tiny.json");
   const std::string off = R"("add_prefix_space": false, "trim_offsets": true, "use_regex": true},
   "post_processor")";
   const size_t at = json.find(off);
@@ -100,7 +100,7 @@ TEST(Tokenizer, PrefixSpaceAndFolder) {
 // 0 "▁ h", 1 "l l", 2 "▁h e", 3 "o r", 4 "▁he ll", 5 "▁ w", 6 "▁hell o", 7 "▁w or", 8 "l d",
 // 9 "▁wor ld".
 TEST(Tokenizer, SentencePieceStyleHandDerivedIds) {
-  const auto tok = tg::Tokenizer::load(kData + "/tiny_sp.json");
+  const auto tok = tg::Tokenizer::load(kTokenizerData + "/tiny_sp.json");
   struct Case {
     const char* text;
     Ids ids;
@@ -135,7 +135,7 @@ TEST(Tokenizer, SentencePieceStyleHandDerivedIds) {
 // The same vocabulary with the newer files' Metaspace pre-tokenizer and decoder (no normalizer),
 // and without byte fallback (unknown characters to <unk>, runs of them fused).
 TEST(Tokenizer, SentencePieceStyleMetaspaceAndUnk) {
-  nlohmann::json j = nlohmann::json::parse(read_file(kData + "/tiny_sp.json"));
+  nlohmann::json j = nlohmann::json::parse(read_file(kTokenizerData + "/tiny_sp.json"));
   j["normalizer"] = nullptr;
   j["pre_tokenizer"] = {
       {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", false}};
@@ -163,7 +163,7 @@ TEST(Tokenizer, SentencePieceStyleMetaspaceAndUnk) {
 // BPE over a long SentencePiece-style word (a whole line) merges as the quadratic definition
 // does: a line of repeated words gives the repeated ids.
 TEST(Tokenizer, SentencePieceStyleLongLine) {
-  const auto tok = tg::Tokenizer::load(kData + "/tiny_sp.json");
+  const auto tok = tg::Tokenizer::load(kTokenizerData + "/tiny_sp.json");
   std::string line;
   Ids want;
   for (int i = 0; i < 2000; ++i) {
@@ -281,7 +281,7 @@ TEST(Tokenizer, EncodePair) {
   // bert: TemplateProcessing "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"; bert_cased: BertProcessing,
   // the same layout. Without the special tokens A keeps type 0 and B type 1.
   for (const char* name : {"bert", "bert_cased"}) {
-    const auto tok = tg::Tokenizer::load(kData + "/" + name);
+    const auto tok = tg::Tokenizer::load(kTokenizerData + "/" + name);
     const Ids ea = tok.encode(a), eb = tok.encode(b);
     const int32_t cls = *tok.token_to_id("[CLS]"), sep = *tok.token_to_id("[SEP]");
     const tg::Encoding e = tok.encode_pair(a, b);
@@ -295,7 +295,7 @@ TEST(Tokenizer, EncodePair) {
   // llama3: "<|begin_of_text|> $A <|begin_of_text|> $B", every type 0 (B's too, as the template
   // says, with or without the special tokens).
   {
-    const auto tok = tg::Tokenizer::load(kData + "/llama3");
+    const auto tok = tg::Tokenizer::load(kTokenizerData + "/llama3");
     const Ids ea = tok.encode(a), eb = tok.encode(b);
     const tg::Encoding e = tok.encode_pair(a, b);
     EXPECT_EQ(e.ids, concat({{0}, ea, {0}, eb}));
@@ -306,7 +306,7 @@ TEST(Tokenizer, EncodePair) {
   }
   // llama2: "<s>:0 $A:0 <s>:1 $B:1".
   {
-    const auto tok = tg::Tokenizer::load(kData + "/llama2");
+    const auto tok = tg::Tokenizer::load(kTokenizerData + "/llama2");
     const Ids ea = tok.encode(a), eb = tok.encode(b);
     const tg::Encoding e = tok.encode_pair(a, b);
     EXPECT_EQ(e.ids, concat({{1}, ea, {1}, eb}));
@@ -314,7 +314,7 @@ TEST(Tokenizer, EncodePair) {
   }
   // gpt2: no pair form (a ByteLevel post-processor): A then B, types 0 and 1, either way.
   {
-    const auto tok = tg::Tokenizer::load(kData + "/gpt2");
+    const auto tok = tg::Tokenizer::load(kTokenizerData + "/gpt2");
     const Ids ea = tok.encode(a), eb = tok.encode(b);
     for (bool add_special : {true, false}) {
       const tg::Encoding e = tok.encode_pair(a, b, add_special);
@@ -324,7 +324,7 @@ TEST(Tokenizer, EncodePair) {
   }
   // RobertaProcessing: <s> A </s> </s> B </s>, every type 0.
   {
-    nlohmann::json j = nlohmann::json::parse(read_file(kData + "/tiny.json"));
+    nlohmann::json j = nlohmann::json::parse(read_file(kTokenizerData + "/tiny.json"));
     j["post_processor"] = {{"type", "RobertaProcessing"},
                            {"sep", {"<|endoftext|>", 12}},
                            {"cls", {"ab", 11}},
@@ -343,7 +343,7 @@ TEST(Tokenizer, EncodePair) {
 
 // BERT's special tokens in text: "[MASK]" is the token wherever it stands, "[mask]" is not.
 TEST(Tokenizer, BertMaskInText) {
-  const auto tok = tg::Tokenizer::load(kData + "/bert");
+  const auto tok = tg::Tokenizer::load(kTokenizerData + "/bert");
   const int32_t mask = *tok.token_to_id("[MASK]");
   const Ids ids = tok.encode("the [MASK] sat");
   EXPECT_EQ(ids.size(), tok.encode("the").size() + 1 + tok.encode("sat").size());
@@ -353,13 +353,13 @@ TEST(Tokenizer, BertMaskInText) {
   EXPECT_EQ(tok.decode(ids), "the [MASK] sat");
 }
 
-struct SplitCase {
+struct TokSplitCase {
   const char* text;
   Pieces pieces;
 };
 
 TEST(Pretokenize, Gpt2Regex) {
-  const SplitCase cases[] = {
+  const TokSplitCase cases[] = {
       {"Hello world", {"Hello", " world"}},
       // Contractions are case-sensitive: 'M is "'" then "M".
       {"I'm we'll they're 'M", {"I", "'m", " we", "'ll", " they", "'re", " '", "M"}},
@@ -380,7 +380,7 @@ TEST(Pretokenize, Gpt2Regex) {
 }
 
 TEST(Pretokenize, Llama3Regex) {
-  const SplitCase cases[] = {
+  const TokSplitCase cases[] = {
       // \p{N}{1,3}: numbers in threes from the left; the space before them stands alone.
       {"1 12 123 1234 12345", {"1", " ", "12", " ", "123", " ", "123", "4", " ", "123", "45"}},
       // Contractions ignore case.
@@ -449,7 +449,7 @@ TEST(Tokenizer, RoundTrips) {
 }
 
 TEST(Tokenizer, Errors) {
-  const std::string tiny = read_file(kData + "/tiny.json");
+  const std::string tiny = read_file(kTokenizerData + "/tiny.json");
   const auto load_text = [](const std::string& text) { tg::Tokenizer::load(write_temp("bad.json", text)); };
   const auto replaced = [&](std::string_view from, std::string_view to) {
     std::string s = tiny;
@@ -480,9 +480,9 @@ TEST(Tokenizer, Errors) {
                "normalizer NFKC is not supported");
   expect_error(replaced(R"("l o")", R"("l x")"), "\"x\", which is not in the vocab");
   expect_error(replaced(R"("Ġ": 0)", R"("Ġ": "zero")"), "unexpected content");
-  EXPECT_THROW(tg::Tokenizer::load(kData + "/no_such_file.json"), tg::TokenizerError);
+  EXPECT_THROW(tg::Tokenizer::load(kTokenizerData + "/no_such_file.json"), tg::TokenizerError);
 
-  const auto tok = tg::Tokenizer::load(kData + "/tiny.json");
+  const auto tok = tg::Tokenizer::load(kTokenizerData + "/tiny.json");
   EXPECT_THROW(tok.decode(Ids{1, 14}), tg::InputError);
   EXPECT_THROW(tok.decode(Ids{-1}), tg::InputError);
   EXPECT_THROW(tok.id_to_token(100), tg::InputError);
@@ -593,7 +593,7 @@ TEST(TokenizerErrors, SentencePieceStyleBpeWithoutSpaces) {
 
 // Parts of a SentencePiece-style pipeline this tokenizer does not implement, each named.
 TEST(TokenizerErrors, SentencePieceStyleUnsupportedParts) {
-  const nlohmann::json base = nlohmann::json::parse(read_file(kData + "/tiny_sp.json"));
+  const nlohmann::json base = nlohmann::json::parse(read_file(kTokenizerData + "/tiny_sp.json"));
   auto error_with = [&](const char* key, const nlohmann::json& value) {
     nlohmann::json j = base;
     j[key] = value;
@@ -634,7 +634,7 @@ TEST(TokenizerErrors, EmptyFile) {
 
 // A download cut short: where the JSON breaks off.
 TEST(TokenizerErrors, TruncatedJson) {
-  const std::string tiny = read_file(kData + "/tiny.json");
+  const std::string tiny = read_file(kTokenizerData + "/tiny.json");
   const std::string e = load_error(write_temp("truncated.json", tiny.substr(0, tiny.size() / 2)));
   EXPECT_HAS(e, "not valid JSON: ");
   EXPECT_HAS(e, "unexpected end of input");
@@ -648,7 +648,7 @@ TEST(TokenizerErrors, JsonThatIsNotAnObject) {
 }
 
 TEST(TokenizerErrors, MissingFileOrADirectory) {
-  EXPECT_HAS(load_error(kData + "/no_such_file.json"), "cannot open: No such file or directory");
+  EXPECT_HAS(load_error(kTokenizerData + "/no_such_file.json"), "cannot open: No such file or directory");
   const fs::path dir = fs::path(testing::TempDir()) / "tg_tokenizer_dir" / "tokenizer.json";
   fs::create_directories(dir);  // a folder whose tokenizer.json is itself a folder
   EXPECT_HAS(load_error(dir.parent_path().string()), "tokenizer.json: not a regular file");
@@ -665,7 +665,7 @@ TEST(TokenizerErrors, MissingFileOrADirectory) {
 TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
   for (const char* name : {"gpt2", "llama3", "llama2", "metaspace", "qwen2", "bert", "bert_cased", "xlmr",
                            "xlmr_bytes", "clip"}) {
-    const std::string folder = kData + "/" + name;
+    const std::string folder = kTokenizerData + "/" + name;
     if (!fs::exists(folder + "/golden.txt")) {
       GTEST_SKIP() << folder
                    << "/golden.txt does not exist yet: run python3 tests/text/gen_tokenizer_golden.py "

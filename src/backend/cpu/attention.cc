@@ -68,21 +68,21 @@ blasint checked_blas_int(int64_t v) {
 }
 
 /// A [B, H, rows, D] operand: head (b, h) starts at data + b·sb + h·sh, rows ld apart.
-struct Operand {
+struct AttnOperand {
   const float* data = nullptr;
   int64_t sb = 0, sh = 0;
   blasint ld = 1;
   const float* head(int64_t b, int64_t h) const { return data + b * sb + h * sh; }
 };
 
-Operand operand(const View& v, const Shape& shape) {
+AttnOperand operand(const View& v, const Shape& shape) {
   const std::optional<BlasOperand> o = blas_operand(v, shape);
   if (!o || o->trans) throw Error("[cpu] attention operand is not row-addressable (planner bug)");
   return {reinterpret_cast<const float*>(v.data), shape[0] == 1 ? 0 : v.strides[0],
           shape[1] == 1 ? 0 : v.strides[1], checked_blas_int(o->ld)};
 }
 
-struct Geometry {
+struct AttnGeometry {
   int64_t B = 0, Hq = 0, Hkv = 0, T = 0, S = 0, D = 0, group = 1, blocks = 0;
   bool causal = false;
   float scale = 1;
@@ -162,7 +162,7 @@ inline float softmax_in_place(float* __restrict row, int64_t n, int64_t valid, b
 
 /// P = masked row softmax of scale·Q Kᵀ over the first sb keys, for query rows [r0, r0+rows)
 /// of sequence b.
-void probabilities(const Geometry& g, int64_t b, const float* q, blasint ldq, const float* k, blasint ldk,
+void probabilities(const AttnGeometry& g, int64_t b, const float* q, blasint ldq, const float* k, blasint ldk,
                    int64_t r0, int64_t rows, int64_t sb, float* p) {
   const auto bsb = static_cast<blasint>(sb);
   gemm(CblasNoTrans, CblasTrans, static_cast<blasint>(rows), bsb, static_cast<blasint>(g.D), g.scale, q, ldq,
@@ -192,7 +192,7 @@ constexpr int64_t kHeads = 16;
 /// Whether the direct path beats per-head sgemm calls: on small heads, where each call's fixed
 /// cost outweighs its products. The backward gathers 7 operands instead of 4, so it stops
 /// paying at smaller heads than the forward.
-bool direct_pays(const Geometry& g, bool backward) {
+bool direct_pays(const AttnGeometry& g, bool backward) {
   if (g.keys != nullptr) return false;  // the direct path takes no key mask
   return backward ? g.S * g.D <= 256 && g.D <= 16 : g.S * g.D <= 512 && g.D <= 32;
 }
@@ -261,12 +261,12 @@ inline void lane_weighted(const float* __restrict w, const float* __restrict m, 
   }
 }
 
-int64_t visible_keys(const Geometry& g, int64_t i) {
+int64_t visible_keys(const AttnGeometry& g, int64_t i) {
   return g.causal ? std::min(g.S, i + (g.S - g.T) + 1) : g.S;
 }
 
-void forward_direct(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, float* out,
-                    Scratch& scratch) {
+void forward_direct(const AttnGeometry& g, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
+                    float* out, Scratch& scratch) {
   const int64_t heads = g.B * g.Hq, units = (heads + kHeads - 1) / kHeads;
   const int64_t sd = g.S * g.D * kHeads, td = g.T * g.D * kHeads;
   const bool parallel = units > 1 && heads * g.T * g.S * g.D > kGrainCheap;
@@ -279,7 +279,7 @@ void forward_direct(const Geometry& g, const Operand& q, const Operand& k, const
     float* ql = vl + sd;
     float* ol = ql + td;
     float* s = ol + td;
-    auto kv_head = [&](const Operand& x) {
+    auto kv_head = [&](const AttnOperand& x) {
       return [&](int64_t l) { return x.head((h0 + l) / g.Hq, (h0 + l) % g.Hq / g.group); };
     };
     gather(kv_head(k), n, g.S, g.D, k.ld, kl);
@@ -301,8 +301,8 @@ void forward_direct(const Geometry& g, const Operand& q, const Operand& k, const
   }
 }
 
-void backward_direct(const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
-                     const Operand& dout, float* out, Scratch& scratch) {
+void backward_direct(const AttnGeometry& g, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
+                     const AttnOperand& dout, float* out, Scratch& scratch) {
   const int64_t pairs = g.B * g.Hkv, units = (pairs + kHeads - 1) / kHeads;
   const int64_t sd = g.S * g.D * kHeads, td = g.T * g.D * kHeads, rd = g.D * kHeads;
   const bool parallel = units > 1 && pairs * g.group * g.T * g.S * g.D > kGrainCheap / 4;
@@ -377,8 +377,8 @@ void backward_direct(const Geometry& g, const Operand& q, const Operand& k, cons
   }
 }
 
-void forward(const Geometry& g, const Operand& q, const Operand& k, const Operand& v, float* out,
-             Scratch& scratch) {
+void forward(const AttnGeometry& g, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
+             float* out, Scratch& scratch) {
   const int64_t units = g.B * g.Hq * g.blocks;
   const bool parallel = units > 1;
   scratch.reserve(static_cast<size_t>(kRowBlock * g.S), parallel);
@@ -401,8 +401,8 @@ void forward(const Geometry& g, const Operand& q, const Operand& k, const Operan
   }
 }
 
-void backward_blocks(const Geometry& g, const Operand& q, const Operand& k, const Operand& v,
-                     const Operand& dout, float* out, Scratch& scratch) {
+void backward_blocks(const AttnGeometry& g, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
+                     const AttnOperand& dout, float* out, Scratch& scratch) {
   const int64_t units = g.B * g.Hkv;
   const bool parallel = units > 1;
   const int64_t block_scores = kRowBlock * g.S;
@@ -451,7 +451,7 @@ void backward_blocks(const Geometry& g, const Operand& q, const Operand& k, cons
   }
 }
 
-/// A bf16 or f16 [B, H, rows, D] operand as make_attention receives it: strides as Operand's.
+/// A bf16 or f16 [B, H, rows, D] operand as make_attention receives it: strides as AttnOperand's.
 struct HalfOperand {
   const uint16_t* data = nullptr;
   int64_t sb = 0, sh = 0, ld = 1;
@@ -460,7 +460,7 @@ struct HalfOperand {
 };
 
 HalfOperand half_operand(const View& v, const Shape& shape, DType dtype) {
-  const Operand o = operand(v, shape);
+  const AttnOperand o = operand(v, shape);
   HalfOperand x{
       reinterpret_cast<const uint16_t*>(v.data), o.sb, o.sh, o.ld, shape[0], shape[1], shape[2], shape[3]};
   x.f16 = dtype == DType::kF16;
@@ -469,8 +469,8 @@ HalfOperand half_operand(const View& v, const Shape& shape, DType dtype) {
 
 int64_t dense_numel(const HalfOperand& x) { return x.B * x.H * x.rows * x.D; }
 
-/// The f32 values of x (exact), dense [B, H, rows, D] at dst, as an Operand.
-Operand widen(const HalfOperand& x, float* dst) {
+/// The f32 values of x (exact), dense [B, H, rows, D] at dst, as an AttnOperand.
+AttnOperand widen(const HalfOperand& x, float* dst) {
   const int64_t heads = x.B * x.H, head = x.rows * x.D;
   const auto widen_head = x.f16 ? widen_f16 : widen_bf16;
 #pragma omp parallel for schedule(static) if (heads > 1 && heads * head > kGrainCheap)
@@ -496,7 +496,7 @@ bool attention_operand(const View& view, const Shape& shape) {
 
 Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& kv_shape,
                       const std::vector<View>& in, float* out, DType dtype, const uint8_t* key_mask) {
-  Geometry g;
+  AttnGeometry g;
   g.B = q_shape[0];
   g.Hq = q_shape[1];
   g.T = q_shape[2];
@@ -514,7 +514,7 @@ Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& k
   const bool backward = node.op == ir::Op::kAttentionGrad;
   const bool direct = direct_pays(g, backward);
   // Runs the f32 kernel on f32 operands (q, k, v[, dout]).
-  auto run = [=](const Operand& q, const Operand& k, const Operand& v, const Operand& dout) {
+  auto run = [=](const AttnOperand& q, const AttnOperand& k, const AttnOperand& v, const AttnOperand& dout) {
     if (!backward)
       (direct ? forward_direct : forward)(g, q, k, v, out, caller_scratch());
     else
@@ -532,20 +532,20 @@ Kernel make_attention(const ir::Node& node, const Shape& q_shape, const Shape& k
       int64_t total = 0;
       for (const HalfOperand& x : narrow) total += dense_numel(x);
       float* dst = widened_scratch(total);
-      std::vector<Operand> wide;
+      std::vector<AttnOperand> wide;
       for (const HalfOperand& x : narrow) {
         wide.push_back(widen(x, dst));
         dst += dense_numel(x);
       }
-      run(wide[0], wide[1], wide[2], backward ? wide[3] : Operand{});
+      run(wide[0], wide[1], wide[2], backward ? wide[3] : AttnOperand{});
     };
   }
-  std::vector<Operand> ops;
+  std::vector<AttnOperand> ops;
   for (size_t i = 0; i < operands; ++i) ops.push_back(operand(in[i], i == 1 || i == 2 ? kv_shape : q_shape));
   return [=] {
     // The backward's D == 0 is unreachable (numel would be 0), but keeps sgemm away from k = 0.
     if (out_numel == 0 || (backward && g.D == 0)) return;
-    run(ops[0], ops[1], ops[2], backward ? ops[3] : Operand{});
+    run(ops[0], ops[1], ops[2], backward ? ops[3] : AttnOperand{});
   };
 }
 

@@ -102,7 +102,8 @@ template <class T>
 BlockFn binary_block(ir::Op op) {
   using S = typename StorageOf<T>::type;
   using fastmath::exp;
-  using fastmath::tanh;  // gelu_tanh_grad using std::pow;
+  using fastmath::tanh;  // gelu_tanh_grad
+  using std::pow;
   // clang-format off
   switch (op) {
 #define TG_BINARY(Name, str, dtypes, expr)                                                       \

@@ -1,14 +1,14 @@
 // bf16 products with f32 accumulation (see gemm_bf16.h).
 //
 // gemm_bf16_dot follows sgemm_small's loop order (gemm_small.cc), with both operands packed:
-//   for each N block of <= kNC columns:  for each K block of <= kKC (even, balanced):
-//     pack op(B)[kblock, nblock] into kNR-column panels of k pairs
-//     for each M block of <= kMC rows:  pack op(A)[mblock, kblock] into kMR-row strips of k pairs
-//       for each panel:  for each strip:  microkernel (kMR × kNR tile of C in 16 zmm accumulators)
+//   for each N block of <= kBfNC columns:  for each K block of <= kBfKC (even, balanced):
+//     pack op(B)[kblock, nblock] into kBfNR-column panels of k pairs
+//     for each M block of <= kBfMC rows:  pack op(A)[mblock, kblock] into kBfMR-row strips of k pairs
+//       for each panel:  for each strip:  microkernel (kBfMR × kBfNR tile of C in 16 zmm accumulators)
 // A packed pair is one 32-bit word holding op(X)[.., 2p] in its low half and op(X)[.., 2p+1] in
 // its high half (zero past K), the operand layout of vdpbf16ps: per lane, acc += a_lo·b_lo +
 // a_hi·b_hi. Per pair the microkernel loads two panel rows (32 columns) and broadcasts one word
-// of each of the kMR rows. Row tails are computed on zero rows and not stored; column tails are
+// of each of the kBfMR rows. Row tails are computed on zero rows and not stored; column tails are
 // zero-padded panels and masked stores.
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/gemm_amx.h"
@@ -34,14 +34,14 @@
 namespace tg::backend::cpu {
 namespace {
 
-constexpr int kMR = 8;         // tile rows: 8 × 2 accumulators, 2 panel vectors, 1 broadcast
-constexpr int kNR = 32;        // tile columns: two zmm of f32 (one panel row of 32 words)
-constexpr int64_t kKC = 512;   // K block (256 pairs): a packed panel is 32 KiB, L1-resident
-constexpr int64_t kMC = 128;   // M block: its packed strips (128 KiB) stay in L2 across panels
-constexpr int64_t kNC = 2048;  // N block: bounds the packed op(B) block (2 MiB)
+constexpr int kBfMR = 8;         // tile rows: 8 × 2 accumulators, 2 panel vectors, 1 broadcast
+constexpr int kBfNR = 32;        // tile columns: two zmm of f32 (one panel row of 32 words)
+constexpr int64_t kBfKC = 512;   // K block (256 pairs): a packed panel is 32 KiB, L1-resident
+constexpr int64_t kBfMC = 128;   // M block: its packed strips (128 KiB) stay in L2 across panels
+constexpr int64_t kBfNC = 2048;  // N block: bounds the packed op(B) block (2 MiB)
 
 thread_local PackBuffer<uint32_t> t_pack_a;
-thread_local PackBuffer<uint32_t> t_pack_b;
+thread_local PackBuffer<uint32_t> t_pack_b_pairs;
 
 /// dst[p·width + c] = the pair (x(2p, c), x(2p+1, c)) for p < ⌈kc/2⌉, c < width, where
 /// x(k, c) = src[k·ks + c·cs]; columns c ≥ cols and the half k = kc of an odd last pair are 0
@@ -80,21 +80,21 @@ void pack_pairs(const uint16_t* src, int64_t ks, int64_t cs, int64_t kc, int64_t
   return static_cast<__mmask16>((1u << std::clamp(n, 0, 16)) - 1u);
 }
 
-/// C[0:rows, 0:n] (=, or += when accumulate) Σ_p a[p]·b[p] over `pairs` packed pairs: a holds kMR
-/// words per pair (one per row), b kNR words per pair (one per column).
+/// C[0:rows, 0:n] (=, or += when accumulate) Σ_p a[p]·b[p] over `pairs` packed pairs: a holds kBfMR
+/// words per pair (one per row), b kBfNR words per pair (one per column).
 [[gnu::target("avx512bf16,avx512f,avx512bw,avx512vl")]] void dot_tile(int64_t pairs,
                                                                       const uint32_t* __restrict a,
                                                                       const uint32_t* __restrict b, float* c,
                                                                       int64_t ldc, int rows, int n,
                                                                       bool accumulate) {
-  __m512 acc[kMR][2];
+  __m512 acc[kBfMR][2];
 #pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < pairs; ++p, a += kMR, b += kNR) {
+  for (int r = 0; r < kBfMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p, a += kBfMR, b += kBfNR) {
     const auto b0 = (__m512bh)_mm512_load_si512(b);
     const auto b1 = (__m512bh)_mm512_load_si512(b + 16);
 #pragma GCC unroll 8
-    for (int r = 0; r < kMR; ++r) {
+    for (int r = 0; r < kBfMR; ++r) {
       const auto av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r]));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
@@ -102,7 +102,7 @@ void pack_pairs(const uint16_t* src, int64_t ks, int64_t cs, int64_t kc, int64_t
   }
   const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
 #pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r) {
+  for (int r = 0; r < kBfMR; ++r) {
     if (r >= rows) break;
     float* cr = c + r * ldc;
     if (accumulate) {
@@ -154,28 +154,28 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   const int64_t ars = trans_a ? 1 : lda, aks = trans_a ? lda : 1;
   const int64_t bks = trans_b ? 1 : ldb, bjs = trans_b ? ldb : 1;
   // Balanced K blocks of an even length, so that only the last may end in half a pair.
-  const int64_t kblocks = (K + kKC - 1) / kKC, kc_max = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;
-  const int64_t pairs_max = kc_max / 2, nc_max = std::min(N, kNC);
-  uint32_t* bp = t_pack_b.get(pairs_max * ((nc_max + kNR - 1) / kNR) * kNR);
-  uint32_t* ap = t_pack_a.get(pairs_max * ((std::min(M, kMC) + kMR - 1) / kMR) * kMR);
-  for (int64_t jc = 0; jc < N; jc += kNC) {
-    const int64_t nc = std::min(kNC, N - jc);
+  const int64_t kblocks = (K + kBfKC - 1) / kBfKC, kc_max = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;
+  const int64_t pairs_max = kc_max / 2, nc_max = std::min(N, kBfNC);
+  uint32_t* bp = t_pack_b_pairs.get(pairs_max * ((nc_max + kBfNR - 1) / kBfNR) * kBfNR);
+  uint32_t* ap = t_pack_a.get(pairs_max * ((std::min(M, kBfMC) + kBfMR - 1) / kBfMR) * kBfMR);
+  for (int64_t jc = 0; jc < N; jc += kBfNC) {
+    const int64_t nc = std::min(kBfNC, N - jc);
     for (int64_t pc = 0; pc < K; pc += kc_max) {
       const int64_t kc = std::min(kc_max, K - pc), pairs = (kc + 1) / 2;
-      for (int64_t jr = 0; jr < nc; jr += kNR)
-        pack_pairs(B + pc * bks + (jc + jr) * bjs, bks, bjs, kc, std::min<int64_t>(kNR, nc - jr), kNR,
-                   bp + jr / kNR * pairs * kNR);
-      for (int64_t ic = 0; ic < M; ic += kMC) {
-        const int64_t mc = std::min(kMC, M - ic);
-        for (int64_t ir = 0; ir < mc; ir += kMR)
-          pack_pairs(A + (ic + ir) * ars + pc * aks, aks, ars, kc, std::min<int64_t>(kMR, mc - ir), kMR,
-                     ap + ir / kMR * pairs * kMR);
-        for (int64_t jr = 0; jr < nc; jr += kNR) {
-          const int n = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
-          for (int64_t ir = 0; ir < mc; ir += kMR)
-            dot_tile(pairs, ap + ir / kMR * pairs * kMR, bp + jr / kNR * pairs * kNR,
-                     C + (ic + ir) * ldc + jc + jr, ldc, static_cast<int>(std::min<int64_t>(kMR, mc - ir)), n,
-                     pc > 0);
+      for (int64_t jr = 0; jr < nc; jr += kBfNR)
+        pack_pairs(B + pc * bks + (jc + jr) * bjs, bks, bjs, kc, std::min<int64_t>(kBfNR, nc - jr), kBfNR,
+                   bp + jr / kBfNR * pairs * kBfNR);
+      for (int64_t ic = 0; ic < M; ic += kBfMC) {
+        const int64_t mc = std::min(kBfMC, M - ic);
+        for (int64_t ir = 0; ir < mc; ir += kBfMR)
+          pack_pairs(A + (ic + ir) * ars + pc * aks, aks, ars, kc, std::min<int64_t>(kBfMR, mc - ir), kBfMR,
+                     ap + ir / kBfMR * pairs * kBfMR);
+        for (int64_t jr = 0; jr < nc; jr += kBfNR) {
+          const int n = static_cast<int>(std::min<int64_t>(kBfNR, nc - jr));
+          for (int64_t ir = 0; ir < mc; ir += kBfMR)
+            dot_tile(pairs, ap + ir / kBfMR * pairs * kBfMR, bp + jr / kBfNR * pairs * kBfNR,
+                     C + (ic + ir) * ldc + jc + jr, ldc, static_cast<int>(std::min<int64_t>(kBfMR, mc - ir)),
+                     n, pc > 0);
         }
       }
     }

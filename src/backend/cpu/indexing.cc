@@ -51,15 +51,15 @@ std::vector<int64_t> offset_table(const Shape& shape, const std::vector<int64_t>
 
 /// One operand seen as [outer, axis, inner]: element (o, k, i) is at
 /// outer[o] + k·axis_stride + inner[i].
-struct Operand {
+struct IndexOperand {
   std::vector<int64_t> outer, inner;
   int64_t axis_stride = 0;
   bool inner_unit = true;  // inner[i] == i: the inner run is dense
   bool inner_zero = true;  // inner[i] == 0: constant along the inner run (broadcast ids)
 };
 
-Operand split(const View& v, const Shape& shape, size_t axis) {
-  Operand op;
+IndexOperand split(const View& v, const Shape& shape, size_t axis) {
+  IndexOperand op;
   op.outer = offset_table(shape, v.strides, 0, axis);
   op.inner = offset_table(shape, v.strides, axis + 1, shape.size());
   op.axis_stride = v.strides[axis];
@@ -70,13 +70,13 @@ Operand split(const View& v, const Shape& shape, size_t axis) {
   return op;
 }
 
-struct Geometry {
+struct IndexGeometry {
   int64_t outer = 1, len = 1, inner = 1;  // the small side (idx shape)
   int64_t extent = 0;                     // the big side's indexed axis: valid index range
 };
 
-Geometry geometry(const Shape& small, const Shape& big, size_t axis) {
-  Geometry g;
+IndexGeometry geometry(const Shape& small, const Shape& big, size_t axis) {
+  IndexGeometry g;
   for (size_t d = 0; d < axis; ++d) g.outer *= small[d];
   g.len = small[axis];
   for (size_t d = axis + 1; d < small.size(); ++d) g.inner *= small[d];
@@ -84,8 +84,8 @@ Geometry geometry(const Shape& small, const Shape& big, size_t axis) {
   return g;
 }
 
-[[noreturn]] void throw_bad_index(const char* op, int64_t pos, const int32_t* idx, const Operand& io,
-                                  const Geometry& g, const Shape& small, const Shape& big, DType dtype,
+[[noreturn]] void throw_bad_index(const char* op, int64_t pos, const int32_t* idx, const IndexOperand& io,
+                                  const IndexGeometry& g, const Shape& small, const Shape& big, DType dtype,
                                   size_t axis) {
   const int64_t i = pos % g.inner, k = (pos / g.inner) % g.len, o = pos / (g.inner * g.len);
   const int32_t value =
@@ -104,9 +104,9 @@ Kernel gather_kernel(const ir::Node& node, const Shape& x_shape, const View& x, 
   const auto axis = static_cast<size_t>(node.attrs.axes[0]);
   const Shape small = node.shape, big = x_shape;
   const DType dtype = node.dtype;
-  const Geometry g = geometry(small, big, axis);
-  auto xo = std::make_shared<const Operand>(split(x, big, axis));
-  auto io = std::make_shared<const Operand>(split(idx, small, axis));
+  const IndexGeometry g = geometry(small, big, axis);
+  auto xo = std::make_shared<const IndexOperand>(split(x, big, axis));
+  auto io = std::make_shared<const IndexOperand>(split(idx, small, axis));
   const auto* X = reinterpret_cast<const E*>(x.data);
   const auto* I = reinterpret_cast<const int32_t*>(idx.data);
   auto* out = reinterpret_cast<E*>(out_bytes);
@@ -115,8 +115,8 @@ Kernel gather_kernel(const ir::Node& node, const Shape& x_shape, const View& x, 
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   return [=] {
     if (total == 0) return;
-    const Operand& xs = *xo;
-    const Operand& is = *io;
+    const IndexOperand& xs = *xo;
+    const IndexOperand& is = *io;
     int64_t bad = kNoBad;
 #pragma omp parallel for schedule(static) reduction(min : bad) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
@@ -225,9 +225,9 @@ Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View
                         float* out) {
   const auto axis = static_cast<size_t>(node.attrs.axes[0]);
   const Shape small = src_shape, big = node.shape;
-  const Geometry g = geometry(small, big, axis);
-  auto so = std::make_shared<const Operand>(split(src, small, axis));
-  auto io = std::make_shared<const Operand>(split(idx, small, axis));
+  const IndexGeometry g = geometry(small, big, axis);
+  auto so = std::make_shared<const IndexOperand>(split(src, small, axis));
+  auto io = std::make_shared<const IndexOperand>(split(idx, small, axis));
   const auto* S = reinterpret_cast<const float*>(src.data);
   const auto* I = reinterpret_cast<const int32_t*>(idx.data);
   const int64_t out_numel = numel(big), in_numel = numel(small);
@@ -238,8 +238,8 @@ Kernel make_scatter_add(const ir::Node& node, const Shape& src_shape, const View
   return [=] {
     if (out_numel > 0) std::memset(out, 0, static_cast<size_t>(out_numel) * sizeof(float));
     if (in_numel == 0) return;
-    const Operand& ss = *so;
-    const Operand& is = *io;
+    const IndexOperand& ss = *so;
+    const IndexOperand& is = *io;
     const bool parallel = in_numel > kGrainCheap;
     // Fewer columns than threads: also split the indexed axis of the output into ranges.
     // Any split gives the same bits (each element is still summed in k order by one thread).

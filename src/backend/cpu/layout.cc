@@ -88,14 +88,14 @@ void copy_elements(const Nest& nest, E* dst, const E* src) {
 }
 
 /// A copy whose destination is dense along the last axis while the source is dense along
-/// another axis p (a transpose): done in kTile×kTile blocks so both sides stay in cache,
+/// another axis p (a transpose): done in kTransposeTile×kTransposeTile blocks so both sides stay in cache,
 /// instead of reading the source a whole stride apart per element.
 struct TiledCopy {
   Nest outer;                        // every axis but p and the last; operands (dst, src)
   int64_t rows = 0, cols = 0;        // extents of p and of the last axis
   int64_t dst_row = 0, src_col = 0;  // dst stride of p, src stride of the last axis
 };
-constexpr int64_t kTile = 32;
+constexpr int64_t kTransposeTile = 32;
 
 std::optional<TiledCopy> tiled_plan(const Nest& nest) {
   const size_t last = nest.extents.size() - 1;
@@ -124,7 +124,8 @@ std::optional<TiledCopy> tiled_plan(const Nest& nest) {
 
 template <class E>
 void copy_tiled(const TiledCopy& t, int64_t grain, E* dst, const E* src) {
-  const int64_t tr = (t.rows + kTile - 1) / kTile, tc = (t.cols + kTile - 1) / kTile;
+  const int64_t tr = (t.rows + kTransposeTile - 1) / kTransposeTile,
+                tc = (t.cols + kTransposeTile - 1) / kTransposeTile;
   const int64_t units = t.outer.numel * tr * tc;
   const size_t rank = t.outer.extents.size();
 #pragma omp parallel for schedule(static) if (t.outer.numel * t.rows * t.cols > grain)
@@ -136,8 +137,8 @@ void copy_tiled(const TiledCopy& t, int64_t grain, E* dst, const E* src) {
       od += i * t.outer.strides[d][0];
       os += i * t.outer.strides[d][1];
     }
-    const int64_t r0 = (u / tc) % tr * kTile, c0 = u % tc * kTile;
-    const int64_t r1 = std::min(t.rows, r0 + kTile), c1 = std::min(t.cols, c0 + kTile);
+    const int64_t r0 = (u / tc) % tr * kTransposeTile, c0 = u % tc * kTransposeTile;
+    const int64_t r1 = std::min(t.rows, r0 + kTransposeTile), c1 = std::min(t.cols, c0 + kTransposeTile);
     for (int64_t r = r0; r < r1; ++r) {
       E* __restrict out = dst + od + r * t.dst_row;
       const E* __restrict in = src + os + r;

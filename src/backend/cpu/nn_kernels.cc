@@ -25,7 +25,7 @@ namespace tg::backend::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kTile = 256;  // inner columns a strided-softmax unit handles at once
+constexpr int64_t kSoftmaxTile = 256;  // inner columns a strided-softmax unit handles at once
 
 /// e[j] = exp(x[j] − m) for j < n (e may be x); returns Σ e in double.
 inline double exp_shift_sum(const float* x, float* e, int64_t n, float m) {
@@ -49,10 +49,10 @@ void softmax_row(const float* __restrict x, float* __restrict y, int64_t n, int6
 }
 
 /// Softmax along the middle axis of a dense [outer, n, inner] tensor, for inner columns
-/// [i0, i0 + w) of outer slice `o` (w ≤ kTile).
+/// [i0, i0 + w) of outer slice `o` (w ≤ kSoftmaxTile).
 void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, int64_t i0, int64_t w, bool log) {
-  float m[kTile];
-  double sum[kTile];
+  float m[kSoftmaxTile];
+  double sum[kSoftmaxTile];
   for (int64_t i = 0; i < w; ++i) {
     m[i] = kNegInf;
     sum[i] = 0;
@@ -115,13 +115,14 @@ Kernel make_softmax(const ir::Node& node, const float* x, float* y) {
       }
     };
   }
-  const int64_t tiles = (inner + kTile - 1) / kTile;
+  const int64_t tiles = (inner + kSoftmaxTile - 1) / kSoftmaxTile;
   return [=] {
     if (total == 0) return;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t u = 0; u < outer * tiles; ++u) {
-      const int64_t o = u / tiles, i0 = (u % tiles) * kTile;
-      softmax_columns(x + o * n * inner, y + o * n * inner, n, inner, i0, std::min(kTile, inner - i0), log);
+      const int64_t o = u / tiles, i0 = (u % tiles) * kSoftmaxTile;
+      softmax_columns(x + o * n * inner, y + o * n * inner, n, inner, i0, std::min(kSoftmaxTile, inner - i0),
+                      log);
     }
   };
 }

@@ -22,8 +22,8 @@
 namespace tg::backend::cpu {
 namespace {
 
-constexpr int64_t kChunk = 4096;  // elements per work unit; a multiple of 4
-static_assert(kChunk % 4 == 0);
+constexpr int64_t kUnitElems = 4096;  // elements per work unit; a multiple of 4
+static_assert(kUnitElems % 4 == 0);
 
 /// u[e] = philox_uniform(seed, key, begin + e) for e in [0, end − begin); begin % 4 == 0.
 void uniforms(uint64_t seed, uint32_t key, int64_t begin, int64_t end, float* u) {
@@ -118,7 +118,7 @@ Kernel make_random(const ir::Node& node, const View& x, const View& key, float* 
   const double scale = 1.0 / (1.0 - p);
   const auto* key_ptr = reinterpret_cast<const int32_t*>(key.data);
   const int64_t total = numel(node.shape);
-  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  const int64_t chunks = (total + kUnitElems - 1) / kUnitElems;
   if (!dropout) {
     return [=] {
       if (total == 0) return;
@@ -126,12 +126,12 @@ Kernel make_random(const ir::Node& node, const View& x, const View& key, float* 
       std::memcpy(&k, key_ptr, sizeof k);
 #pragma omp parallel for schedule(static) if (chunks > 1)
       for (int64_t c = 0; c < chunks; ++c)
-        uniforms(seed, k, c * kChunk, std::min(total, (c + 1) * kChunk), out + c * kChunk);
+        uniforms(seed, k, c * kUnitElems, std::min(total, (c + 1) * kUnitElems), out + c * kUnitElems);
     };
   }
   // Operand 0 is the dense output, so a segment's offset 0 is its flat element index.
   auto nest = std::make_shared<const Nest>(
-      make_nest(node.shape, {contiguous_strides(node.shape), x.strides}, kChunk));
+      make_nest(node.shape, {contiguous_strides(node.shape), x.strides}, kUnitElems));
   const auto* xs = reinterpret_cast<const float*>(x.data);
   return [=] {
     if (total == 0) return;
@@ -139,8 +139,8 @@ Kernel make_random(const ir::Node& node, const View& x, const View& key, float* 
     std::memcpy(&k, key_ptr, sizeof k);
 #pragma omp parallel for schedule(static) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kChunk, end = std::min(total, begin + kChunk);
-      float u[kChunk];
+      const int64_t begin = c * kUnitElems, end = std::min(total, begin + kUnitElems);
+      float u[kUnitElems];
       uniforms(seed, k, begin, end, u);
       walk_range<2>(*nest, begin, end, [&](const std::array<int64_t, 2>& off, int64_t count) {
         const int64_t sx = nest->inner()[1];

@@ -20,7 +20,7 @@ constexpr int64_t kIBlock = 256;   // inner elements one work unit accumulates a
 constexpr int kLanes = 8;          // independent accumulators of a dense run
 constexpr int64_t kMinUnits = 64;  // fewer output units than this: split the reduced axis too
 
-struct Geometry {
+struct ReduceGeometry {
   int64_t outer = 1, red = 1, inner = 1;
 };
 
@@ -78,7 +78,7 @@ typename R::Acc fold_run(const typename R::S* __restrict x, int64_t n) {
 /// Reduces an [O, R, I] dense input (x) into [O, I] (out), splitting R into `chunks`
 /// pieces whose partial results go through `partial` ([O, chunks, I]) when chunks > 1.
 template <class R>
-void reduce_dense(const typename R::S* x, typename R::S* out, Geometry g, int64_t chunks,
+void reduce_dense(const typename R::S* x, typename R::S* out, ReduceGeometry g, int64_t chunks,
                   typename R::Acc* partial) {
   using Acc = typename R::Acc;
   const int64_t iblocks = (g.inner + kIBlock - 1) / kIBlock;
@@ -125,7 +125,7 @@ void reduce_dense(const typename R::S* x, typename R::S* out, Geometry g, int64_
 
 /// First index of the maximum along R of an [O, R, I] dense input; NaNs lose to numbers.
 template <class S>
-void argmax_dense(const S* x, int32_t* out, Geometry g) {
+void argmax_dense(const S* x, int32_t* out, ReduceGeometry g) {
   const int64_t iblocks = (g.inner + kIBlock - 1) / kIBlock;
   const int64_t units = g.outer * iblocks;
 #pragma omp parallel for schedule(static) if (g.outer * g.red * g.inner > kGrainCheap)
@@ -154,8 +154,8 @@ void argmax_dense(const S* x, int32_t* out, Geometry g) {
 
 /// The [O, R, I] form of reducing `axes` of a dense `shape`, or nullopt when the reduced
 /// axes are not one run once extent-1 axes are ignored.
-std::optional<Geometry> dense_geometry(const Shape& shape, const std::vector<int64_t>& axes) {
-  Geometry g;
+std::optional<ReduceGeometry> dense_geometry(const Shape& shape, const std::vector<int64_t>& axes) {
+  ReduceGeometry g;
   int state = 0;  // 0: before the reduced run, 1: inside it, 2: after it
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
@@ -175,7 +175,7 @@ std::optional<Geometry> dense_geometry(const Shape& shape, const std::vector<int
 /// How the input reaches the dense kernel: directly, or through a transposing copy into
 /// `scratch` that puts the kept axes first and the reduced axes last.
 struct Prepared {
-  Geometry geometry;
+  ReduceGeometry geometry;
   Kernel transpose;  // empty when the input is used as is
   std::shared_ptr<HostMem> scratch;
   const std::byte* data = nullptr;
@@ -209,7 +209,7 @@ Prepared prepare_input(const ir::Node& node, DType dtype, const Shape& in_shape,
 }
 
 /// Partial-result chunks along R: only when the output alone cannot occupy the threads.
-int64_t chunks_for(Geometry g) {
+int64_t chunks_for(ReduceGeometry g) {
   const int64_t total = g.outer * g.red * g.inner;
   const int64_t units = g.outer * ((g.inner + kIBlock - 1) / kIBlock);
   if (units >= kMinUnits || total <= 2 * kGrainCheap) return 1;
@@ -260,7 +260,7 @@ Kernel make_reduce(const ir::Node& node, const Shape& in_shape, const std::byte*
 Kernel make_argmax(const ir::Node& node, const Shape& in_shape, DType in_dtype, const std::byte* in,
                    std::byte* out) {
   // One axis is always one run, so the input is never transposed.
-  const Geometry g = *dense_geometry(in_shape, node.attrs.axes);
+  const ReduceGeometry g = *dense_geometry(in_shape, node.attrs.axes);
   auto* o = reinterpret_cast<int32_t*>(out);
   if (in_dtype == DType::kF32) {
     auto* x = reinterpret_cast<const float*>(in);
@@ -279,7 +279,7 @@ namespace {
 /// block of kIBlock inner columns) walked along the axis with one accumulator per column (f32
 /// in double, i32 modulo 2^32, as Sum), so each output is the exact sum narrowed once.
 template <class S, class Acc>
-void cumsum_dense(const S* x, S* out, Geometry g, bool reverse) {
+void cumsum_dense(const S* x, S* out, ReduceGeometry g, bool reverse) {
   const int64_t blocks = (g.inner + kIBlock - 1) / kIBlock, units = g.outer * blocks;
 #pragma omp parallel for schedule(static) if (units > 1 && g.outer * g.red * g.inner >= (int64_t{1} << 15))
   for (int64_t u = 0; u < units; ++u) {
@@ -302,7 +302,7 @@ void cumsum_dense(const S* x, S* out, Geometry g, bool reverse) {
 }  // namespace
 
 Kernel make_cumsum(const ir::Node& node, const std::byte* in, std::byte* out) {
-  const Geometry g = *dense_geometry(node.shape, node.attrs.axes);
+  const ReduceGeometry g = *dense_geometry(node.shape, node.attrs.axes);
   const bool reverse = node.attrs.reverse;
   if (node.dtype == DType::kF32) {
     auto* x = reinterpret_cast<const float*>(in);

@@ -70,8 +70,6 @@ namespace {
 
 constexpr int64_t kMaxHeadDim = 512;
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 /// Tile geometry for a head dim: every quantity the device code names, in floats.
 struct Geometry {
   int64_t warps;     // per block
@@ -230,7 +228,7 @@ constexpr const char* kGradParams =
 
 /// A kernel's head: `params` is the list without its closing parenthesis, to which the key
 /// mask is appended when the kernel reads one.
-std::string kernel_head(const std::string& name, const char* params, bool key_mask) {
+std::string attention_head(const std::string& name, const char* params, bool key_mask) {
   return "extern \"C\" __global__ void __launch_bounds__(NT) " + name + params +
          (key_mask ? ", const unsigned char* __restrict__ kmask)" : ")");
 }
@@ -375,7 +373,7 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
                    "float* __restrict__ out";
   if (const SmallPlan sp = small_plan(s, false); sp.ng > 0) {
     std::string src = small_constants(s, sp, q, k, v, out) + piece("attention_small.cuh", "small") +
-                      kernel_head(name, params, s.key_mask) + " {\n  small_forward(q, k, v, out);\n}\n";
+                      attention_head(name, params, s.key_mask) + " {\n  small_forward(q, k, v, out);\n}\n";
     return make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats);
   }
   if (use_mma(s, q)) {
@@ -383,13 +381,13 @@ Launch attention_kernel(const std::string& name, const AttentionShape& s, const 
     const MmaGeometry g = mma_geometry(s, Kind::kForward, bf16);
     std::string src = mma_constants(s, g, q, k, v, out) +
                       piece(bf16 ? "attention_mma_bf16.cuh" : "attention_mma.cuh", mma_piece(bf16)) +
-                      kernel_head(name, params, s.key_mask) + " {\n  mma_forward" + call;
+                      attention_head(name, params, s.key_mask) + " {\n  mma_forward" + call;
     return make_launch_raw(name, std::move(src), 32 * g.warps, ceil_div(s.t, g.br) * s.batch * s.q_heads,
                            mma_shared_floats(g, g.br + 2 * g.bc, 0, bf16));
   }
   const Geometry g = geometry(s, Kind::kForward);
-  std::string src = constants(s, g, q, k, v, out) + tiled("forward") + kernel_head(name, params, s.key_mask) +
-                    " {\n  forward_rows" + call;
+  std::string src = constants(s, g, q, k, v, out) + tiled("forward") +
+                    attention_head(name, params, s.key_mask) + " {\n  forward_rows" + call;
   return make_launch(name, std::move(src), g, row_tiles(s.t, g) * s.batch * s.q_heads,
                      g.dw * g.ts + 2 * g.bc * g.rs + g.warps * g.bc * g.ps);
 }
@@ -404,9 +402,9 @@ Launch delta_kernel(const std::string& name, const AttentionShape& s, const Oper
                            ", P2 = " + ll(out.strides[2]) + ", P3 = " + ll(out.strides[3]) + ";\n";
   std::string src =
       "#define NT 256\n" + shape_constants(s, q, k, v, dout) + head +
-      kernel_head(name,
-                  "(const float* __restrict__ out, const IN_T* __restrict__ dout, float* __restrict__ stats",
-                  false) +
+      attention_head(
+          name, "(const float* __restrict__ out, const IN_T* __restrict__ dout, float* __restrict__ stats",
+          false) +
       R"( {
   const long long row = (long long)blockIdx.x * (NT / 32) + (threadIdx.x >> 5);
   if (row >= NROWS) return;
@@ -439,7 +437,7 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     // One launch computes everything; the scratch is unused.
     plan.scratch_floats = 0;
     std::string src = small_constants(s, sp, q, k, v, dout) + piece("attention_small.cuh", "small") +
-                      kernel_head(name, kGradParams, s.key_mask) +
+                      attention_head(name, kGradParams, s.key_mask) +
                       " {\n  (void)scratch;\n  small_backward(q, k, v, dout, grads);\n}\n";
     plan.launches.push_back(make_launch_raw(name, std::move(src), sp.threads, sp.blocks, sp.shared_floats));
     return plan;
@@ -460,20 +458,20 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
     if (!out)
       plan.launches.push_back(make_launch_raw(
           stats,
-          mma_constants(s, gf, q, k, v, dout) + body + kernel_head(stats, kGradParams, s.key_mask) +
+          mma_constants(s, gf, q, k, v, dout) + body + attention_head(stats, kGradParams, s.key_mask) +
               " {\n  (void)grads;\n  mma_forward<STATS>(q, k, v, nullptr, dout, scratch, " + mask_arg(s) +
               ");\n}\n",
           32 * gf.warps, ceil_div(s.t, gf.br) * s.batch * s.q_heads,
           mma_shared_floats(gf, gf.br + 2 * gf.bc, 0, bf16)));
     plan.launches.push_back(make_launch_raw(
         dkdv,
-        mma_constants(s, gk, q, k, v, dout) + body + kernel_head(dkdv, kGradParams, s.key_mask) +
+        mma_constants(s, gk, q, k, v, dout) + body + attention_head(dkdv, kGradParams, s.key_mask) +
             " {\n  mma_dkdv(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
         32 * gk.warps, ceil_div(s.s, gk.br) * s.batch * s.kv_heads,
         mma_shared_floats(gk, 2 * gk.br + 2 * gk.bc, 2 * gk.bc, bf16)));
     plan.launches.push_back(make_launch_raw(
         dq,
-        mma_constants(s, gq, q, k, v, dout) + body + kernel_head(dq, kGradParams, s.key_mask) +
+        mma_constants(s, gq, q, k, v, dout) + body + attention_head(dq, kGradParams, s.key_mask) +
             " {\n  mma_dq(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
         32 * gq.warps, ceil_div(s.t, gq.br) * s.batch * s.q_heads,
         mma_shared_floats(gq, 2 * gq.br + 2 * gq.bc, 0, bf16)));
@@ -483,23 +481,23 @@ AttentionGradPlan attention_grad_kernels(const std::string& name, const Attentio
   if (!out)
     plan.launches.push_back(make_launch(
         stats,
-        constants(s, gf, q, k, v, dout) + tiled("forward") + kernel_head(stats, kGradParams, s.key_mask) +
+        constants(s, gf, q, k, v, dout) + tiled("forward") + attention_head(stats, kGradParams, s.key_mask) +
             " {\n  (void)grads;\n  forward_rows<STATS>(q, k, v, nullptr, dout, scratch, " + mask_arg(s) +
             ");\n}\n",
         gf, row_tiles(s.t, gf) * s.batch * s.q_heads,
         gf.dw * gf.ts + 2 * gf.bc * gf.rs + gf.warps * gf.bc * gf.ps));
   plan.launches.push_back(make_launch(
       dkdv,
-      constants(s, gk, q, k, v, dout) + tiled("dkdv") + kernel_head(dkdv, kGradParams, s.key_mask) +
+      constants(s, gk, q, k, v, dout) + tiled("dkdv") + attention_head(dkdv, kGradParams, s.key_mask) +
           " {\n  dkdv_rows(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
       gk, row_tiles(s.s, gk) * s.batch * s.kv_heads,
       2 * gk.dw * gk.ts + 2 * gk.bc * gk.rs + 2 * gk.bc + gk.warps * gk.bc * gk.ps));
-  plan.launches.push_back(
-      make_launch(dq,
-                  constants(s, gq, q, k, v, dout) + tiled("dq") + kernel_head(dq, kGradParams, s.key_mask) +
-                      " {\n  dq_rows(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
-                  gq, row_tiles(s.t, gq) * s.batch * s.q_heads,
-                  2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
+  plan.launches.push_back(make_launch(
+      dq,
+      constants(s, gq, q, k, v, dout) + tiled("dq") + attention_head(dq, kGradParams, s.key_mask) +
+          " {\n  dq_rows(q, k, v, dout, grads, scratch, " + mask_arg(s) + ");\n}\n",
+      gq, row_tiles(s.t, gq) * s.batch * s.q_heads,
+      2 * gq.dw * gq.ts + 2 * gq.bc * gq.rs + gq.warps * gq.bc * gq.ps));
   return plan;
 }
 

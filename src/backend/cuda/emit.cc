@@ -17,10 +17,6 @@ using Home = passes::Buffer::Home;
 
 namespace {
 
-/// Every generated kernel has this name: each lives in its own module, and identical sources
-/// (the same shapes in every layer) then compile, cache and load once.
-constexpr const char* kName = "tg_kernel";
-
 std::string node_ref(const ir::Graph& g, int32_t id) {
   const ir::Node& n = g.node(id);
   std::string s = std::string(ir::op_name(n.op)) + " %" + std::to_string(id);

@@ -13,6 +13,10 @@
 
 namespace tg::backend::cuda {
 
+/// Every generated kernel has this name: each lives in its own module, and identical sources
+/// (the same shapes in every layer) then compile, cache and load once.
+constexpr const char* kName = "tg_kernel";
+
 /// Whether a place starts on a 16-byte boundary (the vector loads' alignment).
 inline bool aligned16(const Place& p) { return p.offset % 16 == 0 && p.fixed % 16 == 0; }
 

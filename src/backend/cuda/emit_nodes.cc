@@ -16,7 +16,6 @@ using ir::Op;
 
 namespace {
 
-constexpr const char* kName = "tg_kernel";
 const Arg kErr{{}, true};
 
 int64_t product(const Shape& s, size_t from, size_t to) {

@@ -10,8 +10,6 @@ namespace tg::backend::cuda {
 
 namespace {
 
-constexpr const char* kName = "tg_kernel";
-
 /// Strides of an operand (`shape`, `strides`) over the output's `rank` axes, right-aligned: an
 /// axis it lacks, or one of extent 1, reads with stride 0.
 std::vector<int64_t> strides_over_output(const Shape& shape, const std::vector<int64_t>& strides,

@@ -4,7 +4,7 @@
 // splitting K) per output column, and apply the bias, the residual and GELU in the same pass.
 // Two of them: the staged kernel copies each block's rows into shared memory once (normalised
 // and rounded as the product reads them) and keeps several columns a warp in flight over a grid
-// of kBlocksPerSm blocks an SM; the direct kernel reads the rows from L1 per column (every warp
+// of kGemvBlocksPerSm blocks an SM; the direct kernel reads the rows from L1 per column (every warp
 // of an SM reads the same few KB), for products the staged one does not take (staged_split).
 // Optionally the rows are a layer/RMS norm's input, normalised as they are read, so the norm
 // needs no kernel of its own. W and x may be bf16 (a decode step under Precision::kBf16 reads the
@@ -26,7 +26,7 @@ namespace {
 constexpr int kWarps = 8;                 // per block
 constexpr int64_t kMaxRows = 8;           // rows of x (the batch of a decode step)
 constexpr int64_t kStagedFloats = 10240;  // rows the staged kernel holds in shared memory (40 KB)
-constexpr int kBlocksPerSm = 3;           // the staged kernel's grid (its launch bounds)
+constexpr int kGemvBlocksPerSm = 3;       // the staged kernel's grid (its launch bounds)
 
 /// The direct kernel's warps per column: enough blocks to cover the GPU's SMs twice.
 int direct_split(int64_t n, int64_t k, int sm_count) {
@@ -41,7 +41,7 @@ int direct_split(int64_t n, int64_t k, int sm_count) {
 /// taken only for products without a norm whose grid is one resident wave of three to four
 /// blocks an SM (its occupancy), where it measured faster in decode steps. The staged split
 /// keeps each lane's loads of a column slice within kMaxLoads, then grows while the grid is
-/// under kBlocksPerSm blocks an SM and each slice still spans a load per lane.
+/// under kGemvBlocksPerSm blocks an SM and each slice still spans a load per lane.
 /// (4-bit weights, vpl 32, have no direct kernel: only the first two conditions hold for them.)
 int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_count, int ks) {
   constexpr int kMaxLoads = 4;
@@ -54,7 +54,8 @@ int staged_split(int64_t m, int64_t n, int64_t k, int vpl, bool norm, int sm_cou
     const int64_t direct_grid = (n * direct_split(n, k, sm_count) + kWarps - 1) / kWarps;
     if (direct_grid >= 3 * sm_count && direct_grid <= 4 * sm_count) return 0;
   }
-  while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < kBlocksPerSm * sm_count && k / (ks * 2) >= 32 * vpl)
+  while (ks < kWarps && (n * ks + kWarps - 1) / kWarps < kGemvBlocksPerSm * sm_count &&
+         k / (ks * 2) >= 32 * vpl)
     ks *= 2;
   return ks;
 }
@@ -104,8 +105,8 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   while (cols > 1 && (n + cols_per_block * cols - 1) / (cols_per_block * cols) < sm_count) cols /= 2;
   const int64_t column_blocks = (n + cols_per_block * cols - 1) / (cols_per_block * cols);
   l.grid[0] = static_cast<unsigned>(column_blocks);
-  if (staged_ks > 0) {  // at most kBlocksPerSm blocks an SM, each taking the same number of turns
-    const int64_t turns = (column_blocks + kBlocksPerSm * sm_count - 1) / (kBlocksPerSm * sm_count);
+  if (staged_ks > 0) {  // at most kGemvBlocksPerSm blocks an SM, each taking the same number of turns
+    const int64_t turns = (column_blocks + kGemvBlocksPerSm * sm_count - 1) / (kGemvBlocksPerSm * sm_count);
     l.grid[0] = static_cast<unsigned>((column_blocks + turns - 1) / turns);
   }
   // 16-byte loads of W and x when K and the strides allow (alignment is checked at run time):
@@ -167,8 +168,8 @@ Launch gemv_kernel(const std::string& name, int64_t m, int64_t n, int64_t k, con
   if (staged_ks > 0) {
     s += "constexpr int VPL = " + std::to_string(per) + ", PRE = " + std::to_string(pre) +
          ", COLS = " + std::to_string(cols) + ";\n";
-    s += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kBlocksPerSm) + ") " + name +
-         "(" + params + ") {\n";
+    s += "extern \"C\" __global__ void __launch_bounds__(NT, " + std::to_string(kGemvBlocksPerSm) + ") " +
+         name + "(" + params + ") {\n";
     s += kernel_source("gemv.cuh", "staged");
   } else {
     s += "extern \"C\" __global__ void __launch_bounds__(NT) " + name + "(" + params + ") {\n";

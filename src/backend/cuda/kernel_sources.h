@@ -28,9 +28,10 @@ std::span<const KernelPiece> kernel_pieces();
 std::string_view kernel_source(std::string_view file, std::string_view piece);
 
 /// Helpers of the generators that write constants before the pieces: v as a long long literal
-/// ("123LL"), a C++ bool literal, and ⌈a / b⌉ (a grid's extent).
+/// ("123LL"), a C++ bool literal, ⌈a / b⌉ (a grid's extent) and a rounded up to a multiple of b.
 inline std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
 inline std::string flag(bool v) { return v ? "true" : "false"; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 }  // namespace tg::backend::cuda

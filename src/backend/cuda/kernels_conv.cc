@@ -37,8 +37,6 @@ Launch grid_stride(const std::string& name, std::string source, int64_t total, c
   return l;
 }
 
-int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
-
 // The tile kernels' shape of one conv op (conv.cuh, piece tile), or none where they do not
 // apply: the gradient of the input with a stride, or tiles that do not fit in shared memory.
 struct TilePlan {

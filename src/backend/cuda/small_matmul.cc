@@ -14,8 +14,6 @@
 namespace tg::backend::cuda {
 namespace {
 
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
 /// Stages of the cp.async ring buffer.
 int ring_stages(int64_t stages) { return static_cast<int>(std::clamp<int64_t>(stages, 2, 4)); }
 
