@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/strides.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
 #include "tensorgrad/errors.h"
@@ -32,12 +33,6 @@ using namespace tg;
 namespace cuda = tg::backend::cuda;
 
 using tg::testing::have_nvrtc;
-
-std::vector<int64_t> dense_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t a = s.size(); a-- > 1;) st[a - 1] = st[a] * s[a];
-  return st;
-}
 
 /// Layouts of out (forward) and dout (backward), both [B, Hq, T, D] views of their buffer.
 enum OutLayout {
@@ -87,10 +82,10 @@ Problem make_problem(const Case& c, unsigned seed) {
   p.shape = {c.b, c.hq, c.hkv, c.t, c.s, c.d, 1.0 / std::sqrt(static_cast<double>(c.d)), c.causal, c.tf32};
   p.shape.sm_count = tg::testing::sm90_device().sm_count;  // launch sizing only: any value runs anywhere
   const Shape qs{c.b, c.hq, c.t, c.d}, ks{c.b, c.hkv, c.s, c.d};
-  p.q = {DType::kF32, qs, dense_strides(qs)};
-  p.k = {DType::kF32, ks, dense_strides(ks)};
+  p.q = {DType::kF32, qs, contiguous_strides(qs)};
+  p.k = {DType::kF32, ks, contiguous_strides(ks)};
   p.v = p.k;
-  p.o = {DType::kF32, qs, dense_strides(qs)};
+  p.o = {DType::kF32, qs, contiguous_strides(qs)};
   p.o_size = numel(qs);
   if (c.layout == kPermutedOut) {
     p.o.strides = {c.t * c.hq * c.d, c.d, c.hq * c.d, 1};
@@ -286,12 +281,12 @@ void launch(const cuda::Launch& l, const std::vector<char>& cubin, void** args,
 
 TEST(CudaAttention, OperandsNeedUnitStrideAlongTheHeadDim) {
   const Shape s{2, 3, 5, 8};
-  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, dense_strides(s)}));
+  EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, contiguous_strides(s)}));
   EXPECT_TRUE(
       cuda::attention_operand_ok({DType::kF32, s, {5 * 3 * 3 * 8, 8, 3 * 3 * 8, 1}}));  // packed qkv view
   EXPECT_TRUE(cuda::attention_operand_ok({DType::kF32, s, {0, 0, 8, 1}}));              // broadcast
   EXPECT_FALSE(cuda::attention_operand_ok({DType::kF32, s, {120, 1, 24, 3}}));
-  EXPECT_FALSE(cuda::attention_operand_ok({DType::kI32, s, dense_strides(s)}));
+  EXPECT_FALSE(cuda::attention_operand_ok({DType::kI32, s, contiguous_strides(s)}));
   EXPECT_FALSE(cuda::attention_operand_ok({DType::kF32, {2, 3, 40}, {120, 40, 1}}));
 }
 
@@ -621,7 +616,7 @@ Timing time_shape(int64_t B, int64_t H, int64_t T, int64_t D, bool causal, bool 
   cuda::AttentionShape shape{B, H, H, T, T, D, 1.0 / std::sqrt(static_cast<double>(D)), causal, tf32};
   shape.sm_count = info.sm_count;
   shape.tiles = tiles;
-  cuda::Operand o{DType::kF32, {B, H, T, D}, dense_strides({B, H, T, D})};
+  cuda::Operand o{DType::kF32, {B, H, T, D}, contiguous_strides({B, H, T, D})};
   if (permuted_out) o.strides = {T * H * D, D, H * D, 1};
   kept = kept && cuda::attention_keeps_stats(shape);
   const cuda::Launch fwd = cuda::attention_kernel("time_fwd_" + tag, shape, op, op, op, o, kept);

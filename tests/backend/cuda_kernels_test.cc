@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ir/strides.h"
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
@@ -30,12 +31,6 @@ using namespace tg;
 namespace cuda = tg::backend::cuda;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::vector<int64_t> contiguous_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
-  return st;
-}
 
 std::string str(const Shape& s) {
   std::string out = "[";

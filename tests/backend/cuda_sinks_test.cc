@@ -15,6 +15,7 @@
 
 #include <tensorgrad/tensorgrad.h>
 
+#include "ir/strides.h"
 #include "backend/backend.h"
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/driver.h"
@@ -73,12 +74,6 @@ std::vector<std::vector<float>> random_feeds(const Built& b, uint64_t seed) {
     for (float& v : feeds.back()) v = std::uniform_real_distribution<float>(-2.f, 2.f)(rng);
   }
   return feeds;
-}
-
-std::vector<int64_t> sink_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t k = s.size(); k-- > 1;) st[k - 1] = st[k] * s[k];
-  return st;
 }
 
 bool has_sink(const ir::Graph& g, const passes::KernelGroup& group) {
@@ -158,7 +153,7 @@ struct GpuRun {
         st.ptrs.push_back(
             mem.emplace(o, cuda::DeviceMemory(static_cast<size_t>(std::max<int64_t>(1, n.numel()) * 4)))
                 .first->second.get());
-        place[o] = {o, sink_strides(n.shape)};
+        place[o] = {o, contiguous_strides(n.shape)};
       }
       for (int32_t s : sinks) {
         const ir::Node& n = graph.node(s);
@@ -167,7 +162,7 @@ struct GpuRun {
         cuda::DeviceMemory m(nan.size() * 4);
         m.upload(nan.data(), nan.size() * 4);
         st.ptrs.push_back(mem.emplace(s, std::move(m)).first->second.get());
-        place[s] = {s, sink_strides(n.shape)};
+        place[s] = {s, contiguous_strides(n.shape)};
       }
       steps.push_back(std::move(st));
     }
@@ -284,7 +279,7 @@ TEST(CudaSinksNvrtc, GeneratedSinkKernelsCompile) {
       std::vector<std::vector<int64_t>> strides;
       const Shape& gs = g.node(group.nodes.front()).shape;
       for (int32_t in : cuda::group_inputs(g, group)) {
-        std::vector<int64_t> st = sink_strides(gs);
+        std::vector<int64_t> st = contiguous_strides(gs);
         if (g.node(in).op == ir::Op::kBroadcastTo) st[0] = 0;  // a broadcast input: strided reads
         strides.push_back(st);
       }

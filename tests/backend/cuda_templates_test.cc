@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/strides.h"
 #include "backend/cuda/executable.h"
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/driver.h"
@@ -28,11 +29,7 @@ struct Instance {
   std::string label, name, source;
 };
 
-cuda::Operand dense(DType t, const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
-  return {t, s, st};
-}
+cuda::Operand dense(DType t, const Shape& s) { return {t, s, contiguous_strides(s)}; }
 
 std::vector<Instance> template_instances() {
   std::vector<Instance> out;
