@@ -199,13 +199,18 @@ struct AttentionOptions {
   /// could see masked) gets zeros and passes no gradient. Stays one fused primitive (not with a
   /// window or a softcap, which are composites and take it there).
   std::optional<Tensor> key_mask = {};
+  /// Attention sinks [Hq] (gpt-oss's): a learned logit per query head that joins every row's
+  /// softmax as one more key without a value, p_j = e^{s_j} / (Σ_j' e^{s_j'} + e^{sink}), so a
+  /// query may give part of its attention to nothing. Runs as a composite (its scores stored),
+  /// with a gradient for the sinks.
+  std::optional<Tensor> sinks = {};
 };
 /// Scaled dot-product attention, q [B, Hq, T, D], k/v [B, Hkv, S, D] (grouped-query when
 /// Hkv < Hq); causal: query i sits at position i + S − T. One fused primitive: no T×S score
 /// matrix is stored, forward or backward. A window that hides keys (window < S) makes it a
 /// composite of matmuls, a mask and a softmax: for self-attention (T = S) with 2W·T < T², in
 /// blocks of W queries against their 2W keys (T·2W scores stored), else over all T × S scores,
-/// as with a softcap.
+/// as with a softcap or sinks.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options = {},
                  Loc loc = Loc::current());
 /// Attention of new queries over KV caches (inference): q [B, Hq, T, D], caches k/v
@@ -214,9 +219,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOpt
 /// One fused kernel on every backend; no gradient. Default scale 1/√D.
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
                     std::optional<double> scale = {}, Loc loc = Loc::current());
-/// attention_at with a sliding window and a softcap (options.causal must be true; pass an
+/// attention_at with a sliding window, a softcap or sinks (options.causal must be true; pass an
 /// AttentionOptions{…}, since a bare {} is ambiguous with the scale). A window below the cache
-/// length S or a softcap runs as a composite over the whole cache (with a gradient); under
+/// length S, a softcap or sinks run as a composite over the whole cache (with a gradient); under
 /// Precision::kBf16 it rounds q, k, v and the probabilities to bf16 as `attention` does, where
 /// the fused attention_at keeps f32.
 Tensor attention_at(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,

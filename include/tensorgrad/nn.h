@@ -432,6 +432,9 @@ struct LlamaConfig {
   /// Llama 3.1's, linear, YaRN or LongRoPE rescaling of the rotary frequencies
   /// (tg::rope_frequencies).
   RopeScaling rope_scaling = {};
+  /// Attention sinks (gpt-oss): a learned logit per query head, self_attn.sinks [heads], that
+  /// joins each query's softmax as a key without a value (AttentionOptions::sinks).
+  bool attention_sinks = false;
   /// Each head's width; 0: d_model / heads (Qwen3, Gemma and Mistral Nemo set their own).
   int64_t head_dim = 0;
   /// RoPE rotates the first rotary_dim features of each head and passes the rest; 0: all
@@ -450,8 +453,9 @@ struct LlamaConfig {
   std::vector<bool> sliding_layers = {};
   /// The MLP's gate: silu (SwiGLU), the tanh GELU (Gemma's GeGLU) or the exact (erf) GELU.
   /// The MLP's activation: of the gate, or with gated_mlp false of up_proj's output (kRelu2,
-  /// relu(x)², is Nemotron-H's there).
-  enum class Gate { kSilu, kGeluTanh, kGelu, kRelu2 } gate = Gate::kSilu;
+  /// relu(x)², is Nemotron-H's there). kClampedSwiglu is gpt-oss's gated unit with its fixed
+  /// constants: with g = min(gate, 7) and u = clamp(up, −7, 7), g·σ(1.702·g)·(u + 1).
+  enum class Gate { kSilu, kGeluTanh, kGelu, kRelu2, kClampedSwiglu } gate = Gate::kSilu;
   /// Gemma's conventions: every RMSNorm scales by 1 + weight (its weights start at zero), and
   /// the embeddings are multiplied by √d_model rounded to f32.
   bool gemma = false;
@@ -499,12 +503,16 @@ struct LlamaConfig {
     int64_t hidden = 0;  // 0: mlp_hidden
     bool normalize = true;
     int64_t shared_hidden = 0;
+    /// A bias on the router (gpt-oss's mlp.router.bias, read as mlp.gate.bias). gpt-oss's
+    /// softmax over the top_k router logits is this softmax's top_k renormalised (normalize).
+    bool router_bias = false;
     /// How tokens reach their experts. kSorted: the (token, choice) rows are sorted by expert
     /// (tg::sort_by_expert) and each expert's products run on its own rows only
-    /// (tg::grouped_matmul over the experts' weights stacked per layer; an inference program
-    /// computes the stack once, as it does a weight's bf16 copy). kDense: every expert runs on
-    /// every token, weighted by zero where not chosen: count/top_k times the products. Both are
-    /// exact; experts with biases or LoRA adapters run dense whatever this says. Under mixed
+    /// (tg::grouped_matmul over the experts' weights stacked per layer, with their biases
+    /// gathered per row; an inference program computes the stack once, as it does a weight's
+    /// bf16 copy). kDense: every expert runs on every token, weighted by zero where not chosen:
+    /// count/top_k times the products. Both are exact; experts with LoRA adapters run dense
+    /// whatever this says. Under mixed
     /// precision a layer's stack is half only if every expert's weights are: keeping one
     /// expert in f32 (keep_f32) keeps the whole layer's experts in f32 here.
     enum class Dispatch { kSorted, kDense } dispatch = Dispatch::kSorted;
@@ -559,10 +567,11 @@ class LlamaAttention : public Module {
   const bool nope;  // no rotation (LlamaConfig::nope)
   Linear q_proj, k_proj, v_proj, o_proj;
   std::unique_ptr<RMSNorm> q_norm, k_norm;  // with LlamaConfig::qk_norm
+  std::optional<Param> sinks;               // [heads], with LlamaConfig::attention_sinks
 
  private:
   Tensor queries_keys(const Tensor& x, bool keys, Loc loc) const;  // [B, heads, T, head_dim], unrotated
-  AttentionOptions options() const;
+  AttentionOptions options(const Loc& loc) const;
   // RoPE on the first rotary_dim features: `rotate` is rope or rope_at on that part.
   Tensor rotated(const Tensor& t, const std::function<Tensor(const Tensor&)>& rotate, Loc loc) const;
 };
@@ -610,13 +619,13 @@ class LlamaMoe : public Module {
   const int64_t top_k;
   const bool normalize;
   const LlamaConfig::Experts::Dispatch dispatch;
-  Linear gate;                                     // the router: [count, d_model], no bias
+  Linear gate;                                     // the router: [count, d_model] (+ router_bias)
   std::vector<std::unique_ptr<LlamaMlp>> experts;  // "experts.<e>"
   std::unique_ptr<LlamaMlp> shared_expert;         // with shared_hidden
   std::unique_ptr<Linear> shared_expert_gate;      // [1, d_model], with shared_gate
 
  private:
-  bool sorted_dispatch() const;  // kSorted, and no expert has a bias or an adapter
+  bool sorted_dispatch() const;  // kSorted, and no expert has an adapter
   // x [..., d_model], choice i32 [..., top_k] and their weights [..., top_k] → the mixture.
   Tensor dense(const Tensor& x, const Tensor& choice, const Tensor& weights, Loc loc) const;
   Tensor sorted(const Tensor& x, const Tensor& choice, const Tensor& weights, Loc loc) const;

@@ -16,6 +16,7 @@
 
 #include "io/gguf.h"
 #include "io/pretrained_internal.h"
+#include "io/safetensors.h"
 #include "tensorgrad/checkpoint.h"
 #include "tensorgrad/errors.h"
 #include "tensorgrad/quantize.h"
@@ -135,6 +136,14 @@ namespace {
 // The int64 position_ids buffers transformers wrote into files before 4.31 (BERT's, RoBERTa's):
 // no model's parameter, and of a dtype the library does not hold.
 bool is_position_buffer(const std::string& name) { return name.ends_with("position_ids"); }
+// MXFP4 codes and scales (gpt-oss's experts): U8 tensors, read as bytes beside the others.
+bool is_mxfp4_part(const std::string& name) { return name.ends_with("_blocks") || name.ends_with("_scales"); }
+std::map<std::string, HostTensor> read_file_tensors(const std::string& path) {
+  std::map<std::string, HostTensor> t =
+      read_safetensors(path, [](const std::string& n) { return is_position_buffer(n) || is_mxfp4_part(n); });
+  t.merge(io::read_safetensors_u8(path, is_mxfp4_part));
+  return t;
+}
 }  // namespace
 
 Weights read_weights(const std::string& folder) {
@@ -143,7 +152,7 @@ Weights read_weights(const std::string& folder) {
   Weights w;
   if (has(folder, dir / "model.safetensors")) {
     w.listing = "model.safetensors";
-    w.tensors = read_safetensors((dir / w.listing).string(), is_position_buffer);
+    w.tensors = read_file_tensors((dir / w.listing).string());
     for (const auto& [name, t] : w.tensors) w.file_of[name] = w.listing;
     return w;
   }
@@ -175,7 +184,7 @@ Weights read_weights(const std::string& folder) {
       fail(folder, "shard " + file + " (named by model.safetensors.index.json for '" + names.front() + "'" +
                        (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
                        ") is missing");
-    std::map<std::string, HostTensor> shard = read_safetensors((dir / file).string(), is_position_buffer);
+    std::map<std::string, HostTensor> shard = read_file_tensors((dir / file).string());
     for (const std::string& name : names) {
       auto it = shard.find(name);
       if (it == shard.end())
@@ -512,6 +521,7 @@ const std::vector<Family>& families() {
       {"GraniteMoeHybridForCausalLM", "granitemoehybrid", load_llama_family},
       {"BambaForCausalLM", "bamba", load_llama_family},
       {"NemotronHForCausalLM", "nemotron_h", load_llama_family},
+      {"GptOssForCausalLM", "gpt_oss", load_gpt_oss},
       {"GPTNeoXForCausalLM", "gpt_neox", load_layernorm_family},
       {"PhiForCausalLM", "phi", load_layernorm_family},
       {"StableLmForCausalLM", "stablelm", load_layernorm_family},

@@ -174,6 +174,16 @@ struct RopeRead {
 /// rescaling, into l; the rotated fraction and the context limit returned.
 RopeRead read_rope(const json& c, const std::string& f, int64_t max_positions, nn::LlamaConfig& l);
 
+/// config.json's layer_types as one flag a layer, true for "sliding_attention" (any other
+/// than it and "full_attention", or another count than `layers`, is an error); empty without it.
+std::vector<bool> sliding_layer_types(const json& c, const std::string& f, int64_t layers);
+
+/// gpt-oss (pretrained_gpt_oss.cc): GptOssForCausalLM as nn::Llama with attention sinks and
+/// biased experts, the experts' matrices unquantized or MXFP4; and its file's tensors from the
+/// library's parameters (f32) for pretrained::save (experts stacked and interleaved again).
+void load_gpt_oss(Model& m, const json& c);
+std::map<std::string, HostTensor> gpt_oss_file_tensors(const Model& m, std::map<std::string, HostTensor> w);
+
 /// The Llama family (pretrained_llama.cc): LlamaForCausalLM and the architectures that are
 /// Llama with a difference (Mistral, Qwen2, Qwen3, Phi-3, Gemma), by config.json's name.
 void load_llama_family(Model& m, const json& c);

@@ -128,6 +128,26 @@ double number_or(const json& c, const std::string& f, const char* key, double ab
   return field<double>(c, f, key, 0.0);
 }
 
+}  // namespace
+
+std::vector<bool> sliding_layer_types(const json& c, const std::string& f, int64_t layers) {
+  std::vector<bool> out;
+  if (!c.contains("layer_types") || c["layer_types"].is_null()) return out;
+  const json& t = c["layer_types"];
+  const auto bad = [&] {
+    fail(f, "config.json: layer_types is " + t.dump().substr(0, 200) + ", expected " +
+                std::to_string(layers) + " of \"full_attention\" and \"sliding_attention\"");
+  };
+  if (!t.is_array() || static_cast<int64_t>(t.size()) != layers) bad();
+  for (const json& e : t) {
+    if (!e.is_string() || (e != "full_attention" && e != "sliding_attention")) bad();
+    out.push_back(e == "sliding_attention");
+  }
+  return out;
+}
+
+namespace {
+
 // Which layers attend through a sliding window, and how wide it is, as transformers decides:
 // layer_types when the file has it; else Mistral and Phi-3 slide in every layer, Qwen2 and
 // Qwen3 from max_window_layers on when use_sliding_window, Gemma 2 in every other layer and
@@ -142,16 +162,7 @@ Sliding sliding_of(const json& c, const std::string& f, const Flavor& k, int64_t
   // Qwen's use_sliding_window false turns the window off whatever layer_types says.
   if ((k.qwen2 || k.qwen3) && !field<bool>(c, f, "use_sliding_window", false)) return s;
   if (c.contains("layer_types") && !c["layer_types"].is_null()) {
-    const json& t = c["layer_types"];
-    const auto bad = [&] {
-      fail(f, "config.json: layer_types is " + t.dump().substr(0, 200) + ", expected " +
-                  std::to_string(layers) + " of \"full_attention\" and \"sliding_attention\"");
-    };
-    if (!t.is_array() || static_cast<int64_t>(t.size()) != layers) bad();
-    for (const json& e : t) {
-      if (!e.is_string() || (e != "full_attention" && e != "sliding_attention")) bad();
-      s.layers.push_back(e == "sliding_attention");
-    }
+    s.layers = sliding_layer_types(c, f, layers);
   } else if (k.mistral || k.phi3) {
     s.layers.assign(static_cast<size_t>(layers), true);
   } else if (k.olmo3) {  // OLMo 3: three sliding layers, then a full one

@@ -340,6 +340,7 @@ std::map<std::string, HostTensor> file_tensors(const Model& m, std::map<std::str
     return out;
   }
   if (is_layernorm_family(m.architecture)) return layernorm_family_file_tensors(m, std::move(w));
+  if (m.architecture == "GptOssForCausalLM") return gpt_oss_file_tensors(m, std::move(w));
   if (const auto* bert =
           std::get_if<nn::BertConfig>(&m.config)) {  // save_pretrained's prefix: none for the bare encoder
     const bool roberta = bert->roberta_positions, bare = m.architecture.ends_with("Model");
@@ -430,6 +431,9 @@ void save(const Model& m, std::map<std::string, HostTensor> weights, const std::
   } catch (const json::exception& e) {
     save_fail(folder, std::string("config_json is not valid JSON: ") + e.what());
   }
+  // The weights are written as f32, bf16 or f16 whatever the folder read held (gpt-oss's MXFP4
+  // experts): a quantization_config would send the readers after tensors no longer there.
+  config.erase("quantization_config");
   const fs::path dir(folder);
   std::error_code ec;
   if (!m.folder.empty() && fs::exists(dir, ec) && fs::equivalent(dir, fs::path(m.folder), ec))

@@ -3,6 +3,7 @@
 // hybrid models swap the attention of some layers for a Mamba-2 block.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "ir/trace.h"
@@ -36,6 +37,8 @@ LlamaAttention::LlamaAttention(Module& parent, std::string name, const LlamaConf
       k_proj(*this, "k_proj", c.d_model, kv_heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
       v_proj(*this, "v_proj", c.d_model, kv_heads * head_dim, normal_linear(c.attention_bias || c.qkv_bias)),
       o_proj(*this, "o_proj", heads * head_dim, c.d_model, normal_linear(c.attention_bias)) {
+  // Hugging Face's _init_weights draws the sinks as it draws the weights: normal(0, 0.02).
+  if (c.attention_sinks) sinks.emplace(*this, "sinks", Shape{heads}, init::normal(0.02));
   if (c.qk_norm) {
     const int64_t q_width = c.qk_norm_whole ? heads * head_dim : head_dim,
                   k_width = c.qk_norm_whole ? kv_heads * head_dim : head_dim;
@@ -63,11 +66,12 @@ Tensor LlamaAttention::rotated(const Tensor& t, const std::function<Tensor(const
                 loc);
 }
 
-AttentionOptions LlamaAttention::options() const {
+AttentionOptions LlamaAttention::options(const Loc& loc) const {
   return {.causal = true,
           .scale = scale > 0 ? std::optional<double>(scale) : std::nullopt,
           .window = window,
-          .softcap = softcap};
+          .softcap = softcap,
+          .sinks = sinks ? std::optional<Tensor>(sinks->tensor(loc)) : std::nullopt};
 }
 
 Tensor LlamaAttention::operator()(const Tensor& x, Loc loc) const {
@@ -75,7 +79,7 @@ Tensor LlamaAttention::operator()(const Tensor& x, Loc loc) const {
   Tensor q = rotated(queries_keys(x, false, loc), rotate, loc);  // [B, H, T, D]
   Tensor k = rotated(queries_keys(x, true, loc), rotate, loc);   // [B, Hkv, T, D]
   Tensor v = split_heads(v_proj(x, loc), kv_heads, loc);         // [B, Hkv, T, D]
-  return o_proj(merge_heads(attention(q, k, v, options(), loc), loc), loc);
+  return o_proj(merge_heads(attention(q, k, v, options(loc), loc), loc), loc);
 }
 
 Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_len, Loc loc) const {
@@ -97,7 +101,7 @@ Tensor LlamaAttention::cached(const Tensor& x, const Tensor& pos, int64_t cache_
   Tensor k_all = update_slice(k_cache, k, pos, 2, loc), v_all = update_slice(v_cache, v, pos, 2, loc);
   assign(k_cache, k_all, loc);
   assign(v_cache, v_all, loc);
-  return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, options(), loc), loc), loc);
+  return o_proj(merge_heads(attention_at(q, k_all, v_all, pos, options(loc), loc), loc), loc);
 }
 
 LlamaNorm::LlamaNorm(Module& parent, std::string name, int64_t dim, const LlamaConfig& c)
@@ -126,8 +130,18 @@ LlamaMlp::LlamaMlp(Module& parent, std::string name, const LlamaConfig& c, int64
 
 namespace {
 
+// The gated unit of gate and up (an MLP's, or an expert's rows).
+Tensor activate(LlamaConfig::Gate gate, const Tensor& g, const Loc& loc);
+Tensor gated(LlamaConfig::Gate gate, const Tensor& g, const Tensor& up, const Loc& loc) {
+  if (gate != LlamaConfig::Gate::kClampedSwiglu) return mul(activate(gate, g, loc), up, loc);
+  const Tensor gc = clamp(g, -std::numeric_limits<double>::infinity(), 7.0, loc);
+  const Tensor glu = mul(gc, sigmoid(mul(gc, 1.702, loc), loc), loc);
+  return mul(glu, add(clamp(up, -7.0, 7.0, loc), 1.0, loc), loc);
+}
+
 Tensor activate(LlamaConfig::Gate gate, const Tensor& g, const Loc& loc) {
   switch (gate) {
+    case LlamaConfig::Gate::kClampedSwiglu:  // gated only (LlamaConfig's check)
     case LlamaConfig::Gate::kSilu: return silu(g, loc);
     case LlamaConfig::Gate::kGeluTanh: return gelu(g, GeluApprox::kTanh, loc);
     case LlamaConfig::Gate::kGelu: return gelu(g, GeluApprox::kErf, loc);
@@ -142,8 +156,8 @@ Tensor activate(LlamaConfig::Gate gate, const Tensor& g, const Loc& loc) {
 }  // namespace
 
 Tensor LlamaMlp::operator()(const Tensor& x, Loc loc) const {
-  Tensor g = activate(gate, gate_proj ? (*gate_proj)(x, loc) : up_proj(x, loc), loc);
-  return down_proj(gate_proj ? mul(g, up_proj(x, loc), loc) : g, loc);
+  if (!gate_proj) return down_proj(activate(gate, up_proj(x, loc), loc), loc);
+  return down_proj(gated(gate, (*gate_proj)(x, loc), up_proj(x, loc), loc), loc);
 }
 
 LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
@@ -151,7 +165,7 @@ LlamaMoe::LlamaMoe(Module& parent, std::string name, const LlamaConfig& c)
       top_k(c.experts.top_k),
       normalize(c.experts.normalize),
       dispatch(c.experts.dispatch),
-      gate(*this, "gate", c.d_model, c.experts.count, normal_linear(false)) {
+      gate(*this, "gate", c.d_model, c.experts.count, normal_linear(c.experts.router_bias)) {
   for (int64_t e = 0; e < c.experts.count; ++e)
     experts.push_back(std::make_unique<LlamaMlp>(*this, "experts." + std::to_string(e), c,
                                                  c.experts.hidden ? c.experts.hidden : c.mlp_hidden));
@@ -199,7 +213,7 @@ bool LlamaMoe::sorted_dispatch() const {
   if (dispatch == LlamaConfig::Experts::Dispatch::kDense) return false;
   for (const auto& e : experts)
     for (const Linear* l : {e->gate_proj.get(), &e->up_proj, &e->down_proj})
-      if (l->bias || l->lora() != nullptr) return false;
+      if (l->lora() != nullptr) return false;
   return true;
 }
 
@@ -235,15 +249,27 @@ Tensor LlamaMoe::sorted(const Tensor& x, const Tensor& choice, const Tensor& wei
     for (Tensor& w : ws) w = unsqueeze(type == DType::kF32 ? w : cast(w, type, loc), 0, loc);
     return concat(ws, 0, loc);
   };
+  // Biased experts (gpt-oss): each sorted row gets its expert's bias, gathered from the biases
+  // stacked [E, out] by the expert of the row (the choices put in sorted order as xs is).
+  Tensor expert_of_row;
+  if (experts.front()->up_proj.bias)
+    expert_of_row = cast(
+        reshape(scatter_add(cast(reshape(choice, {rows, 1}, loc), DType::kF32, loc), place, 0, rows, loc),
+                {rows}, loc),
+        DType::kI32, loc);
+  auto product = [&](const Tensor& in, auto pick) {
+    Tensor y = grouped_matmul(in, stacked(pick), order.offsets, true, loc);
+    if (!expert_of_row.valid()) return y;
+    std::vector<Tensor> bs;
+    for (const auto& e : experts) bs.push_back(unsqueeze(pick(*e).bias->tensor(loc), 0, loc));
+    return add(y, embedding(concat(bs, 0, loc), expert_of_row, loc), loc);
+  };
   const LlamaConfig::Gate act = experts.front()->gate;
-  Tensor g = grouped_matmul(xs, stacked([](const LlamaMlp& m) -> const Linear& { return *m.gate_proj; }),
-                            order.offsets, true, loc);
-  Tensor u = grouped_matmul(xs, stacked([](const LlamaMlp& m) -> const Linear& { return m.up_proj; }),
-                            order.offsets, true, loc);
-  Tensor ys = grouped_matmul(mul(activate(act, g, loc), u, loc),
-                             stacked([](const LlamaMlp& m) -> const Linear& { return m.down_proj; }),
-                             order.offsets, true, loc);                             // [R, d], sorted
-  Tensor y = reshape(take_along_axis(ys, place, 0, loc), {tokens, top_k, d}, loc);  // row order
+  Tensor g = product(xs, [](const LlamaMlp& m) -> const Linear& { return *m.gate_proj; });
+  Tensor u = product(xs, [](const LlamaMlp& m) -> const Linear& { return m.up_proj; });
+  Tensor ys = product(gated(act, g, u, loc),
+                      [](const LlamaMlp& m) -> const Linear& { return m.down_proj; });  // [R, d], sorted
+  Tensor y = reshape(take_along_axis(ys, place, 0, loc), {tokens, top_k, d}, loc);      // row order
   Shape out_shape = x.shape();
   return reshape(
       sum(mul(y, unsqueeze(reshape(weights, {tokens, top_k}, loc), -1, loc), loc), {1}, false, loc),
@@ -372,6 +398,8 @@ void Llama::build() {
   if (c.head_bias && c.tied_head) throw ShapeError(where + ": head_bias needs an untied head (lm_head)");
   if (c.experts.count > 0 && !c.gated_mlp)
     throw ShapeError(where + ": experts are gated MLPs; gated_mlp false is for the dense MLP only");
+  if (c.gate == LlamaConfig::Gate::kClampedSwiglu && !c.gated_mlp)
+    throw ShapeError(where + ": the gate kClampedSwiglu needs gated_mlp (it reads gate and up)");
   embed_tokens_ =
       std::make_unique<Embedding>(*this, "model.embed_tokens", c.vocab, c.d_model, init::normal(0.02));
   if (c.sliding_window < 0 ||

@@ -57,6 +57,67 @@ def rope(kind, **extra):
     return {"rope_type": kind, "rope_theta": 10000.0, **extra}
 
 
+def gpt_oss_config():
+    return tf.GptOssConfig(
+        **dict(COMMON, intermediate_size=32), head_dim=8, max_position_embeddings=32,
+        num_local_experts=4, num_experts_per_tok=2, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False,
+        rope_parameters=rope("yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                             original_max_position_embeddings=8))
+
+
+# MXFP4 as gpt-oss's checkpoints hold the experts: per expert, the [2I, d] rows of gate_up_proj
+# (and the [d, I] rows of down_proj) in blocks of 32 values along a row, each an e2m1 code (two
+# a byte, the even value in the low nibble) and one power-of-two scale (a byte, exponent + 127).
+FP4 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def mxfp4(w):
+    """w [E, in, out] → (blocks u8 [E, out, in/32, 16], scales u8 [E, out, in/32])."""
+    rows = w.transpose(1, 2).contiguous()  # [E, out, in]
+    E, out, n = rows.shape
+    g = rows.reshape(E, out, n // 32, 32)
+    amax = g.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+    exp = torch.ceil(torch.log2(amax / 6.0))
+    scaled = g / torch.exp2(exp)
+    code = (scaled.abs().unsqueeze(-1) - FP4).abs().argmin(-1) + 8 * (scaled < 0)
+    packed = (code[..., 0::2] | (code[..., 1::2] << 4)).to(torch.uint8)
+    return packed, (exp.squeeze(-1) + 127).to(torch.uint8)
+
+
+def quantize_experts(model):
+    """The experts' matrices → MXFP4 codes; the model takes their values as transformers'
+    own loader decodes them (convert_moe_packed_tensors). Returns the codes by file name."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    packed = {}
+    for n, p in model.named_parameters():
+        if n.endswith("experts.gate_up_proj") or n.endswith("experts.down_proj"):
+            blocks, scales = mxfp4(p.data.float())
+            p.data.copy_(convert_moe_packed_tensors(blocks, scales, dtype=torch.float32))
+            packed[n + "_blocks"], packed[n + "_scales"] = blocks, scales
+    return packed
+
+
+def save_mxfp4(out, packed):
+    """model.safetensors with the experts' codes in place of their matrices, and config.json's
+    quantization_config as the published checkpoints carry it."""
+    import json
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(out, "model.safetensors")
+    tensors = load_file(path)
+    for name in packed:
+        tensors.pop(name[:-len("_blocks")], None)
+    tensors.update(packed)
+    save_file(tensors, path, metadata={"format": "pt"})
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 MODELS = {
     # Llama 3.1's frequency rescaling with an 8-token original context, so that at head_dim 8
     # one frequency is smoothed and three are divided by the factor; q/k/v/o biases, tied head.
@@ -163,10 +224,17 @@ MODELS = {
     "tiny_starcoder2": lambda: tf.Starcoder2ForCausalLM(tf.Starcoder2Config(
         **NEOX, num_key_value_heads=2, norm_epsilon=1e-5, use_bias=True, sliding_window=3,
         tie_word_embeddings=True)),
+    # gpt-oss: attention sinks, q/k/v/o biases, windows (3) in every other layer, YaRN without
+    # truncation; 4 experts (biased, their gate and up columns interleaved) of width 32, top 2
+    # after a biased router, and the clamped GLU (transformers fixes its limit at 7 whatever
+    # swiglu_limit says: the experts' weights are drawn large below so that it clamps).
+    # tiny_gpt_oss_mxfp4 holds its experts as the published checkpoints do (MXFP4 below).
+    "tiny_gpt_oss": lambda: tf.GptOssForCausalLM(gpt_oss_config()),
+    "tiny_gpt_oss_mxfp4": lambda: tf.GptOssForCausalLM(gpt_oss_config()),
 }
 
 # Models whose attention transformers only computes in full with its eager implementation.
-EAGER = {"tiny_gemma2"}
+EAGER = {"tiny_gemma2", "tiny_gpt_oss", "tiny_gpt_oss_mxfp4"}
 
 for name, make in MODELS.items():
     if only and name not in only:
@@ -179,8 +247,13 @@ for name, make in MODELS.items():
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
-            if n.endswith("mlp.gate.weight"):  # routers (Qwen's start at zero): decisive choices
-                p.normal_(0.0, 1.0)
+            elif n.endswith("_bias"):  # gpt-oss's experts' biases [E, width]
+                p.add_(0.1 * torch.randn_like(p))
+            if n.endswith("mlp.gate.weight") or n.endswith("mlp.router.weight"):
+                p.normal_(0.0, 1.0)  # routers (Qwen's start at zero): decisive choices
+            if n.endswith("experts.gate_up_proj"):
+                p.normal_(0.0, 1.0)  # gpt-oss: gate and up values of ~±6, a fifth beyond 7
+        packed = quantize_experts(model) if name.endswith("_mxfp4") else None
         logits = model(input_ids=IDS, use_cache=False).logits.float()
         # Read before generate: past the original context longrope swaps in its long factors.
         # Gemma 3 keeps one table per layer type: the full-attention layers' is compared.
@@ -193,6 +266,8 @@ for name, make in MODELS.items():
                                 eos_token_id=None, pad_token_id=0)
     out = os.path.join(OUT, name)
     model.save_pretrained(out, safe_serialization=True)
+    if packed is not None:
+        save_mxfp4(out, packed)
     write_safetensors(os.path.join(out, "logits.safetensors"),
                       {"ids": IDS.to(torch.int32), "logits": logits, "inv_freq": inv_freq,
                        "greedy": greedy.to(torch.int32)},

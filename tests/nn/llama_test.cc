@@ -151,8 +151,10 @@ TEST(Llama, ConfigurationAndShapeErrors) {
 
 // d(loss)/dθ along a random ±1 direction u of each parameter tensor, autograd's Σ g·u against
 // (L(θ + h·u) − L(θ − h·u)) / 2h, on the double-precision reference: with biases everywhere,
-// and with a mixture of experts (top 2 of 3, renormalised, a gated shared expert, the
-// load-balancing loss) in layer 0.
+// with a mixture of experts (top 2 of 3, renormalised, a gated shared expert, the
+// load-balancing loss) in layer 0, and gpt-oss's layer (attention sinks, a window, a biased
+// router, biased experts with the clamped gated unit; its clamps are the op table's `clamp`, and
+// act in the transformers parity of pretrained_family_test.cc).
 TEST(Llama, GradientsMatchCentralDifferences) {
   nn::LlamaConfig moe{
       .vocab = 11, .seq_len = 6, .layers = 2, .d_model = 8, .heads = 2, .kv_heads = 1, .mlp_hidden = 12};
@@ -170,6 +172,13 @@ TEST(Llama, GradientsMatchCentralDifferences) {
   neox.parallel = nn::LlamaConfig::Parallel::kSeparate;
   nn::LlamaConfig phi = neox;  // one norm shared by both branches
   phi.parallel = nn::LlamaConfig::Parallel::kShared;
+  nn::LlamaConfig gpt_oss{
+      .vocab = 11, .seq_len = 6, .layers = 2, .d_model = 8, .heads = 2, .kv_heads = 1, .mlp_hidden = 6};
+  gpt_oss.attention_sinks = gpt_oss.attention_bias = gpt_oss.mlp_bias = true;
+  gpt_oss.sliding_window = 2;
+  gpt_oss.sliding_layers = {true, false};
+  gpt_oss.gate = nn::LlamaConfig::Gate::kClampedSwiglu;
+  gpt_oss.experts = {.count = 3, .top_k = 2, .normalize = true, .router_bias = true};
   for (const nn::LlamaConfig& c : {nn::LlamaConfig{.vocab = 11,
                                   .seq_len = 6,
                                   .layers = 2,
@@ -180,7 +189,7 @@ TEST(Llama, GradientsMatchCentralDifferences) {
                                   .rope_theta = 100.0,
                                   .attention_bias = true,
                                   .mlp_bias = true},
-                                   moe, neox, phi}) {
+                                   moe, neox, phi, gpt_oss}) {
     nn::Llama model(c);
     Program ref = compile_train(model, [&model](Tensor ids, Tensor t) { return model.loss(ids, t); },
                                 {.inputs = {{"ids", {2, 5}, DType::kI32}, {"targets", {2, 5}, DType::kI32}},
@@ -221,54 +230,71 @@ TEST(Llama, GradientsMatchCentralDifferences) {
       worst = std::max(worst, std::fabs(exact - fd) / std::max(std::fabs(fd), 1.0));
     }
     std::printf("  worst |autograd − central difference| / max(|difference|, 1): %.2e (%s)\n", worst,
-                c.experts.count ? "experts"
-                : c.layer_norm  ? (c.parallel == nn::LlamaConfig::Parallel::kShared ? "parallel, one norm"
-                                                                                    : "parallel, two norms")
-                                : "biases");
+                c.attention_sinks ? "gpt-oss"
+                : c.experts.count ? "experts"
+                : c.layer_norm    ? (c.parallel == nn::LlamaConfig::Parallel::kShared ? "parallel, one norm"
+                                                                                      : "parallel, two norms")
+                                  : "biases");
   }
 }
 
 // The two dispatches of a mixture compute the same function: the loss and every gradient of
 // a training step with the experts sorted by expert (grouped_matmul) equal those of every expert
-// on every token, on each backend. With adapters on the experts kSorted runs dense, so that case
+// on every token, on each backend; also with gpt-oss's biased experts (each sorted row gets its
+// expert's bias) and clamped unit. With adapters on the experts kSorted runs dense, so that case
 // only checks that the adapters are not dropped (both sides run the dense dispatch).
 TEST(Llama, SortedAndDenseDispatchAgree) {
-  nn::LlamaConfig c{
-      .vocab = 13, .seq_len = 8, .layers = 2, .d_model = 16, .heads = 2, .kv_heads = 1, .mlp_hidden = 20};
-  c.experts = {.count = 5, .top_k = 2, .hidden = 12, .normalize = true, .shared_hidden = 8};
   const std::vector<int32_t> ids{1, 4, 9, 2, 7, 3, 3, 10, 0, 5, 12, 11, 6, 8},
       targets{4, 9, 2, 7, 1, 3, 10, 0, 5, 6, 11, 12, 8, 2};
   const Feeds feeds{{"ids", ids}, {"targets", targets}};
   for (const Device& device : tg::testing::all_devices())
-    for (const bool lora : {false, true}) {
-      std::vector<Captures> grads(2);
-      std::vector<float> losses;
-      for (const auto dispatch :
-           {nn::LlamaConfig::Experts::Dispatch::kDense, nn::LlamaConfig::Experts::Dispatch::kSorted}) {
-        c.experts.dispatch = dispatch;
-        nn::Llama model(c);
-        if (lora) nn::add_lora(model, {.targets = {"up_proj"}, .rank = 2});
-        Program p = compile_train(model, [&model](Tensor i, Tensor t) { return model.loss(i, t); },
-                                  {.inputs = {{"ids", {2, 7}, DType::kI32}, {"targets", {2, 7}, DType::kI32}},
-                                   .optimizer = GradientsOnly{},
-                                   .device = device});
-        p.init_params(3);
-        if (lora) {  // B starts at zero: give the adapters a term
-          std::map<std::string, HostTensor> params = p.download_params();
-          uint32_t seed = 5;
-          for (auto& [name, t] : params)
-            if (name.find("lora_B") != std::string::npos)
-              t = HostTensor::f32(tg::testing::uniform_values(t.f32().size(), seed++), t.shape());
-          p.upload_params(params);
+    for (const bool lora : {false, true})
+      for (const bool biased : {false, true}) {
+        if (lora && biased) continue;
+        nn::LlamaConfig c{.vocab = 13,
+                          .seq_len = 8,
+                          .layers = 2,
+                          .d_model = 16,
+                          .heads = 2,
+                          .kv_heads = 1,
+                          .mlp_hidden = 20};
+        c.experts = {
+            .count = 5, .top_k = 2, .hidden = 12, .normalize = true, .shared_hidden = biased ? 0 : 8};
+        if (biased) {
+          c.mlp_bias = c.experts.router_bias = true;
+          c.gate = nn::LlamaConfig::Gate::kClampedSwiglu;
         }
-        losses.push_back(p.step(feeds, {.captures = &grads[losses.size()]}));
+        std::vector<Captures> grads(2);
+        std::vector<float> losses;
+        for (const auto dispatch :
+             {nn::LlamaConfig::Experts::Dispatch::kDense, nn::LlamaConfig::Experts::Dispatch::kSorted}) {
+          c.experts.dispatch = dispatch;
+          nn::Llama model(c);
+          if (lora) nn::add_lora(model, {.targets = {"up_proj"}, .rank = 2});
+          Program p =
+              compile_train(model, [&model](Tensor i, Tensor t) { return model.loss(i, t); },
+                            {.inputs = {{"ids", {2, 7}, DType::kI32}, {"targets", {2, 7}, DType::kI32}},
+                             .optimizer = GradientsOnly{},
+                             .device = device});
+          p.init_params(3);
+          if (lora || biased) {  // B and the biases start at zero: give them a term
+            std::map<std::string, HostTensor> params = p.download_params();
+            uint32_t seed = 5;
+            for (auto& [name, t] : params)
+              if (name.find(lora ? "lora_B" : "bias") != std::string::npos)
+                t = HostTensor::f32(tg::testing::uniform_values(t.f32().size(), seed++), t.shape());
+            p.upload_params(params);
+          }
+          losses.push_back(p.step(feeds, {.captures = &grads[losses.size()]}));
+        }
+        SCOPED_TRACE(tg::testing::device_test_name(device) + (lora     ? ", adapters"
+                                                              : biased ? ", biased"
+                                                                       : ""));
+        EXPECT_NEAR(losses[0], losses[1], 1e-5 * std::fabs(losses[0]));
+        ASSERT_EQ(grads[0].size(), grads[1].size());
+        for (const auto& [name, g] : grads[0])
+          EXPECT_LT(tg::testing::rel_diff(g.f32(), grads[1].at(name).f32()), 1e-4) << name;
       }
-      SCOPED_TRACE(tg::testing::device_test_name(device) + (lora ? ", adapters" : ""));
-      EXPECT_NEAR(losses[0], losses[1], 1e-5 * std::fabs(losses[0]));
-      ASSERT_EQ(grads[0].size(), grads[1].size());
-      for (const auto& [name, g] : grads[0])
-        EXPECT_LT(tg::testing::rel_diff(g.f32(), grads[1].at(name).f32()), 1e-4) << name;
-    }
 }
 
 // Adam on one batch: the loss falls; with every layer a recompute region the losses are the same.
@@ -323,6 +349,60 @@ TEST_P(LlamaDevices, GreedyGenerationEqualsTheFullForward) {
   for (size_t i = 0; i < 2; ++i)
     EXPECT_EQ(outs[i], tg::testing::greedy_by_full_forward(full, prompts[i], 5, kLlamaCache, c.vocab))
         << "prompt " << i;
+}
+
+// gpt-oss's layers (sinks, a window, biased experts sorted by expert, the clamped unit) under
+// mixed precision: the logits move from the f32 program's by about bf16's (f16's) rounding. All
+// experts are chosen (top_k = count), so that no rounding can flip a choice; the biases and
+// sinks are drawn away from their zero init, and the gate and up rows large enough that the
+// clamps act.
+TEST_P(LlamaDevices, GptOssLayersInHalfPrecisionStayWithinRounding) {
+  nn::LlamaConfig c{
+      .vocab = 40, .seq_len = 8, .layers = 2, .d_model = 32, .heads = 4, .kv_heads = 2, .mlp_hidden = 24};
+  c.attention_sinks = c.attention_bias = c.mlp_bias = true;
+  c.sliding_window = 3;
+  c.sliding_layers = {true, false};
+  c.gate = nn::LlamaConfig::Gate::kClampedSwiglu;
+  c.experts = {.count = 3, .top_k = 3, .normalize = true, .router_bias = true};
+  nn::Llama model(c);
+  const std::vector<int32_t> ids{1, 4, 9, 2, 7, 3, 3, 10, 0, 5, 12, 11, 6, 8, 39, 20};
+  std::map<std::string, HostTensor> params;
+  std::vector<float> want;
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kF16}) {
+    Program p = compile_forward(
+        model, [&model](Tensor x) { return model.logits(x); },
+        {.inputs = {{"ids", {2, 8}, DType::kI32}}, .device = GetParam(), .precision = precision});
+    if (params.empty()) {
+      p.init_params(11);
+      params = p.download_params();
+      uint32_t seed = 20;
+      for (auto& [name, t] : params) {
+        const bool drawn = name.ends_with("bias") || name.ends_with("sinks");
+        const double scale =
+            drawn ? 1.0
+            : name.find("gate_proj") != std::string::npos || name.find("up_proj") != std::string::npos
+                ? 1.5 / 0.02  // ~±7 at the clamps
+                : 1.0;
+        if (!drawn && scale == 1.0) continue;
+        std::vector<float> v = drawn ? tg::testing::uniform_values(t.f32().size(), seed++)
+                                     : std::vector<float>(t.f32().begin(), t.f32().end());
+        for (float& x : v) x = static_cast<float>(x * scale);
+        t = HostTensor::f32(std::move(v), t.shape());
+      }
+    }
+    p.upload_params(params);
+    const std::vector<float> got = p.run({{"ids", ids}}).f32();
+    if (precision == Precision::kFp32) {
+      want = got;
+      continue;
+    }
+    const double d = tg::testing::rel_diff(got, want);
+    const bool bf16 = precision == Precision::kBf16;
+    EXPECT_GT(d, bf16 ? 1e-5 : 1e-6) << "the half type is in use";
+    EXPECT_LT(d, bf16 ? 3e-2 : 4e-3);
+    std::printf("  %s %s: relative logit difference to f32 %.2e\n", GetParam().str().c_str(),
+                bf16 ? "bf16" : "f16", d);
+  }
 }
 
 // transformers' LlamaForCausalLM on the same weights (tests/data/tiny_llama/, written by

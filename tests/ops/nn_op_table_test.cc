@@ -649,13 +649,15 @@ TEST(NnKnownGradients, SoftmaxAndNorms) {
 }  // namespace
 // Soft-capped, windowed, grouped-query attention against the formula computed here in double:
 // scores s = scale·q·k capped to c·tanh(s/c); query i of head h sits at position p = i + S − T,
-// reads kv head h / (Hq / Hkv) and sees keys p − W < j ≤ p. Fewer queries than keys (the
-// composite), and self-attention long enough for blocks of 2W keys (T = 10, padded to 12),
-// where no tensor of the graph is as large as the heads' T × S scores together.
-TEST(NnKnownValues, AttentionWindowAndSoftcap) {
+// reads kv head h / (Hq / Hkv) and sees keys p − W < j ≤ p; with sinks, e^{sink[h]} joins each
+// row's denominator. Fewer queries than keys (the composite), and self-attention long enough for
+// blocks of 2W keys (T = 10, padded to 12), where no tensor of the graph is as large as the
+// heads' T × S scores together.
+TEST(NnKnownValues, AttentionWindowSoftcapAndSinks) {
   struct Sizes {
     int64_t Hq, Hkv, T, S, D, W;
   };
+  for (const bool with_sinks : {false, true})
   for (const Sizes z : {Sizes{2, 1, 2, 3, 2, 2}, Sizes{4, 2, 10, 10, 3, 3}}) {
     const auto values = [](int64_t n, double phase) {
       std::vector<float> out;
@@ -665,12 +667,13 @@ TEST(NnKnownValues, AttentionWindowAndSoftcap) {
     const std::vector<float> q = values(z.Hq * z.T * z.D, 0.1), k = values(z.Hkv * z.S * z.D, 1.3),
                              v = values(z.Hkv * z.S * z.D, 2.9);
     const double scale = 0.8, cap = 1.5;
+    const std::vector<float> sinks = values(z.Hq, 4.1);
     std::vector<double> want;
     for (int64_t h = 0; h < z.Hq; ++h)
       for (int64_t i = 0; i < z.T; ++i) {
         const int64_t p = i + z.S - z.T, kv = h / (z.Hq / z.Hkv);
         std::vector<double> e(static_cast<size_t>(z.S), 0.0);
-        double total = 0;
+        double total = with_sinks ? std::exp(double(sinks[size_t(h)])) : 0.0;
         for (int64_t j = std::max<int64_t>(0, p - z.W + 1); j <= p; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < z.D; ++d)
@@ -686,7 +689,10 @@ TEST(NnKnownValues, AttentionWindowAndSoftcap) {
       }
     const auto fn = [&] {
       return attention(cf(q, {1, z.Hq, z.T, z.D}), cf(k, {1, z.Hkv, z.S, z.D}), cf(v, {1, z.Hkv, z.S, z.D}),
-                       {.scale = scale, .window = z.W, .softcap = cap});
+                       {.scale = scale,
+                        .window = z.W,
+                        .softcap = cap,
+                        .sinks = with_sinks ? std::optional<Tensor>(cf(sinks, {z.Hq})) : std::nullopt});
     };
     expect_known(fn, {1, z.Hq, z.T, z.D}, kF32, want, 1e-6);
     if (z.T == z.S) {

@@ -642,6 +642,13 @@ std::vector<OpCase> nn_attention_rows() {
       {"attention_window_softcap_scale", {uni({1, 2, 6, 8}, -2, 2), uni({1, 1, 6, 8}, -2, 2), uni({1, 1, 6, 8})}, FN(attention(x[0], x[1], x[2], {.scale = 0.5, .window = 2, .softcap = 1.5})), {1, 2, 6, 8}, kF32, kMatmul, kGrad},
       {"attention_at_window", {uni({2, 4, 2, 8}), uni({2, 2, 9, 8}), uni({2, 2, 9, 8}), indices({2}, 8)}, FN(attention_at(x[0], x[1], x[2], x[3], AttentionOptions{.window = 3})), {2, 4, 2, 8}, kF32, kMatmul, kNoGrad},
       {"attention_at_softcap", {uni({1, 2, 1, 8}, -2, 2), uni({1, 1, 7, 8}, -2, 2), uni({1, 1, 7, 8}), indices({1}, 7)}, FN(attention_at(x[0], x[1], x[2], x[3], AttentionOptions{.softcap = 3.0})), {1, 2, 1, 8}, kF32, kMatmul, kNoGrad},
+      // Attention sinks [Hq] (gpt-oss's): one more softmax column a head, as the composite (with a
+      // gradient for the sinks), alone, in the blocks of a window, beside a key mask (a query with
+      // no key left puts all its weight on the sink: zeros), and over caches.
+      {"attention_sinks_gqa_causal", {uni({2, 4, 5, 8}), uni({2, 2, 5, 8}), uni({2, 2, 5, 8}), uni({4}, -1, 2)}, FN(attention(x[0], x[1], x[2], {.sinks = x[3]})), {2, 4, 5, 8}, kF32, kMatmul, kGrad},
+      {"attention_sinks_window_banded", {uni({1, 4, 11, 4}), uni({1, 2, 11, 4}), uni({1, 2, 11, 4}), uni({4}, -1, 2)}, FN(attention(x[0], x[1], x[2], {.window = 3, .sinks = x[3]})), {1, 4, 11, 4}, kF32, kMatmul, kGrad},
+      {"attention_sinks_key_mask", {uni({2, 2, 4, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8}), bools({2, 6}), uni({2}, -1, 2)}, FN(attention(x[0], x[1], x[2], {.causal = false, .key_mask = x[3], .sinks = x[4]})), {2, 2, 4, 8}, kF32, kMatmul, kGrad},
+      {"attention_at_sinks", {uni({2, 4, 2, 8}), uni({2, 2, 9, 8}), uni({2, 2, 9, 8}), indices({2}, 8), uni({4}, -1, 2)}, FN(attention_at(x[0], x[1], x[2], x[3], AttentionOptions{.window = 3, .sinks = x[4]})), {2, 4, 2, 8}, kF32, kMatmul, kNoGrad},
       {"attention_gqa_causal_T_lt_S", {uni({2, 4, 3, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8})}, FN(attention(x[0], x[1], x[2], {.causal = true})), {2, 4, 3, 8}, kF32, kMatmul, kGrad},
       {"attention_gqa_noncausal_T_lt_S", {uni({2, 4, 4, 8}), uni({2, 2, 6, 8}), uni({2, 2, 6, 8})}, FN(attention(x[0], x[1], x[2], {.causal = false})), {2, 4, 4, 8}, kF32, kMatmul, kGrad},
       {"attention_mqa_causal", {uni({2, 4, 4, 8}), uni({2, 1, 4, 8}), uni({2, 1, 4, 8})}, FN(attention(x[0], x[1], x[2])), {2, 4, 4, 8}, kF32, kMatmul, kGrad},
