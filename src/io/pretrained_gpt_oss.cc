@@ -71,6 +71,14 @@ void split_gpt_oss_experts(Model& m, Weights& w, const std::string& layer, const
   const std::string stack = layer + "mlp.experts.";
   std::string gu_file, down_file, gub_file, downb_file;
   const bool mxfp4 = w.tensors.count(stack + "gate_up_proj_blocks") != 0;
+  // The experts are handed on in the file's type (MXFP4's values are bf16 values exactly), so that
+  // a model held in bf16 never has all of them in f32 at once: gpt-oss-20b's are 19 billion.
+  const auto file_type = [&](const std::string& name) {
+    const auto it = w.tensors.find(name);
+    return it == w.tensors.end() || !is_half(it->second.dtype()) ? DType::kF32 : it->second.dtype();
+  };
+  const DType type = mxfp4 ? DType::kBF16 : file_type(stack + "gate_up_proj"),
+              bias_type = file_type(stack + "gate_up_proj_bias");
   const HostTensor gate_up = mxfp4
                                  ? decode_mxfp4(m, w, stack + "gate_up_proj", count, 2 * hidden, d)
                                  : take_tensor(m, w, stack + "gate_up_proj", {count, d, 2 * hidden}, gu_file);
@@ -89,7 +97,8 @@ void split_gpt_oss_experts(Model& m, Weights& w, const std::string& layer, const
       if (w.tensors.count(expert + name))
         fail(m.folder, w.file_of[expert + name] + ": unexpected tensor '" + expert + name + "' beside " +
                            stack + "gate_up_proj and down_proj, which " + m.architecture + " splits into it");
-      w.tensors[expert + name] = HostTensor::f32(std::move(values), std::move(shape));
+      w.tensors[expert + name] =
+          HostTensor::f32(std::move(values), std::move(shape)).to(name.ends_with("bias") ? bias_type : type);
       w.file_of[expert + name] = file;
     };
     std::vector<float> gate(static_cast<size_t>(hidden * d)), up(gate.size()), down_w(gate.size());

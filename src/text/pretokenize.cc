@@ -1,4 +1,5 @@
-// Hand-written matchers for the pre-tokenizer regexes (GPT-2's; Llama 3's and Qwen2's; CLIP's).
+// Hand-written matchers for the pre-tokenizer regexes (GPT-2's; Llama 3's and Qwen2's; CLIP's;
+// o200k's and Mistral's tekken).
 // Each tries the regex's alternatives in order at one position and returns where the first that
 // matches ends, taking the same backtracking choices a regex engine would (noted where it matters).
 #include "text/pretokenize.h"
@@ -19,6 +20,19 @@ struct Units {
   bool other(size_t k) const { return is(k, CharClass::kOther); }  // [^\s\p{L}\p{N}]
   bool cp_is(size_t k, char32_t c) const { return k < u.size() && u[k].valid && u[k].cp == c; }
   bool newline(size_t k) const { return cp_is(k, '\r') || cp_is(k, '\n'); }
+  // o200k's letter sets: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}].
+  LetterCase letter_case_of(size_t k) const {
+    return k < u.size() && u[k].valid ? letter_case(u[k].cp) : LetterCase::kNone;
+  }
+  bool upper(size_t k) const {
+    const LetterCase c = letter_case_of(k);
+    return c == LetterCase::kUpper || c == LetterCase::kOtherLetter || c == LetterCase::kMark;
+  }
+  bool lower(size_t k) const {
+    const LetterCase c = letter_case_of(k);
+    return c == LetterCase::kLower || c == LetterCase::kOtherLetter || c == LetterCase::kMark;
+  }
+  bool slash_or_newline(size_t k) const { return newline(k) || cp_is(k, '/'); }
   size_t run(size_t k, bool (Units::*test)(size_t) const) const {
     while ((this->*test)(k)) ++k;
     return k;
@@ -83,6 +97,56 @@ size_t match_llama3(const Units& t, size_t i, size_t max_digits) {
   return spaces(t, i);
 }
 
+// o200k's word alternatives from s (after the optional leading character), each followed by an
+// optional contraction (with `contractions`); the end, or s when it does not match.
+//   first, U*L+: U* greedy to the end e of the run of U; then L+ from the last position p ≤ e
+//         that is an L (backtracking U* gives back its tail until L+ can start): from e itself
+//         the run of L, from p < e just p (p + 1 … e − 1 are U but not L).
+//   second, U+L*: the run of U, then the run of L.
+size_t o200k_word(const Units& t, size_t s, bool second, bool contractions) {
+  const size_t e = t.run(s, &Units::upper);
+  size_t end = s;
+  if (second) {
+    if (e > s) end = t.run(e, &Units::lower);
+  } else if (t.lower(e)) {
+    end = t.run(e, &Units::lower);
+  } else {
+    for (size_t p = e; p > s; --p)
+      if (t.lower(p - 1)) {
+        end = p;
+        break;
+      }
+  }
+  if (end == s) return s;
+  return contractions ? contraction(t, end, true) : end;
+}
+
+// The o200k regex (max_digits 3, contractions) and tekken's (max_digits 1, none) at i.
+size_t match_o200k(const Units& t, size_t i, size_t max_digits, bool contractions) {
+  // Each word alternative with the optional [^\r\n\p{L}\p{N}] before it, then without (a mark
+  // is such a character and a U and L as well, so the order matters there).
+  const bool may_lead = i < t.size() && !t.letter(i) && !t.number(i) && !t.newline(i);
+  for (const bool second : {false, true}) {
+    if (may_lead) {
+      if (size_t end = o200k_word(t, i + 1, second, contractions); end != i + 1) return end;
+    }
+    if (size_t end = o200k_word(t, i, second, contractions); end != i) return end;
+  }
+  if (t.number(i)) {  // \p{N}{1,3} (tekken: \p{N})
+    size_t end = i + 1;
+    while (end < i + max_digits && t.number(end)) ++end;
+    return end;
+  }
+  // ?[^\s\p{L}\p{N}]+[\r\n/]*
+  const size_t after_space = t.cp_is(i, ' ') ? i + 1 : i;
+  if (t.other(after_space)) return t.run(t.run(after_space, &Units::other), &Units::slash_or_newline);
+  const size_t end = t.run(i, &Units::space);  // \s*[\r\n]+, then the spaces, as Llama 3's
+  for (size_t k = end; k > i; --k) {
+    if (t.newline(k - 1)) return k;
+  }
+  return spaces(t, i);
+}
+
 // CLIP's regex at i: its two special tokens spelled out, the contractions, a run of letters, one
 // number, a run of other characters; i itself at whitespace, which no alternative matches.
 size_t match_clip(const Units& t, std::string_view text, size_t i, bool specials) {
@@ -103,6 +167,8 @@ size_t match(const Units& t, std::string_view text, size_t i, SplitPattern patte
     case SplitPattern::kQwen2: return match_llama3(t, i, 1);
     case SplitPattern::kClip: return match_clip(t, text, i, true);
     case SplitPattern::kClipPlain: return match_clip(t, text, i, false);
+    case SplitPattern::kO200k: return match_o200k(t, i, 3, true);
+    case SplitPattern::kTekken: return match_o200k(t, i, 1, false);
   }
   return i;
 }
@@ -122,6 +188,14 @@ std::string_view pattern_source(SplitPattern pattern) {
     case SplitPattern::kClip:
       return R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
     case SplitPattern::kClipPlain: return R"('s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
+    case SplitPattern::kO200k:
+      return R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+             R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+             R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case SplitPattern::kTekken:
+      return R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
+             R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|)"
+             R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   }
   return {};
 }

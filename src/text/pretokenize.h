@@ -1,4 +1,4 @@
-// The pre-tokenizer pieces of byte-level BPE: the regexes GPT-2, Llama 3, Qwen2 and CLIP split
+// The pre-tokenizer pieces of byte-level BPE: the regexes GPT-2, Llama 3, Qwen2, CLIP, o200k and tekken split
 // text with, written as scanners over code points, and the byte-level alphabet that spells every
 // byte as a printable character.
 #pragma once
@@ -19,13 +19,19 @@ namespace tg::text {
 ///            [^\s\p{L}\p{N}]+
 ///   kClipPlain: CLIP's without its two special-token alternatives, as transformers 4's converter
 ///            wrote it (the files of openai/clip-* and the text encoders built on them)
-/// The first three match every character; CLIP's match every character but whitespace.
-enum class SplitPattern { kGpt2, kLlama3, kQwen2, kClip, kClipPlain };
+///   kO200k:  [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|…|'d)?|
+///            [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|…|'d)?|
+///            \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+///            (tiktoken's o200k_base: GPT-4o's, gpt-oss's o200k_harmony; words split at case changes)
+///   kTekken: o200k's without the contractions and with \p{N} for \p{N}{1,3} (Mistral's tekken:
+///            Mistral Nemo, Small 3, Pixtral)
+/// All but CLIP's match every character; CLIP's match every character but whitespace.
+enum class SplitPattern { kGpt2, kLlama3, kQwen2, kClip, kClipPlain, kO200k, kTekken };
 
 /// The regex of `pattern` exactly as tokenizer.json spells it.
 std::string_view pattern_source(SplitPattern pattern);
 
-/// The regex's matches in `text`, in order. For kGpt2, kLlama3 and kQwen2 they cover `text`
+/// The regex's matches in `text`, in order. For all but CLIP's they cover `text`
 /// (as a Split with behavior "Isolated" cuts it); for CLIP's the whitespace between them is left
 /// out (as a Split with behavior "Removed" and invert, CLIP's, drops it).
 std::vector<std::string_view> split(std::string_view text, SplitPattern pattern);

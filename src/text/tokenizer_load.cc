@@ -200,13 +200,16 @@ void read_pre_tokenizer(Tokenizer::Impl& t, const json& p) {
     const std::string regex =
         split.contains("pattern") ? value_or<std::string>(split["pattern"], "Regex", "") : "";
     for (auto pattern : {text::SplitPattern::kGpt2, text::SplitPattern::kLlama3, text::SplitPattern::kQwen2,
-                         text::SplitPattern::kClip, text::SplitPattern::kClipPlain}) {
+                         text::SplitPattern::kClip, text::SplitPattern::kClipPlain,
+                         text::SplitPattern::kO200k, text::SplitPattern::kTekken}) {
       if (regex == text::pattern_source(pattern)) t.split_pattern = pattern;
     }
     if (!t.split_pattern)
       tokenizer_fail(
           t.file,
-          "the Split pre-tokenizer's pattern is not GPT-2's, Llama 3's, Qwen2's or CLIP's regex: " + regex);
+          "the Split pre-tokenizer's pattern is not GPT-2's, Llama 3's, Qwen2's, CLIP's, o200k's or tekken's "
+          "regex: " +
+              regex);
     // The pieces text::split gives: the matches, which cover the text but for CLIP's regex.
     // "Removed" with invert keeps exactly the matches; "Isolated" keeps what lies between them
     // too, which is nothing for the covering regexes.

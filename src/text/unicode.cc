@@ -18,6 +18,25 @@ constexpr CategoryRange kCategoryRanges[] = {
 #include "text/unicode_tables.inc"
 };
 
+struct CaseRange {
+  char32_t first, last;
+  LetterCase letter_case;
+};
+
+constexpr CaseRange kCaseRanges[] = {
+#include "text/unicode_case_tables.inc"
+};
+
+// The entry of a sorted, disjoint range table holding cp, or nullptr.
+template <class Range, size_t N>
+const Range* range_of(const Range (&table)[N], char32_t cp) {
+  const Range* it = std::upper_bound(std::begin(table), std::end(table), cp,
+                                     [](char32_t c, const Range& r) { return c < r.first; });
+  if (it == std::begin(table)) return nullptr;
+  --it;
+  return cp <= it->last ? it : nullptr;
+}
+
 // The length of the well-formed sequence starting at s[i], with its code point, or 0.
 int sequence_at(std::string_view s, size_t i, char32_t& cp) {
   const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
@@ -50,12 +69,13 @@ int sequence_at(std::string_view s, size_t i, char32_t& cp) {
 }  // namespace
 
 CharClass char_class(char32_t cp) {
-  // The last range that starts at or before cp.
-  const CategoryRange* it = std::upper_bound(std::begin(kCategoryRanges), std::end(kCategoryRanges), cp,
-                                             [](char32_t c, const CategoryRange& r) { return c < r.first; });
-  if (it == std::begin(kCategoryRanges)) return CharClass::kOther;
-  --it;
-  return cp <= it->last ? it->cls : CharClass::kOther;
+  const CategoryRange* r = range_of(kCategoryRanges, cp);
+  return r != nullptr ? r->cls : CharClass::kOther;
+}
+
+LetterCase letter_case(char32_t cp) {
+  const CaseRange* r = range_of(kCaseRanges, cp);
+  return r != nullptr ? r->letter_case : LetterCase::kNone;
 }
 
 std::vector<Unit> decode_utf8(std::string_view s) {

@@ -14,6 +14,12 @@ enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
 /// The class of a code point: \p{L} (letter), \p{N} (number), \s (space) or none of them.
 CharClass char_class(char32_t cp);
 
+/// The finer letter classes of the o200k regex: \p{Lu} and \p{Lt} (kUpper), \p{Ll} (kLower),
+/// \p{Lm} and \p{Lo} (kOtherLetter: neither case), and the marks \p{M} (kMark, which
+/// char_class counts as kOther); kNone for every other code point.
+enum class LetterCase : uint8_t { kNone, kUpper, kLower, kOtherLetter, kMark };
+LetterCase letter_case(char32_t cp);
+
 /// One code point of a UTF-8 string, or one byte that is not valid UTF-8 (valid = false,
 /// cp = that byte, classed kOther).
 struct Unit {

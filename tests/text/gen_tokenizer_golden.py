@@ -13,6 +13,11 @@ Trains small BPE tokenizers (a vocabulary of 1000) on a text corpus:
   qwen2:  byte-level as Qwen2's and Qwen3's files: an NFC normalizer, a Split on Qwen2's regex
           (Llama 3's, digits one at a time), ByteLevel without a regex, <|endoftext|>,
           <|im_start|> and <|im_end|>; its cases add texts that NFC changes (QWEN2_TEXTS);
+  o200k:  byte-level as gpt-oss's (o200k_harmony) file: a Split on tiktoken's o200k regex (words
+          cut where lower case turns upper, contractions after words), ByteLevel without a
+          regex, BPE's ignore_merges; its cases add O200K_TEXTS;
+  tekken: the same with Mistral's tekken regex (o200k's without contractions, digits one at a
+          time), as Mistral Nemo's and Small 3's files;
   bert:   WordPiece as bert-base-uncased's file: the BertNormalizer (clean text, spaces around
           CJK, lowercase, accents stripped), the BertPreTokenizer, "##" pieces, [CLS] $A [SEP]
           as a TemplateProcessing and the WordPiece decoder; its cases add BERT_TEXTS;
@@ -43,6 +48,16 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                 r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                 r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+TEKKEN_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+                  r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+                  r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 FALLBACK_CORPUS = """\
 It was the best of times, it was the worst of times, it was the age of wisdom, it was the age
@@ -75,6 +90,19 @@ QWEN2_TEXTS = [
     "Cafe\u0301 cre\u0300me bru\u0302le\u0301e, n\u0303, A\u030a \u212b",
     "q\u0307\u0323 a\u0323\u0302 \u1100\u1161\u11a8\u1100\u1161 \u0958",
     "<|im_start|>user\nWie geht's? Grüße aus Köln<|im_end|>\n<|im_start|>assistant\n",
+]
+
+# Where o200k's regex cuts words: case changes (camel case, acronyms before a word, titlecase
+# and modifier letters), combining marks before, inside and after letters, contractions in any
+# case after a word, slashes and newlines after punctuation, scripts without case.
+O200K_TEXTS = [
+    "HelloWorld camelCaseWords ABCdef McDonald's iPhone HTTPServer XMLHttpRequest getHTTPResponseCode",
+    "DON'T Don'T it's IT'S we'RE You'LL they'd I'm O'Neil 'tis",
+    "e\u0301te\u0301 \u0301A \u0301a CAFE\u0301 A\u0301b \u01c4\u01c5\u01c6 \u01c5ab \u02b0\u02b2x x\u02b0Y",
+    "path/to/file/\nnext //comment\r\n\r\n ok?/ a-/\n\n!!/x",
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \ud55c\uad6d\uc5b4 \u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac \u0391\u0392\u0393\u03b1\u03b2\u03b3",
+    "12345678 x1y22z333 \u0663\u0664\u0665 A1b2C3",
+    "\t\u0301 \u0301\u0301 .\u0301x \u0301\n",
 ]
 
 # What BERT's normalizer and WordPiece do: controls dropped, CJK split, accents, case, a word of
@@ -129,12 +157,12 @@ def corpus(path=None):
     return FALLBACK_CORPUS.splitlines()
 
 
-def train(texts, specials, llama3, qwen2=False):
+def train(texts, specials, llama3, qwen2=False, pattern=None):
     tok = Tokenizer(models.BPE(ignore_merges=True) if llama3 else models.BPE())
     if llama3 or qwen2:
+        pattern = pattern or (QWEN2_PATTERN if qwen2 else LLAMA3_PATTERN)
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(QWEN2_PATTERN if qwen2 else LLAMA3_PATTERN), behavior="isolated",
-                                 invert=False),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
     else:
@@ -145,7 +173,7 @@ def train(texts, specials, llama3, qwen2=False):
     trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
-    if llama3:
+    if llama3 and pattern in (None, LLAMA3_PATTERN):
         bos = specials[0]
         tok.post_processor = processors.TemplateProcessing(
             single=bos + " $A", pair=bos + " $A " + bos + " $B", special_tokens=[(bos, tok.token_to_id(bos))])
@@ -211,6 +239,20 @@ def write_golden(tok, folder, texts):
     print("%s: vocabulary of %d, %d cases" % (folder, tok.get_vocab_size(), len(lines)))
 
 
+def write_splits(pattern, folder, texts):
+    """folder/splits.txt: the pieces `tokenizers`' Split on `pattern` cuts each text into, one text
+    a line: <the text's UTF-8 in hex> TAB <each piece's UTF-8 in hex, comma-separated>."""
+    split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
+    lines = []
+    for text in texts:
+        pieces = [p for p, _ in split.pre_tokenize_str(text)]
+        assert "".join(pieces) == text
+        lines.append("%s\t%s" % (text.encode("utf-8").hex(), ",".join(p.encode("utf-8").hex() for p in pieces)))
+    with open(os.path.join(folder, "splits.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("%s: %d texts split" % (folder, len(lines)))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(__file__), "..", "data", "tokenizer"))
@@ -224,6 +266,9 @@ def main():
         "llama2": lambda: train_sentencepiece(texts, metaspace=False),
         "metaspace": lambda: train_sentencepiece(texts, metaspace=True),
         "qwen2": lambda: train(texts, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False, qwen2=True),
+        "o200k": lambda: train(texts, ["<|startoftext|>", "<|endoftext|>", "<|return|>"], True,
+                               pattern=O200K_PATTERN),
+        "tekken": lambda: train(texts, ["<unk>", "<s>", "</s>"], True, pattern=TEKKEN_PATTERN),
         "bert": lambda: train_wordpiece(texts, cased=False),
         "bert_cased": lambda: train_wordpiece(texts, cased=True),
     }
@@ -233,8 +278,12 @@ def main():
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
         tok.save(os.path.join(folder, "tokenizer.json"))
-        extra = QWEN2_TEXTS if name == "qwen2" else BERT_TEXTS if name.startswith("bert") else []
+        extra = (QWEN2_TEXTS if name == "qwen2" else BERT_TEXTS if name.startswith("bert")
+                 else O200K_TEXTS if name in ("o200k", "tekken") else [])
         write_golden(tok, folder, TEST_TEXTS + extra)
+        if name in ("o200k", "tekken"):
+            write_splits(O200K_PATTERN if name == "o200k" else TEKKEN_PATTERN, folder,
+                         TEST_TEXTS + extra + texts[:400])
 
 
 if __name__ == "__main__":

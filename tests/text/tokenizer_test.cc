@@ -403,6 +403,38 @@ TEST(Pretokenize, Llama3Regex) {
             (Pieces{"In", " ", "202", "4", ",", " x", "123", "45"}));
 }
 
+// o200k's and tekken's regexes against `tokenizers`' own Split on them (splits.txt, written by
+// gen_tokenizer_golden.py: its test texts, texts where case changes, marks, contractions and
+// slashes decide the cuts, and 400 lines of the training corpus). Two cuts worked out by hand
+// too: a word ends where lower case turns upper, and a mark before an upper-case letter is a
+// word of its own (U*L+ gives back the letter, which is not an L, and keeps the mark).
+TEST(Tokenizer, O200kAndTekkenSplitAsTokenizers) {
+  using Pieces = std::vector<std::string_view>;
+  EXPECT_EQ(tg::text::split("camelCase HTTPServer", tg::text::SplitPattern::kO200k),
+            (Pieces{"camel", "Case", " HTTPServer"}));
+  EXPECT_EQ(tg::text::split("\u0301A", tg::text::SplitPattern::kO200k), (Pieces{"\u0301", "A"}));
+  for (const auto& [name, pattern] : {std::pair{"o200k", tg::text::SplitPattern::kO200k},
+                                      std::pair{"tekken", tg::text::SplitPattern::kTekken}}) {
+    std::ifstream in(kTokenizerData + "/" + name + "/splits.txt");
+    ASSERT_TRUE(in) << name << "/splits.txt missing";
+    std::string line;
+    int texts = 0;
+    while (std::getline(in, line)) {
+      const size_t tab = line.find('\t');
+      ASSERT_NE(tab, std::string::npos) << line;
+      const std::string text = tg_test::from_hex(line.substr(0, tab));
+      std::vector<std::string> want;
+      std::stringstream pieces(line.substr(tab + 1));
+      for (std::string hex; std::getline(pieces, hex, ',');) want.push_back(tg_test::from_hex(hex));
+      const std::vector<std::string_view> got_views = tg::text::split(text, pattern);
+      const std::vector<std::string> got(got_views.begin(), got_views.end());
+      EXPECT_EQ(got, want) << name << ": \"" << text << "\"";
+      ++texts;
+    }
+    EXPECT_GT(texts, 400) << name;
+  }
+}
+
 // A tokenizer.json with the whole byte-level alphabet (ids 0..255) and a few merges, for the
 // pre-tokenizer given.
 std::string byte_level_json(const std::string& pre_tokenizer) {
@@ -656,15 +688,14 @@ TEST(TokenizerErrors, MissingFileOrADirectory) {
 }
 
 // Ids and decodes from `tokenizers` itself, for the tokenizers gen_tokenizer_golden.py trains:
-// byte-level (GPT-2's, Llama 3's and Qwen2's pre-tokenizers), SentencePiece-style (Llama 2's
-// normalizer, and the Metaspace pre-tokenizer) and WordPiece (uncased and cased BERT); and the
-// Unigram ones gen_unigram_golden.py makes as XLM-RoBERTa's (SentencePiece's nmt_nfkc rules as
-// a Precompiled normalizer), without and with byte fallback; and CLIP's, which
-// tests/nn/gen_hf_clip_golden.py makes, its decodes transformers' CLIPTokenizer's. (T5's are
-// checked in tokenizer_t5_test.cc.)
+// byte-level (GPT-2's, Llama 3's, Qwen2's, o200k's and tekken's pre-tokenizers), SentencePiece-style (Llama
+// 2's normalizer, and the Metaspace pre-tokenizer) and WordPiece (uncased and cased BERT); and the Unigram
+// ones gen_unigram_golden.py makes as XLM-RoBERTa's (SentencePiece's nmt_nfkc rules as a Precompiled
+// normalizer), without and with byte fallback; and CLIP's, which tests/nn/gen_hf_clip_golden.py makes, its
+// decodes transformers' CLIPTokenizer's. (T5's are checked in tokenizer_t5_test.cc.)
 TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
-  for (const char* name : {"gpt2", "llama3", "llama2", "metaspace", "qwen2", "bert", "bert_cased", "xlmr",
-                           "xlmr_bytes", "clip"}) {
+  for (const char* name : {"gpt2", "llama3", "llama2", "metaspace", "qwen2", "o200k", "tekken", "bert",
+                           "bert_cased", "xlmr", "xlmr_bytes", "clip"}) {
     const std::string folder = kTokenizerData + "/" + name;
     if (!fs::exists(folder + "/golden.txt")) {
       GTEST_SKIP() << folder
