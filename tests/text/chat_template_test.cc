@@ -550,7 +550,7 @@ TEST_F(Goldens, TemplatesWithMessageLists) {
         c, [&] { return chat.render_json(vars.dump()); }, what + " (render_json)");
     ++n;
   }
-  EXPECT_EQ(n, 200u);
+  EXPECT_EQ(n, 220u);
 }
 
 TEST_F(Goldens, TemplatesWithVariables) {

@@ -192,6 +192,64 @@ VARS_CASES = [
     ("reasoning.jinja", {"messages": [user("<result>not a query</result>"), assistant("<think>x</think>y")]}),
 ]
 
+# Tools whose JSON schemas take every branch of channels.jinja's type_of macro.
+SCHEMA_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_docs",
+            "description": "Find documents.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What to look for."},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "limit": {"type": "integer", "default": 5},
+                    "mode": {"type": "string", "enum": ["fast", "exact"], "default": "fast"},
+                    "since": {"type": ["string", "null"]},
+                    "filter": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+                    "shape": {"oneOf": [{"type": "object"}, {"type": "string"}]},
+                    "nested": {
+                        "type": "object",
+                        "properties": {
+                            "a": {"type": "boolean", "nullable": True},
+                            "b": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "number"}},
+                                                             "required": ["x"]}},
+                        },
+                        "required": ["a"],
+                    },
+                    "anything": {},
+                    "rows": {"type": "array"},
+                },
+                "required": ["query"],
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "now", "description": "", "parameters": {"type": "object", "properties": {}}}},
+    {"name": "ping", "description": "Ping."},
+]
+
+CHANNEL_TURNS = [
+    {"role": "developer", "content": "Answer briefly."},
+    user("Find the report on tides."),
+    {"role": "assistant", "thinking": "I should search.", "content": "",
+     "tool_calls": [{"type": "function", "function": {"name": "search_docs", "arguments": {"query": "tides", "limit": 2}}}]},
+    {"role": "tool", "content": "[\"tides-2024.pdf\"]"},
+    {"role": "assistant", "content": "It is tides-2024.pdf."},
+    user("Thanks. And now?"),
+]
+
+VARS_CASES += [
+    ("channels.jinja", {"messages": CHANNEL_TURNS, "tools": SCHEMA_TOOLS, "add_generation_prompt": True,
+                        "reasoning_effort": "high", "builtin_tools": ["search", "code"], "model_identity": "You are Tide."}),
+    # The call's thinking is dropped once a final answer follows it; kept while none does.
+    ("channels.jinja", {"messages": CHANNEL_TURNS[:4], "tools": SCHEMA_TOOLS, "add_generation_prompt": True}),
+    # A training conversation: the last assistant turn with its thinking, ended by <|return|>.
+    ("channels.jinja", {"messages": [user("2 + 2?"), {"role": "assistant", "thinking": "Four.", "content": "4"}]}),
+    ("channels.jinja", {"messages": [user("x"), assistant("<|channel|>final<|message|>y")]}),
+    ("channels.jinja", {"messages": [user("x"), {"role": "tool", "content": "orphan"}]}),
+]
+
 # Short templates, each exercising one corner of the language; rendered with `vars`.
 M = {"messages": [system("sys"), user("Hi"), assistant("Yo")]}
 SNIPPETS = [
