@@ -14,6 +14,10 @@
 //              32000 (403 M expert parameters, 50 M of them active per token); each expert runs
 //              on its own tokens (Experts::Dispatch::kSorted). moe_dense: the same model with
 //              every expert on every token (kDense), the first tokens printed must agree.
+//   gpt_oss    gpt-oss-20b shapes: 24 layers, d 2880, 64 heads of 64, 8 KV heads, attention sinks,
+//              windows of 128 in every other layer, YaRN, 32 biased experts of width 2880, top 4
+//              (20.9 B parameters, 3.6 B active per token), vocab 201088; fits an H200 as bf16held
+//              (peer: decode_peer_gpu.py, whose MoE floor counts the active experts only)
 // With bf16 the products read bf16 weights and activations (Precision::kBf16; an inference
 // program keeps the weights' bf16 copies between runs, so they are read, not converted, per token).
 // bf16held: the same with the matrices stored as bf16 (Module::store_params_as): no f32 masters
@@ -35,7 +39,7 @@
 //   <model>_decode tg_beam_search_<beams> <ms> ms/step <steps/s> steps/s
 //
 //   ./decode_bench [cpu|cuda] [new tokens (0: default)] [fp32|bf16|bf16held|int8|int4]
-//   [gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]
+//   [gpt2|tinyllama|qwen2|qwen3|moe|moe_dense|gpt_oss] [batch]
 //                  [generator | beam]
 #include <tensorgrad/tensorgrad.h>
 
@@ -187,13 +191,13 @@ int run(int argc, char** argv) {
   s.beam = argc > 6 && std::string(argv[6]) == "beam";
   const bool generator = argc > 6 && (std::string(argv[6]) == "generator" || s.beam);
   const bool known = arg4 == "gpt2" || arg4 == "tinyllama" || arg4 == "qwen2" || arg4 == "qwen3" ||
-                     arg4 == "moe" || arg4 == "moe_dense";
+                     arg4 == "moe" || arg4 == "moe_dense" || arg4 == "gpt_oss";
   if (!known ||
       (arg3 != "fp32" && arg3 != "bf16" && arg3 != "bf16held" && arg3 != "int8" && arg3 != "int4") ||
       s.batch < 1) {
     std::fprintf(stderr,
                  "usage: decode_bench [cpu|cuda] [new tokens] [fp32|bf16|bf16held|int8|int4] "
-                 "[gpt2|tinyllama|qwen2|qwen3|moe|moe_dense] [batch]\n");
+                 "[gpt2|tinyllama|qwen2|qwen3|moe|moe_dense|gpt_oss] [batch]\n");
     return 2;
   }
   s.name = arg4 + "_decode";
@@ -252,6 +256,28 @@ int run(int argc, char** argv) {
               .rope_theta = 1e6};
     config.experts = {.count = 32, .top_k = 4, .hidden = 512, .normalize = true};
     if (arg4 == "moe_dense") config.experts.dispatch = tg::nn::LlamaConfig::Experts::Dispatch::kDense;
+  }
+  if (arg4 == "gpt_oss") {
+    config = {.vocab = 201088,
+              .seq_len = 4096,
+              .layers = 24,
+              .d_model = 2880,
+              .heads = 64,
+              .kv_heads = 8,
+              .mlp_hidden = 2880,
+              .rope_theta = 150000,
+              .rope_scaling = {.type = tg::RopeScaling::Type::kYarn,
+                               .factor = 32,
+                               .original_context = 4096,
+                               .truncate = false},
+              .attention_sinks = true,
+              .head_dim = 64,
+              .attention_bias = true,
+              .mlp_bias = true,
+              .sliding_window = 128};
+    for (int64_t i = 0; i < config.layers; ++i) config.sliding_layers.push_back(i % 2 == 0);
+    config.gate = tg::nn::LlamaConfig::Gate::kClampedSwiglu;
+    config.experts = {.count = 32, .top_k = 4, .normalize = true, .router_bias = true};
   }
   tg::nn::Llama model(config);
   return generator ? bench_generator(model, config.vocab, s) : bench(model, config.vocab, s);

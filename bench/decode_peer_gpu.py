@@ -7,8 +7,11 @@ each model's weight-bandwidth floor per token: the bytes of every weight a decod
 (all but the token embedding, of which it gathers one row per sequence, unless the head is tied
 to it) over that bandwidth.
 
-    python3 bench/decode_peer_gpu.py [--models gpt2,tinyllama,qwen2,qwen3] [--batches 1,8] [--new 256]
+    python3 bench/decode_peer_gpu.py [--models gpt2,tinyllama,qwen2,qwen3,gpt_oss] [--batches 1,8] [--new 256]
                                      [--dtype bf16|fp32]
+
+gpt_oss (gpt-oss-20b shapes, 21 B parameters) is built on the GPU in the chosen type (in f32 on
+the host it would take 84 GB), and its floor counts the experts a token reads: top_k of them.
 """
 import argparse
 import time
@@ -58,6 +61,17 @@ def make(name):
                           num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=2048,
                           rope_theta=1e6, tie_word_embeddings=True)
         return Qwen3ForCausalLM(cfg), 151936, True
+    if name == 'gpt_oss':  # gpt-oss-20b shapes, as decode_bench's gpt_oss
+        from transformers import GptOssConfig, GptOssForCausalLM
+        cfg = GptOssConfig(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=24,
+                           num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=32,
+                           num_experts_per_tok=4, sliding_window=128, max_position_embeddings=4096,
+                           tie_word_embeddings=False)
+        torch.set_default_dtype(dtype)
+        with torch.device(dev):
+            model = GptOssForCausalLM(cfg)
+        torch.set_default_dtype(torch.float32)
+        return model, 201088, False
     cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
                       num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048)
     return LlamaForCausalLM(cfg), 32000, False
@@ -66,10 +80,12 @@ def make(name):
 def streamed_bytes(model, tied):
     total = 0
     emb = model.get_input_embeddings().weight
-    for p in model.parameters():
+    experts = getattr(model.config, 'num_local_experts', 0)
+    for n, p in model.named_parameters():
         if p is emb and not tied:
             continue  # gathered, one row per sequence
-        total += p.numel() * p.element_size()
+        share = model.config.num_experts_per_tok / experts if experts and '.experts.' in n else 1
+        total += p.numel() * p.element_size() * share
     return total
 
 
