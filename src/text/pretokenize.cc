@@ -74,6 +74,25 @@ size_t match_gpt2(const Units& t, size_t i) {
   return spaces(t, i);  // i is a space: the one class left
 }
 
+// The alternatives Llama 3's and o200k's regexes end with, at i: \p{N}{1,max_digits},
+// ?[^\s\p{L}\p{N}]+ followed by a run of `trail` (Llama 3: [\r\n]*, o200k: [\r\n/]*),
+// \s*[\r\n]+, \s+(?!\S), \s+.
+size_t numbers_and_rest(const Units& t, size_t i, size_t max_digits, bool (Units::*trail)(size_t) const) {
+  if (t.number(i)) {
+    size_t end = i + 1;
+    while (end < i + max_digits && t.number(end)) ++end;
+    return end;
+  }
+  const size_t after_space = t.cp_is(i, ' ') ? i + 1 : i;
+  if (t.other(after_space)) return t.run(t.run(after_space, &Units::other), trail);
+  // \s*[\r\n]+: \s* backtracks to the run's last \r or \n, which [\r\n]+ then takes.
+  const size_t end = t.run(i, &Units::space);
+  for (size_t k = end; k > i; --k) {
+    if (t.newline(k - 1)) return k;
+  }
+  return spaces(t, i);
+}
+
 // Llama 3's regex, and Qwen2's, which differs in taking digits one at a time (max_digits 1).
 size_t match_llama3(const Units& t, size_t i, size_t max_digits) {
   if (size_t end = contraction(t, i, true); end != i) return end;
@@ -81,20 +100,7 @@ size_t match_llama3(const Units& t, size_t i, size_t max_digits) {
   const bool may_lead = i < t.size() && !t.letter(i) && !t.number(i) && !t.newline(i);
   if (may_lead && t.letter(i + 1)) return t.run(i + 1, &Units::letter);
   if (t.letter(i)) return t.run(i, &Units::letter);
-  if (t.number(i)) {  // \p{N}{1,3} (Qwen2: \p{N})
-    size_t end = i + 1;
-    while (end < i + max_digits && t.number(end)) ++end;
-    return end;
-  }
-  // ?[^\s\p{L}\p{N}]+[\r\n]*
-  const size_t after_space = t.cp_is(i, ' ') ? i + 1 : i;
-  if (t.other(after_space)) return t.run(t.run(after_space, &Units::other), &Units::newline);
-  // \s*[\r\n]+: \s* backtracks to the run's last \r or \n, which [\r\n]+ then takes.
-  const size_t end = t.run(i, &Units::space);
-  for (size_t k = end; k > i; --k) {
-    if (t.newline(k - 1)) return k;
-  }
-  return spaces(t, i);
+  return numbers_and_rest(t, i, max_digits, &Units::newline);
 }
 
 // o200k's word alternatives from s (after the optional leading character), each followed by an
@@ -132,19 +138,7 @@ size_t match_o200k(const Units& t, size_t i, size_t max_digits, bool contraction
     }
     if (size_t end = o200k_word(t, i, second, contractions); end != i) return end;
   }
-  if (t.number(i)) {  // \p{N}{1,3} (tekken: \p{N})
-    size_t end = i + 1;
-    while (end < i + max_digits && t.number(end)) ++end;
-    return end;
-  }
-  // ?[^\s\p{L}\p{N}]+[\r\n/]*
-  const size_t after_space = t.cp_is(i, ' ') ? i + 1 : i;
-  if (t.other(after_space)) return t.run(t.run(after_space, &Units::other), &Units::slash_or_newline);
-  const size_t end = t.run(i, &Units::space);  // \s*[\r\n]+, then the spaces, as Llama 3's
-  for (size_t k = end; k > i; --k) {
-    if (t.newline(k - 1)) return k;
-  }
-  return spaces(t, i);
+  return numbers_and_rest(t, i, max_digits, &Units::slash_or_newline);  // tekken: \p{N}
 }
 
 // CLIP's regex at i: its two special tokens spelled out, the contractions, a run of letters, one
