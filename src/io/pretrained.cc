@@ -146,8 +146,8 @@ std::map<std::string, HostTensor> read_file_tensors(const std::string& path) {
 }
 }  // namespace
 
-Weights read_weights(const std::string& folder) {
-  if (io::is_gguf(folder)) return gguf_weights(folder);
+namespace {
+Weights read_folder_weights(const std::string& folder) {
   const fs::path dir(folder);
   Weights w;
   if (has(folder, dir / "model.safetensors")) {
@@ -197,6 +197,14 @@ Weights read_weights(const std::string& folder) {
     for (auto& [name, t] : shard)  // extras: judged with the others
       if (w.tensors.try_emplace(name, std::move(t)).second) w.file_of[name] = file;
   }
+  return w;
+}
+}  // namespace
+
+Weights read_weights(const std::string& folder) {
+  if (io::is_gguf(folder)) return gguf_weights(folder);
+  Weights w = read_folder_weights(folder);
+  unpack_packed_linears(w, folder);
   return w;
 }
 
@@ -261,9 +269,10 @@ void map_weights(Model& m, Weights w, const std::function<Source(const std::stri
     Shape want = p->shape();
     if (src.layout == Layout::kTransposed) want = {p->shape()[1], p->shape()[0]};
     if (src.layout == Layout::kSqueezeMiddle) want = {p->shape()[0], 1, p->shape()[1]};
-    // A GGUF file's 4-bit matrix becomes a 4-bit parameter in groups of 32 as it is, exactly.
-    if (p->bits() == 4 && p->group() == 32 && src.layout == Layout::kSame) {
-      if (std::optional<Quantized4Tensor> q4 = w.take_int4(src.name)) {
+    // A file's 4-bit matrix (GGUF's in groups of 32, GPTQ's and AWQ's in theirs) becomes a
+    // 4-bit parameter of the same groups as it is, exactly.
+    if (p->bits() == 4 && src.layout == Layout::kSame) {
+      if (std::optional<Quantized4Tensor> q4 = w.take_int4(src.name, p->group())) {
         if (q4->q.shape() != p->stored_shape()) {
           Shape found = q4->q.shape();
           found.back() *= 2;
@@ -650,6 +659,7 @@ Model load(const std::string& folder, const LoadOptions& options) {
   const json c = gguf ? gguf_config(folder) : read_json(folder, dir / "config.json");
   if (!c.is_object()) fail(folder, "config.json is not a JSON object");
   const Family& family = family_of(folder, c);
+  if (family.architecture != "GptOssForCausalLM") packed_scheme(c, folder);  // gpt-oss reads its own
   Model m;
   m.folder = folder;
   m.architecture = family.architecture;

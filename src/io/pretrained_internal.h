@@ -2,6 +2,7 @@
 // pretrained_llama.cc: the Llama family): config.json fields, the folder's tensors, and the
 // mapping of a file's tensors onto a model's parameters.
 #pragma once
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -64,17 +65,21 @@ struct Weights {
   struct Deferred {
     Shape shape;
     std::function<HostTensor()> read;
-    /// A GGUF file's Q4_0, Q4_1 or Q4_K matrix as 4-bit codes with a scale and an offset per 32
-    /// values (Param::quantize_int4's layout, exactly), else empty.
+    /// The matrix as 4-bit codes with a scale and an offset per int4_group values
+    /// (Param::quantize_int4's layout, exactly): a GGUF file's Q4_0, Q4_1 or Q4_K matrix (groups
+    /// of 32), a GPTQ or AWQ file's 4-bit Linear in contiguous groups; else empty.
     std::function<Quantized4Tensor()> read_int4;
-    /// The bits a value of the file's block type (2 to 8: Q2_K … Q8_0), 0 for F32, F16 and BF16.
+    int64_t int4_group = 32;
+    /// The bits a value of the file's type (2 to 8: Q2_K … Q8_0, GPTQ's 4 or 8), 0 for F32, F16
+    /// and BF16.
     int file_bits = 0;
   };
   std::map<std::string, Deferred> deferred;
-  /// Takes a deferred tensor as its 4-bit codes (read now); nothing when it has none.
-  std::optional<Quantized4Tensor> take_int4(const std::string& name) {
+  /// Takes a deferred tensor as its 4-bit codes in groups of `group` (read now); nothing when
+  /// it has none in such groups.
+  std::optional<Quantized4Tensor> take_int4(const std::string& name, int64_t group) {
     const auto d = deferred.find(name);
-    if (d == deferred.end() || !d->second.read_int4) return std::nullopt;
+    if (d == deferred.end() || !d->second.read_int4 || d->second.int4_group != group) return std::nullopt;
     Quantized4Tensor out = d->second.read_int4();
     deferred.erase(d);
     return out;
@@ -88,9 +93,27 @@ struct Weights {
     return true;
   }
 };
-/// Every tensor of model.safetensors, or of the shards model.safetensors.index.json names; for a
-/// GGUF file, its tensors as gguf_weights gives them.
+/// Every tensor of model.safetensors, or of the shards model.safetensors.index.json names (a
+/// GPTQ or AWQ Linear as one deferred "<prefix>.weight": unpack_packed_linears); for a GGUF
+/// file, its tensors as gguf_weights gives them.
 Weights read_weights(const std::string& folder);
+/// A JSON file of the folder (config.json, an index), parsed; CheckpointError naming it.
+json read_json(const std::string& folder, const std::filesystem::path& path);
+
+/// A GPTQ or AWQ checkpoint's quantization (pretrained_gptq.cc).
+struct PackedScheme {
+  std::string method;     // "gptq" or "awq"
+  int bits = 4;           // 4 (both) or 8 (GPTQ)
+  int64_t group = 128;    // inputs a group; -1: one group a row
+  bool v1_zeros = false;  // GPTQ's "gptq" format: zero points stored minus one
+};
+/// config.json's quantization_config as a GPTQ or AWQ scheme; nothing without one;
+/// CheckpointError for another method (gpt-oss's MXFP4 is its loader's) or settings not read.
+std::optional<PackedScheme> packed_scheme(const json& c, const std::string& folder);
+/// Each "<prefix>.qweight" of `w` with its qzeros, scales (and GPTQ's g_idx) → one deferred
+/// "<prefix>.weight" [out, in]: its values in f32, and for 4 bits in contiguous groups its codes
+/// (read_int4). Checked against config.json's quantization_config.
+void unpack_packed_linears(Weights& w, const std::string& folder);
 
 /// A GGUF file (pretrained_gguf.cc) as the Hugging Face folder it was converted from: the
 /// config.json its metadata describes, and its tensors by that folder's names and layouts
