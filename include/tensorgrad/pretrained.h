@@ -110,8 +110,8 @@ struct Model {
   std::map<std::string, HostTensor> weights;
   /// How the matrices are held (LoadOptions::dtype; the module stores them so on every device).
   DType dtype = DType::kF32;
-  /// LoadOptions::group and bits: values per scale, and bits a value, of the weights quantized
-  /// under DType::kI8.
+  /// LoadOptions::group (0 resolved: the file's or 32) and bits: values per scale, and bits a
+  /// value, of the weights quantized under DType::kI8.
   int64_t group = 32;
   int bits = 8;
   /// Longest sequence the model takes (max_position_embeddings, n_positions); 0 for a
@@ -164,10 +164,13 @@ struct LoadOptions {
   /// of up to 16 rows (decoding) read the i8 values themselves (quant_matmul), wider ones a copy
   /// dequantized in the step. With `bits` 4 the Linears' weights are quantized to 4 bits instead
   /// (Param::quantize_int4: "<name>_scale" and "<name>_offset" entries beside the packed codes);
-  /// a GGUF file's Q4_0, Q4_1 and Q4_K matrices are taken as they are, exactly.
+  /// a GGUF file's Q4_0, Q4_1 and Q4_K matrices are taken as they are, exactly, and so are a GPTQ
+  /// or AWQ folder's 4-bit Linears (their codes, zero points and scales) in the file's groups.
+  /// Whatever `dtype`, such a folder's packed Linears load as the values they stand for.
   DType dtype = DType::kF32;
-  /// Under kI8: values per scale (a Linear whose input width it does not divide is held as bf16).
-  int64_t group = 32;
+  /// Under kI8: values per scale (a Linear whose input width it does not divide is held as
+  /// bf16). 0: a GPTQ or AWQ folder's group_size, else 32.
+  int64_t group = 0;
   /// Under kI8: 8 or 4 bits a weight.
   int bits = 8;
 };

@@ -636,16 +636,15 @@ Model load(const std::string& folder, const LoadOptions& options) {
   if (options.dtype != DType::kF32 && !is_half(options.dtype) && options.dtype != DType::kI8)
     fail(folder, std::string("LoadOptions::dtype is ") + dtype_name(options.dtype) +
                      "; models load as f32, bf16, f16 or i8 (quantized)");
-  if (options.dtype == DType::kI8 && options.group <= 0)
-    fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; it must be positive");
+  if (options.dtype == DType::kI8 && options.group < 0)
+    fail(folder, "LoadOptions::group is " + std::to_string(options.group) +
+                     "; it must be positive, or 0 for the file's groups");
   if (options.bits != 8 && options.bits != 4)
     fail(folder,
          "LoadOptions::bits is " + std::to_string(options.bits) + "; weights quantize to 8 or 4 bits");
   if (options.bits == 4 && options.dtype != DType::kI8)
     fail(folder, std::string("LoadOptions::bits is 4 with .dtype ") + dtype_name(options.dtype) +
                      "; 4 bits are a quantization: set .dtype = DType::kI8 too");
-  if (options.bits == 4 && options.group % 2 != 0)
-    fail(folder, "LoadOptions::group is " + std::to_string(options.group) + "; 4 bits need an even group");
   const fs::path dir(folder);
   std::error_code ec;
   const bool gguf = io::is_gguf(folder);
@@ -659,7 +658,12 @@ Model load(const std::string& folder, const LoadOptions& options) {
   const json c = gguf ? gguf_config(folder) : read_json(folder, dir / "config.json");
   if (!c.is_object()) fail(folder, "config.json is not a JSON object");
   const Family& family = family_of(folder, c);
-  if (family.architecture != "GptOssForCausalLM") packed_scheme(c, folder);  // gpt-oss reads its own
+  const std::optional<PackedScheme> packed =
+      family.architecture != "GptOssForCausalLM" ? packed_scheme(c, folder) : std::nullopt;  // gpt-oss reads its own
+  // Group 0: a GPTQ or AWQ file's own groups (its 4-bit codes then load as they are), else 32.
+  const int64_t group = options.group > 0 ? options.group : packed && packed->group > 0 ? packed->group : 32;
+  if (options.bits == 4 && group % 2 != 0)
+    fail(folder, "LoadOptions::group is " + std::to_string(group) + "; 4 bits need an even group");
   Model m;
   m.folder = folder;
   m.architecture = family.architecture;
@@ -667,7 +671,7 @@ Model load(const std::string& folder, const LoadOptions& options) {
   m.label_names = label_names_of(folder, c, family.architecture.find("Classification") != std::string::npos);
   m.config_json = c.dump(2);
   m.dtype = options.dtype;  // map_weights converts each matrix as it is taken
-  m.group = options.group;
+  m.group = group;
   m.bits = options.bits;
   try {
     family.load(m, c);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -101,8 +102,8 @@ void replace(std::string& text, const std::string& from, const std::string& to) 
 TEST(Gptq, FourBitFilesLoadAsFourBitParametersExactly) {
   for (const char* folder : {"tiny_qwen2_gptq", "tiny_qwen2_awq"}) {
     const pretrained::Model f32 = pretrained::load(data_dir(folder));
-    const pretrained::Model q4 =
-        pretrained::load(data_dir(folder), {.dtype = DType::kI8, .group = 16, .bits = 4});
+    const pretrained::Model q4 = pretrained::load(data_dir(folder), {.dtype = DType::kI8, .bits = 4});
+    EXPECT_EQ(q4.group, 16);  // group 0, the default: the file's
     for (const std::string& w : linear_weights()) {
       const std::string name = param_name(q4, w);
       ASSERT_TRUE(q4.weights.count(name + "_offset")) << folder << " " << name << " is not held in 4 bits";
@@ -163,6 +164,39 @@ TEST(Gptq, V2ZeroPointsAreTheZeroPoints) {
   });
   EXPECT_TRUE(
       tg_test::same_weights(pretrained::load(v2.string()), pretrained::load(data_dir("tiny_qwen2_gptq"))));
+}
+
+// group_size -1: one group a row. The file with each Linear's first group (scales, zero points)
+// standing for the whole row: its first 16 inputs keep their values, the others change.
+TEST(Gptq, OneGroupARow) {
+  const fs::path row = edited_folder("tiny_qwen2_gptq", "gptq_row", [](auto& tensors, std::string& config) {
+    std::vector<std::string> gone;
+    for (auto& [name, t] : tensors) {
+      if (name.ends_with(".g_idx")) gone.push_back(name);
+      if (!name.ends_with(".qzeros") && !name.ends_with(".scales")) continue;
+      HostTensor first(t.dtype(), {1, t.shape()[1]});
+      std::memcpy(first.data(), t.data(),
+                  static_cast<size_t>(t.shape()[1]) * (name.ends_with(".scales") ? 2 : 4));
+      t = std::move(first);
+    }
+    for (const std::string& name : gone) tensors.erase(name);
+    replace(config, "\"group_size\": 16", "\"group_size\": -1");
+  });
+  const pretrained::Model a = pretrained::load(row.string()),
+                          b = pretrained::load(data_dir("tiny_qwen2_gptq"));
+  for (const std::string& w : linear_weights()) {
+    const std::string name = param_name(a, w);
+    const std::span<const float> x = a.weights.at(name).f32(), y = b.weights.at(name).f32();
+    const size_t in = static_cast<size_t>(a.weights.at(name).shape()[1]);
+    size_t changed = 0;
+    for (size_t e = 0; e < x.size(); ++e) {
+      if (e % in < 16) {
+        ASSERT_EQ(x[e], y[e]) << name << " element " << e;
+      }
+      changed += x[e] != y[e];
+    }
+    EXPECT_GT(changed, 0u) << name;
+  }
 }
 
 // save() writes the values as f32 ".weight" tensors and drops quantization_config: the folder

@@ -103,7 +103,7 @@ TEST(PretrainedQuantized, QuantizedFoldersComputeTheDequantizedModel) {
     fs::remove_all(out);
   }
   EXPECT_THROW(
-      pretrained::load(std::string(TG_TEST_DATA_DIR) + "/tiny_llama", {.dtype = DType::kI8, .group = 0}),
+      pretrained::load(std::string(TG_TEST_DATA_DIR) + "/tiny_llama", {.dtype = DType::kI8, .group = -4}),
       Error);
 }
 
