@@ -138,10 +138,23 @@ namespace {
 bool is_position_buffer(const std::string& name) { return name.ends_with("position_ids"); }
 // MXFP4 codes and scales (gpt-oss's experts): U8 tensors, read as bytes beside the others.
 bool is_mxfp4_part(const std::string& name) { return name.ends_with("_blocks") || name.ends_with("_scales"); }
-std::map<std::string, HostTensor> read_file_tensors(const std::string& path) {
+// The file's tensors: those of the dtypes the library holds, and as their bytes MXFP4's parts (U8)
+// and FP8 weights (F8_E4M3: their names go into `fp8`); another dtype is an error naming it.
+std::map<std::string, HostTensor> read_file_tensors(const std::string& folder, const std::string& path,
+                                                    const std::string& file, std::set<std::string>& fp8) {
+  auto raw = [](const std::string& n) { return is_mxfp4_part(n) || n.ends_with(".weight"); };
   std::map<std::string, HostTensor> t =
-      read_safetensors(path, [](const std::string& n) { return is_position_buffer(n) || is_mxfp4_part(n); });
-  t.merge(io::read_safetensors_u8(path, is_mxfp4_part));
+      read_safetensors(path, [&](const std::string& n) { return is_position_buffer(n) || raw(n); });
+  for (auto& [name, r] : io::read_safetensors_raw(path, raw)) {
+    if (r.dtype == "F8_E4M3" && name.ends_with(".weight")) {
+      fp8.insert(name);
+    } else if (r.dtype != "U8" || !is_mxfp4_part(name)) {
+      fail(folder, file + ": tensor '" + name + "' has dtype " + r.dtype +
+                       ", which is not read (F32, BF16, F16, I32, I8 and BOOL are; F8_E4M3 for an FP8 "
+                       "checkpoint's weights, U8 for MXFP4 parts)");
+    }
+    t.emplace(name, std::move(r.bytes));
+  }
   return t;
 }
 }  // namespace
@@ -152,7 +165,7 @@ Weights read_folder_weights(const std::string& folder) {
   Weights w;
   if (has(folder, dir / "model.safetensors")) {
     w.listing = "model.safetensors";
-    w.tensors = read_file_tensors((dir / w.listing).string());
+    w.tensors = read_file_tensors(folder, (dir / w.listing).string(), w.listing, w.fp8);
     for (const auto& [name, t] : w.tensors) w.file_of[name] = w.listing;
     return w;
   }
@@ -184,7 +197,7 @@ Weights read_folder_weights(const std::string& folder) {
       fail(folder, "shard " + file + " (named by model.safetensors.index.json for '" + names.front() + "'" +
                        (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
                        ") is missing");
-    std::map<std::string, HostTensor> shard = read_file_tensors((dir / file).string());
+    std::map<std::string, HostTensor> shard = read_file_tensors(folder, (dir / file).string(), file, w.fp8);
     for (const std::string& name : names) {
       auto it = shard.find(name);
       if (it == shard.end())
@@ -205,6 +218,7 @@ Weights read_weights(const std::string& folder) {
   if (io::is_gguf(folder)) return gguf_weights(folder);
   Weights w = read_folder_weights(folder);
   unpack_packed_linears(w, folder);
+  unpack_fp8_weights(w, folder);
   return w;
 }
 
@@ -658,8 +672,9 @@ Model load(const std::string& folder, const LoadOptions& options) {
   const json c = gguf ? gguf_config(folder) : read_json(folder, dir / "config.json");
   if (!c.is_object()) fail(folder, "config.json is not a JSON object");
   const Family& family = family_of(folder, c);
-  const std::optional<PackedScheme> packed =
-      family.architecture != "GptOssForCausalLM" ? packed_scheme(c, folder) : std::nullopt;  // gpt-oss reads its own
+  const std::optional<PackedScheme> packed = family.architecture != "GptOssForCausalLM"
+                                                 ? packed_scheme(c, folder)
+                                                 : std::nullopt;  // gpt-oss reads its own
   // Group 0: a GPTQ or AWQ file's own groups (its 4-bit codes then load as they are), else 32.
   const int64_t group = options.group > 0 ? options.group : packed && packed->group > 0 ? packed->group : 32;
   if (options.bits == 4 && group % 2 != 0)

@@ -148,10 +148,13 @@ std::optional<PackedScheme> packed_scheme(const json& c, const std::string& f) {
                   "\") is not read; AutoAWQ's \"gemm\" layout is, which most published AWQ checkpoints use");
     if (!field<bool>(q, f, "zero_point", true))
       fail(f, "config.json: AWQ without zero points (zero_point false) is not read");
+  } else if (method == "fp8" || method == "compressed-tensors") {
+    return fp8_scheme(q, f, method);
   } else {
-    fail(f, "config.json: quantization_config's quant_method \"" + method +
-                "\" is not read; tensorgrad reads GPTQ and AWQ checkpoints (and gpt-oss's MXFP4 experts): "
-                "load the model's unquantized release");
+    fail(f,
+         "config.json: quantization_config's quant_method \"" + method +
+             "\" is not read; tensorgrad reads GPTQ, AWQ and FP8 checkpoints (and gpt-oss's MXFP4 experts): "
+             "load the model's unquantized release");
   }
   if (method == "gptq" ? s.bits != 4 && s.bits != 8 : s.bits != 4)
     fail(f, "config.json: " + method + " with " + std::to_string(s.bits) + " bits is not read (" +

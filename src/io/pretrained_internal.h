@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 
@@ -75,6 +76,8 @@ struct Weights {
     int file_bits = 0;
   };
   std::map<std::string, Deferred> deferred;
+  /// The tensors of `tensors` that hold an FP8 weight's bytes (F8_E4M3): unpack_fp8_weights.
+  std::set<std::string> fp8;
   /// Takes a deferred tensor as its 4-bit codes in groups of `group` (read now); nothing when
   /// it has none in such groups.
   std::optional<Quantized4Tensor> take_int4(const std::string& name, int64_t group) {
@@ -100,16 +103,29 @@ Weights read_weights(const std::string& folder);
 /// A JSON file of the folder (config.json, an index), parsed; CheckpointError naming it.
 json read_json(const std::string& folder, const std::filesystem::path& path);
 
-/// A GPTQ or AWQ checkpoint's quantization (pretrained_gptq.cc).
+/// A quantized checkpoint's scheme (pretrained_gptq.cc): GPTQ's or AWQ's packed integer codes,
+/// or FP8 weights ("fp8": transformers' fine-grained blocks, "compressed-tensors": its
+/// float-quantized weights).
 struct PackedScheme {
-  std::string method;     // "gptq" or "awq"
-  int bits = 4;           // 4 (both) or 8 (GPTQ)
-  int64_t group = 128;    // inputs a group; -1: one group a row
+  std::string method;     // "gptq", "awq", "fp8" or "compressed-tensors"
+  int bits = 4;           // 4 (both) or 8 (GPTQ; FP8)
+  int64_t group = 128;    // GPTQ, AWQ: inputs a group; -1: one group a row
   bool v1_zeros = false;  // GPTQ's "gptq" format: zero points stored minus one
+  /// FP8: the rows and columns a scale covers; 0 0: what the scale tensor's shape says (one
+  /// scale, a scale a row, or a block grid).
+  int64_t block_rows = 0, block_cols = 0;
+  std::string fp8_scale =
+      "weight_scale_inv";  // the scale tensor's suffix ("weight_scale" for compressed-tensors)
 };
-/// config.json's quantization_config as a GPTQ or AWQ scheme; nothing without one;
-/// CheckpointError for another method (gpt-oss's MXFP4 is its loader's) or settings not read.
+/// config.json's quantization_config as a scheme; nothing without one; CheckpointError for
+/// another method (gpt-oss's MXFP4 is its loader's) or settings not read.
 std::optional<PackedScheme> packed_scheme(const json& c, const std::string& folder);
+/// quantization_config of quant_method "fp8" or "compressed-tensors" (its float-quantized 8-bit
+/// weights) as a scheme (pretrained_fp8.cc); CheckpointError for settings not read.
+PackedScheme fp8_scheme(const json& q, const std::string& folder, const std::string& method);
+/// Each FP8 weight of `w` (Weights::fp8) with its scale → one deferred "<prefix>.weight" of the
+/// values they stand for, in f32 (pretrained_fp8.cc); checked against config.json.
+void unpack_fp8_weights(Weights& w, const std::string& folder);
 /// Each "<prefix>.qweight" of `w` with its qzeros, scales (and GPTQ's g_idx) → one deferred
 /// "<prefix>.weight" [out, in]: its values in f32, and for 4 bits in contiguous groups its codes
 /// (read_int4). Checked against config.json's quantization_config.

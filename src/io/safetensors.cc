@@ -127,8 +127,8 @@ struct Entry {
   DType dtype = DType::kF32;
   Shape shape;
   uint64_t begin = 0, end = 0;
-  bool skipped = false;  // a dtype the library does not hold, left out at the caller's word
-  bool u8 = false;       // the file's dtype is U8
+  bool skipped = false;    // a dtype the library does not hold, left out at the caller's word
+  std::string file_dtype;  // the file's name of its dtype ("F32", "U8", "F8_E4M3", …)
 };
 
 /// Which tensors of an unsupported dtype to leave out rather than refuse (none when empty).
@@ -215,7 +215,7 @@ Entry parse_entry(const Where& w, const std::string& name, const io::JsonValue& 
                 "e.g. "
                 "tensor.float())");
   if (!dt) fail(w, t + "unknown dtype " + in_quotes(dtype->string));
-  Entry e{name, *dt, {}, 0, 0, skipped, dtype->string == "U8"};
+  Entry e{name, *dt, {}, 0, 0, skipped, dtype->string};
 
   if (!shape->is_array()) fail(w, t + "\"shape\" is not an array");
   int64_t numel = 1;
@@ -434,20 +434,24 @@ std::map<std::string, HostTensor> read_safetensors(
   });
 }
 
-std::map<std::string, HostTensor> io::read_safetensors_u8(
+std::map<std::string, io::RawTensor> io::read_safetensors_raw(
     const std::string& path, const std::function<bool(const std::string&)>& wanted) {
   const Where w{"read_safetensors", path};
   return rethrow_as_checkpoint_error(w, [&] {
     uint64_t size = 0;
     File file = open_for_read(w, &size);
     // Every tensor of a dtype the library does not hold is passed over here (read_safetensors
-    // judges them); the wanted U8 ones are then read as bytes.
+    // judges them); the wanted ones are then read, the one-byte ones as bytes.
     const Header h = read_header(w, file.get(), size, [](const std::string&) { return true; });
-    std::map<std::string, HostTensor> out;
+    std::map<std::string, RawTensor> out;
     for (const Entry& e : h.entries) {
-      if (!e.skipped || !e.u8 || !wanted(e.name)) continue;
-      HostTensor t(DType::kI8, e.shape);
-      read_exact(w, file.get(), h.data_start + e.begin, t.data(), e.end - e.begin, tensor_label(e.name));
+      if (!e.skipped || !wanted(e.name)) continue;
+      RawTensor t{e.file_dtype, e.shape, {}};
+      if (format_dtype_bytes(e.file_dtype) == 1) {
+        t.bytes = HostTensor(DType::kI8, e.shape);
+        read_exact(w, file.get(), h.data_start + e.begin, t.bytes.data(), e.end - e.begin,
+                   tensor_label(e.name));
+      }
       out.emplace(e.name, std::move(t));
     }
     return out;

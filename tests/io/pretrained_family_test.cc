@@ -9,7 +9,7 @@
 // StarCoder 2 (LayerNorms, an MLP without a gate, a window in every layer); gpt-oss (attention
 // sinks, biased experts with interleaved gate/up columns and a clamped GLU, a biased router),
 // also with its experts in MXFP4 as the published checkpoints hold them; Qwen2 as GPTQ (4 and
-// 8 bits) and AWQ files hold it (tests/io/gen_gptq_awq_fixtures.py). For each: the RoPE
+// 8 bits), AWQ and FP8 files hold it (tests/io/gen_quantized_fixtures.py). For each: the RoPE
 // frequencies equal those transformers used, the logits equal transformers' on every backend (1e-4), a greedy
 // Generator gives transformers' greedy ids, and the KV-cached logits equal the full forward on every prefix.
 #include <gtest/gtest.h>
@@ -68,7 +68,9 @@ const FamilyCase kFamilyCases[] = {{"tiny_llama3", "LlamaForCausalLM", 16},
                                    {"tiny_gpt_oss_mxfp4", "GptOssForCausalLM", 32},
                                    {"tiny_qwen2_gptq", "Qwen2ForCausalLM", 16},
                                    {"tiny_qwen2_awq", "Qwen2ForCausalLM", 16},
-                                   {"tiny_qwen2_gptq8", "Qwen2ForCausalLM", 16}};
+                                   {"tiny_qwen2_gptq8", "Qwen2ForCausalLM", 16},
+                                   {"tiny_qwen2_fp8", "Qwen2ForCausalLM", 16},
+                                   {"tiny_qwen2_fp8_channel", "Qwen2ForCausalLM", 16}};
 
 std::string family_dir(const FamilyCase& c) { return std::string(TG_TEST_DATA_DIR) + "/" + c.folder; }
 

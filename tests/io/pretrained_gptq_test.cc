@@ -1,5 +1,5 @@
 // GPTQ and AWQ checkpoints (src/io/pretrained_gptq.cc): tiny Qwen2 folders whose decoder Linears
-// are packed as those formats pack them (tests/io/gen_gptq_awq_fixtures.py, run on the GPU
+// are packed as those formats pack them (tests/io/gen_quantized_fixtures.py, run on the GPU
 // machine with transformers 5.17; tiny_qwen2_gptq: 4 bits asymmetric in groups of 16, zero
 // points 0 and 15 among them, AutoGPTQ's zeros stored minus one; tiny_qwen2_awq: AutoAWQ's gemm
 // layout; tiny_qwen2_gptq8: 8 bits, desc_act's scattered groups). The Family tests of
@@ -87,6 +87,28 @@ fs::path edited_folder(const std::string& folder, const std::string& name,
   std::string config = tg_test::file_bytes(data_dir(folder) + "/config.json");
   edit(tensors, config);
   save_safetensors((dir / "model.safetensors").string(), tensors);
+  std::ofstream(dir / "config.json") << config;
+  return dir;
+}
+
+// A copy of tests/data/<folder> with config.json's text changed by `edit` and the first `from` of
+// model.safetensors' bytes (its header) replaced by `to`, of the same length (none when empty).
+fs::path raw_edited_folder(const std::string& folder, const std::string& name,
+                           const std::function<void(std::string&)>& edit, const std::string& from = "",
+                           const std::string& to = "") {
+  const fs::path dir = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string bytes = tg_test::file_bytes(data_dir(folder) + "/model.safetensors");
+  std::string config = tg_test::file_bytes(data_dir(folder) + "/config.json");
+  EXPECT_EQ(from.size(), to.size());
+  if (!from.empty()) {
+    const size_t at = bytes.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) bytes.replace(at, from.size(), to);
+  }
+  edit(config);
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << bytes;
   std::ofstream(dir / "config.json") << config;
   return dir;
 }
@@ -232,7 +254,7 @@ TEST(Gptq, BadFilesAreClearErrors) {
   };
   expect_has(config_edit("tiny_qwen2_gptq", "bnb", "\"quant_method\": \"gptq\"",
                          "\"quant_method\": \"bitsandbytes\""),
-             "quant_method \"bitsandbytes\" is not read; tensorgrad reads GPTQ and AWQ");
+             "quant_method \"bitsandbytes\" is not read; tensorgrad reads GPTQ, AWQ and FP8");
   expect_has(config_edit("tiny_qwen2_gptq", "bits3", "\"bits\": 4", "\"bits\": 3"),
              "gptq with 3 bits is not read (4 and 8 bits are)");
   expect_has(config_edit("tiny_qwen2_gptq", "marlin", "\"checkpoint_format\": \"gptq\"",
@@ -266,6 +288,54 @@ TEST(Gptq, BadFilesAreClearErrors) {
                            t["model.layers.0.mlp.up_proj.weight"] = HostTensor(DType::kF32, {48, 32});
                          }),
              "'model.layers.0.mlp.up_proj.weight' is there beside 'model.layers.0.mlp.up_proj.qweight'");
+}
+
+// FP8 (pretrained_fp8.cc; tiny_qwen2_fp8: transformers' blocks of 20 × 24 with partial ones at
+// the ends; tiny_qwen2_fp8_channel: compressed-tensors, a bf16 scale a row and a static
+// input_scale left aside). Their logits are checked in pretrained_family_test.cc; here: held in
+// 8 bits under kI8 whatever .bits says, and the errors.
+TEST(Fp8, FilesHoldTheirValuesAndStayEightBitUnderInt4) {
+  for (const char* folder : {"tiny_qwen2_fp8", "tiny_qwen2_fp8_channel"}) {
+    const pretrained::Model q =
+        pretrained::load(data_dir(folder), {.dtype = DType::kI8, .group = 16, .bits = 4});
+    for (const std::string& w : linear_weights()) {
+      const std::string name = param_name(q, w);
+      EXPECT_TRUE(q.weights.count(name + "_scale")) << folder << " " << name;
+      EXPECT_FALSE(q.weights.count(name + "_offset")) << folder << " " << name << " went to 4 bits";
+    }
+  }
+}
+
+TEST(Fp8, BadFilesAreClearErrors) {
+  auto config = [](const std::string& folder, const std::string& name, const std::string& from,
+                   const std::string& to) {
+    return load_error(raw_edited_folder(folder, name, [&](std::string& c) { replace(c, from, to); }));
+  };
+  expect_has(config("tiny_qwen2_fp8", "e5m2", "\"fmt\": \"e4m3\"", "\"fmt\": \"e5m2\""),
+             "FP8 fmt \"e5m2\" is not read (e4m3 is)");
+  expect_has(
+      config("tiny_qwen2_fp8", "block", "\"weight_block_size\": [\n      20,\n      24\n    ]",
+             "\"weight_block_size\": [20, 8]"),
+      "tensor 'model.layers.0.mlp.down_proj.weight_scale_inv' has shape [2, 2], expected [2, 6] (a scale "
+      "per 20 × 8 block of model.layers.0.mlp.down_proj.weight [32, 48])");
+  expect_has(config("tiny_qwen2_fp8", "nofp8", "\"quantization_config\"", "\"no_quantization\""),
+             "holds F8_E4M3 values, but config.json has no FP8 quantization_config");
+  expect_has(config("tiny_qwen2_fp8_channel", "int4", "\"num_bits\": 8,\n          \"strategy\": \"channel\"",
+                    "\"num_bits\": 4,\n          \"strategy\": \"channel\""),
+             "quantizes weights to 4-bit float values; 8-bit floats (FP8) are read");
+  expect_has(config("tiny_qwen2_fp8_channel", "packed", "\"float-quantized\"", "\"pack-quantized\""),
+             "compressed-tensors format \"pack-quantized\" is not read");
+  expect_has(config("tiny_qwen2_fp8_channel", "kv", "\"kv_cache_scheme\": null", "\"kv_cache_scheme\": {}"),
+             "kv_cache_scheme {} is not read (an FP8 KV cache)");
+  const std::string scale = "model.layers.1.self_attn.o_proj.weight_scale_inv";
+  expect_has(
+      load_error(raw_edited_folder(
+          "tiny_qwen2_fp8", "noscale", [](std::string&) {}, scale, scale.substr(0, scale.size() - 1) + "X")),
+      "FP8 tensor 'model.layers.1.self_attn.o_proj.weight' has no '" + scale + "' beside it");
+  expect_has(load_error(raw_edited_folder(
+                 "tiny_qwen2_fp8", "e5m2_tensor", [](std::string&) {}, "\"F8_E4M3\"", "\"F8_E5M2\"")),
+             "has dtype F8_E5M2, which is not read (F32, BF16, F16, I32, I8 and BOOL are; F8_E4M3 for an FP8 "
+             "checkpoint's weights, U8 for MXFP4 parts)");
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-"""tests/data/tiny_qwen2_{gptq,awq,gptq8}: tiny random Qwen2 folders whose decoder Linears are
-held as GPTQ and AWQ checkpoints hold them (packed integer codes, zero points, f16 scales), with
-the logits transformers computes from the weights those codes stand for.
+"""tests/data/tiny_qwen2_{gptq,awq,gptq8,fp8,fp8_channel}: tiny random Qwen2 folders whose
+decoder Linears are held as GPTQ, AWQ and FP8 checkpoints hold them (packed integer codes, zero
+points and f16 scales; E4M3 values and their scales), with the logits transformers computes from
+the weights those codes stand for.
 
-    PYTHONPATH=tests/nn python3 tests/io/gen_gptq_awq_fixtures.py [out dir]
+    PYTHONPATH=tests/nn python3 tests/io/gen_quantized_fixtures.py [out dir] [--only name,...]
 
 (run on the GPU machine: it needs torch, transformers and safetensors; no quantization library).
 
@@ -16,11 +17,18 @@ own definition, which the dequantization below follows as AutoGPTQ's and AutoAWQ
   - AWQ ("version": "gemm"): qweight I32 [in, out / 8] and qzeros I32 [groups, out / 8] packed
     along the outputs in the order 0 2 4 6 1 3 5 7 (nibble k of word c holds output
     8c + order[k]), scales F16 [groups, out]; w[o, i] = (q − z) · s of i's group i / 16.
+  - FP8 ("quant_method": "fp8", transformers' fine-grained blocks): weight F8_E4M3 [out, in],
+    weight_scale_inv F32 [ceil(out / 20), ceil(in / 24)] (weight_block_size [20, 24]: partial
+    blocks at the ends); w = float(e4m3) · scale of its block. compressed-tensors' float-quantized
+    weights: weight F8_E4M3, weight_scale BF16 [out, 1] (strategy "channel"), and a static
+    input_scale the reader leaves aside.
 The model's weights are set to those values (f32) before transformers runs it, so the golden
 logits are the quantized model's. Fixtures:
   tiny_qwen2_gptq   4 bits, groups of 16, asymmetric (zero points 0 and 15 both occur), v1 zeros
   tiny_qwen2_awq    4 bits, groups of 16, zero points
   tiny_qwen2_gptq8  8 bits, symmetric (zero 128), desc_act: groups of 16 scattered by g_idx
+  tiny_qwen2_fp8    E4M3 in blocks of 20 × 24, f32 scales (weight_scale_inv)
+  tiny_qwen2_fp8_channel  E4M3 with a bf16 scale a row (compressed-tensors)
 logits.safetensors as gen_hf_family_golden.py writes it."""
 import json
 import os
@@ -32,7 +40,9 @@ from safetensors.torch import load_file, save_file
 
 from golden_file import write_safetensors
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data")
+args = [a for a in sys.argv[1:] if not a.startswith("--only")]
+only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")), None)
+OUT = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "data")
 IDS = torch.tensor([[1, 5, 9, 13, 17, 21, 25], [60, 2, 33, 7, 7, 48, 0]])
 GS = 16
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
@@ -130,13 +140,37 @@ def awq_dequant(t):
     return (w - z.repeat_interleave(GS, 0)).float() * t["scales"].float().repeat_interleave(GS, 0)
 
 
+def fp8_blocks(w, rows, cols):
+    """w [out, in] → E4M3 values and f32 scales [ceil(out / rows), ceil(in / cols)] (amax / 448)."""
+    out, n = w.shape
+    R, C = -(-out // rows), -(-n // cols)
+    scale = torch.empty(R, C)
+    for r in range(R):
+        for c in range(C):
+            block = w[r * rows:(r + 1) * rows, c * cols:(c + 1) * cols]
+            scale[r, c] = block.abs().amax().clamp_min(1e-12) / 448.0
+    full = scale.repeat_interleave(rows, 0)[:out].repeat_interleave(cols, 1)[:, :n]
+    return (w / full).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+
+
+def fp8_dequant(q, scale, rows, cols):
+    """The reader's arithmetic: float(e4m3) times its block's scale, in f32."""
+    out, n = q.shape
+    full = scale.float().repeat_interleave(rows, 0)[:out].repeat_interleave(cols, 1)[:, :n]
+    return q.to(torch.float32) * full
+
+
 FIXTURES = {
     "tiny_qwen2_gptq": dict(method="gptq", bits=4, sym=False, desc_act=False),
     "tiny_qwen2_awq": dict(method="awq", bits=4, sym=False, desc_act=False),
     "tiny_qwen2_gptq8": dict(method="gptq", bits=8, sym=True, desc_act=True),
+    "tiny_qwen2_fp8": dict(method="fp8", bits=8, sym=True, desc_act=False),
+    "tiny_qwen2_fp8_channel": dict(method="compressed-tensors", bits=8, sym=True, desc_act=False),
 }
 
 for name, f in FIXTURES.items():
+    if only and name not in only:
+        continue
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
     model = qwen2().float().eval()
@@ -152,6 +186,19 @@ for name, f in FIXTURES.items():
             if n == "model.layers.0.self_attn.q_proj":  # zero points 0 and 15: all ≥ 0, all < 0
                 w[:4, :GS] = w[:4, :GS].abs() + 0.01
                 w[4:8, :GS] = -w[4:8, :GS].abs() - 0.01
+            if f["method"] == "fp8":
+                q8, scale = fp8_blocks(w, 20, 24)
+                mod.weight.data.copy_(fp8_dequant(q8, scale, 20, 24))
+                packed.update({n + ".weight": q8, n + ".weight_scale_inv": scale})
+                continue
+            if f["method"] == "compressed-tensors":
+                q8, scale = fp8_blocks(w, 1, w.shape[1])
+                scale = scale.to(torch.bfloat16)  # [out, 1], as llm-compressor writes it
+                q8 = (w / scale.float()).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+                mod.weight.data.copy_(fp8_dequant(q8, scale, 1, w.shape[1]))
+                packed.update({n + ".weight": q8, n + ".weight_scale": scale,
+                               n + ".input_scale": torch.ones(1)})
+                continue
             g_idx = group_of(w.shape[1], f["desc_act"], gen)
             q, scale, zero = quantize(w, g_idx, f["bits"], f["sym"])
             direct = (q - zero[:, g_idx]).float() * scale[:, g_idx]  # [out, in]
@@ -176,7 +223,8 @@ for name, f in FIXTURES.items():
     path = os.path.join(out, "model.safetensors")
     tensors = load_file(path)
     for k in packed:
-        tensors.pop(k.rsplit(".", 1)[0] + ".weight", None)
+        if not k.endswith(".weight"):
+            tensors.pop(k.rsplit(".", 1)[0] + ".weight", None)
     tensors.update(packed)
     save_file(tensors, path, metadata={"format": "pt"})
     with open(os.path.join(out, "config.json")) as fh:
@@ -186,6 +234,20 @@ for name, f in FIXTURES.items():
             "quant_method": "gptq", "bits": f["bits"], "group_size": GS, "desc_act": f["desc_act"],
             "sym": f["sym"], "true_sequential": True, "damp_percent": 0.01, "static_groups": False,
             "checkpoint_format": "gptq"}
+    elif f["method"] == "fp8":
+        config["quantization_config"] = {
+            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+            "weight_block_size": [20, 24]}
+    elif f["method"] == "compressed-tensors":
+        config["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "float-quantized",
+            "quantization_status": "compressed", "ignore": ["lm_head"], "kv_cache_scheme": None,
+            "config_groups": {"group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
+                            "dynamic": False},
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor",
+                                      "symmetric": True, "dynamic": False}}}}
     else:
         config["quantization_config"] = {
             "quant_method": "awq", "bits": 4, "group_size": GS, "version": "gemm", "zero_point": True,
